@@ -1,0 +1,189 @@
+"""The allocator contract every KV policy implements, and the records it returns.
+
+An allocator owns a pool of ``capacity_tokens`` KV slots (one slot = one token's K and V across all
+layers). The scheduler asks it, per request, for room for a cumulative number of tokens; the
+allocator answers with an ``AllocResult`` or ``None`` when the request does not fit, in which case
+nothing changed (check first, then mutate, as vLLM's ``KVCacheManager.allocate_slots`` does).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsim.request import Request
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocResult:
+    """What one ``allocate`` call took.
+
+    Attributes:
+        num_new_slots: token slots newly taken from the free pool (a slab, or blocks x block size).
+        num_new_blocks: blocks newly taken (1 for a contiguous slab, 0 when nothing was needed).
+        num_reused_tokens: tokens whose KV was found already computed (prefix cache hits).
+        bytes_allocated: ``num_new_slots * bytes_per_token``.
+    """
+
+    num_new_slots: int
+    num_new_blocks: int
+    num_reused_tokens: int
+    bytes_allocated: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorStats:
+    """A snapshot of the pool, in token slots.
+
+    ``held_slots + overhead_slots + free_slots == capacity_slots`` always. ``held_slots`` are
+    slots owned by live requests (their ``R``); ``overhead_slots`` are slots taken from the free
+    pool but owned by no request's reservation (buddy rounding).
+    """
+
+    capacity_slots: int
+    held_slots: int
+    overhead_slots: int
+    free_slots: int
+    num_requests: int
+
+
+class Allocator(ABC):
+    """Base class of KV allocation policies.
+
+    Invariants (checked by ``check_invariants``): held + overhead + free == capacity; no slot is
+    owned twice; every live request's held slots >= the tokens it was granted.
+
+    Extension points: subclasses implement the abstract methods; vectorised ``held_slots_at`` and
+    ``max_growth_steps`` let the engine fast-forward decode steps without a per-token loop.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
+        if capacity_tokens < 1:
+            raise ValueError(f"capacity_tokens: must be >= 1, got {capacity_tokens}")
+        if bytes_per_token < 1:
+            raise ValueError(f"bytes_per_token: must be >= 1, got {bytes_per_token}")
+        self.capacity_tokens = capacity_tokens
+        self.bytes_per_token = bytes_per_token
+
+    # -- pure queries -----------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def num_free_tokens(self) -> int:
+        """Free slots in the pool."""
+
+    @property
+    def num_used_tokens(self) -> int:
+        """Slots not free (held by requests or lost to rounding)."""
+        return self.capacity_tokens - self.num_free_tokens
+
+    @property
+    def num_free_bytes(self) -> int:
+        return self.num_free_tokens * self.bytes_per_token
+
+    @property
+    def num_used_bytes(self) -> int:
+        return self.num_used_tokens * self.bytes_per_token
+
+    @abstractmethod
+    def held_slots(self, req_id: int) -> int:
+        """Slots the request holds now (``R`` of DESIGN.md); 0 for an unknown request."""
+
+    @abstractmethod
+    def num_slots_needed(self, request: Request, num_tokens: int) -> int:
+        """Free slots ``allocate(request, num_tokens)`` would take (0 if it already fits).
+
+        Args:
+            num_tokens: total tokens that need a slot, including ones already allocated.
+        """
+
+    @abstractmethod
+    def can_allocate(self, request: Request, num_tokens: int) -> bool:
+        """Whether ``allocate(request, num_tokens)`` would succeed now (admission check)."""
+
+    @abstractmethod
+    def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
+        """Free slots that could serve ``request`` needing ``num_tokens`` (all free if ``None``).
+
+        Free slots outside this count are external fragmentation (DESIGN.md).
+        """
+
+    def usable_free_slots_at(self, request: Request, num_tokens: int, free_slots: IntArray) -> IntArray:
+        """``usable_free_slots`` in each step of a decode span whose free slots are ``free_slots``.
+
+        The default holds for allocators whose free space does not change while requests decode
+        within their reservation (slabs); allocators that grow lazily override it.
+
+        Args:
+            free_slots: int64[k] free slots in each step.
+        """
+        return np.full(free_slots.shape, self.usable_free_slots(request, num_tokens), np.int64)
+
+    def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
+        """Free slots admission of a new ``request`` needs (including any kept-back reserve)."""
+        return self.num_slots_needed(request, num_tokens)
+
+    # -- mutations --------------------------------------------------------------------------
+    @abstractmethod
+    def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
+        """Make ``request`` hold room for ``num_tokens`` tokens in total.
+
+        Returns ``None`` and changes nothing when it does not fit.
+        """
+
+    @abstractmethod
+    def free(self, req_id: int) -> None:
+        """Return every slot of ``req_id`` to the pool.
+
+        Raises:
+            KeyError: ``req_id`` holds nothing (a double free is a bug).
+        """
+
+    # -- vectorised hooks for fast-forwarding -----------------------------------------------
+    @abstractmethod
+    def held_slots_at(self, req_ids: list[int], lengths: IntArray) -> IntArray:
+        """Slots each request would hold at the given lengths, without allocating.
+
+        Args:
+            req_ids: ``n`` live requests.
+            lengths: int64[n, k] token counts (row i for ``req_ids[i]``).
+
+        Returns:
+            int64[n, k] held slots.
+        """
+
+    @abstractmethod
+    def max_growth_steps(self, req_ids: list[int], lengths: IntArray, k_max: int) -> int:
+        """Largest ``k <= k_max`` such that every request can grow from ``lengths`` to ``lengths + k``.
+
+        Args:
+            lengths: int64[n] current tokens of each request.
+        """
+
+    # -- accounting -------------------------------------------------------------------------
+    @abstractmethod
+    def stats(self) -> AllocatorStats:
+        """A frozen snapshot for the recorder."""
+
+    def check_invariants(self) -> None:
+        """Assert the accounting laws; raise ``AssertionError`` showing the numbers."""
+        s = self.stats()
+        total = s.held_slots + s.overhead_slots + s.free_slots
+        assert total == s.capacity_slots, (
+            f"{self.name}: held {s.held_slots} + overhead {s.overhead_slots} + free "
+            f"{s.free_slots} = {total} != capacity {s.capacity_slots}"
+        )
+        assert s.free_slots == self.num_free_tokens, (
+            f"{self.name}: stats free {s.free_slots} != num_free_tokens {self.num_free_tokens}"
+        )
+        assert min(s.held_slots, s.overhead_slots, s.free_slots) >= 0, f"{self.name}: negative {s}"
+
+    def _result(self, new_slots: int, new_blocks: int, reused: int = 0) -> AllocResult:
+        return AllocResult(new_slots, new_blocks, reused, new_slots * self.bytes_per_token)

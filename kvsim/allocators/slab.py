@@ -1,0 +1,114 @@
+"""Common machinery of contiguous (slab) allocators: slab sizing, ownership, vectorised hooks.
+
+Subclasses decide placement (``_place``/``_release``); this class keeps ``req_id -> (start, size)``
+and answers the contract's queries from it. A slab's size is fixed at the first allocation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvsim.allocators.base import Allocator, AllocResult, IntArray
+from kvsim.allocators.reservation import RESERVATION_RULES, reserved_slots
+from kvsim.request import Request
+
+
+class SlabAllocator(Allocator):
+    """One contiguous slab per request, sized by a reservation rule.
+
+    Args:
+        capacity_tokens: pool size in token slots.
+        bytes_per_token: KV bytes per slot.
+        reservation: one of ``RESERVATION_RULES``.
+        max_model_len: serving cap on prompt + output tokens (Max rule, caps the others).
+        full_context_tokens: model's trained context in tokens (``full_context`` rule).
+    """
+
+    def __init__(
+        self,
+        *,
+        capacity_tokens: int,
+        bytes_per_token: int = 1,
+        reservation: str = "max",
+        max_model_len: int = 2048,
+        full_context_tokens: int | None = None,
+    ) -> None:
+        super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
+        if reservation not in RESERVATION_RULES:
+            raise ValueError(
+                f"reservation: must be one of {list(RESERVATION_RULES)}, got {reservation!r}"
+            )
+        self.reservation = reservation
+        self.max_model_len = max_model_len
+        self.full_context_tokens = full_context_tokens or max_model_len
+        self._slabs: dict[int, tuple[int, int]] = {}
+
+    # -- placement, by subclasses -----------------------------------------------------------
+    def _place(self, size: int) -> tuple[int, int] | None:
+        """Take ``size`` slots; return ``(start, size)`` or ``None`` if no hole fits."""
+        raise NotImplementedError
+
+    def _release(self, start: int, size: int) -> None:
+        raise NotImplementedError
+
+    def _fits_anywhere(self, size: int) -> bool:
+        raise NotImplementedError
+
+    # -- contract ---------------------------------------------------------------------------
+    def slab_size(self, request: Request, num_tokens: int) -> int:
+        """Slots the request's slab has (or would get): its reservation, at least ``num_tokens``."""
+        held = self._slabs.get(request.req_id)
+        if held is not None:
+            return held[1]
+        rule_size = reserved_slots(
+            request,
+            self.reservation,
+            max_model_len=self.max_model_len,
+            full_context_tokens=self.full_context_tokens,
+        )
+        return max(rule_size, num_tokens)
+
+    def held_slots(self, req_id: int) -> int:
+        slab = self._slabs.get(req_id)
+        return 0 if slab is None else slab[1]
+
+    def slab_of(self, req_id: int) -> tuple[int, int] | None:
+        """The request's ``(start, size)`` in slots, or ``None``."""
+        return self._slabs.get(req_id)
+
+    def num_slots_needed(self, request: Request, num_tokens: int) -> int:
+        if request.req_id in self._slabs:
+            return 0
+        return self.slab_size(request, num_tokens)
+
+    def can_allocate(self, request: Request, num_tokens: int) -> bool:
+        slab = self._slabs.get(request.req_id)
+        if slab is not None:
+            return num_tokens <= slab[1]
+        return self._fits_anywhere(self.slab_size(request, num_tokens))
+
+    def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
+        slab = self._slabs.get(request.req_id)
+        if slab is not None:  # a slab never grows in place
+            return self._result(0, 0) if num_tokens <= slab[1] else None
+        placed = self._place(self.slab_size(request, num_tokens))
+        if placed is None:
+            return None
+        self._slabs[request.req_id] = placed
+        return self._result(placed[1], 1)
+
+    def free(self, req_id: int) -> None:
+        slab = self._slabs.pop(req_id, None)
+        if slab is None:
+            raise KeyError(f"free(): unknown req_id {req_id}")
+        self._release(*slab)
+
+    def held_slots_at(self, req_ids: list[int], lengths: IntArray) -> IntArray:
+        sizes = np.fromiter((self._slabs[r][1] for r in req_ids), np.int64, len(req_ids))
+        return np.broadcast_to(sizes[:, None], lengths.shape).copy()
+
+    def max_growth_steps(self, req_ids: list[int], lengths: IntArray, k_max: int) -> int:
+        if not req_ids:
+            return k_max
+        sizes = np.fromiter((self._slabs[r][1] for r in req_ids), np.int64, len(req_ids))
+        return int(min(k_max, (sizes - lengths).min()))

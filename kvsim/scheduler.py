@@ -1,0 +1,191 @@
+"""vLLM-like continuous batching: FCFS admission, per-step decode growth, recompute preemption.
+
+Plain Python, talks only to the allocator contract. Each call to ``schedule`` plans one engine step:
+
+1. every running request (oldest first) gets a slot for the token it decodes this step; when the
+   allocator refuses, the most recently admitted request is preempted (its KV freed, it goes back
+   to the front of the queue and later re-prefills prompt + generated tokens);
+2. if nobody was preempted, waiting requests are admitted in arrival order while the head fits:
+   ``running < max_num_seqs``, the step's tokens <= ``max_num_batched_tokens`` and the allocator
+   can place the head's prefill (prompt + tokens generated before a preemption, + the sampled
+   token). The first head that does not fit stops admission (FCFS head-of-line semantics).
+
+A decode-only plan may be fast-forwarded ``k`` steps at once (``extend``): up to the first finish
+and as far as every request can grow without a new allocation failing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvsim.allocators.base import Allocator, IntArray
+from kvsim.config import SchedulerConfig
+from kvsim.request import Request
+
+
+class PreemptionLivelockError(RuntimeError):
+    """A request was preempted more often than ``max_preemptions_per_request``."""
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one (possibly fast-forwarded) engine step runs.
+
+    Attributes:
+        prefills: requests admitted this step; each computes ``num_prefill_tokens`` tokens.
+        decodes: running requests decoding one token per step, in admission order.
+        prefill_tokens: tokens computed by each prefill (aligned with ``prefills``).
+        num_steps: consecutive decode steps this plan covers (1 when there are prefills).
+        num_preempted: requests preempted while planning it.
+    """
+
+    prefills: list[Request] = field(default_factory=list)
+    decodes: list[Request] = field(default_factory=list)
+    prefill_tokens: list[int] = field(default_factory=list)
+    num_steps: int = 1
+    num_preempted: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.prefills and not self.decodes
+
+
+class Scheduler:
+    """FCFS continuous-batching scheduler over one allocator.
+
+    Args:
+        allocator: the KV allocation policy.
+        config: ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len`` and the livelock guard.
+    """
+
+    def __init__(self, allocator: Allocator, config: SchedulerConfig) -> None:
+        self.allocator = allocator
+        self.config = config
+        self.token_budget = config.token_budget
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+
+    def add_request(self, request: Request) -> None:
+        """Queue an arrived request at the back of the waiting queue."""
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # -- planning ---------------------------------------------------------------------------
+    def schedule(self) -> StepPlan:
+        """Plan one step: grow running requests (preempting if needed), then admit FCFS."""
+        plan = StepPlan()
+        plan.num_preempted = self._grow_running()
+        plan.decodes = list(self.running)
+        if plan.num_preempted == 0:
+            self._admit(plan)
+        return plan
+
+    def _grow_running(self) -> int:
+        preempted = 0
+        i = 0
+        while i < len(self.running):
+            req = self.running[i]
+            while self.allocator.allocate(req, req.num_computed_tokens + 1) is None:
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted += 1
+                if victim is req:
+                    break
+            else:
+                i += 1
+        return preempted
+
+    def _preempt(self, req: Request) -> None:
+        self.allocator.free(req.req_id)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        if req.num_preemptions > self.config.max_preemptions_per_request:
+            raise PreemptionLivelockError(
+                f"request {req.req_id} (prompt {req.prompt_tokens}, output {req.output_tokens} "
+                f"tokens) was preempted {req.num_preemptions} times: the KV pool cannot hold the "
+                "running set; lower max_num_seqs or raise the KV budget"
+            )
+        self.waiting.appendleft(req)
+
+    def _admit(self, plan: StepPlan) -> None:
+        budget = self.token_budget - len(plan.decodes)
+        while self.waiting and len(self.running) < self.config.max_num_seqs:
+            head = self.waiting[0]
+            num_tokens = head.num_prefill_tokens
+            if num_tokens > budget or not self.allocator.can_allocate(head, num_tokens + 1):
+                break
+            result = self.allocator.allocate(head, num_tokens + 1)
+            assert result is not None, f"can_allocate said yes, allocate refused req {head.req_id}"
+            self.waiting.popleft()
+            self.running.append(head)
+            plan.prefills.append(head)
+            plan.prefill_tokens.append(num_tokens)
+            budget -= num_tokens
+
+    def head_of_queue(self) -> tuple[Request, int] | None:
+        """The waiting head and the tokens its admission must place, or ``None``."""
+        if not self.waiting:
+            return None
+        head = self.waiting[0]
+        return head, head.num_prefill_tokens + 1
+
+    # -- fast-forward -----------------------------------------------------------------------
+    def max_extension(self, plan: StepPlan, k_max: int) -> int:
+        """Decode steps ``plan`` can cover without any event: no prefill, finish or failed growth.
+
+        Returns ``k >= 1``; the k-th step is the first one in which some request finishes.
+        """
+        if plan.prefills or plan.num_preempted or not plan.decodes:
+            return 1
+        remaining = min(r.output_tokens - r.num_generated_tokens for r in plan.decodes)
+        k = min(k_max, remaining)
+        ids = [r.req_id for r in plan.decodes]
+        lengths = np.fromiter((r.num_computed_tokens for r in plan.decodes), np.int64, len(ids))
+        return max(1, self.allocator.max_growth_steps(ids, lengths, k))
+
+    def extend(self, plan: StepPlan, num_steps: int) -> None:
+        """Let a decode-only ``plan`` cover ``num_steps`` steps, allocating their slots now."""
+        if num_steps <= 1:
+            return
+        for req in plan.decodes:
+            result = self.allocator.allocate(req, req.num_computed_tokens + num_steps)
+            assert result is not None, f"fast-forward of {num_steps} steps did not fit req {req.req_id}"
+        plan.num_steps = num_steps
+
+    def lengths_during(self, plan: StepPlan) -> tuple[list[Request], IntArray]:
+        """Running requests and their token states in each step of ``plan``: int64[n, num_steps]."""
+        reqs = plan.decodes + plan.prefills
+        base = np.fromiter(
+            (r.num_computed_tokens for r in plan.decodes), np.int64, len(plan.decodes)
+        )
+        pre = np.array([t + 1 for t in plan.prefill_tokens], np.int64)
+        start = np.concatenate([base + 1, pre])
+        steps = np.arange(plan.num_steps, dtype=np.int64)
+        return reqs, start[:, None] + steps[None, :]
+
+    # -- completion -------------------------------------------------------------------------
+    def complete(self, plan: StepPlan, now_s: float) -> list[Request]:
+        """Apply a finished plan at simulated time ``now_s``; free and return finished requests."""
+        k = plan.num_steps
+        for req in plan.decodes:
+            req.num_computed_tokens += k
+            req.num_generated_tokens += k
+        for req, n in zip(plan.prefills, plan.prefill_tokens, strict=True):
+            req.num_computed_tokens = n + 1
+            req.num_generated_tokens += 1
+            if req.first_token_time_s is None:
+                req.first_token_time_s = now_s
+        finished = [r for r in self.running if r.num_generated_tokens >= r.output_tokens]
+        if finished:
+            for req in finished:
+                req.finish_time_s = now_s
+                self.allocator.free(req.req_id)
+            self.running = [r for r in self.running if r.finish_time_s is None]
+        return finished
