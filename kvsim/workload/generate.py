@@ -1,0 +1,278 @@
+"""Turn a :class:`WorkloadSpec` into a list of :class:`~kvsim.request.Request`, seeded and sorted.
+
+Randomness comes only from the caller's generator, split into two independent streams (arrivals
+and lengths), so changing the rate leaves the drawn lengths unchanged for the same seed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvsim.request import Request
+from kvsim.units import cdiv
+from kvsim.workload.arrivals import arrival_times
+from kvsim.workload.catalog import DataNotFoundError, resolve_trace
+from kvsim.workload.lengths import (
+    NAMED_FITS,
+    LognormalFit,
+    fixed_pair,
+    lognormal_pair,
+    uniform_split,
+)
+from kvsim.workload.spec import DEFAULT_NUM_REQUESTS, WorkloadSpec
+from kvsim.workload.traces import Trace, load_trace
+
+logger = logging.getLogger(__name__)
+
+_MAX_DRAW_ROUNDS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class _Selected:
+    """Chosen rows before caps: raw lengths, arrival times (s) and optional prefix hashes."""
+
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    arrival_time_s: np.ndarray
+    prefix_hash_ids: list[tuple[int, ...]] | None = None
+    hash_block_size_tokens: int | None = None
+
+
+def generate_requests(
+    spec: WorkloadSpec, rng: np.random.Generator, *, max_model_len: int
+) -> list[Request]:
+    """Generate the requests of a workload.
+
+    Args:
+        spec: the workload.
+        rng: the only source of randomness; same spec and seed give an identical list.
+        max_model_len: the model's context limit in tokens (prompt + output), >= 2.
+
+    Returns:
+        Requests sorted by ``arrival_time_s`` (seconds, the first near 0) with ``req_id``
+        0..N-1 in arrival order.
+
+    Raises:
+        DataNotFoundError: the trace file is missing and ``fallback_synthetic`` is off.
+        ValueError: a malformed trace, a trace without arrival times for ``arrival="trace"``,
+            or no request left after the filters.
+    """
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
+        raise ValueError(f"max_model_len must be an integer >= 2 tokens, got {max_model_len!r}")
+    spec, trace = _resolve_source(spec)
+    arrival_seed, length_seed = rng.integers(0, 2**63 - 1, size=2)
+    arrival_rng = np.random.default_rng(int(arrival_seed))
+    length_rng = np.random.default_rng(int(length_seed))
+    if trace is None:
+        selected = _select_parametric(spec, arrival_rng, length_rng, max_model_len)
+    elif spec.arrival == "trace":
+        selected = _select_trace_arrivals(spec, trace, max_model_len)
+    else:
+        selected = _select_trace_lengths(spec, trace, arrival_rng, length_rng, max_model_len)
+    return _build_requests(spec, selected, max_model_len)
+
+
+def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
+    """Load the spec's trace, or fall back to ``sharegpt_like`` when allowed and missing."""
+    if spec.length_source != "trace":
+        return spec, None
+    assert spec.trace is not None
+    try:
+        path, info = resolve_trace(spec.trace)
+    except DataNotFoundError as exc:
+        if not spec.fallback_synthetic:
+            raise
+        arrival = "poisson" if spec.arrival == "trace" else spec.arrival
+        logger.warning(
+            "%s Falling back to synthetic 'sharegpt_like' lengths with %s arrivals at %s req/s.",
+            exc,
+            arrival,
+            spec.rate_per_s,
+        )
+        fallback = spec.model_copy(
+            update={
+                "trace": None,
+                "lengths": "sharegpt_like",
+                "sample": None,
+                "arrival": arrival,
+                "start_s": 0.0,
+            }
+        )
+        return fallback, None
+    trace = load_trace(path, info.fmt if info is not None else None)
+    if spec.arrival == "trace" and not trace.has_arrivals:
+        raise ValueError(
+            f"arrival='trace': {path.name} has no arrival times (a lengths-only "
+            f"{trace.fmt!r} trace); use arrival='poisson' or 'gamma'"
+        )
+    return spec, trace
+
+
+def _keep_mask(
+    spec: WorkloadSpec, prompt: np.ndarray, output: np.ndarray, max_model_len: int
+) -> np.ndarray:
+    """Rows passing the minimum-length filters and, for ``overflow="drop"``, the length limit."""
+    keep = (prompt >= spec.min_prompt_tokens) & (output >= spec.min_output_tokens)
+    if spec.overflow == "drop":
+        capped = output if spec.max_tokens is None else np.minimum(output, spec.max_tokens)
+        keep &= prompt + capped <= max_model_len
+    return np.asarray(keep, dtype=bool)
+
+
+def _no_rows_error(spec: WorkloadSpec, what: str, max_model_len: int) -> ValueError:
+    return ValueError(
+        f"no requests left in {what} after the filters (min_prompt_tokens="
+        f"{spec.min_prompt_tokens}, min_output_tokens={spec.min_output_tokens}, "
+        f"overflow={spec.overflow!r}, max_model_len={max_model_len}, max_tokens={spec.max_tokens})"
+    )
+
+
+def _synthetic_times(spec: WorkloadSpec, rng: np.random.Generator, cap: int | None) -> np.ndarray:
+    """Poisson/gamma arrival times in simulated seconds (``time_scale`` applied)."""
+    assert spec.rate_per_s is not None, "validated: poisson/gamma need rate_per_s"
+    cv = 1.0 if spec.arrival == "poisson" else spec.cv
+    duration_s = None if spec.duration_s is None else spec.duration_s / spec.time_scale
+    times = arrival_times(rng, spec.rate_per_s, cv, num_requests=cap, duration_s=duration_s)
+    return times * spec.time_scale
+
+
+def _sampled_count(spec: WorkloadSpec) -> int | None:
+    """How many sampled requests to draw (``None``: as many as arrive within ``duration_s``)."""
+    if spec.num_requests is not None:
+        return spec.num_requests
+    return None if spec.duration_s is not None else DEFAULT_NUM_REQUESTS
+
+
+def _select_trace_arrivals(spec: WorkloadSpec, trace: Trace, max_model_len: int) -> _Selected:
+    assert trace.arrival_time_s is not None
+    times = trace.arrival_time_s
+    keep = _keep_mask(spec, trace.prompt_tokens, trace.output_tokens, max_model_len)
+    keep &= times >= spec.start_s
+    if spec.duration_s is not None:
+        keep &= times < spec.start_s + spec.duration_s
+    rows = np.flatnonzero(keep)
+    rows = rows[np.argsort(times[rows], kind="stable")][: spec.num_requests]
+    if rows.size == 0:
+        window = f"[{spec.start_s}, {spec.start_s + (spec.duration_s or np.inf)}) s"
+        raise _no_rows_error(spec, f"{trace.path.name} window {window}", max_model_len)
+    arrivals = (times[rows] - spec.start_s) * spec.time_scale
+    return _take(trace, rows, arrivals)
+
+
+def _select_trace_lengths(
+    spec: WorkloadSpec,
+    trace: Trace,
+    arrival_rng: np.random.Generator,
+    length_rng: np.random.Generator,
+    max_model_len: int,
+) -> _Selected:
+    pool = np.flatnonzero(_keep_mask(spec, trace.prompt_tokens, trace.output_tokens, max_model_len))
+    if pool.size == 0:
+        raise _no_rows_error(spec, trace.path.name, max_model_len)
+    if spec.sample_mode == "replay":
+        cap = pool.size if spec.num_requests is None else min(spec.num_requests, pool.size)
+        arrivals = _synthetic_times(spec, arrival_rng, cap)
+        rows = pool[: arrivals.size]
+    else:
+        arrivals = _synthetic_times(spec, arrival_rng, _sampled_count(spec))
+        rows = pool[length_rng.integers(0, pool.size, size=arrivals.size)]
+    return _take(trace, rows, arrivals)
+
+
+def _take(trace: Trace, rows: np.ndarray, arrivals: np.ndarray) -> _Selected:
+    hashes = None
+    if trace.prefix_hash_ids is not None:
+        hashes = [trace.prefix_hash_ids[i] for i in rows.tolist()]
+    return _Selected(
+        trace.prompt_tokens[rows],
+        trace.output_tokens[rows],
+        arrivals,
+        hashes,
+        trace.hash_block_size_tokens,
+    )
+
+
+def _draw_lengths(
+    spec: WorkloadSpec, rng: np.random.Generator, size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    source = spec.length_source
+    if source in NAMED_FITS:
+        return lognormal_pair(rng, NAMED_FITS[source], size)
+    if source == "lognormal":
+        fit = LognormalFit(
+            spec.prompt_mean_tokens, spec.output_mean_tokens, spec.prompt_sigma, spec.output_sigma
+        )
+        return lognormal_pair(rng, fit, size)
+    if source == "uniform":
+        return uniform_split(
+            rng, spec.min_total_tokens, spec.max_total_tokens, spec.prefill_decode_ratio, size
+        )
+    assert source == "fixed", f"unhandled length source {source!r}"
+    return fixed_pair(spec.fixed_prompt_tokens, spec.fixed_output_tokens, size)
+
+
+def _select_parametric(
+    spec: WorkloadSpec,
+    arrival_rng: np.random.Generator,
+    length_rng: np.random.Generator,
+    max_model_len: int,
+) -> _Selected:
+    """Draw lengths, redrawing the ones the filters reject (the filtered distribution)."""
+    arrivals = _synthetic_times(spec, arrival_rng, _sampled_count(spec))
+    needed = arrivals.size
+    prompts: list[np.ndarray] = []
+    outputs: list[np.ndarray] = []
+    have = 0
+    for _ in range(_MAX_DRAW_ROUNDS):
+        if have >= needed:
+            break
+        prompt, output = _draw_lengths(spec, length_rng, max(2 * (needed - have), 64))
+        keep = _keep_mask(spec, prompt, output, max_model_len)
+        prompt, output = prompt[keep][: needed - have], output[keep][: needed - have]
+        prompts.append(prompt)
+        outputs.append(output)
+        have += prompt.size
+    if have < needed:
+        raise _no_rows_error(spec, f"the {spec.length_source!r} distribution", max_model_len)
+    empty = np.zeros(0, dtype=np.int64)
+    return _Selected(np.concatenate([empty, *prompts]), np.concatenate([empty, *outputs]), arrivals)
+
+
+def _build_requests(spec: WorkloadSpec, sel: _Selected, max_model_len: int) -> list[Request]:
+    """Apply ``max_tokens`` and truncation, sort by arrival, number the requests."""
+    prompt = sel.prompt_tokens.astype(np.int64)
+    output = sel.output_tokens.astype(np.int64)
+    if spec.max_tokens is not None:
+        output = np.minimum(output, spec.max_tokens)
+    if spec.overflow == "truncate":
+        prompt = np.minimum(prompt, max_model_len - 1)
+        output = np.minimum(output, max_model_len - prompt)
+    client_cap = max_model_len if spec.max_tokens is None else spec.max_tokens
+    max_tokens = np.minimum(client_cap, max_model_len - prompt)
+    order = np.argsort(sel.arrival_time_s, kind="stable")
+    requests: list[Request] = []
+    for req_id, row in enumerate(order.tolist()):
+        requests.append(
+            Request(
+                req_id=req_id,
+                arrival_time_s=float(sel.arrival_time_s[row]),
+                prompt_tokens=int(prompt[row]),
+                output_tokens=int(output[row]),
+                max_tokens=int(max_tokens[row]),
+                prefix_hash_ids=_hashes_for(sel, row, int(prompt[row])),
+            )
+        )
+    return requests
+
+
+def _hashes_for(sel: _Selected, row: int, prompt_tokens: int) -> tuple[int, ...] | None:
+    """The row's prefix hashes, cut to the blocks of a (possibly truncated) prompt."""
+    if sel.prefix_hash_ids is None:
+        return None
+    hashes = sel.prefix_hash_ids[row]
+    if sel.hash_block_size_tokens is not None:
+        hashes = hashes[: cdiv(prompt_tokens, sel.hash_block_size_tokens)]
+    return hashes

@@ -1,0 +1,195 @@
+"""``WorkloadSpec``: the validated, frozen description of a workload (arrivals, lengths, filters).
+
+A spec is data only; :func:`kvsim.workload.generate_requests` turns it into requests. Presets
+live in the repository's ``workloads/`` folder as TOML tables (see :func:`load_workload`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+import kvsim
+from kvsim.workload.catalog import TRACES
+from kvsim.workload.lengths import SHAREGPT_LIKE
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+DEFAULT_NUM_REQUESTS = 1000
+
+ArrivalKind = Literal["poisson", "gamma", "trace"]
+LengthKind = Literal["sharegpt_like", "alpaca_like", "lognormal", "uniform", "fixed", "trace"]
+
+
+class WorkloadSpec(BaseModel):
+    """A workload: how requests arrive, how long they are, and which are kept.
+
+    ``WorkloadSpec()`` is 1,000 requests with Poisson arrivals at 1 req/s and ``sharegpt_like``
+    synthetic lengths. Pipeline: read or draw lengths; drop rows failing ``min_*_tokens`` and
+    (``overflow="drop"``) rows whose prompt + min(output, max_tokens) exceeds ``max_model_len``;
+    select rows (trace window, ``num_requests``); cap outputs at ``max_tokens``; truncate
+    (``overflow="truncate"``); scale arrival times by ``time_scale``.
+
+    Attributes:
+        name: free-form label of the workload (not used by the generator).
+        arrival: ``"poisson"`` at ``rate_per_s``, ``"gamma"`` renewal with ``rate_per_s`` and
+            ``cv``, or ``"trace"`` to replay the trace's own timestamps (traces with arrivals only).
+        rate_per_s: mean arrival rate in requests/s for poisson/gamma (required there).
+        cv: coefficient of variation of gamma inter-arrival gaps (1.0 is Poisson).
+        time_scale: multiplies every inter-arrival time (0.5 = twice as fast).
+        lengths: length source; ``None`` means ``"trace"`` when ``trace`` is set, else
+            ``"sharegpt_like"``.
+        trace: short trace name (``sharegpt_opt``, ``sharegpt_llama2``, ``arxiv``,
+            ``azure_conv``, ``azure_code``, ``mooncake_conversation``, ``mooncake_synthetic``) or a
+            path to a file of one of those formats (or BurstGPT's).
+        sample: ``"resample"`` (draw trace rows with replacement) or ``"replay"`` (file order);
+            ``None`` means replay for ``arrival="trace"``, else resample.
+        fallback_synthetic: when the trace file is missing, log a warning and use
+            ``sharegpt_like`` lengths (and Poisson arrivals at ``rate_per_s``) instead of raising.
+        prompt_mean_tokens, output_mean_tokens: means of ``lengths="lognormal"``, in tokens.
+        prompt_sigma, output_sigma: std of ln(tokens) for ``lengths="lognormal"``.
+        fixed_prompt_tokens, fixed_output_tokens: lengths of ``lengths="fixed"``, in tokens.
+        min_total_tokens, max_total_tokens, prefill_decode_ratio: ``lengths="uniform"``: total
+            tokens uniform on [min, max], split prompt:output = ratio:1.
+        max_tokens: the client's output cap in tokens (``None``: only ``max_model_len`` caps).
+        overflow: requests longer than ``max_model_len`` are dropped, or truncated (prompt to at
+            most ``max_model_len - 1`` tokens, then output to fit).
+        min_prompt_tokens, min_output_tokens: drop rows shorter than these (raw lengths).
+        num_requests: keep the first this many requests; ``None`` keeps all of a replayed trace
+            (or window), all arrivals within ``duration_s``, else 1,000.
+        start_s: start of the window on the trace's time axis, in seconds (``arrival="trace"``).
+        duration_s: window length in trace seconds (trace arrivals) or simulated seconds
+            (synthetic arrivals); ``None`` for no limit.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = ""
+    arrival: ArrivalKind = "poisson"
+    rate_per_s: float | None = Field(default=1.0, gt=0)
+    cv: float = Field(default=1.0, gt=0)
+    time_scale: float = Field(default=1.0, gt=0)
+
+    lengths: LengthKind | None = None
+    trace: str | None = Field(default=None, min_length=1)
+    sample: Literal["resample", "replay"] | None = None
+    fallback_synthetic: bool = False
+    prompt_mean_tokens: float = Field(default=SHAREGPT_LIKE.prompt_mean_tokens, gt=0)
+    output_mean_tokens: float = Field(default=SHAREGPT_LIKE.output_mean_tokens, gt=0)
+    prompt_sigma: float = Field(default=SHAREGPT_LIKE.prompt_sigma, ge=0)
+    output_sigma: float = Field(default=SHAREGPT_LIKE.output_sigma, ge=0)
+    fixed_prompt_tokens: int = Field(default=512, ge=1)
+    fixed_output_tokens: int = Field(default=128, ge=1)
+    min_total_tokens: int = Field(default=256, ge=2)
+    max_total_tokens: int = Field(default=2048, ge=2)
+    prefill_decode_ratio: float = Field(default=3.0, gt=0)
+
+    max_tokens: int | None = Field(default=None, ge=1)
+    overflow: Literal["drop", "truncate"] = "drop"
+    min_prompt_tokens: int = Field(default=1, ge=1)
+    min_output_tokens: int = Field(default=1, ge=1)
+
+    num_requests: int | None = Field(default=None, ge=1)
+    start_s: float = Field(default=0.0, ge=0)
+    duration_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def length_source(self) -> LengthKind:
+        """The effective ``lengths`` (resolving ``None``)."""
+        if self.lengths is not None:
+            return self.lengths
+        return "trace" if self.trace is not None else "sharegpt_like"
+
+    @property
+    def sample_mode(self) -> Literal["resample", "replay"]:
+        """The effective ``sample`` (resolving ``None``)."""
+        if self.sample is not None:
+            return self.sample
+        return "replay" if self.arrival == "trace" else "resample"
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> WorkloadSpec:
+        self._check_lengths()
+        self._check_arrivals()
+        if self.max_total_tokens < self.min_total_tokens:
+            raise ValueError(
+                f"max_total_tokens must be >= min_total_tokens ({self.min_total_tokens}), "
+                f"got {self.max_total_tokens}"
+            )
+        return self
+
+    def _check_lengths(self) -> None:
+        source = self.length_source
+        if source == "trace" and self.trace is None:
+            raise ValueError("lengths='trace' needs trace = a trace name or file path, got none")
+        if source != "trace" and self.trace is not None:
+            raise ValueError(f"trace={self.trace!r} is set but lengths={source!r}; drop one")
+        if source != "trace" and self.sample is not None:
+            raise ValueError(f"sample={self.sample!r} applies to trace lengths only")
+
+    def _check_arrivals(self) -> None:
+        if self.arrival == "trace":
+            self._check_trace_arrivals()
+        elif self.rate_per_s is None:
+            raise ValueError(
+                f"rate_per_s (requests/s) is required for arrival={self.arrival!r}, got None"
+            )
+        if self.arrival != "trace" and self.start_s > 0:
+            raise ValueError(f"start_s applies to arrival='trace' only, got {self.start_s}")
+
+    def _check_trace_arrivals(self) -> None:
+        if self.trace is None:
+            raise ValueError("arrival='trace' needs trace = a trace with arrival times, got none")
+        info = TRACES.get(self.trace)
+        if info is not None and not info.has_arrivals:
+            with_times = sorted(k for k, v in TRACES.items() if v.has_arrivals)
+            raise ValueError(
+                f"arrival='trace': trace {self.trace!r} ({info.file_name}) has no arrival times "
+                f"(lengths only); use arrival='poisson' or 'gamma', or one of {with_times}"
+            )
+        if self.sample == "resample":
+            raise ValueError(
+                "arrival='trace' replays the trace's rows in order; use sample='replay'"
+            )
+        if self.fallback_synthetic and self.rate_per_s is None:
+            raise ValueError(
+                "fallback_synthetic with arrival='trace' needs rate_per_s for the Poisson fallback"
+            )
+
+
+def workloads_dir() -> Path:
+    """The repository's ``workloads/`` preset folder."""
+    return Path(kvsim.__file__).resolve().parents[1] / "workloads"
+
+
+def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:
+    """Load a TOML preset as a :class:`WorkloadSpec`.
+
+    Args:
+        preset: a path to a ``.toml`` file, or a preset name in ``workloads/`` (``"azure_conv"``).
+            The file is either the spec's table itself or holds it under ``[workload]``.
+        **overrides: fields replacing the file's values (e.g. ``rate_per_s=2.0``).
+
+    Returns:
+        The validated spec.
+
+    Raises:
+        FileNotFoundError: no such preset.
+        pydantic.ValidationError: the table is not a valid spec.
+    """
+    path = Path(preset)
+    if not path.suffix and not path.exists():
+        path = workloads_dir() / f"{preset}.toml"
+    if not path.is_file():
+        names = sorted(p.stem for p in workloads_dir().glob("*.toml"))
+        raise FileNotFoundError(f"No workload preset {str(preset)!r} ({path}); presets: {names}")
+    with path.open("rb") as handle:
+        table = tomllib.load(handle)
+    table = table.get("workload", table)
+    return WorkloadSpec.model_validate({**table, **overrides})
