@@ -1,0 +1,191 @@
+"""Synthetic arrivals and lengths: statistics against their definitions, caps, filters,
+slicing and determinism. Expected values come from the distributions' formulas or by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvsim.workload import WorkloadSpec, generate_requests
+
+
+def _gen(spec: WorkloadSpec, max_model_len: int = 2048, seed: int = 7) -> list:
+    return generate_requests(spec, np.random.default_rng(seed), max_model_len=max_model_len)
+
+
+def _fields(reqs: list) -> list[tuple]:
+    return [
+        (r.req_id, r.arrival_time_s, r.prompt_tokens, r.output_tokens, r.max_tokens) for r in reqs
+    ]
+
+
+def test_default_spec_generates_sorted_requests() -> None:
+    reqs = _gen(WorkloadSpec())
+    assert len(reqs) == 1000
+    assert [r.req_id for r in reqs] == list(range(1000))
+    times = [r.arrival_time_s for r in reqs]
+    assert times == sorted(times)
+    assert times[0] == 0.0
+    assert all(r.prompt_tokens >= 1 and r.output_tokens >= 1 for r in reqs)
+    assert all(r.output_tokens <= r.max_tokens for r in reqs)
+    assert all(r.prompt_tokens + r.output_tokens <= 2048 for r in reqs)
+
+
+def test_poisson_mean_gap_and_cv() -> None:
+    rate_per_s = 4.0
+    reqs = _gen(WorkloadSpec(rate_per_s=rate_per_s, num_requests=20001, lengths="fixed"))
+    gaps = np.diff([r.arrival_time_s for r in reqs])
+    # Exponential gaps: mean 1/rate = 0.25 s, CV 1. Std error of the mean: 0.25/sqrt(2e4) ~ 0.0018.
+    assert gaps.mean() == pytest.approx(0.25, abs=0.01)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize("cv", [0.5, 3.0])
+def test_gamma_mean_gap_and_cv(cv: float) -> None:
+    spec = WorkloadSpec(arrival="gamma", rate_per_s=2.0, cv=cv, num_requests=50001, lengths="fixed")
+    gaps = np.diff([r.arrival_time_s for r in _gen(spec)])
+    assert gaps.mean() == pytest.approx(0.5, rel=0.04)
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.08)
+
+
+def test_time_scale_halves_synthetic_span() -> None:
+    base = _gen(WorkloadSpec(num_requests=200))
+    fast = _gen(WorkloadSpec(num_requests=200, time_scale=0.5))
+    assert fast[-1].arrival_time_s == pytest.approx(base[-1].arrival_time_s / 2)
+    assert [r.prompt_tokens for r in fast] == [r.prompt_tokens for r in base]
+
+
+def test_duration_bounds_synthetic_arrivals() -> None:
+    reqs = _gen(WorkloadSpec(rate_per_s=10.0, duration_s=500.0, lengths="fixed"))
+    assert all(r.arrival_time_s < 500.0 for r in reqs)
+    # Poisson count over 500 s at 10/s: mean 5000, std ~71.
+    assert abs(len(reqs) - 5000) < 360
+
+
+def test_determinism_and_seed_sensitivity() -> None:
+    spec = WorkloadSpec(arrival="gamma", cv=2.0, rate_per_s=3.0, num_requests=300)
+    assert _fields(_gen(spec, seed=1)) == _fields(_gen(spec, seed=1))
+    assert _fields(_gen(spec, seed=1)) != _fields(_gen(spec, seed=2))
+
+
+def test_rate_change_keeps_lengths() -> None:
+    slow = _gen(WorkloadSpec(rate_per_s=1.0, num_requests=100))
+    fast = _gen(WorkloadSpec(rate_per_s=5.0, num_requests=100))
+    assert [r.prompt_tokens for r in slow] == [r.prompt_tokens for r in fast]
+
+
+def test_sharegpt_like_matches_paper_means() -> None:
+    # Paper (PagedAttention) ShareGPT means 161.31 / 337.99 after the 2048-token filter.
+    reqs = _gen(WorkloadSpec(num_requests=30000), max_model_len=2048)
+    assert np.mean([r.prompt_tokens for r in reqs]) == pytest.approx(161.31, rel=0.05)
+    assert np.mean([r.output_tokens for r in reqs]) == pytest.approx(337.99, rel=0.03)
+
+
+def test_alpaca_like_matches_paper_means() -> None:
+    reqs = _gen(WorkloadSpec(lengths="alpaca_like", num_requests=30000), max_model_len=2048)
+    assert np.mean([r.prompt_tokens for r in reqs]) == pytest.approx(19.31, rel=0.03)
+    assert np.mean([r.output_tokens for r in reqs]) == pytest.approx(58.45, rel=0.03)
+
+
+def test_lognormal_sigma_zero_is_exact() -> None:
+    spec = WorkloadSpec(
+        lengths="lognormal",
+        prompt_mean_tokens=100,
+        output_mean_tokens=20,
+        prompt_sigma=0,
+        output_sigma=0,
+        num_requests=5,
+    )
+    assert {(r.prompt_tokens, r.output_tokens) for r in _gen(spec)} == {(100, 20)}
+
+
+def test_lognormal_mean() -> None:
+    spec = WorkloadSpec(
+        lengths="lognormal",
+        prompt_mean_tokens=300,
+        output_mean_tokens=50,
+        prompt_sigma=0.5,
+        output_sigma=0.5,
+        num_requests=20000,
+    )
+    reqs = _gen(spec, max_model_len=100_000)
+    assert np.mean([r.prompt_tokens for r in reqs]) == pytest.approx(300, rel=0.02)
+    assert np.mean([r.output_tokens for r in reqs]) == pytest.approx(50, rel=0.02)
+
+
+def test_uniform_split_by_hand() -> None:
+    # total 1001, ratio 3: output = ceil(1001/4) = 251, prompt = 750.
+    spec = WorkloadSpec(
+        lengths="uniform", min_total_tokens=1001, max_total_tokens=1001, num_requests=3
+    )
+    assert {(r.prompt_tokens, r.output_tokens) for r in _gen(spec)} == {(750, 251)}
+
+
+def test_uniform_vidur_range() -> None:
+    reqs = _gen(WorkloadSpec(lengths="uniform", num_requests=5000))
+    totals = np.array([r.prompt_tokens + r.output_tokens for r in reqs])
+    assert totals.min() >= 256
+    assert totals.max() <= 2048
+    assert totals.mean() == pytest.approx((256 + 2048) / 2, rel=0.03)
+    ratio = sum(r.prompt_tokens for r in reqs) / sum(r.output_tokens for r in reqs)
+    assert ratio == pytest.approx(3.0, rel=0.01)
+
+
+def test_max_tokens_caps_output() -> None:
+    spec = WorkloadSpec(
+        lengths="fixed",
+        fixed_prompt_tokens=40,
+        fixed_output_tokens=500,
+        max_tokens=100,
+        num_requests=2,
+    )
+    assert {(r.prompt_tokens, r.output_tokens, r.max_tokens) for r in _gen(spec)} == {
+        (40, 100, 100)
+    }
+
+
+def test_max_tokens_defaults_to_room_left() -> None:
+    spec = WorkloadSpec(
+        lengths="fixed", fixed_prompt_tokens=48, fixed_output_tokens=10, num_requests=1
+    )
+    assert _gen(spec, max_model_len=2048)[0].max_tokens == 2000
+
+
+def test_overflow_drop_and_truncate() -> None:
+    long = {
+        "lengths": "fixed",
+        "fixed_prompt_tokens": 1500,
+        "fixed_output_tokens": 600,
+        "num_requests": 4,
+    }
+    with pytest.raises(ValueError, match="no requests left"):
+        _gen(WorkloadSpec(**long), max_model_len=2048)
+    cut = _gen(WorkloadSpec(**long, overflow="truncate"), max_model_len=2048)
+    assert {(r.prompt_tokens, r.output_tokens, r.max_tokens) for r in cut} == {(1500, 548, 548)}
+    huge = dict(long, fixed_prompt_tokens=3000)
+    cut = _gen(WorkloadSpec(**huge, overflow="truncate"), max_model_len=2048)
+    assert {(r.prompt_tokens, r.output_tokens) for r in cut} == {(2047, 1)}
+
+
+def test_drop_filter_redraws_to_requested_count() -> None:
+    reqs = _gen(WorkloadSpec(num_requests=2000), max_model_len=512)
+    assert len(reqs) == 2000
+    assert all(r.prompt_tokens + r.output_tokens <= 512 for r in reqs)
+
+
+def test_min_length_filters() -> None:
+    spec = WorkloadSpec(
+        lengths="alpaca_like", min_prompt_tokens=10, min_output_tokens=30, num_requests=2000
+    )
+    reqs = _gen(spec)
+    assert min(r.prompt_tokens for r in reqs) >= 10
+    assert min(r.output_tokens for r in reqs) >= 30
+
+
+def test_user_file_replay_and_slicing(tmp_path) -> None:
+    path = tmp_path / "mine.csv"
+    path.write_text("input_len,output_len\n5,6\n2,9\n7,1\n8,3\n")
+    spec = WorkloadSpec(trace=str(path), sample="replay", num_requests=3, min_prompt_tokens=3)
+    reqs = _gen(spec)
+    # Row (2, 9) fails min_prompt_tokens=3; the first three kept rows remain, in file order.
+    assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(5, 6), (7, 1), (8, 3)]
