@@ -75,6 +75,11 @@ class PagedAllocator(Allocator):
     def held_slots(self, req_id: int) -> int:
         return len(self.block_tables.get(req_id, ())) * self.block_size_tokens
 
+    def slot_of(self, req_id: int, token_index: int) -> tuple[int, int]:
+        """Physical ``(block_id, offset)`` of a request's token ``token_index`` (0-based)."""
+        logical, offset = divmod(token_index, self.block_size_tokens)
+        return self.block_tables[req_id][logical], offset
+
     def num_blocks_needed(self, req_id: int, num_tokens: int) -> int:
         """New blocks needed so ``req_id`` holds ``num_tokens`` tokens in total."""
         have = len(self.block_tables.get(req_id, ()))

@@ -1,0 +1,100 @@
+"""The allocator contract, checked on every registered allocator (tiny 44-slot pool)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim.allocators import ALLOCATORS, make_allocator
+from tests.conftest import SMALL_CAPACITY, make_request, small_allocator
+
+
+def snapshot(alloc):  # everything observable through the contract
+    return (alloc.num_free_tokens, alloc.stats(), alloc.num_free_bytes)
+
+
+def test_registry_unknown_name_lists_choices():
+    with pytest.raises(ValueError, match=r"Unknown allocator 'nope'; choose from \['best_fit'"):
+        make_allocator("nope", capacity_tokens=10)
+
+
+def test_fresh_pool_is_all_free(allocator_name):
+    alloc = small_allocator(allocator_name)
+    alloc.check_invariants()
+    # paged: 11 blocks x 4 = 44; slabs: 44 slots. 2 bytes per slot.
+    assert alloc.num_free_tokens == SMALL_CAPACITY
+    assert alloc.num_free_bytes == 2 * SMALL_CAPACITY
+    assert alloc.num_used_bytes == 0
+
+
+def test_fill_to_capacity_then_refuse_without_change(allocator_name):
+    alloc = small_allocator(allocator_name)
+    # 8-token requests: slabs of 8 (buddy chunk 8), or 2 blocks of 4. 44 // 8 = 5 fit in every
+    # policy (buddy: 32 + 8 + 4 top chunks -> 4 + 1 chunks of 8), the 6th does not.
+    reqs = [make_request(4, 4) for _ in range(6)]
+    for req in reqs[:5]:
+        result = alloc.allocate(req, 8)
+        assert result is not None
+        assert result.bytes_allocated == 2 * result.num_new_slots
+        alloc.check_invariants()
+    before = snapshot(alloc)
+    assert not alloc.can_allocate(reqs[5], 8)
+    assert alloc.allocate(reqs[5], 8) is None
+    assert snapshot(alloc) == before
+    alloc.check_invariants()
+
+
+def test_free_restores_free_slots(allocator_name):
+    alloc = small_allocator(allocator_name)
+    a, b = make_request(5, 3), make_request(2, 2)
+    free0 = alloc.num_free_tokens
+    alloc.allocate(a, 6)
+    free_after_a = alloc.num_free_tokens
+    alloc.allocate(b, 3)
+    alloc.free(b.req_id)
+    assert alloc.num_free_tokens == free_after_a
+    alloc.free(a.req_id)
+    assert alloc.num_free_tokens == free0
+    alloc.check_invariants()
+    assert alloc.stats().num_requests == 0
+
+
+def test_double_free_is_a_key_error(allocator_name):
+    alloc = small_allocator(allocator_name)
+    req = make_request(3, 1)
+    alloc.allocate(req, 4)
+    alloc.free(req.req_id)
+    with pytest.raises(KeyError, match=rf"free\(\): unknown req_id {req.req_id}"):
+        alloc.free(req.req_id)
+
+
+def test_growth_within_holding_takes_nothing(allocator_name):
+    alloc = small_allocator(allocator_name)
+    req = make_request(5, 3)  # final 8 tokens
+    alloc.allocate(req, 6)
+    free = alloc.num_free_tokens
+    held = alloc.held_slots(req.req_id)
+    # slabs hold 8 already; paged holds 2 blocks (8 slots) for 6 tokens: growing to 8 is free
+    result = alloc.allocate(req, 8)
+    assert result is not None and result.num_new_slots == 0
+    assert alloc.num_free_tokens == free
+    assert alloc.held_slots(req.req_id) == held == 8
+
+
+def test_vectorised_hooks_match_scalar_queries(allocator_name):
+    import numpy as np
+
+    alloc = small_allocator(allocator_name)
+    reqs = [make_request(3, 5), make_request(6, 2)]
+    for r in reqs:
+        alloc.allocate(r, r.prompt_tokens + 1)
+    ids = [r.req_id for r in reqs]
+    lengths = np.array([[4], [7]])
+    held = alloc.held_slots_at(ids, lengths)
+    assert held.tolist() == [[alloc.held_slots(ids[0])], [alloc.held_slots(ids[1])]]
+    # growing 4 -> 8 and 7 -> 8 tokens: slabs of 8 hold it; paged needs 1 + 0 new blocks of 9 free
+    k = alloc.max_growth_steps(ids, np.array([4, 7]), 1)
+    assert k == 1
+
+
+def test_all_registered_are_tested():
+    assert set(ALLOCATORS) == {"first_fit", "best_fit", "buddy", "paged"}

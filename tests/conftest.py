@@ -1,0 +1,53 @@
+"""Shared fixtures: a fresh SimPy environment, a seeded rng, tiny pools, request factory."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import simpy
+
+from kvsim.allocators import ALLOCATORS, make_allocator
+from kvsim.allocators.base import Allocator
+from kvsim.request import Request
+
+# A tiny pool: 11 blocks x 4 tokens = 44 slots; contiguous slabs capped at 16 tokens.
+SMALL_CAPACITY = 44
+SMALL_BLOCK = 4
+SMALL_MAX_MODEL_LEN = 16
+
+
+@pytest.fixture
+def env() -> simpy.Environment:
+    return simpy.Environment()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)
+
+
+_ids = itertools.count(1000)
+
+
+def make_request(prompt: int, output: int, *, max_tokens: int | None = None,
+                 req_id: int | None = None) -> Request:
+    """A request with the given true sizes (tokens)."""
+    return Request(next(_ids) if req_id is None else req_id, 0.0, prompt, output,
+                   max_tokens if max_tokens is not None else output)
+
+
+def small_allocator(name: str, **kw: object) -> Allocator:
+    """``name`` on the 44-slot pool (reservation ``oracle`` for slabs, so sizes are exact)."""
+    args: dict[str, object] = {
+        "capacity_tokens": SMALL_CAPACITY, "bytes_per_token": 2, "block_size_tokens": SMALL_BLOCK,
+        "reservation": "oracle", "max_model_len": SMALL_MAX_MODEL_LEN,
+    }
+    args.update(kw)
+    return make_allocator(name, **args)
+
+
+@pytest.fixture(params=sorted(ALLOCATORS))
+def allocator_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
