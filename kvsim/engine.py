@@ -99,20 +99,31 @@ class Engine:
             if self.config.debug_invariants:
                 self.allocator.check_invariants()
             self._record(plan, durations)
+            first_step_end_s = self.env.now + float(durations[0])
             yield self.env.timeout(float(durations.sum()))
-            finished = self.scheduler.complete(plan, self.env.now)
+            finished = self.scheduler.complete(plan, self.env.now, first_step_end_s)
             if finished:
                 self.num_finished += len(finished)
                 if self.on_finish is not None:
                     self.on_finish(len(finished))
 
     def _plan_durations(self, plan: StepPlan) -> np.ndarray:
-        """Fast-forward ``plan`` as far as nothing changes and return its step durations (s)."""
+        """Fast-forward ``plan`` as far as nothing changes and return its step durations (s).
+
+        Step 0 runs the prefills and reads the decodes' KV; step ``j >= 1`` decodes every request
+        of the plan, reading ``S + j * N`` tokens of KV (``S`` = tokens before step 0, ``N`` =
+        requests).
+        """
         k = self.scheduler.max_extension(plan, MAX_SPAN_STEPS)
-        context0 = float(sum(r.num_computed_tokens for r in plan.decodes))
-        n = len(plan.decodes)
-        contexts = context0 + n * np.arange(k, dtype=np.float64)
-        durations = self.cost.decode_span_s(contexts, n, plan.prefill_tokens)
+        assert plan.lengths0 is not None
+        decode_context = float(plan.lengths0[: len(plan.decodes)].sum())
+        num_seqs = len(plan.lengths0)
+        steps = np.arange(k, dtype=np.float64)
+        contexts = float(plan.lengths0.sum()) + num_seqs * steps
+        contexts[0] = decode_context
+        num_decodes = np.full(k, float(num_seqs))
+        num_decodes[0] = len(plan.decodes)
+        durations = self.cost.decode_span_s(contexts, num_decodes, plan.prefill_tokens)
         if k > 1 and not self.scheduler.waiting and self.num_arrived < len(self.requests):
             until_arrival = self._arrival_times[self.num_arrived] - self.env.now
             k = min(k, int(np.searchsorted(np.cumsum(durations), until_arrival)) + 1)
@@ -123,9 +134,10 @@ class Engine:
     def _record(self, plan: StepPlan, durations: np.ndarray) -> None:
         if not self.config.record_memory:
             return
-        reqs, lengths = self.scheduler.lengths_during(plan)
-        cats = span_categories(self.allocator, reqs, lengths, self.scheduler.head_of_queue())
-        self.recorder.record(self.env.now, durations, cats, len(reqs),
+        lengths = self.scheduler.span_lengths(plan)
+        cats = span_categories(self.allocator, lengths, plan.final, plan.held0,
+                               self.scheduler.head_of_queue())
+        self.recorder.record(self.env.now, durations, cats, len(lengths),
                              len(self.scheduler.waiting), len(plan.prefills), plan.num_preempted)
 
 
@@ -160,5 +172,5 @@ def simulate(config: SimConfig, requests: list[Request] | None = None,
     env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run()
-    logger.info("simulated %d requests to t=%.1f s", len(requests), env.now)
+    logger.debug("simulated %d requests to t=%.1f s", len(requests), env.now)
     return build_results(config, requests, engine.recorder.rows, engine.scheduler.num_preemptions)

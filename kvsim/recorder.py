@@ -51,16 +51,18 @@ class SpanCategories:
 
 def span_categories(
     allocator: Allocator,
-    requests: list[Request],
     lengths: IntArray,
+    final: IntArray,
+    held_now: IntArray,
     head: tuple[Request, int] | None,
 ) -> SpanCategories:
     """Categorise every slot of the pool in each step of a span.
 
     Args:
         allocator: the pool, already holding the slots of the whole span.
-        requests: the ``n`` running requests.
-        lengths: int64[n, k] token states of each request in each step.
+        lengths: int64[n, k] token states of the ``n`` running requests in each of ``k`` steps.
+        final: int64[n] their true final lengths (prompt + output tokens).
+        held_now: int64[n] slots each holds in the span's first step.
         head: the waiting head and the tokens it needs, or ``None`` when nobody waits.
 
     Returns:
@@ -68,14 +70,14 @@ def span_categories(
     """
     k = lengths.shape[1]
     capacity = allocator.capacity_tokens
-    if requests:
-        ids = [r.req_id for r in requests]
-        final = np.fromiter((r.final_tokens for r in requests), np.int64, len(requests))[:, None]
-        held = allocator.held_slots_at(ids, lengths)
+    if len(lengths):
+        held = allocator.held_slots_at(lengths, held_now)
+        fin = final[:, None]
         token = lengths.sum(axis=0)
-        reservation = (np.minimum(held, final) - lengths).sum(axis=0)
-        internal = np.maximum(held - final, 0).sum(axis=0)
+        reserved_real = np.minimum(held, fin)
+        reservation = reserved_real.sum(axis=0) - token
         held_total = held.sum(axis=0)
+        internal = held_total - reserved_real.sum(axis=0)
     else:
         token = reservation = internal = held_total = np.zeros(k, np.int64)
     overhead = allocator.stats().overhead_slots

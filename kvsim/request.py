@@ -25,6 +25,8 @@ class Request:
         prefix_hash_ids: optional ids of shared prefix blocks (Mooncake ``hash_ids``).
         session_id: optional conversation id (multi-turn workloads).
         num_computed_tokens: token states currently held in KV (0 while waiting).
+        num_held_slots: KV slots the allocator holds for it (the scheduler's cached copy of
+            ``Allocator.held_slots``, refreshed after every allocation; 0 while waiting).
         num_generated_tokens: output tokens sampled so far (survives recompute preemption).
         num_preemptions: times this request was preempted.
     """
@@ -37,6 +39,7 @@ class Request:
     prefix_hash_ids: tuple[int, ...] | None = None
     session_id: int | None = None
     num_computed_tokens: int = 0
+    num_held_slots: int = 0
     num_generated_tokens: int = 0
     num_preemptions: int = 0
     admitted_time_s: float | None = None

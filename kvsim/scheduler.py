@@ -40,6 +40,11 @@ class StepPlan:
         prefill_tokens: tokens computed by each prefill (aligned with ``prefills``).
         num_steps: consecutive decode steps this plan covers (1 when there are prefills).
         num_preempted: requests preempted while planning it.
+        stopped_by_token_budget: admission stopped because the head's prefill did not fit the
+            step's token budget (it may fit the next step, so the plan must not be extended).
+        lengths0, final, held0: int64[n] arrays over ``decodes + prefills``, filled by
+            ``plan_arrays``: token states before step 0 (prefills: the tokens they compute),
+            true final lengths, and slots held in step 0.
     """
 
     prefills: list[Request] = field(default_factory=list)
@@ -47,6 +52,10 @@ class StepPlan:
     prefill_tokens: list[int] = field(default_factory=list)
     num_steps: int = 1
     num_preempted: int = 0
+    stopped_by_token_budget: bool = False
+    lengths0: IntArray | None = None
+    final: IntArray | None = None
+    held0: IntArray | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -86,13 +95,26 @@ class Scheduler:
             self._admit(plan)
         return plan
 
+    def _allocate(self, req: Request, num_tokens: int) -> bool:
+        """Allocate through the allocator and refresh the request's cached held slots."""
+        if num_tokens <= req.num_held_slots:
+            return True  # hot path: no allocator call while the holding has room
+        if self.allocator.allocate(req, num_tokens) is None:
+            return False
+        req.num_held_slots = self.allocator.held_slots(req.req_id)
+        return True
+
     def _grow_running(self) -> int:
         preempted = 0
         i = 0
-        while i < len(self.running):
-            req = self.running[i]
-            while self.allocator.allocate(req, req.num_computed_tokens + 1) is None:
-                victim = self.running.pop()
+        running = self.running
+        while i < len(running):
+            req = running[i]
+            if req.num_computed_tokens < req.num_held_slots:  # hot path: room in the holding
+                i += 1
+                continue
+            while not self._allocate(req, req.num_computed_tokens + 1):
+                victim = running.pop()
                 self._preempt(victim)
                 preempted += 1
                 if victim is req:
@@ -104,6 +126,7 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         self.allocator.free(req.req_id)
         req.num_computed_tokens = 0
+        req.num_held_slots = 0
         req.num_preemptions += 1
         self.num_preemptions += 1
         if req.num_preemptions > self.config.max_preemptions_per_request:
@@ -119,10 +142,13 @@ class Scheduler:
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             head = self.waiting[0]
             num_tokens = head.num_prefill_tokens
-            if num_tokens > budget or not self.allocator.can_allocate(head, num_tokens + 1):
+            if num_tokens > budget:
+                plan.stopped_by_token_budget = True
                 break
-            result = self.allocator.allocate(head, num_tokens + 1)
-            assert result is not None, f"can_allocate said yes, allocate refused req {head.req_id}"
+            if not self.allocator.can_allocate(head, num_tokens + 1):
+                break
+            placed = self._allocate(head, num_tokens + 1)
+            assert placed, f"can_allocate said yes, allocate refused req {head.req_id}"
             self.waiting.popleft()
             self.running.append(head)
             plan.prefills.append(head)
@@ -137,55 +163,78 @@ class Scheduler:
         return head, head.num_prefill_tokens + 1
 
     # -- fast-forward -----------------------------------------------------------------------
-    def max_extension(self, plan: StepPlan, k_max: int) -> int:
-        """Decode steps ``plan`` can cover without any event: no prefill, finish or failed growth.
+    def plan_arrays(self, plan: StepPlan) -> tuple[IntArray, IntArray, IntArray]:
+        """Fill and return ``plan.lengths0``, ``plan.final`` and ``plan.held0`` (see ``StepPlan``)."""
+        reqs = plan.decodes + plan.prefills
+        plan.lengths0 = np.array([r.num_computed_tokens for r in plan.decodes]
+                                 + plan.prefill_tokens, np.int64)
+        plan.final = np.array([r.prompt_tokens + r.output_tokens for r in reqs], np.int64)
+        plan.held0 = np.array([r.num_held_slots for r in reqs], np.int64)
+        return plan.lengths0, plan.final, plan.held0
 
+    def max_extension(self, plan: StepPlan, k_max: int) -> int:
+        """Steps ``plan`` can cover without any event: no finish, failed growth or preemption.
+
+        Step 0 runs the plan's prefills and decodes; every later step decodes all of them.
         Returns ``k >= 1``; the k-th step is the first one in which some request finishes.
         """
-        if plan.prefills or plan.num_preempted or not plan.decodes:
+        lengths0, final, held0 = self.plan_arrays(plan)
+        if plan.num_preempted or (plan.prefills and plan.stopped_by_token_budget):
             return 1
-        remaining = min(r.output_tokens - r.num_generated_tokens for r in plan.decodes)
-        k = min(k_max, remaining)
-        ids = [r.req_id for r in plan.decodes]
-        lengths = np.fromiter((r.num_computed_tokens for r in plan.decodes), np.int64, len(ids))
-        return max(1, self.allocator.max_growth_steps(ids, lengths, k))
+        # a prefill samples a token in step 0 as a decode does; each has final - (L + 1) left
+        # after step 0, so the first finish ends step min(final - lengths0) - 1 (0-based)
+        k = min(k_max, int((final - lengths0).min()) if len(final) else 1)
+        if k <= 1:
+            return 1
+        return max(1, self.allocator.max_growth_steps(lengths0, held0, k))
 
     def extend(self, plan: StepPlan, num_steps: int) -> None:
-        """Let a decode-only ``plan`` cover ``num_steps`` steps, allocating their slots now."""
+        """Let ``plan`` cover ``num_steps`` steps, allocating their slots now."""
         if num_steps <= 1:
             return
-        for req in plan.decodes:
-            result = self.allocator.allocate(req, req.num_computed_tokens + num_steps)
-            assert result is not None, f"fast-forward of {num_steps} steps did not fit req {req.req_id}"
+        pairs = [(r, r.num_computed_tokens) for r in plan.decodes]
+        pairs += zip(plan.prefills, plan.prefill_tokens, strict=True)
+        for req, before in pairs:
+            num_tokens = before + num_steps
+            if num_tokens > req.num_held_slots:
+                placed = self._allocate(req, num_tokens)
+                assert placed, f"fast-forward of {num_steps} steps did not fit req {req.req_id}"
         plan.num_steps = num_steps
 
-    def lengths_during(self, plan: StepPlan) -> tuple[list[Request], IntArray]:
-        """Running requests and their token states in each step of ``plan``: int64[n, num_steps]."""
-        reqs = plan.decodes + plan.prefills
-        base = np.fromiter(
-            (r.num_computed_tokens for r in plan.decodes), np.int64, len(plan.decodes)
-        )
-        pre = np.array([t + 1 for t in plan.prefill_tokens], np.int64)
-        start = np.concatenate([base + 1, pre])
-        steps = np.arange(plan.num_steps, dtype=np.int64)
-        return reqs, start[:, None] + steps[None, :]
+    def span_lengths(self, plan: StepPlan) -> IntArray:
+        """Token states of the plan's requests in each of its steps: int64[n, num_steps]."""
+        assert plan.lengths0 is not None, "plan_arrays() must run first"
+        steps = np.arange(1, plan.num_steps + 1, dtype=np.int64)
+        return plan.lengths0[:, None] + steps[None, :]
 
     # -- completion -------------------------------------------------------------------------
-    def complete(self, plan: StepPlan, now_s: float) -> list[Request]:
-        """Apply a finished plan at simulated time ``now_s``; free and return finished requests."""
+    def complete(self, plan: StepPlan, now_s: float, first_step_end_s: float | None = None
+                 ) -> list[Request]:
+        """Apply a finished plan; free and return finished requests.
+
+        Args:
+            now_s: simulated time at the end of the plan, seconds.
+            first_step_end_s: end of the plan's first step (first tokens of its prefills);
+                ``now_s`` when None.
+        """
         k = plan.num_steps
+        finished = []
         for req in plan.decodes:
             req.num_computed_tokens += k
             req.num_generated_tokens += k
+            if req.num_generated_tokens >= req.output_tokens:
+                finished.append(req)
         for req, n in zip(plan.prefills, plan.prefill_tokens, strict=True):
-            req.num_computed_tokens = n + 1
-            req.num_generated_tokens += 1
+            req.num_computed_tokens = n + k
+            req.num_generated_tokens += k
             if req.first_token_time_s is None:
-                req.first_token_time_s = now_s
-        finished = [r for r in self.running if r.num_generated_tokens >= r.output_tokens]
+                req.first_token_time_s = now_s if first_step_end_s is None else first_step_end_s
+            if req.num_generated_tokens >= req.output_tokens:
+                finished.append(req)
         if finished:
             for req in finished:
                 req.finish_time_s = now_s
+                req.num_held_slots = 0
                 self.allocator.free(req.req_id)
             self.running = [r for r in self.running if r.finish_time_s is None]
         return finished

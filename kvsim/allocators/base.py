@@ -72,6 +72,7 @@ class Allocator(ABC):
             raise ValueError(f"bytes_per_token: must be >= 1, got {bytes_per_token}")
         self.capacity_tokens = capacity_tokens
         self.bytes_per_token = bytes_per_token
+        self._nothing_new = AllocResult(0, 0, 0, 0)
 
     # -- pure queries -----------------------------------------------------------------------
     @property
@@ -148,23 +149,24 @@ class Allocator(ABC):
 
     # -- vectorised hooks for fast-forwarding -----------------------------------------------
     @abstractmethod
-    def held_slots_at(self, req_ids: list[int], lengths: IntArray) -> IntArray:
+    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         """Slots each request would hold at the given lengths, without allocating.
 
         Args:
-            req_ids: ``n`` live requests.
-            lengths: int64[n, k] token counts (row i for ``req_ids[i]``).
+            lengths: int64[n, k] token counts of ``n`` live requests in ``k`` steps.
+            held_slots: int64[n] slots each holds in the first column's step.
 
         Returns:
             int64[n, k] held slots.
         """
 
     @abstractmethod
-    def max_growth_steps(self, req_ids: list[int], lengths: IntArray, k_max: int) -> int:
+    def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
         """Largest ``k <= k_max`` such that every request can grow from ``lengths`` to ``lengths + k``.
 
         Args:
-            lengths: int64[n] current tokens of each request.
+            lengths: int64[n] current tokens of each live request.
+            held_slots: int64[n] slots each holds now (``held_slots(req_id)``).
         """
 
     # -- accounting -------------------------------------------------------------------------

@@ -59,6 +59,7 @@ class PagedAllocator(Allocator):
         self._free_blocks: deque[int] = deque(range(self.num_blocks))
         self.ref_cnt = [0] * self.num_blocks
         self.block_tables: dict[int, list[int]] = {}
+        self._num_table_entries = 0  # sum of block-table lengths, kept for O(1) stats()
 
     @property
     def num_free_blocks(self) -> int:
@@ -107,38 +108,46 @@ class PagedAllocator(Allocator):
         return (self.num_blocks_needed(request.req_id, num_tokens) + reserve) * self.block_size_tokens
 
     def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
+        table = self.block_tables.get(request.req_id)
+        if table is not None and len(table) * self.block_size_tokens >= num_tokens:
+            return self._nothing_new  # hot path: the last block still has room
         need = self.num_blocks_needed(request.req_id, num_tokens)
         if need > len(self._free_blocks):
             return None
-        table = self.block_tables.setdefault(request.req_id, [])
+        if table is None:
+            table = self.block_tables[request.req_id] = []
+        free_blocks, ref_cnt = self._free_blocks, self.ref_cnt
         for _ in range(need):
-            block_id = self._free_blocks.popleft()
-            self.ref_cnt[block_id] += 1
+            block_id = free_blocks.popleft()
+            ref_cnt[block_id] += 1
             table.append(block_id)
+        self._num_table_entries += need
         return self._result(need * self.block_size_tokens, need)
 
     def free(self, req_id: int) -> None:
         table = self.block_tables.pop(req_id, None)
         if table is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
+        self._num_table_entries -= len(table)
+        ref_cnt, free_blocks = self.ref_cnt, self._free_blocks
         for block_id in table:
-            self.ref_cnt[block_id] -= 1
-            if self.ref_cnt[block_id] == 0:
-                self._free_blocks.append(block_id)
+            ref_cnt[block_id] -= 1
+            if ref_cnt[block_id] == 0:
+                free_blocks.append(block_id)
 
-    def held_slots_at(self, req_ids: list[int], lengths: IntArray) -> IntArray:
+    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         b = self.block_size_tokens
         return -(lengths // -b) * b
 
-    def max_growth_steps(self, req_ids: list[int], lengths: IntArray, k_max: int) -> int:
-        if not req_ids or k_max <= 0:
+    def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
+        if len(lengths) == 0 or k_max <= 0:
             return max(k_max, 0)
         b = self.block_size_tokens
-        have = np.fromiter((len(self.block_tables[r]) for r in req_ids), np.int64, len(req_ids))
         free = len(self._free_blocks)
 
         def fits(k: int) -> bool:
-            return int(np.maximum(-((lengths + k) // -b) - have, 0).sum()) <= free
+            new_slots = np.maximum(-((lengths + k) // -b) * b - held_slots, 0).sum()
+            return int(new_slots) <= free * b
 
         if fits(k_max):
             return k_max
@@ -149,7 +158,7 @@ class PagedAllocator(Allocator):
         return lo
 
     def stats(self) -> AllocatorStats:
-        held = sum(len(t) for t in self.block_tables.values()) * self.block_size_tokens
+        held = self._num_table_entries * self.block_size_tokens
         overhead = self.capacity_tokens - self.num_blocks * self.block_size_tokens
         return AllocatorStats(
             self.capacity_tokens, held, overhead, self.num_free_tokens, len(self.block_tables)
@@ -162,6 +171,10 @@ class PagedAllocator(Allocator):
             for block_id in table:
                 counts[block_id] += 1
         assert counts == self.ref_cnt, "paged: ref_cnt does not match block tables"
+        entries = sum(len(t) for t in self.block_tables.values())
+        assert entries == self._num_table_entries, (
+            f"paged: {entries} block-table entries, counter says {self._num_table_entries}"
+        )
         free = set(self._free_blocks)
         assert len(free) == len(self._free_blocks), "paged: a block is on the free list twice"
         for block_id in range(self.num_blocks):

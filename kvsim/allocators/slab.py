@@ -90,7 +90,7 @@ class SlabAllocator(Allocator):
     def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
         slab = self._slabs.get(request.req_id)
         if slab is not None:  # a slab never grows in place
-            return self._result(0, 0) if num_tokens <= slab[1] else None
+            return self._nothing_new if num_tokens <= slab[1] else None
         placed = self._place(self.slab_size(request, num_tokens))
         if placed is None:
             return None
@@ -103,12 +103,10 @@ class SlabAllocator(Allocator):
             raise KeyError(f"free(): unknown req_id {req_id}")
         self._release(*slab)
 
-    def held_slots_at(self, req_ids: list[int], lengths: IntArray) -> IntArray:
-        sizes = np.fromiter((self._slabs[r][1] for r in req_ids), np.int64, len(req_ids))
-        return np.broadcast_to(sizes[:, None], lengths.shape).copy()
+    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
+        return np.broadcast_to(held_slots[:, None], lengths.shape)
 
-    def max_growth_steps(self, req_ids: list[int], lengths: IntArray, k_max: int) -> int:
-        if not req_ids:
+    def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
+        if len(lengths) == 0:
             return k_max
-        sizes = np.fromiter((self._slabs[r][1] for r in req_ids), np.int64, len(req_ids))
-        return int(min(k_max, (sizes - lengths).min()))
+        return int(min(k_max, (held_slots - lengths).min()))

@@ -88,11 +88,12 @@ def test_vectorised_hooks_match_scalar_queries(allocator_name):
     for r in reqs:
         alloc.allocate(r, r.prompt_tokens + 1)
     ids = [r.req_id for r in reqs]
+    held_now = np.array([alloc.held_slots(i) for i in ids])
     lengths = np.array([[4], [7]])
-    held = alloc.held_slots_at(ids, lengths)
+    held = alloc.held_slots_at(lengths, held_now)
     assert held.tolist() == [[alloc.held_slots(ids[0])], [alloc.held_slots(ids[1])]]
     # growing 4 -> 8 and 7 -> 8 tokens: slabs of 8 hold it; paged needs 1 + 0 new blocks of 9 free
-    k = alloc.max_growth_steps(ids, np.array([4, 7]), 1)
+    k = alloc.max_growth_steps(np.array([4, 7]), held_now, 1)
     assert k == 1
 
 
