@@ -7,6 +7,7 @@ its own. Without CuPy or a GPU the command says so and exits with status 2.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -17,7 +18,9 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise typer.BadParameter(f"{option}: expected comma-separated integers, got {text!r}") from None
+        raise typer.BadParameter(
+            f"{option}: expected comma-separated integers, got {text!r}"
+        ) from None
     if not values or min(values) < 1:
         raise typer.BadParameter(f"{option}: expected positive integers, got {text!r}")
     return values
@@ -30,19 +33,24 @@ def device_slug(name: str) -> str:
 
 
 def calibrate(
-    out: Path | None = typer.Option(
-        None, "--out", help="table to write (.csv or .json); default "
-        "kvsim/data/calibration/<device>.csv"),
-    batch_sizes: str = typer.Option("1,8,32,128", help="sequences per launch"),
-    contexts: str = typer.Option("256,1024,4096", help="tokens per sequence"),
-    block_sizes: str = typer.Option("1,2,4,8,16,32,64,128,256", help="paged block sizes, tokens"),
-    num_heads: int = typer.Option(32, help="query heads"),
-    num_kv_heads: int = typer.Option(8, help="KV heads (GQA)"),
-    head_dim: int = typer.Option(128, help="elements per head: 64, 128 or 256"),
-    repeats: int = typer.Option(20, help="timed launches per point (median kept)"),
-    warmup: int = typer.Option(3, help="untimed launches per point"),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="table to write (.csv or .json); default kvsim/data/calibration/<device>.csv"
+        ),
+    ] = None,
+    batch_sizes: Annotated[str, typer.Option(help="sequences per launch")] = "1,8,32,128",
+    contexts: Annotated[str, typer.Option(help="tokens per sequence")] = "256,1024,4096",
+    block_sizes: Annotated[
+        str, typer.Option(help="paged block sizes, tokens")
+    ] = "1,2,4,8,16,32,64,128,256",
+    num_heads: Annotated[int, typer.Option(help="query heads")] = 32,
+    num_kv_heads: Annotated[int, typer.Option(help="KV heads (GQA)")] = 8,
+    head_dim: Annotated[int, typer.Option(help="elements per head: 64, 128 or 256")] = 128,
+    repeats: Annotated[int, typer.Option(help="timed launches per point (median kept)")] = 20,
+    warmup: Annotated[int, typer.Option(help="untimed launches per point")] = 3,
 ) -> None:
-    """Measure paged/contiguous decode-attention time per block size and write a calibration table."""
+    """Time paged vs contiguous decode attention per block size; write a calibration table."""
     from kvsim.calibrate.run import CalibrationGrid, run_calibration
 
     try:
@@ -52,7 +60,8 @@ def calibrate(
             context_tokens=_ints(contexts, "--contexts"),
             block_sizes=_ints(block_sizes, "--block-sizes"),
             shape=KernelShape(num_heads, num_kv_heads, head_dim),
-            warmup=warmup, repeats=repeats,
+            warmup=warmup,
+            repeats=repeats,
         )
     except CalibrationUnavailableError as err:
         typer.echo(f"kvsim calibrate: {err}", err=True)
@@ -68,7 +77,9 @@ def calibrate(
     table.save(out)
     typer.echo(f"paged / contiguous kernel time, median over the grid ({table.describe()}):")
     for block, ratio in table.ratios_by_block_size().items():
-        typer.echo(f"  block {block:4d}: {ratio:5.2f}x  ({100 * (ratio - 1):+.0f} %; paper: +20-26 % at 16)")
+        typer.echo(
+            f"  block {block:4d}: {ratio:5.2f}x  ({100 * (ratio - 1):+.0f} %; paper: +20-26 %)"
+        )
     typer.echo(f"wrote {out}")
 
 

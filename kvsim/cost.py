@@ -62,8 +62,15 @@ class StepCostModel:
         layout_source: where ``layout_factor`` came from (says "analytic" when not measured).
     """
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, cost: CostSpec, *, paged: bool,
-                 block_size_tokens: int = 16) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        cost: CostSpec,
+        *,
+        paged: bool,
+        block_size_tokens: int = 16,
+    ) -> None:
         self.bytes_per_token = float(model.bytes_per_token)
         self.weight_bytes = float(model.weight_bytes)
         self.hidden = model.num_attention_heads * model.head_dim
@@ -88,8 +95,13 @@ class StepCostModel:
         table = resolve_table(cost.calibration, gpu.name)
         return table.layout_factor(block_size), table.describe()
 
-    def step_duration_s(self, prefill_tokens: Sequence[int], decode_context_tokens: int,
-                        num_decode_seqs: int, swap_blocks: int = 0) -> float:
+    def step_duration_s(
+        self,
+        prefill_tokens: Sequence[int],
+        decode_context_tokens: int,
+        num_decode_seqs: int,
+        swap_blocks: int = 0,
+    ) -> float:
         """Duration of one step in seconds.
 
         Args:
@@ -98,13 +110,18 @@ class StepCostModel:
             num_decode_seqs: decoding sequences (one new token each).
             swap_blocks: KV blocks moved over PCIe in this step (out plus in).
         """
-        span = self.decode_span_s(np.array([decode_context_tokens], np.float64), num_decode_seqs,
-                                  prefill_tokens)
+        span = self.decode_span_s(
+            np.array([decode_context_tokens], np.float64), num_decode_seqs, prefill_tokens
+        )
         return float(span[0]) + self.swap_s(swap_blocks)
 
-    def decode_span_s(self, decode_context_tokens: FloatArray, num_decode_seqs: int,
-                      prefill_tokens: Sequence[int] = ()) -> FloatArray:
-        """Durations (seconds) of consecutive steps with the same sequences; prefills only in the first.
+    def decode_span_s(
+        self,
+        decode_context_tokens: FloatArray,
+        num_decode_seqs: int,
+        prefill_tokens: Sequence[int] = (),
+    ) -> FloatArray:
+        """Durations (seconds) of consecutive steps of the same sequences; prefills in the first.
 
         Args:
             decode_context_tokens: float64[k] total KV tokens read by the decodes in each step.
@@ -119,10 +136,14 @@ class StepCostModel:
         """
         contexts = np.asarray(decode_context_tokens, dtype=np.float64)
         n_prefill = float(sum(prefill_tokens))
-        prefill_attn = 2.0 * self.num_layers * self.hidden * float(sum(p * p for p in prefill_tokens))
+        prefill_attn = (
+            2.0 * self.num_layers * self.hidden * float(sum(p * p for p in prefill_tokens))
+        )
         mem = self.weight_bytes + contexts * self.kv_read_bytes_per_token
-        flops = (self.linear_flops_per_token * num_decode_seqs
-                 + 4.0 * self.num_layers * self.hidden * contexts)
+        flops = (
+            self.linear_flops_per_token * num_decode_seqs
+            + 4.0 * self.num_layers * self.hidden * contexts
+        )
         if len(flops):
             flops[0] += self.linear_flops_per_token * n_prefill + prefill_attn
         per_step = self.overhead_s + self.per_seq_overhead_s * num_decode_seqs
@@ -145,7 +166,9 @@ class StepCostModel:
         if num_blocks < 0:
             raise ValueError(f"num_blocks: must be >= 0, got {num_blocks}")
         copies = num_blocks * 2 * self.num_layers
-        return self.swap_bytes(num_blocks) / self.pcie_bandwidth + copies * self.swap_copy_overhead_s
+        return (
+            self.swap_bytes(num_blocks) / self.pcie_bandwidth + copies * self.swap_copy_overhead_s
+        )
 
     def recompute_s(self, num_tokens: int) -> float:
         """Extra seconds a recompute-preempted sequence of ``num_tokens`` costs when re-prefilled.
@@ -153,6 +176,8 @@ class StepCostModel:
         The compute of a prefill of ``num_tokens`` (linear + causal attention FLOPs) at the
         achieved FLOP/s; used to compare recompute against ``swap_s`` (the paper's Figure 19a).
         """
-        flops = (self.linear_flops_per_token * num_tokens
-                 + 2.0 * self.num_layers * self.hidden * float(num_tokens) ** 2)
+        flops = (
+            self.linear_flops_per_token * num_tokens
+            + 2.0 * self.num_layers * self.hidden * float(num_tokens) ** 2
+        )
         return flops / self.flops

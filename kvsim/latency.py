@@ -1,4 +1,4 @@
-"""Request-rate sweeps: latency against offered load, and the rate where normalised latency explodes.
+"""Request-rate sweeps: latency against offered load, and where normalised latency explodes.
 
 The PagedAttention paper (Fig. 12) plots mean normalised latency (E2E seconds per output token)
 against the request rate; a system sustains a rate while the latency stays near its low-load
@@ -23,9 +23,16 @@ from kvsim.engine import simulate
 logger = logging.getLogger(__name__)
 
 SWEEP_COLUMNS = (
-    "rate_per_s", "mean_normalized_latency_s", "p50_normalized_latency_s",
-    "p99_normalized_latency_s", "mean_ttft_s", "mean_tpot_s", "mean_e2e_s",
-    "throughput_requests_per_s", "throughput_output_tokens_per_s", "mean_running",
+    "rate_per_s",
+    "mean_normalized_latency_s",
+    "p50_normalized_latency_s",
+    "p99_normalized_latency_s",
+    "mean_ttft_s",
+    "mean_tpot_s",
+    "mean_e2e_s",
+    "throughput_requests_per_s",
+    "throughput_output_tokens_per_s",
+    "mean_running",
     "num_preemptions",
 )
 
@@ -46,17 +53,18 @@ def run_at_rate(config: SimConfig, rate_per_s: float) -> dict[str, Any]:
 
 
 def rate_sweep(config: SimConfig, rates_per_s: Sequence[float]) -> pd.DataFrame:
-    """One row per rate (requests/s) with latency, throughput and batch columns (``SWEEP_COLUMNS``)."""
+    """One row per rate (requests/s): latency, throughput and batch columns (``SWEEP_COLUMNS``)."""
     return pd.DataFrame([run_at_rate(config, r) for r in rates_per_s], columns=list(SWEEP_COLUMNS))
 
 
-def explosion_rate(sweep: pd.DataFrame, *, factor: float = 4.0,
-                   threshold_s: float | None = None) -> float:
+def explosion_rate(
+    sweep: pd.DataFrame, *, factor: float = 4.0, threshold_s: float | None = None
+) -> float:
     """Rate (requests/s) at which mean normalised latency first crosses the threshold.
 
     Args:
         sweep: a ``rate_sweep`` frame.
-        factor: threshold = ``factor`` x the latency at the lowest rate (when ``threshold_s`` is None).
+        factor: threshold = ``factor`` x the latency at the lowest rate (if no ``threshold_s``).
         threshold_s: explicit threshold in seconds per output token.
 
     Returns:
@@ -77,8 +85,15 @@ def explosion_rate(sweep: pd.DataFrame, *, factor: float = 4.0,
     return float(rates[i - 1] + frac * (rates[i] - rates[i - 1]))
 
 
-def sustainable_rate(config: SimConfig, *, lo_per_s: float, hi_per_s: float, factor: float = 4.0,
-                     baseline_per_s: float | None = None, iterations: int = 10) -> float:
+def sustainable_rate(
+    config: SimConfig,
+    *,
+    lo_per_s: float,
+    hi_per_s: float,
+    factor: float = 4.0,
+    baseline_per_s: float | None = None,
+    iterations: int = 10,
+) -> float:
     """Highest rate whose mean normalised latency stays below ``factor`` x the low-load latency.
 
     Geometric bisection between ``lo_per_s`` (must be sustainable) and ``hi_per_s`` (must not).
@@ -100,8 +115,10 @@ def sustainable_rate(config: SimConfig, *, lo_per_s: float, hi_per_s: float, fac
         return bool(run_at_rate(config, rate)["mean_normalized_latency_s"] <= limit)
 
     if not ok(lo_per_s) or ok(hi_per_s):
-        raise ValueError(f"sustainable_rate: [{lo_per_s}, {hi_per_s}] req/s does not bracket the "
-                         f"explosion (threshold {limit:.4f} s/token)")
+        raise ValueError(
+            f"sustainable_rate: [{lo_per_s}, {hi_per_s}] req/s does not bracket the "
+            f"explosion (threshold {limit:.4f} s/token)"
+        )
     lo, hi = lo_per_s, hi_per_s
     for _ in range(iterations):
         mid = math.sqrt(lo * hi)

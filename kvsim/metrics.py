@@ -75,7 +75,9 @@ def mean_batched_requests(memory: pd.DataFrame, start_s: float | None = None,
                           where=full > 0)
         weight = window["num_steps"].to_numpy() * share
     total = weight.sum()
-    return float(np.dot(window["num_running"].to_numpy(), weight) / total) if total > 0 else float("nan")
+    if total <= 0:
+        return float("nan")
+    return float(np.dot(window["num_running"].to_numpy(), weight) / total)
 
 
 def latency_stats(requests: pd.DataFrame) -> dict[str, float]:

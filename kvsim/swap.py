@@ -37,10 +37,14 @@ class SwapSpace:
         bytes_per_token: KV bytes per token (all layers, K and V).
     """
 
-    def __init__(self, *, num_cpu_blocks: int, block_size_tokens: int, bytes_per_token: int) -> None:
+    def __init__(
+        self, *, num_cpu_blocks: int, block_size_tokens: int, bytes_per_token: int
+    ) -> None:
         if num_cpu_blocks < 0 or block_size_tokens < 1:
-            raise ValueError(f"SwapSpace: need num_cpu_blocks >= 0 and block_size_tokens >= 1, "
-                             f"got {num_cpu_blocks} and {block_size_tokens}")
+            raise ValueError(
+                f"SwapSpace: need num_cpu_blocks >= 0 and block_size_tokens >= 1, "
+                f"got {num_cpu_blocks} and {block_size_tokens}"
+            )
         self.num_cpu_blocks = num_cpu_blocks
         self.block_size_tokens = block_size_tokens
         self.bytes_per_block = block_size_tokens * bytes_per_token
@@ -55,12 +59,14 @@ class SwapSpace:
         self.blocks_in = 0
 
     @classmethod
-    def from_gib(cls, swap_space_gib: float, *, block_size_tokens: int,
-                 bytes_per_token: int) -> SwapSpace:
+    def from_gib(
+        cls, swap_space_gib: float, *, block_size_tokens: int, bytes_per_token: int
+    ) -> SwapSpace:
         """A pool of ``swap_space_gib`` GiB: ``floor(GiB bytes / (B * bytes_per_token))`` blocks."""
         num = int(swap_space_gib * GiB) // (block_size_tokens * bytes_per_token)
-        return cls(num_cpu_blocks=num, block_size_tokens=block_size_tokens,
-                   bytes_per_token=bytes_per_token)
+        return cls(
+            num_cpu_blocks=num, block_size_tokens=block_size_tokens, bytes_per_token=bytes_per_token
+        )
 
     def has_swapped(self) -> bool:
         return bool(self.swapped)
@@ -104,7 +110,9 @@ class SwapSpace:
             if not allocator.can_allocate(req, num_tokens):
                 break
             result = allocator.allocate(req, num_tokens)
-            assert result is not None, f"swap-in: can_allocate said yes, allocate refused {req.req_id}"
+            assert result is not None, (
+                f"swap-in: can_allocate said yes, allocate refused {req.req_id}"
+            )
             self.swapped.popleft()
             blocks = self.cpu_blocks.pop(req.req_id)
             self.num_free_cpu_blocks += blocks

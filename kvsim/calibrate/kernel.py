@@ -128,7 +128,7 @@ def import_cupy() -> Any:
         CalibrationUnavailableError: CuPy is not installed, or no CUDA GPU/driver is usable.
     """
     try:
-        import cupy  # noqa: PLC0415 - optional dependency, imported lazily
+        import cupy
     except ImportError:
         raise CalibrationUnavailableError(
             "kvsim calibrate needs CuPy and an NVIDIA GPU: CuPy is not installed. Install the GPU "
@@ -143,8 +143,9 @@ def import_cupy() -> Any:
             "Run it on a machine with a GPU and driver."
         ) from None
     if count < 1:
-        raise CalibrationUnavailableError("kvsim calibrate needs an NVIDIA GPU: none is visible "
-                                          "(check CUDA_VISIBLE_DEVICES).")
+        raise CalibrationUnavailableError(
+            "kvsim calibrate needs an NVIDIA GPU: none is visible (check CUDA_VISIBLE_DEVICES)."
+        )
     return cupy
 
 
@@ -166,8 +167,10 @@ class KernelShape:
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
-                             f"({self.num_kv_heads})")
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
+                f"({self.num_kv_heads})"
+            )
         if self.head_dim not in (64, 128, 256):
             raise ValueError(f"head_dim: must be 64, 128 or 256, got {self.head_dim}")
 
@@ -190,16 +193,27 @@ class DecodeAttentionKernel:
         self.block_size_tokens = block_size_tokens
         paged = block_size_tokens is not None
         options = (
-            f"-DHEAD_DIM={shape.head_dim}", f"-DGROUP={shape.group}",
-            f"-DNUM_WARPS={shape.num_warps}", f"-DPAGED={int(paged)}",
+            f"-DHEAD_DIM={shape.head_dim}",
+            f"-DGROUP={shape.group}",
+            f"-DNUM_WARPS={shape.num_warps}",
+            f"-DPAGED={int(paged)}",
             f"-DBLOCK_SIZE={block_size_tokens or 1}",
         )
         self._kernel = cp.RawKernel(KERNEL_SOURCE, "decode_attention", options=options)
         self._cp = cp
         self._no_tables = cp.zeros(1, cp.int32)  # allocated once: no memset inside a timed launch
 
-    def __call__(self, q: Any, k: Any, v: Any, context_lens: Any, out: Any, *,
-                 block_tables: Any = None, max_ctx: int) -> None:
+    def __call__(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        context_lens: Any,
+        out: Any,
+        *,
+        block_tables: Any = None,
+        max_ctx: int,
+    ) -> None:
         """Launch on the current stream (asynchronous).
 
         Args:
@@ -218,7 +232,18 @@ class DecodeAttentionKernel:
             tables, max_blocks = block_tables, int(block_tables.shape[1])
         s = self.shape
         self._kernel(
-            (s.num_kv_heads, batch), (s.num_warps * 32,),
-            (q, k, v, tables, context_lens, out, cp.int32(s.num_kv_heads), cp.int32(max_ctx),
-             cp.int32(max_blocks), cp.float32(1.0 / math.sqrt(s.head_dim))),
+            (s.num_kv_heads, batch),
+            (s.num_warps * 32,),
+            (
+                q,
+                k,
+                v,
+                tables,
+                context_lens,
+                out,
+                cp.int32(s.num_kv_heads),
+                cp.int32(max_ctx),
+                cp.int32(max_blocks),
+                cp.float32(1.0 / math.sqrt(s.head_dim)),
+            ),
         )

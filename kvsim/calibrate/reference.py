@@ -27,12 +27,13 @@ FloatArray = npt.NDArray[np.floating[Any]]
 IntArray = npt.NDArray[np.integer[Any]]
 
 
-def make_block_tables(rng: np.random.Generator, batch_size: int, context_tokens: int,
-                      block_size_tokens: int) -> npt.NDArray[np.int32]:
+def make_block_tables(
+    rng: np.random.Generator, batch_size: int, context_tokens: int, block_size_tokens: int
+) -> npt.NDArray[np.int32]:
     """Block tables of ``batch_size`` sequences over a shuffled pool of exactly the blocks needed.
 
     Returns:
-        int32[batch_size, cdiv(context_tokens, block_size_tokens)]; every pool block id appears once.
+        int32[batch_size, cdiv(context_tokens, block_size_tokens)]; each pool block once.
     """
     blocks_per_seq = -(context_tokens // -block_size_tokens)
     perm = rng.permutation(batch_size * blocks_per_seq).astype(np.int32)
@@ -43,18 +44,21 @@ def scatter_to_pool(cache: Any, block_tables: Any, block_size_tokens: int, xp: A
     """Copy a contiguous cache into a block pool through block tables (NumPy or CuPy via ``xp``).
 
     Args:
-        cache: [batch, max_ctx, num_kv_heads, head_dim] with ``max_ctx`` a multiple of the block size.
+        cache: [batch, max_ctx, num_kv_heads, head_dim], ``max_ctx`` a multiple of B.
         block_tables: int32[batch, max_ctx // block_size_tokens].
 
     Returns:
-        pool [num_blocks, block_size_tokens, num_kv_heads, head_dim], ``num_blocks = block_tables.size``.
+        pool [block_tables.size, block_size_tokens, num_kv_heads, head_dim].
     """
     batch, max_ctx, kv_heads, head_dim = cache.shape
     per_seq = max_ctx // block_size_tokens
-    assert per_seq * block_size_tokens == max_ctx, f"{max_ctx} not a multiple of {block_size_tokens}"
+    assert per_seq * block_size_tokens == max_ctx, (
+        f"{max_ctx} not a multiple of {block_size_tokens}"
+    )
     pool = xp.empty((block_tables.size, block_size_tokens, kv_heads, head_dim), dtype=cache.dtype)
-    pool[block_tables.reshape(-1)] = cache.reshape(batch * per_seq, block_size_tokens, kv_heads,
-                                                   head_dim)
+    pool[block_tables.reshape(-1)] = cache.reshape(
+        batch * per_seq, block_size_tokens, kv_heads, head_dim
+    )
     return pool
 
 
@@ -65,8 +69,9 @@ def gather_from_pool(pool: FloatArray, block_tables: IntArray) -> FloatArray:
     return pool[block_tables.reshape(-1)].reshape(batch, per_seq * block, kv_heads, head_dim)
 
 
-def decode_attention_online(q: FloatArray, k: FloatArray, v: FloatArray, context_lens: IntArray,
-                            num_warps: int = 8) -> npt.NDArray[np.float32]:
+def decode_attention_online(
+    q: FloatArray, k: FloatArray, v: FloatArray, context_lens: IntArray, num_warps: int = 8
+) -> npt.NDArray[np.float32]:
     """The kernel's maths in float32: striped online softmax over tokens, partials merged.
 
     Args:
@@ -89,8 +94,8 @@ def decode_attention_online(q: FloatArray, k: FloatArray, v: FloatArray, context
     lens = np.asarray(context_lens)
     for t in range(int(lens.max())):
         w = t % num_warps
-        live = (t < lens)[:, None, None]                       # [batch, 1, 1]
-        kt = k[:, t].astype(np.float32)                          # [batch, kv_heads, d]
+        live = (t < lens)[:, None, None]  # [batch, 1, 1]
+        kt = k[:, t].astype(np.float32)  # [batch, kv_heads, d]
         vt = v[:, t].astype(np.float32)
         s = np.einsum("bhgd,bhd->bhg", qg, kt) * scale
         m_new = np.where(live, np.maximum(m[w], s), m[w])
@@ -106,24 +111,36 @@ def decode_attention_online(q: FloatArray, k: FloatArray, v: FloatArray, context
         weight = np.where(np.isneginf(m), 0.0, np.exp(m - big_m)).astype(np.float32)
     total = (l_sum * weight).sum(axis=0)
     out = (acc * weight[..., None]).sum(axis=0) / total[..., None]
-    return out.reshape(batch, num_heads, head_dim).astype(np.float32)
+    result: npt.NDArray[np.float32] = out.reshape(batch, num_heads, head_dim).astype(np.float32)
+    return result
 
 
-def paged_decode_attention(q: FloatArray, k_pool: FloatArray, v_pool: FloatArray,
-                           block_tables: IntArray, context_lens: IntArray,
-                           num_warps: int = 8) -> npt.NDArray[np.float32]:
+def paged_decode_attention(
+    q: FloatArray,
+    k_pool: FloatArray,
+    v_pool: FloatArray,
+    block_tables: IntArray,
+    context_lens: IntArray,
+    num_warps: int = 8,
+) -> npt.NDArray[np.float32]:
     """``decode_attention_online`` reading K/V through block tables from a pool.
 
     Args:
         k_pool, v_pool: [num_blocks, block_size, num_kv_heads, head_dim].
         block_tables: int[batch, blocks_per_seq] physical block of each logical block.
     """
-    return decode_attention_online(q, gather_from_pool(k_pool, block_tables),
-                                   gather_from_pool(v_pool, block_tables), context_lens, num_warps)
+    return decode_attention_online(
+        q,
+        gather_from_pool(k_pool, block_tables),
+        gather_from_pool(v_pool, block_tables),
+        context_lens,
+        num_warps,
+    )
 
 
-def naive_attention(q: FloatArray, k: FloatArray, v: FloatArray,
-                    context_lens: IntArray) -> npt.NDArray[np.float64]:
+def naive_attention(
+    q: FloatArray, k: FloatArray, v: FloatArray, context_lens: IntArray
+) -> npt.NDArray[np.float64]:
     """Textbook softmax attention, one sequence and one head at a time, in float64.
 
     Args:

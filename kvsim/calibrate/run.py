@@ -1,4 +1,4 @@
-"""Timing harness: the microkernel over a grid of (batch, context, block size), CUDA events, L2 flushed.
+"""Timing harness: the microkernel over (batch, context, block size); CUDA events, L2 flushed.
 
 For each ``(batch_size, context_tokens)`` it fills random fp16 K/V caches, one region per sequence
 (contiguous), and for each block size scatters them into a shuffled block pool through random
@@ -66,19 +66,27 @@ def device_metadata(cp: Any) -> dict[str, str]:
     try:
         driver = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", f"-i={dev.id}"],
-            capture_output=True, text=True, check=True, timeout=20,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=20,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         driver = f"CUDA driver API {cp.cuda.runtime.driverGetVersion()}"
     return metadata_now(
-        source="measured", device_name=name, driver_version=driver,
-        cuda_runtime=str(cp.cuda.runtime.runtimeGetVersion()), cupy_version=cp.__version__,
-        l2_cache_bytes=props["l2CacheSize"], hbm_bus_width_bits=props.get("memoryBusWidth", ""),
+        source="measured",
+        device_name=name,
+        driver_version=driver,
+        cuda_runtime=str(cp.cuda.runtime.runtimeGetVersion()),
+        cupy_version=cp.__version__,
+        l2_cache_bytes=props["l2CacheSize"],
+        hbm_bus_width_bits=props.get("memoryBusWidth", ""),
     )
 
 
-def time_launch(cp: Any, launch: Callable[[], None], flush: Callable[[], None], *, warmup: int,
-                repeats: int) -> float:
+def time_launch(
+    cp: Any, launch: Callable[[], None], flush: Callable[[], None], *, warmup: int, repeats: int
+) -> float:
     """Median seconds of ``launch`` over ``repeats`` CUDA-event timings, L2 flushed before each."""
     for _ in range(warmup):
         launch()
@@ -123,8 +131,9 @@ def check_against_reference(cp: Any, shape: KernelShape, seed: int = 1) -> float
     return worst
 
 
-def run_calibration(grid: CalibrationGrid | None = None,
-                    progress: Callable[[str], None] | None = None) -> CalibrationTable:
+def run_calibration(
+    grid: CalibrationGrid | None = None, progress: Callable[[str], None] | None = None
+) -> CalibrationTable:
     """Time both layouts over ``grid`` on the current GPU and return the measured table.
 
     Raises:
@@ -135,12 +144,22 @@ def run_calibration(grid: CalibrationGrid | None = None,
     say = progress or (lambda msg: logger.info("%s", msg))
     meta = device_metadata(cp)
     s = grid.shape
-    meta.update({"num_heads": str(s.num_heads), "num_kv_heads": str(s.num_kv_heads),
-                 "head_dim": str(s.head_dim), "num_warps": str(s.num_warps), "dtype": "float16",
-                 "warmup": str(grid.warmup), "repeats": str(grid.repeats),
-                 "reference_max_abs_error": f"{check_against_reference(cp, s):.2e}"})
-    say(f"{meta['device_name']}: kernel matches the NumPy reference "
-        f"(max abs error {meta['reference_max_abs_error']})")
+    meta.update(
+        {
+            "num_heads": str(s.num_heads),
+            "num_kv_heads": str(s.num_kv_heads),
+            "head_dim": str(s.head_dim),
+            "num_warps": str(s.num_warps),
+            "dtype": "float16",
+            "warmup": str(grid.warmup),
+            "repeats": str(grid.repeats),
+            "reference_max_abs_error": f"{check_against_reference(cp, s):.2e}",
+        }
+    )
+    say(
+        f"{meta['device_name']}: kernel matches the NumPy reference "
+        f"(max abs error {meta['reference_max_abs_error']})"
+    )
     flush_buf = cp.empty(2 * int(meta["l2_cache_bytes"]), cp.uint8)
     kernels = {b: DecodeAttentionKernel(s, b) for b in (None, *grid.block_sizes)}
     rng = np.random.default_rng(grid.seed)
@@ -148,44 +167,74 @@ def run_calibration(grid: CalibrationGrid | None = None,
     for batch in grid.batch_sizes:
         for ctx in grid.context_tokens:
             rows += _time_point(cp, kernels, grid, rng, batch, ctx, lambda: flush_buf.fill(1))
-            say(f"batch {batch:4d} context {ctx:5d}: " + " ".join(
-                f"B{int(r['block_size_tokens'])}={r['paged_s'] / r['contiguous_s']:.2f}"
-                for r in rows[-len(grid.block_sizes):]))
+            say(
+                f"batch {batch:4d} context {ctx:5d}: "
+                + " ".join(
+                    f"B{int(r['block_size_tokens'])}={r['paged_s'] / r['contiguous_s']:.2f}"
+                    for r in rows[-len(grid.block_sizes) :]
+                )
+            )
     return CalibrationTable(meta, rows)
 
 
-def _time_point(cp: Any, kernels: dict[int | None, DecodeAttentionKernel], grid: CalibrationGrid,
-                rng: np.random.Generator, batch: int, ctx: int,
-                flush: Callable[[], None]) -> list[dict[str, float]]:
+def _time_point(
+    cp: Any,
+    kernels: dict[int | None, DecodeAttentionKernel],
+    grid: CalibrationGrid,
+    rng: np.random.Generator,
+    batch: int,
+    ctx: int,
+    flush: Callable[[], None],
+) -> list[dict[str, float]]:
     s = grid.shape
     shape = (batch, ctx, s.num_kv_heads, s.head_dim)
     k = cp.random.standard_normal(shape, dtype=cp.float32).astype(cp.float16)
     v = cp.random.standard_normal(shape, dtype=cp.float32).astype(cp.float16)
     q = cp.random.standard_normal((batch, s.num_heads, s.head_dim), dtype=cp.float32).astype(
-        cp.float16)
+        cp.float16
+    )
     lens = cp.full(batch, ctx, cp.int32)
     kv_bytes = 2 * k.nbytes
     ref = cp.empty((batch, s.num_heads, s.head_dim), cp.float32)
     kernels[None](q, k, v, lens, ref, max_ctx=ctx)
-    contiguous_s = time_launch(cp, lambda: kernels[None](q, k, v, lens, ref, max_ctx=ctx), flush,
-                               warmup=grid.warmup, repeats=grid.repeats)
+    contiguous_s = time_launch(
+        cp,
+        lambda: kernels[None](q, k, v, lens, ref, max_ctx=ctx),
+        flush,
+        warmup=grid.warmup,
+        repeats=grid.repeats,
+    )
     out = cp.empty_like(ref)
     rows = []
     for block in grid.block_sizes:
         tables = cp.asarray(make_block_tables(rng, batch, ctx, block))
-        k_pool, v_pool = scatter_to_pool(k, tables, block, cp), scatter_to_pool(v, tables, block, cp)
+        k_pool, v_pool = (
+            scatter_to_pool(k, tables, block, cp),
+            scatter_to_pool(v, tables, block, cp),
+        )
         kern = kernels[block]
 
-        def launch(kern: DecodeAttentionKernel = kern, kp: Any = k_pool, vp: Any = v_pool,
-                   tab: Any = tables) -> None:
+        def launch(
+            kern: DecodeAttentionKernel = kern,
+            kp: Any = k_pool,
+            vp: Any = v_pool,
+            tab: Any = tables,
+        ) -> None:
             kern(q, kp, vp, lens, out, block_tables=tab, max_ctx=ctx)
 
         launch()
         err = float(cp.abs(out - ref).max())
         assert err < 1e-4, f"paged (B={block}) and contiguous outputs differ by {err}"
         paged_s = time_launch(cp, launch, flush, warmup=grid.warmup, repeats=grid.repeats)
-        rows.append({"batch_size": float(batch), "context_tokens": float(ctx),
-                     "block_size_tokens": float(block), "contiguous_s": contiguous_s,
-                     "paged_s": paged_s, "kv_bytes": float(kv_bytes)})
+        rows.append(
+            {
+                "batch_size": float(batch),
+                "context_tokens": float(ctx),
+                "block_size_tokens": float(block),
+                "contiguous_s": contiguous_s,
+                "paged_s": paged_s,
+                "kv_bytes": float(kv_bytes),
+            }
+        )
         del k_pool, v_pool
     return rows

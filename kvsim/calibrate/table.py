@@ -28,7 +28,12 @@ logger = logging.getLogger(__name__)
 
 META_KEYS = ("source", "device_name", "driver_version", "cupy_version", "date_utc")
 ROW_COLUMNS = (
-    "batch_size", "context_tokens", "block_size_tokens", "contiguous_s", "paged_s", "kv_bytes",
+    "batch_size",
+    "context_tokens",
+    "block_size_tokens",
+    "contiguous_s",
+    "paged_s",
+    "kv_bytes",
 )
 SOURCES = ("measured", "analytic")
 
@@ -82,8 +87,10 @@ class CalibrationTable:
         """One line: where the ratios come from."""
         if not self.is_measured:
             return "analytic default (not measured; run `kvsim calibrate` on a GPU)"
-        return (f"measured on {self.meta['device_name']} (driver {self.meta['driver_version']}, "
-                f"CuPy {self.meta['cupy_version']}, {self.meta['date_utc']})")
+        return (
+            f"measured on {self.meta['device_name']} (driver {self.meta['driver_version']}, "
+            f"CuPy {self.meta['cupy_version']}, {self.meta['date_utc']})"
+        )
 
     def ratios_by_block_size(self) -> dict[int, float]:
         """Median over the grid of ``paged_s / contiguous_s`` for each block size (tokens)."""
@@ -108,12 +115,25 @@ class CalibrationTable:
     @classmethod
     def analytic(cls) -> CalibrationTable:
         """The analytic stand-in: one row per block size of ``ANALYTIC_BLOCK_SIZES``."""
-        meta = {"source": "analytic", "device_name": "none (analytic)", "driver_version": "n/a",
-                "cupy_version": "n/a", "date_utc": "n/a",
-                "note": "analytic_layout_factor(B) = 1 + base + per_block / B; not a measurement"}
-        rows = [{"batch_size": 1.0, "context_tokens": 1.0, "block_size_tokens": float(b),
-                 "contiguous_s": 1.0, "paged_s": analytic_layout_factor(b), "kv_bytes": 0.0}
-                for b in ANALYTIC_BLOCK_SIZES]
+        meta = {
+            "source": "analytic",
+            "device_name": "none (analytic)",
+            "driver_version": "n/a",
+            "cupy_version": "n/a",
+            "date_utc": "n/a",
+            "note": "analytic_layout_factor(B) = 1 + base + per_block / B; not a measurement",
+        }
+        rows = [
+            {
+                "batch_size": 1.0,
+                "context_tokens": 1.0,
+                "block_size_tokens": float(b),
+                "contiguous_s": 1.0,
+                "paged_s": analytic_layout_factor(b),
+                "kv_bytes": 0.0,
+            }
+            for b in ANALYTIC_BLOCK_SIZES
+        ]
         return cls(meta, rows)
 
     # -- serialisation ----------------------------------------------------------------------
@@ -148,8 +168,10 @@ class CalibrationTable:
             data = json.loads(text)
             if not isinstance(data, dict) or "meta" not in data or "rows" not in data:
                 raise ValueError(f"{path}: expected a JSON object with 'meta' and 'rows'")
-            return cls({str(k): str(v) for k, v in data["meta"].items()},
-                       [{k: float(v) for k, v in r.items()} for r in data["rows"]])
+            return cls(
+                {str(k): str(v) for k, v in data["meta"].items()},
+                [{k: float(v) for k, v in r.items()} for r in data["rows"]],
+            )
         meta: dict[str, str] = {}
         body: list[str] = []
         for line in text.splitlines():
@@ -174,9 +196,13 @@ def validate(meta: dict[str, str], rows: list[dict[str, float]]) -> None:
     """
     for key in META_KEYS:
         if key not in meta:
-            raise ValueError(f"calibration table: metadata {key!r} is missing; need {list(META_KEYS)}")
+            raise ValueError(
+                f"calibration table: metadata {key!r} is missing; need {list(META_KEYS)}"
+            )
     if meta["source"] not in SOURCES:
-        raise ValueError(f"calibration table: source must be one of {SOURCES}, got {meta['source']!r}")
+        raise ValueError(
+            f"calibration table: source must be one of {SOURCES}, got {meta['source']!r}"
+        )
     if not rows:
         raise ValueError("calibration table: no rows")
     for i, row in enumerate(rows):
@@ -184,8 +210,10 @@ def validate(meta: dict[str, str], rows: list[dict[str, float]]) -> None:
         if missing:
             raise ValueError(f"calibration table: row {i} lacks columns {missing}")
         if row["block_size_tokens"] < 1 or row["contiguous_s"] <= 0 or row["paged_s"] <= 0:
-            raise ValueError(f"calibration table: row {i} needs block_size_tokens >= 1 and "
-                             f"positive times, got {row}")
+            raise ValueError(
+                f"calibration table: row {i} needs block_size_tokens >= 1 and "
+                f"positive times, got {row}"
+            )
 
 
 def shipped_table_path(gpu_name: str) -> Path | None:
@@ -216,8 +244,11 @@ def resolve_table(calibration: str | None, gpu_name: str) -> CalibrationTable:
     if calibration is not None:
         table = _load_cached(str(Path(calibration).resolve()))
         if table.is_measured and gpu_name not in table.meta["device_name"].lower():
-            logger.info("calibration table from %s applied to simulated GPU %s (ratios only)",
-                        table.meta["device_name"], gpu_name)
+            logger.info(
+                "calibration table from %s applied to simulated GPU %s (ratios only)",
+                table.meta["device_name"],
+                gpu_name,
+            )
         return table
     path = shipped_table_path(gpu_name)
     return _load_cached(str(path)) if path is not None else CalibrationTable.analytic()

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
-def fig13(out: Path = typer.Option(Path("results/fig13"), help="output folder"),
-          scale: float = typer.Option(1.0, help="requests per run x this (short runs < 1)"),
-          seed: int = typer.Option(0)) -> None:
+def fig13(
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("results/fig13"),
+    scale: Annotated[float, typer.Option(help="requests per run x this (short runs < 1)")] = 1.0,
+    seed: Annotated[int, typer.Option(help="the runs' seed")] = 0,
+) -> None:
     """Figure 13: average batched requests -> <out>/batched.csv."""
     from kvsim.repro.fig13 import write_fig13
 
@@ -22,8 +25,11 @@ def fig13(out: Path = typer.Option(Path("results/fig13"), help="output folder"),
     typer.echo(f"wrote {path}")
 
 
-def fig12(out: Path = typer.Option(Path("results/fig12"), help="output folder"),
-          num_requests: int = typer.Option(1000), seed: int = typer.Option(0)) -> None:
+def fig12(
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("results/fig12"),
+    num_requests: Annotated[int, typer.Option(help="requests per run")] = 1000,
+    seed: Annotated[int, typer.Option(help="the runs' seed")] = 0,
+) -> None:
     """Figure 12 shape: sustainable request rates and their ratios -> <out>/*.csv."""
     from kvsim.repro.fig12 import fig12_rates, fig12_ratios
 
@@ -36,9 +42,12 @@ def fig12(out: Path = typer.Option(Path("results/fig12"), help="output folder"),
     typer.echo(ratios.to_string(index=False))
 
 
-def preemption(out: Path = typer.Option(Path("results/preemption"), help="output folder"),
-               rate: float = typer.Option(2.0, help="ShareGPT request rate, req/s"),
-               num_requests: int = typer.Option(1000), seed: int = typer.Option(0)) -> None:
+def preemption(
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("results/preemption"),
+    rate: Annotated[float, typer.Option(help="ShareGPT request rate, req/s")] = 2.0,
+    num_requests: Annotated[int, typer.Option(help="requests per run")] = 1000,
+    seed: Annotated[int, typer.Option(help="the runs' seed")] = 0,
+) -> None:
     """§7.3: recompute vs swap against block size -> <out>/*.csv."""
     from kvsim.repro.preemption import overhead_per_token, recompute_vs_swap
 

@@ -23,9 +23,15 @@ KV_CACHE_GIB = 12.0
 COST_PRESET = "vllm-2023"
 
 
-def paper_config(system: str, dataset: str, *, rate_per_s: float | None = None,
-                 num_requests: int | None = None, seed: int = 0,
-                 **overrides: Any) -> SimConfig:
+def paper_config(
+    system: str,
+    dataset: str,
+    *,
+    rate_per_s: float | None = None,
+    num_requests: int | None = None,
+    seed: int = 0,
+    **overrides: Any,
+) -> SimConfig:
     """The paper's setup for one system and dataset.
 
     Args:

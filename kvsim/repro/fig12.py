@@ -20,15 +20,28 @@ FIG12_SYSTEMS = ("Orca (Max)", "Orca (Oracle)", "vLLM")
 PAPER_RATIO_BANDS = {"vLLM / Orca (Oracle)": (1.7, 2.7), "vLLM / Orca (Max)": (2.7, 8.0)}
 
 
-def fig12_rates(*, num_requests: int = 1000, factor: float = 4.0, iterations: int = 8,
-                seed: int = 0, dataset: str = "ShareGPT") -> pd.DataFrame:
+def fig12_rates(
+    *,
+    num_requests: int = 1000,
+    factor: float = 4.0,
+    iterations: int = 8,
+    seed: int = 0,
+    dataset: str = "ShareGPT",
+) -> pd.DataFrame:
     """Sustainable rate (req/s) per system; columns ``system, sustainable_rate_per_s``."""
     rows = []
     for system in FIG12_SYSTEMS:
-        config = paper_config(system, dataset, num_requests=num_requests, seed=seed,
-                              record_memory=False)
-        rate = sustainable_rate(config, lo_per_s=0.05, hi_per_s=20.0, factor=factor,
-                                baseline_per_s=0.02, iterations=iterations)
+        config = paper_config(
+            system, dataset, num_requests=num_requests, seed=seed, record_memory=False
+        )
+        rate = sustainable_rate(
+            config,
+            lo_per_s=0.05,
+            hi_per_s=20.0,
+            factor=factor,
+            baseline_per_s=0.02,
+            iterations=iterations,
+        )
         rows.append({"system": system, "sustainable_rate_per_s": round(rate, 3)})
         logger.info("%s", rows[-1])
     return pd.DataFrame(rows)
@@ -40,6 +53,13 @@ def fig12_ratios(rates: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for name, (lo, hi) in PAPER_RATIO_BANDS.items():
         ratio = by["vLLM"] / by[name.split(" / ")[1]]
-        rows.append({"ratio": name, "value": round(ratio, 2), "paper_low": lo, "paper_high": hi,
-                     "in_band": lo <= ratio <= hi})
+        rows.append(
+            {
+                "ratio": name,
+                "value": round(ratio, 2),
+                "paper_low": lo,
+                "paper_high": hi,
+                "in_band": lo <= ratio <= hi,
+            }
+        )
     return pd.DataFrame(rows)

@@ -20,20 +20,33 @@ from kvsim.repro.common import DATASETS, SYSTEMS, paper_config
 logger = logging.getLogger(__name__)
 
 PAPER_FIG13: dict[tuple[str, str], float] = {
-    ("ShareGPT", "Orca (Max)"): 7.00, ("ShareGPT", "Orca (Pow2)"): 9.81,
-    ("ShareGPT", "Orca (Oracle)"): 13.62, ("ShareGPT", "vLLM"): 30.42,
-    ("Alpaca", "Orca (Max)"): 7.00, ("Alpaca", "Orca (Pow2)"): 43.24,
-    ("Alpaca", "Orca (Oracle)"): 72.75, ("Alpaca", "vLLM"): 132.44,
+    ("ShareGPT", "Orca (Max)"): 7.00,
+    ("ShareGPT", "Orca (Pow2)"): 9.81,
+    ("ShareGPT", "Orca (Oracle)"): 13.62,
+    ("ShareGPT", "vLLM"): 30.42,
+    ("Alpaca", "Orca (Max)"): 7.00,
+    ("Alpaca", "Orca (Pow2)"): 43.24,
+    ("Alpaca", "Orca (Oracle)"): 72.75,
+    ("Alpaca", "vLLM"): 132.44,
 }
 TOLERANCE = 0.15
 NUM_REQUESTS = {"ShareGPT": 2000, "Alpaca": 6000}
-FIG13_COLUMNS = ("dataset", "system", "mean_batched_requests", "paper", "rel_error",
-                 "mean_batched_requests_time_weighted", "mean_normalized_latency_s",
-                 "num_requests", "num_preemptions")
+FIG13_COLUMNS = (
+    "dataset",
+    "system",
+    "mean_batched_requests",
+    "paper",
+    "rel_error",
+    "mean_batched_requests_time_weighted",
+    "mean_normalized_latency_s",
+    "num_requests",
+    "num_preemptions",
+)
 
 
-def fig13_point(dataset: str, system: str, *, num_requests: int | None = None,
-                seed: int = 0) -> dict[str, object]:
+def fig13_point(
+    dataset: str, system: str, *, num_requests: int | None = None, seed: int = 0
+) -> dict[str, object]:
     """Simulate one bar of Figure 13; a row of ``FIG13_COLUMNS``."""
     n = num_requests or NUM_REQUESTS[dataset]
     results = simulate(paper_config(system, dataset, num_requests=n, seed=seed))
@@ -43,12 +56,17 @@ def fig13_point(dataset: str, system: str, *, num_requests: int | None = None,
     batched = mean_batched_requests(results.memory, start, end, per="step")
     paper = PAPER_FIG13[(dataset, system)]
     return {
-        "dataset": dataset, "system": system, "mean_batched_requests": round(batched, 2),
-        "paper": paper, "rel_error": round(batched / paper - 1, 3),
+        "dataset": dataset,
+        "system": system,
+        "mean_batched_requests": round(batched, 2),
+        "paper": paper,
+        "rel_error": round(batched / paper - 1, 3),
         "mean_batched_requests_time_weighted": round(
-            mean_batched_requests(results.memory, start, end, per="time"), 2),
+            mean_batched_requests(results.memory, start, end, per="time"), 2
+        ),
         "mean_normalized_latency_s": results.summary.get("mean_normalized_latency_s"),
-        "num_requests": n, "num_preemptions": results.summary["num_preemptions"],
+        "num_requests": n,
+        "num_preemptions": results.summary["num_preemptions"],
     }
 
 

@@ -49,8 +49,9 @@ def test_small_grid_writes_a_measured_table(tmp_path: Path) -> None:
     from kvsim.calibrate.run import CalibrationGrid, run_calibration
     from kvsim.calibrate.table import CalibrationTable
 
-    grid = CalibrationGrid(batch_sizes=(2,), context_tokens=(64,), block_sizes=(1, 16),
-                           warmup=1, repeats=3)
+    grid = CalibrationGrid(
+        batch_sizes=(2,), context_tokens=(64,), block_sizes=(1, 16), warmup=1, repeats=3
+    )
     path = run_calibration(grid).save(tmp_path / "t.csv")
     table = CalibrationTable.load(path)
     assert table.is_measured

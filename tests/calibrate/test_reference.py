@@ -28,7 +28,9 @@ def test_two_token_case_by_hand() -> None:
     np.testing.assert_allclose(decode_attention_online(q, k, v, lens, num_warps=2), want, atol=1e-6)
 
 
-@pytest.mark.parametrize(("num_heads", "num_kv_heads", "num_warps"), [(4, 4, 1), (4, 2, 3), (8, 1, 8)])
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "num_warps"), [(4, 4, 1), (4, 2, 3), (8, 1, 8)]
+)
 def test_online_matches_naive(num_heads: int, num_kv_heads: int, num_warps: int) -> None:
     rng = np.random.default_rng(7)
     batch, max_ctx, head_dim = 3, 24, 8

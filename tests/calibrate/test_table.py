@@ -10,13 +10,24 @@ from kvsim.calibrate.table import CalibrationTable, resolve_table
 from kvsim.config import CostSpec, GpuSpec, ModelSpec
 from kvsim.cost import StepCostModel
 
-META = {"source": "measured", "device_name": "Test GPU", "driver_version": "1.0",
-        "cupy_version": "13.0", "date_utc": "2024-01-01T00:00:00Z"}
+META = {
+    "source": "measured",
+    "device_name": "Test GPU",
+    "driver_version": "1.0",
+    "cupy_version": "13.0",
+    "date_utc": "2024-01-01T00:00:00Z",
+}
 
 
 def row(block: int, paged_s: float, batch: int = 1) -> dict[str, float]:
-    return {"batch_size": batch, "context_tokens": 256, "block_size_tokens": block,
-            "contiguous_s": 1.0, "paged_s": paged_s, "kv_bytes": 1024}
+    return {
+        "batch_size": batch,
+        "context_tokens": 256,
+        "block_size_tokens": block,
+        "contiguous_s": 1.0,
+        "paged_s": paged_s,
+        "kv_bytes": 1024,
+    }
 
 
 def table() -> CalibrationTable:
@@ -47,7 +58,9 @@ def test_ratios_and_interpolation() -> None:
     assert t.describe().startswith("measured on Test GPU")
 
 
-@pytest.mark.parametrize("key", ["source", "device_name", "driver_version", "cupy_version", "date_utc"])
+@pytest.mark.parametrize(
+    "key", ["source", "device_name", "driver_version", "cupy_version", "date_utc"]
+)
 def test_missing_metadata_is_named(key: str) -> None:
     meta = {k: v for k, v in META.items() if k != key}
     with pytest.raises(ValueError, match=f"'{key}' is missing"):
@@ -75,7 +88,12 @@ def test_default_is_analytic_and_says_so() -> None:
 def test_cost_model_reads_a_given_table(tmp_path: Path) -> None:
     path = table().save(tmp_path / "given.json")
     cost = CostSpec(calibration=str(path))
-    model = StepCostModel(ModelSpec.model_validate("opt-13b"), GpuSpec.model_validate("a100-40gb"),
-                          cost, paged=True, block_size_tokens=2)
+    model = StepCostModel(
+        ModelSpec.model_validate("opt-13b"),
+        GpuSpec.model_validate("a100-40gb"),
+        cost,
+        paged=True,
+        block_size_tokens=2,
+    )
     assert model.layout_factor == pytest.approx(2.5)
     assert "measured on Test GPU" in model.layout_source

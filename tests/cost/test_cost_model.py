@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -11,13 +13,23 @@ from kvsim.cost import StepCostModel
 
 # Toy model: bytes_per_token = 2 * 2 layers * 2 kv heads * 4 dims * 2 bytes = 64;
 # weights = 1000 params * 2 bytes = 2000 bytes; hidden = 2 heads * 4 dims = 8.
-MODEL = ModelSpec(num_layers=2, num_attention_heads=2, num_kv_heads=2, head_dim=4,
-                  num_params=1000, dtype_bytes=2)
+MODEL = ModelSpec(
+    num_layers=2, num_attention_heads=2, num_kv_heads=2, head_dim=4, num_params=1000, dtype_bytes=2
+)
 # Effective HBM 1000 * 0.5 = 500 B/s; effective compute 1e5 * 0.5 = 5e4 FLOP/s; PCIe 100 B/s.
-GPU = GpuSpec(memory_bytes=10**9, hbm_bandwidth_bytes_per_s=1000.0, fp16_flops_per_s=1e5,
-              pcie_bandwidth_bytes_per_s=100.0)
-COST = CostSpec(hbm_efficiency=0.5, flops_efficiency=0.5, step_overhead_s=0.1,
-                per_seq_overhead_s=0.01, swap_copy_overhead_s=0.5)
+GPU = GpuSpec(
+    memory_bytes=10**9,
+    hbm_bandwidth_bytes_per_s=1000.0,
+    fp16_flops_per_s=1e5,
+    pcie_bandwidth_bytes_per_s=100.0,
+)
+COST = CostSpec(
+    hbm_efficiency=0.5,
+    flops_efficiency=0.5,
+    step_overhead_s=0.1,
+    per_seq_overhead_s=0.01,
+    swap_copy_overhead_s=0.5,
+)
 
 
 def model(paged: bool = False, **cost: float) -> StepCostModel:
@@ -94,7 +106,7 @@ def test_more_work_never_costs_less() -> None:
 
 def test_smaller_blocks_never_cheaper() -> None:
     factors = [analytic_layout_factor(b) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
-    assert all(a >= b for a, b in zip(factors, factors[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(factors))
     assert min(factors) > 1.0
 
 

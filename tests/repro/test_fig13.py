@@ -21,22 +21,30 @@ def test_fig13_batch_sizes_in_band() -> None:
     for r in df.itertuples():
         paper = PAPER_FIG13[(r.dataset, r.system)]
         assert r.paper == paper
-        assert abs(r.mean_batched_requests / paper - 1) <= TOLERANCE, (r.dataset, r.system,
-                                                                      r.mean_batched_requests)
+        assert abs(r.mean_batched_requests / paper - 1) <= TOLERANCE, (
+            r.dataset,
+            r.system,
+            r.mean_batched_requests,
+        )
 
 
 def test_explosion_rate_interpolates() -> None:
     # baseline 0.1 s/token -> threshold 0.4; crossing between 2 (0.2) and 3 (0.6): 2 + 0.2/0.4 = 2.5
-    sweep = pd.DataFrame({"rate_per_s": [1.0, 2.0, 3.0],
-                          "mean_normalized_latency_s": [0.1, 0.2, 0.6]})
+    sweep = pd.DataFrame(
+        {"rate_per_s": [1.0, 2.0, 3.0], "mean_normalized_latency_s": [0.1, 0.2, 0.6]}
+    )
     assert explosion_rate(sweep, factor=4.0) == pytest.approx(2.5)
     assert explosion_rate(sweep, threshold_s=1.0) == math.inf
     assert explosion_rate(sweep, threshold_s=0.05) == 1.0
 
 
 def test_fig12_ratios_by_hand() -> None:
-    rates = pd.DataFrame({"system": ["Orca (Max)", "Orca (Oracle)", "vLLM"],
-                          "sustainable_rate_per_s": [0.5, 1.0, 2.0]})
+    rates = pd.DataFrame(
+        {
+            "system": ["Orca (Max)", "Orca (Oracle)", "vLLM"],
+            "sustainable_rate_per_s": [0.5, 1.0, 2.0],
+        }
+    )
     out = fig12_ratios(rates).set_index("ratio")
     assert out.loc["vLLM / Orca (Oracle)", "value"] == 2.0  # in 1.7-2.7
     assert out.loc["vLLM / Orca (Max)", "value"] == 4.0  # in 2.7-8
