@@ -44,17 +44,18 @@ preemption: $(STAMP)
 	$(PY) -m kvsim.repro preemption --out results/preemption
 
 # GPU calibration of the paged/contiguous KV-read factor. `calibrate` writes under results/;
-# `calibrate-gpu` is the one-shot runbook for a GPU machine: installs CuPy, runs the GPU tests and
-# writes the table the cost model ships for that GPU preset (GPU=h200 by default; ~2-3 min).
+# `calibrate-gpu` is the one-shot runbook for a GPU machine (see kvsim/data/calibration/README.md):
+# it needs only numpy, typer, pytest and CuPy in $(GPU_PY) (no venv, no network), runs the GPU
+# tests, then writes the table the cost model ships for the GPU preset (GPU=h200; ~2-3 minutes).
 GPU ?= h200
+GPU_PY ?= python3
 calibrate: $(STAMP)
 	$(PY) -m kvsim.calibrate --out results/calibration/$(GPU).csv
 
-calibrate-gpu: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[gpu]'
+calibrate-gpu:
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-	$(PY) -m pytest -q -m gpu tests/calibrate
-	$(PY) -m kvsim.calibrate --out kvsim/data/calibration/$(GPU).csv
+	PYTHONPATH=. $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu tests/calibrate/test_kernel_gpu.py
+	PYTHONPATH=. $(GPU_PY) -m kvsim.calibrate --out kvsim/data/calibration/$(GPU).csv
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
