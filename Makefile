@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 KVSIM := $(VENV)/bin/kvsim
 STAMP := $(VENV)/.installed
 
-.PHONY: reproduce test test-gpu bench lint type clean
+.PHONY: reproduce test test-gpu bench lint type clean fig13 fig12 preemption calibrate calibrate-gpu
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,30 @@ lint: $(STAMP)
 
 type: $(STAMP)
 	$(VENV)/bin/mypy kvsim
+
+# Paper reproductions (kvsim.repro): Figure 13 batch sizes, Figure 12 rate ratios, §7.3 preemption.
+fig13: $(STAMP)
+	$(PY) -m kvsim.repro fig13 --out results/fig13
+
+fig12: $(STAMP)
+	$(PY) -m kvsim.repro fig12 --out results/fig12
+
+preemption: $(STAMP)
+	$(PY) -m kvsim.repro preemption --out results/preemption
+
+# GPU calibration of the paged/contiguous KV-read factor. `calibrate` writes under results/;
+# `calibrate-gpu` is the one-shot runbook for a GPU machine (see kvsim/data/calibration/README.md):
+# it needs only numpy, typer, pytest and CuPy in $(GPU_PY) (no venv, no network), runs the GPU
+# tests, then writes the table the cost model ships for the GPU preset (GPU=h200; ~2-3 minutes).
+GPU ?= h200
+GPU_PY ?= python3
+calibrate: $(STAMP)
+	$(PY) -m kvsim.calibrate --out results/calibration/$(GPU).csv
+
+calibrate-gpu:
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+	PYTHONPATH=. $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu tests/calibrate/test_kernel_gpu.py
+	PYTHONPATH=. $(GPU_PY) -m kvsim.calibrate --out kvsim/data/calibration/$(GPU).csv
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -137,7 +137,10 @@ class SchedulerConfig(_Frozen):
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     max_model_len: int = Field(default=2048, ge=2)
-    preemption_mode: Literal["recompute"] = "recompute"
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    swap_space_gib: float = Field(
+        default=4.0, ge=0, description="CPU swap space for preempted KV, GiB (vLLM's swap_space)"
+    )
     max_preemptions_per_request: int = Field(default=1000, ge=1, description="livelock guard")
 
     @property
@@ -156,14 +159,39 @@ class SchedulerConfig(_Frozen):
 
 
 class CostSpec(_Frozen):
-    """Efficiency factors of the analytic roofline step-time model (see ``kvsim.cost``)."""
+    """Efficiency factors and overheads of the step-time model (``kvsim.cost`` states each source).
 
+    ``CostSpec()`` is a lean modern engine; ``CostSpec.model_validate("vllm-2023")`` is the preset
+    fitted to the PagedAttention paper's Figure 13 (``kvsim/data/costs.toml`` says how).
+
+    Attributes:
+        hbm_efficiency: achieved share of peak HBM bandwidth for weight and KV reads.
+        flops_efficiency: achieved share of peak FP16 tensor FLOP/s for prefill and decode GEMMs.
+        step_overhead_s: fixed seconds per engine step (kernel launches, scheduling, sync).
+        per_seq_overhead_s: seconds per step per scheduled sequence (CPU-side batching, sampling,
+            detokenisation).
+        paged_attention_factor: force the paged KV-read slowdown (``None``: from the calibration).
+        calibration: a calibration table path (CSV/JSON), ``"analytic"`` for the analytic default,
+            or ``None`` for the table shipped for this GPU when there is one, else analytic.
+        swap_copy_overhead_s: fixed seconds per host<->device copy of one block of one layer's
+            K or V (vLLM's ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block per layer).
+    """
+
+    name: str = "custom"
     hbm_efficiency: float = Field(default=0.8, gt=0, le=1)
     flops_efficiency: float = Field(default=0.6, gt=0, le=1)
     step_overhead_s: float = Field(default=0.002, ge=0)
-    paged_attention_factor: float = Field(
-        default=1.0, gt=0, description="KV-read slowdown of paged over contiguous layout"
+    per_seq_overhead_s: float = Field(default=0.0, ge=0)
+    paged_attention_factor: float | None = Field(
+        default=None, gt=0, description="KV-read slowdown of paged over contiguous layout"
     )
+    calibration: str | None = None
+    swap_copy_overhead_s: float = Field(default=5e-6, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, value: Any) -> Any:
+        return _resolve_preset("costs", value)
 
 
 class SimConfig(_Frozen):

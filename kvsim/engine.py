@@ -22,6 +22,7 @@ from kvsim.recorder import MemoryRecorder, span_categories
 from kvsim.request import Request
 from kvsim.results import Results, build_results
 from kvsim.scheduler import Scheduler, StepPlan
+from kvsim.swap import SwapSpace
 from kvsim.workload import generate_requests
 
 logger = logging.getLogger(__name__)
@@ -59,9 +60,12 @@ class Engine:
         self.config = config
         self.requests = requests
         self.allocator = allocator_from_config(config)
-        self.scheduler = Scheduler(self.allocator, config.scheduler)
+        self.swap = swap_space_from_config(config)  # [swap] None under recompute
+        self.scheduler = Scheduler(self.allocator, config.scheduler, self.swap)
         self.cost = StepCostModel(config.model, config.gpu, config.cost,
-                                  paged=hasattr(self.allocator, "block_size_tokens"))
+                                  paged=hasattr(self.allocator, "block_size_tokens"),
+                                  block_size_tokens=config.cache.block_size_tokens)
+        self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
         self.on_finish = on_finish
         self.num_arrived = 0
@@ -98,6 +102,8 @@ class Engine:
             durations = self._plan_durations(plan)
             if self.config.debug_invariants:
                 self.allocator.check_invariants()
+                if self.swap is not None:
+                    self.swap.check_invariants()
             self._record(plan, durations)
             first_step_end_s = self.env.now + float(durations[0])
             yield self.env.timeout(float(durations.sum()))
@@ -129,6 +135,10 @@ class Engine:
             k = min(k, int(np.searchsorted(np.cumsum(durations), until_arrival)) + 1)
             durations = durations[:k]
         self.scheduler.extend(plan, k)
+        if plan.swap_blocks:  # [swap] PCIe transfers of this step
+            swap_s = self.cost.swap_s(plan.swap_blocks)
+            durations[0] += swap_s
+            self.swap_time_s += swap_s
         return durations
 
     def _record(self, plan: StepPlan, durations: np.ndarray) -> None:
@@ -139,6 +149,15 @@ class Engine:
                                self.scheduler.head_of_queue())
         self.recorder.record(self.env.now, durations, cats, len(lengths),
                              len(self.scheduler.waiting), len(plan.prefills), plan.num_preempted)
+
+
+def swap_space_from_config(config: SimConfig) -> SwapSpace | None:
+    """The CPU swap pool of a ``preemption_mode = "swap"`` run (``None`` under recompute)."""
+    if config.scheduler.preemption_mode != "swap":
+        return None
+    return SwapSpace.from_gib(config.scheduler.swap_space_gib,
+                              block_size_tokens=config.cache.block_size_tokens,
+                              bytes_per_token=config.model.bytes_per_token)
 
 
 def simulate(config: SimConfig, requests: list[Request] | None = None,
@@ -173,4 +192,10 @@ def simulate(config: SimConfig, requests: list[Request] | None = None,
     env.process(engine.engine_loop())
     env.run()
     logger.debug("simulated %d requests to t=%.1f s", len(requests), env.now)
-    return build_results(config, requests, engine.recorder.rows, engine.scheduler.num_preemptions)
+    results = build_results(config, requests, engine.recorder.rows,
+                            engine.scheduler.num_preemptions)
+    if engine.swap is not None:  # [swap]
+        results.summary.update(engine.swap.summary(engine.swap_time_s))
+    results.summary["layout_factor"] = engine.cost.layout_factor
+    results.summary["layout_source"] = engine.cost.layout_source
+    return results

@@ -50,8 +50,42 @@ def memory_shares(memory: pd.DataFrame, capacity_slots: int) -> dict[str, float]
     return out
 
 
+def mean_batched_requests(memory: pd.DataFrame, start_s: float | None = None,
+                          end_s: float | None = None, *, per: str = "step") -> float:
+    """Mean number of requests in the running batch over ``[start_s, end_s)`` (seconds).
+
+    Args:
+        memory: the memory time series (``recorder.MEMORY_COLUMNS``).
+        start_s, end_s: window in simulated seconds (whole run when ``None``).
+        per: ``"step"`` averages over engine iterations (what a serving system logs per step and,
+            we assume, the PagedAttention paper's Figure 13 reports); ``"time"`` weights each
+            step by its duration.
+
+    Returns:
+        The mean batch size (requests), ``nan`` when the window holds no step.
+    """
+    if per not in ("step", "time"):
+        raise ValueError(f"per: expected 'step' or 'time', got {per!r}")
+    window = clip_window(memory, start_s, end_s)
+    if per == "time":
+        weight = window["duration_s"].to_numpy()
+    else:  # steps of a span are spread evenly over it; a clipped span keeps its share of steps
+        full = memory.loc[window.index, "duration_s"].to_numpy()
+        share = np.divide(window["duration_s"].to_numpy(), full, out=np.ones_like(full),
+                          where=full > 0)
+        weight = window["num_steps"].to_numpy() * share
+    total = weight.sum()
+    if total <= 0:
+        return float("nan")
+    return float(np.dot(window["num_running"].to_numpy(), weight) / total)
+
+
 def latency_stats(requests: pd.DataFrame) -> dict[str, float]:
-    """Mean and p50/p90/p99 of TTFT, TPOT, E2E and normalised latency (seconds)."""
+    """Mean and p50/p90/p99 of TTFT, TPOT, E2E and normalised latency (seconds).
+
+    Normalised latency is E2E latency divided by output tokens (seconds per token), the
+    PagedAttention paper's Figure 12 metric; TPOT is (E2E - TTFT) / (output tokens - 1).
+    """
     out: dict[str, float] = {}
     for col in ("ttft_s", "tpot_s", "e2e_s", "normalized_latency_s"):
         values = requests[col].dropna().to_numpy()

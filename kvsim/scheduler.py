@@ -10,6 +10,10 @@ Plain Python, talks only to the allocator contract. Each call to ``schedule`` pl
    can place the head's prefill (prompt + tokens generated before a preemption, + the sampled
    token). The first head that does not fit stops admission (FCFS head-of-line semantics).
 
+Swap preemption (``preemption_mode = "swap"``) lives in ``kvsim.swap``; the three places that call
+it are marked ``# [swap]``: the victim's KV goes to the CPU pool instead of being dropped, swapped
+requests come back before anyone is admitted, and nobody is admitted while any is swapped out.
+
 A decode-only plan may be fast-forwarded ``k`` steps at once (``extend``): up to the first finish
 and as far as every request can grow without a new allocation failing.
 """
@@ -24,6 +28,7 @@ import numpy as np
 from kvsim.allocators.base import Allocator, IntArray
 from kvsim.config import SchedulerConfig
 from kvsim.request import Request
+from kvsim.swap import SwapSpace
 
 
 class PreemptionLivelockError(RuntimeError):
@@ -45,6 +50,7 @@ class StepPlan:
         lengths0, final, held0: int64[n] arrays over ``decodes + prefills``, filled by
             ``plan_arrays``: token states before step 0 (prefills: the tokens they compute),
             true final lengths, and slots held in step 0.
+        swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
     """
 
     prefills: list[Request] = field(default_factory=list)
@@ -56,6 +62,7 @@ class StepPlan:
     lengths0: IntArray | None = None
     final: IntArray | None = None
     held0: IntArray | None = None
+    swap_blocks: int = 0
 
     @property
     def is_empty(self) -> bool:
@@ -68,30 +75,41 @@ class Scheduler:
     Args:
         allocator: the KV allocation policy.
         config: ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len`` and the livelock guard.
+        swap: the CPU swap pool when ``preemption_mode == "swap"``, else ``None`` (recompute).
     """
 
-    def __init__(self, allocator: Allocator, config: SchedulerConfig) -> None:
+    def __init__(self, allocator: Allocator, config: SchedulerConfig,
+                 swap: SwapSpace | None = None) -> None:
         self.allocator = allocator
         self.config = config
         self.token_budget = config.token_budget
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        self.swap = swap
 
     def add_request(self, request: Request) -> None:
         """Queue an arrived request at the back of the waiting queue."""
         self.waiting.append(request)
 
     def has_work(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.running or self.waiting or (self.swap and self.swap.has_swapped()))
 
     # -- planning ---------------------------------------------------------------------------
     def schedule(self) -> StepPlan:
         """Plan one step: grow running requests (preempting if needed), then admit FCFS."""
         plan = StepPlan()
         plan.num_preempted = self._grow_running()
+        if self.swap is not None:  # [swap] swapped requests return first; none admitted meanwhile
+            if plan.num_preempted == 0:
+                room = self.config.max_num_seqs - len(self.running)
+                swapped_in = self.swap.swap_in(self.allocator, room)
+                for req in swapped_in:
+                    req.num_held_slots = self.allocator.held_slots(req.req_id)
+                self.running.extend(swapped_in)
+            plan.swap_blocks = self.swap.take_step_blocks()
         plan.decodes = list(self.running)
-        if plan.num_preempted == 0:
+        if plan.num_preempted == 0 and not (self.swap and self.swap.has_swapped()):
             self._admit(plan)
         return plan
 
@@ -124,8 +142,10 @@ class Scheduler:
         return preempted
 
     def _preempt(self, req: Request) -> None:
-        self.allocator.free(req.req_id)
-        req.num_computed_tokens = 0
+        swapped = self.swap is not None and self.swap.swap_out(req, self.allocator)  # [swap]
+        if not swapped:  # recompute: drop the KV, re-prefill prompt + generated tokens later
+            self.allocator.free(req.req_id)
+            req.num_computed_tokens = 0
         req.num_held_slots = 0
         req.num_preemptions += 1
         self.num_preemptions += 1
@@ -135,7 +155,8 @@ class Scheduler:
                 f"tokens) was preempted {req.num_preemptions} times: the KV pool cannot hold the "
                 "running set; lower max_num_seqs or raise the KV budget"
             )
-        self.waiting.appendleft(req)
+        if not swapped:
+            self.waiting.appendleft(req)
 
     def _admit(self, plan: StepPlan) -> None:
         budget = self.token_budget - len(plan.decodes)
@@ -179,7 +200,7 @@ class Scheduler:
         Returns ``k >= 1``; the k-th step is the first one in which some request finishes.
         """
         lengths0, final, held0 = self.plan_arrays(plan)
-        if plan.num_preempted or (plan.prefills and plan.stopped_by_token_budget):
+        if plan.num_preempted or plan.swap_blocks or (plan.prefills and plan.stopped_by_token_budget):
             return 1
         # a prefill samples a token in step 0 as a decode does; each has final - (L + 1) left
         # after step 0, so the first finish ends step min(final - lengths0) - 1 (0-based)

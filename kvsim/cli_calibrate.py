@@ -1,0 +1,88 @@
+"""``kvsim calibrate``: time the paged vs contiguous decode-attention microkernel on this GPU.
+
+``kvsim/cli.py`` adds the command with ``register(app)``; ``python -m kvsim.calibrate`` runs it on
+its own. Without CuPy or a GPU the command says so and exits with status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvsim.calibrate.kernel import CalibrationUnavailableError, KernelShape, import_cupy
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{option}: expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{option}: expected positive integers, got {text!r}")
+    return values
+
+
+def device_slug(name: str) -> str:
+    """File-name form of a CUDA device name: ``"NVIDIA H200"`` -> ``"h200"``."""
+    slug = name.lower().removeprefix("nvidia").strip()
+    return "-".join(slug.replace("_", " ").split()) or "gpu"
+
+
+def calibrate(
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="table to write (.csv or .json); default kvsim/data/calibration/<device>.csv"
+        ),
+    ] = None,
+    batch_sizes: Annotated[str, typer.Option(help="sequences per launch")] = "1,8,32,128",
+    contexts: Annotated[str, typer.Option(help="tokens per sequence")] = "256,1024,4096",
+    block_sizes: Annotated[
+        str, typer.Option(help="paged block sizes, tokens")
+    ] = "1,2,4,8,16,32,64,128,256",
+    num_heads: Annotated[int, typer.Option(help="query heads")] = 32,
+    num_kv_heads: Annotated[int, typer.Option(help="KV heads (GQA)")] = 8,
+    head_dim: Annotated[int, typer.Option(help="elements per head: 64, 128 or 256")] = 128,
+    repeats: Annotated[int, typer.Option(help="timed launches per point (median kept)")] = 20,
+    warmup: Annotated[int, typer.Option(help="untimed launches per point")] = 3,
+) -> None:
+    """Time paged vs contiguous decode attention per block size; write a calibration table."""
+    from kvsim.calibrate.run import CalibrationGrid, run_calibration
+
+    try:
+        cp = import_cupy()
+        grid = CalibrationGrid(
+            batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+            context_tokens=_ints(contexts, "--contexts"),
+            block_sizes=_ints(block_sizes, "--block-sizes"),
+            shape=KernelShape(num_heads, num_kv_heads, head_dim),
+            warmup=warmup,
+            repeats=repeats,
+        )
+    except CalibrationUnavailableError as err:
+        typer.echo(f"kvsim calibrate: {err}", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as err:
+        typer.echo(f"kvsim calibrate: {err}", err=True)
+        raise typer.Exit(2) from None
+    table = run_calibration(grid, progress=typer.echo)
+    if out is None:
+        name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        out = Path("kvsim/data/calibration") / f"{device_slug(name)}.csv"
+    table.save(out)
+    typer.echo(f"paged / contiguous kernel time, median over the grid ({table.describe()}):")
+    for block, ratio in table.ratios_by_block_size().items():
+        typer.echo(
+            f"  block {block:4d}: {ratio:5.2f}x  ({100 * (ratio - 1):+.0f} %; paper: +20-26 %)"
+        )
+    typer.echo(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``calibrate`` command to the ``kvsim`` app."""
+    app.command("calibrate")(calibrate)
