@@ -173,6 +173,18 @@ def presets() -> None:
     console.print(gpus)
 
 
+def _register_plugins() -> None:
+    """Commands defined beside their subsystems: calibration and the paper reproductions."""
+    from kvsim import cli_calibrate
+    from kvsim.repro import __main__ as repro_cli
+
+    cli_calibrate.register(app)
+    repro_cli.register(app)
+
+
+_register_plugins()
+
+
 def main() -> None:
     """Console-script entry point."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
