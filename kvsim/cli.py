@@ -133,17 +133,18 @@ def fig2(
         console.print(f"Figure 2 setup: OPT-13B, A100-40GB, 12 GiB KV; {workload_source()}; "
                       f"Poisson {rate} req/s, {num_requests:,} requests per system.")
         df = run_fig2(num_requests, rate, seed, on_system=lambda s: console.print(f"  running {s} ..."))
-        table = Table(title="Share of KV memory (%), time-weighted over the saturated window: kvsim / paper")
-        table.add_column("system")
-        for c in (*STACK, "free"):
-            table.add_column(c.replace("_", " "), justify="right")
-        table.add_column("mean running", justify="right")
+        table = Table(title="Share of KV memory (%), time-weighted over the saturated window: "
+                      "kvsim (paper)")
+        table.add_column("system", no_wrap=True)
+        for header in ("token", "reserved", "internal", "external", "free"):
+            table.add_column(header, justify="right")
+        table.add_column("running", justify="right")
         for _, row in df.iterrows():
             cells = []
             for c in STACK:
                 paper = row[f"paper_{c}_pct"]
-                shown = "—" if paper is None or paper != paper else f"{paper:.1f}"
-                cells.append(f"{row[f'{c}_pct']:.1f} / {shown}")
+                shown = "" if paper is None or paper != paper else f" ({paper:.1f})"
+                cells.append(f"{row[f'{c}_pct']:.1f}{shown}")
             cells.append(f"{row['free_pct']:.1f}")
             table.add_row(row["system"], *cells, f"{row['mean_running']:.1f}")
         console.print(table)

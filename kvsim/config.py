@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvsim.units import GiB
-from kvsim.workload import WorkloadSpec
+from kvsim.workload import WorkloadSpec, load_workload
 
 RESERVATIONS = ("max", "pow2", "oracle", "prompt_max_tokens", "full_context")
 
@@ -206,6 +206,20 @@ class SimConfig(_Frozen):
     seed: int = 0
     debug_invariants: bool = False
     record_memory: bool = True
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload_preset(cls, value: Any) -> Any:
+        """``workload = "azure_conv"`` or ``{preset = "azure_conv", ...}`` loads ``workloads/``."""
+        if isinstance(value, str):
+            value = {"preset": value}
+        if isinstance(value, dict) and "preset" in value:
+            rest = {k: v for k, v in value.items() if k != "preset"}
+            try:
+                return load_workload(value["preset"], **rest)
+            except FileNotFoundError as err:
+                raise ValueError(str(err)) from None
+        return value
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -129,7 +129,7 @@ def plot_breakdown(breakdown: pd.DataFrame) -> Figure:
     colors = {"token_states": "#4daf4a", "reservation": "#ffbf00",
               "internal_fragmentation": "#e41a1c", "external_fragmentation": "#984ea3",
               "free": "#cccccc"}
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 5))
     labels, x = [], 0.0
     for _, row in breakdown.iterrows():
         for kind, prefix, hatch in (("sim", "", None), ("paper", "paper_", "//")):
@@ -147,9 +147,10 @@ def plot_breakdown(breakdown: pd.DataFrame) -> Figure:
         x += 0.6
     ax.set_xticks([p for p, _ in labels], [name for _, name in labels], fontsize=7)
     ax.set_ylabel("share of KV memory (%)")
-    ax.set_ylim(0, 110)
-    ax.set_title("KV memory by category: kvsim vs PagedAttention paper (Fig. 2), OPT-13B, 12 GiB")
-    ax.legend(loc="upper left", fontsize=7, ncol=5)
+    ax.set_ylim(0, 105)
+    ax.set_title("KV memory by category: kvsim (solid) vs PagedAttention paper Fig. 2 (hatched)",
+                 fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=5, frameon=False)
     fig.tight_layout()
     return fig
 
