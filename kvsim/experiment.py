@@ -5,6 +5,7 @@ An experiment TOML (``experiments/NAME.toml``) holds ``[base]`` (a ``SimConfig``
 length stepped together; each table is one axis of the product). ``label`` lists in a grid or zip
 table name the points without touching the config. ``[quick]`` holds ``set`` (dotted overrides
 for every point) and ``grid`` (replacement grid axes) used by ``--quick`` runs (tests, notebooks).
+``[analysis]`` is free-form (latency targets for notebooks).
 ``[base.workload] preset = "NAME"`` loads a ``workloads/NAME.toml`` preset under the other keys.
 """
 
@@ -21,7 +22,7 @@ from kvsim.config import SimConfig, config_from_dict, set_dotted
 from kvsim.workload import workloads_dir
 
 LABEL = "label"
-_TOP_KEYS = {"name", "description", "base", "grid", "zip", "quick", "snapshot_at_s"}
+_TOP_KEYS = {"name", "description", "base", "grid", "zip", "quick", "snapshot_at_s", "analysis"}
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,9 @@ class Experiment:
         quick_grid: grid axes replaced in quick mode.
         snapshot_at_s: simulated second at which each point's KV pool is snapshotted for a
             memory map (``None``: no snapshot).
+        quick_snapshot_at_s: the same in quick mode (``[quick] snapshot_at_s``).
         description: free text.
+        analysis: free-form parameters for notebooks and figures (e.g. latency targets).
     """
 
     name: str
@@ -76,7 +79,15 @@ class Experiment:
     quick_set: dict[str, Any] = field(default_factory=dict)
     quick_grid: dict[str, list[Any]] = field(default_factory=dict)
     snapshot_at_s: float | None = None
+    quick_snapshot_at_s: float | None = None
     description: str = ""
+    analysis: dict[str, Any] = field(default_factory=dict)
+
+    def snapshot_time(self, *, quick: bool = False) -> float | None:
+        """Simulated second of the memory-map snapshot (``[quick] snapshot_at_s`` when quick)."""
+        if quick and self.quick_snapshot_at_s is not None:
+            return self.quick_snapshot_at_s
+        return self.snapshot_at_s
 
     @property
     def swept_fields(self) -> list[str]:
@@ -158,6 +169,10 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
             raise ValueError(f"zip[{i}]: lists must have equal lengths, got {lengths}")
     quick = data.get("quick", {})
     snapshot = data.get("snapshot_at_s")
+    unknown_quick = set(quick) - {"set", "grid", "snapshot_at_s"}
+    if unknown_quick:
+        raise ValueError(f"quick: unknown keys {sorted(unknown_quick)}; expected set, grid, "
+                         "snapshot_at_s")
     return Experiment(
         name=str(data.get("name", name)),
         base=dict(data.get("base", {})),
@@ -166,8 +181,14 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
         quick_set=dict(quick.get("set", {})),
         quick_grid=_check_lists("quick.grid", quick.get("grid", {})),
         snapshot_at_s=None if snapshot is None else float(snapshot),
+        quick_snapshot_at_s=_float_or_none(quick.get("snapshot_at_s", snapshot)),
         description=str(data.get("description", "")),
+        analysis=dict(data.get("analysis", {})),
     )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def load_experiment(path: str | Path) -> Experiment:

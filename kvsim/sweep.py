@@ -256,7 +256,8 @@ def run_sweep(experiment: Experiment, out_root: str | Path = "results", *, jobs:
     _clean_stale(folder)
     points = experiment.points(quick=quick)
     meta = {"name": experiment.name, "description": experiment.description, "quick": quick,
-            "swept_fields": experiment.swept_fields, "snapshot_at_s": experiment.snapshot_at_s}
+            "swept_fields": experiment.swept_fields, "snapshot_at_s": experiment.snapshot_time(quick=quick),
+            "analysis": experiment.analysis}
     _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json.dumps(meta, indent=2)))
     failures = [Failure(p.index, p.describe(), None, f"invalid config: {p.error}")
                 for p in points if p.config is None]
@@ -270,7 +271,7 @@ def run_sweep(experiment: Experiment, out_root: str | Path = "results", *, jobs:
                disable=not progress)
     with bar:
         for point, outcome in outcomes(todo, jobs=jobs, scheduler=scheduler,
-                                       snapshot_at_s=experiment.snapshot_at_s):
+                                       snapshot_at_s=experiment.snapshot_time(quick=quick)):
             if outcome.error is None:
                 save_outcome(folder, point, outcome)
                 report.num_run += 1
