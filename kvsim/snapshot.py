@@ -54,12 +54,15 @@ class _StoppingEngine(Engine):
 
 
 def _token_counts(engine: _StoppingEngine) -> dict[int, int]:
-    """Token states of every running request during the step in flight."""
+    """Token states of every running request during the step in flight.
+
+    The span in flight was cut to end with the step in flight at ``stop_s``: its last step.
+    """
     plan = engine.plan_in_flight
     if plan is None or plan.is_empty:
         return {}
     reqs, lengths = engine.scheduler.lengths_during(plan)
-    return {r.req_id: int(n) for r, n in zip(reqs, lengths[:, 0], strict=True)}
+    return {r.req_id: int(n) for r, n in zip(reqs, lengths[:, -1], strict=True)}
 
 
 def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
