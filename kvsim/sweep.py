@@ -27,10 +27,10 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from kvsim.analysis import extra_metrics
+from kvsim.analysis import SweepResults, extra_metrics, load_sweep
 from kvsim.config import SimConfig
 from kvsim.engine import simulate
-from kvsim.experiment import LABEL, Experiment, Point
+from kvsim.experiment import LABEL, Experiment, Point, load_experiment
 from kvsim.results import Results
 
 logger = logging.getLogger(__name__)
@@ -290,3 +290,30 @@ def run_sweep(experiment: Experiment, out_root: str | Path = "results", *, jobs:
     report.table = summary_table(experiment, points, folder)
     _write_atomic(folder / SUMMARY, lambda p: report.table.to_parquet(p, index=False))
     return report
+
+
+def experiments_dir() -> Path:
+    """The repository's ``experiments/`` folder."""
+    from kvsim.workload import workloads_dir
+
+    return workloads_dir().parent / "experiments"
+
+
+def open_experiment(name: str, *, quick: bool = False, jobs: int = 1,
+                    out_root: str | Path | None = None) -> SweepResults:
+    """Load an experiment's results, running whatever points are missing first (notebooks).
+
+    Args:
+        name: experiment name (``experiments/NAME.toml``) or a path to a TOML file.
+        quick: use the ``[quick]`` table; results then live under ``results/quick/``.
+        jobs: worker processes for missing points.
+        out_root: results root (default: the repository's ``results/``, or ``results/quick/``).
+    """
+    path = Path(name) if name.endswith(".toml") else experiments_dir() / f"{name}.toml"
+    experiment = load_experiment(path)
+    if out_root is None:
+        out_root = experiments_dir().parent / "results" / ("quick" if quick else "")
+    report = run_sweep(experiment, out_root, jobs=jobs, quick=quick, progress=False)
+    for f in report.failures:
+        logger.warning("point %d (%s) failed: %s", f.index, f.point, f.error)
+    return load_sweep(report.folder)
