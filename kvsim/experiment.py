@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from kvsim.config import SimConfig, config_from_dict, set_dotted
 from kvsim.workload import workloads_dir
@@ -101,7 +102,8 @@ class Experiment:
         grid = {**self.grid, **(self.quick_grid if quick else {})}
         axes: list[list[dict[str, Any]]] = [[{k: v} for v in values] for k, values in grid.items()]
         for z in self.zips:
-            axes.append([dict(zip(z, values, strict=True)) for values in zip(*z.values(), strict=True)])
+            rows = zip(*z.values(), strict=True)
+            axes.append([dict(zip(z, values, strict=True)) for values in rows])
         points = []
         for i, combo in enumerate(itertools.product(*axes)):
             overrides: dict[str, Any] = {}
@@ -158,7 +160,8 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
     """
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise ValueError(f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}")
+        raise ValueError(
+            f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}")
     grid = _check_lists("grid", data.get("grid", {}))
     raw_zips = data.get("zip", [])
     raw_zips = [raw_zips] if isinstance(raw_zips, dict) else raw_zips

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
-from matplotlib.colors import to_rgb
+from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -31,6 +31,9 @@ CATEGORY_NAMES = {
     "external_fragmentation": "external frag. & other",
     "free": "free",
 }
+_TAB20 = colormaps["tab20"]
+assert isinstance(_TAB20, ListedColormap)
+PALETTE = np.asarray(_TAB20.colors)  # float[20, 3], one colour per request (req_id % 20)
 EMPTY_RGB = to_rgb("#5c0a0a")  # allocated but holding no token (dark red)
 FREE_RGB = to_rgb("#f2f2f2")
 
@@ -86,7 +89,7 @@ def waste_bars(table: pd.DataFrame, labels: Sequence[str], *, of: str = "used",
         ax.bar(pos, values, bottom=bottom, color=CATEGORY_COLORS[cat], label=CATEGORY_NAMES[cat])
         if cat == "token_states":
             for p, v in zip(pos, values, strict=True):
-                ax.text(p, v / 2, f"{v:.1f}%", ha="center", va="center", fontsize="small")
+                ax.text(float(p), v / 2, f"{v:.1f}%", ha="center", va="center", fontsize="small")
         bottom += values
     ax.set_xticks(pos, list(labels), rotation=20, ha="right")
     ax.set(ylabel=f"% of {'used KV memory' if of == 'used' else 'KV capacity'}",
@@ -129,7 +132,7 @@ def slot_colors(snapshot: pd.DataFrame, capacity_slots: int) -> np.ndarray:
     """Colour of every slot, float[capacity_slots, 3]: owner's colour where a token is written,
     dark red where allocated but empty, light grey where free."""
     rgb = np.tile(np.asarray(FREE_RGB), (capacity_slots, 1))
-    palette = np.asarray(colormaps["tab20"].colors)
+    palette = PALETTE
     for req_id, start, size, tokens in snapshot[["req_id", "start_slot", "num_slots",
                                                  "num_tokens"]].itertuples(index=False):
         rgb[start:start + tokens] = palette[int(req_id) % len(palette)]
@@ -168,7 +171,7 @@ def memory_map(snapshots: Mapping[str, pd.DataFrame], capacity_slots: int, *,
         ax.set_axis_off()
     handles = [Patch(color=EMPTY_RGB, label="allocated, empty"),
                Patch(color=FREE_RGB, label="free"),
-               Patch(color=colormaps["tab20"].colors[0], label="token states (one colour "
+               Patch(color=PALETTE[0], label="token states (one colour "
                      "per request)")]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small")
     fig.suptitle(title or f"KV pool: {capacity_slots:,} slots, {per_cell} per cell")

@@ -10,6 +10,7 @@ point, in expansion order: the swept fields, then the summary metrics.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import multiprocessing
@@ -150,17 +151,21 @@ def _clean_stale(folder: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+def _config(point: Point) -> SimConfig:
+    assert point.config is not None, f"point {point.index} has no valid config"
+    return point.config
+
+
 def _serial(todo: list[Point], snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
     for point in todo:
-        assert point.config is not None
-        yield point, run_point(point.config, snapshot_at_s)
+        yield point, run_point(_config(point), snapshot_at_s)
 
 
 def _pool(todo: list[Point], jobs: int,
           snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
     context = multiprocessing.get_context("spawn")  # no fork of a threaded driver
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(run_point, p.config, snapshot_at_s): p for p in todo}
+        futures = {pool.submit(run_point, _config(p), snapshot_at_s): p for p in todo}
         try:
             for future in as_completed(futures):
                 yield futures[future], future.result()
@@ -170,21 +175,20 @@ def _pool(todo: list[Point], jobs: int,
 
 def _dask(todo: list[Point], jobs: int, scheduler: str,
           snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
-    from dask.distributed import Client, LocalCluster
-    from dask.distributed import as_completed as dask_completed
+    dd: Any = importlib.import_module("dask.distributed")  # untyped: keep mypy --strict quiet
 
     cluster = None
     if scheduler == "local":
-        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
-        client = Client(cluster)
+        cluster = dd.LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                  dashboard_address=None)
+        client = dd.Client(cluster)
     else:
-        client = Client(scheduler)
+        client = dd.Client(scheduler)
     try:
         futures = [client.submit(run_point, p.config, snapshot_at_s, key=f"kvsim-point-{p.key}",
                                  pure=False) for p in todo]
         by_key = {f.key: p for f, p in zip(futures, todo, strict=True)}
-        for future in dask_completed(futures):
+        for future in dd.as_completed(futures):
             yield by_key[future.key], future.result()
     finally:
         client.close()
@@ -256,8 +260,8 @@ def run_sweep(experiment: Experiment, out_root: str | Path = "results", *, jobs:
     _clean_stale(folder)
     points = experiment.points(quick=quick)
     meta = {"name": experiment.name, "description": experiment.description, "quick": quick,
-            "swept_fields": experiment.swept_fields, "snapshot_at_s": experiment.snapshot_time(quick=quick),
-            "analysis": experiment.analysis}
+            "swept_fields": experiment.swept_fields,
+            "snapshot_at_s": experiment.snapshot_time(quick=quick), "analysis": experiment.analysis}
     _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json.dumps(meta, indent=2)))
     failures = [Failure(p.index, p.describe(), None, f"invalid config: {p.error}")
                 for p in points if p.config is None]

@@ -35,7 +35,8 @@ def test_smallest_budget_needs_every_larger_budget_to_hold() -> None:
         {"label": "p", "gib": 4.0, "holds_at_max": True},
     ]
     none = smallest_budget(table, budget="gib", targets={"p95_tpot_s": 0.05}, by=["label"])
-    assert none["gib"].isna().all() and not none["holds_at_max"].any()
+    assert none["gib"].isna().all()
+    assert not none["holds_at_max"].any()
 
 
 def test_row_labels() -> None:

@@ -33,4 +33,5 @@ def test_draw_figures_and_cli(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert len(list((tmp_path / "o" / "figs").glob("*.png"))) == 8
     missing = CliRunner().invoke(app, ["plot", str(tmp_path / "nothing")])
-    assert missing.exit_code == 2 and "no summary.parquet" in missing.output
+    assert missing.exit_code == 2
+    assert "no summary.parquet" in missing.output

@@ -28,7 +28,8 @@ def test_grid_times_zip_in_order(make_experiment) -> None:
 
 def test_key_is_the_canonical_config_key(tiny, base_table) -> None:
     point = tiny.points()[3]  # block 16, paged
-    by_hand = config_from_dict(base_table, {"cache.block_size_tokens": 16, "cache.allocator": "paged"})
+    by_hand = config_from_dict(base_table,
+                               {"cache.block_size_tokens": 16, "cache.allocator": "paged"})
     assert point.key == by_hand.key()
     assert point.config == by_hand
     # the label names the point but is not part of the config
@@ -54,7 +55,8 @@ def test_quick_mode_overrides_and_replaces_grid(make_experiment) -> None:
 def test_invalid_point_is_kept_with_its_error(make_experiment) -> None:
     exp = make_experiment(grid={"cache.block_size_tokens": [0, 16]})
     bad, _, good, _ = exp.points()
-    assert bad.config is None and bad.key is None
+    assert bad.config is None
+    assert bad.key is None
     assert "cache.block_size_tokens" in bad.error
     assert good.config is not None
 

@@ -37,7 +37,9 @@ def counted(monkeypatch):
 def test_points_stored_under_keys_and_summary_gathered(tmp_path, tiny) -> None:
     report = run_sweep(tiny, tmp_path, progress=False)
     folder = tmp_path / "tiny"
-    assert report.num_run == 4 and report.num_skipped == 0 and not report.failures
+    assert report.num_run == 4
+    assert report.num_skipped == 0
+    assert not report.failures
     keys = [p.key for p in tiny.points()]
     for key in keys:
         assert sorted(f.name for f in (folder / "points" / key).iterdir()) == [
@@ -60,7 +62,8 @@ def test_rerun_skips_finished_points(tmp_path, tiny, counted) -> None:
     assert len(counted) == 4
     again = run_sweep(tiny, tmp_path, progress=False)
     assert len(counted) == 4  # nothing recomputed
-    assert again.num_run == 0 and again.num_skipped == 4
+    assert again.num_run == 0
+    assert again.num_skipped == 4
     assert len(again.table) == 4
 
 
@@ -94,7 +97,8 @@ def test_resume_after_simulated_kill(tmp_path, tiny, monkeypatch) -> None:
     calls.clear()
     report = run_sweep(tiny, tmp_path, progress=False)
     assert calls == keys[2:]  # only the two unfinished points ran
-    assert report.num_skipped == 2 and report.num_run == 2
+    assert report.num_skipped == 2
+    assert report.num_run == 2
     assert not partial.exists()
     after = {k: (folder / "points" / k / "summary.json").stat().st_mtime_ns for k in keys[:2]}
     assert after == before  # finished points untouched
@@ -157,7 +161,8 @@ def test_failing_point_reported_others_finish(tmp_path, make_experiment, caplog,
     assert "trace.csv" in runtime.error
     assert "workload.trace='/nonexistent/trace.csv'" in runtime.point
     assert "cache.block_size_tokens" in report.failures[0].error
-    assert "missing trace" in caplog.text and "cache.block_size_tokens=16" in caplog.text
+    assert "missing trace" in caplog.text
+    assert "cache.block_size_tokens=16" in caplog.text
     stored = json.loads((tmp_path / "tiny" / "failures.json").read_text())
     assert [f["index"] for f in stored] == [0, 1, 3]
     assert list(report.table["label"]) == ["ok"]
