@@ -42,7 +42,7 @@ experiments: $(EXPERIMENTS)
 
 # PNGs under results/NAME/figures/ for every experiment that has results.
 figures: $(STAMP)
-	@found=$(patsubst %/summary.parquet,%,$(wildcard $(addsuffix /summary.parquet,$(addprefix results/,$(EXPERIMENTS))))); \
+	@found="$(patsubst %/summary.parquet,%,$(wildcard $(addsuffix /summary.parquet,$(addprefix results/,$(EXPERIMENTS)))))"; \
 	if [ -z "$$found" ]; then echo "no results yet: run e.g. make fig2"; exit 1; fi; \
 	$(SWEEP) plot $$found
 

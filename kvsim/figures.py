@@ -1,7 +1,8 @@
 """Draw the standard figures of a sweep folder as PNGs (``kvsim plot RESULTS``).
 
 From ``summary.parquet``: Figure-2-style waste bars, and utilisation / fragmentation against every
-numeric swept field. From the points' tables: KV memory over time and latency CDFs (the first
+numeric swept field (metrics from the experiment's ``[analysis] vs_metrics`` when given). From
+the points' tables: KV memory over time and latency CDFs (the first
 ``MAX_PANELS`` points) and, where snapshots were taken, a memory map of all of them side by side.
 """
 
@@ -38,13 +39,17 @@ def _vs_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
     table = sweep.summary
     for x in _numeric_axes(sweep):
         others = [f for f in sweep.swept_fields if f != x]
+        if "label" in others:  # fields zipped with the label add nothing to it
+            others = ["label", *(f for f in others if f != "label"
+                                 and table.groupby("label")[f].nunique().max() > 1)]
         hue = None
         if others:
-            hue = "_group"
-            table = table.assign(_group=[
-                ", ".join(str(r[f]) for f in others) for _, r in table.iterrows()])
+            hue = ", ".join(short_name(f) for f in others)
+            table = table.assign(**{hue: [
+                ", ".join(str(r[f]) for f in others) for _, r in table.iterrows()]})
         logx = "block_size" in x or "kv_cache" in x
-        fig = metric_vs(table, x, VS_METRICS, hue=hue, logx=logx,
+        metrics = sweep.meta.get("analysis", {}).get("vs_metrics", VS_METRICS)
+        fig = metric_vs(table, x, metrics, hue=hue, logx=logx,
                         title=f"{sweep.meta.get('name', '')}: against {short_name(x)}")
         _save(fig, out / f"vs_{short_name(x)}.png", written)
 
