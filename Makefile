@@ -5,7 +5,15 @@ PY := $(VENV)/bin/python
 KVSIM := $(VENV)/bin/kvsim
 STAMP := $(VENV)/.installed
 
-.PHONY: reproduce test test-gpu bench lint type clean fig13 fig12 preemption calibrate calibrate-gpu
+EXPERIMENTS := fig2 block-size kv-budget long-outputs parallel-sampling contiguous-default \
+               bookstore traces
+JOBS ?= 2
+SCHEDULER ?=
+SWEEP_FLAGS ?=
+SWEEP := $(KVSIM)
+
+.PHONY: reproduce test test-gpu bench bench-sweep lint type clean figures experiments $(EXPERIMENTS) \
+        fig13 fig12 preemption calibrate calibrate-gpu
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +25,7 @@ reproduce: $(STAMP)
 	$(KVSIM) fig2 --out results/fig2
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "not gpu"
+	KVSIM_QUICK=1 $(PY) -m pytest -q -n 2 -m "not gpu" tests --nbmake notebooks
 
 test-gpu: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[gpu]'
@@ -25,6 +33,22 @@ test-gpu: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m kvsim.bench --out results/bench
+
+# Experiments: `make fig2`, `make kv-budget JOBS=4`, `make traces SCHEDULER=tcp://host:8786`
+# (SCHEDULER=local starts a local Dask cluster); results in results/NAME/, resumable.
+$(EXPERIMENTS): $(STAMP)
+	$(SWEEP) sweep experiments/$@.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS)
+
+experiments: $(EXPERIMENTS)
+
+# PNGs under results/NAME/figures/ for every experiment that has results.
+figures: $(STAMP)
+	@found="$(patsubst %/summary.parquet,%,$(wildcard $(addsuffix /summary.parquet,$(addprefix results/,$(EXPERIMENTS)))))"; \
+	if [ -z "$$found" ]; then echo "no results yet: run e.g. make fig2"; exit 1; fi; \
+	$(SWEEP) plot $$found
+
+bench-sweep: $(STAMP)
+	$(PY) -m kvsim.bench_sweep
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kvsim tests

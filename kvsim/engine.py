@@ -52,10 +52,13 @@ class Engine:
         config: the run's config.
         requests: the workload, sorted by ``arrival_time_s``.
         on_finish: called with the number of requests finished by each event (progress bars).
+        stop_at_s: if given, no fast-forwarded span runs past the step in flight at this
+            simulated time, so the pool can be inspected then (``kvsim.snapshot``).
     """
 
     def __init__(self, env: simpy.Environment, config: SimConfig, requests: list[Request],
-                 on_finish: Callable[[int], None] | None = None) -> None:
+                 on_finish: Callable[[int], None] | None = None,
+                 stop_at_s: float | None = None) -> None:
         self.env = env
         self.config = config
         self.requests = requests
@@ -68,6 +71,8 @@ class Engine:
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
         self.on_finish = on_finish
+        self.stop_at_s = stop_at_s
+        self.plan_in_flight: StepPlan | None = None
         self.num_arrived = 0
         self.num_finished = 0
         self._wake: simpy.Event = env.event()
@@ -133,8 +138,12 @@ class Engine:
         if k > 1 and not self.scheduler.waiting and self.num_arrived < len(self.requests):
             until_arrival = self._arrival_times[self.num_arrived] - self.env.now
             k = min(k, int(np.searchsorted(np.cumsum(durations), until_arrival)) + 1)
-            durations = durations[:k]
+        if k > 1 and self.stop_at_s is not None and self.stop_at_s > self.env.now:
+            until_stop = self.stop_at_s - self.env.now  # end with the step in flight then
+            k = min(k, int(np.searchsorted(np.cumsum(durations), until_stop, side="right")) + 1)
+        durations = durations[:k]
         self.scheduler.extend(plan, k)
+        self.plan_in_flight = plan
         if plan.swap_blocks:  # [swap] PCIe transfers of this step
             swap_s = self.cost.swap_s(plan.swap_blocks)
             durations[0] += swap_s

@@ -1,0 +1,70 @@
+"""Benchmark (not a test): wall-clock speed-up of a 2-worker sweep over 1 worker.
+
+``python -m kvsim.bench_sweep [--requests 400] [--scheduler local]`` runs the same 8-point sweep
+(4 allocators x 2 request rates, ShareGPT-like lengths, OPT-13B on 12 GiB) once with one worker
+and once with two, into fresh temporary folders, checks that the summary tables are identical,
+and reports both times and the speed-up. With the process pool, one worker means running in
+this process (no pool start-up), so the 2-worker run also pays its start-up: a conservative
+speed-up. With ``--scheduler local`` both runs start a local Dask cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+
+from kvsim.experiment import Experiment, parse_experiment
+from kvsim.sweep import run_sweep
+
+
+def bench_experiment(num_requests: int) -> Experiment:
+    """The benchmark's 8 points; ``num_requests`` per point sets the work per point."""
+    data: dict[str, Any] = {
+        "base": {"cache": {"kv_cache_gib": 12.0},
+                 "workload": {"preset": "sharegpt_like", "num_requests": num_requests}},
+        "grid": {"workload.rate_per_s": [1.0, 2.0]},
+        "zip": {"cache.allocator": ["first_fit", "best_fit", "buddy", "paged"]},
+    }
+    return parse_experiment(data, name="bench-sweep")
+
+
+def time_sweep(experiment: Experiment, jobs: int,
+               scheduler: str | None) -> tuple[float, float, pd.DataFrame]:
+    """Wall-clock seconds of a sweep from scratch, the sum of its points' own wall-clock
+    seconds (as the workers measured them), and its summary table."""
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        report = run_sweep(experiment, Path(tmp), jobs=jobs, scheduler=scheduler, progress=False)
+        elapsed = time.perf_counter() - start
+        point_s = sum(json.loads(p.read_text())["elapsed_s"]
+                      for p in report.folder.glob("points/*/point.json"))
+        return elapsed, point_s, report.table
+
+
+def main(
+    requests: Annotated[int, typer.Option(help="requests per point")] = 400,
+    scheduler: Annotated[str | None, typer.Option(
+        help="'local' to compare 1- and 2-worker local Dask clusters instead of process pools"
+    )] = None,
+) -> None:
+    """Report the speed-up of 2 workers over 1 on an 8-point sweep."""
+    experiment = bench_experiment(requests)
+    one_s, one_points_s, one = time_sweep(experiment, 1, scheduler)
+    two_s, two_points_s, two = time_sweep(experiment, 2, scheduler)
+    pd.testing.assert_frame_equal(one, two)
+    typer.echo(f"8 points x {requests} requests ({scheduler or 'process pool'}): "
+               f"1 worker {one_s:.1f} s, 2 workers {two_s:.1f} s, speed-up {one_s / two_s:.2f}x "
+               "(tables identical)")
+    typer.echo(f"points' own time: {one_points_s:.1f} s with 1 worker, {two_points_s:.1f} s with "
+               f"2 (a ratio above 1 means the two workers competed for CPU: "
+               f"{two_points_s / one_points_s:.2f})")
+
+
+if __name__ == "__main__":
+    typer.run(main)

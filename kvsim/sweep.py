@@ -1,0 +1,323 @@
+"""Run an experiment's points on a local process pool or a Dask cluster, resumably.
+
+Each point's results go to ``OUT/NAME/points/KEY/`` (``KEY = SimConfig.key()``), written into a
+temporary folder and renamed into place, so a killed sweep leaves only finished points behind and a
+rerun skips them. Workers only simulate and return their ``Results``; the driver writes, so a
+remote Dask cluster needs no shared filesystem. A failing point is logged with its swept values
+and listed in ``failures.json``; the others go on. ``summary.parquet`` has one row per finished
+point, in expansion order: the swept fields, then the summary metrics.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import time
+import traceback
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from kvsim.analysis import SweepResults, extra_metrics, load_sweep
+from kvsim.config import SimConfig
+from kvsim.engine import simulate
+from kvsim.experiment import LABEL, Experiment, Point, load_experiment
+from kvsim.results import Results
+
+logger = logging.getLogger(__name__)
+
+POINTS = "points"
+SUMMARY = "summary.parquet"
+FAILURES = "failures.json"
+SNAPSHOT = "snapshot.parquet"
+EXPERIMENT = "experiment.json"
+_TMP_PREFIX = ".tmp-"
+
+
+@dataclass
+class PointOutcome:
+    """What a worker returns for one point.
+
+    Attributes:
+        key: the point's config key.
+        results: the run's tables (``None`` on failure).
+        snapshot: the KV pool at ``snapshot_at_s`` (``snapshot.snapshot_frame``), or ``None``.
+        error: ``"ExcType: message"`` on failure.
+        traceback: the worker's formatted traceback on failure.
+        elapsed_s: wall-clock seconds the worker spent.
+    """
+
+    key: str
+    results: Results | None = None
+    snapshot: pd.DataFrame | None = None
+    error: str | None = None
+    traceback: str | None = None
+    elapsed_s: float = 0.0
+
+
+def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOutcome:
+    """Simulate one point (runs in a worker); never raises for a failing simulation."""
+    from kvsim.snapshot import snapshot_frame
+
+    start = time.perf_counter()
+    try:
+        results = simulate(config)
+        results.summary.update(extra_metrics(results.requests))
+        snap = None if snapshot_at_s is None else snapshot_frame(config, snapshot_at_s)
+    except Exception as err:
+        return PointOutcome(config.key(), error=f"{type(err).__name__}: {err}",
+                            traceback=traceback.format_exc(),
+                            elapsed_s=time.perf_counter() - start)
+    return PointOutcome(config.key(), results, snap, elapsed_s=time.perf_counter() - start)
+
+
+@dataclass
+class Failure:
+    """A point that failed: its swept values, key (``None`` if its config is invalid) and error."""
+
+    index: int
+    point: str
+    key: str | None
+    error: str
+    traceback: str | None = None
+
+
+@dataclass
+class SweepReport:
+    """The outcome of ``run_sweep``.
+
+    Attributes:
+        folder: ``OUT/NAME``.
+        table: the summary table (also in ``folder/summary.parquet``).
+        num_run: points simulated by this call.
+        num_skipped: points already finished before this call (resumed).
+        failures: points that failed (also in ``folder/failures.json``).
+    """
+
+    folder: Path
+    table: pd.DataFrame
+    num_run: int = 0
+    num_skipped: int = 0
+    failures: list[Failure] = field(default_factory=list)
+
+
+def point_dir(folder: Path, key: str) -> Path:
+    """Where one point's results live."""
+    return folder / POINTS / key
+
+
+def is_done(folder: Path, key: str) -> bool:
+    """Whether the point's results were completely written (the folder appears atomically)."""
+    return (point_dir(folder, key) / "summary.json").is_file()
+
+
+def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
+    """Write a finished point atomically: into a temporary folder, then one ``rename``."""
+    assert outcome.results is not None, f"save_outcome: point {outcome.key} has no results"
+    final = point_dir(folder, outcome.key)
+    tmp = folder / POINTS / f"{_TMP_PREFIX}{outcome.key}-{uuid.uuid4().hex[:8]}"
+    outcome.results.save(tmp)
+    if outcome.snapshot is not None:
+        outcome.snapshot.to_parquet(tmp / SNAPSHOT, index=False)
+    meta = {"overrides": point.overrides, LABEL: point.label, "elapsed_s": outcome.elapsed_s}
+    (tmp / "point.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+    try:
+        tmp.rename(final)
+    except OSError:  # another writer finished the same point first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _clean_stale(folder: Path) -> None:
+    """Remove temporary folders left by a killed run (they never hold finished points)."""
+    for stale in (folder / POINTS).glob(f"{_TMP_PREFIX}*"):
+        logger.info("removing partial point %s left by an interrupted run", stale.name)
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _config(point: Point) -> SimConfig:
+    assert point.config is not None, f"point {point.index} has no valid config"
+    return point.config
+
+
+def _serial(todo: list[Point], snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
+    for point in todo:
+        yield point, run_point(_config(point), snapshot_at_s)
+
+
+def _pool(todo: list[Point], jobs: int,
+          snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
+    context = multiprocessing.get_context("spawn")  # no fork of a threaded driver
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(run_point, _config(p), snapshot_at_s): p for p in todo}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _dask(todo: list[Point], jobs: int, scheduler: str,
+          snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
+    dd: Any = importlib.import_module("dask.distributed")  # untyped: keep mypy --strict quiet
+
+    cluster = None
+    if scheduler == "local":
+        cluster = dd.LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                  dashboard_address=None)
+        client = dd.Client(cluster)
+    else:
+        client = dd.Client(scheduler)
+    try:
+        futures = [client.submit(run_point, p.config, snapshot_at_s, key=f"kvsim-point-{p.key}",
+                                 pure=False) for p in todo]
+        by_key = {f.key: p for f, p in zip(futures, todo, strict=True)}
+        for future in dd.as_completed(futures):
+            yield by_key[future.key], future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def outcomes(todo: list[Point], *, jobs: int = 1, scheduler: str | None = None,
+             snapshot_at_s: float | None = None) -> Iterator[tuple[Point, PointOutcome]]:
+    """Run ``todo`` and yield ``(point, outcome)`` as each finishes.
+
+    Args:
+        todo: valid points (``config`` set), one per key.
+        jobs: worker processes (local pool, or a local Dask cluster's workers).
+        scheduler: ``None`` for the local pool; ``"local"`` for a local Dask cluster;
+            ``"tcp://HOST:PORT"`` for a running Dask scheduler.
+        snapshot_at_s: simulated second of the memory-map snapshot (``None``: none).
+    """
+    if scheduler is not None:
+        return _dask(todo, jobs, scheduler, snapshot_at_s)
+    if jobs <= 1:
+        return _serial(todo, snapshot_at_s)
+    return _pool(todo, jobs, snapshot_at_s)
+
+
+def _column(values: list[Any]) -> list[Any]:
+    """Swept values of one column; mixed types become strings so parquet can store them."""
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {int, float} or len(kinds) <= 1:
+        return values
+    return [None if v is None else str(v) for v in values]
+
+
+def summary_table(experiment: Experiment, points: list[Point], folder: Path) -> pd.DataFrame:
+    """One row per finished point, in expansion order: swept fields, then summary metrics."""
+    swept = experiment.swept_fields
+    done = [p for p in points if p.key is not None and is_done(folder, p.key)]
+    columns: dict[str, list[Any]] = {
+        name: _column([p.label if name == LABEL else p.overrides.get(name) for p in done])
+        for name in swept
+    }
+    metrics = [json.loads((point_dir(folder, str(p.key)) / "summary.json").read_text())
+               for p in done]
+    table = pd.DataFrame(columns)
+    metric_frame = pd.DataFrame(metrics)
+    if table.empty:
+        return pd.DataFrame(columns=[*swept, *metric_frame.columns])
+    return pd.concat([table, metric_frame.drop(columns=swept, errors="ignore")], axis=1)
+
+
+def run_sweep(experiment: Experiment, out_root: str | Path = "results", *, jobs: int = 1,
+              scheduler: str | None = None, quick: bool = False,
+              progress: bool = True) -> SweepReport:
+    """Run every unfinished point of ``experiment`` and gather ``summary.parquet``.
+
+    Args:
+        experiment: the parsed experiment.
+        out_root: results root; the sweep writes ``out_root/NAME/``.
+        jobs: worker processes (1 runs in this process unless ``scheduler`` is set).
+        scheduler: ``None`` (local pool), ``"local"`` (local Dask cluster) or a Dask address.
+        quick: apply the experiment's ``[quick]`` overrides (small runs for tests).
+        progress: show a tqdm bar (points done, rate, time left).
+
+    Returns:
+        A ``SweepReport``; failures do not raise.
+    """
+    folder = Path(out_root) / experiment.name
+    (folder / POINTS).mkdir(parents=True, exist_ok=True)
+    _clean_stale(folder)
+    points = experiment.points(quick=quick)
+    meta = {"name": experiment.name, "description": experiment.description, "quick": quick,
+            "swept_fields": experiment.swept_fields,
+            "snapshot_at_s": experiment.snapshot_time(quick=quick), "analysis": experiment.analysis}
+    _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json.dumps(meta, indent=2)))
+    failures = [Failure(p.index, p.describe(), None, f"invalid config: {p.error}")
+                for p in points if p.config is None]
+    unique = {p.key: p for p in reversed(points) if p.key is not None}  # first point per key
+    todo = sorted((p for k, p in unique.items() if not is_done(folder, str(k))),
+                  key=lambda p: p.index)
+    report = SweepReport(folder, pd.DataFrame(), num_skipped=len(unique) - len(todo))
+    logger.info("sweep %s: %d points, %d finished before, %d to run", experiment.name,
+                len(points), report.num_skipped, len(todo))
+    bar = tqdm(total=len(unique), initial=report.num_skipped, desc=experiment.name, unit="pt",
+               disable=not progress)
+    with bar:
+        for point, outcome in outcomes(todo, jobs=jobs, scheduler=scheduler,
+                                       snapshot_at_s=experiment.snapshot_time(quick=quick)):
+            if outcome.error is None:
+                save_outcome(folder, point, outcome)
+                report.num_run += 1
+            else:
+                failures.append(Failure(point.index, point.describe(), outcome.key,
+                                        outcome.error, outcome.traceback))
+                logger.error("point %d (%s) failed: %s", point.index, point.describe(),
+                             outcome.error)
+            bar.update(1)
+    report.failures = sorted(failures, key=lambda f: f.index)
+    for f in report.failures:
+        if f.key is None:
+            logger.error("point %d (%s) failed: %s", f.index, f.point, f.error)
+    _write_atomic(folder / FAILURES, lambda p: p.write_text(
+        json.dumps([f.__dict__ for f in report.failures], indent=2)))
+    report.table = summary_table(experiment, points, folder)
+    _write_atomic(folder / SUMMARY, lambda p: report.table.to_parquet(p, index=False))
+    return report
+
+
+def experiments_dir() -> Path:
+    """The repository's ``experiments/`` folder."""
+    from kvsim.workload import workloads_dir
+
+    return workloads_dir().parent / "experiments"
+
+
+def open_experiment(name: str, *, quick: bool = False, jobs: int = 1,
+                    out_root: str | Path | None = None) -> SweepResults:
+    """Load an experiment's results, running whatever points are missing first (notebooks).
+
+    Args:
+        name: experiment name (``experiments/NAME.toml``) or a path to a TOML file.
+        quick: use the ``[quick]`` table; results then live under ``results/quick/``.
+        jobs: worker processes for missing points.
+        out_root: results root (default: the repository's ``results/``, or ``results/quick/``).
+    """
+    path = Path(name) if name.endswith(".toml") else experiments_dir() / f"{name}.toml"
+    experiment = load_experiment(path)
+    if out_root is None:
+        out_root = experiments_dir().parent / "results" / ("quick" if quick else "")
+    report = run_sweep(experiment, out_root, jobs=jobs, quick=quick, progress=False)
+    for f in report.failures:
+        logger.warning("point %d (%s) failed: %s", f.index, f.point, f.error)
+    return load_sweep(report.folder)

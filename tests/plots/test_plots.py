@@ -1,0 +1,102 @@
+"""Each plot function on a small hand-made results table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+
+from kvsim.plots import (
+    EMPTY_RGB,
+    FREE_RGB,
+    latency_cdf,
+    memory_map,
+    memory_over_time,
+    metric_vs,
+    slot_colors,
+    waste_bars,
+)
+
+
+@pytest.fixture
+def memory() -> pd.DataFrame:
+    # two spans on a 100-slot pool; each row's categories sum to 100
+    return pd.DataFrame({
+        "time_s": [0.0, 1.0], "duration_s": [1.0, 2.0],
+        "token_states": [10.0, 40.0], "reservation": [20.0, 10.0],
+        "internal_fragmentation": [30.0, 0.0], "external_fragmentation": [0.0, 25.0],
+        "free": [40.0, 25.0],
+    })
+
+
+def test_memory_over_time_stacks_to_capacity(memory) -> None:
+    fig = memory_over_time(memory, capacity_slots=100, title="t")
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    assert len(ax.collections) == 5  # one band per category
+    top = ax.collections[-1].get_paths()[0].vertices[:, 1].max()
+    assert top == pytest.approx(100.0)
+    fig.savefig(__import__("io").BytesIO(), format="png")
+
+
+def test_waste_bars_heights_are_the_table_values() -> None:
+    table = pd.DataFrame({  # the paper's Figure 2 stacks for Max and Oracle
+        "token_states_pct_of_used": [20.4, 38.2], "reservation_pct_of_used": [13.3, 25.2],
+        "internal_fragmentation_pct_of_used": [57.3, 0.0],
+        "external_fragmentation_pct_of_used": [8.9, 36.6],
+    })
+    fig = waste_bars(table, ["Max", "Oracle"])
+    ax = fig.axes[0]
+    heights = [round(p.get_height(), 1) for p in ax.patches]
+    # bars are drawn category by category: token, reservation, internal, external
+    assert heights == [20.4, 38.2, 13.3, 25.2, 57.3, 0.0, 8.9, 36.6]
+    assert ax.patches[7].get_y() == pytest.approx(20.4 * 0 + 38.2 + 25.2 + 0.0)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["Max", "Oracle"]
+    with pytest.raises(ValueError, match="of: must be"):
+        waste_bars(table, ["a", "b"], of="nonsense")
+
+
+def test_metric_vs_one_line_per_hue() -> None:
+    table = pd.DataFrame({"cache.block_size_tokens": [16, 1, 256, 16, 1, 256],
+                          "token_utilization_perc": [99, 100, 80, 97, 100, 60],
+                          "wl": ["s", "s", "s", "a", "a", "a"]})
+    fig = metric_vs(table, "cache.block_size_tokens", ["token_utilization_perc"], hue="wl",
+                    logx=True)
+    ax = fig.axes[0]
+    assert len(ax.lines) == 2
+    assert list(ax.lines[0].get_xdata()) == [1, 16, 256]  # sorted by x
+    assert list(ax.lines[1].get_ydata()) == [100, 97, 60]
+    assert ax.get_xscale() == "log"
+
+
+def test_memory_map_cells_blend_owner_empty_and_free() -> None:
+    # 8 slots, 4 cells of 2 slots: request 0 holds slots 0-3 with 3 tokens written
+    snap = pd.DataFrame({"req_id": [0], "start_slot": [0], "num_slots": [4], "num_tokens": [3]})
+    owner = np.asarray(__import__("matplotlib").colormaps["tab20"].colors[0])
+    rgb = slot_colors(snap, 8)
+    assert np.allclose(rgb[:3], owner)
+    assert np.allclose(rgb[3], EMPTY_RGB)
+    assert np.allclose(rgb[4:], FREE_RGB)
+    fig = memory_map({"contiguous": snap, "paged": snap.iloc[:0]}, 8, num_cells=4)
+    cells = np.asarray(fig.axes[0].images[0].get_array())
+    assert cells.shape == (2, 2, 3)
+    assert np.allclose(cells[0, 0], owner)  # slots 0, 1: tokens
+    assert np.allclose(cells[0, 1], (owner + np.asarray(EMPTY_RGB)) / 2)  # slot 2 token, 3 empty
+    assert np.allclose(cells[1, 1], FREE_RGB)
+    assert np.allclose(np.asarray(fig.axes[1].images[0].get_array()), FREE_RGB)
+    assert "75% of allocated holds tokens" in fig.axes[0].get_title()  # 3 of 4 slots
+    assert to_rgb("#5c0a0a") == EMPTY_RGB
+
+
+def test_latency_cdf_steps_to_one() -> None:
+    requests = pd.DataFrame({"label": ["a"] * 4 + ["b"] * 2,
+                             "ttft_s": [0.4, 0.1, 0.3, 0.2, 1.0, 2.0],
+                             "tpot_s": [0.01, 0.02, np.nan, 0.03, 0.05, 0.04]})
+    fig = latency_cdf(requests, metrics=("ttft_s", "tpot_s"))
+    ttft, tpot = fig.axes
+    assert list(ttft.lines[0].get_xdata()) == [0.1, 0.2, 0.3, 0.4]
+    assert list(ttft.lines[0].get_ydata()) == [0.25, 0.5, 0.75, 1.0]
+    assert list(tpot.lines[0].get_ydata()) == pytest.approx([1 / 3, 2 / 3, 1.0])  # NaN dropped
+    assert [line.get_label() for line in ttft.lines] == ["a", "b"]

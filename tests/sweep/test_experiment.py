@@ -1,0 +1,98 @@
+"""Grid and zip expansion, point keys, quick mode, presets and bad experiment files."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim.config import config_from_dict
+from kvsim.experiment import load_experiment, parse_experiment
+
+
+def test_grid_times_zip_in_order(make_experiment) -> None:
+    exp = make_experiment(grid={"cache.block_size_tokens": [8, 16, 32], "seed": [0, 1]})
+    points = exp.points()
+    # 3 block sizes x 2 seeds x 2 zipped allocators = 12 points; grid axes in file order vary
+    # slowest, the zip axis fastest.
+    assert len(points) == 12
+    assert [p.index for p in points] == list(range(12))
+    assert points[0].overrides == {"cache.block_size_tokens": 8, "seed": 0,
+                                   "cache.allocator": "first_fit"}
+    assert points[1].overrides == {"cache.block_size_tokens": 8, "seed": 0,
+                                   "cache.allocator": "paged"}
+    assert points[2].overrides["seed"] == 1
+    assert points[11].overrides == {"cache.block_size_tokens": 32, "seed": 1,
+                                    "cache.allocator": "paged"}
+    assert [p.label for p in points[:2]] == ["contiguous", "paged"]
+    assert exp.swept_fields == ["label", "cache.block_size_tokens", "seed", "cache.allocator"]
+
+
+def test_key_is_the_canonical_config_key(tiny, base_table) -> None:
+    point = tiny.points()[3]  # block 16, paged
+    by_hand = config_from_dict(base_table,
+                               {"cache.block_size_tokens": 16, "cache.allocator": "paged"})
+    assert point.key == by_hand.key()
+    assert point.config == by_hand
+    # the label names the point but is not part of the config
+    assert "label" not in point.config.canonical_json()
+
+
+def test_keys_distinct_and_stable(tiny, make_experiment) -> None:
+    keys = [p.key for p in tiny.points()]
+    assert len(set(keys)) == 4
+    assert keys == [p.key for p in make_experiment().points()]
+
+
+def test_quick_mode_overrides_and_replaces_grid(make_experiment) -> None:
+    exp = make_experiment(quick={"set": {"workload.num_requests": 3},
+                                 "grid": {"cache.block_size_tokens": [4]}})
+    points = exp.points(quick=True)
+    assert len(points) == 2  # one block size x two allocators
+    assert all(p.config.workload.num_requests == 3 for p in points)
+    assert all(p.config.cache.block_size_tokens == 4 for p in points)
+    assert len(exp.points()) == 4  # full mode untouched
+
+
+def test_invalid_point_is_kept_with_its_error(make_experiment) -> None:
+    exp = make_experiment(grid={"cache.block_size_tokens": [0, 16]})
+    bad, _, good, _ = exp.points()
+    assert bad.config is None
+    assert bad.key is None
+    assert "cache.block_size_tokens" in bad.error
+    assert good.config is not None
+
+
+def test_workload_preset_resolved_under_other_keys() -> None:
+    exp = parse_experiment({"base": {"workload": {"preset": "alpaca_like", "num_requests": 7}}},
+                           name="p")
+    (point,) = exp.points()
+    assert point.config.workload.lengths == "alpaca_like"  # from workloads/alpaca_like.toml
+    assert point.config.workload.rate_per_s == 30.0  # from the preset
+    assert point.config.workload.num_requests == 7  # the experiment's own key wins
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"grid": {"seed": 3}}, r"grid\.seed: must be a non-empty list"),
+        ({"zip": [{"seed": [1, 2], "cache.allocator": ["paged"]}]}, r"zip\[0\].*equal lengths"),
+        ({"gird": {}}, r"unknown keys \['gird'\]"),
+    ],
+)
+def test_bad_experiment_files(data, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        parse_experiment(data, name="bad")
+
+
+def test_every_shipped_experiment_expands() -> None:
+    from kvsim.workload import workloads_dir
+
+    files = sorted((workloads_dir().parent / "experiments").glob("*.toml"))
+    names = {f.stem for f in files}
+    assert names >= {"fig2", "block-size", "kv-budget", "long-outputs", "parallel-sampling",
+                     "contiguous-default", "bookstore", "traces"}
+    for path in files:
+        exp = load_experiment(path)
+        for quick in (False, True):
+            points = exp.points(quick=quick)
+            assert points, path
+            assert all(p.config is not None for p in points), (path, [p.error for p in points])

@@ -1,0 +1,185 @@
+"""Running sweeps: storage, resume after a kill, local pool vs Dask, failing points."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import kvsim.sweep as sweep_mod
+from kvsim.analysis import load_sweep
+from kvsim.sweep import run_sweep
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Count in-process simulations (serial runs); ``calls`` lists their allocators."""
+    calls: list[str] = []
+    real = sweep_mod.simulate
+
+    def wrapper(config, *args, **kwargs):
+        calls.append(config.cache.allocator)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_mod, "simulate", wrapper)
+    return calls
+
+
+def test_points_stored_under_keys_and_summary_gathered(tmp_path, tiny) -> None:
+    report = run_sweep(tiny, tmp_path, progress=False)
+    folder = tmp_path / "tiny"
+    assert report.num_run == 4
+    assert report.num_skipped == 0
+    assert not report.failures
+    keys = [p.key for p in tiny.points()]
+    for key in keys:
+        assert sorted(f.name for f in (folder / "points" / key).iterdir()) == [
+            "config.json", "memory.parquet", "point.json", "requests.parquet", "summary.json"]
+    table = pd.read_parquet(folder / "summary.parquet")
+    # one row per point in expansion order: swept fields first, then the metrics
+    assert list(table.columns[:3]) == ["label", "cache.block_size_tokens", "cache.allocator"]
+    assert list(table["label"]) == ["contiguous", "paged", "contiguous", "paged"]
+    assert list(table["cache.block_size_tokens"]) == [8, 8, 16, 16]
+    assert list(table["config_key"]) == keys
+    assert list(table["num_requests"]) == [12, 12, 12, 12]  # the base's num_requests
+    assert {"token_states_pct_of_used", "p95_tpot_s", "p99_ttft_s"} <= set(table.columns)
+    loaded = load_sweep(folder)
+    pd.testing.assert_frame_equal(loaded.summary, table)
+    assert loaded.results(keys[1]).config.cache.allocator == "paged"
+
+
+def test_rerun_skips_finished_points(tmp_path, tiny, counted) -> None:
+    run_sweep(tiny, tmp_path, progress=False)
+    assert len(counted) == 4
+    again = run_sweep(tiny, tmp_path, progress=False)
+    assert len(counted) == 4  # nothing recomputed
+    assert again.num_run == 0
+    assert again.num_skipped == 4
+    assert len(again.table) == 4
+
+
+class Killed(BaseException):
+    """Stands in for SIGINT/SIGKILL: not an ``Exception``, so no point handler swallows it."""
+
+
+def test_resume_after_simulated_kill(tmp_path, tiny, monkeypatch) -> None:
+    real = sweep_mod.simulate
+    calls: list[str] = []
+
+    def dies_on_third(config, *args, **kwargs):
+        calls.append(config.key())
+        if len(calls) == 3:
+            raise Killed  # the kill arrives while point 3 is running
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_mod, "simulate", dies_on_third)
+    with pytest.raises(Killed):
+        run_sweep(tiny, tmp_path, progress=False)
+    folder = tmp_path / "tiny"
+    keys = [p.key for p in tiny.points()]
+    finished = sorted(p.name for p in (folder / "points").iterdir())
+    assert finished == sorted(keys[:2])
+    # a half-written point, as a kill during Results.save would leave it
+    partial = folder / "points" / f".tmp-{keys[2]}-deadbeef"
+    partial.mkdir()
+    (partial / "requests.parquet").write_bytes(b"truncated")
+    before = {k: (folder / "points" / k / "summary.json").stat().st_mtime_ns for k in keys[:2]}
+
+    calls.clear()
+    report = run_sweep(tiny, tmp_path, progress=False)
+    assert calls == keys[2:]  # only the two unfinished points ran
+    assert report.num_skipped == 2
+    assert report.num_run == 2
+    assert not partial.exists()
+    after = {k: (folder / "points" / k / "summary.json").stat().st_mtime_ns for k in keys[:2]}
+    assert after == before  # finished points untouched
+    monkeypatch.undo()
+    fresh = run_sweep(tiny, tmp_path / "fresh", progress=False)
+    pd.testing.assert_frame_equal(report.table, fresh.table)
+
+
+def test_resume_after_real_sigkill(tmp_path, make_experiment) -> None:
+    exp = make_experiment(grid={"cache.block_size_tokens": [4, 8, 16, 32]})
+    path = tmp_path / "kill.toml"
+    import tomli_w
+
+    path.write_text(tomli_w.dumps({"name": exp.name, "base": exp.base, "grid": exp.grid,
+                                   "zip": exp.zips}))
+    env = {**os.environ, "PYTHONPATH": str(Path(sweep_mod.__file__).parents[1])}
+    cmd = [sys.executable, "-m", "kvsim.cli_sweep", "sweep", str(path), "--out",
+           str(tmp_path / "out"), "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    points = tmp_path / "out" / "tiny" / "points"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if points.is_dir() and any(not p.name.startswith(".") for p in points.iterdir()):
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    report = run_sweep(exp, tmp_path / "out", progress=False)
+    assert report.num_skipped >= 1
+    assert report.num_skipped + report.num_run == 8
+    fresh = run_sweep(exp, tmp_path / "fresh", progress=False)
+    pd.testing.assert_frame_equal(report.table, fresh.table)
+
+
+def test_local_pool_and_local_dask_give_identical_tables(tmp_path, tiny) -> None:
+    serial = run_sweep(tiny, tmp_path / "serial", progress=False).table
+    pool = run_sweep(tiny, tmp_path / "pool", jobs=2, progress=False).table
+    dask = run_sweep(tiny, tmp_path / "dask", jobs=2, scheduler="local", progress=False).table
+    pd.testing.assert_frame_equal(pool, serial)
+    pd.testing.assert_frame_equal(dask, serial)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_failing_point_reported_others_finish(tmp_path, make_experiment, caplog, jobs) -> None:
+    exp = make_experiment(
+        grid={"cache.block_size_tokens": [0, 16]},  # 0: invalid config
+        zip=[{"label": ["ok", "missing trace"],
+              "workload.lengths": ["fixed", "trace"],
+              "workload.trace": [None, "/nonexistent/trace.csv"]}],  # fails inside the worker
+    )
+    # drop the None override of the "ok" column: the base has no trace
+    points = exp.points()
+    assert len(points) == 4
+    with caplog.at_level(logging.ERROR, logger="kvsim.sweep"):
+        report = run_sweep(exp, tmp_path, jobs=jobs, progress=False)
+    assert report.num_run == 1  # block 16, fixed lengths
+    assert [f.index for f in report.failures] == [0, 1, 3]
+    runtime = report.failures[2]
+    assert runtime.key == points[3].key
+    assert "trace.csv" in runtime.error
+    assert "workload.trace='/nonexistent/trace.csv'" in runtime.point
+    assert "cache.block_size_tokens" in report.failures[0].error
+    assert "missing trace" in caplog.text
+    assert "cache.block_size_tokens=16" in caplog.text
+    stored = json.loads((tmp_path / "tiny" / "failures.json").read_text())
+    assert [f["index"] for f in stored] == [0, 1, 3]
+    assert list(report.table["label"]) == ["ok"]
+
+
+def test_cli_sweep_reports_failure_and_exit_code(tmp_path) -> None:
+    import typer
+
+    from kvsim.cli_sweep import register
+
+    app = typer.Typer()
+    register(app)
+    path = tmp_path / "e.toml"
+    path.write_text(
+        'name = "e"\n[base.workload]\nlengths = "fixed"\nnum_requests = 3\n'
+        '[base.cache]\nkv_cache_gib = 2.0\n[grid]\n"cache.block_size_tokens" = [0, 16]\n')
+    result = CliRunner().invoke(app, ["sweep", str(path), "--out", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 1
+    assert "1 run, 0 resumed, 1 failed" in result.output
+    assert "FAILED point 0 [cache.block_size_tokens=0]" in result.output
