@@ -206,6 +206,10 @@ class SimConfig(_Frozen):
     seed: int = 0
     debug_invariants: bool = False
     record_memory: bool = True
+    memory_resolution: Literal["event", "step"] = Field(
+        default="event",
+        description="one memory row per engine event (fast-forwarded span) or per step (slower)",
+    )
 
     @field_validator("workload", mode="before")
     @classmethod

@@ -72,6 +72,7 @@ class Engine:
         self.recorder = MemoryRecorder(config.capacity_tokens)
         self.on_finish = on_finish
         self.stop_at_s = stop_at_s
+        self.max_span_steps = 1 if config.memory_resolution == "step" else MAX_SPAN_STEPS
         self.plan_in_flight: StepPlan | None = None
         self.num_arrived = 0
         self.num_finished = 0
@@ -125,7 +126,7 @@ class Engine:
         of the plan, reading ``S + j * N`` tokens of KV (``S`` = tokens before step 0, ``N`` =
         requests).
         """
-        k = self.scheduler.max_extension(plan, MAX_SPAN_STEPS)
+        k = self.scheduler.max_extension(plan, self.max_span_steps)
         assert plan.lengths0 is not None
         decode_context = float(plan.lengths0[: len(plan.decodes)].sum())
         num_seqs = len(plan.lengths0)

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import kvsim.engine as engine_mod
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.recorder import CATEGORIES
@@ -63,14 +62,14 @@ def test_categories_sum_to_capacity_every_event(allocator, reservation):
 
 
 @pytest.mark.parametrize("allocator", ["paged", "buddy"])
-def test_fast_forward_matches_step_by_step(monkeypatch, allocator):
+def test_fast_forward_matches_step_by_step(allocator):
     cfg = config_from_dict({
         "cache": {"allocator": allocator, "reservation": "pow2", "kv_cache_gib": 2},
         "workload": {"rate_per_s": 4.0, "num_requests": 150},
     })
     fast = simulate(cfg)
-    monkeypatch.setattr(engine_mod, "MAX_SPAN_STEPS", 1)
-    slow = simulate(cfg)
+    slow = simulate(cfg.model_copy(update={"memory_resolution": "step"}))
+    assert (slow.memory["num_steps"] == 1).all()
     assert fast.summary["num_preemptions"] == slow.summary["num_preemptions"]
     assert fast.summary["num_steps"] == slow.summary["num_steps"]
     assert len(fast.memory) < len(slow.memory)
