@@ -16,17 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from kvsim.config import config_from_dict  # noqa: E402
-from kvsim.engine import simulate  # noqa: E402
-from kvsim.metrics import summarize  # noqa: E402
-from kvsim.workload import DataNotFoundError, resolve_trace  # noqa: E402
+from kvsim.config import config_from_dict
+from kvsim.engine import simulate
+from kvsim.metrics import summarize
+from kvsim.plots import waste_bars
+from kvsim.workload import DataNotFoundError, resolve_trace
 
 logger = logging.getLogger(__name__)
 
@@ -125,34 +122,16 @@ def run_fig2(num_requests: int = 4000, rate_per_s: float = 5.0, seed: int = 0,
 
 
 def plot_breakdown(breakdown: pd.DataFrame) -> Figure:
-    """Figure-2-style stacked bars of KV memory shares, simulated beside the paper's."""
-    colors = {"token_states": "#4daf4a", "reservation": "#ffbf00",
-              "internal_fragmentation": "#e41a1c", "external_fragmentation": "#984ea3",
-              "free": "#cccccc"}
-    fig, ax = plt.subplots(figsize=(9, 5))
-    labels, x = [], 0.0
+    """Figure-2-style stacked bars: each system simulated, beside the paper's published stack."""
+    rows, labels = [], []
     for _, row in breakdown.iterrows():
-        for kind, prefix, hatch in (("sim", "", None), ("paper", "paper_", "//")):
-            bottom = 0.0
-            for c in (*STACK, "free"):
-                value = row.get(f"{prefix}{c}_pct")
-                if value is None or pd.isna(value):
-                    continue
-                ax.bar(x, value, bottom=bottom, color=colors[c], hatch=hatch, edgecolor="white",
-                       label=c.replace("_", " ") if x == 0 else None)
-                bottom += value
-            ax.text(x, bottom + 1, f"{row[f'{prefix}token_states_pct']:.1f}", ha="center", fontsize=8)
-            labels.append((x, f"{row['system']}\n{kind}"))
-            x += 1.0
-        x += 0.6
-    ax.set_xticks([p for p, _ in labels], [name for _, name in labels], fontsize=7)
-    ax.set_ylabel("share of KV memory (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title("KV memory by category: kvsim (solid) vs PagedAttention paper Fig. 2 (hatched)",
-                 fontsize=10)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=5, frameon=False)
-    fig.tight_layout()
-    return fig
+        rows.append({f"{c}_pct": row[f"{c}_pct"] for c in (*STACK, "free")})
+        labels.append(f"{row['system']} kvsim")
+        rows.append({f"{c}_pct": row[f"paper_{c}_pct"] for c in STACK} | {"free_pct": 0.0})
+        labels.append(f"{row['system']} paper")
+    table = pd.DataFrame(rows).astype(float)
+    return waste_bars(table, labels, of="capacity",
+                      title="KV memory by category: kvsim vs PagedAttention paper, Figure 2")
 
 
 def write_fig2(breakdown: pd.DataFrame, out: str | Path) -> tuple[Path, Path]:
@@ -162,9 +141,7 @@ def write_fig2(breakdown: pd.DataFrame, out: str | Path) -> tuple[Path, Path]:
     csv_path = out / "breakdown.csv"
     breakdown.to_csv(csv_path, index=False, float_format="%.2f")
     png_path = out / "breakdown.png"
-    fig = plot_breakdown(breakdown)
-    fig.savefig(png_path, dpi=130)
-    plt.close(fig)
+    plot_breakdown(breakdown).savefig(png_path, dpi=130)
     return csv_path, png_path
 
 
