@@ -11,18 +11,17 @@ saturated window, from 10 % of the last arrival time to the last arrival (warm-u
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.metrics import summarize
 from kvsim.plots import waste_bars
+from kvsim.repro.common import SYSTEMS, paper_config
 from kvsim.workload import DataNotFoundError, resolve_trace
 
 logger = logging.getLogger(__name__)
@@ -30,46 +29,15 @@ logger = logging.getLogger(__name__)
 STACK = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation")
 
 
-@dataclass(frozen=True)
-class PaperSystem:
-    """One bar of the paper's Figure 2: its config and published stack (% of KV memory)."""
-
-    system: str
-    cache: dict[str, Any]
-    paper_pct: tuple[float, float, float, float] | None  # token, reservation, internal, external
-
-
-# Figure 2 of Kwon et al. (SOSP 2023). vLLM's bar gives only token states (96.3 %).
-SYSTEMS = (
-    PaperSystem("Orca (Max)", {"allocator": "buddy", "reservation": "max"}, (20.4, 13.3, 57.3, 8.9)),
-    PaperSystem("Orca (Pow2)", {"allocator": "buddy", "reservation": "pow2"}, (26.8, 17.9, 13.6, 41.6)),
-    PaperSystem("Orca (Oracle)", {"allocator": "buddy", "reservation": "oracle"}, (38.2, 25.2, 0.0, 36.6)),
-    PaperSystem("vLLM", {"allocator": "paged", "block_size_tokens": 16}, None),
-)
+# Figure 2 of Kwon et al. (SOSP 2023): token states / reservation / internal / external & other,
+# % of KV memory. vLLM's bar gives only its token states.
+PAPER_STACKS: dict[str, tuple[float, float, float, float] | None] = {
+    "Orca (Max)": (20.4, 13.3, 57.3, 8.9),
+    "Orca (Pow2)": (26.8, 17.9, 13.6, 41.6),
+    "Orca (Oracle)": (38.2, 25.2, 0.0, 36.6),
+    "vLLM": None,
+}
 VLLM_TOKEN_STATES_PCT = 96.3
-
-
-def base_config(num_requests: int, rate_per_s: float, seed: int) -> dict[str, Any]:
-    """The Figure 2 scenario as a plain config dict (see the module docstring)."""
-    return {
-        "model": "opt-13b",
-        "gpu": "a100-40gb",
-        "cache": {"kv_cache_gib": 12},
-        "scheduler": {"max_model_len": 2048, "max_num_seqs": 256},
-        "workload": {
-            "name": "sharegpt_paper_saturated",
-            "trace": "sharegpt_opt",
-            "sample": "resample",
-            "fallback_synthetic": True,
-            "min_prompt_tokens": 4,
-            "min_output_tokens": 4,
-            "overflow": "drop",
-            "arrival": "poisson",
-            "rate_per_s": rate_per_s,
-            "num_requests": num_requests,
-        },
-        "seed": seed,
-    }
 
 
 def workload_source() -> str:
@@ -81,17 +49,18 @@ def workload_source() -> str:
     return f"the paper's ShareGPT lengths from {path}"
 
 
-def run_system(system: PaperSystem, base: dict[str, Any]) -> dict[str, Any]:
-    """Simulate one system and return its Figure 2 row (shares in % of KV capacity)."""
-    config = config_from_dict({**base, "cache": {**base["cache"], **system.cache}})
+def run_system(system: str, num_requests: int, rate_per_s: float, seed: int) -> dict[str, Any]:
+    """Simulate one system of ``SYSTEMS`` and return its Figure 2 row (% of KV capacity)."""
+    config = paper_config(system, "ShareGPT", rate_per_s=rate_per_s, num_requests=num_requests,
+                          seed=seed)
     results = simulate(config)
     last_arrival = float(results.requests["arrival_time_s"].max())
     summary = summarize(results.memory, results.requests, capacity_slots=config.capacity_tokens,
                         start_s=0.1 * last_arrival, end_s=last_arrival)
-    row: dict[str, Any] = {"system": system.system}
+    row: dict[str, Any] = {"system": system}
     for c in (*STACK, "free"):
         row[f"{c}_pct"] = summary[f"{c}_pct"]
-    paper = system.paper_pct or (VLLM_TOKEN_STATES_PCT, None, None, None)
+    paper = PAPER_STACKS[system] or (VLLM_TOKEN_STATES_PCT, None, None, None)
     for c, value in zip(STACK, paper, strict=True):
         row[f"paper_{c}_pct"] = value
     row["mean_running"] = summary["mean_running"]
@@ -102,23 +71,35 @@ def run_system(system: PaperSystem, base: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def run_fig2(num_requests: int = 4000, rate_per_s: float = 5.0, seed: int = 0,
+def run_fig2(num_requests: int = 5_000, rate_per_s: float = 5.0, seeds: Sequence[int] = (0, 1, 2, 3),
              on_system: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Run the four systems; one row per system (``breakdown.csv``'s columns).
+    """Run the four systems over several seeds; one row per system (``breakdown.csv``).
+
+    Each share is the mean over the seeds (independent workloads of ``num_requests`` each; the
+    heavy-tailed ShareGPT lengths move a single run's shares by about a point);
+    ``token_states_pct_min``/``_max`` give the spread.
 
     Args:
-        num_requests: requests per system.
+        num_requests: requests per system and seed.
         rate_per_s: Poisson rate, requests/s; 5 keeps every system's queue non-empty.
-        seed: workload seed (the same requests for every system).
+        seeds: workload seeds (every system serves the same requests for a seed).
         on_system: called with each system's name before it runs (progress).
     """
-    base = base_config(num_requests, rate_per_s, seed)
     rows = []
     for system in SYSTEMS:
         if on_system is not None:
-            on_system(system.system)
-        rows.append(run_system(system, base))
-    return pd.DataFrame(rows)
+            on_system(system)
+        runs = pd.DataFrame([run_system(system, num_requests, rate_per_s, s) for s in seeds])
+        row = runs.mean(numeric_only=True).to_dict()
+        row["system"] = system
+        row["token_states_pct_min"] = runs["token_states_pct"].min()
+        row["token_states_pct_max"] = runs["token_states_pct"].max()
+        row["capacity_tokens"] = int(runs["capacity_tokens"].iloc[0])
+        row["num_seeds"] = len(seeds)
+        row["requests_per_seed"] = num_requests
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    return table[["system", *[c for c in table.columns if c != "system"]]]
 
 
 def plot_breakdown(breakdown: pd.DataFrame) -> Figure:
