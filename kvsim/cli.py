@@ -56,9 +56,15 @@ def _guard(fn: Callable[[], T]) -> T:
     """Run ``fn``; turn user errors into one red message and exit status 2."""
     try:
         return fn()
-    except (ValueError, FileNotFoundError, DataNotFoundError) as err:
+    except (ValueError, OSError, DataNotFoundError) as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def check_out_dir(out: Path | None) -> None:
+    """Fail before simulating when ``out`` cannot be a results folder."""
+    if out is not None and out.exists() and not out.is_dir():
+        raise ValueError(f"--out: expected a folder, got the existing file {str(out)!r}")
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -98,6 +104,7 @@ def run(
     """Simulate one config and print where the KV memory went."""
 
     def go() -> None:
+        check_out_dir(out)
         overrides = parse_overrides(set_ or [])
         cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
         from kvsim.workload import generate_requests
@@ -131,6 +138,7 @@ def fig2(
     from kvsim.repro.fig2 import STACK, run_fig2, workload_source, write_fig2
 
     def go() -> None:
+        check_out_dir(out)
         console.print(f"Figure 2 setup: OPT-13B, A100-40GB, 12 GiB KV; {workload_source()}; "
                       f"Poisson {rate} req/s; {seeds} seeds x {num_requests:,} requests per system.")
         df = run_fig2(num_requests, rate, range(seed, seed + seeds),

@@ -203,7 +203,7 @@ class SimConfig(_Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: WorkloadSpec = WorkloadSpec()
     cost: CostSpec = CostSpec()
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     debug_invariants: bool = False
     record_memory: bool = True
     memory_resolution: Literal["event", "step"] = Field(
@@ -268,9 +268,10 @@ def format_validation_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "config"
+        msg = e["msg"].removeprefix("Value error, ")
         got = e.get("input")
-        shown = "" if isinstance(got, dict) else f", got {got!r}"
-        lines.append(f"{loc}: {e['msg']}{shown}")
+        shown = "" if isinstance(got, dict) or repr(got) in msg else f", got {got!r}"
+        lines.append(f"{loc}: {msg}{shown}")
     return "\n".join(lines)
 
 

@@ -40,6 +40,15 @@ PAPER_STACKS: dict[str, tuple[float, float, float, float] | None] = {
 VLLM_TOKEN_STATES_PCT = 96.3
 
 
+def paper_lengths_available() -> bool:
+    """Whether the paper's ShareGPT length file is in ``KVSIM_DATA``."""
+    try:
+        resolve_trace("sharegpt_opt")
+    except DataNotFoundError:
+        return False
+    return True
+
+
 def workload_source() -> str:
     """Which lengths the run uses: the paper's ShareGPT list, or the synthetic fallback."""
     try:
@@ -95,6 +104,8 @@ def run_fig2(num_requests: int = 5_000, rate_per_s: float = 5.0, seeds: Sequence
         row["token_states_pct_min"] = runs["token_states_pct"].min()
         row["token_states_pct_max"] = runs["token_states_pct"].max()
         row["capacity_tokens"] = int(runs["capacity_tokens"].iloc[0])
+        row["lengths"] = ("sharegpt_opt" if paper_lengths_available()
+                          else "sharegpt_like (synthetic fallback)")
         row["num_seeds"] = len(seeds)
         row["requests_per_seed"] = num_requests
         rows.append(row)
@@ -111,8 +122,13 @@ def plot_breakdown(breakdown: pd.DataFrame) -> Figure:
         rows.append({f"{c}_pct": row[f"paper_{c}_pct"] for c in STACK} | {"free_pct": 0.0})
         labels.append(f"{row['system']} paper")
     table = pd.DataFrame(rows).astype(float)
-    return waste_bars(table, labels, of="capacity",
-                      title="KV memory by category: kvsim vs PagedAttention paper, Figure 2")
+    title = "KV memory by category: kvsim vs PagedAttention paper, Figure 2"
+    if "lengths" in breakdown and breakdown["lengths"].str.contains("synthetic").any():
+        title += " (kvsim on synthetic ShareGPT-like lengths)"
+    fig = waste_bars(table, labels, of="capacity", title=title)
+    fig.text(0.01, 0.01, "paper bars: Kwon et al., SOSP 2023, Fig. 2 (vLLM: token states only)",
+             fontsize="small")
+    return fig
 
 
 def write_fig2(breakdown: pd.DataFrame, out: str | Path) -> tuple[Path, Path]:

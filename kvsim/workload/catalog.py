@@ -109,7 +109,7 @@ def _download_hint(looking_for: str | None) -> str:
         "(azure_llm_2023_*.csv), kvcache-ai/Mooncake (mooncake_*.jsonl), sosp-ae-39/sosp-ae-astra "
         "(sharegpt_opt_firstturn_lengths.csv), microsoft/sarathi-serve "
         "(sharegpt_llama2_8k_lengths.csv) and microsoft/vidur "
-        "(arxiv_summarization_llama2_lengths.csv); see shared/data/traces/README.md."
+        "(arxiv_summarization_llama2_lengths.csv)."
     )
 
 

@@ -75,6 +75,17 @@ def generate_requests(
     return _build_requests(spec, selected, max_model_len)
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(fmt: str, *args: object) -> None:
+    """Log a warning the first time this exact message comes up in the process."""
+    message = fmt % args
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning(message)
+
+
 def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
     """Load the spec's trace, or fall back to ``sharegpt_like`` when allowed and missing."""
     if spec.length_source != "trace":
@@ -86,7 +97,7 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
         if not spec.fallback_synthetic:
             raise
         arrival = "poisson" if spec.arrival == "trace" else spec.arrival
-        logger.warning(
+        _warn_once(
             "%s Falling back to synthetic 'sharegpt_like' lengths with %s arrivals at %s req/s.",
             exc,
             arrival,
