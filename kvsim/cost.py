@@ -118,14 +118,14 @@ class StepCostModel:
     def decode_span_s(
         self,
         decode_context_tokens: FloatArray,
-        num_decode_seqs: int,
+        num_decode_seqs: int | FloatArray,
         prefill_tokens: Sequence[int] = (),
     ) -> FloatArray:
         """Durations (seconds) of consecutive steps of the same sequences; prefills in the first.
 
         Args:
             decode_context_tokens: float64[k] total KV tokens read by the decodes in each step.
-            num_decode_seqs: decoding sequences in every step.
+            num_decode_seqs: decoding sequences in every step, or float64[k] per step.
             prefill_tokens: prefill sizes, tokens, of the first step.
 
         Returns:

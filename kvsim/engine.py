@@ -155,6 +155,7 @@ class Engine:
         if not self.config.record_memory:
             return
         lengths = self.scheduler.span_lengths(plan)
+        assert plan.final is not None and plan.held0 is not None
         cats = span_categories(self.allocator, lengths, plan.final, plan.held0,
                                self.scheduler.head_of_queue())
         self.recorder.record(self.env.now, durations, cats, len(lengths),
