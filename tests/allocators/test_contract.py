@@ -98,4 +98,4 @@ def test_vectorised_hooks_match_scalar_queries(allocator_name):
 
 
 def test_all_registered_are_tested():
-    assert set(ALLOCATORS) == {"first_fit", "best_fit", "buddy", "paged"}
+    assert set(ALLOCATORS) == {"first_fit", "best_fit", "buddy", "paged", "shared_prefix"}
