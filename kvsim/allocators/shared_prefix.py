@@ -105,6 +105,7 @@ class SharedPrefixAllocator(Allocator):
         """Cached blocks matching the request's prefix: whole blocks, last prompt token excluded."""
         if not self.enable_prefix_caching:
             return []
+        self._flush_registrations()
         cap = (request.num_prefill_tokens - 1) // self.block_size_tokens
         hits: list[int] = []
         for key in self._keys(request)[:cap]:
@@ -183,8 +184,6 @@ class SharedPrefixAllocator(Allocator):
         free_before = self.pool.num_free
         if group is None:
             group = self._admit(request, hits)
-        else:
-            self._register(request, group, group.length)
         self._sum_distinct -= group.num_distinct_blocks
         copies = group.num_copies
         group.advance(num_tokens, self.pool)
@@ -209,6 +208,16 @@ class SharedPrefixAllocator(Allocator):
             self.prefix_cache_queries += prefill
             self.prefix_cache_hits += len(hits) * self.block_size_tokens
         return group
+
+    def _flush_registrations(self) -> None:
+        """Cache every live request's blocks computed so far (``Request.num_computed_tokens``).
+
+        Done lazily before each lookup, so a block is a hit from the step after it is computed,
+        however the engine batched its allocations (fast-forwarded or step by step).
+        """
+        for req_id, request in self._requests.items():
+            group = self.groups[req_id]
+            self._register(request, group, min(request.num_computed_tokens, group.length))
 
     def _register(self, request: Request, group: SequenceGroup, computed_tokens: int) -> None:
         """Cache the full, computed blocks of sequence 0 (groups: the shared prompt blocks)."""
