@@ -9,6 +9,7 @@ from kvsim.allocators.base import Allocator, AllocatorStats, AllocResult
 from kvsim.allocators.buddy import BuddyAllocator
 from kvsim.allocators.contiguous import BestFitAllocator, FirstFitAllocator
 from kvsim.allocators.paged import PagedAllocator
+from kvsim.allocators.radix import RadixAllocator
 from kvsim.allocators.shared_prefix import SharedPrefixAllocator
 
 ALLOCATORS: dict[str, type[Allocator]] = {
@@ -17,6 +18,7 @@ ALLOCATORS: dict[str, type[Allocator]] = {
     "buddy": BuddyAllocator,
     "paged": PagedAllocator,
     "shared_prefix": SharedPrefixAllocator,
+    "radix": RadixAllocator,
 }
 
 
