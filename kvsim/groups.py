@@ -21,8 +21,9 @@ surviving candidate chosen uniformly at random. Draws come from a generator seed
 ``(seed, req_id)``, so a group's tree is the same on every replay (after a recompute preemption
 too). The parameter is fitted on one beam width (``kvsim.repro.sharing``).
 
-Simplification (documented): after a recompute preemption a group restarts as a fork of its
-re-prefilled tokens (prompt + tokens generated so far).
+After a recompute preemption a group restarts from its prompt: the root re-prefills the prompt,
+is forked, and every sequence re-prefills its own generated tokens (a beam group replays its
+seeded tree), so the recomputed group holds exactly what it held before.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class SharedPrefixAllocator(Allocator):
         if not self.enable_prefix_caching:
             return []
         self._flush_registrations()
-        cap = (request.num_prefill_tokens - 1) // self.block_size_tokens
+        cap = (self._fork_point(request) - 1) // self.block_size_tokens
         hits: list[int] = []
         for key in self._keys(request)[:cap]:
             block_id = self.pool.lookup(key)
@@ -118,7 +118,7 @@ class SharedPrefixAllocator(Allocator):
     def _new_need(self, request: Request, num_tokens: int, hits: list[int]) -> int:
         """Fresh blocks a new group takes to reach ``num_tokens`` tokens per sequence."""
         b, w = self.block_size_tokens, request.num_seqs
-        prefill = request.num_prefill_tokens
+        prefill = self._fork_point(request)
         root = cdiv(prefill, b) - len(hits)
         if request.beam_width > 1 and w > 1:  # dry run of fork + branching on fake blocks
             group = self._make_group(request)
@@ -193,8 +193,15 @@ class SharedPrefixAllocator(Allocator):
         reused = len(hits) * self.block_size_tokens
         return self._result(taken * self.block_size_tokens, taken, reused)
 
+    @staticmethod
+    def _fork_point(request: Request) -> int:
+        """Tokens the root holds before the fork: the prompt for a group (after a recompute
+        preemption each sequence re-prefills its own generated tokens, privately), else all
+        prefill tokens."""
+        return request.prompt_tokens if request.num_seqs > 1 else request.num_prefill_tokens
+
     def _admit(self, request: Request, hits: list[int]) -> SequenceGroup:
-        prefill = request.num_prefill_tokens
+        prefill = self._fork_point(request)
         for block_id in hits:
             self.pool.incref(block_id)
         root = hits + [self.pool.take() for _ in range(cdiv(prefill, self.block_size_tokens) - len(hits))]
@@ -205,7 +212,7 @@ class SharedPrefixAllocator(Allocator):
         self._requests[request.req_id] = request
         self._registered[request.req_id] = len(hits)
         if self.enable_prefix_caching:
-            self.prefix_cache_queries += prefill
+            self.prefix_cache_queries += request.num_prefill_tokens
             self.prefix_cache_hits += len(hits) * self.block_size_tokens
         return group
 
