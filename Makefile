@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 KVSIM := $(VENV)/bin/kvsim
 STAMP := $(VENV)/.installed
 
-.PHONY: reproduce test test-gpu bench lint type clean fig13 fig12 preemption calibrate calibrate-gpu
+.PHONY: reproduce test test-gpu bench lint type clean fig13 fig12 preemption calibrate calibrate-gpu sharing
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ fig12: $(STAMP)
 
 preemption: $(STAMP)
 	$(PY) -m kvsim.repro preemption --out results/preemption
+
+# Sharing (issue 3): Figure 15 KV saved by parallel sampling / beam search -> results/sharing/
+# savings.csv, Mooncake prefix-cache hit rates and the shared-prefix plot (hit_rates.png).
+sharing: $(STAMP)
+	$(PY) -m kvsim.cli_sharing --out results/sharing
 
 # GPU calibration of the paged/contiguous KV-read factor. `calibrate` writes under results/;
 # `calibrate-gpu` is the one-shot runbook for a GPU machine (see kvsim/data/calibration/README.md):

@@ -191,6 +191,12 @@ def simulate(config: SimConfig, requests: list[Request] | None = None,
                 f"request {req.req_id}: prompt + output = {req.final_tokens} tokens exceeds "
                 f"min(max_model_len, KV capacity) = {limit}"
             )
+        if req.num_seqs * req.final_tokens > config.capacity_tokens:
+            raise ValueError(
+                f"request {req.req_id}: a group of {req.num_seqs} sequences of {req.final_tokens} "
+                f"tokens may need {req.num_seqs * req.final_tokens} KV slots, more than the "
+                f"capacity of {config.capacity_tokens}; raise the KV budget or lower n/beam_width"
+            )
     env = simpy.Environment()
     engine = Engine(env, config, requests, on_finish)
     env.process(engine.arrival_source())

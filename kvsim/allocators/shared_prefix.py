@@ -160,6 +160,13 @@ class SharedPrefixAllocator(Allocator):
             return self.num_free_tokens
         return 0
 
+    def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
+        """Fresh slots the head's admission needs, cache hits ignored (the recorder's external
+        fragmentation must not depend on which cached blocks a fast-forwarded span evicted)."""
+        need = self._new_need(request, num_tokens, []) if request.req_id not in self.groups \
+            else self._need(request, num_tokens)[0]
+        return need * self.block_size_tokens
+
     def usable_free_slots_at(self, request: Request, num_tokens: int, free_slots: IntArray) -> IntArray:
         need = self.admission_slots_needed(request, num_tokens)
         return np.where(free_slots >= need, free_slots, 0)
