@@ -24,8 +24,12 @@ def sharing(
     """Figure 15 -> <out>/savings.csv; Mooncake hit rates and the prefix plot -> <out>/*."""
     from kvsim.repro.sharing import write_sharing
 
-    paths = write_sharing(out, num_requests=num_requests, fit_width=fit_width,
-                          mooncake_requests=mooncake_requests or None)
+    paths = write_sharing(
+        out,
+        num_requests=num_requests,
+        fit_width=fit_width,
+        mooncake_requests=mooncake_requests or None,
+    )
     typer.echo(paths[0].read_text())
     typer.echo(paths[1].read_text())
     typer.echo(paths[2].read_text())

@@ -255,8 +255,15 @@ def peak_new_blocks(group: SequenceGroup, num_tokens: int, refs: dict[int, int])
     Args:
         refs: current global ref counts of the group's blocks.
     """
-    trial = SequenceGroup(group.block_size_tokens, group.width, [list(t) for t in group.seqs],
-                          dict(group.local), group.length, group.prefill_tokens, group.parents)
+    trial = SequenceGroup(
+        group.block_size_tokens,
+        group.width,
+        [list(t) for t in group.seqs],
+        dict(group.local),
+        group.length,
+        group.prefill_tokens,
+        group.parents,
+    )
     pool = CountingPool(refs)
     trial.advance(num_tokens, pool)
     return pool.peak

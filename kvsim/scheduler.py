@@ -7,7 +7,8 @@ Plain Python, talks only to the allocator contract. Each call to ``schedule`` pl
    to the front of the queue and later re-prefills prompt + generated tokens);
 2. if nobody was preempted, waiting requests are admitted in arrival order while the head fits:
    running sequences ``< max_num_seqs`` (a sequence group of ``n`` samples or ``k`` beams counts
-   ``n``/``k`` and is admitted, grown and preempted as a unit, see ``kvsim.groups``), the step's tokens <= ``max_num_batched_tokens`` and the allocator
+   ``n``/``k`` and is admitted, grown and preempted as a unit, see ``kvsim.groups``), the step's
+   tokens <= ``max_num_batched_tokens`` and the allocator
    can place the head's prefill (prompt + tokens generated before a preemption, + the sampled
    token). The first head that does not fit stops admission (FCFS head-of-line semantics).
 

@@ -52,8 +52,10 @@ def _fit(segs: Sequence[Segment], num_tokens: int, req_id: int) -> tuple[Segment
 
 
 def stream_segments(request: Request, seq_index: int = 0) -> tuple[Segment, ...]:
-    """Prompt runs followed by the output of sequence ``seq_index`` (unique per request/sequence)."""
-    gen_id: Hashable = ("gen", request.req_id) if seq_index == 0 else ("gen", request.req_id, seq_index)
+    """Prompt runs, then the output of sequence ``seq_index`` (unique per request and sequence)."""
+    gen_id: Hashable = (
+        ("gen", request.req_id) if seq_index == 0 else ("gen", request.req_id, seq_index)
+    )
     return (*prompt_segments(request), (gen_id, request.output_tokens))
 
 
@@ -72,8 +74,13 @@ class KeyChain:
             key = self._ids[item] = len(self._ids)
         return key
 
-    def block_keys(self, segments: Sequence[Segment], num_blocks: int, block_size_tokens: int,
-                   salt: str | None = None) -> list[int]:
+    def block_keys(
+        self,
+        segments: Sequence[Segment],
+        num_blocks: int,
+        block_size_tokens: int,
+        salt: str | None = None,
+    ) -> list[int]:
         """Keys of the first ``num_blocks`` full blocks of the stream ``segments``.
 
         Args:

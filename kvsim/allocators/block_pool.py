@@ -1,4 +1,4 @@
-"""Reference-counted KV blocks with an LRU free queue that keeps cached contents (vLLM v1 BlockPool).
+"""Ref-counted KV blocks with an LRU free queue that keeps cached contents (vLLM v1 BlockPool).
 
 Ordering contract (tested exactly):
 
@@ -92,7 +92,9 @@ class BlockPool:
                 f"block {b}: ref {self.ref_cnt[b]} but {'in' if in_queue else 'not in'} free queue"
             )
         for key, b in self.cached.items():
-            assert self.block_key[b] == key, f"cached key {key} -> block {b} has key {self.block_key[b]}"
+            assert self.block_key[b] == key, (
+                f"cached key {key} -> block {b} has key {self.block_key[b]}"
+            )
         assert sum(k is not None for k in self.block_key) == len(self.cached), "stale block keys"
         evictable, protected = self.cache_split()
         assert evictable + protected == len(self.cached), (

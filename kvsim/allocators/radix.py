@@ -118,9 +118,11 @@ class RadixAllocator(Allocator):
     def _split(self, child: RadixNode, at: int) -> RadixNode:
         """Split ``child``'s edge after ``at`` tokens; return the new upper node."""
         parent = child.parent
-        assert parent is not None and 0 < at < len(child.key), "split inside an edge only"
-        upper = RadixNode(child.key[:at], parent, {child.key[at]: child}, child.lock_ref,
-                          child.last_access)
+        assert parent is not None, "the root is never split"
+        assert 0 < at < len(child.key), "split inside an edge only"
+        upper = RadixNode(
+            child.key[:at], parent, {child.key[at]: child}, child.lock_ref, child.last_access
+        )
         parent.children[child.key[0]] = upper
         child.key, child.parent = child.key[at:], upper
         return upper
@@ -180,8 +182,10 @@ class RadixAllocator(Allocator):
         if held is not None:
             return max(0, num_tokens - held.matched - held.private), 0
         if request.num_seqs > 1:
-            raise ValueError(f"radix: request {request.req_id} is a sequence group "
-                             f"(num_seqs={request.num_seqs}); use the shared_prefix allocator")
+            raise ValueError(
+                f"radix: request {request.req_id} is a sequence group "
+                f"(num_seqs={request.num_seqs}); use the shared_prefix allocator"
+            )
         prompt = self.tokens(request)[: max(0, request.num_prefill_tokens - 1)]
         path, matched, partial = self._match(self._root(request.cache_salt), prompt)
         locking = sum(len(n.key) for n in path if n.lock_ref == 0)
@@ -202,7 +206,9 @@ class RadixAllocator(Allocator):
             return self.num_free_tokens
         return 0
 
-    def usable_free_slots_at(self, request: Request, num_tokens: int, free_slots: IntArray) -> IntArray:
+    def usable_free_slots_at(
+        self, request: Request, num_tokens: int, free_slots: IntArray
+    ) -> IntArray:
         need = self.admission_slots_needed(request, num_tokens)
         return np.where(free_slots >= need, free_slots, 0)
 
@@ -279,8 +285,9 @@ class RadixAllocator(Allocator):
         room = self.num_free_tokens + int((held_slots - lengths).sum())
         return max(0, min(k_max, room // len(lengths)))
 
-    def span_slots(self, requests: Sequence[Request], lengths: IntArray, final: IntArray,
-                   held_now: IntArray) -> SpanSlots:
+    def span_slots(
+        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
+    ) -> SpanSlots:
         """Tokens matched in the tree are shared: counted once (``protected_tokens``)."""
         shared = self._sum_matched - self.protected_tokens
         token = lengths.sum(axis=0) - shared
@@ -315,7 +322,9 @@ class RadixAllocator(Allocator):
         while stack:
             node = stack.pop()
             for first, child in node.children.items():
-                assert child.parent is node and child.key and child.key[0] == first, "radix: bad edge"
+                assert child.parent is node, "radix: child's parent link is wrong"
+                assert child.key, "radix: empty edge"
+                assert child.key[0] == first, "radix: child filed under the wrong token"
                 assert child.lock_ref == locks.get(id(child), 0), (
                     f"radix: lock_ref {child.lock_ref} != {locks.get(id(child), 0)} live paths"
                 )
@@ -323,11 +332,14 @@ class RadixAllocator(Allocator):
                 protected += len(child.key) if child.lock_ref else 0
                 stack.append(child)
         assert cached == self.cached_tokens, f"radix: cached {cached} != {self.cached_tokens}"
-        assert protected == self.protected_tokens, f"radix: protected {protected} != {self.protected_tokens}"
+        assert protected == self.protected_tokens, (
+            f"radix: protected {protected} != {self.protected_tokens}"
+        )
         assert self.evictable_tokens + self.protected_tokens == self.cached_tokens
         private = sum(h.private for h in self.live.values())
         total = self._free + cached + private
         assert total == self.capacity_tokens, (
-            f"radix: free {self._free} + cached {cached} + private {private} != {self.capacity_tokens}"
+            f"radix: free {self._free} + cached {cached} + private {private} "
+            f"!= {self.capacity_tokens}"
         )
         assert self._free >= 0, f"radix: negative free {self._free}"

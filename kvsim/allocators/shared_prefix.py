@@ -49,9 +49,16 @@ class SharedPrefixAllocator(Allocator):
 
     name = "shared_prefix"
 
-    def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1,
-                 block_size_tokens: int = 16, enable_prefix_caching: bool = True,
-                 beam_survival: float = 0.8, seed: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        capacity_tokens: int,
+        bytes_per_token: int = 1,
+        block_size_tokens: int = 16,
+        enable_prefix_caching: bool = True,
+        beam_survival: float = 0.8,
+        seed: int = 0,
+    ) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
         if block_size_tokens < 1:
             raise ValueError(f"block_size_tokens: must be >= 1, got {block_size_tokens}")
@@ -163,11 +170,16 @@ class SharedPrefixAllocator(Allocator):
     def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
         """Fresh slots the head's admission needs, cache hits ignored (the recorder's external
         fragmentation must not depend on which cached blocks a fast-forwarded span evicted)."""
-        need = self._new_need(request, num_tokens, []) if request.req_id not in self.groups \
+        need = (
+            self._new_need(request, num_tokens, [])
+            if request.req_id not in self.groups
             else self._need(request, num_tokens)[0]
+        )
         return need * self.block_size_tokens
 
-    def usable_free_slots_at(self, request: Request, num_tokens: int, free_slots: IntArray) -> IntArray:
+    def usable_free_slots_at(
+        self, request: Request, num_tokens: int, free_slots: IntArray
+    ) -> IntArray:
         need = self.admission_slots_needed(request, num_tokens)
         return np.where(free_slots >= need, free_slots, 0)
 
@@ -175,14 +187,18 @@ class SharedPrefixAllocator(Allocator):
     def _make_group(self, request: Request) -> SequenceGroup:
         group = SequenceGroup(self.block_size_tokens, request.num_seqs)
         if request.beam_width > 1 and request.num_seqs > 1:
-            group.parents = self.beam.parents(request.req_id, request.num_seqs,
-                                              max(1, request.output_tokens))
+            group.parents = self.beam.parents(
+                request.req_id, request.num_seqs, max(1, request.output_tokens)
+            )
         return group
 
     def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
         group = self.groups.get(request.req_id)
-        if group is not None and group.parents is None and \
-                len(group.seqs[0]) * self.block_size_tokens >= num_tokens:
+        if (
+            group is not None
+            and group.parents is None
+            and len(group.seqs[0]) * self.block_size_tokens >= num_tokens
+        ):
             group.length = max(group.length, num_tokens)
             return self._nothing_new  # hot path: the last blocks still have room
         need, hits = self._need(request, num_tokens)
@@ -211,7 +227,9 @@ class SharedPrefixAllocator(Allocator):
         prefill = self._fork_point(request)
         for block_id in hits:
             self.pool.incref(block_id)
-        root = hits + [self.pool.take() for _ in range(cdiv(prefill, self.block_size_tokens) - len(hits))]
+        root = hits + [
+            self.pool.take() for _ in range(cdiv(prefill, self.block_size_tokens) - len(hits))
+        ]
         group = self._make_group(request)
         group.start(root, prefill, self.pool)
         self._sum_distinct += group.num_distinct_blocks
@@ -268,8 +286,9 @@ class SharedPrefixAllocator(Allocator):
     def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
         return self.max_growth_steps_for([], lengths, held_slots, k_max)
 
-    def max_growth_steps_for(self, requests: Sequence[Request], lengths: IntArray,
-                             held_now: IntArray, k_max: int) -> int:
+    def max_growth_steps_for(
+        self, requests: Sequence[Request], lengths: IntArray, held_now: IntArray, k_max: int
+    ) -> int:
         if len(lengths) == 0 or k_max <= 1:
             return max(k_max, 0)
         if any(self.groups[r.req_id].parents is not None for r in requests):
@@ -288,8 +307,9 @@ class SharedPrefixAllocator(Allocator):
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
         return lo
 
-    def span_slots(self, requests: Sequence[Request], lengths: IntArray, final: IntArray,
-                   held_now: IntArray) -> SpanSlots:
+    def span_slots(
+        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
+    ) -> SpanSlots:
         """Group-aware totals: a group holds ``s + w (c - s)`` blocks at ``c`` blocks per
         sequence (``s`` shared prompt blocks); beam groups (one-step spans) their real count;
         blocks shared across requests (prefix hits) are subtracted once."""
@@ -314,8 +334,9 @@ class SharedPrefixAllocator(Allocator):
         b = self.block_size_tokens
         held = (self.num_blocks - self.pool.num_free) * b
         overhead = self.capacity_tokens - self.num_blocks * b
-        return AllocatorStats(self.capacity_tokens, held, overhead, self.num_free_tokens,
-                              len(self.groups))
+        return AllocatorStats(
+            self.capacity_tokens, held, overhead, self.num_free_tokens, len(self.groups)
+        )
 
     def prefix_cache_summary(self) -> dict[str, Any]:
         """vLLM-style counters for the run summary (tokens, bytes)."""

@@ -22,26 +22,31 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from kvsim.config import config_from_dict  # noqa: E402
-from kvsim.engine import simulate  # noqa: E402
-from kvsim.repro.common import paper_config  # noqa: E402
-from kvsim.workload import generate_requests, load_workload  # noqa: E402
+from kvsim.config import config_from_dict
+from kvsim.engine import simulate
+from kvsim.repro.common import paper_config
+from kvsim.workload import generate_requests, load_workload
 
 logger = logging.getLogger(__name__)
 
 PAPER_FIG15: dict[tuple[str, int], float] = {
-    ("parallel", 2): 6.09, ("parallel", 4): 8.53, ("parallel", 6): 9.79,
-    ("beam", 2): 37.56, ("beam", 4): 53.13, ("beam", 6): 55.16,
+    ("parallel", 2): 6.09,
+    ("parallel", 4): 8.53,
+    ("parallel", 6): 9.79,
+    ("beam", 2): 37.56,
+    ("beam", 4): 53.13,
+    ("beam", 6): 55.16,
 }
 FIG15_RATE_PER_S = 3.0  # Alpaca req/s at which no width preempts on 12 GiB
 MOONCAKE_MODEL = "llama-3.1-8b"  # 128 KiB/token, 128K context
 
 
-def saved_pct(mode: str, width: int, *, survival: float = 0.8, num_requests: int = 400,
-              seed: int = 0) -> float:
+def saved_pct(
+    mode: str, width: int, *, survival: float = 0.8, num_requests: int = 400, seed: int = 0
+) -> float:
     """KV saved by sharing (%) of one Figure 15 run.
 
     Args:
@@ -52,17 +57,28 @@ def saved_pct(mode: str, width: int, *, survival: float = 0.8, num_requests: int
         seed: the run's seed.
     """
     group = {"workload__n": width} if mode == "parallel" else {"workload__beam_width": width}
-    cfg = paper_config("vLLM", "Alpaca", rate_per_s=FIG15_RATE_PER_S, num_requests=num_requests,
-                       seed=seed, cache__allocator="shared_prefix",
-                       cache__enable_prefix_caching=False, cache__beam_survival=survival, **group)
+    cfg = paper_config(
+        "vLLM",
+        "Alpaca",
+        rate_per_s=FIG15_RATE_PER_S,
+        num_requests=num_requests,
+        seed=seed,
+        cache__allocator="shared_prefix",
+        cache__enable_prefix_caching=False,
+        cache__beam_survival=survival,
+        **group,
+    )
     res = simulate(cfg)
     if res.summary["num_preemptions"]:
-        logger.warning("figure 15 %s x%d: %d preemptions", mode, width, res.summary["num_preemptions"])
+        logger.warning(
+            "figure 15 %s x%d: %d preemptions", mode, width, res.summary["num_preemptions"]
+        )
     return float(res.summary["kv_saved_by_sharing_pct"])
 
 
-def fit_beam_survival(width: int, target_pct: float, *, num_requests: int = 400, seed: int = 0,
-                      iterations: int = 8) -> float:
+def fit_beam_survival(
+    width: int, target_pct: float, *, num_requests: int = 400, seed: int = 0, iterations: int = 8
+) -> float:
     """Bisect ``survival`` in [0.5, 0.99] so beam width ``width`` saves ``target_pct`` %.
 
     Saving falls as survival rises (longer private branches), so bisection applies.
@@ -70,18 +86,23 @@ def fit_beam_survival(width: int, target_pct: float, *, num_requests: int = 400,
     lo, hi = 0.5, 0.99
     for _ in range(iterations):
         mid = (lo + hi) / 2
-        if saved_pct("beam", width, survival=mid, num_requests=num_requests, seed=seed) > target_pct:
+        if (
+            saved_pct("beam", width, survival=mid, num_requests=num_requests, seed=seed)
+            > target_pct
+        ):
             lo = mid
         else:
             hi = mid
     return (lo + hi) / 2
 
 
-def fig15_table(*, fit_width: int = 4, num_requests: int = 400, seed: int = 0
-                ) -> tuple[pd.DataFrame, float]:
+def fig15_table(
+    *, fit_width: int = 4, num_requests: int = 400, seed: int = 0
+) -> tuple[pd.DataFrame, float]:
     """Figure 15 rows (``mode, width, saved_pct, paper_pct``) and the fitted survival."""
-    survival = fit_beam_survival(fit_width, PAPER_FIG15[("beam", fit_width)],
-                                 num_requests=num_requests, seed=seed)
+    survival = fit_beam_survival(
+        fit_width, PAPER_FIG15[("beam", fit_width)], num_requests=num_requests, seed=seed
+    )
     rows = []
     for (mode, width), paper in PAPER_FIG15.items():
         pct = saved_pct(mode, width, survival=survival, num_requests=num_requests, seed=seed)
@@ -118,8 +139,9 @@ def _rng(seed: int) -> Any:
     return np.random.default_rng(seed)
 
 
-def mooncake_hit_rates(kv_cache_gib: Sequence[float], block_sizes: Sequence[int], *,
-                       num_requests: int | None = 2000) -> pd.DataFrame:
+def mooncake_hit_rates(
+    kv_cache_gib: Sequence[float], block_sizes: Sequence[int], *, num_requests: int | None = 2000
+) -> pd.DataFrame:
     """Prefix-cache hit rate (%) on the Mooncake conversation trace per budget and block size.
 
     Llama-3.1-8B (128 KiB/token) on an H200 with a 128K context; budgets beyond the GPU are
@@ -129,74 +151,123 @@ def mooncake_hit_rates(kv_cache_gib: Sequence[float], block_sizes: Sequence[int]
     rows = []
     for block in block_sizes:
         for gib in kv_cache_gib:
-            cfg = config_from_dict({
-                "model": MOONCAKE_MODEL, "gpu": "h200", "workload": wl,
-                "cache": {"allocator": "shared_prefix", "kv_cache_gib": gib,
-                          "block_size_tokens": block},
-                "scheduler": {"max_model_len": 131072, "max_num_batched_tokens": 131072},
-            })
+            cfg = config_from_dict(
+                {
+                    "model": MOONCAKE_MODEL,
+                    "gpu": "h200",
+                    "workload": wl,
+                    "cache": {
+                        "allocator": "shared_prefix",
+                        "kv_cache_gib": gib,
+                        "block_size_tokens": block,
+                    },
+                    "scheduler": {"max_model_len": 131072, "max_num_batched_tokens": 131072},
+                }
+            )
             s = simulate(cfg).summary
-            rows.append({"block_size_tokens": block, "kv_cache_gib": gib,
-                         "kv_tokens": cfg.capacity_tokens,
-                         "hit_rate_pct": 100.0 * s["prefix_cache_hit_rate"],
-                         "num_preemptions": s["num_preemptions"]})
+            rows.append(
+                {
+                    "block_size_tokens": block,
+                    "kv_cache_gib": gib,
+                    "kv_tokens": cfg.capacity_tokens,
+                    "hit_rate_pct": 100.0 * s["prefix_cache_hit_rate"],
+                    "num_preemptions": s["num_preemptions"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def prefix_length_hits(prefix_tokens: Sequence[int], block_sizes: Sequence[int], *,
-                       num_requests: int = 200) -> pd.DataFrame:
+def prefix_length_hits(
+    prefix_tokens: Sequence[int], block_sizes: Sequence[int], *, num_requests: int = 200
+) -> pd.DataFrame:
     """Hit rate (%) of a shared system prompt of each length (fixed 64-token user part)."""
     rows = []
     for block in block_sizes:
         for shared in prefix_tokens:
-            cfg = config_from_dict({
-                "cache": {"allocator": "shared_prefix", "kv_cache_gib": 12,
-                          "block_size_tokens": block},
-                "workload": {"lengths": "fixed", "fixed_prompt_tokens": 64,
-                             "fixed_output_tokens": 16, "rate_per_s": 5.0,
-                             "num_requests": num_requests, "shared_prefix_tokens": shared},
-            })
+            cfg = config_from_dict(
+                {
+                    "cache": {
+                        "allocator": "shared_prefix",
+                        "kv_cache_gib": 12,
+                        "block_size_tokens": block,
+                    },
+                    "workload": {
+                        "lengths": "fixed",
+                        "fixed_prompt_tokens": 64,
+                        "fixed_output_tokens": 16,
+                        "rate_per_s": 5.0,
+                        "num_requests": num_requests,
+                        "shared_prefix_tokens": shared,
+                    },
+                }
+            )
             s = simulate(cfg).summary
-            rows.append({"block_size_tokens": block, "shared_prefix_tokens": shared,
-                         "hit_rate_pct": 100.0 * s["prefix_cache_hit_rate"]})
+            rows.append(
+                {
+                    "block_size_tokens": block,
+                    "shared_prefix_tokens": shared,
+                    "hit_rate_pct": 100.0 * s["prefix_cache_hit_rate"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def plot_hit_rates(mooncake: pd.DataFrame, ceilings: tuple[float, float], prefix: pd.DataFrame
-                   ) -> Any:
+def plot_hit_rates(
+    mooncake: pd.DataFrame, ceilings: tuple[float, float], prefix: pd.DataFrame
+) -> Any:
     """Two panels: Mooncake hit rate vs KV budget (with the ``(blocks, tokens)`` unbounded
     ceilings); hit rate vs shared prefix length."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for block, df in mooncake.groupby("block_size_tokens"):
         ax1.plot(df["kv_tokens"] / 1e6, df["hit_rate_pct"], marker="o", label=f"B = {block}")
-    ax1.axhline(ceilings[0], color="k", ls="--", label=f"unbounded, 512-token blocks {ceilings[0]:.1f} %")
+    ax1.axhline(
+        ceilings[0], color="k", ls="--", label=f"unbounded, 512-token blocks {ceilings[0]:.1f} %"
+    )
     ax1.axhline(ceilings[1], color="grey", ls=":", label=f"unbounded, tokens {ceilings[1]:.1f} %")
-    ax1.set(xscale="log", xlabel="KV budget (million token slots)", ylabel="hit rate (% of tokens)",
-            title="Mooncake conversation: prefix cache hits")
+    ax1.set(
+        xscale="log",
+        xlabel="KV budget (million token slots)",
+        ylabel="hit rate (% of tokens)",
+        title="Mooncake conversation: prefix cache hits",
+    )
     ax1.legend()
     for block, df in prefix.groupby("block_size_tokens"):
-        ax2.step(df["shared_prefix_tokens"], df["hit_rate_pct"], where="post", marker="o",
-                 label=f"B = {block}")
+        ax2.step(
+            df["shared_prefix_tokens"],
+            df["hit_rate_pct"],
+            where="post",
+            marker="o",
+            label=f"B = {block}",
+        )
         ax2.axvline(block, color="grey", ls=":")
-    ax2.set(xlabel="shared prefix (tokens)", ylabel="hit rate (% of tokens)",
-            title="a prefix shorter than one block never hits")
+    ax2.set(
+        xlabel="shared prefix (tokens)",
+        ylabel="hit rate (% of tokens)",
+        title="a prefix shorter than one block never hits",
+    )
     ax2.legend()
     fig.tight_layout()
     return fig
 
 
-def write_sharing(out: Path, *, num_requests: int = 400, fit_width: int = 4,
-                  mooncake_requests: int | None = 2000,
-                  kv_cache_gib: Sequence[float] = (32, 128, 512, 2048),
-                  block_sizes: Sequence[int] = (16, 64, 512)) -> list[Path]:
+def write_sharing(
+    out: Path,
+    *,
+    num_requests: int = 400,
+    fit_width: int = 4,
+    mooncake_requests: int | None = 2000,
+    kv_cache_gib: Sequence[float] = (32, 128, 512, 2048),
+    block_sizes: Sequence[int] = (16, 64, 512),
+) -> list[Path]:
     """Write ``savings.csv``, ``beam_fit.csv``, ``mooncake_hits.csv``, ``prefix_hits.csv`` and
     ``hit_rates.png`` under ``out``; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     table, survival = fig15_table(fit_width=fit_width, num_requests=num_requests)
     paths = [out / "savings.csv", out / "beam_fit.csv"]
     table.to_csv(paths[0], index=False)
-    pd.DataFrame([{"fit_width": fit_width, "survival": round(survival, 4)}]).to_csv(paths[1],
-                                                                                   index=False)
+    pd.DataFrame([{"fit_width": fit_width, "survival": round(survival, 4)}]).to_csv(
+        paths[1], index=False
+    )
     moon = mooncake_hit_rates(kv_cache_gib, block_sizes, num_requests=mooncake_requests)
     ceiling, ceiling_tokens = unbounded_ceiling(mooncake_requests)
     moon["ceiling_blocks_pct"] = ceiling

@@ -45,9 +45,14 @@ def _with_prefix(spec: WorkloadSpec, req: Request, max_model_len: int) -> Reques
     if shared:
         segs = ((("sys", tenant), shared), *segs[: 1 if prompt > shared else 0])
     output = min(req.output_tokens, max_model_len - prompt)
-    return replace(req, prompt_tokens=prompt, output_tokens=output,
-                   max_tokens=max(output, min(req.max_tokens, max_model_len - prompt)),
-                   token_segments=segs, cache_salt=salt)
+    return replace(
+        req,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        max_tokens=max(output, min(req.max_tokens, max_model_len - prompt)),
+        token_segments=segs,
+        cache_salt=salt,
+    )
 
 
 @dataclass(slots=True)
@@ -60,13 +65,15 @@ class _Turn:
     prompt_tokens: int = 0
 
 
-def _conversations(spec: WorkloadSpec, requests: list[Request], max_model_len: int) -> list[Request]:
+def _conversations(
+    spec: WorkloadSpec, requests: list[Request], max_model_len: int
+) -> list[Request]:
     """Chain drawn rows into conversations of ``num_turns`` turns (see ``WorkloadSpec``)."""
     turns: list[_Turn] = []
     num_convs = -(-len(requests) // spec.num_turns)
     shared = spec.shared_prefix_tokens
     for conv in range(num_convs):
-        rows = requests[conv * spec.num_turns:(conv + 1) * spec.num_turns]
+        rows = requests[conv * spec.num_turns : (conv + 1) * spec.num_turns]
         start = requests[conv].arrival_time_s
         prompt = shared
         for t, row in enumerate(rows):
@@ -74,7 +81,9 @@ def _conversations(spec: WorkloadSpec, requests: list[Request], max_model_len: i
             if prompt + 1 > max_model_len:
                 break  # the conversation no longer fits the context: it ends here
             out = min(row.output_tokens, max_model_len - prompt)
-            turns.append(_Turn(start + t * spec.turn_gap_s, conv, t, row.prompt_tokens, out, prompt))
+            turns.append(
+                _Turn(start + t * spec.turn_gap_s, conv, t, row.prompt_tokens, out, prompt)
+            )
             prompt += out
     turns.sort(key=lambda x: (x.arrival_time_s, x.conv, x.turn))
     ids = {(x.conv, x.turn): i for i, x in enumerate(turns)}
@@ -86,8 +95,17 @@ def _conversations(spec: WorkloadSpec, requests: list[Request], max_model_len: i
         segs = history.get(x.conv, ((("sys", tenant), shared),) if shared else ())
         segs = (*segs, (("user", x.conv, x.turn), x.user_tokens))
         history[x.conv] = (*segs, (("gen", req_id), x.output_tokens))
-        out_reqs.append(Request(req_id, x.arrival_time_s, x.prompt_tokens, x.output_tokens,
-                                max(x.output_tokens, max_model_len - x.prompt_tokens),
-                                session_id=x.conv, token_segments=segs, cache_salt=salt))
+        out_reqs.append(
+            Request(
+                req_id,
+                x.arrival_time_s,
+                x.prompt_tokens,
+                x.output_tokens,
+                max(x.output_tokens, max_model_len - x.prompt_tokens),
+                session_id=x.conv,
+                token_segments=segs,
+                cache_salt=salt,
+            )
+        )
     out_reqs.sort(key=lambda r: r.req_id)
     return out_reqs

@@ -23,12 +23,13 @@ def finish(a: RadixAllocator, r: Request, computed: int) -> None:
 def test_split_lock_and_evict_only_unlocked_leaves():
     a = RadixAllocator(capacity_tokens=64)
     first = req(1, [SYS, (("user", "A"), 4)])
-    a.allocate(first, 13)               # empty tree: 13 private slots
-    finish(a, first, 13)                # its 13 computed tokens (12 prompt + 1 output) cached
+    a.allocate(first, 13)  # empty tree: 13 private slots
+    finish(a, first, 13)  # its 13 computed tokens (12 prompt + 1 output) cached
     assert (a.cached_tokens, a.protected_tokens, a.num_free_tokens) == (13, 0, 64)
     second = req(2, [SYS, (("user", "B"), 4)])
-    result = a.allocate(second, 13)     # matches the shared 8 tokens, inside A's 13-token edge
-    assert result.num_reused_tokens == 8 and result.num_new_slots == 5
+    result = a.allocate(second, 13)  # matches the shared 8 tokens, inside A's 13-token edge
+    assert result.num_reused_tokens == 8
+    assert result.num_new_slots == 5
     (upper,) = a.roots[None].children.values()
     (lower,) = upper.children.values()
     assert (len(upper.key), len(lower.key)) == (8, 5)  # split at 8
@@ -38,7 +39,9 @@ def test_split_lock_and_evict_only_unlocked_leaves():
     # 46 truly free + 5 evictable: a 50-token prompt (51 slots) evicts A's 5-token leaf only
     third = req(3, [(("doc", 3), 50)])
     assert a.allocate(third, 51) is not None
-    assert a.num_evicted_tokens == 5 and a.cached_tokens == 8 and upper.children == {}
+    assert a.num_evicted_tokens == 5
+    assert a.cached_tokens == 8
+    assert upper.children == {}
     before = (a.num_free_tokens, a.stats(), a.cached_tokens)
     assert a.allocate(req(4, [(("doc", 4), 1)]), 2) is None  # the locked path cannot go
     assert (a.num_free_tokens, a.stats(), a.cached_tokens) == before
@@ -53,8 +56,10 @@ def test_free_inserts_and_unlocks():
     second = req(2, [SYS, (("user", "B"), 4)])
     a.allocate(second, 13)
     finish(a, second, 13)  # 8 already cached; its other 5 become a new leaf beside A's
-    assert a.cached_tokens == 13 + 5 and a.protected_tokens == 0
-    assert a.num_free_tokens == 64 and a.stats().held_slots == 0
+    assert a.cached_tokens == 13 + 5
+    assert a.protected_tokens == 0
+    assert a.num_free_tokens == 64
+    assert a.stats().held_slots == 0
     a.check_invariants()
 
 
@@ -64,7 +69,7 @@ def test_lru_leaf_is_evicted_first():
     a.allocate(old, 5)
     finish(a, old, 5)
     a.allocate(new, 5)
-    finish(a, new, 5)   # leaves: x (older access), y
+    finish(a, new, 5)  # leaves: x (older access), y
     big = req(3, [(("z", 3), 12)])
     a.allocate(big, 13)  # 10 free, needs 13: evicts the least recently used leaf x (5 tokens)
     assert a.num_evicted_tokens == 5

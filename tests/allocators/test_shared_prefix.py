@@ -27,7 +27,7 @@ def doc(req_id: int, prompt: int, output: int = 4, *, segs=None, salt=None, **kw
 def test_fork_copies_only_the_partial_last_block():
     a = alloc()
     req = doc(1, 10, n=3)  # 10 tokens = blocks 0, 1 full + block 2 holding 2 tokens
-    a.allocate(req, 11)    # prefill, fork x3, first write at position 10
+    a.allocate(req, 11)  # prefill, fork x3, first write at position 10
     # seq 0 and seq 1 find block 2 shared (ref 3, then 2) and copy it to blocks 3 and 4;
     # seq 2 then sees ref 1 and writes in place
     assert [a.block_table(1, s) for s in range(3)] == [[0, 1, 3], [0, 1, 4], [0, 1, 2]]
@@ -69,12 +69,12 @@ def test_free_queue_order_tail_first_and_eviction_from_the_front():
     first = doc(1, 12, segs=segs)
     a.allocate(first, 13)  # blocks 0, 1, 2 (prompt) + 3 (the new token)
     first.num_computed_tokens = 13
-    a.free(1)              # full blocks 0, 1, 2 keep their keys; released tail first
+    a.free(1)  # full blocks 0, 1, 2 keep their keys; released tail first
     assert a.pool.free_order() == [4, 5, 6, 7, 8, 9, 10, 3, 2, 1, 0]
-    other = doc(2, 29)     # 30 tokens -> 8 blocks: 4..10 and 3 (uncached), nothing evicted
+    other = doc(2, 29)  # 30 tokens -> 8 blocks: 4..10 and 3 (uncached), nothing evicted
     a.allocate(other, 30)
     assert a.block_table(2) == [4, 5, 6, 7, 8, 9, 10, 3]
-    third = doc(3, 4)      # 2 blocks from the front: 2 then 1, whose keys are dropped
+    third = doc(3, 4)  # 2 blocks from the front: 2 then 1, whose keys are dropped
     a.allocate(third, 5)
     assert a.block_table(3) == [2, 1]
     assert a.pool.num_evictions == 2
@@ -82,7 +82,8 @@ def test_free_queue_order_tail_first_and_eviction_from_the_front():
     assert a.pool.free_order() == [0, 3, 10, 9, 8, 7, 6, 5, 4]
     again = doc(4, 12, segs=segs)  # block 0 still cached; the chain breaks at block 1
     result = a.allocate(again, 13)
-    assert result is not None and result.num_reused_tokens == 4
+    assert result is not None
+    assert result.num_reused_tokens == 4
     assert a.block_table(4) == [0, 3, 10, 9]
     a.check_invariants()
 
@@ -95,13 +96,23 @@ def test_failed_allocation_changes_nothing():
     first.num_computed_tokens = 13
     a.free(1)
     a.allocate(doc(2, 27), 28)  # 7 blocks: 4..10; free queue left: 3, 2, 1, 0 (0-2 cached)
-    before = (list(a.pool.ref_cnt), a.pool.free_order(), dict(a.pool.cached),
-              a.prefix_cache_queries, a.prefix_cache_hits)
+    before = (
+        list(a.pool.ref_cnt),
+        a.pool.free_order(),
+        dict(a.pool.cached),
+        a.prefix_cache_queries,
+        a.prefix_cache_hits,
+    )
     big = doc(3, 12, output=10, segs=segs)  # hits blocks 0, 1 but needs 2 + 3 fresh > 2 left
     assert not a.can_allocate(big, 21)
     assert a.allocate(big, 21) is None
-    after = (list(a.pool.ref_cnt), a.pool.free_order(), dict(a.pool.cached),
-             a.prefix_cache_queries, a.prefix_cache_hits)
+    after = (
+        list(a.pool.ref_cnt),
+        a.pool.free_order(),
+        dict(a.pool.cached),
+        a.prefix_cache_queries,
+        a.prefix_cache_hits,
+    )
     assert after == before
     a.check_invariants()
 
@@ -138,8 +149,8 @@ def test_dropped_beam_releases_its_path():
     pool = BlockPool(8)
     group = SequenceGroup(4, 2)
     group.start([pool.take()], 4, pool)  # prompt of 4 tokens: block 0 (full), shared by both
-    group.parents = np.array([[0, 0]])   # after step 0 candidate 1 drops; 0 is forked into its slot
-    group.advance(5, pool)               # step 0 writes position 4: a fresh block each -> 1, 2
+    group.parents = np.array([[0, 0]])  # after step 0 candidate 1 drops; 0 is forked into its slot
+    group.advance(5, pool)  # step 0 writes position 4: a fresh block each -> 1, 2
     assert group.seqs == [[0, 1], [0, 2]]
     group.advance(6, pool)
     # branch: slot 1 becomes a fork of [0, 1]; the old [0, 2] is released and block 2 goes to

@@ -35,20 +35,48 @@ class SharingMachine(RuleBasedStateMachine):
         a = self.alloc
         base = (a.num_free_tokens, a.stats())
         if self.kind == "shared_prefix":
-            return (*base, list(a.pool.ref_cnt), a.pool.free_order(), dict(a.pool.cached),
-                    a.prefix_cache_hits)
+            return (
+                *base,
+                list(a.pool.ref_cnt),
+                a.pool.free_order(),
+                dict(a.pool.cached),
+                a.prefix_cache_hits,
+            )
         return (*base, a.cached_tokens, a.protected_tokens, a.prefix_cache_hits)
 
-    @rule(doc=st.integers(0, 2), doc_len=st.integers(1, 9), extra=st.integers(0, 5),
-          output=st.integers(1, 6), salt=st.sampled_from([None, "t1"]),
-          width=st.integers(1, 3), beam=st.booleans())
-    def allocate(self, doc: int, doc_len: int, extra: int, output: int, salt: str | None,
-                 width: int, beam: bool) -> None:
+    @rule(
+        doc=st.integers(0, 2),
+        doc_len=st.integers(1, 9),
+        extra=st.integers(0, 5),
+        output=st.integers(1, 6),
+        salt=st.sampled_from([None, "t1"]),
+        width=st.integers(1, 3),
+        beam=st.booleans(),
+    )
+    def allocate(
+        self,
+        doc: int,
+        doc_len: int,
+        extra: int,
+        output: int,
+        salt: str | None,
+        width: int,
+        beam: bool,
+    ) -> None:
         if self.kind == "radix":
             width = 1
         segs = [(("doc", doc), doc_len)] + ([(("own", self.next_id), extra)] if extra else [])
-        req = Request(self.next_id, 0.0, doc_len + extra, output, output, token_segments=tuple(segs),
-                      cache_salt=salt, n=1 if beam else width, beam_width=width if beam else 1)
+        req = Request(
+            self.next_id,
+            0.0,
+            doc_len + extra,
+            output,
+            output,
+            token_segments=tuple(segs),
+            cache_salt=salt,
+            n=1 if beam else width,
+            beam_width=width if beam else 1,
+        )
         self.next_id += 1
         before = self.snapshot()
         result = self.alloc.allocate(req, req.prompt_tokens + 1)
