@@ -206,6 +206,11 @@ class RadixAllocator(Allocator):
             return self.num_free_tokens
         return 0
 
+    def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
+        """Slots the head's admission needs, cache hits ignored (the recorder's external
+        fragmentation must not depend on which leaves a fast-forwarded span evicted)."""
+        return max(0, num_tokens - self.held_slots(request.req_id))
+
     def usable_free_slots_at(
         self, request: Request, num_tokens: int, free_slots: IntArray
     ) -> IntArray:
@@ -220,9 +225,10 @@ class RadixAllocator(Allocator):
         self._clock += 1
         held = self.live.get(request.req_id)
         reused = 0
-        if held is None:
+        if held is None:  # admission inserts running prefixes first: the match may only grow
             held = self._admit(request)
             reused = held.matched
+            need = max(0, num_tokens - held.matched)
         if need > self._free:
             self._evict(need - self._free)
         self._free -= need
@@ -231,6 +237,7 @@ class RadixAllocator(Allocator):
         return self._result(need, 1 if need else 0, reused)
 
     def _admit(self, request: Request) -> _Held:
+        self._cache_unfinished()
         root = self._root(request.cache_salt)
         prompt = self.tokens(request)[: max(0, request.num_prefill_tokens - 1)]
         path, matched, partial = self._match(root, prompt)
@@ -245,8 +252,8 @@ class RadixAllocator(Allocator):
         self.prefix_cache_hits += matched
         return held
 
-    def _insert(self, root: RadixNode, tokens: Sequence[int]) -> int:
-        """Insert ``tokens``; return how many were already cached (from the root)."""
+    def _insert(self, root: RadixNode, tokens: Sequence[int]) -> tuple[int, RadixNode]:
+        """Insert ``tokens``; return how many were already cached and the node ending them."""
         path, matched, partial = self._match(root, tokens)
         node = path[-1] if path else root
         if partial:
@@ -258,7 +265,30 @@ class RadixAllocator(Allocator):
             leaf = RadixNode(tuple(tokens[matched:]), node, last_access=self._clock)
             node.children[tokens[matched]] = leaf
             self.cached_tokens += len(tokens) - matched
-        return matched
+            node = leaf
+        return matched, node
+
+    def _cache_unfinished(self) -> None:
+        """Insert every live request's computed tokens (SGLang ``cache_unfinished_req``).
+
+        Its private slots for them become tree slots (or are freed where the tree already had
+        the tokens) and its lock moves down to the new end. Run at each admission, so a prefix
+        computed by a running request is a hit for the requests admitted after it.
+        """
+        for held in self.live.values():
+            computed = min(held.request.num_computed_tokens, held.matched + held.private)
+            if computed <= held.matched:
+                continue
+            root = self._root(held.request.cache_salt)
+            already, node = self._insert(root, self.tokens(held.request)[:computed])
+            self._free += already - held.matched  # duplicates of what the tree already held
+            gained = computed - held.matched
+            held.private -= gained
+            self._sum_private -= gained
+            self._sum_matched += gained
+            self._lock(node, +1)
+            self._lock(held.node, -1)
+            held.node, held.matched = node, computed
 
     def free(self, req_id: int) -> None:
         held = self.live.pop(req_id, None)
@@ -268,7 +298,7 @@ class RadixAllocator(Allocator):
         request = held.request
         computed = min(request.num_computed_tokens, held.matched + held.private)
         root = self._root(request.cache_salt)
-        already = self._insert(root, self.tokens(request)[:computed]) if computed else 0
+        already = self._insert(root, self.tokens(request)[:computed])[0] if computed else 0
         moved = max(0, computed - already)  # private slots that became tree slots
         self._free += held.private - moved
         self._sum_private -= held.private

@@ -83,3 +83,18 @@ def test_groups_are_refused_with_a_clear_error():
     group = Request(1, 0.0, 4, 4, 4, n=2)
     with pytest.raises(ValueError, match="sequence group"):
         a.allocate(group, 5)
+
+
+def test_running_prefix_is_a_hit_for_later_admissions():
+    # SGLang cache_unfinished_req: A is still running with 13 computed tokens; admitting B first
+    # inserts them (A's private slots become locked tree slots), so B hits the shared 8 tokens
+    a = RadixAllocator(capacity_tokens=64)
+    first = req(1, [SYS, (("user", "A"), 4)])
+    a.allocate(first, 13)
+    first.num_computed_tokens = 13
+    second = req(2, [SYS, (("user", "B"), 4)])
+    assert a.allocate(second, 13).num_reused_tokens == 8
+    assert a.held_slots(1) == 13
+    assert (a.cached_tokens, a.protected_tokens) == (13, 13)  # all locked: A's path
+    assert a.stats().held_slots == 13 + 5  # shared 8 counted once
+    a.check_invariants()
