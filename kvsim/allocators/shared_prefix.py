@@ -56,7 +56,7 @@ class SharedPrefixAllocator(Allocator):
         bytes_per_token: int = 1,
         block_size_tokens: int = 16,
         enable_prefix_caching: bool = True,
-        beam_survival: float = 0.8,
+        beam_survival: float = 0.8646,
         seed: int = 0,
     ) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
