@@ -13,7 +13,7 @@ SWEEP_FLAGS ?=
 SWEEP := $(KVSIM)
 
 .PHONY: reproduce test test-gpu bench bench-sweep lint type clean figures experiments $(EXPERIMENTS) \
-        fig13 fig12 preemption calibrate calibrate-gpu
+        fig13 fig12 preemption calibrate calibrate-gpu sharing
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ fig12: $(STAMP)
 
 preemption: $(STAMP)
 	$(PY) -m kvsim.repro preemption --out results/preemption
+
+# Sharing (issue 3): Figure 15 KV saved by parallel sampling / beam search -> results/sharing/
+# savings.csv, Mooncake prefix-cache hit rates and the shared-prefix plot (hit_rates.png).
+sharing: $(STAMP)
+	$(KVSIM) sharing --out results/sharing
 
 # GPU calibration of the paged/contiguous KV-read factor. `calibrate` writes under results/;
 # `calibrate-gpu` is the one-shot runbook for a GPU machine (see kvsim/data/calibration/README.md):

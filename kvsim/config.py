@@ -120,6 +120,11 @@ class CacheSpec(_Frozen):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_headroom_bytes: int = Field(default=2 * GiB, ge=0)
     watermark: float = Field(default=0.01, ge=0, lt=1, description="free-block share kept at admission (paged)")
+    enable_prefix_caching: bool = Field(default=True, description="shared_prefix: cache full blocks across requests")
+    beam_survival: float = Field(
+        default=0.8646, ge=0, le=1,
+        description="kvsim.groups.BeamModel parameter (fitted on Figure 15 beam width 4)",
+    )
 
     @field_validator("allocator")
     @classmethod

@@ -39,6 +39,9 @@ def allocator_from_config(config: SimConfig) -> Allocator:
         block_size_tokens=config.cache.block_size_tokens,
         watermark=config.cache.watermark,
         reservation=config.cache.reservation,
+        enable_prefix_caching=config.cache.enable_prefix_caching,
+        beam_survival=config.cache.beam_survival,
+        seed=config.seed,
         max_model_len=config.scheduler.max_model_len,
         full_context_tokens=config.model.max_position_embeddings,
     )
@@ -128,13 +131,15 @@ class Engine:
         """
         k = self.scheduler.max_extension(plan, self.max_span_steps)
         assert plan.lengths0 is not None
-        decode_context = float(plan.lengths0[: len(plan.decodes)].sum())
-        num_seqs = len(plan.lengths0)
+        widths = np.array([r.num_seqs for r in plan.members], np.float64)  # group sequences
+        weighted = widths * plan.lengths0
+        num_dec = len(plan.decodes)
+        num_seqs = float(widths.sum())
         steps = np.arange(k, dtype=np.float64)
-        contexts = float(plan.lengths0.sum()) + num_seqs * steps
-        contexts[0] = decode_context
-        num_decodes = np.full(k, float(num_seqs))
-        num_decodes[0] = len(plan.decodes)
+        contexts = float(weighted.sum()) + num_seqs * steps
+        contexts[0] = float(weighted[:num_dec].sum())
+        num_decodes = np.full(k, num_seqs)
+        num_decodes[0] = float(widths[:num_dec].sum())
         durations = self.cost.decode_span_s(contexts, num_decodes, plan.prefill_tokens)
         if k > 1 and not self.scheduler.waiting and self.num_arrived < len(self.requests):
             until_arrival = self._arrival_times[self.num_arrived] - self.env.now
@@ -156,7 +161,7 @@ class Engine:
             return
         lengths = self.scheduler.span_lengths(plan)
         assert plan.final is not None and plan.held0 is not None
-        cats = span_categories(self.allocator, lengths, plan.final, plan.held0,
+        cats = span_categories(self.allocator, plan.members, lengths, plan.final, plan.held0,
                                self.scheduler.head_of_queue())
         self.recorder.record(self.env.now, durations, cats, len(lengths),
                              len(self.scheduler.waiting), len(plan.prefills), plan.num_preempted)
@@ -197,6 +202,12 @@ def simulate(config: SimConfig, requests: list[Request] | None = None,
                 f"request {req.req_id}: prompt + output = {req.final_tokens} tokens exceeds "
                 f"min(max_model_len, KV capacity) = {limit}"
             )
+        if req.num_seqs * req.final_tokens > config.capacity_tokens:
+            raise ValueError(
+                f"request {req.req_id}: a group of {req.num_seqs} sequences of {req.final_tokens} "
+                f"tokens may need {req.num_seqs * req.final_tokens} KV slots, more than the "
+                f"capacity of {config.capacity_tokens}; raise the KV budget or lower n/beam_width"
+            )
     env = simpy.Environment()
     engine = Engine(env, config, requests, on_finish)
     env.process(engine.arrival_source())
@@ -207,6 +218,9 @@ def simulate(config: SimConfig, requests: list[Request] | None = None,
                             engine.scheduler.num_preemptions)
     if engine.swap is not None:  # [swap]
         results.summary.update(engine.swap.summary(engine.swap_time_s))
+    prefix_summary = getattr(engine.allocator, "prefix_cache_summary", None)
+    if prefix_summary is not None:  # shared-prefix / radix allocators
+        results.summary.update(prefix_summary())
     results.summary["layout_factor"] = engine.cost.layout_factor
     results.summary["layout_source"] = engine.cost.layout_source
     return results

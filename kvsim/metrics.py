@@ -4,6 +4,8 @@ Shares are time-weighted over the measured window. ``*_pct`` are shares of KV ca
 PagedAttention paper's Figure 2 reports shares of KV memory); ``*_pct_of_used`` are shares of the
 non-free slots. ``kv_usage_perc`` is allocated / capacity (vLLM's ``kv_cache_usage_perc``, which
 hides internal fragmentation); ``token_utilization_perc`` is token states / allocated.
+``kv_saved_by_sharing_pct`` is 1 - held / unshared slots, time-weighted (the PagedAttention paper's
+Figure 15 metric: blocks saved by sharing over blocks without sharing).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ def memory_shares(memory: pd.DataFrame, capacity_slots: int) -> dict[str, float]
     out["kv_usage_perc"] = 100.0 * means["allocated"] / capacity_slots
     alloc = means["allocated"]
     out["token_utilization_perc"] = 100.0 * means["token_states"] / alloc if alloc else float("nan")
+    if "unshared" in memory:  # Figure 15: blocks saved by sharing / blocks without sharing
+        unshared = float(np.dot(memory["unshared"].to_numpy(), w) / total_s)
+        held = float(np.dot(memory["held"].to_numpy(), w) / total_s)
+        out["kv_saved_by_sharing_pct"] = 100.0 * (1 - held / unshared) if unshared else 0.0
     out["mean_running"] = float(np.dot(memory["num_running"].to_numpy(), w) / total_s)
     out["mean_waiting"] = float(np.dot(memory["num_waiting"].to_numpy(), w) / total_s)
     return out

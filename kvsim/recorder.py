@@ -2,6 +2,8 @@
 
 For a live request holding ``R`` slots with ``L`` token states and true final length ``F``:
 token states ``L``, reservation ``min(R, F) - L``, internal fragmentation ``max(0, R - F)``.
+Sequence groups and shared prefixes go through ``Allocator.span_slots``: shared physical slots
+count once, and ``unshared`` records what the same sequences would hold without sharing.
 Free slots that cannot serve the request at the head of the queue are external fragmentation
 (holes too small, or too few in total: the paper's "external fragmentation & other"), as are
 slots taken from the pool but owned by no reservation (buddy rounding, a paged pool's remainder).
@@ -13,6 +15,7 @@ category columns are means over the span's steps weighted by step duration.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +29,7 @@ FloatArray = npt.NDArray[np.float64]
 MEMORY_COLUMNS = (
     "time_s", "duration_s", "num_steps", "num_running", "num_waiting", "num_prefills",
     "num_preempted", "num_blocked_steps", "token_states", "reservation",
-    "internal_fragmentation", "external_fragmentation", "free", "allocated",
+    "internal_fragmentation", "external_fragmentation", "free", "allocated", "held", "unshared",
 )
 CATEGORIES = ("token_states", "reservation", "internal_fragmentation",
               "external_fragmentation", "free")
@@ -43,6 +46,8 @@ class SpanCategories:
     free: IntArray
     allocated: IntArray
     blocked: npt.NDArray[np.bool_]
+    held: IntArray
+    unshared: IntArray
 
     def total(self) -> IntArray:
         return (self.token_states + self.reservation + self.internal_fragmentation
@@ -51,6 +56,7 @@ class SpanCategories:
 
 def span_categories(
     allocator: Allocator,
+    requests: Sequence[Request],
     lengths: IntArray,
     final: IntArray,
     held_now: IntArray,
@@ -60,7 +66,8 @@ def span_categories(
 
     Args:
         allocator: the pool, already holding the slots of the whole span.
-        lengths: int64[n, k] token states of the ``n`` running requests in each of ``k`` steps.
+        requests: the ``n`` running requests (sequence groups count ``num_seqs`` sequences).
+        lengths: int64[n, k] tokens of each request's sequences in each of ``k`` steps.
         final: int64[n] their true final lengths (prompt + output tokens).
         held_now: int64[n] slots each holds in the span's first step.
         head: the waiting head and the tokens it needs, or ``None`` when nobody waits.
@@ -71,15 +78,12 @@ def span_categories(
     k = lengths.shape[1]
     capacity = allocator.capacity_tokens
     if len(lengths):
-        held = allocator.held_slots_at(lengths, held_now)
-        fin = final[:, None]
-        token = lengths.sum(axis=0)
-        reserved_real = np.minimum(held, fin)
-        reservation = reserved_real.sum(axis=0) - token
-        held_total = held.sum(axis=0)
-        internal = held_total - reserved_real.sum(axis=0)
+        slots = allocator.span_slots(requests, lengths, final, held_now)
+        token, internal, held_total = slots.token_states, slots.internal, slots.held
+        reservation = held_total - token - internal
+        unshared = slots.unshared
     else:
-        token = reservation = internal = held_total = np.zeros(k, np.int64)
+        token = reservation = internal = held_total = unshared = np.zeros(k, np.int64)
     overhead = allocator.stats().overhead_slots
     free_total = capacity - held_total - overhead
     if head is None:
@@ -90,7 +94,7 @@ def span_categories(
         need = allocator.admission_slots_needed(head[0], head[1])
         blocked = (usable == 0) & (free_total >= need)
     return SpanCategories(token, reservation, internal, free_total - usable + overhead,
-                          usable, capacity - free_total, blocked)
+                          usable, capacity - free_total, blocked, held_total, unshared)
 
 
 @dataclass
@@ -105,7 +109,8 @@ class MemoryRecorder:
         """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k])."""
         total_s = float(durations_s.sum())
         w = durations_s / total_s if total_s > 0 else np.full(len(durations_s), 1 / len(durations_s))
-        means = [float(np.dot(getattr(cats, c), w)) for c in (*CATEGORIES, "allocated")]
+        means = [float(np.dot(getattr(cats, c), w))
+                 for c in (*CATEGORIES, "allocated", "held", "unshared")]
         self.rows.append((
             time_s, total_s, len(durations_s), num_running, num_waiting, num_prefills,
             num_preempted, int(cats.blocked.sum()), *means,

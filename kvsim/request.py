@@ -24,6 +24,14 @@ class Request:
         max_tokens: the client's output cap in tokens (>= output_tokens).
         prefix_hash_ids: optional ids of shared prefix blocks (Mooncake ``hash_ids``).
         session_id: optional conversation id (multi-turn workloads).
+        n: parallel samples of the prompt (vLLM ``SamplingParams.n``, >= 1).
+        beam_width: beam-search width (>= 1; 1 means no beam search). A request is a sequence
+            group of ``num_seqs = max(n, beam_width)`` sequences of equal length, scheduled and
+            preempted as a unit (``kvsim.groups``).
+        token_segments: optional identity of the prompt's tokens as ``(segment_id, num_tokens)``
+            runs (``kvsim.tokens``); equal runs mean equal tokens. ``None``: derived from
+            ``prefix_hash_ids`` when set, else a prompt unique to this request.
+        cache_salt: optional tenant salt; prefixes with different salts never share KV.
         num_computed_tokens: token states currently held in KV (0 while waiting).
         num_held_slots: KV slots the allocator holds for it (the scheduler's cached copy of
             ``Allocator.held_slots``, refreshed after every allocation; 0 while waiting).
@@ -38,6 +46,10 @@ class Request:
     max_tokens: int
     prefix_hash_ids: tuple[int, ...] | None = None
     session_id: int | None = None
+    n: int = 1
+    beam_width: int = 1
+    token_segments: tuple[tuple[object, int], ...] | None = None
+    cache_salt: str | None = None
     num_computed_tokens: int = 0
     num_held_slots: int = 0
     num_generated_tokens: int = 0
@@ -51,6 +63,11 @@ class Request:
     def final_tokens(self) -> int:
         """True final length in token states: prompt + output tokens."""
         return self.prompt_tokens + self.output_tokens
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences of the group: ``max(n, beam_width)`` (1 for a plain request)."""
+        return self.n if self.n >= self.beam_width else self.beam_width
 
     @property
     def num_prefill_tokens(self) -> int:

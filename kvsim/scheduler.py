@@ -6,7 +6,9 @@ Plain Python, talks only to the allocator contract. Each call to ``schedule`` pl
    allocator refuses, the most recently admitted request is preempted (its KV freed, it goes back
    to the front of the queue and later re-prefills prompt + generated tokens);
 2. if nobody was preempted, waiting requests are admitted in arrival order while the head fits:
-   ``running < max_num_seqs``, the step's tokens <= ``max_num_batched_tokens`` and the allocator
+   running sequences ``< max_num_seqs`` (a sequence group of ``n`` samples or ``k`` beams counts
+   ``n``/``k`` and is admitted, grown and preempted as a unit, see ``kvsim.groups``), the step's
+   tokens <= ``max_num_batched_tokens`` and the allocator
    can place the head's prefill (prompt + tokens generated before a preemption, + the sampled
    token). The first head that does not fit stops admission (FCFS head-of-line semantics).
 
@@ -51,6 +53,7 @@ class StepPlan:
             ``plan_arrays``: token states before step 0 (prefills: the tokens they compute),
             true final lengths, and slots held in step 0.
         swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
+        members: ``decodes + prefills`` (the rows of the arrays), filled by ``plan_arrays``.
     """
 
     prefills: list[Request] = field(default_factory=list)
@@ -63,6 +66,7 @@ class StepPlan:
     final: IntArray | None = None
     held0: IntArray | None = None
     swap_blocks: int = 0
+    members: list[Request] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -159,8 +163,9 @@ class Scheduler:
             self.waiting.appendleft(req)
 
     def _admit(self, plan: StepPlan) -> None:
-        budget = self.token_budget - len(plan.decodes)
-        while self.waiting and len(self.running) < self.config.max_num_seqs:
+        num_seqs = sum(r.num_seqs for r in self.running)  # groups count every sequence (vLLM)
+        budget = self.token_budget - num_seqs
+        while self.waiting and num_seqs + self.waiting[0].num_seqs <= self.config.max_num_seqs:
             head = self.waiting[0]
             num_tokens = head.num_prefill_tokens
             if num_tokens > budget:
@@ -175,6 +180,7 @@ class Scheduler:
             plan.prefills.append(head)
             plan.prefill_tokens.append(num_tokens)
             budget -= num_tokens
+            num_seqs += head.num_seqs
 
     def head_of_queue(self) -> tuple[Request, int] | None:
         """The waiting head and the tokens its admission must place, or ``None``."""
@@ -186,7 +192,7 @@ class Scheduler:
     # -- fast-forward -----------------------------------------------------------------------
     def plan_arrays(self, plan: StepPlan) -> tuple[IntArray, IntArray, IntArray]:
         """Fill and return ``plan.lengths0``, ``plan.final`` and ``plan.held0`` (see ``StepPlan``)."""
-        reqs = plan.decodes + plan.prefills
+        reqs = plan.members = plan.decodes + plan.prefills
         plan.lengths0 = np.array([r.num_computed_tokens for r in plan.decodes]
                                  + plan.prefill_tokens, np.int64)
         plan.final = np.array([r.prompt_tokens + r.output_tokens for r in reqs], np.int64)
@@ -207,7 +213,7 @@ class Scheduler:
         k = min(k_max, int((final - lengths0).min()) if len(final) else 1)
         if k <= 1:
             return 1
-        return max(1, self.allocator.max_growth_steps(lengths0, held0, k))
+        return max(1, self.allocator.max_growth_steps_for(plan.members, lengths0, held0, k))
 
     def extend(self, plan: StepPlan, num_steps: int) -> None:
         """Let ``plan`` cover ``num_steps`` steps, allocating their slots now."""

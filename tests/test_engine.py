@@ -45,13 +45,18 @@ def test_hand_worked_external_fragmentation_and_blocked_steps():
     assert res.requests.loc[0, "finish_time_s"] == pytest.approx(end_of_step5)
 
 
-@pytest.mark.parametrize(("allocator", "reservation"), [("paged", "max"), ("buddy", "pow2"),
-                                                        ("first_fit", "oracle"), ("best_fit", "max")])
-def test_categories_sum_to_capacity_every_event(allocator, reservation):
+@pytest.mark.parametrize(("allocator", "reservation", "sharing"), [
+    ("paged", "max", {}), ("buddy", "pow2", {}), ("first_fit", "oracle", {}), ("best_fit", "max", {}),
+    ("shared_prefix", "max", {"n": 4, "lengths": "alpaca_like"}),
+    ("shared_prefix", "max", {"beam_width": 4, "lengths": "alpaca_like"}),
+    ("radix", "max", {"shared_prefix_tokens": 100}),
+    ("first_fit", "oracle", {"n": 2, "lengths": "alpaca_like"}),
+])
+def test_categories_sum_to_capacity_every_event(allocator, reservation, sharing):
     cfg = config_from_dict({
         "cache": {"allocator": allocator, "reservation": reservation, "kv_cache_gib": 2,
                   "block_size_tokens": 16},
-        "workload": {"rate_per_s": 20.0, "num_requests": 300},
+        "workload": {"rate_per_s": 20.0, "num_requests": 300, **sharing},
         "debug_invariants": True,
     })
     res = simulate(cfg)
@@ -61,20 +66,33 @@ def test_categories_sum_to_capacity_every_event(allocator, reservation):
     assert res.requests["finish_time_s"].notna().all()
 
 
-@pytest.mark.parametrize("allocator", ["paged", "buddy"])
-def test_fast_forward_matches_step_by_step(allocator):
+@pytest.mark.parametrize(("allocator", "sharing"), [
+    ("paged", {}), ("buddy", {}), ("shared_prefix", {}), ("radix", {}),
+    ("paged", {"n": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+    ("buddy", {"beam_width": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+    ("shared_prefix", {"n": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+    ("shared_prefix", {"beam_width": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+    ("shared_prefix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
+    ("radix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
+])
+def test_fast_forward_matches_step_by_step(allocator, sharing):
     cfg = config_from_dict({
         "cache": {"allocator": allocator, "reservation": "pow2", "kv_cache_gib": 2},
-        "workload": {"rate_per_s": 4.0, "num_requests": 150},
+        "workload": {"rate_per_s": 4.0, "num_requests": 80 if sharing else 150, **sharing},
     })
     fast = simulate(cfg)
     slow = simulate(cfg.model_copy(update={"memory_resolution": "step"}))
     assert (slow.memory["num_steps"] == 1).all()
     assert fast.summary["num_preemptions"] == slow.summary["num_preemptions"]
     assert fast.summary["num_steps"] == slow.summary["num_steps"]
-    assert len(fast.memory) < len(slow.memory)
+    if "beam_width" not in sharing:  # beam groups branch every step: never fast-forwarded
+        assert len(fast.memory) < len(slow.memory)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, rtol=1e-9)
-    for key in ("token_states_pct", "reservation_pct", "external_fragmentation_pct", "mean_running"):
+    keys = ["token_states_pct", "reservation_pct", "external_fragmentation_pct", "mean_running",
+            "kv_saved_by_sharing_pct"]
+    if "prefix_cache_hits" in fast.summary:
+        assert fast.summary["prefix_cache_hits"] == slow.summary["prefix_cache_hits"]
+    for key in keys:
         assert fast.summary[key] == pytest.approx(slow.summary[key], rel=1e-9)
 
 

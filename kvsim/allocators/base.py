@@ -9,6 +9,7 @@ nothing changed (check first, then mutate, as vLLM's ``KVCacheManager.allocate_s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -51,6 +52,24 @@ class AllocatorStats:
     overhead_slots: int
     free_slots: int
     num_requests: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpanSlots:
+    """Slot totals over the live requests of a span, each int64[k] (one entry per step).
+
+    Attributes:
+        held: slots the requests hold (a physical slot shared by several counts once).
+        token_states: held slots holding computed KV (shared slots once; copies count).
+        internal: held slots beyond the true final length, never written (DESIGN.md rule).
+        unshared: slots the same sequences would hold without any sharing (Figure 15's
+            denominator: every sequence its own blocks).
+    """
+
+    held: IntArray
+    token_states: IntArray
+    internal: IntArray
+    unshared: IntArray
 
 
 class Allocator(ABC):
@@ -168,6 +187,51 @@ class Allocator(ABC):
             lengths: int64[n] current tokens of each live request.
             held_slots: int64[n] slots each holds now (``held_slots(req_id)``).
         """
+
+    # -- request-aware span hooks (sequence groups, sharing) ---------------------------------
+    def span_slots(self, requests: Sequence[Request], lengths: IntArray, final: IntArray,
+                   held_now: IntArray) -> SpanSlots:
+        """Held, token-state, internal and unshared slot totals in each step of a span.
+
+        The default serves groups without sharing: a request of ``w = num_seqs`` sequences holds
+        ``w`` times the per-sequence holding ``held_slots_at`` (contiguous: ``w`` slabs; paged:
+        ``w`` block tables). Sharing allocators override it to count shared slots once.
+
+        Args:
+            requests: the span's ``n`` live requests (rows of the arrays).
+            lengths: int64[n, k] tokens of each sequence in each step.
+            final: int64[n] true final tokens of each sequence (prompt + output).
+            held_now: int64[n] per-sequence holdings in the span's first step.
+        """
+        widths = np.array([r.num_seqs for r in requests], np.int64)[:, None]
+        per_seq = self.held_slots_at(lengths, held_now)
+        held = (widths * per_seq).sum(axis=0)
+        internal = (widths * np.maximum(per_seq - final[:, None], 0)).sum(axis=0)
+        token = (widths * lengths).sum(axis=0)
+        return SpanSlots(held, token, internal, held)
+
+    def max_growth_steps_for(self, requests: Sequence[Request], lengths: IntArray,
+                             held_now: IntArray, k_max: int) -> int:
+        """``max_growth_steps`` for requests that may be sequence groups (``w`` sequences each).
+
+        Every sequence of a group grows by one token per step, so a group needs ``w`` times the
+        per-sequence slots of ``held_slots_at``.
+        """
+        k = self.max_growth_steps(lengths, held_now, k_max)
+        widths = np.array([r.num_seqs for r in requests], np.int64)
+        if k <= 1 or not len(widths) or int(widths.max()) == 1:
+            return k
+        free = self.num_free_tokens
+
+        def fits(j: int) -> bool:
+            grown = self.held_slots_at((lengths + j)[:, None], held_now)[:, 0]
+            return int((widths * np.maximum(grown - held_now, 0)).sum()) <= free
+
+        lo, hi = 0, k + 1  # fits(lo) holds; find the largest j <= k that fits
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
 
     # -- accounting -------------------------------------------------------------------------
     @abstractmethod

@@ -9,6 +9,9 @@ the logical block to a physical one (seed: token 37 at 16 tokens/block -> logica
 
 Free-list order: new blocks are taken from the front, freed blocks are appended at the back in the
 order of the request's block table.
+
+Sequence groups are served without sharing: a request of ``w = num_seqs`` sequences holds ``w``
+block tables (kept as one list of ``w * c`` entries); ``held_slots`` is per sequence.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class PagedAllocator(Allocator):
         self._free_blocks: deque[int] = deque(range(self.num_blocks))
         self.ref_cnt = [0] * self.num_blocks
         self.block_tables: dict[int, list[int]] = {}
+        self._widths: dict[int, int] = {}  # sequences of group requests (absent: 1)
         self._num_table_entries = 0  # sum of block-table lengths, kept for O(1) stats()
 
     @property
@@ -74,7 +78,8 @@ class PagedAllocator(Allocator):
         return list(self._free_blocks)
 
     def held_slots(self, req_id: int) -> int:
-        return len(self.block_tables.get(req_id, ())) * self.block_size_tokens
+        per_seq = len(self.block_tables.get(req_id, ())) // self._widths.get(req_id, 1)
+        return per_seq * self.block_size_tokens
 
     def slot_of(self, req_id: int, token_index: int) -> tuple[int, int]:
         """Physical ``(block_id, offset)`` of a request's token ``token_index`` (0-based)."""
@@ -83,14 +88,20 @@ class PagedAllocator(Allocator):
 
     def num_blocks_needed(self, req_id: int, num_tokens: int) -> int:
         """New blocks needed so ``req_id`` holds ``num_tokens`` tokens in total."""
-        have = len(self.block_tables.get(req_id, ()))
-        return max(0, cdiv(num_tokens, self.block_size_tokens) - have)
+        w = self._widths.get(req_id, 1)
+        have = len(self.block_tables.get(req_id, ())) // w
+        return w * max(0, cdiv(num_tokens, self.block_size_tokens) - have)
+
+    def _need(self, request: Request, num_tokens: int) -> int:
+        if request.req_id in self.block_tables or request.num_seqs == 1:
+            return self.num_blocks_needed(request.req_id, num_tokens)
+        return request.num_seqs * cdiv(num_tokens, self.block_size_tokens)
 
     def num_slots_needed(self, request: Request, num_tokens: int) -> int:
-        return self.num_blocks_needed(request.req_id, num_tokens) * self.block_size_tokens
+        return self._need(request, num_tokens) * self.block_size_tokens
 
     def can_allocate(self, request: Request, num_tokens: int) -> bool:
-        need = self.num_blocks_needed(request.req_id, num_tokens)
+        need = self._need(request, num_tokens)
         reserve = 0 if request.req_id in self.block_tables else self.watermark_blocks
         return need + reserve <= len(self._free_blocks)
 
@@ -105,17 +116,19 @@ class PagedAllocator(Allocator):
 
     def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
         reserve = 0 if request.req_id in self.block_tables else self.watermark_blocks
-        return (self.num_blocks_needed(request.req_id, num_tokens) + reserve) * self.block_size_tokens
+        return (self._need(request, num_tokens) + reserve) * self.block_size_tokens
 
     def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
         table = self.block_tables.get(request.req_id)
-        if table is not None and len(table) * self.block_size_tokens >= num_tokens:
+        if table is not None and self.held_slots(request.req_id) >= num_tokens:
             return self._nothing_new  # hot path: the last block still has room
-        need = self.num_blocks_needed(request.req_id, num_tokens)
+        need = self._need(request, num_tokens)
         if need > len(self._free_blocks):
             return None
         if table is None:
             table = self.block_tables[request.req_id] = []
+            if request.num_seqs > 1:
+                self._widths[request.req_id] = request.num_seqs
         free_blocks, ref_cnt = self._free_blocks, self.ref_cnt
         for _ in range(need):
             block_id = free_blocks.popleft()
@@ -128,6 +141,7 @@ class PagedAllocator(Allocator):
         table = self.block_tables.pop(req_id, None)
         if table is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
+        self._widths.pop(req_id, None)
         self._num_table_entries -= len(table)
         ref_cnt, free_blocks = self.ref_cnt, self._free_blocks
         for block_id in table:

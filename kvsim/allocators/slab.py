@@ -2,6 +2,10 @@
 
 Subclasses decide placement (``_place``/``_release``); this class keeps ``req_id -> (start, size)``
 and answers the contract's queries from it. A slab's size is fixed at the first allocation.
+
+Sequence groups are served without sharing: each of a request's ``w = num_seqs`` sequences gets
+its own slab of the reservation rule's size; the ``w`` slabs are placed back to back as one extent
+(a simplification: one hole of ``w`` slabs rather than ``w`` holes). ``held_slots`` is per sequence.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class SlabAllocator(Allocator):
         self.max_model_len = max_model_len
         self.full_context_tokens = full_context_tokens or max_model_len
         self._slabs: dict[int, tuple[int, int]] = {}
+        self._widths: dict[int, int] = {}  # sequences of group requests (absent: 1)
 
     # -- placement, by subclasses -----------------------------------------------------------
     def _place(self, size: int) -> tuple[int, int] | None:
@@ -66,11 +71,11 @@ class SlabAllocator(Allocator):
             max_model_len=self.max_model_len,
             full_context_tokens=self.full_context_tokens,
         )
-        return max(rule_size, num_tokens)
+        return request.num_seqs * max(rule_size, num_tokens)
 
     def held_slots(self, req_id: int) -> int:
         slab = self._slabs.get(req_id)
-        return 0 if slab is None else slab[1]
+        return 0 if slab is None else slab[1] // self._widths.get(req_id, 1)
 
     def slab_of(self, req_id: int) -> tuple[int, int] | None:
         """The request's ``(start, size)`` in slots, or ``None``."""
@@ -84,23 +89,26 @@ class SlabAllocator(Allocator):
     def can_allocate(self, request: Request, num_tokens: int) -> bool:
         slab = self._slabs.get(request.req_id)
         if slab is not None:
-            return num_tokens <= slab[1]
+            return num_tokens <= self.held_slots(request.req_id)
         return self._fits_anywhere(self.slab_size(request, num_tokens))
 
     def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
         slab = self._slabs.get(request.req_id)
         if slab is not None:  # a slab never grows in place
-            return self._nothing_new if num_tokens <= slab[1] else None
+            return self._nothing_new if num_tokens <= self.held_slots(request.req_id) else None
         placed = self._place(self.slab_size(request, num_tokens))
         if placed is None:
             return None
         self._slabs[request.req_id] = placed
+        if request.num_seqs > 1:
+            self._widths[request.req_id] = request.num_seqs
         return self._result(placed[1], 1)
 
     def free(self, req_id: int) -> None:
         slab = self._slabs.pop(req_id, None)
         if slab is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
+        self._widths.pop(req_id, None)
         self._release(*slab)
 
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:

@@ -22,6 +22,7 @@ from kvsim.workload.lengths import (
     lognormal_pair,
     uniform_split,
 )
+from kvsim.workload.sharing import apply_sharing
 from kvsim.workload.spec import DEFAULT_NUM_REQUESTS, WorkloadSpec
 from kvsim.workload.traces import Trace, load_trace
 
@@ -72,7 +73,8 @@ def generate_requests(
         selected = _select_trace_arrivals(spec, trace, max_model_len)
     else:
         selected = _select_trace_lengths(spec, trace, arrival_rng, length_rng, max_model_len)
-    return _build_requests(spec, selected, max_model_len)
+    requests = _build_requests(spec, selected, max_model_len)
+    return apply_sharing(spec, requests, max_model_len)
 
 
 _WARNED: set[str] = set()

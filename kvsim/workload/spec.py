@@ -66,6 +66,16 @@ class WorkloadSpec(BaseModel):
         start_s: start of the window on the trace's time axis, in seconds (``arrival="trace"``).
         duration_s: window length in trace seconds (trace arrivals) or simulated seconds
             (synthetic arrivals); ``None`` for no limit.
+        n: parallel samples per request (a sequence group, ``kvsim.groups``).
+        beam_width: beam-search width per request (1: no beam search; not with ``n > 1``).
+        shared_prefix_tokens: a system prompt / few-shot prefix of this many tokens, identical on
+            every request (of a tenant), prepended to each drawn prompt.
+        num_tenants: requests are spread round-robin over this many tenants, each with its own
+            cache salt, so different tenants never share prefix KV.
+        num_turns: turns per conversation (synthetic multi-turn): turn ``t``'s prompt is turn
+            ``t - 1``'s prompt + its output + a new user message (a drawn prompt length).
+            ``rate_per_s`` then counts conversation starts; turns too long are dropped.
+        turn_gap_s: seconds between a conversation's consecutive turns.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -99,6 +109,13 @@ class WorkloadSpec(BaseModel):
     start_s: float = Field(default=0.0, ge=0)
     duration_s: float | None = Field(default=None, gt=0)
 
+    n: int = Field(default=1, ge=1)
+    beam_width: int = Field(default=1, ge=1)
+    shared_prefix_tokens: int = Field(default=0, ge=0)
+    num_tenants: int = Field(default=1, ge=1)
+    num_turns: int = Field(default=1, ge=1)
+    turn_gap_s: float = Field(default=30.0, ge=0)
+
     @property
     def length_source(self) -> LengthKind:
         """The effective ``lengths`` (resolving ``None``)."""
@@ -117,6 +134,11 @@ class WorkloadSpec(BaseModel):
     def _check_consistency(self) -> WorkloadSpec:
         self._check_lengths()
         self._check_arrivals()
+        if self.n > 1 and self.beam_width > 1:
+            raise ValueError(
+                f"n ({self.n}) and beam_width ({self.beam_width}): a request is parallel sampling "
+                "or beam search, not both; set one of them to 1"
+            )
         if self.max_total_tokens < self.min_total_tokens:
             raise ValueError(
                 f"max_total_tokens must be >= min_total_tokens ({self.min_total_tokens}), "

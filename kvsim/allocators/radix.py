@@ -1,0 +1,375 @@
+"""Radix-tree prefix cache with page size 1 (SGLang ``RadixCache`` style).
+
+Cached tokens live in a radix tree whose edges carry token runs. A new request matches its prompt
+against the tree (at most ``P' - 1`` tokens: the last prompt token is always recomputed), splitting
+the node where the match ends inside an edge, and *locks* the matched path (``lock_ref`` + 1 on each
+node up to the root). Its other tokens take private slots. When it leaves (finish or preemption)
+its computed tokens are inserted into the tree (its private slots become tree slots; duplicates of
+what the tree already holds are freed) and its path is unlocked. When free slots run short,
+unlocked leaves are evicted least recently used first (a logical clock ticks at every match and
+insert: the allocator knows no simulated time), and a parent left childless and unlocked becomes
+a leaf in turn.
+
+Accounting (slots): ``free + evictable + protected + private == capacity``; ``evictable`` (tree
+tokens in unlocked nodes) counts as free for the contract, since an allocation may reclaim it;
+``evictable + protected == cached``. Tenants' salts give separate trees, so they never share.
+Sequence groups are not served here (use ``shared_prefix``).
+
+    root -- [sys prompt 0..39] --+-- [user A 0..9]        split at 40 when user B arrives:
+                                 +-- [user B 0..12]       both requests lock [sys prompt]
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvsim.allocators.base import Allocator, AllocatorStats, AllocResult, IntArray, SpanSlots
+from kvsim.request import Request
+from kvsim.tokens import stream_segments
+
+
+@dataclass(slots=True, eq=False)
+class RadixNode:
+    """A tree node: the token run on the edge from its parent, lock count and LRU stamp."""
+
+    key: tuple[int, ...]
+    parent: RadixNode | None = None
+    children: dict[int, RadixNode] = field(default_factory=dict)
+    lock_ref: int = 0
+    last_access: int = 0
+
+
+@dataclass(slots=True)
+class _Held:
+    """A live request: its locked path end, matched (shared) tokens and private slots."""
+
+    request: Request
+    node: RadixNode
+    matched: int
+    private: int
+
+
+class RadixAllocator(Allocator):
+    """SGLang-style radix cache with page size 1.
+
+    Args:
+        capacity_tokens: pool size in token slots (one slot per token: page size 1).
+        bytes_per_token: KV bytes per slot.
+    """
+
+    name = "radix"
+
+    def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
+        super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
+        self.roots: dict[str | None, RadixNode] = {}
+        self.live: dict[int, _Held] = {}
+        self._free = capacity_tokens  # slots neither cached nor private
+        self.cached_tokens = 0
+        self.protected_tokens = 0
+        self._sum_private = 0
+        self._sum_matched = 0
+        self._clock = 0
+        self._seg_ids: dict[Hashable, int] = {}
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        self.num_evicted_tokens = 0
+
+    # -- token ids and tree walks -----------------------------------------------------------
+    def tokens(self, request: Request) -> list[int]:
+        """Synthetic token ids of the request's stream (prompt + output of sequence 0)."""
+        out: list[int] = []
+        for seg_id, length in stream_segments(request):
+            sid = self._seg_ids.setdefault(seg_id, len(self._seg_ids))
+            base = sid << 32
+            out.extend(range(base, base + length))
+        return out
+
+    def _root(self, salt: str | None) -> RadixNode:
+        root = self.roots.get(salt)
+        if root is None:
+            root = self.roots[salt] = RadixNode(())
+            root.lock_ref = 1  # the root is never evicted
+        return root
+
+    def _match(self, root: RadixNode, tokens: Sequence[int]) -> tuple[list[RadixNode], int, int]:
+        """Walk ``tokens`` down from ``root``: (full nodes matched, matched tokens, tokens
+        matched inside the next node, whose match ended mid-edge; 0 if none)."""
+        path: list[RadixNode] = []
+        node, pos = root, 0
+        while pos < len(tokens):
+            child = node.children.get(tokens[pos])
+            if child is None:
+                break
+            m = 0
+            key = child.key
+            while m < len(key) and pos + m < len(tokens) and key[m] == tokens[pos + m]:
+                m += 1
+            if m < len(key):
+                return path, pos, m
+            path.append(child)
+            node, pos = child, pos + m
+        return path, pos, 0
+
+    def _split(self, child: RadixNode, at: int) -> RadixNode:
+        """Split ``child``'s edge after ``at`` tokens; return the new upper node."""
+        parent = child.parent
+        assert parent is not None, "the root is never split"
+        assert 0 < at < len(child.key), "split inside an edge only"
+        upper = RadixNode(
+            child.key[:at], parent, {child.key[at]: child}, child.lock_ref, child.last_access
+        )
+        parent.children[child.key[0]] = upper
+        child.key, child.parent = child.key[at:], upper
+        return upper
+
+    def _lock(self, node: RadixNode, delta: int) -> None:
+        while node.parent is not None:
+            if node.lock_ref == 0:
+                self.protected_tokens += len(node.key)
+            node.lock_ref += delta
+            if node.lock_ref == 0:
+                self.protected_tokens -= len(node.key)
+            node.last_access = self._clock
+            node = node.parent
+
+    @property
+    def evictable_tokens(self) -> int:
+        return self.cached_tokens - self.protected_tokens
+
+    def _evict(self, num_tokens: int) -> None:
+        """Free at least ``num_tokens`` cached slots, LRU unlocked leaves first."""
+        heap = [(n.last_access, id(n), n) for n in self._leaves() if n.lock_ref == 0]
+        heapq.heapify(heap)
+        freed = 0
+        while freed < num_tokens and heap:
+            _, _, node = heapq.heappop(heap)
+            parent = node.parent
+            assert parent is not None
+            del parent.children[node.key[0]]
+            freed += len(node.key)
+            if not parent.children and parent.lock_ref == 0 and parent.parent is not None:
+                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+        self.cached_tokens -= freed
+        self._free += freed
+        self.num_evicted_tokens += freed
+
+    def _leaves(self) -> list[RadixNode]:
+        out, stack = [], list(self.roots.values())
+        while stack:
+            node = stack.pop()
+            if not node.children and node.parent is not None:
+                out.append(node)
+            stack.extend(node.children.values())
+        return out
+
+    # -- contract queries -------------------------------------------------------------------
+    @property
+    def num_free_tokens(self) -> int:
+        return self._free + self.evictable_tokens
+
+    def held_slots(self, req_id: int) -> int:
+        held = self.live.get(req_id)
+        return 0 if held is None else held.matched + held.private
+
+    def _plan(self, request: Request, num_tokens: int) -> tuple[int, int]:
+        """``(slots to take, of the evictable ones those this allocation would lock)``."""
+        held = self.live.get(request.req_id)
+        if held is not None:
+            return max(0, num_tokens - held.matched - held.private), 0
+        if request.num_seqs > 1:
+            raise ValueError(
+                f"radix: request {request.req_id} is a sequence group "
+                f"(num_seqs={request.num_seqs}); use the shared_prefix allocator"
+            )
+        prompt = self.tokens(request)[: max(0, request.num_prefill_tokens - 1)]
+        path, matched, partial = self._match(self._root(request.cache_salt), prompt)
+        locking = sum(len(n.key) for n in path if n.lock_ref == 0)
+        if partial:
+            nxt = (path[-1] if path else self._root(request.cache_salt)).children[prompt[matched]]
+            locking += partial if nxt.lock_ref == 0 else 0
+        return max(0, num_tokens - matched - partial), locking
+
+    def num_slots_needed(self, request: Request, num_tokens: int) -> int:
+        return self._plan(request, num_tokens)[0]
+
+    def can_allocate(self, request: Request, num_tokens: int) -> bool:
+        need, locking = self._plan(request, num_tokens)
+        return need <= self.num_free_tokens - locking
+
+    def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
+        if request is None or self.can_allocate(request, num_tokens):
+            return self.num_free_tokens
+        return 0
+
+    def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
+        """Slots the head's admission needs, cache hits ignored (the recorder's external
+        fragmentation must not depend on which leaves a fast-forwarded span evicted)."""
+        return max(0, num_tokens - self.held_slots(request.req_id))
+
+    def usable_free_slots_at(
+        self, request: Request, num_tokens: int, free_slots: IntArray
+    ) -> IntArray:
+        need = self.admission_slots_needed(request, num_tokens)
+        return np.where(free_slots >= need, free_slots, 0)
+
+    # -- mutations --------------------------------------------------------------------------
+    def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
+        need, locking = self._plan(request, num_tokens)
+        if need > self.num_free_tokens - locking:
+            return None
+        self._clock += 1
+        held = self.live.get(request.req_id)
+        reused = 0
+        if held is None:  # admission inserts running prefixes first: the match may only grow
+            held = self._admit(request)
+            reused = held.matched
+            need = max(0, num_tokens - held.matched)
+        if need > self._free:
+            self._evict(need - self._free)
+        self._free -= need
+        held.private += need
+        self._sum_private += need
+        return self._result(need, 1 if need else 0, reused)
+
+    def _admit(self, request: Request) -> _Held:
+        self._cache_unfinished()
+        root = self._root(request.cache_salt)
+        prompt = self.tokens(request)[: max(0, request.num_prefill_tokens - 1)]
+        path, matched, partial = self._match(root, prompt)
+        node = path[-1] if path else root
+        if partial:
+            node = self._split(node.children[prompt[matched]], partial)
+            matched += partial
+        self._lock(node, +1)
+        held = self.live[request.req_id] = _Held(request, node, matched, 0)
+        self._sum_matched += matched
+        self.prefix_cache_queries += request.num_prefill_tokens
+        self.prefix_cache_hits += matched
+        return held
+
+    def _insert(self, root: RadixNode, tokens: Sequence[int]) -> tuple[int, RadixNode]:
+        """Insert ``tokens``; return how many were already cached and the node ending them."""
+        path, matched, partial = self._match(root, tokens)
+        node = path[-1] if path else root
+        if partial:
+            node = self._split(node.children[tokens[matched]], partial)
+            matched += partial
+        for n in (*path, node):
+            n.last_access = self._clock
+        if matched < len(tokens):
+            leaf = RadixNode(tuple(tokens[matched:]), node, last_access=self._clock)
+            node.children[tokens[matched]] = leaf
+            self.cached_tokens += len(tokens) - matched
+            node = leaf
+        return matched, node
+
+    def _cache_unfinished(self) -> None:
+        """Insert every live request's computed tokens (SGLang ``cache_unfinished_req``).
+
+        Its private slots for them become tree slots (or are freed where the tree already had
+        the tokens) and its lock moves down to the new end. Run at each admission, so a prefix
+        computed by a running request is a hit for the requests admitted after it.
+        """
+        for held in self.live.values():
+            computed = min(held.request.num_computed_tokens, held.matched + held.private)
+            if computed <= held.matched:
+                continue
+            root = self._root(held.request.cache_salt)
+            already, node = self._insert(root, self.tokens(held.request)[:computed])
+            self._free += already - held.matched  # duplicates of what the tree already held
+            gained = computed - held.matched
+            held.private -= gained
+            self._sum_private -= gained
+            self._sum_matched += gained
+            self._lock(node, +1)
+            self._lock(held.node, -1)
+            held.node, held.matched = node, computed
+
+    def free(self, req_id: int) -> None:
+        held = self.live.pop(req_id, None)
+        if held is None:
+            raise KeyError(f"free(): unknown req_id {req_id}")
+        self._clock += 1
+        request = held.request
+        computed = min(request.num_computed_tokens, held.matched + held.private)
+        root = self._root(request.cache_salt)
+        already = self._insert(root, self.tokens(request)[:computed])[0] if computed else 0
+        moved = max(0, computed - already)  # private slots that became tree slots
+        self._free += held.private - moved
+        self._sum_private -= held.private
+        self._sum_matched -= held.matched
+        self._lock(held.node, -1)
+
+    # -- vectorised hooks -------------------------------------------------------------------
+    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
+        return lengths
+
+    def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
+        if len(lengths) == 0:
+            return k_max
+        room = self.num_free_tokens + int((held_slots - lengths).sum())
+        return max(0, min(k_max, room // len(lengths)))
+
+    def span_slots(
+        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
+    ) -> SpanSlots:
+        """Tokens matched in the tree are shared: counted once (``protected_tokens``)."""
+        shared = self._sum_matched - self.protected_tokens
+        token = lengths.sum(axis=0) - shared
+        return SpanSlots(token, token, np.zeros_like(token), lengths.sum(axis=0))
+
+    # -- accounting -------------------------------------------------------------------------
+    def stats(self) -> AllocatorStats:
+        held = self.protected_tokens + self._sum_private
+        return AllocatorStats(self.capacity_tokens, held, 0, self.num_free_tokens, len(self.live))
+
+    def prefix_cache_summary(self) -> dict[str, Any]:
+        """SGLang/vLLM-style counters for the run summary (tokens, bytes)."""
+        q, h = self.prefix_cache_queries, self.prefix_cache_hits
+        return {
+            "prefix_cache_queries": q,
+            "prefix_cache_hits": h,
+            "prefix_cache_hit_rate": h / q if q else float("nan"),
+            "prefix_cache_saved_bytes": h * self.bytes_per_token,
+            "num_evicted_tokens": self.num_evicted_tokens,
+        }
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        locks: dict[int, int] = {}
+        for held in self.live.values():
+            node: RadixNode | None = held.node
+            while node is not None and node.parent is not None:
+                locks[id(node)] = locks.get(id(node), 0) + 1
+                node = node.parent
+        cached = protected = 0
+        stack = list(self.roots.values())
+        while stack:
+            node = stack.pop()
+            for first, child in node.children.items():
+                assert child.parent is node, "radix: child's parent link is wrong"
+                assert child.key, "radix: empty edge"
+                assert child.key[0] == first, "radix: child filed under the wrong token"
+                assert child.lock_ref == locks.get(id(child), 0), (
+                    f"radix: lock_ref {child.lock_ref} != {locks.get(id(child), 0)} live paths"
+                )
+                cached += len(child.key)
+                protected += len(child.key) if child.lock_ref else 0
+                stack.append(child)
+        assert cached == self.cached_tokens, f"radix: cached {cached} != {self.cached_tokens}"
+        assert protected == self.protected_tokens, (
+            f"radix: protected {protected} != {self.protected_tokens}"
+        )
+        assert self.evictable_tokens + self.protected_tokens == self.cached_tokens
+        private = sum(h.private for h in self.live.values())
+        total = self._free + cached + private
+        assert total == self.capacity_tokens, (
+            f"radix: free {self._free} + cached {cached} + private {private} "
+            f"!= {self.capacity_tokens}"
+        )
+        assert self._free >= 0, f"radix: negative free {self._free}"

@@ -1,0 +1,269 @@
+"""Sequence groups: parallel samples and beam search sharing KV blocks through reference counts.
+
+A request with ``n`` samples or beam width ``k`` is one *sequence group* of ``w = num_seqs``
+sequences of equal length; the scheduler admits, grows and preempts it as a unit and counts ``w``
+against ``max_num_seqs``. The allocator does the group's block accounting (``SequenceGroup``):
+
+    prefill  : one root sequence writes the prompt's P tokens into cdiv(P, B) blocks
+    fork     : the other w - 1 sequences point at the same blocks (ref count += 1 each)
+    append   : writing token t into a block with ref count > 1 copies that one block first
+               (copy-on-write, counted with its bytes); a block with ref count 1 is written in
+               place, and a full last block means a fresh block
+    drop     : a sequence leaving releases every block of its table, tail first
+
+Only a partly filled last block is ever copied, so n samples from a 1,100-token prompt with
+16-token blocks share 68 full blocks and hold 4 copies of the 12-token partial block (seed 001).
+
+Beam search keeps ``k`` candidates. ``BeamModel`` is the documented one-parameter branching model:
+after every decode step each candidate except the best survives independently with probability
+``survival``; each dropped candidate releases its path and its slot is taken by a fork of a
+surviving candidate chosen uniformly at random. Draws come from a generator seeded by
+``(seed, req_id)``, so a group's tree is the same on every replay (after a recompute preemption
+too). The parameter is fitted on one beam width (``kvsim.repro.sharing``).
+
+After a recompute preemption a group restarts from its prompt: the root re-prefills the prompt,
+is forked, and every sequence re-prefills its own generated tokens (a beam group replays its
+seeded tree), so the recomputed group holds exactly what it held before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsim.units import cdiv
+
+
+class BlockSource(Protocol):
+    """The pool a group draws blocks from (a real pool, or a counting one for dry runs)."""
+
+    def take(self) -> int:
+        """A fresh block with ref count 1."""
+        ...
+
+    def incref(self, block_id: int) -> None: ...
+
+    def decref(self, block_id: int) -> None: ...
+
+    def ref(self, block_id: int) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BeamModel:
+    """Seeded one-parameter survival model of beam candidates (see the module docstring).
+
+    Attributes:
+        survival: probability that a candidate other than the best survives a step (0..1].
+        seed: base seed; a group's draws come from ``default_rng((seed, req_id))``.
+    """
+
+    survival: float = 0.8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.survival <= 1.0:
+            raise ValueError(f"beam survival: must be in [0, 1], got {self.survival}")
+
+    def parents(self, req_id: int, width: int, num_steps: int) -> npt.NDArray[np.int64]:
+        """Parent candidate of each candidate after each step: int64[num_steps, width].
+
+        Row ``j`` maps the candidates entering step ``j + 1`` to those that left step ``j``;
+        survivors keep their own index, dropped slots hold a uniformly drawn survivor.
+        """
+        rng = np.random.default_rng((self.seed, req_id))
+        survive = rng.random((num_steps, width)) < self.survival
+        survive[:, 0] = True
+        picks = rng.random((num_steps, width))
+        out = np.empty((num_steps, width), np.int64)
+        for j in range(num_steps):
+            alive = np.flatnonzero(survive[j])
+            chosen = alive[(picks[j] * len(alive)).astype(np.int64)]
+            out[j] = np.where(survive[j], np.arange(width), chosen)
+        return out
+
+
+@dataclass(slots=True)
+class SequenceGroup:
+    """Block tables of one request's sequences and their group-local reference counts.
+
+    Attributes:
+        block_size_tokens: tokens per block.
+        width: sequences in the group.
+        seqs: one block table per sequence (physical block ids, logical order).
+        local: block id -> table entries of this group pointing at it.
+        length: tokens each sequence holds (all equal).
+        prefill_tokens: tokens the root wrote before the fork (``P``).
+        parents: beam parent table (``BeamModel.parents``), ``None`` for parallel sampling.
+        num_copies: copy-on-write copies made so far.
+    """
+
+    block_size_tokens: int
+    width: int
+    seqs: list[list[int]] = field(default_factory=list)
+    local: dict[int, int] = field(default_factory=dict)
+    length: int = 0
+    prefill_tokens: int = 0
+    parents: npt.NDArray[np.int64] | None = None
+    num_copies: int = 0
+
+    @property
+    def num_distinct_blocks(self) -> int:
+        """Physical blocks this group points at (each counted once)."""
+        return len(self.local)
+
+    @property
+    def num_shared_blocks(self) -> int:
+        """Full prompt blocks shared by every sequence of a non-beam group: ``P // B``."""
+        return self.prefill_tokens // self.block_size_tokens if self.width > 1 else 0
+
+    def start(self, root: list[int], prefill_tokens: int, pool: BlockSource) -> None:
+        """Adopt ``root`` (blocks already counted once) as the prompt and fork it ``width`` ways."""
+        self.seqs = [root]
+        self.length = self.prefill_tokens = prefill_tokens
+        for b in root:
+            self.local[b] = self.local.get(b, 0) + 1
+        for _ in range(self.width - 1):
+            self.fork(0, pool)
+
+    # -- primitives -------------------------------------------------------------------------
+    def fork(self, src: int, pool: BlockSource) -> int:
+        """Append a new sequence sharing every block of sequence ``src``; return its index."""
+        table = list(self.seqs[src])
+        for b in table:
+            pool.incref(b)
+            self.local[b] += 1
+        self.seqs.append(table)
+        return len(self.seqs) - 1
+
+    def _take(self, pool: BlockSource) -> int:
+        b = pool.take()
+        self.local[b] = 1
+        return b
+
+    def _unref(self, b: int, pool: BlockSource) -> None:
+        pool.decref(b)
+        left = self.local[b] - 1
+        if left:
+            self.local[b] = left
+        else:
+            del self.local[b]
+
+    def append(self, seq: int, position: int, pool: BlockSource) -> None:
+        """Write token ``position`` (0-based) of sequence ``seq``: new block, copy, or in place."""
+        table = self.seqs[seq]
+        if position % self.block_size_tokens == 0:
+            table.append(self._take(pool))
+        elif pool.ref(table[-1]) > 1:  # shared, partly filled: copy-on-write
+            old = table[-1]
+            table[-1] = self._take(pool)
+            self._unref(old, pool)
+            self.num_copies += 1
+
+    def drop(self, seq: int, pool: BlockSource) -> None:
+        """Release every block of sequence ``seq``, tail first, and remove it."""
+        for b in reversed(self.seqs.pop(seq)):
+            self._unref(b, pool)
+
+    def release_all(self, pool: BlockSource) -> None:
+        """Drop every sequence (the group finished or was preempted)."""
+        while self.seqs:
+            self.drop(len(self.seqs) - 1, pool)
+
+    # -- growth -----------------------------------------------------------------------------
+    def advance(self, num_tokens: int, pool: BlockSource) -> None:
+        """Grow every sequence to ``num_tokens`` tokens (beam branching between steps)."""
+        if self.parents is None:
+            self._advance_parallel(num_tokens, pool)
+            return
+        for position in range(self.length, num_tokens):
+            step = position - self.prefill_tokens
+            if step > 0:
+                self._branch(self.parents[min(step - 1, len(self.parents) - 1)], pool)
+            for seq in range(self.width):
+                self.append(seq, position, pool)
+        self.length = max(self.length, num_tokens)
+
+    def _advance_parallel(self, num_tokens: int, pool: BlockSource) -> None:
+        if num_tokens <= self.length:
+            return
+        for seq in range(self.width):  # first write: copy-on-write of a shared partial block
+            self.append(seq, self.length, pool)
+        want = cdiv(num_tokens, self.block_size_tokens)
+        for table in self.seqs:
+            while len(table) < want:
+                table.append(self._take(pool))
+        self.length = num_tokens
+
+    def _branch(self, parents: npt.NDArray[np.int64], pool: BlockSource) -> None:
+        """Replace dropped candidates by forks of survivors (``parents[i]`` feeds slot ``i``).
+
+        Forks are made before the dropped paths are released, so shared blocks never hit zero.
+        """
+        old = self.seqs
+        new: list[list[int]] = []
+        for i in range(self.width):
+            p = int(parents[i])
+            if p == i:
+                new.append(old[i])
+                continue
+            table = list(old[p])
+            for b in table:
+                pool.incref(b)
+                self.local[b] += 1
+            new.append(table)
+        self.seqs = new
+        for i in range(self.width):
+            if int(parents[i]) != i:
+                for b in reversed(old[i]):
+                    self._unref(b, pool)
+
+
+class CountingPool:
+    """A dry-run ``BlockSource``: copies ref counts and measures the peak of new blocks taken."""
+
+    def __init__(self, refs: dict[int, int]) -> None:
+        self.refs = dict(refs)
+        self.net = 0
+        self.peak = 0
+        self._next = -(10**15)  # fresh ids never meet real (>= 0) or fake root (< 0) ids
+
+    def take(self) -> int:
+        self.net += 1
+        self.peak = max(self.peak, self.net)
+        b, self._next = self._next, self._next - 1
+        self.refs[b] = 1
+        return b
+
+    def incref(self, block_id: int) -> None:
+        self.refs[block_id] += 1
+
+    def decref(self, block_id: int) -> None:
+        self.refs[block_id] -= 1
+        if self.refs[block_id] == 0:
+            self.net -= 1
+
+    def ref(self, block_id: int) -> int:
+        return self.refs[block_id]
+
+
+def peak_new_blocks(group: SequenceGroup, num_tokens: int, refs: dict[int, int]) -> int:
+    """Most free blocks ``group.advance(num_tokens)`` holds at once beyond what it holds now.
+
+    Args:
+        refs: current global ref counts of the group's blocks.
+    """
+    trial = SequenceGroup(
+        group.block_size_tokens,
+        group.width,
+        [list(t) for t in group.seqs],
+        dict(group.local),
+        group.length,
+        group.prefill_tokens,
+        group.parents,
+    )
+    pool = CountingPool(refs)
+    trial.advance(num_tokens, pool)
+    return pool.peak

@@ -1,0 +1,111 @@
+"""Workload features that create KV sharing: groups, a shared system prompt, tenants, multi-turn.
+
+Applied after lengths and arrivals are drawn (``generate_requests``). Token identities are the
+synthetic runs of ``kvsim.tokens``: the shared prefix is the run ``("sys", tenant)``, a user
+message ``("user", conv, turn)`` and a request's output ``("gen", req_id)``, so equal prefixes hash
+equal and nothing else does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvsim.request import Request
+from kvsim.workload.spec import WorkloadSpec
+
+
+def apply_sharing(spec: WorkloadSpec, requests: list[Request], max_model_len: int) -> list[Request]:
+    """Return the requests with the spec's sharing features (unchanged when none is set).
+
+    Args:
+        spec: the workload (``n``, ``beam_width``, ``shared_prefix_tokens``, ``num_tenants``,
+            ``num_turns``, ``turn_gap_s``).
+        requests: drawn requests sorted by arrival, ids 0..N-1.
+        max_model_len: context limit in tokens; prompts are cut to leave one output token.
+    """
+    if spec.num_turns > 1:
+        requests = _conversations(spec, requests, max_model_len)
+    elif spec.shared_prefix_tokens or spec.num_tenants > 1:
+        requests = [_with_prefix(spec, r, max_model_len) for r in requests]
+    if spec.n > 1 or spec.beam_width > 1:
+        requests = [replace(r, n=spec.n, beam_width=spec.beam_width) for r in requests]
+    return requests
+
+
+def _salt(spec: WorkloadSpec, index: int) -> tuple[str | None, int]:
+    tenant = index % spec.num_tenants
+    return (f"tenant-{tenant}" if spec.num_tenants > 1 else None), tenant
+
+
+def _with_prefix(spec: WorkloadSpec, req: Request, max_model_len: int) -> Request:
+    salt, tenant = _salt(spec, req.req_id)
+    shared = min(spec.shared_prefix_tokens, max_model_len - 1)
+    prompt = min(shared + req.prompt_tokens, max_model_len - 1)
+    segs: tuple[tuple[object, int], ...] = ((("user", req.req_id), prompt - shared),)
+    if shared:
+        segs = ((("sys", tenant), shared), *segs[: 1 if prompt > shared else 0])
+    output = min(req.output_tokens, max_model_len - prompt)
+    return replace(
+        req,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        max_tokens=max(output, min(req.max_tokens, max_model_len - prompt)),
+        token_segments=segs,
+        cache_salt=salt,
+    )
+
+
+@dataclass(slots=True)
+class _Turn:
+    arrival_time_s: float
+    conv: int
+    turn: int
+    user_tokens: int
+    output_tokens: int
+    prompt_tokens: int = 0
+
+
+def _conversations(
+    spec: WorkloadSpec, requests: list[Request], max_model_len: int
+) -> list[Request]:
+    """Chain drawn rows into conversations of ``num_turns`` turns (see ``WorkloadSpec``)."""
+    turns: list[_Turn] = []
+    num_convs = -(-len(requests) // spec.num_turns)
+    shared = spec.shared_prefix_tokens
+    for conv in range(num_convs):
+        rows = requests[conv * spec.num_turns : (conv + 1) * spec.num_turns]
+        start = requests[conv].arrival_time_s
+        prompt = shared
+        for t, row in enumerate(rows):
+            prompt += row.prompt_tokens
+            if prompt + 1 > max_model_len:
+                break  # the conversation no longer fits the context: it ends here
+            out = min(row.output_tokens, max_model_len - prompt)
+            turns.append(
+                _Turn(start + t * spec.turn_gap_s, conv, t, row.prompt_tokens, out, prompt)
+            )
+            prompt += out
+    turns.sort(key=lambda x: (x.arrival_time_s, x.conv, x.turn))
+    ids = {(x.conv, x.turn): i for i, x in enumerate(turns)}
+    out_reqs: list[Request] = []
+    history: dict[int, tuple[tuple[object, int], ...]] = {}
+    for x in sorted(turns, key=lambda x: (x.conv, x.turn)):
+        req_id = ids[(x.conv, x.turn)]
+        salt, tenant = _salt(spec, x.conv)
+        segs = history.get(x.conv, ((("sys", tenant), shared),) if shared else ())
+        segs = (*segs, (("user", x.conv, x.turn), x.user_tokens))
+        history[x.conv] = (*segs, (("gen", req_id), x.output_tokens))
+        out_reqs.append(
+            Request(
+                req_id,
+                x.arrival_time_s,
+                x.prompt_tokens,
+                x.output_tokens,
+                max(x.output_tokens, max_model_len - x.prompt_tokens),
+                session_id=x.conv,
+                token_segments=segs,
+                cache_salt=salt,
+            )
+        )
+    out_reqs.sort(key=lambda r: r.req_id)
+    return out_reqs
