@@ -131,15 +131,17 @@ class Engine:
         """
         k = self.scheduler.max_extension(plan, self.max_span_steps)
         assert plan.lengths0 is not None
-        widths = np.array([r.num_seqs for r in plan.members], np.float64)  # group sequences
-        weighted = widths * plan.lengths0
         num_dec = len(plan.decodes)
-        num_seqs = float(widths.sum())
+        if plan.num_seqs is None:  # single sequences
+            weighted, num_seqs, num_dec_seqs = plan.lengths0, float(len(plan.lengths0)), num_dec
+        else:  # a group of w sequences reads and writes w times
+            weighted = plan.num_seqs * plan.lengths0
+            num_seqs, num_dec_seqs = float(plan.num_seqs.sum()), int(plan.num_seqs[:num_dec].sum())
         steps = np.arange(k, dtype=np.float64)
         contexts = float(weighted.sum()) + num_seqs * steps
         contexts[0] = float(weighted[:num_dec].sum())
         num_decodes = np.full(k, num_seqs)
-        num_decodes[0] = float(widths[:num_dec].sum())
+        num_decodes[0] = num_dec_seqs
         durations = self.cost.decode_span_s(contexts, num_decodes, plan.prefill_tokens)
         if k > 1 and not self.scheduler.waiting and self.num_arrived < len(self.requests):
             until_arrival = self._arrival_times[self.num_arrived] - self.env.now

@@ -84,7 +84,7 @@ def span_categories(
         unshared = slots.unshared
     else:
         token = reservation = internal = held_total = unshared = np.zeros(k, np.int64)
-    overhead = allocator.stats().overhead_slots
+    overhead = allocator.overhead_slots
     free_total = capacity - held_total - overhead
     if head is None:
         usable = free_total
@@ -109,8 +109,10 @@ class MemoryRecorder:
         """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k])."""
         total_s = float(durations_s.sum())
         w = durations_s / total_s if total_s > 0 else np.full(len(durations_s), 1 / len(durations_s))
-        means = [float(np.dot(getattr(cats, c), w))
-                 for c in (*CATEGORIES, "allocated", "held", "unshared")]
+        matrix = np.stack([cats.token_states, cats.reservation, cats.internal_fragmentation,
+                           cats.external_fragmentation, cats.free, cats.allocated, cats.held,
+                           cats.unshared])
+        means = (matrix @ w).tolist()
         self.rows.append((
             time_s, total_s, len(durations_s), num_running, num_waiting, num_prefills,
             num_preempted, int(cats.blocked.sum()), *means,

@@ -37,6 +37,8 @@ class Request:
             ``Allocator.held_slots``, refreshed after every allocation; 0 while waiting).
         num_generated_tokens: output tokens sampled so far (survives recompute preemption).
         num_preemptions: times this request was preempted.
+        num_seqs: sequences of the group, ``max(n, beam_width)`` (1 for a plain request); set at
+            construction.
     """
 
     req_id: int
@@ -58,16 +60,16 @@ class Request:
     first_token_time_s: float | None = None
     finish_time_s: float | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    num_seqs: int = field(init=False, default=1)
+
+    def __post_init__(self) -> None:
+        # sequences of the group, a plain attribute because the scheduler reads it every step
+        self.num_seqs = max(self.n, self.beam_width)
 
     @property
     def final_tokens(self) -> int:
         """True final length in token states: prompt + output tokens."""
         return self.prompt_tokens + self.output_tokens
-
-    @property
-    def num_seqs(self) -> int:
-        """Sequences of the group: ``max(n, beam_width)`` (1 for a plain request)."""
-        return self.n if self.n >= self.beam_width else self.beam_width
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -54,6 +54,7 @@ class StepPlan:
             true final lengths, and slots held in step 0.
         swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
         members: ``decodes + prefills`` (the rows of the arrays), filled by ``plan_arrays``.
+        num_seqs: int64[n] sequences of each member, or ``None`` when all are single sequences.
     """
 
     prefills: list[Request] = field(default_factory=list)
@@ -67,6 +68,7 @@ class StepPlan:
     held0: IntArray | None = None
     swap_blocks: int = 0
     members: list[Request] = field(default_factory=list)
+    num_seqs: IntArray | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -90,11 +92,14 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        self.has_groups = False  # any sequence group seen: sequences != requests from then on
         self.swap = swap
 
     def add_request(self, request: Request) -> None:
         """Queue an arrived request at the back of the waiting queue."""
         self.waiting.append(request)
+        if request.num_seqs > 1:
+            self.has_groups = True
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or (self.swap and self.swap.has_swapped()))
@@ -163,7 +168,8 @@ class Scheduler:
             self.waiting.appendleft(req)
 
     def _admit(self, plan: StepPlan) -> None:
-        num_seqs = sum(r.num_seqs for r in self.running)  # groups count every sequence (vLLM)
+        # groups count every sequence (vLLM)
+        num_seqs = sum([r.num_seqs for r in self.running]) if self.has_groups else len(self.running)
         budget = self.token_budget - num_seqs
         while self.waiting and num_seqs + self.waiting[0].num_seqs <= self.config.max_num_seqs:
             head = self.waiting[0]
@@ -193,6 +199,8 @@ class Scheduler:
     def plan_arrays(self, plan: StepPlan) -> tuple[IntArray, IntArray, IntArray]:
         """Fill and return ``plan.lengths0``, ``plan.final`` and ``plan.held0`` (see ``StepPlan``)."""
         reqs = plan.members = plan.decodes + plan.prefills
+        plan.num_seqs = (np.array([r.num_seqs for r in reqs], np.int64) if self.has_groups
+                         else None)
         plan.lengths0 = np.array([r.num_computed_tokens for r in plan.decodes]
                                  + plan.prefill_tokens, np.int64)
         plan.final = np.array([r.prompt_tokens + r.output_tokens for r in reqs], np.int64)

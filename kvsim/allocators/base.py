@@ -92,6 +92,8 @@ class Allocator(ABC):
         self.capacity_tokens = capacity_tokens
         self.bytes_per_token = bytes_per_token
         self._nothing_new = AllocResult(0, 0, 0, 0)
+        self._results: dict[tuple[int, int, int], AllocResult] = {}
+        self._widths: dict[int, int] = {}  # sequences of live group requests (absent: 1)
 
     # -- pure queries -----------------------------------------------------------------------
     @property
@@ -203,8 +205,12 @@ class Allocator(ABC):
             final: int64[n] true final tokens of each sequence (prompt + output).
             held_now: int64[n] per-sequence holdings in the span's first step.
         """
-        widths = np.array([r.num_seqs for r in requests], np.int64)[:, None]
         per_seq = self.held_slots_at(lengths, held_now)
+        if not self._widths:  # no live group: one sequence per request
+            held = per_seq.sum(axis=0)
+            internal = np.maximum(per_seq - final[:, None], 0).sum(axis=0)
+            return SpanSlots(held, lengths.sum(axis=0), internal, held)
+        widths = np.array([r.num_seqs for r in requests], np.int64)[:, None]
         held = (widths * per_seq).sum(axis=0)
         internal = (widths * np.maximum(per_seq - final[:, None], 0)).sum(axis=0)
         token = (widths * lengths).sum(axis=0)
@@ -218,8 +224,10 @@ class Allocator(ABC):
         per-sequence slots of ``held_slots_at``.
         """
         k = self.max_growth_steps(lengths, held_now, k_max)
+        if k <= 1 or not self._widths:
+            return k
         widths = np.array([r.num_seqs for r in requests], np.int64)
-        if k <= 1 or not len(widths) or int(widths.max()) == 1:
+        if not len(widths) or int(widths.max()) == 1:
             return k
         free = self.num_free_tokens
 
@@ -251,5 +259,16 @@ class Allocator(ABC):
         )
         assert min(s.held_slots, s.overhead_slots, s.free_slots) >= 0, f"{self.name}: negative {s}"
 
+    @property
+    def overhead_slots(self) -> int:
+        """Slots taken from the pool but held by no request (``AllocatorStats.overhead_slots``)."""
+        return self.stats().overhead_slots
+
     def _result(self, new_slots: int, new_blocks: int, reused: int = 0) -> AllocResult:
-        return AllocResult(new_slots, new_blocks, reused, new_slots * self.bytes_per_token)
+        key = (new_slots, new_blocks, reused)
+        result = self._results.get(key)
+        if result is None:  # results are immutable: one object per distinct size is enough
+            result = self._results[key] = AllocResult(
+                new_slots, new_blocks, reused, new_slots * self.bytes_per_token
+            )
+        return result

@@ -16,8 +16,6 @@ block tables (kept as one list of ``w * c`` entries); ``held_slots`` is per sequ
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from kvsim.allocators.base import Allocator, AllocatorStats, AllocResult, IntArray
@@ -59,7 +57,9 @@ class PagedAllocator(Allocator):
                 f"capacity_tokens ({capacity_tokens}) holds no block of {block_size_tokens} tokens"
             )
         self.watermark_blocks = int(watermark * self.num_blocks)
-        self._free_blocks: deque[int] = deque(range(self.num_blocks))
+        # the free queue: ids from _free_head on; taken at the front, freed appended at the back
+        self._free_list: list[int] = list(range(self.num_blocks))
+        self._free_head = 0
         self.ref_cnt = [0] * self.num_blocks
         self.block_tables: dict[int, list[int]] = {}
         self._widths: dict[int, int] = {}  # sequences of group requests (absent: 1)
@@ -67,15 +67,19 @@ class PagedAllocator(Allocator):
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free_blocks)
+        return len(self._free_list) - self._free_head
 
     @property
     def num_free_tokens(self) -> int:
-        return len(self._free_blocks) * self.block_size_tokens
+        return (len(self._free_list) - self._free_head) * self.block_size_tokens
 
     def free_block_ids(self) -> list[int]:
         """Free block ids, front (next to be taken) first."""
-        return list(self._free_blocks)
+        return self._free_list[self._free_head:]
+
+    @property
+    def overhead_slots(self) -> int:
+        return self.capacity_tokens - self.num_blocks * self.block_size_tokens
 
     def held_slots(self, req_id: int) -> int:
         per_seq = len(self.block_tables.get(req_id, ())) // self._widths.get(req_id, 1)
@@ -103,7 +107,7 @@ class PagedAllocator(Allocator):
     def can_allocate(self, request: Request, num_tokens: int) -> bool:
         need = self._need(request, num_tokens)
         reserve = 0 if request.req_id in self.block_tables else self.watermark_blocks
-        return need + reserve <= len(self._free_blocks)
+        return need + reserve <= self.num_free_blocks
 
     def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
         if request is None or self.can_allocate(request, num_tokens):
@@ -120,20 +124,25 @@ class PagedAllocator(Allocator):
 
     def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
         table = self.block_tables.get(request.req_id)
-        if table is not None and self.held_slots(request.req_id) >= num_tokens:
-            return self._nothing_new  # hot path: the last block still has room
-        need = self._need(request, num_tokens)
-        if need > len(self._free_blocks):
+        if table is not None:
+            w = request.num_seqs
+            have = len(table) // w  # blocks per sequence
+            need = w * (-(num_tokens // -self.block_size_tokens) - have)
+            if need <= 0:
+                return self._nothing_new  # the last block still has room
+        else:
+            need = self._need(request, num_tokens)
+        if need > len(self._free_list) - self._free_head:
             return None
         if table is None:
             table = self.block_tables[request.req_id] = []
             if request.num_seqs > 1:
                 self._widths[request.req_id] = request.num_seqs
-        free_blocks, ref_cnt = self._free_blocks, self.ref_cnt
-        for _ in range(need):
-            block_id = free_blocks.popleft()
+        new = self._take_free(need)
+        ref_cnt = self.ref_cnt
+        for block_id in new:
             ref_cnt[block_id] += 1
-            table.append(block_id)
+        table.extend(new)
         self._num_table_entries += need
         return self._result(need * self.block_size_tokens, need)
 
@@ -143,11 +152,21 @@ class PagedAllocator(Allocator):
             raise KeyError(f"free(): unknown req_id {req_id}")
         self._widths.pop(req_id, None)
         self._num_table_entries -= len(table)
-        ref_cnt, free_blocks = self.ref_cnt, self._free_blocks
+        ref_cnt = self.ref_cnt
         for block_id in table:
             ref_cnt[block_id] -= 1
-            if ref_cnt[block_id] == 0:
-                free_blocks.append(block_id)
+        self._free_list.extend([b for b in table if ref_cnt[b] == 0])
+
+    def _take_free(self, need: int) -> list[int]:
+        """Pop ``need`` block ids from the front of the free queue."""
+        head = self._free_head
+        taken = self._free_list[head : head + need]
+        head += need
+        if head > 4096 and 2 * head > len(self._free_list):  # drop the consumed prefix
+            del self._free_list[:head]
+            head = 0
+        self._free_head = head
+        return taken
 
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         b = self.block_size_tokens
@@ -157,7 +176,7 @@ class PagedAllocator(Allocator):
         if len(lengths) == 0 or k_max <= 0:
             return max(k_max, 0)
         b = self.block_size_tokens
-        free = len(self._free_blocks)
+        free = self.num_free_blocks
 
         def fits(k: int) -> bool:
             new_slots = np.maximum(-((lengths + k) // -b) * b - held_slots, 0).sum()
@@ -189,8 +208,9 @@ class PagedAllocator(Allocator):
         assert entries == self._num_table_entries, (
             f"paged: {entries} block-table entries, counter says {self._num_table_entries}"
         )
-        free = set(self._free_blocks)
-        assert len(free) == len(self._free_blocks), "paged: a block is on the free list twice"
+        free_ids = self.free_block_ids()
+        free = set(free_ids)
+        assert len(free) == len(free_ids), "paged: a block is on the free list twice"
         for block_id in range(self.num_blocks):
             in_use = self.ref_cnt[block_id] > 0
             assert in_use != (block_id in free), (
