@@ -48,8 +48,10 @@ def row_labels(table: pd.DataFrame, fields: list[str]) -> list[str]:
         base = table["label"].astype(str)
         if not others or table["label"].nunique() == len(table):
             return list(base)
-        return [f"{b} " + ", ".join(f"{short_name(f)}={r[f]}" for f in others)
-                for b, (_, r) in zip(base, table.iterrows(), strict=True)]
+        return [
+            f"{b} " + ", ".join(f"{short_name(f)}={r[f]}" for f in others)
+            for b, (_, r) in zip(base, table.iterrows(), strict=True)
+        ]
     if not fields:
         return [str(i) for i in range(len(table))]
     return [", ".join(f"{short_name(f)}={r[f]}" for f in fields) for _, r in table.iterrows()]
@@ -106,8 +108,9 @@ def load_sweep(folder: str | Path) -> SweepResults:
     return SweepResults(folder, pd.read_parquet(folder / "summary.parquet"), meta)
 
 
-def smallest_budget(table: pd.DataFrame, *, budget: str, targets: dict[str, float],
-                    by: list[str] | None = None) -> pd.DataFrame:
+def smallest_budget(
+    table: pd.DataFrame, *, budget: str, targets: dict[str, float], by: list[str] | None = None
+) -> pd.DataFrame:
     """The smallest budget from which on every larger budget meets all targets.
 
     Args:

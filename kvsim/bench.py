@@ -38,33 +38,55 @@ LLAMA2_70B_BYTES_PER_TOKEN = 2 * 80 * 8 * 128 * 2
 
 BENCHMARKS: dict[str, dict[str, Any]] = {
     "azure_conv_10k": {
-        "model": "llama-3.1-8b", "gpu": "a100-80gb",
+        "model": "llama-3.1-8b",
+        "gpu": "a100-80gb",
         "scheduler": {"max_model_len": 16384},
         "workload": {"trace": "azure_conv", "arrival": "trace", "num_requests": 10_000},
     },
     "azure_conv_100k": {
-        "model": "llama-3.1-8b", "gpu": "a100-80gb",
+        "model": "llama-3.1-8b",
+        "gpu": "a100-80gb",
         "scheduler": {"max_model_len": 16384},
-        "workload": {"trace": "azure_conv", "sample": "resample", "arrival": "poisson",
-                     "rate_per_s": AZURE_RATE_PER_S, "num_requests": 100_000},
+        "workload": {
+            "trace": "azure_conv",
+            "sample": "resample",
+            "arrival": "poisson",
+            "rate_per_s": AZURE_RATE_PER_S,
+            "num_requests": 100_000,
+        },
     },
     "vidur": {
-        "model": "llama-2-70b", "gpu": "h100-80gb",
+        "model": "llama-2-70b",
+        "gpu": "h100-80gb",
         "cache": {"kv_cache_bytes": 3_328 * 16 * LLAMA2_70B_BYTES_PER_TOKEN},
         "scheduler": {"max_model_len": 4096, "max_num_seqs": 128, "max_num_batched_tokens": 4096},
-        "workload": {"lengths": "uniform", "min_total_tokens": 256, "max_total_tokens": 2048,
-                     "prefill_decode_ratio": 3.0, "arrival": "poisson", "rate_per_s": 2.0,
-                     "num_requests": 10_000},
+        "workload": {
+            "lengths": "uniform",
+            "min_total_tokens": 256,
+            "max_total_tokens": 2048,
+            "prefill_decode_ratio": 3.0,
+            "arrival": "poisson",
+            "rate_per_s": 2.0,
+            "num_requests": 10_000,
+        },
     },
 }
 
 
 def run_benchmark(name: str, spec: dict[str, Any], record_memory: bool = True) -> dict[str, Any]:
     """Simulate one benchmark and time it; returns the bench.json entry."""
-    config = config_from_dict({**spec, "cache": {"allocator": "paged", **spec.get("cache", {})},
-                               "record_memory": record_memory})
-    requests = generate_requests(config.workload, np.random.default_rng(config.seed),
-                                 max_model_len=config.scheduler.max_model_len)
+    config = config_from_dict(
+        {
+            **spec,
+            "cache": {"allocator": "paged", **spec.get("cache", {})},
+            "record_memory": record_memory,
+        }
+    )
+    requests = generate_requests(
+        config.workload,
+        np.random.default_rng(config.seed),
+        max_model_len=config.scheduler.max_model_len,
+    )
     decode_tokens = sum(r.output_tokens for r in requests)
     start = time.perf_counter()
     results = simulate(config, requests)
@@ -98,10 +120,17 @@ def main(argv: list[str] | None = None) -> None:
             logger.warning("%s skipped: %s", name, err)
             continue
         report[name] = entry
-        logger.info("%-16s %7d requests in %6.2f s wall: %9.0f requests/s, %11.0f decode tokens/s "
-                    "(%d events for %d steps)", name, entry["requests"], entry["wall_s"],
-                    entry["requests_per_s"], entry["decode_tokens_per_s"], entry["num_events"],
-                    entry["num_steps"])
+        logger.info(
+            "%-16s %7d requests in %6.2f s wall: %9.0f requests/s, %11.0f decode tokens/s "
+            "(%d events for %d steps)",
+            name,
+            entry["requests"],
+            entry["wall_s"],
+            entry["requests_per_s"],
+            entry["decode_tokens_per_s"],
+            entry["num_events"],
+            entry["num_steps"],
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))
     logger.info("wrote %s", args.out / "bench.json")

@@ -26,44 +26,56 @@ from kvsim.sweep import run_sweep
 def bench_experiment(num_requests: int) -> Experiment:
     """The benchmark's 8 points; ``num_requests`` per point sets the work per point."""
     data: dict[str, Any] = {
-        "base": {"cache": {"kv_cache_gib": 12.0},
-                 "workload": {"preset": "sharegpt_like", "num_requests": num_requests}},
+        "base": {
+            "cache": {"kv_cache_gib": 12.0},
+            "workload": {"preset": "sharegpt_like", "num_requests": num_requests},
+        },
         "grid": {"workload.rate_per_s": [1.0, 2.0]},
         "zip": {"cache.allocator": ["first_fit", "best_fit", "buddy", "paged"]},
     }
     return parse_experiment(data, name="bench-sweep")
 
 
-def time_sweep(experiment: Experiment, jobs: int,
-               scheduler: str | None) -> tuple[float, float, pd.DataFrame]:
+def time_sweep(
+    experiment: Experiment, jobs: int, scheduler: str | None
+) -> tuple[float, float, pd.DataFrame]:
     """Wall-clock seconds of a sweep from scratch, the sum of its points' own wall-clock
     seconds (as the workers measured them), and its summary table."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         report = run_sweep(experiment, Path(tmp), jobs=jobs, scheduler=scheduler, progress=False)
         elapsed = time.perf_counter() - start
-        point_s = sum(json.loads(p.read_text())["elapsed_s"]
-                      for p in report.folder.glob("points/*/point.json"))
+        point_s = sum(
+            json.loads(p.read_text())["elapsed_s"]
+            for p in report.folder.glob("points/*/point.json")
+        )
         return elapsed, point_s, report.table
 
 
 def main(
     requests: Annotated[int, typer.Option(help="requests per point")] = 400,
-    scheduler: Annotated[str | None, typer.Option(
-        help="'local' to compare 1- and 2-worker local Dask clusters instead of process pools"
-    )] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="'local' to compare 1- and 2-worker local Dask clusters instead of process pools"
+        ),
+    ] = None,
 ) -> None:
     """Report the speed-up of 2 workers over 1 on an 8-point sweep."""
     experiment = bench_experiment(requests)
     one_s, one_points_s, one = time_sweep(experiment, 1, scheduler)
     two_s, two_points_s, two = time_sweep(experiment, 2, scheduler)
     pd.testing.assert_frame_equal(one, two)
-    typer.echo(f"8 points x {requests} requests ({scheduler or 'process pool'}): "
-               f"1 worker {one_s:.1f} s, 2 workers {two_s:.1f} s, speed-up {one_s / two_s:.2f}x "
-               "(tables identical)")
-    typer.echo(f"points' own time: {one_points_s:.1f} s with 1 worker, {two_points_s:.1f} s with "
-               f"2 (a ratio above 1 means the two workers competed for CPU: "
-               f"{two_points_s / one_points_s:.2f})")
+    typer.echo(
+        f"8 points x {requests} requests ({scheduler or 'process pool'}): "
+        f"1 worker {one_s:.1f} s, 2 workers {two_s:.1f} s, speed-up {one_s / two_s:.2f}x "
+        "(tables identical)"
+    )
+    typer.echo(
+        f"points' own time: {one_points_s:.1f} s with 1 worker, {two_points_s:.1f} s with "
+        f"2 (a ratio above 1 means the two workers competed for CPU: "
+        f"{two_points_s / one_points_s:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ from kvsim.config import _presets, config_from_dict, load_config
 from kvsim.engine import simulate
 from kvsim.workload import DataNotFoundError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="kvsim: simulate KV-cache allocation policies for LLM serving.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="kvsim: simulate KV-cache allocation policies for LLM serving.",
+)
 console = Console()
 err_console = Console(stderr=True)
 T = TypeVar("T")
@@ -73,7 +76,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--set: expected KEY=VALUE (e.g. cache.block_size_tokens=32), got {pair!r}")
+            raise ValueError(
+                f"--set: expected KEY=VALUE (e.g. cache.block_size_tokens=32), got {pair!r}"
+            )
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -96,9 +101,15 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
 
 @app.command()
 def run(
-    config: Annotated[Path | None, typer.Argument(help="SimConfig TOML (default: built-in).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override, e.g. cache.block_size_tokens=32")] = None,
-    out: Annotated[Path | None, typer.Option(help="Results folder (parquet + summary.json).")] = None,
+    config: Annotated[
+        Path | None, typer.Argument(help="SimConfig TOML (default: built-in).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override, e.g. cache.block_size_tokens=32")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Results folder (parquet + summary.json).")
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Simulate one config and print where the KV memory went."""
@@ -107,17 +118,25 @@ def run(
         check_out_dir(out)
         overrides = parse_overrides(set_ or [])
         cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
-        from kvsim.workload import generate_requests
         import numpy as np
 
-        requests = generate_requests(cfg.workload, np.random.default_rng(cfg.seed),
-                                     max_model_len=cfg.scheduler.max_model_len)
-        with tqdm(total=len(requests), unit="req", disable=not progress or len(requests) < 2000,
-                  desc="simulating") as bar:
+        from kvsim.workload import generate_requests
+
+        requests = generate_requests(
+            cfg.workload, np.random.default_rng(cfg.seed), max_model_len=cfg.scheduler.max_model_len
+        )
+        with tqdm(
+            total=len(requests),
+            unit="req",
+            disable=not progress or len(requests) < 2000,
+            desc="simulating",
+        ) as bar:
             results = simulate(cfg, requests, on_finish=bar.update)
-        title = (f"{cfg.model.name} on {cfg.gpu.name}, {cfg.cache.allocator}"
-                 f"{'' if cfg.cache.allocator == 'paged' else '/' + cfg.cache.reservation}, "
-                 f"{cfg.capacity_tokens:,} KV slots, {len(requests):,} requests")
+        title = (
+            f"{cfg.model.name} on {cfg.gpu.name}, {cfg.cache.allocator}"
+            f"{'' if cfg.cache.allocator == 'paged' else '/' + cfg.cache.reservation}, "
+            f"{cfg.capacity_tokens:,} KV slots, {len(requests):,} requests"
+        )
         console.print(summary_table(results.summary, title))
         if out is not None:
             results.save(out)
@@ -129,7 +148,9 @@ def run(
 @app.command()
 def fig2(
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("results/fig2"),
-    num_requests: Annotated[int, typer.Option(min=100, help="Requests per system and seed.")] = 5000,
+    num_requests: Annotated[
+        int, typer.Option(min=100, help="Requests per system and seed.")
+    ] = 5000,
     seeds: Annotated[int, typer.Option(min=1, help="Independent workloads averaged.")] = 4,
     seed: Annotated[int, typer.Option(help="First workload seed.")] = 0,
     rate: Annotated[float, typer.Option(min=0.01, help="Poisson rate, requests/s.")] = 5.0,
@@ -139,12 +160,20 @@ def fig2(
 
     def go() -> None:
         check_out_dir(out)
-        console.print(f"Figure 2 setup: OPT-13B, A100-40GB, 12 GiB KV; {workload_source()}; "
-                      f"Poisson {rate} req/s; {seeds} seeds x {num_requests:,} requests per system.")
-        df = run_fig2(num_requests, rate, range(seed, seed + seeds),
-                      on_system=lambda s: console.print(f"  running {s} ..."))
-        table = Table(title="Share of KV memory (%), time-weighted over the saturated window, "
-                      f"mean of {seeds} seeds: kvsim (paper)")
+        console.print(
+            f"Figure 2 setup: OPT-13B, A100-40GB, 12 GiB KV; {workload_source()}; "
+            f"Poisson {rate} req/s; {seeds} seeds x {num_requests:,} requests per system."
+        )
+        df = run_fig2(
+            num_requests,
+            rate,
+            range(seed, seed + seeds),
+            on_system=lambda s: console.print(f"  running {s} ..."),
+        )
+        table = Table(
+            title="Share of KV memory (%), time-weighted over the saturated window, "
+            f"mean of {seeds} seeds: kvsim (paper)"
+        )
         table.add_column("system", no_wrap=True)
         for header in ("token", "reserved", "internal", "external", "free"):
             table.add_column(header, justify="right")
@@ -171,16 +200,28 @@ def presets() -> None:
     for col in ("name", "layers", "kv heads", "head dim", "KiB/token", "params (B)"):
         table.add_column(col)
     for name, m in _presets("models").items():
-        kib = 2 * m["num_layers"] * m["num_kv_heads"] * m["head_dim"] * m.get("dtype_bytes", 2) / 1024
-        table.add_row(name, str(m["num_layers"]), str(m["num_kv_heads"]), str(m["head_dim"]),
-                      f"{kib:g}", f"{m['num_params'] / 1e9:.1f}")
+        kib = (
+            2 * m["num_layers"] * m["num_kv_heads"] * m["head_dim"] * m.get("dtype_bytes", 2) / 1024
+        )
+        table.add_row(
+            name,
+            str(m["num_layers"]),
+            str(m["num_kv_heads"]),
+            str(m["head_dim"]),
+            f"{kib:g}",
+            f"{m['num_params'] / 1e9:.1f}",
+        )
     console.print(table)
     gpus = Table(title="GPUs")
     for col in ("name", "memory (GiB)", "HBM (TB/s)", "FP16 (TFLOP/s)"):
         gpus.add_column(col)
     for name, g in _presets("gpus").items():
-        gpus.add_row(name, f"{g['memory_bytes'] / 2**30:.1f}", f"{g['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}",
-                     f"{g['fp16_flops_per_s'] / 1e12:.0f}")
+        gpus.add_row(
+            name,
+            f"{g['memory_bytes'] / 2**30:.1f}",
+            f"{g['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}",
+            f"{g['fp16_flops_per_s'] / 1e12:.0f}",
+        )
     console.print(gpus)
 
 

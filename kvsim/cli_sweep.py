@@ -17,9 +17,13 @@ from kvsim.experiment import load_experiment
 def sweep(
     experiment: Annotated[Path, typer.Argument(help="experiment TOML, e.g. experiments/fig2.toml")],
     jobs: Annotated[int, typer.Option("-j", "--jobs", min=1, help="worker processes")] = 1,
-    scheduler: Annotated[str | None, typer.Option(
-        help="Dask scheduler: tcp://HOST:PORT, or 'local' for a local Dask cluster "
-             "(default: a local process pool)")] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="Dask scheduler: tcp://HOST:PORT, or 'local' for a local Dask cluster "
+            "(default: a local process pool)"
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="results root; writes OUT/NAME/")] = Path("results"),
     quick: Annotated[bool, typer.Option(help="small runs: apply the TOML's [quick] table")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
@@ -32,11 +36,12 @@ def sweep(
     except (ValueError, FileNotFoundError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    report = run_sweep(spec, out, jobs=jobs, scheduler=scheduler, quick=quick,
-                       progress=progress)
-    typer.echo(f"{report.folder}: {len(report.table)} points in summary.parquet "
-               f"({report.num_run} run, {report.num_skipped} resumed, "
-               f"{len(report.failures)} failed)")
+    report = run_sweep(spec, out, jobs=jobs, scheduler=scheduler, quick=quick, progress=progress)
+    typer.echo(
+        f"{report.folder}: {len(report.table)} points in summary.parquet "
+        f"({report.num_run} run, {report.num_skipped} resumed, "
+        f"{len(report.failures)} failed)"
+    )
     for f in report.failures:
         typer.echo(f"FAILED point {f.index} [{f.point}] key={f.key}: {f.error}", err=True)
     if report.failures:
@@ -45,8 +50,9 @@ def sweep(
 
 def plot(
     results: Annotated[list[Path], typer.Argument(help="sweep folders, e.g. results/fig2")],
-    out: Annotated[Path | None, typer.Option(
-        help="where PNGs go (default: RESULTS/figures)")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="where PNGs go (default: RESULTS/figures)")
+    ] = None,
 ) -> None:
     """Draw the standard figures (PNG) of one or more sweep folders."""
     from kvsim.figures import draw_figures

@@ -87,7 +87,7 @@ class ModelSpec(_Frozen):
 
 
 class GpuSpec(_Frozen):
-    """One GPU: memory (bytes), HBM bandwidth (bytes/s), FP16 FLOP/s, host-link bandwidth (bytes/s)."""
+    """One GPU: memory (bytes), HBM bandwidth (bytes/s), FP16 FLOP/s, PCIe bandwidth (bytes/s)."""
 
     name: str = "custom"
     memory_bytes: int = Field(ge=1)
@@ -119,10 +119,16 @@ class CacheSpec(_Frozen):
     kv_cache_gib: float | None = Field(default=None, gt=0)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_headroom_bytes: int = Field(default=2 * GiB, ge=0)
-    watermark: float = Field(default=0.01, ge=0, lt=1, description="free-block share kept at admission (paged)")
-    enable_prefix_caching: bool = Field(default=True, description="shared_prefix: cache full blocks across requests")
+    watermark: float = Field(
+        default=0.01, ge=0, lt=1, description="free-block share kept at admission (paged)"
+    )
+    enable_prefix_caching: bool = Field(
+        default=True, description="shared_prefix: cache full blocks across requests"
+    )
     beam_survival: float = Field(
-        default=0.8646, ge=0, le=1,
+        default=0.8646,
+        ge=0,
+        le=1,
         description="kvsim.groups.BeamModel parameter (fitted on Figure 15 beam width 4)",
     )
 
@@ -281,7 +287,7 @@ def format_validation_error(err: ValidationError) -> str:
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
-    """Load a ``SimConfig`` from TOML, applying dotted ``overrides`` (``{"cache.block_size_tokens": 32}``).
+    """Load a ``SimConfig`` from TOML with dotted overrides (``{"cache.block_size_tokens": 32}``).
 
     Raises:
         ValueError: the file is not valid TOML or a field is invalid (message names the field).

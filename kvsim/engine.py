@@ -59,18 +59,27 @@ class Engine:
             simulated time, so the pool can be inspected then (``kvsim.snapshot``).
     """
 
-    def __init__(self, env: simpy.Environment, config: SimConfig, requests: list[Request],
-                 on_finish: Callable[[int], None] | None = None,
-                 stop_at_s: float | None = None) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        config: SimConfig,
+        requests: list[Request],
+        on_finish: Callable[[int], None] | None = None,
+        stop_at_s: float | None = None,
+    ) -> None:
         self.env = env
         self.config = config
         self.requests = requests
         self.allocator = allocator_from_config(config)
         self.swap = swap_space_from_config(config)  # [swap] None under recompute
         self.scheduler = Scheduler(self.allocator, config.scheduler, self.swap)
-        self.cost = StepCostModel(config.model, config.gpu, config.cost,
-                                  paged=hasattr(self.allocator, "block_size_tokens"),
-                                  block_size_tokens=config.cache.block_size_tokens)
+        self.cost = StepCostModel(
+            config.model,
+            config.gpu,
+            config.cost,
+            paged=hasattr(self.allocator, "block_size_tokens"),
+            block_size_tokens=config.cache.block_size_tokens,
+        )
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
         self.on_finish = on_finish
@@ -162,24 +171,43 @@ class Engine:
         if not self.config.record_memory:
             return
         lengths = self.scheduler.span_lengths(plan)
-        assert plan.final is not None and plan.held0 is not None
-        cats = span_categories(self.allocator, plan.members, lengths, plan.final, plan.held0,
-                               self.scheduler.head_of_queue())
-        self.recorder.record(self.env.now, durations, cats, len(lengths),
-                             len(self.scheduler.waiting), len(plan.prefills), plan.num_preempted)
+        assert plan.final is not None
+        assert plan.held0 is not None
+        cats = span_categories(
+            self.allocator,
+            plan.members,
+            lengths,
+            plan.final,
+            plan.held0,
+            self.scheduler.head_of_queue(),
+        )
+        self.recorder.record(
+            self.env.now,
+            durations,
+            cats,
+            len(lengths),
+            len(self.scheduler.waiting),
+            len(plan.prefills),
+            plan.num_preempted,
+        )
 
 
 def swap_space_from_config(config: SimConfig) -> SwapSpace | None:
     """The CPU swap pool of a ``preemption_mode = "swap"`` run (``None`` under recompute)."""
     if config.scheduler.preemption_mode != "swap":
         return None
-    return SwapSpace.from_gib(config.scheduler.swap_space_gib,
-                              block_size_tokens=config.cache.block_size_tokens,
-                              bytes_per_token=config.model.bytes_per_token)
+    return SwapSpace.from_gib(
+        config.scheduler.swap_space_gib,
+        block_size_tokens=config.cache.block_size_tokens,
+        bytes_per_token=config.model.bytes_per_token,
+    )
 
 
-def simulate(config: SimConfig, requests: list[Request] | None = None,
-             on_finish: Callable[[int], None] | None = None) -> Results:
+def simulate(
+    config: SimConfig,
+    requests: list[Request] | None = None,
+    on_finish: Callable[[int], None] | None = None,
+) -> Results:
     """Run one simulation.
 
     Args:
@@ -195,8 +223,9 @@ def simulate(config: SimConfig, requests: list[Request] | None = None,
     """
     if requests is None:
         rng = np.random.default_rng(config.seed)
-        requests = generate_requests(config.workload, rng,
-                                     max_model_len=config.scheduler.max_model_len)
+        requests = generate_requests(
+            config.workload, rng, max_model_len=config.scheduler.max_model_len
+        )
     limit = min(config.scheduler.max_model_len, config.capacity_tokens)
     for req in requests:
         if req.final_tokens > limit:
@@ -216,8 +245,9 @@ def simulate(config: SimConfig, requests: list[Request] | None = None,
     env.process(engine.engine_loop())
     env.run()
     logger.debug("simulated %d requests to t=%.1f s", len(requests), env.now)
-    results = build_results(config, requests, engine.recorder.rows,
-                            engine.scheduler.num_preemptions)
+    results = build_results(
+        config, requests, engine.recorder.rows, engine.scheduler.num_preemptions
+    )
     if engine.swap is not None:  # [swap]
         results.summary.update(engine.swap.summary(engine.swap_time_s))
     prefix_summary = getattr(engine.allocator, "prefix_cache_summary", None)

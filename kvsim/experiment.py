@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from kvsim.config import SimConfig, config_from_dict, set_dotted
 from kvsim.workload import workloads_dir
@@ -115,8 +114,13 @@ class Experiment:
         return points
 
 
-def make_point(index: int, base: dict[str, Any], overrides: dict[str, Any],
-               extra: dict[str, Any], label: str | None) -> Point:
+def make_point(
+    index: int,
+    base: dict[str, Any],
+    overrides: dict[str, Any],
+    extra: dict[str, Any],
+    label: str | None,
+) -> Point:
     """Validate one point's config; a bad config gives a ``Point`` with ``error`` set."""
     data = json.loads(json.dumps(base))
     try:
@@ -161,7 +165,8 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ValueError(
-            f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}")
+            f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}"
+        )
     grid = _check_lists("grid", data.get("grid", {}))
     raw_zips = data.get("zip", [])
     raw_zips = [raw_zips] if isinstance(raw_zips, dict) else raw_zips
@@ -174,8 +179,9 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
     snapshot = data.get("snapshot_at_s")
     unknown_quick = set(quick) - {"set", "grid", "snapshot_at_s"}
     if unknown_quick:
-        raise ValueError(f"quick: unknown keys {sorted(unknown_quick)}; expected set, grid, "
-                         "snapshot_at_s")
+        raise ValueError(
+            f"quick: unknown keys {sorted(unknown_quick)}; expected set, grid, snapshot_at_s"
+        )
     return Experiment(
         name=str(data.get("name", name)),
         base=dict(data.get("base", {})),

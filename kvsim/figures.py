@@ -20,14 +20,21 @@ from kvsim.plots import latency_cdf, memory_map, memory_over_time, metric_vs, wa
 logger = logging.getLogger(__name__)
 
 MAX_PANELS = 12
-VS_METRICS = ("token_utilization_perc", "internal_fragmentation_pct_of_used",
-              "external_fragmentation_pct_of_used", "mean_running")
+VS_METRICS = (
+    "token_utilization_perc",
+    "internal_fragmentation_pct_of_used",
+    "external_fragmentation_pct_of_used",
+    "mean_running",
+)
 
 
 def _numeric_axes(sweep: SweepResults) -> list[str]:
     table = sweep.summary
-    return [f for f in sweep.swept_fields
-            if f != "label" and pd.api.types.is_numeric_dtype(table[f]) and table[f].nunique() > 1]
+    return [
+        f
+        for f in sweep.swept_fields
+        if f != "label" and pd.api.types.is_numeric_dtype(table[f]) and table[f].nunique() > 1
+    ]
 
 
 def _save(fig: Figure, path: Path, written: list[Path]) -> None:
@@ -40,17 +47,30 @@ def _vs_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
     for x in _numeric_axes(sweep):
         others = [f for f in sweep.swept_fields if f != x]
         if "label" in others:  # fields zipped with the label add nothing to it
-            others = ["label", *(f for f in others if f != "label"
-                                 and table.groupby("label")[f].nunique().max() > 1)]
+            others = [
+                "label",
+                *(
+                    f
+                    for f in others
+                    if f != "label" and table.groupby("label")[f].nunique().max() > 1
+                ),
+            ]
         hue = None
         if others:
             hue = ", ".join(short_name(f) for f in others)
-            table = table.assign(**{hue: [
-                ", ".join(str(r[f]) for f in others) for _, r in table.iterrows()]})
+            table = table.assign(
+                **{hue: [", ".join(str(r[f]) for f in others) for _, r in table.iterrows()]}
+            )
         logx = "block_size" in x or "kv_cache" in x
         metrics = sweep.meta.get("analysis", {}).get("vs_metrics", VS_METRICS)
-        fig = metric_vs(table, x, metrics, hue=hue, logx=logx,
-                        title=f"{sweep.meta.get('name', '')}: against {short_name(x)}")
+        fig = metric_vs(
+            table,
+            x,
+            metrics,
+            hue=hue,
+            logx=logx,
+            title=f"{sweep.meta.get('name', '')}: against {short_name(x)}",
+        )
         _save(fig, out / f"vs_{short_name(x)}.png", written)
 
 
@@ -67,8 +87,9 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
         if i >= MAX_PANELS:
             continue
         results = sweep.results(key)
-        fig = memory_over_time(results.memory, capacity_slots=results.config.capacity_tokens,
-                               title=label)
+        fig = memory_over_time(
+            results.memory, capacity_slots=results.config.capacity_tokens, title=label
+        )
         _save(fig, out / f"memory_{i:03d}.png", written)
         frames.append(results.requests.assign(label=label))
     if frames:

@@ -19,7 +19,7 @@ from kvsim.recorder import CATEGORIES
 
 
 def clip_window(memory: pd.DataFrame, start_s: float | None, end_s: float | None) -> pd.DataFrame:
-    """Rows of ``memory`` inside ``[start_s, end_s)``, durations trimmed to the overlap (seconds)."""
+    """Rows of ``memory`` inside ``[start_s, end_s)``, durations trimmed to the overlap (s)."""
     if start_s is None and end_s is None:
         return memory
     lo = -np.inf if start_s is None else start_s
@@ -38,7 +38,9 @@ def memory_shares(memory: pd.DataFrame, capacity_slots: int) -> dict[str, float]
     out: dict[str, float] = {}
     if total_s <= 0:
         return out
-    means = {c: float(np.dot(memory[c].to_numpy(), w) / total_s) for c in (*CATEGORIES, "allocated")}
+    means = {
+        c: float(np.dot(memory[c].to_numpy(), w) / total_s) for c in (*CATEGORIES, "allocated")
+    }
     used = capacity_slots - means["free"]
     for c in CATEGORIES:
         out[f"{c}_pct"] = 100.0 * means[c] / capacity_slots
@@ -56,8 +58,13 @@ def memory_shares(memory: pd.DataFrame, capacity_slots: int) -> dict[str, float]
     return out
 
 
-def mean_batched_requests(memory: pd.DataFrame, start_s: float | None = None,
-                          end_s: float | None = None, *, per: str = "step") -> float:
+def mean_batched_requests(
+    memory: pd.DataFrame,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    *,
+    per: str = "step",
+) -> float:
     """Mean number of requests in the running batch over ``[start_s, end_s)`` (seconds).
 
     Args:
@@ -77,8 +84,9 @@ def mean_batched_requests(memory: pd.DataFrame, start_s: float | None = None,
         weight = window["duration_s"].to_numpy()
     else:  # steps of a span are spread evenly over it; a clipped span keeps its share of steps
         full = memory.loc[window.index, "duration_s"].to_numpy()
-        share = np.divide(window["duration_s"].to_numpy(), full, out=np.ones_like(full),
-                          where=full > 0)
+        share = np.divide(
+            window["duration_s"].to_numpy(), full, out=np.ones_like(full), where=full > 0
+        )
         weight = window["num_steps"].to_numpy() * share
     total = weight.sum()
     if total <= 0:
@@ -104,8 +112,14 @@ def latency_stats(requests: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def summarize(memory: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: int,
-              start_s: float | None = None, end_s: float | None = None) -> dict[str, Any]:
+def summarize(
+    memory: pd.DataFrame,
+    requests: pd.DataFrame,
+    *,
+    capacity_slots: int,
+    start_s: float | None = None,
+    end_s: float | None = None,
+) -> dict[str, Any]:
     """All scalar metrics of a run, memory ones over ``[start_s, end_s)``.
 
     Args:

@@ -38,8 +38,7 @@ EMPTY_RGB = to_rgb("#5c0a0a")  # allocated but holding no token (dark red)
 FREE_RGB = to_rgb("#f2f2f2")
 
 
-def memory_over_time(memory: pd.DataFrame, *, capacity_slots: int,
-                     title: str = "") -> Figure:
+def memory_over_time(memory: pd.DataFrame, *, capacity_slots: int, title: str = "") -> Figure:
     """KV memory over simulated time, stacked by category, as % of capacity.
 
     Args:
@@ -57,16 +56,22 @@ def memory_over_time(memory: pd.DataFrame, *, capacity_slots: int,
     for cat in CATEGORY_COLORS:
         values = 100.0 * memory[cat].to_numpy() / capacity_slots
         ys.append(np.append(values, values[-1:]) if len(values) else values)
-    ax.stackplot(x, ys, step="post", colors=list(CATEGORY_COLORS.values()),
-                 labels=list(CATEGORY_NAMES.values()))
+    ax.stackplot(
+        x,
+        ys,
+        step="post",
+        colors=list(CATEGORY_COLORS.values()),
+        labels=list(CATEGORY_NAMES.values()),
+    )
     ax.set(xlabel="simulated time (s)", ylabel="% of KV capacity", ylim=(0, 100), title=title)
     ax.margins(x=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return fig
 
 
-def waste_bars(table: pd.DataFrame, labels: Sequence[str], *, of: str = "used",
-               title: str = "") -> Figure:
+def waste_bars(
+    table: pd.DataFrame, labels: Sequence[str], *, of: str = "used", title: str = ""
+) -> Figure:
     """Figure-2-style stacked bars: where the KV memory goes, one bar per row.
 
     Args:
@@ -92,14 +97,24 @@ def waste_bars(table: pd.DataFrame, labels: Sequence[str], *, of: str = "used",
                 ax.text(float(p), v / 2, f"{v:.1f}%", ha="center", va="center", fontsize="small")
         bottom += values
     ax.set_xticks(pos, list(labels), rotation=20, ha="right")
-    ax.set(ylabel=f"% of {'used KV memory' if of == 'used' else 'KV capacity'}",
-           ylim=(0, 100), title=title)
+    ax.set(
+        ylabel=f"% of {'used KV memory' if of == 'used' else 'KV capacity'}",
+        ylim=(0, 100),
+        title=title,
+    )
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return fig
 
 
-def metric_vs(table: pd.DataFrame, x: str, metrics: Sequence[str], *, hue: str | None = None,
-              logx: bool = False, title: str = "") -> Figure:
+def metric_vs(
+    table: pd.DataFrame,
+    x: str,
+    metrics: Sequence[str],
+    *,
+    hue: str | None = None,
+    logx: bool = False,
+    title: str = "",
+) -> Figure:
     """Metrics against one swept field (block size, request rate, KV budget ...).
 
     Args:
@@ -133,15 +148,21 @@ def slot_colors(snapshot: pd.DataFrame, capacity_slots: int) -> np.ndarray:
     dark red where allocated but empty, light grey where free."""
     rgb = np.tile(np.asarray(FREE_RGB), (capacity_slots, 1))
     palette = PALETTE
-    for req_id, start, size, tokens in snapshot[["req_id", "start_slot", "num_slots",
-                                                 "num_tokens"]].itertuples(index=False):
-        rgb[start:start + tokens] = palette[int(req_id) % len(palette)]
-        rgb[start + tokens:start + size] = EMPTY_RGB
+    for req_id, start, size, tokens in snapshot[
+        ["req_id", "start_slot", "num_slots", "num_tokens"]
+    ].itertuples(index=False):
+        rgb[start : start + tokens] = palette[int(req_id) % len(palette)]
+        rgb[start + tokens : start + size] = EMPTY_RGB
     return rgb
 
 
-def memory_map(snapshots: Mapping[str, pd.DataFrame], capacity_slots: int, *,
-               num_cells: int = 1024, title: str = "") -> Figure:
+def memory_map(
+    snapshots: Mapping[str, pd.DataFrame],
+    capacity_slots: int,
+    *,
+    num_cells: int = 1024,
+    title: str = "",
+) -> Figure:
     """The physical KV pool at one moment, one panel per run (e.g. contiguous | paged).
 
     Each cell covers ``capacity_slots / num_cells`` consecutive slots (row-major); its colour
@@ -166,21 +187,28 @@ def memory_map(snapshots: Mapping[str, pd.DataFrame], capacity_slots: int, *,
         used = int(snap["num_slots"].sum())
         written = int(snap["num_tokens"].sum())
         share = 100.0 * written / used if used else float("nan")
-        ax.set_title(f"{name}\n{snap['req_id'].nunique()} requests, {share:.0f}% of allocated "
-                     "holds tokens", fontsize="small")
+        ax.set_title(
+            f"{name}\n{snap['req_id'].nunique()} requests, {share:.0f}% of allocated holds tokens",
+            fontsize="small",
+        )
         ax.set_axis_off()
-    handles = [Patch(color=EMPTY_RGB, label="allocated, empty"),
-               Patch(color=FREE_RGB, label="free"),
-               Patch(color=PALETTE[0], label="token states (one colour "
-                     "per request)")]
+    handles = [
+        Patch(color=EMPTY_RGB, label="allocated, empty"),
+        Patch(color=FREE_RGB, label="free"),
+        Patch(color=PALETTE[0], label="token states (one colour per request)"),
+    ]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small")
     fig.suptitle(title or f"KV pool: {capacity_slots:,} slots, {per_cell} per cell")
     return fig
 
 
-def latency_cdf(requests: pd.DataFrame, *, by: str = "label",
-                metrics: Sequence[str] = ("ttft_s", "tpot_s", "e2e_s"),
-                title: str = "") -> Figure:
+def latency_cdf(
+    requests: pd.DataFrame,
+    *,
+    by: str = "label",
+    metrics: Sequence[str] = ("ttft_s", "tpot_s", "e2e_s"),
+    title: str = "",
+) -> Figure:
     """Empirical CDFs of per-request latencies, one line per ``by`` value.
 
     Args:
@@ -195,11 +223,16 @@ def latency_cdf(requests: pd.DataFrame, *, by: str = "label",
         for ax, metric in zip(axes, metrics, strict=True):
             values = np.sort(group[metric].dropna().to_numpy())
             if len(values):
-                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
-                        label=str(name))
+                ax.step(
+                    values,
+                    np.arange(1, len(values) + 1) / len(values),
+                    where="post",
+                    label=str(name),
+                )
     for ax, metric in zip(axes, metrics, strict=True):
-        ax.set(xlabel=f"{metric.removesuffix('_s')} (s)", ylabel="fraction of requests",
-               ylim=(0, 1.02))
+        ax.set(
+            xlabel=f"{metric.removesuffix('_s')} (s)", ylabel="fraction of requests", ylim=(0, 1.02)
+        )
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize="small")
     fig.suptitle(title)

@@ -27,12 +27,30 @@ from kvsim.request import Request
 FloatArray = npt.NDArray[np.float64]
 
 MEMORY_COLUMNS = (
-    "time_s", "duration_s", "num_steps", "num_running", "num_waiting", "num_prefills",
-    "num_preempted", "num_blocked_steps", "token_states", "reservation",
-    "internal_fragmentation", "external_fragmentation", "free", "allocated", "held", "unshared",
+    "time_s",
+    "duration_s",
+    "num_steps",
+    "num_running",
+    "num_waiting",
+    "num_prefills",
+    "num_preempted",
+    "num_blocked_steps",
+    "token_states",
+    "reservation",
+    "internal_fragmentation",
+    "external_fragmentation",
+    "free",
+    "allocated",
+    "held",
+    "unshared",
 )
-CATEGORIES = ("token_states", "reservation", "internal_fragmentation",
-              "external_fragmentation", "free")
+CATEGORIES = (
+    "token_states",
+    "reservation",
+    "internal_fragmentation",
+    "external_fragmentation",
+    "free",
+)
 
 
 @dataclass(slots=True)
@@ -50,8 +68,13 @@ class SpanCategories:
     unshared: IntArray
 
     def total(self) -> IntArray:
-        return (self.token_states + self.reservation + self.internal_fragmentation
-                + self.external_fragmentation + self.free)
+        return (
+            self.token_states
+            + self.reservation
+            + self.internal_fragmentation
+            + self.external_fragmentation
+            + self.free
+        )
 
 
 def span_categories(
@@ -93,8 +116,17 @@ def span_categories(
         usable = allocator.usable_free_slots_at(head[0], head[1], free_total)
         need = allocator.admission_slots_needed(head[0], head[1])
         blocked = (usable == 0) & (free_total >= need)
-    return SpanCategories(token, reservation, internal, free_total - usable + overhead,
-                          usable, capacity - free_total, blocked, held_total, unshared)
+    return SpanCategories(
+        token,
+        reservation,
+        internal,
+        free_total - usable + overhead,
+        usable,
+        capacity - free_total,
+        blocked,
+        held_total,
+        unshared,
+    )
 
 
 @dataclass
@@ -104,16 +136,46 @@ class MemoryRecorder:
     capacity_slots: int
     rows: list[tuple[float, ...]] = field(default_factory=list)
 
-    def record(self, time_s: float, durations_s: FloatArray, cats: SpanCategories,
-               num_running: int, num_waiting: int, num_prefills: int, num_preempted: int) -> None:
+    def record(
+        self,
+        time_s: float,
+        durations_s: FloatArray,
+        cats: SpanCategories,
+        num_running: int,
+        num_waiting: int,
+        num_prefills: int,
+        num_preempted: int,
+    ) -> None:
         """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k])."""
         total_s = float(durations_s.sum())
-        w = durations_s / total_s if total_s > 0 else np.full(len(durations_s), 1 / len(durations_s))
-        matrix = np.stack([cats.token_states, cats.reservation, cats.internal_fragmentation,
-                           cats.external_fragmentation, cats.free, cats.allocated, cats.held,
-                           cats.unshared])
+        w = (
+            durations_s / total_s
+            if total_s > 0
+            else np.full(len(durations_s), 1 / len(durations_s))
+        )
+        matrix = np.stack(
+            [
+                cats.token_states,
+                cats.reservation,
+                cats.internal_fragmentation,
+                cats.external_fragmentation,
+                cats.free,
+                cats.allocated,
+                cats.held,
+                cats.unshared,
+            ]
+        )
         means = (matrix @ w).tolist()
-        self.rows.append((
-            time_s, total_s, len(durations_s), num_running, num_waiting, num_prefills,
-            num_preempted, int(cats.blocked.sum()), *means,
-        ))
+        self.rows.append(
+            (
+                time_s,
+                total_s,
+                len(durations_s),
+                num_running,
+                num_waiting,
+                num_prefills,
+                num_preempted,
+                int(cats.blocked.sum()),
+                *means,
+            )
+        )

@@ -73,5 +73,5 @@ class Request:
 
     @property
     def num_prefill_tokens(self) -> int:
-        """Tokens a prefill must compute now: prompt plus output so far (recompute after preemption)."""
+        """Tokens a prefill computes now: prompt + output so far (recompute after preemption)."""
         return self.prompt_tokens + self.num_generated_tokens

@@ -19,8 +19,13 @@ from kvsim.recorder import MEMORY_COLUMNS
 from kvsim.request import Request
 
 REQUEST_COLUMNS = (
-    "req_id", "arrival_time_s", "first_token_time_s", "finish_time_s", "prompt_tokens",
-    "output_tokens", "num_preemptions",
+    "req_id",
+    "arrival_time_s",
+    "first_token_time_s",
+    "finish_time_s",
+    "prompt_tokens",
+    "output_tokens",
+    "num_preemptions",
 )
 
 
@@ -77,8 +82,12 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
     return df
 
 
-def build_results(config: SimConfig, requests: list[Request], memory_rows: list[tuple[float, ...]],
-                  num_preemptions: int) -> Results:
+def build_results(
+    config: SimConfig,
+    requests: list[Request],
+    memory_rows: list[tuple[float, ...]],
+    num_preemptions: int,
+) -> Results:
     """Assemble ``Results`` from the engine's records."""
     req_df = request_frame(requests)
     mem_df = pd.DataFrame(memory_rows, columns=list(MEMORY_COLUMNS))

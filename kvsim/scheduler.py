@@ -80,12 +80,13 @@ class Scheduler:
 
     Args:
         allocator: the KV allocation policy.
-        config: ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len`` and the livelock guard.
+        config: ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``, livelock guard.
         swap: the CPU swap pool when ``preemption_mode == "swap"``, else ``None`` (recompute).
     """
 
-    def __init__(self, allocator: Allocator, config: SchedulerConfig,
-                 swap: SwapSpace | None = None) -> None:
+    def __init__(
+        self, allocator: Allocator, config: SchedulerConfig, swap: SwapSpace | None = None
+    ) -> None:
         self.allocator = allocator
         self.config = config
         self.token_budget = config.token_budget
@@ -197,12 +198,12 @@ class Scheduler:
 
     # -- fast-forward -----------------------------------------------------------------------
     def plan_arrays(self, plan: StepPlan) -> tuple[IntArray, IntArray, IntArray]:
-        """Fill and return ``plan.lengths0``, ``plan.final`` and ``plan.held0`` (see ``StepPlan``)."""
+        """Fill and return ``plan.lengths0``, ``plan.final`` and ``plan.held0`` (``StepPlan``)."""
         reqs = plan.members = plan.decodes + plan.prefills
-        plan.num_seqs = (np.array([r.num_seqs for r in reqs], np.int64) if self.has_groups
-                         else None)
-        plan.lengths0 = np.array([r.num_computed_tokens for r in plan.decodes]
-                                 + plan.prefill_tokens, np.int64)
+        plan.num_seqs = np.array([r.num_seqs for r in reqs], np.int64) if self.has_groups else None
+        plan.lengths0 = np.array(
+            [r.num_computed_tokens for r in plan.decodes] + plan.prefill_tokens, np.int64
+        )
         plan.final = np.array([r.prompt_tokens + r.output_tokens for r in reqs], np.int64)
         plan.held0 = np.array([r.num_held_slots for r in reqs], np.int64)
         return plan.lengths0, plan.final, plan.held0
@@ -214,7 +215,11 @@ class Scheduler:
         Returns ``k >= 1``; the k-th step is the first one in which some request finishes.
         """
         lengths0, final, held0 = self.plan_arrays(plan)
-        if plan.num_preempted or plan.swap_blocks or (plan.prefills and plan.stopped_by_token_budget):
+        if (
+            plan.num_preempted
+            or plan.swap_blocks
+            or (plan.prefills and plan.stopped_by_token_budget)
+        ):
             return 1
         # a prefill samples a token in step 0 as a decode does; each has final - (L + 1) left
         # after step 0, so the first finish ends step min(final - lengths0) - 1 (0-based)
@@ -243,8 +248,9 @@ class Scheduler:
         return plan.lengths0[:, None] + steps[None, :]
 
     # -- completion -------------------------------------------------------------------------
-    def complete(self, plan: StepPlan, now_s: float, first_step_end_s: float | None = None
-                 ) -> list[Request]:
+    def complete(
+        self, plan: StepPlan, now_s: float, first_step_end_s: float | None = None
+    ) -> list[Request]:
         """Apply a finished plan; free and return finished requests.
 
         Args:

@@ -67,8 +67,9 @@ def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
     return frame.sort_values("start_slot", ignore_index=True)
 
 
-def snapshot_frame(config: SimConfig, time_s: float,
-                   requests: list[Request] | None = None) -> pd.DataFrame:
+def snapshot_frame(
+    config: SimConfig, time_s: float, requests: list[Request] | None = None
+) -> pd.DataFrame:
     """The KV pool of ``config``'s run at simulated time ``time_s``.
 
     Args:
@@ -81,14 +82,16 @@ def snapshot_frame(config: SimConfig, time_s: float,
     """
     if requests is None:
         rng = np.random.default_rng(config.seed)
-        requests = generate_requests(config.workload, rng,
-                                     max_model_len=config.scheduler.max_model_len)
+        requests = generate_requests(
+            config.workload, rng, max_model_len=config.scheduler.max_model_len
+        )
     env = simpy.Environment()
     engine = Engine(env, config, requests, stop_at_s=time_s)
     env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run(until=time_s)
     frame = pool_ownership(engine.allocator, _token_counts(engine))
-    frame.attrs.update(capacity_slots=config.capacity_tokens, time_s=time_s,
-                       allocator=config.cache.allocator)
+    frame.attrs.update(
+        capacity_slots=config.capacity_tokens, time_s=time_s, allocator=config.cache.allocator
+    )
     return frame

@@ -75,9 +75,12 @@ def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOut
         results.summary.update(extra_metrics(results.requests))
         snap = None if snapshot_at_s is None else snapshot_frame(config, snapshot_at_s)
     except Exception as err:
-        return PointOutcome(config.key(), error=f"{type(err).__name__}: {err}",
-                            traceback=traceback.format_exc(),
-                            elapsed_s=time.perf_counter() - start)
+        return PointOutcome(
+            config.key(),
+            error=f"{type(err).__name__}: {err}",
+            traceback=traceback.format_exc(),
+            elapsed_s=time.perf_counter() - start,
+        )
     return PointOutcome(config.key(), results, snap, elapsed_s=time.perf_counter() - start)
 
 
@@ -161,8 +164,9 @@ def _serial(todo: list[Point], snapshot_at_s: float | None) -> Iterator[tuple[Po
         yield point, run_point(_config(point), snapshot_at_s)
 
 
-def _pool(todo: list[Point], jobs: int,
-          snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
+def _pool(
+    todo: list[Point], jobs: int, snapshot_at_s: float | None
+) -> Iterator[tuple[Point, PointOutcome]]:
     context = multiprocessing.get_context("spawn")  # no fork of a threaded driver
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = {pool.submit(run_point, _config(p), snapshot_at_s): p for p in todo}
@@ -173,20 +177,26 @@ def _pool(todo: list[Point], jobs: int,
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _dask(todo: list[Point], jobs: int, scheduler: str,
-          snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
+def _dask(
+    todo: list[Point], jobs: int, scheduler: str, snapshot_at_s: float | None
+) -> Iterator[tuple[Point, PointOutcome]]:
     dd: Any = importlib.import_module("dask.distributed")  # untyped: keep mypy --strict quiet
 
     cluster = None
     if scheduler == "local":
-        cluster = dd.LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                                  dashboard_address=None)
+        cluster = dd.LocalCluster(
+            n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
+        )
         client = dd.Client(cluster)
     else:
         client = dd.Client(scheduler)
     try:
-        futures = [client.submit(run_point, p.config, snapshot_at_s, key=f"kvsim-point-{p.key}",
-                                 pure=False) for p in todo]
+        futures = [
+            client.submit(
+                run_point, p.config, snapshot_at_s, key=f"kvsim-point-{p.key}", pure=False
+            )
+            for p in todo
+        ]
         by_key = {f.key: p for f, p in zip(futures, todo, strict=True)}
         for future in dd.as_completed(futures):
             yield by_key[future.key], future.result()
@@ -196,8 +206,13 @@ def _dask(todo: list[Point], jobs: int, scheduler: str,
             cluster.close()
 
 
-def outcomes(todo: list[Point], *, jobs: int = 1, scheduler: str | None = None,
-             snapshot_at_s: float | None = None) -> Iterator[tuple[Point, PointOutcome]]:
+def outcomes(
+    todo: list[Point],
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    snapshot_at_s: float | None = None,
+) -> Iterator[tuple[Point, PointOutcome]]:
     """Run ``todo`` and yield ``(point, outcome)`` as each finishes.
 
     Args:
@@ -230,8 +245,9 @@ def summary_table(experiment: Experiment, points: list[Point], folder: Path) -> 
         name: _column([p.label if name == LABEL else p.overrides.get(name) for p in done])
         for name in swept
     }
-    metrics = [json.loads((point_dir(folder, str(p.key)) / "summary.json").read_text())
-               for p in done]
+    metrics = [
+        json.loads((point_dir(folder, str(p.key)) / "summary.json").read_text()) for p in done
+    ]
     table = pd.DataFrame(columns)
     metric_frame = pd.DataFrame(metrics)
     if table.empty:
@@ -239,9 +255,15 @@ def summary_table(experiment: Experiment, points: list[Point], folder: Path) -> 
     return pd.concat([table, metric_frame.drop(columns=swept, errors="ignore")], axis=1)
 
 
-def run_sweep(experiment: Experiment, out_root: str | Path = "results", *, jobs: int = 1,
-              scheduler: str | None = None, quick: bool = False,
-              progress: bool = True) -> SweepReport:
+def run_sweep(
+    experiment: Experiment,
+    out_root: str | Path = "results",
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    quick: bool = False,
+    progress: bool = True,
+) -> SweepReport:
     """Run every unfinished point of ``experiment`` and gather ``summary.parquet``.
 
     Args:
@@ -259,38 +281,67 @@ def run_sweep(experiment: Experiment, out_root: str | Path = "results", *, jobs:
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
     _clean_stale(folder)
     points = experiment.points(quick=quick)
-    meta = {"name": experiment.name, "description": experiment.description, "quick": quick,
-            "swept_fields": experiment.swept_fields,
-            "snapshot_at_s": experiment.snapshot_time(quick=quick), "analysis": experiment.analysis}
+    meta = {
+        "name": experiment.name,
+        "description": experiment.description,
+        "quick": quick,
+        "swept_fields": experiment.swept_fields,
+        "snapshot_at_s": experiment.snapshot_time(quick=quick),
+        "analysis": experiment.analysis,
+    }
     _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json.dumps(meta, indent=2)))
-    failures = [Failure(p.index, p.describe(), None, f"invalid config: {p.error}")
-                for p in points if p.config is None]
+    failures = [
+        Failure(p.index, p.describe(), None, f"invalid config: {p.error}")
+        for p in points
+        if p.config is None
+    ]
     unique = {p.key: p for p in reversed(points) if p.key is not None}  # first point per key
-    todo = sorted((p for k, p in unique.items() if not is_done(folder, str(k))),
-                  key=lambda p: p.index)
+    todo = sorted(
+        (p for k, p in unique.items() if not is_done(folder, str(k))), key=lambda p: p.index
+    )
     report = SweepReport(folder, pd.DataFrame(), num_skipped=len(unique) - len(todo))
-    logger.info("sweep %s: %d points, %d finished before, %d to run", experiment.name,
-                len(points), report.num_skipped, len(todo))
-    bar = tqdm(total=len(unique), initial=report.num_skipped, desc=experiment.name, unit="pt",
-               disable=not progress)
+    logger.info(
+        "sweep %s: %d points, %d finished before, %d to run",
+        experiment.name,
+        len(points),
+        report.num_skipped,
+        len(todo),
+    )
+    bar = tqdm(
+        total=len(unique),
+        initial=report.num_skipped,
+        desc=experiment.name,
+        unit="pt",
+        disable=not progress,
+    )
     with bar:
-        for point, outcome in outcomes(todo, jobs=jobs, scheduler=scheduler,
-                                       snapshot_at_s=experiment.snapshot_time(quick=quick)):
+        for point, outcome in outcomes(
+            todo,
+            jobs=jobs,
+            scheduler=scheduler,
+            snapshot_at_s=experiment.snapshot_time(quick=quick),
+        ):
             if outcome.error is None:
                 save_outcome(folder, point, outcome)
                 report.num_run += 1
             else:
-                failures.append(Failure(point.index, point.describe(), outcome.key,
-                                        outcome.error, outcome.traceback))
-                logger.error("point %d (%s) failed: %s", point.index, point.describe(),
-                             outcome.error)
+                failures.append(
+                    Failure(
+                        point.index, point.describe(), outcome.key, outcome.error, outcome.traceback
+                    )
+                )
+                logger.error(
+                    "point %d (%s) failed: %s", point.index, point.describe(), outcome.error
+                )
             bar.update(1)
     report.failures = sorted(failures, key=lambda f: f.index)
     for f in report.failures:
         if f.key is None:
             logger.error("point %d (%s) failed: %s", f.index, f.point, f.error)
-    _write_atomic(folder / FAILURES, lambda p: p.write_text(
-        json.dumps([f.__dict__ for f in report.failures], indent=2)))
+    _write_atomic(
+        folder / FAILURES,
+        lambda p: p.write_text(json.dumps([f.__dict__ for f in report.failures], indent=2)),
+    )
     report.table = summary_table(experiment, points, folder)
     _write_atomic(folder / SUMMARY, lambda p: report.table.to_parquet(p, index=False))
     return report
@@ -303,8 +354,9 @@ def experiments_dir() -> Path:
     return workloads_dir().parent / "experiments"
 
 
-def open_experiment(name: str, *, quick: bool = False, jobs: int = 1,
-                    out_root: str | Path | None = None) -> SweepResults:
+def open_experiment(
+    name: str, *, quick: bool = False, jobs: int = 1, out_root: str | Path | None = None
+) -> SweepResults:
     """Load an experiment's results, running whatever points are missing first (notebooks).
 
     Args:

@@ -31,18 +31,27 @@ def rng() -> np.random.Generator:
 _ids = itertools.count(1000)
 
 
-def make_request(prompt: int, output: int, *, max_tokens: int | None = None,
-                 req_id: int | None = None) -> Request:
+def make_request(
+    prompt: int, output: int, *, max_tokens: int | None = None, req_id: int | None = None
+) -> Request:
     """A request with the given true sizes (tokens)."""
-    return Request(next(_ids) if req_id is None else req_id, 0.0, prompt, output,
-                   max_tokens if max_tokens is not None else output)
+    return Request(
+        next(_ids) if req_id is None else req_id,
+        0.0,
+        prompt,
+        output,
+        max_tokens if max_tokens is not None else output,
+    )
 
 
 def small_allocator(name: str, **kw: object) -> Allocator:
     """``name`` on the 44-slot pool (reservation ``oracle`` for slabs, so sizes are exact)."""
     args: dict[str, object] = {
-        "capacity_tokens": SMALL_CAPACITY, "bytes_per_token": 2, "block_size_tokens": SMALL_BLOCK,
-        "reservation": "oracle", "max_model_len": SMALL_MAX_MODEL_LEN,
+        "capacity_tokens": SMALL_CAPACITY,
+        "bytes_per_token": 2,
+        "block_size_tokens": SMALL_BLOCK,
+        "reservation": "oracle",
+        "max_model_len": SMALL_MAX_MODEL_LEN,
     }
     args.update(kw)
     return make_allocator(name, **args)

@@ -14,7 +14,8 @@ runner = CliRunner()
 def test_bad_config_value_is_one_clear_line(tmp_path):
     result = runner.invoke(app, ["run", "--set", "cache.block_size_tokens=0", "--no-progress"])
     assert result.exit_code == 2
-    assert "cache.block_size_tokens" in result.output and "got 0" in result.output
+    assert "cache.block_size_tokens" in result.output
+    assert "got 0" in result.output
     assert "Traceback" not in result.output
 
 
@@ -22,34 +23,65 @@ def test_bad_toml_and_missing_file(tmp_path):
     bad = tmp_path / "x.toml"
     bad.write_text("[cache]\nallocator = 'nope'\n")
     result = runner.invoke(app, ["run", str(bad)])
-    assert result.exit_code == 2 and "unknown allocator 'nope'" in result.output
+    assert result.exit_code == 2
+    assert "unknown allocator 'nope'" in result.output
     result = runner.invoke(app, ["run", str(tmp_path / "missing.toml")])
-    assert result.exit_code == 2 and "missing.toml" in result.output
+    assert result.exit_code == 2
+    assert "missing.toml" in result.output
     assert "Traceback" not in result.output
 
 
 def test_malformed_trace_line_is_reported(tmp_path):
     trace = tmp_path / "t.csv"
-    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                     "2023-11-16 18:15:46.6805900,12,3\n2023-11-16 18:15:47.0,abc,3\n")
-    result = runner.invoke(app, ["run", "--set", f"workload.trace={trace}",
-                                 "--set", "workload.arrival=trace", "--no-progress"])
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,12,3\n2023-11-16 18:15:47.0,abc,3\n"
+    )
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "--set",
+            f"workload.trace={trace}",
+            "--set",
+            "workload.arrival=trace",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 2
-    assert "line 3" in result.output and "ContextTokens" in result.output and "'abc'" in result.output
+    assert "line 3" in result.output
+    assert "ContextTokens" in result.output
+    assert "'abc'" in result.output
 
 
 def test_run_prints_summary_and_writes_results(tmp_path):
     out = tmp_path / "res"
-    result = runner.invoke(app, ["run", "--set", "workload.num_requests=60",
-                                 "--set", "cache.allocator=buddy", "--set", "cache.reservation=oracle",
-                                 "--out", str(out), "--no-progress"])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "--set",
+            "workload.num_requests=60",
+            "--set",
+            "cache.allocator=buddy",
+            "--set",
+            "cache.reservation=oracle",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert "token states (% of KV)" in result.output and "buddy/oracle" in result.output
+    assert "token states (% of KV)" in result.output
+    assert "buddy/oracle" in result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_requests"] == 60
-    assert (out / "requests.parquet").exists() and (out / "memory.parquet").exists()
+    assert (out / "requests.parquet").exists()
+    assert (out / "memory.parquet").exists()
 
 
 def test_presets_lists_models():
     result = runner.invoke(app, ["presets"])
-    assert result.exit_code == 0 and "opt-13b" in result.output and "800" in result.output
+    assert result.exit_code == 0
+    assert "opt-13b" in result.output
+    assert "800" in result.output

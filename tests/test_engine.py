@@ -13,30 +13,46 @@ from kvsim.engine import simulate
 from kvsim.recorder import CATEGORIES
 from kvsim.request import Request
 
-TINY_MODEL = {"name": "tiny", "num_layers": 1, "num_attention_heads": 1, "num_kv_heads": 1,
-              "head_dim": 1, "dtype_bytes": 1, "num_params": 1_000_000}  # 2 bytes per token
+TINY_MODEL = {
+    "name": "tiny",
+    "num_layers": 1,
+    "num_attention_heads": 1,
+    "num_kv_heads": 1,
+    "head_dim": 1,
+    "dtype_bytes": 1,
+    "num_params": 1_000_000,
+}  # 2 bytes per token
 
 
 def tiny_config(**cache):
-    return config_from_dict({
-        "model": TINY_MODEL, "gpu": "a100-40gb",
-        "cache": {"kv_cache_bytes": 64, "watermark": 0.0, **cache},  # 32 slots
-        "scheduler": {"max_model_len": 16},
-    })
+    return config_from_dict(
+        {
+            "model": TINY_MODEL,
+            "gpu": "a100-40gb",
+            "cache": {"kv_cache_bytes": 64, "watermark": 0.0, **cache},  # 32 slots
+            "scheduler": {"max_model_len": 16},
+        }
+    )
 
 
 def test_hand_worked_external_fragmentation_and_blocked_steps():
     # first-fit, oracle slabs on 32 slots. A [0,8) and C [16,24) run 6 steps; B [8,16) and
     # D [24,32) finish after their prefill step. E (slab 16) waits: from step 1 to step 5 the
     # 16 free slots are two 8-slot holes -> 5 blocked steps with 16 slots of external fragmentation.
-    reqs = [Request(0, 0.0, 2, 6, 6), Request(1, 0.0, 7, 1, 1), Request(2, 0.0, 2, 6, 6),
-            Request(3, 0.0, 7, 1, 1), Request(4, 0.0, 8, 8, 8)]
+    reqs = [
+        Request(0, 0.0, 2, 6, 6),
+        Request(1, 0.0, 7, 1, 1),
+        Request(2, 0.0, 2, 6, 6),
+        Request(3, 0.0, 7, 1, 1),
+        Request(4, 0.0, 8, 8, 8),
+    ]
     res = simulate(tiny_config(allocator="first_fit", reservation="oracle"), reqs)
     mem = res.memory
     assert res.summary["num_blocked_steps"] == 5
     blocked = mem[mem["num_blocked_steps"] > 0]
     assert blocked["num_steps"].sum() == 5
-    assert (blocked["external_fragmentation"] == 16).all() and (blocked["free"] == 0).all()
+    assert (blocked["external_fragmentation"] == 16).all()
+    assert (blocked["free"] == 0).all()
     # E is admitted in step 6, after A and C finish at the end of step 5
     durations = mem["duration_s"].to_numpy()
     steps = mem["num_steps"].to_numpy()
@@ -45,20 +61,32 @@ def test_hand_worked_external_fragmentation_and_blocked_steps():
     assert res.requests.loc[0, "finish_time_s"] == pytest.approx(end_of_step5)
 
 
-@pytest.mark.parametrize(("allocator", "reservation", "sharing"), [
-    ("paged", "max", {}), ("buddy", "pow2", {}), ("first_fit", "oracle", {}), ("best_fit", "max", {}),
-    ("shared_prefix", "max", {"n": 4, "lengths": "alpaca_like"}),
-    ("shared_prefix", "max", {"beam_width": 4, "lengths": "alpaca_like"}),
-    ("radix", "max", {"shared_prefix_tokens": 100}),
-    ("first_fit", "oracle", {"n": 2, "lengths": "alpaca_like"}),
-])
+@pytest.mark.parametrize(
+    ("allocator", "reservation", "sharing"),
+    [
+        ("paged", "max", {}),
+        ("buddy", "pow2", {}),
+        ("first_fit", "oracle", {}),
+        ("best_fit", "max", {}),
+        ("shared_prefix", "max", {"n": 4, "lengths": "alpaca_like"}),
+        ("shared_prefix", "max", {"beam_width": 4, "lengths": "alpaca_like"}),
+        ("radix", "max", {"shared_prefix_tokens": 100}),
+        ("first_fit", "oracle", {"n": 2, "lengths": "alpaca_like"}),
+    ],
+)
 def test_categories_sum_to_capacity_every_event(allocator, reservation, sharing):
-    cfg = config_from_dict({
-        "cache": {"allocator": allocator, "reservation": reservation, "kv_cache_gib": 2,
-                  "block_size_tokens": 16},
-        "workload": {"rate_per_s": 20.0, "num_requests": 300, **sharing},
-        "debug_invariants": True,
-    })
+    cfg = config_from_dict(
+        {
+            "cache": {
+                "allocator": allocator,
+                "reservation": reservation,
+                "kv_cache_gib": 2,
+                "block_size_tokens": 16,
+            },
+            "workload": {"rate_per_s": 20.0, "num_requests": 300, **sharing},
+            "debug_invariants": True,
+        }
+    )
     res = simulate(cfg)
     total = res.memory[list(CATEGORIES)].sum(axis=1)
     np.testing.assert_allclose(total, cfg.capacity_tokens, rtol=1e-12)
@@ -66,20 +94,28 @@ def test_categories_sum_to_capacity_every_event(allocator, reservation, sharing)
     assert res.requests["finish_time_s"].notna().all()
 
 
-@pytest.mark.parametrize(("allocator", "sharing"), [
-    ("paged", {}), ("buddy", {}), ("shared_prefix", {}), ("radix", {}),
-    ("paged", {"n": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
-    ("buddy", {"beam_width": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
-    ("shared_prefix", {"n": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
-    ("shared_prefix", {"beam_width": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
-    ("shared_prefix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
-    ("radix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
-])
+@pytest.mark.parametrize(
+    ("allocator", "sharing"),
+    [
+        ("paged", {}),
+        ("buddy", {}),
+        ("shared_prefix", {}),
+        ("radix", {}),
+        ("paged", {"n": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+        ("buddy", {"beam_width": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+        ("shared_prefix", {"n": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+        ("shared_prefix", {"beam_width": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+        ("shared_prefix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
+        ("radix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
+    ],
+)
 def test_fast_forward_matches_step_by_step(allocator, sharing):
-    cfg = config_from_dict({
-        "cache": {"allocator": allocator, "reservation": "pow2", "kv_cache_gib": 2},
-        "workload": {"rate_per_s": 4.0, "num_requests": 80 if sharing else 150, **sharing},
-    })
+    cfg = config_from_dict(
+        {
+            "cache": {"allocator": allocator, "reservation": "pow2", "kv_cache_gib": 2},
+            "workload": {"rate_per_s": 4.0, "num_requests": 80 if sharing else 150, **sharing},
+        }
+    )
     fast = simulate(cfg)
     slow = simulate(cfg.model_copy(update={"memory_resolution": "step"}))
     assert (slow.memory["num_steps"] == 1).all()
@@ -88,8 +124,13 @@ def test_fast_forward_matches_step_by_step(allocator, sharing):
     if "beam_width" not in sharing:  # beam groups branch every step: never fast-forwarded
         assert len(fast.memory) < len(slow.memory)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, rtol=1e-9)
-    keys = ["token_states_pct", "reservation_pct", "external_fragmentation_pct", "mean_running",
-            "kv_saved_by_sharing_pct"]
+    keys = [
+        "token_states_pct",
+        "reservation_pct",
+        "external_fragmentation_pct",
+        "mean_running",
+        "kv_saved_by_sharing_pct",
+    ]
     if "prefix_cache_hits" in fast.summary:
         assert fast.summary["prefix_cache_hits"] == slow.summary["prefix_cache_hits"]
     for key in keys:

@@ -26,8 +26,11 @@ def paper_lengths():
 @pytest.mark.parametrize("system", list(PAPER_STACKS))
 def test_figure2_stack_in_band(system, paper_lengths):
     runs = [run_system(system, num_requests=5_000, rate_per_s=5.0, seed=s) for s in range(4)]
-    row = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0] if k.endswith("_pct")
-           and not k.startswith("paper")}
+    row = {
+        k: sum(r[k] for r in runs) / len(runs)
+        for k in runs[0]
+        if k.endswith("_pct") and not k.startswith("paper")
+    }
     total = sum(row[f"{c}_pct"] for c in (*STACK, "free"))
     assert total == pytest.approx(100.0, abs=1e-6)
     paper = PAPER_STACKS[system]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from kvsim.allocators import make_allocator
 from kvsim.config import SchedulerConfig
 from kvsim.request import Request
@@ -32,8 +34,9 @@ def test_40_prompt_plus_1000_generated_takes_3_then_62_blocks():
     # after the prefill step the request holds 40 prompt + 1 sampled token = 41 -> 3 blocks
     assert counts[0] == 3
     # it ends with 40 + 1000 = 1040 token states = 65 blocks; 62 lazy allocations after admission
-    grew = sum(1 for a, b in zip(counts, counts[1:], strict=False) if b > a)
-    assert counts[-1] == 65 and grew == 62
+    grew = sum(1 for a, b in itertools.pairwise(counts) if b > a)
+    assert counts[-1] == 65
+    assert grew == 62
     assert req.num_generated_tokens == 1000
 
 
@@ -46,10 +49,14 @@ def test_newest_is_preempted_and_recomputes_prompt_plus_generated():
     sched.add_request(b)
     steps = run_steps(sched)
     plan, _ = next(steps)  # step 0: both admitted, prompt 3 + sampled 1 = 4 tokens = 2 blocks each
-    assert [r.req_id for r in plan.prefills] == [0, 1] and alloc.num_free_blocks == 0
+    assert [r.req_id for r in plan.prefills] == [0, 1]
+    assert alloc.num_free_blocks == 0
     plan, _ = next(steps)  # step 1: A needs a 3rd block, none free -> B (newest) preempted
-    assert plan.num_preempted == 1 and [r.req_id for r in plan.decodes] == [0]
-    assert list(sched.waiting) == [b] and b.num_computed_tokens == 0 and b.num_generated_tokens == 1
+    assert plan.num_preempted == 1
+    assert [r.req_id for r in plan.decodes] == [0]
+    assert list(sched.waiting) == [b]
+    assert b.num_computed_tokens == 0
+    assert b.num_generated_tokens == 1
     assert sched.num_preemptions == 1
     plan, _ = next(steps)  # step 2: A 6 tokens in 3 blocks; B needs 3+1+1=5 tokens=3 blocks, 1 free
     assert not plan.prefills
@@ -57,8 +64,10 @@ def test_newest_is_preempted_and_recomputes_prompt_plus_generated():
     plan, finished = next(steps)  # step 4: A reaches 8 tokens, output 5 -> finishes
     assert finished == [a]
     plan, _ = next(steps)  # step 5: B re-prefills prompt + 1 generated = 4 tokens
-    assert plan.prefills == [b] and plan.prefill_tokens == [4]
-    assert b.num_computed_tokens == 5 and b.num_generated_tokens == 2
+    assert plan.prefills == [b]
+    assert plan.prefill_tokens == [4]
+    assert b.num_computed_tokens == 5
+    assert b.num_generated_tokens == 2
 
 
 def test_fcfs_head_blocks_later_requests_that_would_fit():
@@ -78,7 +87,8 @@ def test_max_num_seqs_caps_the_batch():
     for i in range(3):
         sched.add_request(Request(i, 0.0, 10, 5, 5))
     plan = sched.schedule()
-    assert len(plan.prefills) == 2 and len(sched.waiting) == 1
+    assert len(plan.prefills) == 2
+    assert len(sched.waiting) == 1
 
 
 def test_token_budget_caps_prefills():

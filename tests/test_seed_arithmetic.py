@@ -26,27 +26,44 @@ def test_50_gb_in_2_mib_blocks_is_about_23800():
 
 
 def test_8192_token_slabs_of_1_gib_fit_46_requests_in_50_gb():
-    cfg = config_from_dict({"model": "llama-3.1-8b", "cache": {"kv_cache_bytes": 50 * GB},
-                            "scheduler": {"max_model_len": 8192}})
-    alloc = make_allocator("first_fit", capacity_tokens=cfg.capacity_tokens, reservation="max",
-                           max_model_len=8192)
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "cache": {"kv_cache_bytes": 50 * GB},
+            "scheduler": {"max_model_len": 8192},
+        }
+    )
+    alloc = make_allocator(
+        "first_fit", capacity_tokens=cfg.capacity_tokens, reservation="max", max_model_len=8192
+    )
     assert 8192 * cfg.model.bytes_per_token == GiB
     # 50e9 / 2**30 = 46.6 -> 46 slabs
     assert fill(alloc, lambda i: (Request(i, 0.0, 100, 50, 2048), 101)) == 46
 
 
 def test_bookstore_24_gib_worked_example():
-    cfg = config_from_dict({"model": "llama-3.1-8b", "cache": {"kv_cache_gib": 24},
-                            "scheduler": {"max_model_len": 8192}})
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "cache": {"kv_cache_gib": 24},
+            "scheduler": {"max_model_len": 8192},
+        }
+    )
     capacity = cfg.capacity_tokens
     assert capacity == 196_608
     # prompt + max_tokens: 1,100 + 2,048 = 3,148-slot slabs -> 196,608 / 3,148 = 62.5 -> 62
-    slabs = make_allocator("first_fit", capacity_tokens=capacity,
-                           reservation="prompt_max_tokens", max_model_len=8192)
+    slabs = make_allocator(
+        "first_fit", capacity_tokens=capacity, reservation="prompt_max_tokens", max_model_len=8192
+    )
     assert fill(slabs, lambda i: (Request(i, 0.0, 1100, 250, 2048), 1101)) == 62
     # the full 8,192-token context: 196,608 / 8,192 = 24
-    full = make_allocator("first_fit", capacity_tokens=capacity, reservation="full_context",
-                          max_model_len=8192, full_context_tokens=8192)
+    full = make_allocator(
+        "first_fit",
+        capacity_tokens=capacity,
+        reservation="full_context",
+        max_model_len=8192,
+        full_context_tokens=8192,
+    )
     assert fill(full, lambda i: (Request(i, 0.0, 1100, 250, 2048), 1101)) == 24
     # paged: sequences spread evenly over their life hold 1,100 + 125 tokens on average plus
     # half a 16-token block of tail: 196,608 / (1,225 + 8) = 159.5 -> about 159

@@ -137,7 +137,9 @@ class Allocator(ABC):
         Free slots outside this count are external fragmentation (DESIGN.md).
         """
 
-    def usable_free_slots_at(self, request: Request, num_tokens: int, free_slots: IntArray) -> IntArray:
+    def usable_free_slots_at(
+        self, request: Request, num_tokens: int, free_slots: IntArray
+    ) -> IntArray:
         """``usable_free_slots`` in each step of a decode span whose free slots are ``free_slots``.
 
         The default holds for allocators whose free space does not change while requests decode
@@ -183,7 +185,7 @@ class Allocator(ABC):
 
     @abstractmethod
     def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
-        """Largest ``k <= k_max`` such that every request can grow from ``lengths`` to ``lengths + k``.
+        """Largest ``k <= k_max`` such that every request can grow by ``k`` tokens.
 
         Args:
             lengths: int64[n] current tokens of each live request.
@@ -191,8 +193,9 @@ class Allocator(ABC):
         """
 
     # -- request-aware span hooks (sequence groups, sharing) ---------------------------------
-    def span_slots(self, requests: Sequence[Request], lengths: IntArray, final: IntArray,
-                   held_now: IntArray) -> SpanSlots:
+    def span_slots(
+        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
+    ) -> SpanSlots:
         """Held, token-state, internal and unshared slot totals in each step of a span.
 
         The default serves groups without sharing: a request of ``w = num_seqs`` sequences holds
@@ -216,8 +219,9 @@ class Allocator(ABC):
         token = (widths * lengths).sum(axis=0)
         return SpanSlots(held, token, internal, held)
 
-    def max_growth_steps_for(self, requests: Sequence[Request], lengths: IntArray,
-                             held_now: IntArray, k_max: int) -> int:
+    def max_growth_steps_for(
+        self, requests: Sequence[Request], lengths: IntArray, held_now: IntArray, k_max: int
+    ) -> int:
         """``max_growth_steps`` for requests that may be sequence groups (``w`` sequences each).
 
         Every sequence of a group grows by one token per step, so a group needs ``w`` times the

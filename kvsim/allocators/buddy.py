@@ -60,7 +60,10 @@ class BuddyAllocator(SlabAllocator):
         return None
 
     def _fits_anywhere(self, size: int) -> bool:
-        return size <= (1 << self.max_order) and self._smallest_free_order(self._order(size)) is not None
+        return (
+            size <= (1 << self.max_order)
+            and self._smallest_free_order(self._order(size)) is not None
+        )
 
     def _place(self, size: int) -> tuple[int, int] | None:
         if size > (1 << self.max_order):
@@ -122,4 +125,6 @@ class BuddyAllocator(SlabAllocator):
         for o, addrs in enumerate(self._free):
             for a in addrs:
                 if o < self._top_order_at(a):
-                    assert (a ^ (1 << o)) not in addrs, f"buddy: free buddies {a} and {a ^ (1 << o)} unmerged"
+                    assert (a ^ (1 << o)) not in addrs, (
+                        f"buddy: free buddies {a} and {a ^ (1 << o)} unmerged"
+                    )

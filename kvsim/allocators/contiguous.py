@@ -85,11 +85,17 @@ class _ExtentAllocator(SlabAllocator):
         for s in self._starts:
             n = self._lengths[s]
             assert n > 0, f"{self.name}: empty extent at {s}"
-            assert s > prev_end, f"{self.name}: extent at {s} overlaps or touches one ending at {prev_end}"
+            assert s > prev_end, (
+                f"{self.name}: extent at {s} overlaps or touches one ending at {prev_end}"
+            )
             prev_end = s + n
             total += n
-        assert prev_end <= self.capacity_tokens, f"{self.name}: extent ends at {prev_end} > capacity"
-        assert total == self._free_tokens, f"{self.name}: extents sum {total} != free {self._free_tokens}"
+        assert prev_end <= self.capacity_tokens, (
+            f"{self.name}: extent ends at {prev_end} > capacity"
+        )
+        assert total == self._free_tokens, (
+            f"{self.name}: extents sum {total} != free {self._free_tokens}"
+        )
         assert len(self._lengths) == len(self._starts), f"{self.name}: extent index out of sync"
 
 
@@ -118,4 +124,3 @@ class BestFitAllocator(_ExtentAllocator):
             if n >= size and (best is None or n < best_len):
                 best, best_len = s, n
         return best
-

@@ -1,4 +1,4 @@
-"""Paged KV allocation (vLLM PagedAttention): equal blocks, a free list and per-request block tables.
+"""Paged KV allocation (vLLM PagedAttention): equal blocks, a free list, per-request block tables.
 
 The pool is ``capacity_tokens // block_size_tokens`` blocks (the remainder slots are unusable and
 reported as overhead). Allocation is lazy: a request gets ``cdiv(num_tokens, block_size_tokens)``
@@ -75,7 +75,7 @@ class PagedAllocator(Allocator):
 
     def free_block_ids(self) -> list[int]:
         """Free block ids, front (next to be taken) first."""
-        return self._free_list[self._free_head:]
+        return self._free_list[self._free_head :]
 
     @property
     def overhead_slots(self) -> int:
@@ -114,7 +114,9 @@ class PagedAllocator(Allocator):
             return self.num_free_tokens
         return 0
 
-    def usable_free_slots_at(self, request: Request, num_tokens: int, free_slots: IntArray) -> IntArray:
+    def usable_free_slots_at(
+        self, request: Request, num_tokens: int, free_slots: IntArray
+    ) -> IntArray:
         need = self.admission_slots_needed(request, num_tokens)
         return np.where(free_slots >= need, free_slots, 0)
 

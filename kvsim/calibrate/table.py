@@ -258,6 +258,6 @@ def metadata_now(**extra: Any) -> dict[str, str]:
     """UTC date stamp plus ``extra`` metadata, all as strings (for a fresh measured table)."""
     import datetime as dt
 
-    meta = {"date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    meta = {"date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     meta.update({k: str(v) for k, v in extra.items()})
     return meta

@@ -54,18 +54,25 @@ def workload_source() -> str:
     try:
         path, _ = resolve_trace("sharegpt_opt")
     except DataNotFoundError as err:
-        return f"synthetic ShareGPT-like lengths fitted to the paper's means ({err.args[0].splitlines()[0]})"
+        reason = err.args[0].splitlines()[0]
+        return f"synthetic ShareGPT-like lengths fitted to the paper's means ({reason})"
     return f"the paper's ShareGPT lengths from {path}"
 
 
 def run_system(system: str, num_requests: int, rate_per_s: float, seed: int) -> dict[str, Any]:
     """Simulate one system of ``SYSTEMS`` and return its Figure 2 row (% of KV capacity)."""
-    config = paper_config(system, "ShareGPT", rate_per_s=rate_per_s, num_requests=num_requests,
-                          seed=seed)
+    config = paper_config(
+        system, "ShareGPT", rate_per_s=rate_per_s, num_requests=num_requests, seed=seed
+    )
     results = simulate(config)
     last_arrival = float(results.requests["arrival_time_s"].max())
-    summary = summarize(results.memory, results.requests, capacity_slots=config.capacity_tokens,
-                        start_s=0.1 * last_arrival, end_s=last_arrival)
+    summary = summarize(
+        results.memory,
+        results.requests,
+        capacity_slots=config.capacity_tokens,
+        start_s=0.1 * last_arrival,
+        end_s=last_arrival,
+    )
     row: dict[str, Any] = {"system": system}
     for c in (*STACK, "free"):
         row[f"{c}_pct"] = summary[f"{c}_pct"]
@@ -80,8 +87,12 @@ def run_system(system: str, num_requests: int, rate_per_s: float, seed: int) -> 
     return row
 
 
-def run_fig2(num_requests: int = 5_000, rate_per_s: float = 5.0, seeds: Sequence[int] = (0, 1, 2, 3),
-             on_system: Callable[[str], None] | None = None) -> pd.DataFrame:
+def run_fig2(
+    num_requests: int = 5_000,
+    rate_per_s: float = 5.0,
+    seeds: Sequence[int] = (0, 1, 2, 3),
+    on_system: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
     """Run the four systems over several seeds; one row per system (``breakdown.csv``).
 
     Each share is the mean over the seeds (independent workloads of ``num_requests`` each; the
@@ -104,8 +115,9 @@ def run_fig2(num_requests: int = 5_000, rate_per_s: float = 5.0, seeds: Sequence
         row["token_states_pct_min"] = runs["token_states_pct"].min()
         row["token_states_pct_max"] = runs["token_states_pct"].max()
         row["capacity_tokens"] = int(runs["capacity_tokens"].iloc[0])
-        row["lengths"] = ("sharegpt_opt" if paper_lengths_available()
-                          else "sharegpt_like (synthetic fallback)")
+        row["lengths"] = (
+            "sharegpt_opt" if paper_lengths_available() else "sharegpt_like (synthetic fallback)"
+        )
         row["num_seeds"] = len(seeds)
         row["requests_per_seed"] = num_requests
         rows.append(row)
@@ -126,8 +138,12 @@ def plot_breakdown(breakdown: pd.DataFrame) -> Figure:
     if "lengths" in breakdown and breakdown["lengths"].str.contains("synthetic").any():
         title += " (kvsim on synthetic ShareGPT-like lengths)"
     fig = waste_bars(table, labels, of="capacity", title=title)
-    fig.text(0.01, 0.01, "paper bars: Kwon et al., SOSP 2023, Fig. 2 (vLLM: token states only)",
-             fontsize="small")
+    fig.text(
+        0.01,
+        0.01,
+        "paper bars: Kwon et al., SOSP 2023, Fig. 2 (vLLM: token states only)",
+        fontsize="small",
+    )
     return fig
 
 
@@ -140,5 +156,3 @@ def write_fig2(breakdown: pd.DataFrame, out: str | Path) -> tuple[Path, Path]:
     png_path = out / "breakdown.png"
     plot_breakdown(breakdown).savefig(png_path, dpi=130)
     return csv_path, png_path
-
-

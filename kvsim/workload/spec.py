@@ -6,7 +6,7 @@ live in the repository's ``workloads/`` folder as TOML tables (see :func:`load_w
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,11 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 import kvsim
 from kvsim.workload.catalog import TRACES
 from kvsim.workload.lengths import SHAREGPT_LIKE
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 DEFAULT_NUM_REQUESTS = 1000
 

@@ -76,7 +76,8 @@ def test_growth_within_holding_takes_nothing(allocator_name):
     # slabs hold 8 already; paged holds 2 blocks (8 slots) for 6 tokens: growing to 8 is free;
     # radix pages are 1 token, so it holds exactly the 6 it was asked for
     result = alloc.allocate(req, held)
-    assert result is not None and result.num_new_slots == 0
+    assert result is not None
+    assert result.num_new_slots == 0
     assert alloc.num_free_tokens == free
     assert alloc.held_slots(req.req_id) == held == (6 if allocator_name == "radix" else 8)
 

@@ -56,8 +56,13 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.alloc = make_allocator(self.kind, capacity_tokens=CAPACITY, block_size_tokens=BLOCK,
-                                    reservation="oracle", max_model_len=MAX_LEN)
+        self.alloc = make_allocator(
+            self.kind,
+            capacity_tokens=CAPACITY,
+            block_size_tokens=BLOCK,
+            reservation="oracle",
+            max_model_len=MAX_LEN,
+        )
         self.live: dict[int, Request] = {}
         self.tokens: dict[int, int] = {}
         self.owner: list[int | None] = [None] * CAPACITY  # slabs: slot -> req_id

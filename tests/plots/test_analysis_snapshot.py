@@ -22,14 +22,17 @@ def test_p95_by_hand() -> None:
 
 
 def test_smallest_budget_needs_every_larger_budget_to_hold() -> None:
-    table = pd.DataFrame({
-        "label": ["c"] * 4 + ["p"] * 4,
-        "gib": [2, 4, 8, 16] * 2,
-        "p95_ttft_s": [9, 1, 3, 1, 9, 1, 1, 1],  # c: 4 GiB holds but 8 does not -> 16
-        "p95_tpot_s": [0.1] * 8,
-    })
-    out = smallest_budget(table, budget="gib", targets={"p95_ttft_s": 2, "p95_tpot_s": 0.2},
-                          by=["label"])
+    table = pd.DataFrame(
+        {
+            "label": ["c"] * 4 + ["p"] * 4,
+            "gib": [2, 4, 8, 16] * 2,
+            "p95_ttft_s": [9, 1, 3, 1, 9, 1, 1, 1],  # c: 4 GiB holds but 8 does not -> 16
+            "p95_tpot_s": [0.1] * 8,
+        }
+    )
+    out = smallest_budget(
+        table, budget="gib", targets={"p95_ttft_s": 2, "p95_tpot_s": 0.2}, by=["label"]
+    )
     assert out.to_dict("records") == [
         {"label": "c", "gib": 16.0, "holds_at_max": True},
         {"label": "p", "gib": 4.0, "holds_at_max": True},
@@ -42,9 +45,13 @@ def test_smallest_budget_needs_every_larger_budget_to_hold() -> None:
 def test_row_labels() -> None:
     t = pd.DataFrame({"label": ["a", "a"], "cache.block_size_tokens": [8, 16]})
     assert row_labels(t, ["label", "cache.block_size_tokens"]) == [
-        "a block_size_tokens=8", "a block_size_tokens=16"]
+        "a block_size_tokens=8",
+        "a block_size_tokens=16",
+    ]
     assert row_labels(t, ["cache.block_size_tokens"]) == [
-        "block_size_tokens=8", "block_size_tokens=16"]
+        "block_size_tokens=8",
+        "block_size_tokens=16",
+    ]
 
 
 def _req(req_id: int, prompt: int) -> Request:
@@ -57,7 +64,9 @@ def test_pool_ownership_paged_by_hand() -> None:
     alloc.allocate(_req(9, 3), 3)  # block 3
     frame = pool_ownership(alloc, {7: 10, 9: 3})
     assert frame.values.tolist() == [
-        [7, 0, 4, 4], [7, 4, 4, 4], [7, 8, 4, 2],  # 10 tokens: 4 + 4 + 2
+        [7, 0, 4, 4],
+        [7, 4, 4, 4],
+        [7, 8, 4, 2],  # 10 tokens: 4 + 4 + 2
         [9, 12, 4, 3],
     ]
 
@@ -71,15 +80,21 @@ def test_pool_ownership_contiguous_by_hand() -> None:
 
 
 def test_snapshot_frame_consistent_with_run() -> None:
-    config = config_from_dict({
-        "cache": {"allocator": "paged", "kv_cache_gib": 2.0, "block_size_tokens": 16},
-        "workload": {"lengths": "fixed", "fixed_prompt_tokens": 100, "fixed_output_tokens": 50,
-                     "num_requests": 5, "rate_per_s": 100.0},
-    })
+    config = config_from_dict(
+        {
+            "cache": {"allocator": "paged", "kv_cache_gib": 2.0, "block_size_tokens": 16},
+            "workload": {
+                "lengths": "fixed",
+                "fixed_prompt_tokens": 100,
+                "fixed_output_tokens": 50,
+                "num_requests": 5,
+                "rate_per_s": 100.0,
+            },
+        }
+    )
     snap = snapshot_frame(config, 0.5)
     assert snap.attrs["capacity_slots"] == config.capacity_tokens == 2621
-    per_req = snap.groupby("req_id").agg(blocks=("num_slots", "size"),
-                                         tokens=("num_tokens", "sum"))
+    per_req = snap.groupby("req_id").agg(blocks=("num_slots", "size"), tokens=("num_tokens", "sum"))
     # every live request holds prompt (100) + up to 50 outputs, in cdiv(tokens, 16) blocks
     assert per_req["tokens"].between(101, 150).all()
     assert (per_req["blocks"] == -(-per_req["tokens"] // 16)).all()

@@ -12,19 +12,37 @@ from kvsim.sweep import run_sweep
 
 
 def test_draw_figures_and_cli(tmp_path) -> None:
-    exp = parse_experiment({
-        "base": {"cache": {"kv_cache_gib": 2.0},
-                 "workload": {"lengths": "fixed", "fixed_prompt_tokens": 64,
-                              "fixed_output_tokens": 32, "num_requests": 10, "rate_per_s": 5.0}},
-        "grid": {"workload.rate_per_s": [5.0, 10.0]},
-        "zip": {"label": ["contiguous", "paged"], "cache.allocator": ["first_fit", "paged"]},
-        "snapshot_at_s": 1.0,
-    }, name="figs")
+    exp = parse_experiment(
+        {
+            "base": {
+                "cache": {"kv_cache_gib": 2.0},
+                "workload": {
+                    "lengths": "fixed",
+                    "fixed_prompt_tokens": 64,
+                    "fixed_output_tokens": 32,
+                    "num_requests": 10,
+                    "rate_per_s": 5.0,
+                },
+            },
+            "grid": {"workload.rate_per_s": [5.0, 10.0]},
+            "zip": {"label": ["contiguous", "paged"], "cache.allocator": ["first_fit", "paged"]},
+            "snapshot_at_s": 1.0,
+        },
+        name="figs",
+    )
     run_sweep(exp, tmp_path, progress=False)
     written = draw_figures(tmp_path / "figs")
     names = sorted(p.name for p in written)
-    assert names == ["latency_cdf.png", "memory_000.png", "memory_001.png", "memory_002.png",
-                     "memory_003.png", "memory_map.png", "vs_rate_per_s.png", "waste_bars.png"]
+    assert names == [
+        "latency_cdf.png",
+        "memory_000.png",
+        "memory_001.png",
+        "memory_002.png",
+        "memory_003.png",
+        "memory_map.png",
+        "vs_rate_per_s.png",
+        "waste_bars.png",
+    ]
     assert all(p.stat().st_size > 1000 for p in written)
 
     app = typer.Typer()

@@ -23,12 +23,17 @@ from kvsim.plots import (
 @pytest.fixture
 def memory() -> pd.DataFrame:
     # two spans on a 100-slot pool; each row's categories sum to 100
-    return pd.DataFrame({
-        "time_s": [0.0, 1.0], "duration_s": [1.0, 2.0],
-        "token_states": [10.0, 40.0], "reservation": [20.0, 10.0],
-        "internal_fragmentation": [30.0, 0.0], "external_fragmentation": [0.0, 25.0],
-        "free": [40.0, 25.0],
-    })
+    return pd.DataFrame(
+        {
+            "time_s": [0.0, 1.0],
+            "duration_s": [1.0, 2.0],
+            "token_states": [10.0, 40.0],
+            "reservation": [20.0, 10.0],
+            "internal_fragmentation": [30.0, 0.0],
+            "external_fragmentation": [0.0, 25.0],
+            "free": [40.0, 25.0],
+        }
+    )
 
 
 def test_memory_over_time_stacks_to_capacity(memory) -> None:
@@ -42,11 +47,14 @@ def test_memory_over_time_stacks_to_capacity(memory) -> None:
 
 
 def test_waste_bars_heights_are_the_table_values() -> None:
-    table = pd.DataFrame({  # the paper's Figure 2 stacks for Max and Oracle
-        "token_states_pct_of_used": [20.4, 38.2], "reservation_pct_of_used": [13.3, 25.2],
-        "internal_fragmentation_pct_of_used": [57.3, 0.0],
-        "external_fragmentation_pct_of_used": [8.9, 36.6],
-    })
+    table = pd.DataFrame(
+        {  # the paper's Figure 2 stacks for Max and Oracle
+            "token_states_pct_of_used": [20.4, 38.2],
+            "reservation_pct_of_used": [13.3, 25.2],
+            "internal_fragmentation_pct_of_used": [57.3, 0.0],
+            "external_fragmentation_pct_of_used": [8.9, 36.6],
+        }
+    )
     fig = waste_bars(table, ["Max", "Oracle"])
     ax = fig.axes[0]
     heights = [round(p.get_height(), 1) for p in ax.patches]
@@ -59,11 +67,16 @@ def test_waste_bars_heights_are_the_table_values() -> None:
 
 
 def test_metric_vs_one_line_per_hue() -> None:
-    table = pd.DataFrame({"cache.block_size_tokens": [16, 1, 256, 16, 1, 256],
-                          "token_utilization_perc": [99, 100, 80, 97, 100, 60],
-                          "wl": ["s", "s", "s", "a", "a", "a"]})
-    fig = metric_vs(table, "cache.block_size_tokens", ["token_utilization_perc"], hue="wl",
-                    logx=True)
+    table = pd.DataFrame(
+        {
+            "cache.block_size_tokens": [16, 1, 256, 16, 1, 256],
+            "token_utilization_perc": [99, 100, 80, 97, 100, 60],
+            "wl": ["s", "s", "s", "a", "a", "a"],
+        }
+    )
+    fig = metric_vs(
+        table, "cache.block_size_tokens", ["token_utilization_perc"], hue="wl", logx=True
+    )
     ax = fig.axes[0]
     assert len(ax.lines) == 2
     assert list(ax.lines[0].get_xdata()) == [1, 16, 256]  # sorted by x
@@ -91,9 +104,13 @@ def test_memory_map_cells_blend_owner_empty_and_free() -> None:
 
 
 def test_latency_cdf_steps_to_one() -> None:
-    requests = pd.DataFrame({"label": ["a"] * 4 + ["b"] * 2,
-                             "ttft_s": [0.4, 0.1, 0.3, 0.2, 1.0, 2.0],
-                             "tpot_s": [0.01, 0.02, np.nan, 0.03, 0.05, 0.04]})
+    requests = pd.DataFrame(
+        {
+            "label": ["a"] * 4 + ["b"] * 2,
+            "ttft_s": [0.4, 0.1, 0.3, 0.2, 1.0, 2.0],
+            "tpot_s": [0.01, 0.02, np.nan, 0.03, 0.05, 0.04],
+        }
+    )
     fig = latency_cdf(requests, metrics=("ttft_s", "tpot_s"))
     ttft, tpot = fig.axes
     assert list(ttft.lines[0].get_xdata()) == [0.1, 0.2, 0.3, 0.4]

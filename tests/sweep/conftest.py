@@ -13,8 +13,13 @@ BASE: dict[str, Any] = {
     "model": "opt-13b",
     "gpu": "a100-40gb",
     "cache": {"kv_cache_gib": 2.0, "block_size_tokens": 16},
-    "workload": {"lengths": "fixed", "fixed_prompt_tokens": 64, "fixed_output_tokens": 32,
-                 "num_requests": 12, "rate_per_s": 4.0},
+    "workload": {
+        "lengths": "fixed",
+        "fixed_prompt_tokens": 64,
+        "fixed_output_tokens": 32,
+        "num_requests": 12,
+        "rate_per_s": 4.0,
+    },
 }
 
 

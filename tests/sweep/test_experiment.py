@@ -15,21 +15,31 @@ def test_grid_times_zip_in_order(make_experiment) -> None:
     # slowest, the zip axis fastest.
     assert len(points) == 12
     assert [p.index for p in points] == list(range(12))
-    assert points[0].overrides == {"cache.block_size_tokens": 8, "seed": 0,
-                                   "cache.allocator": "first_fit"}
-    assert points[1].overrides == {"cache.block_size_tokens": 8, "seed": 0,
-                                   "cache.allocator": "paged"}
+    assert points[0].overrides == {
+        "cache.block_size_tokens": 8,
+        "seed": 0,
+        "cache.allocator": "first_fit",
+    }
+    assert points[1].overrides == {
+        "cache.block_size_tokens": 8,
+        "seed": 0,
+        "cache.allocator": "paged",
+    }
     assert points[2].overrides["seed"] == 1
-    assert points[11].overrides == {"cache.block_size_tokens": 32, "seed": 1,
-                                    "cache.allocator": "paged"}
+    assert points[11].overrides == {
+        "cache.block_size_tokens": 32,
+        "seed": 1,
+        "cache.allocator": "paged",
+    }
     assert [p.label for p in points[:2]] == ["contiguous", "paged"]
     assert exp.swept_fields == ["label", "cache.block_size_tokens", "seed", "cache.allocator"]
 
 
 def test_key_is_the_canonical_config_key(tiny, base_table) -> None:
     point = tiny.points()[3]  # block 16, paged
-    by_hand = config_from_dict(base_table,
-                               {"cache.block_size_tokens": 16, "cache.allocator": "paged"})
+    by_hand = config_from_dict(
+        base_table, {"cache.block_size_tokens": 16, "cache.allocator": "paged"}
+    )
     assert point.key == by_hand.key()
     assert point.config == by_hand
     # the label names the point but is not part of the config
@@ -43,8 +53,9 @@ def test_keys_distinct_and_stable(tiny, make_experiment) -> None:
 
 
 def test_quick_mode_overrides_and_replaces_grid(make_experiment) -> None:
-    exp = make_experiment(quick={"set": {"workload.num_requests": 3},
-                                 "grid": {"cache.block_size_tokens": [4]}})
+    exp = make_experiment(
+        quick={"set": {"workload.num_requests": 3}, "grid": {"cache.block_size_tokens": [4]}}
+    )
     points = exp.points(quick=True)
     assert len(points) == 2  # one block size x two allocators
     assert all(p.config.workload.num_requests == 3 for p in points)
@@ -62,8 +73,9 @@ def test_invalid_point_is_kept_with_its_error(make_experiment) -> None:
 
 
 def test_workload_preset_resolved_under_other_keys() -> None:
-    exp = parse_experiment({"base": {"workload": {"preset": "alpaca_like", "num_requests": 7}}},
-                           name="p")
+    exp = parse_experiment(
+        {"base": {"workload": {"preset": "alpaca_like", "num_requests": 7}}}, name="p"
+    )
     (point,) = exp.points()
     assert point.config.workload.lengths == "alpaca_like"  # from workloads/alpaca_like.toml
     assert point.config.workload.rate_per_s == 30.0  # from the preset
@@ -88,8 +100,16 @@ def test_every_shipped_experiment_expands() -> None:
 
     files = sorted((workloads_dir().parent / "experiments").glob("*.toml"))
     names = {f.stem for f in files}
-    assert names >= {"fig2", "block-size", "kv-budget", "long-outputs", "parallel-sampling",
-                     "contiguous-default", "bookstore", "traces"}
+    assert names >= {
+        "fig2",
+        "block-size",
+        "kv-budget",
+        "long-outputs",
+        "parallel-sampling",
+        "contiguous-default",
+        "bookstore",
+        "traces",
+    }
     for path in files:
         exp = load_experiment(path)
         for quick in (False, True):

@@ -43,7 +43,12 @@ def test_points_stored_under_keys_and_summary_gathered(tmp_path, tiny) -> None:
     keys = [p.key for p in tiny.points()]
     for key in keys:
         assert sorted(f.name for f in (folder / "points" / key).iterdir()) == [
-            "config.json", "memory.parquet", "point.json", "requests.parquet", "summary.json"]
+            "config.json",
+            "memory.parquet",
+            "point.json",
+            "requests.parquet",
+            "summary.json",
+        ]
     table = pd.read_parquet(folder / "summary.parquet")
     # one row per point in expansion order: swept fields first, then the metrics
     assert list(table.columns[:3]) == ["label", "cache.block_size_tokens", "cache.allocator"]
@@ -112,11 +117,20 @@ def test_resume_after_real_sigkill(tmp_path, make_experiment) -> None:
     path = tmp_path / "kill.toml"
     import tomli_w
 
-    path.write_text(tomli_w.dumps({"name": exp.name, "base": exp.base, "grid": exp.grid,
-                                   "zip": exp.zips}))
+    path.write_text(
+        tomli_w.dumps({"name": exp.name, "base": exp.base, "grid": exp.grid, "zip": exp.zips})
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(sweep_mod.__file__).parents[1])}
-    cmd = [sys.executable, "-m", "kvsim.cli_sweep", "sweep", str(path), "--out",
-           str(tmp_path / "out"), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvsim.cli_sweep",
+        "sweep",
+        str(path),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     points = tmp_path / "out" / "tiny" / "points"
     deadline = time.monotonic() + 60
@@ -145,9 +159,13 @@ def test_local_pool_and_local_dask_give_identical_tables(tmp_path, tiny) -> None
 def test_failing_point_reported_others_finish(tmp_path, make_experiment, caplog, jobs) -> None:
     exp = make_experiment(
         grid={"cache.block_size_tokens": [0, 16]},  # 0: invalid config
-        zip=[{"label": ["ok", "missing trace"],
-              "workload.lengths": ["fixed", "trace"],
-              "workload.trace": [None, "/nonexistent/trace.csv"]}],  # fails inside the worker
+        zip=[
+            {
+                "label": ["ok", "missing trace"],
+                "workload.lengths": ["fixed", "trace"],
+                "workload.trace": [None, "/nonexistent/trace.csv"],
+            }
+        ],  # fails inside the worker
     )
     # drop the None override of the "ok" column: the base has no trace
     points = exp.points()
@@ -178,7 +196,8 @@ def test_cli_sweep_reports_failure_and_exit_code(tmp_path) -> None:
     path = tmp_path / "e.toml"
     path.write_text(
         'name = "e"\n[base.workload]\nlengths = "fixed"\nnum_requests = 3\n'
-        '[base.cache]\nkv_cache_gib = 2.0\n[grid]\n"cache.block_size_tokens" = [0, 16]\n')
+        '[base.cache]\nkv_cache_gib = 2.0\n[grid]\n"cache.block_size_tokens" = [0, 16]\n'
+    )
     result = CliRunner().invoke(app, ["sweep", str(path), "--out", str(tmp_path), "--no-progress"])
     assert result.exit_code == 1
     assert "1 run, 0 resumed, 1 failed" in result.output
