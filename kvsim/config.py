@@ -19,8 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvsim.units import GiB
 from kvsim.workload import WorkloadSpec, load_workload
 
-RESERVATIONS = ("max", "pow2", "oracle", "prompt_max_tokens", "full_context")
-
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

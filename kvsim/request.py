@@ -56,10 +56,8 @@ class Request:
     num_held_slots: int = 0
     num_generated_tokens: int = 0
     num_preemptions: int = 0
-    admitted_time_s: float | None = None
     first_token_time_s: float | None = None
     finish_time_s: float | None = None
-    extra: dict[str, object] = field(default_factory=dict)
     num_seqs: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
