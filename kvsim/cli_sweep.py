@@ -25,7 +25,12 @@ def sweep(
         ),
     ] = None,
     out: Annotated[Path, typer.Option(help="results root; writes OUT/NAME/")] = Path("results"),
-    quick: Annotated[bool, typer.Option(help="small runs: apply the TOML's [quick] table")] = False,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            help="small runs: apply the TOML's \\[quick] table; results go to OUT/quick/NAME"
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Run every unfinished point of an experiment and write OUT/NAME/summary.parquet."""
@@ -33,10 +38,24 @@ def sweep(
 
     try:
         spec = load_experiment(experiment)
-    except (ValueError, FileNotFoundError) as err:
+    except FileNotFoundError as err:
+        typer.echo(f"error: no such experiment file: {err.filename or experiment}", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    report = run_sweep(spec, out, jobs=jobs, scheduler=scheduler, quick=quick, progress=progress)
+    try:
+        report = run_sweep(
+            spec, out, jobs=jobs, scheduler=scheduler, quick=quick, progress=progress
+        )
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo(
+            "interrupted: finished points are saved; run the same command to resume", err=True
+        )
+        raise typer.Exit(130) from None
     typer.echo(
         f"{report.folder}: {len(report.table)} points in summary.parquet "
         f"({report.num_run} run, {report.num_skipped} resumed, "

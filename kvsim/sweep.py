@@ -268,19 +268,29 @@ def run_sweep(
 
     Args:
         experiment: the parsed experiment.
-        out_root: results root; the sweep writes ``out_root/NAME/``.
+        out_root: results root; the sweep writes ``out_root/NAME/`` (``out_root/quick/NAME/``
+            with ``quick``, so small runs never mix with full ones).
         jobs: worker processes (1 runs in this process unless ``scheduler`` is set).
         scheduler: ``None`` (local pool), ``"local"`` (local Dask cluster) or a Dask address.
         quick: apply the experiment's ``[quick]`` overrides (small runs for tests).
         progress: show a tqdm bar (points done, rate, time left).
 
     Returns:
-        A ``SweepReport``; failures do not raise.
+        A ``SweepReport``; failures of single points do not raise.
+
+    Raises:
+        ValueError: no point has a valid config (e.g. a misspelt field in ``[grid]``).
+        KeyboardInterrupt: after writing ``summary.parquet`` of the points finished so far.
     """
-    folder = Path(out_root) / experiment.name
+    points = experiment.points(quick=quick)
+    if points and all(p.config is None for p in points):
+        raise ValueError(
+            f"{experiment.name}: no point has a valid config; point 0 "
+            f"({points[0].describe()}): {points[0].error}"
+        )
+    folder = Path(out_root) / ("quick" if quick else "") / experiment.name
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
     _clean_stale(folder)
-    points = experiment.points(quick=quick)
     meta = {
         "name": experiment.name,
         "description": experiment.description,
@@ -314,6 +324,41 @@ def run_sweep(
         unit="pt",
         disable=not progress,
     )
+    try:
+        _run_points(experiment, todo, folder, report, failures, bar, jobs, scheduler, quick)
+    except KeyboardInterrupt:
+        logger.warning(
+            "interrupted: %d points saved in %s; run the sweep again to resume",
+            report.num_run + report.num_skipped,
+            folder,
+        )
+        raise
+    finally:
+        report.table = summary_table(experiment, points, folder)
+        _write_atomic(folder / SUMMARY, lambda p: report.table.to_parquet(p, index=False))
+    report.failures = sorted(failures, key=lambda f: f.index)
+    for f in report.failures:
+        if f.key is None:
+            logger.error("point %d (%s) failed: %s", f.index, f.point, f.error)
+    _write_atomic(
+        folder / FAILURES,
+        lambda p: p.write_text(json.dumps([f.__dict__ for f in report.failures], indent=2)),
+    )
+    return report
+
+
+def _run_points(
+    experiment: Experiment,
+    todo: list[Point],
+    folder: Path,
+    report: SweepReport,
+    failures: list[Failure],
+    bar: Any,
+    jobs: int,
+    scheduler: str | None,
+    quick: bool,
+) -> None:
+    """Run ``todo``, saving each finished point as it comes and collecting failures."""
     with bar:
         for point, outcome in outcomes(
             todo,
@@ -334,17 +379,6 @@ def run_sweep(
                     "point %d (%s) failed: %s", point.index, point.describe(), outcome.error
                 )
             bar.update(1)
-    report.failures = sorted(failures, key=lambda f: f.index)
-    for f in report.failures:
-        if f.key is None:
-            logger.error("point %d (%s) failed: %s", f.index, f.point, f.error)
-    _write_atomic(
-        folder / FAILURES,
-        lambda p: p.write_text(json.dumps([f.__dict__ for f in report.failures], indent=2)),
-    )
-    report.table = summary_table(experiment, points, folder)
-    _write_atomic(folder / SUMMARY, lambda p: report.table.to_parquet(p, index=False))
-    return report
 
 
 def experiments_dir() -> Path:
@@ -363,12 +397,12 @@ def open_experiment(
         name: experiment name (``experiments/NAME.toml``) or a path to a TOML file.
         quick: use the ``[quick]`` table; results then live under ``results/quick/``.
         jobs: worker processes for missing points.
-        out_root: results root (default: the repository's ``results/``, or ``results/quick/``).
+        out_root: results root (default: the repository's ``results/``).
     """
     path = Path(name) if name.endswith(".toml") else experiments_dir() / f"{name}.toml"
     experiment = load_experiment(path)
     if out_root is None:
-        out_root = experiments_dir().parent / "results" / ("quick" if quick else "")
+        out_root = experiments_dir().parent / "results"
     report = run_sweep(experiment, out_root, jobs=jobs, quick=quick, progress=False)
     for f in report.failures:
         logger.warning("point %d (%s) failed: %s", f.index, f.point, f.error)

@@ -101,8 +101,12 @@ def _load_cached(path_str: str, mtime_ns: int, size_bytes: int, fmt: str | None)
     del mtime_ns, size_bytes  # only part of the cache key
     path = Path(path_str)
     if fmt == "mooncake" or (fmt is None and path.suffix.lower() in {".jsonl", ".json"}):
-        return _read_mooncake(path)
-    return _read_csv(path, fmt)
+        trace = _read_mooncake(path)
+    else:
+        trace = _read_csv(path, fmt)
+    if len(trace.prompt_tokens) == 0:
+        raise ValueError(f"{path.name}: the trace holds no requests (expected at least one row)")
+    return trace
 
 
 def _read_csv(path: Path, fmt: str | None) -> Trace:
@@ -111,6 +115,8 @@ def _read_csv(path: Path, fmt: str | None) -> Trace:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path.name}: malformed CSV: {exc}") from None
     frame = _strip_trailing_blank_rows(frame)
+    if frame.empty:
+        raise ValueError(f"{path.name}: the trace holds no requests (expected at least one row)")
     fmt = fmt or _detect_csv_format(path, list(frame.columns))
     if fmt not in CSV_FORMATS:
         raise ValueError(f"{path.name}: unknown trace format {fmt!r}; choose from {_fmt_names()}")

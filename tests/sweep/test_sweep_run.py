@@ -202,3 +202,41 @@ def test_cli_sweep_reports_failure_and_exit_code(tmp_path) -> None:
     assert result.exit_code == 1
     assert "1 run, 0 resumed, 1 failed" in result.output
     assert "FAILED point 0 [cache.block_size_tokens=0]" in result.output
+
+
+def test_misspelt_grid_field_fails_up_front(tmp_path, make_experiment):
+    bad = make_experiment(grid={"cache.block_size_tokns": [8, 16]})
+    with pytest.raises(ValueError, match=r"no point has a valid config.*block_size_tokns"):
+        run_sweep(bad, tmp_path, progress=False)
+    assert not (tmp_path / "tiny").exists()
+
+
+def test_quick_results_live_apart_from_full_ones(tmp_path, make_experiment):
+    exp = make_experiment(quick={"set": {"workload.num_requests": 4}})
+    full = run_sweep(exp, tmp_path, progress=False)
+    quick = run_sweep(exp, tmp_path, quick=True, progress=False)
+    assert full.folder == tmp_path / "tiny"
+    assert quick.folder == tmp_path / "quick" / "tiny"
+    # the full summary still describes 12-request points (4 points x 12 requests each)
+    table = pd.read_parquet(tmp_path / "tiny" / "summary.parquet")
+    assert (table["num_requests"] == 12).all() and len(table) == 4
+
+
+def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment):
+    import kvsim.sweep as sweep_mod
+
+    real = sweep_mod.outcomes
+
+    def one_then_interrupt(*args, **kwargs):
+        gen = real(*args, **kwargs)
+        yield next(gen)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_mod, "outcomes", one_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(make_experiment(), tmp_path, progress=False)
+    table = pd.read_parquet(tmp_path / "tiny" / "summary.parquet")
+    assert len(table) == 1  # the point finished before the interrupt is saved and summarised
+    monkeypatch.setattr(sweep_mod, "outcomes", real)
+    report = run_sweep(make_experiment(), tmp_path, progress=False)
+    assert report.num_skipped == 1 and report.num_run == 3

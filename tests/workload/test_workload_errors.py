@@ -188,3 +188,12 @@ def test_fallback_synthetic_warns(
 def test_unknown_trace_name() -> None:
     with pytest.raises(DataNotFoundError, match=r"neither a known trace name"):
         _gen(WorkloadSpec(trace="no_such_trace_name"))
+
+
+def test_header_only_csv_names_the_file(tmp_path):
+    from kvsim.workload import load_trace
+
+    path = tmp_path / "empty_rows.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    with pytest.raises(ValueError, match=r"empty_rows\.csv: the trace holds no requests"):
+        load_trace(path)
