@@ -219,7 +219,8 @@ def test_quick_results_live_apart_from_full_ones(tmp_path, make_experiment):
     assert quick.folder == tmp_path / "quick" / "tiny"
     # the full summary still describes 12-request points (4 points x 12 requests each)
     table = pd.read_parquet(tmp_path / "tiny" / "summary.parquet")
-    assert (table["num_requests"] == 12).all() and len(table) == 4
+    assert (table["num_requests"] == 12).all()
+    assert len(table) == 4
 
 
 def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment):
@@ -239,4 +240,5 @@ def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment)
     assert len(table) == 1  # the point finished before the interrupt is saved and summarised
     monkeypatch.setattr(sweep_mod, "outcomes", real)
     report = run_sweep(make_experiment(), tmp_path, progress=False)
-    assert report.num_skipped == 1 and report.num_run == 3
+    assert report.num_skipped == 1
+    assert report.num_run == 3
