@@ -150,7 +150,8 @@ class StepCostModel:
         durations = np.maximum(mem / self.bandwidth, flops / self.flops) + per_step
         if len(durations):
             durations[0] += self.per_seq_overhead_s * len(prefill_tokens)
-        if not np.isfinite(durations).all() or (durations < 0).any():
+        shortest, longest = durations.min(), durations.max()
+        if not (shortest >= 0 and longest < np.inf):  # NaN fails both comparisons
             raise ValueError(f"cost model returned an invalid duration: {durations.min()}")
         return durations
 
