@@ -112,10 +112,18 @@ class Engine:
                 continue
             plan = self.scheduler.schedule()
             if plan.is_empty:
-                head = self.scheduler.waiting[0]
-                raise RuntimeError(
-                    f"invariant violated: request {head.req_id} ({head.num_prefill_tokens} tokens) "
-                    "cannot be admitted into an idle engine"
+                head, num_tokens = (
+                    self.scheduler.waiting[0],
+                    self.scheduler.waiting[0].num_prefill_tokens,
+                )
+                raise ValueError(
+                    f"request {head.req_id} ({head.num_seqs} sequence(s), prompt "
+                    f"{head.prompt_tokens} tokens) can never be admitted: it needs "
+                    f"{self.allocator.admission_slots_needed(head, num_tokens + 1)} KV slots at "
+                    f"once ({self.config.cache.allocator}, reservation "
+                    f"{self.config.cache.reservation}) and the empty pool holds "
+                    f"{self.allocator.capacity_tokens}; raise the KV budget or lower "
+                    "n / beam_width / max_model_len"
                 )
             durations = self._plan_durations(plan)
             if self.config.debug_invariants:

@@ -58,9 +58,8 @@ def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
                 rows.append((req_id, block_id * b, b, int(np.clip(n - i * b, 0, b))))
     elif isinstance(allocator, SlabAllocator):
         for req_id in sorted(tokens):
-            slab = allocator.slab_of(req_id)
-            if slab is not None:
-                rows.append((req_id, slab[0], slab[1], min(tokens[req_id], slab[1])))
+            for start, size in allocator.slabs_of(req_id):
+                rows.append((req_id, start, size, min(tokens[req_id], size)))
     else:
         raise TypeError(f"no snapshot for allocator {type(allocator).__name__}")
     frame = pd.DataFrame(rows, columns=list(SNAPSHOT_COLUMNS), dtype=np.int64)

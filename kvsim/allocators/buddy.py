@@ -101,12 +101,15 @@ class BuddyAllocator(SlabAllocator):
     def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
         if request is None:
             return self._free_tokens
+        if request.num_seqs > 1 and not self.can_allocate(request, num_tokens):
+            return 0  # a group needs all its slabs at once
         want = self._order(self.slab_size(request, num_tokens))
         return sum(len(self._free[o]) << o for o in range(want, self.max_order + 1))
 
     def stats(self) -> AllocatorStats:
-        held = sum(size for _, size in self._slabs.values())
-        chunks = sum(next_power_of_2(size) for _, size in self._slabs.values())
+        slabs = self.held_slabs()
+        held = sum(size for _, size in slabs)
+        chunks = sum(next_power_of_2(size) for _, size in slabs)
         return AllocatorStats(
             self.capacity_tokens, held, chunks - held, self._free_tokens, len(self._slabs)
         )
@@ -114,7 +117,7 @@ class BuddyAllocator(SlabAllocator):
     def check_invariants(self) -> None:
         super().check_invariants()
         spans = [(a, 1 << o) for o, addrs in enumerate(self._free) for a in addrs]
-        spans += [(a, next_power_of_2(s)) for a, s in self._slabs.values()]
+        spans += [(a, next_power_of_2(s)) for a, s in self.held_slabs()]
         spans.sort()
         end = 0
         for a, n in spans:

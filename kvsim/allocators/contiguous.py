@@ -71,11 +71,13 @@ class _ExtentAllocator(SlabAllocator):
     def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
         if request is None:
             return self._free_tokens
+        if request.num_seqs > 1 and not self.can_allocate(request, num_tokens):
+            return 0  # a group needs all its slabs at once
         size = self.slab_size(request, num_tokens)
         return sum(n for n in self._lengths.values() if n >= size)
 
     def stats(self) -> AllocatorStats:
-        held = sum(size for _, size in self._slabs.values())
+        held = sum(size for _, size in self.held_slabs())
         return AllocatorStats(self.capacity_tokens, held, 0, self._free_tokens, len(self._slabs))
 
     def check_invariants(self) -> None:

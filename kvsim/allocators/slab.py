@@ -1,11 +1,12 @@
 """Common machinery of contiguous (slab) allocators: slab sizing, ownership, vectorised hooks.
 
-Subclasses decide placement (``_place``/``_release``); this class keeps ``req_id -> (start, size)``
-and answers the contract's queries from it. A slab's size is fixed at the first allocation.
+Subclasses decide placement (``_place``/``_release``); this class keeps ``req_id -> [(start,
+size), ...]`` and answers the contract's queries from it. A slab's size is fixed at the first
+allocation.
 
 Sequence groups are served without sharing: each of a request's ``w = num_seqs`` sequences gets
-its own slab of the reservation rule's size; the ``w`` slabs are placed back to back as one extent
-(a simplification: one hole of ``w`` slabs rather than ``w`` holes). ``held_slots`` is per sequence.
+its own slab of the reservation rule's size, placed one after another wherever each fits (all or
+none: a group that does not fit changes nothing). ``held_slots`` is per sequence.
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ class SlabAllocator(Allocator):
         self.reservation = reservation
         self.max_model_len = max_model_len
         self.full_context_tokens = full_context_tokens or max_model_len
-        self._slabs: dict[int, tuple[int, int]] = {}
-        self._widths: dict[int, int] = {}  # sequences of group requests (absent: 1)
+        self._slabs: dict[int, list[tuple[int, int]]] = {}  # one (start, size) per sequence
 
     # -- placement, by subclasses -----------------------------------------------------------
     def _place(self, size: int) -> tuple[int, int] | None:
@@ -61,55 +61,86 @@ class SlabAllocator(Allocator):
 
     # -- contract ---------------------------------------------------------------------------
     def slab_size(self, request: Request, num_tokens: int) -> int:
-        """Slots the request's slab has (or would get): its reservation, at least ``num_tokens``."""
+        """Slots of one of the request's slabs (one per sequence): its reservation, at least
+        ``num_tokens``."""
         held = self._slabs.get(request.req_id)
         if held is not None:
-            return held[1]
+            return held[0][1]
         rule_size = reserved_slots(
             request,
             self.reservation,
             max_model_len=self.max_model_len,
             full_context_tokens=self.full_context_tokens,
         )
-        return request.num_seqs * max(rule_size, num_tokens)
+        return max(rule_size, num_tokens)
 
     def held_slots(self, req_id: int) -> int:
-        slab = self._slabs.get(req_id)
-        return 0 if slab is None else slab[1] // self._widths.get(req_id, 1)
+        slabs = self._slabs.get(req_id)
+        return 0 if slabs is None else slabs[0][1]
 
     def slab_of(self, req_id: int) -> tuple[int, int] | None:
-        """The request's ``(start, size)`` in slots, or ``None``."""
-        return self._slabs.get(req_id)
+        """The request's (first sequence's) ``(start, size)`` in slots, or ``None``."""
+        slabs = self._slabs.get(req_id)
+        return None if slabs is None else slabs[0]
+
+    def slabs_of(self, req_id: int) -> list[tuple[int, int]]:
+        """Every ``(start, size)`` slab of the request, one per sequence (empty if none)."""
+        return list(self._slabs.get(req_id, ()))
+
+    def held_slabs(self) -> list[tuple[int, int]]:
+        """All live slabs, ``(start, size)`` in slots."""
+        return [slab for slabs in self._slabs.values() for slab in slabs]
 
     def num_slots_needed(self, request: Request, num_tokens: int) -> int:
         if request.req_id in self._slabs:
             return 0
-        return self.slab_size(request, num_tokens)
+        return request.num_seqs * self.slab_size(request, num_tokens)
 
     def can_allocate(self, request: Request, num_tokens: int) -> bool:
-        slab = self._slabs.get(request.req_id)
-        if slab is not None:
-            return num_tokens <= self.held_slots(request.req_id)
-        return self._fits_anywhere(self.slab_size(request, num_tokens))
+        slabs = self._slabs.get(request.req_id)
+        if slabs is not None:
+            return num_tokens <= slabs[0][1]
+        size = self.slab_size(request, num_tokens)
+        if request.num_seqs == 1:
+            return self._fits_anywhere(size)
+        placed = self._place_all(size, request.num_seqs)  # try, then undo: state unchanged
+        if placed is None:
+            return False
+        for slab in reversed(placed):
+            self._release(*slab)
+        return True
+
+    def _place_all(self, size: int, count: int) -> list[tuple[int, int]] | None:
+        """Place ``count`` slabs of ``size`` slots, or none of them (``None``)."""
+        placed: list[tuple[int, int]] = []
+        for _ in range(count):
+            slab = self._place(size)
+            if slab is None:
+                for done in reversed(placed):  # undo in reverse: the free map is as before
+                    self._release(*done)
+                return None
+            placed.append(slab)
+        return placed
 
     def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
-        slab = self._slabs.get(request.req_id)
-        if slab is not None:  # a slab never grows in place
-            return self._nothing_new if num_tokens <= self.held_slots(request.req_id) else None
-        placed = self._place(self.slab_size(request, num_tokens))
+        slabs = self._slabs.get(request.req_id)
+        if slabs is not None:  # a slab never grows in place
+            return self._nothing_new if num_tokens <= slabs[0][1] else None
+        placed = self._place_all(self.slab_size(request, num_tokens), request.num_seqs)
         if placed is None:
             return None
         self._slabs[request.req_id] = placed
         if request.num_seqs > 1:
             self._widths[request.req_id] = request.num_seqs
-        return self._result(placed[1], 1)
+        return self._result(sum(size for _, size in placed), len(placed))
 
     def free(self, req_id: int) -> None:
-        slab = self._slabs.pop(req_id, None)
-        if slab is None:
+        slabs = self._slabs.pop(req_id, None)
+        if slabs is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
         self._widths.pop(req_id, None)
-        self._release(*slab)
+        for slab in reversed(slabs):
+            self._release(*slab)
 
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         return np.broadcast_to(held_slots[:, None], lengths.shape)

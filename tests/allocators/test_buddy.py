@@ -53,3 +53,28 @@ def test_carving_of_a_non_power_of_two_pool():
     placed = [alloc.allocate(r, 11) is not None for r in reqs]
     assert placed == [True] * 7 + [False]  # Orca (Max) runs 7 sequences (paper Fig. 13: 7.00)
     assert alloc.num_free_tokens == 15_728 - 7 * 2048 == 1392
+
+
+def test_group_slabs_go_into_separate_holes_all_or_none():
+    # first-fit, 16 slots: free holes [0,4) and [8,12) after freeing a and c (4 slots each)
+    alloc = make_allocator("first_fit", capacity_tokens=16, reservation="oracle", max_model_len=8)
+    a, b, c, d = (make_request(2, 2) for _ in range(4))
+    for r in (a, b, c, d):
+        alloc.allocate(r, 3)
+    alloc.free(a.req_id)
+    alloc.free(c.req_id)
+    pair = make_request(2, 2)
+    pair.n = pair.num_seqs = 2  # 2 samples: two 4-slot slabs, one per sequence
+    assert alloc.can_allocate(pair, 3)
+    assert alloc.allocate(pair, 3) is not None
+    assert alloc.slabs_of(pair.req_id) == [(0, 4), (8, 4)]  # the two holes, not one extent
+    assert alloc.held_slots(pair.req_id) == 4  # per sequence
+    alloc.check_invariants()
+    # a group of three 4-slot slabs cannot fit in the 0 slots left: refused, nothing changes
+    trio = make_request(2, 2)
+    trio.n = trio.num_seqs = 3
+    alloc.free(pair.req_id)
+    free_before = alloc.free_extents()
+    assert alloc.allocate(trio, 3) is None  # 8 free slots, 12 needed
+    assert alloc.free_extents() == free_before
+    assert alloc.usable_free_slots(trio, 3) == 0
