@@ -147,25 +147,27 @@ class MemoryRecorder:
         num_preempted: int,
     ) -> None:
         """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k])."""
-        total_s = float(durations_s.sum())
-        w = (
-            durations_s / total_s
-            if total_s > 0
-            else np.full(len(durations_s), 1 / len(durations_s))
+        series = (
+            cats.token_states,
+            cats.reservation,
+            cats.internal_fragmentation,
+            cats.external_fragmentation,
+            cats.free,
+            cats.allocated,
+            cats.held,
+            cats.unshared,
         )
-        matrix = np.stack(
-            [
-                cats.token_states,
-                cats.reservation,
-                cats.internal_fragmentation,
-                cats.external_fragmentation,
-                cats.free,
-                cats.allocated,
-                cats.held,
-                cats.unshared,
-            ]
-        )
-        means = (matrix @ w).tolist()
+        if len(durations_s) == 1:  # one step: its values are the means
+            total_s = float(durations_s[0])
+            means = [float(x[0]) for x in series]
+        else:
+            total_s = float(durations_s.sum())
+            w = (
+                durations_s / total_s
+                if total_s > 0
+                else np.full(len(durations_s), 1 / len(durations_s))
+            )
+            means = (np.stack(series) @ w).tolist()
         self.rows.append(
             (
                 time_s,
