@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
-from kvsim.config import _presets, config_from_dict, load_config
+from kvsim.config import preset_table, config_from_dict, load_config
 from kvsim.engine import simulate
 from kvsim.workload import DataNotFoundError
 
@@ -199,7 +199,7 @@ def presets() -> None:
     table = Table(title="models")
     for col in ("name", "layers", "kv heads", "head dim", "KiB/token", "params (B)"):
         table.add_column(col)
-    for name, m in _presets("models").items():
+    for name, m in preset_table("models").items():
         kib = (
             2 * m["num_layers"] * m["num_kv_heads"] * m["head_dim"] * m.get("dtype_bytes", 2) / 1024
         )
@@ -215,7 +215,7 @@ def presets() -> None:
     gpus = Table(title="GPUs")
     for col in ("name", "memory (GiB)", "HBM (TB/s)", "FP16 (TFLOP/s)"):
         gpus.add_column(col)
-    for name, g in _presets("gpus").items():
+    for name, g in preset_table("gpus").items():
         gpus.add_row(
             name,
             f"{g['memory_bytes'] / 2**30:.1f}",

@@ -25,7 +25,8 @@ class _Frozen(BaseModel):
 
 
 @cache
-def _presets(kind: str) -> dict[str, dict[str, Any]]:
+def preset_table(kind: str) -> dict[str, dict[str, Any]]:
+    """The ``kvsim/data/{kind}.toml`` presets (``"models"`` or ``"gpus"``) by name."""
     text = resources.files("kvsim.data").joinpath(f"{kind}.toml").read_text()
     return tomllib.loads(text)
 
@@ -35,7 +36,7 @@ def _resolve_preset(kind: str, value: Any) -> Any:
     if isinstance(value, str):
         value = {"preset": value}
     if isinstance(value, dict) and "preset" in value:
-        presets = _presets(kind)
+        presets = preset_table(kind)
         name = str(value["preset"]).lower()
         if name not in presets:
             raise ValueError(f"unknown {kind[:-1]} preset {name!r}; choose from {sorted(presets)}")
