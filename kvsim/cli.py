@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
-from kvsim.config import preset_table, config_from_dict, load_config
+from kvsim.config import config_from_dict, load_config, preset_table
 from kvsim.engine import simulate
 from kvsim.workload import DataNotFoundError
 
