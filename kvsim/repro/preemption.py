@@ -1,8 +1,8 @@
 """§7.3: recompute vs swap preemption against block size (vLLM on ShareGPT, paper setup).
 
 The paper finds the two comparable at block sizes 16-64 and swap much worse at tiny blocks,
-where each block is a separate small PCIe copy. Two views: the per-token cost of each mechanism
-from the cost model (Figure 19a's microbenchmark), and end-to-end runs at a rate that preempts
+where each block is a separate small PCIe copy. Two views: each mechanism's per-token cost
+in the cost model (Figure 19a's microbenchmark), and end-to-end runs at a rate that preempts
 (mean normalised latency, preemptions, swap bytes and time).
 """
 
