@@ -63,10 +63,7 @@ def calibrate(
             warmup=warmup,
             repeats=repeats,
         )
-    except CalibrationUnavailableError as err:
-        typer.echo(f"kvsim calibrate: {err}", err=True)
-        raise typer.Exit(2) from None
-    except ValueError as err:
+    except (CalibrationUnavailableError, ValueError) as err:
         typer.echo(f"kvsim calibrate: {err}", err=True)
         raise typer.Exit(2) from None
     table = run_calibration(grid, progress=typer.echo)

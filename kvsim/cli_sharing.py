@@ -1,12 +1,10 @@
 """``kvsim sharing``: Figure 15 (KV saved by sharing) and prefix-cache hit rates (Mooncake).
 
-``kvsim/cli.py`` adds the command with ``register(app)``; ``python -m kvsim.cli_sharing`` runs it
-on its own.
+``kvsim/cli.py`` adds the command with ``register(app)``.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -39,14 +37,3 @@ def sharing(
 def register(app: typer.Typer) -> None:
     """Add ``sharing`` to a Typer app."""
     app.command("sharing")(sharing)
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.WARNING)
-    app = typer.Typer(add_completion=False, help=__doc__)
-    register(app)
-    app()
-
-
-if __name__ == "__main__":
-    main()

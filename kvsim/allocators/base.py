@@ -72,6 +72,22 @@ class SpanSlots:
     unshared: IntArray
 
 
+def prefix_cache_counters(queries: int, hits: int, bytes_per_token: int) -> dict[str, float]:
+    """vLLM's prefix-cache counters for a run summary.
+
+    Args:
+        queries: prompt tokens looked up in the cache (``prefix_cache_queries``).
+        hits: of those, tokens found (``prefix_cache_hits``).
+        bytes_per_token: KV bytes per token, for the bytes not recomputed.
+    """
+    return {
+        "prefix_cache_queries": queries,
+        "prefix_cache_hits": hits,
+        "prefix_cache_hit_rate": hits / queries if queries else float("nan"),
+        "prefix_cache_saved_bytes": hits * bytes_per_token,
+    }
+
+
 class Allocator(ABC):
     """Base class of KV allocation policies.
 

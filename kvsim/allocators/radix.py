@@ -28,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.allocators.base import Allocator, AllocatorStats, AllocResult, IntArray, SpanSlots
+from kvsim.allocators.base import (
+    Allocator,
+    AllocatorStats,
+    AllocResult,
+    IntArray,
+    SpanSlots,
+    prefix_cache_counters,
+)
 from kvsim.request import Request
 from kvsim.tokens import stream_segments
 
@@ -330,12 +337,11 @@ class RadixAllocator(Allocator):
 
     def prefix_cache_summary(self) -> dict[str, Any]:
         """SGLang/vLLM-style counters for the run summary (tokens, bytes)."""
-        q, h = self.prefix_cache_queries, self.prefix_cache_hits
+        counters = prefix_cache_counters(
+            self.prefix_cache_queries, self.prefix_cache_hits, self.bytes_per_token
+        )
         return {
-            "prefix_cache_queries": q,
-            "prefix_cache_hits": h,
-            "prefix_cache_hit_rate": h / q if q else float("nan"),
-            "prefix_cache_saved_bytes": h * self.bytes_per_token,
+            **counters,
             "num_evicted_tokens": self.num_evicted_tokens,
         }
 

@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.allocators.base import Allocator, AllocatorStats, AllocResult, IntArray, SpanSlots
+from kvsim.allocators.base import (
+    Allocator,
+    AllocatorStats,
+    AllocResult,
+    IntArray,
+    SpanSlots,
+    prefix_cache_counters,
+)
 from kvsim.allocators.block_pool import BlockPool
 from kvsim.groups import BeamModel, CountingPool, SequenceGroup, peak_new_blocks
 from kvsim.request import Request
@@ -340,12 +347,11 @@ class SharedPrefixAllocator(Allocator):
 
     def prefix_cache_summary(self) -> dict[str, Any]:
         """vLLM-style counters for the run summary (tokens, bytes)."""
-        q, h = self.prefix_cache_queries, self.prefix_cache_hits
+        counters = prefix_cache_counters(
+            self.prefix_cache_queries, self.prefix_cache_hits, self.bytes_per_token
+        )
         return {
-            "prefix_cache_queries": q,
-            "prefix_cache_hits": h,
-            "prefix_cache_hit_rate": h / q if q else float("nan"),
-            "prefix_cache_saved_bytes": h * self.bytes_per_token,
+            **counters,
             "num_cow_copies": self.num_cow_copies,
             "cow_copy_bytes": self.num_cow_copies * self.block_size_tokens * self.bytes_per_token,
             "num_cache_evictions": self.pool.num_evictions,
