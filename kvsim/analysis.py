@@ -17,24 +17,6 @@ import pandas as pd
 
 from kvsim.results import Results
 
-EXTRA_QUANTILES = (95,)
-
-
-def extra_metrics(requests: pd.DataFrame) -> dict[str, float]:
-    """p95 of TTFT, TPOT and E2E (seconds), the usual serving SLO quantile.
-
-    Args:
-        requests: per-request table (``results.request_frame``) with ``ttft_s``, ``tpot_s``,
-            ``e2e_s`` in seconds.
-    """
-    out: dict[str, float] = {}
-    for col in ("ttft_s", "tpot_s", "e2e_s"):
-        values = requests[col].dropna().to_numpy()
-        if len(values):
-            for q in EXTRA_QUANTILES:
-                out[f"p{q}_{col}"] = float(np.percentile(values, q))
-    return out
-
 
 def short_name(dotted: str) -> str:
     """``"cache.block_size_tokens"`` -> ``"block_size_tokens"`` (axis and legend labels)."""
@@ -116,7 +98,8 @@ def smallest_budget(
     Args:
         table: a summary table with the ``budget`` column and the target metric columns.
         budget: the budget column (e.g. ``"cache.kv_cache_gib"``, GiB).
-        targets: metric -> upper bound (e.g. ``{"p95_tpot_s": 0.05}``, seconds); NaN fails.
+        targets: metric -> upper bound (e.g.
+            ``{"request_time_per_output_token_seconds_p95": 0.05}``, seconds); NaN fails.
         by: columns that split the table (e.g. ``["label"]``); one answer per group.
 
     Returns:

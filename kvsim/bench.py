@@ -7,9 +7,10 @@ Runs, through the paged allocator (16-token blocks):
   gpu_memory_utilization 0.9).
 * ``azure_conv_100k``: 100,000 requests resampled from that trace's lengths, Poisson arrivals at
   the trace's mean rate (19,366 requests in 3,502 s = 5.53 req/s), same model and GPU.
-* ``vidur``: Vidur's common benchmark workload: 10,000 requests, Poisson 2 req/s, total length
-  uniform in 256-2,048 tokens split 3:1 prefill:decode, Llama-2-70B with a KV pool of 3,328 blocks
-  of 16 tokens, max_num_seqs 128, max_num_batched_tokens 4,096 (H100 roofline for step time).
+* ``vidur_v1``, ``vidur_v0``: Vidur's common benchmark workload under each engine profile: 10,000
+  requests, Poisson 2 req/s, total length uniform in 256-2,048 tokens split 3:1 prefill:decode,
+  Llama-2-70B with tensor parallel 2 on A100-80GB and a KV pool of 3,328 blocks of 16 tokens per
+  GPU, max_num_seqs 128, max_num_batched_tokens 4,096.
 
 Wall time covers the simulation only (workload generation excluded). Decode tokens are all
 generated tokens. Results go to ``results/bench/bench.json``.
@@ -25,16 +26,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kvsim.config import config_from_dict
-from kvsim.engine import simulate
-from kvsim.workload import DataNotFoundError, generate_requests
+from kvsim.engine import prepare_requests, simulate
+from kvsim.workload import DataNotFoundError
 
 logger = logging.getLogger(__name__)
 
 AZURE_RATE_PER_S = 19_366 / 3_502  # trace README: 19,366 requests over 3,502 s
-LLAMA2_70B_BYTES_PER_TOKEN = 2 * 80 * 8 * 128 * 2
+LLAMA2_70B_TP2_BYTES_PER_TOKEN = 2 * 80 * (8 // 2) * 128 * 2  # one GPU's share at TP 2
+VIDUR_WORKLOAD: dict[str, Any] = {
+    "lengths": "uniform",
+    "min_total_tokens": 256,
+    "max_total_tokens": 2048,
+    "prefill_decode_ratio": 3.0,
+    "arrival": "poisson",
+    "rate_per_s": 2.0,
+    "num_requests": 10_000,
+}
 
 BENCHMARKS: dict[str, dict[str, Any]] = {
     "azure_conv_10k": {
@@ -55,21 +63,19 @@ BENCHMARKS: dict[str, dict[str, Any]] = {
             "num_requests": 100_000,
         },
     },
-    "vidur": {
+    # Vidur's hardware for this workload: Llama-2-70B, tensor parallel 2 on A100-80GB, 3,328 blocks
+    "vidur_v1": {
         "model": "llama-2-70b",
-        "gpu": "h100-80gb",
-        "cache": {"kv_cache_bytes": 3_328 * 16 * LLAMA2_70B_BYTES_PER_TOKEN},
+        "gpu": "a100-80gb",
+        "parallel": {"tensor_parallel_size": 2},
+        "cache": {"kv_cache_bytes": 3_328 * 16 * LLAMA2_70B_TP2_BYTES_PER_TOKEN},
         "scheduler": {"max_model_len": 4096, "max_num_seqs": 128, "max_num_batched_tokens": 4096},
-        "workload": {
-            "lengths": "uniform",
-            "min_total_tokens": 256,
-            "max_total_tokens": 2048,
-            "prefill_decode_ratio": 3.0,
-            "arrival": "poisson",
-            "rate_per_s": 2.0,
-            "num_requests": 10_000,
-        },
+        "workload": VIDUR_WORKLOAD,
     },
+}
+BENCHMARKS["vidur_v0"] = {
+    **BENCHMARKS["vidur_v1"],
+    "scheduler": {**BENCHMARKS["vidur_v1"]["scheduler"], "engine": "vllm-v0"},
 }
 
 
@@ -82,11 +88,7 @@ def run_benchmark(name: str, spec: dict[str, Any], record_memory: bool = True) -
             "record_memory": record_memory,
         }
     )
-    requests = generate_requests(
-        config.workload,
-        np.random.default_rng(config.seed),
-        max_model_len=config.scheduler.max_model_len,
-    )
+    requests, _ = prepare_requests(config)
     decode_tokens = sum(r.output_tokens for r in requests)
     start = time.perf_counter()
     results = simulate(config, requests)
@@ -100,7 +102,7 @@ def run_benchmark(name: str, spec: dict[str, Any], record_memory: bool = True) -
         "simulated_s": results.summary["duration_s"],
         "num_events": len(results.memory),
         "num_steps": results.summary["num_steps"],
-        "mean_running": results.summary.get("mean_running"),
+        "num_requests_running_mean": results.summary.get("num_requests_running_mean"),
         "num_preemptions": results.summary["num_preemptions"],
     }
 

@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
-from kvsim.config import config_from_dict, load_config, preset_table
-from kvsim.engine import simulate
+from kvsim.config import SimConfig, config_from_dict, load_config, preset_table
+from kvsim.engine import prepare_requests, simulate
 from kvsim.workload import DataNotFoundError
 
 app = typer.Typer(
@@ -37,21 +37,26 @@ SUMMARY_ROWS = (
     ("internal_fragmentation_pct", "internal fragmentation (% of KV)"),
     ("external_fragmentation_pct", "external fragmentation (% of KV)"),
     ("free_pct", "free (% of KV)"),
-    ("kv_usage_perc", "kv_cache_usage_perc (allocated %)"),
+    ("kv_cache_usage_perc", "kv_cache_usage_perc (0-1, mean)"),
+    ("kv_cache_usage_perc_max", "kv_cache_usage_perc (0-1, peak)"),
     ("token_utilization_perc", "token states / allocated (%)"),
-    ("mean_running", "mean running requests"),
-    ("max_running", "max running requests"),
+    ("num_requests_running_mean", "num_requests_running (mean)"),
+    ("num_requests_running_max", "num_requests_running (max)"),
+    ("num_requests_waiting_mean", "num_requests_waiting (mean)"),
     ("num_blocked_steps", "blocked steps (head fits in total free, no hole)"),
     ("num_preemptions", "num_preemptions"),
+    ("num_requests_rejected", "requests rejected (too long for max_model_len or the pool)"),
+    ("prefix_cache_hit_rate", "prefix_cache_hits / prefix_cache_queries"),
     ("throughput_requests_per_s", "throughput (requests/s)"),
     ("throughput_output_tokens_per_s", "throughput (output tokens/s)"),
-    ("p50_ttft_s", "TTFT p50 (s)"),
-    ("p99_ttft_s", "TTFT p99 (s)"),
-    ("p50_tpot_s", "TPOT p50 (s)"),
-    ("p99_tpot_s", "TPOT p99 (s)"),
-    ("p50_e2e_s", "E2E p50 (s)"),
-    ("p99_e2e_s", "E2E p99 (s)"),
-    ("mean_normalized_latency_s", "normalized latency mean (s/token)"),
+    ("time_to_first_token_seconds_p50", "time_to_first_token_seconds p50"),
+    ("time_to_first_token_seconds_p99", "time_to_first_token_seconds p99"),
+    ("inter_token_latency_seconds_mean", "inter_token_latency_seconds mean"),
+    ("request_time_per_output_token_seconds_p99", "request_time_per_output_token_seconds p99"),
+    ("request_queue_time_seconds_p50", "request_queue_time_seconds p50"),
+    ("e2e_request_latency_seconds_p50", "e2e_request_latency_seconds p50"),
+    ("e2e_request_latency_seconds_p99", "e2e_request_latency_seconds p99"),
+    ("normalized_latency_seconds_mean", "normalized latency mean (s/token)"),
 )
 
 
@@ -111,6 +116,12 @@ def run(
         Path | None, typer.Option(help="Results folder (parquet + summary.json).")
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            help="Fail on requests that cannot run instead of skipping and counting them."
+        ),
+    ] = False,
 ) -> None:
     """Simulate one config and print where the KV memory went."""
 
@@ -118,31 +129,38 @@ def run(
         check_out_dir(out)
         overrides = parse_overrides(set_ or [])
         cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
-        import numpy as np
-
-        from kvsim.workload import generate_requests
-
-        requests = generate_requests(
-            cfg.workload, np.random.default_rng(cfg.seed), max_model_len=cfg.scheduler.max_model_len
-        )
+        requests, _ = prepare_requests(cfg, strict=strict)
         with tqdm(
             total=len(requests),
             unit="req",
             disable=not progress or len(requests) < 2000,
             desc="simulating",
         ) as bar:
-            results = simulate(cfg, requests, on_finish=bar.update)
-        title = (
-            f"{cfg.model.name} on {cfg.gpu.name}, {cfg.cache.allocator}"
-            f"{'' if cfg.cache.allocator == 'paged' else '/' + cfg.cache.reservation}, "
-            f"{cfg.capacity_tokens:,} KV slots, {len(requests):,} requests"
-        )
-        console.print(summary_table(results.summary, title))
+            results = simulate(cfg, requests, on_finish=bar.update, strict=strict)
+        console.print(summary_table(results.summary, run_title(cfg, len(requests))))
         if out is not None:
             results.save(out)
             console.print(f"results written to {out}/")
 
     _guard(go)
+
+
+def run_title(cfg: SimConfig, num_requests: int) -> str:
+    """The summary table's header: engine profile, model, GPUs, allocator, pool, requests."""
+    args = cfg.engine_args
+    par = cfg.parallel
+    gpus = f" x{par.world_size} (TP {par.tensor_parallel_size}, PP {par.pipeline_parallel_size})"
+    policy = cfg.cache.allocator
+    if cfg.cache.allocator in ("paged",):
+        policy += f" {cfg.cache.block_size_tokens}-token blocks"
+        policy += ", prefix caching" if args.enable_prefix_caching else ""
+    elif cfg.cache.allocator != "radix":
+        policy += "/" + cfg.cache.reservation
+    return (
+        f"{args.engine}: {cfg.model.name} on {cfg.gpu.name}"
+        f"{gpus if par.world_size > 1 else ''}, {policy}, "
+        f"{cfg.capacity_tokens:,} KV slots, {num_requests:,} requests"
+    )
 
 
 @app.command()
@@ -185,7 +203,7 @@ def fig2(
                 shown = "" if paper is None or paper != paper else f" ({paper:.1f})"
                 cells.append(f"{row[f'{c}_pct']:.1f}{shown}")
             cells.append(f"{row['free_pct']:.1f}")
-            table.add_row(row["system"], *cells, f"{row['mean_running']:.1f}")
+            table.add_row(row["system"], *cells, f"{row['num_requests_running_mean']:.1f}")
         console.print(table)
         csv_path, png_path = write_fig2(df, out)
         console.print(f"wrote {csv_path} and {png_path}")

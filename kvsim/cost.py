@@ -1,28 +1,40 @@
-"""Step latency: a roofline over the batch an engine step runs. Pure functions; no SimPy, no state.
+"""Step latency: a roofline over the work an engine step runs. Pure functions; no SimPy, no state.
 
-One step of ``n`` decoding sequences (total context ``C`` tokens) and prefills of ``P_i`` tokens:
+A step computes ``c_i`` new tokens of request ``i`` after ``o_i`` tokens it has already computed
+(a prefill chunk: ``c`` prompt tokens after ``o`` computed or cached ones; a decode: ``c = 1``
+after ``o = L``). On one tensor-parallel rank of ``tp`` (summed over the ``pp`` pipeline stages,
+which run one after the other):
 
-    bytes  = W + C * bytes_per_token * f_layout(B)
-    flops  = 2 * num_params * (n + sum P_i)                     linear layers
-           + 2 * num_layers * hidden * sum P_i**2               causal prefill attention
-           + 4 * num_layers * hidden * C                        decode attention
+    bytes  = W / tp + (sum o_i) * kv_bytes_per_token_rank * f_layout(B)
+    flops  = [2 * num_params * sum c_i                                  linear layers
+              + 2 * num_layers * hidden * sum (2 c_i o_i + c_i**2)]   / tp   attention
     t_step = max(bytes / (HBM B/s * hbm_eff), flops / (FP16 FLOP/s * flops_eff))
-           + step_overhead_s + per_seq_overhead_s * (n + #prefills) + t_swap
+           + step_overhead_s + per_seq_overhead_s * sequences
+           + t_allreduce + t_stage_sends (+ t_swap)
 
 Sources of each coefficient:
 
 - ``W = num_params * dtype_bytes``: every step streams all weights once (decode is memory-bound;
-  Kwon et al. 2023 §2.3). ``bytes_per_token = 2 * layers * kv_heads * head_dim * dtype_bytes``.
+  Kwon et al. 2023 §2.3). The KV read per token on a rank is ``2 * num_layers * max(1, kv_heads //
+  tp) * head_dim * kv_dtype_bytes`` (``kvsim.config.hardware``; fp8 KV halves it).
 - ``2 * num_params`` FLOPs per token: one multiply-add per weight (Kaplan et al. 2020, "Scaling
   laws", Table 1 forward-pass estimate).
-- Attention FLOPs: QK^T and PV are each ``2 * hidden * (context)`` FLOPs per query token and layer;
-  a causal prefill of ``P`` tokens sums the context over ``1..P``, about ``P**2 / 2``, so both
-  matrices give ``2 * layers * hidden * P**2``; a decode token at context ``c`` gives
-  ``4 * layers * hidden * c``.
-- HBM bandwidth, FP16 FLOP/s and PCIe bandwidth: the GPU preset (vendor datasheets,
-  ``kvsim/data/gpus.toml``). ``hbm_efficiency``, ``flops_efficiency``, ``step_overhead_s`` and
-  ``per_seq_overhead_s``: ``CostSpec`` (defaults: a lean engine; preset ``vllm-2023`` fitted to
-  the paper's Figure 13 as ``kvsim/data/costs.toml`` explains).
+- Attention FLOPs: ``QK^T`` and ``PV`` each cost ``2 * hidden`` FLOPs per layer per (query, key)
+  pair; the ``c`` new tokens after ``o`` computed ones attend to ``c * o + c (c + 1) / 2`` keys,
+  about ``(2 c o + c**2) / 2``. A whole prefill (``o = 0``) gives ``2 * layers * hidden * P**2`` and
+  a decode ``4 * layers * hidden * L``.
+- Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, §3): two all-reduces per layer (after
+  attention and after the MLP) of ``sum c_i * hidden * dtype_bytes`` bytes each; a ring all-reduce
+  moves ``2 (tp - 1) / tp`` of the message over each GPU's link (NCCL's bus-bandwidth factor,
+  nccl-tests ``doc/PERFORMANCE.md``), at ``nvlink_bandwidth * link_efficiency``, plus
+  ``allreduce_latency_s`` each.
+- Pipeline parallelism: one batch is in flight (the stages run one after the other, so each GPU
+  idles ``(pp - 1) / pp`` of the step: GPipe's bubble ``(p - 1) / (m + p - 1)`` with one
+  micro-batch, Huang et al. 2019); the ``pp - 1`` stage boundaries each send the step's
+  activations (``sum c_i * hidden * dtype_bytes``) over the link, plus one latency.
+- HBM bandwidth, FP16 FLOP/s, PCIe and NVLink bandwidths: the GPU preset (vendor datasheets,
+  ``kvsim/data/gpus.toml``). Efficiencies and overheads: ``CostSpec`` (defaults: a lean engine;
+  preset ``vllm-2023`` fitted to the paper's Figure 13 as ``kvsim/data/costs.toml`` explains).
 - ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B`` the paged/contiguous
   kernel-time ratio from the calibration table (``kvsim calibrate``), else the analytic default
   of ``kvsim.calibrate.table`` (1.23 at B = 16: the paper's "20-26 % slower" kernel).
@@ -41,21 +53,24 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.calibrate.table import resolve_table
-from kvsim.config import CostSpec, GpuSpec, ModelSpec
+from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
+from kvsim.config.hardware import KvCacheDtype, kv_bytes_per_token_per_gpu
 
 FloatArray = npt.NDArray[np.float64]
 logger = logging.getLogger(__name__)
 
 
 class StepCostModel:
-    """Seconds per engine step for a model on a GPU with a KV layout.
+    """Seconds per engine step for a model on GPUs with a KV layout.
 
     Args:
-        model: the served model (weights, layers, hidden size, KV bytes per token).
-        gpu: HBM bandwidth (bytes/s), FP16 FLOP/s and host link bandwidth (bytes/s).
+        model: the served model (weights, layers, hidden size).
+        gpu: HBM bandwidth (bytes/s), FP16 FLOP/s and link bandwidths (bytes/s).
         cost: efficiency factors, overheads (seconds) and where the layout factor comes from.
         paged: whether KV is read through block tables.
         block_size_tokens: tokens per KV block of the paged layout (and per swapped block).
+        parallel: tensor- and pipeline-parallel sizes.
+        kv_cache_dtype: the KV cache's dtype (``"auto"``: the model's).
 
     Attributes:
         layout_factor: KV-read time multiplier of the layout (1.0 when contiguous).
@@ -70,21 +85,35 @@ class StepCostModel:
         *,
         paged: bool,
         block_size_tokens: int = 16,
+        parallel: ParallelConfig | None = None,
+        kv_cache_dtype: KvCacheDtype = "auto",
     ) -> None:
-        self.bytes_per_token = float(model.bytes_per_token)
-        self.weight_bytes = float(model.weight_bytes)
-        self.hidden = model.num_attention_heads * model.head_dim
+        parallel = parallel or ParallelConfig()
+        self.tp = parallel.tensor_parallel_size
+        self.pp = parallel.pipeline_parallel_size
+        whole_model = ParallelConfig(tensor_parallel_size=self.tp)  # all layers, one TP rank
+        kv_rank = kv_bytes_per_token_per_gpu(model, whole_model, kv_cache_dtype)
+        self.weight_bytes = float(model.weight_bytes) / self.tp
+        self.hidden = model.hidden_size
         self.num_layers = model.num_layers
-        self.linear_flops_per_token = 2.0 * model.num_params
+        self.act_bytes = float(model.dtype_bytes)
+        self.linear_flops_per_token = 2.0 * model.num_params / self.tp
+        self.attn_flops_per_pair = 2.0 * model.num_layers * self.hidden / self.tp
         self.bandwidth = gpu.hbm_bandwidth_bytes_per_s * cost.hbm_efficiency
         self.flops = gpu.fp16_flops_per_s * cost.flops_efficiency
+        self.link_bandwidth = gpu.nvlink_bandwidth_bytes_per_s * cost.link_efficiency
+        self.allreduce_latency_s = cost.allreduce_latency_s
         self.pcie_bandwidth = gpu.pcie_bandwidth_bytes_per_s
         self.overhead_s = cost.step_overhead_s
         self.per_seq_overhead_s = cost.per_seq_overhead_s
         self.swap_copy_overhead_s = cost.swap_copy_overhead_s
         self.block_size_tokens = block_size_tokens
+        self.swap_bytes_per_token = float(
+            kv_bytes_per_token_per_gpu(model, parallel, kv_cache_dtype)
+        )
+        self.layers_per_gpu = -(model.num_layers // -self.pp)
         self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
-        self.kv_read_bytes_per_token = self.bytes_per_token * self.layout_factor
+        self.kv_read_bytes_per_token = kv_rank * self.layout_factor
 
     @staticmethod
     def _layout(cost: CostSpec, gpu: GpuSpec, paged: bool, block_size: int) -> tuple[float, str]:
@@ -95,38 +124,20 @@ class StepCostModel:
         table = resolve_table(cost.calibration, gpu.name)
         return table.layout_factor(block_size), table.describe()
 
-    def step_duration_s(
+    def steps_s(
         self,
-        prefill_tokens: Sequence[int],
-        decode_context_tokens: int,
-        num_decode_seqs: int,
-        swap_blocks: int = 0,
-    ) -> float:
-        """Duration of one step in seconds.
-
-        Args:
-            prefill_tokens: tokens computed by each prefill in the step.
-            decode_context_tokens: total KV tokens read by the decoding sequences (all of them).
-            num_decode_seqs: decoding sequences (one new token each).
-            swap_blocks: KV blocks moved over PCIe in this step (out plus in).
-        """
-        span = self.decode_span_s(
-            np.array([decode_context_tokens], np.float64), num_decode_seqs, prefill_tokens
-        )
-        return float(span[0]) + self.swap_s(swap_blocks)
-
-    def decode_span_s(
-        self,
-        decode_context_tokens: FloatArray,
-        num_decode_seqs: int | FloatArray,
-        prefill_tokens: Sequence[int] = (),
+        new_tokens: FloatArray,
+        context_tokens: FloatArray,
+        attention_pairs: FloatArray,
+        num_seqs: FloatArray,
     ) -> FloatArray:
-        """Durations (seconds) of consecutive steps of the same sequences; prefills in the first.
+        """Durations (seconds) of ``k`` steps, each described by four sums over its sequences.
 
         Args:
-            decode_context_tokens: float64[k] total KV tokens read by the decodes in each step.
-            num_decode_seqs: decoding sequences in every step, or float64[k] per step.
-            prefill_tokens: prefill sizes, tokens, of the first step.
+            new_tokens: float64[k] tokens computed (``sum c_i``).
+            context_tokens: float64[k] KV tokens read (``sum o_i``).
+            attention_pairs: float64[k] ``sum (2 c_i o_i + c_i**2)``.
+            num_seqs: float64[k] sequences scheduled.
 
         Returns:
             float64[k] step durations (swap time not included; see ``swap_s``).
@@ -134,39 +145,69 @@ class StepCostModel:
         Raises:
             ValueError: a negative or non-finite duration (a broken coefficient).
         """
-        contexts = np.asarray(decode_context_tokens, dtype=np.float64)
-        n_prefill = float(sum(prefill_tokens))
-        prefill_attn = (
-            2.0 * self.num_layers * self.hidden * float(sum(p * p for p in prefill_tokens))
-        )
-        mem = self.weight_bytes + contexts * self.kv_read_bytes_per_token
+        mem = self.weight_bytes + context_tokens * self.kv_read_bytes_per_token
         flops = (
-            self.linear_flops_per_token * num_decode_seqs
-            + 4.0 * self.num_layers * self.hidden * contexts
+            self.linear_flops_per_token * new_tokens + self.attn_flops_per_pair * attention_pairs
         )
-        if len(flops):
-            flops[0] += self.linear_flops_per_token * n_prefill + prefill_attn
-        per_step = self.overhead_s + self.per_seq_overhead_s * num_decode_seqs
-        durations = np.maximum(mem / self.bandwidth, flops / self.flops) + per_step
+        durations = np.maximum(mem / self.bandwidth, flops / self.flops)
+        durations += self.overhead_s + self.per_seq_overhead_s * num_seqs
+        if self.tp > 1 or self.pp > 1:
+            durations += self.communication_s(new_tokens)
         if len(durations):
-            durations[0] += self.per_seq_overhead_s * len(prefill_tokens)
-        shortest, longest = durations.min(), durations.max()
-        if not (shortest >= 0 and longest < np.inf):  # NaN fails both comparisons
-            raise ValueError(f"cost model returned an invalid duration: {durations.min()}")
+            shortest, longest = durations.min(), durations.max()
+            if not (shortest >= 0 and longest < np.inf):  # NaN fails both comparisons
+                raise ValueError(f"cost model returned an invalid duration: {shortest}")
         return durations
 
+    def communication_s(self, new_tokens: FloatArray) -> FloatArray:
+        """Tensor-parallel all-reduces and pipeline stage sends of steps computing
+        ``new_tokens`` tokens each (seconds; 0 without parallelism)."""
+        message = new_tokens * self.hidden * self.act_bytes
+        out = np.zeros_like(message)
+        if self.tp > 1:
+            ring = 2.0 * (self.tp - 1) / self.tp
+            per_allreduce = ring * message / self.link_bandwidth + self.allreduce_latency_s
+            out += 2 * self.num_layers * per_allreduce
+        if self.pp > 1:
+            out += (self.pp - 1) * (message / self.link_bandwidth + self.allreduce_latency_s)
+        return out
+
+    def step_duration_s(self, chunks: Sequence[tuple[int, int]], swap_blocks: int = 0) -> float:
+        """Duration of one step in seconds.
+
+        Args:
+            chunks: ``(new tokens, tokens computed before)`` of each scheduled sequence (a decode
+                is ``(1, L)``; a prefill chunk ``(c, o)``).
+            swap_blocks: KV blocks moved over PCIe in this step (out plus in).
+        """
+        new = float(sum(c for c, _ in chunks))
+        context = float(sum(o for _, o in chunks))
+        pairs = float(sum(2 * c * o + c * c for c, o in chunks))
+        span = self.steps_s(
+            np.array([new]), np.array([context]), np.array([pairs]), np.array([float(len(chunks))])
+        )
+        return float(span[0]) + self.swap_s(swap_blocks)
+
+    def decode_steps_s(self, context0: float, num_seqs: float, num_steps: int) -> FloatArray:
+        """Durations of ``num_steps`` decode steps of the same ``num_seqs`` sequences, the first
+        reading ``context0`` tokens of KV and each later one ``num_seqs`` more (seconds)."""
+        context = context0 + num_seqs * np.arange(num_steps, dtype=np.float64)
+        seqs = np.full(num_steps, float(num_seqs))
+        return self.steps_s(seqs, context, 2.0 * context + seqs, seqs)
+
     def swap_bytes(self, num_blocks: int) -> int:
-        """Bytes one swap of ``num_blocks`` whole blocks moves over PCIe."""
-        return int(num_blocks * self.block_size_tokens * self.bytes_per_token)
+        """Bytes one swap of ``num_blocks`` whole blocks moves over one GPU's PCIe link."""
+        return int(num_blocks * self.block_size_tokens * self.swap_bytes_per_token)
 
     def swap_s(self, num_blocks: int) -> float:
         """Seconds to move ``num_blocks`` KV blocks between GPU and CPU (one direction each).
 
-        ``bytes / pcie_bandwidth + num_blocks * 2 * num_layers * swap_copy_overhead_s``.
+        ``bytes / pcie_bandwidth + num_blocks * 2 * layers_per_gpu * swap_copy_overhead_s``
+        (every GPU moves its own slice of the blocks at the same time).
         """
         if num_blocks < 0:
             raise ValueError(f"num_blocks: must be >= 0, got {num_blocks}")
-        copies = num_blocks * 2 * self.num_layers
+        copies = num_blocks * 2 * self.layers_per_gpu
         return (
             self.swap_bytes(num_blocks) / self.pcie_bandwidth + copies * self.swap_copy_overhead_s
         )
@@ -179,6 +220,6 @@ class StepCostModel:
         """
         flops = (
             self.linear_flops_per_token * num_tokens
-            + 2.0 * self.num_layers * self.hidden * float(num_tokens) ** 2
+            + self.attn_flops_per_pair * float(num_tokens) ** 2
         )
         return flops / self.flops

@@ -1,9 +1,10 @@
 """SimPy wiring: an arrival source and one engine loop, built from a ``SimConfig``.
 
-Time passes only here. The engine loop plans a step with the scheduler, asks the cost model for
-its duration, records where the KV slots went and yields one timeout. Stable decode stretches are
-fast-forwarded: one event covers every step up to the next finish, the next failed growth, or (when
-nobody waits) the step during which the next request arrives. No process or event per token.
+Time passes only here. The engine loop plans a step with the profile's scheduler, asks the cost
+model for its duration, records where the KV slots went and yields one timeout. Stable decode
+stretches are fast-forwarded: one event covers every step up to the next finish, the next failed
+growth, or (when nobody waits) the step during which the next request arrives. No process or
+event per token.
 """
 
 from __future__ import annotations
@@ -13,37 +14,64 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import simpy
 
 from kvsim.allocators import Allocator, make_allocator
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
+from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
 from kvsim.recorder import MemoryRecorder, span_categories
 from kvsim.request import Request
 from kvsim.results import Results, build_results
-from kvsim.scheduler import Scheduler, StepPlan
+from kvsim.scheduler import StepPlan, make_scheduler
 from kvsim.swap import SwapSpace
-from kvsim.workload import generate_requests
 
 logger = logging.getLogger(__name__)
 
 MAX_SPAN_STEPS = 4096  # bounds the [n, k] arrays of one fast-forwarded span
+FloatArray = npt.NDArray[np.float64]
 
 
 def allocator_from_config(config: SimConfig) -> Allocator:
-    """Build the configured allocator on the config's KV pool."""
+    """Build the configured allocator on the config's KV pool (one GPU's share)."""
+    args = config.engine_args
     return make_allocator(
         config.cache.allocator,
         capacity_tokens=config.capacity_tokens,
-        bytes_per_token=config.model.bytes_per_token,
+        bytes_per_token=config.bytes_per_token,
         block_size_tokens=config.cache.block_size_tokens,
-        watermark=config.cache.watermark,
+        watermark=args.watermark,
         reservation=config.cache.reservation,
-        enable_prefix_caching=config.cache.enable_prefix_caching,
-        beam_survival=config.cache.beam_survival,
-        seed=config.seed,
-        max_model_len=config.scheduler.max_model_len,
+        enable_prefix_caching=args.enable_prefix_caching,
+        share_sequence_groups=config.cache.share_sequence_groups,
+        reserve_null_block=args.reserve_null_block,
+        max_model_len=args.max_model_len,
         full_context_tokens=config.model.max_position_embeddings,
+    )
+
+
+def swap_space_from_config(config: SimConfig, allocator: Allocator) -> SwapSpace | None:
+    """v0's CPU swap pool for a paged allocator (``None`` under v1 or for other allocators)."""
+    if config.engine_args.engine != "vllm-v0" or not allocator.paged:
+        return None
+    return SwapSpace.from_gib(
+        config.engine_args.swap_space_gib,
+        block_size_tokens=config.cache.block_size_tokens,
+        bytes_per_token=config.bytes_per_token,
+    )
+
+
+def cost_model_from_config(config: SimConfig, paged: bool) -> StepCostModel:
+    """The step-cost model of the run's model, GPUs, parallelism and KV layout."""
+    return StepCostModel(
+        config.model,
+        config.gpu,
+        config.cost,
+        paged=paged,
+        block_size_tokens=config.cache.block_size_tokens,
+        parallel=config.parallel,
+        kv_cache_dtype=config.cache.kv_cache_dtype,
     )
 
 
@@ -53,7 +81,7 @@ class Engine:
     Args:
         env: the SimPy environment.
         config: the run's config.
-        requests: the workload, sorted by ``arrival_time_s``.
+        requests: the workload, sorted by ``arrival_time_s``, every one runnable.
         on_finish: called with the number of requests finished by each event (progress bars).
         stop_at_s: if given, no fast-forwarded span runs past the step in flight at this
             simulated time, so the pool can be inspected then (``kvsim.snapshot``).
@@ -71,15 +99,9 @@ class Engine:
         self.config = config
         self.requests = requests
         self.allocator = allocator_from_config(config)
-        self.swap = swap_space_from_config(config)  # [swap] None under recompute
-        self.scheduler = Scheduler(self.allocator, config.scheduler, self.swap)
-        self.cost = StepCostModel(
-            config.model,
-            config.gpu,
-            config.cost,
-            paged=hasattr(self.allocator, "block_size_tokens"),
-            block_size_tokens=config.cache.block_size_tokens,
-        )
+        self.swap = swap_space_from_config(config, self.allocator)
+        self.scheduler = make_scheduler(self.allocator, config.engine_args, self.swap)
+        self.cost = cost_model_from_config(config, self.allocator.paged)
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
         self.on_finish = on_finish
@@ -111,62 +133,81 @@ class Engine:
                 yield self._wake
                 continue
             plan = self.scheduler.schedule()
-            if plan.is_empty:
-                head, num_tokens = (
-                    self.scheduler.waiting[0],
-                    self.scheduler.waiting[0].num_prefill_tokens,
-                )
-                raise ValueError(
-                    f"request {head.req_id} ({head.num_seqs} sequence(s), prompt "
-                    f"{head.prompt_tokens} tokens) can never be admitted: it needs "
-                    f"{self.allocator.admission_slots_needed(head, num_tokens + 1)} KV slots at "
-                    f"once ({self.config.cache.allocator}, reservation "
-                    f"{self.config.cache.reservation}) and the empty pool holds "
-                    f"{self.allocator.capacity_tokens}; raise the KV budget or lower "
-                    "n / beam_width / max_model_len"
-                )
+            if plan.is_empty and not plan.swap_blocks:
+                if plan.num_preempted:
+                    continue  # everything running was preempted: replan at once (vLLM does too)
+                self._raise_never_fits()
+            now = self.env.now
+            for req in plan.scheduled:
+                if req.first_scheduled_time_s is None:
+                    req.first_scheduled_time_s = now
             durations = self._plan_durations(plan)
             if self.config.debug_invariants:
                 self.allocator.check_invariants()
                 if self.swap is not None:
                     self.swap.check_invariants()
             self._record(plan, durations)
-            first_step_end_s = self.env.now + float(durations[0])
+            step0_end_s = now + float(durations[0])
             yield self.env.timeout(float(durations.sum()))
-            finished = self.scheduler.complete(plan, self.env.now, first_step_end_s)
+            finished = self.scheduler.complete(plan, self.env.now, step0_end_s)
             if finished:
                 self.num_finished += len(finished)
                 if self.on_finish is not None:
                     self.on_finish(len(finished))
 
-    def _plan_durations(self, plan: StepPlan) -> np.ndarray:
+    def _raise_never_fits(self) -> None:
+        head = self.scheduler.waiting[0]
+        needed = self.allocator.admission_slots_needed(head, head.num_tokens)
+        raise ValueError(
+            f"request {head.req_id} ({head.num_seqs} sequence(s), {head.num_tokens} tokens) "
+            f"can never be admitted: it needs {needed:,} KV slots at once "
+            f"({self.config.cache.allocator}, reservation {self.config.cache.reservation}, "
+            f"watermark {self.config.engine_args.watermark}) and the empty pool holds "
+            f"{self.allocator.usable_capacity_tokens:,}; raise the KV budget or lower "
+            "n / beam_width / max_model_len"
+        )
+
+    def _step0_work(self, plan: StepPlan) -> tuple[float, float, float, float]:
+        """``(new tokens, context tokens, attention pairs, sequences)`` of step 0 (see
+        ``StepCostModel.steps_s``): each sequence computes ``c`` tokens after ``o``."""
+        new = context = pairs = seqs = 0.0
+        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
+            o, w = req.num_computed_tokens, req.num_seqs
+            if w > 1 and n == 1 and req.num_output_tokens:  # a group decodes every sequence
+                new += w
+                context += w * o
+                pairs += w * (2 * o + 1)
+            else:  # a group's prefill computes its prompt once and each sequence's outputs
+                c = n + (w - 1) * req.num_output_tokens
+                new += c
+                context += o
+                pairs += 2 * c * o + c * c
+            seqs += w
+        return new, context, pairs, seqs
+
+    def _plan_durations(self, plan: StepPlan) -> FloatArray:
         """Fast-forward ``plan`` as far as nothing changes and return its step durations (s).
 
-        Step 0 runs the prefills and reads the decodes' KV; step ``j >= 1`` decodes every request
-        of the plan, reading ``S + j * N`` tokens of KV (``S`` = tokens before step 0, ``N`` =
-        requests).
+        Step 0 runs the scheduled work; step ``j >= 1`` decodes every member, reading
+        ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
         """
         k = self.scheduler.max_extension(plan, self.max_span_steps)
-        assert plan.lengths0 is not None
-        num_dec = len(plan.decodes)
-        if plan.num_seqs is None:  # single sequences
-            weighted, num_seqs, num_dec_seqs = plan.lengths0, float(len(plan.lengths0)), num_dec
-        else:  # a group of w sequences reads and writes w times
-            weighted = plan.num_seqs * plan.lengths0
-            num_seqs, num_dec_seqs = float(plan.num_seqs.sum()), int(plan.num_seqs[:num_dec].sum())
-        steps = np.arange(k, dtype=np.float64)
-        contexts = float(weighted.sum()) + num_seqs * steps
-        contexts[0] = float(weighted[:num_dec].sum())
-        num_decodes = np.full(k, num_seqs)
-        num_decodes[0] = num_dec_seqs
-        durations = self.cost.decode_span_s(contexts, num_decodes, plan.prefill_tokens)
-        if k > 1 and not self.scheduler.waiting and self.num_arrived < len(self.requests):
-            until_arrival = self._arrival_times[self.num_arrived] - self.env.now
-            k = min(k, int(np.searchsorted(np.cumsum(durations), until_arrival)) + 1)
-        if k > 1 and self.stop_at_s is not None and self.stop_at_s > self.env.now:
-            until_stop = self.stop_at_s - self.env.now  # end with the step in flight then
-            k = min(k, int(np.searchsorted(np.cumsum(durations), until_stop, side="right")) + 1)
-        durations = durations[:k]
+        new, context, pairs, seqs = self._step0_work(plan)
+        step0 = self.cost.steps_s(
+            np.array([new]), np.array([context]), np.array([pairs]), np.array([seqs])
+        )
+        if k > 1:
+            assert plan.lengths0 is not None
+            weights = plan.num_seqs if plan.num_seqs is not None else 1
+            start = float((weights * plan.lengths0).sum())
+            num_seqs = (
+                float(plan.num_seqs.sum()) if plan.num_seqs is not None else len(plan.members)
+            )
+            durations = np.concatenate([step0, self.cost.decode_steps_s(start, num_seqs, k - 1)])
+            k = self._cut_span(durations)
+            durations = durations[:k]
+        else:
+            durations = step0
         self.scheduler.extend(plan, k)
         self.plan_in_flight = plan
         if plan.swap_blocks:  # [swap] PCIe transfers of this step
@@ -175,7 +216,19 @@ class Engine:
             self.swap_time_s += swap_s
         return durations
 
-    def _record(self, plan: StepPlan, durations: np.ndarray) -> None:
+    def _cut_span(self, durations: FloatArray) -> int:
+        """Steps of a span to keep: up to the step during which the next request arrives when
+        nobody waits, and up to the step in flight at ``stop_at_s``."""
+        k = len(durations)
+        if not self.scheduler.waiting and self.num_arrived < len(self.requests):
+            until_arrival = self._arrival_times[self.num_arrived] - self.env.now
+            k = min(k, int(np.searchsorted(np.cumsum(durations), until_arrival)) + 1)
+        if self.stop_at_s is not None and self.stop_at_s > self.env.now:
+            until_stop = self.stop_at_s - self.env.now  # end with the step in flight then
+            k = min(k, int(np.searchsorted(np.cumsum(durations), until_stop, side="right")) + 1)
+        return k
+
+    def _record(self, plan: StepPlan, durations: FloatArray) -> None:
         if not self.config.record_memory:
             return
         lengths = self.scheduler.span_lengths(plan)
@@ -195,72 +248,71 @@ class Engine:
             cats,
             len(lengths),
             len(self.scheduler.waiting),
-            len(plan.prefills),
+            plan.num_prefills,
             plan.num_preempted,
         )
 
 
-def swap_space_from_config(config: SimConfig) -> SwapSpace | None:
-    """The CPU swap pool of a ``preemption_mode = "swap"`` run (``None`` under recompute)."""
-    if config.scheduler.preemption_mode != "swap":
-        return None
-    return SwapSpace.from_gib(
-        config.scheduler.swap_space_gib,
-        block_size_tokens=config.cache.block_size_tokens,
-        bytes_per_token=config.model.bytes_per_token,
-    )
+def prepare_requests(
+    config: SimConfig, requests: list[Request] | None = None, *, strict: bool = False
+) -> tuple[list[Request], Rejected]:
+    """The requests a run serves: generated when ``None``, fanned out under v1, the ones that
+    can never run set aside (logged; an error with ``strict`` or when none is left)."""
+    if requests is None:
+        requests = requests_for(config)
+    if config.engine_args.engine == "vllm-v1":
+        requests = fan_out(requests)
+    runnable, rejected = split_runnable(requests, config, allocator_from_config(config))
+    if rejected.count:
+        message = rejected.message(len(requests), config.max_model_len, config.capacity_tokens)
+        if strict or not runnable:
+            raise ValueError(message)
+        logger.warning(message)
+    return runnable, rejected
 
 
 def simulate(
     config: SimConfig,
     requests: list[Request] | None = None,
     on_finish: Callable[[int], None] | None = None,
+    *,
+    strict: bool = False,
 ) -> Results:
     """Run one simulation.
 
     Args:
-        config: the run (model, GPU, cache, scheduler, workload, seed).
-        requests: a ready workload; generated from ``config.workload`` and ``config.seed`` if None.
+        config: the run (model, GPU, parallelism, cache, scheduler, workload, seed).
+        requests: a ready workload; ``requests_for(config)`` if None.
         on_finish: progress callback, called with the number of requests finished per event.
+        strict: a request that cannot run (longer than ``max_model_len`` or the KV pool) is an
+            error instead of a counted, logged skip.
 
     Returns:
-        ``Results`` with per-request records, the memory time series and a summary.
+        ``Results`` with per-request records, the memory time series and a summary (the
+        skipped requests are counted there as ``num_requests_rejected``).
 
     Raises:
-        ValueError: a request can never fit (longer than max_model_len or the KV pool).
+        ValueError: ``strict`` and some request cannot run, or no request can.
     """
-    if requests is None:
-        rng = np.random.default_rng(config.seed)
-        requests = generate_requests(
-            config.workload, rng, max_model_len=config.scheduler.max_model_len
-        )
-    limit = min(config.scheduler.max_model_len, config.capacity_tokens)
-    for req in requests:
-        if req.final_tokens > limit:
-            raise ValueError(
-                f"request {req.req_id}: prompt + output = {req.final_tokens} tokens exceeds "
-                f"min(max_model_len, KV capacity) = {limit}"
-            )
-        if req.num_seqs * req.final_tokens > config.capacity_tokens:
-            raise ValueError(
-                f"request {req.req_id}: a group of {req.num_seqs} sequences of {req.final_tokens} "
-                f"tokens may need {req.num_seqs * req.final_tokens} KV slots, more than the "
-                f"capacity of {config.capacity_tokens}; raise the KV budget or lower n/beam_width"
-            )
+    runnable, rejected = prepare_requests(config, requests, strict=strict)
     env = simpy.Environment()
-    engine = Engine(env, config, requests, on_finish)
+    engine = Engine(env, config, runnable, on_finish)
     env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run()
-    logger.debug("simulated %d requests to t=%.1f s", len(requests), env.now)
+    logger.debug("simulated %d requests to t=%.1f s", len(runnable), env.now)
     results = build_results(
-        config, requests, engine.recorder.rows, engine.scheduler.num_preemptions
+        config,
+        runnable,
+        engine.recorder.rows,
+        engine.scheduler.num_preemptions,
+        usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
     )
+    summary = results.summary
+    summary.update(rejected.summary())
     if engine.swap is not None:  # [swap]
-        results.summary.update(engine.swap.summary(engine.swap_time_s))
-    prefix_summary = getattr(engine.allocator, "prefix_cache_summary", None)
-    if prefix_summary is not None:  # shared-prefix / radix allocators
-        results.summary.update(prefix_summary())
-    results.summary["layout_factor"] = engine.cost.layout_factor
-    results.summary["layout_source"] = engine.cost.layout_source
+        summary.update(engine.swap.summary(engine.swap_time_s))
+    summary.update(engine.allocator.prefix_cache_summary())
+    summary["layout_factor"] = engine.cost.layout_factor
+    summary["layout_source"] = engine.cost.layout_source
     return results

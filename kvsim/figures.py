@@ -24,7 +24,7 @@ VS_METRICS = (
     "token_utilization_perc",
     "internal_fragmentation_pct_of_used",
     "external_fragmentation_pct_of_used",
-    "mean_running",
+    "num_requests_running_mean",
 )
 
 

@@ -17,13 +17,15 @@ Only a partly filled last block is ever copied, so n samples from a 1,100-token 
 Beam search keeps ``k`` candidates. ``BeamModel`` is the documented one-parameter branching model:
 after every decode step each candidate except the best survives independently with probability
 ``survival``; each dropped candidate releases its path and its slot is taken by a fork of a
-surviving candidate chosen uniformly at random. Draws come from a generator seeded by
-``(seed, req_id)``, so a group's tree is the same on every replay (after a recompute preemption
-too). The parameter is fitted on one beam width (``kvsim.repro.sharing``).
+surviving candidate chosen uniformly at random. The workload draws each request's tree
+(``Request.beam_parents``) from a generator seeded by ``(run seed, req_id)``, so a group's tree is
+the same on every replay, under any allocator. The parameter is fitted on one beam width
+(``kvsim.repro.sharing``).
 
-After a recompute preemption a group restarts from its prompt: the root re-prefills the prompt,
-is forked, and every sequence re-prefills its own generated tokens (a beam group replays its
-seeded tree), so the recomputed group holds exactly what it held before.
+Under vLLM v0 a preempted group is swapped out (v0 cannot recompute a multi-sequence group).
+When the CPU swap space is full, kvsim restarts the group from its prompt instead (counted as a
+swap fallback): the root re-prefills the prompt, is forked, and every sequence re-prefills its
+own generated tokens (a beam group replays its tree), so it holds exactly what it held before.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from kvsim.units import cdiv
 class BlockSource(Protocol):
     """The pool a group draws blocks from (a real pool, or a counting one for dry runs)."""
 
-    def take(self) -> int:
+    def take_one(self) -> int:
         """A fresh block with ref count 1."""
         ...
 
@@ -98,6 +100,8 @@ class SequenceGroup:
         prefill_tokens: tokens the root wrote before the fork (``P``).
         parents: beam parent table (``BeamModel.parents``), ``None`` for parallel sampling.
         num_copies: copy-on-write copies made so far.
+        shared: forks share blocks (copy-on-write); ``False`` copies every block (the unshared
+            baseline of the paper's Figure 15).
     """
 
     block_size_tokens: int
@@ -108,6 +112,7 @@ class SequenceGroup:
     prefill_tokens: int = 0
     parents: npt.NDArray[np.int64] | None = None
     num_copies: int = 0
+    shared: bool = True
 
     @property
     def num_distinct_blocks(self) -> int:
@@ -117,7 +122,19 @@ class SequenceGroup:
     @property
     def num_shared_blocks(self) -> int:
         """Full prompt blocks shared by every sequence of a non-beam group: ``P // B``."""
-        return self.prefill_tokens // self.block_size_tokens if self.width > 1 else 0
+        if self.width == 1 or not self.shared:
+            return 0
+        return self.prefill_tokens // self.block_size_tokens
+
+    @property
+    def cow_pending(self) -> bool:
+        """The next write copies the shared, partly filled last prompt block (parallel groups)."""
+        return (
+            self.shared
+            and self.width > 1
+            and self.length == self.prefill_tokens
+            and self.prefill_tokens % self.block_size_tokens != 0
+        )
 
     def start(self, root: list[int], prefill_tokens: int, pool: BlockSource) -> None:
         """Adopt ``root`` (blocks already counted once) as the prompt and fork it ``width`` ways."""
@@ -130,16 +147,21 @@ class SequenceGroup:
 
     # -- primitives -------------------------------------------------------------------------
     def fork(self, src: int, pool: BlockSource) -> int:
-        """Append a new sequence sharing every block of sequence ``src``; return its index."""
-        table = list(self.seqs[src])
-        for b in table:
-            pool.incref(b)
-            self.local[b] += 1
-        self.seqs.append(table)
+        """Append a new sequence sharing every block of sequence ``src`` (or, unshared, holding
+        a private copy of each); return its index."""
+        self.seqs.append(self._copy_table(self.seqs[src], pool))
         return len(self.seqs) - 1
 
+    def _copy_table(self, src: list[int], pool: BlockSource) -> list[int]:
+        if not self.shared:
+            return [self._take(pool) for _ in src]
+        for b in src:
+            pool.incref(b)
+            self.local[b] += 1
+        return list(src)
+
     def _take(self, pool: BlockSource) -> int:
-        b = pool.take()
+        b = pool.take_one()
         self.local[b] = 1
         return b
 
@@ -209,11 +231,7 @@ class SequenceGroup:
             if p == i:
                 new.append(old[i])
                 continue
-            table = list(old[p])
-            for b in table:
-                pool.incref(b)
-                self.local[b] += 1
-            new.append(table)
+            new.append(self._copy_table(old[p], pool))
         self.seqs = new
         for i in range(self.width):
             if int(parents[i]) != i:
@@ -230,7 +248,7 @@ class CountingPool:
         self.peak = 0
         self._next = -(10**15)  # fresh ids never meet real (>= 0) or fake root (< 0) ids
 
-    def take(self) -> int:
+    def take_one(self) -> int:
         self.net += 1
         self.peak = max(self.peak, self.net)
         b, self._next = self._next, self._next - 1
@@ -263,6 +281,8 @@ def peak_new_blocks(group: SequenceGroup, num_tokens: int, refs: dict[int, int])
         group.length,
         group.prefill_tokens,
         group.parents,
+        0,
+        group.shared,
     )
     pool = CountingPool(refs)
     trial.advance(num_tokens, pool)

@@ -24,15 +24,15 @@ logger = logging.getLogger(__name__)
 
 SWEEP_COLUMNS = (
     "rate_per_s",
-    "mean_normalized_latency_s",
-    "p50_normalized_latency_s",
-    "p99_normalized_latency_s",
-    "mean_ttft_s",
-    "mean_tpot_s",
-    "mean_e2e_s",
+    "normalized_latency_seconds_mean",
+    "normalized_latency_seconds_p50",
+    "normalized_latency_seconds_p99",
+    "time_to_first_token_seconds_mean",
+    "request_time_per_output_token_seconds_mean",
+    "e2e_request_latency_seconds_mean",
     "throughput_requests_per_s",
     "throughput_output_tokens_per_s",
-    "mean_running",
+    "num_requests_running_mean",
     "num_preemptions",
 )
 
@@ -73,7 +73,7 @@ def explosion_rate(
     """
     df = sweep.sort_values("rate_per_s")
     rates = df["rate_per_s"].to_numpy()
-    lat = df["mean_normalized_latency_s"].to_numpy()
+    lat = df["normalized_latency_seconds_mean"].to_numpy()
     limit = threshold_s if threshold_s is not None else factor * lat[0]
     above = np.flatnonzero(lat > limit)
     if above.size == 0:
@@ -108,11 +108,11 @@ def sustainable_rate(
     Raises:
         ValueError: the bracket does not straddle the threshold.
     """
-    base = run_at_rate(config, baseline_per_s or lo_per_s / 4)["mean_normalized_latency_s"]
+    base = run_at_rate(config, baseline_per_s or lo_per_s / 4)["normalized_latency_seconds_mean"]
     limit = factor * base
 
     def ok(rate: float) -> bool:
-        return bool(run_at_rate(config, rate)["mean_normalized_latency_s"] <= limit)
+        return bool(run_at_rate(config, rate)["normalized_latency_seconds_mean"] <= limit)
 
     if not ok(lo_per_s) or ok(hi_per_s):
         raise ValueError(

@@ -2,8 +2,13 @@
 
 Shares are time-weighted over the measured window. ``*_pct`` are shares of KV capacity (the
 PagedAttention paper's Figure 2 reports shares of KV memory); ``*_pct_of_used`` are shares of the
-non-free slots. ``kv_usage_perc`` is allocated / capacity (vLLM's ``kv_cache_usage_perc``, which
-hides internal fragmentation); ``token_utilization_perc`` is token states / allocated.
+non-free slots. ``kv_cache_usage_perc`` is vLLM's gauge on its 0-1 scale: slots held by
+requests / slots requests can hold (``BlockPool.get_usage``, which hides internal
+fragmentation), its time mean and ``_max`` its peak; ``token_utilization_perc`` is token states /
+allocated, in percent. Latencies carry vLLM's metric names (``time_to_first_token_seconds`` ...;
+``results``) with ``_mean``, ``_p50``, ``_p90``, ``_p95`` and ``_p99`` suffixes;
+``inter_token_latency_seconds_mean`` is the token-weighted mean gap between output tokens, what
+vLLM's histogram of that name averages.
 ``kv_saved_by_sharing_pct`` is 1 - held / unshared slots, time-weighted (the PagedAttention paper's
 Figure 15 metric: blocks saved by sharing over blocks without sharing).
 """
@@ -31,8 +36,15 @@ def clip_window(memory: pd.DataFrame, start_s: float | None, end_s: float | None
     return out[overlap > 0]
 
 
-def memory_shares(memory: pd.DataFrame, capacity_slots: int) -> dict[str, float]:
-    """Time-weighted mean slots per category, as % of capacity and % of used slots."""
+def memory_shares(
+    memory: pd.DataFrame, capacity_slots: int, usable_capacity_slots: int | None = None
+) -> dict[str, float]:
+    """Time-weighted mean slots per category, as % of capacity and % of used slots.
+
+    Args:
+        usable_capacity_slots: slots requests can hold (capacity minus a paged pool's remainder
+            and null block); the capacity when ``None``.
+    """
     w = memory["duration_s"].to_numpy()
     total_s = w.sum()
     out: dict[str, float] = {}
@@ -46,15 +58,19 @@ def memory_shares(memory: pd.DataFrame, capacity_slots: int) -> dict[str, float]
         out[f"{c}_pct"] = 100.0 * means[c] / capacity_slots
         if c != "free":
             out[f"{c}_pct_of_used"] = 100.0 * means[c] / used if used > 0 else float("nan")
-    out["kv_usage_perc"] = 100.0 * means["allocated"] / capacity_slots
+    usable = usable_capacity_slots or capacity_slots
+    unusable = capacity_slots - usable
+    usage = (memory["allocated"].to_numpy() - unusable) / usable
+    out["kv_cache_usage_perc"] = float(np.dot(usage, w) / total_s)
+    out["kv_cache_usage_perc_max"] = float(usage.max())
     alloc = means["allocated"]
     out["token_utilization_perc"] = 100.0 * means["token_states"] / alloc if alloc else float("nan")
     if "unshared" in memory:  # Figure 15: blocks saved by sharing / blocks without sharing
         unshared = float(np.dot(memory["unshared"].to_numpy(), w) / total_s)
         held = float(np.dot(memory["held"].to_numpy(), w) / total_s)
         out["kv_saved_by_sharing_pct"] = 100.0 * (1 - held / unshared) if unshared else 0.0
-    out["mean_running"] = float(np.dot(memory["num_running"].to_numpy(), w) / total_s)
-    out["mean_waiting"] = float(np.dot(memory["num_waiting"].to_numpy(), w) / total_s)
+    for gauge in ("num_requests_running", "num_requests_waiting"):
+        out[f"{gauge}_mean"] = float(np.dot(memory[gauge].to_numpy(), w) / total_s)
     return out
 
 
@@ -91,24 +107,36 @@ def mean_batched_requests(
     total = weight.sum()
     if total <= 0:
         return float("nan")
-    return float(np.dot(window["num_running"].to_numpy(), weight) / total)
+    return float(np.dot(window["num_requests_running"].to_numpy(), weight) / total)
+
+
+LATENCY_METRICS = (
+    "time_to_first_token_seconds",
+    "request_time_per_output_token_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
+    "request_prefill_time_seconds",
+    "request_decode_time_seconds",
+    "request_inference_time_seconds",
+    "normalized_latency_seconds",
+)
 
 
 def latency_stats(requests: pd.DataFrame) -> dict[str, float]:
-    """Mean and p50/p90/p99 of TTFT, TPOT, E2E and normalised latency (seconds).
-
-    Normalised latency is E2E latency divided by output tokens (seconds per token), the
-    PagedAttention paper's Figure 12 metric; TPOT is (E2E - TTFT) / (output tokens - 1).
-    """
+    """Mean and p50/p90/p95/p99 of each of ``LATENCY_METRICS`` (seconds), over requests, and the
+    token-weighted mean inter-token latency."""
     out: dict[str, float] = {}
-    for col in ("ttft_s", "tpot_s", "e2e_s", "normalized_latency_s"):
+    for col in LATENCY_METRICS:
         values = requests[col].dropna().to_numpy()
         if len(values) == 0:
             continue
-        name = col.removesuffix("_s")
-        out[f"mean_{name}_s"] = float(values.mean())
-        for q in (50, 90, 99):
-            out[f"p{q}_{name}_s"] = float(np.percentile(values, q))
+        out[f"{col}_mean"] = float(values.mean())
+        for q in (50, 90, 95, 99):
+            out[f"{col}_p{q}"] = float(np.percentile(values, q))
+    gaps = float((requests["output_tokens"] - 1).sum())
+    if gaps > 0:
+        decode_s = float(requests["request_decode_time_seconds"].sum())
+        out["inter_token_latency_seconds_mean"] = decode_s / gaps
     return out
 
 
@@ -117,6 +145,7 @@ def summarize(
     requests: pd.DataFrame,
     *,
     capacity_slots: int,
+    usable_capacity_slots: int | None = None,
     start_s: float | None = None,
     end_s: float | None = None,
 ) -> dict[str, Any]:
@@ -126,15 +155,21 @@ def summarize(
         memory: the memory time series (``recorder.MEMORY_COLUMNS``).
         requests: per-request records (``results.request_frame``).
         capacity_slots: KV pool size in token slots.
+        usable_capacity_slots: slots requests can hold (``kv_cache_usage_perc``'s denominator).
         start_s, end_s: measurement window in simulated seconds (whole run when None).
     """
     window = clip_window(memory, start_s, end_s)
-    out: dict[str, Any] = memory_shares(window, capacity_slots)
-    out["max_running"] = int(memory["num_running"].max()) if len(memory) else 0
+    out: dict[str, Any] = memory_shares(window, capacity_slots, usable_capacity_slots)
+    out["num_requests_running_max"] = (
+        int(memory["num_requests_running"].max()) if len(memory) else 0
+    )
     out["num_steps"] = int(memory["num_steps"].sum())
     out["num_blocked_steps"] = int(memory["num_blocked_steps"].sum())
     makespan = float(requests["finish_time_s"].max() - requests["arrival_time_s"].min())
     out["num_requests"] = len(requests)
+    out["prompt_tokens_total"] = int(requests["prompt_tokens"].sum())
+    out["generation_tokens_total"] = int(requests["output_tokens"].sum())
+    out["prefix_cached_tokens_total"] = int(requests["num_cached_tokens"].sum())
     out["duration_s"] = makespan
     out["throughput_requests_per_s"] = len(requests) / makespan if makespan > 0 else float("nan")
     out["throughput_output_tokens_per_s"] = (

@@ -206,7 +206,11 @@ def latency_cdf(
     requests: pd.DataFrame,
     *,
     by: str = "label",
-    metrics: Sequence[str] = ("ttft_s", "tpot_s", "e2e_s"),
+    metrics: Sequence[str] = (
+        "time_to_first_token_seconds",
+        "request_time_per_output_token_seconds",
+        "e2e_request_latency_seconds",
+    ),
     title: str = "",
 ) -> Figure:
     """Empirical CDFs of per-request latencies, one line per ``by`` value.

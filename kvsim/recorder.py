@@ -1,7 +1,9 @@
 """Where every KV slot goes, step by step: the DESIGN.md categories, recorded per engine event.
 
-For a live request holding ``R`` slots with ``L`` token states and true final length ``F``:
-token states ``L``, reservation ``min(R, F) - L``, internal fragmentation ``max(0, R - F)``.
+For a live request holding ``R`` slots with ``L`` token states and final KV length ``F`` (the
+``prompt + output - 1`` tokens it ever computes, ``Request.final_kv_tokens``): token states ``L``,
+reservation ``min(R, F) - L``, internal fragmentation ``max(0, R - F)``. ``L`` counts the tokens
+a step computes from that step on (their slots are written during it).
 Sequence groups and shared prefixes go through ``Allocator.span_slots``: shared physical slots
 count once, and ``unshared`` records what the same sequences would hold without sharing.
 Free slots that cannot serve the request at the head of the queue are external fragmentation
@@ -30,8 +32,8 @@ MEMORY_COLUMNS = (
     "time_s",
     "duration_s",
     "num_steps",
-    "num_running",
-    "num_waiting",
+    "num_requests_running",
+    "num_requests_waiting",
     "num_prefills",
     "num_preempted",
     "num_blocked_steps",
@@ -91,7 +93,7 @@ def span_categories(
         allocator: the pool, already holding the slots of the whole span.
         requests: the ``n`` running requests (sequence groups count ``num_seqs`` sequences).
         lengths: int64[n, k] tokens of each request's sequences in each of ``k`` steps.
-        final: int64[n] their true final lengths (prompt + output tokens).
+        final: int64[n] the KV tokens each sequence ends with (``Request.final_kv_tokens``).
         held_now: int64[n] slots each holds in the span's first step.
         head: the waiting head and the tokens it needs, or ``None`` when nobody waits.
 

@@ -1,17 +1,25 @@
 """A request as the scheduler sees it: its true sizes from the workload plus its serving state.
 
-Requests are plain records, not SimPy processes. A generated token holds a KV slot from the step
-that samples it, so a request with ``prompt_tokens`` P and ``output_tokens`` O ends holding
-``P + O`` token states (the paper's accounting: token states = prompt + generated; the seed's
-"40 + 1,000 tokens -> 65 blocks").
+Requests are plain records, not SimPy processes. They follow vLLM's token accounting
+(``vllm/v1/request.py``): a request knows ``num_tokens = prompt_tokens + num_output_tokens`` tokens
+and has computed the KV of ``num_computed_tokens`` of them. A step computes some of the rest (a
+prefill chunk, or the one token sampled by the previous step); a token is sampled when the computed
+tokens reach ``num_tokens``. The last sampled token is never computed: the request finishes and
+frees its KV in the step that samples it. So a request of ``P`` prompt and ``O`` output tokens
+writes at most ``P + O - 1`` KV slots (``final_kv_tokens``), and holds ``cdiv(P, B)`` blocks
+after its prefill step (the paper's Fig. 6: a 7-token prompt in 4-token blocks holds 2, 2 and 3
+blocks after the prefill, the first and the second decode step).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, eq=False)
 class Request:
     """One request of a workload and its serving state.
 
@@ -25,20 +33,28 @@ class Request:
         prefix_hash_ids: optional ids of shared prefix blocks (Mooncake ``hash_ids``).
         session_id: optional conversation id (multi-turn workloads).
         n: parallel samples of the prompt (vLLM ``SamplingParams.n``, >= 1).
-        beam_width: beam-search width (>= 1; 1 means no beam search). A request is a sequence
-            group of ``num_seqs = max(n, beam_width)`` sequences of equal length, scheduled and
-            preempted as a unit (``kvsim.groups``).
+        beam_width: beam-search width (>= 1; 1 means no beam search). Under the ``vllm-v0``
+            profile a request is a sequence group of ``num_seqs = max(n, beam_width)`` sequences
+            of equal length, scheduled and preempted as a unit (``kvsim.groups``).
         token_segments: optional identity of the prompt's tokens as ``(segment_id, num_tokens)``
             runs (``kvsim.tokens``); equal runs mean equal tokens. ``None``: derived from
             ``prefix_hash_ids`` when set, else a prompt unique to this request.
         cache_salt: optional tenant salt; prefixes with different salts never share KV.
-        num_computed_tokens: token states currently held in KV (0 while waiting).
+        beam_parents: int64[output_tokens, beam_width] parent candidate of each beam candidate
+            after each step (``kvsim.groups.BeamModel``, drawn by the workload), or ``None``.
+        parent_id: for a sample fanned out of an ``n > 1`` request (vLLM v1), the parent's id.
+        num_computed_tokens: tokens whose KV is computed (0 while waiting or after preemption).
+        num_output_tokens: output tokens sampled so far (kept across recompute preemption).
         num_held_slots: KV slots the allocator holds for it (the scheduler's cached copy of
             ``Allocator.held_slots``, refreshed after every allocation; 0 while waiting).
-        num_generated_tokens: output tokens sampled so far (survives recompute preemption).
         num_preemptions: times this request was preempted.
-        num_seqs: sequences of the group, ``max(n, beam_width)`` (1 for a plain request); set at
-            construction.
+        num_cached_tokens: prompt tokens found in the prefix cache at its first admission.
+        num_prefill_tokens_computed: prompt and recomputed tokens its prefills computed (cache
+            hits excluded), summed over admissions.
+        first_scheduled_time_s: start of the first step that scheduled it (seconds).
+        first_token_time_s: end of the step that sampled its first output token.
+        finish_time_s: end of the step that sampled its last output token.
+        num_seqs: sequences of the group, ``max(n, beam_width)`` (1 for a plain request).
     """
 
     req_id: int
@@ -52,10 +68,15 @@ class Request:
     beam_width: int = 1
     token_segments: tuple[tuple[object, int], ...] | None = None
     cache_salt: str | None = None
+    beam_parents: npt.NDArray[np.int64] | None = None
+    parent_id: int | None = None
     num_computed_tokens: int = 0
+    num_output_tokens: int = 0
     num_held_slots: int = 0
-    num_generated_tokens: int = 0
     num_preemptions: int = 0
+    num_cached_tokens: int = 0
+    num_prefill_tokens_computed: int = 0
+    first_scheduled_time_s: float | None = None
     first_token_time_s: float | None = None
     finish_time_s: float | None = None
     num_seqs: int = field(init=False, default=1)
@@ -65,11 +86,21 @@ class Request:
         self.num_seqs = max(self.n, self.beam_width)
 
     @property
+    def num_tokens(self) -> int:
+        """Tokens the request knows: prompt + outputs sampled so far (vLLM ``num_tokens``)."""
+        return self.prompt_tokens + self.num_output_tokens
+
+    @property
     def final_tokens(self) -> int:
-        """True final length in token states: prompt + output tokens."""
+        """Prompt + true output tokens (what ``max_model_len`` bounds)."""
         return self.prompt_tokens + self.output_tokens
 
     @property
-    def num_prefill_tokens(self) -> int:
-        """Tokens a prefill computes now: prompt + output so far (recompute after preemption)."""
-        return self.prompt_tokens + self.num_generated_tokens
+    def final_kv_tokens(self) -> int:
+        """KV slots the request ever writes: ``prompt + output - 1`` (the last token is never
+        computed). The ``F`` of DESIGN.md's accounting rule."""
+        return self.prompt_tokens + self.output_tokens - 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_time_s is not None

@@ -20,13 +20,25 @@ from kvsim.request import Request
 
 REQUEST_COLUMNS = (
     "req_id",
+    "parent_id",
     "arrival_time_s",
+    "first_scheduled_time_s",
     "first_token_time_s",
     "finish_time_s",
     "prompt_tokens",
     "output_tokens",
     "num_preemptions",
+    "num_cached_tokens",
 )
+# vLLM's per-request latency histograms (vllm/v1/metrics/stats.py), seconds: name -> (end, start)
+LATENCY_INTERVALS = {
+    "request_queue_time_seconds": ("first_scheduled_time_s", "arrival_time_s"),
+    "request_prefill_time_seconds": ("first_token_time_s", "first_scheduled_time_s"),
+    "request_decode_time_seconds": ("finish_time_s", "first_token_time_s"),
+    "request_inference_time_seconds": ("finish_time_s", "first_scheduled_time_s"),
+    "time_to_first_token_seconds": ("first_token_time_s", "arrival_time_s"),
+    "e2e_request_latency_seconds": ("finish_time_s", "arrival_time_s"),
+}
 
 
 @dataclass
@@ -35,8 +47,9 @@ class Results:
 
     Attributes:
         config: the run's config.
-        requests: one row per request (``REQUEST_COLUMNS`` plus ``ttft_s``, ``tpot_s``,
-            ``e2e_s``, ``normalized_latency_s``), seconds.
+        requests: one row per request (``REQUEST_COLUMNS`` plus vLLM's latencies:
+            ``LATENCY_INTERVALS``, ``request_time_per_output_token_seconds`` and the paper's
+            ``normalized_latency_seconds``), seconds.
         memory: one row per engine event (``recorder.MEMORY_COLUMNS``), slots and seconds.
         summary: scalar metrics (see ``metrics.summarize``).
     """
@@ -70,15 +83,27 @@ class Results:
 
 
 def request_frame(requests: list[Request]) -> pd.DataFrame:
-    """Per-request DataFrame with latency columns (seconds)."""
+    """Per-request DataFrame with vLLM's latency columns (seconds).
+
+    ``request_time_per_output_token_seconds`` is decode time / (output tokens - 1) (vLLM's
+    TPOT; NaN for one-token outputs); ``normalized_latency_seconds`` is E2E / output tokens (the
+    PagedAttention paper's Figure 12 metric).
+    """
     df = pd.DataFrame(
         [[getattr(r, c) for c in REQUEST_COLUMNS] for r in requests], columns=list(REQUEST_COLUMNS)
-    ).astype({"first_token_time_s": float, "finish_time_s": float})
-    df["ttft_s"] = df["first_token_time_s"] - df["arrival_time_s"]
-    df["e2e_s"] = df["finish_time_s"] - df["arrival_time_s"]
+    ).astype(
+        {
+            "parent_id": "Int64",
+            "first_scheduled_time_s": float,
+            "first_token_time_s": float,
+            "finish_time_s": float,
+        }
+    )
+    for name, (end, start) in LATENCY_INTERVALS.items():
+        df[name] = df[end] - df[start]
     decode_tokens = (df["output_tokens"] - 1).where(df["output_tokens"] > 1)
-    df["tpot_s"] = (df["finish_time_s"] - df["first_token_time_s"]) / decode_tokens
-    df["normalized_latency_s"] = df["e2e_s"] / df["output_tokens"]
+    df["request_time_per_output_token_seconds"] = df["request_decode_time_seconds"] / decode_tokens
+    df["normalized_latency_seconds"] = df["e2e_request_latency_seconds"] / df["output_tokens"]
     return df
 
 
@@ -87,13 +112,47 @@ def build_results(
     requests: list[Request],
     memory_rows: list[tuple[float, ...]],
     num_preemptions: int,
+    *,
+    usable_capacity_tokens: int | None = None,
 ) -> Results:
-    """Assemble ``Results`` from the engine's records."""
+    """Assemble ``Results`` from the engine's records.
+
+    Args:
+        usable_capacity_tokens: slots requests can hold (``Allocator.usable_capacity_tokens``),
+            the denominator of ``kv_cache_usage_perc``; the capacity when ``None``.
+    """
     req_df = request_frame(requests)
     mem_df = pd.DataFrame(memory_rows, columns=list(MEMORY_COLUMNS))
-    summary = summarize(mem_df, req_df, capacity_slots=config.capacity_tokens)
+    capacity = config.capacity_tokens
+    summary: dict[str, Any] = {"engine": config.engine_args.engine}
+    summary.update(
+        summarize(
+            mem_df,
+            req_df,
+            capacity_slots=capacity,
+            usable_capacity_slots=usable_capacity_tokens or capacity,
+        )
+    )
     summary["num_preemptions"] = num_preemptions
-    summary["capacity_tokens"] = config.capacity_tokens
+    summary.update(engine_summary(config))
+    summary["capacity_tokens"] = capacity
     summary["kv_cache_bytes"] = config.kv_cache_bytes
     summary["config_key"] = config.key()
     return Results(config, req_df, mem_df, summary)
+
+
+def engine_summary(config: SimConfig) -> dict[str, Any]:
+    """The resolved serving knobs a run used (what its profile defaulted), for its summary."""
+    args = config.engine_args
+    return {
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "max_model_len": args.max_model_len,
+        "enable_chunked_prefill": args.enable_chunked_prefill,
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "preemption_mode": args.preemption_mode or "default",
+        "tensor_parallel_size": config.parallel.tensor_parallel_size,
+        "pipeline_parallel_size": config.parallel.pipeline_parallel_size,
+        "kv_cache_dtype": config.cache.kv_cache_dtype,
+        "bytes_per_token": config.bytes_per_token,
+    }

@@ -2,9 +2,10 @@
 
 ``snapshot_frame(config, time_s)`` replays the run up to ``time_s`` (simulated seconds) and reads
 the allocator's ownership: a contiguous allocator's slabs (``SlabAllocator.slab_of``) or a paged
-allocator's block tables (``PagedAllocator.block_tables``). Fast-forwarded decode spans are cut at
-``time_s`` (``Engine(stop_at_s=...)``) so that the pool is read during the step in flight at that
-moment, with the same token counts the recorder uses (``Scheduler.span_lengths``).
+allocator's block tables (``PagedAllocator.block_tables`` and its groups' tables). Fast-forwarded
+decode spans are cut at ``time_s`` (``Engine(stop_at_s=...)``) so that the pool is read during the
+step in flight at that moment, with the same token counts the recorder uses
+(``SchedulerCore.span_lengths``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ import simpy
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.allocators.slab import SlabAllocator
 from kvsim.config import SimConfig
-from kvsim.engine import Engine
+from kvsim.engine import Engine, prepare_requests
 from kvsim.request import Request
-from kvsim.workload import generate_requests
 
 SNAPSHOT_COLUMNS = ("req_id", "start_slot", "num_slots", "num_tokens")
 
@@ -34,8 +34,7 @@ def _token_counts(engine: Engine) -> dict[int, int]:
     if plan is None or plan.is_empty:
         return {}
     lengths = engine.scheduler.span_lengths(plan)
-    reqs = plan.decodes + plan.prefills
-    return {r.req_id: int(n) for r, n in zip(reqs, lengths[:, -1], strict=True)}
+    return {r.req_id: int(n) for r, n in zip(plan.members, lengths[:, -1], strict=True)}
 
 
 def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
@@ -52,10 +51,15 @@ def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
     rows: list[tuple[int, int, int, int]] = []
     if isinstance(allocator, PagedAllocator):
         b = allocator.block_size_tokens
-        for req_id, table in allocator.block_tables.items():
+        tables = [(rid, t) for rid, t in allocator.block_tables.items()]
+        tables += [(rid, t) for rid, g in allocator.groups.items() for t in g.seqs]
+        seen: set[int] = set()
+        for req_id, table in tables:
             n = tokens.get(req_id, 0)
             for i, block_id in enumerate(table):
-                rows.append((req_id, block_id * b, b, int(np.clip(n - i * b, 0, b))))
+                if block_id not in seen:  # a block shared by sequences or requests: once
+                    seen.add(block_id)
+                    rows.append((req_id, block_id * b, b, int(np.clip(n - i * b, 0, b))))
     elif isinstance(allocator, SlabAllocator):
         for req_id in sorted(tokens):
             for start, size in allocator.slabs_of(req_id):
@@ -79,13 +83,9 @@ def snapshot_frame(
     Returns:
         ``pool_ownership`` rows; ``attrs`` holds ``capacity_slots``, ``time_s`` and ``allocator``.
     """
-    if requests is None:
-        rng = np.random.default_rng(config.seed)
-        requests = generate_requests(
-            config.workload, rng, max_model_len=config.scheduler.max_model_len
-        )
+    runnable, _ = prepare_requests(config, requests)
     env = simpy.Environment()
-    engine = Engine(env, config, requests, stop_at_s=time_s)
+    engine = Engine(env, config, runnable, stop_at_s=time_s)
     env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run(until=time_s)

@@ -1,16 +1,19 @@
-"""Swap preemption: a CPU block pool that holds the KV of preempted requests (vLLM ``swap_space``).
+"""Swap preemption (vLLM v0): a CPU block pool that holds the KV of swapped-out requests.
 
-With ``SchedulerConfig.preemption_mode = "swap"`` a preempted request's KV moves to the CPU pool
-instead of being dropped: its GPU slots are freed, ``cdiv(num_computed_tokens, B)`` CPU blocks of
-``B = block_size_tokens`` are taken, and it keeps its token states. While anything is swapped out
-the scheduler admits no new request (vLLM v0 schedules no prefill while its swapped queue is
-non-empty); swapped requests come back in swap-out order (oldest first) as soon as the GPU can
-hold them again, and decode in that same step. Each move copies whole blocks over PCIe; the cost
-model prices the step's blocks (``StepCostModel.swap_s``). When the CPU pool is full the victim
-falls back to recompute (vLLM would abort the request), and the fallback is counted.
+Under the ``vllm-v0`` profile a preempted request's KV moves to the CPU pool instead of being
+dropped when ``preemption_mode = "swap"``, or by default when the request is a sequence group
+(v0 cannot recompute a multi-sequence group). Its GPU blocks are freed, as many CPU blocks as it
+held distinct GPU blocks are taken (a block shared by several of its sequences moves once), and it
+keeps its token states. While anything is swapped out the scheduler admits no new request (v0
+schedules no prefill while its swapped queue is non-empty); swapped requests come back in
+swap-out order (oldest first) when the GPU can hold their blocks plus one per sequence above the
+watermark (v0 ``can_swap_in``), rebuilt with the same sharing, and decode in that same step. Each
+move copies whole blocks over PCIe; the cost model prices the step's blocks
+(``StepCostModel.swap_s``). When the CPU pool is full the victim falls back to recompute (vLLM
+would abort the engine), and the fallback is counted.
 
-    GPU pool --swap_out(req): free R slots, take cdiv(L, B) CPU blocks--> CPU pool
-    CPU pool --swap_in(req):  allocate L + 1 slots on GPU, free CPU blocks--> running
+    GPU pool --swap_out(req): free its blocks, take as many CPU blocks--> CPU pool
+    CPU pool --swap_in(req):  take as many GPU blocks, rebuild tables, free CPU blocks--> running
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import logging
 from collections import deque
 from typing import Any
 
-from kvsim.allocators.base import Allocator
+from kvsim.allocators.paged import PagedAllocator, SwappedKV
 from kvsim.request import Request
-from kvsim.units import GiB, cdiv
+from kvsim.units import GiB
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ class SwapSpace:
     Args:
         num_cpu_blocks: blocks of ``block_size_tokens`` tokens the CPU pool holds.
         block_size_tokens: tokens per swapped block (the paged block size).
-        bytes_per_token: KV bytes per token (all layers, K and V).
+        bytes_per_token: KV bytes per token on one GPU (all its layers, K and V).
     """
 
     def __init__(
@@ -49,7 +52,7 @@ class SwapSpace:
         self.block_size_tokens = block_size_tokens
         self.bytes_per_block = block_size_tokens * bytes_per_token
         self.num_free_cpu_blocks = num_cpu_blocks
-        self.cpu_blocks: dict[int, int] = {}
+        self.held: dict[int, SwappedKV] = {}
         self.swapped: deque[Request] = deque()
         self.step_blocks = 0  # blocks moved since the last take_step_blocks()
         self.num_swap_outs = 0
@@ -71,54 +74,46 @@ class SwapSpace:
     def has_swapped(self) -> bool:
         return bool(self.swapped)
 
-    def blocks_for(self, req: Request) -> int:
-        """CPU blocks ``req``'s token states occupy: ``cdiv(num_computed_tokens, B)``."""
-        return cdiv(req.num_computed_tokens, self.block_size_tokens)
-
-    def swap_out(self, req: Request, allocator: Allocator) -> bool:
+    def swap_out(self, req: Request, allocator: PagedAllocator) -> bool:
         """Move ``req``'s KV to the CPU pool; ``False`` (nothing changed) when it does not fit."""
-        need = self.blocks_for(req)
+        need = allocator.num_distinct_blocks(req.req_id)
         if need > self.num_free_cpu_blocks:
             self.num_fallbacks += 1
             logger.debug("CPU swap space full: request %d falls back to recompute", req.req_id)
             return False
-        allocator.free(req.req_id)
-        self.num_free_cpu_blocks -= need
-        self.cpu_blocks[req.req_id] = need
+        swapped = allocator.swap_out(req.req_id)
+        self.num_free_cpu_blocks -= swapped.num_blocks
+        self.held[req.req_id] = swapped
         self.swapped.append(req)
-        self.step_blocks += need
-        self.blocks_out += need
+        self.step_blocks += swapped.num_blocks
+        self.blocks_out += swapped.num_blocks
         self.num_swap_outs += 1
         return True
 
-    def swap_in(self, allocator: Allocator, room: int) -> list[Request]:
+    def swap_in(self, allocator: PagedAllocator, room_seqs: int) -> list[Request]:
         """Bring swapped requests back, oldest first, while the GPU can hold them.
-
-        Each returned request holds room for its token states plus the token it decodes now.
 
         Args:
             allocator: the GPU pool.
-            room: how many more requests may run (``max_num_seqs - running``).
+            room_seqs: how many more sequences may run (``max_num_seqs`` - running sequences).
 
         Returns:
-            The requests swapped in, in order.
+            The requests swapped in, in order (each holds its blocks as before swap-out).
         """
         back: list[Request] = []
-        while self.swapped and len(back) < room:
+        while self.swapped:
             req = self.swapped[0]
-            num_tokens = req.num_computed_tokens + 1
-            if not allocator.can_allocate(req, num_tokens):
+            swapped = self.held[req.req_id]
+            if req.num_seqs > room_seqs or not allocator.can_swap_in(req, swapped):
                 break
-            result = allocator.allocate(req, num_tokens)
-            assert result is not None, (
-                f"swap-in: can_allocate said yes, allocate refused {req.req_id}"
-            )
+            allocator.swap_in(req, swapped)
             self.swapped.popleft()
-            blocks = self.cpu_blocks.pop(req.req_id)
-            self.num_free_cpu_blocks += blocks
-            self.step_blocks += blocks
-            self.blocks_in += blocks
+            del self.held[req.req_id]
+            self.num_free_cpu_blocks += swapped.num_blocks
+            self.step_blocks += swapped.num_blocks
+            self.blocks_in += swapped.num_blocks
             self.num_swap_ins += 1
+            room_seqs -= req.num_seqs
             back.append(req)
         return back
 
@@ -128,11 +123,11 @@ class SwapSpace:
         return blocks
 
     def check_invariants(self) -> None:
-        held = sum(self.cpu_blocks.values())
+        held = sum(s.num_blocks for s in self.held.values())
         assert held + self.num_free_cpu_blocks == self.num_cpu_blocks, (
             f"swap: held {held} + free {self.num_free_cpu_blocks} != {self.num_cpu_blocks}"
         )
-        assert len(self.cpu_blocks) == len(self.swapped), "swap: queue and CPU tables disagree"
+        assert len(self.held) == len(self.swapped), "swap: queue and CPU tables disagree"
 
     def summary(self, swap_time_s: float) -> dict[str, Any]:
         """Swap counters for the run summary (bytes, seconds)."""

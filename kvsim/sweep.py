@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from kvsim.analysis import SweepResults, extra_metrics, load_sweep
+from kvsim.analysis import SweepResults, load_sweep
 from kvsim.config import SimConfig
 from kvsim.engine import simulate
 from kvsim.experiment import LABEL, Experiment, Point, load_experiment
@@ -72,7 +72,6 @@ def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOut
     start = time.perf_counter()
     try:
         results = simulate(config)
-        results.summary.update(extra_metrics(results.requests))
         snap = None if snapshot_at_s is None else snapshot_frame(config, snapshot_at_s)
     except Exception as err:
         return PointOutcome(

@@ -4,8 +4,7 @@ kvsim never sees real token ids. A request's tokens are described as runs ("segm
 ``(segment_id, num_tokens)``: token ``t`` of segment ``s`` is the synthetic token ``(s, t)``, so two
 streams have equal tokens exactly where their segment runs agree. A full block of ``B`` tokens is
 keyed, as in vLLM's ``hash_block_tokens``, by its parent block's key and its own tokens (plus an
-optional salt at the root that isolates tenants). Keys are *interned* exact tuples, not truncated
-hashes, so equal prefixes always get equal keys and different prefixes never collide.
+optional salt at the root that isolates tenants); see ``KeyChain`` for the hash.
 
 Mooncake traces name 512-token prefix blocks by ``hash_ids`` (an id stands for the whole prefix up
 to and including its block). ``segments_for`` maps id ``h`` to the segment ``("mc", h)`` of 512
@@ -60,7 +59,14 @@ def stream_segments(request: Request, seq_index: int = 0) -> tuple[Segment, ...]
 
 
 class KeyChain:
-    """Interns chained block keys: ``key(b) = id((key(b - 1), tokens of block b))``.
+    """Chained block keys: ``key(b) = hash((key(b - 1), tokens of block b))``, as vLLM's
+    ``hash_block_tokens`` chains a block's hash over its parent's.
+
+    Segment ids and salts are interned to small ints, so a key is the hash of a tuple of ints:
+    Python's tuple hash of ints is the same in every process (string hashes are randomised, int
+    hashes are not), so runs are reproducible. Keys are 64-bit hashes, as vLLM's default
+    builtin-hash prefix caching uses; two different prefixes collide with probability about
+    ``n**2 / 2**64`` for ``n`` distinct blocks (5e-6 at ten million blocks).
 
     One instance per allocator. ``block_keys`` returns int keys; equal ints mean equal prefixes.
     """
@@ -68,11 +74,16 @@ class KeyChain:
     def __init__(self) -> None:
         self._ids: dict[Hashable, int] = {}
 
-    def _intern(self, item: Hashable) -> int:
+    def intern(self, item: Hashable) -> int:
+        """A small int standing for ``item`` (a segment id or a salt) in this chain."""
         key = self._ids.get(item)
         if key is None:
             key = self._ids[item] = len(self._ids)
         return key
+
+    def root(self, salt: str | None) -> int:
+        """The key the first block chains from (tenants' salts give different roots)."""
+        return hash((-1, self.intern(("salt", salt))))
 
     def block_keys(
         self,
@@ -89,20 +100,65 @@ class KeyChain:
             block_size_tokens: tokens per block.
             salt: tenant salt mixed into the root (``None``: no salt).
         """
-        keys: list[int] = []
-        parent = self._intern(("root", salt))
-        seg_i, offset = 0, 0  # position in the runs
-        for _ in range(num_blocks):
-            need = block_size_tokens
-            pieces: list[tuple[Hashable, int, int]] = []
+        cursor = StreamKeys(self, segments, block_size_tokens, salt)
+        return cursor.keys(num_blocks)
+
+
+class StreamKeys:
+    """The block keys of one token stream, computed incrementally and kept.
+
+    Args:
+        chain: the allocator's ``KeyChain`` (interns segment ids).
+        segments: the stream's token runs (``stream_segments``).
+        block_size_tokens: tokens per block.
+        salt: tenant salt (``None``: none).
+    """
+
+    __slots__ = ("_block", "_chain", "_keys", "_offset", "_seg_i", "_segments")
+
+    def __init__(
+        self,
+        chain: KeyChain,
+        segments: Sequence[Segment],
+        block_size_tokens: int,
+        salt: str | None = None,
+    ) -> None:
+        self._chain = chain
+        self._segments = [(chain.intern(seg_id), length) for seg_id, length in segments]
+        self._block = block_size_tokens
+        self._seg_i = 0
+        self._offset = 0
+        self._keys: list[int] = [chain.root(salt)]  # entry 0 is the root; block b is entry b + 1
+
+    def keys(self, num_blocks: int) -> list[int]:
+        """Keys of the first ``num_blocks`` full blocks (a new list).
+
+        Raises:
+            ValueError: the stream holds fewer than ``num_blocks`` full blocks.
+        """
+        self._extend(num_blocks)
+        return self._keys[1 : num_blocks + 1]
+
+    def key(self, index: int) -> int:
+        """Key of full block ``index`` (0-based)."""
+        self._extend(index + 1)
+        return self._keys[index + 1]
+
+    def _extend(self, num_blocks: int) -> None:
+        keys, segs, block = self._keys, self._segments, self._block
+        seg_i, offset = self._seg_i, self._offset
+        while len(keys) <= num_blocks:
+            need = block
+            pieces: list[int] = [keys[-1]]
             while need > 0:
-                seg_id, length = segments[seg_i]
+                if seg_i >= len(segs):
+                    raise ValueError(f"stream ends before block {len(keys) - 1} is full")
+                seg, length = segs[seg_i]
                 take = min(need, length - offset)
-                pieces.append((seg_id, offset, offset + take))
+                pieces += (seg, offset, offset + take)
                 offset += take
                 need -= take
                 if offset == length:
                     seg_i, offset = seg_i + 1, 0
-            parent = self._intern((parent, tuple(pieces)))
-            keys.append(parent)
-        return keys
+            keys.append(hash(tuple(pieces)))
+        self._seg_i, self._offset = seg_i, offset

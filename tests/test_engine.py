@@ -128,7 +128,7 @@ def test_fast_forward_matches_step_by_step(allocator, sharing):
         "token_states_pct",
         "reservation_pct",
         "external_fragmentation_pct",
-        "mean_running",
+        "num_requests_running_mean",
         "kv_saved_by_sharing_pct",
     ]
     if "prefix_cache_hits" in fast.summary:

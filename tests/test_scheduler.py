@@ -37,7 +37,7 @@ def test_40_prompt_plus_1000_generated_takes_3_then_62_blocks():
     grew = sum(1 for a, b in itertools.pairwise(counts) if b > a)
     assert counts[-1] == 65
     assert grew == 62
-    assert req.num_generated_tokens == 1000
+    assert req.num_output_tokens == 1000
 
 
 def test_newest_is_preempted_and_recomputes_prompt_plus_generated():
@@ -56,7 +56,7 @@ def test_newest_is_preempted_and_recomputes_prompt_plus_generated():
     assert [r.req_id for r in plan.decodes] == [0]
     assert list(sched.waiting) == [b]
     assert b.num_computed_tokens == 0
-    assert b.num_generated_tokens == 1
+    assert b.num_output_tokens == 1
     assert sched.num_preemptions == 1
     plan, _ = next(steps)  # step 2: A 6 tokens in 3 blocks; B needs 3+1+1=5 tokens=3 blocks, 1 free
     assert not plan.prefills
@@ -67,7 +67,7 @@ def test_newest_is_preempted_and_recomputes_prompt_plus_generated():
     assert plan.prefills == [b]
     assert plan.prefill_tokens == [4]
     assert b.num_computed_tokens == 5
-    assert b.num_generated_tokens == 2
+    assert b.num_output_tokens == 2
 
 
 def test_fcfs_head_blocks_later_requests_that_would_fit():

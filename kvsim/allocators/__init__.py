@@ -10,14 +10,12 @@ from kvsim.allocators.buddy import BuddyAllocator
 from kvsim.allocators.contiguous import BestFitAllocator, FirstFitAllocator
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.allocators.radix import RadixAllocator
-from kvsim.allocators.shared_prefix import SharedPrefixAllocator
 
 ALLOCATORS: dict[str, type[Allocator]] = {
     "first_fit": FirstFitAllocator,
     "best_fit": BestFitAllocator,
     "buddy": BuddyAllocator,
     "paged": PagedAllocator,
-    "shared_prefix": SharedPrefixAllocator,
     "radix": RadixAllocator,
 }
 

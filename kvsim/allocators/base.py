@@ -1,9 +1,15 @@
 """The allocator contract every KV policy implements, and the records it returns.
 
 An allocator owns a pool of ``capacity_tokens`` KV slots (one slot = one token's K and V across all
-layers). The scheduler asks it, per request, for room for a cumulative number of tokens; the
+layers). The scheduler asks it, per request, for room for a cumulative number of tokens: the
+tokens the request has computed plus those the step computes (vLLM ``allocate_slots``). The
 allocator answers with an ``AllocResult`` or ``None`` when the request does not fit, in which case
 nothing changed (check first, then mutate, as vLLM's ``KVCacheManager.allocate_slots`` does).
+Queries (``find_cached_prefix``, ``can_allocate``, ``num_slots_needed`` ...) change no state.
+
+A request's first allocation may reuse a cached prefix: ``find_cached_prefix`` returns the
+``PrefixHit`` that ``allocate(request, num_tokens, hit)`` then takes (vLLM ``get_computed_blocks``
+followed by ``allocate_slots``). Allocators without a prefix cache always return ``NO_HIT``.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +42,22 @@ class AllocResult:
     num_new_blocks: int
     num_reused_tokens: int
     bytes_allocated: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """Computed KV found for a new request's prefix (whole blocks; never its last token).
+
+    Attributes:
+        num_tokens: tokens whose KV is found, so not computed again.
+        blocks: the hit block ids in table order (paged pools); empty for other policies.
+    """
+
+    num_tokens: int = 0
+    blocks: tuple[int, ...] = ()
+
+
+NO_HIT = PrefixHit()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,19 +94,32 @@ class SpanSlots:
     unshared: IntArray
 
 
-def prefix_cache_counters(queries: int, hits: int, bytes_per_token: int) -> dict[str, float]:
-    """vLLM's prefix-cache counters for a run summary.
+def prefix_cache_counters(
+    queries: int,
+    hits: int,
+    bytes_per_token: int,
+    preempted_queries: int = 0,
+    preempted_hits: int = 0,
+) -> dict[str, float]:
+    """vLLM's prefix-cache counters for a run summary (tokens).
+
+    Counted once per admission (vLLM v0.33.0 ``KVCacheManager.record_prefix_cache_stats``); a
+    request admitted again after a preemption counts in the ``preempted`` pair instead (vLLM PR
+    #25787), so re-hitting its own freed blocks is not a hit.
 
     Args:
-        queries: prompt tokens looked up in the cache (``prefix_cache_queries``).
+        queries: tokens of first admissions looked up in the cache (``prefix_cache_queries``).
         hits: of those, tokens found (``prefix_cache_hits``).
         bytes_per_token: KV bytes per token, for the bytes not recomputed.
+        preempted_queries, preempted_hits: the same for re-admissions after a preemption.
     """
     return {
         "prefix_cache_queries": queries,
         "prefix_cache_hits": hits,
         "prefix_cache_hit_rate": hits / queries if queries else float("nan"),
-        "prefix_cache_saved_bytes": hits * bytes_per_token,
+        "prefix_cache_saved_bytes": (hits + preempted_hits) * bytes_per_token,
+        "prefix_cache_preempted_queries": preempted_queries,
+        "prefix_cache_preempted_hits": preempted_hits,
     }
 
 
@@ -94,11 +129,17 @@ class Allocator(ABC):
     Invariants (checked by ``check_invariants``): held + overhead + free == capacity; no slot is
     owned twice; every live request's held slots >= the tokens it was granted.
 
+    Class attributes declare what a policy supports, so callers need not probe it:
+    ``paged`` (equal blocks; swap and the v0 append heuristic apply), ``caches_prefixes`` (it may
+    return hits from ``find_cached_prefix``).
+
     Extension points: subclasses implement the abstract methods; vectorised ``held_slots_at`` and
     ``max_growth_steps`` let the engine fast-forward decode steps without a per-token loop.
     """
 
     name: ClassVar[str]
+    paged: ClassVar[bool] = False
+    caches_prefixes: ClassVar[bool] = False
 
     def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
         if capacity_tokens < 1:
@@ -115,7 +156,7 @@ class Allocator(ABC):
     @property
     @abstractmethod
     def num_free_tokens(self) -> int:
-        """Free slots in the pool."""
+        """Free slots in the pool (cached but unreferenced blocks count as free)."""
 
     @property
     def num_used_tokens(self) -> int:
@@ -130,21 +171,43 @@ class Allocator(ABC):
     def num_used_bytes(self) -> int:
         return self.num_used_tokens * self.bytes_per_token
 
-    @abstractmethod
-    def held_slots(self, req_id: int) -> int:
-        """Slots the request holds now (``R`` of DESIGN.md); 0 for an unknown request."""
+    @property
+    def usable_capacity_tokens(self) -> int:
+        """Slots requests can ever hold: capacity minus a paged pool's remainder and null block
+        (the denominator of vLLM's ``kv_cache_usage_perc``)."""
+        return self.capacity_tokens
 
     @abstractmethod
-    def num_slots_needed(self, request: Request, num_tokens: int) -> int:
-        """Free slots ``allocate(request, num_tokens)`` would take (0 if it already fits).
+    def held_slots(self, req_id: int) -> int:
+        """Slots the request holds now, per sequence (``R`` of DESIGN.md); 0 for an unknown one."""
+
+    def find_cached_prefix(self, request: Request) -> PrefixHit:
+        """Computed KV of the request's prefix found in the cache (vLLM ``get_computed_blocks``):
+        whole blocks, at most ``num_tokens - 1`` tokens. Pure; ``NO_HIT`` without a cache."""
+        return NO_HIT
+
+    @abstractmethod
+    def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
+        """Free slots ``allocate(request, num_tokens, hit)`` would take (0 if it already fits).
 
         Args:
             num_tokens: total tokens that need a slot, including ones already allocated.
+            hit: a new request's prefix hit (its blocks are reused, not taken).
         """
 
     @abstractmethod
-    def can_allocate(self, request: Request, num_tokens: int) -> bool:
-        """Whether ``allocate(request, num_tokens)`` would succeed now (admission check)."""
+    def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """Whether ``allocate(request, num_tokens, hit)`` would succeed now. Pure."""
+
+    def can_admit(self, request: Request, num_tokens: int) -> bool:
+        """vLLM v0's admission check (``BlockSpaceManager.can_allocate``): by default the same as
+        ``can_allocate``; paged pools keep the watermark free and ignore prefix hits."""
+        return self.can_allocate(request, num_tokens)
+
+    def can_append_v0(self, request: Request) -> bool:
+        """vLLM v0's decode check (``can_append_slot``): paged pools want one free block per
+        running sequence of the request, whether or not it needs one; slabs always have room."""
+        return True
 
     @abstractmethod
     def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
@@ -167,15 +230,22 @@ class Allocator(ABC):
         return np.full(free_slots.shape, self.usable_free_slots(request, num_tokens), np.int64)
 
     def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
-        """Free slots admission of a new ``request`` needs (including any kept-back reserve)."""
+        """Free slots admission of a new ``request`` needs (any kept-back reserve included, prefix
+        hits ignored so that the recorder's categories do not depend on cache contents)."""
         return self.num_slots_needed(request, num_tokens)
 
     # -- mutations --------------------------------------------------------------------------
     @abstractmethod
-    def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
+    def allocate(
+        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+    ) -> AllocResult | None:
         """Make ``request`` hold room for ``num_tokens`` tokens in total.
 
-        Returns ``None`` and changes nothing when it does not fit.
+        Args:
+            hit: for a new request, the ``find_cached_prefix`` result it reuses.
+
+        Returns:
+            ``None``, changing nothing, when it does not fit.
         """
 
     @abstractmethod
@@ -200,8 +270,11 @@ class Allocator(ABC):
         """
 
     @abstractmethod
-    def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
-        """Largest ``k <= k_max`` such that every request can grow by ``k`` tokens.
+    def max_growth_steps(
+        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
+    ) -> int:
+        """Largest ``k <= k_max`` such that every request can grow by ``k`` tokens and leave
+        ``reserve_slots`` free.
 
         Args:
             lengths: int64[n] current tokens of each live request.
@@ -215,13 +288,13 @@ class Allocator(ABC):
         """Held, token-state, internal and unshared slot totals in each step of a span.
 
         The default serves groups without sharing: a request of ``w = num_seqs`` sequences holds
-        ``w`` times the per-sequence holding ``held_slots_at`` (contiguous: ``w`` slabs; paged:
-        ``w`` block tables). Sharing allocators override it to count shared slots once.
+        ``w`` times the per-sequence holding ``held_slots_at`` (contiguous: ``w`` slabs). Sharing
+        allocators override it to count shared slots once.
 
         Args:
             requests: the span's ``n`` live requests (rows of the arrays).
             lengths: int64[n, k] tokens of each sequence in each step.
-            final: int64[n] true final tokens of each sequence (prompt + output).
+            final: int64[n] KV tokens each sequence ends with (``Request.final_kv_tokens``).
             held_now: int64[n] per-sequence holdings in the span's first step.
         """
         per_seq = self.held_slots_at(lengths, held_now)
@@ -236,20 +309,25 @@ class Allocator(ABC):
         return SpanSlots(held, token, internal, held)
 
     def max_growth_steps_for(
-        self, requests: Sequence[Request], lengths: IntArray, held_now: IntArray, k_max: int
+        self,
+        requests: Sequence[Request],
+        lengths: IntArray,
+        held_now: IntArray,
+        k_max: int,
+        reserve_slots: int = 0,
     ) -> int:
         """``max_growth_steps`` for requests that may be sequence groups (``w`` sequences each).
 
         Every sequence of a group grows by one token per step, so a group needs ``w`` times the
         per-sequence slots of ``held_slots_at``.
         """
-        k = self.max_growth_steps(lengths, held_now, k_max)
+        k = self.max_growth_steps(lengths, held_now, k_max, reserve_slots)
         if k <= 1 or not self._widths:
             return k
         widths = np.array([r.num_seqs for r in requests], np.int64)
         if not len(widths) or int(widths.max()) == 1:
             return k
-        free = self.num_free_tokens
+        free = self.num_free_tokens - reserve_slots
 
         def fits(j: int) -> bool:
             grown = self.held_slots_at((lengths + j)[:, None], held_now)[:, 0]
@@ -265,6 +343,10 @@ class Allocator(ABC):
     @abstractmethod
     def stats(self) -> AllocatorStats:
         """A frozen snapshot for the recorder."""
+
+    def prefix_cache_summary(self) -> dict[str, Any]:
+        """Prefix-cache and sharing counters for the run summary (empty without a cache)."""
+        return {}
 
     def check_invariants(self) -> None:
         """Assert the accounting laws; raise ``AssertionError`` showing the numbers."""

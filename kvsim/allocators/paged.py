@@ -1,41 +1,89 @@
-"""Paged KV allocation (vLLM PagedAttention): equal blocks, a free list, per-request block tables.
+"""Paged KV (vLLM PagedAttention): equal blocks from one block pool, block tables, sharing.
 
-The pool is ``capacity_tokens // block_size_tokens`` blocks (the remainder slots are unusable and
-reported as overhead). Allocation is lazy: a request gets ``cdiv(num_tokens, block_size_tokens)``
-blocks in total, the prompt's at admission and one more whenever its last block fills; all of a
-request's blocks return to the free list when it finishes. Token ``t`` (0-based) of a request lives
-in logical block ``t // block_size_tokens``, slot ``t % block_size_tokens``; the block table maps
-the logical block to a physical one (seed: token 37 at 16 tokens/block -> logical block 2, slot 5).
+The pool is ``capacity_tokens // block_size_tokens`` blocks in one ``BlockPool`` (free queue,
+reference counts, prefix-cache keys); the remainder slots, and vLLM v1's null block, are overhead.
+A request holds ``cdiv(num_tokens, B)`` blocks for the ``num_tokens`` tokens the scheduler asks
+for (those computed plus those the step computes): the prompt's at admission, one more whenever
+its last block fills. Token ``t`` (0-based) lives in logical block ``t // B``, slot ``t % B``; the
+block table maps the logical block to a physical one (seed: token 37 at 16 tokens per block ->
+logical block 2, slot 5). A request's blocks go back tail first to the back of the free queue
+(vLLM v1 ``KVCacheManager.free``, the order of vLLM v0.20.0), so its last blocks are evicted first.
 
-Free-list order: new blocks are taken from the front, freed blocks are appended at the back in the
-order of the request's block table.
+With ``enable_prefix_caching`` (vLLM's automatic prefix caching):
 
-Sequence groups are served without sharing: a request of ``w = num_seqs`` sequences holds ``w``
-block tables (kept as one list of ``w * c`` entries); ``held_slots`` is per sequence.
+1. ``find_cached_prefix`` looks up the chained keys (``kvsim.tokens``) of the request's full blocks
+   in order and stops at the first miss: whole blocks only, at most ``(num_tokens - 1) // B`` of
+   them, so the last token is always computed (vLLM ``find_longest_cache_hit``);
+2. ``allocate`` touches the hit blocks (taking free ones out of the queue, which is why a hit on a
+   free block counts against the free blocks) and takes fresh ones for the rest;
+3. full blocks are cached inside the allocation call, for every token the step will compute, so a
+   request admitted later in the same step already hits them (vLLM ``allocate_slots``);
+4. hits are counted once per admission, first admissions and re-admissions after a preemption
+   apart (vLLM v0.33.0 ``record_prefix_cache_stats``; PR #25787).
+
+Sequence groups (``n`` samples or ``k`` beams of one request, the ``vllm-v0`` profile) are
+``kvsim.groups.SequenceGroup`` block tables over the same pool: the prompt's blocks are shared by
+every sequence and the partly filled last block is copied on the first write (vLLM v0
+``BlockSpaceManager.append_slot``); ``share_sequence_groups=False`` gives each sequence its own
+copy instead. ``held_slots`` is per sequence.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
-from kvsim.allocators.base import Allocator, AllocatorStats, AllocResult, IntArray
+from kvsim.allocators.base import (
+    NO_HIT,
+    Allocator,
+    AllocatorStats,
+    AllocResult,
+    IntArray,
+    PrefixHit,
+    SpanSlots,
+    prefix_cache_counters,
+)
+from kvsim.allocators.block_pool import BlockPool
+from kvsim.groups import CountingPool, SequenceGroup, peak_new_blocks
 from kvsim.request import Request
+from kvsim.tokens import KeyChain, StreamKeys, stream_segments
 from kvsim.units import cdiv
 
 
+@dataclass(slots=True)
+class SwappedKV:
+    """A request's KV moved to the CPU: its blocks and, for a group, which entry held which.
+
+    Attributes:
+        num_blocks: distinct blocks moved (each shared block once).
+        group: the group with its tables as indices into the moved blocks, or ``None``.
+    """
+
+    num_blocks: int
+    group: SequenceGroup | None = None
+    layout: list[list[int]] = field(default_factory=list)
+
+
 class PagedAllocator(Allocator):
-    """vLLM-style block allocator.
+    """vLLM-style block allocator with optional prefix caching and group sharing.
 
     Args:
         capacity_tokens: pool size in token slots.
         bytes_per_token: KV bytes per slot.
         block_size_tokens: tokens per block (>= 1).
-        watermark: share of all blocks that admission keeps free (vLLM's block manager default is
-            0.01) so that running requests can grow without immediate preemption. Growth of a
-            running request may use them.
+        watermark: share of the blocks vLLM v0's admission keeps free (``can_admit``; v0's
+            block manager uses 0.01), so running requests can grow without immediate preemption.
+        enable_prefix_caching: cache full blocks across requests (see the module docstring).
+        share_sequence_groups: a group's sequences share prompt blocks (copy-on-write).
+        reserve_null_block: block 0 is vLLM v1's null block, never handed out.
     """
 
     name = "paged"
+    paged = True
+    caches_prefixes = True
 
     def __init__(
         self,
@@ -44,6 +92,9 @@ class PagedAllocator(Allocator):
         bytes_per_token: int = 1,
         block_size_tokens: int = 16,
         watermark: float = 0.0,
+        enable_prefix_caching: bool = False,
+        share_sequence_groups: bool = True,
+        reserve_null_block: bool = False,
     ) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
         if block_size_tokens < 1:
@@ -52,62 +103,165 @@ class PagedAllocator(Allocator):
             raise ValueError(f"watermark: must be in [0, 1), got {watermark}")
         self.block_size_tokens = block_size_tokens
         self.num_blocks = capacity_tokens // block_size_tokens
-        if self.num_blocks < 1:
+        if self.num_blocks < 1 + reserve_null_block:
             raise ValueError(
-                f"capacity_tokens ({capacity_tokens}) holds no block of {block_size_tokens} tokens"
+                f"capacity_tokens ({capacity_tokens}) holds no usable block of "
+                f"{block_size_tokens} tokens"
             )
+        self.pool = BlockPool(self.num_blocks, reserve_null_block=reserve_null_block)
+        self.num_usable_blocks = self.num_blocks - reserve_null_block
         self.watermark_blocks = int(watermark * self.num_blocks)
-        # the free queue: ids from _free_head on; taken at the front, freed appended at the back
-        self._free_list: list[int] = list(range(self.num_blocks))
-        self._free_head = 0
-        self.ref_cnt = [0] * self.num_blocks
-        self.block_tables: dict[int, list[int]] = {}
-        self._widths: dict[int, int] = {}  # sequences of group requests (absent: 1)
-        self._num_table_entries = 0  # sum of block-table lengths, kept for O(1) stats()
+        self.enable_prefix_caching = enable_prefix_caching
+        self.share_sequence_groups = share_sequence_groups
+        self.block_tables: dict[int, list[int]] = {}  # single-sequence requests
+        self.groups: dict[int, SequenceGroup] = {}  # multi-sequence requests
+        self.key_chain = KeyChain()
+        self._keys: dict[int, StreamKeys] = {}
+        self._num_cached: dict[int, int] = {}  # leading blocks of a live request now cached
+        self._sum_distinct = 0  # sum over live requests of the distinct blocks each points at
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        self.preempted_queries = 0
+        self.preempted_hits = 0
+        self.num_cow_copies = 0
 
+    # -- queries ----------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free_list) - self._free_head
+        """Blocks with ref count 0 (empty or cached)."""
+        return self.pool.num_free
 
     @property
     def num_free_tokens(self) -> int:
-        return (len(self._free_list) - self._free_head) * self.block_size_tokens
-
-    def free_block_ids(self) -> list[int]:
-        """Free block ids, front (next to be taken) first."""
-        return self._free_list[self._free_head :]
+        return self.pool.num_free * self.block_size_tokens
 
     @property
-    def overhead_slots(self) -> int:
-        return self.capacity_tokens - self.num_blocks * self.block_size_tokens
+    def usable_capacity_tokens(self) -> int:
+        return self.num_usable_blocks * self.block_size_tokens
+
+    def free_block_ids(self) -> list[int]:
+        """Free block ids, front (next to be taken or evicted) first."""
+        return self.pool.free_order()
 
     def held_slots(self, req_id: int) -> int:
-        per_seq = len(self.block_tables.get(req_id, ())) // self._widths.get(req_id, 1)
-        return per_seq * self.block_size_tokens
+        table = self.block_tables.get(req_id)
+        if table is not None:
+            return len(table) * self.block_size_tokens
+        group = self.groups.get(req_id)
+        if group is None:
+            return 0
+        if group.parents is not None:  # beams may branch at every token: allocate every step
+            return group.length
+        return len(group.seqs[0]) * self.block_size_tokens
+
+    def block_table(self, req_id: int, seq: int = 0) -> list[int]:
+        """Physical block ids of sequence ``seq`` of a request (a copy)."""
+        table = self.block_tables.get(req_id)
+        if table is not None:
+            return list(table)
+        return list(self.groups[req_id].seqs[seq])
 
     def slot_of(self, req_id: int, token_index: int) -> tuple[int, int]:
         """Physical ``(block_id, offset)`` of a request's token ``token_index`` (0-based)."""
         logical, offset = divmod(token_index, self.block_size_tokens)
-        return self.block_tables[req_id][logical], offset
+        return self.block_table(req_id)[logical], offset
 
-    def num_blocks_needed(self, req_id: int, num_tokens: int) -> int:
-        """New blocks needed so ``req_id`` holds ``num_tokens`` tokens in total."""
-        w = self._widths.get(req_id, 1)
-        have = len(self.block_tables.get(req_id, ())) // w
-        return w * max(0, cdiv(num_tokens, self.block_size_tokens) - have)
+    def _stream_keys(self, request: Request) -> StreamKeys:
+        keys = self._keys.get(request.req_id)
+        if keys is None:
+            keys = self._keys[request.req_id] = StreamKeys(
+                self.key_chain, stream_segments(request), self.block_size_tokens, request.cache_salt
+            )
+        return keys
 
-    def _need(self, request: Request, num_tokens: int) -> int:
-        if request.req_id in self.block_tables or request.num_seqs == 1:
-            return self.num_blocks_needed(request.req_id, num_tokens)
-        return request.num_seqs * cdiv(num_tokens, self.block_size_tokens)
+    @staticmethod
+    def _fork_point(request: Request) -> int:
+        """Tokens a new request's root holds: all known tokens, or a group's prompt."""
+        return request.prompt_tokens if request.num_seqs > 1 else request.num_tokens
 
-    def num_slots_needed(self, request: Request, num_tokens: int) -> int:
-        return self._need(request, num_tokens) * self.block_size_tokens
+    def find_cached_prefix(self, request: Request) -> PrefixHit:
+        if not self.enable_prefix_caching or request.req_id in self.block_tables:
+            return NO_HIT
+        cap = (self._fork_point(request) - 1) // self.block_size_tokens
+        if cap <= 0:
+            return NO_HIT
+        keys, lookup = self._stream_keys(request), self.pool.cached.get
+        hits: list[int] = []
+        for i in range(cap):
+            block_id = lookup(keys.key(i))
+            if block_id is None:
+                break
+            hits.append(block_id)
+        if not hits:
+            return NO_HIT
+        return PrefixHit(len(hits) * self.block_size_tokens, tuple(hits))
 
-    def can_allocate(self, request: Request, num_tokens: int) -> bool:
-        need = self._need(request, num_tokens)
-        reserve = 0 if request.req_id in self.block_tables else self.watermark_blocks
-        return need + reserve <= self.num_free_blocks
+    def _new_group(self, request: Request) -> SequenceGroup:
+        group = SequenceGroup(
+            self.block_size_tokens, request.num_seqs, shared=self.share_sequence_groups
+        )
+        if request.beam_width > 1 and request.num_seqs > 1:
+            if request.beam_parents is None:
+                raise ValueError(f"request {request.req_id}: beam search needs beam_parents")
+            group.parents = request.beam_parents
+        return group
+
+    def _group_admission_need(self, request: Request, num_tokens: int, num_hits: int) -> int:
+        """Fresh blocks admitting a group takes: a dry run of start + advance on fake blocks."""
+        prefill = self._fork_point(request)
+        root = cdiv(prefill, self.block_size_tokens)
+        fake = [-1 - i for i in range(root)]
+        pool = CountingPool(dict.fromkeys(fake, 1))
+        group = self._new_group(request)
+        group.start(fake, prefill, pool)
+        group.advance(num_tokens, pool)
+        return root - num_hits + pool.peak
+
+    def _need(self, request: Request, num_tokens: int, hit: PrefixHit) -> int:
+        """Free blocks ``allocate(request, num_tokens, hit)`` takes (hit blocks that are free
+        count, since touching them takes them out of the free queue)."""
+        b = self.block_size_tokens
+        table = self.block_tables.get(request.req_id)
+        if table is not None:
+            return max(0, -(num_tokens // -b) - len(table))
+        group = self.groups.get(request.req_id)
+        if group is not None:
+            if num_tokens <= group.length:
+                return 0
+            if group.parents is not None:
+                refs = {blk: self.pool.ref(blk) for blk in group.local}
+                return peak_new_blocks(group, num_tokens, refs)
+            copies = group.width - 1 if group.cow_pending else 0
+            return copies + group.width * max(0, cdiv(num_tokens, b) - len(group.seqs[0]))
+        if request.num_seqs == 1:
+            need = cdiv(num_tokens, b) - len(hit.blocks)
+        else:
+            need = self._group_admission_need(request, num_tokens, len(hit.blocks))
+        ref = self.pool.ref_cnt
+        return need + sum(1 for blk in hit.blocks if ref[blk] == 0)
+
+    def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
+        return self._need(request, num_tokens, hit) * self.block_size_tokens
+
+    def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        return self._need(request, num_tokens, hit) <= self.pool.num_free
+
+    def can_admit(self, request: Request, num_tokens: int) -> bool:
+        """vLLM v0: the whole prompt's blocks (hits ignored) leave the watermark free."""
+        return self._admission_need(request, num_tokens) <= self.pool.num_free
+
+    def _admission_need(self, request: Request, num_tokens: int) -> int:
+        if request.num_seqs == 1 or request.req_id in self.groups:
+            need = self._need(request, num_tokens, NO_HIT)
+        elif self.share_sequence_groups:  # v0 counts the shared prompt blocks once
+            need = cdiv(num_tokens, self.block_size_tokens)
+        else:
+            need = self._group_admission_need(request, num_tokens, 0)
+        known = request.req_id in self.block_tables or request.req_id in self.groups
+        return need + (0 if known else self.watermark_blocks)
+
+    def can_append_v0(self, request: Request) -> bool:
+        return request.num_seqs <= self.pool.num_free
 
     def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
         if request is None or self.can_allocate(request, num_tokens):
@@ -121,101 +275,283 @@ class PagedAllocator(Allocator):
         return np.where(free_slots >= need, free_slots, 0)
 
     def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
-        reserve = 0 if request.req_id in self.block_tables else self.watermark_blocks
-        return (self._need(request, num_tokens) + reserve) * self.block_size_tokens
+        return self._admission_need(request, num_tokens) * self.block_size_tokens
 
-    def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
-        table = self.block_tables.get(request.req_id)
+    # -- mutations --------------------------------------------------------------------------
+    def allocate(
+        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+    ) -> AllocResult | None:
+        rid = request.req_id
+        table = self.block_tables.get(rid)
         if table is not None:
-            w = request.num_seqs
-            have = len(table) // w  # blocks per sequence
-            need = w * (-(num_tokens // -self.block_size_tokens) - have)
-            if need <= 0:
-                return self._nothing_new  # the last block still has room
-        else:
-            need = self._need(request, num_tokens)
-        if need > len(self._free_list) - self._free_head:
+            extra = -(num_tokens // -self.block_size_tokens) - len(table)
+            result = self._nothing_new
+            if extra > 0:
+                if extra > self.pool.num_free:
+                    return None
+                table += self.pool.take(extra)
+                self._sum_distinct += extra
+                result = self._result(extra * self.block_size_tokens, extra)
+            if self.enable_prefix_caching:
+                self._cache_full_blocks(request, table, num_tokens)
+            return result
+        group = self.groups.get(rid)
+        if group is not None:
+            return self._grow_group(request, group, num_tokens)
+        return self._admit(request, num_tokens, hit)
+
+    def _admit(self, request: Request, num_tokens: int, hit: PrefixHit) -> AllocResult | None:
+        need = self._need(request, num_tokens, hit)
+        if need > self.pool.num_free:
             return None
-        if table is None:
-            table = self.block_tables[request.req_id] = []
-            if request.num_seqs > 1:
-                self._widths[request.req_id] = request.num_seqs
-        new = self._take_free(need)
-        ref_cnt = self.ref_cnt
-        for block_id in new:
-            ref_cnt[block_id] += 1
-        table.extend(new)
-        self._num_table_entries += need
-        return self._result(need * self.block_size_tokens, need)
+        free_before = self.pool.num_free
+        hits = list(hit.blocks)
+        self.pool.touch(hits)
+        b = self.block_size_tokens
+        if request.num_seqs == 1:
+            table = hits + self.pool.take(cdiv(num_tokens, b) - len(hits))
+            self.block_tables[request.req_id] = table
+            self._sum_distinct += len(table)
+        else:
+            prefill = self._fork_point(request)
+            root = hits + self.pool.take(cdiv(prefill, b) - len(hits))
+            group = self._new_group(request)
+            group.start(root, prefill, self.pool)
+            group.advance(num_tokens, self.pool)
+            self.num_cow_copies += group.num_copies
+            self.groups[request.req_id] = group
+            self._widths[request.req_id] = group.width
+            self._sum_distinct += group.num_distinct_blocks
+            table = root
+            num_tokens = min(num_tokens, prefill)  # only the shared prompt blocks are cached
+        if self.enable_prefix_caching:
+            self._record_lookup(request, hit)
+            self._num_cached[request.req_id] = len(hits)
+            self._cache_full_blocks(request, table, num_tokens)
+        taken = free_before - self.pool.num_free
+        return self._result(taken * b, taken, hit.num_tokens)
+
+    def _record_lookup(self, request: Request, hit: PrefixHit) -> None:
+        looked_up = self._fork_point(request)
+        if request.num_preemptions:
+            self.preempted_queries += looked_up
+            self.preempted_hits += hit.num_tokens
+        else:
+            self.prefix_cache_queries += looked_up
+            self.prefix_cache_hits += hit.num_tokens
+
+    def _cache_full_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
+        """Cache the blocks that ``num_tokens`` tokens fill (vLLM ``cache_full_blocks``)."""
+        upto = num_tokens // self.block_size_tokens
+        start = self._num_cached.get(request.req_id, 0)
+        if upto <= start:
+            return
+        keys, register = self._stream_keys(request), self.pool.register
+        for i in range(start, upto):
+            register(table[i], keys.key(i))
+        self._num_cached[request.req_id] = upto
+
+    def _grow_group(
+        self, request: Request, group: SequenceGroup, num_tokens: int
+    ) -> AllocResult | None:
+        if num_tokens <= group.length:
+            return self._nothing_new
+        if self._need(request, num_tokens, NO_HIT) > self.pool.num_free:
+            return None
+        free_before = self.pool.num_free
+        self._sum_distinct -= group.num_distinct_blocks
+        copies = group.num_copies
+        group.advance(num_tokens, self.pool)
+        self.num_cow_copies += group.num_copies - copies
+        self._sum_distinct += group.num_distinct_blocks
+        taken = max(0, free_before - self.pool.num_free)
+        return self._result(taken * self.block_size_tokens, taken)
 
     def free(self, req_id: int) -> None:
         table = self.block_tables.pop(req_id, None)
-        if table is None:
-            raise KeyError(f"free(): unknown req_id {req_id}")
-        self._widths.pop(req_id, None)
-        self._num_table_entries -= len(table)
-        ref_cnt = self.ref_cnt
-        for block_id in table:
-            ref_cnt[block_id] -= 1
-        self._free_list.extend([b for b in table if ref_cnt[b] == 0])
+        if table is not None:
+            self._sum_distinct -= len(table)
+            self.pool.release(reversed(table))
+        else:
+            group = self.groups.pop(req_id, None)
+            if group is None:
+                raise KeyError(f"free(): unknown req_id {req_id}")
+            self._widths.pop(req_id, None)
+            self._sum_distinct -= group.num_distinct_blocks
+            group.release_all(self.pool)
+        self._num_cached.pop(req_id, None)
+        self._keys.pop(req_id, None)
 
-    def _take_free(self, need: int) -> list[int]:
-        """Pop ``need`` block ids from the front of the free queue."""
-        head = self._free_head
-        taken = self._free_list[head : head + need]
-        head += need
-        if head > 4096 and 2 * head > len(self._free_list):  # drop the consumed prefix
-            del self._free_list[:head]
-            head = 0
-        self._free_head = head
-        return taken
+    # -- swap (vLLM v0) ---------------------------------------------------------------------
+    def num_distinct_blocks(self, req_id: int) -> int:
+        """Physical blocks the request points at (a block shared by its sequences once)."""
+        table = self.block_tables.get(req_id)
+        return len(table) if table is not None else self.groups[req_id].num_distinct_blocks
 
+    def swap_out(self, req_id: int) -> SwappedKV:
+        """Free a request's GPU blocks, returning what ``swap_in`` needs to rebuild them."""
+        table = self.block_tables.get(req_id)
+        if table is not None:
+            swapped = SwappedKV(len(table))
+        else:
+            group = self.groups[req_id]
+            index: dict[int, int] = {}
+            layout = [[index.setdefault(blk, len(index)) for blk in seq] for seq in group.seqs]
+            swapped = SwappedKV(len(index), group, layout)
+        self.free(req_id)
+        return swapped
+
+    def can_swap_in(self, request: Request, swapped: SwappedKV) -> bool:
+        """vLLM v0 ``can_swap_in``: the blocks plus one per sequence leave the watermark free."""
+        need = swapped.num_blocks + request.num_seqs + self.watermark_blocks
+        return need <= self.pool.num_free
+
+    def swap_in(self, request: Request, swapped: SwappedKV) -> None:
+        """Take fresh blocks for a swapped-out request and rebuild its tables."""
+        blocks = self.pool.take(swapped.num_blocks)
+        self._sum_distinct += swapped.num_blocks
+        group = swapped.group
+        if group is None:
+            self.block_tables[request.req_id] = blocks
+            return
+        group.seqs = [[blocks[i] for i in seq] for seq in swapped.layout]
+        group.local = {}
+        for seq in group.seqs:
+            for blk in seq:
+                group.local[blk] = group.local.get(blk, 0) + 1
+        for blk, count in group.local.items():
+            for _ in range(count - 1):
+                self.pool.incref(blk)
+        self.groups[request.req_id] = group
+        self._widths[request.req_id] = group.width
+
+    # -- vectorised hooks -------------------------------------------------------------------
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         b = self.block_size_tokens
         return -(lengths // -b) * b
 
-    def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
+    def max_growth_steps(
+        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
+    ) -> int:
         if len(lengths) == 0 or k_max <= 0:
             return max(k_max, 0)
+        return self._largest_fit(lengths, held_slots, k_max, 1, reserve_slots)
+
+    def _largest_fit(
+        self,
+        lengths: IntArray,
+        held_now: IntArray,
+        k_max: int,
+        widths: IntArray | int,
+        reserve_slots: int,
+    ) -> int:
         b = self.block_size_tokens
-        free = self.num_free_blocks
+        free = self.pool.num_free * b - reserve_slots
 
         def fits(k: int) -> bool:
-            new_slots = np.maximum(-((lengths + k) // -b) * b - held_slots, 0).sum()
-            return int(new_slots) <= free * b
+            grown = -((lengths + k) // -b) * b
+            return int((widths * np.maximum(grown - held_now, 0)).sum()) <= free
 
         if fits(k_max):
             return k_max
-        lo, hi = 0, k_max  # fits(lo) is True (lengths are already allocated), fits(hi) False
+        lo, hi = 0, k_max  # fits(hi) is False; find the largest k that fits
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo
+        return lo if fits(lo) else 0
 
+    def max_growth_steps_for(
+        self,
+        requests: Sequence[Request],
+        lengths: IntArray,
+        held_now: IntArray,
+        k_max: int,
+        reserve_slots: int = 0,
+    ) -> int:
+        if not self.groups or len(lengths) == 0 or k_max <= 1:
+            return self.max_growth_steps(lengths, held_now, k_max, reserve_slots)
+        groups = [self.groups.get(r.req_id) for r in requests]
+        if any(g is not None and (g.parents is not None or g.cow_pending) for g in groups):
+            return 1  # beams branch every step; a pending copy-on-write needs one step alone
+        widths = np.array([r.num_seqs for r in requests], np.int64)
+        return self._largest_fit(lengths, held_now, k_max, widths, reserve_slots)
+
+    def span_slots(
+        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
+    ) -> SpanSlots:
+        """Slots counted once where blocks are shared: a parallel group holds ``s + w (c - s)``
+        blocks at ``c`` blocks per sequence (``s`` shared prompt blocks), a beam group (one-step
+        spans) its real count, and blocks shared across requests (prefix hits) are subtracted."""
+        used = self.num_usable_blocks - self.pool.num_free
+        cross = self._sum_distinct - used
+        if not self.groups and cross == 0:
+            return super().span_slots(requests, lengths, final, held_now)
+        b = self.block_size_tokens
+        groups = [self.groups.get(r.req_id) for r in requests]
+        widths = np.array([g.width if g else 1 for g in groups], np.int64)[:, None]
+        shared = np.array([g.num_shared_blocks if g else 0 for g in groups], np.int64)[:, None]
+        c = -(lengths // -b)
+        phys = shared + widths * (c - shared)
+        for i, g in enumerate(groups):
+            if g is not None and g.parents is not None:
+                phys[i, :] = g.num_distinct_blocks
+        held = phys.sum(axis=0) * b - cross * b
+        token = held - (widths * (c * b - lengths)).sum(axis=0)
+        internal = (widths * np.maximum(c * b - final[:, None], 0)).sum(axis=0)
+        unshared = (widths * c).sum(axis=0) * b
+        return SpanSlots(held, token, internal, unshared)
+
+    # -- accounting -------------------------------------------------------------------------
     def stats(self) -> AllocatorStats:
-        held = self._num_table_entries * self.block_size_tokens
-        overhead = self.capacity_tokens - self.num_blocks * self.block_size_tokens
+        b = self.block_size_tokens
+        held = (self.num_usable_blocks - self.pool.num_free) * b
+        overhead = self.capacity_tokens - self.num_usable_blocks * b
+        num_requests = len(self.block_tables) + len(self.groups)
         return AllocatorStats(
-            self.capacity_tokens, held, overhead, self.num_free_tokens, len(self.block_tables)
+            self.capacity_tokens, held, overhead, self.num_free_tokens, num_requests
         )
+
+    def prefix_cache_summary(self) -> dict[str, Any]:
+        """vLLM-style prefix-cache counters (tokens) and group-sharing counters (blocks, bytes)."""
+        out: dict[str, Any] = {}
+        if self.enable_prefix_caching:
+            out.update(
+                prefix_cache_counters(
+                    self.prefix_cache_queries,
+                    self.prefix_cache_hits,
+                    self.bytes_per_token,
+                    self.preempted_queries,
+                    self.preempted_hits,
+                )
+            )
+            out["num_cache_evictions"] = self.pool.num_evictions
+        if self.num_cow_copies or self.groups:
+            block_bytes = self.block_size_tokens * self.bytes_per_token
+            out["num_cow_copies"] = self.num_cow_copies
+            out["cow_copy_bytes"] = self.num_cow_copies * block_bytes
+        return out
 
     def check_invariants(self) -> None:
         super().check_invariants()
+        self.pool.check()
         counts = [0] * self.num_blocks
+        if self.pool.null_block is not None:
+            counts[self.pool.null_block] = 1
+        distinct = 0
         for table in self.block_tables.values():
-            for block_id in table:
-                counts[block_id] += 1
-        assert counts == self.ref_cnt, "paged: ref_cnt does not match block tables"
-        entries = sum(len(t) for t in self.block_tables.values())
-        assert entries == self._num_table_entries, (
-            f"paged: {entries} block-table entries, counter says {self._num_table_entries}"
+            for blk in table:
+                counts[blk] += 1
+            distinct += len(set(table))
+        for req_id, group in self.groups.items():
+            local: dict[int, int] = {}
+            for seq in group.seqs:
+                for blk in seq:
+                    counts[blk] += 1
+                    local[blk] = local.get(blk, 0) + 1
+            assert local == group.local, f"paged: group {req_id} local ref counts drifted"
+            assert len(group.seqs) == group.width, f"group {req_id}: {len(group.seqs)} sequences"
+            distinct += len(local)
+        assert counts == self.pool.ref_cnt, "paged: ref_cnt does not match block tables"
+        assert distinct == self._sum_distinct, (
+            f"paged: distinct blocks {distinct} != counter {self._sum_distinct}"
         )
-        free_ids = self.free_block_ids()
-        free = set(free_ids)
-        assert len(free) == len(free_ids), "paged: a block is on the free list twice"
-        for block_id in range(self.num_blocks):
-            in_use = self.ref_cnt[block_id] > 0
-            assert in_use != (block_id in free), (
-                f"paged: block {block_id} ref_cnt {self.ref_cnt[block_id]} but "
-                f"{'on' if block_id in free else 'off'} the free list"
-            )

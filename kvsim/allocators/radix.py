@@ -1,19 +1,21 @@
 """Radix-tree prefix cache with page size 1 (SGLang ``RadixCache`` style).
 
-Cached tokens live in a radix tree whose edges carry token runs. A new request matches its prompt
-against the tree (at most ``P' - 1`` tokens: the last prompt token is always recomputed), splitting
-the node where the match ends inside an edge, and *locks* the matched path (``lock_ref`` + 1 on each
-node up to the root). Its other tokens take private slots. When it leaves (finish or preemption)
-its computed tokens are inserted into the tree (its private slots become tree slots; duplicates of
-what the tree already holds are freed) and its path is unlocked. When free slots run short,
-unlocked leaves are evicted least recently used first (a logical clock ticks at every match and
-insert: the allocator knows no simulated time), and a parent left childless and unlocked becomes
-a leaf in turn.
+Cached tokens live in a radix tree whose edges carry token runs. A new request matches its known
+tokens against the tree (at most ``num_tokens - 1``: the last one is always computed; the match is
+the ``PrefixHit`` of ``find_cached_prefix``), splitting the node where the match ends inside an
+edge, and *locks* the matched path (``lock_ref`` + 1 on each node up to the root). Every token a
+step will compute is inserted into the tree inside the allocation call, below the request's
+path, which moves its lock down (SGLang's ``cache_unfinished_req``, done at allocation as vLLM
+caches full blocks inside ``allocate_slots``): a request admitted later in the same step already
+hits it. When a request leaves (finish or preemption) its path is unlocked. When free slots run
+short, unlocked leaves are evicted least recently used first (a logical clock ticks at every
+match and insert: the allocator knows no simulated time), and a parent left childless and
+unlocked becomes a leaf in turn.
 
-Accounting (slots): ``free + evictable + protected + private == capacity``; ``evictable`` (tree
-tokens in unlocked nodes) counts as free for the contract, since an allocation may reclaim it;
+Accounting (slots): ``free + evictable + protected == capacity``; ``evictable`` (tree tokens in
+unlocked nodes) counts as free for the contract, since an allocation may reclaim it;
 ``evictable + protected == cached``. Tenants' salts give separate trees, so they never share.
-Sequence groups are not served here (use ``shared_prefix``).
+Sequence groups are not served here (use ``paged``).
 
     root -- [sys prompt 0..39] --+-- [user A 0..9]        split at 40 when user B arrives:
                                  +-- [user B 0..12]       both requests lock [sys prompt]
@@ -29,10 +31,12 @@ from typing import Any
 import numpy as np
 
 from kvsim.allocators.base import (
+    NO_HIT,
     Allocator,
     AllocatorStats,
     AllocResult,
     IntArray,
+    PrefixHit,
     SpanSlots,
     prefix_cache_counters,
 )
@@ -44,7 +48,7 @@ from kvsim.tokens import stream_segments
 class RadixNode:
     """A tree node: the token run on the edge from its parent, lock count and LRU stamp."""
 
-    key: tuple[int, ...]
+    key: list[int]
     parent: RadixNode | None = None
     children: dict[int, RadixNode] = field(default_factory=dict)
     lock_ref: int = 0
@@ -53,12 +57,11 @@ class RadixNode:
 
 @dataclass(slots=True)
 class _Held:
-    """A live request: its locked path end, matched (shared) tokens and private slots."""
+    """A live request: its locked path end and the tokens on that path (all it holds)."""
 
     request: Request
     node: RadixNode
     matched: int
-    private: int
 
 
 class RadixAllocator(Allocator):
@@ -70,36 +73,43 @@ class RadixAllocator(Allocator):
     """
 
     name = "radix"
+    caches_prefixes = True
 
     def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
         self.roots: dict[str | None, RadixNode] = {}
         self.live: dict[int, _Held] = {}
-        self._free = capacity_tokens  # slots neither cached nor private
+        self._free = capacity_tokens  # slots not in any tree
         self.cached_tokens = 0
         self.protected_tokens = 0
-        self._sum_private = 0
+        self._tokens: dict[int, list[int]] = {}  # token ids of requests seen, until freed
         self._sum_matched = 0
         self._clock = 0
         self._seg_ids: dict[Hashable, int] = {}
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.preempted_queries = 0
+        self.preempted_hits = 0
         self.num_evicted_tokens = 0
 
     # -- token ids and tree walks -----------------------------------------------------------
     def tokens(self, request: Request) -> list[int]:
         """Synthetic token ids of the request's stream (prompt + output of sequence 0)."""
-        out: list[int] = []
-        for seg_id, length in stream_segments(request):
-            sid = self._seg_ids.setdefault(seg_id, len(self._seg_ids))
-            base = sid << 32
-            out.extend(range(base, base + length))
+        out = self._tokens.get(request.req_id)
+        if out is None:
+            out = []
+            for seg_id, length in stream_segments(request):
+                sid = self._seg_ids.setdefault(seg_id, len(self._seg_ids))
+                base = sid << 32
+                out.extend(range(base, base + length))
+            if request.req_id in self.live:
+                self._tokens[request.req_id] = out
         return out
 
     def _root(self, salt: str | None) -> RadixNode:
         root = self.roots.get(salt)
         if root is None:
-            root = self.roots[salt] = RadixNode(())
+            root = self.roots[salt] = RadixNode([])
             root.lock_ref = 1  # the root is never evicted
         return root
 
@@ -181,30 +191,44 @@ class RadixAllocator(Allocator):
 
     def held_slots(self, req_id: int) -> int:
         held = self.live.get(req_id)
-        return 0 if held is None else held.matched + held.private
+        return 0 if held is None else held.matched
+
+    def _lookup(self, request: Request) -> tuple[list[RadixNode], int, int]:
+        """Match the request's known tokens but the last against its tenant's tree (pure)."""
+        known = self.tokens(request)[: max(0, request.num_tokens - 1)]
+        root = self.roots.get(request.cache_salt)
+        if root is None:
+            return [], 0, 0
+        return self._match(root, known)
+
+    def find_cached_prefix(self, request: Request) -> PrefixHit:
+        if request.req_id in self.live:
+            return NO_HIT
+        _, matched, partial = self._lookup(request)
+        return PrefixHit(matched + partial) if matched + partial else NO_HIT
 
     def _plan(self, request: Request, num_tokens: int) -> tuple[int, int]:
         """``(slots to take, of the evictable ones those this allocation would lock)``."""
         held = self.live.get(request.req_id)
         if held is not None:
-            return max(0, num_tokens - held.matched - held.private), 0
+            return max(0, num_tokens - held.matched), 0
         if request.num_seqs > 1:
             raise ValueError(
                 f"radix: request {request.req_id} is a sequence group "
-                f"(num_seqs={request.num_seqs}); use the shared_prefix allocator"
+                f"(num_seqs={request.num_seqs}); use the paged allocator"
             )
-        prompt = self.tokens(request)[: max(0, request.num_prefill_tokens - 1)]
-        path, matched, partial = self._match(self._root(request.cache_salt), prompt)
+        path, matched, partial = self._lookup(request)
         locking = sum(len(n.key) for n in path if n.lock_ref == 0)
         if partial:
-            nxt = (path[-1] if path else self._root(request.cache_salt)).children[prompt[matched]]
+            root = self._root(request.cache_salt)
+            nxt = (path[-1] if path else root).children[self.tokens(request)[matched]]
             locking += partial if nxt.lock_ref == 0 else 0
         return max(0, num_tokens - matched - partial), locking
 
-    def num_slots_needed(self, request: Request, num_tokens: int) -> int:
+    def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
         return self._plan(request, num_tokens)[0]
 
-    def can_allocate(self, request: Request, num_tokens: int) -> bool:
+    def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         need, locking = self._plan(request, num_tokens)
         return need <= self.num_free_tokens - locking
 
@@ -225,101 +249,100 @@ class RadixAllocator(Allocator):
         return np.where(free_slots >= need, free_slots, 0)
 
     # -- mutations --------------------------------------------------------------------------
-    def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
+    def allocate(
+        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+    ) -> AllocResult | None:
         need, locking = self._plan(request, num_tokens)
         if need > self.num_free_tokens - locking:
             return None
         self._clock += 1
         held = self.live.get(request.req_id)
         reused = 0
-        if held is None:  # admission inserts running prefixes first: the match may only grow
+        if held is None:
             held = self._admit(request)
             reused = held.matched
-            need = max(0, num_tokens - held.matched)
+        need = max(0, num_tokens - held.matched)
+        if need == 0:
+            return self._nothing_new
         if need > self._free:
             self._evict(need - self._free)
         self._free -= need
-        held.private += need
-        self._sum_private += need
-        return self._result(need, 1 if need else 0, reused)
-
-    def _admit(self, request: Request) -> _Held:
-        self._cache_unfinished()
-        root = self._root(request.cache_salt)
-        prompt = self.tokens(request)[: max(0, request.num_prefill_tokens - 1)]
-        path, matched, partial = self._match(root, prompt)
-        node = path[-1] if path else root
-        if partial:
-            node = self._split(node.children[prompt[matched]], partial)
-            matched += partial
-        self._lock(node, +1)
-        held = self.live[request.req_id] = _Held(request, node, matched, 0)
-        self._sum_matched += matched
-        self.prefix_cache_queries += request.num_prefill_tokens
-        self.prefix_cache_hits += matched
-        return held
-
-    def _insert(self, root: RadixNode, tokens: Sequence[int]) -> tuple[int, RadixNode]:
-        """Insert ``tokens``; return how many were already cached and the node ending them."""
-        path, matched, partial = self._match(root, tokens)
-        node = path[-1] if path else root
-        if partial:
-            node = self._split(node.children[tokens[matched]], partial)
-            matched += partial
-        for n in (*path, node):
-            n.last_access = self._clock
-        if matched < len(tokens):
-            leaf = RadixNode(tuple(tokens[matched:]), node, last_access=self._clock)
-            node.children[tokens[matched]] = leaf
-            self.cached_tokens += len(tokens) - matched
-            node = leaf
-        return matched, node
-
-    def _cache_unfinished(self) -> None:
-        """Insert every live request's computed tokens (SGLang ``cache_unfinished_req``).
-
-        Its private slots for them become tree slots (or are freed where the tree already had
-        the tokens) and its lock moves down to the new end. Run at each admission, so a prefix
-        computed by a running request is a hit for the requests admitted after it.
-        """
-        for held in self.live.values():
-            computed = min(held.request.num_computed_tokens, held.matched + held.private)
-            if computed <= held.matched:
-                continue
-            root = self._root(held.request.cache_salt)
-            already, node = self._insert(root, self.tokens(held.request)[:computed])
-            self._free += already - held.matched  # duplicates of what the tree already held
-            gained = computed - held.matched
-            held.private -= gained
-            self._sum_private -= gained
-            self._sum_matched += gained
+        tokens = self.tokens(request)[held.matched : num_tokens]
+        already, node = self._insert(held.node, tokens)
+        self._free += already  # tokens the tree already held need no slot of their own
+        if node is not held.node:
             self._lock(node, +1)
             self._lock(held.node, -1)
-            held.node, held.matched = node, computed
+        self._sum_matched += num_tokens - held.matched
+        held.node, held.matched = node, num_tokens
+        return self._result(need - already, 1 if need > already else 0, reused)
+
+    def _admit(self, request: Request) -> _Held:
+        root = self._root(request.cache_salt)
+        self.live[request.req_id] = held = _Held(request, root, 0)
+        path, matched, partial = self._lookup(request)
+        node = path[-1] if path else root
+        if partial:
+            node = self._split(node.children[self.tokens(request)[matched]], partial)
+            matched += partial
+        self._lock(node, +1)
+        held.node, held.matched = node, matched
+        self._sum_matched += matched
+        looked_up = request.num_tokens
+        if request.num_preemptions:
+            self.preempted_queries += looked_up
+            self.preempted_hits += matched
+        else:
+            self.prefix_cache_queries += looked_up
+            self.prefix_cache_hits += matched
+        return held
+
+    def _insert(self, node: RadixNode, tokens: Sequence[int]) -> tuple[int, RadixNode]:
+        """Insert ``tokens`` below ``node``; return how many were already there and the end node.
+
+        A leaf only this request locks grows in place (its own output, one token per step).
+        """
+        if not tokens:
+            return 0, node
+        if not node.children and node.lock_ref == 1 and node.parent is not None:
+            node.key.extend(tokens)
+            node.last_access = self._clock
+            self.cached_tokens += len(tokens)
+            self.protected_tokens += len(tokens)
+            return 0, node
+        path, matched, partial = self._match(node, tokens)
+        end = path[-1] if path else node
+        if partial:
+            end = self._split(end.children[tokens[matched]], partial)
+            matched += partial
+        for n in path:
+            n.last_access = self._clock
+        if matched < len(tokens):
+            leaf = RadixNode(list(tokens[matched:]), end, last_access=self._clock)
+            end.children[tokens[matched]] = leaf
+            self.cached_tokens += len(tokens) - matched
+            end = leaf
+        return matched, end
 
     def free(self, req_id: int) -> None:
         held = self.live.pop(req_id, None)
         if held is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
         self._clock += 1
-        request = held.request
-        computed = min(request.num_computed_tokens, held.matched + held.private)
-        root = self._root(request.cache_salt)
-        already = self._insert(root, self.tokens(request)[:computed])[0] if computed else 0
-        moved = max(0, computed - already)  # private slots that became tree slots
-        self._free += held.private - moved
-        self._sum_private -= held.private
         self._sum_matched -= held.matched
         self._lock(held.node, -1)
+        self._tokens.pop(req_id, None)
 
     # -- vectorised hooks -------------------------------------------------------------------
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         return lengths
 
-    def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
+    def max_growth_steps(
+        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
+    ) -> int:
         if len(lengths) == 0:
             return k_max
-        room = self.num_free_tokens + int((held_slots - lengths).sum())
+        room = self.num_free_tokens - reserve_slots + int((held_slots - lengths).sum())
         return max(0, min(k_max, room // len(lengths)))
 
     def span_slots(
@@ -332,13 +355,17 @@ class RadixAllocator(Allocator):
 
     # -- accounting -------------------------------------------------------------------------
     def stats(self) -> AllocatorStats:
-        held = self.protected_tokens + self._sum_private
+        held = self.protected_tokens
         return AllocatorStats(self.capacity_tokens, held, 0, self.num_free_tokens, len(self.live))
 
     def prefix_cache_summary(self) -> dict[str, Any]:
         """SGLang/vLLM-style counters for the run summary (tokens, bytes)."""
         counters = prefix_cache_counters(
-            self.prefix_cache_queries, self.prefix_cache_hits, self.bytes_per_token
+            self.prefix_cache_queries,
+            self.prefix_cache_hits,
+            self.bytes_per_token,
+            self.preempted_queries,
+            self.preempted_hits,
         )
         return {
             **counters,
@@ -372,10 +399,8 @@ class RadixAllocator(Allocator):
             f"radix: protected {protected} != {self.protected_tokens}"
         )
         assert self.evictable_tokens + self.protected_tokens == self.cached_tokens
-        private = sum(h.private for h in self.live.values())
-        total = self._free + cached + private
+        total = self._free + cached
         assert total == self.capacity_tokens, (
-            f"radix: free {self._free} + cached {cached} + private {private} "
-            f"!= {self.capacity_tokens}"
+            f"radix: free {self._free} + cached {cached} != {self.capacity_tokens}"
         )
         assert self._free >= 0, f"radix: negative free {self._free}"

@@ -2,8 +2,10 @@
 
 The rules follow the PagedAttention paper's Orca baselines (Kwon et al., SOSP 2023, §6.1):
 Max reserves max_model_len; Pow2 over-reserves the output by at most 2x ("if the true output
-length is 25, it reserves 32 positions"); Oracle knows the true output length. Two serving
-defaults complete the set: prompt + max_tokens, and the model's full trained context.
+length is 25, it reserves 32 positions"); Oracle knows the true output length and reserves exactly
+the KV the request writes, ``prompt + output - 1`` slots (the last sampled token is never
+computed, ``kvsim.request``), so it has no internal fragmentation. Two serving defaults complete
+the set: prompt + max_tokens, and the model's full trained context.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def reserved_slots(
     if rule == "pow2":
         return min(max_model_len, prompt + next_power_of_2(output))
     if rule == "oracle":
-        return prompt + output
+        return request.final_kv_tokens
     if rule == "prompt_max_tokens":
         return min(max_model_len, prompt + request.max_tokens)
     if rule == "full_context":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvsim.allocators.base import Allocator, AllocResult, IntArray
+from kvsim.allocators.base import NO_HIT, Allocator, AllocResult, IntArray, PrefixHit
 from kvsim.allocators.reservation import RESERVATION_RULES, reserved_slots
 from kvsim.request import Request
 
@@ -91,12 +91,12 @@ class SlabAllocator(Allocator):
         """All live slabs, ``(start, size)`` in slots."""
         return [slab for slabs in self._slabs.values() for slab in slabs]
 
-    def num_slots_needed(self, request: Request, num_tokens: int) -> int:
+    def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
         if request.req_id in self._slabs:
             return 0
         return request.num_seqs * self.slab_size(request, num_tokens)
 
-    def can_allocate(self, request: Request, num_tokens: int) -> bool:
+    def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         slabs = self._slabs.get(request.req_id)
         if slabs is not None:
             return num_tokens <= slabs[0][1]
@@ -122,7 +122,9 @@ class SlabAllocator(Allocator):
             placed.append(slab)
         return placed
 
-    def allocate(self, request: Request, num_tokens: int) -> AllocResult | None:
+    def allocate(
+        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+    ) -> AllocResult | None:
         slabs = self._slabs.get(request.req_id)
         if slabs is not None:  # a slab never grows in place
             return self._nothing_new if num_tokens <= slabs[0][1] else None
@@ -145,7 +147,9 @@ class SlabAllocator(Allocator):
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         return np.broadcast_to(held_slots[:, None], lengths.shape)
 
-    def max_growth_steps(self, lengths: IntArray, held_slots: IntArray, k_max: int) -> int:
+    def max_growth_steps(
+        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
+    ) -> int:
         if len(lengths) == 0:
             return k_max
         return int(min(k_max, (held_slots - lengths).min()))

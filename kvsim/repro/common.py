@@ -1,4 +1,8 @@
-"""The paper's serving setup and its systems, as ``SimConfig`` builders."""
+"""The paper's serving setup and its systems, as ``SimConfig`` builders.
+
+Every reproduction runs the ``vllm-v0`` engine profile: the paper's vLLM (whole-prompt prefill
+steps, the v0 watermark and decode check, swap for groups), not today's.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ def paper_config(
         "model": "opt-13b",
         "gpu": "a100-40gb",
         "cache": {"kv_cache_gib": KV_CACHE_GIB, **SYSTEMS[system]},
-        "scheduler": {"max_model_len": 2048},
+        "scheduler": {"engine": "vllm-v0", "max_model_len": 2048},
         "cost": COST_PRESET,
         "workload": workload.model_dump(),
         "seed": seed,

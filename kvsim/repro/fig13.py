@@ -38,7 +38,7 @@ FIG13_COLUMNS = (
     "paper",
     "rel_error",
     "mean_batched_requests_time_weighted",
-    "mean_normalized_latency_s",
+    "normalized_latency_seconds_mean",
     "num_requests",
     "num_preemptions",
 )
@@ -64,7 +64,7 @@ def fig13_point(
         "mean_batched_requests_time_weighted": round(
             mean_batched_requests(results.memory, start, end, per="time"), 2
         ),
-        "mean_normalized_latency_s": results.summary.get("mean_normalized_latency_s"),
+        "normalized_latency_seconds_mean": results.summary.get("normalized_latency_seconds_mean"),
         "num_requests": n,
         "num_preemptions": results.summary["num_preemptions"],
     }

@@ -79,10 +79,10 @@ def run_system(system: str, num_requests: int, rate_per_s: float, seed: int) -> 
     paper = PAPER_STACKS[system] or (VLLM_TOKEN_STATES_PCT, None, None, None)
     for c, value in zip(STACK, paper, strict=True):
         row[f"paper_{c}_pct"] = value
-    row["mean_running"] = summary["mean_running"]
+    row["num_requests_running_mean"] = summary["num_requests_running_mean"]
     row["num_blocked_steps"] = summary["num_blocked_steps"]
     row["num_preemptions"] = results.summary["num_preemptions"]
-    row["kv_usage_perc"] = summary["kv_usage_perc"]
+    row["kv_cache_usage_perc"] = summary["kv_cache_usage_perc"]
     row["capacity_tokens"] = config.capacity_tokens
     return row
 

@@ -64,7 +64,9 @@ def recompute_vs_swap(
                 {
                     "block_size_tokens": b,
                     "preemption_mode": mode,
-                    "mean_normalized_latency_s": round(s["mean_normalized_latency_s"], 4),
+                    "normalized_latency_seconds_mean": round(
+                        s["normalized_latency_seconds_mean"], 4
+                    ),
                     "num_preemptions": s["num_preemptions"],
                     "num_swap_fallbacks": s.get("num_swap_fallbacks", 0),
                     "swap_out_bytes": s.get("swap_out_bytes", 0),

@@ -63,9 +63,9 @@ def saved_pct(
         rate_per_s=FIG15_RATE_PER_S,
         num_requests=num_requests,
         seed=seed,
-        cache__allocator="shared_prefix",
+        cache__allocator="paged",
         cache__enable_prefix_caching=False,
-        cache__beam_survival=survival,
+        workload__beam_survival=survival,
         **group,
     )
     res = simulate(cfg)
@@ -157,7 +157,8 @@ def mooncake_hit_rates(
                     "gpu": "h200",
                     "workload": wl,
                     "cache": {
-                        "allocator": "shared_prefix",
+                        "allocator": "paged",
+                        "enable_prefix_caching": True,
                         "kv_cache_gib": gib,
                         "block_size_tokens": block,
                     },
@@ -187,7 +188,8 @@ def prefix_length_hits(
             cfg = config_from_dict(
                 {
                     "cache": {
-                        "allocator": "shared_prefix",
+                        "allocator": "paged",
+                        "enable_prefix_caching": True,
                         "kv_cache_gib": 12,
                         "block_size_tokens": block,
                     },

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvsim.groups import BeamModel
 from kvsim.request import Request
 from kvsim.units import cdiv
 from kvsim.workload.arrivals import arrival_times
@@ -65,6 +66,7 @@ def generate_requests(
         raise ValueError(f"max_model_len must be an integer >= 2 tokens, got {max_model_len!r}")
     spec, trace = _resolve_source(spec)
     arrival_seed, length_seed = rng.integers(0, 2**63 - 1, size=2)
+    beam_seed = int(rng.integers(0, 2**63 - 1))  # drawn after the others: they stay as they were
     arrival_rng = np.random.default_rng(int(arrival_seed))
     length_rng = np.random.default_rng(int(length_seed))
     if trace is None:
@@ -74,7 +76,12 @@ def generate_requests(
     else:
         selected = _select_trace_lengths(spec, trace, arrival_rng, length_rng, max_model_len)
     requests = _build_requests(spec, selected, max_model_len)
-    return apply_sharing(spec, requests, max_model_len)
+    requests = apply_sharing(spec, requests, max_model_len)
+    if spec.beam_width > 1:
+        beams = BeamModel(spec.beam_survival, beam_seed)
+        for req in requests:
+            req.beam_parents = beams.parents(req.req_id, req.num_seqs, req.output_tokens)
+    return requests
 
 
 _WARNED: set[str] = set()
@@ -125,13 +132,43 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
 
 
 def _keep_mask(
-    spec: WorkloadSpec, prompt: np.ndarray, output: np.ndarray, max_model_len: int
+    spec: WorkloadSpec,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    max_model_len: int,
+    *,
+    source: str | None = None,
 ) -> np.ndarray:
-    """Rows passing the minimum-length filters and, for ``overflow="drop"``, the length limit."""
-    keep = (prompt >= spec.min_prompt_tokens) & (output >= spec.min_output_tokens)
-    if spec.overflow == "drop":
+    """Rows passing the minimum-length filters and, for ``overflow="drop"`` (or parametric
+    draws, ``source=None``), the length limit. A trace's dropped rows are logged with counts."""
+    short = (prompt < spec.min_prompt_tokens) | (output < spec.min_output_tokens)
+    keep = ~short
+    long = np.zeros_like(keep)
+    if spec.overflow == "drop" or (source is None and spec.overflow == "reject"):
         capped = output if spec.max_tokens is None else np.minimum(output, spec.max_tokens)
-        keep &= prompt + capped <= max_model_len
+        long = keep & (prompt + capped > max_model_len)
+        keep &= ~long
+    if source is not None and short.any():
+        # rows of 0 tokens are a data problem; a user's own minimum is a filter they asked for
+        default_filters = spec.min_prompt_tokens == 1 and spec.min_output_tokens == 1
+        log = _warn_once if default_filters else logger.info
+        log(
+            "%s: dropped %d of %d rows shorter than min_prompt_tokens = %d or "
+            "min_output_tokens = %d",
+            source,
+            int(short.sum()),
+            len(keep),
+            spec.min_prompt_tokens,
+            spec.min_output_tokens,
+        )
+    if source is not None and long.any():
+        logger.info(
+            "%s: overflow='drop' removed %d of %d rows longer than max_model_len = %d",
+            source,
+            int(long.sum()),
+            len(keep),
+            max_model_len,
+        )
     return np.asarray(keep, dtype=bool)
 
 
@@ -162,7 +199,9 @@ def _sampled_count(spec: WorkloadSpec) -> int | None:
 def _select_trace_arrivals(spec: WorkloadSpec, trace: Trace, max_model_len: int) -> _Selected:
     assert trace.arrival_time_s is not None
     times = trace.arrival_time_s
-    keep = _keep_mask(spec, trace.prompt_tokens, trace.output_tokens, max_model_len)
+    keep = _keep_mask(
+        spec, trace.prompt_tokens, trace.output_tokens, max_model_len, source=trace.path.name
+    )
     keep &= times >= spec.start_s
     if spec.duration_s is not None:
         keep &= times < spec.start_s + spec.duration_s
@@ -182,7 +221,10 @@ def _select_trace_lengths(
     length_rng: np.random.Generator,
     max_model_len: int,
 ) -> _Selected:
-    pool = np.flatnonzero(_keep_mask(spec, trace.prompt_tokens, trace.output_tokens, max_model_len))
+    mask = _keep_mask(
+        spec, trace.prompt_tokens, trace.output_tokens, max_model_len, source=trace.path.name
+    )
+    pool = np.flatnonzero(mask)
     if pool.size == 0:
         raise _no_rows_error(spec, trace.path.name, max_model_len)
     if spec.sample_mode == "replay":
@@ -264,7 +306,8 @@ def _build_requests(spec: WorkloadSpec, sel: _Selected, max_model_len: int) -> l
         prompt = np.minimum(prompt, max_model_len - 1)
         output = np.minimum(output, max_model_len - prompt)
     client_cap = max_model_len if spec.max_tokens is None else spec.max_tokens
-    max_tokens = np.minimum(client_cap, max_model_len - prompt)
+    # a row too long for max_model_len keeps its true output as its cap (the run rejects it)
+    max_tokens = np.maximum(output, np.minimum(client_cap, max_model_len - prompt))
     order = np.argsort(sel.arrival_time_s, kind="stable")
     requests: list[Request] = []
     for req_id, row in enumerate(order.tolist()):

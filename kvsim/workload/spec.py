@@ -53,16 +53,24 @@ class WorkloadSpec(BaseModel):
         min_total_tokens, max_total_tokens, prefill_decode_ratio: ``lengths="uniform"``: total
             tokens uniform on [min, max], split prompt:output = ratio:1.
         max_tokens: the client's output cap in tokens (``None``: only ``max_model_len`` caps).
-        overflow: requests longer than ``max_model_len`` are dropped, or truncated (prompt to at
-            most ``max_model_len - 1`` tokens, then output to fit).
+        overflow: what happens to trace rows longer than ``max_model_len`` (prompt + output):
+            ``"reject"`` keeps them in the workload and the run skips them as vLLM rejects them,
+            counted in the summary (``num_rejected_max_model_len``) and named in a warning;
+            ``"drop"`` filters them out of the trace before rows are chosen (a dataset filter,
+            logged with its count); ``"truncate"`` cuts the prompt to at most
+            ``max_model_len - 1`` tokens, then the output to fit. Parametric lengths are drawn
+            from the distribution truncated at ``max_model_len`` (over-long draws are redrawn).
         min_prompt_tokens, min_output_tokens: drop rows shorter than these (raw lengths).
         num_requests: keep the first this many requests; ``None`` keeps all of a replayed trace
             (or window), all arrivals within ``duration_s``, else 1,000.
         start_s: start of the window on the trace's time axis, in seconds (``arrival="trace"``).
         duration_s: window length in trace seconds (trace arrivals) or simulated seconds
             (synthetic arrivals); ``None`` for no limit.
-        n: parallel samples per request (a sequence group, ``kvsim.groups``).
+        n: parallel samples per request (v0: a sequence group, ``kvsim.groups``; v1: ``n``
+            requests sharing the prompt).
         beam_width: beam-search width per request (1: no beam search; not with ``n > 1``).
+        beam_survival: ``kvsim.groups.BeamModel.survival``, the chance a non-best candidate
+            survives a step; each beam request's tree is drawn from the run's seed.
         shared_prefix_tokens: a system prompt / few-shot prefix of this many tokens, identical on
             every request (of a tenant), prepended to each drawn prompt.
         num_tenants: requests are spread round-robin over this many tenants, each with its own
@@ -96,7 +104,7 @@ class WorkloadSpec(BaseModel):
     prefill_decode_ratio: float = Field(default=3.0, gt=0)
 
     max_tokens: int | None = Field(default=None, ge=1)
-    overflow: Literal["drop", "truncate"] = "drop"
+    overflow: Literal["reject", "drop", "truncate"] = "reject"
     min_prompt_tokens: int = Field(default=1, ge=1)
     min_output_tokens: int = Field(default=1, ge=1)
 
@@ -106,6 +114,9 @@ class WorkloadSpec(BaseModel):
 
     n: int = Field(default=1, ge=1)
     beam_width: int = Field(default=1, ge=1)
+    beam_survival: float = Field(
+        default=0.8646, ge=0, le=1, description="fitted on Figure 15 beam width 4"
+    )
     shared_prefix_tokens: int = Field(default=0, ge=0)
     num_tenants: int = Field(default=1, ge=1)
     num_turns: int = Field(default=1, ge=1)

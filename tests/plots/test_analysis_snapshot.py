@@ -16,9 +16,9 @@ from kvsim.snapshot import pool_ownership, snapshot_frame
 def test_p95_by_hand() -> None:
     # 21 values 0..20: the 95th percentile (linear) is 0.95 * 20 = 19
     values = np.arange(21, dtype=float)
-    out = extra_metrics(pd.DataFrame({"ttft_s": values, "tpot_s": values / 10, "e2e_s": values}))
-    assert out["p95_ttft_s"] == 19.0
-    assert out["p95_tpot_s"] == 1.9
+    out = extra_metrics(pd.DataFrame({"time_to_first_token_seconds": values, "request_time_per_output_token_seconds": values / 10, "e2e_request_latency_seconds": values}))
+    assert out["time_to_first_token_seconds_p95"] == 19.0
+    assert out["request_time_per_output_token_seconds_p95"] == 1.9
 
 
 def test_smallest_budget_needs_every_larger_budget_to_hold() -> None:
@@ -26,18 +26,18 @@ def test_smallest_budget_needs_every_larger_budget_to_hold() -> None:
         {
             "label": ["c"] * 4 + ["p"] * 4,
             "gib": [2, 4, 8, 16] * 2,
-            "p95_ttft_s": [9, 1, 3, 1, 9, 1, 1, 1],  # c: 4 GiB holds but 8 does not -> 16
-            "p95_tpot_s": [0.1] * 8,
+            "time_to_first_token_seconds_p95": [9, 1, 3, 1, 9, 1, 1, 1],  # c: 4 GiB holds but 8 does not -> 16
+            "request_time_per_output_token_seconds_p95": [0.1] * 8,
         }
     )
     out = smallest_budget(
-        table, budget="gib", targets={"p95_ttft_s": 2, "p95_tpot_s": 0.2}, by=["label"]
+        table, budget="gib", targets={"time_to_first_token_seconds_p95": 2, "request_time_per_output_token_seconds_p95": 0.2}, by=["label"]
     )
     assert out.to_dict("records") == [
         {"label": "c", "gib": 16.0, "holds_at_max": True},
         {"label": "p", "gib": 4.0, "holds_at_max": True},
     ]
-    none = smallest_budget(table, budget="gib", targets={"p95_tpot_s": 0.05}, by=["label"])
+    none = smallest_budget(table, budget="gib", targets={"request_time_per_output_token_seconds_p95": 0.05}, by=["label"])
     assert none["gib"].isna().all()
     assert not none["holds_at_max"].any()
 

@@ -31,7 +31,7 @@ def test_fig13_batch_sizes_in_band() -> None:
 def test_explosion_rate_interpolates() -> None:
     # baseline 0.1 s/token -> threshold 0.4; crossing between 2 (0.2) and 3 (0.6): 2 + 0.2/0.4 = 2.5
     sweep = pd.DataFrame(
-        {"rate_per_s": [1.0, 2.0, 3.0], "mean_normalized_latency_s": [0.1, 0.2, 0.6]}
+        {"rate_per_s": [1.0, 2.0, 3.0], "normalized_latency_seconds_mean": [0.1, 0.2, 0.6]}
     )
     assert explosion_rate(sweep, factor=4.0) == pytest.approx(2.5)
     assert explosion_rate(sweep, threshold_s=1.0) == math.inf

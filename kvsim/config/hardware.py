@@ -1,0 +1,182 @@
+"""The model, the GPU and how the model is split over GPUs: frozen, validated specs and KV sizes.
+
+``ModelSpec.bytes_per_token`` is the whole model's KV per token. Under tensor parallelism of size
+``tp`` and pipeline parallelism of size ``pp`` one GPU holds ``max(1, num_kv_heads // tp)`` KV heads
+(heads are split across ranks, and replicated when ``tp`` exceeds them: vLLM
+``ModelConfig.get_num_kv_heads``) of ``cdiv(num_layers, pp)`` layers (the largest stage of vLLM's
+``get_pp_indices`` split; every rank gets the block count of the smallest, vLLM
+``get_kv_cache_configs``), in the KV cache's dtype (``kv_cache_dtype``: "auto" is the model's dtype,
+the fp8 variants 1 byte; vLLM ``STR_DTYPE_TO_TORCH_DTYPE``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvsim.units import cdiv
+
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+class Frozen(BaseModel):
+    """Base of every config section: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@cache
+def preset_table(kind: str) -> dict[str, dict[str, Any]]:
+    """The ``kvsim/data/{kind}.toml`` presets (``"models"``, ``"gpus"``, ``"costs"``) by name."""
+    text = resources.files("kvsim.data").joinpath(f"{kind}.toml").read_text()
+    return tomllib.loads(text)
+
+
+def resolve_preset(kind: str, value: Any) -> Any:
+    """Turn a preset name (``"opt-13b"``) or ``{preset = "opt-13b", ...}`` into field values."""
+    if isinstance(value, str):
+        value = {"preset": value}
+    if isinstance(value, dict) and "preset" in value:
+        presets = preset_table(kind)
+        name = str(value["preset"]).lower()
+        if name not in presets:
+            raise ValueError(f"unknown {kind[:-1]} preset {name!r}; choose from {sorted(presets)}")
+        return {"name": name, **presets[name], **{k: v for k, v in value.items() if k != "preset"}}
+    return value
+
+
+class ModelSpec(Frozen):
+    """A decoder-only transformer's size, as far as KV memory and step cost need it.
+
+    ``bytes_per_token = 2 (K and V) * num_layers * num_kv_heads * head_dim * dtype_bytes``; OPT-13B
+    in FP16 gives 819,200 bytes (800 KiB), as in the PagedAttention paper (Kwon et al., SOSP 2023).
+
+    Attributes:
+        num_params: parameter count (weights).
+        dtype_bytes: bytes per weight element (and per KV element under ``kv_cache_dtype="auto"``).
+        max_position_embeddings: the trained context in tokens; ``max_model_len`` defaults to it.
+    """
+
+    name: str = "custom"
+    num_layers: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    num_params: int = Field(ge=1, description="parameter count (weights)")
+    dtype_bytes: int = Field(default=2, ge=1, description="bytes per weight element")
+    max_position_embeddings: int = Field(default=2048, ge=2, description="trained context, tokens")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, value: Any) -> Any:
+        return resolve_preset("models", value)
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelSpec:
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        return self
+
+    @property
+    def hidden_size(self) -> int:
+        """Attention width: ``num_attention_heads * head_dim``."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes one token holds across all layers and heads, in the model's dtype."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights (``num_params * dtype_bytes``)."""
+        return self.num_params * self.dtype_bytes
+
+
+class GpuSpec(Frozen):
+    """One GPU: memory (bytes), HBM bandwidth (bytes/s), FP16 FLOP/s, link bandwidths (bytes/s).
+
+    ``nvlink_bandwidth_bytes_per_s`` is one direction of the GPU-to-GPU link (NVLink: A100 600 GB/s
+    and H100/H200 900 GB/s in total, half each way), used by tensor-parallel all-reduces.
+    """
+
+    name: str = "custom"
+    memory_bytes: int = Field(ge=1)
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
+    fp16_flops_per_s: float = Field(gt=0)
+    pcie_bandwidth_bytes_per_s: float = Field(default=25.6e9, gt=0)
+    nvlink_bandwidth_bytes_per_s: float = Field(default=300e9, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, value: Any) -> Any:
+        return resolve_preset("gpus", value)
+
+
+class ParallelConfig(Frozen):
+    """How the model is split over GPUs (``tensor_parallel_size``, ``pipeline_parallel_size``).
+
+    Tensor parallelism splits every layer's heads and weights over ``tensor_parallel_size`` GPUs;
+    pipeline parallelism splits the layers into ``pipeline_parallel_size`` stages. The KV budget
+    (``cache.kv_cache_gib`` or the derived one) is per GPU, as vLLM sizes it per worker.
+    """
+
+    tensor_parallel_size: int = Field(default=1, ge=1, le=1024)
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=1024)
+
+    @property
+    def world_size(self) -> int:
+        """GPUs serving one replica: ``tensor_parallel_size * pipeline_parallel_size``."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+def check_parallel_fits_model(model: ModelSpec, parallel: ParallelConfig) -> None:
+    """vLLM's split rules: heads divide by TP, KV heads divide TP or TP divides them, one layer
+    per stage at least.
+
+    Raises:
+        ValueError: naming the sizes that do not split.
+    """
+    tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
+    if model.num_attention_heads % tp:
+        raise ValueError(
+            f"parallel.tensor_parallel_size: {model.name} has {model.num_attention_heads} "
+            f"attention heads, not divisible by tensor_parallel_size = {tp}"
+        )
+    kv = model.num_kv_heads
+    if kv % tp and tp % kv:
+        raise ValueError(
+            f"parallel.tensor_parallel_size: {model.name} has {kv} KV heads; tensor_parallel_size "
+            f"= {tp} must divide them or be a multiple of them"
+        )
+    if pp > model.num_layers:
+        raise ValueError(
+            f"parallel.pipeline_parallel_size: {pp} stages for {model.num_layers} layers"
+        )
+
+
+def kv_dtype_bytes(model: ModelSpec, kv_cache_dtype: KvCacheDtype) -> int:
+    """Bytes per KV element: the model's dtype for ``"auto"``, 1 for the fp8 variants."""
+    return 1 if kv_cache_dtype in FP8_KV_DTYPES else model.dtype_bytes
+
+
+def kv_bytes_per_token_per_gpu(
+    model: ModelSpec, parallel: ParallelConfig, kv_cache_dtype: KvCacheDtype = "auto"
+) -> int:
+    """KV bytes one token takes on one GPU (the module docstring gives the split)."""
+    heads = max(1, model.num_kv_heads // parallel.tensor_parallel_size)
+    layers = cdiv(model.num_layers, parallel.pipeline_parallel_size)
+    return 2 * layers * heads * model.head_dim * kv_dtype_bytes(model, kv_cache_dtype)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, parallel: ParallelConfig) -> int:
+    """Weights one GPU holds: an even share of ``weight_bytes`` over ``world_size`` GPUs."""
+    return cdiv(model.weight_bytes, parallel.world_size)

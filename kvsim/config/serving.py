@@ -1,0 +1,213 @@
+"""The serving engine's knobs: the KV cache, the scheduler, and the two engine profiles' defaults.
+
+Names follow vLLM's engine arguments. Knobs left unset (``None``) take the engine profile's
+default, resolved once into an ``EngineArgs`` record that the scheduler reads:
+
+- ``max_model_len``: the model's context under both.
+- ``enable_chunked_prefill``: v1 True; v0 False (the profile's only mode).
+- ``max_num_batched_tokens``: v1 8,192 on a GPU of >= 70 GiB other than an A100, else 2,048
+  (without chunked prefill at least ``max_model_len``); v0 ``max(max_model_len, 2048)``.
+- ``max_num_seqs``: v1 1,024 on such a GPU, else 256; v0 256.
+- ``enable_prefix_caching``: v1 True; v0 False.
+- ``watermark``: v1 none; v0 0.01 of the blocks kept free at admission.
+- preemption: v1 recompute (no swap); v0 recompute a single sequence, swap a group.
+- null block: v1 reserves block 0 (request blocks have ids from 1); v0 none.
+
+The v1 batch defaults are vLLM's for ``vllm serve`` (``EngineArgs._set_default_args``, usage context
+``OPENAI_API_SERVER``); the v0 ones are ``vllm/engine/arg_utils.py`` of v0.6.6.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
+from kvsim.units import GiB
+
+EngineName = Literal["vllm-v1", "vllm-v0"]
+ENGINES: tuple[EngineName, ...] = ("vllm-v1", "vllm-v0")
+V0_WATERMARK = 0.01  # vLLM v0 BlockSpaceManager(watermark=0.01)
+LARGE_GPU_BYTES = 70 * GiB  # vLLM: ">= 70 GiB and not an A100" gets the larger batch defaults
+
+
+class CacheSpec(Frozen):
+    """The KV pool and its allocator.
+
+    The KV budget per GPU is ``kv_cache_bytes`` or ``kv_cache_gib`` when given, else derived as
+    vLLM does: ``gpu_memory_utilization * gpu.memory_bytes - weights on the GPU -
+    activation_headroom_bytes``. ``reservation`` applies to contiguous allocators only: ``max``
+    (max_model_len), ``pow2`` (prompt + true output rounded up to a power of two), ``oracle``
+    (exactly the KV the request will write), ``prompt_max_tokens`` (prompt + the request's
+    max_tokens), ``full_context`` (the model's trained context), each capped at max_model_len
+    except full_context.
+
+    Attributes:
+        kv_cache_dtype: ``"auto"`` (the model's dtype) or an fp8 variant (1 byte per element).
+        watermark: share of the blocks v0's admission keeps free (``None``: 0.01 under
+            ``vllm-v0``; vLLM v1 has none, so setting it under ``vllm-v1`` is an error).
+        enable_prefix_caching: automatic prefix caching on paged pools (``None``: the profile's
+            default, on for ``vllm-v1`` and off for ``vllm-v0``).
+        share_sequence_groups: sequences of a group (``n`` samples, beams) share their prompt
+            blocks with copy-on-write (vLLM v0, the paper's §4.4); ``False`` gives every sequence
+            its own blocks (the unshared baseline Figure 15 divides by).
+    """
+
+    allocator: str = "paged"
+    block_size_tokens: int = Field(default=16, ge=1)
+    reservation: Literal["max", "pow2", "oracle", "prompt_max_tokens", "full_context"] = "max"
+    kv_cache_bytes: int | None = Field(default=None, ge=1)
+    kv_cache_gib: float | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    activation_headroom_bytes: int = Field(default=2 * GiB, ge=0)
+    kv_cache_dtype: KvCacheDtype = "auto"
+    watermark: float | None = Field(default=None, ge=0, lt=1)
+    enable_prefix_caching: bool | None = None
+    share_sequence_groups: bool = True
+
+    @field_validator("allocator")
+    @classmethod
+    def _known_allocator(cls, name: str) -> str:
+        from kvsim.allocators import ALLOCATORS
+
+        if name not in ALLOCATORS:
+            raise ValueError(f"unknown allocator {name!r}; choose from {sorted(ALLOCATORS)}")
+        return name
+
+
+class SchedulerConfig(Frozen):
+    """Continuous-batching knobs (names as vLLM's engine arguments; ``None``: profile default).
+
+    Attributes:
+        engine: ``"vllm-v1"`` (today's vLLM, the default) or ``"vllm-v0"`` (the paper's engine).
+        long_prefill_token_threshold: v1 caps one request's prefill chunk at this many tokens
+            per step (0: no cap).
+        preemption_mode: ``None`` is vLLM's rule (v1: recompute; v0: recompute a single
+            sequence, swap a multi-sequence group); ``"swap"`` is v0 only.
+        swap_space_gib: CPU swap space per GPU for v0's swapped KV, GiB (vLLM's ``swap_space``).
+        max_preemptions_per_request: livelock guard (kvsim's, not vLLM's).
+    """
+
+    engine: EngineName = "vllm-v1"
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=2)
+    enable_chunked_prefill: bool | None = None
+    long_prefill_token_threshold: int = Field(default=0, ge=0)
+    preemption_mode: Literal["recompute", "swap"] | None = None
+    swap_space_gib: float = Field(
+        default=4.0, ge=0, description="CPU swap space for preempted KV, GiB (vLLM's swap_space)"
+    )
+    max_preemptions_per_request: int = Field(default=1000, ge=1, description="livelock guard")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineArgs:
+    """The knobs a run uses, every default resolved (see the module docstring's table).
+
+    Attributes:
+        engine: the profile.
+        max_num_seqs: sequences running at once (a group of ``w`` counts ``w``).
+        max_num_batched_tokens: tokens one step computes at most.
+        max_model_len: prompt + output tokens of one request at most.
+        enable_chunked_prefill: v1 splits prompts over steps to fit the token budget.
+        long_prefill_token_threshold: v1 chunk cap per request and step (0: none).
+        enable_prefix_caching: automatic prefix caching on paged pools.
+        watermark: share of blocks admission keeps free (0 under v1).
+        preemption_mode: the user's choice, ``None`` for vLLM's rule.
+        swap_space_gib: CPU swap space per GPU (v0).
+        reserve_null_block: block 0 is vLLM v1's null block (usable blocks = blocks - 1).
+        max_preemptions_per_request: livelock guard.
+    """
+
+    engine: EngineName
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_chunked_prefill: bool
+    long_prefill_token_threshold: int
+    enable_prefix_caching: bool
+    watermark: float
+    preemption_mode: Literal["recompute", "swap"] | None
+    swap_space_gib: float
+    reserve_null_block: bool
+    max_preemptions_per_request: int
+
+
+def resolve_engine_args(
+    scheduler: SchedulerConfig, cache: CacheSpec, model: ModelSpec, gpu: GpuSpec
+) -> EngineArgs:
+    """Fill the profile's defaults and check the knobs against each other (vLLM's own checks).
+
+    Raises:
+        ValueError: a knob the profile does not have (swap or a watermark under v1, chunked
+            prefill under v0), or knobs that contradict each other; the message names the field.
+    """
+    v1 = scheduler.engine == "vllm-v1"
+    max_model_len = scheduler.max_model_len or model.max_position_embeddings
+    chunked = v1 if scheduler.enable_chunked_prefill is None else scheduler.enable_chunked_prefill
+    _check_profile_knobs(scheduler, cache, chunked)
+    if v1:
+        large = gpu.memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
+        seqs = scheduler.max_num_seqs or (1024 if large else 256)
+        batched = scheduler.max_num_batched_tokens or 0
+        if not batched:  # vLLM's defaulting: the table, >= max_model_len unchunked, capped
+            batched = 8192 if large else 2048
+            batched = batched if chunked else max(max_model_len, batched)
+            batched = min(seqs * max_model_len, batched)
+    else:
+        batched = scheduler.max_num_batched_tokens or max(max_model_len, 2048)
+        seqs = scheduler.max_num_seqs or 256
+    if not chunked and batched < max_model_len:
+        raise ValueError(
+            f"scheduler.max_num_batched_tokens ({batched}) must be >= max_model_len "
+            f"({max_model_len}) without chunked prefill (a whole prompt is one step's tokens)"
+        )
+    if batched < seqs:
+        raise ValueError(
+            f"scheduler.max_num_batched_tokens ({batched}) must be >= max_num_seqs ({seqs}), "
+            "as vLLM requires (every running sequence decodes one token per step)"
+        )
+    caching = v1 if cache.enable_prefix_caching is None else cache.enable_prefix_caching
+    watermark = cache.watermark if cache.watermark is not None else (0.0 if v1 else V0_WATERMARK)
+    return EngineArgs(
+        engine=scheduler.engine,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=batched,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=scheduler.long_prefill_token_threshold,
+        enable_prefix_caching=caching,
+        watermark=watermark,
+        preemption_mode=scheduler.preemption_mode,
+        swap_space_gib=scheduler.swap_space_gib,
+        reserve_null_block=v1,
+        max_preemptions_per_request=scheduler.max_preemptions_per_request,
+    )
+
+
+def _check_profile_knobs(scheduler: SchedulerConfig, cache: CacheSpec, chunked: bool) -> None:
+    if scheduler.engine == "vllm-v1":
+        if scheduler.preemption_mode == "swap":
+            raise ValueError(
+                "scheduler.preemption_mode: 'swap' is a vLLM v0 feature (v1 always recomputes); "
+                "set scheduler.engine = 'vllm-v0' to swap"
+            )
+        if cache.watermark:
+            raise ValueError(
+                f"cache.watermark: vLLM v1 keeps no admission watermark, got {cache.watermark}; "
+                "set scheduler.engine = 'vllm-v0' or drop the watermark"
+            )
+        return
+    if chunked:
+        raise ValueError(
+            "scheduler.enable_chunked_prefill: the vllm-v0 profile follows v0's _schedule_default "
+            "(whole prompts, no chunked prefill); use scheduler.engine = 'vllm-v1' to chunk"
+        )
+    if scheduler.long_prefill_token_threshold:
+        raise ValueError(
+            "scheduler.long_prefill_token_threshold: a vLLM v1 knob (chunked prefill); "
+            "the vllm-v0 profile has no chunks"
+        )

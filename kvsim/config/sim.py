@@ -1,0 +1,211 @@
+"""``SimConfig``: one run's validated, frozen configuration, and loading it from TOML.
+
+Configs load from TOML (``tomllib``), validate with pydantic (errors name the field path, what
+was expected and what was got) and serialise canonically, so a hash of one is a sweep point's key.
+Serving defaults that depend on the model or GPU are resolved into ``SimConfig.engine_args``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from kvsim.config.cost_spec import CostSpec
+from kvsim.config.hardware import (
+    Frozen,
+    GpuSpec,
+    ModelSpec,
+    ParallelConfig,
+    check_parallel_fits_model,
+    kv_bytes_per_token_per_gpu,
+    weight_bytes_per_gpu,
+)
+from kvsim.config.memory import check_memory
+from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
+from kvsim.units import GiB
+from kvsim.workload import WorkloadSpec, load_workload
+
+
+class SimConfig(Frozen):
+    """One simulation run: everything needed to reproduce it bit for bit.
+
+    Sections: ``model``, ``gpu``, ``parallel`` (tensor/pipeline parallel sizes), ``cache``,
+    ``scheduler`` (with the engine profile), ``workload``, ``cost``; plus the ``seed`` of every
+    random draw.
+    """
+
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec.model_validate("opt-13b"))
+    gpu: GpuSpec = Field(default_factory=lambda: GpuSpec.model_validate("a100-40gb"))
+    parallel: ParallelConfig = ParallelConfig()
+    cache: CacheSpec = CacheSpec()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    workload: WorkloadSpec = WorkloadSpec()
+    cost: CostSpec = CostSpec()
+    seed: int = Field(default=0, ge=0)
+    debug_invariants: bool = False
+    record_memory: bool = True
+    memory_resolution: Literal["event", "step"] = Field(
+        default="event",
+        description="one memory row per engine event (fast-forwarded span) or per step (slower)",
+    )
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload_preset(cls, value: Any) -> Any:
+        """``workload = "azure_conv"`` or ``{preset = "azure_conv", ...}`` loads ``workloads/``."""
+        if isinstance(value, str):
+            value = {"preset": value}
+        if isinstance(value, dict) and "preset" in value:
+            rest = {k: v for k, v in value.items() if k != "preset"}
+            try:
+                return load_workload(value["preset"], **rest)
+            except FileNotFoundError as err:
+                raise ValueError(str(err)) from None
+        return value
+
+    @cached_property
+    def engine_args(self) -> EngineArgs:
+        """The serving knobs with every profile default resolved (``config.serving``)."""
+        return resolve_engine_args(self.scheduler, self.cache, self.model, self.gpu)
+
+    @property
+    def max_model_len(self) -> int:
+        """Prompt + output tokens one request may hold (default: the model's context)."""
+        return self.engine_args.max_model_len
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes one token takes on one GPU (KV dtype, TP and PP split applied)."""
+        return kv_bytes_per_token_per_gpu(self.model, self.parallel, self.cache.kv_cache_dtype)
+
+    @property
+    def weight_bytes_per_gpu(self) -> int:
+        """Weights one GPU holds, bytes."""
+        return weight_bytes_per_gpu(self.model, self.parallel)
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """KV budget per GPU in bytes (given, or derived from ``gpu_memory_utilization``)."""
+        if self.cache.kv_cache_bytes is not None:
+            return self.cache.kv_cache_bytes
+        if self.cache.kv_cache_gib is not None:
+            return int(self.cache.kv_cache_gib * GiB)
+        return int(
+            self.cache.gpu_memory_utilization * self.gpu.memory_bytes
+            - self.weight_bytes_per_gpu
+            - self.cache.activation_headroom_bytes
+        )
+
+    @property
+    def capacity_tokens(self) -> int:
+        """KV pool size in token slots: ``kv_cache_bytes // bytes_per_token``."""
+        return max(0, self.kv_cache_bytes) // self.bytes_per_token
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SimConfig:
+        check_parallel_fits_model(self.model, self.parallel)
+        args = self.engine_args
+        check_memory(self)
+        _check_workload_fits_profile(self, args)
+        return self
+
+    def canonical_json(self) -> str:
+        """Canonical serialisation: sorted keys, no whitespace, JSON types."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def key(self) -> str:
+        """Short stable hash of the canonical config (a sweep point's key)."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+
+PAGED_ALLOCATORS = ("paged",)
+
+
+def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
+    """Reject combinations the profile or allocator cannot run (each names the field)."""
+    wl, cache = config.workload, config.cache
+    paged = cache.allocator in PAGED_ALLOCATORS
+    if args.engine == "vllm-v1" and wl.beam_width > 1:
+        raise ValueError(
+            "workload.beam_width: beam search runs outside vLLM v1's engine (LLM.beam_search "
+            "submits one request per step); use scheduler.engine = 'vllm-v0' for the paper's "
+            "in-engine beam search"
+        )
+    groups = args.engine == "vllm-v0" and (wl.n > 1 or wl.beam_width > 1)
+    if groups and args.preemption_mode == "recompute":
+        raise ValueError(
+            "scheduler.preemption_mode: vLLM v0 cannot recompute a multi-sequence group "
+            "(_preempt_by_recompute takes one sequence); leave it unset (recompute single "
+            "sequences, swap groups) or set 'swap'"
+        )
+    swaps = args.engine == "vllm-v0" and (args.preemption_mode == "swap" or groups)
+    if swaps and not paged:
+        raise ValueError(
+            f"cache.allocator: swap preemption moves paged blocks; {cache.allocator!r} is not "
+            "paged (use allocator = 'paged', or preemption_mode = 'recompute' without groups)"
+        )
+    if cache.enable_prefix_caching and not (paged or cache.allocator == "radix"):
+        raise ValueError(
+            f"cache.enable_prefix_caching: prefix caching needs a paged pool, not "
+            f"{cache.allocator!r}"
+        )
+    if cache.allocator == "radix" and (wl.n > 1 or wl.beam_width > 1):
+        raise ValueError(
+            "cache.allocator: 'radix' serves single sequences; use 'paged' for n > 1 or beams"
+        )
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """One line per problem: ``cache.block_size_tokens: must be >= 1 ... got 0``."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "config"
+        msg = e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) or repr(got) in msg else f", got {got!r}"
+        lines.append(f"{loc}: {msg}{shown}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
+    """Load a ``SimConfig`` from TOML with dotted overrides (``{"cache.block_size_tokens": 32}``).
+
+    Raises:
+        ValueError: the file is not valid TOML or a field is invalid (message names the field).
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: invalid TOML: {err}") from None
+    return config_from_dict(data, overrides)
+
+
+def config_from_dict(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> SimConfig:
+    """Validate a plain dict (as from TOML) into a ``SimConfig``; see ``load_config``."""
+    data = json.loads(json.dumps(data))  # deep copy, plain types
+    for dotted, value in (overrides or {}).items():
+        set_dotted(data, dotted, value)
+    try:
+        return SimConfig.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(format_validation_error(err)) from None
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``data["a"]["b"] = value`` for ``dotted == "a.b"``, creating tables as needed."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        child = node.setdefault(part, {})
+        if isinstance(child, str):  # a preset name: keep it, then override one field
+            child = node[part] = {"preset": child}
+        node = child
+    node[leaf] = value

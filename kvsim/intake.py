@@ -1,0 +1,129 @@
+"""From a config to the requests the engine serves: generate, fan out, and reject what cannot run.
+
+- ``requests_for(config)``: the workload's requests, drawn from the config's seed.
+- ``fan_out``: vLLM v1 serves a request with ``n > 1`` samples as ``n`` independent requests
+  (``vllm/v1/engine/parallel_sampling.py``, ``ParentRequest``) with the same prompt, so they share
+  its blocks only through the prefix cache.
+- ``split_runnable``: vLLM rejects a request longer than ``max_model_len`` before it reaches the
+  engine (and v0 ignores a prompt whose blocks exceed the pool); kvsim counts such requests,
+  names them in one warning, and runs the rest (``strict``: an error instead).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from kvsim.allocators.base import Allocator
+from kvsim.config import SimConfig
+from kvsim.request import Request
+from kvsim.tokens import prompt_segments
+from kvsim.workload import generate_requests
+
+logger = logging.getLogger(__name__)
+
+
+def requests_for(config: SimConfig) -> list[Request]:
+    """The workload's requests for ``config`` (same config and seed, same requests).
+
+    Raises:
+        DataNotFoundError: a trace the workload names is missing.
+        ValueError: a malformed trace or an empty selection.
+    """
+    rng = np.random.default_rng(config.seed)
+    return generate_requests(config.workload, rng, max_model_len=config.max_model_len)
+
+
+def fan_out(requests: list[Request]) -> list[Request]:
+    """Split every ``n > 1`` request into ``n`` single requests (vLLM v1), renumbered in order.
+
+    The samples keep the parent's prompt identity (so they share its cached blocks) and their
+    ``parent_id``; each generates its own output.
+    """
+    if all(r.n == 1 for r in requests):
+        return requests
+    out: list[Request] = []
+    for req in requests:
+        if req.n == 1:
+            out.append(replace(req, req_id=len(out)))
+            continue
+        segments = prompt_segments(req)
+        for _ in range(req.n):
+            out.append(
+                replace(req, req_id=len(out), n=1, token_segments=segments, parent_id=req.req_id)
+            )
+    return out
+
+
+@dataclass
+class Rejected:
+    """Requests that cannot run, by reason (``max_model_len``: prompt + output exceeds it;
+    ``kv_pool``: the empty pool cannot hold its KV)."""
+
+    max_model_len: list[Request] = field(default_factory=list)
+    kv_pool: list[Request] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.max_model_len) + len(self.kv_pool)
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "num_requests_rejected": self.count,
+            "num_rejected_max_model_len": len(self.max_model_len),
+            "num_rejected_kv_pool": len(self.kv_pool),
+        }
+
+    def message(self, total: int, max_model_len: int, capacity_tokens: int) -> str:
+        """One line naming how many requests cannot run, why, and the first of each kind."""
+        parts = []
+        if self.max_model_len:
+            r = self.max_model_len[0]
+            parts.append(
+                f"{len(self.max_model_len)} longer than max_model_len = {max_model_len:,} "
+                f"(first: request {r.req_id}, prompt {r.prompt_tokens:,} + output "
+                f"{r.output_tokens:,} tokens)"
+            )
+        if self.kv_pool:
+            r = self.kv_pool[0]
+            parts.append(
+                f"{len(self.kv_pool)} whose KV the empty pool of {capacity_tokens:,} slots "
+                f"cannot hold (first: request {r.req_id}, {r.num_seqs} sequence(s) of "
+                f"{r.final_tokens:,} tokens)"
+            )
+        return (
+            f"{self.count:,} of {total:,} requests cannot run and are skipped: "
+            + "; ".join(parts)
+            + " (raise scheduler.max_model_len or the KV budget, or filter the workload)"
+        )
+
+
+def split_runnable(
+    requests: list[Request], config: SimConfig, empty_pool: Allocator
+) -> tuple[list[Request], Rejected]:
+    """Separate the requests that can run from those that never can.
+
+    Args:
+        requests: the workload.
+        config: the run (``max_model_len``).
+        empty_pool: a fresh allocator of the run's kind, queried only (nothing is allocated).
+    """
+    limit = config.max_model_len
+    rejected = Rejected()
+    runnable: list[Request] = []
+    fits: dict[tuple[int, int, int, int], bool] = {}
+    for req in requests:
+        if req.final_tokens > limit:
+            rejected.max_model_len.append(req)
+            continue
+        shape = (req.prompt_tokens, req.output_tokens, req.max_tokens, req.num_seqs)
+        ok = fits.get(shape)
+        if ok is None or req.beam_parents is not None:
+            ok = empty_pool.can_allocate(req, req.final_kv_tokens) and empty_pool.can_admit(
+                req, req.prompt_tokens
+            )
+            fits[shape] = ok
+        (runnable if ok else rejected.kv_pool).append(req)
+    return runnable, rejected

@@ -1,0 +1,34 @@
+"""Continuous-batching schedulers of the two engine profiles over one allocator contract.
+
+``make_scheduler`` builds the profile's scheduler: ``vllm-v1`` (``v1.py``, today's vLLM) or
+``vllm-v0`` (``v0.py``, the PagedAttention paper's engine). Both share ``core.SchedulerCore``.
+"""
+
+from __future__ import annotations
+
+from kvsim.allocators.base import Allocator
+from kvsim.config import EngineArgs
+from kvsim.scheduler.core import PreemptionLivelockError, SchedulerCore
+from kvsim.scheduler.plan import StepPlan
+from kvsim.scheduler.v0 import V0Scheduler
+from kvsim.scheduler.v1 import V1Scheduler
+from kvsim.swap import SwapSpace
+
+
+def make_scheduler(
+    allocator: Allocator, args: EngineArgs, swap: SwapSpace | None = None
+) -> SchedulerCore:
+    """The scheduler of ``args.engine`` over ``allocator`` (``swap``: v0's CPU pool or ``None``)."""
+    if args.engine == "vllm-v1":
+        return V1Scheduler(allocator, args)
+    return V0Scheduler(allocator, args, swap)
+
+
+__all__ = [
+    "PreemptionLivelockError",
+    "SchedulerCore",
+    "StepPlan",
+    "V0Scheduler",
+    "V1Scheduler",
+    "make_scheduler",
+]

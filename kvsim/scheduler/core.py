@@ -1,0 +1,195 @@
+"""What both engine profiles share: queues, recompute preemption, step completion, fast-forward.
+
+Plain Python; talks only to the allocator contract. A profile (``v1.py``, ``v0.py``) plans one
+step in ``schedule``; ``complete`` applies it (vLLM's ``update_from_output``): every scheduled
+request's computed tokens advance by its new tokens, a request whose computed tokens catch up
+with its known tokens samples one (its first sets ``first_token_time_s``), and a request that has
+sampled all its output tokens finishes and frees its KV at once, so its last token never gets a
+KV slot.
+
+A plan whose later steps would all be "every running request decodes one token" may be
+fast-forwarded ``k`` steps at once (``max_extension``/``extend``): up to the first finish and as
+far as every request can grow without an allocation failing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from kvsim.allocators.base import NO_HIT, Allocator, IntArray, PrefixHit
+from kvsim.config import EngineArgs
+from kvsim.request import Request
+from kvsim.scheduler.plan import StepPlan
+
+
+class PreemptionLivelockError(RuntimeError):
+    """A request was preempted more often than ``max_preemptions_per_request``."""
+
+
+class SchedulerCore:
+    """FCFS continuous batching over one allocator; ``schedule`` is the profile's.
+
+    Args:
+        allocator: the KV allocation policy.
+        args: the run's resolved engine arguments (``SimConfig.engine_args``).
+    """
+
+    def __init__(self, allocator: Allocator, args: EngineArgs) -> None:
+        self.allocator = allocator
+        self.args = args
+        self.token_budget = args.max_num_batched_tokens
+        self.max_num_seqs = args.max_num_seqs
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+        self.has_groups = False  # any sequence group seen: sequences != requests from then on
+        caching = allocator.paged and args.enable_prefix_caching
+        # blocks are cached when they fill, so a caching pool hears of every filled block
+        self.cache_block_tokens = getattr(allocator, "block_size_tokens", 0) if caching else 0
+
+    def add_request(self, request: Request) -> None:
+        """Queue an arrived request at the back of the waiting queue."""
+        self.waiting.append(request)
+        if request.num_seqs > 1:
+            self.has_groups = True
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def num_running_seqs(self) -> int:
+        """Running sequences (a group of ``w`` counts ``w``)."""
+        if not self.has_groups:
+            return len(self.running)
+        return sum([r.num_seqs for r in self.running])
+
+    def schedule(self) -> StepPlan:
+        """Plan one step (the profile's rules)."""
+        raise NotImplementedError
+
+    # -- allocation and preemption ------------------------------------------------------------
+    def _allocate(self, req: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """Allocate through the allocator and refresh the request's cached held slots."""
+        if num_tokens <= req.num_held_slots:  # hot path: the holding has room
+            cb = self.cache_block_tokens
+            if not cb or num_tokens // cb <= req.num_computed_tokens // cb:
+                return True  # and no block fills, so there is nothing to cache
+        if self.allocator.allocate(req, num_tokens, hit) is None:
+            return False
+        req.num_held_slots = self.allocator.held_slots(req.req_id)
+        return True
+
+    def _preempt_recompute(self, req: Request) -> None:
+        """Drop the request's KV; it re-prefills prompt + outputs from the front of the queue."""
+        self.allocator.free(req.req_id)
+        req.num_computed_tokens = 0
+        req.num_held_slots = 0
+        self._count_preemption(req)
+        self.waiting.appendleft(req)
+
+    def _count_preemption(self, req: Request) -> None:
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        if req.num_preemptions > self.args.max_preemptions_per_request:
+            raise PreemptionLivelockError(
+                f"request {req.req_id} (prompt {req.prompt_tokens}, output {req.output_tokens} "
+                f"tokens) was preempted {req.num_preemptions} times (max_preemptions_per_request "
+                f"= {self.args.max_preemptions_per_request}): the KV pool of "
+                f"{self.allocator.capacity_tokens:,} slots cannot hold the running set; lower "
+                "max_num_seqs or raise the KV budget"
+            )
+
+    def head_of_queue(self) -> tuple[Request, int] | None:
+        """The waiting head and the tokens its admission must place, or ``None``."""
+        if not self.waiting:
+            return None
+        head = self.waiting[0]
+        tokens = head.num_tokens
+        if self.args.enable_chunked_prefill:
+            tokens = min(tokens, self.token_budget)
+        return head, tokens
+
+    # -- completion ---------------------------------------------------------------------------
+    def complete(self, plan: StepPlan, now_s: float, step0_end_s: float) -> list[Request]:
+        """Apply a finished plan; free and return the requests that finished.
+
+        Args:
+            now_s: simulated time at the end of the plan, seconds.
+            step0_end_s: end of its first step (when step 0's tokens are sampled), seconds.
+        """
+        k = plan.num_steps
+        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
+            req.num_computed_tokens += n
+            if req.num_computed_tokens >= req.num_tokens:
+                req.num_output_tokens += 1
+                if req.first_token_time_s is None:
+                    req.first_token_time_s = step0_end_s
+        candidates = plan.scheduled
+        if k > 1:
+            for req in plan.members:
+                req.num_computed_tokens += k - 1
+                req.num_output_tokens += k - 1
+            candidates = plan.members
+        finished = [r for r in candidates if r.num_output_tokens >= r.output_tokens]
+        if finished:
+            for req in finished:
+                req.finish_time_s = now_s
+                req.num_held_slots = 0
+                self.allocator.free(req.req_id)
+            self.running = [r for r in self.running if r.finish_time_s is None]
+        return finished
+
+    # -- fast-forward -------------------------------------------------------------------------
+    def span_arrays(self, plan: StepPlan) -> None:
+        """Fill ``plan.members``, ``lengths0``, ``final``, ``held0`` and ``num_seqs``."""
+        members = plan.members = list(self.running)
+        new = {id(r): n for r, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)}
+        plan.lengths0 = np.array(
+            [m.num_computed_tokens + new.get(id(m), 0) for m in members], np.int64
+        )
+        plan.final = np.array([m.final_kv_tokens for m in members], np.int64)
+        plan.held0 = np.array([m.num_held_slots for m in members], np.int64)
+        if self.has_groups:
+            plan.num_seqs = np.array([m.num_seqs for m in members], np.int64)
+
+    def growth_reserve_slots(self, plan: StepPlan) -> int:
+        """Free slots every decode step of a span must leave (the profile's growth check)."""
+        return 0
+
+    def max_extension(self, plan: StepPlan, k_max: int) -> int:
+        """Steps ``plan`` can cover without any event: no finish, failed growth or admission.
+
+        Returns ``k >= 1``; when ``k > 1`` the k-th step is the first in which a request finishes
+        or the last one its holdings allow.
+        """
+        self.span_arrays(plan)
+        if not plan.extendable or k_max <= 1 or not plan.members:
+            return 1
+        assert plan.lengths0 is not None
+        assert plan.final is not None
+        assert plan.held0 is not None
+        remaining = int((plan.final - plan.lengths0).min())  # decodes left after step 0
+        if remaining <= 0:
+            return 1
+        k = min(k_max, remaining + 1)
+        grow = self.allocator.max_growth_steps_for(
+            plan.members, plan.lengths0, plan.held0, k - 1, self.growth_reserve_slots(plan)
+        )
+        return 1 + grow
+
+    def extend(self, plan: StepPlan, num_steps: int) -> None:
+        """Let ``plan`` cover ``num_steps`` steps, allocating their slots now."""
+        if num_steps <= 1:
+            return
+        assert plan.lengths0 is not None
+        for req, length in zip(plan.members, plan.lengths0.tolist(), strict=True):
+            placed = self._allocate(req, length + num_steps - 1)
+            assert placed, f"fast-forward of {num_steps} steps did not fit req {req.req_id}"
+        plan.num_steps = num_steps
+
+    def span_lengths(self, plan: StepPlan) -> IntArray:
+        """Computed tokens of each member after each step of the plan: int64[n, num_steps]."""
+        assert plan.lengths0 is not None, "span_arrays() must run first"
+        steps = np.arange(plan.num_steps, dtype=np.int64)
+        return plan.lengths0[:, None] + steps[None, :]

@@ -1,0 +1,63 @@
+"""``StepPlan``: what one engine step (or a fast-forwarded span of decode steps) runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvsim.allocators.base import IntArray
+from kvsim.request import Request
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One planned step, possibly extended over ``num_steps`` steps.
+
+    Step 0 computes ``num_new_tokens[i]`` tokens of ``scheduled[i]`` (a prefill chunk, a whole
+    prompt, or one decode token). In every later step of the span each running request (every
+    ``member``) decodes one token, so member ``i`` holds ``lengths0[i] + j`` computed tokens after
+    step ``j``.
+
+    Attributes:
+        scheduled: requests computing in step 0, in scheduling order.
+        num_new_tokens: tokens each computes in step 0 (aligned with ``scheduled``).
+        num_prefills: scheduled requests whose step-0 work is (part of) a prefill.
+        num_preempted: requests preempted while planning it.
+        head_blocked: why the waiting head was not admitted (``"kv"``, ``"max_num_seqs"``,
+            ``"budget"``, ``"preempted"``, ``"swapped"``), ``None`` when nobody waits.
+        extendable: later steps would schedule exactly "every member decodes one token".
+        num_steps: steps this plan covers.
+        swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
+        members: the running requests (rows of the span arrays), filled by ``span_arrays``.
+        lengths0: int64[n] computed tokens of each member after step 0.
+        outputs0: int64[n] output tokens each has sampled after step 0.
+        final: int64[n] KV tokens each ends with (``Request.final_kv_tokens``).
+        held0: int64[n] slots each holds (per sequence) after step 0's allocation.
+        num_seqs: int64[n] sequences of each member, or ``None`` when all are single sequences.
+    """
+
+    scheduled: list[Request] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    num_prefills: int = 0
+    num_preempted: int = 0
+    head_blocked: str | None = None
+    extendable: bool = False
+    num_steps: int = 1
+    swap_blocks: int = 0
+    members: list[Request] = field(default_factory=list)
+    lengths0: IntArray | None = None
+    outputs0: IntArray | None = None
+    final: IntArray | None = None
+    held0: IntArray | None = None
+    num_seqs: IntArray | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing computes in this step."""
+        return not self.scheduled
+
+    def add(self, request: Request, num_new_tokens: int) -> None:
+        """Schedule ``num_new_tokens`` of ``request`` in step 0."""
+        self.scheduled.append(request)
+        self.num_new_tokens.append(num_new_tokens)
+        if num_new_tokens > 1 or request.num_output_tokens == 0:  # not a plain decode
+            self.num_prefills += 1

@@ -1,0 +1,146 @@
+"""The ``vllm-v0`` profile: the PagedAttention paper's engine, whole-prompt steps, swap.
+
+Follows vLLM v0.6.6's default scheduler (``vllm/core/scheduler.py``, ``_schedule_default``), whose
+rules are those of the paper's release (v0.1.7 ``Scheduler._schedule``). Each step is either a
+prefill step or a decode step, never both:
+
+1. **Prefills first**, unless something is swapped out: waiting requests are admitted FCFS while
+   the head's whole prompt (prompt + outputs after a recompute) leaves the watermark free
+   (``BlockSpaceManager.can_allocate``: free - required >= 0.01 of the blocks, prefix hits
+   ignored), fits the step's ``max_num_batched_tokens`` (cached tokens not charged, at least one)
+   and keeps the running sequences <= ``max_num_seqs``; the first head that does not stops
+   admission. If anyone was admitted the step runs only these prefills.
+2. **Otherwise every running request decodes one token**, oldest first. Before each, v0's
+   ``can_append_slot`` wants one free block per sequence of the request, whether or not it needs
+   one; while there is none the last running request is preempted (the request itself when it is
+   the last): recomputed when it is one sequence, swapped out when it is a group (or always, with
+   ``preemption_mode = "swap"``). Recompute victims go to the front of the waiting queue.
+3. **If nobody was preempted**, swapped requests come back (``kvsim.swap``) and decode too.
+"""
+
+from __future__ import annotations
+
+from kvsim.allocators.base import NO_HIT, Allocator
+from kvsim.allocators.paged import PagedAllocator
+from kvsim.config import EngineArgs
+from kvsim.request import Request
+from kvsim.scheduler.core import SchedulerCore
+from kvsim.scheduler.plan import StepPlan
+from kvsim.swap import SwapSpace
+
+
+class V0Scheduler(SchedulerCore):
+    """vLLM v0's default scheduler (see the module docstring).
+
+    Args:
+        allocator: the KV allocation policy.
+        args: the run's resolved engine arguments.
+        swap: the CPU swap pool (paged allocators), or ``None``.
+    """
+
+    def __init__(self, allocator: Allocator, args: EngineArgs, swap: SwapSpace | None) -> None:
+        super().__init__(allocator, args)
+        self.swap = swap
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting or (self.swap and self.swap.has_swapped()))
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        swapped = self.swap is not None and self.swap.has_swapped()
+        if not swapped:
+            self._schedule_prefills(plan)
+        elif self.waiting:
+            plan.head_blocked = "swapped"
+        if not plan.scheduled:
+            self._schedule_decodes(plan)
+            if not plan.num_preempted and self.swap is not None:
+                self._swap_in(plan)
+        if self.swap is not None:
+            plan.swap_blocks = self.swap.take_step_blocks()
+        plan.extendable = (
+            not plan.num_preempted
+            and not plan.swap_blocks
+            and not (self.swap is not None and self.swap.has_swapped())
+            and plan.head_blocked in (None, "kv", "max_num_seqs")
+        )
+        return plan
+
+    def _schedule_prefills(self, plan: StepPlan) -> None:
+        allocator, waiting = self.allocator, self.waiting
+        seqs = self.num_running_seqs()
+        used = 0
+        while waiting:
+            head = waiting[0]
+            num_tokens = head.num_tokens
+            if not allocator.can_admit(head, num_tokens):
+                plan.head_blocked = "kv"
+                return
+            hit = NO_HIT
+            if head.num_computed_tokens == 0 and allocator.caches_prefixes:
+                hit = allocator.find_cached_prefix(head)
+            charged = max(1, num_tokens - hit.num_tokens)
+            if used + charged > self.token_budget:
+                plan.head_blocked = "budget"
+                return
+            if seqs + head.num_seqs > self.max_num_seqs:
+                plan.head_blocked = "max_num_seqs"
+                return
+            placed = self._allocate(head, num_tokens, hit)
+            assert placed, f"can_admit said yes, allocate refused request {head.req_id}"
+            waiting.popleft()
+            self.running.append(head)
+            if head.num_preemptions == 0:
+                head.num_cached_tokens = hit.num_tokens
+            head.num_computed_tokens = hit.num_tokens
+            plan.add(head, num_tokens - hit.num_tokens)
+            used += charged
+            seqs += head.num_seqs
+
+    def _schedule_decodes(self, plan: StepPlan) -> None:
+        allocator, running = self.allocator, self.running
+        i = 0
+        while i < len(running):
+            req = running[i]
+            placed = True
+            while not (
+                allocator.can_append_v0(req) and self._allocate(req, req.num_computed_tokens + 1)
+            ):
+                victim = running.pop()
+                self._preempt(victim)
+                plan.num_preempted += 1
+                if victim is req:
+                    placed = False
+                    break
+            if not placed:
+                break
+            plan.add(req, 1)
+            i += 1
+
+    def _preempt(self, req: Request) -> None:
+        mode = self.args.preemption_mode or ("recompute" if req.num_seqs == 1 else "swap")
+        if mode == "swap" and self.swap is not None:
+            assert isinstance(self.allocator, PagedAllocator)
+            if self.swap.swap_out(req, self.allocator):
+                req.num_held_slots = 0
+                self._count_preemption(req)
+                return
+        self._preempt_recompute(req)  # also the fallback when the CPU pool is full
+
+    def _swap_in(self, plan: StepPlan) -> None:
+        assert self.swap is not None
+        assert isinstance(self.allocator, PagedAllocator)
+        room = self.max_num_seqs - self.num_running_seqs()
+        for req in self.swap.swap_in(self.allocator, room):
+            req.num_held_slots = self.allocator.held_slots(req.req_id)
+            self.running.append(req)
+            placed = self._allocate(req, req.num_computed_tokens + 1)
+            assert placed, f"can_swap_in said yes, the decode of request {req.req_id} did not fit"
+            plan.add(req, 1)
+
+    def growth_reserve_slots(self, plan: StepPlan) -> int:
+        """v0's decode check wants one free block per sequence at every step of a span."""
+        if not self.allocator.paged:
+            return 0
+        widest = int(plan.num_seqs.max()) if plan.num_seqs is not None else 1
+        return widest * int(getattr(self.allocator, "block_size_tokens", 1))

@@ -1,0 +1,114 @@
+"""The ``vllm-v1`` profile: today's vLLM scheduler, one token budget per step, chunked prefill.
+
+Follows ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM v0.20.0, FCFS policy) and
+its tests (``tests/v1/core/test_scheduler.py``). Each step:
+
+1. **Running requests first**, in the order they were admitted: each gets
+   ``num_tokens - num_computed_tokens`` new tokens (1 for a decode, the rest of its prompt for a
+   partial prefill), capped by ``long_prefill_token_threshold`` (when > 0) and by the budget left
+   of ``max_num_batched_tokens``. When its slots cannot be allocated, the last running request is
+   preempted (freed, computed tokens reset to 0, put at the front of the waiting queue) until they
+   can; if the request itself was the last, the running loop stops.
+2. **Then waiting requests, FCFS**, unless a request was preempted in this step: while the budget
+   lasts and fewer than ``max_num_seqs`` run, the head's prefix-cache hit (whole blocks, never its
+   last token) is looked up when it has computed nothing, it is given ``num_tokens - hits`` tokens
+   capped as above (without chunked prefill a prompt larger than the budget left stops the loop,
+   as since vLLM PR #28911), and its slots allocated; the first head that cannot be allocated
+   stops the loop.
+
+Prefill chunks and decodes share the step and are priced together. There is no swap and no
+watermark. Sequence groups do not exist in v1: ``n > 1`` requests are fanned out into ``n``
+requests by the engine (vLLM ``ParentRequest``), which share prompt blocks through the prefix cache.
+"""
+
+from __future__ import annotations
+
+from kvsim.allocators.base import NO_HIT
+from kvsim.scheduler.core import SchedulerCore
+from kvsim.scheduler.plan import StepPlan
+
+
+class V1Scheduler(SchedulerCore):
+    """vLLM v1's FCFS scheduler (see the module docstring)."""
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        budget = self._schedule_running(plan, self.token_budget)
+        if plan.num_preempted:
+            plan.head_blocked = "preempted" if self.waiting else None
+        else:
+            budget = self._schedule_waiting(plan, budget)
+            if self.waiting and plan.head_blocked is None:
+                plan.head_blocked = "budget"
+        plan.extendable = self._extendable(plan)
+        return plan
+
+    def _chunk(self, num_new: int, budget: int) -> int:
+        threshold = self.args.long_prefill_token_threshold
+        if 0 < threshold < num_new:
+            num_new = threshold
+        return min(num_new, budget)
+
+    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
+            if num_new <= 0:
+                i += 1
+                continue
+            target = req.num_computed_tokens + num_new
+            placed = True
+            while not self._allocate(req, target):
+                victim = running.pop()
+                self._preempt_recompute(victim)
+                plan.num_preempted += 1
+                if victim is req:
+                    placed = False
+                    break
+            if not placed:
+                break
+            plan.add(req, num_new)
+            budget -= num_new
+            i += 1
+        return budget
+
+    def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
+        allocator, waiting = self.allocator, self.waiting
+        while waiting and budget > 0:
+            if len(self.running) >= self.max_num_seqs:
+                plan.head_blocked = "max_num_seqs"
+                break
+            head = waiting[0]
+            hit = NO_HIT
+            if head.num_computed_tokens == 0 and allocator.caches_prefixes:
+                hit = allocator.find_cached_prefix(head)
+            num_new = head.num_tokens - head.num_computed_tokens - hit.num_tokens
+            if not self.args.enable_chunked_prefill and num_new > budget:
+                plan.head_blocked = "budget"
+                break
+            num_new = self._chunk(num_new, budget)
+            if not self._allocate(head, head.num_computed_tokens + hit.num_tokens + num_new, hit):
+                plan.head_blocked = "kv"
+                break
+            waiting.popleft()
+            self.running.append(head)
+            if head.num_preemptions == 0:
+                head.num_cached_tokens = hit.num_tokens
+            head.num_computed_tokens += hit.num_tokens
+            plan.add(head, num_new)
+            budget -= num_new
+        return budget
+
+    def _extendable(self, plan: StepPlan) -> bool:
+        """Later steps repeat "every running request decodes one token" until an event."""
+        if plan.num_preempted or plan.head_blocked in ("budget", "preempted"):
+            return False
+        if len(self.running) > self.token_budget:
+            return False
+        new = {id(r): n for r, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)}
+        for req in self.running:  # nobody left mid-prefill after step 0
+            if req.num_tokens - req.num_computed_tokens - new.get(id(req), 0) > 1:
+                return False
+        return True
