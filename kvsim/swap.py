@@ -90,32 +90,30 @@ class SwapSpace:
         self.num_swap_outs += 1
         return True
 
-    def swap_in(self, allocator: PagedAllocator, room_seqs: int) -> list[Request]:
-        """Bring swapped requests back, oldest first, while the GPU can hold them.
+    def swap_in_next(self, allocator: PagedAllocator, room_seqs: int) -> Request | None:
+        """Bring the oldest swapped request back if the GPU can hold it, else ``None``.
 
         Args:
             allocator: the GPU pool.
             room_seqs: how many more sequences may run (``max_num_seqs`` - running sequences).
 
         Returns:
-            The requests swapped in, in order (each holds its blocks as before swap-out).
+            The request swapped in (holding its blocks as before swap-out), or ``None``.
         """
-        back: list[Request] = []
-        while self.swapped:
-            req = self.swapped[0]
-            swapped = self.held[req.req_id]
-            if req.num_seqs > room_seqs or not allocator.can_swap_in(req, swapped):
-                break
-            allocator.swap_in(req, swapped)
-            self.swapped.popleft()
-            del self.held[req.req_id]
-            self.num_free_cpu_blocks += swapped.num_blocks
-            self.step_blocks += swapped.num_blocks
-            self.blocks_in += swapped.num_blocks
-            self.num_swap_ins += 1
-            room_seqs -= req.num_seqs
-            back.append(req)
-        return back
+        if not self.swapped:
+            return None
+        req = self.swapped[0]
+        swapped = self.held[req.req_id]
+        if req.num_seqs > room_seqs or not allocator.can_swap_in(req, swapped):
+            return None
+        allocator.swap_in(req, swapped)
+        self.swapped.popleft()
+        del self.held[req.req_id]
+        self.num_free_cpu_blocks += swapped.num_blocks
+        self.step_blocks += swapped.num_blocks
+        self.blocks_in += swapped.num_blocks
+        self.num_swap_ins += 1
+        return req
 
     def take_step_blocks(self) -> int:
         """Blocks moved (out + in) since the last call; resets the counter."""

@@ -150,8 +150,8 @@ class PagedAllocator(Allocator):
         group = self.groups.get(req_id)
         if group is None:
             return 0
-        if group.parents is not None:  # beams may branch at every token: allocate every step
-            return group.length
+        if group.parents is not None or group.cow_pending:
+            return group.length  # beams branch, and a shared partial block is copied, on write
         return len(group.seqs[0]) * self.block_size_tokens
 
     def block_table(self, req_id: int, seq: int = 0) -> list[int]:
@@ -468,11 +468,13 @@ class PagedAllocator(Allocator):
         k_max: int,
         reserve_slots: int = 0,
     ) -> int:
-        if not self.groups or len(lengths) == 0 or k_max <= 1:
+        if not self.groups or len(lengths) == 0:
             return self.max_growth_steps(lengths, held_now, k_max, reserve_slots)
         groups = [self.groups.get(r.req_id) for r in requests]
-        if any(g is not None and (g.parents is not None or g.cow_pending) for g in groups):
-            return 1  # beams branch every step; a pending copy-on-write needs one step alone
+        if k_max <= 0 or any(
+            g is not None and (g.parents is not None or g.cow_pending) for g in groups
+        ):
+            return 0  # beams branch every step; a pending copy-on-write needs one step alone
         widths = np.array([r.num_seqs for r in requests], np.int64)
         return self._largest_fit(lengths, held_now, k_max, widths, reserve_slots)
 

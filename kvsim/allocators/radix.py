@@ -345,6 +345,20 @@ class RadixAllocator(Allocator):
         room = self.num_free_tokens - reserve_slots + int((held_slots - lengths).sum())
         return max(0, min(k_max, room // len(lengths)))
 
+    def max_growth_steps_for(
+        self,
+        requests: Sequence[Request],
+        lengths: IntArray,
+        held_now: IntArray,
+        k_max: int,
+        reserve_slots: int = 0,
+    ) -> int:
+        """No fast-forward while a request's path goes on in the tree (another request's prompt
+        holds its coming tokens: its growth is then shared, step by step)."""
+        if any(self.live[r.req_id].node.children for r in requests):
+            return 0
+        return self.max_growth_steps(lengths, held_now, k_max, reserve_slots)
+
     def span_slots(
         self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
     ) -> SpanSlots:

@@ -138,17 +138,16 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
             "in-engine beam search"
         )
     groups = args.engine == "vllm-v0" and (wl.n > 1 or wl.beam_width > 1)
-    if groups and args.preemption_mode == "recompute":
+    if groups and paged and args.preemption_mode == "recompute":
         raise ValueError(
             "scheduler.preemption_mode: vLLM v0 cannot recompute a multi-sequence group "
             "(_preempt_by_recompute takes one sequence); leave it unset (recompute single "
             "sequences, swap groups) or set 'swap'"
         )
-    swaps = args.engine == "vllm-v0" and (args.preemption_mode == "swap" or groups)
-    if swaps and not paged:
+    if args.engine == "vllm-v0" and args.preemption_mode == "swap" and not paged:
         raise ValueError(
-            f"cache.allocator: swap preemption moves paged blocks; {cache.allocator!r} is not "
-            "paged (use allocator = 'paged', or preemption_mode = 'recompute' without groups)"
+            f"scheduler.preemption_mode: swap moves paged blocks; {cache.allocator!r} is not "
+            "paged (use allocator = 'paged', or leave preemption_mode unset to recompute)"
         )
     if cache.enable_prefix_caching and not (paged or cache.allocator == "radix"):
         raise ValueError(

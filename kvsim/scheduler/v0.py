@@ -118,6 +118,7 @@ class V0Scheduler(SchedulerCore):
             i += 1
 
     def _preempt(self, req: Request) -> None:
+        # vLLM v0's rule; without a CPU pool (slab allocators) a group restarts from its prompt
         mode = self.args.preemption_mode or ("recompute" if req.num_seqs == 1 else "swap")
         if mode == "swap" and self.swap is not None:
             assert isinstance(self.allocator, PagedAllocator)
@@ -128,15 +129,17 @@ class V0Scheduler(SchedulerCore):
         self._preempt_recompute(req)  # also the fallback when the CPU pool is full
 
     def _swap_in(self, plan: StepPlan) -> None:
+        """Swapped requests come back one at a time, each decoding before the next is tried."""
         assert self.swap is not None
         assert isinstance(self.allocator, PagedAllocator)
         room = self.max_num_seqs - self.num_running_seqs()
-        for req in self.swap.swap_in(self.allocator, room):
+        while (req := self.swap.swap_in_next(self.allocator, room)) is not None:
             req.num_held_slots = self.allocator.held_slots(req.req_id)
             self.running.append(req)
             placed = self._allocate(req, req.num_computed_tokens + 1)
             assert placed, f"can_swap_in said yes, the decode of request {req.req_id} did not fit"
             plan.add(req, 1)
+            room -= req.num_seqs
 
     def growth_reserve_slots(self, plan: StepPlan) -> int:
         """v0's decode check wants one free block per sequence at every step of a span."""
