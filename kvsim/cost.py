@@ -159,6 +159,22 @@ class StepCostModel:
                 raise ValueError(f"cost model returned an invalid duration: {shortest}")
         return durations
 
+    def step_s(
+        self, new_tokens: float, context_tokens: float, attention_pairs: float, num_seqs: float
+    ) -> float:
+        """``steps_s`` of one step, in plain floats (the engine's per-event hot path)."""
+        mem = self.weight_bytes + context_tokens * self.kv_read_bytes_per_token
+        flops = (
+            self.linear_flops_per_token * new_tokens + self.attn_flops_per_pair * attention_pairs
+        )
+        duration = max(mem / self.bandwidth, flops / self.flops)
+        duration += self.overhead_s + self.per_seq_overhead_s * num_seqs
+        if self.tp > 1 or self.pp > 1:
+            duration += float(self.communication_s(np.array([new_tokens]))[0])
+        if not 0 <= duration < float("inf"):  # NaN fails too
+            raise ValueError(f"cost model returned an invalid duration: {duration}")
+        return duration
+
     def communication_s(self, new_tokens: FloatArray) -> FloatArray:
         """Tensor-parallel all-reduces and pipeline stage sends of steps computing
         ``new_tokens`` tokens each (seconds; 0 without parallelism)."""

@@ -167,24 +167,6 @@ class Engine:
             "n / beam_width / max_model_len"
         )
 
-    def _step0_work(self, plan: StepPlan) -> tuple[float, float, float, float]:
-        """``(new tokens, context tokens, attention pairs, sequences)`` of step 0 (see
-        ``StepCostModel.steps_s``): each sequence computes ``c`` tokens after ``o``."""
-        new = context = pairs = seqs = 0.0
-        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
-            o, w = req.num_computed_tokens, req.num_seqs
-            if w > 1 and n == 1 and req.num_output_tokens:  # a group decodes every sequence
-                new += w
-                context += w * o
-                pairs += w * (2 * o + 1)
-            else:  # a group's prefill computes its prompt once and each sequence's outputs
-                c = n + (w - 1) * req.num_output_tokens
-                new += c
-                context += o
-                pairs += 2 * c * o + c * c
-            seqs += w
-        return new, context, pairs, seqs
-
     def _plan_durations(self, plan: StepPlan) -> FloatArray:
         """Fast-forward ``plan`` as far as nothing changes and return its step durations (s).
 
@@ -192,10 +174,7 @@ class Engine:
         ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
         """
         k = self.scheduler.max_extension(plan, self.max_span_steps)
-        new, context, pairs, seqs = self._step0_work(plan)
-        step0 = self.cost.steps_s(
-            np.array([new]), np.array([context]), np.array([pairs]), np.array([seqs])
-        )
+        step0_s = self.cost.step_s(*plan.work)
         if k > 1:
             assert plan.lengths0 is not None
             weights = plan.num_seqs if plan.num_seqs is not None else 1
@@ -203,11 +182,13 @@ class Engine:
             num_seqs = (
                 float(plan.num_seqs.sum()) if plan.num_seqs is not None else len(plan.members)
             )
-            durations = np.concatenate([step0, self.cost.decode_steps_s(start, num_seqs, k - 1)])
+            durations = np.empty(k)
+            durations[0] = step0_s
+            durations[1:] = self.cost.decode_steps_s(start, num_seqs, k - 1)
             k = self._cut_span(durations)
             durations = durations[:k]
         else:
-            durations = step0
+            durations = np.array([step0_s])
         self.scheduler.extend(plan, k)
         self.plan_in_flight = plan
         if plan.swap_blocks:  # [swap] PCIe transfers of this step

@@ -55,6 +55,8 @@ class Request:
         first_token_time_s: end of the step that sampled its first output token.
         finish_time_s: end of the step that sampled its last output token.
         num_seqs: sequences of the group, ``max(n, beam_width)`` (1 for a plain request).
+        shares_tokens: other requests may hold some of its tokens (it has ``token_segments`` or
+            ``prefix_hash_ids``); a request without is the only one that names its tokens.
     """
 
     req_id: int
@@ -80,10 +82,12 @@ class Request:
     first_token_time_s: float | None = None
     finish_time_s: float | None = None
     num_seqs: int = field(init=False, default=1)
+    shares_tokens: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        # sequences of the group, a plain attribute because the scheduler reads it every step
+        # plain attributes because the scheduler reads them every step
         self.num_seqs = max(self.n, self.beam_width)
+        self.shares_tokens = self.token_segments is not None or bool(self.prefix_hash_ids)
 
     @property
     def num_tokens(self) -> int:

@@ -148,6 +148,11 @@ class StreamKeys:
         keys, segs, block = self._keys, self._segments, self._block
         seg_i, offset = self._seg_i, self._offset
         while len(keys) <= num_blocks:
+            if seg_i < len(segs) and segs[seg_i][1] - offset > block:  # inside one run
+                seg = segs[seg_i][0]
+                keys.append(hash((keys[-1], seg, offset, offset + block)))
+                offset += block
+                continue
             need = block
             pieces: list[int] = [keys[-1]]
             while need > 0:
@@ -162,3 +167,31 @@ class StreamKeys:
                     seg_i, offset = seg_i + 1, 0
             keys.append(hash(tuple(pieces)))
         self._seg_i, self._offset = seg_i, offset
+
+
+class PrivateKeys:
+    """Block keys of a stream no other request shares (no ``token_segments``, no prefix ids).
+
+    Only the request itself can hit its blocks (after a preemption), so a key need not chain its
+    tokens: ``hash((-2, req_id, index))`` names each block (an int tuple, hashed as
+    ``KeyChain``'s keys are).
+    """
+
+    __slots__ = ("_req_id",)
+
+    def __init__(self, req_id: int) -> None:
+        self._req_id = req_id
+
+    def key(self, index: int) -> int:
+        """Key of full block ``index`` (0-based)."""
+        return hash((-2, self._req_id, index))
+
+    def keys(self, num_blocks: int) -> list[int]:
+        """Keys of the first ``num_blocks`` full blocks."""
+        return [self.key(i) for i in range(num_blocks)]
+
+
+def has_private_stream(request: Request) -> bool:
+    """Whether no other request can share this request's tokens: its prompt is its own (no
+    ``token_segments`` or ``prefix_hash_ids``), so only it names its prompt and output runs."""
+    return not request.shares_tokens

@@ -249,8 +249,12 @@ class Allocator(ABC):
         """
 
     @abstractmethod
-    def free(self, req_id: int) -> None:
+    def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         """Return every slot of ``req_id`` to the pool.
+
+        Args:
+            computed_tokens: for a preempted request, the tokens whose KV it had computed: a
+                prefix cache keeps them findable for its return. ``None`` for a finished one.
 
         Raises:
             KeyError: ``req_id`` holds nothing (a double free is a bug).

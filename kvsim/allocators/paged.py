@@ -49,7 +49,13 @@ from kvsim.allocators.base import (
 from kvsim.allocators.block_pool import BlockPool
 from kvsim.groups import CountingPool, SequenceGroup, peak_new_blocks
 from kvsim.request import Request
-from kvsim.tokens import KeyChain, StreamKeys, stream_segments
+from kvsim.tokens import (
+    KeyChain,
+    PrivateKeys,
+    StreamKeys,
+    has_private_stream,
+    stream_segments,
+)
 from kvsim.units import cdiv
 
 
@@ -116,7 +122,7 @@ class PagedAllocator(Allocator):
         self.block_tables: dict[int, list[int]] = {}  # single-sequence requests
         self.groups: dict[int, SequenceGroup] = {}  # multi-sequence requests
         self.key_chain = KeyChain()
-        self._keys: dict[int, StreamKeys] = {}
+        self._keys: dict[int, StreamKeys | PrivateKeys] = {}
         self._num_cached: dict[int, int] = {}  # leading blocks of a live request now cached
         self._sum_distinct = 0  # sum over live requests of the distinct blocks each points at
         self.prefix_cache_queries = 0
@@ -166,12 +172,19 @@ class PagedAllocator(Allocator):
         logical, offset = divmod(token_index, self.block_size_tokens)
         return self.block_table(req_id)[logical], offset
 
-    def _stream_keys(self, request: Request) -> StreamKeys:
+    def _stream_keys(self, request: Request) -> StreamKeys | PrivateKeys:
         keys = self._keys.get(request.req_id)
         if keys is None:
-            keys = self._keys[request.req_id] = StreamKeys(
-                self.key_chain, stream_segments(request), self.block_size_tokens, request.cache_salt
-            )
+            if has_private_stream(request):
+                keys = PrivateKeys(request.req_id)
+            else:
+                keys = StreamKeys(
+                    self.key_chain,
+                    stream_segments(request),
+                    self.block_size_tokens,
+                    request.cache_salt,
+                )
+            self._keys[request.req_id] = keys
         return keys
 
     @staticmethod
@@ -182,6 +195,8 @@ class PagedAllocator(Allocator):
     def find_cached_prefix(self, request: Request) -> PrefixHit:
         if not self.enable_prefix_caching or request.req_id in self.block_tables:
             return NO_HIT
+        if not request.shares_tokens and not request.num_preemptions:
+            return NO_HIT  # a private stream is cached only once its request is preempted
         cap = (self._fork_point(request) - 1) // self.block_size_tokens
         if cap <= 0:
             return NO_HIT
@@ -341,7 +356,14 @@ class PagedAllocator(Allocator):
             self.prefix_cache_hits += hit.num_tokens
 
     def _cache_full_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
-        """Cache the blocks that ``num_tokens`` tokens fill (vLLM ``cache_full_blocks``)."""
+        """Cache the blocks that ``num_tokens`` tokens fill (vLLM ``cache_full_blocks``).
+
+        A private stream's blocks (``kvsim.tokens.has_private_stream``) can be hit only by the
+        request itself after a preemption, so they are cached when it is preempted (``free``
+        with ``computed_tokens``) rather than as they fill: the same hits, less work.
+        """
+        if self._stream_keys(request).__class__ is PrivateKeys:
+            return
         upto = num_tokens // self.block_size_tokens
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
@@ -367,9 +389,16 @@ class PagedAllocator(Allocator):
         taken = max(0, free_before - self.pool.num_free)
         return self._result(taken * self.block_size_tokens, taken)
 
-    def free(self, req_id: int) -> None:
+    def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         table = self.block_tables.pop(req_id, None)
         if table is not None:
+            keys = self._keys.get(req_id)
+            if computed_tokens and isinstance(keys, PrivateKeys):  # it comes back: findable
+                register = self.pool.register
+                for i in range(
+                    self._num_cached.get(req_id, 0), computed_tokens // self.block_size_tokens
+                ):
+                    register(table[i], keys.key(i))
             self._sum_distinct -= len(table)
             self.pool.release(reversed(table))
         else:

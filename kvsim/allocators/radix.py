@@ -324,7 +324,7 @@ class RadixAllocator(Allocator):
             end = leaf
         return matched, end
 
-    def free(self, req_id: int) -> None:
+    def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         held = self.live.pop(req_id, None)
         if held is None:
             raise KeyError(f"free(): unknown req_id {req_id}")

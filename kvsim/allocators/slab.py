@@ -136,7 +136,7 @@ class SlabAllocator(Allocator):
             self._widths[request.req_id] = request.num_seqs
         return self._result(sum(size for _, size in placed), len(placed))
 
-    def free(self, req_id: int) -> None:
+    def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         slabs = self._slabs.pop(req_id, None)
         if slabs is None:
             raise KeyError(f"free(): unknown req_id {req_id}")

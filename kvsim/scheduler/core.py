@@ -73,8 +73,8 @@ class SchedulerCore:
         """Allocate through the allocator and refresh the request's cached held slots."""
         if num_tokens <= req.num_held_slots:  # hot path: the holding has room
             cb = self.cache_block_tokens
-            if not cb or num_tokens // cb <= req.num_computed_tokens // cb:
-                return True  # and no block fills, so there is nothing to cache
+            if not cb or not req.shares_tokens or num_tokens // cb <= req.num_computed_tokens // cb:
+                return True  # and no shareable block fills, so there is nothing to cache
         if self.allocator.allocate(req, num_tokens, hit) is None:
             return False
         req.num_held_slots = self.allocator.held_slots(req.req_id)
@@ -82,7 +82,7 @@ class SchedulerCore:
 
     def _preempt_recompute(self, req: Request) -> None:
         """Drop the request's KV; it re-prefills prompt + outputs from the front of the queue."""
-        self.allocator.free(req.req_id)
+        self.allocator.free(req.req_id, req.num_computed_tokens)
         req.num_computed_tokens = 0
         req.num_held_slots = 0
         self._count_preemption(req)
@@ -144,10 +144,14 @@ class SchedulerCore:
     def span_arrays(self, plan: StepPlan) -> None:
         """Fill ``plan.members``, ``lengths0``, ``final``, ``held0`` and ``num_seqs``."""
         members = plan.members = list(self.running)
-        new = {id(r): n for r, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)}
-        plan.lengths0 = np.array(
-            [m.num_computed_tokens + new.get(id(m), 0) for m in members], np.int64
-        )
+        if plan.all_running_scheduled:  # the common case: members are the scheduled, in order
+            plan.lengths0 = np.array([m.num_computed_tokens for m in members], np.int64)
+            plan.lengths0 += np.array(plan.num_new_tokens, np.int64)
+        else:
+            new = {id(r): n for r, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)}
+            plan.lengths0 = np.array(
+                [m.num_computed_tokens + new.get(id(m), 0) for m in members], np.int64
+            )
         plan.final = np.array([m.final_kv_tokens for m in members], np.int64)
         plan.held0 = np.array([m.num_held_slots for m in members], np.int64)
         if self.has_groups:

@@ -33,6 +33,9 @@ class StepPlan:
         final: int64[n] KV tokens each ends with (``Request.final_kv_tokens``).
         held0: int64[n] slots each holds (per sequence) after step 0's allocation.
         num_seqs: int64[n] sequences of each member, or ``None`` when all are single sequences.
+        all_running_scheduled: ``scheduled`` is exactly the running list, in its order.
+        work: step 0's ``(new tokens, context tokens, attention pairs, sequences)`` sums
+            (``StepCostModel.steps_s``), accumulated by ``add``.
     """
 
     scheduled: list[Request] = field(default_factory=list)
@@ -49,6 +52,8 @@ class StepPlan:
     final: IntArray | None = None
     held0: IntArray | None = None
     num_seqs: IntArray | None = None
+    all_running_scheduled: bool = False
+    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
 
     @property
     def is_empty(self) -> bool:
@@ -56,8 +61,20 @@ class StepPlan:
         return not self.scheduled
 
     def add(self, request: Request, num_new_tokens: int) -> None:
-        """Schedule ``num_new_tokens`` of ``request`` in step 0."""
+        """Schedule ``num_new_tokens`` of ``request`` in step 0 (before its computed tokens
+        advance) and add its work: each sequence computes ``c`` tokens after ``o``."""
         self.scheduled.append(request)
         self.num_new_tokens.append(num_new_tokens)
-        if num_new_tokens > 1 or request.num_output_tokens == 0:  # not a plain decode
+        o, w = request.num_computed_tokens, request.num_seqs
+        work = self.work
+        if num_new_tokens > 1 or request.num_output_tokens == 0:  # a prefill (or chunk of one)
             self.num_prefills += 1
+            c = num_new_tokens + (w - 1) * request.num_output_tokens  # a group: prompt once
+            work[0] += c
+            work[1] += o
+            work[2] += 2 * c * o + c * c
+        else:  # a decode: every sequence computes one token after its o
+            work[0] += w
+            work[1] += w * o
+            work[2] += w * (2 * o + 1)
+        work[3] += w

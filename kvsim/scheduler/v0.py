@@ -58,6 +58,7 @@ class V0Scheduler(SchedulerCore):
                 self._swap_in(plan)
         if self.swap is not None:
             plan.swap_blocks = self.swap.take_step_blocks()
+        plan.all_running_scheduled = len(plan.scheduled) == len(self.running)
         plan.extendable = (
             not plan.num_preempted
             and not plan.swap_blocks

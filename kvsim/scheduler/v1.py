@@ -43,6 +43,8 @@ class V1Scheduler(SchedulerCore):
         plan.extendable = self._extendable(plan)
         return plan
 
+    _partial = False
+
     def _chunk(self, num_new: int, budget: int) -> int:
         threshold = self.args.long_prefill_token_threshold
         if 0 < threshold < num_new:
@@ -51,16 +53,32 @@ class V1Scheduler(SchedulerCore):
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         running = self.running
+        threshold = self.args.long_prefill_token_threshold
+        cache_block = self.cache_block_tokens
         i = 0
+        partial = False  # some request is left mid-prefill after step 0
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
+            computed = req.num_computed_tokens
+            num_new = req.prompt_tokens + req.num_output_tokens - computed
+            if (
+                num_new == 1
+                and computed < req.num_held_slots
+                and (not cache_block or not req.shares_tokens or (computed + 1) % cache_block)
+            ):
+                plan.add(req, 1)  # hot path: a decode whose slot is already held
+                budget -= 1
+                i += 1
+                continue
+            if 0 < threshold < num_new:
+                num_new = threshold
+            if num_new > budget:
+                num_new = budget
             if num_new <= 0:
                 i += 1
                 continue
-            target = req.num_computed_tokens + num_new
             placed = True
-            while not self._allocate(req, target):
+            while not self._allocate(req, computed + num_new):
                 victim = running.pop()
                 self._preempt_recompute(victim)
                 plan.num_preempted += 1
@@ -69,9 +87,11 @@ class V1Scheduler(SchedulerCore):
                     break
             if not placed:
                 break
+            partial = partial or computed + num_new < req.num_tokens
             plan.add(req, num_new)
             budget -= num_new
             i += 1
+        self._partial = partial or i < len(running)
         return budget
 
     def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
@@ -97,18 +117,20 @@ class V1Scheduler(SchedulerCore):
             if head.num_preemptions == 0:
                 head.num_cached_tokens = hit.num_tokens
             head.num_computed_tokens += hit.num_tokens
+            if head.num_computed_tokens + num_new < head.num_tokens:
+                self._partial = True
             plan.add(head, num_new)
             budget -= num_new
         return budget
 
     def _extendable(self, plan: StepPlan) -> bool:
-        """Later steps repeat "every running request decodes one token" until an event."""
-        if plan.num_preempted or plan.head_blocked in ("budget", "preempted"):
-            return False
-        if len(self.running) > self.token_budget:
-            return False
-        new = {id(r): n for r, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)}
-        for req in self.running:  # nobody left mid-prefill after step 0
-            if req.num_tokens - req.num_computed_tokens - new.get(id(req), 0) > 1:
-                return False
-        return True
+        """Later steps repeat "every running request decodes one token" until an event: nobody
+        preempted, no head that a later step's budget could admit, every running request
+        scheduled and none left mid-prefill."""
+        plan.all_running_scheduled = len(plan.scheduled) == len(self.running)
+        return (
+            not plan.num_preempted
+            and plan.head_blocked not in ("budget", "preempted")
+            and not self._partial
+            and plan.all_running_scheduled
+        )
