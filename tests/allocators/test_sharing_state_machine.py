@@ -4,8 +4,8 @@ parallel samples and beams, growth and frees.
 After every operation: ``check_invariants`` (ref counts equal the block-table entries, group-local
 counts match, free queue <-> ref 0, ``evictable + protected == cached``, radix locks equal the live
 paths), every live request holds at least its tokens, and a refused allocation changed nothing.
-The naive reference for ``shared_prefix`` is the set of blocks the tables point at: the pool's
-used blocks must be exactly those.
+The naive reference for ``paged`` (prefix caching on, groups sharing with copy-on-write) is the
+set of blocks the tables point at: the pool's used blocks must be exactly those.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvsim.allocators import make_allocator
+from kvsim.groups import BeamModel
 from kvsim.request import Request
 
 CAPACITY = 64
@@ -22,11 +23,16 @@ BLOCK = 4
 
 
 class SharingMachine(RuleBasedStateMachine):
-    kind = "shared_prefix"
+    kind = "paged"
 
     def __init__(self) -> None:
         super().__init__()
-        self.alloc = make_allocator(self.kind, capacity_tokens=CAPACITY, block_size_tokens=BLOCK)
+        self.alloc = make_allocator(
+            self.kind,
+            capacity_tokens=CAPACITY,
+            block_size_tokens=BLOCK,
+            enable_prefix_caching=True,
+        )
         self.live: dict[int, Request] = {}
         self.tokens: dict[int, int] = {}
         self.next_id = 0
@@ -34,7 +40,7 @@ class SharingMachine(RuleBasedStateMachine):
     def snapshot(self) -> tuple[object, ...]:
         a = self.alloc
         base = (a.num_free_tokens, a.stats())
-        if self.kind == "shared_prefix":
+        if self.kind == "paged":
             return (
                 *base,
                 list(a.pool.ref_cnt),
@@ -77,21 +83,27 @@ class SharingMachine(RuleBasedStateMachine):
             n=1 if beam else width,
             beam_width=width if beam else 1,
         )
+        if beam and width > 1:
+            req.beam_parents = BeamModel(0.7, seed=5).parents(req.req_id, width, output)
         self.next_id += 1
         before = self.snapshot()
-        result = self.alloc.allocate(req, req.prompt_tokens + 1)
+        hit = self.alloc.find_cached_prefix(req)
+        assert self.snapshot() == before, "a lookup changed the pool"
+        assert hit.num_tokens <= req.prompt_tokens - 1, "the last prompt token must be computed"
+        result = self.alloc.allocate(req, req.prompt_tokens, hit)
         if result is None:
             assert self.snapshot() == before, "a refused allocation changed the pool"
             return
+        assert result.num_reused_tokens == hit.num_tokens
         self.live[req.req_id] = req
-        self.tokens[req.req_id] = req.prompt_tokens + 1
+        self.tokens[req.req_id] = req.prompt_tokens
 
     @precondition(lambda self: bool(self.live))
     @rule(data=st.data())
     def grow(self, data: st.DataObject) -> None:
         req_id = data.draw(st.sampled_from(sorted(self.live)))
         req = self.live[req_id]
-        target = min(self.tokens[req_id] + data.draw(st.integers(1, 5)), req.final_tokens)
+        target = min(self.tokens[req_id] + data.draw(st.integers(1, 5)), req.final_kv_tokens)
         before = self.snapshot()
         if self.alloc.allocate(req, target) is None:
             assert self.snapshot() == before, "a refused growth changed the pool"
@@ -102,23 +114,25 @@ class SharingMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def free(self, data: st.DataObject) -> None:
         req_id = data.draw(st.sampled_from(sorted(self.live)))
-        req = self.live.pop(req_id)
-        req.num_computed_tokens = data.draw(st.integers(0, self.tokens.pop(req_id)))
-        self.alloc.free(req_id)
+        self.live.pop(req_id)
+        tokens = self.tokens.pop(req_id)
+        preempted = data.draw(st.booleans())  # a preempted request keeps its KV findable
+        self.alloc.free(req_id, tokens if preempted else None)
 
     @invariant()
     def laws_hold(self) -> None:
         self.alloc.check_invariants()
         for req_id, t in self.tokens.items():
             assert self.alloc.held_slots(req_id) >= t
-        if self.kind == "shared_prefix":
+        if self.kind == "paged":
             pointed = {b for g in self.alloc.groups.values() for s in g.seqs for b in s}
+            pointed |= {b for t in self.alloc.block_tables.values() for b in t}
             used = self.alloc.num_blocks - self.alloc.pool.num_free
             assert used == len(pointed), f"{used} used blocks, tables point at {len(pointed)}"
 
 
 _settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
-TestSharedPrefix = SharingMachine.TestCase
-TestSharedPrefix.settings = _settings
+TestPagedSharing = SharingMachine.TestCase
+TestPagedSharing.settings = _settings
 TestRadix = type("RadixMachine", (SharingMachine,), {"kind": "radix"}).TestCase
 TestRadix.settings = _settings

@@ -69,13 +69,13 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.next_id = 0
 
     def _expected_size(self, req: Request) -> int:
-        return req.prompt_tokens + req.output_tokens  # oracle slab
+        return req.prompt_tokens + req.output_tokens - 1  # oracle slab: the KV it will write
 
     @rule(prompt=st.integers(1, 10), output=st.integers(1, 6))
     def allocate(self, prompt: int, output: int) -> None:
         req = Request(self.next_id, 0.0, prompt, output, output)
         self.next_id += 1
-        num_tokens = prompt + 1
+        num_tokens = prompt  # admission: slots for the prompt the prefill step computes
         if self.kind == "paged":
             used = sum(cdiv(t, BLOCK) for t in self.tokens.values())
             expect_ok = cdiv(num_tokens, BLOCK) <= CAPACITY // BLOCK - used
@@ -106,7 +106,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def grow(self, data: st.DataObject) -> None:
         req_id = data.draw(st.sampled_from(sorted(self.live)))
         req = self.live[req_id]
-        target = min(self.tokens[req_id] + data.draw(st.integers(1, 5)), req.final_tokens)
+        target = min(self.tokens[req_id] + data.draw(st.integers(1, 5)), req.final_kv_tokens)
         if self.kind == "paged":
             used = sum(cdiv(t, BLOCK) for t in self.tokens.values())
             need = cdiv(target, BLOCK) - cdiv(self.tokens[req_id], BLOCK)
