@@ -1,4 +1,4 @@
-"""Swap preemption worked by hand: GPU and CPU free blocks move by the right amounts.
+"""Swap preemption (vllm-v0) worked by hand: GPU and CPU free blocks move by the right amounts.
 
 Pool: 11 paged blocks of 4 tokens, no watermark; CPU swap pool: 8 blocks of 4 tokens.
 A and B both have 14-token prompts; A generates 8 tokens, B 100.
@@ -9,81 +9,59 @@ from __future__ import annotations
 import pytest
 
 from kvsim.allocators.paged import PagedAllocator
-from kvsim.config import SchedulerConfig, config_from_dict
+from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.request import Request
-from kvsim.scheduler import Scheduler, StepPlan
+from kvsim.scheduler import V0Scheduler
 from kvsim.swap import SwapSpace
+from tests.scheduler.conftest import engine_args, req, step, tokens
 
 
-def req(req_id: int, prompt: int, output: int) -> Request:
-    return Request(
-        req_id=req_id,
-        arrival_time_s=0.0,
-        prompt_tokens=prompt,
-        output_tokens=output,
-        max_tokens=output,
-    )
-
-
-@pytest.fixture
-def setup() -> tuple[Scheduler, PagedAllocator, SwapSpace, Request, Request]:
+def setup(cpu_blocks: int) -> tuple[V0Scheduler, PagedAllocator, SwapSpace, Request, Request]:
     alloc = PagedAllocator(capacity_tokens=44, block_size_tokens=4)
-    swap = SwapSpace(num_cpu_blocks=8, block_size_tokens=4, bytes_per_token=10)
-    sched = Scheduler(alloc, SchedulerConfig(max_model_len=200), swap)
+    swap = SwapSpace(num_cpu_blocks=cpu_blocks, block_size_tokens=4, bytes_per_token=10)
+    sched = V0Scheduler(alloc, engine_args("vllm-v0", preemption_mode="swap"), swap)
     a, b = req(0, 14, 8), req(1, 14, 100)
     sched.add_request(a)
     sched.add_request(b)
     return sched, alloc, swap, a, b
 
 
-def step(sched: Scheduler, now: float = 0.0) -> StepPlan:
-    plan = sched.schedule()
-    sched.complete(plan, now)
-    return plan
-
-
-def test_swap_out_and_in_by_hand(
-    setup: tuple[Scheduler, PagedAllocator, SwapSpace, Request, Request],
-) -> None:
-    sched, alloc, swap, a, b = setup
-    # step 1: both prefill 14 tokens + 1 sampled = 15 slots = 4 blocks each -> 11 - 8 = 3 free
+def test_swap_out_and_in_by_hand() -> None:
+    sched, alloc, swap, a, b = setup(cpu_blocks=8)
+    # step 1, prefill only: 14 tokens each in cdiv(14, 4) = 4 blocks -> 11 - 8 = 3 free
     step(sched)
     assert alloc.num_free_blocks == 3
-    # step 2: 16 tokens still fit 4 blocks; step 3: 17 tokens -> a 5th block each -> 1 free;
-    # steps 4-6 grow to 20 tokens inside the 5th block
-    for _ in range(5):
+    # steps 2-7 decode tokens 15..20 (computed 13 + k after step k); token 17 opens a 5th
+    # block each at step 4 -> 1 free
+    for _ in range(6):
         step(sched)
     assert (a.num_computed_tokens, b.num_computed_tokens, alloc.num_free_blocks) == (20, 20, 1)
-    # step 7: A takes the last block (6 blocks); B needs a 6th block, none is free -> B, the most
-    # recently admitted, is swapped out: its 5 GPU blocks are freed (0 + 5 = 5 free) and
-    # cdiv(20, 4) = 5 CPU blocks are taken (8 - 5 = 3 free). B keeps its 20 token states.
-    plan = step(sched)
+    # step 8: token 21 needs a 6th block. A: 1 free >= 1 (v0's can_append_slot) -> takes it;
+    # B: 0 free -> B, the last running request, is swapped out: cdiv(20, 4) = 5 GPU blocks
+    # freed, 5 CPU blocks taken (8 - 5 = 3 free); B keeps its 20 token states. A has now
+    # sampled its 8th token (one per step): it finishes and frees its 6 blocks -> 5 + 6 = 11.
+    plan, finished = step(sched)
     assert plan.num_preempted == 1
     assert plan.swap_blocks == 5
-    assert plan.decodes == [a]
-    assert (alloc.num_free_blocks, swap.num_free_cpu_blocks) == (5, 3)
-    assert list(swap.swapped) == [b]
+    assert tokens(plan) == {0: 1}
+    assert finished == [a]
+    assert (alloc.num_free_blocks, swap.num_free_cpu_blocks) == (11, 3)
     assert b.num_computed_tokens == 20
-    # a newcomer C (3-token prompt, 1 block) would fit in the 5 free blocks, but nobody is
-    # admitted while B is swapped out
+    # a newcomer C (3-token prompt, 1 block) fits, but nobody is admitted while B is swapped out
     c = req(2, 3, 5)
     sched.add_request(c)
-    # step 8: A decodes its 8th token and finishes (22 tokens); B needs cdiv(21, 4) = 6 blocks,
-    # only 5 are free, so it stays on the CPU; C waits.
-    plan = step(sched)
-    assert plan.swap_blocks == 0
-    assert plan.prefills == []
-    assert a.finish_time_s is not None
-    assert alloc.num_free_blocks == 11  # A's 6 blocks came back
-    # step 9: B is swapped in first (6 GPU blocks for 21 tokens -> 5 free; its 5 CPU blocks are
-    # freed -> 8 free), then C is admitted (1 block -> 4 free).
-    plan = step(sched)
+    # step 9: B comes back (blocks 5 + 1 per sequence <= 11 free): 5 blocks, then its decode of
+    # token 21 takes a 6th -> 5 free; its CPU blocks are freed -> 8
+    plan, _ = step(sched)
     assert plan.swap_blocks == 5
-    assert plan.decodes == [b]
-    assert plan.prefills == [c]
-    assert (alloc.num_free_blocks, swap.num_free_cpu_blocks) == (4, 8)
+    assert tokens(plan) == {1: 1}
+    assert (alloc.num_free_blocks, swap.num_free_cpu_blocks) == (5, 8)
     assert b.num_computed_tokens == 21
+    # step 10: nothing swapped, so prefills come first: C alone (1 block -> 4 free)
+    plan, _ = step(sched)
+    assert tokens(plan) == {2: 3}
+    assert alloc.num_free_blocks == 4
     assert b.num_preemptions == 1
     swap.check_invariants()
     alloc.check_invariants()
@@ -98,14 +76,9 @@ def test_swap_out_and_in_by_hand(
 
 
 def test_full_cpu_pool_falls_back_to_recompute() -> None:
-    alloc = PagedAllocator(capacity_tokens=44, block_size_tokens=4)
-    swap = SwapSpace(num_cpu_blocks=4, block_size_tokens=4, bytes_per_token=10)  # < 5 needed
-    sched = Scheduler(alloc, SchedulerConfig(max_model_len=200), swap)
-    a, b = req(0, 14, 8), req(1, 14, 100)
-    sched.add_request(a)
-    sched.add_request(b)
-    for _ in range(7):
-        plan = step(sched)
+    sched, alloc, swap, a, b = setup(cpu_blocks=4)  # < the 5 blocks B would need
+    for _ in range(8):
+        plan, _ = step(sched)
     assert plan.num_preempted == 1
     assert plan.swap_blocks == 0
     assert swap.num_fallbacks == 1
@@ -113,6 +86,25 @@ def test_full_cpu_pool_falls_back_to_recompute() -> None:
     assert b.num_computed_tokens == 0
     assert sched.waiting[0] is b
     assert swap.num_free_cpu_blocks == 4
+
+
+def test_a_swapped_group_comes_back_with_its_sharing() -> None:
+    # 3 samples of a 10-token prompt after their first decode: blocks 0, 1 shared, 3 partial
+    # blocks of their own (copy-on-write) = 5 distinct blocks; swap-out moves 5, not 3 x 3 = 9
+    alloc = PagedAllocator(capacity_tokens=44, block_size_tokens=4)
+    group = Request(0, 0.0, 10, 4, 4, n=3)
+    alloc.allocate(group, 10)
+    alloc.allocate(group, 11)
+    swapped = alloc.swap_out(0)
+    assert swapped.num_blocks == 5
+    assert alloc.num_free_blocks == 11
+    assert alloc.can_swap_in(group, swapped)  # 5 blocks + 1 per sequence <= 11
+    alloc.swap_in(group, swapped)
+    tables = [alloc.block_table(0, s) for s in range(3)]
+    assert tables[0][:2] == tables[1][:2] == tables[2][:2]  # the prompt blocks shared again
+    assert len({t[2] for t in tables}) == 3
+    assert alloc.num_free_blocks == 6
+    alloc.check_invariants()
 
 
 def test_swap_space_from_gib() -> None:
@@ -125,7 +117,11 @@ def test_engine_reports_swap_bytes_and_time() -> None:
     config = config_from_dict(
         {
             "cache": {"kv_cache_gib": 2.0, "allocator": "paged", "block_size_tokens": 16},
-            "scheduler": {"preemption_mode": "swap", "swap_space_gib": 4.0},
+            "scheduler": {
+                "engine": "vllm-v0",
+                "preemption_mode": "swap",
+                "swap_space_gib": 4.0,
+            },
             "workload": {
                 "rate_per_s": 50.0,
                 "num_requests": 60,
@@ -144,3 +140,8 @@ def test_engine_reports_swap_bytes_and_time() -> None:
     blocks = 2 * s["swap_out_bytes"] // (16 * 819200)
     want = 2 * s["swap_out_bytes"] / 25.6e9 + blocks * 2 * 40 * 5e-6
     assert s["swap_time_s"] == pytest.approx(want)
+
+
+def test_swap_under_v1_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="'swap' is a vLLM v0 feature"):
+        config_from_dict({"scheduler": {"preemption_mode": "swap"}})
