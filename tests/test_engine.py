@@ -24,29 +24,31 @@ TINY_MODEL = {
 }  # 2 bytes per token
 
 
-def tiny_config(**cache):
+def tiny_config(engine: str = "vllm-v0", **cache):
     return config_from_dict(
         {
             "model": TINY_MODEL,
             "gpu": "a100-40gb",
-            "cache": {"kv_cache_bytes": 64, "watermark": 0.0, **cache},  # 32 slots
-            "scheduler": {"max_model_len": 16},
+            "cache": {"kv_cache_bytes": 64, **cache},  # 32 slots
+            "scheduler": {"engine": engine, "max_model_len": 17},
         }
     )
 
 
-def test_hand_worked_external_fragmentation_and_blocked_steps():
-    # first-fit, oracle slabs on 32 slots. A [0,8) and C [16,24) run 6 steps; B [8,16) and
-    # D [24,32) finish after their prefill step. E (slab 16) waits: from step 1 to step 5 the
-    # 16 free slots are two 8-slot holes -> 5 blocked steps with 16 slots of external fragmentation.
+@pytest.mark.parametrize("engine", ["vllm-v0", "vllm-v1"])
+def test_hand_worked_external_fragmentation_and_blocked_steps(engine):
+    # first-fit, oracle slabs (prompt + output - 1 slots) on 32 slots. A [0,8) and C [16,24)
+    # (3 + 6 - 1 = 8) run 6 steps; B [8,16) and D [24,32) (8 + 1 - 1 = 8) finish after their
+    # prefill step. E (9 + 8 - 1 = 16) waits: from step 1 to step 5 the 16 free slots are two
+    # 8-slot holes -> 5 blocked steps with 16 slots of external fragmentation.
     reqs = [
-        Request(0, 0.0, 2, 6, 6),
-        Request(1, 0.0, 7, 1, 1),
-        Request(2, 0.0, 2, 6, 6),
-        Request(3, 0.0, 7, 1, 1),
-        Request(4, 0.0, 8, 8, 8),
+        Request(0, 0.0, 3, 6, 6),
+        Request(1, 0.0, 8, 1, 1),
+        Request(2, 0.0, 3, 6, 6),
+        Request(3, 0.0, 8, 1, 1),
+        Request(4, 0.0, 9, 8, 8),
     ]
-    res = simulate(tiny_config(allocator="first_fit", reservation="oracle"), reqs)
+    res = simulate(tiny_config(engine, allocator="first_fit", reservation="oracle"), reqs)
     mem = res.memory
     assert res.summary["num_blocked_steps"] == 5
     blocked = mem[mem["num_blocked_steps"] > 0]
@@ -62,19 +64,21 @@ def test_hand_worked_external_fragmentation_and_blocked_steps():
 
 
 @pytest.mark.parametrize(
-    ("allocator", "reservation", "sharing"),
+    ("engine", "allocator", "reservation", "sharing"),
     [
-        ("paged", "max", {}),
-        ("buddy", "pow2", {}),
-        ("first_fit", "oracle", {}),
-        ("best_fit", "max", {}),
-        ("shared_prefix", "max", {"n": 4, "lengths": "alpaca_like"}),
-        ("shared_prefix", "max", {"beam_width": 4, "lengths": "alpaca_like"}),
-        ("radix", "max", {"shared_prefix_tokens": 100}),
-        ("first_fit", "oracle", {"n": 2, "lengths": "alpaca_like"}),
+        ("vllm-v1", "paged", "max", {}),
+        ("vllm-v0", "paged", "max", {}),
+        ("vllm-v1", "buddy", "pow2", {}),
+        ("vllm-v0", "first_fit", "oracle", {}),
+        ("vllm-v1", "best_fit", "max", {}),
+        ("vllm-v0", "paged", "max", {"n": 4, "lengths": "alpaca_like"}),
+        ("vllm-v0", "paged", "max", {"beam_width": 4, "lengths": "alpaca_like"}),
+        ("vllm-v1", "paged", "max", {"n": 4, "lengths": "alpaca_like"}),
+        ("vllm-v1", "radix", "max", {"shared_prefix_tokens": 100}),
+        ("vllm-v0", "first_fit", "oracle", {"n": 2, "lengths": "alpaca_like"}),
     ],
 )
-def test_categories_sum_to_capacity_every_event(allocator, reservation, sharing):
+def test_categories_sum_to_capacity_every_event(engine, allocator, reservation, sharing):
     cfg = config_from_dict(
         {
             "cache": {
@@ -83,6 +87,7 @@ def test_categories_sum_to_capacity_every_event(allocator, reservation, sharing)
                 "kv_cache_gib": 2,
                 "block_size_tokens": 16,
             },
+            "scheduler": {"engine": engine},
             "workload": {"rate_per_s": 20.0, "num_requests": 300, **sharing},
             "debug_invariants": True,
         }
@@ -94,25 +99,34 @@ def test_categories_sum_to_capacity_every_event(allocator, reservation, sharing)
     assert res.requests["finish_time_s"].notna().all()
 
 
-@pytest.mark.parametrize(
-    ("allocator", "sharing"),
-    [
-        ("paged", {}),
-        ("buddy", {}),
-        ("shared_prefix", {}),
-        ("radix", {}),
-        ("paged", {"n": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
-        ("buddy", {"beam_width": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
-        ("shared_prefix", {"n": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
-        ("shared_prefix", {"beam_width": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
-        ("shared_prefix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
-        ("radix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
-    ],
-)
-def test_fast_forward_matches_step_by_step(allocator, sharing):
+FAST_FORWARD_CASES = [
+    ("vllm-v1", "paged", {}),
+    ("vllm-v1", "buddy", {}),
+    ("vllm-v1", "radix", {}),
+    ("vllm-v1", "paged", {"n": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+    ("vllm-v1", "paged", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
+    ("vllm-v1", "radix", {"shared_prefix_tokens": 40, "num_turns": 3, "turn_gap_s": 2.0}),
+    ("vllm-v1", "first_fit", {"lengths": "uniform", "max_total_tokens": 2048}),
+    ("vllm-v0", "paged", {}),
+    ("vllm-v0", "buddy", {}),
+    ("vllm-v0", "radix", {}),
+    ("vllm-v0", "paged", {"n": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+    ("vllm-v0", "paged", {"beam_width": 3, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+    ("vllm-v0", "buddy", {"n": 2, "lengths": "alpaca_like", "rate_per_s": 20.0}),
+]
+
+
+@pytest.mark.parametrize(("engine", "allocator", "sharing"), FAST_FORWARD_CASES)
+def test_fast_forward_matches_step_by_step(engine, allocator, sharing):
+    # chunked prefill (v1, small budget on long prompts), preemptions (2 GiB of KV), groups
+    # with copy-on-write and beams (v0), prefix hits (shared prefixes, multi-turn)
+    scheduler = {"engine": engine}
+    if engine == "vllm-v1":
+        scheduler["max_num_batched_tokens"] = 512
     cfg = config_from_dict(
         {
             "cache": {"allocator": allocator, "reservation": "pow2", "kv_cache_gib": 2},
+            "scheduler": scheduler,
             "workload": {"rate_per_s": 4.0, "num_requests": 80 if sharing else 150, **sharing},
         }
     )
@@ -130,9 +144,10 @@ def test_fast_forward_matches_step_by_step(allocator, sharing):
         "external_fragmentation_pct",
         "num_requests_running_mean",
         "kv_saved_by_sharing_pct",
+        "kv_cache_usage_perc",
     ]
-    if "prefix_cache_hits" in fast.summary:
-        assert fast.summary["prefix_cache_hits"] == slow.summary["prefix_cache_hits"]
+    for counter in ("prefix_cache_hits", "prefix_cache_queries", "num_cow_copies"):
+        assert fast.summary.get(counter) == slow.summary.get(counter)
     for key in keys:
         assert fast.summary[key] == pytest.approx(slow.summary[key], rel=1e-9)
 
@@ -146,9 +161,19 @@ def test_same_seed_same_results_other_seed_differs():
     assert not a.requests["prompt_tokens"].equals(c.requests["prompt_tokens"])
 
 
-def test_request_longer_than_max_model_len_is_refused():
-    with pytest.raises(ValueError, match="exceeds min\\(max_model_len, KV capacity\\) = 16"):
-        simulate(tiny_config(), [Request(0, 0.0, 10, 10, 10)])
+def test_requests_that_cannot_run_are_counted_named_and_skipped(caplog):
+    # max_model_len 17: 10 + 10 = 20 and 12 + 9 = 21 tokens are too long; 3 + 4 fits
+    reqs = [Request(0, 0.0, 10, 10, 10), Request(1, 0.0, 3, 4, 4), Request(2, 0.0, 12, 9, 9)]
+    res = simulate(tiny_config(), reqs)
+    assert res.summary["num_requests_rejected"] == 2
+    assert res.summary["num_rejected_max_model_len"] == 2
+    assert res.summary["num_requests"] == 1
+    assert "2 of 3 requests cannot run" in caplog.text
+    assert "first: request 0, prompt 10 + output 10 tokens" in caplog.text
+    with pytest.raises(ValueError, match="1 of 1 requests cannot run"):  # none left to run
+        simulate(tiny_config(), reqs[:1])
+    with pytest.raises(ValueError, match="1 of 2 requests cannot run"):
+        simulate(tiny_config(), reqs[:2], strict=True)
 
 
 def test_results_round_trip(tmp_path):

@@ -510,9 +510,13 @@ class PagedAllocator(Allocator):
     def span_slots(
         self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
     ) -> SpanSlots:
-        """Slots counted once where blocks are shared: a parallel group holds ``s + w (c - s)``
-        blocks at ``c`` blocks per sequence (``s`` shared prompt blocks), a beam group (one-step
-        spans) its real count, and blocks shared across requests (prefix hits) are subtracted."""
+        """Slots counted once where blocks are shared.
+
+        A parallel group holds ``s + w (c - s)`` blocks at ``c`` blocks per sequence (``s`` full
+        prompt blocks shared), or ``c`` while its partial prompt block is still shared (before
+        its first decode); a beam group (one-step spans) is counted block by block from its
+        tables. Blocks shared across requests (prefix hits, full) are subtracted once.
+        """
         used = self.num_usable_blocks - self.pool.num_free
         cross = self._sum_distinct - used
         if not self.groups and cross == 0:
@@ -523,14 +527,30 @@ class PagedAllocator(Allocator):
         shared = np.array([g.num_shared_blocks if g else 0 for g in groups], np.int64)[:, None]
         c = -(lengths // -b)
         phys = shared + widths * (c - shared)
+        tails = widths * (c * b - lengths)  # unfilled slots of the sequences' last blocks
+        internal = widths * np.maximum(c * b - final[:, None], 0)
         for i, g in enumerate(groups):
-            if g is not None and g.parents is not None:
-                phys[i, :] = g.num_distinct_blocks
+            if g is None:
+                continue
+            if g.parents is not None:
+                phys[i, :], tails[i, :], internal[i, :] = self._beam_slots(g, int(final[i]))
+            elif g.cow_pending:  # every sequence still points at the one partial block
+                phys[i, :] = c[i]
+                tails[i, :] = c[i] * b - lengths[i]
+                internal[i, :] = np.maximum(c[i] * b - final[i], 0)
         held = phys.sum(axis=0) * b - cross * b
-        token = held - (widths * (c * b - lengths)).sum(axis=0)
-        internal = (widths * np.maximum(c * b - final[:, None], 0)).sum(axis=0)
+        token = held - tails.sum(axis=0)
         unshared = (widths * c).sum(axis=0) * b
-        return SpanSlots(held, token, internal, unshared)
+        return SpanSlots(held, token, internal.sum(axis=0), unshared)
+
+    def _beam_slots(self, group: SequenceGroup, final: int) -> tuple[int, int, int]:
+        """``(distinct blocks, their unfilled slots, their slots beyond final)`` of a beam group
+        now; a block sits at the same logical index in every table that holds it."""
+        b = self.block_size_tokens
+        index = {blk: i for seq in group.seqs for i, blk in enumerate(seq)}
+        filled = sum(min(b, group.length - i * b) for i in index.values())
+        beyond = sum(max(0, (i + 1) * b - max(final, i * b)) for i in index.values())
+        return len(index), len(index) * b - filled, beyond
 
     # -- accounting -------------------------------------------------------------------------
     def stats(self) -> AllocatorStats:

@@ -110,7 +110,10 @@ class V1Scheduler(SchedulerCore):
                 break
             num_new = self._chunk(num_new, budget)
             if not self._allocate(head, head.num_computed_tokens + hit.num_tokens + num_new, hit):
-                plan.head_blocked = "kv"
+                # a head with cached KV may fit later in a decode span: growth may evict its
+                # hits (its chunk, capped by the budget, then needs fewer slots in total) or
+                # fill blocks it shares; step by step then
+                plan.head_blocked = "kv_prefix" if hit.num_tokens or head.shares_tokens else "kv"
                 break
             waiting.popleft()
             self.running.append(head)
@@ -125,12 +128,12 @@ class V1Scheduler(SchedulerCore):
 
     def _extendable(self, plan: StepPlan) -> bool:
         """Later steps repeat "every running request decodes one token" until an event: nobody
-        preempted, no head that a later step's budget could admit, every running request
-        scheduled and none left mid-prefill."""
+        preempted, no head that a later step's budget or cache state could admit, every running
+        request scheduled and none left mid-prefill."""
         plan.all_running_scheduled = len(plan.scheduled) == len(self.running)
         return (
             not plan.num_preempted
-            and plan.head_blocked not in ("budget", "preempted")
+            and plan.head_blocked not in ("budget", "preempted", "kv_prefix")
             and not self._partial
             and plan.all_running_scheduled
         )
