@@ -30,10 +30,13 @@ def test_paper_and_seed_figures():
     cfg = config_from_dict({"cache": {"kv_cache_gib": 12}})
     assert cfg.capacity_tokens == 12 * GiB // (800 * KiB) == 15_728
     # seed: 24 GiB at 128 KiB per token = 196,608 tokens
-    cfg = config_from_dict({"model": "llama-3.1-8b", "cache": {"kv_cache_gib": 24}})
+    llama = {"model": "llama-3.1-8b", "gpu": "a100-80gb"}
+    cfg = config_from_dict({**llama, "cache": {"kv_cache_gib": 24}})
     assert cfg.capacity_tokens == 196_608
-    # seed: 10 GiB / 128 KiB = 81,920 tokens
-    cfg = config_from_dict({"model": "llama-3.1-8b", "cache": {"kv_cache_gib": 10}})
+    # seed: 10 GiB / 128 KiB = 81,920 tokens (fewer than the 128K context: max_model_len set)
+    cfg = config_from_dict(
+        {**llama, "cache": {"kv_cache_gib": 10}, "scheduler": {"max_model_len": 8192}}
+    )
     assert cfg.capacity_tokens == 81_920
 
 
@@ -80,11 +83,35 @@ def test_user_defined_model_and_preset_override(tmp_path):
             {"cache.gpu_memory_utilization": 1.5},
             r"cache\.gpu_memory_utilization: .*less than or equal to 1",
         ),
-        ({"cache.kv_cache_gib": 0.001}, r"KV budget of \d+ bytes holds fewer than max_model_len"),
+        (
+            {"cache.kv_cache_gib": 0.001},
+            r"scheduler\.max_model_len: one request of 2,048 tokens needs 1\.6 GiB of KV but the "
+            r"pool holds 1 tokens",
+        ),
         ({"cache.bogus": 1}, r"cache\.bogus: Extra inputs are not permitted"),
         (
+            {"scheduler.max_num_batched_tokens": 100, "scheduler.engine": "vllm-v0"},
+            r"max_num_batched_tokens \(100\) must be >= max_model_len \(2048\) without chunked",
+        ),
+        (
             {"scheduler.max_num_batched_tokens": 100},
-            r"max_num_batched_tokens \(100\) must be >= max_model_len",
+            r"max_num_batched_tokens \(100\) must be >= max_num_seqs \(256\)",
+        ),
+        ({"scheduler.engine": "vllm-v2"}, r"scheduler\.engine: .*'vllm-v1' or 'vllm-v0'"),
+        (
+            {"scheduler.engine": "vllm-v0", "scheduler.enable_chunked_prefill": True},
+            r"scheduler\.enable_chunked_prefill: the vllm-v0 profile follows v0's",
+        ),
+        ({"cache.watermark": 0.01}, r"cache\.watermark: vLLM v1 keeps no admission watermark"),
+        ({"workload.beam_width": 2}, r"workload\.beam_width: beam search runs outside vLLM v1"),
+        ({"cache.kv_cache_dtype": "fp4"}, r"cache\.kv_cache_dtype: .*'auto'.*got 'fp4'"),
+        (
+            {"parallel.tensor_parallel_size": 3},
+            r"40 attention heads, not divisible by tensor_parallel_size = 3",
+        ),
+        (
+            {"cache.allocator": "first_fit", "cache.enable_prefix_caching": True},
+            r"cache\.enable_prefix_caching: prefix caching needs a paged pool, not 'first_fit'",
         ),
     ],
 )
@@ -115,3 +142,75 @@ def test_gpu_presets():
     assert h200.memory_bytes == 141_000_000_000
     assert h200.hbm_bandwidth_bytes_per_s == 4.8e12
     assert GpuSpec.model_validate("a100-40gb").memory_bytes == 40 * GiB
+
+
+def test_engine_profile_defaults_follow_vllm():
+    # vLLM v0.20.0 `vllm serve` defaults: 2,048 batched tokens / 256 seqs on an A100 (or any
+    # GPU under 70 GiB), 8,192 / 1,024 on a larger one such as the H100; chunked prefill and
+    # prefix caching on; v0.6.6: max(max_model_len, 2048) tokens, 256 seqs, watermark 0.01
+    a100 = config_from_dict({}).engine_args
+    assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
+    assert a100.enable_chunked_prefill and a100.enable_prefix_caching
+    assert (a100.watermark, a100.reserve_null_block) == (0.0, True)
+    h100 = config_from_dict({"gpu": "h100-80gb"}).engine_args
+    assert (h100.max_num_batched_tokens, h100.max_num_seqs) == (8192, 1024)
+    v0 = config_from_dict({"scheduler": {"engine": "vllm-v0"}}).engine_args
+    assert (v0.max_num_batched_tokens, v0.max_num_seqs, v0.watermark) == (2048, 256, 0.01)
+    assert not (v0.enable_chunked_prefill or v0.enable_prefix_caching or v0.reserve_null_block)
+
+
+def test_chunked_prefill_lets_the_budget_be_below_max_model_len():
+    # example 1 of the v1 issue: refused before chunked prefill existed
+    cfg = config_from_dict(
+        {}, {"scheduler.max_num_batched_tokens": 2048, "scheduler.max_model_len": 8192}
+    )
+    assert cfg.engine_args.max_num_batched_tokens == 2048
+    assert cfg.max_model_len == 8192
+
+
+def test_max_model_len_defaults_to_the_model_context():
+    cfg = config_from_dict({"model": "llama-3.1-8b", "gpu": "h100-80gb"})
+    assert cfg.max_model_len == 131_072
+    assert config_from_dict({}).max_model_len == 2048  # OPT-13B's context
+
+
+def test_a_kv_budget_above_the_gpu_is_an_error_naming_both():
+    # 200 GiB of KV plus 12.853e9 x 2 B = 23.9 GiB of weights on a 40 GiB A100
+    with pytest.raises(ValueError, match=r"200\.0 GiB of KV per GPU plus 23\.9 GiB of weights "
+                       r"exceed the 40\.0 GiB of one a100-40gb"):
+        config_from_dict({"cache": {"kv_cache_gib": 200}})
+
+
+def test_70b_needs_tensor_parallelism_and_the_error_says_what_is_short():
+    # Llama-3.1-70B: 70.554e9 x 2 B = 131.4 GiB of weights; 0.9 x 80 GiB = 72 GiB usable:
+    # the weights alone are short by 59.4 GiB. TP 2 leaves 72 - 65.7 - 2 = 4.3 GiB, less than
+    # a 131,072-token request's 20 GiB at 160 KiB/token per GPU; TP 4 leaves 37.1 GiB against
+    # 10 GiB at 80 KiB/token: it fits
+    with pytest.raises(ValueError, match=r"weights alone are short by 59\.4 GiB; "
+                       r"parallel\.tensor_parallel_size = 4 fits"):
+        config_from_dict({"model": "llama-3.1-70b", "gpu": "h100-80gb"})
+    cfg = config_from_dict(
+        {"model": "llama-3.1-70b", "gpu": "h100-80gb", "parallel": {"tensor_parallel_size": 4}}
+    )
+    per_gpu = 2 * 80 * (8 // 4) * 128 * 2  # 2 of 8 KV heads per GPU: 80 KiB per token
+    assert cfg.bytes_per_token == per_gpu
+    left = int(0.9 * 80 * GiB - 70_554_000_000 * 2 / 4 - 2 * GiB)
+    assert abs(cfg.kv_cache_bytes - left) <= 1
+    assert cfg.capacity_tokens == cfg.kv_cache_bytes // per_gpu
+
+
+@pytest.mark.parametrize(
+    ("parallel", "dtype", "expected"),
+    [
+        ({"tensor_parallel_size": 2}, "auto", 2 * 80 * 4 * 128 * 2),
+        ({"tensor_parallel_size": 16}, "auto", 2 * 80 * 1 * 128 * 2),  # 8 heads replicated
+        ({"pipeline_parallel_size": 2}, "auto", 2 * 40 * 8 * 128 * 2),
+        ({"pipeline_parallel_size": 3}, "auto", 2 * 27 * 8 * 128 * 2),  # stages of 27/27/26
+        ({}, "fp8", 2 * 80 * 8 * 128 * 1),
+    ],
+)
+def test_kv_bytes_per_token_per_gpu(parallel, dtype, expected):
+    from kvsim.config import ParallelConfig, kv_bytes_per_token_per_gpu
+
+    model = ModelSpec.model_validate("llama-3.1-70b")
+    assert kv_bytes_per_token_per_gpu(model, ParallelConfig(**parallel), dtype) == expected

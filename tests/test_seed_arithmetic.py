@@ -18,7 +18,9 @@ def fill(alloc, make, limit=10_000):
 
 
 def test_50_gb_in_2_mib_blocks_is_about_23800():
-    cfg = config_from_dict({"model": "llama-3.1-8b", "cache": {"kv_cache_bytes": 50 * GB}})
+    cfg = config_from_dict(
+        {"model": "llama-3.1-8b", "gpu": "h100-80gb", "cache": {"kv_cache_bytes": 50 * GB}}
+    )
     alloc = make_allocator("paged", capacity_tokens=cfg.capacity_tokens, block_size_tokens=16)
     # 16 x 128 KiB = 2 MiB per block; 50e9 / 2**21 = 23,841.9 -> 23,841 blocks
     assert 16 * cfg.model.bytes_per_token == 2 * 2**20
@@ -29,6 +31,7 @@ def test_8192_token_slabs_of_1_gib_fit_46_requests_in_50_gb():
     cfg = config_from_dict(
         {
             "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
             "cache": {"kv_cache_bytes": 50 * GB},
             "scheduler": {"max_model_len": 8192},
         }

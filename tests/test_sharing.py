@@ -11,7 +11,7 @@ import pytest
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.request import Request
-from kvsim.scheduler import Scheduler
+from kvsim.scheduler import make_scheduler
 from kvsim.tokens import KeyChain, prompt_segments, stream_segments
 from kvsim.workload import WorkloadSpec, generate_requests
 
@@ -66,19 +66,42 @@ def test_parallel_and_beam_fields_reach_requests():
 
 
 def test_max_num_seqs_counts_group_sequences():
+    # vllm-v0: a group of n = 2 samples counts 2 sequences against max_num_seqs
     cfg = config_from_dict(
         {
-            "cache": {"allocator": "shared_prefix", "kv_cache_gib": 4},
-            "scheduler": {"max_num_seqs": 5},
+            "cache": {"allocator": "paged", "kv_cache_gib": 4},
+            "scheduler": {"engine": "vllm-v0", "max_num_seqs": 5},
         }
     )
     from kvsim.engine import allocator_from_config
 
-    sched = Scheduler(allocator_from_config(cfg), cfg.scheduler)
+    sched = make_scheduler(allocator_from_config(cfg), cfg.engine_args)
     for i in range(3):
         sched.add_request(Request(i, 0.0, 10, 5, 5, n=2))
     plan = sched.schedule()
-    assert len(plan.prefills) == 2  # 2 + 2 sequences; a third group would make 6 > 5
+    assert len(plan.scheduled) == 2  # 2 + 2 sequences; a third group would make 6 > 5
+
+
+def test_v1_fans_n_samples_out_into_requests_sharing_the_prompt_blocks():
+    # vLLM v1 (ParentRequest): n = 3 becomes 3 requests; prefix caching inside the allocation
+    # call lets the 2nd and 3rd hit the first's (40 - 1) // 16 = 2 full prompt blocks at once
+    cfg = config_from_dict(
+        {
+            "cache": {"kv_cache_gib": 4},
+            "workload": {
+                "lengths": "fixed",
+                "fixed_prompt_tokens": 40,
+                "fixed_output_tokens": 8,
+                "num_requests": 1,
+                "n": 3,
+            },
+        }
+    )
+    res = simulate(cfg)
+    assert res.summary["num_requests"] == 3
+    assert res.requests["parent_id"].tolist() == [0, 0, 0]
+    assert res.summary["prefix_cache_hits"] == 2 * 32
+    assert res.requests["first_scheduled_time_s"].nunique() == 1  # one step admits all three
 
 
 @pytest.mark.parametrize(
@@ -93,7 +116,7 @@ def test_max_num_seqs_counts_group_sequences():
 def test_shared_prefix_hits_only_whole_blocks(block, shared, expected_pct):
     cfg = config_from_dict(
         {
-            "cache": {"allocator": "shared_prefix", "kv_cache_gib": 12, "block_size_tokens": block},
+            "cache": {"allocator": "paged", "kv_cache_gib": 12, "block_size_tokens": block},
             "workload": {
                 "lengths": "fixed",
                 "fixed_prompt_tokens": 64,
@@ -109,22 +132,27 @@ def test_shared_prefix_hits_only_whole_blocks(block, shared, expected_pct):
     assert summary["prefix_cache_queries"] == 200 * (shared + 64)
 
 
-# Figure 15 (Kwon et al. 2023): paper shares, % of blocks saved. Beam survival fitted on width 4
-# (make sharing: bisection gives 0.8646). Target band +-2 points; the parallel shares run about
-# 1.3-2.4 points high with alpaca_like's assumed length spread (sigma 0.8), hence their band 2.5.
+# Figure 15 (Kwon et al. 2023): paper shares, % of blocks saved, band +-2 points (the project's).
+# Beam survival fitted on width 4 (make sharing: bisection gives 0.8646), so beam 4 is fitted,
+# not predicted. Known misses, kept visible as strict xfails rather than wider bands: parallel
+# sampling n = 4 and 6 run 2.3-2.7 points high (samples of equal length, alpaca_like's assumed
+# spread) and beam width 6 about 2.2 high; the paper-figures issue re-derives both models.
+MISS = pytest.mark.xfail(strict=True, reason="known miss beyond +-2 points (paper-figures issue)")
+
+
 @pytest.mark.parametrize(
-    ("mode", "width", "paper", "band"),
+    ("mode", "width", "paper"),
     [
-        ("parallel", 2, 6.09, 2.0),
-        ("parallel", 4, 8.53, 2.5),
-        ("parallel", 6, 9.79, 2.5),
-        ("beam", 2, 37.56, 2.0),
-        ("beam", 4, 53.13, 2.0),
-        ("beam", 6, 55.16, 3.0),
+        ("parallel", 2, 6.09),
+        pytest.param("parallel", 4, 8.53, marks=MISS),
+        pytest.param("parallel", 6, 9.79, marks=MISS),
+        ("beam", 2, 37.56),
+        ("beam", 4, 53.13),
+        pytest.param("beam", 6, 55.16, marks=MISS),
     ],
 )
-def test_figure15_shares_in_band(mode, width, paper, band):
+def test_figure15_shares_in_band(mode, width, paper):
     from kvsim.repro.sharing import saved_pct
 
     pct = saved_pct(mode, width, survival=0.8646, num_requests=400)
-    assert abs(pct - paper) <= band, f"{mode} x{width}: {pct:.2f} % vs paper {paper} %"
+    assert abs(pct - paper) <= 2.0, f"{mode} x{width}: {pct:.2f} % vs paper {paper} %"

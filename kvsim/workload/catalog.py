@@ -28,7 +28,8 @@ class TraceInfo:
 
     Attributes:
         file_name: file name inside the data folder.
-        fmt: reader format: ``"azure"``, ``"mooncake"``, ``"sharegpt_opt"`` or ``"vidur"``.
+        fmt: reader format: ``"azure"``, ``"mooncake"``, ``"sharegpt_opt"``, ``"alpaca"`` or
+            ``"vidur"``.
         has_arrivals: whether rows carry arrival times (``arrival = "trace"`` is allowed).
         source: public upstream repository and path of the file.
     """
@@ -46,6 +47,13 @@ TRACES: dict[str, TraceInfo] = {
         False,
         "sosp-ae-39/sosp-ae-astra datasets/sharegpt_opt_text_completion_length.pkl "
         "(a pickle of (input_len, output_len) pairs, converted to CSV)",
+    ),
+    "alpaca_opt": TraceInfo(
+        "alpaca_opt_lengths.csv",
+        "alpaca",
+        False,
+        "tatsu-lab/stanford_alpaca alpaca_data.json, tokenized with OPT's tokenizer "
+        "(instruction + ' ' + input, plus BOS; output)",
     ),
     "sharegpt_llama2": TraceInfo(
         "sharegpt_llama2_8k_lengths.csv",

@@ -7,6 +7,7 @@ Formats (detected from the CSV header or the ``.jsonl`` suffix):
 - ``mooncake``: JSON Lines with ``timestamp`` (ms), ``input_length``, ``output_length`` and
   ``hash_ids`` (prefix-block hashes of 512 tokens).
 - ``sharegpt_opt``: the PagedAttention paper's lengths (``input_len, output_len``).
+- ``alpaca``: the paper's Alpaca lengths under OPT's tokenizer (``input_tokens, output_tokens``).
 - ``vidur``: Vidur/Sarathi processed traces (``num_prefill_tokens, num_decode_tokens, ...``).
 - ``burstgpt``: BurstGPT (``Timestamp`` in s, ``Request tokens``, ``Response tokens``).
 """
@@ -38,6 +39,7 @@ class CsvFormat:
 CSV_FORMATS: dict[str, CsvFormat] = {
     "azure": CsvFormat("ContextTokens", "GeneratedTokens", "TIMESTAMP", "datetime"),
     "sharegpt_opt": CsvFormat("input_len", "output_len"),
+    "alpaca": CsvFormat("input_tokens", "output_tokens"),
     "vidur": CsvFormat("num_prefill_tokens", "num_decode_tokens"),
     "burstgpt": CsvFormat("Request tokens", "Response tokens", "Timestamp", "seconds"),
 }

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
 
 from kvsim.calibrate.table import analytic_layout_factor
-from kvsim.config import CostSpec, GpuSpec, ModelSpec
+from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.cost import StepCostModel
 
 # Toy model: bytes_per_token = 2 * 2 layers * 2 kv heads * 4 dims * 2 bytes = 64;
@@ -22,6 +23,7 @@ GPU = GpuSpec(
     hbm_bandwidth_bytes_per_s=1000.0,
     fp16_flops_per_s=1e5,
     pcie_bandwidth_bytes_per_s=100.0,
+    nvlink_bandwidth_bytes_per_s=1000.0,
 )
 COST = CostSpec(
     hbm_efficiency=0.5,
@@ -32,36 +34,77 @@ COST = CostSpec(
 )
 
 
-def model(paged: bool = False, **cost: float) -> StepCostModel:
+def model(paged: bool = False, parallel: ParallelConfig | None = None, **cost: Any) -> StepCostModel:
     spec = COST.model_copy(update=cost)
-    return StepCostModel(MODEL, GPU, spec, paged=paged, block_size_tokens=4)
+    return StepCostModel(MODEL, GPU, spec, paged=paged, block_size_tokens=4, parallel=parallel)
+
+
+# decodes at contexts 10 and 20 tokens, one prefill of 5 tokens: (new tokens, computed before)
+STEP = [(1, 10), (1, 20), (5, 0)]
 
 
 def test_memory_bound_step_by_hand() -> None:
-    # decodes at contexts 10 + 20 = 30 tokens, one prefill of 5 tokens.
-    # bytes = 2000 + 30 * 64 = 3920 -> 3920 / 500 = 7.84 s
-    # flops = 2*1000*(2 + 5) + 2*2*8*5**2 + 4*2*8*30 = 14000 + 800 + 1920 = 16720 -> 0.3344 s
-    # t = max(7.84, 0.3344) + 0.1 + 0.01 * 3 sequences = 7.97 s
-    assert model().step_duration_s([5], 30, 2) == pytest.approx(7.97)
+    # bytes = 2000 + (10 + 20) * 64 = 3920 -> 3920 / 500 = 7.84 s
+    # flops = 2*1000*7 + 2*2*8*[(2*10 + 1) + (2*20 + 1) + 5**2] = 14000 + 32*87 = 16784 -> 0.34 s
+    # t = max(7.84, 0.34) + 0.1 + 0.01 * 3 sequences = 7.97 s
+    assert model().step_duration_s(STEP) == pytest.approx(7.97)
 
 
 def test_compute_bound_step_by_hand() -> None:
-    # prefill of 100 tokens: flops = 2*1000*102 + 2*2*8*100**2 + 1920 = 204000 + 320000 + 1920
-    # = 525920 -> 10.5184 s > 7.84 s of memory; t = 10.5184 + 0.1 + 0.03 = 10.6484 s
-    assert model().step_duration_s([100], 30, 2) == pytest.approx(10.6484)
+    # prefill of 100 tokens: flops = 2*1000*102 + 32*(21 + 41 + 100**2) = 204000 + 321984
+    # = 525984 -> 10.51968 s > 7.84 s of memory; t = 10.51968 + 0.1 + 0.03 = 10.64968 s
+    assert model().step_duration_s([(1, 10), (1, 20), (100, 0)]) == pytest.approx(10.64968)
+
+
+def test_a_prefix_hit_is_read_not_computed() -> None:
+    # a 100-token prompt with 96 cached tokens computes 4 tokens after 96: bytes 2000 + 96*64 =
+    # 8144 -> 16.288 s; flops 2*1000*4 + 32*(2*4*96 + 16) = 8000 + 25088 -> 0.66 s;
+    # t = 16.288 + 0.1 + 0.01 = 16.398 s. Computed whole: 10.4 s of FLOPs > 4 s of weights.
+    # (This toy model's KV is huge next to its weights, so here reading costs more.)
+    assert model().step_duration_s([(4, 96)]) == pytest.approx(16.398)
+    whole = (2 * 1000 * 100 + 32 * 100**2) / 5e4  # 10.4 s of compute; memory 2000/500 = 4 s
+    assert model().step_duration_s([(100, 0)]) == pytest.approx(whole + 0.11)
 
 
 def test_paged_factor_scales_kv_reads_only() -> None:
     # bytes = 2000 + 30 * 64 * 1.5 = 4880 -> 9.76 s; + 0.13 s = 9.89 s
     cost = model(paged=True, paged_attention_factor=1.5)
-    assert cost.step_duration_s([5], 30, 2) == pytest.approx(9.89)
+    assert cost.step_duration_s(STEP) == pytest.approx(9.89)
     assert cost.layout_source == "CostSpec.paged_attention_factor"
 
 
-def test_decode_span_only_first_step_has_prefills() -> None:
-    # step 2 reads 32 tokens: (2000 + 32 * 64) / 500 = 8.096 s; + 0.1 + 0.01 * 2 = 8.216 s
-    spans = model().decode_span_s(np.array([30.0, 32.0]), 2, [5])
-    np.testing.assert_allclose(spans, [7.97, 8.216])
+def test_decode_steps_by_hand() -> None:
+    # two sequences reading 30 then 32 tokens: (2000 + 30*64) / 500 = 7.84 s + 0.1 + 0.02;
+    # (2000 + 32*64) / 500 = 8.096 s + 0.12
+    np.testing.assert_allclose(model().decode_steps_s(30.0, 2, 2), [7.96, 8.216])
+
+
+def test_tensor_parallel_halves_reads_and_adds_all_reduces() -> None:
+    # TP 2: each rank reads 1000 bytes of weights and 1 of 2 KV heads: 2*2*1*4*2 = 32 B/token;
+    # bytes = 1000 + 30*32 = 1960 -> 3.92 s. All-reduces: 2 per layer = 4, each of 7 tokens *
+    # 8 hidden * 2 bytes = 112 bytes, ring factor 2*(2-1)/2 = 1, over 1000 B/s * 0.5: 0.224 s
+    # + 0.01 s latency -> 4 * 0.234 = 0.936 s. t = 3.92 + 0.13 + 0.936 = 4.986 s
+    cost = model(
+        parallel=ParallelConfig(tensor_parallel_size=2), link_efficiency=0.5, allreduce_latency_s=0.01
+    )
+    assert cost.step_duration_s(STEP) == pytest.approx(4.986)
+
+
+def test_pipeline_stages_run_one_after_the_other() -> None:
+    # PP 2, one batch in flight: both stages' work in sequence is the whole model's on one GPU
+    # (7.84 s + 0.13 s), plus one stage boundary sending 112 bytes: 0.224 + 0.01 -> 8.204 s
+    cost = model(
+        parallel=ParallelConfig(pipeline_parallel_size=2),
+        link_efficiency=0.5,
+        allreduce_latency_s=0.01,
+    )
+    assert cost.step_duration_s(STEP) == pytest.approx(8.204)
+
+
+def test_fp8_kv_halves_the_kv_read() -> None:
+    # 1-byte KV: 2*2*2*4*1 = 32 B/token; bytes = 2000 + 30*32 = 2960 -> 5.92 s + 0.13 s
+    cost = StepCostModel(MODEL, GPU, COST, paged=False, kv_cache_dtype="fp8")
+    assert cost.step_duration_s(STEP) == pytest.approx(6.05)
 
 
 def test_swap_seconds_by_hand() -> None:
@@ -70,7 +113,7 @@ def test_swap_seconds_by_hand() -> None:
     cost = model()
     assert cost.swap_bytes(3) == 768
     assert cost.swap_s(3) == pytest.approx(13.68)
-    assert cost.step_duration_s([5], 30, 2, swap_blocks=3) == pytest.approx(7.97 + 13.68)
+    assert cost.step_duration_s(STEP, swap_blocks=3) == pytest.approx(7.97 + 13.68)
 
 
 def test_recompute_seconds_by_hand() -> None:
@@ -90,18 +133,17 @@ def test_analytic_layout_factor_by_hand() -> None:
 @pytest.mark.parametrize("paged", [False, True])
 def test_more_context_never_costs_less(paged: bool) -> None:
     cost = model(paged=paged)
-    contexts = np.arange(0, 5000, 37, dtype=np.float64)
-    spans = cost.decode_span_s(contexts, 3)
+    spans = cost.decode_steps_s(0.0, 3, 130)  # contexts 0, 3, 6, ...
     assert np.all(np.diff(spans) >= 0)
 
 
 def test_more_work_never_costs_less() -> None:
     cost = model()
-    base = cost.step_duration_s([5], 30, 2)
-    assert cost.step_duration_s([5], 30, 3) >= base
-    assert cost.step_duration_s([5, 1], 30, 2) >= base
-    assert cost.step_duration_s([6], 30, 2) >= base
-    assert cost.step_duration_s([5], 30, 2, swap_blocks=1) >= base
+    base = cost.step_duration_s(STEP)
+    assert cost.step_duration_s([*STEP, (1, 0)]) >= base
+    assert cost.step_duration_s([(1, 10), (1, 21), (5, 0)]) >= base
+    assert cost.step_duration_s([(1, 10), (1, 20), (6, 0)]) >= base
+    assert cost.step_duration_s(STEP, swap_blocks=1) >= base
 
 
 def test_smaller_blocks_never_cheaper() -> None:

@@ -12,6 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvsim.config import config_from_dict
+from kvsim.engine import allocator_from_config
+from kvsim.intake import requests_for, split_runnable
 from kvsim.workload import WorkloadSpec, generate_requests, load_trace
 
 BIG_MODEL_LEN = 10**7  # keeps every row of a trace
@@ -34,7 +37,11 @@ def test_paper_filter_rows_and_means(traces_dir: Path) -> None:
     assert round(mean_out, 1) == 346.2  # README
 
     spec = WorkloadSpec(
-        trace="sharegpt_opt", sample="replay", min_prompt_tokens=4, min_output_tokens=4
+        trace="sharegpt_opt",
+        sample="replay",
+        min_prompt_tokens=4,
+        min_output_tokens=4,
+        overflow="drop",
     )
     reqs = _gen(spec, max_model_len=2048)
     assert len(reqs) == 77543
@@ -50,6 +57,7 @@ def test_resample_draws_only_filtered_rows(traces_dir: Path) -> None:
         min_prompt_tokens=4,
         min_output_tokens=4,
         num_requests=3000,
+        overflow="drop",
     )
     reqs = _gen(spec, max_model_len=2048)
     assert len(reqs) == 3000
@@ -125,12 +133,27 @@ def test_mooncake_truncate_cuts_hashes(traces_dir: Path) -> None:
     assert max(r.prompt_tokens for r in reqs) == 4095  # some prompt exceeds 4096 (max 191,378)
 
 
-def test_mooncake_drop_filter(traces_dir: Path) -> None:
+def test_mooncake_drop_filter_and_default_reject_count(traces_dir: Path) -> None:
     with (traces_dir / "mooncake_conversation.jsonl").open() as handle:
         rows = [json.loads(line) for line in handle if line.strip()]
-    expected = sum(1 for r in rows if r["input_length"] + r["output_length"] <= 32768)
-    reqs = _gen(WorkloadSpec(trace="mooncake_conversation", arrival="trace"), max_model_len=32768)
-    assert len(reqs) == expected
+    too_long = sum(1 for r in rows if r["input_length"] + r["output_length"] > 32768)
+    assert too_long > 0
+    spec = WorkloadSpec(trace="mooncake_conversation", arrival="trace", overflow="drop")
+    assert len(_gen(spec, max_model_len=32768)) == len(rows) - too_long
+    # the default keeps every row; the run rejects the long ones and counts them
+    config = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h200",
+            "scheduler": {"max_model_len": 32768},
+            "workload": {"trace": "mooncake_conversation", "arrival": "trace"},
+        }
+    )
+    requests = requests_for(config)
+    assert len(requests) == len(rows)
+    runnable, rejected = split_runnable(requests, config, allocator_from_config(config))
+    assert len(rejected.max_model_len) == too_long
+    assert len(runnable) == len(rows) - too_long
 
 
 def test_vidur_format_lengths(traces_dir: Path) -> None:
