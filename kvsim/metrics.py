@@ -127,12 +127,16 @@ def latency_stats(requests: pd.DataFrame) -> dict[str, float]:
     token-weighted mean inter-token latency."""
     out: dict[str, float] = {}
     for col in LATENCY_METRICS:
+        if col not in requests:
+            continue
         values = requests[col].dropna().to_numpy()
         if len(values) == 0:
             continue
         out[f"{col}_mean"] = float(values.mean())
         for q in (50, 90, 95, 99):
             out[f"{col}_p{q}"] = float(np.percentile(values, q))
+    if "output_tokens" not in requests or "request_decode_time_seconds" not in requests:
+        return out
     gaps = float((requests["output_tokens"] - 1).sum())
     if gaps > 0:
         decode_s = float(requests["request_decode_time_seconds"].sum())

@@ -7,7 +7,8 @@ import pandas as pd
 
 from kvsim.allocators.contiguous import FirstFitAllocator
 from kvsim.allocators.paged import PagedAllocator
-from kvsim.analysis import extra_metrics, row_labels, smallest_budget
+from kvsim.analysis import row_labels, smallest_budget
+from kvsim.metrics import latency_stats
 from kvsim.config import config_from_dict
 from kvsim.request import Request
 from kvsim.snapshot import pool_ownership, snapshot_frame
@@ -16,7 +17,13 @@ from kvsim.snapshot import pool_ownership, snapshot_frame
 def test_p95_by_hand() -> None:
     # 21 values 0..20: the 95th percentile (linear) is 0.95 * 20 = 19
     values = np.arange(21, dtype=float)
-    out = extra_metrics(pd.DataFrame({"time_to_first_token_seconds": values, "request_time_per_output_token_seconds": values / 10, "e2e_request_latency_seconds": values}))
+    frame = pd.DataFrame(
+        {
+            "time_to_first_token_seconds": values,
+            "request_time_per_output_token_seconds": values / 10,
+        }
+    )
+    out = latency_stats(frame)
     assert out["time_to_first_token_seconds_p95"] == 19.0
     assert out["request_time_per_output_token_seconds_p95"] == 1.9
 
