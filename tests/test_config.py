@@ -150,13 +150,14 @@ def test_engine_profile_defaults_follow_vllm():
     # prefix caching on; v0.6.6: max(max_model_len, 2048) tokens, 256 seqs, watermark 0.01
     a100 = config_from_dict({}).engine_args
     assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
-    assert a100.enable_chunked_prefill and a100.enable_prefix_caching
+    assert (a100.enable_chunked_prefill, a100.enable_prefix_caching) == (True, True)
     assert (a100.watermark, a100.reserve_null_block) == (0.0, True)
     h100 = config_from_dict({"gpu": "h100-80gb"}).engine_args
     assert (h100.max_num_batched_tokens, h100.max_num_seqs) == (8192, 1024)
     v0 = config_from_dict({"scheduler": {"engine": "vllm-v0"}}).engine_args
     assert (v0.max_num_batched_tokens, v0.max_num_seqs, v0.watermark) == (2048, 256, 0.01)
-    assert not (v0.enable_chunked_prefill or v0.enable_prefix_caching or v0.reserve_null_block)
+    flags = (v0.enable_chunked_prefill, v0.enable_prefix_caching, v0.reserve_null_block)
+    assert flags == (False, False, False)
 
 
 def test_chunked_prefill_lets_the_budget_be_below_max_model_len():
@@ -176,8 +177,11 @@ def test_max_model_len_defaults_to_the_model_context():
 
 def test_a_kv_budget_above_the_gpu_is_an_error_naming_both():
     # 200 GiB of KV plus 12.853e9 x 2 B = 23.9 GiB of weights on a 40 GiB A100
-    with pytest.raises(ValueError, match=r"200\.0 GiB of KV per GPU plus 23\.9 GiB of weights "
-                       r"exceed the 40\.0 GiB of one a100-40gb"):
+    with pytest.raises(
+        ValueError,
+        match=r"200\.0 GiB of KV per GPU plus 23\.9 GiB of weights "
+        r"exceed the 40\.0 GiB of one a100-40gb",
+    ):
         config_from_dict({"cache": {"kv_cache_gib": 200}})
 
 
@@ -186,8 +190,11 @@ def test_70b_needs_tensor_parallelism_and_the_error_says_what_is_short():
     # the weights alone are short by 59.4 GiB. TP 2 leaves 72 - 65.7 - 2 = 4.3 GiB, less than
     # a 131,072-token request's 20 GiB at 160 KiB/token per GPU; TP 4 leaves 37.1 GiB against
     # 10 GiB at 80 KiB/token: it fits
-    with pytest.raises(ValueError, match=r"weights alone are short by 59\.4 GiB; "
-                       r"parallel\.tensor_parallel_size = 4 fits"):
+    with pytest.raises(
+        ValueError,
+        match=r"weights alone are short by 59\.4 GiB; "
+        r"parallel\.tensor_parallel_size = 4 fits",
+    ):
         config_from_dict({"model": "llama-3.1-70b", "gpu": "h100-80gb"})
     cfg = config_from_dict(
         {"model": "llama-3.1-70b", "gpu": "h100-80gb", "parallel": {"tensor_parallel_size": 4}}

@@ -34,7 +34,9 @@ COST = CostSpec(
 )
 
 
-def model(paged: bool = False, parallel: ParallelConfig | None = None, **cost: Any) -> StepCostModel:
+def model(
+    paged: bool = False, parallel: ParallelConfig | None = None, **cost: Any
+) -> StepCostModel:
     spec = COST.model_copy(update=cost)
     return StepCostModel(MODEL, GPU, spec, paged=paged, block_size_tokens=4, parallel=parallel)
 
@@ -85,7 +87,9 @@ def test_tensor_parallel_halves_reads_and_adds_all_reduces() -> None:
     # 8 hidden * 2 bytes = 112 bytes, ring factor 2*(2-1)/2 = 1, over 1000 B/s * 0.5: 0.224 s
     # + 0.01 s latency -> 4 * 0.234 = 0.936 s. t = 3.92 + 0.13 + 0.936 = 4.986 s
     cost = model(
-        parallel=ParallelConfig(tensor_parallel_size=2), link_efficiency=0.5, allreduce_latency_s=0.01
+        parallel=ParallelConfig(tensor_parallel_size=2),
+        link_efficiency=0.5,
+        allreduce_latency_s=0.01,
     )
     assert cost.step_duration_s(STEP) == pytest.approx(4.986)
 

@@ -8,8 +8,8 @@ import pandas as pd
 from kvsim.allocators.contiguous import FirstFitAllocator
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.analysis import row_labels, smallest_budget
-from kvsim.metrics import latency_stats
 from kvsim.config import config_from_dict
+from kvsim.metrics import latency_stats
 from kvsim.request import Request
 from kvsim.snapshot import pool_ownership, snapshot_frame
 
@@ -33,18 +33,38 @@ def test_smallest_budget_needs_every_larger_budget_to_hold() -> None:
         {
             "label": ["c"] * 4 + ["p"] * 4,
             "gib": [2, 4, 8, 16] * 2,
-            "time_to_first_token_seconds_p95": [9, 1, 3, 1, 9, 1, 1, 1],  # c: 4 GiB holds but 8 does not -> 16
+            "time_to_first_token_seconds_p95": [
+                9,
+                1,
+                3,
+                1,
+                9,
+                1,
+                1,
+                1,
+            ],  # c: 4 GiB holds but 8 does not -> 16
             "request_time_per_output_token_seconds_p95": [0.1] * 8,
         }
     )
     out = smallest_budget(
-        table, budget="gib", targets={"time_to_first_token_seconds_p95": 2, "request_time_per_output_token_seconds_p95": 0.2}, by=["label"]
+        table,
+        budget="gib",
+        targets={
+            "time_to_first_token_seconds_p95": 2,
+            "request_time_per_output_token_seconds_p95": 0.2,
+        },
+        by=["label"],
     )
     assert out.to_dict("records") == [
         {"label": "c", "gib": 16.0, "holds_at_max": True},
         {"label": "p", "gib": 4.0, "holds_at_max": True},
     ]
-    none = smallest_budget(table, budget="gib", targets={"request_time_per_output_token_seconds_p95": 0.05}, by=["label"])
+    none = smallest_budget(
+        table,
+        budget="gib",
+        targets={"request_time_per_output_token_seconds_p95": 0.05},
+        by=["label"],
+    )
     assert none["gib"].isna().all()
     assert not none["holds_at_max"].any()
 

@@ -111,7 +111,9 @@ def test_latency_cdf_steps_to_one() -> None:
             "request_time_per_output_token_seconds": [0.01, 0.02, np.nan, 0.03, 0.05, 0.04],
         }
     )
-    fig = latency_cdf(requests, metrics=("time_to_first_token_seconds", "request_time_per_output_token_seconds"))
+    fig = latency_cdf(
+        requests, metrics=("time_to_first_token_seconds", "request_time_per_output_token_seconds")
+    )
     ttft, tpot = fig.axes
     assert list(ttft.lines[0].get_xdata()) == [0.1, 0.2, 0.3, 0.4]
     assert list(ttft.lines[0].get_ydata()) == [0.25, 0.5, 0.75, 1.0]

@@ -11,7 +11,6 @@ from kvsim.latency import explosion_rate
 from kvsim.repro.fig12 import fig12_ratios
 from kvsim.repro.fig13 import PAPER_FIG13, TOLERANCE, fig13
 
-
 # The vllm-2023 cost preset was fitted to these bars with kvsim's former mixed-step engine; on
 # the faithful vllm-v0 profile (prefill-only steps, v0's append check) vLLM on Alpaca lands about
 # +48 % high. Kept as a known miss (asserted to be one, so a fix is noticed) until the

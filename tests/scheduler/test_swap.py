@@ -76,7 +76,7 @@ def test_swap_out_and_in_by_hand() -> None:
 
 
 def test_full_cpu_pool_falls_back_to_recompute() -> None:
-    sched, alloc, swap, a, b = setup(cpu_blocks=4)  # < the 5 blocks B would need
+    sched, _, swap, _, b = setup(cpu_blocks=4)  # < the 5 blocks B would need
     for _ in range(8):
         plan, _ = step(sched)
     assert plan.num_preempted == 1

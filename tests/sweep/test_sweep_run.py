@@ -56,7 +56,11 @@ def test_points_stored_under_keys_and_summary_gathered(tmp_path, tiny) -> None:
     assert list(table["cache.block_size_tokens"]) == [8, 8, 16, 16]
     assert list(table["config_key"]) == keys
     assert list(table["num_requests"]) == [12, 12, 12, 12]  # the base's num_requests
-    assert {"token_states_pct_of_used", "request_time_per_output_token_seconds_p95", "time_to_first_token_seconds_p99"} <= set(table.columns)
+    assert {
+        "token_states_pct_of_used",
+        "request_time_per_output_token_seconds_p95",
+        "time_to_first_token_seconds_p99",
+    } <= set(table.columns)
     loaded = load_sweep(folder)
     pd.testing.assert_frame_equal(loaded.summary, table)
     assert loaded.results(keys[1]).config.cache.allocator == "paged"
