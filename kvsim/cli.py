@@ -179,7 +179,8 @@ def fig2(
     def go() -> None:
         check_out_dir(out)
         console.print(
-            f"Figure 2 setup: OPT-13B, A100-40GB, 12 GiB KV; {workload_source()}; "
+            f"Figure 2 setup (engine profile vllm-v0, the paper's): OPT-13B, A100-40GB, 12 GiB KV; "
+            f"{workload_source()}; "
             f"Poisson {rate} req/s; {seeds} seeds x {num_requests:,} requests per system."
         )
         df = run_fig2(

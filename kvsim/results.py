@@ -136,6 +136,7 @@ def build_results(
     summary["num_preemptions"] = num_preemptions
     summary.update(engine_summary(config))
     summary["capacity_tokens"] = capacity
+    summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity
     summary["kv_cache_bytes"] = config.kv_cache_bytes
     summary["config_key"] = config.key()
     return Results(config, req_df, mem_df, summary)

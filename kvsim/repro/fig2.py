@@ -70,10 +70,11 @@ def run_system(system: str, num_requests: int, rate_per_s: float, seed: int) -> 
         results.memory,
         results.requests,
         capacity_slots=config.capacity_tokens,
+        usable_capacity_slots=results.summary["usable_capacity_tokens"],
         start_s=0.1 * last_arrival,
         end_s=last_arrival,
     )
-    row: dict[str, Any] = {"system": system}
+    row: dict[str, Any] = {"system": system, "engine": config.engine_args.engine}
     for c in (*STACK, "free"):
         row[f"{c}_pct"] = summary[f"{c}_pct"]
     paper = PAPER_STACKS[system] or (VLLM_TOKEN_STATES_PCT, None, None, None)
@@ -112,6 +113,7 @@ def run_fig2(
         runs = pd.DataFrame([run_system(system, num_requests, rate_per_s, s) for s in seeds])
         row = runs.mean(numeric_only=True).to_dict()
         row["system"] = system
+        row["engine"] = runs["engine"].iloc[0]
         row["token_states_pct_min"] = runs["token_states_pct"].min()
         row["token_states_pct_max"] = runs["token_states_pct"].max()
         row["capacity_tokens"] = int(runs["capacity_tokens"].iloc[0])
