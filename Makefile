@@ -6,7 +6,7 @@ KVSIM := $(VENV)/bin/kvsim
 STAMP := $(VENV)/.installed
 
 EXPERIMENTS := fig2 block-size kv-budget long-outputs parallel-sampling contiguous-default \
-               bookstore traces
+               bookstore traces v0-vs-v1
 JOBS ?= 2
 SCHEDULER ?=
 SWEEP_FLAGS ?=
