@@ -21,13 +21,18 @@ def sharing(
 ) -> None:
     """Figure 15 -> <out>/savings.csv; Mooncake hit rates and the prefix plot -> <out>/*."""
     from kvsim.repro.sharing import write_sharing
+    from kvsim.workload import DataNotFoundError
 
-    paths = write_sharing(
-        out,
-        num_requests=num_requests,
-        fit_width=fit_width,
-        mooncake_requests=mooncake_requests or None,
-    )
+    try:
+        paths = write_sharing(
+            out,
+            num_requests=num_requests,
+            fit_width=fit_width,
+            mooncake_requests=mooncake_requests or None,
+        )
+    except (ValueError, OSError, DataNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(paths[0].read_text())
     typer.echo(paths[1].read_text())
     typer.echo(paths[2].read_text())

@@ -105,10 +105,13 @@ class V1Scheduler(SchedulerCore):
             if head.num_computed_tokens == 0 and allocator.caches_prefixes:
                 hit = allocator.find_cached_prefix(head)
             num_new = head.num_tokens - head.num_computed_tokens - hit.num_tokens
+            threshold = self.args.long_prefill_token_threshold
+            if 0 < threshold < num_new:  # capped before the unchunked budget check, as vLLM
+                num_new = threshold
             if not self.args.enable_chunked_prefill and num_new > budget:
                 plan.head_blocked = "budget"
                 break
-            num_new = self._chunk(num_new, budget)
+            num_new = min(num_new, budget)
             if not self._allocate(head, head.num_computed_tokens + hit.num_tokens + num_new, hit):
                 # a head with cached KV may fit later in a decode span: growth may evict its
                 # hits (its chunk, capped by the budget, then needs fewer slots in total) or
