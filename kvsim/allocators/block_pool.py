@@ -69,6 +69,11 @@ class BlockPool:
             b for i, b in enumerate(self._queue[self._head :], base + self._head) if pos[b] == i
         ]
 
+    def free_blocks_ahead(self, block_id: int) -> int:
+        """At least how many free blocks are taken before ``block_id`` (free) is evicted."""
+        ahead = self._pos[block_id] - self._base - self._head  # entries before it, stale included
+        return max(0, ahead - self._num_stale)
+
     def lookup(self, key: int) -> int | None:
         """The block caching ``key``, or ``None``."""
         return self.cached.get(key)

@@ -275,6 +275,12 @@ class PagedAllocator(Allocator):
         known = request.req_id in self.block_tables or request.req_id in self.groups
         return need + (0 if known else self.watermark_blocks)
 
+    def blocks_before_evicting(self, hit: PrefixHit) -> int | None:
+        """How many blocks growth may take from the free queue before one of ``hit``'s free
+        blocks is evicted (``None``: none of them is free, so growth cannot evict them)."""
+        ahead = [self.pool.free_blocks_ahead(b) for b in hit.blocks if self.pool.ref(b) == 0]
+        return min(ahead) if ahead else None
+
     def can_append_v0(self, request: Request) -> bool:
         return request.num_seqs <= self.pool.num_free
 

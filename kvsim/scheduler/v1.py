@@ -23,7 +23,9 @@ requests by the engine (vLLM ``ParentRequest``), which share prompt blocks throu
 
 from __future__ import annotations
 
-from kvsim.allocators.base import NO_HIT
+from kvsim.allocators.base import NO_HIT, PrefixHit
+from kvsim.allocators.paged import PagedAllocator
+from kvsim.request import Request
 from kvsim.scheduler.core import SchedulerCore
 from kvsim.scheduler.plan import StepPlan
 
@@ -44,6 +46,7 @@ class V1Scheduler(SchedulerCore):
         return plan
 
     _partial = False
+    _guard_blocks: int | None = None
 
     def _chunk(self, num_new: int, budget: int) -> int:
         threshold = self.args.long_prefill_token_threshold
@@ -113,10 +116,7 @@ class V1Scheduler(SchedulerCore):
                 break
             num_new = min(num_new, budget)
             if not self._allocate(head, head.num_computed_tokens + hit.num_tokens + num_new, hit):
-                # a head with cached KV may fit later in a decode span: growth may evict its
-                # hits (its chunk, capped by the budget, then needs fewer slots in total) or
-                # fill blocks it shares; step by step then
-                plan.head_blocked = "kv_prefix" if hit.num_tokens or head.shares_tokens else "kv"
+                plan.head_blocked = self._blocked_reason(head, hit, budget)
                 break
             waiting.popleft()
             self.running.append(head)
@@ -128,6 +128,34 @@ class V1Scheduler(SchedulerCore):
             plan.add(head, num_new)
             budget -= num_new
         return budget
+
+    def _blocked_reason(self, head: Request, hit: PrefixHit, budget: int) -> str:
+        """``"kv"``, or ``"kv_prefix"`` when a decode span could lower what the head needs.
+
+        Growth may fill blocks the head shares (more hits), or evict its cached ones: losing
+        hits never lowers the need of a head computing all its tokens at once (it needs its whole
+        KV either way), but can for a head whose chunk the budget or the threshold caps. Such a
+        paged head is guarded instead: a span takes fewer free blocks than lie before its hit
+        blocks in the free queue (``growth_reserve_slots``), so its need stays as it is.
+        """
+        self._guard_blocks = None
+        if head.shares_tokens:
+            return "kv_prefix"
+        threshold = self.args.long_prefill_token_threshold
+        cap = min(budget, threshold) if threshold else budget
+        if not hit.num_tokens or head.num_tokens - head.num_computed_tokens <= cap:
+            return "kv"
+        if not isinstance(self.allocator, PagedAllocator):
+            return "kv_prefix"
+        self._guard_blocks = self.allocator.blocks_before_evicting(hit)
+        return "kv"
+
+    def growth_reserve_slots(self, plan: StepPlan) -> int:
+        if self._guard_blocks is None or plan.head_blocked != "kv":
+            return 0
+        assert isinstance(self.allocator, PagedAllocator)
+        block = self.allocator.block_size_tokens
+        return max(0, self.allocator.num_free_tokens - self._guard_blocks * block)
 
     def _extendable(self, plan: StepPlan) -> bool:
         """Later steps repeat "every running request decodes one token" until an event: nobody
