@@ -131,10 +131,11 @@ def test_7_prefix_caching_on_paged_hits_and_v1_samples_share_the_prompt():
 def test_9_queue_prefill_decode_ttft_itl_and_e2e_by_hand():
     # every step costs 0.1 s (a GPU so fast that only step_overhead_s counts). A pool of 7
     # blocks of 4 tokens (6 usable beside v1's null block) holds one request at a time: A and B
-    # (prompt 20 = 5 blocks, 3 output tokens: 22 KV tokens = 6 blocks) arrive at t = 0. A: prefill step [0, 0.1) samples its first token, two
-    # decode steps finish it at 0.3. B is first scheduled at 0.3 (queue 0.3 s), samples its
-    # first token at 0.4 (prefill 0.1 s, TTFT 0.4 s) and finishes at 0.6 (decode 0.2 s,
-    # 0.1 s per output token after the first, E2E 0.6 s)
+    # (prompt 20 = 5 blocks, 3 output tokens: 22 KV tokens = 6 blocks) arrive at t = 0.
+    # A: its prefill step [0, 0.1) samples its first token, two decode steps finish it at 0.3.
+    # B is first scheduled at 0.3 (queue 0.3 s), samples its first token at 0.4 (prefill
+    # 0.1 s, TTFT 0.4 s) and finishes at 0.6 (decode 0.2 s, 0.1 s per output token after the
+    # first, E2E 0.6 s)
     cfg = config_from_dict(
         {
             "model": {
