@@ -228,10 +228,19 @@ class Engine:
             durations,
             cats,
             len(lengths),
-            len(self.scheduler.waiting),
+            self._waiting_per_step(durations),
             plan.num_prefills,
             plan.num_preempted,
         )
+
+    def _waiting_per_step(self, durations: FloatArray) -> int | FloatArray:
+        """Queue length in each step of a span: requests arriving during it join the queue."""
+        waiting = len(self.scheduler.waiting)
+        if len(durations) == 1 or self.num_arrived == len(self.requests):
+            return waiting
+        starts = self.env.now + np.concatenate(([0.0], np.cumsum(durations[:-1])))
+        arrived = np.searchsorted(self._arrival_times, starts, side="right")
+        return waiting + np.maximum(arrived - self.num_arrived, 0).astype(np.float64)
 
 
 def prepare_requests(

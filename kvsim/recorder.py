@@ -144,11 +144,15 @@ class MemoryRecorder:
         durations_s: FloatArray,
         cats: SpanCategories,
         num_running: int,
-        num_waiting: int,
+        num_waiting: int | FloatArray,
         num_prefills: int,
         num_preempted: int,
     ) -> None:
-        """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k])."""
+        """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k]).
+
+        ``num_waiting`` is the queue length, or float64[k] per step when requests arrive during
+        the span (its row then holds the duration-weighted mean).
+        """
         series = (
             cats.token_states,
             cats.reservation,
@@ -162,6 +166,7 @@ class MemoryRecorder:
         if len(durations_s) == 1:  # one step: its values are the means
             total_s = float(durations_s[0])
             means = [float(x[0]) for x in series]
+            waiting = float(np.asarray(num_waiting).ravel()[0])
         else:
             total_s = float(durations_s.sum())
             w = (
@@ -170,13 +175,14 @@ class MemoryRecorder:
                 else np.full(len(durations_s), 1 / len(durations_s))
             )
             means = (np.stack(series) @ w).tolist()
+            waiting = float(np.dot(np.broadcast_to(num_waiting, w.shape), w))
         self.rows.append(
             (
                 time_s,
                 total_s,
                 len(durations_s),
                 num_running,
-                num_waiting,
+                waiting,
                 num_prefills,
                 num_preempted,
                 int(cats.blocked.sum()),

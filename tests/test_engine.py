@@ -143,6 +143,7 @@ def test_fast_forward_matches_step_by_step(engine, allocator, sharing):
         "reservation_pct",
         "external_fragmentation_pct",
         "num_requests_running_mean",
+        "num_requests_waiting_mean",
         "kv_saved_by_sharing_pct",
         "kv_cache_usage_perc",
     ]
