@@ -19,7 +19,8 @@ from rich.table import Table
 from tqdm import tqdm
 
 from kvsim.config import SimConfig, config_from_dict, load_config, preset_table
-from kvsim.engine import prepare_requests, simulate
+from kvsim.engine import simulate
+from kvsim.intake import requests_for
 from kvsim.workload import DataNotFoundError
 
 app = typer.Typer(
@@ -129,14 +130,19 @@ def run(
         check_out_dir(out)
         overrides = parse_overrides(set_ or [])
         cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
-        requests, _ = prepare_requests(cfg, strict=strict)
+        requests = requests_for(cfg)
         with tqdm(
             total=len(requests),
             unit="req",
             disable=not progress or len(requests) < 2000,
             desc="simulating",
         ) as bar:
-            results = simulate(cfg, requests, on_finish=bar.update, strict=strict)
+
+            def start(num_runnable: int) -> None:
+                bar.total = num_runnable  # some may be skipped (counted in the summary)
+                bar.refresh()
+
+            results = simulate(cfg, requests, on_finish=bar.update, strict=strict, on_start=start)
         console.print(summary_table(results.summary, run_title(cfg, len(requests))))
         if out is not None:
             results.save(out)

@@ -254,8 +254,11 @@ def prepare_requests(
         requests = fan_out(requests)
     runnable, rejected = split_runnable(requests, config, allocator_from_config(config))
     if rejected.count:
-        message = rejected.message(len(requests), config.max_model_len, config.capacity_tokens)
-        if strict or not runnable:
+        fail = strict or not runnable
+        message = rejected.message(
+            len(requests), config.max_model_len, config.capacity_tokens, skipped=not fail
+        )
+        if fail:
             raise ValueError(message)
         logger.warning(message)
     return runnable, rejected
@@ -267,6 +270,7 @@ def simulate(
     on_finish: Callable[[int], None] | None = None,
     *,
     strict: bool = False,
+    on_start: Callable[[int], None] | None = None,
 ) -> Results:
     """Run one simulation.
 
@@ -276,6 +280,7 @@ def simulate(
         on_finish: progress callback, called with the number of requests finished per event.
         strict: a request that cannot run (longer than ``max_model_len`` or the KV pool) is an
             error instead of a counted, logged skip.
+        on_start: called with the number of requests that will run, before the run (progress).
 
     Returns:
         ``Results`` with per-request records, the memory time series and a summary (the
@@ -285,6 +290,8 @@ def simulate(
         ValueError: ``strict`` and some request cannot run, or no request can.
     """
     runnable, rejected = prepare_requests(config, requests, strict=strict)
+    if on_start is not None:
+        on_start(len(runnable))
     env = simpy.Environment()
     engine = Engine(env, config, runnable, on_finish)
     env.process(engine.arrival_source())

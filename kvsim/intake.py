@@ -76,7 +76,9 @@ class Rejected:
             "num_rejected_kv_pool": len(self.kv_pool),
         }
 
-    def message(self, total: int, max_model_len: int, capacity_tokens: int) -> str:
+    def message(
+        self, total: int, max_model_len: int, capacity_tokens: int, *, skipped: bool = True
+    ) -> str:
         """One line naming how many requests cannot run, why, and the first of each kind."""
         parts = []
         if self.max_model_len:
@@ -94,7 +96,8 @@ class Rejected:
                 f"{r.final_tokens:,} tokens)"
             )
         return (
-            f"{self.count:,} of {total:,} requests cannot run and are skipped: "
+            f"{self.count:,} of {total:,} requests cannot run"
+            + (" and are skipped: " if skipped else ": ")
             + "; ".join(parts)
             + " (raise scheduler.max_model_len or the KV budget, or filter the workload)"
         )

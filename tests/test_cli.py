@@ -85,3 +85,28 @@ def test_presets_lists_models():
     assert result.exit_code == 0
     assert "opt-13b" in result.output
     assert "800" in result.output
+
+
+def test_run_counts_rejected_requests_and_strict_fails(tmp_path):
+    # a 3,000-token prompt of a trace cannot run on OPT-13B (max_model_len 2,048)
+    trace = tmp_path / "t.csv"
+    trace.write_text("input_len,output_len\n3000,10\n100,10\n200,10\n")
+    args = [
+        "run",
+        "--no-progress",
+        "--set",
+        f"workload.trace={trace}",
+        "--set",
+        "workload.sample=replay",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["num_requests_rejected"] == 1
+    assert summary["num_requests"] == 2
+    strict = runner.invoke(app, [*args[:-2], "--strict"])
+    assert strict.exit_code == 2
+    assert "1 of 3 requests cannot run: 1 longer than max_model_len = 2,048" in strict.output
+    assert "skipped" not in strict.output

@@ -84,9 +84,9 @@ def test_user_defined_model_and_preset_override(tmp_path):
             r"cache\.gpu_memory_utilization: .*less than or equal to 1",
         ),
         (
-            {"cache.kv_cache_gib": 0.001},
+            {"cache.kv_cache_gib": 0.01},
             r"scheduler\.max_model_len: one request of 2,048 tokens needs 1\.6 GiB of KV but the "
-            r"pool holds 1 tokens",
+            r"pool holds 13 tokens",
         ),
         ({"cache.bogus": 1}, r"cache\.bogus: Extra inputs are not permitted"),
         (
@@ -113,6 +113,22 @@ def test_user_defined_model_and_preset_override(tmp_path):
             {"cache.allocator": "first_fit", "cache.enable_prefix_caching": True},
             r"cache\.enable_prefix_caching: prefix caching needs a paged pool, not 'first_fit'",
         ),
+        ({"cache.kv_cache_gib": float("inf")}, r"cache\.kv_cache_gib: .*finite number"),
+        ({"workload.time_scale": float("nan")}, r"workload\.time_scale: .*finite number"),
+        ({"cache.kv_cache_gib": 1e300}, r"cache\.kv_cache_gib: .*less than or equal to"),
+        (
+            {"cache.kv_cache_gib": 10, "cache.kv_cache_bytes": 10**6},
+            r"cache: set one of kv_cache_gib \(10\.0\) and kv_cache_bytes \(1000000\)",
+        ),
+        (
+            {"cache.kv_cache_bytes": 1},
+            r"cache\.kv_cache_bytes: the KV budget of 1 bytes per GPU holds 0 tokens",
+        ),
+        (
+            {"cache.block_size_tokens": 100_000},
+            r"cache\.block_size_tokens: 100,000-token blocks give the 13,185-slot KV pool 0",
+        ),
+        ({"cache.gpu_memory_utilization": 0}, r"gpu_memory_utilization: .*greater than 0, got 0"),
     ],
 )
 def test_bad_values_name_field_expected_and_got(overrides, pattern):
@@ -221,3 +237,16 @@ def test_kv_bytes_per_token_per_gpu(parallel, dtype, expected):
 
     model = ModelSpec.model_validate("llama-3.1-70b")
     assert kv_bytes_per_token_per_gpu(model, ParallelConfig(**parallel), dtype) == expected
+
+
+def test_a_dotted_override_edits_the_default_preset():
+    # no model table: model.num_layers overrides OPT-13B's 40 layers (half the KV per token)
+    cfg = config_from_dict({}, {"model.num_layers": 20})
+    assert cfg.model.bytes_per_token == 2 * 20 * 40 * 128 * 2
+    assert cfg.model.num_params == ModelSpec.model_validate("opt-13b").num_params
+
+
+def test_max_model_len_above_the_context_is_a_warning(caplog):
+    cfg = config_from_dict({}, {"scheduler.max_model_len": 4096})
+    assert cfg.max_model_len == 4096
+    assert "exceeds opt-13b's trained context of 2,048 tokens" in caplog.text

@@ -27,7 +27,7 @@ FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 class Frozen(BaseModel):
     """Base of every config section: unknown keys are errors, instances are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 @cache

@@ -33,9 +33,9 @@ def check_memory(config: SimConfig) -> None:
     cache, gpu = config.cache, config.gpu
     weights = config.weight_bytes_per_gpu
     where = (
-        f"{config.model.name} on {gpu.name} (tensor_parallel_size "
+        f"{config.model.name} on {gpu.name}, tensor_parallel_size "
         f"{config.parallel.tensor_parallel_size}, pipeline_parallel_size "
-        f"{config.parallel.pipeline_parallel_size})"
+        f"{config.parallel.pipeline_parallel_size}"
     )
     explicit = cache.kv_cache_bytes is not None or cache.kv_cache_gib is not None
     if explicit:
@@ -43,13 +43,27 @@ def check_memory(config: SimConfig) -> None:
             raise ValueError(
                 f"cache.kv_cache_gib: {_gib(config.kv_cache_bytes)} of KV per GPU plus "
                 f"{_gib(weights)} of weights exceed the {_gib(gpu.memory_bytes)} of one "
-                f"{gpu.name} ({where}); lower the KV budget or raise tensor_parallel_size"
+                f"{gpu.name} ({where}); lower the KV budget or raise "
+                "parallel.tensor_parallel_size"
             )
     else:
         usable = cache.gpu_memory_utilization * gpu.memory_bytes
         left = usable - weights - cache.activation_headroom_bytes
         if left < config.bytes_per_token * config.max_model_len:
             raise ValueError(_derived_budget_message(config, where, usable, left))
+    if config.capacity_tokens < 2:
+        field = (
+            "cache.kv_cache_bytes"
+            if cache.kv_cache_bytes is not None
+            else "cache.kv_cache_gib"
+            if explicit
+            else "cache.gpu_memory_utilization"
+        )
+        raise ValueError(
+            f"{field}: the KV budget of {config.kv_cache_bytes:,} bytes per GPU holds "
+            f"{config.capacity_tokens} tokens of {config.bytes_per_token:,} bytes ({where}); "
+            "raise it"
+        )
     if config.capacity_tokens < config.max_model_len:
         raise ValueError(
             f"scheduler.max_model_len: one request of {config.max_model_len:,} tokens needs "
@@ -85,7 +99,7 @@ def _derived_budget_message(config: SimConfig, where: str, usable: float, left: 
     advice = (
         f"; parallel.tensor_parallel_size = {tp} fits"
         if tp is not None and tp > config.parallel.tensor_parallel_size
-        else "; raise gpu_memory_utilization, use a larger GPU, or set cache.kv_cache_gib"
+        else "; raise cache.gpu_memory_utilization, use a larger GPU, or set cache.kv_cache_gib"
     )
     return f"{head}: {short}{advice}"
 

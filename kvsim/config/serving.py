@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
 from kvsim.units import GiB
@@ -58,14 +58,23 @@ class CacheSpec(Frozen):
     allocator: str = "paged"
     block_size_tokens: int = Field(default=16, ge=1)
     reservation: Literal["max", "pow2", "oracle", "prompt_max_tokens", "full_context"] = "max"
-    kv_cache_bytes: int | None = Field(default=None, ge=1)
-    kv_cache_gib: float | None = Field(default=None, gt=0)
+    kv_cache_bytes: int | None = Field(default=None, ge=1, le=2**60)
+    kv_cache_gib: float | None = Field(default=None, gt=0, le=2**30)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_headroom_bytes: int = Field(default=2 * GiB, ge=0)
     kv_cache_dtype: KvCacheDtype = "auto"
     watermark: float | None = Field(default=None, ge=0, lt=1)
     enable_prefix_caching: bool | None = None
     share_sequence_groups: bool = True
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> CacheSpec:
+        if self.kv_cache_bytes is not None and self.kv_cache_gib is not None:
+            raise ValueError(
+                f"set one of kv_cache_gib ({self.kv_cache_gib}) and kv_cache_bytes "
+                f"({self.kv_cache_bytes}), not both"
+            )
+        return self
 
     @field_validator("allocator")
     @classmethod
@@ -98,7 +107,10 @@ class SchedulerConfig(Frozen):
     long_prefill_token_threshold: int = Field(default=0, ge=0)
     preemption_mode: Literal["recompute", "swap"] | None = None
     swap_space_gib: float = Field(
-        default=4.0, ge=0, description="CPU swap space for preempted KV, GiB (vLLM's swap_space)"
+        default=4.0,
+        ge=0,
+        le=2**30,
+        description="CPU swap space for preempted KV, GiB (vLLM's swap_space)",
     )
     max_preemptions_per_request: int = Field(default=1000, ge=1, description="livelock guard")
 

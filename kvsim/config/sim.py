@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import tomllib
 from functools import cached_property
 from pathlib import Path
@@ -31,6 +32,9 @@ from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve
 from kvsim.units import GiB
 from kvsim.workload import WorkloadSpec, load_workload
 
+DEFAULT_PRESETS = {"model": "opt-13b", "gpu": "a100-40gb"}  # SimConfig's default sections
+logger = logging.getLogger(__name__)
+
 
 class SimConfig(Frozen):
     """One simulation run: everything needed to reproduce it bit for bit.
@@ -40,8 +44,10 @@ class SimConfig(Frozen):
     random draw.
     """
 
-    model: ModelSpec = Field(default_factory=lambda: ModelSpec.model_validate("opt-13b"))
-    gpu: GpuSpec = Field(default_factory=lambda: GpuSpec.model_validate("a100-40gb"))
+    model: ModelSpec = Field(
+        default_factory=lambda: ModelSpec.model_validate(DEFAULT_PRESETS["model"])
+    )
+    gpu: GpuSpec = Field(default_factory=lambda: GpuSpec.model_validate(DEFAULT_PRESETS["gpu"]))
     parallel: ParallelConfig = ParallelConfig()
     cache: CacheSpec = CacheSpec()
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -113,6 +119,14 @@ class SimConfig(Frozen):
         args = self.engine_args
         check_memory(self)
         _check_workload_fits_profile(self, args)
+        _check_blocks(self)
+        if args.max_model_len > self.model.max_position_embeddings:
+            _warn_once(
+                f"scheduler.max_model_len = {args.max_model_len:,} exceeds {self.model.name}'s "
+                f"trained context of {self.model.max_position_embeddings:,} tokens; vLLM refuses "
+                "this unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (parametric workload lengths are "
+                "drawn up to max_model_len)"
+            )
         return self
 
     def canonical_json(self) -> str:
@@ -125,6 +139,28 @@ class SimConfig(Frozen):
 
 
 PAGED_ALLOCATORS = ("paged",)
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:  # a sweep validates many configs alike
+        _WARNED.add(message)
+        logger.warning(message)
+
+
+def _check_blocks(config: SimConfig) -> None:
+    """A paged pool holds at least one usable block (two under v1: block 0 is the null block)."""
+    if config.cache.allocator not in PAGED_ALLOCATORS:
+        return
+    blocks = config.capacity_tokens // config.cache.block_size_tokens
+    if blocks < 1 + config.engine_args.reserve_null_block:
+        raise ValueError(
+            f"cache.block_size_tokens: {config.cache.block_size_tokens:,}-token blocks give the "
+            f"{config.capacity_tokens:,}-slot KV pool {blocks} block(s), fewer than "
+            f"{1 + config.engine_args.reserve_null_block} (vLLM v1 reserves block 0); lower it"
+        )
 
 
 def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
@@ -164,11 +200,11 @@ def format_validation_error(err: ValidationError) -> str:
     """One line per problem: ``cache.block_size_tokens: must be >= 1 ... got 0``."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "config"
+        loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         got = e.get("input")
-        shown = "" if isinstance(got, dict) or repr(got) in msg else f", got {got!r}"
-        lines.append(f"{loc}: {msg}{shown}")
+        shown = "" if isinstance(got, dict) or "got " in msg else f", got {got!r}"
+        lines.append(f"{loc}: {msg}{shown}" if loc else msg)  # model checks name their field
     return "\n".join(lines)
 
 
@@ -191,6 +227,9 @@ def config_from_dict(data: dict[str, Any], overrides: dict[str, Any] | None = No
     """Validate a plain dict (as from TOML) into a ``SimConfig``; see ``load_config``."""
     data = json.loads(json.dumps(data))  # deep copy, plain types
     for dotted, value in (overrides or {}).items():
+        section = dotted.split(".", 1)[0]
+        if "." in dotted and section in DEFAULT_PRESETS and section not in data:
+            data[section] = {"preset": DEFAULT_PRESETS[section]}  # override the default's field
         set_dotted(data, dotted, value)
     try:
         return SimConfig.model_validate(data)

@@ -81,7 +81,7 @@ class WorkloadSpec(BaseModel):
         turn_gap_s: seconds between a conversation's consecutive turns.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = ""
     arrival: ArrivalKind = "poisson"
