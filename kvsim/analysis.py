@@ -71,7 +71,7 @@ class SweepResults:
         return Results.load(self.folder / "points" / key)
 
     def snapshot(self, key: str) -> pd.DataFrame | None:
-        """The point's KV-pool snapshot (``snapshot.snapshot_frame``), if one was taken."""
+        """The point's KV-pool snapshot (``poolmap.SNAPSHOT_COLUMNS``), if one was taken."""
         path = self.folder / "points" / key / "snapshot.parquet"
         return pd.read_parquet(path) if path.is_file() else None
 

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from kvsim.config import SimConfig, config_from_dict, load_config, preset_table
 from kvsim.engine import simulate
 from kvsim.intake import requests_for
+from kvsim.request import Request
 from kvsim.workload import DataNotFoundError
 
 app = typer.Typer(
@@ -123,6 +124,13 @@ def run(
             help="Fail on requests that cannot run instead of skipping and counting them."
         ),
     ] = False,
+    map_frames: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Memory-map frames captured over the arrivals, written with --out (0: none).",
+        ),
+    ] = 200,
 ) -> None:
     """Simulate one config and print where the KV memory went."""
 
@@ -142,13 +150,32 @@ def run(
                 bar.total = num_runnable  # some may be skipped (counted in the summary)
                 bar.refresh()
 
-            results = simulate(cfg, requests, on_finish=bar.update, strict=strict, on_start=start)
+            every = map_interval_s(requests, map_frames) if out is not None else None
+            if every is not None and cfg.cache.allocator == "radix":
+                every = None  # a radix tree has no physical map
+            results = simulate(
+                cfg,
+                requests,
+                on_finish=bar.update,
+                strict=strict,
+                on_start=start,
+                map_every_s=every,
+            )
         console.print(summary_table(results.summary, run_title(cfg, len(requests))))
         if out is not None:
             results.save(out)
             console.print(f"results written to {out}/")
 
     _guard(go)
+
+
+def map_interval_s(requests: list[Request], num_frames: int) -> float | None:
+    """Seconds between memory-map frames so that ``num_frames`` cover the arrivals (``None``
+    for no frames)."""
+    if num_frames <= 0 or not requests:
+        return None
+    last = max(r.arrival_time_s for r in requests)
+    return max(last, 1.0) / num_frames
 
 
 def run_title(cfg: SimConfig, num_requests: int) -> str:

@@ -10,7 +10,7 @@ event per token.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from kvsim.allocators import Allocator, make_allocator
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
+from kvsim.poolmap import FrameRecorder, has_map
 from kvsim.recorder import MemoryRecorder, span_categories
 from kvsim.request import Request
 from kvsim.results import Results, build_results
@@ -83,8 +84,7 @@ class Engine:
         config: the run's config.
         requests: the workload, sorted by ``arrival_time_s``, every one runnable.
         on_finish: called with the number of requests finished by each event (progress bars).
-        stop_at_s: if given, no fast-forwarded span runs past the step in flight at this
-            simulated time, so the pool can be inspected then (``kvsim.snapshot``).
+        frames: captures memory-map frames during the run (``kvsim.poolmap``), or ``None``.
     """
 
     def __init__(
@@ -93,7 +93,7 @@ class Engine:
         config: SimConfig,
         requests: list[Request],
         on_finish: Callable[[int], None] | None = None,
-        stop_at_s: float | None = None,
+        frames: FrameRecorder | None = None,
     ) -> None:
         self.env = env
         self.config = config
@@ -105,7 +105,11 @@ class Engine:
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
         self.on_finish = on_finish
-        self.stop_at_s = stop_at_s
+        self.frames = frames
+        if frames is not None and not has_map(self.allocator):
+            raise ValueError(
+                f"memory-map frames need a paged or slab allocator, not {config.cache.allocator!r}"
+            )
         self.max_span_steps = 1 if config.memory_resolution == "step" else MAX_SPAN_STEPS
         self.plan_in_flight: StepPlan | None = None
         self.num_arrived = 0
@@ -147,6 +151,8 @@ class Engine:
                 if self.swap is not None:
                     self.swap.check_invariants()
             self._record(plan, durations)
+            if self.frames is not None:
+                self._capture_frames(plan, durations)
             step0_end_s = now + float(durations[0])
             yield self.env.timeout(float(durations.sum()))
             finished = self.scheduler.complete(plan, self.env.now, step0_end_s)
@@ -204,10 +210,27 @@ class Engine:
         if not self.scheduler.waiting and self.num_arrived < len(self.requests):
             until_arrival = self._arrival_times[self.num_arrived] - self.env.now
             k = min(k, int(np.searchsorted(np.cumsum(durations), until_arrival)) + 1)
-        if self.stop_at_s is not None and self.stop_at_s > self.env.now:
-            until_stop = self.stop_at_s - self.env.now  # end with the step in flight then
-            k = min(k, int(np.searchsorted(np.cumsum(durations), until_stop, side="right")) + 1)
+        capture = self.frames.next_time() if self.frames is not None else None
+        if capture is not None and capture > self.env.now:
+            until = capture - self.env.now  # end with the step in flight then
+            k = min(k, int(np.searchsorted(np.cumsum(durations), until, side="right")) + 1)
         return k
+
+    def _capture_frames(self, plan: StepPlan, durations: FloatArray) -> None:
+        """Frames due before this span ends: an idle gap before it shows an empty pool; in it,
+        the pool during its last step (the span was cut to end with the step in flight)."""
+        assert self.frames is not None
+        now, end = self.env.now, self.env.now + float(durations.sum())
+        last = self.scheduler.span_lengths(plan)[:, -1].tolist()
+        tokens = {r.req_id: n for r, n in zip(plan.members, last, strict=True)}
+        head = self.scheduler.head_of_queue()
+        need = self.allocator.admission_slots_needed(*head) if head is not None else 0
+        waiting = [r.req_id for r in self.scheduler.waiting]
+        for t in self.frames.pop_due(end):
+            if t < now:
+                self.frames.capture(t, self.allocator, {}, 0, [], 0)
+            else:
+                self.frames.capture(t, self.allocator, tokens, len(tokens), waiting, need)
 
     def _record(self, plan: StepPlan, durations: FloatArray) -> None:
         if not self.config.record_memory:
@@ -271,6 +294,8 @@ def simulate(
     *,
     strict: bool = False,
     on_start: Callable[[int], None] | None = None,
+    map_at_s: Sequence[float] = (),
+    map_every_s: float | None = None,
 ) -> Results:
     """Run one simulation.
 
@@ -281,6 +306,8 @@ def simulate(
         strict: a request that cannot run (longer than ``max_model_len`` or the KV pool) is an
             error instead of a counted, logged skip.
         on_start: called with the number of requests that will run, before the run (progress).
+        map_at_s: simulated moments at which to capture the physical memory map.
+        map_every_s: also capture it every this many simulated seconds.
 
     Returns:
         ``Results`` with per-request records, the memory time series and a summary (the
@@ -293,7 +320,8 @@ def simulate(
     if on_start is not None:
         on_start(len(runnable))
     env = simpy.Environment()
-    engine = Engine(env, config, runnable, on_finish)
+    frames = FrameRecorder(map_at_s, map_every_s) if map_at_s or map_every_s else None
+    engine = Engine(env, config, runnable, on_finish, frames)
     env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run()
@@ -312,4 +340,8 @@ def simulate(
     summary.update(engine.allocator.prefix_cache_summary())
     summary["layout_factor"] = engine.cost.layout_factor
     summary["layout_source"] = engine.cost.layout_source
+    if frames is not None:
+        for t in frames.pending:  # moments after the last finish: the pool is empty
+            frames.capture(t, engine.allocator, {}, 0, [], 0)
+        results.mapframes, results.frames = frames.frames()
     return results

@@ -170,7 +170,7 @@ def memory_map(
     (allocated but empty) and light grey (free).
 
     Args:
-        snapshots: panel title -> ``snapshot.snapshot_frame`` table.
+        snapshots: panel title -> ``poolmap.SNAPSHOT_COLUMNS`` table.
         capacity_slots: KV pool size in token slots (same for every panel).
         num_cells: cells per panel (a square number draws a square grid).
         title: figure title.

@@ -1,7 +1,8 @@
 """Results of one run: per-request records and the memory time series as DataFrames, plus a summary.
 
-``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json`` and
-``config.json``; ``Results.load(folder)`` reads them back.
+``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json``,
+``config.json`` and, when frames were captured, ``mapframes.parquet`` and ``frames.parquet``;
+``Results.load(folder)`` reads them back.
 """
 
 from __future__ import annotations
@@ -52,12 +53,16 @@ class Results:
             ``normalized_latency_seconds``), seconds.
         memory: one row per engine event (``recorder.MEMORY_COLUMNS``), slots and seconds.
         summary: scalar metrics (see ``metrics.summarize``).
+        mapframes, frames: memory-map frames captured during the run (``kvsim.poolmap``), or
+            ``None`` when none was asked for.
     """
 
     config: SimConfig
     requests: pd.DataFrame
     memory: pd.DataFrame
     summary: dict[str, Any]
+    mapframes: pd.DataFrame | None = None
+    frames: pd.DataFrame | None = None
 
     def save(self, folder: str | Path) -> Path:
         """Write the tables as parquet and the summary/config as JSON into ``folder``."""
@@ -65,6 +70,9 @@ class Results:
         folder.mkdir(parents=True, exist_ok=True)
         self.requests.to_parquet(folder / "requests.parquet", index=False)
         self.memory.to_parquet(folder / "memory.parquet", index=False)
+        if self.mapframes is not None and self.frames is not None:
+            self.mapframes.to_parquet(folder / "mapframes.parquet", index=False)
+            self.frames.to_parquet(folder / "frames.parquet", index=False)
         (folder / "summary.json").write_text(json.dumps(self.summary, indent=2, sort_keys=True))
         (folder / "config.json").write_text(self.config.canonical_json())
         return folder
@@ -74,11 +82,14 @@ class Results:
         """Read a folder written by ``save``."""
         folder = Path(folder)
         config = SimConfig.model_validate_json((folder / "config.json").read_text())
+        maps = folder / "mapframes.parquet"
         return cls(
             config,
             pd.read_parquet(folder / "requests.parquet"),
             pd.read_parquet(folder / "memory.parquet"),
             json.loads((folder / "summary.json").read_text()),
+            pd.read_parquet(maps) if maps.is_file() else None,
+            pd.read_parquet(folder / "frames.parquet") if maps.is_file() else None,
         )
 
 

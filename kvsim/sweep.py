@@ -51,7 +51,8 @@ class PointOutcome:
     Attributes:
         key: the point's config key.
         results: the run's tables (``None`` on failure).
-        snapshot: the KV pool at ``snapshot_at_s`` (``snapshot.snapshot_frame``), or ``None``.
+        snapshot: the KV pool at ``snapshot_at_s`` (``poolmap``, taken during the run), or
+            ``None``.
         error: ``"ExcType: message"`` on failure.
         traceback: the worker's formatted traceback on failure.
         elapsed_s: wall-clock seconds the worker spent.
@@ -67,12 +68,19 @@ class PointOutcome:
 
 def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOutcome:
     """Simulate one point (runs in a worker); never raises for a failing simulation."""
-    from kvsim.snapshot import snapshot_frame
-
     start = time.perf_counter()
     try:
-        results = simulate(config)
-        snap = None if snapshot_at_s is None else snapshot_frame(config, snapshot_at_s)
+        at = () if snapshot_at_s is None else (snapshot_at_s,)
+        results = simulate(config, map_at_s=at)
+        snap = None
+        if results.mapframes is not None:  # the one frame, taken in this very run
+            snap = results.mapframes.drop(columns="frame")
+            snap.attrs.update(
+                capacity_slots=config.capacity_tokens,
+                time_s=snapshot_at_s,
+                allocator=config.cache.allocator,
+            )
+            results.mapframes = results.frames = None
     except Exception as err:
         return PointOutcome(
             config.key(),

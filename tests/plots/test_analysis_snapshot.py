@@ -9,9 +9,10 @@ from kvsim.allocators.contiguous import FirstFitAllocator
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.analysis import row_labels, smallest_budget
 from kvsim.config import config_from_dict
+from kvsim.engine import simulate
 from kvsim.metrics import latency_stats
+from kvsim.poolmap import pool_ownership
 from kvsim.request import Request
-from kvsim.snapshot import pool_ownership, snapshot_frame
 
 
 def test_p95_by_hand() -> None:
@@ -106,7 +107,7 @@ def test_pool_ownership_contiguous_by_hand() -> None:
     assert frame.values.tolist() == [[1, 0, 30, 6], [2, 30, 30, 6]]
 
 
-def test_snapshot_frame_consistent_with_run() -> None:
+def test_frames_taken_during_the_run_match_its_tokens() -> None:
     config = config_from_dict(
         {
             "cache": {"allocator": "paged", "kv_cache_gib": 2.0, "block_size_tokens": 16},
@@ -119,10 +120,19 @@ def test_snapshot_frame_consistent_with_run() -> None:
             },
         }
     )
-    snap = snapshot_frame(config, 0.5)
-    assert snap.attrs["capacity_slots"] == config.capacity_tokens == 2621
+    res = simulate(config, map_at_s=(0.5, 1e6))
+    assert res.mapframes is not None
+    assert res.frames is not None
+    assert res.frames["time_s"].tolist() == [0.5, 1e6]
+    snap = res.mapframes[res.mapframes["frame"] == 0]
     per_req = snap.groupby("req_id").agg(blocks=("num_slots", "size"), tokens=("num_tokens", "sum"))
-    # every live request holds prompt (100) + up to 50 outputs, in cdiv(tokens, 16) blocks
-    assert per_req["tokens"].between(101, 150).all()
+    # every live request holds its prompt (100) + up to 49 computed outputs (the last sampled
+    # token never gets a slot), in cdiv(tokens, 16) blocks
+    assert per_req["tokens"].between(100, 149).all()
     assert (per_req["blocks"] == -(-per_req["tokens"] // 16)).all()
-    assert snapshot_frame(config, 1e6).empty  # after the last finish the pool is empty
+    assert res.frames.loc[0, "num_requests_running"] == len(per_req)
+    assert res.mapframes[res.mapframes["frame"] == 1].empty  # after the last finish: empty
+    # the frames do not change the run
+    plain = simulate(config)
+    assert plain.summary["num_steps"] == res.summary["num_steps"]
+    pd.testing.assert_frame_equal(plain.requests, res.requests)

@@ -1,0 +1,131 @@
+"""The physical KV pool at chosen moments of a run: who owns which slot range (memory-map frames).
+
+``pool_ownership`` reads an allocator's ownership: a contiguous allocator's slabs
+(``SlabAllocator.slabs_of``) or a paged allocator's block tables (``PagedAllocator.block_tables``
+and its groups' tables; a block shared by several sequences or requests once). The engine
+captures frames during the run that produces the results (``simulate(map_at_s=..,
+map_every_s=..)``): a fast-forwarded span is cut so that the pool is read during the step in
+flight at the frame's moment, with the token counts the recorder uses.
+
+    mapframes: frame, req_id, start_slot, num_slots, num_tokens       (one row per slab/block)
+    frames:    frame, time_s, num_requests_running, num_requests_waiting, head_need_slots,
+               waiting_req_ids (the queue, front first)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsim.allocators.paged import PagedAllocator
+from kvsim.allocators.slab import SlabAllocator
+
+SNAPSHOT_COLUMNS = ("req_id", "start_slot", "num_slots", "num_tokens")
+MAPFRAME_COLUMNS = ("frame", *SNAPSHOT_COLUMNS)
+FRAME_COLUMNS = (
+    "frame",
+    "time_s",
+    "num_requests_running",
+    "num_requests_waiting",
+    "head_need_slots",
+    "waiting_req_ids",
+)
+
+
+def ownership_rows(allocator: Any, tokens: dict[int, int]) -> list[tuple[int, int, int, int]]:
+    """``(req_id, start_slot, num_slots, num_tokens)`` of every slab or block in use.
+
+    Args:
+        allocator: a ``SlabAllocator`` or ``PagedAllocator`` (other policies have no map).
+        tokens: req_id -> token states it holds now.
+    """
+    rows: list[tuple[int, int, int, int]] = []
+    if isinstance(allocator, PagedAllocator):
+        b = allocator.block_size_tokens
+        tables = list(allocator.block_tables.items())
+        tables += [(rid, t) for rid, g in allocator.groups.items() for t in g.seqs]
+        seen: set[int] = set()
+        for req_id, table in tables:
+            n = tokens.get(req_id, 0)
+            for i, block_id in enumerate(table):
+                if block_id not in seen:  # a block shared by sequences or requests: once
+                    seen.add(block_id)
+                    rows.append((req_id, block_id * b, b, int(np.clip(n - i * b, 0, b))))
+    elif isinstance(allocator, SlabAllocator):
+        for req_id in sorted(tokens):
+            for start, size in allocator.slabs_of(req_id):
+                rows.append((req_id, start, size, min(tokens[req_id], size)))
+    else:
+        raise TypeError(f"no memory map for allocator {type(allocator).__name__}")
+    return rows
+
+
+def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
+    """``ownership_rows`` as a DataFrame (``SNAPSHOT_COLUMNS``), sorted by ``start_slot``."""
+    rows = ownership_rows(allocator, tokens)
+    frame = pd.DataFrame(rows, columns=list(SNAPSHOT_COLUMNS), dtype=np.int64)
+    return frame.sort_values("start_slot", ignore_index=True)
+
+
+def has_map(allocator: Any) -> bool:
+    """Whether ``allocator`` has a physical memory map (slabs or blocks)."""
+    return isinstance(allocator, PagedAllocator | SlabAllocator)
+
+
+class FrameRecorder:
+    """Collects memory-map frames while the engine runs (see the module docstring).
+
+    Args:
+        at_s: moments to capture, simulated seconds.
+        every_s: also capture every this many seconds from 0 until the run ends.
+    """
+
+    def __init__(self, at_s: Sequence[float] = (), every_s: float | None = None) -> None:
+        if every_s is not None and not every_s > 0:
+            raise ValueError(f"map_every_s: must be > 0 seconds, got {every_s}")
+        self.pending = sorted(float(t) for t in at_s)
+        self.every_s = every_s
+        self._next_every = 0.0 if every_s is not None else None
+        self.rows: list[tuple[int, ...]] = []
+        self.meta: list[tuple[Any, ...]] = []
+
+    def next_time(self) -> float | None:
+        """The next moment to capture, or ``None``."""
+        times = self.pending[:1]
+        if self._next_every is not None:
+            times.append(self._next_every)
+        return min(times) if times else None
+
+    def pop_due(self, until_s: float) -> list[float]:
+        """Moments before ``until_s``, removed from the schedule."""
+        due: list[float] = []
+        while self.pending and self.pending[0] < until_s:
+            due.append(self.pending.pop(0))
+        while self._next_every is not None and self._next_every < until_s:
+            due.append(self._next_every)
+            assert self.every_s is not None
+            self._next_every += self.every_s
+        return sorted(due)
+
+    def capture(
+        self,
+        time_s: float,
+        allocator: Any,
+        tokens: dict[int, int],
+        num_running: int,
+        waiting: Sequence[int],
+        head_need_slots: int,
+    ) -> None:
+        """Record the pool at ``time_s`` (``tokens``: req_id -> token states then)."""
+        frame = len(self.meta)
+        self.rows.extend((frame, *row) for row in ownership_rows(allocator, tokens))
+        self.meta.append((frame, time_s, num_running, len(waiting), head_need_slots, list(waiting)))
+
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """``(mapframes, frames)`` tables (``MAPFRAME_COLUMNS``, ``FRAME_COLUMNS``)."""
+        rows = pd.DataFrame(self.rows, columns=list(MAPFRAME_COLUMNS), dtype=np.int64)
+        meta = pd.DataFrame(self.meta, columns=list(FRAME_COLUMNS))
+        return rows.sort_values(["frame", "start_slot"], ignore_index=True), meta
