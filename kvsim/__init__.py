@@ -1,1 +1,61 @@
-"""kvsim: a discrete-event simulator of KV-cache allocation policies for LLM serving."""
+"""kvsim: a discrete-event simulator of KV-cache allocation policies for LLM serving.
+
+Three lines to a result::
+
+    from kvsim import config_from_dict, simulate
+    results = simulate(config_from_dict({"model": "llama-3.1-8b", "gpu": "h100-80gb"}))
+    results.summary["time_to_first_token_seconds_p99"]
+
+The names below load on first use, so ``import kvsim`` itself costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+try:
+    __version__ = version("kvsim")
+except PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0.0.0"
+
+_EXPORTS = {
+    "SimConfig": "kvsim.config",
+    "config_from_dict": "kvsim.config",
+    "load_config": "kvsim.config",
+    "simulate": "kvsim.engine",
+    "Results": "kvsim.results",
+    "requests_for": "kvsim.intake",
+    "open_experiment": "kvsim.sweep",
+    "load_sweep": "kvsim.analysis",
+}
+
+__all__ = [
+    "Results",
+    "SimConfig",
+    "__version__",
+    "config_from_dict",
+    "load_config",
+    "load_sweep",
+    "open_experiment",
+    "requests_for",
+    "simulate",
+]
+
+if TYPE_CHECKING:
+    from kvsim.analysis import load_sweep
+    from kvsim.config import SimConfig, config_from_dict, load_config
+    from kvsim.engine import simulate
+    from kvsim.intake import requests_for
+    from kvsim.results import Results
+    from kvsim.sweep import open_experiment
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvsim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

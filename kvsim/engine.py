@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from kvsim.allocators import Allocator, make_allocator
+from kvsim.allocators import Allocator, accepted_arguments, make_allocator
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
@@ -37,19 +37,20 @@ FloatArray = npt.NDArray[np.float64]
 def allocator_from_config(config: SimConfig) -> Allocator:
     """Build the configured allocator on the config's KV pool (one GPU's share)."""
     args = config.engine_args
-    return make_allocator(
-        config.cache.allocator,
-        capacity_tokens=config.capacity_tokens,
-        bytes_per_token=config.bytes_per_token,
-        block_size_tokens=config.cache.block_size_tokens,
-        watermark=args.watermark,
-        reservation=config.cache.reservation,
-        enable_prefix_caching=args.enable_prefix_caching,
-        share_sequence_groups=config.cache.share_sequence_groups,
-        reserve_null_block=args.reserve_null_block,
-        max_model_len=args.max_model_len,
-        full_context_tokens=config.model.max_position_embeddings,
-    )
+    knobs = {
+        "capacity_tokens": config.capacity_tokens,
+        "bytes_per_token": config.bytes_per_token,
+        "block_size_tokens": config.cache.block_size_tokens,
+        "watermark": args.watermark,
+        "reservation": config.cache.reservation,
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "share_sequence_groups": config.cache.share_sequence_groups,
+        "reserve_null_block": args.reserve_null_block,
+        "max_model_len": args.max_model_len,
+        "full_context_tokens": config.model.max_position_embeddings,
+    }
+    takes = accepted_arguments(config.cache.allocator)  # each policy reads its own knobs
+    return make_allocator(config.cache.allocator, **{k: v for k, v in knobs.items() if k in takes})
 
 
 def swap_space_from_config(config: SimConfig, allocator: Allocator) -> SwapSpace | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from kvsim.cli import app
@@ -110,3 +111,14 @@ def test_run_counts_rejected_requests_and_strict_fails(tmp_path):
     assert strict.exit_code == 2
     assert "1 of 3 requests cannot run: 1 longer than max_model_len = 2,048" in strict.output
     assert "skipped" not in strict.output
+
+
+def test_the_library_reaches_a_result_in_three_lines():
+    import kvsim
+    from kvsim import config_from_dict, simulate
+
+    results = simulate(config_from_dict({"workload": {"num_requests": 20}}))
+    assert results.summary["num_requests"] == 20
+    assert kvsim.__version__
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        kvsim.nope  # noqa: B018

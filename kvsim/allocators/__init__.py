@@ -20,6 +20,21 @@ ALLOCATORS: dict[str, type[Allocator]] = {
 }
 
 
+def accepted_arguments(name: str) -> set[str]:
+    """Keyword arguments the allocator registered as ``name`` takes.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    return _init_params(_allocator_class(name))
+
+
+def _allocator_class(name: str) -> type[Allocator]:
+    if name not in ALLOCATORS:
+        raise ValueError(f"Unknown allocator {name!r}; choose from {sorted(ALLOCATORS)}")
+    return ALLOCATORS[name]
+
+
 def _init_params(cls: type[Allocator]) -> set[str]:
     names: set[str] = set()
     for klass in cls.__mro__:
@@ -30,16 +45,27 @@ def _init_params(cls: type[Allocator]) -> set[str]:
 
 
 def make_allocator(name: str, **kwargs: Any) -> Allocator:
-    """Build the allocator registered as ``name``, passing it the keyword arguments it takes.
+    """Build the allocator registered as ``name`` with keyword arguments it takes.
 
     Raises:
-        ValueError: unknown name.
+        ValueError: unknown name, or an argument that allocator does not take (a misspelt
+            ``block_size_tokns`` is an error, not a silent default).
     """
-    if name not in ALLOCATORS:
-        raise ValueError(f"Unknown allocator {name!r}; choose from {sorted(ALLOCATORS)}")
-    cls = ALLOCATORS[name]
-    accepted = _init_params(cls)
-    return cls(**{k: v for k, v in kwargs.items() if k in accepted})
+    cls = _allocator_class(name)
+    unknown = sorted(set(kwargs) - _init_params(cls))
+    if unknown:
+        raise ValueError(
+            f"make_allocator({name!r}): unknown argument(s) {', '.join(unknown)}; "
+            f"{name} takes {', '.join(sorted(_init_params(cls)))}"
+        )
+    return cls(**kwargs)
 
 
-__all__ = ["ALLOCATORS", "AllocResult", "Allocator", "AllocatorStats", "make_allocator"]
+__all__ = [
+    "ALLOCATORS",
+    "AllocResult",
+    "Allocator",
+    "AllocatorStats",
+    "accepted_arguments",
+    "make_allocator",
+]

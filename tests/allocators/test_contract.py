@@ -17,6 +17,15 @@ def test_registry_unknown_name_lists_choices():
         make_allocator("nope", capacity_tokens=10)
 
 
+def test_a_misspelt_argument_is_an_error_not_a_default():
+    with pytest.raises(
+        ValueError,
+        match=r"make_allocator\('paged'\): unknown argument\(s\) "
+        r"block_size_tokns; paged takes .*block_size_tokens",
+    ):
+        make_allocator("paged", capacity_tokens=64, block_size_tokns=4)
+
+
 def test_fresh_pool_is_all_free(allocator_name):
     alloc = small_allocator(allocator_name)
     alloc.check_invariants()
