@@ -27,11 +27,11 @@ class SharingMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        knobs = dict(
-            capacity_tokens=CAPACITY,
-            block_size_tokens=BLOCK,
-            enable_prefix_caching=True,
-        )
+        knobs = {
+            "capacity_tokens": CAPACITY,
+            "block_size_tokens": BLOCK,
+            "enable_prefix_caching": True,
+        }
         takes = accepted_arguments(self.kind)
         self.alloc = make_allocator(self.kind, **{k: v for k, v in knobs.items() if k in takes})
         self.live: dict[int, Request] = {}

@@ -56,12 +56,12 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        knobs = dict(
-            capacity_tokens=CAPACITY,
-            block_size_tokens=BLOCK,
-            reservation="oracle",
-            max_model_len=MAX_LEN,
-        )
+        knobs = {
+            "capacity_tokens": CAPACITY,
+            "block_size_tokens": BLOCK,
+            "reservation": "oracle",
+            "max_model_len": MAX_LEN,
+        }
         takes = accepted_arguments(self.kind)
         self.alloc = make_allocator(self.kind, **{k: v for k, v in knobs.items() if k in takes})
         self.live: dict[int, Request] = {}
