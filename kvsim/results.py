@@ -145,6 +145,8 @@ def build_results(
         )
     )
     summary["num_preemptions"] = num_preemptions
+    finished = summary.get("num_requests") or 0
+    summary["preemptions_per_request"] = num_preemptions / finished if finished else 0.0
     summary.update(engine_summary(config))
     summary["capacity_tokens"] = capacity
     summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity

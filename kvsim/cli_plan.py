@@ -1,0 +1,251 @@
+"""``kvsim plan``: the smallest KV budget (or largest rate, smallest TP, largest max_num_seqs)
+that meets latency targets, by bisection over cached sweep points.
+
+    kvsim plan --smallest kv --target "time_to_first_token_seconds_p99<=2" \\
+        --set workload=azure_conv --set workload.rate_per_s=5
+    kvsim plan mission-4            # a shipped question (kvsim plan --list)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvsim.config import set_dotted
+from kvsim.labels import axis_label, metric_unit
+
+ALIASES = {
+    "kv": "cache.kv_cache_gib",
+    "kv_cache_gib": "cache.kv_cache_gib",
+    "rate": "workload.rate_per_s",
+    "rate_per_s": "workload.rate_per_s",
+    "tp": "parallel.tensor_parallel_size",
+    "tensor_parallel_size": "parallel.tensor_parallel_size",
+    "max_num_seqs": "scheduler.max_num_seqs",
+}
+
+
+def _source(source: str | None) -> tuple[Path | None, bool]:
+    """``(path, is_plan)``: a shipped plan name, a plan TOML (has ``[question]``) or a config."""
+    import tomllib
+
+    from kvsim.presets import plans_dir
+
+    if source is None:
+        return None, False
+    shipped = plans_dir() / f"{source}.toml"
+    if not source.endswith(".toml") and shipped.is_file():
+        return shipped, True
+    path = Path(source)
+    if not path.is_file():
+        names = ", ".join(sorted(p.stem for p in plans_dir().glob("*.toml")))
+        raise ValueError(
+            f"plan: {source!r} is neither a file nor a shipped plan (shipped: {names})"
+        )
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: invalid TOML: {err}") from None
+    return path, "question" in data
+
+
+def _fmt(value: Any, metric: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    unit = metric_unit(metric)
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{text} {unit}" if unit and unit != "count" else text
+
+
+def plan(
+    source: Annotated[
+        str | None,
+        typer.Argument(
+            help="A shipped plan (kvsim plan --list), a plan TOML, or a SimConfig TOML "
+            "(default: the built-in config)."
+        ),
+    ] = None,
+    smallest: Annotated[
+        str | None,
+        typer.Option(help="Knob to minimise: kv (cache.kv_cache_gib), tp, or a dotted field."),
+    ] = None,
+    largest: Annotated[
+        str | None,
+        typer.Option(help="Knob to maximise: rate (workload.rate_per_s), max_num_seqs, ..."),
+    ] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="METRIC<=BOUND in vLLM's names, repeatable, e.g. "
+            "time_to_first_token_seconds_p99<=2, request_time_per_output_token_seconds_p95<=0.1, "
+            "e2e_request_latency_seconds_p90<=30, request_queue_time_seconds_p99<=1, "
+            "preemptions_per_request<=0.01."
+        ),
+    ] = None,
+    lo: Annotated[float | None, typer.Option(help="Bracket's low end (knob units).")] = None,
+    hi: Annotated[float | None, typer.Option(help="Bracket's high end (knob units).")] = None,
+    resolution: Annotated[
+        float | None, typer.Option(help="Stop when hi/lo <= 1 + RESOLUTION (real knobs).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a config field, e.g. workload.rate_per_s=5"),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Results folder name (OUT/plan/NAME).")] = None,
+    out: Annotated[Path, typer.Option(help="Results root.")] = Path("results"),
+    jobs: Annotated[
+        int, typer.Option("-j", "--jobs", min=1, help="Worker processes (points per round).")
+    ] = 1,
+    quick: Annotated[bool, typer.Option(help="Small runs: the plan's [quick] table.")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,
+) -> None:
+    """Find the smallest KV budget / largest rate / smallest TP / largest max_num_seqs meeting
+    latency targets; print the answer, its margin and the binding target; draw the curve."""
+    from kvsim.cli import _guard, console, parse_overrides
+    from kvsim.planning import (
+        Target,
+        failure,
+        format_value,
+        load_plan,
+        plan_from_dict,
+        run_plan,
+        save_plan,
+    )
+
+    if list_:
+        _list_plans(console)
+        return
+
+    def go() -> None:
+        if smallest and largest:
+            raise ValueError("plan: give --smallest or --largest, not both")
+        path, is_plan = _source(source)
+        question: dict[str, Any] = {}
+        knob = smallest or largest
+        if knob:
+            field = ALIASES.get(knob.replace("-", "_"), knob)
+            question.update(field=field, direction="smallest" if smallest else "largest")
+        if target:
+            parsed = [Target.parse(t) for t in target]
+            question["targets"] = {t.metric: t.bound for t in parsed}
+        for key, value in (("lo", lo), ("hi", hi), ("resolution", resolution)):
+            if value is not None:
+                question[key] = value
+        overrides = parse_overrides(set_ or [])
+        if is_plan:
+            assert path is not None
+            the_plan = load_plan(path, overrides, **question)
+        else:
+            if "field" not in question or "targets" not in question:
+                raise ValueError(
+                    "plan: say what to find (--smallest kv, --largest rate, ...) and at least "
+                    "one --target METRIC<=BOUND, or name a plan (kvsim plan --list)"
+                )
+            base = _config_table(path)
+            for dotted, value in overrides.items():
+                set_dotted(base, dotted, value)
+            the_plan = plan_from_dict(_default_name(question), base, question)
+        if name:
+            the_plan = dataclasses.replace(the_plan, name=name)
+        _check_targets(the_plan)
+        console.print(
+            f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "
+            f"[{the_plan.lo:g}, {the_plan.hi:g}] with "
+            + ", ".join(f"{t.metric} <= {t.bound:g}" for t in the_plan.targets)
+        )
+
+        def show(value: float | int, summary: dict[str, Any], meets: bool) -> None:
+            verdict = "[green]meets[/]" if meets else "[red]fails[/]"
+            if "error" in summary or summary.get("num_rejected_kv_pool", 0):
+                detail = failure(the_plan, summary)
+            else:
+                detail = ", ".join(
+                    f"{t.metric} {_fmt(summary.get(t.metric), t.metric)}" for t in the_plan.targets
+                )
+            console.print(f"  {the_plan.field} = {format_value(value):<8} {verdict}  {detail}")
+
+        result = run_plan(the_plan, out, jobs=jobs, quick=quick, on_point=show)
+        written = save_plan(result)
+        console.print(_answer_table(result))
+        if not result.monotone:
+            console.print(
+                "[yellow]warning:[/] the evaluated points are not monotone in the knob "
+                "(see points.csv); the answer is the bisection's and may not be unique"
+            )
+        console.print(f"wrote {', '.join(str(p) for p in written)}")
+
+    _guard(go)
+
+
+def _config_table(path: Path | None) -> dict[str, Any]:
+    import tomllib
+
+    if path is None:
+        return {}
+    data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _default_name(question: dict[str, Any]) -> str:
+    return f"{question['direction']}-{str(question['field']).rpartition('.')[2]}"
+
+
+def _check_targets(the_plan: Any) -> None:
+    """Fail before simulating on a target metric no summary has (a typo)."""
+    from kvsim.planning import target_metrics
+
+    known = target_metrics()
+    for t in the_plan.targets:
+        if t.metric not in known:
+            close = [m for m in known if t.metric.rpartition("_")[0] in m][:6]
+            raise ValueError(
+                f"--target: unknown metric {t.metric!r}"
+                + (f"; did you mean one of {close}" if close else "")
+                + " (latency metrics end in _p50, _p90, _p95, _p99 or _mean)"
+            )
+
+
+def _answer_table(result: Any) -> Table:
+    from kvsim.planning import format_value
+
+    plan_ = result.plan
+    table = Table(title=f"{plan_.name}: {plan_.direction} {plan_.field}", show_header=False)
+    table.add_column("")
+    table.add_column("", justify="right")
+    if result.answer is None:
+        end = plan_.hi if plan_.direction == "smallest" else plan_.lo
+        table.add_row("answer", f"none: even {end:g} fails (widen --lo/--hi)")
+    else:
+        value = plan_.value(result.answer)
+        table.add_row("answer", f"{format_value(value)}  ({axis_label(plan_.field)})")
+        table.add_row("binding target", str(result.binding))
+        table.add_row("margin", f"{100 * result.headroom:.1f} % under its bound")
+        if result.beyond:
+            table.add_row("next value fails", result.beyond)
+    table.add_row("points evaluated", str(len(result.points)))
+    return table
+
+
+def _list_plans(console: Console) -> None:
+    import tomllib
+
+    from kvsim.presets import plans_dir
+
+    table = Table(title="shipped plans (kvsim plan NAME)")
+    table.add_column("name")
+    table.add_column("question")
+    for path in sorted(plans_dir().glob("*.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        table.add_row(path.stem, str(data.get("description", "")))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plan`` to the ``kvsim`` app."""
+    app.command("plan")(plan)

@@ -1,0 +1,512 @@
+"""Capacity planning: the smallest or largest value of one knob that meets latency targets.
+
+A plan is a base ``SimConfig`` table, the knob to move (a dotted field such as
+``cache.kv_cache_gib``, ``workload.rate_per_s``, ``parallel.tensor_parallel_size`` or
+``scheduler.max_num_seqs``), the direction (``smallest`` KV budget or TP size; ``largest`` rate or
+``max_num_seqs``), a bracket and targets: upper bounds on summary metrics in vLLM's names
+(``time_to_first_token_seconds_p99 <= 2``). Meeting the targets is assumed monotone in the knob,
+so the answer is found by bisection (``jobs`` points per round on a process pool); a point that
+contradicts monotonicity is reported. Every evaluated config is a point of the sweep store
+(``results/plan/NAME/points/KEY``), so a rerun or a sharper question reuses them. A config the
+knob makes invalid (a KV budget that cannot hold one request) does not meet the targets.
+
+    plan.toml:  name, description, [base] (a SimConfig table),
+                [question] field, direction, lo, hi, targets = {metric = bound}, resolution,
+                choices (optional: the only values allowed, e.g. TP sizes), [quick] set = {...}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from kvsim.config import config_from_dict, set_dotted
+from kvsim.experiment import LABEL, Point
+from kvsim.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
+from kvsim.units import GiB
+
+Direction = Literal["smallest", "largest"]
+
+
+class PlanPointError(ValueError):
+    """A simulation of the plan failed (not an invalid config: a missing trace, a bug)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """``metric <= bound`` on a run's summary (a NaN metric fails)."""
+
+    metric: str
+    bound: float
+
+    def met(self, summary: dict[str, Any]) -> bool:
+        value = summary.get(self.metric)
+        return value is not None and not math.isnan(float(value)) and float(value) <= self.bound
+
+    def headroom(self, summary: dict[str, Any]) -> float:
+        """``1 - value / bound`` (how far under its bound the metric is; < 0 when over)."""
+        value = float(summary.get(self.metric, math.nan))
+        return 1.0 - value / self.bound if self.bound else -value
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        """``"time_to_first_token_seconds_p99<=2"`` -> ``Target``.
+
+        Raises:
+            ValueError: not ``METRIC<=NUMBER``.
+        """
+        name, sep, bound = text.replace(" ", "").partition("<=")
+        if not sep:
+            name, sep, bound = text.replace(" ", "").partition("<")
+        try:
+            value = float(bound)
+        except ValueError:
+            value = math.nan
+        if not sep or not name or not math.isfinite(value):
+            raise ValueError(
+                f"--target: expected METRIC<=NUMBER (e.g. time_to_first_token_seconds_p99<=2), "
+                f"got {text!r}"
+            )
+        return cls(name, value)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One capacity question (see the module docstring).
+
+    Attributes:
+        name: results folder name (``results/plan/NAME``).
+        base: the SimConfig table the knob is set in.
+        field: the dotted knob.
+        direction: ``"smallest"`` or ``"largest"`` value that meets every target.
+        lo, hi: the bracket searched.
+        targets: upper bounds on summary metrics.
+        resolution: stop when ``hi / lo <= 1 + resolution`` (real knobs); integer knobs stop at
+            adjacent integers, ``choices`` at adjacent choices.
+        integer: the knob takes integers.
+        choices: the only values allowed, ascending (e.g. tensor-parallel sizes).
+    """
+
+    name: str
+    base: dict[str, Any]
+    field: str
+    direction: Direction
+    lo: float
+    hi: float
+    targets: tuple[Target, ...]
+    description: str = ""
+    resolution: float = 0.05
+    integer: bool = False
+    choices: tuple[float, ...] = ()
+    quick: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("smallest", "largest"):
+            raise ValueError(f"direction: 'smallest' or 'largest', got {self.direction!r}")
+        if not 0 < self.lo < self.hi or not math.isfinite(self.hi):
+            raise ValueError(f"{self.field}: need 0 < lo < hi, got lo={self.lo}, hi={self.hi}")
+        if not self.targets:
+            raise ValueError("a plan needs at least one target (METRIC<=NUMBER)")
+
+    def value(self, x: float) -> float | int:
+        """``x`` as the knob takes it."""
+        return round(x) if self.integer or self.choices else float(x)
+
+    def config(self, x: float, *, quick: bool = False) -> dict[str, Any]:
+        """The base table with the knob at ``x`` (and the quick overrides)."""
+        data = json.loads(json.dumps(self.base))
+        overrides = {**(self.quick if quick else {}), self.field: self.value(x)}
+        return {"data": data, "overrides": overrides}
+
+
+def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **question: Any) -> Plan:
+    """Read a plan TOML; ``overrides`` (dotted fields) then edit its base config and
+    ``question`` overrides its ``[question]`` keys.
+
+    The base config is the file's ``[base]`` table, or the base of ``experiment = "NAME"`` (an
+    ``experiments/`` file) with the overrides of its point ``label = "..."``; ``[set]`` then
+    overrides dotted fields of either.
+
+    Raises:
+        ValueError: malformed file or question (the message names the file and the key).
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: invalid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    unknown = set(data) - {
+        "name",
+        "description",
+        "base",
+        "experiment",
+        "label",
+        "set",
+        "question",
+        "quick",
+    }
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    base = experiment_base(data, str(path)) if "experiment" in data else dict(data.get("base", {}))
+    for dotted, value in {**data.get("set", {}), **(overrides or {})}.items():
+        set_dotted(base, dotted, value)
+    asked = {k: v for k, v in question.items() if v is not None}
+    in_file = dict(data.get("question", {}))
+    if asked.get("field", in_file.get("field")) != in_file.get("field"):
+        in_file = {"targets": in_file.get("targets", {})}  # another knob: not this bracket
+    q = {**in_file, **asked}
+    return plan_from_dict(data.get("name", path.stem), base, q, data, str(path))
+
+
+def experiment_base(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """The base table of ``data["experiment"]`` with its ``data["label"]`` point's overrides."""
+    from kvsim.experiment import load_experiment
+    from kvsim.sweep import experiments_dir
+
+    name = str(data["experiment"])
+    experiment = load_experiment(experiments_dir() / f"{name}.toml")
+    base: dict[str, Any] = json.loads(json.dumps(experiment.base))
+    label = data.get("label")
+    if label is None:
+        return base
+    for axis in experiment.zips:
+        values = axis.get(LABEL, [])
+        if label in values:
+            i = values.index(label)
+            for dotted, column in axis.items():
+                if dotted != LABEL:
+                    set_dotted(base, dotted, column[i])
+            return base
+    known = [v for axis in experiment.zips for v in axis.get(LABEL, [])]
+    raise ValueError(f"{where}: label {label!r} is not a point of {name!r}; labels: {known}")
+
+
+def plan_from_dict(
+    name: str,
+    base: dict[str, Any],
+    question: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+    where: str = "plan",
+) -> Plan:
+    """Build a ``Plan`` from a base table and a question table (``load_plan``'s keys)."""
+    extra = extra or {}
+    try:
+        targets = question.get("targets", {})
+        parsed = (
+            tuple(Target(m, float(b)) for m, b in targets.items())
+            if isinstance(targets, dict)
+            else tuple(Target.parse(t) for t in targets)
+        )
+        field_name = str(question["field"])
+        preset = {**KNOBS.get(field_name, {}), **knob_bracket(field_name, base)}
+        return Plan(
+            name=name,
+            base=base,
+            field=field_name,
+            direction=question.get("direction", preset.get("direction", "smallest")),
+            lo=float(question.get("lo", preset.get("lo", math.nan))),
+            hi=float(question.get("hi", preset.get("hi", math.nan))),
+            targets=parsed,
+            description=str(extra.get("description", "")),
+            resolution=float(question.get("resolution", 0.05)),
+            integer=bool(question.get("integer", preset.get("integer", False))),
+            choices=tuple(float(c) for c in question.get("choices", preset.get("choices", ()))),
+            quick=dict(extra.get("quick", {}).get("set", {})),
+        )
+    except KeyError as err:
+        raise ValueError(f"{where}: [question] needs {err.args[0]!r}") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def target_metrics() -> list[str]:
+    """Summary metrics a target may bound: each latency metric's mean/p50/p90/p95/p99 (seconds),
+    ``inter_token_latency_seconds_mean`` and the preemption and queue counts."""
+    from kvsim.metrics import LATENCY_METRICS
+
+    stats = ("mean", "p50", "p90", "p95", "p99")
+    return [
+        *(f"{m}_{s}" for m in LATENCY_METRICS for s in stats),
+        "inter_token_latency_seconds_mean",
+        "preemptions_per_request",
+        "num_preemptions",
+        "num_requests_waiting_mean",
+        "num_requests_waiting_max",
+        "num_blocked_steps",
+        "kv_cache_usage_perc",
+        "kv_cache_usage_perc_max",
+    ]
+
+
+def knob_bracket(field_name: str, base: dict[str, Any]) -> dict[str, float]:
+    """The default bracket the base config's hardware allows for a KV-budget knob
+    (``cache.kv_cache_gib`` or ``cache.kv_cache_bytes``): from the KV one ``max_model_len``
+    request needs to what the GPU holds beside the weights (``{}`` for other knobs or an invalid
+    base)."""
+    if field_name not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
+        return {}
+    try:
+        config = config_from_dict(json.loads(json.dumps(base)))
+    except ValueError:
+        return {}
+    need = config.bytes_per_token * config.max_model_len
+    room = config.gpu.memory_bytes - config.weight_bytes_per_gpu
+    if field_name == "cache.kv_cache_bytes":
+        return {"lo": need, "hi": room} if 0 < need < room else {}
+    lo, hi = math.ceil(need / GiB * 100) / 100, math.floor(room / GiB * 100) / 100
+    return {"lo": lo, "hi": hi} if 0 < lo < hi else {}
+
+
+# defaults of the usual knobs: direction, bracket, integer / allowed values
+KNOBS: dict[str, dict[str, Any]] = {
+    "cache.kv_cache_gib": {"direction": "smallest", "lo": 0.25, "hi": 64.0},
+    "cache.kv_cache_bytes": {"direction": "smallest", "lo": 2**20, "hi": 2**36, "integer": True},
+    "workload.rate_per_s": {"direction": "largest", "lo": 0.05, "hi": 100.0},
+    "parallel.tensor_parallel_size": {
+        "direction": "smallest",
+        "lo": 1,
+        "hi": 16,
+        "choices": (1, 2, 4, 8, 16),
+    },
+    "scheduler.max_num_seqs": {"direction": "largest", "lo": 1, "hi": 1024, "integer": True},
+}
+
+
+@dataclass
+class PlanResult:
+    """What ``run_plan`` found.
+
+    Attributes:
+        plan: the question.
+        answer: the knob's value, or ``None`` when even the bracket's best end fails.
+        binding: the target with the least headroom at the answer.
+        headroom: that target's ``1 - value / bound`` at the answer.
+        points: one row per evaluated value: the knob, ``meets``, the targets' metrics, error.
+        folder: where the points are stored.
+        monotone: no evaluated point contradicts monotonicity.
+        beyond: why the nearest evaluated value past the answer fails (a target over its
+            bound, requests too long for the pool, or an invalid config), or ``None``.
+    """
+
+    plan: Plan
+    answer: float | None
+    binding: str | None
+    headroom: float | None
+    points: pd.DataFrame
+    folder: Path
+    monotone: bool = True
+    beyond: str | None = None
+
+
+class _Evaluator:
+    """Runs (or reuses) the plan's points and remembers their summaries by knob value."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        folder: Path,
+        jobs: int,
+        quick: bool,
+        on_point: Callable[[float, dict[str, Any], bool], None] | None,
+    ) -> None:
+        self.plan, self.folder, self.jobs, self.quick = plan, folder, jobs, quick
+        self.on_point = on_point
+        self.seen: dict[float, dict[str, Any]] = {}
+
+    def _seen(self, x: float, summary: dict[str, Any]) -> None:
+        self.seen[x] = summary
+        if self.on_point is not None:
+            self.on_point(self.plan.value(x), summary, self.meets(x))
+
+    def meets(self, x: float) -> bool:
+        """Every target holds and no request was turned away (too long for the pool)."""
+        summary = self.seen[x]
+        return (
+            "error" not in summary
+            and not summary.get("num_rejected_kv_pool", 0)
+            and all(t.met(summary) for t in self.plan.targets)
+        )
+
+    def evaluate(self, xs: Sequence[float]) -> None:
+        """Simulate the values not seen yet (on ``jobs`` workers), reusing stored points."""
+        todo: list[tuple[float, Point]] = []
+        for x in xs:
+            if x in self.seen or any(x == y for y, _ in todo):
+                continue
+            spec = self.plan.config(x, quick=self.quick)
+            try:
+                config = config_from_dict(spec["data"], spec["overrides"])
+            except ValueError as err:
+                self._seen(x, {"error": str(err)})
+                continue
+            key = config.key()
+            if is_done(self.folder, key):
+                stored = point_dir(self.folder, key) / "summary.json"
+                self._seen(x, json.loads(stored.read_text()))
+                continue
+            point = Point(
+                len(self.seen) + len(todo), {self.plan.field: self.plan.value(x)}, None, config
+            )
+            todo.append((x, point))
+        by_key = {point.key: x for x, point in todo}
+        for point, outcome in outcomes([p for _, p in todo], jobs=self.jobs):
+            x = by_key[point.key]
+            if outcome.error is not None or outcome.results is None:
+                raise PlanPointError(
+                    f"{self.plan.field} = {self.plan.value(x):g}: the run failed: {outcome.error}"
+                )
+            save_outcome(self.folder, point, outcome)
+            self._seen(x, outcome.results.summary)
+
+
+def candidates(plan: Plan) -> Sequence[float]:
+    """The knob's values the search may return, ascending: the choices, the integers in the
+    bracket (a ``range``, never materialised), or a geometric grid of ratio ``1 + resolution``."""
+    if plan.choices:
+        return [c for c in sorted(plan.choices) if plan.lo <= c <= plan.hi]
+    if plan.integer:
+        return range(math.ceil(plan.lo), math.floor(plan.hi) + 1)
+    steps = max(1, math.ceil(math.log(plan.hi / plan.lo) / math.log1p(plan.resolution)))
+    return [plan.lo * (plan.hi / plan.lo) ** (i / steps) for i in range(steps + 1)]
+
+
+def run_plan(
+    plan: Plan,
+    out_root: str | Path = "results",
+    *,
+    jobs: int = 1,
+    quick: bool = False,
+    on_point: Callable[[float | int, dict[str, Any], bool], None] | None = None,
+) -> PlanResult:
+    """Answer ``plan`` by k-ary bisection over ``candidates`` (``jobs`` points per round).
+
+    Args:
+        plan: the question.
+        out_root: results root; points go to ``OUT/plan/NAME/points`` (``OUT/plan/quick/NAME``
+            with ``quick``).
+        jobs: worker processes; each bisection round evaluates ``jobs`` values.
+        quick: apply the plan's ``[quick] set`` overrides (small runs for tests and notebooks).
+        on_point: called with ``(knob value, summary, meets)`` as each value is evaluated.
+
+    Raises:
+        ValueError: the bracket holds no candidate.
+    """
+    folder = Path(out_root) / "plan" / ("quick" if quick else "") / plan.name
+    (folder / POINTS).mkdir(parents=True, exist_ok=True)
+    grid = candidates(plan)
+    if not grid:
+        raise ValueError(f"{plan.field}: no value between lo={plan.lo} and hi={plan.hi}")
+    ev = _Evaluator(plan, folder, max(1, jobs), quick, on_point)
+    smallest = plan.direction == "smallest"
+
+    def ok(i: int) -> bool:
+        """The i-th candidate is on the answer's side (monotone in i: False..True)."""
+        return ev.meets(grid[i]) == smallest
+
+    ev.evaluate([grid[0], grid[-1]])
+    answer_index: int | None
+    if not ok(len(grid) - 1):
+        answer_index = None if smallest else len(grid) - 1
+    elif ok(0):
+        answer_index = 0 if smallest else None
+    else:
+        lo, hi = 0, len(grid) - 1  # ok(lo) False, ok(hi) True
+        while hi - lo > 1:
+            k = min(max(1, jobs), hi - lo - 1)
+            probes = sorted({lo + (hi - lo) * (j + 1) // (k + 1) for j in range(k)})
+            ev.evaluate([grid[i] for i in probes])
+            for i in probes:
+                if ok(i):
+                    hi = i
+                    break
+                lo = i
+        answer_index = hi if smallest else lo
+    return _result(plan, ev, grid, answer_index, folder)
+
+
+def _result(
+    plan: Plan, ev: _Evaluator, grid: Sequence[float], index: int | None, folder: Path
+) -> PlanResult:
+    rows = []
+    for x in sorted(ev.seen):
+        summary = ev.seen[x]
+        row: dict[str, Any] = {plan.field: plan.value(x), "meets": ev.meets(x)}
+        for t in plan.targets:
+            row[t.metric] = summary.get(t.metric, math.nan)
+        row["num_rejected_kv_pool"] = summary.get("num_rejected_kv_pool", 0)
+        row["error"] = summary.get("error")
+        rows.append(row)
+    points = pd.DataFrame(rows)
+    meets = points["meets"].tolist()
+    if plan.direction == "largest":
+        meets = meets[::-1]
+    monotone = meets == sorted(meets)  # False...False True...True along the search direction
+    answer = None if index is None else float(plan.value(grid[index]))
+    binding = headroom = None
+    beyond = None
+    if index is not None:
+        summary = ev.seen[grid[index]]
+        target = min(plan.targets, key=lambda t: t.headroom(summary))
+        binding, headroom = target.metric, target.headroom(summary)
+        past = [x for x in ev.seen if (x < grid[index]) == (plan.direction == "smallest")]
+        past = [x for x in past if x != grid[index]]
+        if past:
+            nearest = max(past) if plan.direction == "smallest" else min(past)
+            beyond = f"{format_value(plan.value(nearest))}: {failure(plan, ev.seen[nearest])}"
+    return PlanResult(plan, answer, binding, headroom, points, folder, monotone, beyond)
+
+
+def format_value(value: float | int) -> str:
+    """A knob value for people: integers with thousands separators, reals to 4 digits."""
+    return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
+
+
+def failure(plan: Plan, summary: dict[str, Any]) -> str:
+    """Why a point fails: an invalid config, requests too long for the pool, or targets."""
+    if "error" in summary:
+        return "invalid config: " + str(summary["error"]).split(";")[0]
+    if summary.get("num_rejected_kv_pool", 0):
+        return f"{summary['num_rejected_kv_pool']} requests too long for the pool"
+    over = [
+        f"{t.metric} = {float(summary.get(t.metric, math.nan)):.4g} > {t.bound:g}"
+        for t in plan.targets
+        if not t.met(summary)
+    ]
+    return ", ".join(over) or "meets every target"
+
+
+def save_plan(result: PlanResult) -> list[Path]:
+    """Write ``points.csv``, ``answer.json`` and ``plan.png`` into the plan's folder."""
+    from kvsim.plan_figure import plan_figure
+
+    folder, plan = result.folder, result.plan
+    points_csv = folder / "points.csv"
+    result.points.to_csv(points_csv, index=False, float_format="%.6g")
+    answer = {
+        "field": plan.field,
+        "direction": plan.direction,
+        "answer": result.answer,
+        "binding_target": result.binding,
+        "headroom": result.headroom,
+        "targets": {t.metric: t.bound for t in plan.targets},
+        "bracket": [plan.lo, plan.hi],
+        "monotone": result.monotone,
+        "next_value_fails": result.beyond,
+        "num_points": len(result.points),
+    }
+    answer_json = folder / "answer.json"
+    answer_json.write_text(json.dumps(answer, indent=2) + "\n")
+    png = folder / "plan.png"
+    plan_figure(result).savefig(png, dpi=120)
+    return [points_csv, answer_json, png]

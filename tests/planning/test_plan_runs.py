@@ -1,0 +1,129 @@
+"""``run_plan`` and ``kvsim plan`` on real simulations whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsim.cli import app
+from kvsim.planning import Plan, Target, load_plan, run_plan, save_plan
+from kvsim.presets import plans_dir
+
+# Ten requests arrive together (Poisson at 10^6 req/s: within microseconds), each a 100-token
+# prompt and 28 output tokens, on Llama-3.1-8B (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes
+# = 131,072 bytes per token), 16-token blocks, vLLM v1. A request writes KV for 100 + 28 - 1 =
+# 127 tokens (the last token is never fed back): ceil(127 / 16) = 8 blocks, all ten at once in
+# the final steps: 80 blocks, plus vLLM's null block = 81 blocks = 1,296 token slots =
+# 169,869,312 bytes. One slot fewer and the pool has 80 blocks: someone is preempted.
+BURST = {
+    "model": "llama-3.1-8b",
+    "gpu": "h100-80gb",
+    "scheduler": {"max_model_len": 128},
+    "workload": {
+        "lengths": "fixed",
+        "fixed_prompt_tokens": 100,
+        "fixed_output_tokens": 28,
+        "rate_per_s": 1e6,
+        "num_requests": 10,
+    },
+}
+BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
+SMALLEST_WITHOUT_PREEMPTION = 81 * 16 * BYTES_PER_TOKEN
+
+
+def test_smallest_budget_without_preemption_is_81_blocks(tmp_path: Path) -> None:
+    plan = Plan(
+        name="burst",
+        base=BURST,
+        field="cache.kv_cache_bytes",
+        direction="smallest",
+        lo=16 * 16 * BYTES_PER_TOKEN,
+        hi=200 * 16 * BYTES_PER_TOKEN,
+        integer=True,
+        targets=(Target("num_preemptions", 0.0),),
+    )
+    result = run_plan(plan, tmp_path)
+    assert result.answer == SMALLEST_WITHOUT_PREEMPTION
+    assert result.beyond is not None
+    assert result.beyond.startswith(f"{SMALLEST_WITHOUT_PREEMPTION - 1:,}: num_preemptions")
+    # every point is a stored sweep point: a second run simulates nothing
+    again = run_plan(plan, tmp_path)
+    assert again.answer == result.answer
+    stored = {p.name for p in (tmp_path / "plan" / "burst" / "points").iterdir()}
+    assert len(stored) == len(result.points)
+
+
+def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
+    # 28 output tokens -> 27 decode steps; TPOT target far above any step: only the KV binds
+    runner = CliRunner()
+    args = ["plan", "--smallest", "cache.kv_cache_bytes", "--target", "num_preemptions<=0"]
+    for key, value in (
+        ("model", "llama-3.1-8b"),
+        ("gpu", "h100-80gb"),
+        ("scheduler.max_model_len", 128),
+        ("workload.lengths", "fixed"),
+        ("workload.fixed_prompt_tokens", 100),
+        ("workload.fixed_output_tokens", 28),
+        ("workload.rate_per_s", 1e6),
+        ("workload.num_requests", 10),
+    ):
+        args += ["--set", f"{key}={value}"]
+    args += ["--lo", str(16 * 16 * BYTES_PER_TOKEN), "--hi", str(200 * 16 * BYTES_PER_TOKEN)]
+    args += ["--out", str(tmp_path), "--name", "burst"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"{SMALLEST_WITHOUT_PREEMPTION:,}" in result.output
+    folder = tmp_path / "plan" / "burst"
+    answer = json.loads((folder / "answer.json").read_text())
+    assert answer["answer"] == SMALLEST_WITHOUT_PREEMPTION
+    assert answer["binding_target"] == "num_preemptions"
+    assert (folder / "plan.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--smallest", "kv", "--target", "ttft<=2"], "unknown metric 'ttft'"),
+        (["--smallest", "kv", "--target", "time_to_first_token_seconds_p99"], "METRIC<=NUMBER"),
+        (["--smallest", "kv"], "at least one --target"),
+        (["--smallest", "kv", "--largest", "rate", "--target", "num_preemptions<=0"], "not both"),
+        (["no-such-plan"], "neither a file nor a shipped plan"),
+        (
+            ["--smallest", "kv", "--target", "num_preemptions<=0", "--lo", "8", "--hi", "2"],
+            "need 0 < lo < hi",
+        ),
+    ],
+)
+def test_cli_plan_bad_input_exits_2(args: list[str], message: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["plan", *args, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_shipped_plans_load_with_their_questions() -> None:
+    names = sorted(p.stem for p in plans_dir().glob("*.toml"))
+    assert names == ["bookstore", "mission-1", "mission-2", "mission-3", "mission-4"]
+    for name in names:
+        plan = load_plan(plans_dir() / f"{name}.toml")
+        assert plan.targets, name
+        assert plan.quick, name
+    mission4 = load_plan(plans_dir() / "mission-4.toml")
+    assert mission4.field == "cache.kv_cache_gib"
+    assert mission4.base["cache"]["allocator"] == "paged"
+    assert {t.metric: t.bound for t in mission4.targets} == {
+        "time_to_first_token_seconds_p95": 2.0,
+        "request_time_per_output_token_seconds_p95": 0.1,
+    }
+
+
+def test_quick_mission_4_draws_its_answer(tmp_path: Path) -> None:
+    plan = load_plan(plans_dir() / "mission-4.toml")
+    result = run_plan(plan, tmp_path, jobs=1, quick=True)
+    written = save_plan(result)
+    assert [p.name for p in written] == ["points.csv", "answer.json", "plan.png"]
+    assert result.answer is not None
+    assert plan.lo < result.answer < plan.hi

@@ -1,0 +1,172 @@
+"""The plan's bisection against a naive scan, on metrics given as known functions of the knob."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsim import planning
+from kvsim.planning import Plan, Target, candidates, run_plan
+
+METRIC = "time_to_first_token_seconds_p99"
+
+
+def _fake_evaluator(monkeypatch: pytest.MonkeyPatch, metric_of: Any, calls: list[float]) -> None:
+    """Replace simulation by ``metric_of(knob)`` so that only the search is under test."""
+
+    def evaluate(self: Any, xs: Any) -> None:
+        for x in xs:
+            if x not in self.seen:
+                calls.append(x)
+                self._seen(x, {METRIC: metric_of(self.plan.value(x))})
+
+    monkeypatch.setattr(planning._Evaluator, "evaluate", evaluate)
+
+
+def _plan(direction: str, lo: float, hi: float, bound: float, **kw: Any) -> Plan:
+    return Plan(
+        name="t",
+        base={},
+        field="cache.kv_cache_gib",
+        direction=direction,  # type: ignore[arg-type]
+        lo=lo,
+        hi=hi,
+        targets=(Target(METRIC, bound),),
+        **kw,
+    )
+
+
+def _naive(plan: Plan, metric_of: Any) -> float | None:
+    """Scan every candidate: the smallest (largest) whose metric meets the bound."""
+    values = [plan.value(x) for x in candidates(plan)]
+    ok = [v for v in values if metric_of(v) <= plan.targets[0].bound]
+    if not ok:
+        return None
+    return float(min(ok) if plan.direction == "smallest" else max(ok))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    bound=st.floats(0.01, 200),
+    jobs=st.integers(1, 5),
+    integer=st.booleans(),
+    smallest=st.booleans(),
+)
+def test_bisection_finds_what_a_scan_finds(
+    bound: float, jobs: int, integer: bool, smallest: bool, tmp_path_factory: Any
+) -> None:
+    # smallest: latency falls as KV grows (100 / x); largest: latency grows with the rate (x / 5)
+    def metric_of(x: float) -> float:
+        return 100.0 / x if smallest else x / 5.0
+
+    plan = _plan("smallest" if smallest else "largest", 1, 500, bound, integer=integer)
+    calls: list[float] = []
+    with pytest.MonkeyPatch.context() as mp:
+        _fake_evaluator(mp, metric_of, calls)
+        result = run_plan(plan, tmp_path_factory.mktemp("plan"), jobs=jobs)
+    assert result.answer == _naive(plan, metric_of)
+    assert result.monotone
+    # a bisection: about log2(candidates) evaluations, never a scan
+    assert len(calls) <= 2 + jobs * math.ceil(math.log2(len(candidates(plan)) + 1))
+
+
+def test_answer_names_its_binding_target_and_margin(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # two targets: TTFT = 100/x <= 10 binds at x >= 10, TPOT = 1/x <= 0.5 at x >= 2
+    def evaluate(self: Any, xs: Any) -> None:
+        for x in xs:
+            v = self.plan.value(x)
+            self._seen(x, {METRIC: 100 / v, "request_time_per_output_token_seconds_p99": 1 / v})
+
+    monkeypatch.setattr(planning._Evaluator, "evaluate", evaluate)
+    plan = Plan(
+        name="t",
+        base={},
+        field="scheduler.max_num_seqs",
+        direction="smallest",
+        lo=1,
+        hi=64,
+        integer=True,
+        targets=(
+            Target(METRIC, 10.0),
+            Target("request_time_per_output_token_seconds_p99", 0.5),
+        ),
+    )
+    result = run_plan(plan, tmp_path)
+    assert result.answer == 10
+    assert result.binding == METRIC
+    assert result.headroom == pytest.approx(0.0)  # 100/10 is exactly the bound
+    assert result.beyond is not None
+    assert result.beyond.startswith("9: ")
+
+
+def test_non_monotone_points_are_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # meets above 10 except at 32; jobs=3 probes candidates 16, 32 and 48 in its first round
+    _fake_evaluator(monkeypatch, lambda x: 0.0 if x > 10 and x != 32 else 1.0, [])
+    result = run_plan(_plan("smallest", 1, 64, 0.5, integer=True), tmp_path, jobs=3)
+    assert not result.monotone
+    assert result.points.loc[result.points["cache.kv_cache_gib"] == 32, "meets"].item() is False
+    # the same function seen only where it is monotone is not flagged
+    _fake_evaluator(monkeypatch, lambda x: 0.0 if x > 10 else 1.0, [])
+    assert run_plan(_plan("smallest", 1, 64, 0.5, integer=True), tmp_path / "b", jobs=3).monotone
+
+
+def test_choices_are_the_only_answers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[float] = []
+    _fake_evaluator(monkeypatch, lambda tp: 70 / tp, calls)  # fits below 10 from TP 8 on
+    plan = Plan(
+        name="t",
+        base={},
+        field="parallel.tensor_parallel_size",
+        direction="smallest",
+        lo=1,
+        hi=16,
+        choices=(1, 2, 4, 8, 16),
+        targets=(Target(METRIC, 10.0),),
+    )
+    assert run_plan(plan, tmp_path).answer == 8
+    assert set(calls) <= {1, 2, 4, 8, 16}
+
+
+def test_no_answer_when_even_the_best_end_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_evaluator(monkeypatch, lambda x: 1000.0, [])
+    result = run_plan(_plan("smallest", 1, 64, 2.0), tmp_path)
+    assert result.answer is None
+    assert result.binding is None
+
+
+@pytest.mark.parametrize(
+    ("text", "metric", "bound"),
+    [
+        ("time_to_first_token_seconds_p99<=2", METRIC, 2.0),
+        (" e2e_request_latency_seconds_p90 <= 30.5 ", "e2e_request_latency_seconds_p90", 30.5),
+        ("preemptions_per_request<0.01", "preemptions_per_request", 0.01),
+    ],
+)
+def test_target_parse(text: str, metric: str, bound: float) -> None:
+    assert Target.parse(text) == Target(metric, bound)
+
+
+@pytest.mark.parametrize("text", ["ttft", "x<=", "<=2", "a<=nan", "a<=inf", "a>=2"])
+def test_target_parse_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="METRIC<=NUMBER"):
+        Target.parse(text)
+
+
+def test_geometric_grid_spans_the_bracket_at_the_resolution() -> None:
+    grid = candidates(_plan("smallest", 0.5, 64.0, 1.0, resolution=0.05))
+    assert grid[0] == pytest.approx(0.5)
+    assert grid[-1] == pytest.approx(64.0)
+    ratios = [b / a for a, b in itertools.pairwise(grid)]
+    assert max(ratios) <= 1.05 + 1e-12
+    # ceil(ln(128) / ln(1.05)) = ceil(99.45) = 100 steps
+    assert len(grid) == 101
