@@ -26,7 +26,12 @@ def short_name(dotted: str) -> str:
 def row_labels(table: pd.DataFrame, fields: list[str]) -> list[str]:
     """One label per row: the ``label`` column if present, else ``name=value`` of ``fields``."""
     if "label" in table.columns and "label" in fields:
-        others = [f for f in fields if f != "label"]
+        # fields zipped with the label (one value per label) add nothing to it
+        others = [
+            f
+            for f in fields
+            if f != "label" and f in table and table.groupby("label")[f].nunique().max() > 1
+        ]
         base = table["label"].astype(str)
         if not others or table["label"].nunique() == len(table):
             return list(base)

@@ -22,6 +22,7 @@ from kvsim.config import SimConfig, config_from_dict, load_config, preset_table
 from kvsim.engine import simulate
 from kvsim.intake import requests_for
 from kvsim.request import Request
+from kvsim.summary_view import compare_table, summary_table
 from kvsim.workload import DataNotFoundError
 
 app = typer.Typer(
@@ -32,34 +33,6 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 T = TypeVar("T")
-
-SUMMARY_ROWS = (
-    ("token_states_pct", "token states (% of KV)"),
-    ("reservation_pct", "reservation (% of KV)"),
-    ("internal_fragmentation_pct", "internal fragmentation (% of KV)"),
-    ("external_fragmentation_pct", "external fragmentation (% of KV)"),
-    ("free_pct", "free (% of KV)"),
-    ("kv_cache_usage_perc", "kv_cache_usage_perc (0-1, mean)"),
-    ("kv_cache_usage_perc_max", "kv_cache_usage_perc (0-1, peak)"),
-    ("token_utilization_perc", "token states / allocated (%)"),
-    ("num_requests_running_mean", "num_requests_running (mean)"),
-    ("num_requests_running_max", "num_requests_running (max)"),
-    ("num_requests_waiting_mean", "num_requests_waiting (mean)"),
-    ("num_blocked_steps", "blocked steps (head fits in total free, no hole)"),
-    ("num_preemptions", "num_preemptions"),
-    ("num_requests_rejected", "requests rejected (too long for max_model_len or the pool)"),
-    ("prefix_cache_hit_rate", "prefix_cache_hits / prefix_cache_queries"),
-    ("throughput_requests_per_s", "throughput (requests/s)"),
-    ("throughput_output_tokens_per_s", "throughput (output tokens/s)"),
-    ("time_to_first_token_seconds_p50", "time_to_first_token_seconds p50"),
-    ("time_to_first_token_seconds_p99", "time_to_first_token_seconds p99"),
-    ("inter_token_latency_seconds_mean", "inter_token_latency_seconds mean"),
-    ("request_time_per_output_token_seconds_p99", "request_time_per_output_token_seconds p99"),
-    ("request_queue_time_seconds_p50", "request_queue_time_seconds p50"),
-    ("e2e_request_latency_seconds_p50", "e2e_request_latency_seconds p50"),
-    ("e2e_request_latency_seconds_p99", "e2e_request_latency_seconds p99"),
-    ("normalized_latency_seconds_mean", "normalized latency mean (s/token)"),
-)
 
 
 def _guard(fn: Callable[[], T]) -> T:
@@ -91,19 +64,6 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = raw
     return out
-
-
-def summary_table(summary: dict[str, Any], title: str) -> Table:
-    """A two-column rich table of the headline metrics."""
-    table = Table(title=title, show_header=False)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, label in SUMMARY_ROWS:
-        value = summary.get(key)
-        if value is None:
-            continue
-        table.add_row(label, f"{value:,.3f}" if isinstance(value, float) else f"{value:,}")
-    return table
 
 
 @app.command()
@@ -142,7 +102,7 @@ def run(
         with tqdm(
             total=len(requests),
             unit="req",
-            disable=not progress or len(requests) < 2000,
+            disable=None if progress and len(requests) >= 2000 else True,  # None: tty only
             desc="simulating",
         ) as bar:
 
@@ -179,21 +139,52 @@ def map_interval_s(requests: list[Request], num_frames: int) -> float | None:
 
 
 def run_title(cfg: SimConfig, num_requests: int) -> str:
-    """The summary table's header: engine profile, model, GPUs, allocator, pool, requests."""
+    """The summary's header: engine profile and preemption mode, model, GPUs, allocator, pool
+    (slots and blocks), requests."""
     args = cfg.engine_args
     par = cfg.parallel
     gpus = f" x{par.world_size} (TP {par.tensor_parallel_size}, PP {par.pipeline_parallel_size})"
     policy = cfg.cache.allocator
+    pool = f"{cfg.capacity_tokens:,} KV slots"
     if cfg.cache.allocator in ("paged",):
         policy += f" {cfg.cache.block_size_tokens}-token blocks"
         policy += ", prefix caching" if args.enable_prefix_caching else ""
+        pool += f" = {cfg.capacity_tokens // cfg.cache.block_size_tokens:,} blocks"
     elif cfg.cache.allocator != "radix":
         policy += "/" + cfg.cache.reservation
-    return (
-        f"{args.engine}: {cfg.model.name} on {cfg.gpu.name}"
-        f"{gpus if par.world_size > 1 else ''}, {policy}, "
-        f"{cfg.capacity_tokens:,} KV slots, {num_requests:,} requests"
+    preemption = args.preemption_mode or "recompute" + (
+        " (swap for multi-sequence groups)" if args.engine == "vllm-v0" else ""
     )
+    return (
+        f"{args.engine} (preemption: {preemption}): {cfg.model.name} on {cfg.gpu.name}"
+        f"{gpus if par.world_size > 1 else ''}, {policy}, {pool} "
+        f"({cfg.kv_cache_bytes / 2**30:,.2f} GiB per GPU), {num_requests:,} requests"
+    )
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="A results folder (kvsim run --out A).")],
+    run_b: Annotated[Path, typer.Argument(help="Another results folder.")],
+) -> None:
+    """Print two runs' summaries side by side with their differences (B - A)."""
+
+    def go() -> None:
+        summaries = []
+        for folder in (run_a, run_b):
+            path = folder / "summary.json" if folder.is_dir() else folder
+            if not path.is_file():
+                raise ValueError(
+                    f"{folder}: no summary.json (a folder written by `kvsim run --out`, or a "
+                    "sweep point under results/NAME/points/)"
+                )
+            try:
+                summaries.append(json.loads(path.read_text(encoding="utf-8")))
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise ValueError(f"{path}: not a kvsim summary ({err})") from None
+        console.print(compare_table(summaries[0], summaries[1], str(run_a), str(run_b)))
+
+    _guard(go)
 
 
 @app.command()
@@ -279,12 +270,13 @@ def presets() -> None:
 
 def _register_plugins() -> None:
     """Commands defined beside their subsystems: calibration and the paper reproductions."""
-    from kvsim import cli_calibrate, cli_sharing, cli_sweep
+    from kvsim import cli_calibrate, cli_plan, cli_sharing, cli_sweep
     from kvsim.repro import __main__ as repro_cli
 
     cli_calibrate.register(app)
     cli_sharing.register(app)
     cli_sweep.register(app)
+    cli_plan.register(app)
     repro_cli.register(app)
 
 

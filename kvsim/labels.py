@@ -23,8 +23,15 @@ FIELD_LABELS = {
     "scheduler.max_model_len": "max_model_len (tokens)",
 }
 
+METRIC_LABELS = {
+    "token_utilization_perc": "token states / allocated KV (%)",
+    "kv_cache_usage_perc": "kv_cache_usage_perc (0-1)",
+    "kv_cache_usage_perc_max": "kv_cache_usage_perc max (0-1)",
+}
+
 # metric-name fragment -> unit, checked in order
 _UNITS = (
+    ("_pct_of_used", "% of used KV"),
     ("_seconds", "s"),
     ("_pct", "% of KV"),
     ("_perc", "0-1"),
@@ -48,6 +55,8 @@ def axis_label(name: str) -> str:
     """A config field or summary metric as an axis label with its unit."""
     if name in FIELD_LABELS:
         return FIELD_LABELS[name]
+    if name in METRIC_LABELS:
+        return METRIC_LABELS[name]
     base = name.rpartition(".")[2]
     for suffix in ("_p50", "_p90", "_p95", "_p99", "_mean", "_max"):
         if base.endswith(suffix):

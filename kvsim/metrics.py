@@ -36,6 +36,9 @@ def clip_window(memory: pd.DataFrame, start_s: float | None, end_s: float | None
     return out[overlap > 0]
 
 
+FULL_USAGE = 0.99  # kv_cache_usage_perc at or above which the pool counts as full
+
+
 def memory_shares(
     memory: pd.DataFrame, capacity_slots: int, usable_capacity_slots: int | None = None
 ) -> dict[str, float]:
@@ -63,6 +66,8 @@ def memory_shares(
     usage = (memory["allocated"].to_numpy() - unusable) / usable
     out["kv_cache_usage_perc"] = float(np.dot(usage, w) / total_s)
     out["kv_cache_usage_perc_max"] = float(usage.max())
+    # share of time with (nearly) no free KV: new blocks then mean preemption or waiting
+    out["kv_cache_full_time_frac"] = float(w[usage >= FULL_USAGE].sum() / total_s)
     alloc = means["allocated"]
     out["token_utilization_perc"] = 100.0 * means["token_states"] / alloc if alloc else float("nan")
     if "unshared" in memory:  # Figure 15: blocks saved by sharing / blocks without sharing

@@ -329,7 +329,7 @@ def run_sweep(
         initial=report.num_skipped,
         desc=experiment.name,
         unit="pt",
-        disable=not progress,
+        disable=None if progress else True,  # None: off on a non-terminal (no \r in logs)
     )
     try:
         _run_points(experiment, todo, folder, report, failures, bar, jobs, scheduler, quick)

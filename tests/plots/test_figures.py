@@ -35,11 +35,11 @@ def test_draw_figures_and_cli(tmp_path) -> None:
     names = sorted(p.name for p in written)
     assert names == [
         "latency_cdf.png",
-        "memory_000.png",
-        "memory_001.png",
-        "memory_002.png",
-        "memory_003.png",
+        "memory_contiguous_rate_per_s-10.png",
+        "memory_contiguous_rate_per_s-5.png",
         "memory_map.png",
+        "memory_paged_rate_per_s-10.png",
+        "memory_paged_rate_per_s-5.png",
         "vs_rate_per_s.png",
         "waste_bars.png",
     ]
@@ -53,3 +53,88 @@ def test_draw_figures_and_cli(tmp_path) -> None:
     missing = CliRunner().invoke(app, ["plot", str(tmp_path / "nothing")])
     assert missing.exit_code == 2
     assert "no summary.parquet" in missing.output
+
+
+def _sweep(tmp_path, grid, zips, name="s"):
+    exp = parse_experiment(
+        {
+            "base": {
+                "cache": {"kv_cache_gib": 2.0},
+                "workload": {
+                    "lengths": "fixed",
+                    "fixed_prompt_tokens": 64,
+                    "fixed_output_tokens": 8,
+                    "num_requests": 4,
+                    "rate_per_s": 5.0,
+                },
+            },
+            "grid": grid,
+            "zip": zips,
+        },
+        name=name,
+    )
+    run_sweep(exp, tmp_path, progress=False)
+    return tmp_path / name
+
+
+def test_every_point_is_drawn_and_bars_split_into_panels_past_eight(tmp_path) -> None:
+    # 5 rates x 2 allocators = 10 points: more than 8 bars, so one panel per rate
+    rates = [1.0, 2.0, 4.0, 8.0, 16.0]
+    folder = _sweep(
+        tmp_path,
+        {"workload.rate_per_s": rates},
+        {"label": ["contiguous", "paged"], "cache.allocator": ["first_fit", "paged"]},
+    )
+    written = draw_figures(folder)
+    assert len([p for p in written if p.name.startswith("memory_")]) == 10
+    from kvsim.analysis import load_sweep
+    from kvsim.plots import waste_bars
+
+    sweep = load_sweep(folder)
+    fig = waste_bars(sweep.summary, sweep.labels(), facet="workload.rate_per_s")
+    assert len(fig.axes) == 5
+    assert [ax.get_title() for ax in fig.axes] == [f"rate_per_s = {r}" for r in rates]
+    assert all(len(ax.get_xticklabels()) == 2 for ax in fig.axes)
+    # without a facet column, runs of eight
+    fig = waste_bars(sweep.summary, sweep.labels())
+    assert [len(ax.get_xticklabels()) for ax in fig.axes] == [8, 2]
+
+
+def test_no_chart_against_a_field_zipped_with_the_label(tmp_path) -> None:
+    # the rate is a property of each labelled point, not a swept axis
+    folder = _sweep(
+        tmp_path,
+        {},
+        {"label": ["slow", "fast"], "workload.rate_per_s": [1.0, 30.0]},
+    )
+    names = {p.name for p in draw_figures(folder)}
+    assert not any(n.startswith("vs_") for n in names)
+    assert "memory_slow.png" in names
+
+
+def test_log_axes_where_values_span_decades() -> None:
+    import pandas as pd
+
+    from kvsim.plots import metric_vs
+
+    table = pd.DataFrame(
+        {
+            "cache.kv_cache_gib": [1.0, 2.0, 4.0, 8.0, 16.0],
+            "time_to_first_token_seconds_p99": [800.0, 90.0, 3.0, 0.4, 0.3],
+            "token_utilization_perc": [97.0, 96.0, 96.0, 95.0, 95.0],
+        }
+    )
+    fig = metric_vs(
+        table,
+        "cache.kv_cache_gib",
+        ["time_to_first_token_seconds_p99", "token_utilization_perc"],
+        targets={"time_to_first_token_seconds_p99": 2.0},
+    )
+    latency, util = fig.axes[:2]
+    assert latency.get_xscale() == "log"  # 1..16 GiB spans 16x
+    assert latency.get_yscale() == "log"  # 0.3..800 s
+    assert util.get_yscale() == "linear"
+    assert latency.get_xlabel() == "KV cache (GiB)"
+    assert latency.get_ylabel() == "time_to_first_token_seconds p99 (s)"
+    dashed = [line for line in latency.lines if line.get_linestyle() == "--"]
+    assert [tuple(line.get_ydata()) for line in dashed] == [(2.0, 2.0)]

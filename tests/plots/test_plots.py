@@ -115,7 +115,9 @@ def test_latency_cdf_steps_to_one() -> None:
         requests, metrics=("time_to_first_token_seconds", "request_time_per_output_token_seconds")
     )
     ttft, tpot = fig.axes
-    assert list(ttft.lines[0].get_xdata()) == [0.1, 0.2, 0.3, 0.4]
-    assert list(ttft.lines[0].get_ydata()) == [0.25, 0.5, 0.75, 1.0]
-    assert list(tpot.lines[0].get_ydata()) == pytest.approx([1 / 3, 2 / 3, 1.0])  # NaN dropped
+    # Axes.ecdf: a post-step line starting at (min, 0), rising 1/n at each sorted value
+    assert ttft.lines[0].get_drawstyle() == "steps-post"
+    assert list(ttft.lines[0].get_xdata()) == [0.1, 0.1, 0.2, 0.3, 0.4]
+    assert list(ttft.lines[0].get_ydata()) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert list(tpot.lines[0].get_ydata()) == pytest.approx([0, 1 / 3, 2 / 3, 1.0])  # NaN dropped
     assert [line.get_label() for line in ttft.lines] == ["a", "b"]

@@ -1,0 +1,212 @@
+"""A run's summary for people: sections that apply to what ran, numbers rounded, two runs compared.
+
+``summary_table`` shows KV memory, scheduling and latency always; prefix-cache lines when prefix
+caching ran, sharing lines when sequences shared blocks, swap lines under swap preemption; and
+where the step cost's paged-layout factor came from (measured or the analytic default).
+``compare_table`` puts two summaries side by side with their differences.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from rich.table import Table
+
+Row = tuple[str, str]  # (summary key, label)
+
+KV_ROWS: tuple[Row, ...] = (
+    ("token_states_pct", "token states (% of KV)"),
+    ("reservation_pct", "reservation (% of KV)"),
+    ("internal_fragmentation_pct", "internal fragmentation (% of KV)"),
+    ("external_fragmentation_pct", "external fragmentation (% of KV)"),
+    ("free_pct", "free (% of KV)"),
+    ("kv_cache_usage_perc", "kv_cache_usage_perc, mean (0-1)"),
+    ("kv_cache_usage_perc_max", "kv_cache_usage_perc, peak (0-1)"),
+    ("kv_cache_full_time_frac", "time with KV full (>= 0.99 used, share of run)"),
+    ("token_utilization_perc", "token states / allocated (%)"),
+)
+SCHEDULER_ROWS: tuple[Row, ...] = (
+    ("num_requests_running_mean", "num_requests_running, mean"),
+    ("num_requests_running_max", "num_requests_running, max"),
+    ("num_requests_waiting_mean", "num_requests_waiting, mean"),
+    ("num_blocked_steps", "blocked steps (head fits in total free, no hole)"),
+    ("num_preemptions", "num_preemptions"),
+    ("preemptions_per_request", "preemptions per request"),
+    ("num_requests_rejected", "requests rejected (too long for max_model_len or the pool)"),
+)
+PREFIX_ROWS: tuple[Row, ...] = (
+    ("prefix_cache_hit_rate", "prefix_cache_hits / prefix_cache_queries"),
+    ("prefix_cache_hits", "prefix_cache_hits (tokens)"),
+    ("prefix_cache_queries", "prefix_cache_queries (tokens)"),
+    ("prefix_cached_tokens_total", "prompt tokens served from the cache"),
+)
+SHARING_ROWS: tuple[Row, ...] = (
+    ("kv_saved_by_sharing_pct", "KV saved by sharing (%)"),
+    ("num_cow_copies", "copy-on-write block copies"),
+    ("cow_copy_bytes", "copy-on-write bytes"),
+)
+SWAP_ROWS: tuple[Row, ...] = (
+    ("num_swap_outs", "swap-outs"),
+    ("num_swap_ins", "swap-ins"),
+    ("num_swap_fallbacks", "swap fallbacks to recompute (CPU pool full)"),
+    ("swap_out_bytes", "bytes swapped out"),
+    ("swap_time_s", "time spent swapping (s)"),
+)
+LATENCY_ROWS: tuple[Row, ...] = (
+    ("throughput_requests_per_s", "throughput (requests/s)"),
+    ("throughput_output_tokens_per_s", "throughput (output tokens/s)"),
+    ("time_to_first_token_seconds_p50", "time_to_first_token_seconds p50"),
+    ("time_to_first_token_seconds_p99", "time_to_first_token_seconds p99"),
+    ("inter_token_latency_seconds_mean", "inter_token_latency_seconds mean"),
+    ("request_time_per_output_token_seconds_p99", "request_time_per_output_token_seconds p99"),
+    ("request_queue_time_seconds_p50", "request_queue_time_seconds p50"),
+    ("e2e_request_latency_seconds_p50", "e2e_request_latency_seconds p50"),
+    ("e2e_request_latency_seconds_p99", "e2e_request_latency_seconds p99"),
+)
+
+
+def _positive(summary: dict[str, Any], *keys: str) -> bool:
+    return any(_number(summary.get(k)) > 0 for k in keys)
+
+
+def _number(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], ...] = (
+    ("KV memory", KV_ROWS, lambda s: True),
+    ("scheduler", SCHEDULER_ROWS, lambda s: True),
+    (
+        "prefix cache",
+        PREFIX_ROWS,
+        lambda s: bool(s.get("enable_prefix_caching")) or _positive(s, "prefix_cache_hits"),
+    ),
+    ("sharing", SHARING_ROWS, lambda s: _positive(s, "kv_saved_by_sharing_pct", "num_cow_copies")),
+    (
+        "swap",
+        SWAP_ROWS,
+        lambda s: s.get("preemption_mode") == "swap" or _positive(s, "num_swap_outs"),
+    ),
+    ("latency", LATENCY_ROWS, lambda s: True),
+)
+
+
+def format_metric(key: str, value: Any) -> str:
+    """``value`` rounded for people by what ``key`` measures.
+
+    Percentages to 0.1, fractions (``_perc``, ``_frac``, ``_rate``) to 0.001, seconds to three
+    significant figures (milliseconds below one second), bytes in GiB, counts with thousands
+    separators.
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, (bool, str)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value / 2**30:,.2f} GiB" if key.endswith("_bytes") else f"{value:,}"
+    number = float(value)
+    if math.isnan(number):
+        return "-"
+    if key.endswith("_bytes"):
+        return f"{number / 2**30:,.2f} GiB"
+    if key.endswith("_pct") or key.endswith("_pct_of_used") or key == "token_utilization_perc":
+        return f"{number:.1f}"
+    if key.endswith("_per_s"):
+        return f"{number:,.3g}" if abs(number) < 1000 else f"{number:,.0f}"
+    if "seconds" in key or key.endswith("_s"):
+        return f"{number * 1e3:.3g} ms" if abs(number) < 1 else f"{number:,.3g} s"
+    if key.endswith(("_perc", "_perc_max", "_frac", "_rate", "per_request")):
+        return f"{number:.3f}"
+    if number == int(number) and abs(number) < 1e15:
+        return f"{int(number):,}"
+    return f"{number:,.3g}" if abs(number) < 1000 else f"{number:,.0f}"
+
+
+def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
+    """The sections that apply to ``summary``, each with the rows it has."""
+    out = []
+    for name, rows, applies in SECTIONS:
+        if not applies(summary):
+            continue
+        present = [(k, label) for k, label in rows if k in summary]
+        if present:
+            out.append((name, present))
+    return out
+
+
+def cost_note(summary: dict[str, Any]) -> str | None:
+    """Where the step cost's paged-layout factor came from, when the run recorded it."""
+    if "layout_factor" not in summary:
+        return None
+    return (
+        f"step cost: paged layout factor {summary['layout_factor']:.3g}, {summary['layout_source']}"
+    )
+
+
+def summary_table(summary: dict[str, Any], title: str) -> Table:
+    """The run's summary as a rich table, one titled block per applicable section."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for i, (name, rows) in enumerate(sections(summary)):
+        if i:
+            table.add_section()
+        table.add_row(f"[bold]{name}[/]", "")
+        for key, label in rows:
+            table.add_row(f"  {label}", format_metric(key, summary[key]))
+    note = cost_note(summary)
+    if note:
+        table.caption = note
+    return table
+
+
+def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> Table:
+    """Two summaries side by side: the rows either run has, and ``B - A`` (and ``%``) where
+    both are numbers."""
+    table = Table(title=f"{name_a}  vs  {name_b}", title_justify="left")
+    table.add_column("metric")
+    table.add_column(name_a, justify="right")
+    table.add_column(name_b, justify="right")
+    table.add_column("B - A", justify="right")
+    table.add_column("change", justify="right")
+    names_a, names_b = dict(sections(a)), dict(sections(b))
+    order = [n for n, _, _ in SECTIONS]
+    first = True
+    for name in order:
+        rows = list(dict.fromkeys([*names_a.get(name, []), *names_b.get(name, [])]))
+        if not rows:
+            continue
+        if not first:
+            table.add_section()
+        first = False
+        table.add_row(f"[bold]{name}[/]", "", "", "", "")
+        for key, label in rows:
+            va, vb = a.get(key), b.get(key)
+            diff, change = _difference(key, va, vb)
+            table.add_row(
+                f"  {label}", format_metric(key, va), format_metric(key, vb), diff, change
+            )
+    for key in ("engine", "preemption_mode", "layout_source"):
+        if a.get(key) != b.get(key):
+            table.add_row(f"  {key}", str(a.get(key)), str(b.get(key)), "differs", "")
+    return table
+
+
+def _difference(key: str, va: Any, vb: Any) -> tuple[str, str]:
+    numeric = (int, float)
+    if not isinstance(va, numeric) or not isinstance(vb, numeric) or isinstance(va, bool):
+        return "", ""
+    if math.isnan(float(va)) or math.isnan(float(vb)):
+        return "", ""
+    diff = vb - va
+    text = format_metric(key, diff)
+    if diff > 0 and not text.startswith("+"):
+        text = "+" + text
+    change = f"{100 * diff / abs(va):+.1f} %" if va else ""
+    return text, change
