@@ -270,10 +270,11 @@ def presets() -> None:
 
 def _register_plugins() -> None:
     """Commands defined beside their subsystems: calibration and the paper reproductions."""
-    from kvsim import cli_calibrate, cli_plan, cli_sharing, cli_sweep
+    from kvsim import cli_calibrate, cli_plan, cli_report, cli_sharing, cli_sweep
     from kvsim.repro import __main__ as repro_cli
 
     cli_calibrate.register(app)
+    cli_report.register(app)
     cli_sharing.register(app)
     cli_sweep.register(app)
     cli_plan.register(app)
