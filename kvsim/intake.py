@@ -33,7 +33,41 @@ def requests_for(config: SimConfig) -> list[Request]:
         ValueError: a malformed trace or an empty selection.
     """
     rng = np.random.default_rng(config.seed)
-    return generate_requests(config.workload, rng, max_model_len=config.max_model_len)
+    requests = generate_requests(config.workload, rng, max_model_len=config.max_model_len)
+    check_trace_groups(config, requests)
+    return requests
+
+
+def check_trace_groups(config: SimConfig, requests: list[Request]) -> None:
+    """A trace's per-row ``n``/``beam_width`` fit the engine profile and allocator, by the rules
+    ``SimConfig`` applies to ``workload.n``/``workload.beam_width``.
+
+    Raises:
+        ValueError: naming the trace, how many rows and the first request.
+    """
+    beams = [r for r in requests if r.beam_width > 1]
+    groups = [r for r in requests if r.num_seqs > 1]
+    if not groups or config.workload.n > 1 or config.workload.beam_width > 1:
+        return  # none, or the spec's own values were checked with the config
+    args, allocator = config.engine_args, config.cache.allocator
+    where = f"workload.trace ({config.workload.trace})"
+    if beams and args.engine == "vllm-v1":
+        raise ValueError(
+            f"{where}: {len(beams)} request(s) with beam_width > 1 (first: request "
+            f"{beams[0].req_id}, beam_width {beams[0].beam_width}); beam search runs outside "
+            "vLLM v1's engine: use scheduler.engine = 'vllm-v0'"
+        )
+    paged = allocator == "paged"
+    if args.engine == "vllm-v0" and paged and config.scheduler.preemption_mode == "recompute":
+        raise ValueError(
+            f"{where}: {len(groups)} request(s) with n or beam_width > 1; vLLM v0 cannot "
+            "recompute a multi-sequence group: leave scheduler.preemption_mode unset or 'swap'"
+        )
+    if allocator == "radix":
+        raise ValueError(
+            f"{where}: {len(groups)} request(s) with n or beam_width > 1; 'radix' serves single "
+            "sequences: use cache.allocator = 'paged'"
+        )
 
 
 def fan_out(requests: list[Request]) -> list[Request]:

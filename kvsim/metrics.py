@@ -169,6 +169,8 @@ def summarize(
     """
     window = clip_window(memory, start_s, end_s)
     out: dict[str, Any] = memory_shares(window, capacity_slots, usable_capacity_slots)
+    # the batch as a serving system logs it: one sample per engine step (Figure 13's view)
+    out["num_requests_running_step_mean"] = mean_batched_requests(memory, start_s, end_s)
     out["num_requests_running_max"] = (
         int(memory["num_requests_running"].max()) if len(memory) else 0
     )

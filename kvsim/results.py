@@ -1,7 +1,8 @@
 """Results of one run: per-request records and the memory time series as DataFrames, plus a summary.
 
 ``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json``,
-``config.json`` and, when frames were captured, ``mapframes.parquet`` and ``frames.parquet``;
+``config.json``, Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``
+(``kvsim.exporters``) and, when frames were captured, ``mapframes.parquet`` and ``frames.parquet``;
 ``Results.load(folder)`` reads them back.
 """
 
@@ -64,8 +65,9 @@ class Results:
     mapframes: pd.DataFrame | None = None
     frames: pd.DataFrame | None = None
 
-    def save(self, folder: str | Path) -> Path:
-        """Write the tables as parquet and the summary/config as JSON into ``folder``."""
+    def save(self, folder: str | Path, *, exports: bool = True) -> Path:
+        """Write the tables as parquet and the summary/config as JSON into ``folder``, and with
+        ``exports`` Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.requests.to_parquet(folder / "requests.parquet", index=False)
@@ -75,6 +77,10 @@ class Results:
             self.frames.to_parquet(folder / "frames.parquet", index=False)
         (folder / "summary.json").write_text(json.dumps(self.summary, indent=2, sort_keys=True))
         (folder / "config.json").write_text(self.config.canonical_json())
+        if exports:
+            from kvsim.exporters import write_exports  # prometheus_client only when saving
+
+            write_exports(self, folder)  # request_metrics.csv (Vidur), metrics.prom (Prometheus)
         return folder
 
     @classmethod
@@ -135,6 +141,10 @@ def build_results(
     req_df = request_frame(requests)
     mem_df = pd.DataFrame(memory_rows, columns=list(MEMORY_COLUMNS))
     capacity = config.capacity_tokens
+    start_s = end_s = None
+    if config.summary_window == "arrivals" and len(req_df):
+        first, last = req_df["arrival_time_s"].min(), req_df["arrival_time_s"].max()
+        start_s, end_s = float(first + 0.1 * (last - first)), float(last)
     summary: dict[str, Any] = {"engine": config.engine_args.engine}
     summary.update(
         summarize(
@@ -142,8 +152,11 @@ def build_results(
             req_df,
             capacity_slots=capacity,
             usable_capacity_slots=usable_capacity_tokens or capacity,
+            start_s=start_s,
+            end_s=end_s,
         )
     )
+    summary["summary_window"] = config.summary_window
     summary["num_preemptions"] = num_preemptions
     finished = summary.get("num_requests") or 0
     summary["preemptions_per_request"] = num_preemptions / finished if finished else 0.0

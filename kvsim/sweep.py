@@ -136,7 +136,7 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
     assert outcome.results is not None, f"save_outcome: point {outcome.key} has no results"
     final = point_dir(folder, outcome.key)
     tmp = folder / POINTS / f"{_TMP_PREFIX}{outcome.key}-{uuid.uuid4().hex[:8]}"
-    outcome.results.save(tmp)
+    outcome.results.save(tmp, exports=False)  # sweep points keep parquet only
     if outcome.snapshot is not None:
         outcome.snapshot.to_parquet(tmp / SNAPSHOT, index=False)
     meta = {"overrides": point.overrides, LABEL: point.label, "elapsed_s": outcome.elapsed_s}

@@ -6,7 +6,11 @@
 ``ModelConfig.get_num_kv_heads``) of ``cdiv(num_layers, pp)`` layers (the largest stage of vLLM's
 ``get_pp_indices`` split; every rank gets the block count of the smallest, vLLM
 ``get_kv_cache_configs``), in the KV cache's dtype (``kv_cache_dtype``: "auto" is the model's dtype,
-the fp8 variants 1 byte; vLLM ``STR_DTYPE_TO_TORCH_DTYPE``).
+the fp8 variants 1 byte; vLLM ``STR_DTYPE_TO_TORCH_DTYPE``). An MLA model (``kv_lora_rank`` set)
+caches one latent of ``kv_lora_rank + qk_rope_head_dim`` values per token per layer, which tensor
+parallelism does not split (vLLM ``MLAAttentionSpec``; ``get_num_kv_heads`` returns 1 for MLA).
+Models come from presets (``kvsim/data/models.toml``) or a Hugging Face ``config.json``
+(``kvsim.config.hf``).
 """
 
 from __future__ import annotations
@@ -16,8 +20,16 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
+from kvsim.config.hf import model_fields_from_hf
 from kvsim.units import cdiv
 
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
@@ -55,11 +67,20 @@ class ModelSpec(Frozen):
 
     ``bytes_per_token = 2 (K and V) * num_layers * num_kv_heads * head_dim * dtype_bytes``; OPT-13B
     in FP16 gives 819,200 bytes (800 KiB), as in the PagedAttention paper (Kwon et al., SOSP 2023).
+    An MLA model (DeepSeek-V2/V3) sets ``kv_lora_rank`` and ``qk_rope_head_dim`` and holds
+    ``num_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes`` per token (no K/V pair).
+
+    Built from a preset name (``"llama-3.1-8b"``), ``{preset = ..., field = ...}``, explicit fields,
+    or a Hugging Face ``config.json``: ``{hf_config = "path/config.json", ...}`` or a bare
+    ``"path/config.json"`` (``kvsim.config.hf``); further keys override the file's values.
 
     Attributes:
         num_params: parameter count (weights).
         dtype_bytes: bytes per weight element (and per KV element under ``kv_cache_dtype="auto"``).
         max_position_embeddings: the trained context in tokens; ``max_model_len`` defaults to it.
+        kv_lora_rank: MLA latent width (values per token per layer), ``None`` for K/V attention.
+        qk_rope_head_dim: MLA rotary key width cached beside the latent (values per token per
+            layer), ``None`` for K/V attention.
     """
 
     name: str = "custom"
@@ -70,10 +91,22 @@ class ModelSpec(Frozen):
     num_params: int = Field(ge=1, description="parameter count (weights)")
     dtype_bytes: int = Field(default=2, ge=1, description="bytes per weight element")
     max_position_embeddings: int = Field(default=2048, ge=2, description="trained context, tokens")
+    kv_lora_rank: int | None = Field(default=None, ge=1, description="MLA latent width")
+    qk_rope_head_dim: int | None = Field(default=None, ge=0, description="MLA rotary key width")
 
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower().endswith(".json"):
+            value = {"hf_config": value}
+        if isinstance(value, dict) and "hf_config" in value:
+            if "preset" in value:
+                raise ValueError(
+                    f"give preset ({value['preset']!r}) or hf_config ({value['hf_config']!r}), "
+                    "not both"
+                )
+            rest = {k: v for k, v in value.items() if k != "hf_config"}
+            return {**model_fields_from_hf(value["hf_config"]), **rest}
         return resolve_preset("models", value)
 
     @model_validator(mode="after")
@@ -83,7 +116,38 @@ class ModelSpec(Frozen):
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_kv_heads ({self.num_kv_heads})"
             )
+        if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
+            raise ValueError(
+                "kv_lora_rank and qk_rope_head_dim describe an MLA cache together: set both or "
+                f"neither, got {self.kv_lora_rank} and {self.qk_rope_head_dim}"
+            )
+        if self.is_mla and self.num_kv_heads != 1:
+            raise ValueError(
+                f"num_kv_heads: an MLA model caches one latent head, got {self.num_kv_heads}"
+            )
         return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_mla(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave the MLA fields out when unset, so K/V models keep their canonical hash."""
+        data: dict[str, Any] = handler(self)
+        for key in ("kv_lora_rank", "qk_rope_head_dim"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether the KV cache is MLA's latent (``kv_lora_rank`` set)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def kv_values_per_token_per_layer(self) -> int:
+        """Cached values one token holds in one layer: ``2 * num_kv_heads * head_dim`` (K and
+        V), or MLA's ``kv_lora_rank + qk_rope_head_dim``."""
+        if self.kv_lora_rank is not None and self.qk_rope_head_dim is not None:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
 
     @property
     def hidden_size(self) -> int:
@@ -93,7 +157,7 @@ class ModelSpec(Frozen):
     @property
     def bytes_per_token(self) -> int:
         """KV bytes one token holds across all layers and heads, in the model's dtype."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        return self.num_layers * self.kv_values_per_token_per_layer * self.dtype_bytes
 
     @property
     def weight_bytes(self) -> int:
@@ -172,8 +236,10 @@ def kv_bytes_per_token_per_gpu(
     model: ModelSpec, parallel: ParallelConfig, kv_cache_dtype: KvCacheDtype = "auto"
 ) -> int:
     """KV bytes one token takes on one GPU (the module docstring gives the split)."""
-    heads = max(1, model.num_kv_heads // parallel.tensor_parallel_size)
     layers = cdiv(model.num_layers, parallel.pipeline_parallel_size)
+    if model.is_mla:  # one latent per layer, whole on every TP rank
+        return layers * model.kv_values_per_token_per_layer * kv_dtype_bytes(model, kv_cache_dtype)
+    heads = max(1, model.num_kv_heads // parallel.tensor_parallel_size)
     return 2 * layers * heads * model.head_dim * kv_dtype_bytes(model, kv_cache_dtype)
 
 

@@ -60,6 +60,14 @@ class SimConfig(Frozen):
         default="event",
         description="one memory row per engine event (fast-forwarded span) or per step (slower)",
     )
+    summary_window: Literal["run", "arrivals"] = Field(
+        default="run",
+        description=(
+            "window of the memory and batch metrics: the whole run, or 'arrivals': from 10 % "
+            "into the arrival span to the last arrival (ramp-up and drain left out, as the "
+            "PagedAttention paper's Figures 2 and 13 measure a loaded server)"
+        ),
+    )
 
     @field_validator("workload", mode="before")
     @classmethod
@@ -226,10 +234,13 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
 def config_from_dict(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> SimConfig:
     """Validate a plain dict (as from TOML) into a ``SimConfig``; see ``load_config``."""
     data = json.loads(json.dumps(data))  # deep copy, plain types
-    for dotted, value in (overrides or {}).items():
+    overrides = overrides or {}
+    for dotted, value in overrides.items():
         section = dotted.split(".", 1)[0]
         if "." in dotted and section in DEFAULT_PRESETS and section not in data:
-            data[section] = {"preset": DEFAULT_PRESETS[section]}  # override the default's field
+            # override the default's field; a Hugging Face config replaces the default model
+            replaced = f"{section}.hf_config" in overrides
+            data[section] = {} if replaced else {"preset": DEFAULT_PRESETS[section]}
         set_dotted(data, dotted, value)
     try:
         return SimConfig.model_validate(data)

@@ -16,6 +16,13 @@ from kvsim.request import Request
 from kvsim.units import cdiv
 from kvsim.workload.arrivals import arrival_times
 from kvsim.workload.catalog import DataNotFoundError, resolve_trace
+from kvsim.workload.identity import (
+    RowExtras,
+    attach_identity,
+    check_trace_columns,
+    num_conversations,
+    session_arrivals,
+)
 from kvsim.workload.lengths import (
     NAMED_FITS,
     LognormalFit,
@@ -34,13 +41,16 @@ _MAX_DRAW_ROUNDS = 50
 
 @dataclass(frozen=True, slots=True)
 class _Selected:
-    """Chosen rows before caps: raw lengths, arrival times (s) and optional prefix hashes."""
+    """Chosen rows before caps: raw lengths, arrival times (s), optional prefix hashes and the
+    trace's other optional columns (``extras``), with the trace file's name (``source``)."""
 
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     arrival_time_s: np.ndarray
     prefix_hash_ids: list[tuple[int, ...]] | None = None
     hash_block_size_tokens: int | None = None
+    extras: RowExtras | None = None
+    source: str = ""
 
 
 def generate_requests(
@@ -77,7 +87,7 @@ def generate_requests(
         selected = _select_trace_lengths(spec, trace, arrival_rng, length_rng, max_model_len)
     requests = _build_requests(spec, selected, max_model_len)
     requests = apply_sharing(spec, requests, max_model_len)
-    if spec.beam_width > 1:
+    if any(r.beam_width > 1 for r in requests):
         beams = BeamModel(spec.beam_survival, beam_seed)
         for req in requests:
             req.beam_parents = beams.parents(req.req_id, req.num_seqs, req.output_tokens)
@@ -122,12 +132,14 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
             }
         )
         return fallback, None
-    trace = load_trace(path, info.fmt if info is not None else None)
+    fmt = spec.trace_format or (info.fmt if info is not None else None)
+    trace = load_trace(path, fmt, tokenizer=spec.tokenizer)
     if spec.arrival == "trace" and not trace.has_arrivals:
         raise ValueError(
             f"arrival='trace': {path.name} has no arrival times (a lengths-only "
             f"{trace.fmt!r} trace); use arrival='poisson' or 'gamma'"
         )
+    check_trace_columns(spec, trace)
     return spec, trace
 
 
@@ -211,7 +223,7 @@ def _select_trace_arrivals(spec: WorkloadSpec, trace: Trace, max_model_len: int)
         window = f"[{spec.start_s}, {spec.start_s + (spec.duration_s or np.inf)}) s"
         raise _no_rows_error(spec, f"{trace.path.name} window {window}", max_model_len)
     arrivals = (times[rows] - spec.start_s) * spec.time_scale
-    return _take(trace, rows, arrivals)
+    return _take(trace, rows, arrivals, spec)
 
 
 def _select_trace_lengths(
@@ -229,24 +241,48 @@ def _select_trace_lengths(
         raise _no_rows_error(spec, trace.path.name, max_model_len)
     if spec.sample_mode == "replay":
         cap = pool.size if spec.num_requests is None else min(spec.num_requests, pool.size)
+        if trace.session_ids is not None:  # conversations start at the drawn times
+            sessions = [trace.session_ids[i] for i in pool[:cap].tolist()]
+            starts = _synthetic_times(spec, arrival_rng, num_conversations(sessions))
+            kept, arrivals = session_arrivals(sessions, starts, spec.turn_gap_s)
+            return _take(trace, pool[:cap][kept], arrivals, spec)
         arrivals = _synthetic_times(spec, arrival_rng, cap)
         rows = pool[: arrivals.size]
     else:
         arrivals = _synthetic_times(spec, arrival_rng, _sampled_count(spec))
         rows = pool[length_rng.integers(0, pool.size, size=arrivals.size)]
-    return _take(trace, rows, arrivals)
+        if trace.session_ids is not None:
+            _warn_once(
+                "%s: session_id ignored: resampled rows are not conversations (use "
+                "sample='replay' to keep them)",
+                trace.path.name,
+            )
+            return _take(trace, rows, arrivals, spec, sessions=False)
+    return _take(trace, rows, arrivals, spec)
 
 
-def _take(trace: Trace, rows: np.ndarray, arrivals: np.ndarray) -> _Selected:
+def _take(
+    trace: Trace,
+    rows: np.ndarray,
+    arrivals: np.ndarray,
+    spec: WorkloadSpec,
+    *,
+    sessions: bool = True,
+) -> _Selected:
     hashes = None
     if trace.prefix_hash_ids is not None:
         hashes = [trace.prefix_hash_ids[i] for i in rows.tolist()]
+    extras = RowExtras.of(trace)
+    if extras is not None:
+        extras = (extras if sessions else extras.without_sessions()).reorder(rows)
     return _Selected(
         trace.prompt_tokens[rows],
         trace.output_tokens[rows],
         arrivals,
         hashes,
-        trace.hash_block_size_tokens,
+        spec.hash_block_size_tokens or trace.hash_block_size_tokens,
+        extras,
+        trace.path.name,
     )
 
 
@@ -309,6 +345,7 @@ def _build_requests(spec: WorkloadSpec, sel: _Selected, max_model_len: int) -> l
     # a row too long for max_model_len keeps its true output as its cap (the run rejects it)
     max_tokens = np.maximum(output, np.minimum(client_cap, max_model_len - prompt))
     order = np.argsort(sel.arrival_time_s, kind="stable")
+    extras = sel.extras.reorder(order) if sel.extras is not None else None
     requests: list[Request] = []
     for req_id, row in enumerate(order.tolist()):
         requests.append(
@@ -319,9 +356,17 @@ def _build_requests(spec: WorkloadSpec, sel: _Selected, max_model_len: int) -> l
                 output_tokens=int(output[row]),
                 max_tokens=int(max_tokens[row]),
                 prefix_hash_ids=_hashes_for(sel, row, int(prompt[row])),
+                n=1 if extras is None or extras.n is None else int(extras.n[req_id]),
+                beam_width=(
+                    1
+                    if extras is None or extras.beam_width is None
+                    else int(extras.beam_width[req_id])
+                ),
             )
         )
-    return requests
+    if extras is None and not (sel.prefix_hash_ids and sel.hash_block_size_tokens):
+        return requests
+    return attach_identity(requests, extras, sel.hash_block_size_tokens, sel.source)
 
 
 def _hashes_for(sel: _Selected, row: int, prompt_tokens: int) -> tuple[int, ...] | None:

@@ -10,15 +10,24 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 import kvsim
 from kvsim.workload.catalog import TRACES
 from kvsim.workload.lengths import SHAREGPT_LIKE
+from kvsim.workload.traces import TraceFormat
 
 DEFAULT_NUM_REQUESTS = 1000
 
 ArrivalKind = Literal["poisson", "gamma", "trace"]
+_UNSET_DROPPED = ("trace_format", "tokenizer", "hash_block_size_tokens")  # None: not serialised
 LengthKind = Literal["sharegpt_like", "alpaca_like", "lognormal", "uniform", "fixed", "trace"]
 
 
@@ -42,7 +51,14 @@ class WorkloadSpec(BaseModel):
             ``"sharegpt_like"``.
         trace: short trace name (``sharegpt_opt``, ``sharegpt_llama2``, ``arxiv``,
             ``azure_conv``, ``azure_code``, ``mooncake_conversation``, ``mooncake_synthetic``) or a
-            path to a file of one of those formats (or BurstGPT's).
+            path to a trace file of a format of ``kvsim.workload.traces`` (kvsim's own CSV or
+            Parquet, Azure 2023/2024, Vidur, BurstGPT, Mooncake, Qwen-Bailian, ShareGPT JSON).
+        trace_format: the file's format (``kvsim.workload.traces.TRACE_FORMATS``); ``None``
+            detects it (``sharegpt_multiturn`` must be named: a ShareGPT file reads as first turns).
+        tokenizer: a local Hugging Face ``tokenizer.json`` (or its folder) that counts the tokens
+            of a ShareGPT trace's text; only for ShareGPT.
+        hash_block_size_tokens: tokens per ``hash_ids`` block of the trace; ``None`` takes the
+            format's (Mooncake 512, Qwen-Bailian 16); kvsim's own format with ``hash_ids`` needs it.
         sample: ``"resample"`` (draw trace rows with replacement) or ``"replay"`` (file order);
             ``None`` means replay for ``arrival="trace"``, else resample.
         fallback_synthetic: when the trace file is missing, log a warning and use
@@ -78,7 +94,9 @@ class WorkloadSpec(BaseModel):
         num_turns: turns per conversation (synthetic multi-turn): turn ``t``'s prompt is turn
             ``t - 1``'s prompt + its output + a new user message (a drawn prompt length).
             ``rate_per_s`` then counts conversation starts; turns too long are dropped.
-        turn_gap_s: seconds between a conversation's consecutive turns.
+        turn_gap_s: seconds between a conversation's consecutive turns (synthetic multi-turn, and
+            trace sessions replayed under synthetic arrivals, whose ``rate_per_s`` then counts
+            conversation starts).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -91,6 +109,9 @@ class WorkloadSpec(BaseModel):
 
     lengths: LengthKind | None = None
     trace: str | None = Field(default=None, min_length=1)
+    trace_format: TraceFormat | None = None
+    tokenizer: str | None = Field(default=None, min_length=1)
+    hash_block_size_tokens: int | None = Field(default=None, ge=1)
     sample: Literal["resample", "replay"] | None = None
     fallback_synthetic: bool = False
     prompt_mean_tokens: float = Field(default=SHAREGPT_LIKE.prompt_mean_tokens, gt=0)
@@ -136,6 +157,15 @@ class WorkloadSpec(BaseModel):
             return self.sample
         return "replay" if self.arrival == "trace" else "resample"
 
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave newer trace fields out when unset, so older configs keep their canonical hash."""
+        data: dict[str, Any] = handler(self)
+        for key in _UNSET_DROPPED:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
     @model_validator(mode="after")
     def _check_consistency(self) -> WorkloadSpec:
         self._check_lengths()
@@ -160,6 +190,9 @@ class WorkloadSpec(BaseModel):
             raise ValueError(f"trace={self.trace!r} is set but lengths={source!r}; drop one")
         if source != "trace" and self.sample is not None:
             raise ValueError(f"sample={self.sample!r} applies to trace lengths only")
+        for name in _UNSET_DROPPED:
+            if source != "trace" and getattr(self, name) is not None:
+                raise ValueError(f"{name}={getattr(self, name)!r} applies to a trace only")
 
     def _check_arrivals(self) -> None:
         if self.arrival == "trace":

@@ -1,0 +1,307 @@
+"""Models from a Hugging Face ``config.json``: the sizes KV memory and step cost need.
+
+``model = { hf_config = "path/config.json" }`` (a folder holding ``config.json`` also works, and
+so does ``model = "path/config.json"``) fills :class:`~kvsim.config.hardware.ModelSpec`; other
+keys of the table override what the file gives (``num_params``, ``dtype_bytes``, ``name``...).
+The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_convertor.py``:
+
+- layers ``num_hidden_layers`` (``n_layer``, ``num_layers``); query heads ``num_attention_heads``
+  (``n_head``); KV heads ``num_key_value_heads`` (``n_head_kv``, ``num_kv_heads``,
+  ``multi_query_group_num``), else the query heads (plain multi-head attention);
+- head dim ``head_dim`` when set, else ``hidden_size // num_attention_heads``;
+- MLA (``kv_lora_rank`` set, DeepSeek-V2/V3): vLLM caches one latent of ``kv_lora_rank +
+  qk_rope_head_dim`` values per token per layer, with no separate K and V, as one "head" that
+  tensor parallelism does not split (``get_num_kv_heads`` returns 1); ``head_dim`` is then the
+  query/key head dim ``qk_nope_head_dim + qk_rope_head_dim``;
+- dtype ``torch_dtype`` (``dtype`` in newer files): 2 bytes for float16/bfloat16; float32 counts
+  2 bytes, as vLLM's ``dtype="auto"`` casts FP32 checkpoints to 16 bits (``_resolve_auto_dtype``);
+- context ``max_position_embeddings`` (``n_positions``);
+- ``sliding_window`` (when ``use_sliding_window`` is not false) is logged: kvsim keeps every
+  token's KV, where vLLM frees blocks that slide out of the window.
+
+``num_params`` is the file's ``num_parameters`` when present, else counted from the architecture
+(:func:`count_params`) for the Llama family (llama, mistral, mixtral, qwen2, qwen3 and their MoE
+variants, deepseek_v2/v3); other architectures need ``num_params`` in the model table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Getter = Callable[..., int]
+
+logger = logging.getLogger(__name__)
+
+_DTYPE_BYTES = {
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "float32": 2,  # vLLM's auto dtype casts FP32 checkpoints to FP16/BF16
+    "float": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+# model types whose parameter count count_params knows (gated MLP, RMSNorm, no position table)
+_LLAMA_FAMILY = {
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+}
+_UNTIED_BY_DEFAULT = _LLAMA_FAMILY  # their config classes default tie_word_embeddings to False
+
+
+class _Config:
+    """A parsed ``config.json`` that names the file and line of a bad field in its errors."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.text = path.read_text(encoding="utf-8")
+            data = json.loads(self.text)
+        except FileNotFoundError:
+            raise ValueError(f"hf_config: no such file {str(path)!r}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"hf_config {path}: invalid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"hf_config {path}: expected a JSON object, got {type(data).__name__}")
+        self.data: dict[str, Any] = data
+
+    def where(self, key: str) -> str:
+        """``config.json line 7`` for the first line that names ``key`` (the file when none)."""
+        at = self.text.find(f'"{key}"')
+        line = "" if at < 0 else f" line {self.text.count(chr(10), 0, at) + 1}"
+        return f"{self.path.name}{line}"
+
+    def get(self, *keys: str) -> tuple[str, Any] | None:
+        """The first of ``keys`` present with a non-null value, as ``(key, value)``."""
+        for key in keys:
+            if self.data.get(key) is not None:
+                return key, self.data[key]
+        return None
+
+    def int_field(self, *keys: str, minimum: int = 1, default: int | None = None) -> int:
+        """The first of ``keys`` as an integer >= ``minimum`` (``default`` when none is set)."""
+        found = self.get(*keys)
+        if found is None:
+            if default is not None:
+                return default
+            raise ValueError(
+                f"hf_config {self.path}: missing field {keys[0]!r}"
+                + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
+            )
+        key, value = found
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(
+                f"{self.where(key)}: {key} must be an integer >= {minimum}, got {value!r}"
+            )
+        return value
+
+
+def hf_config_path(value: str | Path) -> Path:
+    """The ``config.json`` a ``hf_config`` value names (a file, or a folder holding one)."""
+    path = Path(value).expanduser()
+    return path / "config.json" if path.is_dir() else path
+
+
+def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
+    """``ModelSpec`` fields read from a Hugging Face ``config.json`` (rules: module docstring).
+
+    Args:
+        value: the file, or a folder that holds ``config.json``.
+
+    Returns:
+        ``name``, ``num_layers``, ``num_attention_heads``, ``num_kv_heads``, ``head_dim``,
+        ``num_params``, ``dtype_bytes``, ``max_position_embeddings`` and, for MLA models,
+        ``kv_lora_rank`` and ``qk_rope_head_dim``.
+
+    Raises:
+        ValueError: a missing or malformed field, naming the file, its line and the value.
+    """
+    cfg = _Config(hf_config_path(value))
+    heads = cfg.int_field("num_attention_heads", "n_head")
+    fields: dict[str, Any] = {
+        "name": _model_name(cfg),
+        "num_layers": cfg.int_field("num_hidden_layers", "n_layer", "num_layers"),
+        "num_attention_heads": heads,
+        "dtype_bytes": _dtype_bytes(cfg),
+        "max_position_embeddings": cfg.int_field(
+            "max_position_embeddings", "n_positions", minimum=2
+        ),
+    }
+    if cfg.get("kv_lora_rank") is not None:
+        rope = cfg.int_field("qk_rope_head_dim", minimum=0, default=0)
+        fields["kv_lora_rank"] = cfg.int_field("kv_lora_rank")
+        fields["qk_rope_head_dim"] = rope
+        fields["num_kv_heads"] = 1
+        fields["head_dim"] = cfg.int_field("qk_nope_head_dim", minimum=0, default=0) + rope
+    else:
+        kv_keys = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
+        fields["num_kv_heads"] = cfg.int_field(*kv_keys, default=heads)
+        fields["head_dim"] = _head_dim(cfg, heads)
+    found = cfg.get("num_parameters", "num_params")
+    fields["num_params"] = (
+        cfg.int_field(found[0]) if found is not None else count_params(cfg.data, cfg.path)
+    )
+    _note_sliding_window(cfg)
+    return fields
+
+
+def _model_name(cfg: _Config) -> str:
+    found = cfg.get("_name_or_path")
+    if found is not None and str(found[1]).strip():
+        return Path(str(found[1])).name
+    return cfg.path.resolve().parent.name or str(cfg.data.get("model_type", "hf-model"))
+
+
+def _head_dim(cfg: _Config, heads: int) -> int:
+    if cfg.get("head_dim") is not None:
+        return cfg.int_field("head_dim")
+    hidden = cfg.int_field("hidden_size", "n_embd", "d_model")
+    if hidden % heads:
+        raise ValueError(
+            f"{cfg.where('hidden_size')}: hidden_size {hidden} is not a multiple of "
+            f"num_attention_heads {heads}; give head_dim in the file or model.head_dim"
+        )
+    return hidden // heads
+
+
+def _dtype_bytes(cfg: _Config) -> int:
+    found = cfg.get("torch_dtype", "dtype")
+    if found is None:
+        logger.warning("%s: no torch_dtype; KV and weights counted at 2 bytes (float16)", cfg.path)
+        return 2
+    key, value = found
+    name = str(value).removeprefix("torch.")
+    if name not in _DTYPE_BYTES:
+        raise ValueError(
+            f"{cfg.where(key)}: {key} must be one of {sorted(_DTYPE_BYTES)}, got {value!r}"
+        )
+    if name in ("float32", "float"):
+        logger.warning(
+            "%s: torch_dtype %s counted at 2 bytes: vLLM's dtype='auto' casts FP32 checkpoints "
+            "to 16 bits (set model.dtype_bytes = 4 to keep FP32)",
+            cfg.path,
+            name,
+        )
+    if cfg.get("quantization_config") is not None:
+        logger.warning(
+            "%s: quantization_config is not modelled; weights and KV are counted at %s's %d "
+            "bytes per element",
+            cfg.path,
+            name,
+            _DTYPE_BYTES[name],
+        )
+    return _DTYPE_BYTES[name]
+
+
+def _note_sliding_window(cfg: _Config) -> None:
+    found = cfg.get("sliding_window")
+    if found is None or cfg.data.get("use_sliding_window") is False:
+        return
+    logger.warning(
+        "%s: sliding_window = %s tokens is not modelled: kvsim keeps the KV of every token of "
+        "a request, where vLLM frees the blocks that slide out of the window",
+        cfg.path,
+        found[1],
+    )
+
+
+def count_params(data: dict[str, Any], path: Path | str = "config.json") -> int:
+    """Parameters of a Llama-family decoder, counted from its ``config.json`` (weights and biases).
+
+    ``V * H`` embedding (+ ``V * H`` untied LM head) + final norm ``H`` + per layer: two norms
+    ``2 * H``; attention ``H * (q + 2 * kv) * d + q * d * H`` (+ biases: q, k, v for qwen2,
+    q, k, v, o for ``attention_bias``; + ``2 * d`` q/k norms for qwen3); or MLA: ``q_a`` ``H * r_q``
+    + norm ``r_q`` + ``q_b`` ``r_q * q * (d_nope + d_rope)`` (or ``H * q * (d_nope + d_rope)``
+    without ``q_lora_rank``), ``kv_a`` ``H * (r_kv + d_rope)`` + norm ``r_kv``, ``kv_b``
+    ``r_kv * q * (d_nope + d_v)``, ``o`` ``q * d_v * H``; gated MLP ``3 * H * I``; MoE layers
+    (after ``first_k_dense_replace`` dense ones, every ``moe_layer_freq``-th): experts
+    ``E * 3 * H * I_moe`` + shared experts ``3 * H * I_moe * n_shared`` (or ``3 * H * I_shared
+    + H`` for ``shared_expert_intermediate_size``) + router ``E * H`` (+ ``E`` correction bias for
+    ``topk_method = "noaux_tc"``). Multi-token-prediction layers (``num_nextn_predict_layers``)
+    are left out: vLLM loads them only for speculative decoding.
+
+    Raises:
+        ValueError: an architecture outside the family, or a missing field.
+    """
+    get = _getter(data, path)
+    model_type = str(data.get("model_type", ""))
+    if model_type not in _LLAMA_FAMILY:
+        raise ValueError(
+            f"hf_config {path}: cannot count the parameters of model_type {model_type!r} "
+            f"(known: {sorted(_LLAMA_FAMILY)}); set model.num_params"
+        )
+    hidden, vocab, layers = get("hidden_size"), get("vocab_size"), get("num_hidden_layers")
+    tied = data.get("tie_word_embeddings", model_type not in _UNTIED_BY_DEFAULT)
+    total = vocab * hidden * (1 if tied else 2) + hidden
+    attention = _attention_params(data, get, model_type)
+    for layer in range(layers):
+        total += 2 * hidden + attention + _mlp_params(data, get, layer)
+    return total
+
+
+def _getter(data: dict[str, Any], path: Path | str) -> Getter:
+    def get(key: str, default: int | None = None) -> int:
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"hf_config {path}: counting parameters needs {key} as an integer >= 0, "
+                f"got {value!r}; set model.num_params"
+            )
+        return value
+
+    return get
+
+
+def _attention_params(data: dict[str, Any], get: Getter, model_type: str) -> int:
+    hidden, heads = get("hidden_size"), get("num_attention_heads")
+    if data.get("kv_lora_rank") is not None:
+        rank, rope = get("kv_lora_rank"), get("qk_rope_head_dim")
+        qk_dim, v_dim = get("qk_nope_head_dim") + rope, get("v_head_dim")
+        q_rank = data.get("q_lora_rank")
+        if q_rank is None:
+            q = hidden * heads * qk_dim
+        else:
+            q_rank = get("q_lora_rank")
+            q = hidden * q_rank + q_rank + q_rank * heads * qk_dim
+        kv = hidden * (rank + rope) + rank + rank * heads * (get("qk_nope_head_dim") + v_dim)
+        return q + kv + heads * v_dim * hidden
+    kv_heads = get("num_key_value_heads", heads)
+    head_dim = data.get("head_dim") or hidden // heads
+    params = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    if data.get("attention_bias"):
+        params += (heads + 2 * kv_heads) * head_dim + hidden
+    elif model_type in ("qwen2", "qwen2_moe"):  # Qwen2 always has q, k and v biases
+        params += (heads + 2 * kv_heads) * head_dim
+    if model_type in ("qwen3", "qwen3_moe"):  # per-head RMSNorm of q and k
+        params += 2 * head_dim
+    return int(params)
+
+
+def _mlp_params(data: dict[str, Any], get: Getter, layer: int) -> int:
+    hidden = get("hidden_size")
+    experts = data.get("n_routed_experts") or data.get("num_local_experts") or 0
+    experts = experts or data.get("num_experts") or 0
+    dense_first = data.get("first_k_dense_replace", 0) or 0
+    freq = data.get("moe_layer_freq", 1) or 1
+    if not experts or layer < dense_first or (layer - dense_first) % freq:
+        return 3 * hidden * get("intermediate_size")
+    size = data.get("moe_intermediate_size") or get("intermediate_size")
+    params = experts * 3 * hidden * size + experts * hidden
+    if data.get("n_shared_experts"):
+        params += get("n_shared_experts") * 3 * hidden * size
+    if data.get("shared_expert_intermediate_size"):
+        params += 3 * hidden * get("shared_expert_intermediate_size") + hidden
+    if data.get("topk_method") == "noaux_tc":
+        params += experts
+    return int(params)

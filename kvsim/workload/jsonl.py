@@ -1,0 +1,131 @@
+"""JSON Lines traces with prefix-block hashes: Mooncake and Qwen-Bailian.
+
+- ``mooncake`` (kvcache-ai/Mooncake ``FAST25-release/traces``): ``timestamp`` in **milliseconds**,
+  ``input_length``, ``output_length``, ``hash_ids`` of 512-token blocks.
+- ``bailian`` (alibaba-edu/qwen-bailian-usagetraces-anon, README "Data Specification"): the same
+  fields with ``timestamp`` in **seconds** and 16-token blocks, plus ``chat_id`` and
+  ``parent_chat_id`` (-1 for a conversation's first request); a row's session is the root of its
+  parent chain (the parent's id when the parent is not in the file; none without ``chat_id``).
+
+Errors name the file, the 1-based line, the field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from kvsim.workload.traces import (
+    BAILIAN_BLOCK_SIZE_TOKENS,
+    MOONCAKE_BLOCK_SIZE_TOKENS,
+    Trace,
+)
+
+_TIME_UNIT = {"mooncake": ("ms", 1000.0), "bailian": ("s", 1.0)}
+_BLOCK_SIZE = {"mooncake": MOONCAKE_BLOCK_SIZE_TOKENS, "bailian": BAILIAN_BLOCK_SIZE_TOKENS}
+
+
+def read_jsonl(path: Path, fmt: str) -> Trace:
+    """Read a Mooncake or Qwen-Bailian JSON Lines file (``fmt``: ``"mooncake"``/``"bailian"``).
+
+    Raises:
+        ValueError: invalid JSON, a missing field or a bad value, naming file, line and field.
+    """
+    unit, per_s = _TIME_UNIT[fmt]
+    prompt: list[int] = []
+    output: list[int] = []
+    stamps: list[float] = []
+    hashes: list[tuple[int, ...]] = []
+    sessions: list[int | None] = []
+    session_of: dict[int, int] = {}
+    any_hashes = False
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            row = _parse_json_line(path, line_no, line)
+            stamps.append(_json_number(path, line_no, row, "timestamp", unit))
+            prompt.append(_json_int(path, line_no, row, "input_length"))
+            output.append(_json_int(path, line_no, row, "output_length"))
+            hashes.append(_json_hash_ids(path, line_no, row))
+            any_hashes = any_hashes or "hash_ids" in row
+            if fmt == "bailian":
+                sessions.append(_session(path, line_no, row, session_of))
+    if not prompt:
+        raise ValueError(f"{path.name}: no requests (the file is empty)")
+    return Trace(
+        path,
+        fmt,
+        np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64),
+        np.asarray(stamps, dtype=np.float64) / per_s,
+        tuple(hashes) if any_hashes else None,
+        _BLOCK_SIZE[fmt] if any_hashes else None,
+        tuple(sessions) if fmt == "bailian" else None,
+    )
+
+
+def _session(
+    path: Path, line_no: int, row: dict[str, object], session_of: dict[int, int]
+) -> int | None:
+    if "chat_id" not in row:
+        return None
+    chat = _json_int(path, line_no, row, "chat_id")
+    parent = row.get("parent_chat_id", -1)
+    if isinstance(parent, bool) or not isinstance(parent, int) or parent < -1:
+        raise ValueError(
+            f"{path.name} line {line_no}: parent_chat_id must be -1 or a chat_id, got {parent!r}"
+        )
+    root = chat if parent == -1 else session_of.get(parent, parent)
+    session_of[chat] = root
+    return root
+
+
+def _parse_json_line(path: Path, line_no: int, line: str) -> dict[str, object]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path.name} line {line_no}: invalid JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise ValueError(
+            f"{path.name} line {line_no}: expected a JSON object, got {line.strip()!r}"
+        )
+    return row
+
+
+def _json_field(path: Path, line_no: int, row: dict[str, object], key: str) -> object:
+    if key not in row:
+        raise ValueError(f"{path.name} line {line_no}: missing field {key!r}")
+    return row[key]
+
+
+def _json_int(path: Path, line_no: int, row: dict[str, object], key: str) -> int:
+    value = _json_field(path, line_no, row, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"{path.name} line {line_no}: {key} must be a non-negative integer, got {value!r}"
+        )
+    return value
+
+
+def _json_number(path: Path, line_no: int, row: dict[str, object], key: str, unit: str) -> float:
+    value = _json_field(path, line_no, row, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(
+            f"{path.name} line {line_no}: {key} must be a non-negative number ({unit}), "
+            f"got {value!r}"
+        )
+    return float(value)
+
+
+def _json_hash_ids(path: Path, line_no: int, row: dict[str, object]) -> tuple[int, ...]:
+    value = row.get("hash_ids", [])
+    if not isinstance(value, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) for h in value
+    ):
+        raise ValueError(
+            f"{path.name} line {line_no}: hash_ids must be a list of integers, got {value!r}"
+        )
+    return tuple(value)

@@ -1,0 +1,308 @@
+"""Tabular traces (CSV, or Parquet for kvsim's own format): header detection and column parsing.
+
+A CSV error names the file line (the header is line 1); a Parquet error names the 1-based row.
+kvsim's own format (``kvsim``) takes these columns, in any order:
+
+- ``prompt_tokens``, ``output_tokens`` (required): prompt length and tokens generated.
+- ``arrival_time_s``: arrival in seconds (the earliest row becomes 0); without it, lengths only.
+- ``session_id``: conversation id; a turn whose prompt holds the previous turn's prompt and
+  output shares them as its prefix (``kvsim.workload.identity``).
+- ``n``, ``beam_width``: parallel samples and beam width (default 1; not both above 1).
+- ``hash_ids``: prefix-block hashes, space-separated (a list in Parquet), in blocks of
+  ``workload.hash_block_size_tokens``.
+- ``prefix_group`` with ``prefix_tokens``: rows of one group share their first
+  ``prefix_tokens`` prompt tokens (a system prompt, a few-shot preamble).
+
+Blank optional cells mean "none" (``n`` and ``beam_width``: 1). Other columns are ignored, with a
+warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsim.workload.traces import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
+
+logger = logging.getLogger(__name__)
+
+Where = Callable[[int], str]  # 0-based data row -> "line 3" / "row 2"
+KVSIM_OPTIONAL = (
+    "arrival_time_s",
+    "session_id",
+    "n",
+    "beam_width",
+    "hash_ids",
+    "prefix_group",
+    "prefix_tokens",
+)
+_OFFSET = r"(?:Z|[+-]\d\d:?\d\d)$"
+
+
+def read_table(path: Path, fmt: str | None) -> Trace:
+    """Read a CSV (any tabular format) or Parquet file (``.parquet``) into a :class:`Trace`.
+
+    Raises:
+        ValueError: unreadable file, unknown header, missing column or a bad cell (file, line or
+            row, column, value and what was expected).
+    """
+    frame, where = _read_frame(path)
+    if frame.empty:
+        raise ValueError(f"{path.name}: the trace holds no requests (expected at least one row)")
+    fmt = fmt or detect_format(path, list(frame.columns))
+    if fmt not in CSV_FORMATS:
+        raise ValueError(
+            f"{path.name}: trace format {fmt!r} is not tabular; a CSV or Parquet trace is one of "
+            f"{sorted(CSV_FORMATS)} (all formats: {sorted(TRACE_FORMATS)})"
+        )
+    spec = CSV_FORMATS[fmt]
+    needed = [spec.prompt_column, spec.output_column]
+    if spec.time_column and not spec.time_optional:
+        needed.append(spec.time_column)
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{path.name}: missing column(s) {missing} for the {fmt!r} trace format "
+            f"(expected columns {needed}, found {list(frame.columns)})"
+        )
+    prompt = int_column(path, frame, spec.prompt_column, where)
+    output = int_column(path, frame, spec.output_column, where)
+    arrivals = None
+    if spec.time_column is not None and spec.time_column in frame.columns:
+        arrivals = _time_column(path, frame, spec.time_column, spec.time_kind, where)
+    extras = _kvsim_extras(path, frame, prompt, where) if fmt == "kvsim" else {}
+    return Trace(path, fmt, prompt, output, arrivals, **extras)
+
+
+def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
+    if path.suffix.lower() == ".parquet":
+        try:
+            frame = pd.read_parquet(path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path.name}: unreadable Parquet file: {exc}") from None
+        return frame.reset_index(drop=True), lambda row: f"row {row + 1}"
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path.name}: malformed CSV: {exc}") from None
+    return _strip_trailing_blank_rows(frame), lambda row: f"line {row + 2}"
+
+
+def _strip_trailing_blank_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Drop empty rows at the end of the file (a trailing blank line is not malformed)."""
+    if frame.empty:
+        return frame
+    nonblank = (frame != "").any(axis=1).to_numpy()
+    last = int(np.flatnonzero(nonblank)[-1]) + 1 if nonblank.any() else 0
+    return frame.iloc[:last]
+
+
+def detect_format(path: Path, columns: list[str]) -> str:
+    """The tabular format sharing the most columns with the header (ties: registry order)."""
+    best, best_overlap = None, 0
+    for name, spec in CSV_FORMATS.items():
+        wanted = {spec.prompt_column, spec.output_column, spec.time_column} - {None}
+        overlap = len(wanted & set(columns))
+        if overlap > best_overlap:
+            best, best_overlap = name, overlap
+    if best is None:
+        expected = {n: [s.prompt_column, s.output_column] for n, s in CSV_FORMATS.items()}
+        raise ValueError(
+            f"{path.name}: unrecognised CSV header {columns}; expected the columns of one of "
+            f"these trace formats: {expected}"
+        )
+    return best
+
+
+def text_column(frame: pd.DataFrame, column: str) -> pd.Series:
+    """The column as stripped strings: blanks for missing cells, integral floats without ``.0``
+    (Parquet stores an integer column holding nulls as floats), lists space-joined."""
+    series = frame[column]
+    if series.dtype == object or pd.api.types.is_string_dtype(series):
+        return series.map(_cell_text).astype(str).str.strip()
+    if pd.api.types.is_float_dtype(series):
+        return series.map(_cell_text).astype(str)
+    return series.astype(str)
+
+
+def _cell_text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def int_column(
+    path: Path, frame: pd.DataFrame, column: str, where: Where, *, blank: int | None = None
+) -> np.ndarray:
+    """A column of non-negative integers (``blank`` fills empty cells when given)."""
+    text = text_column(frame, column)
+    if blank is not None:
+        text = text.mask(text == "", str(blank))
+    ok = text.str.fullmatch(r"\d+").to_numpy(dtype=bool)
+    if not ok.all():
+        row = int(np.flatnonzero(~ok)[0])
+        raise bad_value(path, where(row), column, frame[column].iloc[row], "a non-negative integer")
+    values: np.ndarray = text.astype(np.int64).to_numpy()
+    return values
+
+
+def _time_column(
+    path: Path, frame: pd.DataFrame, column: str, kind: str | None, where: Where
+) -> np.ndarray:
+    text = text_column(frame, column)
+    if kind == "datetime":
+        stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
+        bad = stamps.isna().to_numpy()
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            expected = (
+                "a timestamp like '2023-11-16 18:15:46.6805900' or "
+                "'2024-05-10 00:00:00.009930+00:00' (ISO 8601)"
+            )
+            raise bad_value(path, where(row), column, frame[column].iloc[row], expected)
+        with_offset = int(text.str.contains(_OFFSET).sum())
+        if 0 < with_offset < len(text):
+            logger.warning(
+                "%s: %d of %d %s values carry a UTC offset and the others none; those are "
+                "read as UTC",
+                path.name,
+                with_offset,
+                len(text),
+                column,
+            )
+        nanos = stamps.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        relative_s: np.ndarray = (nanos - nanos.min()).astype(np.float64) / 1e9
+        return relative_s
+    seconds = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(seconds) | (seconds < 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise bad_value(
+            path, where(row), column, frame[column].iloc[row], "a non-negative number (s)"
+        )
+    relative: np.ndarray = seconds - seconds.min()
+    return relative
+
+
+def _kvsim_extras(
+    path: Path, frame: pd.DataFrame, prompt: np.ndarray, where: Where
+) -> dict[str, Any]:
+    """The optional columns of kvsim's own format, as :class:`Trace` fields."""
+    known = {"prompt_tokens", "output_tokens", *KVSIM_OPTIONAL}
+    unknown = [c for c in frame.columns if c not in known]
+    if unknown:
+        logger.warning(
+            "%s: ignored %d column(s) the kvsim trace format does not have: %s (known: %s)",
+            path.name,
+            len(unknown),
+            unknown,
+            sorted(known),
+        )
+    out: dict[str, Any] = {}
+    if "session_id" in frame.columns:
+        out["session_ids"] = _session_ids(text_column(frame, "session_id"))
+    for column in ("n", "beam_width"):
+        if column in frame.columns:
+            values = int_column(path, frame, column, where, blank=1)
+            if (values < 1).any():
+                row = int(np.flatnonzero(values < 1)[0])
+                value = frame[column].iloc[row]
+                raise bad_value(path, where(row), column, value, "an integer >= 1")
+            out[column] = values
+    if "n" in out and "beam_width" in out:
+        both = (out["n"] > 1) & (out["beam_width"] > 1)
+        if both.any():
+            row = int(np.flatnonzero(both)[0])
+            raise ValueError(
+                f"{path.name} {where(row)}: n = {out['n'][row]} and beam_width = "
+                f"{out['beam_width'][row]}: a request is parallel sampling or beam search, not "
+                "both; set one of them to 1"
+            )
+    if "hash_ids" in frame.columns:
+        out["prefix_hash_ids"] = _hash_ids(path, frame, where)
+    if "prefix_group" in frame.columns or "prefix_tokens" in frame.columns:
+        out.update(_prefix_groups(path, frame, prompt, where))
+    hashes, groups = out.get("prefix_hash_ids"), out.get("prefix_groups")
+    if hashes is not None and groups is not None:
+        for row, (ids, group) in enumerate(zip(hashes, groups, strict=True)):
+            if ids and group is not None:
+                raise ValueError(
+                    f"{path.name} {where(row)}: hash_ids and prefix_group both name the prompt's "
+                    f"shared prefix, got {list(ids)} and {group!r}; keep one"
+                )
+    return out
+
+
+def _session_ids(text: pd.Series) -> tuple[int | None, ...]:
+    """Integer ids as they are; other labels numbered by first appearance."""
+    given = [t for t in text.tolist() if t != ""]
+    if all(re.fullmatch(r"-?\d+", t) for t in given):
+        return tuple(int(t) if t != "" else None for t in text.tolist())
+    numbers: dict[str, int] = {}
+    for label in given:
+        numbers.setdefault(label, len(numbers))
+    return tuple(numbers[t] if t != "" else None for t in text.tolist())
+
+
+def _hash_ids(path: Path, frame: pd.DataFrame, where: Where) -> tuple[tuple[int, ...], ...]:
+    out: list[tuple[int, ...]] = []
+    for row, text in enumerate(text_column(frame, "hash_ids").tolist()):
+        parts = [p for p in re.split(r"[\s,;\[\]]+", text) if p]
+        if not all(re.fullmatch(r"-?\d+", p) for p in parts):
+            raise bad_value(
+                path,
+                where(row),
+                "hash_ids",
+                frame["hash_ids"].iloc[row],
+                "integers separated by spaces (or a JSON list)",
+            )
+        out.append(tuple(int(p) for p in parts))
+    return tuple(out)
+
+
+def _prefix_groups(
+    path: Path, frame: pd.DataFrame, prompt: np.ndarray, where: Where
+) -> dict[str, Any]:
+    for column in ("prefix_group", "prefix_tokens"):
+        if column not in frame.columns:
+            other = "prefix_tokens" if column == "prefix_group" else "prefix_group"
+            raise ValueError(
+                f"{path.name}: column {other!r} needs the column {column!r} (a group id and its "
+                "shared prompt tokens go together)"
+            )
+    groups = text_column(frame, "prefix_group")
+    tokens = int_column(path, frame, "prefix_tokens", where, blank=0)
+    in_group = (groups != "").to_numpy()
+    bad = in_group & ((tokens < 1) | (tokens > prompt))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise bad_value(
+            path,
+            where(row),
+            "prefix_tokens",
+            frame["prefix_tokens"].iloc[row],
+            f"between 1 and the row's prompt_tokens ({prompt[row]}) for prefix_group "
+            f"{groups.iloc[row]!r}",
+        )
+    stray = ~in_group & (tokens > 0)
+    if stray.any():
+        row = int(np.flatnonzero(stray)[0])
+        raise bad_value(
+            path,
+            where(row),
+            "prefix_tokens",
+            frame["prefix_tokens"].iloc[row],
+            "blank or 0 when prefix_group is blank",
+        )
+    labels = tuple(g if g != "" else None for g in groups.tolist())
+    return {"prefix_groups": labels, "prefix_tokens": tokens}

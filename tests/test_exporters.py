@@ -1,0 +1,254 @@
+"""Exports: Vidur's request_metrics.csv and a Prometheus snapshot under vLLM's metric names.
+
+A hand-made run of three requests (times chosen as exact binary fractions) gives every expected
+value by hand; a simulated run checks that the exports agree with its summary."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvsim.config import config_from_dict
+from kvsim.engine import simulate
+from kvsim.exporters import prometheus_snapshot, vidur_request_metrics, write_exports
+from kvsim.request import Request
+from kvsim.results import Results, request_frame
+
+# Vidur's request_metrics.csv columns, in its order (microsoft/vidur vidur/metrics/constants.py:
+# RequestMetricsTimeDistributions, then RequestMetricsHistogram, merged on "Request Id")
+VIDUR_COLUMNS = [
+    "Request Id",
+    "request_e2e_time",
+    "request_e2e_time_normalized",
+    "request_execution_time",
+    "request_execution_time_normalized",
+    "request_model_execution_time",
+    "request_model_execution_time_normalized",
+    "request_preemption_time",
+    "request_scheduling_delay",
+    "request_execution_plus_preemption_time",
+    "request_execution_plus_preemption_time_normalized",
+    "prefill_e2e_time",
+    "prefill_time_execution_plus_preemption",
+    "prefill_time_execution_plus_preemption_normalized",
+    "decode_time_execution_plus_preemption_normalized",
+    "request_inter_arrival_delay",
+    "request_num_tokens",
+    "request_num_prefill_tokens",
+    "request_num_decode_tokens",
+    "request_pd_ratio",
+    "request_num_restarts",
+]
+# vLLM v0.20.0 vllm/v1/metrics/loggers.py
+VLLM_TTFT_BUCKETS = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+]  # fmt: skip
+VLLM_REQUEST_LATENCY_BUCKETS = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+]  # fmt: skip
+
+
+def _request(req_id: int, times: tuple[float, ...], sizes: tuple[int, ...]) -> Request:
+    arrival, scheduled, first_token, finish = times
+    prompt, output, preemptions, cached = sizes
+    req = Request(req_id, arrival, prompt, output, output)
+    req.first_scheduled_time_s, req.first_token_time_s, req.finish_time_s = (
+        scheduled,
+        first_token,
+        finish,
+    )
+    req.num_preemptions, req.num_cached_tokens = preemptions, cached
+    return req
+
+
+@pytest.fixture
+def hand_run() -> Results:
+    requests = [
+        # arrival, first scheduled, first token, finish; prompt, output, preemptions, cached
+        _request(0, (0.0, 0.0, 0.0625, 0.0625), (30, 1, 0, 0)),
+        _request(1, (1.0, 1.5, 1.75, 2.0), (20, 3, 1, 16)),
+        _request(2, (2.5, 2.5, 5.5, 7.5), (40, 5, 0, 0)),
+    ]
+    summary = {
+        "num_preemptions": 1,
+        "max_model_len": 2048,
+        "enable_prefix_caching": True,
+        "kv_cache_usage_perc": 0.25,
+        "kv_cache_usage_perc_max": 0.5,
+        "num_requests_running_mean": 1.5,
+        "num_requests_running_max": 2,
+        "num_requests_waiting_mean": 0.125,
+    }
+    return Results(config_from_dict({}), request_frame(requests), pd.DataFrame(), summary)
+
+
+def test_vidur_columns_and_values(hand_run: Results) -> None:
+    df = vidur_request_metrics(hand_run)
+    assert list(df.columns) == VIDUR_COLUMNS
+    expected = {
+        "Request Id": [0, 1, 2],
+        "request_e2e_time": [0.0625, 1.0, 5.0],  # finish - arrival
+        "request_e2e_time_normalized": [0.0625, 1.0 / 3, 1.0],  # / output tokens
+        "request_scheduling_delay": [0.0, 0.5, 0.0],  # first scheduled - arrival
+        "request_execution_plus_preemption_time": [0.0625, 0.5, 5.0],  # finish - scheduled
+        "request_execution_plus_preemption_time_normalized": [0.0625, 0.5 / 3, 1.0],
+        "prefill_e2e_time": [0.0625, 0.75, 3.0],  # first token - arrival
+        "prefill_time_execution_plus_preemption": [0.0625, 0.25, 3.0],  # first token - sched.
+        "prefill_time_execution_plus_preemption_normalized": [0.0625 / 30, 0.0125, 0.075],
+        "decode_time_execution_plus_preemption_normalized": [0.0, 0.25 / 3, 0.4],
+        "request_num_tokens": [31, 23, 45],
+        "request_num_prefill_tokens": [30, 20, 40],
+        "request_num_decode_tokens": [1, 3, 5],
+        "request_pd_ratio": [30.0, 20 / 3, 8.0],
+        "request_num_restarts": [0, 1, 0],
+    }
+    for column, values in expected.items():
+        assert df[column].tolist() == pytest.approx(values, rel=1e-12), column
+    # the first arrival has no predecessor (Vidur leaves it out: blank after its merge)
+    gaps = df["request_inter_arrival_delay"].tolist()
+    assert math.isnan(gaps[0])
+    assert gaps[1:] == [1.0, 1.5]
+    for column in ("request_execution_time", "request_preemption_time"):
+        assert df[column].isna().all()  # kvsim does not split running from preempted time
+
+
+def _families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _sample(family, suffix: str = "", **labels: str) -> float:
+    for s in family.samples:
+        if s.name == family.name + suffix and all(s.labels.get(k) == v for k, v in labels.items()):
+            return float(s.value)
+    raise AssertionError(f"no sample {family.name}{suffix} {labels}")
+
+
+def _buckets(family) -> dict[str, float]:
+    return {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
+
+
+def test_prometheus_by_hand(hand_run: Results) -> None:
+    families = _families(prometheus_snapshot(hand_run))
+    labels = {"model_name": "opt-13b", "engine": "0"}
+    counters = {
+        "vllm:num_preemptions": 1,
+        "vllm:prompt_tokens": 30 + 20 + 40,
+        "vllm:generation_tokens": 1 + 3 + 5,
+        "vllm:prompt_tokens_cached": 16,
+        "vllm:prefix_cache_queries": 90,  # caching on: every prompt is looked up
+        "vllm:prefix_cache_hits": 16,
+    }
+    for name, value in counters.items():
+        assert families[name].type == "counter"
+        assert _sample(families[name], "_total", **labels) == value
+    gauges = {
+        "vllm:num_requests_running": 0,
+        "vllm:num_requests_waiting": 0,
+        "vllm:kv_cache_usage_perc": 0.0,
+        "kvsim:kv_cache_usage_perc_mean": 0.25,
+        "kvsim:kv_cache_usage_perc_max": 0.5,
+        "kvsim:num_requests_running_mean": 1.5,
+        "kvsim:num_requests_waiting_mean": 0.125,
+    }
+    for name, value in gauges.items():
+        assert _sample(families[name], **labels) == value
+    ttft = families["vllm:time_to_first_token_seconds"]
+    assert [float(le) for le in _buckets(ttft) if le != "+Inf"] == VLLM_TTFT_BUCKETS
+    # TTFT 0.0625, 0.75, 3.0: none <= 0.06, one <= 0.08, two <= 0.75 (inclusive), three <= 5
+    ttft_buckets = _buckets(ttft)
+    assert (ttft_buckets["0.06"], ttft_buckets["0.08"], ttft_buckets["0.5"]) == (0, 1, 1)
+    assert (ttft_buckets["0.75"], ttft_buckets["2.5"], ttft_buckets["5.0"]) == (2, 2, 3)
+    assert (_sample(ttft, "_count"), _sample(ttft, "_sum")) == (3, 3.8125)
+    e2e = families["vllm:e2e_request_latency_seconds"]
+    assert [float(le) for le in _buckets(e2e) if le != "+Inf"] == VLLM_REQUEST_LATENCY_BUCKETS
+    e2e_buckets = _buckets(e2e)  # E2E 0.0625, 1.0, 5.0
+    assert [e2e_buckets[k] for k in ("0.3", "0.8", "1.0", "2.5", "5.0", "+Inf")] == [
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+    ]
+    # TPOT per request: 0 for a one-token output (vLLM observes 0), 0.25 / 2, 2.0 / 4
+    tpot = families["vllm:request_time_per_output_token_seconds"]
+    tpot_buckets = _buckets(tpot)
+    assert [tpot_buckets[k] for k in ("0.01", "0.1", "0.15", "0.4", "0.5")] == [1, 1, 2, 2, 3]
+    assert _sample(tpot, "_sum") == 0.625
+    # inter-token gaps: 2 of 0.125 s and 4 of 0.5 s
+    itl = families["vllm:inter_token_latency_seconds"]
+    itl_buckets = _buckets(itl)
+    assert [itl_buckets[k] for k in ("0.1", "0.15", "0.4", "0.5", "+Inf")] == [0, 2, 2, 6, 6]
+    assert (_sample(itl, "_count"), _sample(itl, "_sum")) == (6, 2.25)
+    # token histograms: vLLM's 1-2-5 buckets up to max_model_len 2,048
+    prompts = _buckets(families["vllm:request_prompt_tokens"])
+    assert list(prompts) == [
+        *("1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "200.0", "500.0"),
+        *("1000.0", "2000.0", "+Inf"),
+    ]
+    assert [prompts[k] for k in ("10.0", "20.0", "50.0")] == [0, 1, 3]  # 30, 20, 40
+    computed = _buckets(families["vllm:request_prefill_kv_computed_tokens"])  # 30, 4, 40
+    assert [computed[k] for k in ("2.0", "5.0", "20.0", "50.0")] == [0, 1, 1, 3]
+
+
+def test_exports_agree_with_a_simulated_run(tmp_path: Path) -> None:
+    config = config_from_dict(
+        {
+            "workload": {"num_requests": 120, "rate_per_s": 20.0, "shared_prefix_tokens": 64},
+            "cache": {"kv_cache_gib": 2.0},
+        }
+    )
+    results = simulate(config)
+    summary = results.summary
+    assert summary["num_preemptions"] > 0  # the small pool preempts: the counter is exercised
+    results.save(tmp_path)  # write_exports runs inside Results.save
+    families = _families((tmp_path / "metrics.prom").read_text())
+    total = {
+        "vllm:prompt_tokens": summary["prompt_tokens_total"],
+        "vllm:generation_tokens": summary["generation_tokens_total"],
+        "vllm:num_preemptions": summary["num_preemptions"],
+        "vllm:prefix_cache_hits": summary["prefix_cached_tokens_total"],
+    }
+    for name, value in total.items():
+        assert _sample(families[name], "_total") == value, name
+    assert summary["prefix_cached_tokens_total"] > 0
+    n = summary["num_requests"]
+    for name, mean_key in [
+        ("vllm:time_to_first_token_seconds", "time_to_first_token_seconds_mean"),
+        ("vllm:e2e_request_latency_seconds", "e2e_request_latency_seconds_mean"),
+        ("vllm:request_queue_time_seconds", "request_queue_time_seconds_mean"),
+    ]:
+        assert _sample(families[name], "_count") == n
+        assert _buckets(families[name])["+Inf"] == n
+        assert _sample(families[name], "_sum") / n == pytest.approx(summary[mean_key], rel=1e-9)
+    itl = families["vllm:inter_token_latency_seconds"]
+    assert _sample(itl, "_count") == summary["generation_tokens_total"] - n  # gaps per request
+    assert _sample(itl, "_sum") / _sample(itl, "_count") == pytest.approx(
+        summary["inter_token_latency_seconds_mean"], rel=1e-9
+    )
+    mean_usage = _sample(families["kvsim:kv_cache_usage_perc_mean"])
+    assert mean_usage == pytest.approx(summary["kv_cache_usage_perc"], rel=1e-12)
+    # Vidur's file reads back with pandas, one row per request
+    vidur = pd.read_csv(tmp_path / "request_metrics.csv")
+    assert list(vidur.columns) == VIDUR_COLUMNS
+    assert len(vidur) == n
+    assert vidur["request_e2e_time"].mean() == pytest.approx(
+        summary["e2e_request_latency_seconds_mean"], rel=1e-9
+    )
+    assert vidur["request_num_restarts"].sum() == results.requests["num_preemptions"].sum()
+    ttft_buckets = _buckets(families["vllm:time_to_first_token_seconds"])
+    ttft = results.requests["time_to_first_token_seconds"].to_numpy()
+    for le in ("0.1", "1.0", "10.0"):
+        assert ttft_buckets[le] == int(np.sum(ttft <= float(le)))
+
+
+def test_write_exports_makes_the_folder(hand_run: Results, tmp_path: Path) -> None:
+    folder = write_exports(hand_run, tmp_path / "new" / "dir")
+    assert sorted(p.name for p in folder.iterdir()) == ["metrics.prom", "request_metrics.csv"]
