@@ -111,13 +111,16 @@ def _download_hint(looking_for: str | None) -> str:
     """Sentence naming the public upstream source(s) of the trace files."""
     for info in TRACES.values():
         if info.file_name == looking_for:
-            return f"{looking_for} comes from the public repository {info.source}."
+            return (
+                f"{looking_for} comes from the public repository {info.source}; "
+                "`kvsim data fetch` downloads and verifies it."
+            )
     return (
         "The trace files come from public repositories: Azure/AzurePublicDataset "
         "(azure_llm_2023_*.csv), kvcache-ai/Mooncake (mooncake_*.jsonl), sosp-ae-39/sosp-ae-astra "
         "(sharegpt_opt_firstturn_lengths.csv), microsoft/sarathi-serve "
         "(sharegpt_llama2_8k_lengths.csv) and microsoft/vidur "
-        "(arxiv_summarization_llama2_lengths.csv)."
+        "(arxiv_summarization_llama2_lengths.csv); `kvsim data fetch` downloads and verifies them."
     )
 
 

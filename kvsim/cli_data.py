@@ -1,0 +1,115 @@
+"""``kvsim data``: download the real traces (``fetch``) and show what the data folder holds
+(``list``).
+
+``kvsim/cli.py`` adds the sub-app with ``register(app)``; the work is done by
+:mod:`kvsim.datafetch`. Errors (network, checksum, bad pickle, unwritable folder) print one line
+naming the file and URL and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from kvsim import datafetch
+from kvsim.workload.catalog import ENV_VAR, data_dir
+
+T = TypeVar("T")
+
+data_app = typer.Typer(
+    no_args_is_help=True,
+    help="Download and verify the public real traces kvsim reads ($KVSIM_DATA).",
+)
+
+
+def _guard(fn: Callable[[], T]) -> T:
+    """Run ``fn``; turn user errors into one ``error:`` line on stderr and exit status 2."""
+    try:
+        return fn()
+    except (ValueError, OSError) as err:
+        typer.echo(f"error: {' '.join(str(err).split())}", err=True)
+        raise typer.Exit(2) from None
+
+
+@data_app.command("fetch")
+def fetch(
+    dest: Annotated[
+        Path | None,
+        typer.Option(help=f"Folder to store the files in (default: ${ENV_VAR}); created."),
+    ] = None,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Download every file from URL/<file name> instead of the upstream hosts "
+            "(an http(s):// or file:// URL, or a local folder).",
+        ),
+    ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME",
+            help="Fetch only this trace (e.g. azure_conv, sharegpt_opt); repeatable.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=1.0, help="Seconds to wait for a connection or a read.")
+    ] = datafetch.DEFAULT_TIMEOUT_S,
+) -> None:
+    """Download the traces from pinned public sources, check SHA-256s, convert, store."""
+
+    def go() -> None:
+        folder = datafetch.destination(dest)
+        results = datafetch.fetch(
+            folder, names=only, base_url=mirror, timeout=timeout, on_progress=typer.echo
+        )
+        for result in results:
+            typer.echo(f"{result.status:<9} {result.source.file_name}  sha256 ok")
+        typer.echo(f"{len(results)} file(s) verified in {folder}")
+        env_value = os.environ.get(ENV_VAR)
+        here = folder.expanduser().resolve()
+        if not env_value or Path(env_value).expanduser().resolve() != here:
+            typer.echo(f"kvsim reads traces from ${ENV_VAR}: export {ENV_VAR}={here}")
+
+    _guard(go)
+
+
+@data_app.command("list")
+def list_(
+    dest: Annotated[
+        Path | None,
+        typer.Option(help=f"Data folder to inspect (default: ${ENV_VAR}, else kvsim's default)."),
+    ] = None,
+) -> None:
+    """List the traces kvsim can fetch and whether each is present and verified."""
+
+    def go() -> None:
+        if dest is not None:
+            folder: Path | None = dest.expanduser()
+        else:
+            try:
+                folder = data_dir()
+            except FileNotFoundError:  # catalog.DataNotFoundError: no data folder yet
+                folder = None
+        statuses = datafetch.status(folder)
+        typer.echo(f"data folder: {folder if folder is not None else '(none found)'}")
+        width = max(len(s.source.file_name) for s in statuses)
+        name_width = max(len(s.source.trace) for s in statuses)
+        for item in statuses:
+            typer.echo(
+                f"{item.state:<8}  {item.source.trace:<{name_width}}  "
+                f"{item.source.file_name:<{width}}  {item.source.licence}"
+            )
+        if any(s.state != "verified" for s in statuses):
+            typer.echo("fetch the missing or differing files with `kvsim data fetch`")
+
+    _guard(go)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``data`` sub-app (``fetch``, ``list``) to a Typer app."""
+    app.add_typer(data_app, name="data")
