@@ -5,15 +5,16 @@ PY := $(VENV)/bin/python
 KVSIM := $(VENV)/bin/kvsim
 STAMP := $(VENV)/.installed
 
-EXPERIMENTS := fig2 block-size kv-budget long-outputs parallel-sampling contiguous-default \
+EXPERIMENTS := block-size kv-budget long-outputs parallel-sampling contiguous-default \
                bookstore traces v0-vs-v1
+PAPER := fig2 fig12 fig13 fig15 preemption prefix-caching
 JOBS ?= 2
 SCHEDULER ?=
 SWEEP_FLAGS ?=
 SWEEP := $(KVSIM)
 
 .PHONY: reproduce test test-gpu bench bench-sweep lint type clean figures experiments $(EXPERIMENTS) \
-        fig13 fig12 preemption calibrate calibrate-gpu sharing
+        $(PAPER) paper calibrate calibrate-gpu sharing
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 reproduce: $(STAMP)
-	$(KVSIM) fig2 --out results/fig2
+	$(KVSIM) reproduce fig2 -j $(JOBS)
 
 test: $(STAMP)
 	KVSIM_QUICK=1 $(PY) -m pytest -q -n 2 -m "not gpu" tests --nbmake notebooks
@@ -43,7 +44,7 @@ experiments: $(EXPERIMENTS)
 
 # PNGs under results/NAME/figures/ for every experiment that has results.
 figures: $(STAMP)
-	@found="$(patsubst %/summary.parquet,%,$(wildcard $(addsuffix /summary.parquet,$(addprefix results/,$(EXPERIMENTS)))))"; \
+	@found="$(patsubst %/summary.parquet,%,$(wildcard $(addsuffix /summary.parquet,$(addprefix results/,$(EXPERIMENTS) $(PAPER)))))"; \
 	if [ -z "$$found" ]; then echo "no results yet: run e.g. make fig2"; exit 1; fi; \
 	$(SWEEP) plot $$found
 
@@ -57,20 +58,14 @@ lint: $(STAMP)
 type: $(STAMP)
 	$(VENV)/bin/mypy kvsim
 
-# Paper reproductions (kvsim.repro): Figure 13 batch sizes, Figure 12 rate ratios, §7.3 preemption.
-fig13: $(STAMP)
-	$(PY) -m kvsim.repro fig13 --out results/fig13
+# Paper results (kvsim/paper): each an experiment run by the sweep engine and compared with the
+# published numbers (kvsim/data/paper/); writes results/NAME/ with NAME.csv and NAME.png.
+$(PAPER): $(STAMP)
+	$(KVSIM) reproduce $@ -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 
-fig12: $(STAMP)
-	$(PY) -m kvsim.repro fig12 --out results/fig12
+paper: $(PAPER)
 
-preemption: $(STAMP)
-	$(PY) -m kvsim.repro preemption --out results/preemption
-
-# Sharing (issue 3): Figure 15 KV saved by parallel sampling / beam search -> results/sharing/
-# savings.csv, Mooncake prefix-cache hit rates and the shared-prefix plot (hit_rates.png).
-sharing: $(STAMP)
-	$(KVSIM) sharing --out results/sharing
+sharing: fig15 prefix-caching
 
 # GPU calibration of the paged/contiguous KV-read factor. `calibrate` writes under results/;
 # `calibrate-gpu` is the one-shot runbook for a GPU machine (see kvsim/data/calibration/README.md):

@@ -188,55 +188,6 @@ def compare(
 
 
 @app.command()
-def fig2(
-    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("results/fig2"),
-    num_requests: Annotated[
-        int, typer.Option(min=100, help="Requests per system and seed.")
-    ] = 5000,
-    seeds: Annotated[int, typer.Option(min=1, help="Independent workloads averaged.")] = 4,
-    seed: Annotated[int, typer.Option(help="First workload seed.")] = 0,
-    rate: Annotated[float, typer.Option(min=0.01, help="Poisson rate, requests/s.")] = 5.0,
-) -> None:
-    """Reproduce the PagedAttention paper's Figure 2 (Orca Max/Pow2/Oracle vs vLLM)."""
-    from kvsim.repro.fig2 import STACK, run_fig2, workload_source, write_fig2
-
-    def go() -> None:
-        check_out_dir(out)
-        console.print(
-            f"Figure 2 setup (engine profile vllm-v0, the paper's): OPT-13B, A100-40GB, 12 GiB KV; "
-            f"{workload_source()}; "
-            f"Poisson {rate} req/s; {seeds} seeds x {num_requests:,} requests per system."
-        )
-        df = run_fig2(
-            num_requests,
-            rate,
-            range(seed, seed + seeds),
-            on_system=lambda s: console.print(f"  running {s} ..."),
-        )
-        table = Table(
-            title="Share of KV memory (%), time-weighted over the saturated window, "
-            f"mean of {seeds} seeds: kvsim (paper)"
-        )
-        table.add_column("system", no_wrap=True)
-        for header in ("token", "reserved", "internal", "external", "free"):
-            table.add_column(header, justify="right")
-        table.add_column("running", justify="right")
-        for _, row in df.iterrows():
-            cells = []
-            for c in STACK:
-                paper = row[f"paper_{c}_pct"]
-                shown = "" if paper is None or paper != paper else f" ({paper:.1f})"
-                cells.append(f"{row[f'{c}_pct']:.1f}{shown}")
-            cells.append(f"{row['free_pct']:.1f}")
-            table.add_row(row["system"], *cells, f"{row['num_requests_running_mean']:.1f}")
-        console.print(table)
-        csv_path, png_path = write_fig2(df, out)
-        console.print(f"wrote {csv_path} and {png_path}")
-
-    _guard(go)
-
-
-@app.command()
 def presets() -> None:
     """List the model and GPU presets with their key figures."""
     table = Table(title="models")
@@ -270,15 +221,15 @@ def presets() -> None:
 
 def _register_plugins() -> None:
     """Commands defined beside their subsystems: calibration and the paper reproductions."""
-    from kvsim import cli_calibrate, cli_plan, cli_report, cli_sharing, cli_sweep
-    from kvsim.repro import __main__ as repro_cli
+    from kvsim import cli_calibrate, cli_plan, cli_report, cli_reproduce, cli_sweep
+    from kvsim.cli_data import register as register_data
 
     cli_calibrate.register(app)
     cli_report.register(app)
-    cli_sharing.register(app)
     cli_sweep.register(app)
     cli_plan.register(app)
-    repro_cli.register(app)
+    cli_reproduce.register(app)
+    register_data(app)
 
 
 _register_plugins()

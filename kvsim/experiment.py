@@ -96,6 +96,24 @@ class Experiment:
         has_label = LABEL in names
         return ([LABEL] if has_label else []) + [n for n in dict.fromkeys(names) if n != LABEL]
 
+    def labelled_base(self, label: str) -> dict[str, Any]:
+        """The base table with the zipped overrides of the points labelled ``label``.
+
+        Raises:
+            ValueError: no zipped axis has that label.
+        """
+        data: dict[str, Any] = json.loads(json.dumps(self.base))
+        for axis in self.zips:
+            labels = axis.get(LABEL, [])
+            if label in labels:
+                i = labels.index(label)
+                for dotted, values in axis.items():
+                    if dotted != LABEL:
+                        set_dotted(data, dotted, values[i])
+                return data
+        known = [v for axis in self.zips for v in axis.get(LABEL, [])]
+        raise ValueError(f"{self.name}: no point labelled {label!r}; labels: {known}")
+
     def points(self, *, quick: bool = False) -> list[Point]:
         """Expand the grid and zipped axes into points, in order (grid axes vary slowest)."""
         grid = {**self.grid, **(self.quick_grid if quick else {})}
@@ -124,7 +142,7 @@ def make_point(
     """Validate one point's config; a bad config gives a ``Point`` with ``error`` set."""
     data = json.loads(json.dumps(base))
     try:
-        for dotted, value in {**extra, **overrides}.items():
+        for dotted, value in {**overrides, **extra}.items():  # quick runs shrink every point
             set_dotted(data, dotted, value)
         resolve_workload_preset(data)
         config = config_from_dict(data)

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.config import config_from_dict, set_dotted
-from kvsim.experiment import LABEL, Point
+from kvsim.experiment import Point
 from kvsim.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
 from kvsim.units import GiB
 
@@ -174,22 +174,15 @@ def experiment_base(data: dict[str, Any], where: str) -> dict[str, Any]:
     from kvsim.experiment import load_experiment
     from kvsim.sweep import experiments_dir
 
-    name = str(data["experiment"])
-    experiment = load_experiment(experiments_dir() / f"{name}.toml")
-    base: dict[str, Any] = json.loads(json.dumps(experiment.base))
+    experiment = load_experiment(experiments_dir() / f"{data['experiment']}.toml")
     label = data.get("label")
     if label is None:
+        base: dict[str, Any] = json.loads(json.dumps(experiment.base))
         return base
-    for axis in experiment.zips:
-        values = axis.get(LABEL, [])
-        if label in values:
-            i = values.index(label)
-            for dotted, column in axis.items():
-                if dotted != LABEL:
-                    set_dotted(base, dotted, column[i])
-            return base
-    known = [v for axis in experiment.zips for v in axis.get(LABEL, [])]
-    raise ValueError(f"{where}: label {label!r} is not a point of {name!r}; labels: {known}")
+    try:
+        return experiment.labelled_base(str(label))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
 
 
 def plan_from_dict(

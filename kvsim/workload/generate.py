@@ -6,8 +6,10 @@ and lengths), so changing the rate leaves the drawn lengths unchanged for the sa
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from kvsim.workload.identity import (
     num_conversations,
     session_arrivals,
 )
+from kvsim.workload.length_table import LengthTable, shipped_table_path
 from kvsim.workload.lengths import (
     NAMED_FITS,
     LognormalFit,
@@ -116,16 +119,20 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
         if not spec.fallback_synthetic:
             raise
         arrival = "poisson" if spec.arrival == "trace" else spec.arrival
+        table = shipped_table_path(spec.trace)
+        lengths = f"the joint length table of this trace shipped with kvsim ({table})"
         _warn_once(
-            "%s Falling back to synthetic 'sharegpt_like' lengths with %s arrivals at %s req/s.",
+            "%s Falling back to %s with %s arrivals at %s req/s.",
             exc,
+            lengths if table is not None else "synthetic 'sharegpt_like' lengths",
             arrival,
             spec.rate_per_s,
         )
         fallback = spec.model_copy(
             update={
                 "trace": None,
-                "lengths": "sharegpt_like",
+                "lengths": "sharegpt_like" if table is None else "table",
+                "length_table": None if table is None else spec.trace,
                 "sample": None,
                 "arrival": arrival,
                 "start_s": 0.0,
@@ -286,6 +293,19 @@ def _take(
     )
 
 
+@functools.cache
+def length_table(name: str) -> LengthTable:
+    """A shipped table by trace name (``sharegpt_opt``) or a table file path.
+
+    Raises:
+        FileNotFoundError: neither a shipped table nor a file.
+    """
+    path = shipped_table_path(name) or Path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"workload.length_table: no shipped table or file {name!r}")
+    return LengthTable.read_csv(path)
+
+
 def _draw_lengths(
     spec: WorkloadSpec, rng: np.random.Generator, size: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -301,6 +321,9 @@ def _draw_lengths(
         return uniform_split(
             rng, spec.min_total_tokens, spec.max_total_tokens, spec.prefill_decode_ratio, size
         )
+    if source == "table":
+        assert spec.length_table is not None
+        return length_table(spec.length_table).sample(rng, size)
     assert source == "fixed", f"unhandled length source {source!r}"
     return fixed_pair(spec.fixed_prompt_tokens, spec.fixed_output_tokens, size)
 

@@ -28,7 +28,9 @@ DEFAULT_NUM_REQUESTS = 1000
 
 ArrivalKind = Literal["poisson", "gamma", "trace"]
 _UNSET_DROPPED = ("trace_format", "tokenizer", "hash_block_size_tokens")  # None: not serialised
-LengthKind = Literal["sharegpt_like", "alpaca_like", "lognormal", "uniform", "fixed", "trace"]
+LengthKind = Literal[
+    "sharegpt_like", "alpaca_like", "lognormal", "uniform", "fixed", "trace", "table"
+]
 
 
 class WorkloadSpec(BaseModel):
@@ -61,8 +63,12 @@ class WorkloadSpec(BaseModel):
             format's (Mooncake 512, Qwen-Bailian 16); kvsim's own format with ``hash_ids`` needs it.
         sample: ``"resample"`` (draw trace rows with replacement) or ``"replay"`` (file order);
             ``None`` means replay for ``arrival="trace"``, else resample.
-        fallback_synthetic: when the trace file is missing, log a warning and use
-            ``sharegpt_like`` lengths (and Poisson arrivals at ``rate_per_s``) instead of raising.
+        fallback_synthetic: when the trace file is missing, log a warning and draw lengths from
+            the trace's joint length table shipped with kvsim (``kvsim/data/lengths/``: the
+            paper's ShareGPT and Alpaca), else ``sharegpt_like``, with Poisson arrivals at
+            ``rate_per_s``, instead of raising.
+        length_table: ``lengths="table"``: a shipped table's trace name (``sharegpt_opt``,
+            ``alpaca_opt``) or a table file (``kvsim.workload.length_table``).
         prompt_mean_tokens, output_mean_tokens: means of ``lengths="lognormal"``, in tokens.
         prompt_sigma, output_sigma: std of ln(tokens) for ``lengths="lognormal"``.
         fixed_prompt_tokens, fixed_output_tokens: lengths of ``lengths="fixed"``, in tokens.
@@ -114,6 +120,7 @@ class WorkloadSpec(BaseModel):
     hash_block_size_tokens: int | None = Field(default=None, ge=1)
     sample: Literal["resample", "replay"] | None = None
     fallback_synthetic: bool = False
+    length_table: str | None = Field(default=None, min_length=1)
     prompt_mean_tokens: float = Field(default=SHAREGPT_LIKE.prompt_mean_tokens, gt=0)
     output_mean_tokens: float = Field(default=SHAREGPT_LIKE.output_mean_tokens, gt=0)
     prompt_sigma: float = Field(default=SHAREGPT_LIKE.prompt_sigma, ge=0)
@@ -161,7 +168,7 @@ class WorkloadSpec(BaseModel):
     def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Leave newer trace fields out when unset, so older configs keep their canonical hash."""
         data: dict[str, Any] = handler(self)
-        for key in _UNSET_DROPPED:
+        for key in (*_UNSET_DROPPED, "length_table"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -188,6 +195,8 @@ class WorkloadSpec(BaseModel):
             raise ValueError("lengths='trace' needs trace = a trace name or file path, got none")
         if source != "trace" and self.trace is not None:
             raise ValueError(f"trace={self.trace!r} is set but lengths={source!r}; drop one")
+        if (source == "table") != (self.length_table is not None):
+            raise ValueError("lengths='table' and length_table = NAME go together")
         if source != "trace" and self.sample is not None:
             raise ValueError(f"sample={self.sample!r} applies to trace lengths only")
         for name in _UNSET_DROPPED:

@@ -1,0 +1,98 @@
+"""``kvsim reproduce NAME``: a paper result (or reference study) through the sweep engine, next to
+the published numbers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+from rich.table import Table
+
+
+def _cell(column: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "[red]NO[/]"
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        if column == "rel_error":
+            return f"{value:+.1%}"
+        if column.endswith(("_pct", "_pct_min", "_pct_max")) or column == "paper":
+            return f"{value:.1f}"
+        return f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def frame_table(frame: pd.DataFrame, title: str) -> Table:
+    """A results frame as a rich table, numbers rounded for people."""
+    table = Table(title=title, title_justify="left")
+    for column in frame.columns:
+        table.add_column(
+            column.replace("_", " "), justify="left" if frame[column].dtype == object else "right"
+        )
+    for _, row in frame.iterrows():
+        table.add_row(*(_cell(c, row[c]) for c in frame.columns))
+    return table
+
+
+def reproduce(
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="fig2 (the main job), fig12, fig13, fig15, preemption, prefix-caching."
+        ),
+    ] = "fig2",
+    out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
+    jobs: Annotated[int, typer.Option("-j", "--jobs", min=1, help="Worker processes.")] = 1,
+    scheduler: Annotated[
+        str | None, typer.Option(help="Dask scheduler tcp://HOST:PORT, or 'local'.")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="Small runs: the experiments' [quick] tables.")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Progress bars on a terminal.")] = True,
+) -> None:
+    """Reproduce a PagedAttention paper figure (or reference study) and compare it with the
+    published numbers: fig2 (main job), fig12, fig13, fig15, preemption, prefix-caching."""
+    from kvsim.cli import _guard, console
+    from kvsim.paper import REPRODUCTIONS
+    from kvsim.paper import reproduce as run_reproduction
+    from kvsim.paper.run import describe
+
+    def go() -> None:
+        if name not in REPRODUCTIONS:
+            raise ValueError(f"reproduce: unknown {name!r}; choose from {', '.join(REPRODUCTIONS)}")
+        console.print(f"[bold]{describe(name)}[/]")
+        rep = run_reproduction(
+            name,
+            out,
+            jobs=jobs,
+            quick=quick,
+            scheduler=scheduler,
+            progress=progress,
+            say=lambda msg: console.print(f"  {msg}", highlight=False),
+        )
+        shown = rep.table if rep.view is None else rep.view
+        console.print(frame_table(shown, f"{name}: kvsim (paper)"))
+        for note in rep.notes:
+            console.print(f"  {note}", highlight=False)
+        if rep.in_band is not None:
+            verdict = (
+                "[green]every number within its band[/]"
+                if rep.in_band
+                else "[red]outside its band[/]"
+            )
+            console.print(f"  {verdict}")
+        console.print(f"wrote {', '.join(str(p) for p in rep.paths)}")
+
+    _guard(go)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``reproduce`` to the ``kvsim`` app."""
+    app.command("reproduce")(reproduce)

@@ -1,0 +1,131 @@
+"""Figure 12 (ShareGPT): the highest request rate each system sustains, and vLLM's over Orca's.
+
+A system sustains a rate while its mean normalised latency (seconds per output token) stays
+within ``latency_factor`` (4) times its own latency at a low baseline rate; past that the queue
+grows without bound. The baseline comes from the sweep; the rate from ``kvsim plan`` (largest
+``workload.rate_per_s`` meeting the bound, bisection over stored points). Bands: the paper's
+§6.2 ratios (vLLM / Orca (Oracle) 1.7-2.7, vLLM / Orca (Max) 2.7-8).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from kvsim.labels import axis_label
+from kvsim.paper.published import published
+from kvsim.paper.run import Context, Reproduction, write_outputs
+from kvsim.planning import Plan, PlanResult, Target, run_plan
+from kvsim.style import styled
+
+DESCRIPTION = "Figure 12: sustainable ShareGPT rate, vLLM vs Orca (Max / Oracle), and ratios"
+METRIC = "normalized_latency_seconds_mean"
+
+
+def ratios(rates: dict[str, float]) -> pd.DataFrame:
+    """vLLM's sustainable rate over each baseline's, next to the paper's band."""
+    rows = []
+    for _, band in published("fig12").iterrows():
+        name = str(band["system"])
+        top, bottom = name.split(" / ")
+        value = rates[top] / rates[bottom]
+        rows.append(
+            {
+                "ratio": name,
+                "value": value,
+                "paper_low": band["low"],
+                "paper_high": band["high"],
+                "in_band": band["low"] <= value <= band["high"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@styled
+def figure(results: dict[str, PlanResult], thresholds: dict[str, float]) -> Figure:
+    """Normalised latency against rate per system (the plans' points), bound and answer."""
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for system, result in results.items():
+        pts = result.points.sort_values("workload.rate_per_s")
+        (line,) = ax.plot(pts["workload.rate_per_s"], pts[METRIC], marker="o", label=system)
+        ax.axhline(thresholds[system], color=line.get_color(), ls=":", lw=1)
+        if result.answer is not None:
+            ax.axvline(result.answer, color=line.get_color(), ls="--", lw=1)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel=axis_label("workload.rate_per_s"),
+        ylabel=axis_label(METRIC),
+        title="Figure 12, ShareGPT: 4x baseline latency (dotted), sustainable rate (dashed)",
+    )
+    ax.legend()
+    return fig
+
+
+def run(ctx: Context) -> Reproduction:
+    """Baselines by sweep, sustainable rates by plan, ratios against the paper's bands."""
+    experiment = ctx.experiment("fig12")
+    sweep = ctx.sweep(experiment)
+    analysis = experiment.analysis
+    factor = float(analysis.get("latency_factor", 4.0))
+    lo, hi = (float(v) for v in analysis.get("rate_bracket", [0.05, 20.0]))
+    rows, results, thresholds = [], {}, {}
+    for _, row in sweep.summary.iterrows():
+        system = str(row["label"])
+        baseline = float(row[METRIC])
+        thresholds[system] = factor * baseline
+        plan = Plan(
+            name=f"fig12-{system.lower().replace(' ', '-').replace('(', '').replace(')', '')}",
+            base=experiment.labelled_base(system),
+            field="workload.rate_per_s",
+            direction="largest",
+            lo=lo,
+            hi=hi,
+            targets=(Target(METRIC, factor * baseline),),
+            resolution=float(analysis.get("resolution", 0.02)),
+            quick=dict(experiment.quick_set),
+        )
+        ctx.say(f"{system}: largest rate with {METRIC} <= {factor:g} x {baseline:.4g} s")
+        result = run_plan(plan, ctx.out_root, jobs=ctx.jobs, quick=ctx.quick)
+        results[system] = result
+        rows.append(
+            {
+                "system": system,
+                "baseline_rate_per_s": experiment.base["workload"]["rate_per_s"],
+                f"baseline_{METRIC}": baseline,
+                "sustainable_rate_per_s": result.answer,
+                "points_evaluated": len(result.points),
+            }
+        )
+    rates = pd.DataFrame(rows)
+    ratio = ratios(dict(zip(rates["system"], rates["sustainable_rate_per_s"], strict=True)))
+    table = pd.concat([rates, ratio], ignore_index=True)
+    view = pd.DataFrame(
+        [
+            *(
+                {
+                    "": f"{r.system}: sustainable rate (req/s)",
+                    "kvsim": f"{r.sustainable_rate_per_s:.3g}",
+                    "paper": "",
+                }
+                for r in rates.itertuples()
+            ),
+            *(
+                {
+                    "": f"{r.ratio} (rate ratio)",
+                    "kvsim": f"{r.value:.2f}",
+                    "paper": f"{r.paper_low:g}-{r.paper_high:g}",
+                }
+                for r in ratio.itertuples()
+            ),
+        ]
+    )
+    rep = Reproduction(
+        "fig12",
+        table,
+        notes=[f"sustainable: {METRIC} <= {factor:g} x the system's own at the baseline rate"],
+        in_band=bool(ratio["in_band"].all()),
+        view=view,
+    )
+    return write_outputs(rep, sweep.folder, figure(results, thresholds))

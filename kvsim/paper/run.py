@@ -1,0 +1,154 @@
+"""Running a reproduction: its experiment through the sweep engine, then its comparison."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvsim.analysis import SweepResults, load_sweep
+from kvsim.experiment import Experiment, load_experiment
+
+
+@dataclass
+class Context:
+    """Where and how a reproduction runs its sweeps and plans.
+
+    Attributes:
+        out_root: results root; sweeps go to ``OUT/NAME`` (``OUT/quick/NAME`` when quick).
+        jobs: worker processes.
+        quick: the experiments' ``[quick]`` tables (small runs for tests).
+        scheduler: Dask scheduler address, ``"local"``, or ``None`` for a process pool.
+        progress: show progress bars (on a terminal).
+        say: where progress messages go.
+    """
+
+    out_root: Path
+    jobs: int = 1
+    quick: bool = False
+    scheduler: str | None = None
+    progress: bool = False
+    say: Callable[[str], None] = lambda _msg: None
+
+    def experiment(self, name: str) -> Experiment:
+        """``experiments/NAME.toml``."""
+        from kvsim.sweep import experiments_dir
+
+        return load_experiment(experiments_dir() / f"{name}.toml")
+
+    def sweep(self, experiment: Experiment, **base: Any) -> SweepResults:
+        """Run (or resume) ``experiment`` with dotted ``base`` overrides; its results.
+
+        Raises:
+            ValueError: a point failed (the message lists them).
+        """
+        from kvsim.config import set_dotted
+        from kvsim.sweep import run_sweep
+
+        if base:
+            data = dict(experiment.base)
+            for dotted, value in base.items():
+                set_dotted(data, dotted.replace("__", "."), value)
+            experiment = dataclasses.replace(experiment, base=data)
+        self.say(f"sweep {experiment.name}: {len(experiment.points(quick=self.quick))} points")
+        report = run_sweep(
+            experiment,
+            self.out_root,
+            jobs=self.jobs,
+            scheduler=self.scheduler,
+            quick=self.quick,
+            progress=self.progress,
+        )
+        if report.failures:
+            lines = "; ".join(f"point {f.index} [{f.point}]: {f.error}" for f in report.failures)
+            raise ValueError(f"{experiment.name}: {len(report.failures)} point(s) failed: {lines}")
+        return load_sweep(report.folder)
+
+
+@dataclass
+class Reproduction:
+    """What a reproduction produced.
+
+    Attributes:
+        name: the reproduction (``fig2`` ...).
+        table: kvsim's numbers next to the paper's, one row per system (or point).
+        paths: files written (CSV, PNG).
+        notes: what data and which fitted parameters were used.
+        in_band: every number with a band lands in it (``None`` when nothing has a band).
+        view: the few columns to print (``None``: all of ``table``).
+    """
+
+    name: str
+    table: pd.DataFrame
+    paths: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    in_band: bool | None = None
+    view: pd.DataFrame | None = None
+
+
+def _registry() -> dict[str, tuple[str, Callable[[Context], Reproduction]]]:
+    from kvsim.paper import fig2, fig12, fig13, fig15, preemption, prefix
+
+    return {
+        "fig2": (fig2.DESCRIPTION, fig2.run),
+        "fig12": (fig12.DESCRIPTION, fig12.run),
+        "fig13": (fig13.DESCRIPTION, fig13.run),
+        "fig15": (fig15.DESCRIPTION, fig15.run),
+        "preemption": (preemption.DESCRIPTION, preemption.run),
+        "prefix-caching": (prefix.DESCRIPTION, prefix.run),
+    }
+
+
+REPRODUCTIONS = (
+    "fig2",
+    "fig12",
+    "fig13",
+    "fig15",
+    "preemption",
+    "prefix-caching",
+)
+
+
+def describe(name: str) -> str:
+    """One line on what a reproduction shows."""
+    return _registry()[name][0]
+
+
+def reproduce(
+    name: str,
+    out_root: str | Path = "results",
+    *,
+    jobs: int = 1,
+    quick: bool = False,
+    scheduler: str | None = None,
+    progress: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> Reproduction:
+    """Run reproduction ``name`` (one of ``REPRODUCTIONS``) and write its CSV and PNG.
+
+    Raises:
+        ValueError: unknown name, or a point failed.
+        DataNotFoundError: a trace it needs is not in ``KVSIM_DATA`` (and has no fallback).
+    """
+    registry = _registry()
+    if name not in registry:
+        raise ValueError(f"reproduce: unknown {name!r}; choose from {', '.join(REPRODUCTIONS)}")
+    ctx = Context(Path(out_root), jobs, quick, scheduler, progress, say or (lambda _m: None))
+    return registry[name][1](ctx)
+
+
+def write_outputs(
+    rep: Reproduction, folder: Path, figure: Any, *, float_format: str = "%.4g"
+) -> Reproduction:
+    """Write ``folder/NAME.csv`` and ``folder/NAME.png`` (``figure``: a matplotlib Figure)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path = folder / f"{rep.name}.csv"
+    rep.table.to_csv(csv_path, index=False, float_format=float_format)
+    png_path = folder / f"{rep.name}.png"
+    figure.savefig(png_path)
+    rep.paths += [csv_path, png_path]
+    return rep

@@ -1,0 +1,110 @@
+"""Figures 12, 13 and 15 through `kvsim reproduce`, against the paper's numbers (typed in here
+from the paper) and bands; known misses are asserted to be misses, so a fix is noticed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kvsim.paper import reproduce
+from kvsim.paper.fig12 import ratios
+
+# Figure 13 (Kwon et al., SOSP 2023), batched requests; band +-15 %
+FIG13 = {
+    ("ShareGPT", "Orca (Max)"): 7.00,
+    ("ShareGPT", "Orca (Pow2)"): 9.81,
+    ("ShareGPT", "Orca (Oracle)"): 13.62,
+    ("ShareGPT", "vLLM"): 30.42,
+    ("Alpaca", "Orca (Max)"): 7.00,
+    ("Alpaca", "Orca (Pow2)"): 43.24,
+    ("Alpaca", "Orca (Oracle)"): 72.75,
+    ("Alpaca", "vLLM"): 132.44,
+}
+# The vllm-2023 step costs were fitted to these bars with a former engine; on the faithful
+# vllm-v0 profile vLLM on Alpaca lands about +39 % high (paper-figures issue).
+FIG13_KNOWN_MISSES = {("Alpaca", "vLLM")}
+# Figure 15, % of KV saved; band +-2 points
+FIG15 = {
+    "parallel sampling n=2": 6.09,
+    "parallel sampling n=4": 8.53,
+    "parallel sampling n=6": 9.79,
+    "beam search width=2": 37.56,
+    "beam search width=4": 53.13,
+    "beam search width=6": 55.16,
+}
+FIG15_KNOWN_MISSES = {"parallel sampling n=4", "parallel sampling n=6", "beam search width=6"}
+
+
+def _needs_sharegpt() -> None:
+    from kvsim.workload import DataNotFoundError, resolve_trace
+
+    try:
+        resolve_trace("sharegpt_opt")
+    except DataNotFoundError:
+        pytest.skip("the paper's ShareGPT length file is not in KVSIM_DATA")
+
+
+@pytest.mark.slow
+def test_fig13_batch_sizes(tmp_path: Path) -> None:
+    _needs_sharegpt()
+    table = reproduce("fig13", tmp_path).table
+    assert len(table) == 8
+    for r in table.itertuples():
+        paper = FIG13[(r.dataset, r.system)]
+        assert r.paper == paper
+        within = abs(r.mean_batched_requests / paper - 1) <= 0.15
+        assert within != ((r.dataset, r.system) in FIG13_KNOWN_MISSES), r
+
+
+@pytest.mark.slow
+def test_fig12_rate_ratios_in_the_papers_bands(tmp_path: Path) -> None:
+    _needs_sharegpt()
+    rep = reproduce("fig12", tmp_path)
+    rates = rep.table.dropna(subset=["sustainable_rate_per_s"]).set_index("system")
+    vllm = rates.loc["vLLM", "sustainable_rate_per_s"]
+    assert 1.7 <= vllm / rates.loc["Orca (Oracle)", "sustainable_rate_per_s"] <= 2.7
+    assert 2.7 <= vllm / rates.loc["Orca (Max)", "sustainable_rate_per_s"] <= 8.0
+    assert rep.in_band
+
+
+def test_fig12_ratios_by_hand() -> None:
+    out = ratios({"Orca (Max)": 0.5, "Orca (Oracle)": 1.0, "vLLM": 2.0}).set_index("ratio")
+    assert out.loc["vLLM / Orca (Oracle)", "value"] == 2.0  # in 1.7-2.7
+    assert out.loc["vLLM / Orca (Max)", "value"] == 4.0  # in 2.7-8
+    assert out["in_band"].all()
+    low = ratios({"Orca (Max)": 1.0, "Orca (Oracle)": 1.0, "vLLM": 1.5}).set_index("ratio")
+    assert not low["in_band"].any()  # 1.5 is below both bands
+
+
+@pytest.mark.slow
+def test_fig15_savings(tmp_path: Path) -> None:
+    rep = reproduce("fig15", tmp_path)
+    table = rep.table.set_index("system")
+    assert table.loc["beam search width=4", "fitted"]
+    assert any("FITTED" in n for n in rep.notes)
+    for system, paper in FIG15.items():
+        within = abs(table.loc[system, "kv_saved_by_sharing_pct"] - paper) <= 2.0
+        assert within != (system in FIG15_KNOWN_MISSES), (system, table.loc[system].to_dict())
+    assert (table["num_preemptions"] == 0).all()  # sharing undisturbed
+
+
+def test_quick_preemption_and_prefix_write_their_figures(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from kvsim.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["reproduce", "preemption", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    png = tmp_path / "quick" / "preemption" / "preemption.png"
+    assert png.stat().st_size > 20_000
+    table = pd.read_csv(tmp_path / "quick" / "preemption" / "preemption.csv")
+    assert set(table["preemption_mode"]) == {"recompute", "swap"}
+    # the cost model's per-token swap cost falls as blocks grow (fewer, larger PCIe copies)
+    by_block = table.groupby("cache.block_size_tokens")["swap_s_per_token"].first()
+    assert by_block.is_monotonic_decreasing
+    bad = runner.invoke(app, ["reproduce", "fig99", "--out", str(tmp_path)])
+    assert bad.exit_code == 2
+    assert "unknown 'fig99'" in bad.output
