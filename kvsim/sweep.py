@@ -389,10 +389,18 @@ def _run_points(
 
 
 def experiments_dir() -> Path:
-    """The repository's ``experiments/`` folder."""
-    from kvsim.workload import workloads_dir
+    """The shipped ``experiments/`` folder (package data, ``kvsim.presets``)."""
+    from kvsim.presets import experiments_dir as shipped
 
-    return workloads_dir().parent / "experiments"
+    return shipped()
+
+
+def default_results_root() -> Path:
+    """``results/`` of the source checkout kvsim runs from, else ``./results``."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "kvsim").is_dir():
+        return checkout / "results"
+    return Path("results")
 
 
 def open_experiment(
@@ -404,12 +412,12 @@ def open_experiment(
         name: experiment name (``experiments/NAME.toml``) or a path to a TOML file.
         quick: use the ``[quick]`` table; results then live under ``results/quick/``.
         jobs: worker processes for missing points.
-        out_root: results root (default: the repository's ``results/``).
+        out_root: results root (default: ``default_results_root()``).
     """
     path = Path(name) if name.endswith(".toml") else experiments_dir() / f"{name}.toml"
     experiment = load_experiment(path)
     if out_root is None:
-        out_root = experiments_dir().parent / "results"
+        out_root = default_results_root()
     report = run_sweep(experiment, out_root, jobs=jobs, quick=quick, progress=False)
     for f in report.failures:
         logger.warning("point %d (%s) failed: %s", f.index, f.point, f.error)

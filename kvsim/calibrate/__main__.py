@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from kvsim.cli_calibrate import register
+from kvsim.calibrate.cli import register
 
 
 def main() -> None:

@@ -19,7 +19,6 @@ from pydantic import (
     model_validator,
 )
 
-import kvsim
 from kvsim.workload.catalog import TRACES
 from kvsim.workload.lengths import SHAREGPT_LIKE
 from kvsim.workload.traces import TraceFormat
@@ -234,8 +233,10 @@ class WorkloadSpec(BaseModel):
 
 
 def workloads_dir() -> Path:
-    """The repository's ``workloads/`` preset folder."""
-    return Path(kvsim.__file__).resolve().parents[1] / "workloads"
+    """The shipped ``workloads/`` preset folder (package data, ``kvsim.presets``)."""
+    from kvsim.presets import workloads_dir as shipped
+
+    return shipped()
 
 
 def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:

@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from kvsim.cli_calibrate import device_slug, register
+from kvsim.calibrate.cli import device_slug, register
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from typer.testing import CliRunner
 
-from kvsim.cli_sweep import register
+from kvsim.cli.sweep import register
 from kvsim.experiment import parse_experiment
 from kvsim.figures import draw_figures
 from kvsim.sweep import run_sweep

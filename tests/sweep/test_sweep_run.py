@@ -128,7 +128,7 @@ def test_resume_after_real_sigkill(tmp_path, make_experiment) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "kvsim.cli_sweep",
+        "kvsim",
         "sweep",
         str(path),
         "--out",
@@ -193,7 +193,7 @@ def test_failing_point_reported_others_finish(tmp_path, make_experiment, caplog,
 def test_cli_sweep_reports_failure_and_exit_code(tmp_path) -> None:
     import typer
 
-    from kvsim.cli_sweep import register
+    from kvsim.cli.sweep import register
 
     app = typer.Typer()
     register(app)

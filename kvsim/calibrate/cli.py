@@ -1,6 +1,6 @@
 """``kvsim calibrate``: time the paged vs contiguous decode-attention microkernel on this GPU.
 
-``kvsim/cli.py`` adds the command with ``register(app)``; ``python -m kvsim.calibrate`` runs it on
+``python -m kvsim.calibrate`` runs it on
 its own. Without CuPy or a GPU the command says so and exits with status 2.
 """
 

@@ -1,6 +1,6 @@
 """``kvsim report RUN_DIR [RUN_DIR ...] [--out FILE.html]``: the self-contained HTML report.
 
-``kvsim/cli.py`` adds the command with ``register(app)``. Bad input (a missing folder, one
+Bad input (a missing folder, one
 without ``summary.json``) prints one red line and exits with status 2, without a traceback.
 """
 
@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-err_console = Console(stderr=True)
+from kvsim.cli.common import console, guard
 
 
 def report(
@@ -22,16 +21,19 @@ def report(
     ],
     out: Annotated[Path, typer.Option(help="the HTML file to write")] = Path("report.html"),
 ) -> None:
-    """One HTML page (no network, no server): animated KV memory map, memory over time,
-    latency ECDFs and summaries; two runs side by side."""
-    from kvsim.report import write_report
+    """Write one self-contained HTML page of one or two runs (animated memory map, charts).
 
-    try:
+    No network, no server: the KV memory map animated over time, memory over time, latency ECDFs
+    and summaries; two runs side by side.
+    """
+
+    def go() -> None:
+        from kvsim.report import write_report
+
         path = write_report(run_dirs, out)
-    except (ValueError, OSError) as err:
-        err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    typer.echo(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+        console.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)
+
+    guard(go)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,7 @@
 """``kvsim data``: download the real traces (``fetch``) and show what the data folder holds
 (``list``).
 
-``kvsim/cli.py`` adds the sub-app with ``register(app)``; the work is done by
+The work is done by
 :mod:`kvsim.datafetch`. Errors (network, checksum, bad pickle, unwritable folder) print one line
 naming the file and URL and exit with status 2.
 """
@@ -9,30 +9,19 @@ naming the file and URL and exit with status 2.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 
 from kvsim import datafetch
+from kvsim.cli.common import guard
 from kvsim.workload.catalog import ENV_VAR, data_dir
-
-T = TypeVar("T")
 
 data_app = typer.Typer(
     no_args_is_help=True,
     help="Download and verify the public real traces kvsim reads ($KVSIM_DATA).",
 )
-
-
-def _guard(fn: Callable[[], T]) -> T:
-    """Run ``fn``; turn user errors into one ``error:`` line on stderr and exit status 2."""
-    try:
-        return fn()
-    except (ValueError, OSError) as err:
-        typer.echo(f"error: {' '.join(str(err).split())}", err=True)
-        raise typer.Exit(2) from None
 
 
 @data_app.command("fetch")
@@ -75,7 +64,7 @@ def fetch(
         if not env_value or Path(env_value).expanduser().resolve() != here:
             typer.echo(f"kvsim reads traces from ${ENV_VAR}: export {ENV_VAR}={here}")
 
-    _guard(go)
+    guard(go)
 
 
 @data_app.command("list")
@@ -107,7 +96,7 @@ def list_(
         if any(s.state != "verified" for s in statuses):
             typer.echo("fetch the missing or differing files with `kvsim data fetch`")
 
-    _guard(go)
+    guard(go)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,8 +15,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from kvsim.cli.common import console, guard, parse_overrides
 from kvsim.config import set_dotted
 from kvsim.labels import axis_label, metric_unit
 
@@ -105,9 +107,11 @@ def plan(
     quick: Annotated[bool, typer.Option(help="Small runs: the plan's [quick] table.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,
 ) -> None:
-    """Find the smallest KV budget / largest rate / smallest TP / largest max_num_seqs meeting
-    latency targets; print the answer, its margin and the binding target; draw the curve."""
-    from kvsim.cli import _guard, console, parse_overrides
+    """Find the smallest KV budget, largest rate, smallest TP or largest max_num_seqs for targets.
+
+    Prints the answer, its margin and the binding target, and draws the curve with the target
+    lines and the answer (OUT/plan/NAME/plan.png).
+    """
     from kvsim.planning import (
         Target,
         failure,
@@ -168,7 +172,10 @@ def plan(
                 detail = ", ".join(
                     f"{t.metric} {_fmt(summary.get(t.metric), t.metric)}" for t in the_plan.targets
                 )
-            console.print(f"  {the_plan.field} = {format_value(value):<8} {verdict}  {detail}")
+            console.print(
+                f"  {the_plan.field} = {format_value(value):<8} {verdict}  {escape(detail)}",
+                highlight=False,
+            )
 
         result = run_plan(the_plan, out, jobs=jobs, quick=quick, on_point=show)
         written = save_plan(result)
@@ -180,7 +187,7 @@ def plan(
             )
         console.print(f"wrote {', '.join(str(p) for p in written)}")
 
-    _guard(go)
+    guard(go)
 
 
 def _config_table(path: Path | None) -> dict[str, Any]:

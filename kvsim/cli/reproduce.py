@@ -11,6 +11,8 @@ import pandas as pd
 import typer
 from rich.table import Table
 
+from kvsim.cli.common import check_out_dir, console, guard
+
 
 def _cell(column: str, value: Any) -> str:
     if isinstance(value, bool):
@@ -57,14 +59,16 @@ def reproduce(
     ] = False,
     progress: Annotated[bool, typer.Option(help="Progress bars on a terminal.")] = True,
 ) -> None:
-    """Reproduce a PagedAttention paper figure (or reference study) and compare it with the
-    published numbers: fig2 (main job), fig12, fig13, fig15, preemption, prefix-caching."""
-    from kvsim.cli import _guard, console
+    """Reproduce a PagedAttention paper figure next to its published numbers (fig2: main job).
+
+    fig2 (the main job), fig12, fig13, fig15, preemption (§7.3), prefix-caching (Mooncake).
+    """
     from kvsim.paper import REPRODUCTIONS
     from kvsim.paper import reproduce as run_reproduction
     from kvsim.paper.run import describe
 
     def go() -> None:
+        check_out_dir(out)
         if name not in REPRODUCTIONS:
             raise ValueError(f"reproduce: unknown {name!r}; choose from {', '.join(REPRODUCTIONS)}")
         console.print(f"[bold]{describe(name)}[/]")
@@ -75,12 +79,12 @@ def reproduce(
             quick=quick,
             scheduler=scheduler,
             progress=progress,
-            say=lambda msg: console.print(f"  {msg}", highlight=False),
+            say=lambda msg: console.print(f"  {msg}", highlight=False, markup=False),
         )
         shown = rep.table if rep.view is None else rep.view
         console.print(frame_table(shown, f"{name}: kvsim (paper)"))
         for note in rep.notes:
-            console.print(f"  {note}", highlight=False)
+            console.print(f"  {note}", highlight=False, markup=False)
         if rep.in_band is not None:
             verdict = (
                 "[green]every number within its band[/]"
@@ -90,7 +94,7 @@ def reproduce(
             console.print(f"  {verdict}")
         console.print(f"wrote {', '.join(str(p) for p in rep.paths)}")
 
-    _guard(go)
+    guard(go)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,47 @@
+"""The ``kvsim`` command line, one package of commands in one style (typer):
+
+``run`` · ``compare`` · ``plan`` · ``sweep`` · ``plot`` · ``report`` · ``reproduce`` ·
+``presets`` · ``calibrate`` · ``data`` (``fetch``, ``list``).
+
+Every command goes through ``common.guard``: a user error prints one line naming the file, field,
+line or value and exits with status 2; ``kvsim --debug COMMAND`` shows tracebacks instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from kvsim.cli import calibrate, compare, data, plan, presets, report, reproduce, run, sweep
+from kvsim.cli.common import STATE
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="kvsim: simulate KV-cache allocation policies for LLM serving.",
+)
+
+
+@app.callback()
+def _options(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")
+    ] = False,
+) -> None:
+    STATE.debug = debug
+
+
+for module in (run, compare, plan, sweep, report, reproduce, presets, calibrate, data):
+    module.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()
+
+
+__all__ = ["app", "main"]

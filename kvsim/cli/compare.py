@@ -1,0 +1,53 @@
+"""``kvsim compare RUN_A RUN_B``: two runs' summaries side by side with their differences."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvsim.cli.common import console, guard
+
+
+def load_summary(folder: Path) -> dict[str, Any]:
+    """A run's ``summary.json`` (a folder written by ``kvsim run --out``, a sweep point, or the
+    file itself).
+
+    Raises:
+        ValueError: no such file, or not a JSON object.
+    """
+    path = folder / "summary.json" if folder.is_dir() else folder
+    if not path.is_file():
+        raise ValueError(
+            f"{folder}: no summary.json (a folder written by `kvsim run --out`, or a sweep "
+            "point under results/NAME/points/)"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a kvsim summary ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a kvsim summary (expected a JSON object)")
+    return data
+
+
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="A results folder (kvsim run --out A).")],
+    run_b: Annotated[Path, typer.Argument(help="Another results folder.")],
+) -> None:
+    """Print two runs' summaries side by side with their differences (B - A)."""
+
+    def go() -> None:
+        from kvsim.summary_view import compare_table
+
+        a, b = load_summary(run_a), load_summary(run_b)
+        console.print(compare_table(a, b, str(run_a), str(run_b)))
+
+    guard(go)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare`` to the ``kvsim`` app."""
+    app.command("compare")(compare)

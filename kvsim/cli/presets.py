@@ -1,0 +1,101 @@
+"""``kvsim presets``: the shipped models, GPUs, workloads, experiments and plans."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kvsim.cli.common import console, guard
+
+KINDS = ("models", "gpus", "workloads", "experiments", "plans")
+
+
+def _described(folder: Path, title: str, hint: str) -> Table:
+    table = Table(title=f"{title} ({hint})", title_justify="left")
+    table.add_column("name")
+    table.add_column("what")
+    for path in sorted(folder.glob("*.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = str(data.get("description", "")) or _first_comment(path)
+        table.add_row(path.stem, text)
+    return table
+
+
+def _first_comment(path: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def _models() -> Table:
+    from kvsim.config import preset_table
+
+    table = Table(title="models (model = NAME)", title_justify="left")
+    for col in ("name", "layers", "kv heads", "head dim", "KiB/token", "params (B)"):
+        table.add_column(col)
+    for name, m in preset_table("models").items():
+        kib = 2 * m["num_layers"] * m["num_kv_heads"] * m["head_dim"] * m.get("dtype_bytes", 2)
+        table.add_row(
+            name,
+            str(m["num_layers"]),
+            str(m["num_kv_heads"]),
+            str(m["head_dim"]),
+            f"{kib / 1024:g}",
+            f"{m['num_params'] / 1e9:.1f}",
+        )
+    return table
+
+
+def _gpus() -> Table:
+    from kvsim.config import preset_table
+
+    table = Table(title="GPUs (gpu = NAME)", title_justify="left")
+    for col in ("name", "memory (GiB)", "HBM (TB/s)", "FP16 (TFLOP/s)"):
+        table.add_column(col)
+    for name, g in preset_table("gpus").items():
+        table.add_row(
+            name,
+            f"{g['memory_bytes'] / 2**30:.1f}",
+            f"{g['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}",
+            f"{g['fp16_flops_per_s'] / 1e12:.0f}",
+        )
+    return table
+
+
+def presets(
+    kind: Annotated[
+        str | None,
+        typer.Argument(help="models, gpus, workloads, experiments or plans (default: all)."),
+    ] = None,
+) -> None:
+    """List the shipped presets: models, GPUs, workloads, experiments and plans."""
+
+    def go() -> None:
+        from kvsim.presets import experiments_dir, plans_dir, workloads_dir
+
+        if kind is not None and kind not in KINDS:
+            raise ValueError(f"presets: unknown kind {kind!r}; choose from {', '.join(KINDS)}")
+        tables: dict[str, Callable[[], Table]] = {
+            "models": _models,
+            "gpus": _gpus,
+            "workloads": lambda: _described(workloads_dir(), "workloads", "workload = NAME"),
+            "experiments": lambda: _described(
+                experiments_dir(), "experiments", "kvsim sweep experiments/NAME.toml"
+            ),
+            "plans": lambda: _described(plans_dir(), "plans", "kvsim plan NAME"),
+        }
+        for name in KINDS if kind is None else (kind,):
+            console.print(tables[name]())
+
+    guard(go)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``presets`` to the ``kvsim`` app."""
+    app.command("presets")(presets)

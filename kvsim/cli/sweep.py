@@ -1,0 +1,99 @@
+"""``kvsim sweep`` (run an experiment's points, resumably, on a process pool or Dask) and
+``kvsim plot`` (draw a sweep's standard figures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvsim.cli.common import check_out_dir, console, err_console, guard
+
+
+def sweep(
+    experiment: Annotated[
+        Path,
+        typer.Argument(help="Experiment TOML (e.g. experiments/fig2.toml) or a shipped name."),
+    ],
+    jobs: Annotated[int, typer.Option("-j", "--jobs", min=1, help="Worker processes.")] = 1,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="Dask scheduler: tcp://HOST:PORT, or 'local' for a local Dask cluster "
+            "(default: a local process pool)."
+        ),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
+    quick: Annotated[
+        bool,
+        typer.Option(help="Small runs: the TOML's \\[quick] table; results go to OUT/quick/NAME."),
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
+) -> None:
+    """Run every unfinished point of an experiment and write OUT/NAME/summary.parquet."""
+
+    def go() -> None:
+        from kvsim.experiment import load_experiment
+        from kvsim.presets import experiments_dir
+        from kvsim.sweep import run_sweep
+
+        check_out_dir(out)
+        path = experiment
+        if not path.exists() and path.suffix != ".toml":
+            path = experiments_dir() / f"{experiment}.toml"
+        if path.is_dir():
+            raise ValueError(f"{experiment}: is a folder; give an experiment TOML file")
+        if not path.is_file():
+            raise ValueError(f"{experiment}: no such experiment file (kvsim presets experiments)")
+        spec = load_experiment(path)
+        report = run_sweep(
+            spec, out, jobs=jobs, scheduler=scheduler, quick=quick, progress=progress
+        )
+        console.print(
+            f"{report.folder}: {len(report.table)} points in summary.parquet "
+            f"({report.num_run} run, {report.num_skipped} resumed, "
+            f"{len(report.failures)} failed)",
+            highlight=False,
+        )
+        for f in report.failures:
+            err_console.print(
+                f"FAILED point {f.index} [{f.point}] key={f.key}: {f.error}",
+                highlight=False,
+                markup=False,
+            )
+        if report.failures:
+            raise typer.Exit(1)
+
+    try:
+        guard(go)
+    except typer.Exit as exit_:
+        if exit_.exit_code == 130:
+            err_console.print("finished points are saved; run the same command to resume")
+        raise
+
+
+def plot(
+    results: Annotated[list[Path], typer.Argument(help="Sweep folders, e.g. results/fig2.")],
+    out: Annotated[
+        Path | None, typer.Option(help="Where PNGs go (default: RESULTS/figures).")
+    ] = None,
+) -> None:
+    """Draw the standard figures (PNG) of one or more sweep folders."""
+
+    def go() -> None:
+        from kvsim.figures import draw_figures
+
+        check_out_dir(out)
+        for folder in results:
+            written = draw_figures(folder, None if out is None else out / folder.name)
+            where = written[0].parent if written else "-"
+            console.print(f"{folder}: {len(written)} figures -> {where}", highlight=False)
+
+    guard(go)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sweep`` and ``plot`` to the ``kvsim`` app."""
+    app.command("sweep")(sweep)
+    app.command("plot")(plot)
