@@ -26,7 +26,7 @@ reproduce: $(STAMP)
 	$(KVSIM) reproduce fig2 -j $(JOBS)
 
 test: $(STAMP)
-	KVSIM_QUICK=1 $(PY) -m pytest -q -n 2 -m "not gpu" tests --nbmake notebooks
+	KVSIM_QUICK=1 $(PY) -m pytest -q -n 2 -m "not gpu" tests
 
 test-gpu: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[gpu]'

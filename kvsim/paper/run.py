@@ -120,7 +120,7 @@ def describe(name: str) -> str:
 
 def reproduce(
     name: str,
-    out_root: str | Path = "results",
+    out_root: str | Path | None = None,
     *,
     jobs: int = 1,
     quick: bool = False,
@@ -128,7 +128,8 @@ def reproduce(
     progress: bool = False,
     say: Callable[[str], None] | None = None,
 ) -> Reproduction:
-    """Run reproduction ``name`` (one of ``REPRODUCTIONS``) and write its CSV and PNG.
+    """Run reproduction ``name`` (one of ``REPRODUCTIONS``) and write its CSV and PNG under
+    ``out_root`` (default: the checkout's ``results/``, else ``./results``).
 
     Raises:
         ValueError: unknown name, or a point failed.
@@ -137,6 +138,10 @@ def reproduce(
     registry = _registry()
     if name not in registry:
         raise ValueError(f"reproduce: unknown {name!r}; choose from {', '.join(REPRODUCTIONS)}")
+    if out_root is None:
+        from kvsim.sweep import default_results_root
+
+        out_root = default_results_root()
     ctx = Context(Path(out_root), jobs, quick, scheduler, progress, say or (lambda _m: None))
     return registry[name][1](ctx)
 
