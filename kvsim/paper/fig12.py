@@ -63,9 +63,10 @@ def figure(results: dict[str, PlanResult], thresholds: dict[str, float]) -> Figu
     return fig
 
 
-def run(ctx: Context) -> Reproduction:
-    """Baselines by sweep, sustainable rates by plan, ratios against the paper's bands."""
-    experiment = ctx.experiment("fig12")
+def run(ctx: Context, name: str = "fig12") -> Reproduction:
+    """Baselines by sweep, sustainable rates by plan, ratios against the paper's bands
+    (``name``: ``fig12`` for OPT-13B, ``fig12-66b``, ``fig12-175b``)."""
+    experiment = ctx.experiment(name)
     sweep = ctx.sweep(experiment)
     analysis = experiment.analysis
     factor = float(analysis.get("latency_factor", 4.0))
@@ -76,7 +77,7 @@ def run(ctx: Context) -> Reproduction:
         baseline = float(row[METRIC])
         thresholds[system] = factor * baseline
         plan = Plan(
-            name=f"fig12-{system.lower().replace(' ', '-').replace('(', '').replace(')', '')}",
+            name=f"{name}-{system.lower().replace(' ', '-').replace('(', '').replace(')', '')}",
             base=experiment.labelled_base(system),
             field="workload.rate_per_s",
             direction="largest",
@@ -122,7 +123,7 @@ def run(ctx: Context) -> Reproduction:
         ]
     )
     rep = Reproduction(
-        "fig12",
+        name,
         table,
         notes=[f"sustainable: {METRIC} <= {factor:g} x the system's own at the baseline rate"],
         in_band=bool(ratio["in_band"].all()),

@@ -91,13 +91,22 @@ class Reproduction:
 
 
 def _registry() -> dict[str, tuple[str, Callable[[Context], Reproduction]]]:
-    from kvsim.paper import fig2, fig12, fig13, fig15, preemption, prefix
+    from kvsim.paper import fig2, fig12, fig13, fig15, fig18b, preemption, prefix
 
     return {
         "fig2": (fig2.DESCRIPTION, fig2.run),
         "fig12": (fig12.DESCRIPTION, fig12.run),
+        "fig12-66b": (
+            "Figure 12, OPT-66B on 4 GPUs: sustainable ShareGPT rate and ratios",
+            lambda ctx: fig12.run(ctx, "fig12-66b"),
+        ),
+        "fig12-175b": (
+            "Figure 12, OPT-175B on 8 GPUs: sustainable ShareGPT rate and ratios",
+            lambda ctx: fig12.run(ctx, "fig12-175b"),
+        ),
         "fig13": (fig13.DESCRIPTION, fig13.run),
         "fig15": (fig15.DESCRIPTION, fig15.run),
+        "fig18b": (fig18b.DESCRIPTION, fig18b.run),
         "preemption": (preemption.DESCRIPTION, preemption.run),
         "prefix-caching": (prefix.DESCRIPTION, prefix.run),
     }
@@ -106,8 +115,11 @@ def _registry() -> dict[str, tuple[str, Callable[[Context], Reproduction]]]:
 REPRODUCTIONS = (
     "fig2",
     "fig12",
+    "fig12-66b",
+    "fig12-175b",
     "fig13",
     "fig15",
+    "fig18b",
     "preemption",
     "prefix-caching",
 )

@@ -110,3 +110,11 @@ def test_quick_preemption_and_prefix_write_their_figures(tmp_path: Path) -> None
     bad = runner.invoke(app, ["reproduce", "fig99", "--out", str(tmp_path)])
     assert bad.exit_code == 2
     assert "unknown 'fig99'" in bad.output
+
+
+@pytest.mark.parametrize("name", ["fig12-66b", "fig12-175b", "fig18b"])
+def test_more_figures_run_quick(name: str, tmp_path: Path) -> None:
+    rep = reproduce(name, tmp_path, quick=True)
+    assert [p.suffix for p in rep.paths] == [".csv", ".png"]
+    assert rep.paths[1].stat().st_size > 10_000
+    assert rep.in_band is not None
