@@ -105,6 +105,10 @@ def _registry() -> dict[str, tuple[str, Callable[[Context], Reproduction]]]:
             lambda ctx: fig12.run(ctx, "fig12-175b"),
         ),
         "fig13": (fig13.DESCRIPTION, fig13.run),
+        "fig14": (
+            "Figure 14: sustainable Alpaca rate, basic sampling and beam width 6, vLLM / Orca",
+            lambda ctx: fig12.run(ctx, "fig14", "fig14"),
+        ),
         "fig15": (fig15.DESCRIPTION, fig15.run),
         "fig18b": (fig18b.DESCRIPTION, fig18b.run),
         "preemption": (preemption.DESCRIPTION, preemption.run),
@@ -118,6 +122,7 @@ REPRODUCTIONS = (
     "fig12-66b",
     "fig12-175b",
     "fig13",
+    "fig14",
     "fig15",
     "fig18b",
     "preemption",
