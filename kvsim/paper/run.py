@@ -110,6 +110,10 @@ def _registry() -> dict[str, tuple[str, Callable[[Context], Reproduction]]]:
             lambda ctx: fig12.run(ctx, "fig14", "fig14"),
         ),
         "fig15": (fig15.DESCRIPTION, fig15.run),
+        "fig16": (
+            "Figure 16: shared few-shot prefix (translation), vLLM / Orca (Oracle)",
+            lambda ctx: fig12.run(ctx, "fig16", "fig16"),
+        ),
         "fig18b": (fig18b.DESCRIPTION, fig18b.run),
         "preemption": (preemption.DESCRIPTION, preemption.run),
         "prefix-caching": (prefix.DESCRIPTION, prefix.run),
@@ -124,6 +128,7 @@ REPRODUCTIONS = (
     "fig13",
     "fig14",
     "fig15",
+    "fig16",
     "fig18b",
     "preemption",
     "prefix-caching",
