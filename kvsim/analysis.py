@@ -7,7 +7,6 @@ budget meeting latency targets) from a summary table.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.results import Results
+from kvsim.textfile import read_json, read_parquet
 
 
 def short_name(dotted: str) -> str:
@@ -78,7 +78,7 @@ class SweepResults:
     def snapshot(self, key: str) -> pd.DataFrame | None:
         """The point's KV-pool snapshot (``poolmap.SNAPSHOT_COLUMNS``), if one was taken."""
         path = self.folder / "points" / key / "snapshot.parquet"
-        return pd.read_parquet(path) if path.is_file() else None
+        return read_parquet(path) if path.is_file() else None
 
 
 def load_sweep(folder: str | Path) -> SweepResults:
@@ -86,13 +86,16 @@ def load_sweep(folder: str | Path) -> SweepResults:
 
     Raises:
         FileNotFoundError: no ``summary.parquet`` in ``folder``.
+        ValueError: a corrupt ``summary.parquet`` or ``experiment.json`` (naming the file).
     """
     folder = Path(folder)
     if not (folder / "summary.parquet").is_file():
         raise FileNotFoundError(f"{folder}: no summary.parquet; run `kvsim sweep` first")
     meta_path = folder / "experiment.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return SweepResults(folder, pd.read_parquet(folder / "summary.parquet"), meta)
+    meta = read_json(meta_path) if meta_path.is_file() else {}
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_path}: expected a JSON object (a sweep's experiment.json)")
+    return SweepResults(folder, read_parquet(folder / "summary.parquet"), meta)
 
 
 def smallest_budget(

@@ -11,18 +11,24 @@ for every point) and ``grid`` (replacement grid axes) used by ``--quick`` runs (
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
-import tomllib
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvsim.config import SimConfig, config_from_dict, set_dotted
+from kvsim.limits import MAX_POINTS, MAX_TIME_S
+from kvsim.textfile import read_toml
 from kvsim.workload import workloads_dir
 
 LABEL = "label"
 _TOP_KEYS = {"name", "description", "base", "grid", "zip", "quick", "snapshot_at_s", "analysis"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
+_RESERVED_NAMES = frozenset({"quick", "plan"})  # OUT/quick/NAME and OUT/plan/NAME live there
 
 
 @dataclass(frozen=True)
@@ -148,11 +154,18 @@ def make_point(
         config = config_from_dict(data)
     except (ValueError, FileNotFoundError) as err:
         return Point(index, overrides, label, None, str(err))
-    return Point(index, overrides, label, config)
+    # the swept values as they ran: a quick override of a swept field replaces it
+    shown = {k: extra.get(k, v) for k, v in overrides.items()}
+    return Point(index, shown, label, config)
 
 
 def resolve_workload_preset(data: dict[str, Any]) -> None:
-    """Replace ``data["workload"]["preset"]`` by the preset's table, other keys winning."""
+    """Replace ``data["workload"]["preset"]`` by the preset's table, other keys winning.
+
+    Raises:
+        FileNotFoundError: no such preset.
+        ValueError: the preset file is not UTF-8 TOML, or its workload is not a table.
+    """
     workload = data.get("workload")
     if not isinstance(workload, dict) or "preset" not in workload:
         return
@@ -161,61 +174,152 @@ def resolve_workload_preset(data: dict[str, Any]) -> None:
     if not path.is_file():
         names = sorted(p.stem for p in workloads_dir().glob("*.toml"))
         raise FileNotFoundError(f"workload.preset: no preset {name!r} ({path}); presets: {names}")
-    table = tomllib.loads(path.read_text())
-    data["workload"] = {**table.get("workload", table), **workload}
+    table = read_toml(path)
+    preset = table.get("workload", table)
+    if not isinstance(preset, dict):
+        raise ValueError(f"{path}: [workload] must be a table, got {preset!r}")
+    data["workload"] = {**preset, **workload}
+
+
+def check_name(name: Any, what: str = "name") -> str:
+    """``name`` if it is a results-folder name: 1-100 of ``A-Z a-z 0-9 _ . + -``, starting with a
+    letter or digit, no ``..`` (so no path separators, no absolute paths, no parent folders), and
+    none of the folders a results root reserves (``quick``, ``plan``).
+
+    Raises:
+        ValueError: naming ``what`` and the value.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"{what}: expected a folder name of letters, digits, '_', '.', '+' or '-' (at most "
+            f"100, starting with a letter or digit; no '/', no '..'), got {name!r}"
+        )
+    if name in _RESERVED_NAMES:
+        raise ValueError(
+            f"{what}: {name!r} is a folder the results root reserves "
+            f"({', '.join(sorted(_RESERVED_NAMES))}); choose another name"
+        )
+    return name
+
+
+def _check_table(where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: must be a table, got {_short(value)}")
+    return value
 
 
 def _check_lists(where: str, table: Any) -> dict[str, list[Any]]:
-    if not isinstance(table, dict):
-        raise ValueError(f"{where}: must be a table of dotted field = [values], got {table!r}")
+    table = _check_table(f"{where} (dotted field = [values])", table)
     for key, values in table.items():
+        _check_dotted(f"{where}.{key}", key)
         if not isinstance(values, list) or not values:
-            raise ValueError(f"{where}.{key}: must be a non-empty list, got {values!r}")
+            raise ValueError(f"{where}.{key}: must be a non-empty list, got {_short(values)}")
+        if key == LABEL and not all(isinstance(v, (str, int, float)) for v in values):
+            raise ValueError(f"{where}.label: labels must be strings, got {_short(values)}")
     return dict(table)
+
+
+def _check_dotted(where: str, key: str) -> None:
+    if not all(part.strip() for part in key.split(".")):
+        raise ValueError(f"{where}: expected a dotted field such as cache.block_size_tokens")
+
+
+def _check_plain(where: str, value: Any) -> None:
+    """TOML dates and times are no config values (and do not serialise to JSON)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_plain(f"{where}.{key}", item)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_plain(f"{where}[{i}]", item)
+    elif isinstance(value, (datetime.date, datetime.time)):
+        raise ValueError(f"{where}: a TOML date/time is not a config value, got {value}")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: must be a finite number, got {value!r}")
+
+
+def _snapshot(where: str, value: Any) -> float | None:
+    """A memory-map snapshot time: ``None`` or a finite number of seconds in [0, MAX_TIME_S]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: expected a number of simulated seconds, got {_short(value)}")
+    if not 0 <= value <= MAX_TIME_S:
+        raise ValueError(f"{where}: expected seconds in [0, {MAX_TIME_S:g}], got {value!r}")
+    return float(value)
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _num_points(grid: dict[str, list[Any]], zips: list[dict[str, list[Any]]]) -> int:
+    sizes = [len(v) for v in grid.values()] + [len(next(iter(z.values()))) for z in zips if z]
+    return math.prod(sizes)
 
 
 def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
     """Validate an experiment table (as read from TOML).
 
     Raises:
-        ValueError: unknown top-level keys, non-list axes, or zipped lists of unequal length.
+        ValueError: unknown keys, a section that is not a table, non-list axes, zipped lists of
+            unequal length, a bad ``name`` or ``snapshot_at_s``, or more than
+            ``kvsim.limits.MAX_POINTS`` points; the message names the key.
     """
+    _check_table("experiment", data)
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ValueError(
             f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}"
         )
+    base = _check_table("base", data.get("base", {}))
+    _check_plain("base", base)
     grid = _check_lists("grid", data.get("grid", {}))
     raw_zips = data.get("zip", [])
     raw_zips = [raw_zips] if isinstance(raw_zips, dict) else raw_zips
+    if not isinstance(raw_zips, list):
+        raise ValueError(f"zip: must be a table or [[zip]] tables, got {_short(raw_zips)}")
     zips = [_check_lists(f"zip[{i}]", z) for i, z in enumerate(raw_zips)]
     for i, z in enumerate(zips):
         lengths = {k: len(v) for k, v in z.items()}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"zip[{i}]: lists must have equal lengths, got {lengths}")
-    quick = data.get("quick", {})
-    snapshot = data.get("snapshot_at_s")
+    _check_plain("grid", grid)
+    _check_plain("zip", zips)
+    quick = _check_table("quick", data.get("quick", {}))
     unknown_quick = set(quick) - {"set", "grid", "snapshot_at_s"}
     if unknown_quick:
         raise ValueError(
             f"quick: unknown keys {sorted(unknown_quick)}; expected set, grid, snapshot_at_s"
         )
+    quick_set = _check_table("quick.set", quick.get("set", {}))
+    for key in quick_set:
+        _check_dotted(f"quick.set.{key}", key)
+    _check_plain("quick", quick)
+    quick_grid = _check_lists("quick.grid", quick.get("grid", {}))
+    snapshot = _snapshot("snapshot_at_s", data.get("snapshot_at_s"))
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise ValueError(f"description: must be a string, got {_short(description)}")
+    num_points = max(_num_points(grid, zips), _num_points({**grid, **quick_grid}, zips))
+    if num_points > MAX_POINTS:
+        raise ValueError(
+            f"grid/zip: {num_points:,} points (the product of the axes' lengths), more than the "
+            f"{MAX_POINTS:,} one sweep runs; split the experiment"
+        )
     return Experiment(
-        name=str(data.get("name", name)),
-        base=dict(data.get("base", {})),
+        name=check_name(data.get("name", name), "name"),
+        base=dict(base),
         grid=grid,
         zips=zips,
-        quick_set=dict(quick.get("set", {})),
-        quick_grid=_check_lists("quick.grid", quick.get("grid", {})),
-        snapshot_at_s=None if snapshot is None else float(snapshot),
-        quick_snapshot_at_s=_float_or_none(quick.get("snapshot_at_s", snapshot)),
-        description=str(data.get("description", "")),
-        analysis=dict(data.get("analysis", {})),
+        quick_set=dict(quick_set),
+        quick_grid=quick_grid,
+        snapshot_at_s=snapshot,
+        quick_snapshot_at_s=_snapshot("quick.snapshot_at_s", quick.get("snapshot_at_s", snapshot)),
+        description=description,
+        analysis=dict(_check_table("analysis", data.get("analysis", {}))),
     )
-
-
-def _float_or_none(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -223,11 +327,12 @@ def load_experiment(path: str | Path) -> Experiment:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: invalid TOML or experiment table.
+        ValueError: a folder, not UTF-8, invalid TOML or an invalid experiment table (the message
+            starts with the file's path).
     """
     path = Path(path)
+    data = read_toml(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: invalid TOML: {err}") from None
-    return parse_experiment(data, name=path.stem)
+        return parse_experiment(data, name=path.stem)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None

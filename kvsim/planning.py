@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +28,15 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.config import config_from_dict, set_dotted
-from kvsim.experiment import Point
+from kvsim.experiment import Point, check_name
 from kvsim.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
+from kvsim.textfile import read_toml
 from kvsim.units import GiB
 
 Direction = Literal["smallest", "largest"]
+_QUESTION_KEYS = frozenset(
+    {"field", "direction", "lo", "hi", "targets", "resolution", "integer", "choices"}
+)
 
 
 class PlanPointError(ValueError):
@@ -109,12 +112,33 @@ class Plan:
     quick: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_name(self.name, "plan name")  # results go to OUT/plan/NAME, nowhere else
         if self.direction not in ("smallest", "largest"):
             raise ValueError(f"direction: 'smallest' or 'largest', got {self.direction!r}")
         if not 0 < self.lo < self.hi or not math.isfinite(self.hi):
             raise ValueError(f"{self.field}: need 0 < lo < hi, got lo={self.lo}, hi={self.hi}")
         if not self.targets:
             raise ValueError("a plan needs at least one target (METRIC<=NUMBER)")
+        if not 0 < self.resolution <= 10:  # NaN fails too
+            raise ValueError(f"resolution: expected a number in (0, 10], got {self.resolution}")
+        if self.hi / self.lo > 1e12:
+            raise ValueError(f"{self.field}: the bracket [{self.lo:g}, {self.hi:g}] spans > 1e12")
+
+    def check_field(self) -> None:
+        """The knob is a config field: the base config with the knob at ``hi`` validates, or fails
+        for another reason than an unknown field.
+
+        Raises:
+            ValueError: the knob names no field of the config (a typo).
+        """
+        try:
+            config_from_dict(json.loads(json.dumps(self.base)), {self.field: self.value(self.hi)})
+        except ValueError as err:
+            message = str(err)
+            if "Extra inputs are not permitted" in message or "not a table" in message:
+                raise ValueError(
+                    f"plan: {self.field!r} is not a config field ({message.splitlines()[0]})"
+                ) from None
 
     def value(self, x: float) -> float | int:
         """``x`` as the knob takes it."""
@@ -140,12 +164,7 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
         FileNotFoundError: no such file.
     """
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: invalid TOML: {err}") from None
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    data = read_toml(path)
     unknown = set(data) - {
         "name",
         "description",
@@ -158,6 +177,18 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
     }
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    for key in ("base", "set", "question", "quick"):
+        if not isinstance(data.get(key, {}), dict):
+            raise ValueError(f"{path}: [{key}] must be a table, got {data[key]!r}")
+    unknown_q = set(data.get("question", {})) - _QUESTION_KEYS
+    if unknown_q:
+        raise ValueError(
+            f"{path}: [question] unknown keys {sorted(unknown_q)}; "
+            f"expected {sorted(_QUESTION_KEYS)}"
+        )
+    for key in ("experiment", "label", "name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise ValueError(f"{path}: {key} must be a string, got {data[key]!r}")
     base = experiment_base(data, str(path)) if "experiment" in data else dict(data.get("base", {}))
     for dotted, value in {**data.get("set", {}), **(overrides or {})}.items():
         set_dotted(base, dotted, value)
@@ -174,7 +205,12 @@ def experiment_base(data: dict[str, Any], where: str) -> dict[str, Any]:
     from kvsim.experiment import load_experiment
     from kvsim.sweep import experiments_dir
 
-    experiment = load_experiment(experiments_dir() / f"{data['experiment']}.toml")
+    name = check_name(data["experiment"], f"{where}: experiment")  # a shipped experiment
+    path = experiments_dir() / f"{name}.toml"
+    if not path.is_file():
+        names = sorted(p.stem for p in experiments_dir().glob("*.toml"))
+        raise ValueError(f"{where}: experiment {name!r} is not a shipped experiment ({names})")
+    experiment = load_experiment(path)
     label = data.get("label")
     if label is None:
         base: dict[str, Any] = json.loads(json.dumps(experiment.base))

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
-from kvsim.config import SimConfig
+from kvsim.config import SimConfig, format_validation_error
 from kvsim.metrics import summarize
 from kvsim.recorder import MEMORY_COLUMNS
 from kvsim.request import Request
+from kvsim.textfile import read_json, read_parquet
 
 REQUEST_COLUMNS = (
     "req_id",
@@ -85,17 +87,29 @@ class Results:
 
     @classmethod
     def load(cls, folder: str | Path) -> Results:
-        """Read a folder written by ``save``."""
+        """Read a folder written by ``save``.
+
+        Raises:
+            FileNotFoundError: a file of the folder is missing.
+            ValueError: a corrupt file, or a ``config.json`` that is not a valid config (naming
+                the file).
+        """
         folder = Path(folder)
-        config = SimConfig.model_validate_json((folder / "config.json").read_text())
+        try:
+            config = SimConfig.model_validate(read_json(folder / "config.json"))
+        except ValidationError as err:
+            raise ValueError(f"{folder / 'config.json'}: {format_validation_error(err)}") from None
         maps = folder / "mapframes.parquet"
+        summary = read_json(folder / "summary.json")
+        if not isinstance(summary, dict):
+            raise ValueError(f"{folder / 'summary.json'}: expected a JSON object")
         return cls(
             config,
-            pd.read_parquet(folder / "requests.parquet"),
-            pd.read_parquet(folder / "memory.parquet"),
-            json.loads((folder / "summary.json").read_text()),
-            pd.read_parquet(maps) if maps.is_file() else None,
-            pd.read_parquet(folder / "frames.parquet") if maps.is_file() else None,
+            read_parquet(folder / "requests.parquet"),
+            read_parquet(folder / "memory.parquet"),
+            summary,
+            read_parquet(maps) if maps.is_file() else None,
+            read_parquet(folder / "frames.parquet") if maps.is_file() else None,
         )
 
 

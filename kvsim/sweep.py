@@ -10,29 +10,27 @@ point, in expansion order: the swept fields, then the summary metrics.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import multiprocessing
 import os
 import shutil
 import time
 import traceback
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from kvsim.analysis import SweepResults, load_sweep
 from kvsim.config import SimConfig
 from kvsim.engine import simulate
-from kvsim.experiment import LABEL, Experiment, Point, load_experiment
+from kvsim.experiment import LABEL, Experiment, Point, check_name, load_experiment
 from kvsim.results import Results
+from kvsim.workers import DASK_CONNECT_TIMEOUT_S, dask_map, pool_map
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +68,9 @@ def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOut
     """Simulate one point (runs in a worker); never raises for a failing simulation."""
     start = time.perf_counter()
     try:
-        at = () if snapshot_at_s is None else (snapshot_at_s,)
+        # a radix tree has no slot map: its points run without a snapshot
+        no_map = snapshot_at_s is None or config.cache.allocator == "radix"
+        at: tuple[float, ...] = () if no_map or snapshot_at_s is None else (snapshot_at_s,)
         results = simulate(config, map_at_s=at)
         snap = None
         if results.mapframes is not None:  # the one frame, taken in this very run
@@ -174,43 +174,19 @@ def _serial(todo: list[Point], snapshot_at_s: float | None) -> Iterator[tuple[Po
 def _pool(
     todo: list[Point], jobs: int, snapshot_at_s: float | None
 ) -> Iterator[tuple[Point, PointOutcome]]:
-    context = multiprocessing.get_context("spawn")  # no fork of a threaded driver
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(run_point, _config(p), snapshot_at_s): p for p in todo}
-        try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+    calls = [(p, (_config(p), snapshot_at_s)) for p in todo]
+    yield from pool_map(run_point, calls, jobs)  # workers die with the driver (kvsim.workers)
 
 
 def _dask(
-    todo: list[Point], jobs: int, scheduler: str, snapshot_at_s: float | None
+    todo: list[Point],
+    jobs: int,
+    scheduler: str,
+    snapshot_at_s: float | None,
+    connect_timeout_s: float,
 ) -> Iterator[tuple[Point, PointOutcome]]:
-    dd: Any = importlib.import_module("dask.distributed")  # untyped: keep mypy --strict quiet
-
-    cluster = None
-    if scheduler == "local":
-        cluster = dd.LocalCluster(
-            n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
-        )
-        client = dd.Client(cluster)
-    else:
-        client = dd.Client(scheduler)
-    try:
-        futures = [
-            client.submit(
-                run_point, p.config, snapshot_at_s, key=f"kvsim-point-{p.key}", pure=False
-            )
-            for p in todo
-        ]
-        by_key = {f.key: p for f, p in zip(futures, todo, strict=True)}
-        for future in dd.as_completed(futures):
-            yield by_key[future.key], future.result()
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+    calls = [(p, (p.config, snapshot_at_s), f"kvsim-point-{p.key}") for p in todo]
+    yield from dask_map(run_point, calls, scheduler, jobs, connect_timeout_s)
 
 
 def outcomes(
@@ -219,6 +195,7 @@ def outcomes(
     jobs: int = 1,
     scheduler: str | None = None,
     snapshot_at_s: float | None = None,
+    connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
 ) -> Iterator[tuple[Point, PointOutcome]]:
     """Run ``todo`` and yield ``(point, outcome)`` as each finishes.
 
@@ -228,9 +205,13 @@ def outcomes(
         scheduler: ``None`` for the local pool; ``"local"`` for a local Dask cluster;
             ``"tcp://HOST:PORT"`` for a running Dask scheduler.
         snapshot_at_s: simulated second of the memory-map snapshot (``None``: none).
+        connect_timeout_s: seconds to wait for a remote Dask scheduler.
+
+    Raises:
+        ValueError: (when iterated) an unreachable or malformed Dask scheduler address.
     """
     if scheduler is not None:
-        return _dask(todo, jobs, scheduler, snapshot_at_s)
+        return _dask(todo, jobs, scheduler, snapshot_at_s, connect_timeout_s)
     if jobs <= 1:
         return _serial(todo, snapshot_at_s)
     return _pool(todo, jobs, snapshot_at_s)
@@ -255,9 +236,9 @@ def summary_table(experiment: Experiment, points: list[Point], folder: Path) -> 
     metrics = [
         json.loads((point_dir(folder, str(p.key)) / "summary.json").read_text()) for p in done
     ]
-    table = pd.DataFrame(columns)
+    table = pd.DataFrame(columns, index=range(len(done)))  # rows even when nothing is swept
     metric_frame = pd.DataFrame(metrics)
-    if table.empty:
+    if not done:
         return pd.DataFrame(columns=[*swept, *metric_frame.columns])
     return pd.concat([table, metric_frame.drop(columns=swept, errors="ignore")], axis=1)
 
@@ -270,6 +251,7 @@ def run_sweep(
     scheduler: str | None = None,
     quick: bool = False,
     progress: bool = True,
+    connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
 ) -> SweepReport:
     """Run every unfinished point of ``experiment`` and gather ``summary.parquet``.
 
@@ -281,14 +263,18 @@ def run_sweep(
         scheduler: ``None`` (local pool), ``"local"`` (local Dask cluster) or a Dask address.
         quick: apply the experiment's ``[quick]`` overrides (small runs for tests).
         progress: show a tqdm bar (points done, rate, time left).
+        connect_timeout_s: seconds to wait for a remote Dask ``scheduler`` to answer.
 
     Returns:
         A ``SweepReport``; failures of single points do not raise.
 
     Raises:
-        ValueError: no point has a valid config (e.g. a misspelt field in ``[grid]``).
+        ValueError: no point has a valid config (e.g. a misspelt field in ``[grid]``), the
+            experiment's name is not a folder name, or the Dask scheduler is unreachable.
+        OSError: the results folder cannot be written (a file in the way, a full disk).
         KeyboardInterrupt: after writing ``summary.parquet`` of the points finished so far.
     """
+    check_name(experiment.name, "experiment name")  # the results stay under out_root
     points = experiment.points(quick=quick)
     if points and all(p.config is None for p in points):
         raise ValueError(
@@ -313,6 +299,13 @@ def run_sweep(
         if p.config is None
     ]
     unique = {p.key: p for p in reversed(points) if p.key is not None}  # first point per key
+    radix = [p for p in unique.values() if _config(p).cache.allocator == "radix"]
+    if radix and experiment.snapshot_time(quick=quick) is not None:
+        logger.warning(
+            "snapshot_at_s: %d radix point(s) run without a memory-map snapshot (a radix tree "
+            "has no slot map)",
+            len(radix),
+        )
     todo = sorted(
         (p for k, p in unique.items() if not is_done(folder, str(k))), key=lambda p: p.index
     )
@@ -332,7 +325,14 @@ def run_sweep(
         disable=None if progress else True,  # None: off on a non-terminal (no \r in logs)
     )
     try:
-        _run_points(experiment, todo, folder, report, failures, bar, jobs, scheduler, quick)
+        finished = outcomes(
+            todo,
+            jobs=jobs,
+            scheduler=scheduler,
+            snapshot_at_s=experiment.snapshot_time(quick=quick),
+            connect_timeout_s=connect_timeout_s,
+        )
+        _run_points(finished, folder, report, failures, bar)
     except KeyboardInterrupt:
         logger.warning(
             "interrupted: %d points saved in %s; run the sweep again to resume",
@@ -355,24 +355,15 @@ def run_sweep(
 
 
 def _run_points(
-    experiment: Experiment,
-    todo: list[Point],
+    finished: Iterator[tuple[Point, PointOutcome]],
     folder: Path,
     report: SweepReport,
     failures: list[Failure],
     bar: Any,
-    jobs: int,
-    scheduler: str | None,
-    quick: bool,
 ) -> None:
-    """Run ``todo``, saving each finished point as it comes and collecting failures."""
+    """Save each finished point of ``finished`` as it comes, collecting failures."""
     with bar:
-        for point, outcome in outcomes(
-            todo,
-            jobs=jobs,
-            scheduler=scheduler,
-            snapshot_at_s=experiment.snapshot_time(quick=quick),
-        ):
+        for point, outcome in finished:
             if outcome.error is None:
                 save_outcome(folder, point, outcome)
                 report.num_run += 1
@@ -408,6 +399,9 @@ def open_experiment(
 ) -> SweepResults:
     """Load an experiment's results, running whatever points are missing first (notebooks).
 
+    Raises:
+        ValueError: a point failed (the message names each, with its error).
+
     Args:
         name: experiment name (``experiments/NAME.toml``) or a path to a TOML file.
         quick: use the ``[quick]`` table; results then live under ``results/quick/``.
@@ -419,6 +413,7 @@ def open_experiment(
     if out_root is None:
         out_root = default_results_root()
     report = run_sweep(experiment, out_root, jobs=jobs, quick=quick, progress=False)
-    for f in report.failures:
-        logger.warning("point %d (%s) failed: %s", f.index, f.point, f.error)
+    if report.failures:
+        lines = "; ".join(f"point {f.index} [{f.point}]: {f.error}" for f in report.failures)
+        raise ValueError(f"{experiment.name}: {len(report.failures)} point(s) failed: {lines}")
     return load_sweep(report.folder)

@@ -15,14 +15,17 @@ from kvsim.calibrate.kernel import CalibrationUnavailableError, KernelShape, imp
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
+    """Comma-separated positive integers of at most 2**20 (a kernel launch's sizes).
+
+    Raises:
+        ValueError: naming the option and the text.
+    """
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise typer.BadParameter(
-            f"{option}: expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise typer.BadParameter(f"{option}: expected positive integers, got {text!r}")
+        raise ValueError(f"{option}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1 or max(values) > 2**20:
+        raise ValueError(f"{option}: expected integers in [1, 1048576], got {text!r}")
     return values
 
 
@@ -44,17 +47,20 @@ def calibrate(
     block_sizes: Annotated[
         str, typer.Option(help="paged block sizes, tokens")
     ] = "1,2,4,8,16,32,64,128,256",
-    num_heads: Annotated[int, typer.Option(help="query heads")] = 32,
-    num_kv_heads: Annotated[int, typer.Option(help="KV heads (GQA)")] = 8,
+    num_heads: Annotated[int, typer.Option(min=1, max=1024, help="query heads")] = 32,
+    num_kv_heads: Annotated[int, typer.Option(min=1, max=1024, help="KV heads (GQA)")] = 8,
     head_dim: Annotated[int, typer.Option(help="elements per head: 64, 128 or 256")] = 128,
-    repeats: Annotated[int, typer.Option(help="timed launches per point (median kept)")] = 20,
-    warmup: Annotated[int, typer.Option(help="untimed launches per point")] = 3,
+    repeats: Annotated[
+        int, typer.Option(min=1, max=10_000, help="timed launches per point (median kept)")
+    ] = 20,
+    warmup: Annotated[int, typer.Option(min=0, max=10_000, help="untimed launches per point")] = 3,
 ) -> None:
     """Time paged vs contiguous decode attention per block size; write a calibration table."""
     from kvsim.calibrate.run import CalibrationGrid, run_calibration
 
     try:
-        cp = import_cupy()
+        if out is not None and (out.is_dir() or out.suffix.lower() not in (".csv", ".json")):
+            raise ValueError(f"--out: expected a .csv or .json file, got {str(out)!r}")
         grid = CalibrationGrid(
             batch_sizes=_ints(batch_sizes, "--batch-sizes"),
             context_tokens=_ints(contexts, "--contexts"),
@@ -63,8 +69,9 @@ def calibrate(
             warmup=warmup,
             repeats=repeats,
         )
+        cp = import_cupy()  # after the arguments: a typo is named even without a GPU
     except (CalibrationUnavailableError, ValueError) as err:
-        typer.echo(f"kvsim calibrate: {err}", err=True)
+        typer.echo(f"error: kvsim calibrate: {err}", err=True)
         raise typer.Exit(2) from None
     table = run_calibration(grid, progress=typer.echo)
     if out is None:

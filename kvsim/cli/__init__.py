@@ -10,14 +10,16 @@ line or value and exits with status 2; ``kvsim --debug COMMAND`` shows traceback
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Annotated
 
 import typer
 
 from kvsim.cli import calibrate, compare, data, plan, presets, report, reproduce, run, sweep
-from kvsim.cli.common import STATE
+from kvsim.cli.common import STATE, OneLineErrors
 
 app = typer.Typer(
+    cls=OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -41,7 +43,11 @@ for module in (run, compare, plan, sweep, report, reproduce, presets, calibrate,
 def main() -> None:
     """Console-script entry point."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # outside a command's guard (while the command line loads)
+        sys.stderr.write("interrupted\n")
+        raise SystemExit(130) from None
 
 
 __all__ = ["app", "main"]

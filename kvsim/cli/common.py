@@ -10,16 +10,18 @@ for ``--debug``, which shows the traceback instead.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)  # paths and messages stay on one line in logs
+err_console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 
 
@@ -55,12 +57,75 @@ SYSTEM_ROOTS = frozenset(
 )
 
 
+# trees nothing of kvsim's may be written into, at any depth
+SYSTEM_TREES = frozenset(
+    Path(p)
+    for p in ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr")
+)
+
+
 def _user_error_types() -> tuple[type[BaseException], ...]:
     from pydantic import ValidationError
 
+    from kvsim.scheduler.core import PreemptionLivelockError
     from kvsim.workload import DataNotFoundError
 
-    return (ValueError, OSError, DataNotFoundError, ValidationError, UnicodeDecodeError)
+    # a livelock is the config's fault (a pool too small for the running set): its message
+    # names the request, the count and the pool
+    return (
+        ValueError,
+        OSError,
+        DataNotFoundError,
+        ValidationError,
+        UnicodeDecodeError,
+        PreemptionLivelockError,
+    )
+
+
+# click's base error, whether typer vendors click (typer._click) or uses the package
+_CLICK_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
+
+class OneLineErrors(TyperGroup):
+    """The ``kvsim`` command group: a usage error (unknown option, bad option value, missing
+    argument) prints one ``error:`` line naming the option and exits with status 2, like every
+    other user error (click's default is a usage block and a framed message)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except _CLICK_ERROR as exc:
+            err: Any = exc  # click's ClickException: ctx, format_message(), exit_code
+            where = err.ctx.command_path if getattr(err, "ctx", None) is not None else "kvsim"
+            what = one_line_text(err.format_message())
+            err_console.print(
+                f"[bold red]error:[/] {escape(where)}: {escape(what)} (see {escape(where)} --help)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            sys.exit(err.exit_code)
+        except Exception as err:  # click's Abort (vendored by typer or not): an interrupt
+            if type(err).__name__ != "Abort":
+                raise
+            err_console.print("interrupted", highlight=False)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def one_line_text(text: str) -> str:
+    """``text`` with whitespace runs (newlines included) folded to one space."""
+    return " ".join(text.split())
 
 
 def one_line(err: BaseException) -> str:
@@ -98,9 +163,15 @@ def guard(fn: Callable[[], T]) -> T:
         raise typer.Exit(1) from None
 
 
-def check_out_dir(out: Path | None, option: str = "--out") -> None:
-    """Fail before simulating when ``out`` cannot be a results folder: an existing file, or a
-    system root such as ``/`` or ``/usr``.
+def check_out_dir(out: Path | None, option: str = "--out", what: str = "results folder") -> None:
+    """Fail before simulating when ``out`` cannot be a results folder: an existing file (or a
+    file where a parent folder should be), a system root such as ``/`` or ``/usr``, or a folder
+    inside a system tree (``/proc``, ``/etc``, ``/usr``...).
+
+    Args:
+        out: the folder (``None``: nothing to check).
+        option: the option or variable that named it, for the message.
+        what: what the folder is for, for the message.
 
     Raises:
         ValueError: naming the option and the path.
@@ -110,11 +181,37 @@ def check_out_dir(out: Path | None, option: str = "--out") -> None:
     if out.exists() and not out.is_dir():
         raise ValueError(f"{option}: expected a folder, got the existing file {str(out)!r}")
     resolved = out.expanduser().resolve()
-    if resolved in SYSTEM_ROOTS:
+    for parent in resolved.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(
+                f"{option}: cannot create the {what} {str(out)!r}: {str(parent)!r} is a file"
+            )
+    if resolved in SYSTEM_ROOTS or _in_system_tree(resolved):
         raise ValueError(
             f"{option}: {str(out)!r} is a system folder; give a results folder such as "
             "results/ or ./out"
         )
+
+
+def check_out_file(out: Path, option: str = "--out", what: str = "a file") -> None:
+    """Fail before working when ``out`` cannot be an output file: an existing folder, or a path
+    inside a system tree (``/etc``, ``/proc``...), directly in ``/``, or under a file.
+
+    Raises:
+        ValueError: naming the option and the path.
+    """
+    if out.is_dir():
+        raise ValueError(f"{option}: expected {what}, got the folder {str(out)!r}")
+    resolved = out.expanduser().resolve()
+    for parent in resolved.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"{option}: {str(out)!r} lies under the file {str(parent)!r}")
+    if _in_system_tree(resolved) or resolved.parent == Path("/"):
+        raise ValueError(f"{option}: {str(out)!r} is in a system folder; write it elsewhere")
+
+
+def _in_system_tree(path: Path) -> bool:
+    return any(path == tree or tree in path.parents for tree in SYSTEM_TREES)
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:

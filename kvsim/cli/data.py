@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from kvsim import datafetch
-from kvsim.cli.common import guard
+from kvsim.cli.common import check_out_dir, guard
 from kvsim.workload.catalog import ENV_VAR, data_dir
 
 data_app = typer.Typer(
@@ -53,6 +53,8 @@ def fetch(
 
     def go() -> None:
         folder = datafetch.destination(dest)
+        option = "--dest" if dest is not None and str(dest) else f"${ENV_VAR}"
+        check_out_dir(folder, option, "data folder")
         results = datafetch.fetch(
             folder, names=only, base_url=mirror, timeout=timeout, on_progress=typer.echo
         )
@@ -79,6 +81,8 @@ def list_(
     def go() -> None:
         if dest is not None:
             folder: Path | None = dest.expanduser()
+            if dest.exists() and not dest.is_dir():
+                raise ValueError(f"--dest: expected a folder, got the file {str(dest)!r}")
         else:
             try:
                 folder = data_dir()

@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvsim.cli.common import console, guard, parse_overrides
+from kvsim.cli.common import check_out_dir, console, guard, parse_overrides
 from kvsim.config import set_dotted
 from kvsim.labels import axis_label, metric_unit
+from kvsim.textfile import read_toml
 
 ALIASES = {
     "kv": "cache.kv_cache_gib",
@@ -35,8 +36,6 @@ ALIASES = {
 
 def _source(source: str | None) -> tuple[Path | None, bool]:
     """``(path, is_plan)``: a shipped plan name, a plan TOML (has ``[question]``) or a config."""
-    import tomllib
-
     from kvsim.presets import plans_dir
 
     if source is None:
@@ -50,10 +49,7 @@ def _source(source: str | None) -> tuple[Path | None, bool]:
         raise ValueError(
             f"plan: {source!r} is neither a file nor a shipped plan (shipped: {names})"
         )
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: invalid TOML: {err}") from None
+    data = read_toml(path)
     return path, "question" in data
 
 
@@ -127,6 +123,7 @@ def plan(
         return
 
     def go() -> None:
+        check_out_dir(out)
         if smallest and largest:
             raise ValueError("plan: give --smallest or --largest, not both")
         path, is_plan = _source(source)
@@ -158,6 +155,7 @@ def plan(
         if name:
             the_plan = dataclasses.replace(the_plan, name=name)
         _check_targets(the_plan)
+        the_plan.check_field()
         console.print(
             f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "
             f"[{the_plan.lo:g}, {the_plan.hi:g}] with "
@@ -191,12 +189,9 @@ def plan(
 
 
 def _config_table(path: Path | None) -> dict[str, Any]:
-    import tomllib
-
     if path is None:
         return {}
-    data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
-    return data
+    return read_toml(path)
 
 
 def _default_name(question: dict[str, Any]) -> str:

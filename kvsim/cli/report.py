@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from kvsim.cli.common import console, guard
+from kvsim.cli.common import check_out_file, console, guard
 
 
 def report(
@@ -30,6 +30,7 @@ def report(
     def go() -> None:
         from kvsim.report import write_report
 
+        check_out_file(out, "--out", "an HTML file")
         path = write_report(run_dirs, out)
         console.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)
 

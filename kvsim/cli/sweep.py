@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from kvsim.cli.common import check_out_dir, console, err_console, guard
+from kvsim.workers import DASK_CONNECT_TIMEOUT_S
 
 
 def sweep(
@@ -30,6 +31,14 @@ def sweep(
         typer.Option(help="Small runs: the TOML's \\[quick] table; results go to OUT/quick/NAME."),
     ] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
+    connect_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            max=3600,
+            help="Seconds to wait for a remote Dask --scheduler to answer.",
+        ),
+    ] = DASK_CONNECT_TIMEOUT_S,
 ) -> None:
     """Run every unfinished point of an experiment and write OUT/NAME/summary.parquet."""
 
@@ -48,7 +57,13 @@ def sweep(
             raise ValueError(f"{experiment}: no such experiment file (kvsim presets experiments)")
         spec = load_experiment(path)
         report = run_sweep(
-            spec, out, jobs=jobs, scheduler=scheduler, quick=quick, progress=progress
+            spec,
+            out,
+            jobs=jobs,
+            scheduler=scheduler,
+            quick=quick,
+            progress=progress,
+            connect_timeout_s=connect_timeout,
         )
         console.print(
             f"{report.folder}: {len(report.table)} points in summary.parquet "

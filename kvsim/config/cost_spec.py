@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from kvsim.config.hardware import Frozen, resolve_preset
+from kvsim.limits import MAX_OVERHEAD_S
 
 
 class CostSpec(Frozen):
@@ -33,17 +34,20 @@ class CostSpec(Frozen):
     """
 
     name: str = "custom"
-    hbm_efficiency: float = Field(default=0.8, gt=0, le=1)
-    flops_efficiency: float = Field(default=0.6, gt=0, le=1)
-    step_overhead_s: float = Field(default=0.002, ge=0)
-    per_seq_overhead_s: float = Field(default=0.0, ge=0)
+    hbm_efficiency: float = Field(default=0.8, ge=1e-3, le=1)
+    flops_efficiency: float = Field(default=0.6, ge=1e-3, le=1)
+    step_overhead_s: float = Field(default=0.002, ge=0, le=MAX_OVERHEAD_S)
+    per_seq_overhead_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S)
     paged_attention_factor: float | None = Field(
-        default=None, gt=0, description="KV-read slowdown of paged over contiguous layout"
+        default=None,
+        ge=0.01,
+        le=100,
+        description="KV-read slowdown of paged over contiguous layout",
     )
     calibration: str | None = None
-    swap_copy_overhead_s: float = Field(default=5e-6, ge=0)
-    link_efficiency: float = Field(default=0.8, gt=0, le=1)
-    allreduce_latency_s: float = Field(default=10e-6, ge=0)
+    swap_copy_overhead_s: float = Field(default=5e-6, ge=0, le=MAX_OVERHEAD_S)
+    link_efficiency: float = Field(default=0.8, ge=1e-3, le=1)
+    allreduce_latency_s: float = Field(default=10e-6, ge=0, le=MAX_OVERHEAD_S)
 
     @model_validator(mode="before")
     @classmethod

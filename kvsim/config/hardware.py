@@ -30,6 +30,15 @@ from pydantic import (
 )
 
 from kvsim.config.hf import model_fields_from_hf
+from kvsim.limits import (
+    MAX_CONTEXT_TOKENS,
+    MAX_GPU_MEMORY_BYTES,
+    MAX_HEAD_DIM,
+    MAX_HW_PER_S,
+    MAX_MODEL_HEADS,
+    MAX_MODEL_LAYERS,
+    MAX_MODEL_PARAMS,
+)
 from kvsim.units import cdiv
 
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
@@ -84,15 +93,21 @@ class ModelSpec(Frozen):
     """
 
     name: str = "custom"
-    num_layers: int = Field(ge=1)
-    num_attention_heads: int = Field(ge=1)
-    num_kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    num_params: int = Field(ge=1, description="parameter count (weights)")
-    dtype_bytes: int = Field(default=2, ge=1, description="bytes per weight element")
-    max_position_embeddings: int = Field(default=2048, ge=2, description="trained context, tokens")
-    kv_lora_rank: int | None = Field(default=None, ge=1, description="MLA latent width")
-    qk_rope_head_dim: int | None = Field(default=None, ge=0, description="MLA rotary key width")
+    num_layers: int = Field(ge=1, le=MAX_MODEL_LAYERS)
+    num_attention_heads: int = Field(ge=1, le=MAX_MODEL_HEADS)
+    num_kv_heads: int = Field(ge=1, le=MAX_MODEL_HEADS)
+    head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+    num_params: int = Field(ge=1, le=MAX_MODEL_PARAMS, description="parameter count (weights)")
+    dtype_bytes: int = Field(default=2, ge=1, le=8, description="bytes per weight element")
+    max_position_embeddings: int = Field(
+        default=2048, ge=2, le=MAX_CONTEXT_TOKENS, description="trained context, tokens"
+    )
+    kv_lora_rank: int | None = Field(
+        default=None, ge=1, le=MAX_HEAD_DIM, description="MLA latent width"
+    )
+    qk_rope_head_dim: int | None = Field(
+        default=None, ge=0, le=MAX_HEAD_DIM, description="MLA rotary key width"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -173,11 +188,11 @@ class GpuSpec(Frozen):
     """
 
     name: str = "custom"
-    memory_bytes: int = Field(ge=1)
-    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
-    fp16_flops_per_s: float = Field(gt=0)
-    pcie_bandwidth_bytes_per_s: float = Field(default=25.6e9, gt=0)
-    nvlink_bandwidth_bytes_per_s: float = Field(default=300e9, gt=0)
+    memory_bytes: int = Field(ge=1, le=MAX_GPU_MEMORY_BYTES)
+    hbm_bandwidth_bytes_per_s: float = Field(ge=1, le=MAX_HW_PER_S)
+    fp16_flops_per_s: float = Field(ge=1, le=MAX_HW_PER_S)
+    pcie_bandwidth_bytes_per_s: float = Field(default=25.6e9, ge=1, le=MAX_HW_PER_S)
+    nvlink_bandwidth_bytes_per_s: float = Field(default=300e9, ge=1, le=MAX_HW_PER_S)
 
     @model_validator(mode="before")
     @classmethod

@@ -12,12 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvsim.config.hardware import ParallelConfig, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
-from kvsim.units import GiB
+from kvsim.limits import MAX_POOL_BLOCKS
+from kvsim.units import GiB, next_power_of_2
 
 if TYPE_CHECKING:
     from kvsim.config.sim import SimConfig
 
 MAX_SUGGESTED_TP = 64
+SLAB_ALLOCATORS = ("first_fit", "best_fit", "buddy")  # one contiguous slab per sequence
 
 
 def _gib(num_bytes: float) -> str:
@@ -127,3 +129,65 @@ def smallest_fitting_tp(config: SimConfig) -> int | None:
                 return tp
         tp *= 2
     return None
+
+
+def check_pool_shape(config: SimConfig) -> None:
+    """The pool's blocks or slabs can hold the requests the config allows, and no more blocks than
+    kvsim can track.
+
+    - paged: at most ``kvsim.limits.MAX_POOL_BLOCKS`` blocks (a block table entry each).
+    - contiguous slabs: the largest slab the reservation asks for (``max_model_len``, or the
+      model's trained context under ``full_context``) fits the pool.
+    - buddy: that slab, rounded up to its power-of-two chunk, fits the largest chunk the empty
+      pool is carved into (chunks reach ``next_power_of_2(max_model_len)`` at most).
+
+    Raises:
+        ValueError: naming the field to change, the pool (GPU, model) and the numbers.
+    """
+    cache = config.cache
+    where = f"{config.model.name} on {config.gpu.name}"
+    capacity = config.capacity_tokens
+    if cache.allocator == "paged":
+        blocks = capacity // cache.block_size_tokens
+        if blocks > MAX_POOL_BLOCKS:
+            raise ValueError(
+                f"cache.block_size_tokens: the {capacity:,}-slot KV pool ({where}, "
+                f"{_gib(config.kv_cache_bytes)} per GPU) makes {blocks:,} blocks of "
+                f"{cache.block_size_tokens} tokens, more than the {MAX_POOL_BLOCKS:,} kvsim "
+                "tracks; raise block_size_tokens or lower the KV budget"
+            )
+        return
+    if cache.allocator not in SLAB_ALLOCATORS:
+        return
+    full = cache.reservation == "full_context"
+    slab = config.model.max_position_embeddings if full else config.max_model_len
+    what = (
+        f"reservation 'full_context' reserves {config.model.name}'s trained context of "
+        f"{slab:,} tokens per request"
+        if full
+        else f"one max_model_len = {slab:,} request takes a {slab:,}-slot slab"
+    )
+    if slab > capacity:
+        raise ValueError(
+            f"cache.reservation: {what}, more than the {capacity:,}-slot pool ({where}); "
+            "choose another reservation or raise the KV budget"
+        )
+    if cache.allocator == "buddy":
+        _check_buddy(config, slab, what, where)
+
+
+def _check_buddy(config: SimConfig, slab: int, what: str, where: str) -> None:
+    capacity = config.capacity_tokens
+    chunk = next_power_of_2(slab)
+    max_chunk = next_power_of_2(config.max_model_len)
+    largest = min(max_chunk, 1 << (capacity.bit_length() - 1))  # the empty pool's first chunk
+    if chunk <= largest:
+        return
+    per_token = config.bytes_per_token
+    raise ValueError(
+        f"cache.allocator: 'buddy' rounds every slab up to a power-of-two chunk: {what}, "
+        f"rounded up to a {chunk:,}-slot chunk, but the largest chunk of the {capacity:,}-slot "
+        f"pool ({where}) is {largest:,} slots; lower scheduler.max_model_len to {largest:,}, "
+        f"raise the KV budget to {chunk:,} slots ({_gib(chunk * per_token)}) or more"
+        + (", or choose another reservation" if chunk > max_chunk else "")
+    )

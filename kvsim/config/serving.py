@@ -25,7 +25,10 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
+from kvsim.limits import MAX_CONTEXT_TOKENS, MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS
 from kvsim.units import GiB
+
+MAX_INT32 = 2**31 - 1
 
 EngineName = Literal["vllm-v1", "vllm-v0"]
 ENGINES: tuple[EngineName, ...] = ("vllm-v1", "vllm-v0")
@@ -56,12 +59,12 @@ class CacheSpec(Frozen):
     """
 
     allocator: str = "paged"
-    block_size_tokens: int = Field(default=16, ge=1)
+    block_size_tokens: int = Field(default=16, ge=1, le=MAX_CONTEXT_TOKENS)
     reservation: Literal["max", "pow2", "oracle", "prompt_max_tokens", "full_context"] = "max"
     kv_cache_bytes: int | None = Field(default=None, ge=1, le=2**60)
     kv_cache_gib: float | None = Field(default=None, gt=0, le=2**30)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    activation_headroom_bytes: int = Field(default=2 * GiB, ge=0)
+    activation_headroom_bytes: int = Field(default=2 * GiB, ge=0, le=MAX_GPU_MEMORY_BYTES)
     kv_cache_dtype: KvCacheDtype = "auto"
     watermark: float | None = Field(default=None, ge=0, lt=1)
     enable_prefix_caching: bool | None = None
@@ -100,11 +103,11 @@ class SchedulerConfig(Frozen):
     """
 
     engine: EngineName = "vllm-v1"
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    max_model_len: int | None = Field(default=None, ge=2)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_NUM_REQUESTS)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
+    max_model_len: int | None = Field(default=None, ge=2, le=MAX_CONTEXT_TOKENS)
     enable_chunked_prefill: bool | None = None
-    long_prefill_token_threshold: int = Field(default=0, ge=0)
+    long_prefill_token_threshold: int = Field(default=0, ge=0, le=MAX_CONTEXT_TOKENS)
     preemption_mode: Literal["recompute", "swap"] | None = None
     swap_space_gib: float = Field(
         default=4.0,
@@ -112,7 +115,9 @@ class SchedulerConfig(Frozen):
         le=2**30,
         description="CPU swap space for preempted KV, GiB (vLLM's swap_space)",
     )
-    max_preemptions_per_request: int = Field(default=1000, ge=1, description="livelock guard")
+    max_preemptions_per_request: int = Field(
+        default=1000, ge=1, le=MAX_INT32, description="livelock guard"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ import functools
 import hashlib
 import json
 import logging
-import tomllib
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -28,8 +27,9 @@ from kvsim.config.hardware import (
     kv_bytes_per_token_per_gpu,
     weight_bytes_per_gpu,
 )
-from kvsim.config.memory import check_memory
+from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
+from kvsim.textfile import read_toml
 from kvsim.units import GiB
 from kvsim.workload import WorkloadSpec, load_workload
 
@@ -54,7 +54,7 @@ class SimConfig(Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: WorkloadSpec = WorkloadSpec()
     cost: CostSpec = CostSpec()
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**64 - 1)
     debug_invariants: bool = False
     record_memory: bool = True
     memory_resolution: Literal["event", "step"] = Field(
@@ -78,6 +78,10 @@ class SimConfig(Frozen):
             value = {"preset": value}
         if isinstance(value, dict) and "preset" in value:
             rest = {k: v for k, v in value.items() if k != "preset"}
+            if not isinstance(value["preset"], str):
+                raise ValueError(
+                    f"preset: expected a workload preset name, got {value['preset']!r}"
+                )
             try:
                 return load_workload(value["preset"], **rest)
             except FileNotFoundError as err:
@@ -127,6 +131,7 @@ class SimConfig(Frozen):
         check_parallel_fits_model(self.model, self.parallel)
         args = self.engine_args
         check_memory(self)
+        check_pool_shape(self)
         _check_workload_fits_profile(self, args)
         _check_blocks(self)
         if args.max_model_len > self.model.max_position_embeddings:
@@ -238,8 +243,12 @@ def format_validation_error(err: ValidationError) -> str:
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
+        field, sep, rest = msg.partition(": ")
+        if loc and sep and field.isidentifier():  # "workload" + "num_requests: ..."
+            loc, msg = f"{loc}.{field}", rest
         got = e.get("input")
-        shown = "" if isinstance(got, dict) or "got " in msg else f", got {got!r}"
+        custom = e["type"] == "value_error" and "got " in msg  # kvsim's messages show the value
+        shown = "" if isinstance(got, dict) or custom else f", got {_short(got)}"
         lines.append(f"{loc}: {msg}{shown}" if loc else msg)  # model checks name their field
     return "\n".join(lines)
 
@@ -248,19 +257,50 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     """Load a ``SimConfig`` from TOML with dotted overrides (``{"cache.block_size_tokens": 32}``).
 
     Raises:
-        ValueError: the file is not valid TOML or a field is invalid (message names the field).
+        ValueError: the file is a folder, not UTF-8, not valid TOML, or a field is invalid
+            (the message names the file or the field).
         FileNotFoundError: no such file.
     """
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: invalid TOML: {err}") from None
-    return config_from_dict(data, overrides)
+    return config_from_dict(read_toml(path), overrides)
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Only JSON types (and finite or infinite floats, which pydantic judges) are config values.
+
+    Raises:
+        ValueError: naming the dotted path of a TOML date/time or another object.
+    """
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where or 'config'}: keys must be strings, got {key!r}")
+            _check_plain(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        raise ValueError(
+            f"{where}: expected a number, string, boolean, list or table, got {value!r} "
+            f"({type(value).__name__})"
+        )
 
 
 def config_from_dict(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> SimConfig:
-    """Validate a plain dict (as from TOML) into a ``SimConfig``; see ``load_config``."""
+    """Validate a plain dict (as from TOML) into a ``SimConfig``; see ``load_config``.
+
+    Raises:
+        ValueError: a field is invalid, or a value is no JSON type (a TOML date); the message
+            names the dotted field.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"config: expected a table of sections, got {_short(data)}")
+    _check_plain(data, "")
+    _check_plain(overrides or {}, "")
     data = json.loads(json.dumps(data))  # deep copy, plain types
     overrides = overrides or {}
     for dotted, value in overrides.items():
@@ -277,12 +317,32 @@ def config_from_dict(data: dict[str, Any], overrides: dict[str, Any] | None = No
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set ``data["a"]["b"] = value`` for ``dotted == "a.b"``, creating tables as needed."""
+    """Set ``data["a"]["b"] = value`` for ``dotted == "a.b"``, creating tables as needed.
+
+    Raises:
+        ValueError: an empty part (``"a..b"``, ``".a"``), or a parent that holds a value other
+            than a table or a preset name (``seed.x`` when ``seed = 1``).
+    """
+    if not isinstance(dotted, str):
+        raise ValueError(
+            f"expected a dotted field name such as cache.block_size_tokens, got {dotted!r}"
+        )
     *parents, leaf = dotted.split(".")
+    if not all(part.strip() for part in (*parents, leaf)):
+        raise ValueError(
+            f"{dotted!r}: expected a dotted field name such as cache.block_size_tokens "
+            "(no empty parts)"
+        )
     node = data
-    for part in parents:
+    for i, part in enumerate(parents):
         child = node.setdefault(part, {})
         if isinstance(child, str):  # a preset name: keep it, then override one field
             child = node[part] = {"preset": child}
+        if not isinstance(child, dict):
+            where = ".".join(parents[: i + 1])
+            raise ValueError(
+                f"{dotted}: {where} is {child!r}, not a table, so it has no field "
+                f"{'.'.join([*parents[i + 1 :], leaf])!r}"
+            )
         node = child
     node[leaf] = value

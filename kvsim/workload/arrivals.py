@@ -8,7 +8,11 @@ is the exponential, i.e. Poisson arrivals, and ``cv > 1`` is burstier.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from kvsim.limits import MAX_NUM_REQUESTS
 
 _CHUNK = 4096
 
@@ -31,6 +35,8 @@ def inter_arrival_gaps(
         raise ValueError(f"rate_per_s must be > 0 requests/s, got {rate_per_s!r}")
     if not cv > 0:
         raise ValueError(f"cv must be > 0, got {cv!r}")
+    if not math.isfinite(1.0 / rate_per_s):
+        raise ValueError(f"rate_per_s: a mean gap of 1 / {rate_per_s!r} s is not a finite number")
     if cv == 1.0:
         return rng.exponential(scale=1.0 / rate_per_s, size=size)
     shape = 1.0 / cv**2
@@ -58,7 +64,8 @@ def arrival_times(
         float64[n] non-decreasing arrival times in seconds, ``n <= num_requests``.
 
     Raises:
-        ValueError: both limits are ``None`` (the process would never end).
+        ValueError: both limits are ``None`` (the process would never end), ``duration_s`` is
+            not finite, or the window holds more than ``kvsim.limits.MAX_NUM_REQUESTS``.
     """
     if num_requests is None and duration_s is None:
         raise ValueError("arrival_times needs num_requests or duration_s (got neither)")
@@ -67,11 +74,20 @@ def arrival_times(
         times = np.concatenate(([0.0], np.cumsum(gaps)))[:num_requests]
         return times if duration_s is None else times[times < duration_s]
     assert duration_s is not None
+    if not math.isfinite(duration_s):
+        raise ValueError(f"duration_s must be a finite number of seconds, got {duration_s!r}")
     chunks = [np.zeros(1)]
     last_s = 0.0
+    num_drawn = 1
     while last_s < duration_s:
+        if num_drawn > MAX_NUM_REQUESTS:
+            raise ValueError(
+                f"duration_s = {duration_s:g} s at {rate_per_s:g} requests/s holds more than "
+                f"{MAX_NUM_REQUESTS:,} arrivals (the most one run holds); set num_requests"
+            )
         chunk = last_s + np.cumsum(inter_arrival_gaps(rng, rate_per_s, cv, _CHUNK))
         chunks.append(chunk)
+        num_drawn += _CHUNK
         last_s = float(chunk[-1])
     times = np.concatenate(chunks)
     return times[times < duration_s]

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from kvsim.groups import BeamModel
+from kvsim.limits import MAX_TIME_S
 from kvsim.request import Request
 from kvsim.units import cdiv
 from kvsim.workload.arrivals import arrival_times
@@ -25,7 +26,7 @@ from kvsim.workload.identity import (
     num_conversations,
     session_arrivals,
 )
-from kvsim.workload.length_table import LengthTable, shipped_table_path
+from kvsim.workload.length_table import LengthTable, load_length_table, shipped_table_path
 from kvsim.workload.lengths import (
     NAMED_FITS,
     LognormalFit,
@@ -73,7 +74,8 @@ def generate_requests(
     Raises:
         DataNotFoundError: the trace file is missing and ``fallback_synthetic`` is off.
         ValueError: a malformed trace, a trace without arrival times for ``arrival="trace"``,
-            or no request left after the filters.
+            no request left after the filters, or arrival times that are not finite or pass
+            ``kvsim.limits.MAX_TIME_S`` seconds.
     """
     if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
         raise ValueError(f"max_model_len must be an integer >= 2 tokens, got {max_model_len!r}")
@@ -88,6 +90,7 @@ def generate_requests(
         selected = _select_trace_arrivals(spec, trace, max_model_len)
     else:
         selected = _select_trace_lengths(spec, trace, arrival_rng, length_rng, max_model_len)
+    _check_arrival_times(spec, selected)
     requests = _build_requests(spec, selected, max_model_len)
     requests = apply_sharing(spec, requests, max_model_len)
     if any(r.beam_width > 1 for r in requests):
@@ -95,6 +98,30 @@ def generate_requests(
         for req in requests:
             req.beam_parents = beams.parents(req.req_id, req.num_seqs, req.output_tokens)
     return requests
+
+
+def _check_arrival_times(spec: WorkloadSpec, sel: _Selected) -> None:
+    """Arrival times are finite and within ``MAX_TIME_S`` simulated seconds.
+
+    Raises:
+        ValueError: naming the trace or the synthetic fields that produced the time.
+    """
+    times = sel.arrival_time_s
+    bad = ~np.isfinite(times) | (times > MAX_TIME_S)
+    if not bad.any():
+        return
+    value = float(times[int(np.flatnonzero(bad)[0])])
+    where = (
+        f"workload.trace {sel.source}: arrival times (start_s {spec.start_s:g}, time_scale "
+        f"{spec.time_scale:g})"
+        if sel.source and spec.arrival == "trace"
+        else f"workload (rate_per_s {spec.rate_per_s!r}, cv {spec.cv:g}, time_scale "
+        f"{spec.time_scale:g}): arrival times"
+    )
+    raise ValueError(
+        f"{where} reach {value:g} s; simulated time must stay finite and below {MAX_TIME_S:g} s "
+        "(31.7 years)"
+    )
 
 
 _WARNED: set[str] = set()
@@ -181,7 +208,7 @@ def _keep_mask(
             spec.min_output_tokens,
         )
     if source is not None and long.any():
-        logger.info(
+        _warn_once(  # a count the user sees, not a silent filter
             "%s: overflow='drop' removed %d of %d rows longer than max_model_len = %d",
             source,
             int(long.sum()),
@@ -299,11 +326,12 @@ def length_table(name: str) -> LengthTable:
 
     Raises:
         FileNotFoundError: neither a shipped table nor a file.
+        ValueError: the file is not a length table (naming it and what is wrong).
     """
     path = shipped_table_path(name) or Path(name)
     if not path.is_file():
         raise FileNotFoundError(f"workload.length_table: no shipped table or file {name!r}")
-    return LengthTable.read_csv(path)
+    return load_length_table(path)
 
 
 def _draw_lengths(

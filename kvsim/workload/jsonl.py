@@ -13,10 +13,12 @@ Errors name the file, the 1-based line, the field and the value.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
+from kvsim.limits import MAX_INT64, MAX_TIME_S
 from kvsim.workload.traces import (
     BAILIAN_BLOCK_SIZE_TOKENS,
     MOONCAKE_BLOCK_SIZE_TOKENS,
@@ -41,10 +43,9 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
     sessions: list[int | None] = []
     session_of: dict[int, int] = {}
     any_hashes = False
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+    for line_no, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        line = _decode_line(path, line_no, raw)
+        if line.strip():
             row = _parse_json_line(path, line_no, line)
             stamps.append(_json_number(path, line_no, row, "timestamp", unit))
             prompt.append(_json_int(path, line_no, row, "input_length"))
@@ -74,20 +75,37 @@ def _session(
         return None
     chat = _json_int(path, line_no, row, "chat_id")
     parent = row.get("parent_chat_id", -1)
-    if isinstance(parent, bool) or not isinstance(parent, int) or parent < -1:
+    if isinstance(parent, bool) or not isinstance(parent, int) or not -1 <= parent <= MAX_INT64:
         raise ValueError(
-            f"{path.name} line {line_no}: parent_chat_id must be -1 or a chat_id, got {parent!r}"
+            f"{path.name} line {line_no}: parent_chat_id must be -1 or a chat_id, got "
+            f"{_short(parent)}"
         )
     root = chat if parent == -1 else session_of.get(parent, parent)
     session_of[chat] = root
     return root
 
 
+def _decode_line(path: Path, line_no: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path.name} line {line_no}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+            f"{exc.start + 1})"
+        ) from None
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number (JSON has no infinities or NaN)")
+
+
 def _parse_json_line(path: Path, line_no: int, line: str) -> dict[str, object]:
     try:
-        row = json.loads(line)
+        row = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path.name} line {line_no}: invalid JSON ({exc.msg})") from None
+    except ValueError as exc:  # Infinity / NaN, or an integer of more than 4,300 digits
+        raise ValueError(f"{path.name} line {line_no}: invalid JSON ({exc})") from None
     if not isinstance(row, dict):
         raise ValueError(
             f"{path.name} line {line_no}: expected a JSON object, got {line.strip()!r}"
@@ -105,7 +123,12 @@ def _json_int(path: Path, line_no: int, row: dict[str, object], key: str) -> int
     value = _json_field(path, line_no, row, key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
-            f"{path.name} line {line_no}: {key} must be a non-negative integer, got {value!r}"
+            f"{path.name} line {line_no}: {key} must be a non-negative integer, got {_short(value)}"
+        )
+    if value > MAX_INT64:
+        raise ValueError(
+            f"{path.name} line {line_no}: {key} must be at most {MAX_INT64:,} (a 64-bit "
+            f"integer), got {_short(value)}"
         )
     return value
 
@@ -115,7 +138,12 @@ def _json_number(path: Path, line_no: int, row: dict[str, object], key: str, uni
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(
             f"{path.name} line {line_no}: {key} must be a non-negative number ({unit}), "
-            f"got {value!r}"
+            f"got {_short(value)}"
+        )
+    if value > MAX_TIME_S * 1000 or not math.isfinite(value):  # ms or s, within 1e9 s
+        raise ValueError(
+            f"{path.name} line {line_no}: {key} must be a finite number ({unit}) below "
+            f"{MAX_TIME_S * 1000:g}, got {_short(value)}"
         )
     return float(value)
 
@@ -126,6 +154,15 @@ def _json_hash_ids(path: Path, line_no: int, row: dict[str, object]) -> tuple[in
         isinstance(h, int) and not isinstance(h, bool) for h in value
     ):
         raise ValueError(
-            f"{path.name} line {line_no}: hash_ids must be a list of integers, got {value!r}"
+            f"{path.name} line {line_no}: hash_ids must be a list of integers, got {_short(value)}"
+        )
+    if any(abs(h) > MAX_INT64 for h in value):
+        raise ValueError(
+            f"{path.name} line {line_no}: hash_ids must be 64-bit integers, got {_short(value)}"
         )
     return tuple(value)
+
+
+def _short(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."

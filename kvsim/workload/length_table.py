@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kvsim.textfile import read_text
+
 
 @dataclass(frozen=True)
 class LengthTable:
@@ -108,3 +110,36 @@ def shipped_table_path(trace: str) -> Path | None:
     """The shipped table of a catalogued trace (``kvsim/data/lengths/TRACE.csv``), if any."""
     path = Path(str(files("kvsim") / "data" / "lengths" / f"{trace}.csv"))
     return path if path.is_file() else None
+
+
+def load_length_table(path: Path) -> LengthTable:
+    """Read a user's table file and check it.
+
+    Raises:
+        ValueError: not UTF-8, not a table of ``to_csv``'s columns, or quantiles that are not
+            finite token counts >= 1 (naming the file).
+    """
+    read_text(path)  # names the file when it is not UTF-8
+    try:
+        table = LengthTable.read_csv(path)
+    except (KeyError, ValueError, TypeError, pd.errors.ParserError) as err:
+        raise ValueError(
+            f"workload.length_table {path}: not a kvsim length table (columns bin, side, q0..qN; "
+            f"{type(err).__name__}: {err})"
+        ) from None
+    for side, values in (("prompt", table.prompt), ("output", table.output)):
+        if values.size == 0 or values.ndim != 2 or values.shape[1] < 2:
+            raise ValueError(
+                f"workload.length_table {path}: no {side} rows of two or more quantiles"
+            )
+        if not (np.isfinite(values).all() and (values >= 1).all() and values.max() <= 2**31):
+            raise ValueError(
+                f"workload.length_table {path}: {side} quantiles must be finite token counts "
+                f"in [1, 2**31], got {values.min():g}..{values.max():g}"
+            )
+    if table.prompt.shape != table.output.shape:
+        raise ValueError(
+            f"workload.length_table {path}: prompt and output rows differ in shape "
+            f"({table.prompt.shape} vs {table.output.shape})"
+        )
+    return table

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from kvsim.textfile import read_text
 from kvsim.workload.traces import Trace
 
 logger = logging.getLogger(__name__)
@@ -82,11 +83,13 @@ def read_sharegpt(path: Path, tokenizer_path: Path, *, multiturn: bool) -> Trace
     Raises:
         ValueError: invalid JSON or a malformed conversation, naming file, line and field.
     """
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     try:
         entries = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path.name} line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise ValueError(f"{path.name}: invalid JSON ({exc})") from None
     if not isinstance(entries, list):
         raise ValueError(
             f"{path.name}: expected a JSON array of conversations, got a {type(entries).__name__}"

@@ -6,7 +6,6 @@ live in the repository's ``workloads/`` folder as TOML tables (see :func:`load_w
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,11 +18,24 @@ from pydantic import (
     model_validator,
 )
 
+from kvsim.limits import (
+    MAX_CONTEXT_TOKENS,
+    MAX_NUM_REQUESTS,
+    MAX_RATE_PER_S,
+    MAX_SEQS_PER_REQUEST,
+    MAX_TIME_S,
+    MAX_TIME_SCALE,
+    MIN_RATE_PER_S,
+    MIN_TIME_SCALE,
+)
+from kvsim.textfile import read_toml
 from kvsim.workload.catalog import TRACES
 from kvsim.workload.lengths import SHAREGPT_LIKE
 from kvsim.workload.traces import TraceFormat
 
 DEFAULT_NUM_REQUESTS = 1000
+MIN_CV = 1e-3  # below it gamma gaps are constant to machine precision; 1e-320 overflows
+MAX_SIGMA = 10.0  # std of ln(tokens): e**10 is a spread of 22,000x either way
 
 ArrivalKind = Literal["poisson", "gamma", "trace"]
 _UNSET_DROPPED = ("trace_format", "tokenizer", "hash_block_size_tokens")  # None: not serialised
@@ -108,46 +120,50 @@ class WorkloadSpec(BaseModel):
 
     name: str = ""
     arrival: ArrivalKind = "poisson"
-    rate_per_s: float | None = Field(default=1.0, gt=0)
-    cv: float = Field(default=1.0, gt=0)
-    time_scale: float = Field(default=1.0, gt=0)
+    rate_per_s: float | None = Field(default=1.0, gt=0, le=MAX_RATE_PER_S)
+    cv: float = Field(default=1.0, gt=0, le=100)
+    time_scale: float = Field(default=1.0, gt=0, le=MAX_TIME_SCALE)
 
     lengths: LengthKind | None = None
     trace: str | None = Field(default=None, min_length=1)
     trace_format: TraceFormat | None = None
     tokenizer: str | None = Field(default=None, min_length=1)
-    hash_block_size_tokens: int | None = Field(default=None, ge=1)
+    hash_block_size_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
     sample: Literal["resample", "replay"] | None = None
     fallback_synthetic: bool = False
     length_table: str | None = Field(default=None, min_length=1)
-    prompt_mean_tokens: float = Field(default=SHAREGPT_LIKE.prompt_mean_tokens, gt=0)
-    output_mean_tokens: float = Field(default=SHAREGPT_LIKE.output_mean_tokens, gt=0)
-    prompt_sigma: float = Field(default=SHAREGPT_LIKE.prompt_sigma, ge=0)
-    output_sigma: float = Field(default=SHAREGPT_LIKE.output_sigma, ge=0)
-    fixed_prompt_tokens: int = Field(default=512, ge=1)
-    fixed_output_tokens: int = Field(default=128, ge=1)
-    min_total_tokens: int = Field(default=256, ge=2)
-    max_total_tokens: int = Field(default=2048, ge=2)
-    prefill_decode_ratio: float = Field(default=3.0, gt=0)
+    prompt_mean_tokens: float = Field(
+        default=SHAREGPT_LIKE.prompt_mean_tokens, ge=1, le=MAX_CONTEXT_TOKENS
+    )
+    output_mean_tokens: float = Field(
+        default=SHAREGPT_LIKE.output_mean_tokens, ge=1, le=MAX_CONTEXT_TOKENS
+    )
+    prompt_sigma: float = Field(default=SHAREGPT_LIKE.prompt_sigma, ge=0, le=MAX_SIGMA)
+    output_sigma: float = Field(default=SHAREGPT_LIKE.output_sigma, ge=0, le=MAX_SIGMA)
+    fixed_prompt_tokens: int = Field(default=512, ge=1, le=MAX_CONTEXT_TOKENS)
+    fixed_output_tokens: int = Field(default=128, ge=1, le=MAX_CONTEXT_TOKENS)
+    min_total_tokens: int = Field(default=256, ge=2, le=MAX_CONTEXT_TOKENS)
+    max_total_tokens: int = Field(default=2048, ge=2, le=MAX_CONTEXT_TOKENS)
+    prefill_decode_ratio: float = Field(default=3.0, ge=1e-3, le=1e3)
 
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
     overflow: Literal["reject", "drop", "truncate"] = "reject"
-    min_prompt_tokens: int = Field(default=1, ge=1)
-    min_output_tokens: int = Field(default=1, ge=1)
+    min_prompt_tokens: int = Field(default=1, ge=1, le=MAX_CONTEXT_TOKENS)
+    min_output_tokens: int = Field(default=1, ge=1, le=MAX_CONTEXT_TOKENS)
 
     num_requests: int | None = Field(default=None, ge=1)
-    start_s: float = Field(default=0.0, ge=0)
-    duration_s: float | None = Field(default=None, gt=0)
+    start_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
 
-    n: int = Field(default=1, ge=1)
-    beam_width: int = Field(default=1, ge=1)
+    n: int = Field(default=1, ge=1, le=MAX_SEQS_PER_REQUEST)
+    beam_width: int = Field(default=1, ge=1, le=MAX_SEQS_PER_REQUEST)
     beam_survival: float = Field(
         default=0.8646, ge=0, le=1, description="fitted on Figure 15 beam width 4"
     )
-    shared_prefix_tokens: int = Field(default=0, ge=0)
-    num_tenants: int = Field(default=1, ge=1)
-    num_turns: int = Field(default=1, ge=1)
-    turn_gap_s: float = Field(default=30.0, ge=0)
+    shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_CONTEXT_TOKENS)
+    num_tenants: int = Field(default=1, ge=1, le=MAX_NUM_REQUESTS)
+    num_turns: int = Field(default=1, ge=1, le=10_000)
+    turn_gap_s: float = Field(default=30.0, ge=0, le=MAX_TIME_S)
 
     @property
     def length_source(self) -> LengthKind:
@@ -174,6 +190,7 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> WorkloadSpec:
+        self._check_scale()
         self._check_lengths()
         self._check_arrivals()
         if self.n > 1 and self.beam_width > 1:
@@ -187,6 +204,42 @@ class WorkloadSpec(BaseModel):
                 f"got {self.max_total_tokens}"
             )
         return self
+
+    def _check_scale(self) -> None:
+        """Bounds that keep a run finite: the request count, the arrival rate, and the arrivals a
+        synthetic window holds (``duration_s`` without ``num_requests``)."""
+        if self.num_requests is not None and self.num_requests > MAX_NUM_REQUESTS:
+            raise ValueError(
+                f"num_requests: at most {MAX_NUM_REQUESTS:,} requests per run (kvsim holds every "
+                f"request in memory), got {self.num_requests:,}; simulate a shorter window"
+            )
+        rate = self.rate_per_s
+        if rate is not None and rate < MIN_RATE_PER_S:
+            raise ValueError(
+                f"rate_per_s: must be >= {MIN_RATE_PER_S:g} requests/s (one request per "
+                f"{1 / MIN_RATE_PER_S / 86400:.1f} days), got {rate!r}"
+            )
+        if self.cv < MIN_CV:
+            raise ValueError(
+                f"cv: must be >= {MIN_CV:g} (gamma gaps of shape 1 / cv**2), got {self.cv!r}"
+            )
+        if self.time_scale < MIN_TIME_SCALE:
+            raise ValueError(f"time_scale: must be >= {MIN_TIME_SCALE:g}, got {self.time_scale!r}")
+        synthetic = self.arrival != "trace"
+        if synthetic and rate is not None and self.duration_s is not None:
+            expected = rate * self.duration_s / self.time_scale * self.num_turns
+            if self.num_requests is None and expected > MAX_NUM_REQUESTS:
+                raise ValueError(
+                    f"duration_s: {self.duration_s:g} s at rate_per_s = {rate:g} "
+                    f"(time_scale {self.time_scale:g}) is ~{expected:,.0f} requests, more than "
+                    f"the {MAX_NUM_REQUESTS:,} a run holds; set num_requests or a shorter "
+                    "duration_s"
+                )
+            if self.duration_s / self.time_scale > MAX_TIME_S:
+                raise ValueError(
+                    f"duration_s: {self.duration_s:g} s / time_scale {self.time_scale:g} spans "
+                    f"more than {MAX_TIME_S:g} simulated seconds (31.7 years)"
+                )
 
     def _check_lengths(self) -> None:
         source = self.length_source
@@ -252,6 +305,7 @@ def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:
 
     Raises:
         FileNotFoundError: no such preset.
+        ValueError: the file is not UTF-8 TOML (the message names it).
         pydantic.ValidationError: the table is not a valid spec.
     """
     path = Path(preset)
@@ -260,7 +314,8 @@ def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:
     if not path.is_file():
         names = sorted(p.stem for p in workloads_dir().glob("*.toml"))
         raise FileNotFoundError(f"No workload preset {str(preset)!r} ({path}); presets: {names}")
-    with path.open("rb") as handle:
-        table = tomllib.load(handle)
+    table = read_toml(path)
     table = table.get("workload", table)
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: [workload] must be a table, got {table!r}")
     return WorkloadSpec.model_validate({**table, **overrides})

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.limits import MAX_INT64
 from kvsim.workload.traces import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
 
 logger = logging.getLogger(__name__)
@@ -152,6 +153,12 @@ def int_column(
     if not ok.all():
         row = int(np.flatnonzero(~ok)[0])
         raise bad_value(path, where(row), column, frame[column].iloc[row], "a non-negative integer")
+    long = np.flatnonzero(text.str.len().to_numpy() >= 19)  # int64 holds 18 digits for sure
+    for row in long.tolist():
+        if int(text.iloc[row]) > MAX_INT64:
+            raise bad_value(
+                path, where(row), column, frame[column].iloc[row], f"an integer <= {MAX_INT64:,}"
+            )
     values: np.ndarray = text.astype(np.int64).to_numpy()
     return values
 
@@ -246,7 +253,7 @@ def _kvsim_extras(
 def _session_ids(text: pd.Series) -> tuple[int | None, ...]:
     """Integer ids as they are; other labels numbered by first appearance."""
     given = [t for t in text.tolist() if t != ""]
-    if all(re.fullmatch(r"-?\d+", t) for t in given):
+    if all(re.fullmatch(r"-?\d+", t) and abs(int(t)) <= MAX_INT64 for t in given):
         return tuple(int(t) if t != "" else None for t in text.tolist())
     numbers: dict[str, int] = {}
     for label in given:
@@ -266,7 +273,11 @@ def _hash_ids(path: Path, frame: pd.DataFrame, where: Where) -> tuple[tuple[int,
                 frame["hash_ids"].iloc[row],
                 "integers separated by spaces (or a JSON list)",
             )
-        out.append(tuple(int(p) for p in parts))
+        ids = tuple(int(p) for p in parts)
+        if any(abs(i) > MAX_INT64 for i in ids):
+            value = frame["hash_ids"].iloc[row]
+            raise bad_value(path, where(row), "hash_ids", value, "64-bit integers")
+        out.append(ids)
     return tuple(out)
 
 

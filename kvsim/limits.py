@@ -1,0 +1,61 @@
+"""Physical and practical bounds on user inputs, each with the reason it exists.
+
+A value past one of these is a typo or an attack, not an experiment: validation rejects it at the
+boundary (config fields, trace cells, experiment files) with a message that names the field, the
+bound and the value, instead of looping forever, exhausting memory or returning inf/NaN results.
+"""
+
+from __future__ import annotations
+
+import math
+
+# The longest context any served model offers is ~10 M tokens; 2**27 leaves room for what-ifs.
+MAX_CONTEXT_TOKENS = 2**27
+# kvsim holds every request of a run in memory (about 1 KiB each, plus per-step records).
+MAX_NUM_REQUESTS = 10_000_000
+# Simulated time in seconds is a float64: past ~1e9 s (31.7 years) step durations of
+# microseconds no longer add up exactly, and past ~1e16 s they vanish (the clock stops).
+MAX_TIME_S = 1e9
+# Arrival rates: below one request per ~11.6 days nothing arrives within MAX_TIME_S worth
+# simulating, and 1e-320 requests/s overflows the mean gap to inf.
+MIN_RATE_PER_S = 1e-6
+MAX_RATE_PER_S = 1e9
+# Inter-arrival scaling (0.5 = twice as fast): beyond these, times reach MAX_TIME_S or underflow.
+MIN_TIME_SCALE = 1e-6
+MAX_TIME_SCALE = 1e6
+# Sequences of one request (parallel samples n, beam width): vLLM's largest practical groups
+# are a few hundred; each sequence is simulated.
+MAX_SEQS_PER_REQUEST = 4096
+# A paged pool's block table is a Python list per block: 2**25 blocks take ~2.5 GiB of host RAM.
+MAX_POOL_BLOCKS = 2**25
+# GPU hardware: no accelerator holds 1 PiB of memory or moves 1e21 bytes (FLOP) per second.
+MAX_GPU_MEMORY_BYTES = 2**50
+MAX_HW_PER_S = 1e21
+# Fixed per-step costs: an engine step that takes an hour of overhead is a unit mistake (ms?).
+MAX_OVERHEAD_S = 3600.0
+# Model shapes: the largest models have ~1e13 parameters, ~1,000 layers, ~1,000 heads.
+MAX_MODEL_PARAMS = 10**15
+MAX_MODEL_LAYERS = 100_000
+MAX_MODEL_HEADS = 100_000
+MAX_HEAD_DIM = 65_536
+# Points of one sweep (the product of its axes): each is a simulation and a folder.
+MAX_POINTS = 100_000
+# A trace's integer cells must fit numpy's int64 (and token counts MAX_CONTEXT_TOKENS).
+MAX_INT64 = 2**63 - 1
+
+
+def check_finite(where: str, value: float, unit: str = "") -> float:
+    """``value`` if it is a finite number, else ``ValueError`` naming ``where``.
+
+    Args:
+        where: the field, file and line, e.g. ``"trace.jsonl line 3: timestamp"``.
+        value: the number.
+        unit: shown after "a finite number", e.g. ``"(ms)"``.
+
+    Raises:
+        ValueError: ``value`` is NaN or infinite.
+    """
+    if not math.isfinite(value):
+        suffix = f" {unit}" if unit else ""
+        raise ValueError(f"{where} must be a finite number{suffix}, got {value!r}")
+    return value

@@ -1,0 +1,215 @@
+"""Worker processes for sweeps and plans: a local process pool whose workers die with their
+driver, and a Dask client that gives up on an unreachable scheduler.
+
+A ``kill -9`` of the driver leaves nobody to close a ``ProcessPoolExecutor``'s pipes, and its
+spawned workers hold both ends of their call queue, so they would block forever (and with them
+the ``multiprocessing`` resource tracker, which waits for every holder of its pipe). Each worker
+therefore watches its parent: Linux's ``PR_SET_PDEATHSIG`` kills it the moment the driver dies,
+and a daemon thread polling ``os.getppid()`` does the same everywhere within ``PARENT_POLL_S``.
+Workers start with SIGINT ignored, so a Ctrl-C in the terminal reaches the driver only (one
+"interrupted" line, no traceback per worker); the driver then terminates them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import importlib
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+
+PARENT_POLL_S = 0.5  # how often a worker checks that its driver is alive, seconds
+DASK_CONNECT_TIMEOUT_S = 5.0  # default wait for a remote Dask scheduler, seconds
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def watch_parent(parent_pid: int, use_pdeathsig: bool = True) -> None:
+    """Pool initializer (runs in each worker): exit as soon as the driver ``parent_pid`` is gone.
+
+    Args:
+        parent_pid: the driver's process id (the worker's parent when it starts).
+        use_pdeathsig: also ask Linux to SIGKILL this worker when its parent dies (only safe when
+            the driver's main thread started the worker: the signal follows the starting thread).
+    """
+    if use_pdeathsig and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the driver died before the signal was armed
+        os._exit(1)
+    threading.Thread(
+        target=_poll_parent, args=(parent_pid,), name="kvsim-watch-driver", daemon=True
+    ).start()
+
+
+def _poll_parent(parent_pid: int) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(1)  # reparented: the driver is gone, nobody will read our results
+        time.sleep(PARENT_POLL_S)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while workers are spawned, so that they inherit the disposition."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now (their running tasks are lost; a resumable sweep reruns them)."""
+    processes = getattr(pool, "_processes", None) or {}
+    for process in list(processes.values()):
+        with contextlib.suppress(Exception):
+            process.terminate()
+
+
+def pool_map(
+    fn: Callable[..., R], calls: list[tuple[T, tuple[Any, ...]]], jobs: int
+) -> Iterator[tuple[T, R]]:
+    """Run ``fn(*args)`` for every ``(tag, args)`` of ``calls`` on ``jobs`` spawned worker
+    processes and yield ``(tag, result)`` as each finishes.
+
+    Workers exit when the driver dies and ignore SIGINT (see the module docstring). When the
+    caller stops early (an exception, Ctrl-C, ``close()``), the workers are terminated.
+
+    Raises:
+        Exception: whatever ``fn`` raised in a worker, re-raised here.
+    """
+    context = multiprocessing.get_context("spawn")  # no fork of a threaded driver
+    main_thread = threading.current_thread() is threading.main_thread()
+    pool = ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=context,
+        initializer=watch_parent,
+        initargs=(os.getpid(), main_thread),
+    )
+    finished = False
+    try:
+        with _sigint_ignored():
+            futures: dict[Future[R], T] = {pool.submit(fn, *args): tag for tag, args in calls}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+        finished = True
+    finally:
+        if not finished:
+            _terminate(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def dask_client(scheduler: str, jobs: int, connect_timeout_s: float) -> tuple[Any, Any]:
+    """A ``dask.distributed.Client`` for ``scheduler`` (``"local"``: a local cluster of ``jobs``
+    single-threaded worker processes) and the cluster it started (``None`` for a remote one).
+
+    Args:
+        scheduler: ``"local"`` or a scheduler address such as ``tcp://HOST:PORT``.
+        jobs: workers of a local cluster.
+        connect_timeout_s: seconds to wait for a remote scheduler to answer.
+
+    Raises:
+        ValueError: Dask is not installed, the address is malformed, or nothing answered at it
+            within ``connect_timeout_s`` (the message names the address and the wait).
+    """
+    try:
+        dd: Any = importlib.import_module("dask.distributed")  # untyped: keep mypy quiet
+    except ImportError:
+        raise ValueError(
+            f"--scheduler {scheduler}: Dask is not installed; pip install 'kvsim[sweep]' "
+            "(dask[distributed]) or drop --scheduler to use a local process pool"
+        ) from None
+    if scheduler == "local":
+        cluster = dd.LocalCluster(
+            n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        return dd.Client(cluster), cluster
+    if not connect_timeout_s > 0:
+        raise ValueError(f"--connect-timeout: must be > 0 seconds, got {connect_timeout_s!r}")
+    unreachable = (
+        f"--scheduler: no Dask scheduler answered at {scheduler} within {connect_timeout_s:g} s"
+        " ({}); start one (`dask scheduler`), fix the address, raise --connect-timeout, or drop "
+        "--scheduler for a local process pool"
+    )
+    _probe_tcp(scheduler, connect_timeout_s, unreachable)
+    try:
+        return dd.Client(scheduler, timeout=connect_timeout_s), None
+    except (OSError, TimeoutError) as err:
+        gc.collect()  # close the half-built client now, not in a later __del__ (a deadlock)
+        raise ValueError(unreachable.format(type(err).__name__)) from None
+    except (ValueError, TypeError) as err:
+        gc.collect()
+        raise ValueError(
+            f"--scheduler: {scheduler!r} is not a Dask scheduler address such as "
+            f"tcp://HOST:PORT or 'local' ({err})"
+        ) from None
+    except Exception as err:  # something answered, but not Dask's protocol (a proxy, a web server)
+        gc.collect()
+        reason = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+        raise ValueError(
+            f"--scheduler: what answers at {scheduler} is not a Dask scheduler ({reason})"
+        ) from None
+
+
+def _probe_tcp(scheduler: str, timeout_s: float, unreachable: str) -> None:
+    """Fail fast, before Dask builds a client, when nothing listens at a ``tcp://`` address.
+
+    Raises:
+        ValueError: a malformed address, or no connection within ``timeout_s``.
+    """
+    if not scheduler.startswith("tcp://"):
+        return
+    host, sep, port_text = scheduler.removeprefix("tcp://").rstrip("/").rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(
+            f"--scheduler: {scheduler!r} is not a Dask scheduler address such as tcp://HOST:PORT"
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port_text)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ValueError(unreachable.format(err.strerror or type(err).__name__)) from None
+
+
+def dask_map(
+    fn: Callable[..., R],
+    calls: list[tuple[T, tuple[Any, ...], str]],
+    scheduler: str,
+    jobs: int,
+    connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
+) -> Iterator[tuple[T, R]]:
+    """Run ``fn(*args)`` for every ``(tag, args, task_name)`` of ``calls`` on a Dask cluster
+    (``dask_client``) and yield ``(tag, result)`` as each finishes.
+
+    Raises:
+        ValueError: see ``dask_client``.
+    """
+    client, cluster = dask_client(scheduler, jobs, connect_timeout_s)
+    dd: Any = importlib.import_module("dask.distributed")
+    try:
+        futures = [client.submit(fn, *args, key=name, pure=False) for _, args, name in calls]
+        by_key = {f.key: tag for f, (tag, _, _) in zip(futures, calls, strict=True)}
+        for future in dd.as_completed(futures):
+            yield by_key[future.key], future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,173 @@
+"""Hostile command lines for every ``kvsim`` command (``kvsim --help`` lists them): bad options,
+output paths that are system folders, files or under files, results folders with corrupt files, a
+Dask scheduler nobody answers at, a full disk. One line, exit 2, nothing written elsewhere."""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+import kvsim.results
+
+TINY = ["--set", "workload.num_requests=2", "--set", "workload.lengths=fixed"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+EXPERIMENT = """name = "e"
+[base.cache]
+kv_cache_gib = 2.0
+[base.workload]
+lengths = "fixed"
+fixed_prompt_tokens = 16
+fixed_output_tokens = 4
+num_requests = 2
+"""
+
+# id: (command line, fragments of the error line); files named here are made by _setup
+ARGS: dict[str, tuple[list[str], list[str]]] = {
+    # usage errors, one line each
+    "unknown_command": (["fig12", "--num-requests", "0"], ["No such command", "fig12"]),
+    "unknown_command_sharing": (["sharing", "--num-requests", "0"], ["sharing"]),
+    "unknown_option": (["run", "--bogus"], ["kvsim run", "--bogus"]),
+    "missing_argument": (["sweep"], ["kvsim sweep", "experiment"]),
+    "jobs_zero": (["sweep", "exp.toml", "-j", "0"], ["-j", "--jobs"]),
+    "jobs_text": (["reproduce", "fig2", "-j", "many"], ["kvsim reproduce", "--jobs", "integer"]),
+    "map_frames_negative": (["run", "--map-frames", "-1"], ["--map-frames"]),
+    "connect_timeout_zero": (
+        ["sweep", "exp.toml", "--connect-timeout", "0"],
+        ["--connect-timeout"],
+    ),
+    # run
+    "run_out_root": (["run", *TINY, "--out", "/"], ["--out", "'/'", "system folder"]),
+    "run_out_usr": (["run", *TINY, "--out", "/usr"], ["--out", "'/usr'"]),
+    "run_out_proc": (["run", *TINY, "--out", "/proc/kvsim"], ["--out", "/proc/kvsim"]),
+    "run_out_etc_sub": (["run", *TINY, "--out", "/etc/kvsim/x"], ["--out", "/etc/kvsim/x"]),
+    "run_out_file": (["run", *TINY, "--out", "afile"], ["--out", "'afile'", "file"]),
+    "run_out_under_file": (["run", *TINY, "--out", "afile/sub"], ["--out", "afile"]),
+    # sweep
+    "sweep_out_root": (["sweep", "exp.toml", "--out", "/"], ["--out", "'/'"]),
+    "sweep_out_file": (["sweep", "exp.toml", "--out", "afile"], ["--out", "'afile'"]),
+    "sweep_unknown_experiment": (["sweep", "nosuch"], ["nosuch", "no such experiment"]),
+    "sweep_scheduler_garbage": (
+        ["sweep", "exp.toml", "--out", "out", "--scheduler", "nonsense", "--no-progress"],
+        ["--scheduler", "'nonsense'"],
+    ),
+    # plot
+    "plot_missing_folder": (["plot", "nofolder"], ["nofolder", "no summary.parquet"]),
+    "plot_corrupt_parquet": (["plot", "corrupt"], ["corrupt/summary.parquet", "Parquet"]),
+    "plot_corrupt_experiment_json": (["plot", "badmeta"], ["badmeta/experiment.json", "JSON"]),
+    "plot_out_root": (["plot", "corrupt", "--out", "/"], ["--out", "'/'"]),
+    "plot_out_file": (["plot", "corrupt", "--out", "afile"], ["--out", "'afile'"]),
+    # compare
+    "compare_missing": (["compare", "nofolder", "nofolder2"], ["nofolder", "summary.json"]),
+    "compare_corrupt_json": (["compare", "badrun", "badrun"], ["badrun/summary.json"]),
+    "compare_json_array": (["compare", "arrayrun", "arrayrun"], ["arrayrun/summary.json"]),
+    "compare_not_utf8": (["compare", "latin1run", "latin1run"], ["latin1run/summary.json"]),
+    # report
+    "report_missing_folder": (["report", "nofolder", "--out", "r.html"], ["nofolder"]),
+    "report_out_root": (["report", "badrun", "--out", "/"], ["--out", "'/'"]),
+    "report_out_folder": (["report", "badrun", "--out", "somedir"], ["--out", "somedir"]),
+    "report_out_dev": (["report", "badrun", "--out", "/dev/r.html"], ["--out", "/dev/r.html"]),
+    "report_out_etc": (["report", "badrun", "--out", "/etc/r.html"], ["--out", "/etc/r.html"]),
+    "report_out_under_file": (["report", "badrun", "--out", "afile/r.html"], ["--out", "afile"]),
+    "report_corrupt_run": (["report", "badrun", "--out", "r.html"], ["badrun"]),
+    # reproduce
+    "reproduce_unknown": (["reproduce", "fig99"], ["reproduce", "fig99"]),
+    "reproduce_out_root": (["reproduce", "fig2", "--out", "/"], ["--out", "'/'"]),
+    "reproduce_out_file": (["reproduce", "fig2", "--out", "afile"], ["--out", "'afile'"]),
+    # presets, calibrate, data
+    "presets_unknown_kind": (["presets", "nope"], ["presets", "'nope'"]),
+    "calibrate_batch_text": (["calibrate", "--batch-sizes", "x"], ["--batch-sizes", "'x'"]),
+    "calibrate_batch_zero": (["calibrate", "--batch-sizes", "0,8"], ["--batch-sizes", "'0,8'"]),
+    "calibrate_head_dim": (["calibrate", "--head-dim", "100"], ["head_dim", "100"]),
+    "calibrate_out_folder": (["calibrate", "--out", "somedir"], ["--out", "somedir"]),
+    "calibrate_repeats_zero": (["calibrate", "--repeats", "0"], ["--repeats"]),
+    "data_fetch_dest_root": (["data", "fetch", "--dest", "/"], ["--dest", "'/'"]),
+    "data_fetch_dest_file": (["data", "fetch", "--dest", "afile"], ["--dest", "'afile'"]),
+    "data_fetch_unknown_trace": (
+        ["data", "fetch", "--dest", "out", "--only", "nosuch"],
+        ["nosuch"],
+    ),
+    "data_fetch_timeout_zero": (["data", "fetch", "--timeout", "0"], ["--timeout"]),
+    "data_list_dest_file": (["data", "list", "--dest", "afile"], ["--dest", "'afile'"]),
+}
+
+
+def _setup(h) -> None:
+    """The files the command lines above name."""
+    h.write("afile", "just a file\n")
+    (h.cwd / "somedir").mkdir()
+    h.write("exp.toml", EXPERIMENT)
+    h.write("corrupt/summary.parquet", b"PAR1 garbage")
+    h.write("badmeta/summary.parquet", b"PAR1 garbage")
+    h.write("badmeta/experiment.json", "{not json")
+    h.write("badrun/summary.json", "{oops")
+    h.write("arrayrun/summary.json", "[1, 2]")
+    h.write("latin1run/summary.json", b'{"name": "\xe9"}')
+
+
+@pytest.mark.parametrize("case", sorted(ARGS))
+def test_bad_arguments(hostile, case: str) -> None:
+    _setup(hostile)
+    args, expected = ARGS[case]
+    hostile.run(args, *expected, allowed=[hostile.cwd / "somedir"])
+
+
+def test_unreachable_dask_scheduler_times_out_quickly(hostile) -> None:
+    hostile.write("exp.toml", EXPERIMENT)
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    args = ["sweep", "exp.toml", "--out", "out", "--no-progress", "--scheduler", address]
+    outcome = hostile.run([*args, "--connect-timeout", "0.5"], address, "0.5 s")
+    assert "--connect-timeout" in outcome.error
+
+
+def _disk_full(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device", "out/results.parquet")
+
+
+def test_disk_full_during_run(hostile, monkeypatch) -> None:
+    monkeypatch.setattr(kvsim.results.Results, "save", _disk_full)
+    hostile.run(["run", "--no-progress", *TINY, "--out", "out"], "No space left", "out/")
+
+
+def test_disk_full_during_sweep(hostile, monkeypatch) -> None:
+    monkeypatch.setattr(kvsim.results.Results, "save", _disk_full)
+    hostile.write("exp.toml", EXPERIMENT)
+    hostile.run(["sweep", "exp.toml", "--out", "out", "--no-progress"], "No space left")
+
+
+def test_debug_shows_the_traceback(hostile) -> None:
+    outcome = hostile.invoke(["--debug", "run", "--set", "seed=1", "--set", "seed.x=2"])
+    assert outcome.exit_code != 0
+    assert "not a table" in outcome.output + repr(outcome)
+
+
+def test_sweep_with_nothing_swept_keeps_its_row(hostile) -> None:
+    """An experiment without axes has one point; summary.parquet must hold it (it held none)."""
+    import pandas as pd
+
+    hostile.write("exp.toml", EXPERIMENT)
+    outcome = hostile.run(["sweep", "exp.toml", "--out", "out", "--no-progress"], code=0)
+    assert "1 points in summary.parquet" in outcome.output
+    table = pd.read_parquet(hostile.out / "e" / "summary.parquet")
+    assert len(table) == 1
+    assert json.loads((hostile.out / "e" / "failures.json").read_text()) == []
+
+
+def test_snapshot_with_radix_points(hostile) -> None:
+    """A snapshot time no longer fails the radix points of a sweep (a tree has no slot map)."""
+    text = EXPERIMENT.replace('name = "e"', 'name = "e"\nsnapshot_at_s = 0.01')
+    text += '[grid]\n"cache.allocator" = ["paged", "radix"]\n'
+    hostile.write("exp.toml", text)
+    outcome = hostile.run(["sweep", "exp.toml", "--out", "out", "--no-progress"], code=0)
+    assert "2 run, 0 resumed, 0 failed" in outcome.output
+    assert Path(hostile.out / "e" / "summary.parquet").is_file()

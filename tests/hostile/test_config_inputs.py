@@ -1,0 +1,320 @@
+"""Hostile configs: ``--set`` overrides, TOML config files and plain dicts. Each is rejected before
+anything is simulated, with one line naming the field (or file and line) and the value."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim.config import config_from_dict
+
+RUN = ["run", "--no-progress", "--set", "workload.num_requests=3"]
+BIG = str(10**29)
+TINY_MODEL = [
+    "model.num_layers=1",
+    "model.num_kv_heads=1",
+    "model.num_attention_heads=1",
+    "model.head_dim=1",
+    "model.dtype_bytes=1",
+]
+
+# id: (--set pairs, fragments of the error line)
+SETS: dict[str, tuple[list[str], list[str]]] = {
+    # runaways: a window without a count, absurd counts, sizes and times
+    "duration_inf_no_count": (
+        ["workload.duration_s=inf", "workload.num_requests=null"],
+        ["workload.duration_s", "finite"],
+    ),
+    "duration_huge_no_count": (
+        ["workload.duration_s=1e8", "workload.num_requests=null"],
+        ["workload.duration_s", "10,000,000"],
+    ),
+    "duration_past_max": (["workload.duration_s=1e10"], ["workload.duration_s", "1000000000"]),
+    "duration_over_time_scale": (
+        ["workload.duration_s=1e9", "workload.time_scale=1e-6"],
+        ["workload.duration_s", "31.7 years"],
+    ),
+    "num_requests_1e12": (
+        ["workload.num_requests=1000000000000"],
+        ["workload.num_requests", "10,000,000", "1,000,000,000,000"],
+    ),
+    "num_requests_zero": (["workload.num_requests=0"], ["workload.num_requests", "0"]),
+    "num_requests_negative": (["workload.num_requests=-5"], ["workload.num_requests", "-5"]),
+    "num_requests_text": (["workload.num_requests=many"], ["workload.num_requests", "many"]),
+    "num_requests_float": (["workload.num_requests=2.5"], ["workload.num_requests", "2.5"]),
+    "kv_gib_inf": (["cache.kv_cache_gib=inf"], ["cache.kv_cache_gib", "finite"]),
+    "kv_gib_nan": (["cache.kv_cache_gib=NaN"], ["cache.kv_cache_gib", "finite"]),
+    "kv_gib_1e9": (["cache.kv_cache_gib=1e9"], ["cache.kv_cache_gib", "a100-40gb"]),
+    "kv_gib_negative": (["cache.kv_cache_gib=-1"], ["cache.kv_cache_gib", "-1"]),
+    "kv_bytes_2e70": ([f"cache.kv_cache_bytes={2**70}"], ["cache.kv_cache_bytes"]),
+    "kv_bytes_float": (["cache.kv_cache_bytes=1.5"], ["cache.kv_cache_bytes", "1.5"]),
+    "kv_both_budgets": (
+        ["cache.kv_cache_bytes=1000000000", "cache.kv_cache_gib=1"],
+        ["kv_cache_gib", "kv_cache_bytes"],
+    ),
+    "gpu_util_above_1": (["cache.gpu_memory_utilization=1.5"], ["gpu_memory_utilization"]),
+    "gpu_util_zero": (["cache.gpu_memory_utilization=0"], ["gpu_memory_utilization"]),
+    "headroom_huge": ([f"cache.activation_headroom_bytes={BIG}"], ["activation_headroom_bytes"]),
+    "rate_denormal": (["workload.rate_per_s=1e-320"], ["workload.rate_per_s", "1e-320"]),
+    "rate_zero": (["workload.rate_per_s=0"], ["workload.rate_per_s"]),
+    "rate_1e30": (["workload.rate_per_s=1e30"], ["workload.rate_per_s"]),
+    "rate_infinity": (["workload.rate_per_s=Infinity"], ["workload.rate_per_s", "finite"]),
+    "rate_text": (["workload.rate_per_s=fast"], ["workload.rate_per_s", "fast"]),
+    "rate_null_poisson": (["workload.rate_per_s=null"], ["rate_per_s", "required"]),
+    "time_scale_inf": (["workload.time_scale=inf"], ["workload.time_scale", "finite"]),
+    "time_scale_denormal": (["workload.time_scale=1e-320"], ["workload.time_scale", "1e-320"]),
+    "time_scale_1e7": (["workload.time_scale=1e7"], ["workload.time_scale"]),
+    "arrivals_past_1e9_s": (
+        ["workload.time_scale=1e6", "workload.num_requests=5000"],
+        ["arrival times", "time_scale", "1e+09"],
+    ),
+    "cv_denormal": (
+        ["workload.arrival=gamma", "workload.cv=1e-320"],
+        ["workload.cv", "1e-320"],
+    ),
+    "cv_1e30": (["workload.arrival=gamma", "workload.cv=1e30"], ["workload.cv"]),
+    "turn_gap_inf": (["workload.turn_gap_s=inf"], ["workload.turn_gap_s"]),
+    "turn_gap_huge": (["workload.turn_gap_s=1e12"], ["workload.turn_gap_s"]),
+    "start_s_poisson": (["workload.start_s=5"], ["start_s", "trace"]),
+    # token counts and groups beyond any model or int64
+    "max_tokens_huge": ([f"workload.max_tokens={BIG}"], ["workload.max_tokens"]),
+    "fixed_prompt_huge": (
+        ["workload.lengths=fixed", f"workload.fixed_prompt_tokens={BIG}"],
+        ["workload.fixed_prompt_tokens"],
+    ),
+    "max_total_huge": ([f"workload.max_total_tokens={BIG}"], ["workload.max_total_tokens"]),
+    "min_over_max_total": (
+        ["workload.min_total_tokens=500", "workload.max_total_tokens=400"],
+        ["max_total_tokens", "500"],
+    ),
+    "shared_prefix_huge": ([f"workload.shared_prefix_tokens={BIG}"], ["shared_prefix_tokens"]),
+    "hash_block_huge": ([f"workload.hash_block_size_tokens={BIG}"], ["hash_block_size_tokens"]),
+    "n_huge": ([f"workload.n={BIG}"], ["workload.n"]),
+    "beam_width_5000": (["workload.beam_width=5000"], ["workload.beam_width", "5000"]),
+    "beam_under_v1": (["workload.beam_width=4"], ["workload.beam_width", "vllm-v0"]),
+    "n_and_beam": (
+        ["scheduler.engine=vllm-v0", "workload.n=2", "workload.beam_width=2"],
+        ["beam_width"],
+    ),
+    "num_turns_huge": ([f"workload.num_turns={BIG}"], ["workload.num_turns"]),
+    "num_tenants_huge": ([f"workload.num_tenants={BIG}"], ["workload.num_tenants"]),
+    "sigma_huge": (
+        ["workload.lengths=lognormal", "workload.prompt_sigma=1e30"],
+        ["workload.prompt_sigma"],
+    ),
+    "prompt_mean_zero": (
+        ["workload.lengths=lognormal", "workload.prompt_mean_tokens=1e-320"],
+        ["workload.prompt_mean_tokens"],
+    ),
+    "split_ratio_denormal": (
+        ["workload.lengths=uniform", "workload.prefill_decode_ratio=1e-320"],
+        ["workload.prefill_decode_ratio"],
+    ),
+    "unknown_lengths": (["workload.lengths=zipf"], ["workload.lengths", "zipf"]),
+    "unknown_arrival": (["workload.arrival=bursty"], ["workload.arrival", "bursty"]),
+    "trace_lengths_no_trace": (["workload.lengths=trace"], ["lengths='trace'"]),
+    "trace_missing_file": (
+        ["workload.trace=/nonexistent/trace.csv"],
+        ["/nonexistent/trace.csv", "kvsim data fetch"],
+    ),
+    "unknown_workload_key": (["workload.rate=2"], ["workload.rate", "Extra inputs"]),
+    "unknown_workload_preset": (["workload=nosuchpreset"], ["nosuchpreset"]),
+    "workload_preset_escape": (["workload=../../../etc/passwd"], ["passwd"]),
+    # the pool: blocks, slabs and buddy chunks that cannot work
+    "block_size_zero": (["cache.block_size_tokens=0"], ["cache.block_size_tokens", "0"]),
+    "block_size_huge": ([f"cache.block_size_tokens={BIG}"], ["cache.block_size_tokens"]),
+    "block_bigger_than_pool": (
+        ["cache.kv_cache_gib=2", "cache.block_size_tokens=4096", "scheduler.max_model_len=256"],
+        ["cache.block_size_tokens", "block"],
+    ),
+    "pool_of_500m_blocks": (
+        [*TINY_MODEL, "cache.block_size_tokens=1", "cache.kv_cache_gib=1"],
+        ["cache.block_size_tokens", "536,870,912", "33,554,432"],
+    ),
+    "buddy_chunk_3000": (
+        [
+            "cache.allocator=buddy",
+            "cache.kv_cache_bytes=2457600000",
+            "scheduler.max_model_len=3000",
+        ],
+        ["buddy", "4,096-slot chunk", "3,000-slot pool", "2,048"],
+    ),
+    "full_context_slab": (
+        [
+            "cache.allocator=first_fit",
+            "cache.reservation=full_context",
+            "scheduler.max_model_len=1024",
+            "cache.kv_cache_bytes=1228800000",
+        ],
+        ["cache.reservation", "2,048", "1,500-slot pool"],
+    ),
+    "pool_below_max_model_len": (
+        ["cache.kv_cache_bytes=819200000"],
+        ["scheduler.max_model_len", "1,000"],
+    ),
+    "unknown_allocator": (["cache.allocator=nope"], ["cache.allocator", "nope"]),
+    "unknown_reservation": (["cache.reservation=huge"], ["cache.reservation", "huge"]),
+    "watermark_under_v1": (["cache.watermark=0.5"], ["cache.watermark", "0.5"]),
+    "watermark_one": (
+        ["scheduler.engine=vllm-v0", "cache.watermark=1"],
+        ["cache.watermark", "1"],
+    ),
+    "prefix_caching_contiguous": (
+        ["cache.enable_prefix_caching=true", "cache.allocator=first_fit"],
+        ["cache.enable_prefix_caching", "first_fit"],
+    ),
+    # hardware and model beyond physics
+    "unknown_model": (["model=gpt-17"], ["model", "gpt-17"]),
+    "unknown_gpu": (["gpu=b9000"], ["gpu", "b9000"]),
+    "gpu_memory_1e29": ([f"gpu.memory_bytes={BIG}"], ["gpu.memory_bytes"]),
+    "gpu_bandwidth_denormal": (
+        ["gpu.hbm_bandwidth_bytes_per_s=1e-320"],
+        ["gpu.hbm_bandwidth_bytes_per_s"],
+    ),
+    "gpu_flops_1e30": (["gpu.fp16_flops_per_s=1e30"], ["gpu.fp16_flops_per_s"]),
+    "gpu_nvlink_nan": (["gpu.nvlink_bandwidth_bytes_per_s=NaN"], ["nvlink_bandwidth_bytes_per_s"]),
+    "layers_1e9": (["model.num_layers=1000000000"], ["model.num_layers"]),
+    "heads_1e29": ([f"model.num_attention_heads={BIG}"], ["model.num_attention_heads"]),
+    "head_dim_zero": (["model.head_dim=0"], ["model.head_dim"]),
+    "dtype_bytes_1000": (["model.dtype_bytes=1000"], ["model.dtype_bytes"]),
+    "params_1e29": ([f"model.num_params={BIG}"], ["model.num_params"]),
+    "kv_heads_not_dividing": (["model.num_kv_heads=7"], ["num_kv_heads", "7"]),
+    "mla_half": (["model.kv_lora_rank=512"], ["kv_lora_rank", "qk_rope_head_dim"]),
+    "tp_3": (["parallel.tensor_parallel_size=3"], ["parallel.tensor_parallel_size", "3"]),
+    "tp_1e6": (["parallel.tensor_parallel_size=1000000"], ["parallel.tensor_parallel_size"]),
+    "pp_over_layers": (["parallel.pipeline_parallel_size=64"], ["pipeline_parallel_size", "64"]),
+    # scheduler knobs
+    "max_model_len_1e12": (
+        ["scheduler.max_model_len=1000000000000"],
+        ["scheduler.max_model_len"],
+    ),
+    "max_model_len_one": (["scheduler.max_model_len=1"], ["scheduler.max_model_len"]),
+    "max_num_seqs_zero": (["scheduler.max_num_seqs=0"], ["scheduler.max_num_seqs"]),
+    "batched_tokens_huge": (
+        [f"scheduler.max_num_batched_tokens={BIG}"],
+        ["scheduler.max_num_batched_tokens"],
+    ),
+    "batched_below_seqs": (
+        ["scheduler.max_num_batched_tokens=16", "scheduler.max_num_seqs=64"],
+        ["max_num_batched_tokens", "max_num_seqs"],
+    ),
+    "unknown_engine": (["scheduler.engine=vllm-v9"], ["scheduler.engine", "vllm-v9"]),
+    "swap_under_v1": (["scheduler.preemption_mode=swap"], ["scheduler.preemption_mode", "swap"]),
+    "swap_space_negative": (["scheduler.swap_space_gib=-1"], ["scheduler.swap_space_gib"]),
+    "preemptions_zero": (
+        ["scheduler.max_preemptions_per_request=0"],
+        ["max_preemptions_per_request"],
+    ),
+    "chunked_under_v0": (
+        ["scheduler.engine=vllm-v0", "scheduler.enable_chunked_prefill=true"],
+        ["scheduler.enable_chunked_prefill"],
+    ),
+    # cost model
+    "overhead_1e308": (["cost.step_overhead_s=1e308"], ["cost.step_overhead_s"]),
+    "paged_factor_denormal": (
+        ["cost.paged_attention_factor=1e-320"],
+        ["cost.paged_attention_factor"],
+    ),
+    "hbm_efficiency_zero": (["cost.hbm_efficiency=0"], ["cost.hbm_efficiency"]),
+    "link_efficiency_2": (["cost.link_efficiency=2"], ["cost.link_efficiency"]),
+    "unknown_cost_preset": (["cost=vllm-1999"], ["cost", "vllm-1999"]),
+    # top-level fields and --set syntax
+    "seed_then_seed_table": (["seed=1", "seed.x=2"], ["seed.x", "seed is 1", "not a table"]),
+    "seed_negative": (["seed=-1"], ["seed", "-1"]),
+    "seed_beyond_64_bits": ([f"seed={2**70}"], ["seed"]),
+    "seed_text": (["seed=abc"], ["seed", "abc"]),
+    "bool_not_bool": (["debug_invariants=maybe"], ["debug_invariants", "maybe"]),
+    "summary_window": (["summary_window=forever"], ["summary_window", "forever"]),
+    "memory_resolution": (["memory_resolution=nano"], ["memory_resolution", "nano"]),
+    "unknown_section": (["foo.bar=1"], ["foo", "Extra inputs"]),
+    "set_without_equals": (["seed"], ["--set", "KEY=VALUE", "'seed'"]),
+    "set_empty_key": (["=5"], ["--set", "'=5'"]),
+    "set_empty_part": (["cache..block_size_tokens=8"], ["cache..block_size_tokens"]),
+    "set_trailing_dot": (["cache.=8"], ["'cache.'"]),
+    "set_section_scalar": (["cache=5"], ["cache"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SETS))
+def test_bad_override(hostile, case: str) -> None:
+    pairs, expected = SETS[case]
+    args = list(RUN)
+    for pair in pairs:
+        args += ["--set", pair]
+    hostile.run(args, *expected)
+
+
+# id: (file bytes, fragments); the file is cwd/cfg.toml
+FILES: dict[str, tuple[bytes, list[str]]] = {
+    "not_utf8": (b'seed = 1\nname = "\xff"\n', ["cfg.toml line 2", "not UTF-8", "0xff"]),
+    "utf16": ("seed = 1\n".encode("utf-16"), ["cfg.toml", "not UTF-8"]),
+    "binary_garbage": (bytes(range(256)) * 4, ["cfg.toml", "not UTF-8"]),
+    "invalid_toml": (b"seed = = 1\n", ["cfg.toml", "invalid TOML", "line 1"]),
+    "duplicate_key": (b"seed = 1\nseed = 2\n", ["cfg.toml", "invalid TOML"]),
+    "unclosed_table": (b"[cache\nblock_size_tokens = 8\n", ["cfg.toml", "invalid TOML"]),
+    "toml_date": (b"seed = 1979-05-27\n", ["seed"]),
+    "huge_int": (b"seed = 99999999999999999999\n", ["seed"]),
+    "toml_inf": (b"[cache]\nkv_cache_gib = inf\n", ["cache.kv_cache_gib", "finite"]),
+    "toml_nan": (b"[workload]\nrate_per_s = nan\n", ["workload.rate_per_s", "finite"]),
+    "section_is_number": (b"workload = 5\n", ["workload"]),
+    "section_is_array": (b"cache = [1, 2]\n", ["cache"]),
+    "empty_model_table": (b"[model]\n", ["model", "Field required"]),
+    "block_size_word": (b'[cache]\nblock_size_tokens = "sixteen"\n', ["block_size_tokens"]),
+    "hf_config_missing": (
+        b'[model]\nhf_config = "/nonexistent/config.json"\n',
+        ["hf_config", "/nonexistent/config.json"],
+    ),
+    "preset_path_escape": (
+        b'[workload]\npreset = "../../../../etc/hostname"\n',
+        ["hostname"],
+    ),
+    "unknown_top_key": (b"seeds = 3\n", ["seeds", "Extra inputs"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILES))
+def test_bad_config_file(hostile, case: str) -> None:
+    content, expected = FILES[case]
+    path = hostile.write("cfg.toml", content)
+    hostile.run(["run", "--no-progress", path, "--set", "workload.num_requests=3"], *expected)
+
+
+def test_config_folder_and_missing_file(hostile) -> None:
+    folder = hostile.cwd / "cfgdir.toml"
+    folder.mkdir()
+    hostile.run(["run", "--no-progress", folder], "cfgdir.toml", "is a folder")
+    hostile.run(["run", "--no-progress", "nope.toml"], "nope.toml", "no such file")
+
+
+def test_hf_config_not_utf8_and_infinite(hostile) -> None:
+    bad = hostile.write("hf/config.json", b'{"num_hidden_layers": 40\xff}')
+    hostile.run(["run", "--no-progress", "--set", f"model={bad}"], "config.json", "invalid JSON")
+    inf = hostile.write(
+        "hf2/config.json",
+        '{"num_hidden_layers": Infinity, "num_attention_heads": 40, "hidden_size": 5120}',
+    )
+    hostile.run(["run", "--no-progress", "--set", f"model={inf}"], "num_hidden_layers")
+
+
+# plain dicts through the API: ValueError naming the field
+DICTS: dict[str, tuple[dict, str]] = {
+    "cache_none": ({"cache": None}, r"cache"),
+    "cache_list": ({"cache": [1]}, r"cache"),
+    "block_size_2e70": ({"cache": {"block_size_tokens": 2**70}}, r"cache\.block_size_tokens"),
+    "num_requests_1e12": ({"workload": {"num_requests": 10**12}}, r"workload\.num_requests"),
+    "seed_table": ({"seed": {"x": 1}}, r"seed"),
+    "model_number": ({"model": 3}, r"model"),
+    "workload_preset_number": ({"workload": {"preset": 3}}, r"workload"),
+    "rate_nan": ({"workload": {"rate_per_s": float("nan")}}, r"workload\.rate_per_s.*finite"),
+    "kv_gib_inf": ({"cache": {"kv_cache_gib": float("inf")}}, r"cache\.kv_cache_gib.*finite"),
+    "gpu_memory_negative": (
+        {"gpu": {"preset": "a100-40gb", "memory_bytes": -1}},
+        r"gpu\.memory_bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DICTS))
+def test_bad_dict(case: str) -> None:
+    data, match = DICTS[case]
+    with pytest.raises(ValueError, match=match):
+        config_from_dict(data, {"workload.num_requests": 3} if "workload" not in data else None)

@@ -1,0 +1,229 @@
+"""Hostile experiment and plan files: sections of the wrong type, axes that are not lists, names
+that would leave the results root, bad snapshot times, grids too large to run. Each is refused
+before a point runs, with one line naming the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+BASE = """
+[base.cache]
+kv_cache_gib = 2.0
+[base.workload]
+lengths = "fixed"
+fixed_prompt_tokens = 16
+fixed_output_tokens = 4
+num_requests = 2
+"""
+
+# id: (experiment TOML, fragments of the error line); the file is cwd/exp.toml
+EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
+    "base_not_table": ('name = "e"\nbase = 3\n', ["exp.toml", "base", "must be a table", "3"]),
+    "quick_not_table": ('name = "e"\nquick = 3\n' + BASE, ["exp.toml", "quick", "table"]),
+    "zip_number": ('name = "e"\nzip = 3\n' + BASE, ["exp.toml", "zip", "3"]),
+    "zip_list_of_numbers": ('name = "e"\nzip = [3]\n' + BASE, ["exp.toml", "zip[0]", "3"]),
+    "grid_number": ('name = "e"\ngrid = 3\n' + BASE, ["exp.toml", "grid", "3"]),
+    "grid_axis_scalar": (
+        BASE + '[grid]\n"cache.block_size_tokens" = 8\n',
+        ["exp.toml", "grid.cache.block_size_tokens", "non-empty list", "8"],
+    ),
+    "grid_axis_empty": (
+        BASE + '[grid]\n"cache.block_size_tokens" = []\n',
+        ["exp.toml", "grid.cache.block_size_tokens", "non-empty list"],
+    ),
+    "grid_axis_empty_part": (
+        BASE + '[grid]\n"cache..block_size_tokens" = [8]\n',
+        ["exp.toml", "cache..block_size_tokens"],
+    ),
+    "zip_unequal": (
+        BASE + '[[zip]]\nlabel = ["a", "b"]\n"cache.block_size_tokens" = [8]\n',
+        ["exp.toml", "zip[0]", "equal lengths"],
+    ),
+    "zip_label_tables": (
+        BASE + '[[zip]]\nlabel = [{x = 1}]\n"cache.block_size_tokens" = [8]\n',
+        ["exp.toml", "zip[0].label", "strings"],
+    ),
+    "snapshot_list": ("snapshot_at_s = [1]\n" + BASE, ["exp.toml", "snapshot_at_s", "[1]"]),
+    "snapshot_negative": ("snapshot_at_s = -1\n" + BASE, ["exp.toml", "snapshot_at_s", "-1"]),
+    "snapshot_inf": ("snapshot_at_s = inf\n" + BASE, ["exp.toml", "snapshot_at_s", "inf"]),
+    "snapshot_text": ('snapshot_at_s = "soon"\n' + BASE, ["exp.toml", "snapshot_at_s", "soon"]),
+    "snapshot_bool": ("snapshot_at_s = true\n" + BASE, ["exp.toml", "snapshot_at_s", "True"]),
+    "quick_snapshot_list": (
+        BASE + "[quick]\nsnapshot_at_s = [1]\n",
+        ["exp.toml", "quick.snapshot_at_s"],
+    ),
+    "quick_unknown_key": (BASE + "[quick]\nsett = {}\n", ["exp.toml", "quick", "sett"]),
+    "quick_set_not_table": (BASE + "[quick]\nset = 3\n", ["exp.toml", "quick.set", "3"]),
+    "quick_grid_scalar": (
+        BASE + '[quick.grid]\n"cache.block_size_tokens" = 8\n',
+        ["exp.toml", "quick.grid.cache.block_size_tokens"],
+    ),
+    "unknown_top_key": ("nmae = 'x'\n" + BASE, ["exp.toml", "unknown keys", "nmae"]),
+    "name_parent": ('name = "../x"\n' + BASE, ["exp.toml", "name", "'../x'"]),
+    "name_deep_parent": ('name = "../../../x"\n' + BASE, ["exp.toml", "name"]),
+    "name_empty": ('name = ""\n' + BASE, ["exp.toml", "name", "''"]),
+    "name_slash": ('name = "a/b"\n' + BASE, ["exp.toml", "name", "'a/b'"]),
+    "name_backslash": ('name = "a\\\\b"\n' + BASE, ["exp.toml", "name"]),
+    "name_dot": ('name = "."\n' + BASE, ["exp.toml", "name", "'.'"]),
+    "name_reserved_quick": ('name = "quick"\n' + BASE, ["exp.toml", "name", "'quick'"]),
+    "name_reserved_plan": ('name = "plan"\n' + BASE, ["exp.toml", "name", "'plan'"]),
+    "name_number": ("name = 5\n" + BASE, ["exp.toml", "name", "5"]),
+    "name_newline": ('name = "a\\nb"\n' + BASE, ["exp.toml", "name"]),
+    "name_too_long": (f'name = "{"a" * 200}"\n' + BASE, ["exp.toml", "name"]),
+    "description_number": ("description = 5\n" + BASE, ["exp.toml", "description", "5"]),
+    "analysis_number": ("analysis = 3\n" + BASE, ["exp.toml", "analysis", "3"]),
+    "base_date": (BASE + "[base.extra]\nwhen = 1979-05-27\n", ["exp.toml", "base.extra.when"]),
+    "base_inf": (
+        BASE.replace("kv_cache_gib = 2.0", "kv_cache_gib = inf"),
+        ["exp.toml", "base.cache.kv_cache_gib", "finite"],
+    ),
+    "grid_date": (BASE + '[grid]\n"seed" = [1979-05-27]\n', ["exp.toml", "grid.seed[0]"]),
+    "grid_too_many_points": (
+        BASE
+        + "[grid]\n"
+        + "".join(f'"x{i}" = [{", ".join(str(v) for v in range(40))}]\n' for i in range(4)),
+        ["exp.toml", "2,560,000 points", "100,000"],
+    ),
+    "every_point_invalid": (
+        BASE + '[grid]\n"cache.block_size_tokens" = [0, -1]\n',
+        ["no point has a valid config", "cache.block_size_tokens"],
+    ),
+    "every_point_bad_preset": (
+        'name = "e"\n[base.workload]\npreset = "nosuch"\n',
+        ["no point has a valid config", "nosuch"],
+    ),
+    "not_utf8": (b'name = "\xff"\n', ["exp.toml line 1", "not UTF-8", "0xff"]),
+    "invalid_toml": ("name = \n", ["exp.toml", "invalid TOML"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPERIMENTS))
+def test_bad_experiment(hostile, case: str) -> None:
+    content, expected = EXPERIMENTS[case]
+    path = hostile.write("exp.toml", content)
+    hostile.run(["sweep", path, "--out", "out", "--no-progress"], *expected)
+
+
+def test_absolute_name_outside_the_root(hostile) -> None:
+    target = hostile.root / "abs"
+    path = hostile.write("exp.toml", f'name = "{target}"\n' + BASE)
+    hostile.run(["sweep", path, "--out", "out", "--no-progress"], "name", str(target))
+    assert not target.exists()
+
+
+def test_experiment_paths(hostile) -> None:
+    folder = hostile.cwd / "dir.toml"
+    folder.mkdir()
+    hostile.run(["sweep", folder, "--no-progress"], "dir.toml", "folder")
+    hostile.run(["sweep", "no-such-experiment", "--no-progress"], "no-such-experiment")
+    dots = hostile.write("..toml", BASE)
+    hostile.run(["sweep", dots, "--out", "out", "--no-progress"], "name", "'.'")
+
+
+def test_workload_preset_not_utf8(hostile) -> None:
+    preset = hostile.write("wl.toml", b'[workload]\nname = "\xff"\n')
+    path = hostile.write("exp.toml", f'name = "e"\n[base.workload]\npreset = "{preset}"\n')
+    hostile.run(["sweep", path, "--out", "out", "--no-progress"], "wl.toml", "not UTF-8")
+
+
+PLAN = """
+name = "{name}"
+[base.cache]
+kv_cache_gib = 2.0
+[question]
+field = "cache.kv_cache_gib"
+targets = {{ time_to_first_token_seconds_p99 = 2 }}
+"""
+
+# id: (plan TOML, extra CLI arguments, fragments of the error line)
+PLANS: dict[str, tuple[str | bytes, list[str], list[str]]] = {
+    "name_parent": (PLAN.format(name="../../evil"), [], ["plan name", "'../../evil'"]),
+    "name_absolute": (PLAN.format(name="/tmp/evil"), [], ["plan name", "'/tmp/evil'"]),
+    "set_not_table": ("set = 3\n" + PLAN.format(name="p"), [], ["plan.toml", "[set]", "3"]),
+    "question_unknown_key": (
+        PLAN.format(name="p") + "set = 3\n",
+        [],
+        ["plan.toml", "[question]", "'set'"],
+    ),
+    "question_not_table": (
+        'name = "p"\nquestion = "kv"\n',
+        [],
+        ["plan.toml", "[question]", "'kv'"],
+    ),
+    "lo_above_hi": (PLAN.format(name="p") + "", ["--lo", "5", "--hi", "1"], ["lo", "hi"]),
+    "hi_infinite": (PLAN.format(name="p"), ["--hi", "inf"], ["hi=inf"]),
+    "resolution_zero": (PLAN.format(name="p"), ["--resolution", "0"], ["resolution", "0"]),
+    "resolution_nan": (PLAN.format(name="p"), ["--resolution", "nan"], ["resolution", "nan"]),
+    "experiment_escape": (
+        'name = "p"\nexperiment = "../../x"\n[question]\nfield = "cache.kv_cache_gib"\n',
+        [],
+        ["experiment", "'../../x'"],
+    ),
+    "experiment_unknown": (
+        'name = "p"\nexperiment = "nosuch"\n[question]\nfield = "cache.kv_cache_gib"\n',
+        [],
+        ["experiment", "'nosuch'"],
+    ),
+    "experiment_number": (
+        'name = "p"\nexperiment = 5\n[question]\nfield = "cache.kv_cache_gib"\n',
+        [],
+        ["plan.toml", "experiment", "5"],
+    ),
+    "target_text": (
+        PLAN.format(name="p").replace("= 2 }", '= "low" }'),
+        [],
+        ["plan.toml", "low"],
+    ),
+    "unknown_field": (
+        PLAN.format(name="p").replace('"cache.kv_cache_gib"', '"cache.kv_cache_gb"'),
+        ["--lo", "1", "--hi", "2"],
+        ["cache.kv_cache_gb", "not a config field"],
+    ),
+    "not_utf8": (b'name = "\xff"\n', [], ["plan.toml line 1", "not UTF-8"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANS))
+def test_bad_plan(hostile, case: str) -> None:
+    content, extra, expected = PLANS[case]
+    path = hostile.write("plan.toml", content)
+    hostile.run(["plan", path, "--out", "out", *extra], *expected)
+
+
+TARGET = "time_to_first_token_seconds_p99<=2"
+PLAN_ARGS: dict[str, tuple[list[str], list[str]]] = {
+    "name_parent": (["--smallest", "kv", "--target", TARGET, "--name", "../x"], ["'../x'"]),
+    "both_directions": (
+        ["--smallest", "kv", "--largest", "rate", "--target", TARGET],
+        ["--smallest", "--largest"],
+    ),
+    "target_garbage": (["--smallest", "kv", "--target", "fast please"], ["--target"]),
+    "target_infinite": (["--smallest", "kv", "--target", "ttft<=inf"], ["--target", "inf"]),
+    "target_unknown_metric": (
+        ["--smallest", "kv", "--target", "time_to_first_token_p99<=2"],
+        ["--target", "time_to_first_token_p99"],
+    ),
+    "no_question": ([], ["--smallest", "--target"]),
+    "unknown_knob": (
+        ["--smallest", "nosuch.field", "--target", TARGET, "--lo", "1", "--hi", "2"],
+        ["nosuch.field", "not a config field"],
+    ),
+    "out_root": (["--smallest", "kv", "--target", TARGET, "--out", "/"], ["--out", "'/'"]),
+    "source_missing": (["nosuch.toml", "--smallest", "kv", "--target", TARGET], ["nosuch.toml"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_ARGS))
+def test_bad_plan_arguments(hostile, case: str) -> None:
+    args, expected = PLAN_ARGS[case]
+    if "--out" not in args:
+        args = [*args, "--out", "out"]
+    hostile.run(["plan", *args], *expected)
+
+
+def test_plan_out_under_a_file(hostile) -> None:
+    hostile.write("afile", "x")
+    out = Path("afile") / "sub"
+    hostile.run(["plan", "--smallest", "kv", "--target", TARGET, "--out", out], "afile")
