@@ -71,11 +71,22 @@ def figure(
     return fig
 
 
-def run(ctx: Context, name: str = "fig12", figure_key: str = "fig12") -> Reproduction:
+def run(
+    ctx: Context, name: str = "fig12", figure_key: str = "fig12", trace: str | None = None
+) -> Reproduction:
     """Baselines by sweep, sustainable rates by plan, ratios against the paper's
     (``name``: the experiment, ``fig12`` for OPT-13B, ``fig12-66b``, ``fig12-175b``, ``fig14``;
-    ``figure_key``: its rows in the published numbers)."""
+    ``figure_key``: its rows in the published numbers; ``trace``: a trace file the workload
+    reads, set on the base)."""
+    import dataclasses
+
+    from kvsim.config import set_dotted
+
     experiment = ctx.experiment(name)
+    if trace is not None:
+        base = dict(experiment.base)
+        set_dotted(base, "workload.trace", trace)
+        experiment = dataclasses.replace(experiment, base=base)
     sweep = ctx.sweep(experiment)
     analysis = experiment.analysis
     factor = float(analysis.get("latency_factor", 4.0))

@@ -91,7 +91,7 @@ class Reproduction:
 
 
 def _registry() -> dict[str, tuple[str, Callable[[Context], Reproduction]]]:
-    from kvsim.paper import fig2, fig12, fig13, fig15, fig18b, preemption, prefix
+    from kvsim.paper import fig2, fig12, fig13, fig15, fig17, fig18b, preemption, prefix
 
     return {
         "fig2": (fig2.DESCRIPTION, fig2.run),
@@ -114,6 +114,7 @@ def _registry() -> dict[str, tuple[str, Callable[[Context], Reproduction]]]:
             "Figure 16: shared few-shot prefix (translation), vLLM / Orca (Oracle)",
             lambda ctx: fig12.run(ctx, "fig16", "fig16"),
         ),
+        "fig17": (fig17.DESCRIPTION, fig17.run),
         "fig18b": (fig18b.DESCRIPTION, fig18b.run),
         "preemption": (preemption.DESCRIPTION, preemption.run),
         "prefix-caching": (prefix.DESCRIPTION, prefix.run),
@@ -129,6 +130,7 @@ REPRODUCTIONS = (
     "fig14",
     "fig15",
     "fig16",
+    "fig17",
     "fig18b",
     "preemption",
     "prefix-caching",
