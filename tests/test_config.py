@@ -250,3 +250,18 @@ def test_max_model_len_above_the_context_is_a_warning(caplog):
     cfg = config_from_dict({}, {"scheduler.max_model_len": 4096})
     assert cfg.max_model_len == 4096
     assert "exceeds opt-13b's trained context of 2,048 tokens" in caplog.text
+
+
+def test_kv_cache_gb_is_decimal_gigabytes() -> None:
+    # The seed: "50 GB ~ 23,800 blocks" of 16 tokens at 128 KiB/token (decimal gigabytes):
+    # 50e9 / 131,072 = 381,469.7 -> 381,469 slots -> 23,841 blocks (50 GiB would give 25,600).
+    config = config_from_dict(
+        {"model": "llama-3.1-8b", "gpu": "h100-80gb", "cache": {"kv_cache_gb": 50}}
+    )
+    assert config.cache.kv_cache_bytes == 50 * 10**9
+    assert config.capacity_tokens // 16 == 23_841
+    with pytest.raises(ValueError, match="kv_cache_gb .* and kv_cache_gib, not both"):
+        config_from_dict({"cache": {"kv_cache_gb": 10, "kv_cache_gib": 10}})
+    for bad in (float("nan"), float("inf"), 0, "50GB"):
+        with pytest.raises(ValueError, match="kv_cache_gb: expected a number of GB"):
+            config_from_dict({"cache": {"kv_cache_gb": bad}})

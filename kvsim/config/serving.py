@@ -20,7 +20,7 @@ The v1 batch defaults are vLLM's for ``vllm serve`` (``EngineArgs._set_default_a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -39,7 +39,8 @@ LARGE_GPU_BYTES = 70 * GiB  # vLLM: ">= 70 GiB and not an A100" gets the larger 
 class CacheSpec(Frozen):
     """The KV pool and its allocator.
 
-    The KV budget per GPU is ``kv_cache_bytes`` or ``kv_cache_gib`` when given, else derived as
+    The KV budget per GPU is ``kv_cache_bytes``, ``kv_cache_gib`` (GiB) or ``kv_cache_gb`` (decimal
+    GB, read as bytes) when given, else derived as
     vLLM does: ``gpu_memory_utilization * gpu.memory_bytes - weights on the GPU -
     activation_headroom_bytes``. ``reservation`` applies to contiguous allocators only: ``max``
     (max_model_len), ``pow2`` (prompt + true output rounded up to a power of two), ``oracle``
@@ -69,6 +70,24 @@ class CacheSpec(Frozen):
     watermark: float | None = Field(default=None, ge=0, lt=1)
     enable_prefix_caching: bool | None = None
     share_sequence_groups: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decimal_gigabytes(cls, data: Any) -> Any:
+        """``kv_cache_gb`` (decimal GB, 10^9 bytes: the seed's "50 GB = 23,800 blocks") is read
+        as ``kv_cache_bytes``; it is not stored, so a config keeps one budget field."""
+        if not isinstance(data, dict) or "kv_cache_gb" not in data:
+            return data
+        data = dict(data)
+        gb = data.pop("kv_cache_gb")
+        others = [k for k in ("kv_cache_bytes", "kv_cache_gib") if data.get(k) is not None]
+        if others:
+            raise ValueError(f"set one of kv_cache_gb ({gb}) and {others[0]}, not both")
+        # (the range also refuses NaN and infinity)
+        if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not 0 < gb <= 2**30:
+            raise ValueError(f"kv_cache_gb: expected a number of GB in (0, 2^30], got {gb!r}")
+        data["kv_cache_bytes"] = round(gb * 1e9)
+        return data
 
     @model_validator(mode="after")
     def _one_budget(self) -> CacheSpec:
