@@ -260,7 +260,7 @@ def test_kv_cache_gb_is_decimal_gigabytes() -> None:
     )
     assert config.cache.kv_cache_bytes == 50 * 10**9
     assert config.capacity_tokens // 16 == 23_841
-    with pytest.raises(ValueError, match="kv_cache_gb .* and kv_cache_gib, not both"):
+    with pytest.raises(ValueError, match=r"kv_cache_gb .* and kv_cache_gib, not both"):
         config_from_dict({"cache": {"kv_cache_gb": 10, "kv_cache_gib": 10}})
     for bad in (float("nan"), float("inf"), 0, "50GB"):
         with pytest.raises(ValueError, match="kv_cache_gb: expected a number of GB"):
