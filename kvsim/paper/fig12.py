@@ -86,6 +86,7 @@ def run(
     if trace is not None:
         base = dict(experiment.base)
         set_dotted(base, "workload.trace", trace)
+        set_dotted(base, "workload.sample", "resample")
         experiment = dataclasses.replace(experiment, base=base)
     sweep = ctx.sweep(experiment)
     analysis = experiment.analysis

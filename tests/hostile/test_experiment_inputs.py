@@ -177,9 +177,9 @@ PLANS: dict[str, tuple[str | bytes, list[str], list[str]]] = {
         ["plan.toml", "low"],
     ),
     "unknown_field": (
-        PLAN.format(name="p").replace('"cache.kv_cache_gib"', '"cache.kv_cache_gb"'),
+        PLAN.format(name="p").replace('"cache.kv_cache_gib"', '"cache.kv_cache_tb"'),
         ["--lo", "1", "--hi", "2"],
-        ["cache.kv_cache_gb", "not a config field"],
+        ["cache.kv_cache_tb", "not a config field"],
     ),
     "not_utf8": (b'name = "\xff"\n', [], ["plan.toml line 1", "not UTF-8"]),
 }
