@@ -13,7 +13,7 @@ SCHEDULER ?=
 SWEEP_FLAGS ?=
 SWEEP := $(KVSIM)
 
-.PHONY: reproduce test test-gpu bench bench-sweep lint type clean figures experiments $(EXPERIMENTS) \
+.PHONY: reproduce test test-gpu bench bench-large bench-sweep lint type clean figures experiments $(EXPERIMENTS) \
         $(PAPER) paper calibrate calibrate-gpu sharing
 
 $(STAMP): pyproject.toml
@@ -33,7 +33,11 @@ test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
 
 bench: $(STAMP)
-	$(PY) -m kvsim.bench --out results/bench
+	$(PY) -m kvsim.bench --out results/bench --sweep
+
+# The 1 M-request runs (peak RSS, t(1M)/t(100k)); merged into results/bench/bench.json.
+bench-large: $(STAMP)
+	$(PY) -m kvsim.bench --out results/bench --large --only azure_conv_100k azure_conv_1m_paged azure_conv_1m_shared_prefix
 
 # Experiments: `make fig2`, `make kv-budget JOBS=4`, `make traces SCHEDULER=tcp://host:8786`
 # (SCHEDULER=local starts a local Dask cluster); results in results/NAME/, resumable.

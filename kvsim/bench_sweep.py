@@ -6,6 +6,9 @@ and once with two, into fresh temporary folders, checks that the summary tables 
 and reports both times and the speed-up. With the process pool, one worker means running in
 this process (no pool start-up), so the 2-worker run also pays its start-up: a conservative
 speed-up. With ``--scheduler local`` both runs start a local Dask cluster.
+
+``sweep_speedup()`` does the same for ``experiments/block-size.toml`` (issue 9's figure, run by
+``make bench``).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from kvsim.experiment import Experiment, parse_experiment
-from kvsim.sweep import run_sweep
+from kvsim.experiment import Experiment, load_experiment, parse_experiment
+from kvsim.sweep import experiments_dir, run_sweep
 
 
 def bench_experiment(num_requests: int) -> Experiment:
@@ -50,6 +53,29 @@ def time_sweep(
             for p in report.folder.glob("points/*/point.json")
         )
         return elapsed, point_s, report.table
+
+
+def sweep_speedup(name: str = "block-size", jobs: int = 2) -> dict[str, Any]:
+    """Wall-clock seconds of ``experiments/NAME.toml`` with 1 and ``jobs`` workers, its
+    speed-up, and the points' own seconds (their sum grows when workers compete for CPU).
+
+    Raises:
+        AssertionError: the two summary tables differ.
+    """
+    experiment = load_experiment(experiments_dir() / f"{name}.toml")
+    one_s, one_points_s, one = time_sweep(experiment, 1, None)
+    many_s, many_points_s, many = time_sweep(experiment, jobs, None)
+    pd.testing.assert_frame_equal(one, many)
+    return {
+        "experiment": name,
+        "points": len(one),
+        "jobs": jobs,
+        "wall_s_1_worker": one_s,
+        f"wall_s_{jobs}_workers": many_s,
+        "speedup": one_s / many_s,
+        "points_s_1_worker": one_points_s,
+        f"points_s_{jobs}_workers": many_points_s,
+    }
 
 
 def main(

@@ -211,6 +211,34 @@ class StepCostModel:
         seqs = np.full(num_steps, float(num_seqs))
         return self.steps_s(seqs, context, 2.0 * context + seqs, seqs)
 
+    def decode_steps_list(self, context0: float, num_seqs: float, num_steps: int) -> list[float]:
+        """``decode_steps_s`` in plain floats for short spans: the same IEEE operations in the
+        same order, so the same values, without numpy's per-call cost."""
+        kv, weights = self.kv_read_bytes_per_token, self.weight_bytes
+        bandwidth, flops_per_s, attn = self.bandwidth, self.flops, self.attn_flops_per_pair
+        linear = self.linear_flops_per_token * num_seqs
+        extra = self.overhead_s + self.per_seq_overhead_s * num_seqs
+        comm = 0.0
+        parallel = self.tp > 1 or self.pp > 1
+        if parallel:
+            comm = float(self.communication_s(np.array([num_seqs]))[0])
+        out: list[float] = []
+        for j in range(num_steps):
+            context = context0 + num_seqs * float(j)
+            mem_s = (weights + context * kv) / bandwidth
+            compute_s = (linear + attn * (2.0 * context + num_seqs)) / flops_per_s
+            if mem_s != mem_s or compute_s != compute_s:  # NaN: np.maximum would keep it
+                raise ValueError("cost model returned an invalid duration: nan")
+            duration = (mem_s if mem_s >= compute_s else compute_s) + extra
+            if parallel:
+                duration += comm
+            out.append(duration)
+        if out:
+            shortest, longest = min(out), max(out)
+            if not (shortest >= 0 and longest < float("inf")):
+                raise ValueError(f"cost model returned an invalid duration: {shortest}")
+        return out
+
     def swap_bytes(self, num_blocks: int) -> int:
         """Bytes one swap of ``num_blocks`` whole blocks moves over one GPU's PCIe link."""
         return int(num_blocks * self.block_size_tokens * self.swap_bytes_per_token)

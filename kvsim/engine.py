@@ -22,15 +22,18 @@ from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
 from kvsim.poolmap import FrameRecorder, has_map
-from kvsim.recorder import MemoryRecorder, span_categories
+from kvsim.recorder import MemoryRecorder, categorize, categorize_step, span_categories
 from kvsim.request import Request
 from kvsim.results import Results, build_results
 from kvsim.scheduler import StepPlan, make_scheduler
+from kvsim.span import span_lists, span_series, step_totals
 from kvsim.swap import SwapSpace
+from kvsim.timing import Timing, one_step, span_timing, steps_before, waiting_per_step
 
 logger = logging.getLogger(__name__)
 
 MAX_SPAN_STEPS = 4096  # bounds the [n, k] arrays of one fast-forwarded span
+SHORT_SPAN_STEPS = 64  # spans up to this long are timed and recorded in plain Python
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -86,6 +89,9 @@ class Engine:
         requests: the workload, sorted by ``arrival_time_s``, every one runnable.
         on_finish: called with the number of requests finished by each event (progress bars).
         frames: captures memory-map frames during the run (``kvsim.poolmap``), or ``None``.
+        lazy_decodes: advance steady decoders as one cohort (``kvsim.scheduler.lazy``), touching
+            a request only when something happens to it; ``False`` handles every running
+            request at every step (the reference the equivalence tests compare against).
     """
 
     def __init__(
@@ -95,6 +101,7 @@ class Engine:
         requests: list[Request],
         on_finish: Callable[[int], None] | None = None,
         frames: FrameRecorder | None = None,
+        lazy_decodes: bool = True,
     ) -> None:
         self.env = env
         self.config = config
@@ -102,6 +109,8 @@ class Engine:
         self.allocator = allocator_from_config(config)
         self.swap = swap_space_from_config(config, self.allocator)
         self.scheduler = make_scheduler(self.allocator, config.engine_args, self.swap)
+        if lazy_decodes:  # the memory map reads block ids: no anonymous bulk blocks then
+            self.scheduler.enable_lazy_decodes(pooled=frames is None)
         self.cost = cost_model_from_config(config, self.allocator.paged)
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
@@ -138,7 +147,7 @@ class Engine:
                 yield self._wake
                 continue
             plan = self.scheduler.schedule()
-            if plan.is_empty and not plan.swap_blocks:
+            if plan.is_empty and not plan.swap_blocks and not plan.num_cohort:
                 if plan.num_preempted:
                     continue  # everything running was preempted: replan at once (vLLM does too)
                 self._raise_never_fits()
@@ -146,21 +155,26 @@ class Engine:
             for req in plan.scheduled:
                 if req.first_scheduled_time_s is None:
                     req.first_scheduled_time_s = now
-            durations = self._plan_durations(plan)
+            timing = self._plan_durations(plan)
             if self.config.debug_invariants:
-                self.allocator.check_invariants()
-                if self.swap is not None:
-                    self.swap.check_invariants()
-            self._record(plan, durations)
+                self._check_invariants()
+            self._record(plan, timing)
             if self.frames is not None:
-                self._capture_frames(plan, durations)
-            step0_end_s = now + float(durations[0])
-            yield self.env.timeout(float(durations.sum()))
+                self._capture_frames(plan, timing)
+            step0_end_s = now + timing.step0_s
+            yield self.env.timeout(timing.total_s)
             finished = self.scheduler.complete(plan, self.env.now, step0_end_s)
             if finished:
                 self.num_finished += len(finished)
                 if self.on_finish is not None:
                     self.on_finish(len(finished))
+
+    def _check_invariants(self) -> None:
+        self.allocator.check_invariants()
+        if self.swap is not None:
+            self.swap.check_invariants()
+        if self.scheduler.lazy is not None:
+            self.scheduler.lazy.cohort.check()
 
     def _raise_never_fits(self) -> None:
         head = self.scheduler.waiting[0]
@@ -174,56 +188,53 @@ class Engine:
             "n / beam_width / max_model_len"
         )
 
-    def _plan_durations(self, plan: StepPlan) -> FloatArray:
-        """Fast-forward ``plan`` as far as nothing changes and return its step durations (s).
+    def _plan_durations(self, plan: StepPlan) -> Timing:
+        """Fast-forward ``plan`` as far as nothing changes and return its step durations.
 
         Step 0 runs the scheduled work; step ``j >= 1`` decodes every member, reading
         ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
         """
         k = self.scheduler.max_extension(plan, self.max_span_steps)
         step0_s = self.cost.step_s(*plan.work)
-        if k > 1:
-            assert plan.lengths0 is not None
-            weights = plan.num_seqs if plan.num_seqs is not None else 1
-            start = float((weights * plan.lengths0).sum())
-            num_seqs = (
-                float(plan.num_seqs.sum()) if plan.num_seqs is not None else len(plan.members)
-            )
-            durations = np.empty(k)
-            durations[0] = step0_s
-            durations[1:] = self.cost.decode_steps_s(start, num_seqs, k - 1)
-            k = self._cut_span(durations)
-            durations = durations[:k]
-        else:
-            durations = np.array([step0_s])
-        self.scheduler.extend(plan, k)
         self.plan_in_flight = plan
+        if k > 1:
+            start, num_seqs = self.scheduler.span_context(plan)
+            durations: list[float] | FloatArray
+            if k <= SHORT_SPAN_STEPS:
+                durations = [step0_s, *self.cost.decode_steps_list(start, num_seqs, k - 1)]
+            else:
+                durations = np.empty(k)
+                durations[0] = step0_s
+                durations[1:] = self.cost.decode_steps_s(start, num_seqs, k - 1)
+            k = self._cut_span(durations)
+            if k > 1:
+                self.scheduler.extend(plan, k)
+                return span_timing(durations[:k])
         if plan.swap_blocks:  # [swap] PCIe transfers of this step
             swap_s = self.cost.swap_s(plan.swap_blocks)
-            durations[0] += swap_s
+            step0_s += swap_s
             self.swap_time_s += swap_s
-        return durations
+        return one_step(step0_s)
 
-    def _cut_span(self, durations: FloatArray) -> int:
+    def _cut_span(self, durations: list[float] | FloatArray) -> int:
         """Steps of a span to keep: up to the step during which the next request arrives when
         nobody waits, and up to the step in flight at ``stop_at_s``."""
         k = len(durations)
         if not self.scheduler.waiting and self.num_arrived < len(self.requests):
             until_arrival = self._arrival_times[self.num_arrived] - self.env.now
-            k = min(k, int(np.searchsorted(np.cumsum(durations), until_arrival)) + 1)
+            k = min(k, steps_before(durations, until_arrival, "left") + 1)
         capture = self.frames.next_time() if self.frames is not None else None
         if capture is not None and capture > self.env.now:
             until = capture - self.env.now  # end with the step in flight then
-            k = min(k, int(np.searchsorted(np.cumsum(durations), until, side="right")) + 1)
+            k = min(k, steps_before(durations, until, "right") + 1)
         return k
 
-    def _capture_frames(self, plan: StepPlan, durations: FloatArray) -> None:
+    def _capture_frames(self, plan: StepPlan, timing: Timing) -> None:
         """Frames due before this span ends: an idle gap before it shows an empty pool; in it,
         the pool during its last step (the span was cut to end with the step in flight)."""
         assert self.frames is not None
-        now, end = self.env.now, self.env.now + float(durations.sum())
-        last = self.scheduler.span_lengths(plan)[:, -1].tolist()
-        tokens = {r.req_id: n for r, n in zip(plan.members, last, strict=True)}
+        now, end = self.env.now, self.env.now + timing.total_s
+        tokens = self.scheduler.last_step_tokens(plan, timing.num_steps)
         head = self.scheduler.head_of_queue()
         need = self.allocator.admission_slots_needed(*head) if head is not None else 0
         waiting = [r.req_id for r in self.scheduler.waiting]
@@ -233,8 +244,11 @@ class Engine:
             else:
                 self.frames.capture(t, self.allocator, tokens, len(tokens), waiting, need)
 
-    def _record(self, plan: StepPlan, durations: FloatArray) -> None:
+    def _record(self, plan: StepPlan, timing: Timing) -> None:
         if not self.config.record_memory:
+            return
+        if plan.lazy:
+            self._record_lazy(plan, timing)
             return
         lengths = self.scheduler.span_lengths(plan)
         assert plan.final is not None
@@ -249,22 +263,75 @@ class Engine:
         )
         self.recorder.record(
             self.env.now,
-            durations,
+            np.asarray(timing.durations, np.float64),
             cats,
             len(lengths),
-            self._waiting_per_step(durations),
+            self._waiting_per_step(timing),
             plan.num_prefills,
             plan.num_preempted,
         )
 
-    def _waiting_per_step(self, durations: FloatArray) -> int | FloatArray:
-        """Queue length in each step of a span: requests arriving during it join the queue."""
-        waiting = len(self.scheduler.waiting)
-        if len(durations) == 1 or self.num_arrived == len(self.requests):
-            return waiting
-        starts = self.env.now + np.concatenate(([0.0], np.cumsum(durations[:-1])))
-        arrived = np.searchsorted(self._arrival_times, starts, side="right")
-        return waiting + np.maximum(arrived - self.num_arrived, 0).astype(np.float64)
+    def _record_lazy(self, plan: StepPlan, timing: Timing) -> None:
+        """``_record`` of a lazy plan, from the cohort's running totals (``kvsim.span``)."""
+        lazy = self.scheduler.lazy
+        assert lazy is not None
+        allocator, k = self.allocator, timing.num_steps
+        shared = allocator.shared_slots()
+        head = self.scheduler.head_of_queue()
+        num_running = len(self.scheduler.running)
+        if k == 1:
+            held, token, internal = step_totals(lazy, plan)
+            cats = categorize_step(allocator, held - shared, token - shared, internal, held, head)
+            self.recorder.record_step(
+                self.env.now,
+                timing.total_s,
+                num_running,
+                float(len(self.scheduler.waiting)),
+                plan.num_prefills,
+                plan.num_preempted,
+                cats,
+            )
+            return
+        waiting = self._waiting_per_step(timing)
+        assert timing.array is not None
+        if k <= SHORT_SPAN_STEPS:
+            rows = [
+                categorize_step(allocator, h - shared, t - shared, i, h, head)
+                for h, t, i in zip(*span_lists(lazy, plan, k), strict=True)
+            ]
+            self.recorder.record_rows(
+                self.env.now,
+                timing.array,
+                timing.total_s,
+                rows,
+                num_running,
+                waiting,
+                plan.num_prefills,
+                plan.num_preempted,
+            )
+            return
+        held_k, token_k, internal_k = span_series(lazy, plan, k)
+        span_cats = categorize(
+            allocator, held_k - shared, token_k - shared, internal_k, held_k, head
+        )
+        self.recorder.record(
+            self.env.now,
+            timing.array,
+            span_cats,
+            num_running,
+            waiting,
+            plan.num_prefills,
+            plan.num_preempted,
+        )
+
+    def _waiting_per_step(self, timing: Timing) -> int | FloatArray:
+        return waiting_per_step(
+            timing,
+            self.env.now,
+            len(self.scheduler.waiting),
+            self._arrival_times,
+            self.num_arrived,
+        )
 
 
 def prepare_requests(
@@ -297,6 +364,7 @@ def simulate(
     on_start: Callable[[int], None] | None = None,
     map_at_s: Sequence[float] = (),
     map_every_s: float | None = None,
+    lazy_decodes: bool = True,
 ) -> Results:
     """Run one simulation.
 
@@ -309,6 +377,8 @@ def simulate(
         on_start: called with the number of requests that will run, before the run (progress).
         map_at_s: simulated moments at which to capture the physical memory map.
         map_every_s: also capture it every this many simulated seconds.
+        lazy_decodes: the engine's fast path (``Engine``); ``False`` gives the same results
+            handling every running request at every step.
 
     Returns:
         ``Results`` with per-request records, the memory time series and a summary (the
@@ -322,7 +392,7 @@ def simulate(
         on_start(len(runnable))
     env = simpy.Environment()
     frames = FrameRecorder(map_at_s, map_every_s) if map_at_s or map_every_s else None
-    engine = Engine(env, config, runnable, on_finish, frames)
+    engine = Engine(env, config, runnable, on_finish, frames, lazy_decodes)
     env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run()
@@ -330,7 +400,7 @@ def simulate(
     results = build_results(
         config,
         runnable,
-        engine.recorder.rows,
+        engine.recorder.frame(),
         engine.scheduler.num_preemptions,
         usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
     )

@@ -12,19 +12,25 @@ slots taken from the pool but owned by no reservation (buddy rounding, a paged p
 The rest are free. The five categories sum to ``capacity_slots`` in every step.
 
 One row is recorded per engine event (a step, or a fast-forwarded span of decode steps); its
-category columns are means over the span's steps weighted by step duration.
+category columns are means over the span's steps weighted by step duration. Rows are kept as
+typed columns (8 bytes a value), so a million-request run's series stays small.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from kvsim.allocators.base import Allocator, IntArray
 from kvsim.request import Request
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -101,42 +107,141 @@ def span_categories(
         ``SpanCategories`` whose fields sum to the pool's capacity in every step.
     """
     k = lengths.shape[1]
-    capacity = allocator.capacity_tokens
     if len(lengths):
         slots = allocator.span_slots(requests, lengths, final, held_now)
-        token, internal, held_total = slots.token_states, slots.internal, slots.held
-        reservation = held_total - token - internal
-        unshared = slots.unshared
-    else:
-        token = reservation = internal = held_total = unshared = np.zeros(k, np.int64)
+        return categorize(
+            allocator, slots.held, slots.token_states, slots.internal, slots.unshared, head
+        )
+    zeros = np.zeros(k, np.int64)
+    return categorize(allocator, zeros, zeros, zeros, zeros, head)
+
+
+def categorize(
+    allocator: Allocator,
+    held: IntArray,
+    token_states: IntArray,
+    internal: IntArray,
+    unshared: IntArray,
+    head: tuple[Request, int] | None,
+) -> SpanCategories:
+    """The five categories (and the extra columns) from a span's slot totals, each int64[k]:
+    held slots (shared ones once), their token states and internal fragmentation, and what
+    the same sequences would hold without sharing."""
+    capacity = allocator.capacity_tokens
+    reservation = held - token_states - internal
     overhead = allocator.overhead_slots
-    free_total = capacity - held_total - overhead
+    free_total = capacity - held - overhead
     if head is None:
         usable = free_total
-        blocked = np.zeros(k, bool)
+        blocked = np.zeros(len(held), bool)
     else:
         usable = allocator.usable_free_slots_at(head[0], head[1], free_total)
         need = allocator.admission_slots_needed(head[0], head[1])
         blocked = (usable == 0) & (free_total >= need)
     return SpanCategories(
-        token,
+        token_states,
         reservation,
         internal,
         free_total - usable + overhead,
         usable,
         capacity - free_total,
         blocked,
-        held_total,
+        held,
         unshared,
     )
 
 
+def categorize_step(
+    allocator: Allocator,
+    held: int,
+    token_states: int,
+    internal: int,
+    unshared: int,
+    head: tuple[Request, int] | None,
+) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """``categorize`` of one step in plain ints: ``(token_states, reservation, internal,
+    external, free, allocated, blocked (0/1), held, unshared)``."""
+    capacity = allocator.capacity_tokens
+    overhead = allocator.overhead_slots
+    free_total = capacity - held - overhead
+    blocked = 0
+    if head is None:
+        usable = free_total
+    else:
+        usable = allocator.usable_free_slots_now(head[0], head[1], free_total)
+        if usable == 0 and free_total >= allocator.admission_slots_needed(head[0], head[1]):
+            blocked = 1
+    return (
+        token_states,
+        held - token_states - internal,
+        internal,
+        free_total - usable + overhead,
+        usable,
+        capacity - free_total,
+        blocked,
+        held,
+        unshared,
+    )
+
+
+FLOAT_COLUMNS = frozenset(MEMORY_COLUMNS) - {
+    "num_steps",
+    "num_requests_running",
+    "num_prefills",
+    "num_preempted",
+    "num_blocked_steps",
+}
+
+
 @dataclass
 class MemoryRecorder:
-    """Collects one row per engine event (see ``MEMORY_COLUMNS``); columns are plain lists."""
+    """Collects one row per engine event (see ``MEMORY_COLUMNS``) into typed columns.
+
+    Columns are ``array`` buffers (8 bytes a value, no Python object per value): float64 for
+    times, means and the waiting queue, int64 for counts.
+    """
 
     capacity_slots: int
-    rows: list[tuple[float, ...]] = field(default_factory=list)
+    columns: dict[str, array[Any]] = field(
+        default_factory=lambda: {
+            c: array("d" if c in FLOAT_COLUMNS else "q") for c in MEMORY_COLUMNS
+        }
+    )
+    _int_times: bool = True  # every time_s so far was an int (SimPy starts the clock at 0)
+
+    def __len__(self) -> int:
+        return len(self.columns["time_s"])
+
+    def record_step(
+        self,
+        time_s: float,
+        duration_s: float,
+        num_running: int,
+        num_waiting: float,
+        num_prefills: int,
+        num_preempted: int,
+        cats: tuple[int, int, int, int, int, int, int, int, int],
+    ) -> None:
+        """Append one step starting at ``time_s`` (``cats``: ``categorize_step``)."""
+        c = self.columns
+        self._int_times = self._int_times and isinstance(time_s, int)
+        c["time_s"].append(time_s)
+        c["duration_s"].append(duration_s)
+        c["num_steps"].append(1)
+        c["num_requests_running"].append(num_running)
+        c["num_requests_waiting"].append(num_waiting)
+        c["num_prefills"].append(num_prefills)
+        c["num_preempted"].append(num_preempted)
+        token, reservation, internal, external, free, allocated, blocked, held, unshared = cats
+        c["num_blocked_steps"].append(blocked)
+        c["token_states"].append(token)
+        c["reservation"].append(reservation)
+        c["internal_fragmentation"].append(internal)
+        c["external_fragmentation"].append(external)
+        c["free"].append(free)
+        c["allocated"].append(allocated)
+        c["held"].append(held)
+        c["unshared"].append(unshared)
 
     def record(
         self,
@@ -176,16 +281,66 @@ class MemoryRecorder:
             )
             means = (np.stack(series) @ w).tolist()
             waiting = float(np.dot(np.broadcast_to(num_waiting, w.shape), w))
-        self.rows.append(
-            (
-                time_s,
-                total_s,
-                len(durations_s),
-                num_running,
-                waiting,
-                num_prefills,
-                num_preempted,
-                int(cats.blocked.sum()),
-                *means,
-            )
+        c = self.columns
+        self._int_times = self._int_times and isinstance(time_s, int)
+        c["time_s"].append(time_s)
+        c["duration_s"].append(total_s)
+        c["num_steps"].append(len(durations_s))
+        c["num_requests_running"].append(num_running)
+        c["num_requests_waiting"].append(waiting)
+        c["num_prefills"].append(num_prefills)
+        c["num_preempted"].append(num_preempted)
+        c["num_blocked_steps"].append(int(cats.blocked.sum()))
+        for name, mean in zip(MEMORY_COLUMNS[8:], means, strict=True):
+            c[name].append(mean)
+
+    def record_rows(
+        self,
+        time_s: float,
+        durations_s: FloatArray,
+        total_s: float,
+        rows: list[tuple[int, int, int, int, int, int, int, int, int]],
+        num_running: int,
+        num_waiting: int | FloatArray,
+        num_prefills: int,
+        num_preempted: int,
+    ) -> None:
+        """``record`` of a span given as one ``categorize_step`` tuple per step (``k > 1``;
+        ``total_s`` is ``durations_s``' sum)."""
+        token, reservation, internal, external, free, allocated, blocked, held, unshared = zip(
+            *rows, strict=True
         )
+        series = np.array(
+            (token, reservation, internal, external, free, allocated, held, unshared), np.int64
+        )
+        k = len(rows)
+        w = durations_s / total_s if total_s > 0 else np.full(k, 1 / k)
+        means = (series @ w).tolist()
+        waiting = float(np.dot(np.broadcast_to(num_waiting, w.shape), w))
+        c = self.columns
+        self._int_times = self._int_times and isinstance(time_s, int)
+        c["time_s"].append(time_s)
+        c["duration_s"].append(total_s)
+        c["num_steps"].append(k)
+        c["num_requests_running"].append(num_running)
+        c["num_requests_waiting"].append(waiting)
+        c["num_prefills"].append(num_prefills)
+        c["num_preempted"].append(num_preempted)
+        c["num_blocked_steps"].append(sum(blocked))
+        for name, mean in zip(MEMORY_COLUMNS[8:], means, strict=True):
+            c[name].append(mean)
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame (``MEMORY_COLUMNS``; no rows: object columns, as pandas
+        builds an empty table)."""
+        import pandas as pd  # only when a run's tables are built
+
+        if not len(self):
+            return pd.DataFrame([], columns=list(MEMORY_COLUMNS))
+        data = {
+            name: np.frombuffer(col, np.float64 if col.typecode == "d" else np.int64)
+            for name, col in self.columns.items()
+        }
+        if self._int_times:  # pandas keeps a column of int times as int64
+            data["time_s"] = data["time_s"].astype(np.int64)
+        return pd.DataFrame(data, columns=list(MEMORY_COLUMNS), copy=True)

@@ -18,7 +18,6 @@ from pydantic import ValidationError
 
 from kvsim.config import SimConfig, format_validation_error
 from kvsim.metrics import summarize
-from kvsim.recorder import MEMORY_COLUMNS
 from kvsim.request import Request
 from kvsim.textfile import read_json, read_parquet
 
@@ -141,7 +140,7 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
 def build_results(
     config: SimConfig,
     requests: list[Request],
-    memory_rows: list[tuple[float, ...]],
+    memory: pd.DataFrame,
     num_preemptions: int,
     *,
     usable_capacity_tokens: int | None = None,
@@ -149,11 +148,12 @@ def build_results(
     """Assemble ``Results`` from the engine's records.
 
     Args:
+        memory: the recorded memory rows (``MemoryRecorder.frame``).
         usable_capacity_tokens: slots requests can hold (``Allocator.usable_capacity_tokens``),
             the denominator of ``kv_cache_usage_perc``; the capacity when ``None``.
     """
     req_df = request_frame(requests)
-    mem_df = pd.DataFrame(memory_rows, columns=list(MEMORY_COLUMNS))
+    mem_df = memory
     capacity = config.capacity_tokens
     start_s = end_s = None
     if config.summary_window == "arrivals" and len(req_df):

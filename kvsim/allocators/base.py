@@ -140,6 +140,12 @@ class Allocator(ABC):
     name: ClassVar[str]
     paged: ClassVar[bool] = False
     caches_prefixes: ClassVar[bool] = False
+    span_layout: ClassVar[str | None] = None
+    """How a decoding sequence's holding follows its length, for the scheduler's lazy decode
+    cohort (``kvsim.scheduler.cohort``): ``"blocks"``: ``cdiv(L, B) * B`` slots, one more block
+    of ``block_size_tokens`` whenever the last fills; ``"slabs"``: fixed at admission; ``None``:
+    the policy needs the allocator at every step (each request is handled one by one)."""
+    block_size_tokens: int = 1
 
     def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
         if capacity_tokens < 1:
@@ -229,6 +235,10 @@ class Allocator(ABC):
         """
         return np.full(free_slots.shape, self.usable_free_slots(request, num_tokens), np.int64)
 
+    def usable_free_slots_now(self, request: Request, num_tokens: int, free_slots: int) -> int:
+        """``usable_free_slots_at`` of one step, in plain ints (the engine's per-event path)."""
+        return self.usable_free_slots(request, num_tokens)
+
     def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
         """Free slots admission of a new ``request`` needs (any kept-back reserve included, prefix
         hits ignored so that the recorder's categories do not depend on cache contents)."""
@@ -284,6 +294,32 @@ class Allocator(ABC):
             lengths: int64[n] current tokens of each live request.
             held_slots: int64[n] slots each holds now (``held_slots(req_id)``).
         """
+
+    def seq_held_slots(self, length: int, held_now: int) -> int:
+        """``held_slots_at`` of one sequence in plain ints: slots it holds at ``length`` tokens
+        when it holds ``held_now`` now."""
+        return int(self.held_slots_at(np.array([[length]]), np.array([held_now]))[0, 0])
+
+    def take_pooled(self, num_blocks: int) -> None:
+        """``"blocks"`` layouts: take blocks for live single-sequence requests' tables, to be
+        attached later (``attach_pooled``)."""
+        raise NotImplementedError(f"{self.name} has no blocks layout")
+
+    def attach_pooled(self, req_id: int, num_blocks: int) -> None:
+        """``"blocks"`` layouts: append that many pooled blocks to the request's table."""
+        raise NotImplementedError(f"{self.name} has no blocks layout")
+
+    def grow_blocks(self, grants: Sequence[tuple[int, int]]) -> None:
+        """``"blocks"`` layouts: give each ``(req_id, num_blocks)`` of single-sequence requests
+        that many more blocks, in order, as one ``allocate`` each would (the caller checked that
+        they fit and that no block they fill is cached as it fills)."""
+        raise NotImplementedError(f"{self.name} has no blocks layout")
+
+    def shared_slots(self) -> int:
+        """Slots held by live single-sequence requests that more than one of them counts (prefix
+        hits): ``span_slots``' held and token-state totals are the per-sequence sums minus this.
+        Only for a pool without sequence groups."""
+        return 0
 
     # -- request-aware span hooks (sequence groups, sharing) ---------------------------------
     def span_slots(

@@ -90,6 +90,7 @@ class PagedAllocator(Allocator):
     name = "paged"
     paged = True
     caches_prefixes = True
+    span_layout = "blocks"
 
     def __init__(
         self,
@@ -120,6 +121,7 @@ class PagedAllocator(Allocator):
         self.enable_prefix_caching = enable_prefix_caching
         self.share_sequence_groups = share_sequence_groups
         self.block_tables: dict[int, list[int]] = {}  # single-sequence requests
+        self._pooled: list[int] = []  # taken for tables, not yet attached (``take_pooled``)
         self.groups: dict[int, SequenceGroup] = {}  # multi-sequence requests
         self.key_chain = KeyChain()
         self._keys: dict[int, StreamKeys | PrivateKeys] = {}
@@ -295,6 +297,10 @@ class PagedAllocator(Allocator):
         need = self.admission_slots_needed(request, num_tokens)
         return np.where(free_slots >= need, free_slots, 0)
 
+    def usable_free_slots_now(self, request: Request, num_tokens: int, free_slots: int) -> int:
+        need = self.admission_slots_needed(request, num_tokens)
+        return free_slots if free_slots >= need else 0
+
     def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
         return self._admission_need(request, num_tokens) * self.block_size_tokens
 
@@ -465,6 +471,48 @@ class PagedAllocator(Allocator):
         b = self.block_size_tokens
         return -(lengths // -b) * b
 
+    def take_pooled(self, num_blocks: int) -> None:
+        """Take ``num_blocks`` from the front of the free queue for live requests' tables, to be
+        attached later (``attach_pooled``): until then they belong to no table in particular.
+
+        For requests none of whose blocks is read by id meanwhile (no memory map, no key
+        registered as they fill): which of the blocks taken together goes to which request
+        changes no result (they are free-queue positions until then, and uncached).
+        """
+        if num_blocks:
+            self._pooled += self.pool.take(num_blocks)
+            self._sum_distinct += num_blocks
+
+    def attach_pooled(self, req_id: int, num_blocks: int) -> None:
+        """Append ``num_blocks`` pooled blocks to a single-sequence request's table."""
+        if num_blocks:
+            pooled = self._pooled
+            self.block_tables[req_id] += pooled[len(pooled) - num_blocks :]
+            del pooled[len(pooled) - num_blocks :]
+
+    def grow_blocks(self, grants: Sequence[tuple[int, int]]) -> None:
+        total = 0
+        for _, num_blocks in grants:
+            total += num_blocks
+        blocks = self.pool.take(total)  # one take: the same blocks, in order, as one per grant
+        tables, start = self.block_tables, 0
+        for req_id, num_blocks in grants:
+            tables[req_id] += blocks[start : start + num_blocks]
+            start += num_blocks
+        self._sum_distinct += total
+
+    def seq_held_slots(self, length: int, held_now: int) -> int:
+        b = self.block_size_tokens
+        return -(length // -b) * b
+
+    def shared_slots(self) -> int:
+        used = self.num_usable_blocks - self.pool.num_free
+        return (self._sum_distinct - used) * self.block_size_tokens
+
+    @property
+    def overhead_slots(self) -> int:
+        return self.capacity_tokens - self.num_usable_blocks * self.block_size_tokens
+
     def max_growth_steps(
         self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
     ) -> int:
@@ -594,7 +642,9 @@ class PagedAllocator(Allocator):
         counts = [0] * self.num_blocks
         if self.pool.null_block is not None:
             counts[self.pool.null_block] = 1
-        distinct = 0
+        distinct = len(self._pooled)
+        for blk in self._pooled:
+            counts[blk] += 1
         for table in self.block_tables.values():
             for blk in table:
                 counts[blk] += 1

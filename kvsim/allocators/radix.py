@@ -248,6 +248,10 @@ class RadixAllocator(Allocator):
         need = self.admission_slots_needed(request, num_tokens)
         return np.where(free_slots >= need, free_slots, 0)
 
+    def usable_free_slots_now(self, request: Request, num_tokens: int, free_slots: int) -> int:
+        need = self.admission_slots_needed(request, num_tokens)
+        return free_slots if free_slots >= need else 0
+
     # -- mutations --------------------------------------------------------------------------
     def allocate(
         self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
@@ -336,6 +340,12 @@ class RadixAllocator(Allocator):
     # -- vectorised hooks -------------------------------------------------------------------
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         return lengths
+
+    def seq_held_slots(self, length: int, held_now: int) -> int:
+        return length
+
+    def shared_slots(self) -> int:
+        return self._sum_matched - self.protected_tokens
 
     def max_growth_steps(
         self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0

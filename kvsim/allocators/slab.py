@@ -144,8 +144,13 @@ class SlabAllocator(Allocator):
         for slab in reversed(slabs):
             self._release(*slab)
 
+    span_layout = "slabs"
+
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         return np.broadcast_to(held_slots[:, None], lengths.shape)
+
+    def seq_held_slots(self, length: int, held_now: int) -> int:
+        return held_now
 
     def max_growth_steps(
         self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0

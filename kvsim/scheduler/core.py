@@ -10,6 +10,11 @@ KV slot.
 A plan whose later steps would all be "every running request decodes one token" may be
 fast-forwarded ``k`` steps at once (``max_extension``/``extend``): up to the first finish and as
 far as every request can grow without an allocation failing.
+
+With ``enable_lazy_decodes`` (the engine's fast path, ``kvsim.scheduler.lazy``) steady decoders
+advance together in a cohort and are touched only when they finish, cross a block boundary or are
+preempted; a plan's ``lazy`` flag says which path made it. Without it (the default for direct
+users and tests) every running request is handled at every step and its counters are always true.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 from kvsim.allocators.base import NO_HIT, Allocator, IntArray, PrefixHit
 from kvsim.config import EngineArgs
 from kvsim.request import Request
+from kvsim.scheduler.lazy import LazyDecodes
 from kvsim.scheduler.plan import StepPlan
 
 
@@ -47,7 +53,62 @@ class SchedulerCore:
         self.has_groups = False  # any sequence group seen: sequences != requests from then on
         caching = allocator.paged and args.enable_prefix_caching
         # blocks are cached when they fill, so a caching pool hears of every filled block
-        self.cache_block_tokens = getattr(allocator, "block_size_tokens", 0) if caching else 0
+        self.cache_block_tokens = allocator.block_size_tokens if caching else 0
+        self.lazy: LazyDecodes | None = None
+
+    # -- lazy decodes -----------------------------------------------------------------------
+    def enable_lazy_decodes(self, pooled: bool = True) -> bool:
+        """Advance steady decoders lazily from now on (before the first request arrives);
+        ``False`` when the allocator needs every request at every step (no blocks or slabs).
+
+        Args:
+            pooled: growing tables may take anonymous blocks in bulk (``DecodeCohort``); off
+                when block ids are read during the run (memory-map frames).
+        """
+        if self.allocator.span_layout is None:
+            return False
+        self.lazy = LazyDecodes(self.allocator, bool(self.cache_block_tokens), pooled)
+        for req in self.running:
+            self.lazy.started(req)
+        self.lazy.rejoin(self.running)
+        return True
+
+    def _lazy_ready(self) -> LazyDecodes | None:
+        """The lazy decodes if this step may use them (sequence groups turn them off)."""
+        lazy = self.lazy
+        if lazy is not None and self.has_groups:
+            lazy.flush(self.running)
+            self.lazy = lazy = None
+        return lazy
+
+    def _flush(self) -> None:
+        """Make every running request's counters true (before an exact pass)."""
+        if self.lazy is not None and self.lazy.cohort.members:
+            self.lazy.flush(self.running)
+
+    def _run(self, req: Request) -> None:
+        """Append ``req`` to the running list."""
+        self.running.append(req)
+        if self.lazy is not None:
+            self.lazy.started(req)
+
+    def _finish_lazy_plan(self, plan: StepPlan) -> None:
+        """A lazy plan whose span would carry a request that cannot join the cohort becomes an
+        exact one: the members go back into ``scheduled`` (one decode token each)."""
+        if not plan.lazy or not plan.extendable:
+            return
+        assert self.lazy is not None
+        if self.lazy.can_join_after_step0(plan):
+            return
+        seq = self.lazy.seq
+        members = self.lazy.flush(self.running)
+        pairs = list(zip(plan.scheduled, plan.num_new_tokens, strict=True))
+        pairs += [(m.request, 1) for m in members] if plan.num_cohort else []
+        pairs.sort(key=lambda p: seq[p[0]])
+        plan.scheduled = [r for r, _ in pairs]
+        plan.num_new_tokens = [n for _, n in pairs]
+        plan.lazy = False
+        plan.num_cohort = 0
 
     def add_request(self, request: Request) -> None:
         """Queue an arrived request at the back of the waiting queue."""
@@ -80,7 +141,7 @@ class SchedulerCore:
         req.num_held_slots = self.allocator.held_slots(req.req_id)
         return True
 
-    def _preempt_recompute(self, req: Request) -> None:
+    def _preempt_recompute(self, req: Request) -> None:  # exact passes only
         """Drop the request's KV; it re-prefills prompt + outputs from the front of the queue."""
         self.allocator.free(req.req_id, req.num_computed_tokens)
         req.num_computed_tokens = 0
@@ -125,6 +186,8 @@ class SchedulerCore:
                 req.num_output_tokens += 1
                 if req.first_token_time_s is None:
                     req.first_token_time_s = step0_end_s
+        if plan.lazy:
+            return self._complete_lazy(plan, now_s)
         candidates = plan.scheduled
         if k > 1:
             for req in plan.members:
@@ -138,6 +201,38 @@ class SchedulerCore:
                 req.num_held_slots = 0
                 self.allocator.free(req.req_id)
             self.running = [r for r in self.running if r.finish_time_s is None]
+        if self.lazy is not None:
+            for req in finished:
+                self.lazy.finished(req)
+            self.lazy.rejoin(self.running)
+        return finished
+
+    def _complete_lazy(self, plan: StepPlan, now_s: float) -> list[Request]:
+        """``complete`` of a lazy plan once its explicit requests' step 0 is applied: the cohort
+        takes its steps, and finished requests are freed in running order."""
+        lazy = self.lazy
+        assert lazy is not None
+        cohort = lazy.cohort
+        members = cohort.members
+        finished = [
+            r for r in plan.scheduled if r.num_output_tokens >= r.output_tokens and r not in members
+        ]
+        cohort.clock = plan.cohort_clock + plan.cohort_advance + plan.num_steps - 1
+        for member in cohort.pop_finished():
+            lazy.release(member)
+            finished.append(member.request)
+        if finished:
+            if len(finished) > 1:
+                finished.sort(key=lazy.seq.__getitem__)
+            for req in finished:
+                req.finish_time_s = now_s
+                req.num_held_slots = 0
+                self.allocator.free(req.req_id)
+                lazy.finished(req)
+            self.running = [r for r in self.running if r.finish_time_s is None]
+        for req in plan.scheduled:  # steady after step 0: join (a span's joined already)
+            if req.finish_time_s is None and req not in members and lazy.is_steady(req):
+                lazy.join_now(req)
         return finished
 
     # -- fast-forward -------------------------------------------------------------------------
@@ -167,6 +262,8 @@ class SchedulerCore:
         Returns ``k >= 1``; when ``k > 1`` the k-th step is the first in which a request finishes
         or the last one its holdings allow.
         """
+        if plan.lazy:
+            return self._max_extension_lazy(plan, k_max)
         self.span_arrays(plan)
         if not plan.extendable or k_max <= 1 or not plan.members:
             return 1
@@ -182,15 +279,59 @@ class SchedulerCore:
         )
         return 1 + grow
 
+    def _max_extension_lazy(self, plan: StepPlan, k_max: int) -> int:
+        if not plan.extendable or k_max <= 1 or not self.running:
+            return 1
+        lazy = self.lazy
+        assert lazy is not None
+        lazy.prejoin(plan)  # every running request is a member from the clock after step 0
+        after = plan.cohort_clock + plan.cohort_advance
+        top = lazy.cohort.next_finish_clock()
+        assert top is not None
+        remaining = top - after  # decodes left after step 0 by the first to finish
+        if remaining <= 0:
+            return 1
+        k = min(k_max, remaining + 1)
+        return 1 + lazy.growth_steps(after, k - 1, self.growth_reserve_slots(plan))
+
     def extend(self, plan: StepPlan, num_steps: int) -> None:
         """Let ``plan`` cover ``num_steps`` steps, allocating their slots now."""
         if num_steps <= 1:
+            return
+        if plan.lazy:
+            assert self.lazy is not None
+            self.lazy.extend(plan, num_steps)
+            plan.num_steps = num_steps
             return
         assert plan.lengths0 is not None
         for req, length in zip(plan.members, plan.lengths0.tolist(), strict=True):
             placed = self._allocate(req, length + num_steps - 1)
             assert placed, f"fast-forward of {num_steps} steps did not fit req {req.req_id}"
         plan.num_steps = num_steps
+
+    def span_context(self, plan: StepPlan) -> tuple[float, float]:
+        """``(S, N)`` of a span: KV tokens its members hold after step 0 (each sequence's) and
+        the sequences that decode in its later steps."""
+        if plan.lazy:
+            assert self.lazy is not None
+            cohort = self.lazy.cohort
+            after = plan.cohort_clock + plan.cohort_advance
+            return float(cohort.sum_computed(after)), float(len(cohort))
+        assert plan.lengths0 is not None
+        weights = plan.num_seqs if plan.num_seqs is not None else 1
+        start = float((weights * plan.lengths0).sum())
+        num_seqs = float(plan.num_seqs.sum()) if plan.num_seqs is not None else len(plan.members)
+        return start, float(num_seqs)
+
+    def last_step_tokens(self, plan: StepPlan, num_steps: int) -> dict[int, int]:
+        """req_id -> token states of every running request in the plan's last step."""
+        if plan.lazy:
+            from kvsim.span import last_step_tokens  # the accounting module imports this one
+
+            assert self.lazy is not None
+            return last_step_tokens(self.lazy, plan, num_steps)
+        last = self.span_lengths(plan)[:, -1].tolist()
+        return {r.req_id: n for r, n in zip(plan.members, last, strict=True)}
 
     def span_lengths(self, plan: StepPlan) -> IntArray:
         """Computed tokens of each member after each step of the plan: int64[n, num_steps]."""

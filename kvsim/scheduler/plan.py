@@ -9,6 +9,24 @@ from kvsim.request import Request
 
 
 @dataclass(slots=True)
+class LazySpan:
+    """Slot totals of a lazy plan's span before its steps ``1..k-1`` allocate, and what they take.
+
+    Attributes:
+        held0: slots the cohort holds in step 0 (per sequence, shared slots counted by each).
+        internal0: of those, slots beyond the members' final lengths.
+        blocks: blocks taken by each step (index = step, 0 for step 0).
+        internal: internal fragmentation each step adds (a member's last block reaching past
+            its final length), slots.
+    """
+
+    held0: int
+    internal0: int
+    blocks: list[int] = field(default_factory=list)
+    internal: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class StepPlan:
     """One planned step, possibly extended over ``num_steps`` steps.
 
@@ -37,6 +55,12 @@ class StepPlan:
         all_running_scheduled: ``scheduled`` is exactly the running list, in its order.
         work: step 0's ``(new tokens, context tokens, attention pairs, sequences)`` sums
             (``StepCostModel.steps_s``), accumulated by ``add``.
+        lazy: planned over the scheduler's decode cohort (``kvsim.scheduler.lazy``): its
+            members are not in ``scheduled``, and ``members``/``lengths0``/... stay unset.
+        cohort_clock: the cohort's clock when the plan was made.
+        cohort_advance: decode steps the cohort takes in step 0 (0 or 1).
+        num_cohort: cohort members decoding in step 0.
+        span: what the fast-forward of a lazy plan took, for the recorder (``LazySpan``).
     """
 
     scheduled: list[Request] = field(default_factory=list)
@@ -55,6 +79,11 @@ class StepPlan:
     num_seqs: IntArray | None = None
     all_running_scheduled: bool = False
     work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    lazy: bool = False
+    cohort_clock: int = 0
+    cohort_advance: int = 0
+    num_cohort: int = 0
+    span: LazySpan | None = None
 
     @property
     def is_empty(self) -> bool:

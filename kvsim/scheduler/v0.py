@@ -25,6 +25,7 @@ from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import EngineArgs
 from kvsim.request import Request
 from kvsim.scheduler.core import SchedulerCore
+from kvsim.scheduler.lazy import LazyDecodes
 from kvsim.scheduler.plan import StepPlan
 from kvsim.swap import SwapSpace
 
@@ -47,24 +48,32 @@ class V0Scheduler(SchedulerCore):
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
+        lazy = self._lazy_ready()
+        if lazy is not None:
+            plan.lazy = True  # until an exact decode pass is needed
+            plan.cohort_clock = lazy.cohort.clock
         swapped = self.swap is not None and self.swap.has_swapped()
         if not swapped:
             self._schedule_prefills(plan)
         elif self.waiting:
             plan.head_blocked = "swapped"
         if not plan.scheduled:
-            self._schedule_decodes(plan)
+            if lazy is None or not self._schedule_decodes_lazy(plan, lazy):
+                self._flush()
+                plan.lazy = False
+                self._schedule_decodes(plan)
             if not plan.num_preempted and self.swap is not None:
                 self._swap_in(plan)
         if self.swap is not None:
             plan.swap_blocks = self.swap.take_step_blocks()
-        plan.all_running_scheduled = len(plan.scheduled) == len(self.running)
+        plan.all_running_scheduled = len(plan.scheduled) + plan.num_cohort == len(self.running)
         plan.extendable = (
             not plan.num_preempted
             and not plan.swap_blocks
             and not (self.swap is not None and self.swap.has_swapped())
             and plan.head_blocked in (None, "kv", "max_num_seqs")
         )
+        self._finish_lazy_plan(plan)
         return plan
 
     def _schedule_prefills(self, plan: StepPlan) -> None:
@@ -90,7 +99,7 @@ class V0Scheduler(SchedulerCore):
             placed = self._allocate(head, num_tokens, hit)
             assert placed, f"can_admit said yes, allocate refused request {head.req_id}"
             waiting.popleft()
-            self.running.append(head)
+            self._run(head)
             if head.num_preemptions == 0:
                 head.num_cached_tokens = hit.num_tokens
             head.num_computed_tokens = hit.num_tokens
@@ -118,6 +127,37 @@ class V0Scheduler(SchedulerCore):
             plan.add(req, 1)
             i += 1
 
+    def _schedule_decodes_lazy(self, plan: StepPlan, lazy: LazyDecodes) -> bool:
+        """``_schedule_decodes`` over the cohort when no request can be preempted: every check
+        of v0's decode loop passes if the pool keeps a block after all the step's allocations.
+        ``False`` (nothing changed) when the exact pass must run."""
+        allocator, cohort = self.allocator, lazy.cohort
+        clock = cohort.clock
+        others = list(lazy.others)
+        need = cohort.crossings_at(clock) * lazy.period
+        for req in others:
+            if not allocator.can_allocate(req, req.num_computed_tokens + 1):
+                return False
+            need += allocator.num_slots_needed(req, req.num_computed_tokens + 1)
+        if allocator.paged and allocator.num_free_tokens - need < allocator.block_size_tokens:
+            return False  # some can_append_v0 check might fail on the way
+
+        def allocate(req: Request, num_tokens: int) -> None:
+            placed = self._allocate(req, num_tokens)
+            assert placed, f"req {req.req_id}: a checked allocation failed"
+            plan.add(req, 1)
+
+        lazy.step0(clock, [(r, r.num_computed_tokens + 1) for r in others], allocate)
+        n, context = len(cohort), cohort.sum_computed(clock)
+        work = plan.work  # each member decodes one token after its `context` share
+        work[0] += n
+        work[1] += context
+        work[2] += 2 * context + n
+        work[3] += n
+        plan.cohort_advance = 1
+        plan.num_cohort = n
+        return True
+
     def _preempt(self, req: Request) -> None:
         # vLLM v0's rule; without a CPU pool (slab allocators) a group restarts from its prompt
         mode = self.args.preemption_mode or ("recompute" if req.num_seqs == 1 else "swap")
@@ -136,7 +176,7 @@ class V0Scheduler(SchedulerCore):
         room = self.max_num_seqs - self.num_running_seqs()
         while (req := self.swap.swap_in_next(self.allocator, room)) is not None:
             req.num_held_slots = self.allocator.held_slots(req.req_id)
-            self.running.append(req)
+            self._run(req)
             placed = self._allocate(req, req.num_computed_tokens + 1)
             assert placed, f"can_swap_in said yes, the decode of request {req.req_id} did not fit"
             plan.add(req, 1)
@@ -147,4 +187,4 @@ class V0Scheduler(SchedulerCore):
         if not self.allocator.paged:
             return 0
         widest = int(plan.num_seqs.max()) if plan.num_seqs is not None else 1
-        return widest * int(getattr(self.allocator, "block_size_tokens", 1))
+        return widest * self.allocator.block_size_tokens

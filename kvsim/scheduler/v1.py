@@ -27,6 +27,7 @@ from kvsim.allocators.base import NO_HIT, PrefixHit
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.request import Request
 from kvsim.scheduler.core import SchedulerCore
+from kvsim.scheduler.lazy import LazyDecodes
 from kvsim.scheduler.plan import StepPlan
 
 
@@ -35,7 +36,13 @@ class V1Scheduler(SchedulerCore):
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
-        budget = self._schedule_running(plan, self.token_budget)
+        budget = None
+        lazy = self._lazy_ready()
+        if lazy is not None:
+            budget = self._schedule_running_lazy(plan, self.token_budget, lazy)
+        if budget is None:
+            self._flush()
+            budget = self._schedule_running(plan, self.token_budget)
         if plan.num_preempted:
             plan.head_blocked = "preempted" if self.waiting else None
         else:
@@ -43,6 +50,7 @@ class V1Scheduler(SchedulerCore):
             if self.waiting and plan.head_blocked is None:
                 plan.head_blocked = "budget"
         plan.extendable = self._extendable(plan)
+        self._finish_lazy_plan(plan)
         return plan
 
     _partial = False
@@ -97,6 +105,77 @@ class V1Scheduler(SchedulerCore):
         self._partial = partial or i < len(running)
         return budget
 
+    def _schedule_running_lazy(self, plan: StepPlan, budget: int, lazy: LazyDecodes) -> int | None:
+        """``_schedule_running`` over the cohort: every member decodes one token, the others
+        and the members at a block boundary are handled one by one in running order. ``None``
+        (nothing changed) when the exact pass must run: the budget would run out before some
+        member's turn, or some allocation could fail (a preemption).
+
+        The budget goes to the running requests in running order; giving every member its
+        token first is the same as long as no member comes after the other request at which
+        the budget runs out (the *boundary*).
+        """
+        allocator, cohort = self.allocator, lazy.cohort
+        clock = cohort.clock
+        threshold = self.args.long_prefill_token_threshold
+        others = lazy.others
+        left = budget - len(cohort)  # for the others once every member has its token
+        if left < 0:
+            return None
+        need = 0
+        chunks: list[tuple[Request, int]] = []
+        boundary: Request | None = None
+        for req in others:
+            if left <= 0:  # the budget ran out: this request and those after it wait
+                boundary = boundary or req
+                break
+            computed = req.num_computed_tokens
+            num_new = req.prompt_tokens + req.num_output_tokens - computed
+            if 0 < threshold < num_new:
+                num_new = threshold
+            if num_new <= 0:
+                return None  # never for a running request; the exact pass knows what to do
+            if num_new >= left:
+                num_new, boundary = left, req
+            if not allocator.can_allocate(req, computed + num_new):
+                return None
+            need += allocator.num_slots_needed(req, computed + num_new)
+            left -= num_new
+            chunks.append((req, num_new))
+        starved = False  # some running request gets no token (v1 then leaves it waiting)
+        if boundary is not None:
+            running = self.running
+            after = len(running) - running.index(boundary) - 1
+            others_after = len(others) - list(others).index(boundary) - 1
+            if after != others_after:
+                return None  # a member after the boundary would get no token
+            starved = after > 0 or not chunks or chunks[-1][0] is not boundary
+        if need + cohort.crossings_at(clock) * lazy.period > allocator.num_free_tokens:
+            return None
+        partial = False
+
+        def allocate(req: Request, num_tokens: int) -> None:
+            nonlocal partial
+            computed = req.num_computed_tokens
+            placed = self._allocate(req, num_tokens)
+            assert placed, f"req {req.req_id}: a checked allocation failed"
+            partial = partial or num_tokens < req.num_tokens
+            plan.add(req, num_tokens - computed)
+
+        lazy.step0(clock, [(r, r.num_computed_tokens + n) for r, n in chunks], allocate)
+        self._partial = partial or starved
+        n, context = len(cohort), cohort.sum_computed(clock)
+        work = plan.work  # each member decodes one token after its `context` share
+        work[0] += n
+        work[1] += context
+        work[2] += 2 * context + n
+        work[3] += n
+        plan.lazy = True
+        plan.cohort_clock = clock
+        plan.cohort_advance = 1
+        plan.num_cohort = n
+        return left
+
     def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
         allocator, waiting = self.allocator, self.waiting
         while waiting and budget > 0:
@@ -119,7 +198,7 @@ class V1Scheduler(SchedulerCore):
                 plan.head_blocked = self._blocked_reason(head, hit, budget)
                 break
             waiting.popleft()
-            self.running.append(head)
+            self._run(head)
             if head.num_preemptions == 0:
                 head.num_cached_tokens = hit.num_tokens
             head.num_computed_tokens += hit.num_tokens
@@ -161,7 +240,7 @@ class V1Scheduler(SchedulerCore):
         """Later steps repeat "every running request decodes one token" until an event: nobody
         preempted, no head that a later step's budget or cache state could admit, every running
         request scheduled and none left mid-prefill."""
-        plan.all_running_scheduled = len(plan.scheduled) == len(self.running)
+        plan.all_running_scheduled = len(plan.scheduled) + plan.num_cohort == len(self.running)
         return (
             not plan.num_preempted
             and plan.head_blocked not in ("budget", "preempted", "kv_prefix")

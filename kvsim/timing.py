@@ -1,0 +1,103 @@
+"""The step durations of one engine event, and the span arithmetic on them.
+
+An event is one step or a fast-forwarded span of ``k`` steps. Short spans keep their durations
+as a plain list (numpy's per-call cost would dominate a few values); long ones as float64[k].
+Both give the same numbers: running sums are sequential either way (``np.cumsum`` adds left to
+right), and the span's total is numpy's sum of the float64 array in both cases.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True, frozen=True)
+class Timing:
+    """Durations of an event's steps (seconds).
+
+    Attributes:
+        durations: per-step durations, a list or float64[k].
+        array: the same as float64[k] when ``k > 1`` (weights of the recorder's means), else
+            ``None``.
+        total_s: the event's length (numpy's sum of ``array``; the one duration when ``k = 1``).
+    """
+
+    durations: list[float] | FloatArray
+    array: FloatArray | None
+    total_s: float
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.durations)
+
+    @property
+    def step0_s(self) -> float:
+        return float(self.durations[0])
+
+
+def one_step(duration_s: float) -> Timing:
+    """The timing of a single step."""
+    return Timing([duration_s], None, duration_s)
+
+
+def span_timing(durations: list[float] | FloatArray) -> Timing:
+    """The timing of ``k >= 1`` steps."""
+    if len(durations) == 1:
+        return one_step(float(durations[0]))
+    array = durations if isinstance(durations, np.ndarray) else np.array(durations)
+    return Timing(durations, array, float(array.sum()))
+
+
+def steps_before(
+    durations: list[float] | FloatArray, until_s: float, side: Literal["left", "right"]
+) -> int:
+    """``np.searchsorted(np.cumsum(durations), until_s, side)``: how many steps end before
+    ``until_s`` (``"right"``: or at it)."""
+    if isinstance(durations, np.ndarray):
+        return int(np.searchsorted(np.cumsum(durations), until_s, side=side))
+    ends = list(accumulate(durations))
+    return (bisect.bisect_left if side == "left" else bisect.bisect_right)(ends, until_s)
+
+
+def waiting_per_step(
+    timing: Timing,
+    now_s: float,
+    num_waiting: int,
+    arrival_times_s: FloatArray,
+    num_arrived: int,
+) -> int | FloatArray:
+    """Queue length in each step of a span: requests arriving during it join the queue.
+
+    Args:
+        num_waiting: the queue's length when the span starts.
+        arrival_times_s: float64[N] every request's arrival, sorted.
+        num_arrived: requests released so far (``arrival_times_s[num_arrived]`` is next).
+
+    Returns:
+        ``num_waiting`` when nothing arrives during the span, else float64[k].
+    """
+    durations = timing.durations
+    if len(durations) == 1 or num_arrived == len(arrival_times_s):
+        return num_waiting
+    if isinstance(durations, np.ndarray):
+        starts = now_s + np.concatenate(([0.0], np.cumsum(durations[:-1])))
+        arrived = np.searchsorted(arrival_times_s, starts, side="right")
+        return num_waiting + np.maximum(arrived - num_arrived, 0).astype(np.float64)
+    starts_list = [now_s + 0.0, *(now_s + end for end in accumulate(durations[:-1]))]
+    hi = len(arrival_times_s)
+    counts = [
+        float(
+            num_waiting
+            + max(bisect.bisect_right(arrival_times_s, t, num_arrived, hi) - num_arrived, 0)
+        )
+        for t in starts_list
+    ]
+    return np.array(counts)
