@@ -295,6 +295,30 @@ class Allocator(ABC):
             held_slots: int64[n] slots each holds now (``held_slots(req_id)``).
         """
 
+    def first_unsafe_fill_step(
+        self,
+        requests: Sequence[Request],
+        tokens: Sequence[int] | IntArray,
+        num_more_steps: int,
+    ) -> int | None:
+        """First later step of a span at which a block that fills must be cached exactly then.
+
+        A fast-forwarded span allocates (and caches) its later steps at once. That equals
+        caching each block as it fills unless its key is already cached under another block
+        (the step-by-step run may see that block evicted first) or two requests fill blocks
+        with one key in the span (the first to fill wins). Pools that cache nothing: ``None``.
+
+        Args:
+            requests: the live requests that decode in the span.
+            tokens: each one's token count after step 0 (int64[n] or ints); step ``j`` of the
+                span allocates for ``tokens + j``.
+            num_more_steps: the span's steps after step 0.
+
+        Returns:
+            The smallest such ``j`` in ``1..num_more_steps``, or ``None``.
+        """
+        return None
+
     def seq_held_slots(self, length: int, held_now: int) -> int:
         """``held_slots_at`` of one sequence in plain ints: slots it holds at ``length`` tokens
         when it holds ``held_now`` now."""

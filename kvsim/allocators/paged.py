@@ -501,6 +501,33 @@ class PagedAllocator(Allocator):
             start += num_blocks
         self._sum_distinct += total
 
+    def first_unsafe_fill_step(
+        self,
+        requests: Sequence[Request],
+        tokens: Sequence[int] | IntArray,
+        num_more_steps: int,
+    ) -> int | None:
+        if not self.enable_prefix_caching or num_more_steps <= 0:
+            return None
+        b, cached = self.block_size_tokens, self.pool.cached
+        first: int | None = None
+        filled: dict[int, int] = {}  # key -> step that fills it
+        for request, num_tokens in zip(requests, tokens, strict=True):
+            keys = self._stream_keys(request)
+            if keys.__class__ is PrivateKeys or request.num_seqs != 1:
+                continue  # private streams are cached at preemption; groups cache the prompt
+            n = int(num_tokens)
+            start = max(self._num_cached.get(request.req_id, 0), n // b)
+            for i in range(start, (n + num_more_steps) // b):
+                step = (i + 1) * b - n
+                key = keys.key(i)
+                if key in cached or key in filled:
+                    unsafe = max(step, filled.get(key, step))
+                    first = unsafe if first is None else min(first, unsafe)
+                else:
+                    filled[key] = step
+        return first
+
     def seq_held_slots(self, length: int, held_now: int) -> int:
         b = self.block_size_tokens
         return -(length // -b) * b

@@ -86,6 +86,7 @@ class DecodeCohort:
         self.clock = 0
         self.allocated_to = 0  # steps at clocks before this one have their blocks
         self.members: dict[Request, Member] = {}
+        self.filling: dict[Member, None] = {}  # members with ``fills``, in join order
         self.sum_base = 0
         self.sum_held = 0
         self.sum_internal = 0
@@ -157,6 +158,8 @@ class DecodeCohort:
                 if fills and fill != cross:
                     self._touch[fill][member] = None
         self.members[req] = member
+        if fills:
+            self.filling[member] = None
         self.sum_base += computed - sync
         self.sum_held += held
         self.sum_internal += max(held - final, 0)
@@ -167,6 +170,7 @@ class DecodeCohort:
         """Remove a member (its heap entries go stale and are skipped); return its held slots."""
         held, final = self.held_now(member), member.request.final_kv_tokens
         del self.members[member.request]
+        self.filling.pop(member, None)
         self.sum_base -= member.computed - member.sync
         self.sum_held -= held
         self.sum_internal -= max(held - final, 0)

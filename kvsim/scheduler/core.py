@@ -20,6 +20,7 @@ users and tests) every running request is handled at every step and its counters
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -277,7 +278,7 @@ class SchedulerCore:
         grow = self.allocator.max_growth_steps_for(
             plan.members, plan.lengths0, plan.held0, k - 1, self.growth_reserve_slots(plan)
         )
-        return 1 + grow
+        return self._cut_at_unsafe_fill(plan.members, plan.lengths0, 1 + grow)
 
     def _max_extension_lazy(self, plan: StepPlan, k_max: int) -> int:
         if not plan.extendable or k_max <= 1 or not self.running:
@@ -292,7 +293,23 @@ class SchedulerCore:
         if remaining <= 0:
             return 1
         k = min(k_max, remaining + 1)
-        return 1 + lazy.growth_steps(after, k - 1, self.growth_reserve_slots(plan))
+        k = 1 + lazy.growth_steps(after, k - 1, self.growth_reserve_slots(plan))
+        if k <= 1 or not lazy.caching:
+            return k
+        cohort = lazy.cohort
+        filling = list(cohort.filling)
+        tokens = [cohort.computed_at(m, after) for m in filling]
+        return self._cut_at_unsafe_fill([m.request for m in filling], tokens, k)
+
+    def _cut_at_unsafe_fill(
+        self, requests: Sequence[Request], tokens: Sequence[int] | IntArray, k: int
+    ) -> int:
+        """``k`` cut so that a block which must be cached exactly when it fills fills in the
+        next plan's step 0 (``Allocator.first_unsafe_fill_step``)."""
+        if k <= 1:
+            return k
+        step = self.allocator.first_unsafe_fill_step(requests, tokens, k - 1)
+        return k if step is None else min(k, step)
 
     def extend(self, plan: StepPlan, num_steps: int) -> None:
         """Let ``plan`` cover ``num_steps`` steps, allocating their slots now."""
