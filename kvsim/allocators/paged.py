@@ -270,8 +270,9 @@ class PagedAllocator(Allocator):
     def _admission_need(self, request: Request, num_tokens: int) -> int:
         if request.num_seqs == 1 or request.req_id in self.groups:
             need = self._need(request, num_tokens, NO_HIT)
-        elif self.share_sequence_groups:  # v0 counts the shared prompt blocks once
-            need = cdiv(num_tokens, self.block_size_tokens)
+        elif self.share_sequence_groups and num_tokens <= self._fork_point(request):
+            need = cdiv(num_tokens, self.block_size_tokens)  # v0: shared prompt blocks once
+        # a group coming back after a recompute holds its samples' own tokens too
         else:
             need = self._group_admission_need(request, num_tokens, 0)
         known = request.req_id in self.block_tables or request.req_id in self.groups

@@ -229,3 +229,20 @@ def test_beam_model_extremes_and_seeding():
     assert (never == 0).all()  # only the best survives: every other slot forks it
     a, b = BeamModel(0.5, seed=3).parents(7, 4, 20), BeamModel(0.5, seed=3).parents(7, 4, 20)
     assert (a == b).all()
+
+
+def test_group_readmitted_past_its_prompt_needs_every_sample_block():
+    # n = 3, prompt 10, back after a recompute with 4 tokens generated (14 tokens): the root
+    # takes blocks for positions 0-9 (3 blocks, the third holding 8, 9); positions 10, 11
+    # land in that shared partial block, so samples 0 and 1 copy it (2 blocks); positions 12,
+    # 13 open a fourth block in every sample (3 blocks): 3 + 2 + 3 = 8 blocks, not the
+    # cdiv(14, 4) = 4 of a prompt counted once
+    req = doc(1, 10, n=3)
+    short = alloc(blocks=7)
+    assert not short.can_admit(req, 14)
+    assert short.allocate(req, 14) is None
+    enough = alloc(blocks=8)
+    assert enough.can_admit(req, 14)
+    assert enough.allocate(req, 14) is not None
+    assert enough.num_free_blocks == 0
+    enough.check_invariants()
