@@ -98,6 +98,8 @@ class Rejected:
 
     max_model_len: list[Request] = field(default_factory=list)
     kv_pool: list[Request] = field(default_factory=list)
+    watermark: float = 0.0  # share of blocks admission keeps free (vLLM v0)
+    num_watermark_only: int = 0  # of kv_pool: would fit the empty pool but for the watermark
 
     @property
     def count(self) -> int:
@@ -129,6 +131,12 @@ class Rejected:
                 f"cannot hold (first: request {r.req_id}, {r.num_seqs} sequence(s) of "
                 f"{r.final_tokens:,} tokens)"
             )
+            if self.num_watermark_only:
+                parts[-1] += (
+                    f", {self.num_watermark_only} of them only because admission keeps the "
+                    f"watermark free (cache.watermark = {self.watermark:g} of the blocks, "
+                    "vLLM v0's BlockSpaceManager; lower cache.watermark or raise the KV budget)"
+                )
         return (
             f"{self.count:,} of {total:,} requests cannot run"
             + (" and are skipped: " if skipped else ": ")
@@ -148,19 +156,26 @@ def split_runnable(
         empty_pool: a fresh allocator of the run's kind, queried only (nothing is allocated).
     """
     limit = config.max_model_len
-    rejected = Rejected()
+    rejected = Rejected(watermark=config.engine_args.watermark)
     runnable: list[Request] = []
-    fits: dict[tuple[int, int, int, int], bool] = {}
+    fits: dict[tuple[int, int, int, int], str] = {}
     for req in requests:
         if req.final_tokens > limit:
             rejected.max_model_len.append(req)
             continue
         shape = (req.prompt_tokens, req.output_tokens, req.max_tokens, req.num_seqs)
-        ok = fits.get(shape)
-        if ok is None or req.beam_parents is not None:
-            ok = empty_pool.can_allocate(req, req.final_kv_tokens) and empty_pool.can_admit(
-                req, req.prompt_tokens
-            )
-            fits[shape] = ok
-        (runnable if ok else rejected.kv_pool).append(req)
+        verdict = fits.get(shape)
+        if verdict is None or req.beam_parents is not None:
+            if not empty_pool.can_allocate(req, req.final_kv_tokens):
+                verdict = "pool"
+            elif not empty_pool.can_admit(req, req.prompt_tokens):
+                verdict = "watermark"
+            else:
+                verdict = "ok"
+            fits[shape] = verdict
+        if verdict == "ok":
+            runnable.append(req)
+        else:
+            rejected.kv_pool.append(req)
+            rejected.num_watermark_only += verdict == "watermark"
     return runnable, rejected

@@ -31,8 +31,9 @@ from kvsim.scheduler.lazy import LazyDecodes
 from kvsim.scheduler.plan import StepPlan
 
 
-class PreemptionLivelockError(RuntimeError):
-    """A request was preempted more often than ``max_preemptions_per_request``."""
+class PreemptionLivelockError(ValueError):
+    """A request was preempted more often than ``max_preemptions_per_request`` (a pool too
+    small for the running set: the config's fault, hence a ``ValueError``)."""
 
 
 class SchedulerCore:

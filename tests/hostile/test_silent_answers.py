@@ -1,6 +1,5 @@
 """Inputs that used to give a silent wrong answer or a misleading error: each now gives a clear
-one-line error, or a correct result with a warning that counts what was left out. The cases whose
-fix belongs in the engine core are strict xfails naming the change they need."""
+one-line error, or a correct result with a warning that counts what was left out."""
 
 from __future__ import annotations
 
@@ -48,11 +47,6 @@ def test_livelock_is_a_user_error_in_the_cli(hostile) -> None:
     hostile.run(args, "preempted", "max_preemptions_per_request = 1", "2,621 slots")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs engine change: kvsim/scheduler/core.py PreemptionLivelockError should subclass "
-    "ValueError (a pool too small for the running set is the config's fault), not RuntimeError",
-)
 def test_livelock_error_is_a_value_error_for_api_callers() -> None:
     from kvsim.scheduler.core import PreemptionLivelockError
 
@@ -78,11 +72,6 @@ def test_rows_longer_than_max_model_len_are_counted(tmp_path) -> None:
     assert summary["num_rejected_max_model_len"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs engine change: kvsim/intake.py Rejected.message (and engine._raise_never_fits) "
-    "should say when the admission watermark, not the pool, turns a request away",
-)
 def test_watermark_refusal_names_the_watermark(hostile) -> None:
     """vLLM v0 keeps 1 % of the 128 blocks free at admission: a 2,040-token prompt (128 blocks)
     fits the empty 2,048-slot pool but never the pool minus the watermark."""
