@@ -27,11 +27,15 @@ _EXPORTS = {
     "simulate": "kvsim.engine",
     "Results": "kvsim.results",
     "requests_for": "kvsim.intake",
+    "Request": "kvsim.request",
+    "RequestSpec": "kvsim.request",
     "open_experiment": "kvsim.sweep",
     "load_sweep": "kvsim.analysis",
 }
 
 __all__ = [
+    "Request",
+    "RequestSpec",
     "Results",
     "SimConfig",
     "__version__",
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from kvsim.config import SimConfig, config_from_dict, load_config
     from kvsim.engine import simulate
     from kvsim.intake import requests_for
+    from kvsim.request import Request, RequestSpec
     from kvsim.results import Results
     from kvsim.sweep import open_experiment
 

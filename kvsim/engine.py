@@ -23,7 +23,7 @@ from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
 from kvsim.poolmap import FrameRecorder, has_map
 from kvsim.recorder import MemoryRecorder, categorize, categorize_step, span_categories
-from kvsim.request import Request
+from kvsim.request import Request, RequestSpec, fresh_requests
 from kvsim.results import Results, build_results
 from kvsim.scheduler import StepPlan, make_scheduler
 from kvsim.span import span_lists, span_series, step_totals
@@ -335,12 +335,15 @@ class Engine:
 
 
 def prepare_requests(
-    config: SimConfig, requests: list[Request] | None = None, *, strict: bool = False
+    config: SimConfig,
+    requests: Sequence[Request | RequestSpec] | None = None,
+    *,
+    strict: bool = False,
 ) -> tuple[list[Request], Rejected]:
-    """The requests a run serves: generated when ``None``, fanned out under v1, the ones that
-    can never run set aside (logged; an error with ``strict`` or when none is left)."""
-    if requests is None:
-        requests = requests_for(config)
+    """The requests a run serves: generated when ``None`` (else fresh ones made from the given
+    requests' or specs' facts), fanned out under v1, the ones that can never run set aside
+    (logged; an error with ``strict`` or when none is left)."""
+    requests = requests_for(config) if requests is None else fresh_requests(requests)
     if config.engine_args.engine == "vllm-v1":
         requests = fan_out(requests)
     runnable, rejected = split_runnable(requests, config, allocator_from_config(config))
@@ -357,7 +360,7 @@ def prepare_requests(
 
 def simulate(
     config: SimConfig,
-    requests: list[Request] | None = None,
+    requests: Sequence[Request | RequestSpec] | None = None,
     on_finish: Callable[[int], None] | None = None,
     *,
     strict: bool = False,
@@ -370,7 +373,8 @@ def simulate(
 
     Args:
         config: the run (model, GPU, parallelism, cache, scheduler, workload, seed).
-        requests: a ready workload; ``requests_for(config)`` if None.
+        requests: a ready workload (requests or ``RequestSpec``s; the run serves fresh copies,
+            so one list can feed many runs); ``requests_for(config)`` if None.
         on_finish: progress callback, called with the number of requests finished per event.
         strict: a request that cannot run (longer than ``max_model_len`` or the KV pool) is an
             error instead of a counted, logged skip.

@@ -1,5 +1,9 @@
 """A request as the scheduler sees it: its true sizes from the workload plus its serving state.
 
+``RequestSpec`` is the workload's part alone (frozen): what a trace row or a generator fixes.
+A run serves fresh ``Request`` objects made from specs (``RequestSpec.new_request``), so one
+workload can be replayed into any number of runs; ``Request.spec`` gives a request's spec back.
+
 Requests are plain records, not SimPy processes. They follow vLLM's token accounting
 (``vllm/v1/request.py``): a request knows ``num_tokens = prompt_tokens + num_output_tokens`` tokens
 and has computed the KV of ``num_computed_tokens`` of them. A step computes some of the rest (a
@@ -13,10 +17,39 @@ blocks after the prefill, the first and the second decode step).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+
+@dataclass(frozen=True, eq=False)
+class RequestSpec:
+    """The fixed facts of one request of a workload (no serving state).
+
+    Attributes: as ``Request``'s first thirteen (``req_id`` .. ``parent_id``); sizes in tokens,
+    ``arrival_time_s`` in simulated seconds. ``beam_parents`` is int64[output_tokens,
+    beam_width] or ``None`` and is shared, never written, by the requests made from the spec.
+    """
+
+    req_id: int
+    arrival_time_s: float
+    prompt_tokens: int
+    output_tokens: int
+    max_tokens: int
+    prefix_hash_ids: tuple[int, ...] | None = None
+    session_id: int | None = None
+    n: int = 1
+    beam_width: int = 1
+    token_segments: tuple[tuple[object, int], ...] | None = None
+    cache_salt: str | None = None
+    beam_parents: npt.NDArray[np.int64] | None = None
+    parent_id: int | None = None
+
+    def new_request(self) -> Request:
+        """A ``Request`` with these facts and the state of one not yet arrived."""
+        return Request(*(getattr(self, name) for name in SPEC_FIELDS))
 
 
 @dataclass(slots=True, eq=False)
@@ -90,6 +123,11 @@ class Request:
         self.shares_tokens = self.token_segments is not None or bool(self.prefix_hash_ids)
 
     @property
+    def spec(self) -> RequestSpec:
+        """The workload's facts of this request, without its serving state."""
+        return RequestSpec(*(getattr(self, name) for name in SPEC_FIELDS))
+
+    @property
     def num_tokens(self) -> int:
         """Tokens the request knows: prompt + outputs sampled so far (vLLM ``num_tokens``)."""
         return self.prompt_tokens + self.num_output_tokens
@@ -108,3 +146,14 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.finish_time_s is not None
+
+
+SPEC_FIELDS: tuple[str, ...] = tuple(RequestSpec.__dataclass_fields__)
+
+
+def fresh_requests(requests: Sequence[Request | RequestSpec]) -> list[Request]:
+    """New ``Request`` objects (no serving state) for a workload given as requests or specs:
+    a run never inherits, nor leaves behind, another run's state."""
+    return [
+        r.new_request() if isinstance(r, RequestSpec) else r.spec.new_request() for r in requests
+    ]

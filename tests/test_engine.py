@@ -194,3 +194,23 @@ def test_paged_preemptions_under_pressure_are_counted():
     assert res.summary["num_preemptions"] > 0
     assert res.requests["num_preemptions"].sum() == res.summary["num_preemptions"]
     assert res.requests["finish_time_s"].notna().all()
+
+
+@pytest.mark.parametrize("engine", ["vllm-v0", "vllm-v1"])
+def test_one_workload_replayed_into_two_runs_gives_the_same_results(engine):
+    # each run serves fresh requests made from the workload's facts (RequestSpec): the second
+    # run must not start from the first one's finished requests
+    from kvsim.intake import requests_for
+
+    cfg = config_from_dict(
+        {"scheduler": {"engine": engine}, "workload": {"rate_per_s": 5.0, "num_requests": 60}}
+    )
+    workload = requests_for(cfg)
+    first, second = simulate(cfg, workload), simulate(cfg, workload)
+    pd.testing.assert_frame_equal(first.requests, second.requests)
+    assert first.summary["num_steps"] == second.summary["num_steps"]
+    specs = [r.spec for r in workload]
+    assert all(r.num_computed_tokens == 0 and r.finish_time_s is None for r in workload)
+    pd.testing.assert_frame_equal(simulate(cfg, specs).requests, first.requests)
+    with pytest.raises(AttributeError):
+        specs[0].prompt_tokens = 3  # frozen: a spec is never written
