@@ -43,6 +43,9 @@ class PlanPointError(ValueError):
     """A simulation of the plan failed (not an invalid config: a missing trace, a bug)."""
 
 
+_MISSING_DATA = "DataNotFoundError: "  # how a worker reports a missing trace file
+
+
 @dataclass(frozen=True)
 class Target:
     """``metric <= bound`` on a run's summary (a NaN metric fails)."""
@@ -239,6 +242,19 @@ def plan_from_dict(
         )
         field_name = str(question["field"])
         preset = {**KNOBS.get(field_name, {}), **knob_bracket(field_name, base)}
+        natural = preset.get("direction")
+        if natural is not None and question.get("direction", natural) != natural:
+            raise ValueError(
+                f"{field_name}: meeting latency targets gets {_EASIER[natural]} as it grows, so "
+                f"only the {natural} value that meets them is an answer (--{natural})"
+            )
+        if field_name not in KNOBS and ("lo" not in question or "hi" not in question):
+            raise ValueError(
+                f"{field_name!r} is not a knob with a default range ("
+                + ", ".join(KNOBS)
+                + "; kv, rate, tp and max_num_seqs for short); for another config field give "
+                "--lo and --hi"
+            )
         return Plan(
             name=name,
             base=base,
@@ -296,6 +312,8 @@ def knob_bracket(field_name: str, base: dict[str, Any]) -> dict[str, float]:
     lo, hi = math.ceil(need / GiB * 100) / 100, math.floor(room / GiB * 100) / 100
     return {"lo": lo, "hi": hi} if 0 < lo < hi else {}
 
+
+_EASIER = {"smallest": "easier", "largest": "harder"}  # by each knob's natural direction
 
 # defaults of the usual knobs: direction, bracket, integer / allowed values
 KNOBS: dict[str, dict[str, Any]] = {
@@ -391,6 +409,9 @@ class _Evaluator:
         by_key = {point.key: x for x, point in todo}
         for point, outcome in outcomes([p for _, p in todo], jobs=self.jobs):
             x = by_key[point.key]
+            if outcome.error is not None and outcome.error.startswith(_MISSING_DATA):
+                # the workload, not this knob value, is at fault: say so as `kvsim run` does
+                raise PlanPointError(outcome.error.removeprefix(_MISSING_DATA))
             if outcome.error is not None or outcome.results is None:
                 raise PlanPointError(
                     f"{self.plan.field} = {self.plan.value(x):g}: the run failed: {outcome.error}"

@@ -54,6 +54,7 @@ class PointOutcome:
         error: ``"ExcType: message"`` on failure.
         traceback: the worker's formatted traceback on failure.
         elapsed_s: wall-clock seconds the worker spent.
+        warnings: what kvsim warned during the point (the driver prints each text once).
     """
 
     key: str
@@ -62,10 +63,36 @@ class PointOutcome:
     error: str | None = None
     traceback: str | None = None
     elapsed_s: float = 0.0
+    warnings: tuple[str, ...] = ()
+
+
+class _Collected(logging.Handler):
+    """Keeps the texts of kvsim's warnings during one point instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.texts.append(record.getMessage())
 
 
 def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOutcome:
     """Simulate one point (runs in a worker); never raises for a failing simulation."""
+    root = logging.getLogger("kvsim")
+    collected, propagate = _Collected(), root.propagate
+    root.addHandler(collected)
+    root.propagate = False  # every point of a sweep warns alike: the driver says it once
+    try:
+        outcome = _run_point(config, snapshot_at_s)
+    finally:
+        root.removeHandler(collected)
+        root.propagate = propagate
+    outcome.warnings = tuple(collected.texts)
+    return outcome
+
+
+def _run_point(config: SimConfig, snapshot_at_s: float | None) -> PointOutcome:
     start = time.perf_counter()
     try:
         # a radix tree has no slot map: its points run without a snapshot
@@ -211,10 +238,25 @@ def outcomes(
         ValueError: (when iterated) an unreachable or malformed Dask scheduler address.
     """
     if scheduler is not None:
-        return _dask(todo, jobs, scheduler, snapshot_at_s, connect_timeout_s)
-    if jobs <= 1:
-        return _serial(todo, snapshot_at_s)
-    return _pool(todo, jobs, snapshot_at_s)
+        stream = _dask(todo, jobs, scheduler, snapshot_at_s, connect_timeout_s)
+    elif jobs <= 1:
+        stream = _serial(todo, snapshot_at_s)
+    else:
+        stream = _pool(todo, jobs, snapshot_at_s)
+    return _warn_once_each(stream)
+
+
+def _warn_once_each(
+    stream: Iterator[tuple[Point, PointOutcome]],
+) -> Iterator[tuple[Point, PointOutcome]]:
+    """Pass outcomes through, printing each distinct warning text of their points once."""
+    said: set[str] = set()
+    for point, outcome in stream:
+        for text in outcome.warnings:
+            if text not in said:
+                said.add(text)
+                logger.warning("%s", text)
+        yield point, outcome
 
 
 def _column(values: list[Any]) -> list[Any]:

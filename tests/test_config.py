@@ -265,3 +265,16 @@ def test_kv_cache_gb_is_decimal_gigabytes() -> None:
     for bad in (float("nan"), float("inf"), 0, "50GB"):
         with pytest.raises(ValueError, match="kv_cache_gb: expected a number of GB"):
             config_from_dict({"cache": {"kv_cache_gb": bad}})
+
+
+def test_a_bad_value_in_a_config_file_names_the_file(tmp_path):
+    from kvsim.config import load_config
+
+    path = tmp_path / "c.toml"
+    path.write_text("[cache]\nblock_size_tokens = 0\n")
+    with pytest.raises(ValueError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: cache.block_size_tokens:")
+    with pytest.raises(ValueError) as err:  # a bad override is the override's fault
+        load_config(tmp_path / "c.toml", {"cache.block_size_tokens": -1})
+    assert str(err.value).startswith("cache.block_size_tokens:")

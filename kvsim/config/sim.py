@@ -261,7 +261,14 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
             (the message names the file or the field).
         FileNotFoundError: no such file.
     """
-    return config_from_dict(read_toml(path), overrides)
+    data = read_toml(path)
+    try:
+        return config_from_dict(data, overrides)
+    except ValueError as err:
+        message = str(err)
+        if overrides and message.split(":", 1)[0] in overrides:
+            raise  # the override's fault, not the file's
+        raise ValueError(f"{path}: {message}") from None
 
 
 def _short(value: Any) -> str:

@@ -173,6 +173,13 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
             f"arrival='trace': {path.name} has no arrival times (a lengths-only "
             f"{trace.fmt!r} trace); use arrival='poisson' or 'gamma'"
         )
+    if trace.has_arrivals and spec.arrival != "trace" and "arrival" not in spec.model_fields_set:
+        _warn_once(
+            f"{path.name} has arrival times, but workload.arrival is the default "
+            f"{spec.arrival!r}: its rows give lengths only, at {spec.arrival} arrivals "
+            f"(workload.rate_per_s = {spec.rate_per_s:g}); set workload.arrival = 'trace' to "
+            "replay its arrivals"
+        )
     check_trace_columns(spec, trace)
     return spec, trace
 

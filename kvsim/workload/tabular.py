@@ -91,8 +91,15 @@ def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path.name}: malformed CSV: {exc}") from None
+        raise ValueError(f"{path.name}: malformed CSV: {_one_based(str(exc))}") from None
     return _strip_trailing_blank_rows(frame), lambda row: f"line {row + 2}"
+
+
+def _one_based(message: str) -> str:
+    """pandas' C parser counts "row N" from 0 over file lines; say "line N + 1" as every
+    other message does (its "line N" is already 1-based)."""
+    message = message.removeprefix("Error tokenizing data. C error: ")
+    return re.sub(r"\brow (\d+)", lambda m: f"line {int(m.group(1)) + 1}", message)
 
 
 def _strip_trailing_blank_rows(frame: pd.DataFrame) -> pd.DataFrame:

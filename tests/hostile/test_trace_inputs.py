@@ -62,6 +62,13 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
     "own_empty_file": ("t.csv", "", REPLAY, ["t.csv"]),
     "own_header_only": ("t.csv", OWN, REPLAY, ["t.csv", "no requests"]),
     "own_ragged_row": ("t.csv", OWN + "10,5\n1,2,3,4\n", REPLAY, ["t.csv", "malformed CSV"]),
+    # pandas says "row 2" (0-based) for the quote opened on the file's line 3
+    "own_unclosed_quote": (
+        "t.csv",
+        OWN + '10,5\n"20,5\n30,4\n',
+        REPLAY,
+        ["t.csv", "malformed CSV", "starting at line 3"],
+    ),
     "own_hash_ids_beyond_int64": (
         "t.csv",
         "prompt_tokens,output_tokens,hash_ids\n10,5,1 " + INT65 + "\n",

@@ -170,3 +170,26 @@ def test_geometric_grid_spans_the_bracket_at_the_resolution() -> None:
     assert max(ratios) <= 1.05 + 1e-12
     # ceil(ln(128) / ln(1.05)) = ceil(99.45) = 100 steps
     assert len(grid) == 101
+
+
+@pytest.mark.parametrize(
+    ("field", "flipped"),
+    [
+        ("workload.rate_per_s", "smallest"),  # more load only makes latency worse
+        ("cache.kv_cache_gib", "largest"),  # more KV only makes it better
+        ("parallel.tensor_parallel_size", "largest"),
+    ],
+)
+def test_a_known_knob_asked_the_wrong_way_round_is_refused(field: str, flipped: str) -> None:
+    question = {"field": field, "direction": flipped, "targets": {METRIC: 2.0}}
+    with pytest.raises(ValueError, match=r"only the (smallest|largest) value"):
+        planning.plan_from_dict("p", {}, question)
+
+
+def test_an_unknown_knob_names_the_knobs_with_ranges() -> None:
+    question = {"field": "foo", "direction": "smallest", "targets": {METRIC: 2.0}}
+    with pytest.raises(ValueError, match="'foo' is not a knob with a default range"):
+        planning.plan_from_dict("p", {}, question)
+    # any field with an explicit range is accepted
+    plan = planning.plan_from_dict("p", {}, {**question, "lo": 1.0, "hi": 4.0})
+    assert (plan.lo, plan.hi) == (1.0, 4.0)
