@@ -272,9 +272,9 @@ def test_a_bad_value_in_a_config_file_names_the_file(tmp_path):
 
     path = tmp_path / "c.toml"
     path.write_text("[cache]\nblock_size_tokens = 0\n")
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match="block_size_tokens") as err:
         load_config(path)
     assert str(err.value).startswith(f"{path}: cache.block_size_tokens:")
-    with pytest.raises(ValueError) as err:  # a bad override is the override's fault
+    with pytest.raises(ValueError, match="block_size_tokens") as err:  # the override's fault
         load_config(tmp_path / "c.toml", {"cache.block_size_tokens": -1})
     assert str(err.value).startswith("cache.block_size_tokens:")
