@@ -249,14 +249,14 @@ class MemoryRecorder:
         durations_s: FloatArray,
         cats: SpanCategories,
         num_running: int,
-        num_waiting: int | FloatArray,
+        num_waiting: int | FloatArray | list[float],
         num_prefills: int,
         num_preempted: int,
     ) -> None:
         """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k]).
 
-        ``num_waiting`` is the queue length, or float64[k] per step when requests arrive during
-        the span (its row then holds the duration-weighted mean).
+        ``num_waiting`` is the queue length, or one count per step (float64[k] or a list) when
+        requests arrive during the span (its row then holds the duration-weighted mean).
         """
         series = (
             cats.token_states,
@@ -297,26 +297,27 @@ class MemoryRecorder:
     def record_rows(
         self,
         time_s: float,
-        durations_s: FloatArray,
+        durations_s: list[float],
         total_s: float,
         rows: list[tuple[int, int, int, int, int, int, int, int, int]],
         num_running: int,
-        num_waiting: int | FloatArray,
+        num_waiting: int | list[float],
         num_prefills: int,
         num_preempted: int,
     ) -> None:
-        """``record`` of a span given as one ``categorize_step`` tuple per step (``k > 1``;
-        ``total_s`` is ``durations_s``' sum)."""
+        """``record`` of a short span given as one ``categorize_step`` tuple per step (``k > 1``;
+        ``total_s`` is numpy's sum of ``durations_s``), in plain Python: each mean adds
+        value x weight left to right (numpy's matrix product may add them in another order,
+        so a mean can differ from ``record``'s in its last bits)."""
+        k = len(rows)
+        weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
         token, reservation, internal, external, free, allocated, blocked, held, unshared = zip(
             *rows, strict=True
         )
-        series = np.array(
-            (token, reservation, internal, external, free, allocated, held, unshared), np.int64
-        )
-        k = len(rows)
-        w = durations_s / total_s if total_s > 0 else np.full(k, 1 / k)
-        means = (series @ w).tolist()
-        waiting = float(np.dot(np.broadcast_to(num_waiting, w.shape), w))
+        if isinstance(num_waiting, list):
+            waiting = _weighted_mean(num_waiting, weights)
+        else:
+            waiting = _weighted_mean([num_waiting] * k, weights)
         c = self.columns
         self._int_times = self._int_times and isinstance(time_s, int)
         c["time_s"].append(time_s)
@@ -327,8 +328,9 @@ class MemoryRecorder:
         c["num_prefills"].append(num_prefills)
         c["num_preempted"].append(num_preempted)
         c["num_blocked_steps"].append(sum(blocked))
-        for name, mean in zip(MEMORY_COLUMNS[8:], means, strict=True):
-            c[name].append(mean)
+        series = (token, reservation, internal, external, free, allocated, held, unshared)
+        for name, values in zip(MEMORY_COLUMNS[8:], series, strict=True):
+            c[name].append(_weighted_mean(values, weights))
 
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame (``MEMORY_COLUMNS``; no rows: object columns, as pandas
@@ -344,3 +346,11 @@ class MemoryRecorder:
         if self._int_times:  # pandas keeps a column of int times as int64
             data["time_s"] = data["time_s"].astype(np.int64)
         return pd.DataFrame(data, columns=list(MEMORY_COLUMNS), copy=True)
+
+
+def _weighted_mean(values: Sequence[float], weights: list[float]) -> float:
+    """Sum of value x weight, left to right (weights sum to 1)."""
+    total = 0.0
+    for value, weight in zip(values, weights, strict=True):
+        total += value * weight
+    return total
