@@ -296,16 +296,15 @@ class Engine:
         waiting = self._waiting_per_step(timing)
         if timing.array is None:  # a short span: plain lists
             assert isinstance(timing.durations, list)
-            rows = [
-                categorize_step(allocator, h - shared, t - shared, i, h, head)
-                for h, t, i in zip(*span_lists(lazy, plan, k), strict=True)
-            ]
             assert not isinstance(waiting, np.ndarray)
-            self.recorder.record_rows(
+            self.recorder.record_span_lists(
                 self.env.now,
                 timing.durations,
                 timing.total_s,
-                rows,
+                span_lists(lazy, plan, k),
+                shared,
+                allocator,
+                head,
                 num_running,
                 waiting,
                 plan.num_prefills,

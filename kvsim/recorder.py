@@ -294,30 +294,64 @@ class MemoryRecorder:
         for name, mean in zip(MEMORY_COLUMNS[8:], means, strict=True):
             c[name].append(mean)
 
-    def record_rows(
+    def record_span_lists(
         self,
         time_s: float,
         durations_s: list[float],
         total_s: float,
-        rows: list[tuple[int, int, int, int, int, int, int, int, int]],
+        totals: tuple[list[int], list[int], list[int]],
+        shared: int,
+        allocator: Allocator,
+        head: tuple[Request, int] | None,
         num_running: int,
         num_waiting: int | list[float],
         num_prefills: int,
         num_preempted: int,
     ) -> None:
-        """``record`` of a short span given as one ``categorize_step`` tuple per step (``k > 1``;
-        ``total_s`` is numpy's sum of ``durations_s``), in plain Python: each mean adds
-        value x weight left to right (numpy's matrix product may add them in another order,
-        so a mean can differ from ``record``'s in its last bits)."""
-        k = len(rows)
+        """``record`` of a short span (``k > 1``) from its per-step slot totals, in plain Python.
+
+        Args:
+            durations_s: the steps' durations; ``total_s`` is numpy's sum of them.
+            totals: per-sequence ``(held, token states, internal)`` sums in each step, before
+                the shared-slot correction (``kvsim.span.span_lists``).
+            shared: slots counted by more than one request (``Allocator.shared_slots``),
+                subtracted from held and token states; ``unshared`` is held without it.
+            allocator, head: as ``categorize_step``, whose categories each step gets.
+
+        Each mean adds value x weight left to right in one pass over the steps (numpy's matrix
+        product in ``record`` may add them in another order: the last bits can differ).
+        """
+        k = len(durations_s)
         weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
-        token, reservation, internal, external, free, allocated, blocked, held, unshared = zip(
-            *rows, strict=True
-        )
+        capacity = allocator.capacity_tokens
+        overhead = allocator.overhead_slots
+        token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
+        held_m = unshared_m = 0.0
+        num_blocked = 0
+        for w, unshared, token, internal in zip(weights, *totals, strict=True):
+            held = unshared - shared
+            token -= shared
+            free_total = capacity - held - overhead
+            usable = free_total
+            if head is not None:
+                usable = allocator.usable_free_slots_now(head[0], head[1], free_total)
+                if usable == 0 and free_total >= allocator.admission_slots_needed(*head):
+                    num_blocked += 1
+            token_m += token * w
+            reservation_m += (held - token - internal) * w
+            internal_m += internal * w
+            external_m += (free_total - usable + overhead) * w
+            free_m += usable * w
+            allocated_m += (capacity - free_total) * w
+            held_m += held * w
+            unshared_m += unshared * w
+        waiting = 0.0
         if isinstance(num_waiting, list):
-            waiting = _weighted_mean(num_waiting, weights)
+            for count, w in zip(num_waiting, weights, strict=True):
+                waiting += count * w
         else:
-            waiting = _weighted_mean([num_waiting] * k, weights)
+            for w in weights:
+                waiting += num_waiting * w
         c = self.columns
         self._int_times = self._int_times and isinstance(time_s, int)
         c["time_s"].append(time_s)
@@ -327,10 +361,15 @@ class MemoryRecorder:
         c["num_requests_waiting"].append(waiting)
         c["num_prefills"].append(num_prefills)
         c["num_preempted"].append(num_preempted)
-        c["num_blocked_steps"].append(sum(blocked))
-        series = (token, reservation, internal, external, free, allocated, held, unshared)
-        for name, values in zip(MEMORY_COLUMNS[8:], series, strict=True):
-            c[name].append(_weighted_mean(values, weights))
+        c["num_blocked_steps"].append(num_blocked)
+        c["token_states"].append(token_m)
+        c["reservation"].append(reservation_m)
+        c["internal_fragmentation"].append(internal_m)
+        c["external_fragmentation"].append(external_m)
+        c["free"].append(free_m)
+        c["allocated"].append(allocated_m)
+        c["held"].append(held_m)
+        c["unshared"].append(unshared_m)
 
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame (``MEMORY_COLUMNS``; no rows: object columns, as pandas
@@ -346,11 +385,3 @@ class MemoryRecorder:
         if self._int_times:  # pandas keeps a column of int times as int64
             data["time_s"] = data["time_s"].astype(np.int64)
         return pd.DataFrame(data, columns=list(MEMORY_COLUMNS), copy=True)
-
-
-def _weighted_mean(values: Sequence[float], weights: list[float]) -> float:
-    """Sum of value x weight, left to right (weights sum to 1)."""
-    total = 0.0
-    for value, weight in zip(values, weights, strict=True):
-        total += value * weight
-    return total
