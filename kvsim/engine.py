@@ -126,6 +126,7 @@ class Engine:
         self.num_finished = 0
         self._wake: simpy.Event = env.event()
         self._arrival_times = np.array([r.arrival_time_s for r in requests], np.float64)
+        self._arrival_list: list[float] = self._arrival_times.tolist()
 
     def arrival_source(self) -> Generator[simpy.Event, Any, None]:
         """SimPy process: releases each request into the waiting queue at its arrival time."""
@@ -293,23 +294,24 @@ class Engine:
             )
             return
         waiting = self._waiting_per_step(timing)
-        assert timing.array is not None
-        if k <= SHORT_SPAN_STEPS:
-            rows = [
-                categorize_step(allocator, h - shared, t - shared, i, h, head)
-                for h, t, i in zip(*span_lists(lazy, plan, k), strict=True)
-            ]
-            self.recorder.record_rows(
+        if timing.array is None:  # a short span: plain lists
+            assert isinstance(timing.durations, list)
+            assert not isinstance(waiting, np.ndarray)
+            self.recorder.record_span_lists(
                 self.env.now,
-                timing.array,
+                timing.durations,
                 timing.total_s,
-                rows,
+                span_lists(lazy, plan, k),
+                shared,
+                allocator,
+                head,
                 num_running,
                 waiting,
                 plan.num_prefills,
                 plan.num_preempted,
             )
             return
+        assert timing.array is not None
         held_k, token_k, internal_k = span_series(lazy, plan, k)
         span_cats = categorize(
             allocator, held_k - shared, token_k - shared, internal_k, held_k, head
@@ -324,12 +326,13 @@ class Engine:
             plan.num_preempted,
         )
 
-    def _waiting_per_step(self, timing: Timing) -> int | FloatArray:
+    def _waiting_per_step(self, timing: Timing) -> int | FloatArray | list[float]:
+        short = timing.array is None  # bisected in plain Python: a list of floats
         return waiting_per_step(
             timing,
             self.env.now,
             len(self.scheduler.waiting),
-            self._arrival_times,
+            self._arrival_list if short else self._arrival_times,
             self.num_arrived,
         )
 

@@ -249,14 +249,14 @@ class MemoryRecorder:
         durations_s: FloatArray,
         cats: SpanCategories,
         num_running: int,
-        num_waiting: int | FloatArray,
+        num_waiting: int | FloatArray | list[float],
         num_prefills: int,
         num_preempted: int,
     ) -> None:
         """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k]).
 
-        ``num_waiting`` is the queue length, or float64[k] per step when requests arrive during
-        the span (its row then holds the duration-weighted mean).
+        ``num_waiting`` is the queue length, or one count per step (float64[k] or a list) when
+        requests arrive during the span (its row then holds the duration-weighted mean).
         """
         series = (
             cats.token_states,
@@ -294,29 +294,64 @@ class MemoryRecorder:
         for name, mean in zip(MEMORY_COLUMNS[8:], means, strict=True):
             c[name].append(mean)
 
-    def record_rows(
+    def record_span_lists(
         self,
         time_s: float,
-        durations_s: FloatArray,
+        durations_s: list[float],
         total_s: float,
-        rows: list[tuple[int, int, int, int, int, int, int, int, int]],
+        totals: tuple[list[int], list[int], list[int]],
+        shared: int,
+        allocator: Allocator,
+        head: tuple[Request, int] | None,
         num_running: int,
-        num_waiting: int | FloatArray,
+        num_waiting: int | list[float],
         num_prefills: int,
         num_preempted: int,
     ) -> None:
-        """``record`` of a span given as one ``categorize_step`` tuple per step (``k > 1``;
-        ``total_s`` is ``durations_s``' sum)."""
-        token, reservation, internal, external, free, allocated, blocked, held, unshared = zip(
-            *rows, strict=True
-        )
-        series = np.array(
-            (token, reservation, internal, external, free, allocated, held, unshared), np.int64
-        )
-        k = len(rows)
-        w = durations_s / total_s if total_s > 0 else np.full(k, 1 / k)
-        means = (series @ w).tolist()
-        waiting = float(np.dot(np.broadcast_to(num_waiting, w.shape), w))
+        """``record`` of a short span (``k > 1``) from its per-step slot totals, in plain Python.
+
+        Args:
+            durations_s: the steps' durations; ``total_s`` is numpy's sum of them.
+            totals: per-sequence ``(held, token states, internal)`` sums in each step, before
+                the shared-slot correction (``kvsim.span.span_lists``).
+            shared: slots counted by more than one request (``Allocator.shared_slots``),
+                subtracted from held and token states; ``unshared`` is held without it.
+            allocator, head: as ``categorize_step``, whose categories each step gets.
+
+        Each mean adds value x weight left to right in one pass over the steps (numpy's matrix
+        product in ``record`` may add them in another order: the last bits can differ).
+        """
+        k = len(durations_s)
+        weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
+        capacity = allocator.capacity_tokens
+        overhead = allocator.overhead_slots
+        token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
+        held_m = unshared_m = 0.0
+        num_blocked = 0
+        for w, unshared, token, internal in zip(weights, *totals, strict=True):
+            held = unshared - shared
+            token -= shared
+            free_total = capacity - held - overhead
+            usable = free_total
+            if head is not None:
+                usable = allocator.usable_free_slots_now(head[0], head[1], free_total)
+                if usable == 0 and free_total >= allocator.admission_slots_needed(*head):
+                    num_blocked += 1
+            token_m += token * w
+            reservation_m += (held - token - internal) * w
+            internal_m += internal * w
+            external_m += (free_total - usable + overhead) * w
+            free_m += usable * w
+            allocated_m += (capacity - free_total) * w
+            held_m += held * w
+            unshared_m += unshared * w
+        waiting = 0.0
+        if isinstance(num_waiting, list):
+            for count, w in zip(num_waiting, weights, strict=True):
+                waiting += count * w
+        else:
+            for w in weights:
+                waiting += num_waiting * w
         c = self.columns
         self._int_times = self._int_times and isinstance(time_s, int)
         c["time_s"].append(time_s)
@@ -326,9 +361,15 @@ class MemoryRecorder:
         c["num_requests_waiting"].append(waiting)
         c["num_prefills"].append(num_prefills)
         c["num_preempted"].append(num_preempted)
-        c["num_blocked_steps"].append(sum(blocked))
-        for name, mean in zip(MEMORY_COLUMNS[8:], means, strict=True):
-            c[name].append(mean)
+        c["num_blocked_steps"].append(num_blocked)
+        c["token_states"].append(token_m)
+        c["reservation"].append(reservation_m)
+        c["internal_fragmentation"].append(internal_m)
+        c["external_fragmentation"].append(external_m)
+        c["free"].append(free_m)
+        c["allocated"].append(allocated_m)
+        c["held"].append(held_m)
+        c["unshared"].append(unshared_m)
 
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame (``MEMORY_COLUMNS``; no rows: object columns, as pandas

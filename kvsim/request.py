@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +50,7 @@ class RequestSpec:
 
     def new_request(self) -> Request:
         """A ``Request`` with these facts and the state of one not yet arrived."""
-        return Request(*(getattr(self, name) for name in SPEC_FIELDS))
+        return Request(*_spec_values(self))
 
 
 @dataclass(slots=True, eq=False)
@@ -125,7 +126,7 @@ class Request:
     @property
     def spec(self) -> RequestSpec:
         """The workload's facts of this request, without its serving state."""
-        return RequestSpec(*(getattr(self, name) for name in SPEC_FIELDS))
+        return RequestSpec(*_spec_values(self))
 
     @property
     def num_tokens(self) -> int:
@@ -149,11 +150,10 @@ class Request:
 
 
 SPEC_FIELDS: tuple[str, ...] = tuple(RequestSpec.__dataclass_fields__)
+_spec_values = attrgetter(*SPEC_FIELDS)  # a request's or spec's facts, in SPEC_FIELDS order
 
 
 def fresh_requests(requests: Sequence[Request | RequestSpec]) -> list[Request]:
     """New ``Request`` objects (no serving state) for a workload given as requests or specs:
     a run never inherits, nor leaves behind, another run's state."""
-    return [
-        r.new_request() if isinstance(r, RequestSpec) else r.spec.new_request() for r in requests
-    ]
+    return [Request(*_spec_values(r)) for r in requests]  # no RequestSpec in between

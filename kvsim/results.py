@@ -119,9 +119,10 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
     TPOT; NaN for one-token outputs); ``normalized_latency_seconds`` is E2E / output tokens (the
     PagedAttention paper's Figure 12 metric).
     """
-    df = pd.DataFrame(
-        [[getattr(r, c) for c in REQUEST_COLUMNS] for r in requests], columns=list(REQUEST_COLUMNS)
-    ).astype(
+    data: Any = {c: [getattr(r, c) for r in requests] for c in REQUEST_COLUMNS}  # column-wise
+    if not requests:
+        data = []  # pandas types an empty table built from rows as object columns
+    df = pd.DataFrame(data, columns=list(REQUEST_COLUMNS)).astype(
         {
             "parent_id": "Int64",
             "first_scheduled_time_s": float,

@@ -18,8 +18,11 @@ sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
                                               release([x]) -> [3 9 ... 12 x]
 
 The queue is a list with a moving head; a block touched while free leaves a stale entry behind
-that ``take`` skips (an entry is live iff ``_pos[block] == its absolute position``), so every
-operation is O(1) amortised per block.
+that ``take`` skips, so every operation is O(1) amortised per block. A block's stale entries are
+its oldest ones in the queue (each touch makes its one live entry stale, and a release appends a
+newer one), so counting them per block (``_stale``) tells ``take`` which entries to skip without
+recording every block's queue position; positions are recorded only for free blocks that keep a
+key (``free_blocks_ahead`` asks only about cache hits).
 """
 
 from __future__ import annotations
@@ -49,9 +52,11 @@ class BlockPool:
         self.num_free = num_blocks
         self.num_evictions = 0
         self._queue: list[int] = list(range(num_blocks))
-        self._pos: list[int] = list(range(num_blocks))  # absolute queue position, -1 if in use
+        self._pos: list[int] = list(range(num_blocks))  # absolute queue position of a free
+        # block with a key (other entries are not kept up to date)
         self._head = 0  # index in _queue of the front entry
         self._base = 0  # absolute position of _queue[0]
+        self._stale: dict[int, int] = {}  # block -> its stale entries still in _queue
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
         self.null_block: int | None = None
         if reserve_null_block:  # vLLM v1: block 0 is a placeholder no request ever holds
@@ -64,13 +69,20 @@ class BlockPool:
 
     def free_order(self) -> list[int]:
         """Free block ids, front (taken next) first."""
-        base, pos = self._base, self._pos
-        return [
-            b for i, b in enumerate(self._queue[self._head :], base + self._head) if pos[b] == i
-        ]
+        stale = dict(self._stale)
+        out: list[int] = []
+        for b in self._queue[self._head :]:
+            skip = stale.get(b)
+            if skip:  # one of b's oldest entries: stale
+                stale[b] = skip - 1
+            else:
+                out.append(b)
+        return out
 
     def free_blocks_ahead(self, block_id: int) -> int:
-        """At least how many free blocks are taken before ``block_id`` (free) is evicted."""
+        """At least how many free blocks are taken before ``block_id`` (free, with a key) is
+        evicted."""
+        assert self.block_key[block_id] is not None, "positions are kept for keyed blocks only"
         ahead = self._pos[block_id] - self._base - self._head  # entries before it, stale included
         return max(0, ahead - self._num_stale)
 
@@ -99,20 +111,24 @@ class BlockPool:
             head += count
         else:
             taken = []
-            queue, pos, base = self._queue, self._pos, self._base
+            queue, stale = self._queue, self._stale
             while len(taken) < count:
                 b = queue[head]
-                if pos[b] == base + head:
-                    taken.append(b)
-                else:
+                skip = stale.get(b)
+                if skip:  # one of b's oldest entries: stale
+                    if skip == 1:
+                        del stale[b]
+                    else:
+                        stale[b] = skip - 1
                     self._num_stale -= 1
+                else:
+                    taken.append(b)
                 head += 1
         self._head = head
         self.num_free -= count
-        ref, pos = self.ref_cnt, self._pos
+        ref = self.ref_cnt
         for b in taken:
             ref[b] = 1
-            pos[b] = -1
         if self.cached:
             self._evict(taken)
         if head > _COMPACT_AT and 2 * head > len(self._queue):
@@ -132,10 +148,10 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[int]) -> None:
         """One more table entry points at each block; a free one leaves the queue (a hit)."""
-        ref, pos = self.ref_cnt, self._pos
+        ref, stale = self.ref_cnt, self._stale
         for b in blocks:
-            if ref[b] == 0:
-                pos[b] = -1
+            if ref[b] == 0:  # its live entry goes stale
+                stale[b] = stale.get(b, 0) + 1
                 self.num_free -= 1
                 self._num_stale += 1
             ref[b] += 1
@@ -143,18 +159,24 @@ class BlockPool:
     def release(self, blocks: Iterable[int]) -> None:
         """One table entry fewer for each block, in the given order; a block reaching 0 joins the
         back of the free queue (pass a table reversed to free it tail first)."""
-        ref, pos, queue = self.ref_cnt, self._pos, self._queue
-        end = self._base + len(queue)
+        ref, queue = self.ref_cnt, self._queue
+        start = len(queue)
         for b in blocks:
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
-                pos[b] = end
                 queue.append(b)
-                end += 1
-                self.num_free += 1
             elif r < 0:
                 raise AssertionError(f"block {b}: negative ref count")
+        freed = len(queue) - start
+        if not freed:
+            return
+        self.num_free += freed
+        if self.cached:  # where the keyed ones sit (free_blocks_ahead)
+            keys, pos = self.block_key, self._pos
+            for i, b in enumerate(queue[start:], self._base + start):
+                if keys[b] is not None:
+                    pos[b] = i
 
     def register(self, block_id: int, key: int) -> None:
         """Cache a full block under ``key`` (no-op if the key or the block is already cached)."""

@@ -97,6 +97,7 @@ class DecodeCohort:
         self._pooled_crossings = [0] * size  # of those, pooled members
         self._all: list[dict[Member, None]] = [{} for _ in range(size)]  # by crossing residue
         self._touch: list[dict[Member, None]] = [{} for _ in range(size)]  # touched one by one
+        self._num_touched = 0  # members touched one by one (not pooled)
 
     def __len__(self) -> int:
         return len(self.members)
@@ -153,6 +154,7 @@ class DecodeCohort:
                     member.final_clock = sync + last_block * p - computed
                     heapq.heappush(self._finals, (member.final_clock, seq, member))
             else:
+                self._num_touched += 1
                 self._touch[cross][member] = None
                 fill = (cross - 1) % p
                 if fills and fill != cross:
@@ -182,6 +184,7 @@ class DecodeCohort:
             if member.pooled:
                 self._pooled_crossings[cross] -= 1
             else:
+                self._num_touched -= 1
                 self._touch[cross].pop(member, None)
                 self._touch[(cross - 1) % p].pop(member, None)
         return held
@@ -212,9 +215,12 @@ class DecodeCohort:
     def touched(self, first_clock: int, num_steps: int, every: bool = False) -> list[Member]:
         """Members touched one by one (``every``: all members whose step takes a block, too)
         at a clock in ``[first_clock, first_clock + num_steps)``, in running order."""
-        if not self.period or num_steps <= 0:
+        if not self.period or num_steps <= 0 or not (every or self._num_touched):
             return []
         p = self.period
+        if num_steps == 1 and not every:  # step 0: one residue
+            one = self._touch[first_clock % p]
+            return sorted(one, key=_by_seq) if one else []
         if num_steps >= p:
             residues: range | list[int] = range(p)
         else:
@@ -233,6 +239,11 @@ class DecodeCohort:
     def pooled_blocks(self, first_clock: int, num_steps: int) -> list[int]:
         """Blocks the pooled members' steps at clocks ``first_clock ...`` take, per step."""
         counts, p = self._pooled_crossings, self.period
+        if num_steps == 1:
+            return [counts[first_clock % p]]
+        start = first_clock % p
+        if start + num_steps <= p:  # no wrap: one slice
+            return counts[start : start + num_steps]
         return [counts[(first_clock + d) % p] for d in range(num_steps)]
 
     def allocate_pooled(self, first_clock: int, num_steps: int) -> tuple[list[int], list[int]]:
@@ -250,7 +261,7 @@ class DecodeCohort:
         self.sum_held += self.period * sum(blocks)
         internal = [0] * num_steps
         finals, members = self._finals, self.members
-        while finals and finals[0][0] < end:
+        while finals and finals[0][0] < end:  # (heap order: the earliest final clock first)
             clock, _, member = heapq.heappop(finals)
             if members.get(member.request) is not member or member.final_clock != clock:
                 continue  # it left

@@ -295,9 +295,9 @@ class SchedulerCore:
             return 1
         k = min(k_max, remaining + 1)
         k = 1 + lazy.growth_steps(after, k - 1, self.growth_reserve_slots(plan))
-        if k <= 1 or not lazy.caching:
-            return k
         cohort = lazy.cohort
+        if k <= 1 or not lazy.caching or not cohort.filling:
+            return k  # (only members that fill shareable blocks can meet an unsafe fill)
         filling = list(cohort.filling)
         tokens = [cohort.computed_at(m, after) for m in filling]
         return self._cut_at_unsafe_fill([m.request for m in filling], tokens, k)
