@@ -19,11 +19,23 @@ Sequence groups are not served here (use ``paged``).
 
     root -- [sys prompt 0..39] --+-- [user A 0..9]        split at 40 when user B arrives:
                                  +-- [user B 0..12]       both requests lock [sys prompt]
+
+Representation (what keeps it fast; page size stays 1 token). kvsim's tokens are runs of a
+segment (``kvsim.tokens``: token ``t`` of segment ``s`` is ``(s, t)``), so an edge stores its
+tokens as runs ``(segment_id, start, end)`` and a request's stream is its segment runs: matching
+compares run against run (a whole 512-token Mooncake block in one comparison, not token by
+token), a decode step widens the leaf's last run, and no table of token or segment ids grows
+with the requests seen (the tree and the live requests hold all there is). Evictable leaves
+(unlocked, childless) sit in a heap keyed by last access, pushed whenever a node becomes one
+and checked when popped (lazy invalidation), so an eviction costs O(log n) per leaf instead of a
+walk of the whole tree. Two leaves never share a last-access stamp (a stamp is written along one
+root path only), so the heap pops leaves in the order a full sort would.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,25 +55,95 @@ from kvsim.allocators.base import (
 from kvsim.request import Request
 from kvsim.tokens import stream_segments
 
+Run = tuple[Hashable, int, int]
+"""Tokens ``start .. end - 1`` of one segment: ``(segment_id, start, end)``."""
+First = tuple[Hashable, int]
+"""A single token ``(segment_id, offset)``: the key a node is filed under in its parent."""
+
 
 @dataclass(slots=True, eq=False)
 class RadixNode:
-    """A tree node: the token run on the edge from its parent, lock count and LRU stamp."""
+    """A tree node: the token runs on the edge from its parent (``length`` tokens in all), lock
+    count and LRU stamp (logical clock). The stamp is exact at leaves; an inner node's last
+    access is the latest stamp in its subtree (see ``RadixAllocator._lock``)."""
 
-    key: list[int]
+    runs: list[Run]
+    length: int
     parent: RadixNode | None = None
-    children: dict[int, RadixNode] = field(default_factory=dict)
+    children: dict[First, RadixNode] = field(default_factory=dict)
     lock_ref: int = 0
     last_access: int = 0
+
+    @property
+    def key(self) -> list[First]:
+        """The edge's tokens one by one (for tests and debugging; slow)."""
+        return [(seg, t) for seg, start, end in self.runs for t in range(start, end)]
+
+
+@dataclass(slots=True)
+class _Stream:
+    """A request's token stream as runs: run ``i`` covers stream positions ``starts[i]`` to
+    ``starts[i + 1] - 1`` (empty segments dropped, so ``starts`` increases strictly)."""
+
+    runs: list[Run]
+    starts: list[int]
+
+    @classmethod
+    def of(cls, request: Request) -> _Stream:
+        runs: list[Run] = []
+        starts = [0]
+        for seg_id, length in stream_segments(request):
+            if length > 0:
+                runs.append((seg_id, 0, length))
+                starts.append(starts[-1] + length)
+        return cls(runs, starts)
+
+    def first(self, pos: int) -> First:
+        """The token at stream position ``pos``."""
+        i = bisect_right(self.starts, pos) - 1
+        seg, start, _ = self.runs[i]
+        return seg, start + pos - self.starts[i]
+
+    def run_end(self, pos: int) -> int:
+        """End of the run holding stream position ``pos - 1`` (0 when ``pos`` is 0)."""
+        if pos <= 0:
+            return 0
+        starts = self.starts
+        return starts[min(bisect_right(starts, pos - 1), len(starts) - 1)]
+
+    def pieces(self, lo: int, hi: int) -> list[Run]:
+        """Runs of stream positions ``lo .. hi - 1``."""
+        runs, starts = self.runs, self.starts
+        i = bisect_right(starts, lo) - 1
+        out: list[Run] = []
+        while lo < hi:
+            seg, start, end = runs[i]
+            off = start + lo - starts[i]
+            take = min(end - off, hi - lo)
+            out.append((seg, off, off + take))
+            lo += take
+            i += 1
+        return out
 
 
 @dataclass(slots=True)
 class _Held:
-    """A live request: its locked path end and the tokens on that path (all it holds)."""
+    """A live request: its locked path end and the tokens on that path (all it holds).
+
+    ``widen_until``: the stream position where the run holding its last matched token ends; up
+    to there its next tokens continue the last run of ``node``, which ends with that token.
+    """
 
     request: Request
     node: RadixNode
     matched: int
+    stream: _Stream
+    widen_until: int = 0
+
+
+_Match = tuple[list[RadixNode], int, int, RadixNode | None]
+"""``(full nodes matched, stream position after them, tokens matched inside the next node
+(whose match ends mid-edge; 0 if none), that node)``."""
 
 
 class RadixAllocator(Allocator):
@@ -82,77 +164,132 @@ class RadixAllocator(Allocator):
         self._free = capacity_tokens  # slots not in any tree
         self.cached_tokens = 0
         self.protected_tokens = 0
-        self._tokens: dict[int, list[int]] = {}  # token ids of requests seen, until freed
         self._sum_matched = 0
         self._clock = 0
-        self._seg_ids: dict[Hashable, int] = {}
+        # evictable-leaf candidates (last_access, serial, node); stale entries skipped when popped
+        self._heap: list[tuple[int, int, RadixNode]] = []
+        self._serial = 0
+        self._num_nodes = 0  # non-root nodes, to bound the heap's stale entries
+        # one lookup remembered: find_cached_prefix, can_allocate and allocate of one head ask
+        # the same question; any change to the tree's tokens bumps the version
+        self._version = 0
+        self._memo: tuple[Request, int, int, _Stream, _Match] | None = None
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         self.preempted_queries = 0
         self.preempted_hits = 0
         self.num_evicted_tokens = 0
+        self._one_new = self._result(1, 1, 0)  # a decode step's result
 
-    # -- token ids and tree walks -----------------------------------------------------------
-    def tokens(self, request: Request) -> list[int]:
-        """Synthetic token ids of the request's stream (prompt + output of sequence 0)."""
-        out = self._tokens.get(request.req_id)
-        if out is None:
-            out = []
-            for seg_id, length in stream_segments(request):
-                sid = self._seg_ids.setdefault(seg_id, len(self._seg_ids))
-                base = sid << 32
-                out.extend(range(base, base + length))
-            if request.req_id in self.live:
-                self._tokens[request.req_id] = out
-        return out
-
+    # -- streams and tree walks -------------------------------------------------------------
     def _root(self, salt: str | None) -> RadixNode:
         root = self.roots.get(salt)
         if root is None:
-            root = self.roots[salt] = RadixNode([])
+            root = self.roots[salt] = RadixNode([], 0)
             root.lock_ref = 1  # the root is never evicted
         return root
 
-    def _match(self, root: RadixNode, tokens: Sequence[int]) -> tuple[list[RadixNode], int, int]:
-        """Walk ``tokens`` down from ``root``: (full nodes matched, matched tokens, tokens
-        matched inside the next node, whose match ended mid-edge; 0 if none)."""
+    def _match(self, node: RadixNode, stream: _Stream, pos: int, end: int) -> _Match:
+        """Walk stream positions ``pos .. end - 1`` down from ``node``, edge by edge and run by
+        run (two runs agree token by token exactly while their segments and offsets agree)."""
         path: list[RadixNode] = []
-        node, pos = root, 0
-        while pos < len(tokens):
-            child = node.children.get(tokens[pos])
+        runs, starts = stream.runs, stream.starts
+        i = bisect_right(starts, pos) - 1
+        while pos < end:
+            seg, start, stop = runs[i]
+            child = node.children.get((seg, start + pos - starts[i]))
             if child is None:
                 break
-            m = 0
-            key = child.key
-            while m < len(key) and pos + m < len(tokens) and key[m] == tokens[pos + m]:
-                m += 1
-            if m < len(key):
-                return path, pos, m
+            limit = min(child.length, end - pos)
+            m, p = 0, pos
+            for cseg, cstart, cend in child.runs:
+                while cstart < cend and m < limit:
+                    seg, start, stop = runs[i]
+                    off = start + p - starts[i]
+                    if off != cstart or seg != cseg:
+                        return path, pos, m, child
+                    take = min(cend - cstart, stop - off, limit - m)
+                    m += take
+                    p += take
+                    cstart += take
+                    if p == starts[i + 1]:
+                        i += 1
+                if m >= limit:
+                    break
+            if m < child.length:
+                return path, pos, m, child
             path.append(child)
-            node, pos = child, pos + m
-        return path, pos, 0
+            node, pos = child, p
+        return path, pos, 0, None
 
     def _split(self, child: RadixNode, at: int) -> RadixNode:
         """Split ``child``'s edge after ``at`` tokens; return the new upper node."""
         parent = child.parent
         assert parent is not None, "the root is never split"
-        assert 0 < at < len(child.key), "split inside an edge only"
+        assert 0 < at < child.length, "split inside an edge only"
+        runs, acc, k = child.runs, 0, 0
+        while acc + runs[k][2] - runs[k][1] <= at:
+            acc += runs[k][2] - runs[k][1]
+            k += 1
+        seg, start, end = runs[k]
+        cut = start + at - acc
+        if cut == start:
+            upper_runs, lower_runs = runs[:k], runs[k:]
+        else:
+            upper_runs = [*runs[:k], (seg, start, cut)]
+            lower_runs = [(seg, cut, end), *runs[k + 1 :]]
+        first = (runs[0][0], runs[0][1])
         upper = RadixNode(
-            child.key[:at], parent, {child.key[at]: child}, child.lock_ref, child.last_access
+            upper_runs,
+            at,
+            parent,
+            {(seg, cut): child},
+            child.lock_ref,
+            child.last_access,
         )
-        parent.children[child.key[0]] = upper
-        child.key, child.parent = child.key[at:], upper
+        parent.children[first] = upper
+        child.runs, child.length, child.parent = lower_runs, child.length - at, upper
+        self._num_nodes += 1
+        self._version += 1
         return upper
 
     def _lock(self, node: RadixNode, delta: int) -> None:
+        """Add ``delta`` to the lock count of ``node`` and its ancestors; stamp ``node``.
+
+        Stamps are kept at the path's end only: an ancestor's last access is the latest of its
+        own stamp and its subtree's (folded into it as children are evicted), which is what
+        stamping the whole path would give wherever a stamp is read: at unlocked leaves.
+        """
+        if node.parent is not None:
+            node.last_access = self._clock
         while node.parent is not None:
             if node.lock_ref == 0:
-                self.protected_tokens += len(node.key)
+                self.protected_tokens += node.length
             node.lock_ref += delta
             if node.lock_ref == 0:
-                self.protected_tokens -= len(node.key)
-            node.last_access = self._clock
+                self.protected_tokens -= node.length
+                if not node.children:
+                    self._push(node)
             node = node.parent
+
+    def _push(self, node: RadixNode) -> None:
+        """File an unlocked leaf as an eviction candidate at its current stamp."""
+        heap = self._heap
+        if len(heap) > 2 * self._num_nodes + 64:  # mostly stale: keep the live entries
+            heap[:] = [e for e in heap if self._evictable(e)]
+            heapq.heapify(heap)
+        self._serial += 1
+        heapq.heappush(heap, (node.last_access, self._serial, node))
+
+    @staticmethod
+    def _evictable(entry: tuple[int, int, RadixNode]) -> bool:
+        stamp, _, node = entry
+        return (
+            node.parent is not None  # still in the tree (evicted nodes lose their parent)
+            and not node.children
+            and node.lock_ref == 0
+            and node.last_access == stamp
+        )
 
     @property
     def evictable_tokens(self) -> int:
@@ -160,51 +297,62 @@ class RadixAllocator(Allocator):
 
     def _evict(self, num_tokens: int) -> None:
         """Free at least ``num_tokens`` cached slots, LRU unlocked leaves first."""
-        heap = [(n.last_access, id(n), n) for n in self._leaves() if n.lock_ref == 0]
-        heapq.heapify(heap)
+        heap, evictable = self._heap, self._evictable
         freed = 0
         while freed < num_tokens and heap:
-            _, _, node = heapq.heappop(heap)
+            entry = heapq.heappop(heap)
+            if not evictable(entry):
+                continue
+            node = entry[2]
             parent = node.parent
             assert parent is not None
-            del parent.children[node.key[0]]
-            freed += len(node.key)
+            seg, start, _ = node.runs[0]
+            del parent.children[(seg, start)]
+            node.parent = None
+            self._num_nodes -= 1
+            freed += node.length
+            if node.last_access > parent.last_access:  # the parent's subtree was used then
+                parent.last_access = node.last_access
             if not parent.children and parent.lock_ref == 0 and parent.parent is not None:
-                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+                self._push(parent)
+        if freed:
+            self._version += 1
         self.cached_tokens -= freed
         self._free += freed
         self.num_evicted_tokens += freed
 
-    def _leaves(self) -> list[RadixNode]:
-        out, stack = [], list(self.roots.values())
-        while stack:
-            node = stack.pop()
-            if not node.children and node.parent is not None:
-                out.append(node)
-            stack.extend(node.children.values())
-        return out
-
     # -- contract queries -------------------------------------------------------------------
     @property
     def num_free_tokens(self) -> int:
-        return self._free + self.evictable_tokens
+        return self._free + self.cached_tokens - self.protected_tokens
 
     def held_slots(self, req_id: int) -> int:
         held = self.live.get(req_id)
         return 0 if held is None else held.matched
 
-    def _lookup(self, request: Request) -> tuple[list[RadixNode], int, int]:
+    def _lookup(self, request: Request) -> tuple[_Stream, _Match]:
         """Match the request's known tokens but the last against its tenant's tree (pure)."""
-        known = self.tokens(request)[: max(0, request.num_tokens - 1)]
+        known = max(0, request.num_tokens - 1)
+        memo = self._memo
+        if (
+            memo is not None
+            and memo[0] is request
+            and memo[1] == known
+            and memo[2] == self._version
+        ):
+            return memo[3], memo[4]
+        stream = memo[3] if memo is not None and memo[0] is request else _Stream.of(request)
         root = self.roots.get(request.cache_salt)
         if root is None:
-            return [], 0, 0
-        return self._match(root, known)
+            return stream, ([], 0, 0, None)
+        found = self._match(root, stream, 0, min(known, stream.starts[-1]))
+        self._memo = (request, known, self._version, stream, found)
+        return stream, found
 
     def find_cached_prefix(self, request: Request) -> PrefixHit:
         if request.req_id in self.live:
             return NO_HIT
-        _, matched, partial = self._lookup(request)
+        _, (_, matched, partial, _) = self._lookup(request)
         return PrefixHit(matched + partial) if matched + partial else NO_HIT
 
     def _plan(self, request: Request, num_tokens: int) -> tuple[int, int]:
@@ -217,12 +365,10 @@ class RadixAllocator(Allocator):
                 f"radix: request {request.req_id} is a sequence group "
                 f"(num_seqs={request.num_seqs}); use the paged allocator"
             )
-        path, matched, partial = self._lookup(request)
-        locking = sum(len(n.key) for n in path if n.lock_ref == 0)
-        if partial:
-            root = self._root(request.cache_salt)
-            nxt = (path[-1] if path else root).children[self.tokens(request)[matched]]
-            locking += partial if nxt.lock_ref == 0 else 0
+        _, (path, matched, partial, nxt) = self._lookup(request)
+        locking = sum([n.length for n in path if n.lock_ref == 0])
+        if partial and nxt is not None and nxt.lock_ref == 0:
+            locking += partial
         return max(0, num_tokens - matched - partial), locking
 
     def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
@@ -256,41 +402,78 @@ class RadixAllocator(Allocator):
     def allocate(
         self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
     ) -> AllocResult | None:
+        held = self.live.get(request.req_id)
+        if held is not None:  # hot path: a running request grows (a decode or a prefill chunk)
+            need = num_tokens - held.matched
+            free = self._free
+            if need > free + self.cached_tokens - self.protected_tokens:
+                return None
+            self._clock += 1
+            if need <= 0:
+                return self._nothing_new
+            node = held.node
+            if (
+                num_tokens <= held.widen_until
+                and need <= free
+                and node.lock_ref == 1
+                and not node.children
+            ):  # its own leaf, continuing the leaf's last run: widen it (as _insert would)
+                seg, start, end = node.runs[-1]
+                node.runs[-1] = (seg, start, end + need)
+                node.length += need
+                node.last_access = self._clock
+                self._version += 1
+                self.cached_tokens += need
+                self.protected_tokens += need
+                self._free = free - need
+                self._sum_matched += need
+                held.matched = num_tokens
+                return self._one_new if need == 1 else self._result(need, 1, 0)
+            return self._grow(held, num_tokens, need, 0)
         need, locking = self._plan(request, num_tokens)
         if need > self.num_free_tokens - locking:
             return None
         self._clock += 1
-        held = self.live.get(request.req_id)
-        reused = 0
-        if held is None:
-            held = self._admit(request)
-            reused = held.matched
+        held = self._admit(request)
         need = max(0, num_tokens - held.matched)
         if need == 0:
             return self._nothing_new
+        return self._grow(held, num_tokens, need, held.matched)
+
+    def _grow(self, held: _Held, num_tokens: int, need: int, reused: int) -> AllocResult:
+        """Take ``need`` slots and insert the request's tokens up to ``num_tokens``."""
         if need > self._free:
             self._evict(need - self._free)
         self._free -= need
-        tokens = self.tokens(request)[held.matched : num_tokens]
-        already, node = self._insert(held.node, tokens)
+        already, node = self._insert(held.node, held.stream, held.matched, num_tokens)
         self._free += already  # tokens the tree already held need no slot of their own
-        if node is not held.node:
-            self._lock(node, +1)
-            self._lock(held.node, -1)
+        if node is not held.node:  # the lock moves down: +1 below held.node, no net change above
+            node.last_access = self._clock
+            top, n = held.node, node
+            while n is not top:
+                if n.lock_ref == 0:
+                    self.protected_tokens += n.length
+                n.lock_ref += 1
+                parent = n.parent
+                assert parent is not None, "the new path end lies below the old one"
+                n = parent
         self._sum_matched += num_tokens - held.matched
         held.node, held.matched = node, num_tokens
+        held.widen_until = held.stream.run_end(num_tokens)
         return self._result(need - already, 1 if need > already else 0, reused)
 
     def _admit(self, request: Request) -> _Held:
         root = self._root(request.cache_salt)
-        self.live[request.req_id] = held = _Held(request, root, 0)
-        path, matched, partial = self._lookup(request)
+        stream, (path, matched, partial, nxt) = self._lookup(request)
         node = path[-1] if path else root
         if partial:
-            node = self._split(node.children[self.tokens(request)[matched]], partial)
+            assert nxt is not None
+            node = self._split(nxt, partial)
             matched += partial
+        self.live[request.req_id] = held = _Held(
+            request, node, matched, stream, stream.run_end(matched)
+        )
         self._lock(node, +1)
-        held.node, held.matched = node, matched
         self._sum_matched += matched
         looked_up = request.num_tokens
         if request.num_preemptions:
@@ -301,32 +484,46 @@ class RadixAllocator(Allocator):
             self.prefix_cache_hits += matched
         return held
 
-    def _insert(self, node: RadixNode, tokens: Sequence[int]) -> tuple[int, RadixNode]:
-        """Insert ``tokens`` below ``node``; return how many were already there and the end node.
+    def _insert(self, node: RadixNode, stream: _Stream, lo: int, hi: int) -> tuple[int, RadixNode]:
+        """Insert stream positions ``lo .. hi - 1`` below ``node``; return how many were already
+        there and the end node.
 
-        A leaf only this request locks grows in place (its own output, one token per step).
+        A leaf only this request locks grows in place (its own output, one token per step): the
+        last run widens when the new tokens continue it.
         """
-        if not tokens:
+        hi = min(hi, stream.starts[-1])
+        if hi <= lo:
             return 0, node
+        clock = self._clock
+        self._version += 1
         if not node.children and node.lock_ref == 1 and node.parent is not None:
-            node.key.extend(tokens)
-            node.last_access = self._clock
-            self.cached_tokens += len(tokens)
-            self.protected_tokens += len(tokens)
+            new = stream.pieces(lo, hi)
+            runs = node.runs
+            seg, start, end = runs[-1]
+            nseg, nstart, nend = new[0]
+            if nstart == end and nseg == seg:
+                runs[-1] = (seg, start, nend)
+                runs.extend(new[1:])
+            else:
+                runs.extend(new)
+            node.length += hi - lo
+            node.last_access = clock
+            self.cached_tokens += hi - lo
+            self.protected_tokens += hi - lo
             return 0, node
-        path, matched, partial = self._match(node, tokens)
-        end = path[-1] if path else node
+        path, pos, partial, nxt = self._match(node, stream, lo, hi)
+        end_node = path[-1] if path else node
         if partial:
-            end = self._split(end.children[tokens[matched]], partial)
-            matched += partial
-        for n in path:
-            n.last_access = self._clock
-        if matched < len(tokens):
-            leaf = RadixNode(list(tokens[matched:]), end, last_access=self._clock)
-            end.children[tokens[matched]] = leaf
-            self.cached_tokens += len(tokens) - matched
-            end = leaf
-        return matched, end
+            assert nxt is not None
+            end_node = self._split(nxt, partial)
+            pos += partial
+        if pos < hi:
+            leaf = RadixNode(stream.pieces(pos, hi), hi - pos, end_node, last_access=clock)
+            end_node.children[stream.first(pos)] = leaf
+            self._num_nodes += 1
+            self.cached_tokens += hi - pos
+            end_node = leaf
+        return pos - lo, end_node
 
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         held = self.live.pop(req_id, None)
@@ -335,7 +532,6 @@ class RadixAllocator(Allocator):
         self._clock += 1
         self._sum_matched -= held.matched
         self._lock(held.node, -1)
-        self._tokens.pop(req_id, None)
 
     # -- vectorised hooks -------------------------------------------------------------------
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
@@ -404,20 +600,33 @@ class RadixAllocator(Allocator):
             while node is not None and node.parent is not None:
                 locks[id(node)] = locks.get(id(node), 0) + 1
                 node = node.parent
-        cached = protected = 0
+        cached = protected = nodes = 0
+        leaves: set[int] = set()
         stack = list(self.roots.values())
         while stack:
             node = stack.pop()
             for first, child in node.children.items():
                 assert child.parent is node, "radix: child's parent link is wrong"
-                assert child.key, "radix: empty edge"
-                assert child.key[0] == first, "radix: child filed under the wrong token"
+                assert child.runs, "radix: empty edge"
+                assert all(end > start for _, start, end in child.runs), "radix: empty run"
+                assert sum(end - start for _, start, end in child.runs) == child.length, (
+                    f"radix: runs of {child.runs} do not sum to {child.length}"
+                )
+                assert (child.runs[0][0], child.runs[0][1]) == first, (
+                    "radix: child filed under the wrong token"
+                )
                 assert child.lock_ref == locks.get(id(child), 0), (
                     f"radix: lock_ref {child.lock_ref} != {locks.get(id(child), 0)} live paths"
                 )
-                cached += len(child.key)
-                protected += len(child.key) if child.lock_ref else 0
+                cached += child.length
+                protected += child.length if child.lock_ref else 0
+                nodes += 1
+                if not child.children and not child.lock_ref:
+                    leaves.add(id(child))
                 stack.append(child)
+        filed = {id(e[2]) for e in self._heap if self._evictable(e)}
+        assert leaves <= filed, f"radix: {len(leaves - filed)} evictable leaves not in the heap"
+        assert nodes == self._num_nodes, f"radix: {nodes} nodes != {self._num_nodes}"
         assert cached == self.cached_tokens, f"radix: cached {cached} != {self.cached_tokens}"
         assert protected == self.protected_tokens, (
             f"radix: protected {protected} != {self.protected_tokens}"
