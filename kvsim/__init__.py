@@ -12,13 +12,7 @@ The names below load on first use, so ``import kvsim`` itself costs nothing.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
-
-try:
-    __version__ = version("kvsim")
-except PackageNotFoundError:  # a source tree that is not installed
-    __version__ = "0.0.0"
 
 _EXPORTS = {
     "SimConfig": "kvsim.config",
@@ -48,6 +42,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    __version__: str
     from kvsim.analysis import load_sweep
     from kvsim.config import SimConfig, config_from_dict, load_config
     from kvsim.engine import simulate
@@ -57,7 +52,21 @@ if TYPE_CHECKING:
     from kvsim.sweep import open_experiment
 
 
+def _version() -> str:
+    """The installed distribution's version (``importlib.metadata`` costs a few tens of ms, so
+    it is read on first use)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvsim")
+    except PackageNotFoundError:  # a source tree that is not installed
+        return "0.0.0"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = value = _version()
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kvsim' has no attribute {name!r}")

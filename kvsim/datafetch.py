@@ -25,14 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.client
 import json
 import os
 import pickle
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,6 +373,8 @@ def mirror_url(upstream: Upstream, base_url: str | None) -> str:
             ``file://`` URL, or a local folder, holding the file under
             :attr:`Upstream.mirror_name`.
     """
+    import urllib.parse  # the network modules load only when a download is planned or made
+
     if not base_url:
         return upstream.url
     if "://" not in base_url:
@@ -456,6 +454,10 @@ def _stream(url: str, target: Path, *, label: str, timeout: float) -> str:
     Raises:
         FetchError: see :func:`download`.
     """
+    import http.client
+    import urllib.error
+    import urllib.request
+
     digest = hashlib.sha256()
     request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
     try:

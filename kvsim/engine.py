@@ -407,7 +407,7 @@ def simulate(
     results = build_results(
         config,
         runnable,
-        engine.recorder.frame(),
+        engine.recorder.arrays(),
         engine.scheduler.num_preemptions,
         usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
     )

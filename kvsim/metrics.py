@@ -15,12 +15,76 @@ Figure 15 metric: blocks saved by sharing over blocks without sharing).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+import numpy.typing as npt
 
 from kvsim.recorder import CATEGORIES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# A table as columns: name -> one array per column, every array as long (rows). The functions
+# below take DataFrames (the public tables) or such mappings (``build_results`` summarizes a run
+# from its arrays without building a DataFrame); both go through the same arithmetic.
+Columns = Mapping[str, npt.NDArray[Any]]
+
+
+def _columns(table: pd.DataFrame | Columns) -> Columns:
+    """``table``'s columns as arrays (a DataFrame's ``to_numpy``; a mapping as it is)."""
+    if isinstance(table, Mapping):
+        return table
+    return {str(c): table[c].to_numpy() for c in table.columns}
+
+
+def _num_rows(columns: Columns) -> int:
+    return len(next(iter(columns.values()))) if columns else 0
+
+
+def _skipna(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``values`` without NaNs (pandas' ``dropna``; object and integer arrays as they are)."""
+    if values.dtype.kind == "f":
+        kept: npt.NDArray[Any] = values[~np.isnan(values)]
+        return kept
+    return values
+
+
+def _max(values: npt.NDArray[Any]) -> Any:
+    """pandas' ``Series.max()``: NaNs skipped, NaN when nothing is left."""
+    values = _skipna(values)
+    return values.max() if len(values) else np.nan
+
+
+def _min(values: npt.NDArray[Any]) -> Any:
+    """pandas' ``Series.min()``: NaNs skipped, NaN when nothing is left."""
+    values = _skipna(values)
+    return values.min() if len(values) else np.nan
+
+
+def _sum(values: npt.NDArray[Any]) -> Any:
+    """pandas' ``Series.sum()``: NaNs count as 0."""
+    if values.dtype.kind == "f":
+        return np.where(np.isnan(values), 0.0, values).sum()
+    return values.sum()
+
+
+def _clip(
+    memory: Columns, start_s: float | None, end_s: float | None
+) -> tuple[Columns, npt.NDArray[np.bool_] | None]:
+    """``clip_window`` on columns, and the mask of the rows kept (``None``: every row)."""
+    if start_s is None and end_s is None:
+        return memory, None
+    lo = -np.inf if start_s is None else start_s
+    hi = np.inf if end_s is None else end_s
+    begin = memory["time_s"]
+    end = begin + memory["duration_s"]
+    overlap = np.clip(np.minimum(end, hi) - np.maximum(begin, lo), 0, None)
+    keep = overlap > 0
+    out = {name: values[keep] for name, values in memory.items()}
+    out["duration_s"] = overlap[keep]
+    return out, keep
 
 
 def clip_window(memory: pd.DataFrame, start_s: float | None, end_s: float | None) -> pd.DataFrame:
@@ -40,22 +104,22 @@ FULL_USAGE = 0.99  # kv_cache_usage_perc at or above which the pool counts as fu
 
 
 def memory_shares(
-    memory: pd.DataFrame, capacity_slots: int, usable_capacity_slots: int | None = None
+    memory: pd.DataFrame | Columns, capacity_slots: int, usable_capacity_slots: int | None = None
 ) -> dict[str, float]:
     """Time-weighted mean slots per category, as % of capacity and % of used slots.
 
     Args:
+        memory: the memory time series (a DataFrame, or its columns as arrays).
         usable_capacity_slots: slots requests can hold (capacity minus a paged pool's remainder
             and null block); the capacity when ``None``.
     """
-    w = memory["duration_s"].to_numpy()
+    memory = _columns(memory)
+    w = memory["duration_s"]
     total_s = w.sum()
     out: dict[str, float] = {}
     if total_s <= 0:
         return out
-    means = {
-        c: float(np.dot(memory[c].to_numpy(), w) / total_s) for c in (*CATEGORIES, "allocated")
-    }
+    means = {c: float(np.dot(memory[c], w) / total_s) for c in (*CATEGORIES, "allocated")}
     used = capacity_slots - means["free"]
     for c in CATEGORIES:
         out[f"{c}_pct"] = 100.0 * means[c] / capacity_slots
@@ -63,7 +127,7 @@ def memory_shares(
             out[f"{c}_pct_of_used"] = 100.0 * means[c] / used if used > 0 else float("nan")
     usable = usable_capacity_slots or capacity_slots
     unusable = capacity_slots - usable
-    usage = (memory["allocated"].to_numpy() - unusable) / usable
+    usage = (memory["allocated"] - unusable) / usable
     out["kv_cache_usage_perc"] = float(np.dot(usage, w) / total_s)
     out["kv_cache_usage_perc_max"] = float(usage.max())
     # share of time with (nearly) no free KV: new blocks then mean preemption or waiting
@@ -71,16 +135,16 @@ def memory_shares(
     alloc = means["allocated"]
     out["token_utilization_perc"] = 100.0 * means["token_states"] / alloc if alloc else float("nan")
     if "unshared" in memory:  # Figure 15: blocks saved by sharing / blocks without sharing
-        unshared = float(np.dot(memory["unshared"].to_numpy(), w) / total_s)
-        held = float(np.dot(memory["held"].to_numpy(), w) / total_s)
+        unshared = float(np.dot(memory["unshared"], w) / total_s)
+        held = float(np.dot(memory["held"], w) / total_s)
         out["kv_saved_by_sharing_pct"] = 100.0 * (1 - held / unshared) if unshared else 0.0
     for gauge in ("num_requests_running", "num_requests_waiting"):
-        out[f"{gauge}_mean"] = float(np.dot(memory[gauge].to_numpy(), w) / total_s)
+        out[f"{gauge}_mean"] = float(np.dot(memory[gauge], w) / total_s)
     return out
 
 
 def mean_batched_requests(
-    memory: pd.DataFrame,
+    memory: pd.DataFrame | Columns,
     start_s: float | None = None,
     end_s: float | None = None,
     *,
@@ -89,7 +153,8 @@ def mean_batched_requests(
     """Mean number of requests in the running batch over ``[start_s, end_s)`` (seconds).
 
     Args:
-        memory: the memory time series (``recorder.MEMORY_COLUMNS``).
+        memory: the memory time series (``recorder.MEMORY_COLUMNS``; a DataFrame, or its
+            columns as arrays).
         start_s, end_s: window in simulated seconds (whole run when ``None``).
         per: ``"step"`` averages over engine iterations (what a serving system logs per step and,
             we assume, the PagedAttention paper's Figure 13 reports); ``"time"`` weights each
@@ -100,19 +165,18 @@ def mean_batched_requests(
     """
     if per not in ("step", "time"):
         raise ValueError(f"per: expected 'step' or 'time', got {per!r}")
-    window = clip_window(memory, start_s, end_s)
+    memory = _columns(memory)
+    window, keep = _clip(memory, start_s, end_s)
     if per == "time":
-        weight = window["duration_s"].to_numpy()
+        weight = window["duration_s"]
     else:  # steps of a span are spread evenly over it; a clipped span keeps its share of steps
-        full = memory.loc[window.index, "duration_s"].to_numpy()
-        share = np.divide(
-            window["duration_s"].to_numpy(), full, out=np.ones_like(full), where=full > 0
-        )
-        weight = window["num_steps"].to_numpy() * share
+        full = memory["duration_s"] if keep is None else memory["duration_s"][keep]
+        share = np.divide(window["duration_s"], full, out=np.ones_like(full), where=full > 0)
+        weight = window["num_steps"] * share
     total = weight.sum()
     if total <= 0:
         return float("nan")
-    return float(np.dot(window["num_requests_running"].to_numpy(), weight) / total)
+    return float(np.dot(window["num_requests_running"], weight) / total)
 
 
 LATENCY_METRICS = (
@@ -127,14 +191,15 @@ LATENCY_METRICS = (
 )
 
 
-def latency_stats(requests: pd.DataFrame) -> dict[str, float]:
+def latency_stats(requests: pd.DataFrame | Columns) -> dict[str, float]:
     """Mean and p50/p90/p95/p99 of each of ``LATENCY_METRICS`` (seconds), over requests, and the
     token-weighted mean inter-token latency."""
+    requests = _columns(requests)
     out: dict[str, float] = {}
     for col in LATENCY_METRICS:
         if col not in requests:
             continue
-        values = requests[col].dropna().to_numpy()
+        values = _skipna(requests[col])
         if len(values) == 0:
             continue
         out[f"{col}_mean"] = float(values.mean())
@@ -142,16 +207,16 @@ def latency_stats(requests: pd.DataFrame) -> dict[str, float]:
             out[f"{col}_p{q}"] = float(np.percentile(values, q))
     if "output_tokens" not in requests or "request_decode_time_seconds" not in requests:
         return out
-    gaps = float((requests["output_tokens"] - 1).sum())
+    gaps = float(_sum(requests["output_tokens"] - 1))
     if gaps > 0:
-        decode_s = float(requests["request_decode_time_seconds"].sum())
+        decode_s = float(_sum(requests["request_decode_time_seconds"]))
         out["inter_token_latency_seconds_mean"] = decode_s / gaps
     return out
 
 
 def summarize(
-    memory: pd.DataFrame,
-    requests: pd.DataFrame,
+    memory: pd.DataFrame | Columns,
+    requests: pd.DataFrame | Columns,
     *,
     capacity_slots: int,
     usable_capacity_slots: int | None = None,
@@ -161,30 +226,33 @@ def summarize(
     """All scalar metrics of a run, memory ones over ``[start_s, end_s)``.
 
     Args:
-        memory: the memory time series (``recorder.MEMORY_COLUMNS``).
-        requests: per-request records (``results.request_frame``).
+        memory: the memory time series (``recorder.MEMORY_COLUMNS``; a DataFrame, or its
+            columns as arrays).
+        requests: per-request records (``results.request_frame``, or its columns as arrays).
         capacity_slots: KV pool size in token slots.
         usable_capacity_slots: slots requests can hold (``kv_cache_usage_perc``'s denominator).
         start_s, end_s: measurement window in simulated seconds (whole run when None).
     """
-    window = clip_window(memory, start_s, end_s)
+    memory, requests = _columns(memory), _columns(requests)
+    window, _ = _clip(memory, start_s, end_s)
     out: dict[str, Any] = memory_shares(window, capacity_slots, usable_capacity_slots)
     # the batch as a serving system logs it: one sample per engine step (Figure 13's view)
     out["num_requests_running_step_mean"] = mean_batched_requests(memory, start_s, end_s)
     out["num_requests_running_max"] = (
-        int(memory["num_requests_running"].max()) if len(memory) else 0
+        int(_max(memory["num_requests_running"])) if _num_rows(memory) else 0
     )
-    out["num_steps"] = int(memory["num_steps"].sum())
-    out["num_blocked_steps"] = int(memory["num_blocked_steps"].sum())
-    makespan = float(requests["finish_time_s"].max() - requests["arrival_time_s"].min())
-    out["num_requests"] = len(requests)
-    out["prompt_tokens_total"] = int(requests["prompt_tokens"].sum())
-    out["generation_tokens_total"] = int(requests["output_tokens"].sum())
-    out["prefix_cached_tokens_total"] = int(requests["num_cached_tokens"].sum())
+    out["num_steps"] = int(_sum(memory["num_steps"]))
+    out["num_blocked_steps"] = int(_sum(memory["num_blocked_steps"]))
+    makespan = float(_max(requests["finish_time_s"]) - _min(requests["arrival_time_s"]))
+    num_requests = _num_rows(requests)
+    out["num_requests"] = num_requests
+    out["prompt_tokens_total"] = int(_sum(requests["prompt_tokens"]))
+    out["generation_tokens_total"] = int(_sum(requests["output_tokens"]))
+    out["prefix_cached_tokens_total"] = int(_sum(requests["num_cached_tokens"]))
     out["duration_s"] = makespan
-    out["throughput_requests_per_s"] = len(requests) / makespan if makespan > 0 else float("nan")
+    out["throughput_requests_per_s"] = num_requests / makespan if makespan > 0 else float("nan")
     out["throughput_output_tokens_per_s"] = (
-        float(requests["output_tokens"].sum()) / makespan if makespan > 0 else float("nan")
+        float(_sum(requests["output_tokens"])) / makespan if makespan > 0 else float("nan")
     )
     out.update(latency_stats(requests))
     return out

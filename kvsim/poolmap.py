@@ -15,13 +15,15 @@ flight at the frame's moment, with the token counts the recorder uses.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.allocators.slab import SlabAllocator
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SNAPSHOT_COLUMNS = ("req_id", "start_slot", "num_slots", "num_tokens")
 MAPFRAME_COLUMNS = ("frame", *SNAPSHOT_COLUMNS)
@@ -65,6 +67,8 @@ def ownership_rows(allocator: Any, tokens: dict[int, int]) -> list[tuple[int, in
 
 def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
     """``ownership_rows`` as a DataFrame (``SNAPSHOT_COLUMNS``), sorted by ``start_slot``."""
+    import pandas as pd  # only when a map is asked for
+
     rows = ownership_rows(allocator, tokens)
     frame = pd.DataFrame(rows, columns=list(SNAPSHOT_COLUMNS), dtype=np.int64)
     return frame.sort_values("start_slot", ignore_index=True)
@@ -126,6 +130,8 @@ class FrameRecorder:
 
     def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``(mapframes, frames)`` tables (``MAPFRAME_COLUMNS``, ``FRAME_COLUMNS``)."""
+        import pandas as pd  # only when a map is asked for
+
         rows = pd.DataFrame(self.rows, columns=list(MAPFRAME_COLUMNS), dtype=np.int64)
         meta = pd.DataFrame(self.meta, columns=list(FRAME_COLUMNS))
         return rows.sort_values(["frame", "start_slot"], ignore_index=True), meta

@@ -19,7 +19,7 @@ typed columns (8 bytes a value), so a million-request run's series stays small.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -371,17 +371,28 @@ class MemoryRecorder:
         c["held"].append(held_m)
         c["unshared"].append(unshared_m)
 
-    def frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame (``MEMORY_COLUMNS``; no rows: object columns, as pandas
-        builds an empty table)."""
-        import pandas as pd  # only when a run's tables are built
-
-        if not len(self):
-            return pd.DataFrame([], columns=list(MEMORY_COLUMNS))
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The rows as numpy arrays, one per column (``MEMORY_COLUMNS``; copies), with the
+        dtypes ``frame`` gives them."""
         data = {
-            name: np.frombuffer(col, np.float64 if col.typecode == "d" else np.int64)
+            name: np.frombuffer(col, np.float64 if col.typecode == "d" else np.int64).copy()
             for name, col in self.columns.items()
         }
         if self._int_times:  # pandas keeps a column of int times as int64
             data["time_s"] = data["time_s"].astype(np.int64)
-        return pd.DataFrame(data, columns=list(MEMORY_COLUMNS), copy=True)
+        return data
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame (``MEMORY_COLUMNS``; no rows: object columns, as pandas
+        builds an empty table)."""
+        return memory_frame(self.arrays())
+
+
+def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
+    """``MemoryRecorder.arrays`` as a DataFrame (no rows: object columns, as pandas builds an
+    empty table)."""
+    import pandas as pd  # only when a run's tables are built
+
+    if not len(columns["time_s"]):
+        return pd.DataFrame([], columns=list(MEMORY_COLUMNS))
+    return pd.DataFrame(columns, columns=list(MEMORY_COLUMNS), copy=True)

@@ -9,17 +9,21 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+import numpy as np
+import numpy.typing as npt
 from pydantic import ValidationError
 
 from kvsim.config import SimConfig, format_validation_error
-from kvsim.metrics import summarize
+from kvsim.metrics import Columns, summarize
 from kvsim.request import Request
 from kvsim.textfile import read_json, read_parquet
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REQUEST_COLUMNS = (
     "req_id",
@@ -44,7 +48,6 @@ LATENCY_INTERVALS = {
 }
 
 
-@dataclass
 class Results:
     """One run's tables.
 
@@ -57,14 +60,79 @@ class Results:
         summary: scalar metrics (see ``metrics.summarize``).
         mapframes, frames: memory-map frames captured during the run (``kvsim.poolmap``), or
             ``None`` when none was asked for.
+
+    ``simulate`` hands over its records as plain rows and arrays: ``requests`` and ``memory``
+    become DataFrames (importing pandas) the first time they are read, so a run that only wants
+    its summary never builds them.
     """
 
-    config: SimConfig
-    requests: pd.DataFrame
-    memory: pd.DataFrame
-    summary: dict[str, Any]
-    mapframes: pd.DataFrame | None = None
-    frames: pd.DataFrame | None = None
+    def __init__(
+        self,
+        config: SimConfig,
+        requests: pd.DataFrame,
+        memory: pd.DataFrame,
+        summary: dict[str, Any],
+        mapframes: pd.DataFrame | None = None,
+        frames: pd.DataFrame | None = None,
+    ) -> None:
+        self.config = config
+        self._requests: pd.DataFrame | None = requests
+        self._memory: pd.DataFrame | None = memory
+        self.summary = summary
+        self.mapframes = mapframes
+        self.frames = frames
+        self._request_rows: list[list[Any]] | None = None
+        self._memory_columns: Mapping[str, npt.NDArray[Any]] | None = None
+
+    @classmethod
+    def from_records(
+        cls,
+        config: SimConfig,
+        request_rows: list[list[Any]],
+        memory_columns: Mapping[str, npt.NDArray[Any]],
+        summary: dict[str, Any],
+    ) -> Results:
+        """Results whose tables are built on first use: ``request_rows`` (``request_rows``) and
+        ``memory_columns`` (``MemoryRecorder.arrays``)."""
+        results = cls(config, None, None, summary)
+        results._request_rows = request_rows
+        results._memory_columns = memory_columns
+        return results
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        if self._requests is None:
+            assert self._request_rows is not None
+            self._requests = request_frame_from_rows(self._request_rows)
+            self._request_rows = None
+        return self._requests
+
+    @requests.setter
+    def requests(self, value: pd.DataFrame) -> None:
+        self._requests, self._request_rows = value, None
+
+    @property
+    def memory(self) -> pd.DataFrame:
+        if self._memory is None:
+            assert self._memory_columns is not None
+            from kvsim.recorder import memory_frame
+
+            self._memory = memory_frame(self._memory_columns)
+            self._memory_columns = None
+        return self._memory
+
+    @memory.setter
+    def memory(self, value: pd.DataFrame) -> None:
+        self._memory, self._memory_columns = value, None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a sweep worker's result) with its tables built: compact columns, not a
+        Python object per value."""
+        _ = self.requests, self.memory
+        return self.__dict__
+
+    def __repr__(self) -> str:
+        return f"Results(config={self.config!r}, summary={self.summary!r})"
 
     def save(self, folder: str | Path, *, exports: bool = True) -> Path:
         """Write the tables as parquet and the summary/config as JSON into ``folder``, and with
@@ -112,17 +180,26 @@ class Results:
         )
 
 
-def request_frame(requests: list[Request]) -> pd.DataFrame:
+def request_rows(requests: Sequence[Request]) -> list[list[Any]]:
+    """One list of ``REQUEST_COLUMNS`` values per request (what ``request_frame`` tabulates)."""
+    return [[getattr(r, c) for c in REQUEST_COLUMNS] for r in requests]
+
+
+def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
     """Per-request DataFrame with vLLM's latency columns (seconds).
 
     ``request_time_per_output_token_seconds`` is decode time / (output tokens - 1) (vLLM's
     TPOT; NaN for one-token outputs); ``normalized_latency_seconds`` is E2E / output tokens (the
     PagedAttention paper's Figure 12 metric).
     """
-    data: Any = {c: [getattr(r, c) for r in requests] for c in REQUEST_COLUMNS}  # column-wise
-    if not requests:
-        data = []  # pandas types an empty table built from rows as object columns
-    df = pd.DataFrame(data, columns=list(REQUEST_COLUMNS)).astype(
+    return request_frame_from_rows(request_rows(requests))
+
+
+def request_frame_from_rows(rows: list[list[Any]]) -> pd.DataFrame:
+    """``request_frame`` of ``request_rows``."""
+    import pandas as pd  # only when a run's tables are built
+
+    df = pd.DataFrame(rows, columns=list(REQUEST_COLUMNS)).astype(
         {
             "parent_id": "Int64",
             "first_scheduled_time_s": float,
@@ -138,10 +215,54 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
     return df
 
 
+_FLOAT_REQUEST_COLUMNS = ("first_scheduled_time_s", "first_token_time_s", "finish_time_s")
+_INT_REQUEST_COLUMNS = (
+    "req_id",
+    "prompt_tokens",
+    "output_tokens",
+    "num_preemptions",
+    "num_cached_tokens",
+)
+
+
+def request_columns(rows: list[list[Any]]) -> Columns | None:
+    """The columns ``summarize`` reads of ``request_frame_from_rows(rows)``, as the same numpy
+    arrays pandas would hold, without pandas; ``None`` when a column is not plainly numeric
+    (no rows, a missing arrival, ints beyond int64...), where the DataFrame decides.
+    """
+    if not rows:
+        return None
+    values = dict(zip(REQUEST_COLUMNS, zip(*rows, strict=True), strict=True))
+    cols: dict[str, npt.NDArray[Any]] = {}
+    for name in _INT_REQUEST_COLUMNS:
+        col = np.array(values[name])
+        if col.dtype != np.int64:
+            return None
+        cols[name] = col
+    arrival = np.array(values["arrival_time_s"])
+    if arrival.dtype not in (np.int64, np.float64) or np.isnan(arrival).any():
+        return None  # pandas infers the same two dtypes; its min and max skip NaNs
+    cols["arrival_time_s"] = arrival
+    for name in _FLOAT_REQUEST_COLUMNS:
+        col = np.array(values[name])  # None (never reached) -> object
+        if col.dtype not in (np.int64, np.float64):
+            return None
+        cols[name] = col.astype(np.float64)
+    for name, (end, start) in LATENCY_INTERVALS.items():
+        cols[name] = cols[end] - cols[start]
+    output = cols["output_tokens"]
+    decode_tokens = np.where(output > 1, (output - 1).astype(np.float64), np.nan)
+    cols["request_time_per_output_token_seconds"] = (
+        cols["request_decode_time_seconds"] / decode_tokens
+    )
+    cols["normalized_latency_seconds"] = cols["e2e_request_latency_seconds"] / output
+    return cols
+
+
 def build_results(
     config: SimConfig,
-    requests: list[Request],
-    memory: pd.DataFrame,
+    requests: Sequence[Request],
+    memory: pd.DataFrame | Mapping[str, npt.NDArray[Any]],
     num_preemptions: int,
     *,
     usable_capacity_tokens: int | None = None,
@@ -149,22 +270,42 @@ def build_results(
     """Assemble ``Results`` from the engine's records.
 
     Args:
-        memory: the recorded memory rows (``MemoryRecorder.frame``).
+        memory: the recorded memory rows (``MemoryRecorder.arrays``, or its ``frame``).
         usable_capacity_tokens: slots requests can hold (``Allocator.usable_capacity_tokens``),
             the denominator of ``kv_cache_usage_perc``; the capacity when ``None``.
+
+    The summary is computed from arrays when the records allow it (the tables are then built
+    on first use, ``Results``); otherwise from the DataFrames, built at once.
     """
-    req_df = request_frame(requests)
-    mem_df = memory
+    rows = request_rows(requests)
+    req_cols = request_columns(rows)
+    mem_cols: Mapping[str, npt.NDArray[Any]] | None = None
+    if isinstance(memory, Mapping) and memory and len(memory["time_s"]):
+        mem_cols = memory
+    frames: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    req_table: pd.DataFrame | Columns
+    mem_table: pd.DataFrame | Columns
+    if req_cols is None or mem_cols is None:  # the unusual cases: let pandas decide
+        from kvsim.recorder import memory_frame
+
+        frames = (
+            request_frame_from_rows(rows),
+            memory_frame(memory) if isinstance(memory, Mapping) else memory,
+        )
+        req_table, mem_table = frames
+    else:
+        req_table, mem_table = req_cols, mem_cols
     capacity = config.capacity_tokens
     start_s = end_s = None
-    if config.summary_window == "arrivals" and len(req_df):
-        first, last = req_df["arrival_time_s"].min(), req_df["arrival_time_s"].max()
+    if config.summary_window == "arrivals" and len(rows):
+        arrival = req_table["arrival_time_s"]
+        first, last = arrival.min(), arrival.max()
         start_s, end_s = float(first + 0.1 * (last - first)), float(last)
     summary: dict[str, Any] = {"engine": config.engine_args.engine}
     summary.update(
         summarize(
-            mem_df,
-            req_df,
+            mem_table,
+            req_table,
             capacity_slots=capacity,
             usable_capacity_slots=usable_capacity_tokens or capacity,
             start_s=start_s,
@@ -180,7 +321,10 @@ def build_results(
     summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity
     summary["kv_cache_bytes"] = config.kv_cache_bytes
     summary["config_key"] = config.key()
-    return Results(config, req_df, mem_df, summary)
+    if frames is not None:
+        return Results(config, *frames, summary)
+    assert mem_cols is not None
+    return Results.from_records(config, rows, mem_cols, summary)
 
 
 def engine_summary(config: SimConfig) -> dict[str, Any]:

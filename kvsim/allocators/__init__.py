@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -26,7 +27,7 @@ def accepted_arguments(name: str) -> set[str]:
     Raises:
         ValueError: unknown name.
     """
-    return _init_params(_allocator_class(name))
+    return set(_init_params(_allocator_class(name)))
 
 
 def _allocator_class(name: str) -> type[Allocator]:
@@ -35,13 +36,15 @@ def _allocator_class(name: str) -> type[Allocator]:
     return ALLOCATORS[name]
 
 
-def _init_params(cls: type[Allocator]) -> set[str]:
+@functools.cache
+def _init_params(cls: type[Allocator]) -> frozenset[str]:
+    """Keyword-only ``__init__`` arguments of ``cls`` and its bases (read once per class)."""
     names: set[str] = set()
     for klass in cls.__mro__:
         if "__init__" in vars(klass):
             sig = inspect.signature(klass.__init__)  # type: ignore[misc]
             names |= {p.name for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY}
-    return names
+    return frozenset(names)
 
 
 def make_allocator(name: str, **kwargs: Any) -> Allocator:

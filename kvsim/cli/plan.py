@@ -19,7 +19,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvsim.cli.common import check_out_dir, console, guard, parse_overrides
-from kvsim.config import set_dotted
 from kvsim.labels import axis_label, metric_unit
 from kvsim.textfile import read_toml
 
@@ -108,6 +107,7 @@ def plan(
     Prints the answer, its margin and the binding target, and draws the curve with the target
     lines and the answer (OUT/plan/NAME/plan.png).
     """
+    from kvsim.config import set_dotted
     from kvsim.planning import (
         Target,
         failure,

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 from rich.table import Table
 
 from kvsim.cli.common import check_out_dir, console, guard
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _cell(column: str, value: Any) -> str:

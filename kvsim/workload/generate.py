@@ -404,22 +404,28 @@ def _build_requests(spec: WorkloadSpec, sel: _Selected, max_model_len: int) -> l
     max_tokens = np.maximum(output, np.minimum(client_cap, max_model_len - prompt))
     order = np.argsort(sel.arrival_time_s, kind="stable")
     extras = sel.extras.reorder(order) if sel.extras is not None else None
+    # Python ints and floats in arrival order, converted once (not a numpy scalar per field)
+    rows = order.tolist()
+    arrivals = sel.arrival_time_s[order].astype(np.float64).tolist()
+    prompts = prompt[order].tolist()
+    outputs = output[order].tolist()
+    caps = max_tokens[order].tolist()
+    ns = extras.n.tolist() if extras is not None and extras.n is not None else None
+    beams = (
+        extras.beam_width.tolist() if extras is not None and extras.beam_width is not None else None
+    )
     requests: list[Request] = []
-    for req_id, row in enumerate(order.tolist()):
+    for req_id, row in enumerate(rows):
         requests.append(
             Request(
                 req_id=req_id,
-                arrival_time_s=float(sel.arrival_time_s[row]),
-                prompt_tokens=int(prompt[row]),
-                output_tokens=int(output[row]),
-                max_tokens=int(max_tokens[row]),
-                prefix_hash_ids=_hashes_for(sel, row, int(prompt[row])),
-                n=1 if extras is None or extras.n is None else int(extras.n[req_id]),
-                beam_width=(
-                    1
-                    if extras is None or extras.beam_width is None
-                    else int(extras.beam_width[req_id])
-                ),
+                arrival_time_s=arrivals[req_id],
+                prompt_tokens=prompts[req_id],
+                output_tokens=outputs[req_id],
+                max_tokens=caps[req_id],
+                prefix_hash_ids=_hashes_for(sel, row, prompts[req_id]),
+                n=1 if ns is None else int(ns[req_id]),
+                beam_width=1 if beams is None else int(beams[req_id]),
             )
         )
     if extras is None and not (sel.prefix_hash_ids and sel.hash_block_size_tokens):

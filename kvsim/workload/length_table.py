@@ -16,7 +16,6 @@ from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from kvsim.textfile import read_text
 
@@ -81,6 +80,8 @@ class LengthTable:
 
     def to_csv(self, path: str | Path, provenance: list[str]) -> None:
         """Write the table: ``#`` provenance lines, then one row per bin and side."""
+        import pandas as pd  # only to read or write a table file
+
         cols = [f"q{i}" for i in range(self.prompt.shape[1])]
         rows = []
         for k in range(self.prompt.shape[0]):
@@ -97,6 +98,8 @@ class LengthTable:
     @classmethod
     def read_csv(cls, path: str | Path) -> LengthTable:
         """Read a table written by ``to_csv``."""
+        import pandas as pd  # only to read or write a table file
+
         text = Path(path).read_text(encoding="utf-8")
         source = "\n".join(line[2:] for line in text.splitlines() if line.startswith("# "))
         df = pd.read_csv(path, comment="#")
@@ -119,6 +122,8 @@ def load_length_table(path: Path) -> LengthTable:
         ValueError: not UTF-8, not a table of ``to_csv``'s columns, or quantiles that are not
             finite token counts >= 1 (naming the file).
     """
+    import pandas as pd  # only to read a table file
+
     read_text(path)  # names the file when it is not UTF-8
     try:
         table = LengthTable.read_csv(path)
