@@ -416,7 +416,7 @@ def simulate(
     if engine.swap is not None:  # [swap]
         summary.update(engine.swap.summary(engine.swap_time_s))
     summary.update(engine.allocator.prefix_cache_summary())
-    num_blocks = getattr(engine.allocator, "num_blocks", None)
+    num_blocks = engine.allocator.num_gpu_blocks
     if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
         summary["num_gpu_blocks"] = num_blocks
     summary["layout_factor"] = engine.cost.layout_factor

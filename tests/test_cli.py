@@ -122,3 +122,13 @@ def test_the_library_reaches_a_result_in_three_lines():
     assert kvsim.__version__
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         kvsim.nope  # noqa: B018
+
+
+def test_reproduce_help_names_every_reproduction():
+    from kvsim.paper import REPRODUCTIONS
+
+    result = runner.invoke(app, ["reproduce", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for name in REPRODUCTIONS:
+        assert f"{name}," in text or f"{name}." in text or f"{name} (" in text, name

@@ -408,6 +408,12 @@ class Allocator(ABC):
     def stats(self) -> AllocatorStats:
         """A frozen snapshot for the recorder."""
 
+    @property
+    def num_gpu_blocks(self) -> int | None:
+        """Blocks of the pool, as vLLM logs "# GPU blocks" (a block pool's null block
+        included); ``None`` for pools not cut into blocks."""
+        return None
+
     def prefix_cache_summary(self) -> dict[str, Any]:
         """Prefix-cache and sharing counters for the run summary (empty without a cache)."""
         return {}

@@ -135,6 +135,10 @@ class PagedAllocator(Allocator):
 
     # -- queries ----------------------------------------------------------------------------
     @property
+    def num_gpu_blocks(self) -> int | None:
+        return self.num_blocks
+
+    @property
     def num_free_blocks(self) -> int:
         """Blocks with ref count 0 (empty or cached)."""
         return self.pool.num_free

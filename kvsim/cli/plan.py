@@ -99,7 +99,7 @@ def plan(
     jobs: Annotated[
         int, typer.Option("-j", "--jobs", min=1, help="Worker processes (points per round).")
     ] = 1,
-    quick: Annotated[bool, typer.Option(help="Small runs: the plan's [quick] table.")] = False,
+    quick: Annotated[bool, typer.Option(help="Small runs: the plan's \\[quick] table.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,
 ) -> None:
     """Find the smallest KV budget, largest rate, smallest TP or largest max_num_seqs for targets.

@@ -48,7 +48,8 @@ def reproduce(
     name: Annotated[
         str,
         typer.Argument(
-            help="fig2 (the main job), fig12, fig13, fig15, preemption, prefix-caching."
+            help="fig2 (the main job), fig12, fig12-66b, fig12-175b, fig13, fig14, fig15, "
+            "fig16, fig17, fig18b, preemption, prefix-caching."
         ),
     ] = "fig2",
     out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
@@ -57,13 +58,14 @@ def reproduce(
         str | None, typer.Option(help="Dask scheduler tcp://HOST:PORT, or 'local'.")
     ] = None,
     quick: Annotated[
-        bool, typer.Option(help="Small runs: the experiments' [quick] tables.")
+        bool, typer.Option(help="Small runs: the experiments' \\[quick] tables.")
     ] = False,
     progress: Annotated[bool, typer.Option(help="Progress bars on a terminal.")] = True,
 ) -> None:
     """Reproduce a PagedAttention paper figure next to its published numbers (fig2: main job).
 
-    fig2 (the main job), fig12, fig13, fig15, preemption (§7.3), prefix-caching (Mooncake).
+    fig2 (the main job), fig12 (OPT-13B), fig12-66b, fig12-175b, fig13, fig14, fig15, fig16,
+    fig17, fig18b, preemption (§7.3), prefix-caching (Mooncake).
     """
     from kvsim.paper import REPRODUCTIONS
     from kvsim.paper import reproduce as run_reproduction
