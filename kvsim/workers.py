@@ -87,29 +87,55 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 def pool_map(
     fn: Callable[..., R], calls: list[tuple[T, tuple[Any, ...]]], jobs: int
 ) -> Iterator[tuple[T, R]]:
-    """Run ``fn(*args)`` for every ``(tag, args)`` of ``calls`` on ``jobs`` spawned worker
-    processes and yield ``(tag, result)`` as each finishes.
+    """Run ``fn(*args)`` for every ``(tag, args)`` of ``calls``, ``jobs`` at a time, and yield
+    ``(tag, result)`` as each finishes.
 
-    Workers exit when the driver dies and ignore SIGINT (see the module docstring). When the
-    caller stops early (an exception, Ctrl-C, ``close()``), the workers are terminated.
+    The driver is one of the ``jobs``: it runs calls itself between harvesting the results of
+    ``jobs - 1`` spawned worker processes, so it works while they start (a spawned worker
+    imports kvsim first) and no core idles behind a driver that only waits. Workers exit when
+    the driver dies and ignore SIGINT (see the module docstring). When the caller stops early
+    (an exception, Ctrl-C, ``close()``), the workers are terminated.
 
     Raises:
-        Exception: whatever ``fn`` raised in a worker, re-raised here.
+        Exception: whatever ``fn`` raised, in a worker or in the driver, re-raised here.
     """
+    if jobs <= 1 or len(calls) <= 1:
+        for tag, args in calls:
+            yield tag, fn(*args)
+        return
     context = multiprocessing.get_context("spawn")  # no fork of a threaded driver
     main_thread = threading.current_thread() is threading.main_thread()
     pool = ProcessPoolExecutor(
-        max_workers=jobs,
+        max_workers=jobs - 1,
         mp_context=context,
         initializer=watch_parent,
         initargs=(os.getpid(), main_thread),
     )
+    pending = list(reversed(calls))  # pop() takes them in order
+    in_flight: dict[Future[R], T] = {}
+    depth = 2 * (jobs - 1)  # a call queued behind each busy worker: it never waits for us
+
+    def top_up() -> None:
+        with _sigint_ignored():  # a submit may spawn a worker, which inherits the disposition
+            while pending and len(in_flight) < depth:
+                tag, args = pending.pop()
+                in_flight[pool.submit(fn, *args)] = tag
+
     finished = False
     try:
-        with _sigint_ignored():
-            futures: dict[Future[R], T] = {pool.submit(fn, *args): tag for tag, args in calls}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+        top_up()
+        while pending or in_flight:
+            for future in [f for f in in_flight if f.done()]:
+                yield in_flight.pop(future), future.result()
+            top_up()
+            if pending:
+                tag, args = pending.pop()
+                yield tag, fn(*args)
+                continue
+            if not in_flight:
+                break
+            future = next(as_completed(in_flight))
+            yield in_flight.pop(future), future.result()
         finished = True
     finally:
         if not finished:

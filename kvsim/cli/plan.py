@@ -97,7 +97,10 @@ def plan(
     name: Annotated[str | None, typer.Option(help="Results folder name (OUT/plan/NAME).")] = None,
     out: Annotated[Path, typer.Option(help="Results root.")] = Path("results"),
     jobs: Annotated[
-        int, typer.Option("-j", "--jobs", min=1, help="Worker processes (points per round).")
+        int,
+        typer.Option(
+            "-j", "--jobs", min=1, help="Points per round, run by this process and JOBS-1 workers."
+        ),
     ] = 1,
     quick: Annotated[bool, typer.Option(help="Small runs: the plan's \\[quick] table.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,

@@ -53,7 +53,12 @@ def reproduce(
         ),
     ] = "fig2",
     out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
-    jobs: Annotated[int, typer.Option("-j", "--jobs", min=1, help="Worker processes.")] = 1,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "-j", "--jobs", min=1, help="Points at once: this process and JOBS-1 workers."
+        ),
+    ] = 1,
     scheduler: Annotated[
         str | None, typer.Option(help="Dask scheduler tcp://HOST:PORT, or 'local'.")
     ] = None,

@@ -17,7 +17,12 @@ def sweep(
         Path,
         typer.Argument(help="Experiment TOML (e.g. experiments/fig2.toml) or a shipped name."),
     ],
-    jobs: Annotated[int, typer.Option("-j", "--jobs", min=1, help="Worker processes.")] = 1,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "-j", "--jobs", min=1, help="Points at once: this process and JOBS-1 workers."
+        ),
+    ] = 1,
     scheduler: Annotated[
         str | None,
         typer.Option(

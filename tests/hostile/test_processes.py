@@ -111,7 +111,8 @@ def test_killed_driver_leaves_no_workers(tmp_path: Path) -> None:
     proc = _sweep(exp, tmp_path / "out", "-j", "2")
     seen = _watch(proc, time.monotonic() + 60, tmp_path / "out" / "slow" / "points")
     assert proc.poll() is None, "the sweep ended before the kill"
-    assert len(seen) >= 3, f"expected two workers and a resource tracker, saw {seen}"
+    # -j 2: the driver runs points itself beside one spawned worker
+    assert len(seen) >= 2, f"expected a worker and a resource tracker, saw {seen}"
     proc.kill()
     proc.wait()
     _assert_gone(seen)
@@ -140,11 +141,11 @@ def test_random_kills_then_resume_finish_every_point_once(tmp_path: Path) -> Non
 
 def test_ctrl_c_while_workers_start(tmp_path: Path) -> None:
     exp = _experiment(tmp_path / "slow.toml", 3000, [1, 2, 4, 8])
-    proc = _sweep(exp, tmp_path / "out", "-j", "2", start_new_session=True)
+    proc = _sweep(exp, tmp_path / "out", "-j", "3", start_new_session=True)
     deadline = time.monotonic() + 60
     seen: set[int] = set()
     while time.monotonic() < deadline and len(seen) < 3 and proc.poll() is None:
-        seen |= _children(proc.pid)  # the tracker and two workers: the pool is starting
+        seen |= _children(proc.pid)  # the tracker and two workers (-j 3): the pool is starting
         time.sleep(0.005)
     time.sleep(0.3)  # the workers are importing kvsim
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
