@@ -395,6 +395,7 @@ def simulate(
         ValueError: ``strict`` and some request cannot run, or no request can.
     """
     runnable, rejected = prepare_requests(config, requests, strict=strict)
+    del requests  # the run has its own copies: a caller that let go of its list frees it now
     if on_start is not None:
         on_start(len(runnable))
     env = simpy.Environment()
