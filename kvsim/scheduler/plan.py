@@ -90,6 +90,17 @@ class StepPlan:
         """Nothing computes in this step."""
         return not self.scheduled
 
+    def add_decode(self, request: Request) -> None:
+        """``add(request, 1)`` for a request that has sampled a token (not a 1-token prefill)."""
+        self.scheduled.append(request)
+        self.num_new_tokens.append(1)
+        o, w = request.num_computed_tokens, request.num_seqs
+        work = self.work
+        work[0] += w
+        work[1] += w * o
+        work[2] += w * (2 * o + 1)
+        work[3] += w
+
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Schedule ``num_new_tokens`` of ``request`` in step 0 (before its computed tokens
         advance) and add its work: each sequence computes ``c`` tokens after ``o``."""

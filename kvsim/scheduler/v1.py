@@ -77,10 +77,14 @@ class V1Scheduler(SchedulerCore):
                 and computed < req.num_held_slots
                 and (not cache_block or not req.shares_tokens or (computed + 1) % cache_block)
             ):
-                plan.add(req, 1)  # hot path: a decode whose slot is already held
+                if req.num_output_tokens:  # hot path: a decode whose slot is already held
+                    plan.add_decode(req)
+                else:  # the last token of a prompt
+                    plan.add(req, 1)
                 budget -= 1
                 i += 1
                 continue
+            unknown = num_new  # tokens it knows but has not computed
             if 0 < threshold < num_new:
                 num_new = threshold
             if num_new > budget:
@@ -98,8 +102,11 @@ class V1Scheduler(SchedulerCore):
                     break
             if not placed:
                 break
-            partial = partial or computed + num_new < req.num_tokens
-            plan.add(req, num_new)
+            partial = partial or num_new < unknown
+            if num_new == 1 and req.num_output_tokens:
+                plan.add_decode(req)
+            else:
+                plan.add(req, num_new)
             budget -= num_new
             i += 1
         self._partial = partial or i < len(running)
