@@ -10,6 +10,7 @@ for ``--debug``, which shows the traceback instead.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +21,10 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-console = Console(soft_wrap=True)  # paths and messages stay on one line in logs
+# Off a terminal (logs, CI), rich would lay tables out in 80 columns and cut their cells; 120
+# keeps the widest (the Figure 2 table, `kvsim compare`) whole. COLUMNS still wins.
+_LOG_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120
+console = Console(soft_wrap=True, width=_LOG_WIDTH)  # paths and messages on one line in logs
 err_console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 

@@ -63,10 +63,10 @@ def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
 def view(table: pd.DataFrame) -> pd.DataFrame:
     """The printed table: each category as ``kvsim (paper)``, % of KV capacity."""
     short = {
-        "token_states": "token",
-        "reservation": "reserved",
-        "internal_fragmentation": "internal",
-        "external_fragmentation": "external",
+        "token_states": "token states",
+        "reservation": "reservation",
+        "internal_fragmentation": "internal frag.",
+        "external_fragmentation": "external frag.",
     }
     out = pd.DataFrame({"system": table["system"]})
     for c, name in short.items():
