@@ -96,6 +96,8 @@ def _vs_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
     targets = {m: float(b) for m, b in analysis.get("targets", {}).items()}
     metrics += [m for m in targets if m in sweep.summary and m not in metrics]
     for x in varying_axes(sweep.summary, sweep.swept_fields):
+        if x == "seed":
+            continue  # replicates, not a knob: a curve against them only shows noise
         table, hue = _hue(sweep, x)
         fig = metric_vs(
             table,

@@ -25,6 +25,8 @@ FIELD_LABELS = {
 
 METRIC_LABELS = {
     "token_utilization_perc": "token states / allocated KV (%)",
+    "internal_fragmentation_pct_of_used": "internal fragmentation (% of used KV)",
+    "external_fragmentation_pct_of_used": "external fragmentation (% of used KV)",
     "kv_cache_usage_perc": "kv_cache_usage_perc (0-1)",
     "kv_cache_usage_perc_max": "kv_cache_usage_perc max (0-1)",
 }

@@ -6,6 +6,7 @@ so they work headless and in notebooks. Shares are percentages; times are second
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -15,10 +16,10 @@ from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from kvsim.analysis import short_name
-from kvsim.labels import axis_label
+from kvsim.labels import axis_label, metric_unit
 from kvsim.style import styled
 
 MAX_PER_PANEL = 8  # bars, lines or maps in one panel before a figure splits into facets
@@ -218,8 +219,16 @@ def metric_vs(
         for ax, metric in zip(axes, metrics, strict=True):
             ax.plot(g[x], g[metric], marker="o", label=str(name) if hue else None)
     xs = table[x].to_numpy(dtype=float)
+    whole = bool(np.all(xs[np.isfinite(xs)] % 1 == 0))
     for ax, metric in zip(axes, metrics, strict=True):
-        ax.set(xlabel=axis_label(x), ylabel=axis_label(metric))
+        # a 4-inch panel holds about 32 characters of label: wrap at words, not into a neighbour
+        label = textwrap.fill(axis_label(metric), 32, break_long_words=False)
+        ax.set(xlabel=axis_label(x), ylabel=label)
+        if metric_unit(metric) == "count" and (table[metric] >= 0).all():
+            ax.set_ylim(0, max(ax.get_ylim()[1], 1))  # no negative counts around all zeros
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if whole:  # counts and sizes: no 0.5 ticks between them
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if logx is None:
             _log_axis(ax, "x", xs)
         elif logx:
