@@ -126,7 +126,6 @@ LARGE_GROUPS: dict[str, dict[str, dict[str, Any]]] = {
         )
     },
 }
-BENCHMARKS = {name: spec for group in GROUPS.values() for name, spec in group.items()}
 
 
 def _cpu_s() -> float:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from kvsim.textfile import sha256_file
 from kvsim.workload.catalog import ENV_VAR
 
 if TYPE_CHECKING:
@@ -383,19 +384,6 @@ def mirror_url(upstream: Upstream, base_url: str | None) -> str:
 
 
 # --- hashing and downloading -------------------------------------------------------------------
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 (hex) of a file's bytes, read in 1 MiB chunks.
-
-    Raises:
-        OSError: the file cannot be read.
-    """
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _one_line(text: object) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from kvsim.allocators import Allocator, accepted_arguments, make_allocator
+from kvsim.allocators import Allocator, allocator_from_knobs
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
@@ -52,8 +52,7 @@ def allocator_from_config(config: SimConfig) -> Allocator:
         "max_model_len": args.max_model_len,
         "full_context_tokens": config.model.max_position_embeddings,
     }
-    takes = accepted_arguments(config.cache.allocator)  # each policy reads its own knobs
-    return make_allocator(config.cache.allocator, **{k: v for k, v in knobs.items() if k in takes})
+    return allocator_from_knobs(config.cache.allocator, **knobs)  # each reads its own
 
 
 def swap_space_from_config(config: SimConfig, allocator: Allocator) -> SwapSpace | None:
@@ -121,7 +120,6 @@ class Engine:
                 f"memory-map frames need a paged or slab allocator, not {config.cache.allocator!r}"
             )
         self.max_span_steps = 1 if config.memory_resolution == "step" else MAX_SPAN_STEPS
-        self.plan_in_flight: StepPlan | None = None
         self.num_arrived = 0
         self.num_finished = 0
         self._wake: simpy.Event = env.event()
@@ -197,7 +195,6 @@ class Engine:
         """
         k = self.scheduler.max_extension(plan, self.max_span_steps)
         step0_s = self.cost.step_s(*plan.work)
-        self.plan_in_flight = plan
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
             durations: list[float] | FloatArray
@@ -219,7 +216,7 @@ class Engine:
 
     def _cut_span(self, durations: list[float] | FloatArray) -> int:
         """Steps of a span to keep: up to the step during which the next request arrives when
-        nobody waits, and up to the step in flight at ``stop_at_s``."""
+        nobody waits, and up to the step in flight at the next memory-map capture."""
         k = len(durations)
         if not self.scheduler.waiting and self.num_arrived < len(self.requests):
             until_arrival = self._arrival_times[self.num_arrived] - self.env.now
@@ -235,11 +232,14 @@ class Engine:
         the pool during its last step (the span was cut to end with the step in flight)."""
         assert self.frames is not None
         now, end = self.env.now, self.env.now + timing.total_s
+        due = self.frames.pop_due(end)
+        if not due:
+            return
         tokens = self.scheduler.last_step_tokens(plan, timing.num_steps)
         head = self.scheduler.head_of_queue()
         need = self.allocator.admission_slots_needed(*head) if head is not None else 0
         waiting = [r.req_id for r in self.scheduler.waiting]
-        for t in self.frames.pop_due(end):
+        for t in due:
             if t < now:
                 self.frames.capture(t, self.allocator, {}, 0, [], 0)
             else:

@@ -45,10 +45,12 @@ def check_trace_groups(config: SimConfig, requests: list[Request]) -> None:
     Raises:
         ValueError: naming the trace, how many rows and the first request.
     """
-    beams = [r for r in requests if r.beam_width > 1]
+    if config.workload.n > 1 or config.workload.beam_width > 1:
+        return  # the spec's own values were checked with the config
     groups = [r for r in requests if r.num_seqs > 1]
-    if not groups or config.workload.n > 1 or config.workload.beam_width > 1:
-        return  # none, or the spec's own values were checked with the config
+    if not groups:
+        return
+    beams = [r for r in groups if r.beam_width > 1]
     args, allocator = config.engine_args, config.cache.allocator
     where = f"workload.trace ({config.workload.trace})"
     if beams and args.engine == "vllm-v1":

@@ -7,8 +7,6 @@ bound and the value, instead of looping forever, exhausting memory or returning 
 
 from __future__ import annotations
 
-import math
-
 # The longest context any served model offers is ~10 M tokens; 2**27 leaves room for what-ifs.
 MAX_CONTEXT_TOKENS = 2**27
 # kvsim holds every request of a run in memory (about 1 KiB each, plus per-step records).
@@ -42,20 +40,3 @@ MAX_HEAD_DIM = 65_536
 MAX_POINTS = 100_000
 # A trace's integer cells must fit numpy's int64 (and token counts MAX_CONTEXT_TOKENS).
 MAX_INT64 = 2**63 - 1
-
-
-def check_finite(where: str, value: float, unit: str = "") -> float:
-    """``value`` if it is a finite number, else ``ValueError`` naming ``where``.
-
-    Args:
-        where: the field, file and line, e.g. ``"trace.jsonl line 3: timestamp"``.
-        value: the number.
-        unit: shown after "a finite number", e.g. ``"(ms)"``.
-
-    Raises:
-        ValueError: ``value`` is NaN or infinite.
-    """
-    if not math.isfinite(value):
-        suffix = f" {unit}" if unit else ""
-        raise ValueError(f"{where} must be a finite number{suffix}, got {value!r}")
-    return value

@@ -73,7 +73,8 @@ def _sum(values: npt.NDArray[Any]) -> Any:
 def _clip(
     memory: Columns, start_s: float | None, end_s: float | None
 ) -> tuple[Columns, npt.NDArray[np.bool_] | None]:
-    """``clip_window`` on columns, and the mask of the rows kept (``None``: every row)."""
+    """Rows of ``memory`` inside ``[start_s, end_s)``, durations trimmed to the overlap (s),
+    on columns; and the mask of the rows kept (``None``: every row)."""
     if start_s is None and end_s is None:
         return memory, None
     lo = -np.inf if start_s is None else start_s
@@ -89,15 +90,11 @@ def _clip(
 
 def clip_window(memory: pd.DataFrame, start_s: float | None, end_s: float | None) -> pd.DataFrame:
     """Rows of ``memory`` inside ``[start_s, end_s)``, durations trimmed to the overlap (s)."""
-    if start_s is None and end_s is None:
+    columns = {name: memory[name].to_numpy() for name in ("time_s", "duration_s")}
+    clipped, keep = _clip(columns, start_s, end_s)
+    if keep is None:
         return memory
-    lo = -np.inf if start_s is None else start_s
-    hi = np.inf if end_s is None else end_s
-    begin = memory["time_s"].to_numpy()
-    end = begin + memory["duration_s"].to_numpy()
-    overlap = np.clip(np.minimum(end, hi) - np.maximum(begin, lo), 0, None)
-    out = memory.assign(duration_s=overlap)
-    return out[overlap > 0]
+    return memory[keep].assign(duration_s=clipped["duration_s"])
 
 
 FULL_USAGE = 0.99  # kv_cache_usage_perc at or above which the pool counts as full

@@ -382,11 +382,6 @@ class MemoryRecorder:
             data["time_s"] = data["time_s"].astype(np.int64)
         return data
 
-    def frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame (``MEMORY_COLUMNS``; no rows: object columns, as pandas
-        builds an empty table)."""
-        return memory_frame(self.arrays())
-
 
 def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
     """``MemoryRecorder.arrays`` as a DataFrame (no rows: object columns, as pandas builds an

@@ -5,6 +5,7 @@ with the path."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tomllib
 from pathlib import Path
@@ -88,3 +89,16 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
     except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
         reason = " ".join(str(err).split())[:200]
         raise ValueError(f"{path}: not a readable Parquet file ({reason})") from None
+
+
+def sha256_file(path: str | Path) -> str:
+    """SHA-256 (hex) of a file's bytes, read in 1 MiB chunks.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

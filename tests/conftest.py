@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import simpy
 
-from kvsim.allocators import ALLOCATORS, accepted_arguments, make_allocator
+from kvsim.allocators import ALLOCATORS, allocator_from_knobs
 from kvsim.allocators.base import Allocator
 from kvsim.request import Request
 
@@ -54,8 +54,7 @@ def small_allocator(name: str, **kw: object) -> Allocator:
         "max_model_len": SMALL_MAX_MODEL_LEN,
     }
     args.update(kw)
-    takes = accepted_arguments(name)
-    return make_allocator(name, **{k: v for k, v in args.items() if k in takes})
+    return allocator_from_knobs(name, **args)
 
 
 @pytest.fixture(params=sorted(ALLOCATORS))

@@ -30,6 +30,13 @@ def accepted_arguments(name: str) -> set[str]:
     return set(_init_params(_allocator_class(name)))
 
 
+def allocator_from_knobs(name: str, **knobs: Any) -> Allocator:
+    """``make_allocator(name, ...)`` with the knobs the policy takes; the others (a run's
+    settings for other policies) are left out. Unknown names raise ``ValueError``."""
+    takes = accepted_arguments(name)
+    return make_allocator(name, **{k: v for k, v in knobs.items() if k in takes})
+
+
 def _allocator_class(name: str) -> type[Allocator]:
     if name not in ALLOCATORS:
         raise ValueError(f"Unknown allocator {name!r}; choose from {sorted(ALLOCATORS)}")
@@ -70,5 +77,6 @@ __all__ = [
     "Allocator",
     "AllocatorStats",
     "accepted_arguments",
+    "allocator_from_knobs",
     "make_allocator",
 ]

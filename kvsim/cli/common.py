@@ -134,7 +134,7 @@ def one_line_text(text: str) -> str:
 
 def one_line(err: BaseException) -> str:
     """An exception's message on one line (whitespace runs folded)."""
-    return " ".join(str(err).split()) or type(err).__name__
+    return one_line_text(str(err)) or type(err).__name__
 
 
 def guard(fn: Callable[[], T]) -> T:

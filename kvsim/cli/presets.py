@@ -34,13 +34,13 @@ def _first_comment(path: Path) -> str:
 
 
 def _models() -> Table:
-    from kvsim.config import preset_table
+    from kvsim.config import ModelSpec, preset_table
 
     table = Table(title="models (model = NAME)", title_justify="left")
     for col in ("name", "layers", "kv heads", "head dim", "KiB/token", "params (B)"):
         table.add_column(col)
     for name, m in preset_table("models").items():
-        kib = 2 * m["num_layers"] * m["num_kv_heads"] * m["head_dim"] * m.get("dtype_bytes", 2)
+        kib = ModelSpec.model_validate(m).bytes_per_token
         table.add_row(
             name,
             str(m["num_layers"]),

@@ -29,7 +29,7 @@ from kvsim.config.hardware import (
 )
 from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
-from kvsim.textfile import read_toml
+from kvsim.textfile import read_toml, sha256_file
 from kvsim.units import GiB
 from kvsim.workload import WorkloadSpec, load_workload
 
@@ -172,11 +172,7 @@ def data_identity(trace: str | None) -> str:
 @functools.cache
 def _file_digest(path: str, _mtime_ns: int) -> str:
     """SHA-256 of a file, cached per path and modification time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
+    return sha256_file(path)[:16]
 
 
 PAGED_ALLOCATORS = ("paged",)

@@ -104,18 +104,16 @@ class StepPlan:
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Schedule ``num_new_tokens`` of ``request`` in step 0 (before its computed tokens
         advance) and add its work: each sequence computes ``c`` tokens after ``o``."""
-        self.scheduled.append(request)
+        if num_new_tokens == 1 and request.num_output_tokens:
+            self.add_decode(request)  # every sequence computes one token after its o
+            return
+        self.scheduled.append(request)  # a prefill (or a chunk of one)
         self.num_new_tokens.append(num_new_tokens)
         o, w = request.num_computed_tokens, request.num_seqs
+        self.num_prefills += 1
+        c = num_new_tokens + (w - 1) * request.num_output_tokens  # a group: prompt once
         work = self.work
-        if num_new_tokens > 1 or request.num_output_tokens == 0:  # a prefill (or chunk of one)
-            self.num_prefills += 1
-            c = num_new_tokens + (w - 1) * request.num_output_tokens  # a group: prompt once
-            work[0] += c
-            work[1] += o
-            work[2] += 2 * c * o + c * c
-        else:  # a decode: every sequence computes one token after its o
-            work[0] += w
-            work[1] += w * o
-            work[2] += w * (2 * o + 1)
+        work[0] += c
+        work[1] += o
+        work[2] += 2 * c * o + c * c
         work[3] += w

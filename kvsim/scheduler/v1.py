@@ -56,12 +56,6 @@ class V1Scheduler(SchedulerCore):
     _partial = False
     _guard_blocks: int | None = None
 
-    def _chunk(self, num_new: int, budget: int) -> int:
-        threshold = self.args.long_prefill_token_threshold
-        if 0 < threshold < num_new:
-            num_new = threshold
-        return min(num_new, budget)
-
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         running = self.running
         threshold = self.args.long_prefill_token_threshold

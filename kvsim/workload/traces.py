@@ -227,9 +227,3 @@ def bad_value(path: Path, where: str, field: str, value: object, expected: str) 
     if isinstance(value, np.generic):  # a Parquet cell: show -3, not np.int64(-3)
         value = value.item()
     return ValueError(f"{path.name} {where}: {field} must be {expected}, got {value!r}")
-
-
-def frozen(array: np.ndarray) -> np.ndarray:
-    """``array``, made read-only (cached traces are shared)."""
-    array.setflags(write=False)
-    return array

@@ -14,7 +14,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvsim.allocators import accepted_arguments, make_allocator
+from kvsim.allocators import allocator_from_knobs
 from kvsim.groups import BeamModel
 from kvsim.request import Request
 
@@ -32,8 +32,7 @@ class SharingMachine(RuleBasedStateMachine):
             "block_size_tokens": BLOCK,
             "enable_prefix_caching": True,
         }
-        takes = accepted_arguments(self.kind)
-        self.alloc = make_allocator(self.kind, **{k: v for k, v in knobs.items() if k in takes})
+        self.alloc = allocator_from_knobs(self.kind, **knobs)
         self.live: dict[int, Request] = {}
         self.tokens: dict[int, int] = {}
         self.next_id = 0

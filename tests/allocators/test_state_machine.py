@@ -11,7 +11,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
-from kvsim.allocators import accepted_arguments, make_allocator
+from kvsim.allocators import allocator_from_knobs
 from kvsim.request import Request
 from kvsim.units import cdiv, next_power_of_2
 
@@ -62,8 +62,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             "reservation": "oracle",
             "max_model_len": MAX_LEN,
         }
-        takes = accepted_arguments(self.kind)
-        self.alloc = make_allocator(self.kind, **{k: v for k, v in knobs.items() if k in takes})
+        self.alloc = allocator_from_knobs(self.kind, **knobs)
         self.live: dict[int, Request] = {}
         self.tokens: dict[int, int] = {}
         self.owner: list[int | None] = [None] * CAPACITY  # slabs: slot -> req_id
