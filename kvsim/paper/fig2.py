@@ -66,7 +66,7 @@ def view(table: pd.DataFrame) -> pd.DataFrame:
         "token_states": "token states",
         "reservation": "reservation",
         "internal_fragmentation": "internal frag.",
-        "external_fragmentation": "external frag.",
+        "external_fragmentation": "external frag. & other",
     }
     out = pd.DataFrame({"system": table["system"]})
     for c, name in short.items():
@@ -75,7 +75,7 @@ def view(table: pd.DataFrame) -> pd.DataFrame:
             for v, p in zip(table[f"{c}_pct"], table[f"paper_{c}_pct"], strict=True)
         ]
     out["free"] = [f"{v:.1f}" for v in table["free_pct"]]
-    out["running"] = [f"{v:.1f}" for v in table["num_requests_running_mean"]]
+    out["mean running"] = [f"{v:.1f}" for v in table["num_requests_running_mean"]]
     out["in band"] = table["in_band"]
     return out
 
