@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import simpy
 
-from kvsim.allocators import ALLOCATORS, allocator_from_knobs
+from kvsim.allocators import ALLOCATORS, accepted_arguments, make_allocator
 from kvsim.allocators.base import Allocator
 from kvsim.request import Request
 
@@ -53,8 +53,11 @@ def small_allocator(name: str, **kw: object) -> Allocator:
         "reservation": "oracle",
         "max_model_len": SMALL_MAX_MODEL_LEN,
     }
-    args.update(kw)
-    return allocator_from_knobs(name, **args)
+    # the shared defaults this policy takes; a caller's own arguments pass unfiltered, so a
+    # misspelt one raises instead of being dropped
+    takes = accepted_arguments(name)
+    defaults = {k: v for k, v in args.items() if k in takes and k not in kw}
+    return make_allocator(name, **defaults, **kw)
 
 
 @pytest.fixture(params=sorted(ALLOCATORS))

@@ -124,7 +124,7 @@ def test_user_defined_model_and_preset_override(tmp_path):
             {"cache.kv_cache_bytes": 1},
             r"cache\.kv_cache_bytes: the KV budget of 1 bytes per GPU holds 0 tokens",
         ),
-        (
+        (  # (0.9 x 40 GiB - 2 x 12.853e9 B of OPT-13B weights - 2 GiB) / 819,200 B = 13,185
             {"cache.block_size_tokens": 100_000},
             r"cache\.block_size_tokens: 100,000-token blocks give the 13,185-slot KV pool 0",
         ),

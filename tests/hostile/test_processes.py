@@ -119,19 +119,21 @@ def test_killed_driver_leaves_no_workers(tmp_path: Path) -> None:
 
 
 def test_random_kills_then_resume_finish_every_point_once(tmp_path: Path) -> None:
-    # ~15 s of points: enough that each kill finds the sweep still running
-    exp = _experiment(tmp_path / "kills.toml", 30_000, [1, 2, 4, 8, 16, 32, 64, 128])
+    # ~20 s of points: enough for ten kills that each find the sweep still running
+    exp = _experiment(tmp_path / "kills.toml", 40_000, [1, 2, 4, 8, 16, 32, 64, 128])
     out = tmp_path / "out"
     rng = random.Random(12)
-    hit = 0  # kills that found the sweep still running
-    for _ in range(10):  # the ten random kills
+    landed = 0  # kills that found the sweep still running (a later one may find it done)
+    for _ in range(20):
         proc = _sweep(exp, out, "-j", "2")
         seen = _watch(proc, time.monotonic() + rng.uniform(0.5, 1.5))
-        hit += proc.poll() is None
+        landed += proc.poll() is None
         proc.kill()
         proc.wait()
         _assert_gone(seen)
-    assert hit >= 8, f"only {hit} of 10 kills hit a running sweep"
+        if landed == 10:  # the ten random kills
+            break
+    assert landed == 10, f"only {landed} kills found the sweep running"
     final = _sweep(exp, out, "-j", "2")
     _, stderr = final.communicate(timeout=180)
     assert final.returncode == 0, stderr.decode()

@@ -108,9 +108,31 @@ def test_quick_preemption_and_prefix_write_their_figures(tmp_path: Path) -> None
     # the cost model's per-token swap cost falls as blocks grow (fewer, larger PCIe copies)
     by_block = table.groupby("cache.block_size_tokens")["swap_s_per_token"].first()
     assert by_block.is_monotonic_decreasing
+    assert by_block.iloc[0] > by_block.iloc[-1]  # strictly: 16-token blocks copy 16x fewer
     bad = runner.invoke(app, ["reproduce", "fig99", "--out", str(tmp_path)])
     assert bad.exit_code == 2
     assert "unknown 'fig99'" in bad.output
+    _prefix_hits_reach_the_naive_ceiling(runner, app, tmp_path)
+
+
+def _prefix_hits_reach_the_naive_ceiling(runner, app, tmp_path: Path) -> None:
+    """With a pool too large to evict, the allocator's hit rate is the ceiling counted naively
+    from the trace's hash ids (every repeated 512-token id, first occurrences excluded); a
+    smaller pool can only lose hits."""
+    from kvsim.workload import DataNotFoundError, resolve_trace
+
+    try:
+        resolve_trace("mooncake_conversation")
+    except DataNotFoundError:
+        return  # the Mooncake trace is not in KVSIM_DATA
+    result = runner.invoke(app, ["reproduce", "prefix-caching", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "quick" / "prefix-caching"
+    assert (folder / "prefix-caching.png").stat().st_size > 20_000
+    table = pd.read_csv(folder / "prefix-caching.csv").sort_values("cache.kv_cache_gib")
+    hit_pct = 100 * table["prefix_cache_hit_rate"]
+    assert hit_pct.iloc[-1] == pytest.approx(table["ceiling_tokens_pct"].iloc[-1], abs=0.01)
+    assert (hit_pct <= table["ceiling_tokens_pct"] + 0.01).all()
 
 
 @pytest.mark.parametrize("name", ["fig12-66b", "fig12-175b", "fig14", "fig16", "fig17", "fig18b"])
