@@ -14,13 +14,17 @@ against ``max_num_seqs``. The allocator does the group's block accounting (``Seq
 Only a partly filled last block is ever copied, so n samples from a 1,100-token prompt with
 16-token blocks share 68 full blocks and hold 4 copies of the 12-token partial block (seed 001).
 
-Beam search keeps ``k`` candidates. ``BeamModel`` is the documented one-parameter branching model:
-after every decode step each candidate except the best survives independently with probability
-``survival``; each dropped candidate releases its path and its slot is taken by a fork of a
-surviving candidate chosen uniformly at random. The workload draws each request's tree
-(``Request.beam_parents``) from a generator seeded by ``(run seed, req_id)``, so a group's tree is
-the same on every replay, under any allocator. The parameter is fitted on one beam width
-(``kvsim.repro.sharing``).
+Beam search keeps ``k`` candidates. ``BeamModel`` is a one-parameter branching model of which
+candidate continues which: a candidate keeps its slot while its own best continuation stays in
+the top ``k``; it is displaced when another candidate's runner-up continuation outscores it. At
+each decode step each candidate branches (its runner-up enters the beam) with the per-token
+branching probability ``branch_prob``; each branching candidate displaces one candidate that did
+not branch, chosen uniformly, whose slot becomes a fork of the brancher (a neutral Moran process,
+so lineages merge at a per-pair rate that falls as the beam widens: wider beams keep longer
+private branches). The workload draws each request's tree (``Request.beam_parents``) from a
+generator seeded by ``(run seed, req_id)``, so a group's tree is the same on every replay, under
+any allocator. The parameter is FITTED on one beam width of one dataset (``kvsim.paper.fig15``);
+the other widths and datasets are predictions.
 
 Under vLLM v0 a preempted group is swapped out (v0 cannot recompute a multi-sequence group).
 When the CPU swap space is full, kvsim restarts the group from its prompt instead (counted as a
@@ -55,35 +59,43 @@ class BlockSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class BeamModel:
-    """Seeded one-parameter survival model of beam candidates (see the module docstring).
+    """Seeded one-parameter branching model of beam candidates (see the module docstring).
 
     Attributes:
-        survival: probability that a candidate other than the best survives a step (0..1].
+        branch_prob: per-token probability that a candidate branches, its runner-up
+            continuation displacing another candidate (0..1).
         seed: base seed; a group's draws come from ``default_rng((seed, req_id))``.
+
+    Raises:
+        ValueError: ``branch_prob`` outside [0, 1].
     """
 
-    survival: float = 0.8
+    branch_prob: float = 0.08
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.survival <= 1.0:
-            raise ValueError(f"beam survival: must be in [0, 1], got {self.survival}")
+        if not 0.0 <= self.branch_prob <= 1.0:
+            raise ValueError(f"beam branch_prob: must be in [0, 1], got {self.branch_prob}")
 
     def parents(self, req_id: int, width: int, num_steps: int) -> npt.NDArray[np.int64]:
         """Parent candidate of each candidate after each step: int64[num_steps, width].
 
-        Row ``j`` maps the candidates entering step ``j + 1`` to those that left step ``j``;
-        survivors keep their own index, dropped slots hold a uniformly drawn survivor.
+        Row ``j`` maps the candidates entering step ``j + 1`` to those that left step ``j``:
+        a candidate that was not displaced keeps its own index; a displaced slot holds the
+        index of the candidate that branched into it.
         """
         rng = np.random.default_rng((self.seed, req_id))
-        survive = rng.random((num_steps, width)) < self.survival
-        survive[:, 0] = True
-        picks = rng.random((num_steps, width))
-        out = np.empty((num_steps, width), np.int64)
-        for j in range(num_steps):
-            alive = np.flatnonzero(survive[j])
-            chosen = alive[(picks[j] * len(alive)).astype(np.int64)]
-            out[j] = np.where(survive[j], np.arange(width), chosen)
+        branches = rng.random((num_steps, width)) < self.branch_prob
+        order = rng.random((num_steps, width))  # which non-branchers are displaced first
+        out = np.tile(np.arange(width, dtype=np.int64), (num_steps, 1))
+        # per step: stayers in displacement order, then branchers by index; the c-th brancher
+        # takes the c-th stayer's slot, for c below min(branchers, stayers)
+        victims = np.argsort(np.where(branches, np.inf, order), axis=1, kind="stable")
+        branchers = np.argsort(np.where(branches, out, width), axis=1, kind="stable")
+        num_branch = branches.sum(axis=1)
+        pairs = np.arange(width) < np.minimum(num_branch, width - num_branch)[:, None]
+        rows = np.broadcast_to(np.arange(num_steps)[:, None], pairs.shape)
+        out[rows[pairs], victims[pairs]] = branchers[pairs]
         return out
 
 
@@ -102,6 +114,8 @@ class SequenceGroup:
         num_copies: copy-on-write copies made so far.
         shared: forks share blocks (copy-on-write); ``False`` copies every block (the unshared
             baseline of the paper's Figure 15).
+        moves: per row of ``parents``, whether any candidate changes lineage (derived on first
+            use; rows that move nothing skip the branch).
     """
 
     block_size_tokens: int
@@ -113,6 +127,7 @@ class SequenceGroup:
     parents: npt.NDArray[np.int64] | None = None
     num_copies: int = 0
     shared: bool = True
+    moves: list[bool] | None = None
 
     @property
     def num_distinct_blocks(self) -> int:
@@ -194,16 +209,26 @@ class SequenceGroup:
         while self.seqs:
             self.drop(len(self.seqs) - 1, pool)
 
+    def row_moves(self) -> list[bool]:
+        """``moves``, derived from ``parents`` on first use (beam groups only)."""
+        if self.moves is None:
+            assert self.parents is not None
+            self.moves = (self.parents != np.arange(self.width)).any(axis=1).tolist()
+        return self.moves
+
     # -- growth -----------------------------------------------------------------------------
     def advance(self, num_tokens: int, pool: BlockSource) -> None:
         """Grow every sequence to ``num_tokens`` tokens (beam branching between steps)."""
         if self.parents is None:
             self._advance_parallel(num_tokens, pool)
             return
+        parents = self.parents
+        last = len(parents) - 1
+        moves = self.row_moves()
         for position in range(self.length, num_tokens):
-            step = position - self.prefill_tokens
-            if step > 0:
-                self._branch(self.parents[min(step - 1, len(self.parents) - 1)], pool)
+            step = min(position - self.prefill_tokens, last + 1)
+            if step > 0 and moves[step - 1]:
+                self._branch(parents[step - 1], pool)
             for seq in range(self.width):
                 self.append(seq, position, pool)
         self.length = max(self.length, num_tokens)
@@ -283,6 +308,7 @@ def peak_new_blocks(group: SequenceGroup, num_tokens: int, refs: dict[int, int])
         group.parents,
         0,
         group.shared,
+        group.row_moves() if group.parents is not None else None,
     )
     pool = CountingPool(refs)
     trial.advance(num_tokens, pool)

@@ -130,10 +130,3 @@ def test_shared_prefix_hits_only_whole_blocks(block, shared, expected_pct):
     summary = simulate(cfg).summary
     assert 100 * summary["prefix_cache_hit_rate"] == pytest.approx(expected_pct)
     assert summary["prefix_cache_queries"] == 200 * (shared + 64)
-
-
-# Figure 15 (Kwon et al. 2023): paper shares, % of blocks saved, band +-2 points (the project's).
-# Beam survival fitted on width 4 (make sharing: bisection gives 0.8646), so beam 4 is fitted,
-# not predicted. Known misses, kept visible as strict xfails rather than wider bands: parallel
-# sampling n = 4 and 6 run 2.3-2.7 points high (samples of equal length, alpaca_like's assumed
-# spread) and beam width 6 about 2.2 high; the paper-figures issue re-derives both models.

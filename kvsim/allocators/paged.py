@@ -631,12 +631,20 @@ class PagedAllocator(Allocator):
 
     def _beam_slots(self, group: SequenceGroup, final: int) -> tuple[int, int, int]:
         """``(distinct blocks, their unfilled slots, their slots beyond final)`` of a beam group
-        now; a block sits at the same logical index in every table that holds it."""
+        now; a block sits at the same logical index in every table that holds it, so only the
+        distinct last blocks are partly filled (and, with ``final >= length``, only they reach
+        past ``final``)."""
         b = self.block_size_tokens
-        index = {blk: i for seq in group.seqs for i, blk in enumerate(seq)}
-        filled = sum(min(b, group.length - i * b) for i in index.values())
-        beyond = sum(max(0, (i + 1) * b - max(final, i * b)) for i in index.values())
-        return len(index), len(index) * b - filled, beyond
+        length = group.length
+        distinct = len(group.local)
+        if final < length or not group.seqs:  # not reached by the engine; counted block by block
+            index = {blk: i for seq in group.seqs for i, blk in enumerate(seq)}
+            filled = sum(min(b, length - i * b) for i in index.values())
+            beyond = sum(max(0, (i + 1) * b - max(final, i * b)) for i in index.values())
+            return distinct, distinct * b - filled, beyond
+        num_last = len({seq[-1] for seq in group.seqs})
+        end = len(group.seqs[0]) * b  # slots up to the end of the last logical block
+        return distinct, num_last * (end - length), num_last * max(0, end - final)
 
     # -- accounting -------------------------------------------------------------------------
     def stats(self) -> AllocatorStats:

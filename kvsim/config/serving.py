@@ -119,6 +119,10 @@ class SchedulerConfig(Frozen):
             sequence, swap a multi-sequence group); ``"swap"`` is v0 only.
         swap_space_gib: CPU swap space per GPU for v0's swapped KV, GiB (vLLM's ``swap_space``).
         max_preemptions_per_request: livelock guard (kvsim's, not vLLM's).
+        batching: ``"iteration"`` (continuous batching: vLLM, Orca) or ``"request"``
+            (request-level batching, the PagedAttention paper's FasterTransformer baseline,
+            §6.1: a batch of the earliest waiting requests, as many as fit, is admitted only
+            once the previous batch has finished); ``"request"`` runs under ``vllm-v0``.
     """
 
     engine: EngineName = "vllm-v1"
@@ -137,6 +141,7 @@ class SchedulerConfig(Frozen):
     max_preemptions_per_request: int = Field(
         default=1000, ge=1, le=MAX_INT32, description="livelock guard"
     )
+    batching: Literal["iteration", "request"] = "iteration"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +161,7 @@ class EngineArgs:
         swap_space_gib: CPU swap space per GPU (v0).
         reserve_null_block: block 0 is vLLM v1's null block (usable blocks = blocks - 1).
         max_preemptions_per_request: livelock guard.
+        batching: ``"iteration"`` or ``"request"`` (``SchedulerConfig.batching``).
     """
 
     engine: EngineName
@@ -170,6 +176,7 @@ class EngineArgs:
     swap_space_gib: float
     reserve_null_block: bool
     max_preemptions_per_request: int
+    batching: Literal["iteration", "request"] = "iteration"
 
 
 def resolve_engine_args(
@@ -221,11 +228,17 @@ def resolve_engine_args(
         swap_space_gib=scheduler.swap_space_gib,
         reserve_null_block=v1,
         max_preemptions_per_request=scheduler.max_preemptions_per_request,
+        batching=scheduler.batching,
     )
 
 
 def _check_profile_knobs(scheduler: SchedulerConfig, cache: CacheSpec, chunked: bool) -> None:
     if scheduler.engine == "vllm-v1":
+        if scheduler.batching == "request":
+            raise ValueError(
+                "scheduler.batching: 'request' (request-level batching, the paper's "
+                "FasterTransformer baseline) runs under scheduler.engine = 'vllm-v0'"
+            )
         if scheduler.preemption_mode == "swap":
             raise ValueError(
                 "scheduler.preemption_mode: 'swap' is a vLLM v0 feature (v1 always recomputes); "

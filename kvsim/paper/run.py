@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,7 +52,7 @@ class Context:
         from kvsim.sweep import run_sweep
 
         if base:
-            data = dict(experiment.base)
+            data = copy.deepcopy(experiment.base)  # the experiment's nested tables stay as loaded
             for dotted, value in base.items():
                 set_dotted(data, dotted.replace("__", "."), value)
             experiment = dataclasses.replace(experiment, base=data)

@@ -16,6 +16,14 @@ prefill step or a decode step, never both:
    the last): recomputed when it is one sequence, swapped out when it is a group (or always, with
    ``preemption_mode = "swap"``). Recompute victims go to the front of the waiting queue.
 3. **If nobody was preempted**, swapped requests come back (``kvsim.swap``) and decode too.
+
+With ``scheduler.batching = "request"`` (the paper's FasterTransformer baseline, §6.1: a
+Triton-like batcher in front of an engine without iteration-level scheduling) admission is open
+only while a batch forms: from the step the running list is empty until the first decode step.
+The batch then runs until its last request finishes, newcomers waiting meanwhile
+(``head_blocked = "batch"``). FasterTransformer also keeps computing finished rows of a batch
+until the whole batch ends; kvsim does not charge that padding, so its baseline is an upper
+bound on FasterTransformer's rate.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ class V0Scheduler(SchedulerCore):
     def __init__(self, allocator: Allocator, args: EngineArgs, swap: SwapSpace | None) -> None:
         super().__init__(allocator, args)
         self.swap = swap
+        self._batch_forming = True  # request-level batching: admission open
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or (self.swap and self.swap.has_swapped()))
@@ -53,10 +62,13 @@ class V0Scheduler(SchedulerCore):
             plan.lazy = True  # until an exact decode pass is needed
             plan.cohort_clock = lazy.cohort.clock
         swapped = self.swap is not None and self.swap.has_swapped()
-        if not swapped:
+        if swapped:
+            if self.waiting:
+                plan.head_blocked = "swapped"
+        elif self._admission_open():
             self._schedule_prefills(plan)
         elif self.waiting:
-            plan.head_blocked = "swapped"
+            plan.head_blocked = "batch"
         if not plan.scheduled:
             if lazy is None or not self._schedule_decodes_lazy(plan, lazy):
                 self._flush()
@@ -71,10 +83,21 @@ class V0Scheduler(SchedulerCore):
             not plan.num_preempted
             and not plan.swap_blocks
             and not (self.swap is not None and self.swap.has_swapped())
-            and plan.head_blocked in (None, "kv", "max_num_seqs")
+            and plan.head_blocked in (None, "kv", "max_num_seqs", "batch")
         )
+        if not plan.scheduled or plan.num_prefills == 0:
+            self._batch_forming = False  # a decode step closes a request-level batch
         self._finish_lazy_plan(plan)
         return plan
+
+    def _admission_open(self) -> bool:
+        """Iteration-level batching admits at every step; request-level batching only while a
+        batch forms (``scheduler.batching``)."""
+        if self.args.batching == "iteration":
+            return True
+        if not self.running:
+            self._batch_forming = True
+        return self._batch_forming
 
     def _schedule_prefills(self, plan: StepPlan) -> None:
         allocator, waiting = self.allocator, self.waiting

@@ -102,8 +102,9 @@ class WorkloadSpec(BaseModel):
         n: parallel samples per request (v0: a sequence group, ``kvsim.groups``; v1: ``n``
             requests sharing the prompt).
         beam_width: beam-search width per request (1: no beam search; not with ``n > 1``).
-        beam_survival: ``kvsim.groups.BeamModel.survival``, the chance a non-best candidate
-            survives a step; each beam request's tree is drawn from the run's seed.
+        beam_branch_prob: ``kvsim.groups.BeamModel.branch_prob``, the per-token chance that a
+            beam candidate branches and displaces another (FITTED on Figure 15's Alpaca beam
+            width 4); each beam request's tree is drawn from the run's seed.
         shared_prefix_tokens: a system prompt / few-shot prefix of this many tokens, identical on
             every request (of a tenant), prepended to each drawn prompt.
         num_tenants: requests are spread round-robin over this many tenants, each with its own
@@ -157,8 +158,8 @@ class WorkloadSpec(BaseModel):
 
     n: int = Field(default=1, ge=1, le=MAX_SEQS_PER_REQUEST)
     beam_width: int = Field(default=1, ge=1, le=MAX_SEQS_PER_REQUEST)
-    beam_survival: float = Field(
-        default=0.8646, ge=0, le=1, description="fitted on Figure 15 beam width 4"
+    beam_branch_prob: float = Field(
+        default=0.0906, ge=0, le=1, description="FITTED on Figure 15 (Alpaca) beam width 4"
     )
     shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_CONTEXT_TOKENS)
     num_tenants: int = Field(default=1, ge=1, le=MAX_NUM_REQUESTS)

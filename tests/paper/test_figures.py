@@ -33,7 +33,9 @@ FIG15 = {
     "beam search width=4": 53.13,
     "beam search width=6": 55.16,
 }
-FIG15_KNOWN_MISSES = {"parallel sampling n=4", "parallel sampling n=6", "beam search width=6"}
+# The beam model (one parameter, fitted on width 4) predicts width 6 2.0 points above the paper:
+# its wider beams share a little more than the paper's. Kept as a known miss, not a wider band.
+FIG15_KNOWN_MISSES = {"beam search width=6"}
 
 
 def _needs_sharegpt() -> None:
@@ -68,6 +70,10 @@ def test_fig12_rate_ratios_in_the_papers_bands(tmp_path: Path) -> None:
     vllm = rates.loc["vLLM", "sustainable_rate_per_s"]
     assert 1.7 <= vllm / rates.loc["Orca (Oracle)", "sustainable_rate_per_s"] <= 2.7
     assert 2.7 <= vllm / rates.loc["Orca (Max)", "sustainable_rate_per_s"] <= 8.0
+    # §6.2: "up to 22x" FasterTransformer, which is no better than Orca (Max)
+    faster = rates.loc["FasterTransformer", "sustainable_rate_per_s"]
+    assert faster <= rates.loc["Orca (Max)", "sustainable_rate_per_s"]
+    assert vllm / faster <= 22.0
     assert rep.in_band
 
 
@@ -158,9 +164,7 @@ def test_more_figures_run_quick(name: str, tmp_path: Path) -> None:
 SHAREGPT_PARALLEL = {2: 16.2, 6: 30.5}
 
 
-@pytest.mark.parametrize(("n", "paper_pct"), sorted(SHAREGPT_PARALLEL.items()))
-def test_sharegpt_parallel_sampling_saving(n: int, paper_pct: float) -> None:
-    _needs_sharegpt()
+def _sharegpt_saving(**workload: int) -> float:
     from kvsim.config import config_from_dict
     from kvsim.engine import simulate
 
@@ -175,9 +179,30 @@ def test_sharegpt_parallel_sampling_saving(n: int, paper_pct: float) -> None:
                 "preset": "sharegpt_paper",
                 "rate_per_s": 0.25,
                 "num_requests": 400,
-                "n": n,
+                **workload,
             },
         }
     )
-    saved = simulate(cfg).summary["kv_saved_by_sharing_pct"]
+    return float(simulate(cfg).summary["kv_saved_by_sharing_pct"])
+
+
+@pytest.mark.parametrize(("n", "paper_pct"), sorted(SHAREGPT_PARALLEL.items()))
+def test_sharegpt_parallel_sampling_saving(n: int, paper_pct: float) -> None:
+    _needs_sharegpt()
+    saved = _sharegpt_saving(n=n)
     assert abs(saved - paper_pct) <= 2.0, saved
+
+
+# §6.3, ShareGPT: beam search saves 44.3 % (width 2) to 66.3 % (width 6). Held out: the beam
+# model's one parameter is fitted on Alpaca width 4. Its lineages merge after a fixed number of
+# tokens whatever the output length, so on ShareGPT's outputs (about 6x Alpaca's) it shares too
+# much: a known miss, asserted as one (kvsim above the paper by more than the 2-point band) so
+# that a model that fixes it is noticed.
+SHAREGPT_BEAM = {2: 44.3, 6: 66.3}
+
+
+@pytest.mark.parametrize(("width", "paper_pct"), sorted(SHAREGPT_BEAM.items()))
+def test_sharegpt_beam_search_saving_is_a_known_miss(width: int, paper_pct: float) -> None:
+    _needs_sharegpt()
+    saved = _sharegpt_saving(beam_width=width)
+    assert saved - paper_pct > 2.0, saved
