@@ -49,6 +49,7 @@ def loaded_after(code: str) -> dict[str, bool]:
         "from kvsim import config_from_dict, simulate",
         "import kvsim.workload.catalog",
         "import kvsim.cli",
+        "import kvsim.point",  # all a sweep's worker process imports
     ],
 )
 def test_importing_loads_no_heavy_library(code: str) -> None:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import kvsim.sweep as sweep_mod
+import kvsim.point as point_mod
 from kvsim.analysis import load_sweep
 from kvsim.sweep import run_sweep
 
@@ -24,13 +24,13 @@ from kvsim.sweep import run_sweep
 def counted(monkeypatch):
     """Count in-process simulations (serial runs); ``calls`` lists their allocators."""
     calls: list[str] = []
-    real = sweep_mod.simulate
+    real = point_mod.simulate
 
     def wrapper(config, *args, **kwargs):
         calls.append(config.cache.allocator)
         return real(config, *args, **kwargs)
 
-    monkeypatch.setattr(sweep_mod, "simulate", wrapper)
+    monkeypatch.setattr(point_mod, "simulate", wrapper)
     return calls
 
 
@@ -81,7 +81,7 @@ class Killed(BaseException):
 
 
 def test_resume_after_simulated_kill(tmp_path, tiny, monkeypatch) -> None:
-    real = sweep_mod.simulate
+    real = point_mod.simulate
     calls: list[str] = []
 
     def dies_on_third(config, *args, **kwargs):
@@ -90,7 +90,7 @@ def test_resume_after_simulated_kill(tmp_path, tiny, monkeypatch) -> None:
             raise Killed  # the kill arrives while point 3 is running
         return real(config, *args, **kwargs)
 
-    monkeypatch.setattr(sweep_mod, "simulate", dies_on_third)
+    monkeypatch.setattr(point_mod, "simulate", dies_on_third)
     with pytest.raises(Killed):
         run_sweep(tiny, tmp_path, progress=False)
     folder = tmp_path / "tiny"
@@ -124,7 +124,7 @@ def test_resume_after_real_sigkill(tmp_path, make_experiment) -> None:
     path.write_text(
         tomli_w.dumps({"name": exp.name, "base": exp.base, "grid": exp.grid, "zip": exp.zips})
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(sweep_mod.__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(point_mod.__file__).parents[1])}
     cmd = [
         sys.executable,
         "-m",
