@@ -78,12 +78,16 @@ def test_fig12_rate_ratios_in_the_papers_bands(tmp_path: Path) -> None:
 
 
 def test_fig12_ratios_by_hand() -> None:
-    out = ratios({"Orca (Max)": 0.5, "Orca (Oracle)": 1.0, "vLLM": 2.0}).set_index("ratio")
+    rates = {"Orca (Max)": 0.5, "Orca (Oracle)": 1.0, "vLLM": 2.0, "FasterTransformer": 0.25}
+    out = ratios(rates).set_index("ratio")
     assert out.loc["vLLM / Orca (Oracle)", "value"] == 2.0  # in 1.7-2.7
     assert out.loc["vLLM / Orca (Max)", "value"] == 4.0  # in 2.7-8
+    assert out.loc["vLLM / FasterTransformer", "value"] == 8.0  # in 2.7-22
     assert out["in_band"].all()
-    low = ratios({"Orca (Max)": 1.0, "Orca (Oracle)": 1.0, "vLLM": 1.5}).set_index("ratio")
-    assert not low["in_band"].any()  # 1.5 is below both bands
+    low = ratios({**dict.fromkeys(rates, 1.0), "vLLM": 1.5}).set_index("ratio")
+    assert not low["in_band"].any()  # 1.5 is below every band
+    high = ratios({**rates, "FasterTransformer": 0.05}).set_index("ratio")
+    assert not high.loc["vLLM / FasterTransformer", "in_band"]  # 40 is above "up to 22"
 
 
 @pytest.mark.slow
