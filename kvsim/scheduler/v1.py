@@ -78,6 +78,11 @@ class V1Scheduler(SchedulerCore):
                 budget -= 1
                 i += 1
                 continue
+            if num_new == 1 and req.num_output_tokens and self._allocate(req, computed + 1):
+                plan.add_decode(req)  # a decode that takes a slot (a block boundary, radix)
+                budget -= 1
+                i += 1
+                continue
             unknown = num_new  # tokens it knows but has not computed
             if 0 < threshold < num_new:
                 num_new = threshold
