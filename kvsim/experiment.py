@@ -172,7 +172,9 @@ def resolve_workload_preset(data: dict[str, Any]) -> None:
     name = str(workload.pop("preset"))
     path = Path(name) if name.endswith(".toml") else workloads_dir() / f"{name}.toml"
     if not path.is_file():
-        names = sorted(p.stem for p in workloads_dir().glob("*.toml"))
+        from kvsim.presets import names as preset_names
+
+        names = preset_names(workloads_dir())
         raise FileNotFoundError(f"workload.preset: no preset {name!r} ({path}); presets: {names}")
     table = read_toml(path)
     preset = table.get("workload", table)

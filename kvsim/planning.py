@@ -211,7 +211,9 @@ def experiment_base(data: dict[str, Any], where: str) -> dict[str, Any]:
     name = check_name(data["experiment"], f"{where}: experiment")  # a shipped experiment
     path = experiments_dir() / f"{name}.toml"
     if not path.is_file():
-        names = sorted(p.stem for p in experiments_dir().glob("*.toml"))
+        from kvsim.presets import names as preset_names
+
+        names = preset_names(experiments_dir())
         raise ValueError(f"{where}: experiment {name!r} is not a shipped experiment ({names})")
     experiment = load_experiment(path)
     label = data.get("label")

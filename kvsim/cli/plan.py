@@ -44,7 +44,9 @@ def _source(source: str | None) -> tuple[Path | None, bool]:
         return shipped, True
     path = Path(source)
     if not path.is_file():
-        names = ", ".join(sorted(p.stem for p in plans_dir().glob("*.toml")))
+        from kvsim.presets import names as preset_names
+
+        names = ", ".join(preset_names(plans_dir()))
         raise ValueError(
             f"plan: {source!r} is neither a file nor a shipped plan (shipped: {names})"
         )

@@ -21,7 +21,9 @@ from kvsim.paper.run import Context, Reproduction, write_outputs
 from kvsim.planning import Plan, PlanResult, Target, run_plan
 from kvsim.style import styled
 
-DESCRIPTION = "Figure 12: sustainable ShareGPT rate, vLLM vs Orca (Max / Oracle) and FasterTransformer"
+DESCRIPTION = (
+    "Figure 12: sustainable ShareGPT rate, vLLM vs Orca (Max / Oracle) and FasterTransformer"
+)
 METRIC = "normalized_latency_seconds_mean"
 
 

@@ -313,7 +313,9 @@ def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:
     if not path.suffix and not path.exists():
         path = workloads_dir() / f"{preset}.toml"
     if not path.is_file():
-        names = sorted(p.stem for p in workloads_dir().glob("*.toml"))
+        from kvsim.presets import names as preset_names
+
+        names = preset_names(workloads_dir())
         raise FileNotFoundError(f"No workload preset {str(preset)!r} ({path}); presets: {names}")
     table = read_toml(path)
     table = table.get("workload", table)

@@ -235,7 +235,7 @@ def _naive_beam_parents(model: BeamModel, req_id: int, width: int, steps: int) -
         row = list(range(width))
         branchers = [i for i in range(width) if branch[j, i]]
         stayers = sorted((i for i in range(width) if not branch[j, i]), key=lambda i: order[j, i])
-        for victim, source in zip(stayers, branchers):
+        for victim, source in zip(stayers, branchers, strict=False):  # as many as both sides have
             row[victim] = source
         out.append(row)
     return np.array(out, dtype=np.int64).reshape(steps, width)
