@@ -42,7 +42,8 @@ class StepPlan:
         num_preempted: requests preempted while planning it.
         head_blocked: why the waiting head was not admitted (``"kv"``; ``"kv_prefix"`` for a
             head whose cached prefix may change; ``"max_num_seqs"``, ``"budget"``,
-            ``"preempted"``, ``"swapped"``), ``None`` when nobody waits.
+            ``"preempted"``, ``"swapped"``; ``"batch"`` while a request-level batch runs),
+            ``None`` when nobody waits.
         extendable: later steps would schedule exactly "every member decodes one token".
         num_steps: steps this plan covers.
         swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
