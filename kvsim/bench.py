@@ -22,8 +22,10 @@ under ``vllm-v1`` caches prefixes):
   shared by every request, so every block is keyed and cached), for peak RSS and t(1M)/t(100k).
 
 Each group of runs goes to a fresh process (``spawn``), so ``peak_rss_bytes`` is that process's
-peak and no run inherits another's heap. Times cover the simulation only (workload generation
-excluded) except ``vidur_v1_process``. ``cpu_s`` is the process's CPU time (user + system).
+peak and no run inherits another's heap. Times cover the simulation only, from ``simulate``'s
+``on_start`` (workload generation and the runnable check excluded), except ``vidur_v1_process``;
+the peak RSS covers the whole run, workload included, as ``kvsim run`` holds it (one copy).
+``cpu_s`` is the process's CPU time (user + system).
 ``--sweep`` (and ``make bench``) also times ``experiments/block-size.toml`` with 1 and 2 workers
 (``kvsim.bench_sweep``). Results go to ``OUT/bench.json``.
 """
@@ -141,16 +143,20 @@ def peak_rss_bytes() -> int:
 def run_benchmark(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Simulate one benchmark and time it; returns its bench.json entry."""
     from kvsim.config import config_from_dict
-    from kvsim.engine import prepare_requests, simulate
+    from kvsim.engine import simulate
 
     config = config_from_dict(spec)
-    workload = [prepare_requests(config)[0]]
-    decode_tokens = sum(r.output_tokens for r in workload[0])
-    num_requests = len(workload[0])
-    start_wall, start_cpu = time.perf_counter(), _cpu_s()
-    results = simulate(config, workload.pop())  # handed over: simulate's copies replace it
-    wall_s, cpu_s = time.perf_counter() - start_wall, _cpu_s() - start_cpu
+    start: list[float] = []
+
+    def workload_ready(_: int) -> None:  # generated and checked: the simulation starts
+        start.extend((time.perf_counter(), _cpu_s()))
+
+    # simulate draws the workload itself, as `kvsim run` does (no second copy of it alive)
+    results = simulate(config, on_start=workload_ready)
+    wall_s, cpu_s = time.perf_counter() - start[0], _cpu_s() - start[1]
     summary = results.summary
+    num_requests = summary["num_requests"]
+    decode_tokens = summary["generation_tokens_total"]
     return {
         "requests": num_requests,
         "decode_tokens": decode_tokens,

@@ -10,6 +10,7 @@ event per token.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
 from kvsim.poolmap import FrameRecorder, has_map
 from kvsim.recorder import MemoryRecorder, categorize, categorize_step, span_categories
 from kvsim.request import Request, RequestSpec, fresh_requests
+from kvsim.request_log import RequestLog
 from kvsim.results import Results, build_results
 from kvsim.scheduler import StepPlan, make_scheduler
 from kvsim.span import span_lists, span_series, step_totals
@@ -80,7 +82,11 @@ def cost_model_from_config(config: SimConfig, paged: bool) -> StepCostModel:
 
 
 class Engine:
-    """The simulated serving engine: owns the scheduler, cost model and recorder.
+    """The simulated serving engine: owns the scheduler, cost model and recorders.
+
+    A finished request's row goes to ``log`` and the engine lets go of the request (the
+    caller's list is not kept: a caller that drops its own reference frees each request when
+    it finishes).
 
     Args:
         env: the SimPy environment.
@@ -104,7 +110,6 @@ class Engine:
     ) -> None:
         self.env = env
         self.config = config
-        self.requests = requests
         self.allocator = allocator_from_config(config)
         self.swap = swap_space_from_config(config, self.allocator)
         self.scheduler = make_scheduler(self.allocator, config.engine_args, self.swap)
@@ -120,18 +125,25 @@ class Engine:
                 f"memory-map frames need a paged or slab allocator, not {config.cache.allocator!r}"
             )
         self.max_span_steps = 1 if config.memory_resolution == "step" else MAX_SPAN_STEPS
+        self.num_requests = len(requests)
         self.num_arrived = 0
         self.num_finished = 0
         self._wake: simpy.Event = env.event()
-        self._arrival_times = np.array([r.arrival_time_s for r in requests], np.float64)
+        arrivals = np.array([r.arrival_time_s for r in requests])  # int64 when all are ints
+        self.log = RequestLog(arrivals)
+        self._arrival_times = arrivals.astype(np.float64, copy=False)
         self._arrival_list: list[float] = self._arrival_times.tolist()
+        self._to_arrive = deque(requests)
+        self._row: dict[Request, int] = {}  # arrived, unfinished request -> its workload row
 
     def arrival_source(self) -> Generator[simpy.Event, Any, None]:
         """SimPy process: releases each request into the waiting queue at its arrival time."""
-        for req in self.requests:
+        for row in range(self.num_requests):
+            req = self._to_arrive.popleft()
             delay = req.arrival_time_s - self.env.now
             if delay > 0:
                 yield self.env.timeout(delay)
+            self._row[req] = row
             self.scheduler.add_request(req)
             self.num_arrived += 1
             if not self._wake.triggered:
@@ -139,7 +151,7 @@ class Engine:
 
     def engine_loop(self) -> Generator[simpy.Event, Any, None]:
         """SimPy process: one scheduling step (or fast-forwarded decode span) per event."""
-        total = len(self.requests)
+        total = self.num_requests
         while self.num_finished < total:
             if not self.scheduler.has_work():
                 self._wake = self.env.event()
@@ -164,6 +176,8 @@ class Engine:
             yield self.env.timeout(timing.total_s)
             finished = self.scheduler.complete(plan, self.env.now, step0_end_s)
             if finished:
+                for req in finished:
+                    self.log.add(self._row.pop(req), req)
                 self.num_finished += len(finished)
                 if self.on_finish is not None:
                     self.on_finish(len(finished))
@@ -218,7 +232,7 @@ class Engine:
         """Steps of a span to keep: up to the step during which the next request arrives when
         nobody waits, and up to the step in flight at the next memory-map capture."""
         k = len(durations)
-        if not self.scheduler.waiting and self.num_arrived < len(self.requests):
+        if not self.scheduler.waiting and self.num_arrived < self.num_requests:
             until_arrival = self._arrival_times[self.num_arrived] - self.env.now
             k = min(k, steps_before(durations, until_arrival, "left") + 1)
         capture = self.frames.next_time() if self.frames is not None else None
@@ -401,13 +415,14 @@ def simulate(
     env = simpy.Environment()
     frames = FrameRecorder(map_at_s, map_every_s) if map_at_s or map_every_s else None
     engine = Engine(env, config, runnable, on_finish, frames, lazy_decodes)
+    del runnable  # each request is freed when it finishes (its row stays in engine.log)
     env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run()
-    logger.debug("simulated %d requests to t=%.1f s", len(runnable), env.now)
+    logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
     results = build_results(
         config,
-        runnable,
+        engine.log.columns(),
         engine.recorder.arrays(),
         engine.scheduler.num_preemptions,
         usable_capacity_tokens=engine.allocator.usable_capacity_tokens,

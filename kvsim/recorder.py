@@ -372,10 +372,11 @@ class MemoryRecorder:
         c["unshared"].append(unshared_m)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
-        """The rows as numpy arrays, one per column (``MEMORY_COLUMNS``; copies), with the
-        dtypes ``frame`` gives them."""
+        """The rows as numpy arrays, one per column (``MEMORY_COLUMNS``), with the dtypes
+        pandas gives them. Views of the columns, not copies: the recording is over (a column
+        viewed can no longer grow)."""
         data = {
-            name: np.frombuffer(col, np.float64 if col.typecode == "d" else np.int64).copy()
+            name: np.frombuffer(col, np.float64 if col.typecode == "d" else np.int64)
             for name, col in self.columns.items()
         }
         if self._int_times:  # pandas keeps a column of int times as int64
@@ -384,10 +385,10 @@ class MemoryRecorder:
 
 
 def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
-    """``MemoryRecorder.arrays`` as a DataFrame (no rows: object columns, as pandas builds an
-    empty table)."""
+    """``MemoryRecorder.arrays`` as a DataFrame that takes the arrays over without copying them
+    (no rows: object columns, as pandas builds an empty table)."""
     import pandas as pd  # only when a run's tables are built
 
     if not len(columns["time_s"]):
         return pd.DataFrame([], columns=list(MEMORY_COLUMNS))
-    return pd.DataFrame(columns, columns=list(MEMORY_COLUMNS), copy=True)
+    return pd.DataFrame(columns, columns=list(MEMORY_COLUMNS), copy=False)

@@ -9,12 +9,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import ValidationError
 
 from kvsim.config import SimConfig, format_validation_error
@@ -61,9 +60,9 @@ class Results:
         mapframes, frames: memory-map frames captured during the run (``kvsim.poolmap``), or
             ``None`` when none was asked for.
 
-    ``simulate`` hands over its records as plain rows and arrays: ``requests`` and ``memory``
-    become DataFrames (importing pandas) the first time they are read, so a run that only wants
-    its summary never builds them.
+    ``simulate`` hands over its records as arrays: ``requests`` and ``memory`` become
+    DataFrames (importing pandas) the first time they are read, so a run that only wants its
+    summary never builds them; the DataFrames take the arrays over without copying them.
     """
 
     def __init__(
@@ -81,35 +80,35 @@ class Results:
         self.summary = summary
         self.mapframes = mapframes
         self.frames = frames
-        self._request_rows: list[list[Any]] | None = None
-        self._memory_columns: Mapping[str, npt.NDArray[Any]] | None = None
+        self._request_columns: Columns | None = None
+        self._memory_columns: Columns | None = None
 
     @classmethod
     def from_records(
         cls,
         config: SimConfig,
-        request_rows: list[list[Any]],
-        memory_columns: Mapping[str, npt.NDArray[Any]],
+        request_columns: Columns,
+        memory_columns: Columns,
         summary: dict[str, Any],
     ) -> Results:
-        """Results whose tables are built on first use: ``request_rows`` (``request_rows``) and
-        ``memory_columns`` (``MemoryRecorder.arrays``)."""
+        """Results whose tables are built on first use: ``request_columns``
+        (``request_table_columns``) and ``memory_columns`` (``MemoryRecorder.arrays``)."""
         results = cls(config, None, None, summary)
-        results._request_rows = request_rows
+        results._request_columns = request_columns
         results._memory_columns = memory_columns
         return results
 
     @property
     def requests(self) -> pd.DataFrame:
         if self._requests is None:
-            assert self._request_rows is not None
-            self._requests = request_frame_from_rows(self._request_rows)
-            self._request_rows = None
+            assert self._request_columns is not None
+            self._requests = request_frame_from_columns(self._request_columns)
+            self._request_columns = None
         return self._requests
 
     @requests.setter
     def requests(self, value: pd.DataFrame) -> None:
-        self._requests, self._request_rows = value, None
+        self._requests, self._request_columns = value, None
 
     @property
     def memory(self) -> pd.DataFrame:
@@ -215,39 +214,11 @@ def request_frame_from_rows(rows: list[list[Any]]) -> pd.DataFrame:
     return df
 
 
-_FLOAT_REQUEST_COLUMNS = ("first_scheduled_time_s", "first_token_time_s", "finish_time_s")
-_INT_REQUEST_COLUMNS = (
-    "req_id",
-    "prompt_tokens",
-    "output_tokens",
-    "num_preemptions",
-    "num_cached_tokens",
-)
-
-
-def request_columns(rows: list[list[Any]]) -> Columns | None:
-    """The columns ``summarize`` reads of ``request_frame_from_rows(rows)``, as the same numpy
-    arrays pandas would hold, without pandas; ``None`` when a column is not plainly numeric
-    (no rows, a missing arrival, ints beyond int64...), where the DataFrame decides.
-    """
-    if not rows:
-        return None
-    values = dict(zip(REQUEST_COLUMNS, zip(*rows, strict=True), strict=True))
-    cols: dict[str, npt.NDArray[Any]] = {}
-    for name in _INT_REQUEST_COLUMNS:
-        col = np.array(values[name])
-        if col.dtype != np.int64:
-            return None
-        cols[name] = col
-    arrival = np.array(values["arrival_time_s"])
-    if arrival.dtype not in (np.int64, np.float64) or np.isnan(arrival).any():
-        return None  # pandas infers the same two dtypes; its min and max skip NaNs
-    cols["arrival_time_s"] = arrival
-    for name in _FLOAT_REQUEST_COLUMNS:
-        col = np.array(values[name])  # None (never reached) -> object
-        if col.dtype not in (np.int64, np.float64):
-            return None
-        cols[name] = col.astype(np.float64)
+def request_table_columns(columns: Columns) -> Columns:
+    """The requests table as numpy arrays, without pandas: ``columns`` (``REQUEST_COLUMNS``,
+    ``RequestLog.columns``) with the latency columns ``request_frame`` adds, computed as pandas
+    computes them (the same float64 arithmetic)."""
+    cols = dict(columns)
     for name, (end, start) in LATENCY_INTERVALS.items():
         cols[name] = cols[end] - cols[start]
     output = cols["output_tokens"]
@@ -259,45 +230,45 @@ def request_columns(rows: list[list[Any]]) -> Columns | None:
     return cols
 
 
+def request_frame_from_columns(columns: Columns) -> pd.DataFrame:
+    """``request_frame`` of ``request_table_columns``: the arrays become the table's columns
+    without a copy; the masked ``parent_id`` becomes pandas' nullable ``Int64``."""
+    import pandas as pd  # only when a run's tables are built
+
+    parent = columns["parent_id"]
+    data: dict[str, Any] = dict(columns)
+    data["parent_id"] = pd.arrays.IntegerArray(np.ma.getdata(parent), np.ma.getmaskarray(parent))
+    return pd.DataFrame(data, copy=False)
+
+
 def build_results(
     config: SimConfig,
-    requests: Sequence[Request],
-    memory: pd.DataFrame | Mapping[str, npt.NDArray[Any]],
+    requests: Columns,
+    memory: Columns,
     num_preemptions: int,
     *,
     usable_capacity_tokens: int | None = None,
 ) -> Results:
-    """Assemble ``Results`` from the engine's records.
+    """Assemble ``Results`` from the engine's records; the tables are built on first use.
 
     Args:
-        memory: the recorded memory rows (``MemoryRecorder.arrays``, or its ``frame``).
+        requests: every request's row (``RequestLog.columns``), at least one.
+        memory: the recorded memory rows (``MemoryRecorder.arrays``).
         usable_capacity_tokens: slots requests can hold (``Allocator.usable_capacity_tokens``),
             the denominator of ``kv_cache_usage_perc``; the capacity when ``None``.
 
-    The summary is computed from arrays when the records allow it (the tables are then built
-    on first use, ``Results``); otherwise from the DataFrames, built at once.
+    The summary is computed from the arrays; from the memory DataFrame when no row was recorded
+    (its empty columns are typed as pandas types them).
     """
-    rows = request_rows(requests)
-    req_cols = request_columns(rows)
-    mem_cols: Mapping[str, npt.NDArray[Any]] | None = None
-    if isinstance(memory, Mapping) and memory and len(memory["time_s"]):
-        mem_cols = memory
-    frames: tuple[pd.DataFrame, pd.DataFrame] | None = None
-    req_table: pd.DataFrame | Columns
-    mem_table: pd.DataFrame | Columns
-    if req_cols is None or mem_cols is None:  # the unusual cases: let pandas decide
+    req_table = request_table_columns(requests)
+    mem_table: pd.DataFrame | Columns = memory
+    if not len(memory["time_s"]):
         from kvsim.recorder import memory_frame
 
-        frames = (
-            request_frame_from_rows(rows),
-            memory_frame(memory) if isinstance(memory, Mapping) else memory,
-        )
-        req_table, mem_table = frames
-    else:
-        req_table, mem_table = req_cols, mem_cols
+        mem_table = memory_frame(memory)
     capacity = config.capacity_tokens
     start_s = end_s = None
-    if config.summary_window == "arrivals" and len(rows):
+    if config.summary_window == "arrivals":
         arrival = req_table["arrival_time_s"]
         first, last = arrival.min(), arrival.max()
         start_s, end_s = float(first + 0.1 * (last - first)), float(last)
@@ -321,10 +292,7 @@ def build_results(
     summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity
     summary["kv_cache_bytes"] = config.kv_cache_bytes
     summary["config_key"] = config.key()
-    if frames is not None:
-        return Results(config, *frames, summary)
-    assert mem_cols is not None
-    return Results.from_records(config, rows, mem_cols, summary)
+    return Results.from_records(config, req_table, memory, summary)
 
 
 def engine_summary(config: SimConfig) -> dict[str, Any]:

@@ -15,6 +15,7 @@ tokens wherever the trace has equal ids, and the key chain stays right.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from numbers import Integral
 
 from kvsim.request import Request
 from kvsim.workload.traces import MOONCAKE_BLOCK_SIZE_TOKENS
@@ -62,7 +63,7 @@ class KeyChain:
     """Chained block keys: ``key(b) = hash((key(b - 1), tokens of block b))``, as vLLM's
     ``hash_block_tokens`` chains a block's hash over its parent's.
 
-    Segment ids and salts are interned to small ints, so a key is the hash of a tuple of ints:
+    Segment ids and salts become ints (``intern``), so a key is the hash of a tuple of ints:
     Python's tuple hash of ints is the same in every process (string hashes are randomised, int
     hashes are not), so runs are reproducible. Keys are 64-bit hashes, as vLLM's default
     builtin-hash prefix caching uses; two different prefixes collide with probability about
@@ -72,14 +73,24 @@ class KeyChain:
     """
 
     def __init__(self) -> None:
-        self._ids: dict[Hashable, int] = {}
+        self._shapes: dict[Hashable, int] = {}
 
     def intern(self, item: Hashable) -> int:
-        """A small int standing for ``item`` (a segment id or a salt) in this chain."""
-        key = self._ids.get(item)
-        if key is None:
-            key = self._ids[item] = len(self._ids)
-        return key
+        """An int standing for ``item`` (a segment id or a salt): equal items, equal ints.
+
+        ``item`` is split into its shape (its tuples and non-int atoms, ints left out) and its
+        ints; shapes are numbered in first-seen order and the int is the hash of ``(shape
+        number, *ints)``. Only shapes are kept (``("user", _)``, ``("gen", _)``, a salt: a
+        handful), not one entry per request's segment, which a million-request run would hold
+        to its end. Different items collide as keys do (64-bit hashes); Python hashes -1 as -2,
+        so ids differing only there would too (kvsim's ids are never negative).
+        """
+        ints: list[int] = []
+        shape = _shape(item, ints)
+        number = self._shapes.get(shape)
+        if number is None:
+            number = self._shapes[shape] = len(self._shapes)
+        return hash((number, *ints))
 
     def root(self, salt: str | None) -> int:
         """The key the first block chains from (tenants' salts give different roots)."""
@@ -102,6 +113,19 @@ class KeyChain:
         """
         cursor = StreamKeys(self, segments, block_size_tokens, salt)
         return cursor.keys(num_blocks)
+
+
+_INT = object()  # where an int sat in a shape
+
+
+def _shape(item: Hashable, ints: list[int]) -> Hashable:
+    """``item`` with each int replaced by ``_INT`` (appended to ``ints``), inside tuples too."""
+    if isinstance(item, tuple):
+        return tuple(_shape(x, ints) for x in item)
+    if isinstance(item, (int, Integral)):  # bools and numpy ints equal Python's
+        ints.append(int(item))
+        return _INT
+    return item
 
 
 class StreamKeys:

@@ -1,17 +1,21 @@
-"""Engine runs: conservation, fast-forward equivalence, determinism, a hand-worked blocked run."""
+"""Engine runs: conservation, fast-forward equivalence, determinism, a hand-worked blocked run,
+the requests table written as requests finish."""
 
 from __future__ import annotations
 
 import copy
+import gc
 
 import numpy as np
 import pandas as pd
 import pytest
+import simpy
 
 from kvsim.config import config_from_dict
-from kvsim.engine import simulate
+from kvsim.engine import Engine, prepare_requests, simulate
 from kvsim.recorder import CATEGORIES
 from kvsim.request import Request
+from kvsim.results import request_frame, request_frame_from_columns, request_table_columns
 
 TINY_MODEL = {
     "name": "tiny",
@@ -214,3 +218,70 @@ def test_one_workload_replayed_into_two_runs_gives_the_same_results(engine):
     pd.testing.assert_frame_equal(simulate(cfg, specs).requests, first.requests)
     with pytest.raises(AttributeError):
         specs[0].prompt_tokens = 3  # frozen: a spec is never written
+
+
+def _run(engine: Engine) -> None:
+    engine.env.process(engine.arrival_source())
+    engine.env.process(engine.engine_loop())
+    engine.env.run()
+
+
+LOGGED_CASES = {
+    # int arrival times (an int64 column), a parent on some rows only, preemptions
+    "hand-made": (
+        tiny_config(allocator="paged", block_size_tokens=4),
+        [
+            Request(0, 0, 3, 12, 12),
+            Request(1, 0, 3, 12, 12, parent_id=0),
+            Request(2, 1, 3, 12, 12),
+            Request(3, 2, 3, 1, 1, parent_id=2),
+        ],
+    ),
+    "v1 samples": (
+        config_from_dict({"workload": {"n": 2, "lengths": "alpaca_like", "num_requests": 40}}),
+        None,
+    ),
+    "prefix hits": (
+        config_from_dict(
+            {
+                "cache": {"enable_prefix_caching": True, "kv_cache_gib": 2},
+                "workload": {"shared_prefix_tokens": 64, "num_requests": 80, "rate_per_s": 20.0},
+            }
+        ),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LOGGED_CASES)
+def test_requests_table_written_as_requests_finish_is_their_request_frame(case):
+    # the engine forgets a finished request and keeps its row (RequestLog): the table it gives
+    # must be request_frame of the served requests, values and dtypes
+    cfg, requests = LOGGED_CASES[case]
+    served = prepare_requests(cfg, requests)[0]
+    engine = Engine(simpy.Environment(), cfg, served)
+    _run(engine)  # served stays with us: request_frame reads it
+    logged = request_frame_from_columns(request_table_columns(engine.log.columns()))
+    pd.testing.assert_frame_equal(logged, request_frame(served), check_exact=True)
+    if case == "hand-made":
+        assert logged["arrival_time_s"].dtype == np.int64
+        assert logged["num_preemptions"].sum() > 0
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_engine_keeps_no_finished_request(lazy):
+    # a million-request run must not hold every request to its end: once the caller lets go
+    # of its list, a request lives only while it waits or runs
+    def alive() -> int:
+        gc.collect()
+        return sum(type(o) is Request for o in gc.get_objects())
+
+    before = alive()  # other tests' requests
+    cfg = config_from_dict({"workload": {"num_requests": 200, "rate_per_s": 20.0}})
+    engine = Engine(simpy.Environment(), cfg, prepare_requests(cfg)[0], lazy_decodes=lazy)
+    assert alive() == before + 200
+    _run(engine)
+    assert len(engine.log) == engine.num_requests == 200
+    # the lazy cohort's heaps let go of a member's stale entries when the clock passes them:
+    # the last few requests to leave may still be there
+    assert alive() - before <= (5 if lazy else 0)

@@ -4,6 +4,10 @@ sequence count, hit rates of a shared prefix, and Figure 15's shares in a short 
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +42,41 @@ def test_keys_chain_and_salt():
     assert kx[1] != ky[1]
     assert chain.block_keys(x, 2, 8) == kx  # equal prefixes, equal keys
     assert chain.block_keys(x, 2, 8, salt="t") != kx
+
+
+def test_interned_ids_are_equal_exactly_for_equal_items_and_keep_only_shapes():
+    chain = KeyChain()
+    users = [chain.intern(("user", i)) for i in range(10_000)]
+    assert len(set(users)) == len(users)
+    assert chain.intern(("user", np.int64(7))) == users[7]  # equal items, equal ints
+    assert chain.intern(("gen", 7)) != users[7]
+    assert chain.intern((0, 7)) != users[7]  # an int where a kind was
+    assert chain.intern(("gen", 7, 1)) != chain.intern(("gen", (7, 1)))
+    # a table entry per shape (("user", int), ("gen", int), (int, int), ...), none per id: a
+    # long run must not keep one for each request's segments
+    assert len(chain._shapes) == 5
+
+
+def test_keys_are_the_same_in_every_process():
+    # string hashes are randomised per process; keys must not depend on them
+    code = (
+        "from kvsim.tokens import KeyChain; c = KeyChain(); "
+        "print(c.block_keys(((('sys', 0), 40), (('user', 3), 24)), 4, 16, salt='t'))"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(keys) == 1
 
 
 def test_multi_turn_prompt_holds_the_previous_turn():

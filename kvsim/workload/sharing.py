@@ -20,15 +20,20 @@ def apply_sharing(spec: WorkloadSpec, requests: list[Request], max_model_len: in
     Args:
         spec: the workload (``n``, ``beam_width``, ``shared_prefix_tokens``, ``num_tenants``,
             ``num_turns``, ``turn_gap_s``).
-        requests: drawn requests sorted by arrival, ids 0..N-1.
+        requests: drawn requests sorted by arrival, ids 0..N-1; the caller's fresh list, whose
+            entries may be replaced in place (so a million drawn requests and their shared
+            versions never all exist at once).
         max_model_len: context limit in tokens; prompts are cut to leave one output token.
     """
     if spec.num_turns > 1:
         requests = _conversations(spec, requests, max_model_len)
     elif spec.shared_prefix_tokens or spec.num_tenants > 1:
-        requests = [_with_prefix(spec, r, max_model_len) for r in requests]
+        system: dict[int, tuple[object, int]] = {}  # one system-prompt run per tenant
+        for i, req in enumerate(requests):
+            requests[i] = _with_prefix(spec, req, max_model_len, system)
     if spec.n > 1 or spec.beam_width > 1:
-        requests = [replace(r, n=spec.n, beam_width=spec.beam_width) for r in requests]
+        for i, req in enumerate(requests):
+            requests[i] = replace(req, n=spec.n, beam_width=spec.beam_width)
     return requests
 
 
@@ -37,13 +42,17 @@ def _salt(spec: WorkloadSpec, index: int) -> tuple[str | None, int]:
     return (f"tenant-{tenant}" if spec.num_tenants > 1 else None), tenant
 
 
-def _with_prefix(spec: WorkloadSpec, req: Request, max_model_len: int) -> Request:
+def _with_prefix(
+    spec: WorkloadSpec, req: Request, max_model_len: int, system: dict[int, tuple[object, int]]
+) -> Request:
+    """``req`` behind the tenant's system prompt; ``system`` caches each tenant's run."""
     salt, tenant = _salt(spec, req.req_id)
     shared = min(spec.shared_prefix_tokens, max_model_len - 1)
     prompt = min(shared + req.prompt_tokens, max_model_len - 1)
     segs: tuple[tuple[object, int], ...] = ((("user", req.req_id), prompt - shared),)
     if shared:
-        segs = ((("sys", tenant), shared), *segs[: 1 if prompt > shared else 0])
+        run = system.setdefault(tenant, (("sys", tenant), shared))
+        segs = (run, *segs[: 1 if prompt > shared else 0])
     output = min(req.output_tokens, max_model_len - prompt)
     return replace(
         req,
