@@ -32,6 +32,8 @@ class PointOutcome:
         traceback: the worker's formatted traceback on failure.
         elapsed_s: wall-clock seconds the worker spent.
         warnings: what kvsim warned during the point (the driver prints each text once).
+        saved: the worker wrote the point itself (``kvsim.sweep.run_and_save``); ``results``
+            and ``snapshot`` then stay behind.
     """
 
     key: str
@@ -41,6 +43,7 @@ class PointOutcome:
     traceback: str | None = None
     elapsed_s: float = 0.0
     warnings: tuple[str, ...] = ()
+    saved: bool = False
 
 
 class _Collected(logging.Handler):

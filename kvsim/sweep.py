@@ -119,11 +119,29 @@ def _serial(todo: list[Point], snapshot_at_s: float | None) -> Iterator[tuple[Po
         yield point, run_point(_config(point), snapshot_at_s)
 
 
+def run_and_save(
+    config: SimConfig, snapshot_at_s: float | None, folder: Path, point: Point
+) -> PointOutcome:
+    """``run_point``, then write the finished point where it runs (a local worker shares the
+    driver's filesystem): the tables need not travel back, and their writing is spread over the
+    workers instead of queueing in the driver."""
+    outcome = run_point(config, snapshot_at_s)
+    if outcome.error is None:
+        save_outcome(folder, point, outcome)
+        outcome.results = outcome.snapshot = None
+        outcome.saved = True
+    return outcome
+
+
 def _pool(
-    todo: list[Point], jobs: int, snapshot_at_s: float | None
+    todo: list[Point], jobs: int, snapshot_at_s: float | None, folder: Path | None
 ) -> Iterator[tuple[Point, PointOutcome]]:
-    calls = [(p, (_config(p), snapshot_at_s)) for p in todo]
-    yield from pool_map(run_point, calls, jobs)  # workers die with the driver (kvsim.workers)
+    if folder is None:
+        calls = [(p, (_config(p), snapshot_at_s)) for p in todo]
+        yield from pool_map(run_point, calls, jobs)  # workers die with the driver
+        return
+    saving = [(p, (_config(p), snapshot_at_s, folder, p)) for p in todo]
+    yield from pool_map(run_and_save, saving, jobs)
 
 
 def _dask(
@@ -144,6 +162,7 @@ def outcomes(
     scheduler: str | None = None,
     snapshot_at_s: float | None = None,
     connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
+    folder: Path | None = None,
 ) -> Iterator[tuple[Point, PointOutcome]]:
     """Run ``todo`` and yield ``(point, outcome)`` as each finishes.
 
@@ -154,6 +173,8 @@ def outcomes(
             ``"tcp://HOST:PORT"`` for a running Dask scheduler.
         snapshot_at_s: simulated second of the memory-map snapshot (``None``: none).
         connect_timeout_s: seconds to wait for a remote Dask scheduler.
+        folder: the sweep's folder: local pool workers write their points into it
+            (``run_and_save``); ``None``: every outcome comes back with its tables.
 
     Raises:
         ValueError: (when iterated) an unreachable or malformed Dask scheduler address.
@@ -163,7 +184,7 @@ def outcomes(
     elif jobs <= 1:
         stream = _serial(todo, snapshot_at_s)
     else:
-        stream = _pool(todo, jobs, snapshot_at_s)
+        stream = _pool(todo, jobs, snapshot_at_s, folder)
     return _warn_once_each(stream)
 
 
@@ -280,7 +301,7 @@ def run_sweep(
         report.num_skipped,
         len(todo),
     )
-    bar = tqdm(
+    bar = _Bar(
         total=len(unique),
         initial=report.num_skipped,
         desc=experiment.name,
@@ -294,6 +315,7 @@ def run_sweep(
             scheduler=scheduler,
             snapshot_at_s=experiment.snapshot_time(quick=quick),
             connect_timeout_s=connect_timeout_s,
+            folder=folder,
         )
         _run_points(finished, folder, report, failures, bar)
     except KeyboardInterrupt:
@@ -317,6 +339,12 @@ def run_sweep(
     return report
 
 
+class _Bar(tqdm):  # type: ignore[misc]
+    """A tqdm bar without tqdm's monitor thread, so that workers can be forked (``pool_map``)."""
+
+    monitor_interval = 0
+
+
 def _run_points(
     finished: Iterator[tuple[Point, PointOutcome]],
     folder: Path,
@@ -328,7 +356,8 @@ def _run_points(
     with bar:
         for point, outcome in finished:
             if outcome.error is None:
-                save_outcome(folder, point, outcome)
+                if not outcome.saved:
+                    save_outcome(folder, point, outcome)
                 report.num_run += 1
             else:
                 failures.append(

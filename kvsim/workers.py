@@ -84,6 +84,17 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
             process.terminate()
 
 
+def _start_context() -> multiprocessing.context.BaseContext:
+    """``fork`` where the platform has it and this process runs no other Python thread (a
+    progress bar's monitor, a Dask client): workers then start with everything the driver
+    imported, in milliseconds; ``spawn`` otherwise, since a fork copies locks other Python
+    threads may hold. (Native pools, OpenBLAS's and Arrow's, reset themselves in a forked
+    child.)"""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
 def pool_map(
     fn: Callable[..., R], calls: list[tuple[T, tuple[Any, ...]]], jobs: int
 ) -> Iterator[tuple[T, R]]:
@@ -91,8 +102,9 @@ def pool_map(
     ``(tag, result)`` as each finishes.
 
     The driver is one of the ``jobs``: it runs calls itself between harvesting the results of
-    ``jobs - 1`` spawned worker processes, so it works while they start (a spawned worker
-    imports kvsim first) and no core idles behind a driver that only waits. Workers exit when
+    ``jobs - 1`` worker processes (forked from a driver without other threads, else spawned:
+    ``_start_context``), so it works while they start (a spawned worker imports kvsim first)
+    and no core idles behind a driver that only waits. Workers exit when
     the driver dies and ignore SIGINT (see the module docstring). When the caller stops early
     (an exception, Ctrl-C, ``close()``), the workers are terminated.
 
@@ -103,7 +115,7 @@ def pool_map(
         for tag, args in calls:
             yield tag, fn(*args)
         return
-    context = multiprocessing.get_context("spawn")  # no fork of a threaded driver
+    context = _start_context()
     main_thread = threading.current_thread() is threading.main_thread()
     pool = ProcessPoolExecutor(
         max_workers=jobs - 1,
@@ -113,11 +125,12 @@ def pool_map(
     )
     pending = list(reversed(calls))  # pop() takes them in order
     in_flight: dict[Future[R], T] = {}
-    depth = 2 * (jobs - 1)  # a call queued behind each busy worker: it never waits for us
+    depth = 3 * (jobs - 1)  # calls queued behind each busy worker: it never waits for us
 
     def top_up() -> None:
         with _sigint_ignored():  # a submit may spawn a worker, which inherits the disposition
-            while pending and len(in_flight) < depth:
+            # near the end no call waits behind a busy worker: the driver takes the last ones
+            while pending and len(in_flight) < (depth if len(pending) > depth else jobs - 1):
                 tag, args = pending.pop()
                 in_flight[pool.submit(fn, *args)] = tag
 

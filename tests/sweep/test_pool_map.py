@@ -1,0 +1,44 @@
+"""``pool_map``: forked workers from a driver without other Python threads, spawned ones
+otherwise, the same results in call order either way, and every call run once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import pytest
+
+from kvsim.workers import _start_context, pool_map
+
+
+def square_with_pid(x: int) -> tuple[int, int]:
+    import os
+
+    return x * x, os.getpid()
+
+
+def _run(jobs: int) -> dict[int, tuple[int, int]]:
+    calls = [(i, (i,)) for i in range(12)]
+    return dict(pool_map(square_with_pid, calls, jobs))
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="no fork on this platform"
+)
+def test_fork_only_without_other_threads() -> None:
+    alone = threading.active_count() == 1  # (a test runner may hold threads of its own)
+    assert (_start_context().get_start_method() == "fork") == alone
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        assert _start_context().get_start_method() == "spawn"
+        spawned = _run(3)
+    finally:
+        stop.set()
+        other.join()
+    forked = _run(3)
+    for results in (spawned, forked):
+        assert sorted(results) == list(range(12))  # every call once
+        assert all(square == i * i for i, (square, _) in results.items())
+        assert len({pid for _, pid in results.values()}) >= 2  # the driver and a worker ran
