@@ -146,6 +146,8 @@ class Allocator(ABC):
     of ``block_size_tokens`` whenever the last fills; ``"slabs"``: fixed at admission; ``None``:
     the policy needs the allocator at every step (each request is handled one by one)."""
     block_size_tokens: int = 1
+    takes_slot_per_token: ClassVar[bool] = False
+    """Every decoded token takes a slot (``grow_one_each`` is then the scheduler's decode path)."""
 
     def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
         if capacity_tokens < 1:
@@ -257,6 +259,18 @@ class Allocator(ABC):
         Returns:
             ``None``, changing nothing, when it does not fit.
         """
+
+    def grow_one_each(self, requests: Sequence[Request]) -> int:
+        """``allocate(r, r.num_computed_tokens + 1)`` for each running request in order (one
+        decode step's slots), stopping at the first that does not fit; how many were placed.
+
+        The failing request and those after it are left as they were, so the caller can preempt
+        and retry one by one exactly as with ``allocate``.
+        """
+        for i, request in enumerate(requests):
+            if self.allocate(request, request.num_computed_tokens + 1) is None:
+                return i
+        return len(requests)
 
     @abstractmethod
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:

@@ -156,6 +156,7 @@ class RadixAllocator(Allocator):
 
     name = "radix"
     caches_prefixes = True
+    takes_slot_per_token = True
 
     def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
@@ -439,6 +440,42 @@ class RadixAllocator(Allocator):
         if need == 0:
             return self._nothing_new
         return self._grow(held, num_tokens, need, held.matched)
+
+    def grow_one_each(self, requests: Sequence[Request]) -> int:
+        """``allocate``'s decode path for a step's running requests in one loop: a request
+        continuing its own leaf's last run widens it in place (the common case); any other
+        goes through ``allocate``. Same order, clock and state as one ``allocate`` per request.
+        """
+        live = self.live
+        for i, request in enumerate(requests):
+            held = live.get(request.req_id)
+            num_tokens = request.num_computed_tokens + 1
+            if held is None or num_tokens != held.matched + 1:
+                if self.allocate(request, num_tokens) is None:
+                    return i
+                continue
+            node = held.node
+            if not (
+                num_tokens <= held.widen_until
+                and self._free >= 1
+                and node.lock_ref == 1
+                and not node.children
+            ):
+                if self.allocate(request, num_tokens) is None:
+                    return i
+                continue
+            self._clock += 1
+            seg, start, end = node.runs[-1]
+            node.runs[-1] = (seg, start, end + 1)
+            node.length += 1
+            node.last_access = self._clock
+            self._version += 1
+            self.cached_tokens += 1
+            self.protected_tokens += 1
+            self._free -= 1
+            self._sum_matched += 1
+            held.matched = num_tokens
+        return len(requests)
 
     def _grow(self, held: _Held, num_tokens: int, need: int, reused: int) -> AllocResult:
         """Take ``need`` slots and insert the request's tokens up to ``num_tokens``."""

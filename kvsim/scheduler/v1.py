@@ -62,7 +62,18 @@ class V1Scheduler(SchedulerCore):
         cache_block = self.cache_block_tokens
         i = 0
         partial = False  # some request is left mid-prefill after step 0
+        per_token = self.allocator.takes_slot_per_token
         while i < len(running) and budget > 0:
+            if per_token:  # a run of decodes, each taking its slot: in one allocator call
+                run = self._decode_run(i, budget)
+                placed = self.allocator.grow_one_each(run) if run else 0
+                for req in run[:placed]:
+                    req.num_held_slots = req.num_computed_tokens + 1
+                    plan.add_decode(req)
+                budget -= placed
+                i += placed
+                if i >= len(running) or budget <= 0:
+                    break
             req = running[i]
             computed = req.num_computed_tokens
             num_new = req.prompt_tokens + req.num_output_tokens - computed
@@ -110,6 +121,17 @@ class V1Scheduler(SchedulerCore):
             i += 1
         self._partial = partial or i < len(running)
         return budget
+
+    def _decode_run(self, start: int, budget: int) -> list[Request]:
+        """The running requests from ``start`` on that decode one token, at most ``budget``."""
+        run = []
+        for req in self.running[start : start + budget]:
+            if not req.num_output_tokens or (
+                req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens != 1
+            ):
+                break
+            run.append(req)
+        return run
 
     def _schedule_running_lazy(self, plan: StepPlan, budget: int, lazy: LazyDecodes) -> int | None:
         """``_schedule_running`` over the cohort: every member decodes one token, the others

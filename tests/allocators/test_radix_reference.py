@@ -135,6 +135,25 @@ class RadixVersusNaive(RuleBasedStateMachine):
             req.num_output_tokens = max(req.num_output_tokens, target - req.prompt_tokens + 1)
 
     @precondition(lambda self: bool(self.live))
+    @rule()
+    def decode_step(self) -> None:
+        """One decode step of every live request that can grow: the radix allocator's batched
+        ``grow_one_each`` against the reference's one ``allocate`` after another (the base
+        class's loop), stopping at the same request."""
+        run = []
+        for req_id in sorted(self.live):
+            req = self.live[req_id]
+            held = self.fast.held_slots(req_id)
+            if held < req.final_kv_tokens:
+                req.num_computed_tokens = held
+                run.append(req)
+        placed = self.both("grow_one_each", run)
+        for req in run[:placed]:
+            req.num_output_tokens = max(
+                req.num_output_tokens, req.num_computed_tokens + 2 - req.prompt_tokens
+            )
+
+    @precondition(lambda self: bool(self.live))
     @rule(data=st.data(), preempt=st.booleans())
     def leave(self, data: st.DataObject, preempt: bool) -> None:
         req = self.live.pop(data.draw(st.sampled_from(sorted(self.live))))
