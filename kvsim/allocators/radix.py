@@ -447,35 +447,46 @@ class RadixAllocator(Allocator):
         goes through ``allocate``. Same order, clock and state as one ``allocate`` per request.
         """
         live = self.live
+        widened = 0  # widenings since the counters were last written back
+        clock = self._clock
         for i, request in enumerate(requests):
             held = live.get(request.req_id)
             num_tokens = request.num_computed_tokens + 1
-            if held is None or num_tokens != held.matched + 1:
-                if self.allocate(request, num_tokens) is None:
-                    return i
-                continue
-            node = held.node
-            if not (
-                num_tokens <= held.widen_until
-                and self._free >= 1
-                and node.lock_ref == 1
-                and not node.children
+            if (
+                held is None
+                or num_tokens != held.matched + 1
+                or num_tokens > held.widen_until
+                or self._free <= widened  # the slots of this call's widenings are still counted
+                or held.node.lock_ref != 1
+                or held.node.children
             ):
-                if self.allocate(request, num_tokens) is None:
+                self._widened(widened, clock)
+                widened = 0
+                placed = self.allocate(request, num_tokens)
+                clock = self._clock
+                if placed is None:
                     return i
                 continue
-            self._clock += 1
+            clock += 1
+            node = held.node
             seg, start, end = node.runs[-1]
             node.runs[-1] = (seg, start, end + 1)
             node.length += 1
-            node.last_access = self._clock
-            self._version += 1
-            self.cached_tokens += 1
-            self.protected_tokens += 1
-            self._free -= 1
-            self._sum_matched += 1
+            node.last_access = clock
             held.matched = num_tokens
+            widened += 1
+        self._widened(widened, clock)
         return len(requests)
+
+    def _widened(self, count: int, clock: int) -> None:
+        """Counters after ``count`` one-token widenings of ``grow_one_each``, at ``clock``."""
+        self._clock = clock
+        if count:
+            self._version += count
+            self.cached_tokens += count
+            self.protected_tokens += count
+            self._free -= count
+            self._sum_matched += count
 
     def _grow(self, held: _Held, num_tokens: int, need: int, reused: int) -> AllocResult:
         """Take ``need`` slots and insert the request's tokens up to ``num_tokens``."""

@@ -102,6 +102,21 @@ class StepPlan:
         work[2] += w * (2 * o + 1)
         work[3] += w
 
+    def add_decodes(self, requests: list[Request]) -> None:
+        """``add_decode`` of each of ``requests``, in order."""
+        self.scheduled.extend(requests)
+        self.num_new_tokens.extend([1] * len(requests))
+        seqs = context = 0
+        for request in requests:
+            w = request.num_seqs
+            seqs += w
+            context += w * request.num_computed_tokens
+        work = self.work
+        work[0] += seqs
+        work[1] += context
+        work[2] += 2 * context + seqs
+        work[3] += seqs
+
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Schedule ``num_new_tokens`` of ``request`` in step 0 (before its computed tokens
         advance) and add its work: each sequence computes ``c`` tokens after ``o``."""

@@ -67,9 +67,11 @@ class V1Scheduler(SchedulerCore):
             if per_token:  # a run of decodes, each taking its slot: in one allocator call
                 run = self._decode_run(i, budget)
                 placed = self.allocator.grow_one_each(run) if run else 0
-                for req in run[:placed]:
-                    req.num_held_slots = req.num_computed_tokens + 1
-                    plan.add_decode(req)
+                if placed:
+                    done = run[:placed]
+                    for req in done:
+                        req.num_held_slots = req.num_computed_tokens + 1
+                    plan.add_decodes(done)
                 budget -= placed
                 i += placed
                 if i >= len(running) or budget <= 0:
