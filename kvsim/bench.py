@@ -359,10 +359,15 @@ def main(argv: list[str] | None = None) -> None:
             "vidur_v1_process",
             report["vidur_v1_process"]["wall_s"],
         )
-    if args.sweep:
-        from kvsim.bench_sweep import sweep_speedup
-
-        report["sweep_block_size"] = sweep_speedup()
+    if args.sweep:  # in a fresh process too, as `kvsim sweep` runs
+        code = (
+            "import json\nfrom kvsim.bench_sweep import sweep_speedup\n"
+            "print(json.dumps(sweep_speedup()))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        )
+        report["sweep_block_size"] = json.loads(done.stdout.strip().splitlines()[-1])
     report["load_average_at_end"] = list(_load_average())
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))

@@ -14,6 +14,7 @@ speed-up. With ``--scheduler local`` both runs start a local Dask cluster.
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -55,21 +56,31 @@ def time_sweep(
         return elapsed, point_s, report.table
 
 
-def sweep_speedup(name: str = "block-size", jobs: int = 2) -> dict[str, Any]:
-    """Wall-clock seconds of ``experiments/NAME.toml`` with 1 and ``jobs`` workers, its
-    speed-up, and the points' own seconds (their sum grows when workers compete for CPU).
+def sweep_speedup(name: str = "block-size", jobs: int = 2, repeats: int = 3) -> dict[str, Any]:
+    """Wall-clock seconds of ``experiments/NAME.toml`` with 1 and ``jobs`` workers (the median of
+    ``repeats`` runs each, alternating), its speed-up, and the points' own seconds (their sum
+    grows when workers compete for CPU).
 
     Raises:
-        AssertionError: the two summary tables differ.
+        AssertionError: the summary tables differ.
     """
     experiment = load_experiment(experiments_dir() / f"{name}.toml")
-    one_s, one_points_s, one = time_sweep(experiment, 1, None)
-    many_s, many_points_s, many = time_sweep(experiment, jobs, None)
-    pd.testing.assert_frame_equal(one, many)
+    runs: dict[int, list[tuple[float, float]]] = {1: [], jobs: []}
+    tables = []
+    for _ in range(repeats):
+        for n in (1, jobs):
+            wall_s, points_s, table = time_sweep(experiment, n, None)
+            runs[n].append((wall_s, points_s))
+            tables.append(table)
+    for table in tables[1:]:
+        pd.testing.assert_frame_equal(tables[0], table)
+    one_s, one_points_s = (statistics.median(v) for v in zip(*runs[1], strict=True))
+    many_s, many_points_s = (statistics.median(v) for v in zip(*runs[jobs], strict=True))
     return {
         "experiment": name,
-        "points": len(one),
+        "points": len(tables[0]),
         "jobs": jobs,
+        "repeats": repeats,
         "wall_s_1_worker": one_s,
         f"wall_s_{jobs}_workers": many_s,
         "speedup": one_s / many_s,
