@@ -33,9 +33,11 @@ FIG15 = {
     "beam search width=4": 53.13,
     "beam search width=6": 55.16,
 }
-# The beam model (one parameter, fitted on width 4) predicts width 6 2.0 points above the paper:
-# its wider beams share a little more than the paper's. Kept as a known miss, not a wider band.
-FIG15_KNOWN_MISSES = {"beam search width=6"}
+# The beam model (one parameter, fitted on width 4) predicts width 6 about 2.0 points above the
+# paper, on the band's edge: +2.02 on the paper's Alpaca file, +1.96 on the shipped length table
+# (seeds 0-3 on the file: +1.9 to +2.7). Its deviation is pinned (2.0 +- 0.5 points) rather than
+# called in or out of the band, so that a model change that moves it is noticed.
+FIG15_AT_THE_EDGE = {"beam search width=6": 2.0}
 
 
 def _needs_sharegpt() -> None:
@@ -97,9 +99,12 @@ def test_fig15_savings(tmp_path: Path) -> None:
     assert table.loc["beam search width=4", "fitted"]
     assert any("FITTED" in n for n in rep.notes)
     for system, paper in FIG15.items():
-        within = abs(table.loc[system, "kv_saved_by_sharing_pct"] - paper) <= 2.0
-        assert within != (system in FIG15_KNOWN_MISSES), (system, table.loc[system].to_dict())
-        assert table.loc[system, "in_band"] == within  # the printed verdict says the same
+        error = table.loc[system, "kv_saved_by_sharing_pct"] - paper
+        if system in FIG15_AT_THE_EDGE:
+            assert abs(error - FIG15_AT_THE_EDGE[system]) <= 0.5, (system, error)
+        else:
+            assert abs(error) <= 2.0, (system, table.loc[system].to_dict())
+        assert table.loc[system, "in_band"] == (abs(error) <= 2.0)  # the printed verdict agrees
     assert (table["num_preemptions"] == 0).all()  # sharing undisturbed
 
 
