@@ -2,8 +2,9 @@
 
 Each point's results go to ``OUT/NAME/points/KEY/`` (``KEY = SimConfig.key()``), written into a
 temporary folder and renamed into place, so a killed sweep leaves only finished points behind and a
-rerun skips them. Workers only simulate and return their ``Results``; the driver writes, so a
-remote Dask cluster needs no shared filesystem. A failing point is logged with its swept values
+rerun skips them. Local workers write their own points (``run_and_save``); Dask workers only
+simulate and return their ``Results`` and the driver writes, so a remote cluster needs no shared
+filesystem. A failing point is logged with its swept values
 and listed in ``failures.json``; the others go on. ``summary.parquet`` has one row per finished
 point, in expansion order: the swept fields, then the summary metrics.
 """
