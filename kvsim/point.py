@@ -1,6 +1,7 @@
-"""One sweep point, simulated in a worker: the only module a sweep's worker process imports
-(through the pickled ``run_point``), so a worker starts without pandas, tqdm or the sweep's
-driver code (``python -X importtime``: about half the start-up of importing ``kvsim.sweep``).
+"""One sweep point, simulated in a worker. A Dask worker imports only this module (through the
+pickled ``run_point``), so it starts without pandas, tqdm or the sweep's driver code (about half
+the start-up of importing ``kvsim.sweep``); local workers are forked with everything imported,
+or spawned to run ``kvsim.sweep.run_and_save``, which also writes the point.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def loaded_after(code: str) -> dict[str, bool]:
         "from kvsim import config_from_dict, simulate",
         "import kvsim.workload.catalog",
         "import kvsim.cli",
-        "import kvsim.point",  # all a sweep's worker process imports
+        "import kvsim.point",  # all a Dask worker of a sweep imports
     ],
 )
 def test_importing_loads_no_heavy_library(code: str) -> None:
