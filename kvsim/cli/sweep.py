@@ -85,12 +85,7 @@ def sweep(
         if report.failures:
             raise typer.Exit(1)
 
-    try:
-        guard(go)
-    except typer.Exit as exit_:
-        if exit_.exit_code == 130:
-            err_console.print("finished points are saved; run the same command to resume")
-        raise
+    guard(go)  # an interrupt: run_sweep has said what is saved and how to resume
 
 
 def plot(

@@ -85,10 +85,15 @@ class V0Scheduler(SchedulerCore):
             and not (self.swap is not None and self.swap.has_swapped())
             and plan.head_blocked in (None, "kv", "max_num_seqs", "batch")
         )
-        if not plan.scheduled or plan.num_prefills == 0:
-            self._batch_forming = False  # a decode step closes a request-level batch
         self._finish_lazy_plan(plan)
         return plan
+
+    def complete(self, plan: StepPlan, now_s: float, step0_end_s: float) -> list[Request]:
+        # a decode step closes a request-level batch: a decode plan, or a prefill plan whose
+        # span went on to decode (the engine fast-forwards past step 0 without planning)
+        if plan.num_prefills == 0 or plan.num_steps > 1:
+            self._batch_forming = False
+        return super().complete(plan, now_s, step0_end_s)
 
     def _admission_open(self) -> bool:
         """Iteration-level batching admits at every step; request-level batching only while a

@@ -95,6 +95,19 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["scheduler.engine=vllm-v0", "workload.n=2", "workload.beam_width=2"],
         ["beam_width"],
     ),
+    "beam_survival_renamed": (
+        ["workload.beam_survival=0.8"],
+        ["beam_survival", "beam_branch_prob"],
+    ),
+    "beam_branch_past_half": (
+        ["workload.beam_branch_prob=0.7"],
+        ["beam_branch_prob", "0.7", "0.5"],
+    ),
+    "request_batching_v1": (["scheduler.batching=request"], ["scheduler.batching", "vllm-v0"]),
+    "batching_misspelt": (
+        ["scheduler.batching=requests"],
+        ["scheduler.batching", "requests", "'iteration' or 'request'"],
+    ),
     "num_turns_huge": ([f"workload.num_turns={BIG}"], ["workload.num_turns"]),
     "num_tenants_huge": ([f"workload.num_tenants={BIG}"], ["workload.num_tenants"]),
     "sigma_huge": (

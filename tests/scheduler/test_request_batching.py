@@ -60,3 +60,28 @@ def test_request_batching_never_beats_iteration_batching():
         summary = simulate(config_from_dict(base)).summary
         queue[batching] = summary["request_queue_time_seconds_mean"]
     assert queue["request"] > queue["iteration"]
+
+
+def test_a_late_arrival_waits_for_a_batch_the_engine_fast_forwards(tmp_path):
+    # A (arrives at 0 s) prefills alone and the engine fast-forwards its decodes; B arrives at
+    # 1 s, while A decodes: under request-level batching B starts only when A has finished
+    # (its first step begins at A's finish); under iteration-level batching it joins at once
+    trace = tmp_path / "late.csv"
+    trace.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,10,500\n1,10,500\n")
+    times = {}
+    for batching in ("iteration", "request"):
+        cfg = config_from_dict(
+            {
+                "model": "opt-13b",
+                "gpu": "a100-40gb",
+                "cache": {"allocator": "buddy", "reservation": "max", "kv_cache_gib": 12.0},
+                "scheduler": {"engine": "vllm-v0", "max_model_len": 2048, "batching": batching},
+                "workload": {"trace": str(trace), "arrival": "trace"},
+            }
+        )
+        requests = simulate(cfg).requests.set_index("req_id")
+        times[batching] = requests
+    late = times["request"]
+    assert late.loc[1, "first_scheduled_time_s"] == late.loc[0, "finish_time_s"]
+    joined = times["iteration"]
+    assert joined.loc[1, "first_scheduled_time_s"] < joined.loc[0, "finish_time_s"]
