@@ -107,8 +107,9 @@ def run_title(cfg: object, num_requests: int) -> str:
     preemption = args.preemption_mode or "recompute" + (
         " (swap for multi-sequence groups)" if args.engine == "vllm-v0" else ""
     )
+    batching = ", request-level batching" if args.batching == "request" else ""
     return (
-        f"{args.engine} (preemption: {preemption}): {cfg.model.name} on {cfg.gpu.name}"
+        f"{args.engine} (preemption: {preemption}{batching}): {cfg.model.name} on {cfg.gpu.name}"
         f"{gpus if par.world_size > 1 else ''}, {policy}, {pool} "
         f"({cfg.kv_cache_bytes / 2**30:,.2f} GiB per GPU), {num_requests:,} requests"
     )

@@ -85,3 +85,17 @@ def test_a_late_arrival_waits_for_a_batch_the_engine_fast_forwards(tmp_path):
     assert late.loc[1, "first_scheduled_time_s"] == late.loc[0, "finish_time_s"]
     joined = times["iteration"]
     assert joined.loc[1, "first_scheduled_time_s"] < joined.loc[0, "finish_time_s"]
+
+
+def test_the_run_header_names_request_level_batching():
+    from typer.testing import CliRunner
+
+    from kvsim.cli import app
+
+    args = ["run", "--no-progress", "--set", "scheduler.engine=vllm-v0"]
+    args += ["--set", "cache.allocator=buddy", "--set", "workload.num_requests=20"]
+    plain = CliRunner().invoke(app, args)
+    batched = CliRunner().invoke(app, [*args, "--set", "scheduler.batching=request"])
+    assert plain.exit_code == batched.exit_code == 0, batched.output
+    assert "request-level batching" in batched.output.splitlines()[0]
+    assert "request-level batching" not in plain.output
