@@ -27,7 +27,7 @@ METRIC = "num_requests_running_step_mean"
 def fit_step_overhead(ctx: Context) -> tuple[float, str, str]:
     """The per-step overhead at which the fit bar (``[analysis] fit_*``), averaged over the
     experiment's seeds, matches the paper's: a root of ``batch(s) - paper`` found by Brent's
-    method (``scipy.optimize.brentq``), each evaluation a stored sweep over the seeds.
+    method (``Context.fit``), each evaluation a stored sweep over the seeds.
 
     Returns:
         ``(seconds, system label, dataset)`` of the fit.
@@ -36,8 +36,6 @@ def fit_step_overhead(ctx: Context) -> tuple[float, str, str]:
         ValueError: the bracket does not contain the paper's value.
     """
     import dataclasses
-
-    from scipy.optimize import brentq
 
     from kvsim.config import set_dotted
 
@@ -58,21 +56,9 @@ def fit_step_overhead(ctx: Context) -> tuple[float, str, str]:
         paper[(paper["dataset"] == dataset) & (paper["system"] == label)]["value"].iloc[0]
     )
     fit = dataclasses.replace(experiment, name="fig13-fit", base=base, zips=[])
-
-    def excess(seconds: float) -> float:
-        sweep = ctx.sweep(fit, **{field: round(seconds, 7)})
-        return float(sweep.summary[METRIC].mean()) - target
-
     lo, hi = (float(v) for v in analysis.get("fit_bracket", [0.001, 0.03]))
     ctx.say(f"fitting {field} so that {label} on {dataset} batches {target} (mean over seeds)")
-    low, high = excess(lo), excess(hi)
-    if low > 0 or high < 0:
-        raise ValueError(
-            f"fig13: {field} in [{lo}, {hi}] gives {label} {low + target:.2f}..{high + target:.2f}"
-            f" batched requests, not the paper's {target}"
-        )
-    seconds = brentq(excess, lo, hi, xtol=2e-4)
-    return round(float(seconds), 7), label, dataset
+    return ctx.fit(fit, field, METRIC, target, (lo, hi), xtol=2e-4), label, dataset
 
 
 def batched(summary: pd.DataFrame) -> pd.DataFrame:

@@ -27,9 +27,8 @@ FIELD = "workload.beam_branch_prob"
 
 
 def fit_branch_prob(ctx: Context) -> tuple[float, str]:
-    """The beam branching probability at which the fit point (``[analysis] fit_label``) saves the
-    paper's share: a root of ``saved(q) - paper`` found by Brent's method
-    (``scipy.optimize.brentq``), each evaluation a stored one-point sweep.
+    """The beam branching probability at which the fit point (``[analysis] fit_label``) saves
+    the paper's share (``Context.fit``; the saving rises with branching: lineages merge sooner).
 
     Returns:
         ``(branch_prob, label)`` of the fit.
@@ -37,28 +36,15 @@ def fit_branch_prob(ctx: Context) -> tuple[float, str]:
     Raises:
         ValueError: the bracket does not contain the paper's value.
     """
-    from scipy.optimize import brentq
-
     experiment = ctx.experiment("fig15")
     label = str(experiment.analysis.get("fit_label", "beam search width=4"))
     target = float(published("fig15").set_index("system").loc[label, "value"])
     fit = dataclasses.replace(
         experiment, name="fig15-fit", base=experiment.labelled_base(label), zips=[]
     )
-
-    def excess(branch_prob: float) -> float:
-        sweep = ctx.sweep(fit, **{FIELD: round(branch_prob, 6)})
-        return float(sweep.summary[METRIC].mean()) - target
-
     lo, hi = (float(v) for v in experiment.analysis.get("branch_prob_bracket", [0.04, 0.2]))
     ctx.say(f"fitting {FIELD} so that {label} saves {target} %")
-    low, high = excess(lo), excess(hi)
-    if low > 0 or high < 0:  # saving rises with branching (lineages merge sooner)
-        raise ValueError(
-            f"fig15: {FIELD} in [{lo}, {hi}] gives {label} {low + target:.2f}..{high + target:.2f}"
-            f" % saved, not the paper's {target} %"
-        )
-    return round(float(brentq(excess, lo, hi, xtol=1e-3)), 6), label
+    return ctx.fit(fit, FIELD, METRIC, target, (lo, hi), xtol=1e-3), label
 
 
 @styled

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,40 @@ class Context:
             lines = "; ".join(f"point {f.index} [{f.point}]: {f.error}" for f in report.failures)
             raise ValueError(f"{experiment.name}: {len(report.failures)} point(s) failed: {lines}")
         return load_sweep(report.folder)
+
+    def fit(
+        self,
+        experiment: Experiment,
+        field: str,
+        metric: str,
+        target: float,
+        bracket: tuple[float, float],
+        xtol: float,
+    ) -> float:
+        """The value of ``field`` at which ``experiment`` (one point, possibly over seeds) gives
+        ``metric`` = ``target`` on average: a root of ``mean(metric) - target`` found by Brent's
+        method (``scipy.optimize.brentq``), each evaluation a stored sweep (rounded to
+        ``xtol / 1000`` so that reruns resume it). The metric must rise with the field.
+
+        Raises:
+            ValueError: the bracket does not contain ``target`` (the message gives the range).
+        """
+        from scipy.optimize import brentq
+
+        digits = max(0, -math.floor(math.log10(xtol)) + 3)
+
+        def excess(value: float) -> float:
+            sweep = self.sweep(experiment, **{field: round(value, digits)})
+            return float(sweep.summary[metric].mean()) - target
+
+        lo, hi = bracket
+        low, high = excess(lo), excess(hi)
+        if low > 0 or high < 0:
+            raise ValueError(
+                f"{experiment.name}: {field} in [{lo}, {hi}] gives {metric} "
+                f"{low + target:.4g}..{high + target:.4g}, not the paper's {target}"
+            )
+        return round(float(brentq(excess, lo, hi, xtol=xtol)), digits)
 
 
 @dataclass
