@@ -70,7 +70,7 @@ class BeamModel:
         ValueError: ``branch_prob`` outside [0, 1].
     """
 
-    branch_prob: float = 0.08
+    branch_prob: float
     seed: int = 0
 
     def __post_init__(self) -> None:
