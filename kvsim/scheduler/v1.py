@@ -127,7 +127,9 @@ class V1Scheduler(SchedulerCore):
     def _decode_run(self, start: int, budget: int) -> list[Request]:
         """The running requests from ``start`` on that decode one token, at most ``budget``."""
         run = []
-        for req in self.running[start : start + budget]:
+        running = self.running
+        for j in range(start, min(len(running), start + budget)):  # no copy of the list
+            req = running[j]
             if not req.num_output_tokens or (
                 req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens != 1
             ):
