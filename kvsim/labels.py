@@ -29,6 +29,7 @@ METRIC_LABELS = {
     "external_fragmentation_pct_of_used": "external fragmentation (% of used KV)",
     "kv_cache_usage_perc": "kv_cache_usage_perc (0-1)",
     "kv_cache_usage_perc_max": "kv_cache_usage_perc max (0-1)",
+    "normalized_latency_seconds_mean": "mean normalized latency (s/token)",
 }
 
 # metric-name fragment -> unit, checked in order

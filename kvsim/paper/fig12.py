@@ -11,6 +11,7 @@ up to 22 and, FasterTransformer being no better than Orca (Max), at least 2.7).
 from __future__ import annotations
 
 import re
+import textwrap
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -68,7 +69,10 @@ def figure(
         yscale="log",
         xlabel=axis_label("workload.rate_per_s"),
         ylabel=axis_label(METRIC),
-        title=f"{title}: 4x baseline latency (dotted), sustainable rate (dashed)",
+    )
+    ax.set_title(  # wrapped: the larger models' descriptions run past the axes
+        textwrap.fill(f"{title}: 4x baseline latency (dotted), sustainable rate (dashed)", 70),
+        fontsize="medium",
     )
     ax.legend()
     return fig
