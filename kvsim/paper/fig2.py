@@ -7,6 +7,9 @@ three Orca stacks within 3.
 
 from __future__ import annotations
 
+import re
+import textwrap
+
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -94,10 +97,13 @@ def figure(table: pd.DataFrame, source: str) -> Figure:
         of="capacity",
         title="KV memory by category: kvsim vs PagedAttention paper, Figure 2",
     )
-    fig.text(
-        0.01,
-        0.005,
-        f"kvsim: {source}; paper: Kwon et al., SOSP 2023, Fig. 2 (vLLM: token states only)",
+    where = re.sub(r"\(?(/\S+/)([^/\s)]+)\)?", r"(\2)", source)  # file names, not paths
+    fig.supxlabel(  # a caption the layout leaves room for (below the rotated bar labels)
+        textwrap.fill(
+            f"paper: Kwon et al., SOSP 2023, Fig. 2 (vLLM: token states only); kvsim: {where}", 190
+        ),
+        x=0.01,
+        ha="left",
         fontsize="x-small",
     )
     return fig
