@@ -170,7 +170,7 @@ class StepCostModel:
         duration = max(mem / self.bandwidth, flops / self.flops)
         duration += self.overhead_s + self.per_seq_overhead_s * num_seqs
         if self.tp > 1 or self.pp > 1:
-            duration += float(self.communication_s(np.array([new_tokens]))[0])
+            duration += self.communication_one_s(new_tokens)
         if not 0 <= duration < float("inf"):  # NaN fails too
             raise ValueError(f"cost model returned an invalid duration: {duration}")
         return duration
@@ -180,6 +180,19 @@ class StepCostModel:
         ``new_tokens`` tokens each (seconds; 0 without parallelism)."""
         message = new_tokens * self.hidden * self.act_bytes
         out = np.zeros_like(message)
+        if self.tp > 1:
+            ring = 2.0 * (self.tp - 1) / self.tp
+            per_allreduce = ring * message / self.link_bandwidth + self.allreduce_latency_s
+            out += 2 * self.num_layers * per_allreduce
+        if self.pp > 1:
+            out += (self.pp - 1) * (message / self.link_bandwidth + self.allreduce_latency_s)
+        return out
+
+    def communication_one_s(self, new_tokens: float) -> float:
+        """``communication_s`` of one step in plain floats: the same IEEE operations in the same
+        order, so the same value, without numpy's per-call cost (the engine's hot path)."""
+        message = new_tokens * self.hidden * self.act_bytes
+        out = 0.0
         if self.tp > 1:
             ring = 2.0 * (self.tp - 1) / self.tp
             per_allreduce = ring * message / self.link_bandwidth + self.allreduce_latency_s
@@ -221,7 +234,7 @@ class StepCostModel:
         comm = 0.0
         parallel = self.tp > 1 or self.pp > 1
         if parallel:
-            comm = float(self.communication_s(np.array([num_seqs]))[0])
+            comm = self.communication_one_s(num_seqs)
         out: list[float] = []
         for j in range(num_steps):
             context = context0 + num_seqs * float(j)
