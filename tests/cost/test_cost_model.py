@@ -105,6 +105,22 @@ def test_pipeline_stages_run_one_after_the_other() -> None:
     assert cost.step_duration_s(STEP) == pytest.approx(8.204)
 
 
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (4, 2), (8, 1)])
+def test_plain_float_step_paths_equal_the_array_ones(tp: int, pp: int) -> None:
+    # the engine's scalar hot paths (step_s, decode_steps_list) against the numpy ones, bit for bit
+    cost = model(
+        parallel=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp),
+        link_efficiency=0.5,
+        allreduce_latency_s=0.01,
+    )
+    for tokens in (1.0, 7.0, 513.0):
+        assert cost.communication_one_s(tokens) == cost.communication_s(np.array([tokens]))[0]
+        one = cost.step_s(tokens, 30.0, 2 * 30.0 + tokens, 3.0)
+        arrays = cost.steps_s(*(np.array([v]) for v in (tokens, 30.0, 2 * 30.0 + tokens, 3.0)))
+        assert one == arrays[0]
+    assert cost.decode_steps_list(40.0, 3.0, 5) == cost.decode_steps_s(40.0, 3.0, 5).tolist()
+
+
 def test_fp8_kv_halves_the_kv_read() -> None:
     # 1-byte KV: 2*2*2*4*1 = 32 B/token; bytes = 2000 + 30*32 = 2960 -> 5.92 s + 0.13 s
     cost = StepCostModel(MODEL, GPU, COST, paged=False, kv_cache_dtype="fp8")
