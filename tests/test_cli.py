@@ -88,6 +88,14 @@ def test_presets_lists_models():
     assert "800" in result.output
 
 
+def test_preset_description_is_a_whole_sentence_across_comment_lines(tmp_path):
+    from kvsim.cli.presets import _first_comment
+
+    path = tmp_path / "w.toml"
+    path.write_text("# Beam search: width 4 (one parameter,\n# FITTED on width 4). More.\nx = 1\n")
+    assert _first_comment(path) == "Beam search: width 4 (one parameter, FITTED on width 4)."
+
+
 def test_run_counts_rejected_requests_and_strict_fails(tmp_path):
     # a 3,000-token prompt of a trace cannot run on OPT-13B (max_model_len 2,048)
     trace = tmp_path / "t.csv"

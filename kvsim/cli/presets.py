@@ -27,10 +27,17 @@ def _described(folder: Path, title: str, hint: str) -> Table:
 
 
 def _first_comment(path: Path) -> str:
+    """The first sentence of the file's leading comment block (which may span lines)."""
+    lines: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-    return ""
+        if not line.startswith("#"):
+            if lines:
+                break
+            continue
+        lines.append(line.lstrip("#").strip())
+    text = " ".join(lines)
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
 
 
 def _models() -> Table:
