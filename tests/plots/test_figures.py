@@ -139,3 +139,16 @@ def test_log_axes_where_values_span_decades() -> None:
     assert latency.get_ylabel().split() == ["time_to_first_token_seconds", "p99", "(s)"]
     dashed = [line for line in latency.lines if line.get_linestyle() == "--"]
     assert [tuple(line.get_ydata()) for line in dashed] == [(2.0, 2.0)]
+
+
+def test_gridlines_are_drawn_below_the_data():
+    # a fresh-eyes trial saw Figure 2's gridlines through the bars
+    from matplotlib.figure import Figure
+
+    from kvsim.style import styled
+
+    @styled
+    def axes_under_style():
+        return Figure().subplots()
+
+    assert axes_under_style().get_axisbelow() is True
