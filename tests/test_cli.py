@@ -140,3 +140,11 @@ def test_reproduce_help_names_every_reproduction():
     text = " ".join(result.output.split())
     for name in REPRODUCTIONS:
         assert f"{name}," in text or f"{name}." in text or f"{name} (" in text, name
+
+
+def test_data_list_without_a_data_folder_says_where_it_looked(monkeypatch, tmp_path):
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv("KVSIM_DATA", str(missing))
+    result = runner.invoke(app, ["data", "list"])
+    assert result.exit_code == 0, result.output
+    assert f"none found (looked in KVSIM_DATA={missing} (not a directory))" in result.output

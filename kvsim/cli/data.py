@@ -16,7 +16,7 @@ import typer
 
 from kvsim import datafetch
 from kvsim.cli.common import check_out_dir, guard
-from kvsim.workload.catalog import ENV_VAR, data_dir
+from kvsim.workload.catalog import ENV_VAR, data_dir, data_dir_searched
 
 data_app = typer.Typer(
     no_args_is_help=True,
@@ -89,7 +89,10 @@ def list_(
             except FileNotFoundError:  # catalog.DataNotFoundError: no data folder yet
                 folder = None
         statuses = datafetch.status(folder)
-        typer.echo(f"data folder: {folder if folder is not None else '(none found)'}")
+        if folder is None:
+            typer.echo(f"data folder: none found (looked in {data_dir_searched()})")
+        else:
+            typer.echo(f"data folder: {folder}")
         width = max(len(s.source.file_name) for s in statuses)
         name_width = max(len(s.source.trace) for s in statuses)
         for item in statuses:

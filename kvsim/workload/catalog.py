@@ -152,13 +152,19 @@ def data_dir(*, looking_for: str | None = None) -> Path:
         path = Path(env_value).expanduser()
         if path.is_dir():
             return path
-        raise _not_found(looking_for, f"{ENV_VAR}={env_value} (not a directory)")
-    candidates = _candidate_dirs()
-    for path in candidates:
-        if path.is_dir():
-            return path
-    where = " and ".join(str(p) for p in candidates) + f" ({ENV_VAR} is not set)"
-    raise _not_found(looking_for, where)
+    else:
+        for path in _candidate_dirs():
+            if path.is_dir():
+                return path
+    raise _not_found(looking_for, data_dir_searched())
+
+
+def data_dir_searched() -> str:
+    """Where ``data_dir`` looks, in words (for messages when it finds nothing)."""
+    env_value = os.environ.get(ENV_VAR)
+    if env_value:
+        return f"{ENV_VAR}={env_value} (not a directory)"
+    return " and ".join(str(p) for p in _candidate_dirs()) + f" ({ENV_VAR} is not set)"
 
 
 def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
