@@ -208,5 +208,7 @@ def _difference(key: str, va: Any, vb: Any) -> tuple[str, str]:
     text = format_metric(key, diff)
     if diff > 0 and not text.startswith("+"):
         text = "+" + text
-    change = f"{100 * diff / abs(va):+.1f} %" if va else ""
+    # no percentage of a base that shows as zero (a tiny base gives +293229.1 %)
+    shown_zero = format_metric(key, va) == format_metric(key, 0 * va)
+    change = "" if not va or shown_zero else f"{100 * diff / abs(va):+.1f} %"
     return text, change

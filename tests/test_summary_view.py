@@ -97,3 +97,11 @@ def test_cli_compare_missing_run_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["compare", str(tmp_path), str(tmp_path / "nope")])
     assert result.exit_code == 2
     assert "no summary.json" in result.output
+
+
+def test_no_percentage_change_from_a_base_that_shows_as_zero():
+    from kvsim.summary_view import _difference
+
+    # 0.0004 % shows as "0.0": a change of +293229.1 % of it tells nobody anything
+    assert _difference("kv_external_fragmentation_pct", 0.0004, 1.2) == ("+1.2", "")
+    assert _difference("kv_external_fragmentation_pct", 10.0, 12.0) == ("+2.0", "+20.0 %")
