@@ -46,7 +46,7 @@ _MAX_DRAW_ROUNDS = 50
 @dataclass(frozen=True, slots=True)
 class _Selected:
     """Chosen rows before caps: raw lengths, arrival times (s), optional prefix hashes and the
-    trace's other optional columns (``extras``), with the trace file's name (``source``)."""
+    trace's other optional columns (``extras``), with the trace file's path (``source``)."""
 
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
@@ -170,15 +170,18 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
     trace = load_trace(path, fmt, tokenizer=spec.tokenizer)
     if spec.arrival == "trace" and not trace.has_arrivals:
         raise ValueError(
-            f"arrival='trace': {path.name} has no arrival times (a lengths-only "
+            f"arrival='trace': {path} has no arrival times (a lengths-only "
             f"{trace.fmt!r} trace); use arrival='poisson' or 'gamma'"
         )
     if trace.has_arrivals and spec.arrival != "trace" and "arrival" not in spec.model_fields_set:
         _warn_once(
-            f"{path.name} has arrival times, but workload.arrival is the default "
-            f"{spec.arrival!r}: its rows give lengths only, at {spec.arrival} arrivals "
-            f"(workload.rate_per_s = {spec.rate_per_s:g}); set workload.arrival = 'trace' to "
-            "replay its arrivals"
+            "%s has arrival times, but workload.arrival is the default %r: its rows give "
+            "lengths only, at %s arrivals (workload.rate_per_s = %g); set workload.arrival = "
+            "'trace' to replay its arrivals",
+            path,
+            spec.arrival,
+            spec.arrival,
+            spec.rate_per_s,
         )
     check_trace_columns(spec, trace)
     return spec, trace
@@ -253,18 +256,62 @@ def _select_trace_arrivals(spec: WorkloadSpec, trace: Trace, max_model_len: int)
     assert trace.arrival_time_s is not None
     times = trace.arrival_time_s
     keep = _keep_mask(
-        spec, trace.prompt_tokens, trace.output_tokens, max_model_len, source=trace.path.name
+        spec, trace.prompt_tokens, trace.output_tokens, max_model_len, source=str(trace.path)
     )
     keep &= times >= spec.start_s
     if spec.duration_s is not None:
         keep &= times < spec.start_s + spec.duration_s
     rows = np.flatnonzero(keep)
+    _warn_unsorted(trace, rows)
     rows = rows[np.argsort(times[rows], kind="stable")][: spec.num_requests]
     if rows.size == 0:
         window = f"[{spec.start_s}, {spec.start_s + (spec.duration_s or np.inf)}) s"
-        raise _no_rows_error(spec, f"{trace.path.name} window {window}", max_model_len)
+        raise _no_rows_error(spec, f"{trace.path} window {window}", max_model_len)
+    _warn_short(spec, trace, rows.size)
     arrivals = (times[rows] - spec.start_s) * spec.time_scale
     return _take(trace, rows, arrivals, spec)
+
+
+def _warn_unsorted(trace: Trace, rows: np.ndarray) -> None:
+    """Say how many of the replayed ``rows`` (file order) arrive before a row above them: they
+    are replayed in time order, which is not the file's."""
+    assert trace.arrival_time_s is not None
+    times = trace.arrival_time_s[rows]
+    early = times < np.maximum.accumulate(times)  # ties keep file order: not counted
+    if not early.any():
+        return
+    _warn_once(
+        "%s: %d of %d rows arrive before a row above them (first at %s); replaying them sorted "
+        "by arrival time",
+        trace.path,
+        int(early.sum()),
+        rows.size,
+        trace.where(int(rows[int(np.flatnonzero(early)[0])])),
+    )
+
+
+def _warn_short(spec: WorkloadSpec, trace: Trace, num_rows: int) -> None:
+    """Say so when an explicit ``num_requests`` asks for more rows than a replay has
+    (``num_rows``: rows left to replay)."""
+    if spec.num_requests is None or num_rows >= spec.num_requests:
+        return
+    _warn_once(
+        "%s: workload.num_requests = %d, but the trace has only %s to replay; running %d requests",
+        trace.path,
+        spec.num_requests,
+        _rows_of(spec, trace, num_rows),
+        num_rows,
+    )
+
+
+def _rows_of(spec: WorkloadSpec, trace: Trace, num_rows: int) -> str:
+    """``"3 rows"``, or ``"3 rows (of 5 in the file, after the filters)"`` when the filters or
+    the trace window left some out."""
+    if num_rows == trace.num_rows:
+        return f"{num_rows} rows"
+    windowed = spec.arrival == "trace" and (spec.start_s > 0 or spec.duration_s is not None)
+    after = "the filters and the window" if windowed else "the filters"
+    return f"{num_rows} rows (of {trace.num_rows} in the file, after {after})"
 
 
 def _select_trace_lengths(
@@ -275,13 +322,14 @@ def _select_trace_lengths(
     max_model_len: int,
 ) -> _Selected:
     mask = _keep_mask(
-        spec, trace.prompt_tokens, trace.output_tokens, max_model_len, source=trace.path.name
+        spec, trace.prompt_tokens, trace.output_tokens, max_model_len, source=str(trace.path)
     )
     pool = np.flatnonzero(mask)
     if pool.size == 0:
-        raise _no_rows_error(spec, trace.path.name, max_model_len)
+        raise _no_rows_error(spec, str(trace.path), max_model_len)
     if spec.sample_mode == "replay":
         cap = pool.size if spec.num_requests is None else min(spec.num_requests, pool.size)
+        _warn_short(spec, trace, cap)
         if trace.session_ids is not None:  # conversations start at the drawn times
             sessions = [trace.session_ids[i] for i in pool[:cap].tolist()]
             starts = _synthetic_times(spec, arrival_rng, num_conversations(sessions))
@@ -292,11 +340,20 @@ def _select_trace_lengths(
     else:
         arrivals = _synthetic_times(spec, arrival_rng, _sampled_count(spec))
         rows = pool[length_rng.integers(0, pool.size, size=arrivals.size)]
+        if arrivals.size > pool.size and spec.sample is None:  # an explicit "resample" knows
+            _warn_once(
+                "%s: %d requests drawn from %s: prompt and output lengths are resampled with "
+                "replacement, so rows repeat; set workload.sample = 'resample' to confirm, or "
+                "'replay' to run each row once",
+                trace.path,
+                arrivals.size,
+                _rows_of(spec, trace, pool.size),
+            )
         if trace.session_ids is not None:
             _warn_once(
                 "%s: session_id ignored: resampled rows are not conversations (use "
                 "sample='replay' to keep them)",
-                trace.path.name,
+                trace.path,
             )
             return _take(trace, rows, arrivals, spec, sessions=False)
     return _take(trace, rows, arrivals, spec)
@@ -323,7 +380,7 @@ def _take(
         hashes,
         spec.hash_block_size_tokens or trace.hash_block_size_tokens,
         extras,
-        trace.path.name,
+        str(trace.path),
     )
 
 

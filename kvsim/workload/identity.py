@@ -229,7 +229,7 @@ def check_trace_columns(spec: WorkloadSpec, trace: Trace) -> None:
         spec.n > 1 or spec.beam_width > 1
     ):
         raise ValueError(
-            f"workload.n = {spec.n}, workload.beam_width = {spec.beam_width}: {trace.path.name} "
+            f"workload.n = {spec.n}, workload.beam_width = {spec.beam_width}: {trace.path} "
             "gives n / beam_width per row; leave the workload's at 1"
         )
     if trace.prefix_hash_ids is None or not any(trace.prefix_hash_ids):
@@ -237,7 +237,7 @@ def check_trace_columns(spec: WorkloadSpec, trace: Trace) -> None:
     block = spec.hash_block_size_tokens or trace.hash_block_size_tokens
     if block is None:
         raise ValueError(
-            f"workload.hash_block_size_tokens: {trace.path.name} has hash_ids; give the tokens "
+            f"workload.hash_block_size_tokens: {trace.path} has hash_ids; give the tokens "
             "per hash block (Mooncake 512, Qwen-Bailian 16), got none"
         )
     mismatched = count_hash_mismatches(trace, block)
@@ -245,7 +245,7 @@ def check_trace_columns(spec: WorkloadSpec, trace: Trace) -> None:
         _warn_once(
             "%s: %d of %d rows have a number of hash_ids other than cdiv(prompt tokens, %d); "
             "their prompts are cut or padded to their length",
-            trace.path.name,
+            trace.path,
             mismatched,
             trace.num_rows,
             block,

@@ -41,12 +41,14 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
     stamps: list[float] = []
     hashes: list[tuple[int, ...]] = []
     sessions: list[int | None] = []
+    line_numbers: list[int] = []  # blank lines are skipped: a row's line is not its index + 1
     session_of: dict[int, int] = {}
     any_hashes = False
     for line_no, raw in enumerate(path.read_bytes().splitlines(), start=1):
         line = _decode_line(path, line_no, raw)
         if line.strip():
             row = _parse_json_line(path, line_no, line)
+            line_numbers.append(line_no)
             stamps.append(_json_number(path, line_no, row, "timestamp", unit))
             prompt.append(_json_int(path, line_no, row, "input_length"))
             output.append(_json_int(path, line_no, row, "output_length"))
@@ -55,7 +57,7 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
             if fmt == "bailian":
                 sessions.append(_session(path, line_no, row, session_of))
     if not prompt:
-        raise ValueError(f"{path.name}: no requests (the file is empty)")
+        raise ValueError(f"{path}: no requests (the file is empty)")
     return Trace(
         path,
         fmt,
@@ -65,6 +67,7 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
         tuple(hashes) if any_hashes else None,
         _BLOCK_SIZE[fmt] if any_hashes else None,
         tuple(sessions) if fmt == "bailian" else None,
+        line_numbers=np.asarray(line_numbers, dtype=np.int64),
     )
 
 
@@ -77,8 +80,7 @@ def _session(
     parent = row.get("parent_chat_id", -1)
     if isinstance(parent, bool) or not isinstance(parent, int) or not -1 <= parent <= MAX_INT64:
         raise ValueError(
-            f"{path.name} line {line_no}: parent_chat_id must be -1 or a chat_id, got "
-            f"{_short(parent)}"
+            f"{path} line {line_no}: parent_chat_id must be -1 or a chat_id, got {_short(parent)}"
         )
     root = chat if parent == -1 else session_of.get(parent, parent)
     session_of[chat] = root
@@ -90,7 +92,7 @@ def _decode_line(path: Path, line_no: int, raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(
-            f"{path.name} line {line_no}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+            f"{path} line {line_no}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
             f"{exc.start + 1})"
         ) from None
 
@@ -103,19 +105,17 @@ def _parse_json_line(path: Path, line_no: int, line: str) -> dict[str, object]:
     try:
         row = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path.name} line {line_no}: invalid JSON ({exc.msg})") from None
+        raise ValueError(f"{path} line {line_no}: invalid JSON ({exc.msg})") from None
     except ValueError as exc:  # Infinity / NaN, or an integer of more than 4,300 digits
-        raise ValueError(f"{path.name} line {line_no}: invalid JSON ({exc})") from None
+        raise ValueError(f"{path} line {line_no}: invalid JSON ({exc})") from None
     if not isinstance(row, dict):
-        raise ValueError(
-            f"{path.name} line {line_no}: expected a JSON object, got {line.strip()!r}"
-        )
+        raise ValueError(f"{path} line {line_no}: expected a JSON object, got {line.strip()!r}")
     return row
 
 
 def _json_field(path: Path, line_no: int, row: dict[str, object], key: str) -> object:
     if key not in row:
-        raise ValueError(f"{path.name} line {line_no}: missing field {key!r}")
+        raise ValueError(f"{path} line {line_no}: missing field {key!r}")
     return row[key]
 
 
@@ -123,11 +123,11 @@ def _json_int(path: Path, line_no: int, row: dict[str, object], key: str) -> int
     value = _json_field(path, line_no, row, key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
-            f"{path.name} line {line_no}: {key} must be a non-negative integer, got {_short(value)}"
+            f"{path} line {line_no}: {key} must be a non-negative integer, got {_short(value)}"
         )
     if value > MAX_INT64:
         raise ValueError(
-            f"{path.name} line {line_no}: {key} must be at most {MAX_INT64:,} (a 64-bit "
+            f"{path} line {line_no}: {key} must be at most {MAX_INT64:,} (a 64-bit "
             f"integer), got {_short(value)}"
         )
     return value
@@ -137,12 +137,12 @@ def _json_number(path: Path, line_no: int, row: dict[str, object], key: str, uni
     value = _json_field(path, line_no, row, key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(
-            f"{path.name} line {line_no}: {key} must be a non-negative number ({unit}), "
+            f"{path} line {line_no}: {key} must be a non-negative number ({unit}), "
             f"got {_short(value)}"
         )
     if value > MAX_TIME_S * 1000 or not math.isfinite(value):  # ms or s, within 1e9 s
         raise ValueError(
-            f"{path.name} line {line_no}: {key} must be a finite number ({unit}) below "
+            f"{path} line {line_no}: {key} must be a finite number ({unit}) below "
             f"{MAX_TIME_S * 1000:g}, got {_short(value)}"
         )
     return float(value)
@@ -154,11 +154,11 @@ def _json_hash_ids(path: Path, line_no: int, row: dict[str, object]) -> tuple[in
         isinstance(h, int) and not isinstance(h, bool) for h in value
     ):
         raise ValueError(
-            f"{path.name} line {line_no}: hash_ids must be a list of integers, got {_short(value)}"
+            f"{path} line {line_no}: hash_ids must be a list of integers, got {_short(value)}"
         )
     if any(abs(h) > MAX_INT64 for h in value):
         raise ValueError(
-            f"{path.name} line {line_no}: hash_ids must be 64-bit integers, got {_short(value)}"
+            f"{path} line {line_no}: hash_ids must be 64-bit integers, got {_short(value)}"
         )
     return tuple(value)
 

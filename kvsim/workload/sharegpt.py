@@ -87,12 +87,12 @@ def read_sharegpt(path: Path, tokenizer_path: Path, *, multiturn: bool) -> Trace
     try:
         entries = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path.name} line {exc.lineno}: invalid JSON ({exc.msg})") from None
+        raise ValueError(f"{path} line {exc.lineno}: invalid JSON ({exc.msg})") from None
     except ValueError as exc:  # an integer of more than 4,300 digits
-        raise ValueError(f"{path.name}: invalid JSON ({exc})") from None
+        raise ValueError(f"{path}: invalid JSON ({exc})") from None
     if not isinstance(entries, list):
         raise ValueError(
-            f"{path.name}: expected a JSON array of conversations, got a {type(entries).__name__}"
+            f"{path}: expected a JSON array of conversations, got a {type(entries).__name__}"
         )
     conversations = _conversations(path, text, entries)
     tokenizer = load_tokenizer(tokenizer_path)
@@ -121,7 +121,7 @@ def _conversations(path: Path, text: str, entries: list[Any]) -> list[list[tuple
         if not isinstance(messages, list):
             got = entry if not isinstance(entry, dict) else entry.get("conversations")
             raise ValueError(
-                f"{path.name} line {_entry_line(text, index)}: conversation {index}: "
+                f"{path} line {_entry_line(text, index)}: conversation {index}: "
                 f"conversations must be a list of messages, got {_short(got)}"
             )
         if len(messages) < 2:
@@ -137,14 +137,14 @@ def _conversations(path: Path, text: str, entries: list[Any]) -> list[list[tuple
     if short:
         logger.warning(
             "%s: skipped %d of %d conversations with fewer than two messages",
-            path.name,
+            path,
             short,
             len(entries),
         )
     if odd_roles:
         logger.warning(
             "%s: %d message(s) of unknown role %s counted as input (replies: %s)",
-            path.name,
+            path,
             sum(odd_roles.values()),
             sorted(odd_roles),
             sorted(REPLY_ROLES),
@@ -153,19 +153,16 @@ def _conversations(path: Path, text: str, entries: list[Any]) -> list[list[tuple
 
 
 def _message(path: Path, text: str, index: int, k: int, message: Any) -> tuple[str, str]:
-    where = f"{path.name} line {{}}: conversation {index}: conversations[{k}]"
+    def where() -> str:  # not str.format: the path may hold braces
+        return f"{path} line {_entry_line(text, index)}: conversation {index}: conversations[{k}]"
+
     if not isinstance(message, dict):
-        line = _entry_line(text, index)
         raise ValueError(
-            where.format(line) + f" must be an object with 'from' and 'value', got "
-            f"{_short(message)}"
+            f"{where()} must be an object with 'from' and 'value', got {_short(message)}"
         )
     for key in ("from", "value"):
         if not isinstance(message.get(key), str):
-            line = _entry_line(text, index)
-            raise ValueError(
-                where.format(line) + f".{key} must be a string, got {_short(message.get(key))}"
-            )
+            raise ValueError(f"{where()}.{key} must be a string, got {_short(message.get(key))}")
     return str(message["from"]).lower(), str(message["value"])
 
 

@@ -73,7 +73,8 @@ class WorkloadSpec(BaseModel):
         hash_block_size_tokens: tokens per ``hash_ids`` block of the trace; ``None`` takes the
             format's (Mooncake 512, Qwen-Bailian 16); kvsim's own format with ``hash_ids`` needs it.
         sample: ``"resample"`` (draw trace rows with replacement) or ``"replay"`` (file order);
-            ``None`` means replay for ``arrival="trace"``, else resample.
+            ``None`` means replay for ``arrival="trace"``, else resample (with a warning when
+            more requests than rows are drawn, so rows repeat; an explicit ``"resample"`` is quiet).
         fallback_synthetic: when the trace file is missing, log a warning and draw lengths from
             the trace's joint length table shipped with kvsim (``kvsim/data/lengths/``: the
             paper's ShareGPT and Alpaca), else ``sharegpt_like``, with Poisson arrivals at
@@ -95,7 +96,8 @@ class WorkloadSpec(BaseModel):
             from the distribution truncated at ``max_model_len`` (over-long draws are redrawn).
         min_prompt_tokens, min_output_tokens: drop rows shorter than these (raw lengths).
         num_requests: keep the first this many requests; ``None`` keeps all of a replayed trace
-            (or window), all arrivals within ``duration_s``, else 1,000.
+            (or window), all arrivals within ``duration_s``, else 1,000. A replay with fewer
+            rows runs those, with a warning.
         start_s: start of the window on the trace's time axis, in seconds (``arrival="trace"``).
         duration_s: window length in trace seconds (trace arrivals) or simulated seconds
             (synthetic arrivals); ``None`` for no limit.

@@ -19,6 +19,8 @@ warning.
 
 from __future__ import annotations
 
+import csv
+import itertools
 import logging
 import re
 from collections.abc import Callable
@@ -55,11 +57,11 @@ def read_table(path: Path, fmt: str | None) -> Trace:
     """
     frame, where = _read_frame(path)
     if frame.empty:
-        raise ValueError(f"{path.name}: the trace holds no requests (expected at least one row)")
+        raise ValueError(f"{path}: the trace holds no requests (expected at least one row)")
     fmt = fmt or detect_format(path, list(frame.columns))
     if fmt not in CSV_FORMATS:
         raise ValueError(
-            f"{path.name}: trace format {fmt!r} is not tabular; a CSV or Parquet trace is one of "
+            f"{path}: trace format {fmt!r} is not tabular; a CSV or Parquet trace is one of "
             f"{sorted(CSV_FORMATS)} (all formats: {sorted(TRACE_FORMATS)})"
         )
     spec = CSV_FORMATS[fmt]
@@ -69,7 +71,7 @@ def read_table(path: Path, fmt: str | None) -> Trace:
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise ValueError(
-            f"{path.name}: missing column(s) {missing} for the {fmt!r} trace format "
+            f"{path}: missing column(s) {missing} for the {fmt!r} trace format "
             f"(expected columns {needed}, found {list(frame.columns)})"
         )
     prompt = int_column(path, frame, spec.prompt_column, where)
@@ -78,21 +80,58 @@ def read_table(path: Path, fmt: str | None) -> Trace:
     if spec.time_column is not None and spec.time_column in frame.columns:
         arrivals = _time_column(path, frame, spec.time_column, spec.time_kind, where)
     extras = _kvsim_extras(path, frame, prompt, where) if fmt == "kvsim" else {}
-    return Trace(path, fmt, prompt, output, arrivals, **extras)
+    lines = None if _is_parquet(path) else np.arange(len(frame), dtype=np.int64) + 2
+    return Trace(path, fmt, prompt, output, arrivals, **extras, line_numbers=lines)
+
+
+def _is_parquet(path: Path) -> bool:
+    return path.suffix.lower() == ".parquet"
 
 
 def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
-    if path.suffix.lower() == ".parquet":
+    if _is_parquet(path):
         try:
             frame = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"{path.name}: unreadable Parquet file: {exc}") from None
+            raise ValueError(f"{path}: unreadable Parquet file: {exc}") from None
         return frame.reset_index(drop=True), lambda row: f"row {row + 1}"
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path.name}: malformed CSV: {_one_based(str(exc))}") from None
-    return _strip_trailing_blank_rows(frame), lambda row: f"line {row + 2}"
+        raise ValueError(f"{path}: malformed CSV: {_one_based(str(exc))}") from None
+    frame = _strip_trailing_blank_rows(frame)
+    _check_short_rows(path, frame)
+    return frame, lambda row: f"line {row + 2}"
+
+
+def _check_short_rows(path: Path, frame: pd.DataFrame) -> None:
+    """Refuse a row with fewer fields than the header, as pandas refuses one with more.
+
+    pandas fills the missing cells with blanks, which would read as a blank value (``got ''``);
+    only rows whose last cell is blank can be short, so the file is re-read only when one is.
+
+    Raises:
+        ValueError: naming the file, the line and the fields found and expected.
+    """
+    blank_last = np.flatnonzero((frame.iloc[:, -1] == "").to_numpy())
+    if blank_last.size == 0:
+        return
+    columns = [str(c) for c in frame.columns]
+    candidates = set(blank_last.tolist())
+    with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+        reader = csv.reader(handle)
+        records = itertools.islice(reader, 1, int(blank_last[-1]) + 2)  # past the header
+        try:
+            for row, fields in enumerate(records):
+                if row in candidates and len(fields) < len(columns):
+                    found = f"{len(fields)} field{'s' if len(fields) != 1 else ''}"
+                    blank = " (a blank line)" if not fields else ""
+                    raise ValueError(  # line_num: the file's line, past quoted line breaks
+                        f"{path} line {reader.line_num}: {found}{blank}, expected "
+                        f"{len(columns)} ({', '.join(columns)})"
+                    )
+        except csv.Error:  # pandas read the file; its own messages stand
+            return
 
 
 def _one_based(message: str) -> str:
@@ -122,7 +161,7 @@ def detect_format(path: Path, columns: list[str]) -> str:
     if best is None:
         expected = {n: [s.prompt_column, s.output_column] for n, s in CSV_FORMATS.items()}
         raise ValueError(
-            f"{path.name}: unrecognised CSV header {columns}; expected the columns of one of "
+            f"{path}: unrecognised CSV header {columns}; expected the columns of one of "
             f"these trace formats: {expected}"
         )
     return best
@@ -189,7 +228,7 @@ def _time_column(
             logger.warning(
                 "%s: %d of %d %s values carry a UTC offset and the others none; those are "
                 "read as UTC",
-                path.name,
+                path,
                 with_offset,
                 len(text),
                 column,
@@ -217,7 +256,7 @@ def _kvsim_extras(
     if unknown:
         logger.warning(
             "%s: ignored %d column(s) the kvsim trace format does not have: %s (known: %s)",
-            path.name,
+            path,
             len(unknown),
             unknown,
             sorted(known),
@@ -238,7 +277,7 @@ def _kvsim_extras(
         if both.any():
             row = int(np.flatnonzero(both)[0])
             raise ValueError(
-                f"{path.name} {where(row)}: n = {out['n'][row]} and beam_width = "
+                f"{path} {where(row)}: n = {out['n'][row]} and beam_width = "
                 f"{out['beam_width'][row]}: a request is parallel sampling or beam search, not "
                 "both; set one of them to 1"
             )
@@ -251,7 +290,7 @@ def _kvsim_extras(
         for row, (ids, group) in enumerate(zip(hashes, groups, strict=True)):
             if ids and group is not None:
                 raise ValueError(
-                    f"{path.name} {where(row)}: hash_ids and prefix_group both name the prompt's "
+                    f"{path} {where(row)}: hash_ids and prefix_group both name the prompt's "
                     f"shared prefix, got {list(ids)} and {group!r}; keep one"
                 )
     return out
@@ -295,7 +334,7 @@ def _prefix_groups(
         if column not in frame.columns:
             other = "prefix_tokens" if column == "prefix_group" else "prefix_group"
             raise ValueError(
-                f"{path.name}: column {other!r} needs the column {column!r} (a group id and its "
+                f"{path}: column {other!r} needs the column {column!r} (a group id and its "
                 "shared prompt tokens go together)"
             )
     groups = text_column(frame, "prefix_group")

@@ -83,7 +83,7 @@ class Trace:
     """Rows of one trace file, in file order. Arrays are read-only (they are cached).
 
     Attributes:
-        path: the file read.
+        path: the file read, as the user named it (messages show it so).
         fmt: its format name.
         prompt_tokens: int64[num_rows], input tokens per row.
         output_tokens: int64[num_rows], output tokens per row.
@@ -95,6 +95,8 @@ class Trace:
         beam_width: int64[num_rows] beam width per row, or ``None`` (all 1).
         prefix_groups: shared-prefix group of each row (``None`` for none), or ``None``.
         prefix_tokens: int64[num_rows] tokens of the row's group prefix, or ``None``.
+        line_numbers: int64[num_rows] 1-based file line of each row, or ``None`` (Parquet and
+            ShareGPT JSON: rows are named by their 1-based row number).
     """
 
     path: Path
@@ -109,10 +111,11 @@ class Trace:
     beam_width: np.ndarray | None = None
     prefix_groups: tuple[str | None, ...] | None = None
     prefix_tokens: np.ndarray | None = None
+    line_numbers: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         arrays = (self.prompt_tokens, self.output_tokens, self.arrival_time_s, self.n)
-        for array in (*arrays, self.beam_width, self.prefix_tokens):
+        for array in (*arrays, self.beam_width, self.prefix_tokens, self.line_numbers):
             if array is not None:
                 array.setflags(write=False)
 
@@ -126,6 +129,12 @@ class Trace:
         """Whether rows carry arrival times."""
         return self.arrival_time_s is not None
 
+    def where(self, row: int) -> str:
+        """Where 0-based ``row`` sits in the file: ``"line 4"`` (text) or ``"row 3"`` (Parquet)."""
+        if self.line_numbers is None:
+            return f"row {row + 1}"
+        return f"line {int(self.line_numbers[row])}"
+
 
 def load_trace(
     path: str | Path, fmt: str | None = None, *, tokenizer: str | Path | None = None
@@ -133,7 +142,7 @@ def load_trace(
     """Read a trace file (cached per resolved path, modification time and size).
 
     Args:
-        path: the file.
+        path: the file; messages name it as given here.
         fmt: format name (see module docstring); detected from the file when ``None``.
         tokenizer: a Hugging Face ``tokenizer.json`` (or its folder), needed by the ShareGPT
             formats and refused by the others.
@@ -148,7 +157,8 @@ def load_trace(
     """
     if fmt is not None and fmt not in TRACE_FORMATS:
         raise ValueError(f"unknown trace format {fmt!r}; choose from {sorted(TRACE_FORMATS)}")
-    resolved = Path(path).expanduser().resolve()
+    shown = Path(path).expanduser()
+    resolved = shown.resolve()
     stat = resolved.stat()
     tok_key: tuple[str, int] | None = None
     if tokenizer is not None:
@@ -156,23 +166,25 @@ def load_trace(
 
         tok_path = tokenizer_file(tokenizer)
         tok_key = (str(tok_path), tok_path.stat().st_mtime_ns)
-    return _load_cached(str(resolved), stat.st_mtime_ns, stat.st_size, fmt, tok_key)
+    return _load_cached(str(shown), str(resolved), stat.st_mtime_ns, stat.st_size, fmt, tok_key)
 
 
 @functools.lru_cache(maxsize=16)
 def _load_cached(
     path_str: str,
+    resolved_str: str,
     mtime_ns: int,
     size_bytes: int,
     fmt: str | None,
     tokenizer: tuple[str, int] | None,
 ) -> Trace:
-    del mtime_ns, size_bytes  # only part of the cache key
+    # the path as given (``path_str``) names the file in messages; the rest is only cache key
+    del resolved_str, mtime_ns, size_bytes
     path = Path(path_str)
     fmt = fmt or _detect_by_content(path)
     if tokenizer is not None and fmt not in TEXT_FORMATS:
         raise ValueError(
-            f"workload.tokenizer applies to ShareGPT conversations (text); {path.name} is a "
+            f"workload.tokenizer applies to ShareGPT conversations (text); {path} is a "
             f"{fmt or 'tabular'!r} trace of token counts: drop workload.tokenizer"
         )
     if fmt in TEXT_FORMATS:
@@ -180,7 +192,7 @@ def _load_cached(
 
         if tokenizer is None:
             raise ValueError(
-                f"{path.name}: ShareGPT conversations are text; set workload.tokenizer to a "
+                f"{path}: ShareGPT conversations are text; set workload.tokenizer to a "
                 "local Hugging Face tokenizer.json (or the folder holding it)"
             )
         trace = read_sharegpt(path, Path(tokenizer[0]), multiturn=fmt == "sharegpt_multiturn")
@@ -193,7 +205,7 @@ def _load_cached(
 
         trace = read_table(path, fmt)
     if trace.num_rows == 0:
-        raise ValueError(f"{path.name}: the trace holds no requests (expected at least one row)")
+        raise ValueError(f"{path}: the trace holds no requests (expected at least one row)")
     return trace
 
 
@@ -213,7 +225,7 @@ def _detect_by_content(path: Path) -> str | None:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    where = f"{path.name} line {line_no}"
+                    where = f"{path} line {line_no}"
                     raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
                 is_bailian = isinstance(record, dict) and (
                     "chat_id" in record or "parent_chat_id" in record
@@ -223,7 +235,7 @@ def _detect_by_content(path: Path) -> str | None:
 
 
 def bad_value(path: Path, where: str, field: str, value: object, expected: str) -> ValueError:
-    """``ValueError("trace.csv line 3: ContextTokens must be ..., got 'abc'")``."""
+    """``ValueError("data/trace.csv line 3: ContextTokens must be ..., got 'abc'")``."""
     if isinstance(value, np.generic):  # a Parquet cell: show -3, not np.int64(-3)
         value = value.item()
-    return ValueError(f"{path.name} {where}: {field} must be {expected}, got {value!r}")
+    return ValueError(f"{path} {where}: {field} must be {expected}, got {value!r}")

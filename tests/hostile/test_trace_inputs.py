@@ -62,6 +62,12 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
     "own_empty_file": ("t.csv", "", REPLAY, ["t.csv"]),
     "own_header_only": ("t.csv", OWN, REPLAY, ["t.csv", "no requests"]),
     "own_ragged_row": ("t.csv", OWN + "10,5\n1,2,3,4\n", REPLAY, ["t.csv", "malformed CSV"]),
+    "own_short_row": (
+        "t.csv",
+        OWN + "10,5\n7\n",
+        REPLAY,
+        ["t.csv line 3", "1 field, expected 2 (prompt_tokens, output_tokens)"],
+    ),
     # pandas says "row 2" (0-based) for the quote opened on the file's line 3
     "own_unclosed_quote": (
         "t.csv",

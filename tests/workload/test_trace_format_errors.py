@@ -1,5 +1,6 @@
-"""Bad input in each trace format: the CLI exits with status 2 and one line naming the file, the
-line (or Parquet row), the field, the value and what was expected."""
+"""Bad input in each trace format: the CLI exits with status 2 and one line naming the file (its
+path as given: ``{path}`` in an expected line), the line (or Parquet row), the field, the value and
+what was expected."""
 
 from __future__ import annotations
 
@@ -18,44 +19,44 @@ CASES = {
         "bad.csv",
         OWN + "0,10,5\n1,12,many\n",
         ["workload.arrival=trace"],
-        "bad.csv line 3: output_tokens must be a non-negative integer, got 'many'",
+        "{path} line 3: output_tokens must be a non-negative integer, got 'many'",
     ),
     "own_arrival": (
         "bad.csv",
         OWN + "-1,10,5\n",
         ["workload.arrival=trace"],
-        "bad.csv line 2: arrival_time_s must be a non-negative number (s), got '-1'",
+        "{path} line 2: arrival_time_s must be a non-negative number (s), got '-1'",
     ),
     "own_n": (
         "bad.csv",
         "prompt_tokens,output_tokens,n\n10,5,1\n10,5,0\n",
         ["workload.sample=replay"],
-        "bad.csv line 3: n must be an integer >= 1, got '0'",
+        "{path} line 3: n must be an integer >= 1, got '0'",
     ),
     "own_n_and_beam": (
         "bad.csv",
         "prompt_tokens,output_tokens,n,beam_width\n10,5,2,4\n",
         ["workload.sample=replay"],
-        "bad.csv line 2: n = 2 and beam_width = 4: a request is parallel sampling or beam "
+        "{path} line 2: n = 2 and beam_width = 4: a request is parallel sampling or beam "
         "search, not both",
     ),
     "own_hash_ids": (
         "bad.csv",
         "prompt_tokens,output_tokens,hash_ids\n10,5,1 x\n",
         ["workload.sample=replay"],
-        "bad.csv line 2: hash_ids must be integers separated by spaces (or a JSON list), got '1 x'",
+        "{path} line 2: hash_ids must be integers separated by spaces (or a JSON list), got '1 x'",
     ),
     "own_hash_block_size": (
         "own.csv",
         "prompt_tokens,output_tokens,hash_ids\n10,5,1\n",
         ["workload.sample=replay"],
-        "workload.hash_block_size_tokens: own.csv has hash_ids; give the tokens per hash block",
+        "workload.hash_block_size_tokens: {path} has hash_ids; give the tokens per hash block",
     ),
     "own_prefix_tokens": (
         "bad.csv",
         "prompt_tokens,output_tokens,prefix_group,prefix_tokens\n10,5,sys,12\n",
         ["workload.sample=replay"],
-        "bad.csv line 2: prefix_tokens must be between 1 and the row's prompt_tokens (10) for "
+        "{path} line 2: prefix_tokens must be between 1 and the row's prompt_tokens (10) for "
         "prefix_group 'sys', got '12'",
     ),
     "azure_2024": (
@@ -64,27 +65,27 @@ CASES = {
         "2024-05-10 00:00:00.009930+00:00,100,10\n"
         "2024-05-10 25:00:00+00:00,100,10\n",
         ["workload.arrival=trace"],
-        "azure.csv line 3: TIMESTAMP must be a timestamp like '2023-11-16 18:15:46.6805900' or "
+        "{path} line 3: TIMESTAMP must be a timestamp like '2023-11-16 18:15:46.6805900' or "
         "'2024-05-10 00:00:00.009930+00:00' (ISO 8601), got '2024-05-10 25:00:00+00:00'",
     ),
     "vidur": (
         "vidur.csv",
         "arrived_at,num_prefill_tokens,num_decode_tokens\nsoon,374,44\n",
         ["workload.arrival=trace"],
-        "vidur.csv line 2: arrived_at must be a non-negative number (s), got 'soon'",
+        "{path} line 2: arrived_at must be a non-negative number (s), got 'soon'",
     ),
     "burstgpt": (
         "burst.csv",
         "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
         "5,ChatGPT,12.5,18,30,API log\n",
         ["workload.arrival=trace"],
-        "burst.csv line 2: Request tokens must be a non-negative integer, got '12.5'",
+        "{path} line 2: Request tokens must be a non-negative integer, got '12.5'",
     ),
     "mooncake": (
         "mc.jsonl",
         '{"timestamp": -5, "input_length": 10, "output_length": 3}\n',
         ["workload.arrival=trace"],
-        "mc.jsonl line 1: timestamp must be a non-negative number (ms), got -5",
+        "{path} line 1: timestamp must be a non-negative number (ms), got -5",
     ),
     "bailian_parent": (
         "qwen.jsonl",
@@ -93,14 +94,32 @@ CASES = {
         '{"chat_id": 2, "parent_chat_id": "x", "timestamp": 1, "input_length": 5, '
         '"output_length": 3}\n',
         ["workload.arrival=trace"],
-        "qwen.jsonl line 2: parent_chat_id must be -1 or a chat_id, got 'x'",
+        "{path} line 2: parent_chat_id must be -1 or a chat_id, got 'x'",
     ),
     "bailian_timestamp": (
         "qwen.jsonl",
         '{"chat_id": 1, "parent_chat_id": -1, "timestamp": "noon", "input_length": 5, '
         '"output_length": 3}\n',
         ["workload.arrival=trace"],
-        "qwen.jsonl line 1: timestamp must be a non-negative number (s), got 'noon'",
+        "{path} line 1: timestamp must be a non-negative number (s), got 'noon'",
+    ),
+    "own_short_row": (
+        "bad.csv",
+        "input_tokens,output_tokens\n10,5\n12,3\n7\n",
+        ["workload.sample=replay"],
+        "{path} line 4: 1 field, expected 2 (input_tokens, output_tokens)",
+    ),
+    "own_short_row_optional_cell": (  # malformed even where the missing cell may be blank
+        "bad.csv",
+        "prompt_tokens,output_tokens,session_id\n10,5,a\n12,3\n",
+        ["workload.sample=replay"],
+        "{path} line 3: 2 fields, expected 3 (prompt_tokens, output_tokens, session_id)",
+    ),
+    "own_blank_cell": (  # the right number of fields, one of them empty
+        "bad.csv",
+        "input_tokens,output_tokens\n10,5\n12,\n",
+        ["workload.sample=replay"],
+        "{path} line 3: output_tokens must be a non-negative integer, got ''",
     ),
     "tokenizer_on_counts": (
         "own.csv",
@@ -136,14 +155,23 @@ def test_bad_input_is_one_line(tmp_path: Path, case: str) -> None:
     name, text, sets, expected = CASES[case]
     path = tmp_path / name
     path.write_text(text)
-    assert expected in _invoke(path, sets)
+    assert expected.replace("{path}", str(path)) in _invoke(path, sets)
+
+
+def test_relative_path_is_named_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative trace path is shown as typed, not cut to its base name nor resolved."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "bad.csv").write_text(OWN + "0,10,5\n1,12,many\n")
+    monkeypatch.chdir(tmp_path)
+    line = _invoke(Path("data/bad.csv"), ["workload.arrival=trace"])
+    assert line.startswith("error: data/bad.csv line 3: output_tokens"), line
 
 
 def test_bad_parquet_cell_names_the_row(tmp_path: Path) -> None:
     path = tmp_path / "bad.parquet"
     pd.DataFrame({"prompt_tokens": [10, -3], "output_tokens": [5, 5]}).to_parquet(path)
     line = _invoke(path, ["workload.sample=replay"])
-    assert "bad.parquet row 2: prompt_tokens must be a non-negative integer, got -3" in line
+    assert f"{path} row 2: prompt_tokens must be a non-negative integer, got -3" in line
 
 
 def test_unknown_trace_format_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,174 @@
+"""Suspicious but legal traces: the run goes ahead as documented, with one warning that names the
+file and counts what changed (rows replayed out of file order, fewer rows than requested, rows
+drawn again and again); a choice the user spelled out stays quiet."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvsim.request import Request
+from kvsim.workload import WorkloadSpec, generate_requests
+
+TIMED = "arrival_time_s,prompt_tokens,output_tokens\n"
+OUT_OF_ORDER = TIMED + "0,10,5\n5,12,6\n2,14,7\n"  # line 4 (2 s) comes after line 3 (5 s)
+TIMED_THREE = TIMED + "0,10,5\n1,12,6\n2,14,7\n"
+THREE_ROWS = "prompt_tokens,output_tokens\n10,5\n12,6\n14,7\n"
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _run(caplog: pytest.LogCaptureFixture, **fields: object) -> tuple[list[Request], list[str]]:
+    """The requests of a workload and the warnings logged while drawing them."""
+    with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
+        reqs = generate_requests(
+            WorkloadSpec.model_validate(fields), np.random.default_rng(0), max_model_len=4096
+        )
+    return reqs, [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_out_of_order_arrivals_are_sorted_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, "ooo.csv", OUT_OF_ORDER)
+    reqs, warnings = _run(caplog, trace=path, arrival="trace")
+    # sorting stays: the 2 s row runs second
+    assert [(r.arrival_time_s, r.prompt_tokens) for r in reqs] == [(0.0, 10), (2.0, 14), (5.0, 12)]
+    assert warnings == [
+        f"{path}: 1 of 3 rows arrive before a row above them (first at line 4); replaying them "
+        "sorted by arrival time"
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [TIMED + "0,10,5\n2,12,6\n2,14,7\n", TIMED_THREE],
+    ids=["ties", "sorted"],
+)
+def test_sorted_arrivals_are_quiet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    _, warnings = _run(caplog, trace=_write(tmp_path, "ok.csv", text), arrival="trace")
+    assert warnings == []
+
+
+def test_out_of_order_line_skips_blank_jsonl_lines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    row = '{{"timestamp": {}, "input_length": 10, "output_length": 5}}\n'
+    # lines 1, 3, 4 hold rows (line 2 is blank): the 2,000 ms row is on line 4
+    text = row.format(0) + "\n" + row.format(5000) + row.format(2000)
+    _, warnings = _run(caplog, trace=_write(tmp_path, "mc.jsonl", text), arrival="trace")
+    assert len(warnings) == 1
+    assert "1 of 3 rows arrive before a row above them (first at line 4)" in warnings[0]
+
+
+def test_out_of_order_parquet_names_the_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "ooo.parquet"
+    frame = {"arrival_time_s": [0.0, 5.0, 2.0, 1.0], "prompt_tokens": [10] * 4}
+    pd.DataFrame({**frame, "output_tokens": [5] * 4}).to_parquet(path)
+    _, warnings = _run(caplog, trace=str(path), arrival="trace")
+    assert warnings == [
+        f"{path}: 2 of 4 rows arrive before a row above them (first at row 3); replaying them "
+        "sorted by arrival time"
+    ]
+
+
+def test_num_requests_beyond_a_replayed_trace_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, "three.csv", TIMED_THREE)
+    reqs, warnings = _run(caplog, trace=path, arrival="trace", num_requests=10)
+    assert len(reqs) == 3
+    assert warnings == [
+        f"{path}: workload.num_requests = 10, but the trace has only 3 rows to replay; running 3 "
+        "requests"
+    ]
+
+
+def test_num_requests_beyond_a_window_counts_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, "three.csv", TIMED_THREE)
+    reqs, warnings = _run(caplog, trace=path, arrival="trace", num_requests=10, duration_s=1.5)
+    assert len(reqs) == 2
+    assert warnings == [
+        f"{path}: workload.num_requests = 10, but the trace has only 2 rows (of 3 in the file, "
+        "after the filters and the window) to replay; running 2 requests"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "fields"),
+    [
+        (TIMED_THREE, {"arrival": "trace"}),  # num_requests unset: the whole trace, as documented
+        (TIMED_THREE, {"arrival": "trace", "num_requests": 3}),
+        (TIMED_THREE, {"arrival": "trace", "num_requests": 2}),
+        (THREE_ROWS, {"sample": "replay"}),
+        (THREE_ROWS, {"sample": "replay", "num_requests": 3}),
+    ],
+    ids=["all", "exactly", "fewer", "replay_all", "replay_exactly"],
+)
+def test_replays_within_the_trace_are_quiet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str, fields: dict[str, object]
+) -> None:
+    _, warnings = _run(caplog, trace=_write(tmp_path, "three.csv", text), **fields)
+    assert warnings == []
+
+
+def test_replay_under_synthetic_arrivals_beyond_the_trace_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, "three.csv", THREE_ROWS)
+    reqs, warnings = _run(caplog, trace=path, sample="replay", num_requests=5)
+    assert len(reqs) == 3
+    assert warnings == [
+        f"{path}: workload.num_requests = 5, but the trace has only 3 rows to replay; running 3 "
+        "requests"
+    ]
+
+
+def test_default_resampling_beyond_the_trace_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, "three.csv", THREE_ROWS)
+    reqs, warnings = _run(caplog, trace=path)  # Poisson arrivals, 1,000 requests by default
+    assert len(reqs) == 1000
+    assert {r.prompt_tokens for r in reqs} == {10, 12, 14}
+    assert warnings == [
+        f"{path}: 1000 requests drawn from 3 rows: prompt and output lengths are resampled with "
+        "replacement, so rows repeat; set workload.sample = 'resample' to confirm, or 'replay' "
+        "to run each row once"
+    ]
+
+
+def test_default_resampling_counts_the_rows_left_by_the_filters(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, "zero.csv", "prompt_tokens,output_tokens\n10,5\n12,0\n14,7\n")
+    _, warnings = _run(caplog, trace=path, num_requests=4)
+    assert warnings[-1].startswith(
+        f"{path}: 4 requests drawn from 2 rows (of 3 in the file, after the filters): "
+    )
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"sample": "resample", "num_requests": 50}, {"num_requests": 3}],
+    ids=["explicit_resample", "no_more_than_rows"],
+)
+def test_resampling_the_user_asked_for_is_quiet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fields: dict[str, object]
+) -> None:
+    _, warnings = _run(caplog, trace=_write(tmp_path, "three.csv", THREE_ROWS), **fields)
+    assert warnings == []
