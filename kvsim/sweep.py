@@ -4,9 +4,11 @@ Each point's results go to ``OUT/NAME/points/KEY/`` (``KEY = SimConfig.key()``),
 temporary folder and renamed into place, so a killed sweep leaves only finished points behind and a
 rerun skips them. Local workers write their own points (``run_and_save``); Dask workers only
 simulate and return their ``Results`` and the driver writes, so a remote cluster needs no shared
-filesystem. A failing point is logged with its swept values
-and listed in ``failures.json``; the others go on. ``summary.parquet`` has one row per finished
-point, in expansion order: the swept fields, then the summary metrics.
+filesystem. Every point's config is validated before any runs: one invalid point (a value out
+of range, a misspelt field) fails the sweep up front, with nothing run. A point that fails while
+running is logged with its swept values and listed in ``failures.json``; the others go on.
+``summary.parquet`` has one row per finished point, in expansion order: the swept fields, then
+the summary metrics.
 """
 
 from __future__ import annotations
@@ -42,11 +44,11 @@ _TMP_PREFIX = ".tmp-"
 
 @dataclass
 class Failure:
-    """A point that failed: its swept values, key (``None`` if its config is invalid) and error."""
+    """A point that failed while running: its swept values, key and error."""
 
     index: int
     point: str
-    key: str | None
+    key: str
     error: str
     traceback: str | None = None
 
@@ -202,6 +204,33 @@ def _warn_once_each(
         yield point, outcome
 
 
+def check_points(name: str, points: list[Point]) -> None:
+    """Fail before anything runs when a point's config is invalid (a misspelt field, a value out
+    of range): a sweep runs all of its points or none, so no result of a half-valid grid is
+    written. ``Experiment.points`` has already validated every config (no workload is generated).
+
+    Raises:
+        ValueError: naming the first invalid point, its swept values and the field at fault, and
+            how many points are invalid.
+    """
+    invalid = [p for p in points if p.config is None]
+    if not invalid:
+        return
+    first = invalid[0]
+    where = f"point {first.index} ({first.describe()})"
+    if len(invalid) == len(points):
+        raise ValueError(f"{name}: no point has a valid config; {where}: {first.error}")
+    if len(invalid) == 1:
+        raise ValueError(
+            f"{name}: {where} has an invalid config, so no point was run: {first.error}"
+        )
+    shown = ", ".join(str(p.index) for p in invalid[:10]) + (", ..." if len(invalid) > 10 else "")
+    raise ValueError(
+        f"{name}: {len(invalid)} of {len(points)} points have an invalid config (points {shown}), "
+        f"so no point was run; {where}: {first.error}"
+    )
+
+
 def _column(values: list[Any]) -> list[Any]:
     """Swept values of one column; mixed types become strings so parquet can store them."""
     kinds = {type(v) for v in values if v is not None}
@@ -254,18 +283,15 @@ def run_sweep(
         A ``SweepReport``; failures of single points do not raise.
 
     Raises:
-        ValueError: no point has a valid config (e.g. a misspelt field in ``[grid]``), the
+        ValueError: a point has an invalid config (e.g. a misspelt field or a value out of
+            range in ``[grid]``; ``check_points``: nothing is run or written), the
             experiment's name is not a folder name, or the Dask scheduler is unreachable.
         OSError: the results folder cannot be written (a file in the way, a full disk).
         KeyboardInterrupt: after writing ``summary.parquet`` of the points finished so far.
     """
     check_name(experiment.name, "experiment name")  # the results stay under out_root
-    points = experiment.points(quick=quick)
-    if points and all(p.config is None for p in points):
-        raise ValueError(
-            f"{experiment.name}: no point has a valid config; point 0 "
-            f"({points[0].describe()}): {points[0].error}"
-        )
+    points = experiment.points(quick=quick)  # validates every config; generates no workload
+    check_points(experiment.name, points)
     folder = Path(out_root) / ("quick" if quick else "") / experiment.name
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
     _clean_stale(folder)
@@ -278,12 +304,8 @@ def run_sweep(
         "analysis": experiment.analysis,
     }
     _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json.dumps(meta, indent=2)))
-    failures = [
-        Failure(p.index, p.describe(), None, f"invalid config: {p.error}")
-        for p in points
-        if p.config is None
-    ]
-    unique = {p.key: p for p in reversed(points) if p.key is not None}  # first point per key
+    failures: list[Failure] = []
+    unique = {_config(p).key(): p for p in reversed(points)}  # first point per key
     radix = [p for p in unique.values() if _config(p).cache.allocator == "radix"]
     if radix and experiment.snapshot_time(quick=quick) is not None:
         logger.warning(
@@ -330,9 +352,6 @@ def run_sweep(
         report.table = summary_table(experiment, points, folder)
         _write_atomic(folder / SUMMARY, lambda p: report.table.to_parquet(p, index=False))
     report.failures = sorted(failures, key=lambda f: f.index)
-    for f in report.failures:
-        if f.key is None:
-            logger.error("point %d (%s) failed: %s", f.index, f.point, f.error)
     _write_atomic(
         folder / FAILURES,
         lambda p: p.write_text(json.dumps([f.__dict__ for f in report.failures], indent=2)),

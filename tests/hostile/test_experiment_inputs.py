@@ -90,6 +90,10 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
         BASE + '[grid]\n"cache.block_size_tokens" = [0, -1]\n',
         ["no point has a valid config", "cache.block_size_tokens"],
     ),
+    "one_point_invalid": (
+        BASE + '[grid]\n"cache.block_size_tokens" = [16, 0]\n',
+        ["point 1 (cache.block_size_tokens=0)", "no point was run", "cache.block_size_tokens:"],
+    ),
     "every_point_bad_preset": (
         'name = "e"\n[base.workload]\npreset = "nosuch"\n',
         ["no point has a valid config", "nosuch"],

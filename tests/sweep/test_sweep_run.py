@@ -162,35 +162,68 @@ def test_local_pool_and_local_dask_give_identical_tables(tmp_path, tiny) -> None
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_failing_point_reported_others_finish(tmp_path, make_experiment, caplog, jobs) -> None:
     exp = make_experiment(
-        grid={"cache.block_size_tokens": [0, 16]},  # 0: invalid config
+        grid={"cache.block_size_tokens": [8, 16]},
         zip=[
             {
                 "label": ["ok", "missing trace"],
                 "workload.lengths": ["fixed", "trace"],
                 "workload.trace": [None, "/nonexistent/trace.csv"],
             }
-        ],  # fails inside the worker
+        ],  # a valid config that fails inside the worker
     )
     # drop the None override of the "ok" column: the base has no trace
     points = exp.points()
     assert len(points) == 4
     with caplog.at_level(logging.ERROR, logger="kvsim.sweep"):
         report = run_sweep(exp, tmp_path, jobs=jobs, progress=False)
-    assert report.num_run == 1  # block 16, fixed lengths
-    assert [f.index for f in report.failures] == [0, 1, 3]
-    runtime = report.failures[2]
+    assert report.num_run == 2  # fixed lengths, blocks of 8 and 16
+    assert [f.index for f in report.failures] == [1, 3]
+    runtime = report.failures[1]
     assert runtime.key == points[3].key
     assert "trace.csv" in runtime.error
     assert "workload.trace='/nonexistent/trace.csv'" in runtime.point
-    assert "cache.block_size_tokens" in report.failures[0].error
     assert "missing trace" in caplog.text
     assert "cache.block_size_tokens=16" in caplog.text
     stored = json.loads((tmp_path / "tiny" / "failures.json").read_text())
-    assert [f["index"] for f in stored] == [0, 1, 3]
-    assert list(report.table["label"]) == ["ok"]
+    assert [f["index"] for f in stored] == [1, 3]
+    assert list(report.table["label"]) == ["ok", "ok"]
 
 
-def test_cli_sweep_reports_failure_and_exit_code(tmp_path) -> None:
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_one_invalid_point_fails_the_sweep_before_any_runs(
+    tmp_path, make_experiment, counted, jobs
+) -> None:
+    # point 0 is valid, point 1 is not: point 0 used to run (and be written) before point 1
+    # failed; now nothing runs and nothing is written
+    exp = make_experiment(grid={"cache.block_size_tokens": [16, 0]}, zip=[])
+    with pytest.raises(
+        ValueError,
+        match=r"^tiny: point 1 \(cache.block_size_tokens=0\) has an invalid config, so no "
+        r"point was run: cache.block_size_tokens: .* 1, got 0",
+    ):
+        run_sweep(exp, tmp_path, jobs=jobs, progress=False)
+    assert counted == []
+    assert not (tmp_path / "tiny").exists()
+    several = make_experiment(grid={"cache.block_size_tokens": [16, 0, 8, -1]}, zip=[])
+    with pytest.raises(ValueError, match=r"2 of 4 points have an invalid config \(points 1, 3\)"):
+        run_sweep(several, tmp_path, jobs=jobs, progress=False)
+    assert counted == []
+
+
+def test_validating_points_generates_no_workload(make_experiment, monkeypatch) -> None:
+    # checking every point before the sweep must stay cheap: configs only, no requests drawn
+    import kvsim.intake
+
+    def no_requests(*args, **kwargs):
+        raise AssertionError("a workload was generated while validating points")
+
+    monkeypatch.setattr(kvsim.intake, "requests_for", no_requests)
+    monkeypatch.setattr(point_mod, "simulate", no_requests)
+    points = make_experiment(grid={"cache.block_size_tokens": [16, 0]}).points()
+    assert [p.config is None for p in points] == [False, False, True, True]
+
+
+def _cli_sweep(tmp_path, grid: str):
     import typer
 
     from kvsim.cli.sweep import register
@@ -199,13 +232,30 @@ def test_cli_sweep_reports_failure_and_exit_code(tmp_path) -> None:
     register(app)
     path = tmp_path / "e.toml"
     path.write_text(
-        'name = "e"\n[base.workload]\nlengths = "fixed"\nnum_requests = 3\n'
-        '[base.cache]\nkv_cache_gib = 2.0\n[grid]\n"cache.block_size_tokens" = [0, 16]\n'
+        'name = "e"\n[base.workload]\nnum_requests = 3\n[base.cache]\nkv_cache_gib = 2.0\n' + grid
     )
-    result = CliRunner().invoke(app, ["sweep", str(path), "--out", str(tmp_path), "--no-progress"])
-    assert result.exit_code == 1
+    return CliRunner().invoke(app, ["sweep", str(path), "--out", str(tmp_path), "--no-progress"])
+
+
+def test_cli_sweep_reports_failure_and_exit_code(tmp_path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("input_len,output_len\n16,4\n32,4\n")
+    # a missing trace is a valid config that fails when its point runs
+    result = _cli_sweep(tmp_path, f'[grid]\n"workload.trace" = ["{trace}", "/nonexistent.csv"]\n')
+    assert result.exit_code == 1, result.output
     assert "1 run, 0 resumed, 1 failed" in result.output
-    assert "FAILED point 0 [cache.block_size_tokens=0]" in result.output
+    assert "FAILED point 1 [workload.trace='/nonexistent.csv']" in result.output
+
+
+def test_cli_sweep_invalid_point_exits_2_and_writes_nothing(tmp_path) -> None:
+    result = _cli_sweep(tmp_path, '[grid]\n"cache.block_size_tokens" = [16, 0]\n')
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.output
+    assert "point 1 (cache.block_size_tokens=0)" in lines[0]
+    assert "cache.block_size_tokens: " in lines[0]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "e").exists()
 
 
 def test_misspelt_grid_field_fails_up_front(tmp_path, make_experiment):
