@@ -372,6 +372,7 @@ class _Evaluator:
         self.plan, self.folder, self.jobs, self.quick = plan, folder, jobs, quick
         self.on_point = on_point
         self.seen: dict[float, dict[str, Any]] = {}
+        self.warned: set[str] = set()  # the points' warnings, said once per plan run
 
     def _seen(self, x: float, summary: dict[str, Any]) -> None:
         self.seen[x] = summary
@@ -409,7 +410,7 @@ class _Evaluator:
             )
             todo.append((x, point))
         by_key = {point.key: x for x, point in todo}
-        for point, outcome in outcomes([p for _, p in todo], jobs=self.jobs):
+        for point, outcome in outcomes([p for _, p in todo], jobs=self.jobs, said=self.warned):
             x = by_key[point.key]
             if outcome.error is not None and outcome.error.startswith(_MISSING_DATA):
                 # the workload, not this knob value, is at fault: say so as `kvsim run` does

@@ -166,8 +166,11 @@ def outcomes(
     snapshot_at_s: float | None = None,
     connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
     folder: Path | None = None,
+    said: set[str] | None = None,
 ) -> Iterator[tuple[Point, PointOutcome]]:
-    """Run ``todo`` and yield ``(point, outcome)`` as each finishes.
+    """Run ``todo`` and yield ``(point, outcome)`` as each finishes, logging each distinct
+    warning of the points once (workers' warnings come back with their outcomes, however
+    the points ran).
 
     Args:
         todo: valid points (``config`` set), one per key.
@@ -178,6 +181,8 @@ def outcomes(
         connect_timeout_s: seconds to wait for a remote Dask scheduler.
         folder: the sweep's folder: local pool workers write their points into it
             (``run_and_save``); ``None``: every outcome comes back with its tables.
+        said: warning texts already logged, added to as more are (a plan's rounds share one,
+            so a warning every point gives is said once per plan); ``None``: a fresh set.
 
     Raises:
         ValueError: (when iterated) an unreachable or malformed Dask scheduler address.
@@ -188,14 +193,13 @@ def outcomes(
         stream = _serial(todo, snapshot_at_s)
     else:
         stream = _pool(todo, jobs, snapshot_at_s, folder)
-    return _warn_once_each(stream)
+    return _warn_once_each(stream, set() if said is None else said)
 
 
 def _warn_once_each(
-    stream: Iterator[tuple[Point, PointOutcome]],
+    stream: Iterator[tuple[Point, PointOutcome]], said: set[str]
 ) -> Iterator[tuple[Point, PointOutcome]]:
-    """Pass outcomes through, printing each distinct warning text of their points once."""
-    said: set[str] = set()
+    """Pass outcomes through, logging each warning text of their points not in ``said`` (once)."""
     for point, outcome in stream:
         for text in outcome.warnings:
             if text not in said:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from kvsim.cli import app
-from kvsim.planning import Plan, Target, load_plan, run_plan, save_plan
+from kvsim.planning import Plan, Target, load_plan, plan_from_dict, run_plan, save_plan
 from kvsim.presets import plans_dir
 
 # Ten requests arrive together (Poisson at 10^6 req/s: within microseconds), each a 100-token
@@ -127,3 +128,31 @@ def test_quick_mission_4_draws_its_answer(tmp_path: Path) -> None:
     assert [p.name for p in written] == ["points.csv", "answer.json", "plan.png"]
     assert result.answer is not None
     assert plan.lo < result.answer < plan.hi
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_warning_every_point_gives_is_said_once_per_plan(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, jobs: int
+) -> None:
+    # a 3,010-token request of the trace cannot run on OPT-13B (max_model_len 2,048) whatever
+    # max_num_seqs is: every point warns alike. The bisection takes several rounds (one point
+    # each with -j 1); the warning used to be said once per round
+    rows = ["input_len,output_len", "3000,10"]
+    rows += [f"{200 + 40 * i},{300 + 20 * i}" for i in range(20)]
+    trace = tmp_path / "t.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    base = {
+        "cache": {"kv_cache_gib": 2.5},
+        "workload": {"trace": str(trace), "sample": "replay", "rate_per_s": 20.0},
+    }
+    question = {"field": "scheduler.max_num_seqs", "hi": 32, "targets": {"num_preemptions": 0}}
+    plan = plan_from_dict("warned", base, question)
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        result = run_plan(plan, tmp_path / "out", jobs=jobs)
+    assert len(result.points) >= 4  # several rounds
+    said = [r.getMessage() for r in caplog.records if "cannot run" in r.getMessage()]
+    assert said == [
+        "1 of 21 requests cannot run and are skipped: 1 longer than max_model_len = 2,048 "
+        "(first: request 0, prompt 3,000 + output 10 tokens) (raise scheduler.max_model_len "
+        "or the KV budget, or filter the workload)"
+    ]
