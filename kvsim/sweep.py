@@ -328,7 +328,7 @@ def run_sweep(
         report.num_skipped,
         len(todo),
     )
-    bar = _Bar(
+    bar = PointBar(
         total=len(unique),
         initial=report.num_skipped,
         desc=experiment.name,
@@ -363,8 +363,9 @@ def run_sweep(
     return report
 
 
-class _Bar(tqdm):  # type: ignore[misc]
-    """A tqdm bar without tqdm's monitor thread, so that workers can be forked (``pool_map``)."""
+class PointBar(tqdm):  # type: ignore[misc]
+    """A tqdm bar of points without tqdm's monitor thread, so that workers can be forked
+    (``pool_map``)."""
 
     monitor_interval = 0
 

@@ -105,6 +105,7 @@ def plan(
         ),
     ] = 1,
     quick: Annotated[bool, typer.Option(help="Small runs: the plan's \\[quick] table.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,
 ) -> None:
     """Find the smallest KV budget, largest rate, smallest TP or largest max_num_seqs for targets.
@@ -122,6 +123,7 @@ def plan(
         run_plan,
         save_plan,
     )
+    from kvsim.sweep import PointBar
 
     if list_:
         _list_plans(console)
@@ -166,6 +168,11 @@ def plan(
             f"[{the_plan.lo:g}, {the_plan.hi:g}] with "
             + ", ".join(f"{t.metric} <= {t.bound:g}" for t in the_plan.targets)
         )
+        bar = PointBar(
+            desc=the_plan.name,
+            unit="pt",
+            disable=None if progress else True,  # None: off on a non-terminal
+        )
 
         def show(value: float | int, summary: dict[str, Any], meets: bool) -> None:
             verdict = "[green]meets[/]" if meets else "[red]fails[/]"
@@ -175,12 +182,15 @@ def plan(
                 detail = ", ".join(
                     f"{t.metric} {_fmt(summary.get(t.metric), t.metric)}" for t in the_plan.targets
                 )
-            console.print(
-                f"  {the_plan.field} = {format_value(value):<8} {verdict}  {escape(detail)}",
-                highlight=False,
-            )
+            with bar.external_write_mode():  # the line above the bar, not through it
+                console.print(
+                    f"  {the_plan.field} = {format_value(value):<8} {verdict}  {escape(detail)}",
+                    highlight=False,
+                )
+            bar.update(1)
 
-        result = run_plan(the_plan, out, jobs=jobs, quick=quick, on_point=show)
+        with bar:
+            result = run_plan(the_plan, out, jobs=jobs, quick=quick, on_point=show)
         written = save_plan(result)
         console.print(_answer_table(result))
         if not result.monotone:

@@ -130,6 +130,23 @@ def test_quick_mission_4_draws_its_answer(tmp_path: Path) -> None:
     assert plan.lo < result.answer < plan.hi
 
 
+def _plan_cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["plan", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, result.output
+
+
+def test_cli_plan_takes_progress_like_run_and_reproduce(tmp_path: Path) -> None:
+    args = ["--largest", "max_num_seqs", "--target", "num_preemptions<=0", "--hi", "4"]
+    for key, value in BURST["workload"].items():
+        args += ["--set", f"workload.{key}={value}"]
+    args += ["--set", "model=llama-3.1-8b", "--set", "scheduler.max_model_len=128"]
+    for flag in ("--no-progress", "--progress"):
+        code, output = _plan_cli(*args, "--out", str(tmp_path), flag)
+        assert code == 0, output
+        assert "points evaluated" in output
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_warning_every_point_gives_is_said_once_per_plan(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, jobs: int
