@@ -434,6 +434,11 @@ def candidates(plan: Plan) -> Sequence[float]:
     return [plan.lo * (plan.hi / plan.lo) ** (i / steps) for i in range(steps + 1)]
 
 
+def plan_folder(out_root: str | Path, name: str, *, quick: bool = False) -> Path:
+    """Where a plan's points and answer live: ``OUT/plan/NAME`` (``OUT/plan/quick/NAME``)."""
+    return Path(out_root) / "plan" / ("quick" if quick else "") / name
+
+
 def run_plan(
     plan: Plan,
     out_root: str | Path = "results",
@@ -455,7 +460,7 @@ def run_plan(
     Raises:
         ValueError: the bracket holds no candidate.
     """
-    folder = Path(out_root) / "plan" / ("quick" if quick else "") / plan.name
+    folder = plan_folder(out_root, plan.name, quick=quick)
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
     grid = candidates(plan)
     if not grid:

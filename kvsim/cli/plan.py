@@ -111,7 +111,8 @@ def plan(
     """Find the smallest KV budget, largest rate, smallest TP or largest max_num_seqs for targets.
 
     Prints the answer, its margin and the binding target, and draws the curve with the target
-    lines and the answer (OUT/plan/NAME/plan.png).
+    lines and the answer (OUT/plan/NAME/plan.png). A named plan answers its own question: to ask
+    another (--smallest, --largest, --target) on its config, give --name for its results.
     """
     from kvsim.config import set_dotted
     from kvsim.planning import (
@@ -149,6 +150,9 @@ def plan(
         if is_plan:
             assert path is not None
             the_plan = load_plan(path, overrides, **question)
+            given = [f"--{o}" for o, v in (("smallest", smallest), ("largest", largest)) if v]
+            given += ["--target"] if target else []
+            _keep_its_question(str(source), path, overrides, the_plan, given, name, out, quick)
         else:
             if "field" not in question or "targets" not in question:
                 raise ValueError(
@@ -201,6 +205,72 @@ def plan(
         console.print(f"wrote {', '.join(str(p) for p in written)}")
 
     guard(go)
+
+
+def _asks(the_plan: Any) -> tuple[str, str, tuple[tuple[str, float], ...]]:
+    """What a plan asks: its knob, direction and targets (not the bracket or resolution, which
+    only say where and how finely to look)."""
+    targets = tuple(sorted((t.metric, t.bound) for t in the_plan.targets))
+    return the_plan.field, the_plan.direction, targets
+
+
+def _question_text(the_plan: Any) -> str:
+    return f"the {the_plan.direction} {the_plan.field} with " + ", ".join(
+        f"{t.metric} <= {t.bound:g}" for t in the_plan.targets
+    )
+
+
+def _keep_its_question(
+    source: str,
+    path: Path,
+    overrides: dict[str, Any],
+    asked: Any,
+    given: list[str],
+    name: str | None,
+    out: Path,
+    quick: bool,
+) -> None:
+    """Refuse to answer another question than a named plan's own in the plan's folder: its
+    answer there would be replaced by the answer to a question it does not ask. With ``--name``
+    (another folder) the question is asked on the plan's config, and said so.
+
+    Args:
+        source: the plan as named on the command line.
+        path: its file.
+        overrides: the ``--set`` fields (they edit the config, not the question).
+        asked: the plan with the command line's question.
+        given: the question's options on the command line (``--smallest``, ``--target``...).
+        name: ``--name``, or ``None``.
+        out: the results root.
+        quick: ``--quick`` (the plan's folder is ``OUT/plan/quick/NAME``).
+
+    Raises:
+        ValueError: ``--smallest``, ``--largest`` or ``--target`` change the plan's knob,
+            direction or targets and ``--name`` does not send the results elsewhere.
+    """
+    from kvsim.planning import load_plan, plan_folder
+
+    try:
+        own = load_plan(path, overrides)
+    except ValueError:  # the file's [question] is incomplete: the options complete it
+        return
+    if _asks(asked) == _asks(own):
+        return
+    if name and name != own.name:
+        console.print(
+            f"plan {name}: {source}'s config with your question, not its own "
+            f"({_question_text(own)}; kvsim plan {source} answers that)",
+            highlight=False,
+        )
+        return
+    folder = plan_folder(out, own.name, quick=quick)
+    verb = "asks" if len(given) == 1 else "ask"
+    raise ValueError(
+        f"plan: {source} asks for {_question_text(own)}; {'/'.join(given)} {verb} for "
+        f"{_question_text(asked)}, whose answer would replace its own in {folder}/. Run the plan "
+        f"as shipped (kvsim plan {source}), add --name NAME to ask your question of {source}'s "
+        "config, or ask it of a config of your own (kvsim plan CONFIG.toml ...)"
+    )
 
 
 def _config_table(path: Path | None) -> dict[str, Any]:

@@ -136,6 +136,44 @@ def _plan_cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def test_a_shipped_plan_keeps_its_own_question(tmp_path: Path) -> None:
+    # mission-3 asks for the largest max_num_seqs under a preemption target; asking for the
+    # smallest KV with a TTFT target used to drop that question silently and write the KV answer
+    # over mission-3's answer.json
+    out = ["--quick", "--out", str(tmp_path), "--no-progress"]
+    code, output = _plan_cli("mission-3", *out)
+    assert code == 0, output
+    folder = tmp_path / "plan" / "quick" / "mission-3"
+    shipped = (folder / "answer.json").read_bytes()
+    assert json.loads(shipped)["field"] == "scheduler.max_num_seqs"
+    other = ["--smallest", "kv", "--target", "time_to_first_token_seconds_p99<=2"]
+    for extra in ([], ["--name", "mission-3"]):  # its own folder by name: refused too
+        code, output = _plan_cli("mission-3", *other, *extra, *out)
+        assert code == 2, output
+        errors = [line for line in output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, output
+        flat = " ".join(output.split())
+        assert "mission-3 asks for the largest scheduler.max_num_seqs" in flat
+        assert "--smallest/--target ask for the smallest cache.kv_cache_gib" in flat
+        assert "--name NAME" in flat
+        assert "Traceback" not in output
+    code, output = _plan_cli("mission-3", "--target", "preemptions_per_request<=0.5", *out)
+    assert code == 2, output  # other targets are another question too
+    assert (folder / "answer.json").read_bytes() == shipped
+    # the same question restated is the plan as shipped (its points are reused)
+    same = ["--largest", "max_num_seqs", "--target", "preemptions_per_request<=0.05"]
+    code, output = _plan_cli("mission-3", *same, *out)
+    assert code == 0, output
+    assert json.loads((folder / "answer.json").read_bytes()) == json.loads(shipped)
+    # under another name the question is asked of mission-3's config, and said so
+    code, output = _plan_cli("mission-3", *other, "--name", "m3-kv", *out)
+    assert code == 0, output
+    assert "mission-3's config with your question, not its own" in " ".join(output.split())
+    kv = json.loads((tmp_path / "plan" / "quick" / "m3-kv" / "answer.json").read_text())
+    assert kv["field"] == "cache.kv_cache_gib"
+    assert (folder / "answer.json").read_bytes() == shipped
+
+
 def test_cli_plan_takes_progress_like_run_and_reproduce(tmp_path: Path) -> None:
     args = ["--largest", "max_num_seqs", "--target", "num_preemptions<=0", "--hi", "4"]
     for key, value in BURST["workload"].items():
