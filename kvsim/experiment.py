@@ -151,7 +151,7 @@ def make_point(
         for dotted, value in {**overrides, **extra}.items():  # quick runs shrink every point
             set_dotted(data, dotted, value)
         resolve_workload_preset(data)
-        config = config_from_dict(data)
+        config = config_from_dict(data, varied=[*overrides, *extra])
     except (ValueError, FileNotFoundError) as err:
         return Point(index, overrides, label, None, str(err))
     # the swept values as they ran: a quick override of a swept field replaces it

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import logging
+from collections.abc import Collection
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +28,7 @@ from kvsim.config.hardware import (
     kv_bytes_per_token_per_gpu,
     weight_bytes_per_gpu,
 )
+from kvsim.config.ignored import ignored_settings
 from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
 from kvsim.textfile import read_toml, sha256_file
@@ -293,8 +295,23 @@ def _check_plain(value: Any, where: str) -> None:
         )
 
 
-def config_from_dict(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> SimConfig:
+def config_from_dict(
+    data: dict[str, Any],
+    overrides: dict[str, Any] | None = None,
+    *,
+    varied: Collection[str] = (),
+) -> SimConfig:
     """Validate a plain dict (as from TOML) into a ``SimConfig``; see ``load_config``.
+
+    A setting the config ignores (``gpu_memory_utilization`` beside an explicit KV budget, a
+    ``reservation`` on a paged pool) is logged as a warning (``kvsim.config.ignored``), unless an
+    override (or a field in ``varied``) made it moot.
+
+    Args:
+        data: the config table.
+        overrides: dotted fields replacing the table's values.
+        varied: dotted fields already set in ``data`` over a base table (a sweep point's
+            values), which count as overrides for the warnings.
 
     Raises:
         ValueError: a field is invalid, or a value is no JSON type (a TOML date); the message
@@ -314,9 +331,12 @@ def config_from_dict(data: dict[str, Any], overrides: dict[str, Any] | None = No
             data[section] = {} if replaced else {"preset": DEFAULT_PRESETS[section]}
         set_dotted(data, dotted, value)
     try:
-        return SimConfig.model_validate(data)
+        config = SimConfig.model_validate(data)
     except ValidationError as err:
         raise ValueError(format_validation_error(err)) from None
+    for message in ignored_settings(config, data, [*overrides, *varied]):
+        _warn_once(message)
+    return config
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -1,11 +1,22 @@
 """Hostile configs: ``--set`` overrides, TOML config files and plain dicts. Each is rejected before
-anything is simulated, with one line naming the field (or file and line) and the value."""
+anything is simulated, with one line naming the field (or file and line) and the value; a legal
+setting the config ignores runs as written, with a warning naming it, its value and why."""
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from kvsim.config import config_from_dict
+from kvsim.config import config_from_dict, load_config
+from kvsim.config import sim as config_sim
+from kvsim.engine import simulate
+from kvsim.experiment import load_experiment, parse_experiment
+from kvsim.planning import load_plan
+from kvsim.presets import experiments_dir, plans_dir, workloads_dir
 
 RUN = ["run", "--no-progress", "--set", "workload.num_requests=3"]
 BIG = str(10**29)
@@ -331,3 +342,157 @@ def test_bad_dict(case: str) -> None:
     data, match = DICTS[case]
     with pytest.raises(ValueError, match=match):
         config_from_dict(data, {"workload.num_requests": 3} if "workload" not in data else None)
+
+
+# Legal settings the config ignores (kvsim.config.ignored). id: (overrides, the ignored field
+# last, fragments of the one warning); "TRACE" stands for a trace file with its own arrivals.
+TRACE = "arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,5\n1.0,30,5\n"
+IGNORED: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "utilization_beside_gib_budget": (
+        {"cache.kv_cache_gib": 4, "cache.gpu_memory_utilization": 0.5},
+        ["cache.gpu_memory_utilization = 0.5", "cache.kv_cache_gib = 4", "takes precedence"],
+    ),
+    "headroom_beside_gib_budget": (
+        {"cache.kv_cache_gib": 4, "cache.activation_headroom_bytes": 1000},
+        ["cache.activation_headroom_bytes = 1000", "cache.kv_cache_gib = 4", "takes precedence"],
+    ),
+    "utilization_beside_gb_budget": (
+        {"cache.kv_cache_gb": 4, "cache.gpu_memory_utilization": 0.5},
+        ["cache.gpu_memory_utilization = 0.5", "cache.kv_cache_gb = 4"],
+    ),
+    "reservation_on_paged": (
+        {"cache.allocator": "paged", "cache.reservation": "pow2"},
+        ["cache.reservation = 'pow2'", "allocator 'paged'", "first_fit, best_fit, buddy"],
+    ),
+    "block_size_on_first_fit": (
+        {"cache.allocator": "first_fit", "cache.block_size_tokens": 32},
+        ["cache.block_size_tokens = 32", "allocator 'first_fit'", "applies to paged"],
+    ),
+    "block_size_on_radix": (
+        {"cache.allocator": "radix", "cache.block_size_tokens": 32},
+        ["cache.block_size_tokens = 32", "allocator 'radix'"],
+    ),
+    "rate_with_trace_arrivals": (
+        {"workload.trace": "TRACE", "workload.arrival": "trace", "workload.rate_per_s": 50},
+        ["workload.rate_per_s = 50", "arrival = 'trace'"],
+    ),
+    "cv_with_poisson_arrivals": (
+        {"workload.cv": 2.0},
+        ["workload.cv = 2.0", "gamma arrivals only", "'poisson'"],
+    ),
+}
+
+
+def _with_trace(overrides: dict[str, Any], trace: Path) -> dict[str, Any]:
+    trace.write_text(TRACE, encoding="utf-8")
+    return {k: str(trace) if v == "TRACE" else v for k, v in overrides.items()}
+
+
+def _ignored_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
+
+
+def _summary(config: Any) -> str:
+    """The run's summary as text (NaN compares equal to itself there), its config key left out."""
+    summary = {k: v for k, v in simulate(config).summary.items() if k != "config_key"}
+    return json.dumps(summary, sort_keys=True, default=str)
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Forget the messages already logged (each is logged once per process) and capture anew."""
+    monkeypatch.setattr(config_sim, "_WARNED", set())
+    caplog.set_level(logging.WARNING, logger="kvsim.config")
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize("case", sorted(IGNORED))
+def test_an_ignored_setting_warns_and_changes_nothing(case, tmp_path, caplog) -> None:
+    overrides = _with_trace(IGNORED[case][0], tmp_path / "t.csv")
+    *kept, ignored = overrides
+    config = config_from_dict({}, {"workload.num_requests": 3, **overrides})
+    (message,) = _ignored_warnings(caplog)
+    for fragment in IGNORED[case][1]:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    # the same run as without the ignored field
+    plain = config_from_dict({}, {"workload.num_requests": 3, **{k: overrides[k] for k in kept}})
+    section, name = ignored.split(".")
+    assert getattr(getattr(config, section), name) == overrides[ignored]  # kept as written
+    assert config.kv_cache_bytes == plain.kv_cache_bytes
+    assert _summary(config) == _summary(plain)
+
+
+QUIET: dict[str, dict[str, Any]] = {
+    "budget_beside_default_utilization": {
+        "cache.kv_cache_gib": 4,
+        "cache.gpu_memory_utilization": 0.9,  # its default: nothing differs either way
+    },
+    "utilization_alone": {"cache.gpu_memory_utilization": 0.95},
+    "reservation_on_buddy": {"cache.allocator": "buddy", "cache.reservation": "pow2"},
+    "block_size_on_paged": {"cache.block_size_tokens": 32},
+    "rate_for_the_fallback": {
+        "workload.trace": "TRACE",
+        "workload.arrival": "trace",
+        "workload.fallback_synthetic": True,
+        "workload.rate_per_s": 50,
+    },
+    "cv_with_gamma_arrivals": {"workload.arrival": "gamma", "workload.cv": 2.0},
+    "trace_arrival_preset": {"workload": "azure_conv"},
+}
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize("case", sorted(QUIET))
+def test_a_setting_that_applies_is_not_warned(case, tmp_path, caplog) -> None:
+    config_from_dict({}, {"workload.num_requests": 3, **_with_trace(QUIET[case], tmp_path / "t")})
+    assert _ignored_warnings(caplog) == []
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_later_override_that_moots_a_file_setting_is_not_warned(tmp_path, caplog) -> None:
+    # the file's reservation is for its slabs; --set moves the run to paging
+    path = tmp_path / "c.toml"
+    path.write_text('[cache]\nallocator = "first_fit"\nreservation = "pow2"\n')
+    load_config(path, {"cache.allocator": "paged", "workload.num_requests": 3})
+    assert _ignored_warnings(caplog) == []
+    # the file contradicts itself: warned
+    path.write_text('[cache]\nallocator = "paged"\nreservation = "pow2"\n')
+    load_config(path, {"workload.num_requests": 3})
+    (message,) = _ignored_warnings(caplog)
+    assert "cache.reservation = 'pow2'" in message
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_sweep_moots_its_base_setting_without_a_warning(caplog) -> None:
+    base = {"cache": {"kv_cache_gib": 4, "reservation": "pow2"}, "workload": {"num_requests": 3}}
+    swept = parse_experiment(
+        {"base": base, "grid": {"cache.allocator": ["paged", "buddy"]}}, name="t"
+    )
+    assert all(p.error is None for p in swept.points())
+    assert _ignored_warnings(caplog) == []
+    # every point on paging: the base's reservation is never read
+    fixed = parse_experiment(
+        {"base": base, "grid": {"cache.block_size_tokens": [16, 32]}}, name="t"
+    )
+    assert all(p.error is None for p in fixed.points())
+    (message,) = _ignored_warnings(caplog)
+    assert "cache.reservation = 'pow2'" in message
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_no_shipped_preset_sets_an_ignored_field(caplog) -> None:
+    for path in sorted(experiments_dir().glob("*.toml")):
+        for quick in (False, True):
+            load_experiment(path).points(quick=quick)
+    for path in sorted(plans_dir().glob("*.toml")):
+        plan = load_plan(path)
+        spec = plan.config(plan.hi)
+        config_from_dict(spec["data"], spec["overrides"])
+    for path in sorted(workloads_dir().glob("*.toml")):
+        config_from_dict({"workload": path.stem, "scheduler": {"engine": "vllm-v0"}})
+    scenario = workloads_dir() / "scenarios" / "azure_conv_llama31_8b.toml"
+    load_config(scenario)
+    load_config(  # the README's slab run
+        scenario, {"cache.allocator": "first_fit", "cache.reservation": "prompt_max_tokens"}
+    )
+    assert _ignored_warnings(caplog) == []

@@ -1,0 +1,150 @@
+"""Settings a run ignores: a field the user set that another of the config's choices makes moot.
+
+An explicit KV budget (``kv_cache_gib``, ``kv_cache_bytes``, ``kv_cache_gb``) takes precedence
+over the derived one, so ``gpu_memory_utilization`` and ``activation_headroom_bytes`` go unread (as
+vLLM's ``kv_cache_memory_bytes`` ignores ``gpu_memory_utilization``); each allocator reads only its
+own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks); trace arrivals have no
+rate, and only gamma arrivals read ``cv``. Such a config runs as written; ``config_from_dict`` logs
+one warning per ignored setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvsim.config.sim import SimConfig
+
+BUDGET_FIELDS = ("cache.kv_cache_bytes", "cache.kv_cache_gib", "cache.kv_cache_gb")
+# cache fields the engine hands to the allocator under the same name, and what each one sets
+ALLOCATOR_KNOBS = {
+    "block_size_tokens": "blocks",
+    "reservation": "reservation rule",
+    "watermark": "admission watermark",
+    "share_sequence_groups": "shared prompt blocks",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Moot:
+    """A field this config does not read, whoever set it.
+
+    Attributes:
+        field: the dotted field (``cache.reservation``).
+        value: its value.
+        default: its default (a setting equal to it changes nothing either way).
+        deciders: the dotted fields whose values make it moot.
+        why: what makes it moot, for the message.
+    """
+
+    field: str
+    value: Any
+    default: Any
+    deciders: tuple[str, ...]
+    why: str
+
+
+def ignored_settings(
+    config: SimConfig, data: dict[str, Any], later: Collection[str] = ()
+) -> list[str]:
+    """One message per setting the user wrote that this config ignores.
+
+    A setting counts when it is written in ``data`` (a preset's values are not) with a value
+    other than its default, and the choice that makes it moot was not made in a later layer than
+    the setting itself: a base table may hold the block size of its paged points while a sweep
+    puts other points on slabs, or a config file the reservation a ``--set`` allocator uses.
+
+    Args:
+        config: the validated config.
+        data: the table ``config`` was built from, overrides applied.
+        later: dotted fields of ``data`` a later layer set (``--set`` overrides, a sweep
+            point's values); a ``section.preset`` among them chose its section's fields.
+
+    Returns:
+        Messages such as ``cache.reservation = 'pow2' has no effect: ...``.
+    """
+    messages = []
+    for moot in _moot_fields(config, data):
+        written = _written_layer(moot.field, data, later)
+        if written is None or moot.value == moot.default:
+            continue
+        if max(_chosen_layer(d, data, later) for d in moot.deciders) > written:
+            continue  # a later layer moved the point away from where the setting applies
+        messages.append(f"{moot.field} = {moot.value!r} has no effect: {moot.why}")
+    return messages
+
+
+def _moot_fields(config: SimConfig, data: dict[str, Any]) -> Iterator[Moot]:
+    from kvsim.allocators import ALLOCATORS, accepted_arguments
+
+    cache, workload = config.cache, config.workload
+    if cache.kv_cache_bytes is not None or cache.kv_cache_gib is not None:
+        budget = next((f for f in BUDGET_FIELDS if _lookup(data, f) is not None), None)
+        shown = f"{budget} = {_lookup(data, budget)!r}" if budget else "an explicit KV budget"
+        why = (
+            f"{shown} sets the KV budget, which takes precedence over the one derived from "
+            "gpu_memory_utilization and activation_headroom_bytes (as vLLM's "
+            "kv_cache_memory_bytes does); drop one of them"
+        )
+        for name in ("gpu_memory_utilization", "activation_headroom_bytes"):
+            yield _cache_field(config, name, BUDGET_FIELDS, why)
+    takes = accepted_arguments(cache.allocator)
+    for name, what in ALLOCATOR_KNOBS.items():
+        if name not in takes:  # the engine leaves it out of the allocator's arguments
+            users = ", ".join(a for a in ALLOCATORS if name in accepted_arguments(a))
+            why = f"allocator {cache.allocator!r} has no {what} (the field applies to {users})"
+            yield _cache_field(config, name, ("cache.allocator",), why)
+    if workload.arrival == "trace" and not workload.fallback_synthetic:
+        why = (
+            "arrival = 'trace' replays the trace's own arrival times (rate_per_s paces poisson "
+            "and gamma arrivals, and the Poisson fallback of fallback_synthetic)"
+        )
+        deciders = ("workload.arrival", "workload.fallback_synthetic")
+        yield _workload_field(config, "rate_per_s", deciders, why)
+    if workload.arrival != "gamma":
+        why = f"cv shapes gamma arrivals only, and arrival is {workload.arrival!r}"
+        yield _workload_field(config, "cv", ("workload.arrival",), why)
+
+
+def _cache_field(config: SimConfig, name: str, deciders: tuple[str, ...], why: str) -> Moot:
+    default = type(config.cache).model_fields[name].default
+    return Moot(f"cache.{name}", getattr(config.cache, name), default, deciders, why)
+
+
+def _workload_field(config: SimConfig, name: str, deciders: tuple[str, ...], why: str) -> Moot:
+    default = type(config.workload).model_fields[name].default
+    return Moot(f"workload.{name}", getattr(config.workload, name), default, deciders, why)
+
+
+def _lookup(data: dict[str, Any], dotted: str) -> Any:
+    """``data[a][b]`` for ``"a.b"``, or ``None`` where a part is missing or not a table."""
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _set_later(dotted: str, later: Collection[str]) -> bool:
+    return any(dotted == key or dotted.startswith(key + ".") for key in later)
+
+
+def _written_layer(dotted: str, data: dict[str, Any], later: Collection[str]) -> int | None:
+    """Where the user wrote ``dotted``: 1 in the table, 2 in a later layer, ``None`` nowhere."""
+    if _lookup(data, dotted) is None:
+        return None
+    return 2 if _set_later(dotted, later) else 1
+
+
+def _chosen_layer(dotted: str, data: dict[str, Any], later: Collection[str]) -> int:
+    """Where ``dotted`` got its value: 2 in a later layer (or by a preset named there), 1 in the
+    table (or by a preset named there), 0 by default."""
+    section = dotted.split(".", 1)[0]
+    if _set_later(dotted, later) or f"{section}.preset" in later:
+        return 2
+    table = data.get(section)
+    by_preset = isinstance(table, str) or (isinstance(table, dict) and "preset" in table)
+    return 1 if _lookup(data, dotted) is not None or by_preset else 0
