@@ -230,8 +230,8 @@ def _keep_its_question(
     out: Path,
     quick: bool,
 ) -> None:
-    """Refuse to answer another question than a named plan's own in the plan's folder: its
-    answer there would be replaced by the answer to a question it does not ask. With ``--name``
+    """Refuse to answer another question than a named plan's own, or its question on another
+    config (``--set``), in the plan's folder: its answer there would be replaced. With ``--name``
     (another folder) the question is asked on the plan's config, and said so.
 
     Args:
@@ -245,8 +245,9 @@ def _keep_its_question(
         quick: ``--quick`` (the plan's folder is ``OUT/plan/quick/NAME``).
 
     Raises:
-        ValueError: ``--smallest``, ``--largest`` or ``--target`` change the plan's knob,
-            direction or targets and ``--name`` does not send the results elsewhere.
+        ValueError: ``--set`` changes the plan's config, or ``--smallest``, ``--largest`` or
+            ``--target`` change its knob, direction or targets, and ``--name`` does not send the
+            results elsewhere.
     """
     from kvsim.planning import load_plan, plan_folder
 
@@ -254,9 +255,17 @@ def _keep_its_question(
         own = load_plan(path, overrides)
     except ValueError:  # the file's [question] is incomplete: the options complete it
         return
+    elsewhere = bool(name) and name != own.name
+    if overrides and not elsewhere:
+        folder = plan_folder(out, own.name, quick=quick)
+        raise ValueError(
+            f"plan: --set {', '.join(overrides)} changes {source}'s config, so its answer would "
+            f"replace the plan's own in {folder}/. Add --name NAME to keep both (e.g. --name "
+            f"{own.name}-mine)"
+        )
     if _asks(asked) == _asks(own):
         return
-    if name and name != own.name:
+    if elsewhere:
         console.print(
             f"plan {name}: {source}'s config with your question, not its own "
             f"({_question_text(own)}; kvsim plan {source} answers that)",

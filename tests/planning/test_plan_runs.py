@@ -172,6 +172,12 @@ def test_a_shipped_plan_keeps_its_own_question(tmp_path: Path) -> None:
     kv = json.loads((tmp_path / "plan" / "quick" / "m3-kv" / "answer.json").read_text())
     assert kv["field"] == "cache.kv_cache_gib"
     assert (folder / "answer.json").read_bytes() == shipped
+    # its question on another config (--set) would replace its answer too: refused without --name
+    for extra in ([], ["--name", "mission-3"]):
+        code, output = _plan_cli("mission-3", "--set", "cache.kv_cache_gib=3", *extra, *out)
+        assert code == 2, output
+        assert "--set cache.kv_cache_gib changes mission-3's config" in " ".join(output.split())
+    assert (folder / "answer.json").read_bytes() == shipped
 
 
 def test_cli_plan_takes_progress_like_run_and_reproduce(tmp_path: Path) -> None:
