@@ -31,6 +31,7 @@ from kvsim.config.hardware import (
 from kvsim.config.ignored import ignored_settings
 from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
+from kvsim.say_once import warn_once
 from kvsim.textfile import read_toml, sha256_file
 from kvsim.units import GiB
 from kvsim.workload import WorkloadSpec, load_workload
@@ -137,11 +138,12 @@ class SimConfig(Frozen):
         _check_workload_fits_profile(self, args)
         _check_blocks(self)
         if args.max_model_len > self.model.max_position_embeddings:
-            _warn_once(
+            warn_once(
+                logger,
                 f"scheduler.max_model_len = {args.max_model_len:,} exceeds {self.model.name}'s "
                 f"trained context of {self.model.max_position_embeddings:,} tokens; vLLM refuses "
                 "this unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (parametric workload lengths are "
-                "drawn up to max_model_len)"
+                "drawn up to max_model_len)",
             )
         return self
 
@@ -178,15 +180,6 @@ def _file_digest(path: str, _mtime_ns: int) -> str:
 
 
 PAGED_ALLOCATORS = ("paged",)
-
-
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:  # a sweep validates many configs alike
-        _WARNED.add(message)
-        logger.warning(message)
 
 
 def _check_blocks(config: SimConfig) -> None:
@@ -335,7 +328,7 @@ def config_from_dict(
     except ValidationError as err:
         raise ValueError(format_validation_error(err)) from None
     for message in ignored_settings(config, data, [*overrides, *varied]):
-        _warn_once(message)
+        warn_once(logger, message)
     return config
 
 

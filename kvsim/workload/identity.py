@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvsim.request import Request
+from kvsim.say_once import warn_once
 from kvsim.units import cdiv
 from kvsim.workload.spec import WorkloadSpec
 from kvsim.workload.traces import MOONCAKE_BLOCK_SIZE_TOKENS, Trace
@@ -29,15 +30,6 @@ from kvsim.workload.traces import MOONCAKE_BLOCK_SIZE_TOKENS, Trace
 logger = logging.getLogger(__name__)
 
 Segments = tuple[tuple[object, int], ...]
-_WARNED: set[str] = set()
-
-
-def _warn_once(fmt: str, *args: object) -> None:
-    """Log a warning the first time this exact message comes up in the process."""
-    message = fmt % args
-    if message not in _WARNED:
-        _WARNED.add(message)
-        logger.warning(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +234,8 @@ def check_trace_columns(spec: WorkloadSpec, trace: Trace) -> None:
         )
     mismatched = count_hash_mismatches(trace, block)
     if mismatched:
-        _warn_once(
+        warn_once(
+            logger,
             "%s: %d of %d rows have a number of hash_ids other than cdiv(prompt tokens, %d); "
             "their prompts are cut or padded to their length",
             trace.path,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from kvsim import say_once
 from kvsim.config import config_from_dict, load_config
-from kvsim.config import sim as config_sim
 from kvsim.engine import simulate
 from kvsim.experiment import load_experiment, parse_experiment
 from kvsim.planning import load_plan
@@ -401,7 +401,7 @@ def _summary(config: Any) -> str:
 @pytest.fixture
 def fresh_warnings(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Forget the messages already logged (each is logged once per process) and capture anew."""
-    monkeypatch.setattr(config_sim, "_WARNED", set())
+    monkeypatch.setattr(say_once, "SAID", set())
     caplog.set_level(logging.WARNING, logger="kvsim.config")
 
 
