@@ -18,7 +18,9 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
+from kvsim.aggregate_core import AggregateCore, NotModeledError, applies
 from kvsim.allocators import Allocator, allocator_from_knobs
+from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
@@ -181,6 +183,11 @@ class Engine:
                 self.num_finished += len(finished)
                 if self.on_finish is not None:
                     self.on_finish(len(finished))
+
+    @property
+    def num_preemptions(self) -> int:
+        """Preemptions so far (the scheduler's count)."""
+        return self.scheduler.num_preemptions
 
     def _check_invariants(self) -> None:
         self.allocator.check_invariants()
@@ -351,6 +358,50 @@ class Engine:
         )
 
 
+class _Progress:
+    """Passes finishes on to ``on_finish``, never more than ``total`` in all: a run the
+    aggregate core declines midway is run again from the start, and its first finishes were
+    already reported."""
+
+    def __init__(self, on_finish: Callable[[int], None] | None) -> None:
+        self.on_finish = on_finish
+        self.reported = 0
+        self.seen = 0
+
+    def report(self, count: int) -> None:
+        self.seen += count
+        if self.on_finish is not None and self.seen > self.reported:
+            self.on_finish(self.seen - self.reported)
+            self.reported = self.seen
+
+    def restart(self) -> None:
+        self.seen = 0
+
+
+def _run_aggregate_core(
+    config: SimConfig, runnable: list[Request], progress: _Progress
+) -> tuple[AggregateCore | None, list[Request]]:
+    """Run the aggregate core when it models the run (``kvsim.aggregate_core.applies``).
+
+    Returns:
+        ``(core, runnable)`` after a run; ``(None, fresh copies of runnable)`` when it does not
+        apply or declines midway (the requests' counters are spent).
+    """
+    allocator = allocator_from_config(config)
+    if not isinstance(allocator, PagedAllocator) or not applies(config, allocator, runnable):
+        return None, runnable
+    core = AggregateCore(
+        config, runnable, allocator, cost_model_from_config(config, True), progress.report
+    )
+    try:
+        core.run()
+    except NotModeledError as why:
+        logger.debug("aggregate core declined (%s): running the general engine", why)
+        progress.restart()
+        return None, fresh_requests(runnable)
+    return core, runnable
+
+
 def prepare_requests(
     config: SimConfig,
     requests: Sequence[Request | RequestSpec] | None = None,
@@ -385,6 +436,7 @@ def simulate(
     map_at_s: Sequence[float] = (),
     map_every_s: float | None = None,
     lazy_decodes: bool = True,
+    aggregate_core: bool = True,
 ) -> Results:
     """Run one simulation.
 
@@ -400,6 +452,9 @@ def simulate(
         map_every_s: also capture it every this many simulated seconds.
         lazy_decodes: the engine's fast path (``Engine``); ``False`` gives the same results
             handling every running request at every step.
+        aggregate_core: run ``kvsim.aggregate_core`` where it models the run (``vllm-v1`` on
+            a paged pool of private requests, no memory map); ``False`` runs ``Engine`` always.
+            The results are identical either way.
 
     Returns:
         ``Results`` with per-request records, the memory time series and a summary (the
@@ -412,19 +467,24 @@ def simulate(
     del requests  # the run has its own copies: a caller that let go of its list frees it now
     if on_start is not None:
         on_start(len(runnable))
-    env = simpy.Environment()
     frames = FrameRecorder(map_at_s, map_every_s) if map_at_s or map_every_s else None
-    engine = Engine(env, config, runnable, on_finish, frames, lazy_decodes)
-    del runnable  # each request is freed when it finishes (its row stays in engine.log)
-    env.process(engine.arrival_source())
-    env.process(engine.engine_loop())
-    env.run()
-    logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
+    engine: Engine | AggregateCore | None = None
+    progress = _Progress(on_finish)
+    if frames is None and lazy_decodes and aggregate_core:
+        engine, runnable = _run_aggregate_core(config, runnable, progress)
+    if engine is None:
+        env = simpy.Environment()
+        engine = Engine(env, config, runnable, progress.report, frames, lazy_decodes)
+        del runnable  # each request is freed when it finishes (its row stays in engine.log)
+        env.process(engine.arrival_source())
+        env.process(engine.engine_loop())
+        env.run()
+        logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
     results = build_results(
         config,
         engine.log.columns(),
         engine.recorder.arrays(),
-        engine.scheduler.num_preemptions,
+        engine.num_preemptions,
         usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
     )
     summary = results.summary

@@ -1,0 +1,548 @@
+"""The aggregate engine core: vLLM v1 on a paged pool of private requests, in one plain loop.
+
+``kvsim.engine`` is general (every profile, allocator and sharing policy) and pays for it at
+every event: SimPy processes, a scheduler object, a plan object, block ids in a block pool. For
+the most common run (``vllm-v1``, ``paged``, requests that share no tokens, no memory map) this
+module runs the same rules with the state as running totals, so an event costs a few dozen
+Python operations whatever the number of running requests:
+
+- the pool is a count of free blocks (no request's blocks are ever read by id here);
+- steady decoders are a cohort as in ``kvsim.scheduler.cohort`` (a clock, sums of computed
+  tokens, held slots and internal fragmentation, crossings by residue, a heap of finishes);
+- the requests mid-prefill are the only ones handled one by one; admission is FCFS;
+- time is the sum of the events' durations, and arrivals are released exactly when SimPy
+  releases them in ``kvsim.engine`` (its timeouts, ties included).
+
+It makes the same decisions in the same order and computes every recorded number with the same
+floating-point operations as the lazy path of ``kvsim.engine`` with ``V1Scheduler``, so the
+results are identical (``tests/test_aggregate_core.py``, against that engine and the
+step-by-step reference). Whatever it does not model -- a preemption, a token budget that runs out
+before a steady decoder's turn, a head that can never be admitted -- makes it stop
+(``NotModeledError``) before anything is returned; ``simulate`` then runs ``kvsim.engine`` instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+from typing import Any
+
+import numpy as np
+
+from kvsim.allocators.paged import PagedAllocator
+from kvsim.config import SimConfig
+from kvsim.cost import StepCostModel
+from kvsim.recorder import MemoryRecorder, categorize, categorize_step
+from kvsim.request import Request
+from kvsim.request_log import RequestLog
+from kvsim.timing import Timing, numpy_sum, steps_before, waiting_per_step
+
+MAX_SPAN_STEPS = 4096  # as kvsim.engine
+SHORT_SPAN_STEPS = 64
+
+
+class NotModeledError(Exception):
+    """The aggregate core met a case it does not model (the message says which)."""
+
+
+def applies(config: SimConfig, allocator: object, requests: Sequence[Request]) -> bool:
+    """Whether a run is one the aggregate core models: ``vllm-v1``, iteration-level batching, a
+    paged pool, event resolution, no invariant checks, no long-prefill threshold, and requests
+    of one sequence that share no tokens with others."""
+    args = config.engine_args
+    return (
+        args.engine == "vllm-v1"
+        and args.batching == "iteration"
+        and args.long_prefill_token_threshold == 0
+        and type(allocator) is PagedAllocator
+        and config.memory_resolution == "event"
+        and not config.debug_invariants
+        and all(r.num_seqs == 1 and not r.shares_tokens for r in requests)
+    )
+
+
+class AggregateCore:
+    """One run of the aggregate core; ``run`` fills ``log`` and ``recorder``.
+
+    Attributes mirror ``kvsim.engine.Engine``'s for ``simulate``: ``log``, ``recorder``,
+    ``allocator`` (built for its sizes and counters; no block is taken from it), ``cost``,
+    ``swap`` (always ``None``), ``swap_time_s`` and ``num_preemptions`` (always 0).
+
+    Args:
+        config: the run (``applies`` holds).
+        requests: the workload, sorted by arrival, every one runnable; they are used as the
+            requests' state (their counters change).
+        allocator: the run's ``PagedAllocator`` (sizes, prefix-cache counters).
+        cost: the run's step-cost model.
+        on_finish: called with the number of requests finished by each event.
+    """
+
+    swap = None
+    swap_time_s = 0.0
+    num_preemptions = 0
+
+    def __init__(
+        self,
+        config: SimConfig,
+        requests: list[Request],
+        allocator: PagedAllocator,
+        cost: StepCostModel,
+        on_finish: Callable[[int], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.requests = requests
+        self.allocator = allocator
+        self.cost = cost
+        self.on_finish = on_finish
+        self.recorder = MemoryRecorder(config.capacity_tokens)
+        arrivals = np.array([r.arrival_time_s for r in requests])
+        self.log = RequestLog(arrivals)
+        self._arrival_times = arrivals.astype(np.float64, copy=False)
+
+    def run(self) -> None:
+        """Simulate every request to its finish.
+
+        Raises:
+            NotModeledError: the run needs a rule this core does not model.
+        """
+        requests = self.requests
+        num_requests = len(requests)
+        allocator, cost, recorder = self.allocator, self.cost, self.recorder
+        args = self.config.engine_args
+        record_memory = self.config.record_memory
+        on_finish, log_add = self.on_finish, self.log.add
+        budget0, max_num_seqs = args.max_num_batched_tokens, args.max_num_seqs
+        chunked = args.enable_chunked_prefill
+        caching = args.enable_prefix_caching
+        b = allocator.block_size_tokens
+        free = allocator.num_free_blocks  # the pool, counted
+        step_s, decode_steps_list = cost.step_s, cost.decode_steps_list
+        arrival_list: list[float] = self._arrival_times.tolist()
+        arrival_array = self._arrival_times
+        release, together = _release_times([r.arrival_time_s for r in requests])
+        queries = 0
+
+        # the cohort (kvsim.scheduler.cohort, every member pooled)
+        clock = 0
+        allocated_to = 0
+        members: dict[Request, list[int]] = {}  # req -> [sync, computed, output, cross, seq]
+        sum_base = sum_held = sum_internal = 0
+        finishes: list[tuple[int, int, Request]] = []
+        finals: list[tuple[int, int, Request]] = []
+        crossings = [0] * b
+        member_seq: dict[Request, int] = {}  # running order of every running request
+        next_seq = 0
+        others: dict[Request, None] = {}  # running, mid-prefill, in running order
+        num_running = 0
+        waiting: deque[Request] = deque()
+        blocks_of: dict[Request, int] = {}  # blocks held by the others
+        row_of: dict[Request, int] = {}
+
+        now: float = 0
+        num_arrived = 0
+        num_finished = 0
+
+        def join(req: Request, seq: int, sync: int, computed: int, output: int) -> None:
+            nonlocal sum_base, sum_held, sum_internal
+            held = req.num_held_slots
+            final = req.prompt_tokens + req.output_tokens - 1
+            cross = (sync - computed) % b
+            crossings[cross] += 1
+            last_block = -(final // -b) - 1
+            if held <= final and final % b and last_block * b >= computed:
+                heapq.heappush(finals, (sync + last_block * b - computed, seq, req))
+            members[req] = [sync, computed, output, cross, seq]
+            sum_base += computed - sync
+            sum_held += held
+            sum_internal += max(held - final, 0)
+            heapq.heappush(finishes, (sync + req.output_tokens - output, seq, req))
+
+        def allocate_pooled(first: int, num_steps: int) -> tuple[list[int], list[int]]:
+            nonlocal allocated_to, sum_held, sum_internal
+            assert first == allocated_to, f"allocating clock {first}, expected {allocated_to}"
+            end = first + num_steps
+            allocated_to = end
+            if num_steps == 1:
+                blocks = [crossings[first % b]]
+            else:
+                start = first % b
+                if start + num_steps <= b:
+                    blocks = crossings[start : start + num_steps]
+                else:
+                    blocks = [crossings[(first + d) % b] for d in range(num_steps)]
+            sum_held += b * sum(blocks)
+            internal = [0] * num_steps
+            while finals and finals[0][0] < end:
+                final_clock, _, req = heapq.heappop(finals)
+                if req not in members:
+                    continue
+                final = req.prompt_tokens + req.output_tokens - 1
+                jump = -(final // -b) * b - final
+                internal[final_clock - first] += jump
+                sum_internal += jump
+            return blocks, internal
+
+        while num_finished < num_requests:
+            if not num_running and not waiting:  # idle: the next arrival wakes the engine
+                i = num_arrived
+                now = release[i]
+                row_of[requests[i]] = i
+                waiting.append(requests[i])
+                i += 1
+                while i < num_requests and together[i]:
+                    row_of[requests[i]] = i
+                    waiting.append(requests[i])
+                    i += 1
+                num_arrived = i
+
+            # -- schedule (V1Scheduler.schedule, lazy path) ---------------------------------
+            n = len(members)
+            left = budget0 - n
+            if left < 0:
+                raise NotModeledError("the token budget ends before a steady decoder")
+            scheduled: list[Request] = []
+            new_tokens: list[int] = []
+            w_new = w_ctx = w_pairs = w_seqs = 0.0
+            num_prefills = 0
+            partial = False
+            if others:
+                need = 0
+                chunks: list[tuple[Request, int]] = []
+                boundary: Request | None = None
+                for req in others:
+                    if left <= 0:
+                        boundary = boundary or req
+                        break
+                    computed = req.num_computed_tokens
+                    num_new = req.prompt_tokens + req.num_output_tokens - computed
+                    if num_new <= 0:
+                        raise NotModeledError("a running request with nothing to compute")
+                    if num_new >= left:
+                        num_new, boundary = left, req
+                    extra = -((computed + num_new) // -b) - blocks_of[req]
+                    if extra > free:
+                        raise NotModeledError("a prefill chunk does not fit (a preemption)")
+                    need += max(extra, 0)
+                    left -= num_new
+                    chunks.append((req, num_new))
+                starved = False
+                if boundary is not None:
+                    bseq = member_seq[boundary]
+                    if any(m[4] > bseq for m in members.values()):
+                        raise NotModeledError("a steady decoder after the budget ends")
+                    others_list = list(others)
+                    after = len(others_list) - others_list.index(boundary) - 1
+                    starved = after > 0 or not chunks or chunks[-1][0] is not boundary
+                if need + crossings[clock % b] > free:
+                    raise NotModeledError("a decode step does not fit (a preemption)")
+                blocks0, _ = allocate_pooled(clock, 1)
+                free -= blocks0[0]
+                for req, num_new in chunks:  # in running order
+                    computed = req.num_computed_tokens
+                    total = computed + num_new
+                    extra = -(total // -b) - blocks_of[req]
+                    if extra > 0:
+                        free -= extra
+                        blocks_of[req] += extra
+                        req.num_held_slots = blocks_of[req] * b
+                    partial = partial or total < req.prompt_tokens + req.num_output_tokens
+                    scheduled.append(req)
+                    new_tokens.append(num_new)
+                    num_prefills += 1
+                    w_new += num_new
+                    w_ctx += computed
+                    w_pairs += 2 * num_new * computed + num_new * num_new
+                    w_seqs += 1
+                partial = partial or starved
+            else:
+                if crossings[clock % b] > free:
+                    raise NotModeledError("a decode step does not fit (a preemption)")
+                blocks0, _ = allocate_pooled(clock, 1)
+                free -= blocks0[0]
+            context = sum_base + n * clock
+            w_new += n
+            w_ctx += context
+            w_pairs += 2 * context + n
+            w_seqs += n
+            budget = left
+            head_blocked: str | None = None
+            while waiting and budget > 0:
+                if num_running >= max_num_seqs:
+                    head_blocked = "max_num_seqs"
+                    break
+                head = waiting[0]
+                num_new = head.prompt_tokens + head.num_output_tokens - head.num_computed_tokens
+                if not chunked and num_new > budget:
+                    head_blocked = "budget"
+                    break
+                if num_new > budget:
+                    num_new = budget
+                need_blocks = -(num_new // -b)
+                if need_blocks > free:
+                    head_blocked = "kv"
+                    break
+                waiting.popleft()
+                free -= need_blocks
+                blocks_of[head] = need_blocks
+                head.num_held_slots = need_blocks * b
+                if caching:
+                    queries += head.prompt_tokens + head.num_output_tokens
+                member_seq[head] = next_seq
+                next_seq += 1
+                others[head] = None
+                num_running += 1
+                if num_new < head.prompt_tokens + head.num_output_tokens:
+                    partial = True
+                scheduled.append(head)
+                new_tokens.append(num_new)
+                num_prefills += 1
+                w_new += num_new
+                w_pairs += num_new * num_new
+                w_seqs += 1
+                budget -= num_new
+            if waiting and head_blocked is None:
+                head_blocked = "budget"
+            if not scheduled and not n:
+                raise NotModeledError("nothing can run: the head of the queue never fits")
+            extendable = (
+                head_blocked not in ("budget",)
+                and not partial
+                and len(scheduled) + n == num_running
+            )
+
+            for req in scheduled:
+                if req.first_scheduled_time_s is None:
+                    req.first_scheduled_time_s = now
+
+            # -- durations (Engine._plan_durations) -----------------------------------------
+            after = clock + 1
+            k = 1
+            if extendable and num_running:
+                for req, num_new in zip(scheduled, new_tokens, strict=True):  # prejoin
+                    computed = req.num_computed_tokens + num_new
+                    del others[req]
+                    join(req, member_seq[req], after, computed, req.num_output_tokens + 1)
+                top = finishes[0][0]
+                remaining = top - after
+                if remaining > 0:
+                    k = min(MAX_SPAN_STEPS, remaining + 1)
+                    k = 1 + _max_steps_within(crossings, len(members), b, after, k - 1, free)
+            step0_s = step_s(w_new, w_ctx, w_pairs, w_seqs)
+            durations: Any = None
+            if k > 1:
+                start, num_seqs = float(sum_base + len(members) * after), float(len(members))
+                if k <= SHORT_SPAN_STEPS:
+                    durations = [step0_s, *decode_steps_list(start, num_seqs, k - 1)]
+                else:
+                    durations = np.empty(k)
+                    durations[0] = step0_s
+                    durations[1:] = cost.decode_steps_s(start, num_seqs, k - 1)
+                if not waiting and num_arrived < num_requests:  # Engine._cut_span
+                    until_arrival = arrival_array[num_arrived] - now
+                    k = min(k, steps_before(durations, until_arrival, "left") + 1)
+            span_blocks: list[int] = []
+            span_internal: list[int] = []
+            held0 = internal0 = 0
+            if k > 1:  # LazyDecodes.extend
+                held0, internal0 = sum_held, sum_internal
+                blocks, internal = allocate_pooled(after, k - 1)
+                span_blocks = [0, *blocks]
+                span_internal = [0, *internal]
+                free -= sum(blocks)
+                durations = durations[:k]
+                if isinstance(durations, np.ndarray):
+                    timing = Timing(durations, durations, float(durations.sum()))
+                else:
+                    timing = Timing(durations, None, numpy_sum(durations))
+            else:
+                timing = Timing([step0_s], None, step0_s)
+            total_s = timing.total_s
+
+            # -- record (Engine._record_lazy) -----------------------------------------------
+            if record_memory:
+                head_q = None
+                if waiting:
+                    head = waiting[0]
+                    tokens = head.prompt_tokens + head.num_output_tokens
+                    head_q = (head, min(tokens, budget0) if chunked else tokens)
+                if k == 1:
+                    token = sum_base + len(members) * after
+                    held, internal_now = sum_held, sum_internal
+                    if others:
+                        new = dict(zip(scheduled, new_tokens, strict=True))
+                        for req in others:
+                            length = req.num_computed_tokens + new.get(req, 0)
+                            slots = -(length // -b) * b
+                            token += length
+                            held += slots
+                            internal_now += max(
+                                slots - (req.prompt_tokens + req.output_tokens - 1), 0
+                            )
+                    cats = categorize_step(allocator, held, token, internal_now, held, head_q)
+                    recorder.record_step(
+                        now, total_s, num_running, float(len(waiting)), num_prefills, 0, cats
+                    )
+                else:
+                    short = timing.array is None
+                    queue = waiting_per_step(
+                        timing,
+                        now,
+                        len(waiting),
+                        arrival_list if short else arrival_array,
+                        num_arrived,
+                    )
+                    m = len(members)
+                    token0 = sum_base + m * after
+                    if short:
+                        held_list = list(accumulate([b * x for x in span_blocks], initial=held0))[
+                            1:
+                        ]
+                        internal_list = list(accumulate(span_internal, initial=internal0))[1:]
+                        token_list = [token0 + m * j for j in range(k)]
+                        recorder.record_span_lists(
+                            now,
+                            durations,
+                            total_s,
+                            (held_list, token_list, internal_list),
+                            0,
+                            allocator,
+                            head_q,
+                            num_running,
+                            queue,  # type: ignore[arg-type]
+                            num_prefills,
+                            0,
+                        )
+                    else:
+                        steps = np.arange(k, dtype=np.int64)
+                        token_k = token0 + m * steps
+                        held_k = held0 + b * np.cumsum(np.array(span_blocks, np.int64))
+                        internal_k = internal0 + np.cumsum(np.array(span_internal, np.int64))
+                        cats_k = categorize(allocator, held_k, token_k, internal_k, held_k, head_q)
+                        recorder.record(now, durations, cats_k, num_running, queue, num_prefills, 0)
+
+            # -- the span passes (SimPy timeout), arrivals during it ------------------------
+            step0_end_s = now + timing.step0_s
+            span_start = num_arrived
+            now = now + total_s
+            i = num_arrived
+            while i < num_requests:
+                t = release[i]
+                if t > now or (t == now and not _released_first(together, i, span_start)):
+                    break
+                row_of[requests[i]] = i
+                waiting.append(requests[i])
+                i += 1
+            num_arrived = i
+
+            # -- complete (SchedulerCore.complete, lazy) --------------------------------------
+            for req, num_new in zip(scheduled, new_tokens, strict=True):
+                req.num_computed_tokens += num_new
+                if req.num_computed_tokens >= req.prompt_tokens + req.num_output_tokens:
+                    req.num_output_tokens += 1
+                    if req.first_token_time_s is None:
+                        req.first_token_time_s = step0_end_s
+            finished = [
+                r for r in scheduled if r.num_output_tokens >= r.output_tokens and r not in members
+            ]
+            clock = after + k - 1
+            while finishes and finishes[0][0] <= clock:
+                _, _, req = heapq.heappop(finishes)
+                state = members.pop(req)
+                sync, computed, output, cross, _ = state
+                d = clock - sync
+                req.num_computed_tokens = computed + d
+                req.num_output_tokens = output + d
+                length = computed + allocated_to - sync
+                held = -(length // -b) * b
+                final = req.prompt_tokens + req.output_tokens - 1
+                sum_base -= computed - sync
+                sum_held -= held
+                sum_internal -= max(held - final, 0)
+                crossings[cross] -= 1
+                req.num_held_slots = held
+                blocks_of[req] = held // b
+                finished.append(req)
+            if finished:
+                if len(finished) > 1:
+                    finished.sort(key=member_seq.__getitem__)
+                for req in finished:
+                    req.finish_time_s = now
+                    req.num_held_slots = 0
+                    free += blocks_of.pop(req)
+                    others.pop(req, None)
+                    del member_seq[req]
+                    num_running -= 1
+                    log_add(row_of.pop(req), req)
+                num_finished += len(finished)
+                if on_finish is not None:
+                    on_finish(len(finished))
+            for req in scheduled:  # steady after step 0: join the cohort
+                if (
+                    req.finish_time_s is None
+                    and req not in members
+                    and req.num_output_tokens > 0
+                    and req.num_computed_tokens == req.prompt_tokens + req.num_output_tokens - 1
+                    and req.num_held_slots == -(req.num_computed_tokens // -b) * b
+                ):
+                    del others[req]
+                    join(
+                        req, member_seq[req], clock, req.num_computed_tokens, req.num_output_tokens
+                    )
+        allocator.prefix_cache_queries = queries
+
+
+def _max_steps_within(
+    crossings: list[int], n: int, p: int, first_clock: int, max_steps: int, free_blocks: int
+) -> int:
+    """``DecodeCohort.max_steps_within`` over the crossing counts."""
+    if free_blocks < 0:
+        return 0
+    if not n:
+        return max_steps
+    whole, rest = divmod(max_steps, p)
+    total = n * whole
+    for d in range(rest):
+        total += crossings[(first_clock + d) % p]
+    if total <= free_blocks:
+        return max_steps
+    whole = min(free_blocks // n, max_steps // p)
+    t, used = whole * p, whole * n
+    while t < max_steps:
+        nxt = used + crossings[(first_clock + t) % p]
+        if nxt > free_blocks:
+            break
+        used, t = nxt, t + 1
+    return t
+
+
+def _release_times(arrivals: list[float]) -> tuple[list[float], list[bool]]:
+    """When ``kvsim.engine``'s SimPy arrival process releases each request, and whether it is
+    released together with the previous one (in the same process step).
+
+    A request arriving ``delay > 0`` seconds after the previous release waits for a timeout
+    and is released at that release plus the delay (``now + (a - now)``, which can differ from
+    ``a`` in its last bit); one whose delay is not positive is released with the previous one.
+    """
+    out: list[float] = []
+    together: list[bool] = []
+    now: float = 0
+    for i, a in enumerate(arrivals):
+        delay = a - now
+        if delay > 0:
+            now = now + delay
+        out.append(now)
+        together.append(i > 0 and not delay > 0)
+    return out, together
+
+
+def _released_first(together: list[bool], i: int, span_start: int) -> bool:
+    """Whether request ``i``, released at the very moment a span ends, is released before the
+    engine resumes. SimPy orders events at one time by creation: request ``i``'s timeout was
+    created when request ``i - 1`` was released, which is before the span's timeout iff that
+    release came before the span started (``i - 1 < span_start``); a request released with the
+    previous one follows it."""
+    while together[i]:
+        i -= 1
+    return i == 0 or i - 1 < span_start
