@@ -19,7 +19,7 @@ typed columns (8 bytes a value), so a million-request run's series stays small.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -370,6 +370,15 @@ class MemoryRecorder:
         c["allocated"].append(allocated_m)
         c["held"].append(held_m)
         c["unshared"].append(unshared_m)
+
+    def appenders(self) -> tuple[Callable[[Any], None], ...]:
+        """Each column's ``append``, in ``MEMORY_COLUMNS`` order (an engine that writes rows
+        itself; it reports its times' type with ``note_times``)."""
+        return tuple(self.columns[c].append for c in MEMORY_COLUMNS)
+
+    def note_times(self, all_int: bool) -> None:
+        """Rows appended through ``appenders`` had only int times (``all_int``) or not."""
+        self._int_times = self._int_times and all_int
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The rows as numpy arrays, one per column (``MEMORY_COLUMNS``), with the dtypes

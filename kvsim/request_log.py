@@ -9,8 +9,6 @@ columns instead, and the engine lets go of the request.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -21,7 +19,6 @@ from kvsim.results import REQUEST_COLUMNS
 
 _INT_FIELDS = ("req_id", "prompt_tokens", "output_tokens", "num_preemptions", "num_cached_tokens")
 _FLOAT_FIELDS = ("first_scheduled_time_s", "first_token_time_s", "finish_time_s")
-_values = attrgetter(*_INT_FIELDS, *_FLOAT_FIELDS)
 
 
 class RequestLog:
@@ -40,22 +37,44 @@ class RequestLog:
         self._floats: dict[str, array[Any]] = {name: array("d") for name in _FLOAT_FIELDS}
         self._parent_id = array("q")
         self._no_parent = array("b")
-        # bound appends in field order: one call per value, no dict lookup per finish
-        self._appends: list[Callable[[Any], None]] = [
-            c.append for c in (*self._ints.values(), *self._floats.values())
-        ]
+        # bound appends, in _INT_FIELDS then _FLOAT_FIELDS order (``add`` writes them in it)
+        self._appends = (
+            self._rows.append,
+            *(c.append for c in (*self._ints.values(), *self._floats.values())),
+            self._parent_id.append,
+            self._no_parent.append,
+        )
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def add(self, row: int, req: Request) -> None:
         """Log finished ``req``, the workload's ``row``-th request."""
-        self._rows.append(row)
-        for append, value in zip(self._appends, _values(req), strict=True):
-            append(value)
+        (
+            rows,
+            ids,
+            prompts,
+            outputs,
+            preemptions,
+            cached,
+            scheduled,
+            first,
+            finish,
+            parents,
+            orphans,
+        ) = self._appends
+        rows(row)
+        ids(req.req_id)
+        prompts(req.prompt_tokens)
+        outputs(req.output_tokens)
+        preemptions(req.num_preemptions)
+        cached(req.num_cached_tokens)
+        scheduled(req.first_scheduled_time_s)
+        first(req.first_token_time_s)
+        finish(req.finish_time_s)
         parent = req.parent_id
-        self._parent_id.append(0 if parent is None else parent)
-        self._no_parent.append(parent is None)
+        parents(0 if parent is None else parent)
+        orphans(parent is None)
 
     def columns(self) -> dict[str, npt.NDArray[Any]]:
         """``REQUEST_COLUMNS`` in workload order as numpy arrays, once every request finished.
