@@ -111,13 +111,12 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
         arrival = "poisson" if spec.arrival == "trace" else spec.arrival
         table = shipped_table_path(spec.trace)
         lengths = f"the joint length table of this trace shipped with kvsim ({table})"
-        warn_once(
+        warn_once(  # no per-point value (the rate a sweep or plan moves): said once per run
             logger,
-            "%s Falling back to %s with %s arrivals at %s req/s.",
+            "%s Falling back to %s with %s arrivals at workload.rate_per_s.",
             exc,
             lengths if table is not None else "synthetic 'sharegpt_like' lengths",
             arrival,
-            spec.rate_per_s,
         )
         fallback = spec.model_copy(
             update={
@@ -141,12 +140,11 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
         warn_once(
             logger,
             "%s has arrival times, but workload.arrival is the default %r: its rows give "
-            "lengths only, at %s arrivals (workload.rate_per_s = %g); set workload.arrival = "
+            "lengths only, at %s arrivals at workload.rate_per_s; set workload.arrival = "
             "'trace' to replay its arrivals",
             path,
             spec.arrival,
             spec.arrival,
-            spec.rate_per_s,
         )
     check_trace_columns(spec, trace)
     return spec, trace

@@ -204,11 +204,10 @@ def select_trace_lengths(
         if arrivals.size > pool.size and spec.sample is None:  # an explicit "resample" knows
             warn_once(
                 logger,
-                "%s: %d requests drawn from %s: prompt and output lengths are resampled with "
-                "replacement, so rows repeat; set workload.sample = 'resample' to confirm, or "
-                "'replay' to run each row once",
-                trace.path,
-                arrivals.size,
+                "%s: more requests are drawn than its %s: prompt and output lengths are "
+                "resampled with replacement, so rows repeat; set workload.sample = 'resample' to "
+                "confirm, or 'replay' to run each row once",
+                trace.path,  # not the count drawn, which a sweep's or plan's points move
                 _rows_of(spec, trace, pool.size),
             )
         if trace.session_ids is not None:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvsim import say_once
 from kvsim.request import Request
 from kvsim.workload import WorkloadSpec, generate_requests
 
@@ -146,9 +147,9 @@ def test_default_resampling_beyond_the_trace_is_warned(
     assert len(reqs) == 1000
     assert {r.prompt_tokens for r in reqs} == {10, 12, 14}
     assert warnings == [
-        f"{path}: 1000 requests drawn from 3 rows: prompt and output lengths are resampled with "
-        "replacement, so rows repeat; set workload.sample = 'resample' to confirm, or 'replay' "
-        "to run each row once"
+        f"{path}: more requests are drawn than its 3 rows: prompt and output lengths are "
+        "resampled with replacement, so rows repeat; set workload.sample = 'resample' to "
+        "confirm, or 'replay' to run each row once"
     ]
 
 
@@ -158,7 +159,7 @@ def test_default_resampling_counts_the_rows_left_by_the_filters(
     path = _write(tmp_path, "zero.csv", "prompt_tokens,output_tokens\n10,5\n12,0\n14,7\n")
     _, warnings = _run(caplog, trace=path, num_requests=4)
     assert warnings[-1].startswith(
-        f"{path}: 4 requests drawn from 2 rows (of 3 in the file, after the filters): "
+        f"{path}: more requests are drawn than its 2 rows (of 3 in the file, after the filters): "
     )
 
 
@@ -172,3 +173,34 @@ def test_resampling_the_user_asked_for_is_quiet(
 ) -> None:
     _, warnings = _run(caplog, trace=_write(tmp_path, "three.csv", THREE_ROWS), **fields)
     assert warnings == []
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"trace": "THREE_ROWS"},  # resampled: more requests than rows at either rate
+        {"trace": "TIMED_THREE", "sample": "replay"},  # arrival times left unused
+        {"trace": "azure_conv", "fallback_synthetic": True},  # missing: the shipped table
+    ],
+    ids=["resampled", "timed_rows_as_lengths", "missing_trace_fallback"],
+)
+def test_a_warning_reads_the_same_at_every_rate(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    fields: dict[str, object],
+) -> None:
+    # a plan or a sweep draws one workload at many rates, and a duration_s workload draws more
+    # requests at a higher one: a warning naming the rate or the count drawn was a new text at
+    # each point, so it was said once per point (fig12 --quick without its trace: 30 times)
+    monkeypatch.setenv("KVSIM_DATA", str(tmp_path))  # holds no azure_conv file
+    texts = {"THREE_ROWS": THREE_ROWS, "TIMED_THREE": TIMED_THREE}
+    if fields["trace"] in texts:
+        fields = {**fields, "trace": _write(tmp_path, "t.csv", texts[str(fields["trace"])])}
+    said = []
+    for rate_per_s in (1.0, 4.0):
+        monkeypatch.setattr(say_once, "SAID", set())
+        caplog.clear()
+        said.append(_run(caplog, **fields, rate_per_s=rate_per_s, duration_s=20.0)[1])
+    assert said[0], "the workload warns"
+    assert said[0] == said[1]
