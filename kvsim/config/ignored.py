@@ -82,11 +82,11 @@ def _moot_fields(config: SimConfig, data: dict[str, Any]) -> Iterator[Moot]:
     cache, workload = config.cache, config.workload
     if cache.kv_cache_bytes is not None or cache.kv_cache_gib is not None:
         budget = next((f for f in BUDGET_FIELDS if _lookup(data, f) is not None), None)
-        shown = f"{budget} = {_lookup(data, budget)!r}" if budget else "an explicit KV budget"
+        # the budget's name, not its value: a plan's or a sweep's points move it
         why = (
-            f"{shown} sets the KV budget, which takes precedence over the one derived from "
-            "gpu_memory_utilization and activation_headroom_bytes (as vLLM's "
-            "kv_cache_memory_bytes does); drop one of them"
+            f"{budget or 'an explicit KV budget'} sets the KV budget, which takes precedence "
+            "over the one derived from gpu_memory_utilization and activation_headroom_bytes (as "
+            "vLLM's kv_cache_memory_bytes does); drop one of them"
         )
         for name in ("gpu_memory_utilization", "activation_headroom_bytes"):
             yield _cache_field(config, name, BUDGET_FIELDS, why)

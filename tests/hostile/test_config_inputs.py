@@ -350,15 +350,15 @@ TRACE = "arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,5\n1.0,30,5\
 IGNORED: dict[str, tuple[dict[str, Any], list[str]]] = {
     "utilization_beside_gib_budget": (
         {"cache.kv_cache_gib": 4, "cache.gpu_memory_utilization": 0.5},
-        ["cache.gpu_memory_utilization = 0.5", "cache.kv_cache_gib = 4", "takes precedence"],
+        ["cache.gpu_memory_utilization = 0.5", "cache.kv_cache_gib sets", "takes precedence"],
     ),
     "headroom_beside_gib_budget": (
         {"cache.kv_cache_gib": 4, "cache.activation_headroom_bytes": 1000},
-        ["cache.activation_headroom_bytes = 1000", "cache.kv_cache_gib = 4", "takes precedence"],
+        ["cache.activation_headroom_bytes = 1000", "cache.kv_cache_gib sets", "takes precedence"],
     ),
     "utilization_beside_gb_budget": (
         {"cache.kv_cache_gb": 4, "cache.gpu_memory_utilization": 0.5},
-        ["cache.gpu_memory_utilization = 0.5", "cache.kv_cache_gb = 4"],
+        ["cache.gpu_memory_utilization = 0.5", "cache.kv_cache_gb sets"],
     ),
     "reservation_on_paged": (
         {"cache.allocator": "paged", "cache.reservation": "pow2"},
@@ -420,6 +420,17 @@ def test_an_ignored_setting_warns_and_changes_nothing(case, tmp_path, caplog) ->
     assert getattr(getattr(config, section), name) == overrides[ignored]  # kept as written
     assert config.kv_cache_bytes == plain.kv_cache_bytes
     assert _summary(config) == _summary(plain)
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_an_ignored_setting_reads_the_same_at_every_budget(caplog) -> None:
+    # a plan's points (kvsim plan mission-4 --set cache.gpu_memory_utilization=0.8) each set
+    # another budget; a warning that named its value was said once per point
+    for gib in (4, 5.5):
+        overrides = {"cache.kv_cache_gib": gib, "cache.gpu_memory_utilization": 0.5}
+        config_from_dict({}, {"workload.num_requests": 3, **overrides})
+    (message,) = _ignored_warnings(caplog)
+    assert "cache.kv_cache_gib sets the KV budget" in message
 
 
 QUIET: dict[str, dict[str, Any]] = {
