@@ -99,6 +99,9 @@ class Plan:
             adjacent integers, ``choices`` at adjacent choices.
         integer: the knob takes integers.
         choices: the only values allowed, ascending (e.g. tensor-parallel sizes).
+        varied: dotted fields of ``base`` set over the plan's own config (``kvsim plan``'s
+            ``--set``): a later layer for the ignored-setting warnings, as ``kvsim run``'s
+            ``--set`` is over its config file.
     """
 
     name: str
@@ -113,6 +116,7 @@ class Plan:
     integer: bool = False
     choices: tuple[float, ...] = ()
     quick: dict[str, Any] = dataclasses.field(default_factory=dict)
+    varied: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_name(self.name, "plan name")  # results go to OUT/plan/NAME, nowhere else
@@ -135,7 +139,11 @@ class Plan:
             ValueError: the knob names no field of the config (a typo).
         """
         try:
-            config_from_dict(json.loads(json.dumps(self.base)), {self.field: self.value(self.hi)})
+            config_from_dict(
+                json.loads(json.dumps(self.base)),
+                {self.field: self.value(self.hi)},
+                varied=self.varied,
+            )
         except ValueError as err:
             message = str(err)
             if "Extra inputs are not permitted" in message or "not a table" in message:
@@ -155,8 +163,8 @@ class Plan:
 
 
 def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **question: Any) -> Plan:
-    """Read a plan TOML; ``overrides`` (dotted fields) then edit its base config and
-    ``question`` overrides its ``[question]`` keys.
+    """Read a plan TOML; ``overrides`` (dotted fields) then edit its base config (a later layer
+    than the plan's own: ``Plan.varied``) and ``question`` overrides its ``[question]`` keys.
 
     The base config is the file's ``[base]`` table, or the base of ``experiment = "NAME"`` (an
     ``experiments/`` file) with the overrides of its point ``label = "..."``; ``[set]`` then
@@ -200,7 +208,8 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
     if asked.get("field", in_file.get("field")) != in_file.get("field"):
         in_file = {"targets": in_file.get("targets", {})}  # another knob: not this bracket
     q = {**in_file, **asked}
-    return plan_from_dict(data.get("name", path.stem), base, q, data, str(path))
+    name = data.get("name", path.stem)
+    return plan_from_dict(name, base, q, data, str(path), varied=tuple(overrides or {}))
 
 
 def experiment_base(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -232,8 +241,11 @@ def plan_from_dict(
     question: dict[str, Any],
     extra: dict[str, Any] | None = None,
     where: str = "plan",
+    *,
+    varied: tuple[str, ...] = (),
 ) -> Plan:
-    """Build a ``Plan`` from a base table and a question table (``load_plan``'s keys)."""
+    """Build a ``Plan`` from a base table and a question table (``load_plan``'s keys);
+    ``varied``: the dotted fields of ``base`` a later layer set (``Plan.varied``)."""
     extra = extra or {}
     try:
         targets = question.get("targets", {})
@@ -243,7 +255,7 @@ def plan_from_dict(
             else tuple(Target.parse(t) for t in targets)
         )
         field_name = str(question["field"])
-        preset = {**KNOBS.get(field_name, {}), **knob_bracket(field_name, base)}
+        preset = {**KNOBS.get(field_name, {}), **knob_bracket(field_name, base, varied)}
         natural = preset.get("direction")
         if natural is not None and question.get("direction", natural) != natural:
             raise ValueError(
@@ -270,6 +282,7 @@ def plan_from_dict(
             integer=bool(question.get("integer", preset.get("integer", False))),
             choices=tuple(float(c) for c in question.get("choices", preset.get("choices", ()))),
             quick=dict(extra.get("quick", {}).get("set", {})),
+            varied=varied,
         )
     except KeyError as err:
         raise ValueError(f"{where}: [question] needs {err.args[0]!r}") from None
@@ -296,15 +309,17 @@ def target_metrics() -> list[str]:
     ]
 
 
-def knob_bracket(field_name: str, base: dict[str, Any]) -> dict[str, float]:
+def knob_bracket(
+    field_name: str, base: dict[str, Any], varied: tuple[str, ...] = ()
+) -> dict[str, float]:
     """The default bracket the base config's hardware allows for a KV-budget knob
     (``cache.kv_cache_gib`` or ``cache.kv_cache_bytes``): from the KV one ``max_model_len``
     request needs to what the GPU holds beside the weights (``{}`` for other knobs or an invalid
-    base)."""
+    base; ``varied`` as ``Plan.varied``)."""
     if field_name not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
         return {}
     try:
-        config = config_from_dict(json.loads(json.dumps(base)))
+        config = config_from_dict(json.loads(json.dumps(base)), varied=varied)
     except ValueError:
         return {}
     need = config.bytes_per_token * config.max_model_len
@@ -396,7 +411,7 @@ class _Evaluator:
                 continue
             spec = self.plan.config(x, quick=self.quick)
             try:
-                config = config_from_dict(spec["data"], spec["overrides"])
+                config = config_from_dict(spec["data"], spec["overrides"], varied=self.plan.varied)
             except ValueError as err:
                 self._seen(x, {"error": str(err)})
                 continue

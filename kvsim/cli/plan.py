@@ -162,7 +162,9 @@ def plan(
             base = _config_table(path)
             for dotted, value in overrides.items():
                 set_dotted(base, dotted, value)
-            the_plan = plan_from_dict(_default_name(question), base, question)
+            the_plan = plan_from_dict(
+                _default_name(question), base, question, varied=tuple(overrides)
+            )
         if name:
             the_plan = dataclasses.replace(the_plan, name=name)
         _check_targets(the_plan)

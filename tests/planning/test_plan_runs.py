@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from kvsim import say_once
 from kvsim.cli import app
 from kvsim.planning import Plan, Target, load_plan, plan_from_dict, run_plan, save_plan
 from kvsim.presets import plans_dir
@@ -217,3 +219,55 @@ def test_a_warning_every_point_gives_is_said_once_per_plan(
         "(first: request 0, prompt 3,000 + output 10 tokens) (raise scheduler.max_model_len "
         "or the KV budget, or filter the workload)"
     ]
+
+
+def test_a_warning_naming_a_points_value_is_said_once_per_plan(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each rate of a 10 s workload draws another number of requests from the 40-row trace, and
+    # each KV budget of mission-4 is another value: warnings that named them were said once per
+    # point (7 copies of the resampling warning)
+    monkeypatch.setattr(say_once, "SAID", set())
+    rows = ["input_len,output_len", *(f"{100 + 10 * i},{50 + 5 * i}" for i in range(40))]
+    trace = tmp_path / "t.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    base = {"workload": {"trace": str(trace), "arrival": "poisson", "duration_s": 10.0}}
+    question = {
+        "field": "workload.rate_per_s",
+        "lo": 0.5,
+        "hi": 64.0,
+        "targets": {"time_to_first_token_seconds_p95": 2.0},
+    }
+    mission4 = load_plan(plans_dir() / "mission-4.toml", {"cache.gpu_memory_utilization": 0.8})
+    for plan, fragment in (
+        (plan_from_dict("rates", base, question), "resampled with replacement"),
+        (dataclasses.replace(mission4, name="m4-util"), "cache.kv_cache_gib sets the KV budget"),
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="kvsim"):
+            result = run_plan(plan, tmp_path / "out", quick=True)
+        assert len(result.points) >= 4  # several rounds, each at another value
+        said = [r.getMessage() for r in caplog.records if fragment in r.getMessage()]
+        assert len(said) == 1, said
+
+
+def test_a_plans_set_is_a_later_layer_than_its_config(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # mission-1's point reserves prompt + max_tokens for its slabs; --set moves the plan to
+    # paging, so the reservation goes unread because of the user's choice: no warning, as
+    # kvsim run CONFIG --set gives none (it warned of a setting the user never wrote)
+    monkeypatch.setattr(say_once, "SAID", set())
+    out = ["--quick", "--out", str(tmp_path), "--no-progress"]
+    paged = ["mission-1", "--set", "cache.allocator=paged"]
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        code, output = _plan_cli(*paged, "--name", "m1-paged", *out)
+        assert code == 0, output
+        assert [r for r in caplog.records if "has no effect" in r.getMessage()] == []
+        # a reservation set beside it on the command line is the user's own: warned, once
+        pow2 = ["--set", "cache.reservation=pow2", "--name", "m1-pow2"]
+        code, output = _plan_cli(*paged, *pow2, *out)
+        assert code == 0, output
+    said = [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("cache.reservation = 'pow2' has no effect: allocator 'paged'")
