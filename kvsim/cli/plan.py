@@ -233,8 +233,9 @@ def _keep_its_question(
     quick: bool,
 ) -> None:
     """Refuse to answer another question than a named plan's own, or its question on another
-    config (``--set``), in the plan's folder: its answer there would be replaced. With ``--name``
-    (another folder) the question is asked on the plan's config, and said so.
+    config (``--set`` overrides that change the config it runs), in the plan's folder: its answer
+    there would be replaced. With ``--name`` (another folder) the question is asked on the plan's
+    config, and said so.
 
     Args:
         source: the plan as named on the command line.
@@ -255,10 +256,11 @@ def _keep_its_question(
 
     try:
         own = load_plan(path, overrides)
+        plain = load_plan(path) if overrides else own  # as its file has it
     except ValueError:  # the file's [question] is incomplete: the options complete it
         return
     elsewhere = bool(name) and name != own.name
-    if overrides and not elsewhere:
+    if overrides and not elsewhere and not _same_configs(plain, own, quick):
         folder = plan_folder(out, own.name, quick=quick)
         raise ValueError(
             f"plan: --set {', '.join(overrides)} changes {source}'s config, so its answer would "
@@ -282,6 +284,35 @@ def _keep_its_question(
         f"as shipped (kvsim plan {source}), add --name NAME to ask your question of {source}'s "
         "config, or ask it of a config of your own (kvsim plan CONFIG.toml ...)"
     )
+
+
+def _same_configs(plain: Any, changed: Any, quick: bool) -> bool:
+    """The two plans (one question) run the same configs: equal once validated at the knob's
+    first, middle and last candidates (``--set cache.kv_cache_gib=2`` restating the plan's own
+    value changes nothing), or, where neither validates at any of them, equal tables."""
+    from kvsim.planning import candidates
+
+    grid = candidates(plain)
+    validated = False
+    for x in (grid[0], grid[len(grid) // 2], grid[-1]):
+        ours, theirs = _resolved(plain, x, quick), _resolved(changed, x, quick)
+        if ours != theirs:
+            return False
+        validated = validated or not ours.startswith("error: ")
+    return validated or plain.config(plain.hi, quick=quick) == changed.config(
+        changed.hi, quick=quick
+    )
+
+
+def _resolved(the_plan: Any, x: float, quick: bool) -> str:
+    """The plan's config at knob value ``x`` as canonical JSON, or ``"error: ..."``."""
+    from kvsim.config import config_from_dict
+
+    spec = the_plan.config(x, quick=quick)
+    try:  # no warnings: this config is only compared (the run says its own)
+        return config_from_dict(spec["data"], spec["overrides"], warn=False).canonical_json()
+    except ValueError as err:
+        return f"error: {err}"
 
 
 def _config_table(path: Path | None) -> dict[str, Any]:

@@ -293,6 +293,7 @@ def config_from_dict(
     overrides: dict[str, Any] | None = None,
     *,
     varied: Collection[str] = (),
+    warn: bool = True,
 ) -> SimConfig:
     """Validate a plain dict (as from TOML) into a ``SimConfig``; see ``load_config``.
 
@@ -305,6 +306,7 @@ def config_from_dict(
         overrides: dotted fields replacing the table's values.
         varied: dotted fields already set in ``data`` over a base table (a sweep point's
             values), which count as overrides for the warnings.
+        warn: log the ignored settings (``False``: a config built only to compare it).
 
     Raises:
         ValueError: a field is invalid, or a value is no JSON type (a TOML date); the message
@@ -327,7 +329,7 @@ def config_from_dict(
         config = SimConfig.model_validate(data)
     except ValidationError as err:
         raise ValueError(format_validation_error(err)) from None
-    for message in ignored_settings(config, data, [*overrides, *varied]):
+    for message in ignored_settings(config, data, [*overrides, *varied]) if warn else ():
         warn_once(logger, message)
     return config
 

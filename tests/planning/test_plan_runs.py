@@ -180,6 +180,11 @@ def test_a_shipped_plan_keeps_its_own_question(tmp_path: Path) -> None:
         assert code == 2, output
         assert "--set cache.kv_cache_gib changes mission-3's config" in " ".join(output.split())
     assert (folder / "answer.json").read_bytes() == shipped
+    # a --set of the plan's own value changes no config: the plan as shipped (it was refused)
+    for value in ("2.0", "2"):
+        code, output = _plan_cli("mission-3", "--set", f"cache.kv_cache_gib={value}", *out)
+        assert code == 0, output
+        assert json.loads((folder / "answer.json").read_bytes()) == json.loads(shipped)
 
 
 def test_cli_plan_takes_progress_like_run_and_reproduce(tmp_path: Path) -> None:
