@@ -167,6 +167,7 @@ def plan(
             )
         if name:
             the_plan = dataclasses.replace(the_plan, name=name)
+        _keep_other_plans_answers(the_plan.name, path if is_plan else None, out, quick)
         _check_targets(the_plan)
         the_plan.check_field()
         console.print(
@@ -313,6 +314,28 @@ def _resolved(the_plan: Any, x: float, quick: bool) -> str:
         return config_from_dict(spec["data"], spec["overrides"], warn=False).canonical_json()
     except ValueError as err:
         return f"error: {err}"
+
+
+def _keep_other_plans_answers(name: str, path: Path | None, out: Path, quick: bool) -> None:
+    """Refuse results under a shipped plan's name (``OUT/plan/NAME``) unless they are that plan's
+    own (its file, whose question and config ``_keep_its_question`` keeps).
+
+    Raises:
+        ValueError: ``name`` is a shipped plan's and ``path`` is not its file.
+    """
+    from kvsim.planning import plan_folder
+    from kvsim.presets import names, plans_dir
+
+    if name not in names(plans_dir()):
+        return
+    if path is not None and path.resolve() == (plans_dir() / f"{name}.toml").resolve():
+        return
+    folder = plan_folder(out, name, quick=quick)
+    raise ValueError(
+        f"plan: {name} is a shipped plan's name: these results would replace its answer in "
+        f"{folder}/. Choose another --name (e.g. --name {name}-mine), or run that plan as "
+        f"shipped (kvsim plan {name})"
+    )
 
 
 def _config_table(path: Path | None) -> dict[str, Any]:

@@ -187,6 +187,32 @@ def test_a_shipped_plan_keeps_its_own_question(tmp_path: Path) -> None:
         assert json.loads((folder / "answer.json").read_bytes()) == json.loads(shipped)
 
 
+def test_a_plan_never_writes_over_another_shipped_plans_answer(tmp_path: Path) -> None:
+    # mission-1's question on paging, named mission-4, replaced mission-4's own answer.json
+    out = ["--quick", "--out", str(tmp_path), "--no-progress"]
+    copy = tmp_path / "mission-4.toml"  # a file of the user's, named as the shipped plan
+    copy.write_bytes((plans_dir() / "mission-4.toml").read_bytes())
+    config = tmp_path / "burst.toml"
+    config.write_text('model = "llama-3.1-8b"\n[scheduler]\nmax_model_len = 128\n')
+    question = ["--largest", "max_num_seqs", "--target", "num_preemptions<=0", "--hi", "4"]
+    for args in (
+        ["mission-1", "--set", "cache.allocator=paged", "--name", "mission-4"],
+        ["mission-1", "--name", "mission-4"],
+        [str(config), *question, "--name", "mission-4"],
+        [str(copy)],
+    ):
+        code, output = _plan_cli(*args, *out)
+        assert code == 2, output
+        errors = [line for line in output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, output
+        assert "mission-4 is a shipped plan's name" in " ".join(output.split())
+        assert not (tmp_path / "plan").exists()
+    # the shipped plan under its own name is its own answer
+    code, output = _plan_cli("mission-4", "--name", "mission-4", *out)
+    assert code == 0, output
+    assert (tmp_path / "plan" / "quick" / "mission-4" / "answer.json").is_file()
+
+
 def test_cli_plan_takes_progress_like_run_and_reproduce(tmp_path: Path) -> None:
     args = ["--largest", "max_num_seqs", "--target", "num_preemptions<=0", "--hi", "4"]
     for key, value in BURST["workload"].items():
