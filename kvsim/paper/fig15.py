@@ -3,8 +3,9 @@
 
 Saved = blocks saved / blocks without sharing, time-weighted (``kv_saved_by_sharing_pct``).
 Parallel sampling has no free parameter. The beam model (``kvsim.groups.BeamModel``) has one,
-``workload.beam_branch_prob``, FITTED here: the per-token branching probability at which width 4
-saves the paper's 53.13 % (Brent's method over stored runs); widths 2 and 6 are then predictions.
+``workload.beam_branch_tokens`` (a candidate branches with probability ``min(0.5, c / n)`` at
+``n`` tokens), FITTED here: the ``c`` at which width 4 saves the paper's 53.13 % (Brent's method
+over stored runs); widths 2 and 6 are then predictions.
 12,000 requests per point keep the seed-to-seed spread near 0.5 points (the savings are
 dominated by the few longest outputs).
 """
@@ -23,15 +24,15 @@ from kvsim.style import styled
 
 DESCRIPTION = "Figure 15: KV saved by sharing, parallel sampling and beam search (Alpaca)"
 METRIC = "kv_saved_by_sharing_pct"
-FIELD = "workload.beam_branch_prob"
+FIELD = "workload.beam_branch_tokens"
 
 
-def fit_branch_prob(ctx: Context) -> tuple[float, str]:
-    """The beam branching probability at which the fit point (``[analysis] fit_label``) saves
+def fit_branch_tokens(ctx: Context) -> tuple[float, str]:
+    """The beam branching scale (tokens) at which the fit point (``[analysis] fit_label``) saves
     the paper's share (``Context.fit``; the saving rises with branching: lineages merge sooner).
 
     Returns:
-        ``(branch_prob, label)`` of the fit.
+        ``(branch_tokens, label)`` of the fit.
 
     Raises:
         ValueError: the bracket does not contain the paper's value.
@@ -42,7 +43,7 @@ def fit_branch_prob(ctx: Context) -> tuple[float, str]:
     fit = dataclasses.replace(
         experiment, name="fig15-fit", base=experiment.labelled_base(label), zips=[]
     )
-    lo, hi = (float(v) for v in experiment.analysis.get("branch_prob_bracket", [0.04, 0.2]))
+    lo, hi = (float(v) for v in experiment.analysis.get("branch_tokens_bracket", [2.0, 20.0]))
     ctx.say(f"fitting {FIELD} so that {label} saves {target} %")
     return ctx.fit(fit, FIELD, METRIC, target, (lo, hi), xtol=1e-3), label
 
@@ -68,9 +69,9 @@ BAND_PP = 2.0  # the project's band on a Figure 15 share, percentage points
 
 
 def run(ctx: Context) -> Reproduction:
-    """Fit the beam branching probability on one width, then sweep every width with it."""
-    branch_prob, fit_label = fit_branch_prob(ctx)
-    sweep = ctx.sweep(ctx.experiment("fig15"), **{FIELD: branch_prob})
+    """Fit the beam branching scale on one width, then sweep every width with it."""
+    branch_tokens, fit_label = fit_branch_tokens(ctx)
+    sweep = ctx.sweep(ctx.experiment("fig15"), **{FIELD: branch_tokens})
     paper = published("fig15").set_index("system")["value"]
     table = pd.DataFrame(
         {
@@ -97,7 +98,7 @@ def run(ctx: Context) -> Reproduction:
         "fig15",
         table,
         view=view,
-        notes=[f"{FIELD} = {branch_prob:.4f}, FITTED on {fit_label}"],
+        notes=[f"{FIELD} = {branch_tokens:.4f}, FITTED on {fit_label}"],
         in_band=bool(table["in_band"].all()),
     )
     return write_outputs(rep, sweep.folder, figure(table))

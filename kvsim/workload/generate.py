@@ -68,9 +68,11 @@ def generate_requests(
     requests = _build_requests(spec, selected, max_model_len)
     requests = apply_sharing(spec, requests, max_model_len)
     if any(r.beam_width > 1 for r in requests):
-        beams = BeamModel(spec.beam_branch_prob, beam_seed)
+        beams = BeamModel(spec.beam_branch_tokens, beam_seed)
         for req in requests:
-            req.beam_parents = beams.parents(req.req_id, req.num_seqs, req.output_tokens)
+            req.beam_parents = beams.parents(
+                req.req_id, req.num_seqs, req.output_tokens, req.prompt_tokens
+            )
     return requests
 
 

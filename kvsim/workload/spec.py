@@ -104,11 +104,10 @@ class WorkloadSpec(BaseModel):
         n: parallel samples per request (v0: a sequence group, ``kvsim.groups``; v1: ``n``
             requests sharing the prompt).
         beam_width: beam-search width per request (1: no beam search; not with ``n > 1``).
-        beam_branch_prob: ``kvsim.groups.BeamModel.branch_prob``, the per-token chance that a
-            beam candidate branches and displaces another (FITTED on Figure 15's Alpaca beam
-            width 4); each beam request's tree is drawn from the run's seed. At most 0.5: past
-            it branchers outnumber the candidates they can displace, so sharing falls again
-            (at 1 nobody is displaced, as at 0).
+        beam_branch_tokens: ``kvsim.groups.BeamModel.branch_tokens``: a beam candidate
+            branches and displaces another with probability ``min(0.5, beam_branch_tokens /
+            n)`` at a step where the sequences hold ``n`` tokens (FITTED on Figure 15's Alpaca
+            beam width 4); each beam request's tree is drawn from the run's seed.
         shared_prefix_tokens: a system prompt / few-shot prefix of this many tokens, identical on
             every request (of a tenant), prepended to each drawn prompt.
         num_tenants: requests are spread round-robin over this many tenants, each with its own
@@ -162,8 +161,11 @@ class WorkloadSpec(BaseModel):
 
     n: int = Field(default=1, ge=1, le=MAX_SEQS_PER_REQUEST)
     beam_width: int = Field(default=1, ge=1, le=MAX_SEQS_PER_REQUEST)
-    beam_branch_prob: float = Field(
-        default=0.0906, ge=0, le=0.5, description="FITTED on Figure 15 (Alpaca) beam width 4"
+    beam_branch_tokens: float = Field(
+        default=7.19,
+        ge=0,
+        le=MAX_CONTEXT_TOKENS,
+        description="FITTED on Figure 15 (Alpaca) beam width 4",
     )
     shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_CONTEXT_TOKENS)
     num_tenants: int = Field(default=1, ge=1, le=MAX_NUM_REQUESTS)
@@ -196,12 +198,13 @@ class WorkloadSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "beam_survival" in data:
-            raise ValueError(
-                f"beam_survival = {data['beam_survival']!r}: replaced by beam_branch_prob (the "
-                "per-token probability that a beam candidate branches, 0..0.5; not a survival "
-                "probability)"
-            )
+        for old in ("beam_survival", "beam_branch_prob"):
+            if isinstance(data, dict) and old in data:
+                raise ValueError(
+                    f"{old} = {data[old]!r}: replaced by beam_branch_tokens (a beam candidate "
+                    "branches with probability min(0.5, beam_branch_tokens / n) when the "
+                    "sequences hold n tokens; fitted: 7.19)"
+                )
         return data
 
     @model_validator(mode="after")

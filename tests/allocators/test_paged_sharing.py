@@ -223,18 +223,24 @@ def test_dropped_beam_releases_its_path():
     assert group.num_copies == 1
 
 
-def _naive_beam_parents(model: BeamModel, req_id: int, width: int, steps: int) -> np.ndarray:
-    """The documented rule, one step at a time: the same two draws per step (branch, order);
-    the non-branchers in ascending order of their draw are displaced by the branchers in
-    ascending index order, as many as both sides have."""
+def _naive_beam_parents(
+    model: BeamModel, req_id: int, width: int, steps: int, prompt: int
+) -> np.ndarray:
+    """The documented rule, one step at a time: the same two draws per step (branch, order),
+    a candidate branching with probability min(0.5, branch_tokens / n) when the sequences hold
+    n = prompt + j + 1 tokens at row j; the non-branchers in ascending order of their draw are
+    displaced by the branchers in ascending index order, as many as both sides have."""
     rng = np.random.default_rng((model.seed, req_id))
-    branch = rng.random((steps, width)) < model.branch_prob
+    draws = rng.random((steps, width))
     order = rng.random((steps, width))
     out = []
     for j in range(steps):
+        prob = min(0.5, model.branch_tokens / (prompt + j + 1))
         row = list(range(width))
-        branchers = [i for i in range(width) if branch[j, i]]
-        stayers = sorted((i for i in range(width) if not branch[j, i]), key=lambda i: order[j, i])
+        branchers = [i for i in range(width) if draws[j, i] < prob]
+        stayers = sorted(
+            (i for i in range(width) if not draws[j, i] < prob), key=lambda i: order[j, i]
+        )
         for victim, source in zip(stayers, branchers, strict=False):  # as many as both sides have
             row[victim] = source
         out.append(row)
@@ -242,32 +248,45 @@ def _naive_beam_parents(model: BeamModel, req_id: int, width: int, steps: int) -
 
 
 def test_beam_model_extremes_and_seeding():
-    assert (BeamModel(branch_prob=0.0).parents(7, 4, 5) == np.arange(4)).all()
-    # everyone branches: nobody is left to displace
-    assert (BeamModel(branch_prob=1.0).parents(7, 4, 5) == np.arange(4)).all()
-    a, b = BeamModel(0.5, seed=3).parents(7, 4, 20), BeamModel(0.5, seed=3).parents(7, 4, 20)
-    assert (a == b).all()
-    for q in (0.08, 0.3, 0.7):
+    assert (BeamModel(branch_tokens=0.0).parents(7, 4, 5, 10) == np.arange(4)).all()
+    a = BeamModel(5.0, seed=3).parents(7, 4, 20, 3)
+    assert (a == BeamModel(5.0, seed=3).parents(7, 4, 20, 3)).all()
+    for c in (2.0, 7.19, 40.0):
         for width in (1, 2, 3, 6):
-            model = BeamModel(q, seed=11)
+            model = BeamModel(c, seed=11)
             for req_id in range(20):
-                got = model.parents(req_id, width, 40)
-                assert (got == _naive_beam_parents(model, req_id, width, 40)).all()
+                got = model.parents(req_id, width, 40, 10 + req_id)
+                assert (got == _naive_beam_parents(model, req_id, width, 40, 10 + req_id)).all()
                 # a displaced slot holds a candidate that kept its own slot, each at most once
                 for row in got:
                     moved = row != np.arange(width)
                     assert (row[row[moved]] == row[moved]).all()
                     assert len(set(row[moved])) == moved.sum()
-    with pytest.raises(ValueError, match="branch_prob"):
-        BeamModel(branch_prob=1.5)
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="branch_tokens"):
+            BeamModel(branch_tokens=bad)
 
 
-def test_beam_model_branch_rate():
-    # width 2: a row moves iff exactly one of the two candidates branches: 2 q (1 - q) = 0.42
-    # at q = 0.3; over 20,000 steps the share's standard error is 0.0035 (4 sigma: 0.014)
-    rows = BeamModel(0.3, seed=1).parents(0, 2, 20_000)
-    moved = (rows != np.arange(2)).any(axis=1).mean()
-    assert abs(moved - 0.42) < 0.014
+def test_beam_model_branch_rate_falls_with_the_context():
+    # width 2: a row moves iff exactly one of the two candidates branches, 2 p (1 - p).
+    # Capped: p = 0.5 while 1e6 / n >= 0.5, so 0.5 of 20,000 rows move (standard error 0.0035)
+    rows = BeamModel(1e6, seed=1).parents(0, 2, 20_000, 100)
+    assert abs((rows != np.arange(2)).any(axis=1).mean() - 0.5) < 0.014
+    # p = 30 / n with n = 100 + j + 1: rows move 2 p (1 - p) of the time, summed by hand over
+    # j; the count is a sum of independent Bernoullis (variance sum 2p(1-p)(1-2p(1-p)))
+    rows = BeamModel(30.0, seed=2).parents(0, 2, 20_000, 100)
+    moved = int((rows != np.arange(2)).any(axis=1).sum())
+    expected = variance = 0.0
+    for j in range(20_000):
+        p = 30.0 / (100 + j + 1)
+        q = 2 * p * (1 - p)
+        expected += q
+        variance += q * (1 - q)
+    assert abs(moved - expected) < 4 * variance**0.5
+    # early rows (n near 100) move far more often than late ones (n near 20,000)
+    assert (rows[:500] != np.arange(2)).any(axis=1).mean() > 5 * (
+        (rows[-5000:] != np.arange(2)).any(axis=1).mean()
+    )
 
 
 def test_group_readmitted_past_its_prompt_needs_every_sample_block():

@@ -84,7 +84,8 @@ class SharingMachine(RuleBasedStateMachine):
             beam_width=width if beam else 1,
         )
         if beam and width > 1:
-            req.beam_parents = BeamModel(0.7, seed=5).parents(req.req_id, width, output)
+            model = BeamModel(40.0, seed=5)  # 0.5 near the prompt, falling to 40 / n
+            req.beam_parents = model.parents(req.req_id, width, output, doc_len + extra)
         self.next_id += 1
         before = self.snapshot()
         hit = self.alloc.find_cached_prefix(req)

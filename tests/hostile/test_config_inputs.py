@@ -108,11 +108,15 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "beam_survival_renamed": (
         ["workload.beam_survival=0.8"],
-        ["beam_survival", "beam_branch_prob"],
+        ["beam_survival", "beam_branch_tokens"],
     ),
-    "beam_branch_past_half": (
-        ["workload.beam_branch_prob=0.7"],
-        ["beam_branch_prob", "0.7", "0.5"],
+    "beam_branch_prob_renamed": (
+        ["workload.beam_branch_prob=0.09"],
+        ["beam_branch_prob", "0.09", "beam_branch_tokens"],
+    ),
+    "beam_branch_tokens_negative": (
+        ["workload.beam_branch_tokens=-1"],
+        ["beam_branch_tokens", "-1"],
     ),
     "request_batching_v1": (["scheduler.batching=request"], ["scheduler.batching", "vllm-v0"]),
     "batching_misspelt": (

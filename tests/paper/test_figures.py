@@ -34,9 +34,10 @@ FIG15 = {
     "beam search width=6": 55.16,
 }
 # The beam model (one parameter, fitted on width 4) predicts width 6 on the band's upper edge
-# (+2.02 on the paper's Alpaca file, +1.96 on the shipped length table), so only the band's lower
-# side is asserted for it; the upper side is the open miss. Width 6 can share at most
-# (6 - 1) / 6 of the KV (every candidate's whole sequence shared), which it must stay under.
+# (+1.99 on the paper's Alpaca file, +1.97 on the shipped length table, more over other seeds),
+# so only the band's lower side is asserted for it; the upper side is the open question.
+# Width 6 can share at most (6 - 1) / 6 of the KV (every candidate's whole sequence shared),
+# which it must stay under.
 FIG15_UPPER_EDGE = {"beam search width=6"}
 
 
@@ -204,16 +205,22 @@ def test_sharegpt_parallel_sampling_saving(n: int, paper_pct: float) -> None:
     assert abs(saved - paper_pct) <= 2.0, saved
 
 
-# §6.3, ShareGPT: beam search saves 44.3 % (width 2) to 66.3 % (width 6). Held out: the beam
-# model's one parameter is fitted on Alpaca width 4. Its lineages merge after a fixed number of
-# tokens whatever the output length, so on ShareGPT's outputs (about 6x Alpaca's) it shares too
-# much: a known miss, asserted as one (kvsim above the paper by more than the 2-point band) so
-# that a model that fixes it is noticed.
+# §6.3, ShareGPT: beam search saves 44.3 % (width 2) to 66.3 % (width 6). The beam model's one
+# parameter is fitted on Alpaca width 4. Its form (a branching rate falling as 1 / context) was
+# chosen among the one-parameter forms tried with both datasets in view, so ShareGPT tests its
+# fitted number, not the form: width 2 lands in the band; width 6 shares too much (+3 points), a
+# known miss asserted as one so that a model that fixes it is noticed.
 SHAREGPT_BEAM = {2: 44.3, 6: 66.3}
 
 
-@pytest.mark.parametrize(("width", "paper_pct"), sorted(SHAREGPT_BEAM.items()))
-def test_sharegpt_beam_search_saving_is_a_known_miss(width: int, paper_pct: float) -> None:
+def test_sharegpt_beam_search_width_2_saving() -> None:
     _needs_sharegpt()
-    saved = _sharegpt_saving(beam_width=width)
-    assert saved - paper_pct > 2.0, saved
+    saved = _sharegpt_saving(beam_width=2)
+    assert abs(saved - SHAREGPT_BEAM[2]) <= 2.0, saved
+
+
+def test_sharegpt_beam_search_width_6_saving_is_a_known_miss() -> None:
+    _needs_sharegpt()
+    saved = _sharegpt_saving(beam_width=6)
+    assert saved - SHAREGPT_BEAM[6] > 2.0, saved
+    assert saved < 100 * 5 / 6, saved  # a 6-wide beam shares at most 5/6 of its KV
