@@ -120,9 +120,8 @@ class AggregateCore:
         b = allocator.block_size_tokens
         free = allocator.num_free_blocks  # the pool, counted
         step_s = cost.step_s
-        arrival_list: list[float] = self._arrival_times.tolist()
         arrival_array = self._arrival_times
-        release, together = _release_times([r.arrival_time_s for r in requests])
+        last_release: float = 0  # SimPy's clock when the arrival process last released
         queries = 0
         capacity, overhead = allocator.capacity_tokens, allocator.overhead_slots
         kv_bytes, weight_bytes = cost.kv_read_bytes_per_token, cost.weight_bytes
@@ -227,14 +226,17 @@ class AggregateCore:
         while num_finished < num_requests:
             if not num_running and not waiting:  # idle: the next arrival wakes the engine
                 i = num_arrived
-                now = release[i]
-                row_of[requests[i]] = i
-                waiting.append(requests[i])
-                i += 1
-                while i < num_requests and together[i]:
+                now, _ = _next_release(requests[i].arrival_time_s, last_release)
+                last_release = now
+                while True:
                     row_of[requests[i]] = i
                     waiting.append(requests[i])
                     i += 1
+                    if i == num_requests:
+                        break
+                    t, together = _next_release(requests[i].arrival_time_s, last_release)
+                    if not together:
+                        break
                 num_arrived = i
 
             # -- schedule (V1Scheduler.schedule, lazy path) ---------------------------------
@@ -387,7 +389,7 @@ class AggregateCore:
                 extra_s = overhead_s + per_seq_s * num_seqs
                 comm = cost.communication_one_s(num_seqs) if parallel else 0.0
                 cut = not waiting and num_arrived < num_requests
-                until = arrival_list[num_arrived] - now if cut else 0.0
+                until = requests[num_arrived].arrival_time_s - now if cut else 0.0
                 durations = [step0_s]
                 ends = [step0_s]
                 end_s = step0_s
@@ -479,13 +481,13 @@ class AggregateCore:
                         queue_now = len(waiting)
                         counts = None
                         if num_arrived < num_requests and not (
-                            arrival_list[num_arrived] > now + ends[k - 2]
+                            requests[num_arrived].arrival_time_s > now + ends[k - 2]
                         ):  # waiting_per_step: requests arrive during the span
                             counts = [
                                 float(
                                     queue_now
                                     + max(
-                                        bisect_right(arrival_list, t, num_arrived) - num_arrived,
+                                        bisect_right(arrival_array, t, num_arrived) - num_arrived,
                                         0,
                                     )
                                 )
@@ -549,9 +551,10 @@ class AggregateCore:
             now = now + total_s
             i = num_arrived
             while i < num_requests:
-                t = release[i]
-                if t > now or (t == now and not _released_first(together, i, span_start)):
+                t, together = _next_release(requests[i].arrival_time_s, last_release)
+                if t > now or (t == now and not together and not _released_first(i, span_start)):
                     break
+                last_release = t
                 row_of[requests[i]] = i
                 waiting.append(requests[i])
                 i += 1
@@ -595,7 +598,9 @@ class AggregateCore:
                     others.pop(req, None)
                     del member_seq[req]
                     num_running -= 1
-                    log_add(row_of.pop(req), req)
+                    row = row_of.pop(req)
+                    log_add(row, req)
+                    requests[row] = None  # type: ignore[call-overload]  # freed as it finishes
                 num_finished += len(finished)
                 if on_finish is not None:
                     on_finish(len(finished))
@@ -639,32 +644,25 @@ def _max_steps_within(
     return t
 
 
-def _release_times(arrivals: list[float]) -> tuple[list[float], list[bool]]:
-    """When ``kvsim.engine``'s SimPy arrival process releases each request, and whether it is
-    released together with the previous one (in the same process step).
+def _next_release(arrival_s: float, last_release_s: float) -> tuple[float, bool]:
+    """When ``kvsim.engine``'s SimPy arrival process releases a request arriving at
+    ``arrival_s``, the previous one released at ``last_release_s``; and whether it is released
+    together with the previous one (in the same process step).
 
     A request arriving ``delay > 0`` seconds after the previous release waits for a timeout
     and is released at that release plus the delay (``now + (a - now)``, which can differ from
     ``a`` in its last bit); one whose delay is not positive is released with the previous one.
     """
-    out: list[float] = []
-    together: list[bool] = []
-    now: float = 0
-    for i, a in enumerate(arrivals):
-        delay = a - now
-        if delay > 0:
-            now = now + delay
-        out.append(now)
-        together.append(i > 0 and not delay > 0)
-    return out, together
+    delay = arrival_s - last_release_s
+    if delay > 0:
+        return last_release_s + delay, False
+    return last_release_s, True
 
 
-def _released_first(together: list[bool], i: int, span_start: int) -> bool:
-    """Whether request ``i``, released at the very moment a span ends, is released before the
-    engine resumes. SimPy orders events at one time by creation: request ``i``'s timeout was
-    created when request ``i - 1`` was released, which is before the span's timeout iff that
-    release came before the span started (``i - 1 < span_start``); a request released with the
-    previous one follows it."""
-    while together[i]:
-        i -= 1
+def _released_first(i: int, span_start: int) -> bool:
+    """Whether request ``i`` (not released with the previous one), released at the very moment
+    a span ends, is released before the engine resumes. SimPy orders events at one time by
+    creation: request ``i``'s timeout was created when request ``i - 1`` was released, which is
+    before the span's timeout iff that release came before the span started
+    (``i - 1 < span_start``); the arrival process starts before the engine."""
     return i == 0 or i - 1 < span_start

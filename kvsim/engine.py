@@ -380,26 +380,28 @@ class _Progress:
 
 def _run_aggregate_core(
     config: SimConfig, runnable: list[Request], progress: _Progress
-) -> tuple[AggregateCore | None, list[Request]]:
+) -> tuple[AggregateCore | None, bool]:
     """Run the aggregate core when it models the run (``kvsim.aggregate_core.applies``).
 
     Returns:
-        ``(core, runnable)`` after a run; ``(None, fresh copies of runnable)`` when it does not
-        apply or declines midway (the requests' counters are spent).
+        ``(core, False)`` after a run; ``(None, False)`` when it does not apply (``runnable``
+        untouched); ``(None, True)`` when it declined midway (``runnable`` is spent: the core
+        changes the requests' counters and lets go of each as it finishes).
     """
     allocator = allocator_from_config(config)
     if not isinstance(allocator, PagedAllocator) or not applies(config, allocator, runnable):
-        return None, runnable
+        return None, False
     core = AggregateCore(
         config, runnable, allocator, cost_model_from_config(config, True), progress.report
     )
+    del runnable  # the core's list is the run's: finished requests are freed from it
     try:
         core.run()
     except NotModeledError as why:
         logger.debug("aggregate core declined (%s): running the general engine", why)
         progress.restart()
-        return None, fresh_requests(runnable)
-    return core, runnable
+        return None, True
+    return core, False
 
 
 def prepare_requests(
@@ -407,10 +409,11 @@ def prepare_requests(
     requests: Sequence[Request | RequestSpec] | None = None,
     *,
     strict: bool = False,
+    quiet: bool = False,
 ) -> tuple[list[Request], Rejected]:
     """The requests a run serves: generated when ``None`` (else fresh ones made from the given
     requests' or specs' facts), fanned out under v1, the ones that can never run set aside
-    (logged; an error with ``strict`` or when none is left)."""
+    (logged unless ``quiet``; an error with ``strict`` or when none is left)."""
     requests = requests_for(config) if requests is None else fresh_requests(requests)
     if config.engine_args.engine == "vllm-v1":
         requests = fan_out(requests)
@@ -422,7 +425,8 @@ def prepare_requests(
         )
         if fail:
             raise ValueError(message)
-        logger.warning(message)
+        if not quiet:
+            logger.warning(message)
     return runnable, rejected
 
 
@@ -464,14 +468,16 @@ def simulate(
         ValueError: ``strict`` and some request cannot run, or no request can.
     """
     runnable, rejected = prepare_requests(config, requests, strict=strict)
-    del requests  # the run has its own copies: a caller that let go of its list frees it now
     if on_start is not None:
         on_start(len(runnable))
     frames = FrameRecorder(map_at_s, map_every_s) if map_at_s or map_every_s else None
     engine: Engine | AggregateCore | None = None
     progress = _Progress(on_finish)
     if frames is None and lazy_decodes and aggregate_core:
-        engine, runnable = _run_aggregate_core(config, runnable, progress)
+        engine, spent = _run_aggregate_core(config, runnable, progress)
+        if spent:  # declined midway: the same requests again, fresh (nothing logged twice)
+            runnable, _ = prepare_requests(config, requests, strict=strict, quiet=True)
+    del requests  # the run has its own copies: a caller that let go of its list frees it now
     if engine is None:
         env = simpy.Environment()
         engine = Engine(env, config, runnable, progress.report, frames, lazy_decodes)

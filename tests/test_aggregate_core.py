@@ -14,7 +14,7 @@ import pytest
 import simpy
 
 import kvsim.engine as engine_module
-from kvsim.aggregate_core import _release_times, _released_first
+from kvsim.aggregate_core import _next_release, _released_first
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 
@@ -143,22 +143,26 @@ def test_release_times_follow_simpy() -> None:
 
     env.process(source())
     env.run()
-    release, together = _release_times(arrivals)
+    release: list[float] = []
+    together: list[bool] = []
+    last: float = 0
+    for a in arrivals:
+        last, with_previous = _next_release(a, last)
+        release.append(last)
+        together.append(with_previous)
     assert release == seen
     assert [type(t) for t in release[:2]] == [int, int]  # SimPy's clock starts at int 0
     assert release[4] == 32198.048724809763 != arrivals[4]
-    # by hand: 0 first; 0 with it; a timeout; 0.5 (already late) with it; then timeouts
-    assert together == [False, True, False, True, False, False, False]
+    # by hand: 0 at once; 0 with it; a timeout; 0.5 (already late) with it; then timeouts
+    assert together == [True, True, False, True, False, False, False]
 
 
 def test_a_release_at_a_span_end_comes_first_only_if_scheduled_before_the_span() -> None:
-    together = [False, False, True]
     # request 1's timeout was created when request 0 was released: before a span that started
     # after that release (span_start = 1: request 0 was waiting or running when it started)
-    assert _released_first(together, 1, span_start=1)
-    assert not _released_first(together, 1, span_start=0)  # request 0 came during the span
-    assert _released_first(together, 2, span_start=1)  # released with request 1
-    assert _released_first(together, 0, span_start=0)  # SimPy starts the arrival process first
+    assert _released_first(1, span_start=1)
+    assert not _released_first(1, span_start=0)  # request 0 came during the span
+    assert _released_first(0, span_start=0)  # SimPy starts the arrival process first
 
 
 def test_record_memory_off_skips_the_rows(cores_run) -> None:
