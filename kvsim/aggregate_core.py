@@ -24,7 +24,6 @@ before a steady decoder's turn, a head that can never be admitted -- makes it st
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,12 +33,11 @@ import numpy as np
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
-from kvsim.recorder import MemoryRecorder, categorize
+from kvsim.recorder import MemoryRecorder, categorize, categorize_step
 from kvsim.request import Request
 from kvsim.request_log import RequestLog
-from kvsim.timing import Timing, numpy_sum, steps_before, waiting_per_step
+from kvsim.timing import numpy_sum, steps_before, waiting_per_step
 
-INF = float("inf")
 MAX_SPAN_STEPS = 4096  # as kvsim.engine
 SHORT_SPAN_STEPS = 64
 
@@ -123,31 +121,7 @@ class AggregateCore:
         arrival_array = self._arrival_times
         last_release: float = 0  # SimPy's clock when the arrival process last released
         queries = 0
-        capacity, overhead = allocator.capacity_tokens, allocator.overhead_slots
-        kv_bytes, weight_bytes = cost.kv_read_bytes_per_token, cost.weight_bytes
-        bandwidth, flops, attn = cost.bandwidth, cost.flops, cost.attn_flops_per_pair
-        linear_per_token = cost.linear_flops_per_token
-        overhead_s, per_seq_s = cost.overhead_s, cost.per_seq_overhead_s
-        parallel = cost.tp > 1 or cost.pp > 1
-        int_times = True  # every recorded time_s an int (MemoryRecorder._int_times)
-        (
-            a_time,
-            a_duration,
-            a_steps,
-            a_running,
-            a_waiting,
-            a_prefills,
-            a_preempted,
-            a_blocked,
-            a_token,
-            a_reservation,
-            a_internal,
-            a_external,
-            a_free,
-            a_allocated,
-            a_held,
-            a_unshared,
-        ) = recorder.appenders()
+        span_durations = cost.span_durations
 
         # the cohort (kvsim.scheduler.cohort, every member pooled)
         clock = 0
@@ -373,43 +347,14 @@ class AggregateCore:
                     k = 1 + _max_steps_within(crossings, len(members), b, after, k - 1, free)
             step0_s = step_s(w_new, w_ctx, w_pairs, w_seqs)
             m = len(members)
-            head_q = None
-            need_slots = 0
-            if waiting and record_memory:
-                head = waiting[0]
-                tokens = head.prompt_tokens + head.num_output_tokens
-                head_q = (head, min(tokens, budget0) if chunked else tokens)
-                need_slots = allocator.admission_slots_needed(*head_q)
             durations: Any = None
-            if 1 < k <= SHORT_SPAN_STEPS:
-                # decode_steps_list, computed only up to Engine._cut_span's cut (same values)
-                num_seqs = float(m)
-                context0 = float(sum_base + m * after)
-                linear = linear_per_token * num_seqs
-                extra_s = overhead_s + per_seq_s * num_seqs
-                comm = cost.communication_one_s(num_seqs) if parallel else 0.0
-                cut = not waiting and num_arrived < num_requests
-                until = requests[num_arrived].arrival_time_s - now if cut else 0.0
-                durations = [step0_s]
-                ends = [step0_s]
-                end_s = step0_s
-                if not (cut and end_s >= until):
-                    for j in range(k - 1):
-                        context_j = context0 + num_seqs * float(j)
-                        mem_s = (weight_bytes + context_j * kv_bytes) / bandwidth
-                        compute_s = (linear + attn * (2.0 * context_j + num_seqs)) / flops
-                        if mem_s != mem_s or compute_s != compute_s:
-                            raise ValueError("cost model returned an invalid duration: nan")
-                        d = (mem_s if mem_s >= compute_s else compute_s) + extra_s
-                        if parallel:
-                            d += comm
-                        if not (d >= 0 and d < INF):
-                            raise ValueError(f"cost model returned an invalid duration: {d}")
-                        durations.append(d)
-                        end_s += d
-                        ends.append(end_s)
-                        if cut and end_s >= until:
-                            break
+            if 1 < k <= SHORT_SPAN_STEPS:  # computed only up to the next arrival (_cut_span)
+                until = None
+                if not waiting and num_arrived < num_requests:
+                    until = requests[num_arrived].arrival_time_s - now
+                durations, _ = span_durations(
+                    step0_s, float(sum_base + m * after), float(m), k - 1, until
+                )
                 k = len(durations)
             elif k > SHORT_SPAN_STEPS:
                 durations = np.empty(k)
@@ -418,9 +363,14 @@ class AggregateCore:
                 if not waiting and num_arrived < num_requests:  # Engine._cut_span
                     until_arrival = arrival_array[num_arrived] - now
                     k = min(k, steps_before(durations, until_arrival, "left") + 1)
+            head_q = None
+            if waiting and record_memory:
+                head = waiting[0]
+                tokens = head.prompt_tokens + head.num_output_tokens
+                head_q = (head, min(tokens, budget0) if chunked else tokens)
             if k == 1:
                 total_s = step0_s
-                if record_memory:  # Engine._record_lazy, one step: categorize_step, record_step
+                if record_memory:  # Engine._record_lazy, one step
                     token = sum_base + m * after
                     held, internal_now = sum_held, sum_internal
                     if others:
@@ -433,117 +383,44 @@ class AggregateCore:
                             internal_now += max(
                                 slots - (req.prompt_tokens + req.output_tokens - 1), 0
                             )
-                    free_total = capacity - held - overhead
-                    usable = free_total
-                    blocked = 0
-                    if head_q is not None:
-                        usable = free_total if free_total >= need_slots else 0
-                        if usable == 0 and free_total >= need_slots:
-                            blocked = 1
-                    int_times = int_times and type(now) is int
-                    a_time(now)
-                    a_duration(total_s)
-                    a_steps(1)
-                    a_running(num_running)
-                    a_waiting(float(len(waiting)))
-                    a_prefills(num_prefills)
-                    a_preempted(0)
-                    a_blocked(blocked)
-                    a_token(token)
-                    a_reservation(held - token - internal_now)
-                    a_internal(internal_now)
-                    a_external(free_total - usable + overhead)
-                    a_free(usable)
-                    a_allocated(capacity - free_total)
-                    a_held(held)
-                    a_unshared(held)
+                    cats = categorize_step(allocator, held, token, internal_now, held, head_q)
+                    recorder.record_step(
+                        now, step0_s, num_running, float(len(waiting)), num_prefills, 0, cats
+                    )
             else:  # LazyDecodes.extend, then Engine._record_lazy over the span
                 held0, internal0 = sum_held, sum_internal
                 span_blocks, span_internal = allocate_pooled(after, k - 1)
                 free -= sum(span_blocks)
                 durations = durations[:k]
-                if isinstance(durations, np.ndarray):
-                    total_s = float(durations.sum())
-                    if record_memory:
-                        timing = Timing(durations, durations, total_s)
-                        queue = waiting_per_step(
-                            timing, now, len(waiting), arrival_array, num_arrived
+                short = not isinstance(durations, np.ndarray)
+                total_s = numpy_sum(durations) if short else float(durations.sum())
+                if record_memory:
+                    queue = waiting_per_step(
+                        durations, now, len(waiting), arrival_array, num_arrived
+                    )
+                    token0 = sum_base + m * after
+                    if short:
+                        recorder.record_span_steps(
+                            now,
+                            durations,
+                            total_s,
+                            (held0, token0, internal0),
+                            (b, [0, *span_blocks], [0, *span_internal], m),
+                            0,
+                            allocator,
+                            head_q,
+                            num_running,
+                            queue,  # type: ignore[arg-type]
+                            num_prefills,
+                            0,
                         )
+                    else:
                         steps = np.arange(k, dtype=np.int64)
-                        token_k = sum_base + m * after + m * steps
+                        token_k = token0 + m * steps
                         held_k = held0 + b * np.cumsum(np.array([0, *span_blocks], np.int64))
                         internal_k = internal0 + np.cumsum(np.array([0, *span_internal], np.int64))
                         cats_k = categorize(allocator, held_k, token_k, internal_k, held_k, head_q)
                         recorder.record(now, durations, cats_k, num_running, queue, num_prefills, 0)
-                else:
-                    total_s = end_s if k < 8 else numpy_sum(durations)
-                    if record_memory:  # MemoryRecorder.record_span_lists, same operations
-                        queue_now = len(waiting)
-                        counts = None
-                        if num_arrived < num_requests and not (
-                            requests[num_arrived].arrival_time_s > now + ends[k - 2]
-                        ):  # waiting_per_step: requests arrive during the span
-                            counts = [
-                                float(
-                                    queue_now
-                                    + max(
-                                        bisect_right(arrival_array, t, num_arrived) - num_arrived,
-                                        0,
-                                    )
-                                )
-                                for t in [now + 0.0, *[now + e for e in ends[: k - 1]]]
-                            ]
-                        weights = [d / total_s for d in durations] if total_s > 0 else [1 / k] * k
-                        token_m = reservation_m = internal_m = external_m = free_m = 0.0
-                        allocated_m = held_m = unshared_m = 0.0
-                        num_blocked = 0
-                        held = held0
-                        internal_now = internal0
-                        token = sum_base + m * after
-                        for j in range(k):
-                            if j:
-                                held += b * span_blocks[j - 1]
-                                internal_now += span_internal[j - 1]
-                                token += m
-                            w = weights[j]
-                            free_total = capacity - held - overhead
-                            usable = free_total
-                            if head_q is not None:
-                                usable = free_total if free_total >= need_slots else 0
-                                if usable == 0 and free_total >= need_slots:
-                                    num_blocked += 1
-                            token_m += token * w
-                            reservation_m += (held - token - internal_now) * w
-                            internal_m += internal_now * w
-                            external_m += (free_total - usable + overhead) * w
-                            free_m += usable * w
-                            allocated_m += (capacity - free_total) * w
-                            held_m += held * w
-                            unshared_m += held * w
-                        waiting_m = 0.0
-                        if counts is None:
-                            for w in weights:
-                                waiting_m += queue_now * w
-                        else:
-                            for count, w in zip(counts, weights, strict=True):
-                                waiting_m += count * w
-                        int_times = int_times and type(now) is int
-                        a_time(now)
-                        a_duration(total_s)
-                        a_steps(k)
-                        a_running(num_running)
-                        a_waiting(waiting_m)
-                        a_prefills(num_prefills)
-                        a_preempted(0)
-                        a_blocked(num_blocked)
-                        a_token(token_m)
-                        a_reservation(reservation_m)
-                        a_internal(internal_m)
-                        a_external(external_m)
-                        a_free(free_m)
-                        a_allocated(allocated_m)
-                        a_held(held_m)
-                        a_unshared(unshared_m)
 
             # -- the span passes (SimPy timeout), arrivals during it ------------------------
             step0_end_s = now + step0_s
@@ -617,7 +494,6 @@ class AggregateCore:
                         req, member_seq[req], clock, req.num_computed_tokens, req.num_output_tokens
                     )
         allocator.prefix_cache_queries = queries
-        recorder.note_times(int_times)
 
 
 def _max_steps_within(

@@ -227,6 +227,23 @@ class StepCostModel:
     def decode_steps_list(self, context0: float, num_seqs: float, num_steps: int) -> list[float]:
         """``decode_steps_s`` in plain floats for short spans: the same IEEE operations in the
         same order, so the same values, without numpy's per-call cost."""
+        return self.span_durations(0.0, context0, num_seqs, num_steps)[0][1:]
+
+    def span_durations(
+        self,
+        step0_s: float,
+        context0: float,
+        num_seqs: float,
+        num_steps: int,
+        until_s: float | None = None,
+    ) -> tuple[list[float], list[float]]:
+        """A short span's step durations and end times from its start (seconds): step 0 of
+        ``step0_s``, then ``decode_steps_list(context0, num_seqs, num_steps)``'s steps, stopping
+        after the first step that ends at or after ``until_s`` (none when ``None``).
+
+        Raises:
+            ValueError: a negative, infinite or NaN duration (a broken coefficient).
+        """
         kv, weights = self.kv_read_bytes_per_token, self.weight_bytes
         bandwidth, flops_per_s, attn = self.bandwidth, self.flops, self.attn_flops_per_pair
         linear = self.linear_flops_per_token * num_seqs
@@ -235,7 +252,10 @@ class StepCostModel:
         parallel = self.tp > 1 or self.pp > 1
         if parallel:
             comm = self.communication_one_s(num_seqs)
-        out: list[float] = []
+        durations, ends = [step0_s], [step0_s]
+        end = step0_s
+        if until_s is not None and end >= until_s:
+            return durations, ends
         for j in range(num_steps):
             context = context0 + num_seqs * float(j)
             mem_s = (weights + context * kv) / bandwidth
@@ -245,12 +265,14 @@ class StepCostModel:
             duration = (mem_s if mem_s >= compute_s else compute_s) + extra
             if parallel:
                 duration += comm
-            out.append(duration)
-        if out:
-            shortest, longest = min(out), max(out)
-            if not (shortest >= 0 and longest < float("inf")):
-                raise ValueError(f"cost model returned an invalid duration: {shortest}")
-        return out
+            if not (duration >= 0 and duration < float("inf")):
+                raise ValueError(f"cost model returned an invalid duration: {duration}")
+            durations.append(duration)
+            end += duration
+            ends.append(end)
+            if until_s is not None and end >= until_s:
+                break
+        return durations, ends
 
     def swap_bytes(self, num_blocks: int) -> int:
         """Bytes one swap of ``num_blocks`` whole blocks moves over one GPU's PCIe link."""

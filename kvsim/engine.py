@@ -30,7 +30,7 @@ from kvsim.request import Request, RequestSpec, fresh_requests
 from kvsim.request_log import RequestLog
 from kvsim.results import Results, build_results
 from kvsim.scheduler import StepPlan, make_scheduler
-from kvsim.span import span_lists, span_series, step_totals
+from kvsim.span import span_series, step_totals
 from kvsim.swap import SwapSpace
 from kvsim.timing import Timing, one_step, span_timing, steps_before, waiting_per_step
 
@@ -219,8 +219,11 @@ class Engine:
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
             durations: list[float] | FloatArray
-            if k <= SHORT_SPAN_STEPS:
-                durations = [step0_s, *self.cost.decode_steps_list(start, num_seqs, k - 1)]
+            if k <= SHORT_SPAN_STEPS:  # computed only up to the next arrival (_cut_span)
+                until = None
+                if not self.scheduler.waiting and self.num_arrived < self.num_requests:
+                    until = self._arrival_list[self.num_arrived] - self.env.now
+                durations, _ = self.cost.span_durations(step0_s, start, num_seqs, k - 1, until)
             else:
                 durations = np.empty(k)
                 durations[0] = step0_s
@@ -318,11 +321,17 @@ class Engine:
         if timing.array is None:  # a short span: plain lists
             assert isinstance(timing.durations, list)
             assert not isinstance(waiting, np.ndarray)
-            self.recorder.record_span_lists(
+            span = plan.span
+            assert span is not None, "extend() notes the span"
+            assert not lazy.others, "a span's running requests are all cohort members"
+            cohort = lazy.cohort
+            token0 = cohort.sum_computed(plan.cohort_clock + plan.cohort_advance)
+            self.recorder.record_span_steps(
                 self.env.now,
                 timing.durations,
                 timing.total_s,
-                span_lists(lazy, plan, k),
+                (span.held0, token0, span.internal0),
+                (lazy.period, span.blocks, span.internal, len(cohort)),
                 shared,
                 allocator,
                 head,
@@ -350,7 +359,7 @@ class Engine:
     def _waiting_per_step(self, timing: Timing) -> int | FloatArray | list[float]:
         short = timing.array is None  # bisected in plain Python: a list of floats
         return waiting_per_step(
-            timing,
+            timing.durations,
             self.env.now,
             len(self.scheduler.waiting),
             self._arrival_list if short else self._arrival_times,

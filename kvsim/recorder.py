@@ -19,7 +19,7 @@ typed columns (8 bytes a value), so a million-request run's series stays small.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -208,6 +208,43 @@ class MemoryRecorder:
         }
     )
     _int_times: bool = True  # every time_s so far was an int (SimPy starts the clock at 0)
+    _appends: tuple[Any, ...] = ()  # each column's bound append, in MEMORY_COLUMNS order
+
+    def __post_init__(self) -> None:
+        self._appends = tuple(self.columns[c].append for c in MEMORY_COLUMNS)
+
+    def _append_row(
+        self,
+        time_s: float,
+        duration_s: float,
+        num_steps: int,
+        num_running: int,
+        num_waiting: float,
+        num_prefills: int,
+        num_preempted: int,
+        num_blocked: int,
+        *categories: float,
+    ) -> None:
+        """One row, in ``MEMORY_COLUMNS`` order (``categories``: the eight slot columns)."""
+        self._int_times = self._int_times and isinstance(time_s, int)
+        a = self._appends
+        a[0](time_s)
+        a[1](duration_s)
+        a[2](num_steps)
+        a[3](num_running)
+        a[4](num_waiting)
+        a[5](num_prefills)
+        a[6](num_preempted)
+        a[7](num_blocked)
+        token, reservation, internal, external, free, allocated, held, unshared = categories
+        a[8](token)
+        a[9](reservation)
+        a[10](internal)
+        a[11](external)
+        a[12](free)
+        a[13](allocated)
+        a[14](held)
+        a[15](unshared)
 
     def __len__(self) -> int:
         return len(self.columns["time_s"])
@@ -223,25 +260,25 @@ class MemoryRecorder:
         cats: tuple[int, int, int, int, int, int, int, int, int],
     ) -> None:
         """Append one step starting at ``time_s`` (``cats``: ``categorize_step``)."""
-        c = self.columns
-        self._int_times = self._int_times and isinstance(time_s, int)
-        c["time_s"].append(time_s)
-        c["duration_s"].append(duration_s)
-        c["num_steps"].append(1)
-        c["num_requests_running"].append(num_running)
-        c["num_requests_waiting"].append(num_waiting)
-        c["num_prefills"].append(num_prefills)
-        c["num_preempted"].append(num_preempted)
         token, reservation, internal, external, free, allocated, blocked, held, unshared = cats
-        c["num_blocked_steps"].append(blocked)
-        c["token_states"].append(token)
-        c["reservation"].append(reservation)
-        c["internal_fragmentation"].append(internal)
-        c["external_fragmentation"].append(external)
-        c["free"].append(free)
-        c["allocated"].append(allocated)
-        c["held"].append(held)
-        c["unshared"].append(unshared)
+        self._append_row(
+            time_s,
+            duration_s,
+            1,
+            num_running,
+            num_waiting,
+            num_prefills,
+            num_preempted,
+            blocked,
+            token,
+            reservation,
+            internal,
+            external,
+            free,
+            allocated,
+            held,
+            unshared,
+        )
 
     def record(
         self,
@@ -281,25 +318,25 @@ class MemoryRecorder:
             )
             means = (np.stack(series) @ w).tolist()
             waiting = float(np.dot(np.broadcast_to(num_waiting, w.shape), w))
-        c = self.columns
-        self._int_times = self._int_times and isinstance(time_s, int)
-        c["time_s"].append(time_s)
-        c["duration_s"].append(total_s)
-        c["num_steps"].append(len(durations_s))
-        c["num_requests_running"].append(num_running)
-        c["num_requests_waiting"].append(waiting)
-        c["num_prefills"].append(num_prefills)
-        c["num_preempted"].append(num_preempted)
-        c["num_blocked_steps"].append(int(cats.blocked.sum()))
-        for name, mean in zip(MEMORY_COLUMNS[8:], means, strict=True):
-            c[name].append(mean)
+        self._append_row(
+            time_s,
+            total_s,
+            len(durations_s),
+            num_running,
+            waiting,
+            num_prefills,
+            num_preempted,
+            int(cats.blocked.sum()),
+            *means,
+        )
 
-    def record_span_lists(
+    def record_span_steps(
         self,
         time_s: float,
         durations_s: list[float],
         total_s: float,
-        totals: tuple[list[int], list[int], list[int]],
+        start: tuple[int, int, int],
+        steps: tuple[int, list[int], list[int], int],
         shared: int,
         allocator: Allocator,
         head: tuple[Request, int] | None,
@@ -308,12 +345,15 @@ class MemoryRecorder:
         num_prefills: int,
         num_preempted: int,
     ) -> None:
-        """``record`` of a short span (``k > 1``) from its per-step slot totals, in plain Python.
+        """``record`` of a short span (``k > 1``) from its slot totals, in plain Python.
 
         Args:
             durations_s: the steps' durations; ``total_s`` is numpy's sum of them.
-            totals: per-sequence ``(held, token states, internal)`` sums in each step, before
-                the shared-slot correction (``kvsim.span.span_lists``).
+            start: per-sequence ``(held, token states, internal)`` sums in step 0, before the
+                shared-slot correction.
+            steps: ``(slots_per_block, blocks, internal, num_members)``: step ``j >= 1`` adds
+                ``slots_per_block * blocks[j]`` held slots, ``internal[j]`` internal slots and
+                ``num_members`` token states (index 0 unused; ``kvsim.scheduler.plan.LazySpan``).
             shared: slots counted by more than one request (``Allocator.shared_slots``),
                 subtracted from held and token states; ``unshared`` is held without it.
             allocator, head: as ``categorize_step``, whose categories each step gets.
@@ -325,17 +365,23 @@ class MemoryRecorder:
         weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
         capacity = allocator.capacity_tokens
         overhead = allocator.overhead_slots
+        unshared, token0, internal = start
+        slots_per_block, blocks, internal_steps, num_members = steps
+        need = allocator.admission_slots_needed(*head) if head is not None else 0
         token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
         held_m = unshared_m = 0.0
         num_blocked = 0
-        for w, unshared, token, internal in zip(weights, *totals, strict=True):
+        for j, w in enumerate(weights):
+            if j:
+                unshared += slots_per_block * blocks[j]
+                internal += internal_steps[j]
             held = unshared - shared
-            token -= shared
+            token = token0 + num_members * j - shared
             free_total = capacity - held - overhead
             usable = free_total
             if head is not None:
                 usable = allocator.usable_free_slots_now(head[0], head[1], free_total)
-                if usable == 0 and free_total >= allocator.admission_slots_needed(*head):
+                if usable == 0 and free_total >= need:
                     num_blocked += 1
             token_m += token * w
             reservation_m += (held - token - internal) * w
@@ -352,33 +398,24 @@ class MemoryRecorder:
         else:
             for w in weights:
                 waiting += num_waiting * w
-        c = self.columns
-        self._int_times = self._int_times and isinstance(time_s, int)
-        c["time_s"].append(time_s)
-        c["duration_s"].append(total_s)
-        c["num_steps"].append(k)
-        c["num_requests_running"].append(num_running)
-        c["num_requests_waiting"].append(waiting)
-        c["num_prefills"].append(num_prefills)
-        c["num_preempted"].append(num_preempted)
-        c["num_blocked_steps"].append(num_blocked)
-        c["token_states"].append(token_m)
-        c["reservation"].append(reservation_m)
-        c["internal_fragmentation"].append(internal_m)
-        c["external_fragmentation"].append(external_m)
-        c["free"].append(free_m)
-        c["allocated"].append(allocated_m)
-        c["held"].append(held_m)
-        c["unshared"].append(unshared_m)
-
-    def appenders(self) -> tuple[Callable[[Any], None], ...]:
-        """Each column's ``append``, in ``MEMORY_COLUMNS`` order (an engine that writes rows
-        itself; it reports its times' type with ``note_times``)."""
-        return tuple(self.columns[c].append for c in MEMORY_COLUMNS)
-
-    def note_times(self, all_int: bool) -> None:
-        """Rows appended through ``appenders`` had only int times (``all_int``) or not."""
-        self._int_times = self._int_times and all_int
+        self._append_row(
+            time_s,
+            total_s,
+            k,
+            num_running,
+            waiting,
+            num_prefills,
+            num_preempted,
+            num_blocked,
+            token_m,
+            reservation_m,
+            internal_m,
+            external_m,
+            free_m,
+            allocated_m,
+            held_m,
+            unshared_m,
+        )
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The rows as numpy arrays, one per column (``MEMORY_COLUMNS``), with the dtypes

@@ -14,8 +14,6 @@ equal what ``span_slots`` gives the same requests, so the recorded rows are the 
 
 from __future__ import annotations
 
-from itertools import accumulate
-
 import numpy as np
 
 from kvsim.allocators.base import IntArray
@@ -51,20 +49,6 @@ def span_series(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> tuple[IntA
     held = span.held0 + lazy.period * np.cumsum(np.array(span.blocks, np.int64))
     internal = span.internal0 + np.cumsum(np.array(span.internal, np.int64))
     return held, token, internal
-
-
-def span_lists(
-    lazy: LazyDecodes, plan: StepPlan, num_steps: int
-) -> tuple[list[int], list[int], list[int]]:
-    """``span_series`` as plain lists (short spans: a few values, no numpy calls)."""
-    assert not lazy.others, "a span's running requests are all cohort members"
-    assert plan.span is not None, "extend() notes the span"
-    cohort, span = lazy.cohort, plan.span
-    n, token0 = len(cohort), cohort.sum_computed(plan.cohort_clock + plan.cohort_advance)
-    b = lazy.period
-    held = list(accumulate([b * x for x in span.blocks], initial=span.held0))[1:]
-    internal = list(accumulate(span.internal, initial=span.internal0))[1:]
-    return held, [token0 + n * j for j in range(num_steps)], internal
 
 
 def last_step_tokens(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> dict[int, int]:

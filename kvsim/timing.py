@@ -99,7 +99,7 @@ def steps_before(
 
 
 def waiting_per_step(
-    timing: Timing,
+    durations: list[float] | FloatArray,
     now_s: float,
     num_waiting: int,
     arrival_times_s: FloatArray | list[float],
@@ -108,25 +108,26 @@ def waiting_per_step(
     """Queue length in each step of a span: requests arriving during it join the queue.
 
     Args:
+        durations: the span's step durations (``Timing.durations``), seconds.
         num_waiting: the queue's length when the span starts.
-        arrival_times_s: float64[N] every request's arrival, sorted (a list of floats for a
-            short span: bisected in plain Python).
+        arrival_times_s: float64[N] every request's arrival, sorted (bisected in plain Python
+            for a list of durations).
         num_arrived: requests released so far (``arrival_times_s[num_arrived]`` is next).
 
     Returns:
         ``num_waiting`` when nothing arrives before the span's last step starts, else one
-        count per step: float64[k] for a long span, a list of floats for a short one.
+        count per step: float64[k] for an array of durations, a list of floats for a list.
     """
-    durations = timing.durations
     if len(durations) == 1 or num_arrived == len(arrival_times_s):
         return num_waiting
     if isinstance(durations, np.ndarray):
         starts = now_s + np.concatenate(([0.0], np.cumsum(durations[:-1])))
         arrived = np.searchsorted(arrival_times_s, starts, side="right")
         return num_waiting + np.maximum(arrived - num_arrived, 0).astype(np.float64)
-    starts_list = [now_s + 0.0, *(now_s + end for end in accumulate(durations[:-1]))]
-    if arrival_times_s[num_arrived] > starts_list[-1]:
+    ends = list(accumulate(durations[:-1]))
+    if arrival_times_s[num_arrived] > now_s + ends[-1]:
         return num_waiting  # the next arrival comes after the last step starts
+    starts_list = [now_s + 0.0, *(now_s + end for end in ends)]
     hi = len(arrival_times_s)
     return [
         float(
