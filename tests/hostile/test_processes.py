@@ -31,8 +31,12 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def _experiment(path: Path, num_requests: int, block_sizes: list[int]) -> Path:
+    # vllm-v0 runs in the general engine: the aggregate core (vllm-v1) would finish these points
+    # before the signals and kills land
     path.write_text(
         f"""name = "slow"
+[base.scheduler]
+engine = "vllm-v0"
 [base.cache]
 kv_cache_gib = 2.0
 [base.workload]
