@@ -224,11 +224,6 @@ class StepCostModel:
         seqs = np.full(num_steps, float(num_seqs))
         return self.steps_s(seqs, context, 2.0 * context + seqs, seqs)
 
-    def decode_steps_list(self, context0: float, num_seqs: float, num_steps: int) -> list[float]:
-        """``decode_steps_s`` in plain floats for short spans: the same IEEE operations in the
-        same order, so the same values, without numpy's per-call cost."""
-        return self.span_durations(0.0, context0, num_seqs, num_steps)[0][1:]
-
     def span_durations(
         self,
         step0_s: float,
@@ -236,10 +231,11 @@ class StepCostModel:
         num_seqs: float,
         num_steps: int,
         until_s: float | None = None,
-    ) -> tuple[list[float], list[float]]:
-        """A short span's step durations and end times from its start (seconds): step 0 of
-        ``step0_s``, then ``decode_steps_list(context0, num_seqs, num_steps)``'s steps, stopping
-        after the first step that ends at or after ``until_s`` (none when ``None``).
+    ) -> list[float]:
+        """A short span's step durations (seconds): step 0 of ``step0_s``, then up to
+        ``num_steps`` decode steps with ``decode_steps_s``'s values (the same IEEE operations in
+        the same order, in plain floats), stopping after the first step that ends, counted from
+        the span's start, at or after ``until_s`` (none when ``None``).
 
         Raises:
             ValueError: a negative, infinite or NaN duration (a broken coefficient).
@@ -252,10 +248,10 @@ class StepCostModel:
         parallel = self.tp > 1 or self.pp > 1
         if parallel:
             comm = self.communication_one_s(num_seqs)
-        durations, ends = [step0_s], [step0_s]
+        durations = [step0_s]
         end = step0_s
         if until_s is not None and end >= until_s:
-            return durations, ends
+            return durations
         for j in range(num_steps):
             context = context0 + num_seqs * float(j)
             mem_s = (weights + context * kv) / bandwidth
@@ -269,10 +265,9 @@ class StepCostModel:
                 raise ValueError(f"cost model returned an invalid duration: {duration}")
             durations.append(duration)
             end += duration
-            ends.append(end)
             if until_s is not None and end >= until_s:
                 break
-        return durations, ends
+        return durations
 
     def swap_bytes(self, num_blocks: int) -> int:
         """Bytes one swap of ``num_blocks`` whole blocks moves over one GPU's PCIe link."""

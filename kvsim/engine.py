@@ -1,10 +1,11 @@
-"""SimPy wiring: an arrival source and one engine loop, built from a ``SimConfig``.
+"""SimPy wiring: an arrival source and one engine loop, built from a ``SimConfig``; ``simulate``.
 
-Time passes only here. The engine loop plans a step with the profile's scheduler, asks the cost
+The general engine: the engine loop plans a step with the profile's scheduler, asks the cost
 model for its duration, records where the KV slots went and yields one timeout. Stable decode
 stretches are fast-forwarded: one event covers every step up to the next finish, the next failed
 growth, or (when nobody waits) the step during which the next request arrives. No process or
-event per token.
+event per token. ``simulate`` gives the runs ``kvsim.aggregate_core`` models (``vllm-v1`` on a
+paged pool of private requests) to that core, whose tables are this engine's, bit for bit.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ class Engine:
                 until = None
                 if not self.scheduler.waiting and self.num_arrived < self.num_requests:
                     until = self._arrival_list[self.num_arrived] - self.env.now
-                durations, _ = self.cost.span_durations(step0_s, start, num_seqs, k - 1, until)
+                durations = self.cost.span_durations(step0_s, start, num_seqs, k - 1, until)
             else:
                 durations = np.empty(k)
                 durations[0] = step0_s
@@ -464,7 +465,7 @@ def simulate(
         map_at_s: simulated moments at which to capture the physical memory map.
         map_every_s: also capture it every this many simulated seconds.
         lazy_decodes: the engine's fast path (``Engine``); ``False`` gives the same results
-            handling every running request at every step.
+            handling every running request at every step (and never uses the aggregate core).
         aggregate_core: run ``kvsim.aggregate_core`` where it models the run (``vllm-v1`` on
             a paged pool of private requests, no memory map); ``False`` runs ``Engine`` always.
             The results are identical either way.

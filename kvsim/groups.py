@@ -92,6 +92,8 @@ class BeamModel:
         (0-based), when they hold ``prompt_tokens + j + 1`` tokens.
         """
         context = prompt_tokens + 1 + np.arange(num_steps, dtype=np.float64)
+        # past 0.5, branchers outnumber the candidates they can displace and sharing falls again
+        # (at 1 nobody is displaced, as at 0): the model's useful range ends there
         return np.minimum(0.5, self.branch_tokens / context)
 
     def parents(

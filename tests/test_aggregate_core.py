@@ -1,7 +1,8 @@
 """The aggregate core (``kvsim.aggregate_core``) against ``kvsim.engine``'s general engine (the
 same tables, bit for bit) and the step-by-step reference (every running request at every step,
 one memory row per step), on vLLM v1 runs with chunked prefill, budget and ``max_num_seqs``
-limits, a head blocked on KV, prefix caching, block sizes from 1 to 64 and integer arrivals; and
+limits, a head blocked on KV, prefix caching, block sizes from 1 to 64, integer arrival times,
+releases at the very end of a span and random small runs; and
 its hand-over to the general engine when a run needs a rule it does not model (a preemption)."""
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import simpy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import kvsim.aggregate_core as aggregate_module
 import kvsim.engine as engine_module
 from kvsim.aggregate_core import _next_release, _released_first
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
+from kvsim.request import RequestSpec
 
 SHARES = (
     "token_states_pct",
@@ -59,17 +64,6 @@ CASES = {
     "head blocked on KV": _config(
         {"kv_cache_gib": 0.5}, None, {**FIXED, "rate_per_s": 5.0, "num_requests": 40}
     ),
-    "integer arrivals": _config(
-        None,
-        None,
-        {
-            "lengths": "fixed",
-            "fixed_prompt_tokens": 40,
-            "fixed_output_tokens": 33,
-            "rate_per_s": 1e6,
-            "num_requests": 30,
-        },
-    ),
 }
 
 
@@ -80,9 +74,9 @@ def cores_run(monkeypatch):
     real = engine_module._run_aggregate_core
 
     def recording(*args):
-        core, runnable = real(*args)
+        core, spent = real(*args)
         ran.append(core is not None)
-        return core, runnable
+        return core, spent
 
     monkeypatch.setattr(engine_module, "_run_aggregate_core", recording)
     return ran
@@ -116,15 +110,102 @@ def test_the_blocked_head_case_blocks() -> None:
     assert result.summary["num_preemptions"] == 0
 
 
-def test_a_preempting_run_is_handed_to_the_general_engine(cores_run) -> None:
-    # 0.6 GiB hold 4,915 slots: at 20 req/s the running set outgrows them and v1 preempts
-    cfg = _config({"kv_cache_gib": 0.6}, None, {"rate_per_s": 20.0})
+def _specs(rows: list[tuple[float, int, int]]) -> list[RequestSpec]:
+    """``(arrival_time_s, prompt_tokens, output_tokens)`` rows as a workload."""
+    return [RequestSpec(i, a, p, o, o) for i, (a, p, o) in enumerate(rows)]
+
+
+def test_a_run_declined_after_finishes_is_run_again_by_the_general_engine(
+    cores_run, monkeypatch
+) -> None:
+    # 0.5 GiB hold 4,096 slots: five small requests finish first; then 30 requests of 900
+    # tokens arrive at once and outgrow the pool, so v1 preempts and the core declines
+    restarts: list[int] = []
+    real_restart = engine_module._Progress.restart
+
+    def restart(self) -> None:
+        restarts.append(self.seen)
+        real_restart(self)
+
+    monkeypatch.setattr(engine_module._Progress, "restart", restart)
+    specs = _specs([(float(t), 100, 20) for t in range(5)] + [(10.0, 500, 400)] * 30)
+    cfg = _config({"kv_cache_gib": 0.5})
     finished: list[int] = []
-    result = simulate(cfg, on_finish=finished.append)
+    result = simulate(cfg, specs, on_finish=finished.append)
     assert cores_run == [False]
+    assert restarts  # it declined ...
+    assert restarts[0] >= 5  # ... after the small ones finished
     assert result.summary["num_preemptions"] > 0
-    _same_tables(result, simulate(cfg, aggregate_core=False))
-    assert sum(finished) == 120  # finishes the aggregate core reported are not counted twice
+    assert sum(finished) == 35  # finishes reported before the decline are not counted twice
+    _same_tables(result, simulate(cfg, specs, aggregate_core=False))
+
+
+def test_integer_arrival_times(cores_run) -> None:
+    # SimPy's clock stays an int until a float duration is added: times 0, 0, 1, 1, 3, ...
+    specs = _specs([(t, 40 + 7 * i, 9 + i) for i, t in enumerate([0, 0, 1, 1, 3, 5, 5, 8])])
+    cfg = _config()
+    fast = simulate(cfg, specs)
+    assert cores_run == [True]
+    assert fast.requests["arrival_time_s"].dtype == np.int64
+    assert fast.memory["time_s"].iloc[0] == 0
+    _same_tables(fast, simulate(cfg, specs, aggregate_core=False))
+
+
+def test_releases_at_the_very_end_of_a_span(cores_run, monkeypatch) -> None:
+    # find the end T of the span during which request 1 arrives (at 0.7 s), then add two
+    # requests arriving at exactly T: SimPy releases them after the engine resumes at T
+    two = _specs([(0.0, 100, 500), (0.7, 100, 50)])  # request 0 decodes until ~6 s
+    cfg = _config()
+    memory = simulate(cfg, two, aggregate_core=False).memory
+    ends = memory["time_s"] + memory["duration_s"]
+    span_end = float(ends[(memory["time_s"] < 0.7) & (ends > 0.7)].iloc[0])
+    ties: list[int] = []
+    real = aggregate_module._released_first
+
+    def counting(i: int, span_start: int) -> bool:
+        ties.append(i)
+        return real(i, span_start)
+
+    monkeypatch.setattr(aggregate_module, "_released_first", counting)
+    four = _specs([(0.0, 100, 500), (0.7, 100, 50), (span_end, 60, 30), (span_end, 70, 20)])
+    fast = simulate(cfg, four)
+    assert cores_run == [True]
+    assert ties, "a release met a span's end exactly"
+    _same_tables(fast, simulate(cfg, four, aggregate_core=False))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    block_size=st.sampled_from([1, 4, 16, 64]),
+    budget=st.integers(16, 2048),
+    max_num_seqs=st.integers(1, 16),
+    chunked=st.booleans(),
+    caching=st.booleans(),
+    kv_gib=st.sampled_from([0.1, 0.3, 2.0]),
+    rows=st.lists(
+        st.tuples(st.integers(0, 20), st.integers(1, 300), st.integers(1, 60)),
+        min_size=1,
+        max_size=25,
+    ),
+)
+def test_random_small_runs_give_the_general_engines_tables(
+    block_size, budget, max_num_seqs, chunked, caching, kv_gib, rows
+) -> None:
+    # integer arrival seconds (ties and simultaneous arrivals), tiny pools that preempt (the
+    # core then hands over), budgets that end before some decoders' turn
+    if not chunked:
+        budget = 512  # without chunked prefill the budget must hold max_model_len
+    cfg = _config(
+        {"kv_cache_gib": kv_gib, "block_size_tokens": block_size, "enable_prefix_caching": caching},
+        {
+            "max_model_len": 512,  # 0.1 GiB hold 819 slots
+            "max_num_batched_tokens": max(budget, max_num_seqs),
+            "max_num_seqs": max_num_seqs,
+            "enable_chunked_prefill": chunked,
+        },
+    )
+    specs = _specs(sorted(rows))
+    _same_tables(simulate(cfg, specs), simulate(cfg, specs, aggregate_core=False))
 
 
 def test_release_times_follow_simpy() -> None:

@@ -33,6 +33,8 @@ from kvsim.workload.catalog import TRACES
 from kvsim.workload.lengths import SHAREGPT_LIKE
 from kvsim.workload.traces import TraceFormat
 
+# kvsim.groups.BeamModel's branching scale, FITTED on Figure 15's Alpaca width 4 (make fig15)
+BEAM_BRANCH_TOKENS_FITTED = 7.19
 DEFAULT_NUM_REQUESTS = 1000
 MIN_CV = 1e-3  # below it gamma gaps are constant to machine precision; 1e-320 overflows
 MAX_SIGMA = 10.0  # std of ln(tokens): e**10 is a spread of 22,000x either way
@@ -162,7 +164,7 @@ class WorkloadSpec(BaseModel):
     n: int = Field(default=1, ge=1, le=MAX_SEQS_PER_REQUEST)
     beam_width: int = Field(default=1, ge=1, le=MAX_SEQS_PER_REQUEST)
     beam_branch_tokens: float = Field(
-        default=7.19,
+        default=BEAM_BRANCH_TOKENS_FITTED,
         ge=0,
         le=MAX_CONTEXT_TOKENS,
         description="FITTED on Figure 15 (Alpaca) beam width 4",
@@ -203,7 +205,7 @@ class WorkloadSpec(BaseModel):
                 raise ValueError(
                     f"{old} = {data[old]!r}: replaced by beam_branch_tokens (a beam candidate "
                     "branches with probability min(0.5, beam_branch_tokens / n) when the "
-                    "sequences hold n tokens; fitted: 7.19)"
+                    f"sequences hold n tokens; fitted: {BEAM_BRANCH_TOKENS_FITTED})"
                 )
         return data
 

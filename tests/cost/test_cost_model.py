@@ -11,6 +11,7 @@ import pytest
 from kvsim.calibrate.table import analytic_layout_factor
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.cost import StepCostModel
+from kvsim.timing import steps_before
 
 # Toy model: bytes_per_token = 2 * 2 layers * 2 kv heads * 4 dims * 2 bytes = 64;
 # weights = 1000 params * 2 bytes = 2000 bytes; hidden = 2 heads * 4 dims = 8.
@@ -107,7 +108,7 @@ def test_pipeline_stages_run_one_after_the_other() -> None:
 
 @pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (4, 2), (8, 1)])
 def test_plain_float_step_paths_equal_the_array_ones(tp: int, pp: int) -> None:
-    # the engine's scalar hot paths (step_s, decode_steps_list) against the numpy ones, bit for bit
+    # the engines' scalar hot paths (step_s, span_durations) against the numpy ones, bit for bit
     cost = model(
         parallel=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp),
         link_efficiency=0.5,
@@ -118,7 +119,12 @@ def test_plain_float_step_paths_equal_the_array_ones(tp: int, pp: int) -> None:
         one = cost.step_s(tokens, 30.0, 2 * 30.0 + tokens, 3.0)
         arrays = cost.steps_s(*(np.array([v]) for v in (tokens, 30.0, 2 * 30.0 + tokens, 3.0)))
         assert one == arrays[0]
-    assert cost.decode_steps_list(40.0, 3.0, 5) == cost.decode_steps_s(40.0, 3.0, 5).tolist()
+    assert cost.span_durations(0.0, 40.0, 3.0, 5)[1:] == cost.decode_steps_s(40.0, 3.0, 5).tolist()
+    # cut at a time: up to the step in flight then, as steps_before(..., "left") + 1 counts
+    full = cost.span_durations(0.5, 40.0, 3.0, 30)
+    for until in (0.1, 0.5, full[0] + full[1], sum(full[:7]) - 1e-9, sum(full) + 1.0):
+        cut = cost.span_durations(0.5, 40.0, 3.0, 30, until)
+        assert cut == full[: min(len(full), steps_before(full, until, "left") + 1)], until
 
 
 def test_fp8_kv_halves_the_kv_read() -> None:
