@@ -112,7 +112,7 @@ def _assert_gone(pids: set[int], within_s: float = 5.0) -> None:
 
 
 def test_killed_driver_leaves_no_workers(tmp_path: Path) -> None:
-    exp = _experiment(tmp_path / "slow.toml", 3000, [1, 2, 4, 8, 16, 32])
+    exp = _experiment(tmp_path / "slow.toml", 30_000, [1, 2, 4, 8, 16, 32])
     proc = _sweep(exp, tmp_path / "out", "-j", "2")
     seen = _watch(proc, time.monotonic() + 60, tmp_path / "out" / "slow" / "points")
     assert proc.poll() is None, "the sweep ended before the kill"
@@ -151,7 +151,7 @@ def test_random_kills_then_resume_finish_every_point_once(tmp_path: Path) -> Non
 
 
 def test_ctrl_c_while_workers_start(tmp_path: Path) -> None:
-    exp = _experiment(tmp_path / "slow.toml", 3000, [1, 2, 4, 8])
+    exp = _experiment(tmp_path / "slow.toml", 30_000, [1, 2, 4, 8])  # seconds a point
     proc = _sweep(exp, tmp_path / "out", "-j", "3", start_new_session=True)
     deadline = time.monotonic() + 60
     seen: set[int] = set()
