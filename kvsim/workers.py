@@ -64,10 +64,21 @@ def _poll_parent(parent_pid: int) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignore SIGINT while workers are spawned, so that they inherit the disposition."""
+def _sigint_held() -> Iterator[None]:
+    """Hold SIGINT while workers may be started: they inherit the blocked mask, so a Ctrl-C
+    (sent to the whole process group) is the driver's alone to handle; one that arrives
+    meanwhile reaches the driver when the mask is restored. (Ignoring SIGINT instead, as before,
+    lost a Ctrl-C pressed while a worker started.) Where threads cannot block signals, SIGINT is
+    ignored for that time."""
     if threading.current_thread() is not threading.main_thread():
         yield
+        return
+    if hasattr(signal, "pthread_sigmask"):
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -128,7 +139,7 @@ def pool_map(
     depth = 3 * (jobs - 1)  # calls queued behind each busy worker: it never waits for us
 
     def top_up() -> None:
-        with _sigint_ignored():  # a submit may spawn a worker, which inherits the disposition
+        with _sigint_held():  # a submit may spawn a worker, which inherits the mask
             # near the end no call waits behind a busy worker: the driver takes the last ones
             while pending and len(in_flight) < (depth if len(pending) > depth else jobs - 1):
                 tag, args = pending.pop()

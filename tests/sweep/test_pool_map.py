@@ -42,3 +42,35 @@ def test_fork_only_without_other_threads() -> None:
         assert sorted(results) == list(range(12))  # every call once
         assert all(square == i * i for i, (square, _) in results.items())
         assert len({pid for _, pid in results.values()}) >= 2  # the driver and a worker ran
+
+
+def test_a_ctrl_c_while_workers_start_reaches_the_driver_afterwards() -> None:
+    # SIGINT is held (blocked), not ignored, while a submit may start workers: one sent in that
+    # window must raise in the driver once it is over, and a worker started in it never sees it
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    children: list = []
+    with pytest.raises(KeyboardInterrupt):
+        _start_worker_and_press_ctrl_c(ctx, queue, children)
+    children[0].join(10)
+    assert queue.get(timeout=10) is True  # the worker inherited the blocked SIGINT
+
+
+def _start_worker_and_press_ctrl_c(ctx, queue, children: list) -> None:
+    import os
+    import signal
+
+    from kvsim.workers import _sigint_held
+
+    with _sigint_held():
+        child = ctx.Process(target=_report_sigint_mask, args=(queue,))
+        child.start()
+        children.append(child)
+        os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C while the worker starts
+    pytest.fail("the held Ctrl-C was lost")
+
+
+def _report_sigint_mask(queue) -> None:
+    import signal
+
+    queue.put(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
