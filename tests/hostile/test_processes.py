@@ -75,6 +75,13 @@ def _alive(pids: set[int]) -> set[int]:
     return {p for p in pids if (info := _state_and_parent(p)) is not None and info[0] != "Z"}
 
 
+def _as_from_a_shell() -> None:
+    """In the child before it runs: SIGINT as a shell leaves it (default, unblocked), whatever
+    the test runner's worker did with its own; Python then installs its Ctrl-C handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _sweep(exp: Path, out: Path, *extra: str, **popen: object) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "kvsim", "sweep", str(exp), "--out", str(out), "--no-progress"]
     return subprocess.Popen(
@@ -82,6 +89,7 @@ def _sweep(exp: Path, out: Path, *extra: str, **popen: object) -> subprocess.Pop
         env=ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        preexec_fn=_as_from_a_shell,
         **popen,  # type: ignore[call-overload]
     )
 

@@ -47,11 +47,20 @@ def test_fork_only_without_other_threads() -> None:
 def test_a_ctrl_c_while_workers_start_reaches_the_driver_afterwards() -> None:
     # SIGINT is held (blocked), not ignored, while a submit may start workers: one sent in that
     # window must raise in the driver once it is over, and a worker started in it never sees it
+    import signal
+
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     children: list = []
-    with pytest.raises(KeyboardInterrupt):
-        _start_worker_and_press_ctrl_c(ctx, queue, children)
+    # Python's own Ctrl-C handler, unblocked, whatever the test runner's worker left
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _start_worker_and_press_ctrl_c(ctx, queue, children)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     children[0].join(10)
     assert queue.get(timeout=10) is True  # the worker inherited the blocked SIGINT
 
