@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -170,29 +171,24 @@ class StepCostModel:
         duration = max(mem / self.bandwidth, flops / self.flops)
         duration += self.overhead_s + self.per_seq_overhead_s * num_seqs
         if self.tp > 1 or self.pp > 1:
-            duration += self.communication_one_s(new_tokens)
+            duration += self.communication_s(new_tokens)
         if not 0 <= duration < float("inf"):  # NaN fails too
             raise ValueError(f"cost model returned an invalid duration: {duration}")
         return duration
 
-    def communication_s(self, new_tokens: FloatArray) -> FloatArray:
-        """Tensor-parallel all-reduces and pipeline stage sends of steps computing
-        ``new_tokens`` tokens each (seconds; 0 without parallelism)."""
-        message = new_tokens * self.hidden * self.act_bytes
-        out = np.zeros_like(message)
-        if self.tp > 1:
-            ring = 2.0 * (self.tp - 1) / self.tp
-            per_allreduce = ring * message / self.link_bandwidth + self.allreduce_latency_s
-            out += 2 * self.num_layers * per_allreduce
-        if self.pp > 1:
-            out += (self.pp - 1) * (message / self.link_bandwidth + self.allreduce_latency_s)
-        return out
+    @overload
+    def communication_s(self, new_tokens: float) -> float: ...
 
-    def communication_one_s(self, new_tokens: float) -> float:
-        """``communication_s`` of one step in plain floats: the same IEEE operations in the same
-        order, so the same value, without numpy's per-call cost (the engine's hot path)."""
+    @overload
+    def communication_s(self, new_tokens: FloatArray) -> FloatArray: ...
+
+    def communication_s(self, new_tokens: float | FloatArray) -> float | FloatArray:
+        """Tensor-parallel all-reduces and pipeline stage sends of steps computing
+        ``new_tokens`` tokens each (seconds; 0 without parallelism): a float for one step (the
+        engines' hot path, without numpy's per-call cost), float64[k] for k steps; the same
+        operations either way."""
         message = new_tokens * self.hidden * self.act_bytes
-        out = 0.0
+        out = message * 0.0  # 0.0, or zeros shaped like the steps
         if self.tp > 1:
             ring = 2.0 * (self.tp - 1) / self.tp
             per_allreduce = ring * message / self.link_bandwidth + self.allreduce_latency_s
@@ -247,7 +243,7 @@ class StepCostModel:
         comm = 0.0
         parallel = self.tp > 1 or self.pp > 1
         if parallel:
-            comm = self.communication_one_s(num_seqs)
+            comm = self.communication_s(num_seqs)
         durations = [step0_s]
         end = step0_s
         if until_s is not None and end >= until_s:

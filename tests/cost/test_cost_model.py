@@ -115,7 +115,7 @@ def test_plain_float_step_paths_equal_the_array_ones(tp: int, pp: int) -> None:
         allreduce_latency_s=0.01,
     )
     for tokens in (1.0, 7.0, 513.0):
-        assert cost.communication_one_s(tokens) == cost.communication_s(np.array([tokens]))[0]
+        assert cost.communication_s(tokens) == cost.communication_s(np.array([tokens]))[0]
         one = cost.step_s(tokens, 30.0, 2 * 30.0 + tokens, 3.0)
         arrays = cost.steps_s(*(np.array([v]) for v in (tokens, 30.0, 2 * 30.0 + tokens, 3.0)))
         assert one == arrays[0]
