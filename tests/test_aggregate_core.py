@@ -22,16 +22,7 @@ from kvsim.aggregate_core import _next_release, _released_first
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.request import RequestSpec
-
-SHARES = (
-    "token_states_pct",
-    "reservation_pct",
-    "internal_fragmentation_pct",
-    "external_fragmentation_pct",
-    "kv_cache_usage_perc",
-    "num_requests_running_mean",
-    "num_requests_waiting_mean",
-)
+from tests.test_lazy_equivalence import SHARES  # the shares the reference must match
 
 
 def _config(cache=None, scheduler=None, workload=None, seed=0, **top):

@@ -85,27 +85,34 @@ def test_out_of_order_parquet_names_the_row(
     ]
 
 
-def test_num_requests_beyond_a_replayed_trace_is_warned(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("text", "fields", "num_run", "rows"),
+    [
+        (TIMED_THREE, {"arrival": "trace", "num_requests": 10}, 3, "3 rows"),
+        (
+            TIMED_THREE,
+            {"arrival": "trace", "num_requests": 10, "duration_s": 1.5},
+            2,
+            "2 rows (of 3 in the file, after the filters and the window)",
+        ),
+        (THREE_ROWS, {"sample": "replay", "num_requests": 10}, 3, "3 rows"),
+    ],
+    ids=["replayed_trace", "window_counts_the_file", "replay_under_synthetic_arrivals"],
+)
+def test_num_requests_beyond_the_rows_a_replay_has_is_warned(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    text: str,
+    fields: dict[str, object],
+    num_run: int,
+    rows: str,
 ) -> None:
-    path = _write(tmp_path, "three.csv", TIMED_THREE)
-    reqs, warnings = _run(caplog, trace=path, arrival="trace", num_requests=10)
-    assert len(reqs) == 3
+    path = _write(tmp_path, "three.csv", text)
+    reqs, warnings = _run(caplog, trace=path, **fields)
+    assert len(reqs) == num_run
     assert warnings == [
-        f"{path}: workload.num_requests = 10, but the trace has only 3 rows to replay; running 3 "
-        "requests"
-    ]
-
-
-def test_num_requests_beyond_a_window_counts_the_file(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = _write(tmp_path, "three.csv", TIMED_THREE)
-    reqs, warnings = _run(caplog, trace=path, arrival="trace", num_requests=10, duration_s=1.5)
-    assert len(reqs) == 2
-    assert warnings == [
-        f"{path}: workload.num_requests = 10, but the trace has only 2 rows (of 3 in the file, "
-        "after the filters and the window) to replay; running 2 requests"
+        f"{path}: workload.num_requests = 10, but the trace has only {rows} to replay; running "
+        f"{num_run} requests"
     ]
 
 
@@ -125,18 +132,6 @@ def test_replays_within_the_trace_are_quiet(
 ) -> None:
     _, warnings = _run(caplog, trace=_write(tmp_path, "three.csv", text), **fields)
     assert warnings == []
-
-
-def test_replay_under_synthetic_arrivals_beyond_the_trace_is_warned(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = _write(tmp_path, "three.csv", THREE_ROWS)
-    reqs, warnings = _run(caplog, trace=path, sample="replay", num_requests=5)
-    assert len(reqs) == 3
-    assert warnings == [
-        f"{path}: workload.num_requests = 5, but the trace has only 3 rows to replay; running 3 "
-        "requests"
-    ]
 
 
 def test_default_resampling_beyond_the_trace_is_warned(
