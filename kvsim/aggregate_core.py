@@ -36,10 +36,7 @@ from kvsim.recorder import MemoryRecorder, categorize, categorize_step
 from kvsim.request import Request
 from kvsim.request_log import RequestLog
 from kvsim.scheduler.cohort import DecodeCohort
-from kvsim.timing import numpy_sum, steps_before, waiting_per_step
-
-MAX_SPAN_STEPS = 4096  # as kvsim.engine
-SHORT_SPAN_STEPS = 64
+from kvsim.timing import MAX_SPAN_STEPS, SHORT_SPAN_STEPS, numpy_sum, steps_before, waiting_per_step
 
 
 class NotModeledError(Exception):
@@ -136,7 +133,6 @@ class AggregateCore:
         member_seq: dict[Request, int] = {}  # running order of every running request
         next_seq = 0
         others: dict[Request, None] = {}  # running, mid-prefill, in running order
-        num_running = 0
         waiting: deque[Request] = deque()
         blocks_of: dict[Request, int] = {}  # blocks held by the others
         row_of: dict[Request, int] = {}
@@ -147,7 +143,9 @@ class AggregateCore:
         num_finished = 0
 
         while num_finished < num_requests:
-            if not num_running and not waiting:  # idle: the next arrival wakes the engine
+            if (
+                not members and not others and not waiting
+            ):  # idle: the next arrival wakes the engine
                 i = num_arrived
                 now, _ = _next_release(requests[i].arrival_time_s, last_release)
                 last_release = now
@@ -232,7 +230,7 @@ class AggregateCore:
             budget = left
             head_blocked: str | None = None
             while waiting and budget > 0:
-                if num_running >= max_num_seqs:
+                if len(members) + len(others) >= max_num_seqs:
                     head_blocked = "max_num_seqs"
                     break
                 head = waiting[0]
@@ -255,7 +253,6 @@ class AggregateCore:
                 member_seq[head] = next_seq
                 next_seq += 1
                 others[head] = None
-                num_running += 1
                 if num_new < head.prompt_tokens + head.num_output_tokens:
                     partial = True
                 scheduled.append(head)
@@ -272,7 +269,7 @@ class AggregateCore:
             extendable = (
                 head_blocked not in ("budget",)
                 and not partial
-                and len(scheduled) + n == num_running
+                and len(scheduled) + n == len(members) + len(others)
             )
 
             for req in scheduled:
@@ -282,6 +279,7 @@ class AggregateCore:
             # -- durations (Engine._plan_durations) -----------------------------------------
             after = clock + 1
             k = 1
+            num_running = len(members) + len(others)
             if extendable and num_running:
                 for req, num_new in zip(
                     scheduled, new_tokens, strict=False
@@ -415,7 +413,6 @@ class AggregateCore:
                     free += blocks_of.pop(req)
                     others.pop(req, None)
                     del member_seq[req]
-                    num_running -= 1
                     row = row_of.pop(req)
                     log_add(row, req)
                     requests[row] = None  # type: ignore[call-overload]  # freed as it finishes

@@ -33,12 +33,18 @@ from kvsim.results import Results, build_results
 from kvsim.scheduler import StepPlan, make_scheduler
 from kvsim.span import span_series, step_totals
 from kvsim.swap import SwapSpace
-from kvsim.timing import Timing, one_step, span_timing, steps_before, waiting_per_step
+from kvsim.timing import (
+    MAX_SPAN_STEPS,
+    SHORT_SPAN_STEPS,
+    Timing,
+    one_step,
+    span_timing,
+    steps_before,
+    waiting_per_step,
+)
 
 logger = logging.getLogger(__name__)
 
-MAX_SPAN_STEPS = 4096  # bounds the [n, k] arrays of one fast-forwarded span
-SHORT_SPAN_STEPS = 64  # spans up to this long are timed and recorded in plain Python
 FloatArray = npt.NDArray[np.float64]
 
 

@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+MAX_SPAN_STEPS = 4096  # bounds the [n, k] arrays of one fast-forwarded span
+SHORT_SPAN_STEPS = 64  # spans up to this long are timed and recorded in plain Python
 
 
 @dataclass(slots=True, frozen=True)
