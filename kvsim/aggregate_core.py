@@ -6,29 +6,38 @@ the most common run (``vllm-v1``, ``paged``, requests that share no tokens, no m
 module runs the same rules with the state as running totals, so an event costs a few dozen
 Python operations whatever the number of running requests:
 
-- the pool is a count of free blocks (no request's blocks are ever read by id here);
+- the pool is a count of free blocks (no request's blocks are ever read by id here); under
+  prefix caching the free queue's order, which decides what a preempted request finds of its
+  own blocks when it comes back, is kept as positions (``kvsim.allocators.counted_queue``);
 - steady decoders are a cohort as in ``kvsim.scheduler.cohort`` (a clock, sums of computed
   tokens, held slots and internal fragmentation, crossings by residue, a heap of finishes);
 - the requests mid-prefill are the only ones handled one by one; admission is FCFS;
+- a step the lazy path cannot plan (a preemption, or a token budget that ends before a steady
+  decoder's turn) takes the exact pass: the cohort is flushed and every running request is
+  scheduled in running order, the last one preempted until the blocks fit, as
+  ``V1Scheduler._schedule_running`` does;
 - time is the sum of the events' durations, and arrivals are released exactly when SimPy
   releases them in ``kvsim.engine`` (its timeouts, ties included).
 
 It makes the same decisions in the same order and computes every recorded number with the same
-floating-point operations as the lazy path of ``kvsim.engine`` with ``V1Scheduler``, so the
-results are identical (``tests/test_aggregate_core.py``, against that engine and the
-step-by-step reference). Whatever it does not model -- a preemption, a token budget that runs out
-before a steady decoder's turn, a head that can never be admitted -- makes it stop
-(``NotModeledError``) before anything is returned; ``simulate`` then runs ``kvsim.engine`` instead.
+floating-point operations as ``kvsim.engine`` with ``V1Scheduler``, so the results are identical
+(``tests/test_aggregate_core.py``, against that engine and the step-by-step reference). Whatever
+it does not model -- a request preempted more than ``max_preemptions_per_request`` times, a
+running request with nothing to compute, a head that can never be admitted -- makes it stop
+(``NotModeledError``) before anything is returned; ``simulate`` then runs ``kvsim.engine``
+instead.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kvsim.allocators.counted_queue import CountedFreeQueue, ReleasedTable
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
@@ -63,8 +72,9 @@ class AggregateCore:
     """One run of the aggregate core; ``run`` fills ``log`` and ``recorder``.
 
     Attributes mirror ``kvsim.engine.Engine``'s for ``simulate``: ``log``, ``recorder``,
-    ``allocator`` (built for its sizes and counters; no block is taken from it), ``cost``,
-    ``swap`` (always ``None``), ``swap_time_s`` and ``num_preemptions`` (always 0).
+    ``allocator`` (built for its sizes and counters, which the run sets at its end; no block is
+    taken from it), ``cost``, ``swap`` (always ``None``), ``swap_time_s`` (always 0) and
+    ``num_preemptions`` (set by the run).
 
     Args:
         config: the run (``applies`` holds).
@@ -137,6 +147,23 @@ class AggregateCore:
         blocks_of: dict[Request, int] = {}  # blocks held by the others
         row_of: dict[Request, int] = {}
         clock = 0
+        # preemption (V1Scheduler._preempt_recompute): under prefix caching a preempted
+        # request's blocks stay findable in the free queue, modelled by positions
+        num_preemptions = preempted_queries = preempted_hits = 0
+        free_queue = CountedFreeQueue(allocator.pool.num_blocks) if caching else None
+        released: dict[Request, ReleasedTable] = {}  # preempted, waiting: where its blocks lie
+        keyed_of: dict[Request, int] = {}  # running: blocks it holds that keep a key (its hits)
+        pool = _Running(
+            cohort,
+            others,
+            member_seq,
+            blocks_of,
+            waiting,
+            free_queue,
+            released,
+            keyed_of,
+            args.max_preemptions_per_request,
+        )
 
         now: float = 0
         num_arrived = 0
@@ -160,17 +187,16 @@ class AggregateCore:
                         break
                 num_arrived = i
 
-            # -- schedule (V1Scheduler.schedule, lazy path) ---------------------------------
+            # -- schedule (V1Scheduler.schedule): the lazy path, else the exact pass -------
             n = len(members)
             left = budget0 - n
-            if left < 0:
-                raise NotModeledError("the token budget ends before a steady decoder")
             scheduled: list[Request] = []
             new_tokens: list[int] = []
             w_new = w_ctx = w_pairs = w_seqs = 0.0
-            num_prefills = 0
+            num_prefills = num_preempted = 0
             partial = False
-            if others:
+            exact = left < 0  # the budget ends before a steady decoder: the exact pass
+            if others and not exact:
                 need = 0
                 chunks: list[tuple[Request, int]] = []
                 boundary: Request | None = None
@@ -186,88 +212,125 @@ class AggregateCore:
                         num_new, boundary = left, req
                     extra = -((computed + num_new) // -b) - blocks_of[req]
                     if extra > free:
-                        raise NotModeledError("a prefill chunk does not fit (a preemption)")
+                        exact = True  # a prefill chunk does not fit: a preemption
+                        break
                     need += max(extra, 0)
                     left -= num_new
                     chunks.append((req, num_new))
                 starved = False
-                if boundary is not None:
+                if boundary is not None and not exact:
                     bseq = member_seq[boundary]
                     if any(m.seq > bseq for m in members.values()):
-                        raise NotModeledError("a steady decoder after the budget ends")
+                        exact = True  # a steady decoder after the budget ends
                     others_list = list(others)
                     num_later = len(others_list) - others_list.index(boundary) - 1
                     starved = num_later > 0 or not chunks or chunks[-1][0] is not boundary
-                if need + cohort.crossings_at(clock) > free:
-                    raise NotModeledError("a decode step does not fit (a preemption)")
-                free -= cohort.allocate_pooled(clock, 1)[0][0]
-                for req, num_new in chunks:  # in running order
-                    computed = req.num_computed_tokens
-                    total = computed + num_new
-                    extra = -(total // -b) - blocks_of[req]
-                    if extra > 0:
-                        free -= extra
-                        blocks_of[req] += extra
-                        req.num_held_slots = blocks_of[req] * b
-                    partial = partial or total < req.prompt_tokens + req.num_output_tokens
-                    scheduled.append(req)
-                    new_tokens.append(num_new)
-                    num_prefills += 1
-                    w_new += num_new
-                    w_ctx += computed
-                    w_pairs += 2 * num_new * computed + num_new * num_new
-                    w_seqs += 1
-                partial = partial or starved
-            else:
+                if not exact and need + cohort.crossings_at(clock) > free:
+                    exact = True  # a decode step does not fit: a preemption
+                if not exact:
+                    free -= cohort.allocate_pooled(clock, 1)[0][0]
+                    for req, num_new in chunks:  # in running order
+                        computed = req.num_computed_tokens
+                        total = computed + num_new
+                        extra = -(total // -b) - blocks_of[req]
+                        if extra > 0:
+                            free -= extra
+                            blocks_of[req] += extra
+                            req.num_held_slots = blocks_of[req] * b
+                        partial = partial or total < req.prompt_tokens + req.num_output_tokens
+                        scheduled.append(req)
+                        new_tokens.append(num_new)
+                        if num_new != 1 or not req.num_output_tokens:
+                            num_prefills += 1  # (else a decode: SchedulerCore's add_decode)
+                        w_new += num_new
+                        w_ctx += computed
+                        w_pairs += 2 * num_new * computed + num_new * num_new
+                        w_seqs += 1
+                    partial = partial or starved
+            elif not exact:
                 if cohort.crossings_at(clock) > free:
-                    raise NotModeledError("a decode step does not fit (a preemption)")
-                free -= cohort.allocate_pooled(clock, 1)[0][0]
-            context = cohort.sum_computed(clock)
-            w_new += n
-            w_ctx += context
-            w_pairs += 2 * context + n
-            w_seqs += n
+                    exact = True  # a decode step does not fit: a preemption
+                else:
+                    free -= cohort.allocate_pooled(clock, 1)[0][0]
+            if exact:  # V1Scheduler._schedule_running after _flush
+                step = _exact_running(pool, budget0, free)
+                free, left, partial = step.free, step.budget, step.partial
+                scheduled, new_tokens = step.scheduled, step.new_tokens
+                w_new, w_ctx, w_pairs, w_seqs = step.work
+                num_prefills, num_preempted = step.num_prefills, step.num_preempted
+                num_preemptions += num_preempted
+                n = 0
+            else:
+                context = cohort.sum_computed(clock)
+                w_new += n
+                w_ctx += context
+                w_pairs += 2 * context + n
+                w_seqs += n
             budget = left
             head_blocked: str | None = None
-            while waiting and budget > 0:
+            guard: int | None = None  # V1Scheduler._guard_blocks
+            if num_preempted:
+                head_blocked = "preempted" if waiting else None
+            while waiting and budget > 0 and not num_preempted:
                 if len(members) + len(others) >= max_num_seqs:
                     head_blocked = "max_num_seqs"
                     break
                 head = waiting[0]
-                num_new = head.prompt_tokens + head.num_output_tokens - head.num_computed_tokens
+                tokens = head.prompt_tokens + head.num_output_tokens
+                hit_tokens = 0
+                table = released.get(head) if head.num_preemptions else None
+                if table is not None:  # its own blocks, cached when it was preempted
+                    hit_tokens = b * free_queue.num_hits(table, (tokens - 1) // b, free)  # type: ignore[union-attr]
+                num_new = tokens - hit_tokens
                 if not chunked and num_new > budget:
                     head_blocked = "budget"
                     break
                 if num_new > budget:
                     num_new = budget
-                need_blocks = -(num_new // -b)
+                need_blocks = -((hit_tokens + num_new) // -b)  # its free hits count
                 if need_blocks > free:
                     head_blocked = "kv"
+                    if hit_tokens and tokens > budget:  # V1Scheduler._blocked_reason
+                        guard = free_queue.blocks_before_evicting(table, hit_tokens // b, free)  # type: ignore[union-attr,arg-type]
                     break
                 waiting.popleft()
                 free -= need_blocks
                 blocks_of[head] = need_blocks
                 head.num_held_slots = need_blocks * b
-                if caching:
-                    queries += head.prompt_tokens + head.num_output_tokens
                 member_seq[head] = next_seq
                 next_seq += 1
                 others[head] = None
-                if num_new < head.prompt_tokens + head.num_output_tokens:
+                if hit_tokens + num_new < tokens:
                     partial = True
                 scheduled.append(head)
                 new_tokens.append(num_new)
-                num_prefills += 1
                 w_new += num_new
-                w_pairs += num_new * num_new
                 w_seqs += 1
                 budget -= num_new
+                if num_new != 1 or not head.num_output_tokens:
+                    num_prefills += 1  # (else a decode: SchedulerCore's add_decode)
+                if table is None:
+                    if caching:  # (a preempted request always has a table then)
+                        queries += tokens
+                    w_pairs += num_new * num_new
+                    continue
+                # a preempted request comes back (PagedAllocator._admit, _record_lookup)
+                del released[head]
+                preempted_queries += tokens
+                preempted_hits += hit_tokens
+                if hit_tokens:
+                    free_queue.touch(table, hit_tokens // b)  # type: ignore[union-attr]
+                    keyed_of[head] = hit_tokens // b
+                    head.num_computed_tokens = hit_tokens
+                w_ctx += hit_tokens
+                w_pairs += 2 * num_new * hit_tokens + num_new * num_new
             if waiting and head_blocked is None:
                 head_blocked = "budget"
             if not scheduled and not n:
                 raise NotModeledError("nothing can run: the head of the queue never fits")
             extendable = (
-                head_blocked not in ("budget",)
+                not num_preempted
+                and head_blocked != "budget"
                 and not partial
                 and len(scheduled) + n == len(members) + len(others)
             )
@@ -292,7 +355,9 @@ class AggregateCore:
                 remaining = top - after
                 if remaining > 0:
                     k = min(MAX_SPAN_STEPS, remaining + 1)
-                    k = 1 + cohort.max_steps_within(after, k - 1, free)
+                    k = 1 + cohort.max_steps_within(
+                        after, k - 1, free if guard is None else min(free, guard)
+                    )
             step0_s = step_s(w_new, w_ctx, w_pairs, w_seqs)
             m = len(members)
             durations: Any = None
@@ -335,7 +400,13 @@ class AggregateCore:
                             )
                     cats = categorize_step(allocator, held, token, internal_now, held, head_q)
                     recorder.record_step(
-                        now, step0_s, num_running, float(len(waiting)), num_prefills, 0, cats
+                        now,
+                        step0_s,
+                        num_running,
+                        float(len(waiting)),
+                        num_prefills,
+                        num_preempted,
+                        cats,
                     )
             else:  # LazyDecodes.extend, then Engine._record_lazy over the span
                 held0, internal0 = cohort.sum_held, cohort.sum_internal
@@ -410,7 +481,14 @@ class AggregateCore:
                 for req in finished:
                     req.finish_time_s = now
                     req.num_held_slots = 0
-                    free += blocks_of.pop(req)
+                    num_blocks = blocks_of.pop(req)
+                    free += num_blocks
+                    if free_queue is not None:  # its blocks join the free queue's back
+                        num_keyed = keyed_of.pop(req, 0)
+                        if num_keyed:
+                            free_queue.release(num_blocks, num_keyed)
+                        else:
+                            free_queue.tail += num_blocks
                     others.pop(req, None)
                     del member_seq[req]
                     row = row_of.pop(req)
@@ -432,6 +510,12 @@ class AggregateCore:
                         req, member_seq[req], clock, req.num_computed_tokens, req.num_output_tokens
                     )
         allocator.prefix_cache_queries = queries
+        allocator.preempted_queries = preempted_queries
+        allocator.preempted_hits = preempted_hits
+        self.num_preemptions = num_preemptions
+        if free_queue is not None:
+            free_queue.head(free)  # (the keyed blocks passed by the last takes are evictions)
+            allocator.pool.num_evictions = free_queue.num_evictions
 
 
 def _next_release(arrival_s: float, last_release_s: float) -> tuple[float, bool]:
@@ -456,3 +540,115 @@ def _released_first(i: int, span_start: int) -> bool:
     before the span's timeout iff that release came before the span started
     (``i - 1 < span_start``); the arrival process starts before the engine."""
     return i == 0 or i - 1 < span_start
+
+
+@dataclass(slots=True)
+class _Running:
+    """The aggregate core's running set and pool, as the exact pass needs them (the same
+    containers as ``AggregateCore.run``'s locals, mutated in place)."""
+
+    cohort: DecodeCohort
+    others: dict[Request, None]
+    member_seq: dict[Request, int]
+    blocks_of: dict[Request, int]
+    waiting: deque[Request]
+    free_queue: CountedFreeQueue | None
+    released: dict[Request, ReleasedTable]
+    keyed_of: dict[Request, int]
+    max_preemptions: int
+
+
+@dataclass(slots=True)
+class _ExactStep:
+    """What the exact pass scheduled (``V1Scheduler._schedule_running``'s plan)."""
+
+    free: int
+    budget: int
+    scheduled: list[Request] = field(default_factory=list)
+    new_tokens: list[int] = field(default_factory=list)
+    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    num_prefills: int = 0
+    num_preempted: int = 0
+    partial: bool = False
+
+
+def _exact_running(pool: _Running, budget: int, free: int) -> _ExactStep:
+    """``V1Scheduler._schedule_running`` after ``_flush``: the cohort's members become others,
+    then every running request in running order gets its tokens while the budget lasts, the last
+    running request being preempted until a request's blocks fit (the request itself last).
+
+    Raises:
+        NotModeledError: a request is preempted more than ``max_preemptions_per_request`` times
+            (``kvsim.engine`` raises its livelock error) or has nothing to compute.
+    """
+    cohort, blocks_of, others = pool.cohort, pool.blocks_of, pool.others
+    b = cohort.period
+    running = list(others)
+    for member in list(cohort.members.values()):  # LazyDecodes.flush
+        cohort.materialize(member)
+        req = member.request
+        req.num_held_slots = held = cohort.leave(member)
+        blocks_of[req] = held // b
+        running.append(req)
+    cohort.allocate_pooled(cohort.clock, 1)  # (nobody left to allocate for: the clock moves on)
+    running.sort(key=pool.member_seq.__getitem__)
+    others.clear()
+    others.update(dict.fromkeys(running))
+    step = _ExactStep(free, budget)
+    work = step.work
+    i = 0
+    while i < len(running) and step.budget > 0:
+        req = running[i]
+        computed = req.num_computed_tokens
+        unknown = req.prompt_tokens + req.num_output_tokens - computed
+        if unknown <= 0:
+            raise NotModeledError("a running request with nothing to compute")
+        num_new = min(unknown, step.budget)
+        extra = -((computed + num_new) // -b) - blocks_of[req]
+        while extra > step.free:
+            victim = running.pop()
+            step.free += _preempt(pool, victim)
+            step.num_preempted += 1
+            if victim is req:
+                break
+        else:
+            if extra > 0:
+                step.free -= extra
+                blocks_of[req] += extra
+                req.num_held_slots = blocks_of[req] * b
+            step.partial = step.partial or num_new < unknown
+            step.scheduled.append(req)
+            step.new_tokens.append(num_new)
+            if num_new != 1 or not req.num_output_tokens:
+                step.num_prefills += 1
+            work[0] += num_new
+            work[1] += computed
+            work[2] += 2 * num_new * computed + num_new * num_new
+            work[3] += 1
+            step.budget -= num_new
+            i += 1
+            continue
+        break  # the request itself was preempted
+    step.partial = step.partial or i < len(running)
+    return step
+
+
+def _preempt(pool: _Running, req: Request) -> int:
+    """``SchedulerCore._preempt_recompute`` of a running request; the blocks it frees.
+
+    Its blocks join the free queue's back tail first; under prefix caching the ones its computed
+    tokens fill keep their keys (``PagedAllocator.free`` with ``computed_tokens``)."""
+    num_blocks = pool.blocks_of.pop(req)
+    pool.keyed_of.pop(req, None)
+    if pool.free_queue is not None:
+        num_keyed = req.num_computed_tokens // pool.cohort.period
+        pool.released[req] = pool.free_queue.release(num_blocks, num_keyed)
+    req.num_computed_tokens = 0
+    req.num_held_slots = 0
+    req.num_preemptions += 1
+    if req.num_preemptions > pool.max_preemptions:
+        raise NotModeledError("a request is preempted too often (the engine's livelock error)")
+    del pool.others[req]
+    del pool.member_seq[req]
+    pool.waiting.appendleft(req)
+    return num_blocks

@@ -1,9 +1,10 @@
 """The aggregate core (``kvsim.aggregate_core``) against ``kvsim.engine``'s general engine (the
 same tables, bit for bit) and the step-by-step reference (every running request at every step,
 one memory row per step), on vLLM v1 runs with chunked prefill, budget and ``max_num_seqs``
-limits, a head blocked on KV, prefix caching, block sizes from 1 to 64, integer arrival times,
-releases at the very end of a span and random small runs; and
-its hand-over to the general engine when a run needs a rule it does not model (a preemption)."""
+limits, a head blocked on KV, prefix caching, block sizes from 1 to 64, preemptions (with the
+preempted requests' cached blocks hit, evicted or guarded), integer arrival times, releases at
+the very end of a span and random small runs; and its hand-over to the general engine when a
+run needs a rule it does not model."""
 
 from __future__ import annotations
 
@@ -55,6 +56,19 @@ CASES = {
     "head blocked on KV": _config(
         {"kv_cache_gib": 0.5}, None, {**FIXED, "rate_per_s": 5.0, "num_requests": 40}
     ),
+    # 0.6 GiB hold 4,915 slots for some 40 requests of ~1,150 tokens: v1 preempts (recompute);
+    # with prefix caching the preempted requests hit their own blocks and some are evicted
+    "preempting, prefix caching": _config(
+        {"kv_cache_gib": 0.6, "enable_prefix_caching": True}, None, {"rate_per_s": 20.0}
+    ),
+    "preempting, no prefix caching": _config(
+        {"kv_cache_gib": 0.6, "enable_prefix_caching": False}, None, {"rate_per_s": 20.0}
+    ),
+    "preempting, small budget": _config(
+        {"kv_cache_gib": 0.4, "block_size_tokens": 64},
+        {"max_num_batched_tokens": 256, "max_model_len": 2048},
+        {"rate_per_s": 20.0},
+    ),
 }
 
 
@@ -101,6 +115,15 @@ def test_the_blocked_head_case_blocks() -> None:
     assert result.summary["num_preemptions"] == 0
 
 
+@pytest.mark.parametrize("name", [n for n in CASES if n.startswith("preempting")])
+def test_the_preempting_cases_preempt(name) -> None:
+    summary = simulate(CASES[name]).summary
+    assert summary["num_preemptions"] > 0
+    if CASES[name].engine_args.enable_prefix_caching:  # the free queue's positions matter
+        assert summary["prefix_cache_preempted_hits"] > 0
+        assert summary["num_cache_evictions"] > 0
+
+
 def _specs(rows: list[tuple[float, int, int]]) -> list[RequestSpec]:
     """``(arrival_time_s, prompt_tokens, output_tokens)`` rows as a workload."""
     return [RequestSpec(i, a, p, o, o) for i, (a, p, o) in enumerate(rows)]
@@ -110,7 +133,9 @@ def test_a_run_declined_after_finishes_is_run_again_by_the_general_engine(
     cores_run, monkeypatch
 ) -> None:
     # 0.5 GiB hold 4,096 slots: five small requests finish first; then 30 requests of 900
-    # tokens arrive at once and outgrow the pool, so v1 preempts and the core declines
+    # tokens arrive at once and outgrow the pool, so v1 preempts; here the core is made to
+    # decline at its first preemption (every rule it models now; the hand-over stays for the
+    # next one it does not)
     restarts: list[int] = []
     real_restart = engine_module._Progress.restart
 
@@ -118,7 +143,11 @@ def test_a_run_declined_after_finishes_is_run_again_by_the_general_engine(
         restarts.append(self.seen)
         real_restart(self)
 
+    def decline(*_) -> int:
+        raise aggregate_module.NotModeledError("a preemption, in this test")
+
     monkeypatch.setattr(engine_module._Progress, "restart", restart)
+    monkeypatch.setattr(aggregate_module, "_preempt", decline)
     specs = _specs([(float(t), 100, 20) for t in range(5)] + [(10.0, 500, 400)] * 30)
     cfg = _config({"kv_cache_gib": 0.5})
     finished: list[int] = []
@@ -129,6 +158,37 @@ def test_a_run_declined_after_finishes_is_run_again_by_the_general_engine(
     assert result.summary["num_preemptions"] > 0
     assert sum(finished) == 35  # finishes reported before the decline are not counted twice
     _same_tables(result, simulate(cfg, specs, aggregate_core=False))
+
+
+GUARDED_ROWS = [  # (arrival_time_s, prompt_tokens, output_tokens), found by a random search
+    (2, 218, 35), (4, 57, 40), (4, 107, 11), (4, 193, 48), (4, 253, 23), (5, 176, 41),
+    (6, 178, 9), (7, 16, 34), (10, 61, 52), (11, 85, 2), (12, 22, 19), (12, 178, 25),
+    (13, 135, 58), (13, 138, 25), (13, 209, 53), (13, 296, 26), (14, 39, 42), (15, 262, 20),
+    (16, 170, 35), (17, 71, 11), (17, 157, 16), (17, 221, 3), (18, 167, 19), (19, 148, 46),
+]  # fmt: skip
+
+
+def test_a_preempted_head_keeps_its_cached_blocks_while_it_waits(cores_run, monkeypatch) -> None:
+    # 819 one-token blocks, a 32-token budget: a preempted request back at the head finds some
+    # of its blocks still cached but does not fit, and needs more tokens than the budget, so the
+    # spans stop before they would evict its hits (V1Scheduler._blocked_reason's guard). With
+    # spans that ignore the guard, this run's tables differ from the general engine's.
+    guards: list[int] = []
+    real = aggregate_module.CountedFreeQueue.blocks_before_evicting
+
+    def counting(self, *args) -> int:
+        guards.append(real(self, *args))
+        return guards[-1]
+
+    monkeypatch.setattr(aggregate_module.CountedFreeQueue, "blocks_before_evicting", counting)
+    cfg = _config(
+        {"kv_cache_gib": 0.1, "block_size_tokens": 1, "enable_prefix_caching": True},
+        {"max_model_len": 512, "max_num_batched_tokens": 32, "max_num_seqs": 8},
+    )
+    fast = simulate(cfg, _specs(GUARDED_ROWS))
+    assert cores_run == [True]
+    assert guards
+    _same_tables(fast, simulate(cfg, _specs(GUARDED_ROWS), aggregate_core=False))
 
 
 def test_integer_arrival_times(cores_run) -> None:
@@ -182,8 +242,8 @@ def test_releases_at_the_very_end_of_a_span(cores_run, monkeypatch) -> None:
 def test_random_small_runs_give_the_general_engines_tables(
     block_size, budget, max_num_seqs, chunked, caching, kv_gib, rows
 ) -> None:
-    # integer arrival seconds (ties and simultaneous arrivals), tiny pools that preempt (the
-    # core then hands over), budgets that end before some decoders' turn
+    # integer arrival seconds (ties and simultaneous arrivals), tiny pools that preempt,
+    # budgets that end before some decoders' turn
     if not chunked:
         budget = 512  # without chunked prefill the budget must hold max_model_len
     cfg = _config(

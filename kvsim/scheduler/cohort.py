@@ -91,8 +91,11 @@ class DecodeCohort:
         self.sum_held = 0
         self.sum_internal = 0
         size = max(period, 1)
-        self._finishes: list[tuple[int, int, Member]] = []
-        self._finals: list[tuple[int, int, Member]] = []  # pooled: (final_clock, seq, member)
+        # heaps of (clock, seq, join number, member): a member that rejoins leaves a stale entry
+        # that can tie with its new one on clock and seq
+        self._finishes: list[tuple[int, int, int, Member]] = []
+        self._finals: list[tuple[int, int, int, Member]] = []  # pooled: by final_clock
+        self._num_joins = 0
         self._crossings = [0] * size  # members whose block crossing has that residue
         self._pooled_crossings = [0] * size  # of those, pooled members
         self._all: list[dict[Member, None]] = [{} for _ in range(size)]  # by crossing residue
@@ -132,6 +135,7 @@ class DecodeCohort:
         p = self.period
         cross = (sync - computed) % p if p else 0
         fills = self.caching and req.shares_tokens
+        joins = self._num_joins = self._num_joins + 1
         member = Member(
             req,
             seq,
@@ -152,7 +156,7 @@ class DecodeCohort:
                 last_block = -(final // -p) - 1  # index of the block holding token F - 1
                 if held <= final and final % p and last_block * p >= computed:
                     member.final_clock = sync + last_block * p - computed
-                    heapq.heappush(self._finals, (member.final_clock, seq, member))
+                    heapq.heappush(self._finals, (member.final_clock, seq, joins, member))
             else:
                 self._num_touched += 1
                 self._touch[cross][member] = None
@@ -165,7 +169,7 @@ class DecodeCohort:
         self.sum_base += computed - sync
         self.sum_held += held
         self.sum_internal += max(held - final, 0)
-        heapq.heappush(self._finishes, (member.finish_clock, seq, member))
+        heapq.heappush(self._finishes, (member.finish_clock, seq, joins, member))
         return member
 
     def leave(self, member: Member) -> int:
@@ -200,7 +204,7 @@ class DecodeCohort:
     def next_finish_clock(self) -> int | None:
         """Smallest ``finish_clock`` of a member, or ``None`` when empty."""
         heap = self._finishes
-        while heap and self.members.get(heap[0][2].request) is not heap[0][2]:
+        while heap and self.members.get(heap[0][3].request) is not heap[0][3]:
             heapq.heappop(heap)  # the member left
         return heap[0][0] if heap else None
 
@@ -208,7 +212,7 @@ class DecodeCohort:
         """Members whose ``finish_clock <= clock``, still in the cohort, in heap order."""
         out: list[Member] = []
         while (top := self.next_finish_clock()) is not None and top <= self.clock:
-            out.append(heapq.heappop(self._finishes)[2])
+            out.append(heapq.heappop(self._finishes)[3])
         return out
 
     # -- the allocator's view ---------------------------------------------------------------
@@ -262,7 +266,7 @@ class DecodeCohort:
         internal = [0] * num_steps
         finals, members = self._finals, self.members
         while finals and finals[0][0] < end:  # (heap order: the earliest final clock first)
-            clock, _, member = heapq.heappop(finals)
+            clock, _, _, member = heapq.heappop(finals)
             if members.get(member.request) is not member or member.final_clock != clock:
                 continue  # it left
             final = member.request.final_kv_tokens
