@@ -196,9 +196,10 @@ class AggregateCore:
             num_prefills = num_preempted = 0
             partial = False
             exact = left < 0  # the budget ends before a steady decoder: the exact pass
-            if others and not exact:
+            chunks: list[tuple[Request, int]] = []
+            starved = False
+            if not exact:
                 need = 0
-                chunks: list[tuple[Request, int]] = []
                 boundary: Request | None = None
                 for req in others:
                     if left <= 0:
@@ -210,15 +211,10 @@ class AggregateCore:
                         raise NotModeledError("a running request with nothing to compute")
                     if num_new >= left:
                         num_new, boundary = left, req
-                    extra = -((computed + num_new) // -b) - blocks_of[req]
-                    if extra > free:
-                        exact = True  # a prefill chunk does not fit: a preemption
-                        break
-                    need += max(extra, 0)
+                    need += max(-((computed + num_new) // -b) - blocks_of[req], 0)
                     left -= num_new
                     chunks.append((req, num_new))
-                starved = False
-                if boundary is not None and not exact:
+                if boundary is not None:
                     bseq = member_seq[boundary]
                     if any(m.seq > bseq for m in members.values()):
                         exact = True  # a steady decoder after the budget ends
@@ -226,32 +222,33 @@ class AggregateCore:
                     num_later = len(others_list) - others_list.index(boundary) - 1
                     starved = num_later > 0 or not chunks or chunks[-1][0] is not boundary
                 if not exact and need + cohort.crossings_at(clock) > free:
-                    exact = True  # a decode step does not fit: a preemption
-                if not exact:
-                    free -= cohort.allocate_pooled(clock, 1)[0][0]
-                    for req, num_new in chunks:  # in running order
-                        computed = req.num_computed_tokens
-                        total = computed + num_new
-                        extra = -(total // -b) - blocks_of[req]
-                        if extra > 0:
-                            free -= extra
-                            blocks_of[req] += extra
-                            req.num_held_slots = blocks_of[req] * b
-                        partial = partial or total < req.prompt_tokens + req.num_output_tokens
-                        scheduled.append(req)
-                        new_tokens.append(num_new)
-                        if num_new != 1 or not req.num_output_tokens:
-                            num_prefills += 1  # (else a decode: SchedulerCore's add_decode)
-                        w_new += num_new
-                        w_ctx += computed
-                        w_pairs += 2 * num_new * computed + num_new * num_new
-                        w_seqs += 1
-                    partial = partial or starved
-            elif not exact:
-                if cohort.crossings_at(clock) > free:
-                    exact = True  # a decode step does not fit: a preemption
-                else:
-                    free -= cohort.allocate_pooled(clock, 1)[0][0]
+                    if boundary is None:  # the budget holds everyone: preempt, cohort kept
+                        freed, num_preempted, chunks = _preempt_for_step(pool, chunks, clock, free)
+                        free += freed
+                        num_preemptions += num_preempted
+                    else:
+                        exact = True  # a preemption where the budget ends
+            if not exact:
+                free -= cohort.allocate_pooled(clock, 1)[0][0]
+                for req, num_new in chunks:  # in running order
+                    computed = req.num_computed_tokens
+                    total = computed + num_new
+                    extra = -(total // -b) - blocks_of[req]
+                    if extra > 0:
+                        free -= extra
+                        blocks_of[req] += extra
+                        req.num_held_slots = blocks_of[req] * b
+                    partial = partial or total < req.prompt_tokens + req.num_output_tokens
+                    scheduled.append(req)
+                    new_tokens.append(num_new)
+                    if num_new != 1 or not req.num_output_tokens:
+                        num_prefills += 1  # (else a decode: SchedulerCore's add_decode)
+                    w_new += num_new
+                    w_ctx += computed
+                    w_pairs += 2 * num_new * computed + num_new * num_new
+                    w_seqs += 1
+                partial = partial or starved
+                n = len(members)  # (after any preemption)
             if exact:  # V1Scheduler._schedule_running after _flush
                 step = _exact_running(pool, budget0, free)
                 free, left, partial = step.free, step.budget, step.partial
@@ -648,7 +645,49 @@ def _preempt(pool: _Running, req: Request) -> int:
     req.num_preemptions += 1
     if req.num_preemptions > pool.max_preemptions:
         raise NotModeledError("a request is preempted too often (the engine's livelock error)")
-    del pool.others[req]
+    pool.others.pop(req, None)  # (a cohort member has left the cohort)
     del pool.member_seq[req]
     pool.waiting.appendleft(req)
     return num_blocks
+
+
+def _preempt_for_step(
+    pool: _Running, chunks: list[tuple[Request, int]], clock: int, free: int
+) -> tuple[int, int, list[tuple[Request, int]]]:
+    """The exact pass's preemptions when the token budget holds every running request (so the
+    pass schedules them all, in running order, until a request's blocks do not fit), without
+    flushing the cohort: only the requests that take blocks at this step (the others' chunks
+    and the members crossing a block boundary) can fail, and only the victims leave.
+
+    Returns:
+        The blocks the victims free, how many were preempted, and ``chunks`` without them.
+    """
+    cohort, blocks_of, members = pool.cohort, pool.blocks_of, pool.cohort.members
+    b = cohort.period
+    need_of = {m.request: 1 for m in cohort.crossing_members(clock)}
+    for req, num_new in chunks:
+        extra = -((req.num_computed_tokens + num_new) // -b) - blocks_of[req]
+        if extra > 0:
+            need_of[req] = extra
+    order = sorted([*members, *pool.others], key=pool.member_seq.__getitem__)
+    tail, freed, preempted = len(order), 0, set()
+    for req in order:
+        if req in preempted:
+            break  # everyone from here on was preempted
+        need = need_of.get(req, 0)
+        while need > free + freed:
+            tail -= 1
+            victim = order[tail]
+            member = members.get(victim)
+            if member is not None:  # LazyDecodes.release
+                cohort.materialize(member)
+                blocks_of[victim] = cohort.leave(member) // b
+            freed += _preempt(pool, victim)
+            preempted.add(victim)
+            if victim is req:
+                break
+        else:
+            free -= need
+            continue
+        break  # the request itself was preempted
+    return freed, len(preempted), [c for c in chunks if c[0] not in preempted]

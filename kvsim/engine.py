@@ -13,11 +13,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import simpy
 
 from kvsim.aggregate_core import AggregateCore, NotModeledError, applies
 from kvsim.allocators import Allocator, allocator_from_knobs
@@ -42,6 +41,9 @@ from kvsim.timing import (
     steps_before,
     waiting_per_step,
 )
+
+if TYPE_CHECKING:  # SimPy is imported when the general engine runs (not by the aggregate core)
+    import simpy
 
 logger = logging.getLogger(__name__)
 
@@ -495,6 +497,8 @@ def simulate(
             runnable, _ = prepare_requests(config, requests, strict=strict, quiet=True)
     del requests  # the run has its own copies: a caller that let go of its list frees it now
     if engine is None:
+        import simpy  # (only the general engine runs on SimPy)
+
         env = simpy.Environment()
         engine = Engine(env, config, runnable, progress.report, frames, lazy_decodes)
         del runnable  # each request is freed when it finishes (its row stays in engine.log)

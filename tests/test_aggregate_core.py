@@ -124,6 +124,30 @@ def test_the_preempting_cases_preempt(name) -> None:
         assert summary["num_cache_evictions"] > 0
 
 
+def test_the_small_budget_case_preempts_on_both_paths(monkeypatch) -> None:
+    # where the token budget holds every running request the core preempts without flushing
+    # the cohort (_preempt_for_step); where it ends first, in the exact pass (_exact_running):
+    # the case's tables above are only a check of both if it takes both
+    preempted = {"cohort kept": 0, "exact pass": 0}
+    kept, exact = aggregate_module._preempt_for_step, aggregate_module._exact_running
+
+    def counting_kept(*args):
+        out = kept(*args)
+        preempted["cohort kept"] += out[1]
+        return out
+
+    def counting_exact(*args):
+        out = exact(*args)
+        preempted["exact pass"] += out.num_preempted
+        return out
+
+    monkeypatch.setattr(aggregate_module, "_preempt_for_step", counting_kept)
+    monkeypatch.setattr(aggregate_module, "_exact_running", counting_exact)
+    simulate(CASES["preempting, small budget"])
+    assert preempted["cohort kept"] > 0
+    assert preempted["exact pass"] > 0
+
+
 def _specs(rows: list[tuple[float, int, int]]) -> list[RequestSpec]:
     """``(arrival_time_s, prompt_tokens, output_tokens)`` rows as a workload."""
     return [RequestSpec(i, a, p, o, o) for i, (a, p, o) in enumerate(rows)]

@@ -258,6 +258,8 @@ class PagedAllocator(Allocator):
             need = cdiv(num_tokens, b) - len(hit.blocks)
         else:
             need = self._group_admission_need(request, num_tokens, len(hit.blocks))
+        if not hit.blocks:
+            return need
         ref = self.pool.ref_cnt
         return need + sum(1 for blk in hit.blocks if ref[blk] == 0)
 

@@ -236,6 +236,10 @@ class DecodeCohort:
                 found.update(self._all[r])
         return sorted(found, key=_by_seq)
 
+    def crossing_members(self, clock: int) -> list[Member]:
+        """Members whose step at ``clock`` takes a block (any order)."""
+        return list(self._all[clock % self.period]) if self.period else []
+
     def crossings_at(self, clock: int) -> int:
         """Members whose step at ``clock`` takes a block."""
         return self._crossings[clock % self.period] if self.period else 0
