@@ -12,10 +12,10 @@ Python operations whatever the number of running requests:
 - steady decoders are a cohort as in ``kvsim.scheduler.cohort`` (a clock, sums of computed
   tokens, held slots and internal fragmentation, crossings by residue, a heap of finishes);
 - the requests mid-prefill are the only ones handled one by one; admission is FCFS;
-- a step the lazy path cannot plan (a preemption, or a token budget that ends before a steady
-  decoder's turn) takes the exact pass: the cohort is flushed and every running request is
-  scheduled in running order, the last one preempted until the blocks fit, as
-  ``V1Scheduler._schedule_running`` does;
+- a preemption takes the last running requests out until the step's blocks fit, leaving the
+  cohort as it is where the token budget holds everyone; a step the lazy path cannot plan (a
+  token budget that ends before a steady decoder's turn, or a preemption then) takes the exact
+  pass, request by request as ``V1Scheduler._schedule_running`` (``kvsim.aggregate_preemption``);
 - time is the sum of the events' durations, and arrivals are released exactly when SimPy
   releases them in ``kvsim.engine`` (its timeouts, ties included).
 
@@ -32,11 +32,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kvsim.aggregate_preemption import (
+    NotModeledError,
+    RunningSet,
+    exact_running,
+    preempt_for_step,
+)
 from kvsim.allocators.counted_queue import CountedFreeQueue, ReleasedTable
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import SimConfig
@@ -46,10 +51,6 @@ from kvsim.request import Request
 from kvsim.request_log import RequestLog
 from kvsim.scheduler.cohort import DecodeCohort
 from kvsim.timing import MAX_SPAN_STEPS, SHORT_SPAN_STEPS, numpy_sum, steps_before, waiting_per_step
-
-
-class NotModeledError(Exception):
-    """The aggregate core met a case it does not model (the message says which)."""
 
 
 def applies(config: SimConfig, allocator: object, requests: Sequence[Request]) -> bool:
@@ -153,7 +154,7 @@ class AggregateCore:
         free_queue = CountedFreeQueue(allocator.pool.num_blocks) if caching else None
         released: dict[Request, ReleasedTable] = {}  # preempted, waiting: where its blocks lie
         keyed_of: dict[Request, int] = {}  # running: blocks it holds that keep a key (its hits)
-        pool = _Running(
+        pool = RunningSet(
             cohort,
             others,
             member_seq,
@@ -223,7 +224,7 @@ class AggregateCore:
                     starved = num_later > 0 or not chunks or chunks[-1][0] is not boundary
                 if not exact and need + cohort.crossings_at(clock) > free:
                     if boundary is None:  # the budget holds everyone: preempt, cohort kept
-                        freed, num_preempted, chunks = _preempt_for_step(pool, chunks, clock, free)
+                        freed, num_preempted, chunks = preempt_for_step(pool, chunks, clock, free)
                         free += freed
                         num_preemptions += num_preempted
                     else:
@@ -250,7 +251,7 @@ class AggregateCore:
                 partial = partial or starved
                 n = len(members)  # (after any preemption)
             if exact:  # V1Scheduler._schedule_running after _flush
-                step = _exact_running(pool, budget0, free)
+                step = exact_running(pool, budget0, free)
                 free, left, partial = step.free, step.budget, step.partial
                 scheduled, new_tokens = step.scheduled, step.new_tokens
                 w_new, w_ctx, w_pairs, w_seqs = step.work
@@ -537,157 +538,3 @@ def _released_first(i: int, span_start: int) -> bool:
     before the span's timeout iff that release came before the span started
     (``i - 1 < span_start``); the arrival process starts before the engine."""
     return i == 0 or i - 1 < span_start
-
-
-@dataclass(slots=True)
-class _Running:
-    """The aggregate core's running set and pool, as the exact pass needs them (the same
-    containers as ``AggregateCore.run``'s locals, mutated in place)."""
-
-    cohort: DecodeCohort
-    others: dict[Request, None]
-    member_seq: dict[Request, int]
-    blocks_of: dict[Request, int]
-    waiting: deque[Request]
-    free_queue: CountedFreeQueue | None
-    released: dict[Request, ReleasedTable]
-    keyed_of: dict[Request, int]
-    max_preemptions: int
-
-
-@dataclass(slots=True)
-class _ExactStep:
-    """What the exact pass scheduled (``V1Scheduler._schedule_running``'s plan)."""
-
-    free: int
-    budget: int
-    scheduled: list[Request] = field(default_factory=list)
-    new_tokens: list[int] = field(default_factory=list)
-    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
-    num_prefills: int = 0
-    num_preempted: int = 0
-    partial: bool = False
-
-
-def _exact_running(pool: _Running, budget: int, free: int) -> _ExactStep:
-    """``V1Scheduler._schedule_running`` after ``_flush``: the cohort's members become others,
-    then every running request in running order gets its tokens while the budget lasts, the last
-    running request being preempted until a request's blocks fit (the request itself last).
-
-    Raises:
-        NotModeledError: a request is preempted more than ``max_preemptions_per_request`` times
-            (``kvsim.engine`` raises its livelock error) or has nothing to compute.
-    """
-    cohort, blocks_of, others = pool.cohort, pool.blocks_of, pool.others
-    b = cohort.period
-    running = list(others)
-    for member in list(cohort.members.values()):  # LazyDecodes.flush
-        cohort.materialize(member)
-        req = member.request
-        req.num_held_slots = held = cohort.leave(member)
-        blocks_of[req] = held // b
-        running.append(req)
-    cohort.allocate_pooled(cohort.clock, 1)  # (nobody left to allocate for: the clock moves on)
-    running.sort(key=pool.member_seq.__getitem__)
-    others.clear()
-    others.update(dict.fromkeys(running))
-    step = _ExactStep(free, budget)
-    work = step.work
-    i = 0
-    while i < len(running) and step.budget > 0:
-        req = running[i]
-        computed = req.num_computed_tokens
-        unknown = req.prompt_tokens + req.num_output_tokens - computed
-        if unknown <= 0:
-            raise NotModeledError("a running request with nothing to compute")
-        num_new = min(unknown, step.budget)
-        extra = -((computed + num_new) // -b) - blocks_of[req]
-        while extra > step.free:
-            victim = running.pop()
-            step.free += _preempt(pool, victim)
-            step.num_preempted += 1
-            if victim is req:
-                break
-        else:
-            if extra > 0:
-                step.free -= extra
-                blocks_of[req] += extra
-                req.num_held_slots = blocks_of[req] * b
-            step.partial = step.partial or num_new < unknown
-            step.scheduled.append(req)
-            step.new_tokens.append(num_new)
-            if num_new != 1 or not req.num_output_tokens:
-                step.num_prefills += 1
-            work[0] += num_new
-            work[1] += computed
-            work[2] += 2 * num_new * computed + num_new * num_new
-            work[3] += 1
-            step.budget -= num_new
-            i += 1
-            continue
-        break  # the request itself was preempted
-    step.partial = step.partial or i < len(running)
-    return step
-
-
-def _preempt(pool: _Running, req: Request) -> int:
-    """``SchedulerCore._preempt_recompute`` of a running request; the blocks it frees.
-
-    Its blocks join the free queue's back tail first; under prefix caching the ones its computed
-    tokens fill keep their keys (``PagedAllocator.free`` with ``computed_tokens``)."""
-    num_blocks = pool.blocks_of.pop(req)
-    pool.keyed_of.pop(req, None)
-    if pool.free_queue is not None:
-        num_keyed = req.num_computed_tokens // pool.cohort.period
-        pool.released[req] = pool.free_queue.release(num_blocks, num_keyed)
-    req.num_computed_tokens = 0
-    req.num_held_slots = 0
-    req.num_preemptions += 1
-    if req.num_preemptions > pool.max_preemptions:
-        raise NotModeledError("a request is preempted too often (the engine's livelock error)")
-    pool.others.pop(req, None)  # (a cohort member has left the cohort)
-    del pool.member_seq[req]
-    pool.waiting.appendleft(req)
-    return num_blocks
-
-
-def _preempt_for_step(
-    pool: _Running, chunks: list[tuple[Request, int]], clock: int, free: int
-) -> tuple[int, int, list[tuple[Request, int]]]:
-    """The exact pass's preemptions when the token budget holds every running request (so the
-    pass schedules them all, in running order, until a request's blocks do not fit), without
-    flushing the cohort: only the requests that take blocks at this step (the others' chunks
-    and the members crossing a block boundary) can fail, and only the victims leave.
-
-    Returns:
-        The blocks the victims free, how many were preempted, and ``chunks`` without them.
-    """
-    cohort, blocks_of, members = pool.cohort, pool.blocks_of, pool.cohort.members
-    b = cohort.period
-    need_of = {m.request: 1 for m in cohort.crossing_members(clock)}
-    for req, num_new in chunks:
-        extra = -((req.num_computed_tokens + num_new) // -b) - blocks_of[req]
-        if extra > 0:
-            need_of[req] = extra
-    order = sorted([*members, *pool.others], key=pool.member_seq.__getitem__)
-    tail, freed, preempted = len(order), 0, set()
-    for req in order:
-        if req in preempted:
-            break  # everyone from here on was preempted
-        need = need_of.get(req, 0)
-        while need > free + freed:
-            tail -= 1
-            victim = order[tail]
-            member = members.get(victim)
-            if member is not None:  # LazyDecodes.release
-                cohort.materialize(member)
-                blocks_of[victim] = cohort.leave(member) // b
-            freed += _preempt(pool, victim)
-            preempted.add(victim)
-            if victim is req:
-                break
-        else:
-            free -= need
-            continue
-        break  # the request itself was preempted
-    return freed, len(preempted), [c for c in chunks if c[0] not in preempted]

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kvsim.aggregate_core import AggregateCore, NotModeledError, applies
+from kvsim.aggregate_core import AggregateCore, applies
+from kvsim.aggregate_preemption import NotModeledError
 from kvsim.allocators import Allocator, allocator_from_knobs
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import SimConfig

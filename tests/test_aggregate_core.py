@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvsim.aggregate_core as aggregate_module
+import kvsim.aggregate_preemption as preemption_module
 import kvsim.engine as engine_module
 from kvsim.aggregate_core import _next_release, _released_first
 from kvsim.config import config_from_dict
@@ -126,10 +127,10 @@ def test_the_preempting_cases_preempt(name) -> None:
 
 def test_the_small_budget_case_preempts_on_both_paths(monkeypatch) -> None:
     # where the token budget holds every running request the core preempts without flushing
-    # the cohort (_preempt_for_step); where it ends first, in the exact pass (_exact_running):
+    # the cohort (preempt_for_step); where it ends first, in the exact pass (exact_running):
     # the case's tables above are only a check of both if it takes both
     preempted = {"cohort kept": 0, "exact pass": 0}
-    kept, exact = aggregate_module._preempt_for_step, aggregate_module._exact_running
+    kept, exact = aggregate_module.preempt_for_step, aggregate_module.exact_running
 
     def counting_kept(*args):
         out = kept(*args)
@@ -141,8 +142,8 @@ def test_the_small_budget_case_preempts_on_both_paths(monkeypatch) -> None:
         preempted["exact pass"] += out.num_preempted
         return out
 
-    monkeypatch.setattr(aggregate_module, "_preempt_for_step", counting_kept)
-    monkeypatch.setattr(aggregate_module, "_exact_running", counting_exact)
+    monkeypatch.setattr(aggregate_module, "preempt_for_step", counting_kept)
+    monkeypatch.setattr(aggregate_module, "exact_running", counting_exact)
     simulate(CASES["preempting, small budget"])
     assert preempted["cohort kept"] > 0
     assert preempted["exact pass"] > 0
@@ -168,10 +169,10 @@ def test_a_run_declined_after_finishes_is_run_again_by_the_general_engine(
         real_restart(self)
 
     def decline(*_) -> int:
-        raise aggregate_module.NotModeledError("a preemption, in this test")
+        raise preemption_module.NotModeledError("a preemption, in this test")
 
     monkeypatch.setattr(engine_module._Progress, "restart", restart)
-    monkeypatch.setattr(aggregate_module, "_preempt", decline)
+    monkeypatch.setattr(preemption_module, "preempt", decline)
     specs = _specs([(float(t), 100, 20) for t in range(5)] + [(10.0, 500, 400)] * 30)
     cfg = _config({"kv_cache_gib": 0.5})
     finished: list[int] = []
