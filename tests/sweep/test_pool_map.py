@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from kvsim.workers import _start_context, pool_map
+from tests.hostile.test_processes import _as_from_a_shell
 
 
 def square_with_pid(x: int) -> tuple[int, int]:
@@ -44,42 +45,52 @@ def test_fork_only_without_other_threads() -> None:
         assert len({pid for _, pid in results.values()}) >= 2  # the driver and a worker ran
 
 
-def test_a_ctrl_c_while_workers_start_reaches_the_driver_afterwards() -> None:
-    # SIGINT is held (blocked), not ignored, while a submit may start workers: one sent in that
-    # window must raise in the driver once it is over, and a worker started in it never sees it
-    import signal
+# Run in a fresh interpreter: the test runner's worker has threads of its own, and a SIGINT sent
+# to its process while the main thread holds it is delivered to one of them at once.
+CTRL_C_WHILE_A_WORKER_STARTS = """
+import multiprocessing, os, signal, sys
+from kvsim.workers import _sigint_held
 
+def report_mask(queue):
+    queue.put(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+if __name__ == "__main__":
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    children: list = []
-    # Python's own Ctrl-C handler, unblocked, whatever the test runner's worker left
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
-        with pytest.raises(KeyboardInterrupt):
-            _start_worker_and_press_ctrl_c(ctx, queue, children)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    children[0].join(10)
-    assert queue.get(timeout=10) is True  # the worker inherited the blocked SIGINT
+        with _sigint_held():
+            child = ctx.Process(target=report_mask, args=(queue,))
+            child.start()
+            os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C while the worker starts
+            print("held", flush=True)  # reached only if the Ctrl-C waited
+        print("lost", flush=True)
+    except KeyboardInterrupt:
+        print("raised", flush=True)
+    child.join(10)
+    print("worker blocked" if queue.get(timeout=10) else "worker exposed", flush=True)
+"""
 
 
-def _start_worker_and_press_ctrl_c(ctx, queue, children: list) -> None:
-    import os
-    import signal
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="no fork on this platform"
+)
+def test_a_ctrl_c_while_workers_start_reaches_the_driver_afterwards(tmp_path) -> None:
+    # SIGINT is held (blocked), not ignored, while a submit may start workers: one sent in that
+    # window must raise in the driver once it is over, and a worker started in it never sees it
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    from kvsim.workers import _sigint_held
-
-    with _sigint_held():
-        child = ctx.Process(target=_report_sigint_mask, args=(queue,))
-        child.start()
-        children.append(child)
-        os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C while the worker starts
-    pytest.fail("the held Ctrl-C was lost")
-
-
-def _report_sigint_mask(queue) -> None:
-    import signal
-
-    queue.put(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(CTRL_C_WHILE_A_WORKER_STARTS)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        preexec_fn=_as_from_a_shell,
+    )
+    assert done.stdout.split() == ["held", "raised", "worker", "blocked"], done.stderr
