@@ -436,11 +436,12 @@ def prepare_requests(
     requests = requests_for(config) if requests is None else fresh_requests(requests)
     if config.engine_args.engine == "vllm-v1":
         requests = fan_out(requests)
-    runnable, rejected = split_runnable(requests, config, allocator_from_config(config))
+    empty_pool = allocator_from_config(config)
+    runnable, rejected = split_runnable(requests, config, empty_pool)
     if rejected.count:
         fail = strict or not runnable
         message = rejected.message(
-            len(requests), config.max_model_len, config.capacity_tokens, skipped=not fail
+            len(requests), config.max_model_len, empty_pool.usable_capacity_tokens, skipped=not fail
         )
         if fail:
             raise ValueError(message)

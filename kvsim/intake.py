@@ -115,9 +115,11 @@ class Rejected:
         }
 
     def message(
-        self, total: int, max_model_len: int, capacity_tokens: int, *, skipped: bool = True
+        self, total: int, max_model_len: int, usable_tokens: int, *, skipped: bool = True
     ) -> str:
-        """One line naming how many requests cannot run, why, and the first of each kind."""
+        """One line naming how many requests cannot run, why, the first of each kind, and what
+        would let them run (``usable_tokens``: the slots requests can hold in the empty pool,
+        ``Allocator.usable_capacity_tokens``)."""
         parts = []
         if self.max_model_len:
             r = self.max_model_len[0]
@@ -129,7 +131,7 @@ class Rejected:
         if self.kv_pool:
             r = self.kv_pool[0]
             parts.append(
-                f"{len(self.kv_pool)} whose KV the empty pool of {capacity_tokens:,} slots "
+                f"{len(self.kv_pool)} whose KV the empty pool's {usable_tokens:,} usable slots "
                 f"cannot hold (first: request {r.req_id}, {r.num_seqs} sequence(s) of "
                 f"{r.final_tokens:,} tokens)"
             )
@@ -139,11 +141,18 @@ class Rejected:
                     f"watermark free (cache.watermark = {self.watermark:g} of the blocks, "
                     "vLLM v0's BlockSpaceManager; lower cache.watermark or raise the KV budget)"
                 )
+        fixes = []
+        if self.max_model_len:
+            fixes.append("raise scheduler.max_model_len")
+        if len(self.kv_pool) > self.num_watermark_only:
+            fixes.append("raise the KV budget")
+        advice = ", ".join(fixes) + ("," if len(fixes) > 1 else "")
+        advice = f"{advice} or filter the workload" if fixes else "filter the workload"
         return (
             f"{self.count:,} of {total:,} requests cannot run"
             + (" and are skipped: " if skipped else ": ")
             + "; ".join(parts)
-            + " (raise scheduler.max_model_len or the KV budget, or filter the workload)"
+            + f" ({advice})"
         )
 
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.config import config_from_dict, set_dotted
+from kvsim.config.memory import pool_tokens_for_request
 from kvsim.experiment import Point, check_name
 from kvsim.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
 from kvsim.textfile import read_toml
@@ -314,15 +315,15 @@ def knob_bracket(
 ) -> dict[str, float]:
     """The default bracket the base config's hardware allows for a KV-budget knob
     (``cache.kv_cache_gib`` or ``cache.kv_cache_bytes``): from the KV one ``max_model_len``
-    request needs to what the GPU holds beside the weights (``{}`` for other knobs or an invalid
-    base; ``varied`` as ``Plan.varied``)."""
+    request needs (whole blocks, and vLLM v1's null block) to what the GPU holds beside the
+    weights (``{}`` for other knobs or an invalid base; ``varied`` as ``Plan.varied``)."""
     if field_name not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
         return {}
     try:
         config = config_from_dict(json.loads(json.dumps(base)), varied=varied)
     except ValueError:
         return {}
-    need = config.bytes_per_token * config.max_model_len
+    need = config.bytes_per_token * pool_tokens_for_request(config, config.max_model_len)
     room = config.gpu.memory_bytes - config.weight_bytes_per_gpu
     if field_name == "cache.kv_cache_bytes":
         return {"lo": need, "hi": room} if 0 < need < room else {}

@@ -278,3 +278,36 @@ def test_a_bad_value_in_a_config_file_names_the_file(tmp_path):
     with pytest.raises(ValueError, match="block_size_tokens") as err:  # the override's fault
         load_config(tmp_path / "c.toml", {"cache.block_size_tokens": -1})
     assert str(err.value).startswith("cache.block_size_tokens:")
+
+
+LLAMA_SMALL = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "workload": {"num_requests": 5}}
+
+
+def test_the_longest_request_a_paged_pool_holds_leaves_out_v1s_null_block():
+    # Llama-3.1-8B keeps 128 KiB of KV per token, so 0.5 GiB hold 4,096 slots: 256 blocks of 16.
+    # vLLM v1 reserves block 0 (the null block), so a request can hold 255 x 16 = 4,080 tokens;
+    # vLLM v0 has no null block: 4,096.
+    half = {**LLAMA_SMALL, "cache": {"kv_cache_gib": 0.5}}
+    with pytest.raises(ValueError, match=r"requests can hold 4,080 .*at most 4,080 or raise"):
+        config_from_dict({**half, "scheduler": {"max_model_len": 4096}})
+    assert config_from_dict({**half, "scheduler": {"max_model_len": 4080}}).max_model_len == 4080
+    v0 = {"engine": "vllm-v0", "max_model_len": 4096}
+    assert config_from_dict({**half, "scheduler": v0}).capacity_tokens == 4096
+    slabs = {"kv_cache_gib": 0.5, "allocator": "first_fit"}  # a slab may take the whole pool
+    assert config_from_dict({**half, "cache": slabs, "scheduler": {"max_model_len": 4096}})
+
+
+def test_a_derived_budget_short_only_by_the_null_block_says_so():
+    # a utilisation leaving 4,100 slots for KV: 256 whole blocks, 255 usable under v1
+    probe = config_from_dict({**LLAMA_SMALL, "scheduler": {"max_model_len": 2048}})
+    left = 4100 * probe.bytes_per_token
+    memory = probe.gpu.memory_bytes
+    util = (probe.weight_bytes_per_gpu + probe.cache.activation_headroom_bytes + left) / memory
+    with pytest.raises(ValueError, match=r"its 4,100 slots hold one request of at most 4,080"):
+        config_from_dict(
+            {
+                **LLAMA_SMALL,
+                "cache": {"gpu_memory_utilization": util},
+                "scheduler": {"max_model_len": 4096},
+            }
+        )

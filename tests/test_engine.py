@@ -181,6 +181,21 @@ def test_requests_that_cannot_run_are_counted_named_and_skipped(caplog):
         simulate(tiny_config(), reqs[:2], strict=True)
 
 
+def test_the_advice_for_requests_that_cannot_run_fits_their_reason():
+    from kvsim.intake import Rejected
+
+    long, wide = Request(0, 0.0, 10, 10, 10), Request(1, 0.0, 3, 4, 4)
+    only_long = Rejected(max_model_len=[long]).message(2, 17, 32)
+    assert only_long.endswith("(raise scheduler.max_model_len or filter the workload)")
+    only_pool = Rejected(kv_pool=[wide]).message(2, 17, 32)
+    assert "the empty pool's 32 usable slots cannot hold" in only_pool
+    assert only_pool.endswith("(raise the KV budget or filter the workload)")
+    both = Rejected(max_model_len=[long], kv_pool=[wide]).message(2, 17, 32)
+    assert both.endswith(
+        "(raise scheduler.max_model_len, raise the KV budget, or filter the workload)"
+    )
+
+
 def test_results_round_trip(tmp_path):
     cfg = config_from_dict({"workload": {"num_requests": 50}})
     res = simulate(cfg)

@@ -51,7 +51,8 @@ def check_memory(config: SimConfig) -> None:
     else:
         usable = cache.gpu_memory_utilization * gpu.memory_bytes
         left = usable - weights - cache.activation_headroom_bytes
-        if left < config.bytes_per_token * config.max_model_len:
+        slots = max(0, int(left // config.bytes_per_token))
+        if request_limit_tokens(config, slots) < config.max_model_len:
             raise ValueError(_derived_budget_message(config, where, usable, left))
     if config.capacity_tokens < 2:
         field = (
@@ -66,13 +67,46 @@ def check_memory(config: SimConfig) -> None:
             f"{config.capacity_tokens} tokens of {config.bytes_per_token:,} bytes ({where}); "
             "raise it"
         )
-    if config.capacity_tokens < config.max_model_len:
+    limit = request_limit_tokens(config, config.capacity_tokens)
+    if limit < config.max_model_len:
         raise ValueError(
             f"scheduler.max_model_len: one request of {config.max_model_len:,} tokens needs "
             f"{_gib(config.max_model_len * config.bytes_per_token)} of KV but the pool holds "
-            f"{config.capacity_tokens:,} tokens ({_gib(config.kv_cache_bytes)}, {where}); lower "
-            f"scheduler.max_model_len to at most {config.capacity_tokens:,} or raise the KV budget"
+            f"{config.capacity_tokens:,} tokens ({_gib(config.kv_cache_bytes)}, {where})"
+            f"{_limit_note(config, limit)}; lower scheduler.max_model_len to at most {limit:,} or "
+            "raise the KV budget"
         )
+
+
+def request_limit_tokens(config: SimConfig, capacity_tokens: int) -> int:
+    """Tokens one request can hold in an empty pool of ``capacity_tokens`` slots: a paged pool's
+    whole blocks less vLLM v1's null block (block 0, which no request ever holds: vLLM
+    ``BlockPool``), the whole pool otherwise (slab reservations are checked by
+    ``check_pool_shape``). A paged pool without one usable block counts whole here: that is
+    ``kvsim.config.sim``'s block-size error, which names the block size."""
+    cache = config.cache
+    if cache.allocator != "paged":
+        return capacity_tokens
+    blocks = capacity_tokens // cache.block_size_tokens - config.engine_args.reserve_null_block
+    return blocks * cache.block_size_tokens if blocks > 0 else capacity_tokens
+
+
+def pool_tokens_for_request(config: SimConfig, num_tokens: int) -> int:
+    """The smallest pool, in slots, whose ``request_limit_tokens`` is at least ``num_tokens``."""
+    cache = config.cache
+    if cache.allocator != "paged":
+        return num_tokens
+    b = cache.block_size_tokens
+    return (-(num_tokens // -b) + config.engine_args.reserve_null_block) * b
+
+
+def _limit_note(config: SimConfig, limit: int) -> str:
+    """How a paged pool's request limit falls short of its slots (empty when it does not)."""
+    if limit == config.capacity_tokens:
+        return ""
+    b = config.cache.block_size_tokens
+    null = "; block 0 is vLLM v1's null block" if config.engine_args.reserve_null_block else ""
+    return f", of which requests can hold {limit:,} ({limit // b:,} blocks of {b} tokens{null})"
 
 
 def _derived_budget_message(config: SimConfig, where: str, usable: float, left: float) -> str:
@@ -92,11 +126,17 @@ def _derived_budget_message(config: SimConfig, where: str, usable: float, left: 
             f"{_gib(weights + cache.activation_headroom_bytes - usable)}"
         )
     else:
-        fits = max(0, int(left // config.bytes_per_token))
+        slots = max(0, int(left // config.bytes_per_token))
+        fits = request_limit_tokens(config, slots)
         short = (
             f"KV is short by {_gib(need_kv - left)} for one max_model_len = "
-            f"{config.max_model_len:,} request; lower scheduler.max_model_len to at most {fits:,}"
-        )
+            f"{config.max_model_len:,} request"
+            if need_kv > left
+            else f"its {slots:,} slots hold one request of at most {fits:,} tokens, fewer than "
+            f"max_model_len = {config.max_model_len:,} (whole blocks of "
+            f"{config.cache.block_size_tokens}"
+            + (", less vLLM v1's null block)" if config.engine_args.reserve_null_block else ")")
+        ) + f"; lower scheduler.max_model_len to at most {fits:,}"
     tp = smallest_fitting_tp(config)
     advice = (
         f"; parallel.tensor_parallel_size = {tp} fits"

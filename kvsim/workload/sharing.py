@@ -8,10 +8,14 @@ equal and nothing else does.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from kvsim.request import Request
+from kvsim.say_once import warn_once
 from kvsim.workload.spec import WorkloadSpec
+
+logger = logging.getLogger(__name__)
 
 
 def apply_sharing(spec: WorkloadSpec, requests: list[Request], max_model_len: int) -> list[Request]:
@@ -94,6 +98,19 @@ def _conversations(
                 _Turn(start + t * spec.turn_gap_s, conv, t, row.prompt_tokens, out, prompt)
             )
             prompt += out
+    if len(turns) < len(requests):  # (the same message for every point of a sweep alike)
+        warn_once(
+            logger,
+            "workload.num_turns = %d: %d of %d turns are not generated because their "
+            "conversation's context (prompt + earlier turns and answers) passes max_model_len = "
+            "%s, so the run has %d requests, not workload.num_requests = %d",
+            spec.num_turns,
+            len(requests) - len(turns),
+            len(requests),
+            f"{max_model_len:,}",
+            len(turns),
+            len(requests),
+        )
     turns.sort(key=lambda x: (x.arrival_time_s, x.conv, x.turn))
     ids = {(x.conv, x.turn): i for i, x in enumerate(turns)}
     out_reqs: list[Request] = []

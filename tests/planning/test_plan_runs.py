@@ -248,7 +248,7 @@ def test_a_warning_every_point_gives_is_said_once_per_plan(
     assert said == [
         "1 of 21 requests cannot run and are skipped: 1 longer than max_model_len = 2,048 "
         "(first: request 0, prompt 3,000 + output 10 tokens) (raise scheduler.max_model_len "
-        "or the KV budget, or filter the workload)"
+        "or filter the workload)"
     ]
 
 

@@ -193,3 +193,14 @@ def test_an_unknown_knob_names_the_knobs_with_ranges() -> None:
     # any field with an explicit range is accepted
     plan = planning.plan_from_dict("p", {}, {**question, "lo": 1.0, "hi": 4.0})
     assert (plan.lo, plan.hi) == (1.0, 4.0)
+
+
+def test_the_kv_budget_bracket_starts_where_one_longest_request_fits():
+    from kvsim.planning import knob_bracket
+
+    # Llama-3.1-8B: 128 KiB of KV per token. One 4,096-token request takes 256 blocks of 16
+    # and vLLM v1 keeps block 0 as its null block: 257 x 16 x 128 KiB = 0.50195 GiB -> 0.51
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 4096}}
+    assert knob_bracket("cache.kv_cache_gib", base)["lo"] == 0.51
+    v0 = {**base, "scheduler": {"max_model_len": 4096, "engine": "vllm-v0"}}
+    assert knob_bracket("cache.kv_cache_gib", v0)["lo"] == 0.5  # no null block: 256 blocks

@@ -189,3 +189,23 @@ def test_user_file_replay_and_slicing(tmp_path) -> None:
     reqs = _gen(spec)
     # Row (2, 9) fails min_prompt_tokens=3; the first three kept rows remain, in file order.
     assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(5, 6), (7, 1), (8, 3)]
+
+
+def test_turns_past_the_context_are_counted_in_a_warning(caplog, monkeypatch) -> None:
+    from kvsim import say_once
+
+    monkeypatch.setattr(say_once, "SAID", set())
+    # fixed 300-token messages and 200-token answers, 4 turns, max_model_len 1,000: turn k's
+    # prompt is 300 + 500 k tokens, so turn 0 (300) and turn 1 (800) fit, turns 2-3 do not
+    spec = WorkloadSpec(
+        lengths="fixed",
+        fixed_prompt_tokens=300,
+        fixed_output_tokens=200,
+        num_requests=8,
+        num_turns=4,
+    )
+    with caplog.at_level("WARNING"):
+        reqs = _gen(spec, max_model_len=1000)
+    assert len(reqs) == 4  # two conversations of two turns
+    assert "4 of 8 turns are not generated" in caplog.text
+    assert "the run has 4 requests, not workload.num_requests = 8" in caplog.text
