@@ -459,6 +459,7 @@ def simulate(
     on_start: Callable[[int], None] | None = None,
     map_at_s: Sequence[float] = (),
     map_every_s: float | None = None,
+    map_max_frames: int | None = None,
     lazy_decodes: bool = True,
     aggregate_core: bool = True,
 ) -> Results:
@@ -474,6 +475,8 @@ def simulate(
         on_start: called with the number of requests that will run, before the run (progress).
         map_at_s: simulated moments at which to capture the physical memory map.
         map_every_s: also capture it every this many simulated seconds.
+        map_max_frames: keep at most this many of those periodic frames (``FrameRecorder``: the
+            period doubles as the run goes on).
         lazy_decodes: the engine's fast path (``Engine``); ``False`` gives the same results
             handling every running request at every step (and never uses the aggregate core).
         aggregate_core: run ``kvsim.aggregate_core`` where it models the run (``vllm-v1`` on
@@ -490,7 +493,9 @@ def simulate(
     runnable, rejected = prepare_requests(config, requests, strict=strict)
     if on_start is not None:
         on_start(len(runnable))
-    frames = FrameRecorder(map_at_s, map_every_s) if map_at_s or map_every_s else None
+    frames = (
+        FrameRecorder(map_at_s, map_every_s, map_max_frames) if map_at_s or map_every_s else None
+    )
     engine: Engine | AggregateCore | None = None
     progress = _Progress(on_finish)
     if frames is None and lazy_decodes and aggregate_core:

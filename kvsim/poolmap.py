@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.allocators.slab import SlabAllocator
@@ -55,7 +56,7 @@ def ownership_rows(allocator: Any, tokens: dict[int, int]) -> list[tuple[int, in
             for i, block_id in enumerate(table):
                 if block_id not in seen:  # a block shared by sequences or requests: once
                     seen.add(block_id)
-                    rows.append((req_id, block_id * b, b, int(np.clip(n - i * b, 0, b))))
+                    rows.append((req_id, block_id * b, b, min(max(n - i * b, 0), b)))
     elif isinstance(allocator, SlabAllocator):
         for req_id in sorted(tokens):
             for start, size in allocator.slabs_of(req_id):
@@ -79,22 +80,43 @@ def has_map(allocator: Any) -> bool:
     return isinstance(allocator, PagedAllocator | SlabAllocator)
 
 
+_SKIP = -1  # a periodic moment thinned out after it fell due
+
+
 class FrameRecorder:
     """Collects memory-map frames while the engine runs (see the module docstring).
 
     Args:
-        at_s: moments to capture, simulated seconds.
+        at_s: moments to capture, simulated seconds (always kept).
         every_s: also capture every this many seconds from 0 until the run ends.
+        max_every_frames: keep at most this many of the periodic frames: past it, every other
+            one is dropped and the period doubles, so a long run keeps between half and all of
+            this many, evenly spaced over the whole run (``None``: no bound).
+
+    Raises:
+        ValueError: ``every_s`` not positive, or ``max_every_frames`` below 2.
     """
 
-    def __init__(self, at_s: Sequence[float] = (), every_s: float | None = None) -> None:
+    def __init__(
+        self,
+        at_s: Sequence[float] = (),
+        every_s: float | None = None,
+        max_every_frames: int | None = None,
+    ) -> None:
         if every_s is not None and not every_s > 0:
             raise ValueError(f"map_every_s: must be > 0 seconds, got {every_s}")
+        if max_every_frames is not None and max_every_frames < 2:
+            raise ValueError(f"map_max_frames: must be >= 2, got {max_every_frames}")
         self.pending = sorted(float(t) for t in at_s)
         self.every_s = every_s
+        self.max_every_frames = max_every_frames
         self._next_every = 0.0 if every_s is not None else None
-        self.rows: list[tuple[int, ...]] = []
-        self.meta: list[tuple[Any, ...]] = []
+        self._next_index = 0  # index of _next_every on the periodic grid
+        self._index_of: dict[float, int] = {}  # periodic moments due, not yet captured
+        # per frame: periodic index (None: an at_s moment), its rows int64[n, 4] by start slot,
+        # and its meta after the frame number
+        self._frames: list[tuple[int | None, npt.NDArray[np.int64], tuple[Any, ...]]] = []
+        self._num_every = 0
 
     def next_time(self) -> float | None:
         """The next moment to capture, or ``None``."""
@@ -109,10 +131,13 @@ class FrameRecorder:
         while self.pending and self.pending[0] < until_s:
             due.append(self.pending.pop(0))
         while self._next_every is not None and self._next_every < until_s:
+            if self._next_every not in due:  # (an at_s moment on the grid is kept as such)
+                self._index_of[self._next_every] = self._next_index
             due.append(self._next_every)
             assert self.every_s is not None
             self._next_every += self.every_s
-        return sorted(due)
+            self._next_index += 1
+        return sorted(set(due))
 
     def capture(
         self,
@@ -124,14 +149,46 @@ class FrameRecorder:
         head_need_slots: int,
     ) -> None:
         """Record the pool at ``time_s`` (``tokens``: req_id -> token states then)."""
-        frame = len(self.meta)
-        self.rows.extend((frame, *row) for row in ownership_rows(allocator, tokens))
-        self.meta.append((frame, time_s, num_running, len(waiting), head_need_slots, list(waiting)))
+        index = self._index_of.pop(time_s, None)
+        if index == _SKIP:
+            return
+        rows = np.array(ownership_rows(allocator, tokens), dtype=np.int64).reshape(-1, 4)
+        rows = rows[np.argsort(rows[:, 1], kind="stable")]  # by start slot (each slot once)
+        meta = (time_s, num_running, len(waiting), head_need_slots, list(waiting))
+        self._frames.append((index, rows, meta))
+        if index is not None:
+            self._num_every += 1
+            if self.max_every_frames is not None and self._num_every > self.max_every_frames:
+                self._thin()
+
+    def _thin(self) -> None:
+        """Drop the periodic frames at odd grid indices and double the period."""
+        assert self.every_s is not None
+        assert self._next_every is not None
+        kept = [f for f in self._frames if f[0] is None or f[0] % 2 == 0]
+        self._frames = [(None if i is None else i // 2, r, m) for i, r, m in kept]
+        self._num_every = sum(f[0] is not None for f in self._frames)
+        if self._next_index % 2:  # the next moment would be an odd one: skip to the even one
+            self._next_every += self.every_s
+            self._next_index += 1
+        self._next_index //= 2
+        self.every_s *= 2
+        # moments already due but not captured yet: the odd ones are skipped when they come
+        self._index_of = {t: i // 2 if i % 2 == 0 else _SKIP for t, i in self._index_of.items()}
 
     def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``(mapframes, frames)`` tables (``MAPFRAME_COLUMNS``, ``FRAME_COLUMNS``)."""
         import pandas as pd  # only when a map is asked for
 
-        rows = pd.DataFrame(self.rows, columns=list(MAPFRAME_COLUMNS), dtype=np.int64)
-        meta = pd.DataFrame(self.meta, columns=list(FRAME_COLUMNS))
-        return rows.sort_values(["frame", "start_slot"], ignore_index=True), meta
+        columns = list(MAPFRAME_COLUMNS)
+        parts = [
+            np.column_stack([np.full(len(rows), frame, np.int64), rows])
+            for frame, (_, rows, _) in enumerate(self._frames)
+        ]
+        data = np.concatenate(parts) if parts else np.empty((0, len(columns)), np.int64)
+        rows = pd.DataFrame(data, columns=columns)  # frames in order, each by start slot
+        meta = pd.DataFrame(
+            [(frame, *m) for frame, (_, _, m) in enumerate(self._frames)],
+            columns=list(FRAME_COLUMNS),
+        )
+        return rows, meta

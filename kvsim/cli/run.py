@@ -31,7 +31,8 @@ def run(
         int,
         typer.Option(
             min=0,
-            help="Memory-map frames captured over the arrivals, written with --out (0: none).",
+            help="Memory-map frames over the arrivals, written with --out (0: none); a run "
+            "that goes on after them keeps at most twice as many over its whole length.",
         ),
     ] = 200,
 ) -> None:
@@ -70,6 +71,7 @@ def run(
                 strict=strict,
                 on_start=start,
                 map_every_s=every,
+                map_max_frames=2 * map_frames if every is not None else None,
             )
         console.print(summary_table(results.summary, run_title(cfg, len(requests))))
         if out is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from kvsim.allocators.contiguous import FirstFitAllocator
 from kvsim.allocators.paged import PagedAllocator
@@ -136,3 +137,34 @@ def test_frames_taken_during_the_run_match_its_tokens() -> None:
     plain = simulate(config)
     assert plain.summary["num_steps"] == res.summary["num_steps"]
     pd.testing.assert_frame_equal(plain.requests, res.requests)
+
+
+def test_periodic_frames_thin_out_to_stay_within_their_bound() -> None:
+    from kvsim.poolmap import FrameRecorder
+
+    # every 1 s, at most 4 kept: 0 1 2 3 4 -> a fifth keeps 0 2 4 (period 2); 6 8 -> 0 4 8
+    # (period 4); 12 16 -> 0 8 16 (period 8); the next would be 24, past the run's 20.5 s
+    pool = PagedAllocator(capacity_tokens=64, block_size_tokens=16)
+    recorder = FrameRecorder(every_s=1.0, max_every_frames=4)
+    for until in np.arange(0.5, 21.0, 0.5):
+        for t in recorder.pop_due(float(until)):
+            recorder.capture(t, pool, {}, 0, [], 0)
+    _, frames = recorder.frames()
+    assert frames["time_s"].tolist() == [0.0, 8.0, 16.0]
+    assert frames["frame"].tolist() == [0, 1, 2]
+    assert recorder.next_time() == 24.0
+
+
+def test_a_long_drain_keeps_the_frames_bounded() -> None:
+    # 40 requests arrive in about 10 s on a small pool and drain for much longer: 10 frames over
+    # the arrivals, at most 20 over the run (unbounded, the period would give one per 0.25 s)
+    config = config_from_dict(
+        {"cache": {"kv_cache_gib": 2}, "workload": {"rate_per_s": 4.0, "num_requests": 40}}
+    )
+    res = simulate(config, map_every_s=0.25, map_max_frames=20)
+    assert res.frames is not None
+    assert 10 <= len(res.frames) <= 20
+    assert res.frames["time_s"].iloc[-1] >= res.summary["duration_s"] / 2  # the whole run
+    plain = simulate(config).summary  # frames cut spans: sums may differ in their last bits
+    assert res.summary["num_steps"] == plain["num_steps"]
+    assert res.summary["duration_s"] == pytest.approx(plain["duration_s"], rel=1e-12)
