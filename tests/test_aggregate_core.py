@@ -55,7 +55,9 @@ CASES = {
     "prefix caching": _config({"enable_prefix_caching": True}),
     # 4,096 slots hold two 1,800-token requests: the third waits, blocked on KV
     "head blocked on KV": _config(
-        {"kv_cache_gib": 0.5}, None, {**FIXED, "rate_per_s": 5.0, "num_requests": 40}
+        {"kv_cache_gib": 0.5},
+        {"max_model_len": 2048},  # (one 4,096-token request would not fit beside the null block)
+        {**FIXED, "rate_per_s": 5.0, "num_requests": 40},
     ),
     # 0.6 GiB hold 4,915 slots for some 40 requests of ~1,150 tokens: v1 preempts (recompute);
     # with prefix caching the preempted requests hit their own blocks and some are evicted
@@ -174,7 +176,7 @@ def test_a_run_declined_after_finishes_is_run_again_by_the_general_engine(
     monkeypatch.setattr(engine_module._Progress, "restart", restart)
     monkeypatch.setattr(preemption_module, "preempt", decline)
     specs = _specs([(float(t), 100, 20) for t in range(5)] + [(10.0, 500, 400)] * 30)
-    cfg = _config({"kv_cache_gib": 0.5})
+    cfg = _config({"kv_cache_gib": 0.5}, {"max_model_len": 2048})
     finished: list[int] = []
     result = simulate(cfg, specs, on_finish=finished.append)
     assert cores_run == [False]
