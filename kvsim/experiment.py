@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvsim.config import SimConfig, config_from_dict, set_dotted
+from kvsim.config import SimConfig, apply_overrides, config_from_dict
 from kvsim.limits import MAX_POINTS, MAX_TIME_S
 from kvsim.textfile import read_toml
 from kvsim.workload import workloads_dir
@@ -113,9 +113,7 @@ class Experiment:
             labels = axis.get(LABEL, [])
             if label in labels:
                 i = labels.index(label)
-                for dotted, values in axis.items():
-                    if dotted != LABEL:
-                        set_dotted(data, dotted, values[i])
+                apply_overrides(data, {k: v[i] for k, v in axis.items() if k != LABEL})
                 return data
         known = [v for axis in self.zips for v in axis.get(LABEL, [])]
         raise ValueError(f"{self.name}: no point labelled {label!r}; labels: {known}")
@@ -148,8 +146,7 @@ def make_point(
     """Validate one point's config; a bad config gives a ``Point`` with ``error`` set."""
     data = json.loads(json.dumps(base))
     try:
-        for dotted, value in {**overrides, **extra}.items():  # quick runs shrink every point
-            set_dotted(data, dotted, value)
+        apply_overrides(data, {**overrides, **extra})  # quick runs shrink every point
         resolve_workload_preset(data)
         config = config_from_dict(data, varied=[*overrides, *extra])
     except (ValueError, FileNotFoundError) as err:

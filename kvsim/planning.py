@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from kvsim.config import config_from_dict, set_dotted
+from kvsim.config import apply_overrides, config_from_dict
 from kvsim.config.memory import pool_tokens_for_request
 from kvsim.experiment import Point, check_name
 from kvsim.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
@@ -49,10 +50,24 @@ _MISSING_DATA = "DataNotFoundError: "  # how a worker reports a missing trace fi
 
 @dataclass(frozen=True)
 class Target:
-    """``metric <= bound`` on a run's summary (a NaN metric fails)."""
+    """``metric <= bound`` on a run's summary (a NaN metric fails).
+
+    Raises:
+        ValueError: the bound is not finite, or is negative for a ``target_metrics`` metric
+            (none is ever negative, so no run could meet it).
+    """
 
     metric: str
     bound: float
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.bound):
+            raise ValueError(f"{self.metric}: expected a finite bound, got {self.bound}")
+        if self.bound < 0 and self.metric in target_metrics():
+            raise ValueError(
+                f"{self.metric} <= {self.bound:g}: no run can meet it ({self.metric} is a "
+                "latency, count or fraction, never negative); give a bound >= 0"
+            )
 
     def met(self, summary: dict[str, Any]) -> bool:
         value = summary.get(self.metric)
@@ -65,14 +80,27 @@ class Target:
 
     @classmethod
     def parse(cls, text: str) -> Target:
-        """``"time_to_first_token_seconds_p99<=2"`` -> ``Target``.
+        """``"time_to_first_token_seconds_p99<=2"`` -> ``Target``. Only ``<=`` is a target: a
+        strict ``<`` or a lower bound (``>``, ``>=``) is refused, not read as another bound.
 
         Raises:
-            ValueError: not ``METRIC<=NUMBER``.
+            ValueError: not ``METRIC<=NUMBER`` (naming the operator given), or a bound no run
+                can meet (see the class).
         """
-        name, sep, bound = text.replace(" ", "").partition("<=")
-        if not sep:
-            name, sep, bound = text.replace(" ", "").partition("<")
+        compact = text.replace(" ", "")
+        name, sep, bound = compact.partition("<=")
+        operator = re.search(r"[<>=!]+", compact)
+        if not sep and operator is not None:
+            op = operator.group()
+            left, right = compact[: operator.start()], compact[operator.end() :]
+            why = (
+                f"a strict bound is not supported: write {left}<={right}"
+                if op == "<"
+                else "a target is an upper bound the metric must not exceed"
+            )
+            raise ValueError(
+                f"--target: only <= is accepted (METRIC<=NUMBER), got {op!r} in {text!r}; {why}"
+            )
         try:
             value = float(bound)
         except ValueError:
@@ -82,7 +110,10 @@ class Target:
                 f"--target: expected METRIC<=NUMBER (e.g. time_to_first_token_seconds_p99<=2), "
                 f"got {text!r}"
             )
-        return cls(name, value)
+        try:
+            return cls(name, value)
+        except ValueError as err:
+            raise ValueError(f"--target: {err}") from None
 
 
 @dataclass(frozen=True)
@@ -202,8 +233,8 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
         if key in data and not isinstance(data[key], str):
             raise ValueError(f"{path}: {key} must be a string, got {data[key]!r}")
     base = experiment_base(data, str(path)) if "experiment" in data else dict(data.get("base", {}))
-    for dotted, value in {**data.get("set", {}), **(overrides or {})}.items():
-        set_dotted(base, dotted, value)
+    apply_overrides(base, data.get("set", {}))
+    apply_overrides(base, overrides or {})  # the later layer: its tables replace [set]'s fields
     asked = {k: v for k, v in question.items() if v is not None}
     in_file = dict(data.get("question", {}))
     if asked.get("field", in_file.get("field")) != in_file.get("field"):

@@ -148,3 +148,59 @@ def test_data_list_without_a_data_folder_says_where_it_looked(monkeypatch, tmp_p
     result = runner.invoke(app, ["data", "list"])
     assert result.exit_code == 0, result.output
     assert f"none found (looked in KVSIM_DATA={missing} (not a directory))" in result.output
+
+
+def test_set_of_a_preset_applies_before_its_fields_in_any_order(tmp_path):
+    # --set workload.num_requests=... before --set workload=sharegpt_like ran the preset's 1,000
+    config = tmp_path / "some.toml"
+    config.write_text("[cache]\nkv_cache_gib = 2.0\n")
+    fields = ["--set", "workload.num_requests=5", "--set", "workload.rate_per_s=100"]
+    preset = ["--set", "workload=sharegpt_like"]
+    for i, sets in enumerate(([*fields, *preset], [*preset, *fields])):
+        out = tmp_path / f"out{i}"
+        args = ["run", str(config), *sets, "--out", str(out), "--no-progress", "--map-frames", "0"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        workload = json.loads((out / "config.json").read_text())["workload"]
+        assert (workload["num_requests"], workload["rate_per_s"]) == (5, 100)
+        assert workload["lengths"] == "sharegpt_like"
+        assert json.loads((out / "summary.json").read_text())["num_requests"] == 5
+
+
+def test_an_error_an_override_causes_names_the_override_not_the_file(tmp_path):
+    config = tmp_path / "base.toml"
+    config.write_text("[scheduler]\nmax_num_seqs = 1024\n")
+    result = runner.invoke(
+        app, ["run", str(config), "--set", "scheduler.max_num_batched_tokens=512"]
+    )
+    assert result.exit_code == 2
+    error = " ".join(result.output.split())
+    assert error.startswith(
+        f"error: {config} with --set scheduler.max_num_batched_tokens=512: "
+        "scheduler.max_num_batched_tokens (512) must be >= max_num_seqs (1024)"
+    )
+
+
+def test_two_pairs_after_one_set_say_each_needs_its_own_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", "--set", "seed=1", "cache.kv_cache_gib=4"])
+    assert result.exit_code == 2
+    error = " ".join(result.output.split())
+    assert "'cache.kv_cache_gib=4' is no file but reads as a KEY=VALUE override" in error
+    assert "each override needs its own --set" in error
+    assert "Traceback" not in result.output
+    # a config file whose name reads as KEY=VALUE is still a config file
+    (tmp_path / "kv=4.toml").write_text("[workload]\nnum_requests = 3\n")
+    result = runner.invoke(app, ["run", "kv=4.toml", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "3 requests" in result.output
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_help_is_whole_at_80_columns(command):
+    # the --set example was cut to "cache.block_size_token…" at 80 columns
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    assert "…" not in result.output
+    assert "--set" in result.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from kvsim.config import GpuSpec, ModelSpec, SimConfig, config_from_dict, load_config
@@ -278,6 +280,9 @@ def test_a_bad_value_in_a_config_file_names_the_file(tmp_path):
     with pytest.raises(ValueError, match="block_size_tokens") as err:  # the override's fault
         load_config(tmp_path / "c.toml", {"cache.block_size_tokens": -1})
     assert str(err.value).startswith("cache.block_size_tokens:")
+    with pytest.raises(ValueError, match="block_size_tokens") as err:  # the file's, --set aside
+        load_config(tmp_path / "c.toml", {"workload.num_requests": 3})
+    assert str(err.value).startswith(f"{path}: cache.block_size_tokens:")
 
 
 LLAMA_SMALL = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "workload": {"num_requests": 5}}
@@ -311,3 +316,41 @@ def test_a_derived_budget_short_only_by_the_null_block_says_so():
                 "scheduler": {"max_model_len": 4096},
             }
         )
+
+
+def test_an_override_that_makes_a_valid_file_invalid_is_named_with_it(tmp_path):
+    # the file's max_num_seqs and the override's budget conflict: the message blamed the file
+    path = tmp_path / "base.toml"
+    path.write_text("[scheduler]\nmax_num_seqs = 1024\n")
+    overrides = {"scheduler.max_num_batched_tokens": 512, "workload.lengths": "fixed"}
+    with pytest.raises(ValueError, match="must be >= max_num_seqs") as err:
+        load_config(path, overrides)
+    assert str(err.value).startswith(
+        f"{path} with --set scheduler.max_num_batched_tokens=512: "
+        "scheduler.max_num_batched_tokens (512) must be >= max_num_seqs (1024)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "fields"),
+    [
+        ({"workload": "sharegpt_like"}, {"workload.num_requests": 50, "workload.rate_per_s": 100}),
+        ({"model": "llama-3.1-8b"}, {"model.num_layers": 2}),
+        ({"gpu": "h100-80gb"}, {"gpu.hbm_bandwidth_bytes_per_s": 1e12}),
+        ({"cost": "vllm-2023"}, {"cost.step_overhead_s": 0.01}),
+        ({"workload": {"lengths": "fixed"}}, {"workload.fixed_output_tokens": 7}),
+    ],
+)
+def test_a_table_override_applies_before_its_fields_in_any_order(table, fields):
+    # workload.num_requests=50 given before workload=sharegpt_like was dropped by the preset
+    given = copy.deepcopy(table)
+    after = config_from_dict({}, {**table, **fields})
+    before = config_from_dict({}, {**fields, **table})
+    assert table == given  # the caller's table did not gain the field set under it
+    assert before == after
+    section = next(iter(table))
+    dumped = before.model_dump()[section]
+    for dotted, value in fields.items():
+        assert dumped[dotted.split(".", 1)[1]] == value, dotted
+    if isinstance(table[section], str):  # the preset, not the default section, under them
+        assert dumped != config_from_dict({}, fields).model_dump()[section]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -218,9 +219,34 @@ def _in_system_tree(path: Path) -> bool:
     return any(path == tree or tree in path.parents for tree in SYSTEM_TREES)
 
 
+SET_EXAMPLE = "cache.kv_cache_gib=4"  # short: the help column is about 23 characters at 80
+
+# a KEY=VALUE override: a dotted field name, then "="
+_OVERRIDE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*=.*", re.DOTALL)
+
+
+def not_an_override(value: Any) -> Any:
+    """A positional argument's callback (a config or plan path): refuse one that is no existing
+    file but reads as ``KEY=VALUE``, an override given after another under one ``--set``
+    (``--set a=1 b=2``), which would otherwise be taken for the path.
+
+    Raises:
+        typer.BadParameter: naming the value and saying each override needs its own ``--set``.
+    """
+    text = "" if value is None else str(value)
+    if _OVERRIDE.fullmatch(text) and not Path(text).exists():
+        raise typer.BadParameter(
+            f"{text!r} is no file but reads as a KEY=VALUE override: each override needs its "
+            f"own --set (--set {text})"
+        )
+    return value
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """``["cache.block_size_tokens=32"]`` -> ``{"cache.block_size_tokens": 32}`` (JSON values,
-    else the text).
+    else the text). Within the pairs, order does not matter: a whole table (``workload=NAME``)
+    is set before the fields under it (``config.apply_overrides``); a key given twice takes its
+    last value.
 
     Raises:
         ValueError: a pair without ``=`` or with an empty key.

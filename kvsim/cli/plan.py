@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvsim.cli.common import check_out_dir, console, guard, parse_overrides
+from kvsim.cli.common import check_out_dir, console, guard, not_an_override, parse_overrides
 from kvsim.labels import axis_label, metric_unit
 from kvsim.textfile import read_toml
 
@@ -67,7 +67,8 @@ def plan(
         str | None,
         typer.Argument(
             help="A shipped plan (kvsim plan --list), a plan TOML, or a SimConfig TOML "
-            "(default: the built-in config)."
+            "(default: the built-in config).",
+            callback=not_an_override,
         ),
     ] = None,
     smallest: Annotated[
@@ -76,15 +77,12 @@ def plan(
     ] = None,
     largest: Annotated[
         str | None,
-        typer.Option(help="Knob to maximise: rate (workload.rate_per_s), max_num_seqs, ..."),
+        typer.Option(help="Knob to maximise: rate, max_num_seqs, or a dotted field."),
     ] = None,
     target: Annotated[
         list[str] | None,
         typer.Option(
-            help="METRIC<=BOUND in vLLM's names, repeatable, e.g. "
-            "time_to_first_token_seconds_p99<=2, request_time_per_output_token_seconds_p95<=0.1, "
-            "e2e_request_latency_seconds_p90<=30, request_queue_time_seconds_p99<=1, "
-            "preemptions_per_request<=0.01."
+            metavar="METRIC<=BOUND", help="An upper bound, repeatable (metric names: below)."
         ),
     ] = None,
     lo: Annotated[float | None, typer.Option(help="Bracket's low end (knob units).")] = None,
@@ -94,7 +92,9 @@ def plan(
     ] = None,
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Override a config field, e.g. workload.rate_per_s=5"),
+        typer.Option(
+            "--set", metavar="KEY=VALUE", help="Override a config field, e.g. workload.rate_per_s=5"
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Results folder name (OUT/plan/NAME).")] = None,
     out: Annotated[Path, typer.Option(help="Results root.")] = Path("results"),
@@ -114,7 +114,7 @@ def plan(
     lines and the answer (OUT/plan/NAME/plan.png). A named plan answers its own question: to ask
     another (--smallest, --largest, --target) on its config, give --name for its results.
     """
-    from kvsim.config import set_dotted
+    from kvsim.config import apply_overrides
     from kvsim.planning import (
         Target,
         failure,
@@ -160,8 +160,7 @@ def plan(
                     "one --target METRIC<=BOUND, or name a plan (kvsim plan --list)"
                 )
             base = _config_table(path)
-            for dotted, value in overrides.items():
-                set_dotted(base, dotted, value)
+            apply_overrides(base, overrides)
             the_plan = plan_from_dict(
                 _default_name(question), base, question, varied=tuple(overrides)
             )
@@ -398,6 +397,15 @@ def _list_plans(console: Console) -> None:
     console.print(table)
 
 
+# the examples of --target, full width under the options (a metric name fills its column)
+TARGET_EXAMPLES = (
+    "Targets bound vLLM's metrics from above (<=), e.g. --target "
+    "time_to_first_token_seconds_p99<=2, request_time_per_output_token_seconds_p95<=0.1, "
+    "e2e_request_latency_seconds_p90<=30, request_queue_time_seconds_p99<=1, "
+    "preemptions_per_request<=0.01."
+)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``plan`` to the ``kvsim`` app."""
-    app.command("plan")(plan)
+    app.command("plan", epilog=TARGET_EXAMPLES)(plan)

@@ -7,15 +7,24 @@ from typing import Annotated
 
 import typer
 
-from kvsim.cli.common import check_out_dir, console, guard, parse_overrides
+from kvsim.cli.common import (
+    SET_EXAMPLE,
+    check_out_dir,
+    console,
+    guard,
+    not_an_override,
+    parse_overrides,
+)
 
 
 def run(
     config: Annotated[
-        Path | None, typer.Argument(help="SimConfig TOML (default: built-in).")
+        Path | None,
+        typer.Argument(help="SimConfig TOML (default: built-in).", callback=not_an_override),
     ] = None,
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="Override, e.g. cache.block_size_tokens=32")
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help=f"Override, e.g. {SET_EXAMPLE}"),
     ] = None,
     out: Annotated[
         Path | None, typer.Option(help="Results folder (parquet + summary.json).")

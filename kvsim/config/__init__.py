@@ -19,6 +19,7 @@ from kvsim.config.hardware import (
 from kvsim.config.serving import ENGINES, CacheSpec, EngineArgs, EngineName, SchedulerConfig
 from kvsim.config.sim import (
     SimConfig,
+    apply_overrides,
     config_from_dict,
     format_validation_error,
     load_config,
@@ -37,6 +38,7 @@ __all__ = [
     "ParallelConfig",
     "SchedulerConfig",
     "SimConfig",
+    "apply_overrides",
     "config_from_dict",
     "format_validation_error",
     "kv_bytes_per_token_per_gpu",

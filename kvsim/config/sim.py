@@ -7,6 +7,7 @@ Serving defaults that depend on the model or GPU are resolved into ``SimConfig.e
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -245,11 +246,13 @@ def format_validation_error(err: ValidationError) -> str:
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
-    """Load a ``SimConfig`` from TOML with dotted overrides (``{"cache.block_size_tokens": 32}``).
+    """Load a ``SimConfig`` from TOML with dotted overrides (``{"cache.block_size_tokens": 32}``,
+    as ``kvsim run --set`` gives them).
 
     Raises:
         ValueError: the file is a folder, not UTF-8, not valid TOML, or a field is invalid
-            (the message names the file or the field).
+            (the message names the file or the field, and the ``--set`` overrides when the file
+            alone is valid).
         FileNotFoundError: no such file.
     """
     data = read_toml(path)
@@ -257,9 +260,20 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
         return config_from_dict(data, overrides)
     except ValueError as err:
         message = str(err)
-        if overrides and message.split(":", 1)[0] in overrides:
-            raise  # the override's fault, not the file's
+    if not overrides:
+        raise ValueError(f"{path}: {message}")
+    try:
+        config_from_dict(data, warn=False)
+    except ValueError:
+        if message.split(":", 1)[0] in overrides:
+            raise ValueError(message) from None  # the override's fault, not the file's
         raise ValueError(f"{path}: {message}") from None
+    # the file alone is valid: the overrides made it invalid (those the message names)
+    named = {k: v for k, v in overrides.items() if k in message} or overrides
+    pairs = " ".join(
+        f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
+    )
+    raise ValueError(f"{path} with {pairs}: {message}")
 
 
 def _short(value: Any) -> str:
@@ -318,13 +332,7 @@ def config_from_dict(
     _check_plain(overrides or {}, "")
     data = json.loads(json.dumps(data))  # deep copy, plain types
     overrides = overrides or {}
-    for dotted, value in overrides.items():
-        section = dotted.split(".", 1)[0]
-        if "." in dotted and section in DEFAULT_PRESETS and section not in data:
-            # override the default's field; a Hugging Face config replaces the default model
-            replaced = f"{section}.hf_config" in overrides
-            data[section] = {} if replaced else {"preset": DEFAULT_PRESETS[section]}
-        set_dotted(data, dotted, value)
+    apply_overrides(data, overrides)
     try:
         config = SimConfig.model_validate(data)
     except ValidationError as err:
@@ -332,6 +340,29 @@ def config_from_dict(
     for message in ignored_settings(config, data, [*overrides, *varied]) if warn else ():
         warn_once(logger, message)
     return config
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Set one layer of dotted ``overrides`` (``--set``, a sweep point's values) in ``data``.
+
+    Within the layer the order given does not matter: a whole table (``workload=NAME``,
+    ``model=NAME``, a JSON table) is set before the fields under it, so a field always wins over
+    the table it is in. A field of a default section absent from ``data`` (``model.*``, ``gpu.*``)
+    edits that section's default preset; ``model.hf_config`` replaces the default model. The
+    values are copied: ``overrides`` is left as given.
+
+    Raises:
+        ValueError: as ``set_dotted``.
+    """
+    by_depth = sorted(overrides.items(), key=lambda item: str(item[0]).count("."))  # stable
+    for dotted, value in by_depth:
+        section, dot, _ = str(dotted).partition(".")
+        if dot and section in DEFAULT_PRESETS and section not in data:
+            # a field of the default model or GPU; a Hugging Face config replaces the model
+            replaced = f"{section}.hf_config" in overrides
+            data[section] = {} if replaced else {"preset": DEFAULT_PRESETS[section]}
+        # a copy: a field set later under this table must not edit the caller's
+        set_dotted(data, dotted, copy.deepcopy(value))
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -48,13 +48,12 @@ class Context:
         Raises:
             ValueError: a point failed (the message lists them).
         """
-        from kvsim.config import set_dotted
+        from kvsim.config import apply_overrides
         from kvsim.sweep import run_sweep
 
         if base:
             data = copy.deepcopy(experiment.base)  # the experiment's nested tables stay as loaded
-            for dotted, value in base.items():
-                set_dotted(data, dotted.replace("__", "."), value)
+            apply_overrides(data, {k.replace("__", "."): v for k, v in base.items()})
             experiment = dataclasses.replace(experiment, base=data)
         self.say(f"sweep {experiment.name}: {len(experiment.points(quick=self.quick))} points")
         report = run_sweep(

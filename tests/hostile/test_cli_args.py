@@ -53,6 +53,14 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
     "run_out_etc_sub": (["run", *TINY, "--out", "/etc/kvsim/x"], ["--out", "/etc/kvsim/x"]),
     "run_out_file": (["run", *TINY, "--out", "afile"], ["--out", "'afile'", "file"]),
     "run_out_under_file": (["run", *TINY, "--out", "afile/sub"], ["--out", "afile"]),
+    "run_two_pairs_one_set": (
+        ["run", "--set", "seed=1", "cache.kv_cache_gib=4"],
+        ["kvsim run", "'cache.kv_cache_gib=4'", "its own --set"],
+    ),
+    "plan_two_pairs_one_set": (
+        ["plan", "--set", "seed=1", "workload=azure_conv"],
+        ["kvsim plan", "'workload=azure_conv'", "its own --set"],
+    ),
     # sweep
     "sweep_out_root": (["sweep", "exp.toml", "--out", "/"], ["--out", "'/'"]),
     "sweep_out_file": (["sweep", "exp.toml", "--out", "afile"], ["--out", "'afile'"]),

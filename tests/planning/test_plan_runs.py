@@ -95,6 +95,15 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
         (["--smallest", "kv", "--largest", "rate", "--target", "num_preemptions<=0"], "not both"),
         (["no-such-plan"], "neither a file nor a shipped plan"),
         (
+            ["--smallest", "kv", "--target", "time_to_first_token_seconds_p99<2"],
+            "only <= is accepted (METRIC<=NUMBER), got '<'",
+        ),
+        (
+            ["--smallest", "kv", "--target", "time_to_first_token_seconds_p99<=-1"],
+            "no run can meet it",
+        ),
+        (["--set", "workload.num_requests=5", "cache.kv_cache_gib=4"], "its own --set"),
+        (
             ["--smallest", "kv", "--target", "num_preemptions<=0", "--lo", "8", "--hi", "2"],
             "need 0 < lo < hi",
         ),
@@ -302,3 +311,35 @@ def test_a_plans_set_is_a_later_layer_than_its_config(
     said = [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
     assert len(said) == 1, said
     assert said[0].startswith("cache.reservation = 'pow2' has no effect: allocator 'paged'")
+
+
+def test_a_set_table_applies_before_its_fields_in_any_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --set workload.num_requests=5 before --set workload=sharegpt_like was dropped: the preset
+    # replaced the table it had set a field in
+    import typer
+
+    from kvsim import planning
+    from kvsim.config import config_from_dict
+
+    asked: list[Plan] = []
+
+    def stop(plan: Plan, *args: object, **kwargs: object) -> None:
+        asked.append(plan)
+        raise typer.Exit(0)  # the plan's configs are under test, not its answer
+
+    monkeypatch.setattr(planning, "run_plan", stop)
+    fields = ["--set", "workload.num_requests=5", "--set", "workload.rate_per_s=100"]
+    preset = ["--set", "workload=sharegpt_like"]
+    question = ["--smallest", "kv", "--target", "num_preemptions<=0", "--out", str(tmp_path)]
+    for sets in ([*fields, *preset], [*preset, *fields]):
+        code, output = _plan_cli(*question, *sets)
+        assert code == 0, output
+        spec = asked[-1].config(8.0)
+        workload = config_from_dict(spec["data"], spec["overrides"]).workload
+        assert (workload.num_requests, workload.rate_per_s) == (5, 100.0)
+        assert workload.lengths == "sharegpt_like"
+    # a plan file's [set] is an earlier layer: the command line's table replaces its fields
+    plan = load_plan(plans_dir() / "mission-3.toml", {"cache.block_size_tokens": 32, "cache": {}})
+    assert plan.base["cache"] == {"block_size_tokens": 32}

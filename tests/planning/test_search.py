@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsim import planning
-from kvsim.planning import Plan, Target, candidates, run_plan
+from kvsim.planning import Plan, Target, candidates, plan_from_dict, run_plan
 
 METRIC = "time_to_first_token_seconds_p99"
 
@@ -149,7 +149,7 @@ def test_no_answer_when_even_the_best_end_fails(
     [
         ("time_to_first_token_seconds_p99<=2", METRIC, 2.0),
         (" e2e_request_latency_seconds_p90 <= 30.5 ", "e2e_request_latency_seconds_p90", 30.5),
-        ("preemptions_per_request<0.01", "preemptions_per_request", 0.01),
+        ("preemptions_per_request<=0", "preemptions_per_request", 0.0),
     ],
 )
 def test_target_parse(text: str, metric: str, bound: float) -> None:
@@ -160,6 +160,46 @@ def test_target_parse(text: str, metric: str, bound: float) -> None:
 def test_target_parse_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="METRIC<=NUMBER"):
         Target.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "operator"),
+    [
+        ("preemptions_per_request<0.01", "'<'"),  # was read as <= 0.01
+        ("time_to_first_token_seconds_p99 > 2", "'>'"),
+        ("time_to_first_token_seconds_p99>=2", "'>='"),
+        ("num_preemptions=0", "'='"),
+    ],
+)
+def test_target_parse_refuses_other_operators(text: str, operator: str) -> None:
+    with pytest.raises(ValueError, match=f"only <= is accepted .*got {operator}"):
+        Target.parse(text)
+
+
+def test_a_strict_bound_is_refused_with_the_target_to_write() -> None:
+    with pytest.raises(ValueError, match=r"write preemptions_per_request<=0\.01"):
+        Target.parse("preemptions_per_request<0.01")
+
+
+@pytest.mark.parametrize(
+    "metric", ["time_to_first_token_seconds_p99", "num_preemptions", "kv_cache_usage_perc"]
+)
+def test_a_negative_bound_no_run_can_meet_is_refused(metric: str) -> None:
+    with pytest.raises(ValueError, match=f"--target: {metric} <= -1: no run can meet it"):
+        Target.parse(f"{metric}<=-1")
+    with pytest.raises(ValueError, match="never negative"):
+        Target(metric, -0.001)
+    with pytest.raises(ValueError, match=r"p\.toml: .*never negative"):  # a plan file's table
+        plan_from_dict(
+            "p", {}, {"field": "cache.kv_cache_gib", "targets": {metric: -1}}, {}, "p.toml"
+        )
+    assert Target(metric, 0.0).bound == 0.0  # no preemptions at all: a bound a run can meet
+
+
+def test_a_non_finite_bound_in_a_plan_file_is_refused() -> None:
+    for bound in (math.nan, math.inf):
+        with pytest.raises(ValueError, match="expected a finite bound"):
+            plan_from_dict("p", {}, {"field": "cache.kv_cache_gib", "targets": {METRIC: bound}})
 
 
 def test_geometric_grid_spans_the_bracket_at_the_resolution() -> None:

@@ -82,6 +82,20 @@ def test_workload_preset_resolved_under_other_keys() -> None:
     assert point.config.workload.num_requests == 7  # the experiment's own key wins
 
 
+def test_a_swept_table_applies_before_the_fields_under_it() -> None:
+    # a grid axis over workload presets after one over a workload field dropped the field
+    exp = parse_experiment(
+        {
+            "base": {},
+            "grid": {"workload.num_requests": [7], "workload": ["alpaca_like", "sharegpt_like"]},
+        },
+        name="p",
+    )
+    points = exp.points()
+    assert [p.config.workload.lengths for p in points] == ["alpaca_like", "sharegpt_like"]
+    assert [p.config.workload.num_requests for p in points] == [7, 7]
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [
