@@ -144,7 +144,12 @@ def prometheus_snapshot(results: Results) -> str:
     tokens included, once per request), ``vllm:generation_tokens``, ``vllm:prompt_tokens_cached``
     and, as vLLM v0.33.0 counts them once per admitted request (preempted re-admissions apart),
     ``vllm:prefix_cache_queries`` (prompt tokens of every request when prefix caching is on, else
-    0) and ``vllm:prefix_cache_hits`` (their cached tokens).
+    0) and ``vllm:prefix_cache_hits`` (their cached tokens). Not exported, as vLLM exports no
+    such counter: the re-admissions' ``prefix_cache_preempted_queries``/``_hits`` (vLLM's
+    ``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, adds only
+    ``PrefixCacheStats.queries`` and ``hits`` to its counters) and ``num_cache_evictions`` (vLLM
+    counts no evictions; they feed only its sampled ``vllm:kv_block_*_seconds`` residency
+    histograms, behind ``--kv-cache-metrics``); both are in ``summary.json``.
 
     Gauges, after the last request finished: ``vllm:num_requests_running``,
     ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (0-1), all 0 then; the run's

@@ -34,6 +34,7 @@ METRIC_LABELS = {
 
 # metric-name fragment -> unit, checked in order
 _UNITS = (
+    ("token_utilization_perc", "%"),  # a percentage despite vLLM's _perc (0-1) suffix
     ("_pct_of_used", "% of used KV"),
     ("_seconds", "s"),
     ("_pct", "% of KV"),

@@ -124,7 +124,12 @@ def memory_shares(
             out[f"{c}_pct_of_used"] = 100.0 * means[c] / used if used > 0 else float("nan")
     usable = usable_capacity_slots or capacity_slots
     unusable = capacity_slots - usable
-    usage = (memory["allocated"] - unusable) / usable
+    # A row of a span of steps holds each column's duration-weighted mean over its steps
+    # (``MemoryRecorder.record``, ``record_span_steps``): the weights d / total add up to 1 only
+    # to the last bit, so a span full at every step can come out at capacity + 1e-12 (usage
+    # 1.0000000000000002). Every step holds between 0 and ``usable`` slots, so a row's exact
+    # usage lies in [0, 1]: the clip undoes that rounding and nothing else.
+    usage = np.clip((memory["allocated"] - unusable) / usable, 0.0, 1.0)
     out["kv_cache_usage_perc"] = float(np.dot(usage, w) / total_s)
     out["kv_cache_usage_perc_max"] = float(usage.max())
     # share of time with (nearly) no free KV: new blocks then mean preemption or waiting

@@ -33,7 +33,7 @@ from kvsim.config.memory import pool_tokens_for_request
 from kvsim.experiment import Point, check_name
 from kvsim.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
 from kvsim.textfile import read_toml
-from kvsim.units import GiB
+from kvsim.units import GiB, plural
 
 Direction = Literal["smallest", "largest"]
 _QUESTION_KEYS = frozenset(
@@ -324,21 +324,21 @@ def plan_from_dict(
 
 def target_metrics() -> list[str]:
     """Summary metrics a target may bound: each latency metric's mean/p50/p90/p95/p99 (seconds),
-    ``inter_token_latency_seconds_mean`` and the preemption and queue counts."""
+    ``inter_token_latency_seconds_mean``, and every metric the printed summary has a row for
+    (``kvsim.summary_view.SECTIONS``: KV shares and usage, scheduler and preemption counts,
+    prefix-cache hits, re-admission hits and evictions, sharing, swap, throughput). A metric
+    shown to people can be bounded, and a name no summary holds is refused as a typo (not
+    accepted, and then never met)."""
     from kvsim.metrics import LATENCY_METRICS
+    from kvsim.summary_view import SECTIONS
 
     stats = ("mean", "p50", "p90", "p95", "p99")
-    return [
+    names = [
         *(f"{m}_{s}" for m in LATENCY_METRICS for s in stats),
         "inter_token_latency_seconds_mean",
-        "preemptions_per_request",
-        "num_preemptions",
-        "num_requests_waiting_mean",
-        "num_requests_waiting_max",
-        "num_blocked_steps",
-        "kv_cache_usage_perc",
-        "kv_cache_usage_perc_max",
+        *(key for _, rows, _ in SECTIONS for key, _ in rows),
     ]
+    return list(dict.fromkeys(names))
 
 
 def knob_bracket(
@@ -582,7 +582,7 @@ def failure(plan: Plan, summary: dict[str, Any]) -> str:
     if "error" in summary:
         return "invalid config: " + str(summary["error"]).split(";")[0]
     if summary.get("num_rejected_kv_pool", 0):
-        return f"{summary['num_rejected_kv_pool']} requests too long for the pool"
+        return f"{plural(int(summary['num_rejected_kv_pool']), 'request')} too long for the pool"
     over = [
         f"{t.metric} = {float(summary.get(t.metric, math.nan)):.4g} > {t.bound:g}"
         for t in plan.targets

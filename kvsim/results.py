@@ -296,17 +296,47 @@ def build_results(
 
 
 def engine_summary(config: SimConfig) -> dict[str, Any]:
-    """The resolved serving knobs a run used (what its profile defaulted), for its summary."""
+    """The resolved serving knobs a run used (what its profile defaulted), for its summary:
+    ``enable_prefix_caching`` and ``preemption_mode`` as the run applied them
+    (``caches_prefixes``, ``preemption_rule``)."""
     args = config.engine_args
     return {
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "max_model_len": args.max_model_len,
         "enable_chunked_prefill": args.enable_chunked_prefill,
-        "enable_prefix_caching": args.enable_prefix_caching,
-        "preemption_mode": args.preemption_mode or "default",
+        "enable_prefix_caching": caches_prefixes(config),
+        "preemption_mode": preemption_rule(config),
         "tensor_parallel_size": config.parallel.tensor_parallel_size,
         "pipeline_parallel_size": config.parallel.pipeline_parallel_size,
         "kv_cache_dtype": config.cache.kv_cache_dtype,
         "bytes_per_token": config.bytes_per_token,
     }
+
+
+def caches_prefixes(config: SimConfig) -> bool:
+    """The run's pool caches prefixes: a paged pool with ``enable_prefix_caching`` on (the
+    profile's default or the user's), the radix tree always (SGLang's ``RadixCache`` is a prefix
+    cache), a slab allocator never (``enable_prefix_caching`` can only be its profile's default
+    there, which the allocator does not read)."""
+    from kvsim.allocators import ALLOCATORS
+
+    policy = ALLOCATORS[config.cache.allocator]
+    if policy.paged:
+        return config.engine_args.enable_prefix_caching
+    return policy.caches_prefixes
+
+
+def preemption_rule(config: SimConfig) -> str:
+    """How the run preempts, in words: ``"recompute"`` under vLLM v1 (its only mode), the chosen
+    ``scheduler.preemption_mode``, or vLLM v0's rule when none is chosen (``V0Scheduler._preempt``):
+    a single sequence is recomputed and a multi-sequence group swapped to the CPU pool, which only
+    a paged pool has (slab pools recompute groups too)."""
+    from kvsim.allocators import ALLOCATORS
+
+    args = config.engine_args
+    if args.preemption_mode is not None:
+        return args.preemption_mode
+    if args.engine == "vllm-v0" and ALLOCATORS[config.cache.allocator].paged:
+        return "recompute, swap for multi-sequence groups"
+    return "recompute"

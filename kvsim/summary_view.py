@@ -1,8 +1,9 @@
 """A run's summary for people: sections that apply to what ran, numbers rounded, two runs compared.
 
 ``summary_table`` shows KV memory, scheduling and latency always; prefix-cache lines when prefix
-caching ran, sharing lines when sequences shared blocks, swap lines under swap preemption; and
-where the step cost's paged-layout factor came from (measured or the analytic default).
+caching ran (the hits of re-admissions after a preemption and the evictions when there were any),
+sharing lines when sequences shared blocks, swap lines under swap preemption; and where the step
+cost's paged-layout factor came from (measured or the analytic default).
 ``compare_table`` puts two summaries side by side with their differences.
 """
 
@@ -41,6 +42,26 @@ PREFIX_ROWS: tuple[Row, ...] = (
     ("prefix_cache_hits", "prefix_cache_hits (tokens)"),
     ("prefix_cache_queries", "prefix_cache_queries (tokens)"),
     ("prefix_cached_tokens_total", "prompt tokens served from the cache"),
+    ("prefix_cache_preempted_hits", "prefix_cache_preempted_hits (tokens, re-admitted requests)"),
+    (
+        "prefix_cache_preempted_queries",
+        "prefix_cache_preempted_queries (tokens, re-admitted requests)",
+    ),
+    ("prefix_cache_saved_bytes", "KV not recomputed (hits + preempted hits)"),
+    ("num_cache_evictions", "cached blocks evicted"),
+    ("num_evicted_tokens", "cached tokens evicted (radix tree)"),
+)
+# rows shown only when non-zero: a request admitted again after a preemption counts in vLLM's
+# preempted pair (vllm/v1/metrics/stats.py PrefixCacheStats), not in the hits above, and
+# evictions happen only once the pool is full; zeros there say nothing
+NONZERO_ROWS = frozenset(
+    {
+        "prefix_cache_preempted_hits",
+        "prefix_cache_preempted_queries",
+        "prefix_cache_saved_bytes",
+        "num_cache_evictions",
+        "num_evicted_tokens",
+    }
 )
 SHARING_ROWS: tuple[Row, ...] = (
     ("kv_saved_by_sharing_pct", "KV saved by sharing (%)"),
@@ -85,7 +106,10 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], .
     (
         "prefix cache",
         PREFIX_ROWS,
-        lambda s: bool(s.get("enable_prefix_caching")) or _positive(s, "prefix_cache_hits"),
+        lambda s: (
+            bool(s.get("enable_prefix_caching"))
+            or _positive(s, "prefix_cache_hits", "prefix_cache_preempted_hits")
+        ),
     ),
     ("sharing", SHARING_ROWS, lambda s: _positive(s, "kv_saved_by_sharing_pct", "num_cow_copies")),
     (
@@ -134,7 +158,11 @@ def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
     for name, rows, applies in SECTIONS:
         if not applies(summary):
             continue
-        present = [(k, label) for k, label in rows if k in summary]
+        present = [
+            (k, label)
+            for k, label in rows
+            if k in summary and (k not in NONZERO_ROWS or _positive(summary, k))
+        ]
         if present:
             out.append((name, present))
     return out

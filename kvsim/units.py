@@ -1,4 +1,5 @@
-"""Units used across kvsim: token, block and byte counts as NewTypes, and ceiling division.
+"""Units used across kvsim: token, block and byte counts as NewTypes, ceiling division, and how
+GiB and counts read in messages (``format_gib``, ``plural``).
 
 Simulated time is always seconds (a float). KV memory is counted in token *slots*: one slot holds
 one token's keys and values across all layers (``ModelSpec.bytes_per_token`` bytes).
@@ -28,3 +29,20 @@ def next_power_of_2(n: int) -> int:
     if n < 1:
         raise ValueError(f"next_power_of_2: n must be >= 1, got {n}")
     return 1 << (n - 1).bit_length()
+
+
+def format_gib(num_bytes: float) -> str:
+    """``num_bytes`` in GiB to three significant digits, one decimal at least: ``"0.25 GiB"``
+    (not ``"0.2"``), ``"1.56 GiB"``, ``"16.0 GiB"``, ``"131.4 GiB"``."""
+    value = num_bytes / GiB
+    text = f"{value:,.1f}" if abs(value) >= 100 else f"{value:#.3g}"
+    if "e" not in text:  # "0.250" -> "0.25", "2.00" -> "2.0"
+        text = text.rstrip("0")
+        text += "0" if text.endswith(".") else ""
+    return f"{text} GiB"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless the count is 1: ``"1 request"``, ``"1,000 requests"``
+    (``nouns``: the plural when it is not ``noun + "s"``)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"

@@ -115,6 +115,7 @@ def test_run_counts_rejected_requests_and_strict_fails(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["num_requests_rejected"] == 1
     assert summary["num_requests"] == 2
+    assert "3 requests (2 run, 1 rejected)" in " ".join(result.output.split())  # the header
     strict = runner.invoke(app, [*args[:-2], "--strict"])
     assert strict.exit_code == 2
     assert "1 of 3 requests cannot run: 1 longer than max_model_len = 2,048" in strict.output
@@ -204,3 +205,62 @@ def test_help_is_whole_at_80_columns(command):
     assert max(len(line) for line in result.output.splitlines()) <= 80
     assert "…" not in result.output
     assert "--set" in result.output
+
+
+# Llama-3.1-8B on an H100-80GB at gpu_memory_utilization 0.22: 0.22 x 80 GiB - 8.03e9 params x
+# 2 B - 2 GiB of activation headroom = 690,372,454 B of KV = 0.643 GiB, / 128 KiB per token =
+# 5,267 slots = 329 blocks of 16 (5,264 slots) + 3 slots no block holds.
+SMALL_H100 = {
+    "model": "llama-3.1-8b",
+    "gpu": "h100-80gb",
+    "cache": {"gpu_memory_utilization": 0.22},
+    "scheduler": {"max_model_len": 4096},
+}
+
+
+@pytest.mark.parametrize(
+    ("engine", "cache", "pool"),
+    [
+        (  # vLLM v1 reserves block 0 as its null block (BlockPool)
+            "vllm-v1",
+            {},
+            "5,267 KV slots (0.643 GiB per GPU): 329 blocks of 16 tokens (5,264 slots; 3 slots "
+            "in no block; block 0 is vLLM v1's null block)",
+        ),
+        (
+            "vllm-v0",
+            {},
+            "5,267 KV slots (0.643 GiB per GPU): 329 blocks of 16 tokens (5,264 slots; 3 slots "
+            "in no block)",
+        ),
+        (
+            "vllm-v0",
+            {"block_size_tokens": 1},
+            "5,267 KV slots (0.643 GiB per GPU): 5,267 blocks of 1 token",
+        ),
+        ("vllm-v1", {"allocator": "first_fit"}, "5,267 KV slots (0.643 GiB per GPU)"),
+        ("vllm-v1", {"allocator": "buddy"}, "5,267 KV slots (0.643 GiB per GPU)"),
+        ("vllm-v1", {"allocator": "radix"}, "5,267 KV slots (0.643 GiB per GPU)"),
+    ],
+)
+def test_run_header_pool_arithmetic_holds(engine, cache, pool):
+    from kvsim.cli.run import pool_text
+    from kvsim.config import config_from_dict
+
+    data = {**SMALL_H100, "cache": {**SMALL_H100["cache"], **cache}}
+    cfg = config_from_dict({**data, "scheduler": {**data["scheduler"], "engine": engine}})
+    assert cfg.capacity_tokens == 5_267
+    assert pool_text(cfg) == pool
+
+
+def test_run_header_says_one_request_and_a_quarter_gib():
+    # 0.25 GiB / 128 KiB per token = 2,048 slots = 128 blocks of 16, 127 of them usable by
+    # requests under v1 (block 0 is the null block): max_model_len at most 2,032
+    args = ["run", "--no-progress", "--set", "model=llama-3.1-8b", "--set", "gpu=h100-80gb"]
+    args += ["--set", "cache.kv_cache_gib=0.25", "--set", "scheduler.max_model_len=2032"]
+    args += ["--set", "workload.num_requests=1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "2,048 KV slots (0.25 GiB per GPU): 128 blocks of 16 tokens" in text
+    assert text.split(" ┌")[0].endswith(", 1 request")  # the header, above the table

@@ -85,10 +85,10 @@ def test_user_defined_model_and_preset_override(tmp_path):
             {"cache.gpu_memory_utilization": 1.5},
             r"cache\.gpu_memory_utilization: .*less than or equal to 1",
         ),
-        (
+        (  # 2,048 tokens x 800 KiB = 1.5625 GiB (three digits: 1.56); 0.01 GiB holds 13 tokens
             {"cache.kv_cache_gib": 0.01},
-            r"scheduler\.max_model_len: one request of 2,048 tokens needs 1\.6 GiB of KV but the "
-            r"pool holds 13 tokens",
+            r"scheduler\.max_model_len: one request of 2,048 tokens needs 1\.56 GiB of KV but the "
+            r"pool holds 13 tokens \(0\.01 GiB,",
         ),
         ({"cache.bogus": 1}, r"cache\.bogus: Extra inputs are not permitted"),
         (
@@ -354,3 +354,31 @@ def test_a_table_override_applies_before_its_fields_in_any_order(table, fields):
         assert dumped[dotted.split(".", 1)[1]] == value, dotted
     if isinstance(table[section], str):  # the preset, not the default section, under them
         assert dumped != config_from_dict({}, fields).model_dump()[section]
+
+
+@pytest.mark.parametrize(
+    ("num_bytes", "shown"),
+    [
+        (GiB // 4, "0.25 GiB"),  # was "0.2 GiB" at one decimal
+        (GiB // 2, "0.5 GiB"),
+        (2 * GiB, "2.0 GiB"),
+        (2_048 * 800 * KiB, "1.56 GiB"),  # 1.5625
+        (24 * GiB, "24.0 GiB"),
+        (70_554_000_000 * 2, "131.4 GiB"),
+        (-int(61.4 * GiB), "-61.4 GiB"),
+    ],
+)
+def test_gib_are_shown_to_three_significant_digits(num_bytes, shown):
+    from kvsim.units import format_gib
+
+    assert format_gib(num_bytes) == shown
+
+
+def test_a_quarter_gib_budget_reads_as_such_in_the_error():
+    # 0.25 GiB / 128 KiB per token = 2,048 slots, short of one 131,072-token request (16 GiB)
+    with pytest.raises(
+        ValueError, match=r"16\.0 GiB of KV but the pool holds 2,048 tokens \(0\.25 GiB,"
+    ):
+        config_from_dict(
+            {"model": "llama-3.1-8b", "gpu": "h100-80gb", "cache": {"kv_cache_gib": 0.25}}
+        )

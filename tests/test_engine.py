@@ -300,3 +300,37 @@ def test_engine_keeps_no_finished_request(lazy):
     # the lazy cohort's heaps let go of a member's stale entries when the clock passes them:
     # the last few requests to leave may still be there
     assert alive() - before <= (5 if lazy else 0)
+
+
+def test_kv_cache_usage_of_a_full_span_is_exactly_1():
+    """A span's row holds duration-weighted means over its steps: seven steps of 0.1 s weigh
+    0.1 / 0.7 each, and 4,096 x those seven weights add up to 4,096.000000000001 in floats. The
+    pool is full at every step (4,080 slots held + vLLM v1's 16-slot null block = 4,096), so its
+    kv_cache_usage_perc is 4,080 / 4,080 = 1 at every step: mean and peak exactly 1."""
+    from kvsim.allocators.paged import PagedAllocator
+    from kvsim.metrics import memory_shares
+    from kvsim.recorder import MemoryRecorder
+
+    pool = PagedAllocator(capacity_tokens=4096, block_size_tokens=16, reserve_null_block=True)
+    durations = [0.1] * 7
+    recorder = MemoryRecorder(capacity_slots=4096)
+    recorder.record_span_steps(
+        0.0,
+        durations,
+        float(np.sum(durations)),
+        (4080, 4080, 0),  # held (unshared), token states, internal fragmentation in step 0
+        (16, [0] * 7, [0] * 7, 0),  # no step adds a block, a slot or a token state
+        0,
+        pool,
+        None,
+        255,
+        0,
+        0,
+        0,
+    )
+    memory = recorder.arrays()
+    assert memory["allocated"][0] > 4096  # the rounding this guards against
+    shares = memory_shares(memory, 4096, usable_capacity_slots=4080)
+    assert shares["kv_cache_usage_perc_max"] == 1.0
+    assert shares["kv_cache_usage_perc"] == 1.0
+    assert shares["kv_cache_full_time_frac"] == 1.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,104 @@ def test_no_percentage_change_from_a_base_that_shows_as_zero():
     # 0.0004 % shows as "0.0": a change of +293229.1 % of it tells nobody anything
     assert _difference("kv_external_fragmentation_pct", 0.0004, 1.2) == ("+1.2", "")
     assert _difference("kv_external_fragmentation_pct", 10.0, 12.0) == ("+2.0", "+20.0 %")
+
+
+# BURST (tests/planning/test_plan_runs.py): ten 100 + 28-token requests at once on Llama-3.1-8B,
+# 16-token blocks, vLLM v1 with prefix caching. Each writes KV for 127 tokens: 8 blocks, all ten
+# at once in the final steps. On 80 blocks (79 besides the null block) the ten need their 8th
+# block in the same step, when each holds 100 prompt + 13 output tokens (112 computed, the
+# 113th to be written at position 112); 79 - 70 = 9 are free, so the last running request is
+# preempted and frees its 7 full blocks. The others never need another block, so nothing takes
+# those 7 before it comes back: re-admitted with 113 tokens it queries 113 and finds
+# (113 - 1) // 16 = 7 blocks = 112 tokens (vLLM's preempted pair, not prefix_cache_hits).
+BURST_80 = [
+    "--set", "model=llama-3.1-8b", "--set", "gpu=h100-80gb",
+    "--set", "scheduler.max_model_len=128", "--set", "workload.lengths=fixed",
+    "--set", "workload.fixed_prompt_tokens=100", "--set", "workload.fixed_output_tokens=28",
+    "--set", "workload.rate_per_s=1e6", "--set", "workload.num_requests=10",
+    "--set", f"cache.kv_cache_bytes={80 * 16 * 131_072}",
+]  # fmt: skip
+
+
+def _row(text: str, label: str) -> str:
+    return next(line for line in text.splitlines() if label in line)
+
+
+def test_printed_prefix_section_shows_readmission_hits_after_preemption(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "--no-progress", *BURST_80, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["prefix_cache_preempted_queries"], summary["prefix_cache_preempted_hits"]) == (
+        113,
+        112,
+    )
+    assert _row(result.output, "prefix_cache_preempted_hits").split()[-2] == "112"
+    assert _row(result.output, "prefix_cache_preempted_queries").split()[-2] == "113"
+    # bytes not recomputed: 112 tokens x 131,072 B = 14,680,064 B = 0.01 GiB (two decimals)
+    assert "0.01 GiB" in _row(result.output, "KV not recomputed")
+    assert "cached blocks evicted" not in result.output  # none: zero rows say nothing
+
+
+def test_zero_readmission_and_eviction_rows_stay_hidden() -> None:
+    quiet = {
+        **BASE,
+        "enable_prefix_caching": True,
+        "prefix_cache_hits": 0,
+        "prefix_cache_preempted_hits": 0,
+        "prefix_cache_preempted_queries": 0,
+        "prefix_cache_saved_bytes": 0,
+        "num_cache_evictions": 0,
+    }
+    rows = dict(sections(quiet))["prefix cache"]
+    assert [k for k, _ in rows] == ["prefix_cache_hits"]
+    busy = {**quiet, "prefix_cache_preempted_hits": 64, "num_cache_evictions": 3}
+    keys = [k for k, _ in dict(sections(busy))["prefix cache"]]
+    assert keys == ["prefix_cache_hits", "prefix_cache_preempted_hits", "num_cache_evictions"]
+
+
+def _run(tmp_path: Path, *sets: str) -> tuple[str, dict[str, object]]:
+    """``kvsim run`` of five requests with ``--set``s: its output (whitespace collapsed, as rich
+    wraps the title) and summary."""
+    args = ["run", "--no-progress", "--set", "workload.num_requests=5", "--out", str(tmp_path)]
+    for item in sets:
+        args += ["--set", item]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split()), json.loads((tmp_path / "summary.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("sets", "mode"),
+    [
+        ([], "recompute"),  # vLLM v1 has no other mode
+        (["scheduler.engine=vllm-v0"], "recompute, swap for multi-sequence groups"),
+        (["scheduler.engine=vllm-v0", "scheduler.preemption_mode=swap"], "swap"),
+        # v0's rule swaps groups to the CPU pool, which only a paged pool has: slabs recompute
+        (["scheduler.engine=vllm-v0", "cache.allocator=first_fit"], "recompute"),
+    ],
+)
+def test_summary_states_the_preemption_mode_the_header_prints(
+    sets: list[str], mode: str, tmp_path: Path
+) -> None:
+    text, summary = _run(tmp_path, *sets)
+    assert summary["preemption_mode"] == mode
+    assert f"(preemption: {mode})" in text
+
+
+@pytest.mark.parametrize(
+    ("allocator", "caches"),
+    [("paged", True), ("radix", True), ("first_fit", False), ("best_fit", False), ("buddy", False)],
+)
+def test_prefix_caching_is_reported_for_pools_that_cache(
+    allocator: str, caches: bool, tmp_path: Path
+) -> None:
+    # vLLM v1's default turns prefix caching on; slabs cannot cache (setting it is refused),
+    # SGLang's radix tree always caches
+    text, summary = _run(tmp_path, f"cache.allocator={allocator}")
+    assert summary["enable_prefix_caching"] is caches
+    assert ("prefix cache " in text) is caches  # the section's title
+    prom = (tmp_path / "metrics.prom").read_text()
+    queries = re.search(r"^vllm:prefix_cache_queries_total\{.*\} (\S+)$", prom, re.MULTILINE)
+    assert queries is not None
+    expected = summary["prompt_tokens_total"] if caches else 0  # vLLM counts none uncached
+    assert float(queries.group(1)) == expected

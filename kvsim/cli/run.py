@@ -15,6 +15,7 @@ from kvsim.cli.common import (
     not_an_override,
     parse_overrides,
 )
+from kvsim.units import format_gib, plural
 
 
 def run(
@@ -82,7 +83,9 @@ def run(
                 map_every_s=every,
                 map_max_frames=2 * map_frames if every is not None else None,
             )
-        console.print(summary_table(results.summary, run_title(cfg, len(requests))))
+        rejected = int(results.summary.get("num_requests_rejected", 0))
+        title = run_title(cfg, len(requests), rejected)
+        console.print(summary_table(results.summary, title))
         if out is not None:
             results.save(out)
             console.print(f"results written to {out}/")
@@ -98,32 +101,53 @@ def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | Non
     return max(max(arrival_times_s), 1.0) / num_frames
 
 
-def run_title(cfg: object, num_requests: int) -> str:
+def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     """The summary's header: engine profile and preemption mode, model, GPUs, allocator, pool
-    (slots and blocks), requests."""
+    (``pool_text``) and requests (``num_rejected`` of ``num_requests`` could not run)."""
     from kvsim.config import SimConfig
+    from kvsim.results import caches_prefixes, preemption_rule
 
     assert isinstance(cfg, SimConfig)
     args = cfg.engine_args
     par = cfg.parallel
     gpus = f" x{par.world_size} (TP {par.tensor_parallel_size}, PP {par.pipeline_parallel_size})"
     policy = cfg.cache.allocator
-    pool = f"{cfg.capacity_tokens:,} KV slots"
     if cfg.cache.allocator == "paged":
-        policy += f" {cfg.cache.block_size_tokens}-token blocks"
-        policy += ", prefix caching" if args.enable_prefix_caching else ""
-        pool += f" = {cfg.capacity_tokens // cfg.cache.block_size_tokens:,} blocks"
+        policy += ", prefix caching" if caches_prefixes(cfg) else ""
     elif cfg.cache.allocator != "radix":
         policy += "/" + cfg.cache.reservation
-    preemption = args.preemption_mode or "recompute" + (
-        " (swap for multi-sequence groups)" if args.engine == "vllm-v0" else ""
-    )
     batching = ", request-level batching" if args.batching == "request" else ""
+    requests = plural(num_requests, "request")
+    if num_rejected:
+        requests += f" ({num_requests - num_rejected:,} run, {num_rejected:,} rejected)"
     return (
-        f"{args.engine} (preemption: {preemption}{batching}): {cfg.model.name} on {cfg.gpu.name}"
-        f"{gpus if par.world_size > 1 else ''}, {policy}, {pool} "
-        f"({cfg.kv_cache_bytes / 2**30:,.2f} GiB per GPU), {num_requests:,} requests"
+        f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
+        f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {pool_text(cfg)}, "
+        f"{requests}"
     )
+
+
+def pool_text(cfg: object) -> str:
+    """The KV pool in words whose arithmetic holds: ``capacity_tokens`` slots, GiB per GPU, and
+    for a paged pool its blocks, the slots of a partial block that no block holds, and vLLM v1's
+    null block (block 0, which ``BlockPool`` reserves and no request holds). Slab and radix
+    pools use every slot, so their slots are the whole story."""
+    from kvsim.config import SimConfig
+
+    assert isinstance(cfg, SimConfig)
+    slots = cfg.capacity_tokens
+    text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU)"
+    if cfg.cache.allocator != "paged":
+        return text
+    size = cfg.cache.block_size_tokens
+    blocks, rest = divmod(slots, size)
+    notes = []
+    if rest:
+        notes += [f"{plural(blocks * size, 'slot')}", f"{plural(rest, 'slot')} in no block"]
+    if cfg.engine_args.reserve_null_block:
+        notes.append("block 0 is vLLM v1's null block")
+    text += f": {plural(blocks, 'block')} of {plural(size, 'token')}"
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def register(app: typer.Typer) -> None:

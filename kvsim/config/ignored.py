@@ -3,8 +3,9 @@
 An explicit KV budget (``kv_cache_gib``, ``kv_cache_bytes``, ``kv_cache_gb``) takes precedence
 over the derived one, so ``gpu_memory_utilization`` and ``activation_headroom_bytes`` go unread (as
 vLLM's ``kv_cache_memory_bytes`` ignores ``gpu_memory_utilization``); each allocator reads only its
-own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks); trace arrivals have no
-rate, and only gamma arrivals read ``cv``. Such a config runs as written; ``config_from_dict`` logs
+own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks) and the radix tree
+caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate, and
+only gamma arrivals read ``cv``. Such a config runs as written; ``config_from_dict`` logs
 one warning per ignored setting.
 """
 
@@ -96,6 +97,12 @@ def _moot_fields(config: SimConfig, data: dict[str, Any]) -> Iterator[Moot]:
             users = ", ".join(a for a in ALLOCATORS if name in accepted_arguments(a))
             why = f"allocator {cache.allocator!r} has no {what} (the field applies to {users})"
             yield _cache_field(config, name, ("cache.allocator",), why)
+    if cache.allocator == "radix" and cache.enable_prefix_caching is False:
+        why = (
+            "allocator 'radix' is a prefix cache (SGLang's RadixCache) and caches prefixes "
+            "whatever the setting (the run's summary says enable_prefix_caching = True)"
+        )
+        yield _cache_field(config, "enable_prefix_caching", ("cache.allocator",), why)
     if workload.arrival == "trace" and not workload.fallback_synthetic:
         why = (
             "arrival = 'trace' replays the trace's own arrival times (rate_per_s paces poisson "

@@ -13,17 +13,14 @@ from typing import TYPE_CHECKING
 
 from kvsim.config.hardware import ParallelConfig, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from kvsim.limits import MAX_POOL_BLOCKS
-from kvsim.units import GiB, next_power_of_2
+from kvsim.units import format_gib as _gib  # three significant digits: 0.25 GiB, not 0.2
+from kvsim.units import next_power_of_2
 
 if TYPE_CHECKING:
     from kvsim.config.sim import SimConfig
 
 MAX_SUGGESTED_TP = 64
 SLAB_ALLOCATORS = ("first_fit", "best_fit", "buddy")  # one contiguous slab per sequence
-
-
-def _gib(num_bytes: float) -> str:
-    return f"{num_bytes / GiB:,.1f} GiB"
 
 
 def check_memory(config: SimConfig) -> None:

@@ -376,6 +376,10 @@ IGNORED: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"cache.allocator": "radix", "cache.block_size_tokens": 32},
         ["cache.block_size_tokens = 32", "allocator 'radix'"],
     ),
+    "prefix_caching_off_on_radix": (  # SGLang's RadixCache is a prefix cache: it caches anyway
+        {"cache.allocator": "radix", "cache.enable_prefix_caching": False},
+        ["cache.enable_prefix_caching = False", "allocator 'radix'", "caches prefixes"],
+    ),
     "rate_with_trace_arrivals": (
         {"workload.trace": "TRACE", "workload.arrival": "trace", "workload.rate_per_s": 50},
         ["workload.rate_per_s = 50", "arrival = 'trace'"],
@@ -445,6 +449,7 @@ QUIET: dict[str, dict[str, Any]] = {
     "utilization_alone": {"cache.gpu_memory_utilization": 0.95},
     "reservation_on_buddy": {"cache.allocator": "buddy", "cache.reservation": "pow2"},
     "block_size_on_paged": {"cache.block_size_tokens": 32},
+    "prefix_caching_on_radix": {"cache.allocator": "radix", "cache.enable_prefix_caching": True},
     "rate_for_the_fallback": {
         "workload.trace": "TRACE",
         "workload.arrival": "trace",

@@ -343,3 +343,54 @@ def test_a_set_table_applies_before_its_fields_in_any_order(
     # a plan file's [set] is an earlier layer: the command line's table replaces its fields
     plan = load_plan(plans_dir() / "mission-3.toml", {"cache.block_size_tokens": 32, "cache": {}})
     assert plan.base["cache"] == {"block_size_tokens": 32}
+
+
+def test_cli_plan_bounds_readmission_hits_and_evictions(tmp_path: Path) -> None:
+    # BURST on 80 blocks: the ten need their 8th block in the same step with 79 - 70 = 9 free;
+    # the last running request is preempted and frees 7 full blocks that nobody else needs (the
+    # others hold their 8 blocks), so re-admitted with 100 + 13 tokens it finds (113 - 1) // 16
+    # = 7 of them: prefix_cache_preempted_hits = 112 > 0. On 81 blocks nobody is preempted, and
+    # no block is freed before the last one is taken: no re-admission hit, no eviction.
+    args = ["--smallest", "cache.kv_cache_bytes"]
+    args += ["--target", "prefix_cache_preempted_hits<=0", "--target", "num_cache_evictions<=0"]
+    for key, value in BURST["workload"].items():
+        args += ["--set", f"workload.{key}={value}"]
+    args += ["--set", "model=llama-3.1-8b", "--set", "gpu=h100-80gb"]
+    args += ["--set", "scheduler.max_model_len=128"]
+    args += ["--lo", str(80 * 16 * BYTES_PER_TOKEN), "--hi", str(SMALLEST_WITHOUT_PREEMPTION)]
+    code, output = _plan_cli(*args, "--out", str(tmp_path), "--name", "readmit", "--no-progress")
+    assert code == 0, output
+    answer = json.loads((tmp_path / "plan" / "readmit" / "answer.json").read_text())
+    assert answer["answer"] == SMALLEST_WITHOUT_PREEMPTION
+    assert "prefix_cache_preempted_hits = 112 > 0" in " ".join(output.split())
+
+
+def test_every_target_metric_is_in_some_summary() -> None:
+    """A target names a metric some run's summary holds: one that none holds (the list once had
+    ``num_requests_waiting_max``) would be accepted and then never met."""
+    from kvsim import config_from_dict, simulate
+    from kvsim.planning import target_metrics
+
+    tiny = {"num_requests": 8, "rate_per_s": 100.0}
+    runs = [
+        {**BURST, "cache": {"kv_cache_bytes": 40 * 16 * BYTES_PER_TOKEN}},  # v1, preempting
+        {  # v0 groups of two samples on a small paged pool: they share, copy and swap
+            "scheduler": {"engine": "vllm-v0", "max_model_len": 512},
+            "cache": {"kv_cache_gib": 0.5},
+            "workload": {**tiny, "n": 2},
+        },
+        {"cache": {"allocator": "radix"}, "workload": tiny},
+    ]
+    held: set[str] = set()
+    for run in runs:
+        held |= set(simulate(config_from_dict(run)).summary)
+    assert set(target_metrics()) - held == set()
+
+
+def test_a_point_with_one_request_too_long_says_one_request() -> None:
+    from kvsim.planning import failure
+
+    target = (Target("num_preemptions", 0.0),)
+    plan = Plan("p", {}, "cache.kv_cache_gib", "smallest", lo=1, hi=2, targets=target)
+    assert failure(plan, {"num_rejected_kv_pool": 1}) == "1 request too long for the pool"
+    assert failure(plan, {"num_rejected_kv_pool": 2}) == "2 requests too long for the pool"
