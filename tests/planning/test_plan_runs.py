@@ -394,3 +394,11 @@ def test_a_point_with_one_request_too_long_says_one_request() -> None:
     plan = Plan("p", {}, "cache.kv_cache_gib", "smallest", lo=1, hi=2, targets=target)
     assert failure(plan, {"num_rejected_kv_pool": 1}) == "1 request too long for the pool"
     assert failure(plan, {"num_rejected_kv_pool": 2}) == "2 requests too long for the pool"
+
+
+def test_plan_shows_token_utilization_as_a_percentage() -> None:
+    # token_utilization_perc is token states / allocated in percent (despite vLLM's 0-1 _perc)
+    from kvsim.cli.plan import _fmt
+
+    assert _fmt(97.5, "token_utilization_perc") == "97.5 %"
+    assert _fmt(0.5, "kv_cache_usage_perc") == "0.5 0-1"
