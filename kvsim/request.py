@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -155,5 +156,11 @@ _spec_values = attrgetter(*SPEC_FIELDS)  # a request's or spec's facts, in SPEC_
 
 def fresh_requests(requests: Sequence[Request | RequestSpec]) -> list[Request]:
     """New ``Request`` objects (no serving state) for a workload given as requests or specs:
-    a run never inherits, nor leaves behind, another run's state."""
-    return [Request(*_spec_values(r)) for r in requests]  # no RequestSpec in between
+    a run never inherits, nor leaves behind, another run's state. NumPy integers among their
+    facts become Python ints (a caller's array values): counters summed from them stay Python
+    ints, exact at any size, as generated workloads have them."""
+    return [Request(*map(_plain, _spec_values(r))) for r in requests]  # no RequestSpec between
+
+
+def _plain(value: Any) -> Any:
+    return int(value) if isinstance(value, np.integer) else value

@@ -332,3 +332,20 @@ def test_record_memory_off_skips_the_rows(cores_run) -> None:
     general = simulate(cfg, aggregate_core=False)
     pd.testing.assert_frame_equal(fast.requests, general.requests, check_exact=True)
     assert np.isclose(fast.summary["duration_s"], general.summary["duration_s"], rtol=0, atol=0)
+
+
+def test_numpy_token_counts_give_the_same_tables(cores_run) -> None:
+    # a caller's specs built from arrays: the counters summed from them (hits, evictions, bytes)
+    # must come out as the Python ints the general engine gives, not numpy ones
+    cfg = _config(
+        {"kv_cache_gib": 0.1, "block_size_tokens": 1, "enable_prefix_caching": True},
+        {"max_model_len": 512, "max_num_batched_tokens": 64, "max_num_seqs": 8},
+    )
+    rows = [(0, 300, 200), (0, 250, 150), (0, 200, 250), (1, 100, 300)]
+    specs = [
+        RequestSpec(i, a, np.int32(p), np.int64(o), np.int64(o)) for i, (a, p, o) in enumerate(rows)
+    ]
+    fast = simulate(cfg, specs)
+    assert cores_run == [True]
+    assert fast.summary["prefix_cache_preempted_hits"] > 0
+    _same_tables(fast, simulate(cfg, _specs(rows)))
