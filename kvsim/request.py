@@ -156,11 +156,23 @@ _spec_values = attrgetter(*SPEC_FIELDS)  # a request's or spec's facts, in SPEC_
 
 def fresh_requests(requests: Sequence[Request | RequestSpec]) -> list[Request]:
     """New ``Request`` objects (no serving state) for a workload given as requests or specs:
-    a run never inherits, nor leaves behind, another run's state. NumPy integers among their
-    facts become Python ints (a caller's array values): counters summed from them stay Python
-    ints, exact at any size, as generated workloads have them."""
-    return [Request(*map(_plain, _spec_values(r))) for r in requests]  # no RequestSpec between
+    a run never inherits, nor leaves behind, another run's state. NumPy numbers among their
+    facts become Python ints and floats (a caller's array values): counters summed from them
+    stay exact at any size and times stay float64, as generated workloads have them.
+
+    Raises:
+        ValueError: two requests share a ``req_id``.
+    """
+    out = [Request(*map(_plain, _spec_values(r))) for r in requests]  # no RequestSpec between
+    seen: set[int] = set()
+    for r in out:
+        if r.req_id in seen:
+            raise ValueError(f"requests: req_id {r.req_id} appears more than once (ids are unique)")
+        seen.add(r.req_id)
+    return out
 
 
 def _plain(value: Any) -> Any:
-    return int(value) if isinstance(value, np.integer) else value
+    if isinstance(value, np.integer):
+        return int(value)
+    return float(value) if isinstance(value, np.floating) else value

@@ -349,3 +349,14 @@ def test_numpy_token_counts_give_the_same_tables(cores_run) -> None:
     assert cores_run == [True]
     assert fast.summary["prefix_cache_preempted_hits"] > 0
     _same_tables(fast, simulate(cfg, _specs(rows)))
+
+
+def test_float32_arrivals_give_the_same_tables_and_ids_must_be_unique() -> None:
+    # float32 arrival times leaked into the general engine's clock (times rounded to float32)
+    cfg = _config({"kv_cache_gib": 1}, {"max_model_len": 512})
+    rows = [(10.0, 6, 72), (15.0, 3, 1)]
+    specs = [RequestSpec(i, np.float32(a), p, o, o) for i, (a, p, o) in enumerate(rows)]
+    _same_tables(simulate(cfg, specs, aggregate_core=False), simulate(cfg, _specs(rows)))
+    twice = [RequestSpec(0, 0.0, 100, 20, 20), RequestSpec(0, 0.0, 50, 30, 30)]
+    with pytest.raises(ValueError, match="req_id 0 appears more than once"):
+        simulate(cfg, twice)
