@@ -167,6 +167,11 @@ def categorize_step(
     blocked = 0
     if head is None:
         usable = free_total
+    elif allocator.usable_is_threshold:
+        need = allocator.admission_slots_needed(head[0], head[1])
+        usable = free_total if free_total >= need else 0
+        if usable == 0 and free_total >= need:
+            blocked = 1
     else:
         usable = allocator.usable_free_slots_now(head[0], head[1], free_total)
         if usable == 0 and free_total >= allocator.admission_slots_needed(head[0], head[1]):
@@ -368,6 +373,7 @@ class MemoryRecorder:
         unshared, token0, internal = start
         slots_per_block, blocks, internal_steps, num_members = steps
         need = allocator.admission_slots_needed(*head) if head is not None else 0
+        threshold = head is not None and allocator.usable_is_threshold
         token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
         held_m = unshared_m = 0.0
         num_blocked = 0
@@ -379,7 +385,12 @@ class MemoryRecorder:
             token = token0 + num_members * j - shared
             free_total = capacity - held - overhead
             usable = free_total
-            if head is not None:
+            if threshold:
+                if free_total < need:
+                    usable = 0
+                elif free_total == 0:
+                    num_blocked += 1  # (usable 0 with the need met, as below)
+            elif head is not None:
                 usable = allocator.usable_free_slots_now(head[0], head[1], free_total)
                 if usable == 0 and free_total >= need:
                     num_blocked += 1

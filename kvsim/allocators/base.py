@@ -148,6 +148,10 @@ class Allocator(ABC):
     block_size_tokens: int = 1
     takes_slot_per_token: ClassVar[bool] = False
     """Every decoded token takes a slot (``grow_one_each`` is then the scheduler's decode path)."""
+    usable_is_threshold: ClassVar[bool] = False
+    """``usable_free_slots_now(request, n, free)`` is ``free`` when ``free`` reaches
+    ``admission_slots_needed(request, n)`` and 0 otherwise, so the recorder computes the need
+    once per span instead of once per step."""
 
     def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
         if capacity_tokens < 1:

@@ -91,6 +91,7 @@ class PagedAllocator(Allocator):
     paged = True
     caches_prefixes = True
     span_layout = "blocks"
+    usable_is_threshold = True
 
     def __init__(
         self,

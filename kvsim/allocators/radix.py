@@ -157,6 +157,7 @@ class RadixAllocator(Allocator):
     name = "radix"
     caches_prefixes = True
     takes_slot_per_token = True
+    usable_is_threshold = True
 
     def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
