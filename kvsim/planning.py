@@ -34,11 +34,14 @@ from kvsim.experiment import Point, check_name
 from kvsim.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
 from kvsim.textfile import read_toml
 from kvsim.units import GiB, plural
+from kvsim.workload.spec import DEFAULT_NUM_REQUESTS
 
 Direction = Literal["smallest", "largest"]
 _QUESTION_KEYS = frozenset(
     {"field", "direction", "lo", "hi", "targets", "resolution", "integer", "choices"}
+    | {"min_window_s"}
 )
+RATE_FIELD = "workload.rate_per_s"
 
 
 class PlanPointError(ValueError):
@@ -134,6 +137,13 @@ class Plan:
         varied: dotted fields of ``base`` set over the plan's own config (``kvsim plan``'s
             ``--set``): a later layer for the ignored-setting warnings, as ``kvsim run``'s
             ``--set`` is over its config file.
+        min_window_s: with the knob ``workload.rate_per_s``, each rate draws at least this many
+            seconds of arrivals (``workload.num_requests`` raised to ``ceil(rate * window)``
+            where the config's count spans less; not in quick runs). A fixed count spans little
+            time at a high rate: 1,000 requests at 50 req/s arrive in 20 s, too short for the
+            queue of a rate past the knee to grow, so the largest rate meeting a latency bound
+            comes out too high (Figure 14's Orca (Oracle) at 36 req/s: 0.095 s/token over
+            1,000 requests, 1.56 over 600 s).
     """
 
     name: str
@@ -149,9 +159,17 @@ class Plan:
     choices: tuple[float, ...] = ()
     quick: dict[str, Any] = dataclasses.field(default_factory=dict)
     varied: tuple[str, ...] = ()
+    min_window_s: float | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, "plan name")  # results go to OUT/plan/NAME, nowhere else
+        if self.min_window_s is not None and (
+            self.field != RATE_FIELD or not 0 < self.min_window_s < math.inf
+        ):
+            raise ValueError(
+                f"min_window_s: a positive number of seconds, with the knob {RATE_FIELD} only "
+                f"(got {self.min_window_s!r} with {self.field})"
+            )
         if self.direction not in ("smallest", "largest"):
             raise ValueError(f"direction: 'smallest' or 'largest', got {self.direction!r}")
         if not 0 < self.lo < self.hi or not math.isfinite(self.hi):
@@ -191,6 +209,12 @@ class Plan:
         """The base table with the knob at ``x`` (and the quick overrides)."""
         data = json.loads(json.dumps(self.base))
         overrides = {**(self.quick if quick else {}), self.field: self.value(x)}
+        if self.min_window_s is not None and not quick:
+            drawn = config_from_dict(json.loads(json.dumps(data)), overrides).workload
+            count = drawn.num_requests or DEFAULT_NUM_REQUESTS
+            overrides["workload.num_requests"] = max(
+                count, math.ceil(self.value(x) * self.min_window_s)
+            )
         return {"data": data, "overrides": overrides}
 
 
@@ -315,6 +339,7 @@ def plan_from_dict(
             choices=tuple(float(c) for c in question.get("choices", preset.get("choices", ()))),
             quick=dict(extra.get("quick", {}).get("set", {})),
             varied=varied,
+            min_window_s=(float(question["min_window_s"]) if "min_window_s" in question else None),
         )
     except KeyError as err:
         raise ValueError(f"{where}: [question] needs {err.args[0]!r}") from None

@@ -90,6 +90,12 @@ def plan(
     resolution: Annotated[
         float | None, typer.Option(help="Stop when hi/lo <= 1 + RESOLUTION (real knobs).")
     ] = None,
+    min_window_s: Annotated[
+        float | None,
+        typer.Option(
+            help="With --largest rate: each rate draws at least this many seconds of arrivals."
+        ),
+    ] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -143,7 +149,8 @@ def plan(
         if target:
             parsed = [Target.parse(t) for t in target]
             question["targets"] = {t.metric: t.bound for t in parsed}
-        for key, value in (("lo", lo), ("hi", hi), ("resolution", resolution)):
+        asked = (("lo", lo), ("hi", hi), ("resolution", resolution))
+        for key, value in (*asked, ("min_window_s", min_window_s)):
             if value is not None:
                 question[key] = value
         overrides = parse_overrides(set_ or [])

@@ -3,7 +3,8 @@
 A system sustains a rate while its mean normalised latency (seconds per output token) stays
 within ``latency_factor`` (4) times its own latency at a low baseline rate; past that the queue
 grows without bound. The baseline comes from the sweep; the rate from ``kvsim plan`` (largest
-``workload.rate_per_s`` meeting the bound, bisection over stored points). Bands: the paper's
+``workload.rate_per_s`` meeting the bound, bisection over stored points), each rate drawing at
+least ``[analysis] window_s`` seconds of arrivals (``Plan.min_window_s``). Bands: the paper's
 §6.2 ratios (vLLM / Orca (Oracle) 1.7-2.7, vLLM / Orca (Max) 2.7-8, vLLM / FasterTransformer
 up to 22 and, FasterTransformer being no better than Orca (Max), at least 2.7).
 """
@@ -28,9 +29,25 @@ DESCRIPTION = (
 METRIC = "normalized_latency_seconds_mean"
 
 
-def ratios(rates: dict[str, float], figure: str = "fig12") -> pd.DataFrame:
+def ratios(rates: dict[str, float], figure: str | None = "fig12") -> pd.DataFrame:
     """Each published rate ratio ``"A / B"`` of ``figure`` computed from kvsim's sustainable
-    rates, next to the paper's band (``in_band``) or value (``rel_error``)."""
+    rates, next to the paper's band (``in_band``) or value (``rel_error``). ``figure`` ``None``
+    (a panel published only as a plot): vLLM's rate over every other system's, with no paper
+    value."""
+    if figure is None:
+        return pd.DataFrame(
+            {
+                "ratio": f"vLLM / {system}",
+                "value": rates["vLLM"] / rate,
+                "paper": float("nan"),
+                "paper_low": float("nan"),
+                "paper_high": float("nan"),
+                "rel_error": float("nan"),
+                "in_band": None,
+            }
+            for system, rate in rates.items()
+            if system != "vLLM"
+        )
     rows = []
     for _, ref in published(figure).iterrows():
         name = str(ref["system"])
@@ -79,12 +96,13 @@ def figure(
 
 
 def run(
-    ctx: Context, name: str = "fig12", figure_key: str = "fig12", trace: str | None = None
+    ctx: Context, name: str = "fig12", figure_key: str | None = "fig12", trace: str | None = None
 ) -> Reproduction:
     """Baselines by sweep, sustainable rates by plan, ratios against the paper's
-    (``name``: the experiment, ``fig12`` for OPT-13B, ``fig12-66b``, ``fig12-175b``, ``fig14``;
-    ``figure_key``: its rows in the published numbers; ``trace``: a trace file the workload
-    reads, set on the base)."""
+    (``name``: the experiment, ``fig12`` for OPT-13B, ``fig12-66b``, ``fig12-175b``, their
+    ``-alpaca`` panels, ``fig14``; ``figure_key``: its rows in the published numbers, ``None``
+    for a panel the paper gives only as a plot; ``trace``: a trace file the workload reads, set
+    on the base)."""
     import copy
     import dataclasses
 
@@ -100,6 +118,7 @@ def run(
     analysis = experiment.analysis
     factor = float(analysis.get("latency_factor", 4.0))
     lo, hi = (float(v) for v in analysis.get("rate_bracket", [0.05, 20.0]))
+    window_s = analysis.get("window_s")
     rows, results, thresholds = [], {}, {}
     for _, row in sweep.summary.iterrows():
         system = str(row["label"])
@@ -115,6 +134,7 @@ def run(
             targets=(Target(METRIC, factor * baseline),),
             resolution=float(analysis.get("resolution", 0.02)),
             quick=dict(experiment.quick_set),
+            min_window_s=None if window_s is None else float(window_s),
         )
         ctx.say(f"{system}: largest rate with {METRIC} <= {factor:g} x {baseline:.4g} s")
         result = run_plan(plan, ctx.out_root, jobs=ctx.jobs, quick=ctx.quick)
@@ -149,7 +169,9 @@ def run(
                     "kvsim": f"{r.value:.2f}",
                     "paper": f"{r.paper_low:g}-{r.paper_high:g}"
                     if r.in_band is not None
-                    else f"{r.paper:g} ({r.rel_error:+.0%})",
+                    else f"{r.paper:g} ({r.rel_error:+.0%})"
+                    if r.paper == r.paper  # not NaN
+                    else "plot only",
                 }
                 for r in ratio.itertuples()
             ),

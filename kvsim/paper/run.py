@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,6 +140,17 @@ def _registry() -> dict[str, tuple[str, Callable[[Context], Reproduction]]]:
             "Figure 12, OPT-175B on 8 GPUs: sustainable ShareGPT rate and ratios",
             lambda ctx: fig12.run(ctx, "fig12-175b"),
         ),
+        **{
+            f"fig12{size}-alpaca": (
+                f"Figure 12, {model}: sustainable Alpaca rate and ratios (no published numbers)",
+                functools.partial(fig12.run, name=f"fig12{size}-alpaca", figure_key=None),
+            )
+            for size, model in (
+                ("", "OPT-13B"),
+                ("-66b", "OPT-66B on 4 GPUs"),
+                ("-175b", "OPT-175B on 8 GPUs"),
+            )
+        },
         "fig13": (fig13.DESCRIPTION, fig13.run),
         "fig14": (
             "Figure 14: sustainable Alpaca rate, basic sampling and beam width 6, vLLM / Orca",
@@ -161,6 +173,9 @@ REPRODUCTIONS = (
     "fig12",
     "fig12-66b",
     "fig12-175b",
+    "fig12-alpaca",
+    "fig12-66b-alpaca",
+    "fig12-175b-alpaca",
     "fig13",
     "fig14",
     "fig15",

@@ -33,8 +33,8 @@ from kvsim.workload.catalog import TRACES
 from kvsim.workload.lengths import SHAREGPT_LIKE
 from kvsim.workload.traces import TraceFormat
 
-# kvsim.groups.BeamModel's branching scale, FITTED on Figure 15's Alpaca width 4 (make fig15)
-BEAM_BRANCH_TOKENS_FITTED = 7.19
+# kvsim.groups.BeamModel's branching scale, FITTED on Figure 15's Alpaca width 6 (make fig15)
+BEAM_BRANCH_TOKENS_FITTED = 5.78
 DEFAULT_NUM_REQUESTS = 1000
 MIN_CV = 1e-3  # below it gamma gaps are constant to machine precision; 1e-320 overflows
 MAX_SIGMA = 10.0  # std of ln(tokens): e**10 is a spread of 22,000x either way
@@ -109,7 +109,7 @@ class WorkloadSpec(BaseModel):
         beam_branch_tokens: ``kvsim.groups.BeamModel.branch_tokens``: a beam candidate
             branches and displaces another with probability ``min(0.5, beam_branch_tokens /
             n)`` at a step where the sequences hold ``n`` tokens (FITTED on Figure 15's Alpaca
-            beam width 4); each beam request's tree is drawn from the run's seed.
+            beam width 6); each beam request's tree is drawn from the run's seed.
         shared_prefix_tokens: a system prompt / few-shot prefix of this many tokens, identical on
             every request (of a tenant), prepended to each drawn prompt.
         num_tenants: requests are spread round-robin over this many tenants, each with its own
@@ -167,7 +167,7 @@ class WorkloadSpec(BaseModel):
         default=BEAM_BRANCH_TOKENS_FITTED,
         ge=0,
         le=MAX_CONTEXT_TOKENS,
-        description="FITTED on Figure 15 (Alpaca) beam width 4",
+        description="FITTED on Figure 15 (Alpaca) beam width 6",
     )
     shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_CONTEXT_TOKENS)
     num_tenants: int = Field(default=1, ge=1, le=MAX_NUM_REQUESTS)

@@ -402,3 +402,40 @@ def test_plan_shows_token_utilization_as_a_percentage() -> None:
 
     assert _fmt(97.5, "token_utilization_perc") == "97.5 %"
     assert _fmt(0.5, "kv_cache_usage_perc") == "0.5 0-1"
+
+
+def _rate_plan(**kwargs: object) -> Plan:
+    return Plan(
+        name="window",
+        base={"workload": {"preset": "alpaca_like", "num_requests": 1000}},
+        field="workload.rate_per_s",
+        direction="largest",
+        lo=0.5,
+        hi=80.0,
+        targets=(Target("normalized_latency_seconds_mean", 0.1),),
+        quick={"workload.num_requests": 150},
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_a_rate_plans_window_raises_the_request_count_only_where_it_spans_less() -> None:
+    plan = _rate_plan(min_window_s=600.0)
+    # 50 req/s x 600 s = 30,000 requests; 0.5 req/s x 600 s = 300, under the config's 1,000
+    assert plan.config(50.0)["overrides"]["workload.num_requests"] == 30_000
+    assert plan.config(0.5)["overrides"]["workload.num_requests"] == 1000
+    assert plan.config(1.0001)["overrides"]["workload.num_requests"] == 1000
+    assert plan.config(1.7)["overrides"]["workload.num_requests"] == 1020  # ceil(1,020.0)
+    assert plan.config(50.0, quick=True)["overrides"]["workload.num_requests"] == 150
+    no_window = _rate_plan()
+    assert "workload.num_requests" not in no_window.config(50.0)["overrides"]
+
+
+@pytest.mark.parametrize("window", [0.0, -5.0, float("inf"), float("nan")])
+def test_a_rate_plans_window_must_be_positive_seconds(window: float) -> None:
+    with pytest.raises(ValueError, match="min_window_s"):
+        _rate_plan(min_window_s=window)
+
+
+def test_a_window_needs_the_rate_knob() -> None:
+    with pytest.raises(ValueError, match=r"min_window_s.*workload.rate_per_s"):
+        dataclasses.replace(_rate_plan(), field="cache.kv_cache_gib", min_window_s=600.0)
