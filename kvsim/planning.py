@@ -143,7 +143,7 @@ class Plan:
             time at a high rate: 1,000 requests at 50 req/s arrive in 20 s, too short for the
             queue of a rate past the knee to grow, so the largest rate meeting a latency bound
             comes out too high (Figure 14's Orca (Oracle) at 36 req/s: 0.095 s/token over
-            1,000 requests, 1.56 over 600 s).
+            1,000 requests, 1.56 over 600 s). ``kvsim plan --window SECONDS`` sets it.
     """
 
     name: str

@@ -93,7 +93,9 @@ def plan(
     min_window_s: Annotated[
         float | None,
         typer.Option(
-            help="With --largest rate: each rate draws at least this many seconds of arrivals."
+            "--window",
+            metavar="SECONDS",
+            help="With --largest rate: each rate draws at least this many seconds of arrivals.",
         ),
     ] = None,
     set_: Annotated[

@@ -48,8 +48,9 @@ def reproduce(
     name: Annotated[
         str,
         typer.Argument(
-            help="fig2 (the main job), fig12, fig12-66b, fig12-175b, fig13, fig14, fig15, "
-            "fig16, fig17, fig18b, preemption, prefix-caching."
+            help="fig2 (the main job), fig12, fig12-66b, fig12-175b, fig12-alpaca, "
+            "fig12-66b-alpaca, fig12-175b-alpaca, fig13, fig14, fig15, fig16, fig17, fig18b, "
+            "preemption, prefix-caching."
         ),
     ] = "fig2",
     out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
@@ -69,8 +70,9 @@ def reproduce(
 ) -> None:
     """Reproduce a PagedAttention paper figure next to its published numbers (fig2: main job).
 
-    fig2 (the main job), fig12 (OPT-13B), fig12-66b, fig12-175b, fig13, fig14, fig15, fig16,
-    fig17, fig18b, preemption (§7.3), prefix-caching (Mooncake).
+    fig2 (the main job), fig12 (OPT-13B), fig12-66b, fig12-175b, fig12-alpaca (its Alpaca
+    panels), fig12-66b-alpaca, fig12-175b-alpaca, fig13, fig14, fig15, fig16, fig17, fig18b,
+    preemption (§7.3), prefix-caching (Mooncake).
     """
     from kvsim.paper import REPRODUCTIONS
     from kvsim.paper import reproduce as run_reproduction
