@@ -167,8 +167,8 @@ class Plan:
             self.field != RATE_FIELD or not 0 < self.min_window_s < math.inf
         ):
             raise ValueError(
-                f"min_window_s: a positive number of seconds, with the knob {RATE_FIELD} only "
-                f"(got {self.min_window_s!r} with {self.field})"
+                f"min_window_s (--window): a positive number of seconds, with the knob "
+                f"{RATE_FIELD} only (got {self.min_window_s!r} with {self.field})"
             )
         if self.direction not in ("smallest", "largest"):
             raise ValueError(f"direction: 'smallest' or 'largest', got {self.direction!r}")
@@ -215,6 +215,8 @@ class Plan:
             overrides["workload.num_requests"] = max(
                 count, math.ceil(self.value(x) * self.min_window_s)
             )
+            if drawn.duration_s is not None and drawn.duration_s < self.min_window_s:
+                overrides["workload.duration_s"] = self.min_window_s  # (it would stop arrivals)
         return {"data": data, "overrides": overrides}
 
 
@@ -330,21 +332,32 @@ def plan_from_dict(
             base=base,
             field=field_name,
             direction=question.get("direction", preset.get("direction", "smallest")),
-            lo=float(question.get("lo", preset.get("lo", math.nan))),
-            hi=float(question.get("hi", preset.get("hi", math.nan))),
+            lo=_number(question, "lo", preset.get("lo", math.nan)),
+            hi=_number(question, "hi", preset.get("hi", math.nan)),
             targets=parsed,
             description=str(extra.get("description", "")),
-            resolution=float(question.get("resolution", 0.05)),
+            resolution=_number(question, "resolution", 0.05),
             integer=bool(question.get("integer", preset.get("integer", False))),
             choices=tuple(float(c) for c in question.get("choices", preset.get("choices", ()))),
             quick=dict(extra.get("quick", {}).get("set", {})),
             varied=varied,
-            min_window_s=(float(question["min_window_s"]) if "min_window_s" in question else None),
+            min_window_s=(
+                _number(question, "min_window_s", None) if "min_window_s" in question else None
+            ),
         )
     except KeyError as err:
         raise ValueError(f"{where}: [question] needs {err.args[0]!r}") from None
     except (TypeError, ValueError) as err:
         raise ValueError(f"{where}: {err}") from None
+
+
+def _number(question: dict[str, Any], key: str, default: Any) -> float:
+    """``question[key]`` (else ``default``) as a float; a string, a bool or a table is refused
+    with the key named (``float("30")`` or ``float(True)`` would quietly accept them)."""
+    value = question.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"[question] {key}: expected a number, got {value!r}")
+    return float(value)
 
 
 def target_metrics() -> list[str]:
@@ -631,6 +644,7 @@ def save_plan(result: PlanResult) -> list[Path]:
         "headroom": result.headroom,
         "targets": {t.metric: t.bound for t in plan.targets},
         "bracket": [plan.lo, plan.hi],
+        "min_window_s": plan.min_window_s,
         "monotone": result.monotone,
         "next_value_fails": result.beyond,
         "num_points": len(result.points),

@@ -95,7 +95,8 @@ def plan(
         typer.Option(
             "--window",
             metavar="SECONDS",
-            help="With --largest rate: each rate draws at least this many seconds of arrivals.",
+            help="With --largest rate: each rate draws at least this many seconds of arrivals "
+            "(not in --quick runs).",
         ),
     ] = None,
     set_: Annotated[
@@ -161,6 +162,7 @@ def plan(
             the_plan = load_plan(path, overrides, **question)
             given = [f"--{o}" for o, v in (("smallest", smallest), ("largest", largest)) if v]
             given += ["--target"] if target else []
+            given += ["--window"] if min_window_s is not None else []
             _keep_its_question(str(source), path, overrides, the_plan, given, name, out, quick)
         else:
             if "field" not in question or "targets" not in question:
@@ -218,17 +220,20 @@ def plan(
     guard(go)
 
 
-def _asks(the_plan: Any) -> tuple[str, str, tuple[tuple[str, float], ...]]:
-    """What a plan asks: its knob, direction and targets (not the bracket or resolution, which
-    only say where and how finely to look)."""
+def _asks(the_plan: Any) -> tuple[str, str, tuple[tuple[str, float], ...], float | None]:
+    """What a plan asks: its knob, direction, targets and arrival window (not the bracket or
+    resolution, which only say where and how finely to look)."""
     targets = tuple(sorted((t.metric, t.bound) for t in the_plan.targets))
-    return the_plan.field, the_plan.direction, targets
+    return the_plan.field, the_plan.direction, targets, the_plan.min_window_s
 
 
 def _question_text(the_plan: Any) -> str:
-    return f"the {the_plan.direction} {the_plan.field} with " + ", ".join(
+    text = f"the {the_plan.direction} {the_plan.field} with " + ", ".join(
         f"{t.metric} <= {t.bound:g}" for t in the_plan.targets
     )
+    if the_plan.min_window_s is not None:
+        text += f" over at least {the_plan.min_window_s:g} s of arrivals"
+    return text
 
 
 def _keep_its_question(

@@ -439,3 +439,57 @@ def test_a_rate_plans_window_must_be_positive_seconds(window: float) -> None:
 def test_a_window_needs_the_rate_knob() -> None:
     with pytest.raises(ValueError, match=r"min_window_s.*workload.rate_per_s"):
         dataclasses.replace(_rate_plan(), field="cache.kv_cache_gib", min_window_s=600.0)
+
+
+def test_a_rate_plans_window_also_lifts_a_shorter_arrival_window() -> None:
+    plan = dataclasses.replace(
+        _rate_plan(min_window_s=30.0),
+        base={"workload": {"preset": "alpaca_like", "duration_s": 20.0}},
+    )
+    overrides = plan.config(5.0)["overrides"]
+    assert overrides["workload.duration_s"] == 30.0  # 20 s would stop arrivals at 100 requests
+    assert overrides["workload.num_requests"] == 2000  # the preset's count spans 400 s already
+    longer = dataclasses.replace(plan, base={"workload": {"duration_s": 60.0}})
+    assert "workload.duration_s" not in longer.config(5.0)["overrides"]
+
+
+@pytest.mark.parametrize("value", ['"abc"', '"30"', "true", "[30]", "{ a = 1 }"])
+@pytest.mark.parametrize("key", ["min_window_s", "resolution", "lo"])
+def test_a_plan_files_numbers_are_numbers_and_errors_name_them(
+    key: str, value: str, tmp_path: Path
+) -> None:
+    question = {"lo": "0.5", "hi": "50.0", key: value}
+    path = tmp_path / "p.toml"
+    path.write_text(
+        'name = "p"\n[base]\nworkload = "alpaca_like"\n[question]\n'
+        'field = "workload.rate_per_s"\ndirection = "largest"\n'
+        "targets = { normalized_latency_seconds_mean = 0.1 }\n"
+        + "".join(f"{k} = {v}\n" for k, v in question.items())
+    )
+    with pytest.raises(ValueError, match=rf"\[question\] {key}: expected a number"):
+        load_plan(path)
+
+
+def test_a_window_is_part_of_a_plans_question(tmp_path: Path) -> None:
+    path = tmp_path / "rate.toml"
+    path.write_text(
+        'name = "rate-plan"\n[base]\nworkload = { preset = "alpaca_like", num_requests = 40 }\n'
+        '[question]\nfield = "workload.rate_per_s"\ndirection = "largest"\nlo = 0.5\n'
+        "hi = 50.0\ntargets = { normalized_latency_seconds_mean = 0.1 }\nmin_window_s = 30.0\n"
+    )
+    out = ["--out", str(tmp_path), "--no-progress"]
+    code, output = _plan_cli(str(path), *out)
+    assert code == 0, output
+    answer = tmp_path / "plan" / "rate-plan" / "answer.json"
+    assert json.loads(answer.read_text())["min_window_s"] == 30.0
+    shipped = answer.read_bytes()
+    code, output = _plan_cli(str(path), "--window", "300", *out)  # another question
+    assert code == 2, output
+    assert "over at least 30 s of arrivals" in " ".join(output.split())
+    assert answer.read_bytes() == shipped
+    code, output = _plan_cli(str(path), "--window", "300", "--name", "rate-300", *out)
+    assert code == 0, output
+    assert (
+        json.loads((tmp_path / "plan" / "rate-300" / "answer.json").read_text())["min_window_s"]
+        == 300.0
+    )
