@@ -7,6 +7,10 @@ bound and the value, instead of looping forever, exhausting memory or returning 
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Mapping
+from typing import Any
+
 # The longest context any served model offers is ~10 M tokens; 2**27 leaves room for what-ifs.
 MAX_CONTEXT_TOKENS = 2**27
 # kvsim holds every request of a run in memory (about 1 KiB each, plus per-step records).
@@ -40,3 +44,25 @@ MAX_HEAD_DIM = 65_536
 MAX_POINTS = 100_000
 # A trace's integer cells must fit numpy's int64 (and token counts MAX_CONTEXT_TOKENS).
 MAX_INT64 = 2**63 - 1
+
+
+def refuse_bool_numbers(fields: Mapping[str, Any], data: Any) -> Any:
+    """``data`` as given, for a pydantic ``mode="before"`` model validator; ``true`` or ``false``
+    given to a number field (``int`` or ``float``, optional or not) raises ``ValueError`` naming
+    the field. Pydantic reads them as 1 and 0, so ``num_requests = true`` would run one request.
+
+    Args:
+        fields: the model's ``model_fields``.
+        data: the raw input (a mapping of field names; anything else passes through).
+    """
+    if isinstance(data, Mapping):
+        for name, value in data.items():
+            info = fields.get(name)
+            if isinstance(value, bool) and info is not None and _is_number(info.annotation):
+                raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
+    return data
+
+
+def _is_number(annotation: Any) -> bool:
+    kinds = typing.get_args(annotation) or (annotation,)
+    return bool not in kinds and any(kind in (int, float) for kind in kinds)

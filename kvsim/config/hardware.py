@@ -38,6 +38,7 @@ from kvsim.limits import (
     MAX_MODEL_HEADS,
     MAX_MODEL_LAYERS,
     MAX_MODEL_PARAMS,
+    refuse_bool_numbers,
 )
 from kvsim.units import cdiv
 
@@ -49,6 +50,11 @@ class Frozen(BaseModel):
     """Base of every config section: unknown keys are errors, instances are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_not_bools(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls.model_fields, data)
 
 
 @cache

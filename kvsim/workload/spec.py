@@ -27,6 +27,7 @@ from kvsim.limits import (
     MAX_TIME_SCALE,
     MIN_RATE_PER_S,
     MIN_TIME_SCALE,
+    refuse_bool_numbers,
 )
 from kvsim.textfile import read_toml
 from kvsim.workload.catalog import TRACES
@@ -196,6 +197,11 @@ class WorkloadSpec(BaseModel):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_not_bools(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls.model_fields, data)
 
     @model_validator(mode="before")
     @classmethod

@@ -118,6 +118,23 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["workload.beam_branch_tokens=-1"],
         ["beam_branch_tokens", "-1"],
     ),
+    # pydantic reads true / false as 1 / 0: num_requests = true ran one request
+    "num_requests_true": (
+        ["workload.num_requests=true"],
+        ["workload.num_requests: expected a number, got true"],
+    ),
+    "beam_branch_tokens_true": (
+        ["workload.beam_branch_tokens=true"],
+        ["workload.beam_branch_tokens: expected a number, got true"],
+    ),
+    "kv_cache_gib_false": (
+        ["cache.kv_cache_gib=false"],
+        ["cache.kv_cache_gib: expected a number, got false"],
+    ),
+    "max_num_seqs_true": (
+        ["scheduler.max_num_seqs=true"],
+        ["scheduler.max_num_seqs: expected a number, got true"],
+    ),
     "request_batching_v1": (["scheduler.batching=request"], ["scheduler.batching", "vllm-v0"]),
     "batching_misspelt": (
         ["scheduler.batching=requests"],
