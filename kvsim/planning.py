@@ -182,17 +182,20 @@ class Plan:
             raise ValueError(f"{self.field}: the bracket [{self.lo:g}, {self.hi:g}] spans > 1e12")
 
     def check_field(self) -> None:
-        """The knob is a config field: the base config with the knob at ``hi`` validates, or fails
-        for another reason than an unknown field.
+        """The knob is a config field that the config reads: the base config with the knob at
+        ``hi`` validates (or fails for another reason than an unknown field), and does not
+        ignore the knob (``workload.rate_per_s`` under replayed trace arrivals).
 
         Raises:
-            ValueError: the knob names no field of the config (a typo).
+            ValueError: the knob names no field of the config (a typo), or one it ignores (every
+                value would run the same workload: the answer would be the bracket's end).
         """
+        from kvsim.config.ignored import moot_reason
+
+        data = json.loads(json.dumps(self.base))
         try:
-            config_from_dict(
-                json.loads(json.dumps(self.base)),
-                {self.field: self.value(self.hi)},
-                varied=self.varied,
+            config = config_from_dict(
+                json.loads(json.dumps(data)), {self.field: self.value(self.hi)}, varied=self.varied
             )
         except ValueError as err:
             message = str(err)
@@ -200,6 +203,13 @@ class Plan:
                 raise ValueError(
                     f"plan: {self.field!r} is not a config field ({message.splitlines()[0]})"
                 ) from None
+            return
+        why = moot_reason(config, data, self.field)
+        if why is not None:
+            raise ValueError(
+                f"plan: {self.field} has no effect on this config ({why}), so every value "
+                "runs the same workload; plan another knob or change the config"
+            )
 
     def value(self, x: float) -> float | int:
         """``x`` as the knob takes it."""

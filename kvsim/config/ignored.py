@@ -77,6 +77,12 @@ def ignored_settings(
     return messages
 
 
+def moot_reason(config: SimConfig, data: dict[str, Any], dotted: str) -> str | None:
+    """Why ``config`` does not read the field ``dotted`` (``"workload.rate_per_s"``), whatever
+    its value; ``None`` when it reads it. ``data``: the table ``config`` was built from."""
+    return next((m.why for m in _moot_fields(config, data) if m.field == dotted), None)
+
+
 def _moot_fields(config: SimConfig, data: dict[str, Any]) -> Iterator[Moot]:
     from kvsim.allocators import ALLOCATORS, accepted_arguments
 

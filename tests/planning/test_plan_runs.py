@@ -493,3 +493,15 @@ def test_a_window_is_part_of_a_plans_question(tmp_path: Path) -> None:
         json.loads((tmp_path / "plan" / "rate-300" / "answer.json").read_text())["min_window_s"]
         == 300.0
     )
+
+
+def test_a_plan_refuses_a_knob_its_config_ignores() -> None:
+    # replayed trace arrivals have no rate: every rate would run the same workload, and the
+    # plan used to answer the bracket's top (100 req/s)
+    plan = dataclasses.replace(
+        _rate_plan(),
+        base={"workload": {"trace": "mooncake_conversation", "arrival": "trace"}},
+    )
+    with pytest.raises(ValueError, match=r"workload.rate_per_s has no effect on this config"):
+        plan.check_field()
+    _rate_plan().check_field()  # synthetic arrivals read it
