@@ -393,6 +393,11 @@ def _answer_table(result: Any) -> Table:
         table.add_row("margin", f"{100 * result.headroom:.1f} % under its bound")
         if result.beyond:
             table.add_row("next value fails", result.beyond)
+        else:  # the bracket's end meets every target: the answer may lie beyond it
+            edge = "--hi" if plan_.direction == "largest" else "--lo"
+            table.add_row(
+                "next value fails", f"none: {format_value(value)} ends the bracket (widen {edge})"
+            )
     table.add_row("points evaluated", str(len(result.points)))
     return table
 

@@ -505,3 +505,12 @@ def test_a_plan_refuses_a_knob_its_config_ignores() -> None:
     with pytest.raises(ValueError, match=r"workload.rate_per_s has no effect on this config"):
         plan.check_field()
     _rate_plan().check_field()  # synthetic arrivals read it
+
+
+def test_an_answer_at_the_brackets_end_says_it_may_lie_beyond(tmp_path: Path) -> None:
+    # 0.5 s per output token holds at 5 req/s for 50 requests: the plan's top is its answer
+    args = ["--largest", "rate", "--target", "normalized_latency_seconds_mean<=0.5", "--hi", "5"]
+    args += ["--set", "workload.num_requests=50", "--out", str(tmp_path), "--no-progress"]
+    code, output = _plan_cli(*args)
+    assert code == 0, output
+    assert "none: 5 ends the bracket (widen --hi)" in " ".join(output.split())
