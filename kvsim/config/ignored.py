@@ -4,9 +4,9 @@ An explicit KV budget (``kv_cache_gib``, ``kv_cache_bytes``, ``kv_cache_gb``) ta
 over the derived one, so ``gpu_memory_utilization`` and ``activation_headroom_bytes`` go unread (as
 vLLM's ``kv_cache_memory_bytes`` ignores ``gpu_memory_utilization``); each allocator reads only its
 own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks) and the radix tree
-caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate, and
-only gamma arrivals read ``cv``. Such a config runs as written; ``config_from_dict`` logs
-one warning per ignored setting.
+caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate,
+only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens``. Such a config
+runs as written; ``config_from_dict`` logs one warning per ignored setting.
 """
 
 from __future__ import annotations
@@ -119,6 +119,9 @@ def _moot_fields(config: SimConfig, data: dict[str, Any]) -> Iterator[Moot]:
     if workload.arrival != "gamma":
         why = f"cv shapes gamma arrivals only, and arrival is {workload.arrival!r}"
         yield _workload_field(config, "cv", ("workload.arrival",), why)
+    if workload.beam_width == 1:
+        why = "beam_branch_tokens shapes beam search only, and beam_width is 1"
+        yield _workload_field(config, "beam_branch_tokens", ("workload.beam_width",), why)
 
 
 def _cache_field(config: SimConfig, name: str, deciders: tuple[str, ...], why: str) -> Moot:

@@ -405,6 +405,10 @@ IGNORED: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"workload.cv": 2.0},
         ["workload.cv = 2.0", "gamma arrivals only", "'poisson'"],
     ),
+    "beam_branch_tokens_without_beams": (
+        {"workload.beam_branch_tokens": 3.0},
+        ["workload.beam_branch_tokens = 3.0", "beam search only", "beam_width is 1"],
+    ),
 }
 
 
@@ -474,6 +478,11 @@ QUIET: dict[str, dict[str, Any]] = {
         "workload.rate_per_s": 50,
     },
     "cv_with_gamma_arrivals": {"workload.arrival": "gamma", "workload.cv": 2.0},
+    "beam_branch_tokens_with_beams": {
+        "scheduler.engine": "vllm-v0",
+        "workload.beam_width": 2,
+        "workload.beam_branch_tokens": 3.0,
+    },
     "trace_arrival_preset": {"workload": "azure_conv"},
 }
 
