@@ -211,6 +211,15 @@ class Plan:
                 "runs the same workload; plan another knob or change the config"
             )
 
+    def arrival_span_s(self, x: float, *, quick: bool = False) -> float | None:
+        """Seconds over which the requests of the point at ``x`` arrive (their count over the
+        rate), for a rate knob; ``None`` for another knob."""
+        if self.field != RATE_FIELD:
+            return None
+        spec = self.config(x, quick=quick)
+        drawn = config_from_dict(spec["data"], spec["overrides"]).workload
+        return (drawn.num_requests or DEFAULT_NUM_REQUESTS) / float(self.value(x))
+
     def value(self, x: float) -> float | int:
         """``x`` as the knob takes it."""
         return round(x) if self.integer or self.choices else float(x)

@@ -210,6 +210,7 @@ def plan(
             result = run_plan(the_plan, out, jobs=jobs, quick=quick, on_point=show)
         written = save_plan(result)
         console.print(_answer_table(result))
+        _note_short_window(the_plan, result.answer, quick)
         if not result.monotone:
             console.print(
                 "[yellow]warning:[/] the evaluated points are not monotone in the knob "
@@ -374,6 +375,25 @@ def _check_targets(the_plan: Any) -> None:
                 + (f"; did you mean one of {close}" if close else "")
                 + " (latency metrics end in _p50, _p90, _p95, _p99 or _mean)"
             )
+
+
+SHORT_WINDOW_S = 600.0  # the paper reproductions' window (kvsim.planning.Plan.min_window_s)
+
+
+def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None:
+    """Say when a largest rate was judged on arrivals spanning under ``SHORT_WINDOW_S``: a queue
+    past the knee grows slowly, so a short window can pass a rate that cannot be sustained."""
+    if answer is None or quick or the_plan.min_window_s is not None:
+        return
+    span_s = the_plan.arrival_span_s(answer)
+    if span_s is not None and span_s < SHORT_WINDOW_S:
+        console.print(
+            f"[yellow]note:[/] at the answer the run's requests arrive within {span_s:.3g} s; a "
+            "queue past the knee may grow too slowly to show in so short a window, so the rate "
+            f"may be too high. --window {SHORT_WINDOW_S:g} draws at least {SHORT_WINDOW_S:g} s "
+            "of arrivals at every rate.",
+            highlight=False,
+        )
 
 
 def _answer_table(result: Any) -> Table:

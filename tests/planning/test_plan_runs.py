@@ -514,3 +514,16 @@ def test_an_answer_at_the_brackets_end_says_it_may_lie_beyond(tmp_path: Path) ->
     code, output = _plan_cli(*args)
     assert code == 0, output
     assert "none: 5 ends the bracket (widen --hi)" in " ".join(output.split())
+
+
+def test_a_rate_answer_on_a_short_window_is_noted(tmp_path: Path) -> None:
+    args = ["--largest", "rate", "--target", "normalized_latency_seconds_mean<=0.5", "--hi", "5"]
+    args += ["--set", "workload.num_requests=50", "--out", str(tmp_path), "--no-progress"]
+    code, output = _plan_cli(*args)
+    assert code == 0, output
+    flat = " ".join(output.split())
+    assert "arrive within 10 s" in flat  # 50 requests at the answer, 5 req/s
+    assert "--window 600" in flat
+    code, output = _plan_cli(*args, "--window", "20", "--name", "windowed")
+    assert code == 0, output
+    assert "arrive within" not in output  # a window was asked for
