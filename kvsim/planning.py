@@ -192,10 +192,9 @@ class Plan:
         """
         from kvsim.config.ignored import moot_reason
 
-        data = json.loads(json.dumps(self.base))
-        try:
+        try:  # (config_from_dict works on a copy: ``self.base`` stays as it is)
             config = config_from_dict(
-                json.loads(json.dumps(data)), {self.field: self.value(self.hi)}, varied=self.varied
+                self.base, {self.field: self.value(self.hi)}, varied=self.varied
             )
         except ValueError as err:
             message = str(err)
@@ -204,7 +203,7 @@ class Plan:
                     f"plan: {self.field!r} is not a config field ({message.splitlines()[0]})"
                 ) from None
             return
-        why = moot_reason(config, data, self.field)
+        why = moot_reason(config, self.base, self.field)
         if why is not None:
             raise ValueError(
                 f"plan: {self.field} has no effect on this config ({why}), so every value "
@@ -217,7 +216,7 @@ class Plan:
         if self.field != RATE_FIELD:
             return None
         spec = self.config(x, quick=quick)
-        drawn = config_from_dict(spec["data"], spec["overrides"]).workload
+        drawn = config_from_dict(spec["data"], spec["overrides"], warn=False).workload
         return (drawn.num_requests or DEFAULT_NUM_REQUESTS) / float(self.value(x))
 
     def value(self, x: float) -> float | int:
@@ -229,7 +228,7 @@ class Plan:
         data = json.loads(json.dumps(self.base))
         overrides = {**(self.quick if quick else {}), self.field: self.value(x)}
         if self.min_window_s is not None and not quick:
-            drawn = config_from_dict(json.loads(json.dumps(data)), overrides).workload
+            drawn = config_from_dict(data, overrides, warn=False).workload  # (on a copy)
             count = drawn.num_requests or DEFAULT_NUM_REQUESTS
             overrides["workload.num_requests"] = max(
                 count, math.ceil(self.value(x) * self.min_window_s)
