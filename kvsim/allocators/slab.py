@@ -47,6 +47,7 @@ class SlabAllocator(Allocator):
         self.max_model_len = max_model_len
         self.full_context_tokens = full_context_tokens or max_model_len
         self._slabs: dict[int, list[tuple[int, int]]] = {}  # one (start, size) per sequence
+        self._held_total = 0  # sum of the live slabs' sizes (overhead_slots per event, O(1))
 
     # -- placement, by subclasses -----------------------------------------------------------
     def _place(self, size: int) -> tuple[int, int] | None:
@@ -134,7 +135,9 @@ class SlabAllocator(Allocator):
         self._slabs[request.req_id] = placed
         if request.num_seqs > 1:
             self._widths[request.req_id] = request.num_seqs
-        return self._result(sum(size for _, size in placed), len(placed))
+        size = sum(size for _, size in placed)
+        self._held_total += size
+        return self._result(size, len(placed))
 
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         slabs = self._slabs.pop(req_id, None)
@@ -142,7 +145,19 @@ class SlabAllocator(Allocator):
             raise KeyError(f"free(): unknown req_id {req_id}")
         self._widths.pop(req_id, None)
         for slab in reversed(slabs):
+            self._held_total -= slab[1]
             self._release(*slab)
+
+    @property
+    def overhead_slots(self) -> int:
+        """``stats().overhead_slots`` from the running total of held slots (the recorder reads
+        it at every event; ``stats`` sums every live slab)."""
+        return self.capacity_tokens - self._held_total - self.num_free_tokens
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        held = sum(size for _, size in self.held_slabs())
+        assert held == self._held_total, f"{self.name}: slabs sum {held} != total {self._held_total}"
 
     span_layout = "slabs"
 
