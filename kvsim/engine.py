@@ -123,6 +123,7 @@ class Engine:
         self.env = env
         self.config = config
         self.allocator = allocator_from_config(config)
+        self.allocator.see_workload(requests)
         self.swap = swap_space_from_config(config, self.allocator)
         self.scheduler = make_scheduler(self.allocator, config.engine_args, self.swap)
         if lazy_decodes:  # the memory map reads block ids: no anonymous bulk blocks then

@@ -58,6 +58,9 @@ CASES = [
         MULTI_TURN,
         {"preempt", "hit"},
     ),
+    # private requests and shared prompts: radix decoders grow in bulk, evicting LRU leaves
+    ("vllm-v1", {"allocator": "radix"}, {}, {}, {"preempt"}),
+    ("vllm-v1", {"allocator": "radix"}, {}, {"shared_prefix_tokens": 48}, {"preempt", "hit"}),
     ("vllm-v0", {"allocator": "paged"}, {}, {}, {"preempt"}),
     ("vllm-v0", {"allocator": "paged"}, {"preemption_mode": "swap"}, {}, {"preempt", "swap"}),
     (
@@ -85,6 +88,7 @@ CASES = [
     ),
     ("vllm-v0", {"allocator": "buddy", "reservation": "pow2"}, {}, {"n": 2, **GROUPS}, {"block"}),
     ("vllm-v0", {"allocator": "radix"}, {}, MULTI_TURN, {"preempt", "hit"}),
+    ("vllm-v0", {"allocator": "radix"}, {}, {"shared_prefix_tokens": 48}, {"preempt", "hit"}),
 ]
 # the summary counter that shows each event
 EVENT_COUNTERS = {

@@ -342,6 +342,20 @@ class Allocator(ABC):
         when it holds ``held_now`` now."""
         return int(self.held_slots_at(np.array([[length]]), np.array([held_now]))[0, 0])
 
+    orders_pooled_takes: ClassVar[bool] = False
+    """``"blocks"`` layouts: a pooled take may evict what another request's allocation in the
+    same step would reuse, so a step that allocates for requests sharing tokens, or coming back
+    from a preemption, takes its pooled blocks member by member in running order."""
+
+    def see_workload(self, requests: Sequence[Request]) -> None:
+        """The run's requests, before it starts (a policy may note what they share)."""
+        return None
+
+    def decodes_in_place(self, request: Request) -> bool:
+        """``"blocks"`` layouts: whether the live ``request`` may decode as a cohort member
+        (its blocks taken in bulk, ``take_pooled``) as far as the policy is concerned."""
+        return True
+
     def take_pooled(self, num_blocks: int) -> None:
         """``"blocks"`` layouts: take blocks for live single-sequence requests' tables, to be
         attached later (``attach_pooled``)."""

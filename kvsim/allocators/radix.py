@@ -30,6 +30,15 @@ with the requests seen (the tree and the live requests hold all there is). Evict
 and checked when popped (lazy invalidation), so an eviction costs O(log n) per leaf instead of a
 walk of the whole tree. Two leaves never share a last-access stamp (a stamp is written along one
 root path only), so the heap pops leaves in the order a full sort would.
+
+Steady decoders (``span_layout = "blocks"`` of one token: ``kvsim.scheduler.lazy``) take their
+slots in bulk (``take_pooled``: counters, clock ticks and evictions of one ``allocate`` per
+token) and write them into their leaves when the scheduler touches them (``attach_pooled``).
+That changes nothing observable because a leaf growing in place keeps its stamp (a locked
+leaf's stamp is read only when a split copies it; it is stamped again when unlocked), because
+no lookup reaches the tokens not yet written (``decodes_in_place``: a leaf only its request
+locks, whose output no other prompt repeats), and because bulk evictions pop the same LRU
+leaves while nothing unlocks in between.
 """
 
 from __future__ import annotations
@@ -157,6 +166,8 @@ class RadixAllocator(Allocator):
     name = "radix"
     caches_prefixes = True
     takes_slot_per_token = True
+    span_layout = "blocks"  # blocks of one token: a steady decoder takes one slot per step
+    orders_pooled_takes = True
     usable_is_threshold = True
 
     def __init__(self, *, capacity_tokens: int, bytes_per_token: int = 1) -> None:
@@ -182,6 +193,8 @@ class RadixAllocator(Allocator):
         self.preempted_hits = 0
         self.num_evicted_tokens = 0
         self._one_new = self._result(1, 1, 0)  # a decode step's result
+        self._pooled = 0  # slots taken by take_pooled and not yet attached to a leaf
+        self._outputs_read: set[int] = set()  # req_ids whose output other prompts repeat
 
     # -- streams and tree walks -------------------------------------------------------------
     def _root(self, salt: str | None) -> RadixNode:
@@ -423,7 +436,6 @@ class RadixAllocator(Allocator):
                 seg, start, end = node.runs[-1]
                 node.runs[-1] = (seg, start, end + need)
                 node.length += need
-                node.last_access = self._clock
                 self._version += 1
                 self.cached_tokens += need
                 self.protected_tokens += need
@@ -473,7 +485,6 @@ class RadixAllocator(Allocator):
             seg, start, end = node.runs[-1]
             node.runs[-1] = (seg, start, end + 1)
             node.length += 1
-            node.last_access = clock
             held.matched = num_tokens
             widened += 1
         self._widened(widened, clock)
@@ -556,7 +567,6 @@ class RadixAllocator(Allocator):
             else:
                 runs.extend(new)
             node.length += hi - lo
-            node.last_access = clock
             self.cached_tokens += hi - lo
             self.protected_tokens += hi - lo
             return 0, node
@@ -581,6 +591,69 @@ class RadixAllocator(Allocator):
         self._clock += 1
         self._sum_matched -= held.matched
         self._lock(held.node, -1)
+
+    # -- lazy decodes (kvsim.scheduler.lazy: a cohort of one-token blocks) ----------------
+    def see_workload(self, requests: Sequence[Request]) -> None:
+        """Note whose outputs later prompts repeat (multi-turn histories): those never decode
+        lazily, since a lookup may walk into their leaves while they grow."""
+        for request in requests:
+            for seg_id, _ in request.token_segments or ():
+                if isinstance(seg_id, tuple) and seg_id and seg_id[0] == "gen":
+                    self._outputs_read.add(seg_id[1])
+
+    def decodes_in_place(self, request: Request) -> bool:
+        """Whether the live ``request``'s decode tokens may be taken in bulk and written into
+        its leaf later: the leaf is its own (locked by it alone, childless), and no other
+        request's prompt repeats its output, so no lookup reaches the tokens not yet written."""
+        held = self.live.get(request.req_id)
+        if held is None or request.req_id in self._outputs_read:
+            return False
+        node = held.node
+        return node.lock_ref == 1 and not node.children and node.parent is not None
+
+    def take_pooled(self, num_blocks: int) -> None:
+        """Take ``num_blocks`` slots for steady decoders (``decodes_in_place``), to be written
+        into their leaves by ``attach_pooled``: the counters, clock and evictions of that many
+        one-token ``allocate`` calls. Their leaves keep their stamps either way (a leaf grown in
+        place is not re-stamped), and evictions pop the same LRU leaves in bulk as one by one
+        while nothing else unlocks in between."""
+        if not num_blocks:
+            return
+        if num_blocks > self._free:
+            self._evict(num_blocks - self._free)
+        self._free -= num_blocks
+        self.cached_tokens += num_blocks
+        self.protected_tokens += num_blocks
+        self._sum_matched += num_blocks
+        self._pooled += num_blocks
+        self._clock += num_blocks
+        self._version += 1
+
+    def attach_pooled(self, req_id: int, num_blocks: int) -> None:
+        """Write ``num_blocks`` pooled slots (the request's next tokens) into its leaf."""
+        if not num_blocks:
+            return
+        held = self.live[req_id]
+        node, lo = held.node, held.matched
+        hi = lo + num_blocks
+        new = held.stream.pieces(lo, hi)
+        seg, start, end = node.runs[-1]
+        nseg, nstart, nend = new[0]
+        if nstart == end and nseg == seg:
+            node.runs[-1] = (seg, start, nend)
+            node.runs.extend(new[1:])
+        else:
+            node.runs.extend(new)
+        node.length += num_blocks
+        held.matched = hi
+        held.widen_until = held.stream.run_end(hi)
+        self._pooled -= num_blocks
+
+    def grow_blocks(self, grants: Sequence[tuple[int, int]]) -> None:
+        """Each ``(req_id, n)`` decodes ``n`` more tokens in place, in order."""
+        for req_id, num_blocks in grants:
+            self.take_pooled(num_blocks)
+            self.attach_pooled(req_id, num_blocks)
 
     # -- vectorised hooks -------------------------------------------------------------------
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
@@ -676,6 +749,8 @@ class RadixAllocator(Allocator):
         filed = {id(e[2]) for e in self._heap if self._evictable(e)}
         assert leaves <= filed, f"radix: {len(leaves - filed)} evictable leaves not in the heap"
         assert nodes == self._num_nodes, f"radix: {nodes} nodes != {self._num_nodes}"
+        cached += self._pooled  # taken for steady decoders, not yet in their leaves
+        protected += self._pooled
         assert cached == self.cached_tokens, f"radix: cached {cached} != {self.cached_tokens}"
         assert protected == self.protected_tokens, (
             f"radix: protected {protected} != {self.protected_tokens}"

@@ -157,7 +157,7 @@ class SlabAllocator(Allocator):
     def check_invariants(self) -> None:
         super().check_invariants()
         held = sum(size for _, size in self.held_slabs())
-        assert held == self._held_total, f"{self.name}: slabs sum {held} != total {self._held_total}"
+        assert held == self._held_total, f"{self.name}: slabs {held} != total {self._held_total}"
 
     span_layout = "slabs"
 

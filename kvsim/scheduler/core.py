@@ -286,7 +286,9 @@ class SchedulerCore:
             return 1
         lazy = self.lazy
         assert lazy is not None
-        lazy.prejoin(plan)  # every running request is a member from the clock after step 0
+        lazy.prejoin(plan)  # every scheduled request is a member from the clock after step 0
+        if lazy.others:  # a running request left out of a v0 prefill step that cannot join
+            return 1
         after = plan.cohort_clock + plan.cohort_advance
         top = lazy.cohort.next_finish_clock()
         assert top is not None

@@ -79,7 +79,7 @@ class LazyDecodes:
         held = req.num_held_slots
         if self.blocks:
             b = self.period
-            return held == -(computed // -b) * b
+            return held == -(computed // -b) * b and self.allocator.decodes_in_place(req)
         return held >= req.final_kv_tokens
 
     def join_now(self, req: Request) -> None:
@@ -160,6 +160,8 @@ class LazyDecodes:
         registers = self.caching and (
             any(m.fills for m in touched) or any(r.shares_tokens for r, _ in others)
         )
+        if allocator.orders_pooled_takes and not registers:
+            registers = any(r.shares_tokens or r.num_preemptions for r, _ in others)
         blocks, _ = cohort.allocate_pooled(clock, 1)
         if registers and blocks[0]:  # pooled takes keep their place in the running order
             touched = cohort.touched(clock, 1, every=True)

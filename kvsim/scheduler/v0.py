@@ -167,6 +167,8 @@ class V0Scheduler(SchedulerCore):
             if not allocator.can_allocate(req, req.num_computed_tokens + 1):
                 return False
             need += allocator.num_slots_needed(req, req.num_computed_tokens + 1)
+        if need > allocator.num_free_tokens:
+            return False  # some decode does not fit: the exact pass preempts
         if allocator.paged and allocator.num_free_tokens - need < allocator.block_size_tokens:
             return False  # some can_append_v0 check might fail on the way
 

@@ -291,8 +291,7 @@ class NaiveRadixAllocator(Allocator):
         if not tokens:
             return 0, node
         if not node.children and node.lock_ref == 1 and node.parent is not None:
-            node.key.extend(tokens)
-            node.last_access = self._clock
+            node.key.extend(tokens)  # (keeps its stamp: a locked leaf's is read only by a split)
             self.cached_tokens += len(tokens)
             self.protected_tokens += len(tokens)
             return 0, node

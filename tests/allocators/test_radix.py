@@ -104,3 +104,40 @@ def test_running_prefix_is_a_hit_for_later_admissions():
     assert (a.cached_tokens, a.protected_tokens) == (17, 17)  # both paths locked
     assert a.stats().held_slots == 13 + 4  # shared 8 counted once
     a.check_invariants()
+
+
+def test_pooled_decode_slots_equal_one_allocate_per_token():
+    """Five decode tokens taken in bulk (``take_pooled``) and written into the leaf later
+    (``attach_pooled``) leave the tree, counters and evictions of five one-token allocations:
+    32 slots; request 0's 20 tokens cached and unlocked; request 1 holds 8 + 1 and takes 5 more
+    with 3 free, so the LRU leaf (all 20 of request 0's) is evicted: 3 + 20 - 5 = 18 free."""
+    done = Request(0, 0.0, 20, 1, 1)
+    decoder = Request(1, 0.0, 8, 10, 10)
+    bulk, stepwise = RadixAllocator(capacity_tokens=32), RadixAllocator(capacity_tokens=32)
+    for a in (bulk, stepwise):
+        admit(a, done, 20)
+        a.free(0)
+        admit(a, decoder, 8)
+        a.allocate(decoder, 9)  # its first output token: the leaf gains the output's run
+        assert a.decodes_in_place(decoder)
+    bulk.take_pooled(5)
+    assert (bulk.num_free_tokens, bulk.num_evicted_tokens, bulk.cached_tokens) == (18, 20, 14)
+    bulk.attach_pooled(1, 5)
+    for n in range(10, 15):
+        stepwise.allocate(decoder, n)
+    for a in (bulk, stepwise):
+        (leaf,) = a.roots[None].children.values()
+        assert leaf.runs == [(("prompt", 1), 0, 8), (("gen", 1), 0, 6)]
+        assert (a.held_slots(1), a.num_free_tokens, a.protected_tokens) == (14, 18, 14)
+        a.check_invariants()
+    assert bulk._clock == stepwise._clock  # the same LRU clock for every later stamp
+
+
+def test_an_output_a_later_prompt_repeats_never_decodes_in_bulk():
+    a = RadixAllocator(capacity_tokens=64)
+    first = req(1, [SYS, (("user", "A"), 4)])
+    second = req(2, [SYS, (("user", "A"), 4), (("gen", 1), 4), (("user", "A2"), 2)])
+    a.see_workload([first, second])
+    admit(a, first, 12)
+    a.allocate(first, 13)
+    assert not a.decodes_in_place(first)  # request 2's lookup may walk into its growing leaf
