@@ -636,17 +636,22 @@ class RadixAllocator(Allocator):
         held = self.live[req_id]
         node, lo = held.node, held.matched
         hi = lo + num_blocks
-        new = held.stream.pieces(lo, hi)
-        seg, start, end = node.runs[-1]
-        nseg, nstart, nend = new[0]
-        if nstart == end and nseg == seg:
-            node.runs[-1] = (seg, start, nend)
-            node.runs.extend(new[1:])
+        runs = node.runs
+        if hi <= held.widen_until:  # the tokens continue the leaf's last run (as allocate)
+            seg, start, end = runs[-1]
+            runs[-1] = (seg, start, end + num_blocks)
         else:
-            node.runs.extend(new)
+            new = held.stream.pieces(lo, hi)
+            seg, start, end = runs[-1]
+            nseg, nstart, nend = new[0]
+            if nstart == end and nseg == seg:
+                runs[-1] = (seg, start, nend)
+                runs.extend(new[1:])
+            else:
+                runs.extend(new)
+            held.widen_until = held.stream.run_end(hi)
         node.length += num_blocks
         held.matched = hi
-        held.widen_until = held.stream.run_end(hi)
         self._pooled -= num_blocks
 
     def grow_blocks(self, grants: Sequence[tuple[int, int]]) -> None:

@@ -114,7 +114,8 @@ def test_pooled_decode_slots_equal_one_allocate_per_token():
     done = Request(0, 0.0, 20, 1, 1)
     decoder = Request(1, 0.0, 8, 10, 10)
     bulk, stepwise = RadixAllocator(capacity_tokens=32), RadixAllocator(capacity_tokens=32)
-    for a in (bulk, stepwise):
+    granted = RadixAllocator(capacity_tokens=32)  # grow_blocks: take and write at once
+    for a in (bulk, stepwise, granted):
         admit(a, done, 20)
         a.free(0)
         admit(a, decoder, 8)
@@ -125,12 +126,13 @@ def test_pooled_decode_slots_equal_one_allocate_per_token():
     bulk.attach_pooled(1, 5)
     for n in range(10, 15):
         stepwise.allocate(decoder, n)
-    for a in (bulk, stepwise):
+    granted.grow_blocks([(1, 5)])
+    for a in (bulk, stepwise, granted):
         (leaf,) = a.roots[None].children.values()
         assert leaf.runs == [(("prompt", 1), 0, 8), (("gen", 1), 0, 6)]
         assert (a.held_slots(1), a.num_free_tokens, a.protected_tokens) == (14, 18, 14)
         a.check_invariants()
-    assert bulk._clock == stepwise._clock  # the same LRU clock for every later stamp
+    assert bulk._clock == stepwise._clock == granted._clock  # the same clock for later stamps
 
 
 def test_an_output_a_later_prompt_repeats_never_decodes_in_bulk():
