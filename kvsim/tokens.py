@@ -18,8 +18,8 @@ from collections.abc import Hashable, Sequence
 from numbers import Integral
 
 from kvsim.request import Request
-from kvsim.workload.traces import MOONCAKE_BLOCK_SIZE_TOKENS
 
+MOONCAKE_BLOCK_SIZE_TOKENS = 512  # tokens a Mooncake trace's hash id stands for (its README)
 Segment = tuple[Hashable, int]
 
 

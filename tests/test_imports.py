@@ -57,6 +57,20 @@ def test_importing_loads_no_heavy_library(code: str) -> None:
     assert not any(loaded[m] for m in HEAVY), loaded
 
 
+def test_allocators_load_no_workload_package() -> None:
+    code = (
+        "import json, sys\nimport kvsim.allocators\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('kvsim.workload'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []
+    loaded = loaded_after("import kvsim.allocators")
+    assert not loaded["pydantic"]
+    assert not any(loaded[m] for m in HEAVY), loaded
+
+
 def test_import_kvsim_loads_no_pydantic() -> None:
     assert not loaded_after("import kvsim")["pydantic"]
 

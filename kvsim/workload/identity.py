@@ -23,9 +23,10 @@ import numpy as np
 
 from kvsim.request import Request
 from kvsim.say_once import warn_once
+from kvsim.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
 from kvsim.units import cdiv
 from kvsim.workload.spec import WorkloadSpec
-from kvsim.workload.traces import MOONCAKE_BLOCK_SIZE_TOKENS, Trace
+from kvsim.workload.traces import Trace
 
 logger = logging.getLogger(__name__)
 

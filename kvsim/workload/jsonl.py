@@ -19,11 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from kvsim.limits import MAX_INT64, MAX_TIME_S
-from kvsim.workload.traces import (
-    BAILIAN_BLOCK_SIZE_TOKENS,
-    MOONCAKE_BLOCK_SIZE_TOKENS,
-    Trace,
-)
+from kvsim.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
+from kvsim.workload.traces import BAILIAN_BLOCK_SIZE_TOKENS, Trace
 
 _TIME_UNIT = {"mooncake": ("ms", 1000.0), "bailian": ("s", 1.0)}
 _BLOCK_SIZE = {"mooncake": MOONCAKE_BLOCK_SIZE_TOKENS, "bailian": BAILIAN_BLOCK_SIZE_TOKENS}

@@ -32,7 +32,6 @@ from typing import Literal, get_args
 
 import numpy as np
 
-MOONCAKE_BLOCK_SIZE_TOKENS = 512
 BAILIAN_BLOCK_SIZE_TOKENS = 16
 
 
