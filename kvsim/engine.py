@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from kvsim import compiled_core
 from kvsim.aggregate_core import AggregateCore, applies
 from kvsim.aggregate_preemption import NotModeledError
 from kvsim.allocators import Allocator, allocator_from_knobs
@@ -399,7 +400,7 @@ class _Progress:
 
 
 def _run_aggregate_core(
-    config: SimConfig, runnable: list[Request], progress: _Progress
+    config: SimConfig, runnable: list[Request], progress: _Progress, compiled: bool | None = None
 ) -> tuple[AggregateCore | None, bool]:
     """Run the aggregate core when it models the run (``kvsim.aggregate_core.applies``).
 
@@ -414,6 +415,8 @@ def _run_aggregate_core(
     core = AggregateCore(
         config, runnable, allocator, cost_model_from_config(config, True), progress.report
     )
+    if compiled_core.wanted(compiled, len(runnable)) and compiled_core.run_compiled(core):
+        return core, False
     del runnable  # the core's list is the run's: finished requests are freed from it
     try:
         core.run()
@@ -463,6 +466,7 @@ def simulate(
     map_max_frames: int | None = None,
     lazy_decodes: bool = True,
     aggregate_core: bool = True,
+    compiled: bool | None = None,
 ) -> Results:
     """Run one simulation.
 
@@ -483,6 +487,9 @@ def simulate(
         aggregate_core: run ``kvsim.aggregate_core`` where it models the run (``vllm-v1`` on
             a paged pool of private requests, no memory map); ``False`` runs ``Engine`` always.
             The results are identical either way.
+        compiled: run the aggregate core's compiled kernel (``kvsim.compiled_core``, numba)
+            where it models the run; ``None``: when numba is installed and the run has at
+            least ``compiled_core.AUTO_MIN_REQUESTS`` requests. The results are identical.
 
     Returns:
         ``Results`` with per-request records, the memory time series and a summary (the
@@ -500,7 +507,7 @@ def simulate(
     engine: Engine | AggregateCore | None = None
     progress = _Progress(on_finish)
     if frames is None and lazy_decodes and aggregate_core:
-        engine, spent = _run_aggregate_core(config, runnable, progress)
+        engine, spent = _run_aggregate_core(config, runnable, progress, compiled)
         if spent:  # declined midway: the same requests again, fresh (nothing logged twice)
             runnable, _ = prepare_requests(config, requests, strict=strict, quiet=True)
     del requests  # the run has its own copies: a caller that let go of its list frees it now

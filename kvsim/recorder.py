@@ -321,8 +321,10 @@ class MemoryRecorder:
                 if total_s > 0
                 else np.full(len(durations_s), 1 / len(durations_s))
             )
-            means = (np.stack(series) @ w).tolist()
-            waiting = float(np.dot(np.broadcast_to(num_waiting, w.shape), w))
+            # (x * w).sum(), numpy's pairwise sum, not a BLAS product: the same additions on
+            # every machine, which the compiled core (kvsim.compiled_core) repeats
+            means = [float((x * w).sum()) for x in series]
+            waiting = float((np.broadcast_to(num_waiting, w.shape) * w).sum())
         self._append_row(
             time_s,
             total_s,

@@ -1,0 +1,195 @@
+"""The aggregate core compiled by numba, where numba is installed (``pip install 'kvsim[fast]'``).
+
+``kvsim.compiled_kernel`` is the aggregate core's loop over arrays; numba compiles it once per
+machine (cached beside the module, a few seconds) and a run then costs well under a microsecond
+of Python per event. It covers the runs the aggregate core models that need no preemption and no
+exact pass; on anything else it stops and ``simulate`` runs the Python core from the start, so
+the results never depend on which one ran: the tables are identical bit for bit
+(``tests/test_compiled_core.py`` checks that against the Python core, with and without numba).
+
+Auto mode (``simulate(..., compiled=None)``) compiles only for runs of at least
+``AUTO_MIN_REQUESTS`` requests: importing numba and loading the cached code costs about 0.3 s,
+which the Python core spends on about 10,000 requests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+from array import array
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from kvsim.aggregate_core import AggregateCore
+from kvsim.recorder import MEMORY_COLUMNS
+
+logger = logging.getLogger(__name__)
+
+AUTO_MIN_REQUESTS = 20_000
+_FACTS = attrgetter(
+    "prompt_tokens",
+    "output_tokens",
+    "req_id",
+    "num_computed_tokens",
+    "num_output_tokens",
+    "num_preemptions",
+    "num_cached_tokens",
+    "parent_id",
+)
+
+
+def numba_available() -> bool:
+    """Whether numba can be imported (without importing it)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def wanted(compiled: bool | None, num_requests: int) -> bool:
+    """Whether to try the compiled core: ``compiled`` says so, or (``None``) numba is installed
+    and the run has at least ``AUTO_MIN_REQUESTS`` requests.
+
+    Raises:
+        ValueError: ``compiled=True`` without numba.
+    """
+    if compiled is None:
+        return num_requests >= AUTO_MIN_REQUESTS and numba_available()
+    if compiled and not numba_available():
+        raise ValueError("compiled=True needs numba: pip install 'kvsim[fast]'")
+    return compiled
+
+
+def cost_coefficients(cost: Any) -> np.ndarray:
+    """The step-cost model's coefficients in ``compiled_kernel``'s ``C_*`` order (float64[12];
+    every one a float or an int below 2**53, so each converts exactly)."""
+    return np.array(
+        [
+            cost.weight_bytes,
+            cost.kv_read_bytes_per_token,
+            cost.linear_flops_per_token,
+            cost.attn_flops_per_pair,
+            cost.bandwidth,
+            cost.flops,
+            cost.overhead_s,
+            cost.per_seq_overhead_s,
+            cost.hidden,
+            cost.act_bytes,
+            cost.link_bandwidth,
+            cost.allreduce_latency_s,
+        ],
+        np.float64,
+    )
+
+
+def run_compiled(core: AggregateCore, python_kernel: bool = False) -> bool:
+    """Run ``core``'s requests in the compiled kernel and fill ``core.log``, ``core.recorder``
+    and the allocator's counters as ``AggregateCore.run`` would.
+
+    Args:
+        core: a fresh aggregate core (its requests untouched).
+        python_kernel: run the kernel as plain Python (slow; the tests' check of the kernel
+            itself).
+
+    Returns:
+        ``False``, with ``core`` untouched, when the kernel does not model the run (it stopped
+        at a preemption, an exact pass, or the requests are not fresh).
+    """
+    requests = core.requests
+    n = len(requests)
+    arrival = core._arrival_times
+    if not n or arrival.dtype != np.float64:
+        return False  # (int arrival times: the Python core keeps SimPy's int clock)
+    facts = np.array([_FACTS(r) for r in requests], dtype=object)
+    if (facts[:, 3:7] != 0).any():
+        return False  # a request with serving state: not a fresh workload
+    prompt = facts[:, 0].astype(np.int64)
+    output = facts[:, 1].astype(np.int64)
+    kernel = _kernel(python_kernel)
+    config, allocator, cost = core.config, core.allocator, core.cost
+    args = config.engine_args
+    first_scheduled = np.full(n, math.nan)
+    first_token = np.full(n, math.nan)
+    finish = np.full(n, math.nan)
+    rows = np.empty((max(1024, 2 * n), len(MEMORY_COLUMNS)))
+    status, rows, num_rows, queries, _ = kernel.run_kernel(
+        arrival,
+        prompt,
+        output,
+        prompt + output - 1,
+        allocator.block_size_tokens,
+        args.max_num_batched_tokens,
+        args.max_num_seqs,
+        args.enable_chunked_prefill,
+        args.enable_prefix_caching,
+        allocator.num_free_blocks,
+        config.record_memory,
+        allocator.capacity_tokens,
+        allocator.overhead_slots,
+        allocator.watermark_blocks,
+        cost_coefficients(cost),
+        cost.tp,
+        cost.pp,
+        cost.num_layers,
+        first_scheduled,
+        first_token,
+        finish,
+        rows,
+    )
+    if status != kernel.OK:
+        logger.debug("compiled core declined (status %d): the Python core runs", status)
+        return False
+    _fill_recorder(core, rows[:num_rows])
+    ids = facts[:, 2].astype(np.int64)
+    parents = facts[:, 7]
+    core.log.add_columns(
+        ids,
+        prompt,
+        output,
+        first_scheduled,
+        first_token,
+        finish,
+        np.array([0 if p is None else p for p in parents], np.int64),
+        np.array([p is None for p in parents], np.bool_),
+    )
+    allocator.prefix_cache_queries = queries
+    if args.enable_prefix_caching:
+        allocator.pool.num_evictions = 0  # no block ever kept a key: nothing was evicted
+    if core.on_finish is not None:
+        core.on_finish(n)
+    return True
+
+
+def _fill_recorder(core: AggregateCore, rows: np.ndarray) -> None:
+    """The kernel's rows (float64) as the recorder's typed columns."""
+    recorder = core.recorder
+    for i, name in enumerate(MEMORY_COLUMNS):
+        column = recorder.columns[name]
+        dtype = np.float64 if column.typecode == "d" else np.int64
+        values = np.ascontiguousarray(rows[:, i], dtype)
+        recorder.columns[name] = array(column.typecode, values.tobytes())
+    recorder._int_times = False
+
+
+def _kernel(python_kernel: bool) -> Any:
+    """``compiled_kernel``, compiled by numba (cached), or as plain Python."""
+    if python_kernel:
+        from kvsim import compiled_kernel
+
+        return _plain(compiled_kernel)
+    return _compiled_module()
+
+
+def _compiled_module() -> Any:
+    """``compiled_kernel`` with numba imported first, so its functions are compiled."""
+    importlib.import_module("numba")
+    return importlib.import_module("kvsim.compiled_kernel")
+
+
+def _plain(kernel: Any) -> Any:
+    """The kernel's loop as plain Python (its helpers compiled where numba is installed)."""
+    import types
+
+    return types.SimpleNamespace(
+        OK=kernel.OK, run_kernel=getattr(kernel.run_kernel, "py_func", kernel.run_kernel)
+    )
