@@ -29,15 +29,11 @@ from kvsim.recorder import MEMORY_COLUMNS
 logger = logging.getLogger(__name__)
 
 AUTO_MIN_REQUESTS = 20_000
-_FACTS = attrgetter(
-    "prompt_tokens",
-    "output_tokens",
-    "req_id",
-    "num_computed_tokens",
-    "num_output_tokens",
-    "num_preemptions",
-    "num_cached_tokens",
-    "parent_id",
+_PROMPT = attrgetter("prompt_tokens")
+_OUTPUT = attrgetter("output_tokens")
+_REQ_ID = attrgetter("req_id")
+_STATE = attrgetter(
+    "num_computed_tokens", "num_output_tokens", "num_preemptions", "num_cached_tokens"
 )
 
 
@@ -82,9 +78,13 @@ def cost_coefficients(cost: Any) -> np.ndarray:
     )
 
 
-def run_compiled(core: AggregateCore, python_kernel: bool = False) -> bool:
+def run_compiled(core: AggregateCore, python_kernel: bool = False) -> str:
     """Run ``core``'s requests in the compiled kernel and fill ``core.log``, ``core.recorder``
     and the allocator's counters as ``AggregateCore.run`` would.
+
+    Once their numbers are read, the ``Request`` objects are let go (the list is emptied: a
+    million of them are most of a run's memory), so a run the kernel gives up on midway needs
+    fresh requests.
 
     Args:
         core: a fresh aggregate core (its requests untouched).
@@ -92,26 +92,29 @@ def run_compiled(core: AggregateCore, python_kernel: bool = False) -> bool:
             itself).
 
     Returns:
-        ``False``, with ``core`` untouched, when the kernel does not model the run (it stopped
-        at a preemption, an exact pass, or the requests are not fresh).
+        ``"done"``; ``"declined"`` with ``core`` untouched (not a fresh workload, or integer
+        arrival times, which keep SimPy's int clock); ``"spent"``: the kernel stopped at what
+        it does not model (a preemption, an exact pass) after the requests were let go.
     """
     requests = core.requests
     n = len(requests)
     arrival = core._arrival_times
-    if not n or arrival.dtype != np.float64:
-        return False  # (int arrival times: the Python core keeps SimPy's int clock)
-    facts = np.array([_FACTS(r) for r in requests], dtype=object)
-    if (facts[:, 3:7] != 0).any():
-        return False  # a request with serving state: not a fresh workload
-    prompt = facts[:, 0].astype(np.int64)
-    output = facts[:, 1].astype(np.int64)
+    if not n or core.log.arrival_time_s.dtype.kind != "f":
+        return "declined"
+    if any(_STATE(r) != (0, 0, 0, 0) for r in requests):
+        return "declined"  # a request with serving state: not a fresh workload
+    prompt = np.fromiter(map(_PROMPT, requests), np.int64, n)
+    output = np.fromiter(map(_OUTPUT, requests), np.int64, n)
+    ids = np.fromiter(map(_REQ_ID, requests), np.int64, n)
+    parents = [r.parent_id for r in requests]
+    requests.clear()
     kernel = _kernel(python_kernel)
     config, allocator, cost = core.config, core.allocator, core.cost
     args = config.engine_args
     first_scheduled = np.full(n, math.nan)
     first_token = np.full(n, math.nan)
     finish = np.full(n, math.nan)
-    rows = np.empty((max(1024, 2 * n), len(MEMORY_COLUMNS)))
+    rows = np.empty((1024 + n + 3 * n // 4, len(MEMORY_COLUMNS)))  # ~1.7 events a request
     status, rows, num_rows, queries, _ = kernel.run_kernel(
         arrival,
         prompt,
@@ -137,11 +140,10 @@ def run_compiled(core: AggregateCore, python_kernel: bool = False) -> bool:
         rows,
     )
     if status != kernel.OK:
-        logger.debug("compiled core declined (status %d): the Python core runs", status)
-        return False
+        logger.debug("compiled core stopped (status %d): the Python core runs", status)
+        return "spent"
     _fill_recorder(core, rows[:num_rows])
-    ids = facts[:, 2].astype(np.int64)
-    parents = facts[:, 7]
+    del rows
     core.log.add_columns(
         ids,
         prompt,
@@ -152,12 +154,12 @@ def run_compiled(core: AggregateCore, python_kernel: bool = False) -> bool:
         np.array([0 if p is None else p for p in parents], np.int64),
         np.array([p is None for p in parents], np.bool_),
     )
-    allocator.prefix_cache_queries = queries
+    allocator.prefix_cache_queries = int(queries)
     if args.enable_prefix_caching:
         allocator.pool.num_evictions = 0  # no block ever kept a key: nothing was evicted
     if core.on_finish is not None:
         core.on_finish(n)
-    return True
+    return "done"
 
 
 def _fill_recorder(core: AggregateCore, rows: np.ndarray) -> None:

@@ -10,6 +10,7 @@ paged pool of private requests) to that core, whose tables are this engine's, bi
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
@@ -400,9 +401,15 @@ class _Progress:
 
 
 def _run_aggregate_core(
-    config: SimConfig, runnable: list[Request], progress: _Progress, compiled: bool | None = None
+    config: SimConfig,
+    runnable: list[Request],
+    progress: _Progress,
+    compiled: bool | None = None,
+    fresh: Callable[[], list[Request]] | None = None,
 ) -> tuple[AggregateCore | None, bool]:
-    """Run the aggregate core when it models the run (``kvsim.aggregate_core.applies``).
+    """Run the aggregate core when it models the run (``kvsim.aggregate_core.applies``): its
+    compiled kernel where ``compiled_core.wanted`` (then, should the kernel stop midway, the
+    Python core on ``fresh()`` requests), else the Python core.
 
     Returns:
         ``(core, False)`` after a run; ``(None, False)`` when it does not apply (``runnable``
@@ -412,11 +419,17 @@ def _run_aggregate_core(
     allocator = allocator_from_config(config)
     if not isinstance(allocator, PagedAllocator) or not applies(config, allocator, runnable):
         return None, False
-    core = AggregateCore(
-        config, runnable, allocator, cost_model_from_config(config, True), progress.report
-    )
-    if compiled_core.wanted(compiled, len(runnable)) and compiled_core.run_compiled(core):
-        return core, False
+    cost = cost_model_from_config(config, True)
+    core = AggregateCore(config, runnable, allocator, cost, progress.report)
+    if fresh is not None and compiled_core.wanted(compiled, len(runnable)):
+        outcome = compiled_core.run_compiled(core)
+        if outcome == "done":
+            return core, False
+        if outcome == "spent":  # the kernel let go of the requests: fresh ones, same pool
+            runnable = fresh()
+            allocator = allocator_from_config(config)
+            assert isinstance(allocator, PagedAllocator)
+            core = AggregateCore(config, runnable, allocator, cost, progress.report)
     del runnable  # the core's list is the run's: finished requests are freed from it
     try:
         core.run()
@@ -425,6 +438,13 @@ def _run_aggregate_core(
         progress.restart()
         return None, True
     return core, False
+
+
+def _fresh_runnable(
+    config: SimConfig, requests: Sequence[Request | RequestSpec] | None, strict: bool
+) -> list[Request]:
+    """``prepare_requests``' runnable requests again, fresh, without logging the skips twice."""
+    return prepare_requests(config, requests, strict=strict, quiet=True)[0]
 
 
 def prepare_requests(
@@ -507,7 +527,9 @@ def simulate(
     engine: Engine | AggregateCore | None = None
     progress = _Progress(on_finish)
     if frames is None and lazy_decodes and aggregate_core:
-        engine, spent = _run_aggregate_core(config, runnable, progress, compiled)
+        fresh = functools.partial(_fresh_runnable, config, requests, strict)
+        engine, spent = _run_aggregate_core(config, runnable, progress, compiled, fresh)
+        del fresh  # (it holds the caller's list)
         if spent:  # declined midway: the same requests again, fresh (nothing logged twice)
             runnable, _ = prepare_requests(config, requests, strict=strict, quiet=True)
     del requests  # the run has its own copies: a caller that let go of its list frees it now

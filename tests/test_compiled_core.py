@@ -1,0 +1,167 @@
+"""The compiled core (``kvsim.compiled_kernel``, run by ``kvsim.compiled_core``) against the
+Python aggregate core: identical tables, bit for bit, on every case of
+``tests/test_aggregate_core.py`` it models, plus tensor and pipeline parallelism, long spans and
+random small runs; the runs it does not model (preemptions) go to the Python core. The kernel's
+loop runs as plain Python everywhere, and compiled by numba where numba is installed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvsim.compiled_core as compiled_module
+from kvsim.compiled_kernel import pairwise_sum
+from kvsim.engine import simulate
+from kvsim.request import RequestSpec
+from tests.test_aggregate_core import CASES as AGGREGATE_CASES
+from tests.test_aggregate_core import FIXED, _config
+
+CASES = {
+    **AGGREGATE_CASES,
+    "tensor parallel 2": _config(parallel={"tensor_parallel_size": 2}),
+    "pipeline parallel 2": _config(parallel={"pipeline_parallel_size": 2}),
+    # 20 s between arrivals and 2,500 output tokens: spans of hundreds to 4,096 steps
+    "long spans": _config(
+        None,
+        None,
+        {**FIXED, "fixed_output_tokens": 2500, "rate_per_s": 0.05, "num_requests": 12},
+    ),
+    "long spans, prefix caching, no memory rows": _config(
+        {"enable_prefix_caching": True},
+        None,
+        {**FIXED, "fixed_output_tokens": 2500, "rate_per_s": 0.05, "num_requests": 12},
+        record_memory=False,
+    ),
+}
+HAS_NUMBA = compiled_module.numba_available()
+
+
+@pytest.fixture
+def kernel_runs(monkeypatch):
+    """Makes ``simulate(..., compiled=True)`` run the kernel as plain Python (``"python"``) or
+    compiled (``"numba"``); records each run's outcome (``"done"``, ``"declined"``, ``"spent"``)."""
+    ran: list[str] = []
+    real = compiled_module.run_compiled
+    mode: dict[str, bool] = {"python": True}
+
+    def recording(core, python_kernel=False):
+        done = real(core, python_kernel=mode["python"])
+        ran.append(done)
+        return done
+
+    monkeypatch.setattr(compiled_module, "run_compiled", recording)
+    monkeypatch.setattr(compiled_module, "numba_available", lambda: True)
+
+    def use(kind: str) -> list[str]:
+        mode["python"] = kind == "python"
+        return ran
+
+    return use
+
+
+def _identical(a, b) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.memory, b.memory, check_exact=True)
+    assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
+
+
+KINDS = ["python", pytest.param("numba", marks=pytest.mark.skipif(not HAS_NUMBA, reason="numba"))]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_gives_the_python_cores_tables(name, kind, kernel_runs) -> None:
+    cfg = CASES[name]
+    ran = kernel_runs(kind)
+    kernel = simulate(cfg, compiled=True)
+    python = simulate(cfg, compiled=False)
+    _identical(kernel, python)
+    preempts = python.summary["num_preemptions"] > 0
+    # the kernel runs every case but the preempting ones, which go to the Python core
+    assert ran == ["spent" if preempts else "done"]
+
+
+def test_the_long_span_cases_have_long_spans() -> None:
+    memory = simulate(CASES["long spans"], compiled=False).memory
+    assert memory["num_steps"].max() > 1000  # recorded by MemoryRecorder.record's array path
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    block_size=st.sampled_from([1, 4, 16, 64]),
+    budget=st.integers(16, 2048),
+    max_num_seqs=st.integers(1, 16),
+    chunked=st.booleans(),
+    caching=st.booleans(),
+    rows=st.lists(
+        st.tuples(st.integers(0, 80), st.integers(1, 300), st.integers(1, 200)),
+        min_size=1,
+        max_size=25,
+    ),
+)
+def test_random_small_runs_give_the_python_cores_tables(
+    block_size, budget, max_num_seqs, chunked, caching, rows
+) -> None:
+    # quarter-second arrivals (ties included), budgets that end before some decoders' turn
+    if not chunked:
+        budget = 512  # without chunked prefill the budget must hold max_model_len
+    cfg = _config(
+        {"kv_cache_gib": 2.0, "block_size_tokens": block_size, "enable_prefix_caching": caching},
+        {
+            "max_model_len": 512,
+            "max_num_batched_tokens": max(budget, max_num_seqs),
+            "max_num_seqs": max_num_seqs,
+            "enable_chunked_prefill": chunked,
+        },
+    )
+    specs = [
+        RequestSpec(i, quarter / 4 + 0.5, prompt, output, output)
+        for i, (quarter, prompt, output) in enumerate(sorted(rows))
+    ]
+    from kvsim.aggregate_core import AggregateCore
+    from kvsim.engine import allocator_from_config, cost_model_from_config, prepare_requests
+
+    python = simulate(cfg, specs, compiled=False)
+    runnable, _ = prepare_requests(cfg, specs)
+    allocator = allocator_from_config(cfg)
+    core = AggregateCore(cfg, runnable, allocator, cost_model_from_config(cfg, True))
+    if compiled_module.run_compiled(core, python_kernel=True) != "done":
+        return  # declined (an exact pass): nothing to compare
+    columns = core.log.columns()
+    for name in ("first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
+        assert np.array_equal(columns[name], python.requests[name].to_numpy()), name
+    kernel_memory = core.recorder.arrays()
+    for name, values in kernel_memory.items():
+        assert np.array_equal(values, python.memory[name].to_numpy()), name
+
+
+@pytest.mark.parametrize("n", [*range(0, 140), 255, 256, 257, 1000, 4095, 4096])
+def test_pairwise_sum_is_numpys_sum(n) -> None:
+    values = np.random.default_rng(n).lognormal(-4, 2, size=n + 5)
+    for total in (pairwise_sum, getattr(pairwise_sum, "py_func", pairwise_sum)):
+        for lo in (0, 5):
+            assert total(values, lo, n) == values[lo : lo + n].sum()  # exactly
+
+
+def test_auto_mode_compiles_only_large_runs_with_numba(monkeypatch) -> None:
+    monkeypatch.setattr(compiled_module, "numba_available", lambda: True)
+    assert not compiled_module.wanted(None, compiled_module.AUTO_MIN_REQUESTS - 1)
+    assert compiled_module.wanted(None, compiled_module.AUTO_MIN_REQUESTS)
+    assert not compiled_module.wanted(False, 10**6)
+    monkeypatch.setattr(compiled_module, "numba_available", lambda: False)
+    assert not compiled_module.wanted(None, 10**6)
+    with pytest.raises(ValueError, match="needs numba"):
+        compiled_module.wanted(True, 10)
+
+
+def test_integer_arrival_times_stay_with_the_python_core(kernel_runs) -> None:
+    ran = kernel_runs("python")
+    specs = [RequestSpec(i, i, 100, 20, 20) for i in range(10)]  # ints: SimPy's int clock
+    kernel = simulate(_config(), specs, compiled=True)
+    _identical(kernel, simulate(_config(), specs, compiled=False))
+    assert ran == ["declined"]
