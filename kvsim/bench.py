@@ -21,6 +21,11 @@ under ``vllm-v1`` caches prefixes):
   (the 100k run's workload at 1,000,000 requests; the latter with a 256-token system prompt
   shared by every request, so every block is keyed and cached), for peak RSS and t(1M)/t(100k).
 
+Runs of 20,000 requests or more that the aggregate core models go to its compiled kernel where
+numba is installed (``kvsim.compiled_core``; ``make`` installs it): the bench compiles the kernel
+first (``warm_compiled_core``, recorded as ``compiled_core`` in bench.json), as an installation
+would once, so no timed run includes the compilation.
+
 Each group of runs goes to a fresh process (``spawn``), so ``peak_rss_bytes`` is that process's
 peak and no run inherits another's heap. Times cover the simulation only, from ``simulate``'s
 ``on_start`` (workload generation and the runnable check excluded), except ``vidur_v1_process``;
