@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from kvsim.recorder import MEMORY_COLUMNS
+from kvsim.timing import MAX_SPAN_STEPS, SHORT_SPAN_STEPS
+
 try:  # numba compiles this module's functions on first call (cached on disk)
     from numba import njit as _njit
 
@@ -41,9 +44,7 @@ DECLINED_PREEMPT = 2  # a step's blocks do not fit: a preemption
 DECLINED_NOTHING_TO_COMPUTE = 3
 DECLINED_NEVER_FITS = 4
 
-MAX_SPAN_STEPS = 4096  # kvsim.timing
-SHORT_SPAN_STEPS = 64
-NUM_COLUMNS = 16  # kvsim.recorder.MEMORY_COLUMNS
+NUM_COLUMNS = len(MEMORY_COLUMNS)
 
 # cost-model coefficients, in this order (kvsim.compiled_core.cost_coefficients)
 (
