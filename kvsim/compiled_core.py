@@ -25,6 +25,7 @@ import numpy as np
 
 from kvsim.aggregate_core import AggregateCore
 from kvsim.recorder import MEMORY_COLUMNS
+from kvsim.say_once import warn_once
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def cost_coefficients(cost: Any) -> np.ndarray:
     )
 
 
-def run_compiled(core: AggregateCore, python_kernel: bool = False) -> str:
+def run_compiled(core: AggregateCore, python_kernel: bool = False, need_cache: bool = False) -> str:
     """Run ``core``'s requests in the compiled kernel and fill ``core.log``, ``core.recorder``
     and the allocator's counters as ``AggregateCore.run`` would.
 
@@ -90,6 +91,9 @@ def run_compiled(core: AggregateCore, python_kernel: bool = False) -> str:
         core: a fresh aggregate core (its requests untouched).
         python_kernel: run the kernel as plain Python (slow; the tests' check of the kernel
             itself).
+        need_cache: decline (core untouched) where numba cannot cache the compiled kernel on
+            disk (no writable cache directory): compiling it in every process (about 10 s)
+            costs more than the Python core spends on the runs auto mode sends here.
 
     Returns:
         ``"done"``; ``"declined"`` with ``core`` untouched (not a fresh workload, or integer
@@ -101,6 +105,14 @@ def run_compiled(core: AggregateCore, python_kernel: bool = False) -> str:
     arrival = core._arrival_times
     if not n or core.log.arrival_time_s.dtype.kind != "f":
         return "declined"
+    kernel = _kernel(python_kernel)
+    if need_cache and not python_kernel and not kernel.CACHED:
+        warn_once(
+            logger,
+            "numba cannot cache the compiled core here (no writable cache directory; set "
+            "NUMBA_CACHE_DIR): large runs use the Python core",
+        )
+        return "declined"
     if any(_STATE(r) != (0, 0, 0, 0) for r in requests):
         return "declined"  # a request with serving state: not a fresh workload
     prompt = np.fromiter(map(_PROMPT, requests), np.int64, n)
@@ -108,7 +120,6 @@ def run_compiled(core: AggregateCore, python_kernel: bool = False) -> str:
     ids = np.fromiter(map(_REQ_ID, requests), np.int64, n)
     parents = [r.parent_id for r in requests]
     requests.clear()
-    kernel = _kernel(python_kernel)
     config, allocator, cost = core.config, core.allocator, core.cost
     args = config.engine_args
     first_scheduled = np.full(n, math.nan)
@@ -170,7 +181,9 @@ def _fill_recorder(core: AggregateCore, rows: np.ndarray) -> None:
         dtype = np.float64 if column.typecode == "d" else np.int64
         values = np.ascontiguousarray(rows[:, i], dtype)
         recorder.columns[name] = array(column.typecode, values.tobytes())
-    recorder._int_times = False
+    # the Python core's clock is SimPy's int 0 until time first passes: rows at time 0 only
+    # keep an int time column there (the recorder's rule), as here
+    recorder._int_times = bool((rows[:, 0] == 0.0).all())
 
 
 def _kernel(python_kernel: bool) -> Any:
@@ -193,5 +206,7 @@ def _plain(kernel: Any) -> Any:
     import types
 
     return types.SimpleNamespace(
-        OK=kernel.OK, run_kernel=getattr(kernel.run_kernel, "py_func", kernel.run_kernel)
+        OK=kernel.OK,
+        CACHED=kernel.CACHED,
+        run_kernel=getattr(kernel.run_kernel, "py_func", kernel.run_kernel),
     )

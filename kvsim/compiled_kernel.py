@@ -26,11 +26,18 @@ import numpy as np
 from kvsim.recorder import MEMORY_COLUMNS
 from kvsim.timing import MAX_SPAN_STEPS, SHORT_SPAN_STEPS
 
-try:  # numba compiles this module's functions on first call (cached on disk)
+CACHED = False  # numba keeps the compiled functions on disk (False: it compiles per process)
+try:  # numba compiles this module's functions on first call, cached on disk where it can
     from numba import njit as _njit
 
     def jit(func: Callable[..., Any]) -> Any:
-        return _njit(cache=True)(func)
+        global CACHED
+        try:
+            compiled = _njit(cache=True)(func)
+            CACHED = True
+        except RuntimeError:  # no writable cache directory (numba: "no locator available")
+            compiled = _njit(func)
+        return compiled
 
 except ImportError:  # without numba they stay plain Python
 

@@ -422,7 +422,7 @@ def _run_aggregate_core(
     cost = cost_model_from_config(config, True)
     core = AggregateCore(config, runnable, allocator, cost, progress.report)
     if fresh is not None and compiled_core.wanted(compiled, len(runnable)):
-        outcome = compiled_core.run_compiled(core)
+        outcome = compiled_core.run_compiled(core, need_cache=compiled is None)
         if outcome == "done":
             return core, False
         if outcome == "spent":  # the kernel let go of the requests: fresh ones, same pool
@@ -516,8 +516,11 @@ def simulate(
         skipped requests are counted there as ``num_requests_rejected``).
 
     Raises:
-        ValueError: ``strict`` and some request cannot run, or no request can.
+        ValueError: ``strict`` and some request cannot run, or no request can;
+            ``compiled=True`` without numba.
     """
+    if compiled and not compiled_core.numba_available():
+        raise ValueError("compiled=True needs numba: pip install 'kvsim[fast]'")
     runnable, rejected = prepare_requests(config, requests, strict=strict)
     if on_start is not None:
         on_start(len(runnable))

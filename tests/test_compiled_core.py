@@ -49,8 +49,8 @@ def kernel_runs(monkeypatch):
     real = compiled_module.run_compiled
     mode: dict[str, bool] = {"python": True}
 
-    def recording(core, python_kernel=False):
-        done = real(core, python_kernel=mode["python"])
+    def recording(core, python_kernel=False, need_cache=False):
+        done = real(core, python_kernel=mode["python"], need_cache=need_cache)
         ran.append(done)
         return done
 
@@ -165,3 +165,36 @@ def test_integer_arrival_times_stay_with_the_python_core(kernel_runs) -> None:
     kernel = simulate(_config(), specs, compiled=True)
     _identical(kernel, simulate(_config(), specs, compiled=False))
     assert ran == ["declined"]
+
+
+@pytest.mark.parametrize("num_tied", [1, 2])
+def test_a_run_whose_rows_all_lie_at_time_zero_keeps_int_times(num_tied, kernel_runs) -> None:
+    # SimPy's clock is the int 0 until time passes: one event at 0.0 keeps an int64 column
+    ran = kernel_runs("python")
+    specs = [RequestSpec(i, 0.0, 100, 50, 50) for i in range(num_tied)]
+    python = simulate(_config(), specs, compiled=False)
+    assert len(python.memory) == 1
+    assert python.memory["time_s"].dtype == np.int64
+    _identical(simulate(_config(), specs, compiled=True), python)
+    assert ran == ["done"]
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba")
+def test_without_a_disk_cache_auto_mode_keeps_the_python_core(monkeypatch, caplog) -> None:
+    import kvsim.compiled_kernel
+
+    monkeypatch.setattr(kvsim.compiled_kernel, "CACHED", False)
+    monkeypatch.setattr(compiled_module, "AUTO_MIN_REQUESTS", 10)
+    cfg = CASES["default"]
+    with caplog.at_level("WARNING"):
+        auto = simulate(cfg)
+    assert "cannot cache the compiled core" in caplog.text
+    _identical(auto, simulate(cfg, compiled=False))
+    _identical(simulate(cfg, compiled=True), auto)  # asked for: compiled all the same
+
+
+def test_compiled_true_without_numba_is_an_error_on_any_run(monkeypatch) -> None:
+    monkeypatch.setattr(compiled_module, "numba_available", lambda: False)
+    for cfg in (CASES["default"], _config(None, {"engine": "vllm-v0"})):
+        with pytest.raises(ValueError, match="needs numba"):
+            simulate(cfg, compiled=True)
