@@ -105,7 +105,13 @@ def run_compiled(core: AggregateCore, python_kernel: bool = False, need_cache: b
     arrival = core._arrival_times
     if not n or core.log.arrival_time_s.dtype.kind != "f":
         return "declined"
-    kernel = _kernel(python_kernel)
+    try:
+        kernel = _kernel(python_kernel)
+    except ImportError as err:  # installed, but broken (e.g. built for another numpy)
+        if not need_cache:
+            raise ValueError(f"compiled=True: numba cannot be imported ({err})") from None
+        warn_once(logger, "numba cannot be imported (%s): large runs use the Python core", err)
+        return "declined"
     if need_cache and not python_kernel and not kernel.CACHED:
         warn_once(
             logger,

@@ -184,6 +184,7 @@ def test_without_a_disk_cache_auto_mode_keeps_the_python_core(monkeypatch, caplo
     import kvsim.compiled_kernel
 
     monkeypatch.setattr(kvsim.compiled_kernel, "CACHED", False)
+    monkeypatch.setattr("kvsim.say_once.SAID", set())  # (said once per process)
     monkeypatch.setattr(compiled_module, "AUTO_MIN_REQUESTS", 10)
     cfg = CASES["default"]
     with caplog.at_level("WARNING"):
@@ -198,3 +199,22 @@ def test_compiled_true_without_numba_is_an_error_on_any_run(monkeypatch) -> None
     for cfg in (CASES["default"], _config(None, {"engine": "vllm-v0"})):
         with pytest.raises(ValueError, match="needs numba"):
             simulate(cfg, compiled=True)
+
+
+def test_a_numba_that_cannot_be_imported_leaves_auto_mode_to_the_python_core(
+    monkeypatch, caplog
+) -> None:
+    def broken() -> None:
+        raise ImportError("Numba needs NumPy 2.3 or less")
+
+    monkeypatch.setattr(compiled_module, "numba_available", lambda: True)
+    monkeypatch.setattr(compiled_module, "_compiled_module", broken)
+    monkeypatch.setattr("kvsim.say_once.SAID", set())  # (said once per process)
+    monkeypatch.setattr(compiled_module, "AUTO_MIN_REQUESTS", 10)
+    cfg = CASES["default"]
+    with caplog.at_level("WARNING"):
+        auto = simulate(cfg)
+    assert "numba cannot be imported (Numba needs NumPy 2.3 or less)" in caplog.text
+    _identical(auto, simulate(cfg, compiled=False))
+    with pytest.raises(ValueError, match="numba cannot be imported"):
+        simulate(cfg, compiled=True)
