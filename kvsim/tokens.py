@@ -51,6 +51,15 @@ def _fit(segs: Sequence[Segment], num_tokens: int, req_id: int) -> tuple[Segment
     return tuple(out)
 
 
+def output_owner(segment_id: Hashable) -> int | None:
+    """The ``req_id`` whose first sequence's output the segment ``segment_id`` is (a multi-turn
+    history repeats it in a later prompt: ``stream_segments``' ``("gen", req_id)``), or
+    ``None``."""
+    if isinstance(segment_id, tuple) and len(segment_id) == 2 and segment_id[0] == "gen":
+        return int(segment_id[1])
+    return None
+
+
 def stream_segments(request: Request, seq_index: int = 0) -> tuple[Segment, ...]:
     """Prompt runs, then the output of sequence ``seq_index`` (unique per request and sequence)."""
     gen_id: Hashable = (

@@ -62,7 +62,7 @@ from kvsim.allocators.base import (
     prefix_cache_counters,
 )
 from kvsim.request import Request
-from kvsim.tokens import stream_segments
+from kvsim.tokens import output_owner, stream_segments
 
 Run = tuple[Hashable, int, int]
 """Tokens ``start .. end - 1`` of one segment: ``(segment_id, start, end)``."""
@@ -557,16 +557,7 @@ class RadixAllocator(Allocator):
         clock = self._clock
         self._version += 1
         if not node.children and node.lock_ref == 1 and node.parent is not None:
-            new = stream.pieces(lo, hi)
-            runs = node.runs
-            seg, start, end = runs[-1]
-            nseg, nstart, nend = new[0]
-            if nstart == end and nseg == seg:
-                runs[-1] = (seg, start, nend)
-                runs.extend(new[1:])
-            else:
-                runs.extend(new)
-            node.length += hi - lo
+            _grow_in_place(node, stream.pieces(lo, hi), hi - lo)
             self.cached_tokens += hi - lo
             self.protected_tokens += hi - lo
             return 0, node
@@ -598,8 +589,9 @@ class RadixAllocator(Allocator):
         lazily, since a lookup may walk into their leaves while they grow."""
         for request in requests:
             for seg_id, _ in request.token_segments or ():
-                if isinstance(seg_id, tuple) and seg_id and seg_id[0] == "gen":
-                    self._outputs_read.add(seg_id[1])
+                owner = output_owner(seg_id)
+                if owner is not None:
+                    self._outputs_read.add(owner)
 
     def decodes_in_place(self, request: Request) -> bool:
         """Whether the live ``request``'s decode tokens may be taken in bulk and written into
@@ -634,23 +626,16 @@ class RadixAllocator(Allocator):
         if not num_blocks:
             return
         held = self.live[req_id]
-        node, lo = held.node, held.matched
+        lo = held.matched
         hi = lo + num_blocks
-        runs = node.runs
         if hi <= held.widen_until:  # the tokens continue the leaf's last run (as allocate)
+            runs = held.node.runs
             seg, start, end = runs[-1]
             runs[-1] = (seg, start, end + num_blocks)
+            held.node.length += num_blocks
         else:
-            new = held.stream.pieces(lo, hi)
-            seg, start, end = runs[-1]
-            nseg, nstart, nend = new[0]
-            if nstart == end and nseg == seg:
-                runs[-1] = (seg, start, nend)
-                runs.extend(new[1:])
-            else:
-                runs.extend(new)
+            _grow_in_place(held.node, held.stream.pieces(lo, hi), num_blocks)
             held.widen_until = held.stream.run_end(hi)
-        node.length += num_blocks
         held.matched = hi
         self._pooled -= num_blocks
 
@@ -766,3 +751,17 @@ class RadixAllocator(Allocator):
             f"radix: free {self._free} + cached {cached} != {self.capacity_tokens}"
         )
         assert self._free >= 0, f"radix: negative free {self._free}"
+
+
+def _grow_in_place(node: RadixNode, new: list[Run], num_tokens: int) -> None:
+    """Append the runs ``new`` (``num_tokens`` tokens) to ``node``'s edge, widening its last run
+    where the first new one continues it."""
+    runs = node.runs
+    seg, start, end = runs[-1]
+    nseg, nstart, nend = new[0]
+    if nstart == end and nseg == seg:
+        runs[-1] = (seg, start, nend)
+        runs.extend(new[1:])
+    else:
+        runs.extend(new)
+    node.length += num_tokens
