@@ -45,15 +45,10 @@ def numba_available() -> bool:
 
 def wanted(compiled: bool | None, num_requests: int) -> bool:
     """Whether to try the compiled core: ``compiled`` says so, or (``None``) numba is installed
-    and the run has at least ``AUTO_MIN_REQUESTS`` requests.
-
-    Raises:
-        ValueError: ``compiled=True`` without numba.
-    """
+    and the run has at least ``AUTO_MIN_REQUESTS`` requests. (``simulate`` refuses
+    ``compiled=True`` without numba before anything runs.)"""
     if compiled is None:
         return num_requests >= AUTO_MIN_REQUESTS and numba_available()
-    if compiled and not numba_available():
-        raise ValueError("compiled=True needs numba: pip install 'kvsim[fast]'")
     return compiled
 
 
