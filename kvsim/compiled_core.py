@@ -203,11 +203,15 @@ def _compiled_module() -> Any:
 
 
 def _plain(kernel: Any) -> Any:
-    """The kernel's loop as plain Python (its helpers compiled where numba is installed)."""
+    """The kernel as plain Python, helpers included: where numba is installed, each compiled
+    function's ``py_func`` with the module's globals rebound to the others' ``py_func``."""
     import types
 
+    names = [k for k, v in vars(kernel).items() if hasattr(v, "py_func")]
+    namespace = dict(vars(kernel))
+    for name in names:
+        func = namespace[name].py_func
+        namespace[name] = types.FunctionType(func.__code__, namespace, name, func.__defaults__)
     return types.SimpleNamespace(
-        OK=kernel.OK,
-        CACHED=kernel.CACHED,
-        run_kernel=getattr(kernel.run_kernel, "py_func", kernel.run_kernel),
+        OK=kernel.OK, CACHED=kernel.CACHED, run_kernel=namespace["run_kernel"]
     )

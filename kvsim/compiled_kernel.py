@@ -213,10 +213,107 @@ def short_step_s(
 
 
 @jit
-def _grow_rows(rows: np.ndarray) -> np.ndarray:
+def with_room(rows: np.ndarray, num_rows: int) -> np.ndarray:
+    """``rows`` (float64[capacity, NUM_COLUMNS]), or a copy twice as long when full."""
+    if num_rows < rows.shape[0]:
+        return rows
     bigger = np.empty((2 * rows.shape[0], NUM_COLUMNS))
     bigger[: rows.shape[0]] = rows
     return bigger
+
+
+# the cohort's member table (int64[n, NUM_MEMBER_FIELDS]) and running totals (int64[NUM_TOTALS])
+M_IN, M_SYNC, M_COMP, M_OUT, M_CROSS, M_FINAL, M_JOIN = range(7)
+NUM_MEMBER_FIELDS = 7
+T_MEMBERS, T_JOINS, T_BASE, T_HELD, T_INTERNAL, T_ALLOCATED = range(6)
+NUM_TOTALS = 6
+
+
+@jit
+def join(
+    mem: np.ndarray,
+    tot: np.ndarray,
+    crossings: np.ndarray,
+    finishes: list[tuple[int, int, int, int]],
+    finals: list[tuple[int, int, int, int]],
+    by_seq: list[tuple[int, int, int]],
+    req: int,
+    sync: int,
+    comp: int,
+    out: int,
+    held_slots: int,
+    final: int,
+    output_tokens: int,
+    seq: int,
+    b: int,
+) -> None:
+    """``DecodeCohort.join`` of request ``req`` (pooled): ``comp`` computed tokens and ``out``
+    sampled ones at clock ``sync``, holding ``held_slots``."""
+    tot[T_JOINS] += 1
+    joins = tot[T_JOINS]
+    cross = (sync - comp) % b
+    mem[req, M_IN] = 1
+    mem[req, M_SYNC] = sync
+    mem[req, M_COMP] = comp
+    mem[req, M_OUT] = out
+    mem[req, M_CROSS] = cross
+    mem[req, M_JOIN] = joins
+    mem[req, M_FINAL] = -1
+    crossings[cross] += 1
+    last_block = -(final // -b) - 1  # index of the block holding token F - 1
+    if held_slots <= final and final % b and last_block * b >= comp:
+        mem[req, M_FINAL] = sync + last_block * b - comp
+        heapq.heappush(finals, (mem[req, M_FINAL], seq, joins, req))
+    tot[T_MEMBERS] += 1
+    tot[T_BASE] += comp - sync
+    tot[T_HELD] += held_slots
+    tot[T_INTERNAL] += max(held_slots - final, 0)
+    heapq.heappush(finishes, (sync + output_tokens - out, seq, joins, req))
+    heapq.heappush(by_seq, (-seq, joins, req))
+
+
+@jit
+def allocate_pooled(
+    mem: np.ndarray,
+    tot: np.ndarray,
+    crossings: np.ndarray,
+    finals: list[tuple[int, int, int, int]],
+    final_kv: np.ndarray,
+    b: int,
+    first: int,
+    num_steps: int,
+    blocks: np.ndarray,
+    internal: np.ndarray,
+) -> int:
+    """``DecodeCohort.allocate_pooled``: the blocks (``blocks[d]``) and internal fragmentation
+    (``internal[d]``) the steps at clocks ``first + d`` take; returns the blocks in all."""
+    if first != tot[T_ALLOCATED]:
+        raise AssertionError("allocating a clock out of order")
+    end = first + num_steps
+    tot[T_ALLOCATED] = end
+    taken = 0
+    for d in range(num_steps):
+        blocks[d] = crossings[(first + d) % b]
+        internal[d] = 0
+        taken += blocks[d]
+    tot[T_HELD] += b * taken
+    while len(finals) > 0 and finals[0][0] < end:
+        clock, _, joins, req = heapq.heappop(finals)
+        if not mem[req, M_IN] or mem[req, M_JOIN] != joins or mem[req, M_FINAL] != clock:
+            continue  # it left
+        jump = -(final_kv[req] // -b) * b - final_kv[req]
+        internal[clock - first] += jump
+        tot[T_INTERNAL] += jump
+    return taken
+
+
+@jit
+def remove(others: list[int], req: int) -> None:
+    """Take ``req`` out of the running order's list, if there."""
+    for q in range(len(others)):
+        if others[q] == req:
+            others.pop(q)
+            return
 
 
 @jit
@@ -257,14 +354,8 @@ def run_kernel(
     held = np.zeros(n_req, np.int64)  # Request.num_held_slots
     blocks_of = np.zeros(n_req, np.int64)
     seq_of = np.zeros(n_req, np.int64)
-    # the cohort: per-member state, by request
-    in_cohort = np.zeros(n_req, np.bool_)
-    m_sync = np.zeros(n_req, np.int64)
-    m_comp = np.zeros(n_req, np.int64)
-    m_out = np.zeros(n_req, np.int64)
-    m_cross = np.zeros(n_req, np.int64)
-    m_final = np.full(n_req, -1, np.int64)
-    m_join = np.zeros(n_req, np.int64)
+    mem = np.zeros((n_req, NUM_MEMBER_FIELDS), np.int64)  # the cohort's members, by request
+    tot = np.zeros(NUM_TOTALS, np.int64)  # the cohort's running totals
     crossings = np.zeros(b, np.int64)
     finishes = [(0, 0, 0, 0)]
     finishes.pop()
@@ -272,12 +363,6 @@ def run_kernel(
     finals.pop()
     by_seq = [(0, 0, 0)]  # (-seq, join, request): the member admitted last on top
     by_seq.pop()
-    num_members = 0
-    num_joins = 0
-    sum_base = 0
-    sum_held = 0
-    sum_internal = 0
-    allocated_to = 0
     clock = 0
     others = [0]  # running, mid-prefill, in running order
     others.pop()
@@ -285,6 +370,8 @@ def run_kernel(
     sched.pop()
     sched_new = [0]
     sched_new.pop()
+    step_blocks = np.zeros(1, np.int64)
+    step_internal = np.zeros(1, np.int64)
     span_blocks = np.zeros(MAX_SPAN_STEPS, np.int64)
     span_internal = np.zeros(MAX_SPAN_STEPS, np.int64)
     durations = np.zeros(MAX_SPAN_STEPS)
@@ -303,7 +390,7 @@ def run_kernel(
     num_finished = 0
 
     while num_finished < n_req:
-        if num_members == 0 and len(others) == 0 and wait_head == num_arrived:
+        if tot[T_MEMBERS] == 0 and len(others) == 0 and wait_head == num_arrived:
             i = num_arrived  # idle: the next arrival wakes the engine (_next_release)
             delay = arrival[i] - last_release
             now = last_release + delay if delay > 0 else last_release
@@ -317,7 +404,7 @@ def run_kernel(
             num_arrived = i
 
         # -- schedule: the lazy path ------------------------------------------------------
-        n = num_members
+        n = tot[T_MEMBERS]
         left = budget0 - n
         sched.clear()
         sched_new.clear()
@@ -357,7 +444,7 @@ def run_kernel(
             bseq = seq_of[boundary]
             while len(by_seq) > 0:  # the latest member (stale entries dropped)
                 _, sjoin, sidx = by_seq[0]
-                if in_cohort[sidx] and m_join[sidx] == sjoin:
+                if mem[sidx, M_IN] and mem[sidx, M_JOIN] == sjoin:
                     break
                 heapq.heappop(by_seq)
             if len(by_seq) > 0 and -by_seq[0][0] > bseq:
@@ -370,19 +457,9 @@ def run_kernel(
             starved = num_later > 0 or num_chunks == 0 or sched[num_chunks - 1] != boundary
         if need + crossings[clock % b] > free:
             return DECLINED_PREEMPT, rows, num_rows, queries, free
-        # cohort.allocate_pooled(clock, 1)
-        if clock != allocated_to:
-            raise AssertionError("allocating a clock out of order")
-        allocated_to = clock + 1
-        step0_blocks = crossings[clock % b]
-        sum_held += b * step0_blocks
-        while len(finals) > 0 and finals[0][0] < allocated_to:
-            fclock, _, fjoin, fidx = heapq.heappop(finals)
-            if not in_cohort[fidx] or m_join[fidx] != fjoin or m_final[fidx] != fclock:
-                continue
-            jump = -(final_kv[fidx] // -b) * b - final_kv[fidx]
-            sum_internal += jump
-        free -= step0_blocks
+        free -= allocate_pooled(
+            mem, tot, crossings, finals, final_kv, b, clock, 1, step_blocks, step_internal
+        )
         for pos in range(num_chunks):
             req = sched[pos]
             num_new = sched_new[pos]
@@ -401,8 +478,8 @@ def run_kernel(
             w_pairs += 2 * num_new * comp + num_new * num_new
             w_seqs += 1
         partial = partial or starved
-        n = num_members
-        context = sum_base + num_members * clock
+        n = tot[T_MEMBERS]
+        context = tot[T_BASE] + tot[T_MEMBERS] * clock
         w_new += n
         w_ctx += context
         w_pairs += 2 * context + n
@@ -410,7 +487,7 @@ def run_kernel(
         budget = left
         blocked_reason = 0  # 0 none, 1 max_num_seqs, 2 budget, 3 kv
         while wait_head < num_arrived and budget > 0:
-            if num_members + len(others) >= max_num_seqs:
+            if tot[T_MEMBERS] + len(others) >= max_num_seqs:
                 blocked_reason = 1
                 break
             head = wait_head
@@ -449,7 +526,7 @@ def run_kernel(
         if len(sched) == 0 and n == 0:
             return DECLINED_NEVER_FITS, rows, num_rows, queries, free
         extendable = (
-            blocked_reason != 2 and not partial and len(sched) + n == num_members + len(others)
+            blocked_reason != 2 and not partial and len(sched) + n == tot[T_MEMBERS] + len(others)
         )
         for pos in range(len(sched)):
             req = sched[pos]
@@ -459,42 +536,32 @@ def run_kernel(
         # -- durations ----------------------------------------------------------------------
         after = clock + 1
         k = 1
-        num_running = num_members + len(others)
+        num_running = tot[T_MEMBERS] + len(others)
         if extendable and num_running:
             for pos in range(len(sched)):  # prejoin
                 req = sched[pos]
                 comp = computed[req] + sched_new[pos]
-                for q in range(len(others)):
-                    if others[q] == req:
-                        others.pop(q)
-                        break
-                # cohort.join(req, seq, after, comp, out_n + 1)
-                num_joins += 1
-                o = out_n[req] + 1
-                h = held[req]
-                fin = final_kv[req]
-                cross = (after - comp) % b
-                in_cohort[req] = True
-                m_sync[req] = after
-                m_comp[req] = comp
-                m_out[req] = o
-                m_cross[req] = cross
-                m_join[req] = num_joins
-                m_final[req] = -1
-                crossings[cross] += 1
-                last_block = -(fin // -b) - 1
-                if h <= fin and fin % b and last_block * b >= comp:
-                    m_final[req] = after + last_block * b - comp
-                    heapq.heappush(finals, (m_final[req], seq_of[req], num_joins, req))
-                num_members += 1
-                sum_base += comp - after
-                sum_held += h
-                sum_internal += max(h - fin, 0)
-                heapq.heappush(finishes, (after + output[req] - o, seq_of[req], num_joins, req))
-                heapq.heappush(by_seq, (-seq_of[req], num_joins, req))
+                remove(others, req)
+                join(
+                    mem,
+                    tot,
+                    crossings,
+                    finishes,
+                    finals,
+                    by_seq,
+                    req,
+                    after,
+                    comp,
+                    out_n[req] + 1,
+                    held[req],
+                    final_kv[req],
+                    output[req],
+                    seq_of[req],
+                    b,
+                )
             while len(finishes) > 0:  # cohort.next_finish_clock
                 _, _, fjoin, fidx = finishes[0]
-                if in_cohort[fidx] and m_join[fidx] == fjoin:
+                if mem[fidx, M_IN] and mem[fidx, M_JOIN] == fjoin:
                     break
                 heapq.heappop(finishes)
             top = finishes[0][0]
@@ -506,15 +573,15 @@ def run_kernel(
                 t = max_steps
                 if free < 0:
                     t = 0
-                elif num_members:
+                elif tot[T_MEMBERS]:
                     whole, rest = divmod(max_steps, b)
-                    total = num_members * whole
+                    total = tot[T_MEMBERS] * whole
                     for d in range(rest):
                         total += crossings[(after + d) % b]
                     if total > free:
-                        whole = min(free // num_members, max_steps // b)
+                        whole = min(free // tot[T_MEMBERS], max_steps // b)
                         t = whole * b
-                        used = whole * num_members
+                        used = whole * tot[T_MEMBERS]
                         while t < max_steps:
                             nxt = used + crossings[(after + t) % b]
                             if nxt > free:
@@ -523,13 +590,13 @@ def run_kernel(
                             t += 1
                 k = 1 + t
         step0_s = step_s(c, tp, pp, num_layers, w_new, w_ctx, w_pairs, w_seqs)
-        m = num_members
+        m = tot[T_MEMBERS]
         waiting_now = num_arrived - wait_head
         next_arrival = num_arrived < n_req
         long_span = k > SHORT_SPAN_STEPS
         durations[0] = step0_s
         if 1 < k <= SHORT_SPAN_STEPS:  # StepCostModel.span_durations, cut at the next arrival
-            context0 = float(sum_base + num_members * after)
+            context0 = float(tot[T_BASE] + tot[T_MEMBERS] * after)
             cut = waiting_now == 0 and next_arrival
             until = arrival[num_arrived] - now if cut else 0.0
             kept = 1
@@ -544,7 +611,7 @@ def run_kernel(
                         break
             k = kept
         elif long_span:
-            context0 = float(sum_base + num_members * after)
+            context0 = float(tot[T_BASE] + tot[T_MEMBERS] * after)
             for j in range(k - 1):
                 durations[j + 1] = decode_step_s(c, tp, pp, num_layers, context0, float(m), j)
             if waiting_now == 0 and next_arrival:  # Engine._cut_span: searchsorted(cumsum)
@@ -567,9 +634,9 @@ def run_kernel(
         if k == 1:
             total_s = step0_s
             if record:
-                token = sum_base + num_members * after
-                held_sum = sum_held
-                internal_now = sum_internal
+                token = tot[T_BASE] + tot[T_MEMBERS] * after
+                held_sum = tot[T_HELD]
+                internal_now = tot[T_INTERNAL]
                 for pos in range(len(others)):
                     req = others[pos]
                     length = computed[req]
@@ -588,8 +655,7 @@ def run_kernel(
                     usable = free_total if free_total >= need_slots else 0
                     if usable == 0 and free_total >= need_slots:
                         blocked = 1
-                if num_rows == rows.shape[0]:
-                    rows = _grow_rows(rows)
+                rows = with_room(rows, num_rows)
                 r = rows[num_rows]
                 r[0] = now
                 r[1] = step0_s
@@ -609,30 +675,23 @@ def run_kernel(
                 r[15] = held_sum
                 num_rows += 1
         else:
-            held0 = sum_held
-            internal0 = sum_internal
-            # cohort.allocate_pooled(after, k - 1)
-            if after != allocated_to:
-                raise AssertionError("allocating a clock out of order")
-            end_clock = after + k - 1
-            allocated_to = end_clock
-            taken = 0
-            for d in range(k - 1):
-                span_blocks[d + 1] = crossings[(after + d) % b]
-                span_internal[d + 1] = 0
-                taken += span_blocks[d + 1]
-            sum_held += b * taken
-            while len(finals) > 0 and finals[0][0] < end_clock:
-                fclock, _, fjoin, fidx = heapq.heappop(finals)
-                if not in_cohort[fidx] or m_join[fidx] != fjoin or m_final[fidx] != fclock:
-                    continue
-                jump = -(final_kv[fidx] // -b) * b - final_kv[fidx]
-                span_internal[fclock - after + 1] += jump
-                sum_internal += jump
-            free -= taken
+            held0 = tot[T_HELD]
+            internal0 = tot[T_INTERNAL]
+            free -= allocate_pooled(
+                mem,
+                tot,
+                crossings,
+                finals,
+                final_kv,
+                b,
+                after,
+                k - 1,
+                span_blocks[1:],
+                span_internal[1:],
+            )
             total_s = pairwise_sum(durations, 0, k)
             if record:
-                token0 = sum_base + num_members * after
+                token0 = tot[T_BASE] + tot[T_MEMBERS] * after
                 # waiting_per_step: the queue in each step, arrivals joining it
                 varies = False
                 if k > 1 and num_arrived < n_req:
@@ -723,8 +782,7 @@ def run_kernel(
                     for j in range(k):
                         products[j] = (queue[j] if varies else float(waiting_now)) * weights[j]
                     waiting_m = pairwise_sum(products, 0, k)
-                if num_rows == rows.shape[0]:
-                    rows = _grow_rows(rows)
+                rows = with_room(rows, num_rows)
                 r = rows[num_rows]
                 r[0] = now
                 r[1] = total_s
@@ -767,27 +825,27 @@ def run_kernel(
         done.pop()
         for pos in range(len(sched)):
             req = sched[pos]
-            if out_n[req] >= output[req] and not in_cohort[req]:
+            if out_n[req] >= output[req] and not mem[req, M_IN]:
                 done.append(req)
         while len(finishes) > 0:  # cohort.pop_finished
             fclock, _, fjoin, fidx = finishes[0]
-            if not (in_cohort[fidx] and m_join[fidx] == fjoin):
+            if not (mem[fidx, M_IN] and mem[fidx, M_JOIN] == fjoin):
                 heapq.heappop(finishes)
                 continue
             if fclock > clock:
                 break
             heapq.heappop(finishes)
-            d = clock - m_sync[fidx]
-            computed[fidx] = m_comp[fidx] + d
-            out_n[fidx] = m_out[fidx] + d
+            d = clock - mem[fidx, M_SYNC]
+            computed[fidx] = mem[fidx, M_COMP] + d
+            out_n[fidx] = mem[fidx, M_OUT] + d
             # cohort.leave
-            h = -((m_comp[fidx] + allocated_to - m_sync[fidx]) // -b) * b
-            in_cohort[fidx] = False
-            num_members -= 1
-            sum_base -= m_comp[fidx] - m_sync[fidx]
-            sum_held -= h
-            sum_internal -= max(h - final_kv[fidx], 0)
-            crossings[m_cross[fidx]] -= 1
+            h = -((mem[fidx, M_COMP] + tot[T_ALLOCATED] - mem[fidx, M_SYNC]) // -b) * b
+            mem[fidx, M_IN] = False
+            tot[T_MEMBERS] -= 1
+            tot[T_BASE] -= mem[fidx, M_COMP] - mem[fidx, M_SYNC]
+            tot[T_HELD] -= h
+            tot[T_INTERNAL] -= max(h - final_kv[fidx], 0)
+            crossings[mem[fidx, M_CROSS]] -= 1
             held[fidx] = h
             blocks_of[fidx] = h // b
             done.append(fidx)
@@ -797,46 +855,34 @@ def run_kernel(
             held[req] = 0
             free += blocks_of[req]
             blocks_of[req] = 0
-            for q in range(len(others)):
-                if others[q] == req:
-                    others.pop(q)
-                    break
+            remove(others, req)
         num_finished += len(done)
         for pos in range(len(sched)):  # steady after step 0: join the cohort
             req = sched[pos]
             comp = computed[req]
             if (
                 np.isnan(finish[req])
-                and not in_cohort[req]
+                and not mem[req, M_IN]
                 and out_n[req] > 0
                 and comp == prompt[req] + out_n[req] - 1
                 and held[req] == -(comp // -b) * b
             ):
-                for q in range(len(others)):
-                    if others[q] == req:
-                        others.pop(q)
-                        break
-                num_joins += 1
-                o = out_n[req]
-                h = held[req]
-                fin = final_kv[req]
-                cross = (clock - comp) % b
-                in_cohort[req] = True
-                m_sync[req] = clock
-                m_comp[req] = comp
-                m_out[req] = o
-                m_cross[req] = cross
-                m_join[req] = num_joins
-                m_final[req] = -1
-                crossings[cross] += 1
-                last_block = -(fin // -b) - 1
-                if h <= fin and fin % b and last_block * b >= comp:
-                    m_final[req] = clock + last_block * b - comp
-                    heapq.heappush(finals, (m_final[req], seq_of[req], num_joins, req))
-                num_members += 1
-                sum_base += comp - clock
-                sum_held += h
-                sum_internal += max(h - fin, 0)
-                heapq.heappush(finishes, (clock + output[req] - o, seq_of[req], num_joins, req))
-                heapq.heappush(by_seq, (-seq_of[req], num_joins, req))
+                remove(others, req)
+                join(
+                    mem,
+                    tot,
+                    crossings,
+                    finishes,
+                    finals,
+                    by_seq,
+                    req,
+                    clock,
+                    comp,
+                    out_n[req],
+                    held[req],
+                    final_kv[req],
+                    output[req],
+                    seq_of[req],
+                    b,
+                )
     return OK, rows, num_rows, queries, free
