@@ -182,14 +182,8 @@ def test_without_a_disk_cache_auto_mode_keeps_the_python_core(monkeypatch, caplo
     import kvsim.compiled_kernel
 
     monkeypatch.setattr(kvsim.compiled_kernel, "CACHED", False)
-    monkeypatch.setattr("kvsim.say_once.SAID", set())  # (said once per process)
-    monkeypatch.setattr(compiled_module, "AUTO_MIN_REQUESTS", 10)
-    cfg = CASES["default"]
-    with caplog.at_level("WARNING"):
-        auto = simulate(cfg)
-    assert "cannot cache the compiled core" in caplog.text
-    _identical(auto, simulate(cfg, compiled=False))
-    _identical(simulate(cfg, compiled=True), auto)  # asked for: compiled all the same
+    auto = _auto_run_saying(monkeypatch, caplog, "cannot cache the compiled core")
+    _identical(simulate(CASES["default"], compiled=True), auto)  # asked for: compiled all the same
 
 
 def test_compiled_true_without_numba_is_an_error_on_any_run(monkeypatch) -> None:
@@ -207,12 +201,18 @@ def test_a_numba_that_cannot_be_imported_leaves_auto_mode_to_the_python_core(
 
     monkeypatch.setattr(compiled_module, "numba_available", lambda: True)
     monkeypatch.setattr(compiled_module, "_compiled_module", broken)
+    _auto_run_saying(monkeypatch, caplog, "numba cannot be imported (Numba needs NumPy 2.3 or less)")
+    with pytest.raises(ValueError, match="numba cannot be imported"):
+        simulate(CASES["default"], compiled=True)
+
+
+def _auto_run_saying(monkeypatch, caplog, message: str):
+    """An auto-mode run of the default case that must take the compiled core (its size made
+    large enough) but says ``message`` and gives the Python core's tables."""
     monkeypatch.setattr("kvsim.say_once.SAID", set())  # (said once per process)
     monkeypatch.setattr(compiled_module, "AUTO_MIN_REQUESTS", 10)
-    cfg = CASES["default"]
     with caplog.at_level("WARNING"):
-        auto = simulate(cfg)
-    assert "numba cannot be imported (Numba needs NumPy 2.3 or less)" in caplog.text
-    _identical(auto, simulate(cfg, compiled=False))
-    with pytest.raises(ValueError, match="numba cannot be imported"):
-        simulate(cfg, compiled=True)
+        auto = simulate(CASES["default"])
+    assert message in caplog.text
+    _identical(auto, simulate(CASES["default"], compiled=False))
+    return auto
