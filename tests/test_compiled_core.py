@@ -201,7 +201,8 @@ def test_a_numba_that_cannot_be_imported_leaves_auto_mode_to_the_python_core(
 
     monkeypatch.setattr(compiled_module, "numba_available", lambda: True)
     monkeypatch.setattr(compiled_module, "_compiled_module", broken)
-    _auto_run_saying(monkeypatch, caplog, "numba cannot be imported (Numba needs NumPy 2.3 or less)")
+    said = "numba cannot be imported (Numba needs NumPy 2.3 or less)"
+    _auto_run_saying(monkeypatch, caplog, said)
     with pytest.raises(ValueError, match="numba cannot be imported"):
         simulate(CASES["default"], compiled=True)
 
