@@ -28,7 +28,10 @@ data_app = typer.Typer(
 def fetch(
     dest: Annotated[
         Path | None,
-        typer.Option(help=f"Folder to store the files in (default: ${ENV_VAR}); created."),
+        typer.Option(
+            help=f"Folder to store the files in (default: ${ENV_VAR}; without either, an "
+            "error); created."
+        ),
     ] = None,
     mirror: Annotated[
         str | None,
