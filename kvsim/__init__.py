@@ -14,6 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from kvsim.native import use_sources_if_stale
+
+use_sources_if_stale()  # a compiled engine older than its sources is not used
+
 _EXPORTS = {
     "SimConfig": "kvsim.config",
     "config_from_dict": "kvsim.config",

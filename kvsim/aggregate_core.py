@@ -51,6 +51,7 @@ from kvsim.request import Request
 from kvsim.request_log import RequestLog
 from kvsim.scheduler.cohort import DecodeCohort
 from kvsim.timing import MAX_SPAN_STEPS, SHORT_SPAN_STEPS, numpy_sum, steps_before, waiting_per_step
+from kvsim.units import SimTime
 
 
 def applies(config: SimConfig, allocator: object, requests: Sequence[Request]) -> bool:
@@ -134,7 +135,7 @@ class AggregateCore:
         free = allocator.num_free_blocks  # the pool, counted
         step_s = cost.step_s
         arrival_array = self._arrival_times
-        last_release: float = 0  # SimPy's clock when the arrival process last released
+        last_release: SimTime = 0  # SimPy's clock when the arrival process last released
         queries = 0
         span_durations = cost.span_durations
 
@@ -166,7 +167,7 @@ class AggregateCore:
             args.max_preemptions_per_request,
         )
 
-        now: float = 0
+        now: SimTime = 0
         num_arrived = 0
         num_finished = 0
 
@@ -516,7 +517,7 @@ class AggregateCore:
             allocator.pool.num_evictions = free_queue.num_evictions
 
 
-def _next_release(arrival_s: float, last_release_s: float) -> tuple[float, bool]:
+def _next_release(arrival_s: SimTime, last_release_s: SimTime) -> tuple[SimTime, bool]:
     """When ``kvsim.engine``'s SimPy arrival process releases a request arriving at
     ``arrival_s``, the previous one released at ``last_release_s``; and whether it is released
     together with the previous one (in the same process step).

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.allocators.slab import SlabAllocator
+from kvsim.units import SimTime
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,7 +78,7 @@ def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
 
 def has_map(allocator: Any) -> bool:
     """Whether ``allocator`` has a physical memory map (slabs or blocks)."""
-    return isinstance(allocator, PagedAllocator | SlabAllocator)
+    return isinstance(allocator, (PagedAllocator, SlabAllocator))  # (mypyc: not a union)
 
 
 _SKIP = -1  # a periodic moment thinned out after it fell due
@@ -141,7 +142,7 @@ class FrameRecorder:
 
     def capture(
         self,
-        time_s: float,
+        time_s: SimTime,
         allocator: Any,
         tokens: dict[int, int],
         num_running: int,

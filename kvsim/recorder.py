@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from kvsim.allocators.base import Allocator, IntArray
 from kvsim.request import Request
+from kvsim.units import SimTime
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -220,7 +221,7 @@ class MemoryRecorder:
 
     def _append_row(
         self,
-        time_s: float,
+        time_s: SimTime,
         duration_s: float,
         num_steps: int,
         num_running: int,
@@ -256,7 +257,7 @@ class MemoryRecorder:
 
     def record_step(
         self,
-        time_s: float,
+        time_s: SimTime,
         duration_s: float,
         num_running: int,
         num_waiting: float,
@@ -287,7 +288,7 @@ class MemoryRecorder:
 
     def record(
         self,
-        time_s: float,
+        time_s: SimTime,
         durations_s: FloatArray,
         cats: SpanCategories,
         num_running: int,
@@ -339,7 +340,7 @@ class MemoryRecorder:
 
     def record_span_steps(
         self,
-        time_s: float,
+        time_s: SimTime,
         durations_s: list[float],
         total_s: float,
         start: tuple[int, int, int],

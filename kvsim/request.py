@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvsim.units import SimTime
+
 
 @dataclass(frozen=True, eq=False)
 class RequestSpec:
@@ -36,7 +38,7 @@ class RequestSpec:
     """
 
     req_id: int
-    arrival_time_s: float
+    arrival_time_s: SimTime
     prompt_tokens: int
     output_tokens: int
     max_tokens: int
@@ -95,7 +97,7 @@ class Request:
     """
 
     req_id: int
-    arrival_time_s: float
+    arrival_time_s: SimTime
     prompt_tokens: int
     output_tokens: int
     max_tokens: int
@@ -113,9 +115,9 @@ class Request:
     num_preemptions: int = 0
     num_cached_tokens: int = 0
     num_prefill_tokens_computed: int = 0
-    first_scheduled_time_s: float | None = None
-    first_token_time_s: float | None = None
-    finish_time_s: float | None = None
+    first_scheduled_time_s: SimTime | None = None
+    first_token_time_s: SimTime | None = None
+    finish_time_s: SimTime | None = None
     num_seqs: int = field(init=False, default=1)
     shares_tokens: bool = field(init=False, default=False)
 

@@ -14,8 +14,10 @@ tokens wherever the trace has equal ids, and the key chain stays right.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Sequence
 from numbers import Integral
+from typing import SupportsIndex, TypeGuard
 
 from kvsim.request import Request
 
@@ -131,10 +133,17 @@ def _shape(item: Hashable, ints: list[int]) -> Hashable:
     """``item`` with each int replaced by ``_INT`` (appended to ``ints``), inside tuples too."""
     if isinstance(item, tuple):
         return tuple(_shape(x, ints) for x in item)
-    if isinstance(item, (int, Integral)):  # bools and numpy ints equal Python's
-        ints.append(int(item))
+    if _is_integer(item):  # bools and numpy ints equal Python's
+        ints.append(operator.index(item))
         return _INT
     return item
+
+
+def _is_integer(item: object) -> TypeGuard[SupportsIndex]:
+    """Whether ``item`` is a Python, bool or numpy int. A function, not an ``isinstance`` in
+    ``_shape``: compiled (``kvsim.native``), that would narrow ``item`` to a Python int and
+    refuse a numpy one."""
+    return isinstance(item, (int, Integral))
 
 
 class StreamKeys:

@@ -13,6 +13,11 @@ Tokens = NewType("Tokens", int)
 Blocks = NewType("Blocks", int)
 Bytes = NewType("Bytes", int)
 
+SimTime = int | float
+"""A simulated time in seconds as SimPy keeps it: an int until a float duration is added (a run
+whose rows all lie at time 0 keeps int times). A union, not ``float``, so that the compiled
+engine (``kvsim.native``: mypyc turns a ``float`` into a C double) keeps the int."""
+
 KiB = 1024
 MiB = 1024**2
 GiB = 1024**3

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import simpy
 
+from kvsim import native
 from kvsim.allocators import ALLOCATORS, accepted_arguments, make_allocator
 from kvsim.allocators.base import Allocator
 from kvsim.request import Request
@@ -16,6 +17,26 @@ from kvsim.request import Request
 SMALL_CAPACITY = 44
 SMALL_BLOCK = 4
 SMALL_MAX_MODEL_LEN = 16
+
+
+# Fixtures that replace a function inside kvsim's engine: compiled (kvsim.native), the engine
+# calls its own functions directly, so these tests need the Python sources.
+PATCHING_FIXTURES = {"cores_run"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks the tests that patch kvsim's engine ``python_sources``, and skips them where the
+    compiled engine is loaded: ``make test`` runs them again with ``KVSIM_PURE_PYTHON=1``."""
+    loaded = native.native_loaded()
+    for item in items:
+        if PATCHING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.python_sources)
+        if loaded and item.get_closest_marker("python_sources"):
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="patches the engine: runs on the Python sources (KVSIM_PURE_PYTHON=1)"
+                )
+            )
 
 
 @pytest.fixture

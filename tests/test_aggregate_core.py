@@ -127,6 +127,7 @@ def test_the_preempting_cases_preempt(name) -> None:
         assert summary["num_cache_evictions"] > 0
 
 
+@pytest.mark.python_sources
 def test_the_small_budget_case_preempts_on_both_paths(monkeypatch) -> None:
     # where the token budget holds every running request the core preempts without flushing
     # the cohort (preempt_for_step); where it ends first, in the exact pass (exact_running):

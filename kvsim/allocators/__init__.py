@@ -45,13 +45,12 @@ def _allocator_class(name: str) -> type[Allocator]:
 
 @functools.cache
 def _init_params(cls: type[Allocator]) -> frozenset[str]:
-    """Keyword-only ``__init__`` arguments of ``cls`` and its bases (read once per class)."""
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        if "__init__" in vars(klass):
-            sig = inspect.signature(klass.__init__)  # type: ignore[misc]
-            names |= {p.name for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY}
-    return frozenset(names)
+    """Names of the arguments ``cls(...)`` takes (read once per class). A class compiled by
+    mypyc (``kvsim.native``) has only its class signature, where every name is right but each is
+    marked positional-only, so the names are read whatever their kind."""
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    parameters = inspect.signature(cls).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind not in variadic)
 
 
 def make_allocator(name: str, **kwargs: Any) -> Allocator:

@@ -26,8 +26,7 @@ class BuddyAllocator(SlabAllocator):
 
     name = "buddy"
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def _init_free_space(self) -> None:
         self.max_order = next_power_of_2(self.max_model_len).bit_length() - 1
         self._free: list[set[int]] = [set() for _ in range(self.max_order + 1)]
         self._top_starts: list[int] = []

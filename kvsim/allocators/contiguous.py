@@ -18,8 +18,7 @@ from kvsim.request import Request
 class _ExtentAllocator(SlabAllocator):
     """Free extents kept sorted by start address and always coalesced."""
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def _init_free_space(self) -> None:
         self._starts: list[int] = [0]
         self._lengths: dict[int, int] = {0: self.capacity_tokens}
         self._free_tokens = self.capacity_tokens

@@ -48,8 +48,14 @@ class SlabAllocator(Allocator):
         self.full_context_tokens = full_context_tokens or max_model_len
         self._slabs: dict[int, list[tuple[int, int]]] = {}  # one (start, size) per sequence
         self._held_total = 0  # sum of the live slabs' sizes (overhead_slots per event, O(1))
+        self._init_free_space()
 
     # -- placement, by subclasses -----------------------------------------------------------
+    def _init_free_space(self) -> None:
+        """Set up an empty pool of ``capacity_tokens`` slots (a hook rather than an ``__init__``
+        that forwards ``**kwargs``, which mypyc's compiled classes do not pass on)."""
+        raise NotImplementedError
+
     def _place(self, size: int) -> tuple[int, int] | None:
         """Take ``size`` slots; return ``(start, size)`` or ``None`` if no hole fits."""
         raise NotImplementedError

@@ -104,15 +104,15 @@ class V1Scheduler(SchedulerCore):
             if num_new <= 0:
                 i += 1
                 continue
-            placed = True
+            fits = True
             while not self._allocate(req, computed + num_new):
                 victim = running.pop()
                 self._preempt_recompute(victim)
                 plan.num_preempted += 1
                 if victim is req:
-                    placed = False
+                    fits = False
                     break
-            if not placed:
+            if not fits:
                 break
             partial = partial or num_new < unknown
             if num_new == 1 and req.num_output_tokens:
