@@ -28,6 +28,8 @@ from prometheus_client.core import (
     Metric,
 )
 
+from kvsim.metrics import weighted_sum
+
 if TYPE_CHECKING:
     from kvsim.results import Results
 
@@ -300,7 +302,7 @@ def _histogram(
     # le labels as prometheus_client's Histogram writes them (Python repr of the float bound)
     rows = [(repr(float(le)), float(c)) for le, c in zip(buckets, cumulative[:-1], strict=True)]
     rows.append(("+Inf", float(cumulative[-1])))
-    family.add_metric(labels, rows, float(np.dot(values, weights)))
+    family.add_metric(labels, rows, weighted_sum(values, weights))
     return family
 
 

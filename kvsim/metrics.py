@@ -97,6 +97,13 @@ def clip_window(memory: pd.DataFrame, start_s: float | None, end_s: float | None
     return memory[keep].assign(duration_s=clipped["duration_s"])
 
 
+def weighted_sum(values: npt.ArrayLike, weights: npt.ArrayLike) -> float:
+    """``sum(values * weights)`` by numpy's pairwise summation: the same bits on every machine
+    and at any memory address (a BLAS dot product's order of additions depends on both, which
+    changed shares in their last bit from one process to another)."""
+    return float(np.multiply(values, weights, dtype=np.float64).sum())
+
+
 FULL_USAGE = 0.99  # kv_cache_usage_perc at or above which the pool counts as full
 
 
@@ -112,11 +119,11 @@ def memory_shares(
     """
     memory = _columns(memory)
     w = memory["duration_s"]
-    total_s = w.sum()
+    total_s = float(w.sum())
     out: dict[str, float] = {}
     if total_s <= 0:
         return out
-    means = {c: float(np.dot(memory[c], w) / total_s) for c in (*CATEGORIES, "allocated")}
+    means = {c: weighted_sum(memory[c], w) / total_s for c in (*CATEGORIES, "allocated")}
     used = capacity_slots - means["free"]
     for c in CATEGORIES:
         out[f"{c}_pct"] = 100.0 * means[c] / capacity_slots
@@ -130,18 +137,18 @@ def memory_shares(
     # 1.0000000000000002). Every step holds between 0 and ``usable`` slots, so a row's exact
     # usage lies in [0, 1]: the clip undoes that rounding and nothing else.
     usage = np.clip((memory["allocated"] - unusable) / usable, 0.0, 1.0)
-    out["kv_cache_usage_perc"] = float(np.dot(usage, w) / total_s)
+    out["kv_cache_usage_perc"] = weighted_sum(usage, w) / total_s
     out["kv_cache_usage_perc_max"] = float(usage.max())
     # share of time with (nearly) no free KV: new blocks then mean preemption or waiting
     out["kv_cache_full_time_frac"] = float(w[usage >= FULL_USAGE].sum() / total_s)
     alloc = means["allocated"]
     out["token_utilization_perc"] = 100.0 * means["token_states"] / alloc if alloc else float("nan")
     if "unshared" in memory:  # Figure 15: blocks saved by sharing / blocks without sharing
-        unshared = float(np.dot(memory["unshared"], w) / total_s)
-        held = float(np.dot(memory["held"], w) / total_s)
+        unshared = weighted_sum(memory["unshared"], w) / total_s
+        held = weighted_sum(memory["held"], w) / total_s
         out["kv_saved_by_sharing_pct"] = 100.0 * (1 - held / unshared) if unshared else 0.0
     for gauge in ("num_requests_running", "num_requests_waiting"):
-        out[f"{gauge}_mean"] = float(np.dot(memory[gauge], w) / total_s)
+        out[f"{gauge}_mean"] = weighted_sum(memory[gauge], w) / total_s
     return out
 
 
@@ -175,10 +182,10 @@ def mean_batched_requests(
         full = memory["duration_s"] if keep is None else memory["duration_s"][keep]
         share = np.divide(window["duration_s"], full, out=np.ones_like(full), where=full > 0)
         weight = window["num_steps"] * share
-    total = weight.sum()
+    total = float(weight.sum())
     if total <= 0:
         return float("nan")
-    return float(np.dot(window["num_requests_running"], weight) / total)
+    return weighted_sum(window["num_requests_running"], weight) / total
 
 
 LATENCY_METRICS = (

@@ -42,6 +42,7 @@ NATIVE_SOURCES: tuple[str, ...] = (
     "swap.py",
     "timing.py",
     "tokens.py",
+    "allocators/base.py",
     "allocators/block_pool.py",
     "allocators/buddy.py",
     "allocators/contiguous.py",

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import json
 import logging
 import os
@@ -33,6 +34,9 @@ def build(package_dir: Path = PACKAGE_DIR) -> bool:
         Whether a current build is in place. Without mypy, setuptools or a C compiler, or on a
         failed compilation, ``False`` and a logged reason: kvsim then runs its Python sources.
     """
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for path in set(package_dir.rglob(f"*{suffix}")) - set(built_files(package_dir)):
+        path.unlink()  # a module no longer compiled: its stale extension would shadow it
     if build_state(package_dir) == "current":
         return True
     try:
@@ -41,8 +45,8 @@ def build(package_dir: Path = PACKAGE_DIR) -> bool:
     except ImportError as exc:
         logger.warning("kvsim.native_build: cannot compile (%s); the Python sources run", exc)
         return False
-    for path in built_files(package_dir):
-        path.unlink(missing_ok=True)
+    for path in package_dir.rglob(f"*{suffix}"):
+        path.unlink()
     (package_dir / MANIFEST).unlink(missing_ok=True)
     before = fingerprint(package_dir)
     cwd = Path.cwd()

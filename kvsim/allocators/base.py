@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
+from mypy_extensions import mypyc_attr
 
 from kvsim.request import Request
 
@@ -123,6 +124,7 @@ def prefix_cache_counters(
     }
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (kvsim.native: tests' reference policies)
 class Allocator(ABC):
     """Base class of KV allocation policies.
 
