@@ -30,6 +30,7 @@ from kvsim.analysis import SweepResults, load_sweep
 from kvsim.config import SimConfig
 from kvsim.experiment import LABEL, Experiment, Point, check_name, load_experiment
 from kvsim.point import PointOutcome, run_point
+from kvsim.results import write_parquet
 from kvsim.workers import DASK_CONNECT_TIMEOUT_S, dask_map, pool_map
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
     tmp = folder / POINTS / f"{_TMP_PREFIX}{outcome.key}-{uuid.uuid4().hex[:8]}"
     outcome.results.save(tmp, exports=False)  # sweep points keep parquet only
     if outcome.snapshot is not None:
-        outcome.snapshot.to_parquet(tmp / SNAPSHOT, index=False)
+        write_parquet(outcome.snapshot, tmp / SNAPSHOT)
     meta = {"overrides": point.overrides, LABEL: point.label, "elapsed_s": outcome.elapsed_s}
     (tmp / "point.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
     try:
@@ -354,7 +355,7 @@ def run_sweep(
         raise
     finally:
         report.table = summary_table(experiment, points, folder)
-        _write_atomic(folder / SUMMARY, lambda p: report.table.to_parquet(p, index=False))
+        _write_atomic(folder / SUMMARY, lambda p: write_parquet(report.table, p))
     report.failures = sorted(failures, key=lambda f: f.index)
     _write_atomic(
         folder / FAILURES,
