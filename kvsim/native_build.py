@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--state", action="store_true", help="print what import kvsim loads")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logger.setLevel(logging.INFO)  # setuptools lowers the root logger's level while it builds
     if args.state:
         logger.info("%s", build_state())
         return
