@@ -77,6 +77,8 @@ def fingerprint(package_dir: Path = PACKAGE_DIR) -> str:
 
 
 def built_files(package_dir: Path) -> list[Path]:
+    """The files a build puts in ``package_dir``: the library, then one extension module per
+    compiled source (in ``NATIVE_SOURCES`` order), named for this interpreter."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     library = package_dir / (GROUP.rsplit(".", 1)[1] + "__mypyc" + suffix)
     shims = [package_dir / source.replace(".py", suffix) for source in NATIVE_SOURCES]
