@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -479,14 +480,14 @@ def simulate(
     requests: Sequence[Request | RequestSpec] | None = None,
     on_finish: Callable[[int], None] | None = None,
     *,
-    strict: bool = False,
+    strict: object = False,
     on_start: Callable[[int], None] | None = None,
-    map_at_s: Sequence[float] = (),
-    map_every_s: float | None = None,
-    map_max_frames: int | None = None,
-    lazy_decodes: bool = True,
-    aggregate_core: bool = True,
-    compiled: bool | None = None,
+    map_at_s: Sequence[SupportsFloat] = (),
+    map_every_s: SupportsFloat | None = None,
+    map_max_frames: SupportsIndex | None = None,
+    lazy_decodes: object = True,
+    aggregate_core: object = True,
+    compiled: object = None,
 ) -> Results:
     """Run one simulation.
 
@@ -518,29 +519,38 @@ def simulate(
     Raises:
         ValueError: ``strict`` and some request cannot run, or no request can;
             ``compiled=True`` without numba.
+        TypeError: ``map_max_frames`` is not an int, or a time is not a number.
+
+    The flags are taken by their truth and the numbers by their value (``strict=1``,
+    ``map_every_s=np.float32(2)``), as the Python sources take them: compiled
+    (``kvsim.native``), a parameter annotated ``bool`` or ``float`` would refuse those.
     """
-    if compiled and not compiled_core.numba_available():
+    refuse = bool(strict)
+    lazy, aggregate = bool(lazy_decodes), bool(aggregate_core)
+    use_kernel = None if compiled is None else bool(compiled)
+    moments_s = [float(t) for t in map_at_s]
+    every_s = None if map_every_s is None else float(map_every_s)
+    max_frames = None if map_max_frames is None else operator.index(map_max_frames)
+    if use_kernel and not compiled_core.numba_available():
         raise ValueError("compiled=True needs numba: pip install 'kvsim[fast]'")
-    runnable, rejected = prepare_requests(config, requests, strict=strict)
+    runnable, rejected = prepare_requests(config, requests, strict=refuse)
     if on_start is not None:
         on_start(len(runnable))
-    frames = (
-        FrameRecorder(map_at_s, map_every_s, map_max_frames) if map_at_s or map_every_s else None
-    )
+    frames = FrameRecorder(moments_s, every_s, max_frames) if moments_s or every_s else None
     engine: Engine | AggregateCore | None = None
     progress = _Progress(on_finish)
-    if frames is None and lazy_decodes and aggregate_core:
-        fresh = functools.partial(_fresh_runnable, config, requests, strict)
-        engine, spent = _run_aggregate_core(config, runnable, progress, compiled, fresh)
+    if frames is None and lazy and aggregate:
+        fresh = functools.partial(_fresh_runnable, config, requests, refuse)
+        engine, spent = _run_aggregate_core(config, runnable, progress, use_kernel, fresh)
         del fresh  # (it holds the caller's list)
         if spent:  # declined midway: the same requests again, fresh (nothing logged twice)
-            runnable, _ = prepare_requests(config, requests, strict=strict, quiet=True)
+            runnable, _ = prepare_requests(config, requests, strict=refuse, quiet=True)
     del requests  # the run has its own copies: a caller that let go of its list frees it now
     if engine is None:
         import simpy  # (only the general engine runs on SimPy)
 
         env = simpy.Environment()
-        engine = Engine(env, config, runnable, progress.report, frames, lazy_decodes)
+        engine = Engine(env, config, runnable, progress.report, frames, lazy)
         del runnable  # each request is freed when it finishes (its row stays in engine.log)
         env.process(engine.arrival_source())
         env.process(engine.engine_loop())

@@ -62,11 +62,6 @@ MANIFEST = "_native.json"
 PURE_PYTHON_ENV = "KVSIM_PURE_PYTHON"
 
 
-def module_name(source: str) -> str:
-    """``"allocators/paged.py"`` -> ``"kvsim.allocators.paged"``."""
-    return "kvsim." + source.removesuffix(".py").replace("/", ".")
-
-
 def fingerprint(package_dir: Path = PACKAGE_DIR) -> str:
     """CRC-32 of every compiled source's path and bytes, in ``NATIVE_SOURCES`` order (hex)."""
     crc = 0
@@ -85,11 +80,24 @@ def built_files(package_dir: Path) -> list[Path]:
     return [library, *shims]
 
 
-def build_state(package_dir: Path = PACKAGE_DIR) -> str:
+def pure_python_asked() -> bool:
+    """Whether ``KVSIM_PURE_PYTHON`` asks for the sources (any value but empty, 0, false, no
+    or off, in any case)."""
+    return os.environ.get(PURE_PYTHON_ENV, "").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    )
+
+
+def build_state(package_dir: Path = PACKAGE_DIR, *, honour_env: bool = True) -> str:
     """What ``import kvsim`` will load: ``"current"`` (the build, in step with the sources),
     ``"absent"`` (no build: the sources), ``"stale"`` (a build older than a source, or
-    incomplete: the sources) or ``"disabled"`` (``KVSIM_PURE_PYTHON=1``: the sources)."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+    incomplete: the sources) or ``"disabled"`` (``KVSIM_PURE_PYTHON=1``, unless
+    ``honour_env`` is false: the sources)."""
+    if honour_env and pure_python_asked():
         return "disabled"
     built = [path.exists() for path in built_files(package_dir)]
     if not any(built):
@@ -98,16 +106,17 @@ def build_state(package_dir: Path = PACKAGE_DIR) -> str:
         return "stale"
     try:
         recorded = json.loads((package_dir / MANIFEST).read_text())["fingerprint"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return "current" if recorded == fingerprint(package_dir) else "stale"
+    except (OSError, ValueError, KeyError, TypeError):  # (a source or the manifest unreadable)
         return "stale"
-    return "current" if recorded == fingerprint(package_dir) else "stale"
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
-    """Finds the compiled modules' ``.py`` files, ahead of their extension modules."""
+    """Finds kvsim's modules' ``.py`` files ahead of any extension module beside them (those of
+    a module no longer compiled included)."""
 
     def __init__(self, package_dir: Path) -> None:
-        self._paths = {module_name(s): package_dir / s for s in NATIVE_SOURCES}
+        self._package_dir = package_dir
 
     def find_spec(
         self,
@@ -115,8 +124,12 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> ModuleSpec | None:
-        source = self._paths.get(fullname)
-        return None if source is None else importlib.util.spec_from_file_location(fullname, source)
+        if not fullname.startswith("kvsim."):
+            return None
+        source = self._package_dir.joinpath(*fullname.split(".")[1:]).with_suffix(".py")
+        if not source.is_file():  # a package, or no source: the usual finders
+            return None
+        return importlib.util.spec_from_file_location(fullname, source)
 
 
 def use_sources_if_stale() -> str:

@@ -37,17 +37,18 @@ def build(package_dir: Path = PACKAGE_DIR) -> bool:
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     for path in set(package_dir.rglob(f"*{suffix}")) - set(built_files(package_dir)):
         path.unlink()  # a module no longer compiled: its stale extension would shadow it
-    if build_state(package_dir) == "current":
+    state = build_state(package_dir, honour_env=False)
+    if state == "current":
         return True
     try:
         from mypyc.build import mypycify
         from setuptools import setup
     except ImportError as exc:
         logger.warning("kvsim.native_build: cannot compile (%s); the Python sources run", exc)
+        if state == "stale":  # nothing will rebuild it here: no warning at every import
+            _remove_build(package_dir, suffix)
         return False
-    for path in package_dir.rglob(f"*{suffix}"):
-        path.unlink()
-    (package_dir / MANIFEST).unlink(missing_ok=True)
+    _remove_build(package_dir, suffix)
     before = fingerprint(package_dir)
     cwd = Path.cwd()
     os.chdir(package_dir.parent)  # mypyc names modules by their paths from here
@@ -71,6 +72,12 @@ def build(package_dir: Path = PACKAGE_DIR) -> bool:
         return False
     (package_dir / MANIFEST).write_text(json.dumps({"fingerprint": before}) + "\n")
     return True
+
+
+def _remove_build(package_dir: Path, suffix: str) -> None:
+    for path in package_dir.rglob(f"*{suffix}"):
+        path.unlink()
+    (package_dir / MANIFEST).unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

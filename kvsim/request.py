@@ -17,6 +17,8 @@ blocks after the prefill, the first and the second decode step).
 
 from __future__ import annotations
 
+import numbers
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -165,7 +167,7 @@ def fresh_requests(requests: Sequence[Request | RequestSpec]) -> list[Request]:
     Raises:
         ValueError: two requests share a ``req_id``.
     """
-    out = [Request(*map(_plain, _spec_values(r))) for r in requests]  # no RequestSpec between
+    out = [Request(*_plain_facts(r)) for r in requests]  # no RequestSpec between
     seen: set[int] = set()
     for r in out:
         if r.req_id in seen:
@@ -174,7 +176,32 @@ def fresh_requests(requests: Sequence[Request | RequestSpec]) -> list[Request]:
     return out
 
 
+_HASH_IDS = SPEC_FIELDS.index("prefix_hash_ids")
+_SEGMENTS = SPEC_FIELDS.index("token_segments")
+
+
+def _plain_facts(spec: Request | RequestSpec) -> list[Any]:
+    """A request's facts in ``SPEC_FIELDS`` order as Python numbers, the hash ids and segment
+    lengths inside their tuples too (a caller's arrays or lists). The compiled engine
+    (``kvsim.native``) reads them as the annotated types."""
+    values = [_plain(value) for value in _spec_values(spec)]
+    if values[_HASH_IDS] is not None:
+        values[_HASH_IDS] = tuple(operator.index(h) for h in values[_HASH_IDS])
+    if values[_SEGMENTS] is not None:
+        values[_SEGMENTS] = tuple(
+            (_plain(segment), operator.index(length)) for segment, length in values[_SEGMENTS]
+        )
+    return values
+
+
 def _plain(value: Any) -> Any:
+    """NumPy numbers as Python ones; other non-float reals (``Fraction``) as floats."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
     if isinstance(value, np.integer):
         return int(value)
-    return float(value) if isinstance(value, np.floating) else value
+    if isinstance(value, np.floating) or (
+        isinstance(value, numbers.Real) and not isinstance(value, int | float)
+    ):
+        return float(value)
+    return value

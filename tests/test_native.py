@@ -9,6 +9,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,19 @@ def _extra_cases():
         "scheduler": {"max_model_len": 512, "max_num_batched_tokens": 64, "max_num_seqs": 8},
     }
     tiny_caching = {**small, "cache": {"kv_cache_gib": 0.1, "enable_prefix_caching": True}}
+    nested_caching = {
+        **small,
+        "scheduler": {"max_model_len": 2048},
+        "cache": {"kv_cache_gib": 0.5, "enable_prefix_caching": True},
+    }
+    hashes = np.array([[1, 2, 3], [1, 2, 4], [1, 5, 6]])
+    nested = [  # numpy ints inside tuples, lists for tuples, a Fraction for a time
+        RequestSpec(0, Fraction(1, 3), 1200, 40, 40, prefix_hash_ids=tuple(hashes[0])),
+        RequestSpec(1, 0.5, 1200, 40, 40, prefix_hash_ids=list(hashes[1])),
+        RequestSpec(2, 0.75, 1200, 40, 40, prefix_hash_ids=hashes[2].tolist()),
+        RequestSpec(3, 1.0, 600, 30, 30, token_segments=[("sys", np.int64(300)), ("u", 300)]),
+        RequestSpec(4, 1.25, 600, 30, 30, token_segments=(("sys", np.int32(300)), ("v", 300))),
+    ]
     tiny_radix = {**small, "cache": {"kv_cache_gib": 0.1, "allocator": "radix"}}
     return {
         "numpy_ints": (config_from_dict(tiny_caching), {"requests": numpy_ints}),
@@ -56,6 +70,11 @@ def _extra_cases():
             {"requests": numpy_ints, "aggregate_core": False},
         ),
         "numpy_ints_radix": (config_from_dict(tiny_radix), {"requests": numpy_ints}),
+        "nested_numpy": (config_from_dict(nested_caching), {"requests": nested}),
+        "nested_numpy_radix": (
+            config_from_dict({**nested_caching, "cache": {"allocator": "radix"}}),
+            {"requests": nested},
+        ),
         "aggregate_core": (config_from_dict(base), {}),
         "aggregate_core_caching": (
             config_from_dict({**base, "cache": {"kv_cache_gib": 2, "enable_prefix_caching": True}}),
@@ -204,3 +223,77 @@ def test_a_build_older_than_its_sources_is_not_used(tmp_path):
     assert Path(engine_file) == copy / "engine.py"
     assert edited == "True"
     assert "older than its sources" in done.stderr
+
+
+def test_simulate_takes_flags_by_truth_and_numbers_by_value():
+    # compiled, a parameter annotated bool or float would refuse these; the sources take them
+    cfg = config_from_dict({"workload": {"num_requests": 30}})
+    plain = simulate(cfg, strict=False, map_every_s=2.0, map_max_frames=8)
+    loose = simulate(
+        cfg,
+        strict=0,
+        map_every_s=np.float32(2.0),
+        map_max_frames=np.int64(8),
+        lazy_decodes=np.bool_(True),
+        aggregate_core=1,
+        compiled=0,
+    )
+    for name in ("requests", "memory", "frames"):
+        pd.testing.assert_frame_equal(getattr(loose, name), getattr(plain, name), check_exact=True)
+    with pytest.raises(TypeError):
+        simulate(cfg, map_every_s=2.0, map_max_frames=2.5)
+
+
+def test_the_sources_shadow_any_extension_once_the_build_is_not_used():
+    finder = native._SourceFinder(native.PACKAGE_DIR)
+    spec = finder.find_spec("kvsim.metrics", None)  # a module never compiled: still its source
+    assert spec is not None
+    assert spec.origin == str(native.PACKAGE_DIR / "metrics.py")
+    spec = finder.find_spec("kvsim.allocators.paged", None)
+    assert spec is not None
+    assert spec.origin == str(native.PACKAGE_DIR / "allocators/paged.py")
+    assert finder.find_spec("kvsim.allocators", None) is None  # a package: the usual finders
+    assert finder.find_spec("numpy", None) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "asked"),
+    [
+        ("", False),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        (" off ", False),
+        ("1", True),
+        ("yes", True),
+        ("TRUE", True),
+    ],
+)
+def test_pure_python_values(monkeypatch, value, asked):
+    monkeypatch.setenv(native.PURE_PYTHON_ENV, value)
+    assert native.pure_python_asked() is asked
+
+
+def test_a_stale_build_that_cannot_be_rebuilt_is_removed(tmp_path, monkeypatch):
+    from kvsim import native_build
+
+    monkeypatch.setenv(native.PURE_PYTHON_ENV, "1")  # the build ignores it
+    package = _package_copy(tmp_path)
+    for path in native.built_files(package):
+        path.write_bytes(b"")
+    (package / native.MANIFEST).write_text(json.dumps({"fingerprint": "0"}))
+    assert native.build_state(package, honour_env=False) == "stale"
+    monkeypatch.setitem(sys.modules, "mypyc.build", None)  # mypy not installed
+    assert native_build.build(package) is False
+    assert native.build_state(package, honour_env=False) == "absent"
+    assert not (package / native.MANIFEST).exists()
+
+
+def test_a_missing_source_makes_the_build_stale_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.delenv(native.PURE_PYTHON_ENV, raising=False)
+    package = _package_copy(tmp_path)
+    for path in native.built_files(package):
+        path.write_bytes(b"")
+    (package / native.MANIFEST).write_text(json.dumps({"fingerprint": native.fingerprint(package)}))
+    (package / "timing.py").unlink()
+    assert native.build_state(package) == "stale"
