@@ -147,10 +147,15 @@ def test_pure_python_mode_loads_the_sources():
         "import kvsim.engine, kvsim.allocators.paged as p; print(kvsim.engine.__file__, p.__file__)"
     )
     env = {**os.environ, native.PURE_PYTHON_ENV: "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", code], check=True, cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    done = _python(code, ROOT, env)
     assert [Path(f).name for f in done.stdout.split()] == ["engine.py", "paged.py"]
+
+
+def _python(code: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a fresh interpreter; its output, which must be a success."""
+    return subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=cwd, env=env, capture_output=True, text=True
+    )
 
 
 def _package_copy(tmp_path: Path) -> Path:
@@ -211,14 +216,7 @@ def test_a_build_older_than_its_sources_is_not_used(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     env.pop(native.PURE_PYTHON_ENV, None)
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        check=True,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    done = _python(code, tmp_path, env)
     engine_file, edited = done.stdout.split()
     assert Path(engine_file) == copy / "engine.py"
     assert edited == "True"
