@@ -185,17 +185,10 @@ def step_s(
 def decode_step_s(
     c: np.ndarray, tp: int, pp: int, num_layers: int, context0: float, seqs: float, j: int
 ) -> float:
-    """Step ``j`` of ``StepCostModel.decode_steps_s`` (its numpy expression, one element)."""
+    """Step ``j`` of ``StepCostModel.decode_steps_s`` (its numpy expression, one element: the
+    same operations as ``step_s`` with every running request decoding one token)."""
     context = context0 + seqs * float(j)
-    mem = c[C_WEIGHT] + context * c[C_KV]
-    flops = c[C_LINEAR] * seqs + c[C_ATTN] * (2.0 * context + seqs)
-    a = mem / c[C_BANDWIDTH]
-    f = flops / c[C_FLOPS]
-    duration = a if a >= f else f
-    duration += c[C_OVERHEAD] + c[C_PER_SEQ] * seqs
-    if tp > 1 or pp > 1:
-        duration += communication_s(c, tp, pp, num_layers, seqs)
-    return duration
+    return step_s(c, tp, pp, num_layers, seqs, context, 2.0 * context + seqs, seqs)
 
 
 @jit
