@@ -9,8 +9,8 @@ them, dtypes included), and everything runs without the build.
 
 Built files stay in step with the sources: the build records a fingerprint of every compiled
 source (``kvsim/_native.json``), and ``import kvsim`` compares it (``use_sources_if_stale``). A
-source edited since the build, or ``KVSIM_PURE_PYTHON=1`` in the environment, makes the listed
-modules load from their ``.py`` files instead (the first with a warning).
+source edited since the build, or ``KVSIM_PURE_PYTHON=1`` in the environment, makes kvsim's
+modules load from their ``.py`` files instead (an edited source with a warning).
 """
 
 from __future__ import annotations
