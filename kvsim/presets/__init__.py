@@ -6,10 +6,12 @@ are links to these folders.
 
 from __future__ import annotations
 
+import functools
 from importlib.resources import files
 from pathlib import Path
 
 
+@functools.cache  # the package does not move while it runs; importlib.resources costs ~60 µs
 def _folder(name: str) -> Path:
     return Path(str(files(__name__) / name))
 

@@ -82,6 +82,25 @@ def test_workload_preset_resolved_under_other_keys() -> None:
     assert point.config.workload.num_requests == 7  # the experiment's own key wins
 
 
+def test_a_preset_read_once_per_expansion_gives_every_point_its_values(tmp_path) -> None:
+    # the preset's table is cached for one expansion only: an edit shows at the next
+    preset = tmp_path / "mine.toml"
+    preset.write_text('[workload]\nlengths = "alpaca_like"\nrate_per_s = 3.0\nnum_requests = 9\n')
+    exp = parse_experiment(
+        {
+            "base": {"workload": {"preset": str(preset)}},
+            "grid": {"workload.rate_per_s": [1.0, 2.0], "seed": [1, 2]},
+        },
+        name="p",
+    )
+    points = exp.points()
+    assert [p.config.workload.rate_per_s for p in points] == [1.0, 1.0, 2.0, 2.0]
+    assert [p.config.seed for p in points] == [1, 2, 1, 2]
+    assert {p.config.workload.num_requests for p in points} == {9}
+    preset.write_text('[workload]\nlengths = "alpaca_like"\nnum_requests = 4\n')
+    assert {p.config.workload.num_requests for p in exp.points()} == {4}  # read again next time
+
+
 def test_a_swept_table_applies_before_the_fields_under_it() -> None:
     # a grid axis over workload presets after one over a workload field dropped the field
     exp = parse_experiment(
