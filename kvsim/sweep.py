@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import uuid
@@ -245,21 +246,23 @@ def _column(values: list[Any]) -> list[Any]:
 
 
 def summary_table(experiment: Experiment, points: list[Point], folder: Path) -> pd.DataFrame:
-    """One row per finished point, in expansion order: swept fields, then summary metrics."""
+    """One row per finished point, in expansion order: swept fields, then summary metrics (a
+    metric a point lacks is NaN)."""
     swept = experiment.swept_fields
     done = [p for p in points if p.key is not None and is_done(folder, p.key)]
+    metrics = [
+        json.loads((point_dir(folder, str(p.key)) / "summary.json").read_text()) for p in done
+    ]
+    if not done:
+        return pd.DataFrame(columns=swept)
     columns: dict[str, list[Any]] = {
         name: _column([p.label if name == LABEL else p.overrides.get(name) for p in done])
         for name in swept
     }
-    metrics = [
-        json.loads((point_dir(folder, str(p.key)) / "summary.json").read_text()) for p in done
-    ]
-    table = pd.DataFrame(columns, index=range(len(done)))  # rows even when nothing is swept
-    metric_frame = pd.DataFrame(metrics)
-    if not done:
-        return pd.DataFrame(columns=[*swept, *metric_frame.columns])
-    return pd.concat([table, metric_frame.drop(columns=swept, errors="ignore")], axis=1)
+    for name in dict.fromkeys(name for row in metrics for name in row):  # first-seen order
+        if name not in columns:  # a swept field's value is the one shown, not the summary's
+            columns[name] = [row.get(name, math.nan) for row in metrics]
+    return pd.DataFrame(columns, index=range(len(done)))  # one frame: no concat (~3 ms)
 
 
 def run_sweep(
