@@ -343,10 +343,14 @@ def preemption_rule(config: SimConfig) -> str:
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """``frame.to_parquet(path, index=False)``, converted to Arrow in this thread: a run's tables
-    are small, and Arrow's thread pool cost more than it saved (about 1.5 ms of CPU a point of
-    ``experiments/block-size.toml``, in one process or in each of a sweep's workers)."""
+    """``frame.to_parquet(path, index=False)``, converted to Arrow in this thread and written
+    in one call: a run's tables are small, Arrow's thread pool cost more than it saved (about
+    1.5 ms of CPU a point of ``experiments/block-size.toml``, in one process or in each of a
+    sweep's workers), and Arrow writes a file in ~80 small writes and seeks per table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), path)
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), buffer)
+    with open(path, "wb") as file:
+        file.write(buffer.getvalue())
