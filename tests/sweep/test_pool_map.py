@@ -4,6 +4,8 @@ otherwise, the same results in call order either way, and every call run once.""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import sys
 import threading
 
 import pytest
@@ -94,3 +96,54 @@ def test_a_ctrl_c_while_workers_start_reaches_the_driver_afterwards(tmp_path) ->
         preexec_fn=_as_from_a_shell,
     )
     assert done.stdout.split() == ["held", "raised", "worker", "blocked"], done.stderr
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie or reaped)."""
+    from pathlib import Path
+
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def record_pid_or_wait(folder: str, driver_pid: int, fail: bool) -> bool:
+    """In a worker: record this worker's pid. In the driver: wait (up to 20 s) for that worker
+    to exit, then report whether it did (or raise, with ``fail``)."""
+    import os
+    import time
+    from pathlib import Path
+
+    mark = Path(folder) / "worker.pid"
+    if os.getpid() != driver_pid:
+        mark.write_text(str(os.getpid()))
+        return False
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if mark.exists() and mark.read_text() and _gone(int(mark.read_text())):
+            if fail:
+                raise RuntimeError("the driver's last call failed")
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_worker_exits_while_the_driver_runs_the_last_call(tmp_path) -> None:
+    # two calls, two jobs: the worker takes the first, the driver the last; once every call is
+    # handed out the pool lets its worker go, without waiting for the driver's call to end
+    calls = [(i, (str(tmp_path), os.getpid(), False)) for i in range(2)]
+    results = dict(pool_map(record_pid_or_wait, calls, 2))
+    assert results == {0: False, 1: True}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_failure_in_the_driver_after_the_worker_left_leaves_no_process(tmp_path) -> None:
+    calls = [(i, (str(tmp_path), os.getpid(), True)) for i in range(2)]
+    with pytest.raises(RuntimeError, match="last call failed"):
+        dict(pool_map(record_pid_or_wait, calls, 2))
+    worker = int((tmp_path / "worker.pid").read_text())
+    assert _gone(worker)
+    assert not multiprocessing.active_children()
