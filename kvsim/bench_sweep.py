@@ -25,6 +25,7 @@ import typer
 
 from kvsim.experiment import Experiment, load_experiment, parse_experiment
 from kvsim.sweep import experiments_dir, run_sweep
+from kvsim.workers import _start_context
 
 
 def bench_experiment(num_requests: int) -> Experiment:
@@ -56,22 +57,67 @@ def time_sweep(
         return elapsed, point_s, report.table
 
 
+def spin(iterations: int) -> int:
+    """Plain Python arithmetic, no allocation: CPU work whose speed only the core sets."""
+    total = 0
+    for i in range(iterations):
+        total += i * i % 7
+    return total
+
+
+def time_spin_pair(iterations: int, processes: int) -> float:
+    """Wall-clock seconds of two ``spin(iterations)``: both in this process (``processes=1``),
+    or one here and one in a child process (``2``, as ``pool_map`` splits a sweep; forked
+    like its workers where this process runs no other thread)."""
+    start = time.perf_counter()
+    if processes == 1:
+        spin(iterations)
+        spin(iterations)
+        return time.perf_counter() - start
+    context: Any = _start_context()  # typeshed's BaseContext lacks Process
+    child = context.Process(target=spin, args=(iterations,))
+    child.start()
+    spin(iterations)
+    child.join()
+    return time.perf_counter() - start
+
+
+def spin_iterations(seconds: float) -> int:
+    """How many ``spin`` iterations take about ``seconds`` here (a tenth-second probe)."""
+    probe = 200_000
+    start = time.perf_counter()
+    spin(probe)
+    return max(1, int(probe * seconds / (time.perf_counter() - start)))
+
+
 def sweep_speedup(name: str = "block-size", jobs: int = 2, repeats: int = 3) -> dict[str, Any]:
     """Wall-clock seconds of ``experiments/NAME.toml`` with 1 and ``jobs`` workers (the median of
     ``repeats`` runs each, alternating), its speed-up, and the points' own seconds (their sum
     grows when workers compete for CPU).
+
+    Between the sweeps, the machine's own ceiling is measured the same way: a pure-Python loop
+    of about half the 1-worker sweep's length, twice in one process against once in each of
+    two (``machine_ceiling``, the median ratio; with ``jobs == 2`` where workers are forked).
+    On a 2-core virtual machine it moved between 1.5x and 1.9x from one minute to the next, so
+    it says how much of a sweep's speed-up the machine allowed when it ran.
 
     Raises:
         AssertionError: the summary tables differ.
     """
     experiment = load_experiment(experiments_dir() / f"{name}.toml")
     runs: dict[int, list[tuple[float, float]]] = {1: [], jobs: []}
+    ceiling: list[float] = []
     tables = []
+    iterations = 0
+    measure_ceiling = jobs == 2 and _start_context().get_start_method() == "fork"
     for _ in range(repeats):
         for n in (1, jobs):
             wall_s, points_s, table = time_sweep(experiment, n, None)
             runs[n].append((wall_s, points_s))
             tables.append(table)
+        if measure_ceiling:
+            iterations = iterations or spin_iterations(runs[1][0][0] / 2)
+            ceiling.append(time_spin_pair(iterations, 1) / time_spin_pair(iterations, 2))
     for table in tables[1:]:
         pd.testing.assert_frame_equal(tables[0], table)
     one_s, one_points_s = (statistics.median(v) for v in zip(*runs[1], strict=True))
@@ -86,6 +132,7 @@ def sweep_speedup(name: str = "block-size", jobs: int = 2, repeats: int = 3) -> 
         "speedup": one_s / many_s,
         "points_s_1_worker": one_points_s,
         f"points_s_{jobs}_workers": many_points_s,
+        "machine_ceiling": statistics.median(ceiling) if ceiling else None,
     }
 
 
