@@ -136,7 +136,8 @@ def pool_map(
     The driver is one of the ``jobs``: it runs calls itself between harvesting the results of
     ``jobs - 1`` worker processes (forked from a driver without other threads, else spawned:
     ``_start_context``), so it works while they start (a spawned worker imports kvsim first)
-    and no core idles behind a driver that only waits. Workers exit when
+    and no core idles behind a driver that only waits; with no calls of its own left, it takes
+    back the calls no worker has started rather than wait for them. Workers exit when
     the driver dies and ignore SIGINT (see the module docstring). When the caller stops early
     (an exception, Ctrl-C, ``close()``), the workers are terminated.
 
@@ -156,7 +157,7 @@ def pool_map(
         initargs=(os.getpid(), main_thread),
     )
     pending = list(reversed(calls))  # pop() takes them in order
-    in_flight: dict[Future[R], T] = {}
+    in_flight: dict[Future[R], tuple[T, tuple[Any, ...]]] = {}
     # calls queued behind each busy worker, so that it does not run dry while the driver runs a
     # call itself (the driver hands out work only between its own calls, and calls can differ
     # 20x in length). FITTED on experiments/block-size.toml's 2-worker speed-up (medians of 5):
@@ -169,14 +170,14 @@ def pool_map(
             # near the end no call waits behind a busy worker: the driver takes the last ones
             while pending and len(in_flight) < (depth if len(pending) > depth else jobs - 1):
                 tag, args = pending.pop()
-                in_flight[pool.submit(fn, *args)] = tag
+                in_flight[pool.submit(fn, *args)] = (tag, args)
 
     finished = False
     try:
         top_up()
         while pending or in_flight:
             for future in [f for f in in_flight if f.done()]:
-                yield in_flight.pop(future), future.result()
+                yield in_flight.pop(future)[0], future.result()
             top_up()
             if not pending:
                 pool.release()  # every call is handed out: workers exit after their last
@@ -188,11 +189,28 @@ def pool_map(
                 continue
             if not in_flight:
                 break
+            stolen = _take_back(in_flight)
+            if stolen is not None:
+                yield stolen[0], fn(*stolen[1])
+                continue
             future = next(as_completed(in_flight))
-            yield in_flight.pop(future), future.result()
+            yield in_flight.pop(future)[0], future.result()
         finished = True
     finally:
         pool.close(terminate=not finished)
+
+
+def _take_back(
+    in_flight: dict[Future[R], tuple[T, tuple[Any, ...]]],
+) -> tuple[T, tuple[Any, ...]] | None:
+    """The last submitted call that no worker has started (cancelled and removed from
+    ``in_flight``), for the driver to run instead of waiting; ``None`` when every call in flight
+    has started. Only calls still in the pool's own backlog can be cancelled: a worker's next
+    call, already sent to it, cannot."""
+    for future in reversed(list(in_flight)):
+        if future.cancel():
+            return in_flight.pop(future)
+    return None
 
 
 def dask_client(scheduler: str, jobs: int, connect_timeout_s: float) -> tuple[Any, Any]:

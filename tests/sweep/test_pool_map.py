@@ -147,3 +147,23 @@ def test_a_failure_in_the_driver_after_the_worker_left_leaves_no_process(tmp_pat
     worker = int((tmp_path / "worker.pid").read_text())
     assert _gone(worker)
     assert not multiprocessing.active_children()
+
+
+def slow_in_a_worker(x: int, driver_pid: int) -> tuple[int, bool]:
+    """``x`` and whether the driver ran it; a worker takes 0.3 s a call."""
+    import time
+
+    in_driver = os.getpid() == driver_pid
+    if not in_driver:
+        time.sleep(0.3)
+    return x, in_driver
+
+
+def test_the_driver_takes_back_calls_no_worker_started() -> None:
+    # with its own calls done, the driver runs the worker's unstarted backlog instead of
+    # waiting: the worker keeps only the call it runs and the one already sent to it
+    calls = [(i, (i, os.getpid())) for i in range(12)]
+    results = dict(pool_map(slow_in_a_worker, calls, 2))
+    assert sorted(results) == list(range(12))  # every call once
+    assert all(x == i for i, (x, _) in results.items())
+    assert sum(not in_driver for _, in_driver in results.values()) <= 2
