@@ -103,12 +103,15 @@ class _Pool(ProcessPoolExecutor):
         driver goes on (without this, the workers' exit waited for the driver's last call and
         then cost ~5 ms of ``shutdown``). Idempotent."""
         if not hasattr(self, "_kept"):
-            self._kept = (self._executor_manager_thread, dict(self._processes or {}))
+            self._kept = (getattr(self, "_executor_manager_thread", None), self._workers())
             self.shutdown(wait=False)
+
+    def _workers(self) -> dict[int, Any]:
+        return dict(getattr(self, "_processes", None) or {})  # CPython's, 3.9-3.14
 
     def close(self, terminate: bool) -> None:
         """Terminate the workers first when ``terminate``; then wait for them to exit."""
-        manager, processes = getattr(self, "_kept", (None, dict(self._processes or {})))
+        manager, processes = getattr(self, "_kept", (None, self._workers()))
         if terminate:
             _terminate(processes)
         self.shutdown(wait=True, cancel_futures=True)
