@@ -96,7 +96,16 @@ def _terminate(processes: dict[int, Any]) -> None:
 
 class _Pool(ProcessPoolExecutor):
     """A ``ProcessPoolExecutor`` that can let its workers go while their last calls run
-    (``release``) and still be joined, or its workers terminated, afterwards."""
+    (``release``) and still be joined, or its workers terminated, afterwards.
+
+    While it runs, the objects the driver holds are frozen out of the garbage collector
+    (``gc.freeze``, undone by ``close``): a full collection in the driver or a forked worker
+    would otherwise write to every old object's header and copy each page they share (one
+    took 49 ms of the driver, against about 10 ms unforked, on ``block-size.toml``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        gc.freeze()
+        super().__init__(*args, **kwargs)
 
     def release(self) -> None:
         """No more calls will be submitted: each worker exits after its queued calls, while the
@@ -117,6 +126,7 @@ class _Pool(ProcessPoolExecutor):
         self.shutdown(wait=True, cancel_futures=True)
         if manager is not None:
             manager.join()
+        gc.unfreeze()
 
 
 def _start_context() -> multiprocessing.context.BaseContext:
