@@ -101,11 +101,13 @@ class _Pool(ProcessPoolExecutor):
     While it runs, the objects the driver holds are frozen out of the garbage collector
     (``gc.freeze``, undone by ``close``): a full collection in the driver or a forked worker
     would otherwise write to every old object's header and copy each page they share (one
-    took 49 ms of the driver, against about 10 ms unforked, on ``block-size.toml``)."""
+    took 49 ms of the driver, against about 10 ms unforked, on ``block-size.toml``). Where the
+    caller had frozen objects itself, they stay frozen, and so do the driver's."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        gc.freeze()
         super().__init__(*args, **kwargs)
+        self._unfreeze = gc.get_freeze_count() == 0
+        gc.freeze()  # before the first submit forks
 
     def release(self) -> None:
         """No more calls will be submitted: each worker exits after its queued calls, while the
@@ -126,7 +128,8 @@ class _Pool(ProcessPoolExecutor):
         self.shutdown(wait=True, cancel_futures=True)
         if manager is not None:
             manager.join()
-        gc.unfreeze()
+        if self._unfreeze:
+            gc.unfreeze()
 
 
 def _start_context() -> multiprocessing.context.BaseContext:

@@ -186,3 +186,17 @@ def test_the_drivers_objects_are_frozen_out_of_the_collector_while_the_pool_runs
     assert in_driver
     assert all(count > 0 for count in in_driver)
     assert gc.get_freeze_count() == 0  # undone when the pool closes
+
+
+def test_objects_the_caller_froze_stay_frozen() -> None:
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        calls = [(i, (i, os.getpid())) for i in range(3)]
+        dict(pool_map(frozen_objects, calls, 2))
+        assert gc.get_freeze_count() >= frozen
+    finally:
+        gc.unfreeze()
