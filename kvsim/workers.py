@@ -166,14 +166,15 @@ def pool_map(
         return
     context = _start_context()
     main_thread = threading.current_thread() is threading.main_thread()
+    claims = context.Array("b", len(calls))  # 1: the call has started
     pool = _Pool(
         max_workers=jobs - 1,
         mp_context=context,
-        initializer=watch_parent,
-        initargs=(os.getpid(), main_thread),
+        initializer=_init_worker,
+        initargs=(os.getpid(), main_thread, claims),
     )
-    pending = list(reversed(calls))  # pop() takes them in order
-    in_flight: dict[Future[R], tuple[T, tuple[Any, ...]]] = {}
+    pending = list(reversed(list(enumerate(calls))))  # pop() takes them in order
+    in_flight: dict[Future[Any], tuple[int, tuple[T, tuple[Any, ...]]]] = {}
     # calls queued behind each busy worker, so that it does not run dry while the driver runs a
     # call itself (the driver hands out work only between its own calls, and calls can differ
     # 20x in length). FITTED on experiments/block-size.toml's 2-worker speed-up (medians of 5):
@@ -185,47 +186,79 @@ def pool_map(
         with _sigint_held():  # a submit may spawn a worker, which inherits the mask
             # near the end no call waits behind a busy worker: the driver takes the last ones
             while pending and len(in_flight) < (depth if len(pending) > depth else jobs - 1):
-                tag, args = pending.pop()
-                in_flight[pool.submit(fn, *args)] = (tag, args)
+                index, call = pending.pop()
+                in_flight[pool.submit(_run_claimed, index, fn, call[1])] = (index, call)
 
     finished = False
     try:
         top_up()
         while pending or in_flight:
             for future in [f for f in in_flight if f.done()]:
-                yield in_flight.pop(future)[0], future.result()
+                yield in_flight.pop(future)[1][0], future.result()
             top_up()
             if not pending:
                 pool.release()  # every call is handed out: workers exit after their last
             if pending:
-                tag, args = pending.pop()
+                _, (tag, args) = pending.pop()
                 if not pending:
                     pool.release()
                 yield tag, fn(*args)
                 continue
             if not in_flight:
                 break
-            stolen = _take_back(in_flight)
-            if stolen is not None:
-                yield stolen[0], fn(*stolen[1])
+            taken = _take_back(in_flight, claims)
+            if taken is not None:
+                yield taken[0], fn(*taken[1])
                 continue
             future = next(as_completed(in_flight))
-            yield in_flight.pop(future)[0], future.result()
+            yield in_flight.pop(future)[1][0], future.result()
         finished = True
     finally:
         pool.close(terminate=not finished)
 
 
+class _TakenBack:
+    """What a worker returns for a call the driver took back (and ran) first."""
+
+
+_claims: Any = None  # in a worker: the pool's claim flags, one byte per call (``_init_worker``)
+
+
+def _init_worker(parent_pid: int, use_pdeathsig: bool, claims: Any) -> None:
+    """Pool initializer: keep the claim flags (shared memory, inherited at start), then
+    ``watch_parent``."""
+    global _claims
+    _claims = claims
+    watch_parent(parent_pid, use_pdeathsig)
+
+
+def _claim(claims: Any, index: int) -> bool:
+    """Mark call ``index`` as started; ``False`` when the driver or a worker already has."""
+    with claims.get_lock():
+        if claims[index]:
+            return False
+        claims[index] = 1
+        return True
+
+
+def _run_claimed(index: int, fn: Callable[..., R], args: tuple[Any, ...]) -> R | _TakenBack:
+    """In a worker: ``fn(*args)``, unless the driver took call ``index`` back."""
+    return fn(*args) if _claim(_claims, index) else _TakenBack()
+
+
 def _take_back(
-    in_flight: dict[Future[R], tuple[T, tuple[Any, ...]]],
+    in_flight: dict[Future[Any], tuple[int, tuple[T, tuple[Any, ...]]]], claims: Any
 ) -> tuple[T, tuple[Any, ...]] | None:
-    """The last submitted call that no worker has started (cancelled and removed from
-    ``in_flight``), for the driver to run instead of waiting; ``None`` when every call in flight
-    has started. Only calls still in the pool's own backlog can be cancelled: a worker's next
-    call, already sent to it, cannot."""
+    """The last submitted call that no worker has started, claimed for the driver and removed
+    from ``in_flight`` (a worker that reaches it later skips it), or ``None`` when every call in
+    flight has started. Claim flags in shared memory, not ``Future.cancel``, so that the calls
+    already sent to a worker can be taken back too, and no cancelled future is left in the
+    executor (whose teardown of a broken pool fails on one before Python 3.12: gh-107219)."""
     for future in reversed(list(in_flight)):
-        if future.cancel():
-            return in_flight.pop(future)
+        index, call = in_flight[future]
+        if _claim(claims, index):
+            del in_flight[future]
+            return call
     return None
 
 
