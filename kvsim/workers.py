@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,28 @@ def _sigint_held() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process of ``pool_map`` died while calls were left (killed by a signal, by the
+    out-of-memory killer, or crashed): not the caller's fault, nor a kvsim bug to report."""
+
+
+def _result(future: Future[Any]) -> Any:
+    """``future.result()``, a dead worker's ``BrokenProcessPool`` told as ``WorkerDiedError``.
+
+    Raises:
+        WorkerDiedError: the pool broke.
+        Exception: whatever the call raised.
+    """
+    try:
+        return future.result()
+    except BrokenProcessPool as err:
+        raise WorkerDiedError(
+            "a worker process died (killed by a signal or by the out-of-memory killer?); the "
+            "points it had not finished are not saved, those that finished are: run the same "
+            "command again to resume"
+        ) from err
 
 
 def _terminate(processes: dict[int, Any]) -> None:
@@ -158,6 +181,7 @@ def pool_map(
     (an exception, Ctrl-C, ``close()``), the workers are terminated.
 
     Raises:
+        WorkerDiedError: a worker process died (its pool is broken; the other workers are stopped).
         Exception: whatever ``fn`` raised, in a worker or in the driver, re-raised here.
     """
     if jobs <= 1 or len(calls) <= 1:
@@ -194,7 +218,7 @@ def pool_map(
         top_up()
         while pending or in_flight:
             for future in [f for f in in_flight if f.done()]:
-                yield in_flight.pop(future)[1][0], future.result()
+                yield in_flight.pop(future)[1][0], _result(future)
             top_up()
             if not pending:
                 pool.release()  # every call is handed out: workers exit after their last
@@ -211,7 +235,7 @@ def pool_map(
                 yield taken[0], fn(*taken[1])
                 continue
             future = next(as_completed(in_flight))
-            yield in_flight.pop(future)[1][0], future.result()
+            yield in_flight.pop(future)[1][0], _result(future)
         finished = True
     finally:
         pool.close(terminate=not finished)

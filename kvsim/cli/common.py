@@ -3,8 +3,9 @@ results-folder checks.
 
 The error path (``guard``): a user error (a wrong value, a malformed file, missing data) prints
 one ``error:`` line naming the file, field, line or value and what was expected, and exits with
-status 2; an interrupt exits with 130; anything else is a kvsim bug and prints one line asking
-for ``--debug``, which shows the traceback instead.
+status 2; an interrupt exits with 130; a sweep worker that died (a signal, the out-of-memory
+killer) prints one ``error:`` line saying a rerun resumes, and exits with 1; anything else is a
+kvsim bug and prints one line asking for ``--debug``, which shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -159,6 +160,11 @@ def guard(fn: Callable[[], T]) -> T:
         )
         raise typer.Exit(2) from None
     except Exception as err:  # a kvsim bug: one line, the traceback behind --debug
+        if _worker_died(err):  # the machine's doing (a signal, memory): status 1, no report
+            err_console.print(
+                f"[bold red]error:[/] {escape(one_line(err))}", highlight=False, soft_wrap=True
+            )
+            raise typer.Exit(1) from None
         err_console.print(
             f"[bold red]internal error:[/] {type(err).__name__}: {escape(one_line(err))} "
             "(rerun with kvsim --debug ... for the traceback, and please report it)",
@@ -166,6 +172,13 @@ def guard(fn: Callable[[], T]) -> T:
             soft_wrap=True,
         )
         raise typer.Exit(1) from None
+
+
+def _worker_died(err: Exception) -> bool:
+    """``err`` is ``kvsim.workers.WorkerDiedError`` (looked up only where a pool was loaded, so that
+    the CLI starts without multiprocessing)."""
+    workers = sys.modules.get("kvsim.workers")
+    return workers is not None and isinstance(err, workers.WorkerDiedError)
 
 
 def check_out_dir(out: Path | None, option: str = "--out", what: str = "results folder") -> None:

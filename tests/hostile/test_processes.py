@@ -201,3 +201,30 @@ def test_user_errors_through_a_real_process(tmp_path: Path) -> None:
         assert len(lines) == 1, err
         assert lines[0].startswith("error:"), err
         assert fragment in lines[0], err
+
+
+def test_a_killed_worker_is_reported_as_such_and_a_rerun_resumes(tmp_path: Path) -> None:
+    # what the out-of-memory killer does to a worker: one plain error line (not "internal
+    # error ... please report it"), status 1, no worker left, and the rerun finishes the rest
+    exp = _experiment(tmp_path / "slow.toml", 30_000, [1, 2, 4, 8, 16, 32])
+    out = tmp_path / "out"
+    proc = _sweep(exp, out, "-j", "2")
+    seen = _watch(proc, time.monotonic() + 60, out / "slow" / "points")
+    assert proc.poll() is None, "the sweep ended before the kill"
+    workers = _alive(seen)
+    assert workers, f"expected a worker, saw {seen}"
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    text = stderr.decode()
+    assert proc.returncode == 1, text
+    assert "Traceback" not in text, text
+    assert "internal error" not in text, text
+    assert "worker process died" in text, text
+    assert "run the same command again to resume" in text, text
+    _assert_gone(seen)
+    final = _sweep(exp, out)
+    _, stderr = final.communicate(timeout=180)
+    assert final.returncode == 0, stderr.decode()
+    keys = {p.key for p in load_experiment(exp).points()}
+    assert sorted(p.name for p in (out / "slow" / "points").iterdir()) == sorted(keys)
