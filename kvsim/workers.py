@@ -124,13 +124,21 @@ class _Pool(ProcessPoolExecutor):
     While it runs, the objects the driver holds are frozen out of the garbage collector
     (``gc.freeze``, undone by ``close``): a full collection in the driver or a forked worker
     would otherwise write to every old object's header and copy each page they share (one
-    took 49 ms of the driver, against about 10 ms unforked, on ``block-size.toml``). Where the
-    caller had frozen objects itself, they stay frozen, and so do the driver's."""
+    took 49 ms of the driver, against about 10 ms unforked, on ``block-size.toml``). With pools
+    open side by side, the last to close unfreezes; where the caller had frozen objects itself,
+    they stay frozen, and so do the driver's."""
+
+    _open = 0  # pools open in this process (all of them freeze; the last to close thaws)
+    _thaw = False  # whether the last to close unfreezes (nothing was frozen before the first)
+    _lock = threading.Lock()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._unfreeze = gc.get_freeze_count() == 0
-        gc.freeze()  # before the first submit forks
+        with _Pool._lock:
+            if _Pool._open == 0:
+                _Pool._thaw = gc.get_freeze_count() == 0
+            _Pool._open += 1
+            gc.freeze()  # before the first submit forks
 
     def release(self) -> None:
         """No more calls will be submitted: each worker exits after its queued calls, while the
@@ -151,8 +159,10 @@ class _Pool(ProcessPoolExecutor):
         self.shutdown(wait=True, cancel_futures=True)
         if manager is not None:
             manager.join()
-        if self._unfreeze:
-            gc.unfreeze()
+        with _Pool._lock:
+            _Pool._open -= 1
+            if _Pool._open == 0 and _Pool._thaw:
+                gc.unfreeze()
 
 
 def _start_context() -> multiprocessing.context.BaseContext:

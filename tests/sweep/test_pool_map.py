@@ -210,3 +210,17 @@ def test_objects_the_caller_froze_stay_frozen() -> None:
         assert gc.get_freeze_count() >= frozen
     finally:
         gc.unfreeze()
+
+
+def test_two_pools_side_by_side_keep_the_freeze_until_the_last_closes() -> None:
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    first = pool_map(frozen_objects, [(i, (i, os.getpid())) for i in range(3)], 2)
+    second = pool_map(frozen_objects, [(i, (i, os.getpid())) for i in range(3)], 2)
+    next(first)
+    next(second)
+    first.close()
+    assert gc.get_freeze_count() > 0  # the second pool still runs
+    second.close()
+    assert gc.get_freeze_count() == 0
