@@ -93,21 +93,11 @@ class WorkerDiedError(RuntimeError):
     out-of-memory killer, or crashed): not the caller's fault, nor a kvsim bug to report."""
 
 
-def _result(future: Future[Any]) -> Any:
-    """``future.result()``, a dead worker's ``BrokenProcessPool`` told as ``WorkerDiedError``.
-
-    Raises:
-        WorkerDiedError: the pool broke.
-        Exception: whatever the call raised.
-    """
-    try:
-        return future.result()
-    except BrokenProcessPool as err:
-        raise WorkerDiedError(
-            "a worker process died (killed by a signal or by the out-of-memory killer?); the "
-            "points it had not finished are not saved, those that finished are: run the same "
-            "command again to resume"
-        ) from err
+_WORKER_DIED = (
+    "a worker process died (killed by a signal or by the out-of-memory killer?); the points it "
+    "had not finished are not saved, those that finished are: run the same command again to "
+    "resume"
+)
 
 
 def _terminate(processes: dict[int, Any]) -> None:
@@ -228,7 +218,7 @@ def pool_map(
         top_up()
         while pending or in_flight:
             for future in [f for f in in_flight if f.done()]:
-                yield in_flight.pop(future)[1][0], _result(future)
+                yield in_flight.pop(future)[1][0], future.result()
             top_up()
             if not pending:
                 pool.release()  # every call is handed out: workers exit after their last
@@ -245,8 +235,10 @@ def pool_map(
                 yield taken[0], fn(*taken[1])
                 continue
             future = next(as_completed(in_flight))
-            yield in_flight.pop(future)[1][0], _result(future)
+            yield in_flight.pop(future)[1][0], future.result()
         finished = True
+    except BrokenProcessPool as err:  # from a result or from a submit after the death
+        raise WorkerDiedError(_WORKER_DIED) from err
     finally:
         pool.close(terminate=not finished)
 
