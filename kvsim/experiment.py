@@ -185,13 +185,12 @@ def resolve_workload_preset(
 
         names = preset_names(workloads_dir())
         raise FileNotFoundError(f"workload.preset: no preset {name!r} ({path}); presets: {names}")
-    if presets is None or path not in presets:
+    if presets is None:
         table = read_toml(path)
-        if presets is not None:
-            presets[path] = table
     else:
-        table = presets[path]
-    table = copy.deepcopy(table)
+        if path not in presets:
+            presets[path] = read_toml(path)
+        table = copy.deepcopy(presets[path])  # each point its own copy
     preset = table.get("workload", table)
     if not isinstance(preset, dict):
         raise ValueError(f"{path}: [workload] must be a table, got {preset!r}")

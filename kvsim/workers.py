@@ -220,13 +220,11 @@ def pool_map(
             for future in [f for f in in_flight if f.done()]:
                 yield in_flight.pop(future)[1][0], future.result()
             top_up()
+            own = pending.pop()[1] if pending else None
             if not pending:
                 pool.release()  # every call is handed out: workers exit after their last
-            if pending:
-                _, (tag, args) = pending.pop()
-                if not pending:
-                    pool.release()
-                yield tag, fn(*args)
+            if own is not None:
+                yield own[0], fn(*own[1])
                 continue
             if not in_flight:
                 break
