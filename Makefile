@@ -34,7 +34,7 @@ reproduce: native
 # The tests that patch the engine run on its Python sources (skipped in the first pass where
 # the compiled engine is loaded).
 test: native
-	KVSIM_QUICK=1 $(PY) -m pytest -q -n 2 -m "not gpu" tests
+	KVSIM_QUICK=1 $(PY) -m pytest -q -n 2 --dist worksteal -m "not gpu" tests
 	KVSIM_QUICK=1 KVSIM_PURE_PYTHON=1 $(PY) -m pytest -q -m "python_sources and not gpu" tests
 
 test-gpu: $(STAMP)

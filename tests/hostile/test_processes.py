@@ -131,6 +131,7 @@ def test_killed_driver_leaves_no_workers(tmp_path: Path) -> None:
     _assert_gone(seen)
 
 
+@pytest.mark.slow(seconds=63)
 def test_random_kills_then_resume_finish_every_point_once(tmp_path: Path) -> None:
     # ~20 s of points: enough for ten kills that each find the sweep still running
     exp = _experiment(tmp_path / "kills.toml", 40_000, [1, 2, 4, 8, 16, 32, 64, 128])
@@ -203,6 +204,7 @@ def test_user_errors_through_a_real_process(tmp_path: Path) -> None:
         assert fragment in lines[0], err
 
 
+@pytest.mark.slow(seconds=26)
 def test_a_killed_worker_is_reported_as_such_and_a_rerun_resumes(tmp_path: Path) -> None:
     # what the out-of-memory killer does to a worker: one plain error line (not "internal
     # error ... please report it"), status 1, no worker left, and the rerun finishes the rest
