@@ -272,21 +272,40 @@ class SequenceGroup:
     def _branch(self, parents: npt.NDArray[np.int64], pool: BlockSource) -> None:
         """Replace dropped candidates by forks of survivors (``parents[i]`` feeds slot ``i``).
 
-        Forks are made before the dropped paths are released, so shared blocks never hit zero.
+        Only the blocks past the two tables' shared prefix change hands (``shared_prefix``):
+        a fork's references to the prefix would be taken and given back at once, leaving every
+        count, and the order in which blocks are freed, as they were. Forks are made before the
+        dropped paths are released, so shared blocks never hit zero.
         """
         old = self.seqs
-        new: list[list[int]] = []
-        for i in range(self.width):
-            p = int(parents[i])
-            if p == i:
-                new.append(old[i])
-                continue
-            new.append(self._copy_table(old[p], pool))
+        new = list(old)
+        cuts: list[tuple[int, int]] = []
+        for i, p in enumerate(parents.tolist()):
+            if p != i:
+                k = shared_prefix(old[i], old[p]) if self.shared else 0
+                new[i] = old[p][:k] + self._copy_table(old[p][k:], pool)
+                cuts.append((i, k))
         self.seqs = new
-        for i in range(self.width):
-            if int(parents[i]) != i:
-                for b in reversed(old[i]):
-                    self._unref(b, pool)
+        for i, k in cuts:
+            for b in reversed(old[i][k:]):
+                self._unref(b, pool)
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading blocks two sequences of one group share (binary search).
+
+    Within a group a block keeps its logical index in every table that holds it, and two
+    candidates share exactly the blocks written before their lineages split (the partly filled
+    one included until the first write copies it), so the shared blocks form a prefix.
+    """
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] == b[mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class CountingPool:

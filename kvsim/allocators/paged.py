@@ -268,7 +268,21 @@ class PagedAllocator(Allocator):
         return self._need(request, num_tokens, hit) * self.block_size_tokens
 
     def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        group = self.groups.get(request.req_id)
+        if group is not None and self._beam_surely_fits(group, num_tokens):
+            return True
         return self._need(request, num_tokens, hit) <= self.pool.num_free
+
+    def _beam_surely_fits(self, group: SequenceGroup, num_tokens: int) -> bool:
+        """Whether growing a shared beam group to ``num_tokens`` fits without its dry run (the
+        exact peak, ``peak_new_blocks``, copies every table): each token a sequence writes takes
+        at most one block (a fresh one or a copy) and a branch only adds references, so the
+        peak is at most ``width`` blocks per token."""
+        return (
+            group.parents is not None
+            and group.shared
+            and group.width * (num_tokens - group.length) <= self.pool.num_free
+        )
 
     def can_admit(self, request: Request, num_tokens: int) -> bool:
         """vLLM v0: the whole prompt's blocks (hits ignored) leave the watermark free."""
@@ -398,7 +412,10 @@ class PagedAllocator(Allocator):
     ) -> AllocResult | None:
         if num_tokens <= group.length:
             return self._nothing_new
-        if self._need(request, num_tokens, NO_HIT) > self.pool.num_free:
+        if (
+            not self._beam_surely_fits(group, num_tokens)
+            and self._need(request, num_tokens, NO_HIT) > self.pool.num_free
+        ):
             return None
         free_before = self.pool.num_free
         self._sum_distinct -= group.num_distinct_blocks
