@@ -131,7 +131,7 @@ def test_killed_driver_leaves_no_workers(tmp_path: Path) -> None:
     _assert_gone(seen)
 
 
-@pytest.mark.slow(seconds=63)
+@pytest.mark.slow(seconds=51)
 def test_random_kills_then_resume_finish_every_point_once(tmp_path: Path) -> None:
     # ~20 s of points: enough for ten kills that each find the sweep still running
     exp = _experiment(tmp_path / "kills.toml", 40_000, [1, 2, 4, 8, 16, 32, 64, 128])
