@@ -269,7 +269,10 @@ class PagedAllocator(Allocator):
 
     def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         group = self.groups.get(request.req_id)
-        if group is not None and self._beam_surely_fits(group, num_tokens):
+        if group is not None:
+            if self._beam_surely_fits(group, num_tokens):
+                return True
+        elif not hit.blocks and self._new_beam_surely_fits(request, num_tokens):
             return True
         return self._need(request, num_tokens, hit) <= self.pool.num_free
 
@@ -283,6 +286,24 @@ class PagedAllocator(Allocator):
             and group.shared
             and group.width * (num_tokens - group.length) <= self.pool.num_free
         )
+
+    def _new_beam_surely_fits(self, request: Request, num_tokens: int) -> bool:
+        """``_beam_surely_fits`` for admitting a beam group without a prefix hit, before its
+        dry run (``_group_admission_need``): the prompt's blocks, shared by the fork, plus at
+        most ``width`` blocks per token past the prompt."""
+        if (
+            request.beam_width <= 1
+            or request.num_seqs <= 1
+            or request.beam_parents is None  # the dry run raises the error
+            or not self.share_sequence_groups
+            or request.req_id in self.block_tables
+        ):
+            return False
+        prompt = self._fork_point(request)
+        bound = cdiv(prompt, self.block_size_tokens) + request.num_seqs * max(
+            0, num_tokens - prompt
+        )
+        return bound <= self.pool.num_free
 
     def can_admit(self, request: Request, num_tokens: int) -> bool:
         """vLLM v0: the whole prompt's blocks (hits ignored) leave the watermark free."""

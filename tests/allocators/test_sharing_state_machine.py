@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvsim.allocators import allocator_from_knobs
+from kvsim.allocators.base import NO_HIT, PrefixHit
 from kvsim.groups import BeamModel
 from kvsim.request import Request
 
@@ -49,6 +50,13 @@ class SharingMachine(RuleBasedStateMachine):
                 a.prefix_cache_hits,
             )
         return (*base, a.cached_tokens, a.protected_tokens, a.prefix_cache_hits)
+
+    def check_can_allocate(self, req: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> None:
+        """``can_allocate``'s shortcuts for beam groups give the exact rule's answer: the free
+        blocks against the blocks the allocation takes (``_need``, a dry run for beams)."""
+        if self.kind == "paged":
+            exact = self.alloc._need(req, num_tokens, hit) <= self.alloc.pool.num_free
+            assert self.alloc.can_allocate(req, num_tokens, hit) == exact
 
     @rule(
         doc=st.integers(0, 2),
@@ -91,6 +99,8 @@ class SharingMachine(RuleBasedStateMachine):
         hit = self.alloc.find_cached_prefix(req)
         assert self.snapshot() == before, "a lookup changed the pool"
         assert hit.num_tokens <= req.prompt_tokens - 1, "the last prompt token must be computed"
+        for num_tokens in (req.prompt_tokens, req.final_kv_tokens):
+            self.check_can_allocate(req, num_tokens, hit)
         result = self.alloc.allocate(req, req.prompt_tokens, hit)
         if result is None:
             assert self.snapshot() == before, "a refused allocation changed the pool"
@@ -105,6 +115,7 @@ class SharingMachine(RuleBasedStateMachine):
         req_id = data.draw(st.sampled_from(sorted(self.live)))
         req = self.live[req_id]
         target = min(self.tokens[req_id] + data.draw(st.integers(1, 5)), req.final_kv_tokens)
+        self.check_can_allocate(req, target)
         before = self.snapshot()
         if self.alloc.allocate(req, target) is None:
             assert self.snapshot() == before, "a refused growth changed the pool"
