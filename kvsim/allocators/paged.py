@@ -296,7 +296,6 @@ class PagedAllocator(Allocator):
             or request.num_seqs <= 1
             or request.beam_parents is None  # the dry run raises the error
             or not self.share_sequence_groups
-            or request.req_id in self.block_tables
         ):
             return False
         prompt = self._fork_point(request)
@@ -371,8 +370,7 @@ class PagedAllocator(Allocator):
         return self._admit(request, num_tokens, hit)
 
     def _admit(self, request: Request, num_tokens: int, hit: PrefixHit) -> AllocResult | None:
-        need = self._need(request, num_tokens, hit)
-        if need > self.pool.num_free:
+        if not self.can_allocate(request, num_tokens, hit):
             return None
         free_before = self.pool.num_free
         hits = list(hit.blocks)
@@ -433,10 +431,7 @@ class PagedAllocator(Allocator):
     ) -> AllocResult | None:
         if num_tokens <= group.length:
             return self._nothing_new
-        if (
-            not self._beam_surely_fits(group, num_tokens)
-            and self._need(request, num_tokens, NO_HIT) > self.pool.num_free
-        ):
+        if not self.can_allocate(request, num_tokens):
             return None
         free_before = self.pool.num_free
         self._sum_distinct -= group.num_distinct_blocks

@@ -51,14 +51,32 @@ class RecordingPool:
 
 
 def plain_branch(group: SequenceGroup, parents: np.ndarray, pool: RecordingPool) -> None:
-    """The rule without the shortcut: fork whole tables first, then drop whole tables."""
+    """The rule without the shortcut, written out on the group's fields: every forked slot
+    first refers to each block of its parent's table (or, unshared, gets a fresh copy of each),
+    then every displaced table gives up each of its blocks, tail first."""
     old = group.seqs
     rows = [int(p) for p in parents]
-    group.seqs = [old[i] if p == i else group._copy_table(old[p], pool) for i, p in enumerate(rows)]
+    new = []
+    for i, p in enumerate(rows):
+        if p == i:
+            new.append(old[i])
+        elif group.shared:
+            for block in old[p]:
+                pool.incref(block)
+                group.local[block] += 1
+            new.append(list(old[p]))
+        else:
+            copies = [pool.take_one() for _ in old[p]]
+            group.local.update(dict.fromkeys(copies, 1))
+            new.append(copies)
+    group.seqs = new
     for i, p in enumerate(rows):
         if p != i:
             for block in reversed(old[i]):
-                group._unref(block, pool)
+                pool.decref(block)
+                group.local[block] -= 1
+                if group.local[block] == 0:
+                    del group.local[block]
 
 
 def _started(
