@@ -130,6 +130,7 @@ class AggregateCore:
         on_finish, log_add = self.on_finish, self.log.add
         budget0, max_num_seqs = args.max_num_batched_tokens, args.max_num_seqs
         chunked = args.enable_chunked_prefill
+        full_isl = args.scheduler_reserve_full_isl
         caching = args.enable_prefix_caching
         b = allocator.block_size_tokens
         free = allocator.num_free_blocks  # the pool, counted
@@ -286,6 +287,9 @@ class AggregateCore:
                     break
                 if num_new > budget:
                     num_new = budget
+                if full_isl and -(tokens // -b) > free:  # V1Scheduler: whole sequence, its
+                    head_blocked = "kv"  # hits all free (its own), so no eviction lowers it
+                    break
                 need_blocks = -((hit_tokens + num_new) // -b)  # its free hits count
                 if need_blocks > free:
                     head_blocked = "kv"
@@ -381,7 +385,7 @@ class AggregateCore:
             if waiting and record_memory:
                 head = waiting[0]
                 tokens = head.prompt_tokens + head.num_output_tokens
-                head_q = (head, min(tokens, budget0) if chunked else tokens)
+                head_q = (head, min(tokens, budget0) if chunked and not full_isl else tokens)
             if k == 1:
                 total_s = step0_s
                 if record_memory:  # Engine._record_lazy, one step

@@ -136,6 +136,7 @@ def run_compiled(core: AggregateCore, python_kernel: bool = False, need_cache: b
         args.max_num_batched_tokens,
         args.max_num_seqs,
         args.enable_chunked_prefill,
+        args.scheduler_reserve_full_isl,
         args.enable_prefix_caching,
         allocator.num_free_blocks,
         config.record_memory,

@@ -319,6 +319,7 @@ def run_kernel(
     budget0: int,
     max_num_seqs: int,
     chunked: bool,
+    full_isl: bool,
     caching: bool,
     free0: int,
     record: bool,
@@ -492,7 +493,7 @@ def run_kernel(
             if num_new > budget:
                 num_new = budget
             need_blocks = -(num_new // -b)
-            if need_blocks > free:
+            if need_blocks > free or (full_isl and -(tokens // -b) > free):
                 blocked_reason = 3
                 break
             wait_head += 1
@@ -622,7 +623,7 @@ def run_kernel(
         has_head = waiting_now > 0 and record
         if has_head:
             tokens = prompt[wait_head] + out_n[wait_head]
-            head_tokens = min(tokens, budget0) if chunked else tokens
+            head_tokens = min(tokens, budget0) if chunked and not full_isl else tokens
         need_slots = (-(head_tokens // -b) + watermark_blocks) * b
         if k == 1:
             total_s = step0_s

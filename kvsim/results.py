@@ -305,6 +305,7 @@ def engine_summary(config: SimConfig) -> dict[str, Any]:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "max_model_len": args.max_model_len,
         "enable_chunked_prefill": args.enable_chunked_prefill,
+        "scheduler_reserve_full_isl": args.scheduler_reserve_full_isl,
         "enable_prefix_caching": caches_prefixes(config),
         "preemption_mode": preemption_rule(config),
         "tensor_parallel_size": config.parallel.tensor_parallel_size,

@@ -67,7 +67,19 @@ CASES = {
     "preempting, no prefix caching": _config(
         {"kv_cache_gib": 0.6, "enable_prefix_caching": False}, None, {"rate_per_s": 20.0}
     ),
+    # without vLLM's full-sequence admission gate, chunks of heads that cannot finish preempt,
+    # also where the budget ends before a steady decoder's turn (the exact pass)
     "preempting, small budget": _config(
+        {"kv_cache_gib": 0.4, "block_size_tokens": 64},
+        {
+            "max_num_batched_tokens": 256,
+            "max_model_len": 2048,
+            "scheduler_reserve_full_isl": False,
+        },
+        {"rate_per_s": 20.0},
+    ),
+    # the same with the gate (the default): heads wait for their whole sequence's blocks
+    "full-sequence gate, small budget": _config(
         {"kv_cache_gib": 0.4, "block_size_tokens": 64},
         {"max_num_batched_tokens": 256, "max_model_len": 2048},
         {"rate_per_s": 20.0},
@@ -116,6 +128,16 @@ def test_the_blocked_head_case_blocks() -> None:
     result = simulate(CASES["head blocked on KV"])
     assert result.summary["external_fragmentation_pct"] > 0
     assert result.summary["num_preemptions"] == 0
+
+
+def test_the_gate_case_holds_heads_back() -> None:
+    # the gate is on in this case only if it changes the run: heads wait for blocks that the
+    # ungated run gave their first chunks, so fewer preemptions
+    gated = simulate(CASES["full-sequence gate, small budget"]).summary
+    ungated = simulate(CASES["preempting, small budget"]).summary
+    assert gated["scheduler_reserve_full_isl"]
+    assert not ungated["scheduler_reserve_full_isl"]
+    assert gated["num_preemptions"] < ungated["num_preemptions"]
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if n.startswith("preempting")])
@@ -200,7 +222,9 @@ def test_a_preempted_head_keeps_its_cached_blocks_while_it_waits(cores_run, monk
     # 819 one-token blocks, a 32-token budget: a preempted request back at the head finds some
     # of its blocks still cached but does not fit, and needs more tokens than the budget, so the
     # spans stop before they would evict its hits (V1Scheduler._blocked_reason's guard). With
-    # spans that ignore the guard, this run's tables differ from the general engine's.
+    # spans that ignore the guard, this run's tables differ from the general engine's. Only
+    # without the full-sequence gate: with it, a head's need is its whole sequence, which losing
+    # its own free hits leaves as it is, so no guard is needed.
     guards: list[int] = []
     real = aggregate_module.CountedFreeQueue.blocks_before_evicting
 
@@ -211,7 +235,12 @@ def test_a_preempted_head_keeps_its_cached_blocks_while_it_waits(cores_run, monk
     monkeypatch.setattr(aggregate_module.CountedFreeQueue, "blocks_before_evicting", counting)
     cfg = _config(
         {"kv_cache_gib": 0.1, "block_size_tokens": 1, "enable_prefix_caching": True},
-        {"max_model_len": 512, "max_num_batched_tokens": 32, "max_num_seqs": 8},
+        {
+            "max_model_len": 512,
+            "max_num_batched_tokens": 32,
+            "max_num_seqs": 8,
+            "scheduler_reserve_full_isl": False,
+        },
     )
     fast = simulate(cfg, _specs(GUARDED_ROWS))
     assert cores_run == [True]
@@ -260,6 +289,7 @@ def test_releases_at_the_very_end_of_a_span(cores_run, monkeypatch) -> None:
     max_num_seqs=st.integers(1, 16),
     chunked=st.booleans(),
     caching=st.booleans(),
+    full_isl=st.booleans(),
     kv_gib=st.sampled_from([0.1, 0.3, 2.0]),
     rows=st.lists(
         st.tuples(st.integers(0, 20), st.integers(1, 300), st.integers(1, 60)),
@@ -268,7 +298,7 @@ def test_releases_at_the_very_end_of_a_span(cores_run, monkeypatch) -> None:
     ),
 )
 def test_random_small_runs_give_the_general_engines_tables(
-    block_size, budget, max_num_seqs, chunked, caching, kv_gib, rows
+    block_size, budget, max_num_seqs, chunked, caching, full_isl, kv_gib, rows
 ) -> None:
     # integer arrival seconds (ties and simultaneous arrivals), tiny pools that preempt,
     # budgets that end before some decoders' turn
@@ -281,6 +311,7 @@ def test_random_small_runs_give_the_general_engines_tables(
             "max_num_batched_tokens": max(budget, max_num_seqs),
             "max_num_seqs": max_num_seqs,
             "enable_chunked_prefill": chunked,
+            "scheduler_reserve_full_isl": full_isl,
         },
     )
     specs = _specs(sorted(rows))

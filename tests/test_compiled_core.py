@@ -21,6 +21,11 @@ from kvsim.request import RequestSpec
 from tests.test_aggregate_core import CASES as AGGREGATE_CASES
 from tests.test_aggregate_core import FIXED, _config
 
+GATE_CASE = (
+    {"kv_cache_gib": 0.5},
+    {"max_model_len": 2048, "max_num_batched_tokens": 256},
+    {**FIXED, "rate_per_s": 5.0, "num_requests": 40},
+)
 CASES = {
     **AGGREGATE_CASES,
     "tensor parallel 2": _config(parallel={"tensor_parallel_size": 2}),
@@ -37,6 +42,9 @@ CASES = {
         {**FIXED, "fixed_output_tokens": 2500, "rate_per_s": 0.05, "num_requests": 12},
         record_memory=False,
     ),
+    # 4,096 slots, a 256-token budget: the third 1,800-token request's first chunk would fit
+    # beside two running ones, but the full-sequence gate holds it until one finishes
+    "full-sequence gate holds a chunkable head": _config(*GATE_CASE),
 }
 HAS_NUMBA = compiled_module.numba_available()
 
@@ -86,6 +94,16 @@ def test_kernel_gives_the_python_cores_tables(name, kind, kernel_runs) -> None:
     assert ran == ["spent" if preempts else "done"]
 
 
+def test_the_gate_case_holds_a_head_its_first_chunk_would_admit() -> None:
+    # the case is worth its name only if the ungated run admits a chunk that must preempt
+    cache, scheduler, workload = GATE_CASE
+    ungated = _config(cache, {**scheduler, "scheduler_reserve_full_isl": False}, workload)
+    assert (
+        simulate(CASES["full-sequence gate holds a chunkable head"]).summary["num_preemptions"] == 0
+    )
+    assert simulate(ungated).summary["num_preemptions"] > 0
+
+
 def test_the_long_span_cases_have_long_spans() -> None:
     memory = simulate(CASES["long spans"], compiled=False).memory
     assert memory["num_steps"].max() > 1000  # recorded by MemoryRecorder.record's array path
@@ -98,6 +116,8 @@ def test_the_long_span_cases_have_long_spans() -> None:
     max_num_seqs=st.integers(1, 16),
     chunked=st.booleans(),
     caching=st.booleans(),
+    full_isl=st.booleans(),
+    kv_gib=st.sampled_from([0.1, 2.0]),
     rows=st.lists(
         st.tuples(st.integers(0, 80), st.integers(1, 300), st.integers(1, 200)),
         min_size=1,
@@ -105,18 +125,19 @@ def test_the_long_span_cases_have_long_spans() -> None:
     ),
 )
 def test_random_small_runs_give_the_python_cores_tables(
-    block_size, budget, max_num_seqs, chunked, caching, rows
+    block_size, budget, max_num_seqs, chunked, caching, full_isl, kv_gib, rows
 ) -> None:
     # quarter-second arrivals (ties included), budgets that end before some decoders' turn
     if not chunked:
         budget = 512  # without chunked prefill the budget must hold max_model_len
     cfg = _config(
-        {"kv_cache_gib": 2.0, "block_size_tokens": block_size, "enable_prefix_caching": caching},
+        {"kv_cache_gib": kv_gib, "block_size_tokens": block_size, "enable_prefix_caching": caching},
         {
-            "max_model_len": 512,
+            "max_model_len": 512,  # 0.1 GiB hold 819 slots: heads wait, some runs preempt
             "max_num_batched_tokens": max(budget, max_num_seqs),
             "max_num_seqs": max_num_seqs,
             "enable_chunked_prefill": chunked,
+            "scheduler_reserve_full_isl": full_isl,
         },
     )
     specs = [

@@ -9,6 +9,9 @@ default, resolved once into an ``EngineArgs`` record that the scheduler reads:
   (without chunked prefill at least ``max_model_len``); v0 ``max(max_model_len, 2048)``.
 - ``max_num_seqs``: v1 1,024 on such a GPU, else 256; v0 256.
 - ``enable_prefix_caching``: v1 True; v0 False.
+- ``scheduler_reserve_full_isl``: v1 True (a waiting request is admitted only when its whole
+  sequence fits, less its prefix hits; vLLM v0.20.0 ``SchedulerConfig``, checked by
+  ``KVCacheManager.can_fit_full_sequence``); v0 has no such knob (it admits whole prompts).
 - ``watermark``: v1 none; v0 0.01 of the blocks kept free at admission.
 - preemption: v1 recompute (no swap); v0 recompute a single sequence, swap a group.
 - null block: v1 reserves block 0 (request blocks have ids from 1); v0 none.
@@ -115,6 +118,10 @@ class SchedulerConfig(Frozen):
         engine: ``"vllm-v1"`` (today's vLLM, the default) or ``"vllm-v0"`` (the paper's engine).
         long_prefill_token_threshold: v1 caps one request's prefill chunk at this many tokens
             per step (0: no cap).
+        scheduler_reserve_full_isl: v1 admits a waiting request only when the blocks of its
+            whole sequence (prompt, plus the outputs of a preempted one), less its prefix hits,
+            are free, not just those of its first chunk (``None``: True, vLLM v0.20.0's
+            default; ``False`` checks the first chunk only, as vLLM before PR #37307).
         preemption_mode: ``None`` is vLLM's rule (v1: recompute; v0: recompute a single
             sequence, swap a multi-sequence group); ``"swap"`` is v0 only.
         swap_space_gib: CPU swap space per GPU for v0's swapped KV, GiB (vLLM's ``swap_space``).
@@ -131,6 +138,7 @@ class SchedulerConfig(Frozen):
     max_model_len: int | None = Field(default=None, ge=2, le=MAX_CONTEXT_TOKENS)
     enable_chunked_prefill: bool | None = None
     long_prefill_token_threshold: int = Field(default=0, ge=0, le=MAX_CONTEXT_TOKENS)
+    scheduler_reserve_full_isl: bool | None = None
     preemption_mode: Literal["recompute", "swap"] | None = None
     swap_space_gib: float = Field(
         default=4.0,
@@ -155,6 +163,8 @@ class EngineArgs:
         max_model_len: prompt + output tokens of one request at most.
         enable_chunked_prefill: v1 splits prompts over steps to fit the token budget.
         long_prefill_token_threshold: v1 chunk cap per request and step (0: none).
+        scheduler_reserve_full_isl: v1 admits a waiting request only when its whole sequence
+            fits (False under v0, whose whole-prompt admission needs no such gate).
         enable_prefix_caching: automatic prefix caching on paged pools.
         watermark: share of blocks admission keeps free (0 under v1).
         preemption_mode: the user's choice, ``None`` for vLLM's rule.
@@ -177,6 +187,7 @@ class EngineArgs:
     reserve_null_block: bool
     max_preemptions_per_request: int
     batching: Literal["iteration", "request"] = "iteration"
+    scheduler_reserve_full_isl: bool = False
 
 
 def resolve_engine_args(
@@ -229,6 +240,7 @@ def resolve_engine_args(
         reserve_null_block=v1,
         max_preemptions_per_request=scheduler.max_preemptions_per_request,
         batching=scheduler.batching,
+        scheduler_reserve_full_isl=v1 and scheduler.scheduler_reserve_full_isl is not False,
     )
 
 
@@ -259,4 +271,9 @@ def _check_profile_knobs(scheduler: SchedulerConfig, cache: CacheSpec, chunked: 
         raise ValueError(
             "scheduler.long_prefill_token_threshold: a vLLM v1 knob (chunked prefill); "
             "the vllm-v0 profile has no chunks"
+        )
+    if scheduler.scheduler_reserve_full_isl is not None:
+        raise ValueError(
+            "scheduler.scheduler_reserve_full_isl: a vLLM v1 knob (the admission gate of "
+            "chunked prefill); the vllm-v0 profile admits whole prompts"
         )

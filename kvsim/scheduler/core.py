@@ -164,12 +164,13 @@ class SchedulerCore:
             )
 
     def head_of_queue(self) -> tuple[Request, int] | None:
-        """The waiting head and the tokens its admission must place, or ``None``."""
+        """The waiting head and the tokens its admission must place (its first chunk, or its
+        whole sequence under ``scheduler_reserve_full_isl``), or ``None``."""
         if not self.waiting:
             return None
         head = self.waiting[0]
         tokens = head.num_tokens
-        if self.args.enable_chunked_prefill:
+        if self.args.enable_chunked_prefill and not self.args.scheduler_reserve_full_isl:
             tokens = min(tokens, self.token_budget)
         return head, tokens
 

@@ -14,7 +14,10 @@ its tests (``tests/v1/core/test_scheduler.py``). Each step:
    last token) is looked up when it has computed nothing, it is given ``num_tokens - hits`` tokens
    capped as above (without chunked prefill a prompt larger than the budget left stops the loop,
    as since vLLM PR #28911), and its slots allocated; the first head that cannot be allocated
-   stops the loop.
+   stops the loop. With ``scheduler_reserve_full_isl`` (on by default, as in v0.20.0; vLLM PR
+   #37307) the head is admitted only when the blocks of its whole sequence, less its prefix
+   hits, are free (``KVCacheManager.can_fit_full_sequence``): a long prompt no longer starts
+   chunks that must preempt before it can finish.
 
 Prefill chunks and decodes share the step and are priced together. There is no swap and no
 watermark. Sequence groups do not exist in v1: ``n > 1`` requests are fanned out into ``n``
@@ -226,6 +229,11 @@ class V1Scheduler(SchedulerCore):
                 plan.head_blocked = "budget"
                 break
             num_new = min(num_new, budget)
+            if self.args.scheduler_reserve_full_isl and not allocator.can_allocate(
+                head, head.num_tokens, hit
+            ):  # the whole sequence must fit, not just this chunk (can_fit_full_sequence)
+                plan.head_blocked = self._full_isl_blocked_reason(head, hit)
+                break
             if not self._allocate(head, head.num_computed_tokens + hit.num_tokens + num_new, hit):
                 plan.head_blocked = self._blocked_reason(head, hit, budget)
                 break
@@ -259,6 +267,17 @@ class V1Scheduler(SchedulerCore):
         if not isinstance(self.allocator, PagedAllocator):
             return "kv_prefix"
         self._guard_blocks = self.allocator.blocks_before_evicting(hit)
+        return "kv"
+
+    def _full_isl_blocked_reason(self, head: Request, hit: PrefixHit) -> str:
+        """``"kv"``, or ``"kv_prefix"`` when a decode span could lower what the head's whole
+        sequence needs: growth filling blocks it shares (more hits). Evictions cannot: a
+        request that shares no tokens hits only its own free blocks, which it needs either way
+        (``_blocked_reason``); outside paged pools, any hit is left to the exact path."""
+        self._guard_blocks = None
+        paged = isinstance(self.allocator, PagedAllocator)
+        if head.shares_tokens or (hit.num_tokens and not paged):
+            return "kv_prefix"
         return "kv"
 
     def growth_reserve_slots(self, plan: StepPlan) -> int:

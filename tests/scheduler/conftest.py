@@ -22,8 +22,9 @@ V1 = EngineArgs(
     swap_space_gib=4.0,
     reserve_null_block=False,
     max_preemptions_per_request=1000,
+    scheduler_reserve_full_isl=True,  # vLLM v0.20.0's default
 )
-V0 = replace(V1, engine="vllm-v0", enable_chunked_prefill=False)
+V0 = replace(V1, engine="vllm-v0", enable_chunked_prefill=False, scheduler_reserve_full_isl=False)
 
 
 def engine_args(engine: str = "vllm-v1", **kw: Any) -> EngineArgs:

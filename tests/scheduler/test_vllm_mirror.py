@@ -426,3 +426,47 @@ def test_prefix_cache_stats_counted_once_for_retried_then_scheduled_request():
     assert tokens(plan) == {102: 16}
     assert a.block_tables[102] == [1, 2, 3]
     assert stats(a) == (32 + 64 + 48, 32, 0, 0)
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_full_sequence_gate_holds_a_head_whose_first_chunk_fits(gate):
+    # SchedulerConfig.scheduler_reserve_full_isl (True in v0.20.0, vLLM PR #37307): a waiting
+    # request is admitted only if KVCacheManager.can_fit_full_sequence, i.e. the blocks of its
+    # num_tokens (less hits) are free. Own scenario, caching off: 11 blocks (10 usable), budget
+    # 64; A = 96-token prompt + 40 outputs, B = 96-token prompt + 8 outputs.
+    sched = v1(11, max_num_batched_tokens=64, scheduler_reserve_full_isl=gate)
+    ra, rb = sreq(0, 96, output=40), sreq(1, 96, output=8)
+    sched.add_request(ra)
+    sched.add_request(rb)
+    a = sched.allocator
+    clock = [0.0]
+    # step 1: A's first 64 tokens (its whole 96 need 6 blocks <= 10 free): blocks 1-4
+    plan, _ = step(sched, clock)
+    assert tokens(plan) == {0: 64}
+    # step 2: A's last 32 (blocks 5, 6; 4 free), 32 of the budget left for B. Its first chunk of
+    # 32 needs 2 blocks, its whole prompt 6 > 4: the gate holds it; without it B starts
+    plan, _ = step(sched, clock)
+    if not gate:
+        assert tokens(plan) == {0: 32, 1: 32}
+        assert a.block_tables == {0: [1, 2, 3, 4, 5, 6], 1: [7, 8]}
+        # step 3: A decodes token 97 (block 9); B's next 63 tokens (95 in all) need 6 blocks,
+        # 4 more, 1 free: B, the last running request, preempts itself
+        plan, _ = step(sched, clock)
+        assert plan.num_preempted == 1
+        assert (rb.num_preemptions, rb.num_computed_tokens) == (1, 0)
+        return
+    assert tokens(plan) == {0: 32}
+    assert list(sched.waiting) == [rb]
+    assert a.num_free_blocks == 4
+    # A samples 40 tokens, the first after step 2 and one per step after: it finishes in step
+    # 41, holding cdiv(96 + 39, 16) = 9 blocks by then; B waits all along (6 blocks > free)
+    while ra.finish_time_s is None:
+        plan, _ = step(sched, clock)
+        assert tokens(plan) == {0: 1}
+    assert ra.finish_time_s == 41.0
+    assert a.num_free_blocks == 10
+    # step 42: B is admitted with its first 64 tokens, never preempted
+    plan, _ = step(sched, clock)
+    assert tokens(plan) == {1: 64}
+    assert rb.first_scheduled_time_s == 41.0
+    assert (ra.num_preemptions, rb.num_preemptions) == (0, 0)
