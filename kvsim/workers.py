@@ -176,7 +176,9 @@ def pool_map(
     ``jobs - 1`` worker processes (forked from a driver without other threads, else spawned:
     ``_start_context``), so it works while they start (a spawned worker imports kvsim first)
     and no core idles behind a driver that only waits; with no calls of its own left, it takes
-    back the calls no worker has started rather than wait for them. Workers exit when
+    back the calls no worker has started rather than wait for them. At most ``len(calls) - 1``
+    workers start (``jobs`` above the number of calls would only fork idle processes). Workers
+    exit when
     the driver dies and ignore SIGINT (see the module docstring). When the caller stops early
     (an exception, Ctrl-C, ``close()``), the workers are terminated.
 
@@ -184,7 +186,8 @@ def pool_map(
         WorkerDiedError: a worker process died (its pool is broken; the other workers are stopped).
         Exception: whatever ``fn`` raised, in a worker or in the driver, re-raised here.
     """
-    if jobs <= 1 or len(calls) <= 1:
+    jobs = min(jobs, len(calls))  # one process per call at most
+    if jobs <= 1:
         for tag, args in calls:
             yield tag, fn(*args)
         return
@@ -368,10 +371,13 @@ def dask_map(
     """Run ``fn(*args)`` for every ``(tag, args, task_name)`` of ``calls`` on a Dask cluster
     (``dask_client``) and yield ``(tag, result)`` as each finishes.
 
+    A local cluster (``"local"``) starts at most one worker per call.
+
     Raises:
         ValueError: see ``dask_client``.
     """
-    client, cluster = dask_client(scheduler, jobs, connect_timeout_s)
+    local_jobs = max(1, min(jobs, len(calls))) if scheduler == "local" else jobs
+    client, cluster = dask_client(scheduler, local_jobs, connect_timeout_s)
     dd: Any = importlib.import_module("dask.distributed")
     try:
         futures = [client.submit(fn, *args, key=name, pure=False) for _, args, name in calls]

@@ -11,6 +11,7 @@ kvsim bug and prints one line asking for ``--debug``, which shows the traceback 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
@@ -253,6 +254,19 @@ def not_an_override(value: Any) -> Any:
             f"own --set (--set {text})"
         )
     return value
+
+
+def warn_many_jobs(jobs: int) -> None:
+    """Warn when ``-j/--jobs`` asks for more processes than this machine has CPUs: the extra
+    ones only share them (the pool also starts no more processes than there are points)."""
+    cpus = os.cpu_count() or 1
+    if jobs > cpus:
+        logging.getLogger("kvsim.cli").warning(
+            "-j %d: more processes than this machine's %d CPUs; they share them, and no more "
+            "start than there are points to run",
+            jobs,
+            cpus,
+        )
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvsim.cli.common import check_out_dir, console, guard, not_an_override, parse_overrides
+from kvsim.cli.common import (
+    check_out_dir,
+    console,
+    guard,
+    not_an_override,
+    parse_overrides,
+    warn_many_jobs,
+)
 from kvsim.labels import axis_label, metric_unit
 from kvsim.textfile import read_toml
 
@@ -141,6 +148,7 @@ def plan(
 
     def go() -> None:
         check_out_dir(out)
+        warn_many_jobs(jobs)
         if smallest and largest:
             raise ValueError("plan: give --smallest or --largest, not both")
         path, is_plan = _source(source)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from kvsim.cli.common import check_out_dir, console, guard
+from kvsim.cli.common import check_out_dir, console, guard, warn_many_jobs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,6 +80,7 @@ def reproduce(
 
     def go() -> None:
         check_out_dir(out)
+        warn_many_jobs(jobs)
         if name not in REPRODUCTIONS:
             raise ValueError(f"reproduce: unknown {name!r}; choose from {', '.join(REPRODUCTIONS)}")
         console.print(f"[bold]{describe(name)}[/]")

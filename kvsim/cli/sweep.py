@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from kvsim.cli.common import check_out_dir, console, err_console, guard
+from kvsim.cli.common import check_out_dir, console, err_console, guard, warn_many_jobs
 from kvsim.workers import DASK_CONNECT_TIMEOUT_S
 
 
@@ -53,6 +53,7 @@ def sweep(
         from kvsim.sweep import run_sweep
 
         check_out_dir(out)
+        warn_many_jobs(jobs)
         path = experiment
         if not path.exists() and path.suffix != ".toml":
             path = experiments_dir() / f"{experiment}.toml"

@@ -179,3 +179,24 @@ def test_snapshot_with_radix_points(hostile) -> None:
     outcome = hostile.run(["sweep", "exp.toml", "--out", "out", "--no-progress"], code=0)
     assert "2 run, 0 resumed, 0 failed" in outcome.output
     assert Path(hostile.out / "e" / "summary.parquet").is_file()
+
+
+@pytest.mark.parametrize("command", ["sweep", "plan", "reproduce"])
+def test_more_jobs_than_cpus_is_warned_about(
+    hostile, command: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every command taking -j says so before it runs anything: 5 processes on a 4-CPU machine
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    hostile.write("exp.toml", EXPERIMENT)
+    first = {"sweep": ["exp.toml"], "plan": ["--smallest", "kv"], "reproduce": ["nosuch"]}
+    hostile.invoke([command, *first[command], "--out", "somedir/out", "-j", "5", "--no-progress"])
+    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.cli"]
+    assert said == [
+        "-j 5: more processes than this machine's 4 CPUs; they share them, and no more start "
+        "than there are points to run"
+    ]
+    caplog.clear()
+    hostile.invoke([command, *first[command], "--out", "somedir/out", "-j", "4", "--no-progress"])
+    assert [r for r in caplog.records if r.name == "kvsim.cli"] == []

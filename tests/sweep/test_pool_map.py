@@ -224,3 +224,22 @@ def test_two_pools_side_by_side_keep_the_freeze_until_the_last_closes() -> None:
     assert gc.get_freeze_count() > 0  # the second pool still runs
     second.close()
     assert gc.get_freeze_count() == 0
+
+
+def test_no_more_processes_start_than_there_are_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    # -j 400 over 3 calls: the driver runs calls itself, so 3 calls need 2 workers, not 399
+    from kvsim import workers
+
+    sizes: list[int] = []
+
+    class Recording(workers._Pool):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            sizes.append(int(kwargs["max_workers"]))  # type: ignore[call-overload]
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(workers, "_Pool", Recording)
+    results = dict(pool_map(pow, [(i, (i, 2)) for i in range(3)], 400))
+    assert results == {0: 0, 1: 1, 2: 4}
+    assert sizes == [2]
+    assert dict(pool_map(pow, [(5, (5, 2))], 400)) == {5: 25}  # one call: no pool at all
+    assert sizes == [2]
