@@ -8,7 +8,8 @@ A plan is a base ``SimConfig`` table, the knob to move (a dotted field such as
 so the answer is found by bisection (``jobs`` points per round on a process pool); a point that
 contradicts monotonicity is reported. Every evaluated config is a point of the sweep store
 (``results/plan/NAME/points/KEY``), so a rerun or a sharper question reuses them. A config the
-knob makes invalid (a KV budget that cannot hold one request) does not meet the targets.
+knob makes invalid (a KV budget that cannot hold one request) does not meet the targets; a
+choice the model cannot use (a TP size that does not divide its heads) is skipped, not searched.
 
     plan.toml:  name, description, [base] (a SimConfig table),
                 [question] field, direction, lo, hi, targets = {metric = bound}, resolution,
@@ -449,6 +450,8 @@ class PlanResult:
         monotone: no evaluated point contradicts monotonicity.
         beyond: why the nearest evaluated value past the answer fails (a target over its
             bound, requests too long for the pool, or an invalid config), or ``None``.
+        skipped: the choices not searched, each with why its config is invalid (a TP size
+            that does not divide the model's attention heads), by knob value.
     """
 
     plan: Plan
@@ -459,6 +462,7 @@ class PlanResult:
     folder: Path
     monotone: bool = True
     beyond: str | None = None
+    skipped: dict[float | int, str] = dataclasses.field(default_factory=dict)
 
 
 class _Evaluator:
@@ -475,6 +479,7 @@ class _Evaluator:
         self.plan, self.folder, self.jobs, self.quick = plan, folder, jobs, quick
         self.on_point = on_point
         self.seen: dict[float, dict[str, Any]] = {}
+        self.skipped: dict[float, str] = {}  # choices whose config is invalid: why
         self.warned: set[str] = set()  # the points' warnings, said once per plan run
 
     def _seen(self, x: float, summary: dict[str, Any]) -> None:
@@ -490,6 +495,20 @@ class _Evaluator:
             and not summary.get("num_rejected_kv_pool", 0)
             and all(t.met(summary) for t in self.plan.targets)
         )
+
+    def valid(self, xs: Sequence[float]) -> list[float]:
+        """The values of ``xs`` whose config validates; the others go to ``skipped`` with the
+        validation error's first line (validation only: nothing is simulated)."""
+        kept = []
+        for x in xs:
+            spec = self.plan.config(x, quick=self.quick)
+            try:
+                config_from_dict(spec["data"], spec["overrides"], warn=False)
+            except ValueError as err:
+                self.skipped[x] = str(err).splitlines()[0]
+                continue
+            kept.append(x)
+        return kept
 
     def evaluate(self, xs: Sequence[float]) -> None:
         """Simulate the values not seen yet (on ``jobs`` workers), reusing stored points."""
@@ -560,15 +579,24 @@ def run_plan(
         quick: apply the plan's ``[quick] set`` overrides (small runs for tests and notebooks).
         on_point: called with ``(knob value, summary, meets)`` as each value is evaluated.
 
+    Choices whose config is invalid (a TP size that does not divide the model's heads) are
+    skipped (``PlanResult.skipped``), not counted as failing: the search runs over the others.
+
     Raises:
-        ValueError: the bracket holds no candidate.
+        ValueError: the bracket holds no candidate, every choice is invalid, or the bracket's
+            best end (``hi`` for smallest, ``lo`` for largest) is not a valid config (then no
+            value could be judged an answer: the message gives the config's error).
     """
     folder = plan_folder(out_root, plan.name, quick=quick)
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
-    grid = candidates(plan)
-    if not grid:
-        raise ValueError(f"{plan.field}: no value between lo={plan.lo} and hi={plan.hi}")
     ev = _Evaluator(plan, folder, max(1, jobs), quick, on_point)
+    grid = ev.valid(candidates(plan)) if plan.choices else candidates(plan)
+    if not grid:
+        why = "; ".join(f"{plan.value(x)}: {e}" for x, e in ev.skipped.items())
+        raise ValueError(
+            f"{plan.field}: no valid value between lo={plan.lo:g} and hi={plan.hi:g}"
+            + (f" ({why})" if why else "")
+        )
     smallest = plan.direction == "smallest"
 
     def ok(i: int) -> bool:
@@ -576,6 +604,7 @@ def run_plan(
         return ev.meets(grid[i]) == smallest
 
     ev.evaluate([grid[0], grid[-1]])
+    _check_best_end(plan, ev, grid[-1] if smallest else grid[0])
     answer_index: int | None
     if not ok(len(grid) - 1):
         answer_index = None if smallest else len(grid) - 1
@@ -594,6 +623,22 @@ def run_plan(
                 lo = i
         answer_index = hi if smallest else lo
     return _result(plan, ev, grid, answer_index, folder)
+
+
+def _check_best_end(plan: Plan, ev: _Evaluator, best: float) -> None:
+    """Refuse a bracket whose best end is an invalid config: every value would "fail".
+
+    Raises:
+        ValueError: naming the value, the bracket end to move and the config's error.
+    """
+    error = ev.seen[best].get("error")
+    if error is None:
+        return
+    end = "--hi" if plan.direction == "smallest" else "--lo"
+    raise ValueError(
+        f"{plan.field} = {format_value(plan.value(best))} (the bracket's best end, {end}) is not "
+        f"a valid config, so no value could be shown to meet the targets: {error}"
+    )
 
 
 def _result(
@@ -620,12 +665,19 @@ def _result(
         summary = ev.seen[grid[index]]
         target = min(plan.targets, key=lambda t: t.headroom(summary))
         binding, headroom = target.metric, target.headroom(summary)
-        past = [x for x in ev.seen if (x < grid[index]) == (plan.direction == "smallest")]
+        seen = [*ev.seen, *ev.skipped]
+        past = [x for x in seen if (x < grid[index]) == (plan.direction == "smallest")]
         past = [x for x in past if x != grid[index]]
         if past:
             nearest = max(past) if plan.direction == "smallest" else min(past)
-            beyond = f"{format_value(plan.value(nearest))}: {failure(plan, ev.seen[nearest])}"
-    return PlanResult(plan, answer, binding, headroom, points, folder, monotone, beyond)
+            why = (
+                f"skipped, invalid config: {ev.skipped[nearest]}"
+                if nearest in ev.skipped
+                else failure(plan, ev.seen[nearest])
+            )
+            beyond = f"{format_value(plan.value(nearest))}: {why}"
+    skipped = {plan.value(x): why for x, why in sorted(ev.skipped.items())}
+    return PlanResult(plan, answer, binding, headroom, points, folder, monotone, beyond, skipped)
 
 
 def format_value(value: float | int) -> str:
@@ -665,6 +717,7 @@ def save_plan(result: PlanResult) -> list[Path]:
         "min_window_s": plan.min_window_s,
         "monotone": result.monotone,
         "next_value_fails": result.beyond,
+        "skipped": {str(value): why for value, why in result.skipped.items()},
         "num_points": len(result.points),
     }
     answer_json = folder / "answer.json"

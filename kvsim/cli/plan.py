@@ -412,7 +412,8 @@ def _answer_table(result: Any) -> Table:
     table.add_column("")
     table.add_column("", justify="right")
     if result.answer is None:
-        end = plan_.hi if plan_.direction == "smallest" else plan_.lo
+        knob = result.points[plan_.field]  # the best end searched (skipped choices aside)
+        end = knob.max() if plan_.direction == "smallest" else knob.min()
         table.add_row("answer", f"none: even {end:g} fails (widen --lo/--hi)")
     else:
         value = plan_.value(result.answer)
@@ -427,6 +428,8 @@ def _answer_table(result: Any) -> Table:
                 "next value fails", f"none: {format_value(value)} ends the bracket (widen {edge})"
             )
     table.add_row("points evaluated", str(len(result.points)))
+    for value, why in result.skipped.items():  # choices the model cannot use: not searched
+        table.add_row(f"skipped {format_value(value)}", escape(why))
     return table
 
 

@@ -527,3 +527,22 @@ def test_a_rate_answer_on_a_short_window_is_noted(tmp_path: Path) -> None:
     code, output = _plan_cli(*args, "--window", "20", "--name", "windowed")
     assert code == 0, output
     assert "arrive within" not in output  # a window was asked for
+
+
+def test_a_tp_plan_skips_the_sizes_the_models_heads_do_not_divide(tmp_path: Path) -> None:
+    # OPT-13B (the default model) has 40 = 2^3 x 5 heads: of the TP sizes from --lo 3 (4, 8,
+    # 16) 16 cannot split them. Five short requests are never preempted at TP 4 or 8, so the
+    # smallest size meeting "no preemption" is 4 (it used to be "none: even 16 fails")
+    args = ["--smallest", "tp", "--lo", "3", "--target", "num_preemptions<=0"]
+    args += ["--set", "workload.num_requests=5", "--set", "workload.lengths=fixed"]
+    code, output = _plan_cli(*args, "--out", str(tmp_path), "--no-progress")
+    assert code == 0, output
+    flat = " ".join(output.replace("│", " ").split())
+    assert "answer 4 (" in flat
+    assert "skipped 16 parallel.tensor_parallel_size: opt-13b has 40 attention heads" in flat
+    answer = json.loads(
+        (tmp_path / "plan" / "smallest-tensor_parallel_size" / "answer.json").read_text()
+    )
+    assert answer["answer"] == 4
+    assert list(answer["skipped"]) == ["16"]
+    assert answer["next_value_fails"] is None  # 4 is the bracket's lowest valid size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from pathlib import Path
@@ -133,6 +134,74 @@ def test_choices_are_the_only_answers(monkeypatch: pytest.MonkeyPatch, tmp_path:
     )
     assert run_plan(plan, tmp_path).answer == 8
     assert set(calls) <= {1, 2, 4, 8, 16}
+
+
+def test_tp_sizes_the_model_cannot_use_are_skipped_not_failed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the default model, OPT-13B, has 40 = 2^3 x 5 attention heads: of 1/2/4/8/16 only 16 does
+    # not divide them. Latency 70 / TP meets 10 from TP 8 on (70 / 4 = 17.5, 70 / 8 = 8.75).
+    # Counted as a failure, an invalid 16 at the bracket's top made the answer "none".
+    calls: list[float] = []
+    _fake_evaluator(monkeypatch, lambda tp: 70 / tp, calls)
+    plan = Plan(
+        name="t",
+        base={},
+        field="parallel.tensor_parallel_size",
+        direction="smallest",
+        lo=1,
+        hi=16,
+        choices=(1, 2, 4, 8, 16),
+        targets=(Target(METRIC, 10.0),),
+    )
+    result = run_plan(plan, tmp_path)
+    assert result.answer == 8
+    assert 16 not in calls  # never simulated
+    assert list(result.skipped) == [16]
+    assert "40 attention heads, not divisible by tensor_parallel_size = 16" in result.skipped[16]
+    assert result.monotone
+    assert result.beyond is not None
+    assert result.beyond.startswith("4: ")
+    # from --lo 3 the valid sizes are 4 and 8; every size meets 100: the answer is 4
+    _fake_evaluator(monkeypatch, lambda tp: 70 / tp, [])
+    plan = dataclasses.replace(plan, lo=3, targets=(Target(METRIC, 100.0),))
+    assert run_plan(plan, tmp_path / "lo3").answer == 4
+
+
+def test_no_valid_choice_is_an_error_naming_each(tmp_path: Path) -> None:
+    # 40 heads: neither 16 nor 32 divides them (40 = 2 x 16 + 8 = 1 x 32 + 8)
+    plan = Plan(
+        name="t",
+        base={},
+        field="parallel.tensor_parallel_size",
+        direction="smallest",
+        lo=16,
+        hi=32,
+        choices=(16, 32),
+        targets=(Target(METRIC, 10.0),),
+    )
+    with pytest.raises(ValueError, match=r"no valid value .*16: .*; 32: .*not divisible"):
+        run_plan(plan, tmp_path)
+
+
+def test_an_invalid_best_end_is_an_error_not_no_answer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # every value would meet the bound but the best end, which is no valid config
+    invalid = [64.0]
+
+    def evaluate(self: Any, xs: Any) -> None:
+        for x in xs:
+            self._seen(x, {"error": "bad"} if x in invalid else {METRIC: 0.0})
+
+    monkeypatch.setattr(planning._Evaluator, "evaluate", evaluate)
+    with pytest.raises(ValueError, match=r"= 64 \(the bracket's best end, --hi\) .*: bad"):
+        run_plan(_plan("smallest", 1, 64, 2.0, integer=True), tmp_path)
+    invalid[:] = [1.0]
+    with pytest.raises(ValueError, match=r"= 1 \(the bracket's best end, --lo\) .*: bad"):
+        run_plan(_plan("largest", 1, 64, 2.0, integer=True), tmp_path / "b")
+    # an invalid worst end is a failing value, as before: the answer is the next one
+    assert run_plan(_plan("smallest", 1, 64, 2.0, integer=True), tmp_path / "c").answer == 2
 
 
 def test_no_answer_when_even_the_best_end_fails(
