@@ -5,7 +5,7 @@ An experiment TOML (``experiments/NAME.toml``) holds ``[base]`` (a ``SimConfig``
 length stepped together; each table is one axis of the product). ``label`` lists in a grid or zip
 table name the points without touching the config. ``[quick]`` holds ``set`` (dotted overrides
 for every point) and ``grid`` (replacement grid axes) used by ``--quick`` runs (tests, notebooks).
-``[analysis]`` is free-form (latency targets for notebooks).
+``[analysis]`` holds what figures, paper checks and notebooks read (``experiment_analysis``).
 ``[base.workload] preset = "NAME"`` loads a ``workloads/NAME.toml`` preset under the other keys.
 """
 
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.config import SimConfig, apply_overrides, config_from_dict
+from kvsim.experiment_analysis import check_analysis
 from kvsim.limits import MAX_POINTS, MAX_TIME_S
 from kvsim.textfile import read_toml
 from kvsim.workload import workloads_dir
@@ -78,7 +79,7 @@ class Experiment:
             memory map (``None``: no snapshot).
         quick_snapshot_at_s: the same in quick mode (``[quick] snapshot_at_s``).
         description: free text.
-        analysis: free-form parameters for notebooks and figures (e.g. latency targets).
+        analysis: the ``[analysis]`` table, checked by ``experiment_analysis.Analysis``.
     """
 
     name: str
@@ -334,7 +335,7 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
         snapshot_at_s=snapshot,
         quick_snapshot_at_s=_snapshot("quick.snapshot_at_s", quick.get("snapshot_at_s", snapshot)),
         description=description,
-        analysis=dict(_check_table("analysis", data.get("analysis", {}))),
+        analysis=check_analysis(data.get("analysis", {})),
     )
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
 from kvsim.analysis import SweepResults, load_sweep, row_labels, short_name
+from kvsim.experiment_analysis import check_analysis
 from kvsim.plots import latency_cdf, memory_map, memory_over_time, metric_vs, waste_bars
 
 logger = logging.getLogger(__name__)
@@ -90,11 +92,20 @@ def _hue(sweep: SweepResults, x: str) -> tuple[pd.DataFrame, str | None]:
     return table.assign(**{hue: values}), hue
 
 
-def _vs_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
-    analysis = sweep.meta.get("analysis", {})
-    metrics = [m for m in analysis.get("vs_metrics", VS_METRICS) if m in sweep.summary]
+def _vs_figures(
+    sweep: SweepResults, analysis: dict[str, Any], out: Path, written: list[Path]
+) -> None:
+    """The metrics against each varying axis (``analysis``: the checked ``[analysis]`` table)."""
+    asked = [*analysis.get("vs_metrics", VS_METRICS)]
     targets = {m: float(b) for m, b in analysis.get("targets", {}).items()}
-    metrics += [m for m in targets if m in sweep.summary and m not in metrics]
+    asked += [m for m in targets if m not in asked]
+    metrics = [m for m in asked if m in sweep.summary]
+    named = [*analysis.get("vs_metrics", []), *targets]  # the experiment's own, not defaults
+    missing = [m for m in dict.fromkeys(named) if m not in sweep.summary]
+    if missing:
+        logger.warning("%s: no %s in summary.parquet, not drawn", sweep.folder, missing)
+    if not metrics:
+        return
     for x in varying_axes(sweep.summary, sweep.swept_fields):
         if x == "seed":
             continue  # replicates, not a knob: a curve against them only shows noise
@@ -160,8 +171,14 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
 
     Raises:
         FileNotFoundError: no ``summary.parquet`` in ``folder``.
+        ValueError: its ``experiment.json`` has an invalid ``analysis`` table (a sweep run
+            before kvsim checked it; the message names the file and the key).
     """
     sweep = load_sweep(folder)
+    try:  # before any figure is written
+        analysis = check_analysis(sweep.meta.get("analysis", {}))
+    except ValueError as err:
+        raise ValueError(f"{Path(folder) / 'experiment.json'}: {err}") from None
     out_dir = Path(out) if out is not None else Path(folder) / "figures"
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -173,6 +190,6 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
     bar_labels = row_labels(sweep.summary, [f for f in sweep.swept_fields if f != facet])
     fig = waste_bars(sweep.summary, bar_labels, title=sweep.meta.get("name", ""), facet=facet)
     _save(fig, out_dir / "waste_bars.png", written)
-    _vs_figures(sweep, out_dir, written)
+    _vs_figures(sweep, analysis, out_dir, written)
     _point_figures(sweep, out_dir, written)
     return written

@@ -98,6 +98,46 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
         'name = "e"\n[base.workload]\npreset = "nosuch"\n',
         ["no point has a valid config", "nosuch"],
     ),
+    "analysis_targets_list": (
+        BASE + "[analysis]\ntargets = [1]\n",
+        ["exp.toml", "analysis.targets", "valid dictionary", "[1]"],
+    ),
+    "analysis_targets_number": (
+        BASE + "[analysis]\ntargets = 5\n",
+        ["exp.toml", "analysis.targets", "5"],
+    ),
+    "analysis_target_text": (
+        BASE + '[analysis]\ntargets = { time_to_first_token_seconds_p99 = "abc" }\n',
+        ["exp.toml", "analysis.targets.time_to_first_token_seconds_p99", "number", "'abc'"],
+    ),
+    "analysis_target_unknown_metric": (
+        BASE + "[analysis]\ntargets = { ttft = 2 }\n",
+        ["exp.toml", "analysis.targets", "unknown 'ttft'"],
+    ),
+    "analysis_vs_unknown_metric": (
+        BASE + '[analysis]\nvs_metrics = ["no_such_metric"]\n',
+        ["exp.toml", "analysis.vs_metrics", "unknown 'no_such_metric'"],
+    ),
+    "analysis_vs_number": (
+        BASE + "[analysis]\nvs_metrics = [5]\n",
+        ["exp.toml", "analysis.vs_metrics.0", "string", "5"],
+    ),
+    "analysis_vs_empty": (
+        BASE + "[analysis]\nvs_metrics = []\n",
+        ["exp.toml", "analysis.vs_metrics", "at least 1"],
+    ),
+    "analysis_vs_text": (
+        BASE + '[analysis]\nvs_metrics = "ttft"\n',
+        ["exp.toml", "analysis.vs_metrics", "list", "'ttft'"],
+    ),
+    "analysis_unknown_key": (
+        BASE + '[analysis]\nvs_metric = ["num_preemptions"]\n',
+        ["exp.toml", "analysis.vs_metric", "not permitted"],
+    ),
+    "analysis_bracket_reversed": (
+        BASE + "[analysis]\nrate_bracket = [20.0, 0.5]\n",
+        ["exp.toml", "analysis.rate_bracket", "lo < hi", "[20.0, 0.5]"],
+    ),
     "not_utf8": (b'name = "\xff"\n', ["exp.toml line 1", "not UTF-8", "0xff"]),
     "invalid_toml": ("name = \n", ["exp.toml", "invalid TOML"]),
 }
@@ -239,3 +279,19 @@ def test_plan_out_under_a_file(hostile) -> None:
     hostile.write("afile", "x")
     out = Path("afile") / "sub"
     hostile.run(["plan", "--smallest", "kv", "--target", TARGET, "--out", out], "afile")
+
+
+def test_plot_refuses_an_old_sweeps_bad_analysis_before_drawing(hostile) -> None:
+    # a sweep from before [analysis] was checked: its experiment.json holds targets = [1]
+    import json
+
+    path = hostile.write("exp.toml", 'name = "e"\n' + BASE)
+    hostile.run(["sweep", path, "--out", "out", "--no-progress"], code=0)
+    meta_path = hostile.out / "e" / "experiment.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "analysis": {"targets": [1]}}))
+    figures = hostile.out / "figs"
+    hostile.run(
+        ["plot", hostile.out / "e", "--out", figures], "experiment.json", "analysis.targets"
+    )
+    assert not figures.exists() or not any(figures.iterdir())  # not even the waste bars

@@ -385,6 +385,10 @@ def test_every_target_metric_is_in_some_summary() -> None:
     for run in runs:
         held |= set(simulate(config_from_dict(run)).summary)
     assert set(target_metrics()) - held == set()
+    # and so does every metric an experiment's [analysis] may draw (vs_metrics)
+    from kvsim.experiment_analysis import summary_metrics
+
+    assert set(summary_metrics()) - held == set()
 
 
 def test_a_point_with_one_request_too_long_says_one_request() -> None:
