@@ -99,10 +99,11 @@ class Experiment:
             return self.quick_snapshot_at_s
         return self.snapshot_at_s
 
-    @property
-    def swept_fields(self) -> list[str]:
-        """Swept dotted fields in table order (``label`` first when present)."""
-        names = [*self.grid, *(k for z in self.zips for k in z)]
+    def swept_fields(self, *, quick: bool = False) -> list[str]:
+        """Swept dotted fields in table order (``label`` first when present); ``quick`` adds the
+        ``[quick] grid`` axes that ``[grid]`` does not have."""
+        grid = {**self.grid, **(self.quick_grid if quick else {})}
+        names = [*grid, *(k for z in self.zips for k in z)]
         has_label = LABEL in names
         return ([LABEL] if has_label else []) + [n for n in dict.fromkeys(names) if n != LABEL]
 

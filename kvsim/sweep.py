@@ -245,10 +245,12 @@ def _column(values: list[Any]) -> list[Any]:
     return [None if v is None else str(v) for v in values]
 
 
-def summary_table(experiment: Experiment, points: list[Point], folder: Path) -> pd.DataFrame:
-    """One row per finished point, in expansion order: swept fields, then summary metrics (a
-    metric a point lacks is NaN)."""
-    swept = experiment.swept_fields
+def summary_table(
+    experiment: Experiment, points: list[Point], folder: Path, *, quick: bool = False
+) -> pd.DataFrame:
+    """One row per finished point, in expansion order: swept fields (``quick``: with the
+    ``[quick] grid`` axes), then summary metrics (a metric a point lacks is NaN)."""
+    swept = experiment.swept_fields(quick=quick)
     done = [p for p in points if p.key is not None and is_done(folder, p.key)]
     metrics = [
         json.loads((point_dir(folder, str(p.key)) / "summary.json").read_text()) for p in done
@@ -307,7 +309,7 @@ def run_sweep(
         "name": experiment.name,
         "description": experiment.description,
         "quick": quick,
-        "swept_fields": experiment.swept_fields,
+        "swept_fields": experiment.swept_fields(quick=quick),
         "snapshot_at_s": experiment.snapshot_time(quick=quick),
         "analysis": experiment.analysis,
     }
@@ -357,7 +359,7 @@ def run_sweep(
         )
         raise
     finally:
-        report.table = summary_table(experiment, points, folder)
+        report.table = summary_table(experiment, points, folder, quick=quick)
         _write_atomic(folder / SUMMARY, lambda p: write_parquet(report.table, p))
     report.failures = sorted(failures, key=lambda f: f.index)
     _write_atomic(

@@ -32,7 +32,7 @@ def test_grid_times_zip_in_order(make_experiment) -> None:
         "cache.allocator": "paged",
     }
     assert [p.label for p in points[:2]] == ["contiguous", "paged"]
-    assert exp.swept_fields == ["label", "cache.block_size_tokens", "seed", "cache.allocator"]
+    assert exp.swept_fields() == ["label", "cache.block_size_tokens", "seed", "cache.allocator"]
 
 
 def test_key_is_the_canonical_config_key(tiny, base_table) -> None:

@@ -277,6 +277,21 @@ def test_quick_results_live_apart_from_full_ones(tmp_path, make_experiment):
     assert len(table) == 4
 
 
+def test_a_quick_grid_axis_is_a_column_of_the_quick_summary(tmp_path, make_experiment):
+    # [grid] block sizes 8, 16 x [quick] grid max_num_seqs 1, 2 x the 2 zipped allocators:
+    # 8 points, each row told apart by its block size, max_num_seqs and label
+    quick = {"set": {"workload.num_requests": 4}, "grid": {"scheduler.max_num_seqs": [1, 2]}}
+    exp = make_experiment(quick=quick)
+    run_sweep(exp, tmp_path, quick=True, progress=False)
+    sweep = load_sweep(tmp_path / "quick" / "tiny")
+    swept = ["label", "cache.block_size_tokens", "scheduler.max_num_seqs", "cache.allocator"]
+    assert sweep.swept_fields == swept
+    table = sweep.summary
+    assert table["scheduler.max_num_seqs"].tolist() == [1, 1, 2, 2, 1, 1, 2, 2]
+    assert len(table[swept].drop_duplicates()) == 8
+    assert exp.swept_fields() == ["label", "cache.block_size_tokens", "cache.allocator"]
+
+
 def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment):
     import kvsim.sweep as sweep_mod
 
