@@ -11,11 +11,13 @@ for every point) and ``grid`` (replacement grid axes) used by ``--quick`` runs (
 
 from __future__ import annotations
 
+import collections
 import copy
 import datetime
 import functools
 import itertools
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from kvsim.limits import MAX_POINTS, MAX_TIME_S
 from kvsim.textfile import read_toml
 from kvsim.workload import workloads_dir
 
+logger = logging.getLogger(__name__)
 LABEL = "label"
 _TOP_KEYS = {"name", "description", "base", "grid", "zip", "quick", "snapshot_at_s", "analysis"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
@@ -256,6 +259,42 @@ def _check_plain(where: str, value: Any) -> None:
         raise ValueError(f"{where}: must be a finite number, got {value!r}")
 
 
+def _check_one_axis_each(
+    grid: dict[str, list[Any]], zips: list[dict[str, list[Any]]], quick_grid: dict[str, list[Any]]
+) -> None:
+    """A field on two axes would take one axis' value at each point and drop the other's
+    (``[quick] grid`` replaces ``[grid]``'s axes: a field on both is one axis).
+
+    Raises:
+        ValueError: naming the field and both axes (``grid``, ``quick.grid``, ``zip[i]``).
+    """
+    place = {**dict.fromkeys(quick_grid, "quick.grid"), **dict.fromkeys(grid, "grid")}
+    for i, axis in enumerate(zips):
+        for key in axis:
+            if key in place:
+                raise ValueError(
+                    f"zip[{i}].{key}: {key!r} is already swept by {place[key]}; on two axes "
+                    "each point would keep one axis' value and drop the other's: sweep it on "
+                    "one axis"
+                )
+            place[key] = f"zip[{i}]"
+
+
+def _warn_repeated_labels(
+    grid: dict[str, list[Any]], zips: list[dict[str, list[Any]]], quick_grid: dict[str, list[Any]]
+) -> None:
+    """Warn when one ``label`` list names two of its entries alike (rows and bars then share
+    a name)."""
+    tables = [("grid", grid), ("quick.grid", quick_grid)]
+    tables += [(f"zip[{i}]", z) for i, z in enumerate(zips)]
+    for where, table in tables:
+        counts = collections.Counter(table.get(LABEL, []))
+        repeated = {label: n for label, n in counts.items() if n > 1}
+        if repeated:
+            shown = ", ".join(f"{label!r} {n} times" for label, n in repeated.items())
+            logger.warning("%s.label: %s; the points it names share a label", where, shown)
+
+
 def _snapshot(where: str, value: Any) -> float | None:
     """A memory-map snapshot time: ``None`` or a finite number of seconds in [0, MAX_TIME_S]."""
     if value is None:
@@ -316,6 +355,8 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
         _check_dotted(f"quick.set.{key}", key)
     _check_plain("quick", quick)
     quick_grid = _check_lists("quick.grid", quick.get("grid", {}))
+    _check_one_axis_each(grid, zips, quick_grid)
+    _warn_repeated_labels(grid, zips, quick_grid)
     snapshot = _snapshot("snapshot_at_s", data.get("snapshot_at_s"))
     description = data.get("description", "")
     if not isinstance(description, str):

@@ -267,6 +267,26 @@ def summary_table(
     return pd.DataFrame(columns, index=range(len(done)))  # one frame: no concat (~3 ms)
 
 
+def _warn_repeated_points(name: str, points: list[Point], first: dict[str, Point]) -> None:
+    """Warn when points share a config (``[grid] seed = [1, 1]``, a label-only axis): each
+    config runs once and its row repeats in the summary. ``first``: the first point per key."""
+    repeats = [(p, first[str(p.key)]) for p in points]
+    repeats = [(p, f) for p, f in repeats if p is not f]
+    if repeats:
+        p, f = repeats[0]
+        logger.warning(
+            "%s: %d of %d points repeat an earlier point's config (e.g. point %d: %s = point "
+            "%d: %s); each config runs once and its row repeats in summary.parquet",
+            name,
+            len(repeats),
+            len(points),
+            p.index,
+            p.describe(),
+            f.index,
+            f.describe(),
+        )
+
+
 def run_sweep(
     experiment: Experiment,
     out_root: str | Path = "results",
@@ -316,6 +336,7 @@ def run_sweep(
     _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json.dumps(meta, indent=2)))
     failures: list[Failure] = []
     unique = {_config(p).key(): p for p in reversed(points)}  # first point per key
+    _warn_repeated_points(experiment.name, points, unique)
     radix = [p for p in unique.values() if _config(p).cache.allocator == "radix"]
     if radix and experiment.snapshot_time(quick=quick) is not None:
         logger.warning(

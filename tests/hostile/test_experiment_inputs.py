@@ -98,6 +98,20 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
         'name = "e"\n[base.workload]\npreset = "nosuch"\n',
         ["no point has a valid config", "nosuch"],
     ),
+    "field_on_grid_and_zip": (
+        BASE + '[grid]\n"cache.block_size_tokens" = [16]\n'
+        '[[zip]]\n"cache.block_size_tokens" = [32, 64]\n',
+        ["exp.toml", "zip[0].cache.block_size_tokens", "already swept by grid", "one axis"],
+    ),
+    "label_on_two_zips": (
+        BASE + '[[zip]]\nlabel = ["a", "b"]\nseed = [1, 2]\n'
+        '[[zip]]\nlabel = ["c", "d"]\n"cache.block_size_tokens" = [16, 32]\n',
+        ["exp.toml", "zip[1].label", "already swept by zip[0]"],
+    ),
+    "field_on_quick_grid_and_zip": (
+        BASE + "[[zip]]\nseed = [1, 2]\n[quick.grid]\nseed = [3]\n",
+        ["exp.toml", "zip[0].seed", "already swept by quick.grid"],
+    ),
     "analysis_targets_list": (
         BASE + "[analysis]\ntargets = [1]\n",
         ["exp.toml", "analysis.targets", "valid dictionary", "[1]"],
@@ -295,3 +309,24 @@ def test_plot_refuses_an_old_sweeps_bad_analysis_before_drawing(hostile) -> None
         ["plot", hostile.out / "e", "--out", figures], "experiment.json", "analysis.targets"
     )
     assert not figures.exists() or not any(figures.iterdir())  # not even the waste bars
+
+
+def test_a_label_list_naming_two_points_alike_is_warned_about(hostile, caplog) -> None:
+    # label "a" twice and "b" once in one zip: 3 points, 2 named alike
+    zipped = '[[zip]]\nlabel = ["a", "a", "b"]\n"cache.block_size_tokens" = [16, 32, 64]\n'
+    path = hostile.write("exp.toml", 'name = "e"\n' + BASE + zipped)
+    hostile.run(["sweep", path, "--out", "out", "--no-progress"], code=0)
+    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.experiment"]
+    assert said == ["zip[0].label: 'a' 2 times; the points it names share a label"]
+
+
+def test_points_with_one_config_are_counted_in_a_warning(hostile, caplog) -> None:
+    # seed 1 twice and seed 2 once: 3 points, 2 configs; point 1 repeats point 0
+    path = hostile.write("exp.toml", 'name = "e"\n' + BASE + "[grid]\nseed = [1, 1, 2]\n")
+    outcome = hostile.run(["sweep", path, "--out", "out", "--no-progress"], code=0)
+    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.sweep"]
+    assert said == [
+        "e: 1 of 3 points repeat an earlier point's config (e.g. point 1: seed=1 = point 0: "
+        "seed=1); each config runs once and its row repeats in summary.parquet"
+    ]
+    assert "3 points in summary.parquet (2 run, 0 resumed, 0 failed)" in outcome.output
