@@ -179,6 +179,10 @@ class Plan:
             raise ValueError("a plan needs at least one target (METRIC<=NUMBER)")
         if not 0 < self.resolution <= 10:  # NaN fails too
             raise ValueError(f"resolution: expected a number in (0, 10], got {self.resolution}")
+        whole = self.integer or (bool(self.choices) and all(c == round(c) for c in self.choices))
+        for end, value in (("lo", self.lo), ("hi", self.hi)):
+            if whole and value != round(value):  # (read as [ceil(lo), floor(hi)])
+                raise ValueError(f"{end} (--{end}): {self.field} takes whole numbers, got {value}")
         if self.hi / self.lo > 1e12:
             raise ValueError(f"{self.field}: the bracket [{self.lo:g}, {self.hi:g}] spans > 1e12")
 

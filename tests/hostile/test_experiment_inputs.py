@@ -268,6 +268,14 @@ PLAN_ARGS: dict[str, tuple[list[str], list[str]]] = {
         ["--smallest", "nosuch.field", "--target", TARGET, "--lo", "1", "--hi", "2"],
         ["nosuch.field", "not a config field"],
     ),
+    "fractional_lo_integer_knob": (
+        ["--largest", "max_num_seqs", "--target", TARGET, "--lo", "0.5", "--hi", "3"],
+        ["lo (--lo)", "scheduler.max_num_seqs takes whole numbers", "0.5"],
+    ),
+    "fractional_hi_tp": (
+        ["--smallest", "tp", "--target", TARGET, "--hi", "3.7"],
+        ["hi (--hi)", "parallel.tensor_parallel_size takes whole numbers", "3.7"],
+    ),
     "out_root": (["--smallest", "kv", "--target", TARGET, "--out", "/"], ["--out", "'/'"]),
     "source_missing": (["nosuch.toml", "--smallest", "kv", "--target", TARGET], ["nosuch.toml"]),
     "shipped_plan_other_knob": (
