@@ -273,7 +273,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """``["cache.block_size_tokens=32"]`` -> ``{"cache.block_size_tokens": 32}`` (JSON values,
     else the text). Within the pairs, order does not matter: a whole table (``workload=NAME``)
     is set before the fields under it (``config.apply_overrides``); a key given twice takes its
-    last value.
+    last value, with a warning when the values differ.
 
     Raises:
         ValueError: a pair without ``=`` or with an empty key.
@@ -286,7 +286,12 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
                 f"--set: expected KEY=VALUE (e.g. cache.block_size_tokens=32), got {pair!r}"
             )
         try:
-            out[key] = json.loads(raw)
+            value = json.loads(raw)
         except json.JSONDecodeError:
-            out[key] = raw
+            value = raw
+        if key in out and out[key] != value:
+            logging.getLogger("kvsim.cli").warning(
+                "--set %s given twice (%r, then %r): the last is used", key, out[key], value
+            )
+        out[key] = value
     return out

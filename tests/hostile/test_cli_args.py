@@ -200,3 +200,12 @@ def test_more_jobs_than_cpus_is_warned_about(
     caplog.clear()
     hostile.invoke([command, *first[command], "--out", "somedir/out", "-j", "4", "--no-progress"])
     assert [r for r in caplog.records if r.name == "kvsim.cli"] == []
+
+
+def test_a_set_key_given_twice_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    from kvsim.cli.common import parse_overrides
+
+    pairs = ["seed=1", "cache.block_size_tokens=16", "seed=2", "cache.block_size_tokens=16"]
+    assert parse_overrides(pairs) == {"seed": 2, "cache.block_size_tokens": 16}
+    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.cli"]
+    assert said == ["--set seed given twice (1, then 2): the last is used"]  # 16 twice: agreed
