@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -161,27 +162,16 @@ class CalibrationTable:
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationTable:
-        """Read a CSV or JSON table (by suffix); raises ``ValueError`` on a schema problem."""
-        path = Path(path)
-        text = path.read_text()
-        if path.suffix == ".json":
-            data = json.loads(text)
-            if not isinstance(data, dict) or "meta" not in data or "rows" not in data:
-                raise ValueError(f"{path}: expected a JSON object with 'meta' and 'rows'")
-            return cls(
-                {str(k): str(v) for k, v in data["meta"].items()},
-                [{k: float(v) for k, v in r.items()} for r in data["rows"]],
-            )
-        meta: dict[str, str] = {}
-        body: list[str] = []
-        for line in text.splitlines():
-            if line.startswith("#"):
-                key, _, value = line[1:].partition(":")
-                meta[key.strip()] = value.strip()
-            elif line.strip():
-                body.append(line)
-        rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(body)]
-        return cls(meta, rows)
+        """Read a CSV or JSON table (by suffix).
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: unreadable, bad JSON, a missing column or metadata key, a short row or a
+                bad value (naming the file, the row, the column and the value).
+        """
+        from kvsim.calibrate.table_file import read_table_file  # pydantic: not in the runbook
+
+        return cls(*read_table_file(Path(path)))
 
 
 def _fmt(value: float) -> str:
@@ -209,10 +199,11 @@ def validate(meta: dict[str, str], rows: list[dict[str, float]]) -> None:
         missing = [c for c in ROW_COLUMNS if c not in row]
         if missing:
             raise ValueError(f"calibration table: row {i} lacks columns {missing}")
-        if row["block_size_tokens"] < 1 or row["contiguous_s"] <= 0 or row["paged_s"] <= 0:
+        times = (row["contiguous_s"], row["paged_s"])
+        if row["block_size_tokens"] < 1 or not all(0 < t < math.inf for t in times):
             raise ValueError(
                 f"calibration table: row {i} needs block_size_tokens >= 1 and "
-                f"positive times, got {row}"
+                f"positive finite times, got {row}"
             )
 
 

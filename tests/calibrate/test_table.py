@@ -70,7 +70,7 @@ def test_missing_metadata_is_named(key: str) -> None:
 def test_bad_rows_rejected() -> None:
     with pytest.raises(ValueError, match="lacks columns"):
         CalibrationTable(dict(META), [{"batch_size": 1.0}])
-    with pytest.raises(ValueError, match="positive times"):
+    with pytest.raises(ValueError, match="positive finite times"):
         CalibrationTable(dict(META), [row(1, 0.0)])
     with pytest.raises(ValueError, match="source must be"):
         CalibrationTable({**META, "source": "guessed"}, [row(1, 2.0)])

@@ -542,3 +542,28 @@ def test_no_shipped_preset_sets_an_ignored_field(caplog) -> None:
         scenario, {"cache.allocator": "first_fit", "cache.reservation": "prompt_max_tokens"}
     )
     assert _ignored_warnings(caplog) == []
+
+
+CALIBRATION_HEAD = (
+    "# source: measured\n# device_name: NVIDIA A100\n# driver_version: 1\n"
+    "# cupy_version: 1\n# date_utc: now\n"
+    "batch_size,context_tokens,block_size_tokens,contiguous_s,paged_s,kv_bytes\n"
+)
+# id: (file name, content, fragments of the error line); CSV data rows start at line 7
+CALIBRATIONS = {
+    "short_row": ("c.csv", CALIBRATION_HEAD + "1,256,16,1.0\n", ["c.csv line 7", "4 fields"]),
+    "text": ("c.csv", CALIBRATION_HEAD + "1,256,16,1.0,abc,0\n", ["line 7: paged_s", "'abc'"]),
+    "nan": ("c.csv", CALIBRATION_HEAD + "1,256,16,1.0,nan,0\n", ["line 7: paged_s", "finite"]),
+    "fraction": ("c.csv", CALIBRATION_HEAD + "1,256,16.7,1,1,0\n", ["block_size_tokens", "16.7"]),
+    "rows_int": ("c.json", '{"meta": {}, "rows": 5}', ["c.json: meta.source: Field required"]),
+    "meta_list": ("c.json", '{"meta": [], "rows": []}', ["c.json: meta:", "got []"]),
+    "not_json": ("c.json", "not json", ["c.json line 1 column 1: invalid JSON"]),
+}
+
+
+@pytest.mark.parametrize("case", CALIBRATIONS)
+def test_bad_calibration_table(hostile, case: str) -> None:
+    name, content, fragments = CALIBRATIONS[case]
+    table = hostile.write(name, content)
+    args = [*RUN, "--set", f"cost.calibration={table}", "--out", hostile.out]
+    hostile.run(args, *fragments)
