@@ -101,7 +101,10 @@ class WorkloadSpec(BaseModel):
         num_requests: keep the first this many requests; ``None`` keeps all of a replayed trace
             (or window), all arrivals within ``duration_s``, else 1,000. A replay with fewer
             rows runs those, with a warning.
-        start_s: start of the window on the trace's time axis, in seconds (``arrival="trace"``).
+        start_s: start of the window on the trace's time axis, in seconds (``arrival="trace"``):
+            the numbers in the file (Azure's timestamps: seconds after its earliest row); rows
+            from ``start_s`` on are replayed, a row at ``t`` arriving at ``(t - start_s) *
+            time_scale`` simulated seconds.
         duration_s: window length in trace seconds (trace arrivals) or simulated seconds
             (synthetic arrivals); ``None`` for no limit.
         n: parallel samples per request (v0: a sequence group, ``kvsim.groups``; v1: ``n``

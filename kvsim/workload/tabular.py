@@ -4,7 +4,9 @@ A CSV error names the file line (the header is line 1); a Parquet error names th
 kvsim's own format (``kvsim``) takes these columns, in any order:
 
 - ``prompt_tokens``, ``output_tokens`` (required): prompt length and tokens generated.
-- ``arrival_time_s``: arrival in seconds (the earliest row becomes 0); without it, lengths only.
+- ``arrival_time_s``: arrival in seconds on the trace's own time axis, kept as written (a row at
+  100 arrives 100 s after the axis' zero; ``workload.start_s`` selects on this axis); without
+  it, lengths only.
 - ``session_id``: conversation id; a turn whose prompt holds the previous turn's prompt and
   output shares them as its prefix (``kvsim.workload.identity``).
 - ``n``, ``beam_width``: parallel samples and beam width (default 1; not both above 1).
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.limits import MAX_INT64
+from kvsim.limits import MAX_INT64, MAX_TIME_S
 from kvsim.workload.traces import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
 
 logger = logging.getLogger(__name__)
@@ -212,39 +214,44 @@ def int_column(
 def _time_column(
     path: Path, frame: pd.DataFrame, column: str, kind: str | None, where: Where
 ) -> np.ndarray:
+    """Arrival times in seconds: numbers as written (the trace's own time axis), wall-clock
+    timestamps as seconds after the earliest one (they have no zero of their own)."""
     text = text_column(frame, column)
     if kind == "datetime":
-        stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
-        bad = stamps.isna().to_numpy()
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            expected = (
-                "a timestamp like '2023-11-16 18:15:46.6805900' or "
-                "'2024-05-10 00:00:00.009930+00:00' (ISO 8601)"
-            )
-            raise bad_value(path, where(row), column, frame[column].iloc[row], expected)
-        with_offset = int(text.str.contains(_OFFSET).sum())
-        if 0 < with_offset < len(text):
-            logger.warning(
-                "%s: %d of %d %s values carry a UTC offset and the others none; those are "
-                "read as UTC",
-                path,
-                with_offset,
-                len(text),
-                column,
-            )
-        nanos = stamps.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
-        relative_s: np.ndarray = (nanos - nanos.min()).astype(np.float64) / 1e9
-        return relative_s
-    seconds = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(seconds) | (seconds < 0)
+        return _seconds_after_earliest(path, frame, column, text, where)
+    seconds: np.ndarray = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(seconds) | (seconds < 0) | (seconds > MAX_TIME_S)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise bad_value(
-            path, where(row), column, frame[column].iloc[row], "a non-negative number (s)"
+        expected = f"a non-negative number (s) at most {MAX_TIME_S:g}"
+        raise bad_value(path, where(row), column, frame[column].iloc[row], expected)
+    return seconds
+
+
+def _seconds_after_earliest(
+    path: Path, frame: pd.DataFrame, column: str, text: pd.Series, where: Where
+) -> np.ndarray:
+    stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
+    bad = stamps.isna().to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        expected = (
+            "a timestamp like '2023-11-16 18:15:46.6805900' or "
+            "'2024-05-10 00:00:00.009930+00:00' (ISO 8601)"
         )
-    relative: np.ndarray = seconds - seconds.min()
-    return relative
+        raise bad_value(path, where(row), column, frame[column].iloc[row], expected)
+    with_offset = int(text.str.contains(_OFFSET).sum())
+    if 0 < with_offset < len(text):
+        logger.warning(
+            "%s: %d of %d %s values carry a UTC offset and the others none; those are read as UTC",
+            path,
+            with_offset,
+            len(text),
+            column,
+        )
+    nanos = stamps.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    relative_s: np.ndarray = (nanos - nanos.min()).astype(np.float64) / 1e9
+    return relative_s
 
 
 def _kvsim_extras(

@@ -18,8 +18,10 @@ Lines record, or a ``.json`` file that is one array; ``workload.trace_format`` f
 - ``sharegpt``, ``sharegpt_multiturn``: ShareGPT JSON conversations tokenized with a local
   Hugging Face ``tokenizer.json`` (``kvsim.workload.sharegpt``).
 
-Tabular arrival times become seconds after the earliest row; JSON Lines timestamps are
-trace-relative already and are kept (converted to seconds).
+Arrival times given as numbers (``arrival_time_s``, ``arrived_at``, BurstGPT's ``Timestamp``, the
+JSON Lines ``timestamp``) are kept as written, in seconds: they are the trace's time axis, on which
+``workload.start_s`` selects. Azure's wall-clock ``TIMESTAMP`` has no zero of its own: it becomes
+seconds after the file's earliest row.
 """
 
 from __future__ import annotations

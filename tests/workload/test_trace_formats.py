@@ -104,8 +104,8 @@ def test_own_parquet_with_hash_ids(tmp_path: Path) -> None:
         }
     ).to_parquet(path)
     workload = {"trace": str(path), "arrival": "trace", "hash_block_size_tokens": 16}
-    # arrivals relative to the earliest row (10 s); 4 equal 16-token blocks: hits 3 blocks
-    assert _rows(_run(workload)) == [(0.0, 64, 3, 0), (50.0, 64, 3, 48)]
+    # arrivals as written (10 s, 60 s); 4 equal 16-token blocks: hits 3 blocks
+    assert _rows(_run(workload)) == [(10.0, 64, 3, 0), (60.0, 64, 3, 48)]
 
 
 def test_own_csv_lengths_only_is_sampled(tmp_path: Path) -> None:
@@ -158,6 +158,31 @@ def test_azure(tmp_path: Path, text: str, expected: list[tuple]) -> None:
     assert [(pytest.approx(t, abs=1e-9), p, o) for t, p, o in expected] == got
 
 
+SPACED = "arrival_time_s,prompt_tokens,output_tokens\n100,11,5\n200,22,5\n300,33,5\n"
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        # no window: the file's times, 100 s before the first arrival
+        ({}, [(100.0, 11), (200.0, 22), (300.0, 33)]),
+        # [150, inf): rows at 200 and 300, replayed from 150: 200 - 150 = 50, 300 - 150 = 150
+        ({"start_s": 150}, [(50.0, 22), (150.0, 33)]),
+        # [50, 250): rows at 100 and 200, at 100 - 50 = 50 and 200 - 50 = 150
+        ({"start_s": 50, "duration_s": 200}, [(50.0, 11), (150.0, 22)]),
+        # [0, 150) at half speed: the row at 100 arrives at 100 * 0.5 = 50
+        ({"duration_s": 150, "time_scale": 0.5}, [(50.0, 11)]),
+    ],
+    ids=["all", "start", "start_duration", "time_scale"],
+)
+def test_start_s_selects_on_the_files_time_axis(
+    tmp_path: Path, window: dict, expected: list[tuple]
+) -> None:
+    path = _write(tmp_path, "spaced.csv", SPACED)
+    results = _run({"trace": path, "arrival": "trace", **window})
+    assert [row[:2] for row in _rows(results)] == expected
+
+
 def test_vidur_trace_replay(tmp_path: Path) -> None:
     path = _write(tmp_path, "vidur.csv", VIDUR)
     results = _run({"trace": path, "arrival": "trace"}, {})
@@ -173,8 +198,8 @@ def test_burstgpt_drops_failed_requests_with_a_warning(
     path = _write(tmp_path, "burst.csv", BURSTGPT)
     with caplog.at_level(logging.WARNING):
         results = _run({"trace": path, "arrival": "trace"}, {})
-    # seconds after the first row (5 s): 0 and 41 s; the 0-token response is dropped
-    assert [row[:3] for row in _rows(results)] == [(0.0, 472, 18), (41.0, 200, 30)]
+    # Timestamp kept as written: 5 and 46 s; the 0-token response is dropped
+    assert [row[:3] for row in _rows(results)] == [(5.0, 472, 18), (46.0, 200, 30)]
     assert any("dropped 1 of 3 rows" in r.getMessage() for r in caplog.records)
 
 
