@@ -15,6 +15,7 @@ Figure 15 metric: blocks saved by sharing over blocks without sharing).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +23,12 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.recorder import CATEGORIES
+from kvsim.units import plural
 
 if TYPE_CHECKING:
     import pandas as pd
+
+logger = logging.getLogger(__name__)
 
 # A table as columns: name -> one array per column, every array as long (rows). The functions
 # below take DataFrames (the public tables) or such mappings (``build_results`` summarizes a run
@@ -265,3 +269,31 @@ def summarize(
     )
     out.update(latency_stats(requests))
     return out
+
+
+def warn_empty_window(
+    summary: dict[str, Any], run_shares: dict[str, float], first_s: float, last_s: float
+) -> None:
+    """Say which metrics an ``arrivals`` window without an engine step left out, and why.
+
+    Args:
+        summary: the run's summary (metrics over the window).
+        run_shares: ``memory_shares`` over the whole run: the metrics the window lacks.
+        first_s, last_s: the first and the last arrival, simulated seconds.
+    """
+    missing = [k for k in run_shares if k not in summary]
+    if not missing:  # nothing recorded (record_memory = false): nothing was lost to the window
+        return
+    logger.warning(
+        "summary_window = 'arrivals': the window from 10 %% into the arrivals to the last one, "
+        "[%g, %g) s, holds no engine step (%s arriving from %g to %g s); %d KV-memory "
+        "metrics are left out of the summary (%s) and num_requests_running_step_mean is null; "
+        "summary_window = 'run' measures the whole run",
+        first_s + 0.1 * (last_s - first_s),
+        last_s,
+        plural(summary["num_requests"], "request"),
+        first_s,
+        last_s,
+        len(missing),
+        ", ".join(missing),
+    )

@@ -32,8 +32,9 @@ import pandas as pd
 from kvsim.config import apply_overrides, config_from_dict
 from kvsim.config.memory import pool_tokens_for_request
 from kvsim.experiment import Point, check_name
+from kvsim.results import read_summary
 from kvsim.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
-from kvsim.textfile import read_toml
+from kvsim.textfile import json_text, read_toml
 from kvsim.units import GiB, plural
 from kvsim.workload.spec import DEFAULT_NUM_REQUESTS
 
@@ -529,7 +530,7 @@ class _Evaluator:
             key = config.key()
             if is_done(self.folder, key):
                 stored = point_dir(self.folder, key) / "summary.json"
-                self._seen(x, json.loads(stored.read_text()))
+                self._seen(x, read_summary(stored))
                 continue
             point = Point(
                 len(self.seen) + len(todo), {self.plan.field: self.plan.value(x)}, None, config
@@ -725,7 +726,7 @@ def save_plan(result: PlanResult) -> list[Path]:
         "num_points": len(result.points),
     }
     answer_json = folder / "answer.json"
-    answer_json.write_text(json.dumps(answer, indent=2) + "\n")
+    answer_json.write_text(json_text(answer, indent=2) + "\n")
     png = folder / "plan.png"
     plan_figure(result).savefig(png, dpi=120)
     return [points_csv, answer_json, png]

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,9 +17,9 @@ import numpy as np
 from pydantic import ValidationError
 
 from kvsim.config import SimConfig, format_validation_error
-from kvsim.metrics import Columns, summarize
+from kvsim.metrics import Columns, memory_shares, summarize, warn_empty_window
 from kvsim.request import Request
-from kvsim.textfile import read_json, read_parquet
+from kvsim.textfile import json_text, read_json, read_parquet
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ class Results:
         if self.mapframes is not None and self.frames is not None:
             write_parquet(self.mapframes, folder / "mapframes.parquet")
             write_parquet(self.frames, folder / "frames.parquet")
-        (folder / "summary.json").write_text(json.dumps(self.summary, indent=2, sort_keys=True))
+        (folder / "summary.json").write_text(json_text(self.summary, indent=2, sort_keys=True))
         (folder / "config.json").write_text(self.config.canonical_json())
         if exports:
             from kvsim.exporters import write_exports  # prometheus_client only when saving
@@ -166,9 +166,7 @@ class Results:
         except ValidationError as err:
             raise ValueError(f"{folder / 'config.json'}: {format_validation_error(err)}") from None
         maps = folder / "mapframes.parquet"
-        summary = read_json(folder / "summary.json")
-        if not isinstance(summary, dict):
-            raise ValueError(f"{folder / 'summary.json'}: expected a JSON object")
+        summary = read_summary(folder / "summary.json")
         return cls(
             config,
             read_parquet(folder / "requests.parquet"),
@@ -241,6 +239,19 @@ def request_frame_from_columns(columns: Columns) -> pd.DataFrame:
     return pd.DataFrame(data, copy=False)
 
 
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """A ``summary.json``, its ``null`` metrics (NaN or infinite when computed) read as NaN.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a folder, not UTF-8, invalid JSON or not a JSON object (naming the file).
+    """
+    summary = read_json(path)
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: expected a JSON object (a kvsim run's summary)")
+    return {k: math.nan if v is None else v for k, v in summary.items()}
+
+
 def build_results(
     config: SimConfig,
     requests: Columns,
@@ -272,17 +283,22 @@ def build_results(
         arrival = req_table["arrival_time_s"]
         first, last = arrival.min(), arrival.max()
         start_s, end_s = float(first + 0.1 * (last - first)), float(last)
+    usable = usable_capacity_tokens or capacity
     summary: dict[str, Any] = {"engine": config.engine_args.engine}
     summary.update(
         summarize(
             mem_table,
             req_table,
             capacity_slots=capacity,
-            usable_capacity_slots=usable_capacity_tokens or capacity,
+            usable_capacity_slots=usable,
             start_s=start_s,
             end_s=end_s,
         )
     )
+    if config.summary_window == "arrivals" and "token_states_pct" not in summary:
+        arrival = req_table["arrival_time_s"]
+        first_last = (float(arrival.min()), float(arrival.max()))
+        warn_empty_window(summary, memory_shares(mem_table, capacity, usable), *first_last)
     summary["summary_window"] = config.summary_window
     summary["num_preemptions"] = num_preemptions
     finished = summary.get("num_requests") or 0

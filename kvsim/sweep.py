@@ -13,7 +13,6 @@ the summary metrics.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -31,7 +30,8 @@ from kvsim.analysis import SweepResults, load_sweep
 from kvsim.config import SimConfig
 from kvsim.experiment import LABEL, Experiment, Point, check_name, load_experiment
 from kvsim.point import PointOutcome, run_point
-from kvsim.results import write_parquet
+from kvsim.results import read_summary, write_parquet
+from kvsim.textfile import json_text
 from kvsim.workers import DASK_CONNECT_TIMEOUT_S, dask_map, pool_map
 
 logger = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
     if outcome.snapshot is not None:
         write_parquet(outcome.snapshot, tmp / SNAPSHOT)
     meta = {"overrides": point.overrides, LABEL: point.label, "elapsed_s": outcome.elapsed_s}
-    (tmp / "point.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+    (tmp / "point.json").write_text(json_text(meta, indent=2, sort_keys=True))
     try:
         tmp.rename(final)
     except OSError:  # another writer finished the same point first
@@ -252,9 +252,7 @@ def summary_table(
     ``[quick] grid`` axes), then summary metrics (a metric a point lacks is NaN)."""
     swept = experiment.swept_fields(quick=quick)
     done = [p for p in points if p.key is not None and is_done(folder, p.key)]
-    metrics = [
-        json.loads((point_dir(folder, str(p.key)) / "summary.json").read_text()) for p in done
-    ]
+    metrics = [read_summary(point_dir(folder, str(p.key)) / "summary.json") for p in done]
     if not done:
         return pd.DataFrame(columns=swept)
     columns: dict[str, list[Any]] = {
@@ -333,7 +331,7 @@ def run_sweep(
         "snapshot_at_s": experiment.snapshot_time(quick=quick),
         "analysis": experiment.analysis,
     }
-    _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json.dumps(meta, indent=2)))
+    _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json_text(meta, indent=2)))
     failures: list[Failure] = []
     unique = {_config(p).key(): p for p in reversed(points)}  # first point per key
     _warn_repeated_points(experiment.name, points, unique)
@@ -385,7 +383,7 @@ def run_sweep(
     report.failures = sorted(failures, key=lambda f: f.index)
     _write_atomic(
         folder / FAILURES,
-        lambda p: p.write_text(json.dumps([f.__dict__ for f in report.failures], indent=2)),
+        lambda p: p.write_text(json_text([f.__dict__ for f in report.failures], indent=2)),
     )
     return report
 

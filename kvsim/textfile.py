@@ -1,12 +1,13 @@
 """Reading the user's files (TOML configs, experiments, plans, JSON, Parquet results) with errors
 that name the file: a folder, a missing file, bytes that are not UTF-8, malformed TOML or JSON and
 a corrupt Parquet file all become one ``ValueError`` (or ``FileNotFoundError``) line starting
-with the path."""
+with the path. ``json_text`` writes strict JSON (NaN and infinities as ``null``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,3 +103,19 @@ def sha256_file(path: str | Path) -> str:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``value`` as strict JSON (RFC 8259 has no NaN or infinity): non-finite floats, at any
+    depth, become ``null``. ``options`` go to ``json.dumps`` (``indent``, ``sort_keys``)."""
+    return json.dumps(_finite_or_none(value), allow_nan=False, **options)
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value

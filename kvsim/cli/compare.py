@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +14,7 @@ from kvsim.cli.common import console, guard
 
 def load_summary(folder: Path) -> dict[str, Any]:
     """A run's ``summary.json`` (a folder written by ``kvsim run --out``, a sweep point, or the
-    file itself).
+    file itself); ``null`` metrics read as NaN.
 
     Raises:
         ValueError: no such file, or not a JSON object.
@@ -30,7 +31,7 @@ def load_summary(folder: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a kvsim summary ({err})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a kvsim summary (expected a JSON object)")
-    return data
+    return {k: math.nan if v is None else v for k, v in data.items()}  # null: NaN or inf
 
 
 def compare(

@@ -70,7 +70,9 @@ class SimConfig(Frozen):
         description=(
             "window of the memory and batch metrics: the whole run, or 'arrivals': from 10 % "
             "into the arrival span to the last arrival (ramp-up and drain left out, as the "
-            "PagedAttention paper's Figures 2 and 13 measure a loaded server)"
+            "PagedAttention paper's Figures 2 and 13 measure a loaded server); a window with no "
+            "engine step (one request, or all arriving at once) leaves the KV-memory metrics "
+            "out, with a warning naming them"
         ),
     )
 
