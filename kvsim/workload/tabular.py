@@ -197,7 +197,7 @@ def int_column(
     text = text_column(frame, column)
     if blank is not None:
         text = text.mask(text == "", str(blank))
-    ok = text.str.fullmatch(r"\d+").to_numpy(dtype=bool)
+    ok = text.str.fullmatch(r"[0-9]+").to_numpy(dtype=bool)
     if not ok.all():
         row = int(np.flatnonzero(~ok)[0])
         raise bad_value(path, where(row), column, frame[column].iloc[row], "a non-negative integer")
@@ -306,7 +306,7 @@ def _kvsim_extras(
 def _session_ids(text: pd.Series) -> tuple[int | None, ...]:
     """Integer ids as they are; other labels numbered by first appearance."""
     given = [t for t in text.tolist() if t != ""]
-    if all(re.fullmatch(r"-?\d+", t) and abs(int(t)) <= MAX_INT64 for t in given):
+    if all(re.fullmatch(r"-?[0-9]+", t) and abs(int(t)) <= MAX_INT64 for t in given):
         return tuple(int(t) if t != "" else None for t in text.tolist())
     numbers: dict[str, int] = {}
     for label in given:
@@ -318,7 +318,7 @@ def _hash_ids(path: Path, frame: pd.DataFrame, where: Where) -> tuple[tuple[int,
     out: list[tuple[int, ...]] = []
     for row, text in enumerate(text_column(frame, "hash_ids").tolist()):
         parts = [p for p in re.split(r"[\s,;\[\]]+", text) if p]
-        if not all(re.fullmatch(r"-?\d+", p) for p in parts):
+        if not all(re.fullmatch(r"-?[0-9]+", p) for p in parts):
             raise bad_value(
                 path,
                 where(row),

@@ -46,6 +46,19 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
     ),
     "own_output_negative": ("t.csv", OWN + "10,-5\n", REPLAY, ["t.csv line 2", "output_tokens"]),
     "own_output_fraction": ("t.csv", OWN + "10,5.5\n", REPLAY, ["t.csv line 2", "'5.5'"]),
+    # Unicode digits other than 0-9 (Arabic-Indic 100, full-width 10) are not numbers here
+    "own_prompt_arabic_indic": (
+        "t.csv",
+        OWN + "\u0661\u0660\u0660,5\n",
+        REPLAY,
+        ["t.csv line 2", "prompt_tokens", "'\u0661\u0660\u0660'"],
+    ),
+    "own_output_full_width": (
+        "t.csv",
+        OWN + "10,\uff11\uff10\n",
+        REPLAY,
+        ["t.csv line 2", "output_tokens", "'\uff11\uff10'"],
+    ),
     "own_output_exponent": ("t.csv", OWN + "10,1e3\n", REPLAY, ["t.csv line 2", "'1e3'"]),
     "own_arrival_inf": ("t.csv", TIMED + "0,10,5\ninf,10,5\n", ARRIVE, ["line 3", "'inf'"]),
     "own_arrival_nan": ("t.csv", TIMED + "nan,10,5\n", ARRIVE, ["line 2", "arrival_time_s"]),
