@@ -14,7 +14,7 @@ from kvsim.groups import BeamModel
 from kvsim.limits import MAX_TIME_S
 from kvsim.request import Request
 from kvsim.say_once import warn_once
-from kvsim.units import cdiv
+from kvsim.units import cdiv, plural
 from kvsim.workload.catalog import DataNotFoundError, resolve_trace
 from kvsim.workload.identity import attach_identity, check_trace_columns
 from kvsim.workload.length_table import shipped_table_path
@@ -159,8 +159,7 @@ def _build_requests(spec: WorkloadSpec, sel: Selected, max_model_len: int) -> li
     if spec.max_tokens is not None:
         output = np.minimum(output, spec.max_tokens)
     if spec.overflow == "truncate":
-        prompt = np.minimum(prompt, max_model_len - 1)
-        output = np.minimum(output, max_model_len - prompt)
+        prompt, output = _truncate(sel.source, prompt, output, max_model_len)
     client_cap = max_model_len if spec.max_tokens is None else spec.max_tokens
     # a row too long for max_model_len keeps its true output as its cap (the run rejects it)
     max_tokens = np.maximum(output, np.minimum(client_cap, max_model_len - prompt))
@@ -193,6 +192,31 @@ def _build_requests(spec: WorkloadSpec, sel: Selected, max_model_len: int) -> li
     if extras is None and not (sel.prefix_hash_ids and sel.hash_block_size_tokens):
         return requests
     return attach_identity(requests, extras, sel.hash_block_size_tokens, sel.source)
+
+
+def _truncate(
+    source: str, prompt: np.ndarray, output: np.ndarray, max_model_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``overflow="truncate"``: prompts cut to ``max_model_len - 1`` tokens, then outputs to fit;
+    the cut rows are counted in a warning (a changed length is never silent)."""
+    cut_prompt = np.minimum(prompt, max_model_len - 1)
+    cut_output = np.minimum(output, max_model_len - cut_prompt)
+    prompts_cut = int((cut_prompt < prompt).sum())
+    outputs_cut = int((cut_output < output).sum())
+    if prompts_cut or outputs_cut:
+        warn_once(
+            logger,
+            "%s: overflow='truncate' cut %d of %d requests to max_model_len = %d tokens (%s "
+            "to %d tokens, %s to fit)",
+            source or "workload",
+            int(((cut_prompt < prompt) | (cut_output < output)).sum()),
+            len(prompt),
+            max_model_len,
+            plural(prompts_cut, "prompt"),
+            max_model_len - 1,
+            plural(outputs_cut, "output"),
+        )
+    return cut_prompt, cut_output
 
 
 def _hashes_for(sel: Selected, row: int, prompt_tokens: int) -> tuple[int, ...] | None:

@@ -199,3 +199,16 @@ def test_a_warning_reads_the_same_at_every_rate(
         said.append(_run(caplog, **fields, rate_per_s=rate_per_s, duration_s=20.0)[1])
     assert said[0], "the workload warns"
     assert said[0] == said[1]
+
+
+def test_truncate_counts_the_rows_it_cuts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = _write(tmp_path, "ov.csv", TIMED + "0,5000,10\n1,4090,100\n2,100,5000\n3,10,5\n")
+    reqs, warnings = _run(caplog, trace=path, arrival="trace", overflow="truncate")
+    # max_model_len 4096: prompt 5000 -> 4095, output 10 -> 4096 - 4095 = 1; 4090 + 100 ->
+    # output 6; 100 + 5000 -> output 3996; 10 + 5 fits and is left alone
+    lengths = [(r.prompt_tokens, r.output_tokens) for r in reqs]
+    assert lengths == [(4095, 1), (4090, 6), (100, 3996), (10, 5)]
+    assert warnings == [
+        f"{path}: overflow='truncate' cut 3 of 4 requests to max_model_len = 4096 tokens (1 "
+        "prompt to 4095 tokens, 3 outputs to fit)"
+    ]
