@@ -211,19 +211,36 @@ def int_column(
     return values
 
 
+_UNIX_TIME_S = MAX_TIME_S  # 2001-09-09 in Unix time: no run's own axis reaches it
+_UNIX_TIME_END_S = 1e10  # year 2286
+
+
 def _time_column(
     path: Path, frame: pd.DataFrame, column: str, kind: str | None, where: Where
 ) -> np.ndarray:
     """Arrival times in seconds: numbers as written (the trace's own time axis), wall-clock
-    timestamps as seconds after the earliest one (they have no zero of their own)."""
+    timestamps, and numbers that are all Unix times (>= 1e9 s), as seconds after the earliest
+    one (they have no zero of their own; the latter with a warning)."""
     text = text_column(frame, column)
     if kind == "datetime":
         return _seconds_after_earliest(path, frame, column, text, where)
     seconds: np.ndarray = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
+    if len(seconds) and seconds.min() >= _UNIX_TIME_S and seconds.max() < _UNIX_TIME_END_S:
+        logger.warning(
+            "%s: %s holds Unix times (%.0f to %.0f s); they are read as wall-clock stamps, as "
+            "seconds after the earliest row",
+            path,
+            column,
+            seconds.min(),
+            seconds.max(),
+        )
+        return seconds - seconds.min()
     bad = ~np.isfinite(seconds) | (seconds < 0) | (seconds > MAX_TIME_S)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        expected = f"a non-negative number (s) at most {MAX_TIME_S:g}"
+        expected = (
+            f"a non-negative number (s) at most {MAX_TIME_S:g}, or Unix times (s) in every row"
+        )
         raise bad_value(path, where(row), column, frame[column].iloc[row], expected)
     return seconds
 

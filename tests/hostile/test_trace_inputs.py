@@ -69,12 +69,12 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
         ARRIVE,
         ["t.csv line 3", "arrival_time_s", "at most 1e+09", "'1e300'"],
     ),
-    # the file's times are the time axis: epoch seconds would replay after 54 years
-    "own_arrival_epoch": (
+    # the file's times are the time axis, up to 1e9 s; Unix times in some rows only are neither
+    "own_arrival_epoch_mixed": (
         "t.csv",
-        TIMED + "1700000000,10,5\n",
+        TIMED + "5,10,5\n1700000000,10,5\n",
         ARRIVE,
-        ["t.csv line 2", "arrival_time_s", "'1700000000'"],
+        ["t.csv line 3", "arrival_time_s", "'1700000000'", "Unix times"],
     ),
     "own_not_utf8": ("t.csv", OWN.encode() + b"10,\xff\n", REPLAY, ["t.csv", "malformed CSV"]),
     "own_missing_column": ("t.csv", "prompt_tokens,n\n10,1\n", REPLAY, ["t.csv", "output_tokens"]),

@@ -25,7 +25,8 @@ CASES = {
         "bad.csv",
         OWN + "-1,10,5\n",
         ["workload.arrival=trace"],
-        "{path} line 2: arrival_time_s must be a non-negative number (s) at most 1e+09, got '-1'",
+        "{path} line 2: arrival_time_s must be a non-negative number (s) at most 1e+09, "
+        "or Unix times (s) in every row, got '-1'",
     ),
     "own_n": (
         "bad.csv",
@@ -72,7 +73,8 @@ CASES = {
         "vidur.csv",
         "arrived_at,num_prefill_tokens,num_decode_tokens\nsoon,374,44\n",
         ["workload.arrival=trace"],
-        "{path} line 2: arrived_at must be a non-negative number (s) at most 1e+09, got 'soon'",
+        "{path} line 2: arrived_at must be a non-negative number (s) at most 1e+09, "
+        "or Unix times (s) in every row, got 'soon'",
     ),
     "burstgpt": (
         "burst.csv",

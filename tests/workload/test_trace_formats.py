@@ -183,6 +183,18 @@ def test_start_s_selects_on_the_files_time_axis(
     assert [row[:2] for row in _rows(results)] == expected
 
 
+def test_unix_times_count_from_the_earliest_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 1,700,000,000 s is 2023-11-14: every row a Unix time, so a wall clock; 2.5 and 60 s later
+    text = "arrival_time_s,prompt_tokens,output_tokens\n1700000002.5,22,5\n1700000000,11,5\n"
+    text += "1700000060,33,5\n"
+    with caplog.at_level(logging.WARNING):
+        results = _run({"trace": _write(tmp_path, "unix.csv", text), "arrival": "trace"})
+    assert sorted(row[:2] for row in _rows(results)) == [(0.0, 11), (2.5, 22), (60.0, 33)]
+    assert any("Unix times" in r.getMessage() for r in caplog.records)
+
+
 def test_vidur_trace_replay(tmp_path: Path) -> None:
     path = _write(tmp_path, "vidur.csv", VIDUR)
     results = _run({"trace": path, "arrival": "trace"}, {})
