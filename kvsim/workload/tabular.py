@@ -234,7 +234,8 @@ def _time_column(
             seconds.min(),
             seconds.max(),
         )
-        return seconds - seconds.min()
+        after_earliest: np.ndarray = seconds - seconds.min()
+        return after_earliest
     bad = ~np.isfinite(seconds) | (seconds < 0) | (seconds > MAX_TIME_S)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
