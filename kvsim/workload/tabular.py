@@ -16,7 +16,7 @@ kvsim's own format (``kvsim``) takes these columns, in any order:
   ``prefix_tokens`` prompt tokens (a system prompt, a few-shot preamble).
 
 Blank optional cells mean "none" (``n`` and ``beam_width``: 1). Other columns are ignored, with a
-warning.
+warning; a CSV header naming a column twice is refused.
 """
 
 from __future__ import annotations
@@ -101,9 +101,29 @@ def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: malformed CSV: {_one_based(str(exc))}") from None
+    _check_duplicate_columns(path)
     frame = _strip_trailing_blank_rows(frame)
     _check_short_rows(path, frame)
     return frame, lambda row: f"line {row + 2}"
+
+
+def _check_duplicate_columns(path: Path) -> None:
+    """Refuse a header naming a column twice: pandas would read the first copy and rename the
+    second ``name.1``, and which copy holds the values is the user's to say.
+
+    Raises:
+        ValueError: naming the file, the column and its two positions.
+    """
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
+        header = next(csv.reader(handle), [])
+    first: dict[str, int] = {}
+    for number, name in enumerate(header, start=1):
+        if name in first:
+            raise ValueError(
+                f"{path} line 1: the header names column {name!r} twice (columns "
+                f"{first[name]} and {number}); expected each column once"
+            )
+        first[name] = number
 
 
 def _check_short_rows(path: Path, frame: pd.DataFrame) -> None:

@@ -113,6 +113,14 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
         REPLAY,
         ["t.csv line 2", "prefix_tokens", "'11'"],
     ),
+    # the first copy would be read (10) and the warning name 'prompt_tokens.1'; with a UTF-8 BOM
+    # the first name must still match the third
+    "own_duplicate_length_column": (
+        "t.csv",
+        b"\xef\xbb\xbfprompt_tokens,output_tokens,prompt_tokens\n10,5,20\n",
+        REPLAY,
+        ["t.csv line 1", "column 'prompt_tokens' twice (columns 1 and 3)"],
+    ),
     "own_all_rows_empty": ("t.csv", OWN + "0,0\n0,0\n", REPLAY, ["no requests left", "t.csv"]),
     "own_nul_bytes": ("t.csv", OWN.encode() + b"1\x000,5\n", REPLAY, ["t.csv line 2"]),
     # Azure 2023/2024

@@ -117,6 +117,13 @@ CASES = {
         ["workload.sample=replay"],
         "{path} line 3: 2 fields, expected 3 (prompt_tokens, output_tokens, session_id)",
     ),
+    "own_duplicate_column": (  # pandas reads the first copy, the other as prompt_tokens.1
+        "bad.csv",
+        "prompt_tokens,output_tokens,prompt_tokens\n10,5,20\n",
+        ["workload.sample=replay"],
+        "{path} line 1: the header names column 'prompt_tokens' twice (columns 1 and 3); "
+        "expected each column once",
+    ),
     "own_blank_cell": (  # the right number of fields, one of them empty
         "bad.csv",
         "input_tokens,output_tokens\n10,5\n12,\n",
