@@ -201,13 +201,14 @@ def _history(prev: Request, req: Request) -> Segments | None:
 
 
 def count_hash_mismatches(trace: Trace, block_size_tokens: int) -> int:
-    """Rows whose ``hash_ids`` do not number ``cdiv(prompt_tokens, block_size_tokens)`` blocks."""
+    """Rows whose ``hash_ids`` do not number ``cdiv(prompt_tokens, block_size_tokens)`` blocks
+    (an empty list included; a row without ``hash_ids`` names none and is not counted)."""
     if trace.prefix_hash_ids is None:
         return 0
     return sum(
         1
         for ids, prompt in zip(trace.prefix_hash_ids, trace.prompt_tokens.tolist(), strict=True)
-        if ids and len(ids) != cdiv(prompt, block_size_tokens)
+        if ids is not None and len(ids) != cdiv(prompt, block_size_tokens)
     )
 
 
@@ -225,10 +226,13 @@ def check_trace_columns(spec: WorkloadSpec, trace: Trace) -> None:
             f"workload.n = {spec.n}, workload.beam_width = {spec.beam_width}: {trace.path} "
             "gives n / beam_width per row; leave the workload's at 1"
         )
-    if trace.prefix_hash_ids is None or not any(trace.prefix_hash_ids):
+    hashes = trace.prefix_hash_ids
+    if hashes is None or all(ids is None for ids in hashes):
         return
     block = spec.hash_block_size_tokens or trace.hash_block_size_tokens
     if block is None:
+        if not any(hashes):  # empty lists only: no block to size, none to check
+            return
         raise ValueError(
             f"workload.hash_block_size_tokens: {trace.path} has hash_ids; give the tokens "
             "per hash block (Mooncake 512, Qwen-Bailian 16), got none"

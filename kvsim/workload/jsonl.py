@@ -7,12 +7,16 @@
   ``parent_chat_id`` (-1 for a conversation's first request); a row's session is the root of its
   parent chain (the parent's id when the parent is not in the file; none without ``chat_id``).
 
-Errors name the file, the 1-based line, the field and the value.
+Errors name the file, the 1-based line, the field and the value; a key given twice in one object
+is refused. Other keys are ignored, with a warning; a leading UTF-8 BOM is skipped, as in CSV.
+A row without ``hash_ids`` shares no prefix; one with them (``[]`` included) is checked against
+its prompt length (``kvsim.workload.identity.count_hash_mismatches``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -22,8 +26,20 @@ from kvsim.limits import MAX_INT64, MAX_TIME_S
 from kvsim.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
 from kvsim.workload.traces import BAILIAN_BLOCK_SIZE_TOKENS, Trace
 
+logger = logging.getLogger(__name__)
+
 _TIME_UNIT = {"mooncake": ("ms", 1000.0), "bailian": ("s", 1.0)}
 _BLOCK_SIZE = {"mooncake": MOONCAKE_BLOCK_SIZE_TOKENS, "bailian": BAILIAN_BLOCK_SIZE_TOKENS}
+_MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+_KEYS = {  # Bailian's type and turn are its own, unread here
+    "mooncake": frozenset(_MOONCAKE_KEYS),
+    "bailian": frozenset((*_MOONCAKE_KEYS, "chat_id", "parent_chat_id", "type", "turn")),
+}
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class _DuplicateKeyError(ValueError):
+    """A JSON object names a key twice (``json`` would keep the last value)."""
 
 
 def read_jsonl(path: Path, fmt: str) -> Trace:
@@ -36,12 +52,13 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
     prompt: list[int] = []
     output: list[int] = []
     stamps: list[float] = []
-    hashes: list[tuple[int, ...]] = []
+    hashes: list[tuple[int, ...] | None] = []
     sessions: list[int | None] = []
     line_numbers: list[int] = []  # blank lines are skipped: a row's line is not its index + 1
     session_of: dict[int, int] = {}
-    any_hashes = False
-    for line_no, raw in enumerate(path.read_bytes().splitlines(), start=1):
+    unknown: dict[str, int] = {}  # key -> rows holding it
+    data = path.read_bytes().removeprefix(_UTF8_BOM)
+    for line_no, raw in enumerate(data.splitlines(), start=1):
         line = _decode_line(path, line_no, raw)
         if line.strip():
             row = _parse_json_line(path, line_no, line)
@@ -50,11 +67,15 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
             prompt.append(_json_int(path, line_no, row, "input_length"))
             output.append(_json_int(path, line_no, row, "output_length"))
             hashes.append(_json_hash_ids(path, line_no, row))
-            any_hashes = any_hashes or "hash_ids" in row
             if fmt == "bailian":
                 sessions.append(_session(path, line_no, row, session_of))
+            for key in row.keys() - _KEYS[fmt]:
+                unknown[key] = unknown.get(key, 0) + 1
     if not prompt:
         raise ValueError(f"{path}: no requests (the file is empty)")
+    if unknown:
+        _warn_unknown_keys(path, fmt, unknown, len(prompt))
+    any_hashes = any(ids is not None for ids in hashes)
     return Trace(
         path,
         fmt,
@@ -65,6 +86,18 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
         _BLOCK_SIZE[fmt] if any_hashes else None,
         tuple(sessions) if fmt == "bailian" else None,
         line_numbers=np.asarray(line_numbers, dtype=np.int64),
+    )
+
+
+def _warn_unknown_keys(path: Path, fmt: str, unknown: dict[str, int], num_rows: int) -> None:
+    held = ", ".join(f"{key!r} (on {unknown[key]} of {num_rows} rows)" for key in sorted(unknown))
+    logger.warning(
+        "%s: ignored %d key(s) the %s trace format does not have: %s (known: %s)",
+        path,
+        len(unknown),
+        fmt,
+        held,
+        sorted(_KEYS[fmt]),
     )
 
 
@@ -98,9 +131,23 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number (JSON has no infinities or NaN)")
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        keys = [key for key, _ in pairs]
+        twice = next(key for i, key in enumerate(keys) if key in keys[:i])
+        raise _DuplicateKeyError(
+            f"key {twice!r} appears more than once in one object; expected each key once "
+            "(JSON readers differ on which value they keep)"
+        )
+    return row
+
+
 def _parse_json_line(path: Path, line_no: int, line: str) -> dict[str, object]:
     try:
-        row = json.loads(line, parse_constant=_no_constant)
+        row = json.loads(line, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKeyError as exc:
+        raise ValueError(f"{path} line {line_no}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} line {line_no}: invalid JSON ({exc.msg})") from None
     except ValueError as exc:  # Infinity / NaN, or an integer of more than 4,300 digits
@@ -145,8 +192,10 @@ def _json_number(path: Path, line_no: int, row: dict[str, object], key: str, uni
     return float(value)
 
 
-def _json_hash_ids(path: Path, line_no: int, row: dict[str, object]) -> tuple[int, ...]:
-    value = row.get("hash_ids", [])
+def _json_hash_ids(path: Path, line_no: int, row: dict[str, object]) -> tuple[int, ...] | None:
+    if "hash_ids" not in row:
+        return None
+    value = row["hash_ids"]
     if not isinstance(value, list) or not all(
         isinstance(h, int) and not isinstance(h, bool) for h in value
     ):

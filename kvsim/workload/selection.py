@@ -231,7 +231,7 @@ def _take(
 ) -> Selected:
     hashes = None
     if trace.prefix_hash_ids is not None:
-        hashes = [trace.prefix_hash_ids[i] for i in rows.tolist()]
+        hashes = [trace.prefix_hash_ids[i] or () for i in rows.tolist()]
     extras = RowExtras.of(trace)
     if extras is not None:
         extras = (extras if sessions else extras.without_sessions()).reorder(rows)

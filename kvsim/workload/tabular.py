@@ -352,9 +352,12 @@ def _session_ids(text: pd.Series) -> tuple[int | None, ...]:
     return tuple(numbers[t] if t != "" else None for t in text.tolist())
 
 
-def _hash_ids(path: Path, frame: pd.DataFrame, where: Where) -> tuple[tuple[int, ...], ...]:
-    out: list[tuple[int, ...]] = []
+def _hash_ids(path: Path, frame: pd.DataFrame, where: Where) -> tuple[tuple[int, ...] | None, ...]:
+    out: list[tuple[int, ...] | None] = []
     for row, text in enumerate(text_column(frame, "hash_ids").tolist()):
+        if text == "":  # a blank cell: no hash blocks; "[]" is an empty list of them
+            out.append(None)
+            continue
         parts = [p for p in re.split(r"[\s,;\[\]]+", text) if p]
         if not all(re.fullmatch(r"-?[0-9]+", p) for p in parts):
             raise bad_value(

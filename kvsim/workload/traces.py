@@ -89,7 +89,8 @@ class Trace:
         prompt_tokens: int64[num_rows], input tokens per row.
         output_tokens: int64[num_rows], output tokens per row.
         arrival_time_s: float64[num_rows] seconds from the trace start, or ``None``.
-        prefix_hash_ids: one tuple of prefix-block hashes per row, or ``None``.
+        prefix_hash_ids: per row, its tuple of prefix-block hashes (``()`` for an empty list)
+            or ``None`` (a blank cell, a missing key: the row names no blocks); or ``None``.
         hash_block_size_tokens: tokens per prefix hash block (the format's), or ``None``.
         session_ids: conversation of each row (``None`` for a row outside any), or ``None``.
         n: int64[num_rows] parallel samples per row, or ``None`` (all 1).
@@ -105,7 +106,7 @@ class Trace:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     arrival_time_s: np.ndarray | None = None
-    prefix_hash_ids: tuple[tuple[int, ...], ...] | None = None
+    prefix_hash_ids: tuple[tuple[int, ...] | None, ...] | None = None
     hash_block_size_tokens: int | None = None
     session_ids: tuple[int | None, ...] | None = None
     n: np.ndarray | None = None
@@ -216,7 +217,7 @@ def _detect_by_content(path: Path) -> str | None:
     suffix = path.suffix.lower()
     if suffix not in (".json", ".jsonl"):
         return None
-    with path.open(encoding="utf-8", errors="replace") as handle:
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:  # a BOM is no JSON
         head = handle.read(4096).lstrip()
         if suffix == ".json" and head.startswith("["):
             return "sharegpt"

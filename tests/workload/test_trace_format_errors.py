@@ -89,6 +89,14 @@ CASES = {
         ["workload.arrival=trace"],
         "{path} line 1: timestamp must be a non-negative number (ms), got -5",
     ),
+    "mooncake_duplicate_key": (  # json.loads keeps the last value (5) silently
+        "mc.jsonl",
+        '{"timestamp": 0, "input_length": 10, "output_length": 3}\n'
+        '{"timestamp": 1, "input_length": 10, "output_length": 3, "timestamp": 5}\n',
+        ["workload.arrival=trace"],
+        "{path} line 2: key 'timestamp' appears more than once in one object; expected each "
+        "key once",
+    ),
     "bailian_parent": (
         "qwen.jsonl",
         '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 5, '

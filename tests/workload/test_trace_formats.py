@@ -232,6 +232,19 @@ def test_bailian_16_token_blocks_and_sessions(tmp_path: Path) -> None:
     assert [r.session_id for r in reqs] == [1, 1, 5]
 
 
+def test_jsonl_with_a_utf8_bom_is_read_as_csv_is(tmp_path: Path) -> None:
+    path = tmp_path / "qwen.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + BAILIAN.encode())
+    reqs = requests_for(config_from_dict({"workload": {"trace": str(path), "arrival": "trace"}}))
+    # detected as bailian (chat_id on line 1, past the BOM): timestamps in seconds, as written
+    assert [(r.arrival_time_s, r.prompt_tokens) for r in reqs] == [
+        (0.5, 64),
+        (100.5, 64),
+        (150.0, 20),
+    ]
+    assert [r.session_id for r in reqs] == [1, 1, 5]
+
+
 def test_sessions_under_synthetic_arrivals(tmp_path: Path) -> None:
     text = "prompt_tokens,output_tokens,session_id\n10,5,a\n30,5,a\n12,4,b\n40,5,a\n"
     path = _write(tmp_path, "chat.csv", text)

@@ -212,3 +212,64 @@ def test_truncate_counts_the_rows_it_cuts(tmp_path: Path, caplog: pytest.LogCapt
         f"{path}: overflow='truncate' cut 3 of 4 requests to max_model_len = 4096 tokens (1 "
         "prompt to 4095 tokens, 3 outputs to fit)"
     ]
+
+
+def _mooncake(*extras: str) -> str:
+    """One 600-token Mooncake row per entry of ``extras`` (its keys after the lengths)."""
+    return "".join(
+        f'{{"timestamp": {i}, "input_length": 600, "output_length": 3{extra}}}\n'
+        for i, extra in enumerate(extras)
+    )
+
+
+def test_unknown_jsonl_keys_are_warned_with_counts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = _mooncake(', "model": "a"', "", ', "model": "b", "region": 1')
+    path = _write(tmp_path, "mc.jsonl", text)
+    reqs, warnings = _run(caplog, trace=path, arrival="trace")
+    assert len(reqs) == 3  # read as before, the keys ignored
+    assert warnings == [
+        f"{path}: ignored 2 key(s) the mooncake trace format does not have: 'model' (on 2 of 3 "
+        "rows), 'region' (on 1 of 3 rows) (known: ['hash_ids', 'input_length', "
+        "'output_length', 'timestamp'])"
+    ]
+
+
+def test_bailian_type_and_turn_are_its_own_keys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = (
+        '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 5, '
+        '"output_length": 3, "type": "text", "turn": 1}\n'
+    )
+    _, warnings = _run(caplog, trace=_write(tmp_path, "qwen.jsonl", text), arrival="trace")
+    assert warnings == []
+
+
+def test_an_empty_hash_ids_list_counts_as_a_mismatch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 600 tokens are cdiv(600, 512) = 2 blocks: [1, 2] matches; [] (0 ids) and [3] (1 id) do
+    # not; a row without hash_ids names no blocks and is not counted
+    text = _mooncake(', "hash_ids": [1, 2]', ', "hash_ids": []', ', "hash_ids": [3]', "")
+    path = _write(tmp_path, "mc.jsonl", text)
+    _, warnings = _run(caplog, trace=path, arrival="trace")
+    assert warnings == [
+        f"{path}: 2 of 4 rows have a number of hash_ids other than cdiv(prompt tokens, 512); "
+        "their prompts are cut or padded to their length"
+    ]
+
+
+def test_an_empty_hash_ids_cell_counts_and_a_blank_one_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # as in JSON Lines: 32 tokens are 2 blocks of 16; "[]" lists none of them, a blank cell
+    # names no blocks
+    text = "prompt_tokens,output_tokens,hash_ids\n32,5,1 2\n32,5,[]\n32,5,\n"
+    path = _write(tmp_path, "own.csv", text)
+    _, warnings = _run(caplog, trace=path, sample="replay", hash_block_size_tokens=16)
+    assert warnings == [
+        f"{path}: 1 of 3 rows have a number of hash_ids other than cdiv(prompt tokens, 16); "
+        "their prompts are cut or padded to their length"
+    ]
