@@ -193,14 +193,18 @@ def test_max_model_len_defaults_to_the_model_context():
     assert config_from_dict({}).max_model_len == 2048  # OPT-13B's context
 
 
-def test_a_kv_budget_above_the_gpu_is_an_error_naming_both():
-    # 200 GiB of KV plus 12.853e9 x 2 B = 23.9 GiB of weights on a 40 GiB A100
+@pytest.mark.parametrize(
+    ("field", "value"), [("kv_cache_gib", 200), ("kv_cache_bytes", 200 * 2**30)]
+)
+def test_a_kv_budget_above_the_gpu_is_an_error_naming_both(field, value):
+    # 200 GiB of KV plus 12.853e9 x 2 B = 23.9 GiB of weights on a 40 GiB A100; the error names
+    # the budget field the user set
     with pytest.raises(
         ValueError,
-        match=r"200\.0 GiB of KV per GPU plus 23\.9 GiB of weights "
+        match=rf"^cache\.{field}: 200\.0 GiB of KV per GPU plus 23\.9 GiB of weights "
         r"exceed the 40\.0 GiB of one a100-40gb",
     ):
-        config_from_dict({"cache": {"kv_cache_gib": 200}})
+        config_from_dict({"cache": {field: value}})
 
 
 def test_70b_needs_tensor_parallelism_and_the_error_says_what_is_short():

@@ -36,11 +36,11 @@ def check_memory(config: SimConfig) -> None:
         f"{config.parallel.tensor_parallel_size}, pipeline_parallel_size "
         f"{config.parallel.pipeline_parallel_size}"
     )
-    explicit = cache.kv_cache_bytes is not None or cache.kv_cache_gib is not None
-    if explicit:
+    field = _budget_field(config)
+    if field != "cache.gpu_memory_utilization":  # an explicit budget
         if config.kv_cache_bytes + weights > gpu.memory_bytes:
             raise ValueError(
-                f"cache.kv_cache_gib: {_gib(config.kv_cache_bytes)} of KV per GPU plus "
+                f"{field}: {_gib(config.kv_cache_bytes)} of KV per GPU plus "
                 f"{_gib(weights)} of weights exceed the {_gib(gpu.memory_bytes)} of one "
                 f"{gpu.name} ({where}); lower the KV budget or raise "
                 "parallel.tensor_parallel_size"
@@ -52,13 +52,6 @@ def check_memory(config: SimConfig) -> None:
         if request_limit_tokens(config, slots) < config.max_model_len:
             raise ValueError(_derived_budget_message(config, where, usable, left))
     if config.capacity_tokens < 2:
-        field = (
-            "cache.kv_cache_bytes"
-            if cache.kv_cache_bytes is not None
-            else "cache.kv_cache_gib"
-            if explicit
-            else "cache.gpu_memory_utilization"
-        )
         raise ValueError(
             f"{field}: the KV budget of {config.kv_cache_bytes:,} bytes per GPU holds "
             f"{config.capacity_tokens} tokens of {config.bytes_per_token:,} bytes ({where}); "
@@ -73,6 +66,17 @@ def check_memory(config: SimConfig) -> None:
             f"{_limit_note(config, limit)}; lower scheduler.max_model_len to at most {limit:,} or "
             "raise the KV budget"
         )
+
+
+def _budget_field(config: SimConfig) -> str:
+    """The field that sets the KV budget: the explicit one the user set (``kv_cache_gb`` is read
+    as ``kv_cache_bytes``), else the derived budget's ``gpu_memory_utilization``."""
+    cache = config.cache
+    if cache.kv_cache_bytes is not None:
+        return "cache.kv_cache_bytes"
+    if cache.kv_cache_gib is not None:
+        return "cache.kv_cache_gib"
+    return "cache.gpu_memory_utilization"
 
 
 def request_limit_tokens(config: SimConfig, capacity_tokens: int) -> int:
