@@ -178,7 +178,7 @@ def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
         ``(path, info)``; ``info`` is ``None`` for a user file (its format is detected later).
 
     Raises:
-        DataNotFoundError: the file does not exist.
+        DataNotFoundError: the file does not exist, or is a directory.
     """
     info = TRACES.get(trace)
     if info is None:
@@ -186,6 +186,11 @@ def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
     if info is not None:
         folder = data_dir(looking_for=info.file_name)
         path = folder / info.file_name
+        if path.is_dir():
+            raise DataNotFoundError(
+                f"{path} is a directory, expected the trace file {info.file_name!r} there. "
+                f"{_download_hint(info.file_name)}"
+            )
         if not path.is_file():
             env_note = (
                 f"{ENV_VAR}={os.environ[ENV_VAR]}" if os.environ.get(ENV_VAR) else str(folder)
@@ -196,6 +201,11 @@ def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
     if path.is_file():
         return path, None
     names = ", ".join(sorted(TRACES))
+    if path.is_dir():
+        raise DataNotFoundError(
+            f"Trace {trace!r} is a directory ({path.resolve()}), expected a trace file (CSV, "
+            f"Parquet, JSON Lines or ShareGPT JSON) or a known trace name ({names})"
+        )
     raise DataNotFoundError(
         f"Trace {trace!r} is neither a known trace name ({names}) nor an existing file "
         f"(looked for {path.resolve()}). Named traces are read from the folder in {ENV_VAR}. "

@@ -372,7 +372,11 @@ def test_parquet_corrupt_and_empty(hostile) -> None:
 def test_trace_is_a_folder(hostile) -> None:
     folder = hostile.cwd / "trace.csv"
     folder.mkdir()
-    hostile.run([*RUN, "--set", f"workload.trace={folder}", "--set", *REPLAY], "trace.csv")
+    hostile.run(
+        [*RUN, "--set", f"workload.trace={folder}", "--set", *REPLAY],
+        f"Trace {str(folder)!r} is a directory",
+        "expected a trace file",
+    )
 
 
 @pytest.fixture

@@ -206,3 +206,26 @@ def test_header_only_csv_names_the_file(tmp_path):
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
     with pytest.raises(ValueError, match=r"empty_rows\.csv: the trace holds no requests"):
         load_trace(path)
+
+
+def test_a_directory_as_trace_is_named_so(tmp_path: Path) -> None:
+    folder = tmp_path / "trace.csv"
+    folder.mkdir()
+    with pytest.raises(DataNotFoundError) as info:
+        _gen(WorkloadSpec(trace=str(folder), sample="replay"))
+    message = str(info.value)
+    assert message.startswith(f"Trace {str(folder)!r} is a directory ({folder}), expected a ")
+    assert "trace file (CSV, Parquet, JSON Lines or ShareGPT JSON) or a known trace name" in message
+
+
+def test_a_directory_in_place_of_a_named_trace_is_named_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "azure_llm_2023_conv.csv").mkdir()
+    monkeypatch.setenv("KVSIM_DATA", str(tmp_path))
+    with pytest.raises(DataNotFoundError) as info:
+        _gen(WorkloadSpec(trace="azure_conv", arrival="trace"))
+    assert str(info.value).startswith(
+        f"{tmp_path / 'azure_llm_2023_conv.csv'} is a directory, expected the trace file "
+        "'azure_llm_2023_conv.csv' there."
+    )
