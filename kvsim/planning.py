@@ -5,9 +5,11 @@ A plan is a base ``SimConfig`` table, the knob to move (a dotted field such as
 ``scheduler.max_num_seqs``), the direction (``smallest`` KV budget or TP size; ``largest`` rate or
 ``max_num_seqs``), a bracket and targets: upper bounds on summary metrics in vLLM's names
 (``time_to_first_token_seconds_p99 <= 2``). Meeting the targets is assumed monotone in the knob,
-so the answer is found by bisection (``jobs`` points per round on a process pool); a point that
-contradicts monotonicity is reported. Every evaluated config is a point of the sweep store
-(``results/plan/NAME/points/KEY``), so a rerun or a sharper question reuses them. A config the
+so the answer is found by trisection (``PROBES_PER_ROUND`` points per round, on ``jobs``
+processes); a point that contradicts monotonicity is reported. The points a search visits do
+not depend on ``jobs``, so neither does its answer where the metric is not monotone. Every
+evaluated config is a point of the sweep store (``results/plan/NAME/points/KEY``), so a rerun or
+a sharper question reuses them. A config the
 knob makes invalid (a KV budget that cannot hold one request) does not meet the targets; a
 choice the model cannot use (a TP size that does not divide its heads) is skipped, not searched.
 
@@ -566,6 +568,13 @@ def plan_folder(out_root: str | Path, name: str, *, quick: bool = False) -> Path
     return Path(out_root) / "plan" / ("quick" if quick else "") / name
 
 
+# Values one search round evaluates: fixed, so that -j changes the speed of a plan but not the
+# points it visits (with k = jobs, a target that a metric meets non-monotonically, as
+# FasterTransformer's p90 latency against its rate, gave -j 1 and -j 2 different answers).
+# Two points per round (trisection) keep both of a 2-core machine's processes busy.
+PROBES_PER_ROUND = 2
+
+
 def run_plan(
     plan: Plan,
     out_root: str | Path = "results",
@@ -574,13 +583,15 @@ def run_plan(
     quick: bool = False,
     on_point: Callable[[float | int, dict[str, Any], bool], None] | None = None,
 ) -> PlanResult:
-    """Answer ``plan`` by k-ary bisection over ``candidates`` (``jobs`` points per round).
+    """Answer ``plan`` by k-ary search over ``candidates`` (``PROBES_PER_ROUND`` points per
+    round, whatever ``jobs``: the points visited, and so the answer, are the executor's to
+    speed up, not to choose).
 
     Args:
         plan: the question.
         out_root: results root; points go to ``OUT/plan/NAME/points`` (``OUT/plan/quick/NAME``
             with ``quick``).
-        jobs: worker processes; each bisection round evaluates ``jobs`` values.
+        jobs: processes (this one and ``jobs - 1`` workers) sharing each round's values.
         quick: apply the plan's ``[quick] set`` overrides (small runs for tests and notebooks).
         on_point: called with ``(knob value, summary, meets)`` as each value is evaluated.
 
@@ -618,7 +629,7 @@ def run_plan(
     else:
         lo, hi = 0, len(grid) - 1  # ok(lo) False, ok(hi) True
         while hi - lo > 1:
-            k = min(max(1, jobs), hi - lo - 1)
+            k = min(PROBES_PER_ROUND, hi - lo - 1)
             probes = sorted({lo + (hi - lo) * (j + 1) // (k + 1) for j in range(k)})
             ev.evaluate([grid[i] for i in probes])
             for i in probes:

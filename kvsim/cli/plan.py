@@ -117,7 +117,10 @@ def plan(
     jobs: Annotated[
         int,
         typer.Option(
-            "-j", "--jobs", min=1, help="Points per round, run by this process and JOBS-1 workers."
+            "-j",
+            "--jobs",
+            min=1,
+            help="Processes: this one and JOBS-1 workers share each round's 2 points.",
         ),
     ] = 1,
     quick: Annotated[bool, typer.Option(help="Small runs: the plan's \\[quick] table.")] = False,

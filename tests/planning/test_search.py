@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsim import planning
-from kvsim.planning import Plan, Target, candidates, plan_from_dict, run_plan
+from kvsim.planning import PROBES_PER_ROUND, Plan, Target, candidates, plan_from_dict, run_plan
 
 METRIC = "time_to_first_token_seconds_p99"
 
@@ -73,8 +73,9 @@ def test_bisection_finds_what_a_scan_finds(
         result = run_plan(plan, tmp_path_factory.mktemp("plan"), jobs=jobs)
     assert result.answer == _naive(plan, metric_of)
     assert result.monotone
-    # a bisection: about log2(candidates) evaluations, never a scan
-    assert len(calls) <= 2 + jobs * math.ceil(math.log2(len(candidates(plan)) + 1))
+    # two ends, then two probes a round, each round keeping at most a third of the interval
+    # (plus one): about 2 log3(candidates) evaluations, never a scan
+    assert len(calls) <= 2 + PROBES_PER_ROUND * math.ceil(math.log(len(candidates(plan)), 3) + 1)
 
 
 def test_answer_names_its_binding_target_and_margin(
@@ -109,14 +110,33 @@ def test_answer_names_its_binding_target_and_margin(
 
 
 def test_non_monotone_points_are_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # meets above 10 except at 32; jobs=3 probes candidates 16, 32 and 48 in its first round
-    _fake_evaluator(monkeypatch, lambda x: 0.0 if x > 10 and x != 32 else 1.0, [])
+    # meets above 10 except at 43; candidates 1..64 (indices 0..63): the first round probes
+    # indices 63 * 1 // 3 = 21 and 63 * 2 // 3 = 42, values 22 (meets) and 43 (fails)
+    _fake_evaluator(monkeypatch, lambda x: 0.0 if x > 10 and x != 43 else 1.0, [])
     result = run_plan(_plan("smallest", 1, 64, 0.5, integer=True), tmp_path, jobs=3)
     assert not result.monotone
-    assert result.points.loc[result.points["cache.kv_cache_gib"] == 32, "meets"].item() is False
+    assert result.points.loc[result.points["cache.kv_cache_gib"] == 43, "meets"].item() is False
     # the same function seen only where it is monotone is not flagged
     _fake_evaluator(monkeypatch, lambda x: 0.0 if x > 10 else 1.0, [])
     assert run_plan(_plan("smallest", 1, 64, 0.5, integer=True), tmp_path / "b", jobs=3).monotone
+
+
+@pytest.mark.parametrize("jobs", [2, 3, 5])
+def test_the_points_visited_and_the_answer_do_not_depend_on_jobs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: int
+) -> None:
+    # a metric that meets non-monotonically (above 10, and in 3..5): which side of 5 a search
+    # lands on depends on the points it visits; -j must not choose them
+    def metric_of(x: float) -> float:
+        return 0.0 if x > 10 or 3 <= x <= 5 else 1.0
+
+    runs = {}
+    for n in (1, jobs):
+        calls: list[float] = []
+        _fake_evaluator(monkeypatch, metric_of, calls)
+        result = run_plan(_plan("smallest", 1, 64, 0.5, integer=True), tmp_path / str(n), jobs=n)
+        runs[n] = (sorted(calls), result.answer)
+    assert runs[jobs] == runs[1]
 
 
 def test_choices_are_the_only_answers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
