@@ -139,10 +139,9 @@ def test_the_points_visited_and_the_answer_do_not_depend_on_jobs(
     assert runs[jobs] == runs[1]
 
 
-def test_choices_are_the_only_answers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    calls: list[float] = []
-    _fake_evaluator(monkeypatch, lambda tp: 70 / tp, calls)  # fits below 10 from TP 8 on
-    plan = Plan(
+def _tp_plan() -> Plan:
+    """The smallest TP size of 1/2/4/8/16 whose metric is at most 10."""
+    return Plan(
         name="t",
         base={},
         field="parallel.tensor_parallel_size",
@@ -152,6 +151,12 @@ def test_choices_are_the_only_answers(monkeypatch: pytest.MonkeyPatch, tmp_path:
         choices=(1, 2, 4, 8, 16),
         targets=(Target(METRIC, 10.0),),
     )
+
+
+def test_choices_are_the_only_answers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[float] = []
+    _fake_evaluator(monkeypatch, lambda tp: 70 / tp, calls)  # fits below 10 from TP 8 on
+    plan = _tp_plan()
     assert run_plan(plan, tmp_path).answer == 8
     assert set(calls) <= {1, 2, 4, 8, 16}
 
@@ -164,16 +169,7 @@ def test_tp_sizes_the_model_cannot_use_are_skipped_not_failed(
     # Counted as a failure, an invalid 16 at the bracket's top made the answer "none".
     calls: list[float] = []
     _fake_evaluator(monkeypatch, lambda tp: 70 / tp, calls)
-    plan = Plan(
-        name="t",
-        base={},
-        field="parallel.tensor_parallel_size",
-        direction="smallest",
-        lo=1,
-        hi=16,
-        choices=(1, 2, 4, 8, 16),
-        targets=(Target(METRIC, 10.0),),
-    )
+    plan = _tp_plan()
     result = run_plan(plan, tmp_path)
     assert result.answer == 8
     assert 16 not in calls  # never simulated
