@@ -272,24 +272,29 @@ def summarize(
 
 
 def warn_empty_window(
-    summary: dict[str, Any], run_shares: dict[str, float], first_s: float, last_s: float
+    summary: dict[str, Any],
+    run_shares: dict[str, float],
+    window_s: tuple[float, float],
+    first_s: float,
 ) -> None:
     """Say which metrics an ``arrivals`` window without an engine step left out, and why.
 
     Args:
         summary: the run's summary (metrics over the window).
         run_shares: ``memory_shares`` over the whole run: the metrics the window lacks.
-        first_s, last_s: the first and the last arrival, simulated seconds.
+        window_s: the window ``[start, end)``, simulated seconds (its end is the last arrival).
+        first_s: the first arrival, simulated seconds.
     """
     missing = [k for k in run_shares if k not in summary]
     if not missing:  # nothing recorded (record_memory = false): nothing was lost to the window
         return
+    start_s, last_s = window_s
     logger.warning(
         "summary_window = 'arrivals': the window from 10 %% into the arrivals to the last one, "
         "[%g, %g) s, holds no engine step (%s arriving from %g to %g s); %d KV-memory "
         "metrics are left out of the summary (%s) and num_requests_running_step_mean is null; "
         "summary_window = 'run' measures the whole run",
-        first_s + 0.1 * (last_s - first_s),
+        start_s,
         last_s,
         plural(summary["num_requests"], "request"),
         first_s,

@@ -9,9 +9,9 @@ so the answer is found by trisection (``PROBES_PER_ROUND`` points per round, on 
 processes); a point that contradicts monotonicity is reported. The points a search visits do
 not depend on ``jobs``, so neither does its answer where the metric is not monotone. Every
 evaluated config is a point of the sweep store (``results/plan/NAME/points/KEY``), so a rerun or
-a sharper question reuses them. A config the
-knob makes invalid (a KV budget that cannot hold one request) does not meet the targets; a
-choice the model cannot use (a TP size that does not divide its heads) is skipped, not searched.
+a sharper question reuses them. A config the knob makes invalid (a KV budget that cannot hold
+one request) does not meet the targets; a choice the model cannot use (a TP size that does not
+divide its heads) is skipped, not searched.
 
     plan.toml:  name, description, [base] (a SimConfig table),
                 [question] field, direction, lo, hi, targets = {metric = bound}, resolution,
@@ -570,7 +570,8 @@ def plan_folder(out_root: str | Path, name: str, *, quick: bool = False) -> Path
 
 # Values one search round evaluates: fixed, so that -j changes the speed of a plan but not the
 # points it visits (with k = jobs, a target that a metric meets non-monotonically, as
-# FasterTransformer's p90 latency against its rate, gave -j 1 and -j 2 different answers).
+# FasterTransformer's mean normalised latency against its rate, gave -j 1 and -j 2 different
+# answers).
 # Two points per round (trisection) keep both of a 2-core machine's processes busy.
 PROBES_PER_ROUND = 2
 

@@ -279,6 +279,7 @@ def build_results(
         mem_table = memory_frame(memory)
     capacity = config.capacity_tokens
     start_s = end_s = None
+    first = 0.0
     if config.summary_window == "arrivals":
         arrival = req_table["arrival_time_s"]
         first, last = arrival.min(), arrival.max()
@@ -295,10 +296,9 @@ def build_results(
             end_s=end_s,
         )
     )
-    if config.summary_window == "arrivals" and "token_states_pct" not in summary:
-        arrival = req_table["arrival_time_s"]
-        first_last = (float(arrival.min()), float(arrival.max()))
-        warn_empty_window(summary, memory_shares(mem_table, capacity, usable), *first_last)
+    if start_s is not None and end_s is not None and "token_states_pct" not in summary:
+        run_shares = memory_shares(mem_table, capacity, usable)
+        warn_empty_window(summary, run_shares, (start_s, end_s), float(first))
     summary["summary_window"] = config.summary_window
     summary["num_preemptions"] = num_preemptions
     finished = summary.get("num_requests") or 0

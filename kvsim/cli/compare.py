@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +15,7 @@ def load_summary(folder: Path) -> dict[str, Any]:
     file itself); ``null`` metrics read as NaN.
 
     Raises:
-        ValueError: no such file, or not a JSON object.
+        ValueError: no such file, or not UTF-8, invalid JSON or not a JSON object (naming it).
     """
     path = folder / "summary.json" if folder.is_dir() else folder
     if not path.is_file():
@@ -25,13 +23,9 @@ def load_summary(folder: Path) -> dict[str, Any]:
             f"{folder}: no summary.json (a folder written by `kvsim run --out`, or a sweep "
             "point under results/NAME/points/)"
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not a kvsim summary ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a kvsim summary (expected a JSON object)")
-    return {k: math.nan if v is None else v for k, v in data.items()}  # null: NaN or inf
+    from kvsim.results import read_summary
+
+    return read_summary(path)
 
 
 def compare(
