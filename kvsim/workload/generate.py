@@ -201,15 +201,15 @@ def _truncate(
     the cut rows are counted in a warning (a changed length is never silent)."""
     cut_prompt = np.minimum(prompt, max_model_len - 1)
     cut_output = np.minimum(output, max_model_len - cut_prompt)
-    prompts_cut = int((cut_prompt < prompt).sum())
-    outputs_cut = int((cut_output < output).sum())
+    prompt_was_cut, output_was_cut = cut_prompt < prompt, cut_output < output
+    prompts_cut, outputs_cut = int(prompt_was_cut.sum()), int(output_was_cut.sum())
     if prompts_cut or outputs_cut:
         warn_once(
             logger,
             "%s: overflow='truncate' cut %d of %d requests to max_model_len = %d tokens (%s "
             "to %d tokens, %s to fit)",
             source or "workload",
-            int(((cut_prompt < prompt) | (cut_output < output)).sum()),
+            int((prompt_was_cut | output_was_cut).sum()),
             len(prompt),
             max_model_len,
             plural(prompts_cut, "prompt"),
