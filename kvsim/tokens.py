@@ -202,7 +202,8 @@ class StreamKeys:
                     raise ValueError(f"stream ends before block {len(keys) - 1} is full")
                 seg, length = segs[seg_i]
                 take = min(need, length - offset)
-                pieces += (seg, offset, offset + take)
+                if take > 0:  # an empty run holds no token: it changes no key
+                    pieces += (seg, offset, offset + take)
                 offset += take
                 need -= take
                 if offset == length:

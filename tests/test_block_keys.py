@@ -1,0 +1,65 @@
+"""Block keys against the token streams they name: two blocks get equal keys exactly when their
+whole prefixes are equal tokens, however the streams cut their runs and however far the keys
+were extended at a time."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsim.tokens import KeyChain, StreamKeys
+
+# runs drawn from a few ids, so streams share runs, cut them at different lengths (a copy of a
+# run is its first tokens: token t of run s is (s, t)) and hold empty ones
+RUN = st.tuples(st.sampled_from(["a", "b", "c", ("mc", 1), ("mc", 2)]), st.integers(0, 40))
+STREAM = st.lists(RUN, min_size=1, max_size=6)
+
+
+def _tokens(segments: list[tuple[object, int]]) -> list[tuple[object, int]]:
+    return [(seg, t) for seg, length in segments for t in range(length)]
+
+
+def _keys_in_steps(keys: StreamKeys, num_blocks: int, steps: list[int]) -> list[int]:
+    """Extend ``keys`` a few blocks at a time (as decode steps and prefill chunks do)."""
+    done = 0
+    for step in steps:
+        done = min(num_blocks, done + step)
+        keys.keys(done)
+    return keys.keys(num_blocks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    streams=st.lists(STREAM, min_size=2, max_size=4),
+    block=st.sampled_from([1, 3, 4, 8, 16]),
+    steps=st.lists(st.integers(1, 12), max_size=6),
+)
+def test_equal_keys_exactly_for_equal_prefixes(streams, block, steps) -> None:
+    chain = KeyChain()
+    named: dict[int, tuple[tuple[object, int], ...]] = {}  # key -> the prefix it names
+    for i, segments in enumerate(streams):
+        tokens = _tokens(segments)
+        num_blocks = len(tokens) // block
+        whole = chain.block_keys(segments, num_blocks, block)
+        stepped = _keys_in_steps(StreamKeys(chain, segments, block), num_blocks, steps)
+        assert stepped == whole, f"stream {i}: keys depend on how far they were extended"
+        for b, key in enumerate(whole):
+            prefix = tuple(tokens[: (b + 1) * block])
+            assert named.setdefault(key, prefix) == prefix, f"stream {i} block {b}: collision"
+    # and equal prefixes did get one key: the map's values are distinct prefixes
+    assert len(set(named.values())) == len(named)
+
+
+def test_a_run_cut_at_a_block_boundary_keys_as_its_longer_copy() -> None:
+    # 32 tokens of run "s" then output vs 48 tokens of "s": blocks 0 and 1 hold the same tokens
+    chain = KeyChain()
+    short = chain.block_keys([("s", 32), ("gen", 16)], 3, 16)
+    long = chain.block_keys([("s", 48)], 3, 16)
+    assert short[:2] == long[:2]
+    assert short[2] != long[2]
+
+
+def test_an_empty_run_changes_no_key() -> None:
+    chain = KeyChain()
+    with_empty = chain.block_keys([("a", 10), ("b", 0), ("c", 10)], 2, 8)
+    assert with_empty == chain.block_keys([("a", 10), ("c", 10)], 2, 8)
