@@ -19,6 +19,9 @@ from collections.abc import Hashable, Sequence
 from numbers import Integral
 from typing import SupportsIndex, TypeGuard
 
+from librt.vecs import append, vec
+from mypy_extensions import i64
+
 from kvsim.request import Request
 
 MOONCAKE_BLOCK_SIZE_TOKENS = 512  # tokens a Mooncake trace's hash id stands for (its README)
@@ -170,7 +173,8 @@ class StreamKeys:
         self._block = block_size_tokens
         self._seg_i = 0
         self._offset = 0
-        self._keys: list[int] = [chain.root(salt)]  # entry 0 is the root; block b is entry b + 1
+        # entry 0 is the root; block b is entry b + 1 (packed: no int object per key)
+        self._keys: vec[i64] = vec[i64]([chain.root(salt)])
 
     def keys(self, num_blocks: int) -> list[int]:
         """Keys of the first ``num_blocks`` full blocks (a new list).
@@ -179,7 +183,12 @@ class StreamKeys:
             ValueError: the stream holds fewer than ``num_blocks`` full blocks.
         """
         self._extend(num_blocks)
-        return self._keys[1 : num_blocks + 1]
+        return list(self._keys[1 : num_blocks + 1])
+
+    def keys_between(self, start: int, stop: int) -> vec[i64]:
+        """Keys of full blocks ``start`` to ``stop - 1`` (a new vector)."""
+        self._extend(stop)
+        return self._keys[start + 1 : stop + 1]
 
     def key(self, index: int) -> int:
         """Key of full block ``index`` (0-based)."""
@@ -192,11 +201,11 @@ class StreamKeys:
         while len(keys) <= num_blocks:
             if seg_i < len(segs) and segs[seg_i][1] - offset > block:  # inside one run
                 seg = segs[seg_i][0]
-                keys.append(hash((keys[-1], seg, offset, offset + block)))
+                keys = append(keys, hash((keys[len(keys) - 1], seg, offset, offset + block)))
                 offset += block
                 continue
             need = block
-            pieces: list[int] = [keys[-1]]
+            pieces: list[int] = [keys[len(keys) - 1]]
             while need > 0:
                 if seg_i >= len(segs):
                     raise ValueError(f"stream ends before block {len(keys) - 1} is full")
@@ -208,7 +217,8 @@ class StreamKeys:
                 need -= take
                 if offset == length:
                     seg_i, offset = seg_i + 1, 0
-            keys.append(hash(tuple(pieces)))
+            keys = append(keys, hash(tuple(pieces)))
+        self._keys = keys
         self._seg_i, self._offset = seg_i, offset
 
 
@@ -228,6 +238,10 @@ class PrivateKeys:
     def key(self, index: int) -> int:
         """Key of full block ``index`` (0-based)."""
         return hash((-2, self._req_id, index))
+
+    def keys_between(self, start: int, stop: int) -> vec[i64]:
+        """Keys of full blocks ``start`` to ``stop - 1``."""
+        return vec[i64]([hash((-2, self._req_id, i)) for i in range(start, stop)])
 
     def keys(self, num_blocks: int) -> list[int]:
         """Keys of the first ``num_blocks`` full blocks."""

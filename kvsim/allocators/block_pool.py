@@ -17,42 +17,68 @@ sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
     free queue:  front [7 3 9 ... 12] back     take(1) -> [7] (evicts 7's key)
                                               release([x]) -> [3 9 ... 12 x]
 
-The queue is a list with a moving head; a block touched while free leaves a stale entry behind
+The queue is an array with a moving head; a block touched while free leaves a stale entry behind
 that ``take`` skips, so every operation is O(1) amortised per block. A block's stale entries are
 its oldest ones in the queue (each touch makes its one live entry stale, and a release appends a
 newer one), so counting them per block (``_stale``) tells ``take`` which entries to skip without
 recording every block's queue position; positions are recorded only for free blocks that keep a
 key (``free_blocks_ahead`` asks only about cache hits).
+
+Ref counts, keys, the queue, positions and the key-to-block map (open addressing, linear probing)
+are ``librt.vecs.vec[i64]`` arrays (mypyc's packed vectors): compiled, an element is a machine
+integer, not a Python int object allocated, stored in a dict and freed once per block, which was
+most of the work of keying, releasing and evicting a long prompt's hundreds of blocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
-_COMPACT_AT = 4096  # drop consumed queue entries once the head passes this many (and half)
+from librt.vecs import append, vec
+from mypy_extensions import i64
+
+_COMPACT_AT: Final = 4096  # drop consumed queue entries once the head passes this many (and half)
+_EMPTY: Final = -1  # a map slot never used
+_GONE: Final = -2  # a map slot whose key was evicted (probes go on past it)
 
 
 class BlockPool:
     """``num_blocks`` blocks: ref counts, keys of cached full blocks, and the free queue.
 
-    Invariants (``check``): a block is in the free queue iff its ref count is 0; ``cached`` maps
-    each key to the one block holding it and ``block_key`` is its inverse.
+    Invariants (``check``): a block is in the free queue iff its ref count is 0; the key map
+    (``lookup``) holds each cached key once, pointing at the one block holding it, and
+    ``key_of`` is its inverse.
 
     Args:
-        num_blocks: blocks in the pool (>= 1).
+        num_blocks: blocks in the pool (>= 1, >= 2 with the null block).
+        reserve_null_block: take block 0 at start and never free it (vLLM v1).
+
+    Raises:
+        ValueError: too few blocks.
     """
 
     def __init__(self, num_blocks: int, *, reserve_null_block: bool = False) -> None:
         if num_blocks < 1 + reserve_null_block:
             raise ValueError(f"num_blocks: must be >= {1 + reserve_null_block}, got {num_blocks}")
         self.num_blocks = num_blocks
-        self.ref_cnt = [0] * num_blocks
-        self.block_key: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}
+        self.ref_cnt: vec[i64] = vec[i64]([0] * num_blocks)  # table entries per block
+        self._key: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's key
+        self._keyed: vec[i64] = vec[i64]([0] * num_blocks)  # 1 where the block holds a key
+        self._num_keyed = 0
+        capacity = 16
+        while capacity < 4 * num_blocks:  # a quarter full at most, evicted slots rehashed away
+            # at half: a lookup probes about 2.5 slots (linear probing, Knuth)
+            capacity *= 2
+        self._mask: i64 = capacity - 1
+        self._slot_key: vec[i64] = vec[i64]([0] * capacity)
+        self._slot_block: vec[i64] = vec[i64]([_EMPTY] * capacity)
+        self._slot_of: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's slot
+        self._num_gone = 0
         self.num_free = num_blocks
         self.num_evictions = 0
-        self._queue: list[int] = list(range(num_blocks))
-        self._pos: list[int] = list(range(num_blocks))  # absolute queue position of a free
+        self._queue: vec[i64] = vec[i64](range(num_blocks))
+        self._pos: vec[i64] = vec[i64](range(num_blocks))  # absolute queue position of a free
         # block with a key (other entries are not kept up to date)
         self._head = 0  # index in _queue of the front entry
         self._base = 0  # absolute position of _queue[0]
@@ -67,11 +93,21 @@ class BlockPool:
         """Table entries pointing at ``block_id``."""
         return self.ref_cnt[block_id]
 
+    def ref_counts(self) -> list[int]:
+        """Every block's ref count, by block id (a copy)."""
+        return list(self.ref_cnt)
+
+    def key_of(self, block_id: int) -> int | None:
+        """The key ``block_id`` caches, or ``None``."""
+        return self._key[block_id] if self._keyed[block_id] else None
+
     def free_order(self) -> list[int]:
         """Free block ids, front (taken next) first."""
         stale = dict(self._stale)
         out: list[int] = []
-        for b in self._queue[self._head :]:
+        queue = self._queue
+        for i in range(self._head, len(queue)):
+            b = queue[i]
             skip = stale.get(b)
             if skip:  # one of b's oldest entries: stale
                 stale[b] = skip - 1
@@ -82,21 +118,69 @@ class BlockPool:
     def free_blocks_ahead(self, block_id: int) -> int:
         """At least how many free blocks are taken before ``block_id`` (free, with a key) is
         evicted."""
-        assert self.block_key[block_id] is not None, "positions are kept for keyed blocks only"
+        assert self._keyed[block_id], "positions are kept for keyed blocks only"
         ahead = self._pos[block_id] - self._base - self._head  # entries before it, stale included
         return max(0, ahead - self._num_stale)
 
     def lookup(self, key: int) -> int | None:
         """The block caching ``key``, or ``None``."""
-        return self.cached.get(key)
+        slot = self._find(key)
+        return self._slot_block[slot] if slot >= 0 else None
 
     def num_cached(self) -> int:
         """Blocks holding a cached key (in use or free)."""
-        return len(self.cached)
+        return self._num_keyed
+
+    def cached_map(self) -> dict[int, int]:
+        """Every cached key and the block holding it (a copy)."""
+        return {self._key[b]: b for b in range(self.num_blocks) if self._keyed[b]}
+
+    def _find(self, key: i64) -> i64:
+        """The map slot holding ``key``, or -1."""
+        slot_key, slot_block, mask = self._slot_key, self._slot_block, self._mask
+        i: i64 = key & mask
+        while True:
+            b = slot_block[i]
+            if b == _EMPTY:
+                return -1
+            if b >= 0 and slot_key[i] == key:
+                return i
+            i = (i + 1) & mask
+
+    def _insert(self, block_id: i64, key: i64) -> None:
+        """Map ``key`` (not in the map) to ``block_id`` (holding no key)."""
+        if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
+            self._rehash()
+        slot_key, slot_block, mask = self._slot_key, self._slot_block, self._mask
+        i: i64 = key & mask
+        while slot_block[i] >= 0:
+            i = (i + 1) & mask
+        if slot_block[i] == _GONE:
+            self._num_gone -= 1
+        slot_key[i] = key
+        slot_block[i] = block_id
+        self._slot_of[block_id] = i
+        self._key[block_id] = key
+        self._keyed[block_id] = 1
+        self._num_keyed += 1
+
+    def _rehash(self) -> None:
+        """Rebuild the map without its evicted slots."""
+        slot_block = self._slot_block
+        for i in range(len(slot_block)):
+            slot_block[i] = _EMPTY
+        self._num_gone = 0
+        self._num_keyed = 0
+        keyed = self._keyed
+        for b in range(self.num_blocks):
+            if keyed[b]:
+                keyed[b] = 0
+                self._insert(b, self._key[b])
 
     # -- mutations --------------------------------------------------------------------------
     def take(self, count: int) -> list[int]:
-        """Take ``count`` blocks from the front of the free queue, each with ref count 1.
+        """Take ``count`` blocks from the front of the free queue, each with ref count 1; a
+        taken block that caches a key loses it (an eviction).
 
         Raises:
             ValueError: fewer than ``count`` blocks are free (callers check first).
@@ -105,13 +189,16 @@ class BlockPool:
             raise ValueError(f"take({count}): only {self.num_free} blocks free")
         if count <= 0:
             return []
-        head = self._head
+        head: i64 = self._head
+        queue, ref, keyed = self._queue, self.ref_cnt, self._keyed
+        taken: list[int] = []
         if self._num_stale == 0:  # fast path: every entry from the head on is live
-            taken = self._queue[head : head + count]
-            head += count
+            end: i64 = head + count
+            while head < end:
+                taken.append(queue[head])
+                head += 1
         else:
-            taken = []
-            queue, stale = self._queue, self._stale
+            stale = self._stale
             while len(taken) < count:
                 b = queue[head]
                 skip = stale.get(b)
@@ -126,25 +213,22 @@ class BlockPool:
                 head += 1
         self._head = head
         self.num_free -= count
-        ref = self.ref_cnt
+        evicted = 0
+        slot_block, slot_of = self._slot_block, self._slot_of
         for b in taken:
             ref[b] = 1
-        if self.cached:
-            self._evict(taken)
-        if head > _COMPACT_AT and 2 * head > len(self._queue):
-            del self._queue[:head]
+            if keyed[b]:
+                slot_block[slot_of[b]] = _GONE
+                keyed[b] = 0
+                evicted += 1
+        self.num_evictions += evicted
+        self._num_keyed -= evicted
+        self._num_gone += evicted
+        if head > _COMPACT_AT and 2 * head > len(queue):
+            self._queue = queue[head:]
             self._base += head
             self._head = 0
         return taken
-
-    def _evict(self, taken: Sequence[int]) -> None:
-        keys = self.block_key
-        for b in taken:
-            key = keys[b]
-            if key is not None:
-                del self.cached[key]
-                keys[b] = None
-                self.num_evictions += 1
 
     def touch(self, blocks: Iterable[int]) -> None:
         """One more table entry points at each block; a free one leaves the queue (a hit)."""
@@ -159,31 +243,37 @@ class BlockPool:
     def release(self, blocks: Iterable[int]) -> None:
         """One table entry fewer for each block, in the given order; a block reaching 0 joins the
         back of the free queue (pass a table reversed to free it tail first)."""
-        ref, queue = self.ref_cnt, self._queue
-        start = len(queue)
+        ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
+        at: i64 = self._base + len(queue)
+        freed = 0
         for b in blocks:
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
-                queue.append(b)
+                queue = append(queue, b)
+                if keyed[b]:  # where it sits (free_blocks_ahead)
+                    pos[b] = at
+                at += 1
+                freed += 1
             elif r < 0:
+                self._queue = queue
                 raise AssertionError(f"block {b}: negative ref count")
-        freed = len(queue) - start
-        if not freed:
-            return
+        self._queue = queue
         self.num_free += freed
-        if self.cached:  # where the keyed ones sit (free_blocks_ahead)
-            keys, pos = self.block_key, self._pos
-            for i, b in enumerate(queue[start:], self._base + start):
-                if keys[b] is not None:
-                    pos[b] = i
 
     def register(self, block_id: int, key: int) -> None:
         """Cache a full block under ``key`` (no-op if the key or the block is already cached)."""
-        if key in self.cached or self.block_key[block_id] is not None:
-            return
-        self.cached[key] = block_id
-        self.block_key[block_id] = key
+        if not self._keyed[block_id] and self._find(key) < 0:
+            self._insert(block_id, key)
+
+    def register_many(self, blocks: Sequence[int], keys: vec[i64]) -> None:
+        """``register`` each ``(block, key)`` pair in order."""
+        keyed = self._keyed
+        for i in range(len(blocks)):
+            block_id: i64 = blocks[i]
+            key: i64 = keys[i]
+            if not keyed[block_id] and self._find(key) < 0:
+                self._insert(block_id, key)
 
     # -- one block at a time (kvsim.groups.BlockSource) -------------------------------------
     def take_one(self) -> int:
@@ -216,8 +306,13 @@ class BlockPool:
                 f"block {b}: ref {self.ref_cnt[b]} but {'in' if b in in_queue else 'not in'} "
                 "the free queue"
             )
-        for key, b in self.cached.items():
-            assert self.block_key[b] == key, (
-                f"cached key {key} -> block {b} has {self.block_key[b]}"
-            )
-        assert sum(k is not None for k in self.block_key) == len(self.cached), "stale block keys"
+        live = 0
+        for i in range(len(self._slot_block)):
+            b = self._slot_block[i]
+            if b >= 0:
+                key = self._slot_key[i]
+                assert self.key_of(b) == key, f"cached key {key} -> block {b} has {self.key_of(b)}"
+                assert self._slot_of[b] == i, f"block {b}: its map slot drifted"
+                assert self.lookup(key) == b, f"key {key}: not found where it sits"
+                live += 1
+        assert sum(self._keyed) == live == self._num_keyed, "stale block keys"

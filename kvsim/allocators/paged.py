@@ -207,7 +207,7 @@ class PagedAllocator(Allocator):
         cap = (self._fork_point(request) - 1) // self.block_size_tokens
         if cap <= 0:
             return NO_HIT
-        keys, lookup = self._stream_keys(request), self.pool.cached.get
+        keys, lookup = self._stream_keys(request), self.pool.lookup
         hits: list[int] = []
         for i in range(cap):
             block_id = lookup(keys.key(i))
@@ -421,9 +421,8 @@ class PagedAllocator(Allocator):
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
             return
-        keys, register = self._stream_keys(request), self.pool.register
-        for i in range(start, upto):
-            register(table[i], keys.key(i))
+        keys = self._stream_keys(request).keys_between(start, upto)
+        self.pool.register_many(table[start:upto], keys)
         self._num_cached[request.req_id] = upto
 
     def _grow_group(
@@ -550,7 +549,7 @@ class PagedAllocator(Allocator):
     ) -> int | None:
         if not self.enable_prefix_caching or num_more_steps <= 0:
             return None
-        b, cached = self.block_size_tokens, self.pool.cached
+        b, lookup = self.block_size_tokens, self.pool.lookup
         first: int | None = None
         filled: dict[int, int] = {}  # key -> step that fills it
         for request, num_tokens in zip(requests, tokens, strict=True):
@@ -562,7 +561,7 @@ class PagedAllocator(Allocator):
             for i in range(start, (n + num_more_steps) // b):
                 step = (i + 1) * b - n
                 key = keys.key(i)
-                if key in cached or key in filled:
+                if key in filled or lookup(key) is not None:
                     unsafe = max(step, filled.get(key, step))
                     first = unsafe if first is None else min(first, unsafe)
                 else:
@@ -734,7 +733,7 @@ class PagedAllocator(Allocator):
             assert local == group.local, f"paged: group {req_id} local ref counts drifted"
             assert len(group.seqs) == group.width, f"group {req_id}: {len(group.seqs)} sequences"
             distinct += len(local)
-        assert counts == self.pool.ref_cnt, "paged: ref_cnt does not match block tables"
+        assert counts == self.pool.ref_counts(), "paged: ref_cnt does not match block tables"
         assert distinct == self._sum_distinct, (
             f"paged: distinct blocks {distinct} != counter {self._sum_distinct}"
         )

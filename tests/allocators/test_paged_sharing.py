@@ -45,7 +45,7 @@ def test_fork_copies_only_the_partial_last_block_at_the_first_decode():
     # seq 0 and seq 1 find block 2 shared (ref 3, then 2) and copy it to blocks 3 and 4;
     # seq 2 then sees ref 1 and writes in place
     assert [a.block_table(1, s) for s in range(3)] == [[0, 1, 3], [0, 1, 4], [0, 1, 2]]
-    assert a.pool.ref_cnt[:5] == [3, 3, 1, 1, 1]
+    assert a.pool.ref_counts()[:5] == [3, 3, 1, 1, 1]
     assert a.num_cow_copies == 2
     assert a.prefix_cache_summary()["cow_copy_bytes"] == 2 * 4  # 2 blocks x 4 slots x 1 byte
     assert a.held_slots(1) == 12  # now a plain holding: 3 blocks of 4 per sample
@@ -126,9 +126,9 @@ def test_failed_allocation_changes_nothing():
     a.free(1)  # queue: 4..10, then 3, 2, 1, 0 (0-2 cached)
     admit(a, doc(2, 28), 28)  # 7 blocks: 4..10; left: 3, 2, 1, 0
     before = (
-        list(a.pool.ref_cnt),
+        a.pool.ref_counts(),
         a.pool.free_order(),
-        dict(a.pool.cached),
+        a.pool.cached_map(),
         a.prefix_cache_queries,
         a.prefix_cache_hits,
     )
@@ -140,9 +140,9 @@ def test_failed_allocation_changes_nothing():
     assert not a.can_allocate(big, 21, hit)
     assert a.allocate(big, 21, hit) is None
     after = (
-        list(a.pool.ref_cnt),
+        a.pool.ref_counts(),
         a.pool.free_order(),
-        dict(a.pool.cached),
+        a.pool.cached_map(),
         a.prefix_cache_queries,
         a.prefix_cache_hits,
     )
@@ -185,7 +185,7 @@ def test_identical_request_admitted_later_in_the_same_step_hits():
     assert admit(a, one, 9).num_reused_tokens == 0
     assert admit(a, two, 9).num_reused_tokens == 8
     assert a.block_table(1)[:2] == a.block_table(2)[:2] == [0, 1]
-    assert a.pool.ref_cnt[:2] == [2, 2]
+    assert a.pool.ref_counts()[:2] == [2, 2]
     a.check_invariants()
 
 
@@ -218,7 +218,7 @@ def test_dropped_beam_releases_its_path():
     # the back of the free queue. Writing position 5: seq 0 finds block 1 shared and partly
     # full, copies it into block 3 (the front); seq 1 then sees ref 1 and writes in place.
     assert group.seqs == [[0, 3], [0, 1]]
-    assert pool.ref_cnt[:4] == [2, 1, 0, 1]
+    assert pool.ref_counts()[:4] == [2, 1, 0, 1]
     assert pool.free_order()[-1] == 2
     assert group.num_copies == 1
 

@@ -44,9 +44,9 @@ class SharingMachine(RuleBasedStateMachine):
         if self.kind == "paged":
             return (
                 *base,
-                list(a.pool.ref_cnt),
+                a.pool.ref_counts(),
                 a.pool.free_order(),
-                dict(a.pool.cached),
+                a.pool.cached_map(),
                 a.prefix_cache_hits,
             )
         return (*base, a.cached_tokens, a.protected_tokens, a.prefix_cache_hits)

@@ -53,7 +53,7 @@ def admit(a: PagedAllocator, r: Request, num_tokens: int | None = None):
 
 
 def keys(a: PagedAllocator, blocks) -> list:
-    return [a.pool.block_key[b] for b in blocks]
+    return [a.pool.key_of(b) for b in blocks]
 
 
 def refs(a: PagedAllocator, blocks) -> list[int]:
@@ -92,7 +92,7 @@ def test_prefill():
     assert admit(a, r0)[0].num_tokens == 0
     assert a.block_tables[0] == [1, 2, 3, 4]
     assert keys(a, [1, 2, 3]) == a.key_chain.block_keys([COMMON], 3, B)  # chained keys
-    assert a.pool.block_key[4] is None  # 7 tokens: partial, not cached
+    assert a.pool.key_of(4) is None  # 7 tokens: partial, not cached
     assert refs(a, [1, 2, 3, 4]) == [1, 1, 1, 1]
     # req1 = common + 5 (53 tokens) hits blocks 1-3 while req0 still holds them; 1 new block
     assert admit(a, doc(1, COMMON, (("three",), 5)))[0] == PrefixHit(48, (1, 2, 3))
@@ -128,12 +128,12 @@ def test_decode():
     r0.num_output_tokens = 4  # 59 tokens still fit in 4 blocks: nothing new, last block partial
     assert (res := a.allocate(r0, 59)) is not None
     assert res.num_new_blocks == 0
-    assert a.pool.block_key[a.block_tables[0][-1]] is None
+    assert a.pool.key_of(a.block_tables[0][-1]) is None
     r0.num_output_tokens = 23  # 78 tokens -> 5 blocks: 1 new; block 4 (tokens 48-63) now full
     assert (res := a.allocate(r0, 78)) is not None
     assert res.num_new_blocks == 1
-    assert a.pool.block_key[a.block_tables[0][-2]] is not None
-    assert a.pool.block_key[a.block_tables[0][-1]] is None
+    assert a.pool.key_of(a.block_tables[0][-2]) is not None
+    assert a.pool.key_of(a.block_tables[0][-1]) is None
     a.check_invariants()
 
 
@@ -158,12 +158,12 @@ def test_hash_block_correct_reuse():
     # test_prefix_caching.py::test_hash_block_correct_reuse: 2 blocks, only block 1 usable
     a = pool(2)
     admit(a, doc(0, (("r",), 16)))  # one full block, cached
-    assert (a.block_tables[0], a.pool.block_key[1] is not None) == ([1], True)
+    assert (a.block_tables[0], a.pool.key_of(1) is not None) == ([1], True)
     a.free(0)
     # a 15-token prefix can hit nothing ((15-1)//16 = 0 blocks); it reuses block 1, key dropped
     assert admit(a, doc(1, (("r",), 15)))[0].num_tokens == 0
     assert a.block_tables[1] == [1]
-    assert a.pool.block_key[1] is None
+    assert a.pool.key_of(1) is None
     assert a.pool.num_evictions == 1
     a.check_invariants()
 
