@@ -71,8 +71,8 @@ class BlockPool:
             # at half: a lookup probes about 2.5 slots (linear probing, Knuth)
             capacity *= 2
         self._mask: i64 = capacity - 1
-        self._slot_key: vec[i64] = vec[i64]([0] * capacity)
-        self._slot_block: vec[i64] = vec[i64]([_EMPTY] * capacity)
+        # slot i: its key at 2i, its block (or _EMPTY, _GONE) at 2i + 1: one cache line a probe
+        self._slots: vec[i64] = vec[i64]([_EMPTY] * (2 * capacity))  # keys unread while empty
         self._slot_of: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's slot
         self._num_gone = 0
         self.num_free = num_blocks
@@ -125,7 +125,7 @@ class BlockPool:
     def lookup(self, key: int) -> int | None:
         """The block caching ``key``, or ``None``."""
         slot = self._find(key)
-        return self._slot_block[slot] if slot >= 0 else None
+        return self._slots[2 * slot + 1] if slot >= 0 else None
 
     def num_cached(self) -> int:
         """Blocks holding a cached key (in use or free)."""
@@ -137,28 +137,39 @@ class BlockPool:
 
     def _find(self, key: i64) -> i64:
         """The map slot holding ``key``, or -1."""
-        slot_key, slot_block, mask = self._slot_key, self._slot_block, self._mask
+        slots, mask = self._slots, self._mask
         i: i64 = key & mask
         while True:
-            b = slot_block[i]
+            b = slots[2 * i + 1]
             if b == _EMPTY:
                 return -1
-            if b >= 0 and slot_key[i] == key:
+            if b >= 0 and slots[2 * i] == key:
                 return i
             i = (i + 1) & mask
 
-    def _insert(self, block_id: i64, key: i64) -> None:
-        """Map ``key`` (not in the map) to ``block_id`` (holding no key)."""
+    def _add(self, block_id: i64, key: i64) -> None:
+        """Map ``key`` to ``block_id`` (holding no key) unless another block caches it: one probe
+        sequence finds the key or, at the first empty slot, the first reusable one."""
         if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
             self._rehash()
-        slot_key, slot_block, mask = self._slot_key, self._slot_block, self._mask
+        slots, mask = self._slots, self._mask
         i: i64 = key & mask
-        while slot_block[i] >= 0:
+        reuse: i64 = -1
+        while True:
+            b = slots[2 * i + 1]
+            if b == _EMPTY:
+                break
+            if b == _GONE:
+                if reuse < 0:
+                    reuse = i
+            elif slots[2 * i] == key:
+                return  # cached elsewhere: it stays there
             i = (i + 1) & mask
-        if slot_block[i] == _GONE:
+        if reuse >= 0:
+            i = reuse
             self._num_gone -= 1
-        slot_key[i] = key
-        slot_block[i] = block_id
+        slots[2 * i] = key
+        slots[2 * i + 1] = block_id
         self._slot_of[block_id] = i
         self._key[block_id] = key
         self._keyed[block_id] = 1
@@ -166,16 +177,16 @@ class BlockPool:
 
     def _rehash(self) -> None:
         """Rebuild the map without its evicted slots."""
-        slot_block = self._slot_block
-        for i in range(len(slot_block)):
-            slot_block[i] = _EMPTY
+        slots = self._slots
+        for i in range(1, len(slots), 2):
+            slots[i] = _EMPTY
         self._num_gone = 0
         self._num_keyed = 0
         keyed = self._keyed
         for b in range(self.num_blocks):
             if keyed[b]:
                 keyed[b] = 0
-                self._insert(b, self._key[b])
+                self._add(b, self._key[b])
 
     # -- mutations --------------------------------------------------------------------------
     def take(self, count: int) -> list[int]:
@@ -214,11 +225,11 @@ class BlockPool:
         self._head = head
         self.num_free -= count
         evicted = 0
-        slot_block, slot_of = self._slot_block, self._slot_of
+        slots, slot_of = self._slots, self._slot_of
         for b in taken:
             ref[b] = 1
             if keyed[b]:
-                slot_block[slot_of[b]] = _GONE
+                slots[2 * slot_of[b] + 1] = _GONE
                 keyed[b] = 0
                 evicted += 1
         self.num_evictions += evicted
@@ -263,8 +274,8 @@ class BlockPool:
 
     def register(self, block_id: int, key: int) -> None:
         """Cache a full block under ``key`` (no-op if the key or the block is already cached)."""
-        if not self._keyed[block_id] and self._find(key) < 0:
-            self._insert(block_id, key)
+        if not self._keyed[block_id]:
+            self._add(block_id, key)
 
     def register_many(self, blocks: Sequence[int], keys: vec[i64]) -> None:
         """``register`` each ``(block, key)`` pair in order."""
@@ -272,8 +283,8 @@ class BlockPool:
         for i in range(len(blocks)):
             block_id: i64 = blocks[i]
             key: i64 = keys[i]
-            if not keyed[block_id] and self._find(key) < 0:
-                self._insert(block_id, key)
+            if not keyed[block_id]:
+                self._add(block_id, key)
 
     # -- one block at a time (kvsim.groups.BlockSource) -------------------------------------
     def take_one(self) -> int:
@@ -307,10 +318,10 @@ class BlockPool:
                 "the free queue"
             )
         live = 0
-        for i in range(len(self._slot_block)):
-            b = self._slot_block[i]
+        for i in range(len(self._slots) // 2):
+            b = self._slots[2 * i + 1]
             if b >= 0:
-                key = self._slot_key[i]
+                key = self._slots[2 * i]
                 assert self.key_of(b) == key, f"cached key {key} -> block {b} has {self.key_of(b)}"
                 assert self._slot_of[b] == i, f"block {b}: its map slot drifted"
                 assert self.lookup(key) == b, f"key {key}: not found where it sits"

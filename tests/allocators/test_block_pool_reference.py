@@ -1,0 +1,104 @@
+"""``BlockPool`` (packed vectors, an open-addressing key map, a queue with stale entries) against a
+naive pool written from its documented rules (a plain list for the free queue, a dict for the
+keys), under random takes, releases, registrations, cache hits and lookups: the same blocks taken,
+the same free order, the same hits and evictions. Small pools and many evictions, so the key map
+fills, wraps around and is rebuilt."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsim.allocators.block_pool import BlockPool
+
+
+class NaivePool:
+    """vLLM v1's rules, one block at a time: take from the front (a taken block loses its key),
+    release to the back, a hit leaves the queue wherever it sits, a key is cached once."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.ref = [0] * num_blocks
+        self.free = list(range(num_blocks))
+        self.cached: dict[int, int] = {}
+        self.evictions = 0
+
+    def take(self, count: int) -> list[int]:
+        taken, self.free = self.free[:count], self.free[count:]
+        for b in taken:
+            self.ref[b] = 1
+            for key in [k for k, v in self.cached.items() if v == b]:
+                del self.cached[key]
+                self.evictions += 1
+        return taken
+
+    def release(self, blocks: list[int]) -> None:
+        for b in blocks:
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free.append(b)
+
+    def touch(self, blocks: list[int]) -> None:
+        for b in blocks:
+            if self.ref[b] == 0:
+                self.free.remove(b)
+            self.ref[b] += 1
+
+    def register(self, block: int, key: int) -> None:
+        if key not in self.cached and block not in self.cached.values():
+            self.cached[key] = block
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["take", "release", "register", "hit"]),
+        st.integers(0, 7),
+        st.integers(0, 40),  # a key: few values, so keys repeat and are cached elsewhere
+    ),
+    max_size=150,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(num_blocks=st.integers(2, 24), ops=OPS)
+def test_the_pool_follows_the_naive_rules(num_blocks, ops) -> None:
+    pool, naive = BlockPool(num_blocks), NaivePool(num_blocks)
+    tables: list[list[int]] = []
+    for op, a, key in ops:
+        if op == "take" and a <= len(naive.free):
+            table = naive.take(a)
+            assert pool.take(a) == table
+            tables.append(table)
+        elif op == "release" and tables:
+            table = tables.pop(a % len(tables))
+            naive.release(table[::-1])
+            pool.release(reversed(table))
+        elif op == "register" and tables and tables[a % len(tables)]:
+            table = tables[a % len(tables)]
+            block = table[key % len(table)]
+            naive.register(block, key)
+            pool.register(block, key)
+        elif op == "hit":
+            block = naive.cached.get(key)
+            assert pool.lookup(key) == block
+            if block is not None:
+                naive.touch([block])
+                pool.touch([block])
+                tables.append([block])
+        assert pool.free_order() == naive.free
+        assert pool.num_free == len(naive.free)
+        assert pool.num_evictions == naive.evictions
+        assert pool.cached_map() == naive.cached
+    pool.check()
+
+
+def test_the_key_map_is_rebuilt_and_keeps_every_live_key() -> None:
+    # 4 blocks, a map of 16 slots: register and evict 200 keys, every one a new slot
+    pool = BlockPool(4)
+    for key in range(200):
+        (block,) = pool.take(1)
+        pool.register(block, key * 16)  # all on one home slot: probes wrap around
+        pool.release([block])
+        assert pool.lookup(key * 16) == block
+        assert pool.num_cached() <= 4
+    assert pool.num_evictions == 196  # each key evicted when its block was taken again
+    pool.check()
