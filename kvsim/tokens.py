@@ -3,8 +3,8 @@
 kvsim never sees real token ids. A request's tokens are described as runs ("segments")
 ``(segment_id, num_tokens)``: token ``t`` of segment ``s`` is the synthetic token ``(s, t)``, so two
 streams have equal tokens exactly where their segment runs agree. A full block of ``B`` tokens is
-keyed, as in vLLM's ``hash_block_tokens``, by its parent block's key and its own tokens (plus an
-optional salt at the root that isolates tenants); see ``KeyChain`` for the hash.
+keyed, as in vLLM's ``hash_block_tokens``, by its whole prefix through a chain of keys (plus an
+optional salt at the root that isolates tenants); see ``KeyChain`` and ``StreamKeys``.
 
 Mooncake traces name 512-token prefix blocks by ``hash_ids`` (an id stands for the whole prefix up
 to and including its block). ``segments_for`` maps id ``h`` to the segment ``("mc", h)`` of 512
@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Hashable, Sequence
 from numbers import Integral
-from typing import SupportsIndex, TypeGuard
+from typing import Final, SupportsIndex, TypeGuard
 
 from librt.vecs import append, vec
 from mypy_extensions import i64
@@ -74,8 +74,9 @@ def stream_segments(request: Request, seq_index: int = 0) -> tuple[Segment, ...]
 
 
 class KeyChain:
-    """Chained block keys: ``key(b) = hash((key(b - 1), tokens of block b))``, as vLLM's
-    ``hash_block_tokens`` chains a block's hash over its parent's.
+    """Chained block keys: a block's key names its prefix through a chain of keys, as vLLM's
+    ``hash_block_tokens`` chains a block's hash over its parent's (``StreamKeys``: the chain
+    runs through anchors, so that a run's blocks cost one tuple hash).
 
     Segment ids and salts become ints (``intern``), so a key is the hash of a tuple of ints:
     Python's tuple hash of ints is the same in every process (string hashes are randomised, int
@@ -149,17 +150,40 @@ def _is_integer(item: object) -> TypeGuard[SupportsIndex]:
     return isinstance(item, (int, Integral))
 
 
+_RUN_STEP: Final = 0x9E3779B1  # odd, < 2**32: an end offset (< 2**31 tokens) times it fits 63 bits
+
+
 class StreamKeys:
     """The block keys of one token stream, computed incrementally and kept.
 
+    A key names its block's whole prefix: equal keys, equal tokens up to the block's end (to a
+    64-bit hash's collision odds, ``KeyChain``). Keys chain through *anchors*: the root, each
+    block that crosses from one token run into the next, and each block that ends a run the
+    stream goes on past. An anchor's key hashes the previous anchor and the token ranges from
+    that anchor's end to its own end. A block inside one run (31 of the 32 blocks of each
+    Mooncake id at 16 tokens a block) is ``hash((anchor, run, anchor's offset in it)) ^ (end
+    offset * _RUN_STEP)``: one tuple hash a run rather than one a block, and no Python int
+    object per key (the keys are a ``vec[i64]``). A run that this stream cuts at a block
+    boundary keys its blocks as a longer copy of the run does (the cut is no anchor unless the
+    stream goes on into another run).
+
     Args:
         chain: the allocator's ``KeyChain`` (interns segment ids).
-        segments: the stream's token runs (``stream_segments``).
+        segments: the stream's token runs (``stream_segments``); a run is under 2**31 tokens.
         block_size_tokens: tokens per block.
         salt: tenant salt (``None``: none).
     """
 
-    __slots__ = ("_block", "_chain", "_keys", "_offset", "_seg_i", "_segments")
+    __slots__ = (
+        "_anchor",
+        "_anchor_offset",
+        "_block",
+        "_chain",
+        "_keys",
+        "_offset",
+        "_seg_i",
+        "_segments",
+    )
 
     def __init__(
         self,
@@ -173,8 +197,11 @@ class StreamKeys:
         self._block = block_size_tokens
         self._seg_i = 0
         self._offset = 0
+        root = chain.root(salt)
         # entry 0 is the root; block b is entry b + 1 (packed: no int object per key)
-        self._keys: vec[i64] = vec[i64]([chain.root(salt)])
+        self._keys: vec[i64] = vec[i64]([root])
+        self._anchor = root
+        self._anchor_offset = 0  # where the anchor's tokens end in run _seg_i
 
     def keys(self, num_blocks: int) -> list[int]:
         """Keys of the first ``num_blocks`` full blocks (a new list).
@@ -196,30 +223,45 @@ class StreamKeys:
         return self._keys[index + 1]
 
     def _extend(self, num_blocks: int) -> None:
-        keys, segs, block = self._keys, self._segments, self._block
+        """Key blocks up to ``num_blocks - 1``."""
+        keys = self._keys
+        if len(keys) > num_blocks:
+            return
+        segs, block = self._segments, self._block
         seg_i, offset = self._seg_i, self._offset
+        anchor, anchor_offset = self._anchor, self._anchor_offset
         while len(keys) <= num_blocks:
-            if seg_i < len(segs) and segs[seg_i][1] - offset > block:  # inside one run
-                seg = segs[seg_i][0]
-                keys = append(keys, hash((keys[len(keys) - 1], seg, offset, offset + block)))
-                offset += block
+            if seg_i < len(segs) and offset == segs[seg_i][1]:  # the run is used up
+                if offset > anchor_offset:  # the stream goes on: its last block anchors
+                    anchor = keys[len(keys) - 1]
+                seg_i, offset, anchor_offset = seg_i + 1, 0, 0
                 continue
-            need = block
-            pieces: list[int] = [keys[len(keys) - 1]]
-            while need > 0:
+            if seg_i < len(segs) and offset + block <= segs[seg_i][1]:  # inside one run
+                seg, length = segs[seg_i]
+                base: i64 = hash((anchor, seg, anchor_offset))
+                for _ in range(min((length - offset) // block, num_blocks + 1 - len(keys))):
+                    offset += block
+                    keys = append(keys, base ^ (offset * _RUN_STEP))
+                continue
+            pieces: list[int] = [anchor]  # the runs from the anchor's end to the block's end
+            left, start = block, anchor_offset
+            while left > 0:
                 if seg_i >= len(segs):
                     raise ValueError(f"stream ends before block {len(keys) - 1} is full")
                 seg, length = segs[seg_i]
-                take = min(need, length - offset)
+                take = min(left, length - offset)
                 if take > 0:  # an empty run holds no token: it changes no key
-                    pieces += (seg, offset, offset + take)
+                    pieces += (seg, start, offset + take)
                 offset += take
-                need -= take
+                left -= take
                 if offset == length:
                     seg_i, offset = seg_i + 1, 0
-            keys = append(keys, hash(tuple(pieces)))
+                start = offset
+            anchor, anchor_offset = hash(tuple(pieces)), offset
+            keys = append(keys, anchor)
         self._keys = keys
         self._seg_i, self._offset = seg_i, offset
+        self._anchor, self._anchor_offset = anchor, anchor_offset
 
 
 class PrivateKeys:

@@ -138,7 +138,7 @@ class BlockPool:
     def _find(self, key: i64) -> i64:
         """The map slot holding ``key``, or -1."""
         slots, mask = self._slots, self._mask
-        i: i64 = key & mask
+        i: i64 = (key ^ (key >> 32)) & mask  # high bits too: in-run keys differ high up
         while True:
             b = slots[2 * i + 1]
             if b == _EMPTY:
@@ -153,7 +153,7 @@ class BlockPool:
         if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
             self._rehash()
         slots, mask = self._slots, self._mask
-        i: i64 = key & mask
+        i: i64 = (key ^ (key >> 32)) & mask  # high bits too: in-run keys differ high up
         reuse: i64 = -1
         while True:
             b = slots[2 * i + 1]
