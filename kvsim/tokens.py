@@ -239,9 +239,15 @@ class StreamKeys:
             if seg_i < len(segs) and offset + block <= segs[seg_i][1]:  # inside one run
                 seg, length = segs[seg_i]
                 base: i64 = hash((anchor, seg, anchor_offset))
-                for _ in range(min((length - offset) // block, num_blocks + 1 - len(keys))):
-                    offset += block
-                    keys = append(keys, base ^ (offset * _RUN_STEP))
+                end: i64 = offset  # machine integers: the product stays below 2**63
+                step: i64 = _RUN_STEP
+                last: i64 = offset + block * min(
+                    (length - offset) // block, num_blocks + 1 - len(keys)
+                )
+                while end < last:
+                    end += block
+                    keys = append(keys, base ^ (end * step))
+                offset = end
                 continue
             pieces: list[int] = [anchor]  # the runs from the anchor's end to the block's end
             left, start = block, anchor_offset
