@@ -135,10 +135,15 @@ class BlockPool:
         """Every cached key and the block holding it (a copy)."""
         return {self._key[b]: b for b in range(self.num_blocks) if self._keyed[b]}
 
+    def _home(self, key: i64) -> i64:
+        """The map slot a probe for ``key`` starts at (its high bits mixed in: the keys of one
+        token run differ high up, ``kvsim.tokens.StreamKeys``)."""
+        return (key ^ (key >> 32)) & self._mask
+
     def _find(self, key: i64) -> i64:
         """The map slot holding ``key``, or -1."""
         slots, mask = self._slots, self._mask
-        i: i64 = (key ^ (key >> 32)) & mask  # high bits too: in-run keys differ high up
+        i = self._home(key)
         while True:
             b = slots[2 * i + 1]
             if b == _EMPTY:
@@ -153,7 +158,7 @@ class BlockPool:
         if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
             self._rehash()
         slots, mask = self._slots, self._mask
-        i: i64 = (key ^ (key >> 32)) & mask  # high bits too: in-run keys differ high up
+        i = self._home(key)
         reuse: i64 = -1
         while True:
             b = slots[2 * i + 1]
@@ -279,12 +284,8 @@ class BlockPool:
 
     def register_many(self, blocks: Sequence[int], keys: vec[i64]) -> None:
         """``register`` each ``(block, key)`` pair in order."""
-        keyed = self._keyed
         for i in range(len(blocks)):
-            block_id: i64 = blocks[i]
-            key: i64 = keys[i]
-            if not keyed[block_id]:
-                self._add(block_id, key)
+            self.register(blocks[i], keys[i])
 
     # -- one block at a time (kvsim.groups.BlockSource) -------------------------------------
     def take_one(self) -> int:

@@ -415,14 +415,14 @@ class PagedAllocator(Allocator):
         request itself after a preemption, so they are cached when it is preempted (``free``
         with ``computed_tokens``) rather than as they fill: the same hits, less work.
         """
-        if self._stream_keys(request).__class__ is PrivateKeys:
+        keys = self._stream_keys(request)
+        if isinstance(keys, PrivateKeys):
             return
         upto = num_tokens // self.block_size_tokens
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
             return
-        keys = self._stream_keys(request).keys_between(start, upto)
-        self.pool.register_many(table[start:upto], keys)
+        self.pool.register_many(table[start:upto], keys.keys_between(start, upto))
         self._num_cached[request.req_id] = upto
 
     def _grow_group(
@@ -446,11 +446,9 @@ class PagedAllocator(Allocator):
         if table is not None:
             keys = self._keys.get(req_id)
             if computed_tokens and isinstance(keys, PrivateKeys):  # it comes back: findable
-                register = self.pool.register
-                for i in range(
-                    self._num_cached.get(req_id, 0), computed_tokens // self.block_size_tokens
-                ):
-                    register(table[i], keys.key(i))
+                start = self._num_cached.get(req_id, 0)
+                upto = computed_tokens // self.block_size_tokens
+                self.pool.register_many(table[start:upto], keys.keys_between(start, upto))
             self._sum_distinct -= len(table)
             self.pool.release(reversed(table))
         else:
