@@ -21,11 +21,6 @@ under ``vllm-v1`` caches prefixes):
   (the 100k run's workload at 1,000,000 requests; the latter with a 256-token system prompt
   shared by every request, so every block is keyed and cached), for peak RSS and t(1M)/t(100k).
 
-Runs of 20,000 requests or more that the aggregate core models go to its compiled kernel where
-numba is installed (``kvsim.compiled_core``; ``make`` installs it): the bench compiles the kernel
-first (``warm_compiled_core``, recorded as ``compiled_core`` in bench.json), as an installation
-would once, so no timed run includes the compilation.
-
 Each group of runs goes to a fresh process (``spawn``), so ``peak_rss_bytes`` is that process's
 peak and no run inherits another's heap. Times cover the simulation only, from ``simulate``'s
 ``on_start`` (workload generation and the runnable check excluded), except ``vidur_v1_process``;
@@ -228,27 +223,6 @@ def time_whole_process(spec: dict[str, Any]) -> dict[str, Any]:
     return {"requests": requests, "wall_s": wall_s, "cpu_s": cpu_s}
 
 
-def warm_compiled_core() -> dict[str, Any]:
-    """Compile the compiled core's kernel before anything is timed (numba compiles it once per
-    machine, into its on-disk cache, as ``pip install`` compiles bytecode): a tiny run with
-    ``compiled=True`` in a fresh interpreter. Returns whether numba is installed and the seconds
-    that run took (about 10 s the first time, under 1 s once cached)."""
-    from kvsim.compiled_core import numba_available
-
-    if not numba_available():
-        logger.info("numba is not installed: the Python aggregate core runs everything")
-        return {"numba": False}
-    code = (
-        "from kvsim import config_from_dict, simulate\n"
-        "simulate(config_from_dict({'workload': {'num_requests': 20}}), compiled=True)"
-    )
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True)
-    wall_s = time.perf_counter() - start
-    logger.info("compiled core ready (numba; %.1f s to compile or load its cache)", wall_s)
-    return {"numba": True, "warm_up_wall_s": wall_s}
-
-
 @dataclass(frozen=True)
 class Target:
     """One figure of issue 9's table: how to read it from bench.json, and the bound it must meet.
@@ -369,7 +343,6 @@ def main(argv: list[str] | None = None) -> None:
         cpu_count=multiprocessing.cpu_count(),
         load_average_at_start=list(_load_average()),
     )
-    report["compiled_core"] = warm_compiled_core()
     groups = {**GROUPS, **(LARGE_GROUPS if args.large else {})}
     for group, runs in groups.items():
         if args.only and group not in args.only:

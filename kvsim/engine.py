@@ -4,13 +4,11 @@ The general engine: the engine loop plans a step with the profile's scheduler, a
 model for its duration, records where the KV slots went and yields one timeout. Stable decode
 stretches are fast-forwarded: one event covers every step up to the next finish, the next failed
 growth, or (when nobody waits) the step during which the next request arrives. No process or
-event per token. ``simulate`` gives the runs ``kvsim.aggregate_core`` models (``vllm-v1`` on a
-paged pool of private requests) to that core, whose tables are this engine's, bit for bit.
+event per token.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import operator
 from collections import deque
@@ -20,11 +18,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
-from kvsim import compiled_core
-from kvsim.aggregate_core import AggregateCore, applies
-from kvsim.aggregate_preemption import NotModeledError
 from kvsim.allocators import Allocator, allocator_from_knobs
-from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
@@ -46,8 +40,8 @@ from kvsim.timing import (
     waiting_per_step,
 )
 
-if TYPE_CHECKING:  # SimPy is imported when the general engine runs (not by the aggregate core)
-    import simpy
+if TYPE_CHECKING:
+    import simpy  # (kvsim imports SimPy only to run)
 
 logger = logging.getLogger(__name__)
 
@@ -381,73 +375,6 @@ class Engine:
         )
 
 
-class _Progress:
-    """Passes finishes on to ``on_finish``, never more than ``total`` in all: a run the
-    aggregate core declines midway is run again from the start, and its first finishes were
-    already reported."""
-
-    def __init__(self, on_finish: Callable[[int], None] | None) -> None:
-        self.on_finish = on_finish
-        self.reported = 0
-        self.seen = 0
-
-    def report(self, count: int) -> None:
-        self.seen += count
-        if self.on_finish is not None and self.seen > self.reported:
-            self.on_finish(self.seen - self.reported)
-            self.reported = self.seen
-
-    def restart(self) -> None:
-        self.seen = 0
-
-
-def _run_aggregate_core(
-    config: SimConfig,
-    runnable: list[Request],
-    progress: _Progress,
-    compiled: bool | None = None,
-    fresh: Callable[[], list[Request]] | None = None,
-) -> tuple[AggregateCore | None, bool]:
-    """Run the aggregate core when it models the run (``kvsim.aggregate_core.applies``): its
-    compiled kernel where ``compiled_core.wanted`` (then, should the kernel stop midway, the
-    Python core on ``fresh()`` requests), else the Python core.
-
-    Returns:
-        ``(core, False)`` after a run; ``(None, False)`` when it does not apply (``runnable``
-        untouched); ``(None, True)`` when it declined midway (``runnable`` is spent: the core
-        changes the requests' counters and lets go of each as it finishes).
-    """
-    allocator = allocator_from_config(config)
-    if not isinstance(allocator, PagedAllocator) or not applies(config, allocator, runnable):
-        return None, False
-    cost = cost_model_from_config(config, True)
-    core = AggregateCore(config, runnable, allocator, cost, progress.report)
-    if fresh is not None and compiled_core.wanted(compiled, len(runnable)):
-        outcome = compiled_core.run_compiled(core, need_cache=compiled is None)
-        if outcome == "done":
-            return core, False
-        if outcome == "spent":  # the kernel let go of the requests: fresh ones, same pool
-            runnable = fresh()
-            allocator = allocator_from_config(config)
-            assert isinstance(allocator, PagedAllocator)
-            core = AggregateCore(config, runnable, allocator, cost, progress.report)
-    del runnable  # the core's list is the run's: finished requests are freed from it
-    try:
-        core.run()
-    except NotModeledError as why:
-        logger.debug("aggregate core declined (%s): running the general engine", why)
-        progress.restart()
-        return None, True
-    return core, False
-
-
-def _fresh_runnable(
-    config: SimConfig, requests: Sequence[Request | RequestSpec] | None, strict: bool
-) -> list[Request]:
-    """``prepare_requests``' runnable requests again, fresh, without logging the skips twice."""
-    return prepare_requests(config, requests, strict=strict, quiet=True)[0]
-
-
 def prepare_requests(
     config: SimConfig,
     requests: Sequence[Request | RequestSpec] | None = None,
@@ -486,8 +413,6 @@ def simulate(
     map_every_s: SupportsFloat | None = None,
     map_max_frames: SupportsIndex | None = None,
     lazy_decodes: object = True,
-    aggregate_core: object = True,
-    compiled: object = None,
 ) -> Results:
     """Run one simulation.
 
@@ -504,21 +429,14 @@ def simulate(
         map_max_frames: keep at most this many of those periodic frames (``FrameRecorder``: the
             period doubles as the run goes on).
         lazy_decodes: the engine's fast path (``Engine``); ``False`` gives the same results
-            handling every running request at every step (and never uses the aggregate core).
-        aggregate_core: run ``kvsim.aggregate_core`` where it models the run (``vllm-v1`` on
-            a paged pool of private requests, no memory map); ``False`` runs ``Engine`` always.
-            The results are identical either way.
-        compiled: run the aggregate core's compiled kernel (``kvsim.compiled_core``, numba)
-            where it models the run; ``None``: when numba is installed and the run has at
-            least ``compiled_core.AUTO_MIN_REQUESTS`` requests. The results are identical.
+            handling every running request at every step.
 
     Returns:
         ``Results`` with per-request records, the memory time series and a summary (the
         skipped requests are counted there as ``num_requests_rejected``).
 
     Raises:
-        ValueError: ``strict`` and some request cannot run, or no request can;
-            ``compiled=True`` without numba.
+        ValueError: ``strict`` and some request cannot run, or no request can.
         TypeError: ``map_max_frames`` is not an int, or a time is not a number.
 
     The flags are taken by their truth and the numbers by their value (``strict=1``,
@@ -526,36 +444,24 @@ def simulate(
     (``kvsim.native``), a parameter annotated ``bool`` or ``float`` would refuse those.
     """
     refuse = bool(strict)
-    lazy, aggregate = bool(lazy_decodes), bool(aggregate_core)
-    use_kernel = None if compiled is None else bool(compiled)
+    lazy = bool(lazy_decodes)
     moments_s = [float(t) for t in map_at_s]
     every_s = None if map_every_s is None else float(map_every_s)
     max_frames = None if map_max_frames is None else operator.index(map_max_frames)
-    if use_kernel and not compiled_core.numba_available():
-        raise ValueError("compiled=True needs numba: pip install 'kvsim[fast]'")
     runnable, rejected = prepare_requests(config, requests, strict=refuse)
     if on_start is not None:
         on_start(len(runnable))
     frames = FrameRecorder(moments_s, every_s, max_frames) if moments_s or every_s else None
-    engine: Engine | AggregateCore | None = None
-    progress = _Progress(on_finish)
-    if frames is None and lazy and aggregate:
-        fresh = functools.partial(_fresh_runnable, config, requests, refuse)
-        engine, spent = _run_aggregate_core(config, runnable, progress, use_kernel, fresh)
-        del fresh  # (it holds the caller's list)
-        if spent:  # declined midway: the same requests again, fresh (nothing logged twice)
-            runnable, _ = prepare_requests(config, requests, strict=refuse, quiet=True)
     del requests  # the run has its own copies: a caller that let go of its list frees it now
-    if engine is None:
-        import simpy  # (only the general engine runs on SimPy)
+    import simpy  # (kvsim imports SimPy only to run)
 
-        env = simpy.Environment()
-        engine = Engine(env, config, runnable, progress.report, frames, lazy)
-        del runnable  # each request is freed when it finishes (its row stays in engine.log)
-        env.process(engine.arrival_source())
-        env.process(engine.engine_loop())
-        env.run()
-        logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
+    env = simpy.Environment()
+    engine = Engine(env, config, runnable, on_finish, frames, lazy)
+    del runnable  # each request is freed when it finishes (its row stays in engine.log)
+    env.process(engine.arrival_source())
+    env.process(engine.engine_loop())
+    env.run()
+    logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
     results = build_results(
         config,
         engine.log.columns(),

@@ -30,8 +30,6 @@ from types import ModuleType
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 NATIVE_SOURCES: tuple[str, ...] = (
-    "aggregate_core.py",
-    "aggregate_preemption.py",
     "cost.py",
     "engine.py",
     "groups.py",
@@ -46,7 +44,6 @@ NATIVE_SOURCES: tuple[str, ...] = (
     "allocators/block_pool.py",
     "allocators/buddy.py",
     "allocators/contiguous.py",
-    "allocators/counted_queue.py",
     "allocators/paged.py",
     "allocators/radix.py",
     "allocators/slab.py",

@@ -76,31 +76,6 @@ class RequestLog:
         parents(0 if parent is None else parent)
         orphans(parent is None)
 
-    def add_columns(
-        self,
-        req_id: npt.NDArray[np.int64],
-        prompt_tokens: npt.NDArray[np.int64],
-        output_tokens: npt.NDArray[np.int64],
-        first_scheduled_time_s: npt.NDArray[np.float64],
-        first_token_time_s: npt.NDArray[np.float64],
-        finish_time_s: npt.NDArray[np.float64],
-        parent_id: npt.NDArray[np.int64],
-        no_parent: npt.NDArray[np.bool_],
-    ) -> None:
-        """Log every request at once, each array in workload order (``kvsim.compiled_core``:
-        none was preempted or hit the cache, so those counts are 0)."""
-        num_rows = len(req_id)
-        zeros = np.zeros(num_rows, np.int64)
-        self._rows.frombytes(np.arange(num_rows, dtype=np.int64).tobytes())
-        ints = (req_id, prompt_tokens, output_tokens, zeros, zeros)
-        for column, values in zip(self._ints.values(), ints, strict=True):
-            column.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
-        floats = (first_scheduled_time_s, first_token_time_s, finish_time_s)
-        for column, times in zip(self._floats.values(), floats, strict=True):
-            column.frombytes(np.ascontiguousarray(times, np.float64).tobytes())
-        self._parent_id.frombytes(np.ascontiguousarray(parent_id, np.int64).tobytes())
-        self._no_parent.frombytes(np.ascontiguousarray(no_parent, np.int8).tobytes())
-
     def columns(self) -> dict[str, npt.NDArray[Any]]:
         """``REQUEST_COLUMNS`` in workload order as numpy arrays, once every request finished.
 

@@ -95,16 +95,6 @@ def test_a_run_that_reads_only_its_summary_builds_no_dataframe() -> None:
     assert not any(loaded[m] for m in HEAVY), loaded
 
 
-def test_a_run_of_the_aggregate_core_loads_no_simpy() -> None:
-    # vllm-v1 on a paged pool (the defaults) runs in kvsim.aggregate_core, which needs no SimPy;
-    # a vllm-v0 run takes the general engine, which does
-    code = "from kvsim import config_from_dict, simulate\nsimulate(config_from_dict(CONFIG))"
-    v1 = {"workload": {"num_requests": 30}}
-    v0 = {**v1, "scheduler": {"engine": "vllm-v0"}}
-    assert not loaded_after(code.replace("CONFIG", repr(v1)))["simpy"]
-    assert loaded_after(code.replace("CONFIG", repr(v0)))["simpy"]
-
-
 def test_tables_built_on_first_use_match_the_summary() -> None:
     from kvsim import config_from_dict, simulate
     from kvsim.metrics import summarize

@@ -65,10 +65,6 @@ def _extra_cases():
     tiny_radix = {**small, "cache": {"kv_cache_gib": 0.1, "allocator": "radix"}}
     return {
         "numpy_ints": (config_from_dict(tiny_caching), {"requests": numpy_ints}),
-        "numpy_ints_general_engine": (
-            config_from_dict(tiny_caching),
-            {"requests": numpy_ints, "aggregate_core": False},
-        ),
         "numpy_ints_radix": (config_from_dict(tiny_radix), {"requests": numpy_ints}),
         "nested_numpy": (config_from_dict(nested_caching), {"requests": nested}),
         "nested_numpy_radix": (
@@ -233,8 +229,6 @@ def test_simulate_takes_flags_by_truth_and_numbers_by_value():
         map_every_s=np.float32(2.0),
         map_max_frames=np.int64(8),
         lazy_decodes=np.bool_(True),
-        aggregate_core=1,
-        compiled=0,
     )
     for name in ("requests", "memory", "frames"):
         pd.testing.assert_frame_equal(getattr(loose, name), getattr(plain, name), check_exact=True)
