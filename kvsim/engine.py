@@ -23,12 +23,12 @@ from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
 from kvsim.poolmap import FrameRecorder, has_map
-from kvsim.recorder import MemoryRecorder, categorize, categorize_step, span_categories
+from kvsim.recorder import MemoryRecorder, categorize, categorize_step
 from kvsim.request import Request, RequestSpec, fresh_requests
 from kvsim.request_log import RequestLog
 from kvsim.results import Results, build_results
 from kvsim.scheduler import StepPlan, make_scheduler
-from kvsim.span import span_series, step_totals
+from kvsim.span import last_step_tokens, span_series, step_totals
 from kvsim.swap import SwapSpace
 from kvsim.timing import (
     MAX_SPAN_STEPS,
@@ -103,9 +103,6 @@ class Engine:
         requests: the workload, sorted by ``arrival_time_s``, every one runnable.
         on_finish: called with the number of requests finished by each event (progress bars).
         frames: captures memory-map frames during the run (``kvsim.poolmap``), or ``None``.
-        lazy_decodes: advance steady decoders as one cohort (``kvsim.scheduler.lazy``), touching
-            a request only when something happens to it; ``False`` handles every running
-            request at every step (the reference the equivalence tests compare against).
     """
 
     def __init__(
@@ -115,16 +112,16 @@ class Engine:
         requests: list[Request],
         on_finish: Callable[[int], None] | None = None,
         frames: FrameRecorder | None = None,
-        lazy_decodes: bool = True,
     ) -> None:
         self.env = env
         self.config = config
         self.allocator = allocator_from_config(config)
         self.allocator.see_workload(requests)
         self.swap = swap_space_from_config(config, self.allocator)
-        self.scheduler = make_scheduler(self.allocator, config.engine_args, self.swap)
-        if lazy_decodes:  # the memory map reads block ids: no anonymous bulk blocks then
-            self.scheduler.enable_lazy_decodes(pooled=frames is None)
+        # the memory map reads block ids: no anonymous bulk blocks then
+        self.scheduler = make_scheduler(
+            self.allocator, config.engine_args, self.swap, pooled=frames is None
+        )
         self.cost = cost_model_from_config(config, self.allocator.paged)
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
@@ -201,8 +198,7 @@ class Engine:
         self.allocator.check_invariants()
         if self.swap is not None:
             self.swap.check_invariants()
-        if self.scheduler.lazy is not None:
-            self.scheduler.lazy.cohort.check()
+        self.scheduler.lazy.cohort.check()
 
     def _raise_never_fits(self) -> None:
         head = self.scheduler.waiting[0]
@@ -267,7 +263,7 @@ class Engine:
         due = self.frames.pop_due(end)
         if not due:
             return
-        tokens = self.scheduler.last_step_tokens(plan, timing.num_steps)
+        tokens = last_step_tokens(self.scheduler.lazy, plan, timing.num_steps)
         head = self.scheduler.head_of_queue()
         need = self.allocator.admission_slots_needed(*head) if head is not None else 0
         waiting = [r.req_id for r in self.scheduler.waiting]
@@ -278,43 +274,20 @@ class Engine:
                 self.frames.capture(t, self.allocator, tokens, len(tokens), waiting, need)
 
     def _record(self, plan: StepPlan, timing: Timing) -> None:
+        """One memory row for the plan's steps, from the cohort's running totals
+        (``kvsim.span``)."""
         if not self.config.record_memory:
             return
-        if plan.lazy:
-            self._record_lazy(plan, timing)
-            return
-        lengths = self.scheduler.span_lengths(plan)
-        assert plan.final is not None
-        assert plan.held0 is not None
-        cats = span_categories(
-            self.allocator,
-            plan.members,
-            lengths,
-            plan.final,
-            plan.held0,
-            self.scheduler.head_of_queue(),
-        )
-        self.recorder.record(
-            self.env.now,
-            np.asarray(timing.durations, np.float64),
-            cats,
-            len(lengths),
-            self._waiting_per_step(timing),
-            plan.num_prefills,
-            plan.num_preempted,
-        )
-
-    def _record_lazy(self, plan: StepPlan, timing: Timing) -> None:
-        """``_record`` of a lazy plan, from the cohort's running totals (``kvsim.span``)."""
         lazy = self.scheduler.lazy
-        assert lazy is not None
         allocator, k = self.allocator, timing.num_steps
         shared = allocator.shared_slots()
         head = self.scheduler.head_of_queue()
         num_running = len(self.scheduler.running)
         if k == 1:
-            held, token, internal = step_totals(lazy, plan)
-            cats = categorize_step(allocator, held - shared, token - shared, internal, held, head)
+            held, token, internal, unshared = step_totals(lazy, plan)
+            cats = categorize_step(
+                allocator, held - shared, token - shared, internal, unshared, head
+            )
             self.recorder.record_step(
                 self.env.now,
                 timing.total_s,
@@ -338,9 +311,9 @@ class Engine:
                 self.env.now,
                 timing.durations,
                 timing.total_s,
-                (span.held0, token0, span.internal0),
-                (lazy.period, span.blocks, span.internal, len(cohort)),
-                shared,
+                (span.held0, token0 - cohort.sum_shared, span.internal0),
+                (lazy.period, span.blocks, span.internal, cohort.num_seqs),
+                (shared, cohort.sum_shared),
                 allocator,
                 head,
                 num_running,
@@ -350,9 +323,9 @@ class Engine:
             )
             return
         assert timing.array is not None
-        held_k, token_k, internal_k = span_series(lazy, plan, k)
+        held_k, token_k, internal_k, unshared_k = span_series(lazy, plan, k)
         span_cats = categorize(
-            allocator, held_k - shared, token_k - shared, internal_k, held_k, head
+            allocator, held_k - shared, token_k - shared, internal_k, unshared_k, head
         )
         self.recorder.record(
             self.env.now,
@@ -412,7 +385,6 @@ def simulate(
     map_at_s: Sequence[SupportsFloat] = (),
     map_every_s: SupportsFloat | None = None,
     map_max_frames: SupportsIndex | None = None,
-    lazy_decodes: object = True,
 ) -> Results:
     """Run one simulation.
 
@@ -428,8 +400,6 @@ def simulate(
         map_every_s: also capture it every this many simulated seconds.
         map_max_frames: keep at most this many of those periodic frames (``FrameRecorder``: the
             period doubles as the run goes on).
-        lazy_decodes: the engine's fast path (``Engine``); ``False`` gives the same results
-            handling every running request at every step.
 
     Returns:
         ``Results`` with per-request records, the memory time series and a summary (the
@@ -444,7 +414,6 @@ def simulate(
     (``kvsim.native``), a parameter annotated ``bool`` or ``float`` would refuse those.
     """
     refuse = bool(strict)
-    lazy = bool(lazy_decodes)
     moments_s = [float(t) for t in map_at_s]
     every_s = None if map_every_s is None else float(map_every_s)
     max_frames = None if map_max_frames is None else operator.index(map_max_frames)
@@ -456,7 +425,7 @@ def simulate(
     import simpy  # (kvsim imports SimPy only to run)
 
     env = simpy.Environment()
-    engine = Engine(env, config, runnable, on_finish, frames, lazy)
+    engine = Engine(env, config, runnable, on_finish, frames)
     del runnable  # each request is freed when it finishes (its row stays in engine.log)
     env.process(engine.arrival_source())
     env.process(engine.engine_loop())

@@ -19,7 +19,7 @@ typed columns (8 bytes a value), so a million-request run's series stays small.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,37 +84,6 @@ class SpanCategories:
             + self.external_fragmentation
             + self.free
         )
-
-
-def span_categories(
-    allocator: Allocator,
-    requests: Sequence[Request],
-    lengths: IntArray,
-    final: IntArray,
-    held_now: IntArray,
-    head: tuple[Request, int] | None,
-) -> SpanCategories:
-    """Categorise every slot of the pool in each step of a span.
-
-    Args:
-        allocator: the pool, already holding the slots of the whole span.
-        requests: the ``n`` running requests (sequence groups count ``num_seqs`` sequences).
-        lengths: int64[n, k] tokens of each request's sequences in each of ``k`` steps.
-        final: int64[n] the KV tokens each sequence ends with (``Request.final_kv_tokens``).
-        held_now: int64[n] slots each holds in the span's first step.
-        head: the waiting head and the tokens it needs, or ``None`` when nobody waits.
-
-    Returns:
-        ``SpanCategories`` whose fields sum to the pool's capacity in every step.
-    """
-    k = lengths.shape[1]
-    if len(lengths):
-        slots = allocator.span_slots(requests, lengths, final, held_now)
-        return categorize(
-            allocator, slots.held, slots.token_states, slots.internal, slots.unshared, head
-        )
-    zeros = np.zeros(k, np.int64)
-    return categorize(allocator, zeros, zeros, zeros, zeros, head)
 
 
 def categorize(
@@ -345,7 +314,7 @@ class MemoryRecorder:
         total_s: float,
         start: tuple[int, int, int],
         steps: tuple[int, list[int], list[int], int],
-        shared: int,
+        shared: tuple[int, int],
         allocator: Allocator,
         head: tuple[Request, int] | None,
         num_running: int,
@@ -357,13 +326,15 @@ class MemoryRecorder:
 
         Args:
             durations_s: the steps' durations; ``total_s`` is numpy's sum of them.
-            start: per-sequence ``(held, token states, internal)`` sums in step 0, before the
-                shared-slot correction.
-            steps: ``(slots_per_block, blocks, internal, num_members)``: step ``j >= 1`` adds
+            start: ``(held, token states, internal)`` sums in step 0 (each request's physical
+                slots), before the cross-request shared-slot correction.
+            steps: ``(slots_per_block, blocks, internal, num_seqs)``: step ``j >= 1`` adds
                 ``slots_per_block * blocks[j]`` held slots, ``internal[j]`` internal slots and
-                ``num_members`` token states (index 0 unused; ``kvsim.scheduler.plan.LazySpan``).
-            shared: slots counted by more than one request (``Allocator.shared_slots``),
-                subtracted from held and token states; ``unshared`` is held without it.
+                ``num_seqs`` token states (index 0 unused; ``kvsim.scheduler.plan.LazySpan``).
+            shared: ``(across requests, within requests)``: slots counted by more than one
+                request (``Allocator.shared_slots``), subtracted from held and token states,
+                and slots a sequence group's sequences share (``DecodeCohort.sum_shared``);
+                ``unshared`` is held with neither subtracted.
             allocator, head: as ``categorize_step``, whose categories each step gets.
 
         Each mean adds value x weight left to right in one pass over the steps (numpy's matrix
@@ -373,7 +344,8 @@ class MemoryRecorder:
         weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
         capacity = allocator.capacity_tokens
         overhead = allocator.overhead_slots
-        unshared, token0, internal = start
+        held_phys, token0, internal = start
+        across, within = shared
         slots_per_block, blocks, internal_steps, num_members = steps
         need = allocator.admission_slots_needed(*head) if head is not None else 0
         threshold = head is not None and allocator.usable_is_threshold
@@ -382,10 +354,11 @@ class MemoryRecorder:
         num_blocked = 0
         for j, w in enumerate(weights):
             if j:
-                unshared += slots_per_block * blocks[j]
+                held_phys += slots_per_block * blocks[j]
                 internal += internal_steps[j]
-            held = unshared - shared
-            token = token0 + num_members * j - shared
+            held = held_phys - across
+            unshared = held_phys + within
+            token = token0 + num_members * j - across
             free_total = capacity - held - overhead
             usable = free_total
             if threshold:

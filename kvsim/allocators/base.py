@@ -27,6 +27,13 @@ from kvsim.request import Request
 
 IntArray = npt.NDArray[np.int64]
 
+DECODE_POOLED = 2
+"""``Allocator.decode_mode``: a steady decoder whose blocks may be taken in bulk."""
+DECODE_EXACT = 1
+"""``Allocator.decode_mode``: a steady decoder the allocator must grow itself (``allocate``)."""
+DECODE_EXPLICIT = 0
+"""``Allocator.decode_mode``: a request the scheduler handles one by one at every step."""
+
 
 @dataclass(frozen=True, slots=True)
 class AllocResult:
@@ -353,10 +360,32 @@ class Allocator(ABC):
         """The run's requests, before it starts (a policy may note what they share)."""
         return None
 
-    def decodes_in_place(self, request: Request) -> bool:
-        """``"blocks"`` layouts: whether the live ``request`` may decode as a cohort member
-        (its blocks taken in bulk, ``take_pooled``) as far as the policy is concerned."""
+    def decode_mode(self, request: Request) -> int:
+        """How the live ``request`` may decode as a member of the scheduler's decode cohort
+        (``kvsim.scheduler.lazy``): ``DECODE_POOLED`` (its blocks taken in bulk,
+        ``take_pooled``), ``DECODE_EXACT`` (grown by ``allocate`` at each block crossing) or
+        ``DECODE_EXPLICIT`` (not a member: handled one by one at every step). By default a
+        plain request is pooled and a sequence group exact."""
+        return DECODE_POOLED if request.num_seqs == 1 else DECODE_EXACT
+
+    def can_fast_forward(self, request: Request) -> bool:
+        """Whether a ``DECODE_EXACT`` member may grow several tokens in one ``allocate``."""
         return True
+
+    def group_shared_slots(self, request: Request) -> int:
+        """Slots a live sequence group's sequences share beyond one copy (0 without sharing):
+        its physical holding is ``num_seqs * held_slots - group_shared_slots``."""
+        return 0
+
+    def request_slots(self, request: Request, length: int) -> tuple[int, int, int, int]:
+        """``(held, token states, internal, unshared)`` slots of the live ``request`` when
+        each of its sequences has ``length`` computed tokens (DESIGN.md's rule per sequence,
+        a group's shared slots once; slots shared with other requests are counted here and
+        subtracted by the caller, ``shared_slots``). ``unshared``: what its sequences would
+        hold without any sharing."""
+        held = self.seq_held_slots(length, request.num_held_slots)
+        width, final = request.num_seqs, request.final_kv_tokens
+        return width * held, width * length, width * max(held - final, 0), width * held
 
     def take_pooled(self, num_blocks: int) -> None:
         """``"blocks"`` layouts: take blocks for live single-sequence requests' tables, to be

@@ -37,6 +37,9 @@ from typing import Any
 import numpy as np
 
 from kvsim.allocators.base import (
+    DECODE_EXACT,
+    DECODE_EXPLICIT,
+    DECODE_POOLED,
     NO_HIT,
     Allocator,
     AllocatorStats,
@@ -508,6 +511,43 @@ class PagedAllocator(Allocator):
     def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
         b = self.block_size_tokens
         return -(lengths // -b) * b
+
+    def decode_mode(self, request: Request) -> int:
+        """A plain request is pooled; a parallel group (no beam, its partly filled prompt
+        block already copied) is grown by ``allocate``; a beam group (it branches at every
+        step) or one whose next write copies a shared block is handled one by one."""
+        group = self.groups.get(request.req_id)
+        if group is None:
+            return DECODE_POOLED
+        if group.parents is not None or group.cow_pending:
+            return DECODE_EXPLICIT
+        return DECODE_EXACT
+
+    def group_shared_slots(self, request: Request) -> int:
+        group = self.groups.get(request.req_id)
+        if group is None:
+            return 0
+        return (group.width - 1) * group.num_shared_blocks * self.block_size_tokens
+
+    def request_slots(self, request: Request, length: int) -> tuple[int, int, int, int]:
+        """A parallel group holds ``s + w (c - s)`` blocks at ``c`` blocks per sequence
+        (``s`` full prompt blocks shared), or ``c`` while its partly filled prompt block is
+        still shared (before its first decode); a beam group is counted from its tables."""
+        group = self.groups.get(request.req_id)
+        b, final = self.block_size_tokens, request.final_kv_tokens
+        c = -(length // -b)
+        if group is None:
+            return c * b, length, max(c * b - final, 0), c * b
+        w = group.width
+        unshared = w * c * b
+        if group.parents is not None:
+            distinct, tails, beyond = self._beam_slots(group, final)
+            return distinct * b, distinct * b - tails, beyond, unshared
+        if group.cow_pending:  # every sequence still points at the one partial block
+            return c * b, length, max(c * b - final, 0), unshared
+        s = group.num_shared_blocks
+        held = (s + w * (c - s)) * b
+        return held, held - w * (c * b - length), w * max(c * b - final, 0), unshared
 
     def take_pooled(self, num_blocks: int) -> None:
         """Take ``num_blocks`` from the front of the free queue for live requests' tables, to be

@@ -36,7 +36,7 @@ slots in bulk (``take_pooled``: counters, clock ticks and evictions of one ``all
 token) and write them into their leaves when the scheduler touches them (``attach_pooled``).
 That changes nothing observable because a leaf growing in place keeps its stamp (a locked
 leaf's stamp is read only when a split copies it; it is stamped again when unlocked), because
-no lookup reaches the tokens not yet written (``decodes_in_place``: a leaf only its request
+no lookup reaches the tokens not yet written (``decode_mode``: a leaf only its request
 locks, whose output no other prompt repeats), and because bulk evictions pop the same LRU
 leaves while nothing unlocks in between.
 """
@@ -52,6 +52,9 @@ from typing import Any
 import numpy as np
 
 from kvsim.allocators.base import (
+    DECODE_EXACT,
+    DECODE_EXPLICIT,
+    DECODE_POOLED,
     NO_HIT,
     Allocator,
     AllocatorStats,
@@ -593,18 +596,29 @@ class RadixAllocator(Allocator):
                 if owner is not None:
                     self._outputs_read.add(owner)
 
-    def decodes_in_place(self, request: Request) -> bool:
-        """Whether the live ``request``'s decode tokens may be taken in bulk and written into
-        its leaf later: the leaf is its own (locked by it alone, childless), and no other
-        request's prompt repeats its output, so no lookup reaches the tokens not yet written."""
+    def decode_mode(self, request: Request) -> int:
+        """``DECODE_POOLED`` when the live ``request``'s decode tokens may be taken in bulk and
+        written into its leaf later: the leaf is its own (locked by it alone, childless), and
+        no other request's prompt repeats its output, so no lookup reaches the tokens not yet
+        written. A request whose path goes on in the tree (another request's prompt holds its
+        coming tokens: its growth is then shared, step by step) is ``DECODE_EXPLICIT``; any
+        other ``DECODE_EXACT``."""
         held = self.live.get(request.req_id)
-        if held is None or request.req_id in self._outputs_read:
-            return False
+        if held is None:
+            return DECODE_EXPLICIT
         node = held.node
-        return node.lock_ref == 1 and not node.children and node.parent is not None
+        if node.children:
+            return DECODE_EXPLICIT
+        if request.req_id in self._outputs_read or node.lock_ref != 1 or node.parent is None:
+            return DECODE_EXACT
+        return DECODE_POOLED
+
+    def can_fast_forward(self, request: Request) -> bool:
+        """No fast-forward while a request's path goes on in the tree (``decode_mode``)."""
+        return not self.live[request.req_id].node.children
 
     def take_pooled(self, num_blocks: int) -> None:
-        """Take ``num_blocks`` slots for steady decoders (``decodes_in_place``), to be written
+        """Take ``num_blocks`` slots for steady decoders (``decode_mode``), to be written
         into their leaves by ``attach_pooled``: the counters, clock and evictions of that many
         one-token ``allocate`` calls. Their leaves keep their stamps either way (a leaf grown in
         place is not re-stamped), and evictions pop the same LRU leaves in bulk as one by one

@@ -16,12 +16,14 @@ from kvsim.swap import SwapSpace
 
 
 def make_scheduler(
-    allocator: Allocator, args: EngineArgs, swap: SwapSpace | None = None
+    allocator: Allocator, args: EngineArgs, swap: SwapSpace | None = None, *, pooled: bool = True
 ) -> SchedulerCore:
-    """The scheduler of ``args.engine`` over ``allocator`` (``swap``: v0's CPU pool or ``None``)."""
+    """The scheduler of ``args.engine`` over ``allocator`` (``swap``: v0's CPU pool or ``None``;
+    ``pooled``: steady decoders may take anonymous blocks in bulk, off when block ids are read
+    during the run)."""
     if args.engine == "vllm-v1":
-        return V1Scheduler(allocator, args)
-    return V0Scheduler(allocator, args, swap)
+        return V1Scheduler(allocator, args, pooled)
+    return V0Scheduler(allocator, args, swap, pooled)
 
 
 __all__ = [

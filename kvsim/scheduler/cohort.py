@@ -9,7 +9,9 @@ touches the member (``materialize``); in between the request's own counters are 
 
 Running totals give the sums the step cost and the recorder need (computed tokens, held slots,
 internal fragmentation), a heap gives the next finish, and residues give the members whose step
-needs the allocator without a loop over members:
+needs the allocator without a loop over members. A sequence group of ``w`` sequences (vLLM v0's
+parallel samples) is one member of width ``w``: its sequences decode in step, each taking its own
+block at a crossing, and its full prompt blocks are held once for all ``w``:
 
     a member's step at clock c computes token L(c) = m.computed + c - m.sync;
     under blocks of B tokens it takes a new block when L(c) % B == 0    (crossing residue
@@ -49,6 +51,10 @@ class Member:
         pooled: its blocks come in bulk (see the module docstring).
         final_clock: pooled: clock of the step that takes its last block, when that block
             reaches past its final length (internal fragmentation starts); else ``None``.
+        width: sequences of the request (a sequence group of ``w`` decodes ``w`` tokens a
+            step and takes ``w`` blocks at a crossing); 1 for a plain request.
+        shared: slots its sequences share (a group's full prompt blocks, held once for ``w``
+            sequences: ``(w - 1) * shared prompt slots``); 0 for a plain request.
     """
 
     request: Request
@@ -62,14 +68,18 @@ class Member:
     fills: bool
     pooled: bool
     final_clock: int | None = None
+    width: int = 1
+    shared: int = 0
 
 
 class DecodeCohort:
     """Lazily advanced steady decoders (see the module docstring).
 
-    Invariants: ``sum_base == sum(m.computed - m.sync)``, ``sum_held`` and ``sum_internal`` are
-    the members' held slots and slots past their final lengths once the steps before clock
-    ``allocated_to`` have allocated; every member's ``finish_clock > clock`` between events.
+    Invariants: ``sum_base == sum(w * (m.computed - m.sync))``, ``num_seqs == sum(w)``,
+    ``sum_shared == sum(m.shared)``; ``sum_held`` and ``sum_internal`` are the members' physical
+    held slots (``w * held - shared``) and slots past their final lengths (``w`` times a
+    sequence's) once the steps before clock ``allocated_to`` have allocated; every member's
+    ``finish_clock > clock`` between events.
 
     Args:
         period: block size in tokens when members grow block by block; 0 when they never
@@ -90,6 +100,9 @@ class DecodeCohort:
         self.sum_base = 0
         self.sum_held = 0
         self.sum_internal = 0
+        self.sum_shared = 0
+        self.num_seqs = 0  # sequences of all members (a group of w counts w)
+        self._widths: dict[int, int] = {}  # width -> members of that width (1 always kept)
         size = max(period, 1)
         # heaps of (clock, seq, join number, member): a member that rejoins leaves a stale entry
         # that can tie with its new one on clock and seq
@@ -111,8 +124,12 @@ class DecodeCohort:
         return member.computed + clock - member.sync
 
     def sum_computed(self, clock: int) -> int:
-        """Computed tokens of all members at ``clock``."""
-        return self.sum_base + len(self.members) * clock
+        """Computed tokens of all members' sequences at ``clock`` (each sequence its own)."""
+        return self.sum_base + self.num_seqs * clock
+
+    def widest(self) -> int:
+        """Sequences of the widest member (1 when empty)."""
+        return max(self._widths) if self._widths else 1
 
     def held_now(self, member: Member) -> int:
         """Slots ``member`` holds once the steps before ``allocated_to`` have allocated."""
@@ -128,10 +145,21 @@ class DecodeCohort:
         req.num_output_tokens = member.output + d
 
     # -- membership -------------------------------------------------------------------------
-    def join(self, req: Request, seq: int, sync: int, computed: int, output: int) -> Member:
+    def join(
+        self,
+        req: Request,
+        seq: int,
+        sync: int,
+        computed: int,
+        output: int,
+        shared: int = 0,
+        may_pool: bool = True,
+    ) -> Member:
         """Add a steady decoder whose counters are ``computed``/``output`` at clock ``sync``
-        and which holds ``req.num_held_slots`` slots."""
-        held, final = req.num_held_slots, req.final_kv_tokens
+        and which holds ``req.num_held_slots`` slots per sequence (``shared`` of them held once
+        by all its sequences: ``Member.shared``); ``may_pool``: its blocks may be taken in
+        bulk as far as the pool is concerned."""
+        held, final, width = req.num_held_slots, req.final_kv_tokens, req.num_seqs
         p = self.period
         cross = (sync - computed) % p if p else 0
         fills = self.caching and req.shares_tokens
@@ -146,10 +174,13 @@ class DecodeCohort:
             held,
             cross,
             fills,
-            self.pooled and not fills,
+            self.pooled and may_pool and not fills and width == 1,
+            None,
+            width,
+            shared,
         )
         if p:
-            self._crossings[cross] += 1
+            self._crossings[cross] += width
             self._all[cross][member] = None
             if member.pooled:
                 self._pooled_crossings[cross] += 1
@@ -166,24 +197,35 @@ class DecodeCohort:
         self.members[req] = member
         if fills:
             self.filling[member] = None
-        self.sum_base += computed - sync
-        self.sum_held += held
-        self.sum_internal += max(held - final, 0)
+        self.sum_base += width * (computed - sync)
+        self.sum_held += width * held - shared
+        self.sum_internal += width * max(held - final, 0)
+        self.sum_shared += shared
+        self.num_seqs += width
+        self._widths[width] = self._widths.get(width, 0) + 1
         heapq.heappush(self._finishes, (member.finish_clock, seq, joins, member))
         return member
 
     def leave(self, member: Member) -> int:
         """Remove a member (its heap entries go stale and are skipped); return its held slots."""
         held, final = self.held_now(member), member.request.final_kv_tokens
+        width = member.width
         del self.members[member.request]
         self.filling.pop(member, None)
-        self.sum_base -= member.computed - member.sync
-        self.sum_held -= held
-        self.sum_internal -= max(held - final, 0)
+        self.sum_base -= width * (member.computed - member.sync)
+        self.sum_held -= width * held - member.shared
+        self.sum_internal -= width * max(held - final, 0)
+        self.sum_shared -= member.shared
+        self.num_seqs -= width
+        left = self._widths[width] - 1
+        if left:
+            self._widths[width] = left
+        else:
+            del self._widths[width]
         p = self.period
         if p:
             cross = member.cross
-            self._crossings[cross] -= 1
+            self._crossings[cross] -= width
             del self._all[cross][member]
             if member.pooled:
                 self._pooled_crossings[cross] -= 1
@@ -195,9 +237,9 @@ class DecodeCohort:
 
     def set_held(self, member: Member, held: int) -> None:
         """A touched member now holds ``held`` slots (after an allocation)."""
-        final = member.request.final_kv_tokens
-        self.sum_held += held - member.held
-        self.sum_internal += max(held - final, 0) - max(member.held - final, 0)
+        final, width = member.request.final_kv_tokens, member.width
+        self.sum_held += width * (held - member.held)
+        self.sum_internal += width * (max(held - final, 0) - max(member.held - final, 0))
         member.held = held
 
     # -- finishes ---------------------------------------------------------------------------
@@ -241,7 +283,7 @@ class DecodeCohort:
         return list(self._all[clock % self.period]) if self.period else []
 
     def crossings_at(self, clock: int) -> int:
-        """Members whose step at ``clock`` takes a block."""
+        """Blocks the members' step at ``clock`` takes (a group one per sequence)."""
         return self._crossings[clock % self.period] if self.period else 0
 
     def pooled_blocks(self, first_clock: int, num_steps: int) -> list[int]:
@@ -280,13 +322,13 @@ class DecodeCohort:
         return blocks, internal
 
     def blocks_needed(self, first_clock: int, num_steps: int) -> int:
-        """Block crossings of all members in the steps at clocks ``[first_clock, first_clock +
-        num_steps)`` (blocks those steps take; 0 for a slab cohort)."""
+        """Blocks all members' sequences take in the steps at clocks ``[first_clock,
+        first_clock + num_steps)`` (0 for a slab cohort)."""
         p = self.period
         if not p or num_steps <= 0:
             return 0
         whole, rest = divmod(num_steps, p)
-        total = len(self.members) * whole
+        total = self.num_seqs * whole
         counts = self._crossings
         for d in range(rest):
             total += counts[(first_clock + d) % p]
@@ -297,7 +339,7 @@ class DecodeCohort:
         ``free_blocks`` blocks (0 when even none fits, i.e. ``free_blocks < 0``)."""
         if free_blocks < 0:
             return 0
-        n, p = len(self.members), self.period
+        n, p = self.num_seqs, self.period
         if not p or not n or self.blocks_needed(first_clock, max_steps) <= free_blocks:
             return max_steps
         # blocks_needed grows with t: whole periods first, then the remainder step by step
@@ -314,12 +356,15 @@ class DecodeCohort:
     def check(self) -> None:
         """Assert the running totals (``debug_invariants``)."""
         members = list(self.members.values())
-        base = sum(m.computed - m.sync for m in members)
+        base = sum(m.width * (m.computed - m.sync) for m in members)
         helds = [self.held_now(m) for m in members]
-        held = sum(helds)
+        held = sum(m.width * h - m.shared for h, m in zip(helds, members, strict=True))
         internal = sum(
-            max(h - m.request.final_kv_tokens, 0) for h, m in zip(helds, members, strict=True)
+            m.width * max(h - m.request.final_kv_tokens, 0)
+            for h, m in zip(helds, members, strict=True)
         )
+        assert self.num_seqs == sum(m.width for m in members), "cohort width drifted"
+        assert self.sum_shared == sum(m.shared for m in members), "cohort shared drifted"
         assert (base, held, internal) == (self.sum_base, self.sum_held, self.sum_internal), (
             f"cohort totals drifted: {(base, held, internal)} != "
             f"{(self.sum_base, self.sum_held, self.sum_internal)}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvsim.allocators.base import IntArray
 from kvsim.request import Request
 
 
@@ -31,9 +30,9 @@ class StepPlan:
     """One planned step, possibly extended over ``num_steps`` steps.
 
     Step 0 computes ``num_new_tokens[i]`` tokens of ``scheduled[i]`` (a prefill chunk, a whole
-    prompt, or one decode token). In every later step of the span each running request (every
-    ``member``) decodes one token, so member ``i`` holds ``lengths0[i] + j`` computed tokens after
-    step ``j``.
+    prompt, or one decode token) and one decode token of each decode-cohort member
+    (``kvsim.scheduler.lazy``), who are in no list, only in the work sums. In every later step of
+    the span every running request, a cohort member by then, decodes one token.
 
     Attributes:
         scheduled: requests computing in step 0, in scheduling order.
@@ -47,17 +46,10 @@ class StepPlan:
         extendable: later steps would schedule exactly "every member decodes one token".
         num_steps: steps this plan covers.
         swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
-        members: the running requests (rows of the span arrays), filled by ``span_arrays``.
-        lengths0: int64[n] computed tokens of each member after step 0.
-        outputs0: int64[n] output tokens each has sampled after step 0.
-        final: int64[n] KV tokens each ends with (``Request.final_kv_tokens``).
-        held0: int64[n] slots each holds (per sequence) after step 0's allocation.
-        num_seqs: int64[n] sequences of each member, or ``None`` when all are single sequences.
-        all_running_scheduled: ``scheduled`` is exactly the running list, in its order.
+        all_running_scheduled: every running request computes in step 0 (the scheduled ones
+            and the cohort's members).
         work: step 0's ``(new tokens, context tokens, attention pairs, sequences)`` sums
-            (``StepCostModel.steps_s``), accumulated by ``add``.
-        lazy: planned over the scheduler's decode cohort (``kvsim.scheduler.lazy``): its
-            members are not in ``scheduled``, and ``members``/``lengths0``/... stay unset.
+            (``StepCostModel.step_s``), accumulated by ``add``.
         cohort_clock: the cohort's clock when the plan was made.
         cohort_advance: decode steps the cohort takes in step 0 (0 or 1).
         num_cohort: cohort members decoding in step 0.
@@ -72,15 +64,8 @@ class StepPlan:
     extendable: bool = False
     num_steps: int = 1
     swap_blocks: int = 0
-    members: list[Request] = field(default_factory=list)
-    lengths0: IntArray | None = None
-    outputs0: IntArray | None = None
-    final: IntArray | None = None
-    held0: IntArray | None = None
-    num_seqs: IntArray | None = None
     all_running_scheduled: bool = False
     work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
-    lazy: bool = False
     cohort_clock: int = 0
     cohort_advance: int = 0
     num_cohort: int = 0

@@ -33,7 +33,6 @@ from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import EngineArgs
 from kvsim.request import Request
 from kvsim.scheduler.core import SchedulerCore
-from kvsim.scheduler.lazy import LazyDecodes
 from kvsim.scheduler.plan import StepPlan
 from kvsim.swap import SwapSpace
 
@@ -45,10 +44,17 @@ class V0Scheduler(SchedulerCore):
         allocator: the KV allocation policy.
         args: the run's resolved engine arguments.
         swap: the CPU swap pool (paged allocators), or ``None``.
+        pooled: steady decoders may take anonymous blocks in bulk (``SchedulerCore``).
     """
 
-    def __init__(self, allocator: Allocator, args: EngineArgs, swap: SwapSpace | None) -> None:
-        super().__init__(allocator, args)
+    def __init__(
+        self,
+        allocator: Allocator,
+        args: EngineArgs,
+        swap: SwapSpace | None,
+        pooled: bool = True,
+    ) -> None:
+        super().__init__(allocator, args, pooled)
         self.swap = swap
         self._batch_forming = True  # request-level batching: admission open
 
@@ -57,10 +63,7 @@ class V0Scheduler(SchedulerCore):
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
-        lazy = self._lazy_ready()
-        if lazy is not None:
-            plan.lazy = True  # until an exact decode pass is needed
-            plan.cohort_clock = lazy.cohort.clock
+        self._add_cohort_step(plan, self.lazy.cohort.clock, 0)  # a prefill step
         swapped = self.swap is not None and self.swap.has_swapped()
         if swapped:
             if self.waiting:
@@ -70,10 +73,7 @@ class V0Scheduler(SchedulerCore):
         elif self.waiting:
             plan.head_blocked = "batch"
         if not plan.scheduled:
-            if lazy is None or not self._schedule_decodes_lazy(plan, lazy):
-                self._flush()
-                plan.lazy = False
-                self._schedule_decodes(plan)
+            self._schedule_decodes(plan)
             if not plan.num_preempted and self.swap is not None:
                 self._swap_in(plan)
         if self.swap is not None:
@@ -85,7 +85,7 @@ class V0Scheduler(SchedulerCore):
             and not (self.swap is not None and self.swap.has_swapped())
             and plan.head_blocked in (None, "kv", "max_num_seqs", "batch")
         )
-        self._finish_lazy_plan(plan)
+        self._finish_plan(plan)
         return plan
 
     def complete(self, plan: StepPlan, now_s: float, step0_end_s: float) -> list[Request]:
@@ -136,57 +136,50 @@ class V0Scheduler(SchedulerCore):
             seqs += head.num_seqs
 
     def _schedule_decodes(self, plan: StepPlan) -> None:
-        allocator, running = self.allocator, self.running
-        i = 0
-        while i < len(running):
-            req = running[i]
-            placed = True
-            while not (
-                allocator.can_append_v0(req) and self._allocate(req, req.num_computed_tokens + 1)
-            ):
+        """Every running request decodes one token, oldest first; before each, v0's
+        ``can_append_slot`` check, preempting the last running request while it fails."""
+        lazy, running = self.lazy, self.running
+        if lazy.cohort.members and not self._cohort_decodes():
+            lazy.flush(running)
+        clock = lazy.cohort.clock
+        can_append = self.allocator.can_append_v0
+        for req, member in lazy.step_order(clock):
+            if member is not None:
+                lazy.step_member(member, clock)
+                continue
+            if req not in lazy.seq:  # preempted in this pass (victims leave from the tail)
+                break
+            while not (can_append(req) and self._allocate(req, req.num_computed_tokens + 1)):
                 victim = running.pop()
+                lazy.preempted(victim)
                 self._preempt(victim)
                 plan.num_preempted += 1
                 if victim is req:
-                    placed = False
                     break
-            if not placed:
-                break
-            plan.add(req, 1)
-            i += 1
+            else:
+                plan.add(req, 1)
+                continue
+            break
+        self._add_cohort_step(plan, clock, 1)
 
-    def _schedule_decodes_lazy(self, plan: StepPlan, lazy: LazyDecodes) -> bool:
-        """``_schedule_decodes`` over the cohort when no request can be preempted: every check
-        of v0's decode loop passes if the pool keeps a block after all the step's allocations.
-        ``False`` (nothing changed) when the exact pass must run."""
-        allocator, cohort = self.allocator, lazy.cohort
-        clock = cohort.clock
-        others = list(lazy.others)
-        need = cohort.crossings_at(clock) * lazy.period
-        for req in others:
-            if not allocator.can_allocate(req, req.num_computed_tokens + 1):
+    def _cohort_decodes(self) -> bool:
+        """Whether this decode step can run with the cohort's members in bulk: every
+        allocation fits and every ``can_append_v0`` check passes if the pool keeps one block per
+        sequence of the widest running request after all of them, so nobody is preempted."""
+        allocator, lazy = self.allocator, self.lazy
+        cohort = lazy.cohort
+        need = lazy.touched_slots_needed(cohort.clock)
+        widest = cohort.widest()
+        for req in lazy.others:
+            num_tokens = req.num_computed_tokens + 1
+            if not allocator.can_allocate(req, num_tokens):
                 return False
-            need += allocator.num_slots_needed(req, req.num_computed_tokens + 1)
-        if need > allocator.num_free_tokens:
-            return False  # some decode does not fit: the exact pass preempts
-        if allocator.paged and allocator.num_free_tokens - need < allocator.block_size_tokens:
-            return False  # some can_append_v0 check might fail on the way
-
-        def allocate(req: Request, num_tokens: int) -> None:
-            placed = self._allocate(req, num_tokens)
-            assert placed, f"req {req.req_id}: a checked allocation failed"
-            plan.add(req, 1)
-
-        lazy.step0(clock, [(r, r.num_computed_tokens + 1) for r in others], allocate)
-        n, context = len(cohort), cohort.sum_computed(clock)
-        work = plan.work  # each member decodes one token after its `context` share
-        work[0] += n
-        work[1] += context
-        work[2] += 2 * context + n
-        work[3] += n
-        plan.cohort_advance = 1
-        plan.num_cohort = n
-        return True
+            need += allocator.num_slots_needed(req, num_tokens)
+            widest = max(widest, req.num_seqs)
+        free = allocator.num_free_tokens
+        if need > free:
+            return False  # some decode does not fit: the one-by-one pass preempts
+        return not allocator.paged or free - need >= widest * allocator.block_size_tokens
 
     def _preempt(self, req: Request) -> None:
         # vLLM v0's rule; without a CPU pool (slab allocators) a group restarts from its prompt
@@ -216,5 +209,4 @@ class V0Scheduler(SchedulerCore):
         """v0's decode check wants one free block per sequence at every step of a span."""
         if not self.allocator.paged:
             return 0
-        widest = int(plan.num_seqs.max()) if plan.num_seqs is not None else 1
-        return widest * self.allocator.block_size_tokens
+        return self.lazy.cohort.widest() * self.allocator.block_size_tokens

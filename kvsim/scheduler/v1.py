@@ -30,7 +30,6 @@ from kvsim.allocators.base import NO_HIT, PrefixHit
 from kvsim.allocators.paged import PagedAllocator
 from kvsim.request import Request
 from kvsim.scheduler.core import SchedulerCore
-from kvsim.scheduler.lazy import LazyDecodes
 from kvsim.scheduler.plan import StepPlan
 
 
@@ -39,13 +38,7 @@ class V1Scheduler(SchedulerCore):
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
-        budget = None
-        lazy = self._lazy_ready()
-        if lazy is not None:
-            budget = self._schedule_running_lazy(plan, self.token_budget, lazy)
-        if budget is None:
-            self._flush()
-            budget = self._schedule_running(plan, self.token_budget)
+        budget = self._schedule_running(plan, self.token_budget)
         if plan.num_preempted:
             plan.head_blocked = "preempted" if self.waiting else None
         else:
@@ -53,163 +46,106 @@ class V1Scheduler(SchedulerCore):
             if self.waiting and plan.head_blocked is None:
                 plan.head_blocked = "budget"
         plan.extendable = self._extendable(plan)
-        self._finish_lazy_plan(plan)
+        self._finish_plan(plan)
         return plan
 
     _partial = False
     _guard_blocks: int | None = None
 
-    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
-        running = self.running
+    def _running_chunk(self, req: Request, budget: int) -> tuple[int, int]:
+        """``(tokens it computes, tokens it knows but has not computed)`` of a running request
+        given the budget left: the rest of what it knows, capped by
+        ``long_prefill_token_threshold`` (when > 0) and by the budget."""
+        unknown = req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+        num_new = unknown
         threshold = self.args.long_prefill_token_threshold
-        cache_block = self.cache_block_tokens
-        i = 0
-        partial = False  # some request is left mid-prefill after step 0
-        per_token = self.allocator.takes_slot_per_token
-        while i < len(running) and budget > 0:
-            if per_token:  # a run of decodes, each taking its slot: in one allocator call
-                run = self._decode_run(i, budget)
-                placed = self.allocator.grow_one_each(run) if run else 0
-                if placed:
-                    done = run[:placed]
-                    for req in done:
-                        req.num_held_slots = req.num_computed_tokens + 1
-                    plan.add_decodes(done)
-                budget -= placed
-                i += placed
-                if i >= len(running) or budget <= 0:
-                    break
-            req = running[i]
+        if 0 < threshold < num_new:
+            num_new = threshold
+        return min(num_new, budget), unknown
+
+    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
+        """The running requests, in the order they were admitted: each gets its chunk
+        (``_running_chunk``); when its slots cannot be allocated, the last running request is
+        preempted until they can, and if the request itself was the last the pass stops."""
+        lazy = self.lazy
+        cohort = lazy.cohort
+        if cohort.members and not self._cohort_steps(budget):
+            lazy.flush(self.running)
+        clock, num_members = cohort.clock, len(cohort)
+        budget -= num_members  # every member decodes one token (_cohort_steps checked it)
+        partial = starved = False
+        for req, member in lazy.step_order(clock):
+            if member is not None:
+                lazy.step_member(member, clock)
+                continue
+            if req not in lazy.seq:  # preempted in this pass (victims leave from the tail)
+                break
+            if budget <= 0:
+                starved = True
+                break
             computed = req.num_computed_tokens
-            num_new = req.prompt_tokens + req.num_output_tokens - computed
-            if (
-                num_new == 1
-                and computed < req.num_held_slots
-                and (not cache_block or not req.shares_tokens or (computed + 1) % cache_block)
-            ):
-                if req.num_output_tokens:  # hot path: a decode whose slot is already held
-                    plan.add_decode(req)
-                else:  # the last token of a prompt
-                    plan.add(req, 1)
-                budget -= 1
-                i += 1
-                continue
-            if num_new == 1 and req.num_output_tokens and self._allocate(req, computed + 1):
-                plan.add_decode(req)  # a decode that takes a slot (a block boundary, radix)
-                budget -= 1
-                i += 1
-                continue
-            unknown = num_new  # tokens it knows but has not computed
-            if 0 < threshold < num_new:
-                num_new = threshold
-            if num_new > budget:
-                num_new = budget
+            num_new, unknown = self._running_chunk(req, budget)
             if num_new <= 0:
-                i += 1
                 continue
-            fits = True
-            while not self._allocate(req, computed + num_new):
-                victim = running.pop()
-                self._preempt_recompute(victim)
-                plan.num_preempted += 1
-                if victim is req:
-                    fits = False
-                    break
-            if not fits:
+            if not self._allocate_preempting(plan, req, computed + num_new):
                 break
             partial = partial or num_new < unknown
-            if num_new == 1 and req.num_output_tokens:
-                plan.add_decode(req)
-            else:
-                plan.add(req, num_new)
+            plan.add(req, num_new)
             budget -= num_new
-            i += 1
-        self._partial = partial or i < len(running)
+        self._partial = partial or starved
+        self._add_cohort_step(plan, clock, 1)
         return budget
 
-    def _decode_run(self, start: int, budget: int) -> list[Request]:
-        """The running requests from ``start`` on that decode one token, at most ``budget``."""
-        run = []
-        running = self.running
-        for j in range(start, min(len(running), start + budget)):  # no copy of the list
-            req = running[j]
-            if not req.num_output_tokens or (
-                req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens != 1
-            ):
-                break
-            run.append(req)
-        return run
+    def _allocate_preempting(self, plan: StepPlan, req: Request, num_tokens: int) -> bool:
+        """Allocate ``num_tokens`` for a running request, preempting the last running request
+        (recompute) until it fits; ``False`` when the request itself was preempted."""
+        while not self._allocate(req, num_tokens):
+            victim = self.running.pop()
+            self.lazy.preempted(victim)
+            self._preempt_recompute(victim)
+            plan.num_preempted += 1
+            if victim is req:
+                return False
+        return True
 
-    def _schedule_running_lazy(self, plan: StepPlan, budget: int, lazy: LazyDecodes) -> int | None:
-        """``_schedule_running`` over the cohort: every member decodes one token, the others
-        and the members at a block boundary are handled one by one in running order. ``None``
-        (nothing changed) when the exact pass must run: the budget would run out before some
-        member's turn, or some allocation could fail (a preemption).
+    def _cohort_steps(self, budget: int) -> bool:
+        """Whether this step can run with the cohort's members in bulk: the budget reaches
+        every member and the pool holds every allocation, so handling each running request one
+        by one could not preempt nor leave a member without its token.
 
         The budget goes to the running requests in running order; giving every member its
-        token first is the same as long as no member comes after the other request at which
+        token first is the same as long as no member comes after the explicit request at which
         the budget runs out (the *boundary*).
         """
-        allocator, cohort = self.allocator, lazy.cohort
-        clock = cohort.clock
-        threshold = self.args.long_prefill_token_threshold
-        others = lazy.others
+        allocator, lazy = self.allocator, self.lazy
+        cohort = lazy.cohort
         left = budget - len(cohort)  # for the others once every member has its token
         if left < 0:
-            return None
+            return False
         need = 0
-        chunks: list[tuple[Request, int]] = []
         boundary: Request | None = None
+        others = lazy.others
         for req in others:
             if left <= 0:  # the budget ran out: this request and those after it wait
                 boundary = boundary or req
                 break
-            computed = req.num_computed_tokens
-            num_new = req.prompt_tokens + req.num_output_tokens - computed
-            if 0 < threshold < num_new:
-                num_new = threshold
+            num_new, _ = self._running_chunk(req, left)
             if num_new <= 0:
-                return None  # never for a running request; the exact pass knows what to do
+                return False  # never for a running request; the one-by-one pass knows
             if num_new >= left:
-                num_new, boundary = left, req
+                boundary = req
+            computed = req.num_computed_tokens
             if not allocator.can_allocate(req, computed + num_new):
-                return None
+                return False
             need += allocator.num_slots_needed(req, computed + num_new)
             left -= num_new
-            chunks.append((req, num_new))
-        starved = False  # some running request gets no token (v1 then leaves it waiting)
         if boundary is not None:
             running = self.running
             after = len(running) - running.index(boundary) - 1
             others_after = len(others) - list(others).index(boundary) - 1
             if after != others_after:
-                return None  # a member after the boundary would get no token
-            starved = after > 0 or not chunks or chunks[-1][0] is not boundary
-        if need + cohort.crossings_at(clock) * lazy.period > allocator.num_free_tokens:
-            return None
-        partial = False
-
-        def allocate(req: Request, num_tokens: int) -> None:
-            nonlocal partial
-            computed = req.num_computed_tokens
-            placed = self._allocate(req, num_tokens)
-            assert placed, f"req {req.req_id}: a checked allocation failed"
-            partial = partial or num_tokens < req.num_tokens
-            plan.add(req, num_tokens - computed)
-
-        lazy.step0(clock, [(r, r.num_computed_tokens + n) for r, n in chunks], allocate)
-        self._partial = partial or starved
-        n, context = len(cohort), cohort.sum_computed(clock)
-        work = plan.work  # each member decodes one token after its `context` share
-        work[0] += n
-        work[1] += context
-        work[2] += 2 * context + n
-        work[3] += n
-        plan.lazy = True
-        plan.cohort_clock = clock
-        plan.cohort_advance = 1
-        plan.num_cohort = n
-        return left
+                return False  # a member after the boundary would get no token
+        return need + lazy.touched_slots_needed(cohort.clock) <= allocator.num_free_tokens
 
     def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
         allocator, waiting = self.allocator, self.waiting

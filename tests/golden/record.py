@@ -62,10 +62,18 @@ def record_results(results: Any) -> dict[str, Any]:
     }
 
 
-def simulate_case(config: dict[str, Any], map_every_s: float | None = None) -> dict[str, Any]:
+def simulate_case(
+    config: dict[str, Any], map_every_s: float | None = None, tables: Path | None = None
+) -> dict[str, Any]:
+    """Simulate one case and record it; with ``tables``, also write its tables there as
+    ``requests.parquet`` and ``memory.parquet`` (for comparisons within a float tolerance)."""
     from kvsim import config_from_dict, simulate
 
     results = simulate(config_from_dict(config), map_every_s=map_every_s)
+    if tables is not None:
+        tables.mkdir(parents=True, exist_ok=True)
+        results.requests.to_parquet(tables / "requests.parquet")
+        results.memory.to_parquet(tables / "memory.parquet")
     return record_results(results)
 
 
@@ -92,24 +100,34 @@ def harvest(root: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _tables(root: Path | None, name: str) -> Path | None:
+    return None if root is None else root / name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--varied", action="store_true")
     parser.add_argument("--harvest", type=Path)
+    parser.add_argument("--tables", type=Path, help="also write each case's tables under here")
+    parser.add_argument("--only", nargs="*", help="only these case names")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.varied:
         from cases import MAPPED, VARIED
 
         for name, config in VARIED.items():
+            if args.only and name not in args.only:
+                continue
             print(name, flush=True)
-            data = simulate_case(config)
+            data = simulate_case(config, None, _tables(args.tables, f"varied_{name}"))
             (args.out / f"varied_{name}.json").write_text(json.dumps(data, indent=1))
         for name, (config, every) in MAPPED.items():
+            if args.only and name not in args.only:
+                continue
             print(name, flush=True)
-            data = simulate_case(config, every)
+            data = simulate_case(config, every, _tables(args.tables, f"varied_{name}"))
             (args.out / f"varied_{name}.json").write_text(json.dumps(data, indent=1))
     if args.bench:
         from kvsim.bench import GROUPS
@@ -117,7 +135,7 @@ def main() -> None:
         for group in GROUPS.values():
             for name, spec in group.items():
                 print(name, flush=True)
-                data = simulate_case(spec)
+                data = simulate_case(spec, None, _tables(args.tables, f"bench_{name}"))
                 (args.out / f"bench_{name}.json").write_text(json.dumps(data, indent=1))
     if args.harvest:
         for experiment, points in harvest(args.harvest).items():
