@@ -48,16 +48,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import overload
-
-import numpy as np
-import numpy.typing as npt
 
 from kvsim.calibrate.table import resolve_table
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.config.hardware import KvCacheDtype, kv_bytes_per_token_per_gpu
 
-FloatArray = npt.NDArray[np.float64]
 logger = logging.getLogger(__name__)
 
 
@@ -125,70 +120,43 @@ class StepCostModel:
         table = resolve_table(cost.calibration, gpu.name)
         return table.layout_factor(block_size), table.describe()
 
-    def steps_s(
-        self,
-        new_tokens: FloatArray,
-        context_tokens: FloatArray,
-        attention_pairs: FloatArray,
-        num_seqs: FloatArray,
-    ) -> FloatArray:
-        """Durations (seconds) of ``k`` steps, each described by four sums over its sequences.
-
-        Args:
-            new_tokens: float64[k] tokens computed (``sum c_i``).
-            context_tokens: float64[k] KV tokens read (``sum o_i``).
-            attention_pairs: float64[k] ``sum (2 c_i o_i + c_i**2)``.
-            num_seqs: float64[k] sequences scheduled.
-
-        Returns:
-            float64[k] step durations (swap time not included; see ``swap_s``).
-
-        Raises:
-            ValueError: a negative or non-finite duration (a broken coefficient).
-        """
-        mem = self.weight_bytes + context_tokens * self.kv_read_bytes_per_token
-        flops = (
-            self.linear_flops_per_token * new_tokens + self.attn_flops_per_pair * attention_pairs
-        )
-        durations = np.maximum(mem / self.bandwidth, flops / self.flops)
-        durations += self.overhead_s + self.per_seq_overhead_s * num_seqs
-        if self.tp > 1 or self.pp > 1:
-            durations += self.communication_s(new_tokens)
-        if len(durations):
-            shortest, longest = durations.min(), durations.max()
-            if not (shortest >= 0 and longest < np.inf):  # NaN fails both comparisons
-                raise ValueError(f"cost model returned an invalid duration: {shortest}")
-        return durations
-
     def step_s(
         self, new_tokens: float, context_tokens: float, attention_pairs: float, num_seqs: float
     ) -> float:
-        """``steps_s`` of one step, in plain floats (the engine's per-event hot path)."""
-        mem = self.weight_bytes + context_tokens * self.kv_read_bytes_per_token
+        """Duration of one step (seconds), from four sums over its sequences.
+
+        Args:
+            new_tokens: tokens computed (``sum c_i``).
+            context_tokens: KV tokens read (``sum o_i``).
+            attention_pairs: ``sum (2 c_i o_i + c_i**2)``.
+            num_seqs: sequences scheduled.
+
+        Returns:
+            The step's duration (swap time not included; see ``swap_s``).
+
+        Raises:
+            ValueError: a negative, infinite or NaN duration (a broken coefficient).
+        """
+        mem_s = (self.weight_bytes + context_tokens * self.kv_read_bytes_per_token) / self.bandwidth
         flops = (
             self.linear_flops_per_token * new_tokens + self.attn_flops_per_pair * attention_pairs
         )
-        duration = max(mem / self.bandwidth, flops / self.flops)
+        compute_s = flops / self.flops
+        if mem_s != mem_s or compute_s != compute_s:  # NaN: max() would keep either
+            raise ValueError("cost model returned an invalid duration: nan")
+        duration = mem_s if mem_s >= compute_s else compute_s
         duration += self.overhead_s + self.per_seq_overhead_s * num_seqs
         if self.tp > 1 or self.pp > 1:
             duration += self.communication_s(new_tokens)
-        if not 0 <= duration < float("inf"):  # NaN fails too
+        if not 0 <= duration < float("inf"):
             raise ValueError(f"cost model returned an invalid duration: {duration}")
         return duration
 
-    @overload
-    def communication_s(self, new_tokens: float) -> float: ...
-
-    @overload
-    def communication_s(self, new_tokens: FloatArray) -> FloatArray: ...
-
-    def communication_s(self, new_tokens: float | FloatArray) -> float | FloatArray:
-        """Tensor-parallel all-reduces and pipeline stage sends of steps computing
-        ``new_tokens`` tokens each (seconds; 0 without parallelism): a float for one step (the
-        engines' hot path, without numpy's per-call cost), float64[k] for k steps; the same
-        operations either way."""
+    def communication_s(self, new_tokens: float) -> float:
+        """Tensor-parallel all-reduces and pipeline stage sends of a step computing
+        ``new_tokens`` tokens (seconds; 0 without parallelism)."""
         message = new_tokens * self.hidden * self.act_bytes
-        out = message * 0.0  # 0.0, or zeros shaped like the steps
+        out = 0.0
         if self.tp > 1:
             ring = 2.0 * (self.tp - 1) / self.tp
             per_allreduce = ring * message / self.link_bandwidth + self.allreduce_latency_s
@@ -208,17 +176,7 @@ class StepCostModel:
         new = float(sum(c for c, _ in chunks))
         context = float(sum(o for _, o in chunks))
         pairs = float(sum(2 * c * o + c * c for c, o in chunks))
-        span = self.steps_s(
-            np.array([new]), np.array([context]), np.array([pairs]), np.array([float(len(chunks))])
-        )
-        return float(span[0]) + self.swap_s(swap_blocks)
-
-    def decode_steps_s(self, context0: float, num_seqs: float, num_steps: int) -> FloatArray:
-        """Durations of ``num_steps`` decode steps of the same ``num_seqs`` sequences, the first
-        reading ``context0`` tokens of KV and each later one ``num_seqs`` more (seconds)."""
-        context = context0 + num_seqs * np.arange(num_steps, dtype=np.float64)
-        seqs = np.full(num_steps, float(num_seqs))
-        return self.steps_s(seqs, context, 2.0 * context + seqs, seqs)
+        return self.step_s(new, context, pairs, float(len(chunks))) + self.swap_s(swap_blocks)
 
     def span_durations(
         self,
@@ -228,37 +186,22 @@ class StepCostModel:
         num_steps: int,
         until_s: float | None = None,
     ) -> list[float]:
-        """A short span's step durations (seconds): step 0 of ``step0_s``, then up to
-        ``num_steps`` decode steps with ``decode_steps_s``'s values (the same IEEE operations in
-        the same order, in plain floats), stopping after the first step that ends, counted from
-        the span's start, at or after ``until_s`` (none when ``None``).
+        """A span's step durations (seconds): step 0 of ``step0_s``, then up to ``num_steps``
+        decode steps of the same ``num_seqs`` sequences, the first reading ``context0`` tokens
+        of KV and each later one ``num_seqs`` more (``step_s`` each), stopping after the first
+        step that ends, counted from the span's start, at or after ``until_s`` (none when
+        ``None``).
 
         Raises:
             ValueError: a negative, infinite or NaN duration (a broken coefficient).
         """
-        kv, weights = self.kv_read_bytes_per_token, self.weight_bytes
-        bandwidth, flops_per_s, attn = self.bandwidth, self.flops, self.attn_flops_per_pair
-        linear = self.linear_flops_per_token * num_seqs
-        extra = self.overhead_s + self.per_seq_overhead_s * num_seqs
-        comm = 0.0
-        parallel = self.tp > 1 or self.pp > 1
-        if parallel:
-            comm = self.communication_s(num_seqs)
         durations = [step0_s]
         end = step0_s
         if until_s is not None and end >= until_s:
             return durations
         for j in range(num_steps):
             context = context0 + num_seqs * float(j)
-            mem_s = (weights + context * kv) / bandwidth
-            compute_s = (linear + attn * (2.0 * context + num_seqs)) / flops_per_s
-            if mem_s != mem_s or compute_s != compute_s:  # NaN: np.maximum would keep it
-                raise ValueError("cost model returned an invalid duration: nan")
-            duration = (mem_s if mem_s >= compute_s else compute_s) + extra
-            if parallel:
-                duration += comm
-            if not (duration >= 0 and duration < float("inf")):
-                raise ValueError(f"cost model returned an invalid duration: {duration}")
+            duration = self.step_s(num_seqs, context, 2.0 * context + num_seqs, num_seqs)
             durations.append(duration)
             end += duration
             if until_s is not None and end >= until_s:

@@ -16,36 +16,25 @@ from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 
 import numpy as np
-import numpy.typing as npt
 
 from kvsim.allocators import Allocator, allocator_from_knobs
 from kvsim.config import SimConfig
 from kvsim.cost import StepCostModel
 from kvsim.intake import Rejected, fan_out, requests_for, split_runnable
 from kvsim.poolmap import FrameRecorder, has_map
-from kvsim.recorder import MemoryRecorder, categorize, categorize_step
+from kvsim.recorder import MemoryRecorder, queue_head
 from kvsim.request import Request, RequestSpec, fresh_requests
 from kvsim.request_log import RequestLog
 from kvsim.results import Results, build_results
 from kvsim.scheduler import StepPlan, make_scheduler
-from kvsim.span import last_step_tokens, span_series, step_totals
+from kvsim.span import event_slots, last_step_tokens
 from kvsim.swap import SwapSpace
-from kvsim.timing import (
-    MAX_SPAN_STEPS,
-    SHORT_SPAN_STEPS,
-    Timing,
-    one_step,
-    span_timing,
-    steps_before,
-    waiting_per_step,
-)
+from kvsim.timing import MAX_SPAN_STEPS, Timing, span_timing, steps_before, waiting_per_step
 
 if TYPE_CHECKING:
     import simpy  # (kvsim imports SimPy only to run)
 
 logger = logging.getLogger(__name__)
-
-FloatArray = npt.NDArray[np.float64]
 
 
 def allocator_from_config(config: SimConfig) -> Allocator:
@@ -138,8 +127,7 @@ class Engine:
         self._wake: simpy.Event = env.event()
         arrivals = np.array([r.arrival_time_s for r in requests])  # int64 when all are ints
         self.log = RequestLog(arrivals)
-        self._arrival_times = arrivals.astype(np.float64, copy=False)
-        self._arrival_list: list[float] = self._arrival_times.tolist()
+        self._arrival_list: list[float] = arrivals.astype(np.float64, copy=False).tolist()
         self._to_arrive = deque(requests)
         self._row: dict[Request, int] = {}  # arrived, unfinished request -> its workload row
 
@@ -222,16 +210,10 @@ class Engine:
         step0_s = self.cost.step_s(*plan.work)
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
-            durations: list[float] | FloatArray
-            if k <= SHORT_SPAN_STEPS:  # computed only up to the next arrival (_cut_span)
-                until = None
-                if not self.scheduler.waiting and self.num_arrived < self.num_requests:
-                    until = self._arrival_list[self.num_arrived] - self.env.now
-                durations = self.cost.span_durations(step0_s, start, num_seqs, k - 1, until)
-            else:
-                durations = np.empty(k)
-                durations[0] = step0_s
-                durations[1:] = self.cost.decode_steps_s(start, num_seqs, k - 1)
+            until = None  # computed only up to the next arrival when nobody waits (_cut_span)
+            if not self.scheduler.waiting and self.num_arrived < self.num_requests:
+                until = self._arrival_list[self.num_arrived] - self.env.now
+            durations = self.cost.span_durations(step0_s, start, num_seqs, k - 1, until)
             k = self._cut_span(durations)
             if k > 1:
                 self.scheduler.extend(plan, k)
@@ -240,14 +222,14 @@ class Engine:
             swap_s = self.cost.swap_s(plan.swap_blocks)
             step0_s += swap_s
             self.swap_time_s += swap_s
-        return one_step(step0_s)
+        return span_timing([step0_s])
 
-    def _cut_span(self, durations: list[float] | FloatArray) -> int:
+    def _cut_span(self, durations: list[float]) -> int:
         """Steps of a span to keep: up to the step during which the next request arrives when
         nobody waits, and up to the step in flight at the next memory-map capture."""
         k = len(durations)
         if not self.scheduler.waiting and self.num_arrived < self.num_requests:
-            until_arrival = self._arrival_times[self.num_arrived] - self.env.now
+            until_arrival = self._arrival_list[self.num_arrived] - self.env.now
             k = min(k, steps_before(durations, until_arrival, "left") + 1)
         capture = self.frames.next_time() if self.frames is not None else None
         if capture is not None and capture > self.env.now:
@@ -278,73 +260,27 @@ class Engine:
         (``kvsim.span``)."""
         if not self.config.record_memory:
             return
-        lazy = self.scheduler.lazy
-        allocator, k = self.allocator, timing.num_steps
-        shared = allocator.shared_slots()
-        head = self.scheduler.head_of_queue()
-        num_running = len(self.scheduler.running)
-        if k == 1:
-            held, token, internal, unshared = step_totals(lazy, plan)
-            cats = categorize_step(
-                allocator, held - shared, token - shared, internal, unshared, head
-            )
-            self.recorder.record_step(
-                self.env.now,
-                timing.total_s,
-                num_running,
-                float(len(self.scheduler.waiting)),
-                plan.num_prefills,
-                plan.num_preempted,
-                cats,
-            )
-            return
-        waiting = self._waiting_per_step(timing)
-        if timing.array is None:  # a short span: plain lists
-            assert isinstance(timing.durations, list)
-            assert not isinstance(waiting, np.ndarray)
-            span = plan.span
-            assert span is not None, "extend() notes the span"
-            assert not lazy.others, "a span's running requests are all cohort members"
-            cohort = lazy.cohort
-            token0 = cohort.sum_computed(plan.cohort_clock + plan.cohort_advance)
-            self.recorder.record_span_steps(
-                self.env.now,
-                timing.durations,
-                timing.total_s,
-                (span.held0, token0 - cohort.sum_shared, span.internal0),
-                (lazy.period, span.blocks, span.internal, cohort.num_seqs),
-                (shared, cohort.sum_shared),
-                allocator,
-                head,
-                num_running,
-                waiting,
-                plan.num_prefills,
-                plan.num_preempted,
-            )
-            return
-        assert timing.array is not None
-        held_k, token_k, internal_k, unshared_k = span_series(lazy, plan, k)
-        span_cats = categorize(
-            allocator, held_k - shared, token_k - shared, internal_k, unshared_k, head
+        scheduler = self.scheduler
+        slots = event_slots(scheduler.lazy, plan, timing.num_steps)
+        slots.across = self.allocator.shared_slots()
+        slots.overhead = self.allocator.overhead_slots
+        waiting = waiting_per_step(
+            timing.durations,
+            self.env.now,
+            len(scheduler.waiting),
+            self._arrival_list,
+            self.num_arrived,
         )
         self.recorder.record(
             self.env.now,
-            timing.array,
-            span_cats,
-            num_running,
+            timing.durations,
+            timing.total_s,
+            slots,
+            queue_head(self.allocator, scheduler.head_of_queue()),
+            len(scheduler.running),
             waiting,
             plan.num_prefills,
             plan.num_preempted,
-        )
-
-    def _waiting_per_step(self, timing: Timing) -> int | FloatArray | list[float]:
-        short = timing.array is None  # bisected in plain Python: a list of floats
-        return waiting_per_step(
-            timing.durations,
-            self.env.now,
-            len(self.scheduler.waiting),
-            self._arrival_list if short else self._arrival_times,
-            self.num_arrived,
         )
 
 

@@ -4,8 +4,8 @@ For a live request holding ``R`` slots with ``L`` token states and final KV leng
 ``prompt + output - 1`` tokens it ever computes, ``Request.final_kv_tokens``): token states ``L``,
 reservation ``min(R, F) - L``, internal fragmentation ``max(0, R - F)``. ``L`` counts the tokens
 a step computes from that step on (their slots are written during it).
-Sequence groups and shared prefixes go through ``Allocator.span_slots``: shared physical slots
-count once, and ``unshared`` records what the same sequences would hold without sharing.
+Sequence groups and shared prefixes count shared physical slots once, and ``unshared`` records
+what the same sequences would hold without sharing.
 Free slots that cannot serve the request at the head of the queue are external fragmentation
 (holes too small, or too few in total: the paper's "external fragmentation & other"), as are
 slots taken from the pool but owned by no reservation (buddy rounding, a paged pool's remainder).
@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kvsim.allocators.base import Allocator, IntArray
+from kvsim.allocators.base import Allocator
 from kvsim.request import Request
 from kvsim.units import SimTime
 
 if TYPE_CHECKING:
     import pandas as pd
 
-FloatArray = npt.NDArray[np.float64]
 
 MEMORY_COLUMNS = (
     "time_s",
@@ -62,89 +61,68 @@ CATEGORIES = (
 )
 
 
-@dataclass(slots=True)
-class SpanCategories:
-    """Per-step slot counts of one span, each int64[k]."""
+@dataclass(frozen=True, slots=True)
+class QueueHead:
+    """What the request at the head of the waiting queue needs, for ``categorize``.
 
-    token_states: IntArray
-    reservation: IntArray
-    internal_fragmentation: IntArray
-    external_fragmentation: IntArray
-    free: IntArray
-    allocated: IntArray
-    blocked: npt.NDArray[np.bool_]
-    held: IntArray
-    unshared: IntArray
+    Attributes:
+        need: free slots its admission needs (``Allocator.admission_slots_needed``).
+        threshold: the free slots that could serve it are all of them once they reach
+            ``need``, else none (``Allocator.usable_is_threshold``).
+        usable: otherwise, the free slots that could serve it (holes large enough: slab
+            pools, whose free space does not change while their requests decode).
+    """
 
-    def total(self) -> IntArray:
-        return (
-            self.token_states
-            + self.reservation
-            + self.internal_fragmentation
-            + self.external_fragmentation
-            + self.free
-        )
+    need: int
+    threshold: bool
+    usable: int
+
+
+def queue_head(allocator: Allocator, head: tuple[Request, int] | None) -> QueueHead | None:
+    """The ``QueueHead`` of ``(request, tokens its admission places)``, or ``None``."""
+    if head is None:
+        return None
+    request, num_tokens = head
+    need = allocator.admission_slots_needed(request, num_tokens)
+    if allocator.usable_is_threshold:
+        return QueueHead(need, True, 0)
+    return QueueHead(need, False, allocator.usable_free_slots(request, num_tokens))
 
 
 def categorize(
-    allocator: Allocator,
-    held: IntArray,
-    token_states: IntArray,
-    internal: IntArray,
-    unshared: IntArray,
-    head: tuple[Request, int] | None,
-) -> SpanCategories:
-    """The five categories (and the extra columns) from a span's slot totals, each int64[k]:
-    held slots (shared ones once), their token states and internal fragmentation, and what
-    the same sequences would hold without sharing."""
-    capacity = allocator.capacity_tokens
-    reservation = held - token_states - internal
-    overhead = allocator.overhead_slots
-    free_total = capacity - held - overhead
-    if head is None:
-        usable = free_total
-        blocked = np.zeros(len(held), bool)
-    else:
-        usable = allocator.usable_free_slots_at(head[0], head[1], free_total)
-        need = allocator.admission_slots_needed(head[0], head[1])
-        blocked = (usable == 0) & (free_total >= need)
-    return SpanCategories(
-        token_states,
-        reservation,
-        internal,
-        free_total - usable + overhead,
-        usable,
-        capacity - free_total,
-        blocked,
-        held,
-        unshared,
-    )
-
-
-def categorize_step(
-    allocator: Allocator,
+    capacity: int,
+    overhead: int,
     held: int,
     token_states: int,
     internal: int,
-    unshared: int,
-    head: tuple[Request, int] | None,
-) -> tuple[int, int, int, int, int, int, int, int, int]:
-    """``categorize`` of one step in plain ints: ``(token_states, reservation, internal,
-    external, free, allocated, blocked (0/1), held, unshared)``."""
-    capacity = allocator.capacity_tokens
-    overhead = allocator.overhead_slots
+    head: QueueHead | None,
+) -> tuple[int, int, int, int, int, int, int]:
+    """Every slot of the pool in one category (DESIGN.md), in one step.
+
+    Args:
+        capacity: slots of the pool.
+        overhead: slots taken from the free pool but held by no request (buddy rounding, a
+            paged pool's remainder and null block).
+        held: slots held by live requests (a slot several requests share once).
+        token_states: of those, slots holding computed KV.
+        internal: of those, slots beyond their request's final length (never written).
+        head: what the waiting head needs, or ``None`` when nobody waits.
+
+    Returns:
+        ``(token_states, reservation, internal, external, free, allocated, blocked)``: the five
+        categories (they sum to ``capacity``), the slots taken from the free pool, and 1 when
+        enough slots are free in total but none can serve the head (else 0).
+    """
     free_total = capacity - held - overhead
+    usable = free_total
     blocked = 0
-    if head is None:
-        usable = free_total
-    elif allocator.usable_is_threshold:
-        need = allocator.admission_slots_needed(head[0], head[1])
-        usable = free_total if free_total >= need else 0
-        if usable == 0 and free_total >= need:
-            blocked = 1
-    else:
-        usable = allocator.usable_free_slots_now(head[0], head[1], free_total)
-        if usable == 0 and free_total >= allocator.admission_slots_needed(head[0], head[1]):
+    if head is not None:
+        if head.threshold:
+            if free_total < head.need:
+                usable = 0
+        else:
+            usable = head.usable
+        if usable == 0 and free_total >= head.need:
             blocked = 1
     return (
         token_states,
@@ -154,9 +132,32 @@ def categorize_step(
         usable,
         capacity - free_total,
         blocked,
-        held,
-        unshared,
     )
+
+
+@dataclass(slots=True)
+class SpanSlots:
+    """Slot totals of an event's steps, before categorising them.
+
+    Step 0 holds ``held``, ``token_states`` and ``internal`` slots (each request's physical
+    slots, slots shared with other requests counted by each: ``across`` is subtracted from held
+    and token states); step ``j >= 1`` adds ``slots_per_block * blocks[j]`` held slots,
+    ``internal_steps[j]`` internal slots and ``num_seqs`` token states (``LazySpan``).
+    ``unshared`` (what the sequences would hold without any sharing) is held plus ``within``
+    (slots a sequence group's sequences share), before ``across`` is subtracted. ``overhead``:
+    slots taken from the free pool but held by no request (``Allocator.overhead_slots``).
+    """
+
+    held: int
+    token_states: int
+    internal: int
+    overhead: int = 0
+    across: int = 0
+    within: int = 0
+    slots_per_block: int = 0
+    blocks: list[int] = field(default_factory=list)
+    internal_steps: list[int] = field(default_factory=list)
+    num_seqs: int = 0
 
 
 FLOAT_COLUMNS = frozenset(MEMORY_COLUMNS) - {
@@ -171,6 +172,9 @@ FLOAT_COLUMNS = frozenset(MEMORY_COLUMNS) - {
 @dataclass
 class MemoryRecorder:
     """Collects one row per engine event (see ``MEMORY_COLUMNS``) into typed columns.
+
+    Args:
+        capacity_slots: slots of the pool.
 
     Columns are ``array`` buffers (8 bytes a value, no Python object per value): float64 for
     times, means and the waiting queue, int64 for counts.
@@ -224,160 +228,56 @@ class MemoryRecorder:
     def __len__(self) -> int:
         return len(self.columns["time_s"])
 
-    def record_step(
-        self,
-        time_s: SimTime,
-        duration_s: float,
-        num_running: int,
-        num_waiting: float,
-        num_prefills: int,
-        num_preempted: int,
-        cats: tuple[int, int, int, int, int, int, int, int, int],
-    ) -> None:
-        """Append one step starting at ``time_s`` (``cats``: ``categorize_step``)."""
-        token, reservation, internal, external, free, allocated, blocked, held, unshared = cats
-        self._append_row(
-            time_s,
-            duration_s,
-            1,
-            num_running,
-            num_waiting,
-            num_prefills,
-            num_preempted,
-            blocked,
-            token,
-            reservation,
-            internal,
-            external,
-            free,
-            allocated,
-            held,
-            unshared,
-        )
-
     def record(
-        self,
-        time_s: SimTime,
-        durations_s: FloatArray,
-        cats: SpanCategories,
-        num_running: int,
-        num_waiting: int | FloatArray | list[float],
-        num_prefills: int,
-        num_preempted: int,
-    ) -> None:
-        """Append the span starting at ``time_s`` with per-step ``durations_s`` (float64[k]).
-
-        ``num_waiting`` is the queue length, or one count per step (float64[k] or a list) when
-        requests arrive during the span (its row then holds the duration-weighted mean).
-        """
-        series = (
-            cats.token_states,
-            cats.reservation,
-            cats.internal_fragmentation,
-            cats.external_fragmentation,
-            cats.free,
-            cats.allocated,
-            cats.held,
-            cats.unshared,
-        )
-        if len(durations_s) == 1:  # one step: its values are the means
-            total_s = float(durations_s[0])
-            means = [float(x[0]) for x in series]
-            waiting = float(np.asarray(num_waiting).ravel()[0])
-        else:
-            total_s = float(durations_s.sum())
-            w = (
-                durations_s / total_s
-                if total_s > 0
-                else np.full(len(durations_s), 1 / len(durations_s))
-            )
-            # (x * w).sum(), numpy's pairwise sum, not a BLAS product: the same additions on
-            # every machine, which the compiled core (kvsim.compiled_core) repeats
-            means = [float((x * w).sum()) for x in series]
-            waiting = float((np.broadcast_to(num_waiting, w.shape) * w).sum())
-        self._append_row(
-            time_s,
-            total_s,
-            len(durations_s),
-            num_running,
-            waiting,
-            num_prefills,
-            num_preempted,
-            int(cats.blocked.sum()),
-            *means,
-        )
-
-    def record_span_steps(
         self,
         time_s: SimTime,
         durations_s: list[float],
         total_s: float,
-        start: tuple[int, int, int],
-        steps: tuple[int, list[int], list[int], int],
-        shared: tuple[int, int],
-        allocator: Allocator,
-        head: tuple[Request, int] | None,
+        slots: SpanSlots,
+        head: QueueHead | None,
         num_running: int,
         num_waiting: int | list[float],
         num_prefills: int,
         num_preempted: int,
     ) -> None:
-        """``record`` of a short span (``k > 1``) from its slot totals, in plain Python.
+        """Append the event starting at ``time_s``: its steps' durations (seconds; ``total_s``
+        their sum) and slot totals, each step categorised (``categorize``) and the row holding
+        the duration-weighted mean of each column over the steps.
 
-        Args:
-            durations_s: the steps' durations; ``total_s`` is numpy's sum of them.
-            start: ``(held, token states, internal)`` sums in step 0 (each request's physical
-                slots), before the cross-request shared-slot correction.
-            steps: ``(slots_per_block, blocks, internal, num_seqs)``: step ``j >= 1`` adds
-                ``slots_per_block * blocks[j]`` held slots, ``internal[j]`` internal slots and
-                ``num_seqs`` token states (index 0 unused; ``kvsim.scheduler.plan.LazySpan``).
-            shared: ``(across requests, within requests)``: slots counted by more than one
-                request (``Allocator.shared_slots``), subtracted from held and token states,
-                and slots a sequence group's sequences share (``DecodeCohort.sum_shared``);
-                ``unshared`` is held with neither subtracted.
-            allocator, head: as ``categorize_step``, whose categories each step gets.
-
-        Each mean adds value x weight left to right in one pass over the steps (numpy's matrix
-        product in ``record`` may add them in another order: the last bits can differ).
+        ``num_waiting`` is the queue length, or one count per step when requests arrive during
+        the event. Each mean adds value x weight left to right in one pass over the steps.
         """
         k = len(durations_s)
         weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
-        capacity = allocator.capacity_tokens
-        overhead = allocator.overhead_slots
-        held_phys, token0, internal = start
-        across, within = shared
-        slots_per_block, blocks, internal_steps, num_members = steps
-        need = allocator.admission_slots_needed(*head) if head is not None else 0
-        threshold = head is not None and allocator.usable_is_threshold
+        capacity, overhead = self.capacity_slots, slots.overhead
+        held_phys, token0, internal = slots.held, slots.token_states, slots.internal
+        across, within = slots.across, slots.within
+        per_block, blocks, internal_steps = (
+            slots.slots_per_block,
+            slots.blocks,
+            slots.internal_steps,
+        )
+        num_seqs = slots.num_seqs
         token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
         held_m = unshared_m = 0.0
         num_blocked = 0
         for j, w in enumerate(weights):
             if j:
-                held_phys += slots_per_block * blocks[j]
+                held_phys += per_block * blocks[j]
                 internal += internal_steps[j]
             held = held_phys - across
-            unshared = held_phys + within
-            token = token0 + num_members * j - across
-            free_total = capacity - held - overhead
-            usable = free_total
-            if threshold:
-                if free_total < need:
-                    usable = 0
-                elif free_total == 0:
-                    num_blocked += 1  # (usable 0 with the need met, as below)
-            elif head is not None:
-                usable = allocator.usable_free_slots_now(head[0], head[1], free_total)
-                if usable == 0 and free_total >= need:
-                    num_blocked += 1
+            token, reservation, internal_j, external, free, allocated, blocked = categorize(
+                capacity, overhead, held, token0 + num_seqs * j - across, internal, head
+            )
+            num_blocked += blocked
             token_m += token * w
-            reservation_m += (held - token - internal) * w
-            internal_m += internal * w
-            external_m += (free_total - usable + overhead) * w
-            free_m += usable * w
-            allocated_m += (capacity - free_total) * w
+            reservation_m += reservation * w
+            internal_m += internal_j * w
+            external_m += external * w
+            free_m += free * w
+            allocated_m += allocated * w
             held_m += held * w
-            unshared_m += unshared * w
+            unshared_m += (held_phys + within) * w
         waiting = 0.0
         if isinstance(num_waiting, list):
             for count, w in zip(num_waiting, weights, strict=True):

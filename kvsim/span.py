@@ -1,34 +1,46 @@
-"""Slot totals of a plan's steps over the decode cohort, for the cost model and the recorder.
+"""Slot totals of a plan's steps over the decode cohort, for the recorder.
 
 The running requests are cohort totals plus a few explicit ones (``kvsim.scheduler.lazy``), so
-the per-step totals the recorder categorises come from running sums instead of per-request
-arrays:
+the per-step totals the recorder categorises come from running sums instead of a pass over the
+requests:
 
     token states(j) = computed tokens after step 0 + (sequences) * j
     held(j)         = held after step 0 + B * (blocks taken by steps 1..j)
     internal(j)     = internal after step 0 + (slots past a final length taken by steps 1..j)
 
 Totals are physical within a request (a sequence group's shared prompt blocks once:
-``DecodeCohort.sum_shared``, ``Allocator.request_slots``); ``Allocator.shared_slots`` (prefix
-hits held by several requests) is subtracted from held and token states by the caller.
+``DecodeCohort.sum_shared``, ``Allocator.request_slots``); slots shared across requests
+(``Allocator.shared_slots``) are subtracted by the recorder.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from kvsim.allocators.base import IntArray
+from kvsim.recorder import SpanSlots
 from kvsim.scheduler.lazy import LazyDecodes
 from kvsim.scheduler.plan import StepPlan
 
 
-def step_totals(lazy: LazyDecodes, plan: StepPlan) -> tuple[int, int, int, int]:
-    """``(held, token states, internal, unshared)`` sums over the running requests in a plan's
-    step 0 (before the cross-request shared-slot correction)."""
+def event_slots(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> SpanSlots:
+    """The slot totals of a plan's ``num_steps`` steps (``across`` and ``overhead`` left 0:
+    the allocator's, set by the caller)."""
     cohort, allocator = lazy.cohort, lazy.allocator
     token = cohort.sum_computed(plan.cohort_clock + plan.cohort_advance) - cohort.sum_shared
+    within = cohort.sum_shared
+    if num_steps > 1:  # a span: every running request is a member
+        assert not lazy.others, "a span's running requests are all cohort members"
+        span = plan.span
+        assert span is not None, "extend() notes the span"
+        return SpanSlots(
+            span.held0,
+            token,
+            span.internal0,
+            within=within,
+            slots_per_block=lazy.period,
+            blocks=span.blocks,
+            internal_steps=span.internal,
+            num_seqs=cohort.num_seqs,
+        )
     held, internal = cohort.sum_held, cohort.sum_internal
-    unshared = held + cohort.sum_shared
     if lazy.others:
         new = dict(zip(plan.scheduled, plan.num_new_tokens, strict=True))
         for req in lazy.others:
@@ -37,23 +49,8 @@ def step_totals(lazy: LazyDecodes, plan: StepPlan) -> tuple[int, int, int, int]:
             held += r_held
             token += r_token
             internal += r_internal
-            unshared += r_unshared
-    return held, token, internal, unshared
-
-
-def span_series(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> tuple[IntArray, ...]:
-    """``(held, token states, internal, unshared)``, each int64[num_steps], over a
-    fast-forwarded span (every running request a cohort member; before the cross-request
-    shared-slot correction)."""
-    assert not lazy.others, "a span's running requests are all cohort members"
-    assert plan.span is not None, "extend() notes the span"
-    cohort, span = lazy.cohort, plan.span
-    steps = np.arange(num_steps, dtype=np.int64)
-    token0 = cohort.sum_computed(plan.cohort_clock + plan.cohort_advance) - cohort.sum_shared
-    token = token0 + cohort.num_seqs * steps
-    held = span.held0 + lazy.period * np.cumsum(np.array(span.blocks, np.int64))
-    internal = span.internal0 + np.cumsum(np.array(span.internal, np.int64))
-    return held, token, internal, held + cohort.sum_shared
+            within += r_unshared - r_held
+    return SpanSlots(held, token, internal, within=within)
 
 
 def last_step_tokens(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> dict[int, int]:

@@ -19,13 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-import numpy.typing as npt
 from mypy_extensions import mypyc_attr
 
 from kvsim.request import Request
-
-IntArray = npt.NDArray[np.int64]
 
 DECODE_POOLED = 2
 """``Allocator.decode_mode``: a steady decoder whose blocks may be taken in bulk."""
@@ -84,24 +80,6 @@ class AllocatorStats:
     num_requests: int
 
 
-@dataclass(frozen=True, slots=True)
-class SpanSlots:
-    """Slot totals over the live requests of a span, each int64[k] (one entry per step).
-
-    Attributes:
-        held: slots the requests hold (a physical slot shared by several counts once).
-        token_states: held slots holding computed KV (shared slots once; copies count).
-        internal: held slots beyond the true final length, never written (DESIGN.md rule).
-        unshared: slots the same sequences would hold without any sharing (Figure 15's
-            denominator: every sequence its own blocks).
-    """
-
-    held: IntArray
-    token_states: IntArray
-    internal: IntArray
-    unshared: IntArray
-
-
 def prefix_cache_counters(
     queries: int,
     hits: int,
@@ -155,8 +133,6 @@ class Allocator(ABC):
     of ``block_size_tokens`` whenever the last fills; ``"slabs"``: fixed at admission; ``None``:
     the policy needs the allocator at every step (each request is handled one by one)."""
     block_size_tokens: int = 1
-    takes_slot_per_token: ClassVar[bool] = False
-    """Every decoded token takes a slot (``grow_one_each`` is then the scheduler's decode path)."""
     usable_is_threshold: ClassVar[bool] = False
     """``usable_free_slots_now(request, n, free)`` is ``free`` when ``free`` reaches
     ``admission_slots_needed(request, n)`` and 0 otherwise, so the recorder computes the need
@@ -237,23 +213,6 @@ class Allocator(ABC):
         Free slots outside this count are external fragmentation (DESIGN.md).
         """
 
-    def usable_free_slots_at(
-        self, request: Request, num_tokens: int, free_slots: IntArray
-    ) -> IntArray:
-        """``usable_free_slots`` in each step of a decode span whose free slots are ``free_slots``.
-
-        The default holds for allocators whose free space does not change while requests decode
-        within their reservation (slabs); allocators that grow lazily override it.
-
-        Args:
-            free_slots: int64[k] free slots in each step.
-        """
-        return np.full(free_slots.shape, self.usable_free_slots(request, num_tokens), np.int64)
-
-    def usable_free_slots_now(self, request: Request, num_tokens: int, free_slots: int) -> int:
-        """``usable_free_slots_at`` of one step, in plain ints (the engine's per-event path)."""
-        return self.usable_free_slots(request, num_tokens)
-
     def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
         """Free slots admission of a new ``request`` needs (any kept-back reserve included, prefix
         hits ignored so that the recorder's categories do not depend on cache contents)."""
@@ -273,18 +232,6 @@ class Allocator(ABC):
             ``None``, changing nothing, when it does not fit.
         """
 
-    def grow_one_each(self, requests: Sequence[Request]) -> int:
-        """``allocate(r, r.num_computed_tokens + 1)`` for each running request in order (one
-        decode step's slots), stopping at the first that does not fit; how many were placed.
-
-        The failing request and those after it are left as they were, so the caller can preempt
-        and retry one by one exactly as with ``allocate``.
-        """
-        for i, request in enumerate(requests):
-            if self.allocate(request, request.num_computed_tokens + 1) is None:
-                return i
-        return len(requests)
-
     @abstractmethod
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         """Return every slot of ``req_id`` to the pool.
@@ -298,34 +245,10 @@ class Allocator(ABC):
         """
 
     # -- vectorised hooks for fast-forwarding -----------------------------------------------
-    @abstractmethod
-    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
-        """Slots each request would hold at the given lengths, without allocating.
-
-        Args:
-            lengths: int64[n, k] token counts of ``n`` live requests in ``k`` steps.
-            held_slots: int64[n] slots each holds in the first column's step.
-
-        Returns:
-            int64[n, k] held slots.
-        """
-
-    @abstractmethod
-    def max_growth_steps(
-        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
-    ) -> int:
-        """Largest ``k <= k_max`` such that every request can grow by ``k`` tokens and leave
-        ``reserve_slots`` free.
-
-        Args:
-            lengths: int64[n] current tokens of each live request.
-            held_slots: int64[n] slots each holds now (``held_slots(req_id)``).
-        """
-
     def first_unsafe_fill_step(
         self,
         requests: Sequence[Request],
-        tokens: Sequence[int] | IntArray,
+        tokens: Sequence[int],
         num_more_steps: int,
     ) -> int | None:
         """First later step of a span at which a block that fills must be cached exactly then.
@@ -337,7 +260,7 @@ class Allocator(ABC):
 
         Args:
             requests: the live requests that decode in the span.
-            tokens: each one's token count after step 0 (int64[n] or ints); step ``j`` of the
+            tokens: each one's token count after step 0; step ``j`` of the
                 span allocates for ``tokens + j``.
             num_more_steps: the span's steps after step 0.
 
@@ -345,11 +268,6 @@ class Allocator(ABC):
             The smallest such ``j`` in ``1..num_more_steps``, or ``None``.
         """
         return None
-
-    def seq_held_slots(self, length: int, held_now: int) -> int:
-        """``held_slots_at`` of one sequence in plain ints: slots it holds at ``length`` tokens
-        when it holds ``held_now`` now."""
-        return int(self.held_slots_at(np.array([[length]]), np.array([held_now]))[0, 0])
 
     orders_pooled_takes: ClassVar[bool] = False
     """``"blocks"`` layouts: a pooled take may evict what another request's allocation in the
@@ -376,6 +294,14 @@ class Allocator(ABC):
         """Slots a live sequence group's sequences share beyond one copy (0 without sharing):
         its physical holding is ``num_seqs * held_slots - group_shared_slots``."""
         return 0
+
+    def seq_held_slots(self, length: int, held_now: int) -> int:
+        """Slots one decoding sequence holds at ``length`` tokens when it holds ``held_now`` now:
+        ``cdiv(length, B) * B`` for a ``"blocks"`` layout, its fixed holding for ``"slabs"``."""
+        if self.span_layout == "blocks":
+            b = self.block_size_tokens
+            return -(length // -b) * b
+        return held_now
 
     def request_slots(self, request: Request, length: int) -> tuple[int, int, int, int]:
         """``(held, token states, internal, unshared)`` slots of the live ``request`` when
@@ -409,63 +335,6 @@ class Allocator(ABC):
         return 0
 
     # -- request-aware span hooks (sequence groups, sharing) ---------------------------------
-    def span_slots(
-        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
-    ) -> SpanSlots:
-        """Held, token-state, internal and unshared slot totals in each step of a span.
-
-        The default serves groups without sharing: a request of ``w = num_seqs`` sequences holds
-        ``w`` times the per-sequence holding ``held_slots_at`` (contiguous: ``w`` slabs). Sharing
-        allocators override it to count shared slots once.
-
-        Args:
-            requests: the span's ``n`` live requests (rows of the arrays).
-            lengths: int64[n, k] tokens of each sequence in each step.
-            final: int64[n] KV tokens each sequence ends with (``Request.final_kv_tokens``).
-            held_now: int64[n] per-sequence holdings in the span's first step.
-        """
-        per_seq = self.held_slots_at(lengths, held_now)
-        if not self._widths:  # no live group: one sequence per request
-            held = per_seq.sum(axis=0)
-            internal = np.maximum(per_seq - final[:, None], 0).sum(axis=0)
-            return SpanSlots(held, lengths.sum(axis=0), internal, held)
-        widths = np.array([r.num_seqs for r in requests], np.int64)[:, None]
-        held = (widths * per_seq).sum(axis=0)
-        internal = (widths * np.maximum(per_seq - final[:, None], 0)).sum(axis=0)
-        token = (widths * lengths).sum(axis=0)
-        return SpanSlots(held, token, internal, held)
-
-    def max_growth_steps_for(
-        self,
-        requests: Sequence[Request],
-        lengths: IntArray,
-        held_now: IntArray,
-        k_max: int,
-        reserve_slots: int = 0,
-    ) -> int:
-        """``max_growth_steps`` for requests that may be sequence groups (``w`` sequences each).
-
-        Every sequence of a group grows by one token per step, so a group needs ``w`` times the
-        per-sequence slots of ``held_slots_at``.
-        """
-        k = self.max_growth_steps(lengths, held_now, k_max, reserve_slots)
-        if k <= 1 or not self._widths:
-            return k
-        widths = np.array([r.num_seqs for r in requests], np.int64)
-        if not len(widths) or int(widths.max()) == 1:
-            return k
-        free = self.num_free_tokens - reserve_slots
-
-        def fits(j: int) -> bool:
-            grown = self.held_slots_at((lengths + j)[:, None], held_now)[:, 0]
-            return int((widths * np.maximum(grown - held_now, 0)).sum()) <= free
-
-        lo, hi = 0, k + 1  # fits(lo) holds; find the largest j <= k that fits
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo
-
     # -- accounting -------------------------------------------------------------------------
     @abstractmethod
     def stats(self) -> AllocatorStats:

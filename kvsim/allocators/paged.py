@@ -34,8 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from kvsim.allocators.base import (
     DECODE_EXACT,
     DECODE_EXPLICIT,
@@ -44,9 +42,7 @@ from kvsim.allocators.base import (
     Allocator,
     AllocatorStats,
     AllocResult,
-    IntArray,
     PrefixHit,
-    SpanSlots,
     prefix_cache_counters,
 )
 from kvsim.allocators.block_pool import BlockPool
@@ -336,16 +332,6 @@ class PagedAllocator(Allocator):
             return self.num_free_tokens
         return 0
 
-    def usable_free_slots_at(
-        self, request: Request, num_tokens: int, free_slots: IntArray
-    ) -> IntArray:
-        need = self.admission_slots_needed(request, num_tokens)
-        return np.where(free_slots >= need, free_slots, 0)
-
-    def usable_free_slots_now(self, request: Request, num_tokens: int, free_slots: int) -> int:
-        need = self.admission_slots_needed(request, num_tokens)
-        return free_slots if free_slots >= need else 0
-
     def admission_slots_needed(self, request: Request, num_tokens: int) -> int:
         return self._admission_need(request, num_tokens) * self.block_size_tokens
 
@@ -508,10 +494,6 @@ class PagedAllocator(Allocator):
         self._widths[request.req_id] = group.width
 
     # -- vectorised hooks -------------------------------------------------------------------
-    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
-        b = self.block_size_tokens
-        return -(lengths // -b) * b
-
     def decode_mode(self, request: Request) -> int:
         """A plain request is pooled; a parallel group (no beam, its partly filled prompt
         block already copied) is grown by ``allocate``; a beam group (it branches at every
@@ -582,7 +564,7 @@ class PagedAllocator(Allocator):
     def first_unsafe_fill_step(
         self,
         requests: Sequence[Request],
-        tokens: Sequence[int] | IntArray,
+        tokens: Sequence[int],
         num_more_steps: int,
     ) -> int | None:
         if not self.enable_prefix_caching or num_more_steps <= 0:
@@ -606,10 +588,6 @@ class PagedAllocator(Allocator):
                     filled[key] = step
         return first
 
-    def seq_held_slots(self, length: int, held_now: int) -> int:
-        b = self.block_size_tokens
-        return -(length // -b) * b
-
     def shared_slots(self) -> int:
         used = self.num_usable_blocks - self.pool.num_free
         return (self._sum_distinct - used) * self.block_size_tokens
@@ -617,90 +595,6 @@ class PagedAllocator(Allocator):
     @property
     def overhead_slots(self) -> int:
         return self.capacity_tokens - self.num_usable_blocks * self.block_size_tokens
-
-    def max_growth_steps(
-        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
-    ) -> int:
-        if len(lengths) == 0 or k_max <= 0:
-            return max(k_max, 0)
-        return self._largest_fit(lengths, held_slots, k_max, 1, reserve_slots)
-
-    def _largest_fit(
-        self,
-        lengths: IntArray,
-        held_now: IntArray,
-        k_max: int,
-        widths: IntArray | int,
-        reserve_slots: int,
-    ) -> int:
-        b = self.block_size_tokens
-        free = self.pool.num_free * b - reserve_slots
-
-        def fits(k: int) -> bool:
-            grown = -((lengths + k) // -b) * b
-            return int((widths * np.maximum(grown - held_now, 0)).sum()) <= free
-
-        if fits(k_max):
-            return k_max
-        lo, hi = 0, k_max  # fits(hi) is False; find the largest k that fits
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo if fits(lo) else 0
-
-    def max_growth_steps_for(
-        self,
-        requests: Sequence[Request],
-        lengths: IntArray,
-        held_now: IntArray,
-        k_max: int,
-        reserve_slots: int = 0,
-    ) -> int:
-        if not self.groups or len(lengths) == 0:
-            return self.max_growth_steps(lengths, held_now, k_max, reserve_slots)
-        groups = [self.groups.get(r.req_id) for r in requests]
-        if k_max <= 0 or any(
-            g is not None and (g.parents is not None or g.cow_pending) for g in groups
-        ):
-            return 0  # beams branch every step; a pending copy-on-write needs one step alone
-        widths = np.array([r.num_seqs for r in requests], np.int64)
-        return self._largest_fit(lengths, held_now, k_max, widths, reserve_slots)
-
-    def span_slots(
-        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
-    ) -> SpanSlots:
-        """Slots counted once where blocks are shared.
-
-        A parallel group holds ``s + w (c - s)`` blocks at ``c`` blocks per sequence (``s`` full
-        prompt blocks shared), or ``c`` while its partial prompt block is still shared (before
-        its first decode); a beam group (one-step spans) is counted block by block from its
-        tables. Blocks shared across requests (prefix hits, full) are subtracted once.
-        """
-        used = self.num_usable_blocks - self.pool.num_free
-        cross = self._sum_distinct - used
-        if not self.groups and cross == 0:
-            return super().span_slots(requests, lengths, final, held_now)
-        b = self.block_size_tokens
-        groups = [self.groups.get(r.req_id) for r in requests]
-        widths = np.array([g.width if g else 1 for g in groups], np.int64)[:, None]
-        shared = np.array([g.num_shared_blocks if g else 0 for g in groups], np.int64)[:, None]
-        c = -(lengths // -b)
-        phys = shared + widths * (c - shared)
-        tails = widths * (c * b - lengths)  # unfilled slots of the sequences' last blocks
-        internal = widths * np.maximum(c * b - final[:, None], 0)
-        for i, g in enumerate(groups):
-            if g is None:
-                continue
-            if g.parents is not None:
-                phys[i, :], tails[i, :], internal[i, :] = self._beam_slots(g, int(final[i]))
-            elif g.cow_pending:  # every sequence still points at the one partial block
-                phys[i, :] = c[i]
-                tails[i, :] = c[i] * b - lengths[i]
-                internal[i, :] = np.maximum(c[i] * b - final[i], 0)
-        held = phys.sum(axis=0) * b - cross * b
-        token = held - tails.sum(axis=0)
-        unshared = (widths * c).sum(axis=0) * b
-        return SpanSlots(held, token, internal.sum(axis=0), unshared)
 
     def _beam_slots(self, group: SequenceGroup, final: int) -> tuple[int, int, int]:
         """``(distinct blocks, their unfilled slots, their slots beyond final)`` of a beam group

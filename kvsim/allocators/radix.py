@@ -49,8 +49,6 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from kvsim.allocators.base import (
     DECODE_EXACT,
     DECODE_EXPLICIT,
@@ -59,9 +57,7 @@ from kvsim.allocators.base import (
     Allocator,
     AllocatorStats,
     AllocResult,
-    IntArray,
     PrefixHit,
-    SpanSlots,
     prefix_cache_counters,
 )
 from kvsim.request import Request
@@ -168,7 +164,6 @@ class RadixAllocator(Allocator):
 
     name = "radix"
     caches_prefixes = True
-    takes_slot_per_token = True
     span_layout = "blocks"  # blocks of one token: a steady decoder takes one slot per step
     orders_pooled_takes = True
     usable_is_threshold = True
@@ -406,16 +401,6 @@ class RadixAllocator(Allocator):
         fragmentation must not depend on which leaves a fast-forwarded span evicted)."""
         return max(0, num_tokens - self.held_slots(request.req_id))
 
-    def usable_free_slots_at(
-        self, request: Request, num_tokens: int, free_slots: IntArray
-    ) -> IntArray:
-        need = self.admission_slots_needed(request, num_tokens)
-        return np.where(free_slots >= need, free_slots, 0)
-
-    def usable_free_slots_now(self, request: Request, num_tokens: int, free_slots: int) -> int:
-        need = self.admission_slots_needed(request, num_tokens)
-        return free_slots if free_slots >= need else 0
-
     # -- mutations --------------------------------------------------------------------------
     def allocate(
         self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
@@ -456,52 +441,6 @@ class RadixAllocator(Allocator):
         if need == 0:
             return self._nothing_new
         return self._grow(held, num_tokens, need, held.matched)
-
-    def grow_one_each(self, requests: Sequence[Request]) -> int:
-        """``allocate``'s decode path for a step's running requests in one loop: a request
-        continuing its own leaf's last run widens it in place (the common case); any other
-        goes through ``allocate``. Same order, clock and state as one ``allocate`` per request.
-        """
-        live = self.live
-        widened = 0  # widenings since the counters were last written back
-        clock = self._clock
-        for i, request in enumerate(requests):
-            held = live.get(request.req_id)
-            num_tokens = request.num_computed_tokens + 1
-            if (
-                held is None
-                or num_tokens != held.matched + 1
-                or num_tokens > held.widen_until
-                or self._free <= widened  # the slots of this call's widenings are still counted
-                or held.node.lock_ref != 1
-                or held.node.children
-            ):
-                self._widened(widened, clock)
-                widened = 0
-                placed = self.allocate(request, num_tokens)
-                clock = self._clock
-                if placed is None:
-                    return i
-                continue
-            clock += 1
-            node = held.node
-            seg, start, end = node.runs[-1]
-            node.runs[-1] = (seg, start, end + 1)
-            node.length += 1
-            held.matched = num_tokens
-            widened += 1
-        self._widened(widened, clock)
-        return len(requests)
-
-    def _widened(self, count: int, clock: int) -> None:
-        """Counters after ``count`` one-token widenings of ``grow_one_each``, at ``clock``."""
-        self._clock = clock
-        if count:
-            self._version += count
-            self.cached_tokens += count
-            self.protected_tokens += count
-            self._free -= count
-            self._sum_matched += count
 
     def _grow(self, held: _Held, num_tokens: int, need: int, reused: int) -> AllocResult:
         """Take ``need`` slots and insert the request's tokens up to ``num_tokens``."""
@@ -660,44 +599,8 @@ class RadixAllocator(Allocator):
             self.attach_pooled(req_id, num_blocks)
 
     # -- vectorised hooks -------------------------------------------------------------------
-    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
-        return lengths
-
-    def seq_held_slots(self, length: int, held_now: int) -> int:
-        return length
-
     def shared_slots(self) -> int:
         return self._sum_matched - self.protected_tokens
-
-    def max_growth_steps(
-        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
-    ) -> int:
-        if len(lengths) == 0:
-            return k_max
-        room = self.num_free_tokens - reserve_slots + int((held_slots - lengths).sum())
-        return max(0, min(k_max, room // len(lengths)))
-
-    def max_growth_steps_for(
-        self,
-        requests: Sequence[Request],
-        lengths: IntArray,
-        held_now: IntArray,
-        k_max: int,
-        reserve_slots: int = 0,
-    ) -> int:
-        """No fast-forward while a request's path goes on in the tree (another request's prompt
-        holds its coming tokens: its growth is then shared, step by step)."""
-        if any(self.live[r.req_id].node.children for r in requests):
-            return 0
-        return self.max_growth_steps(lengths, held_now, k_max, reserve_slots)
-
-    def span_slots(
-        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
-    ) -> SpanSlots:
-        """Tokens matched in the tree are shared: counted once (``protected_tokens``)."""
-        shared = self._sum_matched - self.protected_tokens
-        token = lengths.sum(axis=0) - shared
-        return SpanSlots(token, token, np.zeros_like(token), lengths.sum(axis=0))
 
     # -- accounting -------------------------------------------------------------------------
     def stats(self) -> AllocatorStats:

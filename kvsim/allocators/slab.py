@@ -11,9 +11,7 @@ none: a group that does not fit changes nothing). ``held_slots`` is per sequence
 
 from __future__ import annotations
 
-import numpy as np
-
-from kvsim.allocators.base import NO_HIT, Allocator, AllocResult, IntArray, PrefixHit
+from kvsim.allocators.base import NO_HIT, Allocator, AllocResult, PrefixHit
 from kvsim.allocators.reservation import RESERVATION_RULES, reserved_slots
 from kvsim.request import Request
 
@@ -166,16 +164,3 @@ class SlabAllocator(Allocator):
         assert held == self._held_total, f"{self.name}: slabs {held} != total {self._held_total}"
 
     span_layout = "slabs"
-
-    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
-        return np.broadcast_to(held_slots[:, None], lengths.shape)
-
-    def seq_held_slots(self, length: int, held_now: int) -> int:
-        return held_now
-
-    def max_growth_steps(
-        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
-    ) -> int:
-        if len(lengths) == 0:
-            return k_max
-        return int(min(k_max, (held_slots - lengths).min()))
