@@ -16,11 +16,11 @@ from kvsim.swap import SwapSpace
 
 
 def make_scheduler(
-    allocator: Allocator, args: EngineArgs, swap: SwapSpace | None = None, *, pooled: bool = True
+    allocator: Allocator, args: EngineArgs, swap: SwapSpace | None = None, *, pooled: bool = False
 ) -> SchedulerCore:
     """The scheduler of ``args.engine`` over ``allocator`` (``swap``: v0's CPU pool or ``None``;
-    ``pooled``: steady decoders may take anonymous blocks in bulk, off when block ids are read
-    during the run)."""
+    ``pooled``: steady decoders may take anonymous blocks in bulk; off, every block goes to its
+    table as it is taken, so block tables can be read at any time)."""
     if args.engine == "vllm-v1":
         return V1Scheduler(allocator, args, pooled)
     return V0Scheduler(allocator, args, swap, pooled)

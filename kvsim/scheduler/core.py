@@ -38,7 +38,7 @@ class SchedulerCore:
         args: the run's resolved engine arguments (``SimConfig.engine_args``).
     """
 
-    def __init__(self, allocator: Allocator, args: EngineArgs, pooled: bool = True) -> None:
+    def __init__(self, allocator: Allocator, args: EngineArgs, pooled: bool = False) -> None:
         self.allocator = allocator
         self.args = args
         self.token_budget = args.max_num_batched_tokens
@@ -85,6 +85,25 @@ class SchedulerCore:
         work[2] += 2 * context + n
         work[3] += n
         plan.num_cohort = len(cohort)
+
+    def sync_requests(self) -> None:
+        """Write every cohort member's counters into its ``Request`` (they are stale between
+        touches); the cohort is unchanged. It visits every member: for tests and inspection."""
+        cohort = self.lazy.cohort
+        for member in cohort.members.values():
+            cohort.materialize(member)
+
+    def step_tokens(self, plan: StepPlan) -> dict[int, int]:
+        """req_id -> tokens each request computes in the plan's step 0 (per sequence), the
+        cohort's members included, in running order. Call it right after ``schedule``; it
+        visits every running request (for tests and step-by-step diffs, not the engine)."""
+        lazy = self.lazy
+        seq = lazy.seq
+        entries = [(seq[r], r.req_id, n) for r, n in zip(plan.scheduled, plan.num_new_tokens)]
+        if plan.cohort_advance:
+            entries += [(m.seq, m.request.req_id, 1) for m in lazy.cohort.members.values()]
+        entries.sort()
+        return {req_id: n for _, req_id, n in entries}
 
     def add_request(self, request: Request) -> None:
         """Queue an arrived request at the back of the waiting queue."""

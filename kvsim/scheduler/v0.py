@@ -52,7 +52,7 @@ class V0Scheduler(SchedulerCore):
         allocator: Allocator,
         args: EngineArgs,
         swap: SwapSpace | None,
-        pooled: bool = True,
+        pooled: bool = False,
     ) -> None:
         super().__init__(allocator, args, pooled)
         self.swap = swap

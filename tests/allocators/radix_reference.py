@@ -10,16 +10,12 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from kvsim.allocators.base import (
     NO_HIT,
     Allocator,
     AllocatorStats,
     AllocResult,
-    IntArray,
     PrefixHit,
-    SpanSlots,
     prefix_cache_counters,
 )
 from kvsim.request import Request
@@ -224,17 +220,6 @@ class NaiveRadixAllocator(Allocator):
         fragmentation must not depend on which leaves a fast-forwarded span evicted)."""
         return max(0, num_tokens - self.held_slots(request.req_id))
 
-    def usable_free_slots_at(
-        self, request: Request, num_tokens: int, free_slots: IntArray
-    ) -> IntArray:
-        need = self.admission_slots_needed(request, num_tokens)
-        return np.where(free_slots >= need, free_slots, 0)
-
-    def usable_free_slots_now(self, request: Request, num_tokens: int, free_slots: int) -> int:
-        need = self.admission_slots_needed(request, num_tokens)
-        return free_slots if free_slots >= need else 0
-
-    # -- mutations --------------------------------------------------------------------------
     def allocate(
         self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
     ) -> AllocResult | None:
@@ -319,46 +304,9 @@ class NaiveRadixAllocator(Allocator):
         self._tokens.pop(req_id, None)
 
     # -- vectorised hooks -------------------------------------------------------------------
-    def held_slots_at(self, lengths: IntArray, held_slots: IntArray) -> IntArray:
-        return lengths
-
-    def seq_held_slots(self, length: int, held_now: int) -> int:
-        return length
-
     def shared_slots(self) -> int:
         return self._sum_matched - self.protected_tokens
 
-    def max_growth_steps(
-        self, lengths: IntArray, held_slots: IntArray, k_max: int, reserve_slots: int = 0
-    ) -> int:
-        if len(lengths) == 0:
-            return k_max
-        room = self.num_free_tokens - reserve_slots + int((held_slots - lengths).sum())
-        return max(0, min(k_max, room // len(lengths)))
-
-    def max_growth_steps_for(
-        self,
-        requests: Sequence[Request],
-        lengths: IntArray,
-        held_now: IntArray,
-        k_max: int,
-        reserve_slots: int = 0,
-    ) -> int:
-        """No fast-forward while a request's path goes on in the tree (another request's prompt
-        holds its coming tokens: its growth is then shared, step by step)."""
-        if any(self.live[r.req_id].node.children for r in requests):
-            return 0
-        return self.max_growth_steps(lengths, held_now, k_max, reserve_slots)
-
-    def span_slots(
-        self, requests: Sequence[Request], lengths: IntArray, final: IntArray, held_now: IntArray
-    ) -> SpanSlots:
-        """Tokens matched in the tree are shared: counted once (``protected_tokens``)."""
-        shared = self._sum_matched - self.protected_tokens
-        token = lengths.sum(axis=0) - shared
-        return SpanSlots(token, token, np.zeros_like(token), lengths.sum(axis=0))
-
-    # -- accounting -------------------------------------------------------------------------
     def stats(self) -> AllocatorStats:
         held = self.protected_tokens
         return AllocatorStats(self.capacity_tokens, held, 0, self.num_free_tokens, len(self.live))

@@ -91,23 +91,6 @@ def test_growth_within_holding_takes_nothing(allocator_name):
     assert alloc.held_slots(req.req_id) == held == (6 if allocator_name == "radix" else 8)
 
 
-def test_vectorised_hooks_match_scalar_queries(allocator_name):
-    import numpy as np
-
-    alloc = small_allocator(allocator_name)
-    reqs = [make_request(3, 6), make_request(6, 3)]  # 8 KV tokens each
-    for r in reqs:
-        alloc.allocate(r, r.prompt_tokens + 1)
-    ids = [r.req_id for r in reqs]
-    held_now = np.array([alloc.held_slots(i) for i in ids])
-    lengths = np.array([[4], [7]])
-    held = alloc.held_slots_at(lengths, held_now)
-    assert held.tolist() == [[alloc.held_slots(ids[0])], [alloc.held_slots(ids[1])]]
-    # growing 4 -> 8 and 7 -> 8 tokens: slabs of 8 hold it; paged needs 1 + 0 new blocks of 9 free
-    k = alloc.max_growth_steps(np.array([4, 7]), held_now, 1)
-    assert k == 1
-
-
 def test_all_registered_are_tested():
     assert set(ALLOCATORS) == {"first_fit", "best_fit", "buddy", "paged", "radix"}
 

@@ -82,8 +82,12 @@ def test_seed_four_samples_of_a_1100_token_prompt():
     assert a.groups[1].num_distinct_blocks == 72
     assert a.stats().held_slots == 72 * 16
     # 1,101 tokens per sample, each will end with 1,100 + 10 - 1 = 1,109 KV tokens
-    slots = a.span_slots([req], np.array([[1101]]), np.array([1109]), np.array([1104]))
-    assert int(slots.token_states[0]) - 4 == 68 * 16 + 4 * 12  # minus 1 generated per sample
+    req.num_held_slots = a.held_slots(1)
+    held, token_states, internal, unshared = a.request_slots(req, 1101)
+    assert token_states - 4 == 68 * 16 + 4 * 12  # minus 1 generated per sample
+    assert held == 72 * 16  # 68 shared full blocks + 4 partial blocks, one per sample
+    assert unshared == 4 * 69 * 16  # without sharing: every sample its own 69 blocks
+    assert internal == 0  # 1,109 final tokens reach into each sample's 70th block, not yet held
     slab = make_allocator("first_fit", capacity_tokens=8000, reservation="oracle")
     slab.allocate(req, 1101)
     assert slab.stats().held_slots == 4 * 1109  # every sample its own slab of its KV

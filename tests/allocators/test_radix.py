@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvsim.allocators.base import DECODE_EXACT, DECODE_POOLED
 from kvsim.allocators.radix import RadixAllocator
 from kvsim.request import Request
 
@@ -120,7 +121,7 @@ def test_pooled_decode_slots_equal_one_allocate_per_token():
         a.free(0)
         admit(a, decoder, 8)
         a.allocate(decoder, 9)  # its first output token: the leaf gains the output's run
-        assert a.decodes_in_place(decoder)
+        assert a.decode_mode(decoder) == DECODE_POOLED
     bulk.take_pooled(5)
     assert (bulk.num_free_tokens, bulk.num_evicted_tokens, bulk.cached_tokens) == (18, 20, 14)
     bulk.attach_pooled(1, 5)
@@ -142,4 +143,4 @@ def test_an_output_a_later_prompt_repeats_never_decodes_in_bulk():
     a.see_workload([first, second])
     admit(a, first, 12)
     a.allocate(first, 13)
-    assert not a.decodes_in_place(first)  # request 2's lookup may walk into its growing leaf
+    assert a.decode_mode(first) == DECODE_EXACT  # request 2's lookup may walk into its leaf

@@ -79,7 +79,7 @@ def test_paged_factor_scales_kv_reads_only() -> None:
 def test_decode_steps_by_hand() -> None:
     # two sequences reading 30 then 32 tokens: (2000 + 30*64) / 500 = 7.84 s + 0.1 + 0.02;
     # (2000 + 32*64) / 500 = 8.096 s + 0.12
-    np.testing.assert_allclose(model().decode_steps_s(30.0, 2, 2), [7.96, 8.216])
+    np.testing.assert_allclose(model().span_durations(0.0, 30.0, 2, 2)[1:], [7.96, 8.216])
 
 
 def test_tensor_parallel_halves_reads_and_adds_all_reduces() -> None:
@@ -106,22 +106,11 @@ def test_pipeline_stages_run_one_after_the_other() -> None:
     assert cost.step_duration_s(STEP) == pytest.approx(8.204)
 
 
-@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (4, 2), (8, 1)])
-def test_plain_float_step_paths_equal_the_array_ones(tp: int, pp: int) -> None:
-    # the engines' scalar hot paths (step_s, span_durations) against the numpy ones, bit for bit
-    cost = model(
-        parallel=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp),
-        link_efficiency=0.5,
-        allreduce_latency_s=0.01,
-    )
-    for tokens in (1.0, 7.0, 513.0):
-        assert cost.communication_s(tokens) == cost.communication_s(np.array([tokens]))[0]
-        one = cost.step_s(tokens, 30.0, 2 * 30.0 + tokens, 3.0)
-        arrays = cost.steps_s(*(np.array([v]) for v in (tokens, 30.0, 2 * 30.0 + tokens, 3.0)))
-        assert one == arrays[0]
-    assert cost.span_durations(0.0, 40.0, 3.0, 5)[1:] == cost.decode_steps_s(40.0, 3.0, 5).tolist()
+def test_a_span_stops_at_the_step_in_flight_at_its_cut() -> None:
     # cut at a time: up to the step in flight then, as steps_before(..., "left") + 1 counts
+    cost = model()
     full = cost.span_durations(0.5, 40.0, 3.0, 30)
+    assert len(full) == 31
     for until in (0.1, 0.5, full[0] + full[1], sum(full[:7]) - 1e-9, sum(full) + 1.0):
         cut = cost.span_durations(0.5, 40.0, 3.0, 30, until)
         assert cut == full[: min(len(full), steps_before(full, until, "left") + 1)], until
@@ -159,7 +148,7 @@ def test_analytic_layout_factor_by_hand() -> None:
 @pytest.mark.parametrize("paged", [False, True])
 def test_more_context_never_costs_less(paged: bool) -> None:
     cost = model(paged=paged)
-    spans = cost.decode_steps_s(0.0, 3, 130)  # contexts 0, 3, 6, ...
+    spans = cost.span_durations(0.0, 0.0, 3, 130)[1:]  # contexts 0, 3, 6, ...
     assert np.all(np.diff(spans) >= 0)
 
 

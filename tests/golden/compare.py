@@ -17,8 +17,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from cases import MAPPED, VARIED  # noqa: E402
-from record import simulate_case  # noqa: E402
+from cases import MAPPED, VARIED
+from record import simulate_case
 
 DATA = Path(__file__).parent / "data"
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from compare import _config  # noqa: E402
+from compare import _config
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from kvsim.poolmap import ownership_rows
+from kvsim.recorder import categorize, queue_head
 from kvsim.report.mapcells import (
     CellGrid,
     PoolShape,
@@ -99,10 +100,17 @@ def test_paged_pool_reserves_null_block_and_remainder() -> None:
 
 
 def usable_by_recorder(alloc, head, num_tokens: int) -> int:
-    """Free slots that can serve the head, as the recorder counts them (``span_categories``)."""
+    """Free slots that can serve the head, as the recorder counts them (``categorize``)."""
     s = alloc.stats()
-    free_total = s.capacity_slots - s.held_slots - s.overhead_slots
-    return int(alloc.usable_free_slots_at(head, num_tokens, np.array([free_total]))[0])
+    cats = categorize(
+        s.capacity_slots,
+        s.overhead_slots,
+        s.held_slots,
+        0,
+        0,
+        queue_head(alloc, (head, num_tokens)),
+    )
+    return cats[4]  # free
 
 
 @pytest.mark.parametrize("name", ["first_fit", "best_fit", "buddy", "paged"])

@@ -36,17 +36,29 @@ def req(req_id: int, prompt: int, output: int, **kw: Any) -> Request:
     return Request(req_id, 0.0, prompt, output, output, **kw)
 
 
+_TOKENS: dict[int, tuple[StepPlan, dict[int, int]]] = {}  # id(plan) -> (plan, step_tokens)
+
+
 def step(sched: SchedulerCore, t: list[float] | None = None) -> tuple[StepPlan, list[Request]]:
-    """Plan and complete one step of 1 s (no fast-forward); ``t`` holds the clock."""
+    """Plan and complete one step of 1 s (no fast-forward); ``t`` holds the clock. The running
+    requests' counters are true afterwards (``sync_requests``)."""
     clock = t if t is not None else [0.0]
     plan = sched.schedule()
+    _TOKENS[id(plan)] = (plan, sched.step_tokens(plan))
     for r in plan.scheduled:
         if r.first_scheduled_time_s is None:
             r.first_scheduled_time_s = clock[0]
     clock[0] += 1.0
-    return plan, sched.complete(plan, clock[0], clock[0])
+    finished = sched.complete(plan, clock[0], clock[0])
+    sched.sync_requests()  # the tests read the running requests' counters
+    return plan, finished
 
 
-def tokens(plan: StepPlan) -> dict[int, int]:
-    """req_id -> tokens scheduled in the plan's step."""
-    return {r.req_id: n for r, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)}
+def tokens(plan: StepPlan, sched: SchedulerCore | None = None) -> dict[int, int]:
+    """req_id -> tokens scheduled in the plan's step, the decode cohort's members included:
+    as ``step`` noted them, or from ``sched`` right after its ``schedule``."""
+    if sched is not None:
+        return sched.step_tokens(plan)
+    noted = _TOKENS.get(id(plan))
+    assert noted is not None and noted[0] is plan, "plan not made by step(): pass its scheduler"
+    return noted[1]

@@ -351,7 +351,7 @@ def test_preemption_step_admits_no_waiting_request():
     # first chunk (16 of its 18 tokens) would fit in 1 block, but the waiting loop is skipped
     plan = sched.schedule()
     assert plan.num_preempted == 1
-    assert tokens(plan) == {0: 48}
+    assert tokens(plan, sched) == {0: 48}
     assert a.block_tables[0] == [1, 2, 3, 5, 6, 7, 9, 10, 8]
     assert a.free_block_ids() == [4]
     assert (list(sched.waiting), rb.num_computed_tokens) == ([rb], 0)
@@ -383,7 +383,7 @@ def test_preemption_when_out_of_kv_fcfs_and_preempted_stats():
     # the last running request, so it preempts itself (4, 3 to the back) and the loop stops
     plan = sched.schedule()
     assert plan.num_preempted == 1
-    assert tokens(plan) == {0: 1}
+    assert tokens(plan, sched) == {0: 1}
     assert sched.running == [low]
     assert (list(sched.waiting), high.num_computed_tokens) == ([high], 0)
     assert a.free_block_ids() == [4, 3]
@@ -423,7 +423,7 @@ def test_prefix_cache_stats_counted_once_for_retried_then_scheduled_request():
     # blocker finished (its one token): 3 6 5 4 to the back. step 4: retried admitted, 16 new
     # tokens, new block 3; counted once: 48 queried, 32 hit (v0.20.0: twice, 96 and 64)
     plan = sched.schedule()  # (it then samples its only token and finishes)
-    assert tokens(plan) == {102: 16}
+    assert tokens(plan, sched) == {102: 16}
     assert a.block_tables[102] == [1, 2, 3]
     assert stats(a) == (32 + 64 + 48, 32, 0, 0)
 
