@@ -99,7 +99,8 @@ class SchedulerCore:
         visits every running request (for tests and step-by-step diffs, not the engine)."""
         lazy = self.lazy
         seq = lazy.seq
-        entries = [(seq[r], r.req_id, n) for r, n in zip(plan.scheduled, plan.num_new_tokens)]
+        pairs = zip(plan.scheduled, plan.num_new_tokens, strict=True)
+        entries = [(seq[r], r.req_id, n) for r, n in pairs]
         if plan.cohort_advance:
             entries += [(m.seq, m.request.req_id, 1) for m in lazy.cohort.members.values()]
         entries.sort()

@@ -60,5 +60,6 @@ def tokens(plan: StepPlan, sched: SchedulerCore | None = None) -> dict[int, int]
     if sched is not None:
         return sched.step_tokens(plan)
     noted = _TOKENS.get(id(plan))
-    assert noted is not None and noted[0] is plan, "plan not made by step(): pass its scheduler"
+    assert noted is not None, "plan not made by step(): pass its scheduler"
+    assert noted[0] is plan, "plan not made by step(): pass its scheduler"
     return noted[1]
