@@ -42,11 +42,11 @@ test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
 
 bench: native
-	$(PY) -m kvsim.bench --out results/bench --sweep
+	$(PY) -m benchmarks.bench --out results/bench --sweep
 
 # The 1 M-request runs (peak RSS, t(1M)/t(100k)); merged into results/bench/bench.json.
 bench-large: native
-	$(PY) -m kvsim.bench --out results/bench --large --only azure_conv_100k azure_conv_1m_paged azure_conv_1m_shared_prefix
+	$(PY) -m benchmarks.bench --out results/bench --large --only azure_conv_100k azure_conv_1m_paged azure_conv_1m_shared_prefix
 
 # Experiments: `make fig2`, `make kv-budget JOBS=4`, `make traces SCHEDULER=tcp://host:8786`
 # (SCHEDULER=local starts a local Dask cluster); results in results/NAME/, resumable.
@@ -62,7 +62,7 @@ figures: $(STAMP)
 	$(SWEEP) plot $$found
 
 bench-sweep: native
-	$(PY) -m kvsim.bench_sweep
+	$(PY) -m benchmarks.bench_sweep
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kvsim tests

@@ -14,21 +14,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from kvsim.native import use_sources_if_stale
-
-use_sources_if_stale()  # a compiled engine older than its sources is not used
-
 _EXPORTS = {
     "SimConfig": "kvsim.config",
     "config_from_dict": "kvsim.config",
     "load_config": "kvsim.config",
     "simulate": "kvsim.engine",
     "Results": "kvsim.results",
-    "requests_for": "kvsim.intake",
-    "Request": "kvsim.request",
-    "RequestSpec": "kvsim.request",
-    "open_experiment": "kvsim.sweep",
-    "load_sweep": "kvsim.analysis",
+    "requests_for": "kvsim.engine.intake",
+    "Request": "kvsim.workload.request",
+    "RequestSpec": "kvsim.workload.request",
+    "open_experiment": "kvsim.study.sweep",
+    "load_sweep": "kvsim.study.load",
 }
 
 __all__ = [
@@ -47,13 +43,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     __version__: str
-    from kvsim.analysis import load_sweep
     from kvsim.config import SimConfig, config_from_dict, load_config
     from kvsim.engine import simulate
-    from kvsim.intake import requests_for
-    from kvsim.request import Request, RequestSpec
+    from kvsim.engine.intake import requests_for
     from kvsim.results import Results
-    from kvsim.sweep import open_experiment
+    from kvsim.study.load import load_sweep
+    from kvsim.study.sweep import open_experiment
+    from kvsim.workload.request import Request, RequestSpec
 
 
 def _version() -> str:

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import simpy
 
-from kvsim import native
-from kvsim.allocators import ALLOCATORS, accepted_arguments, make_allocator
-from kvsim.allocators.base import Allocator
-from kvsim.request import Request
+from kvsim.core.kv import ALLOCATORS, accepted_arguments, make_allocator
+from kvsim.core.kv.base import Allocator
+from kvsim.workload.request import Request
 
 # A tiny pool: 11 blocks x 4 tokens = 44 slots; contiguous slabs capped at 16 tokens.
 SMALL_CAPACITY = 44
@@ -19,29 +18,11 @@ SMALL_BLOCK = 4
 SMALL_MAX_MODEL_LEN = 16
 
 
-# Fixtures that replace a function inside kvsim's engine: compiled (kvsim.native), the engine
-# calls its own functions directly, so these tests need the Python sources.
-PATCHING_FIXTURES = {"cores_run"}
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the tests that patch kvsim's engine ``python_sources``, and skips them where the
-    compiled engine is loaded: ``make test`` runs them again with ``KVSIM_PURE_PYTHON=1``.
-
-    Runs the ``slow`` tests first, longest first (``slow(seconds=...)``, seconds measured on
-    2 cores): under ``make test``'s ``-n 2 --dist worksteal`` the longest then starts at once
-    while the other worker takes the rest, instead of starting late and running alone."""
+    """Runs the ``slow`` tests first, longest first (``slow(seconds=...)``, seconds measured on
+    2 cores): under ``-n 2 --dist worksteal`` the longest then starts at once while the other
+    worker takes the rest, instead of starting late and running alone."""
     items.sort(key=lambda item: -expected_seconds(item))  # stable: the rest keep their order
-    loaded = native.native_loaded()
-    for item in items:
-        if PATCHING_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.python_sources)
-        if loaded and item.get_closest_marker("python_sources"):
-            item.add_marker(
-                pytest.mark.skip(
-                    reason="patches the engine: runs on the Python sources (KVSIM_PURE_PYTHON=1)"
-                )
-            )
 
 
 def expected_seconds(item: pytest.Item) -> float:

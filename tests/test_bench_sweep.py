@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvsim.bench_sweep import spin, spin_iterations, time_spin_pair
+from benchmarks.bench_sweep import spin, spin_iterations, time_spin_pair
 
 
 def test_spin_sums_squares_mod_7() -> None:

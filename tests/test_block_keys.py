@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.tokens import KeyChain, StreamKeys
+from kvsim.workload.tokens import KeyChain, StreamKeys
 
 # runs drawn from a few ids, so streams share runs, cut them at different lengths (a copy of a
 # run is its first tokens: token t of run s is (s, t)) and hold empty ones

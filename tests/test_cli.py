@@ -134,7 +134,7 @@ def test_the_library_reaches_a_result_in_three_lines():
 
 
 def test_reproduce_help_names_every_reproduction():
-    from kvsim.paper import REPRODUCTIONS
+    from kvsim.study.paper import REPRODUCTIONS
 
     result = runner.invoke(app, ["reproduce", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0

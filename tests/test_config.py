@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
+from kvsim.base.units import GiB, KiB, MiB
 from kvsim.config import GpuSpec, ModelSpec, SimConfig, config_from_dict, load_config
-from kvsim.units import GiB, KiB, MiB
 
 
 @pytest.mark.parametrize(
@@ -373,7 +373,7 @@ def test_a_table_override_applies_before_its_fields_in_any_order(table, fields):
     ],
 )
 def test_gib_are_shown_to_three_significant_digits(num_bytes, shown):
-    from kvsim.units import format_gib
+    from kvsim.base.units import format_gib
 
     assert format_gib(num_bytes) == shown
 

@@ -3,7 +3,7 @@
 A thread serves a temporary copy of ``shared/data/traces`` on 127.0.0.1, plus the ShareGPT pickle
 rebuilt from the stored CSV (``pickle.dumps(rows, protocol=3)`` reproduces the upstream pickle's
 bytes), and the CLI fetches through ``--mirror``. The expected checksums are parsed from the
-reference README, independently of the source table in :mod:`kvsim.datafetch`.
+reference README, independently of the source table in :mod:`kvsim.workload.fetch`.
 
 Alpaca is the exception: its conversion needs ``alpaca_data.json`` (22.8 MB) and GPT-2's
 ``encoder.json`` / ``vocab.bpe``, which are not in the reference folder and cannot be downloaded
@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from kvsim import datafetch
 from kvsim.cli import app
+from kvsim.workload import fetch as datafetch
 from kvsim.workload.catalog import ENV_VAR, TRACES
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"

@@ -12,10 +12,11 @@ import pytest
 import simpy
 
 from kvsim.config import config_from_dict
-from kvsim.engine import Engine, prepare_requests, simulate
-from kvsim.recorder import CATEGORIES
-from kvsim.request import Request
-from kvsim.results import request_frame, request_frame_from_columns, request_table_columns
+from kvsim.engine import prepare_requests, simulate
+from kvsim.engine.loop import Engine
+from kvsim.results.columns import CATEGORIES
+from kvsim.results.tables import request_frame, request_frame_from_columns, request_table_columns
+from kvsim.workload.request import Request
 
 TINY_MODEL = {
     "name": "tiny",
@@ -182,7 +183,7 @@ def test_requests_that_cannot_run_are_counted_named_and_skipped(caplog):
 
 
 def test_the_advice_for_requests_that_cannot_run_fits_their_reason():
-    from kvsim.intake import Rejected
+    from kvsim.engine.intake import Rejected
 
     long, wide = Request(0, 0.0, 10, 10, 10), Request(1, 0.0, 3, 4, 4)
     only_long = Rejected(max_model_len=[long]).message(2, 17, 32)
@@ -219,7 +220,7 @@ def test_paged_preemptions_under_pressure_are_counted():
 def test_one_workload_replayed_into_two_runs_gives_the_same_results(engine):
     # each run serves fresh requests made from the workload's facts (RequestSpec): the second
     # run must not start from the first one's finished requests
-    from kvsim.intake import requests_for
+    from kvsim.engine.intake import requests_for
 
     cfg = config_from_dict(
         {"scheduler": {"engine": engine}, "workload": {"rate_per_s": 5.0, "num_requests": 60}}
@@ -283,8 +284,7 @@ def test_requests_table_written_as_requests_finish_is_their_request_frame(case):
         assert logged["num_preemptions"].sum() > 0
 
 
-@pytest.mark.parametrize("lazy", [False, True])
-def test_engine_keeps_no_finished_request(lazy):
+def test_engine_keeps_no_finished_request():
     # a million-request run must not hold every request to its end: once the caller lets go
     # of its list, a request lives only while it waits or runs
     def alive() -> int:
@@ -293,13 +293,13 @@ def test_engine_keeps_no_finished_request(lazy):
 
     before = alive()  # other tests' requests
     cfg = config_from_dict({"workload": {"num_requests": 200, "rate_per_s": 20.0}})
-    engine = Engine(simpy.Environment(), cfg, prepare_requests(cfg)[0], lazy_decodes=lazy)
+    engine = Engine(simpy.Environment(), cfg, prepare_requests(cfg)[0])
     assert alive() == before + 200
     _run(engine)
     assert len(engine.log) == engine.num_requests == 200
     # the lazy cohort's heaps let go of a member's stale entries when the clock passes them:
     # the last few requests to leave may still be there
-    assert alive() - before <= (5 if lazy else 0)
+    assert alive() - before <= 5
 
 
 def test_kv_cache_usage_of_a_full_span_is_exactly_1():
@@ -307,30 +307,25 @@ def test_kv_cache_usage_of_a_full_span_is_exactly_1():
     0.1 / 0.7 each, and 4,096 x those seven weights add up to 4,096.000000000001 in floats. The
     pool is full at every step (4,080 slots held + vLLM v1's 16-slot null block = 4,096), so its
     kv_cache_usage_perc is 4,080 / 4,080 = 1 at every step: mean and peak exactly 1."""
-    from kvsim.allocators.paged import PagedAllocator
-    from kvsim.metrics import memory_shares
-    from kvsim.recorder import MemoryRecorder
+    from kvsim.engine.recorder import MemoryRecorder, SpanSlots
+    from kvsim.results.metrics import memory_shares
 
-    pool = PagedAllocator(capacity_tokens=4096, block_size_tokens=16, reserve_null_block=True)
     durations = [0.1] * 7
     recorder = MemoryRecorder(capacity_slots=4096)
-    recorder.record_span_steps(
-        0.0,
-        durations,
-        float(np.sum(durations)),
-        (4080, 4080, 0),  # held (unshared), token states, internal fragmentation in step 0
-        (16, [0] * 7, [0] * 7, 0),  # no step adds a block, a slot or a token state
+    # 4,080 slots held, all token states, the 16-slot null block as overhead; no step adds any
+    slots = SpanSlots(
+        4080,
+        4080,
         0,
-        pool,
-        None,
-        255,
-        0,
-        0,
-        0,
+        overhead=16,
+        slots_per_block=16,
+        blocks=[0] * 7,
+        internal_steps=[0] * 7,
+        num_seqs=0,
     )
+    recorder.record(0.0, durations, sum(durations), slots, None, 255, 0, 0, 0)
     memory = recorder.arrays()
     assert memory["allocated"][0] > 4096  # the rounding this guards against
     shares = memory_shares(memory, 4096, usable_capacity_slots=4080)
     assert shares["kv_cache_usage_perc_max"] == 1.0
     assert shares["kv_cache_usage_perc"] == 1.0
-    assert shares["kv_cache_full_time_frac"] == 1.0

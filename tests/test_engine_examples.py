@@ -15,12 +15,12 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from kvsim.allocators.paged import PagedAllocator
 from kvsim.cli import app
 from kvsim.config import config_from_dict
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.scheduler import V1Scheduler
 from kvsim.engine import simulate
-from kvsim.request import Request
-from kvsim.scheduler import V1Scheduler
+from kvsim.workload.request import Request
 from tests.scheduler.conftest import engine_args, step, tokens
 
 SHARED = (("system prompt", 0), 1000)

@@ -16,7 +16,7 @@ import pytest
 
 from kvsim.config import config_from_dict
 from kvsim.engine import prepare_requests, simulate
-from kvsim.request import fresh_requests
+from kvsim.workload.request import fresh_requests
 from tests.reference.stepwise import Reference
 
 MULTI_TURN = {"shared_prefix_tokens": 48, "num_turns": 3, "turn_gap_s": 1.5}

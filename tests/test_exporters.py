@@ -15,9 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
-from kvsim.exporters import prometheus_snapshot, vidur_request_metrics, write_exports
-from kvsim.request import Request
-from kvsim.results import Results, request_frame
+from kvsim.results import Results
+from kvsim.results.exporters import prometheus_snapshot, vidur_request_metrics, write_exports
+from kvsim.results.tables import request_frame
+from kvsim.workload.request import Request
 
 # Vidur's request_metrics.csv columns, in its order (microsoft/vidur vidur/metrics/constants.py:
 # RequestMetricsTimeDistributions, then RequestMetricsHistogram, merged on "Request Id")

@@ -49,7 +49,7 @@ def loaded_after(code: str) -> dict[str, bool]:
         "from kvsim import config_from_dict, simulate",
         "import kvsim.workload.catalog",
         "import kvsim.cli",
-        "import kvsim.point",  # all a Dask worker of a sweep imports
+        "import kvsim.study.point",  # all a Dask worker of a sweep imports
     ],
 )
 def test_importing_loads_no_heavy_library(code: str) -> None:
@@ -57,16 +57,18 @@ def test_importing_loads_no_heavy_library(code: str) -> None:
     assert not any(loaded[m] for m in HEAVY), loaded
 
 
-def test_allocators_load_no_workload_package() -> None:
+def test_allocators_load_only_the_request_records_of_the_workload_package() -> None:
+    # the KV policies read requests and their token identity, not the generators or readers
     code = (
-        "import json, sys\nimport kvsim.allocators\n"
+        "import json, sys\nimport kvsim.core.kv\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('kvsim.workload'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == []
-    loaded = loaded_after("import kvsim.allocators")
+    loaded_workload = json.loads(out.strip().splitlines()[-1])
+    assert loaded_workload == ["kvsim.workload", "kvsim.workload.request", "kvsim.workload.tokens"]
+    loaded = loaded_after("import kvsim.core.kv")
     assert not loaded["pydantic"]
     assert not any(loaded[m] for m in HEAVY), loaded
 
@@ -97,7 +99,7 @@ def test_a_run_that_reads_only_its_summary_builds_no_dataframe() -> None:
 
 def test_tables_built_on_first_use_match_the_summary() -> None:
     from kvsim import config_from_dict, simulate
-    from kvsim.metrics import summarize
+    from kvsim.results.metrics import summarize
 
     config = config_from_dict({"workload": {"num_requests": 40}, "summary_window": "run"})
     results = simulate(config)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvsim.allocators import make_allocator
+from kvsim.base.units import GB, GiB
 from kvsim.config import config_from_dict
-from kvsim.request import Request
-from kvsim.units import GB, GiB
+from kvsim.core.kv import make_allocator
+from kvsim.workload.request import Request
 
 
 def fill(alloc, make, limit=10_000):

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from kvsim.config import config_from_dict
+from kvsim.core.scheduler import make_scheduler
 from kvsim.engine import simulate
-from kvsim.request import Request
-from kvsim.scheduler import make_scheduler
-from kvsim.tokens import KeyChain, prompt_segments, stream_segments
 from kvsim.workload import WorkloadSpec, generate_requests
+from kvsim.workload.request import Request
+from kvsim.workload.tokens import KeyChain, prompt_segments, stream_segments
 
 
 def test_mooncake_ids_map_onto_any_block_size():
@@ -60,7 +60,7 @@ def test_interned_ids_are_equal_exactly_for_equal_items_and_keep_only_shapes():
 def test_keys_are_the_same_in_every_process():
     # string hashes are randomised per process; keys must not depend on them
     code = (
-        "from kvsim.tokens import KeyChain; c = KeyChain(); "
+        "from kvsim.workload.tokens import KeyChain; c = KeyChain(); "
         "print(c.block_keys(((('sys', 0), 40), (('user', 3), 24)), 4, 16, salt='t'))"
     )
     root = str(Path(__file__).resolve().parents[1])
@@ -112,7 +112,7 @@ def test_max_num_seqs_counts_group_sequences():
             "scheduler": {"engine": "vllm-v0", "max_num_seqs": 5},
         }
     )
-    from kvsim.engine import allocator_from_config
+    from kvsim.engine.build import allocator_from_config
 
     sched = make_scheduler(allocator_from_config(cfg), cfg.engine_args)
     for i in range(3):

@@ -11,7 +11,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from kvsim.cli import app
-from kvsim.summary_view import compare_table, format_metric, sections
+from kvsim.view.summary import compare_table, format_metric, sections
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_cli_compare_missing_run_exits_2(tmp_path: Path) -> None:
 
 
 def test_no_percentage_change_from_a_base_that_shows_as_zero():
-    from kvsim.summary_view import _difference
+    from kvsim.view.summary import _difference
 
     # 0.0004 % shows as "0.0": a change of +293229.1 % of it tells nobody anything
     assert _difference("kv_external_fragmentation_pct", 0.0004, 1.2) == ("+1.2", "")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from kvsim.base.textfile import json_text
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.results import Results, read_summary
-from kvsim.textfile import json_text
 
 HEADER = "arrival_time_s,prompt_tokens,output_tokens\n"
 

@@ -25,17 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from kvsim.calibrate.columns import ROW_COLUMNS
+
 logger = logging.getLogger(__name__)
 
 META_KEYS = ("source", "device_name", "driver_version", "cupy_version", "date_utc")
-ROW_COLUMNS = (
-    "batch_size",
-    "context_tokens",
-    "block_size_tokens",
-    "contiguous_s",
-    "paged_s",
-    "kv_bytes",
-)
 SOURCES = ("measured", "analytic")
 
 # Analytic default: factor(B) = 1 + ANALYTIC_BASE_OVERHEAD + ANALYTIC_PER_BLOCK_OVERHEAD / B.

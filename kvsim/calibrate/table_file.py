@@ -14,8 +14,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from kvsim.calibrate.table import ROW_COLUMNS
-from kvsim.textfile import read_json, read_text
+from kvsim.base.textfile import parse_json, read_text
+from kvsim.calibrate.columns import ROW_COLUMNS
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -81,21 +81,22 @@ def read_table_file(path: Path) -> tuple[dict[str, str], list[dict[str, float]]]
         ValueError: a folder, not UTF-8, bad JSON, a missing or duplicate column, a short or long
             row, or a bad value (naming the file, the row, the column and the value).
     """
+    text = read_text(path)
     if path.suffix == ".json":
-        data = _json_object(path)
+        data = _json_object(path, text)
         table = _validate(path, "", TableFile, data)
         meta, rows = table.meta, table.rows
         _warn_unknown(path, {k for r in data["rows"] for k in r})
     else:
-        meta, rows = _read_csv(path)
+        meta, rows = _read_csv(path, text)
     return (
         {k: str(v) for k, v in meta.model_dump().items()},
         [{k: float(v) for k, v in r.model_dump().items()} for r in rows],
     )
 
 
-def _json_object(path: Path) -> dict[str, Any]:
-    data = read_json(path)
+def _json_object(path: Path, text: str) -> dict[str, Any]:
+    data = parse_json(text, path)
     if not isinstance(data, dict):
         raise ValueError(
             f'{path}: expected a JSON object {{"meta": {{...}}, "rows": [...]}}, got '
@@ -104,12 +105,12 @@ def _json_object(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_csv(path: Path) -> tuple[TableMeta, list[TableRow]]:
+def _read_csv(path: Path, text: str) -> tuple[TableMeta, list[TableRow]]:
     """``# key: value`` metadata lines, a header line, then one row per line."""
     meta: dict[str, str] = {}
     header: list[str] | None = None
     rows: list[TableRow] = []
-    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
+    for line_no, line in enumerate(text.splitlines(), start=1):
         if line.startswith("#"):
             key, _, value = line[1:].partition(":")
             meta[key.strip()] = value.strip()

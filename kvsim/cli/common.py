@@ -74,7 +74,7 @@ SYSTEM_TREES = frozenset(
 def _user_error_types() -> tuple[type[BaseException], ...]:
     from pydantic import ValidationError
 
-    from kvsim.scheduler.core import PreemptionLivelockError
+    from kvsim.core.scheduler.core import PreemptionLivelockError
     from kvsim.workload import DataNotFoundError
 
     # a livelock is the config's fault (a pool too small for the running set): its message
@@ -176,9 +176,9 @@ def guard(fn: Callable[[], T]) -> T:
 
 
 def _worker_died(err: Exception) -> bool:
-    """``err`` is ``kvsim.workers.WorkerDiedError`` (looked up only where a pool was loaded, so that
-    the CLI starts without multiprocessing)."""
-    workers = sys.modules.get("kvsim.workers")
+    """``err`` is ``kvsim.base.workers.WorkerDiedError`` (looked up only where a pool was loaded, so
+    that the CLI starts without multiprocessing)."""
+    workers = sys.modules.get("kvsim.base.workers")
     return workers is not None and isinstance(err, workers.WorkerDiedError)
 
 

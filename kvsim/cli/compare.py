@@ -35,7 +35,7 @@ def compare(
     """Print two runs' summaries side by side with their differences (B - A)."""
 
     def go() -> None:
-        from kvsim.summary_view import compare_table
+        from kvsim.view.summary import compare_table
 
         a, b = load_summary(run_a), load_summary(run_b)
         console.print(compare_table(a, b, str(run_a), str(run_b)))

@@ -2,8 +2,8 @@
 (``list``).
 
 The work is done by
-:mod:`kvsim.datafetch`. Errors (network, checksum, bad pickle, unwritable folder) print one line
-naming the file and URL and exit with status 2.
+:mod:`kvsim.workload.fetch`. Errors (network, checksum, bad pickle, unwritable folder) print one
+line naming the file and URL and exit with status 2.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from kvsim import datafetch
 from kvsim.cli.common import check_out_dir, guard
+from kvsim.workload import fetch as datafetch
 from kvsim.workload.catalog import ENV_VAR, data_dir, data_dir_searched
 
 data_app = typer.Typer(

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kvsim.base.textfile import read_toml
 from kvsim.cli.common import (
     check_out_dir,
     console,
@@ -26,8 +27,7 @@ from kvsim.cli.common import (
     parse_overrides,
     warn_many_jobs,
 )
-from kvsim.labels import axis_label, metric_unit
-from kvsim.textfile import read_toml
+from kvsim.view.labels import axis_label, metric_unit
 
 ALIASES = {
     "kv": "cache.kv_cache_gib",
@@ -134,16 +134,16 @@ def plan(
     another (--smallest, --largest, --target) on its config, give --name for its results.
     """
     from kvsim.config import apply_overrides
-    from kvsim.planning import (
+    from kvsim.study.plan import (
         Target,
         failure,
         format_value,
         load_plan,
         plan_from_dict,
         run_plan,
-        save_plan,
     )
-    from kvsim.sweep import PointBar
+    from kvsim.study.plan_figure import save_plan
+    from kvsim.study.sweep import PointBar
 
     if list_:
         _list_plans(console)
@@ -278,7 +278,7 @@ def _keep_its_question(
             ``--target`` change its knob, direction or targets, and ``--name`` does not send the
             results elsewhere.
     """
-    from kvsim.planning import load_plan, plan_folder
+    from kvsim.study.plan import load_plan, plan_folder
 
     try:
         own = load_plan(path, overrides)
@@ -316,7 +316,7 @@ def _same_configs(plain: Any, changed: Any, quick: bool) -> bool:
     """The two plans (one question) run the same configs: equal once validated at the knob's
     first, middle and last candidates (``--set cache.kv_cache_gib=2`` restating the plan's own
     value changes nothing), or, where neither validates at any of them, equal tables."""
-    from kvsim.planning import candidates
+    from kvsim.study.plan import candidates
 
     grid = candidates(plain)
     validated = False
@@ -348,8 +348,8 @@ def _keep_other_plans_answers(name: str, path: Path | None, out: Path, quick: bo
     Raises:
         ValueError: ``name`` is a shipped plan's and ``path`` is not its file.
     """
-    from kvsim.planning import plan_folder
     from kvsim.presets import names, plans_dir
+    from kvsim.study.plan import plan_folder
 
     if name not in names(plans_dir()):
         return
@@ -375,7 +375,7 @@ def _default_name(question: dict[str, Any]) -> str:
 
 def _check_targets(the_plan: Any) -> None:
     """Fail before simulating on a target metric no summary has (a typo)."""
-    from kvsim.planning import target_metrics
+    from kvsim.study.targets import target_metrics
 
     known = target_metrics()
     for t in the_plan.targets:
@@ -388,7 +388,7 @@ def _check_targets(the_plan: Any) -> None:
             )
 
 
-SHORT_WINDOW_S = 600.0  # the paper reproductions' window (kvsim.planning.Plan.min_window_s)
+SHORT_WINDOW_S = 600.0  # the paper reproductions' window (kvsim.study.plan.Plan.min_window_s)
 
 
 def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None:
@@ -408,7 +408,7 @@ def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None
 
 
 def _answer_table(result: Any) -> Table:
-    from kvsim.planning import format_value
+    from kvsim.study.plan import format_value
 
     plan_ = result.plan
     table = Table(title=f"{plan_.name}: {plan_.direction} {plan_.field}", show_header=False)

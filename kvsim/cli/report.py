@@ -28,7 +28,7 @@ def report(
     """
 
     def go() -> None:
-        from kvsim.report import write_report
+        from kvsim.view.report import write_report
 
         check_out_file(out, "--out", "an HTML file")
         path = write_report(run_dirs, out)

@@ -74,9 +74,9 @@ def reproduce(
     panels), fig12-66b-alpaca, fig12-175b-alpaca, fig13, fig14, fig15, fig16, fig17, fig18b,
     preemption (§7.3), prefix-caching (Mooncake).
     """
-    from kvsim.paper import REPRODUCTIONS
-    from kvsim.paper import reproduce as run_reproduction
-    from kvsim.paper.run import describe
+    from kvsim.study.paper import REPRODUCTIONS
+    from kvsim.study.paper import reproduce as run_reproduction
+    from kvsim.study.paper.run import describe
 
     def go() -> None:
         check_out_dir(out)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kvsim.base.units import format_gib, plural
 from kvsim.cli.common import (
     SET_EXAMPLE,
     check_out_dir,
@@ -15,7 +16,6 @@ from kvsim.cli.common import (
     not_an_override,
     parse_overrides,
 )
-from kvsim.units import format_gib, plural
 
 
 def run(
@@ -53,8 +53,8 @@ def run(
 
         from kvsim.config import config_from_dict, load_config
         from kvsim.engine import simulate
-        from kvsim.intake import requests_for
-        from kvsim.summary_view import summary_table
+        from kvsim.engine.intake import requests_for
+        from kvsim.view.summary import summary_table
 
         check_out_dir(out)
         overrides = parse_overrides(set_ or [])
@@ -105,7 +105,7 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     """The summary's header: engine profile and preemption mode, model, GPUs, allocator, pool
     (``pool_text``) and requests (``num_rejected`` of ``num_requests`` could not run)."""
     from kvsim.config import SimConfig
-    from kvsim.results import caches_prefixes, preemption_rule
+    from kvsim.results.tables import caches_prefixes, preemption_rule
 
     assert isinstance(cfg, SimConfig)
     args = cfg.engine_args

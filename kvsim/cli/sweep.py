@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
+from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S
 from kvsim.cli.common import check_out_dir, console, err_console, guard, warn_many_jobs
-from kvsim.workers import DASK_CONNECT_TIMEOUT_S
 
 
 def sweep(
@@ -48,9 +48,9 @@ def sweep(
     """Run every unfinished point of an experiment and write OUT/NAME/summary.parquet."""
 
     def go() -> None:
-        from kvsim.experiment import load_experiment
         from kvsim.presets import experiments_dir
-        from kvsim.sweep import run_sweep
+        from kvsim.study.experiment import load_experiment
+        from kvsim.study.sweep import run_sweep
 
         check_out_dir(out)
         warn_many_jobs(jobs)
@@ -98,7 +98,7 @@ def plot(
     """Draw the standard figures (PNG) of one or more sweep folders."""
 
     def go() -> None:
-        from kvsim.figures import draw_figures
+        from kvsim.study.figures import draw_figures
 
         check_out_dir(out)
         for folder in results:

@@ -1,4 +1,4 @@
-"""``CostSpec``: the step-time model's efficiency factors and overheads (``kvsim.cost`` cites
+"""``CostSpec``: the step-time model's efficiency factors and overheads (``kvsim.core.cost`` cites
 each)."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from kvsim.base.limits import MAX_OVERHEAD_S
 from kvsim.config.hardware import Frozen, resolve_preset
-from kvsim.limits import MAX_OVERHEAD_S
 
 
 class CostSpec(Frozen):
-    """Efficiency factors and overheads of the step-time model (``kvsim.cost`` states each source).
+    """Efficiency factors and overheads of the step-time model (``kvsim.core.cost`` states each
+    source).
 
     ``CostSpec()`` is a lean modern engine; ``CostSpec.model_validate("vllm-2023")`` is the preset
     fitted to the PagedAttention paper's Figure 13 (``kvsim/data/costs.toml`` says how).

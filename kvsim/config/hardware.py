@@ -29,8 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvsim.config.hf import model_fields_from_hf
-from kvsim.limits import (
+from kvsim.base.limits import (
     MAX_CONTEXT_TOKENS,
     MAX_GPU_MEMORY_BYTES,
     MAX_HEAD_DIM,
@@ -40,7 +39,8 @@ from kvsim.limits import (
     MAX_MODEL_PARAMS,
     refuse_bool_numbers,
 )
-from kvsim.units import cdiv
+from kvsim.base.units import cdiv
+from kvsim.config.hf import model_fields_from_hf
 
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")

@@ -13,10 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from kvsim.config.sim import SimConfig
+from kvsim.config.allocators import POLICY_ARGUMENTS, accepted_arguments
+from kvsim.config.serving import CacheSpec
+from kvsim.workload.spec import WorkloadSpec
+
+
+class ConfigParts(Protocol):
+    """What this module reads of a ``SimConfig``."""
+
+    @property
+    def cache(self) -> CacheSpec: ...
+
+    @property
+    def workload(self) -> WorkloadSpec: ...
+
 
 BUDGET_FIELDS = ("cache.kv_cache_bytes", "cache.kv_cache_gib", "cache.kv_cache_gb")
 # cache fields the engine hands to the allocator under the same name, and what each one sets
@@ -48,7 +60,7 @@ class Moot:
 
 
 def ignored_settings(
-    config: SimConfig, data: dict[str, Any], later: Collection[str] = ()
+    config: ConfigParts, data: dict[str, Any], later: Collection[str] = ()
 ) -> list[str]:
     """One message per setting the user wrote that this config ignores.
 
@@ -77,15 +89,13 @@ def ignored_settings(
     return messages
 
 
-def moot_reason(config: SimConfig, data: dict[str, Any], dotted: str) -> str | None:
+def moot_reason(config: ConfigParts, data: dict[str, Any], dotted: str) -> str | None:
     """Why ``config`` does not read the field ``dotted`` (``"workload.rate_per_s"``), whatever
     its value; ``None`` when it reads it. ``data``: the table ``config`` was built from."""
     return next((m.why for m in _moot_fields(config, data) if m.field == dotted), None)
 
 
-def _moot_fields(config: SimConfig, data: dict[str, Any]) -> Iterator[Moot]:
-    from kvsim.allocators import ALLOCATORS, accepted_arguments
-
+def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     cache, workload = config.cache, config.workload
     if cache.kv_cache_bytes is not None or cache.kv_cache_gib is not None:
         budget = next((f for f in BUDGET_FIELDS if _lookup(data, f) is not None), None)
@@ -100,7 +110,7 @@ def _moot_fields(config: SimConfig, data: dict[str, Any]) -> Iterator[Moot]:
     takes = accepted_arguments(cache.allocator)
     for name, what in ALLOCATOR_KNOBS.items():
         if name not in takes:  # the engine leaves it out of the allocator's arguments
-            users = ", ".join(a for a in ALLOCATORS if name in accepted_arguments(a))
+            users = ", ".join(a for a in POLICY_ARGUMENTS if name in accepted_arguments(a))
             why = f"allocator {cache.allocator!r} has no {what} (the field applies to {users})"
             yield _cache_field(config, name, ("cache.allocator",), why)
     if cache.allocator == "radix" and cache.enable_prefix_caching is False:
@@ -124,12 +134,12 @@ def _moot_fields(config: SimConfig, data: dict[str, Any]) -> Iterator[Moot]:
         yield _workload_field(config, "beam_branch_tokens", ("workload.beam_width",), why)
 
 
-def _cache_field(config: SimConfig, name: str, deciders: tuple[str, ...], why: str) -> Moot:
+def _cache_field(config: ConfigParts, name: str, deciders: tuple[str, ...], why: str) -> Moot:
     default = type(config.cache).model_fields[name].default
     return Moot(f"cache.{name}", getattr(config.cache, name), default, deciders, why)
 
 
-def _workload_field(config: SimConfig, name: str, deciders: tuple[str, ...], why: str) -> Moot:
+def _workload_field(config: ConfigParts, name: str, deciders: tuple[str, ...], why: str) -> Moot:
     default = type(config.workload).model_fields[name].default
     return Moot(f"workload.{name}", getattr(config.workload, name), default, deciders, why)
 

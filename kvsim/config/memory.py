@@ -9,21 +9,60 @@ peak activations - non-torch memory`` (``vllm/v1/worker/gpu_worker.py``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from kvsim.config.hardware import ParallelConfig, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
-from kvsim.limits import MAX_POOL_BLOCKS
-from kvsim.units import format_gib as _gib  # three significant digits: 0.25 GiB, not 0.2
-from kvsim.units import next_power_of_2
+from kvsim.base.limits import MAX_POOL_BLOCKS
+from kvsim.base.units import format_gib as _gib  # three significant digits: 0.25 GiB, not 0.2
+from kvsim.base.units import next_power_of_2
+from kvsim.config.allocators import SLAB_ALLOCATORS
+from kvsim.config.hardware import (
+    GpuSpec,
+    ModelSpec,
+    ParallelConfig,
+    kv_bytes_per_token_per_gpu,
+    weight_bytes_per_gpu,
+)
+from kvsim.config.serving import CacheSpec, EngineArgs
 
-if TYPE_CHECKING:
-    from kvsim.config.sim import SimConfig
+
+class ConfigParts(Protocol):
+    """What this module reads of a ``SimConfig`` (its parts and derived sizes)."""
+
+    @property
+    def model(self) -> ModelSpec: ...
+
+    @property
+    def gpu(self) -> GpuSpec: ...
+
+    @property
+    def parallel(self) -> ParallelConfig: ...
+
+    @property
+    def cache(self) -> CacheSpec: ...
+
+    @property
+    def engine_args(self) -> EngineArgs: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def bytes_per_token(self) -> int: ...
+
+    @property
+    def capacity_tokens(self) -> int: ...
+
+    @property
+    def kv_cache_bytes(self) -> int: ...
+
+    @property
+    def weight_bytes_per_gpu(self) -> int: ...
+
 
 MAX_SUGGESTED_TP = 64
-SLAB_ALLOCATORS = ("first_fit", "best_fit", "buddy")  # one contiguous slab per sequence
 
 
-def check_memory(config: SimConfig) -> None:
+def check_memory(config: ConfigParts) -> None:
     """Raise ``ValueError`` when the weights, the KV budget or one request do not fit.
 
     Messages name which of weights, KV or activation headroom is short, by how much, and the
@@ -68,7 +107,7 @@ def check_memory(config: SimConfig) -> None:
         )
 
 
-def _budget_field(config: SimConfig) -> str:
+def _budget_field(config: ConfigParts) -> str:
     """The field that sets the KV budget: the explicit one the user set (``kv_cache_gb`` is read
     as ``kv_cache_bytes``), else the derived budget's ``gpu_memory_utilization``."""
     cache = config.cache
@@ -79,7 +118,7 @@ def _budget_field(config: SimConfig) -> str:
     return "cache.gpu_memory_utilization"
 
 
-def request_limit_tokens(config: SimConfig, capacity_tokens: int) -> int:
+def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
     """Tokens one request can hold in an empty pool of ``capacity_tokens`` slots: a paged pool's
     whole blocks less vLLM v1's null block (block 0, which no request ever holds: vLLM
     ``BlockPool``), the whole pool otherwise (slab reservations are checked by
@@ -92,7 +131,7 @@ def request_limit_tokens(config: SimConfig, capacity_tokens: int) -> int:
     return blocks * cache.block_size_tokens if blocks > 0 else capacity_tokens
 
 
-def pool_tokens_for_request(config: SimConfig, num_tokens: int) -> int:
+def pool_tokens_for_request(config: ConfigParts, num_tokens: int) -> int:
     """The smallest pool, in slots, whose ``request_limit_tokens`` is at least ``num_tokens``."""
     cache = config.cache
     if cache.allocator != "paged":
@@ -101,7 +140,7 @@ def pool_tokens_for_request(config: SimConfig, num_tokens: int) -> int:
     return (-(num_tokens // -b) + config.engine_args.reserve_null_block) * b
 
 
-def _limit_note(config: SimConfig, limit: int) -> str:
+def _limit_note(config: ConfigParts, limit: int) -> str:
     """How a paged pool's request limit falls short of its slots (empty when it does not)."""
     if limit == config.capacity_tokens:
         return ""
@@ -110,7 +149,7 @@ def _limit_note(config: SimConfig, limit: int) -> str:
     return f", of which requests can hold {limit:,} ({limit // b:,} blocks of {b} tokens{null})"
 
 
-def _derived_budget_message(config: SimConfig, where: str, usable: float, left: float) -> str:
+def _derived_budget_message(config: ConfigParts, where: str, usable: float, left: float) -> str:
     cache = config.cache
     weights = config.weight_bytes_per_gpu
     head = (
@@ -147,7 +186,7 @@ def _derived_budget_message(config: SimConfig, where: str, usable: float, left: 
     return f"{head}: {short}{advice}"
 
 
-def smallest_fitting_tp(config: SimConfig) -> int | None:
+def smallest_fitting_tp(config: ConfigParts) -> int | None:
     """The smallest tensor-parallel size (a power of two the model splits by) whose derived KV
     budget holds one ``max_model_len`` request, or ``None``."""
     model, cache = config.model, config.cache
@@ -172,11 +211,11 @@ def smallest_fitting_tp(config: SimConfig) -> int | None:
     return None
 
 
-def check_pool_shape(config: SimConfig) -> None:
+def check_pool_shape(config: ConfigParts) -> None:
     """The pool's blocks or slabs can hold the requests the config allows, and no more blocks than
     kvsim can track.
 
-    - paged: at most ``kvsim.limits.MAX_POOL_BLOCKS`` blocks (a block table entry each).
+    - paged: at most ``kvsim.base.limits.MAX_POOL_BLOCKS`` blocks (a block table entry each).
     - contiguous slabs: the largest slab the reservation asks for (``max_model_len``, or the
       model's trained context under ``full_context``) fits the pool.
     - buddy: that slab, rounded up to its power-of-two chunk, fits the largest chunk the empty
@@ -217,7 +256,7 @@ def check_pool_shape(config: SimConfig) -> None:
         _check_buddy(config, slab, what, where)
 
 
-def _check_buddy(config: SimConfig, slab: int, what: str, where: str) -> None:
+def _check_buddy(config: ConfigParts, slab: int, what: str, where: str) -> None:
     capacity = config.capacity_tokens
     chunk = next_power_of_2(slab)
     max_chunk = next_power_of_2(config.max_model_len)

@@ -27,9 +27,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS
+from kvsim.base.units import GiB
+from kvsim.config.allocators import POLICY_ARGUMENTS
 from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
-from kvsim.limits import MAX_CONTEXT_TOKENS, MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS
-from kvsim.units import GiB
 
 MAX_INT32 = 2**31 - 1
 
@@ -104,10 +105,8 @@ class CacheSpec(Frozen):
     @field_validator("allocator")
     @classmethod
     def _known_allocator(cls, name: str) -> str:
-        from kvsim.allocators import ALLOCATORS
-
-        if name not in ALLOCATORS:
-            raise ValueError(f"unknown allocator {name!r}; choose from {sorted(ALLOCATORS)}")
+        if name not in POLICY_ARGUMENTS:
+            raise ValueError(f"unknown allocator {name!r}; choose from {sorted(POLICY_ARGUMENTS)}")
         return name
 
 

@@ -19,6 +19,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from kvsim.base.say_once import warn_once
+from kvsim.base.textfile import read_toml, sha256_file
+from kvsim.base.units import GiB
+from kvsim.config.allocators import PAGED_ALLOCATORS
 from kvsim.config.cost_spec import CostSpec
 from kvsim.config.hardware import (
     Frozen,
@@ -32,9 +36,6 @@ from kvsim.config.hardware import (
 from kvsim.config.ignored import ignored_settings
 from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
-from kvsim.say_once import warn_once
-from kvsim.textfile import read_toml, sha256_file
-from kvsim.units import GiB
 from kvsim.workload import WorkloadSpec, load_workload
 
 DEFAULT_PRESETS = {"model": "opt-13b", "gpu": "a100-40gb"}  # SimConfig's default sections
@@ -180,9 +181,6 @@ def data_identity(trace: str | None) -> str:
 def _file_digest(path: str, _mtime_ns: int) -> str:
     """SHA-256 of a file, cached per path and modification time."""
     return sha256_file(path)[:16]
-
-
-PAGED_ALLOCATORS = ("paged",)
 
 
 def _check_blocks(config: SimConfig) -> None:

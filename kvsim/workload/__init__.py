@@ -2,8 +2,8 @@
 
 ``WorkloadSpec`` describes arrivals (Poisson, gamma, trace replay), lengths (trace rows or
 parametric distributions) and filters; ``generate_requests(spec, rng, max_model_len=...)`` returns
-sorted :class:`~kvsim.request.Request` records. Named traces are read from :func:`data_dir`; a
-user's file may be in any of ``TRACE_FORMATS`` (``kvsim.workload.traces``).
+sorted :class:`~kvsim.workload.request.Request` records. Named traces are read from
+:func:`data_dir`; a user's file may be in any of ``TRACE_FORMATS`` (``kvsim.workload.traces``).
 
 The names below load on first use (PEP 562), so importing one submodule (``catalog``,
 ``traces``) does not import the generators, pydantic or pandas.
@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     from kvsim.workload.generate import generate_requests
     from kvsim.workload.lengths import ALPACA_LIKE, SHAREGPT_LIKE, LognormalFit
     from kvsim.workload.spec import DEFAULT_NUM_REQUESTS, WorkloadSpec, load_workload, workloads_dir
-    from kvsim.workload.traces import TRACE_FORMATS, Trace, load_trace
+    from kvsim.workload.trace_table import TRACE_FORMATS, Trace
+    from kvsim.workload.traces import load_trace
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from kvsim.limits import MAX_NUM_REQUESTS
+from kvsim.base.limits import MAX_NUM_REQUESTS
 
 _CHUNK = 4096
 
@@ -65,7 +65,7 @@ def arrival_times(
 
     Raises:
         ValueError: both limits are ``None`` (the process would never end), ``duration_s`` is
-            not finite, or the window holds more than ``kvsim.limits.MAX_NUM_REQUESTS``.
+            not finite, or the window holds more than ``kvsim.base.limits.MAX_NUM_REQUESTS``.
     """
     if num_requests is None and duration_s is None:
         raise ValueError("arrival_times needs num_requests or duration_s (got neither)")

@@ -12,8 +12,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import kvsim
-
 ENV_VAR = "KVSIM_DATA"
 _DEFAULT_SUBDIR = Path("shared") / "data" / "traces"
 
@@ -98,7 +96,7 @@ TRACES: dict[str, TraceInfo] = {
 
 def _candidate_dirs() -> list[Path]:
     """Default data folders, in search order: beside the repository, then beside the cwd."""
-    repo_parent = Path(kvsim.__file__).resolve().parents[2]
+    repo_parent = Path(__file__).resolve().parents[3]  # this file's clone's parent folder
     candidates = [repo_parent / _DEFAULT_SUBDIR, Path.cwd().parent / _DEFAULT_SUBDIR]
     unique: list[Path] = []
     for path in candidates:

@@ -1,4 +1,5 @@
-"""Turn a :class:`WorkloadSpec` into a list of :class:`~kvsim.request.Request`, seeded and sorted.
+"""Turn a :class:`WorkloadSpec` into a list of :class:`~kvsim.workload.request.Request`, seeded and
+sorted.
 
 Randomness comes only from the caller's generator, split into two independent streams (arrivals
 and lengths), so changing the rate leaves the drawn lengths unchanged for the same seed.
@@ -10,14 +11,14 @@ import logging
 
 import numpy as np
 
-from kvsim.groups import BeamModel
-from kvsim.limits import MAX_TIME_S
-from kvsim.request import Request
-from kvsim.say_once import warn_once
-from kvsim.units import cdiv, plural
+from kvsim.base.limits import MAX_TIME_S
+from kvsim.base.say_once import warn_once
+from kvsim.base.units import cdiv, plural
+from kvsim.workload.beams import BeamModel
 from kvsim.workload.catalog import DataNotFoundError, resolve_trace
 from kvsim.workload.identity import attach_identity, check_trace_columns
 from kvsim.workload.length_table import shipped_table_path
+from kvsim.workload.request import Request
 from kvsim.workload.selection import (
     Selected,
     select_parametric,
@@ -26,7 +27,8 @@ from kvsim.workload.selection import (
 )
 from kvsim.workload.sharing import apply_sharing
 from kvsim.workload.spec import WorkloadSpec
-from kvsim.workload.traces import Trace, load_trace
+from kvsim.workload.trace_table import Trace
+from kvsim.workload.traces import load_trace
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ def generate_requests(
         DataNotFoundError: the trace file is missing and ``fallback_synthetic`` is off.
         ValueError: a malformed trace, a trace without arrival times for ``arrival="trace"``,
             no request left after the filters, or arrival times that are not finite or pass
-            ``kvsim.limits.MAX_TIME_S`` seconds.
+            ``kvsim.base.limits.MAX_TIME_S`` seconds.
     """
     if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
         raise ValueError(f"max_model_len must be an integer >= 2 tokens, got {max_model_len!r}")

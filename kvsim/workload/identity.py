@@ -1,10 +1,10 @@
 """Which prompt tokens trace rows share: hash blocks, prefix groups and conversation history.
 
-Token identity is written as ``Request.token_segments`` runs (``kvsim.tokens``); equal runs are
-equal tokens. Per request, in order of precedence:
+Token identity is written as ``Request.token_segments`` runs (``kvsim.workload.tokens``); equal runs
+are equal tokens. Per request, in order of precedence:
 
 1. ``hash_ids`` with blocks of ``B`` tokens (``B`` other than Mooncake's 512, which
-   ``kvsim.tokens`` derives itself): one run ``("mc", h)`` of ``B`` tokens per id.
+   ``kvsim.workload.tokens`` derives itself): one run ``("mc", h)`` of ``B`` tokens per id.
 2. A session turn (``session_id``; turns in arrival order; a first turn names its own prompt
    explicitly, so its blocks are keyed for the next) whose prompt holds the previous turn's
    prompt and output: that history (the previous prompt's runs, then ``("gen", prev_req_id)`` of
@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvsim.request import Request
-from kvsim.say_once import warn_once
-from kvsim.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
-from kvsim.units import cdiv
+from kvsim.base.say_once import warn_once
+from kvsim.base.units import cdiv
+from kvsim.workload.request import Request
 from kvsim.workload.spec import WorkloadSpec
-from kvsim.workload.traces import Trace
+from kvsim.workload.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
+from kvsim.workload.trace_table import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -179,9 +179,10 @@ def _hash_segments(req: Request, block_size_tokens: int | None) -> Segments | No
 
 
 def _own_segments(req: Request) -> Segments:
-    """``req``'s prompt runs as ``kvsim.tokens`` names them, made explicit so that the request
-    counts as sharing (``Request.shares_tokens``) and its blocks are keyed for later turns."""
-    from kvsim.tokens import prompt_segments  # kvsim.tokens imports this package
+    """``req``'s prompt runs as ``kvsim.workload.tokens`` names them, made explicit so that the
+    request counts as sharing (``Request.shares_tokens``) and its blocks are keyed for later
+    turns."""
+    from kvsim.workload.tokens import prompt_segments  # kvsim.workload.tokens imports this package
 
     return prompt_segments(req)
 
@@ -189,7 +190,7 @@ def _own_segments(req: Request) -> Segments:
 def _history(prev: Request, req: Request) -> Segments | None:
     """The previous turn's prompt and output as ``req``'s prefix, or ``None`` when ``req``'s
     prompt is shorter than them."""
-    from kvsim.tokens import prompt_segments  # kvsim.tokens imports this package
+    from kvsim.workload.tokens import prompt_segments  # kvsim.workload.tokens imports this package
 
     history_tokens = prev.prompt_tokens + prev.output_tokens
     if req.prompt_tokens < history_tokens:

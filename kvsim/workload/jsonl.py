@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kvsim.limits import MAX_INT64, MAX_TIME_S
-from kvsim.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
-from kvsim.workload.traces import BAILIAN_BLOCK_SIZE_TOKENS, Trace
+from kvsim.base.limits import MAX_INT64, MAX_TIME_S
+from kvsim.workload.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
+from kvsim.workload.trace_table import BAILIAN_BLOCK_SIZE_TOKENS, Trace
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvsim.textfile import read_text
+from kvsim.base.textfile import read_text
 
 
 @dataclass(frozen=True)

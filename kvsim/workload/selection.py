@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvsim.say_once import warn_once
+from kvsim.base.say_once import warn_once
 from kvsim.workload.arrivals import arrival_times
 from kvsim.workload.identity import RowExtras, num_conversations, session_arrivals
 from kvsim.workload.length_table import LengthTable, load_length_table, shipped_table_path
@@ -24,7 +24,7 @@ from kvsim.workload.lengths import (
     uniform_split,
 )
 from kvsim.workload.spec import DEFAULT_NUM_REQUESTS, WorkloadSpec
-from kvsim.workload.traces import Trace
+from kvsim.workload.trace_table import Trace
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from kvsim.textfile import read_text
-from kvsim.workload.traces import Trace
+from kvsim.base.textfile import read_text
+from kvsim.workload.trace_table import Trace
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Workload features that create KV sharing: groups, a shared system prompt, tenants, multi-turn.
 
 Applied after lengths and arrivals are drawn (``generate_requests``). Token identities are the
-synthetic runs of ``kvsim.tokens``: the shared prefix is the run ``("sys", tenant)``, a user
-message ``("user", conv, turn)`` and a request's output ``("gen", req_id)``, so equal prefixes hash
-equal and nothing else does.
+synthetic runs of ``kvsim.workload.tokens``: the shared prefix is the run ``("sys", tenant)``, a
+user message ``("user", conv, turn)`` and a request's output ``("gen", req_id)``, so equal prefixes
+hash equal and nothing else does.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from kvsim.request import Request
-from kvsim.say_once import warn_once
+from kvsim.base.say_once import warn_once
+from kvsim.workload.request import Request
 from kvsim.workload.spec import WorkloadSpec
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvsim.limits import (
+from kvsim.base.limits import (
     MAX_CONTEXT_TOKENS,
     MAX_NUM_REQUESTS,
     MAX_RATE_PER_S,
@@ -29,12 +29,13 @@ from kvsim.limits import (
     MIN_TIME_SCALE,
     refuse_bool_numbers,
 )
-from kvsim.textfile import read_toml
+from kvsim.base.textfile import read_toml
 from kvsim.workload.catalog import TRACES
 from kvsim.workload.lengths import SHAREGPT_LIKE
-from kvsim.workload.traces import TraceFormat
+from kvsim.workload.trace_table import TraceFormat
 
-# kvsim.groups.BeamModel's branching scale, FITTED on Figure 15's Alpaca width 6 (make fig15)
+# kvsim.workload.beams.BeamModel's branching scale, FITTED on Figure 15's Alpaca width 6 (make
+# fig15)
 BEAM_BRANCH_TOKENS_FITTED = 5.78
 DEFAULT_NUM_REQUESTS = 1000
 MIN_CV = 1e-3  # below it gamma gaps are constant to machine precision; 1e-320 overflows
@@ -107,10 +108,10 @@ class WorkloadSpec(BaseModel):
             time_scale`` simulated seconds.
         duration_s: window length in trace seconds (trace arrivals) or simulated seconds
             (synthetic arrivals); ``None`` for no limit.
-        n: parallel samples per request (v0: a sequence group, ``kvsim.groups``; v1: ``n``
+        n: parallel samples per request (v0: a sequence group, ``kvsim.core.kv.groups``; v1: ``n``
             requests sharing the prompt).
         beam_width: beam-search width per request (1: no beam search; not with ``n > 1``).
-        beam_branch_tokens: ``kvsim.groups.BeamModel.branch_tokens``: a beam candidate
+        beam_branch_tokens: ``kvsim.workload.beams.BeamModel.branch_tokens``: a beam candidate
             branches and displaces another with probability ``min(0.5, beam_branch_tokens /
             n)`` at a step where the sequences hold ``n`` tokens (FITTED on Figure 15's Alpaca
             beam width 6); each beam request's tree is drawn from the run's seed.

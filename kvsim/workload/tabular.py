@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.limits import MAX_INT64, MAX_TIME_S
-from kvsim.workload.traces import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
+from kvsim.base.limits import MAX_INT64, MAX_TIME_S
+from kvsim.workload.trace_table import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The radix cache as first written, token by token: the naive reference that
-``test_radix_reference.py`` checks ``kvsim.allocators.radix`` against (same tree shapes, locks,
+``test_radix_reference.py`` checks ``kvsim.core.kv.radix`` against (same tree shapes, locks,
 evictions and answers). Slow on purpose: every match compares single tokens, every eviction
 walks the whole tree, every lock stamps the whole path."""
 
@@ -10,7 +10,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvsim.allocators.base import (
+from kvsim.core.kv.base import (
     NO_HIT,
     Allocator,
     AllocatorStats,
@@ -18,8 +18,8 @@ from kvsim.allocators.base import (
     PrefixHit,
     prefix_cache_counters,
 )
-from kvsim.request import Request
-from kvsim.tokens import stream_segments
+from kvsim.workload.request import Request
+from kvsim.workload.tokens import stream_segments
 
 
 @dataclass(slots=True, eq=False)

@@ -14,7 +14,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.groups import BeamModel, SequenceGroup, peak_new_blocks, shared_prefix
+from kvsim.core.kv.groups import SequenceGroup, peak_new_blocks, shared_prefix
+from kvsim.workload.beams import BeamModel
 
 
 class RecordingPool:

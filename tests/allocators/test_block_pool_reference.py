@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.allocators.block_pool import BlockPool
+from kvsim.core.kv.block_pool import BlockPool
 
 
 class NaivePool:

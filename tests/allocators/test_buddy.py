@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvsim.allocators import make_allocator
+from kvsim.core.kv import make_allocator
 from tests.conftest import make_request
 
 

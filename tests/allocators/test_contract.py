@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.allocators import ALLOCATORS, make_allocator
+from kvsim.core.kv import ALLOCATORS, make_allocator
 from tests.conftest import SMALL_CAPACITY, make_request, small_allocator
 
 
@@ -109,3 +109,16 @@ def test_queries_change_no_state(allocator_name):
         alloc.usable_free_slots(head, 12)
     assert snapshot(alloc) == before
     alloc.check_invariants()
+
+
+def test_every_policy_takes_exactly_the_arguments_the_config_declares():
+    # kvsim.config.allocators declares each policy's keyword arguments (the config warns about
+    # settings a policy does not read): the registered class must take exactly those
+    import inspect
+
+    from kvsim.config.allocators import LAYOUTS, accepted_arguments
+
+    assert set(ALLOCATORS) == set(LAYOUTS)
+    for name, cls in ALLOCATORS.items():
+        params = set(inspect.signature(cls).parameters)
+        assert params == set(accepted_arguments(name)), name

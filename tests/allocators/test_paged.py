@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvsim.allocators import make_allocator
-from kvsim.units import cdiv
+from kvsim.base.units import cdiv
+from kvsim.core.kv import make_allocator
 from tests.conftest import make_request
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvsim.allocators import make_allocator
-from kvsim.allocators.block_pool import BlockPool
-from kvsim.allocators.paged import PagedAllocator
-from kvsim.groups import BeamModel, SequenceGroup
-from kvsim.request import Request
+from kvsim.core.kv import make_allocator
+from kvsim.core.kv.block_pool import BlockPool
+from kvsim.core.kv.groups import SequenceGroup
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.workload.beams import BeamModel
+from kvsim.workload.request import Request
 
 
 def alloc(blocks: int = 11, block: int = 4, **kw: object) -> PagedAllocator:

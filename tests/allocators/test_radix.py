@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.allocators.base import DECODE_EXACT, DECODE_POOLED
-from kvsim.allocators.radix import RadixAllocator
-from kvsim.request import Request
+from kvsim.core.kv.base import DECODE_EXACT, DECODE_POOLED
+from kvsim.core.kv.radix import RadixAllocator
+from kvsim.workload.request import Request
 
 SYS = (("sys", 0), 8)
 

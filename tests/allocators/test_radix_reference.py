@@ -15,9 +15,9 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvsim.allocators.base import DECODE_POOLED
-from kvsim.allocators.radix import RadixAllocator
-from kvsim.request import Request
+from kvsim.core.kv.base import DECODE_POOLED
+from kvsim.core.kv.radix import RadixAllocator
+from kvsim.workload.request import Request
 from tests.allocators.radix_reference import NaiveRadixAllocator
 
 CAPACITY = 48

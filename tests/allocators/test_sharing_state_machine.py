@@ -14,10 +14,10 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvsim.allocators import allocator_from_knobs
-from kvsim.allocators.base import NO_HIT, PrefixHit
-from kvsim.groups import BeamModel
-from kvsim.request import Request
+from kvsim.core.kv import allocator_from_knobs
+from kvsim.core.kv.base import NO_HIT, PrefixHit
+from kvsim.workload.beams import BeamModel
+from kvsim.workload.request import Request
 
 CAPACITY = 64
 BLOCK = 4

@@ -11,9 +11,9 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
-from kvsim.allocators import allocator_from_knobs
-from kvsim.request import Request
-from kvsim.units import cdiv, next_power_of_2
+from kvsim.base.units import cdiv, next_power_of_2
+from kvsim.core.kv import allocator_from_knobs
+from kvsim.workload.request import Request
 
 CAPACITY = 40  # slots; buddy top chunks 16 + 16 + 8 with max_model_len 16
 BLOCK = 4

@@ -8,7 +8,7 @@ import pytest
 
 from kvsim.calibrate.table import CalibrationTable, resolve_table
 from kvsim.config import CostSpec, GpuSpec, ModelSpec
-from kvsim.cost import StepCostModel
+from kvsim.core.cost import StepCostModel
 
 META = {
     "source": "measured",

@@ -10,8 +10,8 @@ import pytest
 
 from kvsim.calibrate.table import analytic_layout_factor
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
-from kvsim.cost import StepCostModel
-from kvsim.timing import steps_before
+from kvsim.core.cost import StepCostModel
+from kvsim.engine.timing import steps_before
 
 # Toy model: bytes_per_token = 2 * 2 layers * 2 kv heads * 4 dims * 2 bytes = 64;
 # weights = 1000 params * 2 bytes = 2000 bytes; hidden = 2 heads * 4 dims = 8.

@@ -26,7 +26,7 @@ DATA = Path(__file__).parent / "data"
 def _config(name: str) -> tuple[dict[str, Any], float | None]:
     kind, _, rest = name.partition("_")
     if kind == "bench":
-        from kvsim.bench import GROUPS
+        from benchmarks.bench import GROUPS
 
         for group in GROUPS.values():
             if rest in group:

@@ -130,7 +130,7 @@ def main() -> None:
             data = simulate_case(config, every, _tables(args.tables, f"varied_{name}"))
             (args.out / f"varied_{name}.json").write_text(json.dumps(data, indent=1))
     if args.bench:
-        from kvsim.bench import GROUPS
+        from benchmarks.bench import GROUPS
 
         for group in GROUPS.values():
             for name, spec in group.items():

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from kvsim import say_once
+from kvsim.base import say_once
 from kvsim.config import config_from_dict, load_config
 from kvsim.engine import simulate
-from kvsim.experiment import load_experiment, parse_experiment
-from kvsim.planning import load_plan
 from kvsim.presets import experiments_dir, plans_dir, workloads_dir
+from kvsim.study.experiment import load_experiment, parse_experiment
+from kvsim.study.plan import load_plan
 
 RUN = ["run", "--no-progress", "--set", "workload.num_requests=3"]
 BIG = str(10**29)

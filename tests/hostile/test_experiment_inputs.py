@@ -324,7 +324,7 @@ def test_a_label_list_naming_two_points_alike_is_warned_about(hostile, caplog) -
     zipped = '[[zip]]\nlabel = ["a", "a", "b"]\n"cache.block_size_tokens" = [16, 32, 64]\n'
     path = hostile.write("exp.toml", 'name = "e"\n' + BASE + zipped)
     hostile.run(["sweep", path, "--out", "out", "--no-progress"], code=0)
-    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.experiment"]
+    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.study.experiment"]
     assert said == ["zip[0].label: 'a' 2 times; the points it names share a label"]
 
 
@@ -332,7 +332,7 @@ def test_points_with_one_config_are_counted_in_a_warning(hostile, caplog) -> Non
     # seed 1 twice and seed 2 once: 3 points, 2 configs; point 1 repeats point 0
     path = hostile.write("exp.toml", 'name = "e"\n' + BASE + "[grid]\nseed = [1, 1, 2]\n")
     outcome = hostile.run(["sweep", path, "--out", "out", "--no-progress"], code=0)
-    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.sweep"]
+    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.study.sweep"]
     assert said == [
         "e: 1 of 3 points repeat an earlier point's config (e.g. point 1: seed=1 = point 0: "
         "seed=1); each config runs once and its row repeats in summary.parquet"

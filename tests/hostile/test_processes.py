@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import kvsim
-from kvsim.experiment import load_experiment
+from kvsim.study.experiment import load_experiment
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 

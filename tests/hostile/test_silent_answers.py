@@ -9,7 +9,7 @@ import pytest
 
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
-from kvsim.intake import requests_for
+from kvsim.engine.intake import requests_for
 
 POOL_2GIB = {"cache": {"kv_cache_gib": 2}}
 PREEMPTING = {
@@ -48,7 +48,7 @@ def test_livelock_is_a_user_error_in_the_cli(hostile) -> None:
 
 
 def test_livelock_error_is_a_value_error_for_api_callers() -> None:
-    from kvsim.scheduler.core import PreemptionLivelockError
+    from kvsim.core.scheduler.core import PreemptionLivelockError
 
     assert issubclass(PreemptionLivelockError, ValueError)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvsim.paper import reproduce
-from kvsim.paper.fig12 import ratios
+from kvsim.study.paper import reproduce
+from kvsim.study.paper.fig12 import ratios
 
 # Figure 13 (Kwon et al., SOSP 2023), batched requests; band +-15 %
 FIG13 = {

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.paper import reproduce
-from kvsim.paper.fig2 import STACK
+from kvsim.study.paper import reproduce
+from kvsim.study.paper.fig2 import STACK
 from kvsim.workload import DataNotFoundError, resolve_trace
 
 # typed in from the paper's Figure 2, independent of kvsim/data/paper

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.paper.published import published, published_value
+from kvsim.study.paper.published import published, published_value
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvsim import say_once
+from kvsim.base import say_once
 from kvsim.cli import app
-from kvsim.planning import Plan, Target, load_plan, plan_from_dict, run_plan, save_plan
 from kvsim.presets import plans_dir
+from kvsim.study.plan import Plan, Target, load_plan, plan_from_dict, run_plan
+from kvsim.study.plan_figure import save_plan
 
 # Ten requests arrive together (Poisson at 10^6 req/s: within microseconds), each a 100-token
 # prompt and 28 output tokens, on Llama-3.1-8B (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes
@@ -320,8 +321,8 @@ def test_a_set_table_applies_before_its_fields_in_any_order(
     # replaced the table it had set a field in
     import typer
 
-    from kvsim import planning
     from kvsim.config import config_from_dict
+    from kvsim.study import plan as planning
 
     asked: list[Plan] = []
 
@@ -369,7 +370,7 @@ def test_every_target_metric_is_in_some_summary() -> None:
     """A target names a metric some run's summary holds: one that none holds (the list once had
     ``num_requests_waiting_max``) would be accepted and then never met."""
     from kvsim import config_from_dict, simulate
-    from kvsim.planning import target_metrics
+    from kvsim.study.targets import target_metrics
 
     tiny = {"num_requests": 8, "rate_per_s": 100.0}
     runs = [
@@ -386,13 +387,13 @@ def test_every_target_metric_is_in_some_summary() -> None:
         held |= set(simulate(config_from_dict(run)).summary)
     assert set(target_metrics()) - held == set()
     # and so does every metric an experiment's [analysis] may draw (vs_metrics)
-    from kvsim.experiment_analysis import summary_metrics
+    from kvsim.study.analysis import summary_metrics
 
     assert set(summary_metrics()) - held == set()
 
 
 def test_a_point_with_one_request_too_long_says_one_request() -> None:
-    from kvsim.planning import failure
+    from kvsim.study.plan import failure
 
     target = (Target("num_preemptions", 0.0),)
     plan = Plan("p", {}, "cache.kv_cache_gib", "smallest", lo=1, hi=2, targets=target)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim import planning
-from kvsim.planning import PROBES_PER_ROUND, Plan, Target, candidates, plan_from_dict, run_plan
+from kvsim.study import plan as planning
+from kvsim.study.plan import PROBES_PER_ROUND, Plan, Target, candidates, plan_from_dict, run_plan
 
 METRIC = "time_to_first_token_seconds_p99"
 
@@ -321,7 +321,7 @@ def test_an_unknown_knob_names_the_knobs_with_ranges() -> None:
 
 
 def test_the_kv_budget_bracket_starts_where_one_longest_request_fits():
-    from kvsim.planning import knob_bracket
+    from kvsim.study.plan import knob_bracket
 
     # Llama-3.1-8B: 128 KiB of KV per token. One 4,096-token request takes 256 blocks of 16
     # and vLLM v1 keeps block 0 as its null block: 257 x 16 x 128 KiB = 0.50195 GiB -> 0.51

@@ -6,14 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvsim.allocators.contiguous import FirstFitAllocator
-from kvsim.allocators.paged import PagedAllocator
-from kvsim.analysis import row_labels, smallest_budget
 from kvsim.config import config_from_dict
+from kvsim.core.kv.contiguous import FirstFitAllocator
+from kvsim.core.kv.paged import PagedAllocator
 from kvsim.engine import simulate
-from kvsim.metrics import latency_stats
-from kvsim.poolmap import pool_ownership
-from kvsim.request import Request
+from kvsim.engine.frames import pool_ownership
+from kvsim.results.metrics import latency_stats
+from kvsim.study.load import row_labels, smallest_budget
+from kvsim.workload.request import Request
 
 
 def test_p95_by_hand() -> None:
@@ -140,7 +140,7 @@ def test_frames_taken_during_the_run_match_its_tokens() -> None:
 
 
 def test_periodic_frames_thin_out_to_stay_within_their_bound() -> None:
-    from kvsim.poolmap import FrameRecorder
+    from kvsim.engine.frames import FrameRecorder
 
     # every 1 s, at most 4 kept: 0 1 2 3 4 -> a fifth keeps 0 2 4 (period 2); 6 8 -> 0 4 8
     # (period 4); 12 16 -> 0 8 16 (period 8); the next would be 24, past the run's 20.5 s

@@ -6,9 +6,9 @@ import typer
 from typer.testing import CliRunner
 
 from kvsim.cli.sweep import register
-from kvsim.experiment import parse_experiment
-from kvsim.figures import draw_figures
-from kvsim.sweep import run_sweep
+from kvsim.study.experiment import parse_experiment
+from kvsim.study.figures import draw_figures
+from kvsim.study.sweep import run_sweep
 
 
 def test_draw_figures_and_cli(tmp_path) -> None:
@@ -87,8 +87,8 @@ def test_every_point_is_drawn_and_bars_split_into_panels_past_eight(tmp_path) ->
     )
     written = draw_figures(folder)
     assert len([p for p in written if p.name.startswith("memory_")]) == 10
-    from kvsim.analysis import load_sweep
-    from kvsim.plots import waste_bars
+    from kvsim.study.load import load_sweep
+    from kvsim.view.plots import waste_bars
 
     sweep = load_sweep(folder)
     fig = waste_bars(sweep.summary, sweep.labels(), facet="workload.rate_per_s")
@@ -115,7 +115,7 @@ def test_no_chart_against_a_field_zipped_with_the_label(tmp_path) -> None:
 def test_log_axes_where_values_span_decades() -> None:
     import pandas as pd
 
-    from kvsim.plots import metric_vs
+    from kvsim.view.plots import metric_vs
 
     table = pd.DataFrame(
         {
@@ -145,7 +145,7 @@ def test_gridlines_are_drawn_below_the_data():
     # a fresh-eyes trial saw Figure 2's gridlines through the bars
     from matplotlib.figure import Figure
 
-    from kvsim.style import styled
+    from kvsim.view.style import styled
 
     @styled
     def axes_under_style():

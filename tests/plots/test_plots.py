@@ -8,7 +8,7 @@ import pytest
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from kvsim.plots import (
+from kvsim.view.plots import (
     EMPTY_RGB,
     FREE_RGB,
     latency_cdf,

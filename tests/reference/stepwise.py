@@ -28,16 +28,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kvsim.allocators import Allocator
-from kvsim.allocators.base import NO_HIT
-from kvsim.allocators.paged import PagedAllocator
-from kvsim.allocators.radix import RadixAllocator
-from kvsim.allocators.slab import SlabAllocator
 from kvsim.config import SimConfig
-from kvsim.cost import StepCostModel
-from kvsim.engine import allocator_from_config, cost_model_from_config, swap_space_from_config
-from kvsim.request import Request
-from kvsim.swap import SwapSpace
+from kvsim.core.cost import StepCostModel
+from kvsim.core.kv import Allocator
+from kvsim.core.kv.base import NO_HIT
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.kv.radix import RadixAllocator
+from kvsim.core.kv.slab import SlabAllocator
+from kvsim.core.kv.swap import SwapSpace
+from kvsim.engine.build import allocator_from_config, cost_model_from_config, swap_space_from_config
+from kvsim.workload.request import Request
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from kvsim.report import write_report
+from kvsim.view.report import write_report
 from tests.report.browser import chromium_browser, open_report
 
 SCENARIO = "workloads/scenarios/azure_conv_llama31_8b.toml"

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvsim.report import write_report
-from kvsim.report.data import (
+from kvsim.view.report import write_report
+from kvsim.view.report.data import (
     ecdf_points,
     load_run,
     load_runs,

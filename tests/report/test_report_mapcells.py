@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvsim.poolmap import ownership_rows
-from kvsim.recorder import categorize, queue_head
-from kvsim.report.mapcells import (
+from kvsim.engine.frames import ownership_rows
+from kvsim.engine.recorder import categorize, queue_head
+from kvsim.view.report.mapcells import (
     CellGrid,
     PoolShape,
     buddy_chunks,

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import pytest
 
-from kvsim.report import write_report
+from kvsim.view.report import write_report
 from tests.report.browser import open_report
 from tests.report.conftest import CONTIGUOUS, kvsim_run
 

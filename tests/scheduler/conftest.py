@@ -6,8 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 from kvsim.config import EngineArgs
-from kvsim.request import Request
-from kvsim.scheduler import SchedulerCore, StepPlan
+from kvsim.core.scheduler import SchedulerCore, StepPlan
+from kvsim.workload.request import Request
 
 V1 = EngineArgs(
     engine="vllm-v1",

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import config_from_dict
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.scheduler import V0Scheduler
 from kvsim.engine import simulate
-from kvsim.scheduler import V0Scheduler
 from tests.scheduler.conftest import engine_args, req, step, tokens
 
 

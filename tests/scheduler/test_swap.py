@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import config_from_dict
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.kv.swap import SwapSpace
+from kvsim.core.scheduler import V0Scheduler
 from kvsim.engine import simulate
-from kvsim.request import Request
-from kvsim.scheduler import V0Scheduler
-from kvsim.swap import SwapSpace
+from kvsim.workload.request import Request
 from tests.scheduler.conftest import engine_args, req, step, tokens
 
 

@@ -1,4 +1,4 @@
-"""The vllm-v1 scheduler, cases worked by hand from vLLM v1's rules (``kvsim.scheduler.v1``).
+"""The vllm-v1 scheduler, cases worked by hand from vLLM v1's rules (``kvsim.core.scheduler.v1``).
 
 Every expected number below is derived in the comments from the rules, not read off a run.
 """
@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from kvsim.allocators.paged import PagedAllocator
-from kvsim.scheduler import V0Scheduler, V1Scheduler, make_scheduler
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.scheduler import V0Scheduler, V1Scheduler, make_scheduler
 from tests.scheduler.conftest import engine_args, req, step, tokens
 
 

@@ -13,18 +13,19 @@ vLLM's, worked out by hand in the comments from vLLM's rules:
 - a hit is whole blocks from the start, at most ``(num_tokens - 1) // 16`` of them; a hit on a
   free block counts against the free blocks; full blocks are cached inside the allocation.
 
-Token ids become segment runs (``kvsim.tokens``): vLLM's ``[i] * n`` prompt is ``(("tok", i), n)``.
-vLLM's ``make_request`` sets ``max_tokens=17``, ``create_requests`` 16; ``doc`` and ``sreq`` do too.
+Token ids become segment runs (``kvsim.workload.tokens``): vLLM's ``[i] * n`` prompt is ``(("tok",
+i), n)``. vLLM's ``make_request`` sets ``max_tokens=17``, ``create_requests`` 16; ``doc`` and
+``sreq`` do too.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kvsim.allocators.base import PrefixHit
-from kvsim.allocators.paged import PagedAllocator
-from kvsim.request import Request
-from kvsim.scheduler import V1Scheduler
+from kvsim.core.kv.base import PrefixHit
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.scheduler import V1Scheduler
+from kvsim.workload.request import Request
 from tests.scheduler.conftest import engine_args, step, tokens
 
 B = 16  # block size of every scenario except test_basic_prefix_caching_disabled

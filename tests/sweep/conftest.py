@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kvsim.experiment import Experiment, parse_experiment
+from kvsim.study.experiment import Experiment, parse_experiment
 
 # 2 GiB / 800 KiB per token = 2,621 slots: holds one 2,048-token Max slab, several paged requests.
 BASE: dict[str, Any] = {

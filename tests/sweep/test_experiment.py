@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvsim.config import config_from_dict
-from kvsim.experiment import load_experiment, parse_experiment
+from kvsim.study.experiment import load_experiment, parse_experiment
 
 
 def test_grid_times_zip_in_order(make_experiment) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.workers import _start_context, pool_map
+from kvsim.base.workers import _start_context, pool_map
 from tests.hostile.test_processes import _as_from_a_shell
 
 
@@ -61,7 +61,7 @@ def test_fork_only_without_other_threads(tmp_path) -> None:
 # to its process while the main thread holds it is delivered to one of them at once.
 CTRL_C_WHILE_A_WORKER_STARTS = """
 import multiprocessing, os, signal, sys
-from kvsim.workers import _sigint_held
+from kvsim.base.workers import _sigint_held
 
 def report_mask(queue):
     queue.put(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
@@ -228,7 +228,7 @@ def test_two_pools_side_by_side_keep_the_freeze_until_the_last_closes() -> None:
 
 def test_no_more_processes_start_than_there_are_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     # -j 400 over 3 calls: the driver runs calls itself, so 3 calls need 2 workers, not 399
-    from kvsim import workers
+    from kvsim.base import workers
 
     sizes: list[int] = []
 

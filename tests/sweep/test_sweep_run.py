@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import kvsim.point as point_mod
-from kvsim.analysis import load_sweep
-from kvsim.sweep import run_sweep
+import kvsim.study.point as point_mod
+from kvsim.study.load import load_sweep
+from kvsim.study.sweep import run_sweep
 
 
 @pytest.fixture
@@ -174,7 +174,7 @@ def test_failing_point_reported_others_finish(tmp_path, make_experiment, caplog,
     # drop the None override of the "ok" column: the base has no trace
     points = exp.points()
     assert len(points) == 4
-    with caplog.at_level(logging.ERROR, logger="kvsim.sweep"):
+    with caplog.at_level(logging.ERROR, logger="kvsim.study.sweep"):
         report = run_sweep(exp, tmp_path, jobs=jobs, progress=False)
     assert report.num_run == 2  # fixed lengths, blocks of 8 and 16
     assert [f.index for f in report.failures] == [1, 3]
@@ -212,12 +212,12 @@ def test_one_invalid_point_fails_the_sweep_before_any_runs(
 
 def test_validating_points_generates_no_workload(make_experiment, monkeypatch) -> None:
     # checking every point before the sweep must stay cheap: configs only, no requests drawn
-    import kvsim.intake
+    import kvsim.engine.intake
 
     def no_requests(*args, **kwargs):
         raise AssertionError("a workload was generated while validating points")
 
-    monkeypatch.setattr(kvsim.intake, "requests_for", no_requests)
+    monkeypatch.setattr(kvsim.engine.intake, "requests_for", no_requests)
     monkeypatch.setattr(point_mod, "simulate", no_requests)
     points = make_experiment(grid={"cache.block_size_tokens": [16, 0]}).points()
     assert [p.config is None for p in points] == [False, False, True, True]
@@ -293,7 +293,7 @@ def test_a_quick_grid_axis_is_a_column_of_the_quick_summary(tmp_path, make_exper
 
 
 def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment):
-    import kvsim.sweep as sweep_mod
+    import kvsim.study.sweep as sweep_mod
 
     real = sweep_mod.outcomes
 

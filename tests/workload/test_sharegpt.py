@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from kvsim.cli import app
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
-from kvsim.intake import requests_for
+from kvsim.engine.intake import requests_for
 
 WORDS = [
     *("hello", "world", "how", "are", "you", "fine", "thanks", "and", "what", "about"),

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from kvsim.cli import app
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
-from kvsim.intake import requests_for
+from kvsim.engine.intake import requests_for
 from kvsim.results import Results
 
 CACHING = {"enable_prefix_caching": True, "block_size_tokens": 16}

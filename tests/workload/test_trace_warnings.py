@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvsim import say_once
-from kvsim.request import Request
+from kvsim.base import say_once
 from kvsim.workload import WorkloadSpec, generate_requests
+from kvsim.workload.request import Request
 
 TIMED = "arrival_time_s,prompt_tokens,output_tokens\n"
 OUT_OF_ORDER = TIMED + "0,10,5\n5,12,6\n2,14,7\n"  # line 4 (2 s) comes after line 3 (5 s)

@@ -192,7 +192,7 @@ def test_user_file_replay_and_slicing(tmp_path) -> None:
 
 
 def test_turns_past_the_context_are_counted_in_a_warning(caplog, monkeypatch) -> None:
-    from kvsim import say_once
+    from kvsim.base import say_once
 
     monkeypatch.setattr(say_once, "SAID", set())
     # fixed 300-token messages and 200-token answers, 4 turns, max_model_len 1,000: turn k's

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from kvsim.config import config_from_dict
-from kvsim.engine import allocator_from_config
-from kvsim.intake import requests_for, split_runnable
+from kvsim.engine.build import allocator_from_config
+from kvsim.engine.intake import requests_for, split_runnable
 from kvsim.workload import WorkloadSpec, generate_requests, load_trace
 
 BIG_MODEL_LEN = 10**7  # keeps every row of a trace

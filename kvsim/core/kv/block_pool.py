@@ -1,0 +1,331 @@
+"""Ref-counted KV blocks, the LRU free queue and the prefix-cache map (vLLM v1 ``BlockPool``).
+
+The one block pool under every paged policy (``paged`` with or without prefix caching and
+sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
+``kv_cache_utils.FreeKVCacheBlockQueue``:
+
+- blocks start in the free queue in id order (0 first); under vLLM v1 block 0 is the null block,
+  taken at start and never freed, so requests get ids from 1;
+- new blocks are taken from the *front* of the queue; a taken block that still caches a full
+  block's contents loses its key then (eviction);
+- a block whose ref count drops to 0 joins the *back* of the queue and keeps its key, so it is
+  still a cache hit until something takes it. Callers release a request's blocks tail first
+  (vLLM's ``KVCacheManager.free`` walks the block table in reverse), so a request's last blocks
+  are evicted before its first ones;
+- a cache hit on a free block (``touch``) takes it out of the queue wherever it sits.
+
+    free queue:  front [7 3 9 ... 12] back     take(1) -> [7] (evicts 7's key)
+                                              release([x]) -> [3 9 ... 12 x]
+
+The queue is an array with a moving head; a block touched while free leaves a stale entry behind
+that ``take`` skips, so every operation is O(1) amortised per block. A block's stale entries are
+its oldest ones in the queue (each touch makes its one live entry stale, and a release appends a
+newer one), so counting them per block (``_stale``) tells ``take`` which entries to skip without
+recording every block's queue position; positions are recorded only for free blocks that keep a
+key (``free_blocks_ahead`` asks only about cache hits).
+
+Ref counts, keys, the queue, positions and the key-to-block map (open addressing, linear probing)
+are ``librt.vecs.vec[i64]`` arrays (mypyc's packed vectors): compiled, an element is a machine
+integer, not a Python int object allocated, stored in a dict and freed once per block, which was
+most of the work of keying, releasing and evicting a long prompt's hundreds of blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from librt.vecs import append, vec
+from mypy_extensions import i64
+
+_COMPACT_AT: Final = 4096  # drop consumed queue entries once the head passes this many (and half)
+_EMPTY: Final = -1  # a map slot never used
+_GONE: Final = -2  # a map slot whose key was evicted (probes go on past it)
+
+
+class BlockPool:
+    """``num_blocks`` blocks: ref counts, keys of cached full blocks, and the free queue.
+
+    Invariants (``check``): a block is in the free queue iff its ref count is 0; the key map
+    (``lookup``) holds each cached key once, pointing at the one block holding it, and
+    ``key_of`` is its inverse.
+
+    Args:
+        num_blocks: blocks in the pool (>= 1, >= 2 with the null block).
+        reserve_null_block: take block 0 at start and never free it (vLLM v1).
+
+    Raises:
+        ValueError: too few blocks.
+    """
+
+    def __init__(self, num_blocks: int, *, reserve_null_block: bool = False) -> None:
+        if num_blocks < 1 + reserve_null_block:
+            raise ValueError(f"num_blocks: must be >= {1 + reserve_null_block}, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.ref_cnt: vec[i64] = vec[i64]([0] * num_blocks)  # table entries per block
+        self._key: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's key
+        self._keyed: vec[i64] = vec[i64]([0] * num_blocks)  # 1 where the block holds a key
+        self._num_keyed = 0
+        capacity = 16
+        while capacity < 4 * num_blocks:  # a quarter full at most, evicted slots rehashed away
+            # at half: a lookup probes about 2.5 slots (linear probing, Knuth)
+            capacity *= 2
+        self._mask: i64 = capacity - 1
+        # slot i: its key at 2i, its block (or _EMPTY, _GONE) at 2i + 1: one cache line a probe
+        self._slots: vec[i64] = vec[i64]([_EMPTY] * (2 * capacity))  # keys unread while empty
+        self._slot_of: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's slot
+        self._num_gone = 0
+        self.num_free = num_blocks
+        self.num_evictions = 0
+        self._queue: vec[i64] = vec[i64](range(num_blocks))
+        self._pos: vec[i64] = vec[i64](range(num_blocks))  # absolute queue position of a free
+        # block with a key (other entries are not kept up to date)
+        self._head = 0  # index in _queue of the front entry
+        self._base = 0  # absolute position of _queue[0]
+        self._stale: dict[int, int] = {}  # block -> its stale entries still in _queue
+        self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
+        self.null_block: int | None = None
+        if reserve_null_block:  # vLLM v1: block 0 is a placeholder no request ever holds
+            self.null_block = self.take(1)[0]
+
+    # -- queries ----------------------------------------------------------------------------
+    def ref(self, block_id: int) -> int:
+        """Table entries pointing at ``block_id``."""
+        return self.ref_cnt[block_id]
+
+    def ref_counts(self) -> list[int]:
+        """Every block's ref count, by block id (a copy)."""
+        return list(self.ref_cnt)
+
+    def key_of(self, block_id: int) -> int | None:
+        """The key ``block_id`` caches, or ``None``."""
+        return self._key[block_id] if self._keyed[block_id] else None
+
+    def free_order(self) -> list[int]:
+        """Free block ids, front (taken next) first."""
+        stale = dict(self._stale)
+        out: list[int] = []
+        queue = self._queue
+        for i in range(self._head, len(queue)):
+            b = queue[i]
+            skip = stale.get(b)
+            if skip:  # one of b's oldest entries: stale
+                stale[b] = skip - 1
+            else:
+                out.append(b)
+        return out
+
+    def free_blocks_ahead(self, block_id: int) -> int:
+        """At least how many free blocks are taken before ``block_id`` (free, with a key) is
+        evicted."""
+        assert self._keyed[block_id], "positions are kept for keyed blocks only"
+        ahead = self._pos[block_id] - self._base - self._head  # entries before it, stale included
+        return max(0, ahead - self._num_stale)
+
+    def lookup(self, key: int) -> int | None:
+        """The block caching ``key``, or ``None``."""
+        slot = self._find(key)
+        return self._slots[2 * slot + 1] if slot >= 0 else None
+
+    def num_cached(self) -> int:
+        """Blocks holding a cached key (in use or free)."""
+        return self._num_keyed
+
+    def cached_map(self) -> dict[int, int]:
+        """Every cached key and the block holding it (a copy)."""
+        return {self._key[b]: b for b in range(self.num_blocks) if self._keyed[b]}
+
+    def _home(self, key: i64) -> i64:
+        """The map slot a probe for ``key`` starts at (its high bits mixed in: the keys of one
+        token run differ high up, ``kvsim.workload.tokens.StreamKeys``)."""
+        return (key ^ (key >> 32)) & self._mask
+
+    def _find(self, key: i64) -> i64:
+        """The map slot holding ``key``, or -1."""
+        slots, mask = self._slots, self._mask
+        i = self._home(key)
+        while True:
+            b = slots[2 * i + 1]
+            if b == _EMPTY:
+                return -1
+            if b >= 0 and slots[2 * i] == key:
+                return i
+            i = (i + 1) & mask
+
+    def _add(self, block_id: i64, key: i64) -> None:
+        """Map ``key`` to ``block_id`` (holding no key) unless another block caches it: one probe
+        sequence finds the key or, at the first empty slot, the first reusable one."""
+        if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
+            self._rehash()
+        slots, mask = self._slots, self._mask
+        i = self._home(key)
+        reuse: i64 = -1
+        while True:
+            b = slots[2 * i + 1]
+            if b == _EMPTY:
+                break
+            if b == _GONE:
+                if reuse < 0:
+                    reuse = i
+            elif slots[2 * i] == key:
+                return  # cached elsewhere: it stays there
+            i = (i + 1) & mask
+        if reuse >= 0:
+            i = reuse
+            self._num_gone -= 1
+        slots[2 * i] = key
+        slots[2 * i + 1] = block_id
+        self._slot_of[block_id] = i
+        self._key[block_id] = key
+        self._keyed[block_id] = 1
+        self._num_keyed += 1
+
+    def _rehash(self) -> None:
+        """Rebuild the map without its evicted slots."""
+        slots = self._slots
+        for i in range(1, len(slots), 2):
+            slots[i] = _EMPTY
+        self._num_gone = 0
+        self._num_keyed = 0
+        keyed = self._keyed
+        for b in range(self.num_blocks):
+            if keyed[b]:
+                keyed[b] = 0
+                self._add(b, self._key[b])
+
+    # -- mutations --------------------------------------------------------------------------
+    def take(self, count: int) -> list[int]:
+        """Take ``count`` blocks from the front of the free queue, each with ref count 1; a
+        taken block that caches a key loses it (an eviction).
+
+        Raises:
+            ValueError: fewer than ``count`` blocks are free (callers check first).
+        """
+        if count > self.num_free:
+            raise ValueError(f"take({count}): only {self.num_free} blocks free")
+        if count <= 0:
+            return []
+        head: i64 = self._head
+        queue, ref, keyed = self._queue, self.ref_cnt, self._keyed
+        taken: list[int] = []
+        if self._num_stale == 0:  # fast path: every entry from the head on is live
+            end: i64 = head + count
+            while head < end:
+                taken.append(queue[head])
+                head += 1
+        else:
+            stale = self._stale
+            while len(taken) < count:
+                b = queue[head]
+                skip = stale.get(b)
+                if skip:  # one of b's oldest entries: stale
+                    if skip == 1:
+                        del stale[b]
+                    else:
+                        stale[b] = skip - 1
+                    self._num_stale -= 1
+                else:
+                    taken.append(b)
+                head += 1
+        self._head = head
+        self.num_free -= count
+        evicted = 0
+        slots, slot_of = self._slots, self._slot_of
+        for b in taken:
+            ref[b] = 1
+            if keyed[b]:
+                slots[2 * slot_of[b] + 1] = _GONE
+                keyed[b] = 0
+                evicted += 1
+        self.num_evictions += evicted
+        self._num_keyed -= evicted
+        self._num_gone += evicted
+        if head > _COMPACT_AT and 2 * head > len(queue):
+            self._queue = queue[head:]
+            self._base += head
+            self._head = 0
+        return taken
+
+    def touch(self, blocks: Iterable[int]) -> None:
+        """One more table entry points at each block; a free one leaves the queue (a hit)."""
+        ref, stale = self.ref_cnt, self._stale
+        for b in blocks:
+            if ref[b] == 0:  # its live entry goes stale
+                stale[b] = stale.get(b, 0) + 1
+                self.num_free -= 1
+                self._num_stale += 1
+            ref[b] += 1
+
+    def release(self, blocks: Iterable[int]) -> None:
+        """One table entry fewer for each block, in the given order; a block reaching 0 joins the
+        back of the free queue (pass a table reversed to free it tail first)."""
+        ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
+        at: i64 = self._base + len(queue)
+        freed = 0
+        for b in blocks:
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                queue = append(queue, b)
+                if keyed[b]:  # where it sits (free_blocks_ahead)
+                    pos[b] = at
+                at += 1
+                freed += 1
+            elif r < 0:
+                self._queue = queue
+                raise AssertionError(f"block {b}: negative ref count")
+        self._queue = queue
+        self.num_free += freed
+
+    def register(self, block_id: int, key: int) -> None:
+        """Cache a full block under ``key`` (no-op if the key or the block is already cached)."""
+        if not self._keyed[block_id]:
+            self._add(block_id, key)
+
+    def register_many(self, blocks: Sequence[int], keys: vec[i64]) -> None:
+        """``register`` each ``(block, key)`` pair in order."""
+        for i in range(len(blocks)):
+            self.register(blocks[i], keys[i])
+
+    # -- one block at a time (kvsim.core.kv.groups.BlockSource)
+    # -------------------------------------
+    def take_one(self) -> int:
+        """One block from the front of the free queue, ref count 1."""
+        return self.take(1)[0]
+
+    def incref(self, block_id: int) -> None:
+        """``touch`` one block."""
+        self.touch((block_id,))
+
+    def decref(self, block_id: int) -> None:
+        """``release`` one block."""
+        self.release((block_id,))
+
+    # -- invariants -------------------------------------------------------------------------
+    def check(self) -> None:
+        """Assert the pool's invariants (see the class docstring)."""
+        free = self.free_order()
+        assert len(free) == len(set(free)) == self.num_free, (
+            f"free queue: {len(free)} live entries ({len(set(free))} distinct), "
+            f"num_free {self.num_free}"
+        )
+        in_queue = set(free)
+        for b in range(self.num_blocks):
+            if b == self.null_block:
+                assert b not in in_queue, "null block in the free queue"
+                assert self.ref_cnt[b] == 1, "null block's ref count changed"
+                continue
+            assert (b in in_queue) == (self.ref_cnt[b] == 0), (
+                f"block {b}: ref {self.ref_cnt[b]} but {'in' if b in in_queue else 'not in'} "
+                "the free queue"
+            )
+        live = 0
+        for i in range(len(self._slots) // 2):
+            b = self._slots[2 * i + 1]
+            if b >= 0:
+                key = self._slots[2 * i]
+                assert self.key_of(b) == key, f"cached key {key} -> block {b} has {self.key_of(b)}"
+                assert self._slot_of[b] == i, f"block {b}: its map slot drifted"
+                assert self.lookup(key) == b, f"key {key}: not found where it sits"
+                live += 1
+        assert sum(self._keyed) == live == self._num_keyed, "stale block keys"

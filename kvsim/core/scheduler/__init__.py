@@ -1,0 +1,36 @@
+"""Continuous-batching schedulers of the two engine profiles over one allocator contract.
+
+``make_scheduler`` builds the profile's scheduler: ``vllm-v1`` (``v1.py``, today's vLLM) or
+``vllm-v0`` (``v0.py``, the PagedAttention paper's engine). Both share ``core.SchedulerCore``.
+"""
+
+from __future__ import annotations
+
+from kvsim.config import EngineArgs
+from kvsim.core.kv.base import Allocator
+from kvsim.core.kv.swap import SwapSpace
+from kvsim.core.scheduler.core import PreemptionLivelockError, SchedulerCore
+from kvsim.core.scheduler.plan import StepPlan
+from kvsim.core.scheduler.v0 import V0Scheduler
+from kvsim.core.scheduler.v1 import V1Scheduler
+
+
+def make_scheduler(
+    allocator: Allocator, args: EngineArgs, swap: SwapSpace | None = None, *, pooled: bool = False
+) -> SchedulerCore:
+    """The scheduler of ``args.engine`` over ``allocator`` (``swap``: v0's CPU pool or ``None``;
+    ``pooled``: steady decoders may take anonymous blocks in bulk; off, every block goes to its
+    table as it is taken, so block tables can be read at any time)."""
+    if args.engine == "vllm-v1":
+        return V1Scheduler(allocator, args, pooled)
+    return V0Scheduler(allocator, args, swap, pooled)
+
+
+__all__ = [
+    "PreemptionLivelockError",
+    "SchedulerCore",
+    "StepPlan",
+    "V0Scheduler",
+    "V1Scheduler",
+    "make_scheduler",
+]

@@ -1,0 +1,380 @@
+"""The decode cohort: running requests in steady decode, advanced together by one clock.
+
+A request that has computed every token it knows but the last sampled one decodes exactly one
+token per step until it finishes, is preempted or needs the allocator. Instead of touching each
+such request at every step, the cohort keeps them lazily: a *clock* counts the decode steps the
+cohort has run, and member ``m`` has computed ``m.computed + (clock - m.sync)`` tokens and sampled
+``m.output + (clock - m.sync)``. The scheduler writes these back into the ``Request`` when it
+touches the member (``materialize``); in between the request's own counters are stale.
+
+Running totals give the sums the step cost and the recorder need (computed tokens, held slots,
+internal fragmentation), a heap gives the next finish, and residues give the members whose step
+needs the allocator without a loop over members. A sequence group of ``w`` sequences (vLLM v0's
+parallel samples) is one member of width ``w``: its sequences decode in step, each taking its own
+block at a crossing, and its full prompt blocks are held once for all ``w``:
+
+    a member's step at clock c computes token L(c) = m.computed + c - m.sync;
+    under blocks of B tokens it takes a new block when L(c) % B == 0    (crossing residue
+    rho = (m.sync - m.computed) mod B), and fills one when (L(c) + 1) % B == 0 (rho - 1)
+
+*Pooled* members (a paged pool whose block ids nobody reads: no memory map, and no key
+registered as their blocks fill) take their blocks in bulk: the cohort counts them by residue and
+the pool hands out anonymous blocks that join a member's table only when it is materialized
+(``PagedAllocator.take_pooled``/``attach_pooled``). Other members are *touched* one by one at
+their residues (``touched``). Slab members (holding their whole final length) never need the
+allocator; ``period == 0`` marks such a cohort.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from kvsim.workload.request import Request
+
+
+@dataclass(slots=True, eq=False)
+class Member:
+    """One cohort member's lazy state.
+
+    Attributes:
+        request: the request.
+        seq: its place in the running order (larger = admitted later).
+        sync: cohort clock at which ``computed`` and ``output`` were true.
+        computed: its ``num_computed_tokens`` at ``sync``.
+        output: its ``num_output_tokens`` at ``sync``.
+        finish_clock: clock at which it has sampled all its output tokens.
+        held: slots it holds (per sequence), kept for touched members; for pooled ones the
+            slots at join (their holding follows from their length).
+        cross: residue (mod the period) of the clocks whose step takes it a new block.
+        fills: it needs the allocator when a block fills (the block is cached then).
+        pooled: its blocks come in bulk (see the module docstring).
+        final_clock: pooled: clock of the step that takes its last block, when that block
+            reaches past its final length (internal fragmentation starts); else ``None``.
+        width: sequences of the request (a sequence group of ``w`` decodes ``w`` tokens a
+            step and takes ``w`` blocks at a crossing); 1 for a plain request.
+        shared: slots its sequences share (a group's full prompt blocks, held once for ``w``
+            sequences: ``(w - 1) * shared prompt slots``); 0 for a plain request.
+    """
+
+    request: Request
+    seq: int
+    sync: int
+    computed: int
+    output: int
+    finish_clock: int
+    held: int
+    cross: int
+    fills: bool
+    pooled: bool
+    final_clock: int | None = None
+    width: int = 1
+    shared: int = 0
+
+
+class DecodeCohort:
+    """Lazily advanced steady decoders (see the module docstring).
+
+    Invariants: ``sum_base == sum(w * (m.computed - m.sync))``, ``num_seqs == sum(w)``,
+    ``sum_shared == sum(m.shared)``; ``sum_held`` and ``sum_internal`` are the members' physical
+    held slots (``w * held - shared``) and slots past their final lengths (``w`` times a
+    sequence's) once the steps before clock ``allocated_to`` have allocated; every member's
+    ``finish_clock > clock`` between events.
+
+    Args:
+        period: block size in tokens when members grow block by block; 0 when they never
+            need the allocator while decoding (slabs holding their final length).
+        caching: filled blocks of requests that share tokens are registered in a prefix cache
+            (such members need the allocator when a block fills).
+        pooled: members that need the allocator only for new blocks take them in bulk.
+    """
+
+    def __init__(self, period: int, caching: bool, pooled: bool) -> None:
+        self.period = period
+        self.caching = caching
+        self.pooled = pooled and period > 0
+        self.clock = 0
+        self.allocated_to = 0  # steps at clocks before this one have their blocks
+        self.members: dict[Request, Member] = {}
+        self.filling: dict[Member, None] = {}  # members with ``fills``, in join order
+        self.sum_base = 0
+        self.sum_held = 0
+        self.sum_internal = 0
+        self.sum_shared = 0
+        self.num_seqs = 0  # sequences of all members (a group of w counts w)
+        self._widths: dict[int, int] = {}  # width -> members of that width (1 always kept)
+        size = max(period, 1)
+        # heaps of (clock, seq, join number, member): a member that rejoins leaves a stale entry
+        # that can tie with its new one on clock and seq
+        self._finishes: list[tuple[int, int, int, Member]] = []
+        self._finals: list[tuple[int, int, int, Member]] = []  # pooled: by final_clock
+        self._num_joins = 0
+        self._crossings = [0] * size  # members whose block crossing has that residue
+        self._pooled_crossings = [0] * size  # of those, pooled members
+        self._all: list[dict[Member, None]] = [{} for _ in range(size)]  # by crossing residue
+        self._touch: list[dict[Member, None]] = [{} for _ in range(size)]  # touched one by one
+        self._num_touched = 0  # members touched one by one (not pooled)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    # -- lazy values ------------------------------------------------------------------------
+    def computed_at(self, member: Member, clock: int) -> int:
+        """Tokens ``member`` has computed when the cohort clock reads ``clock``."""
+        return member.computed + clock - member.sync
+
+    def sum_computed(self, clock: int) -> int:
+        """Computed tokens of all members' sequences at ``clock`` (each sequence its own)."""
+        return self.sum_base + self.num_seqs * clock
+
+    def widest(self) -> int:
+        """Sequences of the widest member (1 when empty)."""
+        return max(self._widths) if self._widths else 1
+
+    def held_now(self, member: Member) -> int:
+        """Slots ``member`` holds once the steps before ``allocated_to`` have allocated."""
+        if not member.pooled:
+            return member.held
+        b = self.period
+        return -(self.computed_at(member, self.allocated_to) // -b) * b
+
+    def materialize(self, member: Member) -> None:
+        """Write the member's counters at the current clock into its request."""
+        req, d = member.request, self.clock - member.sync
+        req.num_computed_tokens = member.computed + d
+        req.num_output_tokens = member.output + d
+
+    # -- membership -------------------------------------------------------------------------
+    def join(
+        self,
+        req: Request,
+        seq: int,
+        sync: int,
+        computed: int,
+        output: int,
+        shared: int = 0,
+        may_pool: bool = True,
+    ) -> Member:
+        """Add a steady decoder whose counters are ``computed``/``output`` at clock ``sync``
+        and which holds ``req.num_held_slots`` slots per sequence (``shared`` of them held once
+        by all its sequences: ``Member.shared``); ``may_pool``: its blocks may be taken in
+        bulk as far as the pool is concerned."""
+        held, final, width = req.num_held_slots, req.final_kv_tokens, req.num_seqs
+        p = self.period
+        cross = (sync - computed) % p if p else 0
+        fills = self.caching and req.shares_tokens
+        joins = self._num_joins = self._num_joins + 1
+        member = Member(
+            req,
+            seq,
+            sync,
+            computed,
+            output,
+            sync + req.output_tokens - output,
+            held,
+            cross,
+            fills,
+            self.pooled and may_pool and not fills and width == 1,
+            None,
+            width,
+            shared,
+        )
+        if p:
+            self._crossings[cross] += width
+            self._all[cross][member] = None
+            if member.pooled:
+                self._pooled_crossings[cross] += 1
+                last_block = -(final // -p) - 1  # index of the block holding token F - 1
+                if held <= final and final % p and last_block * p >= computed:
+                    member.final_clock = sync + last_block * p - computed
+                    heapq.heappush(self._finals, (member.final_clock, seq, joins, member))
+            else:
+                self._num_touched += 1
+                self._touch[cross][member] = None
+                fill = (cross - 1) % p
+                if fills and fill != cross:
+                    self._touch[fill][member] = None
+        self.members[req] = member
+        if fills:
+            self.filling[member] = None
+        self.sum_base += width * (computed - sync)
+        self.sum_held += width * held - shared
+        self.sum_internal += width * max(held - final, 0)
+        self.sum_shared += shared
+        self.num_seqs += width
+        self._widths[width] = self._widths.get(width, 0) + 1
+        heapq.heappush(self._finishes, (member.finish_clock, seq, joins, member))
+        return member
+
+    def leave(self, member: Member) -> int:
+        """Remove a member (its heap entries go stale and are skipped); return its held slots."""
+        held, final = self.held_now(member), member.request.final_kv_tokens
+        width = member.width
+        del self.members[member.request]
+        self.filling.pop(member, None)
+        self.sum_base -= width * (member.computed - member.sync)
+        self.sum_held -= width * held - member.shared
+        self.sum_internal -= width * max(held - final, 0)
+        self.sum_shared -= member.shared
+        self.num_seqs -= width
+        left = self._widths[width] - 1
+        if left:
+            self._widths[width] = left
+        else:
+            del self._widths[width]
+        p = self.period
+        if p:
+            cross = member.cross
+            self._crossings[cross] -= width
+            del self._all[cross][member]
+            if member.pooled:
+                self._pooled_crossings[cross] -= 1
+            else:
+                self._num_touched -= 1
+                self._touch[cross].pop(member, None)
+                self._touch[(cross - 1) % p].pop(member, None)
+        return held
+
+    def set_held(self, member: Member, held: int) -> None:
+        """A touched member now holds ``held`` slots (after an allocation)."""
+        final, width = member.request.final_kv_tokens, member.width
+        self.sum_held += width * (held - member.held)
+        self.sum_internal += width * (max(held - final, 0) - max(member.held - final, 0))
+        member.held = held
+
+    # -- finishes ---------------------------------------------------------------------------
+    def next_finish_clock(self) -> int | None:
+        """Smallest ``finish_clock`` of a member, or ``None`` when empty."""
+        heap = self._finishes
+        while heap and self.members.get(heap[0][3].request) is not heap[0][3]:
+            heapq.heappop(heap)  # the member left
+        return heap[0][0] if heap else None
+
+    def pop_finished(self) -> list[Member]:
+        """Members whose ``finish_clock <= clock``, still in the cohort, in heap order."""
+        out: list[Member] = []
+        while (top := self.next_finish_clock()) is not None and top <= self.clock:
+            out.append(heapq.heappop(self._finishes)[3])
+        return out
+
+    # -- the allocator's view ---------------------------------------------------------------
+    def touched(self, first_clock: int, num_steps: int, every: bool = False) -> list[Member]:
+        """Members touched one by one (``every``: all members whose step takes a block, too)
+        at a clock in ``[first_clock, first_clock + num_steps)``, in running order."""
+        if not self.period or num_steps <= 0 or not (every or self._num_touched):
+            return []
+        p = self.period
+        if num_steps == 1 and not every:  # step 0: one residue
+            one = self._touch[first_clock % p]
+            return sorted(one, key=_by_seq) if one else []
+        if num_steps >= p:
+            residues: range | list[int] = range(p)
+        else:
+            residues = [(first_clock + d) % p for d in range(num_steps)]
+        found: dict[Member, None] = {}
+        for r in residues:
+            found.update(self._touch[r])
+            if every:
+                found.update(self._all[r])
+        return sorted(found, key=_by_seq)
+
+    def crossing_members(self, clock: int) -> list[Member]:
+        """Members whose step at ``clock`` takes a block (any order)."""
+        return list(self._all[clock % self.period]) if self.period else []
+
+    def crossings_at(self, clock: int) -> int:
+        """Blocks the members' step at ``clock`` takes (a group one per sequence)."""
+        return self._crossings[clock % self.period] if self.period else 0
+
+    def pooled_blocks(self, first_clock: int, num_steps: int) -> list[int]:
+        """Blocks the pooled members' steps at clocks ``first_clock ...`` take, per step."""
+        counts, p = self._pooled_crossings, self.period
+        if num_steps == 1:
+            return [counts[first_clock % p]]
+        start = first_clock % p
+        if start + num_steps <= p:  # no wrap: one slice
+            return counts[start : start + num_steps]
+        return [counts[(first_clock + d) % p] for d in range(num_steps)]
+
+    def allocate_pooled(self, first_clock: int, num_steps: int) -> tuple[list[int], list[int]]:
+        """Count the steps at clocks ``[first_clock, first_clock + num_steps)`` as allocated for
+        the pooled members: return the blocks they take and the internal fragmentation they add,
+        per step. (The caller takes the blocks from the pool.)"""
+        assert first_clock == self.allocated_to, (
+            f"allocating clock {first_clock}, expected {self.allocated_to}"
+        )
+        end = first_clock + num_steps
+        self.allocated_to = end
+        if not self.pooled:
+            return [0] * num_steps, [0] * num_steps
+        blocks = self.pooled_blocks(first_clock, num_steps)
+        self.sum_held += self.period * sum(blocks)
+        internal = [0] * num_steps
+        finals, members = self._finals, self.members
+        while finals and finals[0][0] < end:  # (heap order: the earliest final clock first)
+            clock, _, _, member = heapq.heappop(finals)
+            if members.get(member.request) is not member or member.final_clock != clock:
+                continue  # it left
+            final = member.request.final_kv_tokens
+            jump = -(final // -self.period) * self.period - final
+            internal[clock - first_clock] += jump
+            self.sum_internal += jump
+        return blocks, internal
+
+    def blocks_needed(self, first_clock: int, num_steps: int) -> int:
+        """Blocks all members' sequences take in the steps at clocks ``[first_clock,
+        first_clock + num_steps)`` (0 for a slab cohort)."""
+        p = self.period
+        if not p or num_steps <= 0:
+            return 0
+        whole, rest = divmod(num_steps, p)
+        total = self.num_seqs * whole
+        counts = self._crossings
+        for d in range(rest):
+            total += counts[(first_clock + d) % p]
+        return total
+
+    def max_steps_within(self, first_clock: int, max_steps: int, free_blocks: int) -> int:
+        """Largest ``t <= max_steps`` whose steps from ``first_clock`` take at most
+        ``free_blocks`` blocks (0 when even none fits, i.e. ``free_blocks < 0``)."""
+        if free_blocks < 0:
+            return 0
+        n, p = self.num_seqs, self.period
+        if not p or not n or self.blocks_needed(first_clock, max_steps) <= free_blocks:
+            return max_steps
+        # blocks_needed grows with t: whole periods first, then the remainder step by step
+        whole = min(free_blocks // n, max_steps // p)
+        t, used = whole * p, whole * n
+        counts = self._crossings
+        while t < max_steps:
+            nxt = used + counts[(first_clock + t) % p]
+            if nxt > free_blocks:
+                break
+            used, t = nxt, t + 1
+        return t
+
+    def check(self) -> None:
+        """Assert the running totals (``debug_invariants``)."""
+        members = list(self.members.values())
+        base = sum(m.width * (m.computed - m.sync) for m in members)
+        helds = [self.held_now(m) for m in members]
+        held = sum(m.width * h - m.shared for h, m in zip(helds, members, strict=True))
+        internal = sum(
+            m.width * max(h - m.request.final_kv_tokens, 0)
+            for h, m in zip(helds, members, strict=True)
+        )
+        assert self.num_seqs == sum(m.width for m in members), "cohort width drifted"
+        assert self.sum_shared == sum(m.shared for m in members), "cohort shared drifted"
+        assert (base, held, internal) == (self.sum_base, self.sum_held, self.sum_internal), (
+            f"cohort totals drifted: {(base, held, internal)} != "
+            f"{(self.sum_base, self.sum_held, self.sum_internal)}"
+        )
+        for m in members:
+            if not m.pooled:
+                assert m.held == m.request.num_held_slots, f"req {m.request.req_id}: held drifted"
+            # (a request that joins for a span may finish in the step that ends at this clock)
+            assert m.finish_clock >= self.clock, f"req {m.request.req_id} should have finished"
+
+
+def _by_seq(member: Member) -> int:
+    return member.seq

@@ -1,0 +1,257 @@
+"""What both engine profiles share: queues, recompute preemption, step completion, fast-forward.
+
+Plain Python; talks only to the allocator contract. A profile (``v1.py``, ``v0.py``) plans one
+step in ``schedule``; ``complete`` applies it (vLLM's ``update_from_output``): every scheduled
+request's computed tokens advance by its new tokens, a request whose computed tokens catch up
+with its known tokens samples one (its first sets ``first_token_time_s``), and a request that has
+sampled all its output tokens finishes and frees its KV at once, so its last token never gets a
+KV slot.
+
+The running requests are kept as a decode cohort plus explicit ones
+(``kvsim.core.scheduler.running``): steady decoders advance together and are touched only when they
+finish, cross a block boundary or are preempted. A plan whose later steps would all be "every
+running request decodes one token" is fast-forwarded ``k`` steps at once
+(``max_extension``/``extend``): up to the first finish and as far as every request can grow without
+an allocation failing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from kvsim.config import EngineArgs
+from kvsim.core.kv.base import NO_HIT, Allocator, PrefixHit
+from kvsim.core.scheduler.plan import StepPlan
+from kvsim.core.scheduler.running import LazyDecodes
+from kvsim.workload.request import Request
+
+
+class PreemptionLivelockError(ValueError):
+    """A request was preempted more often than ``max_preemptions_per_request`` (a pool too
+    small for the running set: the config's fault, hence a ``ValueError``)."""
+
+
+class SchedulerCore:
+    """FCFS continuous batching over one allocator; ``schedule`` is the profile's.
+
+    Args:
+        allocator: the KV allocation policy.
+        args: the run's resolved engine arguments (``SimConfig.engine_args``).
+    """
+
+    def __init__(self, allocator: Allocator, args: EngineArgs, pooled: bool = False) -> None:
+        self.allocator = allocator
+        self.args = args
+        self.token_budget = args.max_num_batched_tokens
+        self.max_num_seqs = args.max_num_seqs
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+        self.has_groups = False  # any sequence group seen: sequences != requests from then on
+        caching = allocator.paged and args.enable_prefix_caching
+        # blocks are cached when they fill, so a caching pool hears of every filled block
+        self.cache_block_tokens = allocator.block_size_tokens if caching else 0
+        self.lazy = LazyDecodes(allocator, bool(self.cache_block_tokens), pooled)
+
+    # -- the running requests -----------------------------------------------------------------
+    def _flush(self) -> None:
+        """Make every running request's counters true (before a pass that may preempt)."""
+        if self.lazy.cohort.members:
+            self.lazy.flush(self.running)
+
+    def _run(self, req: Request) -> None:
+        """Append ``req`` to the running list."""
+        self.running.append(req)
+        self.lazy.started(req)
+
+    def _finish_plan(self, plan: StepPlan) -> None:
+        """A plan whose span would carry a request that cannot join the cohort after step 0
+        covers one step."""
+        if plan.extendable and not self.lazy.can_join_after_step0(plan):
+            plan.extendable = False
+
+    def _add_cohort_step(self, plan: StepPlan, clock: int, advance: int) -> None:
+        """Note that the plan was made at the cohort's ``clock`` and that its members take
+        ``advance`` (0 or 1) decode steps in step 0, and add their work: each sequence decodes
+        one token after its share of ``sum_computed``."""
+        cohort = self.lazy.cohort
+        plan.cohort_clock = clock
+        plan.cohort_advance = advance
+        if not advance:
+            return
+        n, context = cohort.num_seqs, cohort.sum_computed(clock)
+        work = plan.work
+        work[0] += n
+        work[1] += context
+        work[2] += 2 * context + n
+        work[3] += n
+        plan.num_cohort = len(cohort)
+
+    def sync_requests(self) -> None:
+        """Write every cohort member's counters into its ``Request`` (they are stale between
+        touches); the cohort is unchanged. It visits every member: for tests and inspection."""
+        cohort = self.lazy.cohort
+        for member in cohort.members.values():
+            cohort.materialize(member)
+
+    def step_tokens(self, plan: StepPlan) -> dict[int, int]:
+        """req_id -> tokens each request computes in the plan's step 0 (per sequence), the
+        cohort's members included, in running order. Call it right after ``schedule``; it
+        visits every running request (for tests and step-by-step diffs, not the engine)."""
+        lazy = self.lazy
+        seq = lazy.seq
+        pairs = zip(plan.scheduled, plan.num_new_tokens, strict=True)
+        entries = [(seq[r], r.req_id, n) for r, n in pairs]
+        if plan.cohort_advance:
+            entries += [(m.seq, m.request.req_id, 1) for m in lazy.cohort.members.values()]
+        entries.sort()
+        return {req_id: n for _, req_id, n in entries}
+
+    def add_request(self, request: Request) -> None:
+        """Queue an arrived request at the back of the waiting queue."""
+        self.waiting.append(request)
+        if request.num_seqs > 1:
+            self.has_groups = True
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def num_running_seqs(self) -> int:
+        """Running sequences (a group of ``w`` counts ``w``)."""
+        if not self.has_groups:
+            return len(self.running)
+        return sum([r.num_seqs for r in self.running])
+
+    def schedule(self) -> StepPlan:
+        """Plan one step (the profile's rules)."""
+        raise NotImplementedError
+
+    # -- allocation and preemption ------------------------------------------------------------
+    def _allocate(self, req: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """Allocate through the allocator and refresh the request's cached held slots."""
+        if num_tokens <= req.num_held_slots:  # hot path: the holding has room
+            cb = self.cache_block_tokens
+            if not cb or not req.shares_tokens or num_tokens // cb <= req.num_computed_tokens // cb:
+                return True  # and no shareable block fills, so there is nothing to cache
+        if self.allocator.allocate(req, num_tokens, hit) is None:
+            return False
+        req.num_held_slots = self.allocator.held_slots(req.req_id)
+        return True
+
+    def _preempt_recompute(self, req: Request) -> None:
+        """Drop the request's KV; it re-prefills prompt + outputs from the front of the queue."""
+        self.allocator.free(req.req_id, req.num_computed_tokens)
+        req.num_computed_tokens = 0
+        req.num_held_slots = 0
+        self._count_preemption(req)
+        self.waiting.appendleft(req)
+
+    def _count_preemption(self, req: Request) -> None:
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        if req.num_preemptions > self.args.max_preemptions_per_request:
+            raise PreemptionLivelockError(
+                f"request {req.req_id} (prompt {req.prompt_tokens}, output {req.output_tokens} "
+                f"tokens) was preempted {req.num_preemptions} times (max_preemptions_per_request "
+                f"= {self.args.max_preemptions_per_request}): the KV pool of "
+                f"{self.allocator.capacity_tokens:,} slots cannot hold the running set; lower "
+                "max_num_seqs or raise the KV budget"
+            )
+
+    def head_of_queue(self) -> tuple[Request, int] | None:
+        """The waiting head and the tokens its admission must place (its first chunk, or its
+        whole sequence under ``scheduler_reserve_full_isl``), or ``None``."""
+        if not self.waiting:
+            return None
+        head = self.waiting[0]
+        tokens = head.num_tokens
+        if self.args.enable_chunked_prefill and not self.args.scheduler_reserve_full_isl:
+            tokens = min(tokens, self.token_budget)
+        return head, tokens
+
+    # -- completion ---------------------------------------------------------------------------
+    def complete(self, plan: StepPlan, now_s: float, step0_end_s: float) -> list[Request]:
+        """Apply a finished plan; free and return the requests that finished, in running order.
+
+        Args:
+            now_s: simulated time at the end of the plan, seconds.
+            step0_end_s: end of its first step (when step 0's tokens are sampled), seconds.
+        """
+        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
+            req.num_computed_tokens += n
+            if req.num_computed_tokens >= req.num_tokens:
+                req.num_output_tokens += 1
+                if req.first_token_time_s is None:
+                    req.first_token_time_s = step0_end_s
+        lazy = self.lazy
+        cohort = lazy.cohort
+        members = cohort.members
+        finished = [
+            r for r in plan.scheduled if r.num_output_tokens >= r.output_tokens and r not in members
+        ]
+        cohort.clock = plan.cohort_clock + plan.cohort_advance + plan.num_steps - 1
+        for member in cohort.pop_finished():
+            lazy.release(member)
+            finished.append(member.request)
+        if finished:
+            if len(finished) > 1:
+                finished.sort(key=lazy.seq.__getitem__)
+            for req in finished:
+                req.finish_time_s = now_s
+                req.num_held_slots = 0
+                self.allocator.free(req.req_id)
+                lazy.finished(req)
+            self.running = [r for r in self.running if r.finish_time_s is None]
+        for req in plan.scheduled:  # steady after step 0: join (a span's joined already)
+            if req.finish_time_s is None and req not in members and lazy.is_steady(req):
+                lazy.join_now(req)
+        return finished
+
+    # -- fast-forward -------------------------------------------------------------------------
+    def growth_reserve_slots(self, plan: StepPlan) -> int:
+        """Free slots every decode step of a span must leave (the profile's growth check)."""
+        return 0
+
+    def max_extension(self, plan: StepPlan, k_max: int) -> int:
+        """Steps ``plan`` can cover without any event: no finish, failed growth or admission.
+
+        Returns ``k >= 1``; when ``k > 1`` the k-th step is the first in which a request finishes
+        or the last one its holdings allow.
+        """
+        if not plan.extendable or k_max <= 1 or not self.running:
+            return 1
+        lazy = self.lazy
+        lazy.prejoin(plan)  # every scheduled request is a member from the clock after step 0
+        if lazy.others:  # a running request left out of a v0 prefill step that cannot join
+            return 1
+        after = plan.cohort_clock + plan.cohort_advance
+        top = lazy.cohort.next_finish_clock()
+        assert top is not None
+        remaining = top - after  # decodes left after step 0 by the first to finish
+        if remaining <= 0:
+            return 1
+        k = min(k_max, remaining + 1)
+        k = 1 + lazy.growth_steps(after, k - 1, self.growth_reserve_slots(plan))
+        if k > 1 and not lazy.can_fast_forward():
+            return 1
+        cohort = lazy.cohort
+        if k <= 1 or not lazy.caching or not cohort.filling:
+            return k  # (only members that fill shareable blocks can meet an unsafe fill)
+        filling = list(cohort.filling)
+        tokens = [cohort.computed_at(m, after) for m in filling]
+        step = self.allocator.first_unsafe_fill_step([m.request for m in filling], tokens, k - 1)
+        return k if step is None else min(k, step)
+
+    def extend(self, plan: StepPlan, num_steps: int) -> None:
+        """Let ``plan`` cover ``num_steps`` steps, allocating their slots now."""
+        if num_steps <= 1:
+            return
+        self.lazy.extend(plan, num_steps)
+        plan.num_steps = num_steps
+
+    def span_context(self, plan: StepPlan) -> tuple[float, float]:
+        """``(S, N)`` of a span: KV tokens its sequences hold after step 0 (each sequence's)
+        and the sequences that decode in its later steps."""
+        cohort = self.lazy.cohort
+        after = plan.cohort_clock + plan.cohort_advance
+        return float(cohort.sum_computed(after)), float(cohort.num_seqs)

@@ -1,0 +1,120 @@
+"""``StepPlan``: what one engine step (or a fast-forwarded span of decode steps) runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvsim.workload.request import Request
+
+
+@dataclass(slots=True)
+class LazySpan:
+    """Slot totals of a lazy plan's span before its steps ``1..k-1`` allocate, and what they take.
+
+    Attributes:
+        held0: slots the cohort holds in step 0 (per sequence, shared slots counted by each).
+        internal0: of those, slots beyond the members' final lengths.
+        blocks: blocks taken by each step (index = step, 0 for step 0).
+        internal: internal fragmentation each step adds (a member's last block reaching past
+            its final length), slots.
+    """
+
+    held0: int
+    internal0: int
+    blocks: list[int] = field(default_factory=list)
+    internal: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One planned step, possibly extended over ``num_steps`` steps.
+
+    Step 0 computes ``num_new_tokens[i]`` tokens of ``scheduled[i]`` (a prefill chunk, a whole
+    prompt, or one decode token) and one decode token of each decode-cohort member
+    (``kvsim.core.scheduler.running``), who are in no list, only in the work sums. In every later
+    step of the span every running request, a cohort member by then, decodes one token.
+
+    Attributes:
+        scheduled: requests computing in step 0, in scheduling order.
+        num_new_tokens: tokens each computes in step 0 (aligned with ``scheduled``).
+        num_prefills: scheduled requests whose step-0 work is (part of) a prefill.
+        num_preempted: requests preempted while planning it.
+        head_blocked: why the waiting head was not admitted (``"kv"``; ``"kv_prefix"`` for a
+            head whose cached prefix may change; ``"max_num_seqs"``, ``"budget"``,
+            ``"preempted"``, ``"swapped"``; ``"batch"`` while a request-level batch runs),
+            ``None`` when nobody waits.
+        extendable: later steps would schedule exactly "every member decodes one token".
+        num_steps: steps this plan covers.
+        swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
+        all_running_scheduled: every running request computes in step 0 (the scheduled ones
+            and the cohort's members).
+        work: step 0's ``(new tokens, context tokens, attention pairs, sequences)`` sums
+            (``StepCostModel.step_s``), accumulated by ``add``.
+        cohort_clock: the cohort's clock when the plan was made.
+        cohort_advance: decode steps the cohort takes in step 0 (0 or 1).
+        num_cohort: cohort members decoding in step 0.
+        span: what the fast-forward of a lazy plan took, for the recorder (``LazySpan``).
+    """
+
+    scheduled: list[Request] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    num_prefills: int = 0
+    num_preempted: int = 0
+    head_blocked: str | None = None
+    extendable: bool = False
+    num_steps: int = 1
+    swap_blocks: int = 0
+    all_running_scheduled: bool = False
+    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    cohort_clock: int = 0
+    cohort_advance: int = 0
+    num_cohort: int = 0
+    span: LazySpan | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing computes in this step."""
+        return not self.scheduled
+
+    def add_decode(self, request: Request) -> None:
+        """``add(request, 1)`` for a request that has sampled a token (not a 1-token prefill)."""
+        self.scheduled.append(request)
+        self.num_new_tokens.append(1)
+        o, w = request.num_computed_tokens, request.num_seqs
+        work = self.work
+        work[0] += w
+        work[1] += w * o
+        work[2] += w * (2 * o + 1)
+        work[3] += w
+
+    def add_decodes(self, requests: list[Request]) -> None:
+        """``add_decode`` of each of ``requests``, in order."""
+        self.scheduled.extend(requests)
+        self.num_new_tokens.extend([1] * len(requests))
+        seqs = context = 0
+        for request in requests:
+            w = request.num_seqs
+            seqs += w
+            context += w * request.num_computed_tokens
+        work = self.work
+        work[0] += seqs
+        work[1] += context
+        work[2] += 2 * context + seqs
+        work[3] += seqs
+
+    def add(self, request: Request, num_new_tokens: int) -> None:
+        """Schedule ``num_new_tokens`` of ``request`` in step 0 (before its computed tokens
+        advance) and add its work: each sequence computes ``c`` tokens after ``o``."""
+        if num_new_tokens == 1 and request.num_output_tokens:
+            self.add_decode(request)  # every sequence computes one token after its o
+            return
+        self.scheduled.append(request)  # a prefill (or a chunk of one)
+        self.num_new_tokens.append(num_new_tokens)
+        o, w = request.num_computed_tokens, request.num_seqs
+        self.num_prefills += 1
+        c = num_new_tokens + (w - 1) * request.num_output_tokens  # a group: prompt once
+        work = self.work
+        work[0] += c
+        work[1] += o
+        work[2] += 2 * c * o + c * c
+        work[3] += w

@@ -1,0 +1,306 @@
+"""The running requests: a decode cohort for the steady decoders, the rest one by one.
+
+Every running request is either a *cohort member* (``kvsim.core.scheduler.cohort``: a steady decoder
+advanced by the cohort's clock, its ``Request`` counters stale until it is touched) or an
+*explicit* one (``others``: a partial prefill, a request just admitted, a beam group that
+branches every step, or one the allocator must see at every token). A step's running pass
+handles the explicit requests one by one by the profile's rule and the members in bulk: they
+each decode one token, and only those whose step needs the allocator (a block crossing that is
+not pooled, a block that fills and is cached) are touched, in running order. Whatever the bulk
+step cannot prove equal to handling every request one by one (a preemption, a token budget that
+runs out before the last member's turn) *flushes* the cohort first (every member's counters and
+table written back), so the profile's rule then sees every request; after that step the steady
+decoders join again.
+
+Running order is kept by a sequence number given when a request starts running (the order of
+``SchedulerCore.running``). Allocations that register prefix-cache keys (a member filling a
+cached block, a prefill of shared tokens) or that the allocator must make itself (``EXACT``
+members) run in exactly that order, interleaved with the pooled members' block takes, since a key
+registered before or after another request takes (evicts) a free block holding the same key ends
+differently; otherwise pooled blocks are taken in bulk.
+
+    step 0            steps 1 .. k-1 (a fast-forwarded span)
+    others  -> rule   every running request decodes: explicit ones join the cohort at the
+    touched -> alloc  clock after step 0; the span's blocks are taken at once (pooled) or
+    cohort  -> sums   member by member in running order (touched members)
+"""
+
+from __future__ import annotations
+
+from kvsim.core.kv.base import DECODE_EXACT, DECODE_POOLED, Allocator
+from kvsim.core.scheduler.cohort import DecodeCohort, Member
+from kvsim.core.scheduler.plan import LazySpan, StepPlan
+from kvsim.workload.request import Request
+
+
+class LazyDecodes:
+    """The cohort, the running order and the running requests outside the cohort.
+
+    Args:
+        allocator: the pool (its ``span_layout`` is ``"blocks"`` or ``"slabs"``).
+        caching: the pool caches full blocks of requests that share tokens.
+        pooled: members of a blocks layout may take anonymous blocks in bulk (off when block
+            ids are read during the run: the memory map).
+    """
+
+    def __init__(self, allocator: Allocator, caching: bool, pooled: bool) -> None:
+        layout = allocator.span_layout
+        if layout not in ("blocks", "slabs"):
+            raise ValueError(f"lazy decodes need a blocks or slabs layout, not {layout!r}")
+        self.allocator = allocator
+        self.blocks = layout == "blocks"
+        self.period = allocator.block_size_tokens if self.blocks else 0
+        self.caching = caching
+        self.cohort = DecodeCohort(self.period, caching, pooled)
+        self.seq: dict[Request, int] = {}
+        self._next_seq = 0
+        self.others: dict[Request, None] = {}  # running, not in the cohort, in running order
+        self._exact: dict[Member, None] = {}  # members the allocator grows itself
+
+    # -- membership -------------------------------------------------------------------------
+    def started(self, req: Request) -> None:
+        """``req`` was appended to the running list."""
+        self.seq[req] = self._next_seq
+        self._next_seq += 1
+        self.others[req] = None
+
+    def is_steady(self, req: Request) -> bool:
+        """Whether ``req``'s next step decodes one token (it has sampled one, and computed all
+        it knows but that one) and it can join the cohort."""
+        computed = req.num_computed_tokens
+        return (
+            req.num_output_tokens > 0
+            and computed == req.num_tokens - 1
+            and self.can_join(req, computed)
+        )
+
+    def can_join(self, req: Request, computed: int) -> bool:
+        """Whether ``req`` with ``computed`` computed tokens (and its current holding) decodes
+        without the allocator except at block boundaries."""
+        if not self.allocator.decode_mode(req):
+            return False
+        held = req.num_held_slots
+        if self.blocks:
+            b = self.period
+            return held == -(computed // -b) * b
+        return held >= req.final_kv_tokens
+
+    def join_now(self, req: Request) -> None:
+        """A steady decoder whose counters are true now joins the cohort."""
+        self._join(req, self.cohort.clock, req.num_computed_tokens, req.num_output_tokens)
+        del self.others[req]
+
+    def _join(self, req: Request, sync: int, computed: int, output: int) -> None:
+        allocator = self.allocator
+        shared = allocator.group_shared_slots(req) if req.num_seqs > 1 else 0
+        mode = allocator.decode_mode(req)
+        pool = mode == DECODE_POOLED
+        member = self.cohort.join(req, self.seq[req], sync, computed, output, shared, pool)
+        if mode == DECODE_EXACT:
+            self._exact[member] = None
+
+    def rejoin(self, running: list[Request]) -> None:
+        """After an exact step: every steady decoder that can joins; the rest are ``others``."""
+        self.others = {}
+        members = self.cohort.members
+        for req in running:
+            if req in members:
+                continue
+            self.others[req] = None
+            if self.is_steady(req):
+                self.join_now(req)
+
+    def release(self, member: Member) -> None:
+        """Take ``member`` out of the cohort with true counters, holding and block table."""
+        cohort = self.cohort
+        cohort.materialize(member)
+        held = cohort.leave(member)
+        self._exact.pop(member, None)
+        req = member.request
+        if member.pooled:
+            self.allocator.attach_pooled(req.req_id, (held - member.held) // self.period)
+        req.num_held_slots = held
+
+    def flush(self, running: list[Request]) -> list[Member]:
+        """Release every member (running order) and return them; everyone is an ``other``."""
+        cohort = self.cohort
+        members = sorted(cohort.members.values(), key=_seq_of)
+        for member in members:
+            self.release(member)
+        cohort.allocated_to = cohort.clock  # nobody depends on the clocks after it any more
+        self.others = dict.fromkeys(running)
+        return members
+
+    def finished(self, req: Request) -> None:
+        """Forget a request that finished."""
+        self.others.pop(req, None)
+        del self.seq[req]
+
+    def preempted(self, req: Request) -> None:
+        """Forget a request preempted in a one-by-one pass (never a member then)."""
+        assert req not in self.cohort.members, f"req {req.req_id}: a member was preempted"
+        del self.others[req]
+        del self.seq[req]
+
+    def prejoin(self, plan: StepPlan) -> None:
+        """Every explicitly scheduled request decodes in the span's later steps: it joins the
+        cohort now, at the clock after step 0, with its counters after step 0. (A v0 prefill
+        step runs only prefills: the members' clock then stays where it was.)"""
+        after = plan.cohort_clock + plan.cohort_advance
+        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
+            computed = req.num_computed_tokens + n
+            assert computed == req.num_tokens, f"req {req.req_id} is still prefilling"
+            self._join(req, after, computed, req.num_output_tokens + 1)
+            del self.others[req]
+
+    def can_join_after_step0(self, plan: StepPlan) -> bool:
+        """Whether every explicitly scheduled request can join the cohort after step 0."""
+        return all(
+            self.can_join(req, req.num_computed_tokens + n)
+            for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)
+        )
+
+    # -- allocation -------------------------------------------------------------------------
+    def step_order(self, clock: int) -> list[tuple[Request, Member | None]]:
+        """The running requests a step at ``clock`` handles one by one, in running order: every
+        explicit request (``None``), and the members whose step needs the allocator (pooled
+        members too when their block takes must keep their place in the running order).
+        The pooled members' other block takes are made here, at once."""
+        cohort, allocator = self.cohort, self.allocator
+        others = self.others
+        touched = cohort.touched(clock, 1)
+        registers = self._must_order(touched) or (
+            self.caching and any(r.shares_tokens for r in others)
+        )
+        if allocator.orders_pooled_takes and not registers:
+            registers = any(r.shares_tokens or r.num_preemptions for r in others)
+        blocks, _ = cohort.allocate_pooled(clock, 1)
+        if registers and blocks[0]:  # pooled takes keep their place in the running order
+            touched = cohort.touched(clock, 1, every=True)
+        elif blocks[0]:
+            allocator.take_pooled(blocks[0])
+        if not others:
+            return [(m.request, m) for m in touched]
+        if not touched:
+            return [(r, None) for r in others]
+        seq = self.seq
+        order: list[tuple[int, Request, Member | None]] = [(seq[r], r, None) for r in others]
+        order += [(m.seq, m.request, m) for m in touched]
+        order.sort(key=_first)
+        return [(r, m) for _, r, m in order]
+
+    def step_member(self, member: Member, clock: int) -> None:
+        """A member's allocation in the step at ``clock`` (``step_order``): its pooled block,
+        or room for the token it computes (a crossing, or a block it fills that is cached)."""
+        if member.pooled:
+            self.allocator.take_pooled(1)
+        else:
+            self._grow([(member, self.cohort.computed_at(member, clock) + 1)], None, clock)
+
+    def can_fast_forward(self) -> bool:
+        """Whether every member the allocator grows itself may grow several tokens at once."""
+        can = self.allocator.can_fast_forward
+        return all(can(m.request) for m in self._exact)
+
+    def touched_slots_needed(self, clock: int) -> int:
+        """Free slots the members' step at ``clock`` takes."""
+        return self.cohort.crossings_at(clock) * self.period
+
+    def growth_steps(self, first_clock: int, max_steps: int, reserve_slots: int) -> int:
+        """Most decode steps from ``first_clock`` (at most ``max_steps``) whose block crossings
+        fit in the free pool minus ``reserve_slots`` (slabs: members hold their final length)."""
+        if not self.blocks:
+            return max_steps
+        free = self.allocator.num_free_tokens - reserve_slots
+        return self.cohort.max_steps_within(first_clock, max_steps, free // self.period)
+
+    def extend(self, plan: StepPlan, num_steps: int) -> None:
+        """Allocate the span's steps ``1..num_steps-1`` (at clocks from the one after step 0);
+        note what they take per step in ``plan.span``."""
+        cohort, allocator = self.cohort, self.allocator
+        first = plan.cohort_clock + plan.cohort_advance
+        more = num_steps - 1
+        span = plan.span = LazySpan(cohort.sum_held, cohort.sum_internal)
+        touched = cohort.touched(first, more)
+        ordered = self._must_order(touched)
+        blocks, internal = cohort.allocate_pooled(first, more)
+        span.blocks = [0, *blocks]
+        span.internal = [0, *internal]
+        if ordered and any(blocks):  # member by member, in running order
+            for member in cohort.touched(first, more, every=True):
+                length0 = cohort.computed_at(member, first)
+                if member.pooled:
+                    b = self.period
+                    allocator.take_pooled(-((length0 + more) // -b) - (-(length0 // -b)))
+                else:
+                    self._grow([(member, length0 + more)], span, first)
+            return
+        taken = sum(blocks)
+        if taken:
+            allocator.take_pooled(taken)
+        if touched:
+            self._grow([(m, cohort.computed_at(m, first) + more) for m in touched], span, first)
+
+    def _must_order(self, touched: list[Member]) -> bool:
+        """Whether the touched members' allocations must keep their place in the running order
+        among the pooled takes: a block cached as it fills, or the allocator's own growth."""
+        if self.caching and any(m.fills for m in touched):
+            return True
+        exact = self._exact
+        return bool(exact) and any(m in exact for m in touched)
+
+    def _grow(self, items: list[tuple[Member, int]], span: LazySpan | None, first: int) -> None:
+        """Make each touched member hold room for its token count, in the given (running)
+        order; with a ``span``, note the steps (from clock ``first``) at which they take blocks.
+
+        Members the allocator must grow itself (a cached block that fills, a sequence group,
+        ``DECODE_EXACT``) go through ``allocate`` one by one; otherwise one ``grow_blocks``
+        takes every block at once.
+        """
+        if not items:
+            return
+        allocator, b = self.allocator, self.period
+        if self._must_order([m for m, _ in items]) or any(m.width > 1 for m, _ in items):
+            for member, num_tokens in items:
+                req = member.request
+                placed = allocator.allocate(req, num_tokens) is not None
+                assert placed, f"req {req.req_id}: a checked allocation failed"
+                self._held(member, allocator.held_slots(req.req_id), span, first)
+            return
+        grants: list[tuple[int, int]] = []
+        helds: list[tuple[Member, int]] = []
+        for member, num_tokens in items:
+            held = -(num_tokens // -b) * b
+            if held > member.held:
+                grants.append((member.request.req_id, (held - member.held) // b))
+                helds.append((member, held))
+        allocator.grow_blocks(grants)
+        for member, held in helds:
+            self._held(member, held, span, first)
+
+    def _held(self, member: Member, held: int, span: LazySpan | None, first: int) -> None:
+        """A touched member now holds ``held`` slots per sequence."""
+        member.request.num_held_slots = held
+        if held == member.held:
+            return
+        if span is not None:  # step j computes token length0 + j - 1: a block when it == held
+            b, final, width = self.period, member.request.final_kv_tokens, member.width
+            before = member.held
+            step = before - self.cohort.computed_at(member, first) + 1
+            while before < held:
+                span.blocks[step] += width
+                span.internal[step] += width * (max(before + b - final, 0) - max(before - final, 0))
+                before += b
+                step += b
+        self.cohort.set_held(member, held)
+
+
+def _first(item: tuple[int, Request, Member | None]) -> int:
+    return item[0]
+
+
+def _seq_of(member: Member) -> int:
+    return member.seq
+
+
+__all__ = ["DECODE_POOLED", "LazyDecodes"]

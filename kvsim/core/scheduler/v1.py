@@ -1,0 +1,236 @@
+"""The ``vllm-v1`` profile: today's vLLM scheduler, one token budget per step, chunked prefill.
+
+Follows ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM v0.20.0, FCFS policy) and
+its tests (``tests/v1/core/test_scheduler.py``). Each step:
+
+1. **Running requests first**, in the order they were admitted: each gets
+   ``num_tokens - num_computed_tokens`` new tokens (1 for a decode, the rest of its prompt for a
+   partial prefill), capped by ``long_prefill_token_threshold`` (when > 0) and by the budget left
+   of ``max_num_batched_tokens``. When its slots cannot be allocated, the last running request is
+   preempted (freed, computed tokens reset to 0, put at the front of the waiting queue) until they
+   can; if the request itself was the last, the running loop stops.
+2. **Then waiting requests, FCFS**, unless a request was preempted in this step: while the budget
+   lasts and fewer than ``max_num_seqs`` run, the head's prefix-cache hit (whole blocks, never its
+   last token) is looked up when it has computed nothing, it is given ``num_tokens - hits`` tokens
+   capped as above (without chunked prefill a prompt larger than the budget left stops the loop,
+   as since vLLM PR #28911), and its slots allocated; the first head that cannot be allocated
+   stops the loop. With ``scheduler_reserve_full_isl`` (on by default, as in v0.20.0; vLLM PR
+   #37307) the head is admitted only when the blocks of its whole sequence, less its prefix
+   hits, are free (``KVCacheManager.can_fit_full_sequence``): a long prompt no longer starts
+   chunks that must preempt before it can finish.
+
+Prefill chunks and decodes share the step and are priced together. There is no swap and no
+watermark. Sequence groups do not exist in v1: ``n > 1`` requests are fanned out into ``n``
+requests by the engine (vLLM ``ParentRequest``), which share prompt blocks through the prefix cache.
+"""
+
+from __future__ import annotations
+
+from kvsim.core.kv.base import NO_HIT, PrefixHit
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.scheduler.core import SchedulerCore
+from kvsim.core.scheduler.plan import StepPlan
+from kvsim.workload.request import Request
+
+
+class V1Scheduler(SchedulerCore):
+    """vLLM v1's FCFS scheduler (see the module docstring)."""
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        budget = self._schedule_running(plan, self.token_budget)
+        if plan.num_preempted:
+            plan.head_blocked = "preempted" if self.waiting else None
+        else:
+            budget = self._schedule_waiting(plan, budget)
+            if self.waiting and plan.head_blocked is None:
+                plan.head_blocked = "budget"
+        plan.extendable = self._extendable(plan)
+        self._finish_plan(plan)
+        return plan
+
+    _partial = False
+    _guard_blocks: int | None = None
+
+    def _running_chunk(self, req: Request, budget: int) -> tuple[int, int]:
+        """``(tokens it computes, tokens it knows but has not computed)`` of a running request
+        given the budget left: the rest of what it knows, capped by
+        ``long_prefill_token_threshold`` (when > 0) and by the budget."""
+        unknown = req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+        num_new = unknown
+        threshold = self.args.long_prefill_token_threshold
+        if 0 < threshold < num_new:
+            num_new = threshold
+        return min(num_new, budget), unknown
+
+    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
+        """The running requests, in the order they were admitted: each gets its chunk
+        (``_running_chunk``); when its slots cannot be allocated, the last running request is
+        preempted until they can, and if the request itself was the last the pass stops."""
+        lazy = self.lazy
+        cohort = lazy.cohort
+        if cohort.members and not self._cohort_steps(budget):
+            lazy.flush(self.running)
+        clock, num_members = cohort.clock, len(cohort)
+        budget -= num_members  # every member decodes one token (_cohort_steps checked it)
+        partial = starved = False
+        for req, member in lazy.step_order(clock):
+            if member is not None:
+                lazy.step_member(member, clock)
+                continue
+            if req not in lazy.seq:  # preempted in this pass (victims leave from the tail)
+                break
+            if budget <= 0:
+                starved = True
+                break
+            computed = req.num_computed_tokens
+            num_new, unknown = self._running_chunk(req, budget)
+            if num_new <= 0:
+                continue
+            if not self._allocate_preempting(plan, req, computed + num_new):
+                break
+            partial = partial or num_new < unknown
+            plan.add(req, num_new)
+            budget -= num_new
+        self._partial = partial or starved
+        self._add_cohort_step(plan, clock, 1)
+        return budget
+
+    def _allocate_preempting(self, plan: StepPlan, req: Request, num_tokens: int) -> bool:
+        """Allocate ``num_tokens`` for a running request, preempting the last running request
+        (recompute) until it fits; ``False`` when the request itself was preempted."""
+        while not self._allocate(req, num_tokens):
+            victim = self.running.pop()
+            self.lazy.preempted(victim)
+            self._preempt_recompute(victim)
+            plan.num_preempted += 1
+            if victim is req:
+                return False
+        return True
+
+    def _cohort_steps(self, budget: int) -> bool:
+        """Whether this step can run with the cohort's members in bulk: the budget reaches
+        every member and the pool holds every allocation, so handling each running request one
+        by one could not preempt nor leave a member without its token.
+
+        The budget goes to the running requests in running order; giving every member its
+        token first is the same as long as no member comes after the explicit request at which
+        the budget runs out (the *boundary*).
+        """
+        allocator, lazy = self.allocator, self.lazy
+        cohort = lazy.cohort
+        left = budget - len(cohort)  # for the others once every member has its token
+        if left < 0:
+            return False
+        need = 0
+        boundary: Request | None = None
+        others = lazy.others
+        for req in others:
+            if left <= 0:  # the budget ran out: this request and those after it wait
+                boundary = boundary or req
+                break
+            num_new, _ = self._running_chunk(req, left)
+            if num_new <= 0:
+                return False  # never for a running request; the one-by-one pass knows
+            if num_new >= left:
+                boundary = req
+            computed = req.num_computed_tokens
+            if not allocator.can_allocate(req, computed + num_new):
+                return False
+            need += allocator.num_slots_needed(req, computed + num_new)
+            left -= num_new
+        if boundary is not None:
+            running = self.running
+            after = len(running) - running.index(boundary) - 1
+            others_after = len(others) - list(others).index(boundary) - 1
+            if after != others_after:
+                return False  # a member after the boundary would get no token
+        return need + lazy.touched_slots_needed(cohort.clock) <= allocator.num_free_tokens
+
+    def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
+        allocator, waiting = self.allocator, self.waiting
+        while waiting and budget > 0:
+            if len(self.running) >= self.max_num_seqs:
+                plan.head_blocked = "max_num_seqs"
+                break
+            head = waiting[0]
+            hit = NO_HIT
+            if head.num_computed_tokens == 0 and allocator.caches_prefixes:
+                hit = allocator.find_cached_prefix(head)
+            num_new = head.num_tokens - head.num_computed_tokens - hit.num_tokens
+            threshold = self.args.long_prefill_token_threshold
+            if 0 < threshold < num_new:  # capped before the unchunked budget check, as vLLM
+                num_new = threshold
+            if not self.args.enable_chunked_prefill and num_new > budget:
+                plan.head_blocked = "budget"
+                break
+            num_new = min(num_new, budget)
+            if self.args.scheduler_reserve_full_isl and not allocator.can_allocate(
+                head, head.num_tokens, hit
+            ):  # the whole sequence must fit, not just this chunk (can_fit_full_sequence)
+                plan.head_blocked = self._full_isl_blocked_reason(head, hit)
+                break
+            if not self._allocate(head, head.num_computed_tokens + hit.num_tokens + num_new, hit):
+                plan.head_blocked = self._blocked_reason(head, hit, budget)
+                break
+            waiting.popleft()
+            self._run(head)
+            if head.num_preemptions == 0:
+                head.num_cached_tokens = hit.num_tokens
+            head.num_computed_tokens += hit.num_tokens
+            if head.num_computed_tokens + num_new < head.num_tokens:
+                self._partial = True
+            plan.add(head, num_new)
+            budget -= num_new
+        return budget
+
+    def _blocked_reason(self, head: Request, hit: PrefixHit, budget: int) -> str:
+        """``"kv"``, or ``"kv_prefix"`` when a decode span could lower what the head needs.
+
+        Growth may fill blocks the head shares (more hits), or evict its cached ones: losing
+        hits never lowers the need of a head computing all its tokens at once (it needs its whole
+        KV either way), but can for a head whose chunk the budget or the threshold caps. Such a
+        paged head is guarded instead: a span takes fewer free blocks than lie before its hit
+        blocks in the free queue (``growth_reserve_slots``), so its need stays as it is.
+        """
+        self._guard_blocks = None
+        if head.shares_tokens:
+            return "kv_prefix"
+        threshold = self.args.long_prefill_token_threshold
+        cap = min(budget, threshold) if threshold else budget
+        if not hit.num_tokens or head.num_tokens - head.num_computed_tokens <= cap:
+            return "kv"
+        if not isinstance(self.allocator, PagedAllocator):
+            return "kv_prefix"
+        self._guard_blocks = self.allocator.blocks_before_evicting(hit)
+        return "kv"
+
+    def _full_isl_blocked_reason(self, head: Request, hit: PrefixHit) -> str:
+        """``"kv"``, or ``"kv_prefix"`` when a decode span could lower what the head's whole
+        sequence needs: growth filling blocks it shares (more hits). Evictions cannot: a
+        request that shares no tokens hits only its own free blocks, which it needs either way
+        (``_blocked_reason``); outside paged pools, any hit is left to the exact path."""
+        self._guard_blocks = None
+        paged = isinstance(self.allocator, PagedAllocator)
+        if head.shares_tokens or (hit.num_tokens and not paged):
+            return "kv_prefix"
+        return "kv"
+
+    def growth_reserve_slots(self, plan: StepPlan) -> int:
+        if self._guard_blocks is None or plan.head_blocked != "kv":
+            return 0
+        assert isinstance(self.allocator, PagedAllocator)
+        block = self.allocator.block_size_tokens
+        return max(0, self.allocator.num_free_tokens - self._guard_blocks * block)
+
+    def _extendable(self, plan: StepPlan) -> bool:
+        """Later steps repeat "every running request decodes one token" until an event: nobody
+        preempted, no head that a later step's budget or cache state could admit, every running
+        request scheduled and none left mid-prefill."""
+        plan.all_running_scheduled = len(plan.scheduled) + plan.num_cohort == len(self.running)
+        return (
+            not plan.num_preempted
+            and plan.head_blocked not in ("budget", "preempted", "kv_prefix")
+            and not self._partial
+            and plan.all_running_scheduled
+        )

@@ -1,0 +1,80 @@
+"""The run's parts built from its config: the KV pool, v0's swap space, the profile's scheduler
+and the step-cost model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvsim.config import SimConfig
+from kvsim.core.cost import StepCostModel
+from kvsim.core.kv import Allocator, allocator_from_knobs
+from kvsim.core.kv.swap import SwapSpace
+from kvsim.core.scheduler import SchedulerCore, make_scheduler
+from kvsim.workload.request import Request
+
+
+def allocator_from_config(config: SimConfig) -> Allocator:
+    """Build the configured allocator on the config's KV pool (one GPU's share)."""
+    args = config.engine_args
+    knobs = {
+        "capacity_tokens": config.capacity_tokens,
+        "bytes_per_token": config.bytes_per_token,
+        "block_size_tokens": config.cache.block_size_tokens,
+        "watermark": args.watermark,
+        "reservation": config.cache.reservation,
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "share_sequence_groups": config.cache.share_sequence_groups,
+        "reserve_null_block": args.reserve_null_block,
+        "max_model_len": args.max_model_len,
+        "full_context_tokens": config.model.max_position_embeddings,
+    }
+    return allocator_from_knobs(config.cache.allocator, **knobs)  # each reads its own
+
+
+def swap_space_from_config(config: SimConfig, allocator: Allocator) -> SwapSpace | None:
+    """v0's CPU swap pool for a paged allocator (``None`` under v1 or for other allocators)."""
+    if config.engine_args.engine != "vllm-v0" or not allocator.paged:
+        return None
+    return SwapSpace.from_gib(
+        config.engine_args.swap_space_gib,
+        block_size_tokens=config.cache.block_size_tokens,
+        bytes_per_token=config.bytes_per_token,
+    )
+
+
+def cost_model_from_config(config: SimConfig, paged: bool) -> StepCostModel:
+    """The step-cost model of the run's model, GPUs, parallelism and KV layout."""
+    return StepCostModel(
+        config.model,
+        config.gpu,
+        config.cost,
+        paged=paged,
+        block_size_tokens=config.cache.block_size_tokens,
+        parallel=config.parallel,
+        kv_cache_dtype=config.cache.kv_cache_dtype,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunParts:
+    """A run's KV pool, swap space (v0, paged) or ``None``, scheduler and step-cost model."""
+
+    allocator: Allocator
+    swap: SwapSpace | None
+    scheduler: SchedulerCore
+    cost: StepCostModel
+
+
+def build_parts(config: SimConfig, requests: Sequence[Request], *, pooled: bool) -> RunParts:
+    """The parts of a run of ``requests`` (the pool may note what they share).
+
+    Args:
+        pooled: steady decoders may take anonymous blocks in bulk (off when the run reads
+            block ids: memory-map frames).
+    """
+    allocator = allocator_from_config(config)
+    allocator.see_workload(requests)
+    swap = swap_space_from_config(config, allocator)
+    scheduler = make_scheduler(allocator, config.engine_args, swap, pooled=pooled)
+    return RunParts(allocator, swap, scheduler, cost_model_from_config(config, allocator.paged))

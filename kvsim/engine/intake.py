@@ -1,0 +1,221 @@
+"""From a config to the requests the engine serves: generate, fan out, and reject what cannot run.
+
+- ``requests_for(config)``: the workload's requests, drawn from the config's seed.
+- ``fan_out``: vLLM v1 serves a request with ``n > 1`` samples as ``n`` independent requests
+  (``vllm/v1/engine/parallel_sampling.py``, ``ParentRequest``) with the same prompt, so they share
+  its blocks only through the prefix cache.
+- ``split_runnable``: vLLM rejects a request longer than ``max_model_len`` before it reaches the
+  engine (and v0 ignores a prompt whose blocks exceed the pool); kvsim counts such requests,
+  names them in one warning, and runs the rest (``strict``: an error instead).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from kvsim.config import SimConfig
+from kvsim.core.kv.base import Allocator
+from kvsim.engine.build import allocator_from_config
+from kvsim.workload import generate_requests
+from kvsim.workload.request import Request, RequestSpec, fresh_requests
+from kvsim.workload.tokens import prompt_segments
+
+logger = logging.getLogger(__name__)
+
+
+def requests_for(config: SimConfig) -> list[Request]:
+    """The workload's requests for ``config`` (same config and seed, same requests).
+
+    Raises:
+        DataNotFoundError: a trace the workload names is missing.
+        ValueError: a malformed trace or an empty selection.
+    """
+    rng = np.random.default_rng(config.seed)
+    requests = generate_requests(config.workload, rng, max_model_len=config.max_model_len)
+    check_trace_groups(config, requests)
+    return requests
+
+
+def check_trace_groups(config: SimConfig, requests: list[Request]) -> None:
+    """A trace's per-row ``n``/``beam_width`` fit the engine profile and allocator, by the rules
+    ``SimConfig`` applies to ``workload.n``/``workload.beam_width``.
+
+    Raises:
+        ValueError: naming the trace, how many rows and the first request.
+    """
+    if config.workload.n > 1 or config.workload.beam_width > 1:
+        return  # the spec's own values were checked with the config
+    groups = [r for r in requests if r.num_seqs > 1]
+    if not groups:
+        return
+    beams = [r for r in groups if r.beam_width > 1]
+    args, allocator = config.engine_args, config.cache.allocator
+    where = f"workload.trace ({config.workload.trace})"
+    if beams and args.engine == "vllm-v1":
+        raise ValueError(
+            f"{where}: {len(beams)} request(s) with beam_width > 1 (first: request "
+            f"{beams[0].req_id}, beam_width {beams[0].beam_width}); beam search runs outside "
+            "vLLM v1's engine: use scheduler.engine = 'vllm-v0'"
+        )
+    paged = allocator == "paged"
+    if args.engine == "vllm-v0" and paged and config.scheduler.preemption_mode == "recompute":
+        raise ValueError(
+            f"{where}: {len(groups)} request(s) with n or beam_width > 1; vLLM v0 cannot "
+            "recompute a multi-sequence group: leave scheduler.preemption_mode unset or 'swap'"
+        )
+    if allocator == "radix":
+        raise ValueError(
+            f"{where}: {len(groups)} request(s) with n or beam_width > 1; 'radix' serves single "
+            "sequences: use cache.allocator = 'paged'"
+        )
+
+
+def fan_out(requests: list[Request]) -> list[Request]:
+    """Split every ``n > 1`` request into ``n`` single requests (vLLM v1), renumbered in order.
+
+    The samples keep the parent's prompt identity (so they share its cached blocks) and their
+    ``parent_id``; each generates its own output.
+    """
+    if all(r.n == 1 for r in requests):
+        return requests
+    out: list[Request] = []
+    for req in requests:
+        if req.n == 1:
+            out.append(replace(req, req_id=len(out)))
+            continue
+        segments = prompt_segments(req)
+        for _ in range(req.n):
+            out.append(
+                replace(req, req_id=len(out), n=1, token_segments=segments, parent_id=req.req_id)
+            )
+    return out
+
+
+@dataclass
+class Rejected:
+    """Requests that cannot run, by reason (``max_model_len``: prompt + output exceeds it;
+    ``kv_pool``: the empty pool cannot hold its KV)."""
+
+    max_model_len: list[Request] = field(default_factory=list)
+    kv_pool: list[Request] = field(default_factory=list)
+    watermark: float = 0.0  # share of blocks admission keeps free (vLLM v0)
+    num_watermark_only: int = 0  # of kv_pool: would fit the empty pool but for the watermark
+
+    @property
+    def count(self) -> int:
+        return len(self.max_model_len) + len(self.kv_pool)
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "num_requests_rejected": self.count,
+            "num_rejected_max_model_len": len(self.max_model_len),
+            "num_rejected_kv_pool": len(self.kv_pool),
+        }
+
+    def message(
+        self, total: int, max_model_len: int, usable_tokens: int, *, skipped: bool = True
+    ) -> str:
+        """One line naming how many requests cannot run, why, the first of each kind, and what
+        would let them run (``usable_tokens``: the slots requests can hold in the empty pool,
+        ``Allocator.usable_capacity_tokens``)."""
+        parts = []
+        if self.max_model_len:
+            r = self.max_model_len[0]
+            parts.append(
+                f"{len(self.max_model_len)} longer than max_model_len = {max_model_len:,} "
+                f"(first: request {r.req_id}, prompt {r.prompt_tokens:,} + output "
+                f"{r.output_tokens:,} tokens)"
+            )
+        if self.kv_pool:
+            r = self.kv_pool[0]
+            parts.append(
+                f"{len(self.kv_pool)} whose KV the empty pool's {usable_tokens:,} usable slots "
+                f"cannot hold (first: request {r.req_id}, {r.num_seqs} sequence(s) of "
+                f"{r.final_tokens:,} tokens)"
+            )
+            if self.num_watermark_only:
+                parts[-1] += (
+                    f", {self.num_watermark_only} of them only because admission keeps the "
+                    f"watermark free (cache.watermark = {self.watermark:g} of the blocks, "
+                    "vLLM v0's BlockSpaceManager; lower cache.watermark or raise the KV budget)"
+                )
+        fixes = []
+        if self.max_model_len:
+            fixes.append("raise scheduler.max_model_len")
+        if len(self.kv_pool) > self.num_watermark_only:
+            fixes.append("raise the KV budget")
+        advice = ", ".join(fixes) + ("," if len(fixes) > 1 else "")
+        advice = f"{advice} or filter the workload" if fixes else "filter the workload"
+        return (
+            f"{self.count:,} of {total:,} requests cannot run"
+            + (" and are skipped: " if skipped else ": ")
+            + "; ".join(parts)
+            + f" ({advice})"
+        )
+
+
+def split_runnable(
+    requests: list[Request], config: SimConfig, empty_pool: Allocator
+) -> tuple[list[Request], Rejected]:
+    """Separate the requests that can run from those that never can.
+
+    Args:
+        requests: the workload.
+        config: the run (``max_model_len``).
+        empty_pool: a fresh allocator of the run's kind, queried only (nothing is allocated).
+    """
+    limit = config.max_model_len
+    rejected = Rejected(watermark=config.engine_args.watermark)
+    runnable: list[Request] = []
+    fits: dict[tuple[int, int, int, int], str] = {}
+    for req in requests:
+        if req.final_tokens > limit:
+            rejected.max_model_len.append(req)
+            continue
+        shape = (req.prompt_tokens, req.output_tokens, req.max_tokens, req.num_seqs)
+        verdict = fits.get(shape)
+        if verdict is None or req.beam_parents is not None:
+            if not empty_pool.can_allocate(req, req.final_kv_tokens):
+                verdict = "pool"
+            elif not empty_pool.can_admit(req, req.prompt_tokens):
+                verdict = "watermark"
+            else:
+                verdict = "ok"
+            fits[shape] = verdict
+        if verdict == "ok":
+            runnable.append(req)
+        else:
+            rejected.kv_pool.append(req)
+            rejected.num_watermark_only += verdict == "watermark"
+    return runnable, rejected
+
+
+def prepare_requests(
+    config: SimConfig,
+    requests: Sequence[Request | RequestSpec] | None = None,
+    *,
+    strict: bool = False,
+    quiet: bool = False,
+) -> tuple[list[Request], Rejected]:
+    """The requests a run serves: generated when ``None`` (else fresh ones made from the given
+    requests' or specs' facts), fanned out under v1, the ones that can never run set aside
+    (logged unless ``quiet``; an error with ``strict`` or when none is left)."""
+    requests = requests_for(config) if requests is None else fresh_requests(requests)
+    if config.engine_args.engine == "vllm-v1":
+        requests = fan_out(requests)
+    empty_pool = allocator_from_config(config)
+    runnable, rejected = split_runnable(requests, config, empty_pool)
+    if rejected.count:
+        fail = strict or not runnable
+        message = rejected.message(
+            len(requests), config.max_model_len, empty_pool.usable_capacity_tokens, skipped=not fail
+        )
+        if fail:
+            raise ValueError(message)
+        if not quiet:
+            logger.warning(message)
+    return runnable, rejected

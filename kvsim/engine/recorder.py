@@ -1,0 +1,281 @@
+"""Where every KV slot goes, step by step: the DESIGN.md categories, recorded per engine event.
+
+For a live request holding ``R`` slots with ``L`` token states and final KV length ``F`` (the
+``prompt + output - 1`` tokens it ever computes, ``Request.final_kv_tokens``): token states ``L``,
+reservation ``min(R, F) - L``, internal fragmentation ``max(0, R - F)``. ``L`` counts the tokens
+a step computes from that step on (their slots are written during it).
+Sequence groups and shared prefixes count shared physical slots once, and ``unshared`` records
+what the same sequences would hold without sharing.
+Free slots that cannot serve the request at the head of the queue are external fragmentation
+(holes too small, or too few in total: the paper's "external fragmentation & other"), as are
+slots taken from the pool but owned by no reservation (buddy rounding, a paged pool's remainder).
+The rest are free. The five categories sum to ``capacity_slots`` in every step.
+
+One row is recorded per engine event (a step, or a fast-forwarded span of decode steps); its
+category columns are means over the span's steps weighted by step duration. Rows are kept as
+typed columns (8 bytes a value), so a million-request run's series stays small.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsim.base.units import SimTime
+from kvsim.core.kv.base import Allocator
+from kvsim.results.columns import FLOAT_COLUMNS, MEMORY_COLUMNS
+from kvsim.workload.request import Request
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHead:
+    """What the request at the head of the waiting queue needs, for ``categorize``.
+
+    Attributes:
+        need: free slots its admission needs (``Allocator.admission_slots_needed``).
+        threshold: the free slots that could serve it are all of them once they reach
+            ``need``, else none (``Allocator.usable_is_threshold``).
+        usable: otherwise, the free slots that could serve it (holes large enough: slab
+            pools, whose free space does not change while their requests decode).
+    """
+
+    need: int
+    threshold: bool
+    usable: int
+
+
+def queue_head(allocator: Allocator, head: tuple[Request, int] | None) -> QueueHead | None:
+    """The ``QueueHead`` of ``(request, tokens its admission places)``, or ``None``."""
+    if head is None:
+        return None
+    request, num_tokens = head
+    need = allocator.admission_slots_needed(request, num_tokens)
+    if allocator.usable_is_threshold:
+        return QueueHead(need, True, 0)
+    return QueueHead(need, False, allocator.usable_free_slots(request, num_tokens))
+
+
+def categorize(
+    capacity: int,
+    overhead: int,
+    held: int,
+    token_states: int,
+    internal: int,
+    head: QueueHead | None,
+) -> tuple[int, int, int, int, int, int, int]:
+    """Every slot of the pool in one category (DESIGN.md), in one step.
+
+    Args:
+        capacity: slots of the pool.
+        overhead: slots taken from the free pool but held by no request (buddy rounding, a
+            paged pool's remainder and null block).
+        held: slots held by live requests (a slot several requests share once).
+        token_states: of those, slots holding computed KV.
+        internal: of those, slots beyond their request's final length (never written).
+        head: what the waiting head needs, or ``None`` when nobody waits.
+
+    Returns:
+        ``(token_states, reservation, internal, external, free, allocated, blocked)``: the five
+        categories (they sum to ``capacity``), the slots taken from the free pool, and 1 when
+        enough slots are free in total but none can serve the head (else 0).
+    """
+    free_total = capacity - held - overhead
+    usable = free_total
+    blocked = 0
+    if head is not None:
+        if head.threshold:
+            if free_total < head.need:
+                usable = 0
+        else:
+            usable = head.usable
+        if usable == 0 and free_total >= head.need:
+            blocked = 1
+    return (
+        token_states,
+        held - token_states - internal,
+        internal,
+        free_total - usable + overhead,
+        usable,
+        capacity - free_total,
+        blocked,
+    )
+
+
+@dataclass(slots=True)
+class SpanSlots:
+    """Slot totals of an event's steps, before categorising them.
+
+    Step 0 holds ``held``, ``token_states`` and ``internal`` slots (each request's physical
+    slots, slots shared with other requests counted by each: ``across`` is subtracted from held
+    and token states); step ``j >= 1`` adds ``slots_per_block * blocks[j]`` held slots,
+    ``internal_steps[j]`` internal slots and ``num_seqs`` token states (``LazySpan``).
+    ``unshared`` (what the sequences would hold without any sharing) is held plus ``within``
+    (slots a sequence group's sequences share), before ``across`` is subtracted. ``overhead``:
+    slots taken from the free pool but held by no request (``Allocator.overhead_slots``).
+    """
+
+    held: int
+    token_states: int
+    internal: int
+    overhead: int = 0
+    across: int = 0
+    within: int = 0
+    slots_per_block: int = 0
+    blocks: list[int] = field(default_factory=list)
+    internal_steps: list[int] = field(default_factory=list)
+    num_seqs: int = 0
+
+
+@dataclass
+class MemoryRecorder:
+    """Collects one row per engine event (see ``MEMORY_COLUMNS``) into typed columns.
+
+    Args:
+        capacity_slots: slots of the pool.
+
+    Columns are ``array`` buffers (8 bytes a value, no Python object per value): float64 for
+    times, means and the waiting queue, int64 for counts.
+    """
+
+    capacity_slots: int
+    columns: dict[str, array[Any]] = field(
+        default_factory=lambda: {
+            c: array("d" if c in FLOAT_COLUMNS else "q") for c in MEMORY_COLUMNS
+        }
+    )
+    _int_times: bool = True  # every time_s so far was an int (SimPy starts the clock at 0)
+    _appends: tuple[Any, ...] = ()  # each column's bound append, in MEMORY_COLUMNS order
+
+    def __post_init__(self) -> None:
+        self._appends = tuple(self.columns[c].append for c in MEMORY_COLUMNS)
+
+    def _append_row(
+        self,
+        time_s: SimTime,
+        duration_s: float,
+        num_steps: int,
+        num_running: int,
+        num_waiting: float,
+        num_prefills: int,
+        num_preempted: int,
+        num_blocked: int,
+        *categories: float,
+    ) -> None:
+        """One row, in ``MEMORY_COLUMNS`` order (``categories``: the eight slot columns)."""
+        self._int_times = self._int_times and isinstance(time_s, int)
+        a = self._appends
+        a[0](time_s)
+        a[1](duration_s)
+        a[2](num_steps)
+        a[3](num_running)
+        a[4](num_waiting)
+        a[5](num_prefills)
+        a[6](num_preempted)
+        a[7](num_blocked)
+        token, reservation, internal, external, free, allocated, held, unshared = categories
+        a[8](token)
+        a[9](reservation)
+        a[10](internal)
+        a[11](external)
+        a[12](free)
+        a[13](allocated)
+        a[14](held)
+        a[15](unshared)
+
+    def __len__(self) -> int:
+        return len(self.columns["time_s"])
+
+    def record(
+        self,
+        time_s: SimTime,
+        durations_s: list[float],
+        total_s: float,
+        slots: SpanSlots,
+        head: QueueHead | None,
+        num_running: int,
+        num_waiting: int | list[float],
+        num_prefills: int,
+        num_preempted: int,
+    ) -> None:
+        """Append the event starting at ``time_s``: its steps' durations (seconds; ``total_s``
+        their sum) and slot totals, each step categorised (``categorize``) and the row holding
+        the duration-weighted mean of each column over the steps.
+
+        ``num_waiting`` is the queue length, or one count per step when requests arrive during
+        the event. Each mean adds value x weight left to right in one pass over the steps.
+        """
+        k = len(durations_s)
+        weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
+        capacity, overhead = self.capacity_slots, slots.overhead
+        held_phys, token0, internal = slots.held, slots.token_states, slots.internal
+        across, within = slots.across, slots.within
+        per_block, blocks, internal_steps = (
+            slots.slots_per_block,
+            slots.blocks,
+            slots.internal_steps,
+        )
+        num_seqs = slots.num_seqs
+        token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
+        held_m = unshared_m = 0.0
+        num_blocked = 0
+        for j, w in enumerate(weights):
+            if j:
+                held_phys += per_block * blocks[j]
+                internal += internal_steps[j]
+            held = held_phys - across
+            token, reservation, internal_j, external, free, allocated, blocked = categorize(
+                capacity, overhead, held, token0 + num_seqs * j - across, internal, head
+            )
+            num_blocked += blocked
+            token_m += token * w
+            reservation_m += reservation * w
+            internal_m += internal_j * w
+            external_m += external * w
+            free_m += free * w
+            allocated_m += allocated * w
+            held_m += held * w
+            unshared_m += (held_phys + within) * w
+        waiting = 0.0
+        if isinstance(num_waiting, list):
+            for count, w in zip(num_waiting, weights, strict=True):
+                waiting += count * w
+        else:
+            for w in weights:
+                waiting += num_waiting * w
+        self._append_row(
+            time_s,
+            total_s,
+            k,
+            num_running,
+            waiting,
+            num_prefills,
+            num_preempted,
+            num_blocked,
+            token_m,
+            reservation_m,
+            internal_m,
+            external_m,
+            free_m,
+            allocated_m,
+            held_m,
+            unshared_m,
+        )
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The rows as numpy arrays, one per column (``MEMORY_COLUMNS``), with the dtypes
+        pandas gives them. Views of the columns, not copies: the recording is over (a column
+        viewed can no longer grow)."""
+        data = {
+            name: np.frombuffer(col, np.float64 if col.typecode == "d" else np.int64)
+            for name, col in self.columns.items()
+        }
+        if self._int_times:  # pandas keeps a column of int times as int64
+            data["time_s"] = data["time_s"].astype(np.int64)
+        return data

@@ -1,0 +1,97 @@
+"""``simulate``: one run of a config, from its workload to its ``Results``."""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Callable, Sequence
+from typing import SupportsFloat, SupportsIndex
+
+from kvsim.config import SimConfig
+from kvsim.engine.frames import FrameRecorder
+from kvsim.engine.intake import prepare_requests
+from kvsim.engine.loop import Engine
+from kvsim.results import Results, build_results
+from kvsim.workload.request import Request, RequestSpec
+
+logger = logging.getLogger(__name__)
+
+
+def simulate(
+    config: SimConfig,
+    requests: Sequence[Request | RequestSpec] | None = None,
+    on_finish: Callable[[int], None] | None = None,
+    *,
+    strict: object = False,
+    on_start: Callable[[int], None] | None = None,
+    map_at_s: Sequence[SupportsFloat] = (),
+    map_every_s: SupportsFloat | None = None,
+    map_max_frames: SupportsIndex | None = None,
+) -> Results:
+    """Run one simulation.
+
+    Args:
+        config: the run (model, GPU, parallelism, cache, scheduler, workload, seed).
+        requests: a ready workload (requests or ``RequestSpec``s; the run serves fresh copies,
+            so one list can feed many runs); ``requests_for(config)`` if None.
+        on_finish: progress callback, called with the number of requests finished per event.
+        strict: a request that cannot run (longer than ``max_model_len`` or the KV pool) is an
+            error instead of a counted, logged skip.
+        on_start: called with the number of requests that will run, before the run (progress).
+        map_at_s: simulated moments at which to capture the physical memory map.
+        map_every_s: also capture it every this many simulated seconds.
+        map_max_frames: keep at most this many of those periodic frames (``FrameRecorder``: the
+            period doubles as the run goes on).
+
+    Returns:
+        ``Results`` with per-request records, the memory time series and a summary (the
+        skipped requests are counted there as ``num_requests_rejected``).
+
+    Raises:
+        ValueError: ``strict`` and some request cannot run, or no request can.
+        TypeError: ``map_max_frames`` is not an int, or a time is not a number.
+
+    The flags are taken by their truth and the numbers by their value (``strict=1``,
+    ``map_every_s=np.float32(2)``), as the Python sources take them: compiled
+    (``kvsim.native``), a parameter annotated ``bool`` or ``float`` would refuse those.
+    """
+    refuse = bool(strict)
+    moments_s = [float(t) for t in map_at_s]
+    every_s = None if map_every_s is None else float(map_every_s)
+    max_frames = None if map_max_frames is None else operator.index(map_max_frames)
+    runnable, rejected = prepare_requests(config, requests, strict=refuse)
+    if on_start is not None:
+        on_start(len(runnable))
+    frames = FrameRecorder(moments_s, every_s, max_frames) if moments_s or every_s else None
+    del requests  # the run has its own copies: a caller that let go of its list frees it now
+    import simpy  # (kvsim imports SimPy only to run)
+
+    env = simpy.Environment()
+    engine = Engine(env, config, runnable, on_finish, frames)
+    del runnable  # each request is freed when it finishes (its row stays in engine.log)
+    env.process(engine.arrival_source())
+    env.process(engine.engine_loop())
+    env.run()
+    logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
+    results = build_results(
+        config,
+        engine.log.columns(),
+        engine.recorder.arrays(),
+        engine.num_preemptions,
+        usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
+    )
+    summary = results.summary
+    summary.update(rejected.summary())
+    if engine.swap is not None:  # [swap]
+        summary.update(engine.swap.summary(engine.swap_time_s))
+    summary.update(engine.allocator.prefix_cache_summary())
+    num_blocks = engine.allocator.num_gpu_blocks
+    if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
+        summary["num_gpu_blocks"] = num_blocks
+    summary["layout_factor"] = engine.cost.layout_factor
+    summary["layout_source"] = engine.cost.layout_source
+    if frames is not None:
+        for t in frames.pending:  # moments after the last finish: the pool is empty
+            frames.capture(t, engine.allocator, {}, 0, [], 0)
+        results.mapframes, results.frames = frames.frames()
+    return results

@@ -1,0 +1,318 @@
+"""Results in other tools' formats: Vidur's ``request_metrics.csv`` and a Prometheus snapshot.
+
+- :func:`vidur_request_metrics`: one row per request under the column names of Vidur's
+  ``request_metrics.csv`` (microsoft/vidur, ``vidur/metrics/constants.py``
+  ``RequestMetricsTimeDistributions`` and ``RequestMetricsHistogram``, written by
+  ``MetricsStore._store_request_metrics`` in ``vidur/metrics/metrics_store.py``, with the values of
+  ``vidur/entities/request.py``), seconds and tokens, so Vidur's analysis scripts read kvsim runs.
+- :func:`prometheus_snapshot`: the run's final counters, gauges and histograms under vLLM's
+  metric names and bucket boundaries (``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``,
+  vLLM v0.20.0), in the Prometheus text format, built with ``prometheus_client``.
+
+``write_exports(results, folder)`` writes both (``request_metrics.csv``, ``metrics.prom``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from kvsim.results.metrics import weighted_sum
+
+if TYPE_CHECKING:
+    from kvsim.results import Results
+
+VIDUR_REQUEST_COLUMNS = (
+    "Request Id",
+    "request_e2e_time",
+    "request_e2e_time_normalized",
+    "request_execution_time",
+    "request_execution_time_normalized",
+    "request_model_execution_time",
+    "request_model_execution_time_normalized",
+    "request_preemption_time",
+    "request_scheduling_delay",
+    "request_execution_plus_preemption_time",
+    "request_execution_plus_preemption_time_normalized",
+    "prefill_e2e_time",
+    "prefill_time_execution_plus_preemption",
+    "prefill_time_execution_plus_preemption_normalized",
+    "decode_time_execution_plus_preemption_normalized",
+    "request_inter_arrival_delay",
+    "request_num_tokens",
+    "request_num_prefill_tokens",
+    "request_num_decode_tokens",
+    "request_pd_ratio",
+    "request_num_restarts",
+)
+# vLLM v0.20.0 vllm/v1/metrics/loggers.py, PrometheusStatLogger.__init__, seconds
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TOKEN_LATENCY_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS_S = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+LABELS = ("model_name", "engine")  # vLLM's labelnames; one engine, index "0"
+
+
+def vidur_request_metrics(results: Results) -> pd.DataFrame:
+    """Per-request metrics in the columns of Vidur's ``request_metrics.csv`` (seconds, tokens).
+
+    Mapping (Vidur's definition -> kvsim's columns):
+
+    - ``request_e2e_time`` = completed - arrived = ``e2e_request_latency_seconds``;
+    - ``request_scheduling_delay`` = first scheduled - arrived = ``request_queue_time_seconds``;
+    - ``prefill_e2e_time`` = prefill completed - arrived = ``time_to_first_token_seconds``;
+    - ``prefill_time_execution_plus_preemption`` = prefill completed - first scheduled =
+      ``request_prefill_time_seconds``;
+    - ``request_execution_plus_preemption_time`` = the request's stage times plus the gaps
+      between them, i.e. completed - first scheduled = ``request_inference_time_seconds``;
+    - ``_normalized`` columns divide by decode tokens (output tokens), the prefill one by prefill
+      tokens; ``decode_time_execution_plus_preemption_normalized`` = (completed - prefill
+      completed) / decode tokens;
+    - ``request_inter_arrival_delay``: gap to the previous arrival (blank for the first, as in
+      Vidur); ``request_num_*_tokens`` and ``request_pd_ratio`` = prefill / decode tokens;
+    - ``request_num_restarts`` = kvsim's ``num_preemptions`` (recompute or swap).
+
+    ``request_execution_time``, ``request_model_execution_time``, their ``_normalized`` columns
+    and ``request_preemption_time`` split a request's time between running and being preempted;
+    kvsim does not record that split, so they are blank (NaN).
+
+    Returns:
+        One row per request sorted by ``Request Id`` (Vidur's outer merge sorts on it), columns
+        ``VIDUR_REQUEST_COLUMNS``.
+    """
+    df = results.requests.sort_values("req_id", kind="stable").reset_index(drop=True)
+    prefill = df["prompt_tokens"].astype(float)
+    decode = df["output_tokens"].astype(float)
+    e2e = df["e2e_request_latency_seconds"]
+    inference = df["request_inference_time_seconds"]
+    prefill_time = df["request_prefill_time_seconds"]
+    nan = pd.Series(np.nan, index=df.index)
+    by_arrival = df["arrival_time_s"].sort_values(kind="stable")
+    gaps = by_arrival.diff().reindex(df.index)
+    out = pd.DataFrame(
+        {
+            "Request Id": df["req_id"],
+            "request_e2e_time": e2e,
+            "request_e2e_time_normalized": e2e / decode,
+            "request_execution_time": nan,
+            "request_execution_time_normalized": nan,
+            "request_model_execution_time": nan,
+            "request_model_execution_time_normalized": nan,
+            "request_preemption_time": nan,
+            "request_scheduling_delay": df["request_queue_time_seconds"],
+            "request_execution_plus_preemption_time": inference,
+            "request_execution_plus_preemption_time_normalized": inference / decode,
+            "prefill_e2e_time": df["time_to_first_token_seconds"],
+            "prefill_time_execution_plus_preemption": prefill_time,
+            "prefill_time_execution_plus_preemption_normalized": prefill_time / prefill,
+            "decode_time_execution_plus_preemption_normalized": (
+                df["request_decode_time_seconds"] / decode
+            ),
+            "request_inter_arrival_delay": gaps,
+            "request_num_tokens": df["prompt_tokens"] + df["output_tokens"],
+            "request_num_prefill_tokens": df["prompt_tokens"],
+            "request_num_decode_tokens": df["output_tokens"],
+            "request_pd_ratio": prefill / decode,
+            "request_num_restarts": df["num_preemptions"],
+        }
+    )
+    return out[list(VIDUR_REQUEST_COLUMNS)]
+
+
+def prometheus_snapshot(results: Results) -> str:
+    """The run's final metrics in the Prometheus text format under vLLM's names.
+
+    Counters (tokens, except preemptions; exported with the ``_total`` suffix):
+    ``vllm:num_preemptions`` (the run's count), ``vllm:prompt_tokens`` (whole prompts, cached
+    tokens included, once per request), ``vllm:generation_tokens``, ``vllm:prompt_tokens_cached``
+    and, as vLLM v0.33.0 counts them once per admitted request (preempted re-admissions apart),
+    ``vllm:prefix_cache_queries`` (prompt tokens of every request when prefix caching is on, else
+    0) and ``vllm:prefix_cache_hits`` (their cached tokens). Not exported, as vLLM exports no
+    such counter: the re-admissions' ``prefix_cache_preempted_queries``/``_hits`` (vLLM's
+    ``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, adds only
+    ``PrefixCacheStats.queries`` and ``hits`` to its counters) and ``num_cache_evictions`` (vLLM
+    counts no evictions; they feed only its sampled ``vllm:kv_block_*_seconds`` residency
+    histograms, behind ``--kv-cache-metrics``); both are in ``summary.json``.
+
+    Gauges, after the last request finished: ``vllm:num_requests_running``,
+    ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (0-1), all 0 then; the run's
+    time-weighted means and peaks are ``kvsim:*`` gauges (``kvsim:kv_cache_usage_perc_mean``...).
+
+    Histograms over requests (vLLM's buckets): ``time_to_first_token_seconds``,
+    ``e2e_request_latency_seconds``, ``request_queue_time_seconds``,
+    ``request_inference_time_seconds``, ``request_prefill_time_seconds``,
+    ``request_decode_time_seconds``, ``request_time_per_output_token_seconds`` (0 for one-token
+    outputs, as vLLM observes), ``request_prompt_tokens``, ``request_generation_tokens``,
+    ``request_prefill_kv_computed_tokens``; and ``inter_token_latency_seconds`` over output gaps
+    (``output_tokens - 1`` per request). kvsim keeps no per-token times (it fast-forwards decode
+    steps), so each gap is taken as its request's mean gap (decode time / gaps): the
+    histogram's ``_sum`` and ``_count`` are exact, its bucket counts an approximation.
+
+    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"``.
+    """
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_SnapshotCollector(results))
+    return generate_latest(registry).decode("utf-8")
+
+
+def write_exports(results: Results, folder: str | Path) -> Path:
+    """Write ``request_metrics.csv`` (Vidur) and ``metrics.prom`` (Prometheus) into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vidur_request_metrics(results).to_csv(folder / "request_metrics.csv", index=False)
+    (folder / "metrics.prom").write_text(prometheus_snapshot(results), encoding="utf-8")
+    return folder
+
+
+class _SnapshotCollector:
+    """A ``prometheus_client`` custom collector yielding the snapshot's metric families."""
+
+    def __init__(self, results: Results) -> None:
+        self.results = results
+
+    def collect(self) -> Iterator[Metric]:
+        df, summary = self.results.requests, self.results.summary
+        labels = [self.results.config.model.name, "0"]
+        caching = bool(summary.get("enable_prefix_caching"))
+        counters = {
+            "num_preemptions": (summary["num_preemptions"], "Cumulative number of preemptions."),
+            "prompt_tokens": (df["prompt_tokens"].sum(), "Prompt tokens, cached ones included."),
+            "generation_tokens": (df["output_tokens"].sum(), "Generated tokens."),
+            "prompt_tokens_cached": (df["num_cached_tokens"].sum(), "Prompt tokens cached."),
+            "prefix_cache_queries": (
+                df["prompt_tokens"].sum() if caching else 0,
+                "Prefix cache queries, in tokens.",
+            ),
+            "prefix_cache_hits": (df["num_cached_tokens"].sum(), "Prefix cache hits, in tokens."),
+        }
+        for name, (value, doc) in counters.items():
+            counter = CounterMetricFamily(f"vllm:{name}", doc, labels=LABELS)
+            counter.add_metric(labels, float(value))
+            yield counter
+        yield from _gauges(df, summary, labels)
+        yield from _histograms(df, labels, int(summary["max_model_len"]))
+
+
+def _gauges(df: pd.DataFrame, summary: dict[str, object], labels: list[str]) -> Iterator[Metric]:
+    unfinished = df["finish_time_s"].isna()
+    started = df["first_scheduled_time_s"].notna()
+    gauges: list[tuple[str, object, str]] = [
+        ("vllm:num_requests_running", (unfinished & started).sum(), "Running at the end."),
+        ("vllm:num_requests_waiting", (unfinished & ~started).sum(), "Waiting at the end."),
+        ("vllm:kv_cache_usage_perc", 0.0, "KV-cache usage at the end (1 = 100%); none held."),
+    ]
+    run_gauges = {
+        "kv_cache_usage_perc_mean": ("kv_cache_usage_perc", "Time-weighted mean KV usage (0-1)."),
+        "kv_cache_usage_perc_max": ("kv_cache_usage_perc_max", "Peak KV-cache usage (0-1)."),
+        "num_requests_running_mean": ("num_requests_running_mean", "Mean running requests."),
+        "num_requests_running_max": ("num_requests_running_max", "Peak running requests."),
+        "num_requests_waiting_mean": ("num_requests_waiting_mean", "Mean waiting requests."),
+    }
+    for name, (key, doc) in run_gauges.items():
+        if key in summary:
+            gauges.append((f"kvsim:{name}", summary[key], doc))
+    for name, value, doc in gauges:
+        gauge = GaugeMetricFamily(name, doc, labels=LABELS)
+        gauge.add_metric(labels, float(value))  # type: ignore[arg-type]
+        yield gauge
+
+
+def _histograms(df: pd.DataFrame, labels: list[str], max_model_len: int) -> Iterator[Metric]:
+    token_buckets = tuple(float(b) for b in one_two_five_buckets(max_model_len))
+    tpot = df["request_time_per_output_token_seconds"].fillna(0.0)
+    per_request: dict[str, tuple[pd.Series, tuple[float, ...], str]] = {
+        "time_to_first_token_seconds": (
+            df["time_to_first_token_seconds"], TTFT_BUCKETS_S, "Time to first token, s."
+        ),
+        "e2e_request_latency_seconds": (
+            df["e2e_request_latency_seconds"], REQUEST_LATENCY_BUCKETS_S, "E2E latency, s."
+        ),
+        "request_queue_time_seconds": (
+            df["request_queue_time_seconds"], REQUEST_LATENCY_BUCKETS_S, "Time waiting, s."
+        ),
+        "request_inference_time_seconds": (
+            df["request_inference_time_seconds"], REQUEST_LATENCY_BUCKETS_S, "Time running, s."
+        ),
+        "request_prefill_time_seconds": (
+            df["request_prefill_time_seconds"], REQUEST_LATENCY_BUCKETS_S, "Prefill phase, s."
+        ),
+        "request_decode_time_seconds": (
+            df["request_decode_time_seconds"], REQUEST_LATENCY_BUCKETS_S, "Decode phase, s."
+        ),
+        "request_time_per_output_token_seconds": (
+            tpot, TOKEN_LATENCY_BUCKETS_S, "Decode time / (output tokens - 1) per request, s."
+        ),
+        "request_prompt_tokens": (df["prompt_tokens"], token_buckets, "Prompt tokens."),
+        "request_generation_tokens": (df["output_tokens"], token_buckets, "Generated tokens."),
+        "request_prefill_kv_computed_tokens": (
+            df["prompt_tokens"] - df["num_cached_tokens"],
+            token_buckets,
+            "Prompt tokens computed (cache hits excluded).",
+        ),
+    }  # fmt: skip
+    for name, (values, buckets, doc) in per_request.items():
+        values_arr = values.dropna().to_numpy(dtype=np.float64)
+        yield _histogram(name, doc, labels, buckets, values_arr, np.ones_like(values_arr))
+    gaps = (df["output_tokens"] - 1).clip(lower=0).to_numpy(dtype=np.float64)
+    mean_gap = np.divide(
+        df["request_decode_time_seconds"].fillna(0.0).to_numpy(dtype=np.float64),
+        gaps,
+        out=np.zeros_like(gaps),
+        where=gaps > 0,
+    )
+    doc = "Inter-token latency, s (each request's gaps taken as its mean gap)."
+    yield _histogram(
+        "inter_token_latency_seconds", doc, labels, TOKEN_LATENCY_BUCKETS_S, mean_gap, gaps
+    )
+
+
+def _histogram(
+    name: str,
+    doc: str,
+    labels: list[str],
+    buckets: tuple[float, ...],
+    values: np.ndarray,
+    weights: np.ndarray,
+) -> HistogramMetricFamily:
+    """A histogram family of ``values`` observed ``weights`` times each (float64 arrays)."""
+    edges = np.asarray(buckets, dtype=np.float64)
+    index = np.searchsorted(edges, values, side="left")  # first bucket with value <= le
+    counts = np.bincount(index, weights=weights, minlength=edges.size + 1)
+    cumulative = np.cumsum(counts)
+    family = HistogramMetricFamily(f"vllm:{name}", doc, labels=LABELS)
+    # le labels as prometheus_client's Histogram writes them (Python repr of the float bound)
+    rows = [(repr(float(le)), float(c)) for le, c in zip(buckets, cumulative[:-1], strict=True)]
+    rows.append(("+Inf", float(cumulative[-1])))
+    family.add_metric(labels, rows, weighted_sum(values, weights))
+    return family
+
+
+def one_two_five_buckets(max_value: int) -> list[int]:
+    """1, 2, 5, 10, 20, 50, ... up to ``max_value`` (vLLM's ``build_1_2_5_buckets``)."""
+    out: list[int] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_value:
+                return out
+            out.append(mantissa * scale)
+        scale *= 10

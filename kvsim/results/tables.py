@@ -1,0 +1,359 @@
+"""Results of one run: per-request records and the memory time series as DataFrames, plus a summary.
+
+``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json``,
+``config.json``, Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``
+(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and ``frames.parquet``;
+``Results.load(folder)`` reads them back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import ValidationError
+
+from kvsim.config import SimConfig, format_validation_error
+from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
+from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
+from kvsim.workload.request import Request
+from kvsim.base.textfile import json_text, read_json, read_parquet
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Results:
+    """One run's tables.
+
+    Attributes:
+        config: the run's config.
+        requests: one row per request (``REQUEST_COLUMNS`` plus vLLM's latencies:
+            ``LATENCY_INTERVALS``, ``request_time_per_output_token_seconds`` and the paper's
+            ``normalized_latency_seconds``), seconds.
+        memory: one row per engine event (``recorder.MEMORY_COLUMNS``), slots and seconds.
+        summary: scalar metrics (see ``metrics.summarize``).
+        mapframes, frames: memory-map frames captured during the run (``kvsim.engine.frames``), or
+            ``None`` when none was asked for.
+
+    ``simulate`` hands over its records as arrays: ``requests`` and ``memory`` become
+    DataFrames (importing pandas) the first time they are read, so a run that only wants its
+    summary never builds them; the DataFrames take the arrays over without copying them.
+    """
+
+    def __init__(
+        self,
+        config: SimConfig,
+        requests: pd.DataFrame,
+        memory: pd.DataFrame,
+        summary: dict[str, Any],
+        mapframes: pd.DataFrame | None = None,
+        frames: pd.DataFrame | None = None,
+    ) -> None:
+        self.config = config
+        self._requests: pd.DataFrame | None = requests
+        self._memory: pd.DataFrame | None = memory
+        self.summary = summary
+        self.mapframes = mapframes
+        self.frames = frames
+        self._request_columns: Columns | None = None
+        self._memory_columns: Columns | None = None
+
+    @classmethod
+    def from_records(
+        cls,
+        config: SimConfig,
+        request_columns: Columns,
+        memory_columns: Columns,
+        summary: dict[str, Any],
+    ) -> Results:
+        """Results whose tables are built on first use: ``request_columns``
+        (``request_table_columns``) and ``memory_columns`` (``MemoryRecorder.arrays``)."""
+        results = cls(config, None, None, summary)
+        results._request_columns = request_columns
+        results._memory_columns = memory_columns
+        return results
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        if self._requests is None:
+            assert self._request_columns is not None
+            self._requests = request_frame_from_columns(self._request_columns)
+            self._request_columns = None
+        return self._requests
+
+    @requests.setter
+    def requests(self, value: pd.DataFrame) -> None:
+        self._requests, self._request_columns = value, None
+
+    @property
+    def memory(self) -> pd.DataFrame:
+        if self._memory is None:
+            assert self._memory_columns is not None
+            self._memory = memory_frame(self._memory_columns)
+            self._memory_columns = None
+        return self._memory
+
+    @memory.setter
+    def memory(self, value: pd.DataFrame) -> None:
+        self._memory, self._memory_columns = value, None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a sweep worker's result) with its tables built: compact columns, not a
+        Python object per value."""
+        _ = self.requests, self.memory
+        return self.__dict__
+
+    def __repr__(self) -> str:
+        return f"Results(config={self.config!r}, summary={self.summary!r})"
+
+    def save(self, folder: str | Path, *, exports: bool = True) -> Path:
+        """Write the tables as parquet and the summary/config as JSON into ``folder``, and with
+        ``exports`` Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_parquet(self.requests, folder / "requests.parquet")
+        write_parquet(self.memory, folder / "memory.parquet")
+        if self.mapframes is not None and self.frames is not None:
+            write_parquet(self.mapframes, folder / "mapframes.parquet")
+            write_parquet(self.frames, folder / "frames.parquet")
+        (folder / "summary.json").write_text(json_text(self.summary, indent=2, sort_keys=True))
+        (folder / "config.json").write_text(self.config.canonical_json())
+        if exports:
+            from kvsim.results.exporters import write_exports  # prometheus_client only when saving
+
+            write_exports(self, folder)  # request_metrics.csv (Vidur), metrics.prom (Prometheus)
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Results:
+        """Read a folder written by ``save``.
+
+        Raises:
+            FileNotFoundError: a file of the folder is missing.
+            ValueError: a corrupt file, or a ``config.json`` that is not a valid config (naming
+                the file).
+        """
+        folder = Path(folder)
+        try:
+            config = SimConfig.model_validate(read_json(folder / "config.json"))
+        except ValidationError as err:
+            raise ValueError(f"{folder / 'config.json'}: {format_validation_error(err)}") from None
+        maps = folder / "mapframes.parquet"
+        summary = read_summary(folder / "summary.json")
+        return cls(
+            config,
+            read_parquet(folder / "requests.parquet"),
+            read_parquet(folder / "memory.parquet"),
+            summary,
+            read_parquet(maps) if maps.is_file() else None,
+            read_parquet(folder / "frames.parquet") if maps.is_file() else None,
+        )
+
+
+def request_rows(requests: Sequence[Request]) -> list[list[Any]]:
+    """One list of ``REQUEST_COLUMNS`` values per request (what ``request_frame`` tabulates)."""
+    return [[getattr(r, c) for c in REQUEST_COLUMNS] for r in requests]
+
+
+def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
+    """Per-request DataFrame with vLLM's latency columns (seconds).
+
+    ``request_time_per_output_token_seconds`` is decode time / (output tokens - 1) (vLLM's
+    TPOT; NaN for one-token outputs); ``normalized_latency_seconds`` is E2E / output tokens (the
+    PagedAttention paper's Figure 12 metric).
+    """
+    return request_frame_from_rows(request_rows(requests))
+
+
+def request_frame_from_rows(rows: list[list[Any]]) -> pd.DataFrame:
+    """``request_frame`` of ``request_rows``."""
+    import pandas as pd  # only when a run's tables are built
+
+    df = pd.DataFrame(rows, columns=list(REQUEST_COLUMNS)).astype(
+        {
+            "parent_id": "Int64",
+            "first_scheduled_time_s": float,
+            "first_token_time_s": float,
+            "finish_time_s": float,
+        }
+    )
+    for name, (end, start) in LATENCY_INTERVALS.items():
+        df[name] = df[end] - df[start]
+    decode_tokens = (df["output_tokens"] - 1).where(df["output_tokens"] > 1)
+    df["request_time_per_output_token_seconds"] = df["request_decode_time_seconds"] / decode_tokens
+    df["normalized_latency_seconds"] = df["e2e_request_latency_seconds"] / df["output_tokens"]
+    return df
+
+
+def request_table_columns(columns: Columns) -> Columns:
+    """The requests table as numpy arrays, without pandas: ``columns`` (``REQUEST_COLUMNS``,
+    ``RequestLog.columns``) with the latency columns ``request_frame`` adds, computed as pandas
+    computes them (the same float64 arithmetic)."""
+    cols = dict(columns)
+    for name, (end, start) in LATENCY_INTERVALS.items():
+        cols[name] = cols[end] - cols[start]
+    output = cols["output_tokens"]
+    decode_tokens = np.where(output > 1, (output - 1).astype(np.float64), np.nan)
+    cols["request_time_per_output_token_seconds"] = (
+        cols["request_decode_time_seconds"] / decode_tokens
+    )
+    cols["normalized_latency_seconds"] = cols["e2e_request_latency_seconds"] / output
+    return cols
+
+
+def request_frame_from_columns(columns: Columns) -> pd.DataFrame:
+    """``request_frame`` of ``request_table_columns``: the arrays become the table's columns
+    without a copy; the masked ``parent_id`` becomes pandas' nullable ``Int64``."""
+    import pandas as pd  # only when a run's tables are built
+
+    parent = columns["parent_id"]
+    data: dict[str, Any] = dict(columns)
+    data["parent_id"] = pd.arrays.IntegerArray(np.ma.getdata(parent), np.ma.getmaskarray(parent))
+    return pd.DataFrame(data, copy=False)
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """A ``summary.json``, its ``null`` metrics (NaN or infinite when computed) read as NaN.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a folder, not UTF-8, invalid JSON or not a JSON object (naming the file).
+    """
+    summary = read_json(path)
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: expected a JSON object (a kvsim run's summary)")
+    return {k: math.nan if v is None else v for k, v in summary.items()}
+
+
+def build_results(
+    config: SimConfig,
+    requests: Columns,
+    memory: Columns,
+    num_preemptions: int,
+    *,
+    usable_capacity_tokens: int | None = None,
+) -> Results:
+    """Assemble ``Results`` from the engine's records; the tables are built on first use.
+
+    Args:
+        requests: every request's row (``RequestLog.columns``), at least one.
+        memory: the recorded memory rows (``MemoryRecorder.arrays``).
+        usable_capacity_tokens: slots requests can hold (``Allocator.usable_capacity_tokens``),
+            the denominator of ``kv_cache_usage_perc``; the capacity when ``None``.
+
+    The summary is computed from the arrays; from the memory DataFrame when no row was recorded
+    (its empty columns are typed as pandas types them).
+    """
+    req_table = request_table_columns(requests)
+    mem_table: pd.DataFrame | Columns = memory
+    if not len(memory["time_s"]):
+        mem_table = memory_frame(memory)
+    capacity = config.capacity_tokens
+    start_s = end_s = None
+    first = 0.0
+    if config.summary_window == "arrivals":
+        arrival = req_table["arrival_time_s"]
+        first, last = arrival.min(), arrival.max()
+        start_s, end_s = float(first + 0.1 * (last - first)), float(last)
+    usable = usable_capacity_tokens or capacity
+    summary: dict[str, Any] = {"engine": config.engine_args.engine}
+    summary.update(
+        summarize(
+            mem_table,
+            req_table,
+            capacity_slots=capacity,
+            usable_capacity_slots=usable,
+            start_s=start_s,
+            end_s=end_s,
+        )
+    )
+    if start_s is not None and end_s is not None and "token_states_pct" not in summary:
+        run_shares = memory_shares(mem_table, capacity, usable)
+        warn_empty_window(summary, run_shares, (start_s, end_s), float(first))
+    summary["summary_window"] = config.summary_window
+    summary["num_preemptions"] = num_preemptions
+    finished = summary.get("num_requests") or 0
+    summary["preemptions_per_request"] = num_preemptions / finished if finished else 0.0
+    summary.update(engine_summary(config))
+    summary["capacity_tokens"] = capacity
+    summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity
+    summary["kv_cache_bytes"] = config.kv_cache_bytes
+    summary["config_key"] = config.key()
+    return Results.from_records(config, req_table, memory, summary)
+
+
+def engine_summary(config: SimConfig) -> dict[str, Any]:
+    """The resolved serving knobs a run used (what its profile defaulted), for its summary:
+    ``enable_prefix_caching`` and ``preemption_mode`` as the run applied them
+    (``caches_prefixes``, ``preemption_rule``)."""
+    args = config.engine_args
+    return {
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "max_model_len": args.max_model_len,
+        "enable_chunked_prefill": args.enable_chunked_prefill,
+        "scheduler_reserve_full_isl": args.scheduler_reserve_full_isl,
+        "enable_prefix_caching": caches_prefixes(config),
+        "preemption_mode": preemption_rule(config),
+        "tensor_parallel_size": config.parallel.tensor_parallel_size,
+        "pipeline_parallel_size": config.parallel.pipeline_parallel_size,
+        "kv_cache_dtype": config.cache.kv_cache_dtype,
+        "bytes_per_token": config.bytes_per_token,
+    }
+
+
+def caches_prefixes(config: SimConfig) -> bool:
+    """The run's pool caches prefixes: a paged pool with ``enable_prefix_caching`` on (the
+    profile's default or the user's), the radix tree always (SGLang's ``RadixCache`` is a prefix
+    cache), a slab allocator never (``enable_prefix_caching`` can only be its profile's default
+    there, which the allocator does not read)."""
+    from kvsim.core.kv import ALLOCATORS
+
+    policy = ALLOCATORS[config.cache.allocator]
+    if policy.paged:
+        return config.engine_args.enable_prefix_caching
+    return policy.caches_prefixes
+
+
+def preemption_rule(config: SimConfig) -> str:
+    """How the run preempts, in words: ``"recompute"`` under vLLM v1 (its only mode), the chosen
+    ``scheduler.preemption_mode``, or vLLM v0's rule when none is chosen (``V0Scheduler._preempt``):
+    a single sequence is recomputed and a multi-sequence group swapped to the CPU pool, which only
+    a paged pool has (slab pools recompute groups too)."""
+    from kvsim.core.kv import ALLOCATORS
+
+    args = config.engine_args
+    if args.preemption_mode is not None:
+        return args.preemption_mode
+    if args.engine == "vllm-v0" and ALLOCATORS[config.cache.allocator].paged:
+        return "recompute, swap for multi-sequence groups"
+    return "recompute"
+
+
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """``frame.to_parquet(path, index=False)``, converted to Arrow in this thread and written
+    in one call: a run's tables are small, Arrow's thread pool cost more than it saved (about
+    1.5 ms of CPU a point of ``experiments/block-size.toml``, in one process or in each of a
+    sweep's workers), and Arrow writes a file in ~80 small writes and seeks per table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), buffer)
+    with open(path, "wb") as file:
+        file.write(buffer.getvalue())
+
+
+def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
+    """``MemoryRecorder.arrays`` as a DataFrame that takes the arrays over without copying them
+    (no rows: object columns, as pandas builds an empty table)."""
+    import pandas as pd  # only when a run's tables are built
+
+    if not len(columns["time_s"]):
+        return pd.DataFrame([], columns=list(MEMORY_COLUMNS))
+    return pd.DataFrame(columns, columns=list(MEMORY_COLUMNS), copy=False)

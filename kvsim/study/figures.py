@@ -1,0 +1,196 @@
+"""Draw the standard figures of a sweep folder as PNGs (``kvsim plot RESULTS``).
+
+From ``summary.parquet``: Figure-2-style waste bars (small multiples by the first swept number
+past ``MAX_PER_PANEL`` points), and the experiment's metrics (``[analysis] vs_metrics``, target
+lines from ``[analysis] targets``) against every swept number that varies while the other fields
+stay fixed (a field zipped with the label names points, it is not an axis). From every point:
+KV memory over time (``memory_<point>.png``, named from the point's values), latency CDFs, and a
+memory map of all snapshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from kvsim.study.analysis import check_analysis
+from kvsim.study.load import SweepResults, load_sweep, row_labels
+from kvsim.view.labels import short_name
+from kvsim.view.plots import latency_cdf, memory_map, memory_over_time, metric_vs, waste_bars
+
+logger = logging.getLogger(__name__)
+
+VS_METRICS = (
+    "token_utilization_perc",
+    "internal_fragmentation_pct_of_used",
+    "external_fragmentation_pct_of_used",
+    "num_requests_running_mean",
+)
+
+
+def varying_axes(table: pd.DataFrame, fields: list[str]) -> list[str]:
+    """Swept numeric fields that take two or more values while every other swept field is fixed.
+
+    A field zipped with ``label`` (one value per label) is an identifier, not an axis.
+    """
+    axes = []
+    for f in fields:
+        if f == "label" or f not in table or not pd.api.types.is_numeric_dtype(table[f]):
+            continue
+        others = [o for o in fields if o != f and o in table]
+        groups = table.groupby([table[o].astype(str) for o in others]) if others else [(0, table)]
+        if any(g[f].nunique() > 1 for _, g in groups):
+            axes.append(f)
+    return axes
+
+
+def point_names(sweep: SweepResults) -> list[str]:
+    """A file-name slug per point from its swept values, e.g. ``orca-max_rate_per_s-5``."""
+    table = sweep.summary
+    names = []
+    for _, row in table.iterrows():
+        parts = [str(row["label"])] if "label" in table else []
+        parts += [
+            f"{short_name(f)}-{row[f]:g}"
+            if isinstance(row[f], float)
+            else f"{short_name(f)}-{row[f]}"
+            for f in varying_axes(table, sweep.swept_fields)
+        ]
+        slugs = [re.sub(r"[^A-Za-z0-9_.+=-]+", "-", p).strip("-").lower() for p in parts]
+        slug = "_".join(s for s in slugs if s) or "point"
+        names.append(slug)
+    seen: dict[str, int] = {}
+    unique = []
+    for name in names:  # two points with the same values (e.g. differing in a string field)
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return unique
+
+
+def _save(fig: Figure, path: Path, written: list[Path]) -> None:
+    fig.savefig(path)
+    written.append(path)
+
+
+def _hue(sweep: SweepResults, x: str) -> tuple[pd.DataFrame, str | None]:
+    """The summary with one column naming each line of a chart against ``x``."""
+    table = sweep.summary
+    others = [f for f in sweep.swept_fields if f != x and f in table]
+    if "label" in others:  # fields zipped with the label add nothing to it
+        others = [
+            "label",
+            *(f for f in others if f != "label" and table.groupby("label")[f].nunique().max() > 1),
+        ]
+    if not others:
+        return table, None
+    hue = ", ".join(short_name(f) for f in others)
+    values = [", ".join(str(r[f]) for f in others) for _, r in table.iterrows()]
+    return table.assign(**{hue: values}), hue
+
+
+def _vs_figures(
+    sweep: SweepResults, analysis: dict[str, Any], out: Path, written: list[Path]
+) -> None:
+    """The metrics against each varying axis (``analysis``: the checked ``[analysis]`` table)."""
+    asked = [*analysis.get("vs_metrics", VS_METRICS)]
+    targets = {m: float(b) for m, b in analysis.get("targets", {}).items()}
+    asked += [m for m in targets if m not in asked]
+    metrics = [m for m in asked if m in sweep.summary]
+    named = [*analysis.get("vs_metrics", []), *targets]  # the experiment's own, not defaults
+    missing = [m for m in dict.fromkeys(named) if m not in sweep.summary]
+    if missing:
+        logger.warning("%s: no %s in summary.parquet, not drawn", sweep.folder, missing)
+    if not metrics:
+        return
+    for x in varying_axes(sweep.summary, sweep.swept_fields):
+        if x == "seed":
+            continue  # replicates, not a knob: a curve against them only shows noise
+        table, hue = _hue(sweep, x)
+        fig = metric_vs(
+            table,
+            x,
+            metrics,
+            hue=hue,
+            title=f"{sweep.meta.get('name', '')}: against {short_name(x)}",
+            targets=targets,
+        )
+        _save(fig, out / f"vs_{short_name(x)}.png", written)
+
+
+def _facet(sweep: SweepResults) -> str | None:
+    """The first swept number that varies (panels of bars and CDF rows split by it)."""
+    axes = varying_axes(sweep.summary, sweep.swept_fields)
+    return axes[0] if axes else None
+
+
+def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
+    labels = sweep.labels()
+    names = point_names(sweep)
+    facet = _facet(sweep)
+    frames = []
+    snapshots: dict[str, pd.DataFrame] = {}
+    capacity = 0
+    for i, (key, label) in enumerate(zip(sweep.keys, labels, strict=True)):
+        snap = sweep.snapshot(key)
+        if snap is not None:
+            snapshots[label] = snap
+            capacity = int(sweep.summary["capacity_tokens"].iloc[i])
+        results = sweep.results(key)
+        fig = memory_over_time(
+            results.memory, capacity_slots=results.config.capacity_tokens, title=label
+        )
+        _save(fig, out / f"memory_{names[i]}.png", written)
+        frame = results.requests.assign(label=label)
+        if facet is not None:
+            frame[facet] = sweep.summary[facet].iloc[i]
+        frames.append(frame)
+    if frames:
+        fig = latency_cdf(
+            pd.concat(frames, ignore_index=True), title=sweep.meta.get("name", ""), facet=facet
+        )
+        _save(fig, out / "latency_cdf.png", written)
+    if snapshots:
+        at = sweep.meta.get("snapshot_at_s")
+        fig = memory_map(snapshots, capacity, title=f"KV pool at t = {at} s")
+        _save(fig, out / "memory_map.png", written)
+
+
+def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path]:
+    """Draw every standard figure of a sweep folder (every point, see the module docstring).
+
+    Args:
+        folder: ``results/NAME`` (with ``summary.parquet``).
+        out: where PNGs go (default ``folder/figures``).
+
+    Returns:
+        Paths of the PNGs written.
+
+    Raises:
+        FileNotFoundError: no ``summary.parquet`` in ``folder``.
+        ValueError: its ``experiment.json`` has an invalid ``analysis`` table (a sweep run
+            before kvsim checked it; the message names the file and the key).
+    """
+    sweep = load_sweep(folder)
+    try:  # before any figure is written
+        analysis = check_analysis(sweep.meta.get("analysis", {}))
+    except ValueError as err:
+        raise ValueError(f"{Path(folder) / 'experiment.json'}: {err}") from None
+    out_dir = Path(out) if out is not None else Path(folder) / "figures"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if sweep.summary.empty:
+        logger.warning("%s: no finished points, no figures", folder)
+        return written
+    facet = _facet(sweep)
+    # each panel names its facet value, so the bars' labels leave it out
+    bar_labels = row_labels(sweep.summary, [f for f in sweep.swept_fields if f != facet])
+    fig = waste_bars(sweep.summary, bar_labels, title=sweep.meta.get("name", ""), facet=facet)
+    _save(fig, out_dir / "waste_bars.png", written)
+    _vs_figures(sweep, analysis, out_dir, written)
+    _point_figures(sweep, out_dir, written)
+    return written

@@ -1,0 +1,126 @@
+"""Reading sweep results back, and questions answered from summary tables (pure functions).
+
+``load_sweep(folder)`` gives a ``SweepResults`` (the summary table, each point's ``Results`` and
+memory-map snapshot); ``smallest_budget`` answers the capacity-planning question (the smallest KV
+budget meeting latency targets) from a summary table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsim.base.textfile import read_json, read_parquet
+from kvsim.results import Results
+from kvsim.view.labels import short_name
+
+
+def row_labels(table: pd.DataFrame, fields: list[str]) -> list[str]:
+    """One label per row: the ``label`` column if present, else ``name=value`` of ``fields``."""
+    if "label" in table.columns and "label" in fields:
+        # fields zipped with the label (one value per label) add nothing to it
+        others = [
+            f
+            for f in fields
+            if f != "label" and f in table and table.groupby("label")[f].nunique().max() > 1
+        ]
+        base = table["label"].astype(str)
+        if not others or table["label"].nunique() == len(table):
+            return list(base)
+        return [
+            f"{b} " + ", ".join(f"{short_name(f)}={r[f]}" for f in others)
+            for b, (_, r) in zip(base, table.iterrows(), strict=True)
+        ]
+    if not fields:
+        return [str(i) for i in range(len(table))]
+    return [", ".join(f"{short_name(f)}={r[f]}" for f in fields) for _, r in table.iterrows()]
+
+
+@dataclass
+class SweepResults:
+    """A finished sweep on disk (``results/NAME``).
+
+    Attributes:
+        folder: the sweep's folder.
+        summary: ``summary.parquet``: swept fields, then summary metrics (one row per point).
+        meta: ``experiment.json`` (name, swept_fields, quick, snapshot_at_s).
+    """
+
+    folder: Path
+    summary: pd.DataFrame
+    meta: dict[str, Any]
+
+    @property
+    def swept_fields(self) -> list[str]:
+        return list(self.meta.get("swept_fields", []))
+
+    @property
+    def keys(self) -> list[str]:
+        """Point keys in table order."""
+        return [str(k) for k in self.summary["config_key"]]
+
+    def labels(self) -> list[str]:
+        """One readable label per point (see ``row_labels``)."""
+        return row_labels(self.summary, self.swept_fields)
+
+    def results(self, key: str) -> Results:
+        """The point's full ``Results`` (requests and memory tables)."""
+        return Results.load(self.folder / "points" / key)
+
+    def snapshot(self, key: str) -> pd.DataFrame | None:
+        """The point's KV-pool snapshot (``poolmap.SNAPSHOT_COLUMNS``), if one was taken."""
+        path = self.folder / "points" / key / "snapshot.parquet"
+        return read_parquet(path) if path.is_file() else None
+
+
+def load_sweep(folder: str | Path) -> SweepResults:
+    """Load ``results/NAME`` written by ``kvsim.study.sweep.run_sweep``.
+
+    Raises:
+        FileNotFoundError: no ``summary.parquet`` in ``folder``.
+        ValueError: a corrupt ``summary.parquet`` or ``experiment.json`` (naming the file).
+    """
+    folder = Path(folder)
+    if not (folder / "summary.parquet").is_file():
+        raise FileNotFoundError(f"{folder}: no summary.parquet; run `kvsim sweep` first")
+    meta_path = folder / "experiment.json"
+    meta = read_json(meta_path) if meta_path.is_file() else {}
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_path}: expected a JSON object (a sweep's experiment.json)")
+    return SweepResults(folder, read_parquet(folder / "summary.parquet"), meta)
+
+
+def smallest_budget(
+    table: pd.DataFrame, *, budget: str, targets: dict[str, float], by: list[str] | None = None
+) -> pd.DataFrame:
+    """The smallest budget from which on every larger budget meets all targets.
+
+    Args:
+        table: a summary table with the ``budget`` column and the target metric columns.
+        budget: the budget column (e.g. ``"cache.kv_cache_gib"``, GiB).
+        targets: metric -> upper bound (e.g.
+            ``{"request_time_per_output_token_seconds_p95": 0.05}``, seconds); NaN fails.
+        by: columns that split the table (e.g. ``["label"]``); one answer per group.
+
+    Returns:
+        One row per group: the ``by`` columns, ``budget`` (NaN when no budget holds) and
+        ``holds_at_max`` (whether the largest budget tried meets the targets).
+    """
+    groups = table.groupby(by, sort=False) if by else [((), table)]
+    rows = []
+    for name, group in groups:
+        g = group.sort_values(budget)
+        ok = np.ones(len(g), bool)
+        for metric, bound in targets.items():
+            ok &= (g[metric] <= bound).to_numpy()
+        # ok from i on: reversed cumulative AND
+        suffix_ok = np.flip(np.logical_and.accumulate(np.flip(ok)))
+        values = g[budget].to_numpy()
+        answer = float(values[suffix_ok][0]) if suffix_ok.any() else float("nan")
+        keys = dict(zip(by or [], name if isinstance(name, tuple) else (name,), strict=False))
+        rows.append({**keys, budget: answer, "holds_at_max": bool(ok[-1]) if len(ok) else False})
+    return pd.DataFrame(rows)

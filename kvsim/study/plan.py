@@ -1,0 +1,698 @@
+"""Capacity planning: the smallest or largest value of one knob that meets latency targets.
+
+A plan is a base ``SimConfig`` table, the knob to move (a dotted field such as
+``cache.kv_cache_gib``, ``workload.rate_per_s``, ``parallel.tensor_parallel_size`` or
+``scheduler.max_num_seqs``), the direction (``smallest`` KV budget or TP size; ``largest`` rate or
+``max_num_seqs``), a bracket and targets: upper bounds on summary metrics in vLLM's names
+(``time_to_first_token_seconds_p99 <= 2``). Meeting the targets is assumed monotone in the knob,
+so the answer is found by trisection (``PROBES_PER_ROUND`` points per round, on ``jobs``
+processes); a point that contradicts monotonicity is reported. The points a search visits do
+not depend on ``jobs``, so neither does its answer where the metric is not monotone. Every
+evaluated config is a point of the sweep store (``results/plan/NAME/points/KEY``), so a rerun or
+a sharper question reuses them. A config the knob makes invalid (a KV budget that cannot hold
+one request) does not meet the targets; a choice the model cannot use (a TP size that does not
+divide its heads) is skipped, not searched.
+
+    plan.toml:  name, description, [base] (a SimConfig table),
+                [question] field, direction, lo, hi, targets = {metric = bound}, resolution,
+                choices (optional: the only values allowed, e.g. TP sizes), [quick] set = {...}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from kvsim.base.textfile import read_toml
+from kvsim.base.units import GiB, plural
+from kvsim.config import apply_overrides, config_from_dict
+from kvsim.config.memory import pool_tokens_for_request
+from kvsim.results import read_summary
+from kvsim.study.experiment import Point, check_name
+from kvsim.study.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
+from kvsim.study.targets import target_metrics
+from kvsim.workload.spec import DEFAULT_NUM_REQUESTS
+
+Direction = Literal["smallest", "largest"]
+_QUESTION_KEYS = frozenset(
+    {"field", "direction", "lo", "hi", "targets", "resolution", "integer", "choices"}
+    | {"min_window_s"}
+)
+RATE_FIELD = "workload.rate_per_s"
+
+
+class PlanPointError(ValueError):
+    """A simulation of the plan failed (not an invalid config: a missing trace, a bug)."""
+
+
+_MISSING_DATA = "DataNotFoundError: "  # how a worker reports a missing trace file
+
+
+@dataclass(frozen=True)
+class Target:
+    """``metric <= bound`` on a run's summary (a NaN metric fails).
+
+    Raises:
+        ValueError: the bound is not finite, or is negative for a ``target_metrics`` metric
+            (none is ever negative, so no run could meet it).
+    """
+
+    metric: str
+    bound: float
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.bound):
+            raise ValueError(f"{self.metric}: expected a finite bound, got {self.bound}")
+        if self.bound < 0 and self.metric in target_metrics():
+            raise ValueError(
+                f"{self.metric} <= {self.bound:g}: no run can meet it ({self.metric} is a "
+                "latency, count or fraction, never negative); give a bound >= 0"
+            )
+
+    def met(self, summary: dict[str, Any]) -> bool:
+        value = summary.get(self.metric)
+        return value is not None and not math.isnan(float(value)) and float(value) <= self.bound
+
+    def headroom(self, summary: dict[str, Any]) -> float:
+        """``1 - value / bound`` (how far under its bound the metric is; < 0 when over)."""
+        value = float(summary.get(self.metric, math.nan))
+        return 1.0 - value / self.bound if self.bound else -value
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        """``"time_to_first_token_seconds_p99<=2"`` -> ``Target``. Only ``<=`` is a target: a
+        strict ``<`` or a lower bound (``>``, ``>=``) is refused, not read as another bound.
+
+        Raises:
+            ValueError: not ``METRIC<=NUMBER`` (naming the operator given), or a bound no run
+                can meet (see the class).
+        """
+        compact = text.replace(" ", "")
+        name, sep, bound = compact.partition("<=")
+        operator = re.search(r"[<>=!]+", compact)
+        if not sep and operator is not None:
+            op = operator.group()
+            left, right = compact[: operator.start()], compact[operator.end() :]
+            why = (
+                f"a strict bound is not supported: write {left}<={right}"
+                if op == "<"
+                else "a target is an upper bound the metric must not exceed"
+            )
+            raise ValueError(
+                f"--target: only <= is accepted (METRIC<=NUMBER), got {op!r} in {text!r}; {why}"
+            )
+        try:
+            value = float(bound)
+        except ValueError:
+            value = math.nan
+        if not sep or not name or not math.isfinite(value):
+            raise ValueError(
+                f"--target: expected METRIC<=NUMBER (e.g. time_to_first_token_seconds_p99<=2), "
+                f"got {text!r}"
+            )
+        try:
+            return cls(name, value)
+        except ValueError as err:
+            raise ValueError(f"--target: {err}") from None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One capacity question (see the module docstring).
+
+    Attributes:
+        name: results folder name (``results/plan/NAME``).
+        base: the SimConfig table the knob is set in.
+        field: the dotted knob.
+        direction: ``"smallest"`` or ``"largest"`` value that meets every target.
+        lo, hi: the bracket searched.
+        targets: upper bounds on summary metrics.
+        resolution: stop when ``hi / lo <= 1 + resolution`` (real knobs); integer knobs stop at
+            adjacent integers, ``choices`` at adjacent choices.
+        integer: the knob takes integers.
+        choices: the only values allowed, ascending (e.g. tensor-parallel sizes).
+        varied: dotted fields of ``base`` set over the plan's own config (``kvsim plan``'s
+            ``--set``): a later layer for the ignored-setting warnings, as ``kvsim run``'s
+            ``--set`` is over its config file.
+        min_window_s: with the knob ``workload.rate_per_s``, each rate draws at least this many
+            seconds of arrivals (``workload.num_requests`` raised to ``ceil(rate * window)``
+            where the config's count spans less; not in quick runs). A fixed count spans little
+            time at a high rate: 1,000 requests at 50 req/s arrive in 20 s, too short for the
+            queue of a rate past the knee to grow, so the largest rate meeting a latency bound
+            comes out too high (Figure 14's Orca (Oracle) at 36 req/s: 0.095 s/token over
+            1,000 requests, 1.56 over 600 s). ``kvsim plan --window SECONDS`` sets it.
+    """
+
+    name: str
+    base: dict[str, Any]
+    field: str
+    direction: Direction
+    lo: float
+    hi: float
+    targets: tuple[Target, ...]
+    description: str = ""
+    resolution: float = 0.05
+    integer: bool = False
+    choices: tuple[float, ...] = ()
+    quick: dict[str, Any] = dataclasses.field(default_factory=dict)
+    varied: tuple[str, ...] = ()
+    min_window_s: float | None = None
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "plan name")  # results go to OUT/plan/NAME, nowhere else
+        if self.min_window_s is not None and (
+            self.field != RATE_FIELD or not 0 < self.min_window_s < math.inf
+        ):
+            raise ValueError(
+                f"min_window_s (--window): a positive number of seconds, with the knob "
+                f"{RATE_FIELD} only (got {self.min_window_s!r} with {self.field})"
+            )
+        if self.direction not in ("smallest", "largest"):
+            raise ValueError(f"direction: 'smallest' or 'largest', got {self.direction!r}")
+        if not 0 < self.lo < self.hi or not math.isfinite(self.hi):
+            raise ValueError(f"{self.field}: need 0 < lo < hi, got lo={self.lo}, hi={self.hi}")
+        if not self.targets:
+            raise ValueError("a plan needs at least one target (METRIC<=NUMBER)")
+        if not 0 < self.resolution <= 10:  # NaN fails too
+            raise ValueError(f"resolution: expected a number in (0, 10], got {self.resolution}")
+        whole = self.integer or (bool(self.choices) and all(c == round(c) for c in self.choices))
+        for end, value in (("lo", self.lo), ("hi", self.hi)):
+            if whole and value != round(value):  # (read as [ceil(lo), floor(hi)])
+                raise ValueError(f"{end} (--{end}): {self.field} takes whole numbers, got {value}")
+        if self.hi / self.lo > 1e12:
+            raise ValueError(f"{self.field}: the bracket [{self.lo:g}, {self.hi:g}] spans > 1e12")
+
+    def check_field(self) -> None:
+        """The knob is a config field that the config reads: the base config with the knob at
+        ``hi`` validates (or fails for another reason than an unknown field), and does not
+        ignore the knob (``workload.rate_per_s`` under replayed trace arrivals).
+
+        Raises:
+            ValueError: the knob names no field of the config (a typo), or one it ignores (every
+                value would run the same workload: the answer would be the bracket's end).
+        """
+        from kvsim.config.ignored import moot_reason
+
+        try:  # (config_from_dict works on a copy: ``self.base`` stays as it is)
+            config = config_from_dict(
+                self.base, {self.field: self.value(self.hi)}, varied=self.varied
+            )
+        except ValueError as err:
+            message = str(err)
+            if "Extra inputs are not permitted" in message or "not a table" in message:
+                raise ValueError(
+                    f"plan: {self.field!r} is not a config field ({message.splitlines()[0]})"
+                ) from None
+            return
+        why = moot_reason(config, self.base, self.field)
+        if why is not None:
+            raise ValueError(
+                f"plan: {self.field} has no effect on this config ({why}), so every value "
+                "runs the same workload; plan another knob or change the config"
+            )
+
+    def arrival_span_s(self, x: float, *, quick: bool = False) -> float | None:
+        """Seconds over which the requests of the point at ``x`` arrive (their count over the
+        rate), for a rate knob; ``None`` for another knob."""
+        if self.field != RATE_FIELD:
+            return None
+        spec = self.config(x, quick=quick)
+        drawn = config_from_dict(spec["data"], spec["overrides"], warn=False).workload
+        return (drawn.num_requests or DEFAULT_NUM_REQUESTS) / float(self.value(x))
+
+    def value(self, x: float) -> float | int:
+        """``x`` as the knob takes it."""
+        return round(x) if self.integer or self.choices else float(x)
+
+    def config(self, x: float, *, quick: bool = False) -> dict[str, Any]:
+        """The base table with the knob at ``x`` (and the quick overrides)."""
+        data = json.loads(json.dumps(self.base))
+        overrides = {**(self.quick if quick else {}), self.field: self.value(x)}
+        if self.min_window_s is not None and not quick:
+            drawn = config_from_dict(data, overrides, warn=False).workload  # (on a copy)
+            count = drawn.num_requests or DEFAULT_NUM_REQUESTS
+            overrides["workload.num_requests"] = max(
+                count, math.ceil(self.value(x) * self.min_window_s)
+            )
+            if drawn.duration_s is not None and drawn.duration_s < self.min_window_s:
+                overrides["workload.duration_s"] = self.min_window_s  # (it would stop arrivals)
+        return {"data": data, "overrides": overrides}
+
+
+def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **question: Any) -> Plan:
+    """Read a plan TOML; ``overrides`` (dotted fields) then edit its base config (a later layer
+    than the plan's own: ``Plan.varied``) and ``question`` overrides its ``[question]`` keys.
+
+    The base config is the file's ``[base]`` table, or the base of ``experiment = "NAME"`` (an
+    ``experiments/`` file) with the overrides of its point ``label = "..."``; ``[set]`` then
+    overrides dotted fields of either.
+
+    Raises:
+        ValueError: malformed file or question (the message names the file and the key).
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    data = read_toml(path)
+    unknown = set(data) - {
+        "name",
+        "description",
+        "base",
+        "experiment",
+        "label",
+        "set",
+        "question",
+        "quick",
+    }
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    for key in ("base", "set", "question", "quick"):
+        if not isinstance(data.get(key, {}), dict):
+            raise ValueError(f"{path}: [{key}] must be a table, got {data[key]!r}")
+    unknown_q = set(data.get("question", {})) - _QUESTION_KEYS
+    if unknown_q:
+        raise ValueError(
+            f"{path}: [question] unknown keys {sorted(unknown_q)}; "
+            f"expected {sorted(_QUESTION_KEYS)}"
+        )
+    for key in ("experiment", "label", "name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise ValueError(f"{path}: {key} must be a string, got {data[key]!r}")
+    base = experiment_base(data, str(path)) if "experiment" in data else dict(data.get("base", {}))
+    apply_overrides(base, data.get("set", {}))
+    apply_overrides(base, overrides or {})  # the later layer: its tables replace [set]'s fields
+    asked = {k: v for k, v in question.items() if v is not None}
+    in_file = dict(data.get("question", {}))
+    if asked.get("field", in_file.get("field")) != in_file.get("field"):
+        in_file = {"targets": in_file.get("targets", {})}  # another knob: not this bracket
+    q = {**in_file, **asked}
+    name = data.get("name", path.stem)
+    return plan_from_dict(name, base, q, data, str(path), varied=tuple(overrides or {}))
+
+
+def experiment_base(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """The base table of ``data["experiment"]`` with its ``data["label"]`` point's overrides."""
+    from kvsim.study.experiment import load_experiment
+    from kvsim.study.sweep import experiments_dir
+
+    name = check_name(data["experiment"], f"{where}: experiment")  # a shipped experiment
+    path = experiments_dir() / f"{name}.toml"
+    if not path.is_file():
+        from kvsim.presets import names as preset_names
+
+        names = preset_names(experiments_dir())
+        raise ValueError(f"{where}: experiment {name!r} is not a shipped experiment ({names})")
+    experiment = load_experiment(path)
+    label = data.get("label")
+    if label is None:
+        base: dict[str, Any] = json.loads(json.dumps(experiment.base))
+        return base
+    try:
+        return experiment.labelled_base(str(label))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def plan_from_dict(
+    name: str,
+    base: dict[str, Any],
+    question: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+    where: str = "plan",
+    *,
+    varied: tuple[str, ...] = (),
+) -> Plan:
+    """Build a ``Plan`` from a base table and a question table (``load_plan``'s keys);
+    ``varied``: the dotted fields of ``base`` a later layer set (``Plan.varied``)."""
+    extra = extra or {}
+    try:
+        targets = question.get("targets", {})
+        parsed = (
+            tuple(Target(m, float(b)) for m, b in targets.items())
+            if isinstance(targets, dict)
+            else tuple(Target.parse(t) for t in targets)
+        )
+        field_name = str(question["field"])
+        preset = {**KNOBS.get(field_name, {}), **knob_bracket(field_name, base, varied)}
+        natural = preset.get("direction")
+        if natural is not None and question.get("direction", natural) != natural:
+            raise ValueError(
+                f"{field_name}: meeting latency targets gets {_EASIER[natural]} as it grows, so "
+                f"only the {natural} value that meets them is an answer (--{natural})"
+            )
+        if field_name not in KNOBS and ("lo" not in question or "hi" not in question):
+            raise ValueError(
+                f"{field_name!r} is not a knob with a default range ("
+                + ", ".join(KNOBS)
+                + "; kv, rate, tp and max_num_seqs for short); for another config field give "
+                "--lo and --hi"
+            )
+        return Plan(
+            name=name,
+            base=base,
+            field=field_name,
+            direction=question.get("direction", preset.get("direction", "smallest")),
+            lo=_number(question, "lo", preset.get("lo", math.nan)),
+            hi=_number(question, "hi", preset.get("hi", math.nan)),
+            targets=parsed,
+            description=str(extra.get("description", "")),
+            resolution=_number(question, "resolution", 0.05),
+            integer=bool(question.get("integer", preset.get("integer", False))),
+            choices=tuple(float(c) for c in question.get("choices", preset.get("choices", ()))),
+            quick=dict(extra.get("quick", {}).get("set", {})),
+            varied=varied,
+            min_window_s=(
+                _number(question, "min_window_s", None) if "min_window_s" in question else None
+            ),
+        )
+    except KeyError as err:
+        raise ValueError(f"{where}: [question] needs {err.args[0]!r}") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def _number(question: dict[str, Any], key: str, default: Any) -> float:
+    """``question[key]`` (else ``default``) as a float; a string, a bool or a table is refused
+    with the key named (``float("30")`` or ``float(True)`` would quietly accept them)."""
+    value = question.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"[question] {key}: expected a number, got {value!r}")
+    return float(value)
+
+
+def knob_bracket(
+    field_name: str, base: dict[str, Any], varied: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """The default bracket the base config's hardware allows for a KV-budget knob
+    (``cache.kv_cache_gib`` or ``cache.kv_cache_bytes``): from the KV one ``max_model_len``
+    request needs (whole blocks, and vLLM v1's null block) to what the GPU holds beside the
+    weights (``{}`` for other knobs or an invalid base; ``varied`` as ``Plan.varied``)."""
+    if field_name not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
+        return {}
+    try:
+        config = config_from_dict(json.loads(json.dumps(base)), varied=varied)
+    except ValueError:
+        return {}
+    need = config.bytes_per_token * pool_tokens_for_request(config, config.max_model_len)
+    room = config.gpu.memory_bytes - config.weight_bytes_per_gpu
+    if field_name == "cache.kv_cache_bytes":
+        return {"lo": need, "hi": room} if 0 < need < room else {}
+    lo, hi = math.ceil(need / GiB * 100) / 100, math.floor(room / GiB * 100) / 100
+    return {"lo": lo, "hi": hi} if 0 < lo < hi else {}
+
+
+_EASIER = {"smallest": "easier", "largest": "harder"}  # by each knob's natural direction
+
+# defaults of the usual knobs: direction, bracket, integer / allowed values
+KNOBS: dict[str, dict[str, Any]] = {
+    "cache.kv_cache_gib": {"direction": "smallest", "lo": 0.25, "hi": 64.0},
+    "cache.kv_cache_bytes": {"direction": "smallest", "lo": 2**20, "hi": 2**36, "integer": True},
+    "workload.rate_per_s": {"direction": "largest", "lo": 0.05, "hi": 100.0},
+    "parallel.tensor_parallel_size": {
+        "direction": "smallest",
+        "lo": 1,
+        "hi": 16,
+        "choices": (1, 2, 4, 8, 16),
+    },
+    "scheduler.max_num_seqs": {"direction": "largest", "lo": 1, "hi": 1024, "integer": True},
+}
+
+
+@dataclass
+class PlanResult:
+    """What ``run_plan`` found.
+
+    Attributes:
+        plan: the question.
+        answer: the knob's value, or ``None`` when even the bracket's best end fails.
+        binding: the target with the least headroom at the answer.
+        headroom: that target's ``1 - value / bound`` at the answer.
+        points: one row per evaluated value: the knob, ``meets``, the targets' metrics, error.
+        folder: where the points are stored.
+        monotone: no evaluated point contradicts monotonicity.
+        beyond: why the nearest evaluated value past the answer fails (a target over its
+            bound, requests too long for the pool, or an invalid config), or ``None``.
+        skipped: the choices not searched, each with why its config is invalid (a TP size
+            that does not divide the model's attention heads), by knob value.
+    """
+
+    plan: Plan
+    answer: float | None
+    binding: str | None
+    headroom: float | None
+    points: pd.DataFrame
+    folder: Path
+    monotone: bool = True
+    beyond: str | None = None
+    skipped: dict[float | int, str] = dataclasses.field(default_factory=dict)
+
+
+class _Evaluator:
+    """Runs (or reuses) the plan's points and remembers their summaries by knob value."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        folder: Path,
+        jobs: int,
+        quick: bool,
+        on_point: Callable[[float, dict[str, Any], bool], None] | None,
+    ) -> None:
+        self.plan, self.folder, self.jobs, self.quick = plan, folder, jobs, quick
+        self.on_point = on_point
+        self.seen: dict[float, dict[str, Any]] = {}
+        self.skipped: dict[float, str] = {}  # choices whose config is invalid: why
+        self.warned: set[str] = set()  # the points' warnings, said once per plan run
+
+    def _seen(self, x: float, summary: dict[str, Any]) -> None:
+        self.seen[x] = summary
+        if self.on_point is not None:
+            self.on_point(self.plan.value(x), summary, self.meets(x))
+
+    def meets(self, x: float) -> bool:
+        """Every target holds and no request was turned away (too long for the pool)."""
+        summary = self.seen[x]
+        return (
+            "error" not in summary
+            and not summary.get("num_rejected_kv_pool", 0)
+            and all(t.met(summary) for t in self.plan.targets)
+        )
+
+    def valid(self, xs: Sequence[float]) -> list[float]:
+        """The values of ``xs`` whose config validates; the others go to ``skipped`` with the
+        validation error's first line (validation only: nothing is simulated)."""
+        kept = []
+        for x in xs:
+            spec = self.plan.config(x, quick=self.quick)
+            try:
+                config_from_dict(spec["data"], spec["overrides"], warn=False)
+            except ValueError as err:
+                self.skipped[x] = str(err).splitlines()[0]
+                continue
+            kept.append(x)
+        return kept
+
+    def evaluate(self, xs: Sequence[float]) -> None:
+        """Simulate the values not seen yet (on ``jobs`` workers), reusing stored points."""
+        todo: list[tuple[float, Point]] = []
+        for x in xs:
+            if x in self.seen or any(x == y for y, _ in todo):
+                continue
+            spec = self.plan.config(x, quick=self.quick)
+            try:
+                config = config_from_dict(spec["data"], spec["overrides"], varied=self.plan.varied)
+            except ValueError as err:
+                self._seen(x, {"error": str(err)})
+                continue
+            key = config.key()
+            if is_done(self.folder, key):
+                stored = point_dir(self.folder, key) / "summary.json"
+                self._seen(x, read_summary(stored))
+                continue
+            point = Point(
+                len(self.seen) + len(todo), {self.plan.field: self.plan.value(x)}, None, config
+            )
+            todo.append((x, point))
+        by_key = {point.key: x for x, point in todo}
+        for point, outcome in outcomes([p for _, p in todo], jobs=self.jobs, said=self.warned):
+            x = by_key[point.key]
+            if outcome.error is not None and outcome.error.startswith(_MISSING_DATA):
+                # the workload, not this knob value, is at fault: say so as `kvsim run` does
+                raise PlanPointError(outcome.error.removeprefix(_MISSING_DATA))
+            if outcome.error is not None or outcome.results is None:
+                raise PlanPointError(
+                    f"{self.plan.field} = {self.plan.value(x):g}: the run failed: {outcome.error}"
+                )
+            save_outcome(self.folder, point, outcome)
+            self._seen(x, outcome.results.summary)
+
+
+def candidates(plan: Plan) -> Sequence[float]:
+    """The knob's values the search may return, ascending: the choices, the integers in the
+    bracket (a ``range``, never materialised), or a geometric grid of ratio ``1 + resolution``."""
+    if plan.choices:
+        return [c for c in sorted(plan.choices) if plan.lo <= c <= plan.hi]
+    if plan.integer:
+        return range(math.ceil(plan.lo), math.floor(plan.hi) + 1)
+    steps = max(1, math.ceil(math.log(plan.hi / plan.lo) / math.log1p(plan.resolution)))
+    return [plan.lo * (plan.hi / plan.lo) ** (i / steps) for i in range(steps + 1)]
+
+
+def plan_folder(out_root: str | Path, name: str, *, quick: bool = False) -> Path:
+    """Where a plan's points and answer live: ``OUT/plan/NAME`` (``OUT/plan/quick/NAME``)."""
+    return Path(out_root) / "plan" / ("quick" if quick else "") / name
+
+
+# Values one search round evaluates: fixed, so that -j changes the speed of a plan but not the
+# points it visits (with k = jobs, a target that a metric meets non-monotonically, as
+# FasterTransformer's mean normalised latency against its rate, gave -j 1 and -j 2 different
+# answers).
+# Two points per round (trisection) keep both of a 2-core machine's processes busy.
+PROBES_PER_ROUND = 2
+
+
+def run_plan(
+    plan: Plan,
+    out_root: str | Path = "results",
+    *,
+    jobs: int = 1,
+    quick: bool = False,
+    on_point: Callable[[float | int, dict[str, Any], bool], None] | None = None,
+) -> PlanResult:
+    """Answer ``plan`` by k-ary search over ``candidates`` (``PROBES_PER_ROUND`` points per
+    round, whatever ``jobs``: the points visited, and so the answer, are the executor's to
+    speed up, not to choose).
+
+    Args:
+        plan: the question.
+        out_root: results root; points go to ``OUT/plan/NAME/points`` (``OUT/plan/quick/NAME``
+            with ``quick``).
+        jobs: processes (this one and ``jobs - 1`` workers) sharing each round's values.
+        quick: apply the plan's ``[quick] set`` overrides (small runs for tests and notebooks).
+        on_point: called with ``(knob value, summary, meets)`` as each value is evaluated.
+
+    Choices whose config is invalid (a TP size that does not divide the model's heads) are
+    skipped (``PlanResult.skipped``), not counted as failing: the search runs over the others.
+
+    Raises:
+        ValueError: the bracket holds no candidate, every choice is invalid, or the bracket's
+            best end (``hi`` for smallest, ``lo`` for largest) is not a valid config (then no
+            value could be judged an answer: the message gives the config's error).
+    """
+    folder = plan_folder(out_root, plan.name, quick=quick)
+    (folder / POINTS).mkdir(parents=True, exist_ok=True)
+    ev = _Evaluator(plan, folder, max(1, jobs), quick, on_point)
+    grid = ev.valid(candidates(plan)) if plan.choices else candidates(plan)
+    if not grid:
+        why = "; ".join(f"{plan.value(x)}: {e}" for x, e in ev.skipped.items())
+        raise ValueError(
+            f"{plan.field}: no valid value between lo={plan.lo:g} and hi={plan.hi:g}"
+            + (f" ({why})" if why else "")
+        )
+    smallest = plan.direction == "smallest"
+
+    def ok(i: int) -> bool:
+        """The i-th candidate is on the answer's side (monotone in i: False..True)."""
+        return ev.meets(grid[i]) == smallest
+
+    ev.evaluate([grid[0], grid[-1]])
+    _check_best_end(plan, ev, grid[-1] if smallest else grid[0])
+    answer_index: int | None
+    if not ok(len(grid) - 1):
+        answer_index = None if smallest else len(grid) - 1
+    elif ok(0):
+        answer_index = 0 if smallest else None
+    else:
+        lo, hi = 0, len(grid) - 1  # ok(lo) False, ok(hi) True
+        while hi - lo > 1:
+            k = min(PROBES_PER_ROUND, hi - lo - 1)
+            probes = sorted({lo + (hi - lo) * (j + 1) // (k + 1) for j in range(k)})
+            ev.evaluate([grid[i] for i in probes])
+            for i in probes:
+                if ok(i):
+                    hi = i
+                    break
+                lo = i
+        answer_index = hi if smallest else lo
+    return _result(plan, ev, grid, answer_index, folder)
+
+
+def _check_best_end(plan: Plan, ev: _Evaluator, best: float) -> None:
+    """Refuse a bracket whose best end is an invalid config: every value would "fail".
+
+    Raises:
+        ValueError: naming the value, the bracket end to move and the config's error.
+    """
+    error = ev.seen[best].get("error")
+    if error is None:
+        return
+    end = "--hi" if plan.direction == "smallest" else "--lo"
+    raise ValueError(
+        f"{plan.field} = {format_value(plan.value(best))} (the bracket's best end, {end}) is not "
+        f"a valid config, so no value could be shown to meet the targets: {error}"
+    )
+
+
+def _result(
+    plan: Plan, ev: _Evaluator, grid: Sequence[float], index: int | None, folder: Path
+) -> PlanResult:
+    rows = []
+    for x in sorted(ev.seen):
+        summary = ev.seen[x]
+        row: dict[str, Any] = {plan.field: plan.value(x), "meets": ev.meets(x)}
+        for t in plan.targets:
+            row[t.metric] = summary.get(t.metric, math.nan)
+        row["num_rejected_kv_pool"] = summary.get("num_rejected_kv_pool", 0)
+        row["error"] = summary.get("error")
+        rows.append(row)
+    points = pd.DataFrame(rows)
+    meets = points["meets"].tolist()
+    if plan.direction == "largest":
+        meets = meets[::-1]
+    monotone = meets == sorted(meets)  # False...False True...True along the search direction
+    answer = None if index is None else float(plan.value(grid[index]))
+    binding = headroom = None
+    beyond = None
+    if index is not None:
+        summary = ev.seen[grid[index]]
+        target = min(plan.targets, key=lambda t: t.headroom(summary))
+        binding, headroom = target.metric, target.headroom(summary)
+        seen = [*ev.seen, *ev.skipped]
+        past = [x for x in seen if (x < grid[index]) == (plan.direction == "smallest")]
+        past = [x for x in past if x != grid[index]]
+        if past:
+            nearest = max(past) if plan.direction == "smallest" else min(past)
+            why = (
+                f"skipped, invalid config: {ev.skipped[nearest]}"
+                if nearest in ev.skipped
+                else failure(plan, ev.seen[nearest])
+            )
+            beyond = f"{format_value(plan.value(nearest))}: {why}"
+    skipped = {plan.value(x): why for x, why in sorted(ev.skipped.items())}
+    return PlanResult(plan, answer, binding, headroom, points, folder, monotone, beyond, skipped)
+
+
+def format_value(value: float | int) -> str:
+    """A knob value for people: integers with thousands separators, reals to 4 digits."""
+    return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
+
+
+def failure(plan: Plan, summary: dict[str, Any]) -> str:
+    """Why a point fails: an invalid config, requests too long for the pool, or targets."""
+    if "error" in summary:
+        return "invalid config: " + str(summary["error"]).split(";")[0]
+    if summary.get("num_rejected_kv_pool", 0):
+        return f"{plural(int(summary['num_rejected_kv_pool']), 'request')} too long for the pool"
+    over = [
+        f"{t.metric} = {float(summary.get(t.metric, math.nan)):.4g} > {t.bound:g}"
+        for t in plan.targets
+        if not t.met(summary)
+    ]
+    return ", ".join(over) or "meets every target"

@@ -1,0 +1,99 @@
+"""The capacity-planning curve: each target metric against the knob, the bound and the answer.
+
+One panel per target: the evaluated points (filled where every target holds, crosses where one
+fails), the bound as a horizontal dashed line, the answer as a vertical line. The knob axis is
+logarithmic when the bracket spans 4x or more and labelled in the knob's own numbers (GiB, req/s,
+GPUs); a metric axis is logarithmic when its values span more than a decade.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from kvsim.base.textfile import json_text
+from kvsim.study.plan import PlanResult
+from kvsim.view.labels import axis_label
+
+_MEETS, _FAILS, _TARGET = "#1b7f3b", "#c0392b", "#444444"
+
+
+def _plain(value: float, _pos: int | None = None) -> str:
+    return f"{value:g}"
+
+
+def plan_figure(result: PlanResult) -> Figure:
+    """Draw ``result`` (see the module docstring); one 4.2 x 3.4 in panel per target."""
+    plan, points = result.plan, result.points
+    targets = plan.targets
+    fig = Figure(figsize=(4.2 * len(targets) + 0.4, 3.6), layout="constrained")
+    axes = fig.subplots(1, len(targets), squeeze=False)[0]
+    knob = points[plan.field].astype(float) if len(points) else points.get(plan.field)
+    for ax, target in zip(axes, targets, strict=True):
+        values = points[target.metric].astype(float) if len(points) else None
+        if values is not None:
+            ok = points["meets"].astype(bool)
+            ax.plot(knob, values, color="#888888", lw=1, zorder=1)
+            ax.scatter(knob[ok], values[ok], color=_MEETS, zorder=3, label="meets all targets")
+            ax.scatter(knob[~ok], values[~ok], color=_FAILS, marker="x", zorder=3, label="fails")
+            finite = values[np.isfinite(values) & (values > 0)]
+            if len(finite) and finite.max() / finite.min() > 10:
+                ax.set_yscale("log")
+        ax.axhline(
+            target.bound, color=_TARGET, ls="--", lw=1.2, label=f"target <= {target.bound:g}"
+        )
+        if result.answer is not None:
+            ax.axvline(
+                result.answer,
+                color=_MEETS,
+                lw=1.5,
+                label=f"answer: {result.answer:.4g}",
+            )
+        ax.set(xlabel=axis_label(plan.field), ylabel=axis_label(target.metric))
+        ax.set_xlim(plan.lo / 1.15, plan.hi * 1.15)
+        if plan.hi / plan.lo >= 4:
+            ax.set_xscale("log", base=2 if plan.choices or plan.integer else 10)
+            if plan.choices:
+                ax.set_xticks(list(plan.choices))
+            else:
+                ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+                ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize="small")
+    answer = (
+        f"{plan.direction} {plan.field} = {result.answer:.4g}"
+        if result.answer is not None
+        else f"no {plan.field} in [{plan.lo:g}, {plan.hi:g}] meets the targets"
+    )
+    fig.suptitle(f"{plan.name}: {answer}", fontsize="medium")
+    return fig
+
+
+def save_plan(result: PlanResult) -> list[Path]:
+    """Write ``points.csv``, ``answer.json`` and ``plan.png`` into the plan's folder."""
+    folder, plan = result.folder, result.plan
+    points_csv = folder / "points.csv"
+    result.points.to_csv(points_csv, index=False, float_format="%.6g")
+    answer = {
+        "field": plan.field,
+        "direction": plan.direction,
+        "answer": result.answer,
+        "binding_target": result.binding,
+        "headroom": result.headroom,
+        "targets": {t.metric: t.bound for t in plan.targets},
+        "bracket": [plan.lo, plan.hi],
+        "min_window_s": plan.min_window_s,
+        "monotone": result.monotone,
+        "next_value_fails": result.beyond,
+        "skipped": {str(value): why for value, why in result.skipped.items()},
+        "num_points": len(result.points),
+    }
+    answer_json = folder / "answer.json"
+    answer_json.write_text(json_text(answer, indent=2) + "\n")
+    png = folder / "plan.png"
+    plan_figure(result).savefig(png, dpi=120)
+    return [points_csv, answer_json, png]

@@ -1,0 +1,462 @@
+"""Run an experiment's points on a local process pool or a Dask cluster, resumably.
+
+Each point's results go to ``OUT/NAME/points/KEY/`` (``KEY = SimConfig.key()``), written into a
+temporary folder and renamed into place, so a killed sweep leaves only finished points behind and a
+rerun skips them. Local workers write their own points (``run_and_save``); Dask workers only
+simulate and return their ``Results`` and the driver writes, so a remote cluster needs no shared
+filesystem. Every point's config is validated before any runs: one invalid point (a value out
+of range, a misspelt field) fails the sweep up front, with nothing run. A point that fails while
+running is logged with its swept values and listed in ``failures.json``; the others go on.
+``summary.parquet`` has one row per finished point, in expansion order: the swept fields, then
+the summary metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm import tqdm
+
+from kvsim.base.textfile import json_text
+from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, dask_map, pool_map
+from kvsim.config import SimConfig
+from kvsim.results import read_summary
+from kvsim.results.tables import write_parquet
+from kvsim.study.experiment import LABEL, Experiment, Point, check_name, load_experiment
+from kvsim.study.load import SweepResults, load_sweep
+from kvsim.study.point import PointOutcome, run_point
+
+logger = logging.getLogger(__name__)
+
+POINTS = "points"
+SUMMARY = "summary.parquet"
+FAILURES = "failures.json"
+SNAPSHOT = "snapshot.parquet"
+EXPERIMENT = "experiment.json"
+_TMP_PREFIX = ".tmp-"
+
+
+@dataclass
+class Failure:
+    """A point that failed while running: its swept values, key and error."""
+
+    index: int
+    point: str
+    key: str
+    error: str
+    traceback: str | None = None
+
+
+@dataclass
+class SweepReport:
+    """The outcome of ``run_sweep``.
+
+    Attributes:
+        folder: ``OUT/NAME``.
+        table: the summary table (also in ``folder/summary.parquet``).
+        num_run: points simulated by this call.
+        num_skipped: points already finished before this call (resumed).
+        failures: points that failed (also in ``folder/failures.json``).
+    """
+
+    folder: Path
+    table: pd.DataFrame
+    num_run: int = 0
+    num_skipped: int = 0
+    failures: list[Failure] = field(default_factory=list)
+
+
+def point_dir(folder: Path, key: str) -> Path:
+    """Where one point's results live."""
+    return folder / POINTS / key
+
+
+def is_done(folder: Path, key: str) -> bool:
+    """Whether the point's results were completely written (the folder appears atomically)."""
+    return (point_dir(folder, key) / "summary.json").is_file()
+
+
+def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
+    """Write a finished point atomically: into a temporary folder, then one ``rename``."""
+    assert outcome.results is not None, f"save_outcome: point {outcome.key} has no results"
+    final = point_dir(folder, outcome.key)
+    tmp = folder / POINTS / f"{_TMP_PREFIX}{outcome.key}-{uuid.uuid4().hex[:8]}"
+    outcome.results.save(tmp, exports=False)  # sweep points keep parquet only
+    if outcome.snapshot is not None:
+        write_parquet(outcome.snapshot, tmp / SNAPSHOT)
+    meta = {"overrides": point.overrides, LABEL: point.label, "elapsed_s": outcome.elapsed_s}
+    (tmp / "point.json").write_text(json_text(meta, indent=2, sort_keys=True))
+    try:
+        tmp.rename(final)
+    except OSError:  # another writer finished the same point first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _clean_stale(folder: Path) -> None:
+    """Remove temporary folders left by a killed run (they never hold finished points)."""
+    for stale in (folder / POINTS).glob(f"{_TMP_PREFIX}*"):
+        logger.info("removing partial point %s left by an interrupted run", stale.name)
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _config(point: Point) -> SimConfig:
+    assert point.config is not None, f"point {point.index} has no valid config"
+    return point.config
+
+
+def _serial(todo: list[Point], snapshot_at_s: float | None) -> Iterator[tuple[Point, PointOutcome]]:
+    for point in todo:
+        yield point, run_point(_config(point), snapshot_at_s)
+
+
+def run_and_save(
+    config: SimConfig, snapshot_at_s: float | None, folder: Path, point: Point
+) -> PointOutcome:
+    """``run_point``, then write the finished point where it runs (a local worker shares the
+    driver's filesystem): the tables need not travel back, and their writing is spread over the
+    workers instead of queueing in the driver."""
+    outcome = run_point(config, snapshot_at_s)
+    if outcome.error is None:
+        save_outcome(folder, point, outcome)
+        outcome.results = outcome.snapshot = None
+        outcome.saved = True
+    return outcome
+
+
+def _pool(
+    todo: list[Point], jobs: int, snapshot_at_s: float | None, folder: Path | None
+) -> Iterator[tuple[Point, PointOutcome]]:
+    if folder is None:
+        calls = [(p, (_config(p), snapshot_at_s)) for p in todo]
+        yield from pool_map(run_point, calls, jobs)  # workers die with the driver
+        return
+    saving = [(p, (_config(p), snapshot_at_s, folder, p)) for p in todo]
+    yield from pool_map(run_and_save, saving, jobs)
+
+
+def _dask(
+    todo: list[Point],
+    jobs: int,
+    scheduler: str,
+    snapshot_at_s: float | None,
+    connect_timeout_s: float,
+) -> Iterator[tuple[Point, PointOutcome]]:
+    calls = [(p, (p.config, snapshot_at_s), f"kvsim-point-{p.key}") for p in todo]
+    yield from dask_map(run_point, calls, scheduler, jobs, connect_timeout_s)
+
+
+def outcomes(
+    todo: list[Point],
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    snapshot_at_s: float | None = None,
+    connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
+    folder: Path | None = None,
+    said: set[str] | None = None,
+) -> Iterator[tuple[Point, PointOutcome]]:
+    """Run ``todo`` and yield ``(point, outcome)`` as each finishes, logging each distinct
+    warning of the points once (workers' warnings come back with their outcomes, however
+    the points ran).
+
+    Args:
+        todo: valid points (``config`` set), one per key.
+        jobs: worker processes (local pool, or a local Dask cluster's workers).
+        scheduler: ``None`` for the local pool; ``"local"`` for a local Dask cluster;
+            ``"tcp://HOST:PORT"`` for a running Dask scheduler.
+        snapshot_at_s: simulated second of the memory-map snapshot (``None``: none).
+        connect_timeout_s: seconds to wait for a remote Dask scheduler.
+        folder: the sweep's folder: local pool workers write their points into it
+            (``run_and_save``); ``None``: every outcome comes back with its tables.
+        said: warning texts already logged, added to as more are (a plan's rounds share one,
+            so a warning every point gives is said once per plan); ``None``: a fresh set.
+
+    Raises:
+        ValueError: (when iterated) an unreachable or malformed Dask scheduler address.
+    """
+    if scheduler is not None:
+        stream = _dask(todo, jobs, scheduler, snapshot_at_s, connect_timeout_s)
+    elif jobs <= 1:
+        stream = _serial(todo, snapshot_at_s)
+    else:
+        stream = _pool(todo, jobs, snapshot_at_s, folder)
+    return _warn_once_each(stream, set() if said is None else said)
+
+
+def _warn_once_each(
+    stream: Iterator[tuple[Point, PointOutcome]], said: set[str]
+) -> Iterator[tuple[Point, PointOutcome]]:
+    """Pass outcomes through, logging each warning text of their points not in ``said`` (once)."""
+    for point, outcome in stream:
+        for text in outcome.warnings:
+            if text not in said:
+                said.add(text)
+                logger.warning("%s", text)
+        yield point, outcome
+
+
+def check_points(name: str, points: list[Point]) -> None:
+    """Fail before anything runs when a point's config is invalid (a misspelt field, a value out
+    of range): a sweep runs all of its points or none, so no result of a half-valid grid is
+    written. ``Experiment.points`` has already validated every config (no workload is generated).
+
+    Raises:
+        ValueError: naming the first invalid point, its swept values and the field at fault, and
+            how many points are invalid.
+    """
+    invalid = [p for p in points if p.config is None]
+    if not invalid:
+        return
+    first = invalid[0]
+    where = f"point {first.index} ({first.describe()})"
+    if len(invalid) == len(points):
+        raise ValueError(f"{name}: no point has a valid config; {where}: {first.error}")
+    if len(invalid) == 1:
+        raise ValueError(
+            f"{name}: {where} has an invalid config, so no point was run: {first.error}"
+        )
+    shown = ", ".join(str(p.index) for p in invalid[:10]) + (", ..." if len(invalid) > 10 else "")
+    raise ValueError(
+        f"{name}: {len(invalid)} of {len(points)} points have an invalid config (points {shown}), "
+        f"so no point was run; {where}: {first.error}"
+    )
+
+
+def _column(values: list[Any]) -> list[Any]:
+    """Swept values of one column; mixed types become strings so parquet can store them."""
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {int, float} or len(kinds) <= 1:
+        return values
+    return [None if v is None else str(v) for v in values]
+
+
+def summary_table(
+    experiment: Experiment, points: list[Point], folder: Path, *, quick: bool = False
+) -> pd.DataFrame:
+    """One row per finished point, in expansion order: swept fields (``quick``: with the
+    ``[quick] grid`` axes), then summary metrics (a metric a point lacks is NaN)."""
+    swept = experiment.swept_fields(quick=quick)
+    done = [p for p in points if p.key is not None and is_done(folder, p.key)]
+    metrics = [read_summary(point_dir(folder, str(p.key)) / "summary.json") for p in done]
+    if not done:
+        return pd.DataFrame(columns=swept)
+    columns: dict[str, list[Any]] = {
+        name: _column([p.label if name == LABEL else p.overrides.get(name) for p in done])
+        for name in swept
+    }
+    for name in dict.fromkeys(name for row in metrics for name in row):  # first-seen order
+        if name not in columns:  # a swept field's value is the one shown, not the summary's
+            columns[name] = [row.get(name, math.nan) for row in metrics]
+    return pd.DataFrame(columns, index=range(len(done)))  # one frame: no concat (~3 ms)
+
+
+def _warn_repeated_points(name: str, points: list[Point], first: dict[str, Point]) -> None:
+    """Warn when points share a config (``[grid] seed = [1, 1]``, a label-only axis): each
+    config runs once and its row repeats in the summary. ``first``: the first point per key."""
+    repeats = [(p, first[str(p.key)]) for p in points]
+    repeats = [(p, f) for p, f in repeats if p is not f]
+    if repeats:
+        p, f = repeats[0]
+        logger.warning(
+            "%s: %d of %d points repeat an earlier point's config (e.g. point %d: %s = point "
+            "%d: %s); each config runs once and its row repeats in summary.parquet",
+            name,
+            len(repeats),
+            len(points),
+            p.index,
+            p.describe(),
+            f.index,
+            f.describe(),
+        )
+
+
+def run_sweep(
+    experiment: Experiment,
+    out_root: str | Path = "results",
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    quick: bool = False,
+    progress: bool = True,
+    connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
+) -> SweepReport:
+    """Run every unfinished point of ``experiment`` and gather ``summary.parquet``.
+
+    Args:
+        experiment: the parsed experiment.
+        out_root: results root; the sweep writes ``out_root/NAME/`` (``out_root/quick/NAME/``
+            with ``quick``, so small runs never mix with full ones).
+        jobs: worker processes (1 runs in this process unless ``scheduler`` is set).
+        scheduler: ``None`` (local pool), ``"local"`` (local Dask cluster) or a Dask address.
+        quick: apply the experiment's ``[quick]`` overrides (small runs for tests).
+        progress: show a tqdm bar (points done, rate, time left).
+        connect_timeout_s: seconds to wait for a remote Dask ``scheduler`` to answer.
+
+    Returns:
+        A ``SweepReport``; failures of single points do not raise.
+
+    Raises:
+        ValueError: a point has an invalid config (e.g. a misspelt field or a value out of
+            range in ``[grid]``; ``check_points``: nothing is run or written), the
+            experiment's name is not a folder name, or the Dask scheduler is unreachable.
+        OSError: the results folder cannot be written (a file in the way, a full disk).
+        KeyboardInterrupt: after writing ``summary.parquet`` of the points finished so far.
+    """
+    check_name(experiment.name, "experiment name")  # the results stay under out_root
+    points = experiment.points(quick=quick)  # validates every config; generates no workload
+    check_points(experiment.name, points)
+    folder = Path(out_root) / ("quick" if quick else "") / experiment.name
+    (folder / POINTS).mkdir(parents=True, exist_ok=True)
+    _clean_stale(folder)
+    meta = {
+        "name": experiment.name,
+        "description": experiment.description,
+        "quick": quick,
+        "swept_fields": experiment.swept_fields(quick=quick),
+        "snapshot_at_s": experiment.snapshot_time(quick=quick),
+        "analysis": experiment.analysis,
+    }
+    _write_atomic(folder / EXPERIMENT, lambda p: p.write_text(json_text(meta, indent=2)))
+    failures: list[Failure] = []
+    unique = {_config(p).key(): p for p in reversed(points)}  # first point per key
+    _warn_repeated_points(experiment.name, points, unique)
+    radix = [p for p in unique.values() if _config(p).cache.allocator == "radix"]
+    if radix and experiment.snapshot_time(quick=quick) is not None:
+        logger.warning(
+            "snapshot_at_s: %d radix point(s) run without a memory-map snapshot (a radix tree "
+            "has no slot map)",
+            len(radix),
+        )
+    todo = sorted(
+        (p for k, p in unique.items() if not is_done(folder, str(k))), key=lambda p: p.index
+    )
+    report = SweepReport(folder, pd.DataFrame(), num_skipped=len(unique) - len(todo))
+    logger.info(
+        "sweep %s: %d points, %d finished before, %d to run",
+        experiment.name,
+        len(points),
+        report.num_skipped,
+        len(todo),
+    )
+    bar = PointBar(
+        total=len(unique),
+        initial=report.num_skipped,
+        desc=experiment.name,
+        unit="pt",
+        disable=None if progress else True,  # None: off on a non-terminal (no \r in logs)
+    )
+    try:
+        finished = outcomes(
+            todo,
+            jobs=jobs,
+            scheduler=scheduler,
+            snapshot_at_s=experiment.snapshot_time(quick=quick),
+            connect_timeout_s=connect_timeout_s,
+            folder=folder,
+        )
+        _run_points(finished, folder, report, failures, bar)
+    except KeyboardInterrupt:
+        logger.warning(
+            "interrupted: %d points saved in %s; run the sweep again to resume",
+            report.num_run + report.num_skipped,
+            folder,
+        )
+        raise
+    finally:
+        report.table = summary_table(experiment, points, folder, quick=quick)
+        _write_atomic(folder / SUMMARY, lambda p: write_parquet(report.table, p))
+    report.failures = sorted(failures, key=lambda f: f.index)
+    _write_atomic(
+        folder / FAILURES,
+        lambda p: p.write_text(json_text([f.__dict__ for f in report.failures], indent=2)),
+    )
+    return report
+
+
+class PointBar(tqdm):  # type: ignore[misc]
+    """A tqdm bar of points without tqdm's monitor thread, so that workers can be forked
+    (``pool_map``)."""
+
+    monitor_interval = 0
+
+
+def _run_points(
+    finished: Iterator[tuple[Point, PointOutcome]],
+    folder: Path,
+    report: SweepReport,
+    failures: list[Failure],
+    bar: Any,
+) -> None:
+    """Save each finished point of ``finished`` as it comes, collecting failures."""
+    with bar:
+        for point, outcome in finished:
+            if outcome.error is None:
+                if not outcome.saved:
+                    save_outcome(folder, point, outcome)
+                report.num_run += 1
+            else:
+                failures.append(
+                    Failure(
+                        point.index, point.describe(), outcome.key, outcome.error, outcome.traceback
+                    )
+                )
+                logger.error(
+                    "point %d (%s) failed: %s", point.index, point.describe(), outcome.error
+                )
+            bar.update(1)
+
+
+def experiments_dir() -> Path:
+    """The shipped ``experiments/`` folder (package data, ``kvsim.presets``)."""
+    from kvsim.presets import experiments_dir as shipped
+
+    return shipped()
+
+
+def default_results_root() -> Path:
+    """``results/`` of the source checkout kvsim runs from, else ``./results``."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "kvsim").is_dir():
+        return checkout / "results"
+    return Path("results")
+
+
+def open_experiment(
+    name: str, *, quick: bool = False, jobs: int = 1, out_root: str | Path | None = None
+) -> SweepResults:
+    """Load an experiment's results, running whatever points are missing first (notebooks).
+
+    Raises:
+        ValueError: a point failed (the message names each, with its error).
+
+    Args:
+        name: experiment name (``experiments/NAME.toml``) or a path to a TOML file.
+        quick: use the ``[quick]`` table; results then live under ``results/quick/``.
+        jobs: worker processes for missing points.
+        out_root: results root (default: ``default_results_root()``).
+    """
+    path = Path(name) if name.endswith(".toml") else experiments_dir() / f"{name}.toml"
+    experiment = load_experiment(path)
+    if out_root is None:
+        out_root = default_results_root()
+    report = run_sweep(experiment, out_root, jobs=jobs, quick=quick, progress=False)
+    if report.failures:
+        lines = "; ".join(f"point {f.index} [{f.point}]: {f.error}" for f in report.failures)
+        raise ValueError(f"{experiment.name}: {len(report.failures)} point(s) failed: {lines}")
+    return load_sweep(report.folder)

@@ -1,0 +1,75 @@
+"""Axis labels with units for config fields and summary metrics (figures, tables).
+
+``axis_label("cache.kv_cache_gib")`` -> ``"KV cache (GiB)"``;
+``axis_label("time_to_first_token_seconds_p99")`` -> ``"time_to_first_token_seconds p99 (s)"``.
+Metric names stay vLLM's so that a figure reads like a Prometheus dashboard.
+"""
+
+from __future__ import annotations
+
+FIELD_LABELS = {
+    "cache.kv_cache_gib": "KV cache (GiB)",
+    "cache.kv_cache_gb": "KV cache (GB)",
+    "cache.kv_cache_tokens": "KV cache (token slots)",
+    "cache.block_size_tokens": "block_size (tokens)",
+    "cache.gpu_memory_utilization": "gpu_memory_utilization (fraction)",
+    "workload.rate_per_s": "request rate (req/s)",
+    "workload.n": "samples per prompt (n)",
+    "workload.beam_width": "beam width",
+    "parallel.tensor_parallel_size": "tensor_parallel_size (GPUs)",
+    "parallel.pipeline_parallel_size": "pipeline_parallel_size (GPUs)",
+    "scheduler.max_num_seqs": "max_num_seqs (sequences)",
+    "scheduler.max_num_batched_tokens": "max_num_batched_tokens (tokens)",
+    "scheduler.max_model_len": "max_model_len (tokens)",
+}
+
+METRIC_LABELS = {
+    "token_utilization_perc": "token states / allocated KV (%)",
+    "internal_fragmentation_pct_of_used": "internal fragmentation (% of used KV)",
+    "external_fragmentation_pct_of_used": "external fragmentation (% of used KV)",
+    "kv_cache_usage_perc": "kv_cache_usage_perc (0-1)",
+    "kv_cache_usage_perc_max": "kv_cache_usage_perc max (0-1)",
+    "normalized_latency_seconds_mean": "mean normalized latency (s/token)",
+}
+
+# metric-name fragment -> unit, checked in order
+_UNITS = (
+    ("token_utilization_perc", "%"),  # a percentage despite vLLM's _perc (0-1) suffix
+    ("_pct_of_used", "% of used KV"),
+    ("_seconds", "s"),
+    ("_pct", "% of KV"),
+    ("_perc", "0-1"),
+    ("per_request", "per request"),
+    ("_tokens_per_s", "tokens/s"),
+    ("_requests_per_s", "req/s"),
+    ("_bytes", "bytes"),
+    ("num_", "count"),
+)
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of a summary metric from its name (``""`` when unknown)."""
+    for fragment, unit in _UNITS:
+        if fragment in metric:
+            return unit
+    return ""
+
+
+def axis_label(name: str) -> str:
+    """A config field or summary metric as an axis label with its unit."""
+    if name in FIELD_LABELS:
+        return FIELD_LABELS[name]
+    if name in METRIC_LABELS:
+        return METRIC_LABELS[name]
+    base = name.rpartition(".")[2]
+    for suffix in ("_p50", "_p90", "_p95", "_p99", "_mean", "_max"):
+        if base.endswith(suffix):
+            base = f"{base.removesuffix(suffix)} {suffix[1:]}"
+            break
+    unit = metric_unit(name)
+    return f"{base} ({unit})" if unit else base
+
+
+def short_name(dotted: str) -> str:
+    """``"cache.block_size_tokens"`` -> ``"block_size_tokens"`` (axis and legend labels)."""
+    return dotted.rsplit(".", 1)[-1]

@@ -1,0 +1,38 @@
+"""``kvsim report``: one self-contained HTML page per set of runs.
+
+For each run folder (``kvsim run --out DIR``) the page animates the physical KV memory map over
+simulated time (cells coloured by owning request, filled by live tokens, dark red where allocated
+but empty, holes hatched), with the waiting queue, the memory-over-time and waste charts under a
+moving cursor, latency ECDFs, and the summary and config side by side. Data is embedded as JSON
+and plotly.js is inlined: the file opens without network or server.
+
+    from kvsim.view.report import write_report
+    write_report(["results/contiguous", "results/paged"], "report.html")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvsim.view.report.build import render
+from kvsim.view.report.data import load_runs
+
+__all__ = ["write_report"]
+
+
+def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
+    """Write the report of ``run_dirs`` (shown in that order) to the HTML file ``out``.
+
+    Raises:
+        ValueError: no run folder given, or one is not a folder with a ``summary.json``.
+    """
+    if not run_dirs:
+        raise ValueError("RUN_DIR: expected at least one run folder, got none")
+    runs = load_runs(run_dirs)
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"--out: expected an HTML file, got the folder {str(out)!r}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(runs), encoding="utf-8")
+    return out

@@ -1,0 +1,117 @@
+"""The report's plotly charts: memory over time per run, latency ECDFs over all runs.
+
+Figures take the report's ``Run`` records and return ``plotly.graph_objects.Figure``; the page
+draws them with the plotly.js the ``plotly`` package ships (inlined, no network) and moves a
+cursor over the memory charts as the map's time slider moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kvsim.view.plots import CATEGORY_COLORS, CATEGORY_NAMES
+from kvsim.view.report.data import Run, ecdf_points, memory_bins
+
+LATENCIES = {
+    "time_to_first_token_seconds": "TTFT (s)",
+    "request_time_per_output_token_seconds": "TPOT (s)",
+    "e2e_request_latency_seconds": "E2E latency (s)",
+}
+RUN_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
+LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 60, "r": 10, "t": 30, "b": 40},
+    "font": {"size": 11},
+    "hovermode": "x unified",
+}
+
+
+def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
+    """Allocated vs live slots (top) and where the pool goes, % of capacity (bottom), over
+    simulated seconds; step lines, each engine event (or time bin) held until the next.
+
+    Args:
+        end_s: right end of the time axis, seconds (the same for runs shown side by side);
+            the run's own end when ``None``.
+    """
+    mem = memory_bins(run.results.memory)
+    capacity = run.capacity_slots
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        row_heights=[0.45, 0.55],
+        subplot_titles=("allocated vs live (token slots)", "waste breakdown (% of KV capacity)"),
+    )
+    t = mem["time_s"]
+    fig.add_trace(
+        go.Scatter(
+            x=t, y=mem["allocated"], name="allocated", line={"color": "#444", "shape": "hv"}
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=t,
+            y=mem["token_states"],
+            name="live (token states)",
+            line={"color": CATEGORY_COLORS["token_states"], "shape": "hv"},
+        ),
+        row=1,
+        col=1,
+    )
+    for cat, color in CATEGORY_COLORS.items():
+        fig.add_trace(
+            go.Scatter(
+                x=t,
+                y=100.0 * mem[cat] / capacity,
+                name=CATEGORY_NAMES[cat],
+                stackgroup="waste",
+                line={"width": 0, "shape": "hv"},
+                fillcolor=color,
+                hovertemplate="%{y:.1f}%",
+            ),
+            row=2,
+            col=1,
+        )
+    fig.update_yaxes(range=[0, capacity * 1.02], title_text="slots", row=1, col=1)
+    fig.update_yaxes(range=[0, 100], title_text="%", row=2, col=1)
+    fig.update_xaxes(title_text="simulated time (s)", row=2, col=1)
+    if end_s is not None:
+        fig.update_xaxes(range=[0, end_s])
+    fig.update_layout(
+        LAYOUT, height=460, legend={"orientation": "h", "y": -0.18, "x": 0}, showlegend=True
+    )
+    return fig
+
+
+def ecdf_figure(runs: Sequence[Run]) -> go.Figure:
+    """Empirical CDFs of TTFT, TPOT and E2E latency (log seconds), one line per run."""
+    fig = make_subplots(rows=1, cols=len(LATENCIES), subplot_titles=list(LATENCIES.values()))
+    for i, run in enumerate(runs):
+        color = RUN_COLORS[i % len(RUN_COLORS)]
+        for j, metric in enumerate(LATENCIES, start=1):
+            values = run.results.requests[metric]
+            x, p = ecdf_points(values[values > 0])
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=p,
+                    name=run.name,
+                    legendgroup=run.name,
+                    showlegend=j == 1,
+                    line={"color": color, "shape": "hv"},
+                    hovertemplate="%{x:.3g} s: %{y:.1%}",
+                ),
+                row=1,
+                col=j,
+            )
+    fig.update_xaxes(type="log", title_text="seconds")
+    fig.update_yaxes(range=[0, 1.02], title_text="fraction of requests", col=1)
+    fig.update_layout(LAYOUT, height=340, hovermode="closest")
+    return fig
