@@ -1,7 +1,8 @@
 """The capacity-planning curve: each target metric against the knob, the bound and the answer.
 
 One panel per target: the evaluated points (filled where every target holds, crosses where one
-fails), the bound as a horizontal dashed line, the answer as a vertical line. The knob axis is
+fails), the bound as a horizontal dashed line, the interval meeting every target shaded and the
+answer (one of its ends) as a vertical line. The knob axis is
 logarithmic when the bracket spans 4x or more and labelled in the knob's own numbers (GiB, req/s,
 GPUs); a metric axis is logarithmic when its values span more than a decade.
 """
@@ -42,6 +43,10 @@ def plan_figure(result: PlanResult) -> Figure:
         ax.axhline(
             target.bound, color=_TARGET, ls="--", lw=1.2, label=f"target <= {target.bound:g}"
         )
+        if result.interval is not None:
+            ax.axvspan(
+                *result.interval, color=_MEETS, alpha=0.08, lw=0, label="interval meeting them"
+            )
         if result.answer is not None:
             ax.axvline(
                 result.answer,
