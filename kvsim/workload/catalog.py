@@ -30,7 +30,8 @@ class TraceInfo:
         file_name: file name inside the data folder.
         fmt: reader format: ``"azure"``, ``"mooncake"``, ``"sharegpt_opt"``, ``"alpaca"`` or
             ``"vidur"``.
-        has_arrivals: whether rows carry arrival times (``arrival = "trace"`` is allowed).
+        has_arrivals: whether rows carry arrival times (``arrival = "trace"`` is allowed, and
+            the default: ``WorkloadSpec.arrival``).
         source: public upstream repository and path of the file.
     """
 
