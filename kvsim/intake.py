@@ -18,6 +18,8 @@ import numpy as np
 
 from kvsim.allocators.base import Allocator
 from kvsim.config import SimConfig
+from kvsim.config.sim import group_over_max_num_seqs
+from kvsim.limits import MAX_NUM_REQUESTS
 from kvsim.request import Request
 from kvsim.tokens import prompt_segments
 from kvsim.workload import generate_requests
@@ -35,7 +37,34 @@ def requests_for(config: SimConfig) -> list[Request]:
     rng = np.random.default_rng(config.seed)
     requests = generate_requests(config.workload, rng, max_model_len=config.max_model_len)
     check_trace_groups(config, requests)
+    check_num_sequences(config, requests)
     return requests
+
+
+def check_num_sequences(config: SimConfig, requests: list[Request]) -> None:
+    """The run holds at most ``kvsim.limits.MAX_NUM_REQUESTS`` sequences: requests times their
+    ``n`` or beam width (vLLM v1 serves each sample as a request; every sequence is simulated).
+
+    Raises:
+        ValueError: naming the workload's count of requests and sequences, and the limit.
+    """
+    num_seqs = sum(r.num_seqs for r in requests)
+    if num_seqs <= MAX_NUM_REQUESTS:
+        return
+    spec = config.workload
+    source = f"workload.trace ({spec.trace})" if spec.trace is not None else "workload"
+    widest = max(requests, key=lambda r: r.num_seqs)
+    groups = (
+        f" in {len(requests):,} requests (n or beam_width up to {widest.num_seqs:,}: request "
+        f"{widest.req_id})"
+        if num_seqs > len(requests)
+        else ""
+    )
+    raise ValueError(
+        f"{source}: {num_seqs:,} sequences{groups}, more than the {MAX_NUM_REQUESTS:,} one run "
+        "holds (kvsim keeps every sequence in memory); set workload.num_requests or "
+        "workload.duration_s to simulate a shorter window"
+    )
 
 
 def check_trace_groups(config: SimConfig, requests: list[Request]) -> None:
@@ -59,6 +88,10 @@ def check_trace_groups(config: SimConfig, requests: list[Request]) -> None:
             f"{beams[0].req_id}, beam_width {beams[0].beam_width}); beam search runs outside "
             "vLLM v1's engine: use scheduler.engine = 'vllm-v0'"
         )
+    widest = max(groups, key=lambda r: r.num_seqs)
+    if args.engine == "vllm-v0" and widest.num_seqs > args.max_num_seqs:
+        what = f"{where}: request {widest.req_id} has {widest.num_seqs} sequences (n or beam_width)"
+        raise ValueError(group_over_max_num_seqs(what, args))
     paged = allocator == "paged"
     if args.engine == "vllm-v0" and paged and config.scheduler.preemption_mode == "recompute":
         raise ValueError(

@@ -32,7 +32,7 @@ from kvsim.experiment import LABEL, Experiment, Point, check_name, load_experime
 from kvsim.point import PointOutcome, run_point
 from kvsim.results import read_summary, write_parquet
 from kvsim.textfile import json_text
-from kvsim.workers import DASK_CONNECT_TIMEOUT_S, dask_map, pool_map
+from kvsim.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler, dask_map, pool_map
 
 logger = logging.getLogger(__name__)
 
@@ -320,6 +320,8 @@ def run_sweep(
     check_name(experiment.name, "experiment name")  # the results stay under out_root
     points = experiment.points(quick=quick)  # validates every config; generates no workload
     check_points(experiment.name, points)
+    if scheduler is not None:  # before anything is written (a bad address left files behind)
+        check_scheduler(scheduler, connect_timeout_s)
     folder = Path(out_root) / ("quick" if quick else "") / experiment.name
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
     _clean_stale(folder)

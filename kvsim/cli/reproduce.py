@@ -83,6 +83,10 @@ def reproduce(
         warn_many_jobs(jobs)
         if name not in REPRODUCTIONS:
             raise ValueError(f"reproduce: unknown {name!r}; choose from {', '.join(REPRODUCTIONS)}")
+        if scheduler is not None:  # before anything is said or written
+            from kvsim.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler
+
+            check_scheduler(scheduler, DASK_CONNECT_TIMEOUT_S)
         console.print(f"[bold]{describe(name)}[/]")
         rep = run_reproduction(
             name,

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvsim.config.hf import model_fields_from_hf
+from kvsim.config.hf import check_file_heads, model_fields_from_hf
 from kvsim.limits import (
     MAX_CONTEXT_TOKENS,
     MAX_GPU_MEMORY_BYTES,
@@ -127,7 +127,9 @@ class ModelSpec(Frozen):
                     "not both"
                 )
             rest = {k: v for k, v in value.items() if k != "hf_config"}
-            return {**model_fields_from_hf(value["hf_config"]), **rest}
+            fields = model_fields_from_hf(value["hf_config"])
+            check_file_heads(value["hf_config"], fields, rest)
+            return {**fields, **rest}
         return resolve_preset("models", value)
 
     @model_validator(mode="after")

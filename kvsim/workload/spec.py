@@ -263,7 +263,17 @@ class WorkloadSpec(BaseModel):
         if self.num_requests is not None and self.num_requests > MAX_NUM_REQUESTS:
             raise ValueError(
                 f"num_requests: at most {MAX_NUM_REQUESTS:,} requests per run (kvsim holds every "
-                f"request in memory), got {self.num_requests:,}; simulate a shorter window"
+                f"request in memory: 0.8 GiB at {MAX_NUM_REQUESTS:,}), got "
+                f"{self.num_requests:,}; simulate a shorter window"
+            )
+        width = max(self.n, self.beam_width)
+        if self.num_requests is not None and self.num_requests * width > MAX_NUM_REQUESTS:
+            field = "n" if self.n > 1 else "beam_width"
+            raise ValueError(
+                f"{field}: {self.num_requests:,} requests of {width:,} sequences are "
+                f"{self.num_requests * width:,}, more than the {MAX_NUM_REQUESTS:,} one run holds "
+                "(every sequence is simulated and kept in memory); lower num_requests or "
+                f"{field}"
             )
         rate = self.rate_per_s
         if rate is not None and rate < MIN_RATE_PER_S:

@@ -34,6 +34,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from kvsim.textfile import parse_json
+
 BAILIAN_BLOCK_SIZE_TOKENS = 16
 
 
@@ -224,10 +226,10 @@ def _detect_by_content(path: Path) -> str | None:
         handle.seek(0)
         for line_no, line in enumerate(handle, start=1):
             if line.strip():
+                where = f"{path} line {line_no}"
                 try:
-                    record = json.loads(line)
+                    record = parse_json(line, where)
                 except json.JSONDecodeError as exc:
-                    where = f"{path} line {line_no}"
                     raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
                 is_bailian = isinstance(record, dict) and (
                     "chat_id" in record or "parent_chat_id" in record
@@ -237,7 +239,12 @@ def _detect_by_content(path: Path) -> str | None:
 
 
 def bad_value(path: Path, where: str, field: str, value: object, expected: str) -> ValueError:
-    """``ValueError("data/trace.csv line 3: ContextTokens must be ..., got 'abc'")``."""
+    """``ValueError("data/trace.csv line 3: ContextTokens must be ..., got 'abc'")`` (a value
+    longer than 80 characters shown by its start and its length)."""
     if isinstance(value, np.generic):  # a Parquet cell: show -3, not np.int64(-3)
         value = value.item()
-    return ValueError(f"{path} {where}: {field} must be {expected}, got {value!r}")
+    shown = repr(value)
+    if len(shown) > 80:  # a 200,000-digit cell: its start and its length
+        text = str(value)
+        shown = f"{text[:30]!r}... ({len(text):,} characters)"
+    return ValueError(f"{path} {where}: {field} must be {expected}, got {shown}")
