@@ -294,6 +294,7 @@ def run_sweep(
     quick: bool = False,
     progress: bool = True,
     connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
+    said: set[str] | None = None,
 ) -> SweepReport:
     """Run every unfinished point of ``experiment`` and gather ``summary.parquet``.
 
@@ -306,6 +307,8 @@ def run_sweep(
         quick: apply the experiment's ``[quick]`` overrides (small runs for tests).
         progress: show a tqdm bar (points done, rate, time left).
         connect_timeout_s: seconds to wait for a remote Dask ``scheduler`` to answer.
+        said: warning texts the caller has already given in its own words: the points' copies
+            are not logged (``outcomes``).
 
     Returns:
         A ``SweepReport``; failures of single points do not raise.
@@ -370,6 +373,7 @@ def run_sweep(
             snapshot_at_s=experiment.snapshot_time(quick=quick),
             connect_timeout_s=connect_timeout_s,
             folder=folder,
+            said=set(said or ()),
         )
         _run_points(finished, folder, report, failures, bar)
     except KeyboardInterrupt:

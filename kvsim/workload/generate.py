@@ -112,14 +112,8 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
             raise
         arrival = "gamma" if spec.arrival == "gamma" else "poisson"
         table = shipped_table_path(spec.trace)
-        lengths = f"the joint length table of this trace shipped with kvsim ({table})"
-        warn_once(  # no per-point value (the rate a sweep or plan moves): said once per run
-            logger,
-            "%s Falling back to %s with %s arrivals at workload.rate_per_s.",
-            exc,
-            lengths if table is not None else "synthetic 'sharegpt_like' lengths",
-            arrival,
-        )
+        # no per-point value (the rate a sweep or plan moves): said once per run
+        warn_once(logger, "%s", fallback_notice(spec, exc))
         fallback = spec.model_copy(
             update={
                 "trace": None,
@@ -156,6 +150,21 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
         )
     check_trace_columns(spec, trace)
     return spec, trace
+
+
+def fallback_notice(spec: WorkloadSpec, exc: DataNotFoundError) -> str:
+    """The warning a workload with ``fallback_synthetic`` gives when its trace is missing
+    (``exc``): what it runs instead (a caller that has said so its own way can pass this text
+    to a sweep's ``said``)."""
+    assert spec.trace is not None, "only a trace can be missing"
+    table = shipped_table_path(spec.trace)
+    lengths = (
+        f"the joint length table of this trace shipped with kvsim ({table})"
+        if table is not None
+        else "synthetic 'sharegpt_like' lengths"
+    )
+    arrival = "gamma" if spec.arrival == "gamma" else "poisson"
+    return f"{exc} Falling back to {lengths} with {arrival} arrivals at workload.rate_per_s."
 
 
 def _build_requests(spec: WorkloadSpec, sel: Selected, max_model_len: int) -> list[Request]:
