@@ -788,32 +788,52 @@ def _easier_end(
     return "hi" if plan.direction == "smallest" else "lo"
 
 
-def knob_limit(plan: Plan, end: Literal["lo", "hi"]) -> float | None:
-    """The furthest value the knob can take at ``end`` of its range (``None``: no limit known):
-    the smallest and largest choice (TP sizes), 1 sequence for ``max_num_seqs``, and for a KV
-    budget the KV one ``max_model_len`` request needs and what the GPU holds beside the weights
-    (``knob_bracket``)."""
+def knob_limit(plan: Plan, end: Literal["lo", "hi"]) -> tuple[float, str] | None:
+    """The furthest value the knob can take at ``end`` of its range, and what it is (``None``:
+    no limit known): the smallest and largest choice (TP sizes), one sequence for
+    ``max_num_seqs``, and for a KV budget the KV one ``max_model_len`` request needs and what
+    the GPU holds beside the weights (``knob_bracket``)."""
     if plan.choices:
-        return min(plan.choices) if end == "lo" else max(plan.choices)
+        return (
+            (min(plan.choices), "its smallest choice")
+            if end == "lo"
+            else (
+                max(plan.choices),
+                "its largest choice",
+            )
+        )
     limit = knob_bracket(plan.field, plan.base, plan.varied).get(end)
     if limit is not None:
-        return float(limit)
+        what = (
+            "the KV one max_model_len request needs"
+            if end == "lo"
+            else "what the GPU holds beside the weights"
+        )
+        return float(limit), what
     if end == "lo" and plan.field == "scheduler.max_num_seqs":
-        return 1.0
+        return 1.0, "one sequence at a time"
     return None
+
+
+def bracket_at_limit(plan: Plan, end: Literal["lo", "hi"]) -> str | None:
+    """What the knob's range ends at, where the bracket's ``end`` already reaches it
+    (``"1 = one sequence at a time"``), else ``None``: a wider bracket there could help."""
+    limit = knob_limit(plan, end)
+    value = plan.lo if end == "lo" else plan.hi
+    if limit is None or (value > limit[0] if end == "lo" else value < limit[0]):
+        return None
+    return f"{format_value(plan.value(value))} = {limit[1]}"
 
 
 def widening_advice(plan: Plan, end: Literal["lo", "hi"]) -> str:
     """``"widen --hi"``, or where the bracket already reaches the knob's range there, that no
-    wider bracket helps (never advice to leave the knob's range)."""
-    limit = knob_limit(plan, end)
-    value = plan.lo if end == "lo" else plan.hi
-    if limit is None or (value > limit if end == "lo" else value < limit):
+    value meets the target (never advice to leave the knob's range)."""
+    at_limit = bracket_at_limit(plan, end)
+    if at_limit is None:
         return f"widen --{end}"
-    bound = "smallest" if end == "lo" else "largest"
     return (
-        f"{format_value(plan.value(value))} is already the {bound} {plan.field} there is, so "
-        "no value meets it: relax the target or change the config"
+        f"no wider bracket helps ({at_limit}), so no value meets it: relax the target or "
+        "change the config"
     )
 
 

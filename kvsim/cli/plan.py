@@ -409,7 +409,7 @@ def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None
 
 
 def _answer_table(result: Any) -> Table:
-    from kvsim.planning import format_value, widening_advice
+    from kvsim.planning import bracket_at_limit, format_value
 
     plan_ = result.plan
     table = Table(title=f"{plan_.name}: {plan_.direction} {plan_.field}", show_header=False)
@@ -429,10 +429,17 @@ def _answer_table(result: Any) -> Table:
             table.add_row("next value fails", escape(result.beyond))
         else:  # the bracket's end meets every target: the answer may lie beyond it
             end: Literal["lo", "hi"] = "hi" if plan_.direction == "largest" else "lo"
+            at_limit = bracket_at_limit(plan_, end)
             table.add_row(
                 "next value fails",
-                escape(f"none: {format_value(value)} ends the bracket ")
-                + escape(f"({widening_advice(plan_, end)})"),
+                escape(
+                    f"none: {format_value(value)} ends the bracket "
+                    + (
+                        f"(widen --{end})"
+                        if at_limit is None
+                        else f"and the knob's range: {at_limit}"
+                    )
+                ),
             )
         if result.other_end:
             side = "below" if plan_.direction == "largest" else "above"

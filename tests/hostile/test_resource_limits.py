@@ -139,6 +139,15 @@ def test_a_loop_of_symbolic_links_as_the_trace(hostile) -> None:
     )
 
 
+def test_a_loop_of_symbolic_links_as_the_models_config(hostile) -> None:
+    # "[Errno 40] Too many levels of symbolic links: 'config.json'": no field, no context
+    os.symlink("config.json", hostile.cwd / "config.json")
+    hostile.run(
+        [*RUN, "--set", "model.hf_config=config.json"],
+        "hf_config config.json: cannot read (Too many levels of symbolic links)",
+    )
+
+
 INTEGER_CASES = {
     # where: (file name, content, --set pairs, fragments)
     "csv": (

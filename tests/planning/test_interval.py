@@ -196,7 +196,7 @@ def test_advice_never_points_outside_the_knobs_range(
     result = run_plan(_seqs_plan({TPOT: 0.05}), tmp_path)
     assert result.answer is None
     assert result.why_none is not None
-    assert "1 is already the smallest scheduler.max_num_seqs there is" in result.why_none
+    assert "no wider bracket helps (1 = one sequence at a time)" in result.why_none
     assert "widen" not in result.why_none
     # from --lo 4 a wider bracket could help, and the advice says so
     result = run_plan(_seqs_plan({TPOT: 0.05}, lo=4), tmp_path / "lo4")
@@ -207,3 +207,19 @@ def test_advice_never_points_outside_the_knobs_range(
     result = run_plan(_seqs_plan({TTFT: 0.1}), tmp_path / "ttft")
     assert result.why_none is not None
     assert result.why_none.endswith("widen --hi")
+
+
+def test_the_knobs_range_ends_where_the_hardware_does() -> None:
+    # Llama-3.1-8B, 4,096-token context: one request needs 257 x 16 x 128 KiB = 0.51 GiB (the
+    # default --lo, test_search's bracket test); an H100-80GB holds 80 GiB - 8.03e9 params x 2
+    # bytes (14.96 GiB) = 65.04 GiB beside the weights (the default --hi)
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 4096}}
+    question = {"field": "cache.kv_cache_gib", "targets": {TTFT: 2.0}}
+    plan = plan_from_dict("kv", base, question)
+    assert (plan.lo, plan.hi) == (0.51, 65.04)
+    assert planning.bracket_at_limit(plan, "lo") == "0.51 = the KV one max_model_len request needs"
+    assert planning.bracket_at_limit(plan, "hi") == "65.04 = what the GPU holds beside the weights"
+    # a narrower bracket can be widened at both ends
+    narrow = plan_from_dict("kv", base, {**question, "lo": 1.0, "hi": 8.0})
+    assert planning.bracket_at_limit(narrow, "lo") is None
+    assert planning.bracket_at_limit(narrow, "hi") is None
