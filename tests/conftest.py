@@ -19,15 +19,15 @@ SMALL_MAX_MODEL_LEN = 16
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Runs the ``slow`` tests first, longest first (``slow(seconds=...)``, seconds measured on
-    2 cores): under ``-n 2 --dist worksteal`` the longest then starts at once while the other
-    worker takes the rest, instead of starting late and running alone."""
+    """Runs the ``full`` tests longest first (``full(seconds=...)``, seconds measured on 2 cores):
+    under ``-n 2 --dist worksteal`` the longest then starts at once while the other worker takes
+    the rest, instead of starting late and running alone."""
     items.sort(key=lambda item: -expected_seconds(item))  # stable: the rest keep their order
 
 
 def expected_seconds(item: pytest.Item) -> float:
-    """A ``slow`` test's expected duration (its ``seconds`` argument, 1 if none); 0 otherwise."""
-    marker = item.get_closest_marker("slow")
+    """A ``full`` test's expected duration (its ``seconds`` argument, 1 if none); 0 otherwise."""
+    marker = item.get_closest_marker("full")
     return float(marker.kwargs.get("seconds", 1.0)) if marker else 0.0
 
 

@@ -207,6 +207,36 @@ def test_help_is_whole_at_80_columns(command):
     assert "--set" in result.output
 
 
+def test_version_prints_the_installed_package_version():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"kvsim {version('kvsim')}\n"
+
+
+def _commands(group, path=()):
+    """Every command path of the app: ("run",), ("data", "fetch"), ..."""
+    import typer.main
+
+    click_group = typer.main.get_command(group) if not hasattr(group, "commands") else group
+    for name, command in click_group.commands.items():
+        yield (*path, name)
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*path, name))
+
+
+def test_h_is_help_on_every_command():
+    paths = [(), *_commands(app)]
+    assert ("data", "fetch") in paths  # the nested group's commands too
+    for path in paths:
+        short = runner.invoke(app, [*path, "-h"], env={"COLUMNS": "100"})
+        long = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
+        assert short.exit_code == 0, (path, short.output)
+        assert short.output == long.output, path
+        assert "Usage:" in short.output
+
+
 # Llama-3.1-8B on an H100-80GB at gpu_memory_utilization 0.22: 0.22 x 80 GiB - 8.03e9 params x
 # 2 B - 2 GiB of activation headroom = 690,372,454 B of KV = 0.643 GiB, / 128 KiB per token =
 # 5,267 slots = 329 blocks of 16 (5,264 slots) + 3 slots no block holds.

@@ -35,7 +35,7 @@ def loaded_after(code: str) -> dict[str, bool]:
         check=True,
         cwd=ROOT,
         env=env,
-        timeout=120,
+        timeout=1200,
     ).stdout
     loaded: dict[str, bool] = json.loads(out.strip().splitlines()[-1])
     return loaded

@@ -78,6 +78,7 @@ def test_notebook_is_stored_clean(notebook: Path) -> None:
 
 
 @each_notebook
+@pytest.mark.full
 def test_notebook_runs_and_draws_figures(
     notebook: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,7 +72,7 @@ def test_keys_are_the_same_in_every_process():
             capture_output=True,
             text=True,
             check=True,
-            timeout=120,
+            timeout=1200,
         ).stdout
         for seed in ("1", "2")
     }

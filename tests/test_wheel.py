@@ -87,7 +87,7 @@ def _run(fresh: tuple[Path, dict[str, str], Path], *args: str) -> str:
     return result.stdout + result.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.full
 def test_library_api_from_the_wheel(fresh) -> None:
     script = (
         "import kvsim, pathlib\n"
@@ -103,7 +103,7 @@ def test_library_api_from_the_wheel(fresh) -> None:
     assert "points 3" in out
 
 
-@pytest.mark.slow
+@pytest.mark.full
 def test_cli_presets_reproduce_and_plan_from_the_wheel(fresh) -> None:
     out = _run(fresh, "kvsim", "presets", "plans")
     assert "mission-4" in out

@@ -13,8 +13,11 @@ from typing import Any
 
 # The longest context any served model offers is ~10 M tokens; 2**27 leaves room for what-ifs.
 MAX_CONTEXT_TOKENS = 2**27
-# kvsim holds every request of a run in memory (about 1 KiB each, plus per-step records).
-MAX_NUM_REQUESTS = 10_000_000
+# kvsim holds every request of a run in memory (about 0.8 KiB each, plus per-step records): the
+# largest runs its benchmarks check (`make bench-large`) hold 1,000,000 requests in 0.8 GiB. At
+# 10,000,000 a run needed 5.8 GiB and 3 minutes before its first step. Sequences count: a
+# request with n = 4 samples is 4 requests to vLLM v1.
+MAX_NUM_REQUESTS = 1_000_000
 # Simulated time in seconds is a float64: past ~1e9 s (31.7 years) step durations of
 # microseconds no longer add up exactly, and past ~1e16 s they vanish (the clock stops).
 MAX_TIME_S = 1e9

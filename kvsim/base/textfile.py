@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,112 @@ def read_text(path: str | Path) -> str:
         ) from None
 
 
+# JSON nests a trace a few levels deep; Python's parser recurses once per level and gives up
+# near 1,000 with a RecursionError that names neither the file nor the line.
+MAX_JSON_DEPTH = 500
+# Python refuses to convert integers of more than 4,300 digits (sys.get_int_max_str_digits()).
+MAX_INT_DIGITS = 4300
+
+
+class NotANumber:
+    """What ``parse_json`` gives for a value no field takes: JSON's non-standard ``NaN`` and
+    ``Infinity``, or an integer of more than ``MAX_INT_DIGITS`` digits. Its ``repr`` is how an
+    error shows it (``NaN``, ``an integer of 200,000 digits``), so the field check that refuses
+    it names the field and the value instead of the parser's "invalid JSON"."""
+
+    def __init__(self, shown: str, *, integer: bool = False) -> None:
+        self.shown = shown
+        self.integer = integer  # an integer too long to convert (else NaN or an infinity)
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+def _json_int(text: str) -> int | NotANumber:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        return NotANumber(f"an integer of {digits:,} digits", integer=True)
+    return int(text)
+
+
+def parse_json(text: str, where: str, *, markers: bool = True, **hooks: Any) -> Any:
+    """``json.loads(text)`` with ``NaN``, ``Infinity`` and integers of more than
+    ``MAX_INT_DIGITS`` digits read as ``NotANumber`` (for the field checks to name), and nesting
+    deeper than Python's recursion refused with the line where it passes ``MAX_JSON_DEPTH``.
+
+    Args:
+        text: the JSON text.
+        where: how errors name it (``"trace.jsonl line 3"``, ``"config.json"``); the line of
+            a text of several lines is added to it as `` line N`` unless it names one.
+        markers: read NaN, infinities and overlong integers as ``NotANumber``; ``False``: NaN
+            and infinities as floats (``json``'s reading) and an overlong integer refused.
+        hooks: more keyword arguments of ``json.loads`` (``object_pairs_hook``).
+
+    Raises:
+        json.JSONDecodeError: malformed JSON (the caller words it).
+        ValueError: nesting too deep for Python's parser, or (``markers=False``) an integer of
+            more than ``MAX_INT_DIGITS`` digits.
+    """
+    try:
+        if markers:
+            return json.loads(text, parse_constant=NotANumber, parse_int=_json_int, **hooks)
+        return json.loads(text, **hooks)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # json's int(): more than 4,300 digits
+        found = long_integer_line(text)
+        if found is None:
+            raise
+        at = "" if " line " in where or "\n" not in text else f" line {found[0]}"
+        raise ValueError(
+            f"{where}{at}: an integer of more than {MAX_INT_DIGITS:,} digits"
+        ) from None
+    except RecursionError:
+        line = deep_json_line(text)
+        at = "" if " line " in where or "\n" not in text or line is None else f" line {line}"
+        raise ValueError(
+            f"{where}{at}: JSON nested more than {MAX_JSON_DEPTH} levels deep (traces and "
+            "configs nest a few)"
+        ) from None
+
+
+def deep_json_line(text: str, limit: int = MAX_JSON_DEPTH) -> int | None:
+    """The 1-based line where the nesting of JSON arrays and objects in ``text`` (strings
+    skipped) first passes ``limit`` levels, or ``None``."""
+    depth, line, in_string, skip = 0, 1, False, -1
+    for match in re.finditer(r'[\[\]{}"\\\n]', text):
+        at, char = match.start(), match.group()
+        if at == skip:
+            continue
+        if char == "\n":
+            line += 1
+        elif in_string:
+            if char == "\\":
+                skip = at + 1  # the escaped character
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return line
+        elif char in "]}":
+            depth -= 1
+    return None
+
+
+def long_integer_line(text: str) -> tuple[int, str] | None:
+    """The first line of ``text`` holding an integer of more than ``MAX_INT_DIGITS`` digits, and
+    the key it is set to there (``""`` when the line sets none), or ``None``."""
+    match = re.search(rf"\d{{{MAX_INT_DIGITS + 1},}}", text)
+    if match is None:
+        return None
+    start = text.rfind("\n", 0, match.start()) + 1
+    key = re.match(r"\s*([\w.\"'-]+)\s*=", text[start : match.start()])
+    return text.count("\n", 0, match.start()) + 1, key.group(1).strip("\"'") if key else ""
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The file parsed as TOML (see ``read_text`` for the errors).
 
@@ -55,6 +162,16 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: invalid TOML: {err}") from None
+    except ValueError:  # an integer Python refuses to convert (more than 4,300 digits)
+        found = long_integer_line(text)
+        if found is None:
+            raise
+        line, key = found
+        digits = len(max(re.findall(r"\d+", text.splitlines()[line - 1]), key=len))
+        raise ValueError(
+            f"{path} line {line}: {key + ' = ' if key else ''}an integer of {digits:,} digits; "
+            "no setting takes a number that long"
+        ) from None
 
 
 def read_json(path: str | Path) -> Any:
@@ -64,17 +181,17 @@ def read_json(path: str | Path) -> Any:
         FileNotFoundError: no such file.
         ValueError: a folder, not UTF-8, or invalid JSON (naming the file, line and column).
     """
-    return parse_json(read_text(path), path)
+    return json_from_text(read_text(path), path)
 
 
-def parse_json(text: str, path: str | Path) -> Any:
-    """``text`` (read from ``path``) parsed as JSON.
+def json_from_text(text: str, path: str | Path) -> Any:
+    """``read_json`` of ``text`` read from ``path``.
 
     Raises:
         ValueError: invalid JSON (naming the file, line and column).
     """
     try:
-        return json.loads(text)
+        return parse_json(text, str(path), markers=False)
     except json.JSONDecodeError as err:
         raise ValueError(
             f"{path} line {err.lineno} column {err.colno}: invalid JSON ({err.msg})"

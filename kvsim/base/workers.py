@@ -289,6 +289,35 @@ def _take_back(
     return None
 
 
+def check_scheduler(scheduler: str, connect_timeout_s: float) -> None:
+    """Refuse a ``--scheduler`` that cannot be a Dask scheduler before a sweep writes anything:
+    ``"local"``, or ``[PROTOCOL://]HOST:PORT`` with a port in 1..65535; a ``tcp://`` address
+    must also accept a connection within ``connect_timeout_s`` (``_probe_tcp``).
+
+    Raises:
+        ValueError: naming the address and what was expected.
+    """
+    if scheduler == "local":
+        return
+    host, sep, port = scheduler.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"--scheduler: {scheduler!r} is not a Dask scheduler address such as "
+            "tcp://HOST:PORT or 'local'"
+        )
+    if not connect_timeout_s > 0:
+        raise ValueError(f"--connect-timeout: must be > 0 seconds, got {connect_timeout_s!r}")
+    _probe_tcp(scheduler, connect_timeout_s, _unreachable(scheduler, connect_timeout_s))
+
+
+def _unreachable(scheduler: str, connect_timeout_s: float) -> str:
+    return (
+        f"--scheduler: no Dask scheduler answered at {scheduler} within {connect_timeout_s:g} s"
+        " ({}); start one (`dask scheduler`), fix the address, raise --connect-timeout, or drop "
+        "--scheduler for a local process pool"
+    )
+
+
 def dask_client(scheduler: str, jobs: int, connect_timeout_s: float) -> tuple[Any, Any]:
     """A ``dask.distributed.Client`` for ``scheduler`` (``"local"``: a local cluster of ``jobs``
     single-threaded worker processes) and the cluster it started (``None`` for a remote one).
@@ -316,11 +345,7 @@ def dask_client(scheduler: str, jobs: int, connect_timeout_s: float) -> tuple[An
         return dd.Client(cluster), cluster
     if not connect_timeout_s > 0:
         raise ValueError(f"--connect-timeout: must be > 0 seconds, got {connect_timeout_s!r}")
-    unreachable = (
-        f"--scheduler: no Dask scheduler answered at {scheduler} within {connect_timeout_s:g} s"
-        " ({}); start one (`dask scheduler`), fix the address, raise --connect-timeout, or drop "
-        "--scheduler for a local process pool"
-    )
+    unreachable = _unreachable(scheduler, connect_timeout_s)
     _probe_tcp(scheduler, connect_timeout_s, unreachable)
     try:
         return dd.Client(scheduler, timeout=connect_timeout_s), None

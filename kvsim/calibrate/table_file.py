@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from kvsim.base.textfile import parse_json, read_text
+from kvsim.base.textfile import json_from_text, read_text
 from kvsim.calibrate.columns import ROW_COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def read_table_file(path: Path) -> tuple[dict[str, str], list[dict[str, float]]]
 
 
 def _json_object(path: Path, text: str) -> dict[str, Any]:
-    data = parse_json(text, path)
+    data = json_from_text(text, path)
     if not isinstance(data, dict):
         raise ValueError(
             f'{path}: expected a JSON object {{"meta": {{...}}, "rows": [...]}}, got '

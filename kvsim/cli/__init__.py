@@ -24,13 +24,31 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="kvsim: simulate KV-cache allocation policies for LLM serving.",
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits them
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        import kvsim
+
+        typer.echo(f"kvsim {kvsim.__version__}")
+        raise typer.Exit
 
 
 @app.callback()
 def _options(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print kvsim's version and exit.",
+        ),
     ] = False,
 ) -> None:
     STATE.debug = debug

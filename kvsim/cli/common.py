@@ -276,8 +276,11 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     last value, with a warning when the values differ.
 
     Raises:
-        ValueError: a pair without ``=`` or with an empty key.
+        ValueError: a pair without ``=`` or with an empty key, a value nested too deeply, or
+            a number no field takes (NaN, an infinity, an integer of more than 4,300 digits).
     """
+    from kvsim.base.textfile import NotANumber, parse_json
+
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -286,8 +289,12 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
                 f"--set: expected KEY=VALUE (e.g. cache.block_size_tokens=32), got {pair!r}"
             )
         try:
-            value = json.loads(raw)
+            value = parse_json(raw, f"--set {key}")
         except json.JSONDecodeError:
+            value = raw
+        if isinstance(value, NotANumber) and value.integer:
+            raise ValueError(f"--set {key}: {value!r}; no setting takes a number that long")
+        if isinstance(value, NotANumber):  # NaN, Infinity: the text, for the field to refuse
             value = raw
         if key in out and out[key] != value:
             logging.getLogger("kvsim.cli").warning(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -141,6 +141,7 @@ def plan(
         load_plan,
         plan_from_dict,
         run_plan,
+        tightest,
     )
     from kvsim.study.plan_figure import save_plan
     from kvsim.study.sweep import PointBar
@@ -161,7 +162,7 @@ def plan(
             field = ALIASES.get(knob.replace("-", "_"), knob)
             question.update(field=field, direction="smallest" if smallest else "largest")
         if target:
-            parsed = [Target.parse(t) for t in target]
+            parsed = tightest([Target.parse(t) for t in target])
             question["targets"] = {t.metric: t.bound for t in parsed}
         asked = (("lo", lo), ("hi", hi), ("resolution", resolution))
         for key, value in (*asked, ("min_window_s", min_window_s)):
@@ -408,28 +409,41 @@ def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None
 
 
 def _answer_table(result: Any) -> Table:
-    from kvsim.study.plan import format_value
+    from kvsim.study.plan import bracket_at_limit, format_value
 
     plan_ = result.plan
     table = Table(title=f"{plan_.name}: {plan_.direction} {plan_.field}", show_header=False)
     table.add_column("")
     table.add_column("", justify="right")
     if result.answer is None:
-        knob = result.points[plan_.field]  # the best end searched (skipped choices aside)
-        end = knob.max() if plan_.direction == "smallest" else knob.min()
-        table.add_row("answer", f"none: even {end:g} fails (widen --lo/--hi)")
+        table.add_row("answer", escape(f"none: {result.why_none}"))
     else:
         value = plan_.value(result.answer)
         table.add_row("answer", f"{format_value(value)}  ({axis_label(plan_.field)})")
+        if result.interval is not None:
+            low, high = (format_value(plan_.value(x)) for x in result.interval)
+            table.add_row("meets every target", f"{low} to {high}")
         table.add_row("binding target", str(result.binding))
         table.add_row("margin", f"{100 * result.headroom:.1f} % under its bound")
         if result.beyond:
-            table.add_row("next value fails", result.beyond)
+            table.add_row("next value fails", escape(result.beyond))
         else:  # the bracket's end meets every target: the answer may lie beyond it
-            edge = "--hi" if plan_.direction == "largest" else "--lo"
+            end: Literal["lo", "hi"] = "hi" if plan_.direction == "largest" else "lo"
+            at_limit = bracket_at_limit(plan_, end)
             table.add_row(
-                "next value fails", f"none: {format_value(value)} ends the bracket (widen {edge})"
+                "next value fails",
+                escape(
+                    f"none: {format_value(value)} ends the bracket "
+                    + (
+                        f"(widen --{end})"
+                        if at_limit is None
+                        else f"and the knob's range: {at_limit}"
+                    )
+                ),
             )
+        if result.other_end:
+            side = "below" if plan_.direction == "largest" else "above"
+            table.add_row(f"{side} the interval", escape(result.other_end))
     table.add_row("points evaluated", str(len(result.points)))
     for value, why in result.skipped.items():  # choices the model cannot use: not searched
         table.add_row(f"skipped {format_value(value)}", escape(why))

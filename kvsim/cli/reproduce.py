@@ -83,20 +83,25 @@ def reproduce(
         warn_many_jobs(jobs)
         if name not in REPRODUCTIONS:
             raise ValueError(f"reproduce: unknown {name!r}; choose from {', '.join(REPRODUCTIONS)}")
+        if scheduler is not None:  # before anything is said or written
+            from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler
+
+            check_scheduler(scheduler, DASK_CONNECT_TIMEOUT_S)
         console.print(f"[bold]{describe(name)}[/]")
+        said: list[str] = []
+
+        def say(msg: str) -> None:
+            said.append(msg)
+            console.print(f"  {msg}", highlight=False, markup=False)
+
         rep = run_reproduction(
-            name,
-            out,
-            jobs=jobs,
-            quick=quick,
-            scheduler=scheduler,
-            progress=progress,
-            say=lambda msg: console.print(f"  {msg}", highlight=False, markup=False),
+            name, out, jobs=jobs, quick=quick, scheduler=scheduler, progress=progress, say=say
         )
         shown = rep.table if rep.view is None else rep.view
         console.print(frame_table(shown, f"{name}: kvsim (paper)"))
         for note in rep.notes:
-            console.print(f"  {note}", highlight=False, markup=False)
+            if note not in said:  # (fig2's lengths line: said before the runs, once)
+                console.print(f"  {note}", highlight=False, markup=False)
         if rep.in_band is not None:
             verdict = (
                 "[green]every number within its band[/]"

@@ -59,17 +59,20 @@ def run(
         check_out_dir(out)
         overrides = parse_overrides(set_ or [])
         cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
-        requests = requests_for(cfg)
+        with console.status("drawing the workload's requests", spinner="dots") as status:
+            if not progress:
+                status.stop()  # (shown on a terminal only: a long draw is not silent)
+            requests = requests_for(cfg)
         with tqdm(
             total=len(requests),
             unit="req",
             disable=None if progress and len(requests) >= 2000 else True,  # None: tty only
-            desc="simulating",
+            desc="preparing",  # which can run, fanned out: seconds at a million requests
         ) as bar:
 
             def start(num_runnable: int) -> None:
                 bar.total = num_runnable  # some may be skipped (counted in the summary)
-                bar.refresh()
+                bar.set_description("simulating")
 
             every = map_interval_s([r.arrival_time_s for r in requests], map_frames)
             if out is None or cfg.cache.allocator == "radix":

@@ -40,7 +40,7 @@ from kvsim.base.limits import (
     refuse_bool_numbers,
 )
 from kvsim.base.units import cdiv
-from kvsim.config.hf import model_fields_from_hf
+from kvsim.config.hf import check_file_heads, model_fields_from_hf
 
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
@@ -127,7 +127,9 @@ class ModelSpec(Frozen):
                     "not both"
                 )
             rest = {k: v for k, v in value.items() if k != "hf_config"}
-            return {**model_fields_from_hf(value["hf_config"]), **rest}
+            fields = model_fields_from_hf(value["hf_config"])
+            check_file_heads(value["hf_config"], fields, rest)
+            return {**fields, **rest}
         return resolve_preset("models", value)
 
     @model_validator(mode="after")

@@ -32,7 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kvsim.base.limits import MAX_MODEL_HEADS, MAX_MODEL_LAYERS
+from kvsim.base.textfile import parse_json
+
 Getter = Callable[..., int]
+_LAYERS_LIMIT = (MAX_MODEL_LAYERS, "the largest models have about a thousand")
+_HEADS_LIMIT = (MAX_MODEL_HEADS, "the largest models have about a thousand")
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +72,13 @@ class _Config:
         self.path = path
         try:
             self.text = path.read_text(encoding="utf-8")
-            data = json.loads(self.text)
+            data = parse_json(self.text, f"hf_config {path}")
         except FileNotFoundError:
             raise ValueError(f"hf_config: no such file {str(path)!r}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"hf_config {path}: invalid JSON ({exc})") from None
+        except OSError as exc:  # a loop of symbolic links, a folder, no permission
+            raise ValueError(f"hf_config {path}: cannot read ({exc.strerror or exc})") from None
         if not isinstance(data, dict):
             raise ValueError(f"hf_config {path}: expected a JSON object, got {type(data).__name__}")
         self.data: dict[str, Any] = data
@@ -89,8 +96,16 @@ class _Config:
                 return key, self.data[key]
         return None
 
-    def int_field(self, *keys: str, minimum: int = 1, default: int | None = None) -> int:
-        """The first of ``keys`` as an integer >= ``minimum`` (``default`` when none is set)."""
+    def int_field(
+        self,
+        *keys: str,
+        minimum: int = 1,
+        default: int | None = None,
+        maximum: tuple[int, str] | None = None,
+    ) -> int:
+        """The first of ``keys`` as an integer >= ``minimum`` (``default`` when none is set) and,
+        with ``maximum = (bound, why)``, <= ``bound``: checked before anything is computed from
+        it (``count_params`` walks the layers one by one)."""
         found = self.get(*keys)
         if found is None:
             if default is not None:
@@ -101,8 +116,14 @@ class _Config:
             )
         key, value = found
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            expected = f"an integer >= {minimum}"
+            if maximum is not None:
+                expected = f"an integer from {minimum} to {maximum[0]:,} ({maximum[1]})"
+            raise ValueError(f"{self.where(key)}: {key} must be {expected}, got {value!r}")
+        if maximum is not None and value > maximum[0]:
             raise ValueError(
-                f"{self.where(key)}: {key} must be an integer >= {minimum}, got {value!r}"
+                f"{self.where(key)}: {key} must be at most {maximum[0]:,} ({maximum[1]}), "
+                f"got {value:,}"
             )
         return value
 
@@ -128,10 +149,12 @@ def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
         ValueError: a missing or malformed field, naming the file, its line and the value.
     """
     cfg = _Config(hf_config_path(value))
-    heads = cfg.int_field("num_attention_heads", "n_head")
+    heads = cfg.int_field("num_attention_heads", "n_head", maximum=_HEADS_LIMIT)
     fields: dict[str, Any] = {
         "name": _model_name(cfg),
-        "num_layers": cfg.int_field("num_hidden_layers", "n_layer", "num_layers"),
+        "num_layers": cfg.int_field(
+            "num_hidden_layers", "n_layer", "num_layers", maximum=_LAYERS_LIMIT
+        ),
         "num_attention_heads": heads,
         "dtype_bytes": _dtype_bytes(cfg),
         "max_position_embeddings": cfg.int_field(
@@ -146,7 +169,7 @@ def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
         fields["head_dim"] = cfg.int_field("qk_nope_head_dim", minimum=0, default=0) + rope
     else:
         kv_keys = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
-        fields["num_kv_heads"] = cfg.int_field(*kv_keys, default=heads)
+        fields["num_kv_heads"] = cfg.int_field(*kv_keys, default=heads, maximum=_HEADS_LIMIT)
         fields["head_dim"] = _head_dim(cfg, heads)
     found = cfg.get("num_parameters", "num_params")
     fields["num_params"] = (
@@ -154,6 +177,36 @@ def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
     )
     _note_sliding_window(cfg)
     return fields
+
+
+def check_file_heads(value: str | Path, fields: dict[str, Any], table: dict[str, Any]) -> None:
+    """Refuse KV heads from the file that do not divide the query heads, naming the file's
+    field (``num_key_value_heads``; the model table's own ``num_kv_heads`` or
+    ``num_attention_heads``, when set, is the model spec's to check).
+
+    Args:
+        value: the ``hf_config`` the fields were read from.
+        fields: ``model_fields_from_hf(value)``.
+        table: the model table's other keys (they override the file).
+
+    Raises:
+        ValueError: ``num_attention_heads % num_kv_heads != 0`` with both from the file.
+    """
+    if "num_kv_heads" in table or "num_attention_heads" in table:
+        return
+    heads, kv_heads = fields["num_attention_heads"], fields["num_kv_heads"]
+    if heads % kv_heads == 0:
+        return
+    cfg = _Config(hf_config_path(value))
+    key = next(
+        k
+        for k in ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
+        if cfg.get(k) is not None
+    )
+    raise ValueError(
+        f"{cfg.where(key)}: {key} = {kv_heads} must divide num_attention_heads = {heads} (each "
+        "KV head serves a whole group of query heads)"
+    )
 
 
 def _model_name(cfg: _Config) -> str:

@@ -152,8 +152,9 @@ def _limit_note(config: ConfigParts, limit: int) -> str:
 def _derived_budget_message(config: ConfigParts, where: str, usable: float, left: float) -> str:
     cache = config.cache
     weights = config.weight_bytes_per_gpu
-    head = (
-        f"{where}: {cache.gpu_memory_utilization} x {_gib(config.gpu.memory_bytes)} = "
+    head = (  # the field that sets this budget first, as every config error names its field
+        f"cache.gpu_memory_utilization = {cache.gpu_memory_utilization:g} ({where}): "
+        f"{cache.gpu_memory_utilization:g} x {_gib(config.gpu.memory_bytes)} = "
         f"{_gib(usable)} usable per GPU; weights take {_gib(weights)} and activation headroom "
         f"{_gib(cache.activation_headroom_bytes)}, leaving {_gib(left)} for KV"
     )

@@ -207,6 +207,10 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
             "in-engine beam search"
         )
     groups = args.engine == "vllm-v0" and (wl.n > 1 or wl.beam_width > 1)
+    width = max(wl.n, wl.beam_width)
+    if groups and width > args.max_num_seqs:
+        field = "n" if wl.n > 1 else "beam_width"
+        raise ValueError(group_over_max_num_seqs(f"workload.{field} = {width}", args))
     if groups and paged and args.preemption_mode == "recompute":
         raise ValueError(
             "scheduler.preemption_mode: vLLM v0 cannot recompute a multi-sequence group "
@@ -227,6 +231,19 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
         raise ValueError(
             "cache.allocator: 'radix' serves single sequences; use 'paged' for n > 1 or beams"
         )
+
+
+def group_over_max_num_seqs(what: str, args: EngineArgs) -> str:
+    """Why a sequence group wider than ``max_num_seqs`` never runs under vLLM v0: its scheduler
+    admits a group's sequences together, each counted against ``max_num_seqs``
+    (``SchedulingBudget.can_schedule``), so the group waits forever at the queue's head,
+    whatever the KV pool holds."""
+    default = " (vLLM v0's default)" if args.max_num_seqs == 256 else ""
+    return (
+        f"{what}: vLLM v0 runs a request's sequences together and counts each against "
+        f"scheduler.max_num_seqs = {args.max_num_seqs}{default}, so this group never starts "
+        "whatever the KV budget; raise scheduler.max_num_seqs or lower n / beam_width"
+    )
 
 
 def format_validation_error(err: ValidationError) -> str:

@@ -17,9 +17,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from kvsim.base.limits import MAX_NUM_REQUESTS
+from kvsim.base.say_once import warn_once
 from kvsim.config import SimConfig
+from kvsim.config.sim import group_over_max_num_seqs
 from kvsim.core.kv.base import Allocator
 from kvsim.engine.build import allocator_from_config
+from kvsim.results.tables import caches_prefixes
 from kvsim.workload import generate_requests
 from kvsim.workload.request import Request, RequestSpec, fresh_requests
 from kvsim.workload.tokens import prompt_segments
@@ -37,7 +41,56 @@ def requests_for(config: SimConfig) -> list[Request]:
     rng = np.random.default_rng(config.seed)
     requests = generate_requests(config.workload, rng, max_model_len=config.max_model_len)
     check_trace_groups(config, requests)
+    check_num_sequences(config, requests)
+    warn_nothing_to_cache(config, requests)
     return requests
+
+
+def warn_nothing_to_cache(config: SimConfig, requests: list[Request]) -> None:
+    """Say so, once, when prefix caching is on for a trace whose requests share no token: a
+    trace of lengths only (no ``hash_ids``, token ids, sessions or shared prefix) gives every
+    prompt tokens of its own, so no request hits another's blocks: the Azure trace's 22 M
+    tokens reported 0 hits without a word. Synthetic lengths are unique by design: not said."""
+    spec = config.workload
+    if spec.trace is None or not caches_prefixes(config):
+        return
+    if any(r.shares_tokens or r.n > 1 for r in requests):
+        return
+    warn_once(
+        logger,
+        "workload.trace %s: prefix caching is on (cache.enable_prefix_caching) but the trace "
+        "gives lengths only, with no token identity to match (no hash_ids, token ids, sessions "
+        "or shared prefix), so no request can hit another's cached blocks and the hits "
+        "measure the trace, not the cache; set workload.shared_prefix_tokens to model a "
+        "shared system prompt, or use a trace with hash_ids (Mooncake)",
+        spec.trace,
+    )
+
+
+def check_num_sequences(config: SimConfig, requests: list[Request]) -> None:
+    """The run holds at most ``kvsim.base.limits.MAX_NUM_REQUESTS`` sequences: requests times their
+    ``n`` or beam width (vLLM v1 serves each sample as a request; every sequence is simulated).
+
+    Raises:
+        ValueError: naming the workload's count of requests and sequences, and the limit.
+    """
+    num_seqs = sum(r.num_seqs for r in requests)
+    if num_seqs <= MAX_NUM_REQUESTS:
+        return
+    spec = config.workload
+    source = f"workload.trace ({spec.trace})" if spec.trace is not None else "workload"
+    widest = max(requests, key=lambda r: r.num_seqs)
+    groups = (
+        f" in {len(requests):,} requests (n or beam_width up to {widest.num_seqs:,}: request "
+        f"{widest.req_id})"
+        if num_seqs > len(requests)
+        else ""
+    )
+    raise ValueError(
+        f"{source}: {num_seqs:,} sequences{groups}, more than the {MAX_NUM_REQUESTS:,} one run "
+        "holds (kvsim keeps every sequence in memory); set workload.num_requests or "
+        "workload.duration_s to simulate a shorter window"
+    )
 
 
 def check_trace_groups(config: SimConfig, requests: list[Request]) -> None:
@@ -61,6 +114,10 @@ def check_trace_groups(config: SimConfig, requests: list[Request]) -> None:
             f"{beams[0].req_id}, beam_width {beams[0].beam_width}); beam search runs outside "
             "vLLM v1's engine: use scheduler.engine = 'vllm-v0'"
         )
+    widest = max(groups, key=lambda r: r.num_seqs)
+    if args.engine == "vllm-v0" and widest.num_seqs > args.max_num_seqs:
+        what = f"{where}: request {widest.req_id} has {widest.num_seqs} sequences (n or beam_width)"
+        raise ValueError(group_over_max_num_seqs(what, args))
     paged = allocator == "paged"
     if args.engine == "vllm-v0" and paged and config.scheduler.preemption_mode == "recompute":
         raise ValueError(

@@ -4,9 +4,12 @@ A plan is a base ``SimConfig`` table, the knob to move (a dotted field such as
 ``cache.kv_cache_gib``, ``workload.rate_per_s``, ``parallel.tensor_parallel_size`` or
 ``scheduler.max_num_seqs``), the direction (``smallest`` KV budget or TP size; ``largest`` rate or
 ``max_num_seqs``), a bracket and targets: upper bounds on summary metrics in vLLM's names
-(``time_to_first_token_seconds_p99 <= 2``). Meeting the targets is assumed monotone in the knob,
-so the answer is found by trisection (``PROBES_PER_ROUND`` points per round, on ``jobs``
-processes); a point that contradicts monotonicity is reported. The points a search visits do
+(``time_to_first_token_seconds_p99 <= 2``). Meeting each target is assumed monotone in the knob,
+not all in one direction (p99 TTFT falls as ``max_num_seqs`` grows, p99 TPOT rises), so the
+values meeting them all are an interval; each target's boundary is found by trisection
+(``kvsim.study.plan_search``: ``PROBES_PER_ROUND`` points per round, on ``jobs`` processes), and the
+answer is the interval's lower (smallest) or upper (largest) end; a point that contradicts
+monotonicity is reported. The points a search visits do
 not depend on ``jobs``, so neither does its answer where the metric is not monotone. Every
 evaluated config is a point of the sweep store (``results/plan/NAME/points/KEY``), so a rerun or
 a sharper question reuses them. A config the knob makes invalid (a KV budget that cannot hold
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -37,9 +41,12 @@ from kvsim.config import apply_overrides, config_from_dict
 from kvsim.config.memory import pool_tokens_for_request
 from kvsim.results import read_summary
 from kvsim.study.experiment import Point, check_name
+from kvsim.study.plan_search import Condition, Interval, changes_at_most_once, search_interval
 from kvsim.study.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
 from kvsim.study.targets import target_metrics
 from kvsim.workload.spec import DEFAULT_NUM_REQUESTS
+
+logger = logging.getLogger(__name__)
 
 Direction = Literal["smallest", "largest"]
 _QUESTION_KEYS = frozenset(
@@ -122,6 +129,29 @@ class Target:
             return cls(name, value)
         except ValueError as err:
             raise ValueError(f"--target: {err}") from None
+
+
+def tightest(targets: Sequence[Target]) -> tuple[Target, ...]:
+    """``targets`` with one bound per metric: a metric bounded twice keeps the tighter bound,
+    with a warning naming both (``p99<=2`` and ``p99<=1`` ask for ``p99<=1``; the later one
+    used to replace the earlier, whichever it was). The first mention's order is kept."""
+    kept: dict[str, Target] = {}
+    for target in targets:
+        other = kept.get(target.metric)
+        if other is None:
+            kept[target.metric] = target
+            continue
+        tighter = min(other, target, key=lambda t: t.bound)
+        if other.bound != target.bound:
+            logger.warning(
+                "%s is targeted twice (<= %g and <= %g): the plan holds the tighter bound, <= %g",
+                target.metric,
+                other.bound,
+                target.bound,
+                tighter.bound,
+            )
+        kept[target.metric] = tighter
+    return tuple(kept.values())
 
 
 @dataclass(frozen=True)
@@ -337,7 +367,7 @@ def plan_from_dict(
         parsed = (
             tuple(Target(m, float(b)) for m, b in targets.items())
             if isinstance(targets, dict)
-            else tuple(Target.parse(t) for t in targets)
+            else tightest([Target.parse(t) for t in targets])
         )
         field_name = str(question["field"])
         preset = {**KNOBS.get(field_name, {}), **knob_bracket(field_name, base, varied)}
@@ -441,6 +471,15 @@ class PlanResult:
             bound, requests too long for the pool, or an invalid config), or ``None``.
         skipped: the choices not searched, each with why its config is invalid (a TP size
             that does not divide the model's attention heads), by knob value.
+        interval: the lowest and highest values found to meet every target (the answer is one
+            of its ends: two targets that pull the knob apart, as TTFT and TPOT do
+            ``max_num_seqs``, leave an interval), or ``None`` with no answer.
+        other_end: why the nearest evaluated value past the interval's other end (below it for
+            ``largest``, above it for ``smallest``) fails, or ``None`` where that end is the
+            bracket's.
+        why_none: with no answer, why: a condition every end fails (with where a wider
+            bracket could help, or that the knob's range ends there) or two targets whose
+            boundaries leave no value between them.
     """
 
     plan: Plan
@@ -452,6 +491,9 @@ class PlanResult:
     monotone: bool = True
     beyond: str | None = None
     skipped: dict[float | int, str] = dataclasses.field(default_factory=dict)
+    interval: tuple[float, float] | None = None
+    other_end: str | None = None
+    why_none: str | None = None
 
 
 class _Evaluator:
@@ -550,14 +592,6 @@ def plan_folder(out_root: str | Path, name: str, *, quick: bool = False) -> Path
     return Path(out_root) / "plan" / ("quick" if quick else "") / name
 
 
-# Values one search round evaluates: fixed, so that -j changes the speed of a plan but not the
-# points it visits (with k = jobs, a target that a metric meets non-monotonically, as
-# FasterTransformer's mean normalised latency against its rate, gave -j 1 and -j 2 different
-# answers).
-# Two points per round (trisection) keep both of a 2-core machine's processes busy.
-PROBES_PER_ROUND = 2
-
-
 def run_plan(
     plan: Plan,
     out_root: str | Path = "results",
@@ -566,9 +600,10 @@ def run_plan(
     quick: bool = False,
     on_point: Callable[[float | int, dict[str, Any], bool], None] | None = None,
 ) -> PlanResult:
-    """Answer ``plan`` by k-ary search over ``candidates`` (``PROBES_PER_ROUND`` points per
+    """Answer ``plan``: the interval of ``candidates`` meeting every target, found by k-ary
+    search of each target's boundary (``kvsim.study.plan_search``: ``PROBES_PER_ROUND`` points per
     round, whatever ``jobs``: the points visited, and so the answer, are the executor's to
-    speed up, not to choose).
+    speed up, not to choose), and its lower (``smallest``) or upper (``largest``) end.
 
     Args:
         plan: the question.
@@ -597,31 +632,24 @@ def run_plan(
             + (f" ({why})" if why else "")
         )
     smallest = plan.direction == "smallest"
-
-    def ok(i: int) -> bool:
-        """The i-th candidate is on the answer's side (monotone in i: False..True)."""
-        return ev.meets(grid[i]) == smallest
-
     ev.evaluate([grid[0], grid[-1]])
     _check_best_end(plan, ev, grid[-1] if smallest else grid[0])
-    answer_index: int | None
-    if not ok(len(grid) - 1):
-        answer_index = None if smallest else len(grid) - 1
-    elif ok(0):
-        answer_index = 0 if smallest else None
-    else:
-        lo, hi = 0, len(grid) - 1  # ok(lo) False, ok(hi) True
-        while hi - lo > 1:
-            k = min(PROBES_PER_ROUND, hi - lo - 1)
-            probes = sorted({lo + (hi - lo) * (j + 1) // (k + 1) for j in range(k)})
-            ev.evaluate([grid[i] for i in probes])
-            for i in probes:
-                if ok(i):
-                    hi = i
-                    break
-                lo = i
-        answer_index = hi if smallest else lo
-    return _result(plan, ev, grid, answer_index, folder)
+    interval = search_interval(grid, conditions(plan), ev.seen.__getitem__, ev.evaluate)
+    return _result(plan, ev, grid, interval, folder)
+
+
+def _runs(summary: dict[str, Any]) -> bool:
+    """The point's config is valid and the pool holds every request."""
+    return "error" not in summary and not summary.get("num_rejected_kv_pool", 0)
+
+
+def conditions(plan: Plan) -> list[Condition]:
+    """What every point must satisfy: a valid config whose requests all fit the pool, then each
+    target (the order ``search_interval`` searches them in)."""
+    return [
+        Condition("a valid config whose requests fit the pool", _runs),
+        *(Condition(f"{t.metric} <= {t.bound:g}", t.met) for t in plan.targets),
+    ]
 
 
 def _check_best_end(plan: Plan, ev: _Evaluator, best: float) -> None:
@@ -640,9 +668,7 @@ def _check_best_end(plan: Plan, ev: _Evaluator, best: float) -> None:
     )
 
 
-def _result(
-    plan: Plan, ev: _Evaluator, grid: Sequence[float], index: int | None, folder: Path
-) -> PlanResult:
+def _points(plan: Plan, ev: _Evaluator) -> pd.DataFrame:
     rows = []
     for x in sorted(ev.seen):
         summary = ev.seen[x]
@@ -652,31 +678,145 @@ def _result(
         row["num_rejected_kv_pool"] = summary.get("num_rejected_kv_pool", 0)
         row["error"] = summary.get("error")
         rows.append(row)
-    points = pd.DataFrame(rows)
-    meets = points["meets"].tolist()
-    if plan.direction == "largest":
-        meets = meets[::-1]
-    monotone = meets == sorted(meets)  # False...False True...True along the search direction
-    answer = None if index is None else float(plan.value(grid[index]))
-    binding = headroom = None
-    beyond = None
-    if index is not None:
-        summary = ev.seen[grid[index]]
-        target = min(plan.targets, key=lambda t: t.headroom(summary))
-        binding, headroom = target.metric, target.headroom(summary)
-        seen = [*ev.seen, *ev.skipped]
-        past = [x for x in seen if (x < grid[index]) == (plan.direction == "smallest")]
-        past = [x for x in past if x != grid[index]]
-        if past:
-            nearest = max(past) if plan.direction == "smallest" else min(past)
-            why = (
-                f"skipped, invalid config: {ev.skipped[nearest]}"
-                if nearest in ev.skipped
-                else failure(plan, ev.seen[nearest])
-            )
-            beyond = f"{format_value(plan.value(nearest))}: {why}"
+    return pd.DataFrame(rows)
+
+
+def _nearest_failure(plan: Plan, ev: _Evaluator, x: float, upwards: bool) -> str | None:
+    """Why the nearest evaluated (or skipped) value past ``x`` (above it, or below) fails."""
+    past = [y for y in [*ev.seen, *ev.skipped] if (y > x if upwards else y < x)]
+    if not past:
+        return None
+    nearest = min(past) if upwards else max(past)
+    why = (
+        f"skipped, invalid config: {ev.skipped[nearest]}"
+        if nearest in ev.skipped
+        else failure(plan, ev.seen[nearest])
+    )
+    return f"{format_value(plan.value(nearest))}: {why}"
+
+
+def _result(
+    plan: Plan, ev: _Evaluator, grid: Sequence[float], interval: Interval, folder: Path
+) -> PlanResult:
+    points = _points(plan, ev)
+    seen = sorted(ev.seen)
+    monotone = all(
+        changes_at_most_once([c.holds(ev.seen[x]) for x in seen]) for c in conditions(plan)
+    )
     skipped = {plan.value(x): why for x, why in sorted(ev.skipped.items())}
-    return PlanResult(plan, answer, binding, headroom, points, folder, monotone, beyond, skipped)
+    if interval.empty:
+        why = _why_none(plan, ev, grid, interval)
+        return PlanResult(plan, None, None, None, points, folder, monotone, None, skipped, None,
+                          None, why)  # fmt: skip
+    smallest = plan.direction == "smallest"
+    low, high = grid[interval.low], grid[interval.high]
+    at = low if smallest else high
+    summary = ev.seen[at]
+    target = min(plan.targets, key=lambda t: t.headroom(summary))
+    return PlanResult(
+        plan,
+        float(plan.value(at)),
+        target.metric,
+        target.headroom(summary),
+        points,
+        folder,
+        monotone,
+        beyond=_nearest_failure(plan, ev, at, upwards=not smallest),
+        skipped=skipped,
+        interval=(float(plan.value(low)), float(plan.value(high))),
+        other_end=_nearest_failure(plan, ev, high if smallest else low, upwards=smallest),
+    )
+
+
+def _why_none(plan: Plan, ev: _Evaluator, grid: Sequence[float], interval: Interval) -> str:
+    """Why no value meets the targets: a condition both ends fail, where a wider bracket could
+    help (or that the knob's range ends there), or two boundaries with no value between."""
+    lo, hi = grid[0], grid[-1]
+    fails = interval.fails_at_both_ends
+    if fails is not None:
+        target = _target_of(plan, fails)
+        ends = ", ".join(
+            f"{format_value(plan.value(x))}: "
+            + (failure(plan, ev.seen[x]) if target is None else _over_bound(target, ev.seen[x]))
+            for x in (lo, hi)
+        )
+        end = _easier_end(plan, ev, target, lo, hi)
+        return f"{fails.name} fails at both ends ({ends}); {widening_advice(plan, end)}"
+    assert interval.low_by is not None, "an empty interval names the conditions at its ends"
+    assert interval.high_by is not None, "an empty interval names the conditions at its ends"
+    low, high = (format_value(plan.value(grid[i])) for i in (interval.low, interval.high))
+    return (
+        f"{interval.low_by.name} needs {plan.field} >= {low} but {interval.high_by.name} needs "
+        f"it <= {high}: no value meets both (relax a target or change the config)"
+    )
+
+
+def _target_of(plan: Plan, condition: Condition) -> Target | None:
+    """The target a condition of ``conditions(plan)`` checks (``None``: the config runs)."""
+    return next((t for t in plan.targets if condition.holds == t.met), None)
+
+
+def _easier_end(
+    plan: Plan, ev: _Evaluator, target: Target | None, lo: float, hi: float
+) -> Literal["lo", "hi"]:
+    """The bracket's end nearer to meeting ``target``: where its metric is lower; for a config
+    that cannot run (``None``), the end the knob's natural direction makes easier (more KV,
+    more GPUs for ``smallest`` knobs; less load for ``largest`` ones)."""
+    if target is not None:
+        at_lo = float(ev.seen[lo].get(target.metric, math.nan))
+        at_hi = float(ev.seen[hi].get(target.metric, math.nan))
+        if math.isfinite(at_lo) and math.isfinite(at_hi) and at_lo != at_hi:
+            return "lo" if at_lo < at_hi else "hi"
+    return "hi" if plan.direction == "smallest" else "lo"
+
+
+def knob_limit(plan: Plan, end: Literal["lo", "hi"]) -> tuple[float, str] | None:
+    """The furthest value the knob can take at ``end`` of its range, and what it is (``None``:
+    no limit known): the smallest and largest choice (TP sizes), one sequence for
+    ``max_num_seqs``, and for a KV budget the KV one ``max_model_len`` request needs and what
+    the GPU holds beside the weights (``knob_bracket``)."""
+    if plan.choices:
+        return (
+            (min(plan.choices), "its smallest choice")
+            if end == "lo"
+            else (
+                max(plan.choices),
+                "its largest choice",
+            )
+        )
+    limit = knob_bracket(plan.field, plan.base, plan.varied).get(end)
+    if limit is not None:
+        what = (
+            "the KV one max_model_len request needs"
+            if end == "lo"
+            else "what the GPU holds beside the weights"
+        )
+        return float(limit), what
+    if end == "lo" and plan.field == "scheduler.max_num_seqs":
+        return 1.0, "one sequence at a time"
+    return None
+
+
+def bracket_at_limit(plan: Plan, end: Literal["lo", "hi"]) -> str | None:
+    """What the knob's range ends at, where the bracket's ``end`` already reaches it
+    (``"1 = one sequence at a time"``), else ``None``: a wider bracket there could help."""
+    limit = knob_limit(plan, end)
+    value = plan.lo if end == "lo" else plan.hi
+    if limit is None or (value > limit[0] if end == "lo" else value < limit[0]):
+        return None
+    return f"{format_value(plan.value(value))} = {limit[1]}"
+
+
+def widening_advice(plan: Plan, end: Literal["lo", "hi"]) -> str:
+    """``"widen --hi"``, or where the bracket already reaches the knob's range there, that no
+    value meets the target (never advice to leave the knob's range)."""
+    at_limit = bracket_at_limit(plan, end)
+    if at_limit is None:
+        return f"widen --{end}"
+    return (
+        f"no wider bracket helps ({at_limit}), so no value meets it: relax the target or "
+        "change the config"
+    )
 
 
 def format_value(value: float | int) -> str:
@@ -690,9 +830,23 @@ def failure(plan: Plan, summary: dict[str, Any]) -> str:
         return "invalid config: " + str(summary["error"]).split(";")[0]
     if summary.get("num_rejected_kv_pool", 0):
         return f"{plural(int(summary['num_rejected_kv_pool']), 'request')} too long for the pool"
-    over = [
-        f"{t.metric} = {float(summary.get(t.metric, math.nan)):.4g} > {t.bound:g}"
-        for t in plan.targets
-        if not t.met(summary)
-    ]
+    over = [_over_bound(t, summary) for t in plan.targets if not t.met(summary)]
     return ", ".join(over) or "meets every target"
+
+
+def _over_bound(target: Target, summary: dict[str, Any]) -> str:
+    """``"metric = value > bound"`` (an invalid config: its error)."""
+    if "error" in summary:
+        return "invalid config: " + str(summary["error"]).split(";")[0]
+    value = float(summary.get(target.metric, math.nan))
+    return f"{target.metric} = {_over(value, target.bound)} > {target.bound:g}"
+
+
+def _over(value: float, bound: float) -> str:
+    """``value`` to 4 significant digits, or as many more as it takes to read above ``bound``
+    (0.100026 over a bound of 0.1 is "0.10003", not "0.1")."""
+    for digits in range(4, 18):
+        text = f"{value:.{digits}g}"
+        if not float(text) <= bound:
+            return text
+    return repr(value)

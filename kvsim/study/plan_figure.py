@@ -1,7 +1,8 @@
 """The capacity-planning curve: each target metric against the knob, the bound and the answer.
 
 One panel per target: the evaluated points (filled where every target holds, crosses where one
-fails), the bound as a horizontal dashed line, the answer as a vertical line. The knob axis is
+fails), the bound as a horizontal dashed line, the interval meeting every target shaded and the
+answer (one of its ends) as a vertical line. The knob axis is
 logarithmic when the bracket spans 4x or more and labelled in the knob's own numbers (GiB, req/s,
 GPUs); a metric axis is logarithmic when its values span more than a decade.
 """
@@ -45,6 +46,10 @@ def plan_figure(result: PlanResult) -> Figure:
         ax.axhline(
             target.bound, color=_TARGET, ls="--", lw=1.2, label=f"target <= {target.bound:g}"
         )
+        if result.interval is not None:
+            ax.axvspan(
+                *result.interval, color=_MEETS, alpha=0.08, lw=0, label="interval meeting them"
+            )
         if result.answer is not None:
             ax.axvline(
                 result.answer,
@@ -89,6 +94,9 @@ def save_plan(result: PlanResult) -> list[Path]:
         "min_window_s": plan.min_window_s,
         "monotone": result.monotone,
         "next_value_fails": result.beyond,
+        "interval": list(result.interval) if result.interval else None,
+        "past_the_other_end": result.other_end,
+        "why_none": result.why_none,
         "skipped": {str(value): why for value, why in result.skipped.items()},
         "num_points": len(result.points),
     }

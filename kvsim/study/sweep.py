@@ -27,7 +27,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from kvsim.base.textfile import json_text
-from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, dask_map, pool_map
+from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler, dask_map, pool_map
 from kvsim.config import SimConfig
 from kvsim.results import read_summary
 from kvsim.results.tables import write_parquet
@@ -295,6 +295,7 @@ def run_sweep(
     quick: bool = False,
     progress: bool = True,
     connect_timeout_s: float = DASK_CONNECT_TIMEOUT_S,
+    said: set[str] | None = None,
 ) -> SweepReport:
     """Run every unfinished point of ``experiment`` and gather ``summary.parquet``.
 
@@ -307,6 +308,8 @@ def run_sweep(
         quick: apply the experiment's ``[quick]`` overrides (small runs for tests).
         progress: show a tqdm bar (points done, rate, time left).
         connect_timeout_s: seconds to wait for a remote Dask ``scheduler`` to answer.
+        said: warning texts the caller has already given in its own words: the points' copies
+            are not logged (``outcomes``).
 
     Returns:
         A ``SweepReport``; failures of single points do not raise.
@@ -321,6 +324,8 @@ def run_sweep(
     check_name(experiment.name, "experiment name")  # the results stay under out_root
     points = experiment.points(quick=quick)  # validates every config; generates no workload
     check_points(experiment.name, points)
+    if scheduler is not None:  # before anything is written (a bad address left files behind)
+        check_scheduler(scheduler, connect_timeout_s)
     folder = Path(out_root) / ("quick" if quick else "") / experiment.name
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
     _clean_stale(folder)
@@ -369,6 +374,7 @@ def run_sweep(
             snapshot_at_s=experiment.snapshot_time(quick=quick),
             connect_timeout_s=connect_timeout_s,
             folder=folder,
+            said=set(said or ()),
         )
         _run_points(finished, folder, report, failures, bar)
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ trace name (``"azure_conv"``) or a user path to a file, and says where to downlo
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,8 @@ class TraceInfo:
         file_name: file name inside the data folder.
         fmt: reader format: ``"azure"``, ``"mooncake"``, ``"sharegpt_opt"``, ``"alpaca"`` or
             ``"vidur"``.
-        has_arrivals: whether rows carry arrival times (``arrival = "trace"`` is allowed).
+        has_arrivals: whether rows carry arrival times (``arrival = "trace"`` is allowed, and
+            the default: ``WorkloadSpec.arrival``).
         source: public upstream repository and path of the file.
     """
 
@@ -165,6 +167,32 @@ def data_dir_searched() -> str:
     return " and ".join(str(p) for p in _candidate_dirs()) + f" ({ENV_VAR} is not set)"
 
 
+def _refuse_link_loop(trace: str, path: Path) -> None:
+    """Refuse a path whose symbolic links lead back to themselves (``Path.resolve`` would raise
+    ``RuntimeError``, and ``is_file`` says only "no").
+
+    Raises:
+        ValueError: naming the trace and the links followed.
+    """
+    try:
+        path.stat()
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            return
+        chain, seen = [str(path)], {os.path.abspath(path)}
+        link = path
+        while link.is_symlink() and len(chain) < 8:
+            link = link.parent / os.readlink(link)
+            chain.append(str(link))
+            if os.path.abspath(link) in seen:
+                break
+            seen.add(os.path.abspath(link))
+        raise ValueError(
+            f"workload.trace {trace!r}: a loop of symbolic links ({' -> '.join(chain)}), not a "
+            "file; point workload.trace at the trace file itself"
+        ) from None
+
+
 def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
     """Map a short trace name or a file path to an existing file.
 
@@ -198,6 +226,7 @@ def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
     path = Path(trace).expanduser()
     if path.is_file():
         return path, None
+    _refuse_link_loop(trace, path)
     names = ", ".join(sorted(TRACES))
     if path.is_dir():
         raise DataNotFoundError(

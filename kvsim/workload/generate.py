@@ -112,16 +112,10 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
     except DataNotFoundError as exc:
         if not spec.fallback_synthetic:
             raise
-        arrival = "poisson" if spec.arrival == "trace" else spec.arrival
+        arrival = "gamma" if spec.arrival == "gamma" else "poisson"
         table = shipped_table_path(spec.trace)
-        lengths = f"the joint length table of this trace shipped with kvsim ({table})"
-        warn_once(  # no per-point value (the rate a sweep or plan moves): said once per run
-            logger,
-            "%s Falling back to %s with %s arrivals at workload.rate_per_s.",
-            exc,
-            lengths if table is not None else "synthetic 'sharegpt_like' lengths",
-            arrival,
-        )
+        # no per-point value (the rate a sweep or plan moves): said once per run
+        warn_once(logger, "%s", fallback_notice(spec, exc))
         fallback = spec.model_copy(
             update={
                 "trace": None,
@@ -135,23 +129,44 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
         return fallback, None
     fmt = spec.trace_format or (info.fmt if info is not None else None)
     trace = load_trace(path, fmt, tokenizer=spec.tokenizer)
+    if spec.arrival is None:  # a trace file: its own arrivals if it has them (validated again)
+        resolved = spec.arrival_for(trace.has_arrivals)
+        spec = WorkloadSpec.model_validate({**spec.model_dump(), "arrival": resolved})
     if spec.arrival == "trace" and not trace.has_arrivals:
         raise ValueError(
             f"arrival='trace': {path} has no arrival times (a lengths-only "
             f"{trace.fmt!r} trace); use arrival='poisson' or 'gamma'"
         )
     if trace.has_arrivals and spec.arrival != "trace" and "arrival" not in spec.model_fields_set:
+        asked: list[str] = [f for f in ("rate_per_s", "cv") if f in spec.model_fields_set]
+        asked += ["sample = 'resample'"] if spec.sample == "resample" else []
         warn_once(
             logger,
-            "%s has arrival times, but workload.arrival is the default %r: its rows give "
-            "lengths only, at %s arrivals at workload.rate_per_s; set workload.arrival = "
-            "'trace' to replay its arrivals",
+            "%s has arrival times, but workload.%s without workload.arrival asks for "
+            "synthetic arrivals: its rows give lengths only, at poisson arrivals at "
+            "workload.rate_per_s; set workload.arrival = 'poisson' to say so, or leave %s "
+            "out to replay its arrivals",
             path,
-            spec.arrival,
-            spec.arrival,
+            " and workload.".join(asked),
+            " and ".join(asked),
         )
     check_trace_columns(spec, trace)
     return spec, trace
+
+
+def fallback_notice(spec: WorkloadSpec, exc: DataNotFoundError) -> str:
+    """The warning a workload with ``fallback_synthetic`` gives when its trace is missing
+    (``exc``): what it runs instead (a caller that has said so its own way can pass this text
+    to a sweep's ``said``)."""
+    assert spec.trace is not None, "only a trace can be missing"
+    table = shipped_table_path(spec.trace)
+    lengths = (
+        f"the joint length table of this trace shipped with kvsim ({table})"
+        if table is not None
+        else "synthetic 'sharegpt_like' lengths"
+    )
+    arrival = "gamma" if spec.arrival == "gamma" else "poisson"
+    return f"{exc} Falling back to {lengths} with {arrival} arrivals at workload.rate_per_s."
 
 
 def _build_requests(spec: WorkloadSpec, sel: Selected, max_model_len: int) -> list[Request]:

@@ -7,10 +7,11 @@
   ``parent_chat_id`` (-1 for a conversation's first request); a row's session is the root of its
   parent chain (the parent's id when the parent is not in the file; none without ``chat_id``).
 
-Errors name the file, the 1-based line, the field and the value; a key given twice in one object
-is refused. Other keys are ignored, with a warning; a leading UTF-8 BOM is skipped, as in CSV.
-A row without ``hash_ids`` shares no prefix; one with them (``[]`` included) is checked against
-its prompt length (``kvsim.workload.identity.count_hash_mismatches``).
+Errors name the file, the 1-based line, the field and the value (``NaN``, ``Infinity`` and
+integers too long to convert too); a key given twice in one object is refused. Other keys are
+ignored, with a warning; a leading UTF-8 BOM is skipped, as in CSV. A row without ``hash_ids``
+shares no prefix; one with them (``[]`` included) is checked against its prompt length
+(``kvsim.workload.identity.count_hash_mismatches``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from kvsim.base.limits import MAX_INT64, MAX_TIME_S
+from kvsim.base.textfile import NotANumber, parse_json
 from kvsim.workload.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
 from kvsim.workload.trace_table import BAILIAN_BLOCK_SIZE_TOKENS, Trace
 
@@ -127,10 +129,6 @@ def _decode_line(path: Path, line_no: int, raw: bytes) -> str:
         ) from None
 
 
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a JSON number (JSON has no infinities or NaN)")
-
-
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     row = dict(pairs)
     if len(row) < len(pairs):
@@ -144,14 +142,12 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
 
 
 def _parse_json_line(path: Path, line_no: int, line: str) -> dict[str, object]:
-    try:
-        row = json.loads(line, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    try:  # (NaN, Infinity and overlong integers come back for the field checks to name)
+        row = parse_json(line, f"{path} line {line_no}", object_pairs_hook=_unique_keys)
     except _DuplicateKeyError as exc:
         raise ValueError(f"{path} line {line_no}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} line {line_no}: invalid JSON ({exc.msg})") from None
-    except ValueError as exc:  # Infinity / NaN, or an integer of more than 4,300 digits
-        raise ValueError(f"{path} line {line_no}: invalid JSON ({exc})") from None
     if not isinstance(row, dict):
         raise ValueError(f"{path} line {line_no}: expected a JSON object, got {line.strip()!r}")
     return row
@@ -165,6 +161,11 @@ def _json_field(path: Path, line_no: int, row: dict[str, object], key: str) -> o
 
 def _json_int(path: Path, line_no: int, row: dict[str, object], key: str) -> int:
     value = _json_field(path, line_no, row, key)
+    if isinstance(value, NotANumber) and value.integer:
+        raise ValueError(
+            f"{path} line {line_no}: {key} must be at most {MAX_INT64:,} (a 64-bit integer), "
+            f"got {value!r}"
+        )
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
             f"{path} line {line_no}: {key} must be a non-negative integer, got {_short(value)}"

@@ -76,8 +76,7 @@ def _keep_mask(
             spec.min_output_tokens,
         )
     if source is not None and long.any():
-        warn_once(
-            logger,  # a count the user sees, not a silent filter
+        logger.info(  # overflow = 'drop' is never the default: a filter the config asked for
             "%s: overflow='drop' removed %d of %d rows longer than max_model_len = %d",
             source,
             int(long.sum()),
@@ -85,6 +84,15 @@ def _keep_mask(
             max_model_len,
         )
     return np.asarray(keep, dtype=bool)
+
+
+def count_kept_rows(spec: WorkloadSpec, trace: Trace, max_model_len: int) -> int:
+    """Rows of ``trace`` that ``spec``'s filters keep (the minimum lengths, and the length limit
+    with ``overflow = "drop"``), without logging: for a caller that describes the filter."""
+    prompt, output = trace.prompt_tokens, trace.output_tokens
+    if spec.overflow != "drop":  # (source=None reads "reject" as a parametric draw's limit)
+        spec = spec.model_copy(update={"overflow": "truncate"})
+    return int(_keep_mask(spec, prompt, output, max_model_len, source=None).sum())
 
 
 def _no_rows_error(spec: WorkloadSpec, what: str, max_model_len: int) -> ValueError:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from kvsim.base.textfile import read_text
+from kvsim.base.textfile import parse_json, read_text
 from kvsim.workload.trace_table import Trace
 
 logger = logging.getLogger(__name__)
@@ -85,11 +85,9 @@ def read_sharegpt(path: Path, tokenizer_path: Path, *, multiturn: bool) -> Trace
     """
     text = read_text(path)
     try:
-        entries = json.loads(text)
+        entries = parse_json(text, str(path))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} line {exc.lineno}: invalid JSON ({exc.msg})") from None
-    except ValueError as exc:  # an integer of more than 4,300 digits
-        raise ValueError(f"{path}: invalid JSON ({exc})") from None
     if not isinstance(entries, list):
         raise ValueError(
             f"{path}: expected a JSON array of conversations, got a {type(entries).__name__}"

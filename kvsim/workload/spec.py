@@ -52,15 +52,20 @@ class WorkloadSpec(BaseModel):
     """A workload: how requests arrive, how long they are, and which are kept.
 
     ``WorkloadSpec()`` is 1,000 requests with Poisson arrivals at 1 req/s and ``sharegpt_like``
-    synthetic lengths. Pipeline: read or draw lengths; drop rows failing ``min_*_tokens`` and
-    (``overflow="drop"``) rows whose prompt + min(output, max_tokens) exceeds ``max_model_len``;
-    select rows (trace window, ``num_requests``); cap outputs at ``max_tokens``; truncate
-    (``overflow="truncate"``); scale arrival times by ``time_scale``.
+    synthetic lengths; a trace with arrival times replays them, every row, by default.
+    Pipeline: read or draw lengths; drop rows failing ``min_*_tokens`` and (``overflow="drop"``)
+    rows whose prompt + min(output, max_tokens) exceeds ``max_model_len``; select rows (trace
+    window, ``num_requests``); cap outputs at ``max_tokens``; truncate (``overflow="truncate"``);
+    scale arrival times by ``time_scale``.
 
     Attributes:
         name: free-form label of the workload (not used by the generator).
         arrival: ``"poisson"`` at ``rate_per_s``, ``"gamma"`` renewal with ``rate_per_s`` and
-            ``cv``, or ``"trace"`` to replay the trace's own timestamps (traces with arrivals only).
+            ``cv``, or ``"trace"`` to replay the trace's own timestamps (traces with arrivals
+            only). ``None`` (unset) is ``"trace"`` for a trace with arrival times unless the
+            config asks for synthetic arrivals (sets ``rate_per_s``, ``cv`` or ``sample =
+            "resample"``), else ``"poisson"``: resolved on validation for no trace or a
+            catalogued one, when the file is read for a trace file (``arrival_for``).
         rate_per_s: mean arrival rate in requests/s for poisson/gamma (required there).
         cv: coefficient of variation of gamma inter-arrival gaps (1.0 is Poisson).
         time_scale: multiplies every inter-arrival time (0.5 = twice as fast).
@@ -77,7 +82,8 @@ class WorkloadSpec(BaseModel):
         hash_block_size_tokens: tokens per ``hash_ids`` block of the trace; ``None`` takes the
             format's (Mooncake 512, Qwen-Bailian 16); kvsim's own format with ``hash_ids`` needs it.
         sample: ``"resample"`` (draw trace rows with replacement) or ``"replay"`` (file order);
-            ``None`` means replay for ``arrival="trace"``, else resample (with a warning when
+            ``None`` means replay for trace arrivals (``arrival="trace"``, or unset with a trace
+            that has arrival times), else resample (with a warning when
             more requests than rows are drawn, so rows repeat; an explicit ``"resample"`` is quiet).
         fallback_synthetic: when the trace file is missing, log a warning and draw lengths from
             the trace's joint length table shipped with kvsim (``kvsim/data/lengths/``: the
@@ -130,7 +136,7 @@ class WorkloadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = ""
-    arrival: ArrivalKind = "poisson"
+    arrival: ArrivalKind | None = None
     rate_per_s: float | None = Field(default=1.0, gt=0, le=MAX_RATE_PER_S)
     cv: float = Field(default=1.0, gt=0, le=100)
     time_scale: float = Field(default=1.0, gt=0, le=MAX_TIME_SCALE)
@@ -200,6 +206,9 @@ class WorkloadSpec(BaseModel):
         for key in (*_UNSET_DROPPED, "length_table"):
             if data.get(key) is None:
                 data.pop(key, None)
+        if self.arrival is None:  # a trace file's own arrivals if it has them: reloaded alike
+            for key in ("arrival", "rate_per_s", "cv"):  # (set, these two would ask for poisson)
+                data.pop(key, None)
         return data
 
     @model_validator(mode="before")
@@ -219,8 +228,21 @@ class WorkloadSpec(BaseModel):
                 )
         return data
 
+    def arrival_for(self, has_arrivals: bool | None) -> ArrivalKind | None:
+        """The effective ``arrival`` for a trace that has arrival times or not (``None``:
+        unknown until its file is read; then so is the answer, unless the config decides)."""
+        if self.arrival is not None:
+            return self.arrival
+        synthetic = {"rate_per_s", "cv"} & self.model_fields_set or self.sample == "resample"
+        if self.length_source != "trace" or synthetic or has_arrivals is False:
+            return "poisson"
+        return None if has_arrivals is None else "trace"
+
     @model_validator(mode="after")
     def _check_consistency(self) -> WorkloadSpec:
+        if self.arrival is None:  # (frozen: set in place, as its validated default)
+            info = None if self.trace is None else TRACES.get(self.trace)
+            self.__dict__["arrival"] = self.arrival_for(None if info is None else info.has_arrivals)
         self._check_scale()
         self._check_lengths()
         self._check_arrivals()
@@ -242,7 +264,17 @@ class WorkloadSpec(BaseModel):
         if self.num_requests is not None and self.num_requests > MAX_NUM_REQUESTS:
             raise ValueError(
                 f"num_requests: at most {MAX_NUM_REQUESTS:,} requests per run (kvsim holds every "
-                f"request in memory), got {self.num_requests:,}; simulate a shorter window"
+                f"request in memory: 0.8 GiB at {MAX_NUM_REQUESTS:,}), got "
+                f"{self.num_requests:,}; simulate a shorter window"
+            )
+        width = max(self.n, self.beam_width)
+        if self.num_requests is not None and self.num_requests * width > MAX_NUM_REQUESTS:
+            field = "n" if self.n > 1 else "beam_width"
+            raise ValueError(
+                f"{field}: {self.num_requests:,} requests of {width:,} sequences are "
+                f"{self.num_requests * width:,}, more than the {MAX_NUM_REQUESTS:,} one run holds "
+                "(every sequence is simulated and kept in memory); lower num_requests or "
+                f"{field}"
             )
         rate = self.rate_per_s
         if rate is not None and rate < MIN_RATE_PER_S:
@@ -256,7 +288,7 @@ class WorkloadSpec(BaseModel):
             )
         if self.time_scale < MIN_TIME_SCALE:
             raise ValueError(f"time_scale: must be >= {MIN_TIME_SCALE:g}, got {self.time_scale!r}")
-        synthetic = self.arrival != "trace"
+        synthetic = self.arrival in ("poisson", "gamma")
         if synthetic and rate is not None and self.duration_s is not None:
             expected = rate * self.duration_s / self.time_scale * self.num_turns
             if self.num_requests is None and expected > MAX_NUM_REQUESTS:
@@ -293,7 +325,7 @@ class WorkloadSpec(BaseModel):
             raise ValueError(
                 f"rate_per_s (requests/s) is required for arrival={self.arrival!r}, got None"
             )
-        if self.arrival != "trace" and self.start_s > 0:
+        if self.arrival in ("poisson", "gamma") and self.start_s > 0:
             raise ValueError(f"start_s applies to arrival='trace' only, got {self.start_s}")
 
     def _check_trace_arrivals(self) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.base.limits import MAX_INT64, MAX_TIME_S
+from kvsim.base.limits import MAX_INT64, MAX_SEQS_PER_REQUEST, MAX_TIME_S
 from kvsim.workload.trace_table import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
 
 logger = logging.getLogger(__name__)
@@ -223,12 +223,19 @@ def int_column(
         raise bad_value(path, where(row), column, frame[column].iloc[row], "a non-negative integer")
     long = np.flatnonzero(text.str.len().to_numpy() >= 19)  # int64 holds 18 digits for sure
     for row in long.tolist():
-        if int(text.iloc[row]) > MAX_INT64:
+        if not _fits_int64(text.iloc[row]):
             raise bad_value(
                 path, where(row), column, frame[column].iloc[row], f"an integer <= {MAX_INT64:,}"
             )
     values: np.ndarray = text.astype(np.int64).to_numpy()
     return values
+
+
+def _fits_int64(digits: str) -> bool:
+    """``digits`` (an optional sign, then 0-9) is an integer within 64 bits, decided without
+    converting more than 19 digits (Python refuses to convert more than 4,300)."""
+    magnitude = digits.lstrip("-+").lstrip("0")
+    return len(magnitude) <= 19 and abs(int(digits)) <= MAX_INT64
 
 
 _UNIX_TIME_S = MAX_TIME_S  # 2001-09-09 in Unix time: no run's own axis reaches it
@@ -316,6 +323,11 @@ def _kvsim_extras(
                 row = int(np.flatnonzero(values < 1)[0])
                 value = frame[column].iloc[row]
                 raise bad_value(path, where(row), column, value, "an integer >= 1")
+            if (values > MAX_SEQS_PER_REQUEST).any():  # each sequence is simulated
+                row = int(np.flatnonzero(values > MAX_SEQS_PER_REQUEST)[0])
+                value = frame[column].iloc[row]
+                expected = f"at most {MAX_SEQS_PER_REQUEST:,} (sequences of one request)"
+                raise bad_value(path, where(row), column, value, expected)
             out[column] = values
     if "n" in out and "beam_width" in out:
         both = (out["n"] > 1) & (out["beam_width"] > 1)
@@ -344,7 +356,7 @@ def _kvsim_extras(
 def _session_ids(text: pd.Series) -> tuple[int | None, ...]:
     """Integer ids as they are; other labels numbered by first appearance."""
     given = [t for t in text.tolist() if t != ""]
-    if all(re.fullmatch(r"-?[0-9]+", t) and abs(int(t)) <= MAX_INT64 for t in given):
+    if all(re.fullmatch(r"-?[0-9]+", t) and _fits_int64(t) for t in given):
         return tuple(int(t) if t != "" else None for t in text.tolist())
     numbers: dict[str, int] = {}
     for label in given:
@@ -367,11 +379,10 @@ def _hash_ids(path: Path, frame: pd.DataFrame, where: Where) -> tuple[tuple[int,
                 frame["hash_ids"].iloc[row],
                 "integers separated by spaces (or a JSON list)",
             )
-        ids = tuple(int(p) for p in parts)
-        if any(abs(i) > MAX_INT64 for i in ids):
+        if not all(_fits_int64(p) for p in parts):
             value = frame["hash_ids"].iloc[row]
             raise bad_value(path, where(row), "hash_ids", value, "64-bit integers")
-        out.append(ids)
+        out.append(tuple(int(p) for p in parts))
     return tuple(out)
 
 

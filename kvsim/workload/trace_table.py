@@ -114,7 +114,12 @@ class Trace:
 
 
 def bad_value(path: Path, where: str, field: str, value: object, expected: str) -> ValueError:
-    """``ValueError("data/trace.csv line 3: ContextTokens must be ..., got 'abc'")``."""
+    """``ValueError("data/trace.csv line 3: ContextTokens must be ..., got 'abc'")`` (a value
+    longer than 80 characters shown by its start and its length)."""
     if isinstance(value, np.generic):  # a Parquet cell: show -3, not np.int64(-3)
         value = value.item()
-    return ValueError(f"{path} {where}: {field} must be {expected}, got {value!r}")
+    shown = repr(value)
+    if len(shown) > 80:  # a 200,000-digit cell: its start and its length
+        text = str(value)
+        shown = f"{text[:30]!r}... ({len(text):,} characters)"
+    return ValueError(f"{path} {where}: {field} must be {expected}, got {shown}")

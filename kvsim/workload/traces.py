@@ -30,6 +30,7 @@ import functools
 import json
 from pathlib import Path
 
+from kvsim.base.textfile import parse_json
 from kvsim.workload.trace_table import (
     JSONL_FORMATS,
     TEXT_FORMATS,
@@ -124,10 +125,10 @@ def _detect_by_content(path: Path) -> str | None:
         handle.seek(0)
         for line_no, line in enumerate(handle, start=1):
             if line.strip():
+                where = f"{path} line {line_no}"
                 try:
-                    record = json.loads(line)
+                    record = parse_json(line, where)
                 except json.JSONDecodeError as exc:
-                    where = f"{path} line {line_no}"
                     raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
                 is_bailian = isinstance(record, dict) and (
                     "chat_id" in record or "parent_chat_id" in record

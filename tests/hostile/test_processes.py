@@ -131,7 +131,7 @@ def test_killed_driver_leaves_no_workers(tmp_path: Path) -> None:
     _assert_gone(seen)
 
 
-@pytest.mark.slow(seconds=51)
+@pytest.mark.full(seconds=85)
 def test_random_kills_then_resume_finish_every_point_once(tmp_path: Path) -> None:
     # ~20 s of points: enough for ten kills that each find the sweep still running
     exp = _experiment(tmp_path / "kills.toml", 40_000, [1, 2, 4, 8, 16, 32, 64, 128])
@@ -149,7 +149,7 @@ def test_random_kills_then_resume_finish_every_point_once(tmp_path: Path) -> Non
             break
     assert landed == 10, f"only {landed} kills found the sweep running"
     final = _sweep(exp, out, "-j", "2")
-    _, stderr = final.communicate(timeout=180)
+    _, stderr = final.communicate(timeout=1800)
     assert final.returncode == 0, stderr.decode()
     keys = {p.key for p in load_experiment(exp).points()}
     points = out / "slow" / "points"
@@ -169,7 +169,7 @@ def test_ctrl_c_while_workers_start(tmp_path: Path) -> None:
         time.sleep(0.005)
     time.sleep(0.1)  # the workers take their first points
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
-    _, stderr = proc.communicate(timeout=60)
+    _, stderr = proc.communicate(timeout=600)
     text = stderr.decode()
     assert proc.returncode == 130, text
     assert "Traceback" not in text, text
@@ -184,7 +184,7 @@ def test_user_errors_through_a_real_process(tmp_path: Path) -> None:
         (["run", str(cfg)], "cfg.toml line 2"),
         (["sweep"], "Missing argument"),
         (["run", "--set", "seed=1", "--set", "seed.x=2"], "seed.x"),
-        (["run", "--set", "workload.num_requests=1000000000000"], "10,000,000"),
+        (["run", "--set", "workload.num_requests=1000000000000"], "1,000,000"),
     ]
     for args, fragment in cases:
         done = subprocess.run(
@@ -192,7 +192,7 @@ def test_user_errors_through_a_real_process(tmp_path: Path) -> None:
             env=ENV,
             capture_output=True,
             cwd=tmp_path,
-            timeout=60,
+            timeout=600,
             check=False,
         )
         err = done.stderr.decode()
@@ -204,7 +204,7 @@ def test_user_errors_through_a_real_process(tmp_path: Path) -> None:
         assert fragment in lines[0], err
 
 
-@pytest.mark.slow(seconds=26)
+@pytest.mark.full(seconds=40)
 def test_a_killed_worker_is_reported_as_such_and_a_rerun_resumes(tmp_path: Path) -> None:
     # what the out-of-memory killer does to a worker: one plain error line (not "internal
     # error ... please report it"), status 1, no worker left, and the rerun finishes the rest
@@ -217,7 +217,7 @@ def test_a_killed_worker_is_reported_as_such_and_a_rerun_resumes(tmp_path: Path)
     assert workers, f"expected a worker, saw {seen}"
     for pid in workers:
         os.kill(pid, signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=120)
+    _, stderr = proc.communicate(timeout=1800)
     text = stderr.decode()
     assert proc.returncode == 1, text
     assert "Traceback" not in text, text
@@ -226,7 +226,7 @@ def test_a_killed_worker_is_reported_as_such_and_a_rerun_resumes(tmp_path: Path)
     assert "run the same command again to resume" in text, text
     _assert_gone(seen)
     final = _sweep(exp, out)
-    _, stderr = final.communicate(timeout=180)
+    _, stderr = final.communicate(timeout=1800)
     assert final.returncode == 0, stderr.decode()
     keys = {p.key for p in load_experiment(exp).points()}
     assert sorted(p.name for p in (out / "slow" / "points").iterdir()) == sorted(keys)

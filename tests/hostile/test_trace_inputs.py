@@ -198,13 +198,13 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
         "m.jsonl",
         _jsonl(MOON_OK, '{"timestamp": Infinity, "input_length": 5, "output_length": 3}'),
         ARRIVE,
-        ["m.jsonl line 2", "Infinity"],
+        ["m.jsonl line 2", "timestamp", "got Infinity"],
     ),
     "mooncake_timestamp_nan": (
         "m.jsonl",
         _jsonl(MOON_OK, '{"timestamp": NaN, "input_length": 5, "output_length": 3}'),
         ARRIVE,
-        ["m.jsonl line 2", "NaN"],
+        ["m.jsonl line 2", "timestamp", "got NaN"],
     ),
     "mooncake_timestamp_overflow": (
         "m.jsonl",
@@ -228,7 +228,7 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
         "m.jsonl",
         _jsonl(MOON_OK, '{"timestamp": 5, "input_length": ' + "9" * 5000 + ', "output_length": 3}'),
         ARRIVE,
-        ["m.jsonl line 2", "invalid JSON"],
+        ["m.jsonl line 2", "input_length", "64-bit", "an integer of 5,000 digits"],
     ),
     "mooncake_hash_beyond_int64": (
         "m.jsonl",
@@ -410,7 +410,7 @@ SHAREGPT_CASES: dict[str, tuple[str | bytes, list[str]]] = {
         ["sg.json", "UTF-8"],
     ),
     "invalid_json": ('[{"conversations": [}]', ["sg.json line 1", "invalid JSON"]),
-    "integer_5000_digits": ("[" + "9" * 5000 + "]", ["sg.json", "invalid JSON"]),
+    "integer_5000_digits": ("[" + "9" * 5000 + "]", ["sg.json", "an integer of 5,000 digits"]),
 }
 
 

@@ -47,7 +47,7 @@ def _needs_sharegpt() -> None:
         pytest.skip("the paper's ShareGPT length file is not in KVSIM_DATA")
 
 
-@pytest.mark.slow(seconds=60)
+@pytest.mark.full(seconds=135)
 def test_fig13_batch_sizes(tmp_path: Path) -> None:
     _needs_sharegpt()
     rep = reproduce("fig13", tmp_path)
@@ -62,7 +62,7 @@ def test_fig13_batch_sizes(tmp_path: Path) -> None:
     assert any("FITTED on vLLM / ShareGPT" in n for n in rep.notes)
 
 
-@pytest.mark.slow(seconds=16)
+@pytest.mark.full(seconds=55)
 def test_fig12_rate_ratios_in_the_papers_bands(tmp_path: Path) -> None:
     _needs_sharegpt()
     rep = reproduce("fig12", tmp_path)
@@ -98,7 +98,7 @@ def test_fig12_ratios_by_hand() -> None:
     assert plot_only["in_band"].isna().all()
 
 
-@pytest.mark.slow(seconds=260)
+@pytest.mark.full(seconds=430)
 def test_fig15_savings(tmp_path: Path) -> None:
     rep = reproduce("fig15", tmp_path)
     table = rep.table.set_index("system")
@@ -216,7 +216,7 @@ def test_sharegpt_parallel_sampling_saving(n: int, paper_pct: float) -> None:
 SHAREGPT_BEAM = {2: 44.3, 6: 66.3}
 
 
-@pytest.mark.slow(seconds=21)
+@pytest.mark.full(seconds=40)
 @pytest.mark.parametrize(("width", "paper_pct"), sorted(SHAREGPT_BEAM.items()))
 def test_sharegpt_beam_search_saving(width: int, paper_pct: float) -> None:
     _needs_sharegpt()

@@ -37,7 +37,7 @@ def _check_bands(table) -> None:
         assert row["in_band"]
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.full(seconds=67)
 def test_main_job_with_the_papers_lengths(tmp_path: Path) -> None:
     try:
         resolve_trace("sharegpt_opt")
@@ -49,7 +49,7 @@ def test_main_job_with_the_papers_lengths(tmp_path: Path) -> None:
     assert rep.in_band
 
 
-@pytest.mark.slow(seconds=13)
+@pytest.mark.full(seconds=60)
 def test_main_job_without_data_uses_the_shipped_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

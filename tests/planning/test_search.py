@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.study import plan as planning
-from kvsim.study.plan import PROBES_PER_ROUND, Plan, Target, candidates, plan_from_dict, run_plan
+from kvsim import planning
+from kvsim.study.plan import Plan, Target, candidates, plan_from_dict, run_plan
+from kvsim.study.plan_search import PROBES_PER_ROUND
 
 METRIC = "time_to_first_token_seconds_p99"
 
@@ -329,3 +331,18 @@ def test_the_kv_budget_bracket_starts_where_one_longest_request_fits():
     assert knob_bracket("cache.kv_cache_gib", base)["lo"] == 0.51
     v0 = {**base, "scheduler": {"max_model_len": 4096, "engine": "vllm-v0"}}
     assert knob_bracket("cache.kv_cache_gib", v0)["lo"] == 0.5  # no null block: 256 blocks
+
+
+def test_a_metric_targeted_twice_keeps_the_tighter_bound_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the later --target used to replace the earlier one, looser or not
+    texts = [f"{METRIC}<=1", "num_preemptions<=0", f"{METRIC}<=2", f"{METRIC}<=1"]
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        kept = planning.tightest([Target.parse(t) for t in texts])
+    assert kept == (Target(METRIC, 1.0), Target("num_preemptions", 0.0))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{METRIC} is targeted twice (<= 1 and <= 2): the plan holds the tighter bound, <= 1"
+    ]  # the repeat of <= 1 asks nothing new: no second warning
+    question = {"field": "cache.kv_cache_gib", "targets": [f"{METRIC}<=2", f"{METRIC}<=0.5"]}
+    assert plan_from_dict("p", {}, question).targets == (Target(METRIC, 0.5),)

@@ -16,6 +16,8 @@ from kvsim.view.report import write_report
 from tests.report.browser import open_report
 from tests.report.conftest import CONTIGUOUS, kvsim_run
 
+pytestmark = pytest.mark.full  # headless Chromium: make test-full
+
 EMPTY_RGB = (92, 10, 10)  # report.js EMPTY, allocated but empty
 
 COUNT_PIXELS = """([sel, rgb]) => {

@@ -27,6 +27,8 @@ class Context:
         scheduler: Dask scheduler address, ``"local"``, or ``None`` for a process pool.
         progress: show progress bars (on a terminal).
         say: where progress messages go.
+        said: warning texts the reproduction has given in its own words: its sweeps' points
+            do not repeat them.
     """
 
     out_root: Path
@@ -35,6 +37,7 @@ class Context:
     scheduler: str | None = None
     progress: bool = False
     say: Callable[[str], None] = lambda _msg: None
+    said: set[str] = field(default_factory=set)
 
     def experiment(self, name: str) -> Experiment:
         """``experiments/NAME.toml``."""
@@ -63,6 +66,7 @@ class Context:
             scheduler=self.scheduler,
             quick=self.quick,
             progress=self.progress,
+            said=self.said,
         )
         if report.failures:
             lines = "; ".join(f"point {f.index} [{f.point}]: {f.error}" for f in report.failures)

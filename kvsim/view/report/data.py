@@ -10,6 +10,7 @@ memory series into at most ``MAX_POINTS`` time bins; ``ecdf_points`` keeps at mo
 from __future__ import annotations
 
 import base64
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -69,7 +70,38 @@ def load_run(folder: str | Path) -> Run:
         raise ValueError(
             f"RUN_DIR: {str(path)!r} holds no summary.json; write one with `kvsim run --out {path}`"
         )
-    return Run(path.resolve().name, path, Results.load(path))
+    results = Results.load(path)
+    _check_pool_numbers(path / "summary.json", results.summary)
+    return Run(path.resolve().name, path, results)
+
+
+def _whole(value: object) -> bool:
+    """A finite, non-negative whole number (``True`` and ``False`` are not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value == int(value) and value >= 0
+
+
+# the summary's numbers the page draws the pool from: whole token slots
+_POOL_NUMBERS = ("capacity_tokens", "usable_capacity_tokens", "max_model_len")
+
+
+def _check_pool_numbers(path: Path, summary: dict[str, Any]) -> None:
+    """The pool's sizes in ``summary.json`` are whole numbers (a NaN or a text there was
+    "cannot convert float NaN to integer", naming neither the file nor the field).
+
+    Raises:
+        ValueError: naming the file, the field and the value.
+    """
+    for key in _POOL_NUMBERS:
+        if key not in summary and key != "capacity_tokens":
+            continue
+        value = summary.get(key)
+        if not _whole(value):
+            raise ValueError(
+                f"{path}: {key} must be a whole number of token slots, got {value!r}; "
+                "rewrite the run with `kvsim run --out`"
+            )
 
 
 def load_runs(folders: Sequence[str | Path]) -> list[Run]:

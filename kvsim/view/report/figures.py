@@ -7,6 +7,7 @@ cursor over the memory charts as the map's time slider moves.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -90,14 +91,34 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
     return fig
 
 
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values 1, 2, 5 x 10^k (1 x 10^k over more than 4 decades) from the last one at or
+    below ``lo`` to the first at or above ``hi`` (seconds, both > 0): a log axis labelled in
+    the numbers themselves ("0.02", "0.05", "0.1"), where plotly's default labels the ticks
+    between decades by their first digit only ("2", "5"), so that 0.02 s read as 2 s."""
+    first, last = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    steps = (1, 2, 5) if last - first <= 6 else (1,)  # past 4 decades: one tick a decade
+    ticks: list[float] = []
+    for k in range(first, last):
+        ticks += [float(f"{m}e{k}") for m in steps]
+    below = [t for t in ticks if t <= lo]
+    above = [t for t in ticks if t >= hi]
+    return [t for t in ticks if max(below, default=lo) <= t <= min(above, default=hi)]
+
+
 def ecdf_figure(runs: Sequence[Run]) -> go.Figure:
-    """Empirical CDFs of TTFT, TPOT and E2E latency (log seconds), one line per run."""
+    """Empirical CDFs of TTFT, TPOT and E2E latency (log seconds), one line per run; the log
+    axes are labelled in seconds at 1, 2, 5 x 10^k (``log_ticks``)."""
     fig = make_subplots(rows=1, cols=len(LATENCIES), subplot_titles=list(LATENCIES.values()))
+    ranges: dict[int, tuple[float, float]] = {}
     for i, run in enumerate(runs):
         color = RUN_COLORS[i % len(RUN_COLORS)]
         for j, metric in enumerate(LATENCIES, start=1):
             values = run.results.requests[metric]
             x, p = ecdf_points(values[values > 0])
+            if len(x):
+                lo, hi = ranges.get(j, (math.inf, 0.0))
+                ranges[j] = (min(lo, float(min(x))), max(hi, float(max(x))))
             fig.add_trace(
                 go.Scatter(
                     x=x,
@@ -112,6 +133,9 @@ def ecdf_figure(runs: Sequence[Run]) -> go.Figure:
                 col=j,
             )
     fig.update_xaxes(type="log", title_text="seconds")
+    for j, (lo, hi) in ranges.items():
+        ticks = log_ticks(lo, hi)
+        fig.update_xaxes(tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], row=1, col=j)
     fig.update_yaxes(range=[0, 1.02], title_text="fraction of requests", col=1)
     fig.update_layout(LAYOUT, height=340, hovermode="closest")
     return fig
