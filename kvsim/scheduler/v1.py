@@ -5,10 +5,12 @@ its tests (``tests/v1/core/test_scheduler.py``). Each step:
 
 1. **Running requests first**, in the order they were admitted: each gets
    ``num_tokens - num_computed_tokens`` new tokens (1 for a decode, the rest of its prompt for a
-   partial prefill), capped by ``long_prefill_token_threshold`` (when > 0) and by the budget left
-   of ``max_num_batched_tokens``. When its slots cannot be allocated, the last running request is
-   preempted (freed, computed tokens reset to 0, put at the front of the waiting queue) until they
-   can; if the request itself was the last, the running loop stops.
+   partial prefill), capped by ``long_prefill_token_threshold`` (when > 0, with chunked prefill,
+   and when more than one request runs or waits as the step starts: vLLM 0.34.0 lets a request
+   alone take the whole budget) and by the budget left of ``max_num_batched_tokens``. When its
+   slots cannot be allocated, the last running request is preempted (freed, computed tokens
+   reset to 0, put at the front of the waiting queue) until they can; if the request itself was
+   the last, the running loop stops.
 2. **Then waiting requests, FCFS**, unless a request was preempted in this step: while the budget
    lasts and fewer than ``max_num_seqs`` run, the head's prefix-cache hit (whole blocks, never its
    last token) is looked up when it has computed nothing, it is given ``num_tokens - hits`` tokens
@@ -39,6 +41,7 @@ class V1Scheduler(SchedulerCore):
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
+        self._threshold = self._step_threshold()
         budget = None
         lazy = self._lazy_ready()
         if lazy is not None:
@@ -58,10 +61,21 @@ class V1Scheduler(SchedulerCore):
 
     _partial = False
     _guard_blocks: int | None = None
+    _threshold = 0  # this step's long_prefill_token_threshold (``_step_threshold``)
+
+    def _step_threshold(self) -> int:
+        """The chunk cap of this step: ``long_prefill_token_threshold``, or 0 (none) without
+        chunked prefill or when at most one request runs or waits as the step starts, since a
+        request alone starves nobody (vLLM 0.34.0 ``Scheduler.schedule``, counting
+        ``get_request_counts()`` before the running loop)."""
+        threshold = self.args.long_prefill_token_threshold
+        if not self.args.enable_chunked_prefill or len(self.running) + len(self.waiting) <= 1:
+            return 0
+        return threshold
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         running = self.running
-        threshold = self.args.long_prefill_token_threshold
+        threshold = self._threshold
         cache_block = self.cache_block_tokens
         i = 0
         partial = False  # some request is left mid-prefill after step 0
@@ -152,7 +166,7 @@ class V1Scheduler(SchedulerCore):
         """
         allocator, cohort = self.allocator, lazy.cohort
         clock = cohort.clock
-        threshold = self.args.long_prefill_token_threshold
+        threshold = self._threshold
         others = lazy.others
         left = budget - len(cohort)  # for the others once every member has its token
         if left < 0:
@@ -222,8 +236,8 @@ class V1Scheduler(SchedulerCore):
             if head.num_computed_tokens == 0 and allocator.caches_prefixes:
                 hit = allocator.find_cached_prefix(head)
             num_new = head.num_tokens - head.num_computed_tokens - hit.num_tokens
-            threshold = self.args.long_prefill_token_threshold
-            if 0 < threshold < num_new:  # capped before the unchunked budget check, as vLLM
+            threshold = self._threshold
+            if 0 < threshold < num_new:
                 num_new = threshold
             if not self.args.enable_chunked_prefill and num_new > budget:
                 plan.head_blocked = "budget"
@@ -260,7 +274,7 @@ class V1Scheduler(SchedulerCore):
         self._guard_blocks = None
         if head.shares_tokens:
             return "kv_prefix"
-        threshold = self.args.long_prefill_token_threshold
+        threshold = self.args.long_prefill_token_threshold  # a later step's cap at most
         cap = min(budget, threshold) if threshold else budget
         if not hit.num_tokens or head.num_tokens - head.num_computed_tokens <= cap:
             return "kv"

@@ -285,20 +285,6 @@ def test_schedule_order(chunked, expected):
     assert tokens(plan) == expected
 
 
-def test_threshold_applies_before_the_unchunked_budget_check():
-    # No vLLM test; Scheduler.schedule's waiting loop (v0.20.0) caps a head at the threshold,
-    # then breaks only if that capped count exceeds the budget left (nothing forbids a threshold
-    # with chunked prefill off). Budget 1024, threshold 400, prompts 600, 800: 600 -> 400 fits,
-    # 624 left; 800 -> 400 <= 624 fits too. kvsim tests 800 > 624 and stops.
-    sched = v1(
-        max_num_batched_tokens=1024, enable_chunked_prefill=False, long_prefill_token_threshold=400
-    )
-    sched.add_request(sreq(0, 600))
-    sched.add_request(sreq(1, 800))
-    plan, _ = step(sched)
-    assert tokens(plan) == {0: 400, 1: 400}
-
-
 # test_schedule_concurrent_batches is left out: it needs a step whose output arrives after the
 # next schedule() (pipeline parallelism); kvsim completes every step before planning the next.
 
