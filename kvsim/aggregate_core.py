@@ -201,6 +201,7 @@ class AggregateCore:
             exact = left < 0  # the budget ends before a steady decoder: the exact pass
             chunks: list[tuple[Request, int]] = []
             starved = False
+            takes = free_queue  # the free queue hears of this step's takes below
             if not exact:
                 need = 0
                 boundary: Request | None = None
@@ -229,16 +230,22 @@ class AggregateCore:
                         freed, num_preempted, chunks = preempt_for_step(pool, chunks, clock, free)
                         free += freed
                         num_preemptions += num_preempted
+                        takes = None  # (it told the queue of them, between its releases)
                     else:
                         exact = True  # a preemption where the budget ends
             if not exact:
-                free -= cohort.allocate_pooled(clock, 1)[0][0]
+                crossed = cohort.allocate_pooled(clock, 1)[0][0]
+                free -= crossed
+                if takes is not None:
+                    takes.take(crossed)
                 for req, num_new in chunks:  # in running order
                     computed = req.num_computed_tokens
                     total = computed + num_new
                     extra = -(total // -b) - blocks_of[req]
                     if extra > 0:
                         free -= extra
+                        if takes is not None:
+                            takes.take(extra)
                         blocks_of[req] += extra
                         req.num_held_slots = blocks_of[req] * b
                     partial = partial or total < req.prompt_tokens + req.num_output_tokens
@@ -298,6 +305,8 @@ class AggregateCore:
                     break
                 waiting.popleft()
                 free -= need_blocks
+                if free_queue is not None:  # (its hits are touched, not taken)
+                    free_queue.take(need_blocks - hit_tokens // b)
                 blocks_of[head] = need_blocks
                 head.num_held_slots = need_blocks * b
                 member_seq[head] = next_seq
@@ -415,6 +424,8 @@ class AggregateCore:
                 held0, internal0 = cohort.sum_held, cohort.sum_internal
                 span_blocks, span_internal = cohort.allocate_pooled(after, k - 1)
                 free -= sum(span_blocks)
+                if free_queue is not None:
+                    free_queue.take(sum(span_blocks))
                 durations = durations[:k]
                 short = not isinstance(durations, np.ndarray)
                 total_s = numpy_sum(durations) if short else float(durations.sum())
@@ -486,12 +497,9 @@ class AggregateCore:
                     req.num_held_slots = 0
                     num_blocks = blocks_of.pop(req)
                     free += num_blocks
-                    if free_queue is not None:  # its blocks join the free queue's back
-                        num_keyed = keyed_of.pop(req, 0)
-                        if num_keyed:
-                            free_queue.release(num_blocks, num_keyed)
-                        else:
-                            free_queue.tail += num_blocks
+                    if free_queue is not None:  # full blocks to the back, the partial one
+                        num_full = req.num_computed_tokens // b  # to the front
+                        free_queue.release(num_blocks, num_full, keyed_of.pop(req, 0))
                     others.pop(req, None)
                     del member_seq[req]
                     row = row_of.pop(req)

@@ -10,8 +10,9 @@ Two paths, as ``V1Scheduler`` has (its lazy pass and, where that cannot decide, 
 - ``exact_running``: otherwise the cohort is flushed and every running request is scheduled in
   running order, preempting from the back, as ``V1Scheduler._schedule_running`` does.
 
-A victim's blocks join the free queue's back tail first; under prefix caching its computed full
-blocks keep their keys (``kvsim.allocators.counted_queue``).
+A victim's full blocks join the free queue's back tail first and its partial block the front;
+under prefix caching the full ones keep their keys (``kvsim.allocators.counted_queue``, which
+hears of every take and release in the order the general engine makes them).
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def exact_running(pool: RunningSet, budget: int, free: int) -> ExactStep:
         else:
             if extra > 0:
                 step.free -= extra
+                if pool.free_queue is not None:
+                    pool.free_queue.take(extra)
                 blocks_of[req] += extra
                 req.num_held_slots = blocks_of[req] * b
             step.partial = step.partial or num_new < unknown
@@ -122,13 +125,14 @@ def exact_running(pool: RunningSet, budget: int, free: int) -> ExactStep:
 def preempt(pool: RunningSet, req: Request) -> int:
     """``SchedulerCore._preempt_recompute`` of a running request; the blocks it frees.
 
-    Its blocks join the free queue's back tail first; under prefix caching the ones its computed
-    tokens fill keep their keys (``PagedAllocator.free`` with ``computed_tokens``)."""
+    Its blocks are released tail first; under prefix caching the ones its computed tokens fill
+    keep their keys and join the back, the partial one the front (``PagedAllocator.free`` with
+    ``computed_tokens``)."""
     num_blocks = pool.blocks_of.pop(req)
     pool.keyed_of.pop(req, None)
     if pool.free_queue is not None:
         num_keyed = req.num_computed_tokens // pool.cohort.period
-        pool.released[req] = pool.free_queue.release(num_blocks, num_keyed)
+        pool.released[req] = pool.free_queue.release(num_blocks, num_keyed, num_keyed)
     req.num_computed_tokens = 0
     req.num_held_slots = 0
     req.num_preemptions += 1
@@ -177,6 +181,8 @@ def preempt_for_step(
                 break
         else:
             free -= need
+            if need and pool.free_queue is not None:  # taken now, between the releases
+                pool.free_queue.take(need)
             continue
         break  # the request itself was preempted
     return freed, len(preempted), [c for c in chunks if c[0] not in preempted]

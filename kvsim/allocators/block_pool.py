@@ -11,14 +11,21 @@ sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
 - a block whose ref count drops to 0 joins the *back* of the queue and keeps its key, so it is
   still a cache hit until something takes it. Callers release a request's blocks tail first
   (vLLM's ``KVCacheManager.free`` walks the block table in reverse), so a request's last blocks
-  are evicted before its first ones;
+  are evicted before its first ones. That is vLLM v0.20.0's order (``release``, kept for the
+  ``vllm-v0`` profile); vLLM 0.34.0's ``BlockPool.free_blocks`` (``release_table``) sends only
+  blocks with a cache key (full ones; all are unkeyed without prefix caching) to the back and
+  the others to the *front*, where they are reused before any other free block;
 - a cache hit on a free block (``touch``) takes it out of the queue wherever it sits.
 
     free queue:  front [7 3 9 ... 12] back     take(1) -> [7] (evicts 7's key)
                                               release([x]) -> [3 9 ... 12 x]
+                                              release_table([k, u], 1) -> [u 3 9 ... 12 k]
+                                              (k full or keyed, u partial and unkeyed)
 
-The queue is an array with a moving head; a block touched while free leaves a stale entry behind
-that ``take`` skips, so every operation is O(1) amortised per block. A block's stale entries are
+The queue is an array with a moving head, and a list of the blocks before its head (the front,
+which holds no key, so no hit takes a block out of it); a block touched while free leaves a stale
+entry behind that ``take`` skips, so every operation is O(1) amortised per block. A block's stale
+entries are
 its oldest ones in the queue (each touch makes its one live entry stale, and a release appends a
 newer one), so counting them per block (``_stale``) tells ``take`` which entries to skip without
 recording every block's queue position; positions are recorded only for free blocks that keep a
@@ -84,6 +91,7 @@ class BlockPool:
         self._base = 0  # absolute position of _queue[0]
         self._stale: dict[int, int] = {}  # block -> its stale entries still in _queue
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
+        self._front: list[int] = []  # free blocks taken before the queue's head, the first last
         self.null_block: int | None = None
         if reserve_null_block:  # vLLM v1: block 0 is a placeholder no request ever holds
             self.null_block = self.take(1)[0]
@@ -104,7 +112,7 @@ class BlockPool:
     def free_order(self) -> list[int]:
         """Free block ids, front (taken next) first."""
         stale = dict(self._stale)
-        out: list[int] = []
+        out: list[int] = self._front[::-1]
         queue = self._queue
         for i in range(self._head, len(queue)):
             b = queue[i]
@@ -120,7 +128,7 @@ class BlockPool:
         evicted."""
         assert self._keyed[block_id], "positions are kept for keyed blocks only"
         ahead = self._pos[block_id] - self._base - self._head  # entries before it, stale included
-        return max(0, ahead - self._num_stale)
+        return max(0, ahead - self._num_stale) + len(self._front)
 
     def lookup(self, key: int) -> int | None:
         """The block caching ``key``, or ``None``."""
@@ -208,8 +216,15 @@ class BlockPool:
         head: i64 = self._head
         queue, ref, keyed = self._queue, self.ref_cnt, self._keyed
         taken: list[int] = []
-        if self._num_stale == 0:  # fast path: every entry from the head on is live
-            end: i64 = head + count
+        front = self._front
+        if front:  # blocks freed without a key come first, the last freed first
+            n = min(count, len(front))
+            taken = front[len(front) - n :][::-1]
+            del front[len(front) - n :]
+        if len(taken) == count:
+            pass
+        elif self._num_stale == 0:  # fast path: every entry from the head on is live
+            end: i64 = head + count - len(taken)
             while head < end:
                 taken.append(queue[head])
                 head += 1
@@ -277,6 +292,43 @@ class BlockPool:
         self._queue = queue
         self.num_free += freed
 
+    def release_table(self, table: Sequence[int], num_full: int) -> None:
+        """Release a block table tail first, as vLLM 0.34.0 does (``vllm/v1/core/block_pool.py``,
+        ``BlockPool.free_blocks``): a block whose ref count drops to 0 joins the back of the queue
+        if it keeps a key
+        or is one of the table's first ``num_full`` blocks (full: vLLM has cached it), else the
+        front, where it is taken before every other free block (LIFO, the tail block first).
+
+        Args:
+            table: the request's blocks in table order.
+            num_full: leading blocks of ``table`` whose tokens are all written (0 when nothing
+                is cached, as without prefix caching).
+        """
+        ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
+        at: i64 = self._base + len(queue)
+        front: list[int] = []
+        freed = 0
+        for i in range(len(table) - 1, -1, -1):
+            b = table[i]
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                if keyed[b] or i < num_full:
+                    queue = append(queue, b)
+                    if keyed[b]:  # where it sits (free_blocks_ahead)
+                        pos[b] = at
+                    at += 1
+                else:
+                    front.append(b)
+                freed += 1
+            elif r < 0:
+                self._queue = queue
+                raise AssertionError(f"block {b}: negative ref count")
+        self._queue = queue
+        if front:
+            self._front.extend(front[::-1])
+        self.num_free += freed
+
     def register(self, block_id: int, key: int) -> None:
         """Cache a full block under ``key`` (no-op if the key or the block is already cached)."""
         if not self._keyed[block_id]:
@@ -328,3 +380,4 @@ class BlockPool:
                 assert self.lookup(key) == b, f"key {key}: not found where it sits"
                 live += 1
         assert sum(self._keyed) == live == self._num_keyed, "stale block keys"
+        assert not any(self._keyed[b] for b in self._front), "a keyed block at the front"

@@ -1,8 +1,8 @@
-"""``BlockPool`` (packed vectors, an open-addressing key map, a queue with stale entries) against a
-naive pool written from its documented rules (a plain list for the free queue, a dict for the
-keys), under random takes, releases, registrations, cache hits and lookups: the same blocks taken,
-the same free order, the same hits and evictions. Small pools and many evictions, so the key map
-fills, wraps around and is rebuilt."""
+"""``BlockPool`` (packed vectors, an open-addressing key map, a queue with stale entries and a
+front) against a naive pool written from vLLM v1's rules (a plain list for the free queue, a dict
+for the keys), under random takes, releases (all to the back, or vLLM 0.34.0's way), registrations,
+cache hits and lookups: the same blocks taken, the same free order, the same hits and evictions.
+Small pools and many evictions, so the key map fills, wraps around and is rebuilt."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from kvsim.allocators.block_pool import BlockPool
 
 class NaivePool:
     """vLLM v1's rules, one block at a time: take from the front (a taken block loses its key),
-    release to the back, a hit leaves the queue wherever it sits, a key is cached once."""
+    release to the back (``release``) or, vLLM 0.34.0's ``BlockPool.free_blocks``
+    (``release_table``), a block that reaches ref count 0 to the back if it holds a key or is
+    full, else to the front, those of one call in their order; a hit leaves the queue wherever
+    it sits; a key is cached once."""
 
     def __init__(self, num_blocks: int) -> None:
         self.ref = [0] * num_blocks
@@ -37,6 +40,16 @@ class NaivePool:
             if self.ref[b] == 0:
                 self.free.append(b)
 
+    def release_table(self, table: list[int], num_full: int) -> None:
+        front, back = [], []
+        for i in reversed(range(len(table))):
+            b = table[i]
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                keyed = b in self.cached.values()
+                (back if keyed or i < num_full else front).append(b)
+        self.free = front + self.free + back
+
     def touch(self, blocks: list[int]) -> None:
         for b in blocks:
             if self.ref[b] == 0:
@@ -50,7 +63,7 @@ class NaivePool:
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["take", "release", "register", "hit"]),
+        st.sampled_from(["take", "release", "release_table", "register", "hit"]),
         st.integers(0, 7),
         st.integers(0, 40),  # a key: few values, so keys repeat and are cached elsewhere
     ),
@@ -72,6 +85,11 @@ def test_the_pool_follows_the_naive_rules(num_blocks, ops) -> None:
             table = tables.pop(a % len(tables))
             naive.release(table[::-1])
             pool.release(reversed(table))
+        elif op == "release_table" and tables:
+            table = tables.pop(a % len(tables))
+            num_full = key % (len(table) + 1)
+            naive.release_table(table, num_full)
+            pool.release_table(table, num_full)
         elif op == "register" and tables and tables[a % len(tables)]:
             table = tables[a % len(tables)]
             block = table[key % len(table)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvsim.allocators import make_allocator
+from kvsim.request import Request
 from kvsim.units import cdiv
 from tests.conftest import make_request
 
@@ -83,3 +84,74 @@ def test_cdiv():
     assert cdiv(1040, 16) == 65
     assert cdiv(40, 16) == 3
     assert cdiv(0, 16) == 0
+
+
+def _v1_pool(caching: bool):
+    # vLLM v1's pool: 9 blocks of 4 tokens, block 0 the null block, so 1..8 are handed out
+    return make_allocator(
+        "paged",
+        capacity_tokens=4 * 9,
+        block_size_tokens=4,
+        enable_prefix_caching=caching,
+        reserve_null_block=True,
+    )
+
+
+def test_v1_pool_frees_full_blocks_to_the_back_and_a_partial_one_to_the_front():
+    # vLLM 0.34.0 vllm/v1/core/block_pool.py, BlockPool.free_blocks: of the blocks a free
+    # releases (tail first), those with a block hash go to the back of the free queue, the
+    # others to the front (prepend_n, in release order); with caching every full block has a
+    # hash, a private stream's too (kvsim keys it lazily but frees it where vLLM's goes).
+    alloc = _v1_pool(caching=True)
+    a = Request(0, 0.0, 10, 5, 5, token_segments=(("a", 10),))  # shares tokens: keyed
+    b = Request(1, 0.0, 9, 5, 5)  # private: full blocks unkeyed in kvsim, hashed in vLLM
+    alloc.allocate(a, 10)  # blocks 1 2 3: 1, 2 full (keyed), 3 holds 2 tokens
+    alloc.allocate(b, 9)  # blocks 4 5 6: 4, 5 full, 6 holds 1 token
+    assert alloc.free_block_ids() == [7, 8]
+    a.num_computed_tokens, b.num_computed_tokens = 10, 9  # as after their prefill step
+    alloc.free(0)  # 3 -> front; 2, 1 -> back: [3 | 7 8 | 2 1]
+    assert alloc.free_block_ids() == [3, 7, 8, 2, 1]
+    alloc.free(1)  # 6 -> front; 5, 4 (full, 9 // 4 = 2 blocks) -> back
+    assert alloc.free_block_ids() == [6, 3, 7, 8, 2, 1, 5, 4]
+    c = Request(2, 0.0, 12, 1, 1)
+    alloc.allocate(c, 12)  # 3 blocks from the front: the partial ones first, then 7
+    assert alloc.block_tables[2] == [6, 3, 7]
+    alloc.check_invariants()
+
+
+def test_v1_pool_without_caching_frees_every_block_to_the_front():
+    # vLLM 0.34.0 BlockPool.free_blocks: without prefix caching no block has a hash, so a
+    # freed table goes to the front, tail first (LIFO reuse)
+    alloc = _v1_pool(caching=False)
+    a = Request(0, 0.0, 10, 5, 5)
+    alloc.allocate(a, 10)  # blocks 1 2 3
+    a.num_computed_tokens = 10
+    alloc.free(0)  # 3 2 1 to the front: [3 2 1 | 4 5 6 7 8]
+    assert alloc.free_block_ids() == [3, 2, 1, 4, 5, 6, 7, 8]
+    alloc.check_invariants()
+
+
+def test_v1_pool_preempted_private_stream_keeps_its_full_blocks_at_the_back():
+    # A preempted request (free with its computed tokens): its full blocks keep their keys
+    # (kvsim registers a private stream's now) at the back; its partial block goes to the
+    # front. 6 tokens computed of a 6-token prompt: block 1 full, block 2 holds 2 tokens.
+    alloc = _v1_pool(caching=True)
+    r = Request(0, 0.0, 6, 5, 5)
+    alloc.allocate(r, 6)  # blocks 1 2
+    alloc.free(0, 6)  # 2 -> front, 1 (keyed now) -> back: [2 | 3 4 5 6 7 8 | 1]
+    assert alloc.free_block_ids() == [2, 3, 4, 5, 6, 7, 8, 1]
+    r.num_computed_tokens, r.num_preemptions = 0, 1
+    assert alloc.find_cached_prefix(r).blocks == (1,)  # (6 - 1) // 4 = 1 block looked up
+    alloc.check_invariants()
+
+
+def test_v0_pool_keeps_freeing_every_block_to_the_back():
+    # The vllm-v0 profile's pool (no null block) keeps vLLM v0.20.0's order: all to the back
+    alloc = make_allocator(
+        "paged", capacity_tokens=4 * 6, block_size_tokens=4, enable_prefix_caching=True
+    )
+    a = Request(0, 0.0, 6, 5, 5, token_segments=(("a", 6),))
+    alloc.allocate(a, 6)  # blocks 0 (full, keyed), 1
+    a.num_computed_tokens = 6
+    alloc.free(0)
+    assert alloc.free_block_ids() == [2, 3, 4, 5, 1, 0]
