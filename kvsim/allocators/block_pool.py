@@ -15,7 +15,10 @@ sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
   ``vllm-v0`` profile); vLLM 0.34.0's ``BlockPool.free_blocks`` (``release_table``) sends only
   blocks with a cache key (full ones; all are unkeyed without prefix caching) to the back and
   the others to the *front*, where they are reused before any other free block;
-- a cache hit on a free block (``touch``) takes it out of the queue wherever it sits.
+- a cache hit on a free block (``touch``) takes it out of the queue wherever it sits;
+- a full block whose key another block already caches is cached too, a *duplicate* (vLLM does
+  not de-duplicate, so block tables never change): a lookup finds the key's oldest block, and
+  when that one is evicted the next oldest is found instead (``BlockHashToBlockMap.pop``).
 
     free queue:  front [7 3 9 ... 12] back     take(1) -> [7] (evicts 7's key)
                                               release([x]) -> [3 9 ... 12 x]
@@ -54,8 +57,8 @@ class BlockPool:
     """``num_blocks`` blocks: ref counts, keys of cached full blocks, and the free queue.
 
     Invariants (``check``): a block is in the free queue iff its ref count is 0; the key map
-    (``lookup``) holds each cached key once, pointing at the one block holding it, and
-    ``key_of`` is its inverse.
+    (``lookup``) holds each cached key once, pointing at the oldest block holding it, and
+    ``key_of`` is its inverse; the key's other blocks are its duplicates, oldest first.
 
     Args:
         num_blocks: blocks in the pool (>= 1, >= 2 with the null block).
@@ -92,6 +95,8 @@ class BlockPool:
         self._stale: dict[int, int] = {}  # block -> its stale entries still in _queue
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
         self._front: list[int] = []  # free blocks taken before the queue's head, the first last
+        self._dups: dict[int, list[int]] = {}  # key -> its other keyed blocks, oldest first
+        self._num_dups = 0  # keyed blocks not in the map (each in _dups)
         self.null_block: int | None = None
         if reserve_null_block:  # vLLM v1: block 0 is a placeholder no request ever holds
             self.null_block = self.take(1)[0]
@@ -136,12 +141,19 @@ class BlockPool:
         return self._slots[2 * slot + 1] if slot >= 0 else None
 
     def num_cached(self) -> int:
-        """Blocks holding a cached key (in use or free)."""
-        return self._num_keyed
+        """Blocks holding a cached key (in use or free), duplicates included."""
+        return self._num_keyed + self._num_dups
 
     def cached_map(self) -> dict[int, int]:
-        """Every cached key and the block holding it (a copy)."""
-        return {self._key[b]: b for b in range(self.num_blocks) if self._keyed[b]}
+        """Every cached key and the block a lookup finds for it (a copy)."""
+        slots = self._slots
+        return {
+            slots[2 * i]: slots[2 * i + 1] for i in range(len(slots) // 2) if slots[2 * i + 1] >= 0
+        }
+
+    def duplicates(self) -> dict[int, list[int]]:
+        """Each key cached by more than one block: its other blocks, oldest first (a copy)."""
+        return {key: list(blocks) for key, blocks in self._dups.items()}
 
     def _home(self, key: i64) -> i64:
         """The map slot a probe for ``key`` starts at (its high bits mixed in: the keys of one
@@ -161,8 +173,9 @@ class BlockPool:
             i = (i + 1) & mask
 
     def _add(self, block_id: i64, key: i64) -> None:
-        """Map ``key`` to ``block_id`` (holding no key) unless another block caches it: one probe
-        sequence finds the key or, at the first empty slot, the first reusable one."""
+        """Map ``key`` to ``block_id`` (holding no key), or, when another block caches it, key
+        ``block_id`` as that key's newest duplicate: one probe sequence finds the key or, at the
+        first empty slot, the first reusable one."""
         if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
             self._rehash()
         slots, mask = self._slots, self._mask
@@ -175,8 +188,13 @@ class BlockPool:
             if b == _GONE:
                 if reuse < 0:
                     reuse = i
-            elif slots[2 * i] == key:
-                return  # cached elsewhere: it stays there
+            elif slots[2 * i] == key:  # cached elsewhere: found there first, this one after
+                self._key[block_id] = key
+                self._keyed[block_id] = 1
+                self._slot_of[block_id] = -1
+                self._dups.setdefault(key, []).append(block_id)
+                self._num_dups += 1
+                return
             i = (i + 1) & mask
         if reuse >= 0:
             i = reuse
@@ -195,9 +213,9 @@ class BlockPool:
             slots[i] = _EMPTY
         self._num_gone = 0
         self._num_keyed = 0
-        keyed = self._keyed
+        keyed, slot_of = self._keyed, self._slot_of
         for b in range(self.num_blocks):
-            if keyed[b]:
+            if keyed[b] and slot_of[b] >= 0:  # in the map (duplicates stay where they are)
                 keyed[b] = 0
                 self._add(b, self._key[b])
 
@@ -244,22 +262,39 @@ class BlockPool:
                 head += 1
         self._head = head
         self.num_free -= count
-        evicted = 0
-        slots, slot_of = self._slots, self._slot_of
         for b in taken:
             ref[b] = 1
             if keyed[b]:
-                slots[2 * slot_of[b] + 1] = _GONE
-                keyed[b] = 0
-                evicted += 1
-        self.num_evictions += evicted
-        self._num_keyed -= evicted
-        self._num_gone += evicted
+                self._evict(b)
         if head > _COMPACT_AT and 2 * head > len(queue):
             self._queue = queue[head:]
             self._base += head
             self._head = 0
         return taken
+
+    def _evict(self, block_id: int) -> None:
+        """``block_id``, being taken, loses its key. The key's oldest duplicate, if any, takes
+        the evicted block's place in the map (vLLM 0.34.0 ``BlockHashToBlockMap.pop``)."""
+        key = self._key[block_id]
+        self._keyed[block_id] = 0
+        self.num_evictions += 1
+        slot = self._slot_of[block_id]
+        dups = self._dups.get(key)
+        if dups is not None:
+            self._num_dups -= 1
+        if slot < 0:  # a duplicate: the map still finds the key's first block
+            assert dups is not None, f"block {block_id}: a duplicate of no key"
+            dups.remove(block_id)
+        elif dups is not None:  # its oldest duplicate is found from now on
+            successor = dups.pop(0)
+            self._slots[2 * slot + 1] = successor
+            self._slot_of[successor] = slot
+        else:
+            self._slots[2 * slot + 1] = _GONE
+            self._num_keyed -= 1
+            self._num_gone += 1
+        if dups is not None and not dups:
+            del self._dups[key]
 
     def touch(self, blocks: Iterable[int]) -> None:
         """One more table entry points at each block; a free one leaves the queue (a hit)."""
@@ -330,7 +365,10 @@ class BlockPool:
         self.num_free += freed
 
     def register(self, block_id: int, key: int) -> None:
-        """Cache a full block under ``key`` (no-op if the key or the block is already cached)."""
+        """Cache a full block under ``key`` (no-op if the block is already cached). A key another
+        block caches is kept as a duplicate, found once the blocks before it are evicted (vLLM
+        0.34.0 ``BlockPool._insert_block_hash``: vLLM does not de-duplicate cached blocks, so a
+        block table never changes)."""
         if not self._keyed[block_id]:
             self._add(block_id, key)
 
@@ -379,5 +417,13 @@ class BlockPool:
                 assert self._slot_of[b] == i, f"block {b}: its map slot drifted"
                 assert self.lookup(key) == b, f"key {key}: not found where it sits"
                 live += 1
-        assert sum(self._keyed) == live == self._num_keyed, "stale block keys"
+        assert live == self._num_keyed, "stale block keys"
+        for key, dups in self._dups.items():
+            assert dups, f"key {key}: an empty list of duplicates"
+            assert self.lookup(key) is not None, f"key {key}: duplicates {dups} of no block"
+            for b in dups:
+                assert self.key_of(b) == key, f"duplicate {b} of {key} has {self.key_of(b)}"
+                assert self._slot_of[b] < 0, f"duplicate {b} of {key} sits in the map"
+        assert sum(self._keyed) == live + self._num_dups, "stale duplicate keys"
+        assert sum(len(d) for d in self._dups.values()) == self._num_dups, "duplicates miscounted"
         assert not any(self._keyed[b] for b in self._front), "a keyed block at the front"

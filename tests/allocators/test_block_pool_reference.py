@@ -1,7 +1,8 @@
 """``BlockPool`` (packed vectors, an open-addressing key map, a queue with stale entries and a
 front) against a naive pool written from vLLM v1's rules (a plain list for the free queue, a dict
 for the keys), under random takes, releases (all to the back, or vLLM 0.34.0's way), registrations,
-cache hits and lookups: the same blocks taken, the same free order, the same hits and evictions.
+cache hits and lookups: the same blocks taken, the same free order, the same hits and evictions,
+the same duplicate cached blocks.
 Small pools and many evictions, so the key map fills, wraps around and is rebuilt."""
 
 from __future__ import annotations
@@ -17,20 +18,29 @@ class NaivePool:
     release to the back (``release``) or, vLLM 0.34.0's ``BlockPool.free_blocks``
     (``release_table``), a block that reaches ref count 0 to the back if it holds a key or is
     full, else to the front, those of one call in their order; a hit leaves the queue wherever
-    it sits; a key is cached once."""
+    it sits; a key cached by several blocks keeps them all, in caching order, and a lookup finds
+    the first (vLLM 0.34.0 ``BlockHashToBlockMap``)."""
 
     def __init__(self, num_blocks: int) -> None:
         self.ref = [0] * num_blocks
         self.free = list(range(num_blocks))
-        self.cached: dict[int, int] = {}
+        self.blocks_of: dict[int, list[int]] = {}  # key -> its blocks, first cached first
+        self.key_of: dict[int, int] = {}
         self.evictions = 0
+
+    @property
+    def cached(self) -> dict[int, int]:
+        return {key: blocks[0] for key, blocks in self.blocks_of.items()}
 
     def take(self, count: int) -> list[int]:
         taken, self.free = self.free[:count], self.free[count:]
         for b in taken:
             self.ref[b] = 1
-            for key in [k for k, v in self.cached.items() if v == b]:
-                del self.cached[key]
+            key = self.key_of.pop(b, None)
+            if key is not None:
+                self.blocks_of[key].remove(b)
+                if not self.blocks_of[key]:
+                    del self.blocks_of[key]
                 self.evictions += 1
         return taken
 
@@ -46,8 +56,7 @@ class NaivePool:
             b = table[i]
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                keyed = b in self.cached.values()
-                (back if keyed or i < num_full else front).append(b)
+                (back if b in self.key_of or i < num_full else front).append(b)
         self.free = front + self.free + back
 
     def touch(self, blocks: list[int]) -> None:
@@ -57,8 +66,9 @@ class NaivePool:
             self.ref[b] += 1
 
     def register(self, block: int, key: int) -> None:
-        if key not in self.cached and block not in self.cached.values():
-            self.cached[key] = block
+        if block not in self.key_of:
+            self.key_of[block] = key
+            self.blocks_of.setdefault(key, []).append(block)
 
 
 OPS = st.lists(
@@ -106,6 +116,9 @@ def test_the_pool_follows_the_naive_rules(num_blocks, ops) -> None:
         assert pool.num_free == len(naive.free)
         assert pool.num_evictions == naive.evictions
         assert pool.cached_map() == naive.cached
+        dups = {key: blocks[1:] for key, blocks in naive.blocks_of.items() if len(blocks) > 1}
+        assert pool.duplicates() == dups
+        assert pool.num_cached() == len(naive.key_of)
     pool.check()
 
 

@@ -155,3 +155,36 @@ def test_v0_pool_keeps_freeing_every_block_to_the_back():
     a.num_computed_tokens = 6
     alloc.free(0)
     assert alloc.free_block_ids() == [2, 3, 4, 5, 1, 0]
+
+
+def test_v1_pool_keeps_a_duplicate_cached_block_and_finds_it_once_the_first_is_evicted():
+    # vLLM 0.34.0 vllm/v1/core/block_pool.py: BlockPool does not de-duplicate cached blocks
+    # (_insert_block_hash adds a second block under a cached hash; BlockHashToBlockMap keeps
+    # both, get_one_block finds the first, pop hands the hash to the next). Two requests
+    # compute the same 8-token prompt ("p") at once, in 4-token blocks; usable blocks 1..8.
+    alloc = _v1_pool(caching=True)
+    p = (("p", 8),)
+    a = Request(0, 0.0, 8, 2, 2, token_segments=p)
+    b = Request(1, 0.0, 8, 2, 2, token_segments=p)
+    alloc.allocate(a, 4)  # a's first chunk: block 1, full, cached as p[0:4] (k0)
+    hit = alloc.find_cached_prefix(b)  # (8 - 1) // 4 = 1 block looked up: k0 in block 1
+    assert hit.blocks == (1,)
+    alloc.allocate(b, 8, hit)  # b: block 1 shared, block 2 new, full: cached as p[0:8] (k1)
+    alloc.allocate(a, 8)  # a's second chunk: block 3, full, p[0:8] too: a duplicate of 2
+    k1 = alloc.pool.key_of(2)
+    assert alloc.pool.key_of(3) == k1
+    assert alloc.pool.duplicates() == {k1: [3]}
+    assert alloc.pool.lookup(k1) == 2  # the first one is found
+    a.num_computed_tokens = b.num_computed_tokens = 8
+    alloc.free(1)  # b: 2 (keyed) -> back; 1 is still a's: [4 5 6 7 8 2]
+    alloc.free(0)  # a: 3 (keyed, a duplicate) -> back, then 1: [4 5 6 7 8 2 3 1]
+    assert alloc.free_block_ids() == [4, 5, 6, 7, 8, 2, 3, 1]
+    c = Request(2, 0.0, 24, 1, 1)
+    alloc.allocate(c, 24)  # 6 blocks: 4 5 6 7 8 2; taking 2 evicts k1 there, 3 holds it now
+    assert alloc.pool.num_evictions == 1
+    assert alloc.pool.lookup(k1) == 3
+    assert alloc.pool.duplicates() == {}
+    d = Request(3, 0.0, 9, 1, 1, token_segments=(*p, ("d", 1)))
+    # (9 - 1) // 4 = 2 blocks looked up: k0 in 1, k1 in 3 (dropping duplicates found only 1)
+    assert alloc.find_cached_prefix(d).blocks == (1, 3)
+    alloc.check_invariants()
