@@ -16,6 +16,9 @@ A step's record (both sides write the same JSON):
 - ``hits``: ``{req_id: tokens}`` prefix-cache hit of each newly scheduled request (admitted
   from the waiting queue, first time or after a preemption), 0 for a miss;
 - ``free_blocks``: free blocks (cached ones included) right after scheduling the step.
+
+A workload matches when both sides' records are equal and show every request finished (two runs
+stuck alike at ``max_steps`` are a mismatch too).
 """
 
 from __future__ import annotations
@@ -92,7 +95,16 @@ def compare(num: int, start: int = 0, python: Path | None = None) -> list[dict[s
         if diff is not None:
             index, rec_a, rec_b = diff
             mismatches.append({"workload": work, "index": index, "kvsim": rec_a, "vllm": rec_b})
+        elif num_finished(b["steps"]) != len(work["requests"]):  # stuck alike is no match
+            last = b["steps"][-1] if b["steps"] else None
+            index = len(b["steps"])
+            mismatches.append({"workload": work, "index": index, "kvsim": last, "vllm": last})
     return mismatches
+
+
+def num_finished(steps: list[dict[str, Any]]) -> int:
+    """Requests a run's records show finished."""
+    return sum(len(step["finished"]) for step in steps)
 
 
 def describe(mismatch: dict[str, Any]) -> str:
