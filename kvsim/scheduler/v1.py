@@ -1,7 +1,12 @@
 """The ``vllm-v1`` profile: today's vLLM scheduler, one token budget per step, chunked prefill.
 
-Follows ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM v0.20.0, FCFS policy) and
-its tests (``tests/v1/core/test_scheduler.py``). Each step:
+Follows ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM 0.34.0, FCFS policy) and
+its tests (``tests/v1/core/test_scheduler.py``); ``make test-vllm`` (``tests/vllm/``) diffs it step
+by step against vLLM 0.34.0's own ``Scheduler`` on 1,000 random workloads. Scheduling is
+synchronous, as in vLLM's CPU build and its tests: a step's sampled tokens are known before the
+next step is planned. GPU vLLM defaults to async scheduling (``AsyncScheduler``: step ``n + 1``
+is planned while step ``n`` runs, with output placeholders), which kvsim does not model. Each
+step:
 
 1. **Running requests first**, in the order they were admitted: each gets
    ``num_tokens - num_computed_tokens`` new tokens (1 for a decode, the rest of its prompt for a
@@ -16,7 +21,7 @@ its tests (``tests/v1/core/test_scheduler.py``). Each step:
    last token) is looked up when it has computed nothing, it is given ``num_tokens - hits`` tokens
    capped as above (without chunked prefill a prompt larger than the budget left stops the loop,
    as since vLLM PR #28911), and its slots allocated; the first head that cannot be allocated
-   stops the loop. With ``scheduler_reserve_full_isl`` (on by default, as in v0.20.0; vLLM PR
+   stops the loop. With ``scheduler_reserve_full_isl`` (on by default, as in 0.34.0; vLLM PR
    #37307) the head is admitted only when the blocks of its whole sequence, less its prefix
    hits, are free (``KVCacheManager.can_fit_full_sequence``): a long prompt no longer starts
    chunks that must preempt before it can finish.
