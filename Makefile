@@ -37,9 +37,10 @@ test: native
 	KVSIM_QUICK=1 $(PY) -m pytest -q -n 2 --dist worksteal -m "not gpu and not vllm" tests
 	KVSIM_QUICK=1 KVSIM_PURE_PYTHON=1 $(PY) -m pytest -q -m "python_sources and not gpu and not vllm" tests
 
-# kvsim's vllm-v1 profile diffed step by step against vLLM's own v1 Scheduler on 1,000 seeded
-# workloads (tests/vllm/); builds .venv-vllm/ first (scripts/vllm_venv.sh: vLLM on the CPU,
-# about 2 min and 1.8 GB once). VLLM_WORKLOADS=N runs N workloads.
+# kvsim's vllm-v1 profile (both scheduler paths) diffed step by step against vLLM's own v1
+# Scheduler on 1,000 seeded workloads (tests/vllm/, about 1 min); builds .venv-vllm/ first
+# (scripts/vllm_venv.sh: vLLM 0.34.0 on the CPU, about 2 min and 1.8 GB, once).
+# VLLM_WORKLOADS=N runs N workloads.
 VLLM_WORKLOADS ?= 1000
 test-vllm: native
 	scripts/vllm_venv.sh

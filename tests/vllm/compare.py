@@ -1,10 +1,11 @@
 """kvsim's ``vllm-v1`` profile diffed step by step against vLLM's own v1 Scheduler.
 
-``python -m tests.vllm.compare [-n 1000]`` (``make test-vllm``) generates seeded workloads
-(``workloads.py``), runs them through vLLM in ``.venv-vllm`` (``vllm_driver.py``, a subprocess)
-and through kvsim here (``kvsim_steps.py``) at the same time, and compares the per-step records;
-it prints the match count and, for each mismatch, the first differing step with both records.
-Exit status 1 on any mismatch.
+``python -m tests.vllm.compare [-n 1000]`` (``make test-vllm`` runs ``test_vllm_diff.py``, which
+calls it) generates seeded workloads (``workloads.py``), runs them through vLLM in ``.venv-vllm``
+(``vllm_driver.py``, a subprocess) and, at the same time, through kvsim here (``kvsim_steps.py``),
+on both of its scheduler paths (``exact``: every running request each step; ``lazy``: the
+engine's decode cohort), and compares the per-step records; it prints the match counts and, for
+each mismatch, the first differing step with both records. Exit status 1 on any mismatch.
 
 A step's record (both sides write the same JSON):
 
@@ -81,25 +82,40 @@ def first_difference(
     return None
 
 
-def compare(num: int, start: int = 0, python: Path | None = None) -> list[dict[str, Any]]:
-    """Run workloads ``start .. start + num - 1`` on both sides; the mismatches, each with its
-    workload and first differing step."""
+PATHS = ("exact", "lazy")  # kvsim's scheduler path: every request each step, or the cohort
+
+
+def compare(
+    num: int, start: int = 0, python: Path | None = None, paths: tuple[str, ...] = PATHS
+) -> dict[str, list[dict[str, Any]]]:
+    """Run workloads ``start .. start + num - 1`` through vLLM once and through each of kvsim's
+    ``paths``; per path, the mismatches, each with its workload and first differing step."""
     python = python or vllm_python()
     if python is None:
         raise FileNotFoundError(f"{VENV} is missing: run scripts/vllm_venv.sh")
     workloads = [random_workload(seed) for seed in range(start, start + num)]
-    theirs, ours = run_vllm(workloads, python, lambda: [run_workload(w) for w in workloads])
-    mismatches = []
+
+    def kvsim_runs() -> dict[str, list[dict[str, Any]]]:
+        return {path: [run_workload(w, path == "lazy") for w in workloads] for path in paths}
+
+    theirs, ours = run_vllm(workloads, python, kvsim_runs)
+    return {path: mismatches(workloads, ours[path], theirs) for path in paths}
+
+
+def mismatches(
+    workloads: list[dict[str, Any]], ours: list[dict[str, Any]], theirs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The workloads whose records differ, or that do not finish every request."""
+    out = []
     for work, a, b in zip(workloads, ours, theirs, strict=True):
         diff = first_difference(a["steps"], b["steps"])
         if diff is not None:
             index, rec_a, rec_b = diff
-            mismatches.append({"workload": work, "index": index, "kvsim": rec_a, "vllm": rec_b})
+            out.append({"workload": work, "index": index, "kvsim": rec_a, "vllm": rec_b})
         elif num_finished(b["steps"]) != len(work["requests"]):  # stuck alike is no match
             last = b["steps"][-1] if b["steps"] else None
-            index = len(b["steps"])
-            mismatches.append({"workload": work, "index": index, "kvsim": last, "vllm": last})
-    return mismatches
+            out.append({"workload": work, "index": len(b["steps"]), "kvsim": last, "vllm": last})
+    return out
 
 
 def num_finished(steps: list[dict[str, Any]]) -> int:
@@ -128,19 +144,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=0, help="first workload seed")
     parser.add_argument("--show", type=int, default=3, help="mismatches printed in full")
     parser.add_argument("--json", type=Path, help="write every mismatch to this file")
+    parser.add_argument("--path", choices=PATHS, help="only this kvsim path (default: both)")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    mismatches = compare(args.num, args.start)
-    for mismatch in mismatches[: args.show]:
-        print(describe(mismatch))
+    found = compare(args.num, args.start, paths=(args.path,) if args.path else PATHS)
+    for path, missed in found.items():
+        for mismatch in missed[: args.show]:
+            print(f"[{path}] {describe(mismatch)}")
     if args.json:
-        args.json.write_text(json.dumps(mismatches))
-    matched = args.num - len(mismatches)
-    print(
-        f"vllm-diff: {matched}/{args.num} workloads step-identical to vLLM's Scheduler "
-        f"({time.perf_counter() - t0:.0f} s)"
-    )
-    return 1 if mismatches else 0
+        args.json.write_text(json.dumps(found))
+    print(summary(found, args.num) + f" ({time.perf_counter() - t0:.0f} s)")
+    return 1 if any(found.values()) else 0
+
+
+def summary(found: dict[str, list[dict[str, Any]]], num: int) -> str:
+    """The match counts, one per kvsim path."""
+    counts = ", ".join(f"{path} {num - len(missed)}/{num}" for path, missed in found.items())
+    return f"vllm-diff: workloads step-identical to vLLM's Scheduler: {counts}"
 
 
 if __name__ == "__main__":

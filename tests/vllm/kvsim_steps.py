@@ -8,14 +8,17 @@ calls, which is what has to be re-pointed when the engine moves:
 - ``kvsim.allocators.paged.PagedAllocator(capacity_tokens=, block_size_tokens=,
   enable_prefix_caching=, reserve_null_block=True)``: ``num_blocks`` blocks, block 0 the null
   block, as vLLM's ``KVCacheConfig(num_blocks=...)``; ``.num_free_blocks`` after ``schedule``;
-- ``kvsim.scheduler.make_scheduler(allocator, args)``: the ``vllm-v1`` scheduler (the exact
-  path, every running request handled each step, not the engine's lazy decode cohort);
+- ``kvsim.scheduler.make_scheduler(allocator, args)``: the ``vllm-v1`` scheduler (by default
+  the exact path, every running request handled each step);
 - ``kvsim.request.Request(req_id, arrival_time_s, prompt_tokens, output_tokens, max_tokens,
   token_segments=...)``: the workload's token runs become segments ``(("v", s), n)``, so equal
   runs are equal tokens as in the driver's token ids; outputs are kvsim's own per-request runs;
 - ``scheduler.add_request(request)`` at the request's arrival step, then per step
   ``plan = scheduler.schedule()`` (``plan.scheduled``, ``plan.num_new_tokens``) and
   ``scheduler.complete(plan, now_s, step0_end_s)`` (returns the finished requests);
+- with ``lazy=True``, ``scheduler.enable_lazy_decodes()`` first (the engine's fast path, still
+  one step a plan): a plan's ``num_cohort`` members of ``scheduler.lazy.cohort.members``
+  decode one token each besides ``plan.scheduled``;
 - read-only request fields: ``num_computed_tokens`` (after ``schedule``: a newly scheduled
   request's prefix-cache hit) and ``num_preemptions`` (which requests a step preempted), and
   ``scheduler.running`` / ``scheduler.waiting`` (which requests are newly scheduled).
@@ -62,8 +65,9 @@ def make_request(spec: dict[str, Any]) -> Request:
     )
 
 
-def run_workload(work: dict[str, Any]) -> dict[str, Any]:
-    """The per-step records of one workload (``compare.py``), from kvsim."""
+def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
+    """The per-step records of one workload (``compare.py``), from kvsim; ``lazy``: steady
+    decoders advance as the engine's cohort."""
     cfg = work["config"]
     block = cfg["block_size"]
     allocator = PagedAllocator(
@@ -73,6 +77,8 @@ def run_workload(work: dict[str, Any]) -> dict[str, Any]:
         reserve_null_block=True,
     )
     sched = make_scheduler(allocator, engine_args(cfg))
+    if lazy:
+        sched.enable_lazy_decodes()
     pending = sorted(work["requests"], key=lambda r: (r["arrival_step"], r["id"]))
     live: set[int] = set()
     steps: list[dict[str, Any]] = []
@@ -87,9 +93,11 @@ def run_workload(work: dict[str, Any]) -> dict[str, Any]:
         was_running = {id(r) for r in sched.running}
         preemptions = {r.req_id: r.num_preemptions for r in sched.running}
         plan = sched.schedule()
-        scheduled = [
-            [r.req_id, n] for r, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)
-        ]
+        tokens = dict(zip(plan.scheduled, plan.num_new_tokens, strict=True))
+        if plan.num_cohort:
+            assert sched.lazy is not None
+            tokens.update(dict.fromkeys(sched.lazy.cohort.members, 1))
+        scheduled = [[r.req_id, tokens[r]] for r in sched.running if r in tokens]  # vLLM's order
         hits = {
             str(r.req_id): r.num_computed_tokens
             for r in sorted(plan.scheduled, key=lambda r: r.req_id)

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.vllm.compare import compare, describe, vllm_python
+from tests.vllm.compare import compare, describe, summary, vllm_python
 
 pytestmark = pytest.mark.vllm
 
@@ -21,7 +21,7 @@ def test_vllm_v1_steps_match_vllm_scheduler():
     if python is None:
         pytest.skip(".venv-vllm is not built (scripts/vllm_venv.sh, or make test-vllm)")
     num = int(os.environ.get("KVSIM_VLLM_WORKLOADS", "1000"))
-    mismatches = compare(num, python=python)
-    print(f"\nvllm-diff: {num - len(mismatches)}/{num} workloads step-identical to vLLM")
-    shown = "\n\n".join(describe(m) for m in mismatches[:3])
-    assert not mismatches, f"{len(mismatches)}/{num} workloads differ; the first:\n{shown}"
+    found = compare(num, python=python)
+    print("\n" + summary(found, num))
+    shown = [f"[{path}] {describe(m)}" for path, missed in found.items() for m in missed[:2]]
+    assert not shown, summary(found, num) + "; the first differences:\n" + "\n\n".join(shown)
