@@ -18,7 +18,8 @@ sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
 - a cache hit on a free block (``touch``) takes it out of the queue wherever it sits;
 - a full block whose key another block already caches is cached too, a *duplicate* (vLLM does
   not de-duplicate, so block tables never change): a lookup finds the key's oldest block, and
-  when that one is evicted the next oldest is found instead (``BlockHashToBlockMap.pop``).
+  when that one is evicted the next oldest is found instead (``BlockHashToBlockMap.pop``). That
+  is vLLM 0.34.0 (``keep_duplicates``, the ``vllm-v1`` profile); otherwise a key is cached once.
 
     free queue:  front [7 3 9 ... 12] back     take(1) -> [7] (evicts 7's key)
                                               release([x]) -> [3 9 ... 12 x]
@@ -63,12 +64,16 @@ class BlockPool:
     Args:
         num_blocks: blocks in the pool (>= 1, >= 2 with the null block).
         reserve_null_block: take block 0 at start and never free it (vLLM v1).
+        keep_duplicates: cache a full block whose key another block caches, as a duplicate
+            (vLLM 0.34.0); off, such a block stays uncached (a key is cached once).
 
     Raises:
         ValueError: too few blocks.
     """
 
-    def __init__(self, num_blocks: int, *, reserve_null_block: bool = False) -> None:
+    def __init__(
+        self, num_blocks: int, *, reserve_null_block: bool = False, keep_duplicates: bool = False
+    ) -> None:
         if num_blocks < 1 + reserve_null_block:
             raise ValueError(f"num_blocks: must be >= {1 + reserve_null_block}, got {num_blocks}")
         self.num_blocks = num_blocks
@@ -95,6 +100,7 @@ class BlockPool:
         self._stale: dict[int, int] = {}  # block -> its stale entries still in _queue
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
         self._front: list[int] = []  # free blocks taken before the queue's head, the first last
+        self.keep_duplicates = keep_duplicates
         self._dups: dict[int, list[int]] = {}  # key -> its other keyed blocks, oldest first
         self._num_dups = 0  # keyed blocks not in the map (each in _dups)
         self.null_block: int | None = None
@@ -174,8 +180,9 @@ class BlockPool:
 
     def _add(self, block_id: i64, key: i64) -> None:
         """Map ``key`` to ``block_id`` (holding no key), or, when another block caches it, key
-        ``block_id`` as that key's newest duplicate: one probe sequence finds the key or, at the
-        first empty slot, the first reusable one."""
+        ``block_id`` as that key's newest duplicate (``keep_duplicates``; else leave it
+        uncached): one probe sequence finds the key or, at the first empty slot, the first
+        reusable one."""
         if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
             self._rehash()
         slots, mask = self._slots, self._mask
@@ -189,6 +196,8 @@ class BlockPool:
                 if reuse < 0:
                     reuse = i
             elif slots[2 * i] == key:  # cached elsewhere: found there first, this one after
+                if not self.keep_duplicates:
+                    return
                 self._key[block_id] = key
                 self._keyed[block_id] = 1
                 self._slot_of[block_id] = -1
@@ -365,10 +374,10 @@ class BlockPool:
         self.num_free += freed
 
     def register(self, block_id: int, key: int) -> None:
-        """Cache a full block under ``key`` (no-op if the block is already cached). A key another
-        block caches is kept as a duplicate, found once the blocks before it are evicted (vLLM
-        0.34.0 ``BlockPool._insert_block_hash``: vLLM does not de-duplicate cached blocks, so a
-        block table never changes)."""
+        """Cache a full block under ``key`` (no-op if the block is already cached). Under
+        ``keep_duplicates`` a key another block caches is kept as a duplicate, found once the
+        blocks before it are evicted (vLLM 0.34.0 ``BlockPool._insert_block_hash``: vLLM does
+        not de-duplicate cached blocks, so a block table never changes); else nothing happens."""
         if not self._keyed[block_id]:
             self._add(block_id, key)
 

@@ -7,7 +7,7 @@ for (those computed plus those the step computes): the prompt's at admission, on
 its last block fills. Token ``t`` (0-based) lives in logical block ``t // B``, slot ``t % B``; the
 block table maps the logical block to a physical one (seed: token 37 at 16 tokens per block ->
 logical block 2, slot 5). A request's blocks go back tail first (vLLM v1 ``KVCacheManager.free``),
-so its last blocks are evicted first: under vLLM v1 (``reuse_uncached_first``) the full blocks,
+so its last blocks are evicted first: under vLLM v1 (``vllm_v1_pool``) the full blocks,
 which hold cache keys, to the back of the free queue and a partial last block (every block,
 without prefix caching) to the front, reused first (vLLM 0.34.0 ``BlockPool.free_blocks``);
 under v0 all to the back (vLLM v0.20.0's order).
@@ -88,9 +88,12 @@ class PagedAllocator(Allocator):
         enable_prefix_caching: cache full blocks across requests (see the module docstring).
         share_sequence_groups: a group's sequences share prompt blocks (copy-on-write).
         reserve_null_block: block 0 is vLLM v1's null block, never handed out.
-        reuse_uncached_first: a freed block that holds no cached full block goes to the front
-            of the free queue, not the back (vLLM v1's ``BlockPool.free_blocks``, see
-            ``BlockPool.release_table``); ``None``: as ``reserve_null_block`` (vLLM v1's pool).
+        vllm_v1_pool: vLLM 0.34.0's ``BlockPool`` rules: a freed block that holds no cached
+            full block goes to the front of the free queue, not the back (``free_blocks``, see
+            ``BlockPool.release_table``), and a full block whose key another block caches is
+            cached too, as a duplicate (``BlockPool(keep_duplicates=True)``); ``None``: as
+            ``reserve_null_block`` (the ``vllm-v1`` profile's pool). Off, the ``vllm-v0``
+            profile's pool frees every block to the back and caches a key once.
     """
 
     name = "paged"
@@ -109,7 +112,7 @@ class PagedAllocator(Allocator):
         enable_prefix_caching: bool = False,
         share_sequence_groups: bool = True,
         reserve_null_block: bool = False,
-        reuse_uncached_first: bool | None = None,
+        vllm_v1_pool: bool | None = None,
     ) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
         if block_size_tokens < 1:
@@ -123,14 +126,15 @@ class PagedAllocator(Allocator):
                 f"capacity_tokens ({capacity_tokens}) holds no usable block of "
                 f"{block_size_tokens} tokens"
             )
-        self.pool = BlockPool(self.num_blocks, reserve_null_block=reserve_null_block)
+        v1_pool = reserve_null_block if vllm_v1_pool is None else vllm_v1_pool
+        self.vllm_v1_pool = v1_pool
+        self.pool = BlockPool(
+            self.num_blocks, reserve_null_block=reserve_null_block, keep_duplicates=v1_pool
+        )
         self.num_usable_blocks = self.num_blocks - reserve_null_block
         self.watermark_blocks = int(watermark * self.num_blocks)
         self.enable_prefix_caching = enable_prefix_caching
         self.share_sequence_groups = share_sequence_groups
-        self.reuse_uncached_first = (
-            reserve_null_block if reuse_uncached_first is None else reuse_uncached_first
-        )
         self.block_tables: dict[int, list[int]] = {}  # single-sequence requests
         self._requests: dict[int, Request] = {}  # the request of each block table
         self._pooled: list[int] = []  # taken for tables, not yet attached (``take_pooled``)
@@ -454,7 +458,7 @@ class PagedAllocator(Allocator):
         return self._result(taken * self.block_size_tokens, taken)
 
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:
-        """Release a request's blocks tail first (see ``reuse_uncached_first``): vLLM has cached
+        """Release a request's blocks tail first (see ``vllm_v1_pool``): vLLM has cached
         every block its computed tokens fill (kvsim keys a private stream's only when it is
         preempted, but frees them where vLLM's cached ones go)."""
         table = self.block_tables.pop(req_id, None)
@@ -466,7 +470,7 @@ class PagedAllocator(Allocator):
                 upto = computed_tokens // self.block_size_tokens
                 self.pool.register_many(table[start:upto], keys.keys_between(start, upto))
             self._sum_distinct -= len(table)
-            if not self.reuse_uncached_first:
+            if not self.vllm_v1_pool:
                 self.pool.release(reversed(table))
             else:
                 written = 0

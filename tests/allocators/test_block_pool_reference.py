@@ -19,9 +19,11 @@ class NaivePool:
     (``release_table``), a block that reaches ref count 0 to the back if it holds a key or is
     full, else to the front, those of one call in their order; a hit leaves the queue wherever
     it sits; a key cached by several blocks keeps them all, in caching order, and a lookup finds
-    the first (vLLM 0.34.0 ``BlockHashToBlockMap``)."""
+    the first (vLLM 0.34.0 ``BlockHashToBlockMap``), or, without ``keep_duplicates``, a key is
+    cached once."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, keep_duplicates: bool) -> None:
+        self.keep_duplicates = keep_duplicates
         self.ref = [0] * num_blocks
         self.free = list(range(num_blocks))
         self.blocks_of: dict[int, list[int]] = {}  # key -> its blocks, first cached first
@@ -66,7 +68,7 @@ class NaivePool:
             self.ref[b] += 1
 
     def register(self, block: int, key: int) -> None:
-        if block not in self.key_of:
+        if block not in self.key_of and (self.keep_duplicates or key not in self.blocks_of):
             self.key_of[block] = key
             self.blocks_of.setdefault(key, []).append(block)
 
@@ -82,9 +84,10 @@ OPS = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(num_blocks=st.integers(2, 24), ops=OPS)
-def test_the_pool_follows_the_naive_rules(num_blocks, ops) -> None:
-    pool, naive = BlockPool(num_blocks), NaivePool(num_blocks)
+@given(num_blocks=st.integers(2, 24), ops=OPS, keep_duplicates=st.booleans())
+def test_the_pool_follows_the_naive_rules(num_blocks, ops, keep_duplicates) -> None:
+    pool = BlockPool(num_blocks, keep_duplicates=keep_duplicates)
+    naive = NaivePool(num_blocks, keep_duplicates)
     tables: list[list[int]] = []
     for op, a, key in ops:
         if op == "take" and a <= len(naive.free):

@@ -188,3 +188,19 @@ def test_v1_pool_keeps_a_duplicate_cached_block_and_finds_it_once_the_first_is_e
     # (9 - 1) // 4 = 2 blocks looked up: k0 in 1, k1 in 3 (dropping duplicates found only 1)
     assert alloc.find_cached_prefix(d).blocks == (1, 3)
     alloc.check_invariants()
+
+
+def test_v0_pool_caches_a_key_once():
+    # The vllm-v0 profile's pool (no null block, vllm_v1_pool off) keeps its rule: the second
+    # block filled with p[0:8] stays uncached. Blocks 0..5 of 4 tokens.
+    alloc = make_allocator(
+        "paged", capacity_tokens=4 * 6, block_size_tokens=4, enable_prefix_caching=True
+    )
+    p = (("p", 8),)
+    a = Request(0, 0.0, 8, 2, 2, token_segments=p)
+    b = Request(1, 0.0, 8, 2, 2, token_segments=p)
+    alloc.allocate(a, 4)  # block 0: p[0:4]
+    alloc.allocate(b, 8, alloc.find_cached_prefix(b))  # block 0 shared, block 1: p[0:8]
+    alloc.allocate(a, 8)  # block 2 is full with p[0:8] too, but block 1 caches that key
+    assert alloc.pool.key_of(2) is None
+    assert alloc.pool.duplicates() == {}
