@@ -24,6 +24,7 @@ POLICY_ARGUMENTS: dict[str, frozenset[str]] = {
             "enable_prefix_caching",
             "share_sequence_groups",
             "reserve_null_block",
+            "vllm_v1_pool",  # (not a config field: follows reserve_null_block unless set)
         }
     ),
     "radix": frozenset(),

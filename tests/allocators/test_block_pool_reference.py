@@ -1,8 +1,9 @@
-"""``BlockPool`` (packed vectors, an open-addressing key map, a queue with stale entries) against a
-naive pool written from its documented rules (a plain list for the free queue, a dict for the
-keys), under random takes, releases, registrations, cache hits and lookups: the same blocks taken,
-the same free order, the same hits and evictions. Small pools and many evictions, so the key map
-fills, wraps around and is rebuilt."""
+"""``BlockPool`` (packed vectors, an open-addressing key map, a queue with stale entries and a
+front) against a naive pool written from vLLM v1's rules (a plain list for the free queue, a dict
+for the keys), under random takes, releases (all to the back, or vLLM 0.34.0's way), registrations,
+cache hits and lookups: the same blocks taken, the same free order, the same hits and evictions,
+the same duplicate cached blocks.
+Small pools and many evictions, so the key map fills, wraps around and is rebuilt."""
 
 from __future__ import annotations
 
@@ -14,20 +15,34 @@ from kvsim.core.kv.block_pool import BlockPool
 
 class NaivePool:
     """vLLM v1's rules, one block at a time: take from the front (a taken block loses its key),
-    release to the back, a hit leaves the queue wherever it sits, a key is cached once."""
+    release to the back (``release``) or, vLLM 0.34.0's ``BlockPool.free_blocks``
+    (``release_table``), a block that reaches ref count 0 to the back if it holds a key or is
+    full, else to the front, those of one call in their order; a hit leaves the queue wherever
+    it sits; a key cached by several blocks keeps them all, in caching order, and a lookup finds
+    the first (vLLM 0.34.0 ``BlockHashToBlockMap``), or, without ``keep_duplicates``, a key is
+    cached once."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, keep_duplicates: bool) -> None:
+        self.keep_duplicates = keep_duplicates
         self.ref = [0] * num_blocks
         self.free = list(range(num_blocks))
-        self.cached: dict[int, int] = {}
+        self.blocks_of: dict[int, list[int]] = {}  # key -> its blocks, first cached first
+        self.key_of: dict[int, int] = {}
         self.evictions = 0
+
+    @property
+    def cached(self) -> dict[int, int]:
+        return {key: blocks[0] for key, blocks in self.blocks_of.items()}
 
     def take(self, count: int) -> list[int]:
         taken, self.free = self.free[:count], self.free[count:]
         for b in taken:
             self.ref[b] = 1
-            for key in [k for k, v in self.cached.items() if v == b]:
-                del self.cached[key]
+            key = self.key_of.pop(b, None)
+            if key is not None:
+                self.blocks_of[key].remove(b)
+                if not self.blocks_of[key]:
+                    del self.blocks_of[key]
                 self.evictions += 1
         return taken
 
@@ -37,6 +52,15 @@ class NaivePool:
             if self.ref[b] == 0:
                 self.free.append(b)
 
+    def release_table(self, table: list[int], num_full: int) -> None:
+        front, back = [], []
+        for i in reversed(range(len(table))):
+            b = table[i]
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                (back if b in self.key_of or i < num_full else front).append(b)
+        self.free = front + self.free + back
+
     def touch(self, blocks: list[int]) -> None:
         for b in blocks:
             if self.ref[b] == 0:
@@ -44,13 +68,14 @@ class NaivePool:
             self.ref[b] += 1
 
     def register(self, block: int, key: int) -> None:
-        if key not in self.cached and block not in self.cached.values():
-            self.cached[key] = block
+        if block not in self.key_of and (self.keep_duplicates or key not in self.blocks_of):
+            self.key_of[block] = key
+            self.blocks_of.setdefault(key, []).append(block)
 
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["take", "release", "register", "hit"]),
+        st.sampled_from(["take", "release", "release_table", "register", "hit"]),
         st.integers(0, 7),
         st.integers(0, 40),  # a key: few values, so keys repeat and are cached elsewhere
     ),
@@ -59,9 +84,10 @@ OPS = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(num_blocks=st.integers(2, 24), ops=OPS)
-def test_the_pool_follows_the_naive_rules(num_blocks, ops) -> None:
-    pool, naive = BlockPool(num_blocks), NaivePool(num_blocks)
+@given(num_blocks=st.integers(2, 24), ops=OPS, keep_duplicates=st.booleans())
+def test_the_pool_follows_the_naive_rules(num_blocks, ops, keep_duplicates) -> None:
+    pool = BlockPool(num_blocks, keep_duplicates=keep_duplicates)
+    naive = NaivePool(num_blocks, keep_duplicates)
     tables: list[list[int]] = []
     for op, a, key in ops:
         if op == "take" and a <= len(naive.free):
@@ -72,6 +98,11 @@ def test_the_pool_follows_the_naive_rules(num_blocks, ops) -> None:
             table = tables.pop(a % len(tables))
             naive.release(table[::-1])
             pool.release(reversed(table))
+        elif op == "release_table" and tables:
+            table = tables.pop(a % len(tables))
+            num_full = key % (len(table) + 1)
+            naive.release_table(table, num_full)
+            pool.release_table(table, num_full)
         elif op == "register" and tables and tables[a % len(tables)]:
             table = tables[a % len(tables)]
             block = table[key % len(table)]
@@ -88,6 +119,9 @@ def test_the_pool_follows_the_naive_rules(num_blocks, ops) -> None:
         assert pool.num_free == len(naive.free)
         assert pool.num_evictions == naive.evictions
         assert pool.cached_map() == naive.cached
+        dups = {key: blocks[1:] for key, blocks in naive.blocks_of.items() if len(blocks) > 1}
+        assert pool.duplicates() == dups
+        assert pool.num_cached() == len(naive.key_of)
     pool.check()
 
 

@@ -6,8 +6,10 @@ It shares with the engine only the allocator (its own tests hold it against naiv
 vLLM's tests), the step-cost function and the request records; the scheduling rules, the
 fast-forward, the decode cohort and the slot accounting are written here again, plainly:
 
-* ``vllm-v1`` (vLLM v1 ``Scheduler.schedule``): running requests first, in admission order, each
-  getting the rest of what it knows capped by ``long_prefill_token_threshold`` and the budget; a
+* ``vllm-v1`` (vLLM 0.34.0 ``Scheduler.schedule``): running requests first, in admission order,
+  each getting the rest of what it knows capped by the budget and by
+  ``long_prefill_token_threshold`` (with chunked prefill, when more than one request runs or
+  waits as the step starts); a
   request that cannot get its slots preempts the last running request (recompute) until it
   can, or is itself preempted; then, unless someone was preempted, waiting requests FCFS while
   the budget lasts and fewer than ``max_num_seqs`` run, with their prefix hits, the unchunked
@@ -155,6 +157,8 @@ class Reference:
     def _v1(self) -> tuple[list[tuple[Request, int]], int]:
         args, alloc = self.args, self.alloc
         budget, threshold = args.max_num_batched_tokens, args.long_prefill_token_threshold
+        if not args.enable_chunked_prefill or len(self.running) + len(self.waiting) <= 1:
+            threshold = 0  # a request alone takes the whole budget
         steps: list[tuple[Request, int]] = []
         preempted = 0
         i = 0

@@ -208,3 +208,43 @@ def test_v0_admits_prefills_before_running_requests_grow():
     assert plan.num_preempted == 1
     assert tokens(plan) == {0: 1}
     assert b.num_preemptions == 2
+
+
+def test_long_prefill_threshold_caps_only_when_another_request_runs_or_waits():
+    # vLLM 0.34.0 vllm/v1/core/sched/scheduler.py, Scheduler.schedule: the step's threshold is
+    # long_prefill_token_threshold only if chunked prefill is on and running + waiting > 1 as
+    # the step starts ("when it is the only request there is nobody to starve"); else 0.
+    # Budget 64, threshold 16, 16-token blocks, 100 blocks; A = 100-token prompt, B = 8 tokens.
+    sched = V1Scheduler(
+        paged(100, 16), engine_args(max_num_batched_tokens=64, long_prefill_token_threshold=16)
+    )
+    a, b = req(0, 100, 5), req(1, 8, 5)
+    sched.add_request(a)
+    # step 1: A alone (1 waiting, 0 running): no cap, min(100, 64) = 64 tokens
+    plan, _ = step(sched)
+    assert tokens(plan) == {0: 64}
+    sched.add_request(b)
+    # step 2: A runs, B waits (2 requests): A's 36 left capped at 16; B min(8, 16) = 8
+    plan, _ = step(sched)
+    assert tokens(plan) == {0: 16, 1: 8}
+    # step 3: A's 20 left capped at 16, B decodes 1
+    plan, _ = step(sched)
+    assert tokens(plan) == {0: 16, 1: 1}
+
+
+def test_long_prefill_threshold_is_ignored_without_chunked_prefill():
+    # vLLM 0.34.0 Scheduler.schedule: the step's threshold is 0 with chunked prefill off, so
+    # the unchunked budget check sees whole prompts. Budget 1024, threshold 400, prompts 600
+    # and 800: 600 fits (424 left), then 800 > 424 stops the waiting loop.
+    sched = V1Scheduler(
+        paged(200, 16),
+        engine_args(
+            max_num_batched_tokens=1024,
+            enable_chunked_prefill=False,
+            long_prefill_token_threshold=400,
+        ),
+    )
+    sched.add_request(req(0, 600, 2))
+    sched.add_request(req(1, 800, 2))
+    plan, _ = step(sched)
+    assert tokens(plan) == {0: 600}

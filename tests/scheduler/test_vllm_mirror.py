@@ -1,15 +1,18 @@
 """vLLM's own v1 scheduler and prefix-caching test scenarios, replayed on kvsim one by one.
 
-Mirrors vLLM **v0.20.0** (the release kvsim's ``vllm-v1`` profile follows), files
-``tests/v1/core/test_prefix_caching.py`` (``KVCacheManager`` driven directly) and
-``tests/v1/core/test_scheduler.py`` (``Scheduler`` built by ``tests/v1/core/utils.py``), plus one
-v0.33.0 test for the prefix-cache stats rule kvsim takes from that release. Each test names the
-vLLM test it follows; the scenarios are described in our own words and every expected number is
-vLLM's, worked out by hand in the comments from vLLM's rules:
+Mirrors vLLM **v0.20.0**, files ``tests/v1/core/test_prefix_caching.py`` (``KVCacheManager``
+driven directly) and ``tests/v1/core/test_scheduler.py`` (``Scheduler`` built by
+``tests/v1/core/utils.py``), plus one v0.33.0 test for the prefix-cache stats rule, with the rules
+that vLLM 0.34.0 (the release kvsim's ``vllm-v1`` profile follows, checked step by step by
+``make test-vllm``) changed since worked in. Each test names the vLLM test it follows; the
+scenarios are described in our own words and every expected number is vLLM's, worked out by
+hand in the comments from vLLM's rules:
 
 - block 0 is the null block, so ``num_blocks=11`` gives 10 usable blocks with ids 1..10;
-- new blocks come from the front of the free queue; a freed request's blocks go to the back,
-  tail first, keeping their cache keys (v0.20.0; v0.33.0 prepends unhashed blocks instead);
+- new blocks come from the front of the free queue; a freed request's blocks are released tail
+  first, its full blocks (cached, keeping their keys) to the back and a partial last block to
+  the front, every block to the front without caching (0.34.0 ``BlockPool.free_blocks``; in
+  v0.20.0 all went to the back, and its ``test_prefill`` expects that order);
 - a hit is whole blocks from the start, at most ``(num_tokens - 1) // 16`` of them; a hit on a
   free block counts against the free blocks; full blocks are cached inside the allocation.
 
@@ -100,20 +103,22 @@ def test_prefill():
     assert a.block_tables[1] == [1, 2, 3, 5]
     assert refs(a, [1, 2, 3]) == [2, 2, 2]
     assert a.num_free_blocks == 5  # 10 - 5
-    # free req0 tail first: 4 -> back (3, 2, 1 drop to ref 1); then req1: 5, 3, 2, 1 -> back
+    # free req0 tail first: 4 (no key) -> front (3, 2, 1 drop to ref 1); then req1: 5 (no
+    # key) -> front, before 4; 3, 2, 1 (keyed) -> back
     a.free(0)
     a.free(1)
-    assert a.free_block_ids() == [6, 7, 8, 9, 10, 4, 5, 3, 2, 1]
-    # req2 = common + 6 hits the free blocks 1-3 (taken out of the queue), new block from front
-    # (vLLM reserves 48 + 5 = 53 slots for it, we its 54: both cdiv(., 16) = 4 blocks)
+    assert a.free_block_ids() == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+    # req2 = common + 6 hits the free blocks 1-3 (taken out of the queue), new block from the
+    # front: 5, the partial block just freed (vLLM reserves 48 + 5 = 53 slots, we its 54: both
+    # cdiv(., 16) = 4 blocks)
     assert admit(a, doc(2, COMMON, (("three",), 6)))[0].blocks == (1, 2, 3)
-    assert a.block_tables[2] == [1, 2, 3, 6]
+    assert a.block_tables[2] == [1, 2, 3, 5]
     assert a.num_free_blocks == len(a.free_block_ids()) == 6  # the 3 hits left the queue
     assert all(a.pool.ref_cnt[b] == 0 for b in a.free_block_ids())
-    a.free(2)  # queue: 7 8 9 10 4 5 | 6 3 2 1
+    a.free(2)  # 5 -> front, 3 2 1 -> back: 5 | 4 6 7 8 9 10 | 3 2 1
     # req3: 160 fresh tokens, no hit, 10 blocks: the whole queue in eviction order
     assert admit(a, doc(3, (("ninety-nine",), 160)))[0].num_tokens == 0
-    assert a.block_tables[3] == [7, 8, 9, 10, 4, 5, 6, 3, 2, 1]
+    assert a.block_tables[3] == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
     assert a.free_block_ids() == []
     # one lookup per request: queries 55 + 53 + 54 + 160 = 322 tokens, hits 48 + 48 = 96
     assert stats(a) == (322, 96, 0, 0)
@@ -145,12 +150,12 @@ def test_evict():
     admit(a, doc(1, (("r1",), 48)))  # 3 full blocks: 7-9
     assert a.block_tables == {0: [1, 2, 3, 4, 5, 6], 1: [7, 8, 9]}
     assert a.num_free_blocks == 1  # 10 - (6 + 3)
-    a.free(0)  # 10 | 6 5 4 3 2 1
+    a.free(0)  # 6 (partial, no key) -> front; 5 4 3 2 1 -> back: 6 | 10 | 5 4 3 2 1
     a.free(1)  # ... | 9 8 7
-    assert a.free_block_ids() == [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]
+    assert a.free_block_ids() == [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]
     # req2 = req0's first 35 tokens: hits 1, 2 (cap (35-1)//16 = 2); 1 new block from the front
     assert admit(a, doc(2, (("r0",), 35)))[0].blocks == (1, 2)
-    assert a.block_tables[2] == [1, 2, 10]
+    assert a.block_tables[2] == [1, 2, 6]
     assert a.num_free_blocks == 7  # 10 - 2 hits - 1 new
     a.check_invariants()
 
@@ -188,9 +193,9 @@ def test_basic_prefix_caching_disabled():
     a = pool(5, block=4, caching=False)
     admit(a, doc(1, (("r",), 10)))  # cdiv(10, 4) = 3 blocks
     assert a.block_tables[1] == [1, 2, 3]
-    a.free(1)  # queue: 4 | 3 2 1
+    a.free(1)  # no block has a key: all to the front, tail first: 3 2 1 | 4
     assert admit(a, doc(2, (("r",), 16)))[0].num_tokens == 0  # same prefix; no caching
-    assert a.block_tables[2] == [4, 3, 2, 1]
+    assert a.block_tables[2] == [3, 2, 1, 4]
     assert admit(a, doc(3, (("r",), 4)))[1] is None  # nothing free
     assert a.prefix_cache_summary() == {}
     a.check_invariants()
@@ -286,20 +291,6 @@ def test_schedule_order(chunked, expected):
     assert tokens(plan) == expected
 
 
-def test_threshold_applies_before_the_unchunked_budget_check():
-    # No vLLM test; Scheduler.schedule's waiting loop (v0.20.0) caps a head at the threshold,
-    # then breaks only if that capped count exceeds the budget left (nothing forbids a threshold
-    # with chunked prefill off). Budget 1024, threshold 400, prompts 600, 800: 600 -> 400 fits,
-    # 624 left; 800 -> 400 <= 624 fits too. kvsim tests 800 > 624 and stops.
-    sched = v1(
-        max_num_batched_tokens=1024, enable_chunked_prefill=False, long_prefill_token_threshold=400
-    )
-    sched.add_request(sreq(0, 600))
-    sched.add_request(sreq(1, 800))
-    plan, _ = step(sched)
-    assert tokens(plan) == {0: 400, 1: 400}
-
-
 # test_schedule_concurrent_batches is left out: it needs a step whose output arrives after the
 # next schedule() (pipeline parallelism); kvsim completes every step before planning the next.
 
@@ -348,20 +339,21 @@ def test_preemption_step_admits_no_waiting_request():
     assert tokens(plan) == {0: 48, 1: 1}
     assert a.block_tables == {0: [1, 2, 3, 5, 6, 7], 1: [4, 8]}
     # step 3: A's last 48 need 9 blocks, 3 more > 2 free -> B (last running) is preempted:
-    # 8, 4 to the back (9 10 8 4); A takes 9 10 8. 16 budget and block 4 are left, and B's
-    # first chunk (16 of its 18 tokens) would fit in 1 block, but the waiting loop is skipped
+    # no caching, so its 8, 4 go to the front, tail first (8 4 9 10); A takes 8 4 9. 16
+    # budget and block 10 are left, and B's first chunk (16 of its 18 tokens) would fit in 1
+    # block, but the waiting loop is skipped
     plan = sched.schedule()
     assert plan.num_preempted == 1
     assert tokens(plan, sched) == {0: 48}
-    assert a.block_tables[0] == [1, 2, 3, 5, 6, 7, 9, 10, 8]
-    assert a.free_block_ids() == [4]
+    assert a.block_tables[0] == [1, 2, 3, 5, 6, 7, 8, 4, 9]
+    assert a.free_block_ids() == [10]
     assert (list(sched.waiting), rb.num_computed_tokens) == ([rb], 0)
     assert rb.num_tokens == 18  # 16 prompt + 2 outputs, all recomputed on resumption
-    sched.complete(plan, 3.0, 3.0)  # A samples its only token and frees 8 10 9 7 6 5 3 2 1
-    # step 4: B resumes with all 18 tokens: 2 blocks from the front (4, 8)
+    sched.complete(plan, 3.0, 3.0)  # A samples its only token; 9 4 8 7 6 5 3 2 1 to the front
+    # step 4: B resumes with all 18 tokens: 2 blocks from the front (9, 4)
     plan, _ = step(sched)
     assert tokens(plan) == {1: 18}
-    assert a.block_tables[1] == [4, 8]
+    assert a.block_tables[1] == [9, 4]
 
 
 def test_preemption_when_out_of_kv_fcfs_and_preempted_stats():
@@ -408,24 +400,27 @@ def test_prefix_cache_stats_counted_once_for_retried_then_scheduled_request():
     seed = sreq(100, 32, output=2, tok="zero")
     sched.add_request(seed)
     step(sched)  # seed: 32 tokens -> blocks 1, 2 (both full, cached)
-    step(sched)  # seed decodes token 33 (block 3) and finishes: 3 2 1 to the back
-    assert a.free_block_ids() == [4, 5, 6, 3, 2, 1]
+    # seed decodes token 33 (block 3) and finishes, 33 tokens computed: block 3 holds one
+    # (no key) -> front; 2, 1 (keyed) -> back
+    step(sched)
+    assert a.free_block_ids() == [3, 4, 5, 6, 2, 1]
     assert stats(a) == (32, 0, 0, 0)
     blocker = sreq(101, 64, output=1)
     retried = sreq(102, 48, output=1, tok="zero")
     sched.add_request(blocker)
     sched.add_request(retried)
-    # step 3: blocker takes 4 blocks (4 5 6 3). retried hits 1, 2 (32 tokens) but needs 3 - 2
+    # step 3: blocker takes 4 blocks (3 4 5 6). retried hits 1, 2 (32 tokens) but needs 3 - 2
     # new + 2 free hits = 3 > 2 free: not admitted, and its lookup is not counted
     plan, _ = step(sched)
     assert tokens(plan) == {101: 64}
     assert list(sched.waiting) == [retried]
     assert stats(a) == (32 + 64, 0, 0, 0)
-    # blocker finished (its one token): 3 6 5 4 to the back. step 4: retried admitted, 16 new
-    # tokens, new block 3; counted once: 48 queried, 32 hit (v0.20.0: twice, 96 and 64)
+    # blocker finished (its one token), 4 full keyed blocks: 6 5 4 3 to the back. step 4:
+    # retried admitted, 16 new tokens, new block 6 (2, 1 are its hits); counted once: 48
+    # queried, 32 hit (v0.20.0: twice, 96 and 64)
     plan = sched.schedule()  # (it then samples its only token and finishes)
     assert tokens(plan, sched) == {102: 16}
-    assert a.block_tables[102] == [1, 2, 3]
+    assert a.block_tables[102] == [1, 2, 6]
     assert stats(a) == (32 + 64 + 48, 32, 0, 0)
 
 

@@ -11,14 +11,25 @@ sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
 - a block whose ref count drops to 0 joins the *back* of the queue and keeps its key, so it is
   still a cache hit until something takes it. Callers release a request's blocks tail first
   (vLLM's ``KVCacheManager.free`` walks the block table in reverse), so a request's last blocks
-  are evicted before its first ones;
-- a cache hit on a free block (``touch``) takes it out of the queue wherever it sits.
+  are evicted before its first ones. That is vLLM v0.20.0's order (``release``, kept for the
+  ``vllm-v0`` profile); vLLM 0.34.0's ``BlockPool.free_blocks`` (``release_table``) sends only
+  blocks with a cache key (full ones; all are unkeyed without prefix caching) to the back and
+  the others to the *front*, where they are reused before any other free block;
+- a cache hit on a free block (``touch``) takes it out of the queue wherever it sits;
+- a full block whose key another block already caches is cached too, a *duplicate* (vLLM does
+  not de-duplicate, so block tables never change): a lookup finds the key's oldest block, and
+  when that one is evicted the next oldest is found instead (``BlockHashToBlockMap.pop``). That
+  is vLLM 0.34.0 (``keep_duplicates``, the ``vllm-v1`` profile); otherwise a key is cached once.
 
     free queue:  front [7 3 9 ... 12] back     take(1) -> [7] (evicts 7's key)
                                               release([x]) -> [3 9 ... 12 x]
+                                              release_table([k, u], 1) -> [u 3 9 ... 12 k]
+                                              (k full or keyed, u partial and unkeyed)
 
-The queue is an array with a moving head; a block touched while free leaves a stale entry behind
-that ``take`` skips, so every operation is O(1) amortised per block. A block's stale entries are
+The queue is an array with a moving head, and a list of the blocks before its head (the front,
+which holds no key, so no hit takes a block out of it); a block touched while free leaves a stale
+entry behind that ``take`` skips, so every operation is O(1) amortised per block. A block's stale
+entries are
 its oldest ones in the queue (each touch makes its one live entry stale, and a release appends a
 newer one), so counting them per block (``_stale``) tells ``take`` which entries to skip without
 recording every block's queue position; positions are recorded only for free blocks that keep a
@@ -47,18 +58,22 @@ class BlockPool:
     """``num_blocks`` blocks: ref counts, keys of cached full blocks, and the free queue.
 
     Invariants (``check``): a block is in the free queue iff its ref count is 0; the key map
-    (``lookup``) holds each cached key once, pointing at the one block holding it, and
-    ``key_of`` is its inverse.
+    (``lookup``) holds each cached key once, pointing at the oldest block holding it, and
+    ``key_of`` is its inverse; the key's other blocks are its duplicates, oldest first.
 
     Args:
         num_blocks: blocks in the pool (>= 1, >= 2 with the null block).
         reserve_null_block: take block 0 at start and never free it (vLLM v1).
+        keep_duplicates: cache a full block whose key another block caches, as a duplicate
+            (vLLM 0.34.0); off, such a block stays uncached (a key is cached once).
 
     Raises:
         ValueError: too few blocks.
     """
 
-    def __init__(self, num_blocks: int, *, reserve_null_block: bool = False) -> None:
+    def __init__(
+        self, num_blocks: int, *, reserve_null_block: bool = False, keep_duplicates: bool = False
+    ) -> None:
         if num_blocks < 1 + reserve_null_block:
             raise ValueError(f"num_blocks: must be >= {1 + reserve_null_block}, got {num_blocks}")
         self.num_blocks = num_blocks
@@ -84,6 +99,10 @@ class BlockPool:
         self._base = 0  # absolute position of _queue[0]
         self._stale: dict[int, int] = {}  # block -> its stale entries still in _queue
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
+        self._front: list[int] = []  # free blocks taken before the queue's head, the first last
+        self.keep_duplicates = keep_duplicates
+        self._dups: dict[int, list[int]] = {}  # key -> its other keyed blocks, oldest first
+        self._num_dups = 0  # keyed blocks not in the map (each in _dups)
         self.null_block: int | None = None
         if reserve_null_block:  # vLLM v1: block 0 is a placeholder no request ever holds
             self.null_block = self.take(1)[0]
@@ -104,7 +123,7 @@ class BlockPool:
     def free_order(self) -> list[int]:
         """Free block ids, front (taken next) first."""
         stale = dict(self._stale)
-        out: list[int] = []
+        out: list[int] = self._front[::-1]
         queue = self._queue
         for i in range(self._head, len(queue)):
             b = queue[i]
@@ -120,7 +139,7 @@ class BlockPool:
         evicted."""
         assert self._keyed[block_id], "positions are kept for keyed blocks only"
         ahead = self._pos[block_id] - self._base - self._head  # entries before it, stale included
-        return max(0, ahead - self._num_stale)
+        return max(0, ahead - self._num_stale) + len(self._front)
 
     def lookup(self, key: int) -> int | None:
         """The block caching ``key``, or ``None``."""
@@ -128,12 +147,19 @@ class BlockPool:
         return self._slots[2 * slot + 1] if slot >= 0 else None
 
     def num_cached(self) -> int:
-        """Blocks holding a cached key (in use or free)."""
-        return self._num_keyed
+        """Blocks holding a cached key (in use or free), duplicates included."""
+        return self._num_keyed + self._num_dups
 
     def cached_map(self) -> dict[int, int]:
-        """Every cached key and the block holding it (a copy)."""
-        return {self._key[b]: b for b in range(self.num_blocks) if self._keyed[b]}
+        """Every cached key and the block a lookup finds for it (a copy)."""
+        slots = self._slots
+        return {
+            slots[2 * i]: slots[2 * i + 1] for i in range(len(slots) // 2) if slots[2 * i + 1] >= 0
+        }
+
+    def duplicates(self) -> dict[int, list[int]]:
+        """Each key cached by more than one block: its other blocks, oldest first (a copy)."""
+        return {key: list(blocks) for key, blocks in self._dups.items()}
 
     def _home(self, key: i64) -> i64:
         """The map slot a probe for ``key`` starts at (its high bits mixed in: the keys of one
@@ -153,8 +179,10 @@ class BlockPool:
             i = (i + 1) & mask
 
     def _add(self, block_id: i64, key: i64) -> None:
-        """Map ``key`` to ``block_id`` (holding no key) unless another block caches it: one probe
-        sequence finds the key or, at the first empty slot, the first reusable one."""
+        """Map ``key`` to ``block_id`` (holding no key), or, when another block caches it, key
+        ``block_id`` as that key's newest duplicate (``keep_duplicates``; else leave it
+        uncached): one probe sequence finds the key or, at the first empty slot, the first
+        reusable one."""
         if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
             self._rehash()
         slots, mask = self._slots, self._mask
@@ -167,8 +195,15 @@ class BlockPool:
             if b == _GONE:
                 if reuse < 0:
                     reuse = i
-            elif slots[2 * i] == key:
-                return  # cached elsewhere: it stays there
+            elif slots[2 * i] == key:  # cached elsewhere: found there first, this one after
+                if not self.keep_duplicates:
+                    return
+                self._key[block_id] = key
+                self._keyed[block_id] = 1
+                self._slot_of[block_id] = -1
+                self._dups.setdefault(key, []).append(block_id)
+                self._num_dups += 1
+                return
             i = (i + 1) & mask
         if reuse >= 0:
             i = reuse
@@ -187,9 +222,9 @@ class BlockPool:
             slots[i] = _EMPTY
         self._num_gone = 0
         self._num_keyed = 0
-        keyed = self._keyed
+        keyed, slot_of = self._keyed, self._slot_of
         for b in range(self.num_blocks):
-            if keyed[b]:
+            if keyed[b] and slot_of[b] >= 0:  # in the map (duplicates stay where they are)
                 keyed[b] = 0
                 self._add(b, self._key[b])
 
@@ -208,8 +243,15 @@ class BlockPool:
         head: i64 = self._head
         queue, ref, keyed = self._queue, self.ref_cnt, self._keyed
         taken: list[int] = []
-        if self._num_stale == 0:  # fast path: every entry from the head on is live
-            end: i64 = head + count
+        front = self._front
+        if front:  # blocks freed without a key come first, the last freed first
+            n = min(count, len(front))
+            taken = front[len(front) - n :][::-1]
+            del front[len(front) - n :]
+        if len(taken) == count:
+            pass
+        elif self._num_stale == 0:  # fast path: every entry from the head on is live
+            end: i64 = head + count - len(taken)
             while head < end:
                 taken.append(queue[head])
                 head += 1
@@ -229,22 +271,39 @@ class BlockPool:
                 head += 1
         self._head = head
         self.num_free -= count
-        evicted = 0
-        slots, slot_of = self._slots, self._slot_of
         for b in taken:
             ref[b] = 1
             if keyed[b]:
-                slots[2 * slot_of[b] + 1] = _GONE
-                keyed[b] = 0
-                evicted += 1
-        self.num_evictions += evicted
-        self._num_keyed -= evicted
-        self._num_gone += evicted
+                self._evict(b)
         if head > _COMPACT_AT and 2 * head > len(queue):
             self._queue = queue[head:]
             self._base += head
             self._head = 0
         return taken
+
+    def _evict(self, block_id: int) -> None:
+        """``block_id``, being taken, loses its key. The key's oldest duplicate, if any, takes
+        the evicted block's place in the map (vLLM 0.34.0 ``BlockHashToBlockMap.pop``)."""
+        key = self._key[block_id]
+        self._keyed[block_id] = 0
+        self.num_evictions += 1
+        slot = self._slot_of[block_id]
+        dups = self._dups.get(key)
+        if dups is not None:
+            self._num_dups -= 1
+        if slot < 0:  # a duplicate: the map still finds the key's first block
+            assert dups is not None, f"block {block_id}: a duplicate of no key"
+            dups.remove(block_id)
+        elif dups is not None:  # its oldest duplicate is found from now on
+            successor = dups.pop(0)
+            self._slots[2 * slot + 1] = successor
+            self._slot_of[successor] = slot
+        else:
+            self._slots[2 * slot + 1] = _GONE
+            self._num_keyed -= 1
+            self._num_gone += 1
+        if dups is not None and not dups:
+            del self._dups[key]
 
     def touch(self, blocks: Iterable[int]) -> None:
         """One more table entry points at each block; a free one leaves the queue (a hit)."""
@@ -277,8 +336,48 @@ class BlockPool:
         self._queue = queue
         self.num_free += freed
 
+    def release_table(self, table: Sequence[int], num_full: int) -> None:
+        """Release a block table tail first, as vLLM 0.34.0 does (``vllm/v1/core/block_pool.py``,
+        ``BlockPool.free_blocks``): a block whose ref count drops to 0 joins the back of the queue
+        if it keeps a key
+        or is one of the table's first ``num_full`` blocks (full: vLLM has cached it), else the
+        front, where it is taken before every other free block (LIFO, the tail block first).
+
+        Args:
+            table: the request's blocks in table order.
+            num_full: leading blocks of ``table`` whose tokens are all written (0 when nothing
+                is cached, as without prefix caching).
+        """
+        ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
+        at: i64 = self._base + len(queue)
+        front: list[int] = []
+        freed = 0
+        for i in range(len(table) - 1, -1, -1):
+            b = table[i]
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                if keyed[b] or i < num_full:
+                    queue = append(queue, b)
+                    if keyed[b]:  # where it sits (free_blocks_ahead)
+                        pos[b] = at
+                    at += 1
+                else:
+                    front.append(b)
+                freed += 1
+            elif r < 0:
+                self._queue = queue
+                raise AssertionError(f"block {b}: negative ref count")
+        self._queue = queue
+        if front:
+            self._front.extend(front[::-1])
+        self.num_free += freed
+
     def register(self, block_id: int, key: int) -> None:
-        """Cache a full block under ``key`` (no-op if the key or the block is already cached)."""
+        """Cache a full block under ``key`` (no-op if the block is already cached). Under
+        ``keep_duplicates`` a key another block caches is kept as a duplicate, found once the
+        blocks before it are evicted (vLLM 0.34.0 ``BlockPool._insert_block_hash``: vLLM does
+        not de-duplicate cached blocks, so a block table never changes); else nothing happens."""
         if not self._keyed[block_id]:
             self._add(block_id, key)
 
@@ -328,4 +427,13 @@ class BlockPool:
                 assert self._slot_of[b] == i, f"block {b}: its map slot drifted"
                 assert self.lookup(key) == b, f"key {key}: not found where it sits"
                 live += 1
-        assert sum(self._keyed) == live == self._num_keyed, "stale block keys"
+        assert live == self._num_keyed, "stale block keys"
+        for key, dups in self._dups.items():
+            assert dups, f"key {key}: an empty list of duplicates"
+            assert self.lookup(key) is not None, f"key {key}: duplicates {dups} of no block"
+            for b in dups:
+                assert self.key_of(b) == key, f"duplicate {b} of {key} has {self.key_of(b)}"
+                assert self._slot_of[b] < 0, f"duplicate {b} of {key} sits in the map"
+        assert sum(self._keyed) == live + self._num_dups, "stale duplicate keys"
+        assert sum(len(d) for d in self._dups.values()) == self._num_dups, "duplicates miscounted"
+        assert not any(self._keyed[b] for b in self._front), "a keyed block at the front"

@@ -6,8 +6,11 @@ A request holds ``cdiv(num_tokens, B)`` blocks for the ``num_tokens`` tokens the
 for (those computed plus those the step computes): the prompt's at admission, one more whenever
 its last block fills. Token ``t`` (0-based) lives in logical block ``t // B``, slot ``t % B``; the
 block table maps the logical block to a physical one (seed: token 37 at 16 tokens per block ->
-logical block 2, slot 5). A request's blocks go back tail first to the back of the free queue
-(vLLM v1 ``KVCacheManager.free``, the order of vLLM v0.20.0), so its last blocks are evicted first.
+logical block 2, slot 5). A request's blocks go back tail first (vLLM v1 ``KVCacheManager.free``),
+so its last blocks are evicted first: under vLLM v1 (``vllm_v1_pool``) the full blocks,
+which hold cache keys, to the back of the free queue and a partial last block (every block,
+without prefix caching) to the front, reused first (vLLM 0.34.0 ``BlockPool.free_blocks``);
+under v0 all to the back (vLLM v0.20.0's order).
 
 With ``enable_prefix_caching`` (vLLM's automatic prefix caching):
 
@@ -85,6 +88,12 @@ class PagedAllocator(Allocator):
         enable_prefix_caching: cache full blocks across requests (see the module docstring).
         share_sequence_groups: a group's sequences share prompt blocks (copy-on-write).
         reserve_null_block: block 0 is vLLM v1's null block, never handed out.
+        vllm_v1_pool: vLLM 0.34.0's ``BlockPool`` rules: a freed block that holds no cached
+            full block goes to the front of the free queue, not the back (``free_blocks``, see
+            ``BlockPool.release_table``), and a full block whose key another block caches is
+            cached too, as a duplicate (``BlockPool(keep_duplicates=True)``); ``None``: as
+            ``reserve_null_block`` (the ``vllm-v1`` profile's pool). Off, the ``vllm-v0``
+            profile's pool frees every block to the back and caches a key once.
     """
 
     name = "paged"
@@ -103,6 +112,7 @@ class PagedAllocator(Allocator):
         enable_prefix_caching: bool = False,
         share_sequence_groups: bool = True,
         reserve_null_block: bool = False,
+        vllm_v1_pool: bool | None = None,
     ) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
         if block_size_tokens < 1:
@@ -116,12 +126,17 @@ class PagedAllocator(Allocator):
                 f"capacity_tokens ({capacity_tokens}) holds no usable block of "
                 f"{block_size_tokens} tokens"
             )
-        self.pool = BlockPool(self.num_blocks, reserve_null_block=reserve_null_block)
+        v1_pool = reserve_null_block if vllm_v1_pool is None else vllm_v1_pool
+        self.vllm_v1_pool = v1_pool
+        self.pool = BlockPool(
+            self.num_blocks, reserve_null_block=reserve_null_block, keep_duplicates=v1_pool
+        )
         self.num_usable_blocks = self.num_blocks - reserve_null_block
         self.watermark_blocks = int(watermark * self.num_blocks)
         self.enable_prefix_caching = enable_prefix_caching
         self.share_sequence_groups = share_sequence_groups
         self.block_tables: dict[int, list[int]] = {}  # single-sequence requests
+        self._requests: dict[int, Request] = {}  # the request of each block table
         self._pooled: list[int] = []  # taken for tables, not yet attached (``take_pooled``)
         self.groups: dict[int, SequenceGroup] = {}  # multi-sequence requests
         self.key_chain = KeyChain()
@@ -369,6 +384,7 @@ class PagedAllocator(Allocator):
         if request.num_seqs == 1:
             table = hits + self.pool.take(cdiv(num_tokens, b) - len(hits))
             self.block_tables[request.req_id] = table
+            self._requests[request.req_id] = request
             self._sum_distinct += len(table)
         else:
             prefill = self._fork_point(request)
@@ -432,15 +448,26 @@ class PagedAllocator(Allocator):
         return self._result(taken * self.block_size_tokens, taken)
 
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:
+        """Release a request's blocks tail first (see ``vllm_v1_pool``): vLLM has cached
+        every block its computed tokens fill (kvsim keys a private stream's only when it is
+        preempted, but frees them where vLLM's cached ones go)."""
         table = self.block_tables.pop(req_id, None)
         if table is not None:
+            request = self._requests.pop(req_id, None)
             keys = self._keys.get(req_id)
             if computed_tokens and isinstance(keys, PrivateKeys):  # it comes back: findable
                 start = self._num_cached.get(req_id, 0)
                 upto = computed_tokens // self.block_size_tokens
                 self.pool.register_many(table[start:upto], keys.keys_between(start, upto))
             self._sum_distinct -= len(table)
-            self.pool.release(reversed(table))
+            if not self.vllm_v1_pool:
+                self.pool.release(reversed(table))
+            else:
+                written = 0
+                if self.enable_prefix_caching and request is not None:
+                    written = request.num_computed_tokens
+                    written = written if computed_tokens is None else computed_tokens
+                self.pool.release_table(table, written // self.block_size_tokens)
         else:
             group = self.groups.pop(req_id, None)
             if group is None:
@@ -482,6 +509,7 @@ class PagedAllocator(Allocator):
         group = swapped.group
         if group is None:
             self.block_tables[request.req_id] = blocks
+            self._requests[request.req_id] = request
             return
         group.seqs = [[blocks[i] for i in seq] for seq in swapped.layout]
         group.local = {}

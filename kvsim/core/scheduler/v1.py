@@ -1,20 +1,27 @@
 """The ``vllm-v1`` profile: today's vLLM scheduler, one token budget per step, chunked prefill.
 
-Follows ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM v0.20.0, FCFS policy) and
-its tests (``tests/v1/core/test_scheduler.py``). Each step:
+Follows ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM 0.34.0, FCFS policy) and
+its tests (``tests/v1/core/test_scheduler.py``); ``make test-vllm`` (``tests/vllm/``) diffs it step
+by step against vLLM 0.34.0's own ``Scheduler`` on 1,000 random workloads. Scheduling is
+synchronous, as in vLLM's CPU build and its tests: a step's sampled tokens are known before the
+next step is planned. GPU vLLM defaults to async scheduling (``AsyncScheduler``: step ``n + 1``
+is planned while step ``n`` runs, with output placeholders), which kvsim does not model. Each
+step:
 
 1. **Running requests first**, in the order they were admitted: each gets
    ``num_tokens - num_computed_tokens`` new tokens (1 for a decode, the rest of its prompt for a
-   partial prefill), capped by ``long_prefill_token_threshold`` (when > 0) and by the budget left
-   of ``max_num_batched_tokens``. When its slots cannot be allocated, the last running request is
-   preempted (freed, computed tokens reset to 0, put at the front of the waiting queue) until they
-   can; if the request itself was the last, the running loop stops.
+   partial prefill), capped by ``long_prefill_token_threshold`` (when > 0, with chunked prefill,
+   and when more than one request runs or waits as the step starts: vLLM 0.34.0 lets a request
+   alone take the whole budget) and by the budget left of ``max_num_batched_tokens``. When its
+   slots cannot be allocated, the last running request is preempted (freed, computed tokens
+   reset to 0, put at the front of the waiting queue) until they can; if the request itself was
+   the last, the running loop stops.
 2. **Then waiting requests, FCFS**, unless a request was preempted in this step: while the budget
    lasts and fewer than ``max_num_seqs`` run, the head's prefix-cache hit (whole blocks, never its
    last token) is looked up when it has computed nothing, it is given ``num_tokens - hits`` tokens
    capped as above (without chunked prefill a prompt larger than the budget left stops the loop,
    as since vLLM PR #28911), and its slots allocated; the first head that cannot be allocated
-   stops the loop. With ``scheduler_reserve_full_isl`` (on by default, as in v0.20.0; vLLM PR
+   stops the loop. With ``scheduler_reserve_full_isl`` (on by default, as in 0.34.0; vLLM PR
    #37307) the head is admitted only when the blocks of its whole sequence, less its prefix
    hits, are free (``KVCacheManager.can_fit_full_sequence``): a long prompt no longer starts
    chunks that must preempt before it can finish.
@@ -38,6 +45,7 @@ class V1Scheduler(SchedulerCore):
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
+        self._threshold = self._step_threshold()
         budget = self._schedule_running(plan, self.token_budget)
         if plan.num_preempted:
             plan.head_blocked = "preempted" if self.waiting else None
@@ -51,14 +59,24 @@ class V1Scheduler(SchedulerCore):
 
     _partial = False
     _guard_blocks: int | None = None
+    _threshold = 0  # this step's long_prefill_token_threshold (``_step_threshold``)
+
+    def _step_threshold(self) -> int:
+        """The chunk cap of this step: ``long_prefill_token_threshold``, or 0 (none) without
+        chunked prefill or when at most one request runs or waits as the step starts, since a
+        request alone starves nobody (vLLM 0.34.0 ``Scheduler.schedule``, counting
+        ``get_request_counts()`` before the running loop)."""
+        if not self.args.enable_chunked_prefill or len(self.running) + len(self.waiting) <= 1:
+            return 0
+        return self.args.long_prefill_token_threshold
 
     def _running_chunk(self, req: Request, budget: int) -> tuple[int, int]:
         """``(tokens it computes, tokens it knows but has not computed)`` of a running request
-        given the budget left: the rest of what it knows, capped by
-        ``long_prefill_token_threshold`` (when > 0) and by the budget."""
+        given the budget left: the rest of what it knows, capped by this step's threshold
+        (``_step_threshold``) and by the budget."""
         unknown = req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
         num_new = unknown
-        threshold = self.args.long_prefill_token_threshold
+        threshold = self._threshold
         if 0 < threshold < num_new:
             num_new = threshold
         return min(num_new, budget), unknown
@@ -158,7 +176,7 @@ class V1Scheduler(SchedulerCore):
             if head.num_computed_tokens == 0 and allocator.caches_prefixes:
                 hit = allocator.find_cached_prefix(head)
             num_new = head.num_tokens - head.num_computed_tokens - hit.num_tokens
-            threshold = self.args.long_prefill_token_threshold
+            threshold = self._threshold
             if 0 < threshold < num_new:  # capped before the unchunked budget check, as vLLM
                 num_new = threshold
             if not self.args.enable_chunked_prefill and num_new > budget:
@@ -196,7 +214,7 @@ class V1Scheduler(SchedulerCore):
         self._guard_blocks = None
         if head.shares_tokens:
             return "kv_prefix"
-        threshold = self.args.long_prefill_token_threshold
+        threshold = self.args.long_prefill_token_threshold  # a later step's cap at most
         cap = min(budget, threshold) if threshold else budget
         if not hit.num_tokens or head.num_tokens - head.num_computed_tokens <= cap:
             return "kv"

@@ -1,0 +1,118 @@
+"""kvsim's side of the vLLM diff: one workload through kvsim's ``vllm-v1`` scheduler, step by step.
+
+The only file of ``tests/vllm`` that touches kvsim's engine. It produces the records that
+``vllm_driver.py`` produces from vLLM (``compare.py`` defines them) and uses exactly these kvsim
+calls, which is what has to be re-pointed when the engine moves:
+
+- ``kvsim.config.EngineArgs(...)``: the profile's knobs (fields named as vLLM's);
+- ``kvsim.core.kv.paged.PagedAllocator(capacity_tokens=, block_size_tokens=,
+  enable_prefix_caching=, reserve_null_block=True)``: ``num_blocks`` blocks, block 0 the null
+  block, as vLLM's ``KVCacheConfig(num_blocks=...)``; ``.num_free_blocks`` after ``schedule``;
+- ``kvsim.core.scheduler.make_scheduler(allocator, args, pooled=...)``: the ``vllm-v1``
+  scheduler (steady decoders advance as a decode cohort; ``pooled``: their blocks are taken in
+  bulk, as the engine does when nobody reads block ids);
+- ``kvsim.workload.request.Request(req_id, arrival_time_s, prompt_tokens, output_tokens, max_tokens,
+  token_segments=...)``: the workload's token runs become segments ``(("v", s), n)``, so equal
+  runs are equal tokens as in the driver's token ids; outputs are kvsim's own per-request runs;
+- ``scheduler.add_request(request)`` at the request's arrival step, then per step
+  ``plan = scheduler.schedule()``, ``scheduler.step_tokens(plan)`` (req_id -> tokens of every
+  running request, the cohort's members included, in running order) and
+  ``scheduler.complete(plan, now_s, step0_end_s)`` (returns the finished requests);
+- read-only request fields: ``num_computed_tokens`` (after ``schedule``: a newly scheduled
+  request's prefix-cache hit) and ``num_preemptions`` (which requests a step preempted), and
+  ``scheduler.running`` / ``scheduler.waiting`` (which requests are newly scheduled).
+
+No SimPy and no cost model: a step takes one simulated second.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.config import EngineArgs
+from kvsim.workload.request import Request
+from kvsim.core.scheduler import make_scheduler
+
+
+def engine_args(cfg: dict[str, Any]) -> EngineArgs:
+    """The ``vllm-v1`` profile's arguments for a workload's ``config``."""
+    return EngineArgs(
+        engine="vllm-v1",
+        max_num_seqs=cfg["max_num_seqs"],
+        max_num_batched_tokens=cfg["max_num_batched_tokens"],
+        max_model_len=cfg["max_model_len"],
+        enable_chunked_prefill=cfg["enable_chunked_prefill"],
+        long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
+        enable_prefix_caching=cfg["enable_prefix_caching"],
+        watermark=0.0,
+        preemption_mode=None,
+        swap_space_gib=0.0,
+        reserve_null_block=True,
+        max_preemptions_per_request=1_000_000,
+        scheduler_reserve_full_isl=True,  # vLLM's default (SchedulerConfig)
+    )
+
+
+def make_request(spec: dict[str, Any]) -> Request:
+    """A kvsim request of the workload's request ``spec``."""
+    segments = tuple((("v", seg), length) for seg, length in spec["segments"])
+    prompt = sum(length for _, length in segments)
+    output = spec["output_tokens"]
+    return Request(
+        spec["id"], float(spec["arrival_step"]), prompt, output, output, token_segments=segments
+    )
+
+
+def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
+    """The per-step records of one workload (``compare.py``), from kvsim; ``lazy``: the
+    cohort's members take their blocks in bulk (``pooled``), as in the engine's runs."""
+    cfg = work["config"]
+    block = cfg["block_size"]
+    allocator = PagedAllocator(
+        capacity_tokens=cfg["num_blocks"] * block,
+        block_size_tokens=block,
+        enable_prefix_caching=cfg["enable_prefix_caching"],
+        reserve_null_block=True,
+    )
+    sched = make_scheduler(allocator, engine_args(cfg), pooled=lazy)
+    pending = sorted(work["requests"], key=lambda r: (r["arrival_step"], r["id"]))
+    live: set[int] = set()
+    steps: list[dict[str, Any]] = []
+    step, i, max_steps = 0, 0, work["max_steps"]
+    while (i < len(pending) or live) and step < max_steps:
+        if not live and pending[i]["arrival_step"] > step:
+            step = pending[i]["arrival_step"]  # an idle engine waits for the next arrival
+        while i < len(pending) and pending[i]["arrival_step"] <= step:
+            sched.add_request(make_request(pending[i]))
+            live.add(pending[i]["id"])
+            i += 1
+        was_running = {id(r) for r in sched.running}
+        preemptions = {r.req_id: r.num_preemptions for r in sched.running}
+        plan = sched.schedule()
+        scheduled = [[rid, n] for rid, n in sched.step_tokens(plan).items()]  # running order
+        hits = {
+            str(r.req_id): r.num_computed_tokens
+            for r in sorted(plan.scheduled, key=lambda r: r.req_id)
+            if id(r) not in was_running
+        }
+        preempted = sorted(
+            r.req_id
+            for r in sched.waiting
+            if r.req_id in preemptions and r.num_preemptions > preemptions[r.req_id]
+        )
+        free_blocks = allocator.num_free_blocks
+        finished = sorted(r.req_id for r in sched.complete(plan, step + 1.0, step + 1.0))
+        live.difference_update(finished)
+        steps.append(
+            {
+                "step": step,
+                "scheduled": scheduled,
+                "preempted": preempted,
+                "finished": finished,
+                "hits": hits,
+                "free_blocks": free_blocks,
+            }
+        )
+        step += 1
+    return {"name": work["name"], "steps": steps}

@@ -1,0 +1,261 @@
+"""Drive vLLM's own v1 ``Scheduler`` through workloads, step by step (runs inside ``.venv-vllm``).
+
+Run as ``.venv-vllm/bin/python tests/vllm/vllm_driver.py < workloads.jsonl > steps.jsonl``:
+one workload (``tests/vllm/workloads.py``'s JSON form) a line in, one line out for each, with
+the per-step records (``tests/vllm/compare.py`` documents them). It imports vLLM only, never
+kvsim: the two sides meet in JSON.
+
+The scheduler is built as vLLM's tests build it (``tests/v1/core/utils.py::create_scheduler``):
+a ``VllmConfig`` over a local tiny Llama ``config.json`` (no weights, tokenizer skipped) and a
+hand-made ``KVCacheConfig`` of ``num_blocks`` blocks in one full-attention group, synchronous
+scheduling (``async_scheduling=False``: vLLM's tests' default and what its CPU build forces; GPU
+vLLM defaults to async scheduling). The device is given as ``DeviceConfig(device="cpu")`` with
+no platform selected: vLLM 0.34's CPU platform (``VLLM_TARGET_DEVICE=cpu``) refuses x86 without
+triton-cpu, which no scheduling code needs. Nothing in vLLM is stubbed; the model is faked as
+vLLM's scheduler tests fake it: a request whose scheduled tokens reach its known tokens samples
+one token, a partial prefill chunk samples none, and a request finishes after
+``output_tokens`` sampled tokens (``max_tokens``, ``ignore_eos``).
+
+Token identity: token ``t`` of segment ``s`` is the token id ``TOKEN_BASE + s * 2**16 + t``, so
+equal runs are equal tokens exactly as in ``kvsim.workload.tokens``; a request's ``j``-th sampled token
+is ``OUTPUT_BASE + req * 2**12 + j``, unique to the request, as kvsim's output segments are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+import torch
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+TOKEN_BASE = 1_000
+OUTPUT_BASE = 1 << 30
+EOS_TOKEN_ID = 2
+MAX_POSITIONS = 1 << 17
+
+# a Llama with one tiny layer: only its shape is read (no weights are loaded)
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 1,
+    "vocab_size": 32000,
+    "max_position_embeddings": MAX_POSITIONS,
+    "bos_token_id": 1,
+    "eos_token_id": EOS_TOKEN_ID,
+    "torch_dtype": "float16",
+}
+
+
+def model_dir() -> str:
+    """A temporary directory holding the tiny Llama's ``config.json``."""
+    path = tempfile.mkdtemp(prefix="kvsim-vllm-model-")
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(TINY_LLAMA, f)
+    return path
+
+
+def build_scheduler(cfg: dict[str, Any], model: str) -> Scheduler:
+    """vLLM's ``create_scheduler`` with the workload's knobs."""
+    model_config = ModelConfig(
+        model=model,
+        dtype="float16",
+        seed=42,
+        skip_tokenizer_init=True,
+        max_model_len=cfg["max_model_len"],
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=cfg["max_num_seqs"],
+        max_num_batched_tokens=cfg["max_num_batched_tokens"],
+        max_model_len=cfg["max_model_len"],
+        long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
+        enable_chunked_prefill=cfg["enable_chunked_prefill"],
+        async_scheduling=False,
+        is_encoder_decoder=False,
+    )
+    cache_config = CacheConfig(
+        block_size=cfg["block_size"],
+        gpu_memory_utilization=0.9,
+        cache_dtype="auto",
+        enable_prefix_caching=cfg["enable_prefix_caching"],
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        device_config=DeviceConfig(device="cpu"),
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=cfg["num_blocks"],
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"],
+                FullAttentionSpec(
+                    block_size=cfg["block_size"],
+                    num_kv_heads=1,
+                    head_size=1,
+                    dtype=torch.float32,
+                ),
+            )
+        ],
+    )
+    cache_config.num_gpu_blocks = cfg["num_blocks"]
+    return Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        block_size=cfg["block_size"],
+        log_stats=True,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+    )
+
+
+def prompt_ids(segments: list[list[int]]) -> list[int]:
+    """Token ids of a prompt given as ``[segment, length]`` runs."""
+    ids: list[int] = []
+    for seg, length in segments:
+        start = TOKEN_BASE + seg * (1 << 16)
+        ids.extend(range(start, start + length))
+    return ids
+
+
+def run_workload(work: dict[str, Any], model: str) -> dict[str, Any]:
+    """The per-step records of one workload (see ``tests/vllm/compare.py``)."""
+    cfg = work["config"]
+    sched = build_scheduler(cfg, model)
+    hasher = get_request_block_hasher(cfg["block_size"], sha256)
+    pending = sorted(work["requests"], key=lambda r: (r["arrival_step"], r["id"]))
+    live: dict[str, Request] = {}
+    num_sampled: dict[str, int] = {}
+    steps: list[dict[str, Any]] = []
+    step, i, max_steps = 0, 0, work["max_steps"]
+    while (i < len(pending) or live) and step < max_steps:
+        if not live and pending[i]["arrival_step"] > step:
+            step = pending[i]["arrival_step"]  # an idle engine waits for the next arrival
+        while i < len(pending) and pending[i]["arrival_step"] <= step:
+            spec = pending[i]
+            rid = str(spec["id"])
+            req = Request(
+                request_id=rid,
+                prompt_token_ids=prompt_ids(spec["segments"]),
+                sampling_params=SamplingParams(max_tokens=spec["output_tokens"], ignore_eos=True),
+                pooling_params=None,
+                arrival_time=float(spec["arrival_step"]),
+                block_hasher=hasher,
+            )
+            sched.add_request(req)
+            live[rid] = req
+            num_sampled[rid] = 0
+            i += 1
+        out = sched.schedule()
+        new_ids = {r.req_id for r in out.scheduled_new_reqs}
+        hits = {int(r.req_id): r.num_computed_tokens for r in out.scheduled_new_reqs}
+        scheduled = [[int(rid), n] for rid, n in out.num_scheduled_tokens.items()]
+        free_blocks = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        sampled: list[list[int]] = []
+        req_ids = list(out.num_scheduled_tokens)
+        for rid in req_ids:
+            req = live[rid]
+            if req.num_computed_tokens >= req.num_tokens:  # caught up: one token sampled
+                sampled.append([OUTPUT_BASE + int(rid) * (1 << 12) + num_sampled[rid]])
+                num_sampled[rid] += 1
+            else:
+                sampled.append([])
+        output = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled)
+        sched.update_from_output(out, output)
+        finished = sorted(int(rid) for rid, req in live.items() if req.is_finished())
+        for rid in finished:
+            del live[str(rid)]
+        steps.append(
+            {
+                "step": step,
+                "scheduled": scheduled,
+                "preempted": sorted(int(rid) for rid in out.preempted_req_ids),
+                "finished": finished,
+                "hits": {str(k): v for k, v in sorted(hits.items()) if str(k) in new_ids},
+                "free_blocks": free_blocks,
+            }
+        )
+        step += 1
+    return {"name": work["name"], "steps": steps}
+
+
+SELF_CHECK = {
+    "name": "self-check",
+    "max_steps": 50,
+    "config": {
+        "num_blocks": 11,
+        "block_size": 4,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 16,
+        "max_model_len": 64,
+        "long_prefill_token_threshold": 0,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+    },
+    "requests": [
+        {"id": 0, "arrival_step": 0, "segments": [[1, 10]], "output_tokens": 2},
+        {"id": 1, "arrival_step": 1, "segments": [[1, 10], [2, 3]], "output_tokens": 1},
+    ],
+}
+
+
+def self_check(model: str) -> None:
+    """Schedule two requests; exit non-zero unless vLLM does what is worked out here by hand.
+
+    10 usable blocks of 4 tokens (block 0 is the null block). Step 0: request 0's 10-token
+    prompt, cdiv(10, 4) = 3 blocks, 7 free; it samples its first token. Step 1: request 0
+    decodes (token 11 fits its third block); request 1 (13 tokens) hits request 0's two full
+    prompt blocks (8 tokens) and computes 5, cdiv(13, 4) - 2 = 2 new blocks, 5 free; request 0
+    samples its second (last) token and finishes, and request 1 its first and only one.
+    """
+    steps = run_workload(SELF_CHECK, model)["steps"]
+    got = [(s["scheduled"], s["hits"], s["free_blocks"], s["finished"]) for s in steps]
+    want = [([[0, 10]], {"0": 0}, 7, []), ([[0, 1], [1, 5]], {"1": 8}, 5, [0, 1])]
+    if got != want:
+        sys.exit(f"vllm_driver self-check: got {got}, want {want}")
+    print("vllm_driver self-check: ok")
+
+
+def main() -> None:
+    init_none_hash(sha256)
+    model = model_dir()
+    if sys.argv[1:] == ["--self-check"]:
+        self_check(model)
+        return
+    for line in sys.stdin:
+        if line.strip():
+            result = run_workload(json.loads(line), model)
+            sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
