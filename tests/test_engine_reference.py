@@ -114,11 +114,12 @@ def _config(engine, cache, scheduler, workload, seed, **extra):
 QUICK = {0, 2, 5, 9, 13, 14}  # v1 paged, prefix hits, first-fit, radix; v0 groups and beams
 
 
-def _cases():
-    for seed in (0, 1):
-        for i, case in enumerate(CASES):
-            quick = seed == 0 and i in QUICK
-            yield pytest.param(*case, seed, marks=() if quick else pytest.mark.full)
+def _cases() -> list[object]:
+    return [
+        pytest.param(*case, seed, marks=() if seed == 0 and i in QUICK else pytest.mark.full)
+        for seed in (0, 1)
+        for i, case in enumerate(CASES)
+    ]
 
 
 @pytest.mark.parametrize(("engine", "cache", "scheduler", "workload", "events", "seed"), _cases())

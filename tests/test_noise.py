@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from kvsim import say_once
+from kvsim.base import say_once
 from kvsim.cli import app
 from kvsim.config import config_from_dict
 from kvsim.engine.intake import requests_for

@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from kvsim import config_from_dict, planning, simulate
+from kvsim import config_from_dict, simulate
 from kvsim.cli import app
 from kvsim.config import apply_overrides
+from kvsim.study import plan as planning
 from kvsim.study.plan import Plan, candidates, plan_from_dict, run_plan
 from kvsim.workload import DataNotFoundError, data_dir
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim import planning
+from kvsim.study import plan as planning
 from kvsim.study.plan import Plan, Target, candidates, plan_from_dict, run_plan
 from kvsim.study.plan_search import PROBES_PER_ROUND
 

@@ -4,8 +4,9 @@
 calls it) generates seeded workloads (``workloads.py``), runs them through vLLM in ``.venv-vllm``
 (``vllm_driver.py``, a subprocess) and, at the same time, through kvsim here (``kvsim_steps.py``),
 with the decode cohort's members taking their blocks one by one (``ids``: block ids readable at
-any time, as with a memory map) and in bulk (``pooled``: the engine's runs), and compares the per-step records; it prints the match counts and, for
-each mismatch, the first differing step with both records. Exit status 1 on any mismatch.
+any time, as with a memory map) and in bulk (``pooled``: the engine's runs), and compares the
+per-step records; it prints the match counts and, for each mismatch, the first differing step with
+both records. Exit status 1 on any mismatch.
 
 A step's record (both sides write the same JSON):
 

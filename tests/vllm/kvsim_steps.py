@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.core.kv.paged import PagedAllocator
 from kvsim.config import EngineArgs
-from kvsim.workload.request import Request
+from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.scheduler import make_scheduler
+from kvsim.workload.request import Request
 
 
 def engine_args(cfg: dict[str, Any]) -> EngineArgs:

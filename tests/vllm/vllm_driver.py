@@ -17,8 +17,8 @@ one token, a partial prefill chunk samples none, and a request finishes after
 ``output_tokens`` sampled tokens (``max_tokens``, ``ignore_eos``).
 
 Token identity: token ``t`` of segment ``s`` is the token id ``TOKEN_BASE + s * 2**16 + t``, so
-equal runs are equal tokens exactly as in ``kvsim.workload.tokens``; a request's ``j``-th sampled token
-is ``OUTPUT_BASE + req * 2**12 + j``, unique to the request, as kvsim's output segments are.
+equal runs are equal tokens exactly as in ``kvsim.workload.tokens``; a request's ``j``-th sampled
+token is ``OUTPUT_BASE + req * 2**12 + j``, unique to the request, as kvsim's output segments are.
 """
 
 from __future__ import annotations
