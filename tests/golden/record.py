@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))  # benchmarks/
 
 
 def column_digests(frame: pd.DataFrame | None) -> dict[str, str] | None:
