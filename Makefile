@@ -31,8 +31,8 @@ $(STAMP): pyproject.toml setup.py
 $(NATIVE_STAMP): $(ENGINE_SOURCES)
 	$(PYTHON) -m venv $(NATIVE_VENV)
 	$(NATIVE_PY) -m pip install --quiet --upgrade pip
-	$(NATIVE_PY) -m pip install --quiet 'mypy>=2.4' 'setuptools>=77' wheel
-	KVSIM_COMPILE=1 $(NATIVE_PY) -m pip install --quiet --no-build-isolation '.[sweep]'
+	$(NATIVE_PY) -m pip install --quiet 'mypy>=2.4' 'setuptools>=77' wheel '.[sweep]'
+	KVSIM_COMPILE=1 $(NATIVE_PY) -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
 	touch $(NATIVE_STAMP)
 
 native: $(NATIVE_STAMP)
@@ -60,15 +60,22 @@ test-gpu: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[gpu]'
 	$(PY) -m pytest -q -m gpu
 
+# The benchmarks run the compiled package of .venv-native: from inside that folder, with the
+# repository appended to the path (for benchmarks/), so ./kvsim's sources do not shadow it.
+# (the traces: KVSIM_DATA, else ../shared/data/traces beside the clone, as kvsim looks)
+BENCH = cd $(NATIVE_VENV) && KVSIM_DATA="$${KVSIM_DATA:-$(CURDIR)/../shared/data/traces}" \
+	bin/python -c "import sys; sys.path.append('$(CURDIR)'); \
+	from benchmarks.bench import main; main(sys.argv[1:])"
 bench: $(NATIVE_STAMP)
-	$(NATIVE_PY) -m benchmarks.bench --out results/bench --sweep
+	$(BENCH) --out $(CURDIR)/results/bench --sweep
 
-# The 1 M-request runs (peak RSS, t(1M)/t(100k)); merged into results/bench/bench.json.
+# The 1 M-request runs (peak RSS); merged into results/bench/bench.json.
 bench-large: $(NATIVE_STAMP)
-	$(NATIVE_PY) -m benchmarks.bench --out results/bench --large --only azure_conv_100k azure_conv_1m_paged azure_conv_1m_shared_prefix
+	$(BENCH) --out $(CURDIR)/results/bench --large --only azure_conv_1m_paged azure_conv_1m_shared_prefix
 
 bench-sweep: $(NATIVE_STAMP)
-	$(NATIVE_PY) -m benchmarks.bench_sweep
+	cd $(NATIVE_VENV) && bin/python -c "import sys; sys.path.append('$(CURDIR)'); \
+	from benchmarks.bench_sweep import main; main()"
 
 # Experiments: `make fig2`, `make kv-budget JOBS=4`, `make traces SCHEDULER=tcp://host:8786`
 # (SCHEDULER=local starts a local Dask cluster); results in results/NAME/, resumable.
