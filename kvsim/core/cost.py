@@ -138,10 +138,7 @@ class StepCostModel:
             ValueError: a negative, infinite or NaN duration (a broken coefficient).
         """
         mem_s = (self.weight_bytes + context_tokens * self.kv_read_bytes_per_token) / self.bandwidth
-        flops = (
-            self.linear_flops_per_token * new_tokens + self.attn_flops_per_pair * attention_pairs
-        )
-        compute_s = flops / self.flops
+        compute_s = self.compute_s(new_tokens, attention_pairs)
         if mem_s != mem_s or compute_s != compute_s:  # NaN: max() would keep either
             raise ValueError("cost model returned an invalid duration: nan")
         duration = mem_s if mem_s >= compute_s else compute_s
@@ -231,8 +228,12 @@ class StepCostModel:
         The compute of a prefill of ``num_tokens`` (linear + causal attention FLOPs) at the
         achieved FLOP/s; used to compare recompute against ``swap_s`` (the paper's Figure 19a).
         """
+        return self.compute_s(float(num_tokens), float(num_tokens) ** 2)
+
+    def compute_s(self, new_tokens: float, attention_pairs: float) -> float:
+        """Seconds of the FLOPs of computing ``new_tokens`` tokens with ``attention_pairs``
+        (``sum (2 c o + c**2)``) at the achieved FLOP/s: linear layers plus attention."""
         flops = (
-            self.linear_flops_per_token * num_tokens
-            + self.attn_flops_per_pair * float(num_tokens) ** 2
+            self.linear_flops_per_token * new_tokens + self.attn_flops_per_pair * attention_pairs
         )
         return flops / self.flops

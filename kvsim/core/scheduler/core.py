@@ -79,12 +79,7 @@ class SchedulerCore:
         plan.cohort_advance = advance
         if not advance:
             return
-        n, context = cohort.num_seqs, cohort.sum_computed(clock)
-        work = plan.work
-        work[0] += n
-        work[1] += context
-        work[2] += 2 * context + n
-        work[3] += n
+        plan.add_decoding(cohort.num_seqs, cohort.sum_computed(clock))
         plan.num_cohort = len(cohort)
 
     def sync_requests(self) -> None:

@@ -80,27 +80,18 @@ class StepPlan:
         """``add(request, 1)`` for a request that has sampled a token (not a 1-token prefill)."""
         self.scheduled.append(request)
         self.num_new_tokens.append(1)
-        o, w = request.num_computed_tokens, request.num_seqs
-        work = self.work
-        work[0] += w
-        work[1] += w * o
-        work[2] += w * (2 * o + 1)
-        work[3] += w
+        w = request.num_seqs
+        self.add_decoding(w, w * request.num_computed_tokens)
 
-    def add_decodes(self, requests: list[Request]) -> None:
-        """``add_decode`` of each of ``requests``, in order."""
-        self.scheduled.extend(requests)
-        self.num_new_tokens.extend([1] * len(requests))
-        seqs = context = 0
-        for request in requests:
-            w = request.num_seqs
-            seqs += w
-            context += w * request.num_computed_tokens
+    def add_decoding(self, num_seqs: int, context_tokens: int) -> None:
+        """Add the work of ``num_seqs`` sequences that each decode one token, after
+        ``context_tokens`` computed tokens in all: ``c = 1`` after its ``o`` each, so
+        ``sum c = num_seqs`` and ``sum (2 c o + c**2) = 2 * context_tokens + num_seqs``."""
         work = self.work
-        work[0] += seqs
-        work[1] += context
-        work[2] += 2 * context + seqs
-        work[3] += seqs
+        work[0] += num_seqs
+        work[1] += context_tokens
+        work[2] += 2 * context_tokens + num_seqs
+        work[3] += num_seqs
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Schedule ``num_new_tokens`` of ``request`` in step 0 (before its computed tokens
