@@ -22,7 +22,7 @@ def simulate(
     requests: Sequence[Request | RequestSpec] | None = None,
     on_finish: Callable[[int], None] | None = None,
     *,
-    strict: object = False,
+    strict: bool = False,
     on_start: Callable[[int], None] | None = None,
     map_at_s: Sequence[SupportsFloat] = (),
     map_every_s: SupportsFloat | None = None,
@@ -50,10 +50,6 @@ def simulate(
     Raises:
         ValueError: ``strict`` and some request cannot run, or no request can.
         TypeError: ``map_max_frames`` is not an int, or a time is not a number.
-
-    The flags are taken by their truth and the numbers by their value (``strict=1``,
-    ``map_every_s=np.float32(2)``), as the Python sources take them: compiled
-    (``kvsim.native``), a parameter annotated ``bool`` or ``float`` would refuse those.
     """
     refuse = bool(strict)
     moments_s = [float(t) for t in map_at_s]
