@@ -251,7 +251,7 @@ def test_schedule(caching):
     plan, _ = step(sched)
     assert tokens(plan) == dict.fromkeys(range(10), 10)
     assert not sched.waiting
-    assert sched.running == reqs
+    assert list(sched.running) == reqs
     assert [sched.allocator.block_tables[i] for i in range(10)] == [[i + 1] for i in range(10)]
     if caching:  # 10 lookups of 10 tokens, no full block to hit
         assert stats(sched.allocator) == (100, 0, 0, 0)
@@ -313,7 +313,7 @@ def test_preempt_during_execution():
     plan, _ = step(sched)
     assert plan.num_preempted == 1
     assert tokens(plan) == {0: 1}
-    assert sched.running == [r0]
+    assert list(sched.running) == [r0]
     assert list(sched.waiting) == [r1, r2]  # the victim goes in front of the waiting queue
     assert (r1.num_computed_tokens, r1.num_preemptions) == (0, 1)
     assert r1.num_output_tokens == 1  # the token it sampled stays (vLLM's late token 42)
@@ -377,7 +377,7 @@ def test_preemption_when_out_of_kv_fcfs_and_preempted_stats():
     plan = sched.schedule()
     assert plan.num_preempted == 1
     assert tokens(plan, sched) == {0: 1}
-    assert sched.running == [low]
+    assert list(sched.running) == [low]
     assert (list(sched.waiting), high.num_computed_tokens) == ([high], 0)
     assert a.free_block_ids() == [4, 3]
     sched.complete(plan, 3.0, 3.0)  # low samples its 3rd and last token: 2, 1 to the back

@@ -45,7 +45,10 @@ class SchedulerCore:
         self.token_budget = args.max_num_batched_tokens
         self.max_num_seqs = args.max_num_seqs
         self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []
+        # running requests in the order they started running (a dict: O(1) removal; the last
+        # entry is the lowest priority, popitem() its preemption)
+        self.running: dict[Request, None] = {}
+        self._running_seqs = 0  # their sequences (a group of w counts w)
         self.num_preemptions = 0
         self.has_groups = False  # any sequence group seen: sequences != requests from then on
         caching = allocator.paged and args.enable_prefix_caching
@@ -60,9 +63,17 @@ class SchedulerCore:
             self.lazy.flush(self.running)
 
     def _run(self, req: Request) -> None:
-        """Append ``req`` to the running list."""
-        self.running.append(req)
+        """Append ``req`` to the running requests."""
+        self.running[req] = None
+        self._running_seqs += req.num_seqs
         self.lazy.started(req)
+
+    def _pop_last_running(self) -> Request:
+        """Take the last running request (the one to preempt) out of the running ones."""
+        victim = self.running.popitem()[0]
+        self._running_seqs -= victim.num_seqs
+        self.lazy.preempted(victim)
+        return victim
 
     def _finish_plan(self, plan: StepPlan) -> None:
         """A plan whose span would carry a request that cannot join the cohort after step 0
@@ -113,9 +124,7 @@ class SchedulerCore:
 
     def num_running_seqs(self) -> int:
         """Running sequences (a group of ``w`` counts ``w``)."""
-        if not self.has_groups:
-            return len(self.running)
-        return sum([r.num_seqs for r in self.running])
+        return self._running_seqs
 
     def schedule(self) -> StepPlan:
         """Plan one step (the profile's rules)."""
@@ -196,7 +205,9 @@ class SchedulerCore:
                 req.num_held_slots = 0
                 self.allocator.free(req.req_id)
                 lazy.finished(req)
-            self.running = [r for r in self.running if r.finish_time_s is None]
+            for req in finished:
+                del self.running[req]
+                self._running_seqs -= req.num_seqs
         for req in plan.scheduled:  # steady after step 0: join (a span's joined already)
             if req.finish_time_s is None and req not in members and lazy.is_steady(req):
                 lazy.join_now(req)

@@ -99,17 +99,6 @@ class LazyDecodes:
         if mode == DECODE_EXACT:
             self._exact[member] = None
 
-    def rejoin(self, running: list[Request]) -> None:
-        """After an exact step: every steady decoder that can joins; the rest are ``others``."""
-        self.others = {}
-        members = self.cohort.members
-        for req in running:
-            if req in members:
-                continue
-            self.others[req] = None
-            if self.is_steady(req):
-                self.join_now(req)
-
     def release(self, member: Member) -> None:
         """Take ``member`` out of the cohort with true counters, holding and block table."""
         cohort = self.cohort
@@ -121,14 +110,14 @@ class LazyDecodes:
             self.allocator.attach_pooled(req.req_id, (held - member.held) // self.period)
         req.num_held_slots = held
 
-    def flush(self, running: list[Request]) -> list[Member]:
+    def flush(self, running: dict[Request, None]) -> list[Member]:
         """Release every member (running order) and return them; everyone is an ``other``."""
         cohort = self.cohort
         members = sorted(cohort.members.values(), key=_seq_of)
         for member in members:
             self.release(member)
         cohort.allocated_to = cohort.clock  # nobody depends on the clocks after it any more
-        self.others = dict.fromkeys(running)
+        self.others = dict(running)
         return members
 
     def finished(self, req: Request) -> None:

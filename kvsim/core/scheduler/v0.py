@@ -138,9 +138,9 @@ class V0Scheduler(SchedulerCore):
     def _schedule_decodes(self, plan: StepPlan) -> None:
         """Every running request decodes one token, oldest first; before each, v0's
         ``can_append_slot`` check, preempting the last running request while it fails."""
-        lazy, running = self.lazy, self.running
+        lazy = self.lazy
         if lazy.cohort.members and not self._cohort_decodes():
-            lazy.flush(running)
+            lazy.flush(self.running)
         clock = lazy.cohort.clock
         can_append = self.allocator.can_append_v0
         for req, member in lazy.step_order(clock):
@@ -150,8 +150,7 @@ class V0Scheduler(SchedulerCore):
             if req not in lazy.seq:  # preempted in this pass (victims leave from the tail)
                 break
             while not (can_append(req) and self._allocate(req, req.num_computed_tokens + 1)):
-                victim = running.pop()
-                lazy.preempted(victim)
+                victim = self._pop_last_running()
                 self._preempt(victim)
                 plan.num_preempted += 1
                 if victim is req:

@@ -118,8 +118,7 @@ class V1Scheduler(SchedulerCore):
         """Allocate ``num_tokens`` for a running request, preempting the last running request
         (recompute) until it fits; ``False`` when the request itself was preempted."""
         while not self._allocate(req, num_tokens):
-            victim = self.running.pop()
-            self.lazy.preempted(victim)
+            victim = self._pop_last_running()
             self._preempt_recompute(victim)
             plan.num_preempted += 1
             if victim is req:
@@ -158,7 +157,7 @@ class V1Scheduler(SchedulerCore):
             need += allocator.num_slots_needed(req, computed + num_new)
             left -= num_new
         if boundary is not None:
-            running = self.running
+            running = list(self.running)  # (rare: a budget that runs out)
             after = len(running) - running.index(boundary) - 1
             others_after = len(others) - list(others).index(boundary) - 1
             if after != others_after:
