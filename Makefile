@@ -23,7 +23,7 @@ SWEEP_FLAGS ?=
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,sweep]'
+	$(PY) -m pip install --quiet -e '.[dev]'  # dev brings kvsim[all]: every extra the tests use
 	touch $(STAMP)
 
 # kvsim compiled by mypyc (about twice as fast, the same results) into .venv-native: about
@@ -32,7 +32,7 @@ $(NATIVE_STAMP): $(ENGINE_SOURCES)
 	$(PYTHON) -m venv $(NATIVE_VENV)
 	$(NATIVE_PY) -m pip install --quiet --upgrade pip
 	$(NATIVE_PY) -m pip install --quiet 'mypy>=2.4' 'setuptools>=77' wheel
-	KVSIM_COMPILE=1 $(NATIVE_PY) -m pip install --quiet --no-build-isolation '.[sweep]'
+	KVSIM_COMPILE=1 $(NATIVE_PY) -m pip install --quiet --no-build-isolation '.[all]'
 	touch $(NATIVE_STAMP)
 
 native: $(NATIVE_STAMP)
@@ -79,7 +79,7 @@ experiments: $(EXPERIMENTS)
 
 # PNGs under results/NAME/figures/ for every experiment that has results.
 figures: $(STAMP)
-	@found="$(patsubst %/summary.parquet,%,$(wildcard $(addsuffix /summary.parquet,$(addprefix results/,$(EXPERIMENTS) $(PAPER)))))"; \
+	@found="$(sort $(foreach f,summary.parquet summary.csv,$(patsubst %/$(f),%,$(wildcard $(addsuffix /$(f),$(addprefix results/,$(EXPERIMENTS) $(PAPER)))))))"; \
 	if [ -z "$$found" ]; then echo "no results yet: run e.g. make fig2"; exit 1; fi; \
 	$(KVSIM) plot $$found
 
