@@ -18,7 +18,7 @@ SCHEDULER ?=
 SWEEP_FLAGS ?=
 
 .PHONY: native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
-        clean figures experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing
+        clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,12 @@ figures: $(STAMP)
 	@found="$(sort $(foreach f,summary.parquet summary.csv,$(patsubst %/$(f),%,$(wildcard $(addsuffix /$(f),$(addprefix results/,$(EXPERIMENTS) $(PAPER)))))))"; \
 	if [ -z "$$found" ]; then echo "no results yet: run e.g. make fig2"; exit 1; fi; \
 	$(KVSIM) plot $$found
+
+# The notebooks' stored outputs: each notebook executed in quick mode (KVSIM_QUICK=1, seconds),
+# its outputs (figures as PNG) and the fingerprint of its inputs saved in it
+# (tests/notebook_tools.py; make test checks the fingerprints, make test-full executes them).
+notebooks: $(STAMP)
+	$(PY) -m tests.notebook_tools refresh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kvsim tests benchmarks scripts
