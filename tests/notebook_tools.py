@@ -126,9 +126,14 @@ def execute(nb: NotebookNode, results: Path, env: dict[str, str] | None = None) 
     from nbclient import NotebookClient
 
     saved = {
-        k: os.environ.get(k) for k in ("KVSIM_QUICK", "KVSIM_RESULTS", "MPLBACKEND", *(env or {}))
+        k: os.environ.get(k)
+        for k in ("KVSIM_QUICK", "KVSIM_RESULTS", "MPLBACKEND", "PYTHONPATH", *(env or {}))
     }
-    os.environ.update({"KVSIM_QUICK": "1", "KVSIM_RESULTS": str(results), **(env or {})})
+    # the kernel imports this checkout's kvsim, whatever the environment has installed
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    os.environ.update(
+        {"KVSIM_QUICK": "1", "KVSIM_RESULTS": str(results), "PYTHONPATH": path, **(env or {})}
+    )
     os.environ.pop("MPLBACKEND", None)  # %matplotlib inline, not a backend from outside
     deadline_s = time.monotonic() + NOTEBOOK_TIMEOUT_S
     try:
