@@ -32,7 +32,9 @@ $(NATIVE_STAMP): $(ENGINE_SOURCES)
 	$(PYTHON) -m venv $(NATIVE_VENV)
 	$(NATIVE_PY) -m pip install --quiet --upgrade pip
 	$(NATIVE_PY) -m pip install --quiet 'mypy>=2.4' 'setuptools>=77' wheel
-	KVSIM_COMPILE=1 $(NATIVE_PY) -m pip install --quiet --no-build-isolation '.[all]'
+	# the dependencies first: mypyc type-checks the engine against them (pydantic, numpy...)
+	$(NATIVE_PY) -m pip install --quiet '.[all]'
+	KVSIM_COMPILE=1 $(NATIVE_PY) -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
 	touch $(NATIVE_STAMP)
 
 native: $(NATIVE_STAMP)
