@@ -18,8 +18,9 @@ COMMANDS_DOC = ROOT / "docs" / "commands.md"
 
 def _table_commands(path: Path) -> list[tuple[str, str]]:
     """The ``| `kvsim NAME` | help |`` rows of ``path`` (of its ``## Commands`` section, if any)."""
-    text = path.read_text(encoding="utf-8")
-    section = text.split("## Commands", 1)[1].split("\n## ", 1)[0] if "## Commands" in text else text
+    section = path.read_text(encoding="utf-8")
+    if "## Commands" in section:
+        section = section.split("## Commands", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `kvsim (\S+)` \| (.+?) \|$", section, flags=re.MULTILINE)
     return [(name, help_.strip()) for name, help_ in rows]
 
