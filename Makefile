@@ -11,19 +11,19 @@ NATIVE_STAMP := $(NATIVE_VENV)/.installed
 ENGINE_SOURCES := $(shell find kvsim -name '*.py' 2>/dev/null) setup.py pyproject.toml
 
 EXPERIMENTS := block-size kv-budget long-outputs parallel-sampling contiguous-default \
-               bookstore traces v0-vs-v1
+               reservation-24gib traces v0-vs-v1
 PAPER := fig2 fig12 fig12-66b fig12-175b fig12-alpaca fig12-66b-alpaca fig12-175b-alpaca fig13 fig14 fig15 fig16 fig17 fig18b preemption prefix-caching
 JOBS ?= 2
 SCHEDULER ?=
 SWEEP_FLAGS ?=
 
 .PHONY: native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
-        clean figures experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing
+        clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,sweep]'
+	$(PY) -m pip install --quiet -e '.[dev]'  # dev brings kvsim[all]: every extra the tests use
 	touch $(STAMP)
 
 # kvsim compiled by mypyc (about twice as fast, the same results) into .venv-native: about
@@ -31,7 +31,9 @@ $(STAMP): pyproject.toml setup.py
 $(NATIVE_STAMP): $(ENGINE_SOURCES)
 	$(PYTHON) -m venv $(NATIVE_VENV)
 	$(NATIVE_PY) -m pip install --quiet --upgrade pip
-	$(NATIVE_PY) -m pip install --quiet 'mypy>=2.4' 'setuptools>=77' wheel '.[sweep]'
+	$(NATIVE_PY) -m pip install --quiet 'mypy>=2.4' 'setuptools>=77' wheel
+	# the dependencies first: mypyc type-checks the engine against them (pydantic, numpy...)
+	$(NATIVE_PY) -m pip install --quiet '.[all]'
 	KVSIM_COMPILE=1 $(NATIVE_PY) -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
 	touch $(NATIVE_STAMP)
 
@@ -86,9 +88,15 @@ experiments: $(EXPERIMENTS)
 
 # PNGs under results/NAME/figures/ for every experiment that has results.
 figures: $(STAMP)
-	@found="$(patsubst %/summary.parquet,%,$(wildcard $(addsuffix /summary.parquet,$(addprefix results/,$(EXPERIMENTS) $(PAPER)))))"; \
+	@found="$(sort $(foreach f,summary.parquet summary.csv,$(patsubst %/$(f),%,$(wildcard $(addsuffix /$(f),$(addprefix results/,$(EXPERIMENTS) $(PAPER)))))))"; \
 	if [ -z "$$found" ]; then echo "no results yet: run e.g. make fig2"; exit 1; fi; \
 	$(KVSIM) plot $$found
+
+# The notebooks' stored outputs: each notebook executed in quick mode (KVSIM_QUICK=1, seconds),
+# its outputs (figures as PNG) and the fingerprint of its inputs saved in it
+# (tests/notebook_tools.py; make test checks the fingerprints, make test-full executes them).
+notebooks: $(STAMP)
+	$(PY) -m tests.notebook_tools refresh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kvsim tests benchmarks scripts

@@ -1,21 +1,26 @@
-"""The README's command table is `kvsim --help`'s command list: same commands, same order, same
-one-line descriptions."""
+"""The command tables of the README and of docs/commands.md are `kvsim --help`'s command list:
+same commands, same order, same one-line descriptions."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import typer
 
 from kvsim.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+COMMANDS_DOC = ROOT / "docs" / "commands.md"
 
 
-def _readme_commands() -> list[tuple[str, str]]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
+def _table_commands(path: Path) -> list[tuple[str, str]]:
+    """The ``| `kvsim NAME` | help |`` rows of ``path`` (of its ``## Commands`` section, if any)."""
+    section = path.read_text(encoding="utf-8")
+    if "## Commands" in section:
+        section = section.split("## Commands", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `kvsim (\S+)` \| (.+?) \|$", section, flags=re.MULTILINE)
     return [(name, help_.strip()) for name, help_ in rows]
 
@@ -31,8 +36,11 @@ def _help_commands() -> list[tuple[str, str]]:
     return out
 
 
-def test_readme_command_table_matches_kvsim_help() -> None:
-    assert _readme_commands() == _help_commands()
+@pytest.mark.parametrize("path", [README, COMMANDS_DOC], ids=["README", "docs-commands"])
+def test_command_table_matches_kvsim_help(path: Path) -> None:
+    if path == README and "## Commands" not in path.read_text(encoding="utf-8"):
+        pytest.skip("the README has no command table; docs/commands.md holds it")
+    assert _table_commands(path) == _help_commands()
 
 
 def test_readme_makes_its_two_commands_first() -> None:

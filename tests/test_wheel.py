@@ -95,7 +95,7 @@ def test_library_api_from_the_wheel(fresh) -> None:
         "assert 'site-packages' in kvsim.__file__, kvsim.__file__\n"
         "results = simulate(SimConfig.model_validate({'workload': 'alpaca_like'}))\n"
         "print('requests', results.summary['num_requests'], kvsim.__version__)\n"
-        "sweep = open_experiment('bookstore', quick=True, out_root='results')\n"
+        "sweep = open_experiment('reservation-24gib', quick=True, out_root='results')\n"
         "print('points', len(sweep.summary))\n"
     )
     out = _run(fresh, "python", "-c", script)
@@ -106,7 +106,7 @@ def test_library_api_from_the_wheel(fresh) -> None:
 @pytest.mark.full
 def test_cli_presets_reproduce_and_plan_from_the_wheel(fresh) -> None:
     out = _run(fresh, "kvsim", "presets", "plans")
-    assert "mission-4" in out
+    assert "bursty-kv" in out
     out = _run(
         fresh,
         "kvsim",
@@ -121,7 +121,7 @@ def test_cli_presets_reproduce_and_plan_from_the_wheel(fresh) -> None:
     assert "token states" in out
     out = _run(fresh, "kvsim", "reproduce", "fig2", "--quick", "--out", "results")
     assert "joint length table shipped with kvsim" in " ".join(out.split())
-    out = _run(fresh, "kvsim", "plan", "mission-4", "--quick", "--out", "results")
+    out = _run(fresh, "kvsim", "plan", "bursty-kv", "--quick", "--out", "results")
     assert "answer" in out
     work = fresh[2]
-    assert (work / "results" / "plan" / "quick" / "mission-4" / "plan.png").stat().st_size > 10_000
+    assert (work / "results" / "plan" / "quick" / "bursty-kv" / "plan.png").stat().st_size > 10_000

@@ -11,10 +11,7 @@ import math
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pandas as pd
+from typing import Any
 
 
 def read_text(path: str | Path) -> str:
@@ -196,25 +193,6 @@ def json_from_text(text: str, path: str | Path) -> Any:
         raise ValueError(
             f"{path} line {err.lineno} column {err.colno}: invalid JSON ({err.msg})"
         ) from None
-
-
-def read_parquet(path: str | Path) -> pd.DataFrame:
-    """The Parquet file as a DataFrame.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: not a readable Parquet file (truncated, corrupt, another format).
-    """
-    import pandas as pd
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        return pd.read_parquet(path)
-    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
-        reason = " ".join(str(err).split())[:200]
-        raise ValueError(f"{path}: not a readable Parquet file ({reason})") from None
 
 
 def sha256_file(path: str | Path) -> str:

@@ -29,6 +29,8 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from kvsim.base.extras import has_extra, require
+
 logger = logging.getLogger(__name__)
 
 PARENT_POLL_S = 0.5  # how often a worker checks that its driver is alive, seconds
@@ -295,8 +297,11 @@ def check_scheduler(scheduler: str, connect_timeout_s: float) -> None:
     must also accept a connection within ``connect_timeout_s`` (``_probe_tcp``).
 
     Raises:
+        MissingExtraError: Dask (the ``sweep`` extra) is not installed.
         ValueError: naming the address and what was expected.
     """
+    if not has_extra("sweep"):
+        require("sweep", f"--scheduler {scheduler} (drop it to use a local process pool)")
     if scheduler == "local":
         return
     host, sep, port = scheduler.split("://", 1)[-1].rstrip("/").rpartition(":")
@@ -328,16 +333,13 @@ def dask_client(scheduler: str, jobs: int, connect_timeout_s: float) -> tuple[An
         connect_timeout_s: seconds to wait for a remote scheduler to answer.
 
     Raises:
-        ValueError: Dask is not installed, the address is malformed, or nothing answered at it
-            within ``connect_timeout_s`` (the message names the address and the wait).
+        MissingExtraError: Dask (the ``sweep`` extra) is not installed.
+        ValueError: the address is malformed, or nothing answered at it within
+            ``connect_timeout_s`` (the message names the address and the wait).
     """
-    try:
-        dd: Any = importlib.import_module("dask.distributed")  # untyped: keep mypy quiet
-    except ImportError:
-        raise ValueError(
-            f"--scheduler {scheduler}: Dask is not installed; pip install 'kvsim[sweep]' "
-            "(dask[distributed]) or drop --scheduler to use a local process pool"
-        ) from None
+    dd: Any = require(  # untyped: keep mypy quiet
+        "sweep", f"--scheduler {scheduler} (drop it to use a local process pool)"
+    )
     if scheduler == "local":
         cluster = dd.LocalCluster(
             n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None

@@ -74,6 +74,7 @@ SYSTEM_TREES = frozenset(
 def _user_error_types() -> tuple[type[BaseException], ...]:
     from pydantic import ValidationError
 
+    from kvsim.base.extras import MissingExtraError
     from kvsim.core.scheduler.core import PreemptionLivelockError
     from kvsim.workload import DataNotFoundError
 
@@ -86,6 +87,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
         ValidationError,
         UnicodeDecodeError,
         PreemptionLivelockError,
+        MissingExtraError,
     )
 
 

@@ -3,7 +3,7 @@ that meets latency targets, by bisection over cached sweep points.
 
     kvsim plan --smallest kv --target "time_to_first_token_seconds_p99<=2" \\
         --set workload=azure_conv --set workload.rate_per_s=5
-    kvsim plan mission-4            # a shipped question (kvsim plan --list)
+    kvsim plan bursty-kv            # a shipped question (kvsim plan --list)
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from kvsim.base.tablefile import stored_table
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S
 from kvsim.cli.common import check_out_dir, console, err_console, guard, warn_many_jobs
 
@@ -71,8 +72,10 @@ def sweep(
             progress=progress,
             connect_timeout_s=connect_timeout,
         )
+        stored = stored_table(report.folder / "summary.parquet")
         console.print(
-            f"{report.folder}: {len(report.table)} points in summary.parquet "
+            f"{report.folder}: {len(report.table)} points in "
+            f"{stored.name if stored is not None else 'summary.parquet'} "
             f"({report.num_run} run, {report.num_skipped} resumed, "
             f"{len(report.failures)} failed)",
             highlight=False,

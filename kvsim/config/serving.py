@@ -78,8 +78,9 @@ class CacheSpec(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _decimal_gigabytes(cls, data: Any) -> Any:
-        """``kv_cache_gb`` (decimal GB, 10^9 bytes: the seed's "50 GB = 23,800 blocks") is read
-        as ``kv_cache_bytes``; it is not stored, so a config keeps one budget field."""
+        """``kv_cache_gb`` (decimal GB, 10^9 bytes: 50 GB of Llama-3.1-8B KV = 23,841 blocks of
+        16 tokens) is read as ``kv_cache_bytes``; it is not stored, so a config keeps one budget
+        field."""
         if not isinstance(data, dict) or "kv_cache_gb" not in data:
             return data
         data = dict(data)

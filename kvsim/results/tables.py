@@ -2,7 +2,8 @@
 
 ``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json``,
 ``config.json``, Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``
-(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and ``frames.parquet``;
+(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and
+``frames.parquet`` (each table as CSV without pyarrow: ``kvsim.base.tablefile``);
 ``Results.load(folder)`` reads them back.
 """
 
@@ -17,11 +18,12 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
+from kvsim.base.tablefile import read_table, stored_table, write_table
+from kvsim.base.textfile import json_text, read_json
 from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
 from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
 from kvsim.workload.request import Request
-from kvsim.base.textfile import json_text, read_json, read_parquet
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,15 +114,16 @@ class Results:
         return f"Results(config={self.config!r}, summary={self.summary!r})"
 
     def save(self, folder: str | Path, *, exports: bool = True) -> Path:
-        """Write the tables as parquet and the summary/config as JSON into ``folder``, and with
+        """Write the tables as Parquet (CSV without pyarrow: ``kvsim.base.tablefile``) and the
+        summary/config as JSON into ``folder``, and with
         ``exports`` Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        write_parquet(self.requests, folder / "requests.parquet")
-        write_parquet(self.memory, folder / "memory.parquet")
+        write_table(self.requests, folder / "requests.parquet")
+        write_table(self.memory, folder / "memory.parquet")
         if self.mapframes is not None and self.frames is not None:
-            write_parquet(self.mapframes, folder / "mapframes.parquet")
-            write_parquet(self.frames, folder / "frames.parquet")
+            write_table(self.mapframes, folder / "mapframes.parquet")
+            write_table(self.frames, folder / "frames.parquet")
         (folder / "summary.json").write_text(json_text(self.summary, indent=2, sort_keys=True))
         (folder / "config.json").write_text(self.config.canonical_json())
         if exports:
@@ -143,15 +146,17 @@ class Results:
             config = SimConfig.model_validate(read_json(folder / "config.json"))
         except ValidationError as err:
             raise ValueError(f"{folder / 'config.json'}: {format_validation_error(err)}") from None
-        maps = folder / "mapframes.parquet"
+        has_maps = stored_table(folder / "mapframes.parquet") is not None
         summary = read_summary(folder / "summary.json")
         return cls(
             config,
-            read_parquet(folder / "requests.parquet"),
-            read_parquet(folder / "memory.parquet"),
+            read_table(folder / "requests.parquet"),
+            read_table(folder / "memory.parquet"),
             summary,
-            read_parquet(maps) if maps.is_file() else None,
-            read_parquet(folder / "frames.parquet") if maps.is_file() else None,
+            read_table(folder / "mapframes.parquet") if has_maps else None,
+            read_table(folder / "frames.parquet", list_columns=("waiting_req_ids",))
+            if has_maps
+            else None,
         )
 
 
@@ -333,20 +338,6 @@ def preemption_rule(config: SimConfig) -> str:
     if args.engine == "vllm-v0" and ALLOCATORS[config.cache.allocator].paged:
         return "recompute, swap for multi-sequence groups"
     return "recompute"
-
-
-def write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """``frame.to_parquet(path, index=False)``, converted to Arrow in this thread and written
-    in one call: a run's tables are small, Arrow's thread pool cost more than it saved (about
-    1.5 ms of CPU a point of ``experiments/block-size.toml``, in one process or in each of a
-    sweep's workers), and Arrow writes a file in ~80 small writes and seeks per table."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    buffer = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), buffer)
-    with open(path, "wb") as file:
-        file.write(buffer.getvalue())
 
 
 def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:

@@ -67,7 +67,8 @@ class Analysis(BaseModel):
         vs_metrics: summary metrics ``kvsim plot`` draws against each swept number.
         targets: metric -> upper bound (the metric's unit), drawn as lines; read by notebooks.
         budget: the dotted budget field a notebook plans over (``cache.kv_cache_gib``).
-        seed_num_requests_running_max: per-seed counts a notebook compares against.
+        estimated_num_requests_running_max: sequences at once estimated by arithmetic, one per
+            labelled point, that a notebook compares the simulation against.
         latency_factor, window_s (seconds), rate_bracket (req/s), resolution: the paper's
             largest-rate searches (Figures 12, 14, 16, 17).
         fit_label, fit_preset, fit_field, fit_bracket: Figure 13's fitted overhead.
@@ -81,7 +82,7 @@ class Analysis(BaseModel):
     vs_metrics: Annotated[list[str], Field(min_length=1)] | None = None
     targets: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = {}
     budget: str | None = None
-    seed_num_requests_running_max: list[int] | None = None
+    estimated_num_requests_running_max: list[int] | None = None
     latency_factor: Positive | None = None
     window_s: Positive | None = None
     rate_bracket: Bracket | None = None

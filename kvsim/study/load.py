@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.base.textfile import read_json, read_parquet
+from kvsim.base.tablefile import read_table, stored_table
+from kvsim.base.textfile import read_json
 from kvsim.results import Results
 from kvsim.view.labels import short_name
 
@@ -74,7 +75,7 @@ class SweepResults:
     def snapshot(self, key: str) -> pd.DataFrame | None:
         """The point's KV-pool snapshot (``poolmap.SNAPSHOT_COLUMNS``), if one was taken."""
         path = self.folder / "points" / key / "snapshot.parquet"
-        return read_parquet(path) if path.is_file() else None
+        return read_table(path) if stored_table(path) is not None else None
 
 
 def load_sweep(folder: str | Path) -> SweepResults:
@@ -85,13 +86,13 @@ def load_sweep(folder: str | Path) -> SweepResults:
         ValueError: a corrupt ``summary.parquet`` or ``experiment.json`` (naming the file).
     """
     folder = Path(folder)
-    if not (folder / "summary.parquet").is_file():
+    if stored_table(folder / "summary.parquet") is None:
         raise FileNotFoundError(f"{folder}: no summary.parquet; run `kvsim sweep` first")
     meta_path = folder / "experiment.json"
     meta = read_json(meta_path) if meta_path.is_file() else {}
     if not isinstance(meta, dict):
         raise ValueError(f"{meta_path}: expected a JSON object (a sweep's experiment.json)")
-    return SweepResults(folder, read_parquet(folder / "summary.parquet"), meta)
+    return SweepResults(folder, read_table(folder / "summary.parquet"), meta)
 
 
 def smallest_budget(

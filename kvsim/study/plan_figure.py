@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kvsim.base.textfile import json_text
 from kvsim.study.plan import PlanResult
-from kvsim.view.labels import axis_label
+from kvsim.view.labels import axis_label, metric_unit
 
 _MEETS, _FAILS, _TARGET = "#1b7f3b", "#c0392b", "#444444"
 
@@ -26,11 +26,27 @@ def _plain(value: float, _pos: int | None = None) -> str:
     return f"{value:g}"
 
 
+_STATS = ("p50", "p90", "p95", "p99", "mean", "max")
+_UNITS_AFTER_A_NUMBER = frozenset({"s", "tokens/s", "req/s"})
+
+
+def _panel_labels(metric: str, bound: float) -> tuple[str, str]:
+    """``(panel title, y label)`` of a target's panel: vLLM's metric name and the bound on top
+    (a name such as ``request_time_per_output_token_seconds_p95`` does not fit along a y axis),
+    the statistic and unit beside the axis (``p95 (s)``)."""
+    unit = metric_unit(metric)
+    stat = next((s for s in _STATS if metric.endswith(f"_{s}")), "")
+    ylabel = (f"{stat} ({unit})" if unit else stat) if stat else (unit or metric)
+    after = f" {unit}" if unit in _UNITS_AFTER_A_NUMBER else ""
+    return f"{metric} <= {bound:g}{after}", ylabel
+
+
 def plan_figure(result: PlanResult) -> Figure:
-    """Draw ``result`` (see the module docstring); one 4.2 x 3.4 in panel per target."""
+    """Draw ``result`` (see the module docstring): one 4.2 x 4 in panel per target, titled by
+    its metric and bound, and one legend below them."""
     plan, points = result.plan, result.points
     targets = plan.targets
-    fig = Figure(figsize=(4.2 * len(targets) + 0.4, 3.6), layout="constrained")
+    fig = Figure(figsize=(4.2 * len(targets) + 0.4, 4.0), layout="constrained")
     axes = fig.subplots(1, len(targets), squeeze=False)[0]
     knob = points[plan.field].astype(float) if len(points) else points.get(plan.field)
     for ax, target in zip(axes, targets, strict=True):
@@ -38,26 +54,25 @@ def plan_figure(result: PlanResult) -> Figure:
         if values is not None:
             ok = points["meets"].astype(bool)
             ax.plot(knob, values, color="#888888", lw=1, zorder=1)
-            ax.scatter(knob[ok], values[ok], color=_MEETS, zorder=3, label="meets all targets")
+            ax.scatter(knob[ok], values[ok], color=_MEETS, zorder=3, label="meets every target")
             ax.scatter(knob[~ok], values[~ok], color=_FAILS, marker="x", zorder=3, label="fails")
             finite = values[np.isfinite(values) & (values > 0)]
             if len(finite) and finite.max() / finite.min() > 10:
                 ax.set_yscale("log")
-        ax.axhline(
-            target.bound, color=_TARGET, ls="--", lw=1.2, label=f"target <= {target.bound:g}"
-        )
+        ax.axhline(target.bound, color=_TARGET, ls="--", lw=1.2, label="target (upper bound)")
         if result.interval is not None:
             ax.axvspan(
-                *result.interval, color=_MEETS, alpha=0.08, lw=0, label="interval meeting them"
+                *result.interval,
+                color=_MEETS,
+                alpha=0.08,
+                lw=0,
+                label="values meeting every target",
             )
         if result.answer is not None:
-            ax.axvline(
-                result.answer,
-                color=_MEETS,
-                lw=1.5,
-                label=f"answer: {result.answer:.4g}",
-            )
-        ax.set(xlabel=axis_label(plan.field), ylabel=axis_label(target.metric))
+            ax.axvline(result.answer, color=_MEETS, lw=1.5, label=f"answer: {result.answer:.4g}")
+        title, ylabel = _panel_labels(target.metric, target.bound)
+        ax.set_title(title, fontsize="small")
+        ax.set(xlabel=axis_label(plan.field), ylabel=ylabel)
         ax.set_xlim(plan.lo / 1.15, plan.hi * 1.15)
         if plan.hi / plan.lo >= 4:
             ax.set_xscale("log", base=2 if plan.choices or plan.integer else 10)
@@ -68,11 +83,14 @@ def plan_figure(result: PlanResult) -> Figure:
                 ax.xaxis.set_minor_formatter(NullFormatter())
             ax.xaxis.set_major_formatter(FuncFormatter(_plain))
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="small")
+    handles, labels = axes[0].get_legend_handles_labels()
+    columns = len(labels) if len(targets) > 1 else 2  # one panel: the legend in two columns
+    fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize="small")
+    knob_label = axis_label(plan.field)
     answer = (
-        f"{plan.direction} {plan.field} = {result.answer:.4g}"
+        f"{plan.direction} {knob_label} = {result.answer:.4g}"
         if result.answer is not None
-        else f"no {plan.field} in [{plan.lo:g}, {plan.hi:g}] meets the targets"
+        else f"no {knob_label} in [{plan.lo:g}, {plan.hi:g}] meets the targets"
     )
     fig.suptitle(f"{plan.name}: {answer}", fontsize="medium")
     return fig

@@ -26,11 +26,11 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
+from kvsim.base.tablefile import csv_twin, write_table
 from kvsim.base.textfile import json_text
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler, dask_map, pool_map
 from kvsim.config import SimConfig
 from kvsim.results import read_summary
-from kvsim.results.tables import write_parquet
 from kvsim.study.experiment import LABEL, Experiment, Point, check_name, load_experiment
 from kvsim.study.load import SweepResults, load_sweep
 from kvsim.study.point import PointOutcome, run_point
@@ -92,7 +92,7 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
     tmp = folder / POINTS / f"{_TMP_PREFIX}{outcome.key}-{uuid.uuid4().hex[:8]}"
     outcome.results.save(tmp, exports=False)  # sweep points keep parquet only
     if outcome.snapshot is not None:
-        write_parquet(outcome.snapshot, tmp / SNAPSHOT)
+        write_table(outcome.snapshot, tmp / SNAPSHOT)
     meta = {"overrides": point.overrides, LABEL: point.label, "elapsed_s": outcome.elapsed_s}
     (tmp / "point.json").write_text(json_text(meta, indent=2, sort_keys=True))
     try:
@@ -106,6 +106,17 @@ def _write_atomic(path: Path, write: Any) -> None:
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}")
     write(tmp)
     os.replace(tmp, path)
+
+
+def _write_table_atomic(frame: pd.DataFrame, path: Path) -> None:
+    """``write_table`` through a temporary file and one rename; the other format's file of the
+    same table, left by an earlier run with or without pyarrow, is removed (a reader would take
+    it first)."""
+    tmp = path.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex[:8]}-{path.name}")
+    written = write_table(frame, tmp)
+    final = path if written.suffix == path.suffix else csv_twin(path)
+    os.replace(written, final)
+    (csv_twin(path) if final == path else path).unlink(missing_ok=True)
 
 
 def _clean_stale(folder: Path) -> None:
@@ -386,7 +397,7 @@ def run_sweep(
         raise
     finally:
         report.table = summary_table(experiment, points, folder, quick=quick)
-        _write_atomic(folder / SUMMARY, lambda p: write_parquet(report.table, p))
+        _write_table_atomic(report.table, folder / SUMMARY)
     report.failures = sorted(failures, key=lambda f: f.index)
     _write_atomic(
         folder / FAILURES,

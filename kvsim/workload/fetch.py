@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from kvsim.base.extras import require
 from kvsim.base.textfile import sha256_file
 from kvsim.workload.catalog import ENV_VAR
 
@@ -562,6 +563,7 @@ def gpt2_tokenizer(encoder_json: Path, vocab_bpe: Path) -> Tokenizer:
     Raises:
         ValueError: the files are not a BPE vocabulary and merge list.
     """
+    require("tokenizers", "counting the Alpaca lengths with GPT-2's tokenizer")
     from tokenizers import Tokenizer
     from tokenizers.models import BPE
     from tokenizers.pre_tokenizers import ByteLevel

@@ -26,13 +26,16 @@ import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tokenizers import Tokenizer
 
+from kvsim.base.extras import require
 from kvsim.base.textfile import parse_json, read_text
 from kvsim.workload.trace_table import Trace
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +63,15 @@ def tokenizer_file(value: str | Path) -> Path:
 @functools.lru_cache(maxsize=4)
 def load_tokenizer(path: Path) -> Tokenizer:
     """A ``tokenizers.Tokenizer`` from ``path``, with any truncation or padding it sets turned off
-    (whole texts are counted; a warning says so)."""
+    (whole texts are counted; a warning says so).
+
+    Raises:
+        MissingExtraError: the ``tokenizers`` extra is not installed.
+        ValueError: ``path`` is not a tokenizer.json.
+    """
+    tokenizers = require("tokenizers", "workload.tokenizer (counting a ShareGPT JSON trace)")
     try:
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer: Tokenizer = tokenizers.Tokenizer.from_file(str(path))
     except Exception as exc:  # the library raises its own Exception subclass
         raise ValueError(f"workload.tokenizer: {path} is not a tokenizer.json ({exc})") from None
     if tokenizer.truncation is not None or tokenizer.padding is not None:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.base.extras import require
 from kvsim.base.limits import MAX_INT64, MAX_SEQS_PER_REQUEST, MAX_TIME_S
 from kvsim.workload.trace_table import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
 
@@ -92,6 +93,7 @@ def _is_parquet(path: Path) -> bool:
 
 def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
     if _is_parquet(path):
+        require("parquet", f"reading the Parquet trace {path}")
         try:
             frame = pd.read_parquet(path)
         except (OSError, ValueError) as exc:

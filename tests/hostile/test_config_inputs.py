@@ -453,7 +453,7 @@ def test_an_ignored_setting_warns_and_changes_nothing(case, tmp_path, caplog) ->
 
 @pytest.mark.usefixtures("fresh_warnings")
 def test_an_ignored_setting_reads_the_same_at_every_budget(caplog) -> None:
-    # a plan's points (kvsim plan mission-4 --set cache.gpu_memory_utilization=0.8) each set
+    # a plan's points (kvsim plan bursty-kv --set cache.gpu_memory_utilization=0.8) each set
     # another budget; a warning that named its value was said once per point
     for gib in (4, 5.5):
         overrides = {"cache.kv_cache_gib": gib, "cache.gpu_memory_utilization": 0.5}

@@ -279,12 +279,12 @@ PLAN_ARGS: dict[str, tuple[list[str], list[str]]] = {
     "out_root": (["--smallest", "kv", "--target", TARGET, "--out", "/"], ["--out", "'/'"]),
     "source_missing": (["nosuch.toml", "--smallest", "kv", "--target", TARGET], ["nosuch.toml"]),
     "shipped_plan_other_knob": (
-        ["mission-3", "--smallest", "kv", "--target", TARGET],
-        ["mission-3 asks for", "--smallest/--target", "--name NAME"],
+        ["long-outputs-max-num-seqs", "--smallest", "kv", "--target", TARGET],
+        ["long-outputs-max-num-seqs asks for", "--smallest/--target", "--name NAME"],
     ),
     "shipped_plan_other_targets": (
-        ["mission-4", "--target", TARGET],
-        ["mission-4 asks for", "--target asks for", "--name NAME"],
+        ["bursty-kv", "--target", TARGET],
+        ["bursty-kv asks for", "--target asks for", "--name NAME"],
     ),
 }
 

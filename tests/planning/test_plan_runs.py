@@ -119,22 +119,28 @@ def test_cli_plan_bad_input_exits_2(args: list[str], message: str, tmp_path: Pat
 
 def test_shipped_plans_load_with_their_questions() -> None:
     names = sorted(p.stem for p in plans_dir().glob("*.toml"))
-    assert names == ["bookstore", "mission-1", "mission-2", "mission-3", "mission-4"]
+    assert names == [
+        "bursty-kv",
+        "contiguous-slabs-kv",
+        "long-outputs-max-num-seqs",
+        "parallel-sampling-kv",
+        "replica-24gib-rate",
+    ]
     for name in names:
         plan = load_plan(plans_dir() / f"{name}.toml")
         assert plan.targets, name
         assert plan.quick, name
-    mission4 = load_plan(plans_dir() / "mission-4.toml")
-    assert mission4.field == "cache.kv_cache_gib"
-    assert mission4.base["cache"]["allocator"] == "paged"
-    assert {t.metric: t.bound for t in mission4.targets} == {
+    bursty_kv = load_plan(plans_dir() / "bursty-kv.toml")
+    assert bursty_kv.field == "cache.kv_cache_gib"
+    assert bursty_kv.base["cache"]["allocator"] == "paged"
+    assert {t.metric: t.bound for t in bursty_kv.targets} == {
         "time_to_first_token_seconds_p95": 2.0,
         "request_time_per_output_token_seconds_p95": 0.1,
     }
 
 
-def test_quick_mission_4_draws_its_answer(tmp_path: Path) -> None:
-    plan = load_plan(plans_dir() / "mission-4.toml")
+def test_quick_bursty_kv_draws_its_answer(tmp_path: Path) -> None:
+    plan = load_plan(plans_dir() / "bursty-kv.toml")
     result = run_plan(plan, tmp_path, jobs=1, quick=True)
     written = save_plan(result)
     assert [p.name for p in written] == ["points.csv", "answer.json", "plan.png"]
@@ -149,78 +155,91 @@ def _plan_cli(*args: str) -> tuple[int, str]:
 
 
 def test_a_shipped_plan_keeps_its_own_question(tmp_path: Path) -> None:
-    # mission-3 asks for the largest max_num_seqs under a preemption target; asking for the
-    # smallest KV with a TTFT target used to drop that question silently and write the KV answer
-    # over mission-3's answer.json
+    # long-outputs-max-num-seqs asks for the largest max_num_seqs under a preemption target;
+    # asking for the smallest KV with a TTFT target used to drop that question silently and write
+    # the KV answer over its answer.json
     out = ["--quick", "--out", str(tmp_path), "--no-progress"]
-    code, output = _plan_cli("mission-3", *out)
+    code, output = _plan_cli("long-outputs-max-num-seqs", *out)
     assert code == 0, output
-    folder = tmp_path / "plan" / "quick" / "mission-3"
+    folder = tmp_path / "plan" / "quick" / "long-outputs-max-num-seqs"
     shipped = (folder / "answer.json").read_bytes()
     assert json.loads(shipped)["field"] == "scheduler.max_num_seqs"
     other = ["--smallest", "kv", "--target", "time_to_first_token_seconds_p99<=2"]
-    for extra in ([], ["--name", "mission-3"]):  # its own folder by name: refused too
-        code, output = _plan_cli("mission-3", *other, *extra, *out)
+    for extra in (
+        [],
+        ["--name", "long-outputs-max-num-seqs"],
+    ):  # its own folder by name: refused too
+        code, output = _plan_cli("long-outputs-max-num-seqs", *other, *extra, *out)
         assert code == 2, output
         errors = [line for line in output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1, output
         flat = " ".join(output.split())
-        assert "mission-3 asks for the largest scheduler.max_num_seqs" in flat
+        assert "long-outputs-max-num-seqs asks for the largest scheduler.max_num_seqs" in flat
         assert "--smallest/--target ask for the smallest cache.kv_cache_gib" in flat
         assert "--name NAME" in flat
         assert "Traceback" not in output
-    code, output = _plan_cli("mission-3", "--target", "preemptions_per_request<=0.5", *out)
+    code, output = _plan_cli(
+        "long-outputs-max-num-seqs", "--target", "preemptions_per_request<=0.5", *out
+    )
     assert code == 2, output  # other targets are another question too
     assert (folder / "answer.json").read_bytes() == shipped
     # the same question restated is the plan as shipped (its points are reused)
     same = ["--largest", "max_num_seqs", "--target", "preemptions_per_request<=0.05"]
-    code, output = _plan_cli("mission-3", *same, *out)
+    code, output = _plan_cli("long-outputs-max-num-seqs", *same, *out)
     assert code == 0, output
     assert json.loads((folder / "answer.json").read_bytes()) == json.loads(shipped)
-    # under another name the question is asked of mission-3's config, and said so
-    code, output = _plan_cli("mission-3", *other, "--name", "m3-kv", *out)
+    # under another name the question is asked of the plan's config, and said so
+    code, output = _plan_cli("long-outputs-max-num-seqs", *other, "--name", "long-outputs-kv", *out)
     assert code == 0, output
-    assert "mission-3's config with your question, not its own" in " ".join(output.split())
-    kv = json.loads((tmp_path / "plan" / "quick" / "m3-kv" / "answer.json").read_text())
+    assert "long-outputs-max-num-seqs's config with your question, not its own" in " ".join(
+        output.split()
+    )
+    kv = json.loads((tmp_path / "plan" / "quick" / "long-outputs-kv" / "answer.json").read_text())
     assert kv["field"] == "cache.kv_cache_gib"
     assert (folder / "answer.json").read_bytes() == shipped
     # its question on another config (--set) would replace its answer too: refused without --name
-    for extra in ([], ["--name", "mission-3"]):
-        code, output = _plan_cli("mission-3", "--set", "cache.kv_cache_gib=3", *extra, *out)
+    for extra in ([], ["--name", "long-outputs-max-num-seqs"]):
+        code, output = _plan_cli(
+            "long-outputs-max-num-seqs", "--set", "cache.kv_cache_gib=3", *extra, *out
+        )
         assert code == 2, output
-        assert "--set cache.kv_cache_gib changes mission-3's config" in " ".join(output.split())
+        assert "--set cache.kv_cache_gib changes long-outputs-max-num-seqs's config" in " ".join(
+            output.split()
+        )
     assert (folder / "answer.json").read_bytes() == shipped
     # a --set of the plan's own value changes no config: the plan as shipped (it was refused)
     for value in ("2.0", "2"):
-        code, output = _plan_cli("mission-3", "--set", f"cache.kv_cache_gib={value}", *out)
+        code, output = _plan_cli(
+            "long-outputs-max-num-seqs", "--set", f"cache.kv_cache_gib={value}", *out
+        )
         assert code == 0, output
         assert json.loads((folder / "answer.json").read_bytes()) == json.loads(shipped)
 
 
 def test_a_plan_never_writes_over_another_shipped_plans_answer(tmp_path: Path) -> None:
-    # mission-1's question on paging, named mission-4, replaced mission-4's own answer.json
+    # contiguous-slabs-kv's question on paging, named bursty-kv, replaced bursty-kv's answer.json
     out = ["--quick", "--out", str(tmp_path), "--no-progress"]
-    copy = tmp_path / "mission-4.toml"  # a file of the user's, named as the shipped plan
-    copy.write_bytes((plans_dir() / "mission-4.toml").read_bytes())
+    copy = tmp_path / "bursty-kv.toml"  # a file of the user's, named as the shipped plan
+    copy.write_bytes((plans_dir() / "bursty-kv.toml").read_bytes())
     config = tmp_path / "burst.toml"
     config.write_text('model = "llama-3.1-8b"\n[scheduler]\nmax_model_len = 128\n')
     question = ["--largest", "max_num_seqs", "--target", "num_preemptions<=0", "--hi", "4"]
     for args in (
-        ["mission-1", "--set", "cache.allocator=paged", "--name", "mission-4"],
-        ["mission-1", "--name", "mission-4"],
-        [str(config), *question, "--name", "mission-4"],
+        ["contiguous-slabs-kv", "--set", "cache.allocator=paged", "--name", "bursty-kv"],
+        ["contiguous-slabs-kv", "--name", "bursty-kv"],
+        [str(config), *question, "--name", "bursty-kv"],
         [str(copy)],
     ):
         code, output = _plan_cli(*args, *out)
         assert code == 2, output
         errors = [line for line in output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1, output
-        assert "mission-4 is a shipped plan's name" in " ".join(output.split())
+        assert "bursty-kv is a shipped plan's name" in " ".join(output.split())
         assert not (tmp_path / "plan").exists()
     # the shipped plan under its own name is its own answer
-    code, output = _plan_cli("mission-4", "--name", "mission-4", *out)
+    code, output = _plan_cli("bursty-kv", "--name", "bursty-kv", *out)
     assert code == 0, output
-    assert (tmp_path / "plan" / "quick" / "mission-4" / "answer.json").is_file()
+    assert (tmp_path / "plan" / "quick" / "bursty-kv" / "answer.json").is_file()
 
 
 def test_cli_plan_takes_progress_like_run_and_reproduce(tmp_path: Path) -> None:
@@ -266,7 +285,7 @@ def test_a_warning_naming_a_points_value_is_said_once_per_plan(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # each rate of a 10 s workload draws another number of requests from the 40-row trace, and
-    # each KV budget of mission-4 is another value: warnings that named them were said once per
+    # each KV budget of bursty-kv is another value: warnings that named them were said once per
     # point (7 copies of the resampling warning)
     monkeypatch.setattr(say_once, "SAID", set())
     rows = ["input_len,output_len", *(f"{100 + 10 * i},{50 + 5 * i}" for i in range(40))]
@@ -279,10 +298,10 @@ def test_a_warning_naming_a_points_value_is_said_once_per_plan(
         "hi": 64.0,
         "targets": {"time_to_first_token_seconds_p95": 2.0},
     }
-    mission4 = load_plan(plans_dir() / "mission-4.toml", {"cache.gpu_memory_utilization": 0.8})
+    bursty_kv = load_plan(plans_dir() / "bursty-kv.toml", {"cache.gpu_memory_utilization": 0.8})
     for plan, fragment in (
         (plan_from_dict("rates", base, question), "resampled with replacement"),
-        (dataclasses.replace(mission4, name="m4-util"), "cache.kv_cache_gib sets the KV budget"),
+        (dataclasses.replace(bursty_kv, name="m4-util"), "cache.kv_cache_gib sets the KV budget"),
     ):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="kvsim"):
@@ -295,12 +314,12 @@ def test_a_warning_naming_a_points_value_is_said_once_per_plan(
 def test_a_plans_set_is_a_later_layer_than_its_config(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # mission-1's point reserves prompt + max_tokens for its slabs; --set moves the plan to
-    # paging, so the reservation goes unread because of the user's choice: no warning, as
+    # contiguous-slabs-kv's point reserves prompt + max_tokens for its slabs; --set moves the plan
+    # to paging, so the reservation goes unread because of the user's choice: no warning, as
     # kvsim run CONFIG --set gives none (it warned of a setting the user never wrote)
     monkeypatch.setattr(say_once, "SAID", set())
     out = ["--quick", "--out", str(tmp_path), "--no-progress"]
-    paged = ["mission-1", "--set", "cache.allocator=paged"]
+    paged = ["contiguous-slabs-kv", "--set", "cache.allocator=paged"]
     with caplog.at_level(logging.WARNING, logger="kvsim"):
         code, output = _plan_cli(*paged, "--name", "m1-paged", *out)
         assert code == 0, output
@@ -342,7 +361,9 @@ def test_a_set_table_applies_before_its_fields_in_any_order(
         assert (workload.num_requests, workload.rate_per_s) == (5, 100.0)
         assert workload.lengths == "sharegpt_like"
     # a plan file's [set] is an earlier layer: the command line's table replaces its fields
-    plan = load_plan(plans_dir() / "mission-3.toml", {"cache.block_size_tokens": 32, "cache": {}})
+    plan = load_plan(
+        plans_dir() / "long-outputs-max-num-seqs.toml", {"cache.block_size_tokens": 32, "cache": {}}
+    )
     assert plan.base["cache"] == {"block_size_tokens": 32}
 
 

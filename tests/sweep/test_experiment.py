@@ -140,7 +140,7 @@ def test_every_shipped_experiment_expands() -> None:
         "long-outputs",
         "parallel-sampling",
         "contiguous-default",
-        "bookstore",
+        "reservation-24gib",
         "traces",
     }
     for path in files:

@@ -5,7 +5,7 @@ reference counts, prefix-cache keys); the remainder slots, and vLLM v1's null bl
 A request holds ``cdiv(num_tokens, B)`` blocks for the ``num_tokens`` tokens the scheduler asks
 for (those computed plus those the step computes): the prompt's at admission, one more whenever
 its last block fills. Token ``t`` (0-based) lives in logical block ``t // B``, slot ``t % B``; the
-block table maps the logical block to a physical one (seed: token 37 at 16 tokens per block ->
+block table maps the logical block to a physical one (e.g. token 37 at 16 tokens per block ->
 logical block 2, slot 5). A request's blocks go back tail first (vLLM v1 ``KVCacheManager.free``),
 so its last blocks are evicted first: under vLLM v1 (``vllm_v1_pool``) the full blocks,
 which hold cache keys, to the back of the free queue and a partial last block (every block,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvsim.base.extras import require
 from kvsim.study.experiment import Experiment, load_experiment
 from kvsim.study.load import SweepResults, load_sweep
 
@@ -90,6 +91,7 @@ class Context:
         Raises:
             ValueError: the bracket does not contain ``target`` (the message gives the range).
         """
+        require("fit", f"fitting {field} ({experiment.name})")
         from scipy.optimize import brentq
 
         digits = max(0, -math.floor(math.log10(xtol)) + 3)

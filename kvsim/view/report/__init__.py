@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvsim.view.report.build import render
-from kvsim.view.report.data import load_runs
+from kvsim.base.extras import require
 
 __all__ = ["write_report"]
 
@@ -25,8 +24,13 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """Write the report of ``run_dirs`` (shown in that order) to the HTML file ``out``.
 
     Raises:
+        MissingExtraError: plotly (the ``report`` extra) is not installed.
         ValueError: no run folder given, or one is not a folder with a ``summary.json``.
     """
+    require("report", "kvsim report")  # plotly: the charts and the inlined plotly.js
+    from kvsim.view.report.build import render
+    from kvsim.view.report.data import load_runs
+
     if not run_dirs:
         raise ValueError("RUN_DIR: expected at least one run folder, got none")
     runs = load_runs(run_dirs)

@@ -1,4 +1,6 @@
-"""The seeds' capacity arithmetic, reproduced with kvsim's own allocators and configs."""
+"""Capacity arithmetic done by hand (how many blocks or sequences a KV budget holds), reproduced
+with kvsim's own allocators and configs; experiments/reservation-24gib.toml keeps the estimates.
+"""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def test_8192_token_slabs_of_1_gib_fit_46_requests_in_50_gb():
     assert fill(alloc, lambda i: (Request(i, 0.0, 100, 50, 2048), 101)) == 46
 
 
-def test_bookstore_24_gib_worked_example():
+def test_24_gib_holds_62_slabs_24_contexts_or_about_159_paged_sequences():
     cfg = config_from_dict(
         {
             "model": "llama-3.1-8b",
@@ -80,5 +82,5 @@ def test_bookstore_24_gib_worked_example():
 
 
 def test_contiguous_prompt_plus_2048_slab_is_43_percent_used_at_the_end():
-    # seed: a ~3,150-token slab holds ~1,350 real tokens at the end: 43 %
+    # a ~3,150-token slab holds ~1,350 real tokens at the end: 43 %
     assert round(100 * (1100 + 250) / (1100 + 2048)) == 43

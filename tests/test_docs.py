@@ -1,0 +1,56 @@
+"""The reference pages in docs/: their links resolve, the names they use exist, and they read as
+reference, not as a diary."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+# words of the project's own history that say nothing to a reader
+DIARY = re.compile(
+    r"that morning|\bUTC\b|\bmission-\d|Book Store|bookstore|the seed\b|seed's|seed lab",
+    re.IGNORECASE,
+)
+PLAN_OR_EXPERIMENT = re.compile(r"`(?:kvsim plan|make) ([a-z0-9][a-z0-9-]+)`")
+
+
+def test_there_are_docs() -> None:
+    names = {p.name for p in DOCS}
+    assert {"engine.md", "formats.md", "paper.md", "speed.md", "plans.md", "install.md"} <= names
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[p.stem for p in DOCS])
+def test_links_resolve(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    broken = [
+        target
+        for target in LINK.findall(text)
+        if "://" not in target and not (page.parent / target).exists()
+    ]
+    assert not broken, broken
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[p.stem for p in DOCS])
+def test_reads_as_reference(page: Path) -> None:
+    found = DIARY.findall(page.read_text(encoding="utf-8"))
+    assert not found, found
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[p.stem for p in DOCS])
+def test_named_plans_and_make_targets_exist(page: Path) -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    plans = {p.stem for p in (ROOT / "kvsim" / "presets" / "plans").glob("*.toml")}
+    missing = []
+    for match in PLAN_OR_EXPERIMENT.finditer(page.read_text(encoding="utf-8")):
+        name = match.group(1)
+        if match.group(0).startswith("`kvsim plan"):
+            if name not in plans:
+                missing.append(match.group(0))
+        elif not re.search(rf"(^|[\s:]){re.escape(name)}([\s:]|$)", makefile, re.MULTILINE):
+            missing.append(match.group(0))
+    assert not missing, missing
