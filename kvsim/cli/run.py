@@ -16,6 +16,7 @@ from kvsim.cli.common import (
     not_an_override,
     parse_overrides,
 )
+from kvsim.config.allocators import LAYOUTS, PAGED_ALLOCATORS, has_memory_map
 
 
 def run(
@@ -75,7 +76,7 @@ def run(
                 bar.set_description("simulating")
 
             every = map_interval_s([r.arrival_time_s for r in requests], map_frames)
-            if out is None or cfg.cache.allocator == "radix":
+            if out is None or not has_memory_map(cfg.cache.allocator):
                 every = None  # frames are only written with --out; a radix tree has no map
             results = simulate(
                 cfg,
@@ -115,9 +116,10 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     par = cfg.parallel
     gpus = f" x{par.world_size} (TP {par.tensor_parallel_size}, PP {par.pipeline_parallel_size})"
     policy = cfg.cache.allocator
-    if cfg.cache.allocator == "paged":
+    layout = LAYOUTS[cfg.cache.allocator]
+    if layout == "blocks":
         policy += ", prefix caching" if caches_prefixes(cfg) else ""
-    elif cfg.cache.allocator != "radix":
+    elif layout == "slabs":
         policy += "/" + cfg.cache.reservation
     batching = ", request-level batching" if args.batching == "request" else ""
     requests = plural(num_requests, "request")
@@ -140,7 +142,7 @@ def pool_text(cfg: object) -> str:
     assert isinstance(cfg, SimConfig)
     slots = cfg.capacity_tokens
     text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU)"
-    if cfg.cache.allocator != "paged":
+    if cfg.cache.allocator not in PAGED_ALLOCATORS:
         return text
     size = cfg.cache.block_size_tokens
     blocks, rest = divmod(slots, size)

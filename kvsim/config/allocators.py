@@ -38,6 +38,23 @@ LAYOUTS: dict[str, Layout] = {
 }
 SLAB_ALLOCATORS = tuple(name for name, layout in LAYOUTS.items() if layout == "slabs")
 PAGED_ALLOCATORS = tuple(name for name, layout in LAYOUTS.items() if layout == "blocks")
+POWER_OF_TWO_SLABS = ("buddy",)  # slabs rounded up to a power of two (the buddy system)
+
+
+def caches_prefixes_always(name: str) -> bool:
+    """A prefix tree caches whatever ``enable_prefix_caching`` says (SGLang's RadixCache)."""
+    return LAYOUTS[name] == "tokens"
+
+
+def has_memory_map(name: str) -> bool:
+    """Every slot is owned by one request at an address (slabs, blocks), so the pool can be
+    drawn; a tree's slots are shared along its paths."""
+    return LAYOUTS[name] in ("slabs", "blocks")
+
+
+def serves_sequence_groups(name: str) -> bool:
+    """Parallel samples and beams (copy-on-write blocks, or one slab per sequence)."""
+    return LAYOUTS[name] in ("slabs", "blocks")
 
 
 def accepted_arguments(name: str) -> frozenset[str]:

@@ -15,7 +15,11 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kvsim.config.allocators import POLICY_ARGUMENTS, accepted_arguments
+from kvsim.config.allocators import (
+    POLICY_ARGUMENTS,
+    accepted_arguments,
+    caches_prefixes_always,
+)
 from kvsim.config.serving import CacheSpec
 from kvsim.workload.spec import WorkloadSpec
 
@@ -113,7 +117,7 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
             users = ", ".join(a for a in POLICY_ARGUMENTS if name in accepted_arguments(a))
             why = f"allocator {cache.allocator!r} has no {what} (the field applies to {users})"
             yield _cache_field(config, name, ("cache.allocator",), why)
-    if cache.allocator == "radix" and cache.enable_prefix_caching is False:
+    if caches_prefixes_always(cache.allocator) and cache.enable_prefix_caching is False:
         why = (
             "allocator 'radix' is a prefix cache (SGLang's RadixCache) and caches prefixes "
             "whatever the setting (the run's summary says enable_prefix_caching = True)"

@@ -14,7 +14,7 @@ from typing import Protocol
 from kvsim.base.limits import MAX_POOL_BLOCKS
 from kvsim.base.units import format_gib as _gib  # three significant digits: 0.25 GiB, not 0.2
 from kvsim.base.units import next_power_of_2
-from kvsim.config.allocators import SLAB_ALLOCATORS
+from kvsim.config.allocators import PAGED_ALLOCATORS, POWER_OF_TWO_SLABS, SLAB_ALLOCATORS
 from kvsim.config.hardware import (
     GpuSpec,
     ModelSpec,
@@ -125,7 +125,7 @@ def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
     ``check_pool_shape``). A paged pool without one usable block counts whole here: that is
     ``kvsim.config.sim``'s block-size error, which names the block size."""
     cache = config.cache
-    if cache.allocator != "paged":
+    if cache.allocator not in PAGED_ALLOCATORS:
         return capacity_tokens
     blocks = capacity_tokens // cache.block_size_tokens - config.engine_args.reserve_null_block
     return blocks * cache.block_size_tokens if blocks > 0 else capacity_tokens
@@ -134,7 +134,7 @@ def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
 def pool_tokens_for_request(config: ConfigParts, num_tokens: int) -> int:
     """The smallest pool, in slots, whose ``request_limit_tokens`` is at least ``num_tokens``."""
     cache = config.cache
-    if cache.allocator != "paged":
+    if cache.allocator not in PAGED_ALLOCATORS:
         return num_tokens
     b = cache.block_size_tokens
     return (-(num_tokens // -b) + config.engine_args.reserve_null_block) * b
@@ -228,7 +228,7 @@ def check_pool_shape(config: ConfigParts) -> None:
     cache = config.cache
     where = f"{config.model.name} on {config.gpu.name}"
     capacity = config.capacity_tokens
-    if cache.allocator == "paged":
+    if cache.allocator in PAGED_ALLOCATORS:
         blocks = capacity // cache.block_size_tokens
         if blocks > MAX_POOL_BLOCKS:
             raise ValueError(
@@ -253,7 +253,7 @@ def check_pool_shape(config: ConfigParts) -> None:
             f"cache.reservation: {what}, more than the {capacity:,}-slot pool ({where}); "
             "choose another reservation or raise the KV budget"
         )
-    if cache.allocator == "buddy":
+    if cache.allocator in POWER_OF_TWO_SLABS:
         _check_buddy(config, slab, what, where)
 
 

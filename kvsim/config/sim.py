@@ -22,7 +22,11 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_toml, sha256_file
 from kvsim.base.units import GiB
-from kvsim.config.allocators import PAGED_ALLOCATORS
+from kvsim.config.allocators import (
+    PAGED_ALLOCATORS,
+    caches_prefixes_always,
+    serves_sequence_groups,
+)
 from kvsim.config.cost_spec import CostSpec
 from kvsim.config.hardware import (
     Frozen,
@@ -222,12 +226,12 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
             f"scheduler.preemption_mode: swap moves paged blocks; {cache.allocator!r} is not "
             "paged (use allocator = 'paged', or leave preemption_mode unset to recompute)"
         )
-    if cache.enable_prefix_caching and not (paged or cache.allocator == "radix"):
+    if cache.enable_prefix_caching and not (paged or caches_prefixes_always(cache.allocator)):
         raise ValueError(
             f"cache.enable_prefix_caching: prefix caching needs a paged pool, not "
             f"{cache.allocator!r}"
         )
-    if cache.allocator == "radix" and (wl.n > 1 or wl.beam_width > 1):
+    if not serves_sequence_groups(cache.allocator) and (wl.n > 1 or wl.beam_width > 1):
         raise ValueError(
             "cache.allocator: 'radix' serves single sequences; use 'paged' for n > 1 or beams"
         )

@@ -20,6 +20,7 @@ import numpy as np
 from kvsim.base.limits import MAX_NUM_REQUESTS
 from kvsim.base.say_once import warn_once
 from kvsim.config import SimConfig
+from kvsim.config.allocators import PAGED_ALLOCATORS, serves_sequence_groups
 from kvsim.config.sim import group_over_max_num_seqs
 from kvsim.core.kv.base import Allocator
 from kvsim.engine.build import allocator_from_config
@@ -118,13 +119,13 @@ def check_trace_groups(config: SimConfig, requests: list[Request]) -> None:
     if args.engine == "vllm-v0" and widest.num_seqs > args.max_num_seqs:
         what = f"{where}: request {widest.req_id} has {widest.num_seqs} sequences (n or beam_width)"
         raise ValueError(group_over_max_num_seqs(what, args))
-    paged = allocator == "paged"
+    paged = allocator in PAGED_ALLOCATORS
     if args.engine == "vllm-v0" and paged and config.scheduler.preemption_mode == "recompute":
         raise ValueError(
             f"{where}: {len(groups)} request(s) with n or beam_width > 1; vLLM v0 cannot "
             "recompute a multi-sequence group: leave scheduler.preemption_mode unset or 'swap'"
         )
-    if allocator == "radix":
+    if not serves_sequence_groups(allocator):
         raise ValueError(
             f"{where}: {len(groups)} request(s) with n or beam_width > 1; 'radix' serves single "
             "sequences: use cache.allocator = 'paged'"

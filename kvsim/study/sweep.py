@@ -30,6 +30,7 @@ from kvsim.base.tablefile import csv_twin, write_table
 from kvsim.base.textfile import json_text
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler, dask_map, pool_map
 from kvsim.config import SimConfig
+from kvsim.config.allocators import has_memory_map
 from kvsim.results import read_summary
 from kvsim.study.experiment import LABEL, Experiment, Point, check_name, load_experiment
 from kvsim.study.load import SweepResults, load_sweep
@@ -352,7 +353,7 @@ def run_sweep(
     failures: list[Failure] = []
     unique = {_config(p).key(): p for p in reversed(points)}  # first point per key
     _warn_repeated_points(experiment.name, points, unique)
-    radix = [p for p in unique.values() if _config(p).cache.allocator == "radix"]
+    radix = [p for p in unique.values() if not has_memory_map(_config(p).cache.allocator)]
     if radix and experiment.snapshot_time(quick=quick) is not None:
         logger.warning(
             "snapshot_at_s: %d radix point(s) run without a memory-map snapshot (a radix tree "

@@ -12,6 +12,7 @@ from typing import Any
 from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
+from kvsim.config.allocators import LAYOUTS
 from kvsim.view.report.data import MAX_WAITING_IDS, Run, end_time_s, map_missing_reason, map_payload
 from kvsim.view.report.figures import RUN_COLORS, ecdf_figure, memory_figure
 
@@ -70,9 +71,10 @@ def describe(run: Run) -> str:
     """One line naming the run's model, GPU, policy, pool and requests."""
     cfg = run.results.config
     policy = cfg.cache.allocator
-    if policy == "paged":
+    layout = LAYOUTS[policy]
+    if layout == "blocks":
         policy += f", {cfg.cache.block_size_tokens}-token blocks"
-    elif policy != "radix":
+    elif layout == "slabs":
         policy += f", reservation {cfg.cache.reservation}"
     num = run.results.summary.get("num_requests", len(run.results.requests))
     return (

@@ -21,9 +21,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from kvsim.config.allocators import has_memory_map
 from kvsim.results import Results
 from kvsim.results.columns import CATEGORIES
-from kvsim.view.report.mapcells import SLAB_ALLOCATORS, CellGrid, PoolShape, frame_cells
+from kvsim.view.report.mapcells import CellGrid, PoolShape, frame_cells
 
 MAX_CELLS = 4096  # cells of the map canvas
 MAX_FRAMES = 600  # map frames kept per run
@@ -127,7 +128,7 @@ def end_time_s(run: Run) -> float:
 def map_missing_reason(run: Run) -> str | None:
     """Why ``run`` has no memory map, or ``None`` when it has one."""
     allocator = run.results.config.cache.allocator
-    if allocator not in (*SLAB_ALLOCATORS, "paged"):
+    if not has_memory_map(allocator):
         return (
             f"The {allocator} allocator has no physical memory map: its slots are shared "
             "through a tree, not owned by one request each."

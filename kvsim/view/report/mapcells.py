@@ -24,9 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.base.units import cdiv, next_power_of_2
+from kvsim.config.allocators import PAGED_ALLOCATORS, POWER_OF_TWO_SLABS
 
 IntArray = npt.NDArray[np.int64]
-SLAB_ALLOCATORS = ("first_fit", "best_fit", "buddy")
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,14 @@ class PoolShape:
         capacity = int(summary["capacity_tokens"])
         usable = int(summary.get("usable_capacity_tokens", capacity))
         allocator = str(cache["allocator"])
-        if allocator == "paged":
+        if allocator in PAGED_ALLOCATORS:
             b = int(cache["block_size_tokens"])
             num_blocks = capacity // b
             reserved = [(0, b)] if usable < num_blocks * b else []  # vLLM v1's null block 0
             if num_blocks * b < capacity:
                 reserved.append((num_blocks * b, capacity - num_blocks * b))
             return cls(capacity, allocator, b, tuple(reserved))
-        if allocator == "buddy":
+        if allocator in POWER_OF_TWO_SLABS:
             max_len = int(summary["max_model_len"])
             return cls(capacity, allocator, max_chunk_slots=next_power_of_2(max_len))
         return cls(capacity, allocator)
