@@ -2,8 +2,9 @@
 
 ``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json``,
 ``config.json``, Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``
-(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and ``frames.parquet``;
-``Results.load(folder)`` reads them back.
+(``kvsim.results.exporters``); when frames were captured, ``mapframes.parquet`` and
+``frames.parquet``; a fleet's per-replica table, ``replicas.parquet``. ``Results.load(folder)``
+reads them back.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
+from kvsim.base.textfile import json_text, read_json, read_parquet
 from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
 from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
+from kvsim.results.money import money_summary, price_or_none
 from kvsim.workload.request import Request
-from kvsim.base.textfile import json_text, read_json, read_parquet
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,6 +62,7 @@ class Results:
         self.summary = summary
         self.mapframes = mapframes
         self.frames = frames
+        self.replicas: pd.DataFrame | None = None  # a fleet's per-replica metrics (kvsim.fleet)
         self._request_columns: Columns | None = None
         self._memory_columns: Columns | None = None
 
@@ -121,6 +124,8 @@ class Results:
         if self.mapframes is not None and self.frames is not None:
             write_parquet(self.mapframes, folder / "mapframes.parquet")
             write_parquet(self.frames, folder / "frames.parquet")
+        if self.replicas is not None:
+            write_parquet(self.replicas, folder / "replicas.parquet")
         (folder / "summary.json").write_text(json_text(self.summary, indent=2, sort_keys=True))
         (folder / "config.json").write_text(self.config.canonical_json())
         if exports:
@@ -145,7 +150,7 @@ class Results:
             raise ValueError(f"{folder / 'config.json'}: {format_validation_error(err)}") from None
         maps = folder / "mapframes.parquet"
         summary = read_summary(folder / "summary.json")
-        return cls(
+        results = cls(
             config,
             read_parquet(folder / "requests.parquet"),
             read_parquet(folder / "memory.parquet"),
@@ -153,6 +158,10 @@ class Results:
             read_parquet(maps) if maps.is_file() else None,
             read_parquet(folder / "frames.parquet") if maps.is_file() else None,
         )
+        replicas = folder / "replicas.parquet"
+        if replicas.is_file():
+            results.replicas = read_parquet(replicas)
+        return results
 
 
 def request_rows(requests: Sequence[Request]) -> list[list[Any]]:
@@ -284,6 +293,14 @@ def build_results(
     summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity
     summary["kv_cache_bytes"] = config.kv_cache_bytes
     summary["config_key"] = config.key()
+    summary.update(
+        money_summary(
+            req_table,
+            float(summary["duration_s"]),
+            price_or_none(config.usd_per_hour),
+            config.slo.targets(),
+        )
+    )
     return Results.from_records(config, req_table, memory, summary)
 
 
