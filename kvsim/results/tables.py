@@ -368,9 +368,11 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
 def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
     """``MemoryRecorder.arrays`` as a DataFrame that takes the arrays over without copying them
-    (no rows: object columns, as pandas builds an empty table)."""
+    (no rows: object columns, as pandas builds an empty table); a fleet's ``replica`` column
+    after them."""
     import pandas as pd  # only when a run's tables are built
 
+    names = [*MEMORY_COLUMNS, *(["replica"] if "replica" in columns else [])]
     if not len(columns["time_s"]):
-        return pd.DataFrame([], columns=list(MEMORY_COLUMNS))
-    return pd.DataFrame(columns, columns=list(MEMORY_COLUMNS), copy=False)
+        return pd.DataFrame([], columns=names)
+    return pd.DataFrame(columns, columns=names, copy=False)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvsim.config import SimConfig
-from kvsim.engine import simulate
+from kvsim.fleet import is_fleet, simulate
 from kvsim.results import Results
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def _run_point(config: SimConfig, snapshot_at_s: float | None) -> PointOutcome:
     start = time.perf_counter()
     try:
         # a radix tree has no slot map: its points run without a snapshot
-        no_map = snapshot_at_s is None or config.cache.allocator == "radix"
+        no_map = snapshot_at_s is None or config.cache.allocator == "radix" or is_fleet(config)
         at: tuple[float, ...] = () if no_map or snapshot_at_s is None else (snapshot_at_s,)
         results = simulate(config, map_at_s=at)
         snap = None

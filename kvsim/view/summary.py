@@ -91,7 +91,7 @@ MONEY_ROWS: tuple[Row, ...] = (
     ("usd_per_hour", "GPUs' price (USD per hour)"),
     ("cost_usd", "cost of the run (USD)"),
     ("usd_per_million_output_tokens", "USD per million output tokens"),
-    ("slo_attainment", "requests meeting every [slo] target (share)"),
+    ("slo_attainment", "requests meeting every slo.* target (share)"),
     ("goodput_requests_per_s", "goodput (requests meeting every target / s)"),
     ("goodput_requests_per_usd", "goodput per dollar (requests meeting every target / USD)"),
 )
@@ -215,6 +215,32 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     note = cost_note(summary)
     if note:
         table.caption = note
+    return table
+
+
+REPLICA_SHOWN: tuple[Row, ...] = (
+    ("num_requests", "requests"),
+    ("time_to_first_token_seconds_p50", "TTFT p50"),
+    ("time_to_first_token_seconds_p99", "TTFT p99"),
+    ("request_time_per_output_token_seconds_p99", "TPOT p99"),
+    ("kv_cache_usage_perc", "KV usage"),
+    ("num_preemptions", "preemptions"),
+    ("prefix_cache_hit_rate", "prefix hit rate"),
+)
+
+
+def replica_table(replicas: Any) -> Table:
+    """A fleet's per-replica metrics (``Results.replicas``, a DataFrame) as a rich table."""
+    table = Table(title="replicas", title_justify="left")
+    for name in ("replica", "role", "GPU x TP"):
+        table.add_column(name)
+    for _, label in REPLICA_SHOWN:
+        table.add_column(label, justify="right")
+    for row in replicas.to_dict("records"):
+        cells = [str(row["replica"]), str(row["role"])]
+        cells.append(f"{row['gpu']} x{row['tensor_parallel_size']}")
+        cells += [format_metric(key, row.get(key)) for key, _ in REPLICA_SHOWN]
+        table.add_row(*cells)
     return table
 
 
