@@ -70,8 +70,7 @@ class FleetSpec(Frozen):
             ``prefix_weight`` x precise prefix-cache score + ``kv_usage_weight`` x (1 - KV usage)
             + ``queue_weight`` x queue score, highest wins); ``kv_cost`` (NVIDIA Dynamo's KV
             router: ``overlap_score_weight`` x prefill blocks + decode blocks, lowest wins).
-            ``kvsim.fleet.routers`` gives each rule and its source. Ties go to the lowest
-            replica index.
+            ``kvsim.fleet.routers`` gives each rule and its source. Ties go round robin.
         prefill_replicas: 0 serves every request on one replica (co-located prefill and
             decode); ``p > 0`` makes replicas ``0..p-1`` prefill replicas and the rest decode
             replicas (the router picks one of each).

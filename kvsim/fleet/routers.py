@@ -1,8 +1,11 @@
 """Routers: which replica a request goes to, by the rules real deployments use.
 
 Each router ``pick``s an index of ``candidates`` (the replicas of the role being routed: all of
-them co-located, the prefill or decode ones disaggregated) for a request arriving now. Ties go to
-the lowest index (llm-d's max-score picker breaks them at random; kvsim keeps runs reproducible).
+them co-located, the prefill or decode ones disaggregated) for a request arriving now. Ties go
+round robin: to the first tied candidate after the one this router picked last (the first
+pick's tie to candidate 0). llm-d's max-score picker breaks ties at random; kvsim keeps runs
+reproducible without sending every tie to one replica (equally empty pools are common at low
+load, and the lowest index would take them all).
 
 - ``round_robin``: each in turn (vLLM production stack's ``roundrobin``; Dynamo's default
   ``--router-mode round_robin``).
@@ -43,8 +46,22 @@ class Router:
 
     name: ClassVar[str] = ""
 
+    def __init__(self) -> None:
+        self._last: dict[int, int] = {}  # candidate set (its first replica) -> last pick
+
     def pick(self, request: Request, candidates: Sequence[Replica]) -> int:
         raise NotImplementedError
+
+    def _best(self, values: Sequence[float], candidates: Sequence[Replica], *, low: bool) -> int:
+        """The index of the lowest (``low``) or highest value; ties round robin."""
+        best = min(values) if low else max(values)
+        tied = [i for i, v in enumerate(values) if v == best]
+        key = candidates[0].index
+        last = self._last.get(key, -1)
+        n = len(values)
+        chosen = min(tied, key=lambda i: (i - last - 1) % n)
+        self._last[key] = chosen
+        return chosen
 
 
 class RoundRobin(Router):
@@ -53,6 +70,7 @@ class RoundRobin(Router):
     name = "round_robin"
 
     def __init__(self) -> None:
+        super().__init__()
         self._next: dict[int, int] = {}
 
     def pick(self, request: Request, candidates: Sequence[Replica]) -> int:
@@ -68,8 +86,8 @@ class LeastRequests(Router):
     name = "least_requests"
 
     def pick(self, request: Request, candidates: Sequence[Replica]) -> int:
-        loads = [r.num_outstanding for r in candidates]
-        return loads.index(min(loads))
+        loads = [float(r.num_outstanding) for r in candidates]
+        return self._best(loads, candidates, low=True)
 
 
 class LeastKv(Router):
@@ -79,7 +97,7 @@ class LeastKv(Router):
 
     def pick(self, request: Request, candidates: Sequence[Replica]) -> int:
         usage = [r.kv_usage for r in candidates]
-        return usage.index(min(usage))
+        return self._best(usage, candidates, low=True)
 
 
 def prefix_scores(blocks: Sequence[int]) -> list[float]:
@@ -105,6 +123,7 @@ class PrefixAware(Router):
     name = "prefix"
 
     def __init__(self, prefix_weight: float, kv_usage_weight: float, queue_weight: float):
+        super().__init__()
         self.weights = (prefix_weight, kv_usage_weight, queue_weight)
 
     def scores(self, request: Request, candidates: Sequence[Replica]) -> list[float]:
@@ -120,7 +139,7 @@ class PrefixAware(Router):
 
     def pick(self, request: Request, candidates: Sequence[Replica]) -> int:
         scores = self.scores(request, candidates)
-        return scores.index(max(scores))
+        return self._best(scores, candidates, low=False)
 
 
 class KvCost(Router):
@@ -129,6 +148,7 @@ class KvCost(Router):
     name = "kv_cost"
 
     def __init__(self, overlap_score_weight: float) -> None:
+        super().__init__()
         self.weight = overlap_score_weight
 
     def costs(self, request: Request, candidates: Sequence[Replica]) -> list[float]:
@@ -144,7 +164,7 @@ class KvCost(Router):
 
     def pick(self, request: Request, candidates: Sequence[Replica]) -> int:
         costs = self.costs(request, candidates)
-        return costs.index(min(costs))
+        return self._best(costs, candidates, low=True)
 
 
 def make_router(spec: FleetSpec) -> Router:

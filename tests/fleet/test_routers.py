@@ -52,10 +52,14 @@ def _requests() -> list[Request]:
     ]
 
 
+# Ties go round robin: to the first tied replica after the router's last pick (the first pick's
+# tie to replica 0).
+#
 # round_robin: each in turn -> 0, 1, 0, 1.
 #
 # least_requests (routed, not finished):
-#   r0: [0, 0] tie -> 0;  r1: [1, 0] -> 1;  r2: r1 finished -> [1, 0] -> 1;  r3: [1, 1] tie -> 0.
+#   r0: [0, 0] tie -> 0;  r1: [1, 0] -> 1;  r2: r1 finished -> [1, 0] -> 1;
+#   r3: [1, 1] tie, last pick 1 -> 0.
 #
 # least_kv (held blocks / 100):
 #   r0: [0, 0] -> 0;  r1: [0.05, 0] -> 1;  r2: r1 freed its blocks -> [0.05, 0] -> 1;
@@ -109,3 +113,18 @@ def test_llm_d_normalisations():
     # queue: (max - q) / (max - min); equal queues score 1
     assert queue_scores([4, 4]) == [1.0, 1.0]
     assert queue_scores([0, 2, 4]) == [1.0, 0.5, 0.0]
+
+
+def test_ties_go_round_robin_not_all_to_replica_zero():
+    # four requests at t=0 on three replicas: each is routed before any engine steps, so every
+    # pool is empty at each pick (usage [0, 0, 0]): least_kv's ties go 0, 1, 2, then 0 again
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 3, "router": "least_kv"},
+        }
+    )
+    reqs = [Request(i, 0.0, 100, 5, 5) for i in range(4)]
+    assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 1, 2, 0]
