@@ -17,7 +17,7 @@ JOBS ?= 2
 SCHEDULER ?=
 SWEEP_FLAGS ?=
 
-FLEET_EXPERIMENTS := fleet-routing fleet-disagg
+FLEET_EXPERIMENTS := fleet-routing fleet-disagg fleet-grid
 
 .PHONY: native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
         clean figures experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing \

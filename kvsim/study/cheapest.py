@@ -6,9 +6,10 @@ every target is a capacity plan (``kvsim.study.plan``: the knob ``fleet.replicas
 searched by the plan's k-ary search over cached sweep points; meeting a latency bound gets
 easier with more replicas). A split ``P:D`` grows in units of ``P + D`` replicas, ``P`` of them
 prefill. Options are tried from the cheapest replica up, and an option is searched only up to
-the replicas that would still cost less than the best fleet found so far (one that cannot is
+the replicas that would cost no more than the best fleet found so far (one that cannot is
 reported as such, not run). The answer is the option and replica count of the lowest price per
-hour; ``points`` holds every fleet evaluated (its price and metrics: the frontier).
+hour (between fleets of one price, the one with the most headroom under its binding target);
+``points`` holds every fleet evaluated (its price and metrics: the frontier).
 """
 
 from __future__ import annotations
@@ -187,11 +188,11 @@ def run_cheapest(
         result = OptionResult(option)
         results[index] = result
         unit_price = price * option.unit
-        cheaper = max_replicas // option.unit
+        cheaper = max_replicas // option.unit  # units costing no more than the best
         if math.isfinite(best_cost):
-            cheaper = min(cheaper, math.ceil(best_cost / unit_price) - 1)
+            cheaper = min(cheaper, math.floor(best_cost / unit_price * (1 + 1e-12)))
         if cheaper < 1:
-            result.why_not = f"one unit costs ${unit_price:.2f}/h, not below the best"
+            result.why_not = f"one unit costs ${unit_price:.2f}/h, more than the best"
             continue
 
         def seen(
@@ -213,20 +214,25 @@ def run_cheapest(
         if found.answer is None and pruned:
             most = cheaper * option.unit
             result.why_not = (
-                f"none of up to {most} replicas (all that cost less than ${best_cost:,.2f}/h) "
+                f"none of up to {most} replicas (all that cost at most ${best_cost:,.2f}/h) "
                 "meets every target"
             )
             continue
-        if found.answer is None or found.answer * price >= best_cost:
-            result.why_not = found.why_none or "no fleet of this option is cheaper than the best"
+        if found.answer is None:
+            result.why_not = found.why_none
             continue
         result.replicas = int(found.answer)
         result.usd_per_hour = result.replicas * price
         result.binding, result.headroom = found.binding, found.headroom
-        best_cost = result.usd_per_hour
+        best_cost = min(best_cost, result.usd_per_hour)
     ordered = [results[i] for i in range(len(options))]
     meeting = [i for i, r in enumerate(ordered) if r.usd_per_hour is not None]
-    best = min(meeting, key=lambda i: ordered[i].usd_per_hour or math.inf) if meeting else None
+    # the lowest price; between fleets of one price, the one further under its binding bound
+    best = (
+        min(meeting, key=lambda i: (ordered[i].usd_per_hour or 0.0, -(ordered[i].headroom or 0.0)))
+        if meeting
+        else None
+    )
     folder = plan_folder(out_root, name, quick=bool(quick))
     points = pd.DataFrame(rows).drop_duplicates(subset=["fleet"], keep="last", ignore_index=True)
     return CheapestResult(ordered, best, points, tuple(targets), folder)

@@ -216,7 +216,7 @@ def _fleet_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
     if not fleet:
         return
     table = sweep.summary
-    metrics = [m for m in FLEET_METRICS if m in table and table[m].notna().any()]
+    metrics = [m for m in FLEET_METRICS if m in table and table[m].fillna(0).ne(0).any()]
     labels = row_labels(table, sweep.swept_fields)
     fig = point_bars(table, labels, metrics, title=sweep.meta.get("name", ""))
     _save(fig, out / "fleet.png", written)

@@ -42,7 +42,8 @@ def point_bars(
     for ax, metric in zip(axes, metrics, strict=True):
         values = table[metric].to_numpy(dtype=float)
         bars = ax.bar(xs, values, color="#2a9d8f")
-        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize="x-small")
+        size = "x-small" if len(values) <= 6 else "xx-small"
+        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=size)
         ax.set_xticks(xs, list(labels), rotation=30, ha="right", fontsize="small")
         ax.set_ylabel(textwrap.fill(axis_label(metric), 30, break_long_words=False))
         ax.grid(axis="y", alpha=0.3)

@@ -100,3 +100,24 @@ def test_fleet_bad_input_is_one_clear_line(setting, expected):
     assert expected in result.output
     assert result.output.count("error") == 1
     assert "Traceback" not in result.output
+
+
+def test_a_split_option_grows_in_units_with_its_prefill_share(tmp_path):
+    # P:D = 1:2 grows 3 replicas at a time, a third of them prefill: every fleet evaluated
+    # has 3, 6, 9... replicas, and the answer's price is whole units
+    targets = [Target("time_to_first_token_seconds_p99", 1.0)]
+    option = FleetOption("h100-80gb", 1, (1, 2))
+    seen: list[tuple[int, int]] = []
+
+    def on_point(o, replicas, summary, meets):
+        seen.append((replicas, int(summary.get("num_prefill_replicas", -1))))
+
+    result = run_cheapest(
+        "s", BASE, [option], targets, max_replicas=9, out_root=tmp_path, on_point=on_point
+    )
+    assert seen
+    assert all(r % 3 == 0 and p == r // 3 for r, p in seen)
+    best = result.options[0]
+    if best.replicas is not None:
+        assert best.replicas % 3 == 0
+        assert best.usd_per_hour == pytest.approx(best.replicas * 3.49)
