@@ -90,7 +90,7 @@ $(FLEET_EXPERIMENTS): $(STAMP)
 # requests: one minute of arrivals), p99 TTFT <= 2 s and p99 TPOT <= 50 ms, over H100/H200/A100
 # x TP 2/4/8 x up to 32 replicas: results/plan/cheapest/ (answer.json, points.csv, frontier.png).
 fleet-cheapest: $(STAMP)
-	$(KVSIM) plan --cheapest --gpus h100-80gb,h200,a100-80gb --tp 2,4,8 --max-replicas 32 \
+	$(KVSIM) plan --cheapest --gpus h100-80gb,h200,a100-80gb --tp 2,4,8 --replicas 32 \
 		--target "time_to_first_token_seconds_p99<=2" \
 		--target "request_time_per_output_token_seconds_p99<=0.05" \
 		--set model=llama-3.1-70b --set scheduler.max_model_len=16384 \

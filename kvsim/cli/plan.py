@@ -131,33 +131,42 @@ def plan(
         typer.Option(
             "--cheapest",
             help="Find the cheapest fleet meeting the targets: GPU type x TP x replicas "
-            "(x --split), priced per GPU-hour (kvsim/data/prices.toml).",
+            "(x --split), priced per GPU-hour by the price table.",
         ),
     ] = False,
     gpus: Annotated[
         str | None,
         typer.Option(
-            help="With --cheapest: GPU presets, comma-separated (default: H100, H200, A100 80GB)."
+            metavar="LIST",
+            help="With --cheapest: GPU presets, comma-separated (default: H100, H200, A100 80GB).",
         ),
     ] = None,
     tp: Annotated[
         str | None,
-        typer.Option(help="With --cheapest: TP sizes, comma-separated (default 1,2,4,8)."),
+        typer.Option(
+            metavar="LIST", help="With --cheapest: TP sizes, comma-separated (default 1,2,4,8)."
+        ),
     ] = None,
     split: Annotated[
         list[str] | None,
         typer.Option(
             metavar="P:D",
-            help="With --cheapest: also disaggregated fleets, P prefill "
-            "and D decode replicas per unit (repeatable).",
+            help="With --cheapest: also disaggregated fleets, P prefill and D decode replicas "
+            "per unit (repeatable).",
         ),
     ] = None,
     max_replicas: Annotated[
-        int, typer.Option(min=1, max=1024, help="With --cheapest: most replicas of one kind.")
+        int,
+        typer.Option(
+            "--replicas", metavar="N", help="With --cheapest: most replicas of one kind (16)."
+        ),
     ] = 16,
     scheduler: Annotated[
         str | None,
-        typer.Option(help="Run the points on Dask: 'local' or tcp://HOST:PORT (as kvsim sweep)."),
+        typer.Option(
+            metavar="ADDRESS",
+            help="Run the points on Dask: 'local' or tcp://HOST:PORT (as kvsim sweep).",
+        ),
     ] = None,
 ) -> None:
     """Find the smallest KV budget, largest rate, smallest TP or largest max_num_seqs for targets.
@@ -190,6 +199,8 @@ def plan(
             raise ValueError("plan: give --smallest or --largest, not both")
         path, is_plan = _source(source)
         if cheapest:
+            if not 1 <= max_replicas <= 1024:
+                raise ValueError(f"--replicas: expected 1 to 1024, got {max_replicas}")
             if smallest or largest or is_plan:
                 raise ValueError(
                     "plan --cheapest searches GPU type, TP and replicas itself: give a config "

@@ -48,7 +48,7 @@ def test_replica_price_reads_the_table_or_the_config():
 def test_cli_cheapest_writes_answer_points_and_frontier(tmp_path):
     args = [
         "plan", "--cheapest", "--gpus", "h100-80gb,a100-80gb", "--tp", "1",
-        "--max-replicas", "4", "--target", "time_to_first_token_seconds_p99<=0.5",
+        "--replicas", "4", "--target", "time_to_first_token_seconds_p99<=0.5",
         "--set", "model=llama-3.1-8b", "--set", "scheduler.max_model_len=4096",
         "--set", "workload.lengths=lognormal", "--set", "workload.num_requests=100",
         "--set", "workload.rate_per_s=20", "--out", str(tmp_path), "--no-progress",
