@@ -121,3 +121,28 @@ def test_a_split_option_grows_in_units_with_its_prefill_share(tmp_path):
     if best.replicas is not None:
         assert best.replicas % 3 == 0
         assert best.usd_per_hour == pytest.approx(best.replicas * 3.49)
+
+
+def test_each_replica_has_its_own_gpu_and_price():
+    from kvsim import config_from_dict, simulate
+
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "workload": {"num_requests": 20, "rate_per_s": 10.0},
+            "fleet": {
+                "replicas": 3,
+                "replica_overrides": [{}, {"gpu": "h200", "parallel": {"tensor_parallel_size": 2}}],
+            },
+        }
+    )
+    results = simulate(cfg)
+    assert results.replicas["gpu"].tolist() == ["h100-80gb", "h200", "h100-80gb"]
+    assert results.replicas["tensor_parallel_size"].tolist() == [1, 2, 1]
+    # 1 x 3.49 + 2 x 4.59 + 1 x 3.49 USD per hour (kvsim/data/prices.toml)
+    assert results.summary["usd_per_hour"] == pytest.approx(3.49 + 9.18 + 3.49)
+    assert results.summary["num_gpus"] == 4
+    with pytest.raises(ValueError, match=r"replica_overrides\[0\]: 'workload' is the fleet's"):
+        config_from_dict({"fleet": {"replicas": 2, "replica_overrides": [{"workload": {}}]}})
