@@ -17,8 +17,11 @@ JOBS ?= 2
 SCHEDULER ?=
 SWEEP_FLAGS ?=
 
+FLEET_EXPERIMENTS := fleet-routing fleet-disagg fleet-grid
+
 .PHONY: native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
-        clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing
+        clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing \
+        fleet $(FLEET_EXPERIMENTS) fleet-cheapest
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -73,7 +76,7 @@ bench: $(NATIVE_STAMP)
 
 # The 1 M-request runs (peak RSS); merged into results/bench/bench.json.
 bench-large: $(NATIVE_STAMP)
-	$(BENCH) --out $(CURDIR)/results/bench --large --only azure_conv_1m_paged azure_conv_1m_shared_prefix
+	$(BENCH) --out $(CURDIR)/results/bench --large --only azure_conv_1m_paged azure_conv_1m_shared_prefix fleet_16x100k
 
 bench-sweep: $(NATIVE_STAMP)
 	cd $(NATIVE_VENV) && bin/python -c "import sys; sys.path.append('$(CURDIR)'); \
@@ -85,6 +88,25 @@ $(EXPERIMENTS): $(STAMP)
 	$(KVSIM) sweep experiments/$@.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS)
 
 experiments: $(EXPERIMENTS)
+
+# Fleets (docs/fleet.md): routers on the Mooncake trace, P/D splits against co-located replicas,
+# then their figures (results/NAME/figures/fleet.png); the traces come from KVSIM_DATA.
+$(FLEET_EXPERIMENTS): $(STAMP)
+	$(KVSIM) sweep experiments/$@.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS)
+	$(KVSIM) plot results/$@
+
+# The cheapest fleet for Llama-3.1-70B on the Azure conversation lengths at 20 req/s (1,200
+# requests: one minute of arrivals), p99 TTFT <= 2 s and p99 TPOT <= 50 ms, over H100/H200/A100
+# x TP 2/4/8 x up to 32 replicas: results/plan/cheapest/ (answer.json, points.csv, frontier.png).
+fleet-cheapest: $(STAMP)
+	$(KVSIM) plan --cheapest --gpus h100-80gb,h200,a100-80gb --tp 2,4,8 --replicas 32 \
+		--target "time_to_first_token_seconds_p99<=2" \
+		--target "request_time_per_output_token_seconds_p99<=0.05" \
+		--set model=llama-3.1-70b --set scheduler.max_model_len=16384 \
+		--set workload=azure_conv --set workload.arrival=poisson --set workload.rate_per_s=20 \
+		--set workload.num_requests=1200 -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+
+fleet: $(FLEET_EXPERIMENTS) fleet-cheapest
 
 # PNGs under results/NAME/figures/ for every experiment that has results.
 figures: $(STAMP)

@@ -20,6 +20,9 @@ under ``vllm-v1`` caches prefixes):
   prefill:decode, Llama-2-70B with tensor parallel 2 on A100-80GB and a KV pool of 3,328 blocks
   of 16 tokens per GPU, max_num_seqs 128, max_num_batched_tokens 4,096; ``vidur_v1_process``
   times a whole fresh interpreter (imports, workload, simulation) on it.
+* ``fleet_16x100k`` (``--large``): a fleet of 16 replicas (one A100-80GB each, least
+  outstanding requests routing) serving 100,000 requests of the Azure conversation lengths at 16
+  times the trace's mean rate, every engine in one process and one SimPy environment.
 * ``--large`` (``make bench-large``): ``azure_conv_1m_paged`` and ``azure_conv_1m_shared_prefix``
   (the 100k run's workload at 1,000,000 requests; the latter with a 256-token system prompt
   shared by every request, so every block is keyed and cached), for peak RSS and t(1M)/t(100k).
@@ -126,7 +129,13 @@ GROUPS: dict[str, dict[str, dict[str, Any]]] = {
         "vidur_v0": {**VIDUR_V1, "scheduler": {**VIDUR_V1["scheduler"], "engine": "vllm-v0"}},
     },
 }
+FLEET_16X100K = {
+    **azure_resampled(100_000),
+    "fleet": {"replicas": 16, "router": "least_requests"},
+}
+FLEET_16X100K["workload"] = {**FLEET_16X100K["workload"], "rate_per_s": 16 * AZURE_RATE_PER_S}
 LARGE_GROUPS: dict[str, dict[str, dict[str, Any]]] = {
+    "fleet_16x100k": {"fleet_16x100k": FLEET_16X100K},
     "azure_conv_1m_paged": {
         "azure_conv_1m_paged": with_cache(azure_resampled(1_000_000), allocator="paged")
     },
@@ -153,7 +162,7 @@ def peak_rss_bytes() -> int:
 def run_benchmark(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Simulate one benchmark and time it; returns its bench.json entry."""
     from kvsim.config import config_from_dict
-    from kvsim.engine import simulate
+    from kvsim.fleet import simulate  # one engine, or a fleet
 
     config = config_from_dict(spec)
     start: list[float] = []
@@ -342,6 +351,13 @@ TARGETS = (
         "peak RSS, 1 M requests, prefix caching",
         lambda r: r["azure_conv_1m_shared_prefix"]["peak_rss_bytes"] / 2**30,
         1.0,
+        False,
+        " GiB",
+    ),
+    Target(
+        "peak RSS, a fleet of 16 replicas x 100k requests in one process",
+        lambda r: r["fleet_16x100k"]["peak_rss_bytes"] / 2**30,
+        2.0,
         False,
         " GiB",
     ),

@@ -18,7 +18,7 @@ _EXPORTS = {
     "SimConfig": "kvsim.config",
     "config_from_dict": "kvsim.config",
     "load_config": "kvsim.config",
-    "simulate": "kvsim.engine",
+    "simulate": "kvsim.fleet",
     "Results": "kvsim.results",
     "requests_for": "kvsim.engine.intake",
     "Request": "kvsim.workload.request",
@@ -44,8 +44,8 @@ __all__ = [
 if TYPE_CHECKING:
     __version__: str
     from kvsim.config import SimConfig, config_from_dict, load_config
-    from kvsim.engine import simulate
     from kvsim.engine.intake import requests_for
+    from kvsim.fleet import simulate
     from kvsim.results import Results
     from kvsim.study.load import load_sweep
     from kvsim.study.sweep import open_experiment

@@ -126,6 +126,48 @@ def plan(
     quick: Annotated[bool, typer.Option(help="Small runs: the plan's \\[quick] table.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,
+    cheapest: Annotated[
+        bool,
+        typer.Option(
+            "--cheapest",
+            help="Find the cheapest fleet meeting the targets: GPU type x TP x replicas "
+            "(x --split), priced per GPU-hour by the price table.",
+        ),
+    ] = False,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            metavar="LIST",
+            help="With --cheapest: GPU presets, comma-separated (default: H100, H200, A100 80GB).",
+        ),
+    ] = None,
+    tp: Annotated[
+        str | None,
+        typer.Option(
+            metavar="LIST", help="With --cheapest: TP sizes, comma-separated (default 1,2,4,8)."
+        ),
+    ] = None,
+    split: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="P:D",
+            help="With --cheapest: also disaggregated fleets, P prefill and D decode replicas "
+            "per unit (repeatable).",
+        ),
+    ] = None,
+    max_replicas: Annotated[
+        int,
+        typer.Option(
+            "--replicas", metavar="N", help="With --cheapest: most replicas of one kind (16)."
+        ),
+    ] = 16,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ADDRESS",
+            help="Run the points on Dask: 'local' or tcp://HOST:PORT (as kvsim sweep).",
+        ),
+    ] = None,
 ) -> None:
     """Find the smallest KV budget, largest rate, smallest TP or largest max_num_seqs for targets.
 
@@ -156,6 +198,34 @@ def plan(
         if smallest and largest:
             raise ValueError("plan: give --smallest or --largest, not both")
         path, is_plan = _source(source)
+        if cheapest:
+            if not 1 <= max_replicas <= 1024:
+                raise ValueError(f"--replicas: expected 1 to 1024, got {max_replicas}")
+            if smallest or largest or is_plan:
+                raise ValueError(
+                    "plan --cheapest searches GPU type, TP and replicas itself: give a config "
+                    "(not a plan) and targets, without --smallest or --largest"
+                )
+            from kvsim.cli.cheapest import run_cheapest_command
+
+            base = _config_table(path)
+            apply_overrides(base, parse_overrides(set_ or []))
+            targets = list(tightest([Target.parse(t) for t in target or []]))
+            _check_targets(targets)
+            run_cheapest_command(
+                base,
+                targets,
+                gpus=gpus,
+                tp=tp,
+                splits=split or [],
+                max_replicas=max_replicas,
+                name=name,
+                out=out,
+                jobs=jobs,
+                scheduler=scheduler,
+                quick={"workload.num_requests": 100} if quick else None,
+            )
+            return
         question: dict[str, Any] = {}
         knob = smallest or largest
         if knob:
@@ -190,7 +260,7 @@ def plan(
         if name:
             the_plan = dataclasses.replace(the_plan, name=name)
         _keep_other_plans_answers(the_plan.name, path if is_plan else None, out, quick)
-        _check_targets(the_plan)
+        _check_targets(the_plan.targets)
         the_plan.check_field()
         console.print(
             f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "
@@ -219,7 +289,9 @@ def plan(
             bar.update(1)
 
         with bar:
-            result = run_plan(the_plan, out, jobs=jobs, quick=quick, on_point=show)
+            result = run_plan(
+                the_plan, out, jobs=jobs, quick=quick, on_point=show, scheduler=scheduler
+            )
         written = save_plan(result)
         console.print(_answer_table(result))
         _note_short_window(the_plan, result.answer, quick)
@@ -374,12 +446,12 @@ def _default_name(question: dict[str, Any]) -> str:
     return f"{question['direction']}-{str(question['field']).rpartition('.')[2]}"
 
 
-def _check_targets(the_plan: Any) -> None:
+def _check_targets(targets: Any) -> None:
     """Fail before simulating on a target metric no summary has (a typo)."""
     from kvsim.study.targets import target_metrics
 
     known = target_metrics()
-    for t in the_plan.targets:
+    for t in targets:
         if t.metric not in known:
             close = [m for m in known if t.metric.rpartition("_")[0] in m][:6]
             raise ValueError(

@@ -53,9 +53,9 @@ def run(
         from tqdm import tqdm
 
         from kvsim.config import config_from_dict, load_config
-        from kvsim.engine import simulate
         from kvsim.engine.intake import requests_for
-        from kvsim.view.summary import summary_table
+        from kvsim.fleet import is_fleet, simulate
+        from kvsim.view.summary import replica_table, summary_table
 
         check_out_dir(out)
         overrides = parse_overrides(set_ or [])
@@ -76,8 +76,8 @@ def run(
                 bar.set_description("simulating")
 
             every = map_interval_s([r.arrival_time_s for r in requests], map_frames)
-            if out is None or not has_memory_map(cfg.cache.allocator):
-                every = None  # frames are only written with --out; a radix tree has no map
+            if out is None or not has_memory_map(cfg.cache.allocator) or is_fleet(cfg):
+                every = None  # frames are only written with --out; a tree or a fleet has no map
             results = simulate(
                 cfg,
                 requests,
@@ -90,6 +90,8 @@ def run(
         rejected = int(results.summary.get("num_requests_rejected", 0))
         title = run_title(cfg, len(requests), rejected)
         console.print(summary_table(results.summary, title))
+        if results.replicas is not None:
+            console.print(replica_table(results.replicas))
         if out is not None:
             results.save(out)
             console.print(f"results written to {out}/")
@@ -122,6 +124,12 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     elif layout == "slabs":
         policy += "/" + cfg.cache.reservation
     batching = ", request-level batching" if args.batching == "request" else ""
+    fleet = cfg.fleet
+    if fleet is not None:
+        split = f", {fleet.prefill_replicas} prefill" if fleet.disaggregated else ""
+        policy += f"; {fleet.replicas} replicas{split}, {fleet.router} router"
+    if cfg.workload.max_concurrency is not None:
+        policy += f"; {plural(cfg.workload.max_concurrency, 'closed-loop user')}"
     requests = plural(num_requests, "request")
     if num_rejected:
         requests += f" ({num_requests - num_rejected:,} run, {num_rejected:,} rejected)"

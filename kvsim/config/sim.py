@@ -17,7 +17,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_toml, sha256_file
@@ -28,6 +35,7 @@ from kvsim.config.allocators import (
     serves_sequence_groups,
 )
 from kvsim.config.cost_spec import CostSpec
+from kvsim.config.fleet import FleetSpec, PricingSpec, SloSpec, gpu_price_per_hour
 from kvsim.config.hardware import (
     Frozen,
     GpuSpec,
@@ -63,6 +71,9 @@ class SimConfig(Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: WorkloadSpec = WorkloadSpec()
     cost: CostSpec = CostSpec()
+    fleet: FleetSpec | None = None
+    slo: SloSpec = SloSpec()
+    pricing: PricingSpec = PricingSpec()
     seed: int = Field(default=0, ge=0, le=2**64 - 1)
     debug_invariants: bool = False
     record_memory: bool = True
@@ -98,6 +109,72 @@ class SimConfig(Frozen):
             except FileNotFoundError as err:
                 raise ValueError(str(err)) from None
         return value
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_sections(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave ``fleet``, ``slo`` and ``pricing`` out when unset, so a config without them
+        keeps its canonical hash (and its sweep points)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("fleet") is None:
+            data.pop("fleet", None)
+        for key in ("slo", "pricing"):
+            if not any(v is not None for v in data.get(key, {}).values()):
+                data.pop(key, None)
+        return data
+
+    @cached_property
+    def replica_configs(self) -> tuple[SimConfig, ...]:
+        """Each replica's config (``fleet.replica_overrides`` over this config's sections, no
+        ``fleet``); ``(self,)`` without a fleet.
+
+        Raises:
+            ValueError: a replica's table makes an invalid config (naming the replica).
+        """
+        fleet = self.fleet
+        if fleet is None:
+            return (self,)
+        base = self.model_dump(mode="json")
+        base.pop("fleet", None)
+        out: list[SimConfig] = []
+        plain = None
+        for i in range(fleet.replicas):
+            table = fleet.replica_overrides[i] if i < len(fleet.replica_overrides) else None
+            if not table:
+                plain = plain or SimConfig.model_validate(base)
+                out.append(plain)
+                continue
+            data = copy.deepcopy(base)
+            for section, value in table.items():
+                if isinstance(value, dict) and isinstance(data.get(section), dict):
+                    if "preset" in value:  # a preset replaces the section
+                        data[section] = value
+                    else:
+                        data[section] = {**data[section], **value}
+                else:
+                    data[section] = value
+            try:
+                out.append(SimConfig.model_validate(data))
+            except ValidationError as err:
+                raise ValueError(
+                    f"fleet.replica_overrides[{i}]: {format_validation_error(err)}"
+                ) from None
+        return tuple(out)
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the run holds: every replica's ``world_size``."""
+        return sum(c.parallel.world_size for c in self.replica_configs)
+
+    def usd_per_hour(self) -> float:
+        """What the run's GPUs cost per hour (every replica's GPUs at its GPU's price).
+
+        Raises:
+            ValueError: a GPU without a price (``kvsim.config.fleet.gpu_price_per_hour``).
+        """
+        return sum(
+            c.parallel.world_size * gpu_price_per_hour(c.gpu.name, c.pricing)
+            for c in self.replica_configs
+        )
 
     @cached_property
     def engine_args(self) -> EngineArgs:
@@ -145,6 +222,7 @@ class SimConfig(Frozen):
         check_pool_shape(self)
         _check_workload_fits_profile(self, args)
         _check_blocks(self)
+        _check_fleet(self)
         if args.max_model_len > self.model.max_position_embeddings:
             warn_once(
                 logger,
@@ -198,6 +276,26 @@ def _check_blocks(config: SimConfig) -> None:
             f"{config.capacity_tokens:,}-slot KV pool {blocks} block(s), fewer than "
             f"{1 + config.engine_args.reserve_null_block} (vLLM v1 reserves block 0); lower it"
         )
+
+
+def _check_fleet(config: SimConfig) -> None:
+    """A disaggregated fleet runs vLLM v1 on paged pools (its KV connector is a v1 feature),
+    and every replica's config is valid (``SimConfig.replica_configs``)."""
+    fleet = config.fleet
+    if fleet is None:
+        return
+    for i, replica in enumerate(config.replica_configs):
+        if fleet.disaggregated and replica.engine_args.engine != "vllm-v1":
+            raise ValueError(
+                f"fleet.prefill_replicas: disaggregated prefill moves KV through vLLM v1's KV "
+                f"connector; replica {i} runs {replica.engine_args.engine!r} (set "
+                "scheduler.engine = 'vllm-v1')"
+            )
+        if fleet.disaggregated and replica.cache.allocator != "paged":
+            raise ValueError(
+                f"fleet.prefill_replicas: disaggregated prefill moves paged blocks; replica {i}"
+                f" uses {replica.cache.allocator!r} (set cache.allocator = 'paged')"
+            )
 
 
 def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:

@@ -1,22 +1,31 @@
 """SimPy wiring: an arrival source and one engine loop (``Engine``).
 
 The engine loop plans a step with the profile's scheduler, asks the cost model for its duration,
-records where the KV slots went and yields one timeout. Stable decode stretches are
-fast-forwarded: one event covers every step up to the next finish, the next failed growth, or
-(when nobody waits) the step during which the next request arrives. No process or event per
-token.
+yields one timeout, then applies the step: its slots, the recorded categories, the finishes.
+Stable decode stretches are fast-forwarded: one event covers every step up to the next finish,
+the next failed growth, or (when nobody waits) the step during which the next request arrives.
+No process or event per token.
+
+Requests reach an engine in one of two ways. A run of one engine knows every arrival ahead
+(``arrival_source`` releases them), so a span is cut up front at the next arrival. An engine of
+a fleet (``kvsim.fleet``) is handed requests as a router picks it (``submit``), or as another
+replica's prefill hands it a request's KV (``expect``): a span in flight when nobody waited is
+then cut to end with the step in flight, by the same rule (``Engine.submit``). Either way a
+span's slots are taken once it ends (``SchedulerCore.extend``), so cutting it is free.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvsim.config import SimConfig
+from kvsim.core.kv.base import NO_HIT
 from kvsim.core.scheduler import StepPlan
 from kvsim.engine.build import build_parts
 from kvsim.engine.frames import FrameRecorder, has_map
@@ -32,19 +41,48 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class InFlight:
+    """The event an engine is waiting out: planned at ``start_s`` with ``durations`` (seconds),
+    of which it now covers ``num_steps``; ``cuttable`` when nobody waited as it was planned (an
+    arrival then ends it with the step in flight)."""
+
+    start_s: float
+    durations: list[float]
+    num_steps: int
+    cuttable: bool
+
+
+@dataclass(slots=True, frozen=True)
+class PlanTime:
+    """What the recorder and the memory map read as an event was planned: the waiting queue's
+    length, its head and ids, and the requests released so far."""
+
+    num_waiting: int
+    head: tuple[Request, int] | None
+    num_arrived: int
+    waiting_ids: tuple[int, ...]
+
+
 class Engine:
     """The simulated serving engine: owns the scheduler, cost model and recorders.
 
-    A finished request's row goes to ``log`` and the engine lets go of the request (the
-    caller's list is not kept: a caller that drops its own reference frees each request when
-    it finishes).
+    A finished request's row goes to ``on_done`` (by default ``log``) and the engine lets go of
+    the request (the caller's list is not kept: a caller that drops its own reference frees
+    each request when it finishes).
 
     Args:
-        env: the SimPy environment.
+        env: the SimPy environment (several engines may share one: a fleet).
         config: the run's config.
-        requests: the workload, sorted by ``arrival_time_s``, every one runnable.
+        requests: the workload ``arrival_source`` releases, sorted by ``arrival_time_s``, every
+            one runnable; empty for an engine that is handed its requests (``submit``).
         on_finish: called with the number of requests finished by each event (progress bars).
         frames: captures memory-map frames during the run (``kvsim.engine.frames``), or ``None``.
+        workload: every request a fleet may hand this engine (the pool notes what they share);
+            given, the engine runs until its environment stops instead of until ``requests``
+            finish.
+        on_done: called with ``(row, request)`` as each request finishes (``row``: its place in
+            the workload); ``None``: ``log.add``.
     """
 
     def __init__(
@@ -54,11 +92,16 @@ class Engine:
         requests: list[Request],
         on_finish: Callable[[int], None] | None = None,
         frames: FrameRecorder | None = None,
+        *,
+        workload: Sequence[Request] | None = None,
+        on_done: Callable[[int, Request], None] | None = None,
     ) -> None:
         self.env = env
         self.config = config
         # the memory map reads block ids: no anonymous bulk blocks then
-        parts = build_parts(config, requests, pooled=frames is None)
+        parts = build_parts(
+            config, requests if workload is None else workload, pooled=frames is None
+        )
         self.allocator, self.swap = parts.allocator, parts.swap
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
@@ -70,38 +113,106 @@ class Engine:
                 f"memory-map frames need a paged or slab allocator, not {config.cache.allocator!r}"
             )
         self.max_span_steps = 1 if config.memory_resolution == "step" else MAX_SPAN_STEPS
-        self.num_requests = len(requests)
+        self.handed = workload is not None  # requests come through submit(), times unknown
+        self.num_requests: int | None = None if self.handed else len(requests)
         self.num_arrived = 0
         self.num_finished = 0
         self._wake: simpy.Event = env.event()
         arrivals = np.array([r.arrival_time_s for r in requests])  # int64 when all are ints
         self.log = RequestLog(arrivals)
+        self.on_done = self.log.add if on_done is None else on_done
+        # the arrival times known ahead (a lone engine), or those handed so far (a fleet's)
         self._arrival_list: list[float] = arrivals.astype(np.float64, copy=False).tolist()
         self._to_arrive = deque(requests)
         self._row: dict[Request, int] = {}  # arrived, unfinished request -> its workload row
+        self._in_flight: InFlight | None = None
+        self.process: simpy.Process | None = None
+        # requests whose prompt KV another replica computes (disaggregated prefill)
+        self._incoming: deque[tuple[Request, int]] = deque()
+        self.holding: set[Request] = set()  # hold blocks, not yet running: KV on its way
+        self.on_receive: Callable[[Request, int, int], None] | None = None
 
+    # -- requests in ----------------------------------------------------------------------------
     def arrival_source(self) -> Generator[simpy.Event, Any, None]:
         """SimPy process: releases each request into the waiting queue at its arrival time."""
-        for row in range(self.num_requests):
+        for row in range(len(self._to_arrive)):
             req = self._to_arrive.popleft()
             delay = req.arrival_time_s - self.env.now
             if delay > 0:
                 yield self.env.timeout(delay)
-            self._row[req] = row
-            self.scheduler.add_request(req)
-            self.num_arrived += 1
-            if not self._wake.triggered:
-                self._wake.succeed()
+            self.submit(req, row)
 
+    def submit(self, req: Request, row: int) -> None:
+        """``req`` (the workload's ``row``-th request) arrives now: it joins the waiting queue.
+
+        A fast-forwarded span in flight that nobody waited for is cut to end with the step in
+        flight (the up-front cut of a known arrival, ``_cut_span``, made late)."""
+        self._row[req] = row
+        self.scheduler.add_request(req)
+        self.num_arrived += 1
+        if self.handed:
+            self._arrival_list.append(self.env.now)
+        self._arrived()
+
+    def expect(self, req: Request, row: int) -> None:
+        """``req``'s prompt was computed on another replica: at this engine's next step its
+        blocks are taken (``_take_incoming``), ``on_receive`` starts the transfer, and
+        ``submit`` hands it over once its KV is here (vLLM v1's ``WAITING_FOR_REMOTE_KVS``)."""
+        self._incoming.append((req, row))
+        self._arrived()
+
+    def _arrived(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+        event = self._in_flight
+        if event is None or not event.cuttable:
+            return
+        keep = steps_before(event.durations, self.env.now - event.start_s, "left") + 1
+        if keep < event.num_steps:
+            event.num_steps = keep
+            assert self.process is not None, "a handed engine runs as its process"
+            self.process.interrupt()
+
+    def _take_incoming(self) -> None:
+        """Take blocks for the whole prompt of each expected request, first come first, while
+        they fit (vLLM 0.34.0 ``Scheduler.schedule`` allocates a remote prefill's blocks, less
+        its local prefix hits, then parks it in ``WAITING_FOR_REMOTE_KVS``; the NIXL connector
+        pulls every prompt token it lacks: ``nixl/pull_scheduler.py``
+        ``get_num_new_matched_tokens``)."""
+        allocator = self.allocator
+        while self._incoming:
+            req, row = self._incoming[0]
+            hit = allocator.find_cached_prefix(req) if allocator.caches_prefixes else NO_HIT
+            if allocator.allocate(req, req.prompt_tokens, hit) is None:
+                return
+            self._incoming.popleft()
+            req.num_held_slots = allocator.held_slots(req.req_id)
+            self.holding.add(req)
+            assert self.on_receive is not None, "expect() needs on_receive"
+            self.on_receive(req, row, req.prompt_tokens - hit.num_tokens)
+
+    @property
+    def num_incoming(self) -> int:
+        """Requests expected whose blocks are not taken yet."""
+        return len(self._incoming)
+
+    # -- the loop -------------------------------------------------------------------------------
     def engine_loop(self) -> Generator[simpy.Event, Any, None]:
         """SimPy process: one scheduling step (or fast-forwarded decode span) per event."""
+        import simpy  # (kvsim imports SimPy only to run)
+
+        self.process = self.env.active_process
         total = self.num_requests
-        while self.num_finished < total:
+        while total is None or self.num_finished < total:
+            if self._incoming:
+                self._take_incoming()
             if not self.scheduler.has_work():
                 self._wake = self.env.event()
                 yield self._wake
                 continue
             plan = self.scheduler.schedule()
+            if self.holding:
+                self.holding.difference_update(plan.scheduled)
             if plan.is_empty and not plan.swap_blocks and not plan.num_cohort:
                 if plan.num_preempted:
                     continue  # everything running was preempted: replan at once (vLLM does too)
@@ -111,20 +222,36 @@ class Engine:
                 if req.first_scheduled_time_s is None:
                     req.first_scheduled_time_s = now
             timing = self._plan_durations(plan)
+            at = self._plan_time()
+            cuttable = self.handed and timing.num_steps > 1 and not at.num_waiting
+            event = self._in_flight = InFlight(now, timing.durations, timing.num_steps, cuttable)
+            delay_s = timing.total_s
+            while True:
+                try:
+                    yield self.env.timeout(delay_s)
+                    break
+                except simpy.Interrupt:  # an arrival cut the span (``_arrived``)
+                    timing = span_timing(timing.durations[: event.num_steps])
+                    delay_s = now + timing.total_s - self.env.now
+            self._in_flight = None
+            self.scheduler.extend(plan, timing.num_steps)
             if self.config.debug_invariants:
                 self._check_invariants()
-            self._record(plan, timing)
+            self._record(plan, timing, now, at)
             if self.frames is not None:
-                self._capture_frames(plan, timing)
-            step0_end_s = now + timing.step0_s
-            yield self.env.timeout(timing.total_s)
-            finished = self.scheduler.complete(plan, self.env.now, step0_end_s)
+                self._capture_frames(plan, timing, now, at)
+            finished = self.scheduler.complete(plan, self.env.now, now + timing.step0_s)
             if finished:
                 for req in finished:
-                    self.log.add(self._row.pop(req), req)
+                    self.on_done(self._row.pop(req), req)
                 self.num_finished += len(finished)
                 if self.on_finish is not None:
                     self.on_finish(len(finished))
+
+    def _plan_time(self) -> PlanTime:
+        scheduler = self.scheduler
+        ids = tuple(r.req_id for r in scheduler.waiting) if self.frames is not None else ()
+        return PlanTime(len(scheduler.waiting), scheduler.head_of_queue(), self.num_arrived, ids)
 
     @property
     def num_preemptions(self) -> int:
@@ -149,8 +276,15 @@ class Engine:
             "n / beam_width / max_model_len"
         )
 
+    def _next_known_arrival_s(self) -> float | None:
+        """The next arrival known ahead when nobody waits (a lone engine), else ``None``."""
+        if self.scheduler.waiting or self.num_arrived >= len(self._arrival_list):
+            return None
+        return self._arrival_list[self.num_arrived]
+
     def _plan_durations(self, plan: StepPlan) -> Timing:
-        """Fast-forward ``plan`` as far as nothing changes and return its step durations.
+        """How far ``plan`` can be fast-forwarded while nothing changes, as its step durations
+        (the span's slots are taken when it ends: ``SchedulerCore.extend``).
 
         Step 0 runs the scheduled work; step ``j >= 1`` decodes every member, reading
         ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
@@ -159,13 +293,12 @@ class Engine:
         step0_s = self.cost.step_s(*plan.work)
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
-            until = None  # computed only up to the next arrival when nobody waits (_cut_span)
-            if not self.scheduler.waiting and self.num_arrived < self.num_requests:
-                until = self._arrival_list[self.num_arrived] - self.env.now
+            until = self._next_known_arrival_s()  # durations only up to it (_cut_span)
+            if until is not None:
+                until -= self.env.now
             durations = self.cost.span_durations(step0_s, start, num_seqs, k - 1, until)
             k = self._cut_span(durations)
             if k > 1:
-                self.scheduler.extend(plan, k)
                 return span_timing(durations[:k])
         if plan.swap_blocks:  # [swap] PCIe transfers of this step
             swap_s = self.cost.swap_s(plan.swap_blocks)
@@ -177,8 +310,9 @@ class Engine:
         """Steps of a span to keep: up to the step during which the next request arrives when
         nobody waits, and up to the step in flight at the next memory-map capture."""
         k = len(durations)
-        if not self.scheduler.waiting and self.num_arrived < self.num_requests:
-            until_arrival = self._arrival_list[self.num_arrived] - self.env.now
+        next_arrival = self._next_known_arrival_s()
+        if next_arrival is not None:
+            until_arrival = next_arrival - self.env.now
             k = min(k, steps_before(durations, until_arrival, "left") + 1)
         capture = self.frames.next_time() if self.frames is not None else None
         if capture is not None and capture > self.env.now:
@@ -186,46 +320,50 @@ class Engine:
             k = min(k, steps_before(durations, until, "right") + 1)
         return k
 
-    def _capture_frames(self, plan: StepPlan, timing: Timing) -> None:
+    def _capture_frames(self, plan: StepPlan, timing: Timing, now: float, at: PlanTime) -> None:
         """Frames due before this span ends: an idle gap before it shows an empty pool; in it,
         the pool during its last step (the span was cut to end with the step in flight)."""
         assert self.frames is not None
-        now, end = self.env.now, self.env.now + timing.total_s
+        end = now + timing.total_s
         due = self.frames.pop_due(end)
         if not due:
             return
         tokens = last_step_tokens(self.scheduler.lazy, plan, timing.num_steps)
-        head = self.scheduler.head_of_queue()
-        need = self.allocator.admission_slots_needed(*head) if head is not None else 0
-        waiting = [r.req_id for r in self.scheduler.waiting]
+        need = self.allocator.admission_slots_needed(*at.head) if at.head is not None else 0
+        waiting = list(at.waiting_ids)
         for t in due:
             if t < now:
                 self.frames.capture(t, self.allocator, {}, 0, [], 0)
             else:
                 self.frames.capture(t, self.allocator, tokens, len(tokens), waiting, need)
 
-    def _record(self, plan: StepPlan, timing: Timing) -> None:
+    def _record(self, plan: StepPlan, timing: Timing, now: float, at: PlanTime) -> None:
         """One memory row for the plan's steps, from the cohort's running totals
-        (``kvsim.engine.span``)."""
+        (``kvsim.engine.span``), plus the blocks of requests whose KV is on its way."""
         if not self.config.record_memory:
             return
         scheduler = self.scheduler
         slots = event_slots(scheduler.lazy, plan, timing.num_steps)
         slots.across = self.allocator.shared_slots()
         slots.overhead = self.allocator.overhead_slots
+        for req in self.holding:  # (a fleet's decode replica): token states once received
+            held = self.allocator.held_slots(req.req_id)
+            slots.held += held
+            slots.token_states += req.num_computed_tokens
+            slots.internal += max(0, held - req.final_kv_tokens)
         waiting = waiting_per_step(
             timing.durations,
-            self.env.now,
-            len(scheduler.waiting),
+            now,
+            at.num_waiting,
             self._arrival_list,
-            self.num_arrived,
+            at.num_arrived,
         )
         self.recorder.record(
-            self.env.now,
+            now,
             timing.durations,
             timing.total_s,
             slots,
-            queue_head(self.allocator, scheduler.head_of_queue()),
+            queue_head(self.allocator, at.head),
             len(scheduler.running),
             waiting,
             plan.num_prefills,

@@ -2,9 +2,9 @@
 
 ``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json``,
 ``config.json``, Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``
-(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and
-``frames.parquet`` (each table as CSV without pyarrow: ``kvsim.base.tablefile``);
-``Results.load(folder)`` reads them back.
+(``kvsim.results.exporters``); when frames were captured, ``mapframes.parquet`` and
+``frames.parquet``; a fleet's per-replica table, ``replicas.parquet`` (each table as CSV
+without pyarrow: ``kvsim.base.tablefile``). ``Results.load(folder)`` reads them back.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from kvsim.base.textfile import json_text, read_json
 from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
 from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
+from kvsim.results.money import money_summary, price_or_none
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class Results:
         self.summary = summary
         self.mapframes = mapframes
         self.frames = frames
+        self.replicas: pd.DataFrame | None = None  # a fleet's per-replica metrics (kvsim.fleet)
         self._request_columns: Columns | None = None
         self._memory_columns: Columns | None = None
 
@@ -124,6 +126,8 @@ class Results:
         if self.mapframes is not None and self.frames is not None:
             write_table(self.mapframes, folder / "mapframes.parquet")
             write_table(self.frames, folder / "frames.parquet")
+        if self.replicas is not None:
+            write_table(self.replicas, folder / "replicas.parquet")
         (folder / "summary.json").write_text(json_text(self.summary, indent=2, sort_keys=True))
         (folder / "config.json").write_text(self.config.canonical_json())
         if exports:
@@ -148,7 +152,7 @@ class Results:
             raise ValueError(f"{folder / 'config.json'}: {format_validation_error(err)}") from None
         has_maps = stored_table(folder / "mapframes.parquet") is not None
         summary = read_summary(folder / "summary.json")
-        return cls(
+        results = cls(
             config,
             read_table(folder / "requests.parquet"),
             read_table(folder / "memory.parquet"),
@@ -158,6 +162,9 @@ class Results:
             if has_maps
             else None,
         )
+        if stored_table(folder / "replicas.parquet") is not None:
+            results.replicas = read_table(folder / "replicas.parquet")
+        return results
 
 
 def request_rows(requests: Sequence[Request]) -> list[list[Any]]:
@@ -289,6 +296,14 @@ def build_results(
     summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity
     summary["kv_cache_bytes"] = config.kv_cache_bytes
     summary["config_key"] = config.key()
+    summary.update(
+        money_summary(
+            req_table,
+            float(summary["duration_s"]),
+            price_or_none(config.usd_per_hour),
+            config.slo.targets(),
+        )
+    )
     return Results.from_records(config, req_table, memory, summary)
 
 
@@ -342,9 +357,11 @@ def preemption_rule(config: SimConfig) -> str:
 
 def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
     """``MemoryRecorder.arrays`` as a DataFrame that takes the arrays over without copying them
-    (no rows: object columns, as pandas builds an empty table)."""
+    (no rows: object columns, as pandas builds an empty table); a fleet's ``replica`` column
+    after them."""
     import pandas as pd  # only when a run's tables are built
 
+    names = [*MEMORY_COLUMNS, *(["replica"] if "replica" in columns else [])]
     if not len(columns["time_s"]):
-        return pd.DataFrame([], columns=list(MEMORY_COLUMNS))
-    return pd.DataFrame(columns, columns=list(MEMORY_COLUMNS), copy=False)
+        return pd.DataFrame([], columns=names)
+    return pd.DataFrame(columns, columns=names, copy=False)

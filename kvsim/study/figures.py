@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from kvsim.study.analysis import check_analysis
 from kvsim.study.load import SweepResults, load_sweep, row_labels
+from kvsim.view.fleet_plots import point_bars
 from kvsim.view.labels import short_name
 from kvsim.view.plots import latency_cdf, memory_map, memory_over_time, metric_vs, waste_bars
 
@@ -141,9 +142,10 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
             snapshots[label] = snap
             capacity = int(sweep.summary["capacity_tokens"].iloc[i])
         results = sweep.results(key)
-        fig = memory_over_time(
-            results.memory, capacity_slots=results.config.capacity_tokens, title=label
-        )
+        memory, title = results.memory, label
+        if "replica" in memory:  # a fleet: one replica's pool (every replica's in `replicas`)
+            memory, title = memory[memory["replica"] == 0], f"{label} (replica 0)"
+        fig = memory_over_time(memory, capacity_slots=results.config.capacity_tokens, title=title)
         _save(fig, out / f"memory_{names[i]}.png", written)
         frame = results.requests.assign(label=label)
         if facet is not None:
@@ -192,5 +194,29 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
     fig = waste_bars(sweep.summary, bar_labels, title=sweep.meta.get("name", ""), facet=facet)
     _save(fig, out_dir / "waste_bars.png", written)
     _vs_figures(sweep, analysis, out_dir, written)
+    _fleet_figures(sweep, out_dir, written)
     _point_figures(sweep, out_dir, written)
     return written
+
+
+FLEET_METRICS = (
+    "prefix_cache_hit_rate",
+    "time_to_first_token_seconds_p50",
+    "time_to_first_token_seconds_p99",
+    "request_time_per_output_token_seconds_p99",
+    "usd_per_million_output_tokens",
+    "goodput_requests_per_usd",
+)
+
+
+def _fleet_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
+    """A sweep over routers or prefill/decode splits: ``fleet.png``, the fleet metrics by
+    point (a bar per point)."""
+    fleet = [f for f in sweep.swept_fields if f.startswith("fleet.")]
+    if not fleet:
+        return
+    table = sweep.summary
+    metrics = [m for m in FLEET_METRICS if m in table and table[m].fillna(0).ne(0).any()]
+    labels = row_labels(table, sweep.swept_fields)
+    fig = point_bars(table, labels, metrics, title=sweep.meta.get("name", ""))
+    _save(fig, out / "fleet.png", written)

@@ -452,6 +452,7 @@ KNOBS: dict[str, dict[str, Any]] = {
         "choices": (1, 2, 4, 8, 16),
     },
     "scheduler.max_num_seqs": {"direction": "largest", "lo": 1, "hi": 1024, "integer": True},
+    "fleet.replicas": {"direction": "smallest", "lo": 1, "hi": 64, "integer": True},
 }
 
 
@@ -506,8 +507,10 @@ class _Evaluator:
         jobs: int,
         quick: bool,
         on_point: Callable[[float, dict[str, Any], bool], None] | None,
+        scheduler: str | None = None,
     ) -> None:
         self.plan, self.folder, self.jobs, self.quick = plan, folder, jobs, quick
+        self.scheduler = scheduler
         self.on_point = on_point
         self.seen: dict[float, dict[str, Any]] = {}
         self.skipped: dict[float, str] = {}  # choices whose config is invalid: why
@@ -563,7 +566,9 @@ class _Evaluator:
             )
             todo.append((x, point))
         by_key = {point.key: x for x, point in todo}
-        for point, outcome in outcomes([p for _, p in todo], jobs=self.jobs, said=self.warned):
+        todo_points = [p for _, p in todo]
+        stream = outcomes(todo_points, jobs=self.jobs, scheduler=self.scheduler, said=self.warned)
+        for point, outcome in stream:
             x = by_key[point.key]
             if outcome.error is not None and outcome.error.startswith(_MISSING_DATA):
                 # the workload, not this knob value, is at fault: say so as `kvsim run` does
@@ -599,6 +604,7 @@ def run_plan(
     jobs: int = 1,
     quick: bool = False,
     on_point: Callable[[float | int, dict[str, Any], bool], None] | None = None,
+    scheduler: str | None = None,
 ) -> PlanResult:
     """Answer ``plan``: the interval of ``candidates`` meeting every target, found by k-ary
     search of each target's boundary (``kvsim.study.plan_search``: ``PROBES_PER_ROUND`` points per
@@ -612,6 +618,8 @@ def run_plan(
         jobs: processes (this one and ``jobs - 1`` workers) sharing each round's values.
         quick: apply the plan's ``[quick] set`` overrides (small runs for tests and notebooks).
         on_point: called with ``(knob value, summary, meets)`` as each value is evaluated.
+        scheduler: run each round's points on a Dask cluster (``"local"`` or an address), as
+            ``kvsim sweep --scheduler`` does; ``None``: ``jobs`` local processes.
 
     Choices whose config is invalid (a TP size that does not divide the model's heads) are
     skipped (``PlanResult.skipped``), not counted as failing: the search runs over the others.
@@ -623,7 +631,7 @@ def run_plan(
     """
     folder = plan_folder(out_root, plan.name, quick=quick)
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
-    ev = _Evaluator(plan, folder, max(1, jobs), quick, on_point)
+    ev = _Evaluator(plan, folder, max(1, jobs), quick, on_point, scheduler)
     grid = ev.valid(candidates(plan)) if plan.choices else candidates(plan)
     if not grid:
         why = "; ".join(f"{plan.value(x)}: {e}" for x, e in ev.skipped.items())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from kvsim.config import SimConfig
 from kvsim.config.allocators import has_memory_map
-from kvsim.engine import simulate
+from kvsim.fleet import is_fleet, simulate
 from kvsim.results import Results
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ def _run_point(config: SimConfig, snapshot_at_s: float | None) -> PointOutcome:
     try:
         # a radix tree has no slot map: its points run without a snapshot
         no_map = snapshot_at_s is None or not has_memory_map(config.cache.allocator)
+        no_map = no_map or is_fleet(config)
         at: tuple[float, ...] = () if no_map or snapshot_at_s is None else (snapshot_at_s,)
         results = simulate(config, map_at_s=at)
         snap = None

@@ -21,6 +21,8 @@ FIELD_LABELS = {
     "scheduler.max_num_seqs": "max_num_seqs (sequences)",
     "scheduler.max_num_batched_tokens": "max_num_batched_tokens (tokens)",
     "scheduler.max_model_len": "max_model_len (tokens)",
+    "fleet.replicas": "replicas",
+    "fleet.prefill_replicas": "prefill replicas",
 }
 
 METRIC_LABELS = {
@@ -30,6 +32,12 @@ METRIC_LABELS = {
     "kv_cache_usage_perc": "kv_cache_usage_perc (0-1)",
     "kv_cache_usage_perc_max": "kv_cache_usage_perc max (0-1)",
     "normalized_latency_seconds_mean": "mean normalized latency (s/token)",
+    "prefix_cache_hit_rate": "prefix_cache_hit_rate (hits / queries, tokens)",
+    "usd_per_hour": "fleet price (USD per hour)",
+    "usd_per_million_output_tokens": "USD per million output tokens",
+    "goodput_requests_per_s": "goodput (requests meeting targets / s)",
+    "goodput_requests_per_usd": "goodput (requests meeting targets / USD)",
+    "slo_attainment": "requests meeting every target (share)",
 }
 
 # metric-name fragment -> unit, checked in order

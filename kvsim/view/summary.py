@@ -87,6 +87,23 @@ LATENCY_ROWS: tuple[Row, ...] = (
     ("e2e_request_latency_seconds_p99", "e2e_request_latency_seconds p99"),
 )
 
+MONEY_ROWS: tuple[Row, ...] = (
+    ("usd_per_hour", "GPUs' price (USD per hour)"),
+    ("cost_usd", "cost of the run (USD)"),
+    ("usd_per_million_output_tokens", "USD per million output tokens"),
+    ("slo_attainment", "requests meeting every slo.* target (share)"),
+    ("goodput_requests_per_s", "goodput (requests meeting every target / s)"),
+    ("goodput_requests_per_usd", "goodput per dollar (requests meeting every target / USD)"),
+)
+FLEET_ROWS: tuple[Row, ...] = (
+    ("num_replicas", "replicas"),
+    ("num_prefill_replicas", "of them prefill replicas (disaggregated)"),
+    ("num_gpus", "GPUs"),
+    ("kv_transfer_seconds_mean", "KV transfer, prefill to decode, mean"),
+    ("kv_transfer_bytes_total", "KV moved between replicas"),
+    ("replica_requests_max_share", "busiest replica's share of the requests"),
+)
+
 
 def _positive(summary: dict[str, Any], *keys: str) -> bool:
     return any(_number(summary.get(k)) > 0 for k in keys)
@@ -118,6 +135,8 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], .
         lambda s: s.get("preemption_mode") == "swap" or _positive(s, "num_swap_outs"),
     ),
     ("latency", LATENCY_ROWS, lambda s: True),
+    ("fleet", FLEET_ROWS, lambda s: "num_replicas" in s),
+    ("money", MONEY_ROWS, lambda s: True),
 )
 
 
@@ -133,19 +152,24 @@ def format_metric(key: str, value: Any) -> str:
     if isinstance(value, (bool, str)):
         return str(value)
     if isinstance(value, int):
-        return f"{value / 2**30:,.2f} GiB" if key.endswith("_bytes") else f"{value:,}"
+        big = key.endswith(("_bytes", "_bytes_total"))
+        return f"{value / 2**30:,.2f} GiB" if big else f"{value:,}"
     number = float(value)
     if math.isnan(number):
         return "-"
-    if key.endswith("_bytes"):
+    if key.endswith("_bytes") or key.endswith("_bytes_total"):
         return f"{number / 2**30:,.2f} GiB"
+    if key.startswith("usd_") or key == "cost_usd":
+        return f"${number:,.4g}" if abs(number) < 1000 else f"${number:,.0f}"
     if key.endswith("_pct") or key.endswith("_pct_of_used") or key == "token_utilization_perc":
         return f"{number:.1f}"
     if key.endswith("_per_s"):
         return f"{number:,.3g}" if abs(number) < 1000 else f"{number:,.0f}"
     if "seconds" in key or key.endswith("_s"):
         return f"{number * 1e3:.3g} ms" if abs(number) < 1 else f"{number:,.3g} s"
-    if key.endswith(("_perc", "_perc_max", "_frac", "_rate", "per_request")):
+    if key.endswith(("_perc", "_perc_max", "_frac", "_rate", "per_request", "_share")) or (
+        key == "slo_attainment"
+    ):
         return f"{number:.3f}"
     if number == int(number) and abs(number) < 1e15:
         return f"{int(number):,}"
@@ -191,6 +215,32 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     note = cost_note(summary)
     if note:
         table.caption = note
+    return table
+
+
+REPLICA_SHOWN: tuple[Row, ...] = (
+    ("num_requests", "requests"),
+    ("time_to_first_token_seconds_p50", "TTFT p50"),
+    ("time_to_first_token_seconds_p99", "TTFT p99"),
+    ("request_time_per_output_token_seconds_p99", "TPOT p99"),
+    ("kv_cache_usage_perc", "KV usage"),
+    ("num_preemptions", "preemptions"),
+    ("prefix_cache_hit_rate", "prefix hit rate"),
+)
+
+
+def replica_table(replicas: Any) -> Table:
+    """A fleet's per-replica metrics (``Results.replicas``, a DataFrame) as a rich table."""
+    table = Table(title="replicas", title_justify="left")
+    for name in ("replica", "role", "GPU x TP"):
+        table.add_column(name)
+    for _, label in REPLICA_SHOWN:
+        table.add_column(label, justify="right")
+    for row in replicas.to_dict("records"):
+        cells = [str(row["replica"]), str(row["role"])]
+        cells.append(f"{row['gpu']} x{row['tensor_parallel_size']}")
+        cells += [format_metric(key, row.get(key)) for key, _ in REPLICA_SHOWN]
+        table.add_row(*cells)
     return table
 
 

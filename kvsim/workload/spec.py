@@ -131,6 +131,13 @@ class WorkloadSpec(BaseModel):
         turn_gap_s: seconds between a conversation's consecutive turns (synthetic multi-turn, and
             trace sessions replayed under synthetic arrivals, whose ``rate_per_s`` then counts
             conversation starts).
+        max_concurrency: closed-loop load: this many users, each with at most one request in
+            flight (``vllm bench serve --max-concurrency``). A request is sent at the later of
+            its arrival time and the moment a user is free; a user takes a whole session (a
+            conversation's turns, in order) and is free ``think_time_s`` after its last request
+            finished. ``None``: open loop, every request at its arrival time. For ``vllm bench
+            serve``'s default ``--request-rate inf`` give a rate far above what the users send.
+        think_time_s: seconds a closed-loop user waits between a finish and its next request.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -184,6 +191,8 @@ class WorkloadSpec(BaseModel):
     num_tenants: int = Field(default=1, ge=1, le=MAX_NUM_REQUESTS)
     num_turns: int = Field(default=1, ge=1, le=10_000)
     turn_gap_s: float = Field(default=30.0, ge=0, le=MAX_TIME_S)
+    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_NUM_REQUESTS)
+    think_time_s: float | None = Field(default=None, ge=0, le=MAX_TIME_S)
 
     @property
     def length_source(self) -> LengthKind:
@@ -203,7 +212,7 @@ class WorkloadSpec(BaseModel):
     def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Leave newer trace fields out when unset, so older configs keep their canonical hash."""
         data: dict[str, Any] = handler(self)
-        for key in (*_UNSET_DROPPED, "length_table"):
+        for key in (*_UNSET_DROPPED, "length_table", "max_concurrency", "think_time_s"):
             if data.get(key) is None:
                 data.pop(key, None)
         if self.arrival is None:  # a trace file's own arrivals if it has them: reloaded alike
@@ -250,6 +259,11 @@ class WorkloadSpec(BaseModel):
             raise ValueError(
                 f"n ({self.n}) and beam_width ({self.beam_width}): a request is parallel sampling "
                 "or beam search, not both; set one of them to 1"
+            )
+        if self.think_time_s is not None and self.max_concurrency is None:
+            raise ValueError(
+                f"think_time_s ({self.think_time_s:g} s) is a closed-loop user's pause: set "
+                "max_concurrency (the number of users) too"
             )
         if self.max_total_tokens < self.min_total_tokens:
             raise ValueError(

@@ -402,6 +402,8 @@ def test_every_target_metric_is_in_some_summary() -> None:
             "workload": {**tiny, "n": 2},
         },
         {"cache": {"allocator": "radix"}, "workload": tiny},
+        # a disaggregated fleet: the fleet's own metrics (replicas, GPUs, KV transfers)
+        {"fleet": {"replicas": 2, "prefill_replicas": 1}, "workload": tiny},
     ]
     held: set[str] = set()
     for run in runs:

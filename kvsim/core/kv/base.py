@@ -183,6 +183,13 @@ class Allocator(ABC):
         whole blocks, at most ``num_tokens - 1`` tokens. Pure; ``NO_HIT`` without a cache."""
         return NO_HIT
 
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """Tokens of ``request``'s prompt this pool could serve from its cache now: what a
+        prefix-aware router scores a replica by (llm-d's precise prefix-cache scorer reads the
+        same from vLLM's KV events). Pure, and keeps nothing of a request the pool does not
+        hold."""
+        return self.find_cached_prefix(request).num_tokens
+
     @abstractmethod
     def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
         """Free slots ``allocate(request, num_tokens, hit)`` would take (0 if it already fits).

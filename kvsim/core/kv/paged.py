@@ -233,6 +233,27 @@ class PagedAllocator(Allocator):
             return NO_HIT
         return PrefixHit(len(hits) * self.block_size_tokens, tuple(hits))
 
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """``find_cached_prefix``'s tokens, without memoising the request's keys: a router asks
+        every replica about a request that only one of them will hold."""
+        if not self.enable_prefix_caching or not request.shares_tokens:
+            return 0
+        if request.req_id in self.block_tables:
+            return 0
+        cap = (self._fork_point(request) - 1) // self.block_size_tokens
+        if cap <= 0:
+            return 0
+        keys = self._keys.get(request.req_id)
+        if keys is None:
+            keys = StreamKeys(
+                self.key_chain, stream_segments(request), self.block_size_tokens, request.cache_salt
+            )
+        lookup = self.pool.lookup
+        found = 0
+        while found < cap and lookup(keys.key(found)) is not None:
+            found += 1
+        return found * self.block_size_tokens
+
     def _new_group(self, request: Request) -> SequenceGroup:
         group = SequenceGroup(
             self.block_size_tokens, request.num_seqs, shared=self.share_sequence_groups

@@ -1,0 +1,191 @@
+"""A fleet's results: each replica's metrics (its own ``Results`` summary, vLLM's names) and the
+fleet's.
+
+Fleet-wide: latencies over every request (each counted once, from its arrival at the fleet to
+its last token on the replica that decoded it); counts summed over replicas (preemptions, steps;
+prefix-cache queries and hits over the replicas that prefill, so ``prefix_cache_hit_rate`` is the
+fleet's hits over its lookups); KV-memory shares and gauges as the mean of the replicas' weighted
+by the time each was busy (a replica's memory rows cover its engine steps, as a single run's do);
+money over every GPU of the fleet.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsim.config import SimConfig
+from kvsim.engine.intake import Rejected
+from kvsim.fleet.fleet import Fleet
+from kvsim.results import Results, build_results
+from kvsim.results.metrics import Columns, latency_stats
+from kvsim.results.money import money_summary, price_or_none
+from kvsim.results.tables import engine_summary, request_table_columns
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# the replicas' metrics a fleet averages over their busy time
+AVERAGED = (
+    "token_states_pct",
+    "reservation_pct",
+    "internal_fragmentation_pct",
+    "external_fragmentation_pct",
+    "free_pct",
+    "token_states_pct_of_used",
+    "reservation_pct_of_used",
+    "internal_fragmentation_pct_of_used",
+    "external_fragmentation_pct_of_used",
+    "token_utilization_perc",
+    "kv_cache_usage_perc",
+    "kv_cache_full_time_frac",
+    "num_requests_running_mean",
+    "num_requests_waiting_mean",
+)
+SUMMED = ("num_steps", "num_blocked_steps", "num_preemptions", "num_cache_evictions")
+# a replica's row of the per-replica table (vLLM's metric names)
+REPLICA_COLUMNS = (
+    "num_requests",
+    "time_to_first_token_seconds_p50",
+    "time_to_first_token_seconds_p99",
+    "request_time_per_output_token_seconds_p50",
+    "request_time_per_output_token_seconds_p99",
+    "e2e_request_latency_seconds_p50",
+    "e2e_request_latency_seconds_p99",
+    "request_queue_time_seconds_p50",
+    "kv_cache_usage_perc",
+    "kv_cache_usage_perc_max",
+    "num_requests_running_mean",
+    "num_requests_waiting_mean",
+    "num_preemptions",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "prefix_cache_hit_rate",
+    "throughput_output_tokens_per_s",
+    "busy_s",
+)
+
+
+def _subset(columns: Columns, mask: npt.NDArray[np.bool_]) -> dict[str, Any]:
+    return {name: values[mask] for name, values in columns.items()}
+
+
+def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) -> list[Results]:
+    """Each replica's ``Results``: its requests (a prefill replica's: the prefill copies) and
+    its memory rows, summarised as a single engine's run is, plus its pool's counters."""
+    out = []
+    for replica in fleet.replicas:
+        engine = replica.engine
+        if replica.role == "prefill":
+            assert prefilled is not None
+            cols = _subset(prefilled, fleet.prefill_of == replica.index)
+        else:
+            cols = _subset(served, fleet.replica_of == replica.index)
+        if not len(cols["req_id"]):
+            results = Results.from_records(
+                replica.config, request_table_columns(cols), engine.recorder.arrays(), {}
+            )
+            results.summary = {"num_requests": 0, "num_preemptions": engine.num_preemptions}
+            out.append(results)
+            continue
+        results = build_results(
+            replica.config,
+            cols,
+            engine.recorder.arrays(),
+            engine.num_preemptions,
+            usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
+        )
+        results.summary.update(engine.allocator.prefix_cache_summary())
+        out.append(results)
+    return out
+
+
+def replica_table(fleet: Fleet, replicas: list[Results]) -> pd.DataFrame:
+    """One row per replica: index, role, GPU, TP, requests routed, and ``REPLICA_COLUMNS``."""
+    import pandas as pd  # only when a fleet's tables are built
+
+    rows = []
+    for replica, results in zip(fleet.replicas, replicas, strict=True):
+        summary = results.summary
+        memory = replica.engine.recorder.arrays()
+        row: dict[str, Any] = {
+            "replica": replica.index,
+            "role": replica.role,
+            "gpu": replica.config.gpu.name,
+            "tensor_parallel_size": replica.config.parallel.tensor_parallel_size,
+            "num_routed": replica.num_routed,
+        }
+        busy = float(np.sum(memory["duration_s"]))
+        for key in REPLICA_COLUMNS:
+            row[key] = busy if key == "busy_s" else summary.get(key, np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def fleet_summary(
+    config: SimConfig,
+    fleet: Fleet,
+    requests: Columns,
+    replicas: list[Results],
+    rejected: Rejected,
+) -> dict[str, Any]:
+    """The fleet's summary (see the module docstring)."""
+    arrival, finish = requests["arrival_time_s"], requests["finish_time_s"]
+    duration = float(np.max(finish) - np.min(arrival))
+    num = len(arrival)
+    out: dict[str, Any] = {"engine": config.replica_configs[0].engine_args.engine}
+    out.update(engine_summary(config.replica_configs[0]))
+    out["num_requests"] = num
+    out["prompt_tokens_total"] = int(np.sum(requests["prompt_tokens"]))
+    out["generation_tokens_total"] = int(np.sum(requests["output_tokens"]))
+    out["prefix_cached_tokens_total"] = int(np.sum(requests["num_cached_tokens"]))
+    out["duration_s"] = duration
+    out["throughput_requests_per_s"] = num / duration if duration > 0 else np.nan
+    tokens = float(np.sum(requests["output_tokens"]))
+    out["throughput_output_tokens_per_s"] = tokens / duration if duration > 0 else np.nan
+    out.update(latency_stats(requests))
+    busy = [float(np.sum(r.engine.recorder.arrays()["duration_s"])) for r in fleet.replicas]
+    for key in AVERAGED:
+        pairs = [
+            (s.summary[key], w) for s, w in zip(replicas, busy, strict=True) if key in s.summary
+        ]
+        weight = sum(w for _, w in pairs)
+        if pairs and weight > 0:
+            out[key] = sum(v * w for v, w in pairs) / weight
+    for key in SUMMED:
+        out[key] = int(sum(s.summary.get(key, 0) for s in replicas))
+    out["kv_cache_usage_perc_max"] = max(
+        (s.summary.get("kv_cache_usage_perc_max", 0.0) for s in replicas), default=0.0
+    )
+    out["preemptions_per_request"] = out["num_preemptions"] / num if num else 0.0
+    fronts = [s for s, r in zip(replicas, fleet.replicas, strict=True) if r.role != "decode"]
+    queries = sum(s.summary.get("prefix_cache_queries", 0) for s in fronts)
+    hits = sum(s.summary.get("prefix_cache_hits", 0) for s in fronts)
+    if any("prefix_cache_queries" in s.summary for s in fronts):
+        out["prefix_cache_queries"] = int(queries)
+        out["prefix_cache_hits"] = int(hits)
+        out["prefix_cache_hit_rate"] = hits / queries if queries else np.nan
+    out.update(rejected.summary())
+    spec = fleet.spec
+    out["router"] = spec.router
+    out["num_replicas"] = len(fleet.replicas)
+    out["num_prefill_replicas"] = spec.prefill_replicas
+    out["num_gpus"] = config.num_gpus
+    routed = [r.num_routed for r in fleet.front]
+    out["replica_requests_max_share"] = max(routed) / sum(routed) if sum(routed) else np.nan
+    if spec.disaggregated:
+        seconds = np.frombuffer(fleet.transfer_s, dtype=np.float64)
+        out["kv_transfer_seconds_mean"] = float(seconds.mean()) if len(seconds) else np.nan
+        out["kv_transfer_seconds_p99"] = (
+            float(np.percentile(seconds, 99)) if len(seconds) else np.nan
+        )
+        out["kv_transfer_bytes_total"] = int(fleet.transfer_bytes)
+    out["summary_window"] = "run"
+    out["capacity_tokens"] = config.replica_configs[0].capacity_tokens
+    out["config_key"] = config.key()
+    out.update(
+        money_summary(requests, duration, price_or_none(config.usd_per_hour), config.slo.targets())
+    )
+    return out

@@ -1,0 +1,89 @@
+"""The answer in dollars: what a run's GPUs cost, per million output tokens, and its goodput.
+
+A run holds its GPUs from its first arrival to its last finish (``duration_s``) at
+``usd_per_hour`` (every GPU at its price, ``SimConfig.usd_per_hour``). Goodput counts the
+requests that meet every per-request target of ``[slo]`` (DistServe's definition: Zhong et al.,
+OSDI 2024), per second and per dollar; ``slo_attainment`` is their share.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsim.base.say_once import warn_once
+
+logger = logging.getLogger(__name__)
+
+MONEY_METRICS = (
+    "usd_per_hour",
+    "cost_usd",
+    "usd_per_million_output_tokens",
+    "slo_attainment",
+    "goodput_requests_per_s",
+    "goodput_requests_per_usd",
+)
+
+
+def meets_targets(
+    requests: Mapping[str, npt.NDArray[Any]], targets: Mapping[str, float]
+) -> npt.NDArray[np.bool_]:
+    """bool[num_requests]: each request meets every target (``metric <= bound``, seconds); a
+    NaN value (TPOT of a one-token output) holds.
+
+    Raises:
+        ValueError: a target names a column the table lacks.
+    """
+    num = len(requests["output_tokens"])
+    good = np.ones(num, dtype=np.bool_)
+    for metric, bound in targets.items():
+        if metric not in requests:
+            raise ValueError(f"slo.{metric}: no such per-request metric")
+        values = np.asarray(requests[metric], dtype=np.float64)
+        good &= np.isnan(values) | (values <= bound)
+    return good
+
+
+def money_summary(
+    requests: Mapping[str, npt.NDArray[Any]],
+    duration_s: float,
+    usd_per_hour: float | None,
+    targets: Mapping[str, float],
+) -> dict[str, float]:
+    """``MONEY_METRICS`` of a run (NaN where a price or a duration is missing).
+
+    Args:
+        requests: the per-request table's columns (latencies in seconds).
+        duration_s: seconds the run holds its GPUs (first arrival to last finish).
+        usd_per_hour: what its GPUs cost per hour, or ``None`` (no price known).
+        targets: per-request targets, metric -> bound in seconds (``SloSpec.targets``).
+    """
+    num = len(requests["output_tokens"])
+    good = int(meets_targets(requests, targets).sum()) if num else 0
+    tokens = float(np.sum(requests["output_tokens"])) if num else 0.0
+    nan = math.nan
+    rate = usd_per_hour if usd_per_hour is not None else nan
+    cost = rate * duration_s / 3600.0 if duration_s > 0 else nan
+    return {
+        "usd_per_hour": rate,
+        "cost_usd": cost,
+        "usd_per_million_output_tokens": cost / (tokens / 1e6) if tokens else nan,
+        "slo_attainment": good / num if num else nan,
+        "goodput_requests_per_s": good / duration_s if duration_s > 0 else nan,
+        "goodput_requests_per_usd": good / cost if cost > 0 else nan,
+    }
+
+
+def price_or_none(price: Any) -> float | None:
+    """``price()`` (a config's ``usd_per_hour``), or ``None`` with one warning when a GPU has
+    no price (the money metrics are then NaN)."""
+    try:
+        return float(price())
+    except ValueError as err:
+        warn_once(logger, "%s; the money metrics are left NaN", err)
+        return None

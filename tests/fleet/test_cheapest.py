@@ -1,0 +1,148 @@
+"""``kvsim plan --cheapest`` and the fleet's bad inputs: one clear error each."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kvsim.cli import app
+from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
+from kvsim.study.cheapest import FleetOption, replica_price, run_cheapest
+from kvsim.study.plan import Target
+
+runner = CliRunner()
+BASE = {
+    "model": "llama-3.1-8b",
+    "scheduler": {"max_model_len": 4096},
+    "workload": {"lengths": "lognormal", "rate_per_s": 30.0, "num_requests": 150},
+}
+
+
+def test_the_answer_is_the_cheapest_fleet_that_meets_every_target(tmp_path):
+    targets = [Target("time_to_first_token_seconds_p99", 0.5)]
+    options = [FleetOption("h100-80gb", 1), FleetOption("a100-80gb", 1), FleetOption("h200", 1)]
+    result = run_cheapest("t", BASE, options, targets, max_replicas=6, out_root=tmp_path)
+    assert result.best is not None
+    best = result.options[result.best]
+    # every fleet evaluated that meets the targets costs at least the answer's price
+    meeting = result.points[result.points["meets"]]
+    assert len(meeting)
+    assert meeting["usd_per_hour"].min() == pytest.approx(best.usd_per_hour)
+    # its price is its replicas x GPUs x the table's price
+    price = gpu_price_per_hour(best.option.gpu, PricingSpec())
+    assert best.usd_per_hour == pytest.approx(best.replicas * price)
+    # one replica fewer of the answer's kind fails (the plan's answer is the fewest)
+    if best.replicas > 1:
+        fewer = result.points[result.points["fleet"] == f"{best.option.name} x{best.replicas - 1}"]
+        assert not fewer["meets"].any()
+
+
+def test_replica_price_reads_the_table_or_the_config():
+    assert replica_price(FleetOption("h200", 4), {}) == pytest.approx(4 * 4.59)
+    assert replica_price(FleetOption("h200", 2), {"pricing": {"usd_per_gpu_hour": 1.5}}) == 3.0
+
+
+def test_cli_cheapest_writes_answer_points_and_frontier(tmp_path):
+    args = [
+        "plan", "--cheapest", "--gpus", "h100-80gb,a100-80gb", "--tp", "1",
+        "--replicas", "4", "--target", "time_to_first_token_seconds_p99<=0.5",
+        "--set", "model=llama-3.1-8b", "--set", "scheduler.max_model_len=4096",
+        "--set", "workload.lengths=lognormal", "--set", "workload.num_requests=100",
+        "--set", "workload.rate_per_s=20", "--out", str(tmp_path), "--no-progress",
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "plan" / "cheapest"
+    answer = json.loads((folder / "answer.json").read_text())
+    assert answer["answer"]["gpu"] in ("h100-80gb", "a100-80gb")
+    assert (folder / "frontier.png").stat().st_size > 0
+    assert len(pd.read_csv(folder / "points.csv")) >= 2
+
+
+def test_a_gpu_without_a_price_is_one_clear_error(tmp_path):
+    result = runner.invoke(
+        app,
+        ["plan", "--cheapest", "--gpus", "a100-40gb,v100", "--tp", "1",
+         "--target", "time_to_first_token_seconds_p99<=1", "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "error:" in result.output
+    assert "no price for GPU 'v100'" in result.output  # checked before anything runs
+    assert "Traceback" not in result.output
+    table = tmp_path / "prices.toml"
+    table.write_text("[h100-80gb]\nusd_per_gpu_hour = 2.0\n")
+    result = runner.invoke(
+        app,
+        ["plan", "--cheapest", "--gpus", "h200", "--tp", "1", "--set",
+         f"pricing.table={table}", "--target", "time_to_first_token_seconds_p99<=1",
+         "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "no price for GPU 'h200'" in result.output
+    assert str(table) in result.output
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("fleet.router=random", "fleet.router: unknown router 'random'; choose from"),
+        ("fleet.prefill_replicas=3", "fleet.prefill_replicas: 3 prefill replica(s) leave no"),
+    ],
+)
+def test_fleet_bad_input_is_one_clear_line(setting, expected):
+    result = runner.invoke(
+        app, ["run", "--set", "fleet.replicas=2", "--set", setting, "--no-progress"]
+    )
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert result.output.count("error") == 1
+    assert "Traceback" not in result.output
+
+
+def test_a_split_option_grows_in_units_with_its_prefill_share(tmp_path):
+    # P:D = 1:2 grows 3 replicas at a time, a third of them prefill: every fleet evaluated
+    # has 3, 6, 9... replicas, and the answer's price is whole units
+    targets = [Target("time_to_first_token_seconds_p99", 1.0)]
+    option = FleetOption("h100-80gb", 1, (1, 2))
+    seen: list[tuple[int, int]] = []
+
+    def on_point(o, replicas, summary, meets):
+        seen.append((replicas, int(summary.get("num_prefill_replicas", -1))))
+
+    result = run_cheapest(
+        "s", BASE, [option], targets, max_replicas=9, out_root=tmp_path, on_point=on_point
+    )
+    assert seen
+    assert all(r % 3 == 0 and p == r // 3 for r, p in seen)
+    best = result.options[0]
+    if best.replicas is not None:
+        assert best.replicas % 3 == 0
+        assert best.usd_per_hour == pytest.approx(best.replicas * 3.49)
+
+
+def test_each_replica_has_its_own_gpu_and_price():
+    from kvsim import config_from_dict, simulate
+
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "workload": {"num_requests": 20, "rate_per_s": 10.0},
+            "fleet": {
+                "replicas": 3,
+                "replica_overrides": [{}, {"gpu": "h200", "parallel": {"tensor_parallel_size": 2}}],
+            },
+        }
+    )
+    results = simulate(cfg)
+    assert results.replicas["gpu"].tolist() == ["h100-80gb", "h200", "h100-80gb"]
+    assert results.replicas["tensor_parallel_size"].tolist() == [1, 2, 1]
+    # 1 x 3.49 + 2 x 4.59 + 1 x 3.49 USD per hour (kvsim/data/prices.toml)
+    assert results.summary["usd_per_hour"] == pytest.approx(3.49 + 9.18 + 3.49)
+    assert results.summary["num_gpus"] == 4
+    with pytest.raises(ValueError, match=r"replica_overrides\[0\]: 'workload' is the fleet's"):
+        config_from_dict({"fleet": {"replicas": 2, "replica_overrides": [{"workload": {}}]}})

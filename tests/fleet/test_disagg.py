@@ -1,0 +1,82 @@
+"""Disaggregated prefill/decode: a request's TTFT is its prefill, the KV transfer and the decode
+replica's first step, the transfer worked out by hand from the link's bandwidth."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim import config_from_dict
+from kvsim.engine.build import cost_model_from_config
+from kvsim.fleet import simulate
+from kvsim.workload.request import Request
+
+
+def _config(**fleet: object) -> object:
+    return config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 4},
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 2, "prefill_replicas": 1, **fleet},
+        }
+    )
+
+
+def test_ttft_is_prefill_plus_transfer_plus_first_decode_step():
+    cfg = _config(link="infiniband-ndr")
+    req = Request(0, 0.0, 1000, 10, 10)
+    results = simulate(cfg, [req])
+    row = results.requests.iloc[0]
+    cost = cost_model_from_config(cfg.replica_configs[0], paged=True)
+    # replica 0 prefills the whole 1,000-token prompt in one step (8,192-token budget) and
+    # samples the copy's one token: (new tokens, context read, attention pairs, sequences)
+    prefill_s = cost.step_s(1000, 0, 1000 * 1000, 1)  # ~ 16 TFLOP at 0.6 x 989 TFLOP/s + 2 ms
+    # the transfer: 1,000 tokens x 128 KiB (2 x 32 layers x 8 KV heads x 128 x 2 bytes =
+    # 131,072 bytes) over one ConnectX-7 NDR port, 400 Gb/s = 50e9 bytes/s, plus 10 us:
+    transfer_s = 10e-6 + 1000 * 131_072 / 50e9
+    assert transfer_s == pytest.approx(0.00263144, abs=1e-12)
+    # replica 1 then computes the last prompt token over the 999 it received and samples the
+    # first output token: one token, 999 read, 2 x 1 x 999 + 1 attention pairs
+    first_decode_s = cost.step_s(1, 999, 2 * 999 + 1, 1)
+    assert prefill_s == pytest.approx(0.0292, abs=0.002)  # 16.06e12 / 593.4e12 + 2 ms
+    ttft = row["time_to_first_token_seconds"]
+    assert ttft == pytest.approx(prefill_s + transfer_s + first_decode_s, rel=1e-12)
+    assert row["replica"] == 1
+    assert row["prefill_replica"] == 0
+    assert results.summary["kv_transfer_seconds_mean"] == pytest.approx(transfer_s, rel=1e-12)
+    assert results.summary["kv_transfer_bytes_total"] == 1000 * 131_072
+    assert row["output_tokens"] == 10  # the decode replica samples every output token
+
+
+def test_nvlink_moves_the_same_kv_nine_times_faster():
+    req = Request(0, 0.0, 1000, 10, 10)
+    ib = simulate(_config(link="infiniband-ndr"), [req]).summary["kv_transfer_seconds_mean"]
+    nv = simulate(_config(link="nvlink"), [req]).summary["kv_transfer_seconds_mean"]
+    # 131,072,000 bytes at 450e9 + 5 us vs at 50e9 + 10 us
+    assert nv == pytest.approx(5e-6 + 131_072_000 / 450e9, rel=1e-12)
+    assert ib == pytest.approx(10e-6 + 131_072_000 / 50e9, rel=1e-12)
+
+
+def test_decode_side_holds_the_prompt_blocks_while_it_receives():
+    # a 1,000-token prompt in 16-token blocks is 63 blocks on the decode replica from the
+    # moment the transfer starts; the decode replica's memory rows then hold >= 1,000 slots
+    cfg = _config(link={"bandwidth_bytes_per_s": 1e9, "latency_s": 0.5})  # a slow link
+    results = simulate(cfg, [Request(0, 0.0, 1000, 10, 10)])
+    memory = results.memory
+    decode = memory[memory["replica"] == 1]
+    assert decode["held"].min() >= 1008  # 63 x 16 slots, every row of the decode replica
+    ttft = results.requests["time_to_first_token_seconds"].iloc[0]
+    assert ttft > 0.5 + 1000 * 131_072 / 1e9  # the slow link's latency and bytes
+
+
+def test_splits_that_do_not_fit_the_fleet_are_one_clear_error():
+    with pytest.raises(ValueError, match=r"fleet.prefill_replicas: 2 prefill replica\(s\) leave"):
+        _config(prefill_replicas=2)
+    with pytest.raises(ValueError, match=r"vllm-v1"):
+        config_from_dict(
+            {
+                "scheduler": {"engine": "vllm-v0"},
+                "fleet": {"replicas": 2, "prefill_replicas": 1},
+            }
+        )

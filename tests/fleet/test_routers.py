@@ -1,0 +1,130 @@
+"""Each router's choices on two replicas and four requests, worked out by hand.
+
+The setup (``_config``, ``_requests``): Llama-3.1-8B on H100s, one GPU a replica, 256-token
+blocks, a KV pool of exactly 101 blocks per replica (101 x 256 tokens x 128 KiB a token =
+3,388,997,632 bytes; vLLM v1 keeps block 0 as its null block, so 100 blocks hold requests and
+one held block is 0.01 of ``kv_cache_usage_perc``). Prompts and outputs are chosen so that no
+request grows a block while it decodes, so a replica's usage is its requests' prompt blocks:
+
+    r0  t=0.0  prompt 1,100 tokens of run "p"                      5 blocks (1,100+149 < 1,280)
+    r1  t=0.1  prompt   300 tokens of run "q"  output   2 tokens   2 blocks; done by ~0.13 s
+    r2  t=0.2  prompt   300: "q" x 290 then "y" x 10               2 blocks (300+149 < 512)
+    r3  t=0.3  prompt   800: "p" x 520 then "x" x 280              4 blocks (800+149 < 1,024)
+
+r0, r2, r3 decode 150 tokens (>= 150 steps of >= 6 ms: still running at 0.3 s). r1's prefill
+(~12 ms) and one decode step end long before 0.2 s; its first block (q[0:256]) stays cached in
+the free queue. r2 can hit that block where r1 ran (its cache cap is (300 - 1) // 256 = 1
+block); r3 can hit r0's first two blocks (p[0:512]; cap (800 - 1) // 256 = 3, block 2 differs).
+At each arrival, earlier requests are admitted (running, so no replica has a waiting queue).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim import config_from_dict
+from kvsim.fleet import simulate
+from kvsim.fleet.routers import prefix_scores, queue_scores
+from kvsim.workload.request import Request
+
+BLOCK = 256
+KV_BYTES = 101 * BLOCK * 131_072  # 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 128 KiB/token
+
+
+def _config(router: str) -> object:
+    return config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cache": {"block_size_tokens": BLOCK, "kv_cache_bytes": KV_BYTES},
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 2, "router": router},
+        }
+    )
+
+
+def _requests() -> list[Request]:
+    return [
+        Request(0, 0.0, 1100, 150, 150, token_segments=(("p", 1100),)),
+        Request(1, 0.1, 300, 2, 2, token_segments=(("q", 300),)),
+        Request(2, 0.2, 300, 150, 150, token_segments=(("q", 290), ("y", 10))),
+        Request(3, 0.3, 800, 150, 150, token_segments=(("p", 520), ("x", 280))),
+    ]
+
+
+# Ties go round robin: to the first tied replica after the router's last pick (the first pick's
+# tie to replica 0).
+#
+# round_robin: each in turn -> 0, 1, 0, 1.
+#
+# least_requests (routed, not finished):
+#   r0: [0, 0] tie -> 0;  r1: [1, 0] -> 1;  r2: r1 finished -> [1, 0] -> 1;
+#   r3: [1, 1] tie, last pick 1 -> 0.
+#
+# least_kv (held blocks / 100):
+#   r0: [0, 0] -> 0;  r1: [0.05, 0] -> 1;  r2: r1 freed its blocks -> [0.05, 0] -> 1;
+#   r3: [0.05, 0.02] (r2: its cached block taken again + 1 new) -> 1.
+#
+# prefix (llm-d: 2 x prefix score + 1 x (1 - usage) + 1 x queue score; no queue anywhere, so
+# every queue score is 1):
+#   r0: nothing cached: [0 + 1 + 1, 0 + 1 + 1] = [2, 2] tie -> 0.
+#   r1: "q" cached nowhere: [0 + 0.95 + 1, 0 + 1 + 1] = [1.95, 2] -> 1.
+#   r2: cached blocks [0, 1] -> prefix scores [0, 1]: [0 + 0.95 + 1, 2 + 1 + 1] = [1.95, 4] -> 1.
+#   r3: cached blocks [2, 0] -> [1, 0]: [2 + 0.95 + 1, 0 + 0.98 + 1] = [3.95, 1.98] -> 0.
+#
+# kv_cost (Dynamo: (queued prompt + prompt - cached) / 256 + held blocks + prompt blocks):
+#   r0: both 1100/256 + 0 + 5 = 9.296875 -> tie -> 0.
+#   r1: [300/256 + 5 + 2, 300/256 + 0 + 2] = [8.171875, 3.171875] -> 1.
+#   r2: [8.171875, (300 - 256)/256 + 0 + 2] = [8.171875, 2.171875] -> 1.
+#   r3: [(800 - 512)/256 + 5 + 4, 800/256 + 2 + 4] = [10.125, 9.125] -> 1: the decode load on
+#       replica 0 outweighs its 2 cached blocks (llm-d's weights send r3 there instead).
+EXPECTED = {
+    "round_robin": [0, 1, 0, 1],
+    "least_requests": [0, 1, 1, 0],
+    "least_kv": [0, 1, 1, 1],
+    "prefix": [0, 1, 1, 0],
+    "kv_cost": [0, 1, 1, 1],
+}
+
+
+@pytest.mark.parametrize("router", sorted(EXPECTED))
+def test_each_router_picks_the_replicas_worked_out_by_hand(router):
+    results = simulate(_config(router), _requests())
+    assert results.requests["replica"].tolist() == EXPECTED[router]
+    assert results.summary["num_requests"] == 4
+
+
+def test_prefix_router_hits_what_round_robin_misses():
+    # under round robin r2 goes to replica 0 (no "q" block) and r3 to replica 1 (no "p"
+    # block): no hit. The prefix router sends each where its prefix is: r2 hits 256 tokens,
+    # r3 512.
+    rr = simulate(_config("round_robin"), _requests()).requests["num_cached_tokens"].tolist()
+    px = simulate(_config("prefix"), _requests()).requests["num_cached_tokens"].tolist()
+    assert rr == [0, 0, 0, 0]
+    assert px == [0, 0, 256, 512]
+
+
+def test_llm_d_normalisations():
+    # prefix: min-max over replicas holding blocks; one holder (or equal holders) scores 1
+    assert prefix_scores([0, 0]) == [0.0, 0.0]
+    assert prefix_scores([3, 0]) == [1.0, 0.0]
+    assert prefix_scores([2, 2, 0]) == [1.0, 1.0, 0.0]
+    assert prefix_scores([1, 3, 2]) == [0.0, 1.0, 0.5]
+    # queue: (max - q) / (max - min); equal queues score 1
+    assert queue_scores([4, 4]) == [1.0, 1.0]
+    assert queue_scores([0, 2, 4]) == [1.0, 0.5, 0.0]
+
+
+def test_ties_go_round_robin_not_all_to_replica_zero():
+    # four requests at t=0 on three replicas: each is routed before any engine steps, so every
+    # pool is empty at each pick (usage [0, 0, 0]): least_kv's ties go 0, 1, 2, then 0 again
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 3, "router": "least_kv"},
+        }
+    )
+    reqs = [Request(i, 0.0, 100, 5, 5) for i in range(4)]
+    assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 1, 2, 0]
