@@ -2,8 +2,8 @@
 
 ``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json``,
 ``config.json``, Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``
-(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and ``frames.parquet``;
-``Results.load(folder)`` reads them back.
+(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and
+``frames.parquet``; ``Results.load(folder)`` reads them back.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
+from kvsim.base.textfile import json_text, read_json, read_parquet
 from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
 from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
 from kvsim.workload.request import Request
-from kvsim.base.textfile import json_text, read_json, read_parquet
 
 if TYPE_CHECKING:
     import pandas as pd
