@@ -175,8 +175,76 @@ def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
     fields["num_params"] = (
         cfg.int_field(found[0]) if found is not None else count_params(cfg.data, cfg.path)
     )
+    work = _work_fields(cfg)
+    if _split_params(work) <= fields["num_params"]:
+        fields.update(work)
+    else:
+        logger.warning(
+            "%s: num_params %s is smaller than the embedding, LM head and experts the file "
+            "describes; the step cost charges every parameter to every token",
+            cfg.path,
+            fields["num_params"],
+        )
     _note_sliding_window(cfg)
     return fields
+
+
+def _split_params(work: dict[str, Any]) -> int:
+    """Parameters of the embedding, LM head and routed experts ``_work_fields`` describes."""
+    head = int(work.get("vocab_size") or 0) * int(work.get("embedding_dim") or 0)
+    embedding = 0 if work.get("tie_word_embeddings") else head
+    moe = work.get("moe") or {}
+    experts = moe.get("num_experts", 0) * moe.get("num_moe_layers", 0)
+    return head + embedding + experts * moe.get("params_per_expert", 0)
+
+
+def _work_fields(cfg: _Config) -> dict[str, Any]:
+    """The fields the step cost splits the parameters by: ``vocab_size``, ``embedding_dim``
+    (``hidden_size``), ``tie_word_embeddings`` and, for a MoE model, ``moe`` (each only when the
+    file has what it needs)."""
+    out: dict[str, Any] = {}
+    if cfg.get("vocab_size") is not None:
+        out["vocab_size"] = cfg.int_field("vocab_size")
+    if cfg.get("hidden_size", "n_embd", "d_model") is not None:
+        out["embedding_dim"] = cfg.int_field("hidden_size", "n_embd", "d_model")
+    model_type = str(cfg.data.get("model_type", ""))
+    tied = cfg.data.get("tie_word_embeddings", model_type not in _UNTIED_BY_DEFAULT)
+    out["tie_word_embeddings"] = bool(tied)
+    moe = moe_fields(cfg.data, cfg.path)
+    if moe is not None:
+        out["moe"] = moe
+    return out
+
+
+def moe_fields(data: dict[str, Any], path: Path | str = "config.json") -> dict[str, int] | None:
+    """``MoeSpec`` fields of a routed-expert model (``None`` for a dense one): experts per MoE
+    layer (``n_routed_experts``, ``num_local_experts`` or ``num_experts``), ``num_experts_per_tok``,
+    the MoE layers (after ``first_k_dense_replace`` dense ones, every ``moe_layer_freq``-th, as
+    :func:`count_params` counts them) and one expert's gated-MLP parameters ``3 * hidden_size *
+    moe_intermediate_size`` (``intermediate_size`` when the file has no MoE width).
+
+    Raises:
+        ValueError: a field the count needs is missing or malformed.
+    """
+    experts = data.get("n_routed_experts") or data.get("num_local_experts") or 0
+    experts = experts or data.get("num_experts") or 0
+    if not experts:
+        return None
+    get = _getter(data, path)
+    layers = get("num_hidden_layers")
+    dense_first = data.get("first_k_dense_replace", 0) or 0
+    freq = data.get("moe_layer_freq", 1) or 1
+    moe_layers = sum(1 for i in range(dense_first, layers) if (i - dense_first) % freq == 0)
+    width = data.get("moe_intermediate_size") or get("intermediate_size")
+    per_tok_key = (
+        "num_experts_per_tok" if "num_experts_per_tok" in data else "num_experts_per_token"
+    )
+    return {
+        "num_experts": int(experts),
+        "num_experts_per_tok": get(per_tok_key),
+        "num_moe_layers": moe_layers,
+        "params_per_expert": 3 * get("hidden_size") * int(width),
+    }
 
 
 def check_file_heads(value: str | Path, fields: dict[str, Any], table: dict[str, Any]) -> None:

@@ -4,7 +4,9 @@ The engine loop plans a step with the profile's scheduler, asks the cost model f
 records where the KV slots went and yields one timeout. Stable decode stretches are
 fast-forwarded: one event covers every step up to the next finish, the next failed growth, or
 (when nobody waits) the step during which the next request arrives. No process or event per
-token.
+token. Under async scheduling (``EngineArgs.async_scheduling``) a request that arrives while a
+step runs is handed to the scheduler at the end of the step after it (vLLM's engine core has
+planned that one already), or at once when the engine is idle.
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ class Engine:
         self._arrival_list: list[float] = arrivals.astype(np.float64, copy=False).tolist()
         self._to_arrive = deque(requests)
         self._row: dict[Request, int] = {}  # arrived, unfinished request -> its workload row
+        self.async_scheduling = config.engine_args.async_scheduling
+        self._staged: deque[Request] = deque()  # arrived, not yet seen by the scheduler (async)
+        self._last_step_start_s = 0.0  # start of the step that ends at the current boundary
 
     def arrival_source(self) -> Generator[simpy.Event, Any, None]:
         """SimPy process: releases each request into the waiting queue at its arrival time."""
@@ -88,7 +93,10 @@ class Engine:
             if delay > 0:
                 yield self.env.timeout(delay)
             self._row[req] = row
-            self.scheduler.add_request(req)
+            if self.async_scheduling:
+                self._staged.append(req)
+            else:
+                self.scheduler.add_request(req)
             self.num_arrived += 1
             if not self._wake.triggered:
                 self._wake.succeed()
@@ -97,6 +105,8 @@ class Engine:
         """SimPy process: one scheduling step (or fast-forwarded decode span) per event."""
         total = self.num_requests
         while self.num_finished < total:
+            if self._staged:
+                self._release_staged()
             if not self.scheduler.has_work():
                 self._wake = self.env.event()
                 yield self._wake
@@ -117,6 +127,7 @@ class Engine:
             if self.frames is not None:
                 self._capture_frames(plan, timing)
             step0_end_s = now + timing.step0_s
+            self._last_step_start_s = now + timing.total_s - timing.durations[-1]
             yield self.env.timeout(timing.total_s)
             finished = self.scheduler.complete(plan, self.env.now, step0_end_s)
             if finished:
@@ -130,6 +141,14 @@ class Engine:
     def num_preemptions(self) -> int:
         """Preemptions so far (the scheduler's count)."""
         return self.scheduler.num_preemptions
+
+    def _release_staged(self) -> None:
+        """Async scheduling: hand the scheduler the requests that arrived before the step that
+        just ended began (the step after it was planned then, vLLM ``EngineCore.
+        step_with_batch_queue``), or every staged one when the engine has nothing to run."""
+        staged, idle = self._staged, not self.scheduler.has_work()
+        while staged and (idle or staged[0].arrival_time_s <= self._last_step_start_s):
+            self.scheduler.add_request(staged.popleft())
 
     def _check_invariants(self) -> None:
         self.allocator.check_invariants()
@@ -155,7 +174,8 @@ class Engine:
         Step 0 runs the scheduled work; step ``j >= 1`` decodes every member, reading
         ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
         """
-        k = self.scheduler.max_extension(plan, self.max_span_steps)
+        # staged arrivals reach the scheduler at the next boundary: no span past it
+        k = self.scheduler.max_extension(plan, 1 if self._staged else self.max_span_steps)
         step0_s = self.cost.step_s(*plan.work)
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
@@ -216,7 +236,7 @@ class Engine:
         waiting = waiting_per_step(
             timing.durations,
             self.env.now,
-            len(scheduler.waiting),
+            len(scheduler.waiting) + len(self._staged),
             self._arrival_list,
             self.num_arrived,
         )
