@@ -30,6 +30,7 @@ FITTED_FIELDS = (
     "per_seq_overhead_s",
     "link_efficiency",
     "allreduce_latency_s",
+    "allreduce_latency_per_peer_s",
 )
 COST_FIT_FILE = "cost_fit.toml"
 
@@ -59,6 +60,9 @@ class CostSpec(Frozen):
             K or V (vLLM's ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block per layer).
         link_efficiency: achieved share of the link bandwidth by all-reduces and stage sends.
         allreduce_latency_s: fixed seconds per all-reduce (launch and synchronisation).
+        allreduce_latency_per_peer_s: seconds per all-reduce per other GPU of the group
+            (``tp - 1`` of them): a ring all-reduce takes ``2 (tp - 1)`` steps, each a hop's
+            latency (nccl-tests ``doc/PERFORMANCE.md``).
     """
 
     name: str = "custom"
@@ -77,6 +81,7 @@ class CostSpec(Frozen):
     swap_copy_overhead_s: float = Field(default=5e-6, ge=0, le=MAX_OVERHEAD_S)
     link_efficiency: float | None = Field(default=None, ge=1e-3, le=1)
     allreduce_latency_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
+    allreduce_latency_per_peer_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
 
     @model_validator(mode="before")
     @classmethod
@@ -91,6 +96,9 @@ class ResolvedCost:
     Attributes:
         source: ``"CostSpec"`` when every factor was given, else the fitted table's provenance
             and whether its values were fitted on this GPU or transferred from another.
+        paged_attention_factor: the fitted table's paged KV-read factor when the table was used
+            and ``CostSpec`` names neither a factor nor a calibration (``None``: the
+            calibration's).
     """
 
     roofline: Roofline
@@ -100,7 +108,9 @@ class ResolvedCost:
     per_seq_overhead_s: float
     link_efficiency: float
     allreduce_latency_s: float
+    allreduce_latency_per_peer_s: float
     source: str
+    paged_attention_factor: float | None = None
 
 
 @cache
@@ -134,9 +144,15 @@ def resolve_cost(cost: CostSpec, gpu: GpuSpec) -> ResolvedCost:
     """``cost`` with each ``None`` factor taken from the fitted table for ``gpu``."""
     given = {name: getattr(cost, name) for name in FITTED_FIELDS}
     source = "CostSpec"
+    factor = None
     if any(value is None for value in given.values()):
         values, source = fitted_values(gpu.name)
         for name, value in given.items():
             if value is None:
                 given[name] = float(values[name])
-    return ResolvedCost(roofline=cost.roofline, source=source, **given)
+        if cost.paged_attention_factor is None and cost.calibration is None:
+            found = values.get("paged_attention_factor")
+            factor = None if found is None else float(found)
+    return ResolvedCost(
+        roofline=cost.roofline, source=source, paged_attention_factor=factor, **given
+    )

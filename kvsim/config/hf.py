@@ -193,7 +193,7 @@ def _split_params(work: dict[str, Any]) -> int:
     """Parameters of the embedding, LM head and routed experts ``_work_fields`` describes."""
     head = int(work.get("vocab_size") or 0) * int(work.get("embedding_dim") or 0)
     embedding = 0 if work.get("tie_word_embeddings") else head
-    moe = work.get("moe") or {}
+    moe: dict[str, int] = work.get("moe") or {}
     experts = moe.get("num_experts", 0) * moe.get("num_moe_layers", 0)
     return head + embedding + experts * moe.get("params_per_expert", 0)
 

@@ -44,8 +44,9 @@ Sources of each coefficient:
   attention and after the MLP) of ``T * embedding_dim * dtype_bytes`` bytes each; a ring
   all-reduce moves ``2 (tp - 1) / tp`` of the message over each GPU's link (NCCL's bus-bandwidth
   factor, nccl-tests ``doc/PERFORMANCE.md``), at the link's bandwidth (NVLink, or PCIe for GPUs
-  without NVLink: ``GpuSpec.interconnect``) times ``link_efficiency``, plus
-  ``allreduce_latency_s`` each.
+  without NVLink: ``GpuSpec.interconnect``) times ``link_efficiency``, plus a latency of
+  ``allreduce_latency_s + (tp - 1) * allreduce_latency_per_peer_s`` each (a ring's ``2 (tp -
+  1)`` steps each wait a hop's latency).
 - Pipeline parallelism: one batch is in flight (the stages run one after the other, so each GPU
   idles ``(pp - 1) / pp`` of the step: GPipe's bubble ``(p - 1) / (m + p - 1)`` with one
   micro-batch, Huang et al. 2019); the ``pp - 1`` stage boundaries each send the step's
@@ -55,8 +56,9 @@ Sources of each coefficient:
   on measured vLLM runs (``kvsim/data/cost_fit.toml``, ``kvsim.config.cost_spec.resolve_cost``);
   the ``vllm-2023`` preset was fitted to the paper's Figure 13 (``kvsim/data/costs.toml``).
 - ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B`` the paged/contiguous
-  kernel-time ratio from the calibration table (``kvsim calibrate``), else the analytic default
-  of ``kvsim.calibrate.table`` (1.23 at B = 16: the paper's "20-26 % slower" kernel).
+  kernel-time ratio from the calibration table (``kvsim calibrate``), else the fitted table's
+  (when it is used), else the analytic default of ``kvsim.calibrate.table`` (1.23 at B = 16:
+  the paper's "20-26 % slower" kernel of 2023).
 - Swap: ``bytes / PCIe B/s + num_blocks * 2 * num_layers * swap_copy_overhead_s`` (vLLM's
   ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block, per layer, for K and for V; a few
   microseconds of API and DMA set-up each, an assumption of 5 us by default), so tiny blocks swap
@@ -122,7 +124,9 @@ class StepCostModel:
         self.bandwidth = gpu.hbm_bandwidth_bytes_per_s * resolved.hbm_efficiency
         self.flops = gpu.fp16_flops_per_s * resolved.flops_efficiency
         self.link_bandwidth = gpu.link_bandwidth_bytes_per_s * resolved.link_efficiency
-        self.allreduce_latency_s = resolved.allreduce_latency_s
+        per_peer = resolved.allreduce_latency_per_peer_s
+        self.allreduce_latency_s = resolved.allreduce_latency_s + per_peer * (self.tp - 1)
+        self.send_latency_s = resolved.allreduce_latency_s + per_peer  # one peer
         self.pcie_bandwidth = gpu.pcie_bandwidth_bytes_per_s
         self.overhead_s = resolved.step_overhead_s
         self.per_seq_overhead_s = resolved.per_seq_overhead_s
@@ -133,6 +137,9 @@ class StepCostModel:
         )
         self.layers_per_gpu = -(model.num_layers // -self.pp)
         self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
+        if paged and resolved.paged_attention_factor is not None:
+            self.layout_factor = resolved.paged_attention_factor
+            self.layout_source = f"paged_attention_factor of {resolved.source}"
         self.kv_read_bytes_per_token = kv_rank * self.layout_factor
 
     def _work_terms(self, model: ModelSpec, step_roofline: bool) -> None:
@@ -233,7 +240,7 @@ class StepCostModel:
             per_allreduce = ring * message / self.link_bandwidth + self.allreduce_latency_s
             out += 2 * self.num_layers * per_allreduce
         if self.pp > 1:
-            out += (self.pp - 1) * (message / self.link_bandwidth + self.allreduce_latency_s)
+            out += (self.pp - 1) * (message / self.link_bandwidth + self.send_latency_s)
         return out
 
     def step_duration_s(self, chunks: Sequence[tuple[int, int]], swap_blocks: int = 0) -> float:
