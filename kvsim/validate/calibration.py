@@ -1,7 +1,8 @@
 """``kvsim calibrate --from-runs``: fit the step cost on the train split, choose on validate, and
 write the fitted table (``kvsim/data/cost_fit.toml``) with its provenance.
 
-The procedure: each candidate (a set of free parameters, ``CANDIDATES``) is fitted on windows of
+The procedure: each candidate (parameters fitted and parameters pinned, ``CANDIDATES``: the
+KV-read factor at 1 or fitted, a per-sequence overhead or none) is fitted on windows of
 the train runs (``kvsim.validate.fit``); each fit is then replayed on the whole validate runs, and
 the candidate with the smallest median |error| of mean E2E and mean TTFT there is written.
 """
@@ -26,21 +27,23 @@ from kvsim.validate.runs import real_vllm_dir
 
 logger = logging.getLogger(__name__)
 
-CANDIDATES: dict[str, tuple[str, ...]] = {
-    "kv-read factor fitted": (
-        "hbm_efficiency",
-        "flops_efficiency",
-        "step_overhead_s",
-        "allreduce_latency_per_peer_s",
-        "paged_attention_factor",
-        "frontend_latency_s",
+_CORE = (
+    "hbm_efficiency",
+    "flops_efficiency",
+    "step_overhead_s",
+    "allreduce_latency_per_peer_s",
+    "frontend_latency_s",
+)
+# label -> (parameters fitted, parameters pinned for this candidate)
+CANDIDATES: dict[str, tuple[tuple[str, ...], dict[str, float]]] = {
+    "KV-read factor 1": (_CORE, {"paged_attention_factor": 1.0, "per_seq_overhead_s": 0.0}),
+    "KV-read factor fitted": (
+        (*_CORE, "paged_attention_factor"),
+        {"per_seq_overhead_s": 0.0},
     ),
-    "kv-read factor 1": (
-        "hbm_efficiency",
-        "flops_efficiency",
-        "step_overhead_s",
-        "allreduce_latency_per_peer_s",
-        "frontend_latency_s",
+    "per-sequence overhead fitted": (
+        (*_CORE, "per_seq_overhead_s"),
+        {"paged_attention_factor": 1.0},
     ),
 }
 FIT_WINDOW = Window(per_stage=600, margin=150)
@@ -80,7 +83,7 @@ def calibrate_from_runs(
     *,
     cache_path: Path | None,
     max_evaluations: int = 40,
-    candidates: dict[str, tuple[str, ...]] | None = None,
+    candidates: dict[str, tuple[tuple[str, ...], dict[str, float]]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Fit every candidate on the train runs, choose on validate, write ``out`` (TOML).
@@ -97,9 +100,9 @@ def calibrate_from_runs(
         raise ValueError(f"no train runs under {root} (h100/split.txt)")
     cache = ReplayCache(cache_path)
     results: dict[str, tuple[FitResult, float, dict[str, float]]] = {}
-    for label, free in (candidates or CANDIDATES).items():
+    for label, (free, pinned) in (candidates or CANDIDATES).items():
         say(f"fitting '{label}' ({', '.join(free)}) on {len(train)} train runs")
-        start = start_values()
+        start = {**start_values(), **pinned}
         fit = fit_cost(
             train,
             free,

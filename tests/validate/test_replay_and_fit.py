@@ -126,7 +126,7 @@ def test_calibration_fits_on_train_and_only_scores_validate(
     monkeypatch.setattr(calibration, "validate_score", spy_score)
     out = tmp_path / "fit.toml"
     table = calibration.calibrate_from_runs(
-        out, cache_path=None, candidates={"one": ("step_overhead_s",)}
+        out, cache_path=None, candidates={"one": (("step_overhead_s",), {})}
     )
     assert fitted_on == [[f"{TRAIN}:train"]]  # the validate run never reaches the fit
     assert scored_on == [[VALIDATE]]
