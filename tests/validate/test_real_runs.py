@@ -72,6 +72,7 @@ def test_rtx4090_measured_values_equal_llmservingsims_vllm_column() -> None:
         assert float(row["measured"].iloc[0]) == pytest.approx(value, abs=1e-4)  # 0.1 ms rounding
 
 
+@pytest.mark.full(seconds=10)
 def test_h100_prompts_recur_every_100_requests() -> None:
     # the generator's 10 x 10 prompts (results/config.yaml) are sent in a cycle: the recorded
     # prompt lengths recur with period 100 (a match by chance among ~30 lengths: ~3 %)
