@@ -132,3 +132,19 @@ def test_calibration_fits_on_train_and_only_scores_validate(
     assert scored_on == [[VALIDATE]]
     assert table["provenance"]["train_runs"] == [TRAIN]
     assert "FITTED" in out.read_text()
+
+
+def test_a_tie_on_validate_keeps_the_simpler_candidate() -> None:
+    candidates = {
+        "five": (("a", "b", "c", "d", "e"), {}),
+        "six": (("a", "b", "c", "d", "e", "f"), {}),
+        "five too": (("a", "b", "c", "d", "g"), {}),
+    }
+    # six parameters beat five by 0.0004 points: a tie (TIE_POINTS = 0.1), the five stay
+    assert (
+        calibration.choose({"five": 2.4681, "six": 2.4677, "five too": 3.0}, candidates) == "five"
+    )
+    # by 0.2 points: the six win
+    assert calibration.choose({"five": 2.5, "six": 2.3, "five too": 3.0}, candidates) == "six"
+    # among as many parameters the better score wins outright
+    assert calibration.choose({"five": 2.5, "six": 2.5, "five too": 2.45}, candidates) == "five too"
