@@ -20,7 +20,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -283,14 +282,3 @@ def _cache_key(run: MeasuredRun, values: dict[str, float], window: Window | None
 # Bumped whenever the step cost or the replay changes what a parameter set predicts (the
 # cache's entries of another version are not reused).
 COST_MODEL_VERSION = "issue33-2"
-
-
-def describe(result: FitResult) -> dict[str, Any]:
-    """The fit as plain data (for the fitted table's provenance)."""
-    return {
-        "fitted": result.values,
-        "pinned": result.pinned,
-        "runs": result.runs,
-        "loss": result.loss,
-        "num_replays": result.num_replays,
-    }
