@@ -21,7 +21,8 @@ FLEET_EXPERIMENTS := fleet-routing fleet-disagg fleet-grid
 
 .PHONY: native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
         clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing \
-        fleet $(FLEET_EXPERIMENTS) fleet-cheapest
+        fleet $(FLEET_EXPERIMENTS) fleet-cheapest \
+        validate calibrate-runs
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -149,6 +150,17 @@ calibrate-gpu:
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 	PYTHONPATH=. $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu tests/calibrate/test_kernel_gpu.py
 	PYTHONPATH=. $(GPU_PY) -m kvsim.calibrate --out kvsim/data/calibration/$(GPU).csv
+
+# kvsim held against measured real-vLLM runs ($$KVSIM_REAL_VLLM, default ../shared/data/real-vllm):
+# replays the validate split, the RTX 4090 run and the train runs, and writes the error table
+# (kvsim beside BLIS and LLMServingSim) into docs/validate.md and results/validate/ (3-6 min).
+validate: $(STAMP)
+	$(KVSIM) validate --table --docs docs/validate.md
+
+# Refit the step cost on the train split (no GPU; about an hour on 2 cores, replays cached in
+# results/calibrate/): writes kvsim/data/cost_fit.toml.
+calibrate-runs: $(STAMP)
+	$(KVSIM) calibrate --from-runs
 
 clean:
 	rm -rf $(VENV) $(NATIVE_VENV) results .pytest_cache build *.egg-info

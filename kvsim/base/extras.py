@@ -18,7 +18,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "parquet": ("pyarrow", "results tables as Parquet (CSV without it) and Parquet traces"),
     "report": ("plotly", "kvsim report, the HTML page of runs"),
     "tokenizers": ("tokenizers", "ShareGPT JSON traces counted with a tokenizer.json"),
-    "fit": ("scipy", "the paper reproductions that fit a parameter (fig13, fig15)"),
+    "fit": ("scipy", "the paper fits (fig13, fig15) and kvsim calibrate --from-runs"),
+    "validate": ("yaml", "kvsim validate: the measured runs' YAML configs"),
     "sweep": ("dask.distributed", "sweeps on a Dask cluster (--scheduler)"),
 }
 

@@ -1,11 +1,15 @@
-"""``kvsim calibrate``: time the paged vs contiguous decode-attention microkernel on this GPU.
+"""``kvsim calibrate``: time the paged vs contiguous decode-attention microkernel on this GPU, or
+(``--from-runs``) fit the step cost on measured vLLM runs.
 
-``python -m kvsim.calibrate`` runs it on
-its own. Without CuPy or a GPU the command says so and exits with status 2.
+``python -m kvsim.calibrate`` runs the kernel on its own. Without CuPy or a GPU the command says
+so and exits with status 2. ``--from-runs`` needs no GPU: the ``kvsim`` command hands it to the
+fit of ``kvsim.validate`` (``register(app, from_runs=...)``; this module imports nothing above
+it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -35,13 +39,29 @@ def device_slug(name: str) -> str:
     return "-".join(slug.replace("_", " ").split()) or "gpu"
 
 
+FromRuns = Callable[[Path | None, int], None]
+_FROM_RUNS: list[FromRuns] = []  # the --from-runs fit, when the kvsim command registered one
+
+
 def calibrate(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="table to write (.csv or .json); default kvsim/data/calibration/<device>.csv"
+            help="table to write (.csv or .json); default kvsim/data/calibration/<device>.csv "
+            "(--from-runs: a .toml, default kvsim/data/cost_fit.toml)"
         ),
     ] = None,
+    from_runs: Annotated[
+        bool,
+        typer.Option(
+            "--from-runs",
+            help="fit the step cost's free parameters on the measured vLLM runs of the train "
+            "split ($KVSIM_REAL_VLLM; no GPU), choose on the validate split",
+        ),
+    ] = False,
+    max_evaluations: Annotated[
+        int, typer.Option(min=2, max=10_000, help="--from-runs: replays of the train set per fit")
+    ] = 40,
     batch_sizes: Annotated[str, typer.Option(help="sequences per launch")] = "1,8,32,128",
     contexts: Annotated[str, typer.Option(help="tokens per sequence")] = "256,1024,4096",
     block_sizes: Annotated[
@@ -56,6 +76,14 @@ def calibrate(
     warmup: Annotated[int, typer.Option(min=0, max=10_000, help="untimed launches per point")] = 3,
 ) -> None:
     """Time paged vs contiguous decode attention per block size; write a calibration table."""
+    if from_runs:
+        if not _FROM_RUNS:
+            typer.echo(
+                "error: --from-runs needs the kvsim command (kvsim calibrate --from-runs)", err=True
+            )
+            raise typer.Exit(2)
+        _FROM_RUNS[0](out, max_evaluations)
+        return
     from kvsim.calibrate.run import CalibrationGrid, run_calibration
 
     try:
@@ -87,6 +115,9 @@ def calibrate(
     typer.echo(f"wrote {out}")
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``calibrate`` command to the ``kvsim`` app."""
+def register(app: typer.Typer, from_runs: FromRuns | None = None) -> None:
+    """Add the ``calibrate`` command to the ``kvsim`` app (``from_runs``: what ``--from-runs``
+    runs)."""
+    if from_runs is not None and not _FROM_RUNS:
+        _FROM_RUNS.append(from_runs)
     app.command("calibrate")(calibrate)

@@ -1,7 +1,7 @@
 """The ``kvsim`` command line, one package of commands in one style (typer):
 
 ``run`` · ``compare`` · ``plan`` · ``sweep`` · ``plot`` · ``report`` · ``reproduce`` ·
-``presets`` · ``calibrate`` · ``data`` (``fetch``, ``list``).
+``presets`` · ``calibrate`` · ``data`` (``fetch``, ``list``) · ``validate``.
 
 Every command goes through ``common.guard``: a user error prints one line naming the file, field,
 line or value and exits with status 2; ``kvsim --debug COMMAND`` shows tracebacks instead.
@@ -15,7 +15,18 @@ from typing import Annotated
 
 import typer
 
-from kvsim.cli import calibrate, compare, data, plan, presets, report, reproduce, run, sweep
+from kvsim.cli import (
+    calibrate,
+    compare,
+    data,
+    plan,
+    presets,
+    report,
+    reproduce,
+    run,
+    sweep,
+    validate,
+)
 from kvsim.cli.common import STATE, OneLineErrors
 
 app = typer.Typer(
@@ -54,7 +65,7 @@ def _options(
     STATE.debug = debug
 
 
-for module in (run, compare, plan, sweep, report, reproduce, presets, calibrate, data):
+for module in (run, compare, plan, sweep, report, reproduce, presets, calibrate, data, validate):
     module.register(app)
 
 

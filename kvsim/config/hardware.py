@@ -42,6 +42,13 @@ from kvsim.base.limits import (
 from kvsim.base.units import cdiv
 from kvsim.config.hf import check_file_heads, model_fields_from_hf
 
+_OPTIONAL_MODEL_FIELDS = (
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "vocab_size",
+    "embedding_dim",
+    "moe",
+)
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
@@ -77,6 +84,42 @@ def resolve_preset(kind: str, value: Any) -> Any:
     return value
 
 
+class MoeSpec(Frozen):
+    """The routed experts of a mixture-of-experts model (Mixtral, Qwen3-MoE, DeepSeek).
+
+    Every token of a MoE layer runs ``num_experts_per_tok`` of the layer's ``num_experts`` routed
+    experts (shared experts and the router are dense weights, outside this spec). Hugging Face
+    names: ``num_local_experts`` (Mixtral) / ``num_experts`` (Qwen) / ``n_routed_experts``
+    (DeepSeek), ``num_experts_per_tok``.
+
+    Attributes:
+        num_experts: routed experts per MoE layer.
+        num_experts_per_tok: experts each token runs (top-k).
+        num_moe_layers: layers whose MLP is routed.
+        params_per_expert: one expert's parameters in one layer (gated MLP: ``3 * hidden *
+            moe_intermediate_size``).
+    """
+
+    num_experts: int = Field(ge=1, le=MAX_MODEL_HEADS)
+    num_experts_per_tok: int = Field(ge=1, le=MAX_MODEL_HEADS)
+    num_moe_layers: int = Field(ge=1, le=MAX_MODEL_LAYERS)
+    params_per_expert: int = Field(ge=1, le=MAX_MODEL_PARAMS)
+
+    @model_validator(mode="after")
+    def _top_k(self) -> MoeSpec:
+        if self.num_experts_per_tok > self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok ({self.num_experts_per_tok}) exceeds num_experts "
+                f"({self.num_experts})"
+            )
+        return self
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of every routed expert of every MoE layer."""
+        return self.num_experts * self.num_moe_layers * self.params_per_expert
+
+
 class ModelSpec(Frozen):
     """A decoder-only transformer's size, as far as KV memory and step cost need it.
 
@@ -96,6 +139,13 @@ class ModelSpec(Frozen):
         kv_lora_rank: MLA latent width (values per token per layer), ``None`` for K/V attention.
         qk_rope_head_dim: MLA rotary key width cached beside the latent (values per token per
             layer), ``None`` for K/V attention.
+        vocab_size: tokens of the vocabulary (the embedding and LM-head rows), ``None`` when
+            unknown (the step cost then charges every parameter to every token).
+        embedding_dim: width of the residual stream (Hugging Face ``hidden_size``; ``None``:
+            ``num_attention_heads * head_dim``); the embedding, the LM head and each
+            tensor-parallel all-reduce are this wide.
+        tie_word_embeddings: the LM head reuses the input embedding's weights.
+        moe: the routed experts (``MoeSpec``), ``None`` for a dense model.
     """
 
     name: str = "custom"
@@ -114,6 +164,12 @@ class ModelSpec(Frozen):
     qk_rope_head_dim: int | None = Field(
         default=None, ge=0, le=MAX_HEAD_DIM, description="MLA rotary key width"
     )
+    vocab_size: int | None = Field(default=None, ge=1, le=2**31 - 1, description="vocabulary")
+    embedding_dim: int | None = Field(
+        default=None, ge=1, le=MAX_HEAD_DIM * MAX_MODEL_HEADS, description="residual width"
+    )
+    tie_word_embeddings: bool = False
+    moe: MoeSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -148,15 +204,24 @@ class ModelSpec(Frozen):
             raise ValueError(
                 f"num_kv_heads: an MLA model caches one latent head, got {self.num_kv_heads}"
             )
+        if self.embedding_params + self.lm_head_params + self.expert_params > self.num_params:
+            raise ValueError(
+                f"num_params ({self.num_params:,}) is smaller than the embedding, LM head and "
+                f"routed experts it holds ({self.embedding_params + self.lm_head_params:,} + "
+                f"{self.expert_params:,}); check vocab_size, embedding_dim and moe"
+            )
         return self
 
     @model_serializer(mode="wrap")
     def _drop_unset_mla(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave the MLA fields out when unset, so K/V models keep their canonical hash."""
+        """Leave the optional fields out when unset (MLA, vocabulary, experts), so models
+        without them keep their canonical hash."""
         data: dict[str, Any] = handler(self)
-        for key in ("kv_lora_rank", "qk_rope_head_dim"):
+        for key in _OPTIONAL_MODEL_FIELDS:
             if data.get(key) is None:
                 data.pop(key, None)
+        if data.get("tie_word_embeddings") is False:
+            data.pop("tie_word_embeddings")
         return data
 
     @property
@@ -187,12 +252,37 @@ class ModelSpec(Frozen):
         """Bytes of weights (``num_params * dtype_bytes``)."""
         return self.num_params * self.dtype_bytes
 
+    @property
+    def residual_width(self) -> int:
+        """``embedding_dim``, else ``num_attention_heads * head_dim``."""
+        return self.embedding_dim or self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        """Parameters of the LM head (``vocab_size * residual_width``; 0 when the vocabulary is
+        unknown). Tied or not, the head is one matrix product per sampled token."""
+        return (self.vocab_size or 0) * self.residual_width
+
+    @property
+    def embedding_params(self) -> int:
+        """Parameters of the input embedding that are not also the LM head: a table looked up
+        row by row, no matrix product (0 when tied, or the vocabulary is unknown)."""
+        return 0 if self.tie_word_embeddings else self.lm_head_params
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of the routed experts (0 for a dense model)."""
+        return self.moe.expert_params if self.moe is not None else 0
+
 
 class GpuSpec(Frozen):
     """One GPU: memory (bytes), HBM bandwidth (bytes/s), FP16 FLOP/s, link bandwidths (bytes/s).
 
     ``nvlink_bandwidth_bytes_per_s`` is one direction of the GPU-to-GPU link (NVLink: A100 600 GB/s
     and H100/H200 900 GB/s in total, half each way), used by tensor-parallel all-reduces.
+    ``interconnect`` says which link the GPUs of one replica share: ``"nvlink"`` (SXM parts) or
+    ``"pcie"`` (cards without NVLink, e.g. the GeForce RTX 4090: all-reduces then cross PCIe at
+    ``pcie_bandwidth_bytes_per_s``).
     """
 
     name: str = "custom"
@@ -201,11 +291,27 @@ class GpuSpec(Frozen):
     fp16_flops_per_s: float = Field(ge=1, le=MAX_HW_PER_S)
     pcie_bandwidth_bytes_per_s: float = Field(default=25.6e9, ge=1, le=MAX_HW_PER_S)
     nvlink_bandwidth_bytes_per_s: float = Field(default=300e9, ge=1, le=MAX_HW_PER_S)
+    interconnect: Literal["nvlink", "pcie"] = "nvlink"
 
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, value: Any) -> Any:
         return resolve_preset("gpus", value)
+
+    @model_serializer(mode="wrap")
+    def _drop_default_link(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave ``interconnect`` out when it is NVLink, so GPUs keep their canonical hash."""
+        data: dict[str, Any] = handler(self)
+        if data.get("interconnect") == "nvlink":
+            data.pop("interconnect")
+        return data
+
+    @property
+    def link_bandwidth_bytes_per_s(self) -> float:
+        """One direction of the link all-reduces cross: NVLink's, or PCIe's without NVLink."""
+        if self.interconnect == "pcie":
+            return self.pcie_bandwidth_bytes_per_s
+        return self.nvlink_bandwidth_bytes_per_s
 
 
 class ParallelConfig(Frozen):

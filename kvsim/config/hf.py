@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kvsim.base.limits import MAX_MODEL_HEADS, MAX_MODEL_LAYERS
 from kvsim.base.textfile import parse_json
+from kvsim.config.hf_params import UNTIED_BY_DEFAULT, count_params, moe_fields
 
-Getter = Callable[..., int]
 _LAYERS_LIMIT = (MAX_MODEL_LAYERS, "the largest models have about a thousand")
 _HEADS_LIMIT = (MAX_MODEL_HEADS, "the largest models have about a thousand")
 
@@ -50,19 +49,6 @@ _DTYPE_BYTES = {
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
 }
-# model types whose parameter count count_params knows (gated MLP, RMSNorm, no position table)
-_LLAMA_FAMILY = {
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "deepseek_v2",
-    "deepseek_v3",
-}
-_UNTIED_BY_DEFAULT = _LLAMA_FAMILY  # their config classes default tie_word_embeddings to False
 
 
 class _Config:
@@ -175,8 +161,45 @@ def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
     fields["num_params"] = (
         cfg.int_field(found[0]) if found is not None else count_params(cfg.data, cfg.path)
     )
+    work = _work_fields(cfg)
+    if _split_params(work) <= fields["num_params"]:
+        fields.update(work)
+    else:
+        logger.warning(
+            "%s: num_params %s is smaller than the embedding, LM head and experts the file "
+            "describes; the step cost charges every parameter to every token",
+            cfg.path,
+            fields["num_params"],
+        )
     _note_sliding_window(cfg)
     return fields
+
+
+def _split_params(work: dict[str, Any]) -> int:
+    """Parameters of the embedding, LM head and routed experts ``_work_fields`` describes."""
+    head = int(work.get("vocab_size") or 0) * int(work.get("embedding_dim") or 0)
+    embedding = 0 if work.get("tie_word_embeddings") else head
+    moe: dict[str, int] = work.get("moe") or {}
+    experts = moe.get("num_experts", 0) * moe.get("num_moe_layers", 0)
+    return head + embedding + experts * moe.get("params_per_expert", 0)
+
+
+def _work_fields(cfg: _Config) -> dict[str, Any]:
+    """The fields the step cost splits the parameters by: ``vocab_size``, ``embedding_dim``
+    (``hidden_size``), ``tie_word_embeddings`` and, for a MoE model, ``moe`` (each only when the
+    file has what it needs)."""
+    out: dict[str, Any] = {}
+    if cfg.get("vocab_size") is not None:
+        out["vocab_size"] = cfg.int_field("vocab_size")
+    if cfg.get("hidden_size", "n_embd", "d_model") is not None:
+        out["embedding_dim"] = cfg.int_field("hidden_size", "n_embd", "d_model")
+    model_type = str(cfg.data.get("model_type", ""))
+    tied = cfg.data.get("tie_word_embeddings", model_type not in UNTIED_BY_DEFAULT)
+    out["tie_word_embeddings"] = bool(tied)
+    moe = moe_fields(cfg.data, cfg.path)
+    if moe is not None:
+        out["moe"] = moe
+    return out
 
 
 def check_file_heads(value: str | Path, fields: dict[str, Any], table: dict[str, Any]) -> None:
@@ -267,94 +290,3 @@ def _note_sliding_window(cfg: _Config) -> None:
         cfg.path,
         found[1],
     )
-
-
-def count_params(data: dict[str, Any], path: Path | str = "config.json") -> int:
-    """Parameters of a Llama-family decoder, counted from its ``config.json`` (weights and biases).
-
-    ``V * H`` embedding (+ ``V * H`` untied LM head) + final norm ``H`` + per layer: two norms
-    ``2 * H``; attention ``H * (q + 2 * kv) * d + q * d * H`` (+ biases: q, k, v for qwen2,
-    q, k, v, o for ``attention_bias``; + ``2 * d`` q/k norms for qwen3); or MLA: ``q_a`` ``H * r_q``
-    + norm ``r_q`` + ``q_b`` ``r_q * q * (d_nope + d_rope)`` (or ``H * q * (d_nope + d_rope)``
-    without ``q_lora_rank``), ``kv_a`` ``H * (r_kv + d_rope)`` + norm ``r_kv``, ``kv_b``
-    ``r_kv * q * (d_nope + d_v)``, ``o`` ``q * d_v * H``; gated MLP ``3 * H * I``; MoE layers
-    (after ``first_k_dense_replace`` dense ones, every ``moe_layer_freq``-th): experts
-    ``E * 3 * H * I_moe`` + shared experts ``3 * H * I_moe * n_shared`` (or ``3 * H * I_shared
-    + H`` for ``shared_expert_intermediate_size``) + router ``E * H`` (+ ``E`` correction bias for
-    ``topk_method = "noaux_tc"``). Multi-token-prediction layers (``num_nextn_predict_layers``)
-    are left out: vLLM loads them only for speculative decoding.
-
-    Raises:
-        ValueError: an architecture outside the family, or a missing field.
-    """
-    get = _getter(data, path)
-    model_type = str(data.get("model_type", ""))
-    if model_type not in _LLAMA_FAMILY:
-        raise ValueError(
-            f"hf_config {path}: cannot count the parameters of model_type {model_type!r} "
-            f"(known: {sorted(_LLAMA_FAMILY)}); set model.num_params"
-        )
-    hidden, vocab, layers = get("hidden_size"), get("vocab_size"), get("num_hidden_layers")
-    tied = data.get("tie_word_embeddings", model_type not in _UNTIED_BY_DEFAULT)
-    total = vocab * hidden * (1 if tied else 2) + hidden
-    attention = _attention_params(data, get, model_type)
-    for layer in range(layers):
-        total += 2 * hidden + attention + _mlp_params(data, get, layer)
-    return total
-
-
-def _getter(data: dict[str, Any], path: Path | str) -> Getter:
-    def get(key: str, default: int | None = None) -> int:
-        value = data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(
-                f"hf_config {path}: counting parameters needs {key} as an integer >= 0, "
-                f"got {value!r}; set model.num_params"
-            )
-        return value
-
-    return get
-
-
-def _attention_params(data: dict[str, Any], get: Getter, model_type: str) -> int:
-    hidden, heads = get("hidden_size"), get("num_attention_heads")
-    if data.get("kv_lora_rank") is not None:
-        rank, rope = get("kv_lora_rank"), get("qk_rope_head_dim")
-        qk_dim, v_dim = get("qk_nope_head_dim") + rope, get("v_head_dim")
-        q_rank = data.get("q_lora_rank")
-        if q_rank is None:
-            q = hidden * heads * qk_dim
-        else:
-            q_rank = get("q_lora_rank")
-            q = hidden * q_rank + q_rank + q_rank * heads * qk_dim
-        kv = hidden * (rank + rope) + rank + rank * heads * (get("qk_nope_head_dim") + v_dim)
-        return q + kv + heads * v_dim * hidden
-    kv_heads = get("num_key_value_heads", heads)
-    head_dim = data.get("head_dim") or hidden // heads
-    params = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
-    if data.get("attention_bias"):
-        params += (heads + 2 * kv_heads) * head_dim + hidden
-    elif model_type in ("qwen2", "qwen2_moe"):  # Qwen2 always has q, k and v biases
-        params += (heads + 2 * kv_heads) * head_dim
-    if model_type in ("qwen3", "qwen3_moe"):  # per-head RMSNorm of q and k
-        params += 2 * head_dim
-    return int(params)
-
-
-def _mlp_params(data: dict[str, Any], get: Getter, layer: int) -> int:
-    hidden = get("hidden_size")
-    experts = data.get("n_routed_experts") or data.get("num_local_experts") or 0
-    experts = experts or data.get("num_experts") or 0
-    dense_first = data.get("first_k_dense_replace", 0) or 0
-    freq = data.get("moe_layer_freq", 1) or 1
-    if not experts or layer < dense_first or (layer - dense_first) % freq:
-        return 3 * hidden * get("intermediate_size")
-    size = data.get("moe_intermediate_size") or get("intermediate_size")
-    params = experts * 3 * hidden * size + experts * hidden
-    if data.get("n_shared_experts"):
-        params += get("n_shared_experts") * 3 * hidden * size
-    if data.get("shared_expert_intermediate_size"):
-        params += 3 * hidden * get("shared_expert_intermediate_size") + hidden
-    if data.get("topk_method") == "noaux_tc":
-        params += experts
-    return int(params)

@@ -25,7 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS
 from kvsim.base.units import GiB
@@ -130,6 +136,11 @@ class SchedulerConfig(Frozen):
             (request-level batching, the PagedAttention paper's FasterTransformer baseline,
             §6.1: a batch of the earliest waiting requests, as many as fit, is admitted only
             once the previous batch has finished); ``"request"`` runs under ``vllm-v0``.
+        async_scheduling: v1 plans step ``N + 1`` while step ``N`` runs on the GPU (vLLM's
+            ``--async-scheduling``, on by default since vLLM 0.14: ``EngineCore``'s batch
+            queue of two), so a request that arrives while step ``N`` runs is scheduled in step
+            ``N + 2`` at the earliest (at once when the engine is idle). ``None``: off (kvsim's
+            default, as its results were made; ``kvsim validate`` sets it from the run).
     """
 
     engine: EngineName = "vllm-v1"
@@ -150,6 +161,15 @@ class SchedulerConfig(Frozen):
         default=1000, ge=1, le=MAX_INT32, description="livelock guard"
     )
     batching: Literal["iteration", "request"] = "iteration"
+    async_scheduling: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave ``async_scheduling`` out when unset, so configs keep their canonical hash."""
+        data: dict[str, Any] = handler(self)
+        if data.get("async_scheduling") is None:
+            data.pop("async_scheduling", None)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +192,7 @@ class EngineArgs:
         reserve_null_block: block 0 is vLLM v1's null block (usable blocks = blocks - 1).
         max_preemptions_per_request: livelock guard.
         batching: ``"iteration"`` or ``"request"`` (``SchedulerConfig.batching``).
+        async_scheduling: arrivals wait one more step (``SchedulerConfig.async_scheduling``).
     """
 
     engine: EngineName
@@ -188,6 +209,7 @@ class EngineArgs:
     max_preemptions_per_request: int
     batching: Literal["iteration", "request"] = "iteration"
     scheduler_reserve_full_isl: bool = False
+    async_scheduling: bool = False
 
 
 def resolve_engine_args(
@@ -241,6 +263,7 @@ def resolve_engine_args(
         max_preemptions_per_request=scheduler.max_preemptions_per_request,
         batching=scheduler.batching,
         scheduler_reserve_full_isl=v1 and scheduler.scheduler_reserve_full_isl is not False,
+        async_scheduling=bool(scheduler.async_scheduling),
     )
 
 
@@ -276,4 +299,9 @@ def _check_profile_knobs(scheduler: SchedulerConfig, cache: CacheSpec, chunked: 
         raise ValueError(
             "scheduler.scheduler_reserve_full_isl: a vLLM v1 knob (the admission gate of "
             "chunked prefill); the vllm-v0 profile admits whole prompts"
+        )
+    if scheduler.async_scheduling:
+        raise ValueError(
+            "scheduler.async_scheduling: a vLLM v1 knob (the engine core's batch queue); the "
+            "vllm-v0 profile schedules each step after the last one's outputs"
         )

@@ -2,42 +2,63 @@
 
 A step computes ``c_i`` new tokens of request ``i`` after ``o_i`` tokens it has already computed
 (a prefill chunk: ``c`` prompt tokens after ``o`` computed or cached ones; a decode: ``c = 1``
-after ``o = L``). On one tensor-parallel rank of ``tp`` (summed over the ``pp`` pipeline stages,
-which run one after the other):
+after ``o = L``). With ``T = sum c_i`` tokens, ``S`` sequences and ``P = sum (2 c_i o_i + c_i**2)``
+attention pairs, on one tensor-parallel rank of ``tp`` (summed over the ``pp`` pipeline stages,
+which run one after the other), the ``"operator"`` roofline (``CostSpec.roofline``, the default)
+prices each operator by the longer of its reads and its FLOPs and adds them up:
 
-    bytes  = W / tp + (sum o_i) * kv_bytes_per_token_rank * f_layout(B)
-    flops  = [2 * num_params * sum c_i                                  linear layers
-              + 2 * num_layers * hidden * sum (2 c_i o_i + c_i**2)]   / tp   attention
-    t_step = max(bytes / (HBM B/s * hbm_eff), flops / (FP16 FLOP/s * flops_eff))
-           + step_overhead_s + per_seq_overhead_s * sequences
-           + t_allreduce + t_stage_sends (+ t_swap)
+    t_linear = max((W_dense + W_experts * coverage(T)) / BW,  2 * N_active * T / F)
+    t_head   = max(W_head / BW,                               2 * N_head * S / F)
+    t_attn   = max((sum o_i) * kv_bytes_per_token_rank * f_layout(B) / BW,
+                   2 * num_layers * heads * head_dim * P / F)
+    t_step   = t_linear + t_head + t_attn + step_overhead_s + per_seq_overhead_s * S
+               + t_allreduce + t_stage_sends (+ t_swap)
+
+with ``BW = HBM B/s * hbm_efficiency`` and ``F = FP16 FLOP/s * flops_efficiency``, every
+parameter count and weight size divided by ``tp``. The ``"step"`` roofline (the ``vllm-2023`` and
+``lean`` presets) is the 2023 model: ``max((W + (sum o_i) * kv * f) / BW, (2 * num_params * T +
+2 * num_layers * heads * head_dim * P) / F)``, every parameter charged to every token.
 
 Sources of each coefficient:
 
-- ``W = num_params * dtype_bytes``: every step streams all weights once (decode is memory-bound;
-  Kwon et al. 2023 §2.3). The KV read per token on a rank is ``2 * num_layers * max(1, kv_heads //
-  tp) * head_dim * kv_dtype_bytes`` (``kvsim.config.hardware``; fp8 KV halves it).
-- ``2 * num_params`` FLOPs per token: one multiply-add per weight (Kaplan et al. 2020, "Scaling
-  laws", Table 1 forward-pass estimate).
-- Attention FLOPs: ``QK^T`` and ``PV`` each cost ``2 * hidden`` FLOPs per layer per (query, key)
-  pair; the ``c`` new tokens after ``o`` computed ones attend to ``c * o + c (c + 1) / 2`` keys,
-  about ``(2 c o + c**2) / 2``. A whole prefill (``o = 0``) gives ``2 * layers * hidden * P**2`` and
-  a decode ``4 * layers * hidden * L``.
+- Weights: every step streams the weights it uses once (decode is memory-bound; Kwon et al.
+  2023 §2.3). ``W_head = N_head * dtype_bytes`` is the LM head (``vocab_size * embedding_dim``);
+  the input embedding is a table read row by row (no matrix product, its reads negligible), so
+  an untied embedding is neither read whole nor multiplied; ``W_dense`` is the rest but the
+  routed experts.
+- FLOPs: one multiply-add per weight per token (Kaplan et al. 2020, "Scaling laws", Table 1
+  forward-pass estimate). The LM head runs once per scheduled sequence, on its last token only
+  (vLLM's model runner gathers ``logits_indices`` before ``compute_logits``), not per prompt token.
+- Mixture of experts (``ModelSpec.moe``: ``E`` routed experts, top ``k``): a token runs ``k`` of
+  them, so ``N_active = N_dense + N_experts * k / E``; a step reads the experts its tokens pick.
+  With picks independent and uniform, an expert is left out by all ``T`` tokens with probability
+  ``(1 - k / E) ** T``, so ``coverage(T) = 1 - (1 - k / E) ** T`` of the expert weights are read
+  (the expected number of distinct experts hit, an occupancy argument; Mixtral's router is close
+  to uniform over a batch, Jiang et al. 2024 §5 "Routing analysis").
+- Attention: ``QK^T`` and ``PV`` each cost ``2 * heads * head_dim`` FLOPs per layer per (query,
+  key) pair; the ``c`` new tokens after ``o`` computed ones attend to ``c * o + c (c + 1) / 2``
+  keys, about ``(2 c o + c**2) / 2``: quadratic in the chunk. GQA: query heads set the FLOPs,
+  KV heads the bytes read, ``2 * num_layers * max(1, kv_heads // tp) * head_dim *
+  kv_dtype_bytes`` per token on a rank (``kvsim.config.hardware``; fp8 KV halves it).
 - Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, §3): two all-reduces per layer (after
-  attention and after the MLP) of ``sum c_i * hidden * dtype_bytes`` bytes each; a ring all-reduce
-  moves ``2 (tp - 1) / tp`` of the message over each GPU's link (NCCL's bus-bandwidth factor,
-  nccl-tests ``doc/PERFORMANCE.md``), at ``nvlink_bandwidth * link_efficiency``, plus
-  ``allreduce_latency_s`` each.
+  attention and after the MLP) of ``T * embedding_dim * dtype_bytes`` bytes each; a ring
+  all-reduce moves ``2 (tp - 1) / tp`` of the message over each GPU's link (NCCL's bus-bandwidth
+  factor, nccl-tests ``doc/PERFORMANCE.md``), at the link's bandwidth (NVLink, or PCIe for GPUs
+  without NVLink: ``GpuSpec.interconnect``) times ``link_efficiency``, plus a latency of
+  ``allreduce_latency_s + (tp - 1) * allreduce_latency_per_peer_s`` each (a ring's ``2 (tp -
+  1)`` steps each wait a hop's latency).
 - Pipeline parallelism: one batch is in flight (the stages run one after the other, so each GPU
   idles ``(pp - 1) / pp`` of the step: GPipe's bubble ``(p - 1) / (m + p - 1)`` with one
   micro-batch, Huang et al. 2019); the ``pp - 1`` stage boundaries each send the step's
-  activations (``sum c_i * hidden * dtype_bytes``) over the link, plus one latency.
+  activations over the link, plus one latency.
 - HBM bandwidth, FP16 FLOP/s, PCIe and NVLink bandwidths: the GPU preset (vendor datasheets,
-  ``kvsim/data/gpus.toml``). Efficiencies and overheads: ``CostSpec`` (defaults: a lean engine;
-  preset ``vllm-2023`` fitted to the paper's Figure 13 as ``kvsim/data/costs.toml`` explains).
+  ``kvsim/data/gpus.toml``). Efficiencies and overheads: ``CostSpec``, its unset factors FITTED
+  on measured vLLM runs (``kvsim/data/cost_fit.toml``, ``kvsim.config.cost_spec.resolve_cost``);
+  the ``vllm-2023`` preset was fitted to the paper's Figure 13 (``kvsim/data/costs.toml``).
 - ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B`` the paged/contiguous
-  kernel-time ratio from the calibration table (``kvsim calibrate``), else the analytic default
-  of ``kvsim.calibrate.table`` (1.23 at B = 16: the paper's "20-26 % slower" kernel).
+  kernel-time ratio from the calibration table (``kvsim calibrate``), else the fitted table's
+  (when it is used), else the analytic default of ``kvsim.calibrate.table`` (1.23 at B = 16:
+  the paper's "20-26 % slower" kernel of 2023).
 - Swap: ``bytes / PCIe B/s + num_blocks * 2 * num_layers * swap_copy_overhead_s`` (vLLM's
   ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block, per layer, for K and for V; a few
   microseconds of API and DMA set-up each, an assumption of 5 us by default), so tiny blocks swap
@@ -51,6 +72,7 @@ from collections.abc import Sequence
 
 from kvsim.calibrate.table import resolve_table
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
+from kvsim.config.cost_spec import resolve_cost
 from kvsim.config.hardware import KvCacheDtype, kv_bytes_per_token_per_gpu
 
 logger = logging.getLogger(__name__)
@@ -60,9 +82,10 @@ class StepCostModel:
     """Seconds per engine step for a model on GPUs with a KV layout.
 
     Args:
-        model: the served model (weights, layers, hidden size).
+        model: the served model (weights, layers, widths, experts).
         gpu: HBM bandwidth (bytes/s), FP16 FLOP/s and link bandwidths (bytes/s).
-        cost: efficiency factors, overheads (seconds) and where the layout factor comes from.
+        cost: efficiency factors, overheads (seconds) and where the layout factor comes from;
+            unset factors resolve through the fitted table (``resolve_cost``).
         paged: whether KV is read through block tables.
         block_size_tokens: tokens per KV block of the paged layout (and per swapped block).
         parallel: tensor- and pipeline-parallel sizes.
@@ -71,6 +94,7 @@ class StepCostModel:
     Attributes:
         layout_factor: KV-read time multiplier of the layout (1.0 when contiguous).
         layout_source: where ``layout_factor`` came from (says "analytic" when not measured).
+        cost_source: where the efficiencies and overheads came from (``ResolvedCost.source``).
     """
 
     def __init__(
@@ -85,23 +109,27 @@ class StepCostModel:
         kv_cache_dtype: KvCacheDtype = "auto",
     ) -> None:
         parallel = parallel or ParallelConfig()
+        resolved = resolve_cost(cost, gpu)
+        self.cost_source = resolved.source
         self.tp = parallel.tensor_parallel_size
         self.pp = parallel.pipeline_parallel_size
         whole_model = ParallelConfig(tensor_parallel_size=self.tp)  # all layers, one TP rank
         kv_rank = kv_bytes_per_token_per_gpu(model, whole_model, kv_cache_dtype)
-        self.weight_bytes = float(model.weight_bytes) / self.tp
         self.hidden = model.hidden_size
         self.num_layers = model.num_layers
         self.act_bytes = float(model.dtype_bytes)
-        self.linear_flops_per_token = 2.0 * model.num_params / self.tp
+        self.message_bytes_per_token = model.residual_width * self.act_bytes
+        self._work_terms(model, resolved.roofline == "step")
         self.attn_flops_per_pair = 2.0 * model.num_layers * self.hidden / self.tp
-        self.bandwidth = gpu.hbm_bandwidth_bytes_per_s * cost.hbm_efficiency
-        self.flops = gpu.fp16_flops_per_s * cost.flops_efficiency
-        self.link_bandwidth = gpu.nvlink_bandwidth_bytes_per_s * cost.link_efficiency
-        self.allreduce_latency_s = cost.allreduce_latency_s
+        self.bandwidth = gpu.hbm_bandwidth_bytes_per_s * resolved.hbm_efficiency
+        self.flops = gpu.fp16_flops_per_s * resolved.flops_efficiency
+        self.link_bandwidth = gpu.link_bandwidth_bytes_per_s * resolved.link_efficiency
+        per_peer = resolved.allreduce_latency_per_peer_s
+        self.allreduce_latency_s = resolved.allreduce_latency_s + per_peer * (self.tp - 1)
+        self.send_latency_s = resolved.allreduce_latency_s + per_peer  # one peer
         self.pcie_bandwidth = gpu.pcie_bandwidth_bytes_per_s
-        self.overhead_s = cost.step_overhead_s
-        self.per_seq_overhead_s = cost.per_seq_overhead_s
+        self.overhead_s = resolved.step_overhead_s
+        self.per_seq_overhead_s = resolved.per_seq_overhead_s
         self.swap_copy_overhead_s = cost.swap_copy_overhead_s
         self.block_size_tokens = block_size_tokens
         self.swap_bytes_per_token = float(
@@ -109,7 +137,38 @@ class StepCostModel:
         )
         self.layers_per_gpu = -(model.num_layers // -self.pp)
         self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
+        if paged and resolved.paged_attention_factor is not None:
+            self.layout_factor = resolved.paged_attention_factor
+            self.layout_source = f"paged_attention_factor of {resolved.source}"
         self.kv_read_bytes_per_token = kv_rank * self.layout_factor
+
+    def _work_terms(self, model: ModelSpec, step_roofline: bool) -> None:
+        """Weights read and FLOPs per token of the linear layers, the LM head and the routed
+        experts on one rank (bytes and FLOPs; the module docstring gives the split)."""
+        self.step_roofline = step_roofline
+        per_param = float(model.dtype_bytes) / self.tp
+        self.weight_bytes = float(model.weight_bytes) / self.tp  # the "step" roofline's W
+        head = 0 if step_roofline else model.lm_head_params
+        experts = 0 if step_roofline else model.expert_params
+        dense = model.num_params - experts - head - (0 if step_roofline else model.embedding_params)
+        self.dense_weight_bytes = dense * per_param
+        self.expert_weight_bytes = experts * per_param
+        self.head_weight_bytes = head * per_param
+        self.head_flops_per_seq = 2.0 * head / self.tp
+        share = (
+            0.0
+            if model.moe is None or step_roofline
+            else model.moe.num_experts_per_tok / (model.moe.num_experts)
+        )
+        self.expert_miss = 1.0 - share  # an expert is left out by one token's picks
+        self.linear_flops_per_token = 2.0 * (dense + experts * share) / self.tp
+
+    def expert_coverage(self, new_tokens: float) -> float:
+        """Share of the routed experts' weights a step of ``new_tokens`` tokens reads:
+        ``1 - (1 - k / E) ** new_tokens`` (0 for a dense model)."""
+        if not self.expert_weight_bytes:
+            return 0.0
+        return 1.0 - float(self.expert_miss**new_tokens)
 
     @staticmethod
     def _layout(cost: CostSpec, gpu: GpuSpec, paged: bool, block_size: int) -> tuple[float, str]:
@@ -137,11 +196,16 @@ class StepCostModel:
         Raises:
             ValueError: a negative, infinite or NaN duration (a broken coefficient).
         """
-        mem_s = (self.weight_bytes + context_tokens * self.kv_read_bytes_per_token) / self.bandwidth
-        compute_s = self.compute_s(new_tokens, attention_pairs)
-        if mem_s != mem_s or compute_s != compute_s:  # NaN: max() would keep either
-            raise ValueError("cost model returned an invalid duration: nan")
-        duration = mem_s if mem_s >= compute_s else compute_s
+        kv_bytes = context_tokens * self.kv_read_bytes_per_token
+        if self.step_roofline:
+            mem_s = (self.weight_bytes + kv_bytes) / self.bandwidth
+            compute_s = self.compute_s(new_tokens, attention_pairs)
+            if mem_s != mem_s or compute_s != compute_s:  # NaN: max() would keep either
+                raise ValueError("cost model returned an invalid duration: nan")
+            duration = mem_s if mem_s >= compute_s else compute_s
+        else:
+            attn_flops = self.attn_flops_per_pair * attention_pairs
+            duration = self._operators_s(new_tokens, kv_bytes, attn_flops, num_seqs)
         duration += self.overhead_s + self.per_seq_overhead_s * num_seqs
         if self.tp > 1 or self.pp > 1:
             duration += self.communication_s(new_tokens)
@@ -149,17 +213,34 @@ class StepCostModel:
             raise ValueError(f"cost model returned an invalid duration: {duration}")
         return duration
 
+    def _operators_s(
+        self, new_tokens: float, kv_bytes: float, attn_flops: float, num_seqs: float
+    ) -> float:
+        """The ``"operator"`` roofline: linear layers, LM head and attention, each the longer of
+        its reads and its FLOPs (seconds)."""
+        bw, flops = self.bandwidth, self.flops
+        weights = self.dense_weight_bytes + self.expert_weight_bytes * self.expert_coverage(
+            new_tokens
+        )
+        linear = max(weights / bw, self.linear_flops_per_token * new_tokens / flops)
+        head = max(self.head_weight_bytes / bw, self.head_flops_per_seq * num_seqs / flops)
+        attention = max(kv_bytes / bw, attn_flops / flops)
+        total = linear + head + attention
+        if total != total:
+            raise ValueError("cost model returned an invalid duration: nan")
+        return total
+
     def communication_s(self, new_tokens: float) -> float:
         """Tensor-parallel all-reduces and pipeline stage sends of a step computing
         ``new_tokens`` tokens (seconds; 0 without parallelism)."""
-        message = new_tokens * self.hidden * self.act_bytes
+        message = new_tokens * self.message_bytes_per_token
         out = 0.0
         if self.tp > 1:
             ring = 2.0 * (self.tp - 1) / self.tp
             per_allreduce = ring * message / self.link_bandwidth + self.allreduce_latency_s
             out += 2 * self.num_layers * per_allreduce
         if self.pp > 1:
-            out += (self.pp - 1) * (message / self.link_bandwidth + self.allreduce_latency_s)
+            out += (self.pp - 1) * (message / self.link_bandwidth + self.send_latency_s)
         return out
 
     def step_duration_s(self, chunks: Sequence[tuple[int, int]], swap_blocks: int = 0) -> float:

@@ -12,6 +12,10 @@ a fleet (``kvsim.fleet``) is handed requests as a router picks it (``submit``), 
 replica's prefill hands it a request's KV (``expect``): a span in flight when nobody waited is
 then cut to end with the step in flight, by the same rule (``Engine.submit``). Either way a
 span's slots are taken once it ends (``SchedulerCore.extend``), so cutting it is free.
+
+Under async scheduling (``EngineArgs.async_scheduling``) a request that arrives while a step
+runs is handed to the scheduler at the end of the step after it (vLLM's engine core has planned
+that one already), or at once when the engine is idle.
 """
 
 from __future__ import annotations
@@ -131,6 +135,9 @@ class Engine:
         self._incoming: deque[tuple[Request, int]] = deque()
         self.holding: set[Request] = set()  # hold blocks, not yet running: KV on its way
         self.on_receive: Callable[[Request, int, int], None] | None = None
+        self.async_scheduling = config.engine_args.async_scheduling
+        self._staged: deque[Request] = deque()  # arrived, not yet seen by the scheduler (async)
+        self._last_step_start_s = 0.0  # start of the step that ends at the current boundary
 
     # -- requests in ----------------------------------------------------------------------------
     def arrival_source(self) -> Generator[simpy.Event, Any, None]:
@@ -148,7 +155,10 @@ class Engine:
         A fast-forwarded span in flight that nobody waited for is cut to end with the step in
         flight (the up-front cut of a known arrival, ``_cut_span``, made late)."""
         self._row[req] = row
-        self.scheduler.add_request(req)
+        if self.async_scheduling:
+            self._staged.append(req)
+        else:
+            self.scheduler.add_request(req)
         self.num_arrived += 1
         if self.handed:
             self._arrival_list.append(self.env.now)
@@ -206,6 +216,8 @@ class Engine:
         while total is None or self.num_finished < total:
             if self._incoming:
                 self._take_incoming()
+            if self._staged:
+                self._release_staged()
             if not self.scheduler.has_work():
                 self._wake = self.env.event()
                 yield self._wake
@@ -234,6 +246,7 @@ class Engine:
                     timing = span_timing(timing.durations[: event.num_steps])
                     delay_s = now + timing.total_s - self.env.now
             self._in_flight = None
+            self._last_step_start_s = now + timing.total_s - timing.durations[-1]
             self.scheduler.extend(plan, timing.num_steps)
             if self.config.debug_invariants:
                 self._check_invariants()
@@ -251,12 +264,21 @@ class Engine:
     def _plan_time(self) -> PlanTime:
         scheduler = self.scheduler
         ids = tuple(r.req_id for r in scheduler.waiting) if self.frames is not None else ()
-        return PlanTime(len(scheduler.waiting), scheduler.head_of_queue(), self.num_arrived, ids)
+        num_waiting = len(scheduler.waiting) + len(self._staged)
+        return PlanTime(num_waiting, scheduler.head_of_queue(), self.num_arrived, ids)
 
     @property
     def num_preemptions(self) -> int:
         """Preemptions so far (the scheduler's count)."""
         return self.scheduler.num_preemptions
+
+    def _release_staged(self) -> None:
+        """Async scheduling: hand the scheduler the requests that arrived before the step that
+        just ended began (the step after it was planned then, vLLM ``EngineCore.
+        step_with_batch_queue``), or every staged one when the engine has nothing to run."""
+        staged, idle = self._staged, not self.scheduler.has_work()
+        while staged and (idle or staged[0].arrival_time_s <= self._last_step_start_s):
+            self.scheduler.add_request(staged.popleft())
 
     def _check_invariants(self) -> None:
         self.allocator.check_invariants()
@@ -289,7 +311,8 @@ class Engine:
         Step 0 runs the scheduled work; step ``j >= 1`` decodes every member, reading
         ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
         """
-        k = self.scheduler.max_extension(plan, self.max_span_steps)
+        # staged arrivals reach the scheduler at the next boundary: no span past it
+        k = self.scheduler.max_extension(plan, 1 if self._staged else self.max_span_steps)
         step0_s = self.cost.step_s(*plan.work)
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)

@@ -86,6 +86,7 @@ def simulate(
         summary["num_gpu_blocks"] = num_blocks
     summary["layout_factor"] = engine.cost.layout_factor
     summary["layout_source"] = engine.cost.layout_source
+    summary["cost_source"] = engine.cost.cost_source
     if frames is not None:
         for t in frames.pending:  # moments after the last finish: the pool is empty
             frames.capture(t, engine.allocator, {}, 0, [], 0)

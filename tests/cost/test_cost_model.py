@@ -26,12 +26,17 @@ GPU = GpuSpec(
     pcie_bandwidth_bytes_per_s=100.0,
     nvlink_bandwidth_bytes_per_s=1000.0,
 )
+# The 2023 model (one max over the step's reads and FLOPs), every factor pinned.
 COST = CostSpec(
+    roofline="step",
     hbm_efficiency=0.5,
     flops_efficiency=0.5,
     step_overhead_s=0.1,
     per_seq_overhead_s=0.01,
     swap_copy_overhead_s=0.5,
+    link_efficiency=0.8,
+    allreduce_latency_s=10e-6,
+    allreduce_latency_per_peer_s=0.0,
 )
 
 

@@ -56,6 +56,7 @@ ADDED_SINCE_RECORDING = frozenset(
         "slo_attainment",
         "goodput_requests_per_s",
         "goodput_requests_per_usd",
+        "cost_source",  # issue 33: which cost table the run used
     }
 )
 

@@ -1,0 +1,134 @@
+"""``kvsim validate RUN...``: replay measured real-vLLM runs and compare, request by request.
+
+``kvsim validate codellama-34b-tp2-codegen`` replays one run (any unique part of its name, or a
+group: ``train``, ``validate``, ``held-out``, ``all``) on its own model, GPU, parallelism, KV pool
+and scheduler settings at its recorded arrivals, and writes under ``--out``: ``requests.csv``
+(per request, measured and predicted TTFT, E2E, TPOT, queue time), ``errors.csv`` (per load
+stage: the error of mean, p50, p90, p99), ``kv_usage.csv`` (where vLLM logged its own) and
+``replay.png``. ``--table`` writes the error table of ``make validate`` (the held-out runs beside
+the peers', the train runs apart, the fitted efficiencies) and, with ``--docs``, puts it into
+that Markdown file. The measured runs are read from ``$KVSIM_REAL_VLLM``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvsim.cli.common import console, guard
+
+
+def validate(
+    runs: Annotated[
+        list[str] | None,
+        typer.Argument(help="Runs to replay: names, unique parts of names, or a group."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for the outputs.")] = Path("results/validate"),
+    table: Annotated[
+        bool, typer.Option("--table", help="Write the error table of every run (make validate).")
+    ] = False,
+    docs: Annotated[
+        Path | None, typer.Option(help="With --table: the Markdown file to put the table in.")
+    ] = None,
+    cost: Annotated[
+        str | None, typer.Option(help="A cost preset instead of the fitted table (e.g. lean).")
+    ] = None,
+) -> None:
+    """Replay measured vLLM runs in kvsim and compare latency (and KV usage) per request."""
+
+    def go() -> None:
+        from kvsim.config import CostSpec
+        from kvsim.validate.catalog import list_runs, resolve_names
+
+        spec = CostSpec.model_validate(cost) if cost is not None else None
+        if table:
+            _table(out, docs, spec, cost)
+            return
+        if not runs:
+            names = ", ".join(sorted(list_runs()))
+            raise ValueError(
+                f"name a run to replay (or a group: train, validate, held-out, all): {names}"
+            )
+        for name in resolve_names(runs):
+            _one(name, out / name, spec)
+
+    guard(go)
+
+
+def _one(name: str, folder: Path, cost: object) -> None:
+    from kvsim.config import CostSpec
+    from kvsim.validate.catalog import load_run
+    from kvsim.validate.errors import kv_usage_error, stage_errors
+    from kvsim.validate.replay import replay_run
+    from kvsim.view.validate_plots import replay_figure
+
+    run = load_run(name)
+    replay = replay_run(run, cost if isinstance(cost, CostSpec) else None)
+    folder.mkdir(parents=True, exist_ok=True)
+    replay.requests.to_csv(folder / "requests.csv", index=False)
+    errors = stage_errors(replay)
+    errors.to_csv(folder / "errors.csv", index=False)
+    if replay.kv_usage is not None:
+        replay.kv_usage.to_csv(folder / "kv_usage.csv", index=False)
+    replay_figure(replay.requests, replay.kv_usage, title=name).savefig(
+        folder / "replay.png", dpi=110
+    )
+    whole = errors[errors["stage"] == errors["stage"].min()]
+    counts = f"{len(run.measured)} requests measured, {run.num_left_out} left out"
+    console.print(f"[bold]{name}[/] ({run.split}; {counts})")
+    for metric in ("e2e_s", "ttft_s", "tpot_s"):
+        part = whole[whole["metric"] == metric].set_index("statistic")["error_pct"]
+        shown = "  ".join(f"{s} {part[s]:+.1f} %" for s in part.index)
+        console.print(f"  {metric:7s} {shown}")
+    kv = kv_usage_error(replay)
+    if kv is not None:
+        console.print(f"  KV usage: mean |kvsim - vLLM| {kv['kv_mean_abs_diff_points']:.2f} points")
+    for note in run.notes:
+        console.print(f"  not modelled / assumed: {note}", highlight=False)
+    console.print(f"  wrote {folder}/")
+
+
+def _table(out: Path, docs: Path | None, cost: object, cost_name: str | None) -> None:
+    from kvsim.config import CostSpec
+    from kvsim.validate.markdown import (
+        efficiencies_markdown,
+        held_out_markdown,
+        train_markdown,
+        write_between_markers,
+    )
+    from kvsim.validate.table import build_table, efficiencies
+
+    spec = cost if isinstance(cost, CostSpec) else None
+    fitted = build_table(cost=spec, progress=console.print)
+    held = [n for n in fitted.replays if fitted.replays[n].run.split in ("validate", "held-out")]
+    before = build_table(
+        held, cost=CostSpec.model_validate("lean"), frontend_latency_s=0.0, progress=console.print
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    fitted.errors.to_csv(out / "errors.csv", index=False)
+    fitted.headline.to_csv(out / "table.csv", index=False)
+    before.headline.to_csv(out / "table_before.csv", index=False)
+    command = "make validate" + (f" (cost {cost_name})" if cost_name else "")
+    text = "\n\n".join(
+        [
+            "### Held-out runs: the validate split and the RTX 4090 run",
+            held_out_markdown(fitted, before, command),
+            "### Train runs (fitted on: not a measure of prediction)",
+            train_markdown(fitted),
+            "### Efficiencies the fit found, beside the datasheet peaks",
+            efficiencies_markdown(efficiencies()),
+        ]
+    )
+    (out / "table.md").write_text(text + "\n", encoding="utf-8")
+    console.print(text, highlight=False)
+    if docs is not None:
+        write_between_markers(docs, text)
+        console.print(f"wrote the table into {docs}")
+    console.print(f"wrote {out}/table.md, table.csv, errors.csv")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``validate`` to the ``kvsim`` app."""
+    app.command("validate")(validate)

@@ -1,0 +1,146 @@
+"""The error table as Markdown (``make validate`` writes it into ``docs/validate.md`` between two
+marker lines, so the hand-written text around it stays).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from kvsim.validate.table import HEADLINE, KV_TARGET_POINTS, PEERS, TARGETS, ErrorTable, medians
+
+BEGIN = "<!-- make validate: begin (generated; edit kvsim/validate/markdown.py instead) -->"
+END = "<!-- make validate: end -->"
+_PEER_NAMES = {
+    "blis-roofline": "BLIS roofline",
+    "blis-evolved": "BLIS trained",
+    "llmservingsim": "LLMServingSim",
+}
+_STAT = {"mean": "mean", "p50": "p50", "p90": "p90", "p99": "p99"}
+_METRIC = {"e2e_s": "E2E", "ttft_s": "TTFT", "tpot_s": "TPOT"}
+
+
+def _pct(value: float) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:+.1f}"
+
+
+def held_out_markdown(table: ErrorTable, before: ErrorTable | None, command: str) -> str:
+    """The held-out experiments: kvsim's error (and before the fit) beside each peer's."""
+    head = table.headline
+    held = head[head["split"].isin(("validate", "held-out"))]
+    lines = [
+        f"Produced by `{command}` (whole runs; signed error = (predicted - measured) / measured, "
+        "percent; `–`: the peer has no number for that run).",
+        "",
+        "| experiment | split | statistic | measured (s) | kvsim | before | "
+        + " | ".join(_PEER_NAMES[p] for p in PEERS)
+        + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(PEERS),
+    ]
+    for _, row in held.iterrows():
+        previous = _before(before, row)
+        peers = " | ".join(_pct(row[p]) for p in PEERS)
+        lines.append(
+            f"| {_short(str(row['experiment']))} | {row['split']} | "
+            f"{_METRIC[str(row['metric'])]} {_STAT[str(row['statistic'])]} | "
+            f"{row['measured_s']:.4g} | **{_pct(row['kvsim'])}** | {_pct(previous)} | {peers} |"
+        )
+    lines += ["", _medians_line(table, before, ("validate", "held-out")), ""]
+    if table.kv is not None:
+        kv = table.kv
+        lines.append(
+            f"RTX 4090 KV usage over time beside vLLM's `kv_cache_pct` ({int(kv['num_samples'])} "
+            f"one-second samples while requests were in the server): mean absolute difference "
+            f"**{kv['kv_mean_abs_diff_points']:.2f} points** (target <= {KV_TARGET_POINTS:g}); "
+            f"means {kv['kv_predicted_mean_pct']:.1f} % (kvsim) and "
+            f"{kv['kv_measured_mean_pct']:.1f} % (vLLM)."
+        )
+    return "\n".join(lines)
+
+
+def train_markdown(table: ErrorTable) -> str:
+    """The train runs (FITTED on them: not a measure of prediction), one row each."""
+    head = table.headline
+    train = head[head["split"] == "train"]
+    if train.empty:
+        return "No train runs were replayed."
+    columns = [(m, s) for m, s in HEADLINE]
+    lines = [
+        "| experiment | " + " | ".join(f"{_METRIC[m]} {s}" for m, s in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for name, group in train.groupby("experiment", sort=False):
+        cells = []
+        for metric, stat in columns:
+            found = group[(group["metric"] == metric) & (group["statistic"] == stat)]["kvsim"]
+            cells.append(_pct(float(found.iloc[0])) if len(found) else "–")
+        lines.append(f"| {_short(str(name))} | " + " | ".join(cells) + " |")
+    lines += ["", _medians_line(table, None, ("train",))]
+    return "\n".join(lines)
+
+
+def efficiencies_markdown(frame: pd.DataFrame) -> str:
+    """The per-GPU efficiencies beside the datasheet peaks."""
+    lines = [
+        "| GPU | HBM peak (TB/s) | HBM efficiency | attained (TB/s) | FP16 peak (TFLOP/s) | "
+        "FLOP efficiency | attained (TFLOP/s) | where from |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, row in frame.iterrows():
+        lines.append(
+            f"| {row['gpu']} | {row['hbm_peak_TBps']:.3g} | {row['hbm_efficiency']:.3f} | "
+            f"{row['hbm_attained_TBps']:.3g} | {row['fp16_peak_TFLOPs']:.4g} | "
+            f"{row['flops_efficiency']:.3f} | {row['fp16_attained_TFLOPs']:.4g} | {row['source']} |"
+        )
+    return "\n".join(lines)
+
+
+def write_between_markers(path: Path, text: str) -> None:
+    """Put ``text`` between ``BEGIN`` and ``END`` in ``path`` (appended with the markers when
+    the file has none; the file is created when missing)."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    block = f"{BEGIN}\n{text.strip()}\n{END}"
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        new = head + block + tail
+    else:
+        new = (old.rstrip() + "\n\n" if old else "") + block + "\n"
+    path.write_text(new, encoding="utf-8")
+
+
+def _medians_line(table: ErrorTable, before: ErrorTable | None, splits: tuple[str, ...]) -> str:
+    found = medians(table.headline, splits)
+    old = medians(before.headline, splits) if before is not None else None
+    parts = []
+    for key, value in found.items():
+        target = TARGETS.get(key)
+        label = f"{_METRIC[key[0]]} {key[1]}"
+        text = f"{label} **{value:.1f} %**"
+        if old is not None:
+            text += f" (before {old[key]:.1f} %)"
+        if target is not None:
+            text += f" [target <= {target:g} %: {'met' if value <= target else 'not met'}]"
+        parts.append(text)
+    runs = table.headline[table.headline["split"].isin(splits)]["experiment"].nunique()
+    return f"Median |error| over the {runs} runs: " + "; ".join(parts) + "."
+
+
+def _before(before: ErrorTable | None, row: pd.Series) -> float:
+    if before is None:
+        return float("nan")
+    head = before.headline
+    found = head[
+        (head["experiment"] == row["experiment"])
+        & (head["metric"] == row["metric"])
+        & (head["statistic"] == row["statistic"])
+    ]["kvsim"]
+    return float(found.iloc[0]) if len(found) else float("nan")
+
+
+def _short(name: str) -> str:
+    """An H100 experiment without its timestamp (``codellama-34b-tp2-codegen``)."""
+    parts = name.split("-", 2)
+    return parts[2] if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() else name

@@ -1,0 +1,277 @@
+"""Reader of the RTX 4090 run (casys-kaist/LLMServingSim @ 5daddb2; ``docs/validate.md`` has the
+format).
+
+``rtx4090-llama-3.1-8b/`` holds ``workload.jsonl`` (the requests sent, with their exact prompt
+token ids), ``requests.jsonl`` (vLLM's own timestamps of each: ``queued_ts``, ``scheduled_ts``,
+``first_token_ts``, ``last_token_ts``, seconds on the server's clock), ``meta.json`` (the whole
+resolved vLLM config) and ``timeseries.csv`` (vLLM's ``kv_cache_pct``, running and waiting
+requests every second). Latencies are the engine's (from ``queued_ts``), so the replay's arrivals
+are the ``queued_ts``; the prompts' token ids give each full 16-token block a key chained over
+its prefix, so prefix-cache hits replay exactly (at the run's block size).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from collections.abc import Hashable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsim.base.textfile import parse_json, read_text
+from kvsim.config import ModelSpec
+from kvsim.validate.fields import flag, integer, items, number, read_json_file, table, text
+from kvsim.validate.runs import MeasuredRun, Stage
+from kvsim.workload.request import RequestSpec
+
+RTX4090_SUBDIR = "rtx4090-llama-3.1-8b"
+_MODELS = {"meta-llama/Llama-3.1-8B": "llama-3.1-8b"}  # presets (the folder has no config.json)
+_GPUS = {"NVIDIA GeForce RTX 4090": "rtx-4090"}
+_SERIES_COLUMNS = ("t", "running", "waiting", "kv_cache_pct")
+NOTES = (
+    "the model is kvsim's llama-3.1-8b preset (the run's folder has no config.json)",
+    "latencies are vLLM's own (from queued_ts): no frontend latency is added",
+)
+
+
+def read_rtx4090_run(root: Path) -> MeasuredRun:
+    """Read the RTX 4090 run of ``root`` (rules: the module docstring).
+
+    Raises:
+        FileNotFoundError: a file of the run is missing.
+        ValueError: a malformed file, line or field, naming the file, the line, the field and the
+            value.
+    """
+    folder = root / RTX4090_SUBDIR
+    meta_path = folder / "meta.json"
+    meta = table(read_json_file(meta_path), str(meta_path))
+    settings = _settings(meta_path, meta)
+    sent = _jsonl(folder / "workload.jsonl")
+    timed = _jsonl(folder / "requests.jsonl")
+    if len(sent) != len(timed):
+        raise ValueError(
+            f"{folder}: workload.jsonl has {len(sent)} requests, requests.jsonl {len(timed)}"
+        )
+    specs, measured = _requests(folder, sent, timed, settings["block_size"])
+    duration = max(s.arrival_time_s for s in specs) or 1.0
+    first_epoch = number(
+        timed[0][1], "arrival_time", _at(folder / "requests.jsonl", timed[0][0]), maximum=1e12
+    )
+    started = _epoch(text(meta, "started_at", str(meta_path)), meta_path)
+    return MeasuredRun(
+        name=RTX4090_SUBDIR,
+        kind="rtx4090",
+        split="held-out",
+        model=_model(meta, meta_path),
+        gpu=_gpu(meta, meta_path),
+        tensor_parallel_size=settings["tensor_parallel_size"],
+        num_gpu_blocks=settings["num_gpu_blocks"],
+        block_size_tokens=settings["block_size"],
+        max_num_seqs=settings["max_num_seqs"],
+        max_num_batched_tokens=settings["max_num_batched_tokens"],
+        max_model_len=settings["max_model_len"],
+        enable_prefix_caching=settings["enable_prefix_caching"],
+        async_scheduling=settings["async_scheduling"],
+        vllm_version=text(meta, "vllm_version", str(meta_path)),
+        clock="engine",
+        requests=specs,
+        measured=measured,
+        stages=[Stage(0, len(specs) / duration, duration, len(specs))],
+        kv_usage=_series(folder / "timeseries.csv", offset_s=first_epoch - started),
+        notes=NOTES,
+    )
+
+
+def _settings(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    kwargs_where = f"{path}: engine_kwargs"
+    kwargs = table(meta.get("engine_kwargs"), kwargs_where)
+    cache_where = f"{path}: kv_cache"
+    cache = table(meta.get("kv_cache"), cache_where)
+    resolved = table(meta.get("resolved_config"), f"{path}: resolved_config")
+    sched_where = f"{path}: resolved_config.scheduler_config"
+    scheduler = table(resolved.get("scheduler_config"), sched_where)
+    return {
+        "tensor_parallel_size": integer(kwargs, "tensor_parallel_size", kwargs_where, minimum=1),
+        "max_num_seqs": integer(kwargs, "max_num_seqs", kwargs_where, minimum=1),
+        "max_num_batched_tokens": integer(
+            kwargs, "max_num_batched_tokens", kwargs_where, minimum=1
+        ),
+        "max_model_len": integer(kwargs, "max_model_len", kwargs_where, minimum=2),
+        "num_gpu_blocks": integer(cache, "num_gpu_blocks", cache_where, minimum=2),
+        "block_size": integer(cache, "block_size", cache_where, minimum=1),
+        "enable_prefix_caching": flag(cache, "enable_prefix_caching", cache_where),
+        "async_scheduling": flag(scheduler, "async_scheduling", sched_where, default=False),
+    }
+
+
+def _model(meta: dict[str, Any], path: Path) -> ModelSpec:
+    name = text(meta, "model", str(path))
+    if name not in _MODELS:
+        raise ValueError(f"{path}: model {name!r} has no kvsim preset; known: {sorted(_MODELS)}")
+    return ModelSpec.model_validate(_MODELS[name])
+
+
+def _gpu(meta: dict[str, Any], path: Path) -> str:
+    hardware = table(meta.get("hardware"), f"{path}: hardware")
+    name = text(hardware, "device_name", f"{path}: hardware")
+    if name not in _GPUS:
+        raise ValueError(
+            f"{path}: hardware.device_name {name!r} has no GPU preset; known: {sorted(_GPUS)}"
+        )
+    return _GPUS[name]
+
+
+def _epoch(value: str, path: Path) -> float:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ValueError(f"{path}: started_at must be an ISO 8601 time, got {value!r}") from None
+
+
+def _at(path: Path, line: int) -> str:
+    return f"{path} line {line}"
+
+
+def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The file's objects with their 1-based line numbers (blank lines skipped)."""
+    out = []
+    for number_, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        where = _at(path, number_)
+        try:
+            value = parse_json(line, where)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from None
+        out.append((number_, table(value, where)))
+    if not out:
+        raise ValueError(f"{path}: no requests")
+    return out
+
+
+_STAMPS = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+
+
+def _requests(
+    folder: Path,
+    sent: list[tuple[int, dict[str, Any]]],
+    timed: list[tuple[int, dict[str, Any]]],
+    block_size: int,
+) -> tuple[list[RequestSpec], pd.DataFrame]:
+    """Each request at its ``queued_ts`` (relative to the first) with its prompt's block keys,
+    and vLLM's measured TTFT, E2E, TPOT and queue time (seconds)."""
+    sizes: list[tuple[int, int]] = []
+    segments = []
+    stamps: list[list[float]] = []
+    for i, ((s_line, s_row), (t_line, t_row)) in enumerate(zip(sent, timed, strict=True)):
+        s_where = _at(folder / "workload.jsonl", s_line)
+        t_where = _at(folder / "requests.jsonl", t_line)
+        ids = items(s_row.get("input_tok_ids"), f"{s_where}: input_tok_ids")
+        prompt = integer(s_row, "input_toks", s_where, minimum=1)
+        if len(ids) != prompt:
+            raise ValueError(f"{s_where}: input_toks is {prompt}, input_tok_ids holds {len(ids)}")
+        output = integer(s_row, "output_toks", s_where, minimum=1)
+        if integer(t_row, "output_toks", t_where, minimum=1) != output:
+            raise ValueError(f"{t_where}: output_toks differs from workload.jsonl line {s_line}")
+        times = [number(t_row, k, t_where, maximum=1e12) for k in _STAMPS]
+        if times != sorted(times):
+            shown = ", ".join(f"{k} {v}" for k, v in zip(_STAMPS, times, strict=True))
+            raise ValueError(f"{t_where}: expected {' <= '.join(_STAMPS)}, got {shown}")
+        sizes.append((prompt, output))
+        segments.append(block_segments(ids, block_size, i, s_where))
+        stamps.append(times)
+    frame = pd.DataFrame(stamps, columns=list(_STAMPS))
+    arrivals = (frame["queued_ts"] - frame["queued_ts"].min()).tolist()
+    specs = [
+        RequestSpec(
+            req_id=i,
+            arrival_time_s=arrivals[i],
+            prompt_tokens=prompt,
+            output_tokens=output,
+            max_tokens=output,
+            token_segments=segments[i],
+        )
+        for i, (prompt, output) in enumerate(sizes)
+    ]
+    decodes = pd.Series([max(o - 1, 1) for _, o in sizes])
+    measured = pd.DataFrame(
+        {
+            "req_id": np.arange(len(specs)),
+            "stage": 0,
+            "ttft_s": frame["first_token_ts"] - frame["queued_ts"],
+            "e2e_s": frame["last_token_ts"] - frame["queued_ts"],
+            "tpot_s": (frame["last_token_ts"] - frame["first_token_ts"]) / decodes,
+            "queue_s": frame["scheduled_ts"] - frame["queued_ts"],
+        }
+    )
+    specs.sort(key=lambda spec: spec.arrival_time_s)
+    return specs, measured
+
+
+def block_segments(
+    token_ids: list[Any], block_size: int, req_id: int, where: str
+) -> tuple[tuple[Hashable, int], ...]:
+    """Token runs of a prompt given by its token ids: each full block of ``block_size`` tokens is
+    one run whose id is a digest chained over every token up to its end (equal ids: equal
+    prefixes, vLLM's chained block hash), the partial last block a run of this request's own.
+
+    Raises:
+        ValueError: a token id that is not an integer in [0, 2**31).
+    """
+    for k, token in enumerate(token_ids):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < 2**31:
+            raise ValueError(
+                f"{where}: input_tok_ids[{k}] must be a token id in [0, 2^31), got {token!r}"
+            )
+    data = np.asarray(token_ids, dtype="<i4").tobytes()
+    digest = b""
+    runs: list[tuple[Hashable, int]] = []
+    full = len(token_ids) // block_size
+    width = 4 * block_size
+    for b in range(full):
+        digest = hashlib.blake2b(
+            digest + data[b * width : (b + 1) * width], digest_size=16
+        ).digest()
+        runs.append((("block", digest), block_size))
+    tail = len(token_ids) - full * block_size
+    if tail:
+        runs.append((("tail", req_id), tail))
+    return tuple(runs)
+
+
+def _series(path: Path, offset_s: float) -> pd.DataFrame:
+    """vLLM's logged gauges every second, on the replay's clock (``t`` minus ``offset_s``, the
+    first request's arrival after the logger started)."""
+    text_ = read_text(path)
+    reader = csv.DictReader(text_.splitlines())
+    missing = [c for c in _SERIES_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ValueError(f"{path} line 1: missing column(s) {missing}")
+    rows = []
+    for line, row in enumerate(reader, 2):
+        values = {}
+        for column in _SERIES_COLUMNS:
+            try:
+                value = float(row[column])
+            except (TypeError, ValueError):
+                value = float("nan")
+            bad = (
+                not math.isfinite(value) or value < 0 or (column == "kv_cache_pct" and value > 100)
+            )
+            if bad:
+                raise ValueError(
+                    f"{path} line {line}: {column} must be a number"
+                    + (" from 0 to 100" if column == "kv_cache_pct" else " >= 0")
+                    + f", got {row[column]!r}"
+                )
+            values[column] = value
+        rows.append(values)
+    frame = pd.DataFrame(rows, columns=list(_SERIES_COLUMNS))
+    frame.insert(0, "time_s", frame.pop("t") - offset_s)
+    return frame

@@ -1,0 +1,175 @@
+"""The operator roofline worked by hand: a prefill chunk's FLOPs (LM head once per sequence, the
+embedding never multiplied), an MoE step's weights read by the batch's expert coverage, GQA,
+all-reduces over NVLink or PCIe with a per-peer latency, and the fitted table's resolution."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
+from kvsim.config.cost_spec import fitted_values, resolve_cost
+from kvsim.core.cost import StepCostModel
+
+# Toy dense model: 2 layers, 2 query heads and 1 KV head of 4 dims (attention width 8), a
+# vocabulary of 10 rows of 8: LM head 80 parameters, an untied embedding of 80 more; the other
+# 1000 - 160 = 840 parameters are the linear layers. KV per token = 2 * 2 * 1 * 4 * 2 B = 32 B.
+DENSE = ModelSpec(
+    num_layers=2,
+    num_attention_heads=2,
+    num_kv_heads=1,
+    head_dim=4,
+    num_params=1000,
+    dtype_bytes=2,
+    vocab_size=10,
+    embedding_dim=8,
+)
+# Effective HBM 1000 * 0.5 = 500 B/s; effective compute 1e5 * 0.5 = 5e4 FLOP/s.
+GPU = GpuSpec(
+    memory_bytes=10**9,
+    hbm_bandwidth_bytes_per_s=1000.0,
+    fp16_flops_per_s=1e5,
+    pcie_bandwidth_bytes_per_s=100.0,
+    nvlink_bandwidth_bytes_per_s=1000.0,
+)
+COST = CostSpec(
+    roofline="operator",
+    hbm_efficiency=0.5,
+    flops_efficiency=0.5,
+    step_overhead_s=0.1,
+    per_seq_overhead_s=0.01,
+    link_efficiency=0.8,
+    allreduce_latency_s=0.0,
+    allreduce_latency_per_peer_s=0.0,
+)
+
+
+def model(spec: ModelSpec = DENSE, gpu: GpuSpec = GPU, tp: int = 1, **cost: Any) -> StepCostModel:
+    return StepCostModel(
+        spec,
+        gpu,
+        COST.model_copy(update=cost),
+        paged=False,
+        parallel=ParallelConfig(tensor_parallel_size=tp),
+    )
+
+
+def test_prefill_chunk_flops_by_hand() -> None:
+    # a 200-token chunk after nothing computed: T = 200, S = 1, pairs = 200**2 = 40,000
+    # linear: weights 840 * 2 = 1680 B -> 3.36 s; FLOPs 2 * 840 * 200 = 336,000 -> 6.72 s: 6.72
+    # LM head: weights 80 * 2 = 160 B -> 0.32 s; FLOPs 2 * 80 * 1 sequence = 160 -> 0.0032 s
+    # attention: no KV read; FLOPs 2 layers * 2 * 8 * 40,000 = 1,280,000 -> 25.6 s
+    # t = 6.72 + 0.32 + 25.6 + 0.1 + 0.01 = 32.75 s
+    assert model().step_duration_s([(200, 0)]) == pytest.approx(32.75)
+    # the 2023 model charges all 1000 parameters to every token inside one max:
+    # max(2000 / 500 = 4, (2 * 1000 * 200 + 1,280,000) / 5e4 = 33.6) + 0.11 = 33.71 s
+    assert model(roofline="step").step_duration_s([(200, 0)]) == pytest.approx(33.71)
+
+
+def test_decode_batch_by_hand() -> None:
+    # 3 decodes after 10, 20 and 30 tokens: T = 3, S = 3, 60 KV tokens, pairs 21 + 41 + 61 = 123
+    # linear max(3.36, 2 * 840 * 3 / 5e4 = 0.1008) = 3.36; head max(0.32, 480 / 5e4) = 0.32;
+    # attention max(60 * 32 / 500 = 3.84, 32 * 123 / 5e4 = 0.079) = 3.84
+    # t = 3.36 + 0.32 + 3.84 + 0.1 + 0.03 = 7.65 s
+    assert model().step_duration_s([(1, 10), (1, 20), (1, 30)]) == pytest.approx(7.65)
+
+
+def test_the_lm_head_runs_once_per_sequence_not_per_prompt_token() -> None:
+    # a 1000-token chunk of one sequence: the head's FLOPs are 2 * 80 * 1 = 160, not 160,000
+    cost = model(hbm_efficiency=1.0)  # weights 160 B / 1000 B/s = 0.16 s >> 160 / 5e4
+    one = cost.step_s(1000.0, 0.0, 0.0, 1.0) - cost.step_s(1000.0, 0.0, 0.0, 0.0)
+    assert one == pytest.approx(0.01)  # only per_seq_overhead_s: the head is read-bound
+
+
+# Toy MoE: 4 routed experts, top-2, in 2 layers, 50 parameters each: 400 expert parameters of
+# 1000; no vocabulary given, so the other 600 are the dense linear layers.
+MOE = ModelSpec.model_validate(
+    {
+        **DENSE.model_dump(exclude={"vocab_size", "embedding_dim"}),
+        "moe": {
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "num_moe_layers": 2,
+            "params_per_expert": 50,
+        },
+    }
+)
+
+
+def test_moe_step_reads_the_experts_its_tokens_pick() -> None:
+    cost = model(MOE)
+    # coverage(T) = 1 - (1 - 2/4) ** T: 0.5, 0.75, 0.875 for 1, 2, 3 tokens
+    assert [cost.expert_coverage(t) for t in (1.0, 2.0, 3.0)] == pytest.approx([0.5, 0.75, 0.875])
+    # one decode after 10 tokens: weights (600 + 400 * 0.5) * 2 = 1600 B -> 3.2 s (FLOPs 2 *
+    # (600 + 400 * 2/4) = 1600 -> 0.032 s); attention 10 * 32 B -> 0.64 s; + 0.1 + 0.01
+    assert cost.step_duration_s([(1, 10)]) == pytest.approx(3.95)
+    # two decodes: (600 + 300) * 2 = 1800 B -> 3.6 s; attention 20 * 32 -> 1.28 s; + 0.12
+    assert cost.step_duration_s([(1, 10), (1, 10)]) == pytest.approx(5.0)
+
+
+def test_moe_prefill_computes_the_active_parameters_only() -> None:
+    # 1000 tokens: every expert read (coverage 1 - 0.5**1000 = 1): 2000 B -> 4 s; FLOPs 2 *
+    # 800 active * 1000 = 1.6e6 -> 32 s (a dense count, 2 * 1000 * 1000, would give 40 s)
+    cost = model(MOE)
+    assert cost.step_s(1000.0, 0.0, 0.0, 0.0) - 0.1 == pytest.approx(32.0)
+
+
+def test_gqa_query_heads_set_the_flops_kv_heads_the_bytes() -> None:
+    gqa = ModelSpec(
+        num_layers=2, num_attention_heads=4, num_kv_heads=1, head_dim=2, num_params=1000
+    )
+    cost = model(gqa)
+    assert cost.kv_read_bytes_per_token == 2 * 2 * 1 * 2 * 2  # K and V, 2 layers, 1 head, 2 B
+    assert cost.attn_flops_per_pair == 2 * 2 * 8  # 2 layers x 2 x (4 heads * 2 dims)
+    # under TP 2 the one KV head is replicated (vLLM get_num_kv_heads): the read stays 16 B
+    assert model(gqa, tp=2).kv_read_bytes_per_token == 16
+
+
+def test_all_reduce_crosses_pcie_without_nvlink() -> None:
+    # TP 2, one token: message 1 * 8 (embedding_dim) * 2 B = 16 B; ring factor 2 * 1 / 2 = 1;
+    # 2 layers * 2 all-reduces. NVLink: 16 / (1000 * 0.8) = 0.02 s each -> 0.08 s;
+    # PCIe: 16 / (100 * 0.8) = 0.2 s each -> 0.8 s
+    assert model(tp=2).communication_s(1.0) == pytest.approx(0.08)
+    pcie = GPU.model_copy(update={"interconnect": "pcie"})
+    assert model(gpu=pcie, tp=2).communication_s(1.0) == pytest.approx(0.8)
+
+
+def test_all_reduce_latency_grows_with_the_peers() -> None:
+    # 4 heads split over TP 4: latency 0.001 + 3 peers * 0.01 = 0.031 s per all-reduce, 4 of
+    # them; bytes: ring 2 * 3 / 4 = 1.5 * 16 B / 800 B/s = 0.03 s each -> 4 * 0.061 = 0.244 s
+    four = DENSE.model_copy(update={"num_attention_heads": 4, "num_kv_heads": 4})
+    cost = model(four, tp=4, allreduce_latency_s=0.001, allreduce_latency_per_peer_s=0.01)
+    assert cost.communication_s(1.0) == pytest.approx(0.244)
+
+
+_TABLE = {
+    "provenance": {
+        "command": "kvsim calibrate --from-runs",
+        "split": "train",
+        "fitted_on": "h100-80gb",
+        "vllm_version": "0.15.1",
+        "date": "2026-01-01",
+    },
+    "cost": {"step_overhead_s": 0.001, "per_seq_overhead_s": 0.0},
+    "gpus": {"h100-80gb": {"hbm_efficiency": 0.7, "flops_efficiency": 0.6}},
+}
+
+
+def test_a_gpu_without_a_fit_takes_the_fitted_gpus_efficiencies_and_says_so() -> None:
+    values, source = fitted_values("h100-80gb", _TABLE)
+    assert values["hbm_efficiency"] == 0.7
+    assert "FITTED" in source
+    assert "fitted on this GPU" in source
+    values, source = fitted_values("rtx-4090", _TABLE)
+    assert values["flops_efficiency"] == 0.6
+    assert "transferred from h100-80gb" in source
+
+
+def test_a_fully_pinned_cost_reads_no_table() -> None:
+    resolved = resolve_cost(CostSpec.model_validate("vllm-2023"), GPU)
+    assert resolved.source == "CostSpec"
+    assert resolved.roofline == "step"
+    assert resolved.paged_attention_factor is None  # the calibration's (analytic 1.23)
+    default = resolve_cost(CostSpec(), GpuSpec.model_validate("h100-80gb"))
+    assert "FITTED" in default.source

@@ -1,0 +1,164 @@
+"""Hostile measured-run files: each refused with one error naming the file, the line (or JSON
+path), the field and the value; ``kvsim validate`` prints it as one ``error:`` line, status 2."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsim.cli import app
+from kvsim.validate.h100 import read_h100_run
+from kvsim.validate.rtx4090 import read_rtx4090_run
+
+from .synthetic import TRAIN, h100_requests, h100_truth, write_h100, write_rtx4090
+
+
+def _h100_error(tmp_path: Path, **changes: object) -> str:
+    write_h100(tmp_path, **changes)
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path))) as caught:  # names the file
+        read_h100_run(tmp_path, TRAIN)
+    return str(caught.value)
+
+
+def test_negative_arrival_names_the_request_field_and_value(tmp_path: Path) -> None:
+    requests = h100_requests()
+    requests[3]["arrival_time_us"] = -5
+    message = _h100_error(tmp_path, requests=requests)
+    assert f"{TRAIN}.json: requests[3]: arrival_time_us must be an integer >= 0, got -5" in message
+
+
+def test_arrivals_out_of_order_are_refused(tmp_path: Path) -> None:
+    requests = h100_requests()
+    requests[2]["arrival_time_us"] = 50_000  # before request 1's 100,000
+    assert "requests[2]: arrival_time_us 50000 is earlier" in _h100_error(
+        tmp_path, requests=requests
+    )
+
+
+def test_a_measured_request_with_no_prompt_is_refused(tmp_path: Path) -> None:
+    requests = h100_requests()
+    requests[2]["input_tokens"] = 0  # only a has_error request may have 0 (not recorded)
+    assert "requests[2]: input_tokens must be an integer >= 1, got 0" in _h100_error(
+        tmp_path, requests=requests
+    )
+
+
+def test_nan_in_the_ground_truth_names_the_row(tmp_path: Path) -> None:
+    truth = h100_truth()
+    write_h100(tmp_path, truth=truth)
+    path = tmp_path / "h100" / "replay" / f"{TRAIN}_ground_truth.json"
+    path.write_text(path.read_text().replace('"ttft_s": 0.022', '"ttft_s": NaN', 1))
+    with pytest.raises(
+        ValueError, match=r"_ground_truth.json: \[2\]: ttft_s must be a number .*got nan"
+    ):
+        read_h100_run(tmp_path, TRAIN)
+
+
+def test_e2e_shorter_than_ttft_is_refused(tmp_path: Path) -> None:
+    truth = h100_truth()
+    truth[4]["e2e_s"] = 0.001
+    assert "[4]: e2e_s 0.001 is shorter than ttft_s 0.024" in _h100_error(tmp_path, truth=truth)
+
+
+def test_a_stage_at_rate_zero_names_the_stage(tmp_path: Path) -> None:
+    profile = {
+        "data": {"shared_prefix": {"output_len": 5}},
+        "load": {"stages": [{"duration": 0.6, "rate": 0}]},
+    }
+    message = _h100_error(tmp_path, profile=json.dumps(profile))
+    assert (
+        "profile.yaml: load.stages[0]: rate must be a number from 1e-06 to 1e+06, got 0" in message
+    )
+
+
+def test_malformed_yaml_names_the_file_and_line(tmp_path: Path) -> None:
+    message = _h100_error(tmp_path, resolved="data:\n  shared_prefix: [1, 2\n")
+    assert "results/config.yaml line" in message
+    assert "malformed YAML" in message
+
+
+def test_a_bad_split_line_names_the_line(tmp_path: Path) -> None:
+    message = _h100_error(tmp_path, split=f"{TRAIN} train\n{TRAIN} tuning\n")
+    assert "split.txt line 2: expected 'EXPERIMENT SPLIT'" in message
+    assert "tuning" in message
+
+
+def _rtx_error(tmp_path: Path, **changes: object) -> str:
+    write_rtx4090(tmp_path, **changes)
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path))) as caught:  # names the file
+        read_rtx4090_run(tmp_path)
+    return str(caught.value)
+
+
+def test_a_broken_json_line_names_file_and_line(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"input_toks": 2, "output_toks": 4, "input_tok_ids": [1, 2]}),
+        "{oops",
+        "{}",
+    ]
+    message = _rtx_error(tmp_path, workload=lines)
+    assert "workload.jsonl line 2: invalid JSON" in message
+
+
+def test_a_bad_timestamp_names_line_field_and_value(tmp_path: Path) -> None:
+    write_rtx4090(tmp_path)
+    path = tmp_path / "rtx4090-llama-3.1-8b" / "requests.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[2])
+    row["first_token_ts"] = "soon"
+    lines[2] = json.dumps(row)
+    message = _rtx_error(tmp_path, requests=lines)
+    assert "requests.jsonl line 3: first_token_ts must be a number" in message
+    assert "'soon'" in message
+
+
+def test_token_ids_that_disagree_with_the_count_are_refused(tmp_path: Path) -> None:
+    lines = [json.dumps({"input_toks": 3, "output_toks": 4, "input_tok_ids": [1, 2]})] * 3
+    assert "workload.jsonl line 1: input_toks is 3, input_tok_ids holds 2" in _rtx_error(
+        tmp_path, workload=lines
+    )
+
+
+def test_a_token_id_that_is_not_one_names_its_place(tmp_path: Path) -> None:
+    lines = [json.dumps({"input_toks": 2, "output_toks": 4, "input_tok_ids": [1, -7]})] * 3
+    assert "line 1: input_tok_ids[1] must be a token id in [0, 2^31), got -7" in _rtx_error(
+        tmp_path, workload=lines
+    )
+
+
+def test_kv_usage_over_100_names_the_csv_line(tmp_path: Path) -> None:
+    series = "t,running,waiting,kv_cache_pct\n1.0,1,0,50\n2.0,1,0,140\n"
+    message = _rtx_error(tmp_path, series=series)
+    assert (
+        "timeseries.csv line 3: kv_cache_pct must be a number from 0 to 100, got '140'" in message
+    )
+
+
+def test_the_cli_prints_one_error_line_with_status_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = h100_requests()
+    requests[3]["arrival_time_us"] = "soon"
+    write_h100(tmp_path, requests=requests)
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["validate", "tiny-tp1-general"])
+    assert result.exit_code == 2
+    assert result.output.count("error:") == 1
+    assert "Traceback" not in result.output
+    assert "requests[3]: arrival_time_us must be an integer >= 0, got 'soon'" in result.output
+
+
+def test_an_unknown_run_lists_the_known_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_h100(tmp_path)
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path))
+    result = CliRunner().invoke(app, ["validate", "nope"])
+    assert result.exit_code == 2
+    assert "no measured run 'nope'" in result.output
+    assert TRAIN in result.output
