@@ -28,6 +28,7 @@ POLICY_ARGUMENTS: dict[str, frozenset[str]] = {
         }
     ),
     "radix": frozenset(),
+    "vattention": frozenset({"page_size_bytes", "num_kv_tensors", "watermark"}),
 }
 LAYOUTS: dict[str, Layout] = {
     "first_fit": "slabs",  # one contiguous slab per sequence
@@ -35,9 +36,50 @@ LAYOUTS: dict[str, Layout] = {
     "buddy": "slabs",
     "paged": "blocks",
     "radix": "tokens",  # a radix tree of single-token pages
+    "vattention": "blocks",  # pages mapped into a contiguous virtual range, a page row a block
 }
 SLAB_ALLOCATORS = tuple(name for name, layout in LAYOUTS.items() if layout == "slabs")
 PAGED_ALLOCATORS = tuple(name for name, layout in LAYOUTS.items() if layout == "blocks")
+
+
+def vattention_pages(
+    capacity_tokens: int, bytes_per_token: int, page_size_bytes: int, num_kv_tensors: int
+) -> tuple[int, int]:
+    """``(tokens_per_page, num_pages)`` of a vAttention pool (Prabhu et al., ASPLOS'25).
+
+    vAttention keeps one virtual tensor per layer for K and one for V (``num_kv_tensors`` on a
+    GPU: ``2 * layers``, or ``layers`` for an MLA latent) and maps physical pages of
+    ``page_size_bytes`` into them. A page of one tensor holds ``page_size_bytes //
+    (bytes_per_token / num_kv_tensors)`` tokens, an integer division (microsoft/vattention
+    ``vattention/vattention.cu``, ``init_kv_block_size``); a request maps pages in all its tensors
+    at once, so a *page row* (``num_kv_tensors`` pages) is the unit, and the pool holds
+    ``kv bytes // page_size`` pages rounded down to whole rows (``vattention/utils.h``,
+    ``get_num_phys_blocks``).
+
+    Args:
+        capacity_tokens: the pool in token slots (``kv bytes // bytes_per_token``).
+        bytes_per_token: KV bytes of one token on one GPU, all tensors.
+        page_size_bytes: physical page size, bytes.
+        num_kv_tensors: virtual KV tensors on one GPU.
+
+    Raises:
+        ValueError: a page smaller than one token of one tensor, or tensors that do not split a
+            token's bytes evenly.
+    """
+    if num_kv_tensors < 1 or bytes_per_token % num_kv_tensors:
+        raise ValueError(
+            f"num_kv_tensors: {num_kv_tensors} tensors do not split {bytes_per_token} bytes per "
+            "token evenly"
+        )
+    tensor_bytes = bytes_per_token // num_kv_tensors
+    tokens_per_page = page_size_bytes // tensor_bytes
+    if tokens_per_page < 1:
+        raise ValueError(
+            f"page_size_bytes: a {page_size_bytes:,}-byte page holds no token of one KV tensor "
+            f"({tensor_bytes:,} bytes); raise it"
+        )
+    num_pages = capacity_tokens * bytes_per_token // (page_size_bytes * num_kv_tensors)
+    return tokens_per_page, num_pages
 
 
 def accepted_arguments(name: str) -> frozenset[str]:

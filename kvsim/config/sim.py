@@ -22,7 +22,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_toml, sha256_file
 from kvsim.base.units import GiB
-from kvsim.config.allocators import PAGED_ALLOCATORS
+from kvsim.config.allocators import PAGED_ALLOCATORS, vattention_pages
 from kvsim.config.cost_spec import CostSpec
 from kvsim.config.hardware import (
     Frozen,
@@ -31,6 +31,7 @@ from kvsim.config.hardware import (
     ParallelConfig,
     check_parallel_fits_model,
     kv_bytes_per_token_per_gpu,
+    kv_tensors_per_gpu,
     weight_bytes_per_gpu,
 )
 from kvsim.config.ignored import ignored_settings
@@ -184,7 +185,22 @@ def _file_digest(path: str, _mtime_ns: int) -> str:
 
 
 def _check_blocks(config: SimConfig) -> None:
-    """A paged pool holds at least one usable block (two under v1: block 0 is the null block)."""
+    """A paged pool holds at least one usable block (two under v1: block 0 is the null block);
+    a vAttention pool at least one row of pages."""
+    if config.cache.allocator == "vattention":
+        tensors = kv_tensors_per_gpu(config.model, config.parallel)
+        page, per_token = config.cache.page_size_bytes, config.bytes_per_token
+        try:
+            _, rows = vattention_pages(config.capacity_tokens, per_token, page, tensors)
+        except ValueError as err:
+            raise ValueError(f"cache.{err}") from None
+        if rows < 1:
+            raise ValueError(
+                f"cache.page_size_bytes: the {config.kv_cache_bytes:,}-byte KV pool holds no row "
+                f"of {tensors} pages of {page:,} bytes ({config.model.name}); lower the page size "
+                "or raise the KV budget"
+            )
+        return
     if config.cache.allocator not in PAGED_ALLOCATORS:
         return
     blocks = config.capacity_tokens // config.cache.block_size_tokens
@@ -222,14 +238,20 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
             f"scheduler.preemption_mode: swap moves paged blocks; {cache.allocator!r} is not "
             "paged (use allocator = 'paged', or leave preemption_mode unset to recompute)"
         )
-    if cache.enable_prefix_caching and not (paged or cache.allocator == "radix"):
+    if cache.enable_prefix_caching and not (paged or cache.allocator == "radix"):  # (slabs)
         raise ValueError(
             f"cache.enable_prefix_caching: prefix caching needs a paged pool, not "
             f"{cache.allocator!r}"
         )
-    if cache.allocator == "radix" and (wl.n > 1 or wl.beam_width > 1):
+    if cache.allocator in ("radix", "vattention") and (wl.n > 1 or wl.beam_width > 1):
         raise ValueError(
-            "cache.allocator: 'radix' serves single sequences; use 'paged' for n > 1 or beams"
+            f"cache.allocator: {cache.allocator!r} serves single sequences; use 'paged' for "
+            "n > 1 or beams"
+        )
+    if cache.allocator == "vattention" and cache.enable_prefix_caching:
+        raise ValueError(
+            "cache.enable_prefix_caching: allocator 'vattention' maps each request its own "
+            "pages (no prefix cache); use 'paged' or 'radix' to cache prefixes"
         )
 
 

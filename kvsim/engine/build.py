@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvsim.config import SimConfig
+from kvsim.config.hardware import kv_tensors_per_gpu
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv import Allocator, allocator_from_knobs
 from kvsim.core.kv.swap import SwapSpace
@@ -28,6 +29,8 @@ def allocator_from_config(config: SimConfig) -> Allocator:
         "reserve_null_block": args.reserve_null_block,
         "max_model_len": args.max_model_len,
         "full_context_tokens": config.model.max_position_embeddings,
+        "page_size_bytes": config.cache.page_size_bytes,
+        "num_kv_tensors": kv_tensors_per_gpu(config.model, config.parallel),
     }
     return allocator_from_knobs(config.cache.allocator, **knobs)  # each reads its own
 
@@ -38,19 +41,23 @@ def swap_space_from_config(config: SimConfig, allocator: Allocator) -> SwapSpace
         return None
     return SwapSpace.from_gib(
         config.engine_args.swap_space_gib,
-        block_size_tokens=config.cache.block_size_tokens,
+        block_size_tokens=allocator.block_size_tokens,
         bytes_per_token=config.bytes_per_token,
     )
 
 
-def cost_model_from_config(config: SimConfig, paged: bool) -> StepCostModel:
-    """The step-cost model of the run's model, GPUs, parallelism and KV layout."""
+def cost_model_from_config(
+    config: SimConfig, paged: bool, block_size_tokens: int | None = None
+) -> StepCostModel:
+    """The step-cost model of the run's model, GPUs, parallelism and KV layout (``paged``:
+    attention reads through a block table of ``block_size_tokens``-token blocks, by default
+    the config's)."""
     return StepCostModel(
         config.model,
         config.gpu,
         config.cost,
         paged=paged,
-        block_size_tokens=config.cache.block_size_tokens,
+        block_size_tokens=block_size_tokens or config.cache.block_size_tokens,
         parallel=config.parallel,
         kv_cache_dtype=config.cache.kv_cache_dtype,
     )
@@ -77,4 +84,5 @@ def build_parts(config: SimConfig, requests: Sequence[Request], *, pooled: bool)
     allocator.see_workload(requests)
     swap = swap_space_from_config(config, allocator)
     scheduler = make_scheduler(allocator, config.engine_args, swap, pooled=pooled)
-    return RunParts(allocator, swap, scheduler, cost_model_from_config(config, allocator.paged))
+    cost = cost_model_from_config(config, allocator.reads_block_table, allocator.block_size_tokens)
+    return RunParts(allocator, swap, scheduler, cost)

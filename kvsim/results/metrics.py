@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kvsim.results.columns import CATEGORIES
 from kvsim.base.units import plural
+from kvsim.results.columns import CATEGORIES
 
 if TYPE_CHECKING:
     import pandas as pd

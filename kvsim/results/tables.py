@@ -2,7 +2,8 @@
 
 ``Results.save(folder)`` writes ``requests.parquet``, ``memory.parquet``, ``summary.json``,
 ``config.json``, Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``
-(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and ``frames.parquet``;
+(``kvsim.results.exporters``) and, when frames were captured, ``mapframes.parquet`` and
+``frames.parquet``;
 ``Results.load(folder)`` reads them back.
 """
 
@@ -17,11 +18,11 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
+from kvsim.base.textfile import json_text, read_json, read_parquet
 from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
 from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
 from kvsim.workload.request import Request
-from kvsim.base.textfile import json_text, read_json, read_parquet
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -315,7 +316,7 @@ def caches_prefixes(config: SimConfig) -> bool:
     from kvsim.core.kv import ALLOCATORS
 
     policy = ALLOCATORS[config.cache.allocator]
-    if policy.paged:
+    if policy.paged and policy.caches_prefixes:
         return config.engine_args.enable_prefix_caching
     return policy.caches_prefixes
 

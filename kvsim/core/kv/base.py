@@ -133,6 +133,9 @@ class Allocator(ABC):
     of ``block_size_tokens`` whenever the last fills; ``"slabs"``: fixed at admission; ``None``:
     the policy needs the allocator at every step (each request is handled one by one)."""
     block_size_tokens: int = 1
+    reads_block_table: ClassVar[bool] = False
+    """Attention reads a request's KV through a block table (the cost model's paged layout
+    factor, ``kvsim.core.cost``); ``False``: from one contiguous range (factor 1)."""
     usable_is_threshold: ClassVar[bool] = False
     """``usable_free_slots_now(request, n, free)`` is ``free`` when ``free`` reaches
     ``admission_slots_needed(request, n)`` and 0 otherwise, so the recorder computes the need

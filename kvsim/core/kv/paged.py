@@ -101,6 +101,7 @@ class PagedAllocator(Allocator):
     caches_prefixes = True
     span_layout = "blocks"
     usable_is_threshold = True
+    reads_block_table = True
 
     def __init__(
         self,
@@ -120,7 +121,7 @@ class PagedAllocator(Allocator):
         if not 0 <= watermark < 1:
             raise ValueError(f"watermark: must be in [0, 1), got {watermark}")
         self.block_size_tokens = block_size_tokens
-        self.num_blocks = capacity_tokens // block_size_tokens
+        self.num_blocks = self._pool_blocks(capacity_tokens, block_size_tokens)
         if self.num_blocks < 1 + reserve_null_block:
             raise ValueError(
                 f"capacity_tokens ({capacity_tokens}) holds no usable block of "
@@ -148,6 +149,11 @@ class PagedAllocator(Allocator):
         self.preempted_queries = 0
         self.preempted_hits = 0
         self.num_cow_copies = 0
+
+    def _pool_blocks(self, capacity_tokens: int, block_size_tokens: int) -> int:
+        """Blocks the pool is cut into: its whole blocks (a policy whose blocks are not
+        ``block_size_tokens`` slots of memory each overrides this)."""
+        return capacity_tokens // block_size_tokens
 
     # -- queries ----------------------------------------------------------------------------
     @property

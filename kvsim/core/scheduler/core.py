@@ -48,7 +48,7 @@ class SchedulerCore:
         self.running: list[Request] = []
         self.num_preemptions = 0
         self.has_groups = False  # any sequence group seen: sequences != requests from then on
-        caching = allocator.paged and args.enable_prefix_caching
+        caching = allocator.paged and allocator.caches_prefixes and args.enable_prefix_caching
         # blocks are cached when they fill, so a caching pool hears of every filled block
         self.cache_block_tokens = allocator.block_size_tokens if caching else 0
         self.lazy = LazyDecodes(allocator, bool(self.cache_block_tokens), pooled)

@@ -127,7 +127,7 @@ def end_time_s(run: Run) -> float:
 def map_missing_reason(run: Run) -> str | None:
     """Why ``run`` has no memory map, or ``None`` when it has one."""
     allocator = run.results.config.cache.allocator
-    if allocator not in (*SLAB_ALLOCATORS, "paged"):
+    if allocator not in (*SLAB_ALLOCATORS, "paged", "vattention"):
         return (
             f"The {allocator} allocator has no physical memory map: its slots are shared "
             "through a tree, not owned by one request each."
