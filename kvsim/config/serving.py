@@ -203,6 +203,10 @@ class EngineArgs:
         reserve_null_block: block 0 is vLLM v1's null block (usable blocks = blocks - 1).
         max_preemptions_per_request: livelock guard.
         batching: ``"iteration"`` or ``"request"`` (``SchedulerConfig.batching``).
+        num_speculative_tokens: drafts verified per decode step (0: no speculative decoding;
+            ``kvsim.config.speculative``).
+        num_lookahead_tokens: KV slots every allocation reserves past the scheduled tokens
+            (vLLM ``allocate_slots(num_lookahead_tokens=...)``).
     """
 
     engine: EngineName
@@ -219,6 +223,8 @@ class EngineArgs:
     max_preemptions_per_request: int
     batching: Literal["iteration", "request"] = "iteration"
     scheduler_reserve_full_isl: bool = False
+    num_speculative_tokens: int = 0
+    num_lookahead_tokens: int = 0
 
 
 def resolve_engine_args(

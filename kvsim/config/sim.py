@@ -13,11 +13,19 @@ import hashlib
 import json
 import logging
 from collections.abc import Collection
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_toml, sha256_file
@@ -37,6 +45,7 @@ from kvsim.config.hardware import (
 from kvsim.config.ignored import ignored_settings
 from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
+from kvsim.config.speculative import SpeculativeConfig
 from kvsim.workload import WorkloadSpec, load_workload
 
 DEFAULT_PRESETS = {"model": "opt-13b", "gpu": "a100-40gb"}  # SimConfig's default sections
@@ -60,6 +69,7 @@ class SimConfig(Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: WorkloadSpec = WorkloadSpec()
     cost: CostSpec = CostSpec()
+    speculative: SpeculativeConfig = SpeculativeConfig()
     seed: int = Field(default=0, ge=0, le=2**64 - 1)
     debug_invariants: bool = False
     record_memory: bool = True
@@ -96,10 +106,27 @@ class SimConfig(Frozen):
                 raise ValueError(str(err)) from None
         return value
 
+    @model_serializer(mode="wrap")
+    def _drop_default_sections(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave sections added after a config's first hash out while they are at their
+        defaults (``speculative``), so existing configs keep their canonical hash."""
+        data: dict[str, Any] = handler(self)
+        if self.speculative == SpeculativeConfig():
+            data.pop("speculative", None)
+        return data
+
     @cached_property
     def engine_args(self) -> EngineArgs:
         """The serving knobs with every profile default resolved (``config.serving``)."""
-        return resolve_engine_args(self.scheduler, self.cache, self.model, self.gpu)
+        args = resolve_engine_args(self.scheduler, self.cache, self.model, self.gpu)
+        spec = self.speculative
+        if not spec.enabled:
+            return args
+        return replace(
+            args,
+            num_speculative_tokens=spec.num_speculative_tokens,
+            num_lookahead_tokens=spec.num_lookahead_tokens,
+        )
 
     @property
     def max_model_len(self) -> int:
@@ -243,6 +270,8 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
             f"cache.enable_prefix_caching: prefix caching needs a paged pool, not "
             f"{cache.allocator!r}"
         )
+    if config.speculative.enabled:
+        _check_speculative(config, args)
     if cache.allocator in ("radix", "vattention") and (wl.n > 1 or wl.beam_width > 1):
         raise ValueError(
             f"cache.allocator: {cache.allocator!r} serves single sequences; use 'paged' for "
@@ -252,6 +281,43 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
         raise ValueError(
             "cache.enable_prefix_caching: allocator 'vattention' maps each request its own "
             "pages (no prefix cache); use 'paged' or 'radix' to cache prefixes"
+        )
+
+
+def _check_speculative(config: SimConfig, args: EngineArgs) -> None:
+    """Speculative decoding runs under vLLM v1's scheduler, on a block pool (a slab sized by a
+    reservation cannot take the lookahead slots; the radix tree's holding follows its tokens),
+    one sequence per request, with a budget that holds a verification."""
+    k = config.speculative.num_speculative_tokens
+    if args.engine != "vllm-v1":
+        raise ValueError(
+            "speculative.num_speculative_tokens: speculative decoding runs under vLLM v1's "
+            "scheduler (num_tokens_with_spec); set scheduler.engine = 'vllm-v1'"
+        )
+    if config.cache.allocator not in ("paged", "vattention"):
+        raise ValueError(
+            f"speculative.num_speculative_tokens: {k} drafts need lookahead slots from a block "
+            f"pool ('paged' or 'vattention'), not {config.cache.allocator!r}"
+        )
+    threshold = args.long_prefill_token_threshold
+    if 0 < threshold <= k:
+        raise ValueError(
+            f"scheduler.long_prefill_token_threshold ({threshold}) must be 0 or exceed "
+            f"speculative.num_speculative_tokens ({k}): vLLM pads a one-token admission to a "
+            f"whole verification of 1 + {k} tokens, which the threshold would cut"
+        )
+    if config.speculative.method == "eagle" and args.enable_prefix_caching:
+        warn_once(
+            logger,
+            "speculative.method = 'eagle' with prefix caching: vLLM 0.34.0 then keys each "
+            "block with the token after it (num_hash_lookahead_tokens = 1), so a block is "
+            "cached one token later and two prompts that part right after a block boundary "
+            "share one block less; kvsim keys blocks as without a drafter",
+        )
+    if args.max_num_batched_tokens <= k:
+        raise ValueError(
+            f"scheduler.max_num_batched_tokens ({args.max_num_batched_tokens}) must exceed "
+            f"speculative.num_speculative_tokens ({k}): one verification takes 1 + {k} tokens"
         )
 
 

@@ -10,7 +10,7 @@ which run one after the other):
               + 2 * num_layers * hidden * sum (2 c_i o_i + c_i**2)]   / tp   attention
     t_step = max(bytes / (HBM B/s * hbm_eff), flops / (FP16 FLOP/s * flops_eff))
            + step_overhead_s + per_seq_overhead_s * sequences
-           + t_allreduce + t_stage_sends (+ t_swap)
+           + t_allreduce + t_stage_sends (+ t_swap) (+ t_draft)
 
 Sources of each coefficient:
 
@@ -38,6 +38,12 @@ Sources of each coefficient:
 - ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B`` the paged/contiguous
   kernel-time ratio from the calibration table (``kvsim calibrate``), else the analytic default
   of ``kvsim.calibrate.table`` (1.23 at B = 16: the paper's "20-26 % slower" kernel).
+- Speculative decoding: verifying ``k`` drafts is a chunk of ``c = 1 + k`` tokens after the
+  request's ``o`` computed ones (the sums above: one read of its KV for all ``c`` queries); a
+  drafter with weights (EAGLE's head, a draft model) then runs ``k`` passes one after the other
+  over the ``d`` sequences that draft, each ``max(draft_bytes / HBM B/s, 2 * draft_params * d /
+  FLOP/s)`` (``t_draft``; 0 for n-gram lookup or ``draft_num_params = 0``; the drafter's own KV
+  reads, one layer's, left out).
 - Swap: ``bytes / PCIe B/s + num_blocks * 2 * num_layers * swap_copy_overhead_s`` (vLLM's
   ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block, per layer, for K and for V; a few
   microseconds of API and DMA set-up each, an assumption of 5 us by default), so tiny blocks swap
@@ -83,6 +89,8 @@ class StepCostModel:
         block_size_tokens: int = 16,
         parallel: ParallelConfig | None = None,
         kv_cache_dtype: KvCacheDtype = "auto",
+        draft_passes: int = 0,
+        draft_num_params: int = 0,
     ) -> None:
         parallel = parallel or ParallelConfig()
         self.tp = parallel.tensor_parallel_size
@@ -108,6 +116,9 @@ class StepCostModel:
             kv_bytes_per_token_per_gpu(model, parallel, kv_cache_dtype)
         )
         self.layers_per_gpu = -(model.num_layers // -self.pp)
+        self.draft_passes = draft_passes
+        self.draft_bytes = float(draft_num_params * model.dtype_bytes) / self.tp
+        self.draft_flops_per_seq = 2.0 * draft_num_params / self.tp
         self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
         self.kv_read_bytes_per_token = kv_rank * self.layout_factor
 
@@ -121,15 +132,22 @@ class StepCostModel:
         return table.layout_factor(block_size), table.describe()
 
     def step_s(
-        self, new_tokens: float, context_tokens: float, attention_pairs: float, num_seqs: float
+        self,
+        new_tokens: float,
+        context_tokens: float,
+        attention_pairs: float,
+        num_seqs: float,
+        num_drafting: float = 0.0,
     ) -> float:
-        """Duration of one step (seconds), from four sums over its sequences.
+        """Duration of one step (seconds), from sums over its sequences.
 
         Args:
             new_tokens: tokens computed (``sum c_i``).
             context_tokens: KV tokens read (``sum o_i``).
             attention_pairs: ``sum (2 c_i o_i + c_i**2)``.
             num_seqs: sequences scheduled.
+            num_drafting: sequences whose drafter runs after the step (speculative decoding:
+                ``draft_passes`` passes of the drafter's weights, ``draft_s``).
 
         Returns:
             The step's duration (swap time not included; see ``swap_s``).
@@ -146,11 +164,21 @@ class StepCostModel:
             raise ValueError("cost model returned an invalid duration: nan")
         duration = mem_s if mem_s >= compute_s else compute_s
         duration += self.overhead_s + self.per_seq_overhead_s * num_seqs
+        if num_drafting and self.draft_passes:
+            duration += self.draft_s(num_drafting)
         if self.tp > 1 or self.pp > 1:
             duration += self.communication_s(new_tokens)
         if not 0 <= duration < float("inf"):
             raise ValueError(f"cost model returned an invalid duration: {duration}")
         return duration
+
+    def draft_s(self, num_drafting: float) -> float:
+        """Seconds the drafter's ``draft_passes`` sequential passes take over ``num_drafting``
+        sequences: each reads its weights once (memory-bound) or computes ``2 * params`` FLOPs
+        per sequence, whichever is longer."""
+        mem_s = self.draft_bytes / self.bandwidth
+        compute_s = self.draft_flops_per_seq * num_drafting / self.flops
+        return self.draft_passes * (mem_s if mem_s >= compute_s else compute_s)
 
     def communication_s(self, new_tokens: float) -> float:
         """Tensor-parallel all-reduces and pipeline stage sends of a step computing

@@ -11,7 +11,7 @@ from kvsim.config.hardware import kv_tensors_per_gpu
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv import Allocator, allocator_from_knobs
 from kvsim.core.kv.swap import SwapSpace
-from kvsim.core.scheduler import SchedulerCore, make_scheduler
+from kvsim.core.scheduler import SchedulerCore, SpecDecoder, make_scheduler
 from kvsim.workload.request import Request
 
 
@@ -46,6 +46,17 @@ def swap_space_from_config(config: SimConfig, allocator: Allocator) -> SwapSpace
     )
 
 
+def spec_decoder_from_config(config: SimConfig) -> SpecDecoder | None:
+    """Speculative decoding's acceptance draws (seeded by the config), or ``None`` when the run
+    does not speculate."""
+    spec = config.speculative
+    if not spec.enabled:
+        return None
+    return SpecDecoder(
+        spec.num_speculative_tokens, spec.num_lookahead_tokens, spec.position_rates, config.seed
+    )
+
+
 def cost_model_from_config(
     config: SimConfig, paged: bool, block_size_tokens: int | None = None
 ) -> StepCostModel:
@@ -60,6 +71,8 @@ def cost_model_from_config(
         block_size_tokens=block_size_tokens or config.cache.block_size_tokens,
         parallel=config.parallel,
         kv_cache_dtype=config.cache.kv_cache_dtype,
+        draft_passes=config.speculative.num_speculative_tokens,
+        draft_num_params=config.speculative.draft_num_params,
     )
 
 
@@ -83,6 +96,7 @@ def build_parts(config: SimConfig, requests: Sequence[Request], *, pooled: bool)
     allocator = allocator_from_config(config)
     allocator.see_workload(requests)
     swap = swap_space_from_config(config, allocator)
-    scheduler = make_scheduler(allocator, config.engine_args, swap, pooled=pooled)
+    spec = spec_decoder_from_config(config)
+    scheduler = make_scheduler(allocator, config.engine_args, swap, pooled=pooled, spec=spec)
     cost = cost_model_from_config(config, allocator.reads_block_table, allocator.block_size_tokens)
     return RunParts(allocator, swap, scheduler, cost)

@@ -277,6 +277,14 @@ class Allocator(ABC):
     same step would reuse, so a step that allocates for requests sharing tokens, or coming back
     from a preemption, takes its pooled blocks member by member in running order."""
 
+    def speculate(self) -> None:
+        """The run decodes speculatively: an allocation's tokens reach past the request's
+        known ones (unverified drafts, lookahead slots), and a prefix cache keys only the known
+        ones (vLLM ``allocate_slots`` caps the cached tokens at ``request.num_tokens``). The
+        scheduler calls it once, before the run; then every running request is handled one
+        by one, so its counters are true at every allocation."""
+        return None
+
     def see_workload(self, requests: Sequence[Request]) -> None:
         """The run's requests, before it starts (a policy may note what they share)."""
         return None
