@@ -13,7 +13,8 @@ under ``vllm-v1`` caches prefixes):
   ``hash_ids``) on ``paged`` without prefix caching, ``shared_prefix`` (paged with automatic
   prefix caching) and ``radix``, each with ``cpu_ratio_to_paged``.
 * ``kv2026_<policy>``: issue 29's policies, each in a group beside its ``*_paged`` reference on
-  the same workload: ``vattention`` (64 KiB pages) on the Azure 10k run.
+  the same workload: ``vattention`` (64 KiB pages) and ``spec_eagle3`` (speculative decoding,
+  EAGLE with 3 drafts at acceptance 0.7) on the Azure 10k run.
 * ``vidur_v1``, ``vidur_v0``: Vidur's common benchmark workload under each engine profile: 10,000
   requests, Poisson 2 req/s, total length uniform in 256-2,048 tokens split 3:1
   prefill:decode, Llama-2-70B with tensor parallel 2 on A100-80GB and a KV pool of 3,328 blocks
@@ -120,6 +121,13 @@ GROUPS: dict[str, dict[str, dict[str, Any]]] = {
         "kv2026_vattention_64k": with_cache(
             AZURE_10K_SPEC, allocator="vattention", page_size_bytes=65536
         ),
+    },
+    "kv2026_spec": {
+        "kv2026_spec_paged": with_cache(AZURE_10K_SPEC, allocator="paged"),
+        "kv2026_spec_eagle3": {
+            **with_cache(AZURE_10K_SPEC, allocator="paged"),
+            "speculative": {"num_speculative_tokens": 3, "acceptance_rate": 0.7},
+        },
     },
     "vidur": {
         "vidur_v1": VIDUR_V1,
