@@ -15,6 +15,9 @@ under ``vllm-v1`` caches prefixes):
 * ``mooncake_conv_<policy>``: the whole Mooncake conversation trace (512-token prefix
   ``hash_ids``) on ``paged`` without prefix caching, ``shared_prefix`` (paged with automatic
   prefix caching) and ``radix``, each with ``cpu_ratio_to_paged``.
+* ``kv2026_<policy>``: issue 29's policies, each in a group beside its ``*_paged`` reference on
+  the same workload: ``vattention`` (64 KiB pages) and ``spec_eagle3`` (speculative decoding,
+  EAGLE with 3 drafts at acceptance 0.7) on the Azure 10k run.
 * ``vidur_v1``, ``vidur_v0``: Vidur's common benchmark workload under each engine profile: 10,000
   requests, Poisson 2 req/s, total length uniform in 256-2,048 tokens split 3:1
   prefill:decode, Llama-2-70B with tensor parallel 2 on A100-80GB and a KV pool of 3,328 blocks
@@ -123,6 +126,20 @@ GROUPS: dict[str, dict[str, dict[str, Any]]] = {
             MOONCAKE, allocator="paged", enable_prefix_caching=True
         ),
         "mooncake_conv_radix": with_cache(MOONCAKE, allocator="radix"),
+    },
+    # issue 29's policies, each beside paged on the same workload (cpu_ratio_to_paged <= 2)
+    "kv2026_vattention": {
+        "kv2026_vattention_paged": with_cache(AZURE_10K_SPEC, allocator="paged"),
+        "kv2026_vattention_64k": with_cache(
+            AZURE_10K_SPEC, allocator="vattention", page_size_bytes=65536
+        ),
+    },
+    "kv2026_spec": {
+        "kv2026_spec_paged": with_cache(AZURE_10K_SPEC, allocator="paged"),
+        "kv2026_spec_eagle3": {
+            **with_cache(AZURE_10K_SPEC, allocator="paged"),
+            "speculative": {"num_speculative_tokens": 3, "acceptance_rate": 0.7},
+        },
     },
     "vidur": {
         "vidur_v1": VIDUR_V1,
@@ -297,6 +314,20 @@ def _max_ratio(report: dict[str, Any], prefix: str, names: tuple[str, ...]) -> f
     return max(float(report[f"{prefix}_{n}"]["cpu_ratio_to_paged"]) for n in names)
 
 
+def _kv2026_ratio(report: dict[str, Any]) -> float | None:
+    """The worst ``cpu_ratio_to_paged`` of issue 29's policies (``kv2026_*`` runs that are not
+    their group's paged reference), or ``None`` when none ran."""
+    ratios = [
+        float(entry["cpu_ratio_to_paged"])
+        for name, entry in report.items()
+        if name.startswith("kv2026_")
+        and not name.endswith("_paged")
+        and isinstance(entry, dict)
+        and "cpu_ratio_to_paged" in entry
+    ]
+    return max(ratios) if ratios else None
+
+
 TARGETS = (
     Target(
         "decode tokens per CPU-s, Azure conv 100k, paged, vllm-v1",
@@ -339,6 +370,13 @@ TARGETS = (
         0.5,
         False,
         " s",
+    ),
+    Target(
+        "issue 29's policies (vattention, ...), each CPU vs paged on its workload, worst",
+        _kv2026_ratio,
+        2.0,
+        False,
+        "x",
     ),
     Target(
         "peak RSS, 1 M requests, paged",

@@ -65,6 +65,10 @@ def small_allocator(name: str, **kw: object) -> Allocator:
         "block_size_tokens": SMALL_BLOCK,
         "reservation": "oracle",
         "max_model_len": SMALL_MAX_MODEL_LEN,
+        # vattention: 2 bytes a token over 2 tensors = 1 byte a tensor, so 4-byte pages hold 4
+        # tokens and the 88-byte pool 88 // (4 x 2) = 11 page rows, the paged pool's shape
+        "page_size_bytes": 4,
+        "num_kv_tensors": 2,
     }
     # the shared defaults this policy takes; a caller's own arguments pass unfiltered, so a
     # misspelt one raises instead of being dropped

@@ -64,6 +64,9 @@ CASES = [
     ("vllm-v0", {"allocator": "first_fit", "reservation": "oracle"}, {}, {}, {"block"}),
     ("vllm-v0", {"allocator": "buddy", "reservation": "pow2"}, {}, {"n": 2, **GROUPS}, {"block"}),
     ("vllm-v0", {"allocator": "radix"}, {}, MULTI_TURN, {"preempt", "hit"}),
+    # vAttention: OPT-13B's 10 KiB per token and tensor, 64 KiB pages of 6 tokens, 409 rows
+    ("vllm-v1", {"allocator": "vattention", "page_size_bytes": 65536}, {}, {}, {"preempt"}),
+    ("vllm-v0", {"allocator": "vattention", "page_size_bytes": 2 << 20}, {}, {}, {"preempt"}),
 ]
 EVENT_COUNTERS = {
     "preempt": "num_preemptions",
@@ -111,7 +114,8 @@ def _config(engine, cache, scheduler, workload, seed, **extra):
 
 
 # make test runs these; make test-full runs every case with both seeds
-QUICK = {0, 2, 5, 9, 13, 14}  # v1 paged, prefix hits, first-fit, radix; v0 groups and beams
+# v1 paged, prefix hits, first-fit, radix; v0 groups and beams; vAttention
+QUICK = {0, 2, 5, 9, 13, 14, 18}
 
 
 def _cases() -> list[object]:

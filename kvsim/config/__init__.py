@@ -24,6 +24,7 @@ _EXPORTS = {
     "EngineArgs": "kvsim.config.serving",
     "EngineName": "kvsim.config.serving",
     "SchedulerConfig": "kvsim.config.serving",
+    "SpeculativeConfig": "kvsim.config.speculative",
     "SimConfig": "kvsim.config.sim",
     "apply_overrides": "kvsim.config.sim",
     "config_from_dict": "kvsim.config.sim",
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
         load_config,
         set_dotted,
     )
+    from kvsim.config.speculative import SpeculativeConfig
 
 
 def __getattr__(name: str) -> Any:
@@ -74,6 +76,7 @@ __all__ = [
     "ParallelConfig",
     "SchedulerConfig",
     "SimConfig",
+    "SpeculativeConfig",
     "apply_overrides",
     "config_from_dict",
     "format_validation_error",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-Layout = Literal["slabs", "blocks", "tokens"]
+Layout = Literal["slabs", "blocks", "pages", "tokens"]
 COMMON_ARGUMENTS = frozenset({"capacity_tokens", "bytes_per_token"})
 _SLAB = frozenset({"reservation", "max_model_len", "full_context_tokens"})
 POLICY_ARGUMENTS: dict[str, frozenset[str]] = {
@@ -28,6 +28,7 @@ POLICY_ARGUMENTS: dict[str, frozenset[str]] = {
         }
     ),
     "radix": frozenset(),
+    "vattention": frozenset({"page_size_bytes", "num_kv_tensors", "watermark"}),
 }
 LAYOUTS: dict[str, Layout] = {
     "first_fit": "slabs",  # one contiguous slab per sequence
@@ -35,6 +36,7 @@ LAYOUTS: dict[str, Layout] = {
     "buddy": "slabs",
     "paged": "blocks",
     "radix": "tokens",  # a radix tree of single-token pages
+    "vattention": "pages",  # page rows mapped on demand into one contiguous virtual range each
 }
 SLAB_ALLOCATORS = tuple(name for name, layout in LAYOUTS.items() if layout == "slabs")
 PAGED_ALLOCATORS = tuple(name for name, layout in LAYOUTS.items() if layout == "blocks")
@@ -47,14 +49,60 @@ def caches_prefixes_always(name: str) -> bool:
 
 
 def has_memory_map(name: str) -> bool:
-    """Every slot is owned by one request at an address (slabs, blocks), so the pool can be
-    drawn; a tree's slots are shared along its paths."""
-    return LAYOUTS[name] in ("slabs", "blocks")
+    """Every slot is owned by one request at an address (slabs, blocks, pages), so the pool can
+    be drawn; a tree's slots are shared along its paths."""
+    return LAYOUTS[name] in ("slabs", "blocks", "pages")
+
+
+def maps_virtual_pages(name: str) -> bool:
+    """Each request one contiguous virtual range, physical pages mapped into it on demand
+    (vAttention): no block table, no block shared between requests."""
+    return LAYOUTS[name] == "pages"
 
 
 def serves_sequence_groups(name: str) -> bool:
     """Parallel samples and beams (copy-on-write blocks, or one slab per sequence)."""
     return LAYOUTS[name] in ("slabs", "blocks")
+
+
+def vattention_pages(
+    capacity_tokens: int, bytes_per_token: int, page_size_bytes: int, num_kv_tensors: int
+) -> tuple[int, int]:
+    """``(tokens_per_page, num_pages)`` of a vAttention pool (Prabhu et al., ASPLOS'25).
+
+    vAttention keeps one virtual tensor per layer for K and one for V (``num_kv_tensors`` on a
+    GPU: ``2 * layers``, or ``layers`` for an MLA latent) and maps physical pages of
+    ``page_size_bytes`` into them. A page of one tensor holds ``page_size_bytes //
+    (bytes_per_token / num_kv_tensors)`` tokens, an integer division (microsoft/vattention
+    ``vattention/vattention.cu``, ``init_kv_block_size``); a request maps pages in all its tensors
+    at once, so a *page row* (``num_kv_tensors`` pages) is the unit, and the pool holds
+    ``kv bytes // page_size`` pages rounded down to whole rows (``vattention/utils.h``,
+    ``get_num_phys_blocks``).
+
+    Args:
+        capacity_tokens: the pool in token slots (``kv bytes // bytes_per_token``).
+        bytes_per_token: KV bytes of one token on one GPU, all tensors.
+        page_size_bytes: physical page size, bytes.
+        num_kv_tensors: virtual KV tensors on one GPU.
+
+    Raises:
+        ValueError: a page smaller than one token of one tensor, or tensors that do not split a
+            token's bytes evenly.
+    """
+    if num_kv_tensors < 1 or bytes_per_token % num_kv_tensors:
+        raise ValueError(
+            f"num_kv_tensors: {num_kv_tensors} tensors do not split {bytes_per_token} bytes per "
+            "token evenly"
+        )
+    tensor_bytes = bytes_per_token // num_kv_tensors
+    tokens_per_page = page_size_bytes // tensor_bytes
+    if tokens_per_page < 1:
+        raise ValueError(
+            f"page_size_bytes: a {page_size_bytes:,}-byte page holds no token of one KV tensor "
+            f"({tensor_bytes:,} bytes); raise it"
+        )
+    num_pages = capacity_tokens * bytes_per_token // (page_size_bytes * num_kv_tensors)
+    return tokens_per_page, num_pages
 
 
 def accepted_arguments(name: str) -> frozenset[str]:

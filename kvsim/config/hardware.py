@@ -372,6 +372,14 @@ def kv_bytes_per_token_per_gpu(
     return 2 * layers * heads * model.head_dim * kv_dtype_bytes(model, kv_cache_dtype)
 
 
+def kv_tensors_per_gpu(model: ModelSpec, parallel: ParallelConfig) -> int:
+    """KV cache tensors one GPU keeps: a K and a V tensor per layer of its pipeline stage, or
+    one latent tensor per layer for MLA (vAttention's virtual tensors,
+    ``kvsim.core.kv.vattention``)."""
+    layers = cdiv(model.num_layers, parallel.pipeline_parallel_size)
+    return layers if model.is_mla else 2 * layers
+
+
 def weight_bytes_per_gpu(model: ModelSpec, parallel: ParallelConfig) -> int:
     """Weights one GPU holds: an even share of ``weight_bytes`` over ``world_size`` GPUs."""
     return cdiv(model.weight_bytes, parallel.world_size)

@@ -41,6 +41,7 @@ ALLOCATOR_KNOBS = {
     "reservation": "reservation rule",
     "watermark": "admission watermark",
     "share_sequence_groups": "shared prompt blocks",
+    "page_size_bytes": "virtual-memory pages",
 }
 
 

@@ -14,12 +14,19 @@ from typing import Protocol
 from kvsim.base.limits import MAX_POOL_BLOCKS
 from kvsim.base.units import format_gib as _gib  # three significant digits: 0.25 GiB, not 0.2
 from kvsim.base.units import next_power_of_2
-from kvsim.config.allocators import PAGED_ALLOCATORS, POWER_OF_TWO_SLABS, SLAB_ALLOCATORS
+from kvsim.config.allocators import (
+    PAGED_ALLOCATORS,
+    POWER_OF_TWO_SLABS,
+    SLAB_ALLOCATORS,
+    maps_virtual_pages,
+    vattention_pages,
+)
 from kvsim.config.hardware import (
     GpuSpec,
     ModelSpec,
     ParallelConfig,
     kv_bytes_per_token_per_gpu,
+    kv_tensors_per_gpu,
     weight_bytes_per_gpu,
 )
 from kvsim.config.serving import CacheSpec, EngineArgs
@@ -125,15 +132,40 @@ def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
     ``check_pool_shape``). A paged pool without one usable block counts whole here: that is
     ``kvsim.config.sim``'s block-size error, which names the block size."""
     cache = config.cache
+    if maps_virtual_pages(cache.allocator):
+        page = _vattention_page(config)
+        if page is None:
+            return capacity_tokens  # kvsim.config.sim's page-size error names the page
+        tokens_per_page, tensor_bytes = page
+        rows = capacity_tokens * config.bytes_per_token // (cache.page_size_bytes * tensor_bytes)
+        return rows * tokens_per_page if rows > 0 else capacity_tokens
     if cache.allocator not in PAGED_ALLOCATORS:
         return capacity_tokens
     blocks = capacity_tokens // cache.block_size_tokens - config.engine_args.reserve_null_block
     return blocks * cache.block_size_tokens if blocks > 0 else capacity_tokens
 
 
+def _vattention_page(config: ConfigParts) -> tuple[int, int] | None:
+    """``(tokens_per_page, num_kv_tensors)`` of a vAttention pool, ``None`` when its page holds
+    no token (``kvsim.config.allocators.vattention_pages``)."""
+    tensors = kv_tensors_per_gpu(config.model, config.parallel)
+    try:
+        tokens_per_page, _ = vattention_pages(
+            0, config.bytes_per_token, config.cache.page_size_bytes, tensors
+        )
+    except ValueError:
+        return None
+    return tokens_per_page, tensors
+
+
 def pool_tokens_for_request(config: ConfigParts, num_tokens: int) -> int:
     """The smallest pool, in slots, whose ``request_limit_tokens`` is at least ``num_tokens``."""
     cache = config.cache
+    page = _vattention_page(config) if maps_virtual_pages(cache.allocator) else None
+    if page is not None:  # whole page rows, each page_size bytes per tensor
+        tokens_per_page, tensors = page
+        row_bytes = cache.page_size_bytes * tensors
+        return -((-(num_tokens // -tokens_per_page) * row_bytes) // -config.bytes_per_token)
     if cache.allocator not in PAGED_ALLOCATORS:
         return num_tokens
     b = cache.block_size_tokens
@@ -144,6 +176,8 @@ def _limit_note(config: ConfigParts, limit: int) -> str:
     """How a paged pool's request limit falls short of its slots (empty when it does not)."""
     if limit == config.capacity_tokens:
         return ""
+    if maps_virtual_pages(config.cache.allocator):
+        return f", of which whole pages of {_gib(config.cache.page_size_bytes)} hold {limit:,}"
     b = config.cache.block_size_tokens
     null = "; block 0 is vLLM v1's null block" if config.engine_args.reserve_null_block else ""
     return f", of which requests can hold {limit:,} ({limit // b:,} blocks of {b} tokens{null})"
@@ -236,6 +270,16 @@ def check_pool_shape(config: ConfigParts) -> None:
                 f"{_gib(config.kv_cache_bytes)} per GPU) makes {blocks:,} blocks of "
                 f"{cache.block_size_tokens} tokens, more than the {MAX_POOL_BLOCKS:,} kvsim "
                 "tracks; raise block_size_tokens or lower the KV budget"
+            )
+        return
+    page = _vattention_page(config) if maps_virtual_pages(cache.allocator) else None
+    if page is not None:
+        rows = capacity * config.bytes_per_token // (cache.page_size_bytes * page[1])
+        if rows > MAX_POOL_BLOCKS:
+            raise ValueError(
+                f"cache.page_size_bytes: the {_gib(config.kv_cache_bytes)} KV pool ({where}) "
+                f"makes {rows:,} rows of {cache.page_size_bytes:,}-byte pages, more than the "
+                f"{MAX_POOL_BLOCKS:,} kvsim tracks; raise page_size_bytes or lower the KV budget"
             )
         return
     if cache.allocator not in SLAB_ALLOCATORS:

@@ -34,7 +34,7 @@ from pydantic import (
 )
 
 from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS
-from kvsim.base.units import GiB
+from kvsim.base.units import GiB, KiB, MiB
 from kvsim.config.allocators import POLICY_ARGUMENTS
 from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
 
@@ -44,6 +44,9 @@ EngineName = Literal["vllm-v1", "vllm-v0"]
 ENGINES: tuple[EngineName, ...] = ("vllm-v1", "vllm-v0")
 V0_WATERMARK = 0.01  # vLLM v0 BlockSpaceManager(watermark=0.01)
 LARGE_GPU_BYTES = 70 * GiB  # vLLM: ">= 70 GiB and not an A100" gets the larger batch defaults
+
+
+_LATER_DEFAULTS: dict[str, Any] = {"page_size_bytes": 2 * MiB}
 
 
 class CacheSpec(Frozen):
@@ -67,6 +70,8 @@ class CacheSpec(Frozen):
         share_sequence_groups: sequences of a group (``n`` samples, beams) share their prompt
             blocks with copy-on-write (vLLM v0, the paper's §4.4); ``False`` gives every sequence
             its own blocks (the unshared baseline Figure 15 divides by).
+        page_size_bytes: the physical page size of allocator ``"vattention"`` (a power of two
+            from 64 KiB to 2 MiB: vAttention's driver pages and CUDA's 2 MiB granularity).
     """
 
     allocator: str = "paged"
@@ -80,6 +85,27 @@ class CacheSpec(Frozen):
     watermark: float | None = Field(default=None, ge=0, lt=1)
     enable_prefix_caching: bool | None = None
     share_sequence_groups: bool = True
+    page_size_bytes: int = Field(default=2 * MiB, ge=64 * KiB, le=2 * MiB)
+
+    @field_validator("page_size_bytes")
+    @classmethod
+    def _power_of_two_page(cls, size: int) -> int:
+        if size & (size - 1):
+            raise ValueError(
+                f"page_size_bytes: vAttention maps pages of a power of two bytes (64 KiB to "
+                f"2 MiB), got {size:,}"
+            )
+        return size
+
+    @model_serializer(mode="wrap")
+    def _drop_default_knobs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave knobs added after a config's first hash out at their defaults (the pool's
+        knobs of later policies), so existing configs keep their canonical hash."""
+        data: dict[str, Any] = handler(self)
+        for key, default in _LATER_DEFAULTS.items():
+            if data.get(key) == default:
+                data.pop(key, None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -193,6 +219,10 @@ class EngineArgs:
         max_preemptions_per_request: livelock guard.
         batching: ``"iteration"`` or ``"request"`` (``SchedulerConfig.batching``).
         async_scheduling: arrivals wait one more step (``SchedulerConfig.async_scheduling``).
+        num_speculative_tokens: drafts verified per decode step (0: no speculative decoding;
+            ``kvsim.config.speculative``).
+        num_lookahead_tokens: KV slots every allocation reserves past the scheduled tokens
+            (vLLM ``allocate_slots(num_lookahead_tokens=...)``).
     """
 
     engine: EngineName
@@ -210,6 +240,8 @@ class EngineArgs:
     batching: Literal["iteration", "request"] = "iteration"
     scheduler_reserve_full_isl: bool = False
     async_scheduling: bool = False
+    num_speculative_tokens: int = 0
+    num_lookahead_tokens: int = 0
 
 
 def resolve_engine_args(

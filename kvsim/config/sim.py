@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Collection
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +33,9 @@ from kvsim.base.units import GiB
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
     caches_prefixes_always,
+    maps_virtual_pages,
     serves_sequence_groups,
+    vattention_pages,
 )
 from kvsim.config.cost_spec import CostSpec
 from kvsim.config.fleet import FleetSpec, PricingSpec, SloSpec, gpu_price_per_hour
@@ -43,11 +46,13 @@ from kvsim.config.hardware import (
     ParallelConfig,
     check_parallel_fits_model,
     kv_bytes_per_token_per_gpu,
+    kv_tensors_per_gpu,
     weight_bytes_per_gpu,
 )
 from kvsim.config.ignored import ignored_settings
 from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
+from kvsim.config.speculative import SpeculativeConfig
 from kvsim.workload import WorkloadSpec, load_workload
 
 DEFAULT_PRESETS = {"model": "opt-13b", "gpu": "a100-40gb"}  # SimConfig's default sections
@@ -74,6 +79,7 @@ class SimConfig(Frozen):
     fleet: FleetSpec | None = None
     slo: SloSpec = SloSpec()
     pricing: PricingSpec = PricingSpec()
+    speculative: SpeculativeConfig = SpeculativeConfig()
     seed: int = Field(default=0, ge=0, le=2**64 - 1)
     debug_invariants: bool = False
     record_memory: bool = True
@@ -112,11 +118,13 @@ class SimConfig(Frozen):
 
     @model_serializer(mode="wrap")
     def _drop_unset_sections(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave ``fleet``, ``slo`` and ``pricing`` out when unset, so a config without them
-        keeps its canonical hash (and its sweep points)."""
+        """Leave ``fleet``, ``slo``, ``pricing`` and ``speculative`` out when unset, so a config
+        without them keeps its canonical hash (and its sweep points)."""
         data: dict[str, Any] = handler(self)
         if data.get("fleet") is None:
             data.pop("fleet", None)
+        if self.speculative == SpeculativeConfig():
+            data.pop("speculative", None)
         for key in ("slo", "pricing"):
             if not any(v is not None for v in data.get(key, {}).values()):
                 data.pop(key, None)
@@ -179,7 +187,15 @@ class SimConfig(Frozen):
     @cached_property
     def engine_args(self) -> EngineArgs:
         """The serving knobs with every profile default resolved (``config.serving``)."""
-        return resolve_engine_args(self.scheduler, self.cache, self.model, self.gpu)
+        args = resolve_engine_args(self.scheduler, self.cache, self.model, self.gpu)
+        spec = self.speculative
+        if not spec.enabled:
+            return args
+        return replace(
+            args,
+            num_speculative_tokens=spec.num_speculative_tokens,
+            num_lookahead_tokens=spec.num_lookahead_tokens,
+        )
 
     @property
     def max_model_len(self) -> int:
@@ -266,7 +282,22 @@ def _file_digest(path: str, _mtime_ns: int) -> str:
 
 
 def _check_blocks(config: SimConfig) -> None:
-    """A paged pool holds at least one usable block (two under v1: block 0 is the null block)."""
+    """A paged pool holds at least one usable block (two under v1: block 0 is the null block);
+    a vAttention pool at least one row of pages."""
+    if maps_virtual_pages(config.cache.allocator):
+        tensors = kv_tensors_per_gpu(config.model, config.parallel)
+        page, per_token = config.cache.page_size_bytes, config.bytes_per_token
+        try:
+            _, rows = vattention_pages(config.capacity_tokens, per_token, page, tensors)
+        except ValueError as err:
+            raise ValueError(f"cache.{err}") from None
+        if rows < 1:
+            raise ValueError(
+                f"cache.page_size_bytes: the {config.kv_cache_bytes:,}-byte KV pool holds no row "
+                f"of {tensors} pages of {page:,} bytes ({config.model.name}); lower the page size "
+                "or raise the KV budget"
+            )
+        return
     if config.cache.allocator not in PAGED_ALLOCATORS:
         return
     blocks = config.capacity_tokens // config.cache.block_size_tokens
@@ -301,7 +332,8 @@ def _check_fleet(config: SimConfig) -> None:
 def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
     """Reject combinations the profile or allocator cannot run (each names the field)."""
     wl, cache = config.workload, config.cache
-    paged = cache.allocator in PAGED_ALLOCATORS
+    # blocks handed out one by one (a block table, or vAttention's pages): swap moves them
+    paged = cache.allocator in PAGED_ALLOCATORS or maps_virtual_pages(cache.allocator)
     if args.engine == "vllm-v1" and wl.beam_width > 1:
         raise ValueError(
             "workload.beam_width: beam search runs outside vLLM v1's engine (LLM.beam_search "
@@ -329,9 +361,56 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
             f"cache.enable_prefix_caching: prefix caching needs a paged pool, not "
             f"{cache.allocator!r}"
         )
+    if config.speculative.enabled:
+        _check_speculative(config, args)
     if not serves_sequence_groups(cache.allocator) and (wl.n > 1 or wl.beam_width > 1):
         raise ValueError(
-            "cache.allocator: 'radix' serves single sequences; use 'paged' for n > 1 or beams"
+            f"cache.allocator: {cache.allocator!r} serves single sequences; use 'paged' for "
+            "n > 1 or beams"
+        )
+    if maps_virtual_pages(cache.allocator) and cache.enable_prefix_caching:
+        raise ValueError(
+            "cache.enable_prefix_caching: allocator 'vattention' maps each request its own "
+            "pages (no prefix cache); use 'paged' or 'radix' to cache prefixes"
+        )
+
+
+def _check_speculative(config: SimConfig, args: EngineArgs) -> None:
+    """Speculative decoding runs under vLLM v1's scheduler, on a block pool (a slab sized by a
+    reservation cannot take the lookahead slots; the radix tree's holding follows its tokens),
+    one sequence per request, with a budget that holds a verification."""
+    k = config.speculative.num_speculative_tokens
+    if args.engine != "vllm-v1":
+        raise ValueError(
+            "speculative.num_speculative_tokens: speculative decoding runs under vLLM v1's "
+            "scheduler (num_tokens_with_spec); set scheduler.engine = 'vllm-v1'"
+        )
+    if not (
+        config.cache.allocator in PAGED_ALLOCATORS or maps_virtual_pages(config.cache.allocator)
+    ):
+        raise ValueError(
+            f"speculative.num_speculative_tokens: {k} drafts need lookahead slots from a block "
+            f"pool ('paged' or 'vattention'), not {config.cache.allocator!r}"
+        )
+    threshold = args.long_prefill_token_threshold
+    if 0 < threshold <= k:
+        raise ValueError(
+            f"scheduler.long_prefill_token_threshold ({threshold}) must be 0 or exceed "
+            f"speculative.num_speculative_tokens ({k}): vLLM pads a one-token admission to a "
+            f"whole verification of 1 + {k} tokens, which the threshold would cut"
+        )
+    if config.speculative.method == "eagle" and args.enable_prefix_caching:
+        warn_once(
+            logger,
+            "speculative.method = 'eagle' with prefix caching: vLLM 0.34.0 then keys each "
+            "block with the token after it (num_hash_lookahead_tokens = 1), so a block is "
+            "cached one token later and two prompts that part right after a block boundary "
+            "share one block less; kvsim keys blocks as without a drafter",
+        )
+    if args.max_num_batched_tokens <= k:
+        raise ValueError(
+            f"scheduler.max_num_batched_tokens ({args.max_num_batched_tokens}) must exceed "
+            f"speculative.num_speculative_tokens ({k}): one verification takes 1 + {k} tokens"
         )
 
 

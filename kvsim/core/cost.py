@@ -19,6 +19,13 @@ parameter count and weight size divided by ``tp``. The ``"step"`` roofline (the 
 ``lean`` presets) is the 2023 model: ``max((W + (sum o_i) * kv * f) / BW, (2 * num_params * T +
 2 * num_layers * heads * head_dim * P) / F)``, every parameter charged to every token.
 
+Speculative decoding: verifying ``k`` drafts is a chunk of ``c = 1 + k`` tokens after the
+request's ``o`` computed ones (the sums above: one read of its KV for all ``c`` queries); a
+drafter with weights (EAGLE's head, a draft model) then runs ``k`` passes one after the other over
+the ``d`` sequences that draft, each ``max(draft_bytes / BW, 2 * draft_params * d / F)``
+(``t_draft``, added to ``t_step``; 0 for n-gram lookup or ``draft_num_params = 0``; the
+drafter's own KV reads, one layer's, left out).
+
 Sources of each coefficient:
 
 - Weights: every step streams the weights it uses once (decode is memory-bound; Kwon et al.
@@ -107,6 +114,8 @@ class StepCostModel:
         block_size_tokens: int = 16,
         parallel: ParallelConfig | None = None,
         kv_cache_dtype: KvCacheDtype = "auto",
+        draft_passes: int = 0,
+        draft_num_params: int = 0,
     ) -> None:
         parallel = parallel or ParallelConfig()
         resolved = resolve_cost(cost, gpu)
@@ -136,6 +145,9 @@ class StepCostModel:
             kv_bytes_per_token_per_gpu(model, parallel, kv_cache_dtype)
         )
         self.layers_per_gpu = -(model.num_layers // -self.pp)
+        self.draft_passes = draft_passes
+        self.draft_bytes = float(draft_num_params * model.dtype_bytes) / self.tp
+        self.draft_flops_per_seq = 2.0 * draft_num_params / self.tp
         self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
         if paged and resolved.paged_attention_factor is not None:
             self.layout_factor = resolved.paged_attention_factor
@@ -180,15 +192,22 @@ class StepCostModel:
         return table.layout_factor(block_size), table.describe()
 
     def step_s(
-        self, new_tokens: float, context_tokens: float, attention_pairs: float, num_seqs: float
+        self,
+        new_tokens: float,
+        context_tokens: float,
+        attention_pairs: float,
+        num_seqs: float,
+        num_drafting: float = 0.0,
     ) -> float:
-        """Duration of one step (seconds), from four sums over its sequences.
+        """Duration of one step (seconds), from sums over its sequences.
 
         Args:
             new_tokens: tokens computed (``sum c_i``).
             context_tokens: KV tokens read (``sum o_i``).
             attention_pairs: ``sum (2 c_i o_i + c_i**2)``.
             num_seqs: sequences scheduled.
+            num_drafting: sequences whose drafter runs after the step (speculative decoding:
+                ``draft_passes`` passes of the drafter's weights, ``draft_s``).
 
         Returns:
             The step's duration (swap time not included; see ``swap_s``).
@@ -207,6 +226,8 @@ class StepCostModel:
             attn_flops = self.attn_flops_per_pair * attention_pairs
             duration = self._operators_s(new_tokens, kv_bytes, attn_flops, num_seqs)
         duration += self.overhead_s + self.per_seq_overhead_s * num_seqs
+        if num_drafting and self.draft_passes:
+            duration += self.draft_s(num_drafting)
         if self.tp > 1 or self.pp > 1:
             duration += self.communication_s(new_tokens)
         if not 0 <= duration < float("inf"):
@@ -229,6 +250,14 @@ class StepCostModel:
         if total != total:
             raise ValueError("cost model returned an invalid duration: nan")
         return total
+
+    def draft_s(self, num_drafting: float) -> float:
+        """Seconds the drafter's ``draft_passes`` sequential passes take over ``num_drafting``
+        sequences: each reads its weights once (memory-bound) or computes ``2 * params`` FLOPs
+        per sequence, whichever is longer."""
+        mem_s = self.draft_bytes / self.bandwidth
+        compute_s = self.draft_flops_per_seq * num_drafting / self.flops
+        return self.draft_passes * (mem_s if mem_s >= compute_s else compute_s)
 
     def communication_s(self, new_tokens: float) -> float:
         """Tensor-parallel all-reduces and pipeline stage sends of a step computing

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvsim.config import SimConfig
+from kvsim.config.hardware import kv_tensors_per_gpu
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv import Allocator, allocator_from_knobs
 from kvsim.core.kv.swap import SwapSpace
-from kvsim.core.scheduler import SchedulerCore, make_scheduler
+from kvsim.core.scheduler import SchedulerCore, SpecDecoder, make_scheduler
 from kvsim.workload.request import Request
 
 
@@ -28,6 +29,8 @@ def allocator_from_config(config: SimConfig) -> Allocator:
         "reserve_null_block": args.reserve_null_block,
         "max_model_len": args.max_model_len,
         "full_context_tokens": config.model.max_position_embeddings,
+        "page_size_bytes": config.cache.page_size_bytes,
+        "num_kv_tensors": kv_tensors_per_gpu(config.model, config.parallel),
     }
     return allocator_from_knobs(config.cache.allocator, **knobs)  # each reads its own
 
@@ -38,21 +41,38 @@ def swap_space_from_config(config: SimConfig, allocator: Allocator) -> SwapSpace
         return None
     return SwapSpace.from_gib(
         config.engine_args.swap_space_gib,
-        block_size_tokens=config.cache.block_size_tokens,
+        block_size_tokens=allocator.block_size_tokens,
         bytes_per_token=config.bytes_per_token,
     )
 
 
-def cost_model_from_config(config: SimConfig, paged: bool) -> StepCostModel:
-    """The step-cost model of the run's model, GPUs, parallelism and KV layout."""
+def spec_decoder_from_config(config: SimConfig) -> SpecDecoder | None:
+    """Speculative decoding's acceptance draws (seeded by the config), or ``None`` when the run
+    does not speculate."""
+    spec = config.speculative
+    if not spec.enabled:
+        return None
+    return SpecDecoder(
+        spec.num_speculative_tokens, spec.num_lookahead_tokens, spec.position_rates, config.seed
+    )
+
+
+def cost_model_from_config(
+    config: SimConfig, paged: bool, block_size_tokens: int | None = None
+) -> StepCostModel:
+    """The step-cost model of the run's model, GPUs, parallelism and KV layout (``paged``:
+    attention reads through a block table of ``block_size_tokens``-token blocks, by default
+    the config's)."""
     return StepCostModel(
         config.model,
         config.gpu,
         config.cost,
         paged=paged,
-        block_size_tokens=config.cache.block_size_tokens,
+        block_size_tokens=block_size_tokens or config.cache.block_size_tokens,
         parallel=config.parallel,
         kv_cache_dtype=config.cache.kv_cache_dtype,
+        draft_passes=config.speculative.num_speculative_tokens,
+        draft_num_params=config.speculative.draft_num_params,
     )
 
 
@@ -76,5 +96,7 @@ def build_parts(config: SimConfig, requests: Sequence[Request], *, pooled: bool)
     allocator = allocator_from_config(config)
     allocator.see_workload(requests)
     swap = swap_space_from_config(config, allocator)
-    scheduler = make_scheduler(allocator, config.engine_args, swap, pooled=pooled)
-    return RunParts(allocator, swap, scheduler, cost_model_from_config(config, allocator.paged))
+    spec = spec_decoder_from_config(config)
+    scheduler = make_scheduler(allocator, config.engine_args, swap, pooled=pooled, spec=spec)
+    cost = cost_model_from_config(config, allocator.reads_block_table, allocator.block_size_tokens)
+    return RunParts(allocator, swap, scheduler, cost)

@@ -81,6 +81,8 @@ def simulate(
     if engine.swap is not None:  # [swap]
         summary.update(engine.swap.summary(engine.swap_time_s))
     summary.update(engine.allocator.prefix_cache_summary())
+    if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
+        summary.update(engine.scheduler.spec.summary())
     num_blocks = engine.allocator.num_gpu_blocks
     if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
         summary["num_gpu_blocks"] = num_blocks

@@ -335,7 +335,7 @@ def caches_prefixes(config: SimConfig) -> bool:
     from kvsim.core.kv import ALLOCATORS
 
     policy = ALLOCATORS[config.cache.allocator]
-    if policy.paged:
+    if policy.paged and policy.caches_prefixes:
         return config.engine_args.enable_prefix_caching
     return policy.caches_prefixes
 

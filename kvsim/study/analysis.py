@@ -38,6 +38,12 @@ _MORE_METRICS = (
     "usable_capacity_tokens",
     "bytes_per_token",
     "kv_cache_bytes",
+    # speculative decoding (kvsim.core.scheduler.spec)
+    "spec_decode_num_drafts",
+    "spec_decode_num_draft_tokens",
+    "spec_decode_num_accepted_tokens",
+    "spec_decode_draft_acceptance_rate",
+    "spec_decode_mean_acceptance_length",
 )
 
 

@@ -91,6 +91,8 @@ class Request:
         num_cached_tokens: prompt tokens found in the prefix cache at its first admission.
         num_prefill_tokens_computed: prompt and recomputed tokens its prefills computed (cache
             hits excluded), summed over admissions.
+        num_draft_tokens: speculative drafts proposed for its next step (vLLM's
+            ``spec_token_ids``; ``kvsim.core.scheduler.spec``), 0 without speculative decoding.
         first_scheduled_time_s: start of the first step that scheduled it (seconds).
         first_token_time_s: end of the step that sampled its first output token.
         finish_time_s: end of the step that sampled its last output token.
@@ -118,6 +120,7 @@ class Request:
     num_preemptions: int = 0
     num_cached_tokens: int = 0
     num_prefill_tokens_computed: int = 0
+    num_draft_tokens: int = 0
     first_scheduled_time_s: SimTime | None = None
     first_token_time_s: SimTime | None = None
     finish_time_s: SimTime | None = None

@@ -92,7 +92,7 @@ def test_growth_within_holding_takes_nothing(allocator_name):
 
 
 def test_all_registered_are_tested():
-    assert set(ALLOCATORS) == {"first_fit", "best_fit", "buddy", "paged", "radix"}
+    assert set(ALLOCATORS) == {"first_fit", "best_fit", "buddy", "paged", "radix", "vattention"}
 
 
 def test_queries_change_no_state(allocator_name):

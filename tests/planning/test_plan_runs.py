@@ -404,6 +404,8 @@ def test_every_target_metric_is_in_some_summary() -> None:
         {"cache": {"allocator": "radix"}, "workload": tiny},
         # a disaggregated fleet: the fleet's own metrics (replicas, GPUs, KV transfers)
         {"fleet": {"replicas": 2, "prefill_replicas": 1}, "workload": tiny},
+        # speculative decoding: vLLM's spec_decode_* counters
+        {"speculative": {"num_speculative_tokens": 2, "acceptance_rate": 0.5}, "workload": tiny},
     ]
     held: set[str] = set()
     for run in runs:

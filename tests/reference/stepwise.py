@@ -76,7 +76,9 @@ class Reference:
     def __post_init__(self) -> None:
         self.alloc: Allocator = allocator_from_config(self.config)
         self.swap: SwapSpace | None = swap_space_from_config(self.config, self.alloc)
-        self.cost: StepCostModel = cost_model_from_config(self.config, self.alloc.paged)
+        self.cost: StepCostModel = cost_model_from_config(
+            self.config, self.alloc.reads_block_table, self.alloc.block_size_tokens
+        )
         self.args = self.config.engine_args
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []

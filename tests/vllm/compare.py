@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.vllm.kvsim_steps import run_workload
-from tests.vllm.workloads import random_workload
+from tests.vllm.workloads import FAMILIES, workload
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-vllm"
@@ -87,14 +87,19 @@ PATHS = ("ids", "pooled")  # how the cohort's members take blocks: one by one, o
 
 
 def compare(
-    num: int, start: int = 0, python: Path | None = None, paths: tuple[str, ...] = PATHS
+    num: int,
+    start: int = 0,
+    python: Path | None = None,
+    paths: tuple[str, ...] = PATHS,
+    family: str = "base",
 ) -> dict[str, list[dict[str, Any]]]:
-    """Run workloads ``start .. start + num - 1`` through vLLM once and through each of kvsim's
-    ``paths``; per path, the mismatches, each with its workload and first differing step."""
+    """Run workloads ``start .. start + num - 1`` of ``family`` (``workloads.FAMILIES``)
+    through vLLM once and through each of kvsim's ``paths``; per path, the mismatches, each
+    with its workload and first differing step."""
     python = python or vllm_python()
     if python is None:
         raise FileNotFoundError(f"{VENV} is missing: run scripts/vllm_venv.sh")
-    workloads = [random_workload(seed) for seed in range(start, start + num)]
+    workloads = [workload(family, seed) for seed in range(start, start + num)]
 
     def kvsim_runs() -> dict[str, list[dict[str, Any]]]:
         return {path: [run_workload(w, path == "pooled") for w in workloads] for path in paths}
@@ -146,22 +151,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=3, help="mismatches printed in full")
     parser.add_argument("--json", type=Path, help="write every mismatch to this file")
     parser.add_argument("--path", choices=PATHS, help="only this kvsim path (default: both)")
+    parser.add_argument("--family", choices=FAMILIES, default="base", help="workload family")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    found = compare(args.num, args.start, paths=(args.path,) if args.path else PATHS)
+    paths = (args.path,) if args.path else PATHS
+    found = compare(args.num, args.start, paths=paths, family=args.family)
     for path, missed in found.items():
         for mismatch in missed[: args.show]:
             print(f"[{path}] {describe(mismatch)}")
     if args.json:
         args.json.write_text(json.dumps(found))
-    print(summary(found, args.num) + f" ({time.perf_counter() - t0:.0f} s)")
+    print(summary(found, args.num, args.family) + f" ({time.perf_counter() - t0:.0f} s)")
     return 1 if any(found.values()) else 0
 
 
-def summary(found: dict[str, list[dict[str, Any]]], num: int) -> str:
+def summary(found: dict[str, list[dict[str, Any]]], num: int, family: str = "base") -> str:
     """The match counts, one per kvsim path."""
     counts = ", ".join(f"{path} {num - len(missed)}/{num}" for path, missed in found.items())
-    return f"vllm-diff: workloads step-identical to vLLM's Scheduler: {counts}"
+    return f"vllm-diff [{family}]: workloads step-identical to vLLM's Scheduler: {counts}"
 
 
 if __name__ == "__main__":

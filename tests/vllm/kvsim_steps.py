@@ -8,9 +8,10 @@ calls, which is what has to be re-pointed when the engine moves:
 - ``kvsim.core.kv.paged.PagedAllocator(capacity_tokens=, block_size_tokens=,
   enable_prefix_caching=, reserve_null_block=True)``: ``num_blocks`` blocks, block 0 the null
   block, as vLLM's ``KVCacheConfig(num_blocks=...)``; ``.num_free_blocks`` after ``schedule``;
-- ``kvsim.core.scheduler.make_scheduler(allocator, args, pooled=...)``: the ``vllm-v1``
-  scheduler (steady decoders advance as a decode cohort; ``pooled``: their blocks are taken in
-  bulk, as the engine does when nobody reads block ids);
+- ``kvsim.core.scheduler.make_scheduler(allocator, args, pooled=..., spec=...)``: the
+  ``vllm-v1`` scheduler (steady decoders advance as a decode cohort; ``pooled``: their blocks
+  are taken in bulk, as the engine does when nobody reads block ids; ``spec``: a
+  ``SpecDecoder(k, lookahead, acceptance_rates, seed)`` drawing acceptances as the driver does);
 - ``kvsim.workload.request.Request(req_id, arrival_time_s, prompt_tokens, output_tokens, max_tokens,
   token_segments=...)``: the workload's token runs become segments ``(("v", s), n)``, so equal
   runs are equal tokens as in the driver's token ids; outputs are kvsim's own per-request runs;
@@ -31,7 +32,7 @@ from typing import Any
 
 from kvsim.config import EngineArgs
 from kvsim.core.kv.paged import PagedAllocator
-from kvsim.core.scheduler import make_scheduler
+from kvsim.core.scheduler import SpecDecoder, make_scheduler
 from kvsim.workload.request import Request
 
 
@@ -51,7 +52,23 @@ def engine_args(cfg: dict[str, Any]) -> EngineArgs:
         reserve_null_block=True,
         max_preemptions_per_request=1_000_000,
         scheduler_reserve_full_isl=True,  # vLLM's default (SchedulerConfig)
+        num_speculative_tokens=cfg.get("num_speculative_tokens", 0),
+        num_lookahead_tokens=lookahead(cfg),
     )
+
+
+def lookahead(cfg: dict[str, Any]) -> int:
+    """vLLM's ``num_lookahead_tokens``: ``k`` for EAGLE, 0 for n-gram lookup."""
+    k = cfg.get("num_speculative_tokens", 0)
+    return 0 if cfg.get("spec_method") == "ngram" else k
+
+
+def spec_decoder(cfg: dict[str, Any]) -> SpecDecoder | None:
+    """The workload's acceptance draws (``tests/vllm/workloads.py``), or ``None``."""
+    k = cfg.get("num_speculative_tokens", 0)
+    if not k:
+        return None
+    return SpecDecoder(k, lookahead(cfg), cfg["acceptance_rates"], cfg["spec_seed"])
 
 
 def make_request(spec: dict[str, Any]) -> Request:
@@ -75,7 +92,7 @@ def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
         enable_prefix_caching=cfg["enable_prefix_caching"],
         reserve_null_block=True,
     )
-    sched = make_scheduler(allocator, engine_args(cfg), pooled=lazy)
+    sched = make_scheduler(allocator, engine_args(cfg), pooled=lazy, spec=spec_decoder(cfg))
     pending = sorted(work["requests"], key=lambda r: (r["arrival_step"], r["id"]))
     live: set[int] = set()
     steps: list[dict[str, Any]] = []

@@ -7,14 +7,19 @@ kvsim: the two sides meet in JSON.
 
 The scheduler is built as vLLM's tests build it (``tests/v1/core/utils.py::create_scheduler``):
 a ``VllmConfig`` over a local tiny Llama ``config.json`` (no weights, tokenizer skipped) and a
-hand-made ``KVCacheConfig`` of ``num_blocks`` blocks in one full-attention group, synchronous
-scheduling (``async_scheduling=False``: vLLM's tests' default and what its CPU build forces; GPU
-vLLM defaults to async scheduling). The device is given as ``DeviceConfig(device="cpu")`` with
-no platform selected: vLLM 0.34's CPU platform (``VLLM_TARGET_DEVICE=cpu``) refuses x86 without
-triton-cpu, which no scheduling code needs. Nothing in vLLM is stubbed; the model is faked as
-vLLM's scheduler tests fake it: a request whose scheduled tokens reach its known tokens samples
-one token, a partial prefill chunk samples none, and a request finishes after
-``output_tokens`` sampled tokens (``max_tokens``, ``ignore_eos``).
+hand-made ``KVCacheConfig`` of ``num_blocks`` blocks in one full-attention group, with
+synchronous scheduling (``async_scheduling=False``: vLLM's tests' default and what its CPU
+build forces; GPU vLLM defaults to async scheduling). The device is given as
+``DeviceConfig(device="cpu")`` with no platform selected: vLLM 0.34's CPU platform
+(``VLLM_TARGET_DEVICE=cpu``) refuses x86 without triton-cpu, which no scheduling code needs.
+Nothing in vLLM is stubbed; the model is faked as vLLM's scheduler tests fake it: a request
+whose scheduled tokens reach its known tokens samples one token, a partial prefill chunk
+samples none, and a request finishes after ``output_tokens`` sampled tokens (``max_tokens``,
+``ignore_eos``). A speculative-decoding workload adds an EAGLE ``SpeculativeConfig`` whose draft
+model is the same tiny config (``k`` lookahead slots) or n-gram lookup (none); the fake drafter
+proposes ``k`` drafts for every request of the step's batch (vLLM drops those of prefill
+chunks and finished requests), and the fake model samples ``1 + accepted`` tokens, accepted as
+``tests/vllm/workloads.py`` says.
 
 Token identity: token ``t`` of segment ``s`` is the token id ``TOKEN_BASE + s * 2**16 + t``, so
 equal runs are equal tokens exactly as in ``kvsim.workload.tokens``; a request's ``j``-th sampled
@@ -31,12 +36,15 @@ from typing import Any
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
+import numpy as np
 import torch
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
     ModelConfig,
+    ParallelConfig,
     SchedulerConfig,
+    SpeculativeConfig,
     VllmConfig,
 )
 from vllm.sampling_params import SamplingParams
@@ -48,7 +56,7 @@ from vllm.v1.kv_cache_interface import (
     KVCacheConfig,
     KVCacheGroupSpec,
 )
-from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
@@ -74,12 +82,37 @@ TINY_LLAMA = {
 }
 
 
-def model_dir() -> str:
+SPEC_STREAM = 0x5BEC  # the acceptance draws' stream (tests/vllm/workloads.py)
+DRAFT_TOKEN = 7  # the id of every proposed draft (the fake model decides acceptance itself)
+
+
+def model_dir(prefix: str = "kvsim-vllm-model-") -> str:
     """A temporary directory holding the tiny Llama's ``config.json``."""
-    path = tempfile.mkdtemp(prefix="kvsim-vllm-model-")
+    path = tempfile.mkdtemp(prefix=prefix)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(TINY_LLAMA, f)
     return path
+
+
+def speculative_config(cfg: dict[str, Any], model_config: ModelConfig) -> SpeculativeConfig:
+    """EAGLE with ``num_speculative_tokens`` drafts over the tiny Llama as its draft model (a
+    directory named ``eagle-...``, which vLLM's ``EagleSpeculatorConfig.matches``): no weights
+    are loaded, and vLLM's ``num_lookahead_tokens`` is ``k``; or n-gram prompt lookup
+    (``spec_method = "ngram"``), whose ``num_lookahead_tokens`` is 0."""
+    if cfg.get("spec_method") == "ngram":  # prompt lookup: no model, no lookahead slots
+        return SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=cfg["num_speculative_tokens"],
+            prompt_lookup_max=3,
+            prompt_lookup_min=1,
+        )
+    return SpeculativeConfig(
+        method="eagle",
+        model=model_dir("kvsim-eagle-"),
+        num_speculative_tokens=cfg["num_speculative_tokens"],
+        target_model_config=model_config,
+        target_parallel_config=ParallelConfig(),
+    )
 
 
 def build_scheduler(cfg: dict[str, Any], model: str) -> Scheduler:
@@ -106,11 +139,15 @@ def build_scheduler(cfg: dict[str, Any], model: str) -> Scheduler:
         cache_dtype="auto",
         enable_prefix_caching=cfg["enable_prefix_caching"],
     )
+    spec = None
+    if cfg.get("num_speculative_tokens"):
+        spec = speculative_config(cfg, model_config)
     vllm_config = VllmConfig(
         scheduler_config=scheduler_config,
         model_config=model_config,
         cache_config=cache_config,
         device_config=DeviceConfig(device="cpu"),
+        speculative_config=spec,
     )
     kv_cache_config = KVCacheConfig(
         num_blocks=cfg["num_blocks"],
@@ -156,6 +193,8 @@ def run_workload(work: dict[str, Any], model: str) -> dict[str, Any]:
     num_sampled: dict[str, int] = {}
     steps: list[dict[str, Any]] = []
     step, i, max_steps = 0, 0, work["max_steps"]
+    spec_k = cfg.get("num_speculative_tokens", 0)
+    draws = np.random.default_rng((cfg.get("spec_seed", 0), SPEC_STREAM))
     while (i < len(pending) or live) and step < max_steps:
         if not live and pending[i]["arrival_step"] > step:
             step = pending[i]["arrival_step"]  # an idle engine waits for the next arrival
@@ -183,13 +222,19 @@ def run_workload(work: dict[str, Any], model: str) -> dict[str, Any]:
         req_ids = list(out.num_scheduled_tokens)
         for rid in req_ids:
             req = live[rid]
-            if req.num_computed_tokens >= req.num_tokens:  # caught up: one token sampled
-                sampled.append([OUTPUT_BASE + int(rid) * (1 << 12) + num_sampled[rid]])
-                num_sampled[rid] += 1
+            if req.num_computed_tokens >= req.num_tokens:  # caught up: it samples
+                count = 1 + accepted(out.scheduled_spec_decode_tokens.get(rid), cfg, draws)
+                first = OUTPUT_BASE + int(rid) * (1 << 12) + num_sampled[rid]
+                sampled.append(list(range(first, first + count)))
+                num_sampled[rid] += count
             else:
                 sampled.append([])
         output = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled)
         sched.update_from_output(out, output)
+        if spec_k and not out.skip_drafts:  # the drafter proposes for the step's batch
+            sched.update_draft_token_ids(
+                DraftTokenIds(req_ids, [[DRAFT_TOKEN] * spec_k for _ in req_ids])
+            )
         finished = sorted(int(rid) for rid, req in live.items() if req.is_finished())
         for rid in finished:
             del live[str(rid)]
@@ -205,6 +250,20 @@ def run_workload(work: dict[str, Any], model: str) -> dict[str, Any]:
         )
         step += 1
     return {"name": work["name"], "steps": steps}
+
+
+def accepted(drafts: list[int] | None, cfg: dict[str, Any], draws: np.random.Generator) -> int:
+    """Drafts the fake model accepts of those a step verifies: none for no drafts or a padded
+    admission's placeholders (-1, no draw), else ``#{i : u < acceptance_rates[i]}`` over the
+    verified positions for one uniform ``u`` of the workload's stream."""
+    if not drafts or all(t < 0 for t in drafts):
+        return 0
+    u = float(draws.random())
+    rates = cfg["acceptance_rates"]
+    count = 0
+    while count < len(drafts) and u < rates[count]:
+        count += 1
+    return count
 
 
 SELF_CHECK = {
@@ -227,6 +286,21 @@ SELF_CHECK = {
 }
 
 
+SPEC_SELF_CHECK = {
+    "name": "spec-self-check",
+    "max_steps": 50,
+    "config": {
+        **SELF_CHECK["config"],
+        "num_blocks": 21,
+        "enable_prefix_caching": False,
+        "num_speculative_tokens": 2,
+        "acceptance_rates": [1.0, 0.0],
+        "spec_seed": 0,
+    },
+    "requests": [{"id": 0, "arrival_step": 0, "segments": [[1, 10]], "output_tokens": 6}],
+}
+
+
 def self_check(model: str) -> None:
     """Schedule two requests; exit non-zero unless vLLM does what is worked out here by hand.
 
@@ -241,6 +315,17 @@ def self_check(model: str) -> None:
     want = [([[0, 10]], {"0": 0}, 7, []), ([[0, 1], [1, 5]], {"1": 8}, 5, [0, 1])]
     if got != want:
         sys.exit(f"vllm_driver self-check: got {got}, want {want}")
+    # EAGLE, k = 2 drafts and 2 lookahead slots, the first draft always accepted and the
+    # second never (u < 1.0, u >= 0.0): every verification keeps 1 + 1 tokens. 20 usable
+    # blocks of 4. Step 0: prefill 10 + 2 lookahead = 12 slots, 3 blocks, 17 free; samples 1.
+    # Step 1: 1 + 2 drafts, 10 + 3 + 2 = 15 slots, 4 blocks, 16 free; computed 13 - 1
+    # rejected = 12, outputs 3. Step 2: 12 + 3 + 2 = 17, 5 blocks, 15 free; computed 14,
+    # outputs 5. Step 3: 14 + 3 + 2 = 19, 5 blocks, 15 free; the 6th output finishes it.
+    steps = run_workload(SPEC_SELF_CHECK, model)["steps"]
+    got = [(s["scheduled"], s["free_blocks"], s["finished"]) for s in steps]
+    want = [([[0, 10]], 17, []), ([[0, 3]], 16, []), ([[0, 3]], 15, []), ([[0, 3]], 15, [0])]
+    if got != want:
+        sys.exit(f"vllm_driver spec self-check: got {got}, want {want}")
     print("vllm_driver self-check: ok")
 
 

@@ -5,6 +5,13 @@ A workload is ``{"name", "max_steps", "config", "requests"}``:
 - ``config``: ``num_blocks`` (vLLM's ``KVCacheConfig.num_blocks``, block 0 the null block),
   ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``,
   ``enable_chunked_prefill``, ``long_prefill_token_threshold``, ``enable_prefix_caching``;
+- ``config`` of a speculative-decoding workload (``random_spec_workload``) also has
+  ``num_speculative_tokens`` (``k``), ``spec_method`` (``"eagle"``: ``k`` lookahead slots;
+  ``"ngram"``: none), ``acceptance_rates`` (``k``
+  non-increasing per-position rates) and ``spec_seed``: both sides draw one uniform ``u`` per
+  verification from ``numpy.random.default_rng((spec_seed, 0x5BEC))``, in the order the step
+  scheduled the requests, and accept ``#{i < drafts : u < acceptance_rates[i]}`` drafts; a
+  padded admission's placeholder drafts are all rejected with no draw;
 - ``requests``: ``{"id", "arrival_step", "segments", "output_tokens"}``, the prompt given as
   ``[segment, length]`` token runs: runs of one segment are equal tokens (the first ``length``
   tokens of that segment), so prompts built from the same segments share prefixes.
@@ -22,6 +29,7 @@ from typing import Any
 import numpy as np
 
 MAX_STEPS = 20_000  # far above any workload's length: both sides stop here if stuck
+FAMILIES = ("base", "spec")  # workload families: random_workload's, random_spec_workload's
 
 
 def random_workload(seed: int) -> dict[str, Any]:
@@ -54,6 +62,53 @@ def random_workload(seed: int) -> dict[str, Any]:
         },
         "requests": requests,
     }
+
+
+def workload(family: str, seed: int) -> dict[str, Any]:
+    """Workload number ``seed`` of ``family`` (``FAMILIES``)."""
+    if family == "spec":
+        return random_spec_workload(seed)
+    return random_workload(seed)
+
+
+def random_spec_workload(seed: int) -> dict[str, Any]:
+    """Speculative decoding (``k`` drafts; EAGLE with ``k`` lookahead slots, or n-gram lookup
+    with none) on a base workload's requests: EAGLE without a prefix cache (with one, vLLM
+    0.34.0 hashes EAGLE's blocks one token ahead, ``num_hash_lookahead_tokens``, which kvsim
+    does not model), a chunk threshold of 0 or past
+    ``k`` (a padded admission is never cut), a budget past ``k``, and a pool that holds the
+    largest request with its lookahead slots."""
+    work = random_workload(seed)
+    rng = np.random.default_rng([33, 5, seed])
+    cfg = work["config"]
+    k = int(rng.integers(1, 5))
+    rates = sorted((float(rng.random()) for _ in range(k)), reverse=True)
+    if rng.random() < 0.2:
+        rates = [1.0] * k  # every draft accepted: requests run out of output mid-verification
+    # n-gram lookup (no lookahead slots) may cache prefixes: a one-token admission is then
+    # padded to a whole verification; EAGLE (k lookahead slots) runs without a prefix cache
+    method = "ngram" if rng.random() < 0.4 else "eagle"
+    if method == "eagle":
+        cfg["enable_prefix_caching"] = False
+    cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], k + 1)
+    if cfg["long_prefill_token_threshold"]:
+        cfg["long_prefill_token_threshold"] = max(cfg["long_prefill_token_threshold"], k + 1)
+    if not cfg["enable_chunked_prefill"]:
+        cfg["max_model_len"] = cfg["max_num_batched_tokens"]
+    block = cfg["block_size"]
+    # a verification allocates its known tokens, k drafts and k lookahead slots
+    need = max(
+        -(-min(_tokens(r) - 1 + 2 * k, cfg["max_model_len"]) // block) for r in work["requests"]
+    )
+    cfg["num_blocks"] = max(cfg["num_blocks"], need + 1)
+    cfg.update(num_speculative_tokens=k, acceptance_rates=rates, spec_seed=seed)
+    cfg["spec_method"] = method
+    work["name"] = f"s{seed}"
+    return work
+
+
+def _tokens(request: dict[str, Any]) -> int:
+    return sum(n for _, n in request["segments"]) + request["output_tokens"]
 
 
 def _blocks(request: dict[str, Any], block: int) -> int:

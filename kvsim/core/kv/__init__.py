@@ -10,6 +10,7 @@ from kvsim.core.kv.buddy import BuddyAllocator
 from kvsim.core.kv.contiguous import BestFitAllocator, FirstFitAllocator
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.kv.radix import RadixAllocator
+from kvsim.core.kv.vattention import VAttentionAllocator
 
 ALLOCATORS: dict[str, type[Allocator]] = {
     "first_fit": FirstFitAllocator,
@@ -17,6 +18,7 @@ ALLOCATORS: dict[str, type[Allocator]] = {
     "buddy": BuddyAllocator,
     "paged": PagedAllocator,
     "radix": RadixAllocator,
+    "vattention": VAttentionAllocator,
 }
 
 

@@ -133,6 +133,9 @@ class Allocator(ABC):
     of ``block_size_tokens`` whenever the last fills; ``"slabs"``: fixed at admission; ``None``:
     the policy needs the allocator at every step (each request is handled one by one)."""
     block_size_tokens: int = 1
+    reads_block_table: ClassVar[bool] = False
+    """Attention reads a request's KV through a block table (the cost model's paged layout
+    factor, ``kvsim.core.cost``); ``False``: from one contiguous range (factor 1)."""
     usable_is_threshold: ClassVar[bool] = False
     """``usable_free_slots_now(request, n, free)`` is ``free`` when ``free`` reaches
     ``admission_slots_needed(request, n)`` and 0 otherwise, so the recorder computes the need
@@ -280,6 +283,14 @@ class Allocator(ABC):
     """``"blocks"`` layouts: a pooled take may evict what another request's allocation in the
     same step would reuse, so a step that allocates for requests sharing tokens, or coming back
     from a preemption, takes its pooled blocks member by member in running order."""
+
+    def speculate(self) -> None:
+        """The run decodes speculatively: an allocation's tokens reach past the request's
+        known ones (unverified drafts, lookahead slots), and a prefix cache keys only the known
+        ones (vLLM ``allocate_slots`` caps the cached tokens at ``request.num_tokens``). The
+        scheduler calls it once, before the run; then every running request is handled one
+        by one, so its counters are true at every allocation."""
+        return None
 
     def see_workload(self, requests: Sequence[Request]) -> None:
         """The run's requests, before it starts (a policy may note what they share)."""

@@ -101,6 +101,7 @@ class PagedAllocator(Allocator):
     caches_prefixes = True
     span_layout = "blocks"
     usable_is_threshold = True
+    reads_block_table = True
 
     def __init__(
         self,
@@ -120,7 +121,7 @@ class PagedAllocator(Allocator):
         if not 0 <= watermark < 1:
             raise ValueError(f"watermark: must be in [0, 1), got {watermark}")
         self.block_size_tokens = block_size_tokens
-        self.num_blocks = capacity_tokens // block_size_tokens
+        self.num_blocks = self._pool_blocks(capacity_tokens, block_size_tokens)
         if self.num_blocks < 1 + reserve_null_block:
             raise ValueError(
                 f"capacity_tokens ({capacity_tokens}) holds no usable block of "
@@ -148,6 +149,15 @@ class PagedAllocator(Allocator):
         self.preempted_queries = 0
         self.preempted_hits = 0
         self.num_cow_copies = 0
+        self._known_only = False  # speculate(): cache a request's known tokens only
+
+    def speculate(self) -> None:
+        self._known_only = True
+
+    def _pool_blocks(self, capacity_tokens: int, block_size_tokens: int) -> int:
+        """Blocks the pool is cut into: its whole blocks (a policy whose blocks are not
+        ``block_size_tokens`` slots of memory each overrides this)."""
+        return capacity_tokens // block_size_tokens
 
     # -- queries ----------------------------------------------------------------------------
     @property
@@ -388,6 +398,8 @@ class PagedAllocator(Allocator):
                 self._sum_distinct += extra
                 result = self._result(extra * self.block_size_tokens, extra)
             if self.enable_prefix_caching:
+                if self._known_only:
+                    num_tokens = min(num_tokens, request.num_tokens)
                 self._cache_full_blocks(request, table, num_tokens)
             return result
         group = self.groups.get(rid)
@@ -422,6 +434,8 @@ class PagedAllocator(Allocator):
         if self.enable_prefix_caching:
             self._record_lookup(request, hit)
             self._num_cached[request.req_id] = len(hits)
+            if self._known_only:
+                num_tokens = min(num_tokens, request.num_tokens)
             self._cache_full_blocks(request, table, num_tokens)
         taken = free_before - self.pool.num_free
         return self._result(taken * b, taken, hit.num_tokens)
@@ -562,14 +576,21 @@ class PagedAllocator(Allocator):
         return (group.width - 1) * group.num_shared_blocks * self.block_size_tokens
 
     def request_slots(self, request: Request, length: int) -> tuple[int, int, int, int]:
-        """A parallel group holds ``s + w (c - s)`` blocks at ``c`` blocks per sequence
+        """A plain request holds its table (``cdiv(length, B)`` blocks, more with lookahead
+        slots). A parallel group holds ``s + w (c - s)`` blocks at ``c`` blocks per sequence
         (``s`` full prompt blocks shared), or ``c`` while its partly filled prompt block is
         still shared (before its first decode); a beam group is counted from its tables."""
         group = self.groups.get(request.req_id)
         b, final = self.block_size_tokens, request.final_kv_tokens
         c = -(length // -b)
         if group is None:
-            return c * b, length, max(c * b - final, 0), c * b
+            # (speculative decoding: the table reaches past the scheduled tokens by the
+            # lookahead slots, and a verification may write drafts past the final length,
+            # which count as internal fragmentation, never as token states)
+            table = self.block_tables.get(request.req_id)
+            if table is not None and len(table) > c:
+                c = len(table)
+            return c * b, min(length, final), max(c * b - final, 0), c * b
         w = group.width
         unshared = w * c * b
         if group.parents is not None:

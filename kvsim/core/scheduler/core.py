@@ -23,6 +23,7 @@ from kvsim.config import EngineArgs
 from kvsim.core.kv.base import NO_HIT, Allocator, PrefixHit
 from kvsim.core.scheduler.plan import StepPlan
 from kvsim.core.scheduler.running import LazyDecodes
+from kvsim.core.scheduler.spec import SpecDecoder
 from kvsim.workload.request import Request
 
 
@@ -39,9 +40,21 @@ class SchedulerCore:
         args: the run's resolved engine arguments (``SimConfig.engine_args``).
     """
 
-    def __init__(self, allocator: Allocator, args: EngineArgs, pooled: bool = False) -> None:
+    def __init__(
+        self,
+        allocator: Allocator,
+        args: EngineArgs,
+        pooled: bool = False,
+        spec: SpecDecoder | None = None,
+    ) -> None:
         self.allocator = allocator
         self.args = args
+        self.spec = spec
+        # speculative decoding: slots reserved past every allocation's tokens (vLLM
+        # allocate_slots(num_lookahead_tokens=...)), capped at max_model_len
+        self.lookahead = args.num_lookahead_tokens if spec is not None else 0
+        if spec is not None:
+            allocator.speculate()
         self.token_budget = args.max_num_batched_tokens
         self.max_num_seqs = args.max_num_seqs
         self.waiting: deque[Request] = deque()
@@ -51,10 +64,11 @@ class SchedulerCore:
         self._running_seqs = 0  # their sequences (a group of w counts w)
         self.num_preemptions = 0
         self.has_groups = False  # any sequence group seen: sequences != requests from then on
-        caching = allocator.paged and args.enable_prefix_caching
+        caching = allocator.paged and allocator.caches_prefixes and args.enable_prefix_caching
         # blocks are cached when they fill, so a caching pool hears of every filled block
         self.cache_block_tokens = allocator.block_size_tokens if caching else 0
-        self.lazy = LazyDecodes(allocator, bool(self.cache_block_tokens), pooled)
+        # a speculating request advances 1 + accepted tokens a step: never a cohort member
+        self.lazy = LazyDecodes(allocator, bool(self.cache_block_tokens), pooled, spec is None)
 
     # -- the running requests -----------------------------------------------------------------
     def _flush(self) -> None:
@@ -132,7 +146,10 @@ class SchedulerCore:
 
     # -- allocation and preemption ------------------------------------------------------------
     def _allocate(self, req: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
-        """Allocate through the allocator and refresh the request's cached held slots."""
+        """Allocate through the allocator and refresh the request's cached held slots (with
+        speculative decoding, ``lookahead`` slots more, up to ``max_model_len``)."""
+        if self.lookahead:
+            num_tokens = min(num_tokens + self.lookahead, self.args.max_model_len)
         if num_tokens <= req.num_held_slots:  # hot path: the holding has room
             cb = self.cache_block_tokens
             if not cb or not req.shares_tokens or num_tokens // cb <= req.num_computed_tokens // cb:
@@ -147,6 +164,7 @@ class SchedulerCore:
         self.allocator.free(req.req_id, req.num_computed_tokens)
         req.num_computed_tokens = 0
         req.num_held_slots = 0
+        req.num_draft_tokens = 0  # (vLLM _preempt_request drops its spec_token_ids)
         self._count_preemption(req)
         self.waiting.appendleft(req)
 
@@ -181,12 +199,16 @@ class SchedulerCore:
             now_s: simulated time at the end of the plan, seconds.
             step0_end_s: end of its first step (when step 0's tokens are sampled), seconds.
         """
+        if self.spec is not None:
+            self._complete_verifications(plan)
         for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
             req.num_computed_tokens += n
             if req.num_computed_tokens >= req.num_tokens:
                 req.num_output_tokens += 1
                 if req.first_token_time_s is None:
                     req.first_token_time_s = step0_end_s
+        if self.spec is not None and self.cache_block_tokens:
+            self._cache_verified(plan)
         lazy = self.lazy
         cohort = lazy.cohort
         members = cohort.members
@@ -212,6 +234,42 @@ class SchedulerCore:
             if req.finish_time_s is None and req not in members and lazy.is_steady(req):
                 lazy.join_now(req)
         return finished
+
+    def _complete_verifications(self, plan: StepPlan) -> None:
+        """Speculative decoding: each scheduled request samples ``1 + accepted`` tokens (at
+        most its remaining output) and rolls its computed tokens back by the rejected drafts
+        (vLLM ``update_from_output``), then proposes ``k`` drafts for its next step unless
+        it has finished; ``complete`` then counts the one token it samples in any case."""
+        spec, drafts = self.spec, plan.drafts or {}
+        assert spec is not None
+        k = spec.num_speculative_tokens
+        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
+            verified = drafts.get(req)
+            computed = req.num_computed_tokens + n
+            if computed < req.num_tokens:
+                continue  # a prefill chunk: nothing sampled, no drafts
+            accepted = 0
+            left = req.output_tokens - req.num_output_tokens - 1  # after complete's token
+            if verified is not None:
+                num_drafts, placeholders = verified
+                accepted = 0 if placeholders else spec.accept(num_drafts)
+                # tokens past the last output are trimmed, and the computed ones with them
+                # (vLLM _update_request_with_output: computed covers all but the last token)
+                req.num_computed_tokens -= num_drafts - min(accepted, left)
+            req.num_output_tokens += min(accepted, left)
+            req.num_draft_tokens = k if left > accepted else 0
+
+    def _cache_verified(self, plan: StepPlan) -> None:
+        """Speculative decoding with a prefix cache: each request that sampled caches the full
+        blocks of its computed tokens, the verified drafts included, before a finished one is
+        freed (vLLM 0.34.0 ``update_from_output``: ``cache_blocks(request,
+        num_computed_tokens)`` when ``num_spec_tokens > 0``); an allocation caches the tokens
+        known when it was made only. An ``allocate`` within the holding takes nothing."""
+        allocator = self.allocator
+        for req in plan.scheduled:
+            if req.num_computed_tokens == req.num_tokens - 1:  # it sampled this step
+                placed = allocator.allocate(req, req.num_computed_tokens)
+                assert placed is not None, f"req {req.req_id}: caching took a block"
 
     # -- fast-forward -------------------------------------------------------------------------
     def growth_reserve_slots(self, plan: StepPlan) -> int:

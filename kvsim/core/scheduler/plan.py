@@ -48,12 +48,15 @@ class StepPlan:
         swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
         all_running_scheduled: every running request computes in step 0 (the scheduled ones
             and the cohort's members).
-        work: step 0's ``(new tokens, context tokens, attention pairs, sequences)`` sums
-            (``StepCostModel.step_s``), accumulated by ``add``.
+        work: step 0's ``(new tokens, context tokens, attention pairs, sequences, drafting
+            sequences)`` sums (``StepCostModel.step_s``), accumulated by ``add``.
         cohort_clock: the cohort's clock when the plan was made.
         cohort_advance: decode steps the cohort takes in step 0 (0 or 1).
         num_cohort: cohort members decoding in step 0.
         span: what the fast-forward of a lazy plan took, for the recorder (``LazySpan``).
+        drafts: speculative decoding: ``(drafts, placeholders)`` verified by each scheduled
+            request that verifies some (``placeholders``: a new request padded to the
+            verification size with drafts no model proposed, all rejected), or ``None``.
     """
 
     scheduled: list[Request] = field(default_factory=list)
@@ -65,11 +68,12 @@ class StepPlan:
     num_steps: int = 1
     swap_blocks: int = 0
     all_running_scheduled: bool = False
-    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
     cohort_clock: int = 0
     cohort_advance: int = 0
     num_cohort: int = 0
     span: LazySpan | None = None
+    drafts: dict[Request, tuple[int, bool]] | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -92,6 +96,22 @@ class StepPlan:
         work[1] += context_tokens
         work[2] += 2 * context_tokens + num_seqs
         work[3] += num_seqs
+
+    def add_verify(self, request: Request, num_new_tokens: int, drafts: int, pad: bool) -> None:
+        """Schedule a speculative verification: the request's last sampled token and
+        ``drafts`` drafts (``num_new_tokens`` in all) after its ``o`` computed tokens, priced
+        as ``c = num_new_tokens`` tokens after ``o`` (``pad``: the drafts are placeholders)."""
+        self.scheduled.append(request)
+        self.num_new_tokens.append(num_new_tokens)
+        o, c = request.num_computed_tokens, num_new_tokens
+        work = self.work
+        work[0] += c
+        work[1] += o
+        work[2] += 2 * c * o + c * c
+        work[3] += 1
+        if self.drafts is None:
+            self.drafts = {}
+        self.drafts[request] = (drafts, pad)
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Schedule ``num_new_tokens`` of ``request`` in step 0 (before its computed tokens

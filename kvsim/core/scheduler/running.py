@@ -41,9 +41,13 @@ class LazyDecodes:
         caching: the pool caches full blocks of requests that share tokens.
         pooled: members of a blocks layout may take anonymous blocks in bulk (off when block
             ids are read during the run: the memory map).
+        joins: steady decoders join the cohort (off: every running request is handled one
+            by one, as a speculating request, which advances a drawn number of tokens a step).
     """
 
-    def __init__(self, allocator: Allocator, caching: bool, pooled: bool) -> None:
+    def __init__(
+        self, allocator: Allocator, caching: bool, pooled: bool, joins: bool = True
+    ) -> None:
         layout = allocator.span_layout
         if layout not in ("blocks", "slabs"):
             raise ValueError(f"lazy decodes need a blocks or slabs layout, not {layout!r}")
@@ -51,6 +55,7 @@ class LazyDecodes:
         self.blocks = layout == "blocks"
         self.period = allocator.block_size_tokens if self.blocks else 0
         self.caching = caching
+        self.joins = joins
         self.cohort = DecodeCohort(self.period, caching, pooled)
         self.seq: dict[Request, int] = {}
         self._next_seq = 0
@@ -69,7 +74,8 @@ class LazyDecodes:
         it knows but that one) and it can join the cohort."""
         computed = req.num_computed_tokens
         return (
-            req.num_output_tokens > 0
+            self.joins
+            and req.num_output_tokens > 0
             and computed == req.num_tokens - 1
             and self.can_join(req, computed)
         )
@@ -77,7 +83,7 @@ class LazyDecodes:
     def can_join(self, req: Request, computed: int) -> bool:
         """Whether ``req`` with ``computed`` computed tokens (and its current holding) decodes
         without the allocator except at block boundaries."""
-        if not self.allocator.decode_mode(req):
+        if not self.joins or not self.allocator.decode_mode(req):
             return False
         held = req.num_held_slots
         if self.blocks:

@@ -72,13 +72,17 @@ class V1Scheduler(SchedulerCore):
 
     def _running_chunk(self, req: Request, budget: int) -> tuple[int, int]:
         """``(tokens it computes, tokens it knows but has not computed)`` of a running request
-        given the budget left: the rest of what it knows, capped by this step's threshold
-        (``_step_threshold``) and by the budget."""
+        given the budget left: the rest of what it knows and its speculative drafts
+        (``num_tokens_with_spec - num_computed_tokens``), capped by this step's threshold
+        (``_step_threshold``), by the budget and, with drafts, by ``max_model_len`` less the
+        token it samples (vLLM 0.34.0 ``Scheduler.schedule``)."""
         unknown = req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
-        num_new = unknown
+        num_new = unknown + req.num_draft_tokens
         threshold = self._threshold
         if 0 < threshold < num_new:
             num_new = threshold
+        if req.num_draft_tokens:
+            num_new = min(num_new, self.args.max_model_len - req.num_computed_tokens - 1)
         return min(num_new, budget), unknown
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
@@ -92,6 +96,7 @@ class V1Scheduler(SchedulerCore):
         clock, num_members = cohort.clock, len(cohort)
         budget -= num_members  # every member decodes one token (_cohort_steps checked it)
         partial = starved = False
+        self._ran_any = self._prefill_ran = False
         for req, member in lazy.step_order(clock):
             if member is not None:
                 lazy.step_member(member, clock)
@@ -108,11 +113,43 @@ class V1Scheduler(SchedulerCore):
             if not self._allocate_preempting(plan, req, computed + num_new):
                 break
             partial = partial or num_new < unknown
-            plan.add(req, num_new)
+            if self.spec is None:
+                plan.add(req, num_new)
+            else:
+                self._add_speculating(plan, req, num_new)
             budget -= num_new
         self._partial = partial or starved
         self._add_cohort_step(plan, clock, 1)
         return budget
+
+    _ran_any = False  # speculative decoding: the running pass scheduled a request
+    _prefill_ran = False  # ... and one of them was mid-prefill (vLLM's prefill_scheduled)
+
+    def _add_speculating(self, plan: StepPlan, req: Request, num_new: int) -> None:
+        """Schedule a running request under speculative decoding: its drafts past its known
+        tokens are verified (vLLM: ``spec_token_ids`` cut to the scheduled ones, then cleared);
+        note a request mid-prefill (vLLM ``is_prefill_chunk``: no drafts and tokens left)."""
+        self._ran_any = True
+        computed = req.num_computed_tokens
+        if not req.num_draft_tokens and computed < req.num_tokens:
+            self._prefill_ran = True
+        drafts = min(req.num_draft_tokens, max(0, computed + num_new - req.num_tokens))
+        req.num_draft_tokens = 0
+        if drafts:
+            plan.add_verify(req, num_new, drafts, False)
+        else:
+            plan.add(req, num_new)
+        self._count_drafting(plan, req, num_new)
+
+    def _count_drafting(self, plan: StepPlan, req: Request, num_new: int) -> None:
+        """Count ``req`` among the step's drafting sequences unless its drafts are sure to go
+        unused (vLLM ``Scheduler._drafts_unused``: a prefill chunk that samples nothing, or a
+        step that samples its last output token)."""
+        if req.num_computed_tokens + num_new < req.num_tokens:
+            return
+        if req.num_output_tokens + 1 >= req.output_tokens:
+            return
+        plan.work[4] += 1
 
     def _allocate_preempting(self, plan: StepPlan, req: Request, num_tokens: int) -> bool:
         """Allocate ``num_tokens`` for a running request, preempting the last running request
@@ -175,6 +212,12 @@ class V1Scheduler(SchedulerCore):
             if head.num_computed_tokens == 0 and allocator.caches_prefixes:
                 hit = allocator.find_cached_prefix(head)
             num_new = head.num_tokens - head.num_computed_tokens - hit.num_tokens
+            pad = False
+            if num_new == 1 and self.spec is not None and self._pads(head, hit):
+                if 1 + self.spec.num_speculative_tokens > budget:
+                    plan.head_blocked = "budget"  # (vLLM: rather not schedule than unpadded)
+                    break
+                num_new, pad = 1 + self.spec.num_speculative_tokens, True
             threshold = self._threshold
             if 0 < threshold < num_new:  # capped before the unchunked budget check, as vLLM
                 num_new = threshold
@@ -197,9 +240,29 @@ class V1Scheduler(SchedulerCore):
             head.num_computed_tokens += hit.num_tokens
             if head.num_computed_tokens + num_new < head.num_tokens:
                 self._partial = True
-            plan.add(head, num_new)
+            if pad:
+                plan.add_verify(head, num_new, num_new - 1, True)
+            else:
+                plan.add(head, num_new)
+            if self.spec is not None:
+                self._count_drafting(plan, head, num_new)
             budget -= num_new
         return budget
+
+    def _pads(self, head: Request, hit: PrefixHit) -> bool:
+        """Whether a waiting request with one token to compute is padded to a whole
+        verification (``1 + k`` tokens, ``k`` placeholder drafts) to keep the step a uniform
+        decode batch: nothing mid-prefill ran, something ran or the request has computed
+        tokens, and the padded tokens plus the one it samples fit ``max_model_len`` (vLLM
+        0.34.0 ``Scheduler.schedule``, ``pad_spec_decode``)."""
+        assert self.spec is not None
+        computed = head.num_computed_tokens + hit.num_tokens
+        padded = 1 + self.spec.num_speculative_tokens
+        return (
+            not self._prefill_ran
+            and (self._ran_any or computed > 0)
+            and computed + padded + 1 <= self.args.max_model_len
+        )
 
     def _blocked_reason(self, head: Request, hit: PrefixHit, budget: int) -> str:
         """``"kv"``, or ``"kv_prefix"`` when a decode span could lower what the head needs.

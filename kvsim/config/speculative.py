@@ -1,0 +1,109 @@
+"""``SpeculativeConfig``: speculative decoding as vLLM's ``--speculative-config`` sets it, and
+how many drafts the target model accepts.
+
+A drafter proposes ``num_speculative_tokens`` tokens (``k``) after every step in which a request
+samples; the next step verifies them with the request's last sampled token (``1 + k`` tokens)
+and keeps ``a`` of them plus one token of its own. Drafters with a forward pass of their own
+(EAGLE, MTP, a draft model) write KV for positions past the target's tokens, so the scheduler
+reserves ``num_lookahead_tokens = k`` more slots at every allocation (vLLM 0.34.0
+``vllm/v1/worker/gpu/spec_decode/eagle/config.py``, ``num_lookahead_tokens``, read by
+``Scheduler.schedule`` into ``KVCacheManager.allocate_slots``); n-gram lookup drafts on the CPU
+and reserves none (``SpeculatorConfig.num_lookahead_tokens`` is 0).
+
+Acceptance is the model's, not the scheduler's, so kvsim draws it: ``acceptance_rates[i]`` is
+vLLM's per-position acceptance rate, the share of drafts whose position ``i + 1`` was accepted
+(``spec_decode_num_accepted_tokens_per_pos / spec_decode_num_drafts``), non-increasing since a
+position is accepted only after every earlier one; ``acceptance_rate = alpha`` stands for
+``alpha, alpha**2, ...`` (each draft accepted with probability ``alpha`` given the ones before:
+the i.i.d. model of Leviathan et al., ICML 2023). One uniform draw ``u`` per verification
+from the run's seeded generator gives ``a = #{i : u < acceptance_rates[i]}``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from kvsim.base.limits import MAX_MODEL_PARAMS
+from kvsim.config.hardware import Frozen
+
+MAX_SPECULATIVE_TOKENS = 32
+
+
+class SpeculativeConfig(Frozen):
+    """Speculative decoding (vLLM ``SpeculativeConfig``; off while ``num_speculative_tokens``
+    is 0).
+
+    Attributes:
+        method: ``"eagle"`` (a drafter with KV of its own: EAGLE, EAGLE-3, MTP, a draft model;
+            ``num_lookahead_tokens = k``) or ``"ngram"`` (prompt lookup on the CPU: none).
+        num_speculative_tokens: drafts proposed per step, ``k``.
+        acceptance_rate: each draft's acceptance given the ones before it (``alpha``).
+        acceptance_rates: vLLM's per-position acceptance rates, ``k`` non-increasing values
+            (set one of the two).
+        draft_num_params: weights the drafter reads in each of its ``k`` passes a step (0: a
+            free drafter, e.g. n-gram lookup). EAGLE's one-layer head is 0.24 B for a 7B
+            target (Li et al., ICML 2024, §4).
+    """
+
+    method: Literal["eagle", "ngram"] = "eagle"
+    num_speculative_tokens: int = Field(default=0, ge=0, le=MAX_SPECULATIVE_TOKENS)
+    acceptance_rate: float | None = Field(default=None, ge=0, le=1)
+    acceptance_rates: tuple[float, ...] | None = None
+    draft_num_params: int = Field(default=0, ge=0, le=MAX_MODEL_PARAMS)
+
+    @model_validator(mode="after")
+    def _rates(self) -> SpeculativeConfig:
+        k = self.num_speculative_tokens
+        given = [n for n in ("acceptance_rate", "acceptance_rates") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                "acceptance_rates: set acceptance_rate or acceptance_rates, not both "
+                f"(got {self.acceptance_rate} and {list(self.acceptance_rates or ())})"
+            )
+        if k and not given:
+            raise ValueError(
+                f"acceptance_rate: {k} speculative tokens need an acceptance rate "
+                "(acceptance_rate, or acceptance_rates per position)"
+            )
+        rates = self.acceptance_rates
+        if rates is not None:
+            if len(rates) != k:
+                raise ValueError(
+                    f"acceptance_rates: expected one rate per speculative token ({k}), got "
+                    f"{len(rates)}: {list(rates)}"
+                )
+            if any(not 0 <= r <= 1 for r in rates) or any(
+                b > a for a, b in itertools.pairwise(rates)
+            ):
+                raise ValueError(
+                    "acceptance_rates: expected non-increasing shares in [0, 1] (a position is "
+                    f"accepted only after every earlier one), got {list(rates)}"
+                )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run speculates (``num_speculative_tokens > 0``)."""
+        return self.num_speculative_tokens > 0
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots reserved past the scheduled tokens at every allocation (vLLM's
+        ``VllmConfig.num_lookahead_tokens``): ``k`` for a drafter with KV, 0 for n-gram."""
+        return self.num_speculative_tokens if self.method == "eagle" else 0
+
+    @property
+    def position_rates(self) -> tuple[float, ...]:
+        """``P(a >= i)`` for ``i = 1..k``: the per-position acceptance rates."""
+        if self.acceptance_rates is not None:
+            return self.acceptance_rates
+        alpha = self.acceptance_rate or 0.0
+        return tuple(alpha**i for i in range(1, self.num_speculative_tokens + 1))
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        """Expected accepted drafts per verification, ``sum_i P(a >= i)``."""
+        return float(sum(self.position_rates))

@@ -1,0 +1,255 @@
+"""Speculative decoding: lookahead slots, drafts verified, rejected ones rolled back (vLLM 0.34.0
+``Scheduler.schedule`` / ``update_from_output``, ``KVCacheManager.allocate_slots``).
+
+Every expected number is worked out by hand in the comments. The first scenario is the one
+``tests/vllm/vllm_driver.py --self-check`` runs through vLLM's own Scheduler (the same numbers
+come out of vLLM).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsim.config import config_from_dict
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.scheduler import SpecDecoder, make_scheduler
+from kvsim.engine import simulate
+from tests.scheduler.conftest import engine_args, req, step
+
+
+def spec_run(k: int, lookahead: int, rates: list[float], num_blocks: int = 21):
+    """One request (prompt 10, output 6) on ``num_blocks`` blocks of 4 (block 0 null)."""
+    pool = PagedAllocator(
+        capacity_tokens=num_blocks * 4, block_size_tokens=4, reserve_null_block=True
+    )
+    args = engine_args(
+        max_num_batched_tokens=16,
+        max_num_seqs=4,
+        max_model_len=64,
+        reserve_null_block=True,
+        num_speculative_tokens=k,
+        num_lookahead_tokens=lookahead,
+    )
+    spec = SpecDecoder(k, lookahead, rates, seed=0)
+    sched = make_scheduler(pool, args, spec=spec)
+    r = req(0, 10, 6)
+    sched.add_request(r)
+    rows = []
+    while sched.has_work():
+        plan, finished = step(sched)
+        rows.append(
+            (
+                plan.num_new_tokens[0],
+                len(pool.block_table(0)) if not finished else None,
+                r.num_computed_tokens,
+                r.num_output_tokens,
+                pool.num_free_blocks,
+            )
+        )
+    return rows, spec
+
+
+def test_eagle_reserves_lookahead_and_rolls_rejections_back():
+    # k = 2, EAGLE (2 lookahead slots); rates [1.0, 0.0]: u < 1.0 always, u < 0.0 never, so
+    # every verification accepts exactly 1 of its 2 drafts and samples 1 + 1 tokens.
+    rows, spec = spec_run(2, 2, [1.0, 0.0])
+    # step 0: prefill 10; 10 + 2 lookahead = 12 slots = 3 blocks (17 of 20 usable free);
+    #   samples 1 -> computed 10, outputs 1, 2 drafts
+    # step 1: 1 + 2 drafts = 3 tokens; 10 + 3 + 2 = 15 slots = 4 blocks (16 free); 1 rejected:
+    #   computed 13 - 1 = 12, outputs 1 + 2 = 3
+    # step 2: 3 tokens; 12 + 3 + 2 = 17 slots = 5 blocks (15 free); computed 14, outputs 5
+    # step 3: 3 tokens; 14 + 3 + 2 = 19 slots = 5 blocks; the 6th output finishes it (freed:
+    #   all 20 free); of its 2 sampled tokens only 1 is kept, so computed is 14 + 1 = 15
+    assert [row[:4] for row in rows] == [
+        (10, 3, 10, 1),
+        (3, 4, 12, 3),
+        (3, 5, 14, 5),
+        (3, None, 15, 6),
+    ]
+    assert [row[4] for row in rows] == [17, 16, 15, 20]
+    # vLLM's counters: 3 verifications of 2 drafts, 1 accepted each, position 0 only
+    summary = spec.summary()
+    assert (summary["spec_decode_num_drafts"], summary["spec_decode_num_draft_tokens"]) == (3, 6)
+    assert summary["spec_decode_num_accepted_tokens"] == 3
+    assert summary["spec_decode_num_accepted_tokens_pos0"] == 3
+    assert summary["spec_decode_num_accepted_tokens_pos1"] == 0
+    assert summary["spec_decode_mean_acceptance_length"] == 2.0  # 1 + 3 / 3
+
+
+def test_ngram_reserves_no_lookahead():
+    # n-gram lookup: the same drafts, no lookahead slots. Step 0: 10 slots = 3 blocks;
+    # step 1: 10 + 3 = 13 = 4 blocks; step 2: 12 + 3 = 15 = 4 blocks; step 3: 14 + 3 = 17 = 5
+    rows, _ = spec_run(2, 0, [1.0, 0.0])
+    assert [row[1] for row in rows] == [3, 4, 4, None]
+    assert [row[4] for row in rows] == [17, 16, 16, 20]
+
+
+def test_all_drafts_accepted_stop_at_max_tokens():
+    # k = 3, all accepted (rates 1.0): step 0 prefill samples 1; step 1 verifies 1 + 3 and
+    # keeps 4 (outputs 5); step 2 would keep 4 more but only 1 is left: outputs 6, finished in
+    # 3 steps instead of 6. Computed covers all but the last token: 10 + 6 - 1 = 15.
+    rows, spec = spec_run(3, 3, [1.0, 1.0, 1.0])
+    assert [(n, c, o) for n, _, c, o, _ in rows] == [(10, 10, 1), (4, 14, 5), (4, 15, 6)]
+    # the last verification accepted 3 drafts by the draw, though 2 of them were trimmed
+    assert spec.summary()["spec_decode_num_accepted_tokens"] == 6
+
+
+def test_acceptance_draws_follow_the_per_position_rates():
+    # alpha = 0.7 per draft given the ones before: P(a >= i) = 0.7, 0.49, 0.343, so the mean
+    # accepted is 1.533. Over 20,000 verifications a share's standard deviation is at most
+    # sqrt(0.25 / 20,000) = 0.0035; 5 of them make the band 0.018.
+    spec = SpecDecoder(3, 3, [0.7, 0.49, 0.343], seed=7)
+    n = 20_000
+    total = sum(spec.accept(3) for _ in range(n))
+    per_pos = [c / n for c in spec.num_accepted_tokens_per_pos]
+    for got, want in zip(per_pos, [0.7, 0.49, 0.343], strict=True):
+        assert abs(got - want) < 0.018
+    assert abs(total / n - 1.533) < 3 * 0.018
+    # a verification of fewer drafts (the budget cut it) accepts at most those
+    assert all(spec.accept(1) <= 1 for _ in range(100))
+
+
+def test_rejected_slots_are_reservation_not_token_states():
+    # a request of prompt 10 and output 6 (final KV 15 tokens) holding 4 blocks of 4 = 16
+    # slots after a verification rolled back to 12 computed tokens: token states 12,
+    # internal max(16 - 15, 0) = 1, reservation min(16, 15) - 12 = 3
+    pool = PagedAllocator(capacity_tokens=84, block_size_tokens=4, reserve_null_block=True)
+    r = req(0, 10, 6)
+    pool.allocate(r, 15)
+    assert pool.request_slots(r, 12)[:3] == (16, 12, 1)
+    # a verification writing drafts past the final length (16 tokens > 15): 15 token states,
+    # the written slot past it internal fragmentation
+    assert pool.request_slots(r, 16)[:3] == (16, 15, 1)
+
+
+def test_drafter_cost_is_one_term_of_the_step():
+    from kvsim.engine.build import build_parts
+
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cost": "lean",  # 80 % of HBM bandwidth, 60 % of peak FLOP/s: worked below
+            "cache": {"kv_cache_gib": 8.0},
+            "scheduler": {"max_model_len": 8192},
+            "speculative": {
+                "num_speculative_tokens": 3,
+                "acceptance_rate": 0.7,
+                "draft_num_params": 240_000_000,
+            },
+        }
+    )
+    cost = build_parts(cfg, [], pooled=True).cost
+    # EAGLE's 0.24 B-parameter head in fp16 = 0.48 GB a pass, at H100's 3.35 TB/s x 0.8
+    # (the lean preset's hbm_efficiency) = 2.68 TB/s: 1.791e-4 s; 3 passes 5.373e-4 s. Its FLOPs
+    # for 8 sequences, 2 x 0.24e9 x 8 = 3.84e9 at 989e12 x 0.6 FLOP/s = 6.5e-6 s, are shorter.
+    assert cost.draft_s(8) == pytest.approx(3 * 0.48e9 / 2.68e12, rel=1e-9)
+    # verifying 1 + 3 tokens after 100 computed ones is a 4-token chunk in the same roofline;
+    # with 8 drafting sequences the step is longer by exactly the drafter's term
+    base = cost.step_s(4, 100, 2 * 4 * 100 + 16, 1)
+    assert cost.step_s(4, 100, 2 * 4 * 100 + 16, 1, 8) - base == pytest.approx(cost.draft_s(8))
+
+
+def small(spec: dict, **cache) -> dict:
+    return {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "cache": {"kv_cache_gib": 0.25, **cache},
+        "scheduler": {"max_model_len": 1024, "max_num_batched_tokens": 512, "max_num_seqs": 64},
+        "workload": {"preset": "sharegpt_like", "rate_per_s": 20.0, "num_requests": 40},
+        "speculative": spec,
+    }
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    k=st.integers(1, 5),
+    alpha=st.floats(0.0, 1.0),
+    method=st.sampled_from(["eagle", "ngram"]),
+    seed=st.integers(0, 1000),
+)
+def test_every_slot_in_one_category_at_every_step(k, alpha, method, seed):
+    # a 2,048-slot pool (0.25 GiB of 128 KiB tokens, requests up to 1,024 tokens) under load:
+    # every step's five categories sum to the capacity, and the allocator's laws hold
+    # (debug_invariants)
+    data = small({"num_speculative_tokens": k, "acceptance_rate": alpha, "method": method})
+    cfg = config_from_dict({**data, "seed": seed, "debug_invariants": True})
+    results = simulate(cfg.model_copy(update={"memory_resolution": "step"}))
+    memory = results.memory
+    cats = [
+        "token_states",
+        "reservation",
+        "internal_fragmentation",
+        "external_fragmentation",
+        "free",
+    ]
+    for col in cats:
+        assert (memory[col] >= -1e-9).all(), col
+    total = memory[cats].sum(axis=1)
+    assert ((total - cfg.capacity_tokens).abs() < 1e-6).all()
+    assert results.summary["num_requests"] == 40
+    drafts = results.summary["spec_decode_num_draft_tokens"]
+    assert math.isfinite(drafts)
+    assert drafts > 0
+
+
+def test_same_seed_same_run_other_seed_other_draws():
+    data = small({"num_speculative_tokens": 3, "acceptance_rate": 0.6})
+    a = simulate(config_from_dict({**data, "seed": 1})).summary
+    b = simulate(config_from_dict({**data, "seed": 1})).summary
+    c = simulate(config_from_dict({**data, "seed": 2})).summary
+    assert a["spec_decode_num_accepted_tokens"] == b["spec_decode_num_accepted_tokens"]
+    assert a["e2e_request_latency_seconds_mean"] == b["e2e_request_latency_seconds_mean"]
+    assert a["spec_decode_num_accepted_tokens"] != c["spec_decode_num_accepted_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "extra", "message"),
+    [
+        ({"num_speculative_tokens": 3}, {}, r"3 speculative tokens need an acceptance rate"),
+        (
+            {"num_speculative_tokens": 2, "acceptance_rates": [0.5, 0.6]},
+            {},
+            r"non-increasing shares",
+        ),
+        (
+            {"num_speculative_tokens": 2, "acceptance_rates": [0.5]},
+            {},
+            r"one rate per speculative token \(2\)",
+        ),
+        (
+            {"num_speculative_tokens": 2, "acceptance_rate": 0.5},
+            {"scheduler": {"engine": "vllm-v0", "max_model_len": 1024}},
+            r"runs under vLLM v1's scheduler",
+        ),
+        (
+            {"num_speculative_tokens": 2, "acceptance_rate": 0.5},
+            {"cache": {"allocator": "radix", "kv_cache_gib": 0.25}},
+            r"need lookahead slots from a block pool",
+        ),
+        (
+            {"num_speculative_tokens": 4, "acceptance_rate": 0.5},
+            {
+                "scheduler": {
+                    "max_model_len": 1024,
+                    "max_num_seqs": 64,
+                    "long_prefill_token_threshold": 3,
+                }
+            },
+            r"long_prefill_token_threshold \(3\) must be 0 or exceed",
+        ),
+    ],
+)
+def test_config_errors_name_the_field(spec, extra, message):
+    data = {**small(spec), **extra}
+    with pytest.raises(ValueError, match=message):
+        config_from_dict(data)
+
+
+def test_default_config_keeps_its_hash():
+    # the speculative section at its default is left out of the canonical form
+    assert "speculative" not in config_from_dict({}).canonical_json()
