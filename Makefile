@@ -153,9 +153,10 @@ calibrate-gpu:
 
 # kvsim held against measured real-vLLM runs ($$KVSIM_REAL_VLLM, default ../shared/data/real-vllm):
 # replays the validate split, the RTX 4090 run and the train runs, and writes the error table
-# (kvsim beside BLIS and LLMServingSim) into docs/validate.md and results/validate/ (3-6 min).
+# (kvsim beside BLIS and LLMServingSim) into docs/validate.md, its short form into README.md,
+# and results/validate/ (3-6 min).
 validate: $(STAMP)
-	$(KVSIM) validate --table --docs docs/validate.md
+	$(KVSIM) validate --table --docs docs/validate.md --readme README.md
 
 # Refit the step cost on the train split (no GPU; about an hour on 2 cores, replays cached in
 # results/calibrate/): writes kvsim/data/cost_fit.toml.

@@ -32,6 +32,10 @@ def validate(
     docs: Annotated[
         Path | None, typer.Option(help="With --table: the Markdown file to put the table in.")
     ] = None,
+    readme: Annotated[
+        Path | None,
+        typer.Option(help="With --table: the Markdown file to put the short table in."),
+    ] = None,
     cost: Annotated[
         str | None, typer.Option(help="A cost preset instead of the fitted table (e.g. lean).")
     ] = None,
@@ -44,7 +48,7 @@ def validate(
 
         spec = CostSpec.model_validate(cost) if cost is not None else None
         if table:
-            _table(out, docs, spec, cost)
+            _table(out, docs, readme, spec, cost)
             return
         if not runs:
             names = ", ".join(sorted(list_runs()))
@@ -90,11 +94,14 @@ def _one(name: str, folder: Path, cost: object) -> None:
     console.print(f"  wrote {folder}/")
 
 
-def _table(out: Path, docs: Path | None, cost: object, cost_name: str | None) -> None:
+def _table(
+    out: Path, docs: Path | None, readme: Path | None, cost: object, cost_name: str | None
+) -> None:
     from kvsim.config import CostSpec
     from kvsim.validate.markdown import (
         efficiencies_markdown,
         held_out_markdown,
+        readme_markdown,
         train_markdown,
         write_between_markers,
     )
@@ -126,6 +133,9 @@ def _table(out: Path, docs: Path | None, cost: object, cost_name: str | None) ->
     if docs is not None:
         write_between_markers(docs, text)
         console.print(f"wrote the table into {docs}")
+    if readme is not None:
+        write_between_markers(readme, readme_markdown(fitted, command))
+        console.print(f"wrote the short table into {readme}")
     console.print(f"wrote {out}/table.md, table.csv, errors.csv")
 
 

@@ -60,6 +60,43 @@ def held_out_markdown(table: ErrorTable, before: ErrorTable | None, command: str
     return "\n".join(lines)
 
 
+def readme_markdown(table: ErrorTable, command: str) -> str:
+    """The held-out runs in one row each (kvsim's signed error, percent, E2E and TTFT mean /
+    p90 / p99, with BLIS trained's and LLMServingSim's mean where published), for the README."""
+    head = table.headline
+    held = head[head["split"].isin(("validate", "held-out"))]
+    peers = ("blis-evolved", "llmservingsim")
+    lines = [
+        f"Error of kvsim's prediction against the measured run, percent (`{command}`; the step "
+        "cost fitted on the train split only; peers' published errors on the same runs, `–` "
+        "where none):",
+        "",
+        "| run | E2E mean | p90 | p99 | TTFT mean | p90 | p99 | "
+        + " | ".join(f"{_PEER_NAMES[p]} E2E / TTFT mean" for p in peers)
+        + " |",
+        "|---|" + "---:|" * (len(HEADLINE) + len(peers)),
+    ]
+
+    def cell(group: pd.DataFrame, metric: str, stat: str, column: str) -> str:
+        found = group[(group["metric"] == metric) & (group["statistic"] == stat)][column]
+        return _pct(float(found.iloc[0])) if len(found) else "–"
+
+    for name, group in held.groupby("experiment", sort=False):
+        cells = [cell(group, m, s, "kvsim") for m, s in HEADLINE]
+        cells += [
+            f"{cell(group, 'e2e_s', 'mean', p)} / {cell(group, 'ttft_s', 'mean', p)}" for p in peers
+        ]
+        lines.append(f"| {_short(str(name))} | " + " | ".join(cells) + " |")
+    lines += ["", _medians_line(table, None, ("validate", "held-out"))]
+    if table.kv is not None:
+        lines += [
+            "",
+            f"KV usage over time on the RTX 4090 run beside vLLM's own `kv_cache_pct`: mean "
+            f"absolute difference {table.kv['kv_mean_abs_diff_points']:.1f} points.",
+        ]
+    return "\n".join(lines)
+
+
 def train_markdown(table: ErrorTable) -> str:
     """The train runs (FITTED on them: not a measure of prediction), one row each."""
     head = table.headline

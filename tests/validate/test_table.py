@@ -103,3 +103,21 @@ def test_markdown_goes_between_the_markers(tmp_path: Path) -> None:
     assert text.count(END) == 1
     assert "table two" in text
     assert "table one" not in text
+
+
+def test_the_readme_table_has_a_row_per_held_out_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvsim.validate.markdown import readme_markdown
+
+    write_h100(tmp_path)
+    write_rtx4090(tmp_path)
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path))
+    table = build_table([VALIDATE, "rtx4090-llama-3.1-8b", TRAIN], root=tmp_path)
+    rows = [line for line in readme_markdown(table, "make validate").splitlines() if "| " in line]
+    body = rows[2:]  # after the header and the rule
+    assert len(body) == 2  # the validate run and the RTX 4090 run; the train run is not there
+    assert not any(TRAIN.split("-", 2)[-1] in row for row in body)
+    rtx = next(row for row in body if row.startswith("| rtx4090-llama-3.1-8b |"))
+    # LLMServingSim's TTFT mean on it: +1.0 % (the synthetic llmservingsim_summary.txt)
+    assert rtx.rstrip().endswith("/ +1.0 |")
