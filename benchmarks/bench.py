@@ -462,8 +462,10 @@ def main(argv: list[str] | None = None) -> None:
             report["vidur_v1_process"]["wall_s"],
         )
     if args.sweep:  # in a fresh process too, as `kvsim sweep` runs
+        root = str(Path(__file__).resolve().parents[1])  # benchmarks/ after the installed kvsim
         code = (
-            "import json\nfrom benchmarks.bench_sweep import sweep_speedup\n"
+            f"import json, sys\nsys.path.append({root!r})\n"
+            "from benchmarks.bench_sweep import sweep_speedup\n"
             "print(json.dumps(sweep_speedup(repeats=9)))"  # ~1.5 s a repeat: the median of 9
         )
         done = subprocess.run(
