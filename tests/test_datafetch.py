@@ -397,3 +397,15 @@ def test_alpaca_is_byte_exact(tmp_path: Path) -> None:
         server.close()
     assert result.exit_code == 0, result.output
     assert sha256(tmp_path / "d" / ALPACA_FILE) == CHECKSUMS[ALPACA_FILE]
+
+
+def test_without_dest_or_kvsim_data_fetch_fills_the_folder_kvsim_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kvsim
+    from kvsim.workload.fetch import destination
+
+    monkeypatch.delenv("KVSIM_DATA", raising=False)
+    # run from the clone: the folder beside it that kvsim reads without KVSIM_DATA (README)
+    clone = Path(kvsim.__file__).resolve().parents[1]
+    assert destination(None) == clone.parent / "shared" / "data" / "traces"

@@ -66,16 +66,17 @@ WITH_HASHES = "prompt_tokens,output_tokens,hash_ids\n600,5,7 8\n700,5,7 9\n800,5
     [
         (LENGTHS_ONLY, True, True),  # the Azure case: nothing to match
         (LENGTHS_ONLY, False, False),  # no cache, nothing to say
+        (LENGTHS_ONLY, None, False),  # v1's default caching, not asked for: nothing to say
         (WITH_HASHES, True, False),  # hash_ids give the prompts an identity
     ],
-    ids=["lengths_only", "no_cache", "hash_ids"],
+    ids=["lengths_only", "no_cache", "v1_default", "hash_ids"],
 )
 def test_prefix_caching_on_a_trace_without_token_identity_is_warned(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
     text: str,
-    caching: bool,
+    caching: bool | None,
     warned: bool,
 ) -> None:
     monkeypatch.setattr(say_once, "SAID", set())

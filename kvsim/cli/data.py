@@ -16,7 +16,7 @@ import typer
 
 from kvsim.cli.common import check_out_dir, guard
 from kvsim.workload import fetch as datafetch
-from kvsim.workload.catalog import ENV_VAR, data_dir, data_dir_searched
+from kvsim.workload.catalog import ENV_VAR, data_dir, data_dir_searched, default_data_dir
 
 data_app = typer.Typer(
     no_args_is_help=True,
@@ -29,8 +29,8 @@ def fetch(
     dest: Annotated[
         Path | None,
         typer.Option(
-            help=f"Folder to store the files in (default: ${ENV_VAR}; without either, an "
-            "error); created."
+            help=f"Folder to store the files in (default: ${ENV_VAR}, else the folder kvsim "
+            "reads traces from without it, ../shared/data/traces); created."
         ),
     ] = None,
     mirror: Annotated[
@@ -56,7 +56,7 @@ def fetch(
 
     def go() -> None:
         folder = datafetch.destination(dest)
-        option = "--dest" if dest is not None and str(dest) else f"${ENV_VAR}"
+        option = "--dest" if dest is not None and str(dest) else f"${ENV_VAR} (or its default)"
         check_out_dir(folder, option, "data folder")
         results = datafetch.fetch(
             folder, names=only, base_url=mirror, timeout=timeout, on_progress=typer.echo
@@ -66,7 +66,8 @@ def fetch(
         typer.echo(f"{len(results)} file(s) verified in {folder}")
         env_value = os.environ.get(ENV_VAR)
         here = folder.expanduser().resolve()
-        if not env_value or Path(env_value).expanduser().resolve() != here:
+        reads = Path(env_value).expanduser() if env_value else default_data_dir()
+        if reads.resolve() != here:
             typer.echo(f"kvsim reads traces from ${ENV_VAR}: export {ENV_VAR}={here}")
 
     guard(go)

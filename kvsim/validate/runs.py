@@ -106,7 +106,9 @@ def real_vllm_dir() -> Path:
         where = f"{ENV_VAR}={value} (not a folder)"
     else:
         repo_parent = Path(__file__).resolve().parents[3]
-        candidates = [repo_parent / _DEFAULT_SUBDIR, Path.cwd().parent / _DEFAULT_SUBDIR]
+        candidates = [repo_parent / _DEFAULT_SUBDIR]
+        if Path.cwd().parent / _DEFAULT_SUBDIR not in candidates:
+            candidates.append(Path.cwd().parent / _DEFAULT_SUBDIR)
         for path in candidates:
             if path.is_dir():
                 return path

@@ -107,6 +107,17 @@ def _candidate_dirs() -> list[Path]:
     return unique
 
 
+def default_data_dir() -> Path:
+    """Where traces go without ``$KVSIM_DATA``: the first default folder that exists, else the
+    one beside the clone when kvsim runs from a clone, else the one beside the current folder."""
+    candidates = _candidate_dirs()
+    for path in candidates:
+        if path.is_dir():
+            return path
+    from_clone = (Path(__file__).resolve().parents[2] / "pyproject.toml").is_file()
+    return candidates[0] if from_clone else candidates[-1]
+
+
 def _download_hint(looking_for: str | None) -> str:
     """Sentence naming the public upstream source(s) of the trace files."""
     for info in TRACES.values():

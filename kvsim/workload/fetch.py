@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kvsim.base.extras import require
 from kvsim.base.textfile import sha256_file
-from kvsim.workload.catalog import ENV_VAR
+from kvsim.workload.catalog import ENV_VAR, default_data_dir
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -348,22 +348,18 @@ def select_sources(names: Iterable[str] | None = None) -> list[Source]:
 
 
 def destination(dest: Path | str | None = None) -> Path:
-    """The folder to store the files in: ``dest`` when given, else ``$KVSIM_DATA``.
+    """The folder to store the files in: ``dest`` when given, else ``$KVSIM_DATA``, else the
+    default folder kvsim reads traces from (``../shared/data/traces`` beside the clone, or
+    beside the current folder when kvsim is installed elsewhere: ``kvsim.workload.catalog``).
 
     The folder is not created here (see :func:`fetch`).
-
-    Raises:
-        ValueError: neither is set.
     """
     if dest is not None and str(dest):
         return Path(dest).expanduser()
     env_value = os.environ.get(ENV_VAR)
     if env_value:
         return Path(env_value).expanduser()
-    raise ValueError(
-        f"no destination: pass --dest FOLDER or set the environment variable {ENV_VAR} "
-        "to the folder kvsim reads traces from"
-    )
+    return default_data_dir()
 
 
 def mirror_url(upstream: Upstream, base_url: str | None) -> str:
