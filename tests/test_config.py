@@ -91,6 +91,12 @@ def test_user_defined_model_and_preset_override(tmp_path):
             r"pool holds 13 tokens \(0\.01 GiB,",
         ),
         ({"cache.bogus": 1}, r"cache\.bogus: Extra inputs are not permitted"),
+        (  # a misspelt key names the section's closest field
+            {"workload.num_request": 100},
+            r"workload\.num_request: Extra inputs are not permitted, got 100; did you mean "
+            r"'num_requests'\?",
+        ),
+        ({"modle": "x"}, r"modle: Extra inputs are not permitted, got 'x'; did you mean 'model'\?"),
         (
             {"scheduler.max_num_batched_tokens": 100, "scheduler.engine": "vllm-v0"},
             r"max_num_batched_tokens \(100\) must be >= max_model_len \(2048\) without chunked",

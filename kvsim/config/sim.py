@@ -439,8 +439,35 @@ def format_validation_error(err: ValidationError) -> str:
         got = e.get("input")
         custom = e["type"] == "value_error" and "got " in msg  # kvsim's messages show the value
         shown = "" if isinstance(got, dict) or custom else f", got {_short(got)}"
+        if e["type"] == "extra_forbidden":
+            shown += _did_you_mean(tuple(str(p) for p in e["loc"]))
         lines.append(f"{loc}: {msg}{shown}" if loc else msg)  # model checks name their field
     return "\n".join(lines)
+
+
+def _did_you_mean(loc: tuple[str, ...]) -> str:
+    """``"; did you mean 'num_requests'?"`` for a misspelt key of ``SimConfig`` at ``loc``, or
+    ``""`` when no field of that section is close (``difflib``'s ratio >= 0.6)."""
+    import difflib
+    import typing
+
+    from pydantic import BaseModel
+
+    model: Any = SimConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(model, type) else None
+        if field is None:
+            return ""
+        found = [
+            t
+            for t in (field.annotation, *typing.get_args(field.annotation))
+            if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
+        if not found:
+            return ""
+        model = found[0]
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
