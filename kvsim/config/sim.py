@@ -455,7 +455,8 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
 
     model: Any = SimConfig
     for part in loc[:-1]:
-        field = model.model_fields.get(part) if isinstance(model, type) else None
+        fields: dict[str, Any] = getattr(model, "model_fields", {})
+        field = fields.get(part)
         if field is None:
             return ""
         found = [
@@ -466,7 +467,7 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
         if not found:
             return ""
         model = found[0]
-    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1)
+    close = difflib.get_close_matches(loc[-1], list(getattr(model, "model_fields", {})), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
