@@ -10,7 +10,7 @@ import pytest
 
 from kvsim.validate.markdown import BEGIN, END, write_between_markers
 from kvsim.validate.peers import h100_peer_errors, llmservingsim_summary
-from kvsim.validate.table import build_table, medians
+from kvsim.validate.table import ErrorTable, build_table, medians
 
 from .synthetic import TRAIN, VALIDATE, write_h100, write_rtx4090
 
@@ -71,13 +71,17 @@ def test_llmservingsim_summary_in_seconds(tmp_path: Path) -> None:
     assert frame.iloc[0]["error_pct"] == pytest.approx(0.6)
 
 
-def test_the_table_sets_kvsim_beside_the_peers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def synthetic_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ErrorTable:
+    """The error table of the synthetic validate, RTX 4090 and train runs."""
     write_h100(tmp_path)
     write_rtx4090(tmp_path)
     monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path))
-    table = build_table([VALIDATE, "rtx4090-llama-3.1-8b", TRAIN], root=tmp_path)
+    return build_table([VALIDATE, "rtx4090-llama-3.1-8b", TRAIN], root=tmp_path)
+
+
+def test_the_table_sets_kvsim_beside_the_peers(synthetic_table: ErrorTable) -> None:
+    table = synthetic_table
     head = table.headline
     assert set(head["experiment"]) == {VALIDATE, TRAIN, "rtx4090-llama-3.1-8b"}
     rtx = head[head["experiment"] == "rtx4090-llama-3.1-8b"].set_index(["metric", "statistic"])
@@ -105,15 +109,10 @@ def test_markdown_goes_between_the_markers(tmp_path: Path) -> None:
     assert "table one" not in text
 
 
-def test_the_readme_table_has_a_row_per_held_out_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_readme_table_has_a_row_per_held_out_run(synthetic_table: ErrorTable) -> None:
     from kvsim.validate.markdown import readme_markdown
 
-    write_h100(tmp_path)
-    write_rtx4090(tmp_path)
-    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path))
-    table = build_table([VALIDATE, "rtx4090-llama-3.1-8b", TRAIN], root=tmp_path)
+    table = synthetic_table
     rows = [line for line in readme_markdown(table, "make validate").splitlines() if "| " in line]
     body = rows[2:]  # after the header and the rule
     assert len(body) == 2  # the validate run and the RTX 4090 run; the train run is not there
