@@ -48,6 +48,15 @@ def caches_prefixes_always(name: str) -> bool:
     return LAYOUTS[name] == "tokens"
 
 
+def caches_prefixes(name: str, enable_prefix_caching: bool) -> bool:
+    """The policy's pool caches prefixes: a block pool when ``enable_prefix_caching`` is on (the
+    profile's default or the user's), a prefix tree always (SGLang's ``RadixCache``), slabs and
+    vAttention's pages never (``enable_prefix_caching`` can only be the profile's default there,
+    which the policy does not read)."""
+    layout = LAYOUTS[name]
+    return layout == "tokens" or (layout == "blocks" and enable_prefix_caching)
+
+
 def has_memory_map(name: str) -> bool:
     """Every slot is owned by one request at an address (slabs, blocks, pages), so the pool can
     be drawn; a tree's slots are shared along its paths."""

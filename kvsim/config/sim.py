@@ -32,6 +32,7 @@ from kvsim.base.textfile import read_toml, sha256_file
 from kvsim.base.units import GiB
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
+    caches_prefixes,
     caches_prefixes_always,
     maps_virtual_pages,
     serves_sequence_groups,
@@ -196,6 +197,11 @@ class SimConfig(Frozen):
             num_speculative_tokens=spec.num_speculative_tokens,
             num_lookahead_tokens=spec.num_lookahead_tokens,
         )
+
+    @property
+    def caches_prefixes(self) -> bool:
+        """The run's pool caches prefixes (``kvsim.config.allocators.caches_prefixes``)."""
+        return caches_prefixes(self.cache.allocator, self.engine_args.enable_prefix_caching)
 
     @property
     def max_model_len(self) -> int:
