@@ -107,6 +107,8 @@ class Engine:
             config, requests if workload is None else workload, pooled=frames is None
         )
         self.allocator, self.swap = parts.allocator, parts.swap
+        self.offload = parts.offload  # CPU offloading (vLLM's OffloadingConnector) or None
+        self.tier_samples: list[tuple[int, int, int, int]] = []  # per memory row (offload)
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
@@ -222,12 +224,20 @@ class Engine:
                 self._wake = self.env.event()
                 yield self._wake
                 continue
+            if self.offload is not None:
+                self.offload.now_s = self.env.now
             plan = self.scheduler.schedule()
+            if self.offload is not None and self.offload.started:
+                self._start_loads()
             if self.holding:
                 self.holding.difference_update(plan.scheduled)
             if plan.is_empty and not plan.swap_blocks and not plan.num_cohort:
                 if plan.num_preempted:
                     continue  # everything running was preempted: replan at once (vLLM does too)
+                if self.offload is not None and self.offload.loads:
+                    self._wake = self.env.event()  # a load ends with a wake-up (_loaded)
+                    yield self._wake
+                    continue
                 self._raise_never_fits()
             now = self.env.now
             for req in plan.scheduled:
@@ -254,12 +264,45 @@ class Engine:
             if self.frames is not None:
                 self._capture_frames(plan, timing, now, at)
             finished = self.scheduler.complete(plan, self.env.now, now + timing.step0_s)
+            if self.offload is not None:
+                self._store(plan, finished)
             if finished:
                 for req in finished:
                     self.on_done(self._row.pop(req), req)
                 self.num_finished += len(finished)
                 if self.on_finish is not None:
                     self.on_finish(len(finished))
+
+    # -- CPU offloading (vLLM's OffloadingConnector, kvsim.core.scheduler.offload) -------------
+    def _start_loads(self) -> None:
+        """The loads the plan started: each request holds its blocks (its slots counted as
+        ``holding``) until its load ends, then rejoins the waiting queue at its front."""
+        assert self.offload is not None
+        for req in self.offload.take_started():
+            self.holding.add(req)
+            done_s = self.offload.loads[req].done_s
+            ended = self.env.timeout(max(0.0, done_s - self.env.now))
+            ended.callbacks.append(lambda _event, r=req: self._loaded(r))
+
+    def _loaded(self, req: Request) -> None:
+        """``req``'s load ended: it waits at the queue's front with its loaded tokens computed
+        (vLLM ``_update_waiting_for_remote_kv``: it keeps its place at the front)."""
+        assert self.offload is not None
+        self.offload.finish_load(req)
+        self.scheduler.waiting.appendleft(req)
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _store(self, plan: StepPlan, finished: list[Request]) -> None:
+        """After a step: offer the tier the full blocks the scheduled and the finished requests
+        computed (their copies start now, at the step's end)."""
+        assert self.offload is not None
+        now = self.env.now
+        self.offload.store(plan.scheduled, now)
+        if finished:
+            self.offload.store(finished, now)
+            for req in finished:
+                self.offload.forget(req)
 
     def _plan_time(self) -> PlanTime:
         scheduler = self.scheduler
@@ -282,6 +325,8 @@ class Engine:
 
     def _check_invariants(self) -> None:
         self.allocator.check_invariants()
+        if self.offload is not None:
+            self.offload.tier.check_invariants(self.env.now)
         if self.swap is not None:
             self.swap.check_invariants()
         self.scheduler.lazy.cohort.check()
@@ -312,7 +357,9 @@ class Engine:
         ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
         """
         # staged arrivals reach the scheduler at the next boundary: no span past it
-        k = self.scheduler.max_extension(plan, 1 if self._staged else self.max_span_steps)
+        # (and no span while a CPU-tier load is in flight: it ends with the step in flight)
+        one = self._staged or (self.offload is not None and self.offload.loads)
+        k = self.scheduler.max_extension(plan, 1 if one else self.max_span_steps)
         step0_s = self.cost.step_s(*plan.work)
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
@@ -392,3 +439,5 @@ class Engine:
             plan.num_prefills,
             plan.num_preempted,
         )
+        if self.offload is not None:  # the tier's blocks by category at the row's time
+            self.tier_samples.append(self.offload.tier.occupancy(now))

@@ -12,6 +12,7 @@ from kvsim.engine.frames import FrameRecorder
 from kvsim.engine.intake import prepare_requests
 from kvsim.engine.loop import Engine
 from kvsim.results import Results, build_results
+from kvsim.results.offload import add_tier_columns
 from kvsim.workload.request import Request, RequestSpec
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,10 @@ def simulate(
     summary.update(engine.allocator.prefix_cache_summary())
     if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
         summary.update(engine.scheduler.spec.summary())
+    if engine.offload is not None:  # vLLM's external prefix cache and kv offload counters
+        summary.update(engine.offload.summary())
+        if engine.tier_samples:
+            results.memory = add_tier_columns(results.memory, engine.tier_samples)
     num_blocks = engine.allocator.num_gpu_blocks
     if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
         summary["num_gpu_blocks"] = num_blocks
