@@ -120,8 +120,8 @@ class SimConfig(Frozen):
 
     @model_serializer(mode="wrap")
     def _drop_unset_sections(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave ``fleet``, ``slo``, ``pricing``, ``speculative`` and ``offload`` out when unset, so a config
-        without them keeps its canonical hash (and its sweep points)."""
+        """Leave ``fleet``, ``slo``, ``pricing``, ``speculative`` and ``offload`` out when
+        unset, so a config without them keeps its canonical hash (and its sweep points)."""
         data: dict[str, Any] = handler(self)
         if data.get("fleet") is None:
             data.pop("fleet", None)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from kvsim.config import SimConfig
 from kvsim.config.hardware import kv_tensors_per_gpu
+from kvsim.config.offload import cpu_tier_blocks, link_bandwidth_bytes_per_s
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv import Allocator, allocator_from_knobs
-from kvsim.config.offload import cpu_tier_blocks, link_bandwidth_bytes_per_s
 from kvsim.core.kv.offload import CpuTier
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.kv.swap import SwapSpace
