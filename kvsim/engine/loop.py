@@ -235,7 +235,10 @@ class Engine:
                 if plan.num_preempted:
                     continue  # everything running was preempted: replan at once (vLLM does too)
                 if self.offload is not None and self.offload.loads:
-                    self._wake = self.env.event()  # a load ends with a wake-up (_loaded)
+                    # nothing to run until a load ends (_loaded wakes the loop); the plan is
+                    # dropped, so the cohort forgets the step it was planned at
+                    self.scheduler.lazy.flush(self.scheduler.running)
+                    self._wake = self.env.event()
                     yield self._wake
                     continue
                 self._raise_never_fits()
