@@ -43,7 +43,7 @@ def doc(req_id: int, *segs: tuple[object, int], output: int = 4) -> Request:
 def test_store_whole_blocks_only() -> None:
     """``test_offloading_connector`` (store part): full blocks are offered once each; a block
     one token short is not; the token that fills it stores that one block."""
-    pool, conn = parts()
+    _pool, conn = parts()
     r = doc(0, ("x", 48), output=20)
     # its prefill computed 48 tokens = 3 full blocks -> 3 stored, 3 MB, ends at 0 + 3 ms
     r.num_computed_tokens = 48
@@ -85,7 +85,7 @@ def test_store_refused_when_no_room_is_offered_again() -> None:
 def test_lookup_continues_past_the_gpu_hit() -> None:
     """``test_offloading_connector`` (load part) with a GPU hit: the tier is asked from the
     first block the GPU lacks; its hits past it are loaded, the GPU's are not."""
-    pool, conn = parts()
+    _pool, conn = parts()
     old = doc(0, ("p", 80))
     old.num_computed_tokens = 80
     conn.store([old], 0.0)  # p0..p4 in the tier by t=0.005
@@ -102,7 +102,7 @@ def test_lookup_continues_past_the_gpu_hit() -> None:
 
 def test_lookup_skips_blocks_not_yet_stored() -> None:
     """vLLM's lookup counts only ready blocks: a block whose copy is in flight is a miss."""
-    pool, conn = parts()
+    _pool, conn = parts()
     old = doc(0, ("p", 64))
     old.num_computed_tokens = 64
     conn.store([old], 0.0)  # 4 MB: ready at t=0.004
@@ -148,13 +148,14 @@ def test_scheduler_parks_the_loading_request_and_admits_the_next() -> None:
         sched.add_request(r)
     plan, _ = step(sched)
     # a: 4 blocks taken for the 64 tokens it loads (vLLM allocate_slots with the external
-    # tokens only; the 16 it computes get theirs when it is scheduled), parked; b: 40 tokens scheduled; c: its
-    # GPU lookup now finds a's p0..p3 (cached as a took them, before the load ends: see the
+    # tokens only; the 16 it computes get theirs when it is scheduled), parked; b: 40 tokens
+    # scheduled; c: its GPU lookup now finds a's p0..p3 (cached as a took them, before the load ends: see the
     # connector's docstring), so the tier is asked from block 4, a "c" block -> no tier hit:
     # c is scheduled with 80 - 64 = 16 tokens
     assert conn.take_started() == [a]
     assert conn.loads[a].done_s == pytest.approx(1.004)
-    assert a.num_computed_tokens == 64 and pool.held_slots(a.req_id) == 64
+    assert a.num_computed_tokens == 64
+    assert pool.held_slots(a.req_id) == 64
     assert [r.req_id for r in plan.scheduled] == [1, 2]
     assert plan.num_new_tokens == [40, 16]
     # the load ends: a back at the queue's front, scheduled next step with its last 16 tokens
