@@ -149,9 +149,9 @@ def test_scheduler_parks_the_loading_request_and_admits_the_next() -> None:
     plan, _ = step(sched)
     # a: 4 blocks taken for the 64 tokens it loads (vLLM allocate_slots with the external
     # tokens only; the 16 it computes get theirs when it is scheduled), parked; b: 40 tokens
-    # scheduled; c: its GPU lookup now finds a's p0..p3 (cached as a took them, before the load ends: see the
-    # connector's docstring), so the tier is asked from block 4, a "c" block -> no tier hit:
-    # c is scheduled with 80 - 64 = 16 tokens
+    # scheduled; c: its GPU lookup now finds a's p0..p3 (cached as a took them, before the
+    # load ends: see the connector's docstring), so the tier is asked from block 4, a "c"
+    # block -> no tier hit: c is scheduled with 80 - 64 = 16 tokens
     assert conn.take_started() == [a]
     assert conn.loads[a].done_s == pytest.approx(1.004)
     assert a.num_computed_tokens == 64
