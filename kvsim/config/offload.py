@@ -37,7 +37,8 @@ class OffloadConfig(Frozen):
     Attributes:
         kv_offloading_size: the CPU buffer, GiB (2**30 bytes), summed over the
             ``world_size`` GPUs of the replica (vLLM: over the TP ranks); each GPU's share
-            holds whole blocks of its KV.
+            holds whole blocks of its KV. ``None`` (vLLM's default) or 0: no offloading (0
+            lets a sweep put "off" beside its sizes).
         kv_offloading_backend: ``"native"`` (vLLM's own CPU tier). ``"lmcache"`` is vLLM's
             other choice; kvsim does not model LMCache's chunked store and refuses it.
         link_bandwidth_bytes_per_s: one direction of the GPU-CPU link, bytes/s; ``None``
@@ -45,7 +46,7 @@ class OffloadConfig(Frozen):
             NVLink-C2C on GH200/GB200: 450e9; ``kvsim/data/gpus.toml``).
     """
 
-    kv_offloading_size: float | None = Field(default=None, gt=0, le=MAX_OFFLOAD_GIB)
+    kv_offloading_size: float | None = Field(default=None, ge=0, le=MAX_OFFLOAD_GIB)
     kv_offloading_backend: Literal["native", "lmcache"] = "native"
     link_bandwidth_bytes_per_s: float | None = Field(default=None, ge=1, le=MAX_HW_PER_S)
 
@@ -61,8 +62,8 @@ class OffloadConfig(Frozen):
 
     @property
     def enabled(self) -> bool:
-        """Offloading is on (``kv_offloading_size`` set)."""
-        return self.kv_offloading_size is not None
+        """Offloading is on (``kv_offloading_size`` set and above 0)."""
+        return bool(self.kv_offloading_size)
 
 
 def cpu_tier_blocks(config: SimConfig) -> int:
@@ -71,7 +72,7 @@ def cpu_tier_blocks(config: SimConfig) -> int:
     (vLLM ``CPUOffloadingSpec``: ``cpu_bytes_to_use`` over the workers and the bytes of one
     block of every layer the worker holds)."""
     size = config.offload.kv_offloading_size
-    if size is None:
+    if not size:
         return 0
     block_bytes = config.cache.block_size_tokens * config.bytes_per_token
     return int(size * GiB) // config.parallel.world_size // block_bytes

@@ -125,7 +125,9 @@ def test_offload_refused_outside_vllm_v1_paged_caching(extra: dict, match: str) 
 
 
 def test_bad_offload_values_name_field_and_value() -> None:
-    with pytest.raises(ValueError, match=r"offload\.kv_offloading_size: .*greater than 0.*-1"):
+    with pytest.raises(
+        ValueError, match=r"offload\.kv_offloading_size: .*greater than or equal to 0.*-1"
+    ):
         config_from_dict({"offload": {"kv_offloading_size": -1}})
     with pytest.raises(ValueError, match=r"offload\.kv_offloading_backend: .*'lmcache'"):
         config_from_dict({"offload": {"kv_offloading_size": 1, "kv_offloading_backend": "lmcache"}})
@@ -136,3 +138,11 @@ def test_bad_offload_values_name_field_and_value() -> None:
 def test_unset_offload_keeps_the_canonical_config() -> None:
     assert "offload" not in config(None).canonical_json()
     assert '"offload"' in config(0.5).canonical_json()
+
+
+def test_zero_size_is_off() -> None:
+    """``kv_offloading_size = 0`` runs as without the section (a sweep's "off" point)."""
+    off = simulate(config(0.0), requests())
+    plain = simulate(config(None), requests())
+    assert "cpu_tier_blocks" not in off.summary
+    assert off.requests.equals(plain.requests)
