@@ -284,13 +284,16 @@ class Engine:
         for req in self.offload.take_started():
             self.holding.add(req)
             done_s = self.offload.loads[req].done_s
-            ended = self.env.timeout(max(0.0, done_s - self.env.now))
-            ended.callbacks.append(lambda _event, r=req: self._loaded(r))
+            ended = self.env.timeout(max(0.0, done_s - self.env.now), value=req)
+            ended.callbacks.append(self._loaded)
 
-    def _loaded(self, req: Request) -> None:
-        """``req``'s load ended: it waits at the queue's front with its loaded tokens computed
-        (vLLM ``_update_waiting_for_remote_kv``: it keeps its place at the front)."""
+    def _loaded(self, event: simpy.Event) -> None:
+        """The load of ``event``'s request ended: it waits at the queue's front with its loaded
+        tokens computed (vLLM ``_update_waiting_for_remote_kv``: it keeps its place at the
+        front)."""
         assert self.offload is not None
+        req = event.value
+        assert isinstance(req, Request), "a load event carries its request"
         self.offload.finish_load(req)
         self.scheduler.waiting.appendleft(req)
         if not self._wake.triggered:
