@@ -9,7 +9,7 @@ it), then *stored*; a load (``prepare_load``) holds it (reference count > 0, *lo
 CPU->GPU copy completes. Every slot of the tier is in exactly one of: free, storing, stored,
 loading (``occupancy``, checked by ``check_invariants``).
 
-LRU order (``LRUOffloadingManager``): a dict in insertion order, least recent first. A lookup
+LRU order (``LRUOffloadingManager``): an ``OrderedDict``, least recent first. A lookup
 ``touch``es the request's blocks from its last to its first, so a prefix's first block ends
 most recent and a prefix is evicted from its tail, as on the GPU. ``prepare_store`` adds the
 blocks the tier lacks at the most recent end, evicting from the least recent end blocks that are
@@ -23,7 +23,7 @@ direction's copies on one CUDA stream). No SimPy here: times are plain seconds h
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -77,7 +77,7 @@ class CpuTier:
         if num_blocks < 1:
             raise ValueError(f"num_blocks: a CPU tier holds one block at least, got {num_blocks}")
         self.num_blocks = num_blocks
-        self._blocks: dict[int, _Entry] = {}  # least recently used first
+        self._blocks: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
         self._pending: deque[tuple[float, int]] = deque()  # (ready_s, blocks) of stores
         self._num_storing = 0
         self._num_loading = 0  # distinct blocks with ref_cnt > 0
@@ -119,10 +119,10 @@ class CpuTier:
         """Mark held ``keys`` most recently used, the last first (so ``keys[0]`` ends most
         recent: vLLM ``LRUOffloadingManager.touch`` walks them reversed)."""
         blocks = self._blocks
+        move = blocks.move_to_end
         for key in reversed(keys):
-            entry = blocks.pop(key, None)
-            if entry is not None:
-                blocks[key] = entry
+            if key in blocks:
+                move(key)
 
     def prepare_store(self, keys: Sequence[int], now_s: float) -> list[int] | None:
         """Make room for the ``keys`` the tier lacks, evicting least recently used blocks that
