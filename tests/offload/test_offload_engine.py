@@ -146,3 +146,16 @@ def test_zero_size_is_off() -> None:
     plain = simulate(config(None), requests())
     assert "cpu_tier_blocks" not in off.summary
     assert off.requests.equals(plain.requests)
+
+
+def test_prometheus_counters_in_vllms_names() -> None:
+    """A/B/C: the connector's 516 query tokens and 160 hits; the GPU prefix cache's own hits
+    stay 0 (C's 160 cached tokens all came from the tier)."""
+    from kvsim.results.exporters import prometheus_snapshot
+
+    text = prometheus_snapshot(simulate(config(0.5), requests()))
+    lines = {ln.split("{")[0]: float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if "{" in ln}
+    assert lines["vllm:external_prefix_cache_queries_total"] == 516
+    assert lines["vllm:external_prefix_cache_hits_total"] == 160
+    assert lines["vllm:prefix_cache_hits_total"] == 0
+    assert lines["vllm:prompt_tokens_cached_total"] == 160

@@ -130,7 +130,8 @@ class OffloadConnector:
         self.count_query(request, num_tokens)
         self.num_loads += 1
         self.load_wait_s += done_s - self.now_s
-        request.num_cached_tokens = gpu_hit_tokens + num_tokens
+        if not request.num_preemptions:  # (vLLM: set at the first admission only)
+            request.num_cached_tokens = gpu_hit_tokens + num_tokens
         request.num_computed_tokens = min(gpu_hit_tokens + num_tokens, request.num_tokens - 1)
         self._next_store[request.req_id] = start + len(keys)
         return done_s
