@@ -109,6 +109,7 @@ class Engine:
         self.allocator, self.swap = parts.allocator, parts.swap
         self.offload = parts.offload  # CPU offloading (vLLM's OffloadingConnector) or None
         self.tier_samples: list[tuple[int, int, int, int]] = []  # per memory row (offload)
+        self._parked: set[Request] = set()  # loaded from the CPU tier, waiting, holding blocks
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
@@ -231,15 +232,19 @@ class Engine:
                 self._start_loads()
             if self.holding:
                 self.holding.difference_update(plan.scheduled)
+                self._parked.difference_update(plan.scheduled)
             if plan.is_empty and not plan.swap_blocks and not plan.num_cohort:
+                # the plan is dropped: the cohort forgets the step it was planned at
+                self.scheduler.lazy.flush(self.scheduler.running)
                 if plan.num_preempted:
                     continue  # everything running was preempted: replan at once (vLLM does too)
                 if self.offload is not None and self.offload.loads:
-                    # nothing to run until a load ends (_loaded wakes the loop); the plan is
-                    # dropped, so the cohort forgets the step it was planned at
-                    self.scheduler.lazy.flush(self.scheduler.running)
+                    # nothing to run until a load ends (_loaded wakes the loop)
                     self._wake = self.env.event()
                     yield self._wake
+                    continue
+                if self._parked:
+                    self._drop_parked()  # loaded requests' blocks keep the head out: free them
                     continue
                 self._raise_never_fits()
             now = self.env.now
@@ -296,8 +301,25 @@ class Engine:
         assert isinstance(req, Request), "a load event carries its request"
         self.offload.finish_load(req)
         self.scheduler.waiting.appendleft(req)
+        self._parked.add(req)
         if not self._wake.triggered:
             self._wake.succeed()
+
+    def _drop_parked(self) -> None:
+        """Nothing runs, no load is in flight, and the waiting head cannot be admitted while
+        requests that loaded from the CPU tier hold their blocks behind it (a request preempted
+        to the queue's front can land there): free those blocks, as a preemption would, so the
+        head runs; the dropped requests look the tier up again when their turn comes. vLLM's
+        scheduler has no such guard (it preempts running requests only) and would stall here;
+        ``kv_offload_loads_dropped`` counts them."""
+        assert self.offload is not None
+        for req in sorted(self._parked, key=lambda r: r.req_id):
+            self.allocator.free(req.req_id, req.num_computed_tokens)
+            req.num_computed_tokens = 0
+            req.num_held_slots = 0
+            self.holding.discard(req)
+            self.offload.num_loads_dropped += 1
+        self._parked.clear()
 
     def _store(self, plan: StepPlan, finished: list[Request]) -> None:
         """After a step: offer the tier the full blocks the scheduled and the finished requests

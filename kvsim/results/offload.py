@@ -8,8 +8,10 @@ one category, so the four columns sum to ``cpu_tier_blocks`` on every row.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-import pandas as pd
+import numpy as np
+import numpy.typing as npt
 
 TIER_COLUMNS = (
     "cpu_tier_stored_blocks",  # copied to the CPU, loadable
@@ -19,18 +21,8 @@ TIER_COLUMNS = (
 )
 
 
-def add_tier_columns(
-    memory: pd.DataFrame, samples: Sequence[tuple[int, int, int, int]]
-) -> pd.DataFrame:
-    """``memory`` with the ``TIER_COLUMNS`` (blocks) of ``samples``, one per row.
-
-    Raises:
-        ValueError: ``samples`` and ``memory`` differ in length.
-    """
-    if len(samples) != len(memory):
-        raise ValueError(
-            f"samples: expected one CPU-tier sample per memory row ({len(memory)}), got "
-            f"{len(samples)}"
-        )
-    columns = dict(zip(TIER_COLUMNS, zip(*samples, strict=True), strict=True))
-    return memory.assign(**{name: list(values) for name, values in columns.items()})
+def tier_arrays(samples: Sequence[tuple[int, int, int, int]]) -> dict[str, npt.NDArray[Any]]:
+    """The ``TIER_COLUMNS`` (blocks, int64) of ``samples``, one ``(stored, storing, loading,
+    free)`` per memory row, to join the memory table's columns (``memory_frame`` keeps them)."""
+    table = np.asarray(samples, dtype=np.int64).reshape(-1, len(TIER_COLUMNS))
+    return {name: table[:, i].copy() for i, name in enumerate(TIER_COLUMNS)}

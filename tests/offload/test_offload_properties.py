@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kvsim.config.sim import config_from_dict
 from kvsim.engine.loop import Engine
-from kvsim.results.offload import TIER_COLUMNS, add_tier_columns
+from kvsim.results.offload import TIER_COLUMNS, tier_arrays
 from kvsim.results.tables import memory_frame
 from kvsim.workload.request import Request
 
@@ -76,6 +76,7 @@ def test_tier_conserved_and_nothing_leaks(
     assert engine.num_finished == len(requests)
     event("tier hit" if offload.num_loads else "no tier hit")
     event("preempted" if engine.num_preemptions else "not preempted")
+    event("a parked load dropped" if offload.num_loads_dropped else "no load dropped")
     assert not offload.loads
     assert offload.tier.num_blocks == cpu_blocks
     _, _, loading, _ = offload.tier.occupancy(env.now)
@@ -83,5 +84,5 @@ def test_tier_conserved_and_nothing_leaks(
     offload.tier.check_invariants(env.now)
     engine.allocator.check_invariants()
     assert engine.allocator.num_free_tokens == engine.allocator.usable_capacity_tokens
-    memory = add_tier_columns(memory_frame(engine.recorder.arrays()), engine.tier_samples)
+    memory = memory_frame({**engine.recorder.arrays(), **tier_arrays(engine.tier_samples)})
     assert (memory[list(TIER_COLUMNS)].sum(axis=1) == cpu_blocks).all()

@@ -85,6 +85,7 @@ class OffloadConnector:
         self.external_prefix_cache_queries = 0
         self.external_prefix_cache_hits = 0
         self.num_loads = 0
+        self.num_loads_dropped = 0  # loaded requests whose blocks were freed to unblock the head
         self.load_wait_s = 0.0  # cumulative: seconds requests waited for their loads
 
     # -- lookups and loads ----------------------------------------------------------------------
@@ -194,6 +195,7 @@ class OffloadConnector:
             "kv_offload_time_gpu_to_cpu_s": self.gpu_to_cpu.busy_s,
             "kv_offload_time_cpu_to_gpu_s": self.cpu_to_gpu.busy_s,
             "kv_offload_load_wait_s": self.load_wait_s,
+            "kv_offload_loads_dropped": self.num_loads_dropped,
             "cpu_tier_stored_blocks": self.tier.num_stored_blocks,
             "cpu_tier_evicted_blocks": self.tier.num_evicted_blocks,
         }
