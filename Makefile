@@ -95,12 +95,13 @@ experiments: $(EXPERIMENTS) offload
 # ../shared/data/traces, where kvsim looks); then its figures, results/NAME/figures/ (offload.png
 # is docs/kv2026-offload.png).
 OFFLOAD_TRACE = $${KVSIM_DATA:-$(CURDIR)/../shared/data/traces}/mooncake_conversation.jsonl
+OFFLOAD_RESULTS = results$(if $(findstring --quick,$(SWEEP_FLAGS)),/quick)
 offload: $(STAMP)
 	@if [ -f "$(OFFLOAD_TRACE)" ]; then name=offload; else name=offload-synthetic; \
 	  echo "offload: no $(OFFLOAD_TRACE) (kvsim data fetch); running experiments/$$name.toml"; fi; \
 	$(KVSIM) sweep experiments/$$name.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS) && \
-	$(KVSIM) plot results/$$name && \
-	$(PY) -c "from kvsim.study.offload_figure import save_offload_figure as s; print(s('results/$$name'))"
+	$(KVSIM) plot $(OFFLOAD_RESULTS)/$$name && \
+	$(PY) -c "from kvsim.study.offload_figure import save_offload_figure as s; print(s('$(OFFLOAD_RESULTS)/$$name'))"
 
 # Fleets (docs/fleet.md): routers on the Mooncake trace, P/D splits against co-located replicas,
 # then their figures (results/NAME/figures/fleet.png); the traces come from KVSIM_DATA.
