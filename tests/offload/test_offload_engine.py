@@ -72,6 +72,10 @@ def test_cpu_tier_hit_after_gpu_eviction() -> None:
     assert s["cpu_tier_evicted_blocks"] == 0
     c = with_tier.requests.set_index("req_id").loc[2]
     assert c["num_cached_tokens"] == 160
+    # prefill computed (vLLM's request_prefill_kv_computed_tokens): 180 - 160 = 20, not 180
+    assert c["prompt_tokens"] - c["num_cached_tokens"] == 20
+    plain_c = without.requests.set_index("req_id").loc[2]
+    assert plain_c["prompt_tokens"] - plain_c["num_cached_tokens"] == 180
     assert c["first_scheduled_time_s"] == pytest.approx(10.131072)  # after the load
     assert c["request_queue_time_seconds"] == pytest.approx(0.131072)
     # the prefill after the load computes 20 tokens, not 180: one short step (A's and B's
