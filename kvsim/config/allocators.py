@@ -69,6 +69,13 @@ def maps_virtual_pages(name: str) -> bool:
     return LAYOUTS[name] == "pages"
 
 
+def keys_blocks_by_hash(name: str) -> bool:
+    """Full blocks carry a prefix-cache hash chained over their parents' (vLLM's block pool), the
+    key a KV offload tier stores them under (``kvsim.config.offload``); a radix tree's
+    single-token pages and a request's own pages have none."""
+    return LAYOUTS[name] == "blocks"
+
+
 def serves_sequence_groups(name: str) -> bool:
     """Parallel samples and beams (copy-on-write blocks, or one slab per sequence)."""
     return LAYOUTS[name] in ("slabs", "blocks")
