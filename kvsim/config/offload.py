@@ -15,17 +15,15 @@ The link's bandwidth is the GPU preset's host link (PCIe, or NVLink-C2C on a sup
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from pydantic import Field, model_validator
 
 from kvsim.base.limits import MAX_HW_PER_S
 from kvsim.base.units import GiB
 from kvsim.config.allocators import keys_blocks_by_hash
-from kvsim.config.hardware import Frozen
-
-if TYPE_CHECKING:
-    from kvsim.config.sim import SimConfig
+from kvsim.config.hardware import Frozen, GpuSpec, ParallelConfig
+from kvsim.config.serving import CacheSpec, EngineArgs
 
 MAX_OFFLOAD_GIB = 1 << 20  # 1 PiB of host memory: a typo guard, not a limit of vLLM's
 
@@ -66,7 +64,24 @@ class OffloadConfig(Frozen):
         return bool(self.kv_offloading_size)
 
 
-def cpu_tier_blocks(config: SimConfig) -> int:
+class OffloadParts(Protocol):
+    """What this module reads of a ``SimConfig``."""
+
+    @property
+    def offload(self) -> OffloadConfig: ...
+    @property
+    def gpu(self) -> GpuSpec: ...
+    @property
+    def parallel(self) -> ParallelConfig: ...
+    @property
+    def cache(self) -> CacheSpec: ...
+    @property
+    def engine_args(self) -> EngineArgs: ...
+    @property
+    def bytes_per_token(self) -> int: ...
+
+
+def cpu_tier_blocks(config: OffloadParts) -> int:
     """Blocks one GPU's share of the CPU buffer holds:
     ``floor(kv_offloading_size * 2**30 / world_size / (block_size_tokens * bytes_per_token))``
     (vLLM ``CPUOffloadingSpec``: ``cpu_bytes_to_use`` over the workers and the bytes of one
@@ -78,13 +93,13 @@ def cpu_tier_blocks(config: SimConfig) -> int:
     return int(size * GiB) // config.parallel.world_size // block_bytes
 
 
-def link_bandwidth_bytes_per_s(config: SimConfig) -> float:
+def link_bandwidth_bytes_per_s(config: OffloadParts) -> float:
     """One direction of the GPU-CPU link the tier's transfers cross, bytes/s."""
     given = config.offload.link_bandwidth_bytes_per_s
     return given if given is not None else config.gpu.host_link_bandwidth_bytes_per_s
 
 
-def check_offload(config: SimConfig) -> None:
+def check_offload(config: OffloadParts) -> None:
     """Offloading runs where vLLM's OffloadingConnector runs: the v1 scheduler (a KV connector
     is a v1 feature), a block pool whose full blocks carry prefix-cache hashes (the CPU tier's
     keys), prefix caching on; and the buffer holds one block at least.
