@@ -48,7 +48,8 @@ def test_5000_token_request_per_group_after_prefill_and_1000_decodes():
     alloc.allocate(r, 5001)
     assert alloc.group_held_blocks(r.req_id) == [313, 65, 1]
     table = alloc.group_tables(r.req_id)[1]
-    assert table[:248] == [alloc.null_block] * 248 and alloc.null_block not in table[248:]
+    assert table[:248] == [alloc.null_block] * 248
+    assert alloc.null_block not in table[248:]
     # 1,000 decode steps: the last computes token 6,000 (5,999 computed before it)
     #   full    cdiv(6000, 16) = 375 blocks
     #   sliding skipped (5999 - 1024 + 1) // 16 = 4976 // 16 = 311 -> 375 - 311 = 64 blocks
@@ -78,7 +79,7 @@ def test_sliding_block_partly_inside_the_window_is_kept():
     r.num_computed_tokens = 1030
     alloc.allocate(r, 1031)
     assert alloc.group_held_blocks(r.req_id) == [65, 65, 1]  # cdiv(1031, 16) = 65
-    held, token, outside, internal = alloc.group_slots(r, 1031)[1]
+    held, token, outside, _ = alloc.group_slots(r, 1031)[1]
     assert (held, token, outside) == (65 * 16, 1031, 1031 - 1024)
 
 
@@ -171,7 +172,8 @@ def test_gemma_3_27b_groups_as_vllm_forms_them():
     assert [x.num_real_layers for x in g.groups] == [10, 9, 9, 9, 9, 8, 8]
     assert (g.layers_per_group, g.num_padding_layers) == (10, 8)
     # one layer's K and V of one token: 2 x 16 heads x 128 x 2 bytes = 8,192 bytes
-    assert g.slot_bytes == 10 * 8192 and g.block_bytes == 16 * 10 * 8192  # 1.25 MiB
+    assert g.slot_bytes == 10 * 8192
+    assert g.block_bytes == 16 * 10 * 8192  # 1.25 MiB
 
 
 def test_gemma_3_27b_capacity_hybrid_vs_every_layer_full():
@@ -180,7 +182,8 @@ def test_gemma_3_27b_capacity_hybrid_vs_every_layer_full():
     # all-full: blocks of 16 x 62 x 8,192 = 8,126,464 B: 2,642 blocks (2,643 would need
     #   21,478,244,352 B), 2,641 usable
     hybrid, full = allocator_from_config(gemma(True)), allocator_from_config(gemma(False))
-    assert isinstance(hybrid, HybridPagedAllocator) and isinstance(full, PagedAllocator)
+    assert isinstance(hybrid, HybridPagedAllocator)
+    assert isinstance(full, PagedAllocator)
     assert (hybrid.num_blocks, full.num_blocks) == (16_384, 2_642)
     # an 8,192-token prompt decoding its first token (room for 8,193):
     #   hybrid: full 513 blocks + 6 sliding x (513 - (8192 - 1023) // 16 = 513 - 448 = 65) = 903
