@@ -69,10 +69,13 @@ def simulate(
     env.process(engine.engine_loop())
     env.run()
     logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
+    memory = engine.recorder.arrays()
+    if engine.group_recorder is not None:  # hybrid KV cache groups: a column set per group
+        memory.update(engine.group_recorder.arrays())
     results = build_results(
         config,
         engine.log.columns(),
-        engine.recorder.arrays(),
+        memory,
         engine.num_preemptions,
         usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
     )
@@ -81,6 +84,8 @@ def simulate(
     if engine.swap is not None:  # [swap]
         summary.update(engine.swap.summary(engine.swap_time_s))
     summary.update(engine.allocator.prefix_cache_summary())
+    if engine.group_recorder is not None:
+        summary.update(engine.group_recorder.summary(config.capacity_tokens))
     if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
         summary.update(engine.scheduler.spec.summary())
     num_blocks = engine.allocator.num_gpu_blocks

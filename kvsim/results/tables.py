@@ -362,6 +362,7 @@ def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
     import pandas as pd  # only when a run's tables are built
 
     names = [*MEMORY_COLUMNS, *(["replica"] if "replica" in columns else [])]
+    names += [c for c in columns if c.startswith("group")]  # hybrid KV cache groups' columns
     if not len(columns["time_s"]):
         return pd.DataFrame([], columns=names)
     return pd.DataFrame(columns, columns=names, copy=False)

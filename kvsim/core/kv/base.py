@@ -136,6 +136,9 @@ class Allocator(ABC):
     reads_block_table: ClassVar[bool] = False
     """Attention reads a request's KV through a block table (the cost model's paged layout
     factor, ``kvsim.core.cost``); ``False``: from one contiguous range (factor 1)."""
+    allocates_every_step: ClassVar[bool] = False
+    """The scheduler calls ``allocate`` at every step even when the holding has room (vLLM
+    calls ``allocate_slots`` every step: a sliding window frees blocks there)."""
     usable_is_threshold: ClassVar[bool] = False
     """``usable_free_slots_now(request, n, free)`` is ``free`` when ``free`` reaches
     ``admission_slots_needed(request, n)`` and 0 otherwise, so the recorder computes the need

@@ -85,6 +85,7 @@ class HybridPagedAllocator(Allocator):
     span_layout = "blocks"  # (no request joins the decode cohort: ``decode_mode``)
     reads_block_table = True
     usable_is_threshold = True
+    allocates_every_step = True  # its held slots (all groups) say nothing of one group's room
 
     def __init__(
         self,
@@ -382,9 +383,11 @@ class HybridPagedAllocator(Allocator):
         ``request`` in each group at ``length`` computed tokens.
 
         A full or sliding group holding positions ``[s B, n B)`` (``s`` leading null entries):
-        token states ``length - s B`` (those before ``length - W`` kept although outside the
-        window), internal ``max(0, n B - final)``; the rest is reservation. A state block is
-        token states whole.
+        token states ``length - s B``, of which *outside the window* those before
+        ``num_computed_tokens - W + 1`` (no token the step computes attends to them: the part
+        of the first held block that vLLM cannot free yet), internal ``max(0, n B - final)``;
+        the rest is reservation. A state block is token states whole. ``length``: tokens
+        computed once the step runs; ``request.num_computed_tokens``: before it.
         """
         b, final = self.block_size_tokens, request.final_kv_tokens
         tables = self.tables.get(request.req_id)
@@ -400,7 +403,8 @@ class HybridPagedAllocator(Allocator):
             token = max(0, min(length, len(table) * b) - lead * b)
             outside = 0
             if kind == "sliding":
-                outside = max(0, min(length - self.windows[g], len(table) * b) - lead * b)
+                first_needed = request.num_computed_tokens - self.windows[g] + 1
+                outside = max(0, min(first_needed, len(table) * b) - lead * b)
             out.append((held, token, outside, max(0, len(table) * b - max(final, lead * b))))
         return out
 
