@@ -3,9 +3,9 @@
 Beside the pool-wide categories (``kvsim.engine.recorder``, which count every group's slots
 together), one column per group and category, per engine event: ``group{g}_{kind}_held``,
 ``_token_states``, ``_outside_window`` (of the token states, those a sliding group still holds
-though no token of the step attends to them: the part of its first block before the window) and ``_internal`` (slots
-past the request's final length), slots of one token of one group. Reservation is held minus
-the other two. Slots several requests share are counted by each.
+though no token of the step attends to them: the part of its first block before the window)
+and ``_internal`` (slots past the request's final length), slots of one token of one group.
+Reservation is held minus the other two. Slots several requests share are counted by each.
 """
 
 from __future__ import annotations
