@@ -74,7 +74,8 @@ def preset_table(kind: str) -> dict[str, dict[str, Any]]:
 
 
 def resolve_preset(kind: str, value: Any) -> Any:
-    """Turn a preset name (``"opt-13b"``) or ``{preset = "opt-13b", ...}`` into field values."""
+    """Turn a preset name (``"opt-13b"``) or ``{preset = "opt-13b", ...}`` into field values
+    (a table given for a table field, such as ``attention``, overrides its keys one by one)."""
     if isinstance(value, str):
         value = {"preset": value}
     if isinstance(value, dict) and "preset" in value:
@@ -82,7 +83,14 @@ def resolve_preset(kind: str, value: Any) -> Any:
         name = str(value["preset"]).lower()
         if name not in presets:
             raise ValueError(f"unknown {kind[:-1]} preset {name!r}; choose from {sorted(presets)}")
-        return {"name": name, **presets[name], **{k: v for k, v in value.items() if k != "preset"}}
+        fields = {"name": name, **presets[name]}
+        for key, given in value.items():
+            if key == "preset":
+                continue
+            known = fields.get(key)  # a table overrides the preset's fields one by one
+            both = isinstance(known, dict) and isinstance(given, dict)
+            fields[key] = {**known, **given} if both else given
+        return fields
     return value
 
 
