@@ -231,3 +231,29 @@ def test_state_layers_raise_the_block_size_and_cannot_be_turned_full():
         AttentionLayers(num_state_layers=36, state_bytes_per_layer=1, hybrid_kv_cache=False)
     with pytest.raises(ValueError, match="num_sliding_layers and sliding_window_tokens"):
         AttentionLayers(num_sliding_layers=4)
+
+
+def test_block_leaving_the_window_but_shared_frees_nothing():
+    # full + sliding W = 8, B = 4 (a sliding hit needs cdiv(7, 4) = 2 blocks); 12 blocks: null + 11
+    kinds = groups(FULL, KVCacheGroup("sliding", 1, 8), block=4)
+    alloc = HybridPagedAllocator(
+        capacity_tokens=12 * 4, kv_groups=kinds, enable_prefix_caching=True
+    )
+    a = shared(1, (("doc", 16),), output=20)
+    alloc.allocate(a, 16)  # full 1..4, sliding 5..8
+    b = shared(2, (("doc", 16), ("b", 4)))
+    hit = alloc.find_cached_prefix(b)  # 16 tokens: full 1..4, sliding [null, null, 7, 8]
+    assert hit.blocks[4:] == (alloc.null_block, alloc.null_block, 7, 8)
+    alloc.allocate(b, 20, hit)  # 1 new block in each group (9, 10): 10 blocks used
+    a.num_computed_tokens = 16
+    alloc.allocate(a, 17)  # skip (16 - 7) // 4 = 2: frees 5, 6; takes 1 + 1: 10 used, 1 free
+    assert alloc.pool.num_free == 1
+    # a computes tokens 17..20 in one chunk: skip (20 - 7) // 4 = 3 puts block 7 out of a's
+    # window, but b still holds it, so it frees nothing; the chunk needs 1 full + 1 sliding
+    # block (cdiv(21, 4) = 6 > 5): 2 > 1 free -> refused, nothing changed
+    a.num_computed_tokens = 20
+    tables = alloc.group_tables(a.req_id)
+    assert not alloc.can_allocate(a, 21)
+    assert alloc.allocate(a, 21) is None
+    assert alloc.group_tables(a.req_id) == tables
+    alloc.check_invariants()

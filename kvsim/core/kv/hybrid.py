@@ -238,9 +238,10 @@ class HybridPagedAllocator(Allocator):
             new.append(max(0, cdiv(num_tokens, b) - max(have, skip)))
             skip_to.append(skip)
             net += new[-1]
-            if tables is not None and skip:
-                first = self._first_live[rid][g]
-                net -= max(0, min(skip, have) - first)  # freed before taking (vLLM's order)
+            if tables is not None and skip > self._first_live[rid][g]:
+                # freed before taking (vLLM's order): those no other request also holds
+                ref, table = self.pool.ref_cnt, tables[g]
+                net -= sum(1 for blk in table[self._first_live[rid][g] : skip] if ref[blk] == 1)
         if hit.blocks:
             ref, null = self.pool.ref_cnt, self.null_block
             net += sum(1 for blk in set(hit.blocks) if blk != null and ref[blk] == 0)
