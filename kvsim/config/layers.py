@@ -193,3 +193,61 @@ def kv_cache_groups(
         state_bytes = cdiv(attention.state_bytes_per_layer, tensor_parallel_size)
         block = state_block_size(block, state_bytes, layer_bytes_per_token)
     return KVCacheGroups(tuple(groups), size, block, layer_bytes_per_token)
+
+
+def attention_from_hf(data: dict[str, Any], num_layers: int, dtype_bytes: int) -> dict[str, Any]:
+    """``model.attention`` fields from a Hugging Face ``config.json`` (empty: every layer full).
+
+    Read as vLLM reads the layer kinds: ``layer_types`` when present (``"sliding_attention"``,
+    ``"linear_attention"``; gpt-oss, Gemma-3, Qwen3-Next), else Gemma-2/3's
+    ``sliding_window_pattern`` (every pattern-th layer global), else a ``sliding_window`` on every
+    layer unless ``use_sliding_window`` is false (Mistral-7B-v0.1). A linear-attention layer's
+    state is Qwen3-Next's Gated DeltaNet: a conv state of ``(linear_conv_kernel_dim - 1) x (2 x
+    linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x linear_value_head_dim)``
+    values and an SSM state of ``linear_num_value_heads x linear_key_head_dim x
+    linear_value_head_dim`` values, in the model's dtype (vLLM ``MambaStateShapeCalculator``).
+
+    Raises:
+        ValueError: a linear-attention model without the state's sizes, naming the key.
+    """
+    window = data.get("sliding_window")
+    if data.get("use_sliding_window") is False:
+        window = None
+    kinds = data.get("layer_types")
+    out: dict[str, Any] = {}
+    if isinstance(kinds, list) and kinds:
+        sliding = sum(1 for k in kinds if k == "sliding_attention")
+        linear = sum(1 for k in kinds if k == "linear_attention")
+        if sliding and isinstance(window, int):
+            out.update(num_sliding_layers=sliding, sliding_window_tokens=window)
+        if linear:
+            out.update(num_state_layers=linear, state_bytes_per_layer=_gdn_state(data, dtype_bytes))
+        return out
+    if not isinstance(window, int) or window <= 0:
+        return out
+    pattern = data.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 1:
+        sliding = num_layers - num_layers // pattern
+    else:
+        sliding = num_layers
+    return {"num_sliding_layers": sliding, "sliding_window_tokens": window}
+
+
+def _gdn_state(data: dict[str, Any], dtype_bytes: int) -> int:
+    """One Gated DeltaNet layer's state, bytes (see ``attention_from_hf``)."""
+    keys = (
+        "linear_conv_kernel_dim",
+        "linear_num_key_heads",
+        "linear_key_head_dim",
+        "linear_num_value_heads",
+        "linear_value_head_dim",
+    )
+    for key in keys:
+        if not isinstance(data.get(key), int) or data[key] < 1:
+            raise ValueError(
+                f"hf_config: linear_attention layers need {key} (an integer >= 1), got "
+                f"{data.get(key)!r}"
+            )
+    kernel, nk, dk, nv, dv = (data[k] for k in keys)
+    conv = (kernel - 1) * (2 * nk * dk + nv * dv)
+    return (conv + nv * dk * dv) * dtype_bytes
