@@ -43,14 +43,17 @@ class GroupRecorder:
     def record(self, duration_s: float, running: Iterable[tuple[Request, int]]) -> None:
         """Append one event's totals over the ``(request, length)`` pairs of its running
         requests (``length``: tokens computed once the event's step runs)."""
-        totals = [0] * len(self.names)
-        width = len(GROUP_CATEGORIES)
-        for req, length in running:
-            for g, values in enumerate(self.allocator.group_slots(req, length)):
-                for c, value in enumerate(values):
-                    totals[g * width + c] += value
-        for name, value in zip(self.names, totals, strict=True):
-            self.columns[name].append(value)
+        kinds = self.allocator.kinds
+        per_kind = {kind: [0, 0, 0, 0] for kind in kinds}
+        for req, length in running:  # groups of one kind hold the same: one sum per kind
+            for kind, values in self.allocator.kind_slots(req, length).items():
+                total = per_kind[kind]
+                for c in range(4):
+                    total[c] += values[c]
+        columns = iter(self.columns.values())
+        for kind in kinds:
+            for value in per_kind[kind]:
+                next(columns).append(value)
         self._durations.append(duration_s)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:

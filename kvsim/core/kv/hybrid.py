@@ -110,7 +110,16 @@ class HybridPagedAllocator(Allocator):
         self.kinds = kv_groups.kinds
         self.windows = tuple(g.sliding_window_tokens or 0 for g in kv_groups.groups)
         self.enable_prefix_caching = enable_prefix_caching
+        # groups of one kind hold the same positions (one window, one computed count): each
+        # kind's first group stands for the others in the per-step accounting
+        self._kind_first = {kind: self.kinds.index(kind) for kind in dict.fromkeys(self.kinds)}
+        self._kind_count = {kind: self.kinds.count(kind) for kind in self._kind_first}
+        sliding = self._kind_first.get("sliding")
+        self._window = self.windows[sliding] if sliding is not None else 0
         self.tables: dict[int, list[list[int]]] = {}  # req_id -> one table per group
+        # req_id -> (token room of its tables, computed count at which its window next frees a
+        # block): an allocation within both changes nothing (``allocate``'s fast path)
+        self._room: dict[int, tuple[int, int]] = {}
         self._first_live: dict[int, list[int]] = {}  # req_id -> leading nulls per group
         self._num_cached: dict[int, int] = {}  # req_id -> leading blocks registered
         self._held_blocks: dict[int, int] = {}  # req_id -> non-null blocks, all groups
@@ -266,10 +275,19 @@ class HybridPagedAllocator(Allocator):
     def allocate(
         self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
     ) -> AllocResult | None:
+        rid = request.req_id
+        room = self._room.get(rid)
+        if (
+            room is not None
+            and num_tokens <= room[0]
+            and request.num_computed_tokens < room[1]
+            and not (self.enable_prefix_caching and request.shares_tokens)
+        ):
+            return self._nothing_new  # no block to take, free or cache
         new, skip_to, net = self._plan(request, num_tokens, hit)
         if net > self.pool.num_free:
             return None
-        rid, null = request.req_id, self.null_block
+        null = self.null_block
         tables = self.tables.get(rid)
         admitted = tables is None
         if tables is None:
@@ -295,12 +313,25 @@ class HybridPagedAllocator(Allocator):
         taken = new_total = sum(new)
         self._held_blocks[rid] = self._held_blocks.get(rid, 0) + new_total - freed
         self._sum_held += new_total - freed
+        self._room[rid] = self._room_of(tables, first_live)
         if self.enable_prefix_caching and request.shares_tokens:
             if admitted:
                 self._record_lookup(request, hit)
             self._cache_full_blocks(request, tables, num_tokens)
         taken = max(0, free_before - self.pool.num_free)
         return self._result(taken * self.block_size_tokens, taken, hit.num_tokens)
+
+    def _room_of(self, tables: list[list[int]], first_live: list[int]) -> tuple[int, int]:
+        """``_room``'s entry: tokens the attention tables have room for, and the computed count
+        at which the window's first held block falls wholly outside it (``lead + 1`` blocks
+        skipped: ``(lead + 1) B + W - 1``; never without a sliding group)."""
+        b = self.block_size_tokens
+        full = self._kind_first.get("full", self._kind_first.get("sliding"))
+        room = len(tables[full]) * b if full is not None else 0
+        sliding = self._kind_first.get("sliding")
+        if sliding is None:
+            return room, 1 << 62
+        return room, (first_live[sliding] + 1) * b + self._window - 1
 
     def _admit(self, request: Request, hit: PrefixHit) -> tuple[list[list[int]], list[int]]:
         """A new request's tables holding its prefix hit (null entries before a window)."""
@@ -359,6 +390,7 @@ class HybridPagedAllocator(Allocator):
         if tables is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
         del self._first_live[req_id]
+        self._room.pop(req_id, None)
         num_cached = self._num_cached.pop(req_id, 0)
         self._keys.pop(req_id, None)
         null = self.null_block
@@ -370,18 +402,26 @@ class HybridPagedAllocator(Allocator):
 
     # -- accounting -------------------------------------------------------------------------
     def request_slots(self, request: Request, length: int) -> tuple[int, int, int, int]:
-        """Summed over groups (``group_slots``): held, token states (outside-window tokens
+        """Summed over groups (``kind_slots``): held, token states (outside-window tokens
         still held and state blocks included), internal fragmentation, held."""
         held = token = internal = 0
-        for g_held, g_token, _, g_internal in self.group_slots(request, length):
-            held += g_held
-            token += g_token
-            internal += g_internal
+        count = self._kind_count
+        for kind, (k_held, k_token, _, k_internal) in self.kind_slots(request, length).items():
+            n = count[kind]
+            held += n * k_held
+            token += n * k_token
+            internal += n * k_internal
         return held, token, internal, held
 
     def group_slots(self, request: Request, length: int) -> list[tuple[int, int, int, int]]:
+        """``kind_slots`` for each group, in group order."""
+        per_kind = self.kind_slots(request, length)
+        return [per_kind[kind] for kind in self.kinds]
+
+    def kind_slots(self, request: Request, length: int) -> dict[str, tuple[int, int, int, int]]:
         """``(held, token states, of which outside the window, internal)`` slots of the live
-        ``request`` in each group at ``length`` computed tokens.
+        ``request`` in one group of each kind at ``length`` computed tokens (every group of a
+        kind holds the same positions).
 
         A full or sliding group holding positions ``[s B, n B)`` (``s`` leading null entries):
         token states ``length - s B``, of which *outside the window* those before
@@ -392,21 +432,22 @@ class HybridPagedAllocator(Allocator):
         """
         b, final = self.block_size_tokens, request.final_kv_tokens
         tables = self.tables.get(request.req_id)
+        out: dict[str, tuple[int, int, int, int]] = {}
         if tables is None:
-            return [(0, 0, 0, 0)] * len(self.kinds)
-        out = []
-        for g, kind in enumerate(self.kinds):
-            table, lead = tables[g], self._first_live[request.req_id][g]
-            held = (len(table) - lead) * b if kind != "state" else len(table) * b
+            return dict.fromkeys(self._kind_first, (0, 0, 0, 0))
+        first_live = self._first_live[request.req_id]
+        for kind, g in self._kind_first.items():
+            size = len(tables[g]) * b
             if kind == "state":
-                out.append((held, held, 0, 0))
+                out[kind] = (size, size, 0, 0)
                 continue
-            token = max(0, min(length, len(table) * b) - lead * b)
+            start = first_live[g] * b
+            token = max(0, min(length, size) - start)
             outside = 0
             if kind == "sliding":
-                first_needed = request.num_computed_tokens - self.windows[g] + 1
-                outside = max(0, min(first_needed, len(table) * b) - lead * b)
-            out.append((held, token, outside, max(0, len(table) * b - max(final, lead * b))))
+                first_needed = request.num_computed_tokens - self._window + 1
+                outside = max(0, min(first_needed, size) - start)
+            out[kind] = (size - start, token, outside, max(0, size - max(final, start)))
         return out
 
     def shared_slots(self) -> int:
