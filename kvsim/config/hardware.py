@@ -88,8 +88,10 @@ def resolve_preset(kind: str, value: Any) -> Any:
             if key == "preset":
                 continue
             known = fields.get(key)  # a table overrides the preset's fields one by one
-            both = isinstance(known, dict) and isinstance(given, dict)
-            fields[key] = {**known, **given} if both else given
+            if isinstance(known, dict) and isinstance(given, dict):
+                fields[key] = {**known, **given}
+            else:
+                fields[key] = given
         return fields
     return value
 

@@ -248,6 +248,6 @@ def _gdn_state(data: dict[str, Any], dtype_bytes: int) -> int:
                 f"hf_config: linear_attention layers need {key} (an integer >= 1), got "
                 f"{data.get(key)!r}"
             )
-    kernel, nk, dk, nv, dv = (data[k] for k in keys)
+    kernel, nk, dk, nv, dv = (int(data[k]) for k in keys)
     conv = (kernel - 1) * (2 * nk * dk + nv * dv)
     return (conv + nv * dk * dv) * dtype_bytes

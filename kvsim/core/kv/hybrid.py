@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvsim.base.units import cdiv
-from kvsim.config.layers import KVCacheGroups
+from kvsim.config.layers import GroupKind, KVCacheGroups
 from kvsim.core.kv.base import (
     DECODE_EXPLICIT,
     NO_HIT,
@@ -418,7 +418,9 @@ class HybridPagedAllocator(Allocator):
         per_kind = self.kind_slots(request, length)
         return [per_kind[kind] for kind in self.kinds]
 
-    def kind_slots(self, request: Request, length: int) -> dict[str, tuple[int, int, int, int]]:
+    def kind_slots(
+        self, request: Request, length: int
+    ) -> dict[GroupKind, tuple[int, int, int, int]]:
         """``(held, token states, of which outside the window, internal)`` slots of the live
         ``request`` in one group of each kind at ``length`` computed tokens (every group of a
         kind holds the same positions).
@@ -432,7 +434,7 @@ class HybridPagedAllocator(Allocator):
         """
         b, final = self.block_size_tokens, request.final_kv_tokens
         tables = self.tables.get(request.req_id)
-        out: dict[str, tuple[int, int, int, int]] = {}
+        out: dict[GroupKind, tuple[int, int, int, int]] = {}
         if tables is None:
             return dict.fromkeys(self._kind_first, (0, 0, 0, 0))
         first_live = self._first_live[request.req_id]
