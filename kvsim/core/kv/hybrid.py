@@ -120,6 +120,11 @@ class HybridPagedAllocator(Allocator):
         # req_id -> (token room of its tables, computed count at which its window next frees a
         # block): an allocation within both changes nothing (``allocate``'s fast path)
         self._room: dict[int, tuple[int, int]] = {}
+        # the last ``kind_slots`` answer per request and what it depended on (the recorder
+        # asks twice a step: pool totals, then per-group columns); ``_epoch`` counts changes
+        self._memo: dict[int, tuple[int, int, int, dict[GroupKind, tuple[int, int, int, int]]]]
+        self._memo = {}
+        self._epoch = 0
         self._first_live: dict[int, list[int]] = {}  # req_id -> leading nulls per group
         self._num_cached: dict[int, int] = {}  # req_id -> leading blocks registered
         self._held_blocks: dict[int, int] = {}  # req_id -> non-null blocks, all groups
@@ -287,6 +292,7 @@ class HybridPagedAllocator(Allocator):
         new, skip_to, net = self._plan(request, num_tokens, hit)
         if net > self.pool.num_free:
             return None
+        self._epoch += 1
         null = self.null_block
         tables = self.tables.get(rid)
         admitted = tables is None
@@ -391,6 +397,7 @@ class HybridPagedAllocator(Allocator):
             raise KeyError(f"free(): unknown req_id {req_id}")
         del self._first_live[req_id]
         self._room.pop(req_id, None)
+        self._memo.pop(req_id, None)
         num_cached = self._num_cached.pop(req_id, 0)
         self._keys.pop(req_id, None)
         null = self.null_block
@@ -434,9 +441,13 @@ class HybridPagedAllocator(Allocator):
         """
         b, final = self.block_size_tokens, request.final_kv_tokens
         tables = self.tables.get(request.req_id)
-        out: dict[GroupKind, tuple[int, int, int, int]] = {}
         if tables is None:
             return dict.fromkeys(self._kind_first, (0, 0, 0, 0))
+        computed = request.num_computed_tokens
+        memo = self._memo.get(request.req_id)
+        if memo is not None and memo[:3] == (self._epoch, length, computed):
+            return memo[3]
+        out: dict[GroupKind, tuple[int, int, int, int]] = {}
         first_live = self._first_live[request.req_id]
         for kind, g in self._kind_first.items():
             size = len(tables[g]) * b
@@ -447,9 +458,10 @@ class HybridPagedAllocator(Allocator):
             token = max(0, min(length, size) - start)
             outside = 0
             if kind == "sliding":
-                first_needed = request.num_computed_tokens - self._window + 1
+                first_needed = computed - self._window + 1
                 outside = max(0, min(first_needed, size) - start)
             out[kind] = (size - start, token, outside, max(0, size - max(final, start)))
+        self._memo[request.req_id] = (self._epoch, length, computed, out)
         return out
 
     def shared_slots(self) -> int:
