@@ -251,3 +251,45 @@ def _gdn_state(data: dict[str, Any], dtype_bytes: int) -> int:
     kernel, nk, dk, nv, dv = (int(data[k]) for k in keys)
     conv = (kernel - 1) * (2 * nk * dk + nv * dv)
     return (conv + nv * dk * dv) * dtype_bytes
+
+
+def max_request_tokens(
+    groups: KVCacheGroups, usable_blocks: int, max_num_batched_tokens: int, cap_tokens: int
+) -> int:
+    """The longest request (tokens, whole blocks) whose KV fits ``usable_blocks`` blocks, as
+    vLLM sizes a request's need per group (``vllm/v1/kv_cache_interface.py``,
+    ``max_memory_usage_bytes``): a full group ``cdiv(L, B)`` blocks, a sliding group at most
+    ``cdiv(W - 1 + max_num_batched_tokens, B) + 1`` (a step's chunk plus the window before it),
+    a state group one. ``cap_tokens`` bounds the answer when no full group limits it."""
+    b = groups.block_size_tokens
+    num_full = sum(1 for g in groups.groups if g.kind == "full")
+    sliding = [g for g in groups.groups if g.kind == "sliding"]
+    num_state = sum(1 for g in groups.groups if g.kind == "state")
+    window = sliding[0].sliding_window_tokens or 0 if sliding else 0
+    sliding_cap = cdiv(window - 1 + max_num_batched_tokens, b) + 1 if sliding else 0
+    room = usable_blocks - num_state
+    if room <= 0:
+        return 0
+    per_block = num_full + len(sliding)  # while every group still grows with L
+    blocks = room // per_block if per_block else cap_tokens // b
+    if sliding and blocks > sliding_cap:
+        if not num_full:
+            return cap_tokens  # sliding groups alone: a request of any length fits
+        blocks = (room - len(sliding) * sliding_cap) // num_full
+    return min(blocks * b, cap_tokens)
+
+
+def request_blocks(groups: KVCacheGroups, num_tokens: int, max_num_batched_tokens: int) -> int:
+    """Blocks one request of ``num_tokens`` tokens may need at once over every group (the sizes
+    of ``max_request_tokens``)."""
+    b = groups.block_size_tokens
+    total = 0
+    for g in groups.groups:
+        if g.kind == "full":
+            total += cdiv(num_tokens, b)
+        elif g.kind == "sliding":
+            window = g.sliding_window_tokens or 0
+            total += min(cdiv(num_tokens, b), cdiv(window - 1 + max_num_batched_tokens, b) + 1)
+        else:
+            total += 1
+    return total

@@ -117,3 +117,25 @@ def test_other_policies_and_v0_treat_every_layer_as_full():
     assert slab.kv_groups is None
     assert hybrid.kv_groups is not None
     assert v0.bytes_per_token == 62 * 8192  # every layer, every token
+
+
+def test_the_longest_request_counts_every_groups_blocks():
+    # Gemma-3-27B, 8 GiB of KV: 8 GiB // 1.25 MiB = 6,553 blocks, 6,552 usable (null block).
+    # vLLM's need per group (max_memory_usage_bytes): full cdiv(L, 16); sliding at most
+    # cdiv(1024 - 1 + 8192, 16) + 1 = 577 (a step's chunk and the window before it).
+    # 7 groups grow together up to 6,552 // 7 = 936 blocks > 577, so the sliding ones stop at 577:
+    # the full group gets 6,552 - 6 x 577 = 3,090 blocks = 49,440 tokens; a 131,072-token request
+    # needs (8,192 + 3,462) x 1.25 MiB = 14.2 GiB
+    with pytest.raises(ValueError, match=r"needs 14\.2 GiB.*at most 49,440"):
+        SimConfig.model_validate(
+            {"model": "gemma-3-27b", "gpu": "h100-80gb", "cache": {"kv_cache_gib": 8.0}}
+        )
+    ok = SimConfig.model_validate(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 8.0},
+            "scheduler": {"max_model_len": 49_440},
+        }
+    )
+    assert ok.kv_groups is not None
