@@ -250,10 +250,12 @@ def test_block_leaving_the_window_but_shared_frees_nothing():
     assert alloc.pool.num_free == 1
     # a computes tokens 17..20 in one chunk: skip (20 - 7) // 4 = 3 puts block 7 out of a's
     # window, but b still holds it, so it frees nothing; the chunk needs 1 full + 1 sliding
-    # block (cdiv(21, 4) = 6 > 5): 2 > 1 free -> refused, nothing changed
+    # block (cdiv(21, 4) = 6 > 5): 2 > 1 free -> refused. As in vLLM, block 7 has left a's
+    # table first (ref count 2 -> 1, b's), and nothing was taken.
     a.num_computed_tokens = 20
-    tables = alloc.group_tables(a.req_id)
+    full, sliding = alloc.group_tables(a.req_id)
     assert not alloc.can_allocate(a, 21)
     assert alloc.allocate(a, 21) is None
-    assert alloc.group_tables(a.req_id) == tables
+    assert alloc.group_tables(a.req_id) == [full, [*sliding[:2], alloc.null_block, *sliding[3:]]]
+    assert (alloc.pool.num_free, alloc.pool.ref(7)) == (1, 1)
     alloc.check_invariants()

@@ -25,10 +25,10 @@ its default mamba cache mode), so a model with one gets no hits. Block keys are 
 chained keys (``kvsim.workload.tokens``) mixed with the group index (vLLM
 ``BlockHashWithGroupId``).
 
-Differences from vLLM kept on purpose: blocks outside the window are freed by a successful
-allocation only (vLLM frees them even when the step's allocation then fails; the request is
-preempted next and frees everything anyway); a request without shared tokens is cached only
-while it runs (no hits on its own blocks after a preemption).
+Freed blocks go back as vLLM 0.34.0's ``BlockPool.free_blocks`` sends them: cached full blocks
+to the back of the free queue, the others to the front. As in vLLM's ``allocate_slots``, a
+running request's blocks outside the window are freed before its new blocks are counted, even
+when the allocation then fails (``allocate`` returns ``None`` having freed only those).
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ class HybridPagedAllocator(Allocator):
         # req_id -> (token room of its tables, computed count at which its window next frees a
         # block): an allocation within both changes nothing (``allocate``'s fast path)
         self._room: dict[int, tuple[int, int]] = {}
+        self._requests: dict[int, Request] = {}  # the request of each set of tables
         # the last ``kind_slots`` answer per request and what it depended on (the recorder
         # asks twice a step: pool totals, then per-group columns); ``_epoch`` counts changes
         self._memo: dict[int, tuple[int, int, int, dict[GroupKind, tuple[int, int, int, int]]]]
@@ -179,7 +180,7 @@ class HybridPagedAllocator(Allocator):
         if (
             not self.enable_prefix_caching
             or request.req_id in self.tables
-            or not request.shares_tokens
+            or (not request.shares_tokens and not request.num_preemptions)
             or "state" in self.kinds
         ):
             return NO_HIT
@@ -286,46 +287,63 @@ class HybridPagedAllocator(Allocator):
             room is not None
             and num_tokens <= room[0]
             and request.num_computed_tokens < room[1]
-            and not (self.enable_prefix_caching and request.shares_tokens)
+            and (
+                not self.enable_prefix_caching
+                or num_tokens // self.block_size_tokens <= self._num_cached.get(rid, 0)
+            )
         ):
             return self._nothing_new  # no block to take, free or cache
         new, skip_to, net = self._plan(request, num_tokens, hit)
-        if net > self.pool.num_free:
-            return None
-        self._epoch += 1
-        null = self.null_block
         tables = self.tables.get(rid)
         admitted = tables is None
         if tables is None:
+            if net > self.pool.num_free:
+                return None
+            self._epoch += 1
             tables, first_live = self._admit(request, hit)
-        else:
+        else:  # (vLLM frees the window's old blocks first, even if the step then fails)
+            self._epoch += 1
             first_live = self._first_live[rid]
+            self._remove_skipped(rid, tables, first_live, skip_to)
+            if sum(new) > self.pool.num_free:
+                return None
         free_before = self.pool.num_free
-        freed = 0
-        for g, table in enumerate(tables):
-            skip = min(skip_to[g], len(table))
-            if skip > first_live[g]:  # blocks now wholly outside the window, freed tail first
-                gone = table[first_live[g] : skip]
-                table[first_live[g] : skip] = [null] * len(gone)
-                self.pool.release(reversed(gone))
-                freed += len(gone)
-                first_live[g] = skip
-            if skip_to[g] > len(table):  # positions skipped before they were ever allocated
-                first_live[g] = skip_to[g]
-                table += [null] * (skip_to[g] - len(table))
         for g, table in enumerate(tables):
             if new[g]:
                 table += self.pool.take(new[g])
-        taken = new_total = sum(new)
-        self._held_blocks[rid] = self._held_blocks.get(rid, 0) + new_total - freed
-        self._sum_held += new_total - freed
+        new_total = sum(new)
+        self._held_blocks[rid] += new_total
+        self._sum_held += new_total
         self._room[rid] = self._room_of(tables, first_live)
-        if self.enable_prefix_caching and request.shares_tokens:
+        if self.enable_prefix_caching:
             if admitted:
                 self._record_lookup(request, hit)
             self._cache_full_blocks(request, tables, num_tokens)
         taken = max(0, free_before - self.pool.num_free)
         return self._result(taken * self.block_size_tokens, taken, hit.num_tokens)
+
+    def _remove_skipped(
+        self, rid: int, tables: list[list[int]], first_live: list[int], skip_to: list[int]
+    ) -> None:
+        """Free each group's blocks now wholly outside its window, tail first, the null block
+        taking their place (vLLM ``remove_skipped_blocks``): all full, so vLLM has cached them
+        (the back of the free queue), or, without caching, the front."""
+        null, freed = self.null_block, 0
+        for g, table in enumerate(tables):
+            skip = min(skip_to[g], len(table))
+            if skip > first_live[g]:
+                gone = table[first_live[g] : skip]
+                table[first_live[g] : skip] = [null] * len(gone)
+                self.pool.release_table(gone, len(gone) if self.enable_prefix_caching else 0)
+                freed += len(gone)
+                first_live[g] = skip
+            if skip_to[g] > len(table):  # positions skipped before they were ever allocated
+                first_live[g] = skip_to[g]
+                table += [null] * (skip_to[g] - len(table))
+        if freed:
+            self._held_blocks[rid] -= freed
+            self._sum_held -= freed
+            self._room[rid] = self._room_of(tables, first_live)
 
     def _room_of(self, tables: list[list[int]], first_live: list[int]) -> tuple[int, int]:
         """``_room``'s entry: tokens the attention tables have room for, and the computed count
@@ -355,6 +373,7 @@ class HybridPagedAllocator(Allocator):
             first_live.append(lead)
         held = sum(1 for t in tables for blk in t if blk != null)
         self.tables[rid] = tables
+        self._requests[rid] = request
         self._first_live[rid] = first_live
         self._num_cached[rid] = n_hit
         self._held_blocks[rid] = held
@@ -398,13 +417,18 @@ class HybridPagedAllocator(Allocator):
         del self._first_live[req_id]
         self._room.pop(req_id, None)
         self._memo.pop(req_id, None)
-        num_cached = self._num_cached.pop(req_id, 0)
+        request = self._requests.pop(req_id)
+        self._num_cached.pop(req_id, None)
         self._keys.pop(req_id, None)
+        written = 0  # vLLM has cached every block the computed tokens fill
+        if self.enable_prefix_caching:
+            written = request.num_computed_tokens if computed_tokens is None else computed_tokens
+        num_full = written // self.block_size_tokens
         null = self.null_block
         for table in tables:
             live = [blk for blk in table if blk != null]
             lead = len(table) - len(live)
-            self.pool.release_table(live, max(0, num_cached - lead))
+            self.pool.release_table(live, max(0, num_full - lead))
         self._sum_held -= self._held_blocks.pop(req_id)
 
     # -- accounting -------------------------------------------------------------------------
