@@ -98,6 +98,8 @@ def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
             capacity_tokens=cfg["num_blocks"] * block,
             kv_groups=KVCacheGroups(kinds, 1, block, 1),
             enable_prefix_caching=cfg["enable_prefix_caching"],
+            max_in_flight_tokens=cfg["max_num_batched_tokens"],
+            max_model_len=cfg["max_model_len"],
         )
     else:
         allocator = PagedAllocator(

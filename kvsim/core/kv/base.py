@@ -209,6 +209,13 @@ class Allocator(ABC):
     def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         """Whether ``allocate(request, num_tokens, hit)`` would succeed now. Pure."""
 
+    def can_fit_sequence(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """vLLM v1's full-sequence admission gate (``allocate_slots(full_sequence_must_fit=
+        True)``): whether room for ``num_tokens`` could be found now. By default
+        ``can_allocate``; a pool whose requests recycle blocks as they go (a sliding window)
+        counts at most what one request holds at its peak."""
+        return self.can_allocate(request, num_tokens, hit)
+
     def can_admit(self, request: Request, num_tokens: int) -> bool:
         """vLLM v0's admission check (``BlockSpaceManager.can_allocate``): by default the same as
         ``can_allocate``; paged pools keep the watermark free and ignore prefix hits."""

@@ -78,6 +78,10 @@ class HybridPagedAllocator(Allocator):
         bytes_per_token: bytes of one slot (``KVCacheGroups.slot_bytes``).
         kv_groups: the model's KV cache groups (their block size is the pool's).
         enable_prefix_caching: cache full blocks across requests.
+        max_in_flight_tokens: tokens scheduled but not yet computed at most (vLLM's
+            ``max_num_batched_tokens`` times the concurrent batches), for the admission gate's
+            cap on a sliding group (``can_fit_sequence``); ``None``: no cap.
+        max_model_len: the longest request, tokens (caps that cap).
     """
 
     name = "paged"
@@ -94,6 +98,8 @@ class HybridPagedAllocator(Allocator):
         bytes_per_token: int = 1,
         kv_groups: KVCacheGroups,
         enable_prefix_caching: bool = False,
+        max_in_flight_tokens: int | None = None,
+        max_model_len: int | None = None,
     ) -> None:
         super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
         self.kv_groups = kv_groups
@@ -110,6 +116,17 @@ class HybridPagedAllocator(Allocator):
         self.kinds = kv_groups.kinds
         self.windows = tuple(g.sliding_window_tokens or 0 for g in kv_groups.groups)
         self.enable_prefix_caching = enable_prefix_caching
+        # a sliding group's blocks at a request's peak, for the admission gate (vLLM
+        # SlidingWindowSpec.max_admission_blocks_per_request): the window's last W - 1
+        # tokens plus a step's tokens, +1 for a window that starts inside a block
+        self._admission_cap: dict[int, int] = {}
+        if max_in_flight_tokens is not None:
+            for g, window in enumerate(self.windows):
+                if window:
+                    tokens = window - 1 + max_in_flight_tokens
+                    if max_model_len is not None:
+                        tokens = min(tokens, max_model_len)
+                    self._admission_cap[g] = cdiv(tokens, b) + 1
         # groups of one kind hold the same positions (one window, one computed count): each
         # kind's first group stands for the others in the per-step accounting
         self._kind_first = {kind: self.kinds.index(kind) for kind in dict.fromkeys(self.kinds)}
@@ -232,10 +249,11 @@ class HybridPagedAllocator(Allocator):
         return run  # the leading run (every block from 0 cached when the loop ends cached)
 
     def _plan(
-        self, request: Request, num_tokens: int, hit: PrefixHit
+        self, request: Request, num_tokens: int, hit: PrefixHit, capped: bool = False
     ) -> tuple[list[int], list[int], int]:
         """``(new blocks per group, leading blocks each group frees, net blocks taken)`` of
-        ``allocate(request, num_tokens, hit)``. Pure."""
+        ``allocate(request, num_tokens, hit)``; ``capped``: a sliding group needs at most its
+        admission cap (``can_fit_sequence``). Pure."""
         b, rid = self.block_size_tokens, request.req_id
         tables = self.tables.get(rid)
         computed = request.num_computed_tokens if tables is not None else hit.num_tokens
@@ -250,7 +268,10 @@ class HybridPagedAllocator(Allocator):
                 net += new[-1]
                 continue
             skip = sliding_skipped_blocks(computed, self.windows[g], b) if kind == "sliding" else 0
-            new.append(max(0, cdiv(num_tokens, b) - max(have, skip)))
+            required = cdiv(num_tokens, b)
+            if capped and g in self._admission_cap:
+                required = min(required, self._admission_cap[g])
+            new.append(max(0, required - max(have, skip)))
             skip_to.append(skip)
             net += new[-1]
             if tables is not None and skip > self._first_live[rid][g]:
@@ -267,6 +288,11 @@ class HybridPagedAllocator(Allocator):
 
     def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         return self._plan(request, num_tokens, hit)[2] <= self.pool.num_free
+
+    def can_fit_sequence(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """vLLM's full-sequence gate: a sliding group counts at most its admission cap, the
+        blocks it holds at its peak (``get_num_blocks_to_allocate(apply_admission_cap=True)``)."""
+        return self._plan(request, num_tokens, hit, capped=True)[2] <= self.pool.num_free
 
     def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
         if request is None or self.can_allocate(request, num_tokens):
