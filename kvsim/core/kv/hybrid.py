@@ -314,7 +314,7 @@ class HybridPagedAllocator(Allocator):
             and num_tokens <= room[0]
             and request.num_computed_tokens < room[1]
             and (
-                not self.enable_prefix_caching
+                not (self.enable_prefix_caching and request.shares_tokens)
                 or num_tokens // self.block_size_tokens <= self._num_cached.get(rid, 0)
             )
         ):
@@ -344,7 +344,8 @@ class HybridPagedAllocator(Allocator):
         if self.enable_prefix_caching:
             if admitted:
                 self._record_lookup(request, hit)
-            self._cache_full_blocks(request, tables, num_tokens)
+            if request.shares_tokens:  # a private stream is keyed when preempted (``free``)
+                self._cache_full_blocks(request, tables, num_tokens)
         taken = max(0, free_before - self.pool.num_free)
         return self._result(taken * self.block_size_tokens, taken, hit.num_tokens)
 
@@ -444,6 +445,10 @@ class HybridPagedAllocator(Allocator):
         self._room.pop(req_id, None)
         self._memo.pop(req_id, None)
         request = self._requests.pop(req_id)
+        if computed_tokens and self.enable_prefix_caching and not request.shares_tokens:
+            # only the request itself can hit a private stream, after this preemption: its
+            # blocks are keyed now rather than as they filled (the same hits, less work)
+            self._cache_full_blocks(request, tables, computed_tokens)
         self._num_cached.pop(req_id, None)
         self._keys.pop(req_id, None)
         written = 0  # vLLM has cached every block the computed tokens fill
