@@ -19,7 +19,7 @@ SWEEP_FLAGS ?=
 
 FLEET_EXPERIMENTS := fleet-routing fleet-disagg fleet-grid
 
-.PHONY: native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
+.PHONY: offload native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
         clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing \
         fleet $(FLEET_EXPERIMENTS) fleet-cheapest \
         validate calibrate-runs
@@ -88,7 +88,20 @@ bench-sweep: $(NATIVE_STAMP)
 $(EXPERIMENTS): $(STAMP)
 	$(KVSIM) sweep experiments/$@.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS)
 
-experiments: $(EXPERIMENTS)
+experiments: $(EXPERIMENTS) offload
+
+# KV offloading to CPU memory (docs/kv2026.md): CPU buffer size x link bandwidth on the Mooncake
+# conversation trace, or on synthetic multi-turn chat when the trace is not in KVSIM_DATA (else
+# ../shared/data/traces, where kvsim looks); then its figures, results/NAME/figures/ (offload.png
+# is docs/kv2026-offload.png).
+OFFLOAD_TRACE = $${KVSIM_DATA:-$(CURDIR)/../shared/data/traces}/mooncake_conversation.jsonl
+OFFLOAD_RESULTS = results$(if $(findstring --quick,$(SWEEP_FLAGS)),/quick)
+offload: $(STAMP)
+	@if [ -f "$(OFFLOAD_TRACE)" ]; then name=offload; else name=offload-synthetic; \
+	  echo "offload: no $(OFFLOAD_TRACE) (kvsim data fetch); running experiments/$$name.toml"; fi; \
+	$(KVSIM) sweep experiments/$$name.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS) && \
+	$(KVSIM) plot $(OFFLOAD_RESULTS)/$$name && \
+	$(PY) -c "from kvsim.study.offload_figure import save_offload_figure as s; print(s('$(OFFLOAD_RESULTS)/$$name'))"
 
 # Fleets (docs/fleet.md): routers on the Mooncake trace, P/D splits against co-located replicas,
 # then their figures (results/NAME/figures/fleet.png); the traces come from KVSIM_DATA.

@@ -226,17 +226,18 @@ def resolve_table(calibration: str | None, gpu_name: str) -> CalibrationTable:
     """
     if calibration == "analytic":
         return CalibrationTable.analytic()
-    if calibration is not None:
-        table = _load_cached(str(Path(calibration).resolve()))
-        if table.is_measured and gpu_name not in table.meta["device_name"].lower():
-            logger.info(
-                "calibration table from %s applied to simulated GPU %s (ratios only)",
-                table.meta["device_name"],
-                gpu_name,
-            )
-        return table
-    path = shipped_table_path(gpu_name)
-    return _load_cached(str(path)) if path is not None else CalibrationTable.analytic()
+    given = calibration is not None
+    path = Path(calibration).resolve() if calibration is not None else shipped_table_path(gpu_name)
+    if path is None:
+        return CalibrationTable.analytic()
+    table = _load_cached(str(path))
+    if given and table.is_measured and gpu_name not in table.meta["device_name"].lower():
+        logger.info(
+            "calibration table from %s applied to simulated GPU %s (ratios only)",
+            table.meta["device_name"],
+            gpu_name,
+        )
+    return table
 
 
 def metadata_now(**extra: Any) -> dict[str, str]:

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from kvsim.base.textfile import json_from_text, read_text
+from kvsim.base.textfile import read_json, read_text
 from kvsim.calibrate.columns import ROW_COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -81,22 +81,22 @@ def read_table_file(path: Path) -> tuple[dict[str, str], list[dict[str, float]]]
         ValueError: a folder, not UTF-8, bad JSON, a missing or duplicate column, a short or long
             row, or a bad value (naming the file, the row, the column and the value).
     """
-    text = read_text(path)
-    if path.suffix == ".json":
-        data = _json_object(path, text)
+    is_json = path.suffix == ".json"
+    content = read_json(path) if is_json else read_text(path)
+    if is_json:
+        data = _json_object(path, content)
         table = _validate(path, "", TableFile, data)
         meta, rows = table.meta, table.rows
         _warn_unknown(path, {k for r in data["rows"] for k in r})
     else:
-        meta, rows = _read_csv(path, text)
+        meta, rows = _read_csv(path, content)
     return (
         {k: str(v) for k, v in meta.model_dump().items()},
         [{k: float(v) for k, v in r.model_dump().items()} for r in rows],
     )
 
 
-def _json_object(path: Path, text: str) -> dict[str, Any]:
-    data = json_from_text(text, path)
+def _json_object(path: Path, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(
             f'{path}: expected a JSON object {{"meta": {{...}}, "rows": [...]}}, got '

@@ -111,7 +111,7 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     """The summary's header: engine profile and preemption mode, model, GPUs, allocator, pool
     (``pool_text``) and requests (``num_rejected`` of ``num_requests`` could not run)."""
     from kvsim.config import SimConfig
-    from kvsim.results.tables import caches_prefixes, preemption_rule
+    from kvsim.results.tables import preemption_rule
 
     assert isinstance(cfg, SimConfig)
     args = cfg.engine_args
@@ -120,7 +120,7 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     policy = cfg.cache.allocator
     layout = LAYOUTS[cfg.cache.allocator]
     if layout == "blocks":
-        policy += ", prefix caching" if caches_prefixes(cfg) else ""
+        policy += ", prefix caching" if cfg.caches_prefixes else ""
     elif layout == "slabs":
         policy += "/" + cfg.cache.reservation
     batching = ", request-level batching" if args.batching == "request" else ""

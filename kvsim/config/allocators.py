@@ -48,6 +48,15 @@ def caches_prefixes_always(name: str) -> bool:
     return LAYOUTS[name] == "tokens"
 
 
+def caches_prefixes(name: str, enable_prefix_caching: bool) -> bool:
+    """The policy's pool caches prefixes: a block pool when ``enable_prefix_caching`` is on (the
+    profile's default or the user's), a prefix tree always (SGLang's ``RadixCache``), slabs and
+    vAttention's pages never (``enable_prefix_caching`` can only be the profile's default there,
+    which the policy does not read)."""
+    layout = LAYOUTS[name]
+    return layout == "tokens" or (layout == "blocks" and enable_prefix_caching)
+
+
 def has_memory_map(name: str) -> bool:
     """Every slot is owned by one request at an address (slabs, blocks, pages), so the pool can
     be drawn; a tree's slots are shared along its paths."""
@@ -58,6 +67,13 @@ def maps_virtual_pages(name: str) -> bool:
     """Each request one contiguous virtual range, physical pages mapped into it on demand
     (vAttention): no block table, no block shared between requests."""
     return LAYOUTS[name] == "pages"
+
+
+def keys_blocks_by_hash(name: str) -> bool:
+    """Full blocks carry a prefix-cache hash chained over their parents' (vLLM's block pool), the
+    key a KV offload tier stores them under (``kvsim.config.offload``); a radix tree's
+    single-token pages and a request's own pages have none."""
+    return LAYOUTS[name] == "blocks"
 
 
 def serves_sequence_groups(name: str) -> bool:

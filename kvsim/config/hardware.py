@@ -310,6 +310,10 @@ class GpuSpec(Frozen):
     ``interconnect`` says which link the GPUs of one replica share: ``"nvlink"`` (SXM parts) or
     ``"pcie"`` (cards without NVLink, e.g. the GeForce RTX 4090: all-reduces then cross PCIe at
     ``pcie_bandwidth_bytes_per_s``).
+
+    ``c2c_bandwidth_bytes_per_s`` is one direction of NVLink-C2C between the GPU and its Grace CPU
+    on a superchip (GH200, GB200), ``None`` on a GPU behind PCIe: the host link that KV offloading
+    to CPU memory crosses is whichever the GPU has (``host_link_bandwidth_bytes_per_s``).
     """
 
     name: str = "custom"
@@ -319,6 +323,7 @@ class GpuSpec(Frozen):
     pcie_bandwidth_bytes_per_s: float = Field(default=25.6e9, ge=1, le=MAX_HW_PER_S)
     nvlink_bandwidth_bytes_per_s: float = Field(default=300e9, ge=1, le=MAX_HW_PER_S)
     interconnect: Literal["nvlink", "pcie"] = "nvlink"
+    c2c_bandwidth_bytes_per_s: float | None = Field(default=None, ge=1, le=MAX_HW_PER_S)
 
     @model_validator(mode="before")
     @classmethod
@@ -331,7 +336,17 @@ class GpuSpec(Frozen):
         data: dict[str, Any] = handler(self)
         if data.get("interconnect") == "nvlink":
             data.pop("interconnect")
+        if data.get("c2c_bandwidth_bytes_per_s") is None:  # (likewise: no superchip link)
+            data.pop("c2c_bandwidth_bytes_per_s", None)
         return data
+
+    @property
+    def host_link_bandwidth_bytes_per_s(self) -> float:
+        """One direction of the GPU-CPU link (KV offloading, ``kvsim.config.offload``):
+        NVLink-C2C on a superchip, else PCIe."""
+        if self.c2c_bandwidth_bytes_per_s is not None:
+            return self.c2c_bandwidth_bytes_per_s
+        return self.pcie_bandwidth_bytes_per_s
 
     @property
     def link_bandwidth_bytes_per_s(self) -> float:

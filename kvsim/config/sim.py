@@ -32,6 +32,7 @@ from kvsim.base.textfile import read_toml, sha256_file
 from kvsim.base.units import GiB
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
+    caches_prefixes,
     caches_prefixes_always,
     maps_virtual_pages,
     serves_hybrid_groups,
@@ -53,6 +54,7 @@ from kvsim.config.hardware import (
 from kvsim.config.ignored import ignored_settings
 from kvsim.config.layers import KVCacheGroups, kv_cache_groups
 from kvsim.config.memory import check_memory, check_pool_shape
+from kvsim.config.offload import OffloadConfig, check_offload
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
 from kvsim.config.speculative import SpeculativeConfig
 from kvsim.workload import WorkloadSpec, load_workload
@@ -82,6 +84,7 @@ class SimConfig(Frozen):
     slo: SloSpec = SloSpec()
     pricing: PricingSpec = PricingSpec()
     speculative: SpeculativeConfig = SpeculativeConfig()
+    offload: OffloadConfig = OffloadConfig()
     seed: int = Field(default=0, ge=0, le=2**64 - 1)
     debug_invariants: bool = False
     record_memory: bool = True
@@ -120,13 +123,15 @@ class SimConfig(Frozen):
 
     @model_serializer(mode="wrap")
     def _drop_unset_sections(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave ``fleet``, ``slo``, ``pricing`` and ``speculative`` out when unset, so a config
-        without them keeps its canonical hash (and its sweep points)."""
+        """Leave ``fleet``, ``slo``, ``pricing``, ``speculative`` and ``offload`` out when
+        unset, so a config without them keeps its canonical hash (and its sweep points)."""
         data: dict[str, Any] = handler(self)
         if data.get("fleet") is None:
             data.pop("fleet", None)
         if self.speculative == SpeculativeConfig():
             data.pop("speculative", None)
+        if self.offload == OffloadConfig():
+            data.pop("offload", None)
         for key in ("slo", "pricing"):
             if not any(v is not None for v in data.get(key, {}).values()):
                 data.pop(key, None)
@@ -198,6 +203,11 @@ class SimConfig(Frozen):
             num_speculative_tokens=spec.num_speculative_tokens,
             num_lookahead_tokens=spec.num_lookahead_tokens,
         )
+
+    @property
+    def caches_prefixes(self) -> bool:
+        """The run's pool caches prefixes (``kvsim.config.allocators.caches_prefixes``)."""
+        return caches_prefixes(self.cache.allocator, self.engine_args.enable_prefix_caching)
 
     @property
     def max_model_len(self) -> int:
@@ -276,6 +286,7 @@ class SimConfig(Frozen):
         _check_workload_fits_profile(self, args)
         _check_blocks(self)
         _check_fleet(self)
+        check_offload(self)
         if args.max_model_len > self.model.max_position_embeddings:
             warn_once(
                 logger,

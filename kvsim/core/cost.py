@@ -124,6 +124,8 @@ class StepCostModel:
         self.pp = parallel.pipeline_parallel_size
         whole_model = ParallelConfig(tensor_parallel_size=self.tp)  # all layers, one TP rank
         kv_rank = kv_bytes_per_token_per_gpu(model, whole_model, kv_cache_dtype)
+        stage = kv_bytes_per_token_per_gpu(model, parallel, kv_cache_dtype)  # what a swap moves
+        self.swap_bytes_per_token = float(stage)
         self.hidden = model.hidden_size
         self.num_layers = model.num_layers
         self.act_bytes = float(model.dtype_bytes)
@@ -141,9 +143,6 @@ class StepCostModel:
         self.per_seq_overhead_s = resolved.per_seq_overhead_s
         self.swap_copy_overhead_s = cost.swap_copy_overhead_s
         self.block_size_tokens = block_size_tokens
-        self.swap_bytes_per_token = float(
-            kv_bytes_per_token_per_gpu(model, parallel, kv_cache_dtype)
-        )
         self.layers_per_gpu = -(model.num_layers // -self.pp)
         self.draft_passes = draft_passes
         self.draft_bytes = float(draft_num_params * model.dtype_bytes) / self.tp

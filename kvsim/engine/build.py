@@ -8,11 +8,15 @@ from dataclasses import dataclass
 
 from kvsim.config import SimConfig
 from kvsim.config.hardware import kv_tensors_per_gpu
+from kvsim.config.offload import cpu_tier_blocks, link_bandwidth_bytes_per_s
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv import Allocator, allocator_from_knobs
 from kvsim.core.kv.hybrid import HybridPagedAllocator
+from kvsim.core.kv.offload import CpuTier
+from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.kv.swap import SwapSpace
 from kvsim.core.scheduler import SchedulerCore, SpecDecoder, make_scheduler
+from kvsim.core.scheduler.offload import OffloadConnector
 from kvsim.workload.request import Request
 
 
@@ -68,6 +72,20 @@ def spec_decoder_from_config(config: SimConfig) -> SpecDecoder | None:
     )
 
 
+def offload_from_config(config: SimConfig, allocator: Allocator) -> OffloadConnector | None:
+    """vLLM v1's CPU offloading connector over the paged pool (``None`` when offloading is
+    off; ``kvsim.config.offload.check_offload`` allowed the rest)."""
+    if not config.offload.enabled:
+        return None
+    assert isinstance(allocator, PagedAllocator), "check_offload admits paged pools only"
+    return OffloadConnector(
+        allocator,
+        CpuTier(num_blocks=cpu_tier_blocks(config)),
+        block_bytes=allocator.block_size_tokens * config.bytes_per_token,
+        bandwidth_bytes_per_s=link_bandwidth_bytes_per_s(config),
+    )
+
+
 def cost_model_from_config(
     config: SimConfig, paged: bool, block_size_tokens: int | None = None
 ) -> StepCostModel:
@@ -89,12 +107,14 @@ def cost_model_from_config(
 
 @dataclass(frozen=True, slots=True)
 class RunParts:
-    """A run's KV pool, swap space (v0, paged) or ``None``, scheduler and step-cost model."""
+    """A run's KV pool, swap space (v0, paged) or ``None``, scheduler, step-cost model and CPU
+    offloading connector (or ``None``)."""
 
     allocator: Allocator
     swap: SwapSpace | None
     scheduler: SchedulerCore
     cost: StepCostModel
+    offload: OffloadConnector | None = None
 
 
 def build_parts(config: SimConfig, requests: Sequence[Request], *, pooled: bool) -> RunParts:
@@ -110,4 +130,5 @@ def build_parts(config: SimConfig, requests: Sequence[Request], *, pooled: bool)
     spec = spec_decoder_from_config(config)
     scheduler = make_scheduler(allocator, config.engine_args, swap, pooled=pooled, spec=spec)
     cost = cost_model_from_config(config, allocator.reads_block_table, allocator.block_size_tokens)
-    return RunParts(allocator, swap, scheduler, cost)
+    offload = scheduler.offload = offload_from_config(config, allocator)
+    return RunParts(allocator, swap, scheduler, cost, offload)

@@ -24,7 +24,6 @@ from kvsim.config.allocators import PAGED_ALLOCATORS, serves_sequence_groups
 from kvsim.config.sim import group_over_max_num_seqs
 from kvsim.core.kv.base import Allocator
 from kvsim.engine.build import allocator_from_config
-from kvsim.results.tables import caches_prefixes
 from kvsim.workload import generate_requests
 from kvsim.workload.request import Request, RequestSpec, fresh_requests
 from kvsim.workload.tokens import prompt_segments
@@ -54,7 +53,7 @@ def warn_nothing_to_cache(config: SimConfig, requests: list[Request]) -> None:
     tokens reported 0 hits without a word. Synthetic lengths are unique by design: not said;
     nor is vLLM v1's default (caching the user did not ask for: the hits are just 0)."""
     spec = config.workload
-    if spec.trace is None or not caches_prefixes(config) or not config.cache.enable_prefix_caching:
+    if spec.trace is None or not config.caches_prefixes or not config.cache.enable_prefix_caching:
         return
     if any(r.shares_tokens or r.n > 1 for r in requests):
         return

@@ -109,6 +109,9 @@ class Engine:
             config, requests if workload is None else workload, pooled=frames is None
         )
         self.allocator, self.swap = parts.allocator, parts.swap
+        self.offload = parts.offload  # CPU offloading (vLLM's OffloadingConnector) or None
+        self.tier_samples: list[tuple[int, int, int, int]] = []  # per memory row (offload)
+        self._parked: set[Request] = set()  # loaded from the CPU tier, waiting, holding blocks
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
@@ -230,12 +233,27 @@ class Engine:
                 self._wake = self.env.event()
                 yield self._wake
                 continue
+            if self.offload is not None:
+                self.offload.now_s = self.env.now
             plan = self.scheduler.schedule()
+            if self.offload is not None and self.offload.started:
+                self._start_loads()
             if self.holding:
                 self.holding.difference_update(plan.scheduled)
+                self._parked.difference_update(plan.scheduled)
             if plan.is_empty and not plan.swap_blocks and not plan.num_cohort:
+                # the plan is dropped: the cohort forgets the step it was planned at
+                self.scheduler.lazy.flush(self.scheduler.running)
                 if plan.num_preempted:
                     continue  # everything running was preempted: replan at once (vLLM does too)
+                if self.offload is not None and self.offload.loads:
+                    # nothing to run until a load ends (_loaded wakes the loop)
+                    self._wake = self.env.event()
+                    yield self._wake
+                    continue
+                if self._parked:
+                    self._drop_parked()  # loaded requests' blocks keep the head out: free them
+                    continue
                 self._raise_never_fits()
             now = self.env.now
             for req in plan.scheduled:
@@ -262,12 +280,65 @@ class Engine:
             if self.frames is not None:
                 self._capture_frames(plan, timing, now, at)
             finished = self.scheduler.complete(plan, self.env.now, now + timing.step0_s)
+            if self.offload is not None:
+                self._store(plan, finished)
             if finished:
                 for req in finished:
                     self.on_done(self._row.pop(req), req)
                 self.num_finished += len(finished)
                 if self.on_finish is not None:
                     self.on_finish(len(finished))
+
+    # -- CPU offloading (vLLM's OffloadingConnector, kvsim.core.scheduler.offload) -------------
+    def _start_loads(self) -> None:
+        """The loads the plan started: each request holds its blocks (its slots counted as
+        ``holding``) until its load ends, then rejoins the waiting queue at its front."""
+        assert self.offload is not None
+        for req in self.offload.take_started():
+            self.holding.add(req)
+            done_s = self.offload.loads[req].done_s
+            ended = self.env.timeout(max(0.0, done_s - self.env.now), value=req)
+            ended.callbacks.append(self._loaded)
+
+    def _loaded(self, event: simpy.Event) -> None:
+        """The load of ``event``'s request ended: it waits at the queue's front with its loaded
+        tokens computed (vLLM ``_update_waiting_for_remote_kv``: it keeps its place at the
+        front)."""
+        assert self.offload is not None
+        req = event.value
+        assert isinstance(req, Request), "a load event carries its request"
+        self.offload.finish_load(req)
+        self.scheduler.waiting.appendleft(req)
+        self._parked.add(req)
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _drop_parked(self) -> None:
+        """Nothing runs, no load is in flight, and the waiting head cannot be admitted while
+        requests that loaded from the CPU tier hold their blocks behind it (a request preempted
+        to the queue's front can land there): free those blocks, as a preemption would, so the
+        head runs; the dropped requests look the tier up again when their turn comes. vLLM's
+        scheduler has no such guard (it preempts running requests only) and would stall here;
+        ``kv_offload_loads_dropped`` counts them."""
+        assert self.offload is not None
+        for req in sorted(self._parked, key=lambda r: r.req_id):
+            self.allocator.free(req.req_id, req.num_computed_tokens)
+            req.num_computed_tokens = 0
+            req.num_held_slots = 0
+            self.holding.discard(req)
+            self.offload.num_loads_dropped += 1
+        self._parked.clear()
+
+    def _store(self, plan: StepPlan, finished: list[Request]) -> None:
+        """After a step: offer the tier the full blocks the scheduled and the finished requests
+        computed (their copies start now, at the step's end)."""
+        assert self.offload is not None
+        now = self.env.now
+        self.offload.store(plan.scheduled, now)
+        if finished:
+            self.offload.store(finished, now)
+            for req in finished:
+                self.offload.forget(req)
 
     def _plan_time(self) -> PlanTime:
         scheduler = self.scheduler
@@ -290,6 +361,8 @@ class Engine:
 
     def _check_invariants(self) -> None:
         self.allocator.check_invariants()
+        if self.offload is not None:
+            self.offload.tier.check_invariants(self.env.now)
         if self.swap is not None:
             self.swap.check_invariants()
         self.scheduler.lazy.cohort.check()
@@ -320,7 +393,9 @@ class Engine:
         ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
         """
         # staged arrivals reach the scheduler at the next boundary: no span past it
-        k = self.scheduler.max_extension(plan, 1 if self._staged else self.max_span_steps)
+        # (and no span while a CPU-tier load is in flight: it ends with the step in flight)
+        one = self._staged or (self.offload is not None and self.offload.loads)
+        k = self.scheduler.max_extension(plan, 1 if one else self.max_span_steps)
         step0_s = self.cost.step_s(*plan.work)
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
@@ -404,3 +479,5 @@ class Engine:
             new = dict(zip(plan.scheduled, plan.num_new_tokens, strict=True))
             running = [(r, r.num_computed_tokens + new.get(r, 0)) for r in scheduler.lazy.others]
             self.group_recorder.record(timing.total_s, running)
+        if self.offload is not None:  # the tier's blocks by category at the row's time
+            self.tier_samples.append(self.offload.tier.occupancy(now))

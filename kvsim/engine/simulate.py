@@ -12,6 +12,7 @@ from kvsim.engine.frames import FrameRecorder
 from kvsim.engine.intake import prepare_requests
 from kvsim.engine.loop import Engine
 from kvsim.results import Results, build_results
+from kvsim.results.offload import tier_arrays
 from kvsim.workload.request import Request, RequestSpec
 
 logger = logging.getLogger(__name__)
@@ -69,13 +70,15 @@ def simulate(
     env.process(engine.engine_loop())
     env.run()
     logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
-    memory = engine.recorder.arrays()
+    memory_columns = engine.recorder.arrays()
+    if engine.offload is not None and engine.tier_samples:  # the CPU tier's blocks per row
+        memory_columns.update(tier_arrays(engine.tier_samples))
     if engine.group_recorder is not None:  # hybrid KV cache groups: a column set per group
-        memory.update(engine.group_recorder.arrays())
+        memory_columns.update(engine.group_recorder.arrays())
     results = build_results(
         config,
         engine.log.columns(),
-        memory,
+        memory_columns,
         engine.num_preemptions,
         usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
     )
@@ -88,6 +91,8 @@ def simulate(
         summary.update(engine.group_recorder.summary(config.capacity_tokens))
     if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
         summary.update(engine.scheduler.spec.summary())
+    if engine.offload is not None:  # vLLM's external prefix cache and kv offload counters
+        summary.update(engine.offload.summary())
     num_blocks = engine.allocator.num_gpu_blocks
     if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
         summary["num_gpu_blocks"] = num_blocks

@@ -146,7 +146,9 @@ def prometheus_snapshot(results: Results) -> str:
     tokens included, once per request), ``vllm:generation_tokens``, ``vllm:prompt_tokens_cached``
     and, as vLLM v0.33.0 counts them once per admitted request (preempted re-admissions apart),
     ``vllm:prefix_cache_queries`` (prompt tokens of every request when prefix caching is on, else
-    0) and ``vllm:prefix_cache_hits`` (their cached tokens). Not exported, as vLLM exports no
+    0) and ``vllm:prefix_cache_hits`` (their cached tokens found on the GPU); with a CPU tier,
+    ``vllm:external_prefix_cache_queries`` and ``vllm:external_prefix_cache_hits`` (the KV
+    connector's lookups, tokens; ``kvsim.core.scheduler.offload``). Not exported, as vLLM exports no
     such counter: the re-admissions' ``prefix_cache_preempted_queries``/``_hits`` (vLLM's
     ``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, adds only
     ``PrefixCacheStats.queries`` and ``hits`` to its counters) and ``num_cache_evictions`` (vLLM
@@ -193,6 +195,9 @@ class _SnapshotCollector:
         df, summary = self.results.requests, self.results.summary
         labels = [self.results.config.model.name, "0"]
         caching = bool(summary.get("enable_prefix_caching"))
+        # a request's cached tokens include those its KV connector loaded (vLLM's
+        # num_cached_tokens); the prefix cache's own hits are the rest
+        external_hits = int(summary.get("external_prefix_cache_hits", 0))
         counters = {
             "num_preemptions": (summary["num_preemptions"], "Cumulative number of preemptions."),
             "prompt_tokens": (df["prompt_tokens"].sum(), "Prompt tokens, cached ones included."),
@@ -202,8 +207,20 @@ class _SnapshotCollector:
                 df["prompt_tokens"].sum() if caching else 0,
                 "Prefix cache queries, in tokens.",
             ),
-            "prefix_cache_hits": (df["num_cached_tokens"].sum(), "Prefix cache hits, in tokens."),
+            "prefix_cache_hits": (
+                df["num_cached_tokens"].sum() - external_hits,
+                "Prefix cache hits, in tokens.",
+            ),
         }
+        if "external_prefix_cache_queries" in summary:  # a CPU tier (KV offloading)
+            counters["external_prefix_cache_queries"] = (
+                summary["external_prefix_cache_queries"],
+                "External prefix cache queries (KV connector), in tokens.",
+            )
+            counters["external_prefix_cache_hits"] = (
+                external_hits,
+                "External prefix cache hits (KV connector), in tokens.",
+            )
         for name, (value, doc) in counters.items():
             counter = CounterMetricFamily(f"vllm:{name}", doc, labels=LABELS)
             counter.add_metric(labels, float(value))

@@ -24,6 +24,7 @@ from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
 from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
 from kvsim.results.money import money_summary, price_or_none
+from kvsim.results.offload import TIER_COLUMNS
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ def build_results(
 def engine_summary(config: SimConfig) -> dict[str, Any]:
     """The resolved serving knobs a run used (what its profile defaulted), for its summary:
     ``enable_prefix_caching`` and ``preemption_mode`` as the run applied them
-    (``caches_prefixes``, ``preemption_rule``)."""
+    (``SimConfig.caches_prefixes``, ``preemption_rule``)."""
     args = config.engine_args
     return {
         "max_num_seqs": args.max_num_seqs,
@@ -318,26 +319,13 @@ def engine_summary(config: SimConfig) -> dict[str, Any]:
         "max_model_len": args.max_model_len,
         "enable_chunked_prefill": args.enable_chunked_prefill,
         "scheduler_reserve_full_isl": args.scheduler_reserve_full_isl,
-        "enable_prefix_caching": caches_prefixes(config),
+        "enable_prefix_caching": config.caches_prefixes,
         "preemption_mode": preemption_rule(config),
         "tensor_parallel_size": config.parallel.tensor_parallel_size,
         "pipeline_parallel_size": config.parallel.pipeline_parallel_size,
         "kv_cache_dtype": config.cache.kv_cache_dtype,
         "bytes_per_token": config.bytes_per_token,
     }
-
-
-def caches_prefixes(config: SimConfig) -> bool:
-    """The run's pool caches prefixes: a paged pool with ``enable_prefix_caching`` on (the
-    profile's default or the user's), the radix tree always (SGLang's ``RadixCache`` is a prefix
-    cache), a slab allocator never (``enable_prefix_caching`` can only be its profile's default
-    there, which the allocator does not read)."""
-    from kvsim.core.kv import ALLOCATORS
-
-    policy = ALLOCATORS[config.cache.allocator]
-    if policy.paged and policy.caches_prefixes:
-        return config.engine_args.enable_prefix_caching
-    return policy.caches_prefixes
 
 
 def preemption_rule(config: SimConfig) -> str:
@@ -358,10 +346,11 @@ def preemption_rule(config: SimConfig) -> str:
 def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
     """``MemoryRecorder.arrays`` as a DataFrame that takes the arrays over without copying them
     (no rows: object columns, as pandas builds an empty table); a fleet's ``replica`` column
-    after them."""
+    and a CPU tier's ``TIER_COLUMNS`` (``kvsim.results.offload``) after them."""
     import pandas as pd  # only when a run's tables are built
 
     names = [*MEMORY_COLUMNS, *(["replica"] if "replica" in columns else [])]
+    names += [c for c in TIER_COLUMNS if c in columns]  # a run offloading to a CPU tier
     names += [c for c in columns if c.startswith("group")]  # hybrid KV cache groups' columns
     if not len(columns["time_s"]):
         return pd.DataFrame([], columns=names)

@@ -44,6 +44,12 @@ _MORE_METRICS = (
     "spec_decode_num_accepted_tokens",
     "spec_decode_draft_acceptance_rate",
     "spec_decode_mean_acceptance_length",
+    # KV offloading to a CPU tier (kvsim.core.scheduler.offload)
+    "external_prefix_cache_hit_rate",
+    "external_prefix_cache_hits",
+    "kv_offload_bytes_gpu_to_cpu",
+    "kv_offload_bytes_cpu_to_gpu",
+    "kv_offload_load_wait_s",
 )
 
 

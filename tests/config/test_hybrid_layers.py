@@ -139,3 +139,13 @@ def test_the_longest_request_counts_every_groups_blocks():
         }
     )
     assert ok.kv_groups is not None
+
+
+def test_offloading_hybrid_groups_is_refused_with_the_way_out():
+    base = {"model": "gemma-3-27b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
+    with pytest.raises(ValueError, match="hybrid_kv_cache = false to offload it"):
+        SimConfig.model_validate({**base, "offload": {"kv_offloading_size": 16}})
+    full = {**base, "model": {"preset": "gemma-3-27b", "attention": {"hybrid_kv_cache": False}}}
+    assert (
+        SimConfig.model_validate({**full, "offload": {"kv_offloading_size": 16}}).kv_groups is None
+    )

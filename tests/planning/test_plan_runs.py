@@ -406,6 +406,12 @@ def test_every_target_metric_is_in_some_summary() -> None:
         {"fleet": {"replicas": 2, "prefill_replicas": 1}, "workload": tiny},
         # speculative decoding: vLLM's spec_decode_* counters
         {"speculative": {"num_speculative_tokens": 2, "acceptance_rate": 0.5}, "workload": tiny},
+        # a CPU tier: vLLM's external_prefix_cache_* and kv offload counters
+        {
+            "cache": {"enable_prefix_caching": True},
+            "offload": {"kv_offloading_size": 1},
+            "workload": tiny,
+        },
     ]
     held: set[str] = set()
     for run in runs:

@@ -243,6 +243,23 @@ class PagedAllocator(Allocator):
             return NO_HIT
         return PrefixHit(len(hits) * self.block_size_tokens, tuple(hits))
 
+    def block_keys(self, request: Request, start: int, stop: int) -> list[int]:
+        """Prefix-cache keys of the request's full blocks ``start`` to ``stop - 1`` (a KV
+        offload tier's keys, ``kvsim.core.scheduler.offload``), from the request's memoised
+        keys while it holds blocks, else computed afresh and not kept (a finished request's)."""
+        keys: StreamKeys | PrivateKeys | None = self._keys.get(request.req_id)
+        if keys is None:
+            if has_private_stream(request):
+                keys = PrivateKeys(request.req_id)
+            else:
+                keys = StreamKeys(
+                    self.key_chain,
+                    stream_segments(request),
+                    self.block_size_tokens,
+                    request.cache_salt,
+                )
+        return list(keys.keys_between(start, stop))
+
     def cached_prefix_tokens(self, request: Request) -> int:
         """``find_cached_prefix``'s tokens, without memoising the request's keys: a router asks
         every replica about a request that only one of them will hold."""

@@ -21,6 +21,7 @@ from collections import deque
 
 from kvsim.config import EngineArgs
 from kvsim.core.kv.base import NO_HIT, Allocator, PrefixHit
+from kvsim.core.scheduler.offload import OffloadConnector
 from kvsim.core.scheduler.plan import StepPlan
 from kvsim.core.scheduler.running import LazyDecodes
 from kvsim.core.scheduler.spec import SpecDecoder
@@ -70,6 +71,8 @@ class SchedulerCore:
         self.cache_block_tokens = allocator.block_size_tokens if caching else 0
         # a speculating request advances 1 + accepted tokens a step: never a cohort member
         self.lazy = LazyDecodes(allocator, bool(self.cache_block_tokens), pooled, spec is None)
+        # KV offloading to a CPU tier (vLLM v1's OffloadingConnector), set by the engine
+        self.offload: OffloadConnector | None = None
 
     # -- the running requests -----------------------------------------------------------------
     def _flush(self) -> None:

@@ -211,6 +211,12 @@ class V1Scheduler(SchedulerCore):
             hit = NO_HIT
             if head.num_computed_tokens == 0 and allocator.caches_prefixes:
                 hit = allocator.find_cached_prefix(head)
+                if self.offload is not None:
+                    loading = self._load_from_tier(plan, head, hit, budget)
+                    if loading is None:
+                        break
+                    if loading:
+                        continue
             num_new = head.num_tokens - head.num_computed_tokens - hit.num_tokens
             pad = False
             if num_new == 1 and self.spec is not None and self._pads(head, hit):
@@ -235,8 +241,10 @@ class V1Scheduler(SchedulerCore):
                 break
             waiting.popleft()
             self._run(head)
-            if head.num_preemptions == 0:
-                head.num_cached_tokens = hit.num_tokens
+            if head.num_preemptions == 0 and head.num_computed_tokens == 0:
+                head.num_cached_tokens = hit.num_tokens  # (a loaded request's: start_load)
+                if self.offload is not None:
+                    self.offload.count_query(head, 0)
             head.num_computed_tokens += hit.num_tokens
             if head.num_computed_tokens + num_new < head.num_tokens:
                 self._partial = True
@@ -248,6 +256,34 @@ class V1Scheduler(SchedulerCore):
                 self._count_drafting(plan, head, num_new)
             budget -= num_new
         return budget
+
+    def _load_from_tier(
+        self, plan: StepPlan, head: Request, hit: PrefixHit, budget: int
+    ) -> bool | None:
+        """Start loading the head's CPU-tier hit past its GPU hit (``kvsim.core.scheduler.
+        offload``): ``True`` when it now holds blocks for both and waits for the load (out of
+        the queue until it ends, vLLM ``WAITING_FOR_REMOTE_KVS``), ``False`` on no tier hit,
+        ``None`` when it cannot start now (its blocks do not fit, or another load reads them)
+        and the waiting pass stops."""
+        assert self.offload is not None
+        num_loaded = self.offload.matched_tokens(head, hit.num_tokens)
+        if num_loaded is None:
+            plan.head_blocked = "kv_prefix"  # (the load in flight ends with a wake-up)
+            return None
+        if not num_loaded:
+            return False
+        total = hit.num_tokens + num_loaded
+        if self.args.scheduler_reserve_full_isl and not self.allocator.can_allocate(
+            head, head.num_tokens, hit
+        ):
+            plan.head_blocked = self._full_isl_blocked_reason(head, hit)
+            return None
+        if not self._allocate(head, total, hit):
+            plan.head_blocked = self._blocked_reason(head, hit, budget)
+            return None
+        self.waiting.popleft()
+        self.offload.start_load(head, hit.num_tokens, num_loaded)
+        return True
 
     def _pads(self, head: Request, hit: PrefixHit) -> bool:
         """Whether a waiting request with one token to compute is padded to a whole

@@ -1,0 +1,125 @@
+"""``OffloadConfig``: KV offloading to CPU memory as vLLM's ``--kv-offloading-size`` sets it.
+
+vLLM (``vllm/config/cache.py``, ``CacheConfig.kv_offloading_size`` / ``kv_offloading_backend``)
+takes the CPU buffer in GiB, summed over the tensor-parallel ranks; the ``"native"`` backend
+installs the ``OffloadingConnector``
+(``vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py``) with
+``cpu_bytes_to_use = kv_offloading_size * 2**30`` (``vllm/config/vllm.py``), and the CPU spec
+(``vllm/v1/kv_offload/cpu.py``) splits it into blocks of the GPU's block size, one share per
+worker. The connector keys the CPU blocks by the GPU prefix cache's block hashes, so it runs
+only under vLLM v1 with a paged pool and prefix caching (``check_offload``).
+
+The link's bandwidth is the GPU preset's host link (PCIe, or NVLink-C2C on a superchip:
+``GpuSpec.host_link_bandwidth_bytes_per_s``) unless ``link_bandwidth_bytes_per_s`` is given.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, model_validator
+
+from kvsim.base.limits import MAX_HW_PER_S
+from kvsim.base.units import GiB
+from kvsim.config.allocators import keys_blocks_by_hash
+from kvsim.config.hardware import Frozen
+
+if TYPE_CHECKING:
+    from kvsim.config.sim import SimConfig
+
+MAX_OFFLOAD_GIB = 1 << 20  # 1 PiB of host memory: a typo guard, not a limit of vLLM's
+
+
+class OffloadConfig(Frozen):
+    """CPU offloading of KV blocks (vLLM's native ``OffloadingConnector``; off while
+    ``kv_offloading_size`` is unset).
+
+    Attributes:
+        kv_offloading_size: the CPU buffer, GiB (2**30 bytes), summed over the
+            ``world_size`` GPUs of the replica (vLLM: over the TP ranks); each GPU's share
+            holds whole blocks of its KV. ``None`` (vLLM's default) or 0: no offloading (0
+            lets a sweep put "off" beside its sizes).
+        kv_offloading_backend: ``"native"`` (vLLM's own CPU tier). ``"lmcache"`` is vLLM's
+            other choice; kvsim does not model LMCache's chunked store and refuses it.
+        link_bandwidth_bytes_per_s: one direction of the GPU-CPU link, bytes/s; ``None``
+            reads the GPU preset (PCIe 4: 25.6e9, PCIe 5: 51.2e9, 80 % of nominal;
+            NVLink-C2C on GH200/GB200: 450e9; ``kvsim/data/gpus.toml``).
+    """
+
+    kv_offloading_size: float | None = Field(default=None, ge=0, le=MAX_OFFLOAD_GIB)
+    kv_offloading_backend: Literal["native", "lmcache"] = "native"
+    link_bandwidth_bytes_per_s: float | None = Field(default=None, ge=1, le=MAX_HW_PER_S)
+
+    @model_validator(mode="after")
+    def _backend(self) -> OffloadConfig:
+        if self.kv_offloading_backend == "lmcache":
+            raise ValueError(
+                "kv_offloading_backend: kvsim models vLLM's native CPU offloading only, got "
+                "'lmcache' (LMCache's chunked store and its own eviction are not modelled); "
+                "use 'native'"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Offloading is on (``kv_offloading_size`` set and above 0)."""
+        return bool(self.kv_offloading_size)
+
+
+def cpu_tier_blocks(config: SimConfig) -> int:
+    """Blocks one GPU's share of the CPU buffer holds:
+    ``floor(kv_offloading_size * 2**30 / world_size / (block_size_tokens * bytes_per_token))``
+    (vLLM ``CPUOffloadingSpec``: ``cpu_bytes_to_use`` over the workers and the bytes of one
+    block of every layer the worker holds)."""
+    size = config.offload.kv_offloading_size
+    if not size:
+        return 0
+    block_bytes = config.cache.block_size_tokens * config.bytes_per_token
+    return int(size * GiB) // config.parallel.world_size // block_bytes
+
+
+def link_bandwidth_bytes_per_s(config: SimConfig) -> float:
+    """One direction of the GPU-CPU link the tier's transfers cross, bytes/s."""
+    given = config.offload.link_bandwidth_bytes_per_s
+    return given if given is not None else config.gpu.host_link_bandwidth_bytes_per_s
+
+
+def check_offload(config: SimConfig) -> None:
+    """Offloading runs where vLLM's OffloadingConnector runs: the v1 scheduler (a KV connector
+    is a v1 feature), a block pool whose full blocks carry prefix-cache hashes (the CPU tier's
+    keys), prefix caching on; and the buffer holds one block at least.
+
+    Raises:
+        ValueError: naming the field that rules it out.
+    """
+    if not config.offload.enabled:
+        return
+    args = config.engine_args
+    if args.engine != "vllm-v1":
+        raise ValueError(
+            f"offload.kv_offloading_size: KV offloading moves blocks through vLLM v1's KV "
+            f"connector; the run uses {args.engine!r} (set scheduler.engine = 'vllm-v1'; vLLM "
+            "v0's swap is scheduler.preemption_mode = 'swap')"
+        )
+    if not keys_blocks_by_hash(config.cache.allocator):
+        raise ValueError(
+            f"offload.kv_offloading_size: the CPU tier keys blocks by their prefix-cache hash; "
+            f"allocator {config.cache.allocator!r} has no hashed blocks (use 'paged')"
+        )
+    if not args.enable_prefix_caching:
+        raise ValueError(
+            "offload.kv_offloading_size: the CPU tier keys blocks by their prefix-cache hash; "
+            "set cache.enable_prefix_caching = true"
+        )
+    if config.kv_groups is not None:  # (kvsim.config.layers)
+        raise ValueError(
+            "offload.kv_offloading_size: offloading is modelled over one full-attention block "
+            f"table; {config.model.name} runs vLLM's hybrid KV cache groups (set "
+            "model.attention.hybrid_kv_cache = false to offload it as full attention)"
+        )
+    if cpu_tier_blocks(config) < 1:
+        raise ValueError(
+            f"offload.kv_offloading_size: {config.offload.kv_offloading_size} GiB over "
+            f"{config.parallel.world_size} GPU(s) holds no block of "
+            f"{config.cache.block_size_tokens * config.bytes_per_token:,} bytes; raise it"
+        )

@@ -1,0 +1,201 @@
+"""The scheduler side of vLLM's OffloadingConnector: what to store in the CPU tier, what to load.
+
+Follows ``vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`` and its
+scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorScheduler``):
+
+- **Lookup** (``matched_tokens``, vLLM ``get_num_new_matched_tokens``), for a waiting request
+  that has computed nothing, after the GPU prefix-cache lookup found ``g`` tokens (whole
+  blocks): every full block of the request's tokens is ``touch``ed in the tier, then the tier is
+  asked for the longest run of stored blocks from block ``g // B`` on. ``h`` blocks give
+  ``h * B`` tokens to load; fewer than one block beyond ``g`` is no hit. A hit on a block that
+  another request's load is reading delays the request (vLLM: ``None``, try again later).
+- **Load** (``start_load``): the scheduler takes GPU blocks for ``g + h * B`` tokens and parks
+  the request (vLLM ``WAITING_FOR_REMOTE_KVS``) while ``h`` blocks cross the CPU->GPU link,
+  ``h * block_bytes / bandwidth`` seconds after the copies queued before them. When the load
+  ends (``finish_load``) the request waits again with ``g + h * B`` tokens computed, one fewer
+  when that is all its tokens (vLLM ``_update_waiting_for_remote_kv``: the last token is always
+  computed), and its prefill skips them.
+- **Store** (``store``, vLLM ``_get_reqs_to_store`` at ``build_connector_meta``): after a step,
+  each full block that a scheduled request's computed tokens now cover and that was not offered
+  before is offered to the tier (``CpuTier.prepare_store``); the ones it lacks cross the
+  GPU->CPU link after the step, without holding the scheduler up, and become loadable when the
+  copy ends.
+
+kvsim's engine decodes steady requests as a cohort without visiting them each step, so a block
+that fills during decoding is stored when its request is next scheduled on its own, is
+preempted, or finishes, rather than the step it fills (a later request can hit such a block only
+after its owner finished, except a sibling's). vLLM also defers caching a loading request's GPU
+blocks until its load ends (``delay_cache_blocks``); kvsim caches them when it takes them, so
+another request may hit them on the GPU during the load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kvsim.core.kv.offload import CpuTier, TransferLink
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.workload.request import Request
+
+
+@dataclass(slots=True)
+class Load:
+    """A load in flight: the tier keys it reads and when it ends (simulated seconds)."""
+
+    keys: list[int]
+    done_s: float
+    num_tokens: int
+
+
+class OffloadConnector:
+    """CPU-tier lookups, loads and stores for the vLLM v1 scheduler (see the module docstring).
+
+    Args:
+        allocator: the paged pool whose block keys name the tier's blocks.
+        tier: the CPU tier.
+        block_bytes: bytes of one block on one GPU (``block_size_tokens * bytes_per_token``).
+        bandwidth_bytes_per_s: one direction of the GPU-CPU link.
+
+    Counters (cumulative, vLLM's names): ``external_prefix_cache_queries`` and
+    ``external_prefix_cache_hits`` (tokens, first admissions: vLLM's connector prefix-cache
+    stats), ``gpu_to_cpu`` and ``cpu_to_gpu`` links (bytes and busy seconds).
+    """
+
+    def __init__(
+        self,
+        allocator: PagedAllocator,
+        tier: CpuTier,
+        *,
+        block_bytes: int,
+        bandwidth_bytes_per_s: float,
+    ) -> None:
+        self.allocator = allocator
+        self.tier = tier
+        self.block_size_tokens = allocator.block_size_tokens
+        self.block_bytes = block_bytes
+        self.gpu_to_cpu = TransferLink(bandwidth_bytes_per_s)
+        self.cpu_to_gpu = TransferLink(bandwidth_bytes_per_s)
+        self.now_s = 0.0  # the engine sets it before each step is planned
+        self.loads: dict[Request, Load] = {}
+        self.started: list[Request] = []  # loads started by the last plan (the engine takes)
+        self._being_loaded: dict[int, int] = {}  # tier key -> loads reading it
+        self._next_store: dict[int, int] = {}  # req_id -> next block to offer the tier
+        self.external_prefix_cache_queries = 0
+        self.external_prefix_cache_hits = 0
+        self.num_loads = 0
+        self.num_loads_dropped = 0  # loaded requests whose blocks were freed to unblock the head
+        self.load_wait_s = 0.0  # cumulative: seconds requests waited for their loads
+
+    # -- lookups and loads ----------------------------------------------------------------------
+    def matched_tokens(self, request: Request, gpu_hit_tokens: int) -> int | None:
+        """Tokens the tier holds past the GPU hit of ``gpu_hit_tokens`` (whole blocks), 0 for
+        none, ``None`` while another load reads one of them (see the module docstring)."""
+        if not request.shares_tokens and not request.num_preemptions:
+            return 0  # a private stream's blocks were never stored by anyone else
+        b = self.block_size_tokens
+        num_full = request.num_tokens // b
+        if num_full * b - gpu_hit_tokens < b:
+            return 0
+        keys = self.allocator.block_keys(request, 0, num_full)
+        tier = self.tier
+        tier.touch(keys)
+        start = gpu_hit_tokens // b
+        hits = tier.lookup(keys[start:], self.now_s)
+        if hits and any(k in self._being_loaded for k in keys[start : start + hits]):
+            return None
+        return hits * b
+
+    def count_query(self, request: Request, hit_tokens: int) -> None:
+        """Count a first admission's lookup (vLLM's connector prefix-cache stats: queries are
+        the request's tokens; a re-admission after a preemption is not counted)."""
+        if request.num_preemptions:
+            return
+        self.external_prefix_cache_queries += request.num_tokens
+        self.external_prefix_cache_hits += hit_tokens
+
+    def start_load(self, request: Request, gpu_hit_tokens: int, num_tokens: int) -> float:
+        """Start loading ``num_tokens`` (whole blocks) past the GPU hit; the request holds its
+        GPU blocks already. Returns when the load ends (seconds)."""
+        b = self.block_size_tokens
+        start = gpu_hit_tokens // b
+        keys = self.allocator.block_keys(request, start, start + num_tokens // b)
+        self.tier.prepare_load(keys)
+        being = self._being_loaded
+        for k in keys:
+            being[k] = being.get(k, 0) + 1
+        done_s = self.cpu_to_gpu.submit(len(keys) * self.block_bytes, self.now_s)
+        self.loads[request] = Load(keys, done_s, num_tokens)
+        self.started.append(request)
+        self.count_query(request, num_tokens)
+        self.num_loads += 1
+        self.load_wait_s += done_s - self.now_s
+        if not request.num_preemptions:  # (vLLM: set at the first admission only)
+            request.num_cached_tokens = gpu_hit_tokens + num_tokens
+        request.num_computed_tokens = min(gpu_hit_tokens + num_tokens, request.num_tokens - 1)
+        self._next_store[request.req_id] = start + len(keys)
+        return done_s
+
+    def take_started(self) -> list[Request]:
+        """The loads the last plan started (emptied)."""
+        started, self.started = self.started, []
+        return started
+
+    def finish_load(self, request: Request) -> None:
+        """The request's load ended: release the tier blocks it read."""
+        load = self.loads.pop(request)
+        self.tier.complete_load(load.keys)
+        being = self._being_loaded
+        for k in load.keys:
+            left = being[k] - 1
+            if left:
+                being[k] = left
+            else:
+                del being[k]
+
+    # -- stores ---------------------------------------------------------------------------------
+    def store(self, requests: Iterable[Request], now_s: float) -> None:
+        """Offer the tier each request's full blocks of computed tokens not offered before; the
+        copies the tier takes queue on the GPU->CPU link at ``now_s`` (a step's end)."""
+        b = self.block_size_tokens
+        tier, nxt = self.tier, self._next_store
+        for req in requests:
+            upto = req.num_computed_tokens // b
+            start = nxt.get(req.req_id, 0)
+            if upto <= start:
+                continue
+            keys = self.allocator.block_keys(req, start, upto)
+            new = tier.prepare_store(keys, now_s)
+            if new is None:
+                continue  # no room: offered again later (vLLM skips the store this step)
+            nxt[req.req_id] = upto
+            if new:
+                done_s = self.gpu_to_cpu.submit(len(new) * self.block_bytes, now_s)
+                tier.complete_store(new, done_s)
+
+    def forget(self, request: Request) -> None:
+        """Drop a finished request's store position."""
+        self._next_store.pop(request.req_id, None)
+
+    # -- results ----------------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """Counters in vLLM's terms (``kv_offload_*`` bytes and seconds per direction)."""
+        queries = self.external_prefix_cache_queries
+        return {
+            "cpu_tier_blocks": self.tier.num_blocks,
+            "external_prefix_cache_queries": queries,
+            "external_prefix_cache_hits": self.external_prefix_cache_hits,
+            "external_prefix_cache_hit_rate": (
+                self.external_prefix_cache_hits / queries if queries else 0.0
+            ),
+            "kv_offload_loads": self.num_loads,
+            "kv_offload_bytes_gpu_to_cpu": self.gpu_to_cpu.num_bytes,
+            "kv_offload_bytes_cpu_to_gpu": self.cpu_to_gpu.num_bytes,
+            "kv_offload_time_gpu_to_cpu_s": self.gpu_to_cpu.busy_s,
+            "kv_offload_time_cpu_to_gpu_s": self.cpu_to_gpu.busy_s,
+            "kv_offload_load_wait_s": self.load_wait_s,
+            "kv_offload_loads_dropped": self.num_loads_dropped,
+            "cpu_tier_stored_blocks": self.tier.num_stored_blocks,
+            "cpu_tier_evicted_blocks": self.tier.num_evicted_blocks,
+        }

@@ -1,0 +1,28 @@
+"""The CPU tier's occupancy beside the memory time series (KV offloading, ``[offload]``).
+
+One row per engine event, as the memory table: the tier's blocks by category at the row's
+``time_s`` (``kvsim.core.kv.offload.CpuTier.occupancy``). Every block of the tier is in exactly
+one category, so the four columns sum to ``cpu_tier_blocks`` on every row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+TIER_COLUMNS = (
+    "cpu_tier_stored_blocks",  # copied to the CPU, loadable
+    "cpu_tier_storing_blocks",  # GPU->CPU copy in flight: neither loadable nor evictable
+    "cpu_tier_loading_blocks",  # read by a CPU->GPU load in flight: not evictable
+    "cpu_tier_free_blocks",
+)
+
+
+def tier_arrays(samples: Sequence[tuple[int, int, int, int]]) -> dict[str, npt.NDArray[Any]]:
+    """The ``TIER_COLUMNS`` (blocks, int64) of ``samples``, one ``(stored, storing, loading,
+    free)`` per memory row, to join the memory table's columns (``memory_frame`` keeps them)."""
+    table = np.asarray(samples, dtype=np.int64).reshape(-1, len(TIER_COLUMNS))
+    return {name: table[:, i].copy() for i, name in enumerate(TIER_COLUMNS)}

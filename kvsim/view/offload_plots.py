@@ -1,0 +1,100 @@
+"""The KV offload experiment's figure: TTFT and hit rates against the CPU buffer, and the CPU
+tier's blocks over time (``experiments/offload.toml``; plots take DataFrames, return a Figure)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from kvsim.results.offload import TIER_COLUMNS
+from kvsim.view.style import styled
+
+SIZE = "offload.kv_offloading_size"
+BANDWIDTH = "offload.link_bandwidth_bytes_per_s"
+TIER_NAMES = {
+    "cpu_tier_stored_blocks": ("stored", "#2b7bba"),
+    "cpu_tier_storing_blocks": ("storing (GPU->CPU copy)", "#f0a030"),
+    "cpu_tier_loading_blocks": ("loading (CPU->GPU copy)", "#c0392b"),
+    "cpu_tier_free_blocks": ("free", "#e8e8e8"),
+}
+
+
+@styled
+def offload_figure(
+    summary: pd.DataFrame, tier_memory: pd.DataFrame | None, *, tier_title: str = ""
+) -> Figure:
+    """Three panels: TTFT (mean solid, p90 dashed) and the CPU tier's hit rate against the
+    buffer size (GiB, "off" at 0; one line per link bandwidth, GB/s), and ``tier_memory``'s
+    CPU-tier blocks over simulated time as % of the tier (stacked by category).
+
+    Args:
+        summary: one row per sweep point with ``SIZE``, ``BANDWIDTH`` and the summary metrics.
+        tier_memory: one point's memory table with ``time_s`` and ``TIER_COLUMNS``, or ``None``.
+        tier_title: the third panel's title (which point it shows).
+    """
+    fig = Figure(figsize=(14, 3.8), layout="constrained")
+    axes = fig.subplots(1, 3)
+    sizes = sorted(summary[SIZE].unique())
+    pos = {s: i for i, s in enumerate(sizes)}
+    ticks = ["off" if s == 0 else f"{s:g}" for s in sizes]
+    styles = ["o", "s", "^", "D"]
+    for i, (bw, group) in enumerate(summary.sort_values(SIZE).groupby(BANDWIDTH)):
+        x = [pos[s] for s in group[SIZE]]
+        label = f"{bw / 1e9:g} GB/s"
+        marker = styles[i % len(styles)]
+        size = 9 - 2 * i
+        axes[0].plot(
+            x,
+            group["time_to_first_token_seconds_mean"],
+            marker=marker,
+            ms=size,
+            color=f"C{i}",
+            label=f"mean, {label}",
+        )
+        axes[0].plot(
+            x,
+            group["time_to_first_token_seconds_p90"],
+            marker=marker,
+            ms=size,
+            ls="--",
+            color=f"C{i}",
+            label=f"p90, {label}",
+        )
+        hit = group["external_prefix_cache_hit_rate"].fillna(0.0) * 100
+        axes[1].plot(x, hit, marker=marker, ms=size, color=f"C{i}", label=f"CPU tier, {label}")
+    gpu = summary.groupby(SIZE)["prefix_cache_hit_rate"].mean() * 100
+    axes[1].plot(
+        [pos[s] for s in gpu.index], gpu.to_numpy(), color="grey", ls=":", label="GPU prefix cache"
+    )
+    for ax, ylabel in zip(axes[:2], ["TTFT (s)", "hit rate (% of prompt tokens)"], strict=True):
+        ax.set_xticks(range(len(sizes)), ticks)
+        ax.set(xlabel="CPU buffer, kv_offloading_size (GiB)", ylabel=ylabel)
+        ax.legend(fontsize="x-small")
+    axes[0].set_title("time to first token")
+    axes[1].set_title("prefix hits")
+    _tier_panel(axes[2], tier_memory, tier_title)
+    return fig
+
+
+def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str) -> None:
+    """The CPU tier's blocks by category over time, % of the tier."""
+    if tier_memory is None or not len(tier_memory):
+        ax.set_axis_off()
+        return
+    total = tier_memory[list(TIER_COLUMNS)].sum(axis=1).to_numpy()
+    x = tier_memory["time_s"].to_numpy()
+    ys = [100.0 * tier_memory[c].to_numpy() / np.maximum(total, 1) for c in TIER_NAMES]
+    ax.stackplot(
+        x,
+        ys,
+        step="post",
+        colors=[c for _, c in TIER_NAMES.values()],
+        labels=[n for n, _ in TIER_NAMES.values()],
+    )
+    ax.set(
+        xlabel="simulated time (s)", ylabel="% of the CPU tier's blocks", ylim=(0, 100), title=title
+    )
+    ax.margins(x=0)
+    ax.legend(loc="lower right", fontsize="x-small", framealpha=1.0)

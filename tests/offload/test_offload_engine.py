@@ -1,0 +1,165 @@
+"""A CPU-tier hit that arrives while the GPU copy was evicted, hand-worked end to end.
+
+OPT-13B: 800 KiB = 819,200 bytes of KV per token, so a 16-token block is 13,107,200 bytes. The
+GPU pool is 13 blocks (block 0 is vLLM v1's null block: 12 usable, ids 1..12); the CPU tier is
+0.5 GiB = 536,870,912 bytes -> 40 blocks (536,870,912 // 13,107,200 = 40.96); the link carries
+1 GB/s each way (``offload.link_bandwidth_bytes_per_s``), so one block crosses in 13.1072 ms.
+
+- A (t=0): prompt ``a`` x 160 = 10 full blocks, 2 outputs. Its prefill computes 160 tokens and
+  caches blocks a0..a9; after the step they are stored to the tier: 10 blocks, 131,072,000 bytes.
+  Its second step computes token 161 in an 11th block (partial); A finishes and frees all 11.
+- B (t=5): prompt ``b`` x 176 = 11 blocks, 2 outputs: it needs cdiv(177, 16) = 12 blocks, the
+  whole pool, so every one of A's cached blocks is evicted from the GPU. B's 11 full blocks are
+  stored to the tier (40 blocks: no eviction there).
+- C (t=10): prompt ``a`` x 160 + ``c`` x 20 = 180 tokens, 2 outputs. GPU lookup: block a0 is
+  gone -> 0 tokens. Tier lookup over its 180 // 16 = 11 full blocks: a0..a9 held and stored,
+  the 11th (a ``c`` block) not -> 10 blocks = 160 tokens to load. The load takes
+  10 x 13,107,200 = 131,072,000 bytes / 1e9 = 0.131072 s, during which C holds 10 GPU blocks and
+  waits; at t=10.131072 it is scheduled and its prefill computes 180 - 160 = 20 tokens (164
+  fewer than without the tier, which computes all 180). C's ``c`` block (tokens 160..175) is
+  then stored: 22 blocks stored in all, 288,358,400 bytes GPU->CPU.
+- Queries: 160 + 176 + 180 = 516 tokens; hits 160 (vLLM's external prefix cache counters).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim import simulate
+from kvsim.config.sim import config_from_dict
+from kvsim.results.offload import TIER_COLUMNS
+from kvsim.workload.request import Request
+
+BLOCK_BYTES = 16 * 819_200
+
+
+def config(offload_gib: float | None, **extra: object):
+    data: dict[str, object] = {
+        "model": "opt-13b",
+        "gpu": "a100-40gb",
+        "cache": {"kv_cache_bytes": 13 * BLOCK_BYTES, "enable_prefix_caching": True},
+        "scheduler": {"max_model_len": 192},
+        "debug_invariants": True,
+        **extra,
+    }
+    if offload_gib is not None:
+        data["offload"] = {"kv_offloading_size": offload_gib, "link_bandwidth_bytes_per_s": 1e9}
+    return config_from_dict(data)
+
+
+def requests() -> list[Request]:
+    return [
+        Request(0, 0.0, 160, 2, 2, token_segments=(("a", 160),)),
+        Request(1, 5.0, 176, 2, 2, token_segments=(("b", 176),)),
+        Request(2, 10.0, 180, 2, 2, token_segments=(("a", 160), ("c", 20))),
+    ]
+
+
+def test_cpu_tier_hit_after_gpu_eviction() -> None:
+    with_tier = simulate(config(0.5), requests())
+    without = simulate(config(None), requests())
+    s = with_tier.summary
+    assert s["cpu_tier_blocks"] == 40
+    # C: no GPU hit (B evicted a0..a9), 160 tokens from the tier
+    assert s["prefix_cache_hits"] == without.summary["prefix_cache_hits"] == 0
+    assert s["external_prefix_cache_queries"] == 516
+    assert s["external_prefix_cache_hits"] == 160
+    assert s["kv_offload_loads"] == 1
+    assert s["kv_offload_bytes_cpu_to_gpu"] == 10 * BLOCK_BYTES == 131_072_000
+    assert s["kv_offload_time_cpu_to_gpu_s"] == pytest.approx(0.131072)
+    assert s["kv_offload_bytes_gpu_to_cpu"] == 22 * BLOCK_BYTES == 288_358_400
+    assert s["cpu_tier_stored_blocks"] == 22
+    assert s["cpu_tier_evicted_blocks"] == 0
+    c = with_tier.requests.set_index("req_id").loc[2]
+    assert c["num_cached_tokens"] == 160
+    # prefill computed (vLLM's request_prefill_kv_computed_tokens): 180 - 160 = 20, not 180
+    assert c["prompt_tokens"] - c["num_cached_tokens"] == 20
+    plain_c = without.requests.set_index("req_id").loc[2]
+    assert plain_c["prompt_tokens"] - plain_c["num_cached_tokens"] == 180
+    assert c["first_scheduled_time_s"] == pytest.approx(10.131072)  # after the load
+    assert c["request_queue_time_seconds"] == pytest.approx(0.131072)
+    # the prefill after the load computes 20 tokens, not 180: one short step (A's and B's
+    # prefills of 160 and 176 tokens take longer on the same GPU)
+    prefill = c["request_prefill_time_seconds"]
+    assert prefill < without.requests.set_index("req_id").loc[2, "request_prefill_time_seconds"]
+    assert c["first_token_time_s"] == pytest.approx(10.131072 + prefill)
+
+
+def test_tier_occupancy_series_conserves_blocks() -> None:
+    """One memory row per engine event, each with the tier's blocks at its start
+    (stored, storing, loading, free): t=0 (A's prefill) an empty tier; t=5 (B) A's 10 blocks,
+    whose copy ended at 0.021 + 0.131 s; t=10.131072 (C, its load just ended) A's and B's 21.
+    C's wait for its load is an idle gap with no row (nothing runs)."""
+    memory = simulate(config(0.5), requests()).memory
+    tier = memory[list(TIER_COLUMNS)]
+    assert (tier.sum(axis=1) == 40).all()  # every tier block in exactly one category
+    assert memory["time_s"].tolist() == pytest.approx([0.0, 5.0, 10.131072])
+    assert tier.to_numpy().tolist() == [[0, 0, 0, 40], [10, 0, 0, 30], [21, 0, 0, 19]]
+
+
+def test_tier_miss_changes_nothing_but_counters() -> None:
+    """A tier too small for A's prefix (1 block) holds only the last block stored; C misses
+    its first block, so nothing loads and the run times equal the run without a tier."""
+    small = simulate(config(BLOCK_BYTES / 2**30), requests())
+    plain = simulate(config(None), requests())
+    assert small.summary["cpu_tier_blocks"] == 1
+    assert small.summary["kv_offload_loads"] == 0
+    assert small.summary["external_prefix_cache_hits"] == 0
+    cols = ["first_token_time_s", "finish_time_s"]
+    assert small.requests[cols].equals(plain.requests[cols])
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"scheduler": {"engine": "vllm-v0", "max_model_len": 192}}, "vllm-v1"),
+        (
+            {"cache": {"kv_cache_bytes": 13 * BLOCK_BYTES, "allocator": "radix"}},
+            "allocator 'radix'",
+        ),
+        (
+            {"cache": {"kv_cache_bytes": 13 * BLOCK_BYTES, "enable_prefix_caching": False}},
+            "enable_prefix_caching",
+        ),
+    ],
+)
+def test_offload_refused_outside_vllm_v1_paged_caching(extra: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=rf"offload\.kv_offloading_size: .*{match}"):
+        config(0.5, **extra)
+
+
+def test_bad_offload_values_name_field_and_value() -> None:
+    with pytest.raises(
+        ValueError, match=r"offload\.kv_offloading_size: .*greater than or equal to 0.*-1"
+    ):
+        config_from_dict({"offload": {"kv_offloading_size": -1}})
+    with pytest.raises(ValueError, match=r"offload\.kv_offloading_backend: .*'lmcache'"):
+        config_from_dict({"offload": {"kv_offloading_size": 1, "kv_offloading_backend": "lmcache"}})
+    with pytest.raises(ValueError, match=r"offload\.kv_offloading_size: .*holds no block"):
+        config_from_dict({"offload": {"kv_offloading_size": 1e-6}})
+
+
+def test_unset_offload_keeps_the_canonical_config() -> None:
+    assert "offload" not in config(None).canonical_json()
+    assert '"offload"' in config(0.5).canonical_json()
+
+
+def test_zero_size_is_off() -> None:
+    """``kv_offloading_size = 0`` runs as without the section (a sweep's "off" point)."""
+    off = simulate(config(0.0), requests())
+    plain = simulate(config(None), requests())
+    assert "cpu_tier_blocks" not in off.summary
+    assert off.requests.equals(plain.requests)
+
+
+def test_prometheus_counters_in_vllms_names() -> None:
+    """A/B/C: the connector's 516 query tokens and 160 hits; the GPU prefix cache's own hits
+    stay 0 (C's 160 cached tokens all came from the tier)."""
+    from kvsim.results.exporters import prometheus_snapshot
+
+    text = prometheus_snapshot(simulate(config(0.5), requests()))
+    lines = {ln.split("{")[0]: float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if "{" in ln}
+    assert lines["vllm:external_prefix_cache_queries_total"] == 516
+    assert lines["vllm:external_prefix_cache_hits_total"] == 160
+    assert lines["vllm:prefix_cache_hits_total"] == 0
+    assert lines["vllm:prompt_tokens_cached_total"] == 160

@@ -1,0 +1,88 @@
+"""Whole runs with a CPU tier on random workloads: per-tier conservation and no leaked block.
+
+Hypothesis draws small runs of requests sharing prefixes (so the tier is hit) on a tight GPU pool
+(so GPU copies are evicted and requests preempted). With ``debug_invariants`` the engine checks
+the GPU pool and the tier after every event (every tier block in exactly one of stored,
+storing, loading, free); the memory rows' tier columns sum to the tier's size; at the end no
+load is in flight, no tier block is held by a load, and every GPU block is free.
+"""
+
+from __future__ import annotations
+
+import simpy
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from kvsim.config.sim import config_from_dict
+from kvsim.engine.loop import Engine
+from kvsim.results.offload import TIER_COLUMNS, tier_arrays
+from kvsim.results.tables import memory_frame
+from kvsim.workload.request import Request
+
+BLOCK_BYTES = 16 * 819_200  # OPT-13B, 16-token blocks
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> list[Request]:
+    n = draw(st.integers(2, 12))
+    out = []
+    t = 0.0
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.01, 0.05, 0.5, 0.5]))
+        shared = draw(st.sampled_from([0, 40, 64, 112, 160]))
+        own = draw(st.integers(1, 30))
+        prefix = draw(st.sampled_from(["p", "q", "r"]))
+        segs: tuple[tuple[object, int], ...] = ((prefix, shared),) if shared else ()
+        segs += ((f"own{i}", own),)
+        output = draw(st.integers(1, 15))
+        out.append(Request(i, t, shared + own, output, output, token_segments=segs))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    requests=workloads(),
+    gpu_blocks=st.integers(14, 20),
+    cpu_blocks=st.integers(1, 40),
+    bandwidth=st.sampled_from([1e8, 1e9, 1e11]),
+)
+def test_tier_conserved_and_nothing_leaks(
+    requests: list[Request], gpu_blocks: int, cpu_blocks: int, bandwidth: float
+) -> None:
+    config = config_from_dict(
+        {
+            "model": "opt-13b",
+            "gpu": "a100-40gb",
+            "cache": {"kv_cache_bytes": gpu_blocks * BLOCK_BYTES, "enable_prefix_caching": True},
+            "scheduler": {
+                "max_model_len": 13 * 16,
+                "max_num_batched_tokens": 64,
+                "max_num_seqs": 8,
+            },
+            "offload": {
+                "kv_offloading_size": cpu_blocks * BLOCK_BYTES / 2**30,
+                "link_bandwidth_bytes_per_s": bandwidth,
+            },
+            "debug_invariants": True,
+        }
+    )
+    env = simpy.Environment()
+    engine = Engine(env, config, requests)
+    env.process(engine.arrival_source())
+    env.process(engine.engine_loop())
+    env.run()
+    offload = engine.offload
+    assert offload is not None
+    assert engine.num_finished == len(requests)
+    event("tier hit" if offload.num_loads else "no tier hit")
+    event("preempted" if engine.num_preemptions else "not preempted")
+    event("a parked load dropped" if offload.num_loads_dropped else "no load dropped")
+    assert not offload.loads
+    assert offload.tier.num_blocks == cpu_blocks
+    _, _, loading, _ = offload.tier.occupancy(env.now)
+    assert loading == 0
+    offload.tier.check_invariants(env.now)
+    engine.allocator.check_invariants()
+    assert engine.allocator.num_free_tokens == engine.allocator.usable_capacity_tokens
+    memory = memory_frame({**engine.recorder.arrays(), **tier_arrays(engine.tier_samples)})
+    assert (memory[list(TIER_COLUMNS)].sum(axis=1) == cpu_blocks).all()
