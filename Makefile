@@ -11,7 +11,7 @@ NATIVE_STAMP := $(NATIVE_VENV)/.installed
 ENGINE_SOURCES := $(shell find kvsim -name '*.py' 2>/dev/null) setup.py pyproject.toml
 
 EXPERIMENTS := block-size kv-budget long-outputs parallel-sampling contiguous-default \
-               reservation-24gib traces v0-vs-v1 vattention spec-decode
+               reservation-24gib traces v0-vs-v1 vattention spec-decode hybrid-groups
 PAPER := fig2 fig12 fig12-66b fig12-175b fig12-alpaca fig12-66b-alpaca fig12-175b-alpaca fig13 fig14 fig15 fig16 fig17 fig18b preemption prefix-caching
 JOBS ?= 2
 SCHEDULER ?=

@@ -19,7 +19,8 @@ under ``vllm-v1`` caches prefixes):
   the same workload: ``vattention`` (64 KiB pages) and ``spec_eagle3`` (speculative decoding,
   EAGLE with 3 drafts at acceptance 0.7) on the Azure 10k run; ``offload_cpu256`` (a 256 GiB
   CPU tier, vLLM's native offloading) beside paged with prefix caching on the Mooncake trace's
-  first 3,000 requests.
+  first 3,000 requests; ``hybrid_groups`` (vLLM v1's hybrid KV cache groups) on the Azure 10k run
+  with Gemma-3-27B on an H100-80GB, beside the same model with every layer full attention.
 * ``vidur_v1``, ``vidur_v0``: Vidur's common benchmark workload under each engine profile: 10,000
   requests, Poisson 2 req/s, total length uniform in 256-2,048 tokens split 3:1
   prefill:decode, Llama-2-70B with tensor parallel 2 on A100-80GB and a KV pool of 3,328 blocks
@@ -104,6 +105,12 @@ VIDUR_V1: dict[str, Any] = {
 }
 MOONCAKE = {**LLAMA_A100, "workload": {"trace": "mooncake_conversation", "arrival": "trace"}}
 AZURE_10K_SPEC = {**LLAMA_A100, "workload": AZURE_10K}
+GEMMA_FULL_10K = {
+    "model": {"preset": "gemma-3-27b", "attention": {"hybrid_kv_cache": False}},
+    "gpu": "h100-80gb",
+    "scheduler": {"max_model_len": 16384},
+    "workload": AZURE_10K,
+}
 # the Mooncake trace's first 3,000 requests, rows over max_model_len dropped (prefix caching on:
 # vLLM v1's default)
 MOONCAKE_3K = {
@@ -154,6 +161,10 @@ GROUPS: dict[str, dict[str, dict[str, Any]]] = {
             **with_cache(AZURE_10K_SPEC, allocator="paged"),
             "speculative": {"num_speculative_tokens": 3, "acceptance_rate": 0.7},
         },
+    },
+    "kv2026_hybrid": {  # Gemma-3-27B on an H100: every layer full (paged) vs hybrid groups
+        "kv2026_hybrid_paged": GEMMA_FULL_10K,
+        "kv2026_hybrid_groups": {**GEMMA_FULL_10K, "model": "gemma-3-27b"},
     },
     "kv2026_offload": {
         "kv2026_offload_paged": with_cache(MOONCAKE_3K, allocator="paged"),

@@ -121,6 +121,12 @@ def vattention_pages(
     return tokens_per_page, num_pages
 
 
+def serves_hybrid_groups(name: str) -> bool:
+    """vLLM v1's hybrid KV cache groups (sliding-window and state layers, ``config.layers``):
+    a block pool's policy; the others treat every attention layer as full attention."""
+    return LAYOUTS[name] == "blocks"
+
+
 def accepted_arguments(name: str) -> frozenset[str]:
     """The keyword arguments the policy registered as ``name`` takes.
 

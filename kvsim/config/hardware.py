@@ -41,6 +41,7 @@ from kvsim.base.limits import (
 )
 from kvsim.base.units import cdiv
 from kvsim.config.hf import check_file_heads, model_fields_from_hf
+from kvsim.config.layers import AttentionLayers
 
 _OPTIONAL_MODEL_FIELDS = (
     "kv_lora_rank",
@@ -48,6 +49,7 @@ _OPTIONAL_MODEL_FIELDS = (
     "vocab_size",
     "embedding_dim",
     "moe",
+    "attention",
 )
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
@@ -72,7 +74,8 @@ def preset_table(kind: str) -> dict[str, dict[str, Any]]:
 
 
 def resolve_preset(kind: str, value: Any) -> Any:
-    """Turn a preset name (``"opt-13b"``) or ``{preset = "opt-13b", ...}`` into field values."""
+    """Turn a preset name (``"opt-13b"``) or ``{preset = "opt-13b", ...}`` into field values
+    (a table given for a table field, such as ``attention``, overrides its keys one by one)."""
     if isinstance(value, str):
         value = {"preset": value}
     if isinstance(value, dict) and "preset" in value:
@@ -80,7 +83,16 @@ def resolve_preset(kind: str, value: Any) -> Any:
         name = str(value["preset"]).lower()
         if name not in presets:
             raise ValueError(f"unknown {kind[:-1]} preset {name!r}; choose from {sorted(presets)}")
-        return {"name": name, **presets[name], **{k: v for k, v in value.items() if k != "preset"}}
+        fields = {"name": name, **presets[name]}
+        for key, given in value.items():
+            if key == "preset":
+                continue
+            known = fields.get(key)  # a table overrides the preset's fields one by one
+            if isinstance(known, dict) and isinstance(given, dict):
+                fields[key] = {**known, **given}
+            else:
+                fields[key] = given
+        return fields
     return value
 
 
@@ -146,6 +158,8 @@ class ModelSpec(Frozen):
             tensor-parallel all-reduce are this wide.
         tie_word_embeddings: the LM head reuses the input embedding's weights.
         moe: the routed experts (``MoeSpec``), ``None`` for a dense model.
+        attention: the layers that are not full attention (sliding-window or state layers,
+            ``kvsim.config.layers``), ``None`` when every layer is full attention.
     """
 
     name: str = "custom"
@@ -170,6 +184,7 @@ class ModelSpec(Frozen):
     )
     tie_word_embeddings: bool = False
     moe: MoeSpec | None = None
+    attention: AttentionLayers | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -200,6 +215,13 @@ class ModelSpec(Frozen):
                 "kv_lora_rank and qk_rope_head_dim describe an MLA cache together: set both or "
                 f"neither, got {self.kv_lora_rank} and {self.qk_rope_head_dim}"
             )
+        if self.attention is not None:
+            odd = self.attention.num_sliding_layers + self.attention.num_state_layers
+            if odd > self.num_layers:
+                raise ValueError(
+                    f"model.attention: {odd} sliding and state layers exceed num_layers "
+                    f"({self.num_layers})"
+                )
         if self.is_mla and self.num_kv_heads != 1:
             raise ValueError(
                 f"num_kv_heads: an MLA model caches one latent head, got {self.num_kv_heads}"
@@ -243,9 +265,14 @@ class ModelSpec(Frozen):
         return self.num_attention_heads * self.head_dim
 
     @property
+    def num_kv_layers(self) -> int:
+        """Layers that keep KV per token: all but the state layers (``attention``)."""
+        return self.num_layers - (self.attention.num_state_layers if self.attention else 0)
+
+    @property
     def bytes_per_token(self) -> int:
         """KV bytes one token holds across all layers and heads, in the model's dtype."""
-        return self.num_layers * self.kv_values_per_token_per_layer * self.dtype_bytes
+        return self.num_kv_layers * self.kv_values_per_token_per_layer * self.dtype_bytes
 
     @property
     def weight_bytes(self) -> int:
@@ -380,7 +407,7 @@ def kv_bytes_per_token_per_gpu(
     model: ModelSpec, parallel: ParallelConfig, kv_cache_dtype: KvCacheDtype = "auto"
 ) -> int:
     """KV bytes one token takes on one GPU (the module docstring gives the split)."""
-    layers = cdiv(model.num_layers, parallel.pipeline_parallel_size)
+    layers = cdiv(model.num_kv_layers, parallel.pipeline_parallel_size)
     if model.is_mla:  # one latent per layer, whole on every TP rank
         return layers * model.kv_values_per_token_per_layer * kv_dtype_bytes(model, kv_cache_dtype)
     heads = max(1, model.num_kv_heads // parallel.tensor_parallel_size)

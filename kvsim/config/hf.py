@@ -16,8 +16,9 @@ The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_co
 - dtype ``torch_dtype`` (``dtype`` in newer files): 2 bytes for float16/bfloat16; float32 counts
   2 bytes, as vLLM's ``dtype="auto"`` casts FP32 checkpoints to 16 bits (``_resolve_auto_dtype``);
 - context ``max_position_embeddings`` (``n_positions``);
-- ``sliding_window`` (when ``use_sliding_window`` is not false) is logged: kvsim keeps every
-  token's KV, where vLLM frees blocks that slide out of the window.
+- sliding-window and linear-attention layers (``layer_types``, ``sliding_window_pattern``,
+  ``sliding_window`` unless ``use_sliding_window`` is false) fill ``model.attention``
+  (``kvsim.config.layers.attention_from_hf``): vLLM v1's hybrid KV cache groups.
 
 ``num_params`` is the file's ``num_parameters`` when present, else counted from the architecture
 (:func:`count_params`) for the Llama family (llama, mistral, mixtral, qwen2, qwen3 and their MoE
@@ -34,6 +35,7 @@ from typing import Any
 from kvsim.base.limits import MAX_MODEL_HEADS, MAX_MODEL_LAYERS
 from kvsim.base.textfile import parse_json
 from kvsim.config.hf_params import UNTIED_BY_DEFAULT, count_params, moe_fields
+from kvsim.config.layers import attention_from_hf
 
 _LAYERS_LIMIT = (MAX_MODEL_LAYERS, "the largest models have about a thousand")
 _HEADS_LIMIT = (MAX_MODEL_HEADS, "the largest models have about a thousand")
@@ -171,7 +173,10 @@ def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
             cfg.path,
             fields["num_params"],
         )
-    _note_sliding_window(cfg)
+    attention = attention_from_hf(cfg.data, fields["num_layers"], fields["dtype_bytes"])
+    if attention:
+        fields["attention"] = attention
+        _note_sliding_window(cfg, attention)
     return fields
 
 
@@ -280,13 +285,15 @@ def _dtype_bytes(cfg: _Config) -> int:
     return _DTYPE_BYTES[name]
 
 
-def _note_sliding_window(cfg: _Config) -> None:
-    found = cfg.get("sliding_window")
-    if found is None or cfg.data.get("use_sliding_window") is False:
+def _note_sliding_window(cfg: _Config, attention: dict[str, Any]) -> None:
+    if "sliding_window_tokens" not in attention:
         return
     logger.warning(
-        "%s: sliding_window = %s tokens is not modelled: kvsim keeps the KV of every token of "
-        "a request, where vLLM frees the blocks that slide out of the window",
+        "%s: sliding_window = %s tokens on %d of the layers: vLLM v1's hybrid KV cache groups "
+        "free the blocks that slide out of the window (paged, vllm-v1; elsewhere kvsim keeps "
+        "every token's KV; model.attention.hybrid_kv_cache = false as vLLM's "
+        "--disable-hybrid-kv-cache-manager)",
         cfg.path,
-        found[1],
+        attention["sliding_window_tokens"],
+        attention["num_sliding_layers"],
     )

@@ -29,6 +29,7 @@ from kvsim.config.hardware import (
     kv_tensors_per_gpu,
     weight_bytes_per_gpu,
 )
+from kvsim.config.layers import KVCacheGroups, max_request_tokens, request_blocks
 from kvsim.config.serving import CacheSpec, EngineArgs
 
 
@@ -58,6 +59,9 @@ class ConfigParts(Protocol):
 
     @property
     def capacity_tokens(self) -> int: ...
+
+    @property
+    def kv_groups(self) -> KVCacheGroups | None: ...
 
     @property
     def kv_cache_bytes(self) -> int: ...
@@ -107,11 +111,21 @@ def check_memory(config: ConfigParts) -> None:
     if limit < config.max_model_len:
         raise ValueError(
             f"scheduler.max_model_len: one request of {config.max_model_len:,} tokens needs "
-            f"{_gib(config.max_model_len * config.bytes_per_token)} of KV but the pool holds "
+            f"{_gib(_request_bytes(config, config.max_model_len))} of KV but the pool holds "
             f"{config.capacity_tokens:,} tokens ({_gib(config.kv_cache_bytes)}, {where})"
             f"{_limit_note(config, limit)}; lower scheduler.max_model_len to at most {limit:,} or "
             "raise the KV budget"
         )
+
+
+def _request_bytes(config: ConfigParts, num_tokens: int) -> int:
+    """KV bytes one request of ``num_tokens`` tokens needs (under hybrid KV cache groups, its
+    blocks in every group: ``kvsim.config.layers.request_blocks``)."""
+    groups = config.kv_groups
+    if groups is None:
+        return num_tokens * config.bytes_per_token
+    batched = config.engine_args.max_num_batched_tokens
+    return request_blocks(groups, num_tokens, batched) * groups.block_bytes
 
 
 def _budget_field(config: ConfigParts) -> str:
@@ -141,6 +155,11 @@ def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
         return rows * tokens_per_page if rows > 0 else capacity_tokens
     if cache.allocator not in PAGED_ALLOCATORS:
         return capacity_tokens
+    groups = config.kv_groups
+    if groups is not None:  # hybrid KV cache groups: the blocks a request needs in every group
+        usable = capacity_tokens // groups.block_size_tokens - 1
+        batched = config.engine_args.max_num_batched_tokens
+        return max_request_tokens(groups, usable, batched, capacity_tokens)
     blocks = capacity_tokens // cache.block_size_tokens - config.engine_args.reserve_null_block
     return blocks * cache.block_size_tokens if blocks > 0 else capacity_tokens
 

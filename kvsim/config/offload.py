@@ -126,6 +126,12 @@ def check_offload(config: OffloadParts) -> None:
             "offload.kv_offloading_size: the CPU tier keys blocks by their prefix-cache hash; "
             "set cache.enable_prefix_caching = true"
         )
+    if config.kv_groups is not None:  # (kvsim.config.layers)
+        raise ValueError(
+            "offload.kv_offloading_size: offloading is modelled over one full-attention block "
+            f"table; {config.model.name} runs vLLM's hybrid KV cache groups (set "
+            "model.attention.hybrid_kv_cache = false to offload it as full attention)"
+        )
     if cpu_tier_blocks(config) < 1:
         raise ValueError(
             f"offload.kv_offloading_size: {config.offload.kv_offloading_size} GiB over "

@@ -35,6 +35,7 @@ from kvsim.config.allocators import (
     caches_prefixes,
     caches_prefixes_always,
     maps_virtual_pages,
+    serves_hybrid_groups,
     serves_sequence_groups,
     vattention_pages,
 )
@@ -51,6 +52,7 @@ from kvsim.config.hardware import (
     weight_bytes_per_gpu,
 )
 from kvsim.config.ignored import ignored_settings
+from kvsim.config.layers import KVCacheGroups, kv_cache_groups
 from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.offload import OffloadConfig, check_offload
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
@@ -214,8 +216,43 @@ class SimConfig(Frozen):
 
     @property
     def bytes_per_token(self) -> int:
-        """KV bytes one token takes on one GPU (KV dtype, TP and PP split applied)."""
+        """KV bytes one token takes on one GPU (KV dtype, TP and PP split applied); under
+        hybrid KV cache groups, one slot's: one token of one group (``kv_groups``)."""
+        groups = self.kv_groups
+        if groups is not None:
+            return groups.slot_bytes
         return kv_bytes_per_token_per_gpu(self.model, self.parallel, self.cache.kv_cache_dtype)
+
+    @cached_property
+    def kv_groups(self) -> KVCacheGroups | None:
+        """vLLM v1's hybrid KV cache groups of the run's pool (``kvsim.config.layers``), or
+        ``None``: every layer is full attention, ``hybrid_kv_cache`` is off, or the policy or
+        profile has no groups (its sliding layers then count as full attention, with a
+        warning)."""
+        attention = self.model.attention
+        if attention is None or not attention.hybrid_kv_cache:
+            return None
+        if self.engine_args.engine != "vllm-v1" or not serves_hybrid_groups(self.cache.allocator):
+            warn_once(
+                logger,
+                f"{self.model.name}: hybrid KV cache groups are modelled for the paged policy "
+                f"under vllm-v1 only; {self.cache.allocator!r} under {self.engine_args.engine} "
+                "keeps every attention layer's KV for every token (state layers left out)",
+            )
+            return None
+        if self.parallel.pipeline_parallel_size > 1:
+            raise ValueError(
+                "parallel.pipeline_parallel_size: hybrid KV cache groups are modelled on one "
+                f"pipeline stage, got {self.parallel.pipeline_parallel_size}"
+            )
+        full = kv_bytes_per_token_per_gpu(self.model, self.parallel, self.cache.kv_cache_dtype)
+        return kv_cache_groups(
+            self.model.num_layers,
+            attention,
+            full // self.model.num_kv_layers,
+            self.cache.block_size_tokens,
+            self.parallel.tensor_parallel_size,
+        )
 
     @property
     def weight_bytes_per_gpu(self) -> int:

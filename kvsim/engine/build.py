@@ -11,6 +11,7 @@ from kvsim.config.hardware import kv_tensors_per_gpu
 from kvsim.config.offload import cpu_tier_blocks, link_bandwidth_bytes_per_s
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv import Allocator, allocator_from_knobs
+from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.kv.offload import CpuTier
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.kv.swap import SwapSpace
@@ -20,8 +21,18 @@ from kvsim.workload.request import Request
 
 
 def allocator_from_config(config: SimConfig) -> Allocator:
-    """Build the configured allocator on the config's KV pool (one GPU's share)."""
+    """Build the configured allocator on the config's KV pool (one GPU's share); a hybrid
+    model's groups (``SimConfig.kv_groups``) get vLLM v1's hybrid manager."""
     args = config.engine_args
+    if config.kv_groups is not None:
+        return HybridPagedAllocator(
+            capacity_tokens=config.capacity_tokens,
+            bytes_per_token=config.bytes_per_token,
+            kv_groups=config.kv_groups,
+            enable_prefix_caching=args.enable_prefix_caching,
+            max_in_flight_tokens=args.max_num_batched_tokens,
+            max_model_len=args.max_model_len,
+        )
     knobs = {
         "capacity_tokens": config.capacity_tokens,
         "bytes_per_token": config.bytes_per_token,

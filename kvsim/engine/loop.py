@@ -30,9 +30,11 @@ import numpy as np
 
 from kvsim.config import SimConfig
 from kvsim.core.kv.base import NO_HIT
+from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.scheduler import StepPlan
 from kvsim.engine.build import build_parts
 from kvsim.engine.frames import FrameRecorder, has_map
+from kvsim.engine.group_recorder import GroupRecorder
 from kvsim.engine.recorder import MemoryRecorder, queue_head
 from kvsim.engine.request_log import RequestLog
 from kvsim.engine.span import event_slots, last_step_tokens
@@ -113,6 +115,12 @@ class Engine:
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
+        # hybrid KV cache groups: each group's slots as well (its requests run one by one)
+        self.group_recorder = (
+            GroupRecorder(self.allocator)
+            if isinstance(self.allocator, HybridPagedAllocator)
+            else None
+        )
         self.on_finish = on_finish
         self.frames = frames
         if frames is not None and not has_map(self.allocator):
@@ -467,5 +475,9 @@ class Engine:
             plan.num_prefills,
             plan.num_preempted,
         )
+        if self.group_recorder is not None:
+            new = dict(zip(plan.scheduled, plan.num_new_tokens, strict=True))
+            running = [(r, r.num_computed_tokens + new.get(r, 0)) for r in scheduler.lazy.others]
+            self.group_recorder.record(timing.total_s, running)
         if self.offload is not None:  # the tier's blocks by category at the row's time
             self.tier_samples.append(self.offload.tier.occupancy(now))

@@ -73,6 +73,8 @@ def simulate(
     memory_columns = engine.recorder.arrays()
     if engine.offload is not None and engine.tier_samples:  # the CPU tier's blocks per row
         memory_columns.update(tier_arrays(engine.tier_samples))
+    if engine.group_recorder is not None:  # hybrid KV cache groups: a column set per group
+        memory_columns.update(engine.group_recorder.arrays())
     results = build_results(
         config,
         engine.log.columns(),
@@ -85,6 +87,8 @@ def simulate(
     if engine.swap is not None:  # [swap]
         summary.update(engine.swap.summary(engine.swap_time_s))
     summary.update(engine.allocator.prefix_cache_summary())
+    if engine.group_recorder is not None:
+        summary.update(engine.group_recorder.summary(config.capacity_tokens))
     if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
         summary.update(engine.scheduler.spec.summary())
     if engine.offload is not None:  # vLLM's external prefix cache and kv offload counters

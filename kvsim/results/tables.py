@@ -351,6 +351,7 @@ def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
 
     names = [*MEMORY_COLUMNS, *(["replica"] if "replica" in columns else [])]
     names += [c for c in TIER_COLUMNS if c in columns]  # a run offloading to a CPU tier
+    names += [c for c in columns if c.startswith("group")]  # hybrid KV cache groups' columns
     if not len(columns["time_s"]):
         return pd.DataFrame([], columns=names)
     return pd.DataFrame(columns, columns=names, copy=False)

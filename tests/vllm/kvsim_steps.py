@@ -8,6 +8,9 @@ calls, which is what has to be re-pointed when the engine moves:
 - ``kvsim.core.kv.paged.PagedAllocator(capacity_tokens=, block_size_tokens=,
   enable_prefix_caching=, reserve_null_block=True)``: ``num_blocks`` blocks, block 0 the null
   block, as vLLM's ``KVCacheConfig(num_blocks=...)``; ``.num_free_blocks`` after ``schedule``;
+- ``kvsim.core.kv.hybrid.HybridPagedAllocator(capacity_tokens=, kv_groups=,
+  enable_prefix_caching=)`` for a hybrid workload (a full and a sliding-window group), and
+  ``.pool.num_free`` after ``schedule`` (both pools count the null block out);
 - ``kvsim.core.scheduler.make_scheduler(allocator, args, pooled=..., spec=...)``: the
   ``vllm-v1`` scheduler (steady decoders advance as a decode cohort; ``pooled``: their blocks
   are taken in bulk, as the engine does when nobody reads block ids; ``spec``: a
@@ -31,6 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.config import EngineArgs
+from kvsim.config.layers import KVCacheGroup, KVCacheGroups
+from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.scheduler import SpecDecoder, make_scheduler
 from kvsim.workload.request import Request
@@ -86,12 +91,23 @@ def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
     cohort's members take their blocks in bulk (``pooled``), as in the engine's runs."""
     cfg = work["config"]
     block = cfg["block_size"]
-    allocator = PagedAllocator(
-        capacity_tokens=cfg["num_blocks"] * block,
-        block_size_tokens=block,
-        enable_prefix_caching=cfg["enable_prefix_caching"],
-        reserve_null_block=True,
-    )
+    allocator: PagedAllocator | HybridPagedAllocator
+    if cfg.get("sliding_window"):  # full + sliding-window groups over one pool
+        kinds = (KVCacheGroup("full", 1), KVCacheGroup("sliding", 1, cfg["sliding_window"]))
+        allocator = HybridPagedAllocator(
+            capacity_tokens=cfg["num_blocks"] * block,
+            kv_groups=KVCacheGroups(kinds, 1, block, 1),
+            enable_prefix_caching=cfg["enable_prefix_caching"],
+            max_in_flight_tokens=cfg["max_num_batched_tokens"],
+            max_model_len=cfg["max_model_len"],
+        )
+    else:
+        allocator = PagedAllocator(
+            capacity_tokens=cfg["num_blocks"] * block,
+            block_size_tokens=block,
+            enable_prefix_caching=cfg["enable_prefix_caching"],
+            reserve_null_block=True,
+        )
     sched = make_scheduler(allocator, engine_args(cfg), pooled=lazy, spec=spec_decoder(cfg))
     pending = sorted(work["requests"], key=lambda r: (r["arrival_step"], r["id"]))
     live: set[int] = set()
@@ -118,7 +134,7 @@ def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
             for r in sched.waiting
             if r.req_id in preemptions and r.num_preemptions > preemptions[r.req_id]
         )
-        free_blocks = allocator.num_free_blocks
+        free_blocks = allocator.pool.num_free
         finished = sorted(r.req_id for r in sched.complete(plan, step + 1.0, step + 1.0))
         live.difference_update(finished)
         steps.append(

@@ -7,7 +7,8 @@ kvsim: the two sides meet in JSON.
 
 The scheduler is built as vLLM's tests build it (``tests/v1/core/utils.py::create_scheduler``):
 a ``VllmConfig`` over a local tiny Llama ``config.json`` (no weights, tokenizer skipped) and a
-hand-made ``KVCacheConfig`` of ``num_blocks`` blocks in one full-attention group, with
+hand-made ``KVCacheConfig`` of ``num_blocks`` blocks in one full-attention group (a hybrid
+workload adds a sliding-window group: vLLM then runs its ``HybridKVCacheCoordinator``), with
 synchronous scheduling (``async_scheduling=False``: vLLM's tests' default and what its CPU
 build forces; GPU vLLM defaults to async scheduling). The device is given as
 ``DeviceConfig(device="cpu")`` with no platform selected: vLLM 0.34's CPU platform
@@ -55,6 +56,7 @@ from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    SlidingWindowSpec,
 )
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
@@ -149,20 +151,28 @@ def build_scheduler(cfg: dict[str, Any], model: str) -> Scheduler:
         device_config=DeviceConfig(device="cpu"),
         speculative_config=spec,
     )
+    groups = [
+        KVCacheGroupSpec(
+            ["layer"],
+            FullAttentionSpec(
+                block_size=cfg["block_size"],
+                num_kv_heads=1,
+                head_size=1,
+                dtype=torch.float32,
+            ),
+        )
+    ]
+    if cfg.get("sliding_window"):  # a hybrid workload: a sliding-window group beside it
+        window = SlidingWindowSpec(
+            block_size=cfg["block_size"],
+            num_kv_heads=1,
+            head_size=1,
+            dtype=torch.float32,
+            sliding_window=cfg["sliding_window"],
+        )
+        groups.append(KVCacheGroupSpec(["sliding_layer"], window))
     kv_cache_config = KVCacheConfig(
-        num_blocks=cfg["num_blocks"],
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            KVCacheGroupSpec(
-                ["layer"],
-                FullAttentionSpec(
-                    block_size=cfg["block_size"],
-                    num_kv_heads=1,
-                    head_size=1,
-                    dtype=torch.float32,
-                ),
-            )
-        ],
+        num_blocks=cfg["num_blocks"], kv_cache_tensors=[], kv_cache_groups=groups
     )
     cache_config.num_gpu_blocks = cfg["num_blocks"]
     return Scheduler(

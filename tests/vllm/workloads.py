@@ -12,6 +12,8 @@ A workload is ``{"name", "max_steps", "config", "requests"}``:
   verification from ``numpy.random.default_rng((spec_seed, 0x5BEC))``, in the order the step
   scheduled the requests, and accept ``#{i < drafts : u < acceptance_rates[i]}`` drafts; a
   padded admission's placeholder drafts are all rejected with no draw;
+- ``config`` of a hybrid workload (``random_hybrid_workload``) also has ``sliding_window``
+  (tokens): a full-attention group and a sliding-window group share the pool;
 - ``requests``: ``{"id", "arrival_step", "segments", "output_tokens"}``, the prompt given as
   ``[segment, length]`` token runs: runs of one segment are equal tokens (the first ``length``
   tokens of that segment), so prompts built from the same segments share prefixes.
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 
 MAX_STEPS = 20_000  # far above any workload's length: both sides stop here if stuck
-FAMILIES = ("base", "spec")  # workload families: random_workload's, random_spec_workload's
+FAMILIES = ("base", "spec", "hybrid")  # random_workload's, random_spec_workload's, hybrid's
 
 
 def random_workload(seed: int) -> dict[str, Any]:
@@ -68,7 +70,25 @@ def workload(family: str, seed: int) -> dict[str, Any]:
     """Workload number ``seed`` of ``family`` (``FAMILIES``)."""
     if family == "spec":
         return random_spec_workload(seed)
+    if family == "hybrid":
+        return random_hybrid_workload(seed)
     return random_workload(seed)
+
+
+def random_hybrid_workload(seed: int) -> dict[str, Any]:
+    """Hybrid KV cache groups (vLLM's ``HybridKVCacheCoordinator``) on a base workload's
+    requests: a full-attention group and a sliding-window group of ``sliding_window`` tokens
+    (1 to 6 blocks, cut anywhere), each a block table per request over one pool, which holds
+    the largest request in both groups."""
+    work = random_workload(seed)
+    rng = np.random.default_rng([33, 6, seed])
+    cfg = work["config"]
+    block = cfg["block_size"]
+    cfg["sliding_window"] = int(rng.integers(2, 6 * block + 1))
+    need = max(_blocks(r, block) for r in work["requests"])
+    cfg["num_blocks"] = 2 * need + int(rng.integers(0, 2 * need + 2)) + 1
+    work["name"] = f"h{seed}"
+    return work
 
 
 def random_spec_workload(seed: int) -> dict[str, Any]:

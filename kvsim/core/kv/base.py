@@ -136,6 +136,9 @@ class Allocator(ABC):
     reads_block_table: ClassVar[bool] = False
     """Attention reads a request's KV through a block table (the cost model's paged layout
     factor, ``kvsim.core.cost``); ``False``: from one contiguous range (factor 1)."""
+    allocates_every_step: ClassVar[bool] = False
+    """The scheduler calls ``allocate`` at every step even when the holding has room (vLLM
+    calls ``allocate_slots`` every step: a sliding window frees blocks there)."""
     usable_is_threshold: ClassVar[bool] = False
     """``usable_free_slots_now(request, n, free)`` is ``free`` when ``free`` reaches
     ``admission_slots_needed(request, n)`` and 0 otherwise, so the recorder computes the need
@@ -205,6 +208,13 @@ class Allocator(ABC):
     @abstractmethod
     def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         """Whether ``allocate(request, num_tokens, hit)`` would succeed now. Pure."""
+
+    def can_fit_sequence(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """vLLM v1's full-sequence admission gate (``allocate_slots(full_sequence_must_fit=
+        True)``): whether room for ``num_tokens`` could be found now. By default
+        ``can_allocate``; a pool whose requests recycle blocks as they go (a sliding window)
+        counts at most what one request holds at its peak."""
+        return self.can_allocate(request, num_tokens, hit)
 
     def can_admit(self, request: Request, num_tokens: int) -> bool:
         """vLLM v0's admission check (``BlockSpaceManager.can_allocate``): by default the same as

@@ -56,6 +56,7 @@ class SchedulerCore:
         self.lookahead = args.num_lookahead_tokens if spec is not None else 0
         if spec is not None:
             allocator.speculate()
+        self._every_step = allocator.allocates_every_step
         self.token_budget = args.max_num_batched_tokens
         self.max_num_seqs = args.max_num_seqs
         self.waiting: deque[Request] = deque()
@@ -153,7 +154,7 @@ class SchedulerCore:
         speculative decoding, ``lookahead`` slots more, up to ``max_model_len``)."""
         if self.lookahead:
             num_tokens = min(num_tokens + self.lookahead, self.args.max_model_len)
-        if num_tokens <= req.num_held_slots:  # hot path: the holding has room
+        if num_tokens <= req.num_held_slots and not self._every_step:  # hot path: room
             cb = self.cache_block_tokens
             if not cb or not req.shares_tokens or num_tokens // cb <= req.num_computed_tokens // cb:
                 return True  # and no shareable block fills, so there is nothing to cache

@@ -231,9 +231,9 @@ class V1Scheduler(SchedulerCore):
                 plan.head_blocked = "budget"
                 break
             num_new = min(num_new, budget)
-            if self.args.scheduler_reserve_full_isl and not allocator.can_allocate(
+            if self.args.scheduler_reserve_full_isl and not allocator.can_fit_sequence(
                 head, head.num_tokens, hit
-            ):  # the whole sequence must fit, not just this chunk (can_fit_full_sequence)
+            ):  # the whole sequence must fit, not just this chunk (full_sequence_must_fit)
                 plan.head_blocked = self._full_isl_blocked_reason(head, hit)
                 break
             if not self._allocate(head, head.num_computed_tokens + hit.num_tokens + num_new, hit):

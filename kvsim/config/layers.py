@@ -1,0 +1,295 @@
+"""A hybrid model's layer kinds and vLLM v1's KV cache groups over them.
+
+Some models mix layer kinds: full attention, sliding-window attention (Gemma 2/3, gpt-oss, Mistral
+with a window) and linear-attention / state-space layers that keep one constant state per request
+(Qwen3-Next, Jamba, Nemotron-H). vLLM v1's hybrid KV cache manager splits the layers into *KV cache
+groups* of equal layer counts that share one block pool with one page size
+(``vllm/v1/core/kv_cache_utils.py``, ``_get_kv_cache_groups_uniform_page_size`` and
+``get_kv_cache_config_from_groups``):
+
+    group size g = fewest layers of any kind, or the most when every kind has < 1.5x the fewest
+    groups of a kind = cdiv(layers of that kind, g)      (the last group padded to g layers)
+    one block      = g layers x block_size tokens x per-layer KV bytes per token
+    num_blocks     = KV bytes // one block
+
+e.g. Gemma-3-27B: 52 sliding + 10 full layers -> g = 10, 6 sliding groups (8 padding layers)
++ 1 full group, 7 groups of 10 layers. A state layer's page is its whole state; vLLM raises the
+attention block size to the smallest multiple of 16 tokens whose page holds it
+(``vllm/model_executor/models/config.py``, ``HybridAttentionMambaModelConfig``).
+``hybrid_kv_cache = false`` treats every attention layer as full attention, as vLLM's
+``--disable-hybrid-kv-cache-manager`` does (``unify_hybrid_kv_cache_specs``); vLLM cannot do that
+for state layers, nor can kvsim.
+
+In kvsim a *slot* of a hybrid pool is one token of one group (``g`` layers), so a pool's
+``bytes_per_token`` is ``g`` layers' KV and ``capacity_tokens`` is ``num_blocks * block_size``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_MODEL_LAYERS, refuse_bool_numbers
+from kvsim.base.units import cdiv
+
+GroupKind = Literal["full", "sliding", "state"]
+MAMBA_BLOCK_ALIGN_TOKENS = 16  # vLLM rounds the raised attention block size to this many tokens
+
+
+class AttentionLayers(BaseModel):
+    """Which of a model's layers are not full attention (``model.attention`` in a config).
+
+    Attributes:
+        num_sliding_layers: layers attending to the last ``sliding_window_tokens`` tokens only.
+        sliding_window_tokens: the window, tokens (Hugging Face ``sliding_window``).
+        num_state_layers: linear-attention / state-space layers: no per-token KV, one constant
+            state per request.
+        state_bytes_per_layer: one request's state in one state layer, bytes (conv + SSM state).
+        hybrid_kv_cache: use vLLM's hybrid KV cache groups; ``False`` treats every attention
+            layer as full attention (vLLM ``--disable-hybrid-kv-cache-manager``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    num_sliding_layers: int = Field(default=0, ge=0, le=MAX_MODEL_LAYERS)
+    sliding_window_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    num_state_layers: int = Field(default=0, ge=0, le=MAX_MODEL_LAYERS)
+    state_bytes_per_layer: int | None = Field(default=None, ge=1, le=2**40)
+    hybrid_kv_cache: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_not_bools(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls.model_fields, data)
+
+    @model_validator(mode="after")
+    def _paired(self) -> AttentionLayers:
+        if (self.num_sliding_layers > 0) != (self.sliding_window_tokens is not None):
+            raise ValueError(
+                "model.attention: num_sliding_layers and sliding_window_tokens go together, got "
+                f"{self.num_sliding_layers} and {self.sliding_window_tokens}"
+            )
+        if (self.num_state_layers > 0) != (self.state_bytes_per_layer is not None):
+            raise ValueError(
+                "model.attention: num_state_layers and state_bytes_per_layer go together, got "
+                f"{self.num_state_layers} and {self.state_bytes_per_layer}"
+            )
+        if self.num_state_layers and not self.hybrid_kv_cache:
+            raise ValueError(
+                "model.attention.hybrid_kv_cache: false cannot treat "
+                f"{self.num_state_layers} state layers as full attention (vLLM cannot either)"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroup:
+    """One KV cache group: ``num_layers`` layers of one kind sharing a block table.
+
+    Attributes:
+        kind: ``"full"``, ``"sliding"`` or ``"state"``.
+        num_real_layers: layers of the model in it (the rest of the group size is padding).
+        sliding_window_tokens: the window of a sliding group, else ``None``.
+    """
+
+    kind: GroupKind
+    num_real_layers: int
+    sliding_window_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroups:
+    """vLLM's KV cache groups of a model on one GPU (see the module docstring).
+
+    Attributes:
+        groups: in vLLM's order (kinds in the order full, sliding, state).
+        layers_per_group: ``g``, layers (real or padding) of every group.
+        block_size_tokens: tokens per block (raised for a state group's page).
+        layer_bytes_per_token: KV bytes of one token in one attention layer.
+    """
+
+    groups: tuple[KVCacheGroup, ...]
+    layers_per_group: int
+    block_size_tokens: int
+    layer_bytes_per_token: int
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of one slot: one token in every layer of one group."""
+        return self.layers_per_group * self.layer_bytes_per_token
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block of the pool (vLLM ``page_size_bytes * group_size``)."""
+        return self.slot_bytes * self.block_size_tokens
+
+    @property
+    def num_padding_layers(self) -> int:
+        return sum(self.layers_per_group - g.num_real_layers for g in self.groups)
+
+    @property
+    def kinds(self) -> tuple[GroupKind, ...]:
+        return tuple(g.kind for g in self.groups)
+
+
+def vllm_group_size(layer_counts: list[int]) -> int:
+    """Layers per KV cache group from the layer count of each kind (vLLM
+    ``_get_kv_cache_groups_uniform_page_size``): the fewest, unless the most is < 1.5x it."""
+    fewest, most = min(layer_counts), max(layer_counts)
+    return most if most < fewest * 1.5 else fewest
+
+
+def state_block_size(block_size_tokens: int, state_bytes: int, layer_bytes_per_token: int) -> int:
+    """The attention block size vLLM uses beside a state layer: the configured one if its page
+    already holds ``state_bytes``, else the smallest multiple of 16 tokens that does."""
+    if block_size_tokens * layer_bytes_per_token >= state_bytes:
+        return block_size_tokens
+    tokens = cdiv(state_bytes, layer_bytes_per_token)
+    return cdiv(tokens, MAMBA_BLOCK_ALIGN_TOKENS) * MAMBA_BLOCK_ALIGN_TOKENS
+
+
+def kv_cache_groups(
+    num_layers: int,
+    attention: AttentionLayers,
+    layer_bytes_per_token: int,
+    block_size_tokens: int,
+    tensor_parallel_size: int = 1,
+) -> KVCacheGroups:
+    """vLLM's KV cache groups of a model (one GPU, no pipeline split).
+
+    Args:
+        num_layers: all layers of the model.
+        attention: which of them slide or keep a state.
+        layer_bytes_per_token: KV bytes of one token in one attention layer on one GPU.
+        block_size_tokens: the configured block size, tokens.
+        tensor_parallel_size: GPUs a state is split over (by heads, as the KV is).
+
+    Raises:
+        ValueError: more sliding and state layers than the model has.
+    """
+    sliding, state = attention.num_sliding_layers, attention.num_state_layers
+    full = num_layers - sliding - state
+    if full < 0:
+        raise ValueError(
+            f"model.attention: {sliding} sliding + {state} state layers exceed num_layers "
+            f"({num_layers})"
+        )
+    if not attention.hybrid_kv_cache:  # every attention layer full: one group of all of them
+        kinds: list[tuple[GroupKind, int, int | None]] = [("full", full + sliding, None)]
+    else:
+        kinds = [("full", full, None), ("sliding", sliding, attention.sliding_window_tokens)]
+        kinds.append(("state", state, None))
+        kinds = [k for k in kinds if k[1] > 0]
+    size = vllm_group_size([count for _, count, _ in kinds])
+    groups: list[KVCacheGroup] = []
+    for kind, count, window in kinds:
+        num = cdiv(count, size)
+        # vLLM deals layers round-robin (layers[i::num]): group i gets every num-th layer
+        groups += [KVCacheGroup(kind, len(range(i, count, num)), window) for i in range(num)]
+    block = block_size_tokens
+    if state and attention.state_bytes_per_layer is not None:
+        state_bytes = cdiv(attention.state_bytes_per_layer, tensor_parallel_size)
+        block = state_block_size(block, state_bytes, layer_bytes_per_token)
+    return KVCacheGroups(tuple(groups), size, block, layer_bytes_per_token)
+
+
+def attention_from_hf(data: dict[str, Any], num_layers: int, dtype_bytes: int) -> dict[str, Any]:
+    """``model.attention`` fields from a Hugging Face ``config.json`` (empty: every layer full).
+
+    Read as vLLM reads the layer kinds: ``layer_types`` when present (``"sliding_attention"``,
+    ``"linear_attention"``; gpt-oss, Gemma-3, Qwen3-Next), else Gemma-2/3's
+    ``sliding_window_pattern`` (every pattern-th layer global), else a ``sliding_window`` on every
+    layer unless ``use_sliding_window`` is false (Mistral-7B-v0.1). A linear-attention layer's
+    state is Qwen3-Next's Gated DeltaNet: a conv state of ``(linear_conv_kernel_dim - 1) x (2 x
+    linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x linear_value_head_dim)``
+    values and an SSM state of ``linear_num_value_heads x linear_key_head_dim x
+    linear_value_head_dim`` values, in the model's dtype (vLLM ``MambaStateShapeCalculator``).
+
+    Raises:
+        ValueError: a linear-attention model without the state's sizes, naming the key.
+    """
+    window = data.get("sliding_window")
+    if data.get("use_sliding_window") is False:
+        window = None
+    kinds = data.get("layer_types")
+    out: dict[str, Any] = {}
+    if isinstance(kinds, list) and kinds:
+        sliding = sum(1 for k in kinds if k == "sliding_attention")
+        linear = sum(1 for k in kinds if k == "linear_attention")
+        if sliding and isinstance(window, int):
+            out.update(num_sliding_layers=sliding, sliding_window_tokens=window)
+        if linear:
+            out.update(num_state_layers=linear, state_bytes_per_layer=_gdn_state(data, dtype_bytes))
+        return out
+    if not isinstance(window, int) or window <= 0:
+        return out
+    pattern = data.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 1:
+        sliding = num_layers - num_layers // pattern
+    else:
+        sliding = num_layers
+    return {"num_sliding_layers": sliding, "sliding_window_tokens": window}
+
+
+def _gdn_state(data: dict[str, Any], dtype_bytes: int) -> int:
+    """One Gated DeltaNet layer's state, bytes (see ``attention_from_hf``)."""
+    keys = (
+        "linear_conv_kernel_dim",
+        "linear_num_key_heads",
+        "linear_key_head_dim",
+        "linear_num_value_heads",
+        "linear_value_head_dim",
+    )
+    for key in keys:
+        if not isinstance(data.get(key), int) or data[key] < 1:
+            raise ValueError(
+                f"hf_config: linear_attention layers need {key} (an integer >= 1), got "
+                f"{data.get(key)!r}"
+            )
+    kernel, nk, dk, nv, dv = (int(data[k]) for k in keys)
+    conv = (kernel - 1) * (2 * nk * dk + nv * dv)
+    return (conv + nv * dk * dv) * dtype_bytes
+
+
+def max_request_tokens(
+    groups: KVCacheGroups, usable_blocks: int, max_num_batched_tokens: int, cap_tokens: int
+) -> int:
+    """The longest request (tokens, whole blocks) whose KV fits ``usable_blocks`` blocks, as
+    vLLM sizes a request's need per group (``vllm/v1/kv_cache_interface.py``,
+    ``max_memory_usage_bytes``): a full group ``cdiv(L, B)`` blocks, a sliding group at most
+    ``cdiv(W - 1 + max_num_batched_tokens, B) + 1`` (a step's chunk plus the window before it),
+    a state group one. ``cap_tokens`` bounds the answer when no full group limits it."""
+    b = groups.block_size_tokens
+    num_full = sum(1 for g in groups.groups if g.kind == "full")
+    sliding = [g for g in groups.groups if g.kind == "sliding"]
+    num_state = sum(1 for g in groups.groups if g.kind == "state")
+    window = sliding[0].sliding_window_tokens or 0 if sliding else 0
+    sliding_cap = cdiv(window - 1 + max_num_batched_tokens, b) + 1 if sliding else 0
+    room = usable_blocks - num_state
+    if room <= 0:
+        return 0
+    per_block = num_full + len(sliding)  # while every group still grows with L
+    blocks = room // per_block if per_block else cap_tokens // b
+    if sliding and blocks > sliding_cap:
+        if not num_full:
+            return cap_tokens  # sliding groups alone: a request of any length fits
+        blocks = (room - len(sliding) * sliding_cap) // num_full
+    return min(blocks * b, cap_tokens)
+
+
+def request_blocks(groups: KVCacheGroups, num_tokens: int, max_num_batched_tokens: int) -> int:
+    """Blocks one request of ``num_tokens`` tokens may need at once over every group (the sizes
+    of ``max_request_tokens``)."""
+    b = groups.block_size_tokens
+    total = 0
+    for g in groups.groups:
+        if g.kind == "full":
+            total += cdiv(num_tokens, b)
+        elif g.kind == "sliding":
+            window = g.sliding_window_tokens or 0
+            total += min(cdiv(num_tokens, b), cdiv(window - 1 + max_num_batched_tokens, b) + 1)
+        else:
+            total += 1
+    return total

@@ -1,0 +1,587 @@
+"""vLLM v1's hybrid KV cache manager: one block pool, one block table per KV cache group.
+
+A hybrid model's layers fall into KV cache groups of equal layer counts (``kvsim.config.layers``);
+every group draws equal blocks from one ``BlockPool`` and keeps its own block table per request
+(``vllm/v1/core/kv_cache_coordinator.py``, ``HybridKVCacheCoordinator``). A slot here is one token
+of one group. The rules per kind (``vllm/v1/core/single_type_kv_cache_manager.py``):
+
+- full attention (``FullAttentionManager``): ``cdiv(num_tokens, B)`` blocks;
+- sliding window W (``SlidingWindowManager``): before each allocation, the blocks whose tokens all
+  lie before ``num_computed_tokens - W + 1`` (``get_num_skipped_tokens``) are freed, tail first,
+  and the null block takes their place in the table (``remove_skipped_blocks``); new blocks are
+  taken only past the skipped ones, so a request holds about ``cdiv(W, B) + 1`` blocks:
+
+      table:  [null][null][null][ b7 ][ b9 ][ b4 ]     W = 40, B = 16, 90 computed tokens
+               0-15  16-31 32-47 48-63 64-79 80-95     skipped = 90 - 40 + 1 = 51 -> 3 blocks
+
+- state (``MambaManager``, prefix caching off for its group): one block per request, held from
+  admission to the end, whatever its length.
+
+A prefix-cache hit counts only as far as every group hits (``find_longest_cache_hit``): the full
+groups' longest cached prefix, then each sliding group's hit below it, which needs the
+``cdiv(W - 1, B)`` blocks that end the hit cached (the blocks before them are null); the shortest
+wins, and the full groups drop the rest. A state group never hits (vLLM keeps no prefix states in
+its default mamba cache mode), so a model with one gets no hits. Block keys are the request's
+chained keys (``kvsim.workload.tokens``) mixed with the group index (vLLM
+``BlockHashWithGroupId``).
+
+Freed blocks go back as vLLM 0.34.0's ``BlockPool.free_blocks`` sends them: cached full blocks
+to the back of the free queue, the others to the front. As in vLLM's ``allocate_slots``, a
+running request's blocks outside the window are freed before its new blocks are counted, even
+when the allocation then fails (``allocate`` returns ``None`` having freed only those).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvsim.base.units import cdiv
+from kvsim.config.layers import GroupKind, KVCacheGroups
+from kvsim.core.kv.base import (
+    DECODE_EXPLICIT,
+    NO_HIT,
+    Allocator,
+    AllocatorStats,
+    AllocResult,
+    PrefixHit,
+    prefix_cache_counters,
+)
+from kvsim.core.kv.block_pool import BlockPool
+from kvsim.workload.request import Request
+from kvsim.workload.tokens import KeyChain, StreamKeys, stream_segments
+
+_KEY_MASK = (1 << 63) - 1
+_GROUP_MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant: group g's keys differ from group h's
+
+
+def group_key(key: int, group: int) -> int:
+    """A block key within one KV cache group (vLLM keys the cache by hash and group id)."""
+    return (key ^ ((group + 1) * _GROUP_MIX)) & _KEY_MASK
+
+
+def sliding_skipped_blocks(num_computed_tokens: int, window: int, block_size: int) -> int:
+    """Leading blocks a sliding-window group no longer needs: those whose tokens all precede
+    ``num_computed_tokens - window + 1`` (vLLM ``SlidingWindowManager.get_num_skipped_tokens``)."""
+    return max(0, num_computed_tokens - window + 1) // block_size
+
+
+class HybridPagedAllocator(Allocator):
+    """The paged policy over vLLM's hybrid KV cache groups (see the module docstring).
+
+    Invariants (``check_invariants``): every non-null block in a table has a reference count
+    equal to the number of table entries pointing at it; the null block is never freed; held +
+    overhead + free slots == capacity.
+
+    Args:
+        capacity_tokens: the pool in slots (one token of one group: ``num_blocks * B``).
+        bytes_per_token: bytes of one slot (``KVCacheGroups.slot_bytes``).
+        kv_groups: the model's KV cache groups (their block size is the pool's).
+        enable_prefix_caching: cache full blocks across requests.
+        max_in_flight_tokens: tokens scheduled but not yet computed at most (vLLM's
+            ``max_num_batched_tokens`` times the concurrent batches), for the admission gate's
+            cap on a sliding group (``can_fit_sequence``); ``None``: no cap.
+        max_model_len: the longest request, tokens (caps that cap).
+    """
+
+    name = "paged"
+    caches_prefixes = True
+    span_layout = "blocks"  # (no request joins the decode cohort: ``decode_mode``)
+    reads_block_table = True
+    usable_is_threshold = True
+    allocates_every_step = True  # its held slots (all groups) say nothing of one group's room
+
+    def __init__(
+        self,
+        *,
+        capacity_tokens: int,
+        bytes_per_token: int = 1,
+        kv_groups: KVCacheGroups,
+        enable_prefix_caching: bool = False,
+        max_in_flight_tokens: int | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
+        super().__init__(capacity_tokens=capacity_tokens, bytes_per_token=bytes_per_token)
+        self.kv_groups = kv_groups
+        self.block_size_tokens = b = kv_groups.block_size_tokens
+        self.num_blocks = capacity_tokens // b
+        if self.num_blocks < 2:
+            raise ValueError(
+                f"capacity_tokens ({capacity_tokens}) holds no usable block of {b} tokens"
+            )
+        self.pool = BlockPool(self.num_blocks, reserve_null_block=True, keep_duplicates=True)
+        null = self.pool.null_block
+        assert null is not None
+        self.null_block: int = null
+        self.kinds = kv_groups.kinds
+        self.windows = tuple(g.sliding_window_tokens or 0 for g in kv_groups.groups)
+        self.enable_prefix_caching = enable_prefix_caching
+        # a sliding group's blocks at a request's peak, for the admission gate (vLLM
+        # SlidingWindowSpec.max_admission_blocks_per_request): the window's last W - 1
+        # tokens plus a step's tokens, +1 for a window that starts inside a block
+        self._admission_cap: dict[int, int] = {}
+        if max_in_flight_tokens is not None:
+            for g, window in enumerate(self.windows):
+                if window:
+                    tokens = window - 1 + max_in_flight_tokens
+                    if max_model_len is not None:
+                        tokens = min(tokens, max_model_len)
+                    self._admission_cap[g] = cdiv(tokens, b) + 1
+        # groups of one kind hold the same positions (one window, one computed count): each
+        # kind's first group stands for the others in the per-step accounting
+        self._kind_first = {kind: self.kinds.index(kind) for kind in dict.fromkeys(self.kinds)}
+        self._kind_count = {kind: self.kinds.count(kind) for kind in self._kind_first}
+        sliding = self._kind_first.get("sliding")
+        self._window = self.windows[sliding] if sliding is not None else 0
+        self.tables: dict[int, list[list[int]]] = {}  # req_id -> one table per group
+        # req_id -> (token room of its tables, computed count at which its window next frees a
+        # block): an allocation within both changes nothing (``allocate``'s fast path)
+        self._room: dict[int, tuple[int, int]] = {}
+        self._requests: dict[int, Request] = {}  # the request of each set of tables
+        # the last ``kind_slots`` answer per request and what it depended on (the recorder
+        # asks twice a step: pool totals, then per-group columns); ``_epoch`` counts changes
+        self._memo: dict[int, tuple[int, int, int, dict[GroupKind, tuple[int, int, int, int]]]]
+        self._memo = {}
+        self._epoch = 0
+        self._first_live: dict[int, list[int]] = {}  # req_id -> leading nulls per group
+        self._num_cached: dict[int, int] = {}  # req_id -> leading blocks registered
+        self._held_blocks: dict[int, int] = {}  # req_id -> non-null blocks, all groups
+        self._sum_held = 0
+        self.key_chain = KeyChain()
+        self._keys: dict[int, StreamKeys] = {}
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        self.preempted_queries = 0
+        self.preempted_hits = 0
+        self._known_only = False
+
+    def speculate(self) -> None:
+        self._known_only = True
+
+    # -- queries ----------------------------------------------------------------------------
+    @property
+    def num_gpu_blocks(self) -> int | None:
+        return self.num_blocks
+
+    @property
+    def num_free_tokens(self) -> int:
+        return self.pool.num_free * self.block_size_tokens
+
+    @property
+    def usable_capacity_tokens(self) -> int:
+        return (self.num_blocks - 1) * self.block_size_tokens
+
+    def held_slots(self, req_id: int) -> int:
+        return self._held_blocks.get(req_id, 0) * self.block_size_tokens
+
+    def group_tables(self, req_id: int) -> list[list[int]]:
+        """The request's block table in each group (copies; the null block where freed)."""
+        return [list(t) for t in self.tables[req_id]]
+
+    def group_held_blocks(self, req_id: int) -> list[int]:
+        """Non-null blocks the request holds in each group."""
+        null = self.null_block
+        return [sum(1 for blk in t if blk != null) for t in self.tables.get(req_id, [])]
+
+    def _stream_keys(self, request: Request) -> StreamKeys:
+        keys = self._keys.get(request.req_id)
+        if keys is None:
+            segments = stream_segments(request)
+            keys = StreamKeys(self.key_chain, segments, self.block_size_tokens, request.cache_salt)
+            self._keys[request.req_id] = keys
+        return keys
+
+    def find_cached_prefix(self, request: Request) -> PrefixHit:
+        """The longest prefix every group hits (module docstring); ``blocks`` lists each group's
+        hit table in turn (``len(blocks) == groups * hit blocks``, nulls before a window)."""
+        if (
+            not self.enable_prefix_caching
+            or request.req_id in self.tables
+            or (not request.shares_tokens and not request.num_preemptions)
+            or "state" in self.kinds
+        ):
+            return NO_HIT
+        n = (request.num_tokens - 1) // self.block_size_tokens
+        keys, lookup = self._stream_keys(request), self.pool.lookup
+        full = [g for g, kind in enumerate(self.kinds) if kind == "full"]
+        for g in full:  # the longest cached prefix of every full group
+            i = 0
+            while i < n and lookup(group_key(keys.key(i), g)) is not None:
+                i += 1
+            n = i
+        while n > 0:  # each sliding group's hit at most n blocks long, until all agree
+            shortest = min(
+                (
+                    self._sliding_hit(keys, g, n)
+                    for g, kind in enumerate(self.kinds)
+                    if kind == "sliding"
+                ),
+                default=n,
+            )
+            if shortest == n:
+                break
+            n = shortest
+        if n <= 0:
+            return NO_HIT
+        blocks: list[int] = []
+        for g, kind in enumerate(self.kinds):
+            start = (
+                n - cdiv(self.windows[g] - 1, self.block_size_tokens) if kind == "sliding" else 0
+            )
+            for i in range(n):
+                blk = lookup(group_key(keys.key(i), g)) if i >= start else None
+                blocks.append(self.null_block if blk is None else blk)
+        return PrefixHit(n * self.block_size_tokens, tuple(blocks))
+
+    def _sliding_hit(self, keys: StreamKeys, group: int, max_blocks: int) -> int:
+        """Blocks of a sliding group's hit of at most ``max_blocks``: the first run, from the
+        right, of ``cdiv(W - 1, B)`` cached blocks ends it; without one, the cached blocks
+        from the start (vLLM ``SlidingWindowManager.find_longest_cache_hit``)."""
+        need = cdiv(self.windows[group] - 1, self.block_size_tokens)
+        lookup, run = self.pool.lookup, 0
+        for i in range(max_blocks - 1, -1, -1):
+            if lookup(group_key(keys.key(i), group)) is None:
+                run = 0
+                continue
+            run += 1
+            if run >= need:
+                return i + run
+        return run  # the leading run (every block from 0 cached when the loop ends cached)
+
+    def _plan(
+        self, request: Request, num_tokens: int, hit: PrefixHit, capped: bool = False
+    ) -> tuple[list[int], list[int], int]:
+        """``(new blocks per group, leading blocks each group frees, net blocks taken)`` of
+        ``allocate(request, num_tokens, hit)``; ``capped``: a sliding group needs at most its
+        admission cap (``can_fit_sequence``). Pure."""
+        b, rid = self.block_size_tokens, request.req_id
+        tables = self.tables.get(rid)
+        computed = request.num_computed_tokens if tables is not None else hit.num_tokens
+        n_hit = hit.num_tokens // b
+        new, skip_to = [], []
+        net = 0
+        for g, kind in enumerate(self.kinds):
+            have = len(tables[g]) if tables is not None else n_hit
+            if kind == "state":
+                new.append(1 if have == 0 else 0)
+                skip_to.append(0)
+                net += new[-1]
+                continue
+            skip = sliding_skipped_blocks(computed, self.windows[g], b) if kind == "sliding" else 0
+            required = cdiv(num_tokens, b)
+            if capped and g in self._admission_cap:
+                required = min(required, self._admission_cap[g])
+            new.append(max(0, required - max(have, skip)))
+            skip_to.append(skip)
+            net += new[-1]
+            if tables is not None and skip > self._first_live[rid][g]:
+                # freed before taking (vLLM's order): those no other request also holds
+                ref, table = self.pool.ref_cnt, tables[g]
+                net -= sum(1 for blk in table[self._first_live[rid][g] : skip] if ref[blk] == 1)
+        if hit.blocks:
+            ref, null = self.pool.ref_cnt, self.null_block
+            net += sum(1 for blk in set(hit.blocks) if blk != null and ref[blk] == 0)
+        return new, skip_to, net
+
+    def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
+        return max(0, self._plan(request, num_tokens, hit)[2]) * self.block_size_tokens
+
+    def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        return self._plan(request, num_tokens, hit)[2] <= self.pool.num_free
+
+    def can_fit_sequence(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """vLLM's full-sequence gate: a sliding group counts at most its admission cap, the
+        blocks it holds at its peak (``get_num_blocks_to_allocate(apply_admission_cap=True)``)."""
+        return self._plan(request, num_tokens, hit, capped=True)[2] <= self.pool.num_free
+
+    def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
+        if request is None or self.can_allocate(request, num_tokens):
+            return self.num_free_tokens
+        return 0
+
+    def decode_mode(self, request: Request) -> int:
+        """Every request is handled one by one: a sliding group frees blocks as it decodes."""
+        return DECODE_EXPLICIT
+
+    # -- mutations --------------------------------------------------------------------------
+    def allocate(
+        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+    ) -> AllocResult | None:
+        rid = request.req_id
+        room = self._room.get(rid)
+        if (
+            room is not None
+            and num_tokens <= room[0]
+            and request.num_computed_tokens < room[1]
+            and (
+                not (self.enable_prefix_caching and request.shares_tokens)
+                or num_tokens // self.block_size_tokens <= self._num_cached.get(rid, 0)
+            )
+        ):
+            return self._nothing_new  # no block to take, free or cache
+        new, skip_to, net = self._plan(request, num_tokens, hit)
+        tables = self.tables.get(rid)
+        admitted = tables is None
+        if tables is None:
+            if net > self.pool.num_free:
+                return None
+            self._epoch += 1
+            tables, first_live = self._admit(request, hit)
+        else:  # (vLLM frees the window's old blocks first, even if the step then fails)
+            self._epoch += 1
+            first_live = self._first_live[rid]
+            self._remove_skipped(rid, tables, first_live, skip_to)
+            if sum(new) > self.pool.num_free:
+                return None
+        free_before = self.pool.num_free
+        for g, table in enumerate(tables):
+            if new[g]:
+                table += self.pool.take(new[g])
+        new_total = sum(new)
+        self._held_blocks[rid] += new_total
+        self._sum_held += new_total
+        self._room[rid] = self._room_of(tables, first_live)
+        if self.enable_prefix_caching:
+            if admitted:
+                self._record_lookup(request, hit)
+            if request.shares_tokens:  # a private stream is keyed when preempted (``free``)
+                self._cache_full_blocks(request, tables, num_tokens)
+        taken = max(0, free_before - self.pool.num_free)
+        return self._result(taken * self.block_size_tokens, taken, hit.num_tokens)
+
+    def _remove_skipped(
+        self, rid: int, tables: list[list[int]], first_live: list[int], skip_to: list[int]
+    ) -> None:
+        """Free each group's blocks now wholly outside its window, tail first, the null block
+        taking their place (vLLM ``remove_skipped_blocks``): all full, so vLLM has cached them
+        (the back of the free queue), or, without caching, the front."""
+        null, freed = self.null_block, 0
+        for g, table in enumerate(tables):
+            skip = min(skip_to[g], len(table))
+            if skip > first_live[g]:
+                gone = table[first_live[g] : skip]
+                table[first_live[g] : skip] = [null] * len(gone)
+                self.pool.release_table(gone, len(gone) if self.enable_prefix_caching else 0)
+                freed += len(gone)
+                first_live[g] = skip
+            if skip_to[g] > len(table):  # positions skipped before they were ever allocated
+                first_live[g] = skip_to[g]
+                table += [null] * (skip_to[g] - len(table))
+        if freed:
+            self._held_blocks[rid] -= freed
+            self._sum_held -= freed
+            self._room[rid] = self._room_of(tables, first_live)
+
+    def _room_of(self, tables: list[list[int]], first_live: list[int]) -> tuple[int, int]:
+        """``_room``'s entry: tokens the attention tables have room for, and the computed count
+        at which the window's first held block falls wholly outside it (``lead + 1`` blocks
+        skipped: ``(lead + 1) B + W - 1``; never without a sliding group)."""
+        b = self.block_size_tokens
+        full = self._kind_first.get("full", self._kind_first.get("sliding"))
+        room = len(tables[full]) * b if full is not None else 0
+        sliding = self._kind_first.get("sliding")
+        if sliding is None:
+            return room, 1 << 62
+        return room, (first_live[sliding] + 1) * b + self._window - 1
+
+    def _admit(self, request: Request, hit: PrefixHit) -> tuple[list[list[int]], list[int]]:
+        """A new request's tables holding its prefix hit (null entries before a window)."""
+        rid, null = request.req_id, self.null_block
+        n_hit = hit.num_tokens // self.block_size_tokens
+        tables: list[list[int]] = []
+        first_live: list[int] = []
+        for g in range(len(self.kinds)):
+            table = list(hit.blocks[g * n_hit : (g + 1) * n_hit]) if n_hit else []
+            self.pool.touch(blk for blk in table if blk != null)
+            lead = 0
+            while lead < len(table) and table[lead] == null:
+                lead += 1
+            tables.append(table)
+            first_live.append(lead)
+        held = sum(1 for t in tables for blk in t if blk != null)
+        self.tables[rid] = tables
+        self._requests[rid] = request
+        self._first_live[rid] = first_live
+        self._num_cached[rid] = n_hit
+        self._held_blocks[rid] = held
+        self._sum_held += held
+        return tables, first_live
+
+    def _record_lookup(self, request: Request, hit: PrefixHit) -> None:
+        if request.num_preemptions:
+            self.preempted_queries += request.num_tokens
+            self.preempted_hits += hit.num_tokens
+        else:
+            self.prefix_cache_queries += request.num_tokens
+            self.prefix_cache_hits += hit.num_tokens
+
+    def _cache_full_blocks(
+        self, request: Request, tables: list[list[int]], num_tokens: int
+    ) -> None:
+        """Register the blocks ``num_tokens`` fill in the attention groups (vLLM
+        ``cache_full_blocks``, per group); a state group's block is never cached."""
+        if self._known_only:
+            num_tokens = min(num_tokens, request.num_tokens)
+        upto = num_tokens // self.block_size_tokens
+        start = self._num_cached.get(request.req_id, 0)
+        if upto <= start:
+            return
+        keys, null = self._stream_keys(request), self.null_block
+        for g, kind in enumerate(self.kinds):
+            if kind == "state":
+                continue
+            table = tables[g]
+            for i in range(start, upto):
+                if table[i] != null:
+                    self.pool.register(table[i], group_key(keys.key(i), g))
+        self._num_cached[request.req_id] = upto
+
+    def free(self, req_id: int, computed_tokens: int | None = None) -> None:
+        """Free every group's blocks, each table tail first (vLLM ``free``, group by group)."""
+        tables = self.tables.pop(req_id, None)
+        if tables is None:
+            raise KeyError(f"free(): unknown req_id {req_id}")
+        del self._first_live[req_id]
+        self._room.pop(req_id, None)
+        self._memo.pop(req_id, None)
+        request = self._requests.pop(req_id)
+        if computed_tokens and self.enable_prefix_caching and not request.shares_tokens:
+            # only the request itself can hit a private stream, after this preemption: its
+            # blocks are keyed now rather than as they filled (the same hits, less work)
+            self._cache_full_blocks(request, tables, computed_tokens)
+        self._num_cached.pop(req_id, None)
+        self._keys.pop(req_id, None)
+        written = 0  # vLLM has cached every block the computed tokens fill
+        if self.enable_prefix_caching:
+            written = request.num_computed_tokens if computed_tokens is None else computed_tokens
+        num_full = written // self.block_size_tokens
+        null = self.null_block
+        for table in tables:
+            live = [blk for blk in table if blk != null]
+            lead = len(table) - len(live)
+            self.pool.release_table(live, max(0, num_full - lead))
+        self._sum_held -= self._held_blocks.pop(req_id)
+
+    # -- accounting -------------------------------------------------------------------------
+    def request_slots(self, request: Request, length: int) -> tuple[int, int, int, int]:
+        """Summed over groups (``kind_slots``): held, token states (outside-window tokens
+        still held and state blocks included), internal fragmentation, held."""
+        held = token = internal = 0
+        count = self._kind_count
+        for kind, (k_held, k_token, _, k_internal) in self.kind_slots(request, length).items():
+            n = count[kind]
+            held += n * k_held
+            token += n * k_token
+            internal += n * k_internal
+        return held, token, internal, held
+
+    def group_slots(self, request: Request, length: int) -> list[tuple[int, int, int, int]]:
+        """``kind_slots`` for each group, in group order."""
+        per_kind = self.kind_slots(request, length)
+        return [per_kind[kind] for kind in self.kinds]
+
+    def kind_slots(
+        self, request: Request, length: int
+    ) -> dict[GroupKind, tuple[int, int, int, int]]:
+        """``(held, token states, of which outside the window, internal)`` slots of the live
+        ``request`` in one group of each kind at ``length`` computed tokens (every group of a
+        kind holds the same positions).
+
+        A full or sliding group holding positions ``[s B, n B)`` (``s`` leading null entries):
+        token states ``length - s B``, of which *outside the window* those before
+        ``num_computed_tokens - W + 1`` (no token the step computes attends to them: the part
+        of the first held block that vLLM cannot free yet), internal ``max(0, n B - final)``;
+        the rest is reservation. A state block is token states whole. ``length``: tokens
+        computed once the step runs; ``request.num_computed_tokens``: before it.
+        """
+        b, final = self.block_size_tokens, request.final_kv_tokens
+        tables = self.tables.get(request.req_id)
+        if tables is None:
+            return dict.fromkeys(self._kind_first, (0, 0, 0, 0))
+        computed = request.num_computed_tokens
+        memo = self._memo.get(request.req_id)
+        if memo is not None and memo[:3] == (self._epoch, length, computed):
+            return memo[3]
+        out: dict[GroupKind, tuple[int, int, int, int]] = {}
+        first_live = self._first_live[request.req_id]
+        for kind, g in self._kind_first.items():
+            size = len(tables[g]) * b
+            if kind == "state":
+                out[kind] = (size, size, 0, 0)
+                continue
+            start = first_live[g] * b
+            token = max(0, min(length, size) - start)
+            outside = 0
+            if kind == "sliding":
+                first_needed = computed - self._window + 1
+                outside = max(0, min(first_needed, size) - start)
+            out[kind] = (size - start, token, outside, max(0, size - max(final, start)))
+        self._memo[request.req_id] = (self._epoch, length, computed, out)
+        return out
+
+    def shared_slots(self) -> int:
+        used = self.num_blocks - 1 - self.pool.num_free
+        return (self._sum_held - used) * self.block_size_tokens
+
+    def stats(self) -> AllocatorStats:
+        b = self.block_size_tokens
+        held = (self.num_blocks - 1 - self.pool.num_free) * b
+        overhead = self.capacity_tokens - (self.num_blocks - 1) * b
+        return AllocatorStats(
+            self.capacity_tokens, held, overhead, self.num_free_tokens, len(self.tables)
+        )
+
+    def prefix_cache_summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kv_cache_groups": len(self.kinds),
+            "kv_cache_group_kinds": ",".join(self.kinds),
+            "kv_cache_group_layers": self.kv_groups.layers_per_group,
+            "kv_cache_padding_layers": self.kv_groups.num_padding_layers,
+        }
+        if self.enable_prefix_caching:
+            out.update(
+                prefix_cache_counters(
+                    self.prefix_cache_queries,
+                    self.prefix_cache_hits,
+                    self.bytes_per_token,
+                    self.preempted_queries,
+                    self.preempted_hits,
+                )
+            )
+            out["num_cache_evictions"] = self.pool.num_evictions
+        return out
+
+    def check_invariants(self) -> None:
+        """The base laws, the pool's, and reference counts equal to table entries."""
+        super().check_invariants()
+        self.pool.check()
+        counts = [0] * self.num_blocks
+        null = self.null_block
+        for rid, tables in self.tables.items():
+            held = 0
+            for g, table in enumerate(tables):
+                lead = self._first_live[rid][g]
+                assert all(blk == null for blk in table[:lead]), f"req {rid} group {g}: live "
+                "block before its first live entry"
+                for blk in table[lead:]:
+                    assert blk != null, f"req {rid} group {g}: null block inside the window"
+                    counts[blk] += 1
+                    held += 1
+            assert held == self._held_blocks[rid], (
+                f"req {rid}: {held} blocks in tables != {self._held_blocks[rid]} counted"
+            )
+        for blk in range(self.num_blocks):
+            if blk == null:
+                continue
+            assert counts[blk] == self.pool.ref(blk), (
+                f"block {blk}: ref count {self.pool.ref(blk)} != {counts[blk]} table entries"
+            )
+
+
+def groups_held(allocator: HybridPagedAllocator, requests: Sequence[Request]) -> list[int]:
+    """Blocks the live ``requests`` hold in each group (for tests and the experiment)."""
+    totals = [0] * len(allocator.kinds)
+    for req in requests:
+        for g, n in enumerate(allocator.group_held_blocks(req.req_id)):
+            totals[g] += n
+    return totals

@@ -1,0 +1,72 @@
+"""Where each KV cache group's slots go, step by step (hybrid models: ``kvsim.core.kv.hybrid``).
+
+Beside the pool-wide categories (``kvsim.engine.recorder``, which count every group's slots
+together), one column per group and category, per engine event: ``group{g}_{kind}_held``,
+``_token_states``, ``_outside_window`` (of the token states, those a sliding group still holds
+though no token of the step attends to them: the part of its first block before the window)
+and ``_internal`` (slots past the request's final length), slots of one token of one group.
+Reservation is held minus the other two. Slots several requests share are counted by each.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsim.core.kv.hybrid import HybridPagedAllocator
+from kvsim.workload.request import Request
+
+GROUP_CATEGORIES = ("held", "token_states", "outside_window", "internal")
+
+
+class GroupRecorder:
+    """One row of per-group slot totals per engine event (rows align with the memory rows).
+
+    Args:
+        allocator: the hybrid pool whose groups are recorded.
+    """
+
+    def __init__(self, allocator: HybridPagedAllocator) -> None:
+        self.allocator = allocator
+        self.names = [
+            f"group{g}_{kind}_{cat}"
+            for g, kind in enumerate(allocator.kinds)
+            for cat in GROUP_CATEGORIES
+        ]
+        self.columns: dict[str, array[float]] = {name: array("d") for name in self.names}
+        self._durations = array("d")
+
+    def record(self, duration_s: float, running: Iterable[tuple[Request, int]]) -> None:
+        """Append one event's totals over the ``(request, length)`` pairs of its running
+        requests (``length``: tokens computed once the event's step runs)."""
+        kinds = self.allocator.kinds
+        per_kind = {kind: [0, 0, 0, 0] for kind in kinds}
+        for req, length in running:  # groups of one kind hold the same: one sum per kind
+            for kind, values in self.allocator.kind_slots(req, length).items():
+                total = per_kind[kind]
+                for c in range(4):
+                    total[c] += values[c]
+        columns = iter(self.columns.values())
+        for kind in kinds:
+            for value in per_kind[kind]:
+                next(columns).append(value)
+        self._durations.append(duration_s)
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The columns as float64 arrays."""
+        return {name: np.frombuffer(col, np.float64) for name, col in self.columns.items()}
+
+    def summary(self, capacity_slots: int) -> dict[str, float]:
+        """Each column's duration-weighted mean over the run, as a percentage of the pool's
+        ``capacity_slots`` (``group{g}_{kind}_{category}_pct``)."""
+        weights = np.frombuffer(self._durations, np.float64)
+        total = float(weights.sum())
+        out: dict[str, float] = {}
+        for name, values in self.arrays().items():
+            mean = float((values * weights).sum() / total) if total > 0 else 0.0
+            out[f"{name}_pct"] = 100.0 * mean / capacity_slots
+        return out

@@ -1,0 +1,151 @@
+"""``model.attention``: hybrid layer patterns from presets and Hugging Face configs, and the
+errors a bad one gives."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from kvsim.config import SimConfig
+from kvsim.config.hardware import ModelSpec
+from kvsim.config.layers import attention_from_hf
+
+# Gemma-3-27B's text_config fields (google/gemma-3-27b-it config.json), flattened
+GEMMA3_TEXT = {
+    "num_hidden_layers": 62,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 16,
+    "head_dim": 128,
+    "sliding_window": 1024,
+    "sliding_window_pattern": 6,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_layer_patterns_read_as_vllm_reads_them():
+    # Gemma-3: every 6th layer global: 62 // 6 = 10 global, 52 sliding
+    assert attention_from_hf(GEMMA3_TEXT, 62, 2) == {
+        "num_sliding_layers": 52,
+        "sliding_window_tokens": 1024,
+    }
+    # gpt-oss-20b: layer_types alternate sliding / full over 24 layers, window 128
+    gpt_oss = {"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 12}
+    assert attention_from_hf(gpt_oss, 24, 2) == {
+        "num_sliding_layers": 12,
+        "sliding_window_tokens": 128,
+    }
+    # Mistral-7B-v0.1: a window on every layer; Qwen2.5 turns its window off
+    assert attention_from_hf({"sliding_window": 4096}, 32, 2)["num_sliding_layers"] == 32
+    assert attention_from_hf({"sliding_window": 131072, "use_sliding_window": False}, 28, 2) == {}
+    # Qwen3-Next-80B-A3B: 36 linear_attention layers of 48; state per layer:
+    # conv (4 - 1) x (2 x 16 x 128 + 32 x 128) = 24,576 values, SSM 32 x 128 x 128 = 524,288
+    # values: 548,864 x 2 bytes = 1,097,728 bytes (the preset's figure)
+    qwen3_next = {
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+        "linear_conv_kernel_dim": 4,
+        "linear_num_key_heads": 16,
+        "linear_key_head_dim": 128,
+        "linear_num_value_heads": 32,
+        "linear_value_head_dim": 128,
+    }
+    qwen3_next["layer_types"] = qwen3_next["layer_types"] * 12  # type: ignore[operator]
+    assert attention_from_hf(qwen3_next, 48, 2) == {
+        "num_state_layers": 36,
+        "state_bytes_per_layer": 1_097_728,
+    }
+    assert ModelSpec.model_validate("qwen3-next-80b-a3b").attention.state_bytes_per_layer == (
+        1_097_728
+    )
+    with pytest.raises(ValueError, match="linear_attention layers need linear_conv_kernel_dim"):
+        attention_from_hf({"layer_types": ["linear_attention"]}, 1, 2)
+
+
+def test_hf_config_carries_the_window(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**GEMMA3_TEXT, "num_parameters": 27_000_000_000}))
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.hf"):
+        model = ModelSpec.model_validate({"hf_config": str(path)})
+    assert model.attention is not None
+    assert (model.attention.num_sliding_layers, model.attention.sliding_window_tokens) == (52, 1024)
+    assert any("on 52 of the layers" in r.getMessage() for r in caplog.records)
+
+
+def test_a_preset_table_field_is_overridden_key_by_key():
+    model = ModelSpec.model_validate(
+        {"preset": "gemma-3-27b", "attention": {"hybrid_kv_cache": False}}
+    )
+    assert model.attention is not None
+    assert model.attention.num_sliding_layers == 52  # kept from the preset
+    assert not model.attention.hybrid_kv_cache
+
+
+def test_bad_patterns_name_the_field():
+    with pytest.raises(ValueError, match=r"70 sliding and state layers exceed num_layers \(62\)"):
+        ModelSpec.model_validate({"preset": "gemma-3-27b", "attention": {"num_sliding_layers": 70}})
+    with pytest.raises(ValueError, match="sliding_window_tokens"):
+        ModelSpec.model_validate(
+            {"preset": "gemma-3-27b", "attention": {"sliding_window_tokens": 0}}
+        )
+    with pytest.raises(ValueError, match="pipeline_parallel_size: hybrid KV cache groups"):
+        _ = SimConfig.model_validate(
+            {
+                "model": "gemma-3-27b",
+                "gpu": "h100-80gb",
+                "parallel": {"pipeline_parallel_size": 2},
+                "scheduler": {"max_model_len": 8192},
+            }
+        ).kv_groups
+
+
+def test_models_without_attention_keep_their_config_key():
+    # the optional field is left out of the canonical form when unset: old hashes stand
+    assert "attention" not in ModelSpec.model_validate("llama-3.1-8b").model_dump()
+
+
+def test_other_policies_and_v0_treat_every_layer_as_full():
+    base = {"model": "gemma-3-27b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
+    v0 = SimConfig.model_validate(
+        {**base, "scheduler": {"max_model_len": 8192, "engine": "vllm-v0"}}
+    )
+    slab = SimConfig.model_validate({**base, "cache": {"allocator": "first_fit"}})
+    hybrid = SimConfig.model_validate(base)
+    assert v0.kv_groups is None
+    assert slab.kv_groups is None
+    assert hybrid.kv_groups is not None
+    assert v0.bytes_per_token == 62 * 8192  # every layer, every token
+
+
+def test_the_longest_request_counts_every_groups_blocks():
+    # Gemma-3-27B, 8 GiB of KV: 8 GiB // 1.25 MiB = 6,553 blocks, 6,552 usable (null block).
+    # vLLM's need per group (max_memory_usage_bytes): full cdiv(L, 16); sliding at most
+    # cdiv(1024 - 1 + 8192, 16) + 1 = 577 (a step's chunk and the window before it).
+    # 7 groups grow together up to 6,552 // 7 = 936 blocks > 577, so the sliding ones stop at 577:
+    # the full group gets 6,552 - 6 x 577 = 3,090 blocks = 49,440 tokens; a 131,072-token request
+    # needs (8,192 + 3,462) x 1.25 MiB = 14.2 GiB
+    with pytest.raises(ValueError, match=r"needs 14\.2 GiB.*at most 49,440"):
+        SimConfig.model_validate(
+            {"model": "gemma-3-27b", "gpu": "h100-80gb", "cache": {"kv_cache_gib": 8.0}}
+        )
+    ok = SimConfig.model_validate(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 8.0},
+            "scheduler": {"max_model_len": 49_440},
+        }
+    )
+    assert ok.kv_groups is not None
+
+
+def test_offloading_hybrid_groups_is_refused_with_the_way_out():
+    base = {"model": "gemma-3-27b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
+    with pytest.raises(ValueError, match="hybrid_kv_cache = false to offload it"):
+        SimConfig.model_validate({**base, "offload": {"kv_offloading_size": 16}})
+    full = {**base, "model": {"preset": "gemma-3-27b", "attention": {"hybrid_kv_cache": False}}}
+    assert (
+        SimConfig.model_validate({**full, "offload": {"kv_offloading_size": 16}}).kv_groups is None
+    )
