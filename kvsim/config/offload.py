@@ -22,7 +22,8 @@ from pydantic import Field, model_validator
 from kvsim.base.limits import MAX_HW_PER_S
 from kvsim.base.units import GiB
 from kvsim.config.allocators import keys_blocks_by_hash
-from kvsim.config.hardware import Frozen, GpuSpec, ParallelConfig
+from kvsim.config.hardware import Frozen, GpuSpec, ModelSpec, ParallelConfig
+from kvsim.config.layers import KVCacheGroups
 from kvsim.config.serving import CacheSpec, EngineArgs
 
 MAX_OFFLOAD_GIB = 1 << 20  # 1 PiB of host memory: a typo guard, not a limit of vLLM's
@@ -79,6 +80,10 @@ class OffloadParts(Protocol):
     def engine_args(self) -> EngineArgs: ...
     @property
     def bytes_per_token(self) -> int: ...
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def kv_groups(self) -> KVCacheGroups | None: ...
 
 
 def cpu_tier_blocks(config: OffloadParts) -> int:
