@@ -43,7 +43,7 @@ most of the work of keying, releasing and evicting a long prompt's hundreds of b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Final
 
 from librt.vecs import append, vec
@@ -288,7 +288,7 @@ class BlockPool:
         self._keyed[block_id] = 0
         self.num_evictions += 1
         slot = self._slot_of[block_id]
-        dups = self._dups.get(key)
+        dups = self._dups.get(key) if self._num_dups else None  # (no duplicates: no dict probe)
         if dups is not None:
             self._num_dups -= 1
         if slot < 0:  # a duplicate: the map still finds the key's first block
@@ -305,7 +305,7 @@ class BlockPool:
         if dups is not None and not dups:
             del self._dups[key]
 
-    def touch(self, blocks: Iterable[int]) -> None:
+    def touch(self, blocks: list[int]) -> None:
         """One more table entry points at each block; a free one leaves the queue (a hit)."""
         ref, stale = self.ref_cnt, self._stale
         for b in blocks:
@@ -336,7 +336,7 @@ class BlockPool:
         self._queue = queue
         self.num_free += freed
 
-    def release_table(self, table: Sequence[int], num_full: int) -> None:
+    def release_table(self, table: list[int], num_full: int) -> None:
         """Release a block table tail first, as vLLM 0.34.0 does (``vllm/v1/core/block_pool.py``,
         ``BlockPool.free_blocks``): a block whose ref count drops to 0 joins the back of the queue
         if it keeps a key
@@ -381,10 +381,13 @@ class BlockPool:
         if not self._keyed[block_id]:
             self._add(block_id, key)
 
-    def register_many(self, blocks: Sequence[int], keys: vec[i64]) -> None:
-        """``register`` each ``(block, key)`` pair in order."""
-        for i in range(len(blocks)):
-            self.register(blocks[i], keys[i])
+    def register_many(self, table: list[int], start: int, keys: vec[i64]) -> None:
+        """``register`` ``table[start + i]`` under ``keys[i]`` for each key, in order."""
+        keyed = self._keyed
+        for i in range(len(keys)):
+            block_id = table[start + i]
+            if not keyed[block_id]:
+                self._add(block_id, keys[i])
 
     # -- one block at a time (kvsim.core.kv.groups.BlockSource)
     # -------------------------------------
@@ -394,7 +397,7 @@ class BlockPool:
 
     def incref(self, block_id: int) -> None:
         """``touch`` one block."""
-        self.touch((block_id,))
+        self.touch([block_id])
 
     def decref(self, block_id: int) -> None:
         """``release`` one block."""

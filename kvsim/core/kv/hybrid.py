@@ -392,7 +392,7 @@ class HybridPagedAllocator(Allocator):
         first_live: list[int] = []
         for g in range(len(self.kinds)):
             table = list(hit.blocks[g * n_hit : (g + 1) * n_hit]) if n_hit else []
-            self.pool.touch(blk for blk in table if blk != null)
+            self.pool.touch([blk for blk in table if blk != null])
             lead = 0
             while lead < len(table) and table[lead] == null:
                 lead += 1

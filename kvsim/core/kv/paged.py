@@ -480,7 +480,7 @@ class PagedAllocator(Allocator):
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
             return
-        self.pool.register_many(table[start:upto], keys.keys_between(start, upto))
+        self.pool.register_many(table, start, keys.keys_between(start, upto))
         self._num_cached[request.req_id] = upto
 
     def _grow_group(
@@ -510,7 +510,7 @@ class PagedAllocator(Allocator):
             if computed_tokens and isinstance(keys, PrivateKeys):  # it comes back: findable
                 start = self._num_cached.get(req_id, 0)
                 upto = computed_tokens // self.block_size_tokens
-                self.pool.register_many(table[start:upto], keys.keys_between(start, upto))
+                self.pool.register_many(table, start, keys.keys_between(start, upto))
             self._sum_distinct -= len(table)
             if not self.vllm_v1_pool:
                 self.pool.release(reversed(table))
