@@ -1,5 +1,5 @@
-"""The run's parts built from its config: the KV pool, v0's swap space, the profile's scheduler
-and the step-cost model."""
+"""The run's parts built from its config: the KV pool, the profile's scheduler (with v0's swap
+space), the step-cost model and the CPU offloading connector."""
 
 from __future__ import annotations
 
@@ -48,17 +48,6 @@ def allocator_from_config(config: SimConfig) -> Allocator:
         "num_kv_tensors": kv_tensors_per_gpu(config.model, config.parallel),
     }
     return allocator_from_knobs(config.cache.allocator, **knobs)  # each reads its own
-
-
-def swap_space_from_config(config: SimConfig, allocator: Allocator) -> SwapSpace | None:
-    """v0's CPU swap pool for a paged allocator (``None`` under v1 or for other allocators)."""
-    if config.engine_args.engine != "vllm-v0" or not allocator.paged:
-        return None
-    return SwapSpace.from_gib(
-        config.engine_args.swap_space_gib,
-        block_size_tokens=allocator.block_size_tokens,
-        bytes_per_token=config.bytes_per_token,
-    )
 
 
 def spec_decoder_from_config(config: SimConfig) -> SpecDecoder | None:
@@ -126,9 +115,8 @@ def build_parts(config: SimConfig, requests: Sequence[Request], *, pooled: bool)
     """
     allocator = allocator_from_config(config)
     allocator.see_workload(requests)
-    swap = swap_space_from_config(config, allocator)
     spec = spec_decoder_from_config(config)
-    scheduler = make_scheduler(allocator, config.engine_args, swap, pooled=pooled, spec=spec)
+    scheduler = make_scheduler(allocator, config.engine_args, pooled=pooled, spec=spec)
     cost = cost_model_from_config(config, allocator.reads_block_table, allocator.block_size_tokens)
     offload = scheduler.offload = offload_from_config(config, allocator)
-    return RunParts(allocator, swap, scheduler, cost, offload)
+    return RunParts(allocator, scheduler.swap, scheduler, cost, offload)

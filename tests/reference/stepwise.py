@@ -38,7 +38,7 @@ from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.kv.radix import RadixAllocator
 from kvsim.core.kv.slab import SlabAllocator
 from kvsim.core.kv.swap import SwapSpace
-from kvsim.engine.build import allocator_from_config, cost_model_from_config, swap_space_from_config
+from kvsim.engine.build import allocator_from_config, cost_model_from_config
 from kvsim.workload.request import Request
 
 
@@ -75,7 +75,13 @@ class Reference:
 
     def __post_init__(self) -> None:
         self.alloc: Allocator = allocator_from_config(self.config)
-        self.swap: SwapSpace | None = swap_space_from_config(self.config, self.alloc)
+        self.swap: SwapSpace | None = None  # v0's CPU pool, for a paged pool
+        if self.config.engine_args.engine == "vllm-v0" and self.alloc.paged:
+            self.swap = SwapSpace.from_gib(
+                self.config.engine_args.swap_space_gib,
+                block_size_tokens=self.alloc.block_size_tokens,
+                bytes_per_token=self.config.bytes_per_token,
+            )
         self.cost: StepCostModel = cost_model_from_config(
             self.config, self.alloc.reads_block_table, self.alloc.block_size_tokens
         )

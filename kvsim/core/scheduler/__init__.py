@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from kvsim.config import EngineArgs
 from kvsim.core.kv.base import Allocator
-from kvsim.core.kv.swap import SwapSpace
 from kvsim.core.scheduler.core import PreemptionLivelockError, SchedulerCore
 from kvsim.core.scheduler.plan import StepPlan
 from kvsim.core.scheduler.spec import SpecDecoder
@@ -19,20 +18,20 @@ from kvsim.core.scheduler.v1 import V1Scheduler
 def make_scheduler(
     allocator: Allocator,
     args: EngineArgs,
-    swap: SwapSpace | None = None,
     *,
     pooled: bool = False,
     spec: SpecDecoder | None = None,
 ) -> SchedulerCore:
-    """The scheduler of ``args.engine`` over ``allocator`` (``swap``: v0's CPU pool or ``None``;
-    ``pooled``: steady decoders may take anonymous blocks in bulk; off, every block goes to its
-    table as it is taken, so block tables can be read at any time; ``spec``: speculative
-    decoding's acceptance draws, v1 only)."""
+    """The scheduler of ``args.engine`` over ``allocator``: under ``vllm-v0`` with its CPU swap
+    pool when the pool is paged (``V0Scheduler.with_swap_space``). ``pooled``: steady decoders
+    may take anonymous blocks in bulk; off, every block goes to its table as it is taken, so
+    block tables can be read at any time. ``spec``: speculative decoding's acceptance draws,
+    v1 only."""
     if args.engine == "vllm-v1":
         return V1Scheduler(allocator, args, pooled, spec)
     if spec is not None:
         raise ValueError("speculative decoding runs under the vllm-v1 profile")
-    return V0Scheduler(allocator, args, swap, pooled)
+    return V0Scheduler.with_swap_space(allocator, args, pooled)
 
 
 __all__ = [

@@ -21,6 +21,7 @@ from collections import deque
 
 from kvsim.config import EngineArgs
 from kvsim.core.kv.base import NO_HIT, Allocator, PrefixHit
+from kvsim.core.kv.swap import SwapSpace
 from kvsim.core.scheduler.offload import OffloadConnector
 from kvsim.core.scheduler.plan import StepPlan
 from kvsim.core.scheduler.running import LazyDecodes
@@ -73,6 +74,7 @@ class SchedulerCore:
         self.lazy = LazyDecodes(allocator, bool(self.cache_block_tokens), pooled, spec is None)
         # KV offloading to a CPU tier (vLLM v1's OffloadingConnector), set by the engine
         self.offload: OffloadConnector | None = None
+        self.swap: SwapSpace | None = None  # vLLM v0's CPU swap pool (``V0Scheduler``)
 
     # -- the running requests -----------------------------------------------------------------
     def _flush(self) -> None:

@@ -58,6 +58,21 @@ class V0Scheduler(SchedulerCore):
         self.swap = swap
         self._batch_forming = True  # request-level batching: admission open
 
+    @classmethod
+    def with_swap_space(
+        cls, allocator: Allocator, args: EngineArgs, pooled: bool = False
+    ) -> V0Scheduler:
+        """The scheduler with vLLM v0's CPU swap pool of ``args.swap_space_gib`` GiB in blocks
+        of the pool's size (``SwapSpace.from_gib``) when the pool is paged; none otherwise."""
+        scheduler = cls(allocator, args, None, pooled)
+        if allocator.paged:
+            scheduler.swap = SwapSpace.from_gib(
+                args.swap_space_gib,
+                block_size_tokens=allocator.block_size_tokens,
+                bytes_per_token=allocator.bytes_per_token,
+            )
+        return scheduler
+
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or (self.swap and self.swap.has_swapped()))
 
