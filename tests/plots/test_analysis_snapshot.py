@@ -159,6 +159,7 @@ def test_hybrid_run_frames_agree_with_the_recorder() -> None:
     assert sums["num_slots"].tolist() == mem["held"].to_numpy()[row].tolist()
     assert sums["num_tokens"].tolist() == mem["token_states"].to_numpy()[row].tolist()
     pd.testing.assert_frame_equal(simulate(config).requests, res.requests)
+    assert res.summary["kv_cache_block_size_tokens"] == 16  # no state group: as configured
 
 
 def test_frames_taken_during_the_run_match_its_tokens() -> None:
