@@ -104,7 +104,8 @@ offload: $(STAMP)
 	$(PY) -c "from kvsim.study.offload_figure import save_offload_figure as s; print(s('$(OFFLOAD_RESULTS)/$$name'))"
 
 # Fleets (docs/fleet.md): routers on the Mooncake trace, P/D splits against co-located replicas,
-# then their figures (results/NAME/figures/fleet.png); the traces come from KVSIM_DATA.
+# then their figures (results/NAME/figures/fleet.png); the traces come from KVSIM_DATA (without
+# them the sweep stops at once with one error saying where it looked and how to get them).
 $(FLEET_EXPERIMENTS): $(STAMP)
 	$(KVSIM) sweep experiments/$@.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS)
 	$(KVSIM) plot results/$@
