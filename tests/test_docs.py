@@ -54,3 +54,26 @@ def test_named_plans_and_make_targets_exist(page: Path) -> None:
         elif not re.search(rf"(^|[\s:]){re.escape(name)}([\s:]|$)", makefile, re.MULTILINE):
             missing.append(match.group(0))
     assert not missing, missing
+
+
+@pytest.mark.parametrize("flags", ["", "--quick"])
+def test_experiment_targets_draw_their_figures(flags: str) -> None:
+    # `make vattention` (and spec-decode, hybrid-groups, every experiment) used to stop after
+    # the sweep: the figures docs/kv2026.md shows come from `kvsim plot` of the results folder
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    root = "results/quick" if flags else "results"
+    for name in ("vattention", "spec-decode", "hybrid-groups", "block-size"):
+        dry = subprocess.run(
+            ["make", "-n", name, f"SWEEP_FLAGS={flags}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        lines = dry.splitlines()
+        sweep = next(i for i, line in enumerate(lines) if f"sweep experiments/{name}.toml" in line)
+        assert lines[sweep + 1].endswith(f"kvsim plot {root}/{name}"), dry
