@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from kvsim.results.offload import TIER_COLUMNS
 from kvsim.view.style import styled
@@ -103,6 +104,6 @@ def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str) -> None:
         loc="lower right", fontsize="x-small", frameon=True, facecolor="white", framealpha=1.0
     )
     for handle in legend.legend_handles:
-        if handle is not None:
+        if isinstance(handle, Patch):  # (a stackplot's handles are rectangles)
             handle.set_edgecolor("0.3")
             handle.set_linewidth(0.5)

@@ -186,7 +186,12 @@ def test_offload_tier_legend_swatches_stand_out() -> None:
     legend = fig.axes[2].get_legend()
     assert legend.get_frame_on()
     assert legend.get_frame().get_facecolor() == to_rgba("white")
-    assert [t.get_text() for t in legend.get_texts()][0] == "stored"
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "stored",
+        "storing (GPU->CPU copy)",
+        "loading (CPU->GPU copy)",
+        "free",
+    ]
     for handle in legend.legend_handles:
         assert handle.get_edgecolor() != handle.get_facecolor()
         assert handle.get_linewidth() > 0
