@@ -34,7 +34,12 @@ MAX_SPECULATIVE_TOKENS = 32
 # EagleModelTypes (eagle3 and the MTP heads: "mtp", "deepseek_mtp", ... all "*_mtp") and a
 # draft model run their own forward pass and write KV (num_lookahead_tokens = k), as "eagle";
 # "ngram_gpu" is n-gram lookup (vllm/config/speculative.py, SpeculativeMethod)
-VLLM_METHOD_KINDS = {"eagle3": "eagle", "mtp": "eagle", "draft_model": "eagle", "ngram_gpu": "ngram"}
+VLLM_METHOD_KINDS = {
+    "eagle3": "eagle",
+    "mtp": "eagle",
+    "draft_model": "eagle",
+    "ngram_gpu": "ngram",
+}
 
 
 class SpeculativeConfig(Frozen):
