@@ -230,9 +230,11 @@ def test_group_rows_one_set_per_kind() -> None:
     # Qwen3-Next-like groups: full, then three state groups (every group of a kind holds the
     # same slots, so the first stands for the rest); a sliding kind alone has tokens outside
     # its window, and kinds need not be contiguous (sliding at 1 and 3)
-    from kvsim.view.summary import group_rows
+    from kvsim.view.summary import GROUP_ROWS, group_rows
 
-    rows = group_rows({"kv_cache_group_kinds": "full,state,state,state"})
+    every = group_rows({"kv_cache_group_kinds": "full,state,state,state"})
+    assert every[: len(GROUP_ROWS)] == GROUP_ROWS  # the groups themselves first
+    rows = every[len(GROUP_ROWS) :]
     assert [k for k, _ in rows] == [
         "group0_full_held_pct",
         "group0_full_token_states_pct",
@@ -242,7 +244,7 @@ def test_group_rows_one_set_per_kind() -> None:
         "group1_state_internal_pct",
     ]
     assert rows[3][1] == "groups 1-3 (state) each: held (% of KV)"
-    split = group_rows({"kv_cache_group_kinds": "full,sliding,full,sliding"})
+    split = group_rows({"kv_cache_group_kinds": "full,sliding,full,sliding"})[len(GROUP_ROWS) :]
     assert split[3] == ("group1_sliding_held_pct", "groups 1,3 (sliding) each: held (% of KV)")
     assert "group1_sliding_outside_window_pct" in [k for k, _ in split]
 

@@ -79,7 +79,8 @@ SWAP_ROWS: tuple[Row, ...] = (
     ("swap_out_bytes", "bytes swapped out"),
     ("swap_time_s", "time spent swapping (s)"),
 )
-# hybrid KV cache groups (``kvsim.engine.group_recorder``): the groups, then ``group_rows``
+# hybrid KV cache groups (``kvsim.engine.group_recorder``): the groups, then ``group_rows``'s
+# per-kind rows (all of them run rows, ``RUN_ROWS``: no plan target bounds a group's layout)
 GROUP_ROWS: tuple[Row, ...] = (
     ("kv_cache_groups", "KV cache groups"),
     ("kv_cache_group_kinds", "of each kind"),
@@ -162,10 +163,11 @@ def _number(value: Any) -> float:
 
 
 def group_rows(summary: dict[str, Any]) -> tuple[Row, ...]:
-    """The per-group rows of a hybrid run: one set per kind of group, read from its first group
-    (every group of a kind holds the same positions: ``HybridPagedAllocator.kind_slots``)."""
+    """The rows of a hybrid run: ``GROUP_ROWS``, then one set per kind of group, read from its
+    first group (every group of a kind holds the same positions:
+    ``HybridPagedAllocator.kind_slots``)."""
     kinds = str(summary.get("kv_cache_group_kinds", "")).split(",")
-    rows: list[Row] = []
+    rows: list[Row] = list(GROUP_ROWS)
     for kind in dict.fromkeys(k for k in kinds if k):
         groups = [g for g, k in enumerate(kinds) if k == kind]
         first = groups[0]
@@ -184,7 +186,7 @@ def group_rows(summary: dict[str, Any]) -> tuple[Row, ...]:
 
 SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], ...] = (
     ("KV memory", KV_ROWS, lambda s: True),
-    ("KV cache groups", GROUP_ROWS, lambda s: "kv_cache_groups" in s),
+    ("KV cache groups", (), lambda s: "kv_cache_groups" in s),  # rows: RUN_ROWS
     ("scheduler", SCHEDULER_ROWS, lambda s: True),
     ("speculative decoding", SPEC_ROWS, lambda s: _positive(s, "num_speculative_tokens")),
     (
