@@ -84,9 +84,12 @@ bench-sweep: $(NATIVE_STAMP)
 	from benchmarks.bench_sweep import main; main()"
 
 # Experiments: `make fig2`, `make kv-budget JOBS=4`, `make traces SCHEDULER=tcp://host:8786`
-# (SCHEDULER=local starts a local Dask cluster); results in results/NAME/, resumable.
+# (SCHEDULER=local starts a local Dask cluster); results in results/NAME/, resumable, then the
+# standard figures of `kvsim plot` in results/NAME/figures/ (SWEEP_FLAGS=--quick: results/quick/).
+RESULTS_ROOT = results$(if $(findstring --quick,$(SWEEP_FLAGS)),/quick)
 $(EXPERIMENTS): $(STAMP)
 	$(KVSIM) sweep experiments/$@.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS)
+	$(KVSIM) plot $(RESULTS_ROOT)/$@
 
 experiments: $(EXPERIMENTS) offload
 
@@ -95,19 +98,19 @@ experiments: $(EXPERIMENTS) offload
 # ../shared/data/traces, where kvsim looks); then its figures, results/NAME/figures/ (offload.png
 # is docs/kv2026-offload.png).
 OFFLOAD_TRACE = $${KVSIM_DATA:-$(CURDIR)/../shared/data/traces}/mooncake_conversation.jsonl
-OFFLOAD_RESULTS = results$(if $(findstring --quick,$(SWEEP_FLAGS)),/quick)
 offload: $(STAMP)
 	@if [ -f "$(OFFLOAD_TRACE)" ]; then name=offload; else name=offload-synthetic; \
 	  echo "offload: no $(OFFLOAD_TRACE) (kvsim data fetch); running experiments/$$name.toml"; fi; \
 	$(KVSIM) sweep experiments/$$name.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS) && \
-	$(KVSIM) plot $(OFFLOAD_RESULTS)/$$name && \
-	$(PY) -c "from kvsim.study.offload_figure import save_offload_figure as s; print(s('$(OFFLOAD_RESULTS)/$$name'))"
+	$(KVSIM) plot $(RESULTS_ROOT)/$$name && \
+	$(PY) -c "from kvsim.study.offload_figure import save_offload_figure as s; print(s('$(RESULTS_ROOT)/$$name'))"
 
 # Fleets (docs/fleet.md): routers on the Mooncake trace, P/D splits against co-located replicas,
-# then their figures (results/NAME/figures/fleet.png); the traces come from KVSIM_DATA.
+# then their figures (results/NAME/figures/fleet.png); the traces come from KVSIM_DATA (without
+# them the sweep stops at once with one error saying where it looked and how to get them).
 $(FLEET_EXPERIMENTS): $(STAMP)
 	$(KVSIM) sweep experiments/$@.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS)
-	$(KVSIM) plot results/$@
+	$(KVSIM) plot $(RESULTS_ROOT)/$@
 
 # The cheapest fleet for Llama-3.1-70B on the Azure conversation lengths at 20 req/s (1,200
 # requests: one minute of arrivals), p99 TTFT <= 2 s and p99 TPOT <= 50 ms, over H100/H200/A100

@@ -283,6 +283,29 @@ def test_run_header_pool_arithmetic_holds(engine, cache, pool):
     assert pool_text(cfg) == pool
 
 
+def test_run_header_gives_a_state_groups_raised_block_size():
+    # Qwen3-Next at TP 2: a token's K and V in one layer 2 x 1 head x 256 x 2 B = 1,024 B; groups
+    # of 12 layers (1 full + 3 state): a slot is 12 x 1,024 = 12,288 B; a state layer's
+    # 1,097,728 / 2 = 548,864 B page needs cdiv(548864, 1024) = 536 -> 544 tokens a block (not
+    # the configured 16). 1 GiB / 12,288 B = 87,381 slots = 160 blocks of 544 (87,040) + 341
+    from kvsim.cli.run import pool_text
+    from kvsim.config import config_from_dict
+
+    cfg = config_from_dict(
+        {
+            "model": "qwen3-next-80b-a3b",
+            "gpu": "h200",
+            "parallel": {"tensor_parallel_size": 2},
+            "cache": {"kv_cache_gib": 1.0},
+            "scheduler": {"max_model_len": 8192},
+        }
+    )
+    assert pool_text(cfg) == (
+        "87,381 KV slots (1.0 GiB per GPU): 160 blocks of 544 tokens (87,040 slots; 341 slots "
+        "in no block; block 0 is vLLM v1's null block)"
+    )
+
+
 def test_run_header_says_one_request_and_a_quarter_gib():
     # 0.25 GiB / 128 KiB per token = 2,048 slots = 128 blocks of 16, 127 of them usable by
     # requests under v1 (block 0 is the null block): max_model_len at most 2,032

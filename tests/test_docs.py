@@ -54,3 +54,44 @@ def test_named_plans_and_make_targets_exist(page: Path) -> None:
         elif not re.search(rf"(^|[\s:]){re.escape(name)}([\s:]|$)", makefile, re.MULTILINE):
             missing.append(match.group(0))
     assert not missing, missing
+
+
+@pytest.mark.parametrize("flags", ["", "--quick"])
+def test_experiment_targets_draw_their_figures(flags: str) -> None:
+    # `make vattention` (and spec-decode, hybrid-groups, every experiment) used to stop after
+    # the sweep: the figures docs/kv2026.md shows come from `kvsim plot` of the results folder
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    root = "results/quick" if flags else "results"
+    for name in ("vattention", "spec-decode", "hybrid-groups", "block-size"):
+        dry = subprocess.run(
+            ["make", "-n", name, f"SWEEP_FLAGS={flags}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        lines = dry.splitlines()
+        sweep = next(i for i, line in enumerate(lines) if f"sweep experiments/{name}.toml" in line)
+        assert lines[sweep + 1].endswith(f"kvsim plot {root}/{name}"), dry
+
+
+def test_formats_hybrid_off_example_loads() -> None:
+    # docs/formats.md's example: a key beside the model preset changes that field only, so
+    # Gemma-3-27B keeps its 52 sliding-window layers, counted as full attention (no groups)
+    import tomllib
+
+    from kvsim.config import config_from_dict
+
+    text = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.DOTALL)
+    example = next(b for b in blocks if "gemma-3-27b" in b)
+    config = config_from_dict(tomllib.loads(example))
+    assert config.model.attention is not None
+    assert config.model.attention.num_sliding_layers == 52
+    assert config.kv_groups is None
+    # every layer full: 62 layers x 2 (K, V) x 16 KV heads x 128 x 2 B = 507,904 B a token
+    assert config.bytes_per_token == 62 * 2 * 16 * 128 * 2

@@ -207,3 +207,86 @@ def test_prefix_caching_is_reported_for_pools_that_cache(
     assert queries is not None
     expected = summary["prompt_tokens_total"] if caches else 0  # vLLM counts none uncached
     assert float(queries.group(1)) == expected
+
+
+def test_feature_sections_show_only_when_the_feature_ran() -> None:
+    # the keys each feature's run adds to its summary (kvsim.core.scheduler.spec,
+    # kvsim.core.scheduler.offload, the hybrid pool and kvsim.engine.group_recorder)
+    spec = {"num_speculative_tokens": 3, "num_lookahead_tokens": 3, "spec_decode_num_drafts": 10}
+    offload = {"cpu_tier_blocks": 8192, "external_prefix_cache_hit_rate": 0.25}
+    groups = {"kv_cache_groups": 2, "kv_cache_group_kinds": "full,sliding"}
+    assert _names({**BASE, **spec}) == ["KV memory", "scheduler", "speculative decoding", "latency"]
+    assert _names({**BASE, **offload}) == ["KV memory", "scheduler", "CPU offload tier", "latency"]
+    assert _names({**BASE, **groups}) == ["KV memory", "KV cache groups", "scheduler", "latency"]
+    # a [speculative] table with no drafts (k = 0) proposes nothing: no section
+    off = {**BASE, **spec, "num_speculative_tokens": 0}
+    assert "speculative decoding" not in _names(off)
+    # a load dropped is shown only when one was: zero says nothing
+    rows = dict(sections({**BASE, **offload, "kv_offload_loads_dropped": 0}))["CPU offload tier"]
+    assert [k for k, _ in rows] == ["cpu_tier_blocks", "external_prefix_cache_hit_rate"]
+
+
+def test_group_rows_one_set_per_kind() -> None:
+    # Qwen3-Next-like groups: full, then three state groups (every group of a kind holds the
+    # same slots, so the first stands for the rest); a sliding kind alone has tokens outside
+    # its window, and kinds need not be contiguous (sliding at 1 and 3)
+    from kvsim.view.summary import GROUP_ROWS, group_rows
+
+    every = group_rows({"kv_cache_group_kinds": "full,state,state,state"})
+    assert every[: len(GROUP_ROWS)] == GROUP_ROWS  # the groups themselves first
+    rows = every[len(GROUP_ROWS) :]
+    assert [k for k, _ in rows] == [
+        "group0_full_held_pct",
+        "group0_full_token_states_pct",
+        "group0_full_internal_pct",
+        "group1_state_held_pct",
+        "group1_state_token_states_pct",
+        "group1_state_internal_pct",
+    ]
+    assert rows[3][1] == "groups 1-3 (state) each: held (% of KV)"
+    split = group_rows({"kv_cache_group_kinds": "full,sliding,full,sliding"})[len(GROUP_ROWS) :]
+    assert split[3] == ("group1_sliding_held_pct", "groups 1,3 (sliding) each: held (% of KV)")
+    assert "group1_sliding_outside_window_pct" in [k for k, _ in split]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("kv_offload_bytes_cpu_to_gpu", 3 * 2**30, "3.00 GiB"),
+        ("kv_cache_group_kinds", "full,sliding,sliding,sliding", "1 full + 3 sliding"),
+        ("spec_decode_mean_acceptance_length", 2.5314, "2.53"),
+    ],
+)
+def test_format_feature_metrics(key: str, value: object, shown: str) -> None:
+    assert format_metric(key, value) == shown
+
+
+def test_goodput_without_an_slo_is_not_every_request() -> None:
+    import numpy as np
+
+    from kvsim.results.money import money_summary
+
+    # 4 requests, TTFT 0.5, 1.5, 3.0 and 0.2 s; 10 s at $3.60 an hour cost 3.6 x 10 / 3600 = $0.01
+    requests = {
+        "output_tokens": np.array([10, 10, 10, 10]),
+        "time_to_first_token_seconds": np.array([0.5, 1.5, 3.0, 0.2]),
+    }
+    judged = money_summary(requests, 10.0, 3.6, {"time_to_first_token_seconds": 1.0})
+    # TTFT <= 1 s: 0.5 and 0.2, 2 of 4 -> 0.5; 2 / 10 s = 0.2 a second; 2 / $0.01 = 200 per USD
+    assert judged["slo_attainment"] == 0.5
+    assert judged["goodput_requests_per_s"] == pytest.approx(0.2)
+    assert judged["goodput_requests_per_usd"] == pytest.approx(200.0)
+    # no target: nothing to meet, so no goodput (it used to say 1.0, every request)
+    unjudged = money_summary(requests, 10.0, 3.6, {})
+    for key in ("slo_attainment", "goodput_requests_per_s", "goodput_requests_per_usd"):
+        assert np.isnan(unjudged[key])
+    assert unjudged["cost_usd"] == pytest.approx(0.01)  # the price still holds
+
+
+def test_run_without_slo_prints_a_dash_and_writes_null(tmp_path: Path) -> None:
+    text, summary = _run(tmp_path)
+    assert summary["slo_attainment"] is None
+    assert summary["goodput_requests_per_usd"] is None
+    assert "requests meeting every slo.* target (share) │ - │" in text
+    text, summary = _run(tmp_path / "slo", "slo.time_to_first_token_seconds=1000")
+    assert summary["slo_attainment"] == 1.0  # five requests, each well under 1,000 s

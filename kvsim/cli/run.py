@@ -152,7 +152,8 @@ def pool_text(cfg: object) -> str:
     text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU)"
     if cfg.cache.allocator not in PAGED_ALLOCATORS:
         return text
-    size = cfg.cache.block_size_tokens
+    groups = cfg.kv_groups  # hybrid KV cache groups: a state group's page raises the size
+    size = cfg.cache.block_size_tokens if groups is None else groups.block_size_tokens
     blocks, rest = divmod(slots, size)
     notes = []
     if rest:

@@ -134,7 +134,7 @@ class SloSpec(Frozen):
 
     A request meets the targets when every one set holds for it (TPOT is undefined for a
     one-token output and holds); goodput counts such requests (DistServe's goodput, per second
-    and per dollar). With no target set every finished request counts.
+    and per dollar). With no target set there is no goodput (NaN: ``kvsim.results.money``).
     """
 
     time_to_first_token_seconds: float | None = Field(default=None, gt=0, le=1e9)

@@ -24,12 +24,22 @@ from __future__ import annotations
 import itertools
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kvsim.base.limits import MAX_MODEL_PARAMS
 from kvsim.config.hardware import Frozen
 
 MAX_SPECULATIVE_TOKENS = 32
+# vLLM's --speculative-config method names that kvsim models as one of its two kinds: its
+# EagleModelTypes (eagle3 and the MTP heads: "mtp", "deepseek_mtp", ... all "*_mtp") and a
+# draft model run their own forward pass and write KV (num_lookahead_tokens = k), as "eagle";
+# "ngram_gpu" is n-gram lookup (vllm/config/speculative.py, SpeculativeMethod)
+VLLM_METHOD_KINDS = {
+    "eagle3": "eagle",
+    "mtp": "eagle",
+    "draft_model": "eagle",
+    "ngram_gpu": "ngram",
+}
 
 
 class SpeculativeConfig(Frozen):
@@ -53,6 +63,26 @@ class SpeculativeConfig(Frozen):
     acceptance_rate: float | None = Field(default=None, ge=0, le=1)
     acceptance_rates: tuple[float, ...] | None = None
     draft_num_params: int = Field(default=0, ge=0, le=MAX_MODEL_PARAMS)
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _vllm_method(cls, value: object) -> object:
+        """Name kvsim's kind for a vLLM method name it folds into one (``VLLM_METHOD_KINDS``)."""
+        if not isinstance(value, str) or value in ("eagle", "ngram"):
+            return value
+        kind = VLLM_METHOD_KINDS.get(value, "eagle" if value.endswith("_mtp") else None)
+        if kind is None:
+            return value  # (the Literal's own message)
+        what = (
+            "a drafter with KV of its own (EAGLE, EAGLE-3, MTP, a draft model), reserving "
+            "num_speculative_tokens lookahead slots"
+            if kind == "eagle"
+            else "n-gram lookup, reserving no lookahead slot"
+        )
+        raise ValueError(
+            f"vLLM's {value!r} is kvsim's {kind!r}: {what}; expected 'eagle' or 'ngram', "
+            f"got {value!r}"
+        )
 
     @model_validator(mode="after")
     def _rates(self) -> SpeculativeConfig:

@@ -1,8 +1,10 @@
 """The physical KV pool at chosen moments of a run: who owns which slot range (memory-map frames).
 
 ``pool_ownership`` reads an allocator's ownership: a contiguous allocator's slabs
-(``SlabAllocator.slabs_of``) or a paged allocator's block tables (``PagedAllocator.block_tables``
-and its groups' tables; a block shared by several sequences or requests once). The engine
+(``SlabAllocator.slabs_of``), a paged allocator's block tables (``PagedAllocator.block_tables``
+and its groups' tables) or a hybrid pool's table per KV cache group
+(``HybridPagedAllocator.tables``; a slot there is one token of one group); a block shared by
+several sequences, requests or groups once. The engine
 captures frames during the run that produces the results (``simulate(map_at_s=..,
 map_every_s=..)``): a fast-forwarded span is cut so that the pool is read during the step in
 flight at the frame's moment, with the token counts the recorder uses.
@@ -21,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.base.units import SimTime
+from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.kv.slab import SlabAllocator
 
@@ -43,11 +46,14 @@ def ownership_rows(allocator: Any, tokens: dict[int, int]) -> list[tuple[int, in
     """``(req_id, start_slot, num_slots, num_tokens)`` of every slab or block in use.
 
     Args:
-        allocator: a ``SlabAllocator`` or ``PagedAllocator`` (other policies have no map).
+        allocator: a ``SlabAllocator``, ``PagedAllocator`` or ``HybridPagedAllocator`` (other
+            policies have no map).
         tokens: req_id -> token states it holds now.
     """
     rows: list[tuple[int, int, int, int]] = []
-    if isinstance(allocator, PagedAllocator):
+    if isinstance(allocator, HybridPagedAllocator):
+        rows = hybrid_ownership_rows(allocator, tokens)
+    elif isinstance(allocator, PagedAllocator):
         b = allocator.block_size_tokens
         tables = list(allocator.block_tables.items())
         tables += [(rid, t) for rid, g in allocator.groups.items() for t in g.seqs]
@@ -67,6 +73,28 @@ def ownership_rows(allocator: Any, tokens: dict[int, int]) -> list[tuple[int, in
     return rows
 
 
+def hybrid_ownership_rows(
+    allocator: HybridPagedAllocator, tokens: dict[int, int]
+) -> list[tuple[int, int, int, int]]:
+    """``ownership_rows`` of a hybrid pool: each group's table in turn, skipping the null
+    block (a sliding group's entries behind the window). Entry ``i`` of a full or sliding
+    group's table holds positions ``[i B, (i + 1) B)``; a state group's one block is token
+    states whole (``HybridPagedAllocator.kind_slots`` counts it so)."""
+    b, null = allocator.block_size_tokens, allocator.null_block
+    rows: list[tuple[int, int, int, int]] = []
+    seen: set[int] = set()
+    for req_id, tables in allocator.tables.items():
+        n = tokens.get(req_id, 0)
+        for kind, table in zip(allocator.kinds, tables, strict=True):
+            for i, block_id in enumerate(table):
+                if block_id == null or block_id in seen:  # shared by requests: once
+                    continue
+                seen.add(block_id)
+                live = b if kind == "state" else min(max(n - i * b, 0), b)
+                rows.append((req_id, block_id * b, b, live))
+    return rows
+
+
 def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
     """``ownership_rows`` as a DataFrame (``SNAPSHOT_COLUMNS``), sorted by ``start_slot``."""
     import pandas as pd  # only when a map is asked for
@@ -78,7 +106,8 @@ def pool_ownership(allocator: Any, tokens: dict[int, int]) -> pd.DataFrame:
 
 def has_map(allocator: Any) -> bool:
     """Whether ``allocator`` has a physical memory map (slabs or blocks)."""
-    return isinstance(allocator, (PagedAllocator, SlabAllocator))  # (mypyc: not a union)
+    # (mypyc: not a union)
+    return isinstance(allocator, (PagedAllocator, SlabAllocator, HybridPagedAllocator))
 
 
 _SKIP = -1  # a periodic moment thinned out after it fell due

@@ -89,6 +89,8 @@ def simulate(
     summary.update(engine.allocator.prefix_cache_summary())
     if engine.group_recorder is not None:
         summary.update(engine.group_recorder.summary(config.capacity_tokens))
+        # a state group's page raises the block size past cache.block_size_tokens (the map)
+        summary["kv_cache_block_size_tokens"] = engine.group_recorder.allocator.block_size_tokens
     if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
         summary.update(engine.scheduler.spec.summary())
     if engine.offload is not None:  # vLLM's external prefix cache and kv offload counters

@@ -3,7 +3,8 @@
 A run holds its GPUs from its first arrival to its last finish (``duration_s``) at
 ``usd_per_hour`` (every GPU at its price, ``SimConfig.usd_per_hour``). Goodput counts the
 requests that meet every per-request target of ``[slo]`` (DistServe's definition: Zhong et al.,
-OSDI 2024), per second and per dollar; ``slo_attainment`` is their share.
+OSDI 2024), per second and per dollar; ``slo_attainment`` is their share. With no target set
+there is nothing to meet: the three are NaN (``null`` in ``summary.json``), not every request.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def money_summary(
     usd_per_hour: float | None,
     targets: Mapping[str, float],
 ) -> dict[str, float]:
-    """``MONEY_METRICS`` of a run (NaN where a price or a duration is missing).
+    """``MONEY_METRICS`` of a run (NaN where a price or a duration is missing, and the goodput
+    metrics NaN without a target).
 
     Args:
         requests: the per-request table's columns (latencies in seconds).
@@ -69,13 +71,15 @@ def money_summary(
     nan = math.nan
     rate = usd_per_hour if usd_per_hour is not None else nan
     cost = rate * duration_s / 3600.0 if duration_s > 0 else nan
+    # no [slo]: every request would "meet" it, a 100 % that says nothing
+    judged = bool(targets)
     return {
         "usd_per_hour": rate,
         "cost_usd": cost,
         "usd_per_million_output_tokens": cost / (tokens / 1e6) if tokens else nan,
-        "slo_attainment": good / num if num else nan,
-        "goodput_requests_per_s": good / duration_s if duration_s > 0 else nan,
-        "goodput_requests_per_usd": good / cost if cost > 0 else nan,
+        "slo_attainment": good / num if num and judged else nan,
+        "goodput_requests_per_s": good / duration_s if duration_s > 0 and judged else nan,
+        "goodput_requests_per_usd": good / cost if cost > 0 and judged else nan,
     }
 
 

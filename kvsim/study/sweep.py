@@ -250,6 +250,39 @@ def check_points(name: str, points: list[Point]) -> None:
     )
 
 
+def check_traces(name: str, points: list[Point]) -> None:
+    """Fail before anything runs when every point reads a trace file that is missing and its
+    workload has no fallback (``workload.fallback_synthetic``): each point would fail on it with
+    the same message, and nothing would be left to gather. (When only some points miss their
+    trace, the others run and the failures are listed, as for any failing point.)
+
+    Raises:
+        DataNotFoundError: naming the experiment, the missing traces, where kvsim looked for the
+            first and how to get it (``resolve_trace``'s message).
+    """
+    from kvsim.workload import DataNotFoundError, resolve_trace
+
+    errors: dict[str, DataNotFoundError] = {}  # missing trace -> its error
+    for p in points:
+        workload = p.config.workload if p.config is not None else None
+        if workload is None or not workload.trace or workload.fallback_synthetic:
+            return  # a point that can run without a trace file
+        if workload.trace not in errors:
+            try:
+                resolve_trace(workload.trace)
+            except DataNotFoundError as err:
+                errors[workload.trace] = err
+                continue
+            return  # (found: this point, and every point reading it, can run)
+    if errors:
+        traces = ", ".join(map(repr, errors))
+        which = "trace" if len(errors) == 1 else "traces"
+        raise DataNotFoundError(
+            f"{name}: every point reads {which} {traces}, so no point was run: "
+            f"{next(iter(errors.values()))}"
+        ) from None
+
+
 def _column(values: list[Any]) -> list[Any]:
     """Swept values of one column; mixed types become strings so parquet can store them."""
     kinds = {type(v) for v in values if v is not None}
@@ -330,12 +363,16 @@ def run_sweep(
         ValueError: a point has an invalid config (e.g. a misspelt field or a value out of
             range in ``[grid]``; ``check_points``: nothing is run or written), the
             experiment's name is not a folder name, or the Dask scheduler is unreachable.
+        DataNotFoundError: a trace the points read is missing (``check_traces``: nothing is
+            run or written).
         OSError: the results folder cannot be written (a file in the way, a full disk).
         KeyboardInterrupt: after writing ``summary.parquet`` of the points finished so far.
     """
     check_name(experiment.name, "experiment name")  # the results stay under out_root
     points = experiment.points(quick=quick)  # validates every config; generates no workload
     check_points(experiment.name, points)
+    if scheduler in (None, "local"):  # (a remote cluster's workers may hold the traces)
+        check_traces(experiment.name, points)  # one message, not one per point
     if scheduler is not None:  # before anything is written (a bad address left files behind)
         check_scheduler(scheduler, connect_timeout_s)
     folder = Path(out_root) / ("quick" if quick else "") / experiment.name

@@ -10,7 +10,8 @@ def target_metrics() -> list[str]:
     """Summary metrics a target may bound: each latency metric's mean/p50/p90/p95/p99 (seconds),
     ``inter_token_latency_seconds_mean``, and every metric the printed summary has a row for
     (``kvsim.view.summary.SECTIONS``: KV shares and usage, scheduler and preemption counts,
-    prefix-cache hits, re-admission hits and evictions, sharing, swap, throughput). A metric
+    prefix-cache hits, re-admission hits and evictions, sharing, swap, speculative decoding's
+    and the CPU tier's counters, throughput; not a hybrid run's per-group rows). A metric
     shown to people can be bounded, and a name no summary holds is refused as a typo (not
     accepted, and then never met)."""
     stats = ("mean", "p50", "p90", "p95", "p99")

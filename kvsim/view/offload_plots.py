@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from kvsim.results.offload import TIER_COLUMNS
 from kvsim.view.style import styled
@@ -97,4 +98,12 @@ def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str) -> None:
         xlabel="simulated time (s)", ylabel="% of the CPU tier's blocks", ylim=(0, 100), title=title
     )
     ax.margins(x=0)
-    ax.legend(loc="lower right", fontsize="x-small", framealpha=1.0)
+    # a white frame (kvsim.mplstyle turns frames off, which left "stored"'s blue swatch on the
+    # blue area it names) and outlined swatches ("free" is near-white)
+    legend = ax.legend(
+        loc="lower right", fontsize="x-small", frameon=True, facecolor="white", framealpha=1.0
+    )
+    for handle in legend.legend_handles:
+        if isinstance(handle, Patch):  # (a stackplot's handles are rectangles)
+            handle.set_edgecolor("0.3")
+            handle.set_linewidth(0.5)

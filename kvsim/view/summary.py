@@ -2,8 +2,11 @@
 
 ``summary_table`` shows KV memory, scheduling and latency always; prefix-cache lines when prefix
 caching ran (the hits of re-admissions after a preemption and the evictions when there were any),
-sharing lines when sequences shared blocks, swap lines under swap preemption; and where the step
-cost's paged-layout factor came from (measured or the analytic default).
+sharing lines when sequences shared blocks, swap lines under swap preemption, KV cache group lines
+for a hybrid model's groups (one set per kind of group), speculative decoding lines when drafts
+were proposed, CPU offload lines when a CPU tier ran; and where the step cost's paged-layout
+factor came from (measured or the analytic default). Goodput needs an ``[slo]`` target: without
+one its rows show ``-`` (``kvsim.results.money``).
 ``compare_table`` puts two summaries side by side with their differences.
 """
 
@@ -61,6 +64,7 @@ NONZERO_ROWS = frozenset(
         "prefix_cache_saved_bytes",
         "num_cache_evictions",
         "num_evicted_tokens",
+        "kv_offload_loads_dropped",
     }
 )
 SHARING_ROWS: tuple[Row, ...] = (
@@ -74,6 +78,47 @@ SWAP_ROWS: tuple[Row, ...] = (
     ("num_swap_fallbacks", "swap fallbacks to recompute (CPU pool full)"),
     ("swap_out_bytes", "bytes swapped out"),
     ("swap_time_s", "time spent swapping (s)"),
+)
+# hybrid KV cache groups (``kvsim.engine.group_recorder``): the groups, then ``group_rows``'s
+# per-kind rows (all of them run rows, ``RUN_ROWS``: no plan target bounds a group's layout)
+GROUP_ROWS: tuple[Row, ...] = (
+    ("kv_cache_groups", "KV cache groups"),
+    ("kv_cache_group_kinds", "of each kind"),
+    ("kv_cache_group_layers", "layers a group"),
+    ("kv_cache_padding_layers", "padding layers (a kind's last group made whole)"),
+    ("kv_cache_block_size_tokens", "block size (tokens)"),
+)
+GROUP_CATEGORY_LABELS: tuple[tuple[str, str], ...] = (
+    ("held", "held (% of KV)"),
+    ("token_states", "token states (% of KV)"),
+    ("outside_window", "outside the window (% of KV)"),
+    ("internal", "internal frag. (% of KV)"),
+)
+SPEC_ROWS: tuple[Row, ...] = (
+    ("num_speculative_tokens", "draft tokens a step (num_speculative_tokens)"),
+    ("num_lookahead_tokens", "lookahead slots reserved at every allocation"),
+    ("reservation_pct_of_used", "reservation, lookahead slots included (% of used KV)"),
+    ("spec_decode_num_drafts", "spec_decode_num_drafts"),
+    ("spec_decode_num_draft_tokens", "spec_decode_num_draft_tokens"),
+    ("spec_decode_num_accepted_tokens", "spec_decode_num_accepted_tokens"),
+    ("spec_decode_draft_acceptance_rate", "accepted / draft tokens"),
+    ("spec_decode_mean_acceptance_length", "mean acceptance length (tokens a verification)"),
+)
+OFFLOAD_ROWS: tuple[Row, ...] = (
+    ("cpu_tier_blocks", "CPU tier (blocks)"),
+    (
+        "external_prefix_cache_hit_rate",
+        "external_prefix_cache_hits / external_prefix_cache_queries",
+    ),
+    ("external_prefix_cache_hits", "external_prefix_cache_hits (tokens)"),
+    ("external_prefix_cache_queries", "external_prefix_cache_queries (tokens)"),
+    ("kv_offload_loads", "loads from the CPU tier"),
+    ("kv_offload_bytes_cpu_to_gpu", "KV loaded, CPU -> GPU"),
+    ("kv_offload_bytes_gpu_to_cpu", "KV stored, GPU -> CPU"),
+    ("kv_offload_load_wait_s", "time requests waited for loads (sum)"),
+    ("cpu_tier_stored_blocks", "blocks stored in the tier"),
+    ("cpu_tier_evicted_blocks", "blocks evicted from the tier"),
+    ("kv_offload_loads_dropped", "loads dropped (their blocks freed for a stuck queue)"),
 )
 LATENCY_ROWS: tuple[Row, ...] = (
     ("throughput_requests_per_s", "throughput (requests/s)"),
@@ -117,9 +162,33 @@ def _number(value: Any) -> float:
     return number if math.isfinite(number) else 0.0
 
 
+def group_rows(summary: dict[str, Any]) -> tuple[Row, ...]:
+    """The rows of a hybrid run: ``GROUP_ROWS``, then one set per kind of group, read from its
+    first group (every group of a kind holds the same positions:
+    ``HybridPagedAllocator.kind_slots``)."""
+    kinds = str(summary.get("kv_cache_group_kinds", "")).split(",")
+    rows: list[Row] = list(GROUP_ROWS)
+    for kind in dict.fromkeys(k for k in kinds if k):
+        groups = [g for g, k in enumerate(kinds) if k == kind]
+        first = groups[0]
+        if len(groups) == 1:
+            which = f"group {first} ({kind})"
+        elif groups == list(range(first, first + len(groups))):
+            which = f"groups {first}-{groups[-1]} ({kind}) each"
+        else:
+            which = f"groups {','.join(map(str, groups))} ({kind}) each"
+        for category, label in GROUP_CATEGORY_LABELS:
+            if category == "outside_window" and kind != "sliding":
+                continue  # only a window leaves tokens outside it
+            rows.append((f"group{first}_{kind}_{category}_pct", f"{which}: {label}"))
+    return tuple(rows)
+
+
 SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], ...] = (
     ("KV memory", KV_ROWS, lambda s: True),
+    ("KV cache groups", (), lambda s: "kv_cache_groups" in s),  # rows: RUN_ROWS
     ("scheduler", SCHEDULER_ROWS, lambda s: True),
+    ("speculative decoding", SPEC_ROWS, lambda s: _positive(s, "num_speculative_tokens")),
     (
         "prefix cache",
         PREFIX_ROWS,
@@ -128,6 +197,7 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], .
             or _positive(s, "prefix_cache_hits", "prefix_cache_preempted_hits")
         ),
     ),
+    ("CPU offload tier", OFFLOAD_ROWS, lambda s: "cpu_tier_blocks" in s),
     ("sharing", SHARING_ROWS, lambda s: _positive(s, "kv_saved_by_sharing_pct", "num_cow_copies")),
     (
         "swap",
@@ -138,6 +208,9 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], .
     ("fleet", FLEET_ROWS, lambda s: "num_replicas" in s),
     ("money", MONEY_ROWS, lambda s: True),
 )
+# sections with rows that depend on the run beyond their fixed ones (the groups a model has);
+# a plan's targets (``kvsim.study.targets``) bound only the fixed ones
+RUN_ROWS: dict[str, Callable[[dict[str, Any]], tuple[Row, ...]]] = {"KV cache groups": group_rows}
 
 
 def format_metric(key: str, value: Any) -> str:
@@ -149,15 +222,18 @@ def format_metric(key: str, value: Any) -> str:
     """
     if value is None:
         return "-"
+    if key == "kv_cache_group_kinds" and isinstance(value, str):  # "full,sliding,sliding"
+        kinds = value.split(",")
+        return " + ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
     if isinstance(value, (bool, str)):
         return str(value)
+    big = key.endswith(("_bytes", "_bytes_total")) or key.startswith("kv_offload_bytes_")
     if isinstance(value, int):
-        big = key.endswith(("_bytes", "_bytes_total"))
         return f"{value / 2**30:,.2f} GiB" if big else f"{value:,}"
     number = float(value)
     if math.isnan(number):
         return "-"
-    if key.endswith("_bytes") or key.endswith("_bytes_total"):
+    if big:
         return f"{number / 2**30:,.2f} GiB"
     if key.startswith("usd_") or key == "cost_usd":
         return f"${number:,.4g}" if abs(number) < 1000 else f"${number:,.0f}"
@@ -182,6 +258,8 @@ def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
     for name, rows, applies in SECTIONS:
         if not applies(summary):
             continue
+        if name in RUN_ROWS:
+            rows = (*rows, *RUN_ROWS[name](summary))
         present = [
             (k, label)
             for k, label in rows

@@ -276,6 +276,24 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     "set_empty_part": (["cache..block_size_tokens=8"], ["cache..block_size_tokens"]),
     "set_trailing_dot": (["cache.=8"], ["'cache.'"]),
     "set_section_scalar": (["cache=5"], ["cache"]),
+    # vLLM's method names: EAGLE-3 and the MTP heads are kvsim's 'eagle' (a drafter with KV),
+    # ngram_gpu its 'ngram'; the error says which to write
+    "spec_method_eagle3": (
+        ["speculative.method=eagle3"],
+        ["speculative.method", "vLLM's 'eagle3' is kvsim's 'eagle'", "got 'eagle3'"],
+    ),
+    "spec_method_mtp": (
+        ["speculative.method=deepseek_mtp"],
+        ["speculative.method", "'deepseek_mtp' is kvsim's 'eagle'", "MTP"],
+    ),
+    "spec_method_ngram_gpu": (
+        ["speculative.method=ngram_gpu"],
+        ["speculative.method", "'ngram_gpu' is kvsim's 'ngram'", "no lookahead slot"],
+    ),
+    "spec_method_unknown": (
+        ["speculative.method=medusa"],
+        ["speculative.method", "'eagle' or 'ngram'", "medusa"],
+    ),
 }
 
 

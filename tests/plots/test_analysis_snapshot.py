@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from kvsim.config import config_from_dict
+from kvsim.config.layers import KVCacheGroup, KVCacheGroups
 from kvsim.core.kv.contiguous import FirstFitAllocator
+from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.engine import simulate
 from kvsim.engine.frames import pool_ownership
@@ -106,6 +108,58 @@ def test_pool_ownership_contiguous_by_hand() -> None:
     alloc.allocate(_req(2, 5), 6)  # next slab at slot 30
     frame = pool_ownership(alloc, {2: 6, 1: 6})
     assert frame.values.tolist() == [[1, 0, 30, 6], [2, 30, 30, 6]]
+
+
+def test_pool_ownership_hybrid_by_hand() -> None:
+    # groups full, sliding (window 8) and state, 4-token blocks, 20 blocks (block 0: null)
+    kinds = (KVCacheGroup("full", 1), KVCacheGroup("sliding", 1, 8), KVCacheGroup("state", 1))
+    alloc = HybridPagedAllocator(capacity_tokens=80, kv_groups=KVCacheGroups(kinds, 1, 4, 1))
+    req = _req(3, 10)
+    # prefill of 10: cdiv(10, 4) = 3 blocks for full (1 2 3) and sliding (4 5 6), 1 for state (7)
+    alloc.allocate(req, 10)
+    # at 12 computed, room for 13: the sliding group skips (12 - 8 + 1) // 4 = 1 block, so
+    # block 4 goes back to the front of the free queue and its entry becomes the null block;
+    # full needs cdiv(13, 4) = 4 blocks (takes 4), sliding 4 entries (takes 8)
+    req.num_computed_tokens = 12
+    alloc.allocate(req, 13)
+    assert alloc.group_tables(3) == [[1, 2, 3, 4], [0, 5, 6, 8], [7]]
+    frame = pool_ownership(alloc, {3: 13})
+    # block k starts at slot 4k; entry i of an attention table holds min(13 - 4i, 4) tokens
+    # (entries 0-2: 4, entry 3: 1); the state block counts whole; the null block never
+    assert frame.values.tolist() == [
+        [3, 4, 4, 4],  # block 1: full entry 0
+        [3, 8, 4, 4],  # block 2: full entry 1
+        [3, 12, 4, 4],  # block 3: full entry 2
+        [3, 16, 4, 1],  # block 4: full entry 3 (token 12)
+        [3, 20, 4, 4],  # block 5: sliding entry 1
+        [3, 24, 4, 4],  # block 6: sliding entry 2
+        [3, 28, 4, 4],  # block 7: the state block
+        [3, 32, 4, 1],  # block 8: sliding entry 3 (token 12)
+    ]
+
+
+def test_hybrid_run_frames_agree_with_the_recorder() -> None:
+    # a hybrid model's run with --out used to refuse its memory map: the map's held slots and
+    # token states at each frame are the recorder's at that moment, and the run is unchanged
+    config = config_from_dict(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "workload": {"num_requests": 20, "rate_per_s": 4.0},
+        }
+    )
+    res = simulate(config, map_every_s=1.0)
+    assert res.mapframes is not None
+    assert res.frames is not None
+    assert len(res.frames) > 2
+    mem = res.memory
+    row = np.searchsorted(mem["time_s"].to_numpy(), res.frames["time_s"].to_numpy(), "right") - 1
+    sums = res.mapframes.groupby("frame")[["num_slots", "num_tokens"]].sum()
+    sums = sums.reindex(res.frames["frame"], fill_value=0)
+    assert sums["num_slots"].tolist() == mem["held"].to_numpy()[row].tolist()
+    assert sums["num_tokens"].tolist() == mem["token_states"].to_numpy()[row].tolist()
+    pd.testing.assert_frame_equal(simulate(config).requests, res.requests)
+    assert res.summary["kv_cache_block_size_tokens"] == 16  # no state group: as configured
 
 
 def test_frames_taken_during_the_run_match_its_tokens() -> None:

@@ -152,3 +152,46 @@ def test_gridlines_are_drawn_below_the_data():
         return Figure().subplots()
 
     assert axes_under_style().get_axisbelow() is True
+
+
+def test_offload_tier_legend_swatches_stand_out() -> None:
+    # the tier panel's legend sat frameless on the blue "stored" area, so the blue "stored"
+    # swatch vanished into it: a white frame now covers the area, and every swatch is outlined
+    # (the "free" swatch is near-white)
+    import pandas as pd
+    from matplotlib.colors import to_rgba
+
+    from kvsim.view.offload_plots import BANDWIDTH, SIZE, offload_figure
+
+    summary = pd.DataFrame(
+        {
+            SIZE: [0.0, 16.0],
+            BANDWIDTH: [51.2e9, 51.2e9],
+            "time_to_first_token_seconds_mean": [0.3, 0.2],
+            "time_to_first_token_seconds_p90": [0.9, 0.5],
+            "external_prefix_cache_hit_rate": [float("nan"), 0.6],
+            "prefix_cache_hit_rate": [0.2, 0.2],
+        }
+    )
+    tier = pd.DataFrame(  # 10 blocks: 8 stored, 1 storing, 1 free from t = 1 s
+        {
+            "time_s": [0.0, 1.0],
+            "cpu_tier_stored_blocks": [0, 8],
+            "cpu_tier_storing_blocks": [0, 1],
+            "cpu_tier_loading_blocks": [0, 0],
+            "cpu_tier_free_blocks": [10, 1],
+        }
+    )
+    fig = offload_figure(summary, tier, tier_title="CPU tier")
+    legend = fig.axes[2].get_legend()
+    assert legend.get_frame_on()
+    assert legend.get_frame().get_facecolor() == to_rgba("white")
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "stored",
+        "storing (GPU->CPU copy)",
+        "loading (CPU->GPU copy)",
+        "free",
+    ]
+    for handle in legend.legend_handles:
+        assert handle.get_edgecolor() != handle.get_facecolor()
+        assert handle.get_linewidth() > 0

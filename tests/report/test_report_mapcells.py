@@ -99,6 +99,20 @@ def test_paged_pool_reserves_null_block_and_remainder() -> None:
     ]
 
 
+def test_hybrid_pool_cells_follow_its_raised_block_size() -> None:
+    # a hybrid run's summary gives its blocks' size (a state group's page: 544 tokens here, not
+    # the configured 16): 87,381 slots = 160 blocks of 544 (87,040) + 341; block 0 is null
+    config = {"cache": {"allocator": "paged", "block_size_tokens": 16}}
+    summary = {
+        "capacity_tokens": 87_381,
+        "usable_capacity_tokens": 159 * 544,
+        "kv_cache_block_size_tokens": 544,
+    }
+    pool = PoolShape.of_run(config, summary)
+    assert pool.block_size_slots == 544
+    assert pool.reserved == ((0, 544), (87_040, 341))
+
+
 def usable_by_recorder(alloc, head, num_tokens: int) -> int:
     """Free slots that can serve the head, as the recorder counts them (``categorize``)."""
     s = alloc.stats()

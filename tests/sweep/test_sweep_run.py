@@ -258,6 +258,26 @@ def test_cli_sweep_invalid_point_exits_2_and_writes_nothing(tmp_path) -> None:
     assert not (tmp_path / "e").exists()
 
 
+def test_every_point_missing_its_trace_fails_once_up_front(tmp_path, monkeypatch, counted):
+    # make fleet-routing without the Mooncake trace printed the same error for each of its 5
+    # points twice (logged as it failed, then listed): now one line, status 2, nothing written
+    monkeypatch.setenv("KVSIM_DATA", str(tmp_path / "no-data"))
+    grid = '[grid]\n"workload.preset" = ["mooncake_conversation"]\n'
+    result = _cli_sweep(tmp_path, grid + '"cache.block_size_tokens" = [8, 16, 32]\n')
+    assert result.exit_code == 2, result.output
+    assert result.output.count("Could not find trace file 'mooncake_conversation.jsonl'") == 1
+    assert result.output.startswith(
+        "error: e: every point reads trace 'mooncake_conversation', so no point was run: "
+    )
+    assert counted == []
+    assert not (tmp_path / "e").exists()
+    # a workload that falls back to synthetic lengths without its trace runs (with a note)
+    fallback = '[grid]\n"workload.preset" = ["sharegpt_paper"]\n'
+    result = _cli_sweep(tmp_path, fallback + '"cache.block_size_tokens" = [8, 16]\n')
+    assert result.exit_code == 0, result.output
+    assert "2 run, 0 resumed, 0 failed" in result.output
+
+
 def test_misspelt_grid_field_fails_up_front(tmp_path, make_experiment):
     bad = make_experiment(grid={"cache.block_size_tokns": [8, 16]})
     with pytest.raises(ValueError, match=r"no point has a valid config.*block_size_tokns"):

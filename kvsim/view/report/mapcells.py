@@ -56,7 +56,8 @@ class PoolShape:
         usable = int(summary.get("usable_capacity_tokens", capacity))
         allocator = str(cache["allocator"])
         if allocator in PAGED_ALLOCATORS:
-            b = int(cache["block_size_tokens"])
+            # a hybrid run's blocks (raised for a state group's page), else the configured
+            b = int(summary.get("kv_cache_block_size_tokens", cache["block_size_tokens"]))
             num_blocks = capacity // b
             reserved = [(0, b)] if usable < num_blocks * b else []  # vLLM v1's null block 0
             if num_blocks * b < capacity:
