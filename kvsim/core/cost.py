@@ -75,6 +75,7 @@ Sources of each coefficient:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 from kvsim.calibrate.table import resolve_table
@@ -229,7 +230,7 @@ class StepCostModel:
             duration += self.draft_s(num_drafting)
         if self.tp > 1 or self.pp > 1:
             duration += self.communication_s(new_tokens)
-        if not 0 <= duration < float("inf"):
+        if not 0 <= duration < math.inf:  # (math.inf: float("inf") would parse a string a step)
             raise ValueError(f"cost model returned an invalid duration: {duration}")
         return duration
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,27 +46,36 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
 class InFlight:
     """The event an engine is waiting out: planned at ``start_s`` with ``durations`` (seconds),
     of which it now covers ``num_steps``; ``cuttable`` when nobody waited as it was planned (an
     arrival then ends it with the step in flight)."""
 
-    start_s: float
-    durations: list[float]
-    num_steps: int
-    cuttable: bool
+    def __init__(
+        self, start_s: float, durations: list[float], num_steps: int, cuttable: bool
+    ) -> None:
+        # (plain classes here: mypyc compiles their __init__; a dataclass's runs interpreted)
+        self.start_s = start_s
+        self.durations = durations
+        self.num_steps = num_steps
+        self.cuttable = cuttable
 
 
-@dataclass(slots=True, frozen=True)
 class PlanTime:
     """What the recorder and the memory map read as an event was planned: the waiting queue's
-    length, its head and ids, and the requests released so far."""
+    length, its head and ids, and the requests released so far (not changed once made)."""
 
-    num_waiting: int
-    head: tuple[Request, int] | None
-    num_arrived: int
-    waiting_ids: tuple[int, ...]
+    def __init__(
+        self,
+        num_waiting: int,
+        head: tuple[Request, int] | None,
+        num_arrived: int,
+        waiting_ids: tuple[int, ...],
+    ) -> None:
+        self.num_waiting = num_waiting
+        self.head = head
+        self.num_arrived = num_arrived
+        self.waiting_ids = waiting_ids
 
 
 class Engine:

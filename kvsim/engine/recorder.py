@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     pass
 
 
-@dataclass(frozen=True, slots=True)
 class QueueHead:
     """What the request at the head of the waiting queue needs, for ``categorize``.
 
@@ -46,9 +45,11 @@ class QueueHead:
             pools, whose free space does not change while their requests decode).
     """
 
-    need: int
-    threshold: bool
-    usable: int
+    def __init__(self, need: int, threshold: bool, usable: int) -> None:
+        # (a plain class: mypyc compiles this __init__; a dataclass's runs interpreted)
+        self.need = need
+        self.threshold = threshold
+        self.usable = usable
 
 
 def queue_head(allocator: Allocator, head: tuple[Request, int] | None) -> QueueHead | None:
@@ -108,7 +109,6 @@ def categorize(
     )
 
 
-@dataclass(slots=True)
 class SpanSlots:
     """Slot totals of an event's steps, before categorising them.
 
@@ -121,16 +121,30 @@ class SpanSlots:
     slots taken from the free pool but held by no request (``Allocator.overhead_slots``).
     """
 
-    held: int
-    token_states: int
-    internal: int
-    overhead: int = 0
-    across: int = 0
-    within: int = 0
-    slots_per_block: int = 0
-    blocks: list[int] = field(default_factory=list)
-    internal_steps: list[int] = field(default_factory=list)
-    num_seqs: int = 0
+    def __init__(
+        self,
+        held: int,
+        token_states: int,
+        internal: int,
+        overhead: int = 0,
+        across: int = 0,
+        within: int = 0,
+        slots_per_block: int = 0,
+        blocks: list[int] | None = None,
+        internal_steps: list[int] | None = None,
+        num_seqs: int = 0,
+    ) -> None:
+        # (a plain class: mypyc compiles this __init__; a dataclass's runs interpreted)
+        self.held = held
+        self.token_states = token_states
+        self.internal = internal
+        self.overhead = overhead
+        self.across = across
+        self.within = within
+        self.slots_per_block = slots_per_block
+        self.blocks: list[int] = [] if blocks is None else blocks
+        self.internal_steps: list[int] = [] if internal_steps is None else internal_steps
+        self.num_seqs = num_seqs
 
 
 @dataclass

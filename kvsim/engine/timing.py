@@ -7,14 +7,12 @@ steps' durations added left to right, as time passes step after step.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
 MAX_SPAN_STEPS = 4096  # steps one event may cover (a bound on its duration list)
 
 
-@dataclass(slots=True, frozen=True)
 class Timing:
     """Durations of an event's steps (seconds).
 
@@ -23,8 +21,10 @@ class Timing:
         total_s: the event's length, the durations added left to right.
     """
 
-    durations: list[float]
-    total_s: float
+    def __init__(self, durations: list[float], total_s: float) -> None:
+        # (a plain class: mypyc compiles this __init__; a dataclass's runs interpreted)
+        self.durations = durations
+        self.total_s = total_s
 
     @property
     def num_steps(self) -> int:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from kvsim.workload.request import Request
 
+# The classes here are built once or more an engine event: plain classes with an explicit
+# ``__init__``, which mypyc compiles (a dataclass's generated ``__init__`` runs interpreted).
 
-@dataclass(slots=True)
+
 class LazySpan:
     """Slot totals of a lazy plan's span before its steps ``1..k-1`` allocate, and what they take.
 
@@ -19,13 +19,19 @@ class LazySpan:
             its final length), slots.
     """
 
-    held0: int
-    internal0: int
-    blocks: list[int] = field(default_factory=list)
-    internal: list[int] = field(default_factory=list)
+    def __init__(
+        self,
+        held0: int,
+        internal0: int,
+        blocks: list[int] | None = None,
+        internal: list[int] | None = None,
+    ) -> None:
+        self.held0 = held0
+        self.internal0 = internal0
+        self.blocks: list[int] = [] if blocks is None else blocks
+        self.internal: list[int] = [] if internal is None else internal
 
 
-@dataclass(slots=True)
 class StepPlan:
     """One planned step, possibly extended over ``num_steps`` steps.
 
@@ -59,21 +65,30 @@ class StepPlan:
             verification size with drafts no model proposed, all rejected), or ``None``.
     """
 
-    scheduled: list[Request] = field(default_factory=list)
-    num_new_tokens: list[int] = field(default_factory=list)
-    num_prefills: int = 0
-    num_preempted: int = 0
-    head_blocked: str | None = None
-    extendable: bool = False
-    num_steps: int = 1
-    swap_blocks: int = 0
-    all_running_scheduled: bool = False
-    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
-    cohort_clock: int = 0
-    cohort_advance: int = 0
-    num_cohort: int = 0
-    span: LazySpan | None = None
-    drafts: dict[Request, tuple[int, bool]] | None = None
+    def __init__(self) -> None:
+        self.scheduled: list[Request] = []
+        self.num_new_tokens: list[int] = []
+        self.num_prefills = 0
+        self.num_preempted = 0
+        self.head_blocked: str | None = None
+        self.extendable = False
+        self.num_steps = 1
+        self.swap_blocks = 0
+        self.all_running_scheduled = False
+        self.work: list[float] = [0.0, 0.0, 0.0, 0.0, 0.0]
+        self.cohort_clock = 0
+        self.cohort_advance = 0
+        self.num_cohort = 0
+        self.span: LazySpan | None = None
+        self.drafts: dict[Request, tuple[int, bool]] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"StepPlan(scheduled={[r.req_id for r in self.scheduled]}, "
+            f"num_new_tokens={self.num_new_tokens}, num_steps={self.num_steps}, "
+            f"num_cohort={self.num_cohort}, num_preempted={self.num_preempted}, "
+            f"head_blocked={self.head_blocked!r})"
+        )
 
     @property
     def is_empty(self) -> bool:

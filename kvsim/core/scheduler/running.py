@@ -105,16 +105,26 @@ class LazyDecodes:
         if mode == DECODE_EXACT:
             self._exact[member] = None
 
-    def release(self, member: Member) -> None:
-        """Take ``member`` out of the cohort with true counters, holding and block table."""
+    def release(self, member: Member, untaken: int = 0) -> None:
+        """Take ``member`` out of the cohort with true counters, holding and block table
+        (``untaken``: slots its held count includes but it never took: ``release_unstepped``)."""
         cohort = self.cohort
         cohort.materialize(member)
-        held = cohort.leave(member)
+        held = cohort.leave(member) - untaken
         self._exact.pop(member, None)
         req = member.request
         if member.pooled:
             self.allocator.attach_pooled(req.req_id, (held - member.held) // self.period)
         req.num_held_slots = held
+
+    def release_unstepped(self, member: Member, clock: int) -> None:
+        """``release`` a member before its turn in the step at ``clock`` of an ``in_order`` pass
+        (it is being preempted): a pooled member whose step there takes a block was counted as
+        holding it (``allocate_pooled``) but never took it."""
+        period = self.period
+        crosses = member.pooled and period > 0 and member.cross == clock % period
+        self.release(member, period if crosses else 0)
+        self.others[member.request] = None  # (running, explicit, until it is preempted)
 
     def flush(self, running: dict[Request, None]) -> list[Member]:
         """Release every member (running order) and return them; everyone is an ``other``."""
@@ -183,6 +193,33 @@ class LazyDecodes:
         order += [(m.seq, m.request, m) for m in touched]
         order.sort(key=_first)
         return [(r, m) for _, r, m in order]
+
+    def in_order(
+        self, running: dict[Request, None], clock: int
+    ) -> list[tuple[Request, Member | None]]:
+        """Every running request of a step at ``clock`` with its member (``None`` for an
+        explicit one), in running order, for a pass that checks each of them (vLLM v0's decode
+        check under pressure, ``V0Scheduler``). The pooled members' blocks are counted now
+        (``allocate_pooled``) and taken in turn (``step_member``, where ``steps_at`` says);
+        a member preempted before its turn leaves by ``release_unstepped``."""
+        self.cohort.allocate_pooled(clock, 1)
+        members = self.cohort.members
+        return [(req, members.get(req)) for req in running]
+
+    def steps_at(self, member: Member, clock: int) -> bool:
+        """Whether ``member``'s step at ``clock`` needs ``step_member`` (a block it takes or a
+        block it fills)."""
+        period = self.period
+        if not period:
+            return False
+        residue = clock % period
+        if member.pooled:
+            return member.cross == residue
+        return self.cohort.is_touched(member, residue)
+
+    def has_exact(self) -> bool:
+        """Whether a member's growth is made by the allocator itself (``DECODE_EXACT``)."""
+        return bool(self._exact)
 
     def step_member(self, member: Member, clock: int) -> None:
         """A member's allocation in the step at ``clock`` (``step_order``): its pooled block,

@@ -152,29 +152,57 @@ class V0Scheduler(SchedulerCore):
 
     def _schedule_decodes(self, plan: StepPlan) -> None:
         """Every running request decodes one token, oldest first; before each, v0's
-        ``can_append_slot`` check, preempting the last running request while it fails."""
+        ``can_append_slot`` check, preempting the last running request while it fails. When
+        ``_cohort_decodes`` proves that every check passes, the members decode in bulk
+        (``_decode_in_bulk``); otherwise every running request is checked in turn
+        (``_decode_in_order``)."""
         lazy = self.lazy
-        if lazy.cohort.members and not self._cohort_decodes():
-            lazy.flush(self.running)
         clock = lazy.cohort.clock
-        can_append = self.allocator.can_append_v0
+        if lazy.cohort.members and self._cohort_decodes():
+            self._decode_in_bulk(plan, clock)
+        else:
+            if lazy.cohort.members and (not self.allocator.paged or lazy.has_exact()):
+                lazy.flush(self.running)  # a member's growth may fail: everyone one by one
+            self._decode_in_order(plan, clock)
+        self._add_cohort_step(plan, clock, 1)
+
+    def _decode_in_bulk(self, plan: StepPlan, clock: int) -> None:
+        """The members' blocks and the explicit requests' decodes, none of which preempts."""
+        lazy = self.lazy
         for req, member in lazy.step_order(clock):
             if member is not None:
                 lazy.step_member(member, clock)
                 continue
+            placed = self._allocate(req, req.num_computed_tokens + 1)
+            assert placed, f"req {req.req_id}: _cohort_decodes let a decode that fails"
+            plan.add(req, 1)
+
+    def _decode_in_order(self, plan: StepPlan, clock: int) -> None:
+        """vLLM v0's decode pass (``_schedule_running``): each running request in turn, its
+        ``can_append_slot`` check (and its allocation) failing preempts the last running
+        request, until it passes or the request itself was the last. Members stay in the
+        cohort unless preempted (a paged pool: their step fits once the check passes)."""
+        lazy = self.lazy
+        can_append = self.allocator.can_append_v0
+        for req, member in lazy.in_order(self.running, clock):
             if req not in lazy.seq:  # preempted in this pass (victims leave from the tail)
                 break
-            while not (can_append(req) and self._allocate(req, req.num_computed_tokens + 1)):
-                victim = self._pop_last_running()
-                self._preempt(victim)
+            while not (
+                can_append(req)
+                and (member is not None or self._allocate(req, req.num_computed_tokens + 1))
+            ):
+                victim = next(reversed(self.running))
+                victim_member = lazy.cohort.members.get(victim)
+                if victim_member is not None:  # (behind req in running order: not stepped)
+                    lazy.release_unstepped(victim_member, clock)
+                self._preempt(self._pop_last_running())
                 plan.num_preempted += 1
                 if victim is req:
-                    break
-            else:
+                    return
+            if member is None:
                 plan.add(req, 1)
-                continue
-            break
-        self._add_cohort_step(plan, clock, 1)
+            elif lazy.steps_at(member, clock):
+                lazy.step_member(member, clock)
 
     def _cohort_decodes(self) -> bool:
         """Whether this decode step can run with the cohort's members in bulk: every
