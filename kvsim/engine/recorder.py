@@ -18,12 +18,12 @@ typed columns (8 bytes a value), so a million-request run's series stays small.
 
 from __future__ import annotations
 
-from array import array
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
+from librt.vecs import append, vec
+from mypy_extensions import i64
 
 from kvsim.base.units import SimTime
 from kvsim.core.kv.base import Allocator
@@ -32,6 +32,10 @@ from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
     pass
+
+# MemoryRecorder's columns by type, each in MEMORY_COLUMNS order (the slot columns last)
+_FLOAT_ORDER = tuple(c for c in MEMORY_COLUMNS if c in FLOAT_COLUMNS)
+_INT_ORDER = tuple(c for c in MEMORY_COLUMNS if c not in FLOAT_COLUMNS)
 
 
 class QueueHead:
@@ -147,28 +151,24 @@ class SpanSlots:
         self.num_seqs = num_seqs
 
 
-@dataclass
 class MemoryRecorder:
     """Collects one row per engine event (see ``MEMORY_COLUMNS``) into typed columns.
 
     Args:
         capacity_slots: slots of the pool.
 
-    Columns are ``array`` buffers (8 bytes a value, no Python object per value): float64 for
-    times, means and the waiting queue, int64 for counts.
+    Columns are ``librt.vecs`` packed vectors (8 bytes a value, no Python object per value,
+    appended without a Python call when compiled): float64 for times, means and the waiting
+    queue, int64 for counts.
     """
 
-    capacity_slots: int
-    columns: dict[str, array[Any]] = field(
-        default_factory=lambda: {
-            c: array("d" if c in FLOAT_COLUMNS else "q") for c in MEMORY_COLUMNS
-        }
-    )
-    _int_times: bool = True  # every time_s so far was an int (SimPy starts the clock at 0)
-    _appends: tuple[Any, ...] = ()  # each column's bound append, in MEMORY_COLUMNS order
-
-    def __post_init__(self) -> None:
-        self._appends = tuple(self.columns[c].append for c in MEMORY_COLUMNS)
+    def __init__(self, capacity_slots: int) -> None:
+        self.capacity_slots = capacity_slots
+        self._int_times = True  # every time_s so far was an int (SimPy starts the clock at 0)
+        # time_s, duration_s, num_requests_waiting, then the eight slot columns
+        self._floats: list[vec[float]] = [vec[float]() for _ in _FLOAT_ORDER]
+        # num_steps, num_requests_running, num_prefills, num_preempted, num_blocked_steps
+        self._ints: list[vec[i64]] = [vec[i64]() for _ in _INT_ORDER]
 
     def _append_row(
         self,
@@ -184,27 +184,20 @@ class MemoryRecorder:
     ) -> None:
         """One row, in ``MEMORY_COLUMNS`` order (``categories``: the eight slot columns)."""
         self._int_times = self._int_times and isinstance(time_s, int)
-        a = self._appends
-        a[0](time_s)
-        a[1](duration_s)
-        a[2](num_steps)
-        a[3](num_running)
-        a[4](num_waiting)
-        a[5](num_prefills)
-        a[6](num_preempted)
-        a[7](num_blocked)
-        token, reservation, internal, external, free, allocated, held, unshared = categories
-        a[8](token)
-        a[9](reservation)
-        a[10](internal)
-        a[11](external)
-        a[12](free)
-        a[13](allocated)
-        a[14](held)
-        a[15](unshared)
+        f, n = self._floats, self._ints
+        f[0] = append(f[0], float(time_s))
+        f[1] = append(f[1], duration_s)
+        f[2] = append(f[2], num_waiting)
+        for i in range(8):
+            f[3 + i] = append(f[3 + i], categories[i])
+        n[0] = append(n[0], num_steps)
+        n[1] = append(n[1], num_running)
+        n[2] = append(n[2], num_prefills)
+        n[3] = append(n[3], num_preempted)
+        n[4] = append(n[4], num_blocked)
 
     def __len__(self) -> int:
-        return len(self.columns["time_s"])
+        return len(self._floats[0])
 
     def record(
         self,
@@ -284,12 +277,14 @@ class MemoryRecorder:
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The rows as numpy arrays, one per column (``MEMORY_COLUMNS``), with the dtypes
-        pandas gives them. Views of the columns, not copies: the recording is over (a column
-        viewed can no longer grow)."""
-        data = {
-            name: np.frombuffer(col, np.float64 if col.typecode == "d" else np.int64)
-            for name, col in self.columns.items()
-        }
+        pandas gives them. Views of the columns, not copies (a later append makes a new vector
+        and leaves a viewed one as it was)."""
+        views: dict[str, npt.NDArray[Any]] = {}
+        for name, col in zip(_FLOAT_ORDER, self._floats, strict=True):
+            views[name] = np.frombuffer(cast(Any, col), np.float64)  # (a vec is a buffer)
+        for name, icol in zip(_INT_ORDER, self._ints, strict=True):
+            views[name] = np.frombuffer(cast(Any, icol), np.int64)
+        data = {name: views[name] for name in MEMORY_COLUMNS}
         if self._int_times:  # pandas keeps a column of int times as int64
             data["time_s"] = data["time_s"].astype(np.int64)
         return data
