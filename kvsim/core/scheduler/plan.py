@@ -49,14 +49,16 @@ class StepPlan:
         all_running_scheduled: every running request computes in step 0 (the scheduled ones
             and the cohort's members).
         work: step 0's ``(new tokens, context tokens, attention pairs, sequences, drafting
-            sequences)`` sums (``StepCostModel.step_s``), accumulated by ``add``.
+            sequences)`` sums (``StepCostModel.step_s``), accumulated by ``add`` in the
+            ``work_*`` fields (native floats: a list of floats boxes a float at every ``+=``).
         cohort_clock: the cohort's clock when the plan was made.
         cohort_advance: decode steps the cohort takes in step 0 (0 or 1).
         num_cohort: cohort members decoding in step 0.
         span: what the fast-forward of a lazy plan took, for the recorder (``LazySpan``).
-        drafts: speculative decoding: ``(drafts, placeholders)`` verified by each scheduled
-            request that verifies some (``placeholders``: a new request padded to the
-            verification size with drafts no model proposed, all rejected), or ``None``.
+
+    Speculative decoding: a scheduled request that verifies drafts notes them on itself
+    (``add_verify``: ``Request.num_verifying_drafts``, ``Request.verifies_placeholders``),
+    read and cleared when the step completes.
     """
 
     scheduled: list[Request] = field(default_factory=list)
@@ -68,12 +70,26 @@ class StepPlan:
     num_steps: int = 1
     swap_blocks: int = 0
     all_running_scheduled: bool = False
-    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
+    work_new_tokens: float = 0.0
+    work_context_tokens: float = 0.0
+    work_attention_pairs: float = 0.0
+    work_seqs: float = 0.0
+    work_drafting_seqs: float = 0.0
     cohort_clock: int = 0
     cohort_advance: int = 0
     num_cohort: int = 0
     span: LazySpan | None = None
-    drafts: dict[Request, tuple[int, bool]] | None = None
+
+    @property
+    def work(self) -> tuple[float, float, float, float, float]:
+        """Step 0's work sums, in ``StepCostModel.step_s``'s argument order."""
+        return (
+            self.work_new_tokens,
+            self.work_context_tokens,
+            self.work_attention_pairs,
+            self.work_seqs,
+            self.work_drafting_seqs,
+        )
 
     @property
     def is_empty(self) -> bool:
@@ -91,27 +107,26 @@ class StepPlan:
         """Add the work of ``num_seqs`` sequences that each decode one token, after
         ``context_tokens`` computed tokens in all: ``c = 1`` after its ``o`` each, so
         ``sum c = num_seqs`` and ``sum (2 c o + c**2) = 2 * context_tokens + num_seqs``."""
-        work = self.work
-        work[0] += num_seqs
-        work[1] += context_tokens
-        work[2] += 2 * context_tokens + num_seqs
-        work[3] += num_seqs
+        self.work_new_tokens += num_seqs
+        self.work_context_tokens += context_tokens
+        self.work_attention_pairs += 2 * context_tokens + num_seqs
+        self.work_seqs += num_seqs
 
     def add_verify(self, request: Request, num_new_tokens: int, drafts: int, pad: bool) -> None:
         """Schedule a speculative verification: the request's last sampled token and
         ``drafts`` drafts (``num_new_tokens`` in all) after its ``o`` computed tokens, priced
-        as ``c = num_new_tokens`` tokens after ``o`` (``pad``: the drafts are placeholders)."""
+        as ``c = num_new_tokens`` tokens after ``o`` (``pad``: the drafts are placeholders).
+        The drafts are noted on the request (``Request.num_verifying_drafts``), which the
+        step's completion reads and clears."""
         self.scheduled.append(request)
         self.num_new_tokens.append(num_new_tokens)
         o, c = request.num_computed_tokens, num_new_tokens
-        work = self.work
-        work[0] += c
-        work[1] += o
-        work[2] += 2 * c * o + c * c
-        work[3] += 1
-        if self.drafts is None:
-            self.drafts = {}
-        self.drafts[request] = (drafts, pad)
+        self.work_new_tokens += c
+        self.work_context_tokens += o
+        self.work_attention_pairs += 2 * c * o + c * c
+        self.work_seqs += 1
+        request.num_verifying_drafts = drafts
+        request.verifies_placeholders = pad
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Schedule ``num_new_tokens`` of ``request`` in step 0 (before its computed tokens
@@ -124,8 +139,7 @@ class StepPlan:
         o, w = request.num_computed_tokens, request.num_seqs
         self.num_prefills += 1
         c = num_new_tokens + (w - 1) * request.num_output_tokens  # a group: prompt once
-        work = self.work
-        work[0] += c
-        work[1] += o
-        work[2] += 2 * c * o + c * c
-        work[3] += w
+        self.work_new_tokens += c
+        self.work_context_tokens += o
+        self.work_attention_pairs += 2 * c * o + c * c
+        self.work_seqs += w
