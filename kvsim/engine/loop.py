@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class InFlight:
     """The event an engine is waiting out: planned at ``start_s`` with ``durations`` (seconds),
     of which it now covers ``num_steps``; ``cuttable`` when nobody waited as it was planned (an
@@ -58,16 +58,38 @@ class InFlight:
     num_steps: int
     cuttable: bool
 
+    def __init__(
+        self, start_s: float, durations: list[float], num_steps: int, cuttable: bool
+    ) -> None:
+        # (written out, here and in PlanTime: mypyc compiles these; a dataclass-generated
+        # __init__ runs interpreted, once an event)
+        self.start_s = start_s
+        self.durations = durations
+        self.num_steps = num_steps
+        self.cuttable = cuttable
 
-@dataclass(slots=True, frozen=True)
+
+@dataclass(slots=True, init=False)
 class PlanTime:
     """What the recorder and the memory map read as an event was planned: the waiting queue's
-    length, its head and ids, and the requests released so far."""
+    length, its head and ids, and the requests released so far (read only once made)."""
 
     num_waiting: int
     head: tuple[Request, int] | None
     num_arrived: int
     waiting_ids: tuple[int, ...]
+
+    def __init__(
+        self,
+        num_waiting: int,
+        head: tuple[Request, int] | None,
+        num_arrived: int,
+        waiting_ids: tuple[int, ...],
+    ) -> None:
+        self.num_waiting = num_waiting
+        self.head = head
+        self.num_arrived = num_arrived
+        self.waiting_ids = waiting_ids
 
 
 class Engine:

@@ -108,7 +108,7 @@ def categorize(
     )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SpanSlots:
     """Slot totals of an event's steps, before categorising them.
 
@@ -124,13 +124,39 @@ class SpanSlots:
     held: int
     token_states: int
     internal: int
-    overhead: int = 0
-    across: int = 0
-    within: int = 0
-    slots_per_block: int = 0
-    blocks: list[int] = field(default_factory=list)
-    internal_steps: list[int] = field(default_factory=list)
-    num_seqs: int = 0
+    overhead: int
+    across: int
+    within: int
+    slots_per_block: int
+    blocks: list[int]
+    internal_steps: list[int]
+    num_seqs: int
+
+    def __init__(
+        self,
+        held: int,
+        token_states: int,
+        internal: int,
+        overhead: int = 0,
+        across: int = 0,
+        within: int = 0,
+        slots_per_block: int = 0,
+        blocks: list[int] | None = None,
+        internal_steps: list[int] | None = None,
+        num_seqs: int = 0,
+    ) -> None:
+        # (written out: mypyc compiles it; a dataclass-generated one runs interpreted, once
+        # an event)
+        self.held = held
+        self.token_states = token_states
+        self.internal = internal
+        self.overhead = overhead
+        self.across = across
+        self.within = within
+        self.slots_per_block = slots_per_block
+        self.blocks = [] if blocks is None else blocks
+        self.internal_steps = [] if internal_steps is None else internal_steps
+        self.num_seqs = num_seqs
 
 
 @dataclass

@@ -14,9 +14,9 @@ from typing import Literal
 MAX_SPAN_STEPS = 4096  # steps one event may cover (a bound on its duration list)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, init=False)
 class Timing:
-    """Durations of an event's steps (seconds).
+    """Durations of an event's steps (seconds); read only once made.
 
     Attributes:
         durations: per-step durations.
@@ -25,6 +25,11 @@ class Timing:
 
     durations: list[float]
     total_s: float
+
+    def __init__(self, durations: list[float], total_s: float) -> None:
+        # (written out: mypyc compiles it; a dataclass-generated one runs interpreted)
+        self.durations = durations
+        self.total_s = total_s
 
     @property
     def num_steps(self) -> int:
