@@ -192,9 +192,17 @@ class MemoryRecorder:
         num_prefills: int,
         num_preempted: int,
         num_blocked: int,
-        *categories: float,
+        token: float,
+        reservation: float,
+        internal: float,
+        external: float,
+        free: float,
+        allocated: float,
+        held: float,
+        unshared: float,
     ) -> None:
-        """One row, in ``MEMORY_COLUMNS`` order (``categories``: the eight slot columns)."""
+        """One row, in ``MEMORY_COLUMNS`` order (``token`` .. ``unshared``: the eight slot
+        columns; named, not ``*args``: a native call with unboxed floats, once an event)."""
         self._int_times = self._int_times and isinstance(time_s, int)
         a = self._appends
         a[0](time_s)
@@ -205,7 +213,6 @@ class MemoryRecorder:
         a[5](num_prefills)
         a[6](num_preempted)
         a[7](num_blocked)
-        token, reservation, internal, external, free, allocated, held, unshared = categories
         a[8](token)
         a[9](reservation)
         a[10](internal)

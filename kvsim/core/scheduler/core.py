@@ -267,8 +267,11 @@ class SchedulerCore:
         cache = self.cache_block_tokens > 0
         allocator = self.allocator
         finished: list[Request] = []
-        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
-            computed = req.num_computed_tokens + n
+        scheduled, num_new = plan.scheduled, plan.num_new_tokens
+        assert len(scheduled) == len(num_new), "a plan's lists are aligned"
+        for i in range(len(scheduled)):  # (indexed: native list reads, no zip tuples)
+            req = scheduled[i]
+            computed = req.num_computed_tokens + num_new[i]
             num_drafts, placeholders = req.num_verifying_drafts, req.verifies_placeholders
             if num_drafts:
                 req.num_verifying_drafts = 0
