@@ -404,7 +404,13 @@ class Engine:
         # (and no span while a CPU-tier load is in flight: it ends with the step in flight)
         one = self._staged or (self.offload is not None and self.offload.loads)
         k = self.scheduler.max_extension(plan, 1 if one else self.max_span_steps)
-        step0_s = self.cost.step_s(*plan.work)
+        step0_s = self.cost.step_s(
+            plan.work_new_tokens,
+            plan.work_context_tokens,
+            plan.work_attention_pairs,
+            plan.work_seqs,
+            plan.work_drafting_seqs,
+        )  # (one by one: a native call with unboxed floats)
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
             until = self._next_known_arrival_s()  # durations only up to it (_cut_span)

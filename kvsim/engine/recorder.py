@@ -180,16 +180,30 @@ class MemoryRecorder:
         num_prefills: int,
         num_preempted: int,
         num_blocked: int,
-        *categories: float,
+        token: float,
+        reservation: float,
+        internal: float,
+        external: float,
+        free: float,
+        allocated: float,
+        held: float,
+        unshared: float,
     ) -> None:
-        """One row, in ``MEMORY_COLUMNS`` order (``categories``: the eight slot columns)."""
+        """One row, in ``MEMORY_COLUMNS`` order (``token`` .. ``unshared``: the eight slot
+        columns; named, not ``*args``: a native call with unboxed floats, once an event)."""
         self._int_times = self._int_times and isinstance(time_s, int)
         f, n = self._floats, self._ints
         f[0] = append(f[0], float(time_s))
         f[1] = append(f[1], duration_s)
         f[2] = append(f[2], num_waiting)
-        for i in range(8):
-            f[3 + i] = append(f[3 + i], categories[i])
+        f[3] = append(f[3], token)
+        f[4] = append(f[4], reservation)
+        f[5] = append(f[5], internal)
+        f[6] = append(f[6], external)
+        f[7] = append(f[7], free)
+        f[8] = append(f[8], allocated)
+        f[9] = append(f[9], held)
+        f[10] = append(f[10], unshared)
         n[0] = append(n[0], num_steps)
         n[1] = append(n[1], num_running)
         n[2] = append(n[2], num_prefills)

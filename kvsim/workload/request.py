@@ -93,6 +93,10 @@ class Request:
             hits excluded), summed over admissions.
         num_draft_tokens: speculative drafts proposed for its next step (vLLM's
             ``spec_token_ids``; ``kvsim.core.scheduler.spec``), 0 without speculative decoding.
+        num_verifying_drafts: speculative drafts the step being run verifies (vLLM's
+            ``scheduled_spec_decode_tokens``; ``StepPlan.add_verify``), 0 when it verifies none.
+        verifies_placeholders: those drafts are placeholders no model proposed (a new request
+            padded to the verification size), all rejected.
         first_scheduled_time_s: start of the first step that scheduled it (seconds).
         first_token_time_s: end of the step that sampled its first output token.
         finish_time_s: end of the step that sampled its last output token.
@@ -121,6 +125,8 @@ class Request:
     num_cached_tokens: int = 0
     num_prefill_tokens_computed: int = 0
     num_draft_tokens: int = 0
+    num_verifying_drafts: int = 0
+    verifies_placeholders: bool = False
     first_scheduled_time_s: SimTime | None = None
     first_token_time_s: SimTime | None = None
     finish_time_s: SimTime | None = None

@@ -597,7 +597,8 @@ class PagedAllocator(Allocator):
         slots). A parallel group holds ``s + w (c - s)`` blocks at ``c`` blocks per sequence
         (``s`` full prompt blocks shared), or ``c`` while its partly filled prompt block is
         still shared (before its first decode); a beam group is counted from its tables."""
-        group = self.groups.get(request.req_id)
+        # (a single-sequence request is never a group: no lookup for it)
+        group = self.groups.get(request.req_id) if request.num_seqs > 1 else None
         b, final = self.block_size_tokens, request.final_kv_tokens
         c = -(length // -b)
         if group is None:

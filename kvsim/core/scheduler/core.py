@@ -59,6 +59,7 @@ class SchedulerCore:
             allocator.speculate()
         self._every_step = allocator.allocates_every_step
         self.token_budget = args.max_num_batched_tokens
+        self.max_model_len = args.max_model_len  # (a native int: read per request per step)
         self.max_num_seqs = args.max_num_seqs
         self.waiting: deque[Request] = deque()
         # running requests in the order they started running (a dict: O(1) removal; the last
@@ -155,7 +156,7 @@ class SchedulerCore:
         """Allocate through the allocator and refresh the request's cached held slots (with
         speculative decoding, ``lookahead`` slots more, up to ``max_model_len``)."""
         if self.lookahead:
-            num_tokens = min(num_tokens + self.lookahead, self.args.max_model_len)
+            num_tokens = min(num_tokens + self.lookahead, self.max_model_len)
         if num_tokens <= req.num_held_slots and not self._every_step:  # hot path: room
             cb = self.cache_block_tokens
             if not cb or not req.shares_tokens or num_tokens // cb <= req.num_computed_tokens // cb:
@@ -205,22 +206,23 @@ class SchedulerCore:
             now_s: simulated time at the end of the plan, seconds.
             step0_end_s: end of its first step (when step 0's tokens are sampled), seconds.
         """
-        if self.spec is not None:
-            self._complete_verifications(plan)
-        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
-            req.num_computed_tokens += n
-            if req.num_computed_tokens >= req.num_tokens:
-                req.num_output_tokens += 1
-                if req.first_token_time_s is None:
-                    req.first_token_time_s = step0_end_s
-        if self.spec is not None and self.cache_block_tokens:
-            self._cache_verified(plan)
         lazy = self.lazy
         cohort = lazy.cohort
         members = cohort.members
-        finished = [
-            r for r in plan.scheduled if r.num_output_tokens >= r.output_tokens and r not in members
-        ]
+        if self.spec is not None:
+            finished = self._complete_verifications(plan, step0_end_s)
+        else:
+            for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
+                req.num_computed_tokens += n
+                if req.num_computed_tokens >= req.num_tokens:
+                    req.num_output_tokens += 1
+                    if req.first_token_time_s is None:
+                        req.first_token_time_s = step0_end_s
+            finished = [
+                r
+                for r in plan.scheduled
+                if r.num_output_tokens >= r.output_tokens and r not in members
+            ]
         cohort.clock = plan.cohort_clock + plan.cohort_advance + plan.num_steps - 1
         for member in cohort.pop_finished():
             lazy.release(member)
@@ -236,46 +238,67 @@ class SchedulerCore:
             for req in finished:
                 del self.running[req]
                 self._running_seqs -= req.num_seqs
+        if not lazy.joins:  # (speculating requests never join)
+            return finished
         for req in plan.scheduled:  # steady after step 0: join (a span's joined already)
             if req.finish_time_s is None and req not in members and lazy.is_steady(req):
                 lazy.join_now(req)
         return finished
 
-    def _complete_verifications(self, plan: StepPlan) -> None:
-        """Speculative decoding: each scheduled request samples ``1 + accepted`` tokens (at
-        most its remaining output) and rolls its computed tokens back by the rejected drafts
-        (vLLM ``update_from_output``), then proposes ``k`` drafts for its next step unless
-        it has finished; ``complete`` then counts the one token it samples in any case."""
-        spec, drafts = self.spec, plan.drafts or {}
+    def _complete_verifications(self, plan: StepPlan, step0_end_s: float) -> list[Request]:
+        """``complete``'s pass over the scheduled requests under speculative decoding; returns
+        those that finished, in scheduling order (none is a cohort member).
+
+        Each request that samples samples ``1 + accepted`` tokens (at most its remaining
+        output) and rolls its computed tokens back by the rejected drafts (vLLM
+        ``update_from_output``), then proposes ``k`` drafts for its next step unless it has
+        finished. With a prefix cache it then caches the full blocks of its computed tokens,
+        the verified drafts included, before a finished one is freed (vLLM 0.34.0
+        ``update_from_output``: ``cache_blocks(request, num_computed_tokens)`` when
+        ``num_spec_tokens > 0``); an allocation caches the tokens known when it was made only.
+
+        One pass, request by request: a request's acceptance draw, counters and caching read
+        and write only its own state and the allocator's, so this is the order of three passes
+        (draws, counters, caching) over the same requests, with the draws in the same order.
+        """
+        spec = self.spec
         assert spec is not None
         k = spec.num_speculative_tokens
-        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
-            verified = drafts.get(req)
-            computed = req.num_computed_tokens + n
-            if computed < req.num_tokens:
-                continue  # a prefill chunk: nothing sampled, no drafts
-            accepted = 0
-            left = req.output_tokens - req.num_output_tokens - 1  # after complete's token
-            if verified is not None:
-                num_drafts, placeholders = verified
-                accepted = 0 if placeholders else spec.accept(num_drafts)
-                # tokens past the last output are trimmed, and the computed ones with them
-                # (vLLM _update_request_with_output: computed covers all but the last token)
-                req.num_computed_tokens -= num_drafts - min(accepted, left)
-            req.num_output_tokens += min(accepted, left)
-            req.num_draft_tokens = k if left > accepted else 0
-
-    def _cache_verified(self, plan: StepPlan) -> None:
-        """Speculative decoding with a prefix cache: each request that sampled caches the full
-        blocks of its computed tokens, the verified drafts included, before a finished one is
-        freed (vLLM 0.34.0 ``update_from_output``: ``cache_blocks(request,
-        num_computed_tokens)`` when ``num_spec_tokens > 0``); an allocation caches the tokens
-        known when it was made only. An ``allocate`` within the holding takes nothing."""
+        cache = self.cache_block_tokens > 0
         allocator = self.allocator
-        for req in plan.scheduled:
-            if req.num_computed_tokens == req.num_tokens - 1:  # it sampled this step
-                placed = allocator.allocate(req, req.num_computed_tokens)
+        finished: list[Request] = []
+        scheduled, num_new = plan.scheduled, plan.num_new_tokens
+        assert len(scheduled) == len(num_new), "a plan's lists are aligned"
+        for i in range(len(scheduled)):  # (indexed: native list reads, no zip tuples)
+            req = scheduled[i]
+            computed = req.num_computed_tokens + num_new[i]
+            num_drafts, placeholders = req.num_verifying_drafts, req.verifies_placeholders
+            if num_drafts:
+                req.num_verifying_drafts = 0
+                req.verifies_placeholders = False
+            if computed >= req.num_tokens:  # it samples (a prefill chunk samples nothing)
+                accepted = 0
+                left = req.output_tokens - req.num_output_tokens - 1  # after its sampled token
+                if num_drafts:
+                    accepted = 0 if placeholders else spec.accept(num_drafts)
+                    # tokens past the last output are trimmed, and the computed ones with them
+                    # (vLLM _update_request_with_output: computed covers all but the last token)
+                    computed -= num_drafts - min(accepted, left)
+                req.num_output_tokens += min(accepted, left)
+                req.num_draft_tokens = k if left > accepted else 0
+            req.num_computed_tokens = computed
+            if computed >= req.num_tokens:
+                req.num_output_tokens += 1
+                if req.first_token_time_s is None:
+                    req.first_token_time_s = step0_end_s
+            # a request sharing no tokens has no block another can hit: nothing to cache (as
+            # in ``_allocate``'s hot path); an ``allocate`` within the holding takes nothing
+            if cache and req.shares_tokens and computed == req.num_tokens - 1:
+                placed = allocator.allocate(req, computed)
                 assert placed is not None, f"req {req.req_id}: caching took a block"
+            if req.num_output_tokens >= req.output_tokens:
+                finished.append(req)
+        return finished
 
     # -- fast-forward -------------------------------------------------------------------------
     def growth_reserve_slots(self, plan: StepPlan) -> int:

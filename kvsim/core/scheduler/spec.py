@@ -49,30 +49,46 @@ class SpecDecoder:
         self.num_lookahead_tokens = num_lookahead_tokens
         self.position_rates = tuple(float(r) for r in position_rates)
         self.rng = np.random.default_rng((seed, SPEC_STREAM))
-        self._uniforms: list[float] = []  # drawn in batches, used from the end
+        self._rates: list[float] = list(self.position_rates)  # (a list: indexed natively)
+        self._uniforms: list[float] = []  # drawn in batches, used in order from _next
+        self._next = 0
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
-        self.num_accepted_tokens_per_pos = [0] * num_speculative_tokens
+        # verifications by accepted drafts (index a, 0..k): one count a verification, where
+        # vLLM's per-position counters take a; they are its suffix sums
+        self._num_accepting = [0] * (num_speculative_tokens + 1)
+
+    @property
+    def num_accepted_tokens_per_pos(self) -> list[int]:
+        """vLLM's ``num_accepted_tokens_per_pos``: verifications that accepted position ``i``
+        (every verification accepting ``a`` drafts accepts positions ``0..a-1``)."""
+        per_pos = [0] * self.num_speculative_tokens
+        total = 0
+        for i in range(self.num_speculative_tokens - 1, -1, -1):
+            total += self._num_accepting[i + 1]
+            per_pos[i] = total
+        return per_pos
 
     def accept(self, num_drafts: int) -> int:
         """Accepted drafts of a verification of ``num_drafts`` drafts (the first
         ``num_drafts`` positions): ``#{i < num_drafts : u < P(a >= i + 1)}`` for one uniform
         ``u``, counted as vLLM's ``SpecDecodingStats.observe_draft`` counts it."""
         uniforms = self._uniforms
-        if not uniforms:  # the same stream as one draw a call, in batches (reversed: pop())
-            uniforms += reversed(self.rng.random(_BATCH).tolist())
-        u = uniforms.pop()
+        i = self._next
+        if i == len(uniforms):  # the same stream as one draw a call, in batches
+            uniforms = self._uniforms = self.rng.random(_BATCH).tolist()
+            i = 0
+        u = uniforms[i]
+        self._next = i + 1
         accepted = 0
-        rates = self.position_rates
+        rates = self._rates
         while accepted < num_drafts and u < rates[accepted]:
             accepted += 1
         self.num_drafts += 1
         self.num_draft_tokens += num_drafts
         self.num_accepted_tokens += accepted
-        per_pos = self.num_accepted_tokens_per_pos
-        for i in range(accepted):
-            per_pos[i] += 1
+        self._num_accepting[accepted] += 1
         return accepted
 
     def summary(self) -> dict[str, Any]:

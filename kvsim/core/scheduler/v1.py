@@ -82,7 +82,7 @@ class V1Scheduler(SchedulerCore):
         if 0 < threshold < num_new:
             num_new = threshold
         if req.num_draft_tokens:
-            num_new = min(num_new, self.args.max_model_len - req.num_computed_tokens - 1)
+            num_new = min(num_new, self.max_model_len - req.num_computed_tokens - 1)
         return min(num_new, budget), unknown
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
@@ -149,7 +149,7 @@ class V1Scheduler(SchedulerCore):
             return
         if req.num_output_tokens + 1 >= req.output_tokens:
             return
-        plan.work[4] += 1
+        plan.work_drafting_seqs += 1
 
     def _allocate_preempting(self, plan: StepPlan, req: Request, num_tokens: int) -> bool:
         """Allocate ``num_tokens`` for a running request, preempting the last running request
@@ -297,7 +297,7 @@ class V1Scheduler(SchedulerCore):
         return (
             not self._prefill_ran
             and (self._ran_any or computed > 0)
-            and computed + padded + 1 <= self.args.max_model_len
+            and computed + padded + 1 <= self.max_model_len
         )
 
     def _blocked_reason(self, head: Request, hit: PrefixHit, budget: int) -> str:
