@@ -18,6 +18,7 @@ COMPILED = [
     *sorted(str(p) for p in Path("kvsim/core/kv").glob("*.py") if p.name != "__init__.py"),
     *sorted(str(p) for p in Path("kvsim/core/scheduler").glob("*.py") if p.name != "__init__.py"),
     "kvsim/engine/frames.py",
+    "kvsim/engine/group_recorder.py",
     "kvsim/engine/loop.py",
     "kvsim/engine/recorder.py",
     "kvsim/engine/request_log.py",
