@@ -7,6 +7,9 @@ own words, every expected list worked out by hand from the rules in the module d
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -79,14 +82,61 @@ def test_tier_needs_a_block() -> None:
         CpuTier(num_blocks=0)
 
 
+class NaiveTier:
+    """vLLM ``LRUOffloadingManager``'s rules written plainly over an ``OrderedDict`` (key ->
+    [ready_s, ref_cnt], least recent first): the oracle ``TierMachine`` checks the tier's
+    order and every store against."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.blocks: OrderedDict[int, list[float]] = OrderedDict()
+
+    def touch(self, keys: list[int]) -> None:
+        for key in reversed(keys):
+            if key in self.blocks:
+                self.blocks.move_to_end(key)
+
+    def lookup(self, keys: list[int], now_s: float) -> int:
+        found = 0
+        for key in keys:
+            if key not in self.blocks or self.blocks[key][0] > now_s:
+                break
+            found += 1
+        return found
+
+    def prepare_store(self, keys: list[int], now_s: float) -> list[int] | None:
+        new = [k for k in dict.fromkeys(keys) if k not in self.blocks]
+        need = len(new) - (self.num_blocks - len(self.blocks))
+        victims = [
+            k
+            for k, (ready_s, ref_cnt) in self.blocks.items()
+            if ref_cnt == 0 and ready_s <= now_s and k not in keys
+        ][: max(need, 0)]
+        if len(victims) < need:
+            return None
+        for k in victims:
+            del self.blocks[k]
+        return new
+
+    def complete_store(self, keys: list[int], ready_s: float) -> None:
+        for k in keys:
+            self.blocks[k] = [ready_s, 0]
+
+    def add_loads(self, keys: list[int], delta: int) -> None:
+        for k in keys:
+            self.blocks[k][1] += delta
+
+
 class TierMachine(RuleBasedStateMachine):
     """Random stores, touches and loads over time: every block is in exactly one category
-    (``check_invariants``), and no block leaks: the tier's keys are exactly those stored and
-    not evicted, checked against a naive set kept beside it."""
+    (``check_invariants``), no block leaks (the tier's keys are exactly those stored and not
+    evicted, a naive set kept beside it), and the LRU order, every store and every lookup
+    equal ``NaiveTier``'s."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tier = CpuTier(num_blocks=6)
+        self.naive = NaiveTier(6)
         self.now = 0.0
         self.link = TransferLink(1.0)
         self.loads: list[list[int]] = []
@@ -97,37 +147,92 @@ class TierMachine(RuleBasedStateMachine):
         self.now += dt
         before = set(self.tier.lru_order())
         new = self.tier.prepare_store(keys, self.now)
+        assert new == self.naive.prepare_store(keys, self.now)
         if new is None:
             assert set(self.tier.lru_order()) == before
             return
         evicted = before - set(self.tier.lru_order())
         assert not evicted & set(keys)
         assert all(k not in before for k in new)
-        self.tier.complete_store(new, self.link.submit(len(new), self.now))
+        ready_s = self.link.submit(len(new), self.now)
+        self.tier.complete_store(new, ready_s)
+        self.naive.complete_store(new, ready_s)
         self.held = (self.held - evicted) | set(new)
 
     @rule(keys=st.lists(st.integers(0, 12), max_size=5))
     def touch(self, keys: list[int]) -> None:
         self.tier.touch(keys)
+        self.naive.touch(keys)
 
     @rule(keys=st.lists(st.integers(0, 12), min_size=1, max_size=4))
     def load(self, keys: list[int]) -> None:
         n = self.tier.lookup(keys, self.now)
+        assert n == self.naive.lookup(keys, self.now)
         if n:
             self.tier.prepare_load(keys[:n])
+            self.naive.add_loads(keys[:n], 1)
             self.loads.append(keys[:n])
 
     @precondition(lambda self: self.loads)
     @rule()
     def finish_load(self) -> None:
-        self.tier.complete_load(self.loads.pop(0))
+        keys = self.loads.pop(0)
+        self.tier.complete_load(keys)
+        self.naive.add_loads(keys, -1)
 
     @invariant()
     def conserved(self) -> None:
         self.tier.check_invariants(self.now)
         assert set(self.tier.lru_order()) == self.held
+        assert self.tier.lru_order() == list(self.naive.blocks)
         assert len(self.tier) <= self.tier.num_blocks
 
 
 TestTierMachine = TierMachine.TestCase
-TestTierMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestTierMachine.settings = settings(max_examples=200, stateful_step_count=50, deadline=None)
+
+
+def test_long_runs_match_the_naive_tier(rng: np.random.Generator) -> None:
+    """20,000 random touches, stores and loads on an 8-block tier: the log is compacted about
+    every 4,000 entries, and the order, stores and lookups stay ``NaiveTier``'s throughout."""
+    tier, naive, link, now_s = CpuTier(num_blocks=8), NaiveTier(8), TransferLink(4.0), 0.0
+    loads: list[list[int]] = []
+    for _ in range(20_000):
+        keys = [int(k) for k in rng.integers(0, 30, size=int(rng.integers(1, 6)))]
+        op = rng.integers(0, 4)
+        if op == 0:
+            tier.touch(keys)
+            naive.touch(keys)
+        elif op == 1:
+            now_s += float(rng.exponential(0.5))
+            new = tier.prepare_store(keys, now_s)
+            assert new == naive.prepare_store(keys, now_s)
+            if new:
+                ready_s = link.submit(len(new), now_s)
+                tier.complete_store(new, ready_s)
+                naive.complete_store(new, ready_s)
+        elif op == 2:
+            n = tier.lookup(keys, now_s)
+            assert n == naive.lookup(keys, now_s)
+            if n:
+                tier.prepare_load(keys[:n])
+                naive.add_loads(keys[:n], 1)
+                loads.append(keys[:n])
+        elif loads:
+            done = loads.pop(0)
+            tier.complete_load(done)
+            naive.add_loads(done, -1)
+        assert tier.lru_order() == list(naive.blocks)
+    tier.check_invariants(now_s)
+
+
+def test_log_compaction_keeps_the_order() -> None:
+    """Touches far past the compaction threshold (twice the held keys plus the slack) leave
+    the order what the touches make it: 3 keys touched in turn, the last touch [2, 0, 1]."""
+    tier = CpuTier(num_blocks=3)
+    stored(tier, [0, 1, 2], ready_s=0.0)
+    for i in range(10_000):
+        tier.touch([i % 3])
+    tier.touch([2, 0, 1])  # walked from the last: 1, 0, 2 moved to the back -> 1, 0, 2
+    assert tier.lru_order() == [1, 0, 2]
+    tier.check_invariants(0.0)
