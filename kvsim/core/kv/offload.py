@@ -32,6 +32,8 @@ from librt.vecs import append, pop, vec
 from mypy_extensions import i64
 
 _COMPACT_SLACK: Final = 4096  # log entries allowed beyond twice the held keys
+_EMPTY: Final = -1  # a key-map cell never used
+_GONE: Final = -2  # a key-map cell whose key was evicted (probes go on past it)
 
 
 @dataclass(slots=True)
@@ -64,17 +66,19 @@ class TransferLink:
 class CpuTier:
     """LRU tier of ``num_blocks`` blocks keyed by prefix-cache hash (see the module docstring).
 
-    Layout: each held key has a *slot* (``_slot_of``, the one dict probe per key); a slot's key,
-    ready time and recency live in packed vectors, so a block costs no Python object. The LRU
-    order is a log of slots (``_order``), appended at every store and touch; a slot's live entry
-    is its latest (``_stamp[slot]`` is that entry's index, -1 for a free slot), and older ones
-    are stale, skipped by eviction and dropped when the log is compacted (at most about twice
-    the held blocks plus ``_COMPACT_SLACK``, so every operation is O(1) amortised per block).
-    Live entries, in log order, are exactly vLLM's ``OrderedDict`` order: a touch or a store
-    moves a key to the most recent end, an eviction removes it and leaves the rest in place.
+    Layout (packed ``librt.vecs`` vectors, no Python object per block, as ``BlockPool``): each
+    held key has a *slot*; a slot's key, ready time and recency stamp are vector entries. Keys
+    map to slots by open addressing with linear probing (``_cells``: key and slot side by side,
+    one cache line a probe; at most half full, evicted cells included). The LRU order is a log
+    of slots (``_order``) appended at every store and touch; a slot's live entry is its latest
+    (``_stamp[slot]`` is its index, -1 for a free slot), older ones are stale, skipped by
+    eviction and dropped when the log is compacted (at most about twice the held keys plus
+    ``_COMPACT_SLACK``, so every operation is O(1) amortised per block). Live entries, in log
+    order, are exactly vLLM's ``OrderedDict`` order: a touch or a store moves a key to the most
+    recent end, an eviction removes it and leaves the rest in place.
 
-        _order:  [s3 s1 s3' s2 s1']   live: s3' s2 s1' (stamps 2, 3, 4) -> LRU order k3 k2 k1
-                  ^stale ^stale       (s3 and s1 were touched again later)
+        _order:  [s3 s1 s3 s2 s1]   live: entries 2, 3, 4 -> LRU order k3 k2 k1
+                  ^stale ^stale     (s3 and s1 were touched again later)
 
     Invariants (``check_invariants``): ``free + storing + stored + loading == num_blocks`` at any
     time; a loading block is stored (ready) and its reference count is positive.
@@ -87,8 +91,12 @@ class CpuTier:
         if num_blocks < 1:
             raise ValueError(f"num_blocks: a CPU tier holds one block at least, got {num_blocks}")
         self.num_blocks = num_blocks
-        self._slot_of: dict[int, int] = {}  # held key -> its slot
+        self._num_held = 0
+        self._mask: i64 = 15  # key-map cells - 1 (a power of two; grows with the held keys)
+        self._cells: vec[i64] = vec[i64]([0, _EMPTY] * 16)  # cell i: key at 2i, slot at 2i+1
+        self._num_gone = 0  # cells of evicted keys
         self._key: vec[i64] = vec[i64]()  # slot -> key (slots grow up to num_blocks)
+        self._cell: vec[i64] = vec[i64]()  # slot -> its key's cell
         self._ready_s: vec[float] = vec[float]()  # slot -> when its store completes (seconds)
         self._stamp: vec[i64] = vec[i64]()  # slot -> index of its live entry in _order, or -1
         self._free_slots: vec[i64] = vec[i64]()  # slots given back by evictions
@@ -103,10 +111,10 @@ class CpuTier:
 
     # -- queries ------------------------------------------------------------------------------
     def __contains__(self, key: int) -> bool:
-        return key in self._slot_of
+        return self._find(key) >= 0
 
     def __len__(self) -> int:
-        return len(self._slot_of)
+        return self._num_held
 
     def lru_order(self) -> list[int]:
         """Keys, least recently used first (the eviction order)."""
@@ -116,10 +124,10 @@ class CpuTier:
     def lookup(self, keys: list[int], now_s: float, start: int = 0) -> int:
         """How many of ``keys``, from ``keys[start]``, are held and stored by ``now_s`` (vLLM
         ``OffloadingManager.lookup``: stops at the first miss or block not ready)."""
-        slot_of, ready_s = self._slot_of, self._ready_s
+        ready_s = self._ready_s
         found = 0
         for i in range(start, len(keys)):
-            slot = slot_of.get(keys[i], -1)
+            slot = self._find(keys[i])
             if slot < 0 or ready_s[slot] > now_s:
                 break
             found += 1
@@ -128,18 +136,30 @@ class CpuTier:
     def occupancy(self, now_s: float) -> tuple[int, int, int, int]:
         """``(stored, storing, loading, free)`` blocks at ``now_s``: every block in one."""
         self._settle(now_s)
-        held = len(self._slot_of)
+        held = self._num_held
         loading = len(self._ref_cnt)
         stored = held - self._num_storing - loading
         return stored, self._num_storing, loading, self.num_blocks - held
+
+    def _find(self, key: i64) -> i64:
+        """The slot holding ``key``, or -1."""
+        cells, mask = self._cells, self._mask
+        i = (key ^ (key >> 32)) & mask  # high bits mixed in: a run's keys differ high up
+        while True:
+            slot = cells[2 * i + 1]
+            if slot == _EMPTY:
+                return -1
+            if slot >= 0 and cells[2 * i] == key:
+                return slot
+            i = (i + 1) & mask
 
     # -- mutations ----------------------------------------------------------------------------
     def touch(self, keys: list[int]) -> None:
         """Mark held ``keys`` most recently used, the last first (so ``keys[0]`` ends most
         recent: vLLM ``LRUOffloadingManager.touch`` walks them reversed)."""
-        slot_of, stamp, order = self._slot_of, self._stamp, self._order
+        stamp, order = self._stamp, self._order
         for i in range(len(keys) - 1, -1, -1):
-            slot = slot_of.get(keys[i], -1)
+            slot = self._find(keys[i])
             if slot >= 0:
                 stamp[slot] = len(order)
                 order = append(order, slot)
@@ -152,27 +172,30 @@ class CpuTier:
         are stored, not loading and not among ``keys``; ``None`` (nothing changes) when that
         cannot free enough. Returns the keys to copy; ``complete_store`` adds them."""
         self._settle(now_s)
-        slot_of = self._slot_of
         new: list[int] = []
         protected: set[int] = set()  # slots of the held keys among ``keys``
-        for key in dict.fromkeys(keys):  # (a key offered twice is copied once)
-            slot = slot_of.get(key, -1)
+        for key in keys:
+            slot = self._find(key)
             if slot < 0:
                 new.append(key)
             else:
                 protected.add(slot)
-        need = len(new) - (self.num_blocks - len(slot_of))
+        if len(new) > 1 and len(set(new)) < len(new):  # a key offered twice is copied once
+            new = list(dict.fromkeys(new))
+        need = len(new) - (self.num_blocks - self._num_held)
         if need <= 0:
             return new
         victims = self._victims(need, protected, now_s)
         if victims is None:
             return None
-        key_of, stamp, free_slots = self._key, self._stamp, self._free_slots
+        cells, cell, stamp, free_slots = self._cells, self._cell, self._stamp, self._free_slots
         for slot in victims:
-            del slot_of[key_of[slot]]
+            cells[2 * cell[slot] + 1] = _GONE
             stamp[slot] = -1  # its log entry is stale now
             free_slots = append(free_slots, slot)
         self._free_slots = free_slots
+        self._num_held -= need
+        self._num_gone += need
         self.num_evicted_blocks += need
         return new
 
@@ -199,13 +222,16 @@ class CpuTier:
         return victims if len(victims) == need else None
 
     def complete_store(self, keys: list[int], ready_s: float) -> None:
-        """Add ``keys`` (from ``prepare_store``) as most recent, stored from ``ready_s`` on
-        (storing until then). Stores are submitted in time order, so ``ready_s`` never
-        decreases from one call to the next (``TransferLink`` is first come first served)."""
+        """Add ``keys`` (from ``prepare_store``: not held) as most recent, stored from
+        ``ready_s`` on (storing until then). Stores are submitted in time order, so ``ready_s``
+        never decreases from one call to the next (``TransferLink`` is first come first
+        served)."""
         if not keys:
             return
-        slot_of, order, free_slots = self._slot_of, self._order, self._free_slots
-        key_of, ready, stamp = self._key, self._ready_s, self._stamp
+        if 2 * (self._num_held + len(keys) + self._num_gone) > self._mask + 1:
+            self._rehash(self._num_held + len(keys))
+        order, free_slots = self._order, self._free_slots
+        key_of, cell, ready, stamp = self._key, self._cell, self._ready_s, self._stamp
         for key in keys:
             if len(free_slots):
                 free_slots, slot = pop(free_slots)
@@ -215,30 +241,70 @@ class CpuTier:
             else:  # a slot never used yet
                 slot = len(key_of)
                 key_of = append(key_of, key)
+                cell = append(cell, 0)
                 ready = append(ready, ready_s)
                 stamp = append(stamp, len(order))
-            slot_of[key] = slot
+            cell[slot] = self._insert(key, slot)
             order = append(order, slot)
         self._order, self._free_slots = order, free_slots
-        self._key, self._ready_s, self._stamp = key_of, ready, stamp
+        self._key, self._cell, self._ready_s, self._stamp = key_of, cell, ready, stamp
+        self._num_held += len(keys)
         self._pending.append((ready_s, len(keys)))
         self._num_storing += len(keys)
         self.num_stored_blocks += len(keys)
         self.lru_version += 1
         self._compact_if_stale()
 
+    def _insert(self, key: i64, slot: i64) -> i64:
+        """Map ``key`` (not held) to ``slot``; returns its cell: the first evicted one on its
+        probe sequence, else the empty one that ends it."""
+        cells, mask = self._cells, self._mask
+        i = (key ^ (key >> 32)) & mask
+        reuse: i64 = -1
+        while True:
+            held = cells[2 * i + 1]
+            if held == _EMPTY:
+                break
+            if held == _GONE:
+                if reuse < 0:
+                    reuse = i
+            elif cells[2 * i] == key:
+                raise RuntimeError(f"CPU tier invariant violated: key {key} stored twice")
+            i = (i + 1) & mask
+        if reuse >= 0:
+            i = reuse
+            self._num_gone -= 1
+        cells[2 * i] = key
+        cells[2 * i + 1] = slot
+        return i
+
+    def _rehash(self, num_keys: int) -> None:
+        """Rebuild the key map, without its evicted cells, with room for ``num_keys`` keys at a
+        quarter full (so about as many again fit before the next rebuild)."""
+        num_cells = 16
+        while num_cells < 4 * num_keys:
+            num_cells *= 2
+        self._cells = vec[i64]([0, _EMPTY] * num_cells)
+        self._mask = num_cells - 1
+        self._num_gone = 0
+        stamp, key_of, cell = self._stamp, self._key, self._cell
+        for slot in range(len(key_of)):
+            if stamp[slot] >= 0:  # held
+                cell[slot] = self._insert(key_of[slot], slot)
+
     def prepare_load(self, keys: list[int]) -> None:
         """Hold ``keys`` (stored blocks) while a load reads them."""
-        slot_of, ref_cnt = self._slot_of, self._ref_cnt
+        ref_cnt = self._ref_cnt
         for key in keys:
-            slot = slot_of[key]
+            slot = self._find(key)
+            assert slot >= 0, f"load of a block the tier does not hold: {key}"
             ref_cnt[slot] = ref_cnt.get(slot, 0) + 1
 
     def complete_load(self, keys: list[int]) -> None:
         """Release ``keys`` held by ``prepare_load``."""
-        slot_of, ref_cnt = self._slot_of, self._ref_cnt
+        ref_cnt = self._ref_cnt
         for key in keys:
-            slot = slot_of[key]
+            slot = self._find(key)
             left = ref_cnt[slot] - 1
             if left:
                 ref_cnt[slot] = left
@@ -255,10 +321,10 @@ class CpuTier:
         """Drop the log's stale entries once they outnumber the live ones (plus a slack),
         renumbering the live ones' stamps: O(1) amortised per appended entry."""
         order = self._order
-        if len(order) < 2 * len(self._slot_of) + _COMPACT_SLACK:
+        if len(order) < 2 * self._num_held + _COMPACT_SLACK:
             return
         stamp = self._stamp
-        kept = vec[i64](capacity=len(self._slot_of))
+        kept = vec[i64](capacity=self._num_held)
         for i in range(self._head, len(order)):
             slot = order[i]
             if stamp[slot] == i:
@@ -268,22 +334,28 @@ class CpuTier:
 
     def check_invariants(self, now_s: float) -> None:
         """Assert that every block is in exactly one category, the counters agree with a
-        recount of the slots, and the log holds one live entry per held key."""
+        recount of the slots, the key map finds every held key, and the log holds one live
+        entry per held key."""
         stored, storing, loading, free = self.occupancy(now_s)
         assert stored + storing + loading + free == self.num_blocks, (
             f"CPU tier: {stored} stored + {storing} storing + {loading} loading + {free} free "
             f"!= {self.num_blocks} blocks"
         )
         assert min(stored, storing, loading, free) >= 0, (stored, storing, loading, free)
-        slots = list(self._slot_of.values())
+        slots = [s for s in range(len(self._key)) if self._stamp[s] >= 0]
+        assert len(slots) == self._num_held, f"{len(slots)} held slots != {self._num_held}"
         recount_storing = sum(self._ready_s[s] > now_s for s in slots)
         assert recount_storing == storing, f"storing {storing} != recount {recount_storing}"
         assert all(n > 0 for n in self._ref_cnt.values()), "non-positive reference count"
         assert all(self._ready_s[s] <= now_s for s in self._ref_cnt), "loading unstored"
         assert set(self._ref_cnt) <= set(slots), "a loading slot is not held"
-        for key, slot in self._slot_of.items():
-            assert self._key[slot] == key, f"slot {slot}: key {self._key[slot]} != {key}"
+        for slot in slots:
+            key = self._key[slot]
+            assert self._find(key) == slot, f"slot {slot}: key {key} maps to {self._find(key)}"
             assert self._order[self._stamp[slot]] == slot, f"slot {slot}: no live log entry"
         live = len(self.lru_order())
         assert live == len(slots), f"{live} live log entries != {len(slots)} held keys"
         assert len(self._free_slots) + len(slots) == len(self._key), "a slot leaked"
+        cells = self._cells
+        gone = sum(cells[i] == _GONE for i in range(1, len(cells), 2))
+        assert gone == self._num_gone, f"{gone} evicted cells != {self._num_gone} counted"
