@@ -93,7 +93,7 @@ class CpuTier:
         self.num_blocks = num_blocks
         self._num_held = 0
         self._mask: i64 = 15  # key-map cells - 1 (a power of two; grows with the held keys)
-        self._cells: vec[i64] = vec[i64]([0, _EMPTY] * 16)  # cell i: key at 2i, slot at 2i+1
+        self._cells: vec[i64] = vec[i64]([_EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
         self._num_gone = 0  # cells of evicted keys
         self._key: vec[i64] = vec[i64]()  # slot -> key (slots grow up to num_blocks)
         self._cell: vec[i64] = vec[i64]()  # slot -> its key's cell
@@ -284,7 +284,7 @@ class CpuTier:
         num_cells = 16
         while num_cells < 4 * num_keys:
             num_cells *= 2
-        self._cells = vec[i64]([0, _EMPTY] * num_cells)
+        self._cells = vec[i64]([_EMPTY] * (2 * num_cells))  # (keys unread while empty)
         self._mask = num_cells - 1
         self._num_gone = 0
         stamp, key_of, cell = self._stamp, self._key, self._cell
