@@ -36,6 +36,29 @@ _EMPTY: Final = -1  # a key-map cell never used
 _GONE: Final = -2  # a key-map cell whose key was evicted (probes go on past it)
 
 
+def distinct(keys: vec[i64]) -> vec[i64]:
+    """``keys`` without repeats, first occurrences in order (``dict.fromkeys``), by open
+    addressing in a local vector (a store's keys are distinct but for a 64-bit collision, so
+    this is one probe a key, all in cache, and no int object)."""
+    if len(keys) < 2:
+        return keys
+    num_cells = 16
+    while num_cells < 2 * len(keys):
+        num_cells *= 2
+    mask: i64 = num_cells - 1
+    seen = vec[i64]([0] * num_cells)  # 1 + index in ``keys`` of the key a cell holds, 0: empty
+    out = vec[i64](capacity=len(keys))
+    for n in range(len(keys)):
+        key = keys[n]
+        i = (key ^ (key >> 32)) & mask
+        while seen[i] and keys[seen[i] - 1] != key:
+            i = (i + 1) & mask
+        if not seen[i]:
+            seen[i] = n + 1
+            out = append(out, key)
+    return out
+
+
 @dataclass(slots=True)
 class TransferLink:
     """One direction of a link, serving copies in submission order.
@@ -121,7 +144,7 @@ class CpuTier:
         order, stamp, key = self._order, self._stamp, self._key
         return [key[order[i]] for i in range(self._head, len(order)) if stamp[order[i]] == i]
 
-    def lookup(self, keys: list[int], now_s: float, start: int = 0) -> int:
+    def lookup(self, keys: vec[i64], now_s: float, start: int = 0) -> int:
         """How many of ``keys``, from ``keys[start]``, are held and stored by ``now_s`` (vLLM
         ``OffloadingManager.lookup``: stops at the first miss or block not ready)."""
         ready_s = self._ready_s
@@ -154,7 +177,7 @@ class CpuTier:
             i = (i + 1) & mask
 
     # -- mutations ----------------------------------------------------------------------------
-    def touch(self, keys: list[int]) -> None:
+    def touch(self, keys: vec[i64]) -> None:
         """Mark held ``keys`` most recently used, the last first (so ``keys[0]`` ends most
         recent: vLLM ``LRUOffloadingManager.touch`` walks them reversed)."""
         stamp, order = self._stamp, self._order
@@ -167,21 +190,20 @@ class CpuTier:
         self.lru_version += 1
         self._compact_if_stale()
 
-    def prepare_store(self, keys: list[int], now_s: float) -> list[int] | None:
+    def prepare_store(self, keys: vec[i64], now_s: float) -> vec[i64] | None:
         """Make room for the ``keys`` the tier lacks, evicting least recently used blocks that
         are stored, not loading and not among ``keys``; ``None`` (nothing changes) when that
         cannot free enough. Returns the keys to copy; ``complete_store`` adds them."""
         self._settle(now_s)
-        new: list[int] = []
+        new = vec[i64]()
         protected: set[int] = set()  # slots of the held keys among ``keys``
         for key in keys:
             slot = self._find(key)
             if slot < 0:
-                new.append(key)
+                new = append(new, key)
             else:
                 protected.add(slot)
-        if len(new) > 1 and len(set(new)) < len(new):  # a key offered twice is copied once
-            new = list(dict.fromkeys(new))
+        new = distinct(new)  # a key offered twice is copied once
         need = len(new) - (self.num_blocks - self._num_held)
         if need <= 0:
             return new
@@ -221,12 +243,12 @@ class CpuTier:
         self._head = head
         return victims if len(victims) == need else None
 
-    def complete_store(self, keys: list[int], ready_s: float) -> None:
+    def complete_store(self, keys: vec[i64], ready_s: float) -> None:
         """Add ``keys`` (from ``prepare_store``: not held) as most recent, stored from
         ``ready_s`` on (storing until then). Stores are submitted in time order, so ``ready_s``
         never decreases from one call to the next (``TransferLink`` is first come first
         served)."""
-        if not keys:
+        if not len(keys):
             return
         if 2 * (self._num_held + len(keys) + self._num_gone) > self._mask + 1:
             self._rehash(self._num_held + len(keys))
@@ -292,7 +314,7 @@ class CpuTier:
             if stamp[slot] >= 0:  # held
                 cell[slot] = self._insert(key_of[slot], slot)
 
-    def prepare_load(self, keys: list[int]) -> None:
+    def prepare_load(self, keys: vec[i64]) -> None:
         """Hold ``keys`` (stored blocks) while a load reads them."""
         ref_cnt = self._ref_cnt
         for key in keys:
@@ -300,7 +322,7 @@ class CpuTier:
             assert slot >= 0, f"load of a block the tier does not hold: {key}"
             ref_cnt[slot] = ref_cnt.get(slot, 0) + 1
 
-    def complete_load(self, keys: list[int]) -> None:
+    def complete_load(self, keys: vec[i64]) -> None:
         """Release ``keys`` held by ``prepare_load``."""
         ref_cnt = self._ref_cnt
         for key in keys:

@@ -35,6 +35,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.core.kv.offload import CpuTier, TransferLink
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
@@ -44,7 +47,7 @@ from kvsim.workload.request import Request
 class Load:
     """A load in flight: the tier keys it reads and when it ends (simulated seconds)."""
 
-    keys: list[int]
+    keys: vec[i64]
     done_s: float
     num_tokens: int
 
@@ -85,7 +88,7 @@ class OffloadConnector:
         # the last request looked up: its id, its full blocks' keys, the tier's LRU version
         # after it touched them (a request's keys never change)
         self._looked_up: int | None = None
-        self._looked_up_keys: list[int] = []
+        self._looked_up_keys = vec[i64]()
         self._touched_version: int | None = None
         self.external_prefix_cache_queries = 0
         self.external_prefix_cache_hits = 0
@@ -187,7 +190,7 @@ class OffloadConnector:
             if new is None:
                 continue  # no room: offered again later (vLLM skips the store this step)
             nxt[req.req_id] = upto
-            if new:
+            if len(new):
                 done_s = self.gpu_to_cpu.submit(len(new) * self.block_bytes, now_s)
                 tier.complete_store(new, done_s)
 
