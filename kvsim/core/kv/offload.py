@@ -90,15 +90,15 @@ class CpuTier:
     """LRU tier of ``num_blocks`` blocks keyed by prefix-cache hash (see the module docstring).
 
     Layout (packed ``librt.vecs`` vectors, no Python object per block, as ``BlockPool``): each
-    held key has a *slot*; a slot's key, ready time and recency stamp are vector entries. Keys
-    map to slots by open addressing with linear probing (``_cells``: key and slot side by side,
-    one cache line a probe; at most half full, evicted cells included). The LRU order is a log
-    of slots (``_order``) appended at every store and touch; a slot's live entry is its latest
-    (``_stamp[slot]`` is its index, -1 for a free slot), older ones are stale, skipped by
-    eviction and dropped when the log is compacted (at most about twice the held keys plus
-    ``_COMPACT_SLACK``, so every operation is O(1) amortised per block). Live entries, in log
-    order, are exactly vLLM's ``OrderedDict`` order: a touch or a store moves a key to the most
-    recent end, an eviction removes it and leaves the rest in place.
+    held key has a *slot*; a slot's key, ready time, recency stamp and reference count are
+    vector entries. Keys map to slots by open addressing with linear probing (``_cells``: key
+    and slot side by side, one cache line a probe; at most half full, evicted cells included).
+    The LRU order is a log of slots (``_order``) appended at every store and touch; a slot's
+    live entry is its latest (``_stamp[slot]`` is its index, -1 for a free slot), older ones
+    are stale, skipped by eviction and dropped when the log is compacted (at most about twice
+    the held keys plus ``_COMPACT_SLACK``, so every operation is O(1) amortised per block).
+    Live entries, in log order, are exactly vLLM's ``OrderedDict`` order: a touch or a store
+    moves a key to the most recent end, an eviction removes it and leaves the rest in place.
 
         _order:  [s3 s1 s3 s2 s1]   live: entries 2, 3, 4 -> LRU order k3 k2 k1
                   ^stale ^stale     (s3 and s1 were touched again later)
@@ -125,7 +125,10 @@ class CpuTier:
         self._free_slots: vec[i64] = vec[i64]()  # slots given back by evictions
         self._order: vec[i64] = vec[i64]()  # slots, least recent first; stale entries skipped
         self._head = 0  # entries of _order before it are all stale
-        self._ref_cnt: dict[int, int] = {}  # slot -> loads reading it (loading slots only)
+        self._ref_cnt: vec[i64] = vec[i64]()  # slot -> loads reading it
+        self._num_loading = 0  # slots with loads reading them
+        self._offered: vec[i64] = vec[i64]()  # slot -> the last prepare_store offering its key
+        self._num_prepares = 0  # prepare_store calls so far (numbers them from 1)
         self._pending: deque[tuple[float, int]] = deque()  # (ready_s, blocks) of stores
         self._num_storing = 0
         self.lru_version = 0  # bumped when a touch or store may reorder or add blocks
@@ -160,7 +163,7 @@ class CpuTier:
         """``(stored, storing, loading, free)`` blocks at ``now_s``: every block in one."""
         self._settle(now_s)
         held = self._num_held
-        loading = len(self._ref_cnt)
+        loading = self._num_loading
         stored = held - self._num_storing - loading
         return stored, self._num_storing, loading, self.num_blocks - held
 
@@ -196,18 +199,19 @@ class CpuTier:
         cannot free enough. Returns the keys to copy; ``complete_store`` adds them."""
         self._settle(now_s)
         new = vec[i64]()
-        protected: set[int] = set()  # slots of the held keys among ``keys``
+        self._num_prepares += 1
+        offered, this = self._offered, self._num_prepares
         for key in keys:
             slot = self._find(key)
             if slot < 0:
                 new = append(new, key)
             else:
-                protected.add(slot)
+                offered[slot] = this  # among the keys being stored: not evictable now
         new = distinct(new)  # a key offered twice is copied once
         need = len(new) - (self.num_blocks - self._num_held)
         if need <= 0:
             return new
-        victims = self._victims(need, protected, now_s)
+        victims = self._victims(need, now_s)
         if victims is None:
             return None
         cells, cell, stamp, free_slots = self._cells, self._cell, self._stamp, self._free_slots
@@ -221,23 +225,20 @@ class CpuTier:
         self.num_evicted_blocks += need
         return new
 
-    def _victims(self, need: int, protected: set[int], now_s: float) -> list[int] | None:
-        """The ``need`` least recently used slots that are stored, not loading and not
-        ``protected``, or ``None`` when fewer are. Moves the log's head past stale entries."""
+    def _victims(self, need: int, now_s: float) -> vec[i64] | None:
+        """The ``need`` least recently used slots that are stored, not loading and not offered
+        to this store, or ``None`` when fewer are. Moves the log's head past stale entries."""
         order, stamp, ready_s, ref_cnt = self._order, self._stamp, self._ready_s, self._ref_cnt
-        victims: list[int] = []
+        offered, this = self._offered, self._num_prepares
+        victims = vec[i64]()
         head = self._head
         for i in range(head, len(order)):
             slot = order[i]
             if stamp[slot] != i:  # stale: the slot was touched again, or evicted
                 if i == head:
                     head += 1
-            elif (
-                ready_s[slot] <= now_s
-                and (not ref_cnt or slot not in ref_cnt)
-                and (not protected or slot not in protected)
-            ):
-                victims.append(slot)
+            elif ready_s[slot] <= now_s and ref_cnt[slot] == 0 and offered[slot] != this:
+                victims = append(victims, slot)
                 if len(victims) == need:
                     break
         self._head = head
@@ -264,6 +265,8 @@ class CpuTier:
                 slot = len(key_of)
                 key_of = append(key_of, key)
                 cell = append(cell, 0)
+                self._ref_cnt = append(self._ref_cnt, 0)
+                self._offered = append(self._offered, 0)
                 ready = append(ready, ready_s)
                 stamp = append(stamp, len(order))
             cell[slot] = self._insert(key, slot)
@@ -320,18 +323,18 @@ class CpuTier:
         for key in keys:
             slot = self._find(key)
             assert slot >= 0, f"load of a block the tier does not hold: {key}"
-            ref_cnt[slot] = ref_cnt.get(slot, 0) + 1
+            if ref_cnt[slot] == 0:
+                self._num_loading += 1
+            ref_cnt[slot] += 1
 
     def complete_load(self, keys: vec[i64]) -> None:
         """Release ``keys`` held by ``prepare_load``."""
         ref_cnt = self._ref_cnt
         for key in keys:
             slot = self._find(key)
-            left = ref_cnt[slot] - 1
-            if left:
-                ref_cnt[slot] = left
-            else:
-                del ref_cnt[slot]
+            ref_cnt[slot] -= 1
+            if ref_cnt[slot] == 0:
+                self._num_loading -= 1
 
     def _settle(self, now_s: float) -> None:
         """Count the stores that completed by ``now_s`` as stored."""
@@ -368,9 +371,12 @@ class CpuTier:
         assert len(slots) == self._num_held, f"{len(slots)} held slots != {self._num_held}"
         recount_storing = sum(self._ready_s[s] > now_s for s in slots)
         assert recount_storing == storing, f"storing {storing} != recount {recount_storing}"
-        assert all(n > 0 for n in self._ref_cnt.values()), "non-positive reference count"
-        assert all(self._ready_s[s] <= now_s for s in self._ref_cnt), "loading unstored"
-        assert set(self._ref_cnt) <= set(slots), "a loading slot is not held"
+        ref_cnt = self._ref_cnt
+        recount_loading = sum(ref_cnt[s] > 0 for s in slots)
+        assert recount_loading == loading, f"loading {loading} != recount {recount_loading}"
+        assert all(n >= 0 for n in ref_cnt), "negative reference count"
+        assert all(ref_cnt[s] == 0 or self._ready_s[s] <= now_s for s in slots), "loading unstored"
+        assert all(ref_cnt[s] == 0 for s in self._free_slots), "a free slot is loading"
         for slot in slots:
             key = self._key[slot]
             assert self._find(key) == slot, f"slot {slot}: key {key} maps to {self._find(key)}"
