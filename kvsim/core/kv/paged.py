@@ -38,6 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.base.units import cdiv
 from kvsim.core.kv.base import (
     DECODE_EXACT,
@@ -243,10 +246,11 @@ class PagedAllocator(Allocator):
             return NO_HIT
         return PrefixHit(len(hits) * self.block_size_tokens, tuple(hits))
 
-    def block_keys(self, request: Request, start: int, stop: int) -> list[int]:
+    def block_keys(self, request: Request, start: int, stop: int) -> vec[i64]:
         """Prefix-cache keys of the request's full blocks ``start`` to ``stop - 1`` (a KV
-        offload tier's keys, ``kvsim.core.scheduler.offload``), from the request's memoised
-        keys while it holds blocks, else computed afresh and not kept (a finished request's)."""
+        offload tier's keys, ``kvsim.core.scheduler.offload``; a new packed vector, no int
+        object per key), from the request's memoised keys while it holds blocks, else computed
+        afresh and not kept (a finished request's)."""
         keys: StreamKeys | PrivateKeys | None = self._keys.get(request.req_id)
         if keys is None:
             if has_private_stream(request):
@@ -258,7 +262,7 @@ class PagedAllocator(Allocator):
                     self.block_size_tokens,
                     request.cache_salt,
                 )
-        return list(keys.keys_between(start, stop))
+        return keys.keys_between(start, stop)
 
     def cached_prefix_tokens(self, request: Request) -> int:
         """``find_cached_prefix``'s tokens, without memoising the request's keys: a router asks

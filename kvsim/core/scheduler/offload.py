@@ -35,6 +35,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.core.kv.offload import CpuTier, TransferLink
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
@@ -44,7 +47,7 @@ from kvsim.workload.request import Request
 class Load:
     """A load in flight: the tier keys it reads and when it ends (simulated seconds)."""
 
-    keys: list[int]
+    keys: vec[i64]
     done_s: float
     num_tokens: int
 
@@ -82,6 +85,11 @@ class OffloadConnector:
         self.started: list[Request] = []  # loads started by the last plan (the engine takes)
         self._being_loaded: dict[int, int] = {}  # tier key -> loads reading it
         self._next_store: dict[int, int] = {}  # req_id -> next block to offer the tier
+        # the last request looked up: its id, its full blocks' keys, the tier's LRU version
+        # after it touched them (a request's keys never change)
+        self._looked_up: int | None = None
+        self._looked_up_keys = vec[i64]()
+        self._touched_version: int | None = None
         self.external_prefix_cache_queries = 0
         self.external_prefix_cache_hits = 0
         self.num_loads = 0
@@ -98,13 +106,25 @@ class OffloadConnector:
         num_full = request.num_tokens // b
         if num_full * b - gpu_hit_tokens < b:
             return 0
-        keys = self.allocator.block_keys(request, 0, num_full)
         tier = self.tier
-        tier.touch(keys)
+        if request.req_id != self._looked_up or num_full != len(self._looked_up_keys):
+            self._looked_up_keys = self.allocator.block_keys(request, 0, num_full)
+            self._looked_up = request.req_id
+            self._touched_version = None
+        keys = self._looked_up_keys
+        # A waiting head blocked step after step is looked up again each step; touching the
+        # same keys again when nothing was touched or stored since (evictions keep the order
+        # of the rest) would leave the LRU order as it is: skip it.
+        if tier.lru_version != self._touched_version:
+            tier.touch(keys)
+            self._touched_version = tier.lru_version
         start = gpu_hit_tokens // b
-        hits = tier.lookup(keys[start:], self.now_s)
-        if hits and any(k in self._being_loaded for k in keys[start : start + hits]):
-            return None
+        hits = tier.lookup(keys, self.now_s, start)
+        if hits:
+            being = self._being_loaded
+            for i in range(start, start + hits):
+                if keys[i] in being:
+                    return None
         return hits * b
 
     def count_query(self, request: Request, hit_tokens: int) -> None:
@@ -170,7 +190,7 @@ class OffloadConnector:
             if new is None:
                 continue  # no room: offered again later (vLLM skips the store this step)
             nxt[req.req_id] = upto
-            if new:
+            if len(new):
                 done_s = self.gpu_to_cpu.submit(len(new) * self.block_bytes, now_s)
                 tier.complete_store(new, done_s)
 
