@@ -14,6 +14,7 @@ from pathlib import Path
 from setuptools import setup
 
 COMPILED = [
+    "kvsim/base/units.py",  # (cdiv, called by the engine per allocation)
     "kvsim/core/cost.py",
     *sorted(str(p) for p in Path("kvsim/core/kv").glob("*.py") if p.name != "__init__.py"),
     *sorted(str(p) for p in Path("kvsim/core/scheduler").glob("*.py") if p.name != "__init__.py"),
