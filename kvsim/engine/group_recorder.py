@@ -38,22 +38,28 @@ class GroupRecorder:
             for cat in GROUP_CATEGORIES
         ]
         self.columns: dict[str, array[float]] = {name: array("d") for name in self.names}
+        self._columns = list(self.columns.values())  # in ``names`` order
         self._durations = array("d")
 
     def record(self, duration_s: float, running: Iterable[tuple[Request, int]]) -> None:
         """Append one event's totals over the ``(request, length)`` pairs of its running
         requests (``length``: tokens computed once the event's step runs)."""
-        kinds = self.allocator.kinds
-        per_kind = {kind: [0, 0, 0, 0] for kind in kinds}
-        for req, length in running:  # groups of one kind hold the same: one sum per kind
-            for kind, values in self.allocator.kind_slots(req, length).items():
-                total = per_kind[kind]
-                for c in range(4):
-                    total[c] += values[c]
-        columns = iter(self.columns.values())
-        for kind in kinds:
-            for value in per_kind[kind]:
-                next(columns).append(value)
+        allocator = self.allocator
+        totals = [0] * (4 * len(allocator.kind_order))  # groups of one kind hold the same
+        for req, length in running:
+            i = 0
+            for held, token, outside, internal in allocator.kind_slots(req, length):
+                totals[i] += held
+                totals[i + 1] += token
+                totals[i + 2] += outside
+                totals[i + 3] += internal
+                i += 4
+        columns = self._columns
+        c = 0
+        for k in allocator.group_kind_index:  # each group's columns: its kind's totals
+            for j in range(4):
+                columns[c].append(totals[4 * k + j])
+                c += 1
         self._durations.append(duration_s)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:

@@ -131,6 +131,12 @@ class HybridPagedAllocator(Allocator):
         # kind's first group stands for the others in the per-step accounting
         self._kind_first = {kind: self.kinds.index(kind) for kind in dict.fromkeys(self.kinds)}
         self._kind_count = {kind: self.kinds.count(kind) for kind in self._kind_first}
+        # the kinds in order of their first group (``kind_slots``' order), how many groups each
+        # has, and each group's kind as an index into that order
+        self.kind_order: list[GroupKind] = list(self._kind_first)
+        self._kind_counts = [self._kind_count[kind] for kind in self.kind_order]
+        self.group_kind_index = [self.kind_order.index(kind) for kind in self.kinds]
+        self._no_slots = [(0, 0, 0, 0) for _ in self.kind_order]
         sliding = self._kind_first.get("sliding")
         self._window = self.windows[sliding] if sliding is not None else 0
         self.tables: dict[int, list[list[int]]] = {}  # req_id -> one table per group
@@ -140,7 +146,7 @@ class HybridPagedAllocator(Allocator):
         self._requests: dict[int, Request] = {}  # the request of each set of tables
         # the last ``kind_slots`` answer per request and what it depended on (the recorder
         # asks twice a step: pool totals, then per-group columns); ``_epoch`` counts changes
-        self._memo: dict[int, tuple[int, int, int, dict[GroupKind, tuple[int, int, int, int]]]]
+        self._memo: dict[int, tuple[int, int, int, list[tuple[int, int, int, int]]]]
         self._memo = {}
         self._epoch = 0
         self._first_live: dict[int, list[int]] = {}  # req_id -> leading nulls per group
@@ -467,9 +473,9 @@ class HybridPagedAllocator(Allocator):
         """Summed over groups (``kind_slots``): held, token states (outside-window tokens
         still held and state blocks included), internal fragmentation, held."""
         held = token = internal = 0
-        count = self._kind_count
-        for kind, (k_held, k_token, _, k_internal) in self.kind_slots(request, length).items():
-            n = count[kind]
+        counts = self._kind_counts
+        for i, (k_held, k_token, _, k_internal) in enumerate(self.kind_slots(request, length)):
+            n = counts[i]
             held += n * k_held
             token += n * k_token
             internal += n * k_internal
@@ -478,14 +484,12 @@ class HybridPagedAllocator(Allocator):
     def group_slots(self, request: Request, length: int) -> list[tuple[int, int, int, int]]:
         """``kind_slots`` for each group, in group order."""
         per_kind = self.kind_slots(request, length)
-        return [per_kind[kind] for kind in self.kinds]
+        return [per_kind[i] for i in self.group_kind_index]
 
-    def kind_slots(
-        self, request: Request, length: int
-    ) -> dict[GroupKind, tuple[int, int, int, int]]:
+    def kind_slots(self, request: Request, length: int) -> list[tuple[int, int, int, int]]:
         """``(held, token states, of which outside the window, internal)`` slots of the live
-        ``request`` in one group of each kind at ``length`` computed tokens (every group of a
-        kind holds the same positions).
+        ``request`` in one group of each kind (``kind_order``) at ``length`` computed tokens
+        (every group of a kind holds the same positions).
 
         A full or sliding group holding positions ``[s B, n B)`` (``s`` leading null entries):
         token states ``length - s B``, of which *outside the window* those before
@@ -495,19 +499,25 @@ class HybridPagedAllocator(Allocator):
         computed once the step runs; ``request.num_computed_tokens``: before it.
         """
         b, final = self.block_size_tokens, request.final_kv_tokens
-        tables = self.tables.get(request.req_id)
+        rid = request.req_id
+        tables = self.tables.get(rid)
         if tables is None:
-            return dict.fromkeys(self._kind_first, (0, 0, 0, 0))
+            return self._no_slots
         computed = request.num_computed_tokens
-        memo = self._memo.get(request.req_id)
-        if memo is not None and memo[:3] == (self._epoch, length, computed):
+        memo = self._memo.get(rid)
+        if (
+            memo is not None
+            and memo[0] == self._epoch
+            and memo[1] == length
+            and memo[2] == computed
+        ):
             return memo[3]
-        out: dict[GroupKind, tuple[int, int, int, int]] = {}
-        first_live = self._first_live[request.req_id]
+        out: list[tuple[int, int, int, int]] = []
+        first_live = self._first_live[rid]
         for kind, g in self._kind_first.items():
             size = len(tables[g]) * b
             if kind == "state":
-                out[kind] = (size, size, 0, 0)
+                out.append((size, size, 0, 0))
                 continue
             start = first_live[g] * b
             token = max(0, min(length, size) - start)
@@ -515,8 +525,8 @@ class HybridPagedAllocator(Allocator):
             if kind == "sliding":
                 first_needed = computed - self._window + 1
                 outside = max(0, min(first_needed, size) - start)
-            out[kind] = (size - start, token, outside, max(0, size - max(final, start)))
-        self._memo[request.req_id] = (self._epoch, length, computed, out)
+            out.append((size - start, token, outside, max(0, size - max(final, start))))
+        self._memo[rid] = (self._epoch, length, computed, out)
         return out
 
     def shared_slots(self) -> int:
