@@ -490,7 +490,7 @@ class Engine:
             plan.num_preempted,
         )
         if self.group_recorder is not None:
-            new = dict(zip(plan.scheduled, plan.num_new_tokens, strict=True))
+            new = plan.tokens_by_request()
             running = [(r, r.num_computed_tokens + new.get(r, 0)) for r in scheduler.lazy.others]
             self.group_recorder.record(timing.total_s, running)
         if self.offload is not None:  # the tier's blocks by category at the row's time

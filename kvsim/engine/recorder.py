@@ -265,8 +265,8 @@ class MemoryRecorder:
             unshared_m += (held_phys + within) * w
         waiting = 0.0
         if isinstance(num_waiting, list):
-            for count, w in zip(num_waiting, weights, strict=True):
-                waiting += count * w
+            for j in range(len(weights)):  # (indexed: mypyc compiles zip(strict=) as a call)
+                waiting += num_waiting[j] * weights[j]
         else:
             for w in weights:
                 waiting += num_waiting * w

@@ -42,7 +42,7 @@ def event_slots(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> SpanSlots:
         )
     held, internal = cohort.sum_held, cohort.sum_internal
     if lazy.others:
-        new = dict(zip(plan.scheduled, plan.num_new_tokens, strict=True))
+        new = plan.tokens_by_request()
         for req in lazy.others:
             length = req.num_computed_tokens + new.get(req, 0)
             r_held, r_token, r_internal, r_unshared = allocator.request_slots(req, length)
@@ -58,7 +58,7 @@ def last_step_tokens(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> dict[
     cohort = lazy.cohort
     last = plan.cohort_clock + plan.cohort_advance + num_steps - 1
     tokens = {m.request.req_id: cohort.computed_at(m, last) for m in cohort.members.values()}
-    new = dict(zip(plan.scheduled, plan.num_new_tokens, strict=True))
+    new = plan.tokens_by_request()
     for req in lazy.others:
         tokens[req.req_id] = req.num_computed_tokens + new.get(req, 0)
     return tokens

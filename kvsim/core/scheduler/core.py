@@ -212,7 +212,9 @@ class SchedulerCore:
         if self.spec is not None:
             finished = self._complete_verifications(plan, step0_end_s)
         else:
-            for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
+            scheduled, num_new = plan.scheduled, plan.num_new_tokens
+            for i in range(len(scheduled)):  # (indexed: mypyc compiles zip(strict=) as a call)
+                req, n = scheduled[i], num_new[i]
                 req.num_computed_tokens += n
                 if req.num_computed_tokens >= req.num_tokens:
                     req.num_output_tokens += 1

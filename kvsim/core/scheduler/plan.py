@@ -120,6 +120,15 @@ class StepPlan:
             self.work_drafting_seqs,
         )
 
+    def tokens_by_request(self) -> dict[Request, int]:
+        """Each scheduled request's tokens in step 0 (indexed, not ``zip(strict=True)``, which
+        mypyc compiles as a call to the builtin)."""
+        out: dict[Request, int] = {}
+        scheduled, num_new = self.scheduled, self.num_new_tokens
+        for i in range(len(scheduled)):
+            out[scheduled[i]] = num_new[i]
+        return out
+
     @property
     def is_empty(self) -> bool:
         """Nothing computes in this step."""

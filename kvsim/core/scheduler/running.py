@@ -152,18 +152,22 @@ class LazyDecodes:
         cohort now, at the clock after step 0, with its counters after step 0. (A v0 prefill
         step runs only prefills: the members' clock then stays where it was.)"""
         after = plan.cohort_clock + plan.cohort_advance
-        for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True):
-            computed = req.num_computed_tokens + n
+        scheduled, num_new = plan.scheduled, plan.num_new_tokens
+        for i in range(len(scheduled)):  # (indexed: mypyc compiles zip(strict=) as a call)
+            req = scheduled[i]
+            computed = req.num_computed_tokens + num_new[i]
             assert computed == req.num_tokens, f"req {req.req_id} is still prefilling"
             self._join(req, after, computed, req.num_output_tokens + 1)
             del self.others[req]
 
     def can_join_after_step0(self, plan: StepPlan) -> bool:
         """Whether every explicitly scheduled request can join the cohort after step 0."""
-        return all(
-            self.can_join(req, req.num_computed_tokens + n)
-            for req, n in zip(plan.scheduled, plan.num_new_tokens, strict=True)
-        )
+        scheduled, num_new = plan.scheduled, plan.num_new_tokens
+        for i in range(len(scheduled)):
+            req = scheduled[i]
+            if not self.can_join(req, req.num_computed_tokens + num_new[i]):
+                return False
+        return True
 
     # -- allocation -------------------------------------------------------------------------
     def step_order(self, clock: int) -> list[tuple[Request, Member | None]]:
