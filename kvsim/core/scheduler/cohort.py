@@ -27,7 +27,7 @@ allocator; ``period == 0`` marks such a cohort.
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 
 from kvsim.workload.request import Request
 
@@ -203,7 +203,7 @@ class DecodeCohort:
                 last_block = -(final // -p) - 1  # index of the block holding token F - 1
                 if held <= final and final % p and last_block * p >= computed:
                     member.final_clock = sync + last_block * p - computed
-                    heapq.heappush(self._finals, (member.final_clock, seq, joins, member))
+                    heappush(self._finals, (member.final_clock, seq, joins, member))
             else:
                 self._num_touched += 1
                 self._touch[cross][member] = None
@@ -219,7 +219,7 @@ class DecodeCohort:
         self.sum_shared += shared
         self.num_seqs += width
         self._widths[width] = self._widths.get(width, 0) + 1
-        heapq.heappush(self._finishes, (member.finish_clock, seq, joins, member))
+        heappush(self._finishes, (member.finish_clock, seq, joins, member))
         return member
 
     def leave(self, member: Member) -> int:
@@ -263,14 +263,14 @@ class DecodeCohort:
         """Smallest ``finish_clock`` of a member, or ``None`` when empty."""
         heap = self._finishes
         while heap and self.members.get(heap[0][3].request) is not heap[0][3]:
-            heapq.heappop(heap)  # the member left
+            heappop(heap)  # the member left
         return heap[0][0] if heap else None
 
     def pop_finished(self) -> list[Member]:
         """Members whose ``finish_clock <= clock``, still in the cohort, in heap order."""
         out: list[Member] = []
         while (top := self.next_finish_clock()) is not None and top <= self.clock:
-            out.append(heapq.heappop(self._finishes)[3])
+            out.append(heappop(self._finishes)[3])
         return out
 
     # -- the allocator's view ---------------------------------------------------------------
@@ -332,7 +332,7 @@ class DecodeCohort:
         internal = [0] * num_steps
         finals, members = self._finals, self.members
         while finals and finals[0][0] < end:  # (heap order: the earliest final clock first)
-            clock, _, _, member = heapq.heappop(finals)
+            clock, _, _, member = heappop(finals)
             if members.get(member.request) is not member or member.final_clock != clock:
                 continue  # it left
             final = member.request.final_kv_tokens

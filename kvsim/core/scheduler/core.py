@@ -59,6 +59,9 @@ class SchedulerCore:
             allocator.speculate()
         self._every_step = allocator.allocates_every_step
         self.token_budget = args.max_num_batched_tokens
+        # read every step: native attributes, not the pydantic args' (a Python attribute lookup)
+        self._chunked_prefill = args.enable_chunked_prefill
+        self._long_prefill_threshold = args.long_prefill_token_threshold
         self.max_model_len = args.max_model_len  # (a native int: read per request per step)
         self.max_num_seqs = args.max_num_seqs
         self.waiting: deque[Request] = deque()

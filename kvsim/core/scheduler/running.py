@@ -235,6 +235,8 @@ class LazyDecodes:
 
     def can_fast_forward(self) -> bool:
         """Whether every member the allocator grows itself may grow several tokens at once."""
+        if not self._exact:
+            return True
         can = self.allocator.can_fast_forward
         return all(can(m.request) for m in self._exact)
 

@@ -66,9 +66,9 @@ class V1Scheduler(SchedulerCore):
         chunked prefill or when at most one request runs or waits as the step starts, since a
         request alone starves nobody (vLLM 0.34.0 ``Scheduler.schedule``, counting
         ``get_request_counts()`` before the running loop)."""
-        if not self.args.enable_chunked_prefill or len(self.running) + len(self.waiting) <= 1:
+        if not self._chunked_prefill or len(self.running) + len(self.waiting) <= 1:
             return 0
-        return self.args.long_prefill_token_threshold
+        return self._long_prefill_threshold
 
     def _running_chunk(self, req: Request, budget: int) -> tuple[int, int]:
         """``(tokens it computes, tokens it knows but has not computed)`` of a running request
