@@ -49,9 +49,11 @@ from typing import Final
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
+from kvsim.core.kv.keymap import EMPTY, GONE, find_cell, probe_insert
+
 _COMPACT_AT: Final = 4096  # drop consumed queue entries once the head passes this many (and half)
-_EMPTY: Final = -1  # a map slot never used
-_GONE: Final = -2  # a map slot whose key was evicted (probes go on past it)
+_EMPTY: Final = EMPTY  # a map slot never used (``kvsim.core.kv.keymap``)
+_GONE: Final = GONE  # a map slot whose key was evicted (probes go on past it)
 
 
 class BlockPool:
@@ -161,52 +163,29 @@ class BlockPool:
         """Each key cached by more than one block: its other blocks, oldest first (a copy)."""
         return {key: list(blocks) for key, blocks in self._dups.items()}
 
-    def _home(self, key: i64) -> i64:
-        """The map slot a probe for ``key`` starts at (its high bits mixed in: the keys of one
-        token run differ high up, ``kvsim.workload.tokens.StreamKeys``)."""
-        return (key ^ (key >> 32)) & self._mask
-
     def _find(self, key: i64) -> i64:
         """The map slot holding ``key``, or -1."""
-        slots, mask = self._slots, self._mask
-        i = self._home(key)
-        while True:
-            b = slots[2 * i + 1]
-            if b == _EMPTY:
-                return -1
-            if b >= 0 and slots[2 * i] == key:
-                return i
-            i = (i + 1) & mask
+        return find_cell(self._slots, self._mask, key)
 
     def _add(self, block_id: i64, key: i64) -> None:
         """Map ``key`` to ``block_id`` (holding no key), or, when another block caches it, key
         ``block_id`` as that key's newest duplicate (``keep_duplicates``; else leave it
         uncached): one probe sequence finds the key or, at the first empty slot, the first
-        reusable one."""
+        reusable one (``probe_insert``)."""
         if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
             self._rehash()
-        slots, mask = self._slots, self._mask
-        i = self._home(key)
-        reuse: i64 = -1
-        while True:
-            b = slots[2 * i + 1]
-            if b == _EMPTY:
-                break
-            if b == _GONE:
-                if reuse < 0:
-                    reuse = i
-            elif slots[2 * i] == key:  # cached elsewhere: found there first, this one after
-                if not self.keep_duplicates:
-                    return
-                self._key[block_id] = key
-                self._keyed[block_id] = 1
-                self._slot_of[block_id] = -1
-                self._dups.setdefault(key, []).append(block_id)
-                self._num_dups += 1
+        slots = self._slots
+        i, found = probe_insert(slots, self._mask, key)
+        if found:  # cached elsewhere: found there first, this one after
+            if not self.keep_duplicates:
                 return
-            i = (i + 1) & mask
-        if reuse >= 0:
-            i = reuse
+            self._key[block_id] = key
+            self._keyed[block_id] = 1
+            self._slot_of[block_id] = -1
+            self._dups.setdefault(key, []).append(block_id)
+            self._num_dups += 1
+            return
+        if slots[2 * i + 1] == _GONE:
             self._num_gone -= 1
         slots[2 * i] = key
         slots[2 * i + 1] = block_id

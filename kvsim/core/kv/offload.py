@@ -31,9 +31,11 @@ from typing import Final
 from librt.vecs import append, pop, vec
 from mypy_extensions import i64
 
+from kvsim.core.kv.keymap import EMPTY, GONE, find_cell, probe_insert
+
 _COMPACT_SLACK: Final = 4096  # log entries allowed beyond twice the held keys
-_EMPTY: Final = -1  # a key-map cell never used
-_GONE: Final = -2  # a key-map cell whose key was evicted (probes go on past it)
+_EMPTY: Final = EMPTY  # a key-map cell never used (``kvsim.core.kv.keymap``)
+_GONE: Final = GONE  # a key-map cell whose key was evicted (probes go on past it)
 
 
 def distinct(keys: vec[i64]) -> vec[i64]:
@@ -169,15 +171,9 @@ class CpuTier:
 
     def _find(self, key: i64) -> i64:
         """The slot holding ``key``, or -1."""
-        cells, mask = self._cells, self._mask
-        i = (key ^ (key >> 32)) & mask  # high bits mixed in: a run's keys differ high up
-        while True:
-            slot = cells[2 * i + 1]
-            if slot == _EMPTY:
-                return -1
-            if slot >= 0 and cells[2 * i] == key:
-                return slot
-            i = (i + 1) & mask
+        cells = self._cells
+        i = find_cell(cells, self._mask, key)
+        return cells[2 * i + 1] if i >= 0 else -1
 
     # -- mutations ----------------------------------------------------------------------------
     def touch(self, keys: vec[i64]) -> None:
@@ -281,23 +277,12 @@ class CpuTier:
         self._compact_if_stale()
 
     def _insert(self, key: i64, slot: i64) -> i64:
-        """Map ``key`` (not held) to ``slot``; returns its cell: the first evicted one on its
-        probe sequence, else the empty one that ends it."""
-        cells, mask = self._cells, self._mask
-        i = (key ^ (key >> 32)) & mask
-        reuse: i64 = -1
-        while True:
-            held = cells[2 * i + 1]
-            if held == _EMPTY:
-                break
-            if held == _GONE:
-                if reuse < 0:
-                    reuse = i
-            elif cells[2 * i] == key:
-                raise RuntimeError(f"CPU tier invariant violated: key {key} stored twice")
-            i = (i + 1) & mask
-        if reuse >= 0:
-            i = reuse
+        """Map ``key`` (not held) to ``slot``; returns its cell (``probe_insert``)."""
+        cells = self._cells
+        i, found = probe_insert(cells, self._mask, key)
+        if found:
+            raise RuntimeError(f"CPU tier invariant violated: key {key} stored twice")
+        if cells[2 * i + 1] == _GONE:
             self._num_gone -= 1
         cells[2 * i] = key
         cells[2 * i + 1] = slot
