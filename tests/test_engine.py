@@ -237,7 +237,6 @@ def test_one_workload_replayed_into_two_runs_gives_the_same_results(engine):
 
 
 def _run(engine: Engine) -> None:
-    engine.env.process(engine.arrival_source())
     engine.env.process(engine.engine_loop())
     engine.env.run()
 

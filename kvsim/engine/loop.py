@@ -1,4 +1,4 @@
-"""SimPy wiring: an arrival source and one engine loop (``Engine``).
+"""SimPy wiring: one engine loop (``Engine``).
 
 The engine loop plans a step with the profile's scheduler, asks the cost model for its duration,
 yields one timeout, then applies the step: its slots, the recorded categories, the finishes.
@@ -6,12 +6,13 @@ Stable decode stretches are fast-forwarded: one event covers every step up to th
 the next failed growth, or (when nobody waits) the step during which the next request arrives.
 No process or event per token.
 
-Requests reach an engine in one of two ways. A run of one engine knows every arrival ahead
-(``arrival_source`` releases them), so a span is cut up front at the next arrival. An engine of
-a fleet (``kvsim.fleet``) is handed requests as a router picks it (``submit``), or as another
-replica's prefill hands it a request's KV (``expect``): a span in flight when nobody waited is
-then cut to end with the step in flight, by the same rule (``Engine.submit``). Either way a
-span's slots are taken once it ends (``SchedulerCore.extend``), so cutting it is free.
+Requests reach an engine in one of two ways. A run of one engine knows every arrival ahead: the
+loop releases those due as it plans (``_release_arrivals``; an idle engine waits until the
+next), so an arrival costs no event of its own, and a span is cut up front at the next arrival.
+An engine of a fleet (``kvsim.fleet``) is handed requests as a router picks it (``submit``), or
+as another replica's prefill hands it a request's KV (``expect``): a span in flight when nobody
+waited is then cut to end with the step in flight, by the same rule (``Engine.submit``). Either
+way a span's slots are taken once it ends (``SchedulerCore.extend``), so cutting it is free.
 
 Under async scheduling (``EngineArgs.async_scheduling``) a request that arrives while a step
 runs is handed to the scheduler at the end of the step after it (vLLM's engine core has planned
@@ -88,8 +89,9 @@ class Engine:
     Args:
         env: the SimPy environment (several engines may share one: a fleet).
         config: the run's config.
-        requests: the workload ``arrival_source`` releases, sorted by ``arrival_time_s``, every
-            one runnable; empty for an engine that is handed its requests (``submit``).
+        requests: the workload the loop releases (``_release_arrivals``), sorted by
+            ``arrival_time_s``, every one runnable; empty for an engine that is handed its
+            requests (``submit``).
         on_finish: called with the number of requests finished by each event (progress bars).
         frames: captures memory-map frames during the run (``kvsim.engine.frames``), or ``None``.
         workload: every request a fleet may hand this engine (the pool notes what they share);
@@ -159,29 +161,32 @@ class Engine:
         self._last_step_start_s = 0.0  # start of the step that ends at the current boundary
 
     # -- requests in ----------------------------------------------------------------------------
-    def arrival_source(self) -> Generator[simpy.Event, Any, None]:
-        """SimPy process: releases each request into the waiting queue at its arrival time."""
-        for row in range(len(self._to_arrive)):
-            req = self._to_arrive.popleft()
-            delay = req.arrival_time_s - self.env.now
-            if delay > 0:
-                yield self.env.timeout(delay)
-            self.submit(req, row)
+    def _release_arrivals(self, now: float) -> None:
+        """A lone engine's requests that arrived by ``now`` (seconds) join the waiting queue,
+        in workload order: the loop releases them as it plans, so an arrival is no event of
+        its own (one while the engine idles: ``engine_loop`` waits until it)."""
+        to_arrive = self._to_arrive
+        while to_arrive and to_arrive[0].arrival_time_s <= now:
+            self._enqueue(to_arrive.popleft(), self.num_arrived)
 
     def submit(self, req: Request, row: int) -> None:
-        """``req`` (the workload's ``row``-th request) arrives now: it joins the waiting queue.
+        """``req`` (the workload's ``row``-th request) is handed to this engine now (a fleet's
+        router): it joins the waiting queue.
 
         A fast-forwarded span in flight that nobody waited for is cut to end with the step in
         flight (the up-front cut of a known arrival, ``_cut_span``, made late)."""
+        self._enqueue(req, row)
+        if self.handed:  # (a lone engine knows its arrivals ahead)
+            self._arrival_list.append(self.env.now)
+        self._arrived()
+
+    def _enqueue(self, req: Request, row: int) -> None:
         self._row[req] = row
         if self.async_scheduling:
             self._staged.append(req)
         else:
             self.scheduler.add_request(req)
         self.num_arrived += 1
-        if self.handed:
-            self._arrival_list.append(self.env.now)
-        self._arrived()
 
     def expect(self, req: Request, row: int) -> None:
         """``req``'s prompt was computed on another replica: at this engine's next step its
@@ -201,6 +206,11 @@ class Engine:
             event.num_steps = keep
             assert self.process is not None, "a handed engine runs as its process"
             self.process.interrupt()
+
+    def _ring(self, event: simpy.Event) -> None:
+        """An idle lone engine's next arrival is due: wake the loop (unless a load's end did)."""
+        if not self._wake.triggered:
+            self._wake.succeed()
 
     def _take_incoming(self) -> None:
         """Take blocks for the whole prompt of each expected request, first come first, while
@@ -230,19 +240,30 @@ class Engine:
         """SimPy process: one scheduling step (or fast-forwarded decode span) per event."""
         import simpy  # (kvsim imports SimPy only to run)
 
-        self.process = self.env.active_process
+        env = self.env
+        self.process = env.active_process
         total = self.num_requests
+        to_arrive = self._to_arrive
         while total is None or self.num_finished < total:
+            now = env.now
+            if to_arrive and to_arrive[0].arrival_time_s <= now:
+                self._release_arrivals(now)
             if self._incoming:
                 self._take_incoming()
             if self._staged:
                 self._release_staged()
             if not self.scheduler.has_work():
-                self._wake = self.env.event()
-                yield self._wake
+                wake = self._wake = env.event()
+                if to_arrive:  # a lone engine: until the next arrival (or a load's end)
+                    delay_s = to_arrive[0].arrival_time_s - now
+                    if self.offload is None:
+                        yield env.timeout(delay_s)
+                        continue
+                    env.timeout(delay_s).callbacks.append(self._ring)
+                yield wake
                 continue
             if self.offload is not None:
-                self.offload.now_s = self.env.now
+                self.offload.now_s = now
             plan = self.scheduler.schedule()
             if self.offload is not None and self.offload.started:
                 self._start_loads()
@@ -263,11 +284,10 @@ class Engine:
                     self._drop_parked()  # loaded requests' blocks keep the head out: free them
                     continue
                 self._raise_never_fits()
-            now = self.env.now
             for req in plan.scheduled:
                 if req.first_scheduled_time_s is None:
                     req.first_scheduled_time_s = now
-            timing = self._plan_durations(plan)
+            timing = self._plan_durations(plan, now)
             at = self._plan_time()
             cuttable = self.handed and timing.num_steps > 1 and not at.num_waiting
             event = self._in_flight = InFlight(now, timing.durations, timing.num_steps, cuttable)
@@ -393,7 +413,7 @@ class Engine:
             return None
         return self._arrival_list[self.num_arrived]
 
-    def _plan_durations(self, plan: StepPlan) -> Timing:
+    def _plan_durations(self, plan: StepPlan, now: float) -> Timing:
         """How far ``plan`` can be fast-forwarded while nothing changes, as its step durations
         (the span's slots are taken when it ends: ``SchedulerCore.extend``).
 
@@ -415,9 +435,9 @@ class Engine:
             start, num_seqs = self.scheduler.span_context(plan)
             until = self._next_known_arrival_s()  # durations only up to it (_cut_span)
             if until is not None:
-                until -= self.env.now
+                until -= now
             durations = self.cost.span_durations(step0_s, start, num_seqs, k - 1, until)
-            k = self._cut_span(durations)
+            k = self._cut_span(durations, now)
             if k > 1:
                 return span_timing(durations[:k])
         if plan.swap_blocks:  # [swap] PCIe transfers of this step
@@ -426,17 +446,17 @@ class Engine:
             self.swap_time_s += swap_s
         return span_timing([step0_s])
 
-    def _cut_span(self, durations: list[float]) -> int:
+    def _cut_span(self, durations: list[float], now: float) -> int:
         """Steps of a span to keep: up to the step during which the next request arrives when
         nobody waits, and up to the step in flight at the next memory-map capture."""
         k = len(durations)
         next_arrival = self._next_known_arrival_s()
         if next_arrival is not None:
-            until_arrival = next_arrival - self.env.now
+            until_arrival = next_arrival - now
             k = min(k, steps_before(durations, until_arrival, "left") + 1)
         capture = self.frames.next_time() if self.frames is not None else None
-        if capture is not None and capture > self.env.now:
-            until = capture - self.env.now  # end with the step in flight then
+        if capture is not None and capture > now:
+            until = capture - now  # end with the step in flight then
             k = min(k, steps_before(durations, until, "right") + 1)
         return k
 

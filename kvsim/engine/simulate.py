@@ -66,7 +66,6 @@ def simulate(
     env = simpy.Environment()
     engine = Engine(env, config, runnable, on_finish, frames)
     del runnable  # each request is freed when it finishes (its row stays in engine.log)
-    env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run()
     logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)

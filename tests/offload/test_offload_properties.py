@@ -68,7 +68,6 @@ def test_tier_conserved_and_nothing_leaks(
     )
     env = simpy.Environment()
     engine = Engine(env, config, requests)
-    env.process(engine.arrival_source())
     env.process(engine.engine_loop())
     env.run()
     offload = engine.offload

@@ -178,6 +178,23 @@ class SchedulerCore:
         self._count_preemption(req)
         self.waiting.appendleft(req)
 
+    def _preempt(self, req: Request) -> None:
+        """Preempt ``req`` by the profile's rule (recompute; v0 may swap)."""
+        self._preempt_recompute(req)
+
+    def _preempt_last(self, plan: StepPlan, clock: int) -> Request:
+        """Preempt the last running request (``_preempt``) in a pass at the cohort's ``clock``
+        and return it; a member leaves the cohort first, unstepped (it comes after the request
+        being handled, so its turn has not come)."""
+        lazy = self.lazy
+        victim = next(reversed(self.running))
+        member = lazy.cohort.members.get(victim)
+        if member is not None:
+            lazy.release_unstepped(member, clock)
+        self._preempt(self._pop_last_running())
+        plan.num_preempted += 1
+        return victim
+
     def _count_preemption(self, req: Request) -> None:
         req.num_preemptions += 1
         self.num_preemptions += 1

@@ -126,6 +126,17 @@ class LazyDecodes:
         self.release(member, period if crosses else 0)
         self.others[member.request] = None  # (running, explicit, until it is preempted)
 
+    def member_fits(self, member: Member, clock: int) -> bool:
+        """Whether ``member``'s token in the step at ``clock`` of an ``in_order`` pass can be
+        allocated now: a pooled member's block crossing needs one free block, a touched one
+        asks the allocator; any other step takes nothing."""
+        if not self.steps_at(member, clock):
+            return True
+        if member.pooled:
+            return self.allocator.num_free_tokens >= self.period
+        num_tokens = self.cohort.computed_at(member, clock) + 1
+        return self.allocator.can_allocate(member.request, num_tokens)
+
     def flush(self, running: dict[Request, None]) -> list[Member]:
         """Release every member (running order) and return them; everyone is an ``other``."""
         cohort = self.cohort

@@ -191,13 +191,7 @@ class V0Scheduler(SchedulerCore):
                 can_append(req)
                 and (member is not None or self._allocate(req, req.num_computed_tokens + 1))
             ):
-                victim = next(reversed(self.running))
-                victim_member = lazy.cohort.members.get(victim)
-                if victim_member is not None:  # (behind req in running order: not stepped)
-                    lazy.release_unstepped(victim_member, clock)
-                self._preempt(self._pop_last_running())
-                plan.num_preempted += 1
-                if victim is req:
+                if self._preempt_last(plan, clock) is req:
                     return
             if member is None:
                 plan.add(req, 1)

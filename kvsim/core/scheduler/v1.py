@@ -35,9 +35,13 @@ from __future__ import annotations
 
 from kvsim.core.kv.base import NO_HIT, PrefixHit
 from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.scheduler.cohort import Member
 from kvsim.core.scheduler.core import SchedulerCore
 from kvsim.core.scheduler.plan import StepPlan
 from kvsim.workload.request import Request
+
+# how a step's running pass handles the cohort's members (``V1Scheduler._running_pass``)
+BULK, IN_ORDER, FLUSH = 0, 1, 2
 
 
 class V1Scheduler(SchedulerCore):
@@ -88,15 +92,26 @@ class V1Scheduler(SchedulerCore):
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         """The running requests, in the order they were admitted: each gets its chunk
         (``_running_chunk``); when its slots cannot be allocated, the last running request is
-        preempted until they can, and if the request itself was the last the pass stops."""
+        preempted until they can, and if the request itself was the last the pass stops.
+
+        When ``_running_pass`` proves that no allocation fails and the budget reaches every
+        member, the members decode in bulk; when only the budget is proven, every running
+        request is handled in turn (``_run_in_order``), the members staying in the cohort unless
+        preempted (a paged pool without members the allocator grows itself); otherwise the
+        cohort is flushed first."""
         lazy = self.lazy
         cohort = lazy.cohort
-        if cohort.members and not self._cohort_steps(budget):
-            lazy.flush(self.running)
-        clock, num_members = cohort.clock, len(cohort)
-        budget -= num_members  # every member decodes one token (_cohort_steps checked it)
-        partial = starved = False
-        self._ran_any = self._prefill_ran = False
+        clock = cohort.clock
+        self._ran_any = self._prefill_ran = self._partial = False
+        if cohort.members:
+            kind = self._running_pass(budget)
+            if kind == IN_ORDER and self.allocator.paged and not lazy.has_exact():
+                budget = self._run_in_order(plan, clock, budget)
+                self._add_cohort_step(plan, clock, 1)
+                return budget
+            if kind != BULK:
+                lazy.flush(self.running)  # everyone one by one
+        budget -= len(cohort)  # every member decodes one token (_running_pass checked it)
         for req, member in lazy.step_order(clock):
             if member is not None:
                 lazy.step_member(member, clock)
@@ -104,23 +119,71 @@ class V1Scheduler(SchedulerCore):
             if req not in lazy.seq:  # preempted in this pass (victims leave from the tail)
                 break
             if budget <= 0:
-                starved = True
+                self._partial = True  # (starved: left for a later step)
                 break
-            computed = req.num_computed_tokens
-            num_new, unknown = self._running_chunk(req, budget)
-            if num_new <= 0:
-                continue
-            if not self._allocate_preempting(plan, req, computed + num_new):
+            scheduled = self._schedule_explicit(plan, req, budget, clock)
+            if scheduled is None:
                 break
-            partial = partial or num_new < unknown
-            if self.spec is None:
-                plan.add(req, num_new)
-            else:
-                self._add_speculating(plan, req, num_new)
-            budget -= num_new
-        self._partial = partial or starved
+            budget -= scheduled
         self._add_cohort_step(plan, clock, 1)
         return budget
+
+    def _run_in_order(self, plan: StepPlan, clock: int, budget: int) -> int:
+        """vLLM v1's running pass over every running request in turn, the cohort's members
+        included: a member's token takes one token of budget and, at its block crossing, a
+        block (preempting the last running request while none is free). ``_running_pass``
+        proved that the budget reaches every member."""
+        lazy = self.lazy
+        order = lazy.in_order(self.running, clock)
+        for i in range(len(order)):
+            req, member = order[i]
+            if req not in lazy.seq:  # preempted in this pass (victims leave from the tail)
+                break
+            if budget <= 0:
+                assert all(m is None for _, m in order[i:]), "a member without budget"
+                self._partial = True  # (starved: left for a later step)
+                break
+            if member is not None:
+                if not self._member_fits_preempting(plan, member, clock):
+                    break
+                if lazy.steps_at(member, clock):
+                    lazy.step_member(member, clock)
+                budget -= 1
+                continue
+            scheduled = self._schedule_explicit(plan, req, budget, clock)
+            if scheduled is None:
+                break
+            budget -= scheduled
+        return budget
+
+    def _member_fits_preempting(self, plan: StepPlan, member: Member, clock: int) -> bool:
+        """Make room for a member's token at ``clock``, preempting the last running request
+        until it fits; ``False`` when the member itself was preempted."""
+        lazy = self.lazy
+        while not lazy.member_fits(member, clock):
+            if self._preempt_last(plan, clock) is member.request:
+                return False
+        return True
+
+    def _schedule_explicit(
+        self, plan: StepPlan, req: Request, budget: int, clock: int
+    ) -> int | None:
+        """Schedule an explicit running request's chunk (``_running_chunk``) within ``budget``:
+        the tokens it computes (0: nothing to compute), ``None`` when it was preempted (the
+        pass stops). A chunk that leaves some of what it knows for later marks the step
+        partial."""
+        num_new, unknown = self._running_chunk(req, budget)
+        if num_new <= 0:
+            return 0
+        if not self._allocate_preempting(plan, req, req.num_computed_tokens + num_new, clock):
+            return None
+        if self.spec is None:
+            plan.add(req, num_new)
+        else:
+            self._add_speculating(plan, req, num_new)
+        if num_new < unknown:
+            self._partial = True
+        return num_new
 
     _ran_any = False  # speculative decoding: the running pass scheduled a request
     _prefill_ran = False  # ... and one of them was mid-prefill (vLLM's prefill_scheduled)
@@ -151,32 +214,36 @@ class V1Scheduler(SchedulerCore):
             return
         plan.work_drafting_seqs += 1
 
-    def _allocate_preempting(self, plan: StepPlan, req: Request, num_tokens: int) -> bool:
+    def _allocate_preempting(
+        self, plan: StepPlan, req: Request, num_tokens: int, clock: int
+    ) -> bool:
         """Allocate ``num_tokens`` for a running request, preempting the last running request
         (recompute) until it fits; ``False`` when the request itself was preempted."""
         while not self._allocate(req, num_tokens):
-            victim = self._pop_last_running()
-            self._preempt_recompute(victim)
-            plan.num_preempted += 1
-            if victim is req:
+            if self._preempt_last(plan, clock) is req:
                 return False
         return True
 
-    def _cohort_steps(self, budget: int) -> bool:
-        """Whether this step can run with the cohort's members in bulk: the budget reaches
-        every member and the pool holds every allocation, so handling each running request one
-        by one could not preempt nor leave a member without its token.
+    def _running_pass(self, budget: int) -> int:
+        """How this step's running pass handles the cohort's members: ``BULK`` when the budget
+        reaches every member and the pool holds every allocation, so handling each running
+        request one by one could neither preempt nor leave a member without its token;
+        ``IN_ORDER`` when the budget reaches every member but an allocation may fail (members
+        then take their turns, ``_run_in_order``); ``FLUSH`` when the budget may run out before
+        a member's turn.
 
         The budget goes to the running requests in running order; giving every member its
         token first is the same as long as no member comes after the explicit request at which
-        the budget runs out (the *boundary*).
+        the budget runs out (the *boundary*). Preemptions only take requests from behind the
+        one being handled, so they change no survivor's share of the budget.
         """
         allocator, lazy = self.allocator, self.lazy
         cohort = lazy.cohort
         left = budget - len(cohort)  # for the others once every member has its token
         if left < 0:
-            return False
+            return FLUSH
         need = 0
+        fits = True
         boundary: Request | None = None
         others = lazy.others
         for req in others:
@@ -185,21 +252,24 @@ class V1Scheduler(SchedulerCore):
                 break
             num_new, _ = self._running_chunk(req, left)
             if num_new <= 0:
-                return False  # never for a running request; the one-by-one pass knows
+                return FLUSH  # never for a running request; the one-by-one pass knows
             if num_new >= left:
                 boundary = req
-            computed = req.num_computed_tokens
-            if not allocator.can_allocate(req, computed + num_new):
-                return False
-            need += allocator.num_slots_needed(req, computed + num_new)
+            if fits:
+                computed = req.num_computed_tokens
+                fits = allocator.can_allocate(req, computed + num_new)
+                if fits:
+                    need += allocator.num_slots_needed(req, computed + num_new)
             left -= num_new
         if boundary is not None:
             running = list(self.running)  # (rare: a budget that runs out)
             after = len(running) - running.index(boundary) - 1
             others_after = len(others) - list(others).index(boundary) - 1
             if after != others_after:
-                return False  # a member after the boundary would get no token
-        return need + lazy.touched_slots_needed(cohort.clock) <= allocator.num_free_tokens
+                return FLUSH  # a member after the boundary would get no token
+        if fits and need + lazy.touched_slots_needed(cohort.clock) <= allocator.num_free_tokens:
+            return BULK
+        return IN_ORDER
 
     def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
         allocator, waiting = self.allocator, self.waiting
