@@ -6,11 +6,14 @@ advanced by the cohort's clock, its ``Request`` counters stale until it is touch
 branches every step, or one the allocator must see at every token). A step's running pass
 handles the explicit requests one by one by the profile's rule and the members in bulk: they
 each decode one token, and only those whose step needs the allocator (a block crossing that is
-not pooled, a block that fills and is cached) are touched, in running order. Whatever the bulk
-step cannot prove equal to handling every request one by one (a preemption, a token budget that
-runs out before the last member's turn) *flushes* the cohort first (every member's counters and
-table written back), so the profile's rule then sees every request; after that step the steady
-decoders join again.
+not pooled, a block that fills and is cached) are touched, in running order. A step the bulk
+pass cannot prove free of preemptions takes every running request in turn (``in_order``): the
+members stay in the cohort, each taking its block at its turn, and only those preempted leave
+it (``release_unstepped``). Anything else neither can prove equal to handling every request
+one by one (a token budget that runs out before a member's turn, a member whose growth the
+allocator makes itself) *flushes* the cohort first (every member's counters and table written
+back), so the profile's rule then sees every request; after that step the steady decoders join
+again.
 
 Running order is kept by a sequence number given when a request starts running (the order of
 ``SchedulerCore.running``). Allocations that register prefix-cache keys (a member filling a
