@@ -222,3 +222,13 @@ def test_sharegpt_beam_search_saving(width: int, paper_pct: float) -> None:
     _needs_sharegpt()
     saved = _sharegpt_saving(beam_width=width)
     assert abs(saved - paper_pct) <= 2.0, saved
+
+
+def test_fig2_caption_names_files_not_paths() -> None:
+    from kvsim.study.paper.fig2 import file_names
+
+    assert (
+        file_names("lengths from /data/traces/sharegpt_opt_firstturn_lengths.csv, prompts <= 2048")
+        == "lengths from sharegpt_opt_firstturn_lengths.csv, prompts <= 2048"
+    )
+    assert file_names("a table (/pkg/kvsim/data/sharegpt.parquet)") == "a table (sharegpt.parquet)"

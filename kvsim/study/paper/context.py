@@ -69,6 +69,11 @@ class Context:
             progress=self.progress,
             said=self.said,
         )
+        if report.num_skipped:
+            self.say(
+                f"sweep {experiment.name}: {report.num_skipped} point(s) reused from "
+                f"{report.folder} (finished before; delete the folder to rerun them)"
+            )
         if report.failures:
             lines = "; ".join(f"point {f.index} [{f.point}]: {f.error}" for f in report.failures)
             raise ValueError(f"{experiment.name}: {len(report.failures)} point(s) failed: {lines}")

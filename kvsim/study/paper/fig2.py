@@ -105,6 +105,11 @@ def view(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def file_names(text: str) -> str:
+    """``text`` with each absolute path cut to its file name (punctuation around it kept)."""
+    return re.sub(r"/\S*/([^/\s),]+)", r"\1", text)
+
+
 def figure(table: pd.DataFrame, source: str) -> Figure:
     """Stacked bars: each system simulated beside the paper's published stack."""
     rows, labels = [], []
@@ -119,7 +124,7 @@ def figure(table: pd.DataFrame, source: str) -> Figure:
         of="capacity",
         title="KV memory by category: kvsim vs PagedAttention paper, Figure 2",
     )
-    where = re.sub(r"\(?(/\S+/)([^/\s)]+)\)?", r"(\2)", source)  # file names, not paths
+    where = file_names(source)
     fig.supxlabel(  # a caption the layout leaves room for (below the rotated bar labels)
         textwrap.fill(
             f"paper: Kwon et al., SOSP 2023, Fig. 2 (vLLM: token states only); kvsim: {where}", 190
