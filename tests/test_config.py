@@ -85,9 +85,10 @@ def test_user_defined_model_and_preset_override(tmp_path):
             {"cache.gpu_memory_utilization": 1.5},
             r"cache\.gpu_memory_utilization: .*less than or equal to 1",
         ),
-        (  # 2,048 tokens x 800 KiB = 1.5625 GiB (three digits: 1.56); 0.01 GiB holds 13 tokens
+        (  # (2,048 / 16 + the null block) x 16 x 800 KiB = 1.5747 GiB, "1.58" rounded up (a
+            # minimum); 0.01 GiB holds 13 tokens
             {"cache.kv_cache_gib": 0.01},
-            r"scheduler\.max_model_len: one request of 2,048 tokens needs 1\.56 GiB of KV but the "
+            r"scheduler\.max_model_len: one request of 2,048 tokens needs 1\.58 GiB of KV but the "
             r"pool holds 13 tokens \(0\.01 GiB,",
         ),
         ({"cache.bogus": 1}, r"cache\.bogus: Extra inputs are not permitted"),
@@ -384,10 +385,27 @@ def test_gib_are_shown_to_three_significant_digits(num_bytes, shown):
     assert format_gib(num_bytes) == shown
 
 
+@pytest.mark.parametrize(
+    ("num_bytes", "shown"),
+    [
+        (2_048 * 800 * KiB, "1.57 GiB"),  # 1.5625 up
+        (2 * GiB, "2.0 GiB"),  # exact: unchanged
+        (GiB // 4, "0.25 GiB"),
+        (16 * GiB + 2 * 2**20, "16.1 GiB"),  # 16.002: "16.0" would not be enough
+        (70_554_000_000 * 2, "131.5 GiB"),  # 131.41 up, one decimal above 100
+    ],
+)
+def test_a_minimum_is_rounded_up(num_bytes, shown):
+    from kvsim.base.units import format_gib
+
+    assert format_gib(num_bytes, round_up=True) == shown
+
+
 def test_a_quarter_gib_budget_reads_as_such_in_the_error():
-    # 0.25 GiB / 128 KiB per token = 2,048 slots, short of one 131,072-token request (16 GiB)
+    # 0.25 GiB / 128 KiB per token = 2,048 slots, short of one 131,072-token request: 8,192
+    # blocks of 16 tokens + the null block = 8,193 x 2 MiB = 16.002 GiB, "16.1" rounded up
     with pytest.raises(
-        ValueError, match=r"16\.0 GiB of KV but the pool holds 2,048 tokens \(0\.25 GiB,"
+        ValueError, match=r"16\.1 GiB of KV but the pool holds 2,048 tokens \(0\.25 GiB,"
     ):
         config_from_dict(
             {"model": "llama-3.1-8b", "gpu": "h100-80gb", "cache": {"kv_cache_gib": 0.25}}

@@ -7,6 +7,7 @@ one token's keys and values across all layers (``ModelSpec.bytes_per_token`` byt
 
 from __future__ import annotations
 
+import math
 from typing import NewType
 
 Tokens = NewType("Tokens", int)
@@ -36,10 +37,14 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def format_gib(num_bytes: float) -> str:
+def format_gib(num_bytes: float, round_up: bool = False) -> str:
     """``num_bytes`` in GiB to three significant digits, one decimal at least: ``"0.25 GiB"``
-    (not ``"0.2"``), ``"1.56 GiB"``, ``"16.0 GiB"``, ``"131.4 GiB"``."""
+    (not ``"0.2"``), ``"1.56 GiB"``, ``"16.0 GiB"``, ``"131.4 GiB"``; ``round_up`` for an amount
+    that is a minimum (a budget given as the text is then enough: 3.0132 -> ``"3.02 GiB"``)."""
     value = num_bytes / GiB
+    if round_up and value > 0:
+        digits = 1 if abs(value) >= 100 else 2 - math.floor(math.log10(abs(value)))
+        value = math.ceil(round(value * 10**digits, 6)) / 10**digits
     text = f"{value:,.1f}" if abs(value) >= 100 else f"{value:#.3g}"
     if "e" not in text:  # "0.250" -> "0.25", "2.00" -> "2.0"
         text = text.rstrip("0")

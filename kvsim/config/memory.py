@@ -111,7 +111,8 @@ def check_memory(config: ConfigParts) -> None:
     if limit < config.max_model_len:
         raise ValueError(
             f"scheduler.max_model_len: one request of {config.max_model_len:,} tokens needs "
-            f"{_gib(_request_bytes(config, config.max_model_len))} of KV but the pool holds "
+            f"{_gib(_request_bytes(config, config.max_model_len), round_up=True)} of KV but the "
+            "pool holds "
             f"{config.capacity_tokens:,} tokens ({_gib(config.kv_cache_bytes)}, {where})"
             f"{_limit_note(config, limit)}; lower scheduler.max_model_len to at most {limit:,} or "
             "raise the KV budget"
@@ -119,13 +120,10 @@ def check_memory(config: ConfigParts) -> None:
 
 
 def _request_bytes(config: ConfigParts, num_tokens: int) -> int:
-    """KV bytes one request of ``num_tokens`` tokens needs (under hybrid KV cache groups, its
-    blocks in every group: ``kvsim.config.layers.request_blocks``)."""
-    groups = config.kv_groups
-    if groups is None:
-        return num_tokens * config.bytes_per_token
-    batched = config.engine_args.max_num_batched_tokens
-    return request_blocks(groups, num_tokens, batched) * groups.block_bytes
+    """The smallest KV budget, in bytes, that holds one request of ``num_tokens`` tokens
+    (``pool_tokens_for_request``: whole blocks, vLLM v1's null block, under hybrid KV cache
+    groups its blocks in every group)."""
+    return pool_tokens_for_request(config, num_tokens) * config.bytes_per_token
 
 
 def _budget_field(config: ConfigParts) -> str:
@@ -187,6 +185,10 @@ def pool_tokens_for_request(config: ConfigParts, num_tokens: int) -> int:
         return -((-(num_tokens // -tokens_per_page) * row_bytes) // -config.bytes_per_token)
     if cache.allocator not in PAGED_ALLOCATORS:
         return num_tokens
+    groups = config.kv_groups
+    if groups is not None:  # its blocks in every group and the null block (request_limit_tokens)
+        batched = config.engine_args.max_num_batched_tokens
+        return (request_blocks(groups, num_tokens, batched) + 1) * groups.block_size_tokens
     b = cache.block_size_tokens
     return (-(num_tokens // -b) + config.engine_args.reserve_null_block) * b
 
@@ -197,8 +199,16 @@ def _limit_note(config: ConfigParts, limit: int) -> str:
         return ""
     if maps_virtual_pages(config.cache.allocator):
         return f", of which whole pages of {_gib(config.cache.page_size_bytes)} hold {limit:,}"
-    b = config.cache.block_size_tokens
     null = "; block 0 is vLLM v1's null block" if config.engine_args.reserve_null_block else ""
+    groups = config.kv_groups
+    if groups is not None:  # every KV cache group takes its blocks from the one pool
+        b = groups.block_size_tokens
+        return (
+            f", of which one request can hold {limit:,} (the pool's "
+            f"{config.capacity_tokens // b:,} blocks of {b} tokens serve all "
+            f"{len(groups.groups)} KV cache groups{null})"
+        )
+    b = config.cache.block_size_tokens
     return f", of which requests can hold {limit:,} ({limit // b:,} blocks of {b} tokens{null})"
 
 

@@ -125,8 +125,8 @@ def test_the_longest_request_counts_every_groups_blocks():
     # cdiv(1024 - 1 + 8192, 16) + 1 = 577 (a step's chunk and the window before it).
     # 7 groups grow together up to 6,552 // 7 = 936 blocks > 577, so the sliding ones stop at 577:
     # the full group gets 6,552 - 6 x 577 = 3,090 blocks = 49,440 tokens; a 131,072-token request
-    # needs (8,192 + 3,462) x 1.25 MiB = 14.2 GiB
-    with pytest.raises(ValueError, match=r"needs 14\.2 GiB.*at most 49,440"):
+    # needs (8,192 + 3,462 + the null block) x 1.25 MiB = 14.228 GiB, "14.3" rounded up
+    with pytest.raises(ValueError, match=r"needs 14\.3 GiB.*at most 49,440"):
         SimConfig.model_validate(
             {"model": "gemma-3-27b", "gpu": "h100-80gb", "cache": {"kv_cache_gib": 8.0}}
         )
@@ -149,3 +149,28 @@ def test_offloading_hybrid_groups_is_refused_with_the_way_out():
     assert (
         SimConfig.model_validate({**full, "offload": {"kv_offloading_size": 16}}).kv_groups is None
     )
+
+
+def test_a_hybrid_pool_too_small_names_a_budget_that_fits():
+    # Qwen3-Next-80B-A3B on H200s with TP 4: 12 full-attention layers with 2 KV heads, so 1 per
+    # GPU (replicated) x 256 dims x K and V x 2 bytes = 1,024 bytes per token and layer, 12,288
+    # per token; a state layer's page per GPU is 1,097,728 / 4 = 274,432 bytes, so the block
+    # grows to the first multiple of 16 tokens whose page holds it: 272 (272 x 1,024 = 278,528),
+    # 272 x 12,288 = 3,342,336 bytes a block, shared by 1 full and 3 state groups.
+    # A 262,144-token request: cdiv(262,144, 272) = 964 full-group blocks + 1 in each state group
+    # + the null block = 968 blocks = 3,235,381,248 bytes = 3.0132 GiB, "3.02 GiB" rounded up.
+    # 3.01 GiB holds 263,017 tokens = 966 blocks (< 968); 3.02 GiB 263,891 tokens = 970 blocks.
+    spec = {
+        "model": "qwen3-next-80b-a3b",
+        "gpu": "h200",
+        "parallel": {"tensor_parallel_size": 4},
+        "scheduler": {"max_model_len": 262_144},
+    }
+    with pytest.raises(
+        ValueError,
+        match=r"needs 3\.02 GiB of KV .*the pool's 966 blocks of 272 tokens serve all 4 KV cache",
+    ):
+        SimConfig.model_validate({**spec, "cache": {"kv_cache_gib": 3.01}})
+    fits = SimConfig.model_validate({**spec, "cache": {"kv_cache_gib": 3.02}})
+    assert fits.kv_groups is not None
+    assert fits.kv_groups.block_size_tokens == 272
