@@ -52,6 +52,7 @@ def sweep(
         from kvsim.presets import experiments_dir
         from kvsim.study.experiment import load_experiment
         from kvsim.study.sweep import run_sweep
+        from kvsim.view.summary import SWEEP_DEFAULT_METRICS, sweep_table
 
         check_out_dir(out)
         warn_many_jobs(jobs)
@@ -73,6 +74,10 @@ def sweep(
             connect_timeout_s=connect_timeout,
         )
         stored = stored_table(report.folder / "summary.parquet")
+        if len(report.table):
+            metrics = spec.analysis.get("vs_metrics") or list(SWEEP_DEFAULT_METRICS)
+            swept = spec.swept_fields(quick=quick)
+            console.print(sweep_table(report.table, swept, metrics, spec.name))
         console.print(
             f"{report.folder}: {len(report.table)} points in "
             f"{stored.name if stored is not None else 'summary.parquet'} "

@@ -368,3 +368,43 @@ def _difference(key: str, va: Any, vb: Any) -> tuple[str, str]:
     shown_zero = format_metric(key, va) == format_metric(key, 0 * va)
     change = "" if not va or shown_zero else f"{100 * diff / abs(va):+.1f} %"
     return text, change
+
+
+SWEEP_DEFAULT_METRICS = (
+    "token_states_pct",
+    "time_to_first_token_seconds_p99",
+    "request_time_per_output_token_seconds_p99",
+    "num_preemptions",
+)
+
+
+def sweep_table(
+    table: Any, swept: list[str], metrics: list[str], title: str, max_rows: int = 40
+) -> Table:
+    """A sweep's points as a rich table: the swept fields, then ``metrics`` (those in the
+    summary; the experiment's ``analysis.vs_metrics``, or ``SWEEP_DEFAULT_METRICS``), one row a
+    point in sweep order, at most ``max_rows`` (the caption says how many were left out).
+
+    Args:
+        table: the sweep's summary (a DataFrame, one row a point).
+        swept: dotted config fields the experiment varies.
+        metrics: summary keys to show.
+        title: the table's title.
+        max_rows: rows shown at most.
+    """
+    fields = [f for f in swept if f in table.columns]
+    shown = [m for m in metrics if m in table.columns]
+    out = Table(title=title, title_justify="left")
+    for name in fields:
+        out.add_column(name)
+    for name in shown:
+        out.add_column(name.replace("_seconds", ""), justify="right")
+    records = table.to_dict("records")
+    for row in records[:max_rows]:
+        out.add_row(
+            *(format_metric(f, row.get(f)) for f in fields),
+            *(format_metric(m, row.get(m)) for m in shown),
+        )
+    if len(records) > max_rows:
+        out.caption = f"first {max_rows} of {len(records):,} points"
+    return out

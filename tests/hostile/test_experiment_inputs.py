@@ -338,3 +338,18 @@ def test_points_with_one_config_are_counted_in_a_warning(hostile, caplog) -> Non
         "seed=1); each config runs once and its row repeats in summary.parquet"
     ]
     assert "3 points in summary.parquet (2 run, 0 resumed, 0 failed)" in outcome.output
+
+
+def test_a_sweep_prints_its_points_swept_fields_and_metrics(hostile) -> None:
+    # 2 points: the swept field's values in order, the experiment's vs_metrics as columns
+    analysis = '[analysis]\nvs_metrics = ["num_preemptions", "token_utilization_perc"]\n'
+    grid = '[grid]\n"cache.block_size_tokens" = [16, 32]\n'
+    path = hostile.write("exp.toml", 'name = "e"\n' + BASE + grid + analysis)
+    outcome = hostile.run(["sweep", path, "--out", "out", "--no-progress"], code=0)
+    lines = outcome.output.splitlines()
+    header = next(line for line in lines if "cache.block_size_tokens" in line)
+    assert "num_preemptions" in header
+    assert "token_utilization_perc" in header
+    assert "time_to_first_token" not in header  # the experiment's metrics, not the defaults
+    rows = [line for line in lines if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == ["16", "32"]
