@@ -75,6 +75,25 @@ def test_store_offers_held_keys_as_nothing_new() -> None:
     assert tier.num_evicted_blocks == 0
 
 
+def test_a_load_in_flight_marks_the_keys_it_reads() -> None:
+    # keys 1-4 stored; a load reads 2 and 3: a range with either is being loaded until the
+    # load completes (vLLM OffloadingConnector: a hit on such a block waits, not loads twice)
+    tier = CpuTier(num_blocks=4)
+    stored(tier, [1, 2, 3, 4], ready_s=0.0)
+    keys = v([1, 2, 3, 4, 5])  # 5: not held
+    tier.prepare_load(v([2, 3]))
+    assert not tier.any_loading(keys, 0, 1)  # [1]
+    assert tier.any_loading(keys, 0, 2)  # [1, 2]
+    assert tier.any_loading(keys, 2, 5)  # [3, 4, 5]
+    assert not tier.any_loading(keys, 3, 5)  # [4, 5]
+    tier.prepare_load(v([3]))  # a second load reads 3
+    tier.complete_load(v([2, 3]))
+    assert not tier.any_loading(keys, 0, 2)
+    assert tier.any_loading(keys, 2, 3)  # still read by the second load
+    tier.complete_load(v([3]))
+    assert not tier.any_loading(keys, 0, 5)
+
+
 def test_link_serves_copies_in_order() -> None:
     """A 1 GB/s link: 0.5 GB at t=0 ends at 0.5 s; 0.25 GB queued at t=0.1 starts at 0.5 and
     ends at 0.75 s; 0.1 GB at t=2 (link idle) ends at 2.1 s."""

@@ -161,6 +161,15 @@ class CpuTier:
             found += 1
         return found
 
+    def any_loading(self, keys: vec[i64], start: int, stop: int) -> bool:
+        """Whether a load reads any of ``keys[start:stop]`` (held keys: ``prepare_load``)."""
+        ref_cnt = self._ref_cnt
+        for i in range(start, stop):
+            slot = self._find(keys[i])
+            if slot >= 0 and ref_cnt[slot] > 0:
+                return True
+        return False
+
     def occupancy(self, now_s: float) -> tuple[int, int, int, int]:
         """``(stored, storing, loading, free)`` blocks at ``now_s``: every block in one."""
         self._settle(now_s)

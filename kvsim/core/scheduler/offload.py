@@ -83,7 +83,6 @@ class OffloadConnector:
         self.now_s = 0.0  # the engine sets it before each step is planned
         self.loads: dict[Request, Load] = {}
         self.started: list[Request] = []  # loads started by the last plan (the engine takes)
-        self._being_loaded: dict[int, int] = {}  # tier key -> loads reading it
         self._next_store: dict[int, int] = {}  # req_id -> next block to offer the tier
         # the last request looked up: its id, its full blocks' keys, the tier's LRU version
         # after it touched them (a request's keys never change)
@@ -120,11 +119,8 @@ class OffloadConnector:
             self._touched_version = tier.lru_version
         start = gpu_hit_tokens // b
         hits = tier.lookup(keys, self.now_s, start)
-        if hits:
-            being = self._being_loaded
-            for i in range(start, start + hits):
-                if keys[i] in being:
-                    return None
+        if hits and tier.any_loading(keys, start, start + hits):
+            return None
         return hits * b
 
     def count_query(self, request: Request, hit_tokens: int) -> None:
@@ -142,9 +138,6 @@ class OffloadConnector:
         start = gpu_hit_tokens // b
         keys = self.allocator.block_keys(request, start, start + num_tokens // b)
         self.tier.prepare_load(keys)
-        being = self._being_loaded
-        for k in keys:
-            being[k] = being.get(k, 0) + 1
         done_s = self.cpu_to_gpu.submit(len(keys) * self.block_bytes, self.now_s)
         self.loads[request] = Load(keys, done_s, num_tokens)
         self.started.append(request)
@@ -164,15 +157,7 @@ class OffloadConnector:
 
     def finish_load(self, request: Request) -> None:
         """The request's load ended: release the tier blocks it read."""
-        load = self.loads.pop(request)
-        self.tier.complete_load(load.keys)
-        being = self._being_loaded
-        for k in load.keys:
-            left = being[k] - 1
-            if left:
-                being[k] = left
-            else:
-                del being[k]
+        self.tier.complete_load(self.loads.pop(request).keys)
 
     # -- stores ---------------------------------------------------------------------------------
     def store(self, requests: Iterable[Request], now_s: float) -> None:
