@@ -37,7 +37,10 @@ Each group of runs goes to a fresh process (``spawn``), so ``peak_rss_bytes`` is
 peak and no run inherits another's heap. Times cover the simulation only, from ``simulate``'s
 ``on_start`` (workload generation and the runnable check excluded), except ``vidur_v1_process``;
 the peak RSS covers the whole run, workload included, as ``kvsim run`` holds it (one copy).
-``cpu_s`` is the process's CPU time (user + system).
+``cpu_s`` is the process's CPU time (user + system). Each group runs ``--repeat`` times (3 by
+default), each time in a fresh process, and every figure is the fastest trial's (``cpu_s_trials``
+keeps them all; ``fastest_of``): on a machine shared with other work a trial can only be slowed
+down, by as much as a third on this project's 2-core guests.
 ``--sweep`` (and ``make bench``) also times ``experiments/block-size.toml`` with 1 and 2 workers
 (``benchmarks.bench_sweep``, the median of 9 alternating runs each), beside the machine's own
 2-process ceiling measured between them. Results go to ``OUT/bench.json``.
@@ -266,6 +269,23 @@ def run_group_in_fresh_process(runs: dict[str, dict[str, Any]]) -> dict[str, dic
         return pool.apply(run_group, (runs,))
 
 
+def fastest_of(trials: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each run's entry from the trial that took it the least CPU time (``cpu_s_trials``: every
+    trial's), its ratio to paged recomputed from the two minima: a machine shared with other
+    work only ever slows a run down, so the minimum is the run's own cost (as ``timeit``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in trials[0]:
+        entries = [t[name] for t in trials if name in t]
+        best = dict(min(entries, key=lambda e: e["cpu_s"]))
+        best["cpu_s_trials"] = [e["cpu_s"] for e in entries]
+        out[name] = best
+    paged = next((v for k, v in out.items() if k.endswith("_paged")), None)
+    if paged is not None and len(out) > 1:
+        for entry in out.values():
+            entry["cpu_ratio_to_paged"] = entry["cpu_s"] / paged["cpu_s"]
+    return out
+
+
 def time_fig2() -> dict[str, Any]:
     """CPU seconds of the simulations of ``experiments/fig2.toml``'s 16 points (``make
     reproduce``'s runs, without their memory-map snapshot), in this process."""
@@ -455,6 +475,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--large", action="store_true", help="also the 1 M-request runs")
     parser.add_argument("--sweep", action="store_true", help="also the 2-worker sweep speed-up")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="fresh processes per group; each figure is the fastest (default 3)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     path = args.out / "bench.json"
@@ -469,7 +495,8 @@ def main(argv: list[str] | None = None) -> None:
     for group, runs in groups.items():
         if args.only and group not in args.only:
             continue
-        for name, entry in run_group_in_fresh_process(runs).items():
+        trials = [run_group_in_fresh_process(runs) for _ in range(max(1, args.repeat))]
+        for name, entry in fastest_of(trials).items():
             report[name] = entry
             logger.info(
                 "%-30s %8d requests: %7.2f s CPU, %6.2f M decode tokens/CPU-s, "
@@ -484,10 +511,18 @@ def main(argv: list[str] | None = None) -> None:
                 else "",
             )
     if not args.only or "fig2" in args.only:
-        report["fig2"] = time_fig2_in_fresh_process()
+        fig2 = [time_fig2_in_fresh_process() for _ in range(max(1, args.repeat))]
+        report["fig2"] = {
+            **min(fig2, key=lambda e: e["cpu_s"]),
+            "cpu_s_trials": [e["cpu_s"] for e in fig2],
+        }
         logger.info("%-30s 16 points: %.2f s CPU", "fig2", report["fig2"]["cpu_s"])
     if not args.only or "process" in args.only:
-        report["vidur_v1_process"] = time_whole_process(VIDUR_V1)
+        whole = [time_whole_process(VIDUR_V1) for _ in range(max(1, args.repeat))]
+        report["vidur_v1_process"] = {
+            **min(whole, key=lambda e: e["wall_s"]),
+            "wall_s_trials": [e["wall_s"] for e in whole],
+        }
         logger.info(
             "%-30s whole process %.2f s wall",
             "vidur_v1_process",
