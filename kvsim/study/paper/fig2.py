@@ -33,10 +33,16 @@ def lengths_source() -> str:
     try:
         path, _ = resolve_trace("sharegpt_opt")
     except DataNotFoundError:
+        from kvsim.workload.catalog import data_dir, data_dir_searched
+
+        try:
+            where = str(data_dir())
+        except DataNotFoundError:
+            where = data_dir_searched()
         table = shipped_table_path("sharegpt_opt")
         return (
-            f"no trace file in KVSIM_DATA: the paper's ShareGPT lengths from the joint length "
-            f"table shipped with kvsim ({table})"
+            f"no trace file (looked in {where}): the paper's ShareGPT lengths from the joint "
+            f"length table shipped with kvsim ({table})"
         )
     return f"the paper's ShareGPT lengths from {path}{paper_filter(path)}"
 
