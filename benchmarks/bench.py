@@ -269,16 +269,19 @@ def run_group_in_fresh_process(runs: dict[str, dict[str, Any]]) -> dict[str, dic
         return pool.apply(run_group, (runs,))
 
 
+def fastest(entries: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The entry with the least ``key`` (seconds), with every entry's as ``KEY_trials``: a
+    machine shared with other work only ever slows a trial down, so the minimum is the run's
+    own cost (as ``timeit``)."""
+    return {**min(entries, key=lambda e: e[key]), f"{key}_trials": [e[key] for e in entries]}
+
+
 def fastest_of(trials: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Each run's entry from the trial that took it the least CPU time (``cpu_s_trials``: every
-    trial's), its ratio to paged recomputed from the two minima: a machine shared with other
-    work only ever slows a run down, so the minimum is the run's own cost (as ``timeit``)."""
+    """Each run's fastest entry over the trials of its group (``fastest``, by CPU time), its
+    ratio to paged recomputed from the two minima."""
     out: dict[str, dict[str, Any]] = {}
     for name in trials[0]:
-        entries = [t[name] for t in trials if name in t]
-        best = dict(min(entries, key=lambda e: e["cpu_s"]))
-        best["cpu_s_trials"] = [e["cpu_s"] for e in entries]
-        out[name] = best
+        out[name] = fastest([t[name] for t in trials if name in t], "cpu_s")
     paged = next((v for k, v in out.items() if k.endswith("_paged")), None)
     if paged is not None and len(out) > 1:
         for entry in out.values():
@@ -482,6 +485,7 @@ def main(argv: list[str] | None = None) -> None:
         help="fresh processes per group; each figure is the fastest (default 3)",
     )
     args = parser.parse_args(argv)
+    repeat = max(1, args.repeat)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     path = args.out / "bench.json"
     report: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
@@ -495,7 +499,7 @@ def main(argv: list[str] | None = None) -> None:
     for group, runs in groups.items():
         if args.only and group not in args.only:
             continue
-        trials = [run_group_in_fresh_process(runs) for _ in range(max(1, args.repeat))]
+        trials = [run_group_in_fresh_process(runs) for _ in range(repeat)]
         for name, entry in fastest_of(trials).items():
             report[name] = entry
             logger.info(
@@ -511,18 +515,11 @@ def main(argv: list[str] | None = None) -> None:
                 else "",
             )
     if not args.only or "fig2" in args.only:
-        fig2 = [time_fig2_in_fresh_process() for _ in range(max(1, args.repeat))]
-        report["fig2"] = {
-            **min(fig2, key=lambda e: e["cpu_s"]),
-            "cpu_s_trials": [e["cpu_s"] for e in fig2],
-        }
+        report["fig2"] = fastest([time_fig2_in_fresh_process() for _ in range(repeat)], "cpu_s")
         logger.info("%-30s 16 points: %.2f s CPU", "fig2", report["fig2"]["cpu_s"])
     if not args.only or "process" in args.only:
-        whole = [time_whole_process(VIDUR_V1) for _ in range(max(1, args.repeat))]
-        report["vidur_v1_process"] = {
-            **min(whole, key=lambda e: e["wall_s"]),
-            "wall_s_trials": [e["wall_s"] for e in whole],
-        }
+        whole = [time_whole_process(VIDUR_V1) for _ in range(repeat)]
+        report["vidur_v1_process"] = fastest(whole, "wall_s")
         logger.info(
             "%-30s whole process %.2f s wall",
             "vidur_v1_process",

@@ -28,6 +28,19 @@ from typer.core import TyperGroup
 # keeps the widest (the Figure 2 table, `kvsim compare`) whole. COLUMNS still wins.
 _LOG_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120
 console = Console(soft_wrap=True, width=_LOG_WIDTH)  # paths and messages on one line in logs
+
+
+def print_whole(renderable: Any) -> None:
+    """Print on ``console``, off a terminal as wide as ``renderable`` needs (a table wider than
+    the log width would otherwise have its cells cut); a terminal wraps it to its width."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    wide = console.options.update(max_width=10_000)
+    width = max(console.width, console.measure(renderable, options=wide).maximum)
+    Console(width=width, file=console.file, soft_wrap=True).print(renderable)
+
+
 err_console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 

@@ -7,11 +7,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from kvsim.base.tablefile import stored_table
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S
-from kvsim.cli.common import check_out_dir, console, err_console, guard, warn_many_jobs
+from kvsim.cli.common import (
+    check_out_dir,
+    console,
+    err_console,
+    guard,
+    print_whole,
+    warn_many_jobs,
+)
 
 
 def sweep(
@@ -78,13 +84,7 @@ def sweep(
         if len(report.table):
             metrics = spec.analysis.get("vs_metrics") or list(SWEEP_DEFAULT_METRICS)
             swept = spec.swept_fields(quick=quick)
-            table = sweep_table(report.table, swept, metrics, spec.name)
-            out_console = console
-            if not console.is_terminal:  # into a file or pipe: as wide as the table needs
-                wide = console.options.update(max_width=10_000)
-                width = max(console.width, console.measure(table, options=wide).maximum)
-                out_console = Console(width=width, file=console.file)
-            out_console.print(table)
+            print_whole(sweep_table(report.table, swept, metrics, spec.name))
         console.print(
             f"{report.folder}: {len(report.table)} points in "
             f"{stored.name if stored is not None else 'summary.parquet'} "

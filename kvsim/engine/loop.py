@@ -196,8 +196,7 @@ class Engine:
         self._arrived()
 
     def _arrived(self) -> None:
-        if not self._wake.triggered:
-            self._wake.succeed()
+        self._wake_loop()
         event = self._in_flight
         if event is None or not event.cuttable:
             return
@@ -207,8 +206,9 @@ class Engine:
             assert self.process is not None, "a handed engine runs as its process"
             self.process.interrupt()
 
-    def _ring(self, event: simpy.Event) -> None:
-        """An idle lone engine's next arrival is due: wake the loop (unless a load's end did)."""
+    def _wake_loop(self, _event: simpy.Event | None = None) -> None:
+        """Wake an idle loop (a request handed over, a load's end, or, as an event callback, a
+        lone engine's next arrival), unless something woke it already."""
         if not self._wake.triggered:
             self._wake.succeed()
 
@@ -253,13 +253,12 @@ class Engine:
             if self._staged:
                 self._release_staged()
             if not self.scheduler.has_work():
+                if to_arrive and self.offload is None:  # a lone engine: nothing else wakes it
+                    yield env.timeout(to_arrive[0].arrival_time_s - now)
+                    continue
                 wake = self._wake = env.event()
-                if to_arrive:  # a lone engine: until the next arrival (or a load's end)
-                    delay_s = to_arrive[0].arrival_time_s - now
-                    if self.offload is None:
-                        yield env.timeout(delay_s)
-                        continue
-                    env.timeout(delay_s).callbacks.append(self._ring)
+                if to_arrive:  # until the next arrival, or a CPU-tier load's end
+                    env.timeout(to_arrive[0].arrival_time_s - now).callbacks.append(self._wake_loop)
                 yield wake
                 continue
             if self.offload is not None:
@@ -338,8 +337,7 @@ class Engine:
         self.offload.finish_load(req)
         self.scheduler.waiting.appendleft(req)
         self._parked.add(req)
-        if not self._wake.triggered:
-            self._wake.succeed()
+        self._wake_loop()
 
     def _drop_parked(self) -> None:
         """Nothing runs, no load is in flight, and the waiting head cannot be admitted while

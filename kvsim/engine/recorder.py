@@ -36,6 +36,27 @@ if TYPE_CHECKING:
 # MemoryRecorder's columns by type, each in MEMORY_COLUMNS order (the slot columns last)
 _FLOAT_ORDER = tuple(c for c in MEMORY_COLUMNS if c in FLOAT_COLUMNS)
 _INT_ORDER = tuple(c for c in MEMORY_COLUMNS if c not in FLOAT_COLUMNS)
+# the positions ``MemoryRecorder._append_row`` writes (a column added or moved must fail here)
+assert _FLOAT_ORDER == (
+    "time_s",
+    "duration_s",
+    "num_requests_waiting",
+    "token_states",
+    "reservation",
+    "internal_fragmentation",
+    "external_fragmentation",
+    "free",
+    "allocated",
+    "held",
+    "unshared",
+), _FLOAT_ORDER
+assert _INT_ORDER == (
+    "num_steps",
+    "num_requests_running",
+    "num_prefills",
+    "num_preempted",
+    "num_blocked_steps",
+), _INT_ORDER
 
 
 class QueueHead:

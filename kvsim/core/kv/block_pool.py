@@ -52,8 +52,6 @@ from mypy_extensions import i64
 from kvsim.core.kv.keymap import EMPTY, GONE, find_cell, probe_insert
 
 _COMPACT_AT: Final = 4096  # drop consumed queue entries once the head passes this many (and half)
-_EMPTY: Final = EMPTY  # a map slot never used (``kvsim.core.kv.keymap``)
-_GONE: Final = GONE  # a map slot whose key was evicted (probes go on past it)
 
 
 class BlockPool:
@@ -88,8 +86,8 @@ class BlockPool:
             # at half: a lookup probes about 2.5 slots (linear probing, Knuth)
             capacity *= 2
         self._mask: i64 = capacity - 1
-        # slot i: its key at 2i, its block (or _EMPTY, _GONE) at 2i + 1: one cache line a probe
-        self._slots: vec[i64] = vec[i64]([_EMPTY] * (2 * capacity))  # keys unread while empty
+        # slot i: its key at 2i, its block (or EMPTY, GONE) at 2i + 1: one cache line a probe
+        self._slots: vec[i64] = vec[i64]([EMPTY] * (2 * capacity))  # keys unread while empty
         self._slot_of: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's slot
         self._num_gone = 0
         self.num_free = num_blocks
@@ -185,7 +183,7 @@ class BlockPool:
             self._dups.setdefault(key, []).append(block_id)
             self._num_dups += 1
             return
-        if slots[2 * i + 1] == _GONE:
+        if slots[2 * i + 1] == GONE:
             self._num_gone -= 1
         slots[2 * i] = key
         slots[2 * i + 1] = block_id
@@ -198,7 +196,7 @@ class BlockPool:
         """Rebuild the map without its evicted slots."""
         slots = self._slots
         for i in range(1, len(slots), 2):
-            slots[i] = _EMPTY
+            slots[i] = EMPTY
         self._num_gone = 0
         self._num_keyed = 0
         keyed, slot_of = self._keyed, self._slot_of
@@ -278,7 +276,7 @@ class BlockPool:
             self._slots[2 * slot + 1] = successor
             self._slot_of[successor] = slot
         else:
-            self._slots[2 * slot + 1] = _GONE
+            self._slots[2 * slot + 1] = GONE
             self._num_keyed -= 1
             self._num_gone += 1
         if dups is not None and not dups:

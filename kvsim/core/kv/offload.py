@@ -34,8 +34,6 @@ from mypy_extensions import i64
 from kvsim.core.kv.keymap import EMPTY, GONE, find_cell, probe_insert
 
 _COMPACT_SLACK: Final = 4096  # log entries allowed beyond twice the held keys
-_EMPTY: Final = EMPTY  # a key-map cell never used (``kvsim.core.kv.keymap``)
-_GONE: Final = GONE  # a key-map cell whose key was evicted (probes go on past it)
 
 
 def distinct(keys: vec[i64]) -> vec[i64]:
@@ -118,7 +116,7 @@ class CpuTier:
         self.num_blocks = num_blocks
         self._num_held = 0
         self._mask: i64 = 15  # key-map cells - 1 (a power of two; grows with the held keys)
-        self._cells: vec[i64] = vec[i64]([_EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
+        self._cells: vec[i64] = vec[i64]([EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
         self._num_gone = 0  # cells of evicted keys
         self._key: vec[i64] = vec[i64]()  # slot -> key (slots grow up to num_blocks)
         self._cell: vec[i64] = vec[i64]()  # slot -> its key's cell
@@ -221,7 +219,7 @@ class CpuTier:
             return None
         cells, cell, stamp, free_slots = self._cells, self._cell, self._stamp, self._free_slots
         for slot in victims:
-            cells[2 * cell[slot] + 1] = _GONE
+            cells[2 * cell[slot] + 1] = GONE
             stamp[slot] = -1  # its log entry is stale now
             free_slots = append(free_slots, slot)
         self._free_slots = free_slots
@@ -291,7 +289,7 @@ class CpuTier:
         i, found = probe_insert(cells, self._mask, key)
         if found:
             raise RuntimeError(f"CPU tier invariant violated: key {key} stored twice")
-        if cells[2 * i + 1] == _GONE:
+        if cells[2 * i + 1] == GONE:
             self._num_gone -= 1
         cells[2 * i] = key
         cells[2 * i + 1] = slot
@@ -303,7 +301,7 @@ class CpuTier:
         num_cells = 16
         while num_cells < 4 * num_keys:
             num_cells *= 2
-        self._cells = vec[i64]([_EMPTY] * (2 * num_cells))  # (keys unread while empty)
+        self._cells = vec[i64]([EMPTY] * (2 * num_cells))  # (keys unread while empty)
         self._mask = num_cells - 1
         self._num_gone = 0
         stamp, key_of, cell = self._stamp, self._key, self._cell
@@ -379,5 +377,5 @@ class CpuTier:
         assert live == len(slots), f"{live} live log entries != {len(slots)} held keys"
         assert len(self._free_slots) + len(slots) == len(self._key), "a slot leaked"
         cells = self._cells
-        gone = sum(cells[i] == _GONE for i in range(1, len(cells), 2))
+        gone = sum(cells[i] == GONE for i in range(1, len(cells), 2))
         assert gone == self._num_gone, f"{gone} evicted cells != {self._num_gone} counted"

@@ -55,9 +55,10 @@ class StepPlan:
         swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
         all_running_scheduled: every running request computes in step 0 (the scheduled ones
             and the cohort's members).
-        work: step 0's ``(new tokens, context tokens, attention pairs, sequences, drafting
-            sequences)`` sums (``StepCostModel.step_s``), accumulated by ``add`` in the
-            ``work_*`` fields (native floats: a list of floats boxes a float at every ``+=``).
+        work_new_tokens, work_context_tokens, work_attention_pairs, work_seqs,
+            work_drafting_seqs: step 0's sums for ``StepCostModel.step_s`` (its arguments, in
+            order), accumulated by ``add`` (native floats: a list of floats would box a float
+            at every ``+=``).
         cohort_clock: the cohort's clock when the plan was made.
         cohort_advance: decode steps the cohort takes in step 0 (0 or 1).
         num_cohort: cohort members decoding in step 0.
@@ -108,17 +109,6 @@ class StepPlan:
         self.cohort_advance = 0
         self.num_cohort = 0
         self.span = None
-
-    @property
-    def work(self) -> tuple[float, float, float, float, float]:
-        """Step 0's work sums, in ``StepCostModel.step_s``'s argument order."""
-        return (
-            self.work_new_tokens,
-            self.work_context_tokens,
-            self.work_attention_pairs,
-            self.work_seqs,
-            self.work_drafting_seqs,
-        )
 
     def tokens_by_request(self) -> dict[Request, int]:
         """Each scheduled request's tokens in step 0 (indexed, not ``zip(strict=True)``, which

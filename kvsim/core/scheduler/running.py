@@ -216,8 +216,9 @@ class LazyDecodes:
         self, running: dict[Request, None], clock: int
     ) -> list[tuple[Request, Member | None]]:
         """Every running request of a step at ``clock`` with its member (``None`` for an
-        explicit one), in running order, for a pass that checks each of them (vLLM v0's decode
-        check under pressure, ``V0Scheduler``). The pooled members' blocks are counted now
+        explicit one), in running order, for a pass that checks each of them (a step that may
+        preempt: ``V0Scheduler._decode_in_order``, ``V1Scheduler._run_in_order``; only when
+        ``takes_turns``). The pooled members' blocks are counted now
         (``allocate_pooled``) and taken in turn (``step_member``, where ``steps_at`` says);
         a member preempted before its turn leaves by ``release_unstepped``."""
         self.cohort.allocate_pooled(clock, 1)
@@ -235,9 +236,11 @@ class LazyDecodes:
             return member.cross == residue
         return self.cohort.is_touched(member, residue)
 
-    def has_exact(self) -> bool:
-        """Whether a member's growth is made by the allocator itself (``DECODE_EXACT``)."""
-        return bool(self._exact)
+    def takes_turns(self) -> bool:
+        """Whether an ``in_order`` pass may keep the members in the cohort: a paged pool (a
+        member's step takes at most its block, checked by ``member_fits``) and no member whose
+        growth the allocator makes itself (``DECODE_EXACT``)."""
+        return self.allocator.paged and not self._exact
 
     def step_member(self, member: Member, clock: int) -> None:
         """A member's allocation in the step at ``clock`` (``step_order``): its pooled block,

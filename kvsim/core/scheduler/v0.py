@@ -161,7 +161,7 @@ class V0Scheduler(SchedulerCore):
         if lazy.cohort.members and self._cohort_decodes():
             self._decode_in_bulk(plan, clock)
         else:
-            if lazy.cohort.members and (not self.allocator.paged or lazy.has_exact()):
+            if lazy.cohort.members and not lazy.takes_turns():
                 lazy.flush(self.running)  # a member's growth may fail: everyone one by one
             self._decode_in_order(plan, clock)
         self._add_cohort_step(plan, clock, 1)

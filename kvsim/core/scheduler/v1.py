@@ -108,8 +108,7 @@ class V1Scheduler(SchedulerCore):
             # (with CPU offloading a running request's full blocks are offered to the tier when
             # it is scheduled on its own: a step that may preempt keeps scheduling every running
             # request on its own, as the store rule was measured with; kvsim.core.scheduler.offload)
-            in_order = self.allocator.paged and not lazy.has_exact() and self.offload is None
-            if kind == IN_ORDER and in_order:
+            if kind == IN_ORDER and lazy.takes_turns() and self.offload is None:
                 budget = self._run_in_order(plan, clock, budget)
                 self._add_cohort_step(plan, clock, 1)
                 return budget
