@@ -59,11 +59,20 @@ def calibrate(
             "split ($KVSIM_REAL_VLLM; no GPU), choose on the validate split",
         ),
     ] = False,
+    parts: Annotated[
+        Path | None,
+        typer.Option(
+            help="time the step cost's parts with PyTorch instead (HBM read, GEMMs, SDPA, whole "
+            "synthetic steps; kvsim.calibrate.parts) and write their CSV files into this folder",
+        ),
+    ] = None,
     max_evaluations: Annotated[
         int, typer.Option(min=2, max=10_000, help="--from-runs: replays of the train set per fit")
     ] = 40,
     batch_sizes: Annotated[str, typer.Option(help="sequences per launch")] = "1,8,32,128",
-    contexts: Annotated[str, typer.Option(help="tokens per sequence")] = "256,1024,4096",
+    contexts: Annotated[
+        str, typer.Option(help="tokens per sequence")
+    ] = "64,256,1024,4096,16384,32768",
     block_sizes: Annotated[
         str, typer.Option(help="paged block sizes, tokens")
     ] = "1,2,4,8,16,32,64,128,256",
@@ -83,6 +92,17 @@ def calibrate(
             )
             raise typer.Exit(2)
         _FROM_RUNS[0](out, max_evaluations)
+        return
+    if parts is not None:
+        from kvsim.calibrate.parts import measure_parts
+
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            typer.echo("error: kvsim calibrate --parts needs PyTorch (not installed)", err=True)
+            raise typer.Exit(2) from None
+        for path in measure_parts(parts, say=typer.echo):
+            typer.echo(f"wrote {path}")
         return
     from kvsim.calibrate.run import CalibrationGrid, run_calibration
 

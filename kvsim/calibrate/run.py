@@ -35,8 +35,9 @@ class CalibrationGrid:
 
     Attributes:
         batch_sizes: sequences per launch.
-        context_tokens: tokens per sequence (multiples of every block size).
-        block_sizes: paged block sizes, tokens.
+        context_tokens: tokens per sequence (multiples of every block size not above them).
+        block_sizes: paged block sizes, tokens (those above a context are not timed there).
+        max_batch_tokens: largest batch x context timed (larger points are left out).
         shape: heads of the kernel (default Llama-3-8B-like GQA: 32 query, 8 KV heads, 128 dims).
         warmup: untimed launches per point.
         repeats: timed launches per point (the median is kept).
@@ -44,8 +45,9 @@ class CalibrationGrid:
     """
 
     batch_sizes: Sequence[int] = (1, 8, 32, 128)
-    context_tokens: Sequence[int] = (256, 1024, 4096)
+    context_tokens: Sequence[int] = (64, 256, 1024, 4096, 16384, 32768)
     block_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    max_batch_tokens: int = 1 << 20
     shape: KernelShape = field(default_factory=KernelShape)
     warmup: int = 3
     repeats: int = 20
@@ -53,7 +55,7 @@ class CalibrationGrid:
 
     def __post_init__(self) -> None:
         for ctx in self.context_tokens:
-            bad = [b for b in self.block_sizes if ctx % b]
+            bad = [b for b in self.block_sizes if b <= ctx and ctx % b]
             if bad:
                 raise ValueError(f"context_tokens {ctx} is not a multiple of block sizes {bad}")
 
@@ -166,12 +168,15 @@ def run_calibration(
     rows = []
     for batch in grid.batch_sizes:
         for ctx in grid.context_tokens:
-            rows += _time_point(cp, kernels, grid, rng, batch, ctx, lambda: flush_buf.fill(1))
+            if batch * ctx > grid.max_batch_tokens:
+                continue
+            point = _time_point(cp, kernels, grid, rng, batch, ctx, lambda: flush_buf.fill(1))
+            rows += point
             say(
                 f"batch {batch:4d} context {ctx:5d}: "
                 + " ".join(
                     f"B{int(r['block_size_tokens'])}={r['paged_s'] / r['contiguous_s']:.2f}"
-                    for r in rows[-len(grid.block_sizes) :]
+                    for r in point
                 )
             )
     return CalibrationTable(meta, rows)
@@ -206,7 +211,7 @@ def _time_point(
     )
     out = cp.empty_like(ref)
     rows = []
-    for block in grid.block_sizes:
+    for block in (b for b in grid.block_sizes if b <= ctx):
         tables = cp.asarray(make_block_tables(rng, batch, ctx, block))
         k_pool, v_pool = (
             scatter_to_pool(k, tables, block, cp),

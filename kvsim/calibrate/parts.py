@@ -1,0 +1,461 @@
+"""The step cost's parts timed on a GPU with PyTorch: HBM reads, GEMMs, SDPA, whole decode steps.
+
+``kvsim calibrate --parts DIR`` (``python -m kvsim.calibrate --parts DIR``) writes five CSV files
+into ``DIR``, each with the device, driver, CUDA, PyTorch versions and date as ``# key: value``
+lines (``parts_meta``):
+
+- ``hbm.csv``: a large contiguous read (a sum over a bf16 tensor) and a copy; attained bytes/s.
+- ``gemm.csv``: the linear layers of one tensor-parallel rank (``PART_MODELS``) at the token counts
+  of decode steps and prefill chunks, and one 8192^3 product; attained FLOP/s and bytes/s.
+- ``sdpa.csv``: ``scaled_dot_product_attention`` (bf16) at decode shapes (one query per sequence,
+  grouped-query heads folded into the query length) and at prefill shapes (causal chunk).
+- ``steps.csv``: a synthetic forward of every layer of the rank (RMSNorm, QKV, attention over a
+  contiguous KV cache, O, gate/up, SiLU, down; the LM head on each sequence's last token), each
+  layer its own weights, captured in a CUDA graph when capture works; the step the cost model
+  prices, without the scheduler, sampling or all-reduces.
+
+Every time is the median of ``repeats`` CUDA-event timings, the L2 cache flushed (a write over
+twice its size) before each. Tensors are random; only shapes and bytes matter to the times.
+PyTorch is imported lazily (it is not a kvsim dependency); on a machine without CUDA the module
+runs on the CPU with wall-clock timers (a dry run of shapes and files, not a measurement).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PartModel:
+    """The layer shapes of one tensor-parallel rank of a dense Llama-style model.
+
+    Attributes:
+        name: the kvsim model preset and tensor-parallel size it stands for.
+        hidden: residual width; heads, kv_heads: query and KV heads on the rank; head_dim.
+        intermediate: MLP width on the rank; vocab: LM-head rows on the rank; num_layers.
+    """
+
+    name: str
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    num_layers: int
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer of one transformer layer on the rank."""
+        qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
+        return {
+            "qkv": (self.hidden, qkv),
+            "o": (self.heads * self.head_dim, self.hidden),
+            "gate_up": (self.hidden, 2 * self.intermediate),
+            "down": (self.intermediate, self.hidden),
+        }
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V bytes of one token over all layers of the rank (bf16)."""
+        return 2 * self.num_layers * self.kv_heads * self.head_dim * 2
+
+
+# Hugging Face configs (meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-70b-hf): 7B has hidden 4096,
+# 32 layers, 32 heads of 128, intermediate 11008, vocab 32000; 70B has hidden 8192, 80 layers, 64
+# query and 8 KV heads, intermediate 28672. The 70B row is one rank of tensor-parallel size 4
+# (heads, MLP width and LM head split four ways), the configuration of the measured 70B runs.
+PART_MODELS = (
+    PartModel("llama-2-7b tp1", 4096, 32, 32, 128, 11008, 32000, 32),
+    PartModel("llama-2-70b tp4", 8192, 16, 2, 128, 7168, 8000, 80),
+)
+
+
+@dataclass(frozen=True)
+class PartsGrid:
+    """What ``measure_parts`` times (defaults: about two minutes of an H200).
+
+    Attributes:
+        gemm_tokens: tokens per linear-layer product.
+        decode_batches, decode_contexts: decode steps' sequences and tokens per sequence.
+        max_decode_tokens: largest batch x context timed (the KV cache of every layer is held).
+        prefill_chunks: prefill chunk lengths (one sequence, nothing cached before it).
+        hbm_bytes: bytes of the contiguous-read buffer.
+        warmup, repeats: untimed and timed launches per point (the median is kept).
+    """
+
+    gemm_tokens: Sequence[int] = (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    decode_batches: Sequence[int] = (1, 8, 32, 64, 128, 256)
+    decode_contexts: Sequence[int] = (128, 512, 2048, 8192)
+    max_decode_tokens: int = 65536
+    prefill_chunks: Sequence[int] = (128, 512, 2048, 8192)
+    hbm_bytes: int = 8 << 30
+    warmup: int = 3
+    repeats: int = 15
+
+
+class Timer:
+    """Median seconds of a launch: CUDA events with the L2 flushed on a GPU, else wall clock."""
+
+    def __init__(self, torch: Any, device: str, warmup: int, repeats: int) -> None:
+        self.torch, self.device, self.warmup, self.repeats = torch, device, warmup, repeats
+        self.cuda = device == "cuda"
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size if self.cuda else 1 << 20
+        self._flush = torch.empty(2 * l2, dtype=torch.uint8, device=device)
+
+    def __call__(self, launch: Callable[[], object]) -> float:
+        torch = self.torch
+        for _ in range(self.warmup):
+            launch()
+        times = []
+        for _ in range(self.repeats):
+            self._flush.fill_(1)
+            if self.cuda:
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                start.record()
+                launch()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e-3)
+            else:
+                t0 = time.perf_counter()
+                launch()
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        return float(times[len(times) // 2])
+
+
+def parts_meta(torch: Any, device: str) -> dict[str, str]:
+    """Device, driver, CUDA and PyTorch versions, multiprocessors, L2 bytes, UTC date."""
+    meta = {
+        "source": "measured" if device == "cuda" else "dry run on the CPU (not a measurement)",
+        "torch_version": torch.__version__,
+        "cuda_runtime": str(torch.version.cuda),
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+    }
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        meta.update(
+            device_name=props.name,
+            multiprocessors=str(props.multi_processor_count),
+            l2_cache_bytes=str(props.L2_cache_size),
+            memory_bytes=str(props.total_memory),
+        )
+        try:
+            meta["driver_version"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i=0"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=20,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            meta["driver_version"] = "unknown"
+    else:
+        meta.update(device_name="cpu", driver_version="none")
+    return meta
+
+
+def write_rows(path: Path, meta: dict[str, str], rows: Iterable[dict[str, object]]) -> Path:
+    """Write ``rows`` as CSV under ``# key: value`` metadata lines; returns ``path``."""
+    rows = list(rows)
+    with path.open("w", newline="") as f:
+        for key, value in meta.items():
+            f.write(f"# {key}: {value}\n")
+        if rows:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return path
+
+
+def time_hbm(torch: Any, timer: Timer, nbytes: int) -> list[dict[str, object]]:
+    """A sum over ``nbytes`` of bf16 (bytes read) and a copy of them (read + written)."""
+    n = nbytes // 2
+    x = torch.randn(n, dtype=torch.bfloat16, device=timer.device)
+    y = torch.empty_like(x)
+    rows = []
+    for op, moved, launch in (
+        ("sum", nbytes, lambda: torch.sum(x, dtype=torch.float32)),
+        ("copy", 2 * nbytes, lambda: y.copy_(x)),
+    ):
+        s = timer(launch)
+        rows.append({"op": op, "bytes": moved, "seconds": s, "bytes_per_s": moved / s})
+    return rows
+
+
+def time_gemms(
+    torch: Any, timer: Timer, models: Sequence[PartModel], tokens: Sequence[int]
+) -> list[dict[str, object]]:
+    """Each linear layer (and the LM head) of each model at each token count, and 8192^3."""
+    rows = []
+    dev = timer.device
+    for model in models:
+        shapes = dict(model.linear_shapes(), lm_head=(model.hidden, model.vocab))
+        for op, (k, n) in shapes.items():
+            w = torch.randn(k, n, dtype=torch.bfloat16, device=dev) * 0.02
+            for t in tokens:
+                x = torch.randn(t, k, dtype=torch.bfloat16, device=dev)
+                out = torch.empty(t, n, dtype=torch.bfloat16, device=dev)
+                s = timer(lambda x=x, out=out, w=w: torch.matmul(x, w, out=out))
+                moved = 2 * (k * n + t * k + t * n)
+                rows.append(_gemm_row(model.name, op, t, k, n, s, moved))
+            del w
+    big = 8192 if dev == "cuda" else 256
+    a = torch.randn(big, big, dtype=torch.bfloat16, device=dev)
+    b = torch.randn(big, big, dtype=torch.bfloat16, device=dev)
+    s = timer(lambda: torch.matmul(a, b))
+    rows.append(_gemm_row("square", "square", big, big, big, s, 6 * big * big))
+    return rows
+
+
+def _gemm_row(
+    model: str, op: str, t: int, k: int, n: int, s: float, moved: int
+) -> dict[str, object]:
+    flops = 2 * t * k * n
+    return {
+        "model": model,
+        "op": op,
+        "tokens": t,
+        "in_features": k,
+        "out_features": n,
+        "seconds": s,
+        "flops": flops,
+        "bytes": moved,
+        "flops_per_s": flops / s,
+        "bytes_per_s": moved / s,
+    }
+
+
+def _decode_points(grid: PartsGrid) -> list[tuple[int, int]]:
+    return [
+        (b, c)
+        for b in grid.decode_batches
+        for c in grid.decode_contexts
+        if b * c <= grid.max_decode_tokens
+    ]
+
+
+def time_sdpa(
+    torch: Any, timer: Timer, models: Sequence[PartModel], grid: PartsGrid
+) -> list[dict[str, object]]:
+    """One layer's attention: decode (one query per sequence over ``context`` keys) and prefill
+    (a causal chunk). KV bytes read and attention FLOPs (``4 * heads * head_dim`` per pair)."""
+    fn = torch.nn.functional
+    dev = timer.device
+    rows = []
+    for model in models:
+        group, d = model.heads // model.kv_heads, model.head_dim
+        for batch, ctx in _decode_points(grid):
+            # GQA folded: the group's query heads are one KV head's query rows (no mask needed).
+            q = torch.randn(batch, model.kv_heads, group, d, dtype=torch.bfloat16, device=dev)
+            k = torch.randn(batch, model.kv_heads, ctx, d, dtype=torch.bfloat16, device=dev)
+            v = torch.randn_like(k)
+            s = timer(lambda q=q, k=k, v=v: fn.scaled_dot_product_attention(q, k, v))
+            kv = 2 * k.numel() * 2
+            pairs = batch * ctx
+            rows.append(_sdpa_row(model, "decode", batch, 1, ctx, s, kv, pairs))
+            del q, k, v
+        for chunk in grid.prefill_chunks:
+            q = torch.randn(1, model.heads, chunk, d, dtype=torch.bfloat16, device=dev)
+            k = torch.randn(1, model.kv_heads, chunk, d, dtype=torch.bfloat16, device=dev)
+            v = torch.randn_like(k)
+            gqa = {"enable_gqa": True} if group > 1 else {}
+            s = timer(
+                lambda q=q, k=k, v=v, gqa=gqa: fn.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, **gqa
+                )
+            )
+            pairs = chunk * (chunk + 1) // 2
+            rows.append(_sdpa_row(model, "prefill", 1, chunk, chunk, s, 2 * k.numel() * 2, pairs))
+            del q, k, v
+    return rows
+
+
+def _sdpa_row(
+    model: PartModel, phase: str, batch: int, q_len: int, ctx: int, s: float, kv: int, pairs: int
+) -> dict[str, object]:
+    flops = 4 * model.heads * model.head_dim * pairs
+    return {
+        "model": model.name,
+        "phase": phase,
+        "batch": batch,
+        "query_tokens": q_len,
+        "context_tokens": ctx,
+        "seconds": s,
+        "kv_bytes": kv,
+        "flops": flops,
+        "bytes_per_s": kv / s,
+        "flops_per_s": flops / s,
+    }
+
+
+class SyntheticRank:
+    """Every layer of one rank with its own random bf16 weights, and a contiguous KV cache."""
+
+    def __init__(
+        self, torch: Any, model: PartModel, device: str, layers: int | None = None
+    ) -> None:
+        self.torch, self.model, self.device = torch, model, device
+        self.num_layers = layers or model.num_layers
+        shapes = model.linear_shapes()
+        self.weights = [
+            {
+                op: torch.randn(k, n, dtype=torch.bfloat16, device=device) * 0.02
+                for op, (k, n) in shapes.items()
+            }
+            for _ in range(self.num_layers)
+        ]
+        self.head = (
+            torch.randn(model.hidden, model.vocab, dtype=torch.bfloat16, device=device) * 0.02
+        )
+
+    def step(self, batch: int, q_len: int, ctx: int) -> Callable[[], object]:
+        """A launch of one forward: ``batch`` sequences of ``q_len`` new tokens over ``ctx``
+        tokens in all (decode: ``q_len = 1``; prefill: ``q_len = ctx``, causal)."""
+        torch, m, dev = self.torch, self.model, self.device
+        fn = torch.nn.functional
+        d, group = m.head_dim, m.heads // m.kv_heads
+        x = torch.randn(batch * q_len, m.hidden, dtype=torch.bfloat16, device=dev)
+        caches = [
+            (
+                torch.randn(batch, m.kv_heads, ctx, d, dtype=torch.bfloat16, device=dev),
+                torch.randn(batch, m.kv_heads, ctx, d, dtype=torch.bfloat16, device=dev),
+            )
+            for _ in range(self.num_layers)
+        ]
+        q_width, kv_width = m.heads * d, m.kv_heads * d
+        gqa = {"enable_gqa": True} if group > 1 else {}
+
+        def forward() -> object:
+            h = x
+            for w, (k_cache, v_cache) in zip(self.weights, caches, strict=True):
+                a = fn.rms_norm(h, (m.hidden,))
+                qkv = a @ w["qkv"]
+                q = qkv[:, :q_width]
+                if q_len == 1:  # decode: the new K/V row is written, the group folded
+                    k_new = qkv[:, q_width : q_width + kv_width]
+                    v_new = qkv[:, q_width + kv_width :]
+                    k_cache[:, :, ctx - 1] = k_new.reshape(batch, m.kv_heads, d)
+                    v_cache[:, :, ctx - 1] = v_new.reshape(batch, m.kv_heads, d)
+                    q4 = q.view(batch, m.kv_heads, group, d)
+                    o = fn.scaled_dot_product_attention(q4, k_cache, v_cache)
+                else:
+                    q4 = q.view(batch, q_len, m.heads, d).transpose(1, 2)
+                    o = fn.scaled_dot_product_attention(
+                        q4, k_cache, v_cache, is_causal=True, **gqa
+                    ).transpose(1, 2)
+                h = h + o.reshape(batch * q_len, q_width) @ w["o"]
+                a = fn.rms_norm(h, (m.hidden,))
+                gate, up = (a @ w["gate_up"]).chunk(2, dim=-1)
+                h = h + (fn.silu(gate) * up) @ w["down"]
+            last = h.view(batch, q_len, m.hidden)[:, -1]
+            return fn.rms_norm(last, (m.hidden,)) @ self.head
+
+        return forward
+
+
+def captured(
+    torch: Any, launch: Callable[[], object], device: str
+) -> tuple[Callable[[], object], bool]:
+    """``launch`` replayed from a CUDA graph when capture works (no launch overhead), else as is."""
+    if device != "cuda":
+        return launch, False
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                launch()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            launch()
+        return graph.replay, True
+    except Exception:  # a kernel that cannot be captured: time it eagerly and say so
+        torch.cuda.synchronize()
+        return launch, False
+
+
+def time_steps(
+    torch: Any,
+    timer: Timer,
+    models: Sequence[PartModel],
+    grid: PartsGrid,
+    layers: int | None = None,
+) -> list[dict[str, object]]:
+    """Whole synthetic forwards of each rank: every decode point and every prefill chunk."""
+    rows = []
+    for model in models:
+        rank = SyntheticRank(torch, model, timer.device, layers)
+        points = [("decode", b, 1, c) for b, c in _decode_points(grid)]
+        points += [("prefill", 1, c, c) for c in grid.prefill_chunks]
+        for phase, batch, q_len, ctx in points:
+            launch, graph = captured(torch, rank.step(batch, q_len, ctx), timer.device)
+            s = timer(launch)
+            rows.append(
+                {
+                    "model": model.name,
+                    "num_layers": rank.num_layers,
+                    "phase": phase,
+                    "batch": batch,
+                    "query_tokens": q_len,
+                    "context_tokens": ctx,
+                    "cuda_graph": int(graph),
+                    "seconds": s,
+                }
+            )
+            del launch
+            if timer.cuda:
+                torch.cuda.empty_cache()
+        del rank
+    return rows
+
+
+def measure_parts(
+    out_dir: Path,
+    grid: PartsGrid | None = None,
+    models: Sequence[PartModel] = PART_MODELS,
+    say: Callable[[str], None] = print,
+    layers: int | None = None,
+) -> list[Path]:
+    """Time every part on the current device and write the CSV files into ``out_dir``.
+
+    Args:
+        layers: layers per synthetic rank (default: the model's; fewer for a CPU dry run).
+
+    Returns:
+        The files written, in order (each written as soon as its part is timed).
+    """
+    import torch
+
+    grid = grid or PartsGrid()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = parts_meta(torch, device)
+    say(f"{meta['device_name']} (driver {meta['driver_version']}, torch {meta['torch_version']})")
+    timer = Timer(torch, device, grid.warmup, grid.repeats)
+    written = []
+    parts: list[tuple[str, Callable[[], list[dict[str, object]]]]] = [
+        ("hbm", lambda: time_hbm(torch, timer, grid.hbm_bytes)),
+        ("gemm", lambda: time_gemms(torch, timer, models, grid.gemm_tokens)),
+        ("sdpa", lambda: time_sdpa(torch, timer, models, grid)),
+        ("steps", lambda: time_steps(torch, timer, models, grid, layers)),
+    ]
+    for name, part in parts:
+        t0 = time.perf_counter()
+        rows = part()
+        written.append(write_rows(out_dir / f"{name}.csv", meta, rows))
+        say(f"{name}: {len(rows)} points in {time.perf_counter() - t0:.1f} s")
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return written
