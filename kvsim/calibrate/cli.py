@@ -40,7 +40,9 @@ def device_slug(name: str) -> str:
 
 
 FromRuns = Callable[[Path | None, int], None]
+FitParts = Callable[[Path, Path | None, str | None], None]
 _FROM_RUNS: list[FromRuns] = []  # the --from-runs fit, when the kvsim command registered one
+_FIT_PARTS: list[FitParts] = []  # the --fit-parts fit, likewise
 
 
 def calibrate(
@@ -65,6 +67,17 @@ def calibrate(
             help="time the step cost's parts with PyTorch instead (HBM read, GEMMs, SDPA, whole "
             "synthetic steps; kvsim.calibrate.parts) and write their CSV files into this folder",
         ),
+    ] = None,
+    fit_parts: Annotated[
+        Path | None,
+        typer.Option(
+            help="fit the step cost's GPU-side parameters on the steps timed by --parts in this "
+            "folder (no GPU) and write kvsim/data/calibration/<gpu>-steps.toml (or --out)",
+        ),
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="--fit-parts: the GPU preset (default: from the files' device name)"),
     ] = None,
     max_evaluations: Annotated[
         int, typer.Option(min=2, max=10_000, help="--from-runs: replays of the train set per fit")
@@ -92,6 +105,12 @@ def calibrate(
             )
             raise typer.Exit(2)
         _FROM_RUNS[0](out, max_evaluations)
+        return
+    if fit_parts is not None:
+        if not _FIT_PARTS:
+            typer.echo("error: --fit-parts needs the kvsim command (kvsim calibrate)", err=True)
+            raise typer.Exit(2)
+        _FIT_PARTS[0](fit_parts, out, gpu)
         return
     if parts is not None:
         from kvsim.calibrate.parts import measure_parts
@@ -135,9 +154,13 @@ def calibrate(
     typer.echo(f"wrote {out}")
 
 
-def register(app: typer.Typer, from_runs: FromRuns | None = None) -> None:
-    """Add the ``calibrate`` command to the ``kvsim`` app (``from_runs``: what ``--from-runs``
-    runs)."""
+def register(
+    app: typer.Typer, from_runs: FromRuns | None = None, fit_parts: FitParts | None = None
+) -> None:
+    """Add the ``calibrate`` command to the ``kvsim`` app (``from_runs``, ``fit_parts``: what
+    ``--from-runs`` and ``--fit-parts`` run)."""
     if from_runs is not None and not _FROM_RUNS:
         _FROM_RUNS.append(from_runs)
+    if fit_parts is not None and not _FIT_PARTS:
+        _FIT_PARTS.append(fit_parts)
     app.command("calibrate")(calibrate)

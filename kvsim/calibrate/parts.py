@@ -28,6 +28,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +207,7 @@ def time_gemms(
             for t in tokens:
                 x = torch.randn(t, k, dtype=torch.bfloat16, device=dev)
                 out = torch.empty(t, n, dtype=torch.bfloat16, device=dev)
-                s = timer(lambda x=x, out=out, w=w: torch.matmul(x, w, out=out))
+                s = timer(partial(torch.matmul, x, w, out=out))
                 moved = 2 * (k * n + t * k + t * n)
                 rows.append(_gemm_row(model.name, op, t, k, n, s, moved))
             del w
@@ -260,7 +261,7 @@ def time_sdpa(
             q = torch.randn(batch, model.kv_heads, group, d, dtype=torch.bfloat16, device=dev)
             k = torch.randn(batch, model.kv_heads, ctx, d, dtype=torch.bfloat16, device=dev)
             v = torch.randn_like(k)
-            s = timer(lambda q=q, k=k, v=v: fn.scaled_dot_product_attention(q, k, v))
+            s = timer(partial(fn.scaled_dot_product_attention, q, k, v))
             kv = 2 * k.numel() * 2
             pairs = batch * ctx
             rows.append(_sdpa_row(model, "decode", batch, 1, ctx, s, kv, pairs))
@@ -270,11 +271,7 @@ def time_sdpa(
             k = torch.randn(1, model.kv_heads, chunk, d, dtype=torch.bfloat16, device=dev)
             v = torch.randn_like(k)
             gqa = {"enable_gqa": True} if group > 1 else {}
-            s = timer(
-                lambda q=q, k=k, v=v, gqa=gqa: fn.scaled_dot_product_attention(
-                    q, k, v, is_causal=True, **gqa
-                )
-            )
+            s = timer(partial(fn.scaled_dot_product_attention, q, k, v, is_causal=True, **gqa))
             pairs = chunk * (chunk + 1) // 2
             rows.append(_sdpa_row(model, "prefill", 1, chunk, chunk, s, 2 * k.numel() * 2, pairs))
             del q, k, v

@@ -35,6 +35,29 @@ def from_runs(out: Path | None, max_evaluations: int) -> None:
     guard(go)
 
 
+def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
+    """Fit the GPU-side step cost on the steps timed in ``folder`` (``kvsim calibrate --parts``),
+    print the report, write ``out`` (default ``kvsim/data/calibration/<gpu>-steps.toml``). A
+    ``<folder>-repeat`` beside it (a second run) gives the run-to-run spread; the GPU's kernel
+    table (``kvsim/data/calibration/<gpu>.csv``) the paged kernel's attained bandwidth."""
+
+    def go() -> None:
+        from kvsim.validate.gpu_steps import fit_parts as fit
+        from kvsim.validate.gpu_steps import read_parts, report, write_fit
+
+        name = gpu or cli.device_slug(read_parts(folder).meta["device_name"])
+        target = out or Path("kvsim/data/calibration") / f"{name}-steps.toml"
+        if target.suffix.lower() != ".toml":
+            raise ValueError(f"--out: --fit-parts writes a .toml table, got {str(target)!r}")
+        repeat = folder.with_name(folder.name + "-repeat")
+        kernel = Path("kvsim/data/calibration") / f"{name}.csv"
+        table = fit(folder, name, repeat=repeat if repeat.is_dir() else None, kernel_table=kernel)
+        report(table, lambda text: console.print(text, highlight=False, markup=False))
+        console.print(f"wrote {write_fit(table, target)}", highlight=False)
+
+    guard(go)
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``calibrate`` (with ``--from-runs``) to the ``kvsim`` app."""
-    cli.register(app, from_runs=from_runs)
+    """Add ``calibrate`` (with ``--from-runs`` and ``--fit-parts``) to the ``kvsim`` app."""
+    cli.register(app, from_runs=from_runs, fit_parts=fit_parts)

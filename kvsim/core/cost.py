@@ -11,8 +11,8 @@ prices each operator by the longer of its reads and its FLOPs and adds them up:
     t_head   = max(W_head / BW,                               2 * N_head * S / F)
     t_attn   = max((sum o_i) * kv_bytes_per_token_rank * f_layout(B) / BW,
                    2 * num_layers * heads * head_dim * P / F)
-    t_step   = t_linear + t_head + t_attn + step_overhead_s + per_seq_overhead_s * S
-               + t_allreduce + t_stage_sends (+ t_swap)
+    t_step   = t_linear + t_head + t_attn + step_overhead_s + layer_overhead_s * num_layers
+               + per_seq_overhead_s * S + t_allreduce + t_stage_sends (+ t_swap)
 
 with ``BW = HBM B/s * hbm_efficiency`` and ``F = FP16 FLOP/s * flops_efficiency``, every
 parameter count and weight size divided by ``tp``. The ``"step"`` roofline (the ``vllm-2023`` and
@@ -61,11 +61,15 @@ Sources of each coefficient:
 - HBM bandwidth, FP16 FLOP/s, PCIe and NVLink bandwidths: the GPU preset (vendor datasheets,
   ``kvsim/data/gpus.toml``). Efficiencies and overheads: ``CostSpec``, its unset factors FITTED
   on measured vLLM runs (``kvsim/data/cost_fit.toml``, ``kvsim.config.cost_spec.resolve_cost``);
-  the ``vllm-2023`` preset was fitted to the paper's Figure 13 (``kvsim/data/costs.toml``).
+  on a GPU with steps timed on it (``kvsim/data/calibration/<gpu>-steps.toml``, ``kvsim
+  calibrate --fit-parts``) the HBM and FLOP efficiencies and ``layer_overhead_s`` are FITTED on
+  those instead; the ``vllm-2023`` preset was fitted to the paper's Figure 13
+  (``kvsim/data/costs.toml``).
 - ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B`` the paged/contiguous
-  kernel-time ratio from the calibration table (``kvsim calibrate``), else the fitted table's
-  (when it is used), else the analytic default of ``kvsim.calibrate.table`` (1.23 at B = 16:
-  the paper's "20-26 % slower" kernel of 2023).
+  kernel-time ratio of the calibration table given (``CostSpec.calibration``) or measured on
+  this GPU and shipped (``kvsim calibrate``), else the fitted table's (when it is used), else the
+  analytic default of ``kvsim.calibrate.table`` (1.23 at B = 16: the paper's "20-26 % slower"
+  kernel of 2023).
 - Swap: ``bytes / PCIe B/s + num_blocks * 2 * num_layers * swap_copy_overhead_s`` (vLLM's
   ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block, per layer, for K and for V; a few
   microseconds of API and DMA set-up each, an assumption of 5 us by default), so tiny blocks swap
@@ -78,7 +82,7 @@ import logging
 import math
 from collections.abc import Sequence
 
-from kvsim.calibrate.table import resolve_table
+from kvsim.calibrate.table import resolve_table, shipped_table_path
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.config.cost_spec import resolve_cost
 from kvsim.config.hardware import KvCacheDtype, kv_bytes_per_token_per_gpu
@@ -140,7 +144,10 @@ class StepCostModel:
         self.allreduce_latency_s = resolved.allreduce_latency_s + per_peer * (self.tp - 1)
         self.send_latency_s = resolved.allreduce_latency_s + per_peer  # one peer
         self.pcie_bandwidth = gpu.pcie_bandwidth_bytes_per_s
-        self.overhead_s = resolved.step_overhead_s
+        self.layer_overhead_s = resolved.layer_overhead_s
+        # per step: the engine's fixed time and every layer's small kernels (each rank runs its
+        # layers at once; the pipeline stages one after the other, so all num_layers count)
+        self.overhead_s = resolved.step_overhead_s + resolved.layer_overhead_s * model.num_layers
         self.per_seq_overhead_s = resolved.per_seq_overhead_s
         self.swap_copy_overhead_s = cost.swap_copy_overhead_s
         self.block_size_tokens = block_size_tokens
@@ -149,7 +156,8 @@ class StepCostModel:
         self.draft_bytes = float(draft_num_params * model.dtype_bytes) / self.tp
         self.draft_flops_per_seq = 2.0 * draft_num_params / self.tp
         self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
-        if paged and resolved.paged_attention_factor is not None:
+        measured_here = cost.calibration is None and shipped_table_path(gpu.name) is not None
+        if paged and resolved.paged_attention_factor is not None and not measured_here:
             self.layout_factor = resolved.paged_attention_factor
             self.layout_source = f"paged_attention_factor of {resolved.source}"
         self.kv_read_bytes_per_token = kv_rank * self.layout_factor

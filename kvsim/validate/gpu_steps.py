@@ -1,0 +1,355 @@
+"""``kvsim calibrate --fit-parts DIR``: the step cost held against steps timed on a GPU.
+
+``DIR`` holds the files of ``kvsim calibrate --parts`` (``kvsim.calibrate.parts``). This module
+fits the GPU-side free parameters of the step cost (``kvsim.core.cost``, the simulator's own
+``StepCostModel``, all-reduces left out: one GPU) on the *train* steps, reports its error on the
+*held-out* ones, and writes what the cost model uses for that GPU preset
+(``kvsim/data/calibration/<gpu>-steps.toml``, read by ``kvsim.config.cost_spec``):
+
+- train: decode steps of 1, 32 and 128 sequences and prefill chunks of 128 and 2,048 tokens, of
+  both ranks (``TRAIN_DECODE_BATCHES``, ``TRAIN_PREFILL_CHUNKS``); held out: every other step
+  (decode batches 8, 64, 256; chunks of 512 and 8,192 tokens).
+- candidates: the HBM and FLOP efficiencies with a per-layer time (``layer_overhead_s``) or with a
+  per-step one (``step_overhead_s``, the form fitted on vLLM runs); the one with the smaller
+  train error is written. The held-out error is never used to choose.
+- attained efficiencies straight from the microbenchmarks (no fit): a contiguous read and copy,
+  the GEMMs, SDPA, the paged-attention kernel's contiguous layout.
+
+The CPU-side per-step overhead (``step_overhead_s``, fitted on vLLM runs) is not measured here:
+these steps run no scheduler. Numbers are relative errors ``predicted / measured - 1``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import tomli_w
+
+from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
+from kvsim.core.cost import StepCostModel
+
+TRAIN_DECODE_BATCHES = (1, 32, 128)
+TRAIN_PREFILL_CHUNKS = (128, 2048)
+PART_FILES = ("hbm", "gemm", "sdpa", "steps")
+COMMAND = "kvsim calibrate --fit-parts"
+# candidate -> the CostSpec fields it fits (the other GPU-side ones held at 0)
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "per-layer overhead": ("hbm_efficiency", "flops_efficiency", "layer_overhead_s"),
+    "per-step overhead": ("hbm_efficiency", "flops_efficiency", "step_overhead_s"),
+}
+_START = {
+    "hbm_efficiency": 0.8,
+    "flops_efficiency": 0.7,
+    "layer_overhead_s": 3e-5,
+    "step_overhead_s": 1e-3,
+}
+_BOUNDS = {
+    "hbm_efficiency": (0.05, 1.0),
+    "flops_efficiency": (0.05, 1.0),
+    "layer_overhead_s": (0.0, 1e-3),
+    "step_overhead_s": (0.0, 0.05),
+}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The files of one ``--parts`` run: metadata (``# key: value`` lines) and one frame each."""
+
+    meta: dict[str, str]
+    frames: dict[str, pd.DataFrame]
+
+
+def read_parts(folder: Path) -> Parts:
+    """Read ``hbm.csv``, ``gemm.csv``, ``sdpa.csv`` and ``steps.csv`` from ``folder``.
+
+    Raises:
+        ValueError: a file is missing or has no rows (naming it), or was not measured on a GPU.
+    """
+    meta: dict[str, str] = {}
+    frames = {}
+    for name in PART_FILES:
+        path = folder / f"{name}.csv"
+        if not path.is_file():
+            raise ValueError(f"{path}: missing (expected the files of `kvsim calibrate --parts`)")
+        with path.open() as f:
+            for line in f:
+                if not line.startswith("#"):
+                    break
+                key, _, value = line[1:].partition(":")
+                meta[key.strip()] = value.strip()
+        frame = pd.read_csv(path, comment="#")
+        if frame.empty:
+            raise ValueError(f"{path}: no rows")
+        frames[name] = frame
+    if meta.get("source") != "measured":
+        raise ValueError(f"{folder}: source is {meta.get('source')!r}, not a GPU measurement")
+    return Parts(meta, frames)
+
+
+def rank_of(label: str) -> tuple[str, int]:
+    """``"llama-2-70b tp4"`` -> (model preset, tensor-parallel size).
+
+    Raises:
+        ValueError: not ``<preset> tp<N>``.
+    """
+    match = re.fullmatch(r"(\S+) tp(\d+)", label)
+    if match is None:
+        raise ValueError(f"steps.csv: model {label!r}: expected '<preset> tp<N>'")
+    return match[1], int(match[2])
+
+
+def predict_steps(steps: pd.DataFrame, gpu: GpuSpec, values: dict[str, float]) -> np.ndarray:
+    """The cost model's duration (seconds) of each synthetic step, all-reduces left out.
+
+    A decode step of ``b`` sequences over ``L`` tokens is ``b`` chunks ``(1, L - 1)``; a prefill
+    chunk of ``c`` tokens is ``(c, 0)``; the KV layout is contiguous (as timed).
+    """
+    fields: dict[str, float] = dict.fromkeys(_START, 0.0) | values
+    cost = CostSpec.model_validate(
+        fields
+        | {
+            "per_seq_overhead_s": 0.0,
+            "link_efficiency": 1.0,
+            "allreduce_latency_s": 0.0,
+            "allreduce_latency_per_peer_s": 0.0,
+        }
+    )
+    models: dict[str, StepCostModel] = {}
+    out = np.empty(len(steps))
+    for i, row in enumerate(steps.itertuples(index=False)):
+        if row.model not in models:
+            preset, tp = rank_of(str(row.model))
+            models[row.model] = StepCostModel(
+                ModelSpec.model_validate(preset),
+                gpu,
+                cost,
+                paged=False,
+                parallel=ParallelConfig(tensor_parallel_size=tp),
+            )
+        model = models[row.model]
+        batch, ctx = int(row.batch), int(row.context_tokens)
+        if row.phase == "decode":
+            chunks = [(1, ctx - 1)] * batch
+        else:
+            chunks = [(int(row.query_tokens), ctx - int(row.query_tokens))] * batch
+        new = sum(c for c, _ in chunks)
+        out[i] = model.step_duration_s(chunks) - model.communication_s(new)
+    return out
+
+
+def is_train(steps: pd.DataFrame) -> np.ndarray:
+    """The train rule (module docstring), one bool per step."""
+    decode = (steps.phase == "decode") & steps.batch.isin(TRAIN_DECODE_BATCHES)
+    prefill = (steps.phase == "prefill") & steps.query_tokens.isin(TRAIN_PREFILL_CHUNKS)
+    return np.asarray(decode | prefill)
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """One candidate's fit: its values, and the relative error of every step (train and not)."""
+
+    label: str
+    values: dict[str, float]
+    errors: np.ndarray
+    train: np.ndarray
+
+    def summary(self, train: bool) -> dict[str, float]:
+        """Median and largest |error| in %, and the share within 5 %, of one split."""
+        e = np.abs(self.errors[self.train == train])
+        return {
+            "points": int(e.size),
+            "median_abs_pct": float(np.median(e) * 100),
+            "max_abs_pct": float(e.max() * 100),
+            "within_5_pct": float(np.mean(e <= 0.05)),
+        }
+
+
+def fit_steps(steps: pd.DataFrame, gpu: GpuSpec, free: Sequence[str], label: str) -> StepFit:
+    """Least squares of the train steps' relative errors over the ``free`` fields."""
+    from scipy.optimize import least_squares
+
+    train = is_train(steps)
+    measured = steps.seconds.to_numpy(float)
+
+    def errors(x: np.ndarray, mask: np.ndarray | slice) -> np.ndarray:
+        predicted = predict_steps(steps[mask], gpu, dict(zip(free, map(float, x), strict=True)))
+        return np.asarray(predicted / measured[mask] - 1.0)
+
+    lower, upper = zip(*(_BOUNDS[n] for n in free), strict=True)
+    result = least_squares(
+        lambda x: errors(x, train), [_START[n] for n in free], bounds=(lower, upper)
+    )
+    values = dict(zip(free, map(float, result.x), strict=True))
+    return StepFit(label, values, errors(result.x, slice(None)), train)
+
+
+def attained(parts: Parts, gpu: GpuSpec, kernel: pd.DataFrame | None) -> dict[str, float]:
+    """Shares of the datasheet peaks reached by the microbenchmarks (no fit)."""
+    hbm, flops = gpu.hbm_bandwidth_bytes_per_s, gpu.fp16_flops_per_s
+    f = parts.frames
+    reads = f["hbm"].set_index("op").bytes_per_s
+    gemm = f["gemm"]
+    layers = gemm[gemm.op != "square"]
+    sdpa = f["sdpa"]
+    out = {
+        "hbm_read": float(reads["sum"] / hbm),
+        "hbm_copy": float(reads["copy"] / hbm),
+        "gemm_best_flops": float(layers.flops_per_s.max() / flops),
+        "gemm_square_8192_flops": float(gemm[gemm.op == "square"].flops_per_s.iloc[0] / flops),
+        "gemm_prefill_median_flops": float(
+            layers[layers.tokens >= 2048].flops_per_s.median() / flops
+        ),
+        "gemm_decode_median_hbm": float(layers[layers.tokens == 1].bytes_per_s.median() / hbm),
+        "sdpa_decode_best_hbm": float(sdpa[sdpa.phase == "decode"].bytes_per_s.max() / hbm),
+        "sdpa_prefill_best_flops": float(sdpa[sdpa.phase == "prefill"].flops_per_s.max() / flops),
+    }
+    if kernel is not None:
+        out["paged_kernel_contiguous_best_hbm"] = float(
+            (kernel.kv_bytes / kernel.contiguous_s).max() / hbm
+        )
+    return out
+
+
+def repeatability(parts: Parts, repeat: Parts | None) -> float | None:
+    """Median |t_repeat / t - 1| of the steps timed in both runs (``None`` without a repeat)."""
+    if repeat is None:
+        return None
+    keys = ["model", "phase", "batch", "query_tokens", "context_tokens"]
+    both = parts.frames["steps"].merge(repeat.frames["steps"], on=keys, suffixes=("", "_r"))
+    return float(np.median(np.abs(both.seconds_r / both.seconds - 1.0)))
+
+
+def fit_parts(
+    folder: Path,
+    gpu_name: str,
+    *,
+    repeat: Path | None = None,
+    kernel_table: Path | None = None,
+) -> dict[str, Any]:
+    """Fit every candidate, choose on the train error, and return the table to write (a dict
+    with ``provenance``, ``cost``, ``attained``, ``candidates``)."""
+    parts = read_parts(folder)
+    gpu = GpuSpec.model_validate(gpu_name)
+    steps = parts.frames["steps"]
+    fits = [fit_steps(steps, gpu, free, label) for label, free in CANDIDATES.items()]
+    chosen = min(fits, key=lambda fit: fit.summary(True)["median_abs_pct"])
+    kernel = None
+    if kernel_table is not None and kernel_table.is_file():
+        kernel = pd.read_csv(kernel_table, comment="#")
+    m = parts.meta
+    provenance: dict[str, Any] = {
+        "command": COMMAND,
+        "date": m["date_utc"],
+        "device_name": m["device_name"],
+        "driver_version": m["driver_version"],
+        "torch_version": m["torch_version"],
+        "cuda_runtime": m["cuda_runtime"],
+        "parts": str(folder),
+        "train_decode_batches": list(TRAIN_DECODE_BATCHES),
+        "train_prefill_chunks": list(TRAIN_PREFILL_CHUNKS),
+        "chosen": chosen.label,
+        "written": datetime.date.today().isoformat(),
+    }
+    again = repeatability(parts, read_parts(repeat) if repeat else None)
+    if again is not None:
+        provenance["repeat_median_abs_pct"] = again * 100
+    cost = {k: v for k, v in chosen.values.items() if k != "step_overhead_s"}
+    predicted = (chosen.errors + 1.0) * steps.seconds.to_numpy(float)
+    points = [
+        {
+            "model": str(row.model),
+            "phase": str(row.phase),
+            "batch": int(row.batch),
+            "context_tokens": int(row.context_tokens),
+            "split": "train" if train else "held out",
+            "measured_ms": float(row.seconds) * 1e3,
+            "predicted_ms": float(pred) * 1e3,
+            "error_pct": float(err) * 100,
+        }
+        for row, pred, err, train in zip(
+            steps.itertuples(index=False), predicted, chosen.errors, chosen.train, strict=True
+        )
+    ]
+    return {
+        "provenance": provenance,
+        "cost": cost,
+        "attained": attained(parts, gpu, kernel),
+        "candidates": {
+            fit.label: {
+                "values": fit.values,
+                "train": fit.summary(True),
+                "held_out": fit.summary(False),
+            }
+            for fit in fits
+        },
+        "points": points,
+    }
+
+
+HEADER = """\
+# GPU-side step-cost values FITTED on synthetic steps timed on this GPU (issue 32), written by
+# `kvsim calibrate --fit-parts` from the files of `kvsim calibrate --parts` (provenance.parts).
+# The cost model uses [cost] for this GPU preset where the fitted table is used
+# (kvsim.config.cost_spec.measured_step_values); the rest of the step cost (the per-step
+# overhead, all-reduces) stays that of kvsim/data/cost_fit.toml. [attained]: shares of the
+# datasheet peaks (kvsim/data/gpus.toml) the microbenchmarks reached, not fitted.
+"""
+
+
+def write_fit(table: dict[str, Any], out: Path) -> Path:
+    """Write the table as TOML under ``HEADER``; returns ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(HEADER + tomli_w.dumps(table), encoding="utf-8")
+    return out
+
+
+def report(table: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Markdown tables of the fit: candidates' errors and values, and the attained shares."""
+    p = table["provenance"]
+    say(
+        f"Steps timed on {p['device_name']} (driver {p['driver_version']}, PyTorch "
+        f"{p['torch_version']}, {p['date']}); chosen on the train error: {p['chosen']}."
+    )
+    say("")
+    say(
+        "| candidate | HBM eff. | FLOP eff. | per layer | per step | train median / max | "
+        "held-out median / max | held-out within 5 % |"
+    )
+    say("|---|---|---|---|---|---|---|---|")
+    for label, c in table["candidates"].items():
+        v, tr, ho = c["values"], c["train"], c["held_out"]
+        say(
+            f"| {label} | {v['hbm_efficiency']:.3f} | {v['flops_efficiency']:.3f} | "
+            f"{v.get('layer_overhead_s', 0) * 1e6:.1f} us | "
+            f"{v.get('step_overhead_s', 0) * 1e3:.2f} ms | "
+            f"{tr['median_abs_pct']:.1f} / {tr['max_abs_pct']:.1f} % | "
+            f"{ho['median_abs_pct']:.1f} / {ho['max_abs_pct']:.1f} % | "
+            f"{ho['within_5_pct'] * 100:.0f} % of {ho['points']} |"
+        )
+    if "repeat_median_abs_pct" in p:
+        say(
+            f"\nA second run of the same steps differed by {p['repeat_median_abs_pct']:.2f} % "
+            "(median |t2/t1 - 1|)."
+        )
+    say(f"\nHeld-out steps, {p['chosen']}:\n")
+    say(
+        "| rank | phase | batch | context | measured | predicted | error |\n"
+        "|---|---|---|---|---|---|---|"
+    )
+    for q in table["points"]:
+        if q["split"] == "held out":
+            say(
+                f"| {q['model']} | {q['phase']} | {q['batch']} | {q['context_tokens']} | "
+                f"{q['measured_ms']:.2f} ms | {q['predicted_ms']:.2f} ms | "
+                f"{q['error_pct']:+.1f} % |"
+            )
+    say("\n| microbenchmark | share of the datasheet peak |\n|---|---|")
+    for name, share in table["attained"].items():
+        say(f"| {name} | {share:.3f} |")

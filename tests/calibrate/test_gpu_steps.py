@@ -1,0 +1,140 @@
+"""The step cost measured on a GPU: the per-layer term, the shipped H200 values and where the
+cost model takes them, and ``kvsim calibrate --fit-parts`` on steps worked out by hand."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsim.cli import app
+from kvsim.config import CostSpec, GpuSpec, ModelSpec
+from kvsim.config.cost_spec import resolve_cost
+from kvsim.core.cost import StepCostModel
+
+CALIBRATION = resources.files("kvsim.data").joinpath("calibration")
+PINNED = {
+    "hbm_efficiency": 0.8,
+    "flops_efficiency": 0.7,
+    "step_overhead_s": 1e-3,
+    "per_seq_overhead_s": 0.0,
+    "link_efficiency": 0.8,
+    "allreduce_latency_s": 0.0,
+    "allreduce_latency_per_peer_s": 0.0,
+}
+
+
+def test_layer_overhead_is_charged_once_per_layer() -> None:
+    # Llama-2-7B has 32 layers: 50 us each adds 32 * 50 us = 1.6 ms to every step.
+    model, gpu = ModelSpec.model_validate("llama-2-7b"), GpuSpec.model_validate("h100-80gb")
+    plain = StepCostModel(model, gpu, CostSpec(**PINNED), paged=False)
+    layered = StepCostModel(model, gpu, CostSpec(**PINNED, layer_overhead_s=50e-6), paged=False)
+    for chunks in ([(1, 100)], [(512, 0), (1, 3000)]):
+        extra = layered.step_duration_s(chunks) - plain.step_duration_s(chunks)
+        assert extra == pytest.approx(1.6e-3, rel=1e-9)
+
+
+def test_h200_takes_the_values_measured_on_it() -> None:
+    shipped = tomllib.loads(CALIBRATION.joinpath("h200-steps.toml").read_text())
+    h200 = resolve_cost(CostSpec(), GpuSpec.model_validate("h200"))
+    assert h200.hbm_efficiency == shipped["cost"]["hbm_efficiency"]
+    assert h200.flops_efficiency == shipped["cost"]["flops_efficiency"]
+    assert h200.layer_overhead_s == shipped["cost"]["layer_overhead_s"]
+    assert "NVIDIA H200" in h200.source
+    # the CPU-side per-step overhead is not measured on the GPU: the vLLM fit's stays
+    fitted = tomllib.loads(resources.files("kvsim.data").joinpath("cost_fit.toml").read_text())
+    assert h200.step_overhead_s == fitted["cost"]["step_overhead_s"]
+    # the H100 keeps its own fit and has no per-layer term; a preset pins everything
+    h100 = resolve_cost(CostSpec(), GpuSpec.model_validate("h100-80gb"))
+    assert h100.hbm_efficiency == fitted["gpus"]["h100-80gb"]["hbm_efficiency"]
+    assert h100.layer_overhead_s == 0.0
+    preset = resolve_cost(CostSpec.model_validate("vllm-2023"), GpuSpec.model_validate("h200"))
+    assert (preset.source, preset.layer_overhead_s, preset.hbm_efficiency) == ("CostSpec", 0, 0.77)
+
+
+def test_h200_paged_factor_is_its_measured_kernel_ratio() -> None:
+    # The shipped H200 table's median paged/contiguous ratio at block size 16, read here with csv.
+    with CALIBRATION.joinpath("h200.csv").open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    ratios = [
+        float(r["paged_s"]) / float(r["contiguous_s"])
+        for r in rows
+        if r["block_size_tokens"] == "16"
+    ]
+    assert len(ratios) == 22  # 4 batch sizes x 6 contexts, less the 2 over 1M tokens
+    model = ModelSpec.model_validate("llama-2-7b")
+    h200 = StepCostModel(model, GpuSpec.model_validate("h200"), CostSpec(), paged=True)
+    assert h200.layout_factor == pytest.approx(statistics.median(ratios), rel=1e-12)
+    assert "NVIDIA H200" in h200.layout_source
+    # no table for the H100: the vLLM fit's chosen factor (1)
+    h100 = StepCostModel(model, GpuSpec.model_validate("h100-80gb"), CostSpec(), paged=True)
+    assert h100.layout_factor == 1.0
+
+
+def _hand_step_s(batch: int, new: int, ctx: int, hbm: float, flops: float, layer: float) -> float:
+    """Llama-2-7B on an H200 by the operator roofline (kvsim.core.cost's docstring), by hand:
+    6.738e9 parameters, of which the LM head and the embedding are 32000 x 4096 = 131,072,000
+    each, so 6,475,856,000 dense; 2 bytes each; KV 2 x 32 layers x 32 heads x 128 x 2 bytes =
+    524,288 bytes per token; attention 2 x 32 layers x 4096 FLOPs per pair; 4.8 TB/s, 989 TFLOP/s.
+    """
+    bw, fl = 4.8e12 * hbm, 989e12 * flops
+    dense, head = 6_475_856_000, 131_072_000
+    tokens = batch * new
+    pairs = batch * (2 * new * (ctx - new) + new * new)
+    linear = max(2 * dense / bw, 2 * dense * tokens / fl)
+    lm_head = max(2 * head / bw, 2 * head * batch / fl)
+    attention = max(batch * (ctx - new) * 524_288 / bw, 2 * 32 * 4096 * pairs / fl)
+    return linear + lm_head + attention + 32 * layer
+
+
+def _write_parts(folder: Path, steps: list[tuple[str, int, int, int]], truth: tuple) -> None:
+    folder.mkdir()
+    meta = "# source: measured\n# device_name: NVIDIA H200\n# driver_version: test\n"
+    meta += "# torch_version: test\n# cuda_runtime: test\n# date_utc: 2026-12-04\n"
+    (folder / "hbm.csv").write_text(
+        meta + "op,bytes,seconds,bytes_per_s\nsum,1,1,4.32e12\ncopy,2,1,4.28e12\n"
+    )
+    head = "model,op,tokens,in_features,out_features,seconds,flops,bytes,flops_per_s,bytes_per_s\n"
+    (folder / "gemm.csv").write_text(
+        meta + head + "m,qkv,1,1,1,1,1,1,1e12,3e12\nm,qkv,4096,1,1,1,1,1,7e14,1e12\n"
+        "square,square,8192,1,1,1,1,1,6.8e14,1e12\n"
+    )
+    (folder / "sdpa.csv").write_text(
+        meta + "model,phase,batch,query_tokens,context_tokens,seconds,kv_bytes,flops,"
+        "bytes_per_s,flops_per_s\nm,decode,1,1,1,1,1,1,4e12,1\nm,prefill,1,1,1,1,1,1,1,6e14\n"
+    )
+    lines = ["model,num_layers,phase,batch,query_tokens,context_tokens,cuda_graph,seconds"]
+    for phase, batch, new, ctx in steps:
+        s = _hand_step_s(batch, new, ctx, *truth)
+        lines.append(f"llama-2-7b tp1,32,{phase},{batch},{new},{ctx},1,{s!r}")
+    (folder / "steps.csv").write_text(meta + "\n".join(lines) + "\n")
+
+
+def test_fit_recovers_hand_made_steps(tmp_path: Path) -> None:
+    from kvsim.validate.gpu_steps import fit_parts
+
+    truth = (0.9, 0.6, 40e-6)
+    steps = [("decode", b, 1, c) for b in (1, 8, 32, 64, 128) for c in (128, 2048)]
+    steps += [("prefill", 1, c, c) for c in (128, 512, 2048, 8192)]
+    _write_parts(tmp_path / "h200", steps, truth)
+    table = fit_parts(tmp_path / "h200", "h200")
+    assert table["provenance"]["chosen"] == "per-layer overhead"
+    got = table["cost"]
+    assert got["hbm_efficiency"] == pytest.approx(0.9, rel=1e-4)
+    assert got["flops_efficiency"] == pytest.approx(0.6, rel=1e-4)
+    assert got["layer_overhead_s"] == pytest.approx(40e-6, rel=1e-3)
+    held = table["candidates"]["per-layer overhead"]["held_out"]
+    assert held["points"] == 6  # decode batches 8 and 64 at 2 contexts (4); chunks 512, 8192 (2)
+    assert held["max_abs_pct"] < 0.01
+    assert table["attained"]["hbm_read"] == pytest.approx(4.32 / 4.8)
+
+
+def test_fit_parts_names_a_missing_file(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "hbm.csv: missing" in result.output
