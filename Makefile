@@ -20,7 +20,7 @@ SWEEP_FLAGS ?=
 FLEET_EXPERIMENTS := fleet-routing fleet-disagg fleet-grid
 
 .PHONY: offload native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
-        clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu sharing \
+        clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu calibrate-parts sharing \
         fleet $(FLEET_EXPERIMENTS) fleet-cheapest \
         validate calibrate-runs
 
@@ -153,19 +153,21 @@ paper: $(PAPER)
 
 sharing: fig15 prefix-caching
 
-# GPU calibration of the paged/contiguous KV-read factor. `calibrate` writes under results/;
-# `calibrate-gpu` is the one-shot runbook for a GPU machine (see kvsim/data/calibration/README.md):
-# it needs only numpy, typer, pytest and CuPy in $(GPU_PY) (no venv, no network), runs the GPU
-# tests, then writes the table the cost model ships for the GPU preset (GPU=h200; ~2-3 minutes).
+# GPU calibration (docs/calibration.md). `calibrate` writes the kernel table under results/;
+# `calibrate-gpu` is the one-shot runbook for a GPU machine (kvsim/data/calibration/README.md):
+# scripts/gpu_session.sh runs the GPU tests, the paged/contiguous kernel table and the step cost's
+# parts (PyTorch) into $(GPU_OUT), each with its own time limit (about a minute on an H200).
+# `calibrate-parts` fits the step cost on the shipped H200 steps and prints the report (no GPU).
 GPU ?= h200
-GPU_PY ?= python3
+GPU_OUT ?= results/gpu
 calibrate: $(STAMP)
 	$(PY) -m kvsim.calibrate --out results/calibration/$(GPU).csv
 
 calibrate-gpu:
-	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-	PYTHONPATH=. $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu tests/calibrate/test_kernel_gpu.py
-	PYTHONPATH=. $(GPU_PY) -m kvsim.calibrate --out kvsim/data/calibration/$(GPU).csv
+	OUT=$(GPU_OUT) bash scripts/gpu_session.sh
+
+calibrate-parts: $(STAMP)
+	$(KVSIM) calibrate --fit-parts kvsim/data/calibration/parts/$(GPU) --out results/calibration/$(GPU)-steps.toml
 
 # kvsim held against measured real-vLLM runs ($$KVSIM_REAL_VLLM, default ../shared/data/real-vllm):
 # replays the validate split, the RTX 4090 run and the train runs, and writes the error table

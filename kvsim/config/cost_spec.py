@@ -53,9 +53,9 @@ class CostSpec(Frozen):
         step_overhead_s: fixed seconds per engine step (kernel launches, scheduling, sync).
         layer_overhead_s: fixed GPU seconds per model layer per step (the small kernels between
             the GEMMs: norms, activation, rotary, KV write, the attention launch), charged for
-            every layer (``num_layers``; tensor-parallel ranks run theirs at once). ``None``: the
-            value measured on this GPU (``kvsim/data/calibration/<gpu>-steps.toml``, written by
-            ``kvsim calibrate --fit-parts``) where the fitted table is used, else 0.
+            every layer (``num_layers``; tensor-parallel ranks run theirs at once). 0 by default:
+            the fit on vLLM runs holds such time in ``step_overhead_s``;
+            ``kvsim calibrate --fit-parts`` fits it on steps timed on a GPU.
         per_seq_overhead_s: seconds per step per scheduled sequence (CPU-side batching, sampling,
             detokenisation).
         paged_attention_factor: force the paged KV-read slowdown (``None``: from the calibration).
@@ -75,7 +75,7 @@ class CostSpec(Frozen):
     hbm_efficiency: float | None = Field(default=None, ge=1e-3, le=1)
     flops_efficiency: float | None = Field(default=None, ge=1e-3, le=1)
     step_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
-    layer_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
+    layer_overhead_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S)
     per_seq_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
     paged_attention_factor: float | None = Field(
         default=None,
@@ -101,8 +101,7 @@ class ResolvedCost:
 
     Attributes:
         source: ``"CostSpec"`` when every factor was given, else the fitted table's provenance
-            and whether its values were fitted on this GPU or transferred from another (and
-            which were measured on this GPU, ``measured_step_values``).
+            and whether its values were fitted on this GPU or transferred from another.
         paged_attention_factor: the fitted table's paged KV-read factor when the table was used
             and ``CostSpec`` names neither a factor nor a calibration (``None``: the
             calibration's).
@@ -148,50 +147,14 @@ def fitted_values(gpu_name: str, table: dict[str, Any] | None = None) -> tuple[d
     return values, source
 
 
-def measured_step_values(gpu_name: str) -> tuple[dict[str, float], str] | None:
-    """The GPU-side step-cost values measured on ``gpu_name`` itself, if kvsim ships them.
-
-    ``kvsim/data/calibration/<gpu_name>-steps.toml`` (written by ``kvsim calibrate --fit-parts``
-    from synthetic steps timed on that GPU, ``kvsim.validate.gpu_steps``): ``hbm_efficiency``,
-    ``flops_efficiency`` and ``layer_overhead_s`` under ``[cost]``.
-
-    Returns:
-        The values and a line saying where they come from, or ``None`` without such a file.
-    """
-    table = _measured_table(gpu_name)
-    if table is None:
-        return None
-    meta = table["provenance"]
-    values = {name: float(value) for name, value in table["cost"].items()}
-    source = (
-        f"{', '.join(sorted(values))} FITTED on steps timed on {meta['device_name']} "
-        f"(`{meta['command']}`, {meta['date']})"
-    )
-    return values, source
-
-
-@cache
-def _measured_table(gpu_name: str) -> dict[str, Any] | None:
-    path = resources.files("kvsim.data").joinpath("calibration").joinpath(f"{gpu_name}-steps.toml")
-    return tomllib.loads(path.read_text()) if path.is_file() else None
-
-
 def resolve_cost(cost: CostSpec, gpu: GpuSpec) -> ResolvedCost:
-    """``cost`` with each ``None`` factor taken from the fitted table for ``gpu``, its GPU-side
-    values replaced by those measured on ``gpu`` where kvsim ships them (``layer_overhead_s``:
-    given, else measured, else 0)."""
+    """``cost`` with each ``None`` factor taken from the fitted table for ``gpu``
+    (``layer_overhead_s``: 0 unless given)."""
     given = {name: getattr(cost, name) for name in FITTED_FIELDS}
-    layer = cost.layer_overhead_s
     source = "CostSpec"
     factor = None
     if any(value is None for value in given.values()):
         values, source = fitted_values(gpu.name)
-        measured = measured_step_values(gpu.name)
-        if measured is not None:
-            values = {**values, **measured[0]}
-            source = f"{source}; {measured[1]}"
-            if layer is None:
-                layer = measured[0].get("layer_overhead_s")
         for name, value in given.items():
             if value is None:
                 given[name] = float(values[name])
@@ -202,6 +165,6 @@ def resolve_cost(cost: CostSpec, gpu: GpuSpec) -> ResolvedCost:
         roofline=cost.roofline,
         source=source,
         paged_attention_factor=factor,
-        layer_overhead_s=float(layer or 0.0),
+        layer_overhead_s=cost.layer_overhead_s,
         **given,
     )

@@ -61,10 +61,10 @@ Sources of each coefficient:
 - HBM bandwidth, FP16 FLOP/s, PCIe and NVLink bandwidths: the GPU preset (vendor datasheets,
   ``kvsim/data/gpus.toml``). Efficiencies and overheads: ``CostSpec``, its unset factors FITTED
   on measured vLLM runs (``kvsim/data/cost_fit.toml``, ``kvsim.config.cost_spec.resolve_cost``);
-  on a GPU with steps timed on it (``kvsim/data/calibration/<gpu>-steps.toml``, ``kvsim
-  calibrate --fit-parts``) the HBM and FLOP efficiencies and ``layer_overhead_s`` are FITTED on
-  those instead; the ``vllm-2023`` preset was fitted to the paper's Figure 13
-  (``kvsim/data/costs.toml``).
+  ``layer_overhead_s`` is 0 unless given (``kvsim calibrate --fit-parts`` fits it with the
+  efficiencies on steps timed on a GPU, ``kvsim/data/calibration/<gpu>-steps.toml``, not used by
+  default: ``docs/calibration.md`` says why); the ``vllm-2023`` preset was fitted to the paper's
+  Figure 13 (``kvsim/data/costs.toml``).
 - ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B`` the paged/contiguous
   kernel-time ratio of the calibration table given (``CostSpec.calibration``) or measured on
   this GPU and shipped (``kvsim calibrate``), else the fitted table's (when it is used), else the

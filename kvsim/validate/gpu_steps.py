@@ -3,8 +3,9 @@
 ``DIR`` holds the files of ``kvsim calibrate --parts`` (``kvsim.calibrate.parts``). This module
 fits the GPU-side free parameters of the step cost (``kvsim.core.cost``, the simulator's own
 ``StepCostModel``, all-reduces left out: one GPU) on the *train* steps, reports its error on the
-*held-out* ones, and writes what the cost model uses for that GPU preset
-(``kvsim/data/calibration/<gpu>-steps.toml``, read by ``kvsim.config.cost_spec``):
+*held-out* ones, and writes the fit (``kvsim/data/calibration/<gpu>-steps.toml``; the simulator
+does not apply it by default, ``docs/calibration.md`` says why; ``--set cost.hbm_efficiency=...``
+and the rest run with it):
 
 - train: decode steps of 1, 32 and 128 sequences and prefill chunks of 128 and 2,048 tokens, of
   both ranks (``TRAIN_DECODE_BATCHES``, ``TRAIN_PREFILL_CHUNKS``); held out: every other step
@@ -32,7 +33,9 @@ import numpy as np
 import pandas as pd
 import tomli_w
 
+from kvsim.calibrate.table import analytic_layout_factor
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
+from kvsim.config.cost_spec import cost_fit_table
 from kvsim.core.cost import StepCostModel
 
 TRAIN_DECODE_BATCHES = (1, 32, 128)
@@ -217,6 +220,14 @@ def attained(parts: Parts, gpu: GpuSpec, kernel: pd.DataFrame | None) -> dict[st
     return out
 
 
+def paged_factors(kernel_table: Path) -> dict[int, float]:
+    """Median paged/contiguous kernel time per block size of a ``kvsim calibrate`` table (the
+    factor the cost model uses for that GPU, ``CalibrationTable.ratios_by_block_size``)."""
+    from kvsim.calibrate.table import CalibrationTable
+
+    return CalibrationTable.load(kernel_table).ratios_by_block_size()
+
+
 def repeatability(parts: Parts, repeat: Parts | None) -> float | None:
     """Median |t_repeat / t - 1| of the steps timed in both runs (``None`` without a repeat)."""
     if repeat is None:
@@ -260,7 +271,7 @@ def fit_parts(
     again = repeatability(parts, read_parts(repeat) if repeat else None)
     if again is not None:
         provenance["repeat_median_abs_pct"] = again * 100
-    cost = {k: v for k, v in chosen.values.items() if k != "step_overhead_s"}
+    fitted = dict(chosen.values)
     predicted = (chosen.errors + 1.0) * steps.seconds.to_numpy(float)
     points = [
         {
@@ -279,8 +290,13 @@ def fit_parts(
     ]
     return {
         "provenance": provenance,
-        "cost": cost,
+        "fitted": fitted,
         "attained": attained(parts, gpu, kernel),
+        "paged_factor": (
+            {str(b): r for b, r in paged_factors(kernel_table).items()}
+            if kernel is not None and kernel_table is not None
+            else {}
+        ),
         "candidates": {
             fit.label: {
                 "values": fit.values,
@@ -294,12 +310,12 @@ def fit_parts(
 
 
 HEADER = """\
-# GPU-side step-cost values FITTED on synthetic steps timed on this GPU (issue 32), written by
-# `kvsim calibrate --fit-parts` from the files of `kvsim calibrate --parts` (provenance.parts).
-# The cost model uses [cost] for this GPU preset where the fitted table is used
-# (kvsim.config.cost_spec.measured_step_values); the rest of the step cost (the per-step
-# overhead, all-reduces) stays that of kvsim/data/cost_fit.toml. [attained]: shares of the
-# datasheet peaks (kvsim/data/gpus.toml) the microbenchmarks reached, not fitted.
+# GPU-side step-cost values FITTED on synthetic PyTorch steps timed on this GPU (issue 32),
+# written by `kvsim calibrate --fit-parts` from the files of `kvsim calibrate --parts`
+# (provenance.parts). Not applied by default (docs/calibration.md says why): run with them by
+# setting cost.hbm_efficiency, cost.flops_efficiency and cost.layer_overhead_s to [fitted]'s.
+# [attained]: shares of the datasheet peaks (kvsim/data/gpus.toml) the microbenchmarks
+# reached, not fitted; [paged_factor]: the kernel table's ratio per block size (used).
 """
 
 
@@ -350,6 +366,17 @@ def report(table: dict[str, Any], say: Callable[[str], None]) -> None:
                 f"{q['measured_ms']:.2f} ms | {q['predicted_ms']:.2f} ms | "
                 f"{q['error_pct']:+.1f} % |"
             )
-    say("\n| microbenchmark | share of the datasheet peak |\n|---|---|")
+    fitted = cost_fit_table()["gpus"][cost_fit_table()["provenance"]["fitted_on"]]
+    beside = {"hbm_read": "hbm_efficiency", "gemm_prefill_median_flops": "flops_efficiency"}
+    say("\n| microbenchmark | share of the datasheet peak | fitted on vLLM runs (H100) |")
+    say("|---|---|---|")
     for name, share in table["attained"].items():
-        say(f"| {name} | {share:.3f} |")
+        other = f"{fitted[beside[name]]:.3f} ({beside[name]})" if name in beside else ""
+        say(f"| {name} | {share:.3f} | {other} |")
+    if table["paged_factor"]:
+        say("\n| block size | paged / contiguous, measured | analytic default | paper |")
+        say("|---|---|---|---|")
+        for block, ratio in table["paged_factor"].items():
+            paper = "1.20-1.26" if block == "16" else ""
+            analytic = analytic_layout_factor(int(block))
+            say(f"| {block} | {ratio:.3f} | {analytic:.3f} | {paper} |")
