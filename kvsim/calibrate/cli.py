@@ -72,7 +72,7 @@ def calibrate(
         Path | None,
         typer.Option(
             help="fit the step cost's GPU-side parameters on the steps timed by --parts in this "
-            "folder (no GPU) and write kvsim/data/calibration/<gpu>-steps.toml (or --out)",
+            "folder (no GPU) and write results/calibration/<gpu>-steps.toml (or --out)",
         ),
     ] = None,
     gpu: Annotated[

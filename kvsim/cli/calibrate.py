@@ -37,7 +37,8 @@ def from_runs(out: Path | None, max_evaluations: int) -> None:
 
 def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
     """Fit the GPU-side step cost on the steps timed in ``folder`` (``kvsim calibrate --parts``),
-    print the report, write ``out`` (default ``kvsim/data/calibration/<gpu>-steps.toml``). A
+    print the report, write ``out`` (default ``results/calibration/<gpu>-steps.toml``; the
+    shipped one is ``kvsim/data/calibration/<gpu>-steps.toml``). A
     ``<folder>-repeat`` beside it (a second run) gives the run-to-run spread; the GPU's kernel
     table (``kvsim/data/calibration/<gpu>.csv``) the paged kernel's attained bandwidth."""
 
@@ -46,11 +47,13 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
         from kvsim.validate.gpu_steps import read_parts, report, write_fit
 
         name = gpu or cli.device_slug(read_parts(folder).meta["device_name"])
-        target = out or Path("kvsim/data/calibration") / f"{name}-steps.toml"
+        target = out or Path("results/calibration") / f"{name}-steps.toml"
         if target.suffix.lower() != ".toml":
             raise ValueError(f"--out: --fit-parts writes a .toml table, got {str(target)!r}")
         repeat = folder.with_name(folder.name + "-repeat")
-        kernel = Path("kvsim/data/calibration") / f"{name}.csv"
+        from kvsim.calibrate.table import shipped_table_path
+
+        kernel = shipped_table_path(name)
         table = fit(folder, name, repeat=repeat if repeat.is_dir() else None, kernel_table=kernel)
         report(table, lambda text: console.print(text, highlight=False, markup=False))
         console.print(f"wrote {write_fit(table, target)}", highlight=False)

@@ -40,7 +40,14 @@ from kvsim.core.cost import StepCostModel
 
 TRAIN_DECODE_BATCHES = (1, 32, 128)
 TRAIN_PREFILL_CHUNKS = (128, 2048)
-PART_FILES = ("hbm", "gemm", "sdpa", "steps")
+# the columns each file of `kvsim calibrate --parts` must have (kvsim.calibrate.parts writes them)
+PART_COLUMNS = {
+    "hbm": ("op", "bytes_per_s"),
+    "gemm": ("model", "op", "tokens", "flops_per_s", "bytes_per_s"),
+    "sdpa": ("phase", "bytes_per_s", "flops_per_s"),
+    "steps": ("model", "phase", "batch", "query_tokens", "context_tokens", "seconds"),
+}
+PART_FILES = tuple(PART_COLUMNS)
 COMMAND = "kvsim calibrate --fit-parts"
 # candidate -> the CostSpec fields it fits (the other GPU-side ones held at 0)
 CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -73,7 +80,9 @@ def read_parts(folder: Path) -> Parts:
     """Read ``hbm.csv``, ``gemm.csv``, ``sdpa.csv`` and ``steps.csv`` from ``folder``.
 
     Raises:
-        ValueError: a file is missing or has no rows (naming it), or was not measured on a GPU.
+        ValueError: a file is missing, has no rows, lacks a column or holds a time or rate that
+            is not a positive number (naming the file, line, column and value), or the files
+            were not measured on a GPU.
     """
     meta: dict[str, str] = {}
     frames = {}
@@ -87,13 +96,36 @@ def read_parts(folder: Path) -> Parts:
                     break
                 key, _, value = line[1:].partition(":")
                 meta[key.strip()] = value.strip()
-        frame = pd.read_csv(path, comment="#")
-        if frame.empty:
-            raise ValueError(f"{path}: no rows")
-        frames[name] = frame
+        frames[name] = _checked_frame(path, PART_COLUMNS[name])
     if meta.get("source") != "measured":
         raise ValueError(f"{folder}: source is {meta.get('source')!r}, not a GPU measurement")
     return Parts(meta, frames)
+
+
+def _checked_frame(path: Path, columns: Sequence[str]) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path, comment="#")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a CSV table ({str(err).strip()})") from None
+    if frame.empty:
+        raise ValueError(f"{path}: no rows")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; expected {list(columns)}")
+    header = sum(1 for line in path.open() if line.startswith("#")) + 1
+    for column in columns:
+        if column in ("model", "op", "phase"):
+            continue
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = ~(values > 0) | ~np.isfinite(values)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(
+                f"{path}, line {header + i + 1}, column {column}: {frame[column].iloc[i]} "
+                "is not a positive number"
+            )
+        frame[column] = values
+    return frame
 
 
 def rank_of(label: str) -> tuple[str, int]:

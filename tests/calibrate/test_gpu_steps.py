@@ -4,6 +4,7 @@ cost model takes them, and ``kvsim calibrate --fit-parts`` on steps worked out b
 from __future__ import annotations
 
 import csv
+import importlib.util
 import statistics
 import tomllib
 from importlib import resources
@@ -136,3 +137,28 @@ def test_fit_parts_names_a_missing_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(tmp_path)])
     assert result.exit_code == 2
     assert "hbm.csv: missing" in result.output
+
+
+def test_fit_parts_names_a_bad_line_and_a_missing_column(tmp_path: Path) -> None:
+    _write_parts(tmp_path / "p", [("decode", 1, 1, 128), ("decode", 8, 1, 128)], (0.9, 0.6, 0.0))
+    steps = tmp_path / "p" / "steps.csv"
+    lines = steps.read_text().splitlines()
+    lines[-1] = lines[-1].rsplit(",", 1)[0] + ",nan"  # line 9: 6 metadata lines, header, 2 rows
+    steps.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(tmp_path / "p")])
+    assert result.exit_code == 2
+    assert "steps.csv, line 9, column seconds: nan is not a positive number" in result.output
+    (tmp_path / "p" / "hbm.csv").write_text("# source: measured\nop,bytes\nsum,1\n")
+    result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(tmp_path / "p")])
+    assert result.exit_code == 2
+    assert "hbm.csv: missing column(s) ['bytes_per_s']" in result.output
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is not None, reason="checks the message without PyTorch"
+)
+def test_parts_says_pytorch_is_missing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["calibrate", "--parts", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "needs PyTorch" in result.output
+    assert not (tmp_path / "out").exists()
