@@ -1,10 +1,12 @@
 """The step cost's parts timed on a GPU with PyTorch: HBM reads, GEMMs, SDPA, whole decode steps.
 
-``kvsim calibrate --parts DIR`` (``python -m kvsim.calibrate --parts DIR``) writes five CSV files
+``kvsim calibrate --parts DIR`` (``python -m kvsim.calibrate --parts DIR``) writes CSV files
 into ``DIR``, each with the device, driver, CUDA, PyTorch versions and date as ``# key: value``
 lines (``parts_meta``):
 
 - ``hbm.csv``: a large contiguous read (a sum over a bf16 tensor) and a copy; attained bytes/s.
+- ``host.csv``: copies between pinned host memory and the GPU, each direction, by size, and a
+  batch of block-sized copies (the time per copy the swap and offload terms charge).
 - ``gemm.csv``: the linear layers of one tensor-parallel rank (``PART_MODELS``) at the token counts
   of decode steps and prefill chunks, and one 8192^3 product; attained FLOP/s and bytes/s.
 - ``sdpa.csv``: ``scaled_dot_product_attention`` (bf16) at decode shapes (one query per sequence,
@@ -88,6 +90,9 @@ class PartsGrid:
         max_decode_tokens: largest batch x context timed (the KV cache of every layer is held).
         prefill_chunks: prefill chunk lengths (one sequence, nothing cached before it).
         hbm_bytes: bytes of the contiguous-read buffer.
+        link_sizes: bytes of single host<->GPU copies (pinned host memory).
+        block_copies, block_bytes: a batch of small copies (default 2,048 of 32 KiB: one
+            16-token block of one layer's K for 8 KV heads of 128 in fp16).
         warmup, repeats: untimed and timed launches per point (the median is kept).
     """
 
@@ -97,6 +102,9 @@ class PartsGrid:
     max_decode_tokens: int = 65536
     prefill_chunks: Sequence[int] = (128, 512, 2048, 8192)
     hbm_bytes: int = 8 << 30
+    link_sizes: Sequence[int] = (32 << 10, 256 << 10, 2 << 20, 16 << 20, 128 << 20, 1 << 30)
+    block_copies: int = 2048
+    block_bytes: int = 32 << 10
     warmup: int = 3
     repeats: int = 15
 
@@ -192,6 +200,50 @@ def time_hbm(torch: Any, timer: Timer, nbytes: int) -> list[dict[str, object]]:
         s = timer(launch)
         rows.append({"op": op, "bytes": moved, "seconds": s, "bytes_per_s": moved / s})
     return rows
+
+
+def time_host_link(
+    torch: Any, timer: Timer, sizes: Sequence[int], block_copies: int, block_bytes: int
+) -> list[dict[str, object]]:
+    """Copies between pinned host memory and the GPU, each direction: one copy of each size,
+    and ``block_copies`` copies of ``block_bytes`` each (one ``cudaMemcpyAsync`` apiece, as
+    vLLM's ``swap_blocks`` issues one per block per layer for K and for V)."""
+    dev = timer.device
+    top = max(max(sizes), block_copies * block_bytes)
+    host = torch.empty(top, dtype=torch.uint8, pin_memory=dev == "cuda")
+    gpu = torch.empty(top, dtype=torch.uint8, device=dev)
+    host.fill_(1)
+    rows = []
+    for direction, dst, src in (("host_to_gpu", gpu, host), ("gpu_to_host", host, gpu)):
+        for size in sizes:
+            d, s = dst[:size], src[:size]
+            seconds = timer(lambda d=d, s=s: d.copy_(s, non_blocking=True))
+            rows.append(_link_row(direction, size, 1, seconds))
+        pairs = [
+            (
+                dst[i * block_bytes : (i + 1) * block_bytes],
+                src[i * block_bytes : (i + 1) * block_bytes],
+            )
+            for i in range(block_copies)
+        ]
+
+        def many(pairs: list[tuple[Any, Any]] = pairs) -> None:
+            for d, s in pairs:
+                d.copy_(s, non_blocking=True)
+
+        rows.append(_link_row(direction, block_bytes, block_copies, timer(many)))
+    return rows
+
+
+def _link_row(direction: str, size: int, copies: int, seconds: float) -> dict[str, object]:
+    return {
+        "direction": direction,
+        "bytes_per_copy": size,
+        "copies": copies,
+        "seconds": seconds,
+        "bytes_per_s": size * copies / seconds,
+        "seconds_per_copy": seconds / copies,
+    }
 
 
 def time_gemms(
@@ -424,11 +476,14 @@ def measure_parts(
     models: Sequence[PartModel] = PART_MODELS,
     say: Callable[[str], None] = print,
     layers: int | None = None,
+    only: Sequence[str] | None = None,
 ) -> list[Path]:
     """Time every part on the current device and write the CSV files into ``out_dir``.
 
     Args:
         layers: layers per synthetic rank (default: the model's; fewer for a CPU dry run).
+        only: the parts to time (``hbm``, ``host``, ``gemm``, ``sdpa``, ``steps``; all by
+            default).
 
     Returns:
         The files written, in order (each written as soon as its part is timed).
@@ -442,13 +497,21 @@ def measure_parts(
     say(f"{meta['device_name']} (driver {meta['driver_version']}, torch {meta['torch_version']})")
     timer = Timer(torch, device, grid.warmup, grid.repeats)
     written = []
-    parts: list[tuple[str, Callable[[], list[dict[str, object]]]]] = [
+    every: list[tuple[str, Callable[[], list[dict[str, object]]]]] = [
         ("hbm", lambda: time_hbm(torch, timer, grid.hbm_bytes)),
+        (
+            "host",
+            lambda: time_host_link(
+                torch, timer, grid.link_sizes, grid.block_copies, grid.block_bytes
+            ),
+        ),
         ("gemm", lambda: time_gemms(torch, timer, models, grid.gemm_tokens)),
         ("sdpa", lambda: time_sdpa(torch, timer, models, grid)),
         ("steps", lambda: time_steps(torch, timer, models, grid, layers)),
     ]
-    for name, part in parts:
+    for name, part in every:
+        if only is not None and name not in only:
+            continue
         t0 = time.perf_counter()
         rows = part()
         written.append(write_rows(out_dir / f"{name}.csv", meta, rows))

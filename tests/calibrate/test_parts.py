@@ -46,12 +46,15 @@ def test_tiny_parts_grid_on_the_gpu(tmp_path: Path) -> None:
         decode_contexts=(256,),
         prefill_chunks=(128,),
         hbm_bytes=1 << 28,
+        link_sizes=(1 << 20,),
+        block_copies=16,
+        block_bytes=32 << 10,
         warmup=1,
         repeats=3,
     )
     model = PartModel("tiny", 1024, 8, 2, 128, 2048, 4096, 2)
     files = measure_parts(tmp_path, grid, [model], say=lambda _: None)
-    assert [f.name for f in files] == ["hbm.csv", "gemm.csv", "sdpa.csv", "steps.csv"]
+    assert [f.name for f in files] == ["hbm.csv", "host.csv", "gemm.csv", "sdpa.csv", "steps.csv"]
     for f in files:
         rows = list(csv.DictReader(line for line in f.open() if not line.startswith("#")))
         assert rows
