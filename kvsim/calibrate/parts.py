@@ -217,7 +217,7 @@ def time_host_link(
     for direction, dst, src in (("host_to_gpu", gpu, host), ("gpu_to_host", host, gpu)):
         for size in sizes:
             d, s = dst[:size], src[:size]
-            seconds = timer(lambda d=d, s=s: d.copy_(s, non_blocking=True))
+            seconds = timer(partial(d.copy_, s, non_blocking=True))
             rows.append(_link_row(direction, size, 1, seconds))
         pairs = [
             (

@@ -62,7 +62,9 @@ class CostSpec(Frozen):
         calibration: a calibration table path (CSV/JSON), ``"analytic"`` for the analytic default,
             or ``None`` for the table shipped for this GPU when there is one, else analytic.
         swap_copy_overhead_s: fixed seconds per host<->device copy of one block of one layer's
-            K or V (vLLM's ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block per layer).
+            K or V (vLLM's ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block per layer);
+            5 us, assumed, and measured at 5.0-5.2 us a 32 KiB pinned copy on an H200
+            (``docs/calibration.md``).
         link_efficiency: achieved share of the link bandwidth by all-reduces and stage sends.
         allreduce_latency_s: fixed seconds per all-reduce (launch and synchronisation).
         allreduce_latency_per_peer_s: seconds per all-reduce per other GPU of the group

@@ -72,7 +72,8 @@ Sources of each coefficient:
   kernel of 2023).
 - Swap: ``bytes / PCIe B/s + num_blocks * 2 * num_layers * swap_copy_overhead_s`` (vLLM's
   ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block, per layer, for K and for V; a few
-  microseconds of API and DMA set-up each, an assumption of 5 us by default), so tiny blocks swap
+  microseconds of API and DMA set-up each: 5 us by default, an assumption that an H200 bore
+  out, 5.0-5.2 us a 32 KiB copy beyond its bytes, ``docs/calibration.md``), so tiny blocks swap
   slowly (the paper's §7.3).
 """
 

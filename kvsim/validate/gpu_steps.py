@@ -48,6 +48,10 @@ PART_COLUMNS = {
     "steps": ("model", "phase", "batch", "query_tokens", "context_tokens", "seconds"),
 }
 PART_FILES = tuple(PART_COLUMNS)
+# files a run may lack (written by later versions of `--parts`)
+OPTIONAL_COLUMNS = {
+    "host": ("direction", "bytes_per_copy", "copies", "seconds", "bytes_per_s", "seconds_per_copy")
+}
 COMMAND = "kvsim calibrate --fit-parts"
 # candidate -> the CostSpec fields it fits (the other GPU-side ones held at 0)
 CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -97,6 +101,10 @@ def read_parts(folder: Path) -> Parts:
                 key, _, value = line[1:].partition(":")
                 meta[key.strip()] = value.strip()
         frames[name] = _checked_frame(path, PART_COLUMNS[name])
+    for name, columns in OPTIONAL_COLUMNS.items():
+        path = folder / f"{name}.csv"
+        if path.is_file():
+            frames[name] = _checked_frame(path, columns)
     if meta.get("source") != "measured":
         raise ValueError(f"{folder}: source is {meta.get('source')!r}, not a GPU measurement")
     return Parts(meta, frames)
@@ -114,7 +122,7 @@ def _checked_frame(path: Path, columns: Sequence[str]) -> pd.DataFrame:
         raise ValueError(f"{path}: missing column(s) {missing}; expected {list(columns)}")
     header = sum(1 for line in path.open() if line.startswith("#")) + 1
     for column in columns:
-        if column in ("model", "op", "phase"):
+        if column in ("model", "op", "phase", "direction"):
             continue
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = ~(values > 0) | ~np.isfinite(values)
@@ -252,6 +260,28 @@ def attained(parts: Parts, gpu: GpuSpec, kernel: pd.DataFrame | None) -> dict[st
     return out
 
 
+def host_link(parts: Parts) -> dict[str, dict[str, float]]:
+    """Per direction: the bandwidth of the largest single copy (bytes/s) and the fixed time of
+    one copy in the batch of small ones (its time less its bytes at that bandwidth), seconds.
+    Empty without ``host.csv``."""
+    frame = parts.frames.get("host")
+    if frame is None:
+        return {}
+    out = {}
+    for direction, rows in frame.groupby("direction", sort=False):
+        single = rows[rows.copies == 1]
+        bandwidth = float(single.loc[single.bytes_per_copy.idxmax(), "bytes_per_s"])
+        batch = rows.loc[rows.copies.idxmax()]
+        fixed = float(batch.seconds_per_copy - batch.bytes_per_copy / bandwidth)
+        out[str(direction)] = {
+            "bytes_per_s": bandwidth,
+            "copy_bytes": float(batch.bytes_per_copy),
+            "copy_s": float(batch.seconds_per_copy),
+            "copy_fixed_s": fixed,
+        }
+    return out
+
+
 def paged_factors(kernel_table: Path) -> dict[int, float]:
     """Median paged/contiguous kernel time per block size of a ``kvsim calibrate`` table (the
     factor the cost model uses for that GPU, ``CalibrationTable.ratios_by_block_size``)."""
@@ -324,6 +354,7 @@ def fit_parts(
         "provenance": provenance,
         "fitted": fitted,
         "attained": attained(parts, gpu, kernel),
+        "host_link": host_link(parts),
         "paged_factor": (
             {str(b): r for b, r in paged_factors(kernel_table).items()}
             if kernel is not None and kernel_table is not None
@@ -405,6 +436,15 @@ def report(table: dict[str, Any], say: Callable[[str], None]) -> None:
     for name, share in table["attained"].items():
         other = f"{fitted[beside[name]]:.3f} ({beside[name]})" if name in beside else ""
         say(f"| {name} | {share:.3f} | {other} |")
+    if table["host_link"]:
+        say("\n| host link (pinned) | bandwidth, largest copy | one block copy | its fixed part |")
+        say("|---|---|---|---|")
+        for direction, v in table["host_link"].items():
+            say(
+                f"| {direction.replace('_', ' ')} | {v['bytes_per_s'] / 1e9:.1f} GB/s | "
+                f"{v['copy_s'] * 1e6:.2f} us ({v['copy_bytes'] / 1024:.0f} KiB) | "
+                f"{v['copy_fixed_s'] * 1e6:.2f} us |"
+            )
     if table["paged_factor"]:
         say("\n| block size | paged / contiguous, measured | analytic default | paper |")
         say("|---|---|---|---|")

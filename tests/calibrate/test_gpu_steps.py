@@ -162,3 +162,23 @@ def test_parts_says_pytorch_is_missing(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "needs PyTorch" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_h200_host_link_is_the_measured_one() -> None:
+    # The shipped host.csv: the smaller direction of the 1 GiB copies, to 0.1 GB/s, is the preset's
+    # PCIe bandwidth; a 32 KiB copy's time beyond its bytes is the 5.0-5.2 us docs/calibration.md
+    # states (the 5 us swap_copy_overhead_s assumed).
+    path = CALIBRATION.joinpath("parts").joinpath("h200").joinpath("host.csv")
+    with path.open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    largest = {
+        r["direction"]: float(r["bytes_per_s"]) for r in rows if r["bytes_per_copy"] == str(1 << 30)
+    }
+    assert set(largest) == {"host_to_gpu", "gpu_to_host"}
+    preset = GpuSpec.model_validate("h200").pcie_bandwidth_bytes_per_s
+    assert preset == pytest.approx(round(min(largest.values()) / 1e8) * 1e8, rel=1e-12)
+    for r in rows:
+        if r["copies"] == "2048":
+            fixed = float(r["seconds_per_copy"]) - 32768 / largest[r["direction"]]
+            assert 5.0e-6 <= round(fixed, 8) <= 5.2e-6
+    assert CostSpec().swap_copy_overhead_s == 5e-6
