@@ -39,10 +39,11 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
     """Fit the GPU-side step cost on the steps timed in ``folder`` (``kvsim calibrate --parts``),
     print the report, write ``out`` (default ``results/calibration/<gpu>-steps.toml``; the
     shipped one is ``kvsim/data/calibration/<gpu>-steps.toml``). A
-    ``<folder>-repeat`` beside it (a second run) gives the run-to-run spread; the GPU's kernel
-    table (``kvsim/data/calibration/<gpu>.csv``) the paged kernel's attained bandwidth."""
+    ``<folder>-repeat`` beside it (a second run) gives the run-to-run spread; the kernel table
+    shipped for the GPU (``kvsim/data/calibration/<gpu>.csv``) the paged factors."""
 
     def go() -> None:
+        from kvsim.calibrate.table import shipped_table_path
         from kvsim.validate.gpu_steps import fit_parts as fit
         from kvsim.validate.gpu_steps import read_parts, report, write_fit
 
@@ -51,8 +52,6 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
         if target.suffix.lower() != ".toml":
             raise ValueError(f"--out: --fit-parts writes a .toml table, got {str(target)!r}")
         repeat = folder.with_name(folder.name + "-repeat")
-        from kvsim.calibrate.table import shipped_table_path
-
         kernel = shipped_table_path(name)
         table = fit(folder, name, repeat=repeat if repeat.is_dir() else None, kernel_table=kernel)
         report(table, lambda text: console.print(text, highlight=False, markup=False))
