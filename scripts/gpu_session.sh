@@ -23,7 +23,9 @@ python3 -c "import torch, cupy, numpy; print('torch', torch.__version__, 'cuda',
 echo "== GPU tests"
 timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/calibrate
 echo "== paged vs contiguous kernel (kvsim calibrate)"
-timeout ${KERNEL_LIMIT:-150} python3 -m kvsim.calibrate --out "$OUT/h200.csv"
+SLUG=$(python3 -c "import cupy; from kvsim.calibrate.cli import device_slug as s; \
+n = cupy.cuda.runtime.getDeviceProperties(0)['name']; print(s(n.decode() if isinstance(n, bytes) else n))")
+timeout ${KERNEL_LIMIT:-150} python3 -m kvsim.calibrate --out "$OUT/${SLUG:-gpu}.csv"
 echo "== step-cost parts (kvsim calibrate --parts)"
 timeout ${PARTS_LIMIT:-200} python3 -m kvsim.calibrate --parts "$OUT/parts"
 date -u

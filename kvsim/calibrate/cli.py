@@ -68,6 +68,13 @@ def calibrate(
             "synthetic steps; kvsim.calibrate.parts) and write their CSV files into this folder",
         ),
     ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            help="--parts: the parts to time, comma-separated (hbm, host, gemm, sdpa, steps; "
+            "default all)"
+        ),
+    ] = None,
     fit_parts: Annotated[
         Path | None,
         typer.Option(
@@ -115,12 +122,17 @@ def calibrate(
     if parts is not None:
         from kvsim.calibrate.parts import measure_parts
 
+        names = None if only is None else [n.strip() for n in only.split(",") if n.strip()]
+        known = ("hbm", "host", "gemm", "sdpa", "steps")
+        if names is not None and (not names or set(names) - set(known)):
+            typer.echo(f"error: --only: expected names from {list(known)}, got {only!r}", err=True)
+            raise typer.Exit(2)
         try:
             import torch  # noqa: F401
         except ImportError:
             typer.echo("error: kvsim calibrate --parts needs PyTorch (not installed)", err=True)
             raise typer.Exit(2) from None
-        for path in measure_parts(parts, say=typer.echo):
+        for path in measure_parts(parts, say=typer.echo, only=names):
             typer.echo(f"wrote {path}")
         return
     from kvsim.calibrate.run import CalibrationGrid, run_calibration

@@ -82,7 +82,7 @@ PART_MODELS = (
 
 @dataclass(frozen=True)
 class PartsGrid:
-    """What ``measure_parts`` times (defaults: about two minutes of an H200).
+    """What ``measure_parts`` times (defaults: under a minute of an H200).
 
     Attributes:
         gemm_tokens: tokens per linear-layer product.

@@ -45,9 +45,18 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
     def go() -> None:
         from kvsim.calibrate.table import shipped_table_path
         from kvsim.validate.gpu_steps import fit_parts as fit
-        from kvsim.validate.gpu_steps import read_parts, report, write_fit
+        from kvsim.validate.gpu_steps import report, write_fit
+        from kvsim.validate.parts_files import read_parts
 
-        name = gpu or cli.device_slug(read_parts(folder).meta["device_name"])
+        device = read_parts(folder).meta.get("device_name", "")
+        name = gpu or cli.device_slug(device)
+        if gpu is not None and cli.device_slug(device) != gpu:
+            console.print(
+                f"warning: the files were measured on {device!r}; fitting them as the {gpu!r} "
+                "preset (its datasheet peaks)",
+                highlight=False,
+                markup=False,
+            )
         target = out or Path("results/calibration") / f"{name}-steps.toml"
         if target.suffix.lower() != ".toml":
             raise ValueError(f"--out: --fit-parts writes a .toml table, got {str(target)!r}")

@@ -58,9 +58,13 @@ class CostSpec(Frozen):
             ``kvsim calibrate --fit-parts`` fits it on steps timed on a GPU.
         per_seq_overhead_s: seconds per step per scheduled sequence (CPU-side batching, sampling,
             detokenisation).
-        paged_attention_factor: force the paged KV-read slowdown (``None``: from the calibration).
+        paged_attention_factor: force the paged KV-read slowdown (``None``: the fitted table's,
+            1, when the fitted table is used and no ``calibration`` is given; else from the
+            calibration table).
         calibration: a calibration table path (CSV/JSON), ``"analytic"`` for the analytic default,
-            or ``None`` for the table shipped for this GPU when there is one, else analytic.
+            or ``None`` for the table shipped for this GPU when there is one (the H200's), else
+            analytic; used where no factor comes from the fitted table (the presets, or a
+            ``calibration`` given).
         swap_copy_overhead_s: fixed seconds per host<->device copy of one block of one layer's
             K or V (vLLM's ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block per layer);
             5 us, assumed, and measured at 5.0-5.2 us a 32 KiB pinned copy on an H200

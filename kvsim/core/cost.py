@@ -65,11 +65,12 @@ Sources of each coefficient:
   efficiencies on steps timed on a GPU, ``kvsim/data/calibration/<gpu>-steps.toml``, not used by
   default: ``docs/calibration.md`` says why); the ``vllm-2023`` preset was fitted to the paper's
   Figure 13 (``kvsim/data/costs.toml``).
-- ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B`` the paged/contiguous
-  kernel-time ratio of the calibration table given (``CostSpec.calibration``) or measured on
-  this GPU and shipped (``kvsim calibrate``), else the fitted table's (when it is used), else the
-  analytic default of ``kvsim.calibrate.table`` (1.23 at B = 16: the paper's "20-26 % slower"
-  kernel of 2023).
+- ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B``: the factor given
+  (``CostSpec.paged_attention_factor``); else the fitted table's (1, fitted with the efficiencies
+  it comes with) when the fitted table is used and no calibration table is given; else the
+  paged/contiguous kernel-time ratio of the calibration table given (``CostSpec.calibration``) or
+  measured on this GPU and shipped (``kvsim calibrate``; the H200's); else the analytic default
+  of ``kvsim.calibrate.table`` (1.23 at B = 16: the paper's "20-26 % slower" kernel of 2023).
 - Swap: ``bytes / PCIe B/s + num_blocks * 2 * num_layers * swap_copy_overhead_s`` (vLLM's
   ``swap_blocks`` issues one ``cudaMemcpyAsync`` per block, per layer, for K and for V; a few
   microseconds of API and DMA set-up each: 5 us by default, an assumption that an H200 bore
@@ -83,7 +84,7 @@ import logging
 import math
 from collections.abc import Sequence
 
-from kvsim.calibrate.table import resolve_table, shipped_table_path
+from kvsim.calibrate.table import resolve_table
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.config.cost_spec import resolve_cost
 from kvsim.config.hardware import KvCacheDtype, kv_bytes_per_token_per_gpu
@@ -157,8 +158,7 @@ class StepCostModel:
         self.draft_bytes = float(draft_num_params * model.dtype_bytes) / self.tp
         self.draft_flops_per_seq = 2.0 * draft_num_params / self.tp
         self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
-        measured_here = cost.calibration is None and shipped_table_path(gpu.name) is not None
-        if paged and resolved.paged_attention_factor is not None and not measured_here:
+        if paged and resolved.paged_attention_factor is not None:
             self.layout_factor = resolved.paged_attention_factor
             self.layout_source = f"paged_attention_factor of {resolved.source}"
         self.kv_read_bytes_per_token = kv_rank * self.layout_factor

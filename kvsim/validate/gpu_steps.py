@@ -3,16 +3,20 @@
 ``DIR`` holds the files of ``kvsim calibrate --parts`` (``kvsim.calibrate.parts``). This module
 fits the GPU-side free parameters of the step cost (``kvsim.core.cost``, the simulator's own
 ``StepCostModel``, all-reduces left out: one GPU) on the *train* steps, reports its error on the
-*held-out* ones, and writes the fit (``kvsim/data/calibration/<gpu>-steps.toml``; the simulator
-does not apply it by default, ``docs/calibration.md`` says why; ``--set cost.hbm_efficiency=...``
-and the rest run with it):
+*held-out* ones, and writes the fit (``results/calibration/<gpu>-steps.toml``, or ``--out``; the
+shipped copy is ``kvsim/data/calibration/<gpu>-steps.toml``). The simulator does not apply it by
+default (``docs/calibration.md`` says why); ``--set cost.hbm_efficiency=...`` and the rest run
+with it:
 
 - train: decode steps of 1, 32 and 128 sequences and prefill chunks of 128 and 2,048 tokens, of
   both ranks (``TRAIN_DECODE_BATCHES``, ``TRAIN_PREFILL_CHUNKS``); held out: every other step
   (decode batches 8, 64, 256; chunks of 512 and 8,192 tokens).
 - candidates: the HBM and FLOP efficiencies with a per-layer time (``layer_overhead_s``) or with a
   per-step one (``step_overhead_s``, the form fitted on vLLM runs); the one with the smaller
-  train error is written. The held-out error is never used to choose.
+  train error is written. The held-out error is never used to choose. The HBM efficiency is
+  bounded by what the plain read reached (``attained["hbm_read"]``): a GEMM streams its weights
+  no faster, and without the bound the per-layer time and the bandwidth trade off along a flat
+  ridge (the two ranks read about the same bytes per layer).
 - attained efficiencies straight from the microbenchmarks (no fit): a contiguous read and copy,
   the GEMMs, SDPA, the paged-attention kernel's contiguous layout.
 
@@ -23,7 +27,6 @@ these steps run no scheduler. Numbers are relative errors ``predicted / measured
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,21 +40,10 @@ from kvsim.calibrate.table import analytic_layout_factor
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.config.cost_spec import cost_fit_table
 from kvsim.core.cost import StepCostModel
+from kvsim.validate.parts_files import Parts, rank_of, read_parts
 
 TRAIN_DECODE_BATCHES = (1, 32, 128)
 TRAIN_PREFILL_CHUNKS = (128, 2048)
-# the columns each file of `kvsim calibrate --parts` must have (kvsim.calibrate.parts writes them)
-PART_COLUMNS = {
-    "hbm": ("op", "bytes_per_s"),
-    "gemm": ("model", "op", "tokens", "flops_per_s", "bytes_per_s"),
-    "sdpa": ("phase", "bytes_per_s", "flops_per_s"),
-    "steps": ("model", "phase", "batch", "query_tokens", "context_tokens", "seconds"),
-}
-PART_FILES = tuple(PART_COLUMNS)
-# files a run may lack (written by later versions of `--parts`)
-OPTIONAL_COLUMNS = {
-    "host": ("direction", "bytes_per_copy", "copies", "seconds", "bytes_per_s", "seconds_per_copy")
-}
 COMMAND = "kvsim calibrate --fit-parts"
 # candidate -> the CostSpec fields it fits (the other GPU-side ones held at 0)
 CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -70,82 +62,6 @@ _BOUNDS = {
     "layer_overhead_s": (0.0, 1e-3),
     "step_overhead_s": (0.0, 0.05),
 }
-
-
-@dataclass(frozen=True)
-class Parts:
-    """The files of one ``--parts`` run: metadata (``# key: value`` lines) and one frame each."""
-
-    meta: dict[str, str]
-    frames: dict[str, pd.DataFrame]
-
-
-def read_parts(folder: Path) -> Parts:
-    """Read ``hbm.csv``, ``gemm.csv``, ``sdpa.csv`` and ``steps.csv`` from ``folder``.
-
-    Raises:
-        ValueError: a file is missing, has no rows, lacks a column or holds a time or rate that
-            is not a positive number (naming the file, line, column and value), or the files
-            were not measured on a GPU.
-    """
-    meta: dict[str, str] = {}
-    frames = {}
-    for name in PART_FILES:
-        path = folder / f"{name}.csv"
-        if not path.is_file():
-            raise ValueError(f"{path}: missing (expected the files of `kvsim calibrate --parts`)")
-        with path.open() as f:
-            for line in f:
-                if not line.startswith("#"):
-                    break
-                key, _, value = line[1:].partition(":")
-                meta[key.strip()] = value.strip()
-        frames[name] = _checked_frame(path, PART_COLUMNS[name])
-    for name, columns in OPTIONAL_COLUMNS.items():
-        path = folder / f"{name}.csv"
-        if path.is_file():
-            frames[name] = _checked_frame(path, columns)
-    if meta.get("source") != "measured":
-        raise ValueError(f"{folder}: source is {meta.get('source')!r}, not a GPU measurement")
-    return Parts(meta, frames)
-
-
-def _checked_frame(path: Path, columns: Sequence[str]) -> pd.DataFrame:
-    try:
-        frame = pd.read_csv(path, comment="#")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not a CSV table ({str(err).strip()})") from None
-    if frame.empty:
-        raise ValueError(f"{path}: no rows")
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}; expected {list(columns)}")
-    header = sum(1 for line in path.open() if line.startswith("#")) + 1
-    for column in columns:
-        if column in ("model", "op", "phase", "direction"):
-            continue
-        values = pd.to_numeric(frame[column], errors="coerce")
-        bad = ~(values > 0) | ~np.isfinite(values)
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ValueError(
-                f"{path}, line {header + i + 1}, column {column}: {frame[column].iloc[i]} "
-                "is not a positive number"
-            )
-        frame[column] = values
-    return frame
-
-
-def rank_of(label: str) -> tuple[str, int]:
-    """``"llama-2-70b tp4"`` -> (model preset, tensor-parallel size).
-
-    Raises:
-        ValueError: not ``<preset> tp<N>``.
-    """
-    match = re.fullmatch(r"(\S+) tp(\d+)", label)
-    if match is None:
-        raise ValueError(f"steps.csv: model {label!r}: expected '<preset> tp<N>'")
-    return match[1], int(match[2])
 
 
 def predict_steps(steps: pd.DataFrame, gpu: GpuSpec, values: dict[str, float]) -> np.ndarray:
@@ -214,21 +130,33 @@ class StepFit:
         }
 
 
-def fit_steps(steps: pd.DataFrame, gpu: GpuSpec, free: Sequence[str], label: str) -> StepFit:
-    """Least squares of the train steps' relative errors over the ``free`` fields."""
+def fit_steps(
+    steps: pd.DataFrame, gpu: GpuSpec, free: Sequence[str], label: str, hbm_cap: float = 1.0
+) -> StepFit:
+    """Least squares of the train steps' relative errors over the ``free`` fields, the HBM
+    efficiency at most ``hbm_cap`` (what a plain read reached: a GEMM streams no faster).
+
+    Raises:
+        ValueError: no train step or no held-out step (the rule of the module docstring).
+    """
     from scipy.optimize import least_squares
 
     train = is_train(steps)
+    if train.all() or not train.any():
+        raise ValueError(
+            f"steps.csv: {'no held-out' if train.all() else 'no train'} step (train: decode "
+            f"batches {list(TRAIN_DECODE_BATCHES)}, prefill chunks {list(TRAIN_PREFILL_CHUNKS)})"
+        )
     measured = steps.seconds.to_numpy(float)
 
     def errors(x: np.ndarray, mask: np.ndarray | slice) -> np.ndarray:
         predicted = predict_steps(steps[mask], gpu, dict(zip(free, map(float, x), strict=True)))
         return np.asarray(predicted / measured[mask] - 1.0)
 
-    lower, upper = zip(*(_BOUNDS[n] for n in free), strict=True)
-    result = least_squares(
-        lambda x: errors(x, train), [_START[n] for n in free], bounds=(lower, upper)
-    )
+    bounds = {**_BOUNDS, "hbm_efficiency": (_BOUNDS["hbm_efficiency"][0], min(1.0, hbm_cap))}
+    lower, upper = zip(*(bounds[n] for n in free), strict=True)
+    start = [min(_START[n], bounds[n][1]) for n in free]
+    result = least_squares(lambda x: errors(x, train), start, bounds=(lower, upper))
     values = dict(zip(free, map(float, result.x), strict=True))
     return StepFit(label, values, errors(result.x, slice(None)), train)
 
@@ -311,7 +239,11 @@ def fit_parts(
     parts = read_parts(folder)
     gpu = GpuSpec.model_validate(gpu_name)
     steps = parts.frames["steps"]
-    fits = [fit_steps(steps, gpu, free, label) for label, free in CANDIDATES.items()]
+    shares = attained(parts, gpu, None)
+    fits = [
+        fit_steps(steps, gpu, free, label, hbm_cap=shares["hbm_read"])
+        for label, free in CANDIDATES.items()
+    ]
     chosen = min(fits, key=lambda fit: fit.summary(True)["median_abs_pct"])
     kernel = None
     if kernel_table is not None and kernel_table.is_file():

@@ -9,6 +9,7 @@ import statistics
 import tomllib
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -49,14 +50,15 @@ def test_h200_keeps_the_vllm_fit_and_the_step_fit_is_opt_in() -> None:
     assert h200.flops_efficiency == h100_fit["flops_efficiency"]
     assert (h200.layer_overhead_s, h200.step_overhead_s) == (0.0, fitted["cost"]["step_overhead_s"])
     assert "transferred from h100-80gb" in h200.source
-    # the synthetic steps' fit runs when given
+    # the synthetic steps' fit runs when given: Llama-2-70B's 80 layers each add layer_overhead_s
     steps = tomllib.loads(CALIBRATION.joinpath("h200-steps.toml").read_text())["fitted"]
-    opt_in = resolve_cost(CostSpec(**steps), GpuSpec.model_validate("h200"))
-    assert opt_in.layer_overhead_s == steps["layer_overhead_s"]
-    assert opt_in.hbm_efficiency == steps["hbm_efficiency"]
+    model = ModelSpec.model_validate("llama-2-70b")
+    opt_in = StepCostModel(model, GpuSpec.model_validate("h200"), CostSpec(**steps), paged=False)
+    want = fitted["cost"]["step_overhead_s"] + 80 * steps["layer_overhead_s"]
+    assert opt_in.overhead_s == pytest.approx(want, rel=1e-12)
 
 
-def test_h200_paged_factor_is_its_measured_kernel_ratio() -> None:
+def test_h200_table_serves_the_costs_that_take_a_table() -> None:
     # The shipped H200 table's median paged/contiguous ratio at block size 16, read here with csv.
     with CALIBRATION.joinpath("h200.csv").open() as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
@@ -66,37 +68,56 @@ def test_h200_paged_factor_is_its_measured_kernel_ratio() -> None:
         if r["block_size_tokens"] == "16"
     ]
     assert len(ratios) == 22  # 4 batch sizes x 6 contexts, less the 2 over 1M tokens
-    model = ModelSpec.model_validate("llama-2-7b")
-    h200 = StepCostModel(model, GpuSpec.model_validate("h200"), CostSpec(), paged=True)
-    assert h200.layout_factor == pytest.approx(statistics.median(ratios), rel=1e-12)
-    assert "NVIDIA H200" in h200.layout_source
-    # no table for the H100: the vLLM fit's chosen factor (1)
-    h100 = StepCostModel(model, GpuSpec.model_validate("h100-80gb"), CostSpec(), paged=True)
-    assert h100.layout_factor == 1.0
+    model, h200 = ModelSpec.model_validate("llama-2-7b"), GpuSpec.model_validate("h200")
+    paper_engine = CostSpec.model_validate("vllm-2023")  # takes its factor from a table
+    measured = StepCostModel(model, h200, paper_engine, paged=True)
+    assert measured.layout_factor == pytest.approx(statistics.median(ratios), rel=1e-12)
+    assert "NVIDIA H200" in measured.layout_source
+    # the H100 has no table: the analytic 1 + (0.23 - 1.5 / 16) + 1.5 / 16 = 1.23 at 16 tokens
+    h100 = StepCostModel(model, GpuSpec.model_validate("h100-80gb"), paper_engine, paged=True)
+    assert h100.layout_factor == pytest.approx(1.23)
+    # the default cost keeps the factor fitted with its efficiencies on vLLM runs (1)
+    assert StepCostModel(model, h200, CostSpec(), paged=True).layout_factor == 1.0
 
 
-def _hand_step_s(batch: int, new: int, ctx: int, hbm: float, flops: float, layer: float) -> float:
-    """Llama-2-7B on an H200 by the operator roofline (kvsim.core.cost's docstring), by hand:
-    6.738e9 parameters, of which the LM head and the embedding are 32000 x 4096 = 131,072,000
-    each, so 6,475,856,000 dense; 2 bytes each; KV 2 x 32 layers x 32 heads x 128 x 2 bytes =
-    524,288 bytes per token; attention 2 x 32 layers x 4096 FLOPs per pair; 4.8 TB/s, 989 TFLOP/s.
-    """
+# By hand from kvsim/data/models.toml, per tensor-parallel rank: (dense parameters, LM-head
+# parameters, K+V bytes per token, attention FLOPs per (query, key) pair, layers).
+# Llama-2-7B: 6.738e9 parameters less an LM head and an embedding of 32000 x 4096 = 131,072,000
+# each = 6,475,856,000 dense; KV 2 x 32 layers x 32 heads x 128 x 2 bytes = 524,288; attention
+# 2 x 32 layers x 4096 = 262,144 FLOPs a pair.
+# Llama-2-70B over TP 4: (68.977e9 - 2 x 32000 x 8192) / 4 = 17,113,178,000 dense and 65,536,000
+# of LM head a rank; KV 2 x 80 layers x (8 / 4) heads x 128 x 2 bytes = 81,920; attention
+# 2 x 80 x 8192 / 4 = 327,680 FLOPs a pair.
+RANKS = {
+    "llama-2-7b tp1": (6_475_856_000, 131_072_000, 524_288, 262_144, 32),
+    "llama-2-70b tp4": (17_113_178_000, 65_536_000, 81_920, 327_680, 80),
+}
+
+
+def _hand_step_s(
+    rank: str, batch: int, new: int, ctx: int, hbm: float, flops: float, layer: float
+) -> float:
+    """A step by the operator roofline (kvsim.core.cost's docstring), by hand: each operator the
+    longer of its bytes (2 a parameter) over 4.8 TB/s x hbm and its FLOPs over 989 TFLOP/s x
+    flops; plus ``layer`` seconds per layer."""
+    dense, head, kv, per_pair, layers = RANKS[rank]
     bw, fl = 4.8e12 * hbm, 989e12 * flops
-    dense, head = 6_475_856_000, 131_072_000
     tokens = batch * new
     pairs = batch * (2 * new * (ctx - new) + new * new)
     linear = max(2 * dense / bw, 2 * dense * tokens / fl)
     lm_head = max(2 * head / bw, 2 * head * batch / fl)
-    attention = max(batch * (ctx - new) * 524_288 / bw, 2 * 32 * 4096 * pairs / fl)
-    return linear + lm_head + attention + 32 * layer
+    attention = max(batch * (ctx - new) * kv / bw, per_pair * pairs / fl)
+    return linear + lm_head + attention + layers * layer
 
 
-def _write_parts(folder: Path, steps: list[tuple[str, int, int, int]], truth: tuple) -> None:
+def _write_parts(
+    folder: Path, steps: list[tuple[str, str, int, int, int]], truth: tuple[float, float, float]
+) -> None:
     folder.mkdir()
     meta = "# source: measured\n# device_name: NVIDIA H200\n# driver_version: test\n"
     meta += "# torch_version: test\n# cuda_runtime: test\n# date_utc: 2026-12-04\n"
     (folder / "hbm.csv").write_text(
-        meta + "op,bytes,seconds,bytes_per_s\nsum,1,1,4.32e12\ncopy,2,1,4.28e12\n"
+        meta + "op,bytes,seconds,bytes_per_s\nsum,1,1,4.56e12\ncopy,2,1,4.28e12\n"
     )
     head = "model,op,tokens,in_features,out_features,seconds,flops,bytes,flops_per_s,bytes_per_s\n"
     (folder / "gemm.csv").write_text(
@@ -108,9 +129,9 @@ def _write_parts(folder: Path, steps: list[tuple[str, int, int, int]], truth: tu
         "bytes_per_s,flops_per_s\nm,decode,1,1,1,1,1,1,4e12,1\nm,prefill,1,1,1,1,1,1,1,6e14\n"
     )
     lines = ["model,num_layers,phase,batch,query_tokens,context_tokens,cuda_graph,seconds"]
-    for phase, batch, new, ctx in steps:
-        s = _hand_step_s(batch, new, ctx, *truth)
-        lines.append(f"llama-2-7b tp1,32,{phase},{batch},{new},{ctx},1,{s!r}")
+    for rank, phase, batch, new, ctx in steps:
+        s = _hand_step_s(rank, batch, new, ctx, *truth)
+        lines.append(f"{rank},{RANKS[rank][4]},{phase},{batch},{new},{ctx},1,{s!r}")
     (folder / "steps.csv").write_text(meta + "\n".join(lines) + "\n")
 
 
@@ -118,8 +139,10 @@ def test_fit_recovers_hand_made_steps(tmp_path: Path) -> None:
     from kvsim.validate.gpu_steps import fit_parts
 
     truth = (0.9, 0.6, 40e-6)
-    steps = [("decode", b, 1, c) for b in (1, 8, 32, 64, 128) for c in (128, 2048)]
-    steps += [("prefill", 1, c, c) for c in (128, 512, 2048, 8192)]
+    steps = []
+    for rank in RANKS:  # 32 and 80 layers: a time per layer is not a time per step
+        steps += [(rank, "decode", b, 1, c) for b in (1, 8, 32, 64, 128) for c in (128, 2048)]
+        steps += [(rank, "prefill", 1, c, c) for c in (128, 512, 2048, 8192)]
     _write_parts(tmp_path / "h200", steps, truth)
     table = fit_parts(tmp_path / "h200", "h200")
     assert table["provenance"]["chosen"] == "per-layer overhead"
@@ -128,9 +151,12 @@ def test_fit_recovers_hand_made_steps(tmp_path: Path) -> None:
     assert got["flops_efficiency"] == pytest.approx(0.6, rel=1e-4)
     assert got["layer_overhead_s"] == pytest.approx(40e-6, rel=1e-3)
     held = table["candidates"]["per-layer overhead"]["held_out"]
-    assert held["points"] == 6  # decode batches 8 and 64 at 2 contexts (4); chunks 512, 8192 (2)
+    # per rank: decode batches 8 and 64 at 2 contexts (4), chunks of 512 and 8192 (2)
+    assert held["points"] == 12
     assert held["max_abs_pct"] < 0.01
-    assert table["attained"]["hbm_read"] == pytest.approx(4.32 / 4.8)
+    # the per-step form cannot fit 32 and 80 layers' times at once
+    assert table["candidates"]["per-step overhead"]["train"]["max_abs_pct"] > 1
+    assert table["attained"]["hbm_read"] == pytest.approx(4.56 / 4.8)
 
 
 def test_fit_parts_names_a_missing_file(tmp_path: Path) -> None:
@@ -140,7 +166,8 @@ def test_fit_parts_names_a_missing_file(tmp_path: Path) -> None:
 
 
 def test_fit_parts_names_a_bad_line_and_a_missing_column(tmp_path: Path) -> None:
-    _write_parts(tmp_path / "p", [("decode", 1, 1, 128), ("decode", 8, 1, 128)], (0.9, 0.6, 0.0))
+    rows = [("llama-2-7b tp1", "decode", b, 1, 128) for b in (1, 8)]
+    _write_parts(tmp_path / "p", rows, (0.9, 0.6, 0.0))
     steps = tmp_path / "p" / "steps.csv"
     lines = steps.read_text().splitlines()
     lines[-1] = lines[-1].rsplit(",", 1)[0] + ",nan"  # line 9: 6 metadata lines, header, 2 rows
@@ -182,3 +209,45 @@ def test_h200_host_link_is_the_measured_one() -> None:
             fixed = float(r["seconds_per_copy"]) - 32768 / largest[r["direction"]]
             assert 5.0e-6 <= round(fixed, 8) <= 5.2e-6
     assert CostSpec().swap_copy_overhead_s == 5e-6
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "message"),
+    [
+        (
+            "steps",
+            lambda t: t.replace("llama-2-7b tp1,32", "foo tp1,32", 1),
+            "column model: 'foo tp1'",
+        ),
+        (
+            "steps",
+            lambda t: t.replace("llama-2-7b tp1,32", "llama-2-7b tp3,32", 1),
+            "not divisible",
+        ),
+        ("steps", lambda t: t.replace("llama-2-7b tp1,32", "llama-2-7b tpX,32", 1), "tp<N>"),
+        ("steps", lambda t: t.replace(",32,decode,1,", ",40,decode,1,", 1), "has 32 layers"),
+        ("steps", lambda t: t.replace(",decode,8,1,", ",warmup,8,1,", 1), "line 9, column phase"),
+        ("steps", lambda t: t.replace(",decode,8,1,128", ",decode,8.5,1,128", 1), "whole number"),
+        (
+            "steps",
+            lambda t: t.replace(",decode,8,1,128", ",prefill,8,256,128", 1),
+            "256 new tokens",
+        ),
+        ("gemm", lambda t: t.replace("square,square", "m,qkv", 1), "no row with op ['square']"),
+        ("hbm", lambda t: t.replace("source: measured", "source: dry run", 1), "not a GPU"),
+        ("sdpa", lambda t: "\x00\xff\xfe binary", "not a text file"),
+    ],
+)
+def test_fit_parts_refuses_bad_files(tmp_path: Path, name: str, edit: Any, message: str) -> None:
+    rows = [("llama-2-7b tp1", "decode", b, 1, 128) for b in (1, 8)]
+    _write_parts(tmp_path / "p", rows, (0.9, 0.6, 0.0))
+    path = tmp_path / "p" / f"{name}.csv"
+    text = edit(path.read_text())
+    if text.startswith("\x00"):
+        path.write_bytes(text.encode("latin-1"))
+    else:
+        path.write_text(text)
+    result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(tmp_path / "p")])
+    assert result.exit_code == 2
+    assert f"{name}.csv" in result.output
+    assert message in result.output

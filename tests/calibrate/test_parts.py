@@ -27,10 +27,12 @@ def test_tp4_rank_of_llama_2_70b() -> None:
 def test_llama_2_7b_weights_per_layer() -> None:
     # 4 * 4096^2 (Q, K, V, O) + 3 * 4096 * 11008 (gate, up, down) = 202,375,168 per layer;
     # x 32 layers + 2 * 32000 * 4096 (embedding, LM head) = 6.738e9, the preset's num_params.
-    rank = PartModel("7b", 4096, 32, 32, 128, 11008, 32000, 32)
+    rank = next(m for m in PART_MODELS if m.name == "llama-2-7b tp1")
     per_layer = sum(k * n for k, n in rank.linear_shapes().values())
     assert per_layer == 202_375_168
-    assert per_layer * 32 + 2 * 32000 * 4096 == pytest.approx(6.738e9, rel=1e-3)
+    assert per_layer * rank.num_layers + 2 * rank.vocab * rank.hidden == pytest.approx(
+        6.738e9, rel=1e-3
+    )
 
 
 @pytest.mark.gpu
