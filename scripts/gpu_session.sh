@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session for issue 32 (kvsim/data/calibration/README.md): the GPU tests, the paged vs
+# One GPU session (kvsim/data/calibration/README.md, docs/calibration.md): the GPU tests, the paged vs
 # contiguous kernel table, then the step cost's parts (PyTorch). Each part has its own time limit
 # and writes into $OUT as it finishes, so a part that fails or runs out loses nothing before it.
 # Needs python3 with PyTorch, CuPy, numpy, typer and pytest; kvsim's other dependencies travel as

@@ -104,7 +104,34 @@ def calibrate(
     ] = 20,
     warmup: Annotated[int, typer.Option(min=0, max=10_000, help="untimed launches per point")] = 3,
 ) -> None:
-    """Time paged vs contiguous decode attention per block size; write a calibration table."""
+    """Time paged vs contiguous KV reads or the step cost's parts on a GPU; fit them without one.
+
+    Modes: --parts (time the step cost's parts), --fit-parts (fit them), --from-runs (fit the
+    step cost on measured vLLM runs). Without a mode flag: the kernel table (--batch-sizes,
+    --contexts, --block-sizes, --num-heads, --num-kv-heads, --head-dim, --repeats, --warmup
+    apply to it alone).
+    """
+    modes = [
+        flag
+        for flag, on in (
+            ("--from-runs", from_runs),
+            ("--parts", parts is not None),
+            ("--fit-parts", fit_parts is not None),
+        )
+        if on
+    ]
+    misplaced = [
+        f"{flag} applies to {needs} only"
+        for flag, on, needs in (
+            ("--only", only is not None, "--parts"),
+            ("--gpu", gpu is not None, "--fit-parts"),
+        )
+        if on and needs not in modes
+    ]
+    if len(modes) > 1 or misplaced:
+        problem = f"choose one of {modes}" if len(modes) > 1 else misplaced[0]
+        typer.echo(f"error: kvsim calibrate: {problem}", err=True)
+        raise typer.Exit(2)
     if from_runs:
         if not _FROM_RUNS:
             typer.echo(

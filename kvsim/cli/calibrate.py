@@ -44,12 +44,18 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
 
     def go() -> None:
         from kvsim.calibrate.table import shipped_table_path
+        from kvsim.config.hardware import preset_table
         from kvsim.validate.gpu_steps import fit_parts as fit
         from kvsim.validate.gpu_steps import report, write_fit
         from kvsim.validate.parts_files import read_parts
 
         device = read_parts(folder).meta.get("device_name", "")
         name = gpu or cli.device_slug(device)
+        if name not in preset_table("gpus"):
+            raise ValueError(
+                f"--gpu: {name!r} is not a GPU preset (the files say {device!r}); expected one of "
+                f"{sorted(preset_table('gpus'))}"
+            )
         if gpu is not None and cli.device_slug(device) != gpu:
             console.print(
                 f"warning: the files were measured on {device!r}; fitting them as the {gpu!r} "

@@ -305,7 +305,7 @@ def fit_parts(
 
 
 HEADER = """\
-# GPU-side step-cost values FITTED on synthetic PyTorch steps timed on this GPU (issue 32),
+# GPU-side step-cost values FITTED on synthetic PyTorch steps timed on this GPU,
 # written by `kvsim calibrate --fit-parts` from the files of `kvsim calibrate --parts`
 # (provenance.parts). Not applied by default (docs/calibration.md says why): run with them by
 # setting cost.hbm_efficiency, cost.flops_efficiency and cost.layer_overhead_s to [fitted]'s.
