@@ -161,6 +161,9 @@ def resolve_cost(cost: CostSpec, gpu: GpuSpec) -> ResolvedCost:
     factor = None
     if any(value is None for value in given.values()):
         values, source = fitted_values(gpu.name)
+        named = [name for name, value in given.items() if value is not None]
+        if named:  # the fitted table's provenance holds for the rest only
+            source = f"{source}; given: {', '.join(named)}"
         for name, value in given.items():
             if value is None:
                 given[name] = float(values[name])

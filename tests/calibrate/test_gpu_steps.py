@@ -50,12 +50,14 @@ def test_h200_keeps_the_vllm_fit_and_the_step_fit_is_opt_in() -> None:
     assert h200.flops_efficiency == h100_fit["flops_efficiency"]
     assert (h200.layer_overhead_s, h200.step_overhead_s) == (0.0, fitted["cost"]["step_overhead_s"])
     assert "transferred from h100-80gb" in h200.source
-    # the synthetic steps' fit runs when given: Llama-2-70B's 80 layers each add layer_overhead_s
+    # the synthetic steps' fit runs when given (and the source says which values were given);
+    # Llama-2-70B's 80 layers each add layer_overhead_s
     steps = tomllib.loads(CALIBRATION.joinpath("h200-steps.toml").read_text())["fitted"]
     model = ModelSpec.model_validate("llama-2-70b")
     opt_in = StepCostModel(model, GpuSpec.model_validate("h200"), CostSpec(**steps), paged=False)
     want = fitted["cost"]["step_overhead_s"] + 80 * steps["layer_overhead_s"]
     assert opt_in.overhead_s == pytest.approx(want, rel=1e-12)
+    assert opt_in.cost_source.endswith("given: hbm_efficiency, flops_efficiency")
 
 
 def test_h200_table_serves_the_costs_that_take_a_table() -> None:
