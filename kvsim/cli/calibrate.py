@@ -37,7 +37,8 @@ def from_runs(out: Path | None, max_evaluations: int) -> None:
 
 def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
     """Fit the GPU-side step cost on the steps timed in ``folder`` (``kvsim calibrate --parts``),
-    print the report, write ``out`` (default ``results/calibration/<gpu>-steps.toml``; the
+    print the report, write ``out`` and its figure beside it (``.png``; default
+    ``results/calibration/<gpu>-steps.toml``; the
     shipped one is ``kvsim/data/calibration/<gpu>-steps.toml``). A
     ``<folder>-repeat`` beside it (a second run) gives the run-to-run spread; the kernel table
     shipped for the GPU (``kvsim/data/calibration/<gpu>.csv``) the paged factors."""
@@ -71,6 +72,13 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
         table = fit(folder, name, repeat=repeat if repeat.is_dir() else None, kernel_table=kernel)
         report(table, lambda text: console.print(text, highlight=False, markup=False))
         console.print(f"wrote {write_fit(table, target)}", highlight=False)
+        from kvsim.view.calibration_plots import steps_figure
+
+        figure = target.with_suffix(".png")
+        p = table["provenance"]
+        title = f"Synthetic steps on {p['device_name']}: the cost model ({p['chosen']} form)"
+        steps_figure(table["points"], title=title).savefig(figure, dpi=110)
+        console.print(f"wrote {figure}", highlight=False)
 
     guard(go)
 
