@@ -11,10 +11,9 @@ lines (``parts_meta``):
   of decode steps and prefill chunks, and one 8192^3 product; attained FLOP/s and bytes/s.
 - ``sdpa.csv``: ``scaled_dot_product_attention`` (bf16) at decode shapes (one query per sequence,
   grouped-query heads folded into the query length) and at prefill shapes (causal chunk).
-- ``steps.csv``: a synthetic forward of every layer of the rank (RMSNorm, QKV, attention over a
-  contiguous KV cache, O, gate/up, SiLU, down; the LM head on each sequence's last token), each
-  layer its own weights, captured in a CUDA graph when capture works; the step the cost model
-  prices, without the scheduler, sampling or all-reduces.
+- ``steps.csv``: whole synthetic forwards of every layer of the rank
+  (``kvsim.calibrate.synthetic_steps``): the step the cost model prices, without the scheduler,
+  sampling or all-reduces.
 
 Every time is the median of ``repeats`` CUDA-event timings, the L2 cache flushed (a write over
 twice its size) before each. Tensors are random; only shapes and bytes matter to the times.
@@ -29,118 +28,12 @@ import datetime
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-
-@dataclass(frozen=True)
-class PartModel:
-    """The layer shapes of one tensor-parallel rank of a dense Llama-style model.
-
-    Attributes:
-        name: the kvsim model preset and tensor-parallel size it stands for.
-        hidden: residual width; heads, kv_heads: query and KV heads on the rank; head_dim.
-        intermediate: MLP width on the rank; vocab: LM-head rows on the rank; num_layers.
-    """
-
-    name: str
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    num_layers: int
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each linear layer of one transformer layer on the rank."""
-        qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
-        return {
-            "qkv": (self.hidden, qkv),
-            "o": (self.heads * self.head_dim, self.hidden),
-            "gate_up": (self.hidden, 2 * self.intermediate),
-            "down": (self.intermediate, self.hidden),
-        }
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V bytes of one token over all layers of the rank (bf16)."""
-        return 2 * self.num_layers * self.kv_heads * self.head_dim * 2
-
-
-# Hugging Face configs (meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-70b-hf): 7B has hidden 4096,
-# 32 layers, 32 heads of 128, intermediate 11008, vocab 32000; 70B has hidden 8192, 80 layers, 64
-# query and 8 KV heads, intermediate 28672. The 70B row is one rank of tensor-parallel size 4
-# (heads, MLP width and LM head split four ways), the configuration of the measured 70B runs.
-PART_MODELS = (
-    PartModel("llama-2-7b tp1", 4096, 32, 32, 128, 11008, 32000, 32),
-    PartModel("llama-2-70b tp4", 8192, 16, 2, 128, 7168, 8000, 80),
-)
-
-
-@dataclass(frozen=True)
-class PartsGrid:
-    """What ``measure_parts`` times (defaults: under a minute of an H200).
-
-    Attributes:
-        gemm_tokens: tokens per linear-layer product.
-        decode_batches, decode_contexts: decode steps' sequences and tokens per sequence.
-        max_decode_tokens: largest batch x context timed (the KV cache of every layer is held).
-        prefill_chunks: prefill chunk lengths (one sequence, nothing cached before it).
-        hbm_bytes: bytes of the contiguous-read buffer.
-        link_sizes: bytes of single host<->GPU copies (pinned host memory).
-        block_copies, block_bytes: a batch of small copies (default 2,048 of 32 KiB: one
-            16-token block of one layer's K for 8 KV heads of 128 in fp16).
-        warmup, repeats: untimed and timed launches per point (the median is kept).
-    """
-
-    gemm_tokens: Sequence[int] = (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-    decode_batches: Sequence[int] = (1, 8, 32, 64, 128, 256)
-    decode_contexts: Sequence[int] = (128, 512, 2048, 8192)
-    max_decode_tokens: int = 65536
-    prefill_chunks: Sequence[int] = (128, 512, 2048, 8192)
-    hbm_bytes: int = 8 << 30
-    link_sizes: Sequence[int] = (32 << 10, 256 << 10, 2 << 20, 16 << 20, 128 << 20, 1 << 30)
-    block_copies: int = 2048
-    block_bytes: int = 32 << 10
-    warmup: int = 3
-    repeats: int = 15
-
-
-class Timer:
-    """Median seconds of a launch: CUDA events with the L2 flushed on a GPU, else wall clock."""
-
-    def __init__(self, torch: Any, device: str, warmup: int, repeats: int) -> None:
-        self.torch, self.device, self.warmup, self.repeats = torch, device, warmup, repeats
-        self.cuda = device == "cuda"
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size if self.cuda else 1 << 20
-        self._flush = torch.empty(2 * l2, dtype=torch.uint8, device=device)
-
-    def __call__(self, launch: Callable[[], object]) -> float:
-        torch = self.torch
-        for _ in range(self.warmup):
-            launch()
-        times = []
-        for _ in range(self.repeats):
-            self._flush.fill_(1)
-            if self.cuda:
-                start, end = (
-                    torch.cuda.Event(enable_timing=True),
-                    torch.cuda.Event(enable_timing=True),
-                )
-                start.record()
-                launch()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e-3)
-            else:
-                t0 = time.perf_counter()
-                launch()
-                times.append(time.perf_counter() - t0)
-        times.sort()
-        return float(times[len(times) // 2])
+from kvsim.calibrate.parts_setup import PART_MODELS, PartModel, PartsGrid, Timer, decode_points
+from kvsim.calibrate.synthetic_steps import time_steps
 
 
 def parts_meta(torch: Any, device: str) -> dict[str, str]:
@@ -289,15 +182,6 @@ def _gemm_row(
     }
 
 
-def _decode_points(grid: PartsGrid) -> list[tuple[int, int]]:
-    return [
-        (b, c)
-        for b in grid.decode_batches
-        for c in grid.decode_contexts
-        if b * c <= grid.max_decode_tokens
-    ]
-
-
 def time_sdpa(
     torch: Any, timer: Timer, models: Sequence[PartModel], grid: PartsGrid
 ) -> list[dict[str, object]]:
@@ -308,7 +192,7 @@ def time_sdpa(
     rows = []
     for model in models:
         group, d = model.heads // model.kv_heads, model.head_dim
-        for batch, ctx in _decode_points(grid):
+        for batch, ctx in decode_points(grid):
             # GQA folded: the group's query heads are one KV head's query rows (no mask needed).
             q = torch.randn(batch, model.kv_heads, group, d, dtype=torch.bfloat16, device=dev)
             k = torch.randn(batch, model.kv_heads, ctx, d, dtype=torch.bfloat16, device=dev)
@@ -346,128 +230,6 @@ def _sdpa_row(
         "bytes_per_s": kv / s,
         "flops_per_s": flops / s,
     }
-
-
-class SyntheticRank:
-    """Every layer of one rank with its own random bf16 weights, and a contiguous KV cache."""
-
-    def __init__(
-        self, torch: Any, model: PartModel, device: str, layers: int | None = None
-    ) -> None:
-        self.torch, self.model, self.device = torch, model, device
-        self.num_layers = layers or model.num_layers
-        shapes = model.linear_shapes()
-        self.weights = [
-            {
-                op: torch.randn(k, n, dtype=torch.bfloat16, device=device) * 0.02
-                for op, (k, n) in shapes.items()
-            }
-            for _ in range(self.num_layers)
-        ]
-        self.head = (
-            torch.randn(model.hidden, model.vocab, dtype=torch.bfloat16, device=device) * 0.02
-        )
-
-    def step(self, batch: int, q_len: int, ctx: int) -> Callable[[], object]:
-        """A launch of one forward: ``batch`` sequences of ``q_len`` new tokens over ``ctx``
-        tokens in all (decode: ``q_len = 1``; prefill: ``q_len = ctx``, causal)."""
-        torch, m, dev = self.torch, self.model, self.device
-        fn = torch.nn.functional
-        d, group = m.head_dim, m.heads // m.kv_heads
-        x = torch.randn(batch * q_len, m.hidden, dtype=torch.bfloat16, device=dev)
-        caches = [
-            (
-                torch.randn(batch, m.kv_heads, ctx, d, dtype=torch.bfloat16, device=dev),
-                torch.randn(batch, m.kv_heads, ctx, d, dtype=torch.bfloat16, device=dev),
-            )
-            for _ in range(self.num_layers)
-        ]
-        q_width, kv_width = m.heads * d, m.kv_heads * d
-        gqa = {"enable_gqa": True} if group > 1 else {}
-
-        def forward() -> object:
-            h = x
-            for w, (k_cache, v_cache) in zip(self.weights, caches, strict=True):
-                a = fn.rms_norm(h, (m.hidden,))
-                qkv = a @ w["qkv"]
-                q = qkv[:, :q_width]
-                if q_len == 1:  # decode: the new K/V row is written, the group folded
-                    k_new = qkv[:, q_width : q_width + kv_width]
-                    v_new = qkv[:, q_width + kv_width :]
-                    k_cache[:, :, ctx - 1] = k_new.reshape(batch, m.kv_heads, d)
-                    v_cache[:, :, ctx - 1] = v_new.reshape(batch, m.kv_heads, d)
-                    q4 = q.view(batch, m.kv_heads, group, d)
-                    o = fn.scaled_dot_product_attention(q4, k_cache, v_cache)
-                else:
-                    q4 = q.view(batch, q_len, m.heads, d).transpose(1, 2)
-                    o = fn.scaled_dot_product_attention(
-                        q4, k_cache, v_cache, is_causal=True, **gqa
-                    ).transpose(1, 2)
-                h = h + o.reshape(batch * q_len, q_width) @ w["o"]
-                a = fn.rms_norm(h, (m.hidden,))
-                gate, up = (a @ w["gate_up"]).chunk(2, dim=-1)
-                h = h + (fn.silu(gate) * up) @ w["down"]
-            last = h.view(batch, q_len, m.hidden)[:, -1]
-            return fn.rms_norm(last, (m.hidden,)) @ self.head
-
-        return forward
-
-
-def captured(
-    torch: Any, launch: Callable[[], object], device: str
-) -> tuple[Callable[[], object], bool]:
-    """``launch`` replayed from a CUDA graph when capture works (no launch overhead), else as is."""
-    if device != "cuda":
-        return launch, False
-    try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                launch()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            launch()
-        return graph.replay, True
-    except Exception:  # a kernel that cannot be captured: time it eagerly and say so
-        torch.cuda.synchronize()
-        return launch, False
-
-
-def time_steps(
-    torch: Any,
-    timer: Timer,
-    models: Sequence[PartModel],
-    grid: PartsGrid,
-    layers: int | None = None,
-) -> list[dict[str, object]]:
-    """Whole synthetic forwards of each rank: every decode point and every prefill chunk."""
-    rows = []
-    for model in models:
-        rank = SyntheticRank(torch, model, timer.device, layers)
-        points = [("decode", b, 1, c) for b, c in _decode_points(grid)]
-        points += [("prefill", 1, c, c) for c in grid.prefill_chunks]
-        for phase, batch, q_len, ctx in points:
-            launch, graph = captured(torch, rank.step(batch, q_len, ctx), timer.device)
-            s = timer(launch)
-            rows.append(
-                {
-                    "model": model.name,
-                    "num_layers": rank.num_layers,
-                    "phase": phase,
-                    "batch": batch,
-                    "query_tokens": q_len,
-                    "context_tokens": ctx,
-                    "cuda_graph": int(graph),
-                    "seconds": s,
-                }
-            )
-            del launch
-            if timer.cuda:
-                torch.cuda.empty_cache()
-        del rank
-    return rows
 
 
 def measure_parts(

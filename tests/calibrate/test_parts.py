@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.calibrate.parts import PART_MODELS, PartModel, PartsGrid
+from kvsim.calibrate.parts_setup import PART_MODELS, PartModel, PartsGrid
 
 
 def test_tp4_rank_of_llama_2_70b() -> None:
