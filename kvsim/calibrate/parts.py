@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -34,6 +33,7 @@ from typing import Any
 
 from kvsim.calibrate.parts_setup import PART_MODELS, PartModel, PartsGrid, Timer, decode_points
 from kvsim.calibrate.synthetic_steps import time_steps
+from kvsim.calibrate.table import nvidia_driver_version
 
 
 def parts_meta(torch: Any, device: str) -> dict[str, str]:
@@ -52,16 +52,7 @@ def parts_meta(torch: Any, device: str) -> dict[str, str]:
             l2_cache_bytes=str(props.L2_cache_size),
             memory_bytes=str(props.total_memory),
         )
-        try:
-            meta["driver_version"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i=0"],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=20,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            meta["driver_version"] = "unknown"
+        meta["driver_version"] = nvidia_driver_version(0) or "unknown"
     else:
         meta.update(device_name="cpu", driver_version="none")
     return meta

@@ -11,7 +11,6 @@ launches and with the L2 cache flushed (a write over twice its size) before the 
 from __future__ import annotations
 
 import logging
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,7 @@ from kvsim.calibrate.reference import (
     make_block_tables,
     scatter_to_pool,
 )
-from kvsim.calibrate.table import CalibrationTable, metadata_now
+from kvsim.calibrate.table import CalibrationTable, metadata_now, nvidia_driver_version
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +64,8 @@ def device_metadata(cp: Any) -> dict[str, str]:
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    try:
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", f"-i={dev.id}"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=20,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    driver = nvidia_driver_version(dev.id)
+    if driver is None:
         driver = f"CUDA driver API {cp.cuda.runtime.driverGetVersion()}"
     return metadata_now(
         source="measured",

@@ -240,6 +240,27 @@ def resolve_table(calibration: str | None, gpu_name: str) -> CalibrationTable:
     return table
 
 
+def nvidia_driver_version(device_index: int) -> str | None:
+    """The NVIDIA driver version ``nvidia-smi`` reports for a device, or ``None`` without it."""
+    import subprocess
+
+    try:
+        return subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=driver_version",
+                "--format=csv,noheader",
+                f"-i={device_index}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=20,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def metadata_now(**extra: Any) -> dict[str, str]:
     """UTC date stamp plus ``extra`` metadata, all as strings (for a fresh measured table)."""
     import datetime as dt

@@ -18,7 +18,7 @@ typed columns (8 bytes a value), so a million-request run's series stays small.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -29,9 +29,6 @@ from kvsim.base.units import SimTime
 from kvsim.core.kv.base import Allocator
 from kvsim.results.columns import FLOAT_COLUMNS, MEMORY_COLUMNS
 from kvsim.workload.request import Request
-
-if TYPE_CHECKING:
-    pass
 
 # MemoryRecorder's columns by type, each in MEMORY_COLUMNS order (the slot columns last)
 _FLOAT_ORDER = tuple(c for c in MEMORY_COLUMNS if c in FLOAT_COLUMNS)
