@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import tomli_w
 
-from kvsim.calibrate.table import analytic_layout_factor
+from kvsim.calibrate.table import CalibrationTable, analytic_layout_factor
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.config.cost_spec import cost_fit_table
 from kvsim.core.cost import StepCostModel
@@ -161,8 +161,9 @@ def fit_steps(
     return StepFit(label, values, errors(result.x, slice(None)), train)
 
 
-def attained(parts: Parts, gpu: GpuSpec, kernel: pd.DataFrame | None) -> dict[str, float]:
-    """Shares of the datasheet peaks reached by the microbenchmarks (no fit)."""
+def attained(parts: Parts, gpu: GpuSpec, kernel: CalibrationTable | None) -> dict[str, float]:
+    """Shares of the datasheet peaks reached by the microbenchmarks (no fit), and by the kernel
+    table's contiguous layout where one is given."""
     hbm, flops = gpu.hbm_bandwidth_bytes_per_s, gpu.fp16_flops_per_s
     f = parts.frames
     reads = f["hbm"].set_index("op").bytes_per_s
@@ -182,9 +183,8 @@ def attained(parts: Parts, gpu: GpuSpec, kernel: pd.DataFrame | None) -> dict[st
         "sdpa_prefill_best_flops": float(sdpa[sdpa.phase == "prefill"].flops_per_s.max() / flops),
     }
     if kernel is not None:
-        out["paged_kernel_contiguous_best_hbm"] = float(
-            (kernel.kv_bytes / kernel.contiguous_s).max() / hbm
-        )
+        best = max(row["kv_bytes"] / row["contiguous_s"] for row in kernel.rows)
+        out["paged_kernel_contiguous_best_hbm"] = float(best / hbm)
     return out
 
 
@@ -210,14 +210,6 @@ def host_link(parts: Parts) -> dict[str, dict[str, float]]:
     return out
 
 
-def paged_factors(kernel_table: Path) -> dict[int, float]:
-    """Median paged/contiguous kernel time per block size of a ``kvsim calibrate`` table (the
-    factor the cost model uses for that GPU, ``CalibrationTable.ratios_by_block_size``)."""
-    from kvsim.calibrate.table import CalibrationTable
-
-    return CalibrationTable.load(kernel_table).ratios_by_block_size()
-
-
 def repeatability(parts: Parts, repeat: Parts | None) -> float | None:
     """Median |t_repeat / t - 1| of the steps timed in both runs (``None`` without a repeat)."""
     if repeat is None:
@@ -235,19 +227,20 @@ def fit_parts(
     kernel_table: Path | None = None,
 ) -> dict[str, Any]:
     """Fit every candidate, choose on the train error, and return the table to write (a dict
-    with ``provenance``, ``cost``, ``attained``, ``candidates``)."""
+    with ``provenance``, ``fitted``, ``attained``, ``host_link``, ``paged_factor`` (the kernel
+    table's median ratio per block size, empty without one), ``candidates`` and ``points``)."""
     parts = read_parts(folder)
     gpu = GpuSpec.model_validate(gpu_name)
     steps = parts.frames["steps"]
-    shares = attained(parts, gpu, None)
+    kernel = None
+    if kernel_table is not None and kernel_table.is_file():
+        kernel = CalibrationTable.load(kernel_table)
+    shares = attained(parts, gpu, kernel)
     fits = [
         fit_steps(steps, gpu, free, label, hbm_cap=shares["hbm_read"])
         for label, free in CANDIDATES.items()
     ]
     chosen = min(fits, key=lambda fit: fit.summary(True)["median_abs_pct"])
-    kernel = None
-    if kernel_table is not None and kernel_table.is_file():
-        kernel = pd.read_csv(kernel_table, comment="#")
     m = parts.meta
     provenance: dict[str, Any] = {
         "command": COMMAND,
@@ -285,11 +278,11 @@ def fit_parts(
     return {
         "provenance": provenance,
         "fitted": fitted,
-        "attained": attained(parts, gpu, kernel),
+        "attained": shares,
         "host_link": host_link(parts),
         "paged_factor": (
-            {str(b): r for b, r in paged_factors(kernel_table).items()}
-            if kernel is not None and kernel_table is not None
+            {str(b): r for b, r in kernel.ratios_by_block_size().items()}
+            if kernel is not None
             else {}
         ),
         "candidates": {
@@ -310,7 +303,8 @@ HEADER = """\
 # (provenance.parts). Not applied by default (docs/calibration.md says why): run with them by
 # setting cost.hbm_efficiency, cost.flops_efficiency and cost.layer_overhead_s to [fitted]'s.
 # [attained]: shares of the datasheet peaks (kvsim/data/gpus.toml) the microbenchmarks
-# reached, not fitted; [paged_factor]: the kernel table's ratio per block size (used).
+# reached, not fitted; [paged_factor]: the kernel table's ratio per block size (what costs that
+# read a table use on this GPU).
 """
 
 
