@@ -41,11 +41,18 @@ class GroupRecorder:
         self._columns = list(self.columns.values())  # in ``names`` order
         self._durations = array("d")
 
-    def record(self, duration_s: float, running: Iterable[tuple[Request, int]]) -> None:
+    def record(
+        self,
+        duration_s: float,
+        running: Iterable[tuple[Request, int]],
+        members: list[int] | None = None,
+    ) -> None:
         """Append one event's totals over the ``(request, length)`` pairs of its running
-        requests (``length``: tokens computed once the event's step runs)."""
+        requests (``length``: tokens computed once the event's step runs) plus ``members``,
+        the decode cohort's totals in the same per-kind order (``GroupSums.kind_totals``)."""
         allocator = self.allocator
-        totals = [0] * (4 * len(allocator.kind_order))  # groups of one kind hold the same
+        # groups of one kind hold the same
+        totals = list(members) if members is not None else [0] * (4 * len(allocator.kind_order))
         for req, length in running:
             i = 0
             for held, token, outside, internal in allocator.kind_slots(req, length):
@@ -61,6 +68,25 @@ class GroupRecorder:
                 columns[c].append(totals[4 * k + j])
                 c += 1
         self._durations.append(duration_s)
+
+    def record_span(self, durations_s: list[float], total_s: float, rows: list[list[int]]) -> None:
+        """Append one event of several steps: each column the duration-weighted mean of the
+        steps' ``rows`` (per kind, ``GroupSums.kind_totals``; one row a step), as
+        ``MemoryRecorder.record`` weighs its columns."""
+        k = len(durations_s)
+        weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
+        means = [0.0] * len(rows[0])
+        for j in range(k):
+            w, row = weights[j], rows[j]
+            for i in range(len(means)):
+                means[i] += row[i] * w
+        columns = self._columns
+        c = 0
+        for kind in self.allocator.group_kind_index:
+            for i in range(4):
+                columns[c].append(means[4 * kind + i])
+                c += 1
+        self._durations.append(total_s)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The columns as float64 arrays."""

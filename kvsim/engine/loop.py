@@ -125,7 +125,7 @@ class Engine:
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
         self.recorder = MemoryRecorder(config.capacity_tokens)
-        # hybrid KV cache groups: each group's slots as well (its requests run one by one)
+        # hybrid KV cache groups: each group's slots as well (one step an event)
         self.group_recorder = (
             GroupRecorder(self.allocator)
             if isinstance(self.allocator, HybridPagedAllocator)
@@ -300,9 +300,11 @@ class Engine:
                     delay_s = now + timing.total_s - self.env.now
             self._in_flight = None
             self._last_step_start_s = now + timing.total_s - timing.durations[-1]
+            if self.config.debug_invariants:  # (before the span's later steps allocate)
+                self.scheduler.lazy.check_step0_groups(plan.cohort_clock + plan.cohort_advance)
             self.scheduler.extend(plan, timing.num_steps)
             if self.config.debug_invariants:
-                self._check_invariants()
+                self._check_invariants(plan, timing.num_steps)
             self._record(plan, timing, now, at)
             if self.frames is not None:
                 self._capture_frames(plan, timing, now, at)
@@ -385,13 +387,17 @@ class Engine:
         while staged and (idle or staged[0].arrival_time_s <= self._last_step_start_s):
             self.scheduler.add_request(staged.popleft())
 
-    def _check_invariants(self) -> None:
+    def _check_invariants(self, plan: StepPlan, num_steps: int) -> None:
         self.allocator.check_invariants()
         if self.offload is not None:
             self.offload.tier.check_invariants(self.env.now)
         if self.swap is not None:
             self.swap.check_invariants()
         self.scheduler.lazy.cohort.check()
+        last = plan.cohort_clock  # the clock of the event's last step
+        if num_steps > 1:
+            last += plan.cohort_advance + num_steps - 2
+        self.scheduler.lazy.check_groups(last)
 
     def _raise_never_fits(self) -> None:
         head = self.scheduler.waiting[0]
@@ -475,10 +481,25 @@ class Engine:
             else:
                 self.frames.capture(t, self.allocator, tokens, len(tokens), waiting, need)
 
+    def _record_groups(self, plan: StepPlan, timing: Timing) -> None:
+        """One step's per-group row: the members' sums (``step0_group_totals``) and the explicit
+        requests' own counts."""
+        assert self.group_recorder is not None
+        lazy = self.scheduler.lazy
+        new = plan.tokens_by_request()
+        running = [(r, r.num_computed_tokens + new.get(r, 0)) for r in lazy.others]
+        totals = None
+        if lazy.cohort.groups is not None:
+            totals = lazy.step0_group_totals(plan.cohort_clock + plan.cohort_advance)
+        self.group_recorder.record(timing.total_s, running, totals)
+
     def _record(self, plan: StepPlan, timing: Timing, now: float, at: PlanTime) -> None:
         """One memory row for the plan's steps, from the cohort's running totals
         (``kvsim.engine.span``), plus the blocks of requests whose KV is on its way."""
+        prejoined = self.scheduler.lazy.prejoined
         if not self.config.record_memory:
+            if prejoined:
+                self.scheduler.lazy.prejoined = []
             return
         scheduler = self.scheduler
         slots = event_slots(scheduler.lazy, plan, timing.num_steps)
@@ -507,9 +528,12 @@ class Engine:
             plan.num_prefills,
             plan.num_preempted,
         )
-        if self.group_recorder is not None:
-            new = plan.tokens_by_request()
-            running = [(r, r.num_computed_tokens + new.get(r, 0)) for r in scheduler.lazy.others]
-            self.group_recorder.record(timing.total_s, running)
+        if self.group_recorder is not None and timing.num_steps > 1:  # (all members)
+            assert plan.span is not None, "extend() notes the span"
+            self.group_recorder.record_span(timing.durations, timing.total_s, plan.span.group_rows)
+        elif self.group_recorder is not None:  # the cohort's per-group sums and the others'
+            self._record_groups(plan, timing)
         if self.offload is not None:  # the tier's blocks by category at the row's time
             self.tier_samples.append(self.offload.tier.occupancy(now))
+        if prejoined:
+            self.scheduler.lazy.prejoined = []

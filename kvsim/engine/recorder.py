@@ -141,6 +141,9 @@ class SpanSlots:
     ``unshared`` (what the sequences would hold without any sharing) is held plus ``within``
     (slots a sequence group's sequences share), before ``across`` is subtracted. ``overhead``:
     slots taken from the free pool but held by no request (``Allocator.overhead_slots``).
+    ``token_steps[j]``: token states step ``j`` adds beyond ``num_seqs`` (a sliding window's
+    freed block drops its tokens; empty: none); ``across_steps[j]``: step ``j``'s ``across``
+    when it changes during the event (empty: ``across`` throughout).
     """
 
     def __init__(
@@ -155,6 +158,8 @@ class SpanSlots:
         blocks: list[int] | None = None,
         internal_steps: list[int] | None = None,
         num_seqs: int = 0,
+        token_steps: list[int] | None = None,
+        across_steps: list[int] | None = None,
     ) -> None:
         # (a plain class: mypyc compiles this __init__; a dataclass's runs interpreted)
         self.held = held
@@ -167,6 +172,8 @@ class SpanSlots:
         self.blocks: list[int] = [] if blocks is None else blocks
         self.internal_steps: list[int] = [] if internal_steps is None else internal_steps
         self.num_seqs = num_seqs
+        self.token_steps: list[int] = [] if token_steps is None else token_steps
+        self.across_steps: list[int] = [] if across_steps is None else across_steps
 
 
 class MemoryRecorder:
@@ -261,6 +268,8 @@ class MemoryRecorder:
             slots.internal_steps,
         )
         num_seqs = slots.num_seqs
+        token_steps, across_steps = slots.token_steps, slots.across_steps
+        jumps = bool(token_steps)
         token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
         held_m = unshared_m = 0.0
         num_blocked = 0
@@ -268,6 +277,10 @@ class MemoryRecorder:
             if j:
                 held_phys += per_block * blocks[j]
                 internal += internal_steps[j]
+                if jumps:
+                    token0 += token_steps[j]
+            if across_steps:
+                across = across_steps[j]
             held = held_phys - across
             token, reservation, internal_j, external, free, allocated, blocked = categorize(
                 capacity, overhead, held, token0 + num_seqs * j - across, internal, head

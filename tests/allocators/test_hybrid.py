@@ -259,3 +259,36 @@ def test_block_leaving_the_window_but_shared_frees_nothing():
     assert alloc.group_tables(a.req_id) == [full, [*sliding[:2], alloc.null_block, *sliding[3:]]]
     assert (alloc.pool.num_free, alloc.pool.ref(7)) == (1, 1)
     alloc.check_invariants()
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_blocks_two_windows_free_go_back_group_by_group(caching):
+    # full + two sliding groups (W = 8), B = 4; 20 blocks: the null block and 19 free, taken
+    # from the front in group order (vLLM allocates group by group)
+    kinds = groups(FULL, KVCacheGroup("sliding", 1, 8), KVCacheGroup("sliding", 1, 8), block=4)
+    alloc = HybridPagedAllocator(
+        capacity_tokens=20 * 4, kv_groups=kinds, enable_prefix_caching=caching
+    )
+    assert alloc.pool.free_order() == list(range(1, 20))
+    r = make_request(16, 8)
+    alloc.allocate(r, 16)  # cdiv(16, 4) = 4 blocks a group: 1..4, 5..8, 9..12
+    assert alloc.group_tables(r.req_id) == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+    # first decode (16 computed): each window skips (16 - 8 + 1) // 4 = 2 blocks, freed group
+    # by group, each table tail first (vLLM remove_skipped_blocks per manager), then each group
+    # takes cdiv(17, 4) - 4 = 1 block
+    r.num_computed_tokens = 16
+    alloc.allocate(r, 17)
+    null = alloc.null_block
+    full, first, second = alloc.group_tables(r.req_id)
+    assert first[:2] == second[:2] == [null, null]
+    if caching:
+        # full blocks go to the back: 6, 5 (first window), then 10, 9 (second); the three
+        # new blocks come from the front: 13, 14, 15
+        assert (full[-1], first[-1], second[-1]) == (13, 14, 15)
+        assert alloc.pool.free_order() == [16, 17, 18, 19, 6, 5, 10, 9]
+    else:
+        # uncached blocks go to the front, the last freed first: 10, 9, 6, 5 are taken next,
+        # so the full group gets 10, the first window 9 and the second 6
+        assert (full[-1], first[-1], second[-1]) == (10, 9, 6)
+        assert alloc.pool.free_order() == [5, *range(13, 20)]
+    alloc.check_invariants()

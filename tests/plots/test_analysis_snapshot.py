@@ -140,12 +140,14 @@ def test_pool_ownership_hybrid_by_hand() -> None:
 
 def test_hybrid_run_frames_agree_with_the_recorder() -> None:
     # a hybrid model's run with --out used to refuse its memory map: the map's held slots and
-    # token states at each frame are the recorder's at that moment, and the run is unchanged
+    # token states at each frame are the recorder's at that moment (one row a step: a row of
+    # a decode span holds the mean over its steps), and the run is unchanged
     config = config_from_dict(
         {
             "model": "gemma-3-27b",
             "gpu": "h100-80gb",
             "workload": {"num_requests": 20, "rate_per_s": 4.0},
+            "memory_resolution": "step",
         }
     )
     res = simulate(config, map_every_s=1.0)

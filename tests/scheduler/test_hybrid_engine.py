@@ -4,6 +4,8 @@ and full layers on ``HybridPagedAllocator``, and the per-group columns add up to
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvsim import SimConfig, simulate
 from kvsim.base.units import cdiv
@@ -12,18 +14,25 @@ from kvsim.workload.request import Request
 WINDOW, BLOCK = 64, 16
 
 
-def config(hybrid: bool = True, **extra: object) -> SimConfig:
-    """A 4-layer model: 2 full + 2 sliding (window 64): 2 groups of 2 layers."""
+def config(
+    hybrid: bool = True,
+    window: int = WINDOW,
+    num_sliding_layers: int = 2,
+    num_blocks: int = 400,
+    **extra: object,
+) -> SimConfig:
+    """A 4-layer model: 2 full + 2 sliding (window 64): 2 groups of 2 layers (6 sliding of 8
+    layers: 1 full + 3 sliding groups of 2); slots of 128 bytes, ``num_blocks`` of 16."""
     model = {
-        "num_layers": 4,
+        "num_layers": 4 if num_sliding_layers == 2 else 8,
         "num_attention_heads": 4,
         "num_kv_heads": 2,
         "head_dim": 8,
         "num_params": 1_000_000,
         "max_position_embeddings": 4096,
         "attention": {
-            "num_sliding_layers": 2,
-            "sliding_window_tokens": WINDOW,
+            "num_sliding_layers": num_sliding_layers,
+            "sliding_window_tokens": window,
             "hybrid_kv_cache": hybrid,
         },
     }
@@ -31,8 +40,8 @@ def config(hybrid: bool = True, **extra: object) -> SimConfig:
         {
             "model": model,
             "gpu": "a100-40gb",
-            # one slot: 2 layers x 2 x 2 heads x 8 x 2 bytes = 128 bytes; 400 blocks of 16
-            "cache": {"kv_cache_bytes": 400 * BLOCK * 128, "block_size_tokens": BLOCK},
+            # one slot: 2 layers x 2 x 2 heads x 8 x 2 bytes = 128 bytes
+            "cache": {"kv_cache_bytes": num_blocks * BLOCK * 128, "block_size_tokens": BLOCK},
             "scheduler": {"max_model_len": 1024},
             "debug_invariants": True,
             **extra,
@@ -50,8 +59,11 @@ def test_engine_runs_hybrid_groups_and_their_columns_add_up():
     mem = result.memory
     held = mem["group0_full_held"] + mem["group1_sliding_held"]
     token = mem["group0_full_token_states"] + mem["group1_sliding_token_states"]
-    # one step an event (no decode spans): the groups' totals are the pool's (no sharing)
-    assert (mem["num_steps"] == 1).all()
+    # steady decoders join the decode cohort and run in spans of several steps (12 requests
+    # of 200 output tokens each), each row the mean over its steps; the groups' totals are
+    # still the pool's (no sharing)
+    assert (mem["num_steps"] > 1).any()
+    assert mem["num_steps"].sum() > 2 * len(mem)
     np.testing.assert_allclose(held, mem["held"])
     np.testing.assert_allclose(token, mem["token_states"])
     categories = ["token_states", "reservation", "internal_fragmentation"]
@@ -77,3 +89,55 @@ def test_hybrid_holds_fewer_slots_than_every_layer_full():
     # 4 requests of 700 tokens: hybrid 44 full + <= 5 window blocks of 400 (<= 49 %), all-full
     # 44 of 200 blocks each (88 % at the end); the mean share of the pool in use is lower
     assert hybrid["kv_cache_usage_perc"] < full["kv_cache_usage_perc"]
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    window=st.sampled_from([16, 17, 40, 64]),
+    num_sliding_layers=st.sampled_from([2, 6]),
+    num_blocks=st.integers(160, 400),
+    caching=st.booleans(),
+    shared_prefix_tokens=st.sampled_from([0, 40, 100]),
+    rate_per_s=st.sampled_from([5.0, 60.0]),
+    seed=st.integers(0, 999),
+)
+def test_decode_cohort_per_group_slots_match_the_allocator_at_every_event(
+    window, num_sliding_layers, num_blocks, caching, shared_prefix_tokens, rate_per_s, seed
+):
+    # Steady decoders run as decode cohort members (spans of several steps where nothing
+    # waits for KV); debug_invariants checks at every event, against the allocator's own
+    # count of each member's groups (LazyDecodes.check_groups / check_step0_groups), the
+    # cohort's running sums, and the pool's laws. Here: every slot in one category at every
+    # row, the groups' held slots the pool's, and every request served.
+    cfg = config(
+        window=window,
+        num_sliding_layers=num_sliding_layers,
+        num_blocks=num_blocks,
+        seed=seed,
+        cache={
+            "kv_cache_bytes": num_blocks * BLOCK * 128,
+            "block_size_tokens": BLOCK,
+            "enable_prefix_caching": caching,
+        },
+        scheduler={"max_model_len": 512},
+        workload={
+            "lengths": "lognormal",
+            "arrival": "poisson",
+            "rate_per_s": rate_per_s,
+            "num_requests": 120,
+            "max_total_tokens": 512,
+            "shared_prefix_tokens": shared_prefix_tokens,
+            "num_tenants": 2,
+        },
+    )
+    result = simulate(cfg)
+    assert result.summary["num_requests"] == 120
+    mem = result.memory
+    cats = ["token_states", "reservation", "internal_fragmentation"]
+    cats += ["external_fragmentation", "free"]
+    np.testing.assert_allclose(mem[cats].sum(axis=1), cfg.capacity_tokens)
+    assert (mem[cats] >= -1e-6).all().all()
+    groups = result.summary["kv_cache_groups"]
+    held = sum(mem[c] for c in mem.columns if c.startswith("group") and c.endswith("_held"))
+    assert groups == (2 if num_sliding_layers == 2 else 4)
+    np.testing.assert_allclose(held, mem["unshared"])

@@ -109,6 +109,29 @@ def prefix_cache_counters(
     }
 
 
+class DecodeGroups:
+    """How a pool of several KV cache groups serves the decode cohort's members
+    (``Allocator.decode_groups``; ``kvsim.core.scheduler.group_sums``).
+
+    Attributes:
+        blocks_per_crossing: blocks a member takes when its length crosses a block boundary
+            (one per attention group).
+        window_residue: ``(W - 1) mod B`` for a sliding window of ``W`` tokens over blocks of
+            ``B``: a member computing token ``n`` with ``n`` of that residue may free a block
+            that left its window; -1 without a sliding group.
+        kind_counts: groups of each kind, in the order of ``Allocator.decode_group_slots``.
+        caches: full blocks of requests that share tokens are cached as they fill.
+    """
+
+    def __init__(
+        self, blocks_per_crossing: int, window_residue: int, kind_counts: list[int], caches: bool
+    ) -> None:
+        self.blocks_per_crossing = blocks_per_crossing
+        self.window_residue = window_residue
+        self.kind_counts = kind_counts
+        self.caches = caches
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # (kvsim.native: tests' reference policies)
 class Allocator(ABC):
     """Base class of KV allocation policies.
@@ -306,17 +329,39 @@ class Allocator(ABC):
         """The run's requests, before it starts (a policy may note what they share)."""
         return None
 
-    def decode_mode(self, request: Request) -> int:
+    def decode_mode(self, request: Request, computed: int | None = None) -> int:
         """How the live ``request`` may decode as a member of the scheduler's decode cohort
         (``kvsim.core.scheduler.running``): ``DECODE_POOLED`` (its blocks taken in bulk,
         ``take_pooled``), ``DECODE_EXACT`` (grown by ``allocate`` at each block crossing) or
         ``DECODE_EXPLICIT`` (not a member: handled one by one at every step). By default a
-        plain request is pooled and a sequence group exact."""
+        plain request is pooled and a sequence group exact. ``computed``: its computed tokens
+        when ``request`` does not count them yet (a step planned, not completed)."""
         return DECODE_POOLED if request.num_seqs == 1 else DECODE_EXACT
 
     def can_fast_forward(self, request: Request) -> bool:
         """Whether a ``DECODE_EXACT`` member may grow several tokens in one ``allocate``."""
         return True
+
+    def decode_groups(self) -> DecodeGroups | None:
+        """The pool's KV cache groups as the decode cohort sees them, or ``None`` for a pool
+        of one group (a slot is then one token of every layer)."""
+        return None
+
+    def decode_group_slots(
+        self, request: Request, length: int, computed: int | None = None
+    ) -> list[int]:
+        """Per kind of group (``DecodeGroups.kind_counts``' order), six values of the live
+        ``request`` in one group of that kind in a step that computes its tokens up to
+        ``length`` from ``computed`` (default ``length - 1``: a decode step; whatever its own
+        counters say): held slots, token states, of
+        which outside the window, internal fragmentation, and how many token states and
+        outside-window slots each later decode step adds until the allocator next changes its
+        holding (0 or 1). Only pools with ``decode_groups``.
+
+        Raises:
+            NotImplementedError: a pool of one group.
+        """
+        raise NotImplementedError(f"{self.name}: one KV cache group")
 
     def group_shared_slots(self, request: Request) -> int:
         """Slots a live sequence group's sequences share beyond one copy (0 without sharing):

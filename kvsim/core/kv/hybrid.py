@@ -39,11 +39,13 @@ from typing import Any
 from kvsim.base.units import cdiv
 from kvsim.config.layers import GroupKind, KVCacheGroups
 from kvsim.core.kv.base import (
+    DECODE_EXACT,
     DECODE_EXPLICIT,
     NO_HIT,
     Allocator,
     AllocatorStats,
     AllocResult,
+    DecodeGroups,
     PrefixHit,
     prefix_cache_counters,
 )
@@ -86,7 +88,7 @@ class HybridPagedAllocator(Allocator):
 
     name = "paged"
     caches_prefixes = True
-    span_layout = "blocks"  # (no request joins the decode cohort: ``decode_mode``)
+    span_layout = "blocks"  # (steady decoders join the decode cohort: ``decode_mode``)
     reads_block_table = True
     usable_is_threshold = True
     allocates_every_step = True  # its held slots (all groups) say nothing of one group's room
@@ -305,9 +307,60 @@ class HybridPagedAllocator(Allocator):
             return self.num_free_tokens
         return 0
 
-    def decode_mode(self, request: Request) -> int:
-        """Every request is handled one by one: a sliding group frees blocks as it decodes."""
-        return DECODE_EXPLICIT
+    def decode_mode(self, request: Request, computed: int | None = None) -> int:
+        """A steady decoder whose attention tables cover exactly its computed tokens, with no
+        block left in a window that its next step would free (a request just prefilled frees
+        several), is grown by ``allocate`` where something happens (a block crossing, a block
+        leaving its window, a cached block filling: ``decode_groups``); any other request one
+        by one."""
+        rid = request.req_id
+        tables = self.tables.get(rid)
+        if tables is None or self._known_only:
+            return DECODE_EXPLICIT
+        b = self.block_size_tokens
+        if computed is None:
+            computed = request.num_computed_tokens
+        blocks = cdiv(computed, b)
+        first_live = self._first_live[rid]
+        for g, kind in enumerate(self.kinds):
+            if kind != "state" and len(tables[g]) != blocks:
+                return DECODE_EXPLICIT
+            if kind == "sliding" and first_live[g] < sliding_skipped_blocks(
+                computed, self.windows[g], b
+            ):
+                return DECODE_EXPLICIT
+        return DECODE_EXACT
+
+    def decode_groups(self) -> DecodeGroups:
+        """One block per attention group at a crossing; the window's residue (a block leaves
+        the window when ``num_computed_tokens - W + 1`` reaches a multiple of ``B``:
+        ``sliding_skipped_blocks``)."""
+        attention = sum(1 for kind in self.kinds if kind != "state")
+        w = self._window
+        residue = (w - 1) % self.block_size_tokens if w else -1
+        return DecodeGroups(attention, residue, list(self._kind_counts), self.enable_prefix_caching)
+
+    def decode_group_slots(
+        self, request: Request, length: int, computed: int | None = None
+    ) -> list[int]:
+        """``kind_slots`` plus each kind's growth per later step: an attention group's token
+        states grow by one; a sliding group's outside-window slots by one once the first
+        token it still needs (``num_computed_tokens - W + 1``) has reached its first held
+        position, until the next freed block (a ``window_residue`` step) resets them."""
+        out: list[int] = []
+        first_live = self._first_live[request.req_id]
+        if computed is None:
+            computed = length - 1
+        needed = computed - self._window + 1
+        for kind, (held, token, outside, internal) in zip(
+            self.kind_order, self._slots_at(request, computed, length), strict=True
+        ):
+            grows = 0
+            if kind == "sliding":
+                start = first_live[self._kind_first[kind]] * self.block_size_tokens
+                grows = 1 if needed >= start else 0
+            out += [held, token, outside, internal, 0 if kind == "state" else 1, grows]
+        return out
 
     # -- mutations --------------------------------------------------------------------------
     def allocate(
@@ -340,10 +393,14 @@ class HybridPagedAllocator(Allocator):
             if sum(new) > self.pool.num_free:
                 return None
         free_before = self.pool.num_free
-        for g, table in enumerate(tables):
-            if new[g]:
-                table += self.pool.take(new[g])
         new_total = sum(new)
+        if new_total:  # (one take: the groups' blocks in group order, as one take each would)
+            taken_blocks, i = self.pool.take(new_total), 0
+            for g, table in enumerate(tables):
+                n = new[g]
+                if n:
+                    table += taken_blocks[i : i + n]
+                    i += n
         self._held_blocks[rid] += new_total
         self._sum_held += new_total
         self._room[rid] = self._room_of(tables, first_live)
@@ -362,17 +419,26 @@ class HybridPagedAllocator(Allocator):
         taking their place (vLLM ``remove_skipped_blocks``): all full, so vLLM has cached them
         (the back of the free queue), or, without caching, the front."""
         null, freed = self.null_block, 0
+        caching = self.enable_prefix_caching
+        released: list[list[int]] = []
         for g, table in enumerate(tables):
             skip = min(skip_to[g], len(table))
             if skip > first_live[g]:
                 gone = table[first_live[g] : skip]
                 table[first_live[g] : skip] = [null] * len(gone)
-                self.pool.release_table(gone, len(gone) if self.enable_prefix_caching else 0)
+                released.append(gone)
                 freed += len(gone)
                 first_live[g] = skip
             if skip_to[g] > len(table):  # positions skipped before they were ever allocated
                 first_live[g] = skip_to[g]
                 table += [null] * (skip_to[g] - len(table))
+        if released:
+            # one release in the order of one per group: cached blocks join the back of the
+            # queue, the tail first (so the groups go in reverse), uncached ones the front
+            if caching:
+                released.reverse()
+            joined = [blk for gone in released for blk in gone]
+            self.pool.release_table(joined, len(joined) if caching else 0)
         if freed:
             self._held_blocks[rid] -= freed
             self._sum_held -= freed
@@ -498,12 +564,17 @@ class HybridPagedAllocator(Allocator):
         the rest is reservation. A state block is token states whole. ``length``: tokens
         computed once the step runs; ``request.num_computed_tokens``: before it.
         """
+        return self._slots_at(request, request.num_computed_tokens, length)
+
+    def _slots_at(
+        self, request: Request, computed: int, length: int
+    ) -> list[tuple[int, int, int, int]]:
+        """``kind_slots`` with the computed count before the step given."""
         b, final = self.block_size_tokens, request.final_kv_tokens
         rid = request.req_id
         tables = self.tables.get(rid)
         if tables is None:
             return self._no_slots
-        computed = request.num_computed_tokens
         memo = self._memo.get(rid)
         if (
             memo is not None

@@ -579,7 +579,7 @@ class PagedAllocator(Allocator):
         self._widths[request.req_id] = group.width
 
     # -- vectorised hooks -------------------------------------------------------------------
-    def decode_mode(self, request: Request) -> int:
+    def decode_mode(self, request: Request, computed: int | None = None) -> int:
         """A plain request is pooled; a parallel group (no beam, its partly filled prompt
         block already copied) is grown by ``allocate``; a beam group (it branches at every
         step) or one whose next write copies a shared block is handled one by one."""

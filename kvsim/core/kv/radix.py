@@ -535,7 +535,7 @@ class RadixAllocator(Allocator):
                 if owner is not None:
                     self._outputs_read.add(owner)
 
-    def decode_mode(self, request: Request) -> int:
+    def decode_mode(self, request: Request, computed: int | None = None) -> int:
         """``DECODE_POOLED`` when the live ``request``'s decode tokens may be taken in bulk and
         written into its leaf later: the leaf is its own (locked by it alone, childless), and
         no other request's prompt repeats its output, so no lookup reaches the tokens not yet

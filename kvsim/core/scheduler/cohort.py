@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
+from kvsim.core.kv.base import DecodeGroups
+from kvsim.core.scheduler.group_sums import GroupSums
 from kvsim.workload.request import Request
 
 
@@ -53,6 +55,8 @@ class Member:
             step and takes ``w`` blocks at a crossing); 1 for a plain request.
         shared: slots its sequences share (a group's full prompt blocks, held once for ``w``
             sequences: ``(w - 1) * shared prompt slots``); 0 for a plain request.
+        group_slots: in a pool of several KV cache groups, its per-kind contribution to
+            ``DecodeCohort.groups`` (``GroupSums.contribution``); else ``None``.
     """
 
     def __init__(
@@ -86,6 +90,7 @@ class Member:
         self.final_clock = final_clock
         self.width = width
         self.shared = shared
+        self.group_slots: list[int] | None = None
 
 
 class DecodeCohort:
@@ -97,18 +102,31 @@ class DecodeCohort:
     sequence's) once the steps before clock ``allocated_to`` have allocated; every member's
     ``finish_clock > clock`` between events.
 
+    In a pool of several KV cache groups (``groups``) every member is grown by the allocator
+    (``DECODE_EXACT``), takes one block per attention group at a crossing, is also touched where
+    a block leaves its sliding window, and its slots are summed per kind of group in
+    ``self.groups`` (``kvsim.core.scheduler.group_sums``); ``sum_internal`` then stays 0.
+
     Args:
         period: block size in tokens when members grow block by block; 0 when they never
             need the allocator while decoding (slabs holding their final length).
         caching: filled blocks of requests that share tokens are registered in a prefix cache
             (such members need the allocator when a block fills).
         pooled: members that need the allocator only for new blocks take them in bulk.
+        groups: the pool's KV cache groups (``Allocator.decode_groups``), or ``None``.
     """
 
-    def __init__(self, period: int, caching: bool, pooled: bool) -> None:
+    def __init__(
+        self, period: int, caching: bool, pooled: bool, groups: DecodeGroups | None = None
+    ) -> None:
         self.period = period
         self.caching = caching
-        self.pooled = pooled and period > 0
+        self.pooled = pooled and period > 0 and groups is None
+        # blocks one sequence's crossing takes, and the residue (of the computed count) at
+        # which a sliding window frees a block (-1: none)
+        self.cross_blocks = groups.blocks_per_crossing if groups is not None else 1
+        self.window_residue = groups.window_residue if groups is not None else -1
+        self.groups = GroupSums(groups.kind_counts) if groups is not None else None
         self.clock = 0
         self.allocated_to = 0  # steps at clocks before this one have their blocks
         self.members: dict[Request, Member] = {}
@@ -156,7 +174,11 @@ class DecodeCohort:
 
     def materialize(self, member: Member) -> None:
         """Write the member's counters at the current clock into its request."""
-        req, d = member.request, self.clock - member.sync
+        self.materialize_at(member, self.clock)
+
+    def materialize_at(self, member: Member, clock: int) -> None:
+        """Write the member's counters at ``clock`` into its request."""
+        req, d = member.request, clock - member.sync
         req.num_computed_tokens = member.computed + d
         req.num_output_tokens = member.output + d
 
@@ -196,7 +218,7 @@ class DecodeCohort:
             shared,
         )
         if p:
-            self._crossings[cross] += width
+            self._crossings[cross] += width * self.cross_blocks
             self._all[cross][member] = None
             if member.pooled:
                 self._pooled_crossings[cross] += 1
@@ -210,12 +232,15 @@ class DecodeCohort:
                 fill = (cross - 1) % p
                 if fills and fill != cross:
                     self._touch[fill][member] = None
+                if self.window_residue >= 0:
+                    self._touch[(cross + self.window_residue) % p][member] = None
         self.members[req] = member
         if fills:
             self.filling[member] = None
         self.sum_base += width * (computed - sync)
         self.sum_held += width * held - shared
-        self.sum_internal += width * max(held - final, 0)
+        if self.groups is None:
+            self.sum_internal += width * max(held - final, 0)
         self.sum_shared += shared
         self.num_seqs += width
         self._widths[width] = self._widths.get(width, 0) + 1
@@ -230,7 +255,10 @@ class DecodeCohort:
         self.filling.pop(member, None)
         self.sum_base -= width * (member.computed - member.sync)
         self.sum_held -= width * held - member.shared
-        self.sum_internal -= width * max(held - final, 0)
+        if self.groups is None:
+            self.sum_internal -= width * max(held - final, 0)
+        elif member.group_slots is not None:
+            self.groups.add(member.group_slots, -1)
         self.sum_shared -= member.shared
         self.num_seqs -= width
         left = self._widths[width] - 1
@@ -241,7 +269,7 @@ class DecodeCohort:
         p = self.period
         if p:
             cross = member.cross
-            self._crossings[cross] -= width
+            self._crossings[cross] -= width * self.cross_blocks
             del self._all[cross][member]
             if member.pooled:
                 self._pooled_crossings[cross] -= 1
@@ -249,14 +277,46 @@ class DecodeCohort:
                 self._num_touched -= 1
                 self._touch[cross].pop(member, None)
                 self._touch[(cross - 1) % p].pop(member, None)
+                if self.window_residue >= 0:
+                    self._touch[(cross + self.window_residue) % p].pop(member, None)
         return held
 
     def set_held(self, member: Member, held: int) -> None:
         """A touched member now holds ``held`` slots (after an allocation)."""
         final, width = member.request.final_kv_tokens, member.width
         self.sum_held += width * (held - member.held)
-        self.sum_internal += width * (max(held - final, 0) - max(member.held - final, 0))
+        if self.groups is None:
+            self.sum_internal += width * (max(held - final, 0) - max(member.held - final, 0))
         member.held = held
+
+    def set_group_slots(self, member: Member, values: list[int], clock: int) -> None:
+        """A member of a pool of several groups has the per-kind slots ``values``
+        (``Allocator.decode_group_slots``) in the step recorded at ``clock``."""
+        groups = self.groups
+        assert groups is not None, "a pool of one group"
+        if member.group_slots is not None:
+            groups.add(member.group_slots, -1)
+        member.group_slots = GroupSums.contribution(values, clock)
+        groups.add(member.group_slots)
+
+    def token_slope(self) -> int:
+        """Token states each decode step adds to ``token_states`` (between touches)."""
+        if self.groups is not None:
+            return self.groups.pool_totals(1)[1] - self.groups.pool_totals(0)[1]
+        return self.num_seqs
+
+    def token_states(self, clock: int) -> int:
+        """Token states of every member at ``clock`` (each group's in a pool of several;
+        shared slots within a sequence group once)."""
+        if self.groups is not None:
+            return self.groups.pool_totals(clock)[1]
+        return self.sum_computed(clock) - self.sum_shared
+
+    def internal_slots(self) -> int:
+        """Slots past the members' final lengths (every group's in a pool of several)."""
+        if self.groups is not None:
+            return self.groups.pool_totals(0)[2]
+        return self.sum_internal
 
     # -- finishes ---------------------------------------------------------------------------
     def next_finish_clock(self) -> int | None:
@@ -348,7 +408,7 @@ class DecodeCohort:
         if not p or num_steps <= 0:
             return 0
         whole, rest = divmod(num_steps, p)
-        total = self.num_seqs * whole
+        total = self.num_seqs * self.cross_blocks * whole
         counts = self._crossings
         for d in range(rest):
             total += counts[(first_clock + d) % p]
@@ -359,7 +419,7 @@ class DecodeCohort:
         ``free_blocks`` blocks (0 when even none fits, i.e. ``free_blocks < 0``)."""
         if free_blocks < 0:
             return 0
-        n, p = self.num_seqs, self.period
+        n, p = self.num_seqs * self.cross_blocks, self.period
         if not p or not n or self.blocks_needed(first_clock, max_steps) <= free_blocks:
             return max_steps
         # blocks_needed grows with t: whole periods first, then the remainder step by step
@@ -383,6 +443,14 @@ class DecodeCohort:
             m.width * max(h - m.request.final_kv_tokens, 0)
             for h, m in zip(helds, members, strict=True)
         )
+        if self.groups is not None:
+            internal = 0  # (kept per group)
+            total = GroupSums(self.groups.kind_counts)
+            for m in members:
+                assert m.group_slots is not None, f"req {m.request.req_id}: no group slots"
+                total.add(m.group_slots)
+            assert total.sums == self.groups.sums, "cohort group sums drifted"
+            assert self.groups.pool_totals(0)[0] == held, "cohort group held != held"
         assert self.num_seqs == sum(m.width for m in members), "cohort width drifted"
         assert self.sum_shared == sum(m.shared for m in members), "cohort shared drifted"
         assert (base, held, internal) == (self.sum_base, self.sum_held, self.sum_internal), (

@@ -101,8 +101,17 @@ class SchedulerCore:
 
     def _finish_plan(self, plan: StepPlan) -> None:
         """A plan whose span would carry a request that cannot join the cohort after step 0
-        covers one step."""
+        covers one step; so does one in a pool of several KV cache groups while a request waits
+        for KV (a sliding window frees blocks as its members decode: a later step might admit
+        it)."""
         if plan.extendable and not self.lazy.can_join_after_step0(plan):
+            plan.extendable = False
+        if (
+            plan.extendable
+            and self.waiting
+            and self.lazy.cohort.groups is not None
+            and plan.head_blocked != "max_num_seqs"
+        ):
             plan.extendable = False
 
     def _add_cohort_step(self, plan: StepPlan, clock: int, advance: int) -> None:

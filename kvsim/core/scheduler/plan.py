@@ -16,6 +16,18 @@ class LazySpan:
         blocks: blocks taken by each step (index = step, 0 for step 0).
         internal: internal fragmentation each step adds (a member's last block reaching past
             its final length), slots.
+
+    In a pool of several KV cache groups (``DecodeCohort.groups``) ``blocks`` are net (blocks
+    leaving a sliding window are freed), and also:
+
+    Attributes:
+        token0: token states of step 0 (every group's).
+        token_slope: token states each later step adds, but for ``tokens``.
+        tokens: token states each step adds or drops beyond ``token_slope`` (a window's freed
+            block drops its tokens), slots.
+        group_rows: per step, the members' per-kind totals (``GroupSums.kind_totals``).
+        across: per step, slots shared across requests (``Allocator.shared_slots``: a window
+            may free a block another request still holds).
     """
 
     def __init__(
@@ -30,6 +42,11 @@ class LazySpan:
         self.internal0 = internal0
         self.blocks: list[int] = [] if blocks is None else blocks
         self.internal: list[int] = [] if internal is None else internal
+        self.token0 = 0
+        self.token_slope = 0
+        self.tokens: list[int] = []
+        self.group_rows: list[list[int]] = []
+        self.across: list[int] = []
 
 
 @dataclass(slots=True, init=False)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from kvsim.core.kv.base import DECODE_EXACT, DECODE_POOLED, Allocator
 from kvsim.core.scheduler.cohort import DecodeCohort, Member
+from kvsim.core.scheduler.group_sums import GroupSums
 from kvsim.core.scheduler.plan import LazySpan, StepPlan
 from kvsim.workload.request import Request
 
@@ -57,13 +58,20 @@ class LazyDecodes:
         self.allocator = allocator
         self.blocks = layout == "blocks"
         self.period = allocator.block_size_tokens if self.blocks else 0
+        # several KV cache groups: members are touched by the groups' rules (DecodeGroups)
+        groups = allocator.decode_groups()
+        if groups is not None:
+            caching = groups.caches
         self.caching = caching
         self.joins = joins
-        self.cohort = DecodeCohort(self.period, caching, pooled)
+        self.cohort = DecodeCohort(self.period, caching, pooled, groups)
         self.seq: dict[Request, int] = {}
         self._next_seq = 0
         self.others: dict[Request, None] = {}  # running, not in the cohort, in running order
         self._exact: dict[Member, None] = {}  # members the allocator grows itself
+        # members that joined after the step 0 of the plan being made (``prejoin``): the
+        # recorder of a pool of several groups counts them in step 0 as explicit requests
+        self.prejoined: list[Member] = []
 
     # -- membership -------------------------------------------------------------------------
     def started(self, req: Request) -> None:
@@ -86,8 +94,10 @@ class LazyDecodes:
     def can_join(self, req: Request, computed: int) -> bool:
         """Whether ``req`` with ``computed`` computed tokens (and its current holding) decodes
         without the allocator except at block boundaries."""
-        if not self.joins or not self.allocator.decode_mode(req):
+        if not self.joins or not self.allocator.decode_mode(req, computed):
             return False
+        if self.cohort.groups is not None:  # (decode_mode checked every group's table)
+            return True
         held = req.num_held_slots
         if self.blocks:
             b = self.period
@@ -102,11 +112,14 @@ class LazyDecodes:
     def _join(self, req: Request, sync: int, computed: int, output: int) -> None:
         allocator = self.allocator
         shared = allocator.group_shared_slots(req) if req.num_seqs > 1 else 0
-        mode = allocator.decode_mode(req)
+        mode = allocator.decode_mode(req, computed)
         pool = mode == DECODE_POOLED
         member = self.cohort.join(req, self.seq[req], sync, computed, output, shared, pool)
         if mode == DECODE_EXACT:
             self._exact[member] = None
+        if self.cohort.groups is not None:  # its first step computes token ``computed``
+            slots = allocator.decode_group_slots(req, computed + 1)
+            self.cohort.set_group_slots(member, slots, sync + 1)
 
     def release(self, member: Member, untaken: int = 0) -> None:
         """Take ``member`` out of the cohort with true counters, holding and block table
@@ -167,12 +180,16 @@ class LazyDecodes:
         step runs only prefills: the members' clock then stays where it was.)"""
         after = plan.cohort_clock + plan.cohort_advance
         scheduled, num_new = plan.scheduled, plan.num_new_tokens
+        members = self.cohort.members
+        prejoined: list[Member] = []
         for i in range(len(scheduled)):  # (indexed: mypyc compiles zip(strict=) as a call)
             req = scheduled[i]
             computed = req.num_computed_tokens + num_new[i]
             assert computed == req.num_tokens, f"req {req.req_id} is still prefilling"
             self._join(req, after, computed, req.num_output_tokens + 1)
             del self.others[req]
+            prejoined.append(members[req])
+        self.prejoined = prejoined
 
     def can_join_after_step0(self, plan: StepPlan) -> bool:
         """Whether every explicitly scheduled request can join the cohort after step 0."""
@@ -182,6 +199,82 @@ class LazyDecodes:
             if not self.can_join(req, req.num_computed_tokens + num_new[i]):
                 return False
         return True
+
+    def step0_group_totals(self, clock: int) -> list[int]:
+        """A pool of several groups: the members' per-kind totals in the plan's step 0, recorded
+        at ``clock`` (``GroupSums.kind_totals``). A member that joined after step 0
+        (``prejoin``) counts as the explicit request it was in it: its values from its first
+        member step do not run back across step 0 (a prefill, a window reached, a crossing its
+        join did not yet allocate)."""
+        groups = self.cohort.groups
+        assert groups is not None, "a pool of one group"
+        totals = groups.kind_totals(clock)
+        if not self.prejoined:
+            return totals
+        joined = GroupSums(groups.kind_counts)
+        for member in self.prejoined:
+            assert member.group_slots is not None
+            joined.add(member.group_slots)
+        extrapolated = joined.kind_totals(clock)
+        for member in self.prejoined:  # (counters still those before step 0)
+            req = member.request
+            slots = self.allocator.decode_group_slots(req, member.computed, req.num_computed_tokens)
+            for i in range(len(totals)):
+                totals[i] += slots[6 * (i // 4) + i % 4]
+        for i in range(len(totals)):
+            totals[i] -= extrapolated[i]
+        return totals
+
+    def step0_token_states(self, clock: int) -> int:
+        """Token states of every group of the members in step 0 (``step0_group_totals``)."""
+        groups = self.cohort.groups
+        assert groups is not None, "a pool of one group"
+        totals = self.step0_group_totals(clock)
+        return sum(n * totals[4 * k + 1] for k, n in enumerate(groups.kind_counts))
+
+    def check_step0_groups(self, clock: int) -> None:
+        """Assert ``step0_group_totals(clock)`` (``debug_invariants``; a pool of several groups)
+        before a plan's later steps allocate: the allocator's own count of every member in
+        step 0, a member that joined after it (``prejoin``) at its step-0 length."""
+        groups = self.cohort.groups
+        if groups is None:
+            return
+        expected = [0] * (4 * len(groups.kind_counts))
+        prejoined = set(self.prejoined)
+        for member in self.cohort.members.values():
+            req = member.request
+            if member in prejoined:
+                slots = self.allocator.decode_group_slots(
+                    req, member.computed, req.num_computed_tokens
+                )
+            else:
+                length = self.cohort.computed_at(member, clock)
+                slots = self.allocator.decode_group_slots(req, length)
+            for i in range(len(expected)):
+                expected[i] += slots[6 * (i // 4) + i % 4]
+        got = self.step0_group_totals(clock)
+        assert got == expected, f"step 0 group totals {got} != {expected}"
+
+    def check_groups(self, clock: int) -> None:
+        """Assert each member's per-group contribution (``debug_invariants``; a pool of several
+        groups) once the step at ``clock`` (an event's last) is allocated: at the clock after
+        it, it equals the allocator's own count for that step."""
+        cohort, allocator = self.cohort, self.allocator
+        groups = cohort.groups
+        if groups is None:
+            return
+        for member in cohort.members.values():
+            req = member.request
+            if member.sync > clock:
+                continue  # (joined for the steps after it)
+            slots = allocator.decode_group_slots(req, cohort.computed_at(member, clock) + 1)
+            assert member.group_slots is not None, f"req {req.req_id}: no group slots"
+            single = GroupSums(groups.kind_counts)
+            single.add(member.group_slots)
+            expected = [v for i, v in enumerate(slots) if i % 6 < 4]
+            assert single.kind_totals(clock + 1) == expected, (
+                f"req {req.req_id}: group slots {single.kind_totals(clock + 1)} != {expected}"
+            )
 
     # -- allocation -------------------------------------------------------------------------
     def step_order(self, clock: int) -> list[tuple[Request, Member | None]]:
@@ -276,6 +369,9 @@ class LazyDecodes:
         first = plan.cohort_clock + plan.cohort_advance
         more = num_steps - 1
         span = plan.span = LazySpan(cohort.sum_held, cohort.sum_internal)
+        if cohort.groups is not None:
+            self._extend_groups(span, first, more)
+            return
         touched = cohort.touched(first, more)
         ordered = self._must_order(touched)
         blocks, internal = cohort.allocate_pooled(first, more)
@@ -296,6 +392,48 @@ class LazyDecodes:
         if touched:
             self._grow([(m, cohort.computed_at(m, first) + more) for m in touched], span, first)
 
+    def _extend_groups(self, span: LazySpan, first: int, more: int) -> None:
+        """``extend`` in a pool of several groups: step by step, the members touched at each
+        clock grow through ``allocate`` in running order (as the one-by-one pass would), and
+        each step's net blocks, internal slots, token-state jumps and per-kind totals are
+        noted in ``span``."""
+        cohort, allocator, b = self.cohort, self.allocator, self.period
+        groups = cohort.groups
+        assert groups is not None
+        cohort.allocate_pooled(first, more)  # (nothing pooled: the clocks are allocated here)
+        span.internal0 = groups.pool_totals(first)[2]
+        span.token0 = token0 = self.step0_token_states(first)
+        span.token_slope = slope = cohort.token_slope()
+        span.blocks = [0] * (more + 1)
+        span.internal = [0] * (more + 1)
+        span.tokens = [0] * (more + 1)
+        span.group_rows = [self.step0_group_totals(first)]
+        span.across = [allocator.shared_slots()]
+        token = token0
+        for j in range(1, more + 1):
+            clock = first + j - 1  # step j's
+            touched = cohort.touched(clock, 1)
+            if touched:
+                held_b, _, internal_b = groups.pool_totals(clock + 1)
+                for member in touched:
+                    req = member.request
+                    cohort.materialize_at(member, clock)  # (the allocator reads its window)
+                    num_tokens = req.num_computed_tokens + 1
+                    placed = allocator.allocate(req, num_tokens) is not None
+                    assert placed, f"req {req.req_id}: a checked allocation failed"
+                    held = req.num_held_slots = allocator.held_slots(req.req_id)
+                    cohort.set_held(member, held)
+                    slots = allocator.decode_group_slots(req, num_tokens)
+                    cohort.set_group_slots(member, slots, clock + 1)
+                held_a, _, internal_a = groups.pool_totals(clock + 1)
+                span.blocks[j] = (held_a - held_b) // b
+                span.internal[j] = internal_a - internal_b
+            token_j = groups.pool_totals(clock + 1)[1]
+            span.tokens[j] = token_j - token - slope
+            token = token_j
+            span.group_rows.append(groups.kind_totals(clock + 1))
+            span.across.append(allocator.shared_slots())
+
     def _must_order(self, touched: list[Member]) -> bool:
         """Whether the touched members' allocations must keep their place in the running order
         among the pooled takes: a block cached as it fills, or the allocator's own growth."""
@@ -315,12 +453,20 @@ class LazyDecodes:
         if not items:
             return
         allocator, b = self.allocator, self.period
+        cohort = self.cohort
         if self._must_order([m for m, _ in items]) or any(m.width > 1 for m, _ in items):
             for member, num_tokens in items:
                 req = member.request
+                if cohort.groups is not None:  # the allocator reads its window's position
+                    assert span is None, "a span of several groups: _extend_groups"
+                    assert first == cohort.clock, "a step of several groups at another clock"
+                    cohort.materialize(member)
                 placed = allocator.allocate(req, num_tokens) is not None
                 assert placed, f"req {req.req_id}: a checked allocation failed"
                 self._held(member, allocator.held_slots(req.req_id), span, first)
+                if cohort.groups is not None:
+                    slots = allocator.decode_group_slots(req, num_tokens)
+                    cohort.set_group_slots(member, slots, first + 1)
             return
         grants: list[tuple[int, int]] = []
         helds: list[tuple[Member, int]] = []

@@ -1,0 +1,75 @@
+"""Per-group slot totals of the decode cohort's members, for pools of several KV cache groups.
+
+In a hybrid pool (``kvsim.core.kv.hybrid``) a steady decoder's slots in one group of each kind
+change only where the allocator touches it (a block crossing, a block leaving a sliding window, a
+cached block filling); in between, each kind's token states and outside-window slots grow by a
+fixed amount per step (``Allocator.decode_group_slots``). So each member contributes, per kind,
+six integers that make its slots a linear function of the cohort clock ``c``:
+
+    held, internal                      constant between touches
+    token states(c)  = t_base + t_slope * c
+    outside(c)       = o_base + o_slope * c
+
+and the cohort keeps their sums: the recorder reads every group's totals at any clock without a
+pass over the members.
+"""
+
+from __future__ import annotations
+
+HELD, T_BASE, T_SLOPE, O_BASE, O_SLOPE, INTERNAL = range(6)
+WIDTH = 6  # integers per kind
+
+
+class GroupSums:
+    """The members' per-kind contributions, summed.
+
+    Args:
+        kind_counts: groups of each kind (``DecodeGroups.kind_counts``).
+    """
+
+    def __init__(self, kind_counts: list[int]) -> None:
+        self.kind_counts = kind_counts
+        self.sums = [0] * (WIDTH * len(kind_counts))
+
+    @staticmethod
+    def contribution(values: list[int], clock: int) -> list[int]:
+        """A member's contribution from ``Allocator.decode_group_slots`` values (per kind:
+        held, token states, outside, internal, token growth, outside growth) that hold in the
+        step whose slots are recorded at cohort clock ``clock``."""
+        out: list[int] = []
+        for i in range(0, len(values), WIDTH):
+            held, token, outside, internal, t_slope, o_slope = values[i : i + WIDTH]
+            out += [held, token - t_slope * clock, t_slope, outside - o_slope * clock, o_slope]
+            out.append(internal)
+        return out
+
+    def add(self, contribution: list[int], sign: int = 1) -> None:
+        """Add (``sign`` 1) or remove (-1) one member's contribution."""
+        sums = self.sums
+        for i in range(len(sums)):
+            sums[i] += sign * contribution[i]
+
+    def kind_totals(self, clock: int) -> list[int]:
+        """Per kind: held, token states, outside-window and internal slots of one group of that
+        kind, summed over the members, at cohort clock ``clock`` (``GroupRecorder`` order)."""
+        s = self.sums
+        out: list[int] = []
+        for i in range(0, len(s), WIDTH):
+            out += [
+                s[i + HELD],
+                s[i + T_BASE] + s[i + T_SLOPE] * clock,
+                s[i + O_BASE] + s[i + O_SLOPE] * clock,
+                s[i + INTERNAL],
+            ]
+        return out
+
+    def pool_totals(self, clock: int) -> tuple[int, int, int]:
+        """``(held, token states, internal)`` slots of every group together at ``clock``."""
+        held = token = internal = 0
+        s = self.sums
+        for k, count in enumerate(self.kind_counts):
+            i = WIDTH * k
+            held += count * s[i + HELD]
+            token += count * (s[i + T_BASE] + s[i + T_SLOPE] * clock)
+            internal += count * s[i + INTERNAL]
+        return held, token, internal
