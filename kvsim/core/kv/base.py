@@ -118,15 +118,22 @@ class DecodeGroups:
             (one per attention group).
         window_residue: ``(W - 1) mod B`` for a sliding window of ``W`` tokens over blocks of
             ``B``: a member computing token ``n`` with ``n`` of that residue may free a block
-            that left its window; -1 without a sliding group.
+            that left its window (one per sliding group: ``frees_per_window`` at most); -1
+            without a sliding group.
         kind_counts: groups of each kind, in the order of ``Allocator.decode_group_slots``.
         caches: full blocks of requests that share tokens are cached as they fill.
     """
 
     def __init__(
-        self, blocks_per_crossing: int, window_residue: int, kind_counts: list[int], caches: bool
+        self,
+        blocks_per_crossing: int,
+        window_residue: int,
+        kind_counts: list[int],
+        caches: bool,
+        frees_per_window: int = 0,
     ) -> None:
         self.blocks_per_crossing = blocks_per_crossing
+        self.frees_per_window = frees_per_window
         self.window_residue = window_residue
         self.kind_counts = kind_counts
         self.caches = caches

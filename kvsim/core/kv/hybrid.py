@@ -338,7 +338,10 @@ class HybridPagedAllocator(Allocator):
         attention = sum(1 for kind in self.kinds if kind != "state")
         w = self._window
         residue = (w - 1) % self.block_size_tokens if w else -1
-        return DecodeGroups(attention, residue, list(self._kind_counts), self.enable_prefix_caching)
+        sliding = sum(1 for kind in self.kinds if kind == "sliding")
+        return DecodeGroups(
+            attention, residue, list(self._kind_counts), self.enable_prefix_caching, sliding
+        )
 
     def decode_group_slots(
         self, request: Request, length: int, computed: int | None = None
@@ -513,7 +516,7 @@ class HybridPagedAllocator(Allocator):
         tables = self.tables.pop(req_id, None)
         if tables is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
-        del self._first_live[req_id]
+        first_live = self._first_live.pop(req_id)
         self._room.pop(req_id, None)
         self._memo.pop(req_id, None)
         request = self._requests.pop(req_id)
@@ -527,11 +530,9 @@ class HybridPagedAllocator(Allocator):
         if self.enable_prefix_caching:
             written = request.num_computed_tokens if computed_tokens is None else computed_tokens
         num_full = written // self.block_size_tokens
-        null = self.null_block
-        for table in tables:
-            live = [blk for blk in table if blk != null]
-            lead = len(table) - len(live)
-            self.pool.release_table(live, max(0, num_full - lead))
+        for g, table in enumerate(tables):  # (the null block only before the first live one)
+            lead = first_live[g]
+            self.pool.release_table(table[lead:], max(0, num_full - lead))
         self._sum_held -= self._held_blocks.pop(req_id)
 
     # -- accounting -------------------------------------------------------------------------

@@ -126,6 +126,7 @@ class DecodeCohort:
         # which a sliding window frees a block (-1: none)
         self.cross_blocks = groups.blocks_per_crossing if groups is not None else 1
         self.window_residue = groups.window_residue if groups is not None else -1
+        self.frees_per_window = groups.frees_per_window if groups is not None else 0
         self.groups = GroupSums(groups.kind_counts) if groups is not None else None
         self.clock = 0
         self.allocated_to = 0  # steps at clocks before this one have their blocks
@@ -145,6 +146,7 @@ class DecodeCohort:
         self._num_joins = 0
         self._crossings = [0] * size  # members whose block crossing has that residue
         self._pooled_crossings = [0] * size  # of those, pooled members
+        self._window_members = [0] * size  # members whose window may free a block, by residue
         self._all: list[dict[Member, None]] = [{} for _ in range(size)]  # by crossing residue
         self._touch: list[dict[Member, None]] = [{} for _ in range(size)]  # touched one by one
         self._num_touched = 0  # members touched one by one (not pooled)
@@ -234,6 +236,7 @@ class DecodeCohort:
                     self._touch[fill][member] = None
                 if self.window_residue >= 0:
                     self._touch[(cross + self.window_residue) % p][member] = None
+                    self._window_members[(cross + self.window_residue) % p] += 1
         self.members[req] = member
         if fills:
             self.filling[member] = None
@@ -279,6 +282,7 @@ class DecodeCohort:
                 self._touch[(cross - 1) % p].pop(member, None)
                 if self.window_residue >= 0:
                     self._touch[(cross + self.window_residue) % p].pop(member, None)
+                    self._window_members[(cross + self.window_residue) % p] -= 1
         return held
 
     def set_held(self, member: Member, held: int) -> None:
@@ -432,6 +436,23 @@ class DecodeCohort:
                 break
             used, t = nxt, t + 1
         return t
+
+    def steps_freeing_nothing_net(self, first_clock: int, max_steps: int) -> int:
+        """Largest ``t <= max_steps`` such that after each of the steps at clocks
+        ``first_clock ..`` up to the ``t``-th, the blocks the members' windows may have freed
+        (``frees_per_window`` a member at its window's residue, an upper bound) do not exceed
+        the blocks their crossings took: the pool holds no more free blocks than before them."""
+        p, frees = self.period, self.frees_per_window
+        if not p or not frees:
+            return max_steps
+        windows, crossings = self._window_members, self._crossings
+        net = 0
+        for t in range(max_steps):
+            r = (first_clock + t) % p
+            net += frees * windows[r] - crossings[r]
+            if net > 0:
+                return t
+        return max_steps
 
     def check(self) -> None:
         """Assert the running totals (``debug_invariants``)."""

@@ -102,15 +102,15 @@ class SchedulerCore:
     def _finish_plan(self, plan: StepPlan) -> None:
         """A plan whose span would carry a request that cannot join the cohort after step 0
         covers one step; so does one in a pool of several KV cache groups while a request waits
-        for KV (a sliding window frees blocks as its members decode: a later step might admit
-        it)."""
+        for anything but KV or ``max_num_seqs`` (a span for a head waiting for KV ends before
+        the members' windows could free enough blocks to admit it: ``max_extension``)."""
         if plan.extendable and not self.lazy.can_join_after_step0(plan):
             plan.extendable = False
         if (
             plan.extendable
             and self.waiting
             and self.lazy.cohort.groups is not None
-            and plan.head_blocked != "max_num_seqs"
+            and plan.head_blocked not in ("max_num_seqs", "kv")
         ):
             plan.extendable = False
 
@@ -359,6 +359,10 @@ class SchedulerCore:
         if k > 1 and not lazy.can_fast_forward():
             return 1
         cohort = lazy.cohort
+        if k > 1 and self.waiting and cohort.groups is not None and plan.head_blocked == "kv":
+            # the head needs more free blocks than step 0 left, and a later step's budget only
+            # lets it ask for more: it stays blocked while the pool holds no more free blocks
+            k = 1 + cohort.steps_freeing_nothing_net(after, k - 1)
         if k <= 1 or not lazy.caching or not cohort.filling:
             return k  # (only members that fill shareable blocks can meet an unsafe fill)
         filling = list(cohort.filling)
