@@ -141,3 +141,26 @@ def test_decode_cohort_per_group_slots_match_the_allocator_at_every_event(
     held = sum(mem[c] for c in mem.columns if c.startswith("group") and c.endswith("_held"))
     assert groups == (2 if num_sliding_layers == 2 else 4)
     np.testing.assert_allclose(held, mem["unshared"])
+
+
+def test_a_decode_span_ends_where_a_window_frees_the_block_the_waiting_head_needs():
+    # 1 full + 1 sliding group (W = 16), B = 16, 25 blocks: the null block and 24 free.
+    # A (32-token prompt, 150 outputs) prefills alone in step 1: 2 + 2 blocks, 20 free.
+    # B (160-token prompt: 10 + 10 blocks) arrives during step 1. Step j >= 2 has A compute
+    # token n = 30 + j: before it, A's window frees its first block once n - 16 + 1 reaches a
+    # multiple of 16 (n = 31, 47, 63 ...) and A takes one block per group when n % 16 == 0.
+    #   step 2  (n = 32): frees 1, takes 2 -> 19 free < 20: B waits for KV
+    #   steps 3..16 (n = 33..46): nothing changes -> B waits; a decode span may cover them
+    #   step 17 (n = 47): frees 1 -> 20 free: B is admitted and prefills
+    # so the span from step 2 must end at step 16, before A's window frees its block.
+    cfg = config(
+        window=16,
+        num_blocks=25,
+        scheduler={"max_model_len": 192, "max_num_batched_tokens": 256},
+    )
+    requests = [Request(0, 0.0, 32, 150, 150), Request(1, 1e-9, 160, 8, 8)]
+    mem = simulate(cfg, requests).memory
+    assert mem["num_steps"].tolist()[:3] == [1, 15, 1]
+    assert mem["num_prefills"].tolist()[:3] == [1, 0, 1]
+    assert mem["num_requests_running"].tolist()[:3] == [1, 1, 2]
+    assert mem["num_requests_waiting"].tolist()[1] == 1
