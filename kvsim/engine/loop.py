@@ -308,9 +308,12 @@ class Engine:
             self._record(plan, timing, now, at)
             if self.frames is not None:
                 self._capture_frames(plan, timing, now, at)
+            if self.offload is not None:
+                self._store_steps(plan, timing, now)
             finished = self.scheduler.complete(plan, self.env.now, now + timing.step0_s)
             if self.offload is not None:
-                self._store(plan, finished)
+                for req in finished:
+                    self.offload.forget(req)
             if finished:
                 for req in finished:
                     self.on_done(self._row.pop(req), req)
@@ -357,16 +360,38 @@ class Engine:
             self.offload.num_loads_dropped += 1
         self._parked.clear()
 
-    def _store(self, plan: StepPlan, finished: list[Request]) -> None:
-        """After a step: offer the tier the full blocks the scheduled and the finished requests
-        computed (their copies start now, at the step's end)."""
-        assert self.offload is not None
-        now = self.env.now
-        self.offload.store(plan.scheduled, now)
-        if finished:
-            self.offload.store(finished, now)
-            for req in finished:
-                self.offload.forget(req)
+    def _store_steps(self, plan: StepPlan, timing: Timing, start_s: float) -> None:
+        """Before ``complete``: at the end of each of the plan's steps, offer the tier the full
+        blocks that step's scheduled requests computed (their copies start then), in running
+        order: in step 0 the explicit requests and the members whose block fills then, in a
+        span's later steps the members whose block fills then (vLLM offers every scheduled
+        request's newly full blocks after each step)."""
+        offload = self.offload
+        assert offload is not None
+        lazy = self.scheduler.lazy
+        cohort, seq = lazy.cohort, lazy.seq
+        clock = plan.cohort_clock
+        scheduled, num_new = plan.scheduled, plan.num_new_tokens
+        step0 = [
+            (seq[scheduled[i]], scheduled[i], scheduled[i].num_computed_tokens + num_new[i])
+            for i in range(len(scheduled))
+        ]
+        if plan.cohort_advance:
+            for member in cohort.filling_at(clock):
+                if member.sync <= clock:  # (not one that joined after step 0: explicit in it)
+                    computed = cohort.computed_at(member, clock) + 1
+                    step0.append((member.seq, member.request, computed))
+        step0.sort(key=_by_first)
+        end_s = start_s + timing.durations[0]
+        offload.store_tokens([(req, computed) for _, req, computed in step0], end_s)
+        clock += plan.cohort_advance
+        for j in range(1, timing.num_steps):  # a span's later steps: every request a member
+            end_s += timing.durations[j]
+            filling = cohort.filling_at(clock)
+            if filling:
+                filled = [(m.request, cohort.computed_at(m, clock) + 1) for m in filling]
+                offload.store_tokens(filled, end_s)
+            clock += 1
 
     def _plan_time(self) -> PlanTime:
         scheduler = self.scheduler
@@ -537,3 +562,7 @@ class Engine:
             self.tier_samples.append(self.offload.tier.occupancy(now))
         if prejoined:
             self.scheduler.lazy.prejoined = []
+
+
+def _by_first(item: tuple[int, Request, int]) -> int:
+    return item[0]

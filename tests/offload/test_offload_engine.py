@@ -163,3 +163,39 @@ def test_prometheus_counters_in_vllms_names() -> None:
     assert lines["vllm:external_prefix_cache_hits_total"] == 160
     assert lines["vllm:prefix_cache_hits_total"] == 0
     assert lines["vllm:prompt_tokens_cached_total"] == 160
+
+
+def test_a_decoding_request_offers_each_block_at_the_end_of_the_step_that_fills_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One request, prompt 20 tokens, 40 outputs, alone (a 13-block pool fits its 60 tokens):
+    #   step 1 prefills tokens 0..19: block 0 (tokens 0..15) is full after it
+    #   step j >= 2 computes token 18 + j: block 1 fills with token 31 (step 13), block 2 with
+    #   token 47 (step 29); the last token computed is 58 (the 60th is sampled, never cached),
+    #   so block 3 (48..63) never fills
+    # From step 2 on it decodes as a cohort member, in spans: each block is still offered to the
+    # tier at the end of the step that fills it (vLLM offers a scheduled request's newly full
+    # blocks after each step), not when its request is next handled on its own.
+    from kvsim.core.scheduler.offload import OffloadConnector
+
+    offers: list[tuple[int, float]] = []  # (blocks covered, when)
+    store_tokens = OffloadConnector.store_tokens
+
+    def spy(self, computed, now_s):  # type: ignore[no-untyped-def]
+        offers.extend((n // 16, now_s) for _, n in computed)
+        return store_tokens(self, computed, now_s)
+
+    monkeypatch.setattr(OffloadConnector, "store_tokens", spy)
+    request = [Request(0, 0.0, 20, 40, 40, token_segments=(("d", 20),))]
+    simulate(config(0.5), request)
+    first_offer = {}
+    for blocks, when in offers:
+        for k in range(blocks):
+            first_offer.setdefault(k, when)
+    assert sorted(first_offer) == [0, 1, 2]
+    # the step boundaries: one memory row a step
+    steps = simulate(config(0.5, memory_resolution="step"), request).memory
+    assert (steps["num_steps"] == 1).all()
+    ends = (steps["time_s"] + steps["duration_s"]).tolist()
+    for block, step in ((0, 1), (1, 13), (2, 29)):
+        assert first_offer[block] == pytest.approx(ends[step - 1], rel=1e-12, abs=1e-12)

@@ -362,6 +362,14 @@ class DecodeCohort:
         """Whether the non-pooled ``member`` is touched one by one at clocks of ``residue``."""
         return member in self._touch[residue]
 
+    def filling_at(self, clock: int) -> list[Member]:
+        """Members whose step at ``clock`` fills a block (it computes the block's last token),
+        in running order."""
+        if not self.period:
+            return []
+        filling = self._all[(clock + 1) % self.period]
+        return sorted(filling, key=_by_seq) if filling else []
+
     def crossing_members(self, clock: int) -> list[Member]:
         """Members whose step at ``clock`` takes a block (any order)."""
         return list(self._all[clock % self.period]) if self.period else []

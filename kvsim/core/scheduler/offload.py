@@ -21,10 +21,10 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
   GPU->CPU link after the step, without holding the scheduler up, and become loadable when the
   copy ends.
 
-kvsim's engine decodes steady requests as a cohort without visiting them each step, so a block
-that fills during decoding is stored when its request is next scheduled on its own, is
-preempted, or finishes, rather than the step it fills (a later request can hit such a block only
-after its owner finished, except a sibling's). vLLM also defers caching a loading request's GPU
+kvsim's engine decodes steady requests as a cohort without visiting them each step; a member's
+block is offered at the end of the step that fills it all the same (the cohort names the members
+whose block fills at a clock: ``DecodeCohort.filling_at``), in running order with the step's
+other scheduled requests (``Engine._store_steps``). vLLM also defers caching a loading request's GPU
 blocks until its load ends (``delay_cache_blocks``); kvsim caches them when it takes them, so
 another request may hit them on the GPU during the load.
 """
@@ -163,10 +163,15 @@ class OffloadConnector:
     def store(self, requests: Iterable[Request], now_s: float) -> None:
         """Offer the tier each request's full blocks of computed tokens not offered before; the
         copies the tier takes queue on the GPU->CPU link at ``now_s`` (a step's end)."""
+        self.store_tokens([(req, req.num_computed_tokens) for req in requests], now_s)
+
+    def store_tokens(self, computed: list[tuple[Request, int]], now_s: float) -> None:
+        """``store`` with each request's computed tokens given (a decode cohort member's own
+        counters are stale), in the given order."""
         b = self.block_size_tokens
         tier, nxt = self.tier, self._next_store
-        for req in requests:
-            upto = req.num_computed_tokens // b
+        for req, num_computed in computed:
+            upto = num_computed // b
             start = nxt.get(req.req_id, 0)
             if upto <= start:
                 continue

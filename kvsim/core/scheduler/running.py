@@ -69,8 +69,8 @@ class LazyDecodes:
         self._next_seq = 0
         self.others: dict[Request, None] = {}  # running, not in the cohort, in running order
         self._exact: dict[Member, None] = {}  # members the allocator grows itself
-        # members that joined after the step 0 of the plan being made (``prejoin``): the
-        # recorder of a pool of several groups counts them in step 0 as explicit requests
+        # in a pool of several groups, members that joined after the step 0 of the plan being
+        # made (``prejoin``): the recorder counts them in step 0 as explicit requests
         self.prejoined: list[Member] = []
 
     # -- membership -------------------------------------------------------------------------
@@ -181,6 +181,7 @@ class LazyDecodes:
         after = plan.cohort_clock + plan.cohort_advance
         scheduled, num_new = plan.scheduled, plan.num_new_tokens
         members = self.cohort.members
+        groups = self.cohort.groups is not None
         prejoined: list[Member] = []
         for i in range(len(scheduled)):  # (indexed: mypyc compiles zip(strict=) as a call)
             req = scheduled[i]
@@ -188,8 +189,10 @@ class LazyDecodes:
             assert computed == req.num_tokens, f"req {req.req_id} is still prefilling"
             self._join(req, after, computed, req.num_output_tokens + 1)
             del self.others[req]
-            prejoined.append(members[req])
-        self.prejoined = prejoined
+            if groups:
+                prejoined.append(members[req])
+        if groups:
+            self.prejoined = prejoined
 
     def can_join_after_step0(self, plan: StepPlan) -> bool:
         """Whether every explicitly scheduled request can join the cohort after step 0."""

@@ -97,18 +97,15 @@ class V1Scheduler(SchedulerCore):
         When ``_running_pass`` proves that no allocation fails and the budget reaches every
         member, the members decode in bulk; when only the budget is proven, every running
         request is handled in turn (``_run_in_order``), the members staying in the cohort unless
-        preempted (a paged pool without members the allocator grows itself, no CPU offloading);
-        otherwise the cohort is flushed first."""
+        preempted (a paged pool without members the allocator grows itself); otherwise the
+        cohort is flushed first."""
         lazy = self.lazy
         cohort = lazy.cohort
         clock = cohort.clock
         self._ran_any = self._prefill_ran = self._partial = False
         if cohort.members:
             kind = self._running_pass(budget)
-            # (with CPU offloading a running request's full blocks are offered to the tier when
-            # it is scheduled on its own: a step that may preempt keeps scheduling every running
-            # request on its own, as the store rule was measured with; kvsim.core.scheduler.offload)
-            if kind == IN_ORDER and lazy.takes_turns() and self.offload is None:
+            if kind == IN_ORDER and lazy.takes_turns():
                 budget = self._run_in_order(plan, clock, budget)
                 self._add_cohort_step(plan, clock, 1)
                 return budget
