@@ -32,7 +32,12 @@ from __future__ import annotations
 
 from kvsim.core.kv.base import DECODE_EXACT, DECODE_POOLED, Allocator
 from kvsim.core.scheduler.cohort import DecodeCohort, Member
-from kvsim.core.scheduler.group_sums import GroupSums
+from kvsim.core.scheduler.group_decodes import (
+    check_groups,
+    check_step0_groups,
+    extend_groups,
+    step0_group_totals,
+)
 from kvsim.core.scheduler.plan import LazySpan, StepPlan
 from kvsim.workload.request import Request
 
@@ -204,29 +209,8 @@ class LazyDecodes:
         return True
 
     def step0_group_totals(self, clock: int) -> list[int]:
-        """A pool of several groups: the members' per-kind totals in the plan's step 0, recorded
-        at ``clock`` (``GroupSums.kind_totals``). A member that joined after step 0
-        (``prejoin``) counts as the explicit request it was in it: its values from its first
-        member step do not run back across step 0 (a prefill, a window reached, a crossing its
-        join did not yet allocate)."""
-        groups = self.cohort.groups
-        assert groups is not None, "a pool of one group"
-        totals = groups.kind_totals(clock)
-        if not self.prejoined:
-            return totals
-        joined = GroupSums(groups.kind_counts)
-        for member in self.prejoined:
-            assert member.group_slots is not None
-            joined.add(member.group_slots)
-        extrapolated = joined.kind_totals(clock)
-        for member in self.prejoined:  # (counters still those before step 0)
-            req = member.request
-            slots = self.allocator.decode_group_slots(req, member.computed, req.num_computed_tokens)
-            for i in range(len(totals)):
-                totals[i] += slots[6 * (i // 4) + i % 4]
-        for i in range(len(totals)):
-            totals[i] -= extrapolated[i]
-        return totals
+        """``group_decodes.step0_group_totals`` of this cohort (a pool of several groups)."""
+        return step0_group_totals(self.cohort, self.allocator, self.prejoined, clock)
 
     def step0_token_states(self, clock: int) -> int:
         """Token states of every group of the members in step 0 (``step0_group_totals``)."""
@@ -236,48 +220,12 @@ class LazyDecodes:
         return sum(n * totals[4 * k + 1] for k, n in enumerate(groups.kind_counts))
 
     def check_step0_groups(self, clock: int) -> None:
-        """Assert ``step0_group_totals(clock)`` (``debug_invariants``; a pool of several groups)
-        before a plan's later steps allocate: the allocator's own count of every member in
-        step 0, a member that joined after it (``prejoin``) at its step-0 length."""
-        groups = self.cohort.groups
-        if groups is None:
-            return
-        expected = [0] * (4 * len(groups.kind_counts))
-        prejoined = set(self.prejoined)
-        for member in self.cohort.members.values():
-            req = member.request
-            if member in prejoined:
-                slots = self.allocator.decode_group_slots(
-                    req, member.computed, req.num_computed_tokens
-                )
-            else:
-                length = self.cohort.computed_at(member, clock)
-                slots = self.allocator.decode_group_slots(req, length)
-            for i in range(len(expected)):
-                expected[i] += slots[6 * (i // 4) + i % 4]
-        got = self.step0_group_totals(clock)
-        assert got == expected, f"step 0 group totals {got} != {expected}"
+        """``group_decodes.check_step0_groups`` (``debug_invariants``)."""
+        check_step0_groups(self.cohort, self.allocator, self.prejoined, clock)
 
     def check_groups(self, clock: int) -> None:
-        """Assert each member's per-group contribution (``debug_invariants``; a pool of several
-        groups) once the step at ``clock`` (an event's last) is allocated: at the clock after
-        it, it equals the allocator's own count for that step."""
-        cohort, allocator = self.cohort, self.allocator
-        groups = cohort.groups
-        if groups is None:
-            return
-        for member in cohort.members.values():
-            req = member.request
-            if member.sync > clock:
-                continue  # (joined for the steps after it)
-            slots = allocator.decode_group_slots(req, cohort.computed_at(member, clock) + 1)
-            assert member.group_slots is not None, f"req {req.req_id}: no group slots"
-            single = GroupSums(groups.kind_counts)
-            single.add(member.group_slots)
-            expected = [v for i, v in enumerate(slots) if i % 6 < 4]
-            assert single.kind_totals(clock + 1) == expected, (
-                f"req {req.req_id}: group slots {single.kind_totals(clock + 1)} != {expected}"
-            )
+        """``group_decodes.check_groups`` (``debug_invariants``)."""
+        check_groups(self.cohort, self.allocator, clock)
 
     # -- allocation -------------------------------------------------------------------------
     def step_order(self, clock: int) -> list[tuple[Request, Member | None]]:
@@ -373,7 +321,7 @@ class LazyDecodes:
         more = num_steps - 1
         span = plan.span = LazySpan(cohort.sum_held, cohort.sum_internal)
         if cohort.groups is not None:
-            self._extend_groups(span, first, more)
+            extend_groups(cohort, allocator, self.prejoined, span, first, more)
             return
         touched = cohort.touched(first, more)
         ordered = self._must_order(touched)
@@ -394,48 +342,6 @@ class LazyDecodes:
             allocator.take_pooled(taken)
         if touched:
             self._grow([(m, cohort.computed_at(m, first) + more) for m in touched], span, first)
-
-    def _extend_groups(self, span: LazySpan, first: int, more: int) -> None:
-        """``extend`` in a pool of several groups: step by step, the members touched at each
-        clock grow through ``allocate`` in running order (as the one-by-one pass would), and
-        each step's net blocks, internal slots, token-state jumps and per-kind totals are
-        noted in ``span``."""
-        cohort, allocator, b = self.cohort, self.allocator, self.period
-        groups = cohort.groups
-        assert groups is not None
-        cohort.allocate_pooled(first, more)  # (nothing pooled: the clocks are allocated here)
-        span.internal0 = groups.pool_totals(first)[2]
-        span.token0 = token0 = self.step0_token_states(first)
-        span.token_slope = slope = cohort.token_slope()
-        span.blocks = [0] * (more + 1)
-        span.internal = [0] * (more + 1)
-        span.tokens = [0] * (more + 1)
-        span.group_rows = [self.step0_group_totals(first)]
-        span.across = [allocator.shared_slots()]
-        token = token0
-        for j in range(1, more + 1):
-            clock = first + j - 1  # step j's
-            touched = cohort.touched(clock, 1)
-            if touched:
-                held_b, _, internal_b = groups.pool_totals(clock + 1)
-                for member in touched:
-                    req = member.request
-                    cohort.materialize_at(member, clock)  # (the allocator reads its window)
-                    num_tokens = req.num_computed_tokens + 1
-                    placed = allocator.allocate(req, num_tokens) is not None
-                    assert placed, f"req {req.req_id}: a checked allocation failed"
-                    held = req.num_held_slots = allocator.held_slots(req.req_id)
-                    cohort.set_held(member, held)
-                    slots = allocator.decode_group_slots(req, num_tokens)
-                    cohort.set_group_slots(member, slots, clock + 1)
-                held_a, _, internal_a = groups.pool_totals(clock + 1)
-                span.blocks[j] = (held_a - held_b) // b
-                span.internal[j] = internal_a - internal_b
-            token_j = groups.pool_totals(clock + 1)[1]
-            span.tokens[j] = token_j - token - slope
-            token = token_j
-            span.group_rows.append(groups.kind_totals(clock + 1))
-            span.across.append(allocator.shared_slots())
 
     def _must_order(self, touched: list[Member]) -> bool:
         """Whether the touched members' allocations must keep their place in the running order

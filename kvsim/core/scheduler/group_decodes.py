@@ -1,0 +1,147 @@
+"""The decode cohort in a pool of several KV cache groups (vLLM v1's hybrid KV cache manager).
+
+A hybrid pool's steady decoders are cohort members like any other (``kvsim.core.scheduler.
+running``), but the allocator must see each one where its groups change: at a block crossing
+(one block per attention group), where its sliding window frees a block, and where a cached
+block fills (``DecodeGroups``). Their per-group slots are running sums linear in the cohort's
+clock (``kvsim.core.scheduler.group_sums``). This module holds what differs from a one-group pool:
+
+- a span's later steps (``extend_groups``) are allocated step by step, the members touched at
+  each clock through ``allocate`` in running order, and each step's net blocks, token-state
+  jumps (a freed block drops its tokens), shared slots and per-kind totals are noted in the span;
+- step 0's per-group totals (``step0_group_totals``) count a member that joined after step 0 as
+  the explicit request it was in it;
+- two checks against the allocator's own count of each member (``debug_invariants``).
+"""
+
+from __future__ import annotations
+
+from kvsim.core.kv.base import Allocator
+from kvsim.core.scheduler.cohort import DecodeCohort, Member
+from kvsim.core.scheduler.group_sums import WIDTH, GroupSums
+from kvsim.core.scheduler.plan import LazySpan
+
+
+def _add_slots(totals: list[int], slots: list[int]) -> None:
+    """Add ``Allocator.decode_group_slots`` values (six a kind) into per-kind totals (four a
+    kind: held, token states, outside the window, internal)."""
+    for i in range(len(totals)):
+        totals[i] += slots[WIDTH * (i // 4) + i % 4]
+
+
+def step0_group_totals(
+    cohort: DecodeCohort, allocator: Allocator, prejoined: list[Member], clock: int
+) -> list[int]:
+    """The members' per-kind totals in a plan's step 0, recorded at ``clock``
+    (``GroupSums.kind_totals``). A member that joined after step 0 (``prejoined``) counts as the
+    explicit request it was in it: its values from its first member step do not run back across
+    step 0 (a prefill, a window reached, a crossing its join did not yet allocate)."""
+    groups = cohort.groups
+    assert groups is not None, "a pool of one group"
+    totals = groups.kind_totals(clock)
+    if not prejoined:
+        return totals
+    joined = GroupSums(groups.kind_counts)
+    for member in prejoined:
+        assert member.group_slots is not None
+        joined.add(member.group_slots)
+    extrapolated = joined.kind_totals(clock)
+    for member in prejoined:  # (counters still those before step 0)
+        req = member.request
+        _add_slots(
+            totals, allocator.decode_group_slots(req, member.computed, req.num_computed_tokens)
+        )
+    for i in range(len(totals)):
+        totals[i] -= extrapolated[i]
+    return totals
+
+
+def extend_groups(
+    cohort: DecodeCohort,
+    allocator: Allocator,
+    prejoined: list[Member],
+    span: LazySpan,
+    first: int,
+    more: int,
+) -> None:
+    """``LazyDecodes.extend`` in a pool of several groups: the ``more`` steps from clock
+    ``first`` step by step (see the module docstring), noted in ``span``; ``prejoined``: the
+    members that joined after step 0."""
+    groups = cohort.groups
+    assert groups is not None
+    b = cohort.period
+    cohort.allocate_pooled(first, more)  # (nothing pooled: the clocks are allocated here)
+    span.internal0 = groups.pool_totals(first)[2]
+    step0 = step0_group_totals(cohort, allocator, prejoined, first)
+    token = sum(n * step0[4 * k + 1] for k, n in enumerate(groups.kind_counts))
+    span.token0 = token
+    span.token_slope = slope = cohort.token_slope()
+    span.blocks = [0] * (more + 1)
+    span.internal = [0] * (more + 1)
+    span.tokens = [0] * (more + 1)
+    span.group_rows = [step0]
+    span.across = [allocator.shared_slots()]
+    for j in range(1, more + 1):
+        clock = first + j - 1  # step j's
+        touched = cohort.touched(clock, 1)
+        if touched:
+            held_b, _, internal_b = groups.pool_totals(clock + 1)
+            for member in touched:
+                req = member.request
+                cohort.materialize_at(member, clock)  # (the allocator reads its window)
+                num_tokens = req.num_computed_tokens + 1
+                placed = allocator.allocate(req, num_tokens) is not None
+                assert placed, f"req {req.req_id}: a checked allocation failed"
+                held = req.num_held_slots = allocator.held_slots(req.req_id)
+                cohort.set_held(member, held)
+                slots = allocator.decode_group_slots(req, num_tokens)
+                cohort.set_group_slots(member, slots, clock + 1)
+            held_a, _, internal_a = groups.pool_totals(clock + 1)
+            span.blocks[j] = (held_a - held_b) // b
+            span.internal[j] = internal_a - internal_b
+        token_j = groups.pool_totals(clock + 1)[1]
+        span.tokens[j] = token_j - token - slope
+        token = token_j
+        span.group_rows.append(groups.kind_totals(clock + 1))
+        span.across.append(allocator.shared_slots())
+
+
+def check_step0_groups(
+    cohort: DecodeCohort, allocator: Allocator, prejoined: list[Member], clock: int
+) -> None:
+    """Assert ``step0_group_totals`` before a plan's later steps allocate: the allocator's own
+    count of every member in step 0, one that joined after it at its step-0 length."""
+    groups = cohort.groups
+    if groups is None:
+        return
+    expected = [0] * (4 * len(groups.kind_counts))
+    joined = set(prejoined)
+    for member in cohort.members.values():
+        req = member.request
+        if member in joined:
+            slots = allocator.decode_group_slots(req, member.computed, req.num_computed_tokens)
+        else:
+            slots = allocator.decode_group_slots(req, cohort.computed_at(member, clock))
+        _add_slots(expected, slots)
+    got = step0_group_totals(cohort, allocator, prejoined, clock)
+    assert got == expected, f"step 0 group totals {got} != {expected}"
+
+
+def check_groups(cohort: DecodeCohort, allocator: Allocator, clock: int) -> None:
+    """Assert each member's per-group contribution once the step at ``clock`` (an event's last)
+    is allocated: at the clock after it, it equals the allocator's own count for that step."""
+    groups = cohort.groups
+    if groups is None:
+        return
+    for member in cohort.members.values():
+        req = member.request
+        if member.sync > clock:
+            continue  # (joined for the steps after it)
+        slots = allocator.decode_group_slots(req, cohort.computed_at(member, clock) + 1)
+        assert member.group_slots is not None, f"req {req.req_id}: no group slots"
+        single = GroupSums(groups.kind_counts)
+        single.add(member.group_slots)
+        expected = [0] * (4 * len(groups.kind_counts))
+        _add_slots(expected, slots)
+        got = single.kind_totals(clock + 1)
+        assert got == expected, f"req {req.req_id}: group slots {got} != {expected}"
