@@ -484,6 +484,8 @@ def format_validation_error(err: ValidationError) -> str:
         field, sep, rest = msg.partition(": ")
         if loc and sep and field.isidentifier():  # "workload" + "num_requests: ..."
             loc, msg = f"{loc}.{field}", rest
+        elif loc and sep and (field == loc or field.startswith(f"{loc}.")):
+            loc, msg = field, rest  # a check that names its field in full ("model.attention")
         got = e.get("input")
         custom = e["type"] == "value_error" and "got " in msg  # kvsim's messages show the value
         shown = "" if isinstance(got, dict) or custom else f", got {_short(got)}"

@@ -585,3 +585,21 @@ def test_bad_calibration_table(hostile, case: str) -> None:
     table = hostile.write(name, content)
     args = [*RUN, "--set", f"cost.calibration={table}", "--out", hostile.out]
     hostile.run(args, *fragments)
+
+
+def test_a_check_that_names_its_field_in_full_is_not_prefixed_twice():
+    # a model check raises "model.attention: ..." at the location "model": the line names
+    # the field once (it read "model: model.attention: ...")
+    model = {
+        "num_layers": 32,
+        "num_attention_heads": 32,
+        "num_kv_heads": 8,
+        "head_dim": 128,
+        "num_params": 8_000_000_000,
+        "attention": {"num_sliding_layers": 40, "sliding_window_tokens": 1024},
+    }
+    with pytest.raises(ValueError, match="exceed num_layers") as err:
+        config_from_dict({"model": model, "gpu": "h100-80gb"})
+    line = str(err.value)
+    assert line.startswith("model.attention: 40 sliding and state layers exceed num_layers (32)")
+    assert "model: model" not in line
