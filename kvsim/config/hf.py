@@ -22,7 +22,8 @@ The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_co
 
 ``num_params`` is the file's ``num_parameters`` when present, else counted from the architecture
 (:func:`count_params`) for the Llama family (llama, mistral, mixtral, qwen2, qwen3 and their MoE
-variants, deepseek_v2/v3); other architectures need ``num_params`` in the model table.
+variants, deepseek_v2/v3, gemma2, gemma3_text); other architectures need ``num_params`` in the
+model table.
 """
 
 from __future__ import annotations

@@ -21,22 +21,28 @@ LLAMA_FAMILY = {
     "qwen3_moe",
     "deepseek_v2",
     "deepseek_v3",
+    "gemma2",
+    "gemma3_text",
 }
-UNTIED_BY_DEFAULT = LLAMA_FAMILY  # their config classes default tie_word_embeddings to False
+# their config classes default tie_word_embeddings to False (Gemma's to True)
+UNTIED_BY_DEFAULT = LLAMA_FAMILY - {"gemma2", "gemma3_text"}
+# four RMSNorms a layer: before and after attention, before and after the MLP (Gemma 2 and 3)
+FOUR_NORMS = {"gemma2", "gemma3_text"}
 
 
 def count_params(data: dict[str, Any], path: Path | str = "config.json") -> int:
     """Parameters of a Llama-family decoder, counted from its ``config.json`` (weights and biases).
 
     ``V * H`` embedding (+ ``V * H`` untied LM head) + final norm ``H`` + per layer: two norms
-    ``2 * H``; attention ``H * (q + 2 * kv) * d + q * d * H`` (+ biases: q, k, v for qwen2,
-    q, k, v, o for ``attention_bias``; + ``2 * d`` q/k norms for qwen3); or MLA: ``q_a`` ``H * r_q``
-    + norm ``r_q`` + ``q_b`` ``r_q * q * (d_nope + d_rope)`` (or ``H * q * (d_nope + d_rope)``
-    without ``q_lora_rank``), ``kv_a`` ``H * (r_kv + d_rope)`` + norm ``r_kv``, ``kv_b``
-    ``r_kv * q * (d_nope + d_v)``, ``o`` ``q * d_v * H``; gated MLP ``3 * H * I``; MoE layers
-    (after ``first_k_dense_replace`` dense ones, every ``moe_layer_freq``-th): experts
-    ``E * 3 * H * I_moe`` + shared experts ``3 * H * I_moe * n_shared`` (or ``3 * H * I_shared
-    + H`` for ``shared_expert_intermediate_size``) + router ``E * H`` (+ ``E`` correction bias for
+    ``2 * H`` (four for Gemma 2 and 3: around attention and around the MLP); attention ``H * (q
+    + 2 * kv) * d + q * d * H`` (+ biases: q, k, v for qwen2, q, k, v, o for ``attention_bias``;
+    + ``2 * d`` q/k norms for qwen3 and gemma3_text); or MLA: ``q_a`` ``H * r_q`` + norm ``r_q``
+    + ``q_b`` ``r_q * q * (d_nope + d_rope)`` (or ``H * q * (d_nope + d_rope)`` without
+    ``q_lora_rank``), ``kv_a`` ``H * (r_kv + d_rope)`` + norm ``r_kv``, ``kv_b`` ``r_kv * q *
+    (d_nope + d_v)``, ``o`` ``q * d_v * H``; gated MLP ``3 * H * I``; MoE layers (after
+    ``first_k_dense_replace`` dense ones, every ``moe_layer_freq``-th): experts ``E * 3 * H *
+    I_moe`` + shared experts ``3 * H * I_moe * n_shared`` (or ``3 * H * I_shared + H`` for
+    ``shared_expert_intermediate_size``) + router ``E * H`` (+ ``E`` correction bias for
     ``topk_method = "noaux_tc"``). Multi-token-prediction layers (``num_nextn_predict_layers``)
     are left out: vLLM loads them only for speculative decoding.
 
@@ -54,8 +60,9 @@ def count_params(data: dict[str, Any], path: Path | str = "config.json") -> int:
     tied = data.get("tie_word_embeddings", model_type not in UNTIED_BY_DEFAULT)
     total = vocab * hidden * (1 if tied else 2) + hidden
     attention = _attention_params(data, get, model_type)
+    norms = (4 if model_type in FOUR_NORMS else 2) * hidden
     for layer in range(layers):
-        total += 2 * hidden + attention + _mlp_params(data, get, layer)
+        total += norms + attention + _mlp_params(data, get, layer)
     return total
 
 
@@ -123,7 +130,7 @@ def _attention_params(data: dict[str, Any], get: Getter, model_type: str) -> int
         params += (heads + 2 * kv_heads) * head_dim + hidden
     elif model_type in ("qwen2", "qwen2_moe"):  # Qwen2 always has q, k and v biases
         params += (heads + 2 * kv_heads) * head_dim
-    if model_type in ("qwen3", "qwen3_moe"):  # per-head RMSNorm of q and k
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):  # per-head RMSNorm of q and k
         params += 2 * head_dim
     return int(params)
 

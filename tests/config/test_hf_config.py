@@ -104,6 +104,25 @@ DEEPSEEK_V3: dict[str, Any] = {
 }
 
 
+# google/gemma-3-27b-it's text_config (the fields kvsim reads); Gemma3TextConfig ties the
+# embeddings by default
+GEMMA3_27B: dict[str, Any] = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "hidden_size": 5376,
+    "intermediate_size": 21504,
+    "num_hidden_layers": 62,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 16,
+    "head_dim": 128,
+    "vocab_size": 262208,
+    "max_position_embeddings": 131072,
+    "sliding_window": 1024,
+    "sliding_window_pattern": 6,
+    "torch_dtype": "bfloat16",
+}
+
+
 def _write(tmp_path: Path, config: dict[str, Any], folder: str = "model") -> Path:
     path = tmp_path / folder / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -293,3 +312,19 @@ def test_bad_config_through_the_cli(tmp_path: Path) -> None:
     )
     assert "got 0" in result.output
     assert "Traceback" not in result.output
+
+
+def test_gemma_3_27b_parameters_counted_by_hand(tmp_path: Path) -> None:
+    # tied embedding 262,208 * 5,376 = 1,409,630,208; per layer: q 5376 * 32 * 128 =
+    # 22,020,096, k and v 5376 * 16 * 128 = 11,010,048 each, o 32 * 128 * 5376 = 22,020,096
+    # (66,060,288), q/k norms 2 * 128 = 256, gated MLP 3 * 5376 * 21504 = 346,816,512, four
+    # norms 4 * 5376 = 21,504: 412,898,560; * 62 = 25,599,710,720; + final norm 5,376:
+    # 27,009,346,304 (the gemma-3-27b preset's 27,009,000,000 to 4 figures)
+    model = ModelSpec.model_validate({"hf_config": str(_write(tmp_path, GEMMA3_27B))})
+    assert model.num_params == 27_009_346_304
+    assert model.attention is not None
+    # 62 layers, every 6th global: 10 full, 52 sliding (window 1,024)
+    assert (model.attention.num_sliding_layers, model.attention.sliding_window_tokens) == (
+        52,
+        1024,
+    )
