@@ -61,13 +61,7 @@ class GroupRecorder:
                 totals[i + 2] += outside
                 totals[i + 3] += internal
                 i += 4
-        columns = self._columns
-        c = 0
-        for k in allocator.group_kind_index:  # each group's columns: its kind's totals
-            for j in range(4):
-                columns[c].append(totals[4 * k + j])
-                c += 1
-        self._durations.append(duration_s)
+        self._append(totals, duration_s)
 
     def record_span(self, durations_s: list[float], total_s: float, rows: list[list[int]]) -> None:
         """Append one event of several steps: each column the duration-weighted mean of the
@@ -80,13 +74,17 @@ class GroupRecorder:
             w, row = weights[j], rows[j]
             for i in range(len(means)):
                 means[i] += row[i] * w
+        self._append(means, total_s)
+
+    def _append(self, totals: list[int] | list[float], duration_s: float) -> None:
+        """One row: each group's columns from its kind's ``totals`` (four a kind)."""
         columns = self._columns
         c = 0
         for kind in self.allocator.group_kind_index:
             for i in range(4):
-                columns[c].append(means[4 * kind + i])
+                columns[c].append(totals[4 * kind + i])
                 c += 1
-        self._durations.append(total_s)
+        self._durations.append(duration_s)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The columns as float64 arrays."""

@@ -521,10 +521,7 @@ class Engine:
     def _record(self, plan: StepPlan, timing: Timing, now: float, at: PlanTime) -> None:
         """One memory row for the plan's steps, from the cohort's running totals
         (``kvsim.engine.span``), plus the blocks of requests whose KV is on its way."""
-        prejoined = self.scheduler.lazy.prejoined
         if not self.config.record_memory:
-            if prejoined:
-                self.scheduler.lazy.prejoined = []
             return
         scheduler = self.scheduler
         slots = event_slots(scheduler.lazy, plan, timing.num_steps)
@@ -560,8 +557,6 @@ class Engine:
             self._record_groups(plan, timing)
         if self.offload is not None:  # the tier's blocks by category at the row's time
             self.tier_samples.append(self.offload.tier.occupancy(now))
-        if prejoined:
-            self.scheduler.lazy.prejoined = []
 
 
 def _by_first(item: tuple[int, Request, int]) -> int:

@@ -269,7 +269,6 @@ class MemoryRecorder:
         )
         num_seqs = slots.num_seqs
         token_steps, across_steps = slots.token_steps, slots.across_steps
-        jumps = bool(token_steps)
         token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
         held_m = unshared_m = 0.0
         num_blocked = 0
@@ -277,7 +276,7 @@ class MemoryRecorder:
             if j:
                 held_phys += per_block * blocks[j]
                 internal += internal_steps[j]
-                if jumps:
+                if token_steps:
                     token0 += token_steps[j]
             if across_steps:
                 across = across_steps[j]

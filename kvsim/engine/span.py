@@ -25,27 +25,15 @@ def event_slots(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> SpanSlots:
     the allocator's, set by the caller)."""
     cohort, allocator = lazy.cohort, lazy.allocator
     after = plan.cohort_clock + plan.cohort_advance
-    if cohort.groups is not None:  # (members that joined after step 0 as they were in it)
-        token = lazy.step0_token_states(after)
-    else:
-        token = cohort.token_states(after)
     within = cohort.sum_shared
     if num_steps > 1:  # a span: every running request is a member
         assert not lazy.others, "a span's running requests are all cohort members"
         span = plan.span
         assert span is not None, "extend() notes the span"
-        if span.tokens:  # several KV cache groups: a window frees blocks and their tokens
-            return SpanSlots(
-                span.held0,
-                span.token0,
-                span.internal0,
-                slots_per_block=lazy.period,
-                blocks=span.blocks,
-                internal_steps=span.internal,
-                num_seqs=span.token_slope,
-                token_steps=span.tokens,
-                across_steps=span.across,
-            )
+        if span.tokens:  # several KV cache groups: noted as extend allocated step by step
+            token, slope = span.token0, span.token_slope
+        else:
+            token, slope = cohort.token_states(after), cohort.num_seqs
         return SpanSlots(
             span.held0,
             token,
@@ -54,8 +42,14 @@ def event_slots(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> SpanSlots:
             slots_per_block=lazy.period,
             blocks=span.blocks,
             internal_steps=span.internal,
-            num_seqs=cohort.num_seqs,
+            num_seqs=slope,
+            token_steps=span.tokens,
+            across_steps=span.across,
         )
+    if cohort.groups is not None:  # (members that joined after step 0 as they were in it)
+        token = lazy.step0_token_states(after)
+    else:
+        token = cohort.token_states(after)
     held, internal = cohort.sum_held, cohort.internal_slots()
     if lazy.others:
         new = plan.tokens_by_request()

@@ -306,7 +306,7 @@ class DecodeCohort:
     def token_slope(self) -> int:
         """Token states each decode step adds to ``token_states`` (between touches)."""
         if self.groups is not None:
-            return self.groups.pool_totals(1)[1] - self.groups.pool_totals(0)[1]
+            return self.groups.token_slope()
         return self.num_seqs
 
     def token_states(self, clock: int) -> int:

@@ -255,6 +255,8 @@ class SchedulerCore:
                 if r.num_output_tokens >= r.output_tokens and r not in members
             ]
         cohort.clock = plan.cohort_clock + plan.cohort_advance + plan.num_steps - 1
+        if lazy.prejoined:  # (the plan they joined after has run)
+            lazy.prejoined = []
         for member in cohort.pop_finished():
             lazy.release(member)
             finished.append(member.request)

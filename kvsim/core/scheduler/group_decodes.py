@@ -71,11 +71,11 @@ def extend_groups(
     assert groups is not None
     b = cohort.period
     cohort.allocate_pooled(first, more)  # (nothing pooled: the clocks are allocated here)
-    span.internal0 = groups.pool_totals(first)[2]
     step0 = step0_group_totals(cohort, allocator, prejoined, first)
-    token = sum(n * step0[4 * k + 1] for k, n in enumerate(groups.kind_counts))
+    held, token, internal = groups.pool_of(step0)
+    span.internal0 = internal
     span.token0 = token
-    span.token_slope = slope = cohort.token_slope()
+    span.token_slope = slope = groups.token_slope()
     span.blocks = [0] * (more + 1)
     span.internal = [0] * (more + 1)
     span.tokens = [0] * (more + 1)
@@ -83,26 +83,23 @@ def extend_groups(
     span.across = [allocator.shared_slots()]
     for j in range(1, more + 1):
         clock = first + j - 1  # step j's
-        touched = cohort.touched(clock, 1)
-        if touched:
-            held_b, _, internal_b = groups.pool_totals(clock + 1)
-            for member in touched:
-                req = member.request
-                cohort.materialize_at(member, clock)  # (the allocator reads its window)
-                num_tokens = req.num_computed_tokens + 1
-                placed = allocator.allocate(req, num_tokens) is not None
-                assert placed, f"req {req.req_id}: a checked allocation failed"
-                held = req.num_held_slots = allocator.held_slots(req.req_id)
-                cohort.set_held(member, held)
-                slots = allocator.decode_group_slots(req, num_tokens)
-                cohort.set_group_slots(member, slots, clock + 1)
-            held_a, _, internal_a = groups.pool_totals(clock + 1)
-            span.blocks[j] = (held_a - held_b) // b
-            span.internal[j] = internal_a - internal_b
-        token_j = groups.pool_totals(clock + 1)[1]
+        for member in cohort.touched(clock, 1):
+            req = member.request
+            cohort.materialize_at(member, clock)  # (the allocator reads its window)
+            num_tokens = req.num_computed_tokens + 1
+            placed = allocator.allocate(req, num_tokens) is not None
+            assert placed, f"req {req.req_id}: a checked allocation failed"
+            req.num_held_slots = allocator.held_slots(req.req_id)
+            cohort.set_held(member, req.num_held_slots)
+            slots = allocator.decode_group_slots(req, num_tokens)
+            cohort.set_group_slots(member, slots, clock + 1)
+        row = groups.kind_totals(clock + 1)
+        held_j, token_j, internal_j = groups.pool_of(row)
+        span.blocks[j] = (held_j - held) // b
+        span.internal[j] = internal_j - internal
         span.tokens[j] = token_j - token - slope
-        token = token_j
-        span.group_rows.append(groups.kind_totals(clock + 1))
+        held, token, internal = held_j, token_j, internal_j
+        span.group_rows.append(row)
         span.across.append(allocator.shared_slots())
 
 

@@ -65,11 +65,19 @@ class GroupSums:
 
     def pool_totals(self, clock: int) -> tuple[int, int, int]:
         """``(held, token states, internal)`` slots of every group together at ``clock``."""
+        return self.pool_of(self.kind_totals(clock))
+
+    def pool_of(self, row: list[int]) -> tuple[int, int, int]:
+        """``(held, token states, internal)`` of every group together from per-kind totals
+        (``kind_totals``' layout: each kind's counts once for each of its groups)."""
         held = token = internal = 0
-        s = self.sums
         for k, count in enumerate(self.kind_counts):
-            i = WIDTH * k
-            held += count * s[i + HELD]
-            token += count * (s[i + T_BASE] + s[i + T_SLOPE] * clock)
-            internal += count * s[i + INTERNAL]
+            held += count * row[4 * k]
+            token += count * row[4 * k + 1]
+            internal += count * row[4 * k + 3]
         return held, token, internal
+
+    def token_slope(self) -> int:
+        """Token states every group together gains a step between touches."""
+        s = self.sums
+        return sum(n * s[WIDTH * k + T_SLOPE] for k, n in enumerate(self.kind_counts))
