@@ -122,6 +122,9 @@ class DecodeGroups:
             without a sliding group.
         kind_counts: groups of each kind, in the order of ``Allocator.decode_group_slots``.
         caches: full blocks of requests that share tokens are cached as they fill.
+        frees_per_window: sliding groups (blocks a member frees at its window's residue).
+        kind_names: each kind's name (``"full"``, ``"sliding"``, ``"state"``), same order.
+        window_tokens: the sliding window ``W`` in tokens (0 without a sliding group).
     """
 
     def __init__(
@@ -131,12 +134,16 @@ class DecodeGroups:
         kind_counts: list[int],
         caches: bool,
         frees_per_window: int = 0,
+        kind_names: list[str] | None = None,
+        window_tokens: int = 0,
     ) -> None:
         self.blocks_per_crossing = blocks_per_crossing
         self.frees_per_window = frees_per_window
         self.window_residue = window_residue
         self.kind_counts = kind_counts
         self.caches = caches
+        self.kind_names = kind_names if kind_names is not None else ["full"] * len(kind_counts)
+        self.window_tokens = window_tokens
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # (kvsim.native: tests' reference policies)
@@ -401,6 +408,22 @@ class Allocator(ABC):
     def attach_pooled(self, req_id: int, num_blocks: int) -> None:
         """``"blocks"`` layouts: append that many pooled blocks to the request's table."""
         raise NotImplementedError(f"{self.name} has no blocks layout")
+
+    def release_pooled(self, num_blocks: int) -> None:
+        """Pools of several groups: free ``num_blocks`` of the blocks pooled members hold (the
+        blocks their sliding windows left), as ``allocate`` frees a window's blocks."""
+        raise NotImplementedError(f"{self.name}: one KV cache group")
+
+    def detach_pooled(self, request: Request) -> int:
+        """Pools of several groups: a member joining the cohort pooled gives its attention
+        groups' blocks to the pool's anonymous holding (``attach_group_pooled`` gives them back);
+        returns its sliding groups' first live block (-1 without a sliding group)."""
+        raise NotImplementedError(f"{self.name}: one KV cache group")
+
+    def attach_group_pooled(self, request: Request, length: int, computed: int) -> None:
+        """Pools of several groups: rebuild a detached member's tables as they are once its
+        steps have allocated ``length`` tokens, the last of them from ``computed``."""
+        raise NotImplementedError(f"{self.name}: one KV cache group")
 
     def grow_blocks(self, grants: Sequence[tuple[int, int]]) -> None:
         """``"blocks"`` layouts: give each ``(req_id, num_blocks)`` of single-sequence requests

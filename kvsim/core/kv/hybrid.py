@@ -41,6 +41,7 @@ from kvsim.config.layers import GroupKind, KVCacheGroups
 from kvsim.core.kv.base import (
     DECODE_EXACT,
     DECODE_EXPLICIT,
+    DECODE_POOLED,
     NO_HIT,
     Allocator,
     AllocatorStats,
@@ -155,6 +156,10 @@ class HybridPagedAllocator(Allocator):
         self._num_cached: dict[int, int] = {}  # req_id -> leading blocks registered
         self._held_blocks: dict[int, int] = {}  # req_id -> non-null blocks, all groups
         self._sum_held = 0
+        # pooled cohort members (``detach_pooled``): their attention groups' blocks, held by
+        # none of their tables in particular, and each one's first live entry per group then
+        self._pooled: list[int] = []
+        self._detached: dict[int, list[int]] = {}
         self.key_chain = KeyChain()
         self._keys: dict[int, StreamKeys] = {}
         self.prefix_cache_queries = 0
@@ -312,7 +317,9 @@ class HybridPagedAllocator(Allocator):
         block left in a window that its next step would free (a request just prefilled frees
         several), is grown by ``allocate`` where something happens (a block crossing, a block
         leaving its window, a cached block filling: ``decode_groups``); any other request one
-        by one."""
+        by one. Such a decoder none of whose blocks can carry a key (no prefix caching, or a
+        request that shares no tokens and was never preempted: ``free`` keys a preempted
+        one's) is pooled: nothing reads its block ids until it leaves the cohort."""
         rid = request.req_id
         tables = self.tables.get(rid)
         if tables is None or self._known_only:
@@ -329,6 +336,10 @@ class HybridPagedAllocator(Allocator):
                 computed, self.windows[g], b
             ):
                 return DECODE_EXPLICIT
+        if not self.enable_prefix_caching or (
+            not request.shares_tokens and not request.num_preemptions
+        ):
+            return DECODE_POOLED
         return DECODE_EXACT
 
     def decode_groups(self) -> DecodeGroups:
@@ -340,7 +351,13 @@ class HybridPagedAllocator(Allocator):
         residue = (w - 1) % self.block_size_tokens if w else -1
         sliding = sum(1 for kind in self.kinds if kind == "sliding")
         return DecodeGroups(
-            attention, residue, list(self._kind_counts), self.enable_prefix_caching, sliding
+            attention,
+            residue,
+            list(self._kind_counts),
+            self.enable_prefix_caching,
+            sliding,
+            list(self.kind_order),
+            w,
         )
 
     def decode_group_slots(
@@ -361,9 +378,77 @@ class HybridPagedAllocator(Allocator):
             grows = 0
             if kind == "sliding":
                 start = first_live[self._kind_first[kind]] * self.block_size_tokens
+                if request.req_id in self._detached:  # (its first live entry follows)
+                    start = cdiv(length, self.block_size_tokens) * self.block_size_tokens - held
                 grows = 1 if needed >= start else 0
             out += [held, token, outside, internal, 0 if kind == "state" else 1, grows]
         return out
+
+    def detach_pooled(self, request: Request) -> int:
+        """Move the request's attention groups' live blocks to the pooled holding (their ids
+        are read by nobody while it is a pooled member: ``decode_mode``); its tables keep their
+        null entries, its slots follow from its lengths (``_slots_at``)."""
+        rid = request.req_id
+        tables, first_live = self.tables[rid], self._first_live[rid]
+        moved = 0
+        for g, kind in enumerate(self.kinds):
+            if kind == "state":
+                continue
+            table, lead = tables[g], first_live[g]
+            self._pooled += table[lead:]
+            moved += len(table) - lead
+            del table[lead:]
+        self._detached[rid] = list(first_live)
+        self._held_blocks[rid] -= moved
+        self._room.pop(rid, None)
+        self._memo.pop(rid, None)
+        sliding = self._kind_first.get("sliding")
+        return first_live[sliding] if sliding is not None else -1
+
+    def attach_group_pooled(self, request: Request, length: int, computed: int) -> None:
+        """Give a detached request its tables back, as its steps made them: ``cdiv(length, B)``
+        blocks a group, a sliding group's blocks before ``sliding_skipped_blocks(computed)``
+        freed (null)."""
+        rid, b, null = request.req_id, self.block_size_tokens, self.null_block
+        first_live = self._first_live[rid]
+        at_detach = self._detached.pop(rid)
+        tables, pooled = self.tables[rid], self._pooled
+        num_blocks = cdiv(length, b)
+        added = 0
+        for g, kind in enumerate(self.kinds):
+            if kind == "state":
+                continue
+            lead = at_detach[g]
+            if kind == "sliding":
+                lead = max(lead, sliding_skipped_blocks(computed, self.windows[g], b))
+            live = num_blocks - lead
+            assert 0 <= live <= len(pooled), f"req {rid}: {live} blocks to attach"
+            table = tables[g]
+            table += [null] * (lead - len(table))
+            table += pooled[len(pooled) - live :]
+            del pooled[len(pooled) - live :]
+            first_live[g] = lead
+            added += live
+        self._held_blocks[rid] += added
+        self._room[rid] = self._room_of(tables, first_live)
+        self._epoch += 1
+
+    def take_pooled(self, num_blocks: int) -> None:
+        """Take ``num_blocks`` for pooled members' crossings (one per attention group each)."""
+        if num_blocks:
+            self._pooled += self.pool.take(num_blocks)
+            self._sum_held += num_blocks
+
+    def release_pooled(self, num_blocks: int) -> None:
+        """Free ``num_blocks`` that left pooled members' windows, where ``_remove_skipped``
+        sends them (cached: the back of the free queue; else the front). Which of the pooled
+        blocks goes changes nothing: none carries a key."""
+        if num_blocks:
+            pooled = self._pooled
+            gone = pooled[len(pooled) - num_blocks :]
+            del pooled[len(pooled) - num_blocks :]
+            self.pool.release_table(gone, num_blocks if self.enable_prefix_caching else 0)
+            self._sum_held -= num_blocks
 
     # -- mutations --------------------------------------------------------------------------
     def allocate(
@@ -516,6 +601,7 @@ class HybridPagedAllocator(Allocator):
         tables = self.tables.pop(req_id, None)
         if tables is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
+        assert req_id not in self._detached, f"free(): req {req_id} is a pooled member"
         first_live = self._first_live.pop(req_id)
         self._room.pop(req_id, None)
         self._memo.pop(req_id, None)
@@ -586,12 +672,19 @@ class HybridPagedAllocator(Allocator):
             return memo[3]
         out: list[tuple[int, int, int, int]] = []
         first_live = self._first_live[rid]
+        detached = self._detached.get(rid)
         for kind, g in self._kind_first.items():
             size = len(tables[g]) * b
             if kind == "state":
                 out.append((size, size, 0, 0))
                 continue
             start = first_live[g] * b
+            if detached is not None:  # a pooled member: its tables as its steps made them
+                size = cdiv(length, b) * b
+                lead = detached[g]
+                if kind == "sliding":
+                    lead = max(lead, sliding_skipped_blocks(computed, self._window, b))
+                start = lead * b
             token = max(0, min(length, size) - start)
             outside = 0
             if kind == "sliding":
@@ -639,6 +732,8 @@ class HybridPagedAllocator(Allocator):
         self.pool.check()
         counts = [0] * self.num_blocks
         null = self.null_block
+        for blk in self._pooled:  # (held by pooled members, in no table in particular)
+            counts[blk] += 1
         for rid, tables in self.tables.items():
             held = 0
             for g, table in enumerate(tables):

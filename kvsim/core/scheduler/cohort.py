@@ -30,7 +30,15 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from kvsim.core.kv.base import DecodeGroups
-from kvsim.core.scheduler.group_sums import GroupSums
+from kvsim.core.scheduler.group_sums import (
+    HELD,
+    INTERNAL,
+    O_BASE,
+    O_SLOPE,
+    T_BASE,
+    WIDTH,
+    GroupSums,
+)
 from kvsim.workload.request import Request
 
 
@@ -56,7 +64,11 @@ class Member:
         shared: slots its sequences share (a group's full prompt blocks, held once for ``w``
             sequences: ``(w - 1) * shared prompt slots``); 0 for a plain request.
         group_slots: in a pool of several KV cache groups, its per-kind contribution to
-            ``DecodeCohort.groups`` (``GroupSums.contribution``); else ``None``.
+            ``DecodeCohort.groups`` (``GroupSums.contribution``) when it joined (a pooled
+            member's changes are summed by residue, not kept here); else ``None``.
+        frees_from: pooled, in a pool with a sliding group: the clock of the step at which
+            its window first frees a block (then every ``period`` steps); -1 otherwise.
+        frees_active: that clock has been allocated.
     """
 
     def __init__(
@@ -91,6 +103,8 @@ class Member:
         self.width = width
         self.shared = shared
         self.group_slots: list[int] | None = None
+        self.frees_from = -1  # pooled, several groups: clock of its window's first free
+        self.frees_active = False  # ... reached: it frees at clocks of that residue
 
 
 class DecodeCohort:
@@ -102,10 +116,16 @@ class DecodeCohort:
     sequence's) once the steps before clock ``allocated_to`` have allocated; every member's
     ``finish_clock > clock`` between events.
 
-    In a pool of several KV cache groups (``groups``) every member is grown by the allocator
-    (``DECODE_EXACT``), takes one block per attention group at a crossing, is also touched where
-    a block leaves its sliding window, and its slots are summed per kind of group in
-    ``self.groups`` (``kvsim.core.scheduler.group_sums``); ``sum_internal`` then stays 0.
+    In a pool of several KV cache groups (``groups``) a member takes one block per attention
+    group at a crossing and frees one per sliding group where a block leaves its window; its
+    slots are summed per kind of group in ``self.groups`` (``kvsim.core.scheduler.group_sums``)
+    and ``sum_internal`` stays 0. A touched member is grown by the allocator (``DECODE_EXACT``);
+    a pooled one's blocks are taken and freed in bulk (``group_step``), its slots' changes
+    summed by residue: at a crossing each attention kind holds ``B`` more; where its window
+    frees a block the sliding kind holds, and counts as token states and as outside the
+    window, ``B`` fewer; from the step whose first needed token (``computed - W + 1``) reaches
+    its first held position its outside-window slots grow by one a step; at the crossing that
+    takes its last block each attention kind's internal fragmentation appears.
 
     Args:
         period: block size in tokens when members grow block by block; 0 when they never
@@ -121,13 +141,15 @@ class DecodeCohort:
     ) -> None:
         self.period = period
         self.caching = caching
-        self.pooled = pooled and period > 0 and groups is None
+        self.pooled = pooled and period > 0
         # blocks one sequence's crossing takes, and the residue (of the computed count) at
         # which a sliding window frees a block (-1: none)
         self.cross_blocks = groups.blocks_per_crossing if groups is not None else 1
         self.window_residue = groups.window_residue if groups is not None else -1
         self.frees_per_window = groups.frees_per_window if groups is not None else 0
         self.groups = GroupSums(groups.kind_counts) if groups is not None else None
+        self.window_tokens = groups.window_tokens if groups is not None else 0
+        self._kind_names = groups.kind_names if groups is not None else []
         self.clock = 0
         self.allocated_to = 0  # steps at clocks before this one have their blocks
         self.members: dict[Request, Member] = {}
@@ -147,6 +169,13 @@ class DecodeCohort:
         self._crossings = [0] * size  # members whose block crossing has that residue
         self._pooled_crossings = [0] * size  # of those, pooled members
         self._window_members = [0] * size  # members whose window may free a block, by residue
+        # pooled members of a pool of several groups: those whose window frees blocks, by
+        # residue; heaps of (clock, seq, join number, member) of where a window first frees
+        # a block and where the outside-window slots start growing
+        self._pooled_frees = [0] * size
+        self._freeing: list[dict[Member, None]] = [{} for _ in range(size)]
+        self._window_starts: list[tuple[int, int, int, Member]] = []
+        self._activations: list[tuple[int, int, int, Member]] = []
         self._all: list[dict[Member, None]] = [{} for _ in range(size)]  # by crossing residue
         self._touch: list[dict[Member, None]] = [{} for _ in range(size)]  # touched one by one
         self._num_touched = 0  # members touched one by one (not pooled)
@@ -225,7 +254,10 @@ class DecodeCohort:
             if member.pooled:
                 self._pooled_crossings[cross] += 1
                 last_block = -(final // -p) - 1  # index of the block holding token F - 1
-                if held <= final and final % p and last_block * p >= computed:
+                size = held if self.groups is None else -(computed // -p) * p  # (a group's)
+                if self.window_residue >= 0:
+                    self._window_members[(cross + self.window_residue) % p] += 1
+                if size <= final and final % p and last_block * p >= computed:
                     member.final_clock = sync + last_block * p - computed
                     heappush(self._finals, (member.final_clock, seq, joins, member))
             else:
@@ -250,9 +282,15 @@ class DecodeCohort:
         heappush(self._finishes, (member.finish_clock, seq, joins, member))
         return member
 
-    def leave(self, member: Member) -> int:
-        """Remove a member (its heap entries go stale and are skipped); return its held slots."""
-        held, final = self.held_now(member), member.request.final_kv_tokens
+    def leave(
+        self, member: Member, held: int | None = None, group_slots: list[int] | None = None
+    ) -> int:
+        """Remove a member (its heap entries go stale and are skipped); return its held slots.
+        A pooled member of a pool of several groups is given its held slots and its
+        contribution now (``GroupSums.contribution``), from the allocator."""
+        if held is None:
+            held = self.held_now(member)
+        final = member.request.final_kv_tokens
         width = member.width
         del self.members[member.request]
         self.filling.pop(member, None)
@@ -260,6 +298,8 @@ class DecodeCohort:
         self.sum_held -= width * held - member.shared
         if self.groups is None:
             self.sum_internal -= width * max(held - final, 0)
+        elif group_slots is not None:
+            self.groups.add(group_slots, -1)
         elif member.group_slots is not None:
             self.groups.add(member.group_slots, -1)
         self.sum_shared -= member.shared
@@ -276,6 +316,11 @@ class DecodeCohort:
             del self._all[cross][member]
             if member.pooled:
                 self._pooled_crossings[cross] -= 1
+                if self.window_residue >= 0:
+                    self._window_members[(cross + self.window_residue) % p] -= 1
+                if member.frees_active:
+                    self._pooled_frees[member.frees_from % p] -= 1
+                    del self._freeing[member.frees_from % p][member]
             else:
                 self._num_touched -= 1
                 self._touch[cross].pop(member, None)
@@ -284,6 +329,89 @@ class DecodeCohort:
                     self._touch[(cross + self.window_residue) % p].pop(member, None)
                     self._window_members[(cross + self.window_residue) % p] -= 1
         return held
+
+    def schedule_window(self, member: Member, first_live: int) -> None:
+        """Note where a pooled member's sliding window starts to matter, its groups' first live
+        block being ``first_live`` (``Allocator.detach_pooled``; -1: no sliding group): its
+        outside-window slots grow from the step that computes token ``first_live * B + W - 1``
+        (its first needed token then reaches its first held position) and its window frees a
+        block at every ``B``-th step from the one after (``sliding_skipped_blocks``)."""
+        if first_live < 0:
+            return
+        p = self.period
+        start = member.sync + first_live * p + self.window_tokens - 1 - member.computed
+        member.frees_from = start + p
+        assert member.frees_from > member.sync, f"req {member.request.req_id}: a free pending"
+        key = (member.seq, self._num_joins, member)
+        if start >= member.sync:  # (before: its join's contribution grows already)
+            heappush(self._activations, (start, *key))
+        heappush(self._window_starts, (member.frees_from, *key))
+
+    def group_step(self, clock: int) -> tuple[int, int]:
+        """Count the step at ``clock`` as allocated for the pooled members of a pool of several
+        groups: apply its changes to their per-kind sums (see the class docstring) and return
+        ``(blocks their crossings take, blocks their windows free)``. (The caller takes and
+        frees them.)"""
+        groups = self.groups
+        assert groups is not None, "a pool of one group"
+        assert clock == self.allocated_to, f"allocating clock {clock}, expected {self.allocated_to}"
+        self.allocated_to = clock + 1
+        if not self.pooled:
+            return 0, 0
+        p, members = self.period, self.members
+        r = clock % p
+        starts = self._window_starts
+        while starts and starts[0][0] <= clock:
+            _, _, _, member = heappop(starts)
+            if members.get(member.request) is member:
+                member.frees_active = True
+                self._pooled_frees[r] += 1
+                self._freeing[r][member] = None
+        activated = 0
+        activations = self._activations
+        while activations and activations[0][0] <= clock:
+            if members.get(activations[0][3].request) is heappop(activations)[3]:
+                activated += 1
+        internal = 0
+        finals = self._finals
+        while finals and finals[0][0] <= clock:
+            at, _, _, member = heappop(finals)
+            if members.get(member.request) is member and member.final_clock == at:
+                final = member.request.final_kv_tokens
+                internal += -(final // -p) * p - final
+        crossing, freeing = self._pooled_crossings[r], self._pooled_frees[r]
+        if crossing or freeing or activated or internal:
+            sums = groups.sums
+            for k, name in enumerate(self._kind_names):
+                i = WIDTH * k
+                if name == "state":
+                    continue
+                sums[i + HELD] += p * crossing
+                sums[i + INTERNAL] += internal
+                if name == "sliding":
+                    sums[i + HELD] -= p * freeing
+                    sums[i + T_BASE] -= p * freeing
+                    sums[i + O_BASE] -= p * freeing + activated * (clock + 1)
+                    sums[i + O_SLOPE] += activated
+            self.sum_held += p * (self.cross_blocks * crossing - self.frees_per_window * freeing)
+        return self.cross_blocks * crossing, self.frees_per_window * freeing
+
+    def pooled_ops_at(self, clock: int) -> list[Member]:
+        """Pooled members whose step at ``clock`` takes or frees blocks (after ``group_step``
+        for it), in running order."""
+        r = clock % self.period if self.period else 0
+        found: dict[Member, None] = {m: None for m in self._all[r] if m.pooled}
+        found.update(self._freeing[r])
+        return sorted(found, key=_by_seq)
+
+    def pooled_group_ops(self, member: Member, clock: int) -> tuple[int, int]:
+        """``(blocks taken, blocks freed)`` by a pooled member's step at ``clock``."""
+        p = self.period
+        takes = self.cross_blocks if member.cross == clock % p else 0
+        frees = 0
+        if member.frees_active and (clock - member.frees_from) % p == 0:
+            frees = self.frees_per_window
+        return takes, frees
 
     def set_held(self, member: Member, held: int) -> None:
         """A touched member now holds ``held`` slots (after an allocation)."""
@@ -395,6 +523,7 @@ class DecodeCohort:
         assert first_clock == self.allocated_to, (
             f"allocating clock {first_clock}, expected {self.allocated_to}"
         )
+        assert self.groups is None, "a pool of several groups: group_step"
         end = first_clock + num_steps
         self.allocated_to = end
         if not self.pooled:
@@ -466,6 +595,13 @@ class DecodeCohort:
         """Assert the running totals (``debug_invariants``)."""
         members = list(self.members.values())
         base = sum(m.width * (m.computed - m.sync) for m in members)
+        if self.groups is not None and any(m.pooled for m in members):
+            # (pooled members' holdings are summed by residue: checked against the
+            # allocator by ``group_decodes.check_groups``)
+            assert self.groups.pool_totals(0)[0] == self.sum_held, "cohort group held drifted"
+            assert base == self.sum_base, f"cohort base drifted: {base} != {self.sum_base}"
+            assert self.num_seqs == sum(m.width for m in members), "cohort width drifted"
+            return
         helds = [self.held_now(m) for m in members]
         held = sum(m.width * h - m.shared for h, m in zip(helds, members, strict=True))
         internal = sum(

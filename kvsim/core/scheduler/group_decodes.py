@@ -16,6 +16,8 @@ clock (``kvsim.core.scheduler.group_sums``). This module holds what differs from
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kvsim.core.kv.base import Allocator
 from kvsim.core.scheduler.cohort import DecodeCohort, Member
 from kvsim.core.scheduler.group_sums import WIDTH, GroupSums
@@ -63,14 +65,15 @@ def extend_groups(
     span: LazySpan,
     first: int,
     more: int,
+    pooled_step: Callable[[int, list[Member]], list[Member]],
 ) -> None:
     """``LazyDecodes.extend`` in a pool of several groups: the ``more`` steps from clock
     ``first`` step by step (see the module docstring), noted in ``span``; ``prejoined``: the
-    members that joined after step 0."""
+    members that joined after step 0; ``pooled_step``: allocates a step's pooled members
+    (``LazyDecodes._group_pooled_step``) and returns the members to handle one by one."""
     groups = cohort.groups
     assert groups is not None
     b = cohort.period
-    cohort.allocate_pooled(first, more)  # (nothing pooled: the clocks are allocated here)
     step0 = step0_group_totals(cohort, allocator, prejoined, first)
     held, token, internal = groups.pool_of(step0)
     span.internal0 = internal
@@ -83,7 +86,12 @@ def extend_groups(
     span.across = [allocator.shared_slots()]
     for j in range(1, more + 1):
         clock = first + j - 1  # step j's
-        for member in cohort.touched(clock, 1):
+        for member in pooled_step(clock, cohort.touched(clock, 1)):
+            if member.pooled:
+                takes, frees = cohort.pooled_group_ops(member, clock)
+                allocator.release_pooled(frees)
+                allocator.take_pooled(takes)
+                continue
             req = member.request
             cohort.materialize_at(member, clock)  # (the allocator reads its window)
             num_tokens = req.num_computed_tokens + 1
@@ -130,15 +138,27 @@ def check_groups(cohort: DecodeCohort, allocator: Allocator, clock: int) -> None
     groups = cohort.groups
     if groups is None:
         return
+    expected_all = [0] * (4 * len(groups.kind_counts))
     for member in cohort.members.values():
         req = member.request
+        if member.pooled:  # (its changes are summed by residue: the pool's totals below)
+            length = cohort.computed_at(member, clock) + 1
+            _add_slots(expected_all, allocator.decode_group_slots(req, length, length - 1))
+            continue
+        assert member.group_slots is not None, f"req {req.req_id}: no group slots"
+        own = GroupSums(groups.kind_counts)
+        own.add(member.group_slots)
+        own_totals = own.kind_totals(clock + 1)
+        for i in range(len(expected_all)):
+            expected_all[i] += own_totals[i]
         if member.sync > clock:
             continue  # (joined for the steps after it)
         slots = allocator.decode_group_slots(req, cohort.computed_at(member, clock) + 1)
-        assert member.group_slots is not None, f"req {req.req_id}: no group slots"
         single = GroupSums(groups.kind_counts)
         single.add(member.group_slots)
         expected = [0] * (4 * len(groups.kind_counts))
         _add_slots(expected, slots)
         got = single.kind_totals(clock + 1)
         assert got == expected, f"req {req.req_id}: group slots {got} != {expected}"
+    got_all = groups.kind_totals(clock + 1)
+    assert got_all == expected_all, f"cohort group totals {got_all} != {expected_all}"

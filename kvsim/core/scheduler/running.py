@@ -38,6 +38,7 @@ from kvsim.core.scheduler.group_decodes import (
     extend_groups,
     step0_group_totals,
 )
+from kvsim.core.scheduler.group_sums import GroupSums
 from kvsim.core.scheduler.plan import LazySpan, StepPlan
 from kvsim.workload.request import Request
 
@@ -119,21 +120,39 @@ class LazyDecodes:
         shared = allocator.group_shared_slots(req) if req.num_seqs > 1 else 0
         mode = allocator.decode_mode(req, computed)
         pool = mode == DECODE_POOLED
-        member = self.cohort.join(req, self.seq[req], sync, computed, output, shared, pool)
-        if mode == DECODE_EXACT:
+        cohort = self.cohort
+        member = cohort.join(req, self.seq[req], sync, computed, output, shared, pool)
+        if cohort.groups is None:
+            if mode == DECODE_EXACT:
+                self._exact[member] = None
+        elif member.pooled:  # its slots as in the step before its first (``group_step``)
+            first_live = allocator.detach_pooled(req)
+            slots = allocator.decode_group_slots(req, computed, computed - 1)
+            cohort.set_group_slots(member, slots, sync)
+            cohort.schedule_window(member, first_live)
+        else:  # grown by the allocator; its first step computes token ``computed``
             self._exact[member] = None
-        if self.cohort.groups is not None:  # its first step computes token ``computed``
             slots = allocator.decode_group_slots(req, computed + 1)
-            self.cohort.set_group_slots(member, slots, sync + 1)
+            cohort.set_group_slots(member, slots, sync + 1)
 
     def release(self, member: Member, untaken: int = 0) -> None:
         """Take ``member`` out of the cohort with true counters, holding and block table
         (``untaken``: slots its held count includes but it never took: ``release_unstepped``)."""
         cohort = self.cohort
         cohort.materialize(member)
+        req = member.request
+        if member.pooled and cohort.groups is not None:  # its tables as its steps made them
+            allocator = self.allocator
+            done = max(cohort.allocated_to, member.sync)  # clocks allocated
+            length = cohort.computed_at(member, done)
+            slots = allocator.decode_group_slots(req, length, length - 1)
+            allocator.attach_group_pooled(req, length, length - 1)
+            held = allocator.held_slots(req.req_id)
+            cohort.leave(member, held, GroupSums.contribution(slots, done))
+            req.num_held_slots = held
+            return
         held = cohort.leave(member) - untaken
         self._exact.pop(member, None)
-        req = member.request
         if member.pooled:
             self.allocator.attach_pooled(req.req_id, (held - member.held) // self.period)
         req.num_held_slots = held
@@ -236,6 +255,9 @@ class LazyDecodes:
         cohort, allocator = self.cohort, self.allocator
         others = self.others
         touched = cohort.touched(clock, 1)
+        if cohort.groups is not None:
+            touched = self._group_pooled_step(clock, touched)
+            return self._merge(touched)
         registers = self._must_order(touched) or (
             self.caching and any(r.shares_tokens for r in others)
         )
@@ -246,6 +268,11 @@ class LazyDecodes:
             touched = cohort.touched(clock, 1, every=True)
         elif blocks[0]:
             allocator.take_pooled(blocks[0])
+        return self._merge(touched)
+
+    def _merge(self, touched: list[Member]) -> list[tuple[Request, Member | None]]:
+        """The explicit requests and ``touched`` (in running order), in running order."""
+        others = self.others
         if not others:
             return [(m.request, m) for m in touched]
         if not touched:
@@ -255,6 +282,28 @@ class LazyDecodes:
         order += [(m.seq, m.request, m) for m in touched]
         order.sort(key=_first)
         return [(r, m) for _, r, m in order]
+
+    def _group_pooled_step(self, clock: int, touched: list[Member]) -> list[Member]:
+        """A pool of several groups: count the step at ``clock`` as allocated for the pooled
+        members (``DecodeCohort.group_step``) and return the members to handle one by one in
+        running order, ``touched`` and, where it matters, the pooled ones with blocks to take
+        or free. It matters with prefix caching when a touched member or an explicit request
+        may free a block that carries a key, or cache one, in the same step: the free queue's
+        order of keyed blocks then depends on the order of the frees. Otherwise the pooled
+        blocks are taken and freed at once (frees first: a step's takes fit without them, so
+        they never reach the blocks freed)."""
+        takes, frees = self.cohort.group_step(clock)
+        if not takes and not frees:
+            return touched
+        if self.caching and (
+            touched or any(r.shares_tokens or r.num_preemptions for r in self.others)
+        ):
+            found = dict.fromkeys(touched)
+            found.update(dict.fromkeys(self.cohort.pooled_ops_at(clock)))
+            return sorted(found, key=_seq_of)
+        self.allocator.release_pooled(frees)
+        self.allocator.take_pooled(takes)
+        return touched
 
     def in_order(
         self, running: dict[Request, None], clock: int
@@ -289,7 +338,11 @@ class LazyDecodes:
     def step_member(self, member: Member, clock: int) -> None:
         """A member's allocation in the step at ``clock`` (``step_order``): its pooled block,
         or room for the token it computes (a crossing, or a block it fills that is cached)."""
-        if member.pooled:
+        if member.pooled and self.cohort.groups is not None:
+            takes, frees = self.cohort.pooled_group_ops(member, clock)
+            self.allocator.release_pooled(frees)
+            self.allocator.take_pooled(takes)
+        elif member.pooled:
             self.allocator.take_pooled(1)
         else:
             self._grow([(member, self.cohort.computed_at(member, clock) + 1)], None, clock)
@@ -321,7 +374,9 @@ class LazyDecodes:
         more = num_steps - 1
         span = plan.span = LazySpan(cohort.sum_held, cohort.sum_internal)
         if cohort.groups is not None:
-            extend_groups(cohort, allocator, self.prejoined, span, first, more)
+            extend_groups(
+                cohort, allocator, self.prejoined, span, first, more, self._group_pooled_step
+            )
             return
         touched = cohort.touched(first, more)
         ordered = self._must_order(touched)
