@@ -4,6 +4,7 @@ and full layers on ``HybridPagedAllocator``, and the per-group columns add up to
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -164,3 +165,30 @@ def test_a_decode_span_ends_where_a_window_frees_the_block_the_waiting_head_need
     assert mem["num_prefills"].tolist()[:3] == [1, 0, 1]
     assert mem["num_requests_running"].tolist()[:3] == [1, 1, 2]
     assert mem["num_requests_waiting"].tolist()[1] == 1
+
+
+def test_a_decode_span_runs_on_while_the_windows_free_fewer_blocks_than_the_head_lacks():
+    # As above, but B has a 168-token prompt: cdiv(168, 16) = 11 blocks a group, 22 in all
+    # (the sliding group's admission cap, cdiv(192, 16) + 1 = 13, does not bind). After
+    # step 2, 19 are free: B lacks 3. From step 3 on, A's window frees 1 block every 16 steps
+    # (n = 47, 63, ...) and its crossings take 2 the step after (n = 48, 64, ...), so the free
+    # count runs 20, 18, 19, 17, ... and never reaches 22: B waits until A finishes. A samples
+    # token 1 in step 1 and the other 149 in steps 2..150, so one span covers steps 2..150
+    # (149 steps; a span that ended where a window frees a block would end at step 16); B
+    # prefills alone in step 151, then decodes its other 7 tokens in one span.
+    cfg = config(
+        window=16,
+        num_blocks=25,
+        scheduler={"max_model_len": 192, "max_num_batched_tokens": 256},
+    )
+    requests = [Request(0, 0.0, 32, 150, 150), Request(1, 1e-9, 168, 8, 8)]
+    result = simulate(cfg, requests)
+    mem = result.memory
+    assert mem["num_steps"].tolist() == [1, 149, 1, 7]
+    assert mem["num_prefills"].tolist() == [1, 0, 1, 0]
+    assert mem["num_requests_waiting"].tolist()[1] == pytest.approx(1)  # (a time mean)
+    finish_a, first_b = (
+        result.requests["finish_time_s"][0],
+        result.requests["first_token_time_s"][1],
+    )
+    assert first_b > finish_a

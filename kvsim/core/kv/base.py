@@ -253,6 +253,12 @@ class Allocator(ABC):
         counts at most what one request holds at its peak."""
         return self.can_allocate(request, num_tokens, hit)
 
+    def sequence_slots_needed(
+        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+    ) -> int:
+        """Free slots ``can_fit_sequence`` asks for (``num_slots_needed`` by default)."""
+        return self.num_slots_needed(request, num_tokens, hit)
+
     def can_admit(self, request: Request, num_tokens: int) -> bool:
         """vLLM v0's admission check (``BlockSpaceManager.can_allocate``): by default the same as
         ``can_allocate``; paged pools keep the watermark free and ignore prefix hits."""

@@ -307,6 +307,11 @@ class HybridPagedAllocator(Allocator):
         blocks it holds at its peak (``get_num_blocks_to_allocate(apply_admission_cap=True)``)."""
         return self._plan(request, num_tokens, hit, capped=True)[2] <= self.pool.num_free
 
+    def sequence_slots_needed(
+        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+    ) -> int:
+        return max(0, self._plan(request, num_tokens, hit, capped=True)[2]) * self.block_size_tokens
+
     def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
         if request is None or self.can_allocate(request, num_tokens):
             return self.num_free_tokens

@@ -574,11 +574,12 @@ class DecodeCohort:
             used, t = nxt, t + 1
         return t
 
-    def steps_freeing_nothing_net(self, first_clock: int, max_steps: int) -> int:
+    def steps_freeing_nothing_net(self, first_clock: int, max_steps: int, slack: int = 0) -> int:
         """Largest ``t <= max_steps`` such that after each of the steps at clocks
         ``first_clock ..`` up to the ``t``-th, the blocks the members' windows may have freed
-        (``frees_per_window`` a member at its window's residue, an upper bound) do not exceed
-        the blocks their crossings took: the pool holds no more free blocks than before them."""
+        (``frees_per_window`` a member at its window's residue, an upper bound) exceed the
+        blocks their crossings took by at most ``slack``: the pool holds at most ``slack``
+        more free blocks than before them."""
         p, frees = self.period, self.frees_per_window
         if not p or not frees:
             return max_steps
@@ -587,7 +588,7 @@ class DecodeCohort:
         for t in range(max_steps):
             r = (first_clock + t) % p
             net += frees * windows[r] - crossings[r]
-            if net > 0:
+            if net > slack:
                 return t
         return max_steps
 

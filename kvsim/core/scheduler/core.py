@@ -362,9 +362,12 @@ class SchedulerCore:
             return 1
         cohort = lazy.cohort
         if k > 1 and self.waiting and cohort.groups is not None and plan.head_blocked == "kv":
-            # the head needs more free blocks than step 0 left, and a later step's budget only
-            # lets it ask for more: it stays blocked while the pool holds no more free blocks
-            k = 1 + cohort.steps_freeing_nothing_net(after, k - 1)
+            # the head needed more free blocks than step 0 left, and a later step's budget only
+            # lets it ask for more: it stays blocked while the windows free fewer blocks than
+            # it lacked (at least one) more than the crossings take
+            free = self.allocator.num_free_tokens // self.allocator.block_size_tokens
+            slack = max(0, plan.head_need_blocks - free - 1)
+            k = 1 + cohort.steps_freeing_nothing_net(after, k - 1, slack)
         if k <= 1 or not lazy.caching or not cohort.filling:
             return k  # (only members that fill shareable blocks can meet an unsafe fill)
         filling = list(cohort.filling)

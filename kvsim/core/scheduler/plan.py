@@ -67,6 +67,8 @@ class StepPlan:
             head whose cached prefix may change; ``"max_num_seqs"``, ``"budget"``,
             ``"preempted"``, ``"swapped"``; ``"batch"`` while a request-level batch runs),
             ``None`` when nobody waits.
+        head_need_blocks: blocks the head blocked by ``"kv"`` needed from the free pool
+            (a pool of several KV cache groups; 0 when not noted).
         extendable: later steps would schedule exactly "every member decodes one token".
         num_steps: steps this plan covers.
         swap_blocks: KV blocks moved over PCIe by this plan (swapped out plus swapped in).
@@ -91,6 +93,7 @@ class StepPlan:
     num_prefills: int
     num_preempted: int
     head_blocked: str | None
+    head_need_blocks: int
     extendable: bool
     num_steps: int
     swap_blocks: int
@@ -113,6 +116,7 @@ class StepPlan:
         self.num_prefills = 0
         self.num_preempted = 0
         self.head_blocked = None
+        self.head_need_blocks = 0
         self.extendable = False
         self.num_steps = 1
         self.swap_blocks = 0

@@ -305,9 +305,16 @@ class V1Scheduler(SchedulerCore):
                 head, head.num_tokens, hit
             ):  # the whole sequence must fit, not just this chunk (full_sequence_must_fit)
                 plan.head_blocked = self._full_isl_blocked_reason(head, hit)
+                if plan.head_blocked == "kv" and self.lazy.cohort.groups is not None:
+                    need = allocator.sequence_slots_needed(head, head.num_tokens, hit)
+                    plan.head_need_blocks = need // allocator.block_size_tokens
                 break
-            if not self._allocate(head, head.num_computed_tokens + hit.num_tokens + num_new, hit):
+            num_tokens = head.num_computed_tokens + hit.num_tokens + num_new
+            if not self._allocate(head, num_tokens, hit):
                 plan.head_blocked = self._blocked_reason(head, hit, budget)
+                if plan.head_blocked == "kv" and self.lazy.cohort.groups is not None:
+                    need = allocator.num_slots_needed(head, num_tokens, hit)
+                    plan.head_need_blocks = need // allocator.block_size_tokens
                 break
             waiting.popleft()
             self._run(head)
