@@ -322,9 +322,10 @@ class HybridPagedAllocator(Allocator):
         block left in a window that its next step would free (a request just prefilled frees
         several), is grown by ``allocate`` where something happens (a block crossing, a block
         leaving its window, a cached block filling: ``decode_groups``); any other request one
-        by one. Such a decoder none of whose blocks can carry a key (no prefix caching, or a
-        request that shares no tokens and was never preempted: ``free`` keys a preempted
-        one's) is pooled: nothing reads its block ids until it leaves the cohort."""
+        by one. Such a decoder none of whose sliding groups' blocks carries a key (no prefix
+        caching, or a request that shares no tokens, registers none as they fill, and whose
+        windows have left the blocks of its prefix hit) is pooled: nothing reads the ids of its
+        new blocks or of those its windows free until it leaves the cohort."""
         rid = request.req_id
         tables = self.tables.get(rid)
         if tables is None or self._known_only:
@@ -341,8 +342,11 @@ class HybridPagedAllocator(Allocator):
                 computed, self.windows[g], b
             ):
                 return DECODE_EXPLICIT
-        if not self.enable_prefix_caching or (
-            not request.shares_tokens and not request.num_preemptions
+        if not self.enable_prefix_caching:
+            return DECODE_POOLED
+        hit = self._num_cached.get(rid, 0)  # (a private stream registers nothing more)
+        if not request.shares_tokens and all(
+            first_live[g] >= hit for g, kind in enumerate(self.kinds) if kind == "sliding"
         ):
             return DECODE_POOLED
         return DECODE_EXACT
@@ -390,14 +394,15 @@ class HybridPagedAllocator(Allocator):
         return out
 
     def detach_pooled(self, request: Request) -> int:
-        """Move the request's attention groups' live blocks to the pooled holding (their ids
-        are read by nobody while it is a pooled member: ``decode_mode``); its tables keep their
-        null entries, its slots follow from its lengths (``_slots_at``)."""
+        """Move the request's sliding groups' live blocks to the pooled holding (their ids are
+        read by nobody while it is a pooled member: ``decode_mode``); those tables keep their
+        null entries, the full groups' their blocks (new ones join them at ``attach_group_
+        pooled``); its slots follow from its lengths (``_slots_at``)."""
         rid = request.req_id
         tables, first_live = self.tables[rid], self._first_live[rid]
         moved = 0
         for g, kind in enumerate(self.kinds):
-            if kind == "state":
+            if kind != "sliding":
                 continue
             table, lead = tables[g], first_live[g]
             self._pooled += table[lead:]
@@ -423,17 +428,16 @@ class HybridPagedAllocator(Allocator):
         for g, kind in enumerate(self.kinds):
             if kind == "state":
                 continue
-            lead = at_detach[g]
+            table, lead = tables[g], at_detach[g]
             if kind == "sliding":
                 lead = max(lead, sliding_skipped_blocks(computed, self.windows[g], b))
-            live = num_blocks - lead
-            assert 0 <= live <= len(pooled), f"req {rid}: {live} blocks to attach"
-            table = tables[g]
-            table += [null] * (lead - len(table))
-            table += pooled[len(pooled) - live :]
-            del pooled[len(pooled) - live :]
+                table += [null] * (lead - len(table))
+            more = num_blocks - len(table)  # (a full group keeps its blocks: the new ones)
+            assert 0 <= more <= len(pooled), f"req {rid}: {more} blocks to attach"
+            table += pooled[len(pooled) - more :]
+            del pooled[len(pooled) - more :]
             first_live[g] = lead
-            added += live
+            added += more
         self._held_blocks[rid] += added
         self._room[rid] = self._room_of(tables, first_live)
         self._epoch += 1

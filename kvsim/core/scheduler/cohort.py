@@ -105,6 +105,7 @@ class Member:
         self.group_slots: list[int] | None = None
         self.frees_from = -1  # pooled, several groups: clock of its window's first free
         self.frees_active = False  # ... reached: it frees at clocks of that residue
+        self.freed_at = -1  # the clock of an in-order pass's step whose frees it has made
 
 
 class DecodeCohort:

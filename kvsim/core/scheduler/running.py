@@ -38,7 +38,7 @@ from kvsim.core.scheduler.group_decodes import (
     extend_groups,
     step0_group_totals,
 )
-from kvsim.core.scheduler.group_sums import GroupSums
+from kvsim.core.scheduler.group_sums import WIDTH, GroupSums
 from kvsim.core.scheduler.plan import LazySpan, StepPlan
 from kvsim.workload.request import Request
 
@@ -162,16 +162,38 @@ class LazyDecodes:
         (it is being preempted): a pooled member whose step there takes a block was counted as
         holding it (``allocate_pooled``) but never took it."""
         period = self.period
-        crosses = member.pooled and period > 0 and member.cross == clock % period
-        self.release(member, period if crosses else 0)
+        cohort = self.cohort
+        if member.pooled and cohort.groups is not None:
+            # the sums count its step at ``clock`` (``group_step``); its tables hold what it
+            # took before it, less the blocks its window freed at its turn if it had one
+            cohort.materialize(member)
+            req, allocator = member.request, self.allocator
+            length = cohort.computed_at(member, clock)
+            counted = allocator.decode_group_slots(req, length + 1, length)
+            freed = member.freed_at == clock
+            allocator.attach_group_pooled(req, length, length if freed else length - 1)
+            held = sum(n * counted[WIDTH * k] for k, n in enumerate(cohort.groups.kind_counts))
+            cohort.leave(member, held, GroupSums.contribution(counted, clock + 1))
+            req.num_held_slots = allocator.held_slots(req.req_id)
+        else:
+            crosses = member.pooled and period > 0 and member.cross == clock % period
+            self.release(member, period if crosses else 0)
         self.others[member.request] = None  # (running, explicit, until it is preempted)
 
     def member_fits(self, member: Member, clock: int) -> bool:
         """Whether ``member``'s token in the step at ``clock`` of an ``in_order`` pass can be
-        allocated now: a pooled member's block crossing needs one free block, a touched one
-        asks the allocator; any other step takes nothing."""
+        allocated now: a pooled member's block crossing needs one free block (in a pool of
+        several groups, one per attention group, once its window has freed its blocks: freed
+        now, before anyone is preempted, as vLLM frees them first), a touched one asks the
+        allocator; any other step takes nothing."""
         if not self.steps_at(member, clock):
             return True
+        if member.pooled and self.cohort.groups is not None:
+            takes, frees = self.cohort.pooled_group_ops(member, clock)
+            if frees and member.freed_at != clock:
+                self.allocator.release_pooled(frees)
+                member.freed_at = clock
+            return self.allocator.num_free_tokens >= takes * self.period
         if member.pooled:
             return self.allocator.num_free_tokens >= self.period
         num_tokens = self.cohort.computed_at(member, clock) + 1
@@ -314,7 +336,10 @@ class LazyDecodes:
         ``takes_turns``). The pooled members' blocks are counted now
         (``allocate_pooled``) and taken in turn (``step_member``, where ``steps_at`` says);
         a member preempted before its turn leaves by ``release_unstepped``."""
-        self.cohort.allocate_pooled(clock, 1)
+        if self.cohort.groups is not None:
+            self.cohort.group_step(clock)
+        else:
+            self.cohort.allocate_pooled(clock, 1)
         members = self.cohort.members
         return [(req, members.get(req)) for req in running]
 
@@ -325,22 +350,25 @@ class LazyDecodes:
         if not period:
             return False
         residue = clock % period
+        if member.pooled and self.cohort.groups is not None:
+            return self.cohort.pooled_group_ops(member, clock) != (0, 0)
         if member.pooled:
             return member.cross == residue
         return self.cohort.is_touched(member, residue)
 
     def takes_turns(self) -> bool:
         """Whether an ``in_order`` pass may keep the members in the cohort: a paged pool (a
-        member's step takes at most its block, checked by ``member_fits``) and no member whose
-        growth the allocator makes itself (``DECODE_EXACT``)."""
-        return self.allocator.paged and not self._exact
+        member's step takes at most its block, checked by ``member_fits``), or a pool of several
+        groups, and no member whose growth the allocator makes itself (``DECODE_EXACT``)."""
+        return (self.allocator.paged or self.cohort.groups is not None) and not self._exact
 
     def step_member(self, member: Member, clock: int) -> None:
         """A member's allocation in the step at ``clock`` (``step_order``): its pooled block,
         or room for the token it computes (a crossing, or a block it fills that is cached)."""
         if member.pooled and self.cohort.groups is not None:
             takes, frees = self.cohort.pooled_group_ops(member, clock)
-            self.allocator.release_pooled(frees)
+            if member.freed_at != clock:  # (else ``member_fits`` freed them)
+                self.allocator.release_pooled(frees)
             self.allocator.take_pooled(takes)
         elif member.pooled:
             self.allocator.take_pooled(1)
