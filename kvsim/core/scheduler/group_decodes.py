@@ -1,17 +1,23 @@
 """The decode cohort in a pool of several KV cache groups (vLLM v1's hybrid KV cache manager).
 
 A hybrid pool's steady decoders are cohort members like any other (``kvsim.core.scheduler.
-running``), but the allocator must see each one where its groups change: at a block crossing
-(one block per attention group), where its sliding window frees a block, and where a cached
-block fills (``DecodeGroups``). Their per-group slots are running sums linear in the cohort's
-clock (``kvsim.core.scheduler.group_sums``). This module holds what differs from a one-group pool:
+running``). Their groups change at a block crossing (one block per attention group), where a
+sliding window frees a block, and where a cached block fills (``DecodeGroups``): a pooled member's
+blocks are then taken and freed in bulk and its slots changed by residue
+(``DecodeCohort.group_step``), a touched one goes through ``allocate``. Their per-group slots are
+running sums linear in the cohort's clock (``kvsim.core.scheduler.group_sums``). This module
+holds what differs from a one-group pool:
 
-- a span's later steps (``extend_groups``) are allocated step by step, the members touched at
-  each clock through ``allocate`` in running order, and each step's net blocks, token-state
-  jumps (a freed block drops its tokens), shared slots and per-kind totals are noted in the span;
+- a span's later steps (``extend_groups``) are allocated step by step: the pooled members' blocks
+  at each clock in bulk (or in running order where keyed blocks are freed or cached in the same
+  step), the touched members through ``allocate`` in running order, and each step's net blocks,
+  token-state jumps (a freed block drops its tokens), shared slots and per-kind totals are noted
+  in the span;
 - step 0's per-group totals (``step0_group_totals``) count a member that joined after step 0 as
   the explicit request it was in it;
-- two checks against the allocator's own count of each member (``debug_invariants``).
+- two checks against the allocator's own count of each member (``debug_invariants``; a pooled
+  member's from its lengths by the allocator's rules, summed with the others' against the
+  cohort's totals).
 """
 
 from __future__ import annotations
