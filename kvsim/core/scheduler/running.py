@@ -197,6 +197,9 @@ class LazyDecodes:
         if member.pooled:
             return self.allocator.num_free_tokens >= self.period
         num_tokens = self.cohort.computed_at(member, clock) + 1
+        if self.cohort.groups is not None:  # (allocated now: ``step_member``'s then takes nothing)
+            self.cohort.materialize_at(member, clock)  # (the allocator reads its window)
+            return self.allocator.allocate(member.request, num_tokens) is not None
         return self.allocator.can_allocate(member.request, num_tokens)
 
     def flush(self, running: dict[Request, None]) -> list[Member]:
@@ -358,9 +361,10 @@ class LazyDecodes:
 
     def takes_turns(self) -> bool:
         """Whether an ``in_order`` pass may keep the members in the cohort: a paged pool (a
-        member's step takes at most its block, checked by ``member_fits``), or a pool of several
-        groups, and no member whose growth the allocator makes itself (``DECODE_EXACT``)."""
-        return (self.allocator.paged or self.cohort.groups is not None) and not self._exact
+        member's step takes at most its block, checked by ``member_fits``) and no member whose
+        growth the allocator makes itself (``DECODE_EXACT``), or a pool of several groups (whose
+        members ``member_fits`` allocates for at their turn, as vLLM does)."""
+        return (self.allocator.paged and not self._exact) or self.cohort.groups is not None
 
     def step_member(self, member: Member, clock: int) -> None:
         """A member's allocation in the step at ``clock`` (``step_order``): its pooled block,

@@ -36,7 +36,7 @@ def lengths_source() -> str:
         from kvsim.workload.catalog import data_dir, data_dir_searched
 
         try:
-            where = str(data_dir())
+            where = str(data_dir()).rstrip("/") + "/"  # (a folder: the caption keeps "traces/")
         except DataNotFoundError:
             where = data_dir_searched()
         table = shipped_table_path("sharegpt_opt")
