@@ -603,6 +603,7 @@ class DecodeCohort:
             assert self.groups.pool_totals(0)[0] == self.sum_held, "cohort group held drifted"
             assert base == self.sum_base, f"cohort base drifted: {base} != {self.sum_base}"
             assert self.num_seqs == sum(m.width for m in members), "cohort width drifted"
+            self._check_members(members)
             return
         helds = [self.held_now(m) for m in members]
         held = sum(m.width * h - m.shared for h, m in zip(helds, members, strict=True))
@@ -624,6 +625,9 @@ class DecodeCohort:
             f"cohort totals drifted: {(base, held, internal)} != "
             f"{(self.sum_base, self.sum_held, self.sum_internal)}"
         )
+        self._check_members(members)
+
+    def _check_members(self, members: list[Member]) -> None:
         for m in members:
             if not m.pooled:
                 assert m.held == m.request.num_held_slots, f"req {m.request.req_id}: held drifted"

@@ -336,9 +336,10 @@ class LazyDecodes:
         """Every running request of a step at ``clock`` with its member (``None`` for an
         explicit one), in running order, for a pass that checks each of them (a step that may
         preempt: ``V0Scheduler._decode_in_order``, ``V1Scheduler._run_in_order``; only when
-        ``takes_turns``). The pooled members' blocks are counted now
-        (``allocate_pooled``) and taken in turn (``step_member``, where ``steps_at`` says);
-        a member preempted before its turn leaves by ``release_unstepped``."""
+        ``takes_turns``). The pooled members' blocks are counted now (``allocate_pooled``;
+        in a pool of several groups ``group_step``) and taken (and freed) in turn
+        (``member_fits``, ``step_member``, where ``steps_at`` says); a member preempted before
+        its turn leaves by ``release_unstepped``."""
         if self.cohort.groups is not None:
             self.cohort.group_step(clock)
         else:
