@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from kvsim.view.labels import axis_label, metric_unit, short_name
 from kvsim.view.style import styled
@@ -172,7 +172,8 @@ def waste_bars(
 
 def _log_axis(ax: Axes, which: str, values: np.ndarray) -> None:
     """Log scale on ``which`` ("x" or "y") when the positive values span 8x or more; ticks in
-    the data's own numbers (powers of two when every value is one)."""
+    the data's own numbers (powers of two when every value is one; 1-2-5 steps when the values
+    span less than three decades, where the decades alone leave one or two labels)."""
     finite = values[np.isfinite(values) & (values > 0)]
     if len(finite) < 2 or finite.max() / finite.min() < 8:
         return
@@ -181,6 +182,8 @@ def _log_axis(ax: Axes, which: str, values: np.ndarray) -> None:
     (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=2 if powers_of_2 else 10)
     if powers_of_2 and which == "x":
         ax.set_xticks(sorted(set(finite.tolist())))
+    elif not powers_of_2 and finite.max() / finite.min() < 1000:
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
