@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.core.kv.hybrid import HybridPagedAllocator
+from kvsim.engine.recorder import step_weights
 from kvsim.workload.request import Request
 
 GROUP_CATEGORIES = ("held", "token_states", "outside_window", "internal")
@@ -67,10 +68,9 @@ class GroupRecorder:
         """Append one event of several steps: each column the duration-weighted mean of the
         steps' ``rows`` (per kind, ``GroupSums.kind_totals``; one row a step), as
         ``MemoryRecorder.record`` weighs its columns."""
-        k = len(durations_s)
-        weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
+        weights = step_weights(durations_s, total_s)
         means = [0.0] * len(rows[0])
-        for j in range(k):
+        for j in range(len(weights)):
             w, row = weights[j], rows[j]
             for i in range(len(means)):
                 means[i] += row[i] * w

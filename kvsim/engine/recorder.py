@@ -131,6 +131,13 @@ def categorize(
     )
 
 
+def step_weights(durations_s: list[float], total_s: float) -> list[float]:
+    """Each step's share of an event's duration (``total_s``, their sum, in seconds), the
+    weight of its value in the event's row; equal shares for an event of no duration."""
+    k = len(durations_s)
+    return [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
+
+
 class SpanSlots:
     """Slot totals of an event's steps, before categorising them.
 
@@ -257,8 +264,7 @@ class MemoryRecorder:
         ``num_waiting`` is the queue length, or one count per step when requests arrive during
         the event. Each mean adds value x weight left to right in one pass over the steps.
         """
-        k = len(durations_s)
-        weights = [d / total_s for d in durations_s] if total_s > 0 else [1 / k] * k
+        weights = step_weights(durations_s, total_s)
         capacity, overhead = self.capacity_slots, slots.overhead
         held_phys, token0, internal = slots.held, slots.token_states, slots.internal
         across, within = slots.across, slots.within
@@ -303,7 +309,7 @@ class MemoryRecorder:
         self._append_row(
             time_s,
             total_s,
-            k,
+            len(weights),
             num_running,
             waiting,
             num_prefills,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim import SimConfig, simulate
+from kvsim import Results, SimConfig, simulate
 from kvsim.base.units import cdiv
 from kvsim.workload.request import Request
 
@@ -144,6 +144,18 @@ def test_decode_cohort_per_group_slots_match_the_allocator_at_every_event(
     np.testing.assert_allclose(held, mem["unshared"])
 
 
+def head_waits_behind_a_window(prompt_b: int) -> Results:
+    """A (32-token prompt, 150 outputs) decodes while B (``prompt_b`` tokens, 8 outputs), which
+    arrives during A's prefill, waits for KV: 1 full + 1 sliding group (W = 16), B = 16, 25
+    blocks (the null block and 24 free)."""
+    cfg = config(
+        window=16,
+        num_blocks=25,
+        scheduler={"max_model_len": 192, "max_num_batched_tokens": 256},
+    )
+    return simulate(cfg, [Request(0, 0.0, 32, 150, 150), Request(1, 1e-9, prompt_b, 8, 8)])
+
+
 def test_a_decode_span_ends_where_a_window_frees_the_block_the_waiting_head_needs():
     # 1 full + 1 sliding group (W = 16), B = 16, 25 blocks: the null block and 24 free.
     # A (32-token prompt, 150 outputs) prefills alone in step 1: 2 + 2 blocks, 20 free.
@@ -154,13 +166,7 @@ def test_a_decode_span_ends_where_a_window_frees_the_block_the_waiting_head_need
     #   steps 3..16 (n = 33..46): nothing changes -> B waits; a decode span may cover them
     #   step 17 (n = 47): frees 1 -> 20 free: B is admitted and prefills
     # so the span from step 2 must end at step 16, before A's window frees its block.
-    cfg = config(
-        window=16,
-        num_blocks=25,
-        scheduler={"max_model_len": 192, "max_num_batched_tokens": 256},
-    )
-    requests = [Request(0, 0.0, 32, 150, 150), Request(1, 1e-9, 160, 8, 8)]
-    mem = simulate(cfg, requests).memory
+    mem = head_waits_behind_a_window(160).memory
     assert mem["num_steps"].tolist()[:3] == [1, 15, 1]
     assert mem["num_prefills"].tolist()[:3] == [1, 0, 1]
     assert mem["num_requests_running"].tolist()[:3] == [1, 1, 2]
@@ -176,13 +182,7 @@ def test_a_decode_span_runs_on_while_the_windows_free_fewer_blocks_than_the_head
     # token 1 in step 1 and the other 149 in steps 2..150, so one span covers steps 2..150
     # (149 steps; a span that ended where a window frees a block would end at step 16); B
     # prefills alone in step 151, then decodes its other 7 tokens in one span.
-    cfg = config(
-        window=16,
-        num_blocks=25,
-        scheduler={"max_model_len": 192, "max_num_batched_tokens": 256},
-    )
-    requests = [Request(0, 0.0, 32, 150, 150), Request(1, 1e-9, 168, 8, 8)]
-    result = simulate(cfg, requests)
+    result = head_waits_behind_a_window(168)
     mem = result.memory
     assert mem["num_steps"].tolist() == [1, 149, 1, 7]
     assert mem["num_prefills"].tolist() == [1, 0, 1, 0]

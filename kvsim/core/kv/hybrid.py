@@ -377,7 +377,6 @@ class HybridPagedAllocator(Allocator):
         token it still needs (``num_computed_tokens - W + 1``) has reached its first held
         position, until the next freed block (a ``window_residue`` step) resets them."""
         out: list[int] = []
-        first_live = self._first_live[request.req_id]
         if computed is None:
             computed = length - 1
         needed = computed - self._window + 1
@@ -386,9 +385,8 @@ class HybridPagedAllocator(Allocator):
         ):
             grows = 0
             if kind == "sliding":
-                start = first_live[self._kind_first[kind]] * self.block_size_tokens
-                if request.req_id in self._detached:  # (its first live entry follows)
-                    start = cdiv(length, self.block_size_tokens) * self.block_size_tokens - held
+                g = self._kind_first[kind]
+                start = self._lead(request.req_id, g, computed) * self.block_size_tokens
                 grows = 1 if needed >= start else 0
             out += [held, token, outside, internal, 0 if kind == "state" else 1, grows]
         return out
@@ -421,26 +419,39 @@ class HybridPagedAllocator(Allocator):
         freed (null)."""
         rid, b, null = request.req_id, self.block_size_tokens, self.null_block
         first_live = self._first_live[rid]
-        at_detach = self._detached.pop(rid)
         tables, pooled = self.tables[rid], self._pooled
         num_blocks = cdiv(length, b)
         added = 0
         for g, kind in enumerate(self.kinds):
             if kind == "state":
                 continue
-            table, lead = tables[g], at_detach[g]
-            if kind == "sliding":
-                lead = max(lead, sliding_skipped_blocks(computed, self.windows[g], b))
-                table += [null] * (lead - len(table))
+            table, lead = tables[g], self._lead(rid, g, computed)
+            table += [null] * (lead - len(table))  # (a sliding group's freed entries)
             more = num_blocks - len(table)  # (a full group keeps its blocks: the new ones)
             assert 0 <= more <= len(pooled), f"req {rid}: {more} blocks to attach"
             table += pooled[len(pooled) - more :]
             del pooled[len(pooled) - more :]
             first_live[g] = lead
             added += more
+        del self._detached[rid]
         self._held_blocks[rid] += added
         self._room[rid] = self._room_of(tables, first_live)
         self._epoch += 1
+
+    def _lead(self, rid: int, group: int, computed: int) -> int:
+        """Leading null entries of the request's table in ``group`` once a step from
+        ``computed`` tokens has freed what left its window: its table's own for an attached
+        request; for a pooled member (``detach_pooled``), those at its detaching, or in a
+        sliding group ``sliding_skipped_blocks(computed)`` if more."""
+        detached = self._detached.get(rid)
+        if detached is None:
+            return self._first_live[rid][group]
+        if self.kinds[group] != "sliding":
+            return detached[group]
+        return max(
+            detached[group],
+            sliding_skipped_blocks(computed, self.windows[group], self.block_size_tokens),
+        )
 
     def take_pooled(self, num_blocks: int) -> None:
         """Take ``num_blocks`` for pooled members' crossings (one per attention group each)."""
@@ -680,20 +691,15 @@ class HybridPagedAllocator(Allocator):
         ):
             return memo[3]
         out: list[tuple[int, int, int, int]] = []
-        first_live = self._first_live[rid]
-        detached = self._detached.get(rid)
+        detached = rid in self._detached
         for kind, g in self._kind_first.items():
             size = len(tables[g]) * b
             if kind == "state":
                 out.append((size, size, 0, 0))
                 continue
-            start = first_live[g] * b
-            if detached is not None:  # a pooled member: its tables as its steps made them
+            if detached:  # a pooled member: its tables as its steps made them
                 size = cdiv(length, b) * b
-                lead = detached[g]
-                if kind == "sliding":
-                    lead = max(lead, sliding_skipped_blocks(computed, self._window, b))
-                start = lead * b
+            start = self._lead(rid, g, computed) * b
             token = max(0, min(length, size) - start)
             outside = 0
             if kind == "sliding":

@@ -252,12 +252,12 @@ class DecodeCohort:
         if p:
             self._crossings[cross] += width * self.cross_blocks
             self._all[cross][member] = None
+            if self.window_residue >= 0:
+                self._window_members[(cross + self.window_residue) % p] += 1
             if member.pooled:
                 self._pooled_crossings[cross] += 1
                 last_block = -(final // -p) - 1  # index of the block holding token F - 1
                 size = held if self.groups is None else -(computed // -p) * p  # (a group's)
-                if self.window_residue >= 0:
-                    self._window_members[(cross + self.window_residue) % p] += 1
                 if size <= final and final % p and last_block * p >= computed:
                     member.final_clock = sync + last_block * p - computed
                     heappush(self._finals, (member.final_clock, seq, joins, member))
@@ -269,7 +269,6 @@ class DecodeCohort:
                     self._touch[fill][member] = None
                 if self.window_residue >= 0:
                     self._touch[(cross + self.window_residue) % p][member] = None
-                    self._window_members[(cross + self.window_residue) % p] += 1
         self.members[req] = member
         if fills:
             self.filling[member] = None
@@ -315,10 +314,10 @@ class DecodeCohort:
             cross = member.cross
             self._crossings[cross] -= width * self.cross_blocks
             del self._all[cross][member]
+            if self.window_residue >= 0:
+                self._window_members[(cross + self.window_residue) % p] -= 1
             if member.pooled:
                 self._pooled_crossings[cross] -= 1
-                if self.window_residue >= 0:
-                    self._window_members[(cross + self.window_residue) % p] -= 1
                 if member.frees_active:
                     self._pooled_frees[member.frees_from % p] -= 1
                     del self._freeing[member.frees_from % p][member]
@@ -328,7 +327,6 @@ class DecodeCohort:
                 self._touch[(cross - 1) % p].pop(member, None)
                 if self.window_residue >= 0:
                     self._touch[(cross + self.window_residue) % p].pop(member, None)
-                    self._window_members[(cross + self.window_residue) % p] -= 1
         return held
 
     def schedule_window(self, member: Member, first_live: int) -> None:

@@ -160,11 +160,8 @@ def check_groups(cohort: DecodeCohort, allocator: Allocator, clock: int) -> None
         if member.sync > clock:
             continue  # (joined for the steps after it)
         slots = allocator.decode_group_slots(req, cohort.computed_at(member, clock) + 1)
-        single = GroupSums(groups.kind_counts)
-        single.add(member.group_slots)
         expected = [0] * (4 * len(groups.kind_counts))
         _add_slots(expected, slots)
-        got = single.kind_totals(clock + 1)
-        assert got == expected, f"req {req.req_id}: group slots {got} != {expected}"
+        assert own_totals == expected, f"req {req.req_id}: group slots {own_totals} != {expected}"
     got_all = groups.kind_totals(clock + 1)
     assert got_all == expected_all, f"cohort group totals {got_all} != {expected_all}"

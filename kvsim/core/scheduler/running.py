@@ -139,18 +139,12 @@ class LazyDecodes:
         """Take ``member`` out of the cohort with true counters, holding and block table
         (``untaken``: slots its held count includes but it never took: ``release_unstepped``)."""
         cohort = self.cohort
+        if member.pooled and cohort.groups is not None:  # its tables as its steps made them
+            done = max(cohort.allocated_to, member.sync)  # clocks allocated
+            self._leave_pooled_group(member, done, cohort.computed_at(member, done) - 1)
+            return
         cohort.materialize(member)
         req = member.request
-        if member.pooled and cohort.groups is not None:  # its tables as its steps made them
-            allocator = self.allocator
-            done = max(cohort.allocated_to, member.sync)  # clocks allocated
-            length = cohort.computed_at(member, done)
-            slots = allocator.decode_group_slots(req, length, length - 1)
-            allocator.attach_group_pooled(req, length, length - 1)
-            held = allocator.held_slots(req.req_id)
-            cohort.leave(member, held, GroupSums.contribution(slots, done))
-            req.num_held_slots = held
-            return
         held = cohort.leave(member) - untaken
         self._exact.pop(member, None)
         if member.pooled:
@@ -166,19 +160,34 @@ class LazyDecodes:
         if member.pooled and cohort.groups is not None:
             # the sums count its step at ``clock`` (``group_step``); its tables hold what it
             # took before it, less the blocks its window freed at its turn if it had one
-            cohort.materialize(member)
-            req, allocator = member.request, self.allocator
             length = cohort.computed_at(member, clock)
-            counted = allocator.decode_group_slots(req, length + 1, length)
             freed = member.freed_at == clock
-            allocator.attach_group_pooled(req, length, length if freed else length - 1)
-            held = sum(n * counted[WIDTH * k] for k, n in enumerate(cohort.groups.kind_counts))
-            cohort.leave(member, held, GroupSums.contribution(counted, clock + 1))
-            req.num_held_slots = allocator.held_slots(req.req_id)
+            self._leave_pooled_group(member, clock, length if freed else length - 1, clock + 1)
         else:
             crosses = member.pooled and period > 0 and member.cross == clock % period
             self.release(member, period if crosses else 0)
         self.others[member.request] = None  # (running, explicit, until it is preempted)
+
+    def _leave_pooled_group(
+        self, member: Member, taken_to: int, lead_computed: int, counted_to: int | None = None
+    ) -> None:
+        """A pooled member of a pool of several groups leaves the cohort: its tables hold the
+        blocks of its steps before clock ``taken_to``, less what its windows freed by
+        ``lead_computed`` computed tokens (``attach_group_pooled``); the cohort's sums, which
+        counted its steps before ``counted_to`` (default ``taken_to``), lose what they
+        counted."""
+        cohort, allocator, req = self.cohort, self.allocator, member.request
+        groups = cohort.groups
+        assert groups is not None, "a pool of one group"
+        cohort.materialize(member)
+        if counted_to is None:
+            counted_to = taken_to
+        counted_length = cohort.computed_at(member, counted_to)
+        counted = allocator.decode_group_slots(req, counted_length, counted_length - 1)
+        allocator.attach_group_pooled(req, cohort.computed_at(member, taken_to), lead_computed)
+        held = sum(n * counted[WIDTH * k] for k, n in enumerate(groups.kind_counts))
+        cohort.leave(member, held, GroupSums.contribution(counted, counted_to))
+        req.num_held_slots = allocator.held_slots(req.req_id)
 
     def member_fits(self, member: Member, clock: int) -> bool:
         """Whether ``member``'s token in the step at ``clock`` of an ``in_order`` pass can be
