@@ -274,26 +274,35 @@ class PrivateKeys:
     """Block keys of a stream no other request shares (no ``token_segments``, no prefix ids).
 
     Only the request itself can hit its blocks (after a preemption), so a key need not chain its
-    tokens: ``hash((-2, req_id, index))`` names each block (an int tuple, hashed as
-    ``KeyChain``'s keys are).
+    tokens: block ``index`` is ``hash((-2, req_id)) ^ ((index + 1) * _RUN_STEP)``, as a block
+    inside one token run is keyed (``StreamKeys``): one tuple hash a request, the rest machine
+    integers (an index stays under 2**31, so the product fits 63 bits). Keys of one request
+    differ; those of two requests collide as any two 64-bit hashes do.
     """
 
-    __slots__ = ("_req_id",)
+    __slots__ = ("_base",)
 
     def __init__(self, req_id: int) -> None:
-        self._req_id = req_id
+        self._base: i64 = hash((-2, req_id))
 
     def key(self, index: int) -> int:
         """Key of full block ``index`` (0-based)."""
-        return hash((-2, self._req_id, index))
+        step: i64 = _RUN_STEP
+        return self._base ^ ((index + 1) * step)
 
     def keys_between(self, start: int, stop: int) -> vec[i64]:
         """Keys of full blocks ``start`` to ``stop - 1``."""
-        return vec[i64]([hash((-2, self._req_id, i)) for i in range(start, stop)])
+        base, step = self._base, _RUN_STEP
+        out = vec[i64](capacity=max(stop - start, 0))
+        end: i64 = start
+        while end < stop:
+            end += 1
+            out = append(out, base ^ (end * step))
+        return out
 
     def keys(self, num_blocks: int) -> list[int]:
         """Keys of the first ``num_blocks`` full blocks."""
-        return [self.key(i) for i in range(num_blocks)]
+        return list(self.keys_between(0, num_blocks))
 
 
 def has_private_stream(request: Request) -> bool:

@@ -3,7 +3,7 @@ front) against a naive pool written from vLLM v1's rules (a plain list for the f
 for the keys), under random takes, releases (all to the back, or vLLM 0.34.0's way), registrations,
 cache hits and lookups: the same blocks taken, the same free order, the same hits and evictions,
 the same duplicate cached blocks.
-Small pools and many evictions, so the key map fills, wraps around and is rebuilt."""
+Small pools and many evictions, so the key map fills, wraps around and shifts entries back."""
 
 from __future__ import annotations
 

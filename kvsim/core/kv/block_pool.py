@@ -49,7 +49,7 @@ from typing import Final
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.keymap import EMPTY, GONE, find_cell, probe_insert
+from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell
 
 _COMPACT_AT: Final = 4096  # drop consumed queue entries once the head passes this many (and half)
 
@@ -82,14 +82,14 @@ class BlockPool:
         self._keyed: vec[i64] = vec[i64]([0] * num_blocks)  # 1 where the block holds a key
         self._num_keyed = 0
         capacity = 16
-        while capacity < 4 * num_blocks:  # a quarter full at most, evicted slots rehashed away
-            # at half: a lookup probes about 2.5 slots (linear probing, Knuth)
+        while capacity < 4 * num_blocks:  # a quarter full at most (a block holds one key), so
+            # a miss probes about 1.4 slots (linear probing, Knuth); removals leave no
+            # tombstone (``remove_cell``), so the map never needs rebuilding
             capacity *= 2
         self._mask: i64 = capacity - 1
-        # slot i: its key at 2i, its block (or EMPTY, GONE) at 2i + 1: one cache line a probe
+        # slot i: its key at 2i, its block (or EMPTY) at 2i + 1: one cache line a probe
         self._slots: vec[i64] = vec[i64]([EMPTY] * (2 * capacity))  # keys unread while empty
         self._slot_of: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's slot
-        self._num_gone = 0
         self.num_free = num_blocks
         self.num_evictions = 0
         self._queue: vec[i64] = vec[i64](range(num_blocks))
@@ -168,10 +168,8 @@ class BlockPool:
     def _add(self, block_id: i64, key: i64) -> None:
         """Map ``key`` to ``block_id`` (holding no key), or, when another block caches it, key
         ``block_id`` as that key's newest duplicate (``keep_duplicates``; else leave it
-        uncached): one probe sequence finds the key or, at the first empty slot, the first
-        reusable one (``probe_insert``)."""
-        if self._num_keyed + self._num_gone + 1 > (self._mask + 1) // 2:
-            self._rehash()
+        uncached): one probe sequence finds the key or the empty slot it goes in
+        (``probe_insert``)."""
         slots = self._slots
         i, found = probe_insert(slots, self._mask, key)
         if found:  # cached elsewhere: found there first, this one after
@@ -183,27 +181,12 @@ class BlockPool:
             self._dups.setdefault(key, []).append(block_id)
             self._num_dups += 1
             return
-        if slots[2 * i + 1] == GONE:
-            self._num_gone -= 1
         slots[2 * i] = key
         slots[2 * i + 1] = block_id
         self._slot_of[block_id] = i
         self._key[block_id] = key
         self._keyed[block_id] = 1
         self._num_keyed += 1
-
-    def _rehash(self) -> None:
-        """Rebuild the map without its evicted slots."""
-        slots = self._slots
-        for i in range(1, len(slots), 2):
-            slots[i] = EMPTY
-        self._num_gone = 0
-        self._num_keyed = 0
-        keyed, slot_of = self._keyed, self._slot_of
-        for b in range(self.num_blocks):
-            if keyed[b] and slot_of[b] >= 0:  # in the map (duplicates stay where they are)
-                keyed[b] = 0
-                self._add(b, self._key[b])
 
     # -- mutations --------------------------------------------------------------------------
     def take(self, count: int) -> list[int]:
@@ -276,9 +259,8 @@ class BlockPool:
             self._slots[2 * slot + 1] = successor
             self._slot_of[successor] = slot
         else:
-            self._slots[2 * slot + 1] = GONE
+            remove_cell(self._slots, self._mask, slot, self._slot_of)
             self._num_keyed -= 1
-            self._num_gone += 1
         if dups is not None and not dups:
             del self._dups[key]
 

@@ -2,11 +2,16 @@
 of the CPU offload tier (``CpuTier``).
 
 A map is a ``vec[i64]`` of cells, cell ``i`` holding its key at ``2 i`` and its value at
-``2 i + 1`` (one cache line a probe); a value of ``EMPTY`` ends a probe sequence, one of
-``GONE`` (an evicted key) does not. Probing is linear from the key's home cell, whose index
-mixes the key's high bits in (the keys of one token run differ high up,
-``kvsim.workload.tokens.StreamKeys``); ``mask`` is the number of cells less one (a power of
-two). The owner keeps the map at most half full, evicted cells included, and rebuilds it.
+``2 i + 1`` (one cache line a probe); a value of ``EMPTY`` marks a free cell and ends a probe
+sequence. Probing is linear from the key's home cell, whose index mixes the key's high bits in
+(the keys of one token run differ high up, ``kvsim.workload.tokens.StreamKeys``); ``mask`` is
+the number of cells less one (a power of two), and the owner keeps the map at most half full.
+
+A value is an index into the owner's back-pointer vector ``where`` (``where[value]`` is the
+value's cell). ``remove_cell`` leaves no tombstone: it moves each later entry of the removed
+key's probe run that may move back into the hole (deletion with backward shift, Knuth, *The Art
+of Computer Programming* vol. 3, 6.4, Algorithm R), updating ``where`` for each. Probe runs are
+then exactly as long as the live keys make them, and a map under churn never needs rebuilding.
 """
 
 from __future__ import annotations
@@ -16,34 +21,54 @@ from typing import Final
 from librt.vecs import vec
 from mypy_extensions import i64
 
-EMPTY: Final = -1  # a cell never used
-GONE: Final = -2  # a cell whose key was evicted (probes go on past it)
+EMPTY: Final = -1  # a free cell
+
+
+def home_cell(key: i64, mask: i64) -> i64:
+    """The cell a probe for ``key`` starts at."""
+    return (key ^ (key >> 32)) & mask
 
 
 def find_cell(cells: vec[i64], mask: i64, key: i64) -> i64:
     """The cell holding ``key``, or -1."""
-    i = (key ^ (key >> 32)) & mask
+    i = home_cell(key, mask)
     while True:
         value = cells[2 * i + 1]
         if value == EMPTY:
             return -1
-        if value >= 0 and cells[2 * i] == key:
+        if cells[2 * i] == key:
             return i
         i = (i + 1) & mask
 
 
 def probe_insert(cells: vec[i64], mask: i64, key: i64) -> tuple[i64, bool]:
-    """``(cell, True)`` for the cell holding ``key``; else ``(cell, False)`` for the cell a new
-    ``key`` goes in: the first evicted one on its probe sequence, or the empty one ending it."""
-    i = (key ^ (key >> 32)) & mask
-    reuse: i64 = -1
+    """``(cell, True)`` for the cell holding ``key``; else ``(cell, False)`` for the empty cell
+    ending its probe sequence, where a new ``key`` goes."""
+    i = home_cell(key, mask)
     while True:
         value = cells[2 * i + 1]
         if value == EMPTY:
-            return (reuse if reuse >= 0 else i), False
-        if value == GONE:
-            if reuse < 0:
-                reuse = i
-        elif cells[2 * i] == key:
+            return i, False
+        if cells[2 * i] == key:
             return i, True
         i = (i + 1) & mask
+
+
+def remove_cell(cells: vec[i64], mask: i64, hole: i64, where: vec[i64]) -> None:
+    """Empty cell ``hole``, shifting back the later entries of its probe run that a lookup
+    would otherwise no longer reach (see the module docstring); ``where[value]`` follows each
+    moved entry."""
+    j = hole
+    while True:
+        j = (j + 1) & mask
+        value = cells[2 * j + 1]
+        if value == EMPTY:
+            break
+        h = home_cell(cells[2 * j], mask)
+        # the entry at j may fill the hole iff the hole lies on its probe path h .. j
+        if (hole <= j and (h <= hole or h > j)) or (hole > j and h <= hole and h > j):
+            cells[2 * hole] = cells[2 * j]
+            cells[2 * hole + 1] = value
+            where[value] = hole
+            hole = j
+    cells[2 * hole + 1] = EMPTY

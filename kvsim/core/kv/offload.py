@@ -31,7 +31,7 @@ from typing import Final
 from librt.vecs import append, pop, vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.keymap import EMPTY, GONE, find_cell, probe_insert
+from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell
 
 _COMPACT_SLACK: Final = 4096  # log entries allowed beyond twice the held keys
 
@@ -92,7 +92,8 @@ class CpuTier:
     Layout (packed ``librt.vecs`` vectors, no Python object per block, as ``BlockPool``): each
     held key has a *slot*; a slot's key, ready time, recency stamp and reference count are
     vector entries. Keys map to slots by open addressing with linear probing (``_cells``: key
-    and slot side by side, one cache line a probe; at most half full, evicted cells included).
+    and slot side by side, one cache line a probe; at most half full; an evicted key leaves no
+    tombstone, ``remove_cell``).
     The LRU order is a log of slots (``_order``) appended at every store and touch; a slot's
     live entry is its latest (``_stamp[slot]`` is its index, -1 for a free slot), older ones
     are stale, skipped by eviction and dropped when the log is compacted (at most about twice
@@ -117,7 +118,6 @@ class CpuTier:
         self._num_held = 0
         self._mask: i64 = 15  # key-map cells - 1 (a power of two; grows with the held keys)
         self._cells: vec[i64] = vec[i64]([EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
-        self._num_gone = 0  # cells of evicted keys
         self._key: vec[i64] = vec[i64]()  # slot -> key (slots grow up to num_blocks)
         self._cell: vec[i64] = vec[i64]()  # slot -> its key's cell
         self._ready_s: vec[float] = vec[float]()  # slot -> when its store completes (seconds)
@@ -217,14 +217,14 @@ class CpuTier:
         victims = self._victims(need, now_s)
         if victims is None:
             return None
-        cells, cell, stamp, free_slots = self._cells, self._cell, self._stamp, self._free_slots
+        cells, mask, cell = self._cells, self._mask, self._cell
+        stamp, free_slots = self._stamp, self._free_slots
         for slot in victims:
-            cells[2 * cell[slot] + 1] = GONE
+            remove_cell(cells, mask, cell[slot], cell)
             stamp[slot] = -1  # its log entry is stale now
             free_slots = append(free_slots, slot)
         self._free_slots = free_slots
         self._num_held -= need
-        self._num_gone += need
         self.num_evicted_blocks += need
         return new
 
@@ -254,7 +254,7 @@ class CpuTier:
         served)."""
         if not len(keys):
             return
-        if 2 * (self._num_held + len(keys) + self._num_gone) > self._mask + 1:
+        if 2 * (self._num_held + len(keys)) > self._mask + 1:
             self._rehash(self._num_held + len(keys))
         order, free_slots = self._order, self._free_slots
         key_of, cell, ready, stamp = self._key, self._cell, self._ready_s, self._stamp
@@ -289,21 +289,18 @@ class CpuTier:
         i, found = probe_insert(cells, self._mask, key)
         if found:
             raise RuntimeError(f"CPU tier invariant violated: key {key} stored twice")
-        if cells[2 * i + 1] == GONE:
-            self._num_gone -= 1
         cells[2 * i] = key
         cells[2 * i + 1] = slot
         return i
 
     def _rehash(self, num_keys: int) -> None:
-        """Rebuild the key map, without its evicted cells, with room for ``num_keys`` keys at a
-        quarter full (so about as many again fit before the next rebuild)."""
+        """Rebuild the key map with room for ``num_keys`` keys at a quarter full (so about as
+        many again fit before the next rebuild)."""
         num_cells = 16
         while num_cells < 4 * num_keys:
             num_cells *= 2
         self._cells = vec[i64]([EMPTY] * (2 * num_cells))  # (keys unread while empty)
         self._mask = num_cells - 1
-        self._num_gone = 0
         stamp, key_of, cell = self._stamp, self._key, self._cell
         for slot in range(len(key_of)):
             if stamp[slot] >= 0:  # held
@@ -377,5 +374,5 @@ class CpuTier:
         assert live == len(slots), f"{live} live log entries != {len(slots)} held keys"
         assert len(self._free_slots) + len(slots) == len(self._key), "a slot leaked"
         cells = self._cells
-        gone = sum(cells[i] == GONE for i in range(1, len(cells), 2))
-        assert gone == self._num_gone, f"{gone} evicted cells != {self._num_gone} counted"
+        mapped = sum(cells[i] != EMPTY for i in range(1, len(cells), 2))
+        assert mapped == len(slots), f"{mapped} mapped cells != {len(slots)} held keys"

@@ -1,0 +1,86 @@
+"""The open-addressing key map (``kvsim.core.kv.keymap``) against a dict, under random inserts
+and removals in a map of 16 cells kept at most half full, with keys chosen to share home cells
+and to wrap around the end: every live key is found in its cell, every removed key is missed,
+and the back-pointers follow the entries that a removal shifts back."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from librt.vecs import vec
+from mypy_extensions import i64
+
+from kvsim.core.kv.keymap import EMPTY, find_cell, home_cell, probe_insert, remove_cell
+
+MASK = 15  # 16 cells
+# keys whose home cells crowd the map's last cells (13, 14, 15), so probe runs wrap around to
+# cells 0, 1, 2, where other keys have their homes; the high word mixes into the home cell too
+# (home_cell: 2**32 starts at cell 1)
+SMALL_KEYS = [13, 14, 15, 29, 30, 31, 45, 46, 47, 61, 62, 63, 0, 1, 2, 16, 17]
+KEYS = st.sampled_from([*SMALL_KEYS, 1 << 32, -1, -(2**63)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), KEYS), max_size=60))
+def test_inserts_and_removals_agree_with_a_dict(ops: list[tuple[bool, int]]) -> None:
+    cells = vec[i64]([EMPTY] * 2 * (MASK + 1))
+    where = vec[i64]([-1] * 8)  # value -> its cell: values are 0..7, a free list of them
+    free_values = list(range(8))
+    expected: dict[int, int] = {}  # key -> value
+    for insert, key in ops:
+        if insert and key not in expected and free_values:  # at most 8 keys: half full
+            cell, found = probe_insert(cells, MASK, key)
+            assert not found
+            value = free_values.pop()
+            cells[2 * cell], cells[2 * cell + 1] = key, value
+            where[value] = cell
+            expected[key] = value
+        elif not insert and key in expected:
+            value = expected.pop(key)
+            remove_cell(cells, MASK, where[value], where)
+            free_values.append(value)
+        for k in SMALL_KEYS:  # present or not
+            assert (find_cell(cells, MASK, k) >= 0) == (k in expected)
+        for k, value in expected.items():
+            cell = find_cell(cells, MASK, k)
+            assert cell == where[value], (k, cell, where[value])
+            assert cells[2 * cell] == k
+            assert cells[2 * cell + 1] == value
+        live = [i for i in range(MASK + 1) if cells[2 * i + 1] != EMPTY]
+        assert len(live) == len(expected)  # no tombstone, no stray entry
+
+
+def test_a_removal_shifts_back_an_entry_whose_run_passed_the_hole() -> None:
+    # Worked by hand in 16 cells: keys 14, 30 and 46 all start at cell 14 (key & 15, high word
+    # 0), so they sit at 14, 15 and (wrapping) 0; key 1 sits at its home, cell 1. Removing 14
+    # leaves a hole at 14: 30 (home 14) moves back to 14, then 46 (home 14) from cell 0 to 15;
+    # key 1 stays (its home, 1, is past the hole's run), so cell 0 ends empty.
+    assert [home_cell(k, MASK) for k in (14, 30, 46, 1)] == [14, 14, 14, 1]
+    cells = vec[i64]([EMPTY] * 32)
+    where = vec[i64]([-1] * 4)
+    for value, key in enumerate((14, 30, 46, 1)):
+        cell, _ = probe_insert(cells, MASK, key)
+        cells[2 * cell], cells[2 * cell + 1] = key, value
+        where[value] = cell
+    assert list(where) == [14, 15, 0, 1]
+    remove_cell(cells, MASK, where[0], where)
+    assert (where[1], where[2], where[3]) == (14, 15, 1)
+    assert cells[2 * 0 + 1] == EMPTY
+    assert [find_cell(cells, MASK, k) for k in (14, 30, 46, 1)] == [-1, 14, 15, 1]
+
+
+def test_a_removal_after_the_wrap_shifts_back_an_entry_whose_home_is_before_it() -> None:
+    # Keys 14, 30, 46 and 62 all start at cell 14: they sit at 14, 15, 0 and 1. Removing 46
+    # (cell 0) leaves a hole at 0 before 62 (cell 1), whose probe path 14, 15, 0, 1 passes the
+    # hole: 62 moves back to 0, and a probe for it from 14 still reaches it.
+    cells = vec[i64]([EMPTY] * 32)
+    where = vec[i64]([-1] * 4)
+    for value, key in enumerate((14, 30, 46, 62)):
+        cell, _ = probe_insert(cells, MASK, key)
+        cells[2 * cell], cells[2 * cell + 1] = key, value
+        where[value] = cell
+    assert list(where) == [14, 15, 0, 1]
+    remove_cell(cells, MASK, where[2], where)
+    assert where[3] == 0
+    assert cells[2 * 1 + 1] == EMPTY
+    assert [find_cell(cells, MASK, k) for k in (14, 30, 46, 62)] == [14, 15, -1, 0]
