@@ -27,7 +27,7 @@ from kvsim.cli.common import (
     parse_overrides,
     warn_many_jobs,
 )
-from kvsim.view.labels import axis_label, metric_unit
+from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, metric_unit
 
 ALIASES = {
     "kv": "cache.kv_cache_gib",
@@ -446,19 +446,38 @@ def _default_name(question: dict[str, Any]) -> str:
     return f"{question['direction']}-{str(question['field']).rpartition('.')[2]}"
 
 
+# short names of the latency metrics (``kvsim.view.labels.LATENCY_SHORT_NAMES``: ttft, tpot, e2e,
+# queue) -> kvsim's full names, and vLLM benchmark_serving's e2el
+_SHORT_METRICS = {short.lower(): full for full, short in LATENCY_SHORT_NAMES.items()} | {
+    "e2el": "e2e_request_latency_seconds"
+}
+
+
 def _check_targets(targets: Any) -> None:
-    """Fail before simulating on a target metric no summary has (a typo)."""
+    """Fail before simulating on a target metric no summary has (a typo), naming the metric a
+    short name stands for (``ttft_p99`` -> ``time_to_first_token_seconds_p99``) or the closest
+    known ones."""
+    import difflib
+
     from kvsim.study.targets import target_metrics
 
     known = target_metrics()
     for t in targets:
-        if t.metric not in known:
-            close = [m for m in known if t.metric.rpartition("_")[0] in m][:6]
-            raise ValueError(
-                f"--target: unknown metric {t.metric!r}"
-                + (f"; did you mean one of {close}" if close else "")
-                + " (latency metrics end in _p50, _p90, _p95, _p99 or _mean)"
+        if t.metric in known:
+            continue
+        stem, _, stat = t.metric.rpartition("_")
+        full = _SHORT_METRICS.get(stem.lower())
+        if full is not None and f"{full}_{stat}" in known:
+            close = [f"{full}_{stat}"]
+        else:
+            close = [m for m in known if stem and stem in m][:6] or difflib.get_close_matches(
+                t.metric, sorted(known), n=3
             )
+        raise ValueError(
+            f"--target: unknown metric {t.metric!r}"
+            + (f"; did you mean {' or '.join(repr(m) for m in close)}?" if close else "")
+            + " (latency metrics end in _p50, _p90, _p95, _p99 or _mean)"
+        )
 
 
 SHORT_WINDOW_S = 600.0  # the paper reproductions' window (kvsim.study.plan.Plan.min_window_s)

@@ -98,7 +98,7 @@ def reproduce(
             name, out, jobs=jobs, quick=quick, scheduler=scheduler, progress=progress, say=say
         )
         shown = rep.table if rep.view is None else rep.view
-        console.print(frame_table(shown, f"{name}: kvsim (paper)"))
+        console.print(frame_table(shown, f"{name}: kvsim (paper)" if rep.beside_paper else name))
         for note in rep.notes:
             if note not in said:  # (fig2's lengths line: said before the runs, once)
                 console.print(f"  {note}", highlight=False, markup=False)

@@ -186,6 +186,13 @@ def fleet_summary(
     out["capacity_tokens"] = config.replica_configs[0].capacity_tokens
     out["config_key"] = config.key()
     out.update(
-        money_summary(requests, duration, price_or_none(config.usd_per_hour), config.slo.targets())
+        money_summary(
+            requests,
+            duration,
+            price_or_none(
+                config.usd_per_hour, gpu_names=[c.gpu.name for c in config.replica_configs]
+            ),
+            config.slo.targets(),
+        )
     )
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -83,11 +83,21 @@ def money_summary(
     }
 
 
-def price_or_none(price: Any) -> float | None:
-    """``price()`` (a config's ``usd_per_hour``), or ``None`` with one warning when a GPU has
-    no price (the money metrics are then NaN)."""
+def price_or_none(price: Any, *, gpu_names: Iterable[str] = ()) -> float | None:
+    """``price()`` (a config's ``usd_per_hour``), or ``None`` when a GPU has no price (the
+    money metrics are then NaN): one warning when a preset GPU (``kvsim/data/gpus.toml``) lacks
+    one, an info line when every GPU of ``gpu_names`` is one of the config's own (a what-if GPU
+    has no market price, so no price table could hold it).
+    """
     try:
         return float(price())
     except ValueError as err:
-        warn_once(logger, "%s; the money metrics are left NaN", err)
+        from kvsim.config.hardware import preset_table  # (config is below results)
+
+        presets = preset_table("gpus")
+        names = list(gpu_names)
+        if names and not any(name in presets for name in names):
+            logger.info("%s; the money metrics are left NaN", err)
+        else:
+            warn_once(logger, "%s; the money metrics are left NaN", err)
         return None

@@ -301,7 +301,7 @@ def build_results(
         money_summary(
             req_table,
             float(summary["duration_s"]),
-            price_or_none(config.usd_per_hour),
+            price_or_none(config.usd_per_hour, gpu_names=[config.gpu.name]),
             config.slo.targets(),
         )
     )

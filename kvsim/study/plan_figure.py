@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kvsim.base.textfile import json_text
 from kvsim.study.plan import PlanResult
-from kvsim.view.labels import axis_label, metric_unit
+from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, metric_unit
 
 _MEETS, _FAILS, _TARGET = "#1b7f3b", "#c0392b", "#444444"
 
@@ -33,9 +33,12 @@ _UNITS_AFTER_A_NUMBER = frozenset({"s", "tokens/s", "req/s"})
 def _panel_labels(metric: str, bound: float) -> tuple[str, str]:
     """``(panel title, y label)`` of a target's panel: vLLM's metric name and the bound on top
     (a name such as ``request_time_per_output_token_seconds_p95`` does not fit along a y axis),
-    the statistic and unit beside the axis (``p95 (s)``)."""
+    the statistic and unit beside the axis (``p95 (s)``, ``TTFT p99 (s)`` for a latency vLLM's
+    benchmark names short)."""
     unit = metric_unit(metric)
     stat = next((s for s in _STATS if metric.endswith(f"_{s}")), "")
+    short = LATENCY_SHORT_NAMES.get(metric.removesuffix(f"_{stat}"), "") if stat else ""
+    stat = f"{short} {stat}" if short else stat  # (TTFT p99 (s))
     ylabel = (f"{stat} ({unit})" if unit else stat) if stat else (unit or metric)
     after = f" {unit}" if unit in _UNITS_AFTER_A_NUMBER else ""
     return f"{metric} <= {bound:g}{after}", ylabel

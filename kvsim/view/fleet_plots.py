@@ -6,14 +6,13 @@ Each function takes a DataFrame and returns a ``Figure`` (``kvsim.view.plots``' 
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from kvsim.view.labels import axis_label
+from kvsim.view.labels import axis_label, wrap_label
 from kvsim.view.style import styled
 
 GPU_COLORS = ("#264653", "#2a9d8f", "#e76f51", "#e9c46a", "#8d99ae", "#6a4c93")
@@ -45,7 +44,7 @@ def point_bars(
         size = "x-small" if len(values) <= 6 else "xx-small"
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=size)
         ax.set_xticks(xs, list(labels), rotation=30, ha="right", fontsize="small")
-        ax.set_ylabel(textwrap.fill(axis_label(metric), 30, break_long_words=False))
+        ax.set_ylabel(wrap_label(axis_label(metric), 30))
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title)
     return fig

@@ -7,6 +7,8 @@ Metric names stay vLLM's so that a figure reads like a Prometheus dashboard.
 
 from __future__ import annotations
 
+import re
+
 FIELD_LABELS = {
     "cache.kv_cache_gib": "KV cache (GiB)",
     "cache.kv_cache_gb": "KV cache (GB)",
@@ -38,6 +40,15 @@ METRIC_LABELS = {
     "goodput_requests_per_s": "goodput (requests meeting targets / s)",
     "goodput_requests_per_usd": "goodput (requests meeting targets / USD)",
     "slo_attainment": "requests meeting every target (share)",
+}
+
+# vLLM's latency metrics by the short names its benchmark prints (benchmark_serving: TTFT, TPOT,
+# E2EL) and kvsim's queue time
+LATENCY_SHORT_NAMES = {
+    "time_to_first_token_seconds": "TTFT",
+    "request_time_per_output_token_seconds": "TPOT",
+    "e2e_request_latency_seconds": "E2E",
+    "request_queue_time_seconds": "queue",
 }
 
 # metric-name fragment -> unit, checked in order
@@ -76,6 +87,20 @@ def axis_label(name: str) -> str:
             break
     unit = metric_unit(name)
     return f"{base} ({unit})" if unit else base
+
+
+def wrap_label(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width`` characters where it can be: broken at spaces and
+    after underscores (a vLLM metric name such as ``request_time_per_output_token_seconds`` is
+    one word longer than a panel's axis), never inside a run of letters."""
+    pieces = re.findall(r"[^ _]*_|[^ _]+ ?|  *", text)
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def short_name(dotted: str) -> str:

@@ -6,7 +6,6 @@ so they work headless and in notebooks. Shares are percentages; times are second
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -18,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from kvsim.view.labels import axis_label, metric_unit, short_name
+from kvsim.view.labels import axis_label, metric_unit, short_name, wrap_label
 from kvsim.view.style import styled
 
 MAX_PER_PANEL = 8  # bars, lines or maps in one panel before a figure splits into facets
@@ -170,7 +169,7 @@ def waste_bars(
     return fig
 
 
-def _log_axis(ax: Axes, which: str, values: np.ndarray) -> None:
+def log_axis(ax: Axes, which: str, values: np.ndarray) -> None:
     """Log scale on ``which`` ("x" or "y") when the positive values span 8x or more; ticks in
     the data's own numbers (powers of two when every value is one; 1-2-5 steps when the values
     span less than three decades, where the decades alone leave one or two labels)."""
@@ -224,7 +223,7 @@ def metric_vs(
     whole = bool(np.all(xs[np.isfinite(xs)] % 1 == 0))
     for ax, metric in zip(axes, metrics, strict=True):
         # a 4-inch panel holds about 32 characters of label: wrap at words, not into a neighbour
-        label = textwrap.fill(axis_label(metric), 32, break_long_words=False)
+        label = wrap_label(axis_label(metric), 32)
         ax.set(xlabel=axis_label(x), ylabel=label)
         if metric_unit(metric) == "count" and (table[metric] >= 0).all():
             ax.set_ylim(0, max(ax.get_ylim()[1], 1))  # no negative counts around all zeros
@@ -232,11 +231,11 @@ def metric_vs(
         if whole:  # counts and sizes: no 0.5 ticks between them
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if logx is None:
-            _log_axis(ax, "x", xs)
+            log_axis(ax, "x", xs)
         elif logx:
             ax.set_xscale("log", base=2)
         if metric.endswith(("_seconds_mean", "_p50", "_p90", "_p95", "_p99")):
-            _log_axis(ax, "y", table[metric].to_numpy(dtype=float))
+            log_axis(ax, "y", table[metric].to_numpy(dtype=float))
         if targets and metric in targets:
             ax.axhline(
                 targets[metric],
@@ -366,7 +365,7 @@ def latency_cdf(
             ax.set(xlabel=axis_label(metric), ylabel="fraction of requests", ylim=(0, 1.02))
             values = part[metric].to_numpy(dtype=float)
             if np.any(values > 0):
-                _log_axis(ax, "x", values)
+                log_axis(ax, "x", values)
             ax.grid(alpha=0.3)
         if row_name:
             axes[0].set_title(row_name, loc="left", fontsize="small")

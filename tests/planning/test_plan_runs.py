@@ -91,6 +91,18 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--smallest", "kv", "--target", "ttft<=2"], "unknown metric 'ttft'"),
+        (  # vLLM's benchmark short names point at kvsim's full ones
+            ["--smallest", "kv", "--target", "ttft_p99<=2"],
+            "did you mean 'time_to_first_token_seconds_p99'?",
+        ),
+        (
+            ["--smallest", "kv", "--target", "tpot_p50<=0.05"],
+            "did you mean 'request_time_per_output_token_seconds_p50'?",
+        ),
+        (  # a misspelling gets the closest names
+            ["--smallest", "kv", "--target", "time_to_frist_token_seconds_p99<=2"],
+            "did you mean 'time_to_first_token_seconds_p99'",
+        ),
         (["--smallest", "kv", "--target", "time_to_first_token_seconds_p99"], "METRIC<=NUMBER"),
         (["--smallest", "kv"], "at least one --target"),
         (["--smallest", "kv", "--largest", "rate", "--target", "num_preemptions<=0"], "not both"),
@@ -582,3 +594,21 @@ def test_a_tp_plan_skips_the_sizes_the_models_heads_do_not_divide(tmp_path: Path
     assert answer["answer"] == 4
     assert list(answer["skipped"]) == ["16"]
     assert answer["next_value_fails"] is None  # 4 is the bracket's lowest valid size
+
+
+@pytest.mark.parametrize(
+    ("metric", "ylabel"),
+    [
+        ("time_to_first_token_seconds_p99", "TTFT p99 (s)"),
+        ("request_time_per_output_token_seconds_p95", "TPOT p95 (s)"),
+        ("e2e_request_latency_seconds_mean", "E2E mean (s)"),
+        ("normalized_latency_seconds_p99", "p99 (s)"),  # no short name in vLLM's benchmark
+        ("num_preemptions", "count"),
+    ],
+)
+def test_a_plan_panel_names_its_latency_on_the_axis(metric: str, ylabel: str) -> None:
+    from kvsim.study.plan_figure import _panel_labels
+
+    title, label = _panel_labels(metric, 2.0)
+    assert label == ylabel
+    assert title.startswith(f"{metric} <= 2")

@@ -121,3 +121,23 @@ def test_latency_cdf_steps_to_one() -> None:
     assert list(ttft.lines[0].get_ydata()) == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert list(tpot.lines[0].get_ydata()) == pytest.approx([0, 1 / 3, 2 / 3, 1.0])  # NaN dropped
     assert [line.get_label() for line in ttft.lines] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "lines"),
+    [
+        # worked by hand at 32 characters: the metric name breaks after an underscore, the
+        # rest at spaces; nothing is cut inside a run of letters
+        (
+            "request_time_per_output_token_seconds p95 (s)",
+            ["request_time_per_output_token_", "seconds p95 (s)"],
+        ),
+        ("internal fragmentation (% of used KV)", ["internal fragmentation (% of", "used KV)"]),
+        ("token states / allocated KV (%)", ["token states / allocated KV (%)"]),
+        ("e2e_request_latency_seconds mean (s)", ["e2e_request_latency_seconds mean", "(s)"]),
+    ],
+)
+def test_axis_labels_wrap_at_spaces_and_after_underscores(text: str, lines: list[str]) -> None:
+    from kvsim.view.labels import wrap_label
+
+    assert wrap_label(text, 32).split("\n") == lines

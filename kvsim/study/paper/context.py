@@ -126,6 +126,8 @@ class Reproduction:
         notes: what data and which fitted parameters were used.
         in_band: every number with a band lands in it (``None`` when nothing has a band).
         view: the few columns to print (``None``: all of ``table``).
+        beside_paper: the table sets published numbers beside kvsim's (``False``: a study of
+            kvsim's own, such as ``prefix-caching``).
     """
 
     name: str
@@ -134,6 +136,7 @@ class Reproduction:
     notes: list[str] = field(default_factory=list)
     in_band: bool | None = None
     view: pd.DataFrame | None = None
+    beside_paper: bool = True
 
 
 def write_outputs(

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from kvsim.study.paper.context import Context, Reproduction, write_outputs
 from kvsim.view.labels import axis_label
+from kvsim.view.plots import log_axis
 from kvsim.view.style import styled
 
 DESCRIPTION = "Prefix caching: Mooncake hit rate vs KV budget and block size; sub-block prefixes"
@@ -60,12 +61,12 @@ def figure(mooncake: pd.DataFrame, ceilings: tuple[float, float], prefix: pd.Dat
     )
     left.axhline(ceilings[1], color="grey", ls=":", label=f"unbounded, tokens {ceilings[1]:.1f} %")
     left.set(
-        xscale="log",
         xlabel="KV cache (million token slots)",
         ylabel="prefix cache hit rate (% of tokens)",
         title="Mooncake conversation trace",
     )
-    left.legend()
+    log_axis(left, "x", mooncake["capacity_tokens"].to_numpy(dtype=float) / 1e6)
+    left.legend(loc="lower right")  # (the curves rise from the left to the ceilings on top)
     for block, part in prefix.groupby("cache.block_size_tokens"):
         part = part.sort_values("workload.shared_prefix_tokens")
         right.step(
@@ -115,6 +116,7 @@ def run(ctx: Context) -> Reproduction:
         "prefix-caching",
         table,
         view=view,
+        beside_paper=False,
         notes=[
             f"unbounded ceiling over the same {num:,} requests: {ceilings[0]:.1f} % of "
             f"512-token ids, {ceilings[1]:.1f} % of prompt tokens"
