@@ -84,3 +84,27 @@ def test_24_gib_holds_62_slabs_24_contexts_or_about_159_paged_sequences():
 def test_contiguous_prompt_plus_2048_slab_is_43_percent_used_at_the_end():
     # a ~3,150-token slab holds ~1,350 real tokens at the end: 43 %
     assert round(100 * (1100 + 250) / (1100 + 2048)) == 43
+
+
+def test_a_drafters_weights_come_out_of_the_derived_kv_budget():
+    """vLLM loads the drafter beside the target before it sizes the KV cache: 1e9 drafter
+    parameters in bf16 (2 bytes) take 2e9 bytes at TP 1 and 1e9 bytes on each GPU at TP 2 (the
+    drafter split as the target is); an explicit budget is not moved, and without speculative
+    tokens the drafter is not loaded."""
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
+    spec = {"num_speculative_tokens": 3, "acceptance_rate": 0.7, "draft_num_params": 10**9}
+    for tp, per_gpu in ((1, 2 * 10**9), (2, 10**9)):
+        plain = config_from_dict({**base, "parallel": {"tensor_parallel_size": tp}})
+        drafted = config_from_dict(
+            {**base, "parallel": {"tensor_parallel_size": tp}, "speculative": spec}
+        )
+        assert drafted.weight_bytes_per_gpu - plain.weight_bytes_per_gpu == per_gpu
+        assert plain.kv_cache_bytes - drafted.kv_cache_bytes == per_gpu
+    explicit = {**base, "cache": {"kv_cache_gib": 4}}
+    assert (
+        config_from_dict({**explicit, "speculative": spec}).kv_cache_bytes
+        == config_from_dict(explicit).kv_cache_bytes
+        == 4 * GiB
+    )
+    off = config_from_dict({**base, "speculative": {"draft_num_params": 10**9}})
+    assert off.weight_bytes_per_gpu == config_from_dict(base).weight_bytes_per_gpu

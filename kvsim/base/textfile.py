@@ -158,7 +158,14 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: invalid TOML: {err}") from None
+        hint = (  # tomllib's words for a key given a value and then opened as a table
+            '; a key given a value cannot also be opened as a table (model = "llama-3.1-8b" '
+            'then [model.attention]: write [model] with preset = "llama-3.1-8b" and the '
+            "table under it)"
+            if "Cannot overwrite a value" in str(err)
+            else ""
+        )
+        raise ValueError(f"{path}: invalid TOML: {err}{hint}") from None
     except ValueError:  # an integer Python refuses to convert (more than 4,300 digits)
         found = long_integer_line(text)
         if found is None:

@@ -222,6 +222,12 @@ class ModelSpec(Frozen):
                     f"model.attention: {odd} sliding and state layers exceed num_layers "
                     f"({self.num_layers})"
                 )
+            if self.attention.num_state_layers >= self.num_layers:
+                raise ValueError(
+                    f"model.attention.num_state_layers: {self.attention.num_state_layers} state "
+                    f"layers leave no attention layer of num_layers ({self.num_layers}); kvsim "
+                    "allocates the KV of attention layers, so a model needs one at least"
+                )
         if self.is_mla and self.num_kv_heads != 1:
             raise ValueError(
                 f"num_kv_heads: an MLA model caches one latent head, got {self.num_kv_heads}"
@@ -422,6 +428,8 @@ def kv_tensors_per_gpu(model: ModelSpec, parallel: ParallelConfig) -> int:
     return layers if model.is_mla else 2 * layers
 
 
-def weight_bytes_per_gpu(model: ModelSpec, parallel: ParallelConfig) -> int:
-    """Weights one GPU holds: an even share of ``weight_bytes`` over ``world_size`` GPUs."""
-    return cdiv(model.weight_bytes, parallel.world_size)
+def weight_bytes_per_gpu(model: ModelSpec, parallel: ParallelConfig, draft_params: int = 0) -> int:
+    """Weights one GPU holds: an even share over ``world_size`` GPUs of ``weight_bytes`` and of a
+    speculative drafter's ``draft_params`` in the model's dtype (vLLM loads the drafter beside
+    the target, split as the target is, before it sizes the KV cache)."""
+    return cdiv(model.weight_bytes + draft_params * model.dtype_bytes, parallel.world_size)

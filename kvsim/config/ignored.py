@@ -5,7 +5,9 @@ over the derived one, so ``gpu_memory_utilization`` and ``activation_headroom_by
 vLLM's ``kv_cache_memory_bytes`` ignores ``gpu_memory_utilization``); each allocator reads only its
 own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks) and the radix tree
 caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate,
-only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens``. Such a config
+only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens``; speculative
+decoding's settings go unread while ``num_speculative_tokens`` is never set, and the link's
+bandwidth while ``kv_offloading_size`` is never set. Such a config
 runs as written; ``config_from_dict`` logs one warning per ignored setting.
 """
 
@@ -20,7 +22,9 @@ from kvsim.config.allocators import (
     accepted_arguments,
     caches_prefixes_always,
 )
+from kvsim.config.offload import OffloadConfig
 from kvsim.config.serving import CacheSpec
+from kvsim.config.speculative import SpeculativeConfig
 from kvsim.workload.spec import WorkloadSpec
 
 
@@ -32,6 +36,12 @@ class ConfigParts(Protocol):
 
     @property
     def workload(self) -> WorkloadSpec: ...
+
+    @property
+    def speculative(self) -> SpeculativeConfig: ...
+
+    @property
+    def offload(self) -> OffloadConfig: ...
 
 
 BUDGET_FIELDS = ("cache.kv_cache_bytes", "cache.kv_cache_gib", "cache.kv_cache_gb")
@@ -137,11 +147,41 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     if workload.beam_width == 1:
         why = "beam_branch_tokens shapes beam search only, and beam_width is 1"
         yield _workload_field(config, "beam_branch_tokens", ("workload.beam_width",), why)
+    # (an "off" the user wrote, such as a sweep's reference row of k = 0 or a 0 GiB tier beside
+    # its settings, is deliberate: only settings for a feature never turned on are moot)
+    k_written = _lookup(data, "speculative.num_speculative_tokens") is not None
+    if not config.speculative.num_speculative_tokens and not k_written:
+        why = "speculative decoding is off while num_speculative_tokens is 0"
+        for name in ("acceptance_rate", "draft_num_params", "method"):
+            yield _section_field(
+                config.speculative,
+                "speculative",
+                name,
+                ("speculative.num_speculative_tokens",),
+                why,
+            )
+    size_written = _lookup(data, "offload.kv_offloading_size") is not None
+    if not config.offload.enabled and not size_written:
+        why = "CPU offloading is off: kv_offloading_size is unset"
+        yield _section_field(
+            config.offload,
+            "offload",
+            "link_bandwidth_bytes_per_s",
+            ("offload.kv_offloading_size",),
+            why,
+        )
 
 
 def _cache_field(config: ConfigParts, name: str, deciders: tuple[str, ...], why: str) -> Moot:
     default = type(config.cache).model_fields[name].default
     return Moot(f"cache.{name}", getattr(config.cache, name), default, deciders, why)
+
+
+def _section_field(
+    section: Any, prefix: str, name: str, deciders: tuple[str, ...], why: str
+) -> Moot:
+    default = type(section).model_fields[name].default
+    return Moot(f"{prefix}.{name}", getattr(section, name), default, deciders, why)
 
 
 def _workload_field(config: ConfigParts, name: str, deciders: tuple[str, ...], why: str) -> Moot:

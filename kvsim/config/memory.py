@@ -69,6 +69,9 @@ class ConfigParts(Protocol):
     @property
     def weight_bytes_per_gpu(self) -> int: ...
 
+    @property
+    def draft_params(self) -> int: ...
+
 
 MAX_SUGGESTED_TP = 64
 
@@ -100,6 +103,7 @@ def check_memory(config: ConfigParts) -> None:
         left = usable - weights - cache.activation_headroom_bytes
         slots = max(0, int(left // config.bytes_per_token))
         if request_limit_tokens(config, slots) < config.max_model_len:
+            _refuse_an_outsized_state(config, slots, where)
             raise ValueError(_derived_budget_message(config, where, usable, left))
     if config.capacity_tokens < 2:
         raise ValueError(
@@ -109,6 +113,7 @@ def check_memory(config: ConfigParts) -> None:
         )
     limit = request_limit_tokens(config, config.capacity_tokens)
     if limit < config.max_model_len:
+        _refuse_an_outsized_state(config, config.capacity_tokens, where)
         raise ValueError(
             f"scheduler.max_model_len: one request of {config.max_model_len:,} tokens needs "
             f"{_gib(_request_bytes(config, config.max_model_len), round_up=True)} of KV but the "
@@ -117,6 +122,26 @@ def check_memory(config: ConfigParts) -> None:
             f"{_limit_note(config, limit)}; lower scheduler.max_model_len to at most {limit:,} or "
             "raise the KV budget"
         )
+
+
+def _refuse_an_outsized_state(config: ConfigParts, slots: int, where: str) -> None:
+    """Raise, naming ``model.attention.state_bytes_per_layer``, when a state group's page (one
+    state per page, as vLLM sizes pages) is what leaves a pool of ``slots`` without one block per
+    KV cache group beside the null block; a pool short of the context is left to the caller."""
+    groups, attention = config.kv_groups, config.model.attention
+    if groups is None or attention is None or attention.state_bytes_per_layer is None:
+        return
+    b = groups.block_size_tokens
+    if b <= config.cache.block_size_tokens or slots // b > len(groups.groups):
+        return
+    raise ValueError(
+        f"model.attention.state_bytes_per_layer: a state of "
+        f"{attention.state_bytes_per_layer:,} bytes per layer raises every KV cache group's "
+        f"block from {config.cache.block_size_tokens} to {b:,} tokens (one page holds a state, "
+        f"as vLLM sizes pages), and the pool holds {slots // b:,} such blocks "
+        f"({_gib(slots * config.bytes_per_token)}, {where}), too few for one request's "
+        f"{len(groups.groups)} groups and the null block; lower it or raise the KV budget"
+    )
 
 
 def _request_bytes(config: ConfigParts, num_tokens: int) -> int:
@@ -215,10 +240,12 @@ def _limit_note(config: ConfigParts, limit: int) -> str:
 def _derived_budget_message(config: ConfigParts, where: str, usable: float, left: float) -> str:
     cache = config.cache
     weights = config.weight_bytes_per_gpu
+    drafter = f" (a drafter's {config.draft_params:,} parameters included)"
     head = (  # the field that sets this budget first, as every config error names its field
         f"cache.gpu_memory_utilization = {cache.gpu_memory_utilization:g} ({where}): "
         f"{cache.gpu_memory_utilization:g} x {_gib(config.gpu.memory_bytes)} = "
-        f"{_gib(usable)} usable per GPU; weights take {_gib(weights)} and activation headroom "
+        f"{_gib(usable)} usable per GPU; weights take {_gib(weights)}"
+        f"{drafter if config.draft_params else ''} and activation headroom "
         f"{_gib(cache.activation_headroom_bytes)}, leaving {_gib(left)} for KV"
     )
     need_kv = config.bytes_per_token * config.max_model_len
@@ -266,7 +293,7 @@ def smallest_fitting_tp(config: ConfigParts) -> int | None:
             per_token = kv_bytes_per_token_per_gpu(model, parallel, cache.kv_cache_dtype)
             left = (
                 cache.gpu_memory_utilization * config.gpu.memory_bytes
-                - weight_bytes_per_gpu(model, parallel)
+                - weight_bytes_per_gpu(model, parallel, config.draft_params)
                 - cache.activation_headroom_bytes
             )
             if left >= per_token * config.max_model_len:

@@ -232,6 +232,14 @@ class SimConfig(Frozen):
         attention = self.model.attention
         if attention is None or not attention.hybrid_kv_cache:
             return None
+        window = attention.sliding_window_tokens
+        if attention.num_sliding_layers and window is not None and window >= self.max_model_len:
+            warn_once(
+                logger,
+                f"model.attention.sliding_window_tokens: a window of {window:,} tokens is at "
+                f"least scheduler.max_model_len ({self.max_model_len:,}): no request outgrows "
+                "it, so the sliding layers keep every token's KV as full attention does",
+            )
         if self.engine_args.engine != "vllm-v1" or not serves_hybrid_groups(self.cache.allocator):
             warn_once(
                 logger,
@@ -256,8 +264,15 @@ class SimConfig(Frozen):
 
     @property
     def weight_bytes_per_gpu(self) -> int:
-        """Weights one GPU holds, bytes."""
-        return weight_bytes_per_gpu(self.model, self.parallel)
+        """Weights one GPU holds, bytes: the model's share and, under speculative decoding, the
+        drafter's (``kvsim.config.hardware.weight_bytes_per_gpu``)."""
+        return weight_bytes_per_gpu(self.model, self.parallel, self.draft_params)
+
+    @property
+    def draft_params(self) -> int:
+        """Parameters of the speculative drafter the GPUs hold (0 without speculation)."""
+        spec = self.speculative
+        return spec.draft_num_params if spec.num_speculative_tokens else 0
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -483,7 +498,9 @@ def format_validation_error(err: ValidationError) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         field, sep, rest = msg.partition(": ")
         if loc and sep and field.isidentifier():  # "workload" + "num_requests: ..."
-            loc, msg = f"{loc}.{field}", rest
+            if loc.rpartition(".")[2] != field:  # (a field's own check names it already)
+                loc = f"{loc}.{field}"
+            msg = rest
         elif loc and sep and (field == loc or field.startswith(f"{loc}.")):
             loc, msg = field, rest  # a check that names its field in full ("model.attention")
         got = e.get("input")
@@ -517,7 +534,27 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
         if not found:
             return ""
         model = found[0]
-    close = difflib.get_close_matches(loc[-1], list(getattr(model, "model_fields", {})), n=1)
+
+    def sections(of: Any) -> dict[str, Any]:  # field -> its pydantic model, for sections
+        out: dict[str, Any] = {}
+        for name, info in getattr(of, "model_fields", {}).items():
+            for t in (info.annotation, *typing.get_args(info.annotation)):
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    out[name] = t
+                    break
+        return out
+
+    key, names = loc[-1], list(getattr(model, "model_fields", {}))
+    close = difflib.get_close_matches(key, names, n=1)
+    if not close and len(key) >= 3:  # a short form: "spec" for "speculative"
+        close = [name for name in names if name.startswith(key)][:1]
+    if not close:  # a field of a section, one level down: "attention" for "model.attention"
+        prefix = ".".join(loc[:-1])
+        close = [
+            f"{prefix + '.' if prefix else ''}{name}.{key}"
+            for name, sub in sections(model).items()
+            if key in getattr(sub, "model_fields", {})
+        ][:1]
     return f"; did you mean {close[0]!r}?" if close else ""
 
 

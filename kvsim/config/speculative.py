@@ -87,6 +87,12 @@ class SpeculativeConfig(Frozen):
     @model_validator(mode="after")
     def _rates(self) -> SpeculativeConfig:
         k = self.num_speculative_tokens
+        if self.method == "ngram" and self.draft_num_params:
+            raise ValueError(
+                "draft_num_params: method 'ngram' proposes drafts by prompt lookup on the CPU "
+                f"and reads no weights, got {self.draft_num_params:,}; a drafter with weights is "
+                "method 'eagle'"
+            )
         given = [n for n in ("acceptance_rate", "acceptance_rates") if getattr(self, n) is not None]
         if len(given) > 1:
             raise ValueError(

@@ -294,6 +294,50 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["speculative.method=medusa"],
         ["speculative.method", "'eagle' or 'ngram'", "medusa"],
     ),
+    "ngram_with_drafter_weights": (  # n-gram lookup runs on the CPU: no weights to read
+        [
+            "speculative.method=ngram",
+            "speculative.num_speculative_tokens=3",
+            "speculative.acceptance_rate=0.5",
+            "speculative.draft_num_params=240000000",
+        ],
+        ["speculative.draft_num_params", "method 'ngram'", "reads no weights", "240,000,000"],
+    ),
+    "drafter_larger_than_the_gpu": (  # the drafter's weights count against the GPU's memory
+        [
+            "cache.kv_cache_gib=null",
+            "speculative.num_speculative_tokens=3",
+            "speculative.acceptance_rate=0.5",
+            "speculative.draft_num_params=70000000000",
+        ],
+        ["cache.gpu_memory_utilization", "a drafter's 70,000,000,000 parameters included"],
+    ),
+    # hybrid attention
+    "every_layer_a_state_layer": (  # 32 of Llama-3.1-8B's 32 layers: no attention layer left
+        [
+            "model=llama-3.1-8b",
+            "model.attention.num_state_layers=32",
+            "model.attention.state_bytes_per_layer=1000000",
+        ],
+        ["model.attention.num_state_layers", "no attention layer", "num_layers (32)"],
+    ),
+    "a_state_no_block_can_hold": (  # 1 GB a layer: one page outgrows the whole pool
+        ["model.attention.num_state_layers=4", "model.attention.state_bytes_per_layer=1e9"],
+        ["model.attention.state_bytes_per_layer", "too few for one request"],
+    ),
+    "page_size_named_once": (
+        ["cache.allocator=vattention", "cache.page_size_bytes=100000"],
+        ["cache.page_size_bytes: vAttention maps pages of a power of two", "100,000"],
+    ),
+    # a section's field given at the top level, and a section's short name
+    "section_field_at_top": (
+        ["attention.num_sliding_layers=3"],
+        ["attention", "did you mean 'model.attention'?"],
+    ),
+    "section_short_name": (
+        ["spec.num_speculative_tokens=3"],
+        ["spec", "did you mean 'speculative'?"],
+    ),
 }
 
 
@@ -331,6 +375,10 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
         ["hostname"],
     ),
     "unknown_top_key": (b"seeds = 3\n", ["seeds", "Extra inputs"]),
+    "preset_then_its_table": (  # a key given a value, then opened as a table
+        b'model = "llama-3.1-8b"\n[model.attention]\nnum_sliding_layers = 2\n',
+        ["invalid TOML", "cannot also be opened as a table", 'preset = "llama-3.1-8b"'],
+    ),
 }
 
 
@@ -426,6 +474,14 @@ IGNORED: dict[str, tuple[dict[str, Any], list[str]]] = {
     "beam_branch_tokens_without_beams": (
         {"workload.beam_branch_tokens": 3.0},
         ["workload.beam_branch_tokens = 3.0", "beam search only", "beam_width is 1"],
+    ),
+    "acceptance_rate_without_drafts": (
+        {"speculative.acceptance_rate": 0.5},
+        ["speculative.acceptance_rate = 0.5", "num_speculative_tokens is 0"],
+    ),
+    "link_bandwidth_without_a_tier": (
+        {"offload.link_bandwidth_bytes_per_s": 1e9},
+        ["offload.link_bandwidth_bytes_per_s = 1000000000.0", "kv_offloading_size is unset"],
     ),
 }
 

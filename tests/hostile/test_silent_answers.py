@@ -90,3 +90,32 @@ def test_watermark_refusal_names_the_watermark(hostile) -> None:
         "workload.fixed_output_tokens=8",
     ]
     hostile.run([*args, "--set", "workload.num_requests=2"], "watermark")
+
+
+def test_a_window_no_request_outgrows_is_warned_about(caplog) -> None:
+    """A sliding window of at least max_model_len never slides (no request outgrows it): legal,
+    but its sliding layers then keep every token as full attention does; say so."""
+    import logging
+
+    from kvsim import config_from_dict
+    from kvsim.base import say_once
+
+    def groups_with_window(window: int) -> list[str]:
+        say_once.SAID.clear()
+        caplog.clear()
+        attention = {"num_sliding_layers": 16, "sliding_window_tokens": window}
+        config = config_from_dict(
+            {
+                "model": {"preset": "llama-3.1-8b", "attention": attention},
+                "gpu": "h100-80gb",
+                "cache": {"kv_cache_gib": 4},
+                "scheduler": {"max_model_len": 8192},
+            }
+        )
+        assert config.kv_groups is not None
+        return [m for r in caplog.records if "sliding_window_tokens" in (m := r.getMessage())]
+
+    caplog.set_level(logging.WARNING, logger="kvsim.config")
+    (message,) = groups_with_window(8192)
+    assert "8,192 tokens is at least scheduler.max_model_len (8,192)" in message
+    assert groups_with_window(8191) == []  # one token short: the window slides
