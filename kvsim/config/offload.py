@@ -15,11 +15,13 @@ The link's bandwidth is the GPU preset's host link (PCIe, or NVLink-C2C on a sup
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+import logging
+from typing import Final, Literal, Protocol
 
 from pydantic import Field, model_validator
 
 from kvsim.base.limits import MAX_HW_PER_S
+from kvsim.base.say_once import warn_once
 from kvsim.base.units import GiB
 from kvsim.config.allocators import keys_blocks_by_hash
 from kvsim.config.hardware import Frozen, GpuSpec, ModelSpec, ParallelConfig
@@ -27,6 +29,12 @@ from kvsim.config.layers import KVCacheGroups
 from kvsim.config.serving import CacheSpec, EngineArgs
 
 MAX_OFFLOAD_GIB = 1 << 20  # 1 PiB of host memory: a typo guard, not a limit of vLLM's
+
+
+logger = logging.getLogger(__name__)
+
+# under a twelfth of PCIe 3.0 x16's ~12 GB/s a direction: slower than any GPU-CPU link
+SLOWEST_PLAUSIBLE_LINK_BYTES_PER_S: Final = 1e9
 
 
 class OffloadConfig(Frozen):
@@ -51,6 +59,14 @@ class OffloadConfig(Frozen):
 
     @model_validator(mode="after")
     def _backend(self) -> OffloadConfig:
+        link = self.link_bandwidth_bytes_per_s
+        if link is not None and link < SLOWEST_PLAUSIBLE_LINK_BYTES_PER_S:
+            warn_once(
+                logger,
+                f"offload.link_bandwidth_bytes_per_s: {link:,.0f} bytes/s is slower than any "
+                "GPU-CPU link (PCIe 3.0 x16 moves about 12e9 bytes/s a direction); copies "
+                "queue past the run's end, and the tier's counters count what was submitted",
+            )
         if self.kv_offloading_backend == "lmcache":
             raise ValueError(
                 "kv_offloading_backend: kvsim models vLLM's native CPU offloading only, got "

@@ -119,3 +119,20 @@ def test_a_window_no_request_outgrows_is_warned_about(caplog) -> None:
     (message,) = groups_with_window(8192)
     assert "8,192 tokens is at least scheduler.max_model_len (8,192)" in message
     assert groups_with_window(8191) == []  # one token short: the window slides
+
+
+def test_a_link_slower_than_any_gpu_cpu_link_is_warned_about(caplog) -> None:
+    """A CPU tier's link at 1 MB/s is legal but no GPU has one (PCIe 3.0 x16 moves ~12 GB/s a
+    direction): its copies outlast the run, so say so; a PCIe 4 link (25.6e9) is not warned."""
+    import logging
+
+    from kvsim.base import say_once
+    from kvsim.config.offload import OffloadConfig
+
+    caplog.set_level(logging.WARNING, logger="kvsim.config")
+    for link, warned in ((1e6, True), (25.6e9, False)):
+        say_once.SAID.clear()
+        caplog.clear()
+        OffloadConfig(kv_offloading_size=8, link_bandwidth_bytes_per_s=link)
+        found = [r for r in caplog.records if "slower than any GPU-CPU link" in r.getMessage()]
+        assert bool(found) == warned, (link, found)
