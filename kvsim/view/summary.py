@@ -325,12 +325,14 @@ def replica_table(replicas: Any) -> Table:
 def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> Table:
     """Two summaries side by side: the rows either run has, and ``B - A`` (and ``%``) where
     both are numbers."""
-    table = Table(title=f"{name_a}  vs  {name_b}", title_justify="left")
-    table.add_column("metric")
-    table.add_column(name_a, justify="right")
-    table.add_column(name_b, justify="right")
-    table.add_column("B - A", justify="right")
-    table.add_column("change", justify="right")
+    # the runs' names in the title, A and B over the numbers: a long folder name as a header
+    # would squeeze the metric names into three lines on an 80-column terminal
+    table = Table(title=f"A: {name_a}\nB: {name_b}", title_justify="left")
+    table.add_column("metric", min_width=24)
+    for header in ("A", "B"):  # (a text value, such as a cost's source, wraps)
+        table.add_column(header, justify="right", max_width=18)
+    for header in ("B - A", "change"):
+        table.add_column(header, justify="right", no_wrap=True)
     names_a, names_b = dict(sections(a)), dict(sections(b))
     order = [n for n, _, _ in SECTIONS]
     first = True
