@@ -513,27 +513,14 @@ def format_validation_error(err: ValidationError) -> str:
 
 
 def _did_you_mean(loc: tuple[str, ...]) -> str:
-    """``"; did you mean 'num_requests'?"`` for a misspelt key of ``SimConfig`` at ``loc``, or
-    ``""`` when no field of that section is close (``difflib``'s ratio >= 0.6)."""
+    """``"; did you mean 'num_requests'?"`` for a misspelt key of ``SimConfig`` at ``loc``: the
+    closest field of its section (``difflib``'s ratio >= 0.6), one its key begins
+    (``spec`` -> ``speculative``), or a field of a section one level down that has the key
+    (``attention`` -> ``model.attention``); ``""`` when none."""
     import difflib
     import typing
 
     from pydantic import BaseModel
-
-    model: Any = SimConfig
-    for part in loc[:-1]:
-        fields: dict[str, Any] = getattr(model, "model_fields", {})
-        field = fields.get(part)
-        if field is None:
-            return ""
-        found = [
-            t
-            for t in (field.annotation, *typing.get_args(field.annotation))
-            if isinstance(t, type) and issubclass(t, BaseModel)
-        ]
-        if not found:
-            return ""
-        model = found[0]
 
     def sections(of: Any) -> dict[str, Any]:  # field -> its pydantic model, for sections
         out: dict[str, Any] = {}
@@ -544,14 +531,19 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
                     break
         return out
 
+    model: Any = SimConfig
+    for part in loc[:-1]:
+        model = sections(model).get(part)
+        if model is None:
+            return ""
     key, names = loc[-1], list(getattr(model, "model_fields", {}))
     close = difflib.get_close_matches(key, names, n=1)
-    if not close and len(key) >= 3:  # a short form: "spec" for "speculative"
+    if not close and len(key) >= 3:
         close = [name for name in names if name.startswith(key)][:1]
-    if not close:  # a field of a section, one level down: "attention" for "model.attention"
-        prefix = ".".join(loc[:-1])
+    if not close:
+        prefix = "".join(f"{part}." for part in loc[:-1])
         close = [
-            f"{prefix + '.' if prefix else ''}{name}.{key}"
+            f"{prefix}{name}.{key}"
             for name, sub in sections(model).items()
             if key in getattr(sub, "model_fields", {})
         ][:1]
