@@ -467,11 +467,15 @@ def _check_targets(targets: Any) -> None:
             continue
         stem, _, stat = t.metric.rpartition("_")
         full = _SHORT_METRICS.get(stem.lower())
+        bare = _SHORT_METRICS.get(t.metric.lower())  # "ttft": a statistic to add
         if full is not None and f"{full}_{stat}" in known:
             close = [f"{full}_{stat}"]
-        else:
-            close = [m for m in known if stem and stem in m][:6] or difflib.get_close_matches(
-                t.metric, sorted(known), n=3
+        elif bare is not None:
+            close = [f"{bare}_p99", f"{bare}_mean"]
+        else:  # the closest first: of the names holding the stem, else of all
+            holding = [m for m in known if stem and stem in m]
+            close = difflib.get_close_matches(
+                t.metric, holding or sorted(known), n=3, cutoff=0 if holding else 0.6
             )
         raise ValueError(
             f"--target: unknown metric {t.metric!r}"

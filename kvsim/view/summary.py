@@ -236,7 +236,8 @@ def format_metric(key: str, value: Any) -> str:
     if big:
         return f"{number / 2**30:,.2f} GiB"
     if key.startswith("usd_") or key == "cost_usd":
-        return f"${number:,.4g}" if abs(number) < 1000 else f"${number:,.0f}"
+        sign, size = ("-" if number < 0 else ""), abs(number)  # (-$6.85, not $-6.85)
+        return f"{sign}${size:,.4g}" if size < 1000 else f"{sign}${size:,.0f}"
     if key.endswith("_pct") or key.endswith("_pct_of_used") or key == "token_utilization_perc":
         return f"{number:.1f}"
     if key.endswith("_per_s"):
@@ -328,9 +329,9 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str
     # the runs' names in the title, A and B over the numbers: a long folder name as a header
     # would squeeze the metric names into three lines on an 80-column terminal
     table = Table(title=f"A: {name_a}\nB: {name_b}", title_justify="left")
-    table.add_column("metric", min_width=24)
-    for header in ("A", "B"):  # (a text value, such as a cost's source, wraps)
-        table.add_column(header, justify="right", max_width=18)
+    table.add_column("metric", min_width=18, overflow="fold")
+    for header in ("A", "B"):  # (a text value, such as a cost's source, folds)
+        table.add_column(header, justify="right", max_width=12, overflow="fold")
     for header in ("B - A", "change"):
         table.add_column(header, justify="right", no_wrap=True)
     names_a, names_b = dict(sections(a)), dict(sections(b))

@@ -90,7 +90,14 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--smallest", "kv", "--target", "ttft<=2"], "unknown metric 'ttft'"),
+        (  # a short name without its statistic: the full name with one
+            ["--smallest", "kv", "--target", "ttft<=2"],
+            "unknown metric 'ttft'; did you mean 'time_to_first_token_seconds_p99'",
+        ),
+        (  # the closest name first
+            ["--smallest", "kv", "--target", "time_to_first_token_second_p99<=2"],
+            "did you mean 'time_to_first_token_seconds_p99' or",
+        ),
         (  # vLLM's benchmark short names point at kvsim's full ones
             ["--smallest", "kv", "--target", "ttft_p99<=2"],
             "did you mean 'time_to_first_token_seconds_p99'?",

@@ -66,7 +66,9 @@ def figure(mooncake: pd.DataFrame, ceilings: tuple[float, float], prefix: pd.Dat
         title="Mooncake conversation trace",
     )
     log_axis(left, "x", mooncake["capacity_tokens"].to_numpy(dtype=float) / 1e6)
-    left.legend(loc="lower right")  # (the curves rise from the left to the ceilings on top)
+    # (the curves run low on the left and rise to the ceilings on the right: the legend goes
+    # in the empty upper left, below the ceiling lines)
+    left.legend(loc="upper left", bbox_to_anchor=(0.0, 0.93))
     for block, part in prefix.groupby("cache.block_size_tokens"):
         part = part.sort_values("workload.shared_prefix_tokens")
         right.step(
@@ -78,7 +80,7 @@ def figure(mooncake: pd.DataFrame, ceilings: tuple[float, float], prefix: pd.Dat
         )
         right.axvline(float(block), color="grey", ls=":")
     right.set(
-        xlabel=axis_label("workload.shared_prefix_tokens") + " (tokens)",
+        xlabel=axis_label("workload.shared_prefix_tokens"),
         ylabel="prefix cache hit rate (% of tokens)",
         title="a prefix shorter than one block never hits",
     )
