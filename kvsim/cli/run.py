@@ -149,7 +149,13 @@ def pool_text(cfg: object) -> str:
 
     assert isinstance(cfg, SimConfig)
     slots = cfg.capacity_tokens
-    text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU)"
+    derived = cfg.cache.kv_cache_bytes is None and cfg.cache.kv_cache_gib is None
+    drafter = (  # its weights come out of a derived budget (SimConfig.weight_bytes_per_gpu)
+        f", after a drafter of {cfg.draft_params:,} parameters"
+        if derived and cfg.draft_params
+        else ""
+    )
+    text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU{drafter})"
     if cfg.cache.allocator not in PAGED_ALLOCATORS:
         return text
     groups = cfg.kv_groups  # hybrid KV cache groups: a state group's page raises the size
