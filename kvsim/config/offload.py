@@ -58,7 +58,7 @@ class OffloadConfig(Frozen):
     link_bandwidth_bytes_per_s: float | None = Field(default=None, ge=1, le=MAX_HW_PER_S)
 
     @model_validator(mode="after")
-    def _backend(self) -> OffloadConfig:
+    def _link_and_backend(self) -> OffloadConfig:
         link = self.link_bandwidth_bytes_per_s
         if link is not None and link < SLOWEST_PLAUSIBLE_LINK_BYTES_PER_S:
             warn_once(
