@@ -172,11 +172,6 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
         )
 
 
-def _cache_field(config: ConfigParts, name: str, deciders: tuple[str, ...], why: str) -> Moot:
-    default = type(config.cache).model_fields[name].default
-    return Moot(f"cache.{name}", getattr(config.cache, name), default, deciders, why)
-
-
 def _section_field(
     section: Any, prefix: str, name: str, deciders: tuple[str, ...], why: str
 ) -> Moot:
@@ -184,9 +179,12 @@ def _section_field(
     return Moot(f"{prefix}.{name}", getattr(section, name), default, deciders, why)
 
 
+def _cache_field(config: ConfigParts, name: str, deciders: tuple[str, ...], why: str) -> Moot:
+    return _section_field(config.cache, "cache", name, deciders, why)
+
+
 def _workload_field(config: ConfigParts, name: str, deciders: tuple[str, ...], why: str) -> Moot:
-    default = type(config.workload).model_fields[name].default
-    return Moot(f"workload.{name}", getattr(config.workload, name), default, deciders, why)
+    return _section_field(config.workload, "workload", name, deciders, why)
 
 
 def _lookup(data: dict[str, Any], dotted: str) -> Any:

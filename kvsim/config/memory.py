@@ -240,13 +240,14 @@ def _limit_note(config: ConfigParts, limit: int) -> str:
 def _derived_budget_message(config: ConfigParts, where: str, usable: float, left: float) -> str:
     cache = config.cache
     weights = config.weight_bytes_per_gpu
-    drafter = f" (a drafter's {config.draft_params:,} parameters included)"
+    drafter = (
+        f" (a drafter's {config.draft_params:,} parameters included)" if config.draft_params else ""
+    )
     head = (  # the field that sets this budget first, as every config error names its field
         f"cache.gpu_memory_utilization = {cache.gpu_memory_utilization:g} ({where}): "
         f"{cache.gpu_memory_utilization:g} x {_gib(config.gpu.memory_bytes)} = "
-        f"{_gib(usable)} usable per GPU; weights take {_gib(weights)}"
-        f"{drafter if config.draft_params else ''} and activation headroom "
-        f"{_gib(cache.activation_headroom_bytes)}, leaving {_gib(left)} for KV"
+        f"{_gib(usable)} usable per GPU; weights take {_gib(weights)}{drafter} and activation "
+        f"headroom {_gib(cache.activation_headroom_bytes)}, leaving {_gib(left)} for KV"
     )
     need_kv = config.bytes_per_token * config.max_model_len
     if weights > usable:

@@ -15,8 +15,8 @@ vLLM's per-position acceptance rate, the share of drafts whose position ``i + 1`
 (``spec_decode_num_accepted_tokens_per_pos / spec_decode_num_drafts``), non-increasing since a
 position is accepted only after every earlier one; ``acceptance_rate = alpha`` stands for
 ``alpha, alpha**2, ...`` (each draft accepted with probability ``alpha`` given the ones before:
-the i.i.d. model of Leviathan et al., ICML 2023). One uniform draw ``u`` per verification
-from the run's seeded generator gives ``a = #{i : u < acceptance_rates[i]}``.
+the i.i.d. model of Leviathan et al., ICML 2023). One uniform draw ``u`` per verification,
+taken from the run's seeded generator, gives ``a = #{i : u < acceptance_rates[i]}``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 ``fit_cost`` replays the train runs under candidate parameters and minimises, with
 ``scipy.optimize.least_squares``, the squared log-ratios of predicted to measured statistics
-(mean, p90 and p99 E2E, mean and p90 TTFT, mean TPOT, per load stage). Every other number comes
-from datasheets (``kvsim/data/gpus.toml``) or is pinned with its source. Replays are cached on
+(mean, p90 and p99 E2E, mean and p90 TTFT, mean TPOT, per load stage). Every other number is
+read from datasheets (``kvsim/data/gpus.toml``) or is pinned with its source. Replays are cached on
 disk by run, window and parameter values, so a rerun or a second fit reuses them.
 
 Only train runs may be fitted on: ``fit_cost`` refuses any other (``FitSplitError``); the

@@ -50,18 +50,24 @@ def test_inserts_and_removals_agree_with_a_dict(ops: list[tuple[bool, int]]) -> 
         assert len(live) == len(expected)  # no tombstone, no stray entry
 
 
+def _map_of(keys: tuple[int, ...]) -> tuple[vec[i64], vec[i64]]:
+    """A 16-cell map of ``keys`` inserted in order, key ``i``'s value ``i``; its back-pointers."""
+    cells = vec[i64]([EMPTY] * 2 * (MASK + 1))
+    where = vec[i64]([-1] * len(keys))
+    for value, key in enumerate(keys):
+        cell, _ = probe_insert(cells, MASK, key)
+        cells[2 * cell], cells[2 * cell + 1] = key, value
+        where[value] = cell
+    return cells, where
+
+
 def test_a_removal_shifts_back_an_entry_whose_run_passed_the_hole() -> None:
     # Worked by hand in 16 cells: keys 14, 30 and 46 all start at cell 14 (key & 15, high word
     # 0), so they sit at 14, 15 and (wrapping) 0; key 1 sits at its home, cell 1. Removing 14
     # leaves a hole at 14: 30 (home 14) moves back to 14, then 46 (home 14) from cell 0 to 15;
     # key 1 stays (its home, 1, is past the hole's run), so cell 0 ends empty.
     assert [home_cell(k, MASK) for k in (14, 30, 46, 1)] == [14, 14, 14, 1]
-    cells = vec[i64]([EMPTY] * 32)
-    where = vec[i64]([-1] * 4)
-    for value, key in enumerate((14, 30, 46, 1)):
-        cell, _ = probe_insert(cells, MASK, key)
-        cells[2 * cell], cells[2 * cell + 1] = key, value
-        where[value] = cell
+    cells, where = _map_of((14, 30, 46, 1))
     assert list(where) == [14, 15, 0, 1]
     remove_cell(cells, MASK, where[0], where)
     assert (where[1], where[2], where[3]) == (14, 15, 1)
@@ -73,12 +79,7 @@ def test_a_removal_after_the_wrap_shifts_back_an_entry_whose_home_is_before_it()
     # Keys 14, 30, 46 and 62 all start at cell 14: they sit at 14, 15, 0 and 1. Removing 46
     # (cell 0) leaves a hole at 0 before 62 (cell 1), whose probe path 14, 15, 0, 1 passes the
     # hole: 62 moves back to 0, and a probe for it from 14 still reaches it.
-    cells = vec[i64]([EMPTY] * 32)
-    where = vec[i64]([-1] * 4)
-    for value, key in enumerate((14, 30, 46, 62)):
-        cell, _ = probe_insert(cells, MASK, key)
-        cells[2 * cell], cells[2 * cell + 1] = key, value
-        where[value] = cell
+    cells, where = _map_of((14, 30, 46, 62))
     assert list(where) == [14, 15, 0, 1]
     remove_cell(cells, MASK, where[2], where)
     assert where[3] == 0

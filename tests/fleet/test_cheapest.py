@@ -157,20 +157,12 @@ def test_a_what_if_gpu_without_a_price_is_an_info_line_a_preset_without_one_a_wa
     table.write_text('[h100-80gb]\nusd_per_gpu_hour = 3.0\nsource = "test"\ndate = "2026-12-04"\n')
     spec = PricingSpec(table=str(table))
     caplog.set_level("INFO", logger="kvsim.results.money")
-    # a GPU of the config's own (an experiment's what-if): no table could price it
-    assert (
-        price_or_none(lambda: gpu_price_per_hour("h200 what-if", spec), gpu_names=["h200 what-if"])
-        is None
-    )
-    (record,) = caplog.records
-    assert record.levelname == "INFO"
-    assert "no price for GPU 'h200 what-if'" in record.getMessage()
-    caplog.clear()
-    # a preset GPU the table leaves out: a warning
-    assert (
-        price_or_none(lambda: gpu_price_per_hour("a100-80gb", spec), gpu_names=["a100-80gb"])
-        is None
-    )
-    (record,) = caplog.records
-    assert record.levelname == "WARNING"
-    assert "no price for GPU 'a100-80gb'" in record.getMessage()
+    # a GPU of the config's own (an experiment's what-if): no table could price it, an info
+    # line; a preset GPU the table leaves out: a warning
+    for gpu, level in (("h200 what-if", "INFO"), ("a100-80gb", "WARNING")):
+        caplog.clear()
+        price = price_or_none(lambda g=gpu: gpu_price_per_hour(g, spec), gpu_names=[gpu])
+        assert price is None
+        (record,) = caplog.records
+        assert record.levelname == level
+        assert f"no price for GPU {gpu!r}" in record.getMessage()

@@ -204,6 +204,22 @@ class V1Scheduler(SchedulerCore):
             plan.add(req, num_new)
         self._count_drafting(plan, req, num_new)
 
+    def _note_head_need(
+        self, plan: StepPlan, head: Request, num_tokens: int, hit: PrefixHit, whole_sequence: bool
+    ) -> None:
+        """In a pool of several groups, note the blocks a head blocked by ``"kv"`` needed from
+        the free pool (``plan.head_need_blocks``: a span lasts while the windows free fewer):
+        for its whole sequence at the full-sequence gate, else for ``num_tokens``."""
+        if plan.head_blocked != "kv" or self.lazy.cohort.groups is None:
+            return
+        allocator = self.allocator
+        need = (
+            allocator.sequence_slots_needed(head, num_tokens, hit)
+            if whole_sequence
+            else allocator.num_slots_needed(head, num_tokens, hit)
+        )
+        plan.head_need_blocks = need // allocator.block_size_tokens
+
     def _count_drafting(self, plan: StepPlan, req: Request, num_new: int) -> None:
         """Count ``req`` among the step's drafting sequences unless its drafts are sure to go
         unused (vLLM ``Scheduler._drafts_unused``: a prefill chunk that samples nothing, or a
@@ -305,16 +321,12 @@ class V1Scheduler(SchedulerCore):
                 head, head.num_tokens, hit
             ):  # the whole sequence must fit, not just this chunk (full_sequence_must_fit)
                 plan.head_blocked = self._full_isl_blocked_reason(head, hit)
-                if plan.head_blocked == "kv" and self.lazy.cohort.groups is not None:
-                    need = allocator.sequence_slots_needed(head, head.num_tokens, hit)
-                    plan.head_need_blocks = need // allocator.block_size_tokens
+                self._note_head_need(plan, head, head.num_tokens, hit, whole_sequence=True)
                 break
             num_tokens = head.num_computed_tokens + hit.num_tokens + num_new
             if not self._allocate(head, num_tokens, hit):
                 plan.head_blocked = self._blocked_reason(head, hit, budget)
-                if plan.head_blocked == "kv" and self.lazy.cohort.groups is not None:
-                    need = allocator.num_slots_needed(head, num_tokens, hit)
-                    plan.head_need_blocks = need // allocator.block_size_tokens
+                self._note_head_need(plan, head, num_tokens, hit, whole_sequence=False)
                 break
             waiting.popleft()
             self._run(head)
