@@ -108,3 +108,73 @@ def test_a_drafters_weights_come_out_of_the_derived_kv_budget():
     )
     off = config_from_dict({**base, "speculative": {"draft_num_params": 10**9}})
     assert off.weight_bytes_per_gpu == config_from_dict(base).weight_bytes_per_gpu
+
+
+def test_a_drafters_kv_layers_share_every_slot():
+    """vLLM gives a drafter's attention layers KV in the same pool (vLLM 0.34.0
+    ``vllm/v1/worker/gpu/attn_utils.py`` ``get_kv_cache_spec`` collects every attention layer of
+    the config, the drafter's included), so a slot holds the target's layers and the drafter's.
+    Llama-3.1-8B, bf16: one layer's K and V of one token are 2 x 8 heads x 128 x 2 B = 4,096 B;
+    32 layers 131,072 B per token."""
+    base = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "cache": {"kv_cache_gib": 4},
+        "scheduler": {"max_model_len": 8192},
+    }
+
+    def slots(spec: dict, **parallel) -> tuple[int, int]:
+        cfg = config_from_dict({**base, "speculative": spec, "parallel": parallel})
+        return cfg.bytes_per_token, cfg.capacity_tokens
+
+    eagle = {"num_speculative_tokens": 3, "acceptance_rate": 0.7}
+    # no drafter: 4 GiB / 131,072 B = 32,768 slots
+    assert slots({}) == (131_072, 32_768)
+    # an EAGLE head's one layer by default: 33 x 4,096 = 135,168 B;
+    # 4,294,967,296 / 135,168 = 31,775.03 -> 31,775 slots
+    assert slots(eagle) == (135_168, 31_775)
+    # a 2-layer drafter: 34 x 4,096 = 139,264 B; 4 GiB / 139,264 = 30,840.5 -> 30,840
+    assert slots({**eagle, "draft_num_kv_layers": 2}) == (139_264, 30_840)
+    # n-gram lookup runs no layer, and a drafter of 0 KV layers keeps none
+    assert slots({**eagle, "method": "ngram"}) == (131_072, 32_768)
+    assert slots({**eagle, "draft_num_kv_layers": 0}) == (131_072, 32_768)
+    # k = 0 loads no drafter
+    assert slots({"num_speculative_tokens": 0, "draft_num_kv_layers": 1}) == (131_072, 32_768)
+    # TP 2 halves every layer's heads, the drafter's too: 33 x 2 x 4 x 128 x 2 = 67,584 B
+    assert slots(eagle, tensor_parallel_size=2)[0] == 67_584
+
+
+def test_a_drafters_layer_joins_the_full_attention_groups():
+    """vLLM leaves ``is_draft`` out of a spec's equality (vLLM 0.34.0
+    ``vllm/v1/kv_cache_interface.py``), so an EAGLE-3 head's full-attention layer is grouped with
+    the target's full layers and the group size follows the new counts
+    (``kvsim.config.layers``: g = fewest, or most when most < 1.5 x fewest)."""
+    spec = {"num_speculative_tokens": 3, "acceptance_rate": 0.7}
+
+    def groups(model: str):
+        cfg = config_from_dict(
+            {
+                "model": model,
+                "gpu": "h100-80gb",
+                "cache": {"kv_cache_gib": 20},
+                "scheduler": {"max_model_len": 8192},
+                "speculative": spec,
+            }
+        )
+        g = cfg.kv_groups
+        assert g is not None
+        return g.kinds, [x.num_real_layers for x in g.groups], g.slot_bytes
+
+    # gpt-oss-20b: 12 full + 1 drafter = 13 full, 12 sliding; 13 < 1.5 x 12 so g = 13: one full
+    # group of 13 and one sliding group of 12 (+1 padding). A layer: 2 x 8 x 64 x 2 = 2,048 B;
+    # a slot 13 x 2,048 = 26,624 B (12 x 2,048 = 24,576 without the drafter)
+    assert groups("gpt-oss-20b") == (("full", "sliding"), [13, 12], 26_624)
+    # Gemma-3-27B: 10 full + 1 = 11, 52 sliding >= 1.5 x 11, so g = 11: one full group,
+    # cdiv(52, 11) = 5 sliding groups dealt round robin (11, 11, 10, 10, 10), 3 padding layers;
+    # a slot 11 x 8,192 = 90,112 B. Without the drafter: 7 groups of 10 (8 padding): the drafter's
+    # layer takes 6 x 11 = 66 layer-slots a token where the target alone took 7 x 10 = 70
+    assert groups("gemma-3-27b") == (
+        ("full",) + ("sliding",) * 5,
+        [11, 11, 11, 10, 10, 10],
+        90_112,
+    )

@@ -322,15 +322,25 @@ def test_run_header_says_one_request_and_a_quarter_gib():
 def test_run_header_says_a_drafter_came_out_of_the_derived_budget():
     """A derived budget loses the drafter's weights (2e9 parameters x 2 bytes = 4e9 bytes on
     one GPU: 4e9 / 131,072 B a token = 30,517.6 -> 30,517 or 30,518 slots fewer), and the
-    header says why; an explicit budget does not move and says nothing."""
+    header says why; an explicit budget does not move and says nothing. A drafter with KV
+    layers (an EAGLE head's one, by default) is named in every slot."""
     from kvsim.cli.run import pool_text
     from kvsim.config import config_from_dict
 
     base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
-    spec = {"num_speculative_tokens": 3, "acceptance_rate": 0.7, "draft_num_params": 2 * 10**9}
+    spec = {
+        "num_speculative_tokens": 3,
+        "acceptance_rate": 0.7,
+        "draft_num_params": 2 * 10**9,
+        "draft_num_kv_layers": 0,  # weights only, so the slots stay 131,072 B
+    }
     plain, drafted = config_from_dict(base), config_from_dict({**base, "speculative": spec})
     assert plain.capacity_tokens - drafted.capacity_tokens in (30_517, 30_518)
     assert "after a drafter of 2,000,000,000 parameters" in pool_text(drafted)
     assert "drafter" not in pool_text(plain)
     explicit = config_from_dict({**base, "speculative": spec, "cache": {"kv_cache_gib": 4}})
     assert "drafter" not in pool_text(explicit)
+    # 4 GiB / (33 layers x 4,096 B) = 31,775 slots
+    del spec["draft_num_kv_layers"]
+    eagle = config_from_dict({**base, "speculative": spec, "cache": {"kv_cache_gib": 4}})
+    assert pool_text(eagle).startswith("31,775 KV slots (4.0 GiB per GPU, 1 drafter layer in every")

@@ -155,6 +155,8 @@ def pool_text(cfg: object) -> str:
         if derived and cfg.draft_params
         else ""
     )
+    if cfg.draft_kv_layers:  # the drafter's layers keep KV in every slot (SpeculativeConfig)
+        drafter += f", {plural(cfg.draft_kv_layers, 'drafter layer')} in every slot"
     text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU{drafter})"
     if cfg.cache.allocator not in PAGED_ALLOCATORS:
         return text

@@ -410,21 +410,27 @@ def kv_dtype_bytes(model: ModelSpec, kv_cache_dtype: KvCacheDtype) -> int:
 
 
 def kv_bytes_per_token_per_gpu(
-    model: ModelSpec, parallel: ParallelConfig, kv_cache_dtype: KvCacheDtype = "auto"
+    model: ModelSpec,
+    parallel: ParallelConfig,
+    kv_cache_dtype: KvCacheDtype = "auto",
+    draft_kv_layers: int = 0,
 ) -> int:
-    """KV bytes one token takes on one GPU (the module docstring gives the split)."""
-    layers = cdiv(model.num_kv_layers, parallel.pipeline_parallel_size)
+    """KV bytes one token takes on one GPU (the module docstring gives the split), with
+    ``draft_kv_layers`` speculative-drafter layers of the target's layer shape beside the
+    target's (``SpeculativeConfig.draft_num_kv_layers``; counted whole on the one pipeline stage
+    that drafts, which bounds the pool)."""
+    layers = cdiv(model.num_kv_layers, parallel.pipeline_parallel_size) + draft_kv_layers
     if model.is_mla:  # one latent per layer, whole on every TP rank
         return layers * model.kv_values_per_token_per_layer * kv_dtype_bytes(model, kv_cache_dtype)
     heads = max(1, model.num_kv_heads // parallel.tensor_parallel_size)
     return 2 * layers * heads * model.head_dim * kv_dtype_bytes(model, kv_cache_dtype)
 
 
-def kv_tensors_per_gpu(model: ModelSpec, parallel: ParallelConfig) -> int:
-    """KV cache tensors one GPU keeps: a K and a V tensor per layer of its pipeline stage, or
-    one latent tensor per layer for MLA (vAttention's virtual tensors,
+def kv_tensors_per_gpu(model: ModelSpec, parallel: ParallelConfig, draft_kv_layers: int = 0) -> int:
+    """KV cache tensors one GPU keeps: a K and a V tensor per layer of its pipeline stage and
+    per drafter layer, or one latent tensor per layer for MLA (vAttention's virtual tensors,
     ``kvsim.core.kv.vattention``)."""
-    layers = cdiv(model.num_layers, parallel.pipeline_parallel_size)
+    layers = cdiv(model.num_layers, parallel.pipeline_parallel_size) + draft_kv_layers
     return layers if model.is_mla else 2 * layers
 
 

@@ -152,7 +152,7 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     k_written = _lookup(data, "speculative.num_speculative_tokens") is not None
     if not config.speculative.num_speculative_tokens and not k_written:
         why = "speculative decoding is off while num_speculative_tokens is 0"
-        for name in ("acceptance_rate", "draft_num_params", "method"):
+        for name in ("acceptance_rate", "draft_num_params", "draft_num_kv_layers", "method"):
             yield _section_field(
                 config.speculative,
                 "speculative",

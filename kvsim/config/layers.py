@@ -156,6 +156,7 @@ def kv_cache_groups(
     layer_bytes_per_token: int,
     block_size_tokens: int,
     tensor_parallel_size: int = 1,
+    num_draft_layers: int = 0,
 ) -> KVCacheGroups:
     """vLLM's KV cache groups of a model (one GPU, no pipeline split).
 
@@ -165,6 +166,9 @@ def kv_cache_groups(
         layer_bytes_per_token: KV bytes of one token in one attention layer on one GPU.
         block_size_tokens: the configured block size, tokens.
         tensor_parallel_size: GPUs a state is split over (by heads, as the KV is).
+        num_draft_layers: a speculative drafter's full-attention layers; their spec equals the
+            target's full layers' (vLLM's ``is_draft`` is left out of spec equality), so they
+            join the full-attention kind.
 
     Raises:
         ValueError: more sliding and state layers than the model has.
@@ -176,6 +180,7 @@ def kv_cache_groups(
             f"model.attention: {sliding} sliding + {state} state layers exceed num_layers "
             f"({num_layers})"
         )
+    full += num_draft_layers
     if not attention.hybrid_kv_cache:  # every attention layer full: one group of all of them
         kinds: list[tuple[GroupKind, int, int | None]] = [("full", full + sliding, None)]
     else:

@@ -26,7 +26,6 @@ from kvsim.config.hardware import (
     ModelSpec,
     ParallelConfig,
     kv_bytes_per_token_per_gpu,
-    kv_tensors_per_gpu,
     weight_bytes_per_gpu,
 )
 from kvsim.config.layers import KVCacheGroups, max_request_tokens, request_blocks
@@ -71,6 +70,12 @@ class ConfigParts(Protocol):
 
     @property
     def draft_params(self) -> int: ...
+
+    @property
+    def draft_kv_layers(self) -> int: ...
+
+    @property
+    def num_kv_tensors(self) -> int: ...
 
 
 MAX_SUGGESTED_TP = 64
@@ -190,7 +195,7 @@ def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
 def _vattention_page(config: ConfigParts) -> tuple[int, int] | None:
     """``(tokens_per_page, num_kv_tensors)`` of a vAttention pool, ``None`` when its page holds
     no token (``kvsim.config.allocators.vattention_pages``)."""
-    tensors = kv_tensors_per_gpu(config.model, config.parallel)
+    tensors = config.num_kv_tensors
     try:
         tokens_per_page, _ = vattention_pages(
             0, config.bytes_per_token, config.cache.page_size_bytes, tensors
@@ -291,7 +296,9 @@ def smallest_fitting_tp(config: ConfigParts) -> int | None:
                 tensor_parallel_size=tp,
                 pipeline_parallel_size=config.parallel.pipeline_parallel_size,
             )
-            per_token = kv_bytes_per_token_per_gpu(model, parallel, cache.kv_cache_dtype)
+            per_token = kv_bytes_per_token_per_gpu(
+                model, parallel, cache.kv_cache_dtype, config.draft_kv_layers
+            )
             left = (
                 cache.gpu_memory_utilization * config.gpu.memory_bytes
                 - weight_bytes_per_gpu(model, parallel, config.draft_params)

@@ -221,7 +221,20 @@ class SimConfig(Frozen):
         groups = self.kv_groups
         if groups is not None:
             return groups.slot_bytes
-        return kv_bytes_per_token_per_gpu(self.model, self.parallel, self.cache.kv_cache_dtype)
+        return kv_bytes_per_token_per_gpu(
+            self.model, self.parallel, self.cache.kv_cache_dtype, self.draft_kv_layers
+        )
+
+    @property
+    def draft_kv_layers(self) -> int:
+        """Speculative-drafter layers keeping KV beside the target's on one GPU
+        (``SpeculativeConfig.num_draft_kv_layers``; 0 without speculation)."""
+        return self.speculative.num_draft_kv_layers
+
+    @property
+    def num_kv_tensors(self) -> int:
+        """KV cache tensors one GPU keeps (``kvsim.config.hardware.kv_tensors_per_gpu``)."""
+        return kv_tensors_per_gpu(self.model, self.parallel, self.draft_kv_layers)
 
     @cached_property
     def kv_groups(self) -> KVCacheGroups | None:
@@ -260,6 +273,7 @@ class SimConfig(Frozen):
             full // self.model.num_kv_layers,
             self.cache.block_size_tokens,
             self.parallel.tensor_parallel_size,
+            self.draft_kv_layers,
         )
 
     @property
@@ -348,7 +362,7 @@ def _check_blocks(config: SimConfig) -> None:
     """A paged pool holds at least one usable block (two under v1: block 0 is the null block);
     a vAttention pool at least one row of pages."""
     if maps_virtual_pages(config.cache.allocator):
-        tensors = kv_tensors_per_gpu(config.model, config.parallel)
+        tensors = config.num_kv_tensors
         page, per_token = config.cache.page_size_bytes, config.bytes_per_token
         try:
             _, rows = vattention_pages(config.capacity_tokens, per_token, page, tensors)

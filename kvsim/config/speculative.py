@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kvsim.base.limits import MAX_MODEL_PARAMS
+from kvsim.base.limits import MAX_MODEL_LAYERS, MAX_MODEL_PARAMS
 from kvsim.config.hardware import Frozen
 
 MAX_SPECULATIVE_TOKENS = 32
@@ -56,6 +56,14 @@ class SpeculativeConfig(Frozen):
         draft_num_params: weights the drafter reads in each of its ``k`` passes a step (0: a
             free drafter, e.g. n-gram lookup). EAGLE's one-layer head is 0.24 B for a 7B
             target (Li et al., ICML 2024, §4).
+        draft_num_kv_layers: attention layers of the drafter, each keeping KV of one target
+            layer's shape in the same pool (default: 1 for ``"eagle"``, the one decoder layer of
+            an EAGLE, EAGLE-3 or MTP head; 0 for ``"ngram"``). vLLM gives the drafter's layers
+            KV cache beside the target's (vLLM 0.34.0 ``vllm/v1/worker/gpu/attn_utils.py``,
+            ``get_kv_cache_spec``: every attention layer of the config, the drafter's marked
+            ``is_draft``, which ``vllm/v1/kv_cache_interface.py`` leaves out of grouping), so
+            each token slot holds ``num_kv_layers + draft_num_kv_layers`` layers. A draft model
+            of another shape is out of scope: give the layer count its KV bytes equal.
     """
 
     method: Literal["eagle", "ngram"] = "eagle"
@@ -63,6 +71,7 @@ class SpeculativeConfig(Frozen):
     acceptance_rate: float | None = Field(default=None, ge=0, le=1)
     acceptance_rates: tuple[float, ...] | None = None
     draft_num_params: int = Field(default=0, ge=0, le=MAX_MODEL_PARAMS)
+    draft_num_kv_layers: int | None = Field(default=None, ge=0, le=MAX_MODEL_LAYERS)
 
     @field_validator("method", mode="before")
     @classmethod
@@ -92,6 +101,11 @@ class SpeculativeConfig(Frozen):
                 "draft_num_params: method 'ngram' proposes drafts by prompt lookup on the CPU "
                 f"and reads no weights, got {self.draft_num_params:,}; a drafter with weights is "
                 "method 'eagle'"
+            )
+        if self.method == "ngram" and self.draft_num_kv_layers:
+            raise ValueError(
+                "draft_num_kv_layers: method 'ngram' runs no drafter layers and keeps no KV, got "
+                f"{self.draft_num_kv_layers}; a drafter with KV layers is method 'eagle'"
             )
         given = [n for n in ("acceptance_rate", "acceptance_rates") if getattr(self, n) is not None]
         if len(given) > 1:
@@ -130,6 +144,17 @@ class SpeculativeConfig(Frozen):
         """KV slots reserved past the scheduled tokens at every allocation (vLLM's
         ``VllmConfig.num_lookahead_tokens``): ``k`` for a drafter with KV, 0 for n-gram."""
         return self.num_speculative_tokens if self.method == "eagle" else 0
+
+    @property
+    def num_draft_kv_layers(self) -> int:
+        """Drafter attention layers keeping KV in the pool while the run speculates:
+        ``draft_num_kv_layers``, by default 1 for ``"eagle"`` and 0 for ``"ngram"``; 0 when
+        ``num_speculative_tokens`` is 0 (no drafter is loaded)."""
+        if not self.enabled:
+            return 0
+        if self.draft_num_kv_layers is not None:
+            return self.draft_num_kv_layers
+        return 1 if self.method == "eagle" else 0
 
     @property
     def position_rates(self) -> tuple[float, ...]:

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvsim.config import SimConfig
-from kvsim.config.hardware import kv_tensors_per_gpu
 from kvsim.config.offload import cpu_tier_blocks, link_bandwidth_bytes_per_s
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv import Allocator, allocator_from_knobs
@@ -45,7 +44,7 @@ def allocator_from_config(config: SimConfig) -> Allocator:
         "max_model_len": args.max_model_len,
         "full_context_tokens": config.model.max_position_embeddings,
         "page_size_bytes": config.cache.page_size_bytes,
-        "num_kv_tensors": kv_tensors_per_gpu(config.model, config.parallel),
+        "num_kv_tensors": config.num_kv_tensors,
     }
     return allocator_from_knobs(config.cache.allocator, **knobs)  # each reads its own
 

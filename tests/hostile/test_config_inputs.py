@@ -303,6 +303,15 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ],
         ["speculative.draft_num_params", "method 'ngram'", "reads no weights", "240,000,000"],
     ),
+    "ngram_with_drafter_kv_layers": (  # n-gram lookup runs no layer: no KV to keep
+        [
+            "speculative.method=ngram",
+            "speculative.num_speculative_tokens=3",
+            "speculative.acceptance_rate=0.5",
+            "speculative.draft_num_kv_layers=2",
+        ],
+        ["speculative.draft_num_kv_layers", "method 'ngram'", "keeps no KV", "got 2"],
+    ),
     "drafter_larger_than_the_gpu": (  # the drafter's weights count against the GPU's memory
         [
             "cache.kv_cache_gib=null",
@@ -478,6 +487,10 @@ IGNORED: dict[str, tuple[dict[str, Any], list[str]]] = {
     "acceptance_rate_without_drafts": (
         {"speculative.acceptance_rate": 0.5},
         ["speculative.acceptance_rate = 0.5", "num_speculative_tokens is 0"],
+    ),
+    "drafter_kv_layers_without_drafts": (
+        {"speculative.draft_num_kv_layers": 2},
+        ["speculative.draft_num_kv_layers = 2", "num_speculative_tokens is 0"],
     ),
     "link_bandwidth_without_a_tier": (
         {"offload.link_bandwidth_bytes_per_s": 1e9},
