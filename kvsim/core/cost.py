@@ -24,7 +24,8 @@ request's ``o`` computed ones (the sums above: one read of its KV for all ``c`` 
 drafter with weights (EAGLE's head, a draft model) then runs ``k`` passes one after the other over
 the ``d`` sequences that draft, each ``max(draft_bytes / BW, 2 * draft_params * d / F)``
 (``t_draft``, added to ``t_step``; 0 for n-gram lookup or ``draft_num_params = 0``; the
-drafter's own KV reads, one layer's, left out).
+drafter's reads of its own KV, ``draft_num_kv_layers`` layers' a pass, left out: its KV takes
+pool slots, ``SimConfig.bytes_per_token``, but no step time).
 
 Sources of each coefficient:
 
