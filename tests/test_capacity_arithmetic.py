@@ -178,3 +178,25 @@ def test_a_drafters_layer_joins_the_full_attention_groups():
         [11, 11, 11, 10, 10, 10],
         90_112,
     )
+
+
+def test_vattention_keeps_tensors_for_the_layers_with_kv_only():
+    """vAttention keeps a K and a V virtual tensor per layer that has KV: Qwen3-Next-80B-A3B's 36
+    state layers keep none. At TP 4 its 12 attention layers hold max(1, 2 // 4) = 1 KV head of
+    256 dims: 2 x 256 x 2 B = 1,024 B a layer, 12,288 B a token over 24 tensors, 512 B a tensor:
+    a 64 KiB page holds 65,536 / 512 = 128 tokens. An EAGLE head's layer adds 2 tensors of the
+    same 512 B (13,312 B over 26)."""
+    from kvsim.config.allocators import vattention_pages
+
+    base = {
+        "model": "qwen3-next-80b-a3b",
+        "gpu": "h100-80gb",
+        "parallel": {"tensor_parallel_size": 4},
+        "cache": {"kv_cache_gib": 8, "allocator": "vattention", "page_size_bytes": 65536},
+        "scheduler": {"max_model_len": 8192},
+    }
+    spec = {"num_speculative_tokens": 3, "acceptance_rate": 0.7}
+    for speculative, per_token, tensors in (({}, 12_288, 24), (spec, 13_312, 26)):
+        cfg = config_from_dict({**base, "speculative": speculative})
+        assert (cfg.bytes_per_token, cfg.num_kv_tensors) == (per_token, tensors)
+        assert vattention_pages(0, per_token, 65536, tensors)[0] == 128

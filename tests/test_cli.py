@@ -301,8 +301,8 @@ def test_run_header_gives_a_state_groups_raised_block_size():
         }
     )
     assert pool_text(cfg) == (
-        "87,381 KV slots (1.0 GiB per GPU): 160 blocks of 544 tokens (87,040 slots; 341 slots "
-        "in no block; block 0 is vLLM v1's null block)"
+        "87,381 KV slots (1.0 GiB per GPU) in 4 KV cache groups of 12 layers: 160 blocks of 544 "
+        "tokens (87,040 slots; 341 slots in no block; block 0 is vLLM v1's null block)"
     )
 
 
@@ -344,3 +344,25 @@ def test_run_header_says_a_drafter_came_out_of_the_derived_budget():
     del spec["draft_num_kv_layers"]
     eagle = config_from_dict({**base, "speculative": spec, "cache": {"kv_cache_gib": 4}})
     assert pool_text(eagle).startswith("31,775 KV slots (4.0 GiB per GPU, 1 drafter layer in every")
+
+
+def test_run_header_names_the_kv_cache_groups_a_drafter_layer_joins():
+    """Under hybrid groups a slot is one token of one group: Gemma-3-27B with an EAGLE head has
+    10 + 1 full layers beside 52 sliding ones, 6 groups of 11 layers (kvsim.config.layers), a
+    slot 11 x 8,192 B = 90,112 B: 8 GiB / 90,112 B = 95,325.1 -> 95,325 slots."""
+    from kvsim.cli.run import pool_text
+    from kvsim.config import config_from_dict
+
+    cfg = config_from_dict(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 8},
+            "scheduler": {"max_model_len": 8192},
+            "speculative": {"num_speculative_tokens": 3, "acceptance_rate": 0.7},
+        }
+    )
+    assert pool_text(cfg).startswith(
+        "95,325 KV slots (8.0 GiB per GPU, 1 drafter layer in the full-attention groups) in 6 KV "
+        "cache groups of 11 layers"
+    )

@@ -290,3 +290,20 @@ def test_run_without_slo_prints_a_dash_and_writes_null(tmp_path: Path) -> None:
     assert "requests meeting every slo.* target (share) │ - │" in text
     text, summary = _run(tmp_path / "slo", "slo.time_to_first_token_seconds=1000")
     assert summary["slo_attainment"] == 1.0  # five requests, each well under 1,000 s
+
+
+def test_compare_shows_the_pool_where_the_runs_differ() -> None:
+    # 32,768 -> 14,563 slots: -18,205, (14,563 - 32,768) / 32,768 = -55.6 %
+    a = {**BASE, "capacity_tokens": 32_768, "bytes_per_token": 131_072}
+    b = {**BASE, "capacity_tokens": 14_563, "bytes_per_token": 131_072}
+    console = Console(width=200, record=True)
+    console.print(compare_table(a, b, "A", "B"))
+    text = console.export_text()
+    assert "KV pool" in text
+    slots = next(line for line in text.splitlines() if "capacity_tokens" in line)
+    assert "-18,205" in slots
+    assert "-55.6 %" in slots
+    assert "bytes_per_token" not in text  # the same in both
+    console = Console(width=200, record=True)
+    console.print(compare_table(a, a, "A", "A"))
+    assert "KV pool" not in console.export_text()

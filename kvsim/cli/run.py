@@ -155,12 +155,18 @@ def pool_text(cfg: object) -> str:
         if derived and cfg.draft_params
         else ""
     )
-    if cfg.draft_kv_layers:  # the drafter's layers keep KV in every slot (SpeculativeConfig)
-        drafter += f", {plural(cfg.draft_kv_layers, 'drafter layer')} in every slot"
+    groups = cfg.kv_groups  # hybrid KV cache groups: a slot is one token of one group
+    if cfg.draft_kv_layers:  # the drafter's layers keep KV beside the target's (SpeculativeConfig)
+        where = "every slot" if groups is None else "the full-attention groups"
+        drafter += f", {plural(cfg.draft_kv_layers, 'drafter layer')} in {where}"
     text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU{drafter})"
+    if groups is not None:
+        text += (
+            f" in {plural(len(groups.groups), 'KV cache group')} of "
+            f"{plural(groups.layers_per_group, 'layer')}"
+        )
     if cfg.cache.allocator not in PAGED_ALLOCATORS:
         return text
-    groups = cfg.kv_groups  # hybrid KV cache groups: a state group's page raises the size
     size = cfg.cache.block_size_tokens if groups is None else groups.block_size_tokens
     blocks, rest = divmod(slots, size)
     notes = []

@@ -427,10 +427,10 @@ def kv_bytes_per_token_per_gpu(
 
 
 def kv_tensors_per_gpu(model: ModelSpec, parallel: ParallelConfig, draft_kv_layers: int = 0) -> int:
-    """KV cache tensors one GPU keeps: a K and a V tensor per layer of its pipeline stage and
-    per drafter layer, or one latent tensor per layer for MLA (vAttention's virtual tensors,
-    ``kvsim.core.kv.vattention``)."""
-    layers = cdiv(model.num_layers, parallel.pipeline_parallel_size) + draft_kv_layers
+    """KV cache tensors one GPU keeps: a K and a V tensor per layer with KV of its pipeline stage
+    (state layers keep none) and per drafter layer, or one latent tensor per layer for MLA
+    (vAttention's virtual tensors, ``kvsim.core.kv.vattention``)."""
+    layers = cdiv(model.num_kv_layers, parallel.pipeline_parallel_size) + draft_kv_layers
     return layers if model.is_mla else 2 * layers
 
 

@@ -29,7 +29,7 @@ from kvsim.config.hardware import (
     weight_bytes_per_gpu,
 )
 from kvsim.config.layers import KVCacheGroups, max_request_tokens, request_blocks
-from kvsim.config.serving import CacheSpec, EngineArgs
+from kvsim.config.serving import MIN_MAX_MODEL_LEN, CacheSpec, EngineArgs
 
 
 class ConfigParts(Protocol):
@@ -124,8 +124,12 @@ def check_memory(config: ConfigParts) -> None:
             f"{_gib(_request_bytes(config, config.max_model_len), round_up=True)} of KV but the "
             "pool holds "
             f"{config.capacity_tokens:,} tokens ({_gib(config.kv_cache_bytes)}, {where})"
-            f"{_limit_note(config, limit)}; lower scheduler.max_model_len to at most {limit:,} or "
-            "raise the KV budget"
+            f"{_limit_note(config, limit)}{_drafter_layers_note(config)}; "
+            + (
+                f"lower scheduler.max_model_len to at most {limit:,} or raise the KV budget"
+                if limit >= MIN_MAX_MODEL_LEN and _holds_a_block(config)
+                else "raise the KV budget"
+            )
         )
 
 
@@ -145,7 +149,7 @@ def _refuse_an_outsized_state(config: ConfigParts, slots: int, where: str) -> No
         f"block from {config.cache.block_size_tokens} to {b:,} tokens (one page holds a state, "
         f"as vLLM sizes pages), and the pool holds {slots // b:,} such blocks "
         f"({_gib(slots * config.bytes_per_token)}, {where}), too few for one request's "
-        f"{len(groups.groups)} groups and the null block; lower it or raise the KV budget"
+        f"{len(groups.groups):,} groups and the null block; lower it or raise the KV budget"
     )
 
 
@@ -236,10 +240,32 @@ def _limit_note(config: ConfigParts, limit: int) -> str:
         return (
             f", of which one request can hold {limit:,} (the pool's "
             f"{config.capacity_tokens // b:,} blocks of {b} tokens serve all "
-            f"{len(groups.groups)} KV cache groups{null})"
+            f"{len(groups.groups):,} KV cache groups{null})"
         )
     b = config.cache.block_size_tokens
     return f", of which requests can hold {limit:,} ({limit // b:,} blocks of {b} tokens{null})"
+
+
+def _holds_a_block(config: ConfigParts) -> bool:
+    """A paged pool has a block beside vLLM v1's null block (``request_limit_tokens`` counts a
+    pool without one whole, so a shorter ``max_model_len`` would not help it)."""
+    if config.cache.allocator not in PAGED_ALLOCATORS:
+        return True
+    groups = config.kv_groups
+    size = config.cache.block_size_tokens if groups is None else groups.block_size_tokens
+    return config.capacity_tokens // size > config.engine_args.reserve_null_block
+
+
+def _drafter_layers_note(config: ConfigParts) -> str:
+    """Names a speculative drafter's KV layers among a token's bytes (empty without them)."""
+    n = config.draft_kv_layers
+    if not n:
+        return ""
+    layers = "layer" if n == 1 else "layers"
+    return (
+        f" (a token's {config.bytes_per_token:,} bytes include the drafter's {n:,} KV {layers}, "
+        "speculative.draft_num_kv_layers)"
+    )
 
 
 def _derived_budget_message(config: ConfigParts, where: str, usable: float, left: float) -> str:
@@ -267,7 +293,7 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
         fits = request_limit_tokens(config, slots)
         short = (
             f"KV is short by {_gib(need_kv - left)} for one max_model_len = "
-            f"{config.max_model_len:,} request"
+            f"{config.max_model_len:,} request{_drafter_layers_note(config)}"
             if need_kv > left
             else f"its {slots:,} slots hold one request of at most {fits:,} tokens, fewer than "
             f"max_model_len = {config.max_model_len:,} (whole blocks of "

@@ -38,6 +38,8 @@ from kvsim.base.units import GiB, KiB, MiB
 from kvsim.config.allocators import POLICY_ARGUMENTS
 from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
 
+MIN_MAX_MODEL_LEN = 2  # a prompt token and an output token
+
 MAX_INT32 = 2**31 - 1
 
 EngineName = Literal["vllm-v1", "vllm-v0"]
@@ -172,7 +174,7 @@ class SchedulerConfig(Frozen):
     engine: EngineName = "vllm-v1"
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_NUM_REQUESTS)
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
-    max_model_len: int | None = Field(default=None, ge=2, le=MAX_CONTEXT_TOKENS)
+    max_model_len: int | None = Field(default=None, ge=MIN_MAX_MODEL_LEN, le=MAX_CONTEXT_TOKENS)
     enable_chunked_prefill: bool | None = None
     long_prefill_token_threshold: int = Field(default=0, ge=0, le=MAX_CONTEXT_TOKENS)
     scheduler_reserve_full_isl: bool | None = None

@@ -354,6 +354,18 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str
             table.add_row(
                 f"  {label}", format_metric(key, va), format_metric(key, vb), diff, change
             )
+    # the pool itself where the runs' differ (the rows above are shares of it)
+    pool = [
+        k for k in ("capacity_tokens", "bytes_per_token", "kv_cache_bytes") if a.get(k) != b.get(k)
+    ]
+    if pool:
+        table.add_section()
+        table.add_row("[bold]KV pool[/]", "", "", "", "")
+    for key in pool:
+        va, vb = a.get(key), b.get(key)
+        table.add_row(
+            f"  {key}", format_metric(key, va), format_metric(key, vb), *_difference(key, va, vb)
+        )
     for key in ("engine", "preemption_mode", "layout_source"):
         if a.get(key) != b.get(key):
             table.add_row(f"  {key}", str(a.get(key)), str(b.get(key)), "differs", "")

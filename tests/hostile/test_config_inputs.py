@@ -672,3 +672,27 @@ def test_a_check_that_names_its_field_in_full_is_not_prefixed_twice():
     line = str(err.value)
     assert line.startswith("model.attention: 40 sliding and state layers exceed num_layers (32)")
     assert "model: model" not in line
+
+
+def test_a_pool_the_drafters_layers_fill_names_them_and_asks_for_more_kv() -> None:
+    # (32 + 100,000 layers) x 4,096 B = 409,731,072 B a token: 4 GiB holds 10 tokens, not one
+    # 16-token block, so no max_model_len would fit: the message asks for KV only
+    data = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "cache": {"kv_cache_gib": 4},
+        "scheduler": {"max_model_len": 8192},
+        "workload": {"num_requests": 3},
+        "speculative": {
+            "num_speculative_tokens": 3,
+            "acceptance_rate": 0.5,
+            "draft_num_kv_layers": 100_000,
+        },
+    }
+    with pytest.raises(ValueError, match=r"scheduler\.max_model_len") as err:
+        config_from_dict(data)
+    message = str(err.value)
+    assert "holds 10 tokens" in message
+    assert "409,731,072 bytes include the drafter's 100,000 KV layers" in message
+    assert message.endswith("raise the KV budget")
+    assert "lower scheduler.max_model_len" not in message
