@@ -63,3 +63,28 @@ def test_an_empty_run_changes_no_key() -> None:
     chain = KeyChain()
     with_empty = chain.block_keys([("a", 10), ("b", 0), ("c", 10)], 2, 8)
     assert with_empty == chain.block_keys([("a", 10), ("c", 10)], 2, 8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tag=st.sampled_from(["mc", "gen", "user"]),
+    value=st.integers(0, 2**62),
+    first=st.sampled_from(["int", "bool_or_numpy", "nested"]),
+)
+def test_an_id_interns_to_one_int_however_its_int_is_typed(tag, value, first) -> None:
+    import numpy as np
+
+    # ("mc", 7) is interned by a shortcut for (str, int) ids; a bool or numpy int, equal to
+    # the int, goes the general way: equal ids, one int, whichever shape was seen first
+    chain = KeyChain()
+    if first == "bool_or_numpy":
+        chain.intern((tag, np.int64(0)))
+    elif first == "nested":
+        chain.intern(((tag, 0), 0))  # another shape numbered first
+    plain = chain.intern((tag, value))
+    assert plain == chain.intern((tag, np.int64(value)))
+    if value in (0, 1):
+        assert plain == chain.intern((tag, bool(value)))
+    assert plain != chain.intern((tag, value + 1))
+    assert plain != chain.intern((tag + "x", value))
+    assert plain != chain.intern(((tag, value), 0))

@@ -100,6 +100,14 @@ class KeyChain:
         to its end. Different items collide as keys do (64-bit hashes); Python hashes -1 as -2,
         so ids differing only there would too (kvsim's ids are never negative).
         """
+        if isinstance(item, tuple) and len(item) == 2:  # ("mc", 7), ("gen", 3): most ids
+            tag, value = item
+            if type(tag) is str and type(value) is int:  # the general path's shape and ints
+                shape: Hashable = (tag, _INT)
+                number = self._shapes.get(shape)
+                if number is None:
+                    number = self._shapes[shape] = len(self._shapes)
+                return hash((number, value))
         ints: list[int] = []
         shape = _shape(item, ints)
         number = self._shapes.get(shape)
@@ -147,7 +155,9 @@ def _is_integer(item: object) -> TypeGuard[SupportsIndex]:
     """Whether ``item`` is a Python, bool or numpy int. A function, not an ``isinstance`` in
     ``_shape``: compiled (``kvsim.native``), that would narrow ``item`` to a Python int and
     refuse a numpy one."""
-    return isinstance(item, (int, Integral))
+    if isinstance(item, int):
+        return True
+    return not isinstance(item, str) and isinstance(item, Integral)  # (a str: no ABC check)
 
 
 _RUN_STEP: Final = 0x9E3779B1  # odd, < 2**32: an end offset (< 2**31 tokens) times it fits 63 bits
@@ -177,6 +187,8 @@ class StreamKeys:
     __slots__ = (
         "_anchor",
         "_anchor_offset",
+        "_base",
+        "_base_run",
         "_block",
         "_chain",
         "_keys",
@@ -202,6 +214,10 @@ class StreamKeys:
         self._keys: vec[i64] = vec[i64]([root])
         self._anchor = root
         self._anchor_offset = 0  # where the anchor's tokens end in run _seg_i
+        # the hash of (anchor, run, anchor offset) keying the blocks inside run _base_run (-1:
+        # none yet): a stream extended a block at a time hashes it once a run, not once a block
+        self._base: i64 = 0
+        self._base_run: i64 = -1
 
     def keys(self, num_blocks: int) -> list[int]:
         """Keys of the first ``num_blocks`` full blocks (a new list).
@@ -238,7 +254,10 @@ class StreamKeys:
                 continue
             if seg_i < len(segs) and offset + block <= segs[seg_i][1]:  # inside one run
                 seg, length = segs[seg_i]
-                base: i64 = hash((anchor, seg, anchor_offset))
+                if self._base_run != seg_i:  # (the anchor changes only with the run)
+                    self._base = hash((anchor, seg, anchor_offset))
+                    self._base_run = seg_i
+                base: i64 = self._base
                 end: i64 = offset  # machine integers: the product stays below 2**63
                 step: i64 = _RUN_STEP
                 last: i64 = offset + block * min(
