@@ -7,7 +7,10 @@ builds the cases from kvsim's model presets and compares.
 A case names a model's attention layers on one GPU as vLLM's model runner reports them
 (``vllm/v1/worker/gpu/attn_utils.py``, ``get_kv_cache_spec``): ``num_full`` full-attention and
 ``num_sliding`` sliding-window layers of ``num_kv_heads`` heads of ``head_size`` in bf16 or
-fp8, and ``num_draft`` layers of a speculative drafter, full attention marked ``is_draft``. The
+fp8, ``num_state`` state layers whose ``state_bytes`` state vLLM pads to the attention page
+(``MambaSpec.page_size_padded``; ``block_size`` is then the one vLLM raised to hold the state,
+kvsim's ``KVCacheGroups.block_size_tokens``), and ``num_draft`` layers of a speculative
+drafter, full attention marked ``is_draft``. The
 specs go through ``get_global_kv_cache_groups`` and ``get_kv_cache_configs``
 (``vllm/v1/core/kv_cache_planning.py``) with ``available_bytes`` of KV memory, as vLLM's engine
 core plans them; the result is ``num_blocks`` and each group's ``[kind, layers]``, or ``error``
@@ -31,7 +34,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import torch
 from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.v1.core import kv_cache_planning
-from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from tests.vllm.vllm_driver import model_dir  # (the tiny Llama, vLLM-side only)
@@ -73,6 +76,14 @@ def layer_specs(case: dict[str, Any]) -> dict[str, Any]:
         specs[f"model.layers.{i}.sliding"] = SlidingWindowSpec(
             **shape, sliding_window=case["sliding_window"]
         )
+    for i in range(case.get("num_state", 0)):  # one state a request, in a page of its own
+        page = FullAttentionSpec(**shape).page_size_bytes  # (padded to the attention page)
+        specs[f"model.layers.{i}.state"] = MambaSpec(
+            block_size=case["block_size"],
+            shapes=((case["state_bytes"] // 2,),),
+            dtypes=(torch.bfloat16,),
+            page_size_padded=page,
+        )
     for i in range(case["num_draft"]):
         specs[f"draft_model.layers.{i}"] = replace(FullAttentionSpec(**shape), is_draft=True)
     return specs
@@ -89,7 +100,7 @@ def plan(case: dict[str, Any], model: str) -> dict[str, Any]:
         )
     except ValueError as err:
         return {"error": str(err)}
-    kinds = {FullAttentionSpec: "full", SlidingWindowSpec: "sliding"}
+    kinds = {FullAttentionSpec: "full", SlidingWindowSpec: "sliding", MambaSpec: "state"}
     return {
         "num_blocks": kv_config.num_blocks,
         "groups": [

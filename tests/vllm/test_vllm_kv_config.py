@@ -5,8 +5,9 @@ kvsim's ``SimConfig`` gives the pool's blocks (``capacity_tokens // block size``
 block among them) and its KV cache groups; vLLM's ``get_kv_cache_configs`` gives its
 ``num_blocks`` and groups for the same layers on one GPU (``kv_config_driver.py``, in
 ``.venv-vllm``). A budget one ``max_model_len`` request outgrows is refused by both. Skipped
-unless ``.venv-vllm`` exists. State layers (Mamba / GDN) are left out: their page is the state's
-own shape, which kvsim holds as bytes only.
+unless ``.venv-vllm`` exists. A state layer (Mamba / GDN) is given to vLLM as one state of
+kvsim's bytes in the attention page, at the block size kvsim raised to hold it (vLLM raises it
+in the model's config, before planning).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ CASES: list[tuple[str, float, int, int, int, str, int | None, bool]] = [
     ("gpt-oss-20b", 8, 16384, 16, 2, "auto", 3, True),
     ("mistral-7b-v0.1", 8, 8192, 16, 1, "auto", None, True),
     ("mistral-7b-v0.1", 8, 8192, 16, 1, "auto", 1, True),
+    ("qwen3-next-80b-a3b", 2, 8192, 16, 2, "auto", None, True),
+    ("qwen3-next-80b-a3b", 2, 8192, 16, 4, "auto", 1, True),
 ]
 
 
@@ -68,13 +71,26 @@ def kvsim_config(case: tuple) -> SimConfig:
 def vllm_case(case: tuple) -> dict[str, Any]:
     """The same layers as vLLM's model runner reports them on one GPU."""
     model, gib, length, block, tp, dtype, draft, hybrid = case
-    shape = {"gpu": "h100-80gb", "cache": {"kv_cache_gib": 1}, "scheduler": {"max_model_len": 64}}
+    shape = {
+        "gpu": "h100-80gb",
+        "parallel": {"tensor_parallel_size": tp},
+        "cache": {"kv_cache_gib": 1},
+        "scheduler": {"max_model_len": 64},
+    }
     base = config_from_dict({"model": model, **shape}).model  # (the preset's layers only)
-    sliding = base.attention.num_sliding_layers if base.attention else 0
-    window = base.attention.sliding_window_tokens if base.attention else None
+    attention = base.attention
+    sliding = attention.num_sliding_layers if attention else 0
+    window = attention.sliding_window_tokens if attention else None
+    state = attention.num_state_layers if attention else 0
+    if state:  # the block size raised to hold a state (kvsim.config.layers.state_block_size)
+        groups = kvsim_config(case).kv_groups
+        assert groups is not None
+        block = groups.block_size_tokens
     return {
         "num_full": base.num_kv_layers - sliding,
         "num_sliding": sliding,
+        "num_state": state,
+        "state_bytes": -(-(attention.state_bytes_per_layer or 0) // tp) if state else 0,
         "num_draft": draft or 0,
         "num_kv_heads": max(1, base.num_kv_heads // tp),
         "head_size": base.head_dim,
