@@ -88,3 +88,44 @@ def test_an_id_interns_to_one_int_however_its_int_is_typed(tag, value, first) ->
     assert plain != chain.intern((tag, value + 1))
     assert plain != chain.intern((tag + "x", value))
     assert plain != chain.intern(((tag, value), 0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    streams=st.lists(STREAM, min_size=2, max_size=4),
+    block=st.sampled_from([1, 3, 4, 8, 16]),
+    lookahead=st.integers(1, 20),
+    steps=st.lists(st.integers(1, 12), max_size=6),
+)
+def test_lookahead_keys_name_the_tokens_past_their_block(streams, block, lookahead, steps) -> None:
+    # vLLM's num_hash_lookahead_tokens = L: block b's key covers its prefix and the L tokens
+    # after it, so equal keys exactly for equal first (b + 1) * block + L tokens, and a stream
+    # of n tokens keys (n - L) // block blocks
+    chain = KeyChain()
+    named: dict[int, tuple[tuple[object, int], ...]] = {}
+    for i, segments in enumerate(streams):
+        tokens = _tokens(segments)
+        num_blocks = max(0, len(tokens) - lookahead) // block
+        whole = chain.block_keys(segments, num_blocks, block, lookahead_tokens=lookahead)
+        stepped = _keys_in_steps(
+            StreamKeys(chain, segments, block, lookahead_tokens=lookahead), num_blocks, steps
+        )
+        assert stepped == whole, f"stream {i}: keys depend on how far they were extended"
+        for b, key in enumerate(whole):
+            prefix = tuple(tokens[: (b + 1) * block + lookahead])
+            assert named.setdefault(key, prefix) == prefix, f"stream {i} block {b}: collision"
+    assert len(set(named.values())) == len(named)
+
+
+def test_two_prompts_parting_at_a_block_boundary_share_one_block_less_with_lookahead() -> None:
+    # 32 tokens of "s" then different runs: blocks 0 and 1 (tokens 0-31) are the same tokens;
+    # with L = 1 block 1's key also covers token 32, which differs, so only block 0 is shared
+    chain = KeyChain()
+    a, b = [("s", 32), ("x", 16)], [("s", 32), ("y", 16)]
+    assert chain.block_keys(a, 2, 16)[:2] == chain.block_keys(b, 2, 16)[:2]
+    ahead_a = chain.block_keys(a, 2, 16, lookahead_tokens=1)
+    ahead_b = chain.block_keys(b, 2, 16, lookahead_tokens=1)
+    assert ahead_a[0] == ahead_b[0]
+    assert ahead_a[1] != ahead_b[1]
+    # and a lookahead key is never a plain one: block 0 + 1 token is not block 0
+    assert ahead_a[0] != chain.block_keys(a, 1, 16)[0]

@@ -225,6 +225,9 @@ class EngineArgs:
             ``kvsim.config.speculative``).
         num_lookahead_tokens: KV slots every allocation reserves past the scheduled tokens
             (vLLM ``allocate_slots(num_lookahead_tokens=...)``).
+        num_hash_lookahead_tokens: tokens past a block that its prefix-cache key covers (vLLM
+            ``VllmConfig.num_hash_lookahead_tokens``: 1 for an EAGLE or MTP drafter with prefix
+            caching; ``kvsim.workload.tokens.StreamKeys``).
     """
 
     engine: EngineName
@@ -244,6 +247,7 @@ class EngineArgs:
     async_scheduling: bool = False
     num_speculative_tokens: int = 0
     num_lookahead_tokens: int = 0
+    num_hash_lookahead_tokens: int = 0
 
 
 def resolve_engine_args(

@@ -198,10 +198,12 @@ class SimConfig(Frozen):
         spec = self.speculative
         if not spec.enabled:
             return args
+        caching = args.enable_prefix_caching
         return replace(
             args,
             num_speculative_tokens=spec.num_speculative_tokens,
             num_lookahead_tokens=spec.num_lookahead_tokens,
+            num_hash_lookahead_tokens=spec.hash_lookahead_tokens if caching else 0,
         )
 
     @property
@@ -475,14 +477,6 @@ def _check_speculative(config: SimConfig, args: EngineArgs) -> None:
             f"scheduler.long_prefill_token_threshold ({threshold}) must be 0 or exceed "
             f"speculative.num_speculative_tokens ({k}): vLLM pads a one-token admission to a "
             f"whole verification of 1 + {k} tokens, which the threshold would cut"
-        )
-    if config.speculative.method == "eagle" and args.enable_prefix_caching:
-        warn_once(
-            logger,
-            "speculative.method = 'eagle' with prefix caching: vLLM 0.34.0 then keys each "
-            "block with the token after it (num_hash_lookahead_tokens = 1), so a block is "
-            "cached one token later and two prompts that part right after a block boundary "
-            "share one block less; kvsim keys blocks as without a drafter",
         )
     if args.max_num_batched_tokens <= k:
         raise ValueError(

@@ -146,6 +146,15 @@ class SpeculativeConfig(Frozen):
         return self.num_speculative_tokens if self.method == "eagle" else 0
 
     @property
+    def hash_lookahead_tokens(self) -> int:
+        """Tokens past a block that its prefix-cache key covers when the pool caches prefixes
+        (vLLM 0.34.0 ``VllmConfig._resolve_num_hash_lookahead_tokens``: an EAGLE or MTP
+        drafter's KV at a block's last position reads the next token, so vLLM hashes a block
+        with it, ``num_prefill_lookahead_tokens = 1``; n-gram lookup: 0). vLLM's separate
+        draft model (``draft_model``) and multi-module MTP differ; kvsim models EAGLE's."""
+        return 1 if self.enabled and self.method == "eagle" else 0
+
+    @property
     def num_draft_kv_layers(self) -> int:
         """Drafter attention layers keeping KV in the pool while the run speculates:
         ``draft_num_kv_layers``, by default 1 for ``"eagle"`` and 0 for ``"ngram"``; 0 when

@@ -125,20 +125,24 @@ class KeyChain:
         num_blocks: int,
         block_size_tokens: int,
         salt: str | None = None,
+        lookahead_tokens: int = 0,
     ) -> list[int]:
         """Keys of the first ``num_blocks`` full blocks of the stream ``segments``.
 
         Args:
-            segments: the token runs; must cover ``num_blocks * block_size_tokens`` tokens.
+            segments: the token runs; must cover ``num_blocks * block_size_tokens`` tokens (and
+                ``lookahead_tokens`` more).
             num_blocks: full blocks to key.
             block_size_tokens: tokens per block.
             salt: tenant salt mixed into the root (``None``: no salt).
+            lookahead_tokens: tokens past each block its key covers (``StreamKeys``).
         """
-        cursor = StreamKeys(self, segments, block_size_tokens, salt)
+        cursor = StreamKeys(self, segments, block_size_tokens, salt, lookahead_tokens)
         return cursor.keys(num_blocks)
 
 
 _INT = object()  # where an int sat in a shape
+_LOOKAHEAD_RUN = ("kvsim: the run hash-lookahead keys start with", 0)  # (no trace names it)
 
 
 def _shape(item: Hashable, ints: list[int]) -> Hashable:
@@ -177,11 +181,19 @@ class StreamKeys:
     boundary keys its blocks as a longer copy of the run does (the cut is no anchor unless the
     stream goes on into another run).
 
+    With ``lookahead_tokens = L`` (vLLM's ``num_hash_lookahead_tokens``: an EAGLE drafter's KV
+    at a block's last position reads the next token, ``vllm/v1/core/kv_cache_utils.py``,
+    ``get_request_block_hasher``), block ``i``'s key names the tokens up to ``(i + 1) * B + L``
+    instead: the stream is keyed as if ``s * B - L`` tokens of one fixed run came first, with
+    ``s = cdiv(L, B)``, and block ``i`` is that stream's block ``i + s``; the stream must hold
+    those ``L`` tokens past the block (vLLM hashes a block only once they exist).
+
     Args:
         chain: the allocator's ``KeyChain`` (interns segment ids).
         segments: the stream's token runs (``stream_segments``); a run is under 2**31 tokens.
         block_size_tokens: tokens per block.
         salt: tenant salt (``None``: none).
+        lookahead_tokens: tokens past a block that its key covers (``L``, 0: none).
     """
 
     __slots__ = (
@@ -195,6 +207,7 @@ class StreamKeys:
         "_offset",
         "_seg_i",
         "_segments",
+        "_shift",
     )
 
     def __init__(
@@ -203,9 +216,15 @@ class StreamKeys:
         segments: Sequence[Segment],
         block_size_tokens: int,
         salt: str | None = None,
+        lookahead_tokens: int = 0,
     ) -> None:
         self._chain = chain
         self._segments = [(chain.intern(seg_id), length) for seg_id, length in segments]
+        # blocks of the fixed leading run the keys skip (s = cdiv(L, B)), their run first
+        self._shift: i64 = -(lookahead_tokens // -block_size_tokens)
+        if lookahead_tokens:
+            lead = self._shift * block_size_tokens - lookahead_tokens
+            self._segments.insert(0, (chain.intern(_LOOKAHEAD_RUN), lead))
         self._block = block_size_tokens
         self._seg_i = 0
         self._offset = 0
@@ -225,18 +244,23 @@ class StreamKeys:
         Raises:
             ValueError: the stream holds fewer than ``num_blocks`` full blocks.
         """
-        self._extend(num_blocks)
-        return list(self._keys[1 : num_blocks + 1])
+        s = self._shift
+        if num_blocks > 0:  # (none asked: not even the skipped lead blocks need the stream)
+            self._extend(num_blocks + s)
+        return list(self._keys[s + 1 : num_blocks + s + 1])
 
     def keys_between(self, start: int, stop: int) -> vec[i64]:
         """Keys of full blocks ``start`` to ``stop - 1`` (a new vector)."""
-        self._extend(stop)
-        return self._keys[start + 1 : stop + 1]
+        s = self._shift
+        if stop > start:
+            self._extend(stop + s)
+        return self._keys[start + s + 1 : stop + s + 1]
 
     def key(self, index: int) -> int:
         """Key of full block ``index`` (0-based)."""
-        self._extend(index + 1)
-        return self._keys[index + 1]
+        s = self._shift
+        self._extend(index + s + 1)
+        return self._keys[index + s + 1]
 
     def _extend(self, num_blocks: int) -> None:
         """Key blocks up to ``num_blocks - 1``."""

@@ -253,3 +253,81 @@ def test_config_errors_name_the_field(spec, extra, message):
 def test_default_config_keeps_its_hash():
     # the speculative section at its default is left out of the canonical form
     assert "speculative" not in config_from_dict({}).canonical_json()
+
+
+def _eagle_sched(pool: PagedAllocator, k: int = 2, batched: int = 64, hash_lookahead: int = 1):
+    args = engine_args(
+        max_num_batched_tokens=batched,
+        max_num_seqs=4,
+        max_model_len=64,
+        reserve_null_block=True,
+        enable_prefix_caching=True,
+        num_speculative_tokens=k,
+        num_lookahead_tokens=k,
+        num_hash_lookahead_tokens=hash_lookahead,
+    )
+    return make_scheduler(pool, args, spec=SpecDecoder(k, k, [0.5] * k, seed=0))
+
+
+def _hit_after(first: list, second: list, hash_lookahead: int) -> int:
+    """Tokens ``second``'s prompt hits once ``first`` has run to its end (blocks of 4)."""
+    pool = PagedAllocator(
+        capacity_tokens=40 * 4,
+        block_size_tokens=4,
+        reserve_null_block=True,
+        enable_prefix_caching=True,
+    )
+    sched = _eagle_sched(pool, hash_lookahead=hash_lookahead)
+    a = req(0, sum(n for _, n in first), 3, token_segments=tuple(first))
+    sched.add_request(a)
+    while sched.has_work():
+        step(sched)
+    b = req(1, sum(n for _, n in second), 3, token_segments=tuple(second))
+    sched.add_request(b)
+    sched.schedule()
+    return b.num_computed_tokens
+
+
+def test_eagle_keys_a_block_with_the_token_after_it():
+    # vLLM 0.34.0, EAGLE with a prefix cache: num_hash_lookahead_tokens = 1, so block i's hash
+    # covers tokens up to (i + 1) * 4 + 1. Prompts "s"x8 + "a"x3 and "s"x8 + "b"x3 share 8
+    # tokens, 2 whole blocks, and part at token 8: block 1's key reads token 8 ("a" vs "b"),
+    # so the second hits block 0 only, 4 tokens; keyed without the lookahead it hits 8 (its
+    # cap is (11 - 1) // 4 = 2 blocks)
+    first, second = [("s", 8), ("a", 3)], [("s", 8), ("b", 3)]
+    assert _hit_after(first, second, hash_lookahead=1) == 4
+    assert _hit_after(first, second, hash_lookahead=0) == 8
+    # parting mid-block (token 6) the lookahead changes nothing: block 0 is shared, block 1 not
+    first, second = [("s", 6), ("a", 5)], [("s", 6), ("b", 5)]
+    assert _hit_after(first, second, 1) == _hit_after(first, second, 0) == 4
+
+
+def test_lookahead_slots_are_held_not_cached():
+    # vLLM allocate_slots caches min(computed + new, known) tokens, the lookahead slots left
+    # out. A 10-token prompt in chunks of 6 with 2 lookahead slots: step 0 computes tokens 0-5
+    # and holds 6 + 2 = 8 slots (2 blocks of 4), but only block 0 (tokens 0-3) is full of
+    # computed tokens, so one block is cached, not the 2 that 8 slots would fill
+    pool = PagedAllocator(
+        capacity_tokens=20 * 4,
+        block_size_tokens=4,
+        reserve_null_block=True,
+        enable_prefix_caching=True,
+    )
+    sched = _eagle_sched(pool, batched=6, hash_lookahead=0)
+    sched.add_request(req(0, 10, 3, token_segments=(("s", 10),)))
+    step(sched)
+    assert len(pool.block_table(0)) == 2
+    assert pool.pool.num_cached() == 1
+
+
+def test_eagle_with_a_prefix_cache_keys_one_token_ahead():
+    # vLLM 0.34.0 VllmConfig._resolve_num_hash_lookahead_tokens: an EAGLE-style drafter with
+    # the prefix cache on -> 1; n-gram lookup, no prefix cache, or no speculation -> 0
+    base = small({"num_speculative_tokens": 3, "acceptance_rate": 0.7})
+    lookahead = config_from_dict(base).engine_args.num_hash_lookahead_tokens
+    assert lookahead == 1
+    ngram = {**base, "speculative": {**base["speculative"], "method": "ngram"}}
+    assert config_from_dict(ngram).engine_args.num_hash_lookahead_tokens == 0
+    uncached = {**base, "cache": {**base["cache"], "enable_prefix_caching": False}}
+    assert config_from_dict(uncached).engine_args.num_hash_lookahead_tokens == 0
+    assert config_from_dict({}).engine_args.num_hash_lookahead_tokens == 0

@@ -59,7 +59,15 @@ def engine_args(cfg: dict[str, Any]) -> EngineArgs:
         scheduler_reserve_full_isl=True,  # vLLM's default (SchedulerConfig)
         num_speculative_tokens=cfg.get("num_speculative_tokens", 0),
         num_lookahead_tokens=lookahead(cfg),
+        num_hash_lookahead_tokens=hash_lookahead(cfg),
     )
+
+
+def hash_lookahead(cfg: dict[str, Any]) -> int:
+    """vLLM's ``num_hash_lookahead_tokens``: 1 for EAGLE with a prefix cache (a block is keyed
+    with the token after it), else 0."""
+    eagle = cfg.get("num_speculative_tokens", 0) and cfg.get("spec_method") != "ngram"
+    return 1 if eagle and cfg["enable_prefix_caching"] else 0
 
 
 def lookahead(cfg: dict[str, Any]) -> int:

@@ -197,7 +197,10 @@ def run_workload(work: dict[str, Any], model: str) -> dict[str, Any]:
     """The per-step records of one workload (see ``tests/vllm/compare.py``)."""
     cfg = work["config"]
     sched = build_scheduler(cfg, model)
-    hasher = get_request_block_hasher(cfg["block_size"], sha256)
+    # as vLLM's engine core builds it: EAGLE with a prefix cache hashes a block with the token
+    # after it (VllmConfig.num_hash_lookahead_tokens, 1; 0 otherwise)
+    lookahead = sched.vllm_config.num_hash_lookahead_tokens
+    hasher = get_request_block_hasher(cfg["block_size"], sha256, lookahead)
     pending = sorted(work["requests"], key=lambda r: (r["arrival_step"], r["id"]))
     live: dict[str, Request] = {}
     num_sampled: dict[str, int] = {}

@@ -93,11 +93,11 @@ def random_hybrid_workload(seed: int) -> dict[str, Any]:
 
 def random_spec_workload(seed: int) -> dict[str, Any]:
     """Speculative decoding (``k`` drafts; EAGLE with ``k`` lookahead slots, or n-gram lookup
-    with none) on a base workload's requests: EAGLE without a prefix cache (with one, vLLM
-    0.34.0 hashes EAGLE's blocks one token ahead, ``num_hash_lookahead_tokens``, which kvsim
-    does not model), a chunk threshold of 0 or past
-    ``k`` (a padded admission is never cut), a budget past ``k``, and a pool that holds the
-    largest request with its lookahead slots."""
+    with none) on a base workload's requests, a prefix cache on or off as the base drew it
+    (EAGLE's then keys each block with the token after it: vLLM 0.34.0's
+    ``num_hash_lookahead_tokens = 1``), a chunk threshold of 0 or past ``k`` (a padded
+    admission is never cut), a budget past ``k``, and a pool that holds the largest request
+    with its lookahead slots."""
     work = random_workload(seed)
     rng = np.random.default_rng([33, 5, seed])
     cfg = work["config"]
@@ -105,11 +105,8 @@ def random_spec_workload(seed: int) -> dict[str, Any]:
     rates = sorted((float(rng.random()) for _ in range(k)), reverse=True)
     if rng.random() < 0.2:
         rates = [1.0] * k  # every draft accepted: requests run out of output mid-verification
-    # n-gram lookup (no lookahead slots) may cache prefixes: a one-token admission is then
-    # padded to a whole verification; EAGLE (k lookahead slots) runs without a prefix cache
+    # with a prefix cache a one-token admission is padded to a whole verification
     method = "ngram" if rng.random() < 0.4 else "eagle"
-    if method == "eagle":
-        cfg["enable_prefix_caching"] = False
     cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], k + 1)
     if cfg["long_prefill_token_threshold"]:
         cfg["long_prefill_token_threshold"] = max(cfg["long_prefill_token_threshold"], k + 1)

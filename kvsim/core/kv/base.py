@@ -284,12 +284,19 @@ class Allocator(ABC):
     # -- mutations --------------------------------------------------------------------------
     @abstractmethod
     def allocate(
-        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+        self,
+        request: Request,
+        num_tokens: int,
+        hit: PrefixHit = NO_HIT,
+        cache_tokens: int | None = None,
     ) -> AllocResult | None:
         """Make ``request`` hold room for ``num_tokens`` tokens in total.
 
         Args:
             hit: for a new request, the ``find_cached_prefix`` result it reuses.
+            cache_tokens: tokens whose full blocks a prefix cache may key (default
+                ``num_tokens``): speculative decoding's lookahead slots are held, not cached
+                (vLLM ``allocate_slots``: ``num_tokens_to_cache`` leaves them out).
 
         Returns:
             ``None``, changing nothing, when it does not fit.
@@ -337,12 +344,14 @@ class Allocator(ABC):
     same step would reuse, so a step that allocates for requests sharing tokens, or coming back
     from a preemption, takes its pooled blocks member by member in running order."""
 
-    def speculate(self) -> None:
+    def speculate(self, hash_lookahead_tokens: int = 0) -> None:
         """The run decodes speculatively: an allocation's tokens reach past the request's
         known ones (unverified drafts, lookahead slots), and a prefix cache keys only the known
-        ones (vLLM ``allocate_slots`` caps the cached tokens at ``request.num_tokens``). The
-        scheduler calls it once, before the run; then every running request is handled one
-        by one, so its counters are true at every allocation."""
+        ones (vLLM ``allocate_slots`` caps the cached tokens at ``request.num_tokens``), less
+        ``hash_lookahead_tokens``: a block is keyed with that many tokens after it, once they
+        are known (vLLM ``num_hash_lookahead_tokens``; ``kvsim.workload.tokens.StreamKeys``).
+        The scheduler calls it once, before the run; then every running request is handled
+        one by one, so its counters are true at every allocation."""
         return None
 
     def see_workload(self, requests: Sequence[Request]) -> None:

@@ -167,9 +167,11 @@ class HybridPagedAllocator(Allocator):
         self.preempted_queries = 0
         self.preempted_hits = 0
         self._known_only = False
+        self.hash_lookahead_tokens = 0  # speculate(): tokens past a block its key covers
 
-    def speculate(self) -> None:
+    def speculate(self, hash_lookahead_tokens: int = 0) -> None:
         self._known_only = True
+        self.hash_lookahead_tokens = hash_lookahead_tokens
 
     # -- queries ----------------------------------------------------------------------------
     @property
@@ -200,7 +202,13 @@ class HybridPagedAllocator(Allocator):
         keys = self._keys.get(request.req_id)
         if keys is None:
             segments = stream_segments(request)
-            keys = StreamKeys(self.key_chain, segments, self.block_size_tokens, request.cache_salt)
+            keys = StreamKeys(
+                self.key_chain,
+                segments,
+                self.block_size_tokens,
+                request.cache_salt,
+                self.hash_lookahead_tokens,
+            )
             self._keys[request.req_id] = keys
         return keys
 
@@ -214,7 +222,8 @@ class HybridPagedAllocator(Allocator):
             or "state" in self.kinds
         ):
             return NO_HIT
-        n = (request.num_tokens - 1) // self.block_size_tokens
+        keyed = request.num_tokens - self.hash_lookahead_tokens  # (blocks with keys)
+        n = min(request.num_tokens - 1, keyed) // self.block_size_tokens
         keys, lookup = self._stream_keys(request), self.pool.lookup
         full = [g for g, kind in enumerate(self.kinds) if kind == "full"]
         for g in full:  # the longest cached prefix of every full group
@@ -472,7 +481,11 @@ class HybridPagedAllocator(Allocator):
 
     # -- mutations --------------------------------------------------------------------------
     def allocate(
-        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+        self,
+        request: Request,
+        num_tokens: int,
+        hit: PrefixHit = NO_HIT,
+        cache_tokens: int | None = None,
     ) -> AllocResult | None:
         rid = request.req_id
         room = self._room.get(rid)
@@ -516,7 +529,8 @@ class HybridPagedAllocator(Allocator):
             if admitted:
                 self._record_lookup(request, hit)
             if request.shares_tokens:  # a private stream is keyed when preempted (``free``)
-                self._cache_full_blocks(request, tables, num_tokens)
+                cached = num_tokens if cache_tokens is None else cache_tokens
+                self._cache_full_blocks(request, tables, cached)
         taken = max(0, free_before - self.pool.num_free)
         return self._result(taken * self.block_size_tokens, taken, hit.num_tokens)
 
@@ -601,7 +615,7 @@ class HybridPagedAllocator(Allocator):
         """Register the blocks ``num_tokens`` fill in the attention groups (vLLM
         ``cache_full_blocks``, per group); a state group's block is never cached."""
         if self._known_only:
-            num_tokens = min(num_tokens, request.num_tokens)
+            num_tokens = min(num_tokens, request.num_tokens - self.hash_lookahead_tokens)
         upto = num_tokens // self.block_size_tokens
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
@@ -632,9 +646,11 @@ class HybridPagedAllocator(Allocator):
             self._cache_full_blocks(request, tables, computed_tokens)
         self._num_cached.pop(req_id, None)
         self._keys.pop(req_id, None)
-        written = 0  # vLLM has cached every block the computed tokens fill
+        written = 0  # vLLM has cached every block the computed tokens fill (and keyed)
         if self.enable_prefix_caching:
             written = request.num_computed_tokens if computed_tokens is None else computed_tokens
+            if self.hash_lookahead_tokens:
+                written = min(written, request.num_tokens - self.hash_lookahead_tokens)
         num_full = written // self.block_size_tokens
         for g, table in enumerate(tables):  # (the null block only before the first live one)
             lead = first_live[g]

@@ -153,9 +153,16 @@ class PagedAllocator(Allocator):
         self.preempted_hits = 0
         self.num_cow_copies = 0
         self._known_only = False  # speculate(): cache a request's known tokens only
+        self.hash_lookahead_tokens = 0  # speculate(): tokens past a block its key covers
 
-    def speculate(self) -> None:
+    def speculate(self, hash_lookahead_tokens: int = 0) -> None:
         self._known_only = True
+        self.hash_lookahead_tokens = hash_lookahead_tokens
+
+    def _keyed_tokens(self, request: Request) -> int:
+        """Tokens whose blocks have keys: the request's known tokens less those a key reads past
+        its block (vLLM hashes block ``i`` once ``(i + 1) * B + L`` tokens are known)."""
+        return request.num_tokens - self.hash_lookahead_tokens
 
     def _pool_blocks(self, capacity_tokens: int, block_size_tokens: int) -> int:
         """Blocks the pool is cut into: its whole blocks (a policy whose blocks are not
@@ -218,6 +225,7 @@ class PagedAllocator(Allocator):
                     stream_segments(request),
                     self.block_size_tokens,
                     request.cache_salt,
+                    self.hash_lookahead_tokens,
                 )
             self._keys[request.req_id] = keys
         return keys
@@ -232,7 +240,8 @@ class PagedAllocator(Allocator):
             return NO_HIT
         if not request.shares_tokens and not request.num_preemptions:
             return NO_HIT  # a private stream is cached only once its request is preempted
-        cap = (self._fork_point(request) - 1) // self.block_size_tokens
+        b = self.block_size_tokens
+        cap = min(self._fork_point(request) - 1, self._keyed_tokens(request)) // b
         if cap <= 0:
             return NO_HIT
         keys, lookup = self._stream_keys(request), self.pool.lookup
@@ -261,6 +270,7 @@ class PagedAllocator(Allocator):
                     stream_segments(request),
                     self.block_size_tokens,
                     request.cache_salt,
+                    self.hash_lookahead_tokens,
                 )
         return keys.keys_between(start, stop)
 
@@ -271,13 +281,18 @@ class PagedAllocator(Allocator):
             return 0
         if request.req_id in self.block_tables:
             return 0
-        cap = (self._fork_point(request) - 1) // self.block_size_tokens
+        b = self.block_size_tokens
+        cap = min(self._fork_point(request) - 1, self._keyed_tokens(request)) // b
         if cap <= 0:
             return 0
         keys = self._keys.get(request.req_id)
         if keys is None:
             keys = StreamKeys(
-                self.key_chain, stream_segments(request), self.block_size_tokens, request.cache_salt
+                self.key_chain,
+                stream_segments(request),
+                b,
+                request.cache_salt,
+                self.hash_lookahead_tokens,
             )
         lookup = self.pool.lookup
         found = 0
@@ -405,7 +420,11 @@ class PagedAllocator(Allocator):
 
     # -- mutations --------------------------------------------------------------------------
     def allocate(
-        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+        self,
+        request: Request,
+        num_tokens: int,
+        hit: PrefixHit = NO_HIT,
+        cache_tokens: int | None = None,
     ) -> AllocResult | None:
         rid = request.req_id
         table = self.block_tables.get(rid)
@@ -419,16 +438,19 @@ class PagedAllocator(Allocator):
                 self._sum_distinct += extra
                 result = self._result(extra * self.block_size_tokens, extra)
             if self.enable_prefix_caching:
+                cached = num_tokens if cache_tokens is None else cache_tokens
                 if self._known_only:
-                    num_tokens = min(num_tokens, request.num_tokens)
-                self._cache_full_blocks(request, table, num_tokens)
+                    cached = min(cached, self._keyed_tokens(request))
+                self._cache_full_blocks(request, table, cached)
             return result
         group = self.groups.get(rid)
         if group is not None:
             return self._grow_group(request, group, num_tokens)
-        return self._admit(request, num_tokens, hit)
+        return self._admit(request, num_tokens, hit, cache_tokens)
 
-    def _admit(self, request: Request, num_tokens: int, hit: PrefixHit) -> AllocResult | None:
+    def _admit(
+        self, request: Request, num_tokens: int, hit: PrefixHit, cache_tokens: int | None = None
+    ) -> AllocResult | None:
         if not self.can_allocate(request, num_tokens, hit):
             return None
         free_before = self.pool.num_free
@@ -455,9 +477,10 @@ class PagedAllocator(Allocator):
         if self.enable_prefix_caching:
             self._record_lookup(request, hit)
             self._num_cached[request.req_id] = len(hits)
+            cached = num_tokens if cache_tokens is None else min(num_tokens, cache_tokens)
             if self._known_only:
-                num_tokens = min(num_tokens, request.num_tokens)
-            self._cache_full_blocks(request, table, num_tokens)
+                cached = min(cached, self._keyed_tokens(request))
+            self._cache_full_blocks(request, table, cached)
         taken = free_before - self.pool.num_free
         return self._result(taken * b, taken, hit.num_tokens)
 
@@ -511,6 +534,9 @@ class PagedAllocator(Allocator):
         if table is not None:
             request = self._requests.pop(req_id, None)
             keys = self._keys.get(req_id)
+            ahead = self.hash_lookahead_tokens
+            if ahead and request is not None and computed_tokens is not None:  # keyed ones only
+                computed_tokens = min(computed_tokens, self._keyed_tokens(request))
             if computed_tokens and isinstance(keys, PrivateKeys):  # it comes back: findable
                 start = self._num_cached.get(req_id, 0)
                 upto = computed_tokens // self.block_size_tokens
@@ -523,6 +549,8 @@ class PagedAllocator(Allocator):
                 if self.enable_prefix_caching and request is not None:
                     written = request.num_computed_tokens
                     written = written if computed_tokens is None else computed_tokens
+                    if self.hash_lookahead_tokens:  # (vLLM cached the keyed blocks only)
+                        written = min(written, self._keyed_tokens(request))
                 self.pool.release_table(table, written // self.block_size_tokens)
         else:
             group = self.groups.pop(req_id, None)

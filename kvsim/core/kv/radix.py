@@ -403,7 +403,11 @@ class RadixAllocator(Allocator):
 
     # -- mutations --------------------------------------------------------------------------
     def allocate(
-        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+        self,
+        request: Request,
+        num_tokens: int,
+        hit: PrefixHit = NO_HIT,
+        cache_tokens: int | None = None,
     ) -> AllocResult | None:
         held = self.live.get(request.req_id)
         if held is not None:  # hot path: a running request grows (a decode or a prefill chunk)

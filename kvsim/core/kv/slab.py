@@ -128,7 +128,11 @@ class SlabAllocator(Allocator):
         return placed
 
     def allocate(
-        self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
+        self,
+        request: Request,
+        num_tokens: int,
+        hit: PrefixHit = NO_HIT,
+        cache_tokens: int | None = None,
     ) -> AllocResult | None:
         slabs = self._slabs.get(request.req_id)
         if slabs is not None:  # a slab never grows in place

@@ -56,7 +56,7 @@ class SchedulerCore:
         # allocate_slots(num_lookahead_tokens=...)), capped at max_model_len
         self.lookahead = args.num_lookahead_tokens if spec is not None else 0
         if spec is not None:
-            allocator.speculate()
+            allocator.speculate(args.num_hash_lookahead_tokens)
         self._every_step = allocator.allocates_every_step
         self.token_budget = args.max_num_batched_tokens
         # read every step: native attributes, not the pydantic args' (a Python attribute lookup)
@@ -167,13 +167,15 @@ class SchedulerCore:
     def _allocate(self, req: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         """Allocate through the allocator and refresh the request's cached held slots (with
         speculative decoding, ``lookahead`` slots more, up to ``max_model_len``)."""
-        if self.lookahead:
+        cache_tokens = None  # (all of num_tokens)
+        if self.lookahead:  # lookahead slots are held, not cached
+            cache_tokens = num_tokens
             num_tokens = min(num_tokens + self.lookahead, self.max_model_len)
         if num_tokens <= req.num_held_slots and not self._every_step:  # hot path: room
             cb = self.cache_block_tokens
             if not cb or not req.shares_tokens or num_tokens // cb <= req.num_computed_tokens // cb:
                 return True  # and no shareable block fills, so there is nothing to cache
-        if self.allocator.allocate(req, num_tokens, hit) is None:
+        if self.allocator.allocate(req, num_tokens, hit, cache_tokens) is None:
             return False
         req.num_held_slots = self.allocator.held_slots(req.req_id)
         return True

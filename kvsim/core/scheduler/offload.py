@@ -102,7 +102,8 @@ class OffloadConnector:
         if not request.shares_tokens and not request.num_preemptions:
             return 0  # a private stream's blocks were never stored by anyone else
         b = self.block_size_tokens
-        num_full = request.num_tokens // b
+        # blocks with keys: a key may read tokens past its block (vLLM's hash lookahead)
+        num_full = (request.num_tokens - self.allocator.hash_lookahead_tokens) // b
         if num_full * b - gpu_hit_tokens < b:
             return 0
         tier = self.tier
@@ -170,7 +171,10 @@ class OffloadConnector:
         counters are stale), in the given order."""
         b = self.block_size_tokens
         tier, nxt = self.tier, self._next_store
+        ahead = self.allocator.hash_lookahead_tokens  # (a block is stored once it has a key)
         for req, num_computed in computed:
+            if ahead:  # (speculating: never a cohort member, so its counters are true)
+                num_computed = min(num_computed, req.num_tokens - ahead)
             upto = num_computed // b
             start = nxt.get(req.req_id, 0)
             if upto <= start:
