@@ -331,3 +331,32 @@ def test_eagle_with_a_prefix_cache_keys_one_token_ahead():
     uncached = {**base, "cache": {**base["cache"], "enable_prefix_caching": False}}
     assert config_from_dict(uncached).engine_args.num_hash_lookahead_tokens == 0
     assert config_from_dict({}).engine_args.num_hash_lookahead_tokens == 0
+
+
+def test_a_verification_caches_its_computed_tokens_in_every_hybrid_group():
+    # vLLM update_from_output: with drafts, cache_blocks(request, num_computed_tokens) after the
+    # step, in every KV cache group, freeing nothing. A full and an 8-token sliding-window group
+    # of blocks of 4, EAGLE k = 2 with a prefix cache (hash lookahead 1). A 12-token prompt:
+    # step 0 computes tokens 0-11 and holds 12 + 2 lookahead = 14 slots, 4 blocks a group
+    # (8 + the null block of 21: 12 free); at scheduling its known tokens are 12, so blocks
+    # whose key reads a 13th token wait: min(12, 12 - 1) // 4 = 2 blocks a group keyed; after
+    # the step it has sampled token 13, so min(12, 13 - 1) // 4 = 3 blocks a group: 6 keyed.
+    # The window's first block (tokens 0-3 end before 12 - 8 + 1 = 5) stays until the next
+    # allocation: still 12 free blocks
+    from kvsim.config.layers import KVCacheGroup, KVCacheGroups
+    from kvsim.core.kv.hybrid import HybridPagedAllocator
+
+    kinds = (KVCacheGroup("full", 1), KVCacheGroup("sliding", 1, 8))
+    pool = HybridPagedAllocator(
+        capacity_tokens=21 * 4,
+        kv_groups=KVCacheGroups(kinds, 1, 4, 1),
+        enable_prefix_caching=True,
+        max_in_flight_tokens=64,
+        max_model_len=64,
+    )
+    sched = _eagle_sched(pool)
+    sched.add_request(req(0, 12, 5, token_segments=(("s", 12),)))
+    plan = sched.schedule()
+    assert (pool.pool.num_cached(), pool.pool.num_free) == (4, 12)
+    sched.complete(plan, 1.0, 1.0)
+    assert (pool.pool.num_cached(), pool.pool.num_free) == (6, 12)

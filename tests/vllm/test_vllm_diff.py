@@ -3,8 +3,9 @@
 Skipped unless ``.venv-vllm`` exists (``scripts/vllm_venv.sh`` builds it; ``make test-vllm``
 does both); ``make test`` leaves it out (marker ``vllm``). ``KVSIM_VLLM_WORKLOADS`` sets the
 number of workloads of each family (default 1000): ``base`` (``random_workload``), ``spec``
-(speculative decoding, ``random_spec_workload``) and ``hybrid`` (a full and a sliding-window KV
-cache group over one pool). ``compare.py`` documents the records compared.
+(speculative decoding, ``random_spec_workload``), ``hybrid`` (a full and a sliding-window KV
+cache group over one pool) and ``hybrid-spec`` (the two together). ``compare.py`` documents the
+records compared.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 MAX_STEPS = 20_000  # far above any workload's length: both sides stop here if stuck
-FAMILIES = ("base", "spec", "hybrid")  # random_workload's, random_spec_workload's, hybrid's
+# random_workload's, random_spec_workload's, random_hybrid_workload's, and the last two together
+FAMILIES = ("base", "spec", "hybrid", "hybrid-spec")
 
 
 def random_workload(seed: int) -> dict[str, Any]:
@@ -72,6 +73,8 @@ def workload(family: str, seed: int) -> dict[str, Any]:
         return random_spec_workload(seed)
     if family == "hybrid":
         return random_hybrid_workload(seed)
+    if family == "hybrid-spec":
+        return random_hybrid_spec_workload(seed)
     return random_workload(seed)
 
 
@@ -121,6 +124,21 @@ def random_spec_workload(seed: int) -> dict[str, Any]:
     cfg.update(num_speculative_tokens=k, acceptance_rates=rates, spec_seed=seed)
     cfg["spec_method"] = method
     work["name"] = f"s{seed}"
+    return work
+
+
+def random_hybrid_spec_workload(seed: int) -> dict[str, Any]:
+    """Speculative decoding over hybrid KV cache groups: a speculative workload's requests and
+    settings with a sliding-window group beside the full one (``random_hybrid_workload``'s
+    window), over a pool that holds the largest request in both groups with its lookahead
+    slots."""
+    work = random_spec_workload(seed)
+    rng = np.random.default_rng([33, 7, seed])
+    cfg = work["config"]
+    block = cfg["block_size"]
+    cfg["sliding_window"] = int(rng.integers(2, 6 * block + 1))
+    cfg["num_blocks"] = 2 * cfg["num_blocks"] + int(rng.integers(0, cfg["num_blocks"] + 2))
+    work["name"] = f"hs{seed}"
     return work
 
 

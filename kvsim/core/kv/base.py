@@ -302,6 +302,13 @@ class Allocator(ABC):
             ``None``, changing nothing, when it does not fit.
         """
 
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Key the full blocks of a running request's first ``num_tokens`` tokens in the prefix
+        cache, taking and freeing nothing (vLLM ``KVCacheManager.cache_blocks``, which
+        ``update_from_output`` calls after a speculative verification). A policy without a
+        block prefix cache does nothing."""
+        return None
+
     @abstractmethod
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         """Return every slot of ``req_id`` to the pool.

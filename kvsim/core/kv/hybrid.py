@@ -609,6 +609,15 @@ class HybridPagedAllocator(Allocator):
             self.prefix_cache_queries += request.num_tokens
             self.prefix_cache_hits += hit.num_tokens
 
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Key the full blocks in every attention group; a block a window already freed (the
+        null block in its place) stays unkeyed, and nothing leaves a window here (vLLM frees
+        those only when it allocates)."""
+        tables = self.tables.get(request.req_id)
+        if tables is None or not self.enable_prefix_caching or not request.shares_tokens:
+            return
+        self._cache_full_blocks(request, tables, num_tokens)
+
     def _cache_full_blocks(
         self, request: Request, tables: list[list[int]], num_tokens: int
     ) -> None:

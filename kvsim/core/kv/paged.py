@@ -493,6 +493,14 @@ class PagedAllocator(Allocator):
             self.prefix_cache_queries += looked_up
             self.prefix_cache_hits += hit.num_tokens
 
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        table = self.block_tables.get(request.req_id)
+        if table is None or not self.enable_prefix_caching:
+            return
+        if self._known_only:
+            num_tokens = min(num_tokens, self._keyed_tokens(request))
+        self._cache_full_blocks(request, table, num_tokens)
+
     def _cache_full_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
         """Cache the blocks that ``num_tokens`` tokens fill (vLLM ``cache_full_blocks``).
 

@@ -71,7 +71,10 @@ class SchedulerCore:
         self._running_seqs = 0  # their sequences (a group of w counts w)
         self.num_preemptions = 0
         self.has_groups = False  # any sequence group seen: sequences != requests from then on
-        caching = allocator.paged and allocator.caches_prefixes and args.enable_prefix_caching
+        # a verification's computed tokens are cached (``_complete_verifications``) by any pool
+        # that caches prefixes, hybrid groups' too
+        self._caches_prefixes = allocator.caches_prefixes and args.enable_prefix_caching
+        caching = allocator.paged and self._caches_prefixes
         # blocks are cached when they fill, so a caching pool hears of every filled block
         self.cache_block_tokens = allocator.block_size_tokens if caching else 0
         # a speculating request advances 1 + accepted tokens a step: never a cohort member
@@ -299,7 +302,7 @@ class SchedulerCore:
         spec = self.spec
         assert spec is not None
         k = spec.num_speculative_tokens
-        cache = self.cache_block_tokens > 0
+        cache = self._caches_prefixes
         allocator = self.allocator
         finished: list[Request] = []
         scheduled, num_new = plan.scheduled, plan.num_new_tokens
@@ -329,8 +332,7 @@ class SchedulerCore:
             # a request sharing no tokens has no block another can hit: nothing to cache (as
             # in ``_allocate``'s hot path); an ``allocate`` within the holding takes nothing
             if cache and req.shares_tokens and computed == req.num_tokens - 1:
-                placed = allocator.allocate(req, computed)
-                assert placed is not None, f"req {req.req_id}: caching took a block"
+                allocator.cache_blocks(req, computed)
             if req.num_output_tokens >= req.output_tokens:
                 finished.append(req)
         return finished
