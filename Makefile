@@ -49,7 +49,7 @@ reproduce: $(STAMP)
 # The README's test command: unit, hand-worked, vLLM-mirror, hostile-input, property and quick
 # reproduction tests, on the Python sources (no compile step).
 test: $(STAMP)
-	KVSIM_QUICK=1 $(PY) -m pytest -q -n 2 --dist worksteal -m "not full and not gpu and not vllm" tests
+	KVSIM_QUICK=1 $(PY) -m pytest -q -rs -n 2 --dist worksteal -m "not full and not gpu and not vllm" tests
 
 # The long tier: full paper reproductions, kill storms, notebooks, the browser page, the engine
 # against the step-by-step reference on every workload, golden results. .ci/run runs it after

@@ -32,6 +32,7 @@ from kvsim.base.textfile import read_toml, sha256_file
 from kvsim.base.units import GiB
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
+    SLAB_ALLOCATORS,
     caches_prefixes,
     caches_prefixes_always,
     maps_virtual_pages,
@@ -315,6 +316,7 @@ class SimConfig(Frozen):
         check_memory(self)
         check_pool_shape(self)
         _check_workload_fits_profile(self, args)
+        _warn_uncapped_prompt_max_tokens(self)
         _check_blocks(self)
         _check_fleet(self)
         check_offload(self)
@@ -406,6 +408,23 @@ def _check_fleet(config: SimConfig) -> None:
                 f"fleet.prefill_replicas: disaggregated prefill moves paged blocks; replica {i}"
                 f" uses {replica.cache.allocator!r} (set cache.allocator = 'paged')"
             )
+
+
+def _warn_uncapped_prompt_max_tokens(config: SimConfig) -> None:
+    """A slab sized prompt + ``max_tokens`` with no client cap (``workload.max_tokens`` unset)
+    is ``max_model_len`` tokens (a request's ``max_tokens`` is then ``max_model_len`` less its
+    prompt, as vLLM defaults it): legal, the same slabs as ``reservation = 'max'``; say so."""
+    cache = config.cache
+    if cache.allocator not in SLAB_ALLOCATORS or cache.reservation != "prompt_max_tokens":
+        return
+    if config.workload.max_tokens is not None:
+        return
+    warn_once(
+        logger,
+        "cache.reservation = 'prompt_max_tokens' with workload.max_tokens unset: each request's "
+        f"max_tokens is max_model_len ({config.max_model_len:,}) less its prompt, so every slab "
+        "is max_model_len tokens, as with 'max'; set workload.max_tokens to the clients' cap",
+    )
 
 
 def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:

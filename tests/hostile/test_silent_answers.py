@@ -136,3 +136,28 @@ def test_a_link_slower_than_any_gpu_cpu_link_is_warned_about(caplog) -> None:
         OffloadConfig(kv_offloading_size=8, link_bandwidth_bytes_per_s=link)
         found = [r for r in caplog.records if "slower than any GPU-CPU link" in r.getMessage()]
         assert bool(found) == warned, (link, found)
+
+
+def test_prompt_max_tokens_without_a_client_cap_is_warned_about(caplog) -> None:
+    """``prompt_max_tokens`` with ``workload.max_tokens`` unset sizes every slab at
+    max_model_len (a request's max_tokens is then max_model_len - prompt): legal, but the same
+    slabs as 'max'; say so (a ``--set workload=<preset>`` replacing a scenario's workload table
+    drops its max_tokens)."""
+    from kvsim.base import say_once
+
+    def warned(**workload) -> list[str]:
+        say_once.SAID.clear()
+        caplog.clear()
+        config_from_dict(
+            {
+                "cache": {"allocator": "first_fit", "reservation": "prompt_max_tokens"},
+                "scheduler": {"max_model_len": 4096},
+                "workload": {"num_requests": 5, **workload},
+            }
+        )
+        return [m for r in caplog.records if "prompt_max_tokens" in (m := r.getMessage())]
+
+    caplog.set_level(logging.WARNING, logger="kvsim.config")
+    (message,) = warned()
+    assert "max_model_len (4,096) less its prompt" in message
+    assert warned(max_tokens=1024) == []
