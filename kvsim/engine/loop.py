@@ -372,8 +372,14 @@ class Engine:
         cohort, seq = lazy.cohort, lazy.seq
         clock = plan.cohort_clock
         scheduled, num_new = plan.scheduled, plan.num_new_tokens
-        step0 = [
-            (seq[scheduled[i]], scheduled[i], scheduled[i].num_computed_tokens + num_new[i])
+        step0 = [  # (explicit requests: their counters are true)
+            (
+                seq[scheduled[i]],
+                scheduled[i],
+                offload.storable_tokens(
+                    scheduled[i], scheduled[i].num_computed_tokens + num_new[i]
+                ),
+            )
             for i in range(len(scheduled))
         ]
         if plan.cohort_advance:

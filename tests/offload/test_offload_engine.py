@@ -199,3 +199,27 @@ def test_a_decoding_request_offers_each_block_at_the_end_of_the_step_that_fills_
     ends = (steps["time_s"] + steps["duration_s"]).tolist()
     for block, step in ((0, 1), (1, 13), (2, 29)):
         assert first_offer[block] == pytest.approx(ends[step - 1], rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize(("method", "stored"), [("ngram", 2), ("eagle", 2)])
+def test_a_verifications_drafts_are_not_stored(method: str, stored: int) -> None:
+    """vLLM stores min(computed + scheduled, known) tokens' full blocks
+    (``_calc_num_offloadable_tokens``): a verification's drafts are scheduled, not known. One
+    request, prompt 32 + output 15 = 47 tokens in blocks of 16, k = 3 drafts all accepted: the
+    verification at 45 known tokens schedules 1 + 3, up to token 48, past its 47 (kvsim had
+    asked the stream for block 2's key, which it cannot have). Blocks 0 and 1 (tokens 0-31)
+    fill; tokens 32-46 never fill block 2: 2 blocks stored, with EAGLE's hash lookahead too
+    (block 1 is keyed once token 32 is known)."""
+    cfg = config(
+        1.0,
+        speculative={
+            "method": method,
+            "num_speculative_tokens": 3,
+            "acceptance_rate": 1.0,
+            "draft_num_kv_layers": 0,  # (blocks of the target's layers only: BLOCK_BYTES)
+        },
+    )
+    run = [Request(0, 0.0, 32, 15, 15, token_segments=(("a", 32),))]
+    summary = simulate(cfg, requests=run).summary
+    assert summary["cpu_tier_stored_blocks"] == stored
+    assert summary["kv_offload_bytes_gpu_to_cpu"] == stored * BLOCK_BYTES

@@ -168,13 +168,11 @@ class OffloadConnector:
 
     def store_tokens(self, computed: list[tuple[Request, int]], now_s: float) -> None:
         """``store`` with each request's computed tokens given (a decode cohort member's own
-        counters are stale), in the given order."""
+        counters are stale), in the given order; each count is at most the tokens whose blocks
+        have keys (``storable_tokens``)."""
         b = self.block_size_tokens
         tier, nxt = self.tier, self._next_store
-        ahead = self.allocator.hash_lookahead_tokens  # (a block is stored once it has a key)
         for req, num_computed in computed:
-            if ahead:  # (speculating: never a cohort member, so its counters are true)
-                num_computed = min(num_computed, req.num_tokens - ahead)
             upto = num_computed // b
             start = nxt.get(req.req_id, 0)
             if upto <= start:
@@ -187,6 +185,14 @@ class OffloadConnector:
             if len(new):
                 done_s = self.gpu_to_cpu.submit(len(new) * self.block_bytes, now_s)
                 tier.complete_store(new, done_s)
+
+    def storable_tokens(self, request: Request, computed: int) -> int:
+        """Tokens of ``computed`` (computed and scheduled) whose full blocks may be stored: at
+        most the request's known tokens, less those a key reads past its block (vLLM
+        ``_calc_num_offloadable_tokens``: a verification's scheduled drafts are not known
+        tokens, and a block is stored only once it has its hash). ``request``'s counters must
+        be true (not a decode cohort member's)."""
+        return min(computed, request.num_tokens - self.allocator.hash_lookahead_tokens)
 
     def forget(self, request: Request) -> None:
         """Drop a finished request's store position."""
