@@ -58,12 +58,17 @@ def test_sections_follow_what_ran() -> None:
     assert "swap" in _names(swap)
 
 
+def _compare_text(a: dict, b: dict) -> str:
+    """``compare_table`` of ``a`` and ``b`` as plain text, 200 columns wide."""
+    console = Console(width=200, record=True)
+    console.print(compare_table(a, b, "A", "B"))
+    return console.export_text()
+
+
 def test_compare_shows_b_minus_a() -> None:
     a = {**BASE, "num_preemptions": 10, "time_to_first_token_seconds_p50": 0.200}
     b = {**BASE, "num_preemptions": 15, "time_to_first_token_seconds_p50": 0.150}
-    console = Console(width=200, record=True)
-    console.print(compare_table(a, b, "A", "B"))
-    text = console.export_text()
+    text = _compare_text(a, b)
     preempt = next(line for line in text.splitlines() if "num_preemptions" in line)
     assert "+5" in preempt
     assert "+50.0 %" in preempt  # (15 - 10) / 10
@@ -296,14 +301,10 @@ def test_compare_shows_the_pool_where_the_runs_differ() -> None:
     # 32,768 -> 14,563 slots: -18,205, (14,563 - 32,768) / 32,768 = -55.6 %
     a = {**BASE, "capacity_tokens": 32_768, "bytes_per_token": 131_072}
     b = {**BASE, "capacity_tokens": 14_563, "bytes_per_token": 131_072}
-    console = Console(width=200, record=True)
-    console.print(compare_table(a, b, "A", "B"))
-    text = console.export_text()
+    text = _compare_text(a, b)
     assert "KV pool" in text
     slots = next(line for line in text.splitlines() if "capacity_tokens" in line)
     assert "-18,205" in slots
     assert "-55.6 %" in slots
     assert "bytes_per_token" not in text  # the same in both
-    console = Console(width=200, record=True)
-    console.print(compare_table(a, a, "A", "A"))
-    assert "KV pool" not in console.export_text()
+    assert "KV pool" not in _compare_text(a, a)

@@ -170,6 +170,9 @@ class Allocator(ABC):
     of ``block_size_tokens`` whenever the last fills; ``"slabs"``: fixed at admission; ``None``:
     the policy needs the allocator at every step (each request is handled one by one)."""
     block_size_tokens: int = 1
+    hash_lookahead_tokens: int = 0
+    """Tokens past a block that its prefix-cache key covers (``speculate``; vLLM
+    ``num_hash_lookahead_tokens``)."""
     reads_block_table: ClassVar[bool] = False
     """Attention reads a request's KV through a block table (the cost model's paged layout
     factor, ``kvsim.core.cost``); ``False``: from one contiguous range (factor 1)."""
@@ -360,6 +363,12 @@ class Allocator(ABC):
         The scheduler calls it once, before the run; then every running request is handled
         one by one, so its counters are true at every allocation."""
         return None
+
+    def keyed_tokens(self, request: Request) -> int:
+        """Tokens whose full blocks have prefix-cache keys: the request's known tokens less
+        those a key reads past its block (vLLM hashes block ``i`` once ``(i + 1) * B + L``
+        tokens are known). ``request``'s counters must be true."""
+        return request.num_tokens - self.hash_lookahead_tokens
 
     def see_workload(self, requests: Sequence[Request]) -> None:
         """The run's requests, before it starts (a policy may note what they share)."""

@@ -167,7 +167,6 @@ class HybridPagedAllocator(Allocator):
         self.preempted_queries = 0
         self.preempted_hits = 0
         self._known_only = False
-        self.hash_lookahead_tokens = 0  # speculate(): tokens past a block its key covers
 
     def speculate(self, hash_lookahead_tokens: int = 0) -> None:
         self._known_only = True
@@ -222,8 +221,7 @@ class HybridPagedAllocator(Allocator):
             or "state" in self.kinds
         ):
             return NO_HIT
-        keyed = request.num_tokens - self.hash_lookahead_tokens  # (blocks with keys)
-        n = min(request.num_tokens - 1, keyed) // self.block_size_tokens
+        n = min(request.num_tokens - 1, self.keyed_tokens(request)) // self.block_size_tokens
         keys, lookup = self._stream_keys(request), self.pool.lookup
         full = [g for g, kind in enumerate(self.kinds) if kind == "full"]
         for g in full:  # the longest cached prefix of every full group
@@ -624,7 +622,7 @@ class HybridPagedAllocator(Allocator):
         """Register the blocks ``num_tokens`` fill in the attention groups (vLLM
         ``cache_full_blocks``, per group); a state group's block is never cached."""
         if self._known_only:
-            num_tokens = min(num_tokens, request.num_tokens - self.hash_lookahead_tokens)
+            num_tokens = min(num_tokens, self.keyed_tokens(request))
         upto = num_tokens // self.block_size_tokens
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
@@ -659,7 +657,7 @@ class HybridPagedAllocator(Allocator):
         if self.enable_prefix_caching:
             written = request.num_computed_tokens if computed_tokens is None else computed_tokens
             if self.hash_lookahead_tokens:
-                written = min(written, request.num_tokens - self.hash_lookahead_tokens)
+                written = min(written, self.keyed_tokens(request))
         num_full = written // self.block_size_tokens
         for g, table in enumerate(tables):  # (the null block only before the first live one)
             lead = first_live[g]

@@ -153,16 +153,10 @@ class PagedAllocator(Allocator):
         self.preempted_hits = 0
         self.num_cow_copies = 0
         self._known_only = False  # speculate(): cache a request's known tokens only
-        self.hash_lookahead_tokens = 0  # speculate(): tokens past a block its key covers
 
     def speculate(self, hash_lookahead_tokens: int = 0) -> None:
         self._known_only = True
         self.hash_lookahead_tokens = hash_lookahead_tokens
-
-    def _keyed_tokens(self, request: Request) -> int:
-        """Tokens whose blocks have keys: the request's known tokens less those a key reads past
-        its block (vLLM hashes block ``i`` once ``(i + 1) * B + L`` tokens are known)."""
-        return request.num_tokens - self.hash_lookahead_tokens
 
     def _pool_blocks(self, capacity_tokens: int, block_size_tokens: int) -> int:
         """Blocks the pool is cut into: its whole blocks (a policy whose blocks are not
@@ -215,20 +209,23 @@ class PagedAllocator(Allocator):
         return self.block_table(req_id)[logical], offset
 
     def _stream_keys(self, request: Request) -> StreamKeys | PrivateKeys:
+        """The request's keys, memoised while it holds blocks."""
         keys = self._keys.get(request.req_id)
         if keys is None:
-            if has_private_stream(request):
-                keys = PrivateKeys(request.req_id)
-            else:
-                keys = StreamKeys(
-                    self.key_chain,
-                    stream_segments(request),
-                    self.block_size_tokens,
-                    request.cache_salt,
-                    self.hash_lookahead_tokens,
-                )
-            self._keys[request.req_id] = keys
+            keys = self._keys[request.req_id] = self._new_keys(request)
         return keys
+
+    def _new_keys(self, request: Request) -> StreamKeys | PrivateKeys:
+        """A request's block keys, computed afresh (``PrivateKeys`` for a private stream)."""
+        if has_private_stream(request):
+            return PrivateKeys(request.req_id)
+        return StreamKeys(
+            self.key_chain,
+            stream_segments(request),
+            self.block_size_tokens,
+            request.cache_salt,
+            self.hash_lookahead_tokens,
+        )
 
     @staticmethod
     def _fork_point(request: Request) -> int:
@@ -241,7 +238,7 @@ class PagedAllocator(Allocator):
         if not request.shares_tokens and not request.num_preemptions:
             return NO_HIT  # a private stream is cached only once its request is preempted
         b = self.block_size_tokens
-        cap = min(self._fork_point(request) - 1, self._keyed_tokens(request)) // b
+        cap = min(self._fork_point(request) - 1, self.keyed_tokens(request)) // b
         if cap <= 0:
             return NO_HIT
         keys, lookup = self._stream_keys(request), self.pool.lookup
@@ -260,18 +257,9 @@ class PagedAllocator(Allocator):
         offload tier's keys, ``kvsim.core.scheduler.offload``; a new packed vector, no int
         object per key), from the request's memoised keys while it holds blocks, else computed
         afresh and not kept (a finished request's)."""
-        keys: StreamKeys | PrivateKeys | None = self._keys.get(request.req_id)
+        keys = self._keys.get(request.req_id)
         if keys is None:
-            if has_private_stream(request):
-                keys = PrivateKeys(request.req_id)
-            else:
-                keys = StreamKeys(
-                    self.key_chain,
-                    stream_segments(request),
-                    self.block_size_tokens,
-                    request.cache_salt,
-                    self.hash_lookahead_tokens,
-                )
+            keys = self._new_keys(request)
         return keys.keys_between(start, stop)
 
     def cached_prefix_tokens(self, request: Request) -> int:
@@ -282,18 +270,12 @@ class PagedAllocator(Allocator):
         if request.req_id in self.block_tables:
             return 0
         b = self.block_size_tokens
-        cap = min(self._fork_point(request) - 1, self._keyed_tokens(request)) // b
+        cap = min(self._fork_point(request) - 1, self.keyed_tokens(request)) // b
         if cap <= 0:
             return 0
         keys = self._keys.get(request.req_id)
         if keys is None:
-            keys = StreamKeys(
-                self.key_chain,
-                stream_segments(request),
-                b,
-                request.cache_salt,
-                self.hash_lookahead_tokens,
-            )
+            keys = self._new_keys(request)
         lookup = self.pool.lookup
         found = 0
         while found < cap and lookup(keys.key(found)) is not None:
@@ -439,8 +421,6 @@ class PagedAllocator(Allocator):
                 result = self._result(extra * self.block_size_tokens, extra)
             if self.enable_prefix_caching:
                 cached = num_tokens if cache_tokens is None else cache_tokens
-                if self._known_only:
-                    cached = min(cached, self._keyed_tokens(request))
                 self._cache_full_blocks(request, table, cached)
             return result
         group = self.groups.get(rid)
@@ -478,8 +458,6 @@ class PagedAllocator(Allocator):
             self._record_lookup(request, hit)
             self._num_cached[request.req_id] = len(hits)
             cached = num_tokens if cache_tokens is None else min(num_tokens, cache_tokens)
-            if self._known_only:
-                cached = min(cached, self._keyed_tokens(request))
             self._cache_full_blocks(request, table, cached)
         taken = free_before - self.pool.num_free
         return self._result(taken * b, taken, hit.num_tokens)
@@ -497,8 +475,6 @@ class PagedAllocator(Allocator):
         table = self.block_tables.get(request.req_id)
         if table is None or not self.enable_prefix_caching:
             return
-        if self._known_only:
-            num_tokens = min(num_tokens, self._keyed_tokens(request))
         self._cache_full_blocks(request, table, num_tokens)
 
     def _cache_full_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
@@ -506,11 +482,14 @@ class PagedAllocator(Allocator):
 
         A private stream's blocks (``kvsim.workload.tokens.has_private_stream``) can be hit only by
         the request itself after a preemption, so they are cached when it is preempted (``free``
-        with ``computed_tokens``) rather than as they fill: the same hits, less work.
+        with ``computed_tokens``) rather than as they fill: the same hits, less work. While the
+        run speculates, only blocks with keys are cached (``keyed_tokens``).
         """
         keys = self._stream_keys(request)
         if isinstance(keys, PrivateKeys):
             return
+        if self._known_only:
+            num_tokens = min(num_tokens, self.keyed_tokens(request))
         upto = num_tokens // self.block_size_tokens
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
@@ -544,7 +523,7 @@ class PagedAllocator(Allocator):
             keys = self._keys.get(req_id)
             ahead = self.hash_lookahead_tokens
             if ahead and request is not None and computed_tokens is not None:  # keyed ones only
-                computed_tokens = min(computed_tokens, self._keyed_tokens(request))
+                computed_tokens = min(computed_tokens, self.keyed_tokens(request))
             if computed_tokens and isinstance(keys, PrivateKeys):  # it comes back: findable
                 start = self._num_cached.get(req_id, 0)
                 upto = computed_tokens // self.block_size_tokens
@@ -558,7 +537,7 @@ class PagedAllocator(Allocator):
                     written = request.num_computed_tokens
                     written = written if computed_tokens is None else computed_tokens
                     if self.hash_lookahead_tokens:  # (vLLM cached the keyed blocks only)
-                        written = min(written, self._keyed_tokens(request))
+                        written = min(written, self.keyed_tokens(request))
                 self.pool.release_table(table, written // self.block_size_tokens)
         else:
             group = self.groups.pop(req_id, None)

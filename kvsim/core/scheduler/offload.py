@@ -103,7 +103,7 @@ class OffloadConnector:
             return 0  # a private stream's blocks were never stored by anyone else
         b = self.block_size_tokens
         # blocks with keys: a key may read tokens past its block (vLLM's hash lookahead)
-        num_full = (request.num_tokens - self.allocator.hash_lookahead_tokens) // b
+        num_full = self.allocator.keyed_tokens(request) // b
         if num_full * b - gpu_hit_tokens < b:
             return 0
         tier = self.tier
@@ -192,7 +192,7 @@ class OffloadConnector:
         ``_calc_num_offloadable_tokens``: a verification's scheduled drafts are not known
         tokens, and a block is stored only once it has its hash). ``request``'s counters must
         be true (not a decode cohort member's)."""
-        return min(computed, request.num_tokens - self.allocator.hash_lookahead_tokens)
+        return min(computed, self.allocator.keyed_tokens(request))
 
     def forget(self, request: Request) -> None:
         """Drop a finished request's store position."""
