@@ -35,7 +35,9 @@ under ``vllm-v1`` caches prefixes):
 
 Each group of runs goes to a fresh process (``spawn``), so ``peak_rss_bytes`` is that process's
 peak and no run inherits another's heap. Times cover the simulation only, from ``simulate``'s
-``on_start`` (workload generation and the runnable check excluded), except ``vidur_v1_process``;
+``on_start`` (workload generation, the runnable check and, with prefix caching, the reading of
+which token runs other requests repeat, ``note_shared_tokens``, excluded), except
+``vidur_v1_process``;
 the peak RSS covers the whole run, workload included, as ``kvsim run`` holds it (one copy).
 ``cpu_s`` is the process's CPU time (user + system). Each group runs ``--repeat`` times (3 by
 default), each time in a fresh process, and every figure is the fastest trial's (``cpu_s_trials``

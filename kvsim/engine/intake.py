@@ -26,7 +26,7 @@ from kvsim.core.kv.base import Allocator
 from kvsim.engine.build import allocator_from_config
 from kvsim.workload import generate_requests
 from kvsim.workload.request import Request, RequestSpec, fresh_requests
-from kvsim.workload.tokens import prompt_segments
+from kvsim.workload.tokens import note_shared_tokens, prompt_segments
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +267,8 @@ def prepare_requests(
         requests = fan_out(requests)
     empty_pool = allocator_from_config(config)
     runnable, rejected = split_runnable(requests, config, empty_pool)
+    if config.caches_prefixes:  # (a block no other request names is keyed if preempted)
+        note_shared_tokens(runnable)
     if rejected.count:
         fail = strict or not runnable
         message = rejected.message(

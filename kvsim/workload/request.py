@@ -29,6 +29,9 @@ import numpy.typing as npt
 
 from kvsim.base.units import SimTime
 
+MOONCAKE_BLOCK_SIZE_TOKENS = 512  # tokens a Mooncake trace's hash id stands for (its README)
+EVERY_TOKEN = 2**62  # ``Request.shared_tokens`` of a stream any of whose tokens may be shared
+
 
 @dataclass(frozen=True, eq=False)
 class RequestSpec:
@@ -103,6 +106,10 @@ class Request:
         num_seqs: sequences of the group, ``max(n, beam_width)`` (1 for a plain request).
         shares_tokens: other requests may hold some of its tokens (it has ``token_segments`` or
             ``prefix_hash_ids``); a request without is the only one that names its tokens.
+        shared_tokens: leading tokens of its stream (prompt, then output) that another request
+            may also hold; a block past them is keyed by no other request's tokens. 0 for a
+            private stream, else every token (``EVERY_TOKEN``) until
+            ``kvsim.workload.tokens.note_shared_tokens`` has read the whole workload.
     """
 
     req_id: int
@@ -132,11 +139,13 @@ class Request:
     finish_time_s: SimTime | None = None
     num_seqs: int = field(init=False, default=1)
     shares_tokens: bool = field(init=False, default=False)
+    shared_tokens: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         # plain attributes because the scheduler reads them every step
         self.num_seqs = max(self.n, self.beam_width)
         self.shares_tokens = self.token_segments is not None or bool(self.prefix_hash_ids)
+        self.shared_tokens = EVERY_TOKEN if self.shares_tokens else 0
 
     @property
     def spec(self) -> RequestSpec:

@@ -18,6 +18,9 @@ calls, which is what has to be re-pointed when the engine moves:
 - ``kvsim.workload.request.Request(req_id, arrival_time_s, prompt_tokens, output_tokens, max_tokens,
   token_segments=...)``: the workload's token runs become segments ``(("v", s), n)``, so equal
   runs are equal tokens as in the driver's token ids; outputs are kvsim's own per-request runs;
+  ``kvsim.workload.tokens.note_shared_tokens(requests)`` then marks, as the engine's intake
+  does, the tokens past which no other request names a run (their blocks are keyed only if
+  the request is preempted);
 - ``scheduler.add_request(request)`` at the request's arrival step, then per step
   ``plan = scheduler.schedule()``, ``scheduler.step_tokens(plan)`` (req_id -> tokens of every
   running request, the cohort's members included, in running order) and
@@ -39,6 +42,7 @@ from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.scheduler import SpecDecoder, make_scheduler
 from kvsim.workload.request import Request
+from kvsim.workload.tokens import note_shared_tokens
 
 
 def engine_args(cfg: dict[str, Any]) -> EngineArgs:
@@ -118,6 +122,8 @@ def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
         )
     sched = make_scheduler(allocator, engine_args(cfg), pooled=lazy, spec=spec_decoder(cfg))
     pending = sorted(work["requests"], key=lambda r: (r["arrival_step"], r["id"]))
+    requests = {spec["id"]: make_request(spec) for spec in pending}
+    note_shared_tokens(list(requests.values()))  # as the engine's intake does
     live: set[int] = set()
     steps: list[dict[str, Any]] = []
     step, i, max_steps = 0, 0, work["max_steps"]
@@ -125,7 +131,7 @@ def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
         if not live and pending[i]["arrival_step"] > step:
             step = pending[i]["arrival_step"]  # an idle engine waits for the next arrival
         while i < len(pending) and pending[i]["arrival_step"] <= step:
-            sched.add_request(make_request(pending[i]))
+            sched.add_request(requests[pending[i]["id"]])
             live.add(pending[i]["id"])
             i += 1
         was_running = {id(r) for r in sched.running}

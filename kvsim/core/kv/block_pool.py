@@ -146,6 +146,18 @@ class BlockPool:
         slot = self._find(key)
         return self._slots[2 * slot + 1] if slot >= 0 else None
 
+    def cached_run(self, keys: vec[i64]) -> list[int]:
+        """The blocks a lookup finds for ``keys[0]``, ``keys[1]``, ... up to the first key not
+        cached (a prompt's prefix-cache hit: one call, not a lookup a block)."""
+        slots, mask = self._slots, self._mask
+        out: list[int] = []
+        for i in range(len(keys)):
+            cell = find_cell(slots, mask, keys[i])
+            if cell < 0:
+                break
+            out.append(slots[2 * cell + 1])
+        return out
+
     def num_cached(self) -> int:
         """Blocks holding a cached key (in use or free), duplicates included."""
         return self._num_keyed + self._num_dups

@@ -241,13 +241,7 @@ class PagedAllocator(Allocator):
         cap = min(self._fork_point(request) - 1, self.keyed_tokens(request)) // b
         if cap <= 0:
             return NO_HIT
-        keys, lookup = self._stream_keys(request), self.pool.lookup
-        hits: list[int] = []
-        for i in range(cap):
-            block_id = lookup(keys.key(i))
-            if block_id is None:
-                break
-            hits.append(block_id)
+        hits = self.pool.cached_run(self._stream_keys(request).keys_between(0, cap))
         if not hits:
             return NO_HIT
         return PrefixHit(len(hits) * self.block_size_tokens, tuple(hits))
@@ -276,11 +270,7 @@ class PagedAllocator(Allocator):
         keys = self._keys.get(request.req_id)
         if keys is None:
             keys = self._new_keys(request)
-        lookup = self.pool.lookup
-        found = 0
-        while found < cap and lookup(keys.key(found)) is not None:
-            found += 1
-        return found * self.block_size_tokens
+        return len(self.pool.cached_run(keys.keys_between(0, cap))) * self.block_size_tokens
 
     def _new_group(self, request: Request) -> SequenceGroup:
         group = SequenceGroup(
@@ -480,17 +470,20 @@ class PagedAllocator(Allocator):
     def _cache_full_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
         """Cache the blocks that ``num_tokens`` tokens fill (vLLM ``cache_full_blocks``).
 
-        A private stream's blocks (``kvsim.workload.tokens.has_private_stream``) can be hit only by
-        the request itself after a preemption, so they are cached when it is preempted (``free``
-        with ``computed_tokens``) rather than as they fill: the same hits, less work. While the
-        run speculates, only blocks with keys are cached (``keyed_tokens``).
+        A block past the tokens other requests may share (``Request.shared_tokens``: a private
+        stream's every block, ``kvsim.workload.tokens.has_private_stream``; a Mooncake request's
+        output) can be hit only by the request itself after a preemption, so it is cached when
+        the request is preempted (``free`` with ``computed_tokens``) rather than as it fills:
+        the same hits, less work (``num_cache_evictions`` counts no reuse of such a block). While
+        the run speculates, only blocks with keys are cached (``keyed_tokens``).
         """
         keys = self._stream_keys(request)
         if isinstance(keys, PrivateKeys):
             return
         if self._known_only:
             num_tokens = min(num_tokens, self.keyed_tokens(request))
-        upto = num_tokens // self.block_size_tokens
+        # blocks past the tokens others may share: keyed if it is preempted (``free``)
+        upto = min(num_tokens, request.shared_tokens) // self.block_size_tokens
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
             return
@@ -524,7 +517,7 @@ class PagedAllocator(Allocator):
             ahead = self.hash_lookahead_tokens
             if ahead and request is not None and computed_tokens is not None:  # keyed ones only
                 computed_tokens = min(computed_tokens, self.keyed_tokens(request))
-            if computed_tokens and isinstance(keys, PrivateKeys):  # it comes back: findable
+            if computed_tokens and keys is not None:  # it comes back: its own blocks findable
                 start = self._num_cached.get(req_id, 0)
                 upto = computed_tokens // self.block_size_tokens
                 self.pool.register_many(table, start, keys.keys_between(start, upto))
@@ -686,7 +679,8 @@ class PagedAllocator(Allocator):
                 continue  # private streams are cached at preemption; groups cache the prompt
             n = int(num_tokens)
             start = max(self._num_cached.get(request.req_id, 0), n // b)
-            for i in range(start, (n + num_more_steps) // b):
+            stop = min(n + num_more_steps, request.shared_tokens) // b  # (later: not cached)
+            for i in range(start, stop):
                 step = (i + 1) * b - n
                 key = keys.key(i)
                 if key in filled or lookup(key) is not None:

@@ -131,8 +131,9 @@ class DecodeCohort:
     Args:
         period: block size in tokens when members grow block by block; 0 when they never
             need the allocator while decoding (slabs holding their final length).
-        caching: filled blocks of requests that share tokens are registered in a prefix cache
-            (such members need the allocator when a block fills).
+        caching: filled blocks of tokens that other requests may share
+            (``Request.shared_tokens``) are registered in a prefix cache (such members need the
+            allocator when a block fills).
         pooled: members that need the allocator only for new blocks take them in bulk.
         groups: the pool's KV cache groups (``Allocator.decode_groups``), or ``None``.
     """
@@ -232,7 +233,14 @@ class DecodeCohort:
         held, final, width = req.num_held_slots, req.final_kv_tokens, req.num_seqs
         p = self.period
         cross = (sync - computed) % p if p else 0
-        fills = self.caching and req.shares_tokens
+        # (a paged pool keys a block past the tokens others may share when its request is
+        # preempted; a pool of several groups keys every block of a sharing stream as it fills,
+        # as a window may free it before then)
+        fills = (
+            self.caching
+            and req.shares_tokens
+            and (self.groups is not None or req.shared_tokens > computed)
+        )
         joins = self._num_joins = self._num_joins + 1
         member = Member(
             req,

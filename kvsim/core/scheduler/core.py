@@ -176,7 +176,10 @@ class SchedulerCore:
             num_tokens = min(num_tokens + self.lookahead, self.max_model_len)
         if num_tokens <= req.num_held_slots and not self._every_step:  # hot path: room
             cb = self.cache_block_tokens
-            if not cb or not req.shares_tokens or num_tokens // cb <= req.num_computed_tokens // cb:
+            if not cb:
+                return True
+            done = req.num_computed_tokens // cb
+            if num_tokens // cb <= done or req.shared_tokens // cb <= done:
                 return True  # and no shareable block fills, so there is nothing to cache
         if self.allocator.allocate(req, num_tokens, hit, cache_tokens) is None:
             return False

@@ -293,7 +293,7 @@ class LazyDecodes:
             touched = self._group_pooled_step(clock, touched)
             return self._merge(touched)
         registers = self._must_order(touched) or (
-            self.caching and any(r.shares_tokens for r in others)
+            self.caching and any(r.shared_tokens > r.num_computed_tokens for r in others)
         )
         if allocator.orders_pooled_takes and not registers:
             registers = any(r.shares_tokens or r.num_preemptions for r in others)
