@@ -109,3 +109,26 @@ def test_shared_tokens_match_a_naive_count_of_the_runs(specs):
             if counts[seg] > 1:
                 shared = end
         assert r.shared_tokens == shared
+
+
+def test_taking_a_block_vllm_hashed_is_an_eviction_keyed_here_or_not():
+    # vLLM 0.34.0 hashes every full block under prefix caching (cache_full_blocks), and taking
+    # a hashed block from the free queue evicts it (BlockPool._maybe_evict_cached_block), so
+    # a private stream's blocks count too, though kvsim keys them only at a preemption.
+    alloc = make_allocator(
+        "paged",
+        capacity_tokens=4 * 9,
+        block_size_tokens=4,
+        enable_prefix_caching=True,
+        reserve_null_block=True,
+    )
+    r = Request(0, 0.0, 8, 2, 2)  # private: 8 prompt tokens in blocks 1 and 2
+    alloc.allocate(r, 10)  # 8 computed + room for 2 outputs: blocks 1 2 3
+    r.num_computed_tokens = 9  # finished after its 2nd output: blocks 1 2 full, 3 not
+    alloc.free(0)  # 3 -> front; 2 then 1 -> back: [3 4 5 6 7 8 2 1]
+    assert alloc.pool.key_of(1) is None
+    assert alloc.pool.key_of(2) is None
+    other = Request(1, 0.0, 32, 1, 1)
+    alloc.allocate(other, 32)  # all 8 blocks: 3..8 were never full, 2 and 1 were
+    assert alloc.prefix_cache_summary()["num_cache_evictions"] == 2
+    alloc.check_invariants()

@@ -20,7 +20,9 @@ class NaivePool:
     full, else to the front, those of one call in their order; a hit leaves the queue wherever
     it sits; a key cached by several blocks keeps them all, in caching order, and a lookup finds
     the first (vLLM 0.34.0 ``BlockHashToBlockMap``), or, without ``keep_duplicates``, a key is
-    cached once."""
+    cached once. Taking a block with a hash is an eviction (``_maybe_evict_cached_block``): a
+    keyed one, or one of the ``num_full`` full blocks a ``release_table`` freed (vLLM hashed
+    them as they filled; kvsim keys only those another request could hit)."""
 
     def __init__(self, num_blocks: int, keep_duplicates: bool) -> None:
         self.keep_duplicates = keep_duplicates
@@ -28,6 +30,7 @@ class NaivePool:
         self.free = list(range(num_blocks))
         self.blocks_of: dict[int, list[int]] = {}  # key -> its blocks, first cached first
         self.key_of: dict[int, int] = {}
+        self.hashed: set[int] = set()  # free, freed full by release_table
         self.evictions = 0
 
     @property
@@ -43,7 +46,9 @@ class NaivePool:
                 self.blocks_of[key].remove(b)
                 if not self.blocks_of[key]:
                     del self.blocks_of[key]
+            if key is not None or b in self.hashed:
                 self.evictions += 1
+            self.hashed.discard(b)
         return taken
 
     def release(self, blocks: list[int]) -> None:
@@ -51,6 +56,7 @@ class NaivePool:
             self.ref[b] -= 1
             if self.ref[b] == 0:
                 self.free.append(b)
+                self.hashed.discard(b)
 
     def release_table(self, table: list[int], num_full: int) -> None:
         front, back = [], []
@@ -59,6 +65,8 @@ class NaivePool:
             self.ref[b] -= 1
             if self.ref[b] == 0:
                 (back if b in self.key_of or i < num_full else front).append(b)
+                if i < num_full:
+                    self.hashed.add(b)
         self.free = front + self.free + back
 
     def touch(self, blocks: list[int]) -> None:

@@ -16,6 +16,10 @@ sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
   blocks with a cache key (full ones; all are unkeyed without prefix caching) to the back and
   the others to the *front*, where they are reused before any other free block;
 - a cache hit on a free block (``touch``) takes it out of the queue wherever it sits;
+- ``num_evictions`` counts the blocks taken that vLLM has hashed (``BlockPool.
+  _maybe_evict_cached_block``): keyed ones, and those ``release_table`` freed full, which
+  vLLM hashed as they filled though kvsim keys a block no other request can hit only when its
+  request is preempted (``kvsim.core.kv.paged``);
 - a full block whose key another block already caches is cached too, a *duplicate* (vLLM does
   not de-duplicate, so block tables never change): a lookup finds the key's oldest block, and
   when that one is evicted the next oldest is found instead (``BlockHashToBlockMap.pop``). That
@@ -80,6 +84,9 @@ class BlockPool:
         self.ref_cnt: vec[i64] = vec[i64]([0] * num_blocks)  # table entries per block
         self._key: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's key
         self._keyed: vec[i64] = vec[i64]([0] * num_blocks)  # 1 where the block holds a key
+        # 1 where a free block was full when freed (``release_table``): vLLM has hashed it,
+        # keyed here or not, so taking it is an eviction
+        self._full: vec[i64] = vec[i64]([0] * num_blocks)
         self._num_keyed = 0
         capacity = 16
         while capacity < 4 * num_blocks:  # a quarter full at most (a block holds one key), so
@@ -243,10 +250,14 @@ class BlockPool:
                 head += 1
         self._head = head
         self.num_free -= count
+        full = self._full
         for b in taken:
             ref[b] = 1
             if keyed[b]:
                 self._evict(b)
+            elif full[b]:  # hashed in vLLM, keyed by nobody here: only counted
+                self.num_evictions += 1
+            full[b] = 0
         if head > _COMPACT_AT and 2 * head > len(queue):
             self._queue = queue[head:]
             self._base += head
@@ -290,12 +301,14 @@ class BlockPool:
         """One table entry fewer for each block, in the given order; a block reaching 0 joins the
         back of the free queue (pass a table reversed to free it tail first)."""
         ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
+        full = self._full
         at: i64 = self._base + len(queue)
         freed = 0
         for b in blocks:
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
+                full[b] = 0  # (freed by ``release``: only a keyed block counts when taken)
                 queue = append(queue, b)
                 if keyed[b]:  # where it sits (free_blocks_ahead)
                     pos[b] = at
@@ -320,6 +333,7 @@ class BlockPool:
                 is cached, as without prefix caching).
         """
         ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
+        full = self._full
         at: i64 = self._base + len(queue)
         front: list[int] = []
         freed = 0
@@ -329,11 +343,13 @@ class BlockPool:
             ref[b] = r
             if r == 0:
                 if keyed[b] or i < num_full:
+                    full[b] = 1
                     queue = append(queue, b)
                     if keyed[b]:  # where it sits (free_blocks_ahead)
                         pos[b] = at
                     at += 1
                 else:
+                    full[b] = 0
                     front.append(b)
                 freed += 1
             elif r < 0:
