@@ -474,8 +474,9 @@ class PagedAllocator(Allocator):
         stream's every block, ``kvsim.workload.tokens.has_private_stream``; a Mooncake request's
         output) can be hit only by the request itself after a preemption, so it is cached when
         the request is preempted (``free`` with ``computed_tokens``) rather than as it fills:
-        the same hits, less work (``num_cache_evictions`` counts no reuse of such a block). While
-        the run speculates, only blocks with keys are cached (``keyed_tokens``).
+        the same hits, less work (its reuse is still an eviction: ``BlockPool.release_table``
+        flags a block freed full, as vLLM has hashed it). While the run speculates, only blocks
+        with keys are cached (``keyed_tokens``).
         """
         keys = self._stream_keys(request)
         if isinstance(keys, PrivateKeys):
