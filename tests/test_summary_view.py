@@ -11,7 +11,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from kvsim.cli import app
-from kvsim.view.summary import compare_table, format_metric, sections
+from kvsim.view.summary import compare_table, cost_note, format_metric, sections
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,7 @@ from kvsim.view.summary import compare_table, format_metric, sections
         ("kv_cache_usage_perc", 0.43219, "0.432"),
         ("time_to_first_token_seconds_p99", 0.0421, "42.1 ms"),
         ("e2e_request_latency_seconds_p50", 12.345, "12.3 s"),
+        ("time_to_first_token_seconds_p50", 2112.4, "2,112 s"),  # (not 2.11e+03 s)
         ("throughput_output_tokens_per_s", 1234.5, "1,234"),
         ("throughput_requests_per_s", 0.8583, "0.858"),
         ("num_preemptions", 12345, "12,345"),
@@ -146,7 +147,7 @@ def test_printed_prefix_section_shows_readmission_hits_after_preemption(tmp_path
     assert _row(result.output, "prefix_cache_preempted_queries").split()[-2] == "113"
     # bytes not recomputed: 112 tokens x 131,072 B = 14,680,064 B = 0.01 GiB (two decimals)
     assert "0.01 GiB" in _row(result.output, "KV not recomputed")
-    assert "cached blocks evicted" not in result.output  # none: zero rows say nothing
+    assert "num_cache_evictions" not in result.output  # none: zero rows say nothing
 
 
 def test_zero_readmission_and_eviction_rows_stay_hidden() -> None:
@@ -308,3 +309,22 @@ def test_compare_shows_the_pool_where_the_runs_differ() -> None:
     assert "-55.6 %" in slots
     assert "bytes_per_token" not in text  # the same in both
     assert "KV pool" not in _compare_text(a, a)
+
+
+def test_a_contiguous_run_notes_no_paged_factor() -> None:
+    # a slab run reads no block table: its footer names the layout, not a paged factor
+    note = cost_note({"layout_factor": 1.0, "layout_source": "contiguous layout (factor 1)"})
+    assert note == "step cost: contiguous layout (factor 1)"
+    paged = cost_note({"layout_factor": 1.1, "layout_source": "analytic default"})
+    assert paged == "step cost: paged layout factor 1.1, analytic default"
+
+
+def test_compare_writes_differing_text_settings_below_the_table() -> None:
+    # a slab run beside a paged one: the layout sources differ, as text, under the table
+    a = {"layout_source": "contiguous layout (factor 1 by definition)", "engine": "vllm-v1"}
+    b = {"layout_source": "analytic default (not measured)", "engine": "vllm-v1"}
+    table = compare_table(a, b, "A", "B")
+    assert table.caption == (
+        "layout_source: A contiguous layout (factor 1 by definition); "
+        "B analytic default (not measured)"
+    )

@@ -51,7 +51,7 @@ PREFIX_ROWS: tuple[Row, ...] = (
         "prefix_cache_preempted_queries (tokens, re-admitted requests)",
     ),
     ("prefix_cache_saved_bytes", "KV not recomputed (hits + preempted hits)"),
-    ("num_cache_evictions", "cached blocks evicted"),
+    ("num_cache_evictions", "num_cache_evictions (free blocks reused that held a full block)"),
     ("num_evicted_tokens", "cached tokens evicted (radix tree)"),
 )
 # rows shown only when non-zero: a request admitted again after a preemption counts in vLLM's
@@ -246,7 +246,9 @@ def format_metric(key: str, value: Any) -> str:
     if key.endswith("_per_s"):
         return f"{number:,.3g}" if abs(number) < 1000 else f"{number:,.0f}"
     if "seconds" in key or key.endswith("_s"):
-        return f"{number * 1e3:.3g} ms" if abs(number) < 1 else f"{number:,.3g} s"
+        if abs(number) < 1:
+            return f"{number * 1e3:.3g} ms"
+        return f"{number:,.3g} s" if abs(number) < 1000 else f"{number:,.0f} s"  # (no 2.1e+03)
     if key.endswith(("_perc", "_perc_max", "_frac", "_rate", "per_request", "_share")) or (
         key == "slo_attainment"
     ):
@@ -278,9 +280,10 @@ def cost_note(summary: dict[str, Any]) -> str | None:
     """Where the step cost's paged-layout factor came from, when the run recorded it."""
     if "layout_factor" not in summary:
         return None
-    return (
-        f"step cost: paged layout factor {summary['layout_factor']:.3g}, {summary['layout_source']}"
-    )
+    factor, source = summary["layout_factor"], summary["layout_source"]
+    if source.startswith("contiguous"):  # (a slab or vAttention run reads no block table)
+        return f"step cost: {source}"
+    return f"step cost: paged layout factor {factor:.3g}, {source}"
 
 
 def summary_table(summary: dict[str, Any], title: str) -> Table:
@@ -366,9 +369,15 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str
         table.add_row(
             f"  {key}", format_metric(key, va), format_metric(key, vb), *_difference(key, va, vb)
         )
-    for key in ("engine", "preemption_mode", "layout_source"):
-        if a.get(key) != b.get(key):
-            table.add_row(f"  {key}", str(a.get(key)), str(b.get(key)), "differs", "")
+    # settings given as text, below the table (its value columns are 12 characters wide)
+    notes = [
+        f"{key}: A {a.get(key)}; B {b.get(key)}"
+        for key in ("engine", "preemption_mode", "layout_source")
+        if a.get(key) != b.get(key)
+    ]
+    if notes:
+        table.caption = "\n".join(notes)
+        table.caption_justify = "left"
     return table
 
 
