@@ -23,8 +23,9 @@ import numpy as np
 
 from kvsim.base.say_once import warn_once
 from kvsim.base.units import cdiv
-from kvsim.workload.request import MOONCAKE_BLOCK_SIZE_TOKENS, Request
+from kvsim.workload.request import Request
 from kvsim.workload.spec import WorkloadSpec
+from kvsim.workload.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
 from kvsim.workload.trace_table import Trace
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ import numpy as np
 
 from kvsim.base.limits import MAX_INT64, MAX_TIME_S
 from kvsim.base.textfile import NotANumber, parse_json
-from kvsim.workload.request import MOONCAKE_BLOCK_SIZE_TOKENS
+from kvsim.workload.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
 from kvsim.workload.trace_table import BAILIAN_BLOCK_SIZE_TOKENS, Trace
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,6 @@ import numpy.typing as npt
 
 from kvsim.base.units import SimTime
 
-MOONCAKE_BLOCK_SIZE_TOKENS = 512  # tokens a Mooncake trace's hash id stands for (its README)
 EVERY_TOKEN = 2**62  # ``Request.shared_tokens`` of a stream any of whose tokens may be shared
 
 

@@ -24,7 +24,9 @@ import numpy as np
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from kvsim.workload.request import MOONCAKE_BLOCK_SIZE_TOKENS, Request
+from kvsim.workload.request import Request
+
+MOONCAKE_BLOCK_SIZE_TOKENS = 512  # tokens a Mooncake trace's hash id stands for (its README)
 
 Segment = tuple[Hashable, int]
 
@@ -34,18 +36,9 @@ def prompt_segments(request: Request) -> tuple[Segment, ...]:
     prompt = request.prompt_tokens
     if request.token_segments is not None:
         segs = request.token_segments
-    elif request.prefix_hash_ids:  # (``_fit`` of whole runs: the ids that hold tokens, cut)
-        ids, size = request.prefix_hash_ids, MOONCAKE_BLOCK_SIZE_TOKENS
-        full, rest = divmod(prompt, size)
-        if full >= len(ids):  # every id whole, then what the ids do not name
-            out = [(("mc", h), size) for h in ids]
-            if prompt > size * len(ids):
-                out.append((("pad", request.req_id), prompt - size * len(ids)))
-            return tuple(out)
-        out = [(("mc", h), size) for h in ids[:full]]
-        if rest:
-            out.append((("mc", ids[full]), rest))
-        return tuple(out)
+    elif request.prefix_hash_ids:
+        size = MOONCAKE_BLOCK_SIZE_TOKENS
+        segs = tuple((("mc", h), size) for h in request.prefix_hash_ids)
     else:
         segs = ((("prompt", request.req_id), prompt),)
     return _fit(segs, prompt, request.req_id)

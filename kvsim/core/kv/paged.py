@@ -515,23 +515,21 @@ class PagedAllocator(Allocator):
         if table is not None:
             request = self._requests.pop(req_id, None)
             keys = self._keys.get(req_id)
-            ahead = self.hash_lookahead_tokens
-            if ahead and request is not None and computed_tokens is not None:  # keyed ones only
-                computed_tokens = min(computed_tokens, self.keyed_tokens(request))
+            written = 0  # computed tokens whose full blocks vLLM has keyed
+            if self.enable_prefix_caching and request is not None:
+                written = (
+                    request.num_computed_tokens if computed_tokens is None else computed_tokens
+                )
+                if self.hash_lookahead_tokens:  # (a key reads tokens past its block)
+                    written = min(written, self.keyed_tokens(request))
             if computed_tokens and keys is not None:  # it comes back: its own blocks findable
                 start = self._num_cached.get(req_id, 0)
-                upto = computed_tokens // self.block_size_tokens
+                upto = written // self.block_size_tokens
                 self.pool.register_many(table, start, keys.keys_between(start, upto))
             self._sum_distinct -= len(table)
             if not self.vllm_v1_pool:
                 self.pool.release(reversed(table))
             else:
-                written = 0
-                if self.enable_prefix_caching and request is not None:
-                    written = request.num_computed_tokens
-                    written = written if computed_tokens is None else computed_tokens
-                    if self.hash_lookahead_tokens:  # (vLLM cached the keyed blocks only)
-                        written = min(written, self.keyed_tokens(request))
                 self.pool.release_table(table, written // self.block_size_tokens)
         else:
             group = self.groups.pop(req_id, None)
