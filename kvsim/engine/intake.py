@@ -265,10 +265,10 @@ def prepare_requests(
     requests = requests_for(config) if requests is None else fresh_requests(requests)
     if config.engine_args.engine == "vllm-v1":
         requests = fan_out(requests)
+    if config.caches_prefixes:  # (a block no other request names is keyed if preempted)
+        note_shared_tokens(requests)
     empty_pool = allocator_from_config(config)
     runnable, rejected = split_runnable(requests, config, empty_pool)
-    if config.caches_prefixes:  # (a block no other request names is keyed if preempted)
-        note_shared_tokens(runnable)
     if rejected.count:
         fail = strict or not runnable
         message = rejected.message(
