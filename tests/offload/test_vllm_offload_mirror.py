@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.core.kv.offload import CpuTier
+from kvsim.core.kv.offload import CpuTier, TierAccess
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.scheduler import V1Scheduler
 from kvsim.core.scheduler.offload import OffloadConnector
@@ -70,16 +70,21 @@ def test_store_refused_when_no_room_is_offered_again() -> None:
     pool, conn = parts(num_cpu_blocks=2)
     a = doc(0, ("a", 32))
     a.num_computed_tokens = 32
-    conn.store([a], 0.0)  # a0, a1 stored by t=0.002
-    conn.tier.prepare_load(pool.block_keys(a, 0, 2))  # both read by a load: not evictable
+    conn.store([a], 0.0)  # a0, a1 stored by t=0.002; a is rank 1: a0 (1, -1), a1 (1, -2)
+    # both read by another request's load (rank 2): not evictable; raised to (2, -1), (2, -2)
+    conn.tier.prepare_load(pool.block_keys(a, 0, 2), TierAccess(), 0)
     b = doc(1, ("b", 16))
     b.num_computed_tokens = 16
-    conn.store([b], 1.0)  # no room: b0 not stored, offered again next time
+    conn.store([b], 1.0)  # no room: b0 not stored, offered again next time (b: rank 3)
     assert conn.tier.num_stored_blocks == 2
     conn.tier.complete_load(pool.block_keys(a, 0, 2))
-    conn.store([b], 2.0)  # the load ended: the LRU front, a0 (stored first), is evicted
+    # the load ended: the least rank, a1 (2, -2), is evicted (a request's tail goes before its
+    # head, vLLM 0.34.0 LRUCachePolicy); b0 stored as (3, -1)
+    conn.store([b], 2.0)
     assert conn.tier.num_stored_blocks == 3
-    assert conn.tier.lru_order() == [pool.block_keys(a, 1, 2)[0], pool.block_keys(b, 0, 1)[0]]
+    [a0, a1], [b0] = pool.block_keys(a, 0, 2), pool.block_keys(b, 0, 1)
+    assert a1 not in conn.tier
+    assert conn.tier.eviction_order(3.0) == [a0, b0]
 
 
 def test_lookup_continues_past_the_gpu_hit() -> None:

@@ -5,12 +5,14 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
 
 - **Lookup** (``matched_tokens``, vLLM ``get_num_new_matched_tokens``), for a waiting request
   that has computed nothing, after the GPU prefix-cache lookup found ``g`` tokens (whole
-  blocks): every full block of the request's tokens is ``touch``ed in the tier, then the tier is
-  asked for the longest run of stored blocks from block ``g // B`` on. ``h`` blocks give
-  ``h * B`` tokens to load; fewer than one block beyond ``g`` is no hit. A hit on a block that
-  another request's load is reading delays the request (vLLM: ``None``, try again later).
+  blocks): the tier is asked for the longest run of stored blocks from block ``g // B`` on. A
+  lookup records no access (vLLM 0.34.0 ``CPUOffloadingManager.lookup``), so a head looked up
+  again step after step changes nothing in the tier. ``h`` blocks give ``h * B`` tokens to load;
+  fewer than one block beyond ``g`` is no hit. A hit on a block that another request's load is
+  reading delays the request (vLLM: ``None``, try again later).
 - **Load** (``start_load``): the scheduler takes GPU blocks for ``g + h * B`` tokens and parks
-  the request (vLLM ``WAITING_FOR_REMOTE_KVS``) while ``h`` blocks cross the CPU->GPU link,
+  the request (vLLM ``WAITING_FOR_REMOTE_KVS``; the load records the request's access to the
+  blocks, ``CpuTier.prepare_load``) while ``h`` blocks cross the CPU->GPU link,
   ``h * block_bytes / bandwidth`` seconds after the copies queued before them. When the load
   ends (``finish_load``) the request waits again with ``g + h * B`` tokens computed, one fewer
   when that is all its tokens (vLLM ``_update_waiting_for_remote_kv``: the last token is always
@@ -19,7 +21,9 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
   each full block that a scheduled request's computed tokens now cover and that was not offered
   before is offered to the tier (``CpuTier.prepare_store``); the ones it lacks cross the
   GPU->CPU link after the step, without holding the scheduler up, and become loadable when the
-  copy ends.
+  copy ends. The offer records the request's access to the blocks it offers (``CpuTier``).
+- **Finish** (``forget``, vLLM ``on_request_finished`` at ``build_connector_meta``, after the
+  step's stores): the tier commits the recency of the blocks the request recorded.
 
 kvsim's engine decodes steady requests as a cohort without visiting them each step; a member's
 block is offered at the end of the step that fills it all the same (the cohort names the members
@@ -38,7 +42,7 @@ from typing import Any
 from librt.vecs import vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.offload import CpuTier, TransferLink
+from kvsim.core.kv.offload import CpuTier, TierAccess, TransferLink
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
 
@@ -84,11 +88,10 @@ class OffloadConnector:
         self.loads: dict[Request, Load] = {}
         self.started: list[Request] = []  # loads started by the last plan (the engine takes)
         self._next_store: dict[int, int] = {}  # req_id -> next block to offer the tier
-        # the last request looked up: its id, its full blocks' keys, the tier's LRU version
-        # after it touched them (a request's keys never change)
+        self._access: dict[int, TierAccess] = {}  # req_id -> its accesses to the tier
+        # the last request looked up: its id and its full blocks' keys (they never change)
         self._looked_up: int | None = None
         self._looked_up_keys = vec[i64]()
-        self._touched_version: int | None = None
         self.external_prefix_cache_queries = 0
         self.external_prefix_cache_hits = 0
         self.num_loads = 0
@@ -110,14 +113,7 @@ class OffloadConnector:
         if request.req_id != self._looked_up or num_full != len(self._looked_up_keys):
             self._looked_up_keys = self.allocator.block_keys(request, 0, num_full)
             self._looked_up = request.req_id
-            self._touched_version = None
         keys = self._looked_up_keys
-        # A waiting head blocked step after step is looked up again each step; touching the
-        # same keys again when nothing was touched or stored since (evictions keep the order
-        # of the rest) would leave the LRU order as it is: skip it.
-        if tier.lru_version != self._touched_version:
-            tier.touch(keys)
-            self._touched_version = tier.lru_version
         start = gpu_hit_tokens // b
         hits = tier.lookup(keys, self.now_s, start)
         if hits and tier.any_loading(keys, start, start + hits):
@@ -138,7 +134,7 @@ class OffloadConnector:
         b = self.block_size_tokens
         start = gpu_hit_tokens // b
         keys = self.allocator.block_keys(request, start, start + num_tokens // b)
-        self.tier.prepare_load(keys)
+        self.tier.prepare_load(keys, self._access_of(request), start)
         done_s = self.cpu_to_gpu.submit(len(keys) * self.block_bytes, self.now_s)
         self.loads[request] = Load(keys, done_s, num_tokens)
         self.started.append(request)
@@ -178,7 +174,7 @@ class OffloadConnector:
             if upto <= start:
                 continue
             keys = self.allocator.block_keys(req, start, upto)
-            new = tier.prepare_store(keys, now_s)
+            new = tier.prepare_store(keys, now_s, self._access_of(req), start)
             if new is None:
                 continue  # no room: offered again later (vLLM skips the store this step)
             nxt[req.req_id] = upto
@@ -194,9 +190,19 @@ class OffloadConnector:
         be true (not a decode cohort member's)."""
         return min(computed, self.allocator.keyed_tokens(request))
 
+    def _access_of(self, request: Request) -> TierAccess:
+        access = self._access.get(request.req_id)
+        if access is None:
+            access = self._access[request.req_id] = TierAccess()
+        return access
+
     def forget(self, request: Request) -> None:
-        """Drop a finished request's store position."""
+        """A request finished (after its last stores): the tier commits the recency of the
+        blocks it accessed (``CpuTier.finish``); its store position is dropped."""
         self._next_store.pop(request.req_id, None)
+        access = self._access.pop(request.req_id, None)
+        if access is not None:
+            self.tier.finish(access)
 
     # -- results ----------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
