@@ -190,3 +190,19 @@ def test_a_load_in_flight_delays_a_request_hitting_its_blocks() -> None:
     assert conn.matched_tokens(c, 0) is None
     conn.finish_load(a)
     assert conn.matched_tokens(c, 0) == 64
+
+
+def test_a_finished_request_commits_its_blocks_recency() -> None:
+    """vLLM 0.34.0 ``on_request_finished`` (signalled at ``build_connector_meta`` for the step's
+    finished requests): a request's blocks rank by its number until it finishes, then get fresh
+    numbers from its last block to its first."""
+    pool, conn = parts()
+    a, b = doc(0, ("a", 48)), doc(1, ("b", 32))
+    a.num_computed_tokens, b.num_computed_tokens = 48, 32
+    conn.store([a, b], 0.0)  # a: number 1, a0..a2 (1, -1..-3); b: number 2, b0, b1 (2, -1..-2)
+    a_keys, b_keys = list(pool.block_keys(a, 0, 3)), list(pool.block_keys(b, 0, 2))
+    # least rank first: a's tail to head, then b's
+    assert conn.tier.eviction_order(1.0) == a_keys[::-1] + b_keys[::-1]
+    conn.forget(a)  # a2 -> (3, 0), a1 -> (4, 0), a0 -> (5, 0): after all of b's
+    assert conn.tier.eviction_order(1.0) == b_keys[::-1] + a_keys[::-1]
+    assert conn.tier.rank_of(a_keys[0]) == (5, 0)
