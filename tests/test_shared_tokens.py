@@ -8,20 +8,9 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.core.kv import make_allocator
 from kvsim.workload.request import EVERY_TOKEN, Request
 from kvsim.workload.tokens import note_shared_tokens, stream_segments
-
-
-def _v1_pool():
-    # vLLM v1's pool with prefix caching: 9 blocks of 4 tokens, block 0 the null block
-    return make_allocator(
-        "paged",
-        capacity_tokens=4 * 9,
-        block_size_tokens=4,
-        enable_prefix_caching=True,
-        reserve_null_block=True,
-    )
+from tests.allocators.pools import v1_pool
 
 
 def test_shared_tokens_end_with_the_last_run_another_stream_names():
@@ -50,7 +39,7 @@ def test_a_block_past_the_shared_tokens_is_keyed_when_its_request_is_preempted()
     # vLLM 0.34.0 keys every full block as it fills (KVCacheManager.cache_blocks); kvsim keys a
     # block that no other request's tokens can match only when its request is preempted:
     # the same hits. 4-token blocks, usable 1..8 (block 0 is the null block).
-    alloc = _v1_pool()
+    alloc = v1_pool()
     r = Request(0, 0.0, 6, 5, 5, token_segments=((("p", 0), 6),))
     other = Request(1, 0.0, 4, 1, 1, token_segments=((("p", 0), 4),))
     note_shared_tokens([r, other])
@@ -120,7 +109,7 @@ def test_taking_a_block_vllm_hashed_is_an_eviction_keyed_here_or_not():
     # vLLM 0.34.0 hashes every full block under prefix caching (cache_full_blocks), and taking
     # a hashed block from the free queue evicts it (BlockPool._maybe_evict_cached_block), so
     # a private stream's blocks count too, though kvsim keys them only at a preemption.
-    alloc = _v1_pool()
+    alloc = v1_pool()
     r = Request(0, 0.0, 8, 2, 2)  # private: 8 prompt tokens in blocks 1 and 2
     alloc.allocate(r, 10)  # 8 computed + room for 2 outputs: blocks 1 2 3
     r.num_computed_tokens = 9  # finished after its 2nd output: blocks 1 2 full, 3 not

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvsim.base.units import cdiv
 from kvsim.core.kv import make_allocator
 from kvsim.workload.request import Request
+from tests.allocators.pools import v1_pool
 from tests.conftest import make_request
 
 
@@ -86,23 +87,12 @@ def test_cdiv():
     assert cdiv(0, 16) == 0
 
 
-def _v1_pool(caching: bool):
-    # vLLM v1's pool: 9 blocks of 4 tokens, block 0 the null block, so 1..8 are handed out
-    return make_allocator(
-        "paged",
-        capacity_tokens=4 * 9,
-        block_size_tokens=4,
-        enable_prefix_caching=caching,
-        reserve_null_block=True,
-    )
-
-
 def test_v1_pool_frees_full_blocks_to_the_back_and_a_partial_one_to_the_front():
     # vLLM 0.34.0 vllm/v1/core/block_pool.py, BlockPool.free_blocks: of the blocks a free
     # releases (tail first), those with a block hash go to the back of the free queue, the
     # others to the front (prepend_n, in release order); with caching every full block has a
     # hash, a private stream's too (kvsim keys it lazily but frees it where vLLM's goes).
-    alloc = _v1_pool(caching=True)
+    alloc = v1_pool(caching=True)
     a = Request(0, 0.0, 10, 5, 5, token_segments=(("a", 10),))  # shares tokens: keyed
     b = Request(1, 0.0, 9, 5, 5)  # private: full blocks unkeyed in kvsim, hashed in vLLM
     alloc.allocate(a, 10)  # blocks 1 2 3: 1, 2 full (keyed), 3 holds 2 tokens
@@ -122,7 +112,7 @@ def test_v1_pool_frees_full_blocks_to_the_back_and_a_partial_one_to_the_front():
 def test_v1_pool_without_caching_frees_every_block_to_the_front():
     # vLLM 0.34.0 BlockPool.free_blocks: without prefix caching no block has a hash, so a
     # freed table goes to the front, tail first (LIFO reuse)
-    alloc = _v1_pool(caching=False)
+    alloc = v1_pool(caching=False)
     a = Request(0, 0.0, 10, 5, 5)
     alloc.allocate(a, 10)  # blocks 1 2 3
     a.num_computed_tokens = 10
@@ -135,7 +125,7 @@ def test_v1_pool_preempted_private_stream_keeps_its_full_blocks_at_the_back():
     # A preempted request (free with its computed tokens): its full blocks keep their keys
     # (kvsim registers a private stream's now) at the back; its partial block goes to the
     # front. 6 tokens computed of a 6-token prompt: block 1 full, block 2 holds 2 tokens.
-    alloc = _v1_pool(caching=True)
+    alloc = v1_pool(caching=True)
     r = Request(0, 0.0, 6, 5, 5)
     alloc.allocate(r, 6)  # blocks 1 2
     alloc.free(0, 6)  # 2 -> front, 1 (keyed now) -> back: [2 | 3 4 5 6 7 8 | 1]
@@ -162,7 +152,7 @@ def test_v1_pool_keeps_a_duplicate_cached_block_and_finds_it_once_the_first_is_e
     # (_insert_block_hash adds a second block under a cached hash; BlockHashToBlockMap keeps
     # both, get_one_block finds the first, pop hands the hash to the next). Two requests
     # compute the same 8-token prompt ("p") at once, in 4-token blocks; usable blocks 1..8.
-    alloc = _v1_pool(caching=True)
+    alloc = v1_pool(caching=True)
     p = (("p", 8),)
     a = Request(0, 0.0, 8, 2, 2, token_segments=p)
     b = Request(1, 0.0, 8, 2, 2, token_segments=p)
