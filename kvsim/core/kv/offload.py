@@ -501,7 +501,7 @@ class CpuTier:
                     self._num_evictable += 1
                     self._push(rank[slot], slot)
 
-    # -- the heap of evictable slots ------------------------------------------------------------
+    # -- the queue and heap of evictable slots --------------------------------------------
     def _push(self, value: i64, slot: i64) -> None:
         """Make ``(value, slot)`` the slot's current entry: at the queue's end if no entry there
         ranks higher (a committed rank always does: the counter's newest), else in the heap.
@@ -561,46 +561,45 @@ class CpuTier:
 
     def _rebuild_queue(self) -> None:
         """Keep the queue's current entries, in order."""
-        evictable, rank, in_heap = self._evictable, self._rank, self._in_heap
-        qr, qs = self._queue_rank, self._queue_slot
-        self._num_rebuilds += 1
-        this, mark = self._num_rebuilds, self._mark
-        kept_rank, kept_slot = vec[i64](), vec[i64]()
-        for i in range(len(qr) - 1, self._queue_head - 1, -1):  # a slot's latest entry
-            slot = qs[i]
-            if evictable[slot] and rank[slot] == qr[i] and not in_heap[slot] and mark[slot] != this:
-                mark[slot] = this
-                kept_rank = append(kept_rank, qr[i])
-                kept_slot = append(kept_slot, slot)
-        n = len(kept_rank)
-        for i in range(n // 2):  # (collected from the end: back in order)
-            j = n - 1 - i
-            kept_rank[i], kept_rank[j] = kept_rank[j], kept_rank[i]
-            kept_slot[i], kept_slot[j] = kept_slot[j], kept_slot[i]
-        self._queue_rank, self._queue_slot, self._queue_head = kept_rank, kept_slot, 0
+        self._queue_rank, self._queue_slot = self._current(
+            self._queue_rank, self._queue_slot, self._queue_head, 0
+        )
+        self._queue_head = 0
 
     def _rebuild_heap(self) -> None:
-        """Keep the heap's current entries, one a slot, and heapify (vLLM
-        ``_maybe_compact_heap``)."""
+        """Keep the heap's current entries and heapify (vLLM ``_maybe_compact_heap``)."""
+        hr, hs = self._current(self._heap_rank, self._heap_slot, 0, 1)
+        for i in range((len(hr) - 2) >> 2, -1, -1):
+            _sift_down(hr, hs, i)
+        self._heap_rank, self._heap_slot = hr, hs
+
+    def _current(
+        self, values: vec[i64], slots: vec[i64], start: i64, in_heap: i64
+    ) -> tuple[vec[i64], vec[i64]]:
+        """The current entries among ``values[start:]`` and ``slots[start:]`` (the queue's,
+        ``in_heap`` 0, or the heap's, 1), one a slot, in their order. (A slot's repeated
+        current entries hold one rank, and no other slot's does: the queue stays in order.)"""
         self._num_rebuilds += 1
         this = self._num_rebuilds
-        evictable, rank, mark, in_heap = self._evictable, self._rank, self._mark, self._in_heap
-        hr, hs = self._heap_rank, self._heap_slot
-        kept_rank, kept_slot = vec[i64](), vec[i64]()
-        for i in range(len(hr)):
-            slot = hs[i]
-            if evictable[slot] and rank[slot] == hr[i] and in_heap[slot] and mark[slot] != this:
+        evictable, rank, mark, where = self._evictable, self._rank, self._mark, self._in_heap
+        kept_values, kept_slots = vec[i64](), vec[i64]()
+        for i in range(start, len(values)):
+            slot = slots[i]
+            if (
+                evictable[slot]
+                and rank[slot] == values[i]
+                and where[slot] == in_heap
+                and mark[slot] != this
+            ):
                 mark[slot] = this
-                kept_rank = append(kept_rank, hr[i])
-                kept_slot = append(kept_slot, slot)
-        for i in range((len(kept_rank) - 2) >> 2, -1, -1):
-            _sift_down(kept_rank, kept_slot, i)
-        self._heap_rank, self._heap_slot = kept_rank, kept_slot
+                kept_values = append(kept_values, values[i])
+                kept_slots = append(kept_slots, slot)
+        return kept_values, kept_slots
 
     def check_invariants(self, now_s: float) -> None:
         """Assert that every block is in exactly one category, the counters agree with a
         recount of the slots, the key map finds every held key, and every evictable slot has a
-        current heap entry."""
+        current entry in the queue or the heap."""
         stored, storing, loading, free = self.occupancy(now_s)
         assert stored + storing + loading + free == self.num_blocks, (
             f"CPU tier: {stored} stored + {storing} storing + {loading} loading + {free} free "
