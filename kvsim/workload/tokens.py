@@ -259,7 +259,7 @@ class StreamKeys:
             self._extend(stop + s)
         return self._keys[start + s + 1 : stop + s + 1]
 
-    def key(self, index: int) -> int:
+    def key(self, index: int) -> i64:
         """Key of full block ``index`` (0-based)."""
         s = self._shift
         self._extend(index + s + 1)
@@ -331,7 +331,7 @@ class PrivateKeys:
     def __init__(self, req_id: int) -> None:
         self._base: i64 = hash((-2, req_id))
 
-    def key(self, index: int) -> int:
+    def key(self, index: int) -> i64:
         """Key of full block ``index`` (0-based)."""
         step: i64 = _RUN_STEP
         return self._base ^ ((index + 1) * step)

@@ -148,7 +148,7 @@ class BlockPool:
         ahead = self._pos[block_id] - self._base - self._head  # entries before it, stale included
         return max(0, ahead - self._num_stale) + len(self._front)
 
-    def lookup(self, key: int) -> int | None:
+    def lookup(self, key: i64) -> int | None:
         """The block caching ``key``, or ``None``."""
         slot = self._find(key)
         return self._slots[2 * slot + 1] if slot >= 0 else None
@@ -360,7 +360,7 @@ class BlockPool:
             self._front.extend(front[::-1])
         self.num_free += freed
 
-    def register(self, block_id: int, key: int) -> None:
+    def register(self, block_id: int, key: i64) -> None:
         """Cache a full block under ``key`` (no-op if the block is already cached). Under
         ``keep_duplicates`` a key another block caches is kept as a duplicate, found once the
         blocks before it are evicted (vLLM 0.34.0 ``BlockPool._insert_block_hash``: vLLM does

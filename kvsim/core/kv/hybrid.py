@@ -34,7 +34,10 @@ when the allocation then fails (``allocate`` returns ``None`` having freed only 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
+
+from librt.vecs import vec
+from mypy_extensions import i64
 
 from kvsim.base.units import cdiv
 from kvsim.config.layers import GroupKind, KVCacheGroups
@@ -54,13 +57,24 @@ from kvsim.core.kv.block_pool import BlockPool
 from kvsim.workload.request import Request
 from kvsim.workload.tokens import KeyChain, StreamKeys, stream_segments
 
-_KEY_MASK = (1 << 63) - 1
+_KEY_MASK: Final = (1 << 63) - 1
 _GROUP_MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant: group g's keys differ from group h's
 
 
-def group_key(key: int, group: int) -> int:
+def group_mix(group: int) -> i64:
+    """What a block key of KV cache group ``group`` is mixed with (63 bits)."""
+    return ((group + 1) * _GROUP_MIX) & _KEY_MASK
+
+
+def group_key(key: i64, group: int) -> i64:
     """A block key within one KV cache group (vLLM keys the cache by hash and group id)."""
-    return (key ^ ((group + 1) * _GROUP_MIX)) & _KEY_MASK
+    return mixed_key(key, group_mix(group))
+
+
+def mixed_key(key: i64, mix: i64) -> i64:
+    """``key`` within the group whose ``group_mix`` is ``mix`` (machine integers: no int
+    object a block)."""
+    return (key ^ mix) & _KEY_MASK
 
 
 def sliding_skipped_blocks(num_computed_tokens: int, window: int, block_size: int) -> int:
@@ -118,6 +132,7 @@ class HybridPagedAllocator(Allocator):
         self.null_block: int = null
         self.kinds = kv_groups.kinds
         self.windows = tuple(g.sliding_window_tokens or 0 for g in kv_groups.groups)
+        self._mixes = vec[i64]([group_mix(g) for g in range(len(self.kinds))])
         self.enable_prefix_caching = enable_prefix_caching
         # a sliding group's blocks at a request's peak, for the admission gate (vLLM
         # SlidingWindowSpec.max_admission_blocks_per_request): the window's last W - 1
@@ -222,11 +237,11 @@ class HybridPagedAllocator(Allocator):
         ):
             return NO_HIT
         n = min(request.num_tokens - 1, self.keyed_tokens(request)) // self.block_size_tokens
-        keys, lookup = self._stream_keys(request), self.pool.lookup
+        keys, lookup, mixes = self._stream_keys(request), self.pool.lookup, self._mixes
         full = [g for g, kind in enumerate(self.kinds) if kind == "full"]
         for g in full:  # the longest cached prefix of every full group
             i = 0
-            while i < n and lookup(group_key(keys.key(i), g)) is not None:
+            while i < n and lookup(mixed_key(keys.key(i), mixes[g])) is not None:
                 i += 1
             n = i
         while n > 0:  # each sliding group's hit at most n blocks long, until all agree
@@ -249,7 +264,7 @@ class HybridPagedAllocator(Allocator):
                 n - cdiv(self.windows[g] - 1, self.block_size_tokens) if kind == "sliding" else 0
             )
             for i in range(n):
-                blk = lookup(group_key(keys.key(i), g)) if i >= start else None
+                blk = lookup(mixed_key(keys.key(i), mixes[g])) if i >= start else None
                 blocks.append(self.null_block if blk is None else blk)
         return PrefixHit(n * self.block_size_tokens, tuple(blocks))
 
@@ -258,9 +273,9 @@ class HybridPagedAllocator(Allocator):
         right, of ``cdiv(W - 1, B)`` cached blocks ends it; without one, the cached blocks
         from the start (vLLM ``SlidingWindowManager.find_longest_cache_hit``)."""
         need = cdiv(self.windows[group] - 1, self.block_size_tokens)
-        lookup, run = self.pool.lookup, 0
+        lookup, run, mix = self.pool.lookup, 0, self._mixes[group]
         for i in range(max_blocks - 1, -1, -1):
-            if lookup(group_key(keys.key(i), group)) is None:
+            if lookup(mixed_key(keys.key(i), mix)) is None:
                 run = 0
                 continue
             run += 1
@@ -631,10 +646,10 @@ class HybridPagedAllocator(Allocator):
         for g, kind in enumerate(self.kinds):
             if kind == "state":
                 continue
-            table = tables[g]
+            table, mix = tables[g], self._mixes[g]
             for i in range(start, upto):
                 if table[i] != null:
-                    self.pool.register(table[i], group_key(keys.key(i), g))
+                    self.pool.register(table[i], mixed_key(keys.key(i), mix))
         self._num_cached[request.req_id] = upto
 
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:

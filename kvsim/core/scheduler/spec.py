@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from librt.vecs import vec
 
 SPEC_STREAM = 0x5BEC  # the acceptance draws' own stream of the run's seed
 _BATCH = 4096
@@ -49,8 +50,8 @@ class SpecDecoder:
         self.num_lookahead_tokens = num_lookahead_tokens
         self.position_rates = tuple(float(r) for r in position_rates)
         self.rng = np.random.default_rng((seed, SPEC_STREAM))
-        self._rates: list[float] = list(self.position_rates)  # (a list: indexed natively)
-        self._uniforms: list[float] = []  # drawn in batches, used in order from _next
+        self._rates = vec[float](self.position_rates)  # (packed: read without unboxing)
+        self._uniforms = vec[float]()  # drawn in batches, used in order from _next
         self._next = 0
         self.num_drafts = 0
         self.num_draft_tokens = 0
@@ -77,7 +78,7 @@ class SpecDecoder:
         uniforms = self._uniforms
         i = self._next
         if i == len(uniforms):  # the same stream as one draw a call, in batches
-            uniforms = self._uniforms = self.rng.random(_BATCH).tolist()
+            uniforms = self._uniforms = vec[float](self.rng.random(_BATCH).tolist())
             i = 0
         u = uniforms[i]
         self._next = i + 1
