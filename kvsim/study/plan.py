@@ -42,7 +42,7 @@ from kvsim.config.memory import pool_tokens_for_request
 from kvsim.results import read_summary
 from kvsim.study.experiment import Point, check_name
 from kvsim.study.plan_search import Condition, Interval, changes_at_most_once, search_interval
-from kvsim.study.sweep import POINTS, is_done, outcomes, point_dir, save_outcome
+from kvsim.study.sweep import POINTS, is_done, is_stale, outcomes, point_dir, save_outcome
 from kvsim.study.targets import target_metrics
 from kvsim.workload.spec import DEFAULT_NUM_REQUESTS
 
@@ -565,6 +565,14 @@ class _Evaluator:
                 len(self.seen) + len(todo), {self.plan.field: self.plan.value(x)}, None, config
             )
             todo.append((x, point))
+        stale = sum(1 for _, point in todo if is_stale(self.folder, str(point.key)))
+        if stale:
+            logger.warning(
+                "%d stored point(s) in %s were finished by another kvsim (its source or data "
+                "differ from this one's): running them again",
+                stale,
+                self.folder,
+            )
         by_key = {point.key: x for x, point in todo}
         todo_points = [p for _, p in todo]
         stream = outcomes(todo_points, jobs=self.jobs, scheduler=self.scheduler, said=self.warned)

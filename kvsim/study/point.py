@@ -12,6 +12,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvsim.base.build import source_build
 from kvsim.config import SimConfig
 from kvsim.config.allocators import has_memory_map
 from kvsim.fleet import is_fleet, simulate
@@ -36,6 +37,7 @@ class PointOutcome:
         warnings: what kvsim warned during the point (the driver prints each text once).
         saved: the worker wrote the point itself (``kvsim.study.sweep.run_and_save``); ``results``
             and ``snapshot`` then stay behind.
+        build: the fingerprint of the kvsim that ran it (``kvsim.base.build.source_build``).
     """
 
     key: str
@@ -46,6 +48,7 @@ class PointOutcome:
     elapsed_s: float = 0.0
     warnings: tuple[str, ...] = ()
     saved: bool = False
+    build: str = ""
 
 
 class _Collected(logging.Handler):
@@ -71,6 +74,7 @@ def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOut
         root.removeHandler(collected)
         root.propagate = propagate
     outcome.warnings = tuple(collected.texts)
+    outcome.build = source_build()
     return outcome
 
 

@@ -2,17 +2,19 @@
 
 Each point's results go to ``OUT/NAME/points/KEY/`` (``KEY = SimConfig.key()``), written into a
 temporary folder and renamed into place, so a killed sweep leaves only finished points behind and a
-rerun skips them. Local workers write their own points (``run_and_save``); Dask workers only
-simulate and return their ``Results`` and the driver writes, so a remote cluster needs no shared
-filesystem. Every point's config is validated before any runs: one invalid point (a value out
-of range, a misspelt field) fails the sweep up front, with nothing run. A point that fails while
-running is logged with its swept values and listed in ``failures.json``; the others go on.
-``summary.parquet`` has one row per finished point, in expansion order: the swept fields, then
-the summary metrics.
+rerun skips them. A point records the kvsim that ran it (``kvsim.base.build``); one that another
+kvsim finished (its source has changed since) is run again, with a warning, never reused. Local
+workers write their own points (``run_and_save``); Dask workers only simulate and return their
+``Results`` and the driver writes, so a remote cluster needs no shared filesystem. Every point's
+config is validated before any runs: one invalid point (a value out of range, a misspelt field)
+fails the sweep up front, with nothing run. A point that fails while running is logged with its
+swept values and listed in ``failures.json``; the others go on. ``summary.parquet`` has one row
+per finished point, in expansion order: the swept fields, then the summary metrics.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -26,6 +28,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
+from kvsim.base.build import source_build
 from kvsim.base.tablefile import csv_twin, write_table
 from kvsim.base.textfile import json_text
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler, dask_map, pool_map
@@ -81,9 +84,33 @@ def point_dir(folder: Path, key: str) -> Path:
     return folder / POINTS / key
 
 
-def is_done(folder: Path, key: str) -> bool:
-    """Whether the point's results were completely written (the folder appears atomically)."""
+BUILD = "kvsim_build"  # point.json's field: the fingerprint of the kvsim that ran the point
+
+
+def is_finished(folder: Path, key: str) -> bool:
+    """Whether the point's results were completely written, by any kvsim (the folder appears
+    atomically)."""
     return (point_dir(folder, key) / "summary.json").is_file()
+
+
+def point_build(folder: Path, key: str) -> str:
+    """The fingerprint of the kvsim that finished the point (``""``: unrecorded, or unreadable)."""
+    try:
+        meta = json.loads((point_dir(folder, key) / "point.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    build = meta.get(BUILD, "") if isinstance(meta, dict) else ""
+    return build if isinstance(build, str) else ""
+
+
+def is_done(folder: Path, key: str) -> bool:
+    """Whether this kvsim finished the point: its results can be reused."""
+    return is_finished(folder, key) and point_build(folder, key) == source_build()
+
+
+def is_stale(folder: Path, key: str) -> bool:
+    """Whether another kvsim finished the point: it must run again."""
+    return is_finished(folder, key) and point_build(folder, key) != source_build()
 
 
 def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
@@ -94,8 +121,15 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
     outcome.results.save(tmp, exports=False)  # sweep points keep parquet only
     if outcome.snapshot is not None:
         write_table(outcome.snapshot, tmp / SNAPSHOT)
-    meta = {"overrides": point.overrides, LABEL: point.label, "elapsed_s": outcome.elapsed_s}
+    meta = {
+        "overrides": point.overrides,
+        LABEL: point.label,
+        "elapsed_s": outcome.elapsed_s,
+        BUILD: outcome.build or source_build(),
+    }
     (tmp / "point.json").write_text(json_text(meta, indent=2, sort_keys=True))
+    if is_stale(folder, outcome.key):  # another kvsim's result: this one replaces it
+        shutil.rmtree(final, ignore_errors=True)
     try:
         tmp.rename(final)
     except OSError:  # another writer finished the same point first
@@ -396,6 +430,15 @@ def run_sweep(
             "snapshot_at_s: %d radix point(s) run without a memory-map snapshot (a radix tree "
             "has no slot map)",
             len(radix),
+        )
+    stale = sum(1 for k in unique if is_stale(folder, str(k)))
+    if stale:
+        logger.warning(
+            "sweep %s: %d point(s) in %s were finished by another kvsim (its source or data "
+            "differ from this one's): running them again",
+            experiment.name,
+            stale,
+            folder,
         )
     todo = sorted(
         (p for k, p in unique.items() if not is_done(folder, str(k))), key=lambda p: p.index

@@ -76,6 +76,34 @@ def test_rerun_skips_finished_points(tmp_path, tiny, counted) -> None:
     assert len(again.table) == 4
 
 
+def test_points_of_another_kvsim_run_again(tmp_path, tiny, counted, caplog) -> None:
+    """A point another kvsim finished (its recorded fingerprint differs, or none was recorded,
+    as before fingerprints) is run again and replaced, with a warning; the others are reused."""
+    run_sweep(tiny, tmp_path, progress=False)
+    keys = [p.key for p in tiny.points()]
+    points = tmp_path / "tiny" / "points"
+    old = json.loads((points / keys[1] / "point.json").read_text())
+    assert len(old["kvsim_build"]) == 16
+    (points / keys[1] / "point.json").write_text(json.dumps({**old, "kvsim_build": "0" * 16}))
+    del old["kvsim_build"]
+    (points / keys[3] / "point.json").write_text(json.dumps(old))
+    counted.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        again = run_sweep(tiny, tmp_path, progress=False)
+    assert (again.num_run, again.num_skipped) == (2, 2)
+    assert len(counted) == 2
+    assert "2 point(s)" in caplog.text
+    assert "another kvsim" in caplog.text
+    for key in (keys[1], keys[3]):
+        rerun = json.loads((points / key / "point.json").read_text())
+        assert len(rerun["kvsim_build"]) == 16
+        assert rerun["kvsim_build"] != "0" * 16
+    assert len(again.table) == 4
+    counted.clear()
+    run_sweep(tiny, tmp_path, progress=False)
+    assert not counted  # all four are this kvsim's now
+
+
 class Killed(BaseException):
     """Stands in for SIGINT/SIGKILL: not an ``Exception``, so no point handler swallows it."""
 
