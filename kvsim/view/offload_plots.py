@@ -7,11 +7,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from kvsim.results.offload import TIER_COLUMNS
 from kvsim.view.style import styled
 
+_STATISTICS = (("-", "mean"), ("--", "p90"))  # TTFT line styles
 SIZE = "offload.kv_offloading_size"
 BANDWIDTH = "offload.link_bandwidth_bytes_per_s"
 TIER_NAMES = {
@@ -52,7 +54,7 @@ def offload_figure(
             marker=marker,
             ms=size,
             color=f"C{i}",
-            label=f"mean, {label}",
+            label=label,
         )
         axes[0].plot(
             x,
@@ -61,7 +63,7 @@ def offload_figure(
             ms=size,
             ls="--",
             color=f"C{i}",
-            label=f"p90, {label}",
+            label="_p90",  # (the line styles get a legend of their own)
         )
         hit = group["external_prefix_cache_hit_rate"].fillna(0.0) * 100
         axes[1].plot(x, hit, marker=marker, ms=size, color=f"C{i}", label=f"CPU tier, {label}")
@@ -72,7 +74,11 @@ def offload_figure(
     for ax, ylabel in zip(axes[:2], ["TTFT (s)", "hit rate (% of prompt tokens)"], strict=True):
         ax.set_xticks(range(len(sizes)), ticks)
         ax.set(xlabel="CPU buffer, kv_offloading_size (GiB)", ylabel=ylabel)
-        ax.legend(fontsize="x-small")
+    links = axes[0].legend(title="link", fontsize="x-small", title_fontsize="x-small")
+    axes[0].add_artist(links)
+    statistic = [Line2D([], [], color="0.25", ls=ls, label=name) for ls, name in _STATISTICS]
+    axes[0].legend(handles=statistic, loc="lower left", fontsize="x-small")
+    axes[1].legend(fontsize="x-small")
     axes[0].set_title("time to first token")
     axes[1].set_title("prefix hits")
     _tier_panel(axes[2], tier_memory, tier_title)
