@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from kvsim.base.build import source_build
 from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
@@ -42,7 +43,15 @@ from kvsim.config.memory import pool_tokens_for_request
 from kvsim.results import read_summary
 from kvsim.study.experiment import Point, check_name
 from kvsim.study.plan_search import Condition, Interval, changes_at_most_once, search_interval
-from kvsim.study.sweep import POINTS, is_done, is_stale, outcomes, point_dir, save_outcome
+from kvsim.study.sweep import (
+    POINTS,
+    finished_by,
+    is_stale,
+    outcomes,
+    point_dir,
+    save_outcome,
+    warn_stale,
+)
 from kvsim.study.targets import target_metrics
 from kvsim.workload.spec import DEFAULT_NUM_REQUESTS
 
@@ -547,6 +556,7 @@ class _Evaluator:
     def evaluate(self, xs: Sequence[float]) -> None:
         """Simulate the values not seen yet (on ``jobs`` workers), reusing stored points."""
         todo: list[tuple[float, Point]] = []
+        stale = 0
         for x in xs:
             if x in self.seen or any(x == y for y, _ in todo):
                 continue
@@ -557,22 +567,17 @@ class _Evaluator:
                 self._seen(x, {"error": str(err)})
                 continue
             key = config.key()
-            if is_done(self.folder, key):
+            build = finished_by(self.folder, key)
+            if build == source_build():
                 stored = point_dir(self.folder, key) / "summary.json"
                 self._seen(x, read_summary(stored))
                 continue
+            stale += is_stale(build)
             point = Point(
                 len(self.seen) + len(todo), {self.plan.field: self.plan.value(x)}, None, config
             )
             todo.append((x, point))
-        stale = sum(1 for _, point in todo if is_stale(self.folder, str(point.key)))
-        if stale:
-            logger.warning(
-                "%d stored point(s) in %s were finished by another kvsim (its source or data "
-                "differ from this one's): running them again",
-                stale,
-                self.folder,
-            )
+        warn_stale(self.folder, stale, f"plan {self.folder.name}")
         by_key = {point.key: x for x, point in todo}
         todo_points = [p for _, p in todo]
         stream = outcomes(todo_points, jobs=self.jobs, scheduler=self.scheduler, said=self.warned)

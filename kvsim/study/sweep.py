@@ -87,16 +87,14 @@ def point_dir(folder: Path, key: str) -> Path:
 BUILD = "kvsim_build"  # point.json's field: the fingerprint of the kvsim that ran the point
 
 
-def is_finished(folder: Path, key: str) -> bool:
-    """Whether the point's results were completely written, by any kvsim (the folder appears
-    atomically)."""
-    return (point_dir(folder, key) / "summary.json").is_file()
-
-
-def point_build(folder: Path, key: str) -> str:
-    """The fingerprint of the kvsim that finished the point (``""``: unrecorded, or unreadable)."""
+def finished_by(folder: Path, key: str) -> str | None:
+    """The fingerprint of the kvsim that finished the point (``""``: unrecorded or unreadable),
+    or ``None`` while its results are not completely written (the folder appears atomically)."""
+    where = point_dir(folder, key)
+    if not (where / "summary.json").is_file():
+        return None
     try:
-        meta = json.loads((point_dir(folder, key) / "point.json").read_text())
+        meta = json.loads((where / "point.json").read_text())
     except (OSError, ValueError):
         return ""
     build = meta.get(BUILD, "") if isinstance(meta, dict) else ""
@@ -105,12 +103,24 @@ def point_build(folder: Path, key: str) -> str:
 
 def is_done(folder: Path, key: str) -> bool:
     """Whether this kvsim finished the point: its results can be reused."""
-    return is_finished(folder, key) and point_build(folder, key) == source_build()
+    return finished_by(folder, key) == source_build()
 
 
-def is_stale(folder: Path, key: str) -> bool:
-    """Whether another kvsim finished the point: it must run again."""
-    return is_finished(folder, key) and point_build(folder, key) != source_build()
+def is_stale(build: str | None) -> bool:
+    """Whether a point ``finished_by`` ``build`` was finished by another kvsim: it runs again."""
+    return build is not None and build != source_build()
+
+
+def warn_stale(folder: Path, count: int, name: str) -> None:
+    """Say that ``count`` points in ``folder`` run again, another kvsim having finished them."""
+    if count:
+        logger.warning(
+            "%s: %d point(s) in %s were finished by another kvsim (its source or data differ "
+            "from this one's): running them again",
+            name,
+            count,
+            folder,
+        )
 
 
 def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
@@ -128,7 +138,7 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
         BUILD: outcome.build or source_build(),
     }
     (tmp / "point.json").write_text(json_text(meta, indent=2, sort_keys=True))
-    if is_stale(folder, outcome.key):  # another kvsim's result: this one replaces it
+    if is_stale(finished_by(folder, outcome.key)):  # another kvsim's: this one replaces it
         shutil.rmtree(final, ignore_errors=True)
     try:
         tmp.rename(final)
@@ -431,18 +441,10 @@ def run_sweep(
             "has no slot map)",
             len(radix),
         )
-    stale = sum(1 for k in unique if is_stale(folder, str(k)))
-    if stale:
-        logger.warning(
-            "sweep %s: %d point(s) in %s were finished by another kvsim (its source or data "
-            "differ from this one's): running them again",
-            experiment.name,
-            stale,
-            folder,
-        )
-    todo = sorted(
-        (p for k, p in unique.items() if not is_done(folder, str(k))), key=lambda p: p.index
-    )
+    builds = {k: finished_by(folder, str(k)) for k in unique}  # (one read a point)
+    warn_stale(folder, sum(map(is_stale, builds.values())), f"sweep {experiment.name}")
+    current = source_build()
+    todo = sorted((p for k, p in unique.items() if builds[k] != current), key=lambda p: p.index)
     report = SweepReport(folder, pd.DataFrame(), num_skipped=len(unique) - len(todo))
     logger.info(
         "sweep %s: %d points, %d finished before, %d to run",

@@ -60,6 +60,32 @@ def test_smallest_budget_without_preemption_is_81_blocks(tmp_path: Path) -> None
     assert len(stored) == len(result.points)
 
 
+def test_a_plan_runs_again_the_points_another_kvsim_finished(tmp_path: Path, caplog) -> None:
+    """A stored point whose recorded kvsim differs (``kvsim_build`` in ``point.json``) is run
+    again, with a warning, and replaced; the others are reused untouched."""
+    plan = Plan(
+        name="burst",
+        base=BURST,
+        field="cache.kv_cache_bytes",
+        direction="smallest",
+        lo=16 * 16 * BYTES_PER_TOKEN,
+        hi=200 * 16 * BYTES_PER_TOKEN,
+        integer=True,
+        targets=(Target("num_preemptions", 0.0),),
+    )
+    first = run_plan(plan, tmp_path)
+    points = sorted((tmp_path / "plan" / "burst" / "points").iterdir())
+    stale = points[0] / "point.json"
+    stale.write_text(json.dumps({**json.loads(stale.read_text()), "kvsim_build": "0" * 16}))
+    untouched = {p.name: (p / "summary.json").stat().st_mtime_ns for p in points[1:]}
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        again = run_plan(plan, tmp_path)
+    assert again.answer == first.answer
+    assert "plan burst: 1 point(s)" in caplog.text
+    assert json.loads(stale.read_text())["kvsim_build"] != "0" * 16
+    assert {p.name: (p / "summary.json").stat().st_mtime_ns for p in points[1:]} == untouched
+
+
 def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     # 28 output tokens -> 27 decode steps; TPOT target far above any step: only the KV binds
     runner = CliRunner()
