@@ -32,6 +32,7 @@ from kvsim.config import SimConfig
 from kvsim.core.kv.base import NO_HIT
 from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.scheduler import StepPlan
+from kvsim.core.scheduler.v1 import V1Scheduler
 from kvsim.engine.build import build_parts
 from kvsim.engine.frames import FrameRecorder, has_map
 from kvsim.engine.group_recorder import GroupRecorder
@@ -458,7 +459,6 @@ class Engine:
         # staged arrivals reach the scheduler at the next boundary: no span past it
         # (and no span while a CPU-tier load is in flight: it ends with the step in flight)
         one = self._staged or (self.offload is not None and self.offload.loads)
-        k = self.scheduler.max_extension(plan, 1 if one else self.max_span_steps)
         step0_s = self.cost.step_s(
             plan.work_new_tokens,
             plan.work_context_tokens,
@@ -466,6 +466,9 @@ class Engine:
             plan.work_seqs,
             plan.work_drafting_seqs,
         )  # (one by one: a native call with unboxed floats)
+        if self.scheduler.spec is not None:
+            return self._speculative_timing(plan, step0_s, now, bool(one))
+        k = self.scheduler.max_extension(plan, 1 if one else self.max_span_steps)
         if k > 1:
             start, num_seqs = self.scheduler.span_context(plan)
             until = self._next_known_arrival_s()  # durations only up to it (_cut_span)
@@ -480,6 +483,22 @@ class Engine:
             step0_s += swap_s
             self.swap_time_s += swap_s
         return span_timing([step0_s])
+
+    def _speculative_timing(self, plan: StepPlan, step0_s: float, now: float, one: bool) -> Timing:
+        """Speculative decoding: the steps ``V1Scheduler.speculative_span`` plans past step 0
+        until the next arrival, none where something else must see every step (a fleet's
+        router, the memory map, a CPU tier, staged arrivals: ``one``) or under
+        ``memory_resolution = "step"``.
+        Its steps allocate as they are planned, so the span is never cut afterwards."""
+        scheduler = self.scheduler
+        assert isinstance(scheduler, V1Scheduler), "speculative decoding runs under vllm-v1"
+        alone = not (one or self.handed or self.frames is not None or self.offload is not None)
+        max_steps = self.max_span_steps if alone else 1
+        until = self._next_known_arrival_s()
+        if until is not None:
+            until -= now
+        durations = scheduler.speculative_span(plan, self.cost, step0_s, max_steps, until, now)
+        return span_timing(durations)
 
     def _cut_span(self, durations: list[float], now: float) -> int:
         """Steps of a span to keep: up to the step during which the next request arrives when

@@ -26,10 +26,11 @@ def event_slots(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> SpanSlots:
     cohort, allocator = lazy.cohort, lazy.allocator
     after = plan.cohort_clock + plan.cohort_advance
     within = cohort.sum_shared
-    if num_steps > 1:  # a span: every running request is a member
-        assert not lazy.others, "a span's running requests are all cohort members"
-        span = plan.span
+    span = plan.span
+    if num_steps > 1 or (span is not None and span.explicit):
+        # a span: every running request a member, or a speculative span's (explicit ones)
         assert span is not None, "extend() notes the span"
+        assert span.explicit or not lazy.others, "a span's running requests are all members"
         if span.tokens:  # several KV cache groups: noted as extend allocated step by step
             token, slope = span.token0, span.token_slope
         else:

@@ -79,6 +79,14 @@ class SwappedKV:
     layout: list[list[int]] = field(default_factory=list)
 
 
+def plain_slots(held: int, length: int, final: int) -> tuple[int, int, int]:
+    """``(held, token states, internal)`` slots of a single-sequence request holding ``held``
+    slots (its table, ``>= length``) with ``length`` tokens computed, ``final`` its final KV
+    length (DESIGN.md: slots past the final length are internal fragmentation, never token
+    states, even where a verification writes drafts into them)."""
+    return held, min(length, final), max(held - final, 0)
+
+
 class PagedAllocator(Allocator):
     """vLLM-style block allocator with optional prefix caching and group sharing.
 
@@ -401,7 +409,7 @@ class PagedAllocator(Allocator):
         rid = request.req_id
         table = self.block_tables.get(rid)
         if table is not None:
-            extra = -(num_tokens // -self.block_size_tokens) - len(table)
+            extra = self.blocks_for(len(table) * self.block_size_tokens, num_tokens)
             result = self._nothing_new
             if extra > 0:
                 if extra > self.pool.num_free:
@@ -619,7 +627,8 @@ class PagedAllocator(Allocator):
             table = self.block_tables.get(request.req_id)
             if table is not None and len(table) > c:
                 c = len(table)
-            return c * b, min(length, final), max(c * b - final, 0), c * b
+            held, token, internal = plain_slots(c * b, length, final)
+            return held, token, internal, held
         w = group.width
         unshared = w * c * b
         if group.parents is not None:
@@ -649,6 +658,12 @@ class PagedAllocator(Allocator):
             pooled = self._pooled
             self.block_tables[req_id] += pooled[len(pooled) - num_blocks :]
             del pooled[len(pooled) - num_blocks :]
+
+    def blocks_for(self, held_slots: int, num_tokens: int) -> int:
+        """Blocks a single-sequence request holding ``held_slots`` slots (a whole table) lacks
+        for ``num_tokens`` slots (<= 0: none), as ``allocate`` takes them."""
+        b = self.block_size_tokens
+        return -(num_tokens // -b) - held_slots // b
 
     def grow_blocks(self, grants: Sequence[tuple[int, int]]) -> None:
         total = 0

@@ -173,7 +173,7 @@ class SchedulerCore:
         cache_tokens = None  # (all of num_tokens)
         if self.lookahead:  # lookahead slots are held, not cached
             cache_tokens = num_tokens
-            num_tokens = min(num_tokens + self.lookahead, self.max_model_len)
+            num_tokens = self.with_lookahead(num_tokens)
         if num_tokens <= req.num_held_slots and not self._every_step:  # hot path: room
             cb = self.cache_block_tokens
             if not cb:
@@ -185,6 +185,12 @@ class SchedulerCore:
             return False
         req.num_held_slots = self.allocator.held_slots(req.req_id)
         return True
+
+    def with_lookahead(self, num_tokens: int) -> int:
+        """The slots an allocation of ``num_tokens`` holds: ``lookahead`` more under
+        speculative decoding, up to ``max_model_len`` (vLLM ``allocate_slots(...,
+        num_lookahead_tokens)``)."""
+        return min(num_tokens + self.lookahead, self.max_model_len)
 
     def _preempt_recompute(self, req: Request) -> None:
         """Drop the request's KV; it re-prefills prompt + outputs from the front of the queue."""
@@ -246,7 +252,9 @@ class SchedulerCore:
         lazy = self.lazy
         cohort = lazy.cohort
         members = cohort.members
-        if self.spec is not None:
+        if plan.completed:  # a speculative span made its last step's draws already
+            finished = plan.completed_finished
+        elif self.spec is not None:
             finished = self._complete_verifications(plan, step0_end_s)
         else:
             scheduled, num_new = plan.scheduled, plan.num_new_tokens
@@ -262,7 +270,9 @@ class SchedulerCore:
                 for r in plan.scheduled
                 if r.num_output_tokens >= r.output_tokens and r not in members
             ]
-        cohort.clock = plan.cohort_clock + plan.cohort_advance + plan.num_steps - 1
+        # (speculating requests are never members: the cohort, empty, skips a span's steps)
+        span_steps = plan.num_steps if self.spec is None else 1
+        cohort.clock = plan.cohort_clock + plan.cohort_advance + span_steps - 1
         if lazy.prejoined:  # (the plan they joined after has run)
             lazy.prejoined = []
         for member in cohort.pop_finished():
@@ -386,7 +396,8 @@ class SchedulerCore:
         """Let ``plan`` cover ``num_steps`` steps, allocating their slots now."""
         if num_steps <= 1:
             return
-        self.lazy.extend(plan, num_steps)
+        if self.spec is None:  # (a speculative span allocated its steps as it planned them)
+            self.lazy.extend(plan, num_steps)
         plan.num_steps = num_steps
 
     def span_context(self, plan: StepPlan) -> tuple[float, float]:

@@ -78,7 +78,7 @@ class SpecDecoder:
         uniforms = self._uniforms
         i = self._next
         if i == len(uniforms):  # the same stream as one draw a call, in batches
-            uniforms = self._uniforms = vec[float](self.rng.random(_BATCH).tolist())
+            uniforms = self._uniforms = vec[float](self.rng.random(_BATCH))  # (its buffer)
             i = 0
         u = uniforms[i]
         self._next = i + 1

@@ -33,11 +33,12 @@ requests by the engine (vLLM ``ParentRequest``), which share prompt blocks throu
 
 from __future__ import annotations
 
+from kvsim.core.cost import StepCostModel
 from kvsim.core.kv.base import NO_HIT, PrefixHit
-from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.kv.paged import PagedAllocator, plain_slots
 from kvsim.core.scheduler.cohort import Member
 from kvsim.core.scheduler.core import SchedulerCore
-from kvsim.core.scheduler.plan import StepPlan
+from kvsim.core.scheduler.plan import LazySpan, StepPlan
 from kvsim.workload.request import Request
 
 # how a step's running pass handles the cohort's members (``V1Scheduler._running_pass``)
@@ -80,14 +81,19 @@ class V1Scheduler(SchedulerCore):
         (``num_tokens_with_spec - num_computed_tokens``), capped by this step's threshold
         (``_step_threshold``), by the budget and, with drafts, by ``max_model_len`` less the
         token it samples (vLLM 0.34.0 ``Scheduler.schedule``)."""
-        unknown = req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+        unknown = req.num_tokens - req.num_computed_tokens
+        return self._chunk_tokens(req, unknown, budget), unknown
+
+    def _chunk_tokens(self, req: Request, unknown: int, budget: int) -> int:
+        """``_running_chunk``'s tokens of a request that knows ``unknown`` tokens it has not
+        computed."""
         num_new = unknown + req.num_draft_tokens
         threshold = self._threshold
         if 0 < threshold < num_new:
             num_new = threshold
         if req.num_draft_tokens:
             num_new = min(num_new, self.max_model_len - req.num_computed_tokens - 1)
-        return min(num_new, budget), unknown
+        return min(num_new, budget)
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         """The running requests, in the order they were admitted: each gets its chunk
@@ -203,6 +209,159 @@ class V1Scheduler(SchedulerCore):
         else:
             plan.add(req, num_new)
         self._count_drafting(plan, req, num_new)
+
+    def speculative_span(
+        self,
+        plan: StepPlan,
+        cost: StepCostModel,
+        step0_s: float,
+        max_steps: int,
+        until_s: float | None,
+        start_s: float,
+    ) -> list[float]:
+        """Fast-forward a step of speculating decoders: the durations (seconds) of ``plan``'s
+        step 0 (``step0_s``) and of the steps after it that run while nothing but decoding
+        happens, each planned, allocated and priced as it comes.
+
+        Step ``j >= 1`` exists when step ``j - 1`` ends before ``until_s`` (the next arrival,
+        seconds from ``start_s``; ``None``: none known), there are fewer than ``max_steps``,
+        step ``j - 1`` finished no request once completed (``_complete_verifications``: its
+        acceptance draws, in the order step-by-step planning makes them) and step ``j``'s new
+        blocks are all free. Step ``j`` is what ``schedule`` would plan then: every running
+        request in running order gets its chunk (``_running_chunk``: its sampled token and its
+        drafts) and its slots with lookahead (``with_lookahead``), the blocks taken at once in
+        running order (``PagedAllocator.grow_blocks`` at the span's end: the blocks one
+        ``allocate`` each would take, nothing else taking or freeing one meanwhile), and is
+        priced by ``add_verify`` and ``StepCostModel.step_s``.
+
+        Only where no rule could tell the steps apart from one step at a time: nobody waits,
+        every running request is a plain single-sequence decoder of a ``paged`` pool that
+        samples in step 0, shares no token (no prefix-cache work at a fill or a verification)
+        and gets its whole chunk within the token budget. The plan keeps step 0's work sums
+        and the last step's requests (``StepPlan``); a last step already completed is flagged
+        (``StepPlan.completed``). ``plan.span`` gets each step's slot totals for the recorder
+        (``kvsim.engine.span``), counted as ``Allocator.request_slots`` counts a step of its own.
+        """
+        durations = [step0_s]
+        if not self._speculates_alone(plan):
+            return durations
+        allocator = self.allocator
+        assert isinstance(allocator, PagedAllocator)
+        block = allocator.block_size_tokens
+        running = plan.scheduled  # every running request, in running order
+        held, token, internal = self._verification_slots(plan)
+        span = LazySpan(held, internal, [0], [0])
+        span.token0, span.tokens, span.explicit = token, [0], True
+        plan.span = span
+        step = plan
+        end = step0_s
+        free = allocator.pool.num_free
+        grants: list[tuple[int, int]] = []  # the span's (request id, blocks), in take order
+        while len(durations) < max_steps and (until_s is None or end < until_s):
+            plan.completed_finished = self._complete_verifications(step, start_s + end)
+            plan.completed = True
+            if plan.completed_finished:
+                break
+            chunks: list[int] = []
+            growing: list[tuple[int, int]] = []  # (index in running, blocks)
+            budget, num_blocks, fits = self.token_budget, 0, True
+            for i in range(len(running)):
+                req = running[i]
+                num_new = self._chunk_tokens(req, req.num_tokens - req.num_computed_tokens, budget)
+                if num_new <= 0:  # at max_model_len: skipped by step j, which is not the span's
+                    fits = False
+                    break
+                budget -= num_new
+                chunks.append(num_new)
+                need = self.with_lookahead(req.num_computed_tokens + num_new)
+                if need > req.num_held_slots:  # (as _allocate's hot path: room, no call)
+                    extra = allocator.blocks_for(req.num_held_slots, need)
+                    growing.append((i, extra))
+                    num_blocks += extra
+            if not fits or num_blocks > free:  # (step j would preempt: not the span's)
+                break
+            plan.completed = False
+            free -= num_blocks
+            for i, extra in growing:
+                req = running[i]
+                req.num_held_slots += extra * block
+                grants.append((req.req_id, extra))
+            step = StepPlan()
+            held_j = token_j = internal_j = 0
+            for i in range(len(running)):
+                req = running[i]
+                self._add_speculating(step, req, chunks[i])
+                r_held, r_token, r_internal = plain_slots(
+                    req.num_held_slots, req.num_computed_tokens + chunks[i], req.final_kv_tokens
+                )
+                held_j += r_held
+                token_j += r_token
+                internal_j += r_internal
+            duration = cost.step_s(
+                step.work_new_tokens,
+                step.work_context_tokens,
+                step.work_attention_pairs,
+                step.work_seqs,
+                step.work_drafting_seqs,
+            )
+            durations.append(duration)
+            end += duration
+            span.blocks.append((held_j - held) // block)
+            span.tokens.append(token_j - token)
+            span.internal.append(internal_j - internal)
+            held, token, internal = held_j, token_j, internal_j
+        if grants:  # one take: the blocks, in order, that one take a step would give
+            allocator.grow_blocks(grants)
+        if step is not plan and not plan.completed:  # complete() completes the last step
+            plan.scheduled, plan.num_new_tokens = step.scheduled, step.num_new_tokens
+        return durations
+
+    def _speculates_alone(self, plan: StepPlan) -> bool:
+        """``speculative_span``'s conditions on the step planned: nobody waits or was
+        preempted, and every running request is a plain decoder of a ``paged`` pool that
+        samples in step 0, shares no token and gets its whole chunk (``1 + k`` tokens each fit
+        the budget and the step's threshold)."""
+        assert self.spec is not None
+        if (
+            self.waiting
+            or plan.num_preempted
+            or self._partial
+            or not plan.all_running_scheduled
+            or plan.num_prefills
+            or type(self.allocator) is not PagedAllocator
+            or self._every_step
+            or len(plan.scheduled) != len(self.running)
+        ):
+            return False
+        chunk = 1 + self.spec.num_speculative_tokens
+        if chunk * len(self.running) > self.token_budget or 0 < self._threshold < chunk:
+            return False
+        scheduled, num_new = plan.scheduled, plan.num_new_tokens
+        for i in range(len(scheduled)):
+            req = scheduled[i]
+            if (
+                req.num_seqs != 1
+                or req.shared_tokens
+                or req.num_computed_tokens + num_new[i] < req.num_tokens
+            ):
+                return False
+        return True
+
+    def _verification_slots(self, step: StepPlan) -> tuple[int, int, int]:
+        """``(held, token states, internal)`` slots of a step's scheduled requests, plain ones
+        of a ``paged`` pool (``plain_slots`` of their held slots, as ``PagedAllocator.
+        request_slots`` counts them, with the step's tokens computed)."""
+        held = token = internal = 0
+        scheduled, num_new = step.scheduled, step.num_new_tokens
+        for i in range(len(scheduled)):
+            req = scheduled[i]
+            r_held, r_token, r_internal = plain_slots(
+                req.num_held_slots, req.num_computed_tokens + num_new[i], req.final_kv_tokens
+            )
+            held += r_held
+            token += r_token
+            internal += r_internal
+        return held, token, internal
 
     def _note_head_need(
         self, plan: StepPlan, head: Request, num_tokens: int, hit: PrefixHit, whole_sequence: bool
