@@ -360,3 +360,71 @@ def test_a_verification_caches_its_computed_tokens_in_every_hybrid_group():
     assert (pool.pool.num_cached(), pool.pool.num_free) == (4, 12)
     sched.complete(plan, 1.0, 1.0)
     assert (pool.pool.num_cached(), pool.pool.num_free) == (6, 12)
+
+
+def lone_decoder(**extra) -> dict:
+    # one request (prompt 16, output 41) with EAGLE's 3 drafts all accepted (rate 1: every
+    # uniform draw u < 1)
+    return {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "workload": {
+            "lengths": "fixed",
+            "fixed_prompt_tokens": 16,
+            "fixed_output_tokens": 41,
+            "num_requests": 1,
+        },
+        "speculative": {"num_speculative_tokens": 3, "acceptance_rate": 1.0},
+        **extra,
+    }
+
+
+def test_a_lone_decoders_verifications_run_as_one_span():
+    # the prefill step samples output 1 and proposes 3 drafts; each verification then keeps all
+    # 3 and samples one more: 4 outputs a step, so outputs 1 -> 41 take 40 / 4 = 10
+    # verifications (the last: 37 outputs, 3 left, 3 accepted), 11 steps in all. Nothing
+    # arrives or waits after the prefill, so the 10 verifications are one span: 2 memory rows
+    # (11 at memory_resolution = "step"), the same finish
+    fast = simulate(config_from_dict(lone_decoder(debug_invariants=True)))
+    steps = simulate(config_from_dict(lone_decoder(memory_resolution="step")))
+    for results, rows in ((fast, 2), (steps, 11)):
+        s = results.summary
+        assert (s["num_steps"], len(results.memory)) == (11, rows)
+        assert (s["spec_decode_num_drafts"], s["spec_decode_num_draft_tokens"]) == (10, 30)
+        assert s["spec_decode_num_accepted_tokens"] == 30
+    assert fast.requests["finish_time_s"].iat[0] == pytest.approx(
+        steps.requests["finish_time_s"].iat[0], rel=1e-12
+    )
+    # its last verification holds 52 + 4 computed + 3 lookahead = 59 slots: 4 blocks of 16 (64),
+    # 8 past its final 16 + 41 - 1 = 56 tokens (internal fragmentation in the last step)
+    assert steps.memory["internal_fragmentation"].iat[-1] == 8
+
+
+@settings(max_examples=5, deadline=None)
+@given(
+    k=st.integers(1, 5),
+    alpha=st.floats(0.0, 1.0),
+    method=st.sampled_from(["eagle", "ngram"]),
+    seed=st.integers(0, 1000),
+)
+def test_speculative_spans_change_no_outcome(k, alpha, method, seed):
+    # a light load (2 requests/s on 1 GiB) lets decoders run alone between arrivals: the run with
+    # spans gives every request the same counts and times (to 1e-9: a span adds its steps'
+    # durations before the clock moves) and the same draws as one planned step by step
+    data = small({"num_speculative_tokens": k, "acceptance_rate": alpha, "method": method})
+    data["cache"] = {"kv_cache_gib": 1}
+    data["workload"] = {**data["workload"], "rate_per_s": 2.0, "num_requests": 30}
+    cfg = config_from_dict({**data, "seed": seed, "debug_invariants": True})
+    fast = simulate(cfg)
+    steps = simulate(cfg.model_copy(update={"memory_resolution": "step"}))
+    assert len(fast.memory) < len(steps.memory) == steps.summary["num_steps"]
+    mine, theirs = fast.requests.set_index("req_id"), steps.requests.set_index("req_id")
+    for col in ("num_preemptions", "num_cached_tokens", "output_tokens"):
+        assert mine[col].equals(theirs[col]), col
+    for col in ("first_token_time_s", "finish_time_s"):
+        assert ((mine[col] - theirs[col]).abs() <= 1e-9 * theirs[col].abs()).all(), col
+    for name, value in steps.summary.items():
+        if name.startswith("spec_decode_num") or name in ("num_steps", "num_preemptions"):
+            assert fast.summary[name] == value, name
+    for share in ("token_states_pct", "internal_fragmentation_pct", "kv_cache_usage_perc"):
+        assert fast.summary[share] == pytest.approx(steps.summary[share], rel=1e-9), share
