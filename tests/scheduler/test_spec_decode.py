@@ -379,15 +379,15 @@ def lone_decoder(**extra) -> dict:
     }
 
 
-def test_a_lone_decoders_verifications_run_as_one_span():
+def test_a_lone_requests_prefill_and_verifications_run_as_one_span():
     # the prefill step samples output 1 and proposes 3 drafts; each verification then keeps all
     # 3 and samples one more: 4 outputs a step, so outputs 1 -> 41 take 40 / 4 = 10
     # verifications (the last: 37 outputs, 3 left, 3 accepted), 11 steps in all. Nothing
-    # arrives or waits after the prefill, so the 10 verifications are one span: 2 memory rows
-    # (11 at memory_resolution = "step"), the same finish
+    # arrives or waits, and the prefill samples in its step, so all 11 steps are one span: one
+    # memory row (11 at memory_resolution = "step"), the same finish
     fast = simulate(config_from_dict(lone_decoder(debug_invariants=True)))
     steps = simulate(config_from_dict(lone_decoder(memory_resolution="step")))
-    for results, rows in ((fast, 2), (steps, 11)):
+    for results, rows in ((fast, 1), (steps, 11)):
         s = results.summary
         assert (s["num_steps"], len(results.memory)) == (11, rows)
         assert (s["spec_decode_num_drafts"], s["spec_decode_num_draft_tokens"]) == (10, 30)

@@ -235,12 +235,13 @@ class V1Scheduler(SchedulerCore):
         priced by ``add_verify`` and ``StepCostModel.step_s``.
 
         Only where no rule could tell the steps apart from one step at a time: nobody waits,
-        every running request is a plain single-sequence decoder of a ``paged`` pool that
-        samples in step 0, shares no token (no prefix-cache work at a fill or a verification)
-        and gets its whole chunk within the token budget. The plan keeps step 0's work sums
-        and the last step's requests (``StepPlan``); a last step already completed is flagged
-        (``StepPlan.completed``). ``plan.span`` gets each step's slot totals for the recorder
-        (``kvsim.engine.span``), counted as ``Allocator.request_slots`` counts a step of its own.
+        every running request is a plain single-sequence request of a ``paged`` pool that
+        samples in step 0 (a prefill may end then), shares no token (no prefix-cache work at a
+        fill or a verification) and gets its whole chunk within the token budget. The plan
+        keeps step 0's work sums and the last step's requests (``StepPlan``); a last step
+        already completed is flagged (``StepPlan.completed``). ``plan.span`` gets each step's
+        slot totals for the recorder (``kvsim.engine.span``), counted as
+        ``Allocator.request_slots`` counts a step of its own.
         """
         durations = [step0_s]
         if not self._speculates_alone(plan):
@@ -318,16 +319,15 @@ class V1Scheduler(SchedulerCore):
 
     def _speculates_alone(self, plan: StepPlan) -> bool:
         """``speculative_span``'s conditions on the step planned: nobody waits or was
-        preempted, and every running request is a plain decoder of a ``paged`` pool that
-        samples in step 0, shares no token and gets its whole chunk (``1 + k`` tokens each fit
-        the budget and the step's threshold)."""
+        preempted, and every running request is a plain request of a ``paged`` pool that
+        samples in step 0 (a decoder, or a prefill that ends then), shares no token and will
+        get its whole chunk (``1 + k`` tokens each fit the budget and the step's threshold)."""
         assert self.spec is not None
         if (
             self.waiting
             or plan.num_preempted
             or self._partial
             or not plan.all_running_scheduled
-            or plan.num_prefills
             or type(self.allocator) is not PagedAllocator
             or self._every_step
             or len(plan.scheduled) != len(self.running)
