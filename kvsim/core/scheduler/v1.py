@@ -244,6 +244,8 @@ class V1Scheduler(SchedulerCore):
         ``Allocator.request_slots`` counts a step of its own.
         """
         durations = [step0_s]
+        if max_steps <= 1 or (until_s is not None and step0_s >= until_s):
+            return durations  # (no step 1: the plan is recorded as any other)
         if not self._speculates_alone(plan):
             return durations
         allocator = self.allocator
