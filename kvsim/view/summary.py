@@ -103,7 +103,7 @@ SPEC_ROWS: tuple[Row, ...] = (
     ("spec_decode_num_accepted_tokens", "spec_decode_num_accepted_tokens"),
     (  # (below the configured rate: a draft counts only once every draft before it is accepted)
         "spec_decode_draft_acceptance_rate",
-        "accepted / draft tokens (acceptance_rate: each draft's, given those before it)",
+        "accepted / draft tokens (not acceptance_rate, each draft's given those before it)",
     ),
     ("spec_decode_mean_acceptance_length", "mean acceptance length (tokens a verification)"),
 )
