@@ -36,19 +36,21 @@ BURST = {
 }
 BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 SMALLEST_WITHOUT_PREEMPTION = 81 * 16 * BYTES_PER_TOKEN
+# the smallest KV budget (between 16 and 200 blocks of 16 tokens) at which nothing is preempted
+BURST_PLAN = Plan(
+    name="burst",
+    base=BURST,
+    field="cache.kv_cache_bytes",
+    direction="smallest",
+    lo=16 * 16 * BYTES_PER_TOKEN,
+    hi=200 * 16 * BYTES_PER_TOKEN,
+    integer=True,
+    targets=(Target("num_preemptions", 0.0),),
+)
 
 
 def test_smallest_budget_without_preemption_is_81_blocks(tmp_path: Path) -> None:
-    plan = Plan(
-        name="burst",
-        base=BURST,
-        field="cache.kv_cache_bytes",
-        direction="smallest",
-        lo=16 * 16 * BYTES_PER_TOKEN,
-        hi=200 * 16 * BYTES_PER_TOKEN,
-        integer=True,
-        targets=(Target("num_preemptions", 0.0),),
-    )
+    plan = BURST_PLAN
     result = run_plan(plan, tmp_path)
     assert result.answer == SMALLEST_WITHOUT_PREEMPTION
     assert result.beyond is not None
@@ -63,16 +65,7 @@ def test_smallest_budget_without_preemption_is_81_blocks(tmp_path: Path) -> None
 def test_a_plan_runs_again_the_points_another_kvsim_finished(tmp_path: Path, caplog) -> None:
     """A stored point whose recorded kvsim differs (``kvsim_build`` in ``point.json``) is run
     again, with a warning, and replaced; the others are reused untouched."""
-    plan = Plan(
-        name="burst",
-        base=BURST,
-        field="cache.kv_cache_bytes",
-        direction="smallest",
-        lo=16 * 16 * BYTES_PER_TOKEN,
-        hi=200 * 16 * BYTES_PER_TOKEN,
-        integer=True,
-        targets=(Target("num_preemptions", 0.0),),
-    )
+    plan = BURST_PLAN
     first = run_plan(plan, tmp_path)
     points = sorted((tmp_path / "plan" / "burst" / "points").iterdir())
     stale = points[0] / "point.json"

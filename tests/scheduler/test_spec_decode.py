@@ -165,13 +165,17 @@ def small(spec: dict, **cache) -> dict:
     }
 
 
+# drafts a step, acceptance, drafter and seed of a hypothesis run
+DRAFTERS = {
+    "k": st.integers(1, 5),
+    "alpha": st.floats(0.0, 1.0),
+    "method": st.sampled_from(["eagle", "ngram"]),
+    "seed": st.integers(0, 1000),
+}
+
+
 @settings(max_examples=6, deadline=None)
-@given(
-    k=st.integers(1, 5),
-    alpha=st.floats(0.0, 1.0),
-    method=st.sampled_from(["eagle", "ngram"]),
-    seed=st.integers(0, 1000),
-)
+@given(**DRAFTERS)
 def test_every_slot_in_one_category_at_every_step(k, alpha, method, seed):
     # a 2,048-slot pool (0.25 GiB of 128 KiB tokens, requests up to 1,024 tokens) under load:
     # every step's five categories sum to the capacity, and the allocator's laws hold
@@ -401,18 +405,14 @@ def test_a_lone_requests_prefill_and_verifications_run_as_one_span():
 
 
 @settings(max_examples=5, deadline=None)
-@given(
-    k=st.integers(1, 5),
-    alpha=st.floats(0.0, 1.0),
-    method=st.sampled_from(["eagle", "ngram"]),
-    seed=st.integers(0, 1000),
-)
+@given(**DRAFTERS)
 def test_speculative_spans_change_no_outcome(k, alpha, method, seed):
     # a light load (2 requests/s on 1 GiB) lets decoders run alone between arrivals: the run with
     # spans gives every request the same counts and times (to 1e-9: a span adds its steps'
     # durations before the clock moves) and the same draws as one planned step by step
-    data = small({"num_speculative_tokens": k, "acceptance_rate": alpha, "method": method})
-    data["cache"] = {"kv_cache_gib": 1}
+    data = small(
+        {"num_speculative_tokens": k, "acceptance_rate": alpha, "method": method}, kv_cache_gib=1
+    )
     data["workload"] = {**data["workload"], "rate_per_s": 2.0, "num_requests": 30}
     cfg = config_from_dict({**data, "seed": seed, "debug_invariants": True})
     fast = simulate(cfg)

@@ -270,9 +270,7 @@ class SchedulerCore:
                 for r in plan.scheduled
                 if r.num_output_tokens >= r.output_tokens and r not in members
             ]
-        # (speculating requests are never members: the cohort, empty, skips a span's steps)
-        span_steps = plan.num_steps if self.spec is None else 1
-        cohort.clock = plan.cohort_clock + plan.cohort_advance + span_steps - 1
+        cohort.clock = plan.cohort_clock + plan.cohort_advance + plan.cohort_steps - 1
         if lazy.prejoined:  # (the plan they joined after has run)
             lazy.prejoined = []
         for member in cohort.pop_finished():
@@ -396,7 +394,8 @@ class SchedulerCore:
         """Let ``plan`` cover ``num_steps`` steps, allocating their slots now."""
         if num_steps <= 1:
             return
-        if self.spec is None:  # (a speculative span allocated its steps as it planned them)
+        span = plan.span
+        if span is None or not span.explicit:  # (a speculative span allocated as it planned)
             self.lazy.extend(plan, num_steps)
         plan.num_steps = num_steps
 

@@ -141,6 +141,13 @@ class StepPlan:
         self.completed = False
         self.completed_finished = []
 
+    @property
+    def cohort_steps(self) -> int:
+        """Steps of the plan the decode cohort takes part in: all of them, but one for a
+        speculative span (its requests are explicit, the cohort empty and left out of it)."""
+        span = self.span
+        return 1 if span is not None and span.explicit else self.num_steps
+
     def tokens_by_request(self) -> dict[Request, int]:
         """Each scheduled request's tokens in step 0 (indexed, not ``zip(strict=True)``, which
         mypyc compiles as a call to the builtin)."""

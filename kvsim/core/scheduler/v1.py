@@ -258,7 +258,7 @@ class V1Scheduler(SchedulerCore):
         plan.span = span
         step = plan
         end = step0_s
-        free = allocator.pool.num_free
+        free = allocator.num_free_tokens // block
         grants: list[tuple[int, int]] = []  # the span's (request id, blocks), in take order
         while len(durations) < max_steps and (until_s is None or end < until_s):
             plan.completed_finished = self._complete_verifications(step, start_s + end)
