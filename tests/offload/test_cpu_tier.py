@@ -126,6 +126,31 @@ def test_a_store_keeps_the_blocks_it_offers() -> None:
     assert 1 not in tier
 
 
+def test_a_finish_finds_a_block_stored_again_in_another_slot() -> None:
+    """A request's block evicted and stored again by another request sits in another slot
+    when the first request finishes: its finish re-ranks that block, not the key that took
+    the old slot (the tier remembers where it saw each block, a hint checked against the
+    slot's key)."""
+    tier = CpuTier(num_blocks=2)
+    a, b, c = TierAccess(), TierAccess(), TierAccess()
+    stored(tier, [1], a, ready_s=0.0)  # A: number 1; 1 -> (1, -1), slot 0
+    # B offers [2, 3] at t=1: one block free, one victim: 1 (the only evictable) goes; 2 takes
+    # its slot 0, 3 a new slot 1; B: number 2; 2 -> (2, -1), 3 -> (2, -2)
+    assert stored(tier, [2, 3], b, ready_s=1.0, now_s=1.0) == [2, 3]
+    assert 1 not in tier
+    # C offers [1] at t=2: one victim, the least of 2 (2, -1) and 3 (2, -2): 3; 1 takes slot 1;
+    # C: number 3; 1 -> (3, -1)
+    assert stored(tier, [1], c, ready_s=2.0, now_s=2.0) == [1]
+    assert 3 not in tier
+    # A finishes: of its recorded blocks, 1 is held (in slot 1 now): number 4, 1 -> (4, 0);
+    # 2, in A's old slot, keeps (2, -1)
+    tier.finish(a)
+    assert tier.rank_of(1) == (4, 0)
+    assert tier.rank_of(2) == (2, -1)
+    assert tier.eviction_order(3.0) == [2, 1]
+    tier.check_invariants(3.0)
+
+
 def test_store_offers_held_keys_as_nothing_new() -> None:
     tier = CpuTier(num_blocks=2)
     stored(tier, [1, 2], TierAccess(), ready_s=0.0)

@@ -91,6 +91,8 @@ class TierAccess:
         span: 1 + the highest block index it recorded (0: none).
         seen: bit ``i`` set for block index ``i`` recorded (32 bits a word).
         keys: ``keys[i]`` the key of recorded block ``i`` (``len(keys) == span``).
+        slots: ``slots[i]`` the tier slot that held ``keys[i]`` when last seen, -1 if none: a
+            hint ``CpuTier.finish`` checks (a slot's key) before it probes the key map.
     """
 
     def __init__(self) -> None:
@@ -98,6 +100,7 @@ class TierAccess:
         self.span: i64 = 0
         self.seen: vec[i64] = vec[i64]()
         self.keys: vec[i64] = vec[i64]()
+        self.slots: vec[i64] = vec[i64]()
 
     def first_seen(self, index: i64, key: i64) -> bool:
         """Record block ``index``, of key ``key``; whether it is the first time."""
@@ -110,14 +113,20 @@ class TierAccess:
         if seen[word] & bit:
             return False
         seen[word] = seen[word] | bit
-        keys = self.keys
+        keys, slots = self.keys, self.slots
         while len(keys) <= index:
             keys = append(keys, 0)
+            slots = append(slots, -1)
         keys[index] = key
-        self.keys = keys
+        self.keys, self.slots = keys, slots
         if index >= self.span:
             self.span = index + 1
         return True
+
+    def hint(self, index: i64, slot: i64) -> None:
+        """Block ``index`` (recorded) sits in tier slot ``slot``."""
+        if index < len(self.slots):
+            self.slots[index] = slot
 
 
 @dataclass(slots=True)
@@ -278,6 +287,7 @@ class CpuTier:
         (``on_request_access``)."""
         if not access.first_seen(index, key):
             return
+        access.slots[index] = slot
         value = rank_value(self._request_rank(access), index + 1)
         if slot >= 0 and self._rank[slot] < value:
             self._rank[slot] = value
@@ -287,20 +297,25 @@ class CpuTier:
     def finish(self, access: TierAccess) -> None:
         """The request finished: each block it recorded that the tier still holds gets a fresh
         rank ``(n, 0)``, its last block first (``on_request_finished``)."""
-        seen, keys, rank = access.seen, access.keys, self._rank
+        seen, keys, hints, rank = access.seen, access.keys, access.slots, self._rank
+        key_of, cell = self._key, self._cell
         for index in range(access.span - 1, -1, -1):
             if not seen[index >> 5] & (1 << (index & 31)):
                 continue
-            slot = self._find(keys[index])
-            if slot < 0:
-                continue
+            key, slot = keys[index], hints[index]
+            # the slot it was seen in, if it still holds it (a held key sits in one slot);
+            # else the key map (evicted, or stored since by another request)
+            if slot < 0 or cell[slot] < 0 or key_of[slot] != key:
+                slot = self._find(key)
+                if slot < 0:
+                    continue
             self._next_rank += 1
             value = rank_value(self._next_rank, 0)
             rank[slot] = value
             if self._evictable[slot]:
                 self._push(value, slot)
         access.span = 0
-        access.seen, access.keys = vec[i64](), vec[i64]()
+        access.seen, access.keys, access.slots = vec[i64](), vec[i64](), vec[i64]()
 
     # -- mutations ----------------------------------------------------------------------------
     def prepare_store(
@@ -355,6 +370,9 @@ class CpuTier:
             self._num_held -= need
             self.num_evicted_blocks += need
         self._add(keys, new_at, self._request_rank(access), first_index)
+        prepared = self._prepared
+        for n in range(len(new_at)):
+            access.hint(first_index + new_at[n], prepared[n])
         return new
 
     def _evict(self, need: i64, this: i64) -> vec[i64] | None:
