@@ -320,7 +320,7 @@ class BlockPool:
         self._queue = queue
         self.num_free += freed
 
-    def release_table(self, table: list[int], num_full: int) -> None:
+    def release_table(self, table: list[int], num_full: int, start: int = 0) -> None:
         """Release a block table tail first, as vLLM 0.34.0 does (``vllm/v1/core/block_pool.py``,
         ``BlockPool.free_blocks``): a block whose ref count drops to 0 joins the back of the queue
         if it keeps a key
@@ -331,13 +331,15 @@ class BlockPool:
             table: the request's blocks in table order.
             num_full: leading blocks of ``table`` whose tokens are all written (0 when nothing
                 is cached, as without prefix caching).
+            start: release ``table[start:]`` only (the entries before it hold no block of
+                this table's: a sliding window's null entries).
         """
         ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
         full = self._full
         at: i64 = self._base + len(queue)
         front: list[int] = []
         freed = 0
-        for i in range(len(table) - 1, -1, -1):
+        for i in range(len(table) - 1, start - 1, -1):
             b = table[i]
             r = ref[b] - 1
             ref[b] = r

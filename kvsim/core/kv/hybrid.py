@@ -309,10 +309,13 @@ class HybridPagedAllocator(Allocator):
             new.append(max(0, required - max(have, skip)))
             skip_to.append(skip)
             net += new[-1]
-            if tables is not None and skip > self._first_live[rid][g]:
+            lead = self._first_live[rid][g] if tables is not None else 0
+            if tables is not None and skip > lead:
                 # freed before taking (vLLM's order): those no other request also holds
                 ref, table = self.pool.ref_cnt, tables[g]
-                net -= sum(1 for blk in table[self._first_live[rid][g] : skip] if ref[blk] == 1)
+                for i in range(lead, min(skip, len(table))):
+                    if ref[table[i]] == 1:
+                        net -= 1
         if hit.blocks:
             ref, null = self.pool.ref_cnt, self.null_block
             net += sum(1 for blk in set(hit.blocks) if blk != null and ref[blk] == 0)
@@ -675,8 +678,7 @@ class HybridPagedAllocator(Allocator):
                 written = min(written, self.keyed_tokens(request))
         num_full = written // self.block_size_tokens
         for g, table in enumerate(tables):  # (the null block only before the first live one)
-            lead = first_live[g]
-            self.pool.release_table(table[lead:], max(0, num_full - lead))
+            self.pool.release_table(table, num_full, first_live[g])
         self._sum_held -= self._held_blocks.pop(req_id)
 
     # -- accounting -------------------------------------------------------------------------
