@@ -95,3 +95,18 @@ def test_formats_hybrid_off_example_loads() -> None:
     assert config.kv_groups is None
     # every layer full: 62 layers x 2 (K, V) x 16 KV heads x 128 x 2 B = 507,904 B a token
     assert config.bytes_per_token == 62 * 2 * 16 * 128 * 2
+
+
+def test_commands_page_lists_every_make_target() -> None:
+    """docs/commands.md names every target the Makefile defines (a rule's name, or a name in
+    the variables that list experiments, paper figures and fleets), as ``make NAME``, alone
+    or among others in one backquoted ``make`` command."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, re.MULTILINE))
+    for variable in ("EXPERIMENTS", "PAPER", "FLEET_EXPERIMENTS"):
+        listed = re.search(rf"^{variable} :=((?:.*\\\n)*.*)$", makefile, re.MULTILINE)
+        assert listed, variable
+        targets |= set(listed.group(1).replace("\\", " ").split())
+    page = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    named = {name for command in re.findall(r"`make ([^`]+)`", page) for name in command.split()}
+    assert targets - named == set(), sorted(targets - named)
