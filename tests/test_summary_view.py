@@ -6,12 +6,13 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from kvsim.cli import app
-from kvsim.view.summary import compare_table, cost_note, format_metric, sections
+from kvsim.view.summary import compare_table, cost_note, format_metric, sections, sweep_table
 
 
 @pytest.mark.parametrize(
@@ -328,3 +329,31 @@ def test_compare_writes_differing_text_settings_below_the_table() -> None:
         "layout_source: A contiguous layout (factor 1 by definition); "
         "B analytic default (not measured)"
     )
+
+
+def test_sweep_table_headers_give_units() -> None:
+    """A sweep's console table names each swept field as --set takes it, with its unit, and
+    each metric with its unit where the values do not carry one (seconds do: "24.7 s")."""
+    table = pd.DataFrame(
+        {
+            "offload.kv_offloading_size": [0, 256],
+            "workload.seed": [0, 1],  # no unit known: the name alone
+            "time_to_first_token_seconds_mean": [24.7, 9.9],
+            "external_prefix_cache_hit_rate": [0.0, 0.1],
+            "token_states_pct": [50.0, 60.1],
+        }
+    )
+    out = sweep_table(
+        table,
+        ["offload.kv_offloading_size", "workload.seed"],
+        ["time_to_first_token_seconds_mean", "external_prefix_cache_hit_rate", "token_states_pct"],
+        "offload",
+    )
+    assert [str(c.header) for c in out.columns] == [
+        "offload.kv_offloading_size (GiB)",
+        "workload.seed",
+        "time_to_first_token_mean",
+        "external_prefix_cache_hit_rate (0-1)",
+        "token_states_pct (% of KV)",
+    ]
+    assert list(out.columns[2].cells) == ["24.7 s", "9.9 s"]  # (3 significant figures, %g)

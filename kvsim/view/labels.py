@@ -25,6 +25,10 @@ FIELD_LABELS = {
     "scheduler.max_model_len": "max_model_len (tokens)",
     "fleet.replicas": "replicas",
     "fleet.prefill_replicas": "prefill replicas",
+    "offload.kv_offloading_size": "kv_offloading_size (GiB)",
+    "offload.link_bandwidth_bytes_per_s": "link bandwidth, one direction (bytes/s)",
+    "speculative.num_speculative_tokens": "num_speculative_tokens (tokens)",
+    "speculative.acceptance_rate": "acceptance_rate (0-1)",
 }
 
 METRIC_LABELS = {
@@ -58,6 +62,8 @@ _UNITS = (
     ("_seconds", "s"),
     ("_pct", "% of KV"),
     ("_perc", "0-1"),
+    ("_hit_rate", "0-1"),
+    ("_frac", "0-1"),
     ("per_request", "per request"),
     ("_tokens_per_s", "tokens/s"),
     ("_requests_per_s", "req/s"),
@@ -72,6 +78,13 @@ def metric_unit(metric: str) -> str:
         if fragment in metric:
             return unit
     return ""
+
+
+def field_unit(field: str) -> str:
+    """The unit of a dotted config field (``FIELD_LABELS``' parenthesis; ``""`` when unknown):
+    ``field_unit("cache.kv_cache_gib")`` -> ``"GiB"``."""
+    found = re.search(r"\(([^()]*)\)$", FIELD_LABELS.get(field, ""))
+    return found.group(1) if found else ""
 
 
 def axis_label(name: str) -> str:

@@ -18,6 +18,8 @@ from typing import Any
 
 from rich.table import Table
 
+from kvsim.view.labels import field_unit, metric_unit
+
 Row = tuple[str, str]  # (summary key, label)
 
 KV_ROWS: tuple[Row, ...] = (
@@ -422,10 +424,13 @@ def sweep_table(
     fields = [f for f in swept if f in table.columns]
     shown = [m for m in metrics if m in table.columns]
     out = Table(title=title, title_justify="left")
-    for name in fields:
-        out.add_column(name)
-    for name in shown:
-        out.add_column(name.replace("_seconds", ""), justify="right")
+    for name in fields:  # the dotted name (what --set takes) and its unit
+        unit = field_unit(name)
+        out.add_column(f"{name} ({unit})" if unit else name)
+    for name in shown:  # seconds are in the values ("19.7 s", "830 ms")
+        unit = metric_unit(name)
+        header = name.replace("_seconds", "")
+        out.add_column(f"{header} ({unit})" if unit and unit != "s" else header, justify="right")
     records = table.to_dict("records")
     for row in records[:max_rows]:
         out.add_row(
