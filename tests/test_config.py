@@ -259,7 +259,11 @@ def test_a_dotted_override_edits_the_default_preset():
     assert cfg.model.num_params == ModelSpec.model_validate("opt-13b").num_params
 
 
-def test_max_model_len_above_the_context_is_a_warning(caplog):
+def test_max_model_len_above_the_context_is_a_warning(caplog, monkeypatch):
+    from kvsim.base import say_once
+
+    # (said once a process: another test in this worker may have said it first)
+    monkeypatch.setattr(say_once, "SAID", set())
     cfg = config_from_dict({}, {"scheduler.max_model_len": 4096})
     assert cfg.max_model_len == 4096
     assert "exceeds opt-13b's trained context of 2,048 tokens" in caplog.text

@@ -198,7 +198,7 @@ class ModelSpec(Frozen):
                     "not both"
                 )
             rest = {k: v for k, v in value.items() if k != "hf_config"}
-            fields = model_fields_from_hf(value["hf_config"])
+            fields = model_fields_from_hf(value["hf_config"], rest.get("num_params"))
             check_file_heads(value["hf_config"], fields, rest)
             return {**fields, **rest}
         return resolve_preset("models", value)

@@ -16,9 +16,12 @@ The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_co
 - dtype ``torch_dtype`` (``dtype`` in newer files): 2 bytes for float16/bfloat16; float32 counts
   2 bytes, as vLLM's ``dtype="auto"`` casts FP32 checkpoints to 16 bits (``_resolve_auto_dtype``);
 - context ``max_position_embeddings`` (``n_positions``);
-- sliding-window and linear-attention layers (``layer_types``, ``sliding_window_pattern``,
-  ``sliding_window`` unless ``use_sliding_window`` is false) fill ``model.attention``
-  (``kvsim.config.layers.attention_from_hf``): vLLM v1's hybrid KV cache groups.
+- sliding-window and linear-attention layers (``layer_types``; else by ``model_type``:
+  Gemma-2/3's patterns, Qwen2/3's ``max_window_layers``, a ``sliding_window`` on every layer)
+  fill ``model.attention`` (``kvsim.config.layers.attention_from_hf``): vLLM v1's hybrid KV
+  cache groups;
+- a multimodal file's ``text_config`` (Gemma-3, Llama-4) is read as the model, over the file's
+  other fields (vLLM ``get_text_config``).
 
 ``num_params`` is the file's ``num_parameters`` when present, else counted from the architecture
 (:func:`count_params`) for the Llama family (llama, mistral, mixtral, qwen2, qwen3 and their MoE
@@ -70,6 +73,11 @@ class _Config:
             raise ValueError(f"hf_config {path}: cannot read ({exc.strerror or exc})") from None
         if not isinstance(data, dict):
             raise ValueError(f"hf_config {path}: expected a JSON object, got {type(data).__name__}")
+        text = data.get("text_config")
+        if isinstance(text, dict) and "num_hidden_layers" not in data:
+            # a multimodal file (Gemma-3, Llama-4): its language model's fields, the file's own
+            # where that has none (torch_dtype), as vLLM's get_text_config reads it
+            data = {**{k: v for k, v in data.items() if k != "text_config"}, **text}
         self.data: dict[str, Any] = data
 
     def where(self, key: str) -> str:
@@ -123,11 +131,13 @@ def hf_config_path(value: str | Path) -> Path:
     return path / "config.json" if path.is_dir() else path
 
 
-def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
+def model_fields_from_hf(value: str | Path, num_params: Any = None) -> dict[str, Any]:
     """``ModelSpec`` fields read from a Hugging Face ``config.json`` (rules: module docstring).
 
     Args:
         value: the file, or a folder that holds ``config.json``.
+        num_params: the model table's own ``num_params``, when set: the file's parameters are
+            then neither read nor counted (an architecture ``count_params`` does not know).
 
     Returns:
         ``name``, ``num_layers``, ``num_attention_heads``, ``num_kv_heads``, ``head_dim``,
@@ -161,11 +171,15 @@ def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
         fields["num_kv_heads"] = cfg.int_field(*kv_keys, default=heads, maximum=_HEADS_LIMIT)
         fields["head_dim"] = _head_dim(cfg, heads)
     found = cfg.get("num_parameters", "num_params")
-    fields["num_params"] = (
-        cfg.int_field(found[0]) if found is not None else count_params(cfg.data, cfg.path)
-    )
+    if num_params is not None:  # (the table's; ModelSpec checks it)
+        fields["num_params"] = num_params
+    elif found is not None:
+        fields["num_params"] = cfg.int_field(found[0])
+    else:
+        fields["num_params"] = count_params(cfg.data, cfg.path)
     work = _work_fields(cfg)
-    if _split_params(work) <= fields["num_params"]:
+    counted = fields["num_params"]
+    if not isinstance(counted, int) or isinstance(counted, bool) or _split_params(work) <= counted:
         fields.update(work)
     else:
         logger.warning(
@@ -174,7 +188,7 @@ def model_fields_from_hf(value: str | Path) -> dict[str, Any]:
             cfg.path,
             fields["num_params"],
         )
-    attention = attention_from_hf(cfg.data, fields["num_layers"], fields["dtype_bytes"])
+    attention = attention_from_hf(cfg.data, fields["num_layers"], fields["dtype_bytes"], cfg.where)
     if attention:
         fields["attention"] = attention
         _note_sliding_window(cfg, attention)

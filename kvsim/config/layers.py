@@ -26,6 +26,8 @@ In kvsim a *slot* of a hybrid pool is one token of one group (``g`` layers), so 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_MODEL_LAYERS, refuse_bool_numbers
 from kvsim.base.units import cdiv
+
+logger = logging.getLogger(__name__)
 
 GroupKind = Literal["full", "sliding", "state"]
 MAMBA_BLOCK_ALIGN_TOKENS = 16  # vLLM rounds the raised attention block size to this many tokens
@@ -200,45 +204,138 @@ def kv_cache_groups(
     return KVCacheGroups(tuple(groups), size, block, layer_bytes_per_token)
 
 
-def attention_from_hf(data: dict[str, Any], num_layers: int, dtype_bytes: int) -> dict[str, Any]:
+def attention_from_hf(
+    data: dict[str, Any],
+    num_layers: int,
+    dtype_bytes: int,
+    where: Callable[[str], str] = lambda key: "hf_config",
+) -> dict[str, Any]:
     """``model.attention`` fields from a Hugging Face ``config.json`` (empty: every layer full).
 
-    Read as vLLM reads the layer kinds: ``layer_types`` when present (``"sliding_attention"``,
-    ``"linear_attention"``; gpt-oss, Gemma-3, Qwen3-Next), else Gemma-2/3's
-    ``sliding_window_pattern`` (every pattern-th layer global), else a ``sliding_window`` on every
-    layer unless ``use_sliding_window`` is false (Mistral-7B-v0.1). A linear-attention layer's
-    state is Qwen3-Next's Gated DeltaNet: a conv state of ``(linear_conv_kernel_dim - 1) x (2 x
-    linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x linear_value_head_dim)``
-    values and an SSM state of ``linear_num_value_heads x linear_key_head_dim x
-    linear_value_head_dim`` values, in the model's dtype (vLLM ``MambaStateShapeCalculator``).
+    The layer kinds are read as transformers builds them (each model's ``*Config``, whose
+    ``layer_types`` vLLM reads):
+
+    - ``layer_types`` when present: one entry a layer (``len == num_hidden_layers``), each
+      ``"full_attention"`` (or the legacy ``"attention"``), ``"sliding_attention"`` or
+      ``"linear_attention"`` (gpt-oss, Gemma-3, Qwen3-Next); a sliding layer without a window
+      (``sliding_window`` null, or ``use_sliding_window`` false) is full attention, with a
+      warning;
+    - else by ``model_type``: Gemma-2 alternates sliding and full, the even layers sliding
+      (``Gemma2Config``); Gemma-3 makes layer ``i`` global when ``(i + 1) %
+      sliding_window_pattern == 0`` (6 when absent: ``Gemma3TextConfig``), so a pattern of 1 is
+      every layer global; Qwen2/Qwen3 (and their MoE) have no window unless
+      ``use_sliding_window``, then the layers from ``max_window_layers`` (28 when absent) on
+      slide (``Qwen2Config``); any other model with a ``sliding_window`` has it on every layer
+      unless ``use_sliding_window`` is false (Mistral-7B-v0.1).
+
+    A linear-attention layer's state is Qwen3-Next's Gated DeltaNet: a conv state of
+    ``(linear_conv_kernel_dim - 1) x (2 x linear_num_key_heads x linear_key_head_dim +
+    linear_num_value_heads x linear_value_head_dim)`` values and an SSM state of
+    ``linear_num_value_heads x linear_key_head_dim x linear_value_head_dim`` values, in the
+    model's dtype (vLLM ``MambaStateShapeCalculator``).
+
+    Args:
+        where: names a key's place in the file for messages (``config.json line 7``).
 
     Raises:
-        ValueError: a linear-attention model without the state's sizes, naming the key.
+        ValueError: a ``sliding_window`` that is not an integer >= 1; ``layer_types`` that is not
+            a list of ``num_layers`` known kinds; a ``sliding_window_pattern`` or
+            ``max_window_layers`` that is not an integer (>= 1, >= 0); a linear-attention model
+            without the state's sizes. Each names the key, its place and the value.
     """
     window = data.get("sliding_window")
-    if data.get("use_sliding_window") is False:
-        window = None
+    model_type = str(data.get("model_type", ""))
+    use = data.get("use_sliding_window")
+    if use is False or (model_type in _WINDOW_OPT_IN and use is not True):
+        window = None  # (whatever the file's sliding_window says)
+    bad = isinstance(window, bool) or not isinstance(window, int) or window < 1
+    if window is not None and bad:
+        raise ValueError(
+            f"{where('sliding_window')}: sliding_window must be an integer >= 1 (tokens) or "
+            f"null, got {window!r}"
+        )
     kinds = data.get("layer_types")
-    out: dict[str, Any] = {}
-    if isinstance(kinds, list) and kinds:
-        sliding = sum(1 for k in kinds if k == "sliding_attention")
-        linear = sum(1 for k in kinds if k == "linear_attention")
-        if sliding and isinstance(window, int):
-            out.update(num_sliding_layers=sliding, sliding_window_tokens=window)
-        if linear:
-            out.update(num_state_layers=linear, state_bytes_per_layer=_gdn_state(data, dtype_bytes))
-        return out
-    if not isinstance(window, int) or window <= 0:
-        return out
-    pattern = data.get("sliding_window_pattern")
-    if isinstance(pattern, int) and pattern > 1:
+    if kinds is not None:
+        return _from_layer_types(data, kinds, num_layers, dtype_bytes, window, where)
+    if window is None:
+        return {}
+    if model_type == "gemma2":
+        sliding = num_layers - num_layers // 2
+    elif model_type in ("gemma3", "gemma3_text") or "sliding_window_pattern" in data:
+        pattern = _int_key(data, "sliding_window_pattern", 6, 1, where)
         sliding = num_layers - num_layers // pattern
+    elif model_type in _WINDOW_OPT_IN:
+        sliding = max(0, num_layers - _int_key(data, "max_window_layers", 28, 0, where))
     else:
         sliding = num_layers
+    if not sliding:
+        return {}
     return {"num_sliding_layers": sliding, "sliding_window_tokens": window}
 
 
-def _gdn_state(data: dict[str, Any], dtype_bytes: int) -> int:
+# model types whose window is off unless use_sliding_window is true (transformers' Qwen2Config
+# and Qwen3Config default it to false)
+_WINDOW_OPT_IN = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+_LAYER_KINDS = {
+    "full_attention": "full",
+    "attention": "full",  # (transformers' legacy name)
+    "sliding_attention": "sliding",
+    "linear_attention": "state",
+}
+
+
+def _int_key(
+    data: dict[str, Any], key: str, default: int, minimum: int, where: Callable[[str], str]
+) -> int:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{where(key)}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _from_layer_types(
+    data: dict[str, Any],
+    kinds: Any,
+    num_layers: int,
+    dtype_bytes: int,
+    window: int | None,
+    where: Callable[[str], str],
+) -> dict[str, Any]:
+    """``attention_from_hf`` for a file with ``layer_types``."""
+    if not isinstance(kinds, list) or len(kinds) != num_layers:
+        got = f"{len(kinds)} entries" if isinstance(kinds, list) else repr(kinds)
+        raise ValueError(
+            f"{where('layer_types')}: layer_types must be a list of one kind per layer "
+            f"({num_layers}, num_hidden_layers), got {got}"
+        )
+    for i, kind in enumerate(kinds):
+        if kind not in _LAYER_KINDS:
+            raise ValueError(
+                f"{where('layer_types')}: layer_types[{i}] = {kind!r} is not a kind kvsim "
+                f"models; expected one of {', '.join(map(repr, _LAYER_KINDS))}"
+            )
+    sliding = sum(1 for k in kinds if _LAYER_KINDS[k] == "sliding")
+    linear = sum(1 for k in kinds if _LAYER_KINDS[k] == "state")
+    out: dict[str, Any] = {}
+    if sliding and window is None:
+        logger.warning(
+            "%s: %d sliding_attention layers but no window (sliding_window null, or "
+            "use_sliding_window false): full attention, as transformers builds them",
+            where("layer_types"),
+            sliding,
+        )
+    elif sliding:
+        out.update(num_sliding_layers=sliding, sliding_window_tokens=window)
+    if linear:
+        out.update(
+            num_state_layers=linear, state_bytes_per_layer=_gdn_state(data, dtype_bytes, where)
+        )
+    return out
+
+
+def _gdn_state(data: dict[str, Any], dtype_bytes: int, where: Callable[[str], str]) -> int:
     """One Gated DeltaNet layer's state, bytes (see ``attention_from_hf``)."""
     keys = (
         "linear_conv_kernel_dim",
@@ -250,7 +347,7 @@ def _gdn_state(data: dict[str, Any], dtype_bytes: int) -> int:
     for key in keys:
         if not isinstance(data.get(key), int) or data[key] < 1:
             raise ValueError(
-                f"hf_config: linear_attention layers need {key} (an integer >= 1), got "
+                f"{where(key)}: linear_attention layers need {key} (an integer >= 1), got "
                 f"{data.get(key)!r}"
             )
     kernel, nk, dk, nv, dv = (int(data[k]) for k in keys)

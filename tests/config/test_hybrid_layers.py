@@ -64,6 +64,108 @@ def test_layer_patterns_read_as_vllm_reads_them():
         attention_from_hf({"layer_types": ["linear_attention"]}, 1, 2)
 
 
+def test_layer_patterns_without_layer_types_follow_transformers() -> None:
+    """Each count worked from the model's transformers ``*Config`` (``layer_types`` built when the
+    file has none)."""
+    # Gemma-3: layer i global when (i + 1) % pattern == 0: pattern 1 -> every layer global;
+    # gemma3_text without a pattern -> 6 (Gemma3TextConfig): 62 - 62 // 6 = 52 sliding
+    assert attention_from_hf({**GEMMA3_TEXT, "sliding_window_pattern": 1}, 62, 2) == {}
+    no_pattern = {k: v for k, v in GEMMA3_TEXT.items() if k != "sliding_window_pattern"}
+    assert attention_from_hf({**no_pattern, "model_type": "gemma3_text"}, 62, 2) == {
+        "num_sliding_layers": 52,
+        "sliding_window_tokens": 1024,
+    }
+    # Gemma-2 (google/gemma-2-9b: 42 layers, window 4096): the even layers slide -> 21
+    gemma2 = {"model_type": "gemma2", "sliding_window": 4096}
+    assert attention_from_hf(gemma2, 42, 2) == {
+        "num_sliding_layers": 21,
+        "sliding_window_tokens": 4096,
+    }
+    # Qwen2: no window unless use_sliding_window; then layers from max_window_layers on:
+    # 28 - 21 = 7 sliding; max_window_layers 28 of 28 -> none
+    qwen2 = {"model_type": "qwen2", "sliding_window": 32768, "max_window_layers": 21}
+    assert attention_from_hf(qwen2, 28, 2) == {}
+    assert attention_from_hf({**qwen2, "use_sliding_window": True}, 28, 2) == {
+        "num_sliding_layers": 7,
+        "sliding_window_tokens": 32768,
+    }
+    assert (
+        attention_from_hf({**qwen2, "use_sliding_window": True, "max_window_layers": 28}, 28, 2)
+        == {}
+    )
+    # the legacy name "attention" is full attention
+    assert attention_from_hf({"layer_types": ["attention"] * 4, "sliding_window": 8}, 4, 2) == {}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"sliding_window": 0}, "sliding_window must be an integer >= 1"),
+        ({"sliding_window": -5}, "sliding_window must be an integer >= 1"),
+        ({"sliding_window": "1024"}, "got '1024'"),
+        ({"sliding_window": 1024.0}, "got 1024.0"),
+        ({"sliding_window": True}, "got True"),
+        ({**GEMMA3_TEXT, "sliding_window_pattern": 0}, "sliding_window_pattern must be"),
+        ({**GEMMA3_TEXT, "sliding_window_pattern": "6"}, "sliding_window_pattern must be"),
+        ({"layer_types": "full_attention"}, "layer_types must be a list"),
+        ({"layer_types": ["full_attention"] * 3}, r"\(4, num_hidden_layers\), got 3 entries"),
+        (
+            {"layer_types": ["full_attention"] * 3 + ["chunked_attention"]},
+            r"layer_types\[3\] = 'chunked_attention' is not a kind kvsim models",
+        ),
+        ({"layer_types": ["mamba"] * 4}, r"layer_types\[0\] = 'mamba'"),
+    ],
+)
+def test_a_layer_pattern_kvsim_cannot_read_is_refused(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        attention_from_hf(fields, 4, 2)
+
+
+def test_a_window_turned_off_is_not_read() -> None:
+    # use_sliding_window false: the file's sliding_window means nothing, whatever it holds
+    assert attention_from_hf({"sliding_window": 0, "use_sliding_window": False}, 4, 2) == {}
+
+
+def test_sliding_layers_without_a_window_are_full_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kinds = ["sliding_attention", "full_attention"] * 2
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.layers"):
+        assert attention_from_hf({"layer_types": kinds}, 4, 2) == {}
+    assert any("2 sliding_attention layers but no window" in r.getMessage() for r in caplog.records)
+
+
+def test_hf_layer_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**GEMMA3_TEXT, "sliding_window": 0}, indent=1))
+    # json.dumps with indent 1: "{", then one key a line in order: sliding_window is line 6
+    with pytest.raises(ValueError, match=r"config.json line 6: sliding_window must be"):
+        ModelSpec.model_validate({"hf_config": str(path), "num_params": 27_000_000_000})
+
+
+def test_a_multimodal_file_is_read_through_its_text_config(tmp_path: Path) -> None:
+    # google/gemma-3-27b-it's layout: the language model under text_config (model_type
+    # gemma3_text, no sliding_window_pattern: 6), torch_dtype at the top
+    text = {
+        k: v for k, v in GEMMA3_TEXT.items() if k not in ("sliding_window_pattern", "torch_dtype")
+    }
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "gemma3",
+                "torch_dtype": "bfloat16",
+                "text_config": {**text, "model_type": "gemma3_text"},
+                "vision_config": {"num_hidden_layers": 27},
+            }
+        )
+    )
+    model = ModelSpec.model_validate({"hf_config": str(path), "num_params": 27_000_000_000})
+    assert (model.num_layers, model.num_kv_heads, model.head_dim) == (62, 16, 128)
+    assert model.attention is not None
+    assert (model.attention.num_sliding_layers, model.attention.sliding_window_tokens) == (52, 1024)
+
+
 def test_hf_config_carries_the_window(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**GEMMA3_TEXT, "num_parameters": 27_000_000_000}))
