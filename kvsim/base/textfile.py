@@ -147,6 +147,24 @@ def long_integer_line(text: str) -> tuple[int, str] | None:
     return text.count("\n", 0, match.start()) + 1, key.group(1).strip("\"'") if key else ""
 
 
+def _overwrite_hint(message: str, text: str) -> str:
+    """What tomllib's "Cannot overwrite a value" means at its line: a table header there opens
+    a key already given a value; a key there is set twice."""
+    found = re.search(r"Cannot overwrite a value \(at line (\d+)", message)
+    if found is None:
+        return ""
+    lines = text.splitlines()
+    number = int(found.group(1))
+    line = lines[number - 1].strip() if 0 < number <= len(lines) else ""
+    if line.startswith("["):
+        return (
+            '; a key given a value cannot also be opened as a table (model = "llama-3.1-8b" '
+            'then [model.attention]: write [model] with preset = "llama-3.1-8b" and the '
+            "table under it)"
+        )
+    return "; a key is set twice in one table (keep one)"
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The file parsed as TOML (see ``read_text`` for the errors).
 
@@ -158,14 +176,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        hint = (  # tomllib's words for a key given a value and then opened as a table
-            '; a key given a value cannot also be opened as a table (model = "llama-3.1-8b" '
-            'then [model.attention]: write [model] with preset = "llama-3.1-8b" and the '
-            "table under it)"
-            if "Cannot overwrite a value" in str(err)
-            else ""
-        )
-        raise ValueError(f"{path}: invalid TOML: {err}{hint}") from None
+        raise ValueError(f"{path}: invalid TOML: {err}{_overwrite_hint(str(err), text)}") from None
     except ValueError:  # an integer Python refuses to convert (more than 4,300 digits)
         found = long_integer_line(text)
         if found is None:

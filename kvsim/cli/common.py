@@ -146,8 +146,9 @@ class OneLineErrors(TyperGroup):
 
 
 def one_line_text(text: str) -> str:
-    """``text`` with whitespace runs (newlines included) folded to one space."""
-    return " ".join(text.split())
+    """``text`` on one line: its lines (one problem each, as ``format_validation_error`` gives
+    several) joined by ``"; "``, whitespace runs within a line folded to one space."""
+    return "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
 
 def one_line(err: BaseException) -> str:

@@ -347,6 +347,11 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["spec.num_speculative_tokens=3"],
         ["spec", "did you mean 'speculative'?"],
     ),
+    # two problems: each named, one after the other on the one error line
+    "two_problems": (
+        ["model=llama-3.1-405b", "cache.kv_cache_dtype=fp32"],
+        ["unknown model preset", "got 'llama-3.1-405b'; cache.kv_cache_dtype: Input should be"],
+    ),
 }
 
 
@@ -365,7 +370,10 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
     "utf16": ("seed = 1\n".encode("utf-16"), ["cfg.toml", "not UTF-8"]),
     "binary_garbage": (bytes(range(256)) * 4, ["cfg.toml", "not UTF-8"]),
     "invalid_toml": (b"seed = = 1\n", ["cfg.toml", "invalid TOML", "line 1"]),
-    "duplicate_key": (b"seed = 1\nseed = 2\n", ["cfg.toml", "invalid TOML"]),
+    "duplicate_key": (
+        b"seed = 1\nseed = 2\n",
+        ["cfg.toml", "invalid TOML", "line 2", "a key is set twice"],
+    ),
     "unclosed_table": (b"[cache\nblock_size_tokens = 8\n", ["cfg.toml", "invalid TOML"]),
     "toml_date": (b"seed = 1979-05-27\n", ["seed"]),
     "huge_int": (b"seed = 99999999999999999999\n", ["seed"]),
