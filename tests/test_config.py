@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 
@@ -291,13 +292,47 @@ def test_a_bad_value_in_a_config_file_names_the_file(tmp_path):
     path.write_text("[cache]\nblock_size_tokens = 0\n")
     with pytest.raises(ValueError, match="block_size_tokens") as err:
         load_config(path)
-    assert str(err.value).startswith(f"{path}: cache.block_size_tokens:")
+    assert str(err.value).startswith(f"{path} line 2: cache.block_size_tokens:")
     with pytest.raises(ValueError, match="block_size_tokens") as err:  # the override's fault
         load_config(tmp_path / "c.toml", {"cache.block_size_tokens": -1})
     assert str(err.value).startswith("cache.block_size_tokens:")
     with pytest.raises(ValueError, match="block_size_tokens") as err:  # the file's, --set aside
         load_config(tmp_path / "c.toml", {"workload.num_requests": 3})
-    assert str(err.value).startswith(f"{path}: cache.block_size_tokens:")
+    assert str(err.value).startswith(f"{path} line 2: cache.block_size_tokens:")
+
+
+def test_toml_key_line_finds_where_a_field_is_set() -> None:
+    from kvsim.base.textfile import toml_key_line
+
+    text = (
+        'model = "llama-3.1-8b"\n'  # 1
+        "\n"  # 2
+        "[cache]\n"  # 3
+        "kv_cache_gib = 8\n"  # 4
+        'block_size_tokens = 16  # "x = 1" in a comment\n'  # 5
+        "[ workload ]\n"  # 6
+        "num_requests = 3\n"  # 7
+        "scheduler = { max_num_seqs = 0 }\n"  # 8: workload.scheduler, an inline table
+        "[offload]\n"  # 9
+        "speculative.num_speculative_tokens = 3\n"  # 10: offload.speculative.num_...
+    )
+    assert toml_key_line(text, "model") == 1
+    assert toml_key_line(text, "cache.block_size_tokens") == 5
+    assert toml_key_line(text, "workload.num_requests") == 7
+    assert toml_key_line(text, "workload.scheduler.max_num_seqs") == 8  # the inline table's line
+    assert toml_key_line(text, "offload.speculative.num_speculative_tokens") == 10
+    assert toml_key_line(text, "cache.enable_prefix_caching") == 3  # not set: its table's line
+    assert toml_key_line(text, "fleet.replicas") is None
+
+
+def test_a_byte_order_mark_is_read_past_with_a_warning(tmp_path, caplog) -> None:
+    from kvsim.config import load_config
+
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b'\xef\xbb\xbfmodel = "llama-3.1-8b"\n')
+    with caplog.at_level(logging.WARNING, logger="kvsim.base.textfile"):
+        assert load_config(path).model.name == "llama-3.1-8b"
+    assert "byte-order mark" in caplog.text
 
 
 LLAMA_SMALL = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "workload": {"num_requests": 5}}

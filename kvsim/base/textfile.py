@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 def read_text(path: str | Path) -> str:
@@ -147,6 +150,33 @@ def long_integer_line(text: str) -> tuple[int, str] | None:
     return text.count("\n", 0, match.start()) + 1, key.group(1).strip("\"'") if key else ""
 
 
+def toml_key_line(text: str, dotted: str) -> int | None:
+    """The line (1-based) of TOML ``text`` that sets the dotted field ``dotted``, or the table
+    or inline table holding it (``[cache]`` then ``block_size_tokens = 0``; ``cache =
+    { block_size_tokens = 0 }``; ``cache.block_size_tokens = 0``); ``None`` when no line does.
+    Read line by line (table headers and ``key =`` lines), enough to point at a field."""
+    table = ""
+    best: int | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        header = re.match(r"\[\[?\s*([^\]]+?)\s*\]\]?", line)
+        if header:
+            table = header.group(1).replace('"', "").replace("'", "").replace(" ", "")
+            if dotted == table or dotted.startswith(f"{table}."):
+                best = number  # the table holding it, until the key itself is found
+            continue
+        key = re.match(r"([\w.\"' -]+?)\s*=", line)
+        if key is None:
+            continue
+        name = key.group(1).replace('"', "").replace("'", "").replace(" ", "")
+        full = f"{table}.{name}" if table else name
+        if full == dotted:
+            return number
+        if dotted.startswith(f"{full}."):  # an inline table that holds it
+            best = number
+    return best
+
+
 def _overwrite_hint(message: str, text: str) -> str:
     """What tomllib's "Cannot overwrite a value" means at its line: a table header there opens
     a key already given a value; a key there is set twice."""
@@ -173,6 +203,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         ValueError: a folder, not UTF-8, or invalid TOML (naming the file, line and column).
     """
     text = read_text(path)
+    if text.startswith("\ufeff"):  # a byte-order mark (Windows editors): not TOML, but meant
+        logger.warning("%s: starts with a UTF-8 byte-order mark; read without it", path)
+        text = text[1:]
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

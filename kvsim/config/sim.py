@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from kvsim.base.say_once import warn_once
-from kvsim.base.textfile import read_toml, sha256_file
+from kvsim.base.textfile import read_text, read_toml, sha256_file, toml_key_line
 from kvsim.base.units import GiB
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
@@ -593,19 +593,32 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     except ValueError as err:
         message = str(err)
     if not overrides:
-        raise ValueError(f"{path}: {message}")
+        raise ValueError(_at_lines(path, message))
     try:
         config_from_dict(data, warn=False)
     except ValueError:
         if message.split(":", 1)[0] in overrides:
             raise ValueError(message) from None  # the override's fault, not the file's
-        raise ValueError(f"{path}: {message}") from None
+        raise ValueError(_at_lines(path, message)) from None
     # the file alone is valid: the overrides made it invalid (those the message names)
     named = {k: v for k, v in overrides.items() if k in message} or overrides
     pairs = " ".join(
         f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
     )
     raise ValueError(f"{path} with {pairs}: {message}")
+
+
+def _at_lines(path: str | Path, message: str) -> str:
+    """``message`` (one problem a line, each ``field: ...``) with each problem prefixed by the
+    file and the line that sets its field (``c.toml line 2: cache.block_size_tokens: ...``;
+    the file alone where no line does)."""
+    text = read_text(path)
+    out = []
+    for problem in message.splitlines():
+        field = problem.split(": ", 1)[0]
+        number = toml_key_line(text, field) if field and " " not in field else None
+        out.append(f"{path} line {number}: {problem}" if number else f"{path}: {problem}")
+    return "\n".join(out)
 
 
 def _short(value: Any) -> str:
