@@ -347,6 +347,17 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["spec.num_speculative_tokens=3"],
         ["spec", "did you mean 'speculative'?"],
     ),
+    # an explicit KV budget that fits but for a drafter's weights: the drafter is named
+    "drafter_outgrows_the_gpu": (
+        [
+            "model=llama-3.1-8b",
+            "gpu=h100-80gb",
+            "cache.kv_cache_gib=4",
+            "speculative.num_speculative_tokens=5",
+            "speculative.draft_num_params=70000000000",
+        ],
+        ["cache.kv_cache_gib", "70,000,000,000 parameters", "speculative.draft_num_params"],
+    ),
     # two problems: each named, one after the other on the one error line
     "two_problems": (
         ["model=llama-3.1-405b", "cache.kv_cache_dtype=fp32"],
