@@ -354,6 +354,7 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
             "gpu=h100-80gb",
             "cache.kv_cache_gib=4",
             "speculative.num_speculative_tokens=5",
+            "speculative.acceptance_rate=0.5",
             "speculative.draft_num_params=70000000000",
         ],
         ["cache.kv_cache_gib", "70,000,000,000 parameters", "speculative.draft_num_params"],
