@@ -178,8 +178,9 @@ def model_fields_from_hf(value: str | Path, num_params: Any = None) -> dict[str,
     else:
         fields["num_params"] = count_params(cfg.data, cfg.path)
     work = _work_fields(cfg)
-    counted = fields["num_params"]
-    if not isinstance(counted, int) or isinstance(counted, bool) or _split_params(work) <= counted:
+    counted = fields["num_params"]  # (a table's value of a wrong type: ModelSpec refuses it)
+    numeric = isinstance(counted, (int, float)) and not isinstance(counted, bool)
+    if not numeric or _split_params(work) <= counted:
         fields.update(work)
     else:
         logger.warning(

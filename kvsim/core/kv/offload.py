@@ -123,11 +123,6 @@ class TierAccess:
             self.span = index + 1
         return True
 
-    def hint(self, index: i64, slot: i64) -> None:
-        """Block ``index`` (recorded) sits in tier slot ``slot``."""
-        if index < len(self.slots):
-            self.slots[index] = slot
-
 
 @dataclass(slots=True)
 class TransferLink:
@@ -370,9 +365,9 @@ class CpuTier:
             self._num_held -= need
             self.num_evicted_blocks += need
         self._add(keys, new_at, self._request_rank(access), first_index)
-        prepared = self._prepared
+        prepared, hints = self._prepared, access.slots  # (each offered index was recorded)
         for n in range(len(new_at)):
-            access.hint(first_index + new_at[n], prepared[n])
+            hints[first_index + new_at[n]] = prepared[n]
         return new
 
     def _evict(self, need: i64, this: i64) -> vec[i64] | None:
