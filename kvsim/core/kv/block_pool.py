@@ -208,9 +208,15 @@ class BlockPool:
         self._num_keyed += 1
 
     # -- mutations --------------------------------------------------------------------------
-    def take(self, count: int) -> list[int]:
-        """Take ``count`` blocks from the front of the free queue, each with ref count 1; a
-        taken block that caches a key loses it (an eviction).
+    def take(self, count: int) -> vec[i64]:
+        """``take_into`` a new vector: ``count`` blocks, front first."""
+        return self.take_into(vec[i64](capacity=count), count)
+
+    def take_into(self, out: vec[i64], count: int) -> vec[i64]:
+        """Append ``count`` blocks from the front of the free queue to ``out`` (a block table:
+        machine integers, no int object a block), each with ref count 1; a taken block that
+        caches a key loses it (an eviction). Returns the grown ``out`` (``librt.vecs.append``
+        may move it).
 
         Raises:
             ValueError: fewer than ``count`` blocks are free (callers check first).
@@ -218,25 +224,24 @@ class BlockPool:
         if count > self.num_free:
             raise ValueError(f"take({count}): only {self.num_free} blocks free")
         if count <= 0:
-            return []
+            return out
+        first: i64 = len(out)
         head: i64 = self._head
         queue, ref, keyed = self._queue, self.ref_cnt, self._keyed
-        taken: list[int] = []
         front = self._front
-        if front:  # blocks freed without a key come first, the last freed first
-            n = min(count, len(front))
-            taken = front[len(front) - n :][::-1]
-            del front[len(front) - n :]
-        if len(taken) == count:
+        n: i64 = min(count, len(front))
+        for _ in range(n):  # blocks freed without a key come first, the last freed first
+            out = append(out, front.pop())
+        end: i64 = first + count
+        if len(out) == end:
             pass
         elif self._num_stale == 0:  # fast path: every entry from the head on is live
-            end: i64 = head + count - len(taken)
-            while head < end:
-                taken.append(queue[head])
+            while len(out) < end:
+                out = append(out, queue[head])
                 head += 1
         else:
             stale = self._stale
-            while len(taken) < count:
+            while len(out) < end:
                 b = queue[head]
                 skip = stale.get(b)
                 if skip:  # one of b's oldest entries: stale
@@ -246,12 +251,13 @@ class BlockPool:
                         stale[b] = skip - 1
                     self._num_stale -= 1
                 else:
-                    taken.append(b)
+                    out = append(out, b)
                 head += 1
         self._head = head
         self.num_free -= count
         full = self._full
-        for b in taken:
+        for i in range(first, end):
+            b = out[i]
             ref[b] = 1
             if keyed[b]:
                 self._evict(b)
@@ -262,7 +268,7 @@ class BlockPool:
             self._queue = queue[head:]
             self._base += head
             self._head = 0
-        return taken
+        return out
 
     def _evict(self, block_id: int) -> None:
         """``block_id``, being taken, loses its key. The key's oldest duplicate, if any, takes
@@ -320,7 +326,7 @@ class BlockPool:
         self._queue = queue
         self.num_free += freed
 
-    def release_table(self, table: list[int], num_full: int, start: int = 0) -> None:
+    def release_table(self, table: vec[i64], num_full: int, start: int = 0, stop: int = -1) -> None:
         """Release a block table tail first, as vLLM 0.34.0 does (``vllm/v1/core/block_pool.py``,
         ``BlockPool.free_blocks``): a block whose ref count drops to 0 joins the back of the queue
         if it keeps a key
@@ -331,15 +337,16 @@ class BlockPool:
             table: the request's blocks in table order.
             num_full: leading blocks of ``table`` whose tokens are all written (0 when nothing
                 is cached, as without prefix caching).
-            start: release ``table[start:]`` only (the entries before it hold no block of
-                this table's: a sliding window's null entries).
+            start: release ``table[start:stop]`` only (the entries before it hold no block
+                of this table's: a sliding window's null entries).
+            stop: the end of that range (-1: the table's end).
         """
         ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
         full = self._full
         at: i64 = self._base + len(queue)
         front: list[int] = []
         freed = 0
-        for i in range(len(table) - 1, start - 1, -1):
+        for i in range((len(table) if stop < 0 else stop) - 1, start - 1, -1):
             b = table[i]
             r = ref[b] - 1
             ref[b] = r

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from librt.vecs import vec
+from librt.vecs import append, vec
 from mypy_extensions import i64
 
 from kvsim.base.units import cdiv
@@ -157,7 +157,8 @@ class HybridPagedAllocator(Allocator):
         self._no_slots = [(0, 0, 0, 0) for _ in self.kind_order]
         sliding = self._kind_first.get("sliding")
         self._window = self.windows[sliding] if sliding is not None else 0
-        self.tables: dict[int, list[list[int]]] = {}  # req_id -> one table per group
+        # req_id -> one table per group (machine integers: no int object a block)
+        self.tables: dict[int, list[vec[i64]]] = {}
         # req_id -> (token room of its tables, computed count at which its window next frees a
         # block): an allocation within both changes nothing (``allocate``'s fast path)
         self._room: dict[int, tuple[int, int]] = {}
@@ -172,8 +173,10 @@ class HybridPagedAllocator(Allocator):
         self._held_blocks: dict[int, int] = {}  # req_id -> non-null blocks, all groups
         self._sum_held = 0
         # pooled cohort members (``detach_pooled``): their attention groups' blocks, held by
-        # none of their tables in particular, and each one's first live entry per group then
-        self._pooled: list[int] = []
+        # none of their tables in particular (a stack: its first ``_num_pooled`` entries), and
+        # each one's first live entry per group then
+        self._pooled: vec[i64] = vec[i64]()
+        self._num_pooled = 0
         self._detached: dict[int, list[int]] = {}
         self.key_chain = KeyChain()
         self._keys: dict[int, StreamKeys] = {}
@@ -428,9 +431,9 @@ class HybridPagedAllocator(Allocator):
             if kind != "sliding":
                 continue
             table, lead = tables[g], first_live[g]
-            self._pooled += table[lead:]
+            self._push_pooled(table, lead)
             moved += len(table) - lead
-            del table[lead:]
+            tables[g] = table[:lead]
         self._detached[rid] = list(first_live)
         self._held_blocks[rid] -= moved
         self._room.pop(rid, None)
@@ -451,11 +454,15 @@ class HybridPagedAllocator(Allocator):
             if kind == "state":
                 continue
             table, lead = tables[g], self._lead(rid, g, computed)
-            table += [null] * (lead - len(table))  # (a sliding group's freed entries)
+            while len(table) < lead:  # (a sliding group's freed entries)
+                table = append(table, null)
             more = num_blocks - len(table)  # (a full group keeps its blocks: the new ones)
-            assert 0 <= more <= len(pooled), f"req {rid}: {more} blocks to attach"
-            table += pooled[len(pooled) - more :]
-            del pooled[len(pooled) - more :]
+            top = self._num_pooled
+            assert 0 <= more <= top, f"req {rid}: {more} blocks to attach"
+            for i in range(top - more, top):
+                table = append(table, pooled[i])
+            self._num_pooled = top - more
+            tables[g] = table
             first_live[g] = lead
             added += more
         del self._detached[rid]
@@ -481,18 +488,30 @@ class HybridPagedAllocator(Allocator):
     def take_pooled(self, num_blocks: int) -> None:
         """Take ``num_blocks`` for pooled members' crossings (one per attention group each)."""
         if num_blocks:
-            self._pooled += self.pool.take(num_blocks)
+            self._push_pooled(self.pool.take(num_blocks), 0)
             self._sum_held += num_blocks
+
+    def _push_pooled(self, blocks: vec[i64], start: int) -> None:
+        """Put ``blocks[start:]`` on top of the pooled stack."""
+        pooled, top = self._pooled, self._num_pooled
+        for i in range(start, len(blocks)):
+            if top < len(pooled):
+                pooled[top] = blocks[i]
+            else:
+                pooled = append(pooled, blocks[i])
+            top += 1
+        self._pooled, self._num_pooled = pooled, top
 
     def release_pooled(self, num_blocks: int) -> None:
         """Free ``num_blocks`` that left pooled members' windows, where ``_remove_skipped``
         sends them (cached: the back of the free queue; else the front). Which of the pooled
         blocks goes changes nothing: none carries a key."""
         if num_blocks:
-            pooled = self._pooled
-            gone = pooled[len(pooled) - num_blocks :]
-            del pooled[len(pooled) - num_blocks :]
-            self.pool.release_table(gone, num_blocks if self.enable_prefix_caching else 0)
+            top = self._num_pooled
+            start = top - num_blocks
+            full = top if self.enable_prefix_caching else 0
+            self.pool.release_table(self._pooled, full, start, top)
+            self._num_pooled = start
             self._sum_held -= num_blocks
 
     # -- mutations --------------------------------------------------------------------------
@@ -531,13 +550,11 @@ class HybridPagedAllocator(Allocator):
                 return None
         free_before = self.pool.num_free
         new_total = sum(new)
-        if new_total:  # (one take: the groups' blocks in group order, as one take each would)
-            taken_blocks, i = self.pool.take(new_total), 0
-            for g, table in enumerate(tables):
-                n = new[g]
-                if n:
-                    table += taken_blocks[i : i + n]
-                    i += n
+        if new_total:  # (the groups' blocks in group order)
+            take_into = self.pool.take_into
+            for g in range(len(tables)):
+                if new[g]:
+                    tables[g] = take_into(tables[g], new[g])
         self._held_blocks[rid] += new_total
         self._sum_held += new_total
         self._room[rid] = self._room_of(tables, first_live)
@@ -551,38 +568,35 @@ class HybridPagedAllocator(Allocator):
         return self._result(taken * self.block_size_tokens, taken, hit.num_tokens)
 
     def _remove_skipped(
-        self, rid: int, tables: list[list[int]], first_live: list[int], skip_to: list[int]
+        self, rid: int, tables: list[vec[i64]], first_live: list[int], skip_to: list[int]
     ) -> None:
         """Free each group's blocks now wholly outside its window, tail first, the null block
         taking their place (vLLM ``remove_skipped_blocks``): all full, so vLLM has cached them
         (the back of the free queue), or, without caching, the front."""
-        null, freed = self.null_block, 0
+        null, freed, pool = self.null_block, 0, self.pool
         caching = self.enable_prefix_caching
-        released: list[list[int]] = []
-        for g, table in enumerate(tables):
+        # group by group, each tail first: cached blocks join the back of the queue, uncached
+        # ones the front (``BlockPool.release_table``)
+        for g in range(len(tables)):
+            table, lead = tables[g], first_live[g]
             skip = min(skip_to[g], len(table))
-            if skip > first_live[g]:
-                gone = table[first_live[g] : skip]
-                table[first_live[g] : skip] = [null] * len(gone)
-                released.append(gone)
-                freed += len(gone)
+            if skip > lead:
+                pool.release_table(table, skip if caching else 0, lead, skip)
+                for i in range(lead, skip):
+                    table[i] = null
+                freed += skip - lead
                 first_live[g] = skip
             if skip_to[g] > len(table):  # positions skipped before they were ever allocated
                 first_live[g] = skip_to[g]
-                table += [null] * (skip_to[g] - len(table))
-        if released:
-            # one release in the order of one per group: cached blocks join the back of the
-            # queue, the tail first (so the groups go in reverse), uncached ones the front
-            if caching:
-                released.reverse()
-            joined = [blk for gone in released for blk in gone]
-            self.pool.release_table(joined, len(joined) if caching else 0)
+                while len(table) < skip_to[g]:
+                    table = append(table, null)
+                tables[g] = table
         if freed:
             self._held_blocks[rid] -= freed
             self._sum_held -= freed
             self._room[rid] = self._room_of(tables, first_live)
 
-    def _room_of(self, tables: list[list[int]], first_live: list[int]) -> tuple[int, int]:
+    def _room_of(self, tables: list[vec[i64]], first_live: list[int]) -> tuple[int, int]:
         """``_room``'s entry: tokens the attention tables have room for, and the computed count
         at which the window's first held block falls wholly outside it (``lead + 1`` blocks
         skipped: ``(lead + 1) B + W - 1``; never without a sliding group)."""
@@ -594,14 +608,14 @@ class HybridPagedAllocator(Allocator):
             return room, 1 << 62
         return room, (first_live[sliding] + 1) * b + self._window - 1
 
-    def _admit(self, request: Request, hit: PrefixHit) -> tuple[list[list[int]], list[int]]:
+    def _admit(self, request: Request, hit: PrefixHit) -> tuple[list[vec[i64]], list[int]]:
         """A new request's tables holding its prefix hit (null entries before a window)."""
         rid, null = request.req_id, self.null_block
         n_hit = hit.num_tokens // self.block_size_tokens
-        tables: list[list[int]] = []
+        tables: list[vec[i64]] = []
         first_live: list[int] = []
         for g in range(len(self.kinds)):
-            table = list(hit.blocks[g * n_hit : (g + 1) * n_hit]) if n_hit else []
+            table = vec[i64](hit.blocks[g * n_hit : (g + 1) * n_hit]) if n_hit else vec[i64]()
             self.pool.touch([blk for blk in table if blk != null])
             lead = 0
             while lead < len(table) and table[lead] == null:
@@ -634,9 +648,7 @@ class HybridPagedAllocator(Allocator):
             return
         self._cache_full_blocks(request, tables, num_tokens)
 
-    def _cache_full_blocks(
-        self, request: Request, tables: list[list[int]], num_tokens: int
-    ) -> None:
+    def _cache_full_blocks(self, request: Request, tables: list[vec[i64]], num_tokens: int) -> None:
         """Register the blocks ``num_tokens`` fill in the attention groups (vLLM
         ``cache_full_blocks``, per group); a state group's block is never cached."""
         if self._known_only:
@@ -787,8 +799,8 @@ class HybridPagedAllocator(Allocator):
         self.pool.check()
         counts = [0] * self.num_blocks
         null = self.null_block
-        for blk in self._pooled:  # (held by pooled members, in no table in particular)
-            counts[blk] += 1
+        for i in range(self._num_pooled):  # (held by pooled members, in no table in particular)
+            counts[self._pooled[i]] += 1
         for rid, tables in self.tables.items():
             held = 0
             for g, table in enumerate(tables):

@@ -436,13 +436,15 @@ class PagedAllocator(Allocator):
         self.pool.touch(hits)
         b = self.block_size_tokens
         if request.num_seqs == 1:
-            table = hits + self.pool.take(cdiv(num_tokens, b) - len(hits))
+            table = list(hits)
+            table += self.pool.take(cdiv(num_tokens, b) - len(hits))
             self.block_tables[request.req_id] = table
             self._requests[request.req_id] = request
             self._sum_distinct += len(table)
         else:
             prefill = self._fork_point(request)
-            root = hits + self.pool.take(cdiv(prefill, b) - len(hits))
+            root = list(hits)
+            root += self.pool.take(cdiv(prefill, b) - len(hits))
             group = self._new_group(request)
             group.start(root, prefill, self.pool)
             group.advance(num_tokens, self.pool)
@@ -538,7 +540,7 @@ class PagedAllocator(Allocator):
             if not self.vllm_v1_pool:
                 self.pool.release(reversed(table))
             else:
-                self.pool.release_table(table, written // self.block_size_tokens)
+                self.pool.release_table(vec[i64](table), written // self.block_size_tokens)
         else:
             group = self.groups.pop(req_id, None)
             if group is None:
@@ -579,7 +581,7 @@ class PagedAllocator(Allocator):
         self._sum_distinct += swapped.num_blocks
         group = swapped.group
         if group is None:
-            self.block_tables[request.req_id] = blocks
+            self.block_tables[request.req_id] = list(blocks)
             self._requests[request.req_id] = request
             return
         group.seqs = [[blocks[i] for i in seq] for seq in swapped.layout]
