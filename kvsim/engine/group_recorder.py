@@ -38,8 +38,9 @@ class GroupRecorder:
             for g, kind in enumerate(allocator.kinds)
             for cat in GROUP_CATEGORIES
         ]
-        self.columns: dict[str, array[float]] = {name: array("d") for name in self.names}
-        self._columns = list(self.columns.values())  # in ``names`` order
+        # groups of one kind hold the same positions, so the same slots: one column set a kind
+        # (``kind_order``), each group's read from its kind's (``arrays``)
+        self._kind_columns = [array("d") for _ in range(4 * len(allocator.kind_order))]
         self._durations = array("d")
 
     def record(
@@ -77,18 +78,21 @@ class GroupRecorder:
         self._append(means, total_s)
 
     def _append(self, totals: list[int] | list[float], duration_s: float) -> None:
-        """One row: each group's columns from its kind's ``totals`` (four a kind)."""
-        columns = self._columns
-        c = 0
-        for kind in self.allocator.group_kind_index:
-            for i in range(4):
-                columns[c].append(totals[4 * kind + i])
-                c += 1
+        """One row of each kind's ``totals`` (four a kind, ``kind_order``)."""
+        columns = self._kind_columns
+        for c in range(len(columns)):
+            columns[c].append(totals[c])
         self._durations.append(duration_s)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
-        """The columns as float64 arrays."""
-        return {name: np.frombuffer(col, np.float64) for name, col in self.columns.items()}
+        """Each group's columns (``names``) as float64 arrays: its kind's, copied."""
+        out: dict[str, npt.NDArray[Any]] = {}
+        names = iter(self.names)
+        for kind in self.allocator.group_kind_index:
+            for i in range(4):
+                column = self._kind_columns[4 * kind + i]
+                out[next(names)] = np.frombuffer(column, np.float64).copy()
+        return out
 
     def summary(self, capacity_slots: int) -> dict[str, float]:
         """Each column's duration-weighted mean over the run, as a percentage of the pool's

@@ -137,7 +137,8 @@ class HybridPagedAllocator(Allocator):
         # a sliding group's blocks at a request's peak, for the admission gate (vLLM
         # SlidingWindowSpec.max_admission_blocks_per_request): the window's last W - 1
         # tokens plus a step's tokens, +1 for a window that starts inside a block
-        self._admission_cap: dict[int, int] = {}
+        # (one per group, 0: no cap)
+        self._admission_cap = [0] * len(self.windows)
         if max_in_flight_tokens is not None:
             for g, window in enumerate(self.windows):
                 if window:
@@ -145,6 +146,7 @@ class HybridPagedAllocator(Allocator):
                     if max_model_len is not None:
                         tokens = min(tokens, max_model_len)
                     self._admission_cap[g] = cdiv(tokens, b) + 1
+        self._is_state = [kind == "state" for kind in self.kinds]
         # groups of one kind hold the same positions (one window, one computed count): each
         # kind's first group stands for the others in the per-step accounting
         self._kind_first = {kind: self.kinds.index(kind) for kind in dict.fromkeys(self.kinds)}
@@ -296,31 +298,45 @@ class HybridPagedAllocator(Allocator):
         tables = self.tables.get(rid)
         computed = request.num_computed_tokens if tables is not None else hit.num_tokens
         n_hit = hit.num_tokens // b
-        new, skip_to = [], []
+        first_live = self._first_live[rid] if tables is not None else None
+        required_all = cdiv(num_tokens, b)
+        windows, caps, is_state = self.windows, self._admission_cap, self._is_state
+        ref = self.pool.ref_cnt
+        new: list[int] = []
+        skip_to: list[int] = []
         net = 0
-        for g, kind in enumerate(self.kinds):
+        last_window, last_skip = -1, 0  # (every sliding group has one window: computed once)
+        for g in range(len(windows)):
             have = len(tables[g]) if tables is not None else n_hit
-            if kind == "state":
-                new.append(1 if have == 0 else 0)
+            if is_state[g]:
+                n = 1 if have == 0 else 0
+                new.append(n)
                 skip_to.append(0)
-                net += new[-1]
+                net += n
                 continue
-            skip = sliding_skipped_blocks(computed, self.windows[g], b) if kind == "sliding" else 0
-            required = cdiv(num_tokens, b)
-            if capped and g in self._admission_cap:
-                required = min(required, self._admission_cap[g])
-            new.append(max(0, required - max(have, skip)))
+            window, skip = windows[g], 0
+            if window:
+                if window != last_window:
+                    last_window = window
+                    last_skip = sliding_skipped_blocks(computed, window, b)
+                skip = last_skip
+            required = required_all
+            if capped and caps[g]:
+                required = min(required, caps[g])
+            n = required - max(have, skip)
+            if n < 0:
+                n = 0
+            new.append(n)
             skip_to.append(skip)
-            net += new[-1]
-            lead = self._first_live[rid][g] if tables is not None else 0
-            if tables is not None and skip > lead:
+            net += n
+            if tables is not None and first_live is not None and skip > first_live[g]:
                 # freed before taking (vLLM's order): those no other request also holds
-                ref, table = self.pool.ref_cnt, tables[g]
-                for i in range(lead, min(skip, len(table))):
+                table = tables[g]
+                for i in range(first_live[g], min(skip, len(table))):
                     if ref[table[i]] == 1:
                         net -= 1
         if hit.blocks:
-            ref, null = self.pool.ref_cnt, self.null_block
+            null = self.null_block
             net += sum(1 for blk in set(hit.blocks) if blk != null and ref[blk] == 0)
         return new, skip_to, net
 
