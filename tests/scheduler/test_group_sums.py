@@ -25,7 +25,7 @@ def test_members_slots_run_linearly_with_the_clock_between_touches():
     sums.add(a, -1)  # a leaves
     assert sums.kind_totals(12) == [32, 20, 0, 5, 32, 20, 0, 5]
     sums.add(b, -1)
-    assert sums.sums == [0] * 12
+    assert list(sums.sums) == [0] * 12
 
 
 def test_a_pooled_members_group_slots_change_by_residue_as_worked_by_hand():

@@ -29,6 +29,9 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.core.kv.base import DecodeGroups
 from kvsim.core.scheduler.group_sums import (
     HELD,
@@ -102,7 +105,7 @@ class Member:
         self.final_clock = final_clock
         self.width = width
         self.shared = shared
-        self.group_slots: list[int] | None = None
+        self.group_slots: vec[i64] | None = None
         self.frees_from = -1  # pooled, several groups: clock of its window's first free
         self.frees_active = False  # ... reached: it frees at clocks of that residue
         self.freed_at = -1  # the clock of an in-order pass's step whose frees it has made
@@ -291,7 +294,7 @@ class DecodeCohort:
         return member
 
     def leave(
-        self, member: Member, held: int | None = None, group_slots: list[int] | None = None
+        self, member: Member, held: int | None = None, group_slots: vec[i64] | None = None
     ) -> int:
         """Remove a member (its heap entries go stale and are skipped); return its held slots.
         A pooled member of a pool of several groups is given its held slots and its

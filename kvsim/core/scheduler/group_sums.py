@@ -16,6 +16,9 @@ pass over the members.
 
 from __future__ import annotations
 
+from librt.vecs import append, vec
+from mypy_extensions import i64
+
 HELD, T_BASE, T_SLOPE, O_BASE, O_SLOPE, INTERNAL = range(6)
 WIDTH = 6  # integers per kind
 
@@ -29,21 +32,26 @@ class GroupSums:
 
     def __init__(self, kind_counts: list[int]) -> None:
         self.kind_counts = kind_counts
-        self.sums = [0] * (WIDTH * len(kind_counts))
+        # machine integers (no int object a sum changed)
+        self.sums: vec[i64] = vec[i64]([0] * (WIDTH * len(kind_counts)))
 
     @staticmethod
-    def contribution(values: list[int], clock: int) -> list[int]:
+    def contribution(values: list[int], clock: int) -> vec[i64]:
         """A member's contribution from ``Allocator.decode_group_slots`` values (per kind:
         held, token states, outside, internal, token growth, outside growth) that hold in the
         step whose slots are recorded at cohort clock ``clock``."""
-        out: list[int] = []
+        out = vec[i64](capacity=len(values))
         for i in range(0, len(values), WIDTH):
             held, token, outside, internal, t_slope, o_slope = values[i : i + WIDTH]
-            out += [held, token - t_slope * clock, t_slope, outside - o_slope * clock, o_slope]
-            out.append(internal)
+            out = append(out, held)
+            out = append(out, token - t_slope * clock)
+            out = append(out, t_slope)
+            out = append(out, outside - o_slope * clock)
+            out = append(out, o_slope)
+            out = append(out, internal)
         return out
 
-    def add(self, contribution: list[int], sign: int = 1) -> None:
+    def add(self, contribution: vec[i64], sign: int = 1) -> None:
         """Add (``sign`` 1) or remove (-1) one member's contribution."""
         sums = self.sums
         for i in range(len(sums)):
