@@ -85,7 +85,9 @@ class NaivePool:
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["take", "release", "release_table", "register", "hit"]),
+        st.sampled_from(
+            ["take", "take_into", "release", "release_table", "release_range", "register", "hit"]
+        ),
         st.integers(0, 7),
         st.integers(0, 40),  # a key: few values, so keys repeat and are cached elsewhere
     ),
@@ -104,6 +106,12 @@ def test_the_pool_follows_the_naive_rules(num_blocks, ops, keep_duplicates) -> N
             table = naive.take(a)
             assert list(pool.take(a)) == table
             tables.append(table)
+        elif op == "take_into" and a <= len(naive.free):
+            # appended after what the table already holds (here key % 3 placeholders)
+            held = [-1] * (key % 3)
+            table = naive.take(a)
+            assert list(pool.take_into(vec[i64](held), a)) == held + table
+            tables.append(table)
         elif op == "release" and tables:
             table = tables.pop(a % len(tables))
             naive.release(table[::-1])
@@ -113,6 +121,17 @@ def test_the_pool_follows_the_naive_rules(num_blocks, ops, keep_duplicates) -> N
             num_full = key % (len(table) + 1)
             naive.release_table(table, num_full)
             pool.release_table(vec[i64](table), num_full)
+        elif op == "release_range" and tables:
+            # table[start:stop] released in place (num_full: an index into the whole table);
+            # the naive pool releases that slice, its full blocks those before num_full
+            table = tables.pop(a % len(tables))
+            start = key % (len(table) + 1)
+            stop = start + a % (len(table) - start + 1)
+            num_full = (a + key) % (len(table) + 1)
+            naive.release_table(table[start:stop], max(0, min(num_full, stop) - start))
+            pool.release_table(vec[i64](table), num_full, start, stop)
+            if table[:start] + table[stop:]:
+                tables.append(table[:start] + table[stop:])
         elif op == "register" and tables and tables[a % len(tables)]:
             table = tables[a % len(tables)]
             block = table[key % len(table)]
