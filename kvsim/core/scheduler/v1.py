@@ -290,16 +290,9 @@ class V1Scheduler(SchedulerCore):
                 req.num_held_slots += extra * block
                 grants.append((req.req_id, extra))
             step = StepPlan()
-            held_j = token_j = internal_j = 0
             for i in range(len(running)):
-                req = running[i]
-                self._add_speculating(step, req, chunks[i])
-                r_held, r_token, r_internal = plain_slots(
-                    req.num_held_slots, req.num_computed_tokens + chunks[i], req.final_kv_tokens
-                )
-                held_j += r_held
-                token_j += r_token
-                internal_j += r_internal
+                self._add_speculating(step, running[i], chunks[i])
+            held_j, token_j, internal_j = self._verification_slots(step)
             duration = cost.step_s(
                 step.work_new_tokens,
                 step.work_context_tokens,
