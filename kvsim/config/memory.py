@@ -97,18 +97,17 @@ def check_memory(config: ConfigParts) -> None:
     field = _budget_field(config)
     if field != "cache.gpu_memory_utilization":  # an explicit budget
         if config.kv_cache_bytes + weights > gpu.memory_bytes:
-            drafter = (  # (the drafter's weights alone may be what does not fit)
-                f" (a drafter's {config.draft_params:,} parameters included: "
-                "speculative.draft_num_params)"
-                if config.draft_params
-                else ""
-            )
+            drafter, lower = "", "the KV budget"
+            if config.draft_params:  # (the drafter's weights alone may be what does not fit)
+                drafter = (
+                    f" (a drafter's {config.draft_params:,} parameters included: "
+                    "speculative.draft_num_params)"
+                )
+                lower += " or the drafter's size"
             raise ValueError(
                 f"{field}: {_gib(config.kv_cache_bytes)} of KV per GPU plus "
                 f"{_gib(weights)} of weights{drafter} exceed the {_gib(gpu.memory_bytes)} of "
-                f"one {gpu.name} ({where}); lower the KV budget"
-                + (" or the drafter's size" if config.draft_params else "")
-                + " or raise parallel.tensor_parallel_size"
+                f"one {gpu.name} ({where}); lower {lower} or raise parallel.tensor_parallel_size"
             )
     else:
         usable = cache.gpu_memory_utilization * gpu.memory_bytes
