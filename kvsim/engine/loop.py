@@ -275,10 +275,8 @@ class Engine:
                 self.scheduler.lazy.flush(self.scheduler.running)
                 if plan.num_preempted:
                     continue  # everything running was preempted: replan at once (vLLM does too)
-                if self.offload is not None and self.offload.loads:
-                    # nothing to run until a load ends (_loaded wakes the loop)
-                    self._wake = self.env.event()
-                    yield self._wake
+                if self.offload is not None and (self.offload.loads or plan.num_deferred):
+                    yield self._idle_for_tier(to_arrive)
                     continue
                 if self._parked:
                     self._drop_parked()  # loaded requests' blocks keep the head out: free them
@@ -323,6 +321,21 @@ class Engine:
                     self.on_finish(len(finished))
 
     # -- CPU offloading (vLLM's OffloadingConnector, kvsim.core.scheduler.offload) -------------
+    def _idle_for_tier(self, to_arrive: Sequence[Request]) -> simpy.Event:
+        """The event an idle loop waits for while the CPU tier holds its waiting requests: a
+        load's end (``_loaded`` wakes it), the end of the store a deferred request waits for,
+        or the next arrival."""
+        assert self.offload is not None
+        now = self.env.now
+        wake = self._wake = self.env.event()
+        times = [to_arrive[0].arrival_time_s] if to_arrive else []
+        store_end_s = self.offload.tier.next_store_end(now)
+        if store_end_s is not None:
+            times.append(store_end_s)
+        if times:
+            self.env.timeout(max(0.0, min(times) - now)).callbacks.append(self._wake_loop)
+        return wake
+
     def _start_loads(self) -> None:
         """The loads the plan started: each request holds its blocks (its slots counted as
         ``holding``) until its load ends, then rejoins the waiting queue at its front."""

@@ -85,6 +85,41 @@ def test_cpu_tier_hit_after_gpu_eviction() -> None:
     assert c["first_token_time_s"] == pytest.approx(10.131072 + prefill)
 
 
+def test_a_hit_still_being_stored_holds_the_request_until_the_copy_ends() -> None:
+    """vLLM 0.34.0: a tier block whose copy is in flight is ``HIT_PENDING``, and a request
+    whose hit run holds one waits (``get_num_new_matched_tokens`` returns ``None``) rather than
+    compute what the tier is about to hold. The engine, with nothing else to run, sleeps until
+    the copy ends.
+
+    B arrives at t=0.001, while A's prefill runs; it needs the whole pool, so it starts when A
+    finishes and evicts A's cached blocks. A's 10 blocks cross the 1 GB/s link from the end of
+    A's prefill (its first token) for 10 x 13.1072 ms = 0.131072 s. C arrives at t=0.1, after B
+    finished and before that copy ends: the GPU has none of A's blocks, the tier all 10 still
+    storing, so C waits until the copy ends, then loads them (another 0.131072 s) and starts:
+    first scheduled at A's first token + 0.262144 s, with 160 tokens cached. Without the
+    deferral C would miss the tier and prefill all 180 tokens at t=0.1."""
+    reqs = [
+        Request(0, 0.0, 160, 2, 2, token_segments=(("a", 160),)),
+        Request(1, 0.001, 176, 2, 2, token_segments=(("b", 176),)),
+        Request(2, 0.1, 180, 2, 2, token_segments=(("a", 160), ("c", 20))),
+    ]
+    run = simulate(config(0.5), reqs).requests.set_index("req_id")
+    a_stored_s = run.loc[0, "first_token_time_s"] + 0.131072
+    assert run.loc[1, "finish_time_s"] < 0.1 < a_stored_s  # (the scenario's premise)
+    assert run.loc[2, "num_cached_tokens"] == 160
+    assert run.loc[2, "first_scheduled_time_s"] == pytest.approx(a_stored_s + 0.131072)
+
+
+def test_a_request_arriving_during_a_load_starts_at_once() -> None:
+    """C's load runs from t=10 to 10.131072 with nothing else to run; D (a prompt of its own,
+    32 tokens: its prefill takes the 2 GPU blocks of 12 that C's 10 leave) arrives at t=10.05
+    and is scheduled then, not when the load ends."""
+    d = Request(3, 10.05, 32, 2, 2, token_segments=(("d", 32),))
+    run = simulate(config(0.5), [*requests(), d]).requests.set_index("req_id")
+    assert run.loc[3, "first_scheduled_time_s"] == pytest.approx(10.05)
+    assert run.loc[2, "first_scheduled_time_s"] >= 10.131072
+
+
 def test_tier_occupancy_series_conserves_blocks() -> None:
     """One memory row per engine event, each with the tier's blocks at its start
     (stored, storing, loading, free): t=0 (A's prefill) an empty tier; t=5 (B) A's 10 blocks,

@@ -105,17 +105,30 @@ def test_lookup_continues_past_the_gpu_hit() -> None:
     assert conn.matched_tokens(new, 80) == 0
 
 
-def test_lookup_skips_blocks_not_yet_stored() -> None:
-    """vLLM's lookup counts only ready blocks: a block whose copy is in flight is a miss."""
+def test_a_hit_block_still_being_stored_defers_the_request() -> None:
+    """vLLM 0.34.0 ``CPUOffloadingManager.lookup`` answers ``HIT_PENDING`` for a block whose
+    copy is in flight; ``_maximal_prefix_lookup`` counts it and keeps walking, and a run with
+    one makes ``get_num_new_matched_tokens`` return ``None`` (look again later). A miss before
+    the pending block ends the walk first: no deferral."""
     _pool, conn = parts()
     old = doc(0, ("p", 64))
     old.num_computed_tokens = 64
-    conn.store([old], 0.0)  # 4 MB: ready at t=0.004
+    conn.store([old], 0.0)  # p0..p3: 4 MB, ready at t=0.004
     new = doc(1, ("p", 64), ("q", 16))
     conn.now_s = 0.002
-    assert conn.matched_tokens(new, 0) == 0
+    assert conn.matched_tokens(new, 0) is None  # p0..p3 held, all still storing
     conn.now_s = 0.004
     assert conn.matched_tokens(new, 0) == 64
+    # p0..p3 + r0 offered at t=1: r0 (block 4) the only new one, storing until 1.001
+    longer = doc(2, ("p", 64), ("r", 16))
+    longer.num_computed_tokens = 80
+    conn.store([longer], 1.0)
+    conn.now_s = 1.0005
+    # 4 stored + 1 storing -> deferred; a walk that misses at block 4 never reaches r0
+    assert conn.matched_tokens(doc(3, ("p", 64), ("r", 32)), 0) is None
+    assert conn.matched_tokens(doc(4, ("p", 64), ("s", 32)), 0) == 64
+    conn.now_s = 1.001
+    assert conn.matched_tokens(doc(3, ("p", 64), ("r", 32)), 0) == 80
 
 
 def test_whole_prompt_hit_recomputes_its_last_token() -> None:
@@ -172,6 +185,37 @@ def test_scheduler_parks_the_loading_request_and_admits_the_next() -> None:
     # counters: a's query 80 tokens with 64 hit; b's 40 and c's 80 with none from the tier
     assert conn.external_prefix_cache_queries == 200
     assert conn.external_prefix_cache_hits == 64
+
+
+def test_scheduler_skips_a_deferred_head_and_admits_the_next() -> None:
+    """vLLM 0.34.0 ``Scheduler.schedule``: a request whose external lookup returns ``None`` is
+    skipped (``skip_request``) and the waiting pass goes on; the skipped one is put back at the
+    queue's front (``prepend_requests``) and looked up again next step."""
+    pool, conn = parts(num_gpu_blocks=41)
+    sched = V1Scheduler(pool, engine_args(enable_prefix_caching=True, reserve_null_block=True))
+    sched.offload = conn
+    old = doc(9, ("p", 64))
+    old.num_computed_tokens = 64
+    conn.store([old], 0.0)  # p0..p3 ready at t=0.004
+    a = doc(0, ("p", 64), ("a", 16))  # tier run p0..p3, still storing at t=0.002
+    b = doc(1, ("b", 40))  # no hit anywhere
+    for r in (a, b):
+        sched.add_request(r)
+    conn.now_s = 0.002
+    plan, _ = step(sched)
+    # a skipped, b admitted behind it with all 40 of its tokens; a first in the queue again
+    assert [r.req_id for r in plan.scheduled] == [1]
+    assert plan.num_new_tokens == [40]
+    assert plan.num_deferred == 1
+    assert list(sched.waiting) == [a]
+    assert not conn.take_started()
+    # the store ended: a's lookup hits 4 blocks = 64 tokens, its load starts (4 ms)
+    conn.now_s = 0.004
+    plan, _ = step(sched)
+    assert conn.take_started() == [a]
+    assert conn.loads[a].done_s == pytest.approx(0.008)
+    assert tokens(plan) == {1: 1}
+    assert plan.num_deferred == 0
 
 
 def test_a_load_in_flight_delays_a_request_hitting_its_blocks() -> None:

@@ -244,6 +244,29 @@ class CpuTier:
             found += 1
         return found
 
+    def held_run(self, keys: vec[i64], now_s: float, start: int = 0) -> tuple[int, bool]:
+        """How many of ``keys``, from ``keys[start]``, are held (stored or storing) up to the
+        first miss, and whether any of them is still storing at ``now_s`` (vLLM 0.34.0
+        ``CPUOffloadingManager.lookup``: ``HIT``, ``HIT_PENDING``, ``MISS``). Records
+        nothing."""
+        ready_s = self._ready_s
+        found = 0
+        storing = False
+        for i in range(start, len(keys)):
+            slot = self._find(keys[i])
+            if slot < 0:
+                break
+            if ready_s[slot] > now_s:
+                storing = True
+            found += 1
+        return found, storing
+
+    def next_store_end(self, now_s: float) -> float | None:
+        """When the first store still in flight at ``now_s`` ends (seconds), ``None`` if
+        none is."""
+        self._settle(now_s)
+        return self._pending[0][0] if self._pending else None
+
     def any_loading(self, keys: vec[i64], start: int, stop: int) -> bool:
         """Whether a load reads any of ``keys[start:stop]`` (held keys: ``prepare_load``)."""
         ref_cnt = self._ref_cnt

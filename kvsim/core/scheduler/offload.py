@@ -5,11 +5,15 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
 
 - **Lookup** (``matched_tokens``, vLLM ``get_num_new_matched_tokens``), for a waiting request
   that has computed nothing, after the GPU prefix-cache lookup found ``g`` tokens (whole
-  blocks): the tier is asked for the longest run of stored blocks from block ``g // B`` on. A
-  lookup records no access (vLLM 0.34.0 ``CPUOffloadingManager.lookup``), so a head looked up
-  again step after step changes nothing in the tier. ``h`` blocks give ``h * B`` tokens to load;
-  fewer than one block beyond ``g`` is no hit. A hit on a block that another request's load is
-  reading delays the request (vLLM: ``None``, try again later).
+  blocks): the tier is asked for the longest run of blocks it holds from block ``g // B`` on
+  (``_maximal_prefix_lookup``). A lookup records no access (vLLM 0.34.0
+  ``CPUOffloadingManager.lookup``), so a head looked up again step after step changes nothing
+  in the tier. ``h`` blocks give ``h * B`` tokens to load; fewer than one block beyond ``g`` is
+  no hit. A run holding a block whose store is still in flight (vLLM ``HIT_PENDING``), or one
+  that another request's load is reading, delays the request (vLLM: ``None``): the scheduler
+  skips it this step and admits the requests behind it (``Scheduler.schedule``,
+  ``skip_request``); it keeps its place at the queue's front and is looked up again next
+  step.
 - **Load** (``start_load``): the scheduler takes GPU blocks for ``g + h * B`` tokens and parks
   the request (vLLM ``WAITING_FOR_REMOTE_KVS``; the load records the request's access to the
   blocks, ``CpuTier.prepare_load``) while ``h`` blocks cross the CPU->GPU link,
@@ -101,7 +105,8 @@ class OffloadConnector:
     # -- lookups and loads ----------------------------------------------------------------------
     def matched_tokens(self, request: Request, gpu_hit_tokens: int) -> int | None:
         """Tokens the tier holds past the GPU hit of ``gpu_hit_tokens`` (whole blocks), 0 for
-        none, ``None`` while another load reads one of them (see the module docstring)."""
+        none, ``None`` while one of them is still being stored or another load reads one of
+        them (see the module docstring)."""
         if not request.shares_tokens and not request.num_preemptions:
             return 0  # a private stream's blocks were never stored by anyone else
         b = self.block_size_tokens
@@ -115,8 +120,8 @@ class OffloadConnector:
             self._looked_up = request.req_id
         keys = self._looked_up_keys
         start = gpu_hit_tokens // b
-        hits = tier.lookup(keys, self.now_s, start)
-        if hits and tier.any_loading(keys, start, start + hits):
+        hits, storing = tier.held_run(keys, self.now_s, start)
+        if storing or (hits and tier.any_loading(keys, start, start + hits)):
             return None
         return hits * b
 

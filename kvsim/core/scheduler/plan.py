@@ -66,8 +66,12 @@ class StepPlan:
         num_preempted: requests preempted while planning it.
         head_blocked: why the waiting head was not admitted (``"kv"``; ``"kv_prefix"`` for a
             head whose cached prefix may change; ``"max_num_seqs"``, ``"budget"``,
-            ``"preempted"``, ``"swapped"``; ``"batch"`` while a request-level batch runs),
-            ``None`` when nobody waits.
+            ``"preempted"``, ``"swapped"``; ``"batch"`` while a request-level batch runs;
+            ``"deferred"`` when every waiting request was skipped: ``num_deferred``), ``None``
+            when nobody waits.
+        num_deferred: waiting requests skipped this step because the CPU tier could not say
+            yet what they hit (vLLM's ``num_skipped_waiting_reqs``); they keep their places
+            at the queue's front.
         head_need_blocks: blocks the head blocked by ``"kv"`` needed from the free pool
             (a pool of several KV cache groups; 0 when not noted).
         extendable: later steps would schedule exactly "every member decodes one token".
@@ -100,6 +104,7 @@ class StepPlan:
     num_preempted: int
     head_blocked: str | None
     head_need_blocks: int
+    num_deferred: int
     extendable: bool
     num_steps: int
     swap_blocks: int
@@ -125,6 +130,7 @@ class StepPlan:
         self.num_preempted = 0
         self.head_blocked = None
         self.head_need_blocks = 0
+        self.num_deferred = 0
         self.extendable = False
         self.num_steps = 1
         self.swap_blocks = 0

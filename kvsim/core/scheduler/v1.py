@@ -43,6 +43,8 @@ from kvsim.workload.request import Request
 
 # how a step's running pass handles the cohort's members (``V1Scheduler._running_pass``)
 BULK, IN_ORDER, FLUSH = 0, 1, 2
+# what ``V1Scheduler._load_from_tier`` did with the waiting head
+NO_TIER_HIT, LOADING, BLOCKED, DEFERRED = 0, 1, 2, 3
 
 
 class V1Scheduler(SchedulerCore):
@@ -57,7 +59,7 @@ class V1Scheduler(SchedulerCore):
         else:
             budget = self._schedule_waiting(plan, budget)
             if self.waiting and plan.head_blocked is None:
-                plan.head_blocked = "budget"
+                plan.head_blocked = "deferred" if plan.num_deferred else "budget"
         plan.extendable = self._extendable(plan)
         self._finish_plan(plan)
         return plan
@@ -443,6 +445,7 @@ class V1Scheduler(SchedulerCore):
 
     def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
         allocator, waiting = self.allocator, self.waiting
+        skipped: list[Request] = []
         while waiting and budget > 0:
             if len(self.running) >= self.max_num_seqs:
                 plan.head_blocked = "max_num_seqs"
@@ -452,10 +455,13 @@ class V1Scheduler(SchedulerCore):
             if head.num_computed_tokens == 0 and allocator.caches_prefixes:
                 hit = allocator.find_cached_prefix(head)
                 if self.offload is not None:
-                    loading = self._load_from_tier(plan, head, hit, budget)
-                    if loading is None:
+                    outcome = self._load_from_tier(plan, head, hit, budget)
+                    if outcome == BLOCKED:
                         break
-                    if loading:
+                    if outcome == DEFERRED:  # (vLLM ``skip_request``: the next one may run)
+                        skipped.append(waiting.popleft())
+                        continue
+                    if outcome == LOADING:
                         continue
             num_new = head.num_tokens - head.num_computed_tokens - hit.num_tokens
             pad = False
@@ -498,35 +504,36 @@ class V1Scheduler(SchedulerCore):
             if self.spec is not None:
                 self._count_drafting(plan, head, num_new)
             budget -= num_new
+        if skipped:  # back at the front, in their order (vLLM ``prepend_requests``)
+            waiting.extendleft(reversed(skipped))
+            plan.num_deferred = len(skipped)
         return budget
 
-    def _load_from_tier(
-        self, plan: StepPlan, head: Request, hit: PrefixHit, budget: int
-    ) -> bool | None:
+    def _load_from_tier(self, plan: StepPlan, head: Request, hit: PrefixHit, budget: int) -> int:
         """Start loading the head's CPU-tier hit past its GPU hit (``kvsim.core.scheduler.
-        offload``): ``True`` when it now holds blocks for both and waits for the load (out of
-        the queue until it ends, vLLM ``WAITING_FOR_REMOTE_KVS``), ``False`` on no tier hit,
-        ``None`` when it cannot start now (its blocks do not fit, or another load reads them)
-        and the waiting pass stops."""
+        offload``): ``LOADING`` when it now holds blocks for both and waits for the load (out
+        of the queue until it ends, vLLM ``WAITING_FOR_REMOTE_KVS``), ``NO_TIER_HIT``,
+        ``DEFERRED`` when the tier cannot say yet (a hit block still being stored, or read by
+        another load: the head is skipped this step), or ``BLOCKED`` when its blocks do not
+        fit and the waiting pass stops."""
         assert self.offload is not None
         num_loaded = self.offload.matched_tokens(head, hit.num_tokens)
         if num_loaded is None:
-            plan.head_blocked = "kv_prefix"  # (the load in flight ends with a wake-up)
-            return None
+            return DEFERRED
         if not num_loaded:
-            return False
+            return NO_TIER_HIT
         total = hit.num_tokens + num_loaded
         if self.args.scheduler_reserve_full_isl and not self.allocator.can_allocate(
             head, head.num_tokens, hit
         ):
             plan.head_blocked = self._full_isl_blocked_reason(head, hit)
-            return None
+            return BLOCKED
         if not self._allocate(head, total, hit):
             plan.head_blocked = self._blocked_reason(head, hit, budget)
-            return None
+            return BLOCKED
         self.waiting.popleft()
         self.offload.start_load(head, hit.num_tokens, num_loaded)
-        return True
+        return LOADING
 
     def _pads(self, head: Request, hit: PrefixHit) -> bool:
         """Whether a waiting request with one token to compute is padded to a whole
@@ -589,6 +596,7 @@ class V1Scheduler(SchedulerCore):
         plan.all_running_scheduled = len(plan.scheduled) + plan.num_cohort == len(self.running)
         return (
             not plan.num_preempted
+            and not plan.num_deferred
             and plan.head_blocked not in ("budget", "preempted", "kv_prefix")
             and not self._partial
             and plan.all_running_scheduled
