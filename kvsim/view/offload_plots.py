@@ -28,9 +28,11 @@ TIER_NAMES = {
 def offload_figure(
     summary: pd.DataFrame, tier_memory: pd.DataFrame | None, *, tier_title: str = ""
 ) -> Figure:
-    """Three panels: TTFT (mean solid, p90 dashed) and the CPU tier's hit rate against the
-    buffer size (GiB, "off" at 0; one line per link bandwidth, GB/s), and ``tier_memory``'s
-    CPU-tier blocks over simulated time as % of the tier (stacked by category).
+    """Three panels: TTFT (mean solid, p90 dashed) and the hit rates against the buffer size
+    (GiB, "off" at 0; one line per link bandwidth, GB/s; the GPU prefix cache's rate is of the
+    prompt tokens, the CPU tier's of the tokens the GPU missed, as vLLM counts them), and
+    ``tier_memory``'s CPU-tier blocks over simulated time as % of the tier (stacked by
+    category).
 
     Args:
         summary: one row per sweep point with ``SIZE``, ``BANDWIDTH`` and the summary metrics.
@@ -71,7 +73,9 @@ def offload_figure(
     axes[1].plot(
         [pos[s] for s in gpu.index], gpu.to_numpy(), color="grey", ls=":", label="GPU prefix cache"
     )
-    for ax, ylabel in zip(axes[:2], ["TTFT (s)", "hit rate (% of prompt tokens)"], strict=True):
+    for ax, ylabel in zip(
+        axes[:2], ["TTFT (s)", "hit rate (% of the tokens looked up)"], strict=True
+    ):
         ax.set_xticks(range(len(sizes)), ticks)
         ax.set(xlabel="CPU buffer, kv_offloading_size (GiB)", ylabel=ylabel)
     links = axes[0].legend(title="link", fontsize="x-small", title_fontsize="x-small")

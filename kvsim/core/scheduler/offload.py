@@ -125,12 +125,13 @@ class OffloadConnector:
             return None
         return hits * b
 
-    def count_query(self, request: Request, hit_tokens: int) -> None:
-        """Count a first admission's lookup (vLLM's connector prefix-cache stats: queries are
-        the request's tokens; a re-admission after a preemption is not counted)."""
+    def count_query(self, request: Request, gpu_hit_tokens: int, hit_tokens: int) -> None:
+        """Count a first admission's lookup (vLLM 0.34.0 ``Scheduler.schedule``'s connector
+        prefix-cache stats: the tokens the GPU prefix cache did not hit are queried, ``hit_tokens``
+        of them hit; a re-admission after a preemption counts apart, and is not counted here)."""
         if request.num_preemptions:
             return
-        self.external_prefix_cache_queries += request.num_tokens
+        self.external_prefix_cache_queries += request.num_tokens - gpu_hit_tokens
         self.external_prefix_cache_hits += hit_tokens
 
     def start_load(self, request: Request, gpu_hit_tokens: int, num_tokens: int) -> float:
@@ -143,7 +144,7 @@ class OffloadConnector:
         done_s = self.cpu_to_gpu.submit(len(keys) * self.block_bytes, self.now_s)
         self.loads[request] = Load(keys, done_s, num_tokens)
         self.started.append(request)
-        self.count_query(request, num_tokens)
+        self.count_query(request, gpu_hit_tokens, num_tokens)
         self.num_loads += 1
         self.load_wait_s += done_s - self.now_s
         if not request.num_preemptions:  # (vLLM: set at the first admission only)

@@ -493,7 +493,7 @@ class V1Scheduler(SchedulerCore):
             if head.num_preemptions == 0 and head.num_computed_tokens == 0:
                 head.num_cached_tokens = hit.num_tokens  # (a loaded request's: start_load)
                 if self.offload is not None:
-                    self.offload.count_query(head, 0)
+                    self.offload.count_query(head, hit.num_tokens, 0)
             head.num_computed_tokens += hit.num_tokens
             if head.num_computed_tokens + num_new < head.num_tokens:
                 self._partial = True
