@@ -7,6 +7,7 @@ bound and the value, instead of looping forever, exhausting memory or returning 
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -50,9 +51,12 @@ MAX_INT64 = 2**63 - 1
 
 
 def refuse_bool_numbers(fields: Mapping[str, Any], data: Any) -> Any:
-    """``data`` as given, for a pydantic ``mode="before"`` model validator; ``true`` or ``false``
-    given to a number field (``int`` or ``float``, optional or not) raises ``ValueError`` naming
-    the field. Pydantic reads them as 1 and 0, so ``num_requests = true`` would run one request.
+    """``data`` as given, for a pydantic ``mode="before"`` model validator; a value pydantic
+    would coerce to another scalar type raises ``ValueError`` naming the field: ``true`` or
+    ``false``, or a string, given to a number field (``int`` or ``float``, optional or not;
+    pydantic reads ``true`` as 1, so ``num_requests = true`` would run one request, and
+    ``"16"`` as 16), and anything but ``true`` or ``false`` given to a ``bool`` field (pydantic
+    reads 1, ``"yes"`` and ``"on"`` as true).
 
     Args:
         fields: the model's ``model_fields``.
@@ -61,11 +65,38 @@ def refuse_bool_numbers(fields: Mapping[str, Any], data: Any) -> Any:
     if isinstance(data, Mapping):
         for name, value in data.items():
             info = fields.get(name)
-            if isinstance(value, bool) and info is not None and _is_number(info.annotation):
-                raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
+            if info is None or value is None:
+                continue
+            if _is_number(info.annotation) and isinstance(value, bool | str):
+                raise ValueError(f"{name}: {_not_a_number(value)}")
+            if _is_bool(info.annotation) and not isinstance(value, bool):
+                raise ValueError(f"{name}: expected true or false, got {value!r}")
     return data
 
 
-def _is_number(annotation: Any) -> bool:
+def _not_a_number(value: bool | str) -> str:
+    if isinstance(value, bool):
+        return f"expected a number, got {str(value).lower()}"
+    try:
+        number = float(value)
+    except ValueError:
+        return f"expected a number, got {value!r}"
+    if not math.isfinite(number):
+        return f"expected a finite number, got {value!r}"
+    return f"expected a number, got the string {value!r} (write it without quotes)"
+
+
+def _kinds(annotation: Any) -> tuple[Any, ...]:
+    """The types a field takes, ``None`` left out (``int | None`` -> ``(int,)``)."""
     kinds = typing.get_args(annotation) or (annotation,)
-    return bool not in kinds and any(kind in (int, float) for kind in kinds)
+    return tuple(kind for kind in kinds if kind is not type(None))
+
+
+def _is_number(annotation: Any) -> bool:
+    """A field of numbers only (``int``, ``float``, either, optional or not)."""
+    kinds = _kinds(annotation)
+    return bool(kinds) and all(kind in (int, float) for kind in kinds)
+
+
+def _is_bool(annotation: Any) -> bool:
+    return _kinds(annotation) == (bool,)

@@ -395,6 +395,19 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
     "section_is_array": (b"cache = [1, 2]\n", ["cache"]),
     "empty_model_table": (b"[model]\n", ["model", "Field required"]),
     "block_size_word": (b'[cache]\nblock_size_tokens = "sixteen"\n', ["block_size_tokens"]),
+    # pydantic's lax mode would read these as 16, true and true
+    "block_size_quoted": (
+        b'[cache]\nblock_size_tokens = "16"\n',
+        ["cfg.toml line 2", "cache.block_size_tokens", "the string '16'", "without quotes"],
+    ),
+    "bool_yes": (
+        b'[cache]\nenable_prefix_caching = "yes"\n',
+        ["cfg.toml line 2", "cache.enable_prefix_caching", "expected true or false", "'yes'"],
+    ),
+    "bool_one": (
+        b"debug_invariants = 1\n",
+        ["cfg.toml line 1", "debug_invariants", "expected true or false, got 1"],
+    ),
     "hf_config_missing": (
         b'[model]\nhf_config = "/nonexistent/config.json"\n',
         ["hf_config", "/nonexistent/config.json"],
