@@ -332,6 +332,8 @@ class Engine:
         store_end_s = self.offload.tier.next_store_end(now)
         if store_end_s is not None:
             times.append(store_end_s)
+        elif not self.offload.loads:
+            raise RuntimeError(f"t={now}: a request deferred by the CPU tier waits for nothing")
         if times:
             self.env.timeout(max(0.0, min(times) - now)).callbacks.append(self._wake_loop)
         return wake

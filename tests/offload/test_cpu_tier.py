@@ -70,7 +70,7 @@ def test_ranks_follow_requests_as_vllm_0_34_does() -> None:
     assert tier.eviction_order(2.0) == [3, 2, 1]
     # a lookup records nothing: asked ten times, the order stays
     for _ in range(10):
-        assert tier.lookup(v([1, 2]), 2.0) == 2
+        assert tier.held_run(v([1, 2]), 2.0) == (2, False)
     assert tier.eviction_order(2.0) == [3, 2, 1]
     # C loads [1] (its block 0): number 5; (5, -1) > (4, 0) -> 1 raised to (5, -1), and not
     # evictable while the load reads it
@@ -230,13 +230,14 @@ class NaiveTier:
         if key in self.blocks and self.blocks[key][2] < rank:
             self.blocks[key][2] = rank
 
-    def lookup(self, keys: list[int], now_s: float) -> int:
-        found = 0
+    def held_run(self, keys: list[int], now_s: float) -> tuple[int, bool]:
+        found, storing = 0, False
         for key in keys:
-            if key not in self.blocks or self.blocks[key][0] > now_s:
+            if key not in self.blocks:
                 break
+            storing |= self.blocks[key][0] > now_s
             found += 1
-        return found
+        return found, storing
 
     def evictable(self, now_s: float) -> list[int]:
         """Keys eviction would take, first first."""
@@ -323,9 +324,9 @@ class TierMachine(RuleBasedStateMachine):
     @rule(req=st.integers(0, 7), num=st.integers(1, 5))
     def load(self, req: int, num: int) -> None:
         keys = request_keys(req, num)
-        n = self.tier.lookup(v(keys), self.now)
-        assert n == self.naive.lookup(keys, self.now)
-        if n:
+        n, storing = self.tier.held_run(v(keys), self.now)
+        assert (n, storing) == self.naive.held_run(keys, self.now)
+        if n and not storing:
             self.tier.prepare_load(v(keys[:n]), self._access(req), 0)
             self.naive.prepare_load(keys[:n], req)
             self.loads.append(keys[:n])
@@ -376,7 +377,7 @@ def test_long_runs_match_the_naive_tier(rng: np.random.Generator, num_blocks: in
             if rng.random() < 0.5:
                 keys = last
             last = keys
-            assert tier.lookup(v(keys), now_s) == naive.lookup(keys, now_s)
+            assert tier.held_run(v(keys), now_s) == naive.held_run(keys, now_s)
         elif op == 1:
             now_s += float(rng.exponential(0.5))
             new = tier.prepare_store(v(keys), now_s, access.setdefault(req, TierAccess()), 0)
@@ -386,8 +387,8 @@ def test_long_runs_match_the_naive_tier(rng: np.random.Generator, num_blocks: in
                 tier.complete_store(new, ready_s)
                 naive.complete_store(list(new), ready_s)
         elif op == 2:
-            n = tier.lookup(v(keys), now_s)
-            if n:
+            n, storing = tier.held_run(v(keys), now_s)
+            if n and not storing:
                 tier.prepare_load(v(keys[:n]), access.setdefault(req, TierAccess()), 0)
                 naive.prepare_load(keys[:n], req)
                 loads.append(keys[:n])

@@ -10,8 +10,8 @@ A run is ``{"num_blocks": n, "ops": [...]}``, each operation a list:
   (``CPUOffloadingManager.prepare_store``); the result is ``[keys_to_store, evicted_keys]``, or
   ``None`` when vLLM refuses the store;
 - ``["stored", keys]``: the copy of ``keys`` ended (``complete_store``);
-- ``["lookup", req, keys]``: ``lookup`` of each key in turn until the first that is not a
-  ready hit; the result is how many were;
+- ``["lookup", req, keys]``: ``lookup`` of each key in turn until the first ``MISS``; the
+  result is ``[how many were held, whether any was HIT_PENDING]``;
 - ``["load", req, keys, first]`` and ``["loaded", req, keys]``: ``prepare_load`` and
   ``complete_load``;
 - ``["finish", req]``: ``on_request_finished``; the request's id is free again.
@@ -78,12 +78,14 @@ def replay(run: dict[str, Any]) -> dict[str, Any]:
             manager.complete_store([key(k) for k in op[1]], ReqContext(req_id="copy"))
             results.append(None)
         elif kind == "lookup":
-            found = 0
+            found, pending = 0, False
             for k in op[2]:
-                if manager.lookup(key(k), context(op[1])) is not LookupResult.HIT:
+                answer = manager.lookup(key(k), context(op[1]))
+                if answer is LookupResult.MISS:
                     break
+                pending |= answer is LookupResult.HIT_PENDING
                 found += 1
-            results.append(found)
+            results.append([found, pending])
         elif kind == "load":
             manager.prepare_load(keyed(op[1], op[2], op[3]), context(op[1]))
             results.append(None)

@@ -4,9 +4,9 @@ operation.
 Random runs of requests storing, looking up, loading and finishing over time go through
 kvsim's ``CpuTier`` here and through vLLM 0.34.0's ``CPUOffloadingManager`` with its LRU policy
 (``cpu_tier_driver.py``, in ``.venv-vllm``); every store's copied and evicted keys, every
-lookup's hits and, at each run's end, every held block's rank must be the same. vLLM has no
-clock: a store's copy ends where kvsim's link says it does, and the driver is told then
-(``complete_store``). Skipped unless ``.venv-vllm`` exists.
+lookup's held run (hits and ``HIT_PENDING``s) and, at each run's end, every held block's rank
+must be the same. vLLM has no clock: a store's copy ends where kvsim's link says it does, and
+the driver is told then (``complete_store``). Skipped unless ``.venv-vllm`` exists.
 """
 
 from __future__ import annotations
@@ -75,10 +75,10 @@ def random_run(rng: np.random.Generator, num_blocks: int, num_ops: int) -> dict[
             results.append([list(new), evicted])
         elif op == 1:
             ops.append(["lookup", req, keys])
-            results.append(tier.lookup(vec[i64](keys), now_s))
+            results.append(list(tier.held_run(vec[i64](keys), now_s)))
         elif op == 2:
-            n = tier.lookup(vec[i64](keys), now_s)
-            if n:
+            n, storing = tier.held_run(vec[i64](keys), now_s)
+            if n and not storing:
                 tier.prepare_load(vec[i64](keys[:n]), access.setdefault(req, TierAccess()), 0)
                 ops.append(["load", req, keys[:n], 0])
                 results.append(None)

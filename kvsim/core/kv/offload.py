@@ -5,10 +5,10 @@ The tier follows vLLM 0.34.0's native offloading (``vllm/v1/kv_offload/``): the 
 (``cpu/manager.py``, ``CPUOffloadingManager``) holds a fixed number of blocks of the GPU's block
 size, keyed by the GPU prefix cache's block hash, and its LRU policy (``cpu/policies/lru.py``,
 ``LRUCachePolicy``) decides what to evict. A block is *storing* from ``prepare_store`` until its
-GPU->CPU copy completes (vLLM: ``ref_cnt`` -1, not ready: lookups stop at it, eviction skips
-it), then *stored*; a load (``prepare_load``) holds it (reference count > 0, *loading*) until its
-CPU->GPU copy completes. Every slot of the tier is in exactly one of: free, storing, stored,
-loading (``occupancy``, checked by ``check_invariants``).
+GPU->CPU copy completes (vLLM: ``ref_cnt`` -1, not ready: a lookup answers ``HIT_PENDING``,
+eviction skips it), then *stored*; a load (``prepare_load``) holds it (reference count > 0,
+*loading*) until its CPU->GPU copy completes. Every slot of the tier is in exactly one of:
+free, storing, stored, loading (``occupancy``, checked by ``check_invariants``).
 
 **Recency is ranked per request** (``LRUCachePolicy``). Each block has a rank, a pair
 ``(r, -p)`` compared in order; eviction takes the stored, unloaded block of least rank that the
@@ -230,19 +230,6 @@ class CpuTier:
         self._settle(now_s)
         slots = [s for s in range(len(self._key)) if self._cell[s] >= 0 and self._evictable[s]]
         return [self._key[s] for s in sorted(slots, key=lambda s: (self._rank[s], s))]
-
-    def lookup(self, keys: vec[i64], now_s: float, start: int = 0) -> int:
-        """How many of ``keys``, from ``keys[start]``, are held and stored by ``now_s`` (vLLM
-        ``OffloadingManager.lookup``, walked by the connector: stops at the first miss or block
-        not ready). Records nothing."""
-        ready_s = self._ready_s
-        found = 0
-        for i in range(start, len(keys)):
-            slot = self._find(keys[i])
-            if slot < 0 or ready_s[slot] > now_s:
-                break
-            found += 1
-        return found
 
     def held_run(self, keys: vec[i64], now_s: float, start: int = 0) -> tuple[int, bool]:
         """How many of ``keys``, from ``keys[start]``, are held (stored or storing) up to the
