@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Collection
 from dataclasses import replace
 from functools import cached_property
@@ -530,9 +531,13 @@ def format_validation_error(err: ValidationError) -> str:
             msg = rest
         elif loc and sep and (field == loc or field.startswith(f"{loc}.")):
             loc, msg = field, rest  # a check that names its field in full ("model.attention")
+        # a section given a scalar: "a table", not pydantic's class name ("instance of GpuSpec")
+        msg = re.sub(r"a valid dictionary or instance of \w+", "a table", msg)
         got = e.get("input")
         custom = e["type"] == "value_error" and "got " in msg  # kvsim's messages show the value
         shown = "" if isinstance(got, dict) or custom else f", got {_short(got)}"
+        if shown and ", got " in msg:  # ("a valid integer, got a number with a fractional part")
+            shown = f": {_short(got)}"
         if e["type"] == "extra_forbidden":
             shown += _did_you_mean(tuple(str(p) for p in e["loc"]))
         lines.append(f"{loc}: {msg}{shown}" if loc else msg)  # model checks name their field

@@ -393,6 +393,11 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
     "toml_nan": (b"[workload]\nrate_per_s = nan\n", ["workload.rate_per_s", "finite"]),
     "section_is_number": (b"workload = 5\n", ["workload"]),
     "section_is_array": (b"cache = [1, 2]\n", ["cache"]),
+    "gpu_is_number": (b"gpu = 5\n", ["cfg.toml line 1", "gpu: Input should be a table, got 5"]),
+    "block_size_fraction": (
+        b"[cache]\nblock_size_tokens = 16.5\n",
+        ["cache.block_size_tokens", "with a fractional part: 16.5"],
+    ),
     "empty_model_table": (b"[model]\n", ["model", "Field required"]),
     "block_size_word": (b'[cache]\nblock_size_tokens = "sixteen"\n', ["block_size_tokens"]),
     # pydantic's lax mode would read these as 16, true and true
