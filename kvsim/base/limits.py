@@ -50,7 +50,7 @@ MAX_POINTS = 100_000
 MAX_INT64 = 2**63 - 1
 
 
-def refuse_bool_numbers(fields: Mapping[str, Any], data: Any) -> Any:
+def refuse_coerced_scalars(fields: Mapping[str, Any], data: Any) -> Any:
     """``data`` as given, for a pydantic ``mode="before"`` model validator; a value pydantic
     would coerce to another scalar type raises ``ValueError`` naming the field: ``true`` or
     ``false``, or a string, given to a number field (``int`` or ``float``, optional or not;

@@ -37,7 +37,7 @@ from kvsim.base.limits import (
     MAX_MODEL_HEADS,
     MAX_MODEL_LAYERS,
     MAX_MODEL_PARAMS,
-    refuse_bool_numbers,
+    refuse_coerced_scalars,
 )
 from kvsim.base.units import cdiv
 from kvsim.config.hf import check_file_heads, model_fields_from_hf
@@ -63,7 +63,7 @@ class Frozen(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _numbers_not_bools(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls.model_fields, data)
+        return refuse_coerced_scalars(cls.model_fields, data)
 
 
 @cache

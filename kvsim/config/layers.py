@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_MODEL_LAYERS, refuse_bool_numbers
+from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_MODEL_LAYERS, refuse_coerced_scalars
 from kvsim.base.units import cdiv
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class AttentionLayers(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _numbers_not_bools(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls.model_fields, data)
+        return refuse_coerced_scalars(cls.model_fields, data)
 
     @model_validator(mode="after")
     def _paired(self) -> AttentionLayers:
@@ -248,8 +248,9 @@ def attention_from_hf(
     use = data.get("use_sliding_window")
     if use is False or (model_type in _WINDOW_OPT_IN and use is not True):
         window = None  # (whatever the file's sliding_window says)
-    bad = isinstance(window, bool) or not isinstance(window, int) or window < 1
-    if window is not None and bad:
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or window < 1
+    ):
         raise ValueError(
             f"{where('sliding_window')}: sliding_window must be an integer >= 1 (tokens) or "
             f"null, got {window!r}"

@@ -27,7 +27,7 @@ from kvsim.base.limits import (
     MAX_TIME_SCALE,
     MIN_RATE_PER_S,
     MIN_TIME_SCALE,
-    refuse_bool_numbers,
+    refuse_coerced_scalars,
 )
 from kvsim.base.textfile import read_toml
 from kvsim.workload.catalog import TRACES
@@ -223,7 +223,7 @@ class WorkloadSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _numbers_not_bools(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls.model_fields, data)
+        return refuse_coerced_scalars(cls.model_fields, data)
 
     @model_validator(mode="before")
     @classmethod
