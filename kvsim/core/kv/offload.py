@@ -36,13 +36,26 @@ from dataclasses import dataclass
 from typing import Final
 
 from librt.vecs import append, pop, vec
-from mypy_extensions import i64
+from mypy_extensions import i32, i64, u8
 
 from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell
 
 _POSITION_BITS: Final = 24  # a rank's low bits: 2**24 - 1 blocks a request at most
 _POSITION_TOP: Final = (1 << 24) - 1
-_NOT_READY: Final = float("inf")  # a storing block's ready time until its copy is timed
+FREE: Final = -1  # a slot's cell: the slot holds no block
+UNMAPPED: Final = -2  # a slot's cell: it holds a private block, outside the key map
+EVERY_BLOCK: Final = 1 << 62  # ``prepare_store``'s ``private_from`` when no block is private
+# a slot's state bits (one byte a slot: the flags of 128 K slots fit in 128 KiB)
+EVICTABLE: Final = 1  # stored and no load reading it
+IN_HEAP: Final = 2  # its current entry is in the heap (else in the queue)
+KEPT: Final = 4  # kept by the rebuild under way (``_current``)
+STORING: Final = 8  # its GPU->CPU copy has not ended (as of the last ``_settle``)
+OFFERED: Final = 16  # offered to the store under way (``prepare_store``): not evictable now
+NOT_EVICTABLE: Final = 0xFF ^ EVICTABLE
+NOT_IN_HEAP: Final = 0xFF ^ IN_HEAP
+NOT_KEPT: Final = 0xFF ^ KEPT
+NOT_STORING: Final = 0xFF ^ STORING
+NOT_OFFERED: Final = 0xFF ^ OFFERED
 
 
 def rank_value(rank: i64, position: i64) -> i64:
@@ -93,6 +106,7 @@ class TierAccess:
         keys: ``keys[i]`` the key of recorded block ``i`` (``len(keys) == span``).
         slots: ``slots[i]`` the tier slot that held ``keys[i]`` when last seen, -1 if none: a
             hint ``CpuTier.finish`` checks (a slot's key) before it probes the key map.
+        mapped: its private blocks are in the key map (``CpuTier.map_private``).
     """
 
     def __init__(self) -> None:
@@ -101,6 +115,7 @@ class TierAccess:
         self.seen: vec[i64] = vec[i64]()
         self.keys: vec[i64] = vec[i64]()
         self.slots: vec[i64] = vec[i64]()
+        self.mapped = False
 
     def first_seen(self, index: i64, key: i64) -> bool:
         """Record block ``index``, of key ``key``; whether it is the first time."""
@@ -170,6 +185,14 @@ class CpuTier:
     heap's top. The heap then holds the running requests' blocks alone, and the far larger
     rest leaves from the queue's front in O(1).
 
+    **Private blocks.** A block no other request can name (past the request's
+    ``Request.shared_tokens``: ``prepare_store``'s ``private_from``) is found only by its own
+    request, after a preemption: it is held outside the key map (its cell ``UNMAPPED``), found by
+    the request's hint (``TierAccess.slots``), and mapped when the request is preempted
+    (``map_private``), as the GPU prefix cache keys such blocks only then
+    (``PagedAllocator._cache_full_blocks``). The same blocks are held, ranked and evicted; a store
+    neither probes the map for them nor inserts them, and an eviction removes nothing.
+
     Invariants (``check_invariants``): ``free + storing + stored + loading == num_blocks`` at any
     time; a loading block is stored (ready) and its reference count is positive; every
     evictable slot has a current heap entry.
@@ -183,25 +206,21 @@ class CpuTier:
             raise ValueError(f"num_blocks: a CPU tier holds one block at least, got {num_blocks}")
         self.num_blocks = num_blocks
         self._num_held = 0
+        self._num_mapped = 0  # held keys in the key map (the held blocks less the private ones)
         self._mask: i64 = 15  # key-map cells - 1 (a power of two; grows with the held keys)
         self._cells: vec[i64] = vec[i64]([EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
         self._key: vec[i64] = vec[i64]()  # slot -> key (slots grow up to num_blocks)
-        self._cell: vec[i64] = vec[i64]()  # slot -> its key's cell, -1 for a free slot
-        self._ready_s: vec[float] = vec[float]()  # slot -> when its store completes (seconds)
-        self._ref_cnt: vec[i64] = vec[i64]()  # slot -> loads reading it
+        self._cell: vec[i64] = vec[i64]()  # slot -> its key's cell, FREE, or UNMAPPED
+        self._ref_cnt: vec[i32] = vec[i32]()  # slot -> loads reading it
         self._rank: vec[i64] = vec[i64]()  # slot -> its rank (``rank_value``)
-        self._evictable: vec[i64] = vec[i64]()  # slot -> 1 if stored and not loading
-        self._offered: vec[i64] = vec[i64]()  # slot -> the last prepare_store offering its key
-        self._mark: vec[i64] = vec[i64]()  # slot -> the last heap rebuild that kept it
-        self._in_heap: vec[i64] = vec[i64]()  # slot -> 1 if its current entry is in the heap
+        self._state: vec[u8] = vec[u8]()  # slot -> EVICTABLE | IN_HEAP | ... bits
         self._free_slots: vec[i64] = vec[i64]()  # slots given back by evictions
         self._heap_rank: vec[i64] = vec[i64]()  # heap entries: rank ...
         self._heap_slot: vec[i64] = vec[i64]()  # ... and slot
         self._queue_rank: vec[i64] = vec[i64]()  # queue entries (ranks never decrease) ...
         self._queue_slot: vec[i64] = vec[i64]()  # ... and slot
         self._queue_head = 0  # the queue's entries before it are popped
-        self._heap_live = 0  # current entries in the heap (slots with _in_heap set)
-        self._num_rebuilds = 0
+        self._heap_live = 0  # current entries in the heap (slots with IN_HEAP set)
         self._next_rank: i64 = 0  # vLLM ``LRUCachePolicy._next_rank``
         self._num_loading = 0  # slots with loads reading them
         self._num_evictable = 0
@@ -228,7 +247,8 @@ class CpuTier:
         """The keys eviction would take at ``now_s``, first first (stored, not loading, by
         rank)."""
         self._settle(now_s)
-        slots = [s for s in range(len(self._key)) if self._cell[s] >= 0 and self._evictable[s]]
+        state = self._state
+        slots = [s for s in range(len(self._key)) if self._cell[s] != FREE and state[s] & EVICTABLE]
         return [self._key[s] for s in sorted(slots, key=lambda s: (self._rank[s], s))]
 
     def held_run(self, keys: vec[i64], now_s: float, start: int = 0) -> tuple[int, bool]:
@@ -236,14 +256,15 @@ class CpuTier:
         first miss, and whether any of them is still storing at ``now_s`` (vLLM 0.34.0
         ``CPUOffloadingManager.lookup``: ``HIT``, ``HIT_PENDING``, ``MISS``). Records
         nothing."""
-        ready_s = self._ready_s
+        self._settle(now_s)
+        state = self._state
         found = 0
         storing = False
         for i in range(start, len(keys)):
             slot = self._find(keys[i])
             if slot < 0:
                 break
-            if ready_s[slot] > now_s:
+            if state[slot] & STORING:
                 storing = True
             found += 1
         return found, storing
@@ -296,7 +317,7 @@ class CpuTier:
         value = rank_value(self._request_rank(access), index + 1)
         if slot >= 0 and self._rank[slot] < value:
             self._rank[slot] = value
-            if self._evictable[slot]:
+            if self._state[slot] & EVICTABLE:
                 self._push(value, slot)
 
     def finish(self, access: TierAccess) -> None:
@@ -310,40 +331,55 @@ class CpuTier:
             key, slot = keys[index], hints[index]
             # the slot it was seen in, if it still holds it (a held key sits in one slot);
             # else the key map (evicted, or stored since by another request)
-            if slot < 0 or cell[slot] < 0 or key_of[slot] != key:
+            if slot < 0 or cell[slot] == FREE or key_of[slot] != key:
                 slot = self._find(key)
                 if slot < 0:
                     continue
             self._next_rank += 1
             value = rank_value(self._next_rank, 0)
             rank[slot] = value
-            if self._evictable[slot]:
+            if self._state[slot] & EVICTABLE:
                 self._push(value, slot)
         access.span = 0
         access.seen, access.keys, access.slots = vec[i64](), vec[i64](), vec[i64]()
 
     # -- mutations ----------------------------------------------------------------------------
     def prepare_store(
-        self, keys: vec[i64], now_s: float, access: TierAccess, first_index: i64
+        self,
+        keys: vec[i64],
+        now_s: float,
+        access: TierAccess,
+        first_index: i64,
+        private_from: i64 = EVERY_BLOCK,
     ) -> vec[i64] | None:
         """Offer ``keys`` (block indices ``first_index`` on of the request ``access`` records)
         to the tier. Records the offered keys the tier lacks or holds stored; makes room for
         those it lacks by evicting the evictable blocks of least rank that are not offered; adds
         them, storing, ranked ``(r, -position)``. Returns the keys to copy (their copy is timed
         by ``complete_store``), or ``None`` when eviction cannot make room (the accesses stay
-        recorded, nothing else changes: vLLM ``CPUOffloadingManager.prepare_store``)."""
+        recorded, nothing else changes: vLLM ``CPUOffloadingManager.prepare_store``).
+
+        Blocks from index ``private_from`` on are the request's own (see the class docstring):
+        offered once, the tier lacks them, and they are held outside the key map until
+        ``map_private``; once the request is mapped every block is mapped."""
         self._settle(now_s)
         self._num_prepares += 1
-        offered, this, ready_s = self._offered, self._num_prepares, self._ready_s
+        if access.mapped:
+            private_from = EVERY_BLOCK
+        state = self._state
+        offered = vec[i64]()  # the held slots offered (OFFERED until the eviction is done)
         new_at = vec[i64]()  # indices into keys of the keys the tier lacks
         for j in range(len(keys)):
-            slot = self._find(keys[j])
+            slot: i64 = -1  # (a private block: the tier lacks it)
+            if first_index + j < private_from:
+                slot = self._find(keys[j])
             if slot < 0:
                 new_at = append(new_at, j)
                 self._record(access, first_index + j, keys[j], -1)
             else:
-                offered[slot] = this  # among the keys being stored: not evictable now
-                if ready_s[slot] <= now_s:  # (a block still storing is not recorded)
+                state[slot] = state[slot] | OFFERED  # among the keys being stored
+                offered = append(offered, slot)
+                if not state[slot] & STORING:  # (a block still storing is not recorded)
                     self._record(access, first_index + j, keys[j], slot)
         if len(new_at) > 1:
             lacking = vec[i64](capacity=len(new_at))
@@ -356,64 +392,78 @@ class CpuTier:
         for j in new_at:
             new = append(new, keys[j])
         self._prepared = vec[i64]()
+        need = len(new) - (self.num_blocks - self._num_held)
+        victims: vec[i64] | None = vec[i64]()
+        if need > 0:
+            victims = self._evict(need) if need <= self._num_evictable else None
+        for slot in offered:
+            state[slot] = state[slot] & NOT_OFFERED
         if not len(new):
             return new
-        need = len(new) - (self.num_blocks - self._num_held)
+        if victims is None:
+            return None
         if need > 0:
-            if need > self._num_evictable:
-                return None
-            victims = self._evict(need, this)
-            if victims is None:
-                return None
             cells, mask, cell = self._cells, self._mask, self._cell
             free_slots = self._free_slots
             for slot in victims:
-                remove_cell(cells, mask, cell[slot], cell)
-                cell[slot] = -1
+                if cell[slot] != UNMAPPED:
+                    remove_cell(cells, mask, cell[slot], cell)
+                    self._num_mapped -= 1
+                cell[slot] = FREE
                 free_slots = append(free_slots, slot)
             self._free_slots = free_slots
             self._num_held -= need
             self.num_evicted_blocks += need
-        self._add(keys, new_at, self._request_rank(access), first_index)
+        self._add(keys, new_at, self._request_rank(access), first_index, private_from)
         prepared, hints = self._prepared, access.slots  # (each offered index was recorded)
         for n in range(len(new_at)):
             hints[first_index + new_at[n]] = prepared[n]
         return new
 
-    def _evict(self, need: i64, this: i64) -> vec[i64] | None:
-        """Pop the ``need`` evictable slots of least rank not offered to store ``this``
-        (``LRUCachePolicy.evict``), or ``None`` (the entries as they were) when fewer are."""
-        rank, evictable, offered = self._rank, self._evictable, self._offered
+    def _evict(self, need: i64) -> vec[i64] | None:
+        """Pop the ``need`` evictable slots of least rank not offered to the store under way
+        (``OFFERED``; ``LRUCachePolicy.evict``), or ``None`` (the entries as they were) when
+        fewer are."""
+        rank, state = self._rank, self._state
         selected = vec[i64]()
         deferred = vec[i64]()  # slots offered to this store, pushed back after
         while self._num_entries() and len(selected) < need:
             from_heap, value, slot = self._pop()
-            if not evictable[slot] or rank[slot] != value or from_heap != self._in_heap[slot]:
+            flags = state[slot]
+            if not flags & EVICTABLE or rank[slot] != value or from_heap != (flags & IN_HEAP) >> 1:
                 continue  # stale
             self._unheap(slot)
-            evictable[slot] = 0  # (its other entries are skipped too)
-            if offered[slot] == this:
+            state[slot] = state[slot] & NOT_EVICTABLE  # (its other entries are skipped too)
+            if state[slot] & OFFERED:
                 deferred = append(deferred, slot)
             else:
                 selected = append(selected, slot)
         for slot in deferred:
-            evictable[slot] = 1
+            state[slot] = state[slot] | EVICTABLE
             self._push(rank[slot], slot)
         if len(selected) < need:
             for slot in selected:
-                evictable[slot] = 1
+                state[slot] = state[slot] | EVICTABLE
                 self._push(rank[slot], slot)
             return None
         self._num_evictable -= len(selected)
         return selected
 
-    def _add(self, keys: vec[i64], new_at: vec[i64], request_rank: i64, first_index: i64) -> None:
+    def _add(
+        self,
+        keys: vec[i64],
+        new_at: vec[i64],
+        request_rank: i64,
+        first_index: i64,
+        private_from: i64,
+    ) -> None:
         """Hold ``keys[j]`` for each ``j`` of ``new_at`` (not held), storing, ranked
-        ``(request_rank, -(first_index + j + 1))`` (``LRUCachePolicy.insert``)."""
-        if 2 * (self._num_held + len(new_at)) > self._mask + 1:
-            self._rehash(self._num_held + len(new_at))
+        ``(request_rank, -(first_index + j + 1))`` (``LRUCachePolicy.insert``); those from
+        block ``private_from`` on outside the key map."""
+        if 2 * (self._num_mapped + len(new_at)) > self._mask + 1:
+            self._rehash(self._num_mapped + len(new_at))
         free_slots = self._free_slots
-        key_of, cell, ready, rank = self._key, self._cell, self._ready_s, self._rank
+        key_of, cell, rank, state = self._key, self._cell, self._rank, self._state
         prepared = vec[i64](capacity=len(new_at))
         for j in new_at:
             key = keys[j]
@@ -421,23 +471,23 @@ class CpuTier:
             if len(free_slots):
                 free_slots, slot = pop(free_slots)
                 key_of[slot] = key
-                ready[slot] = _NOT_READY
                 rank[slot] = value
+                state[slot] = STORING  # (a free slot's other bits are clear)
             else:  # a slot never used yet
                 slot = len(key_of)
                 key_of = append(key_of, key)
                 cell = append(cell, 0)
-                ready = append(ready, _NOT_READY)
                 rank = append(rank, value)
+                state = append(state, STORING)
                 self._ref_cnt = append(self._ref_cnt, 0)
-                self._offered = append(self._offered, 0)
-                self._evictable = append(self._evictable, 0)
-                self._mark = append(self._mark, 0)
-                self._in_heap = append(self._in_heap, 0)
-            cell[slot] = self._insert(key, slot)
+            if first_index + j >= private_from:
+                cell[slot] = UNMAPPED
+            else:
+                cell[slot] = self._insert(key, slot)
+                self._num_mapped += 1
             prepared = append(prepared, slot)
         self._free_slots = free_slots
-        self._key, self._cell, self._ready_s, self._rank = key_of, cell, ready, rank
+        self._key, self._cell, self._rank, self._state = key_of, cell, rank, state
         self._num_held += len(new_at)
         self._num_storing += len(new_at)
         self.num_stored_blocks += len(new_at)
@@ -453,9 +503,6 @@ class CpuTier:
             raise RuntimeError("CPU tier: complete_store without its prepare_store")
         if not len(prepared):
             return
-        ready = self._ready_s
-        for slot in prepared:
-            ready[slot] = ready_s
         self._pending.append((ready_s, prepared))
         self._prepared = vec[i64]()
 
@@ -469,30 +516,52 @@ class CpuTier:
         cells[2 * i + 1] = slot
         return i
 
+    def map_private(self, access: TierAccess) -> None:
+        """The request was preempted: its private blocks the tier holds join the key map, so
+        that its lookups, loads and stores find them by key; its later stores are mapped too
+        (``TierAccess.mapped``)."""
+        if access.mapped:
+            return
+        access.mapped = True
+        seen, keys, hints = access.seen, access.keys, access.slots
+        for index in range(access.span):
+            slot = hints[index]
+            if (
+                seen[index >> 5] & (1 << (index & 31))
+                and slot >= 0
+                and self._cell[slot] == UNMAPPED
+                and self._key[slot] == keys[index]
+            ):
+                if 2 * (self._num_mapped + 1) > self._mask + 1:
+                    self._rehash(self._num_mapped + 1)
+                self._cell[slot] = self._insert(keys[index], slot)
+                self._num_mapped += 1
+
     def _rehash(self, num_keys: int) -> None:
         """Rebuild the key map with room for ``num_keys`` keys at a quarter full (so about as
-        many again fit before the next rebuild)."""
+        many again fit before the next rebuild), or at most half full when the whole tier's
+        blocks would fit no more (it never holds more)."""
         num_cells = 16
-        while num_cells < 4 * num_keys:
+        while num_cells < 4 * num_keys and num_cells < 2 * self.num_blocks:
             num_cells *= 2
         self._cells = vec[i64]([EMPTY] * (2 * num_cells))  # (keys unread while empty)
         self._mask = num_cells - 1
         key_of, cell = self._key, self._cell
         for slot in range(len(key_of)):
-            if cell[slot] >= 0:  # held
+            if cell[slot] >= 0:  # mapped
                 cell[slot] = self._insert(key_of[slot], slot)
 
     def prepare_load(self, keys: vec[i64], access: TierAccess, first_index: i64) -> None:
         """Hold ``keys`` (stored blocks; block indices ``first_index`` on) while a load reads
         them, and record the request's access to them (vLLM ``prepare_load``)."""
-        ref_cnt, evictable = self._ref_cnt, self._evictable
+        ref_cnt, state = self._ref_cnt, self._state
         for j in range(len(keys)):
             slot = self._find(keys[j])
             assert slot >= 0, f"load of a block the tier does not hold: {keys[j]}"
             if ref_cnt[slot] == 0:
                 self._num_loading += 1
-                if evictable[slot]:
-                    evictable[slot] = 0
+                if state[slot] & EVICTABLE:
+                    state[slot] = state[slot] & NOT_EVICTABLE
                     self._num_evictable -= 1
                     self._unheap(slot)
             ref_cnt[slot] += 1
@@ -500,13 +569,13 @@ class CpuTier:
 
     def complete_load(self, keys: vec[i64]) -> None:
         """Release ``keys`` held by ``prepare_load``: a block no load reads is evictable."""
-        ref_cnt, evictable = self._ref_cnt, self._evictable
+        ref_cnt, state = self._ref_cnt, self._state
         for key in keys:
             slot = self._find(key)
             ref_cnt[slot] -= 1
             if ref_cnt[slot] == 0:
                 self._num_loading -= 1
-                evictable[slot] = 1
+                state[slot] = state[slot] | EVICTABLE
                 self._num_evictable += 1
                 self._push(self._rank[slot], slot)
 
@@ -514,13 +583,14 @@ class CpuTier:
         """The stores that completed by ``now_s``: their blocks are stored and evictable
         (vLLM ``complete_store``: ``mark_evictable``)."""
         pending = self._pending
-        evictable, rank, ref_cnt = self._evictable, self._rank, self._ref_cnt
+        state, rank, ref_cnt = self._state, self._rank, self._ref_cnt
         while pending and pending[0][0] <= now_s:
             slots = pending.popleft()[1]
             self._num_storing -= len(slots)
             for slot in slots:  # (a load may have read it, and ended, before it settled here)
-                if ref_cnt[slot] == 0 and not evictable[slot]:
-                    evictable[slot] = 1
+                state[slot] = state[slot] & NOT_STORING
+                if ref_cnt[slot] == 0 and not state[slot] & EVICTABLE:
+                    state[slot] = state[slot] | EVICTABLE
                     self._num_evictable += 1
                     self._push(rank[slot], slot)
 
@@ -529,19 +599,19 @@ class CpuTier:
         """Make ``(value, slot)`` the slot's current entry: at the queue's end if no entry there
         ranks higher (a committed rank always does: the counter's newest), else in the heap.
         A container holding twice its current entries is rebuilt."""
-        in_heap = self._in_heap
+        state = self._state
         qr = self._queue_rank
         if len(qr) == self._queue_head or qr[len(qr) - 1] <= value:
-            if in_heap[slot]:
-                in_heap[slot] = 0
+            if state[slot] & IN_HEAP:
+                state[slot] = state[slot] & NOT_IN_HEAP
                 self._heap_live -= 1
             self._queue_rank = append(qr, value)
             self._queue_slot = append(self._queue_slot, slot)
             if len(self._queue_rank) - self._queue_head >= 2 * self._num_evictable + 64:
                 self._rebuild_queue()
             return
-        if not in_heap[slot]:
-            in_heap[slot] = 1
+        if not state[slot] & IN_HEAP:
+            state[slot] = state[slot] | IN_HEAP
             self._heap_live += 1
         hr, hs = append(self._heap_rank, value), append(self._heap_slot, slot)
         i = len(hr) - 1
@@ -558,8 +628,9 @@ class CpuTier:
 
     def _unheap(self, slot: i64) -> None:
         """The slot's entry is no longer current (pinned, evicted, or popped)."""
-        if self._in_heap[slot]:
-            self._in_heap[slot] = 0
+        state = self._state
+        if state[slot] & IN_HEAP:
+            state[slot] = state[slot] & NOT_IN_HEAP
             self._heap_live -= 1
 
     def _num_entries(self) -> int:
@@ -571,8 +642,12 @@ class CpuTier:
         head, qr = self._queue_head, self._queue_rank
         hr, hs = self._heap_rank, self._heap_slot
         if head < len(qr) and (not len(hr) or qr[head] <= hr[0]):
+            value, slot = qr[head], self._queue_slot[head]
             self._queue_head = head + 1
-            return 0, qr[head], self._queue_slot[head]
+            if head >= 65536 and 2 * head >= len(qr):  # drop the popped half: one copy
+                self._queue_rank, self._queue_slot = qr[head + 1 :], self._queue_slot[head + 1 :]
+                self._queue_head = 0
+            return 0, value, slot
         top_value, top_slot = hr[0], hs[0]
         hr, value = pop(hr)
         hs, slot = pop(hs)
@@ -602,21 +677,17 @@ class CpuTier:
         """The current entries among ``values[start:]`` and ``slots[start:]`` (the queue's,
         ``in_heap`` 0, or the heap's, 1), one a slot, in their order. (A slot's repeated
         current entries hold one rank, and no other slot's does: the queue stays in order.)"""
-        self._num_rebuilds += 1
-        this = self._num_rebuilds
-        evictable, rank, mark, where = self._evictable, self._rank, self._mark, self._in_heap
+        state, rank = self._state, self._rank
+        want: u8 = EVICTABLE | (IN_HEAP if in_heap else 0)  # (and not KEPT yet)
         kept_values, kept_slots = vec[i64](), vec[i64]()
         for i in range(start, len(values)):
             slot = slots[i]
-            if (
-                evictable[slot]
-                and rank[slot] == values[i]
-                and where[slot] == in_heap
-                and mark[slot] != this
-            ):
-                mark[slot] = this
+            if state[slot] & (EVICTABLE | IN_HEAP | KEPT) == want and rank[slot] == values[i]:
+                state[slot] = state[slot] | KEPT
                 kept_values = append(kept_values, values[i])
                 kept_slots = append(kept_slots, slot)
+        for slot in kept_slots:
+            state[slot] = state[slot] & NOT_KEPT
         return kept_values, kept_slots
 
     def check_invariants(self, now_s: float) -> None:
@@ -629,18 +700,22 @@ class CpuTier:
             f"!= {self.num_blocks} blocks"
         )
         assert min(stored, storing, loading, free) >= 0, (stored, storing, loading, free)
-        slots = [s for s in range(len(self._key)) if self._cell[s] >= 0]
+        slots = [s for s in range(len(self._key)) if self._cell[s] != FREE]
         assert len(slots) == self._num_held, f"{len(slots)} held slots != {self._num_held}"
-        recount_storing = sum(self._ready_s[s] > now_s for s in slots)
+        state = self._state
+        recount_storing = sum(1 for s in slots if state[s] & STORING)
+        in_flight = sum(len(copied) for _, copied in self._pending) + len(self._prepared)
+        assert recount_storing == in_flight, f"{recount_storing} storing != {in_flight} copying"
         assert recount_storing == storing, f"storing {storing} != recount {recount_storing}"
         ref_cnt = self._ref_cnt
         recount_loading = sum(ref_cnt[s] > 0 for s in slots)
         assert recount_loading == loading, f"loading {loading} != recount {recount_loading}"
         assert all(n >= 0 for n in ref_cnt), "negative reference count"
-        assert all(ref_cnt[s] == 0 or self._ready_s[s] <= now_s for s in slots), "loading unstored"
+        assert all(ref_cnt[s] == 0 or not state[s] & STORING for s in slots), "loading unstored"
         assert all(ref_cnt[s] == 0 for s in self._free_slots), "a free slot is loading"
-        evictable = [s for s in slots if self._ready_s[s] <= now_s and ref_cnt[s] == 0]
-        assert [s for s in range(len(self._key)) if self._evictable[s]] == evictable, (
+        evictable = [s for s in slots if not state[s] & STORING and ref_cnt[s] == 0]
+        assert not any(f & OFFERED for f in state), "an offer's mark left behind"
+        assert [s for s in range(len(self._key)) if state[s] & EVICTABLE] == evictable, (
             "evictable flags disagree with the stored, unloaded slots"
         )
         assert self._num_evictable == len(evictable), "evictable count"
@@ -649,21 +724,26 @@ class CpuTier:
         queued = set(zip(queue[head:], self._queue_slot[head:], strict=True))
         for slot in evictable:
             entry = (self._rank[slot], slot)
-            assert entry in (heap if self._in_heap[slot] else queued), f"slot {slot}: no entry"
-        assert self._heap_live == sum(self._in_heap), "heap's current entries"
-        assert all(self._evictable[s] for s in range(len(self._key)) if self._in_heap[s])
+            assert entry in (heap if state[slot] & IN_HEAP else queued), f"slot {slot}: no entry"
+        assert self._heap_live == sum(1 for f in state if f & IN_HEAP), "heap's current entries"
+        assert all(f & EVICTABLE for f in state if f & IN_HEAP), "an unevictable slot in the heap"
+        assert not any(f & KEPT for f in state), "a rebuild's mark left behind"
         entries = heap | queued
         assert all(queue[i] <= queue[i + 1] for i in range(head, len(queue) - 1)), "queue order"
 
         for slot in evictable:
             assert (self._rank[slot], slot) in entries, f"slot {slot}: no current heap entry"
-        for slot in slots:
+        for slot in slots:  # a private block is held once, outside the map
             key = self._key[slot]
-            assert self._find(key) == slot, f"slot {slot}: key {key} maps to {self._find(key)}"
+            want = -1 if self._cell[slot] == UNMAPPED else slot
+            assert self._find(key) == want, f"slot {slot}: key {key} maps to {self._find(key)}"
         assert len(self._free_slots) + len(slots) == len(self._key), "a slot leaked"
         cells = self._cells
         mapped = sum(cells[i] != EMPTY for i in range(1, len(cells), 2))
-        assert mapped == len(slots), f"{mapped} mapped cells != {len(slots)} held keys"
+        num_mapped = sum(self._cell[s] >= 0 for s in slots)
+        assert mapped == num_mapped == self._num_mapped, (
+            f"{mapped} mapped cells, {num_mapped} mapped slots, count {self._num_mapped}"
+        )
 
 
 def _sift_down(hr: vec[i64], hs: vec[i64], i: i64) -> None:

@@ -26,6 +26,9 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
   before is offered to the tier (``CpuTier.prepare_store``); the ones it lacks cross the
   GPU->CPU link after the step, without holding the scheduler up, and become loadable when the
   copy ends. The offer records the request's access to the blocks it offers (``CpuTier``).
+  Blocks past the tokens another request may share (``Request.shared_tokens``) are the
+  request's own: the tier holds them outside its key map until the request is preempted
+  (``CpuTier.map_private``), the same blocks with less work.
 - **Finish** (``forget``, vLLM ``on_request_finished`` at ``build_connector_meta``, after the
   step's stores): the tier commits the recency of the blocks the request recorded.
 
@@ -115,6 +118,8 @@ class OffloadConnector:
         if num_full * b - gpu_hit_tokens < b:
             return 0
         tier = self.tier
+        if request.num_preemptions:
+            self._access_of(request)  # (its private blocks join the key map)
         if request.req_id != self._looked_up or num_full != len(self._looked_up_keys):
             self._looked_up_keys = self.allocator.block_keys(request, 0, num_full)
             self._looked_up = request.req_id
@@ -180,7 +185,8 @@ class OffloadConnector:
             if upto <= start:
                 continue
             keys = self.allocator.block_keys(req, start, upto)
-            new = tier.prepare_store(keys, now_s, self._access_of(req), start)
+            private_from = req.shared_tokens // b
+            new = tier.prepare_store(keys, now_s, self._access_of(req), start, private_from)
             if new is None:
                 continue  # no room: offered again later (vLLM skips the store this step)
             nxt[req.req_id] = upto
@@ -197,9 +203,14 @@ class OffloadConnector:
         return min(computed, self.allocator.keyed_tokens(request))
 
     def _access_of(self, request: Request) -> TierAccess:
+        """The request's tier accesses; a preempted request's private blocks (past
+        ``Request.shared_tokens``, held outside the tier's key map) are mapped first, as it
+        may now look them up (``CpuTier.map_private``)."""
         access = self._access.get(request.req_id)
         if access is None:
             access = self._access[request.req_id] = TierAccess()
+        if request.num_preemptions and not access.mapped:
+            self.tier.map_private(access)
         return access
 
     def forget(self, request: Request) -> None:
