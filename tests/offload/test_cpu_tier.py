@@ -151,6 +151,40 @@ def test_a_finish_finds_a_block_stored_again_in_another_slot() -> None:
     tier.check_invariants(3.0)
 
 
+def test_a_private_block_is_mapped_when_its_request_is_preempted() -> None:
+    """Blocks past ``private_from`` are held, ranked and evicted as any other, outside the key
+    map: a lookup finds them only once their request is mapped (after a preemption), and
+    the request's stores are mapped from then on."""
+    tier = CpuTier(num_blocks=3)
+    a, b = TierAccess(), TierAccess()
+    # A (number 1) stores blocks 0-2, keys 1-3; 2 and 3 its own: 1 (1, -1), 2 (1, -2), 3 (1, -3)
+    new = tier.prepare_store(v([1, 2, 3]), 0.0, a, 0, private_from=1)
+    assert new is not None
+    assert list(new) == [1, 2, 3]
+    tier.complete_store(new, 1.0)
+    assert tier.held_run(v([1, 2, 3]), 2.0) == (1, False)  # the key map holds 1 alone
+    assert 2 in tier
+    assert 3 in tier
+    assert len(tier) == 3
+    assert tier.occupancy(2.0) == (3, 0, 0, 0)
+    # B (number 2) stores key 4 at t=2: full, one victim, the least rank: 3 (1, -3)
+    assert stored(tier, [4], b, ready_s=2.5, now_s=2.0) == [4]
+    assert 3 not in tier
+    tier.check_invariants(2.0)
+    # A is preempted: 2 joins the map; a lookup of A's blocks finds 1 and 2, then misses 3
+    tier.map_private(a)
+    assert tier.held_run(v([1, 2, 3]), 3.0) == (2, False)
+    # A recomputes block 2 (key 3) and offers it at t=3: full; evictable 1 (1, -1), 2 (1, -2),
+    # 4 (2, -1): 2 goes; 3 is stored mapped, though past private_from
+    new = tier.prepare_store(v([3]), 3.0, a, 2, private_from=1)
+    assert new is not None
+    assert list(new) == [3]
+    tier.complete_store(new, 3.5)
+    assert tier.held_run(v([3]), 4.0) == (1, False)
+    assert sorted(tier.eviction_order(4.0)) == [1, 3, 4]
+    tier.check_invariants(4.0)
+
+
 def test_store_offers_held_keys_as_nothing_new() -> None:
     tier = CpuTier(num_blocks=2)
     stored(tier, [1, 2], TierAccess(), ready_s=0.0)
@@ -244,10 +278,13 @@ class NaiveTier:
         ready = [(b[2], k) for k, b in self.blocks.items() if b[0] <= now_s and b[1] == 0]
         return [k for _, k in sorted(ready)]
 
-    def prepare_store(self, keys: list[int], now_s: float, req: int) -> list[int] | None:
+    def prepare_store(
+        self, keys: list[int], now_s: float, req: int, first: int = 0
+    ) -> list[int] | None:
+        """Offer ``keys``, block positions ``first + 1`` on."""
         for i, key in enumerate(keys):
             if key not in self.blocks or self.blocks[key][0] <= now_s:
-                self._record(req, key, i + 1)
+                self._record(req, key, first + i + 1)
         new = [k for k in dict.fromkeys(keys) if k not in self.blocks]
         if not new:
             return []
@@ -259,7 +296,7 @@ class NaiveTier:
             del self.blocks[k]
         number = self._number(req)
         for k in new:
-            self.blocks[k] = [math.inf, 0, (number, -(keys.index(k) + 1))]
+            self.blocks[k] = [math.inf, 0, (number, -(first + keys.index(k) + 1))]
         return new
 
     def complete_store(self, keys: list[int], ready_s: float) -> None:
@@ -283,13 +320,45 @@ class NaiveTier:
                 self.blocks[key][2] = (self.next_rank, 0)
 
 
-def request_keys(req: int, num: int) -> list[int]:
+def request_keys(req: int, num: int, life: int = 0) -> list[int]:
     """A request's block keys: a prefix shared by requests of the same ``req % 3`` (keys
-    100 * family + i), then its own (distinct within the request, as prefix hashes are)."""
-    shared = (req * 7) % 4
+    100 * family + i, ``shared_blocks(req)`` of them), then its own, private to this life of
+    the id (distinct within the request, as prefix hashes are)."""
+    shared = shared_blocks(req)
     return [100 * (req % 3) + i for i in range(shared)] + [
-        10_000 + 50 * req + i for i in range(num - shared)
+        10_000 + 1_000 * life + 50 * req + i for i in range(num - shared)
     ]
+
+
+def shared_blocks(req: int) -> int:
+    """How many of ``request_keys``' blocks other requests may name (``private_from``)."""
+    return (req * 7) % 4
+
+
+class Offers:
+    """What the connector offers for each request (``OffloadConnector.store_tokens``): the
+    blocks from the next not offered on, and, once its private blocks are mapped (a preempted
+    request: ``CpuTier.map_private``), any of them again. A finished id starts a new life."""
+
+    def __init__(self) -> None:
+        self.life: dict[int, int] = {}
+        self.next: dict[int, int] = {}
+        self.mapped: set[int] = set()
+
+    def keys(self, req: int, num: int) -> list[int]:
+        return request_keys(req, num, self.life.get(req, 0))
+
+    def start(self, req: int) -> int:
+        """The first block index to offer (0 once mapped)."""
+        return 0 if req in self.mapped else self.next.get(req, 0)
+
+    def offered(self, req: int, num: int) -> None:
+        self.next[req] = max(self.next.get(req, 0), num)
+
+    def finished(self, req: int) -> None:
+        self.life[req] = self.life.get(req, 0) + 1
+        self.next.pop(req, None)
+        self.mapped.discard(req)
 
 
 class TierMachine(RuleBasedStateMachine):
@@ -305,6 +374,7 @@ class TierMachine(RuleBasedStateMachine):
         self.link = TransferLink(1.0)
         self.access: dict[int, TierAccess] = {}
         self.loads: list[list[int]] = []
+        self.offers = Offers()
 
     def _access(self, req: int) -> TierAccess:
         return self.access.setdefault(req, TierAccess())
@@ -312,18 +382,25 @@ class TierMachine(RuleBasedStateMachine):
     @rule(req=st.integers(0, 7), num=st.integers(1, 5), dt=st.floats(0, 2))
     def store(self, req: int, num: int, dt: float) -> None:
         self.now += dt
-        keys = request_keys(req, num)
-        new = self.tier.prepare_store(v(keys), self.now, self._access(req), 0)
-        naive = self.naive.prepare_store(keys, self.now, req)
+        start = self.offers.start(req)
+        keys = self.offers.keys(req, num)[start:]
+        new = self.tier.prepare_store(
+            v(keys), self.now, self._access(req), start, shared_blocks(req)
+        )
+        naive = self.naive.prepare_store(keys, self.now, req, start)
         assert (new if new is None else list(new)) == naive
         if new is not None:
+            self.offers.offered(req, num)
             ready_s = self.link.submit(len(new), self.now)
             self.tier.complete_store(new, ready_s)
             self.naive.complete_store(list(new), ready_s)
 
     @rule(req=st.integers(0, 7), num=st.integers(1, 5))
     def load(self, req: int, num: int) -> None:
-        keys = request_keys(req, num)
+        """The request was preempted and is looked up again: its own blocks are mapped."""
+        self.tier.map_private(self._access(req))
+        self.offers.mapped.add(req)
+        keys = self.offers.keys(req, num)
         n, storing = self.tier.held_run(v(keys), self.now)
         assert (n, storing) == self.naive.held_run(keys, self.now)
         if n and not storing:
@@ -344,6 +421,7 @@ class TierMachine(RuleBasedStateMachine):
         self.naive.finish(req)
         del self.access[req]
         self.naive.number.pop(req, None)  # (a request id used again is a new request)
+        self.offers.finished(req)
 
     @invariant()
     def agrees(self) -> None:
@@ -363,30 +441,41 @@ def test_long_runs_match_the_naive_tier(rng: np.random.Generator, num_blocks: in
     """20,000 random stores, loads, lookups and finishes of 12 request ids on an 8-block tier
     and a 64-block one (its heap rebuilt many times): stores, evictions and ranks stay
     ``NaiveTier``'s throughout. Half the lookups repeat the last one (a waiting head looked up
-    again), which must change nothing."""
+    again), which must change nothing. A request's own blocks are private (held outside the
+    key map) until a load looks it up again, as after a preemption."""
     tier, naive = CpuTier(num_blocks=num_blocks), NaiveTier(num_blocks)
     link, now_s = TransferLink(4.0), 0.0
     access: dict[int, TierAccess] = {}
+    offers = Offers()
     loads: list[list[int]] = []
     last = [0]
     for step in range(20_000):
         req = int(rng.integers(0, 12))
-        keys = request_keys(req, int(rng.integers(1, 7)))
+        num = int(rng.integers(1, 7))
+        keys = offers.keys(req, num)
         op = rng.integers(0, 5)
-        if op == 0:
+        if op == 0:  # another request's lookup: the shared prefix alone
+            keys = keys[: shared_blocks(req)]
             if rng.random() < 0.5:
                 keys = last
             last = keys
             assert tier.held_run(v(keys), now_s) == naive.held_run(keys, now_s)
         elif op == 1:
             now_s += float(rng.exponential(0.5))
-            new = tier.prepare_store(v(keys), now_s, access.setdefault(req, TierAccess()), 0)
-            assert (new if new is None else list(new)) == naive.prepare_store(keys, now_s, req)
+            start = offers.start(req)
+            mine = access.setdefault(req, TierAccess())
+            new = tier.prepare_store(v(keys[start:]), now_s, mine, start, shared_blocks(req))
+            naive_new = naive.prepare_store(keys[start:], now_s, req, start)
+            assert (new if new is None else list(new)) == naive_new
+            if new is not None:
+                offers.offered(req, num)
             if new is not None and len(new):
                 ready_s = link.submit(len(new), now_s)
                 tier.complete_store(new, ready_s)
                 naive.complete_store(list(new), ready_s)
-        elif op == 2:
+        elif op == 2:  # the request, preempted, is looked up again
+            tier.map_private(access.setdefault(req, TierAccess()))
+            offers.mapped.add(req)
             n, storing = tier.held_run(v(keys), now_s)
             if n and not storing:
                 tier.prepare_load(v(keys[:n]), access.setdefault(req, TierAccess()), 0)
@@ -400,6 +489,7 @@ def test_long_runs_match_the_naive_tier(rng: np.random.Generator, num_blocks: in
             tier.finish(access.pop(req))
             naive.finish(req)
             naive.number.pop(req, None)
+            offers.finished(req)
         if step % 5 == 0:
             assert tier.eviction_order(now_s) == naive.evictable(now_s)
     assert tier.eviction_order(now_s) == naive.evictable(now_s)

@@ -4,7 +4,9 @@ Hypothesis draws small runs of requests sharing prefixes (so the tier is hit) on
 (so GPU copies are evicted and requests preempted). With ``debug_invariants`` the engine checks
 the GPU pool and the tier after every event (every tier block in exactly one of stored,
 storing, loading, free); the memory rows' tier columns sum to the tier's size; at the end no
-load is in flight, no tier block is held by a load, and every GPU block is free.
+load is in flight, no tier block is held by a load, and every GPU block is free. Half the runs
+mark each request's own tokens as the intake does (``note_shared_tokens``), so that the tier
+holds their blocks outside its key map until a preemption (``CpuTier.map_private``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kvsim.engine.loop import Engine
 from kvsim.results.offload import TIER_COLUMNS, tier_arrays
 from kvsim.results.tables import memory_frame
 from kvsim.workload.request import Request
+from kvsim.workload.tokens import note_shared_tokens
 
 BLOCK_BYTES = 16 * 819_200  # OPT-13B, 16-token blocks
 
@@ -39,16 +42,23 @@ def workloads(draw: st.DrawFn) -> list[Request]:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     requests=workloads(),
     gpu_blocks=st.integers(14, 20),
     cpu_blocks=st.integers(1, 40),
     bandwidth=st.sampled_from([1e8, 1e9, 1e11]),
+    own_tokens_private=st.booleans(),
 )
 def test_tier_conserved_and_nothing_leaks(
-    requests: list[Request], gpu_blocks: int, cpu_blocks: int, bandwidth: float
+    requests: list[Request],
+    gpu_blocks: int,
+    cpu_blocks: int,
+    bandwidth: float,
+    own_tokens_private: bool,
 ) -> None:
+    if own_tokens_private:
+        note_shared_tokens(requests)
     config = config_from_dict(
         {
             "model": "opt-13b",
@@ -76,6 +86,7 @@ def test_tier_conserved_and_nothing_leaks(
     event("tier hit" if offload.num_loads else "no tier hit")
     event("preempted" if engine.num_preemptions else "not preempted")
     event("a parked load dropped" if offload.num_loads_dropped else "no load dropped")
+    event("private blocks mapped" if own_tokens_private and engine.num_preemptions else "-")
     assert not offload.loads
     assert offload.tier.num_blocks == cpu_blocks
     _, _, loading, _ = offload.tier.occupancy(env.now)

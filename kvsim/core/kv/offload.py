@@ -233,15 +233,28 @@ class CpuTier:
 
     # -- queries ------------------------------------------------------------------------------
     def __contains__(self, key: int) -> bool:
-        return self._find(key) >= 0
+        """Whether the tier holds ``key`` (mapped or private)."""
+        return self._held_slot(key) >= 0
 
     def __len__(self) -> int:
         return self._num_held
 
     def rank_of(self, key: int) -> tuple[int, int] | None:
         """A held key's rank ``(rank, -position)`` (vLLM's pair), ``None`` if not held."""
-        slot = self._find(key)
+        slot = self._held_slot(key)
         return None if slot < 0 else rank_pair(self._rank[slot])
+
+    def _held_slot(self, key: int) -> int:
+        """The slot holding ``key``, mapped or private (found by a scan: for queries, not the
+        engine's path), or -1."""
+        slot = self._find(key)
+        if slot >= 0:
+            return slot
+        cell, key_of = self._cell, self._key
+        for s in range(len(key_of)):
+            if cell[s] == UNMAPPED and key_of[s] == key:
+                return s
+        return -1
 
     def eviction_order(self, now_s: float) -> list[int]:
         """The keys eviction would take at ``now_s``, first first (stored, not loading, by
@@ -255,7 +268,7 @@ class CpuTier:
         """How many of ``keys``, from ``keys[start]``, are held (stored or storing) up to the
         first miss, and whether any of them is still storing at ``now_s`` (vLLM 0.34.0
         ``CPUOffloadingManager.lookup``: ``HIT``, ``HIT_PENDING``, ``MISS``). Records
-        nothing."""
+        nothing. A private block is found once its request is mapped (``map_private``)."""
         self._settle(now_s)
         state = self._state
         found = 0
