@@ -394,13 +394,21 @@ class CpuTier:
                 offered = append(offered, slot)
                 if not state[slot] & STORING:  # (a block still storing is not recorded)
                     self._record(access, first_index + j, keys[j], slot)
-        if len(new_at) > 1:
-            lacking = vec[i64](capacity=len(new_at))
-            for j in new_at:
-                lacking = append(lacking, keys[j])
+        num_mapped_new = 0  # new_at's first entries, before the private ones (distinct keys)
+        while num_mapped_new < len(new_at) and first_index + new_at[num_mapped_new] < private_from:
+            num_mapped_new += 1
+        if num_mapped_new > 1:
+            lacking = vec[i64](capacity=num_mapped_new)
+            for n in range(num_mapped_new):
+                lacking = append(lacking, keys[new_at[n]])
             kept = distinct(lacking)  # a key offered twice is copied once
-            if len(kept) < len(new_at):
-                new_at = vec[i64]([new_at[n] for n in kept])
+            if len(kept) < num_mapped_new:
+                deduped = vec[i64](capacity=len(new_at))
+                for n in kept:
+                    deduped = append(deduped, new_at[n])
+                for n in range(num_mapped_new, len(new_at)):
+                    deduped = append(deduped, new_at[n])
+                new_at = deduped
         new = vec[i64](capacity=len(new_at))
         for j in new_at:
             new = append(new, keys[j])
@@ -551,11 +559,11 @@ class CpuTier:
                 self._num_mapped += 1
 
     def _rehash(self, num_keys: int) -> None:
-        """Rebuild the key map with room for ``num_keys`` keys at a quarter full (so about as
-        many again fit before the next rebuild), or at most half full when the whole tier's
-        blocks would fit no more (it never holds more)."""
+        """Rebuild the key map with room for ``num_keys`` keys at most half full (the
+        smallest power of two of cells that is: linear probing stays short, and the map small
+        enough to stay in cache)."""
         num_cells = 16
-        while num_cells < 4 * num_keys and num_cells < 2 * self.num_blocks:
+        while num_cells < 2 * num_keys:
             num_cells *= 2
         self._cells = vec[i64]([EMPTY] * (2 * num_cells))  # (keys unread while empty)
         self._mask = num_cells - 1
