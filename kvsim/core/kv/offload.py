@@ -224,7 +224,6 @@ class CpuTier:
         self._next_rank: i64 = 0  # vLLM ``LRUCachePolicy._next_rank``
         self._num_loading = 0  # slots with loads reading them
         self._num_evictable = 0
-        self._num_prepares = 0  # prepare_store calls so far (numbers them from 1)
         self._prepared = vec[i64]()  # the slots the last prepare_store added (storing)
         self._pending: deque[tuple[float, vec[i64]]] = deque()  # (ready_s, slots) of stores
         self._num_storing = 0
@@ -376,16 +375,18 @@ class CpuTier:
         offered once, the tier lacks them, and they are held outside the key map until
         ``map_private``; once the request is mapped every block is mapped."""
         self._settle(now_s)
-        self._num_prepares += 1
         if access.mapped:
             private_from = EVERY_BLOCK
         state = self._state
         offered = vec[i64]()  # the held slots offered (OFFERED until the eviction is done)
         new_at = vec[i64]()  # indices into keys of the keys the tier lacks
+        num_mapped_new = 0  # new_at's first entries, before the private ones (distinct keys)
         for j in range(len(keys)):
             slot: i64 = -1  # (a private block: the tier lacks it)
             if first_index + j < private_from:
                 slot = self._find(keys[j])
+                if slot < 0:
+                    num_mapped_new += 1
             if slot < 0:
                 new_at = append(new_at, j)
                 self._record(access, first_index + j, keys[j], -1)
@@ -394,9 +395,6 @@ class CpuTier:
                 offered = append(offered, slot)
                 if not state[slot] & STORING:  # (a block still storing is not recorded)
                     self._record(access, first_index + j, keys[j], slot)
-        num_mapped_new = 0  # new_at's first entries, before the private ones (distinct keys)
-        while num_mapped_new < len(new_at) and first_index + new_at[num_mapped_new] < private_from:
-            num_mapped_new += 1
         if num_mapped_new > 1:
             lacking = vec[i64](capacity=num_mapped_new)
             for n in range(num_mapped_new):
