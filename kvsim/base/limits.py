@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 # The longest context any served model offers is ~10 M tokens; 2**27 leaves room for what-ifs.
 MAX_CONTEXT_TOKENS = 2**27
@@ -72,6 +72,12 @@ def refuse_coerced_scalars(fields: Mapping[str, Any], data: Any) -> Any:
             if _is_bool(info.annotation) and not isinstance(value, bool):
                 raise ValueError(f"{name}: expected true or false, got {value!r}")
     return data
+
+
+def is_int_at_least(value: object, minimum: int) -> TypeGuard[int]:
+    """Whether ``value`` is an integer >= ``minimum``; ``True`` and ``False`` are not (JSON and
+    TOML booleans, which Python counts as 1 and 0)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def _not_a_number(value: bool | str) -> str:

@@ -36,7 +36,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kvsim.base.limits import MAX_MODEL_HEADS, MAX_MODEL_LAYERS
+from kvsim.base.limits import MAX_MODEL_HEADS, MAX_MODEL_LAYERS, is_int_at_least
 from kvsim.base.textfile import parse_json
 from kvsim.config.hf_params import UNTIED_BY_DEFAULT, count_params, moe_fields
 from kvsim.config.layers import attention_from_hf
@@ -112,7 +112,7 @@ class _Config:
                 + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
             )
         key, value = found
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if not is_int_at_least(value, minimum):
             expected = f"an integer >= {minimum}"
             if maximum is not None:
                 expected = f"an integer from {minimum} to {maximum[0]:,} ({maximum[1]})"

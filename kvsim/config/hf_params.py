@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kvsim.base.limits import is_int_at_least
+
 Getter = Callable[..., int]
 # model types whose parameter count count_params knows (gated MLP, RMSNorm, no position table)
 LLAMA_FAMILY = {
@@ -100,7 +102,7 @@ def moe_fields(data: dict[str, Any], path: Path | str = "config.json") -> dict[s
 def _getter(data: dict[str, Any], path: Path | str) -> Getter:
     def get(key: str, default: int | None = None) -> int:
         value = data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_int_at_least(value, 0):
             raise ValueError(
                 f"hf_config {path}: counting parameters needs {key} as an integer >= 0, "
                 f"got {value!r}; set model.num_params"

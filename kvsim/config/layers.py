@@ -33,7 +33,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_MODEL_LAYERS, refuse_coerced_scalars
+from kvsim.base.limits import (
+    MAX_CONTEXT_TOKENS,
+    MAX_MODEL_LAYERS,
+    is_int_at_least,
+    refuse_coerced_scalars,
+)
 from kvsim.base.units import cdiv
 
 logger = logging.getLogger(__name__)
@@ -65,7 +70,7 @@ class AttentionLayers(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _numbers_not_bools(cls, data: Any) -> Any:
+    def _no_coerced_scalars(cls, data: Any) -> Any:
         return refuse_coerced_scalars(cls.model_fields, data)
 
     @model_validator(mode="after")
@@ -248,9 +253,7 @@ def attention_from_hf(
     use = data.get("use_sliding_window")
     if use is False or (model_type in _WINDOW_OPT_IN and use is not True):
         window = None  # (whatever the file's sliding_window says)
-    if window is not None and (
-        isinstance(window, bool) or not isinstance(window, int) or window < 1
-    ):
+    if window is not None and not is_int_at_least(window, 1):
         raise ValueError(
             f"{where('sliding_window')}: sliding_window must be an integer >= 1 (tokens) or "
             f"null, got {window!r}"
@@ -291,7 +294,7 @@ def _int_key(
     value = data.get(key, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int_at_least(value, minimum):
         raise ValueError(f"{where(key)}: {key} must be an integer >= {minimum}, got {value!r}")
     return value
 
@@ -346,7 +349,7 @@ def _gdn_state(data: dict[str, Any], dtype_bytes: int, where: Callable[[str], st
         "linear_value_head_dim",
     )
     for key in keys:
-        if not isinstance(data.get(key), int) or data[key] < 1:
+        if not is_int_at_least(data.get(key), 1):
             raise ValueError(
                 f"{where(key)}: linear_attention layers need {key} (an integer >= 1), got "
                 f"{data.get(key)!r}"

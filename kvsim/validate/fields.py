@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.base.extras import require
-from kvsim.base.limits import MAX_TIME_S
+from kvsim.base.limits import MAX_TIME_S, is_int_at_least
 from kvsim.base.textfile import NotANumber, read_json, read_text
 
 
@@ -69,7 +69,7 @@ def integer(obj: dict[str, Any], key: str, where: str, *, minimum: int = 0) -> i
     value = obj[key]
     if isinstance(value, float) and value.is_integer() and math.isfinite(value):
         value = int(value)  # YAML and some writers give 128.0
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int_at_least(value, minimum):
         raise ValueError(f"{where}: {key} must be an integer >= {minimum}, got {_shown(obj[key])}")
     return value
 

@@ -222,7 +222,7 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _numbers_not_bools(cls, data: Any) -> Any:
+    def _no_coerced_scalars(cls, data: Any) -> Any:
         return refuse_coerced_scalars(cls.model_fields, data)
 
     @model_validator(mode="before")

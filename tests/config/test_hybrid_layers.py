@@ -114,6 +114,18 @@ def test_layer_patterns_without_layer_types_follow_transformers() -> None:
             r"layer_types\[3\] = 'chunked_attention' is not a kind kvsim models",
         ),
         ({"layer_types": ["mamba"] * 4}, r"layer_types\[0\] = 'mamba'"),
+        # a state size given as JSON true: not 1 (Python's bool is an int)
+        (
+            {
+                "layer_types": ["linear_attention"] * 4,
+                "linear_conv_kernel_dim": True,
+                "linear_num_key_heads": 16,
+                "linear_key_head_dim": 128,
+                "linear_num_value_heads": 32,
+                "linear_value_head_dim": 128,
+            },
+            r"need linear_conv_kernel_dim \(an integer >= 1\), got True",
+        ),
     ],
 )
 def test_a_layer_pattern_kvsim_cannot_read_is_refused(fields: dict, message: str) -> None:
