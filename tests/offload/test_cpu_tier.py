@@ -20,7 +20,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from librt.vecs import vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.offload import CpuTier, TierAccess, TransferLink, rank_pair, rank_value
+from kvsim.core.kv.offload import (
+    CpuTier,
+    HeldRun,
+    TierAccess,
+    TransferLink,
+    rank_pair,
+    rank_value,
+)
 
 
 def v(keys: list[int]) -> vec[i64]:
@@ -70,7 +77,7 @@ def test_ranks_follow_requests_as_vllm_0_34_does() -> None:
     assert tier.eviction_order(2.0) == [3, 2, 1]
     # a lookup records nothing: asked ten times, the order stays
     for _ in range(10):
-        assert tier.held_run(v([1, 2]), 2.0) == (2, False)
+        assert tier.held_run(v([1, 2]), 2.0) == (2, False, False)
     assert tier.eviction_order(2.0) == [3, 2, 1]
     # C loads [1] (its block 0): number 5; (5, -1) > (4, 0) -> 1 raised to (5, -1), and not
     # evictable while the load reads it
@@ -162,7 +169,7 @@ def test_a_private_block_is_mapped_when_its_request_is_preempted() -> None:
     assert new is not None
     assert list(new) == [1, 2, 3]
     tier.complete_store(new, 1.0)
-    assert tier.held_run(v([1, 2, 3]), 2.0) == (1, False)  # the key map holds 1 alone
+    assert tier.held_run(v([1, 2, 3]), 2.0) == (1, False, False)  # the key map holds 1 alone
     assert 2 in tier
     assert 3 in tier
     assert len(tier) == 3
@@ -173,14 +180,14 @@ def test_a_private_block_is_mapped_when_its_request_is_preempted() -> None:
     tier.check_invariants(2.0)
     # A is preempted: 2 joins the map; a lookup of A's blocks finds 1 and 2, then misses 3
     tier.map_private(a)
-    assert tier.held_run(v([1, 2, 3]), 3.0) == (2, False)
+    assert tier.held_run(v([1, 2, 3]), 3.0) == (2, False, False)
     # A recomputes block 2 (key 3) and offers it at t=3: full; evictable 1 (1, -1), 2 (1, -2),
     # 4 (2, -1): 2 goes; 3 is stored mapped, though past private_from
     new = tier.prepare_store(v([3]), 3.0, a, 2, private_from=1)
     assert new is not None
     assert list(new) == [3]
     tier.complete_store(new, 3.5)
-    assert tier.held_run(v([3]), 4.0) == (1, False)
+    assert tier.held_run(v([3]), 4.0) == (1, False, False)
     assert sorted(tier.eviction_order(4.0)) == [1, 3, 4]
     tier.check_invariants(4.0)
 
@@ -194,23 +201,46 @@ def test_store_offers_held_keys_as_nothing_new() -> None:
     assert tier.num_evicted_blocks == 0
 
 
+def test_a_running_request_s_blocks_are_evicted_before_newer_committed_ones() -> None:
+    # 3 blocks. A (number 1) stores [1, 2]: ranks (1, -1), (1, -2); A keeps running. B (number
+    # 2) stores [3] and finishes: 3 -> (3, 0). C (number 4) stores [4]: one block short; the
+    # least rank is A's tail (1, -2), though A never finished: key 2 goes. C's next store [5]
+    # (block 1) takes A's head (1, -1): key 1. Left: 3 (3, 0), then C's tail before its head:
+    # 5 (4, -2), 4 (4, -1).
+    tier = CpuTier(num_blocks=3)
+    a, b, c = TierAccess(), TierAccess(), TierAccess()
+    stored(tier, [1, 2], a, ready_s=0.0)
+    stored(tier, [3], b, ready_s=0.0)
+    tier.finish(b)
+    assert tier.rank_of(3) == (3, 0)
+    assert tier.prepare_store(v([4]), 1.0, c, 0) is not None
+    assert [k in tier for k in (1, 2, 3)] == [True, False, True]
+    tier.complete_store(v([4]), 1.0)
+    assert tier.prepare_store(v([5]), 2.0, c, 1) is not None
+    assert [k in tier for k in (1, 3, 4)] == [False, True, True]
+    tier.complete_store(v([5]), 2.0)
+    assert tier.eviction_order(3.0) == [3, 5, 4]
+    tier.check_invariants(3.0)
+
+
 def test_a_load_in_flight_marks_the_keys_it_reads() -> None:
-    # keys 1-4 stored; a load reads 2 and 3: a range with either is being loaded until the
-    # load completes (vLLM OffloadingConnector: a hit on such a block waits, not loads twice)
+    # keys 1-4 stored; a load reads 2 and 3: a lookup finding either is told a load reads
+    # it until the load completes (vLLM OffloadingConnector: a hit on such a block waits, not
+    # loads twice)
     tier = CpuTier(num_blocks=4)
     stored(tier, [1, 2, 3, 4], TierAccess(), ready_s=0.0)
-    keys = v([1, 2, 3, 4, 5])  # 5: not held
     tier.prepare_load(v([2, 3]), TierAccess(), 1)
-    assert not tier.any_loading(keys, 0, 1)  # [1]
-    assert tier.any_loading(keys, 0, 2)  # [1, 2]
-    assert tier.any_loading(keys, 2, 5)  # [3, 4, 5]
-    assert not tier.any_loading(keys, 3, 5)  # [4, 5]
+    assert tier.held_run(v([1]), 1.0) == (1, False, False)
+    assert tier.held_run(v([1, 2]), 1.0) == (2, False, True)
+    keys = v([1, 2, 3, 4, 5])  # 5: not held
+    assert tier.held_run(keys, 1.0, 2) == (2, False, True)  # [3, 4], 5 missed
+    assert tier.held_run(keys, 1.0, 3) == (1, False, False)  # [4]
     tier.prepare_load(v([3]), TierAccess(), 2)  # a second load reads 3
     tier.complete_load(v([2, 3]))
-    assert not tier.any_loading(keys, 0, 2)
-    assert tier.any_loading(keys, 2, 3)  # still read by the second load
+    assert tier.held_run(v([1, 2]), 1.0) == (2, False, False)
+    assert tier.held_run(v([3]), 1.0) == (1, False, True)  # still read by the second load
     tier.complete_load(v([3]))
-    assert not tier.any_loading(keys, 0, 5)
+    assert tier.held_run(keys, 1.0) == (4, False, False)
     tier.check_invariants(1.0)
 
 
@@ -264,14 +294,15 @@ class NaiveTier:
         if key in self.blocks and self.blocks[key][2] < rank:
             self.blocks[key][2] = rank
 
-    def held_run(self, keys: list[int], now_s: float) -> tuple[int, bool]:
-        found, storing = 0, False
+    def held_run(self, keys: list[int], now_s: float) -> tuple[int, bool, bool]:
+        found, storing, loading = 0, False, False
         for key in keys:
             if key not in self.blocks:
                 break
             storing |= self.blocks[key][0] > now_s
+            loading |= self.blocks[key][1] > 0
             found += 1
-        return found, storing
+        return found, storing, loading
 
     def evictable(self, now_s: float) -> list[int]:
         """Keys eviction would take, first first."""
@@ -401,8 +432,8 @@ class TierMachine(RuleBasedStateMachine):
         self.tier.map_private(self._access(req))
         self.offers.mapped.add(req)
         keys = self.offers.keys(req, num)
-        n, storing = self.tier.held_run(v(keys), self.now)
-        assert (n, storing) == self.naive.held_run(keys, self.now)
+        n, storing, loading = self.tier.held_run(v(keys), self.now)
+        assert (n, storing, loading) == self.naive.held_run(keys, self.now)
         if n and not storing:
             self.tier.prepare_load(v(keys[:n]), self._access(req), 0)
             self.naive.prepare_load(keys[:n], req)
@@ -448,18 +479,21 @@ def test_long_runs_match_the_naive_tier(rng: np.random.Generator, num_blocks: in
     access: dict[int, TierAccess] = {}
     offers = Offers()
     loads: list[list[int]] = []
-    last = [0]
+    last, last_start, run = [0], 0, HeldRun()  # the last lookup, and what it found
     for step in range(20_000):
         req = int(rng.integers(0, 12))
         num = int(rng.integers(1, 7))
         keys = offers.keys(req, num)
         op = rng.integers(0, 5)
-        if op == 0:  # another request's lookup: the shared prefix alone
-            keys = keys[: shared_blocks(req)]
-            if rng.random() < 0.5:
-                keys = last
-            last = keys
-            assert tier.held_run(v(keys), now_s) == naive.held_run(keys, now_s)
+        if op == 0:  # another request's lookup: the shared prefix alone, from a GPU hit
+            if rng.random() < 0.5:  # the last one again, resumed from what it found
+                keys, start = last, last_start
+            else:
+                keys, start, run = keys[: shared_blocks(req)], int(rng.integers(0, 2)), HeldRun()
+            last, last_start = keys, start
+            want = naive.held_run(keys[start:], now_s)
+            assert tier.held_run(v(keys), now_s, start, run) == want
+            assert tier.held_run(v(keys), now_s, start) == want  # (afresh)
         elif op == 1:
             now_s += float(rng.exponential(0.5))
             start = offers.start(req)
@@ -476,7 +510,7 @@ def test_long_runs_match_the_naive_tier(rng: np.random.Generator, num_blocks: in
         elif op == 2:  # the request, preempted, is looked up again
             tier.map_private(access.setdefault(req, TierAccess()))
             offers.mapped.add(req)
-            n, storing = tier.held_run(v(keys), now_s)
+            n, storing, _ = tier.held_run(v(keys), now_s)
             if n and not storing:
                 tier.prepare_load(v(keys[:n]), access.setdefault(req, TierAccess()), 0)
                 naive.prepare_load(keys[:n], req)

@@ -75,9 +75,9 @@ def random_run(rng: np.random.Generator, num_blocks: int, num_ops: int) -> dict[
             results.append([list(new), evicted])
         elif op == 1:
             ops.append(["lookup", req, keys])
-            results.append(list(tier.held_run(vec[i64](keys), now_s)))
+            results.append(list(tier.held_run(vec[i64](keys), now_s)[:2]))
         elif op == 2:
-            n, storing = tier.held_run(vec[i64](keys), now_s)
+            n, storing, _ = tier.held_run(vec[i64](keys), now_s)
             if n and not storing:
                 tier.prepare_load(vec[i64](keys[:n]), access.setdefault(req, TierAccess()), 0)
                 ops.append(["load", req, keys[:n], 0])

@@ -45,17 +45,20 @@ _POSITION_TOP: Final = (1 << 24) - 1
 FREE: Final = -1  # a slot's cell: the slot holds no block
 UNMAPPED: Final = -2  # a slot's cell: it holds a private block, outside the key map
 EVERY_BLOCK: Final = 1 << 62  # ``prepare_store``'s ``private_from`` when no block is private
+_NO_RANK: Final = (1 << 62) - 1  # above every rank value (a counter below 2**38)
 # a slot's state bits (one byte a slot: the flags of 128 K slots fit in 128 KiB)
 EVICTABLE: Final = 1  # stored and no load reading it
 IN_HEAP: Final = 2  # its current entry is in the heap (else in the queue)
 KEPT: Final = 4  # kept by the rebuild under way (``_current``)
 STORING: Final = 8  # its GPU->CPU copy has not ended (as of the last ``_settle``)
 OFFERED: Final = 16  # offered to the store under way (``prepare_store``): not evictable now
+WATCHED: Final = 32  # in the watched lookup's run (``HeldRun``)
 NOT_EVICTABLE: Final = 0xFF ^ EVICTABLE
 NOT_IN_HEAP: Final = 0xFF ^ IN_HEAP
 NOT_KEPT: Final = 0xFF ^ KEPT
 NOT_STORING: Final = 0xFF ^ STORING
 NOT_OFFERED: Final = 0xFF ^ OFFERED
+NOT_WATCHED: Final = 0xFF ^ WATCHED
 
 
 def rank_value(rank: i64, position: i64) -> i64:
@@ -103,10 +106,11 @@ class TierAccess:
         rank: the request's number from the tier's counter, 0 until its first access.
         span: 1 + the highest block index it recorded (0: none).
         seen: bit ``i`` set for block index ``i`` recorded (32 bits a word).
-        keys: ``keys[i]`` the key of recorded block ``i`` (``len(keys) == span``).
+        keys: ``keys[i]`` the key of recorded block ``i`` (``len(keys) >= span``).
         slots: ``slots[i]`` the tier slot that held ``keys[i]`` when last seen, -1 if none: a
             hint ``CpuTier.finish`` checks (a slot's key) before it probes the key map.
         mapped: its private blocks are in the key map (``CpuTier.map_private``).
+        finished: ``CpuTier.finish`` committed its accesses.
     """
 
     def __init__(self) -> None:
@@ -116,27 +120,63 @@ class TierAccess:
         self.keys: vec[i64] = vec[i64]()
         self.slots: vec[i64] = vec[i64]()
         self.mapped = False
+        self.finished = False
 
     def first_seen(self, index: i64, key: i64) -> bool:
         """Record block ``index``, of key ``key``; whether it is the first time."""
         word = index >> 5
+        if word >= len(self.seen):
+            self.seen = _grown(self.seen, word + 1, 0)
         seen = self.seen
-        while len(seen) <= word:
-            seen = append(seen, 0)
-        self.seen = seen
         bit: i64 = 1 << (index & 31)
         if seen[word] & bit:
             return False
         seen[word] = seen[word] | bit
-        keys, slots = self.keys, self.slots
-        while len(keys) <= index:
-            keys = append(keys, 0)
-            slots = append(slots, -1)
-        keys[index] = key
-        self.keys, self.slots = keys, slots
+        if index >= len(self.keys):
+            self.keys = _grown(self.keys, index + 1, 0)
+            self.slots = _grown(self.slots, index + 1, -1)
+        self.keys[index] = key
         if index >= self.span:
             self.span = index + 1
         return True
+
+
+def _grown(values: vec[i64], length: i64, fill: i64) -> vec[i64]:
+    """``values`` grown to ``length`` entries, the new ones ``fill``."""
+    while len(values) < length:
+        values = append(values, fill)
+    return values
+
+
+class HeldRun:
+    """What ``CpuTier.held_run`` found for one vector of keys, kept by its caller to resume the
+    next lookup of the same keys (a waiting request looked up step after step) instead of
+    probing the key map again for every key. The tier watches the last run it was given: it
+    forgets the run when it evicts one of its blocks; until then every key found is still held
+    in the same slot, so only the first miss is probed again. A held block once stored is
+    never storing again, and while no load starts none of those found unread is read.
+
+    Attributes:
+        start: the index of the first key looked up (-1: nothing found yet).
+        slots: the slots holding ``keys[start : start + len(slots)]``.
+        first_storing: ``slots`` before it were seen stored.
+        num_load_starts: the tier's loads started when ``first_loading`` was set.
+        first_loading: ``slots`` before it were seen read by no load.
+    """
+
+    def __init__(self) -> None:
+        self.start: i64 = -1
+        self.slots: vec[i64] = vec[i64]()
+        self.first_storing: i64 = 0
+        self.num_load_starts: i64 = -1
+        self.first_loading: i64 = 0
+
+    def reset(self, start: i64) -> None:
+        """Forget what was found: the next lookup starts afresh from ``start``."""
+        self.start = start
+        self.slots = vec[i64]()
+        self.first_storing = self.first_loading = 0
+        self.num_load_starts = -1
 
 
 @dataclass(slots=True)
@@ -185,6 +225,14 @@ class CpuTier:
     heap's top. The heap then holds the running requests' blocks alone, and the far larger
     rest leaves from the queue's front in O(1).
 
+    **Asleep requests.** Most running requests finish, and re-rank their blocks into the queue,
+    before eviction reaches their rank: a running request's blocks get no entry at all while it
+    is *asleep*. Requests wake in rank order (``_wake``): before each pop, every asleep request
+    whose number ``r`` could rank a block below the least entry (``r << 24`` below it) gets
+    entries for its evictable blocks, found by its hints (``TierAccess.slots``); from then on
+    its blocks are pushed as they change. Eviction takes the same blocks in the same order; a
+    block's entry is only made when a pop could need it.
+
     **Private blocks.** A block no other request can name (past the request's
     ``Request.shared_tokens``: ``prepare_store``'s ``private_from``) is found only by its own
     request, after a preemption: it is held outside the key map (its cell ``UNMAPPED``), found by
@@ -195,7 +243,8 @@ class CpuTier:
 
     Invariants (``check_invariants``): ``free + storing + stored + loading == num_blocks`` at any
     time; a loading block is stored (ready) and its reference count is positive; every
-    evictable slot has a current heap entry.
+    evictable slot has a current entry unless its rank is an asleep request's, whose hint then
+    names it.
 
     Args:
         num_blocks: blocks the tier holds (``kvsim.config.offload.cpu_tier_blocks``).
@@ -204,9 +253,9 @@ class CpuTier:
     def __init__(self, *, num_blocks: int) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks: a CPU tier holds one block at least, got {num_blocks}")
-        self.num_blocks = num_blocks
-        self._num_held = 0
-        self._num_mapped = 0  # held keys in the key map (the held blocks less the private ones)
+        self.num_blocks: i64 = num_blocks
+        self._num_held: i64 = 0
+        self._num_mapped: i64 = 0  # held keys in the key map (held blocks less private ones)
         self._mask: i64 = 15  # key-map cells - 1 (a power of two; grows with the held keys)
         self._cells: vec[i64] = vec[i64]([EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
         self._key: vec[i64] = vec[i64]()  # slot -> key (slots grow up to num_blocks)
@@ -219,14 +268,23 @@ class CpuTier:
         self._heap_slot: vec[i64] = vec[i64]()  # ... and slot
         self._queue_rank: vec[i64] = vec[i64]()  # queue entries (ranks never decrease) ...
         self._queue_slot: vec[i64] = vec[i64]()  # ... and slot
-        self._queue_head = 0  # the queue's entries before it are popped
-        self._heap_live = 0  # current entries in the heap (slots with IN_HEAP set)
+        self._queue_head: i64 = 0  # the queue's entries before it are popped
+        self._heap_live: i64 = 0  # current entries in the heap (slots with IN_HEAP set)
         self._next_rank: i64 = 0  # vLLM ``LRUCachePolicy._next_rank``
-        self._num_loading = 0  # slots with loads reading them
-        self._num_evictable = 0
+        # running requests with a rank, in rank order (from ``_asleep_head``; finished ones
+        # are skipped), and the rank below which every one is awake (``_wake``)
+        self._asleep: list[TierAccess] = []
+        self._asleep_head: i64 = 0
+        self._num_asleep: i64 = 0  # unfinished requests from ``_asleep_head`` on
+        self._awake_below: i64 = 0
+        self._wake_at: i64 = _NO_RANK  # no rank value below it is asleep (``_wake``)
+        self._num_loading: i64 = 0  # slots with loads reading them
+        self._num_load_starts: i64 = 0  # cumulative: ``prepare_load`` calls (``HeldRun``)
+        self._watched: HeldRun | None = None  # the last run ``held_run`` was given
+        self._num_evictable: i64 = 0
         self._prepared = vec[i64]()  # the slots the last prepare_store added (storing)
         self._pending: deque[tuple[float, vec[i64]]] = deque()  # (ready_s, slots) of stores
-        self._num_storing = 0
+        self._num_storing: i64 = 0
         self.num_stored_blocks = 0  # cumulative: blocks whose store was prepared
         self.num_evicted_blocks = 0  # cumulative
 
@@ -263,38 +321,67 @@ class CpuTier:
         slots = [s for s in range(len(self._key)) if self._cell[s] != FREE and state[s] & EVICTABLE]
         return [self._key[s] for s in sorted(slots, key=lambda s: (self._rank[s], s))]
 
-    def held_run(self, keys: vec[i64], now_s: float, start: int = 0) -> tuple[int, bool]:
+    def held_run(
+        self, keys: vec[i64], now_s: float, start: int = 0, run: HeldRun | None = None
+    ) -> tuple[int, bool, bool]:
         """How many of ``keys``, from ``keys[start]``, are held (stored or storing) up to the
-        first miss, and whether any of them is still storing at ``now_s`` (vLLM 0.34.0
-        ``CPUOffloadingManager.lookup``: ``HIT``, ``HIT_PENDING``, ``MISS``). Records
-        nothing. A private block is found once its request is mapped (``map_private``)."""
+        first miss; whether any of them is still storing at ``now_s``; whether a load reads
+        any of them (vLLM 0.34.0 ``CPUOffloadingManager.lookup``: ``HIT``, ``HIT_PENDING``,
+        ``MISS``). Records nothing. A private block is found once its request is mapped
+        (``map_private``).
+
+        ``run``: what the last call with these same ``keys`` found, resumed rather than
+        looked up again if the tier has watched it since and evicted none of it (``HeldRun``);
+        updated in place, and watched from then on."""
         self._settle(now_s)
         state = self._state
-        found = 0
-        storing = False
-        for i in range(start, len(keys)):
+        watch: u8 = 0
+        if run is None:
+            run = HeldRun()
+            run.reset(start)
+        else:
+            watch = WATCHED
+            if run is not self._watched or run.start != start:
+                if self._watched is not None:
+                    self._forget_run(self._watched)
+                self._watched = run
+                run.reset(start)
+        slots = run.slots  # (every one still held, in the same slot: none evicted)
+        for i in range(start + len(slots), len(keys)):
             slot = self._find(keys[i])
             if slot < 0:
                 break
-            if state[slot] & STORING:
-                storing = True
-            found += 1
-        return found, storing
+            state[slot] = state[slot] | watch
+            slots = append(slots, slot)
+        run.slots = slots
+        found = len(slots)
+        ref_cnt = self._ref_cnt
+        i = run.first_storing  # (a held block, once stored, is never storing again)
+        while i < found and not state[slots[i]] & STORING:
+            i += 1
+        run.first_storing = i
+        if run.num_load_starts != self._num_load_starts:
+            run.num_load_starts = self._num_load_starts
+            run.first_loading = 0
+        j = run.first_loading  # (with no load started since, none of those before it is read)
+        while j < found and ref_cnt[slots[j]] == 0:
+            j += 1
+        run.first_loading = j
+        return found, i < found, j < found
+
+    def _forget_run(self, run: HeldRun) -> None:
+        """Stop watching ``run`` (``held_run``) and forget what it found."""
+        state = self._state
+        for slot in run.slots:
+            state[slot] = state[slot] & NOT_WATCHED
+        run.reset(-1)
+        self._watched = None
 
     def next_store_end(self, now_s: float) -> float | None:
         """When the first store still in flight at ``now_s`` ends (seconds), ``None`` if
         none is."""
         self._settle(now_s)
         return self._pending[0][0] if self._pending else None
-
-    def any_loading(self, keys: vec[i64], start: int, stop: int) -> bool:
-        """Whether a load reads any of ``keys[start:stop]`` (held keys: ``prepare_load``)."""
-        ref_cnt = self._ref_cnt
-        for i in range(start, stop):
-            slot = self._find(keys[i])
-            if slot >= 0 and ref_cnt[slot] > 0:
-                return True
-        return False
 
     def occupancy(self, now_s: float) -> tuple[int, int, int, int]:
         """``(stored, storing, loading, free)`` blocks at ``now_s``: every block in one."""
@@ -317,7 +404,58 @@ class CpuTier:
         if access.rank == 0:
             self._next_rank += 1
             access.rank = self._next_rank
+            self._asleep.append(access)
+            self._num_asleep += 1
+            if self._wake_at == _NO_RANK:
+                self._wake_at = access.rank << _POSITION_BITS
         return access.rank
+
+    def _is_asleep(self, value: i64) -> bool:
+        """Whether the rank ``value`` is a running request's (position > 0) that is asleep."""
+        return (value & _POSITION_TOP) != _POSITION_TOP and value >> _POSITION_BITS >= (
+            self._awake_below
+        )
+
+    def _wake(self, below: i64) -> None:
+        """Wake every asleep request whose blocks could rank below ``below`` (a rank value):
+        each evictable block it ranks gets its entry, so that eviction sees it."""
+        if self._wake_at >= below:
+            return
+        asleep = self._asleep
+        head = self._asleep_head
+        self._wake_at = _NO_RANK
+        while head < len(asleep):
+            access = asleep[head]
+            if not access.finished:
+                if access.rank << _POSITION_BITS >= below:
+                    self._wake_at = access.rank << _POSITION_BITS
+                    break
+                self._awake_below = access.rank + 1
+                self._num_asleep -= 1
+                self._push_ranked(access)
+            head += 1
+        if head >= 1024 and 2 * head >= len(asleep):
+            self._asleep = asleep[head:]
+            head = 0
+        self._asleep_head = head
+
+    def _push_ranked(self, access: TierAccess) -> None:
+        """Give an entry to each evictable block the (just woken) request ranks: the slot its
+        hint names, if its rank is still the request's at that position."""
+        seen, keys, hints = access.seen, access.keys, access.slots
+        key_of, cell, rank, state = self._key, self._cell, self._rank, self._state
+        for index in range(access.span - 1, -1, -1):
+            slot = hints[index]
+            if (
+                slot >= 0
+                and seen[index >> 5] & (1 << (index & 31))
+                and cell[slot] != FREE
+                and key_of[slot] == keys[index]
+                and state[slot] & EVICTABLE
+            ):
+                value = rank_value(access.rank, index + 1)
+                if rank[slot] == value:
+                    self._push(value, slot)
 
     def _record(self, access: TierAccess, index: i64, key: i64, slot: i64) -> None:
         """The request's access to block ``index`` of key ``key`` (held in ``slot``, or -1):
@@ -354,6 +492,13 @@ class CpuTier:
                 self._push(value, slot)
         access.span = 0
         access.seen, access.keys, access.slots = vec[i64](), vec[i64](), vec[i64]()
+        if access.rank and not access.finished and access.rank >= self._awake_below:
+            access.finished = True
+            self._num_asleep -= 1
+            if len(self._asleep) - self._asleep_head >= 2 * self._num_asleep + 1024:
+                self._asleep = [a for a in self._asleep[self._asleep_head :] if not a.finished]
+                self._asleep_head = 0
+        access.finished = True
 
     # -- mutations ----------------------------------------------------------------------------
     def prepare_store(
@@ -380,7 +525,7 @@ class CpuTier:
         state = self._state
         offered = vec[i64]()  # the held slots offered (OFFERED until the eviction is done)
         new_at = vec[i64]()  # indices into keys of the keys the tier lacks
-        num_mapped_new = 0  # new_at's first entries, before the private ones (distinct keys)
+        num_mapped_new: i64 = 0  # new_at's first entries, before the private ones (distinct keys)
         for j in range(len(keys)):
             slot: i64 = -1  # (a private block: the tier lacks it)
             if first_index + j < private_from:
@@ -425,6 +570,8 @@ class CpuTier:
             cells, mask, cell = self._cells, self._mask, self._cell
             free_slots = self._free_slots
             for slot in victims:
+                if state[slot] & WATCHED and self._watched is not None:
+                    self._forget_run(self._watched)  # (one of its blocks is evicted)
                 if cell[slot] != UNMAPPED:
                     remove_cell(cells, mask, cell[slot], cell)
                     self._num_mapped -= 1
@@ -446,7 +593,10 @@ class CpuTier:
         rank, state = self._rank, self._state
         selected = vec[i64]()
         deferred = vec[i64]()  # slots offered to this store, pushed back after
-        while self._num_entries() and len(selected) < need:
+        while len(selected) < need:
+            self._wake(self._least_entry())
+            if not self._num_entries():
+                break
             from_heap, value, slot = self._pop()
             flags = state[slot]
             if not flags & EVICTABLE or rank[slot] != value or from_heap != (flags & IN_HEAP) >> 1:
@@ -574,6 +724,7 @@ class CpuTier:
         """Hold ``keys`` (stored blocks; block indices ``first_index`` on) while a load reads
         them, and record the request's access to them (vLLM ``prepare_load``)."""
         ref_cnt, state = self._ref_cnt, self._state
+        self._num_load_starts += 1
         for j in range(len(keys)):
             slot = self._find(keys[j])
             assert slot >= 0, f"load of a block the tier does not hold: {keys[j]}"
@@ -619,6 +770,11 @@ class CpuTier:
         ranks higher (a committed rank always does: the counter's newest), else in the heap.
         A container holding twice its current entries is rebuilt."""
         state = self._state
+        if self._is_asleep(value):  # no entry until its request wakes (``_wake``)
+            if state[slot] & IN_HEAP:
+                state[slot] = state[slot] & NOT_IN_HEAP
+                self._heap_live -= 1
+            return
         qr = self._queue_rank
         if len(qr) == self._queue_head or qr[len(qr) - 1] <= value:
             if state[slot] & IN_HEAP:
@@ -654,6 +810,17 @@ class CpuTier:
 
     def _num_entries(self) -> int:
         return len(self._heap_rank) + len(self._queue_rank) - self._queue_head
+
+    def _least_entry(self) -> i64:
+        """The least rank value among the queue's front and the heap's top (current or
+        stale), or the largest 64-bit value when both are empty."""
+        least: i64 = _NO_RANK
+        head, qr, hr = self._queue_head, self._queue_rank, self._heap_rank
+        if head < len(qr):
+            least = qr[head]
+        if len(hr) and hr[0] < least:
+            least = hr[0]
+        return least
 
     def _pop(self) -> tuple[i64, i64, i64]:
         """The entry of least rank, the queue's front or the heap's top, removed:
@@ -741,17 +908,33 @@ class CpuTier:
         heap = set(zip(self._heap_rank, self._heap_slot, strict=True))
         head, queue = self._queue_head, self._queue_rank
         queued = set(zip(queue[head:], self._queue_slot[head:], strict=True))
+        asleep = [a for a in self._asleep[self._asleep_head :] if not a.finished]
+        assert len(asleep) == self._num_asleep, f"{len(asleep)} asleep != {self._num_asleep}"
+        assert all(a.rank >= self._awake_below for a in asleep), "an awake request asleep"
+        assert all(a.rank << _POSITION_BITS >= self._wake_at for a in asleep), "wake too late"
+        owner = {a.rank: a for a in asleep}
         for slot in evictable:
-            entry = (self._rank[slot], slot)
+            value = self._rank[slot]
+            if self._is_asleep(value):  # no entry: its request's hint finds it (``_wake``)
+                r, position = rank_pair(value)
+                assert not state[slot] & IN_HEAP, f"slot {slot}: asleep, in the heap"
+                assert r in owner, f"slot {slot}: ranked by request {r}, which is not asleep"
+                assert owner[r].slots[-position - 1] == slot, f"slot {slot}: its hint is lost"
+                continue
+            entry = (value, slot)
             assert entry in (heap if state[slot] & IN_HEAP else queued), f"slot {slot}: no entry"
         assert self._heap_live == sum(1 for f in state if f & IN_HEAP), "heap's current entries"
         assert all(f & EVICTABLE for f in state if f & IN_HEAP), "an unevictable slot in the heap"
         assert not any(f & KEPT for f in state), "a rebuild's mark left behind"
+        watched = set(self._watched.slots) if self._watched is not None else set()
+        assert {s for s in range(len(state)) if state[s] & WATCHED} == watched, "watched slots"
+        assert all(self._cell[s] != FREE for s in watched), "a watched slot is free"
         entries = heap | queued
         assert all(queue[i] <= queue[i + 1] for i in range(head, len(queue) - 1)), "queue order"
 
         for slot in evictable:
-            assert (self._rank[slot], slot) in entries, f"slot {slot}: no current heap entry"
+            if not self._is_asleep(self._rank[slot]):
+                assert (self._rank[slot], slot) in entries, f"slot {slot}: no current entry"
         for slot in slots:  # a private block is held once, outside the map
             key = self._key[slot]
             want = -1 if self._cell[slot] == UNMAPPED else slot

@@ -49,7 +49,7 @@ from typing import Any
 from librt.vecs import vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.offload import CpuTier, TierAccess, TransferLink
+from kvsim.core.kv.offload import CpuTier, HeldRun, TierAccess, TransferLink
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
 
@@ -99,6 +99,7 @@ class OffloadConnector:
         # the last request looked up: its id and its full blocks' keys (they never change)
         self._looked_up: int | None = None
         self._looked_up_keys = vec[i64]()
+        self._looked_up_run = HeldRun()  # what the tier found of them (``CpuTier.held_run``)
         self.external_prefix_cache_queries = 0
         self.external_prefix_cache_hits = 0
         self.num_loads = 0
@@ -123,10 +124,11 @@ class OffloadConnector:
         if request.req_id != self._looked_up or num_full != len(self._looked_up_keys):
             self._looked_up_keys = self.allocator.block_keys(request, 0, num_full)
             self._looked_up = request.req_id
-        keys = self._looked_up_keys
-        start = gpu_hit_tokens // b
-        hits, storing = tier.held_run(keys, self.now_s, start)
-        if storing or (hits and tier.any_loading(keys, start, start + hits)):
+            self._looked_up_run = HeldRun()
+        hits, storing, loading = tier.held_run(
+            self._looked_up_keys, self.now_s, gpu_hit_tokens // b, self._looked_up_run
+        )
+        if storing or loading:
             return None
         return hits * b
 
