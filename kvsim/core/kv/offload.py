@@ -110,7 +110,7 @@ class TierAccess:
         slots: ``slots[i]`` the tier slot that held ``keys[i]`` when last seen, -1 if none: a
             hint ``CpuTier.finish`` checks (a slot's key) before it probes the key map.
         mapped: its private blocks are in the key map (``CpuTier.map_private``).
-        finished: ``CpuTier.finish`` committed its accesses.
+        finished: ``CpuTier.finish`` committed its accesses (it records none after).
     """
 
     def __init__(self) -> None:
@@ -493,12 +493,11 @@ class CpuTier:
         access.span = 0
         access.seen, access.keys, access.slots = vec[i64](), vec[i64](), vec[i64]()
         if access.rank and not access.finished and access.rank >= self._awake_below:
-            access.finished = True
-            self._num_asleep -= 1
-            if len(self._asleep) - self._asleep_head >= 2 * self._num_asleep + 1024:
-                self._asleep = [a for a in self._asleep[self._asleep_head :] if not a.finished]
-                self._asleep_head = 0
+            self._num_asleep -= 1  # (asleep: it leaves ``_asleep`` when passed or compacted)
         access.finished = True
+        if len(self._asleep) - self._asleep_head >= 2 * self._num_asleep + 1024:
+            self._asleep = [a for a in self._asleep[self._asleep_head :] if not a.finished]
+            self._asleep_head = 0
 
     # -- mutations ----------------------------------------------------------------------------
     def prepare_store(
@@ -813,7 +812,7 @@ class CpuTier:
 
     def _least_entry(self) -> i64:
         """The least rank value among the queue's front and the heap's top (current or
-        stale), or the largest 64-bit value when both are empty."""
+        stale), or ``_NO_RANK`` when both are empty."""
         least: i64 = _NO_RANK
         head, qr, hr = self._queue_head, self._queue_rank, self._heap_rank
         if head < len(qr):
