@@ -48,6 +48,15 @@ def _names(summary: dict[str, object]) -> list[str]:
     return [name for name, _ in sections(summary)]
 
 
+def test_latency_section_shows_ttft_as_vllm_bench_serve_does() -> None:
+    # ``vllm bench serve`` prints "Mean TTFT", "Median TTFT" and "P99 TTFT" (its default
+    # ``--metric-percentiles 99`` beside mean and median); the p90 that SLOs quote is added
+    ttft = {f"time_to_first_token_seconds_{s}": 0.1 for s in ("mean", "p50", "p90", "p99")}
+    latency = dict(sections({**BASE, **ttft}))["latency"]
+    shown = [k for k, _ in latency if k.startswith("time_to_first_token")]
+    assert shown == list(ttft)
+
+
 def test_sections_follow_what_ran() -> None:
     assert _names(BASE) == ["KV memory", "scheduler", "latency"]
     prefix = {**BASE, "enable_prefix_caching": True, "prefix_cache_hit_rate": 0.25}

@@ -128,7 +128,9 @@ OFFLOAD_ROWS: tuple[Row, ...] = (
 LATENCY_ROWS: tuple[Row, ...] = (
     ("throughput_requests_per_s", "throughput (requests/s)"),
     ("throughput_output_tokens_per_s", "throughput (output tokens/s)"),
+    ("time_to_first_token_seconds_mean", "time_to_first_token_seconds mean"),
     ("time_to_first_token_seconds_p50", "time_to_first_token_seconds p50"),
+    ("time_to_first_token_seconds_p90", "time_to_first_token_seconds p90"),
     ("time_to_first_token_seconds_p99", "time_to_first_token_seconds p99"),
     ("inter_token_latency_seconds_mean", "inter_token_latency_seconds mean"),
     ("request_time_per_output_token_seconds_p99", "request_time_per_output_token_seconds p99"),

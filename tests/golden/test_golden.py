@@ -55,8 +55,8 @@ def _check(name: str, config: dict, every: float | None = None) -> None:
     if cfg.workload.trace is not None:  # recorded with the trace: without it, a fallback
         try:
             resolve_trace(cfg.workload.trace)
-        except DataNotFoundError:
-            pytest.skip(f"the trace {cfg.workload.trace} is not in KVSIM_DATA")
+        except DataNotFoundError as exc:
+            pytest.skip(f"the trace {cfg.workload.trace}: {exc}")
     old = json.loads((DATA / f"{name}.json").read_text())["summary"]
     new = simulate(cfg, map_every_s=every).summary
     # every recorded metric must keep its value (metrics added later, such as the fleet's cost

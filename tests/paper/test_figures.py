@@ -43,8 +43,8 @@ def _needs_sharegpt() -> None:
 
     try:
         resolve_trace("sharegpt_opt")
-    except DataNotFoundError:
-        pytest.skip("the paper's ShareGPT length file is not in KVSIM_DATA")
+    except DataNotFoundError as exc:
+        pytest.skip(f"the paper's ShareGPT length file: {exc}")
 
 
 @pytest.mark.full(seconds=135)
@@ -165,8 +165,8 @@ def test_more_figures_run_quick(name: str, tmp_path: Path) -> None:
 
         try:
             resolve_trace("sharegpt_llama2")
-        except DataNotFoundError:
-            pytest.skip("the ShareGPT multi-turn trace is not in KVSIM_DATA")
+        except DataNotFoundError as exc:
+            pytest.skip(f"the ShareGPT multi-turn trace: {exc}")
     rep = reproduce(name, tmp_path, quick=True)
     assert [p.suffix for p in rep.paths] == [".csv", ".png"]
     assert rep.paths[1].stat().st_size > 10_000

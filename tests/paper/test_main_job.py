@@ -41,8 +41,8 @@ def _check_bands(table) -> None:
 def test_main_job_with_the_papers_lengths(tmp_path: Path) -> None:
     try:
         resolve_trace("sharegpt_opt")
-    except DataNotFoundError:
-        pytest.skip("the paper's ShareGPT length file is not in KVSIM_DATA")
+    except DataNotFoundError as exc:
+        pytest.skip(f"the paper's ShareGPT length file: {exc}")
     rep = reproduce("fig2", tmp_path, jobs=1)
     assert any("sharegpt_opt_firstturn_lengths.csv" in n for n in rep.notes)
     _check_bands(rep.table)

@@ -15,7 +15,8 @@ from kvsim.validate.runs import ENV_VAR
 
 ROOT = Path(os.environ.get(ENV_VAR, Path(__file__).resolve().parents[3] / "shared/data/real-vllm"))
 pytestmark = pytest.mark.skipif(
-    not (ROOT / "h100").is_dir(), reason=f"no measured runs ({ENV_VAR})"
+    not (ROOT / "h100").is_dir(),
+    reason=f"no measured runs: {ROOT / 'h100'} is not a folder (set {ENV_VAR} to the runs' folder)",
 )
 
 # the validate split's experiments in the peers' table (inference-sim/sim-to-real-accuracy-
