@@ -247,11 +247,14 @@ def run_benchmark(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_group(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def run_group(runs: dict[str, dict[str, Any]], quiet: bool = False) -> dict[str, dict[str, Any]]:
     """Every run of a group in this process; allocator runs get ``cpu_ratio_to_paged`` against
-    the group's ``*_paged`` run. A run whose trace is missing is left out (logged)."""
+    the group's ``*_paged`` run. A run whose trace is missing is left out (logged).
+    ``quiet``: kvsim's own warnings are not shown (a repeated trial's, shown by the first)."""
     from kvsim.workload import DataNotFoundError
 
+    if quiet:
+        logging.getLogger("kvsim").setLevel(logging.ERROR)
     out: dict[str, dict[str, Any]] = {}
     for name, spec in runs.items():
         try:
@@ -265,10 +268,12 @@ def run_group(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_group_in_fresh_process(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def run_group_in_fresh_process(
+    runs: dict[str, dict[str, Any]], quiet: bool = False
+) -> dict[str, dict[str, Any]]:
     """``run_group`` in a spawned interpreter (its own heap, so its own peak RSS)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(run_group, (runs,))
+        return pool.apply(run_group, (runs, quiet))
 
 
 def fastest(entries: list[dict[str, Any]], key: str) -> dict[str, Any]:
@@ -501,7 +506,7 @@ def main(argv: list[str] | None = None) -> None:
     for group, runs in groups.items():
         if args.only and group not in args.only:
             continue
-        trials = [run_group_in_fresh_process(runs) for _ in range(repeat)]
+        trials = [run_group_in_fresh_process(runs, quiet=i > 0) for i in range(repeat)]
         for name, entry in fastest_of(trials).items():
             report[name] = entry
             logger.info(
