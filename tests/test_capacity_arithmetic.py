@@ -4,6 +4,8 @@ with kvsim's own allocators and configs; experiments/reservation-24gib.toml keep
 
 from __future__ import annotations
 
+import pytest
+
 from kvsim.base.units import GB, GiB
 from kvsim.config import config_from_dict
 from kvsim.core.kv import make_allocator
@@ -200,3 +202,18 @@ def test_vattention_keeps_tensors_for_the_layers_with_kv_only():
         cfg = config_from_dict({**base, "speculative": speculative})
         assert (cfg.bytes_per_token, cfg.num_kv_tensors) == (per_token, tensors)
         assert vattention_pages(0, per_token, 65536, tensors)[0] == 128
+
+
+def test_a_model_whose_every_layer_slides_serves_any_length_once_its_window_fits():
+    # Mistral-7B-v0.1: 32 layers, all sliding with a 4,096-token window; 8 KV heads x 128 dims x
+    # K and V x 2 bytes = 4,096 bytes per token and layer, so one KV cache group of 32 layers
+    # and 16-token blocks of 16 x 32 x 4,096 = 2 MiB. vLLM's need for a request of any length
+    # (SlidingWindowSpec.max_memory_usage_bytes): cdiv(4,096 - 1 + 8,192, 16) + 1 = 769 blocks.
+    # 2 GiB = 1,024 blocks, 1,023 beside the null block >= 769: a 32,768-token context fits.
+    base = {"model": "mistral-7b-v0.1", "gpu": "h100-80gb"}
+    assert config_from_dict({**base, "cache": {"kv_cache_gib": 2.0}}).max_model_len == 32_768
+    # 1 GiB = 512 blocks, 511 usable < 769: a request of L tokens holds min(cdiv(L, 16), 769)
+    # blocks, so at most 511 x 16 = 8,176 tokens; 32,768 tokens need (769 + the null block)
+    # x 2 MiB = 1.504 GiB, "1.51" rounded up
+    with pytest.raises(ValueError, match=r"needs 1\.51 GiB.*at most 8,176"):
+        config_from_dict({**base, "cache": {"kv_cache_gib": 1.0}})

@@ -197,7 +197,9 @@ def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
     if groups is not None:  # hybrid KV cache groups: the blocks a request needs in every group
         usable = capacity_tokens // groups.block_size_tokens - 1
         batched = config.engine_args.max_num_batched_tokens
-        return max_request_tokens(groups, usable, batched, capacity_tokens)
+        # (sliding groups alone hold a request of any length: the cap is then the answer)
+        cap = max(capacity_tokens, config.max_model_len)
+        return max_request_tokens(groups, usable, batched, cap)
     blocks = capacity_tokens // cache.block_size_tokens - config.engine_args.reserve_null_block
     return blocks * cache.block_size_tokens if blocks > 0 else capacity_tokens
 
@@ -242,11 +244,11 @@ def _limit_note(config: ConfigParts, limit: int) -> str:
     null = "; block 0 is vLLM v1's null block" if config.engine_args.reserve_null_block else ""
     groups = config.kv_groups
     if groups is not None:  # every KV cache group takes its blocks from the one pool
-        b = groups.block_size_tokens
+        b, n = groups.block_size_tokens, len(groups.groups)
+        serve = f"serve all {n:,} KV cache groups" if n > 1 else "serve its one KV cache group"
         return (
             f", of which one request can hold {limit:,} (the pool's "
-            f"{config.capacity_tokens // b:,} blocks of {b} tokens serve all "
-            f"{len(groups.groups):,} KV cache groups{null})"
+            f"{config.capacity_tokens // b:,} blocks of {b} tokens {serve}{null})"
         )
     b = config.cache.block_size_tokens
     return f", of which requests can hold {limit:,} ({limit // b:,} blocks of {b} tokens{null})"
