@@ -262,7 +262,7 @@ class SimConfig(Frozen):
                 logger,
                 f"{self.model.name}: hybrid KV cache groups are modelled for the paged policy "
                 f"under vllm-v1 only; {self.cache.allocator!r} under {self.engine_args.engine} "
-                "keeps every attention layer's KV for every token (state layers left out)",
+                "keeps every attention layer's KV for every token",
             )
             return None
         if self.parallel.pipeline_parallel_size > 1:
@@ -314,6 +314,7 @@ class SimConfig(Frozen):
     def _consistent(self) -> SimConfig:
         check_parallel_fits_model(self.model, self.parallel)
         args = self.engine_args
+        _check_state_layers(self, args)
         check_memory(self)
         check_pool_shape(self)
         _check_workload_fits_profile(self, args)
@@ -426,6 +427,38 @@ def _warn_uncapped_prompt_max_tokens(config: SimConfig) -> None:
         f"max_tokens is max_model_len ({config.max_model_len:,}) less its prompt, so every slab "
         "is max_model_len tokens, as with 'max'; set workload.max_tokens to the clients' cap",
     )
+
+
+def _check_state_layers(config: SimConfig, args: EngineArgs) -> None:
+    """A model with state (Mamba, linear-attention) layers runs only where its per-request
+    state is modelled: vLLM v1's hybrid KV cache groups on the paged policy (elsewhere its
+    state would be left out and the pool overstated). With prefix caching on, say that kvsim
+    keeps no prefix states (vLLM's ``mamba_cache_mode`` "none"), so no request hits, whereas
+    vLLM 0.34 turns on "align" with prefix caching (``vllm/model_executor/models/config.py``,
+    ``MambaModelConfig``: states kept at block boundaries).
+
+    Raises:
+        ValueError: the engine or allocator has no hybrid KV cache groups.
+    """
+    attention = config.model.attention
+    if attention is None or not attention.num_state_layers:
+        return
+    layers = f"{config.model.name}'s {attention.num_state_layers} state layers"
+    if args.engine != "vllm-v1" or not serves_hybrid_groups(config.cache.allocator):
+        field = "scheduler.engine" if args.engine != "vllm-v1" else "cache.allocator"
+        value = args.engine if args.engine != "vllm-v1" else config.cache.allocator
+        raise ValueError(
+            f"{field}: {layers} keep a state per request, which kvsim models in vLLM v1's "
+            f"hybrid KV cache groups only (allocator 'paged', engine 'vllm-v1'), got {value!r}"
+        )
+    if args.enable_prefix_caching:
+        warn_once(
+            logger,
+            f"cache.enable_prefix_caching: {layers} keep no prefix state in kvsim (vLLM's "
+            "mamba_cache_mode 'none'), so no request hits the prefix cache; vLLM 0.34 with "
+            "prefix caching on keeps states at block boundaries (mamba_cache_mode 'align'), "
+            "which kvsim does not model",
+        )
 
 
 def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:

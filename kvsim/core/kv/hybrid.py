@@ -20,8 +20,9 @@ of one group. The rules per kind (``vllm/v1/core/single_type_kv_cache_manager.py
 A prefix-cache hit counts only as far as every group hits (``find_longest_cache_hit``): the full
 groups' longest cached prefix, then each sliding group's hit below it, which needs the
 ``cdiv(W - 1, B)`` blocks that end the hit cached (the blocks before them are null); the shortest
-wins, and the full groups drop the rest. A state group never hits (vLLM keeps no prefix states in
-its default mamba cache mode), so a model with one gets no hits. Block keys are the request's
+wins, and the full groups drop the rest. A state group never hits (vLLM's ``mamba_cache_mode``
+"none", which keeps no prefix states; vLLM 0.34 switches to "align" when prefix caching is on,
+not modelled: the config warns), so a model with one gets no hits. Block keys are the request's
 chained keys (``kvsim.workload.tokens``) mixed with the group index (vLLM
 ``BlockHashWithGroupId``).
 
