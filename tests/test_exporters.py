@@ -253,3 +253,57 @@ def test_exports_agree_with_a_simulated_run(tmp_path: Path) -> None:
 def test_write_exports_makes_the_folder(hand_run: Results, tmp_path: Path) -> None:
     folder = write_exports(hand_run, tmp_path / "new" / "dir")
     assert sorted(p.name for p in folder.iterdir()) == ["metrics.prom", "request_metrics.csv"]
+
+
+# vLLM 0.34.0 vllm/v1/spec_decode/metrics.py, SpecDecodingProm: prometheus_client Counters under
+# the base labels (model_name, engine), the per-position one with a "position" label after them
+SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens": "spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "spec_decode_num_accepted_tokens",
+}
+SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def test_prometheus_spec_decode_counters(tmp_path: Path) -> None:
+    k = 3
+    config = config_from_dict(
+        {
+            "workload": {"num_requests": 12, "rate_per_s": 20.0},
+            "speculative": {"num_speculative_tokens": k, "acceptance_rate": 0.7},
+        }
+    )
+    results = simulate(config)
+    summary = results.summary
+    results.save(tmp_path)
+    families = _families((tmp_path / "metrics.prom").read_text())
+    labels = {"model_name": config.model.name, "engine": "0"}
+    counts = {}
+    for name, key in SPEC_COUNTERS.items():
+        assert families[name].type == "counter", name
+        counts[name] = _sample(families[name], "_total", **labels)
+        assert counts[name] == summary[key], name
+    drafts = counts["vllm:spec_decode_num_drafts"]
+    accepted = counts["vllm:spec_decode_num_accepted_tokens"]
+    assert drafts > 0
+    assert accepted > 0
+    # every verification proposes k drafts (no request here reaches max_model_len)
+    assert counts["vllm:spec_decode_num_draft_tokens"] == k * drafts
+    per_pos = families[SPEC_PER_POS]
+    assert per_pos.type == "counter"
+    samples = [s for s in per_pos.samples if s.name == SPEC_PER_POS + "_total"]
+    assert [s.labels for s in samples] == [{**labels, "position": str(i)} for i in range(k)]
+    by_pos = [float(s.value) for s in samples]
+    # a verification accepting a drafts accepts positions 0..a-1: each accepted token is
+    # counted at exactly one position, a later position only after the earlier ones
+    assert sum(by_pos) == accepted
+    assert drafts >= by_pos[0] >= by_pos[1] >= by_pos[2] > 0
+    assert by_pos == [summary[f"spec_decode_num_accepted_tokens_pos{i}"] for i in range(k)]
+
+
+def test_prometheus_no_spec_decode_without_speculation(hand_run: Results) -> None:
+    no_spec = simulate(config_from_dict({"workload": {"num_requests": 5}}))
+    for run in (hand_run, no_spec):
+        text = prometheus_snapshot(run)
+        assert "spec_decode" not in text
+        assert not any(name.startswith("vllm:spec_decode") for name in _families(text))

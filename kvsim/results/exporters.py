@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -153,7 +153,12 @@ def prometheus_snapshot(results: Results) -> str:
     ``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, adds only
     ``PrefixCacheStats.queries`` and ``hits`` to its counters) and ``num_cache_evictions`` (vLLM
     counts no evictions; they feed only its sampled ``vllm:kv_block_*_seconds`` residency
-    histograms, behind ``--kv-cache-metrics``); both are in ``summary.json``.
+    histograms, behind ``--kv-cache-metrics``); both are in ``summary.json``. With speculative
+    decoding (vLLM 0.34.0 ``SpecDecodingProm``, ``vllm/v1/spec_decode/metrics.py``):
+    ``vllm:spec_decode_num_drafts`` (verifications), ``vllm:spec_decode_num_draft_tokens``,
+    ``vllm:spec_decode_num_accepted_tokens`` and ``vllm:spec_decode_num_accepted_tokens_per_pos``
+    (a ``position`` label, ``"0"`` to ``"k-1"``: verifications that accepted that draft), none
+    without it.
 
     Gauges, after the last request finished: ``vllm:num_requests_running``,
     ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (0-1), all 0 then; the run's
@@ -169,7 +174,7 @@ def prometheus_snapshot(results: Results) -> str:
     steps), so each gap is taken as its request's mean gap (decode time / gaps): the
     histogram's ``_sum`` and ``_count`` are exact, its bucket counts an approximation.
 
-    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"``.
+    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"`` (and ``position``).
     """
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_SnapshotCollector(results))
@@ -221,12 +226,49 @@ class _SnapshotCollector:
                 external_hits,
                 "External prefix cache hits (KV connector), in tokens.",
             )
+        if "spec_decode_num_drafts" in summary:  # speculative decoding ran
+            counters.update(_spec_decode_counters(summary))
         for name, (value, doc) in counters.items():
             counter = CounterMetricFamily(f"vllm:{name}", doc, labels=LABELS)
             counter.add_metric(labels, float(value))
             yield counter
+        if "spec_decode_num_drafts" in summary:
+            yield _accepted_per_pos(summary, labels)
         yield from _gauges(df, summary, labels)
         yield from _histograms(df, labels, int(summary["max_model_len"]))
+
+
+def _spec_decode_counters(summary: dict[str, Any]) -> dict[str, tuple[object, str]]:
+    """vLLM's ``SpecDecodingProm`` counters (``vllm/v1/spec_decode/metrics.py``)."""
+    return {
+        "spec_decode_num_drafts": (
+            summary["spec_decode_num_drafts"],
+            "Request-steps whose draft tokens were verified.",
+        ),
+        "spec_decode_num_draft_tokens": (
+            summary["spec_decode_num_draft_tokens"],
+            "Draft tokens proposed and verified.",
+        ),
+        "spec_decode_num_accepted_tokens": (
+            summary["spec_decode_num_accepted_tokens"],
+            "Draft tokens the target model accepted.",
+        ),
+    }
+
+
+def _accepted_per_pos(summary: dict[str, Any], labels: list[str]) -> Metric:
+    """``vllm:spec_decode_num_accepted_tokens_per_pos``: one sample per draft position
+    ``0..k-1`` under a ``position`` label after vLLM's base labels, as ``SpecDecodingProm``
+    labels it."""
+    family = CounterMetricFamily(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted draft tokens, by position in the draft.",
+        labels=(*LABELS, "position"),
+    )
+    for pos in range(int(summary["num_speculative_tokens"])):
+        count = summary[f"spec_decode_num_accepted_tokens_pos{pos}"]
+        family.add_metric([*labels, str(pos)], float(count))
+    return family
 
 
 def _gauges(df: pd.DataFrame, summary: dict[str, object], labels: list[str]) -> Iterator[Metric]:
