@@ -22,6 +22,7 @@ The v1 batch defaults are vLLM's for ``vllm serve`` (``EngineArgs._set_default_a
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +35,7 @@ from pydantic import (
 )
 
 from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS
+from kvsim.base.say_once import warn_once
 from kvsim.base.units import GiB, KiB, MiB
 from kvsim.config.allocators import POLICY_ARGUMENTS
 from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
@@ -48,7 +50,12 @@ V0_WATERMARK = 0.01  # vLLM v0 BlockSpaceManager(watermark=0.01)
 LARGE_GPU_BYTES = 70 * GiB  # vLLM: ">= 70 GiB and not an A100" gets the larger batch defaults
 
 
+logger = logging.getLogger(__name__)
+
 _LATER_DEFAULTS: dict[str, Any] = {"page_size_bytes": 2 * MiB}
+# the pages vAttention maps (Prabhu et al., ASPLOS'25: 64, 128 and 256 KiB through its modified
+# NVIDIA UVM driver, 2 MiB through the CUDA virtual memory API)
+VATTENTION_PAGE_SIZES = frozenset({64 * KiB, 128 * KiB, 256 * KiB, 2 * MiB})
 
 
 class CacheSpec(Frozen):
@@ -96,6 +103,13 @@ class CacheSpec(Frozen):
             raise ValueError(
                 f"page_size_bytes: vAttention maps pages of a power of two bytes (64 KiB to "
                 f"2 MiB), got {size:,}"
+            )
+        if size not in VATTENTION_PAGE_SIZES:
+            warn_once(
+                logger,
+                f"cache.page_size_bytes = {size:,}: vAttention maps 64, 128 or 256 KiB pages "
+                "(its driver) or 2 MiB ones (CUDA's granularity); this size is a what-if no "
+                "vAttention build offers",
             )
         return size
 

@@ -156,3 +156,20 @@ def test_page_size_on_another_policy_is_warned_about(caplog):
     assert "cache.page_size_bytes = 65536 has no effect" in caplog.text
     # and its default leaves a config's canonical hash as before the field existed
     assert "page_size_bytes" not in config(allocator="paged").canonical_json()
+
+
+@pytest.mark.parametrize("page", [512 * KiB, 1 * MiB])
+def test_a_page_size_vattention_does_not_map_is_warned_about(page, caplog, monkeypatch):
+    # vAttention maps 64, 128 and 256 KiB pages through its UVM driver and 2 MiB ones through
+    # CUDA (Prabhu et al., ASPLOS'25); 512 KiB and 1 MiB are powers of two in range it lacks
+    from kvsim.base import say_once
+
+    monkeypatch.setattr(say_once, "SAID", set())
+    with caplog.at_level(logging.WARNING):
+        config(allocator="vattention", page_size_bytes=64 * KiB)
+        config(allocator="vattention", page_size_bytes=2 * MiB)
+    assert "what-if" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        config(allocator="vattention", page_size_bytes=page)
+    assert f"cache.page_size_bytes = {page:,}" in caplog.text
+    assert "what-if no vAttention build offers" in caplog.text
