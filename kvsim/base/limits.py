@@ -56,7 +56,8 @@ def refuse_coerced_scalars(fields: Mapping[str, Any], data: Any) -> Any:
     ``false``, or a string, given to a number field (``int`` or ``float``, optional or not;
     pydantic reads ``true`` as 1, so ``num_requests = true`` would run one request, and
     ``"16"`` as 16), and anything but ``true`` or ``false`` given to a ``bool`` field (pydantic
-    reads 1, ``"yes"`` and ``"on"`` as true).
+    reads 1, ``"yes"`` and ``"on"`` as true); likewise each item of a tuple or list of numbers
+    (``acceptance_rates = [0.9, "0.5"]``), named by its index.
 
     Args:
         fields: the model's ``model_fields``.
@@ -69,6 +70,10 @@ def refuse_coerced_scalars(fields: Mapping[str, Any], data: Any) -> Any:
                 continue
             if _is_number(info.annotation) and isinstance(value, bool | str):
                 raise ValueError(f"{name}: {_not_a_number(value)}")
+            if _is_number_sequence(info.annotation) and isinstance(value, list | tuple):
+                for i, item in enumerate(value):
+                    if isinstance(item, bool | str):
+                        raise ValueError(f"{name}[{i}]: {_not_a_number(item)}")
             if _is_bool(info.annotation) and not isinstance(value, bool):
                 raise ValueError(f"{name}: expected true or false, got {value!r}")
     return data
@@ -102,6 +107,16 @@ def _is_number(annotation: Any) -> bool:
     """A field of numbers only (``int``, ``float``, either, optional or not)."""
     kinds = _kinds(annotation)
     return bool(kinds) and all(kind in (int, float) for kind in kinds)
+
+
+def _is_number_sequence(annotation: Any) -> bool:
+    """A field of a tuple or list of numbers (``tuple[float, ...]``, optional or not)."""
+    kinds = _kinds(annotation)
+    return (
+        len(kinds) == 1
+        and typing.get_origin(kinds[0]) in (tuple, list)
+        and all(_is_number(arg) for arg in typing.get_args(kinds[0]) if arg is not Ellipsis)
+    )
 
 
 def _is_bool(annotation: Any) -> bool:

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import sys
+import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -285,11 +286,24 @@ def warn_many_jobs(jobs: int) -> None:
         )
 
 
+def _toml_value(raw: str) -> Any:
+    """``raw`` read as a TOML value when it is a number, boolean, array or inline table that
+    JSON lacks (``65_536``, ``nan``, ``[nan, 0.4]``, ``{ a = 1 }``), as a config file reads it;
+    else the text itself (a name, a path, a date)."""
+    if "\n" in raw or "\r" in raw:
+        return raw
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+    return value if isinstance(value, int | float | list | dict) else raw
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """``["cache.block_size_tokens=32"]`` -> ``{"cache.block_size_tokens": 32}`` (JSON values,
-    else the text). Within the pairs, order does not matter: a whole table (``workload=NAME``)
-    is set before the fields under it (``config.apply_overrides``); a key given twice takes its
-    last value, with a warning when the values differ.
+    else TOML ones, else the text). Within the pairs, order does not matter: a whole table
+    (``workload=NAME``) is set before the fields under it (``config.apply_overrides``); a key
+    given twice takes its last value, with a warning when the values differ.
 
     Raises:
         ValueError: a pair without ``=`` or with an empty key, a value nested too deeply, or
@@ -307,7 +321,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         try:
             value = parse_json(raw, f"--set {key}")
         except json.JSONDecodeError:
-            value = raw
+            value = _toml_value(raw)
         if isinstance(value, NotANumber) and value.integer:
             raise ValueError(f"--set {key}: {value!r}; no setting takes a number that long")
         if isinstance(value, NotANumber):  # NaN, Infinity: the text, for the field to refuse

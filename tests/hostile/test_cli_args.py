@@ -209,3 +209,30 @@ def test_a_set_key_given_twice_is_warned_about(caplog: pytest.LogCaptureFixture)
     assert parse_overrides(pairs) == {"seed": 2, "cache.block_size_tokens": 16}
     said = [r.getMessage() for r in caplog.records if r.name == "kvsim.cli"]
     assert said == ["--set seed given twice (1, then 2): the last is used"]  # 16 twice: agreed
+
+
+def test_set_reads_toml_values_json_lacks() -> None:
+    import math
+
+    from kvsim.cli.common import parse_overrides
+
+    got = parse_overrides(
+        [
+            "cache.page_size_bytes=65_536",  # TOML's digit separators
+            "speculative.acceptance_rates=[nan,0.4]",  # TOML's nan: the field names it
+            "workload={ preset = 'sharegpt_like' }",  # an inline table
+            "workload.preset=sharegpt_like",  # a bare name stays text
+            "model.hf_config=/tmp/config.json",  # so does a path
+            "seed=1979-05-27",  # and a TOML date: no setting takes one
+            "x=1\ny = 2",  # a second line is not a second setting
+        ]
+    )
+    assert got["cache.page_size_bytes"] == 65_536
+    first, second = got["speculative.acceptance_rates"]
+    assert math.isnan(first)
+    assert second == 0.4
+    assert got["workload"] == {"preset": "sharegpt_like"}
+    assert got["workload.preset"] == "sharegpt_like"
+    assert got["model.hf_config"] == "/tmp/config.json"
+    assert got["seed"] == "1979-05-27"
+    assert got["x"] == "1\ny = 2"

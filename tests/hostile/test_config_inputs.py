@@ -468,6 +468,15 @@ DICTS: dict[str, tuple[dict, str]] = {
         {"gpu": {"preset": "a100-40gb", "memory_bytes": -1}},
         r"gpu\.memory_bytes",
     ),
+    # a quoted item of a list of numbers, as a quoted single value is refused (not read as 0.5)
+    "acceptance_rates_quoted": (
+        {"speculative": {"num_speculative_tokens": 3, "acceptance_rates": [0.9, "0.5", 0.1]}},
+        r"acceptance_rates\[1\]: expected a number, got the string '0\.5'",
+    ),
+    "acceptance_rates_true": (
+        {"speculative": {"num_speculative_tokens": 2, "acceptance_rates": [True, 0.5]}},
+        r"acceptance_rates\[0\]: expected a number, got true",
+    ),
 }
 
 
