@@ -19,7 +19,14 @@ The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_co
 - sliding-window and linear-attention layers (``layer_types``; else by ``model_type``:
   Gemma-2/3's patterns, Qwen2/3's ``max_window_layers``, a ``sliding_window`` on every layer)
   fill ``model.attention`` (``kvsim.config.layers.attention_from_hf``): vLLM v1's hybrid KV
-  cache groups;
+  cache groups. A file without ``layer_types`` gets the list its transformers ``*Config``
+  builds (:func:`_implied_layer_types`): Qwen3-Next's layer ``i`` is full attention when
+  ``(i + 1) % full_attention_interval == 0`` (4 when absent), else linear attention
+  (``Qwen3NextConfig``); gpt-oss's layer ``i`` slides when ``i`` is even (``GptOssConfig``);
+- the file is strict JSON in two more ways than ``json`` reads it: a key given twice in one
+  object is refused (readers differ on which value they keep), and the flags kvsim reads
+  (``use_sliding_window``, ``tie_word_embeddings``, ``attention_bias``) must be JSON ``true``
+  or ``false`` (``"false"`` is not false);
 - a multimodal file's ``text_config`` (Gemma-3, Llama-4) is read as the model, over the file's
   other fields (vLLM ``get_text_config``).
 
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +65,30 @@ _DTYPE_BYTES = {
 }
 
 
+# the flags kvsim reads from a config.json (each must be a JSON boolean)
+_FLAGS = ("use_sliding_window", "tie_word_embeddings", "attention_bias")
+
+
+class _DuplicateKeyError(Exception):  # (not a ValueError: parse_json reads those as its own)
+    """A JSON object of the file names ``key`` twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json``'s ``object_pairs_hook`` that refuses a key given twice in one object."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return obj
+
+
 class _Config:
     """A parsed ``config.json`` that names the file and line of a bad field in its errors."""
 
@@ -64,7 +96,13 @@ class _Config:
         self.path = path
         try:
             self.text = path.read_text(encoding="utf-8")
-            data = parse_json(self.text, f"hf_config {path}")
+            data = parse_json(self.text, f"hf_config {path}", object_pairs_hook=_unique_keys)
+        except _DuplicateKeyError as exc:
+            raise ValueError(
+                f"hf_config {path}{self._key_lines(exc.key)}: key {exc.key!r} is given twice in "
+                "one object; expected each key once (JSON readers differ on which value they "
+                "keep)"
+            ) from None
         except FileNotFoundError:
             raise ValueError(f"hf_config: no such file {str(path)!r}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -79,6 +117,22 @@ class _Config:
             # where that has none (torch_dtype), as vLLM's get_text_config reads it
             data = {**{k: v for k, v in data.items() if k != "text_config"}, **text}
         self.data: dict[str, Any] = data
+        for key in _FLAGS:
+            if key in data and not isinstance(data[key], bool):
+                raise ValueError(
+                    f"{self.where(key)}: {key}: expected true or false (a JSON boolean, "
+                    f"without quotes), got {_json_value(data[key])}"
+                )
+
+    def _key_lines(self, key: str) -> str:
+        """`` (lines 3 and 9)`` where the text names ``key`` as a key exactly twice, else ``""``
+        (the same key in other objects, or written with escapes, leaves the lines unsure)."""
+        pattern = re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:"
+        starts = [m.start() for m in re.finditer(pattern, self.text)]
+        if len(starts) != 2:
+            return ""
+        first, second = (self.text.count("\n", 0, at) + 1 for at in starts)
+        return f" line {first}" if first == second else f" lines {first} and {second}"
 
     def where(self, key: str) -> str:
         """``config.json line 7`` for the first line that names ``key`` (the file when none)."""
@@ -189,11 +243,55 @@ def model_fields_from_hf(value: str | Path, num_params: Any = None) -> dict[str,
             cfg.path,
             fields["num_params"],
         )
-    attention = attention_from_hf(cfg.data, fields["num_layers"], fields["dtype_bytes"], cfg.where)
+    data = cfg.data
+    implied = _implied_layer_types(cfg, fields["num_layers"])
+    if implied is not None:
+        data = {**data, "layer_types": implied}
+    attention = attention_from_hf(data, fields["num_layers"], fields["dtype_bytes"], cfg.where)
     if attention:
         fields["attention"] = attention
         _note_sliding_window(cfg, attention)
     return fields
+
+
+def _implied_layer_types(cfg: _Config, num_layers: int) -> list[str] | None:
+    """The ``layer_types`` transformers' config class builds for a file without them (``None``
+    where the file has them, or its model type builds none; ``attention_from_hf`` then reads the
+    file's own fields).
+
+    - ``qwen3_next`` (``Qwen3NextConfig``): layer ``i`` is ``"full_attention"`` when ``(i + 1) %
+      full_attention_interval == 0`` (4 when absent), else ``"linear_attention"``;
+    - ``gpt_oss`` with a ``sliding_window`` (``GptOssConfig``): layer ``i`` is
+      ``"sliding_attention"`` when ``i`` is even, else ``"full_attention"``.
+
+    Raises:
+        ValueError: a ``full_attention_interval`` that is not an integer from 1 to
+            ``num_hidden_layers`` (a larger one leaves no full-attention layer).
+    """
+    if cfg.data.get("layer_types") is not None:
+        return None
+    model_type = cfg.data.get("model_type")
+    if model_type == "qwen3_next":
+        interval = cfg.int_field("full_attention_interval", default=4, maximum=_LAYERS_LIMIT)
+        if interval > num_layers:  # (ModelSpec refuses a model of state layers only)
+            raise ValueError(
+                f"{cfg.where('full_attention_interval')}: full_attention_interval {interval} > "
+                f"num_hidden_layers {num_layers} leaves no full-attention layer (layer i is full "
+                "when (i + 1) % full_attention_interval == 0); expected at most num_hidden_layers"
+            )
+        full = {i for i in range(num_layers) if (i + 1) % interval == 0}
+        return ["full_attention" if i in full else "linear_attention" for i in range(num_layers)]
+    if model_type == "gpt_oss" and cfg.data.get("sliding_window") is not None:
+        return ["full_attention" if i % 2 else "sliding_attention" for i in range(num_layers)]
+    return None
+
+
+def _json_value(value: Any) -> str:
+    """``value`` as the file writes it (``"false"``, ``null``, ``1``)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):  # (NaN read as a marker: its repr is its JSON)
+        return repr(value)
 
 
 def _split_params(work: dict[str, Any]) -> int:
