@@ -43,17 +43,30 @@ def _first_comment(path: Path) -> str:
 def _models() -> Table:
     from kvsim.config import ModelSpec, preset_table
 
-    table = Table(title="models (model = NAME)", title_justify="left")
-    for col in ("name", "layers", "kv heads", "head dim", "KiB/token", "params (B)"):
+    table = Table(
+        title="models (model = NAME; KV KiB/token: every layer that keeps KV per token, a "
+        "sliding one counted while the token is in its window)",
+        title_justify="left",
+    )
+    columns = ("name", "layers", "sliding (window)", "state", "kv heads", "head dim")
+    for col in (*columns, "KV KiB/token", "params (B)"):
         table.add_column(col)
     for name, m in preset_table("models").items():
-        kib = ModelSpec.model_validate(m).bytes_per_token
+        spec = ModelSpec.model_validate(m)
+        attention = spec.attention
+        sliding = state = "-"
+        if attention is not None and attention.num_sliding_layers:
+            sliding = f"{attention.num_sliding_layers} ({attention.sliding_window_tokens:,})"
+        if attention is not None and attention.num_state_layers:
+            state = str(attention.num_state_layers)
         table.add_row(
             name,
             str(m["num_layers"]),
+            sliding,
+            state,
             str(m["num_kv_heads"]),
             str(m["head_dim"]),
-            f"{kib / 1024:g}",
+            f"{spec.bytes_per_token / 1024:g}",
             f"{m['num_params'] / 1e9:.1f}",
         )
     return table
