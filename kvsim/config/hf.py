@@ -65,6 +65,7 @@ _DTYPE_BYTES = {
 }
 
 
+GPT_OSS_WINDOW = 128  # transformers' GptOssConfig: sliding_window when the file gives none
 # the flags kvsim reads from a config.json (each must be a JSON boolean)
 _FLAGS = ("use_sliding_window", "tie_word_embeddings", "attention_bias")
 
@@ -243,6 +244,8 @@ def model_fields_from_hf(value: str | Path, num_params: Any = None) -> dict[str,
             cfg.path,
             fields["num_params"],
         )
+    if cfg.data.get("model_type") == "gpt_oss" and "sliding_window" not in cfg.data:
+        cfg.data = {**cfg.data, "sliding_window": GPT_OSS_WINDOW}  # GptOssConfig's default
     data = cfg.data
     implied = _implied_layer_types(cfg, fields["num_layers"])
     if implied is not None:

@@ -162,6 +162,9 @@ def test_gpt_oss_without_layer_types_alternates(tmp_path: Path) -> None:
     assert (model.attention.num_sliding_layers, model.attention.sliding_window_tokens) == (12, 128)
     explicit = {**GPT_OSS, "layer_types": ["sliding_attention", "full_attention"] * 12}
     assert model == _model(tmp_path, explicit, "g")
+    # without a sliding_window key GptOssConfig's default, 128 tokens, applies
+    no_window = {k: v for k, v in GPT_OSS.items() if k != "sliding_window"}
+    assert _model(tmp_path, no_window, "g") == model
 
 
 # --- a key given twice ------------------------------------------------------------------------
