@@ -182,26 +182,30 @@ def test_a_drafters_layer_joins_the_full_attention_groups():
     )
 
 
-def test_vattention_keeps_tensors_for_the_layers_with_kv_only():
-    """vAttention keeps a K and a V virtual tensor per layer that has KV: Qwen3-Next-80B-A3B's 36
-    state layers keep none. At TP 4 its 12 attention layers hold max(1, 2 // 4) = 1 KV head of
-    256 dims: 2 x 256 x 2 B = 1,024 B a layer, 12,288 B a token over 24 tensors, 512 B a tensor:
-    a 64 KiB page holds 65,536 / 512 = 128 tokens. An EAGLE head's layer adds 2 tensors of the
-    same 512 B (13,312 B over 26)."""
+def test_vattention_keeps_a_k_and_a_v_tensor_per_layer_with_kv():
+    """vAttention keeps a K and a V virtual tensor per layer that has KV: Llama-3.1-8B's 32
+    layers hold 8 KV heads of 128 dims: 2 x 8 x 128 x 2 B = 4,096 B a layer, 131,072 B a token
+    over 64 tensors, 2,048 B a tensor: a 64 KiB page holds 65,536 / 2,048 = 32 tokens. An EAGLE
+    head's layer adds 2 tensors of the same 2,048 B (135,168 B over 66). A model with state
+    layers has no vAttention pool: its per-request state is modelled in vLLM v1's hybrid KV
+    cache groups only (refused, not left out)."""
     from kvsim.config.allocators import vattention_pages
 
     base = {
-        "model": "qwen3-next-80b-a3b",
+        "model": "llama-3.1-8b",
         "gpu": "h100-80gb",
-        "parallel": {"tensor_parallel_size": 4},
         "cache": {"kv_cache_gib": 8, "allocator": "vattention", "page_size_bytes": 65536},
         "scheduler": {"max_model_len": 8192},
     }
     spec = {"num_speculative_tokens": 3, "acceptance_rate": 0.7}
-    for speculative, per_token, tensors in (({}, 12_288, 24), (spec, 13_312, 26)):
+    for speculative, per_token, tensors in (({}, 131_072, 64), (spec, 135_168, 66)):
         cfg = config_from_dict({**base, "speculative": speculative})
         assert (cfg.bytes_per_token, cfg.num_kv_tensors) == (per_token, tensors)
-        assert vattention_pages(0, per_token, 65536, tensors)[0] == 128
+        assert vattention_pages(0, per_token, 65536, tensors)[0] == 32
+    with pytest.raises(ValueError, match=r"cache\.allocator: qwen3-next-80b-a3b's 36 state"):
+        config_from_dict(
+            {**base, "model": "qwen3-next-80b-a3b", "parallel": {"tensor_parallel_size": 4}}
+        )
 
 
 def test_a_model_whose_every_layer_slides_serves_any_length_once_its_window_fits():
