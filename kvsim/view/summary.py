@@ -46,7 +46,7 @@ PREFIX_ROWS: tuple[Row, ...] = (
     ("prefix_cache_hit_rate", "prefix_cache_hits / prefix_cache_queries"),
     ("prefix_cache_hits", "prefix_cache_hits (tokens)"),
     ("prefix_cache_queries", "prefix_cache_queries (tokens)"),
-    ("prefix_cached_tokens_total", "prompt tokens served from the cache"),
+    ("prefix_cached_tokens_total", "prompt tokens served from a cache (GPU or CPU tier)"),
     ("prefix_cache_preempted_hits", "prefix_cache_preempted_hits (tokens, re-admitted requests)"),
     (
         "prefix_cache_preempted_queries",
@@ -105,7 +105,7 @@ SPEC_ROWS: tuple[Row, ...] = (
     ("spec_decode_num_accepted_tokens", "spec_decode_num_accepted_tokens"),
     (  # (below the configured rate: a draft counts only once every draft before it is accepted)
         "spec_decode_draft_acceptance_rate",
-        "accepted / draft tokens (not acceptance_rate, each draft's given those before it)",
+        "draft acceptance rate (accepted / draft tokens)",
     ),
     ("spec_decode_mean_acceptance_length", "mean acceptance length (tokens a verification)"),
 )
