@@ -72,6 +72,37 @@ def _json_int(text: str) -> int | NotANumber:
     return int(text)
 
 
+class DuplicateKeyError(Exception):  # (not a ValueError: parse_json reads those as its own)
+    """A JSON object names ``key`` more than once (``json`` would keep the last value)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+    def __str__(self) -> str:
+        return (
+            f"key {self.key!r} appears more than once in one object; expected each key once "
+            "(JSON readers differ on which value they keep)"
+        )
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json``'s ``object_pairs_hook`` (``parse_json(..., object_pairs_hook=unique_keys)``)
+    that refuses a key given twice in one object.
+
+    Raises:
+        DuplicateKeyError: naming the first key given again.
+    """
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return obj
+
+
 def parse_json(text: str, where: str, *, markers: bool = True, **hooks: Any) -> Any:
     """``json.loads(text)`` with ``NaN``, ``Infinity`` and integers of more than
     ``MAX_INT_DIGITS`` digits read as ``NotANumber`` (for the field checks to name), and nesting

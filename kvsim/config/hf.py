@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.base.limits import MAX_MODEL_HEADS, MAX_MODEL_LAYERS, is_int_at_least
-from kvsim.base.textfile import parse_json
+from kvsim.base.textfile import DuplicateKeyError, parse_json, unique_keys
 from kvsim.config.hf_params import UNTIED_BY_DEFAULT, count_params, moe_fields
 from kvsim.config.layers import attention_from_hf
 
@@ -70,26 +70,6 @@ GPT_OSS_WINDOW = 128  # transformers' GptOssConfig: sliding_window when the file
 _FLAGS = ("use_sliding_window", "tie_word_embeddings", "attention_bias")
 
 
-class _DuplicateKeyError(Exception):  # (not a ValueError: parse_json reads those as its own)
-    """A JSON object of the file names ``key`` twice."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json``'s ``object_pairs_hook`` that refuses a key given twice in one object."""
-    obj = dict(pairs)
-    if len(obj) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKeyError(key)
-            seen.add(key)
-    return obj
-
-
 class _Config:
     """A parsed ``config.json`` that names the file and line of a bad field in its errors."""
 
@@ -97,13 +77,9 @@ class _Config:
         self.path = path
         try:
             self.text = path.read_text(encoding="utf-8")
-            data = parse_json(self.text, f"hf_config {path}", object_pairs_hook=_unique_keys)
-        except _DuplicateKeyError as exc:
-            raise ValueError(
-                f"hf_config {path}{self._key_lines(exc.key)}: key {exc.key!r} is given twice in "
-                "one object; expected each key once (JSON readers differ on which value they "
-                "keep)"
-            ) from None
+            data = parse_json(self.text, f"hf_config {path}", object_pairs_hook=unique_keys)
+        except DuplicateKeyError as exc:
+            raise ValueError(f"hf_config {path}{self._key_lines(exc.key)}: {exc}") from None
         except FileNotFoundError:
             raise ValueError(f"hf_config: no such file {str(path)!r}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from kvsim.base.limits import MAX_INT64, MAX_TIME_S
-from kvsim.base.textfile import NotANumber, parse_json
+from kvsim.base.textfile import DuplicateKeyError, NotANumber, parse_json, unique_keys
 from kvsim.workload.tokens import MOONCAKE_BLOCK_SIZE_TOKENS
 from kvsim.workload.trace_table import BAILIAN_BLOCK_SIZE_TOKENS, Trace
 
@@ -38,10 +38,6 @@ _KEYS = {  # Bailian's type and turn are its own, unread here
     "bailian": frozenset((*_MOONCAKE_KEYS, "chat_id", "parent_chat_id", "type", "turn")),
 }
 _UTF8_BOM = b"\xef\xbb\xbf"
-
-
-class _DuplicateKeyError(ValueError):
-    """A JSON object names a key twice (``json`` would keep the last value)."""
 
 
 def read_jsonl(path: Path, fmt: str) -> Trace:
@@ -129,22 +125,10 @@ def _decode_line(path: Path, line_no: int, raw: bytes) -> str:
         ) from None
 
 
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    row = dict(pairs)
-    if len(row) < len(pairs):
-        keys = [key for key, _ in pairs]
-        twice = next(key for i, key in enumerate(keys) if key in keys[:i])
-        raise _DuplicateKeyError(
-            f"key {twice!r} appears more than once in one object; expected each key once "
-            "(JSON readers differ on which value they keep)"
-        )
-    return row
-
-
 def _parse_json_line(path: Path, line_no: int, line: str) -> dict[str, object]:
     try:  # (NaN, Infinity and overlong integers come back for the field checks to name)
-        row = parse_json(line, f"{path} line {line_no}", object_pairs_hook=_unique_keys)
-    except _DuplicateKeyError as exc:
+        row = parse_json(line, f"{path} line {line_no}", object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:
         raise ValueError(f"{path} line {line_no}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} line {line_no}: invalid JSON ({exc.msg})") from None

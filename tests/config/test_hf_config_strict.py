@@ -174,7 +174,7 @@ def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     text = json.dumps(MISTRAL, indent=1)[:-2] + ',\n "num_hidden_layers": 40\n}'
     # indent 1: "{" on line 1, then a key a line: num_hidden_layers is the 6th key (line 7),
     # vocab_size the 11th (line 12), the added num_hidden_layers line 13
-    expected = "model/config.json lines 7 and 13: key 'num_hidden_layers' is given twice"
+    expected = "model/config.json lines 7 and 13: key 'num_hidden_layers' appears more than once"
     with pytest.raises(ValueError, match=re.escape(expected)):
         _model(tmp_path, text)
 
@@ -182,7 +182,7 @@ def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
 def test_a_key_given_twice_inside_a_nested_object_is_refused(tmp_path: Path) -> None:
     text = json.dumps({**MISTRAL, "rope_scaling": {"factor": 8.0}})
     text = text.replace('{"factor": 8.0}', '{"factor": 8.0, "factor": 2.0}')
-    with pytest.raises(ValueError, match="key 'factor' is given twice in one object"):
+    with pytest.raises(ValueError, match="key 'factor' appears more than once in one object"):
         _model(tmp_path, text)
 
 
@@ -208,7 +208,7 @@ def test_a_key_given_twice_through_the_cli(tmp_path: Path) -> None:
     assert len(errors) == 1, result.output
     line = " ".join(result.output.split())
     assert str(path) in line
-    assert "line 1: key 'num_hidden_layers' is given twice in one object" in line
+    assert "line 1: key 'num_hidden_layers' appears more than once in one object" in line
     assert "Traceback" not in result.output
 
 
