@@ -11,14 +11,20 @@ only under vLLM v1 with a paged pool and prefix caching (``check_offload``).
 
 The link's bandwidth is the GPU preset's host link (PCIe, or NVLink-C2C on a superchip:
 ``GpuSpec.host_link_bandwidth_bytes_per_s``) unless ``link_bandwidth_bytes_per_s`` is given.
+
+A disk tier below the CPU tier (``disk_offloading_size``) follows vLLM 0.34.0's tiered offloading
+(``vllm/v1/kv_offload/tiering/spec.py``, ``TieringOffloadingSpec``, with a file-system secondary
+tier, ``tiering/fs/manager.py``): the CPU tier stays the only one the GPU reads and writes, every
+block stored in it is written on to the disk, and a disk hit is promoted into the CPU tier before
+it loads (``kvsim.core.kv.disk_tier``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from kvsim.base.limits import MAX_HW_PER_S
 from kvsim.base.say_once import warn_once
@@ -35,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 # under a twelfth of PCIe 3.0 x16's ~12 GB/s a direction: slower than any GPU-CPU link
 SLOWEST_PLAUSIBLE_LINK_BYTES_PER_S: Final = 1e9
+# one PCIe 4.0 x4 NVMe drive: 8 GB/s nominal, 80 % of it (the convention of gpus.toml's PCIe
+# figures); an interface bound, not a drive's datasheet: flash often writes slower than it reads
+NVME_GEN4_X4_BYTES_PER_S: Final = 6.4e9
 
 
 class OffloadConfig(Frozen):
@@ -51,11 +60,36 @@ class OffloadConfig(Frozen):
         link_bandwidth_bytes_per_s: one direction of the GPU-CPU link, bytes/s; ``None``
             reads the GPU preset (PCIe 4: 25.6e9, PCIe 5: 51.2e9, 80 % of nominal;
             NVLink-C2C on GH200/GB200: 450e9; ``kvsim/data/gpus.toml``).
+        disk_offloading_size: a disk tier below the CPU tier, GiB, summed over the GPUs as
+            ``kv_offloading_size`` is (vLLM 0.34.0's tiered offloading with a file-system tier
+            writes one directory per rank). ``None`` or 0: no disk tier. vLLM's file-system
+            tier never deletes a file; a size bounds it with least-recently-used eviction (as
+            LMCache's local disk does): give a size above what the run writes to model vLLM's.
+        disk_read_bandwidth_bytes_per_s, disk_write_bandwidth_bytes_per_s: one GPU's share of
+            the disk, bytes/s each way; default 6.4e9, one PCIe 4.0 x4 NVMe drive at 80 % of
+            its nominal 8 GB/s (an interface bound: take your drive's datasheet figures).
     """
 
     kv_offloading_size: float | None = Field(default=None, ge=0, le=MAX_OFFLOAD_GIB)
     kv_offloading_backend: Literal["native", "lmcache"] = "native"
     link_bandwidth_bytes_per_s: float | None = Field(default=None, ge=1, le=MAX_HW_PER_S)
+    disk_offloading_size: float | None = Field(default=None, ge=0, le=MAX_OFFLOAD_GIB)
+    disk_read_bandwidth_bytes_per_s: float = Field(
+        default=NVME_GEN4_X4_BYTES_PER_S, ge=1, le=MAX_HW_PER_S
+    )
+    disk_write_bandwidth_bytes_per_s: float = Field(
+        default=NVME_GEN4_X4_BYTES_PER_S, ge=1, le=MAX_HW_PER_S
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_disk_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave out the disk fields left at their defaults, so configs without a disk tier
+        keep their canonical hash."""
+        data: dict[str, Any] = handler(self)
+        for name in DISK_FIELDS:
+            if getattr(self, name) == OffloadConfig.model_fields[name].default:
+                data.pop(name, None)
+        return data
 
     @model_validator(mode="after")
     def _link_and_backend(self) -> OffloadConfig:
@@ -66,6 +100,16 @@ class OffloadConfig(Frozen):
                 f"offload.link_bandwidth_bytes_per_s: {link:,.0f} bytes/s is slower than any "
                 "GPU-CPU link (PCIe 3.0 x16 moves about 12e9 bytes/s a direction); copies "
                 "queue past the run's end, and the tier's counters count what was submitted",
+            )
+        if not self.disk_enabled and any(
+            getattr(self, name) != OffloadConfig.model_fields[name].default
+            for name in DISK_FIELDS[1:]
+        ):
+            warn_once(
+                logger,
+                "offload.disk_read_bandwidth_bytes_per_s / disk_write_bandwidth_bytes_per_s: "
+                "set without a disk tier, so they change nothing (set "
+                "offload.disk_offloading_size, GiB, to add one)",
             )
         if self.kv_offloading_backend == "lmcache":
             raise ValueError(
@@ -79,6 +123,18 @@ class OffloadConfig(Frozen):
     def enabled(self) -> bool:
         """Offloading is on (``kv_offloading_size`` set and above 0)."""
         return bool(self.kv_offloading_size)
+
+    @property
+    def disk_enabled(self) -> bool:
+        """A disk tier is on (``disk_offloading_size`` set and above 0)."""
+        return bool(self.disk_offloading_size)
+
+
+DISK_FIELDS: Final = (
+    "disk_offloading_size",
+    "disk_read_bandwidth_bytes_per_s",
+    "disk_write_bandwidth_bytes_per_s",
+)
 
 
 class OffloadParts(Protocol):
@@ -114,6 +170,16 @@ def cpu_tier_blocks(config: OffloadParts) -> int:
     return int(size * GiB) // config.parallel.world_size // block_bytes
 
 
+def disk_tier_blocks(config: OffloadParts) -> int:
+    """Blocks one GPU's share of the disk tier holds, as ``cpu_tier_blocks`` counts them (0
+    without a disk tier)."""
+    size = config.offload.disk_offloading_size
+    if not size:
+        return 0
+    block_bytes = config.cache.block_size_tokens * config.bytes_per_token
+    return int(size * GiB) // config.parallel.world_size // block_bytes
+
+
 def link_bandwidth_bytes_per_s(config: OffloadParts) -> float:
     """One direction of the GPU-CPU link the tier's transfers cross, bytes/s."""
     given = config.offload.link_bandwidth_bytes_per_s
@@ -128,6 +194,12 @@ def check_offload(config: OffloadParts) -> None:
     Raises:
         ValueError: naming the field that rules it out.
     """
+    if config.offload.disk_enabled and not config.offload.enabled:
+        raise ValueError(
+            f"offload.disk_offloading_size: {config.offload.disk_offloading_size} GiB of disk "
+            "needs a CPU tier above it (vLLM's tiered offloading promotes every disk hit into "
+            "CPU memory before the GPU loads it); set offload.kv_offloading_size"
+        )
     if not config.offload.enabled:
         return
     args = config.engine_args
@@ -156,6 +228,12 @@ def check_offload(config: OffloadParts) -> None:
     if cpu_tier_blocks(config) < 1:
         raise ValueError(
             f"offload.kv_offloading_size: {config.offload.kv_offloading_size} GiB over "
+            f"{config.parallel.world_size} GPU(s) holds no block of "
+            f"{config.cache.block_size_tokens * config.bytes_per_token:,} bytes; raise it"
+        )
+    if config.offload.disk_enabled and disk_tier_blocks(config) < 1:
+        raise ValueError(
+            f"offload.disk_offloading_size: {config.offload.disk_offloading_size} GiB over "
             f"{config.parallel.world_size} GPU(s) holds no block of "
             f"{config.cache.block_size_tokens * config.bytes_per_token:,} bytes; raise it"
         )

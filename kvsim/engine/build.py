@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvsim.config import SimConfig
-from kvsim.config.offload import cpu_tier_blocks, link_bandwidth_bytes_per_s
+from kvsim.config.offload import cpu_tier_blocks, disk_tier_blocks, link_bandwidth_bytes_per_s
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv import Allocator, allocator_from_knobs
+from kvsim.core.kv.disk_tier import DiskTier
 from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.kv.offload import CpuTier
 from kvsim.core.kv.paged import PagedAllocator
@@ -61,16 +62,22 @@ def spec_decoder_from_config(config: SimConfig) -> SpecDecoder | None:
 
 
 def offload_from_config(config: SimConfig, allocator: Allocator) -> OffloadConnector | None:
-    """vLLM v1's CPU offloading connector over the paged pool (``None`` when offloading is
-    off; ``kvsim.config.offload.check_offload`` allowed the rest)."""
-    if not config.offload.enabled:
+    """vLLM v1's CPU offloading connector over the paged pool, with a disk tier below the CPU
+    tier when one is set (``None`` when offloading is off;
+    ``kvsim.config.offload.check_offload`` allowed the rest)."""
+    offload = config.offload
+    if not offload.enabled:
         return None
     assert isinstance(allocator, PagedAllocator), "check_offload admits paged pools only"
+    disk = DiskTier(num_blocks=disk_tier_blocks(config)) if offload.disk_enabled else None
     return OffloadConnector(
         allocator,
         CpuTier(num_blocks=cpu_tier_blocks(config)),
         block_bytes=allocator.block_size_tokens * config.bytes_per_token,
         bandwidth_bytes_per_s=link_bandwidth_bytes_per_s(config),
+        disk=disk,
+        disk_read_bytes_per_s=offload.disk_read_bandwidth_bytes_per_s,
+        disk_write_bytes_per_s=offload.disk_write_bandwidth_bytes_per_s,
     )
 
 

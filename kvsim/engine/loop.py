@@ -122,6 +122,7 @@ class Engine:
         self.allocator, self.swap = parts.allocator, parts.swap
         self.offload = parts.offload  # CPU offloading (vLLM's OffloadingConnector) or None
         self.tier_samples: list[tuple[int, int, int, int]] = []  # per memory row (offload)
+        self.disk_samples: list[tuple[int, int, int]] = []  # per memory row (a disk tier)
         self._parked: set[Request] = set()  # loaded from the CPU tier, waiting, holding blocks
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
@@ -438,6 +439,8 @@ class Engine:
         self.allocator.check_invariants()
         if self.offload is not None:
             self.offload.tier.check_invariants(self.env.now)
+            if self.offload.disk is not None:
+                self.offload.disk.check_invariants(self.env.now)
         if self.swap is not None:
             self.swap.check_invariants()
         self.scheduler.lazy.cohort.check()
@@ -597,6 +600,8 @@ class Engine:
             self._record_groups(plan, timing)
         if self.offload is not None:  # the tier's blocks by category at the row's time
             self.tier_samples.append(self.offload.tier.occupancy(now))
+            if self.offload.disk is not None:
+                self.disk_samples.append(self.offload.disk.occupancy(now))
 
 
 def _by_first(item: tuple[int, Request, int]) -> int:

@@ -12,7 +12,7 @@ from kvsim.engine.frames import FrameRecorder
 from kvsim.engine.intake import prepare_requests
 from kvsim.engine.loop import Engine
 from kvsim.results import Results, build_results
-from kvsim.results.offload import tier_arrays
+from kvsim.results.offload import disk_arrays, tier_arrays
 from kvsim.workload.request import Request, RequestSpec
 
 logger = logging.getLogger(__name__)
@@ -72,6 +72,8 @@ def simulate(
     memory_columns = engine.recorder.arrays()
     if engine.offload is not None and engine.tier_samples:  # the CPU tier's blocks per row
         memory_columns.update(tier_arrays(engine.tier_samples))
+    if engine.disk_samples:  # a disk tier's blocks per row
+        memory_columns.update(disk_arrays(engine.disk_samples))
     if engine.group_recorder is not None:  # hybrid KV cache groups: a column set per group
         memory_columns.update(engine.group_recorder.arrays())
     results = build_results(

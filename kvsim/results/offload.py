@@ -1,8 +1,10 @@
-"""The CPU tier's occupancy beside the memory time series (KV offloading, ``[offload]``).
+"""The CPU and disk tiers' occupancy beside the memory time series (KV offloading,
+``[offload]``).
 
-One row per engine event, as the memory table: the tier's blocks by category at the row's
-``time_s`` (``kvsim.core.kv.offload.CpuTier.occupancy``). Every block of the tier is in exactly
-one category, so the four columns sum to ``cpu_tier_blocks`` on every row.
+One row per engine event, as the memory table: each tier's blocks by category at the row's
+``time_s`` (``kvsim.core.kv.offload.CpuTier.occupancy``, ``kvsim.core.kv.disk_tier.DiskTier.
+occupancy``). Every block of a tier is in exactly one category, so the four CPU columns sum to
+``cpu_tier_blocks`` and the three disk columns to ``disk_tier_blocks`` on every row.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy.typing as npt
 TIER_COLUMNS = (
     "cpu_tier_stored_blocks",  # copied to the CPU, loadable
     "cpu_tier_storing_blocks",  # GPU->CPU copy in flight: neither loadable nor evictable
-    "cpu_tier_loading_blocks",  # read by a CPU->GPU load in flight: not evictable
+    "cpu_tier_loading_blocks",  # read by a CPU->GPU load, or a CPU->disk write: not evictable
     "cpu_tier_free_blocks",
 )
 
@@ -26,3 +28,17 @@ def tier_arrays(samples: Sequence[tuple[int, int, int, int]]) -> dict[str, npt.N
     free)`` per memory row, to join the memory table's columns (``memory_frame`` keeps them)."""
     table = np.asarray(samples, dtype=np.int64).reshape(-1, len(TIER_COLUMNS))
     return {name: table[:, i].copy() for i, name in enumerate(TIER_COLUMNS)}
+
+
+DISK_COLUMNS = (
+    "disk_tier_stored_blocks",  # written, readable
+    "disk_tier_writing_blocks",  # CPU->disk write in flight: a lookup misses them
+    "disk_tier_free_blocks",
+)
+
+
+def disk_arrays(samples: Sequence[tuple[int, int, int]]) -> dict[str, npt.NDArray[Any]]:
+    """The ``DISK_COLUMNS`` (blocks, int64) of ``samples``, one ``(stored, writing, free)``
+    per memory row."""
+    table = np.asarray(samples, dtype=np.int64).reshape(-1, len(DISK_COLUMNS))
+    return {name: table[:, i].copy() for i, name in enumerate(DISK_COLUMNS)}

@@ -24,7 +24,7 @@ from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
 from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
 from kvsim.results.money import money_summary, price_or_none
-from kvsim.results.offload import TIER_COLUMNS
+from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -346,11 +346,13 @@ def preemption_rule(config: SimConfig) -> str:
 def memory_frame(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
     """``MemoryRecorder.arrays`` as a DataFrame that takes the arrays over without copying them
     (no rows: object columns, as pandas builds an empty table); a fleet's ``replica`` column
-    and a CPU tier's ``TIER_COLUMNS`` (``kvsim.results.offload``) after them."""
+    and a CPU tier's ``TIER_COLUMNS`` and a disk tier's ``DISK_COLUMNS``
+    (``kvsim.results.offload``) after them."""
     import pandas as pd  # only when a run's tables are built
 
     names = [*MEMORY_COLUMNS, *(["replica"] if "replica" in columns else [])]
     names += [c for c in TIER_COLUMNS if c in columns]  # a run offloading to a CPU tier
+    names += [c for c in DISK_COLUMNS if c in columns]  # ... and on to a disk
     names += [c for c in columns if c.startswith("group")]  # hybrid KV cache groups' columns
     if not len(columns["time_s"]):
         return pd.DataFrame([], columns=names)

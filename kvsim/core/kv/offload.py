@@ -53,12 +53,14 @@ KEPT: Final = 4  # kept by the rebuild under way (``_current``)
 STORING: Final = 8  # its GPU->CPU copy has not ended (as of the last ``_settle``)
 OFFERED: Final = 16  # offered to the store under way (``prepare_store``): not evictable now
 WATCHED: Final = 32  # in the watched lookup's run (``HeldRun``)
+CASCADING: Final = 64  # read by its CPU->disk write (a disk tier's cascade): not evictable
 NOT_EVICTABLE: Final = 0xFF ^ EVICTABLE
 NOT_IN_HEAP: Final = 0xFF ^ IN_HEAP
 NOT_KEPT: Final = 0xFF ^ KEPT
 NOT_STORING: Final = 0xFF ^ STORING
 NOT_OFFERED: Final = 0xFF ^ OFFERED
 NOT_WATCHED: Final = 0xFF ^ WATCHED
+NOT_CASCADING: Final = 0xFF ^ CASCADING
 
 
 def rank_value(rank: i64, position: i64) -> i64:
@@ -283,7 +285,15 @@ class CpuTier:
         self._watched: HeldRun | None = None  # the last run ``held_run`` was given
         self._num_evictable: i64 = 0
         self._prepared = vec[i64]()  # the slots the last prepare_store added (storing)
-        self._pending: deque[tuple[float, vec[i64]]] = deque()  # (ready_s, slots) of stores
+        # (ready_s, slots, disk_done_s) of stores from the GPU: a disk tier reads the slots
+        # from ready_s to disk_done_s (-1: no disk tier); promotions from the disk apart, as
+        # the two links end their copies in different orders; (done_s, slots) of disk writes
+        self._pending: deque[tuple[float, vec[i64], float]] = deque()
+        self._promoting: deque[tuple[float, vec[i64]]] = deque()
+        self._cascades: deque[tuple[float, vec[i64]]] = deque()
+        self._promoted = vec[i64]()  # the slots prepared by ``prepare_promotion`` (storing)
+        self._num_cascading: i64 = 0  # slots read by a disk write (CASCADING)
+        self._num_cascading_loading: i64 = 0  # ... that a load reads too
         self._num_storing: i64 = 0
         self.num_stored_blocks = 0  # cumulative: blocks whose store was prepared
         self.num_evicted_blocks = 0  # cumulative
@@ -381,13 +391,16 @@ class CpuTier:
         """When the first store still in flight at ``now_s`` ends (seconds), ``None`` if
         none is."""
         self._settle(now_s)
-        return self._pending[0][0] if self._pending else None
+        ends = [q[0][0] for q in (self._pending, self._promoting) if q]
+        return min(ends) if ends else None
 
     def occupancy(self, now_s: float) -> tuple[int, int, int, int]:
-        """``(stored, storing, loading, free)`` blocks at ``now_s``: every block in one."""
+        """``(stored, storing, loading, free)`` blocks at ``now_s``: every block in one.
+        *Loading* counts the blocks a copy reads: a load to the GPU, or with a disk tier the
+        write on to the disk (``complete_store``'s ``disk_done_s``)."""
         self._settle(now_s)
         held = self._num_held
-        loading = self._num_loading
+        loading = self._num_loading + self._num_cascading - self._num_cascading_loading
         stored = held - self._num_storing - loading
         return stored, self._num_storing, loading, self.num_blocks - held
 
@@ -661,18 +674,46 @@ class CpuTier:
         self.num_stored_blocks += len(new_at)
         self._prepared = prepared
 
-    def complete_store(self, keys: vec[i64], ready_s: float) -> None:
+    def complete_store(self, keys: vec[i64], ready_s: float, disk_done_s: float = -1.0) -> None:
         """The copy of ``keys`` (the last ``prepare_store``'s) ends at ``ready_s``: they are
         stored from then on (evictable unless a load reads them). Stores are submitted in time
         order, so ``ready_s`` never decreases from one call to the next (``TransferLink`` is
-        first come first served)."""
+        first come first served). ``disk_done_s`` (a disk tier; -1: none): from ``ready_s``
+        their write on to the disk reads them, and they are not evictable until it ends (vLLM
+        0.34.0 ``TieringOffloadingManager.complete_store`` pins them by ``prepare_read``); it
+        never decreases either."""
         prepared = self._prepared
         if len(prepared) != len(keys):
             raise RuntimeError("CPU tier: complete_store without its prepare_store")
         if not len(prepared):
             return
-        self._pending.append((ready_s, prepared))
+        self._pending.append((ready_s, prepared, disk_done_s))
         self._prepared = vec[i64]()
+
+    def holds(self, key: i64) -> bool:
+        """Whether ``key`` is in the key map (stored or storing; private blocks are not)."""
+        return self._find(key) >= 0
+
+    def prepare_promotion(self, key: i64, now_s: float, access: TierAccess, index: i64) -> bool:
+        """Make room for ``key`` (block ``index`` of the request ``access`` records), which
+        the tier lacks, read from a disk tier, and hold it storing until
+        ``complete_promotions``; ``False`` when eviction cannot make room (vLLM 0.34.0
+        ``TieringOffloadingManager._initiate_promotion``: ``prepare_write``, which is
+        ``prepare_store``, for one key)."""
+        new = self.prepare_store(vec[i64]([key]), now_s, access, index)
+        if new is None:
+            return False
+        assert len(new) == 1, f"promotion of a key the tier holds: {key}"
+        self._promoted = append(self._promoted, self._prepared[0])
+        self._prepared = vec[i64]()
+        return True
+
+    def complete_promotions(self, ready_s: float) -> None:
+        """The disk read of the blocks ``prepare_promotion`` held since the last call ends at
+        ``ready_s`` (never decreasing: one disk link): they are stored from then on."""
+        if len(self._promoted):
+            self._promoting.append((ready_s, self._promoted))
+            self._promoted = vec[i64]()
 
     def _insert(self, key: i64, slot: i64) -> i64:
         """Map ``key`` (not held) to ``slot``; returns its cell (``probe_insert``)."""
@@ -733,6 +774,8 @@ class CpuTier:
                     state[slot] = state[slot] & NOT_EVICTABLE
                     self._num_evictable -= 1
                     self._unheap(slot)
+                if state[slot] & CASCADING:
+                    self._num_cascading_loading += 1
             ref_cnt[slot] += 1
             self._record(access, first_index + j, keys[j], slot)
 
@@ -744,24 +787,56 @@ class CpuTier:
             ref_cnt[slot] -= 1
             if ref_cnt[slot] == 0:
                 self._num_loading -= 1
+                if state[slot] & CASCADING:  # (its disk write still reads it)
+                    self._num_cascading_loading -= 1
+                    continue
                 state[slot] = state[slot] | EVICTABLE
                 self._num_evictable += 1
                 self._push(self._rank[slot], slot)
 
     def _settle(self, now_s: float) -> None:
-        """The stores that completed by ``now_s``: their blocks are stored and evictable
-        (vLLM ``complete_store``: ``mark_evictable``)."""
-        pending = self._pending
-        state, rank, ref_cnt = self._state, self._rank, self._ref_cnt
+        """The copies that completed by ``now_s``: stores from the GPU and promotions from the
+        disk leave their blocks stored, evictable unless a load or a disk write reads them
+        (vLLM ``complete_store``: ``mark_evictable``); disk writes release theirs."""
+        pending, cascades = self._pending, self._cascades
         while pending and pending[0][0] <= now_s:
-            slots = pending.popleft()[1]
-            self._num_storing -= len(slots)
-            for slot in slots:  # (a load may have read it, and ended, before it settled here)
-                state[slot] = state[slot] & NOT_STORING
-                if ref_cnt[slot] == 0 and not state[slot] & EVICTABLE:
+            _, slots, disk_done_s = pending.popleft()
+            if disk_done_s >= 0:
+                self._stored(slots, CASCADING)
+                self._num_cascading += len(slots)
+                cascades.append((disk_done_s, slots))
+            else:
+                self._stored(slots, 0)
+        promoting = self._promoting
+        while promoting and promoting[0][0] <= now_s:
+            self._stored(promoting.popleft()[1], 0)
+        state, rank, ref_cnt = self._state, self._rank, self._ref_cnt
+        while cascades and cascades[0][0] <= now_s:
+            slots = cascades.popleft()[1]
+            self._num_cascading -= len(slots)
+            for slot in slots:
+                state[slot] = state[slot] & NOT_CASCADING
+                if ref_cnt[slot]:
+                    self._num_cascading_loading -= 1
+                else:
                     state[slot] = state[slot] | EVICTABLE
                     self._num_evictable += 1
                     self._push(rank[slot], slot)
+
+    def _stored(self, slots: vec[i64], pin: u8) -> None:
+        """``slots``' copies into the tier ended: they are stored; with ``pin`` (CASCADING)
+        a disk write reads them, else they are evictable unless a load reads them."""
+        self._num_storing -= len(slots)
+        state, rank, ref_cnt = self._state, self._rank, self._ref_cnt
+        for slot in slots:  # (a load may have read it, and ended, before it settled here)
+            state[slot] = (state[slot] & NOT_STORING) | pin
+            if pin:
+                if ref_cnt[slot]:
+                    self._num_cascading_loading += 1
+            elif ref_cnt[slot] == 0 and not state[slot] & EVICTABLE:
+                state[slot] = state[slot] | EVICTABLE
+                self._num_evictable += 1
+                self._push(rank[slot], slot)
 
     # -- the queue and heap of evictable slots --------------------------------------------
     def _push(self, value: i64, slot: i64) -> None:
@@ -889,16 +964,26 @@ class CpuTier:
         assert len(slots) == self._num_held, f"{len(slots)} held slots != {self._num_held}"
         state = self._state
         recount_storing = sum(1 for s in slots if state[s] & STORING)
-        in_flight = sum(len(copied) for _, copied in self._pending) + len(self._prepared)
+        in_flight = (
+            sum(len(entry[1]) for entry in self._pending)
+            + sum(len(copied) for _, copied in self._promoting)
+            + len(self._prepared)
+            + len(self._promoted)
+        )
         assert recount_storing == in_flight, f"{recount_storing} storing != {in_flight} copying"
         assert recount_storing == storing, f"storing {storing} != recount {recount_storing}"
         ref_cnt = self._ref_cnt
-        recount_loading = sum(ref_cnt[s] > 0 for s in slots)
+        recount_loading = sum(ref_cnt[s] > 0 or bool(state[s] & CASCADING) for s in slots)
         assert recount_loading == loading, f"loading {loading} != recount {recount_loading}"
         assert all(n >= 0 for n in ref_cnt), "negative reference count"
         assert all(ref_cnt[s] == 0 or not state[s] & STORING for s in slots), "loading unstored"
         assert all(ref_cnt[s] == 0 for s in self._free_slots), "a free slot is loading"
-        evictable = [s for s in slots if not state[s] & STORING and ref_cnt[s] == 0]
+        cascading = [s for s in slots if state[s] & CASCADING]
+        assert len(cascading) == self._num_cascading, "cascading count"
+        assert sum(ref_cnt[s] > 0 for s in cascading) == self._num_cascading_loading
+        assert sum(len(c) for _, c in self._cascades) == len(cascading), "cascades in flight"
+        assert not any(state[s] & STORING for s in cascading), "a storing block cascading"
+        evictable = [s for s in slots if not state[s] & (STORING | CASCADING) and ref_cnt[s] == 0]
         assert not any(f & OFFERED for f in state), "an offer's mark left behind"
         assert [s for s in range(len(self._key)) if state[s] & EVICTABLE] == evictable, (
             "evictable flags disagree with the stored, unloaded slots"

@@ -29,6 +29,14 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
   Blocks past the tokens another request may share (``Request.shared_tokens``) are the
   request's own: the tier holds them outside its key map until the request is preempted
   (``CpuTier.map_private``), the same blocks with less work.
+- **Disk tier** (``disk``, vLLM 0.34.0's tiered offloading, ``kvsim.core.kv.disk_tier``): each
+  store's blocks are written on to the disk after their GPU->CPU copy, over the disk's write
+  link. A lookup whose CPU run stops short of the request's keyed blocks asks on, block by
+  block (vLLM ``TieringOffloadingManager.lookup``): a block the CPU tier holds counts, one the
+  disk holds readable is promoted (a CPU slot taken at once, ``CpuTier.prepare_promotion``; the
+  blocks cross the disk's read link in one job a lookup, ``_flush_pending_promotions``), the
+  first held by neither, or whose CPU slot eviction cannot free, ends the run. Promoting
+  delays the request like a store in flight; once they land it loads them to the GPU.
 - **Finish** (``forget``, vLLM ``on_request_finished`` at ``build_connector_meta``, after the
   step's stores): the tier commits the recency of the blocks the request recorded.
 
@@ -46,9 +54,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from librt.vecs import vec
+from librt.vecs import append, vec
 from mypy_extensions import i64
 
+from kvsim.core.kv.disk_tier import DiskTier
 from kvsim.core.kv.offload import CpuTier, HeldRun, TierAccess, TransferLink
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
@@ -71,10 +80,13 @@ class OffloadConnector:
         tier: the CPU tier.
         block_bytes: bytes of one block on one GPU (``block_size_tokens * bytes_per_token``).
         bandwidth_bytes_per_s: one direction of the GPU-CPU link.
+        disk: a disk tier below the CPU tier, or ``None``.
+        disk_read_bytes_per_s, disk_write_bytes_per_s: the disk's links (with ``disk``).
 
     Counters (cumulative, vLLM's names): ``external_prefix_cache_queries`` and
     ``external_prefix_cache_hits`` (tokens, first admissions: vLLM's connector prefix-cache
-    stats), ``gpu_to_cpu`` and ``cpu_to_gpu`` links (bytes and busy seconds).
+    stats), ``gpu_to_cpu`` and ``cpu_to_gpu`` links (bytes and busy seconds); with a disk,
+    ``cpu_to_disk`` and ``disk_to_cpu`` links and ``num_promotions`` (promotion jobs).
     """
 
     def __init__(
@@ -84,6 +96,9 @@ class OffloadConnector:
         *,
         block_bytes: int,
         bandwidth_bytes_per_s: float,
+        disk: DiskTier | None = None,
+        disk_read_bytes_per_s: float = 1.0,
+        disk_write_bytes_per_s: float = 1.0,
     ) -> None:
         self.allocator = allocator
         self.tier = tier
@@ -91,6 +106,10 @@ class OffloadConnector:
         self.block_bytes = block_bytes
         self.gpu_to_cpu = TransferLink(bandwidth_bytes_per_s)
         self.cpu_to_gpu = TransferLink(bandwidth_bytes_per_s)
+        self.disk = disk
+        self.cpu_to_disk = TransferLink(disk_write_bytes_per_s)
+        self.disk_to_cpu = TransferLink(disk_read_bytes_per_s)
+        self.num_promotions = 0
         self.now_s = 0.0  # the engine sets it before each step is planned
         self.loads: dict[Request, Load] = {}
         self.started: list[Request] = []  # loads started by the last plan (the engine takes)
@@ -130,7 +149,35 @@ class OffloadConnector:
         )
         if storing or loading:
             return None
+        start = gpu_hit_tokens // b + hits
+        if self.disk is not None and start < num_full and self._promote(request, start):
+            return None
         return hits * b
+
+    def _promote(self, request: Request, start: int) -> bool:
+        """Go on with the lookup past the CPU tier's run, from block ``start`` (see the module
+        docstring); whether any block is being promoted (the request waits for it)."""
+        disk, tier, keys, now = self.disk, self.tier, self._looked_up_keys, self.now_s
+        assert disk is not None
+        promoted = vec[i64]()
+        access: TierAccess | None = None
+        for i in range(start, len(keys)):
+            key = keys[i]
+            if tier.holds(key):
+                continue
+            if not disk.readable(key, now):
+                break
+            if access is None:
+                access = self._access_of(request)
+            if not tier.prepare_promotion(key, now, access, i):
+                break  # vLLM: no CPU slot, a miss
+            promoted = append(promoted, key)
+        if not len(promoted):
+            return False
+        disk.read(promoted)
+        tier.complete_promotions(self.disk_to_cpu.submit(len(promoted) * self.block_bytes, now))
+        self.num_promotions += 1
+        return True
 
     def count_query(self, request: Request, gpu_hit_tokens: int, hit_tokens: int) -> None:
         """Count a first admission's lookup (vLLM 0.34.0 ``Scheduler.schedule``'s connector
@@ -193,8 +240,14 @@ class OffloadConnector:
                 continue  # no room: offered again later (vLLM skips the store this step)
             nxt[req.req_id] = upto
             if len(new):
-                done_s = self.gpu_to_cpu.submit(len(new) * self.block_bytes, now_s)
-                tier.complete_store(new, done_s)
+                num_bytes = len(new) * self.block_bytes
+                done_s = self.gpu_to_cpu.submit(num_bytes, now_s)
+                if self.disk is None:
+                    tier.complete_store(new, done_s)
+                    continue
+                disk_done_s = self.cpu_to_disk.submit(num_bytes, done_s)
+                tier.complete_store(new, done_s, disk_done_s)
+                self.disk.write(new, disk_done_s)
 
     def storable_tokens(self, request: Request, computed: int) -> int:
         """Tokens of ``computed`` (computed and scheduled) whose full blocks may be stored: at
@@ -243,4 +296,21 @@ class OffloadConnector:
             "kv_offload_loads_dropped": self.num_loads_dropped,
             "cpu_tier_stored_blocks": self.tier.num_stored_blocks,
             "cpu_tier_evicted_blocks": self.tier.num_evicted_blocks,
+            **(self._disk_summary() if self.disk is not None else {}),
+        }
+
+    def _disk_summary(self) -> dict[str, Any]:
+        """The disk tier's counters (blocks, and bytes and busy seconds per direction)."""
+        disk = self.disk
+        assert disk is not None
+        return {
+            "disk_tier_blocks": disk.num_blocks,
+            "disk_tier_written_blocks": disk.num_written_blocks,
+            "disk_tier_evicted_blocks": disk.num_evicted_blocks,
+            "disk_tier_promoted_blocks": disk.num_read_blocks,
+            "disk_tier_promotions": self.num_promotions,
+            "kv_offload_bytes_cpu_to_disk": self.cpu_to_disk.num_bytes,
+            "kv_offload_bytes_disk_to_cpu": self.disk_to_cpu.num_bytes,
+            "kv_offload_time_cpu_to_disk_s": self.cpu_to_disk.busy_s,
+            "kv_offload_time_disk_to_cpu_s": self.disk_to_cpu.busy_s,
         }

@@ -1,0 +1,208 @@
+"""A disk tier below the CPU tier (vLLM 0.34.0's tiered offloading), worked by hand.
+
+The rules are ``vllm/v1/kv_offload/tiering/manager.py`` (``TieringOffloadingManager``): every
+block newly stored in the CPU tier is cascaded to the disk after its GPU->CPU copy, pinned in
+the CPU tier until the write ends (``complete_store``, ``prepare_read``); a lookup that misses
+the CPU tier asks the disk and promotes a hit into a CPU slot taken at once, answering
+``HIT_PENDING`` until it lands (``lookup``, ``_initiate_promotion``); a file being written is a
+miss (``tiering/fs``: written to a temporary name, renamed when whole). The disk's LRU bound is
+kvsim's (vLLM's file-system tier never deletes). Every expected number is worked out in the
+comments: 1 MB blocks, 16 tokens each.
+"""
+
+from __future__ import annotations
+
+import pytest
+from librt.vecs import vec
+from mypy_extensions import i64
+
+from kvsim.config.offload import disk_tier_blocks
+from kvsim.config.sim import config_from_dict
+from kvsim.core.kv.disk_tier import DiskTier
+from kvsim.core.kv.offload import CpuTier, TierAccess
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.scheduler.offload import OffloadConnector
+from kvsim.workload.request import Request
+
+B = 16
+MB = 1_000_000
+# GPU<->CPU 1 GB/s (1 ms a block), CPU->disk 0.5 GB/s (2 ms), disk->CPU 0.25 GB/s (4 ms)
+PCIE, DISK_WRITE, DISK_READ = 1e9, 0.5e9, 0.25e9
+
+
+def keys(*values: int) -> vec[i64]:
+    return vec[i64](list(values))
+
+
+def parts(num_cpu_blocks: int = 2, num_disk_blocks: int = 8):
+    pool = PagedAllocator(
+        capacity_tokens=40 * B,
+        block_size_tokens=B,
+        enable_prefix_caching=True,
+        reserve_null_block=True,
+    )
+    conn = OffloadConnector(
+        pool,
+        CpuTier(num_blocks=num_cpu_blocks),
+        block_bytes=MB,
+        bandwidth_bytes_per_s=PCIE,
+        disk=DiskTier(num_blocks=num_disk_blocks),
+        disk_read_bytes_per_s=DISK_READ,
+        disk_write_bytes_per_s=DISK_WRITE,
+    )
+    return pool, conn
+
+
+def doc(req_id: int, *segs: tuple[object, int], computed: int = 0) -> Request:
+    prompt = sum(n for _, n in segs)
+    req = Request(req_id, 0.0, prompt, 4, 4, token_segments=segs)
+    req.num_computed_tokens = computed
+    return req
+
+
+def test_disk_lru_and_readable_only_once_written() -> None:
+    """Three blocks of disk: writes, an eviction of the least recent, a read refreshing one."""
+    disk = DiskTier(num_blocks=3)
+    disk.write(keys(1, 2), 1.0)  # 1, 2 writing until t=1
+    assert disk.occupancy(0.5) == (0, 2, 1)  # (stored, writing, free)
+    assert not disk.readable(1, 0.5)
+    assert disk.readable(1, 1.0)
+    disk.write(keys(3, 4), 2.0)  # 3 fills the last block; 4 evicts 1, the least recent
+    assert 1 not in disk
+    assert disk.occupancy(1.5) == (1, 2, 0)
+    disk.read(keys(2))  # 2 is the most recent now: order 3, 4, 2
+    disk.write(keys(5), 3.0)  # evicts 3, not 2
+    assert [k in disk for k in (2, 3, 4, 5)] == [True, False, True, True]
+    disk.write(keys(2), 4.0)  # written again: stays readable, most recent
+    assert disk.readable(2, 3.5)
+    # 6 blocks written (1, 2, 3, 4, 5, and 2 again), 2 evicted (1, 3), 1 read (2)
+    assert (disk.num_written_blocks, disk.num_evicted_blocks, disk.num_read_blocks) == (6, 2, 1)
+    disk.check_invariants(5.0)
+    assert disk.occupancy(5.0) == (3, 0, 0)
+
+
+def test_evicting_a_block_still_writing_frees_its_count() -> None:
+    """A block evicted before its write ends leaves the writing count at once."""
+    disk = DiskTier(num_blocks=1)
+    disk.write(keys(1), 1.0)
+    assert disk.occupancy(0.0) == (0, 1, 0)
+    disk.write(keys(2), 2.0)  # evicts 1 while it is writing
+    assert disk.occupancy(0.5) == (0, 1, 0)  # 2 writing
+    assert disk.occupancy(1.5) == (0, 1, 0)  # 1's write ending changes nothing
+    assert disk.occupancy(2.0) == (1, 0, 0)
+    disk.check_invariants(2.0)
+
+
+def test_cascade_pins_the_cpu_blocks_until_the_disk_write_ends() -> None:
+    """``complete_store`` cascades each stored block to the disk; the CPU copy is not
+    evictable until that write ends."""
+    pool, conn = parts()
+    conn.store([doc(0, ("p", 32), computed=32)], 0.0)
+    # p0, p1: GPU->CPU 2 MB, t=0 -> 0.002; then CPU->disk 2 MB at 0.5 GB/s, 0.002 -> 0.006
+    assert conn.cpu_to_disk.busy_until_s == pytest.approx(0.006)
+    assert conn.tier.occupancy(0.001) == (0, 2, 0, 0)  # (stored, storing, loading, free)
+    assert conn.tier.occupancy(0.004) == (0, 0, 2, 0)  # read by the disk write
+    p0 = pool.block_keys(doc(9, ("p", 32)), 0, 1)[0]
+    assert conn.disk is not None
+    assert not conn.disk.readable(p0, 0.004)
+    assert conn.disk.readable(p0, 0.006)
+    # a store at t=0.004 needs both slots; neither is evictable: refused, offered again later
+    q = doc(1, ("q", 32), computed=32)
+    conn.store([q], 0.004)
+    assert conn.tier.num_stored_blocks == 2
+    conn.store([q], 0.006)  # the write has ended: p0, p1 evicted, q0, q1 stored
+    assert conn.tier.num_stored_blocks == 4
+    assert conn.tier.num_evicted_blocks == 2
+    conn.tier.check_invariants(0.006)
+
+
+def test_a_disk_hit_after_the_cpu_copy_was_evicted_is_promoted_then_loaded() -> None:
+    """A prefix whose CPU copies were evicted, found on the disk: the lookup promotes it
+    (``HIT_PENDING``: the request waits), and once it lands it loads as a CPU hit."""
+    pool, conn = parts()
+    conn.store([doc(0, ("p", 32), computed=32)], 0.0)  # p0, p1: CPU by 0.002, disk by 0.006
+    conn.store([doc(1, ("q", 32), computed=32)], 1.0)  # evicts p0, p1; q0, q1 stored
+    # q0, q1: CPU by 1.002, disk 1.002 -> 1.006; q's request was ranked 2, so q0 is (2, -1)
+    # and q1 (2, -2): q1 goes first
+    new = doc(2, ("p", 32), ("z", 16))  # 3 full blocks: p0, p1 (on disk only), z0 (nowhere)
+    conn.now_s = 2.0
+    # CPU misses at block 0; the disk holds p0, p1 -> both promoted (evicting q1, then q0);
+    # z0 ends the run. 2 MB disk->CPU at 0.25 GB/s: t=2.0 -> 2.008. The request waits.
+    assert conn.matched_tokens(new, 0) is None
+    assert conn.disk_to_cpu.num_bytes == 2 * MB
+    assert conn.disk_to_cpu.busy_until_s == pytest.approx(2.008)
+    assert conn.tier.occupancy(2.004) == (0, 2, 0, 0)  # p0, p1 storing (being promoted)
+    assert conn.tier.num_evicted_blocks == 4  # p0, p1 at t=1; q1, q0 now
+    conn.now_s = 2.004
+    assert conn.matched_tokens(new, 0) is None  # still landing
+    conn.now_s = 2.008
+    assert conn.matched_tokens(new, 0) == 32  # p0, p1 in the CPU tier now
+    assert pool.allocate(new, 32) is not None
+    assert conn.start_load(new, 0, 32) == pytest.approx(2.010)  # 2 MB CPU->GPU at 1 GB/s
+    assert conn.disk is not None
+    # written: p0, p1, q0, q1; read: p0, p1; one promotion job
+    assert (conn.disk.num_written_blocks, conn.disk.num_read_blocks) == (4, 2)
+    assert conn.num_promotions == 1
+    summary = conn.summary()
+    assert summary["kv_offload_bytes_cpu_to_disk"] == 4 * MB
+    assert summary["kv_offload_bytes_disk_to_cpu"] == 2 * MB
+    assert summary["kv_offload_time_disk_to_cpu_s"] == pytest.approx(0.008)
+
+
+def test_a_promotion_without_a_free_cpu_slot_is_a_miss() -> None:
+    """``_initiate_promotion`` returns ``False`` when the CPU tier cannot make room: the lookup
+    counts that block a miss, and the request is not delayed."""
+    pool, conn = parts()
+    conn.store([doc(0, ("p", 32), computed=32)], 0.0)
+    conn.store([doc(1, ("q", 32), computed=32)], 1.0)  # p0, p1 on disk only
+    q_keys = pool.block_keys(doc(9, ("q", 32)), 0, 2)
+    conn.tier.prepare_load(q_keys, TierAccess(), 0)  # q0, q1 read by a load: not evictable
+    conn.now_s = 2.0
+    assert conn.matched_tokens(doc(2, ("p", 32), ("z", 16)), 0) == 0
+    assert conn.num_promotions == 0
+    assert conn.disk_to_cpu.num_bytes == 0
+    conn.tier.complete_load(q_keys)
+    conn.tier.check_invariants(2.0)
+
+
+def test_a_cpu_hit_run_goes_on_into_the_disk_and_a_promotion_may_evict_it() -> None:
+    """The lookup counts the CPU tier's run, then asks the disk for the blocks after it. A
+    promotion evicts by rank like any store, and nothing protects the run's earlier CPU hits
+    (vLLM's ``lookup`` pins nothing): the request's own promoted blocks rank above the rest,
+    so the run settles after a few rounds."""
+    _pool, conn = parts(num_cpu_blocks=3)
+    conn.store([doc(0, ("p", 48), computed=48)], 0.0)  # p0, p1, p2: CPU by 0.003, disk by 0.009
+    # request 0 is rank 1: p0 (1, -1), p1 (1, -2), p2 (1, -3); q0 takes p2's slot, q0 (2, -1)
+    conn.store([doc(1, ("q", 16), computed=16)], 1.0)
+    new = doc(2, ("p", 48), ("z", 16))  # its accesses will rank 3
+    conn.now_s = 2.0
+    # CPU run p0, p1; p2 promoted (1 MB, 4 ms: lands 2.004) evicting the least, p1 (1, -2)
+    assert conn.matched_tokens(new, 0) is None
+    conn.now_s = 2.004
+    # p0 hit, p1 missing: promoted (lands 2.008) evicting p0 (1, -1); p2 (3, -3) held
+    assert conn.matched_tokens(new, 0) is None
+    conn.now_s = 2.008
+    # p0 missing: promoted (lands 2.012) evicting q0 (2, -1); p1 (3, -2), p2 (3, -3) held
+    assert conn.matched_tokens(new, 0) is None
+    conn.now_s = 2.012
+    assert conn.matched_tokens(new, 0) == 48  # p0, p1, p2; z0 is nowhere
+    assert conn.num_promotions == 3
+    assert conn.disk_to_cpu.num_bytes == 3 * MB
+    assert conn.tier.num_evicted_blocks == 4  # p2 at t=1, then p1, p0, q0
+    conn.tier.check_invariants(2.012)
+
+
+def test_disk_tier_size_and_validation() -> None:
+    """``disk_offloading_size`` GiB over the GPUs, in blocks of the GPU's block size; a disk
+    needs a CPU tier above it."""
+    base = {
+        "model": "llama-3.1-8b",  # 128 KiB a token: a 16-token block is 2 MiB
+        "gpu": "h100-80gb",
+        "cache": {"enable_prefix_caching": True},
+        "offload": {"kv_offloading_size": 8, "disk_offloading_size": 1},
+    }
+    assert disk_tier_blocks(config_from_dict(base)) == 512  # 1 GiB / 2 MiB
+    with pytest.raises(ValueError, match="needs a CPU tier above it"):
+        config_from_dict({**base, "offload": {"disk_offloading_size": 1}})
+    off = config_from_dict({**base, "offload": {"kv_offloading_size": 8}})
+    assert "disk_offloading_size" not in off.model_dump()["offload"]  # (the hash is unchanged)
