@@ -19,7 +19,7 @@ SWEEP_FLAGS ?=
 
 FLEET_EXPERIMENTS := fleet-routing fleet-disagg fleet-grid
 
-.PHONY: offload native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
+.PHONY: offload offload-disk native reproduce test test-full test-vllm test-gpu bench bench-large bench-sweep lint type \
         clean figures notebooks experiments $(EXPERIMENTS) $(PAPER) paper calibrate calibrate-gpu calibrate-parts sharing \
         fleet $(FLEET_EXPERIMENTS) fleet-cheapest \
         validate calibrate-runs
@@ -91,16 +91,17 @@ $(EXPERIMENTS): $(STAMP)
 	$(KVSIM) sweep experiments/$@.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS)
 	$(KVSIM) plot $(RESULTS_ROOT)/$@
 
-experiments: $(EXPERIMENTS) offload
+experiments: $(EXPERIMENTS) offload offload-disk
 
 # KV offloading to CPU memory (docs/kv2026.md): CPU buffer size x link bandwidth on the Mooncake
-# conversation trace, or on synthetic multi-turn chat when the trace is not in KVSIM_DATA (else
-# ../shared/data/traces, where kvsim looks); then its figures, results/NAME/figures/ (offload.png
-# is docs/kv2026-offload.png).
+# conversation trace (offload-disk: a disk tier's size x drive below a 64 GiB CPU tier), or on
+# synthetic multi-turn chat when the trace is not in KVSIM_DATA (else ../shared/data/traces,
+# where kvsim looks); then its figures, results/NAME/figures/ (offload.png is
+# docs/kv2026-offload.png, and offload-disk's docs/kv2026-offload-disk.png).
 OFFLOAD_TRACE = $${KVSIM_DATA:-$(CURDIR)/../shared/data/traces}/mooncake_conversation.jsonl
-offload: $(STAMP)
-	@if [ -f "$(OFFLOAD_TRACE)" ]; then name=offload; else name=offload-synthetic; \
-	  echo "offload: no $(OFFLOAD_TRACE) (kvsim data fetch); running experiments/$$name.toml"; fi; \
+offload offload-disk: $(STAMP)
+	@if [ -f "$(OFFLOAD_TRACE)" ]; then name=$@; else name=$@-synthetic; \
+	  echo "$@: no $(OFFLOAD_TRACE) (kvsim data fetch); running experiments/$$name.toml"; fi; \
 	$(KVSIM) sweep experiments/$$name.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS) && \
 	$(KVSIM) plot $(RESULTS_ROOT)/$$name && \
 	$(PY) -c "from kvsim.study.offload_figure import save_offload_figure as s; print(s('$(RESULTS_ROOT)/$$name'))"

@@ -101,9 +101,12 @@ class OffloadConfig(Frozen):
                 "GPU-CPU link (PCIe 3.0 x16 moves about 12e9 bytes/s a direction); copies "
                 "queue past the run's end, and the tier's counters count what was submitted",
             )
-        if not self.disk_enabled and any(
-            getattr(self, name) != OffloadConfig.model_fields[name].default
-            for name in DISK_FIELDS[1:]
+        if (
+            self.disk_offloading_size is None
+            and any(  # (0: a sweep's "off" point)
+                getattr(self, name) != OffloadConfig.model_fields[name].default
+                for name in DISK_FIELDS[1:]
+            )
         ):
             warn_once(
                 logger,

@@ -158,7 +158,8 @@ def prometheus_snapshot(results: Results) -> str:
     ``vllm:spec_decode_num_drafts`` (verifications), ``vllm:spec_decode_num_draft_tokens``,
     ``vllm:spec_decode_num_accepted_tokens`` and ``vllm:spec_decode_num_accepted_tokens_per_pos``
     (a ``position`` label, ``"0"`` to ``"k-1"``: verifications that accepted that draft), none
-    without it.
+    without it. With a disk tier, ``vllm:kv_offload_tiering_read_bytes`` and ``_write_bytes``
+    (bytes, a ``tier`` label ``"1:fs"``).
 
     Gauges, after the last request finished: ``vllm:num_requests_running``,
     ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (0-1), all 0 then; the run's
@@ -234,6 +235,8 @@ class _SnapshotCollector:
             yield counter
         if "spec_decode_num_drafts" in summary:
             yield _accepted_per_pos(summary, labels)
+        if "disk_tier_blocks" in summary:  # a disk tier below the CPU tier
+            yield from _tiering_bytes(summary, labels)
         yield from _gauges(df, summary, labels)
         yield from _histograms(df, labels, int(summary["max_model_len"]))
 
@@ -269,6 +272,22 @@ def _accepted_per_pos(summary: dict[str, Any], labels: list[str]) -> Metric:
         count = summary[f"spec_decode_num_accepted_tokens_pos{pos}"]
         family.add_metric([*labels, str(pos)], float(count))
     return family
+
+
+def _tiering_bytes(summary: dict[str, Any], labels: list[str]) -> Iterator[Metric]:
+    """vLLM 0.34.0's tiered-offloading byte counters (``vllm/v1/kv_offload/tiering/spec.py``,
+    ``TieringOffloadingMetrics``): ``vllm:kv_offload_tiering_read_bytes`` (disk -> CPU) and
+    ``vllm:kv_offload_tiering_write_bytes`` (CPU -> disk), under a ``tier`` label after vLLM's
+    base labels, ``"1:fs"`` as vLLM labels its first secondary tier, a file-system one."""
+    for name, key, doc in (
+        ("read_bytes", "kv_offload_bytes_disk_to_cpu", "Bytes read from the disk tier."),
+        ("write_bytes", "kv_offload_bytes_cpu_to_disk", "Bytes written to the disk tier."),
+    ):
+        family = CounterMetricFamily(
+            f"vllm:kv_offload_tiering_{name}", doc, labels=(*LABELS, "tier")
+        )
+        family.add_metric([*labels, "1:fs"], float(summary[key]))
+        yield family
 
 
 def _gauges(df: pd.DataFrame, summary: dict[str, object], labels: list[str]) -> Iterator[Metric]:

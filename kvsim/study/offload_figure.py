@@ -1,12 +1,14 @@
-"""``results/NAME/figures/offload.png`` of an offload sweep (``make offload``): the summary's
-points and the CPU-tier series of its largest buffer at the middle link bandwidth."""
+"""``results/NAME/figures/offload.png`` of an offload sweep (``make offload``, ``make
+offload-disk``): the summary's points and the tier series of its largest tier at the middle
+bandwidth. A sweep that varies ``offload.disk_offloading_size`` is drawn against the disk tier,
+any other against the CPU tier."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from kvsim.study.load import load_sweep
-from kvsim.view.offload_plots import BANDWIDTH, SIZE, offload_figure
+from kvsim.view.offload_plots import CPU_AXES, DISK_AXES, offload_figure
 
 
 def save_offload_figure(folder: str | Path) -> Path:
@@ -14,20 +16,23 @@ def save_offload_figure(folder: str | Path) -> Path:
 
     Raises:
         FileNotFoundError: no sweep results in ``folder``.
-        ValueError: the sweep does not vary ``offload.kv_offloading_size`` and the bandwidth.
+        ValueError: the sweep varies neither the disk tier's size and read bandwidth nor the
+            CPU tier's size and link bandwidth.
     """
     sweep = load_sweep(folder)
     summary = sweep.summary
-    missing = [c for c in (SIZE, BANDWIDTH) if c not in summary.columns]
+    axes_of = DISK_AXES if DISK_AXES.size in summary.columns else CPU_AXES
+    size, bandwidth = axes_of.size, axes_of.bandwidth
+    missing = [c for c in (size, bandwidth) if c not in summary.columns]
     if missing:
         raise ValueError(f"{folder}: not an offload sweep (no {', '.join(missing)} column)")
-    bandwidths = sorted(summary[BANDWIDTH].unique())
+    bandwidths = sorted(summary[bandwidth].unique())
     middle = bandwidths[len(bandwidths) // 2]
-    largest = summary[SIZE].max()
-    row = summary[(summary[SIZE] == largest) & (summary[BANDWIDTH] == middle)].iloc[0]
+    largest = summary[size].max()
+    row = summary[(summary[size] == largest) & (summary[bandwidth] == middle)].iloc[0]
     memory = sweep.results(str(row["config_key"])).memory if largest else None
-    title = f"CPU tier, {largest:g} GiB at {middle / 1e9:g} GB/s"
-    fig = offload_figure(summary, memory, tier_title=title)
+    title = f"{axes_of.tier}, {largest:g} GiB at {middle / 1e9:g} GB/s"
+    fig = offload_figure(summary, memory, tier_title=title, axes_of=axes_of)
     out = Path(folder) / "figures" / "offload.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)

@@ -1,7 +1,10 @@
-"""The KV offload experiment's figure: TTFT and hit rates against the CPU buffer, and the CPU
-tier's blocks over time (``experiments/offload.toml``; plots take DataFrames, return a Figure)."""
+"""The KV offload experiments' figure: TTFT and hit rates against a tier's size, and the tier's
+blocks over time (``experiments/offload.toml``: the CPU buffer; ``experiments/offload-disk.toml``:
+a disk below it; plots take DataFrames, return a Figure)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -10,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from kvsim.results.offload import TIER_COLUMNS
+from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
 from kvsim.view.style import styled
 
 _STATISTICS = (("-", "mean"), ("--", "p90"))  # TTFT line styles
@@ -19,34 +22,83 @@ BANDWIDTH = "offload.link_bandwidth_bytes_per_s"
 TIER_NAMES = {
     "cpu_tier_stored_blocks": ("stored", "#2b7bba"),
     "cpu_tier_storing_blocks": ("storing (GPU->CPU copy)", "#f0a030"),
-    "cpu_tier_loading_blocks": ("loading (CPU->GPU copy)", "#c0392b"),
+    "cpu_tier_loading_blocks": ("loading (read by a copy to the GPU or disk)", "#c0392b"),
     "cpu_tier_free_blocks": ("free", "#e8e8e8"),
 }
+DISK_SIZE = "offload.disk_offloading_size"
+DISK_BANDWIDTH = "offload.disk_read_bandwidth_bytes_per_s"
+DISK_NAMES = {
+    "disk_tier_stored_blocks": ("stored", "#2b7bba"),
+    "disk_tier_writing_blocks": ("writing (CPU->disk copy)", "#f0a030"),
+    "disk_tier_free_blocks": ("free", "#e8e8e8"),
+}
+
+
+@dataclass(frozen=True)
+class TierAxes:
+    """Which tier a figure is about: its size column (GiB), the bandwidth its lines are drawn
+    by (bytes/s), their labels, its memory columns with their legend names and colours, its
+    name, and whose hits the hit rate counts."""
+
+    size: str
+    bandwidth: str
+    size_label: str
+    bandwidth_label: str
+    names: dict[str, tuple[str, str]]
+    tier: str
+    hits: str  # whose hits the hit-rate lines are
+
+
+CPU_AXES = TierAxes(
+    SIZE,
+    BANDWIDTH,
+    "CPU buffer, kv_offloading_size (GiB)",
+    "link",
+    TIER_NAMES,
+    "CPU tier",
+    "CPU tier",
+)
+DISK_AXES = TierAxes(
+    DISK_SIZE,
+    DISK_BANDWIDTH,
+    "disk tier, disk_offloading_size (GiB)",
+    "disk",
+    DISK_NAMES,
+    "disk tier",
+    "CPU + disk tiers",
+)
 
 
 @styled
 def offload_figure(
-    summary: pd.DataFrame, tier_memory: pd.DataFrame | None, *, tier_title: str = ""
+    summary: pd.DataFrame,
+    tier_memory: pd.DataFrame | None,
+    *,
+    tier_title: str = "",
+    axes_of: TierAxes = CPU_AXES,
 ) -> Figure:
-    """Three panels: TTFT (mean solid, p90 dashed) and the hit rates against the buffer size
-    (GiB, "off" at 0; one line per link bandwidth, GB/s; the GPU prefix cache's rate is of the
-    prompt tokens, the CPU tier's of the tokens the GPU missed, as vLLM counts them), and
-    ``tier_memory``'s CPU-tier blocks over simulated time as % of the tier (stacked by
-    category).
+    """Three panels: TTFT (mean solid, p90 dashed) and the hit rates against the tier's size
+    (GiB, "off" at 0; one line per bandwidth, GB/s; the GPU prefix cache's rate is of the
+    prompt tokens, the offload tiers' of the tokens the GPU missed, as vLLM counts them), and
+    ``tier_memory``'s tier blocks over simulated time as % of the tier (stacked by category).
 
     Args:
-        summary: one row per sweep point with ``SIZE``, ``BANDWIDTH`` and the summary metrics.
-        tier_memory: one point's memory table with ``time_s`` and ``TIER_COLUMNS``, or ``None``.
+        summary: one row per sweep point with ``axes_of.size``, ``axes_of.bandwidth`` and the
+            summary metrics.
+        tier_memory: one point's memory table with ``time_s`` and the tier's columns
+            (``TIER_COLUMNS``, ``DISK_COLUMNS``), or ``None``.
         tier_title: the third panel's title (which point it shows).
+        axes_of: the CPU tier's (``CPU_AXES``) or the disk tier's (``DISK_AXES``).
     """
+    size_col, bw_col = axes_of.size, axes_of.bandwidth
     fig = Figure(figsize=(14, 3.8), layout="constrained")
     axes = fig.subplots(1, 3)
-    sizes = sorted(summary[SIZE].unique())
+    sizes = sorted(summary[size_col].unique())
     pos = {s: i for i, s in enumerate(sizes)}
     ticks = ["off" if s == 0 else f"{s:g}" for s in sizes]
     styles = ["o", "s", "^", "D"]
-    for i, (bw, group) in enumerate(summary.sort_values(SIZE).groupby(BANDWIDTH)):
-        x = [pos[s] for s in group[SIZE]]
+    for i, (bw, group) in enumerate(summary.sort_values(size_col).groupby(bw_col)):
+        x = [pos[s] for s in group[size_col]]
         label = f"{bw / 1e9:g} GB/s"
         marker = styles[i % len(styles)]
         size = 9 - 2 * i
@@ -68,8 +120,10 @@ def offload_figure(
             label="_p90",  # (the line styles get a legend of their own)
         )
         hit = group["external_prefix_cache_hit_rate"].fillna(0.0) * 100
-        axes[1].plot(x, hit, marker=marker, ms=size, color=f"C{i}", label=f"CPU tier, {label}")
-    gpu = summary.groupby(SIZE)["prefix_cache_hit_rate"].mean() * 100
+        axes[1].plot(
+            x, hit, marker=marker, ms=size, color=f"C{i}", label=f"{axes_of.hits}, {label}"
+        )
+    gpu = summary.groupby(size_col)["prefix_cache_hit_rate"].mean() * 100
     axes[1].plot(
         [pos[s] for s in gpu.index], gpu.to_numpy(), color="grey", ls=":", label="GPU prefix cache"
     )
@@ -77,35 +131,42 @@ def offload_figure(
         axes[:2], ["TTFT (s)", "hit rate (% of the tokens looked up)"], strict=True
     ):
         ax.set_xticks(range(len(sizes)), ticks)
-        ax.set(xlabel="CPU buffer, kv_offloading_size (GiB)", ylabel=ylabel)
-    links = axes[0].legend(title="link", fontsize="x-small", title_fontsize="x-small")
+        ax.set(xlabel=axes_of.size_label, ylabel=ylabel)
+    links = axes[0].legend(
+        title=axes_of.bandwidth_label, fontsize="x-small", title_fontsize="x-small"
+    )
     axes[0].add_artist(links)
     statistic = [Line2D([], [], color="0.25", ls=ls, label=name) for ls, name in _STATISTICS]
     axes[0].legend(handles=statistic, loc="lower left", fontsize="x-small")
     axes[1].legend(fontsize="x-small")
     axes[0].set_title("time to first token")
     axes[1].set_title("prefix hits")
-    _tier_panel(axes[2], tier_memory, tier_title)
+    _tier_panel(axes[2], tier_memory, tier_title, axes_of)
     return fig
 
 
-def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str) -> None:
-    """The CPU tier's blocks by category over time, % of the tier."""
+def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str, axes_of: TierAxes) -> None:
+    """The tier's blocks by category over time, % of the tier."""
     if tier_memory is None or not len(tier_memory):
         ax.set_axis_off()
         return
-    total = tier_memory[list(TIER_COLUMNS)].sum(axis=1).to_numpy()
+    names = axes_of.names
+    columns = TIER_COLUMNS if axes_of is CPU_AXES else DISK_COLUMNS
+    total = tier_memory[list(columns)].sum(axis=1).to_numpy()
     x = tier_memory["time_s"].to_numpy()
-    ys = [100.0 * tier_memory[c].to_numpy() / np.maximum(total, 1) for c in TIER_NAMES]
+    ys = [100.0 * tier_memory[c].to_numpy() / np.maximum(total, 1) for c in names]
     ax.stackplot(
         x,
         ys,
         step="post",
-        colors=[c for _, c in TIER_NAMES.values()],
-        labels=[n for n, _ in TIER_NAMES.values()],
+        colors=[c for _, c in names.values()],
+        labels=[n for n, _ in names.values()],
     )
     ax.set(
-        xlabel="simulated time (s)", ylabel="% of the CPU tier's blocks", ylim=(0, 100), title=title
+        xlabel="simulated time (s)",
+        ylabel=f"% of the {axes_of.tier}'s blocks",
+        ylim=(0, 100),
+        title=title,
     )
     ax.margins(x=0)
     # a white frame (kvsim.mplstyle turns frames off, which left "stored"'s blue swatch on the

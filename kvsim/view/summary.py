@@ -125,6 +125,16 @@ OFFLOAD_ROWS: tuple[Row, ...] = (
     ("cpu_tier_evicted_blocks", "blocks evicted from the tier"),
     ("kv_offload_loads_dropped", "loads dropped (their blocks freed for a stuck queue)"),
 )
+DISK_ROWS: tuple[Row, ...] = (
+    ("disk_tier_blocks", "disk tier (blocks)"),
+    ("disk_tier_promoted_blocks", "blocks promoted, disk -> CPU"),
+    ("disk_tier_promotions", "promotion jobs (one a lookup)"),
+    ("kv_offload_bytes_disk_to_cpu", "KV read, disk -> CPU"),
+    ("kv_offload_bytes_cpu_to_disk", "KV written, CPU -> disk"),
+    ("kv_offload_time_cpu_to_disk_s", "disk write link busy (s)"),
+    ("disk_tier_written_blocks", "blocks written to the disk"),
+    ("disk_tier_evicted_blocks", "blocks evicted from the disk"),
+)
 LATENCY_ROWS: tuple[Row, ...] = (
     ("throughput_requests_per_s", "throughput (requests/s)"),
     ("throughput_output_tokens_per_s", "throughput (output tokens/s)"),
@@ -205,6 +215,7 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], .
         ),
     ),
     ("CPU offload tier", OFFLOAD_ROWS, lambda s: "cpu_tier_blocks" in s),
+    ("disk offload tier", DISK_ROWS, lambda s: "disk_tier_blocks" in s),
     ("sharing", SHARING_ROWS, lambda s: _positive(s, "kv_saved_by_sharing_pct", "num_cow_copies")),
     (
         "swap",

@@ -258,3 +258,62 @@ def test_a_verifications_drafts_are_not_stored(method: str, stored: int) -> None
     summary = simulate(cfg, requests=run).summary
     assert summary["cpu_tier_stored_blocks"] == stored
     assert summary["kv_offload_bytes_gpu_to_cpu"] == stored * BLOCK_BYTES
+
+
+def test_a_disk_hit_after_the_cpu_copy_was_evicted_end_to_end() -> None:
+    """A/B/C above with an 11-block CPU tier and a 40-block disk (0.5 GiB) whose links carry
+    0.5 GB/s each way (a block in 26.2144 ms).
+
+    - A's 10 blocks are stored to the CPU tier and written on to the disk (by ~0.5 s).
+    - B's 11 blocks need 11 CPU slots: one is free, so A's 10 are evicted (CPU evictions: 10);
+      B's are written to the disk too (the disk holds 21 blocks, no eviction).
+    - C (t=10): GPU miss; CPU miss at a0; the disk holds a0..a9 -> all 10 promoted, evicting 10
+      of B's 11 CPU blocks (20 evictions). Disk->CPU: 131,072,000 bytes / 0.5e9 = 0.262144 s, C
+      waits; at 10.262144 the tier holds them and C loads them over the 1 GB/s link, 0.131072 s:
+      first scheduled at 10.393216 with 160 tokens cached.
+    - C's ``c`` block is stored after its prefill: one more CPU eviction (21; B's last block) and
+      one more disk write: 22 blocks written, 288,358,400 bytes CPU->disk.
+    """
+    offload = {
+        "kv_offloading_size": 11.5 * BLOCK_BYTES / 2**30,  # floor -> 11 blocks
+        "link_bandwidth_bytes_per_s": 1e9,
+        "disk_offloading_size": 0.5,  # 40 blocks
+        "disk_read_bandwidth_bytes_per_s": 0.5e9,
+        "disk_write_bandwidth_bytes_per_s": 0.5e9,
+    }
+    run = simulate(config(None, offload=offload), requests())
+    s = run.summary
+    assert (s["cpu_tier_blocks"], s["disk_tier_blocks"]) == (11, 40)
+    assert s["disk_tier_promoted_blocks"] == 10
+    assert s["disk_tier_promotions"] == 1
+    assert s["kv_offload_bytes_disk_to_cpu"] == 131_072_000
+    assert s["kv_offload_time_disk_to_cpu_s"] == pytest.approx(0.262144)
+    assert s["disk_tier_written_blocks"] == 22
+    assert s["kv_offload_bytes_cpu_to_disk"] == 288_358_400
+    assert s["disk_tier_evicted_blocks"] == 0
+    assert s["cpu_tier_evicted_blocks"] == 21
+    assert s["external_prefix_cache_hits"] == 160
+    assert s["kv_offload_loads"] == 1
+    c = run.requests.set_index("req_id").loc[2]
+    assert c["num_cached_tokens"] == 160
+    assert c["first_scheduled_time_s"] == pytest.approx(10.393216)
+    from kvsim.results.exporters import prometheus_snapshot
+
+    text = prometheus_snapshot(run)
+    lines = {ln.split("{")[0]: ln for ln in text.splitlines() if "{" in ln}
+    read, write = (lines[f"vllm:kv_offload_tiering_{n}_bytes_total"] for n in ("read", "write"))
+    assert 'tier="1:fs"' in read
+    assert float(read.rsplit(" ", 1)[1]) == 131_072_000
+    assert float(write.rsplit(" ", 1)[1]) == 288_358_400
+
+
+def test_disk_bandwidths_without_a_disk_warn(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvsim.base import say_once
+    from kvsim.config.offload import OffloadConfig
+
+    monkeypatch.setattr(say_once, "SAID", set())  # (said once a process)
+    with caplog.at_level("WARNING"):
+        OffloadConfig(kv_offloading_size=1, disk_read_bandwidth_bytes_per_s=1.5e9)
+    assert "set without a disk tier" in caplog.text

@@ -189,7 +189,7 @@ def test_offload_tier_legend_swatches_stand_out() -> None:
     assert [t.get_text() for t in legend.get_texts()] == [
         "stored",
         "storing (GPU->CPU copy)",
-        "loading (CPU->GPU copy)",
+        "loading (read by a copy to the GPU or disk)",
         "free",
     ]
     for handle in legend.legend_handles:

@@ -7,8 +7,10 @@ size, keyed by the GPU prefix cache's block hash, and its LRU policy (``cpu/poli
 ``LRUCachePolicy``) decides what to evict. A block is *storing* from ``prepare_store`` until its
 GPU->CPU copy completes (vLLM: ``ref_cnt`` -1, not ready: a lookup answers ``HIT_PENDING``,
 eviction skips it), then *stored*; a load (``prepare_load``) holds it (reference count > 0,
-*loading*) until its CPU->GPU copy completes. Every slot of the tier is in exactly one of:
-free, storing, stored, loading (``occupancy``, checked by ``check_invariants``).
+*loading*) until its CPU->GPU copy completes. With a disk tier below (``kvsim.core.kv.
+disk_tier``) a stored block is also held from the end of its store until its write on to the
+disk ends (``CASCADING``; vLLM ``prepare_read``), counted as loading. Every slot of the tier is in
+exactly one of: free, storing, stored, loading (``occupancy``, checked by ``check_invariants``).
 
 **Recency is ranked per request** (``LRUCachePolicy``). Each block has a rank, a pair
 ``(r, -p)`` compared in order; eviction takes the stored, unloaded block of least rank that the

@@ -24,7 +24,7 @@ import pandas as pd
 from kvsim.config.allocators import has_memory_map
 from kvsim.results import Results
 from kvsim.results.columns import CATEGORIES
-from kvsim.results.offload import TIER_COLUMNS
+from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
 from kvsim.view.report.mapcells import CellGrid, PoolShape, frame_cells
 
 MAX_CELLS = 4096  # cells of the map canvas
@@ -210,9 +210,11 @@ def memory_bins(memory: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataFr
     Rows are engine events ``[time_s, time_s + duration_s)``; longer series are cut into
     ``max_points`` equal time bins, each the duration-weighted mean of the events starting in
     it (slot counts stay slots). Returns ``time_s``, ``duration_s``, ``allocated`` and the
-    ``CATEGORIES`` columns, and the CPU tier's ``TIER_COLUMNS`` (blocks) of a run that offloads.
+    ``CATEGORIES`` columns, and the CPU tier's ``TIER_COLUMNS`` and a disk tier's
+    ``DISK_COLUMNS`` (blocks) of a run that offloads.
     """
-    cols = ["allocated", *CATEGORIES, *(c for c in TIER_COLUMNS if c in memory.columns)]
+    tiers = (*TIER_COLUMNS, *DISK_COLUMNS)
+    cols = ["allocated", *CATEGORIES, *(c for c in tiers if c in memory.columns)]
     if len(memory) <= max_points:
         return memory[["time_s", "duration_s", *cols]].reset_index(drop=True)
     t = memory["time_s"].to_numpy()

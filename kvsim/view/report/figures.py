@@ -14,8 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvsim.results.offload import TIER_COLUMNS
-from kvsim.view.offload_plots import TIER_NAMES
+from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
+from kvsim.view.offload_plots import DISK_NAMES, TIER_NAMES
 from kvsim.view.plots import CATEGORY_COLORS, CATEGORY_NAMES
 from kvsim.view.report.data import Run, ecdf_points, memory_bins
 
@@ -44,15 +44,21 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
     mem = memory_bins(run.results.memory)
     capacity = run.capacity_slots
     tier = all(c in mem.columns for c in TIER_COLUMNS)  # a run offloading to a CPU tier
+    disk = all(c in mem.columns for c in DISK_COLUMNS)  # ... and on to a disk
     titles = ["allocated vs live (token slots)", "waste breakdown (% of KV capacity)"]
+    heights = [0.45, 0.55]
     if tier:
         titles.append("CPU tier (% of its blocks)")
+        heights = [0.3, 0.4, 0.3]
+    if disk:
+        titles.append("disk tier (% of its blocks)")
+        heights = [0.25, 0.3, 0.225, 0.225]
     fig = make_subplots(
         rows=len(titles),
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.08,
-        row_heights=[0.3, 0.4, 0.3] if tier else [0.45, 0.55],
+        row_heights=heights,
         subplot_titles=titles,
     )
     t = mem["time_s"]
@@ -88,7 +94,9 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
             col=1,
         )
     if tier:
-        _tier_traces(fig, mem)
+        _tier_traces(fig, mem, TIER_COLUMNS, TIER_NAMES, "CPU tier", 3)
+    if disk:
+        _tier_traces(fig, mem, DISK_COLUMNS, DISK_NAMES, "disk tier", 4)
     fig.update_yaxes(range=[0, capacity * 1.02], title_text="slots", row=1, col=1)
     fig.update_yaxes(range=[0, 100], title_text="%", row=2, col=1)
     fig.update_xaxes(title_text="simulated time (s)", row=len(titles), col=1)
@@ -96,32 +104,40 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
         fig.update_xaxes(range=[0, end_s])
     fig.update_layout(
         LAYOUT,
-        height=600 if tier else 460,
+        height=460 + 140 * (len(titles) - 2),
         legend={"orientation": "h", "y": -0.18, "x": 0},
         showlegend=True,
     )
     return fig
 
 
-def _tier_traces(fig: go.Figure, mem: pd.DataFrame) -> None:
-    """The CPU tier's blocks by category (``TIER_NAMES``), stacked as % of the tier, in the
-    figure's third row (every block is in one category, so the stack reaches 100 %)."""
-    total = mem[list(TIER_COLUMNS)].sum(axis=1).clip(lower=1)
-    for col, (name, color) in TIER_NAMES.items():
+def _tier_traces(
+    fig: go.Figure,
+    mem: pd.DataFrame,
+    columns: Sequence[str],
+    names: dict[str, tuple[str, str]],
+    tier: str,
+    row: int,
+) -> None:
+    """A tier's blocks by category (``names``: column -> legend name and colour), stacked as %
+    of the tier, in the figure's ``row`` (every block is in one category, so the stack reaches
+    100 %)."""
+    total = mem[list(columns)].sum(axis=1).clip(lower=1)
+    for col, (name, color) in names.items():
         fig.add_trace(
             go.Scatter(
                 x=mem["time_s"],
                 y=100.0 * mem[col] / total,
-                name=f"CPU tier: {name}",
-                stackgroup="tier",
+                name=f"{tier}: {name}",
+                stackgroup=tier,
                 line={"width": 0, "shape": "hv"},
                 fillcolor=color,
                 hovertemplate="%{y:.1f}%",
             ),
-            row=3,
+            row=row,
             col=1,
         )
-    fig.update_yaxes(range=[0, 100], title_text="%", row=3, col=1)
+    fig.update_yaxes(range=[0, 100], title_text="%", row=row, col=1)
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
