@@ -18,8 +18,9 @@ under ``vllm-v1`` caches prefixes):
 * ``kv2026_<policy>``: issue 29's policies, each in a group beside its ``*_paged`` reference on
   the same workload: ``vattention`` (64 KiB pages) and ``spec_eagle3`` (speculative decoding,
   EAGLE with 3 drafts at acceptance 0.7) on the Azure 10k run; ``offload_cpu256`` (a 256 GiB
-  CPU tier, vLLM's native offloading) beside paged with prefix caching on the Mooncake trace's
-  first 3,000 requests; ``hybrid_groups`` (vLLM v1's hybrid KV cache groups) on the Azure 10k run
+  CPU tier, vLLM's native offloading) and ``offload_disk1024`` (a 1 TiB disk tier below a
+  64 GiB CPU tier) beside paged with prefix caching on the Mooncake trace's first 3,000
+  requests; ``hybrid_groups`` (vLLM v1's hybrid KV cache groups) on the Azure 10k run
   with Gemma-3-27B on an H100-80GB, beside the same model with every layer full attention.
 * ``vidur_v1``, ``vidur_v0``: Vidur's common benchmark workload under each engine profile: 10,000
   requests, Poisson 2 req/s, total length uniform in 256-2,048 tokens split 3:1
@@ -176,6 +177,10 @@ GROUPS: dict[str, dict[str, dict[str, Any]]] = {
         "kv2026_offload_cpu256": {
             **with_cache(MOONCAKE_3K, allocator="paged"),
             "offload": {"kv_offloading_size": 256},
+        },
+        "kv2026_offload_disk1024": {
+            **with_cache(MOONCAKE_3K, allocator="paged"),
+            "offload": {"kv_offloading_size": 64, "disk_offloading_size": 1024},
         },
     },
     "vidur": {

@@ -165,31 +165,45 @@ def test_a_promotion_without_a_free_cpu_slot_is_a_miss() -> None:
     conn.tier.check_invariants(2.0)
 
 
-def test_a_cpu_hit_run_goes_on_into_the_disk_and_a_promotion_may_evict_it() -> None:
-    """The lookup counts the CPU tier's run, then asks the disk for the blocks after it. A
-    promotion evicts by rank like any store, and nothing protects the run's earlier CPU hits
-    (vLLM's ``lookup`` pins nothing): the request's own promoted blocks rank above the rest,
-    so the run settles after a few rounds."""
+def test_a_cpu_hit_run_goes_on_into_the_disk() -> None:
+    """The lookup counts the CPU tier's run, then asks the disk for the blocks after it; a
+    promotion evicts by rank like any store, but not the run's own CPU blocks."""
     _pool, conn = parts(num_cpu_blocks=3)
     conn.store([doc(0, ("p", 48), computed=48)], 0.0)  # p0, p1, p2: CPU by 0.003, disk by 0.009
     # request 0 is rank 1: p0 (1, -1), p1 (1, -2), p2 (1, -3); q0 takes p2's slot, q0 (2, -1)
     conn.store([doc(1, ("q", 16), computed=16)], 1.0)
-    new = doc(2, ("p", 48), ("z", 16))  # its accesses will rank 3
+    new = doc(2, ("p", 48), ("z", 16))
     conn.now_s = 2.0
-    # CPU run p0, p1; p2 promoted (1 MB, 4 ms: lands 2.004) evicting the least, p1 (1, -2)
+    # CPU run p0, p1; p2 promoted (1 MB, 4 ms: lands 2.004), evicting q0: p1 (1, -2) ranks
+    # lower, but the run holds it (vLLM would evict p1 and promote it again next step)
+    assert conn.matched_tokens(new, 0) is None
+    assert conn.tier.num_evicted_blocks == 2  # p2 at t=1, q0 now
+    conn.now_s = 2.004
+    assert conn.matched_tokens(new, 0) == 48  # p0, p1, p2; z0 is nowhere
+    assert conn.num_promotions == 1
+    assert conn.disk_to_cpu.num_bytes == MB
+    conn.tier.check_invariants(2.004)
+
+
+def test_a_cpu_tier_smaller_than_the_run_loads_what_it_holds() -> None:
+    """Two CPU blocks, a run of three on the disk: the run settles at what the CPU tier can
+    hold rather than promoting back and forth (each promotion evicting the block the last one
+    brought in, as vLLM's unpinned lookup would, for ever)."""
+    _pool, conn = parts(num_cpu_blocks=2)
+    p = doc(0, ("p", 48), computed=32)
+    conn.store([p], 0.0)  # p0 (1, -1), p1 (1, -2): CPU by 0.002, disk by 0.006
+    p.num_computed_tokens = 48
+    conn.store([p], 1.0)  # p2 evicts the least, p1; p2 (1, -3) on disk by 1.003
+    new = doc(1, ("p", 48), ("z", 16))
+    conn.now_s = 2.0
+    # CPU run p0; p1 from the disk, evicting p2 (p0 is the run's); p2 then finds no slot (p0
+    # shielded, p1 landing): the run stops there. p1 lands at 2.004.
     assert conn.matched_tokens(new, 0) is None
     conn.now_s = 2.004
-    # p0 hit, p1 missing: promoted (lands 2.008) evicting p0 (1, -1); p2 (3, -3) held
-    assert conn.matched_tokens(new, 0) is None
-    conn.now_s = 2.008
-    # p0 missing: promoted (lands 2.012) evicting q0 (2, -1); p1 (3, -2), p2 (3, -3) held
-    assert conn.matched_tokens(new, 0) is None
-    conn.now_s = 2.012
-    assert conn.matched_tokens(new, 0) == 48  # p0, p1, p2; z0 is nowhere
-    assert conn.num_promotions == 3
-    assert conn.disk_to_cpu.num_bytes == 3 * MB
-    assert conn.tier.num_evicted_blocks == 4  # p2 at t=1, then p1, p0, q0
-    conn.tier.check_invariants(2.012)
+    # p0, p1 held; p2 finds no slot (both are the run's): 2 blocks, 32 tokens
+    assert conn.matched_tokens(new, 0) == 32
+    assert conn.num_promotions == 1
+    conn.tier.check_invariants(2.004)
 
 
 def test_disk_tier_size_and_validation() -> None:

@@ -696,6 +696,21 @@ class CpuTier:
         """Whether ``key`` is in the key map (stored or storing; private blocks are not)."""
         return self._find(key) >= 0
 
+    def shield(self, slots: vec[i64], key: i64) -> vec[i64]:
+        """Keep ``key``'s slot, if the tier holds it, from eviction until ``unshield`` (marked
+        as offered to the store under way); returns ``slots`` with it added."""
+        slot = self._find(key)
+        if slot >= 0 and not self._state[slot] & OFFERED:
+            self._state[slot] = self._state[slot] | OFFERED
+            slots = append(slots, slot)
+        return slots
+
+    def unshield(self, slots: vec[i64]) -> None:
+        """Let ``shield``'s slots be evicted again."""
+        state = self._state
+        for slot in slots:
+            state[slot] = state[slot] & NOT_OFFERED
+
     def prepare_promotion(self, key: i64, now_s: float, access: TierAccess, index: i64) -> bool:
         """Make room for ``key`` (block ``index`` of the request ``access`` records), which
         the tier lacks, read from a disk tier, and hold it storing until

@@ -35,8 +35,10 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
   block (vLLM ``TieringOffloadingManager.lookup``): a block the CPU tier holds counts, one the
   disk holds readable is promoted (a CPU slot taken at once, ``CpuTier.prepare_promotion``; the
   blocks cross the disk's read link in one job a lookup, ``_flush_pending_promotions``), the
-  first held by neither, or whose CPU slot eviction cannot free, ends the run. Promoting
-  delays the request like a store in flight; once they land it loads them to the GPU.
+  first held by neither, or whose CPU slot eviction cannot free, ends the run. Unlike vLLM's,
+  the lookup keeps the run's CPU blocks from the promotions' evictions (``_promote``).
+  Promoting delays the request like a store in flight; once they land it loads them to the
+  GPU.
 - **Finish** (``forget``, vLLM ``on_request_finished`` at ``build_connector_meta``, after the
   step's stores): the tier commits the recency of the blocks the request recorded.
 
@@ -149,21 +151,30 @@ class OffloadConnector:
         )
         if storing or loading:
             return None
-        start = gpu_hit_tokens // b + hits
-        if self.disk is not None and start < num_full and self._promote(request, start):
+        first = gpu_hit_tokens // b
+        start = first + hits
+        if self.disk is not None and start < num_full and self._promote(request, first, start):
             return None
         return hits * b
 
-    def _promote(self, request: Request, start: int) -> bool:
-        """Go on with the lookup past the CPU tier's run, from block ``start`` (see the module
-        docstring); whether any block is being promoted (the request waits for it)."""
+    def _promote(self, request: Request, first: int, start: int) -> bool:
+        """Go on with the lookup past the CPU tier's run, from block ``start`` (its run began at
+        ``first``; see the module docstring); whether any block is being promoted (the request
+        waits for it). The run's blocks the CPU tier holds are kept from the promotions'
+        evictions (``CpuTier.shield``): vLLM's lookup pins none, so a promotion may evict a
+        block the run counted, and with a CPU tier smaller than the run the request would
+        promote back and forth without end."""
         disk, tier, keys, now = self.disk, self.tier, self._looked_up_keys, self.now_s
         assert disk is not None
+        shielded = vec[i64]()
+        for i in range(first, start):
+            shielded = tier.shield(shielded, keys[i])
         promoted = vec[i64]()
         access: TierAccess | None = None
         for i in range(start, len(keys)):
             key = keys[i]
             if tier.holds(key):
+                shielded = tier.shield(shielded, key)
                 continue
             if not disk.readable(key, now):
                 break
@@ -172,6 +183,7 @@ class OffloadConnector:
             if not tier.prepare_promotion(key, now, access, i):
                 break  # vLLM: no CPU slot, a miss
             promoted = append(promoted, key)
+        tier.unshield(shielded)
         if not len(promoted):
             return False
         disk.read(promoted)
