@@ -220,3 +220,56 @@ def test_disk_tier_size_and_validation() -> None:
         config_from_dict({**base, "offload": {"disk_offloading_size": 1}})
     off = config_from_dict({**base, "offload": {"kv_offloading_size": 8}})
     assert "disk_offloading_size" not in off.model_dump()["offload"]  # (the hash is unchanged)
+
+
+def test_two_requests_waiting_on_promotions_both_finish() -> None:
+    """A case the property test found: two waiting requests whose runs do not fit a 5-block CPU
+    tier together. Under vLLM's rule each one's promotion evicts what the other's last one
+    brought in, and neither ever loads (in kvsim it promoted 50,000 times by t = 100 s with
+    nothing running); a request waiting on its promotions keeps its run, so both finish (all
+    eleven requests by t = 2 s)."""
+    import simpy
+
+    from kvsim.config.sim import config_from_dict
+    from kvsim.engine.loop import Engine
+    from kvsim.workload.tokens import note_shared_tokens
+
+    block = 16 * 819_200  # OPT-13B
+    spec = [
+        (0.01, 68, 15, (("p", 64), ("own0", 4))),
+        (0.06, 140, 12, (("q", 112), ("own1", 28))),
+        (0.06, 72, 10, (("p", 64), ("own2", 8))),
+        (0.11, 17, 6, (("own3", 17),)),
+        (0.12, 77, 9, (("q", 64), ("own4", 13))),
+        (0.12, 180, 9, (("q", 160), ("own5", 20))),
+        (0.12, 15, 6, (("own6", 15),)),
+        (0.12, 64, 8, (("r", 40), ("own7", 24))),
+        (0.17, 188, 5, (("q", 160), ("own8", 28))),
+        (0.18, 174, 10, (("p", 160), ("own9", 14))),
+        (0.68, 64, 7, (("r", 40), ("own10", 24))),
+    ]
+    requests = [
+        Request(i, t, p, o, o, token_segments=segs) for i, (t, p, o, segs) in enumerate(spec)
+    ]
+    note_shared_tokens(requests)
+    config = config_from_dict(
+        {
+            "model": "opt-13b",
+            "gpu": "a100-40gb",
+            "cache": {"kv_cache_bytes": 15 * block, "enable_prefix_caching": True},
+            "scheduler": {"max_model_len": 208, "max_num_batched_tokens": 64, "max_num_seqs": 8},
+            "offload": {
+                "kv_offloading_size": 5 * block / 2**30,
+                "link_bandwidth_bytes_per_s": 1e11,
+                "disk_offloading_size": 60 * block / 2**30,
+                "disk_read_bandwidth_bytes_per_s": 1e10,
+                "disk_write_bandwidth_bytes_per_s": 1e10,
+            },
+            "debug_invariants": True,
+        }
+    )
+    env = simpy.Environment()
+    engine = Engine(env, config, requests)
+    env.process(engine.engine_loop())
+    env.run(until=2.0)
+    assert engine.num_finished == len(requests)

@@ -36,7 +36,8 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
   disk holds readable is promoted (a CPU slot taken at once, ``CpuTier.prepare_promotion``; the
   blocks cross the disk's read link in one job a lookup, ``_flush_pending_promotions``), the
   first held by neither, or whose CPU slot eviction cannot free, ends the run. Unlike vLLM's,
-  the lookup keeps the run's CPU blocks from the promotions' evictions (``_promote``).
+  the promotions keep the run's CPU blocks, and those of another request waiting on its own
+  promotions, from their evictions (``_promote``).
   Promoting delays the request like a store in flight; once they land it loads them to the
   GPU.
 - **Finish** (``forget``, vLLM ``on_request_finished`` at ``build_connector_meta``, after the
@@ -112,6 +113,9 @@ class OffloadConnector:
         self.cpu_to_disk = TransferLink(disk_write_bytes_per_s)
         self.disk_to_cpu = TransferLink(disk_read_bytes_per_s)
         self.num_promotions = 0
+        # req_id -> the run a request's promotion extended: kept from other requests'
+        # promotions until it looks up again (``_promote``)
+        self._awaiting: dict[int, vec[i64]] = {}
         self.now_s = 0.0  # the engine sets it before each step is planned
         self.loads: dict[Request, Load] = {}
         self.started: list[Request] = []  # loads started by the last plan (the engine takes)
@@ -151,6 +155,8 @@ class OffloadConnector:
         )
         if storing or loading:
             return None
+        if self.disk is not None and self._awaiting:
+            self._awaiting.pop(request.req_id, None)
         first = gpu_hit_tokens // b
         start = first + hits
         if self.disk is not None and start < num_full and self._promote(request, first, start):
@@ -160,21 +166,29 @@ class OffloadConnector:
     def _promote(self, request: Request, first: int, start: int) -> bool:
         """Go on with the lookup past the CPU tier's run, from block ``start`` (its run began at
         ``first``; see the module docstring); whether any block is being promoted (the request
-        waits for it). The run's blocks the CPU tier holds are kept from the promotions'
-        evictions (``CpuTier.shield``): vLLM's lookup pins none, so a promotion may evict a
-        block the run counted, and with a CPU tier smaller than the run the request would
-        promote back and forth without end."""
+        waits for it).
+
+        Unlike vLLM's lookup, which pins nothing, the promotions evict neither the run's own
+        blocks in the CPU tier nor the run of another request waiting on its promotions
+        (``CpuTier.shield``; kept until that request looks up again): with a CPU tier smaller
+        than the runs waiting on it, vLLM's rule can promote back and forth for ever, one
+        request evicting what the last promotion brought in."""
         disk, tier, keys, now = self.disk, self.tier, self._looked_up_keys, self.now_s
         assert disk is not None
         shielded = vec[i64]()
+        for run in self._awaiting.values():
+            for key in run:
+                shielded = tier.shield(shielded, key)
         for i in range(first, start):
             shielded = tier.shield(shielded, keys[i])
         promoted = vec[i64]()
         access: TierAccess | None = None
+        end = start
         for i in range(start, len(keys)):
             key = keys[i]
             if tier.holds(key):
                 shielded = tier.shield(shielded, key)
+                end = i + 1
                 continue
             if not disk.readable(key, now):
                 break
@@ -183,9 +197,14 @@ class OffloadConnector:
             if not tier.prepare_promotion(key, now, access, i):
                 break  # vLLM: no CPU slot, a miss
             promoted = append(promoted, key)
+            end = i + 1
         tier.unshield(shielded)
         if not len(promoted):
             return False
+        run = vec[i64](capacity=end - first)
+        for i in range(first, end):
+            run = append(run, keys[i])
+        self._awaiting[request.req_id] = run
         disk.read(promoted)
         tier.complete_promotions(self.disk_to_cpu.submit(len(promoted) * self.block_bytes, now))
         self.num_promotions += 1
@@ -284,6 +303,7 @@ class OffloadConnector:
         """A request finished (after its last stores): the tier commits the recency of the
         blocks it accessed (``CpuTier.finish``); its store position is dropped."""
         self._next_store.pop(request.req_id, None)
+        self._awaiting.pop(request.req_id, None)
         access = self._access.pop(request.req_id, None)
         if access is not None:
             self.tier.finish(access)
