@@ -444,10 +444,10 @@ def test_every_target_metric_is_in_some_summary() -> None:
         {"fleet": {"replicas": 2, "prefill_replicas": 1}, "workload": tiny},
         # speculative decoding: vLLM's spec_decode_* counters
         {"speculative": {"num_speculative_tokens": 2, "acceptance_rate": 0.5}, "workload": tiny},
-        # a CPU tier: vLLM's external_prefix_cache_* and kv offload counters
+        # a CPU tier and a disk below it: vLLM's external_prefix_cache_* and kv offload counters
         {
             "cache": {"enable_prefix_caching": True},
-            "offload": {"kv_offloading_size": 1},
+            "offload": {"kv_offloading_size": 1, "disk_offloading_size": 4},
             "workload": tiny,
         },
     ]
