@@ -44,6 +44,8 @@ SLOWEST_PLAUSIBLE_LINK_BYTES_PER_S: Final = 1e9
 # one PCIe 4.0 x4 NVMe drive: 8 GB/s nominal, 80 % of it (the convention of gpus.toml's PCIe
 # figures); an interface bound, not a drive's datasheet: flash often writes slower than it reads
 NVME_GEN4_X4_BYTES_PER_S: Final = 6.4e9
+# under a hard disk's ~0.2 GB/s sequential rate: slower than any drive a KV tier would sit on
+SLOWEST_PLAUSIBLE_DISK_BYTES_PER_S: Final = 1e8
 
 
 class OffloadConfig(Frozen):
@@ -113,6 +115,23 @@ class OffloadConfig(Frozen):
                 "offload.disk_read_bandwidth_bytes_per_s / disk_write_bandwidth_bytes_per_s: "
                 "set without a disk tier, so they change nothing (set "
                 "offload.disk_offloading_size, GiB, to add one)",
+            )
+        slow = min(self.disk_read_bandwidth_bytes_per_s, self.disk_write_bandwidth_bytes_per_s)
+        if self.disk_enabled and slow < SLOWEST_PLAUSIBLE_DISK_BYTES_PER_S:
+            warn_once(
+                logger,
+                f"offload.disk_read_bandwidth_bytes_per_s / disk_write_bandwidth_bytes_per_s: "
+                f"{slow:,.0f} bytes/s is slower than any drive (a hard disk reads about 2e8 "
+                "bytes/s); copies queue past the run's end, and the disk's counters count what "
+                "was submitted",
+            )
+        size, disk = self.kv_offloading_size, self.disk_offloading_size
+        if size and disk and disk <= size:
+            warn_once(
+                logger,
+                f"offload.disk_offloading_size: {disk:g} GiB of disk below {size:g} GiB of CPU "
+                "tier holds no more blocks than the CPU tier: it can serve only what the CPU "
+                "tier's eviction order dropped and its own kept",
             )
         if self.kv_offloading_backend == "lmcache":
             raise ValueError(

@@ -46,7 +46,7 @@ PREFIX_ROWS: tuple[Row, ...] = (
     ("prefix_cache_hit_rate", "prefix_cache_hits / prefix_cache_queries"),
     ("prefix_cache_hits", "prefix_cache_hits (tokens)"),
     ("prefix_cache_queries", "prefix_cache_queries (tokens)"),
-    ("prefix_cached_tokens_total", "prompt tokens served from a cache (GPU or CPU tier)"),
+    ("prefix_cached_tokens_total", "prompt tokens served from a cache (GPU or an offload tier)"),
     ("prefix_cache_preempted_hits", "prefix_cache_preempted_hits (tokens, re-admitted requests)"),
     (
         "prefix_cache_preempted_queries",
@@ -121,7 +121,7 @@ OFFLOAD_ROWS: tuple[Row, ...] = (
     ("kv_offload_bytes_cpu_to_gpu", "KV loaded, CPU -> GPU"),
     ("kv_offload_bytes_gpu_to_cpu", "KV stored, GPU -> CPU"),
     ("kv_offload_load_wait_s", "time requests waited for loads (sum)"),
-    ("cpu_tier_stored_blocks", "blocks stored in the tier"),
+    ("cpu_tier_stored_blocks", "blocks stored in the tier (from the GPU or the disk)"),
     ("cpu_tier_evicted_blocks", "blocks evicted from the tier"),
     ("kv_offload_loads_dropped", "loads dropped (their blocks freed for a stuck queue)"),
 )
@@ -131,6 +131,7 @@ DISK_ROWS: tuple[Row, ...] = (
     ("disk_tier_promotions", "promotion jobs (one a lookup)"),
     ("kv_offload_bytes_disk_to_cpu", "KV read, disk -> CPU"),
     ("kv_offload_bytes_cpu_to_disk", "KV written, CPU -> disk"),
+    ("kv_offload_time_disk_to_cpu_s", "disk read link busy (s)"),
     ("kv_offload_time_cpu_to_disk_s", "disk write link busy (s)"),
     ("disk_tier_written_blocks", "blocks written to the disk"),
     ("disk_tier_evicted_blocks", "blocks evicted from the disk"),

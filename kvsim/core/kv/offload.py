@@ -401,6 +401,10 @@ class CpuTier:
         *Loading* counts the blocks a copy reads: a load to the GPU, or with a disk tier the
         write on to the disk (``complete_store``'s ``disk_done_s``)."""
         self._settle(now_s)
+        return self._counts()
+
+    def _counts(self) -> tuple[int, int, int, int]:
+        """``occupancy`` as of the last ``_settle``."""
         held = self._num_held
         loading = self._num_loading + self._num_cascading - self._num_cascading_loading
         stored = held - self._num_storing - loading
@@ -970,8 +974,10 @@ class CpuTier:
     def check_invariants(self, now_s: float) -> None:
         """Assert that every block is in exactly one category, the counters agree with a
         recount of the slots, the key map finds every held key, and every evictable slot has a
-        current entry in the queue or the heap."""
-        stored, storing, loading, free = self.occupancy(now_s)
+        current entry in the queue or the heap. Settles nothing: a check changes no result
+        (the tier settles copies as the engine's own calls reach their times; ``now_s`` is not
+        read)."""
+        stored, storing, loading, free = self._counts()
         assert stored + storing + loading + free == self.num_blocks, (
             f"CPU tier: {stored} stored + {storing} storing + {loading} loading + {free} free "
             f"!= {self.num_blocks} blocks"
