@@ -26,7 +26,7 @@ Every block of the tier is in exactly one of: stored (readable), writing, free
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 
 from librt.vecs import vec
 from mypy_extensions import i64
@@ -47,8 +47,9 @@ class DiskTier:
         if num_blocks < 1:
             raise ValueError(f"num_blocks: a disk tier holds one block at least, got {num_blocks}")
         self.num_blocks: i64 = num_blocks
-        # key -> when its write ends (s); insertion order is recency, least recent first
-        self._ready: dict[int, float] = {}
+        # key -> when its write ends (s), least recent first (an OrderedDict: a plain dict's
+        # first item is found by skipping the holes its removals leave, O(holes) a time)
+        self._ready: OrderedDict[int, float] = OrderedDict()
         self._writes: deque[tuple[float, int]] = deque()  # (ready_s, key) of new blocks
         self._writing: dict[int, float] = {}  # held keys whose write is not settled: ready_s
         self.num_written_blocks = 0  # cumulative: blocks written (rewrites included)
@@ -78,13 +79,11 @@ class DiskTier:
         ready = self._ready
         self.num_written_blocks += len(keys)
         for key in keys:
-            held = ready.pop(key, None)
-            if held is not None:
-                ready[key] = held  # (the most recent now)
+            if key in ready:
+                ready.move_to_end(key)  # (the most recent now)
                 continue
             if len(ready) >= self.num_blocks:
-                victim = next(iter(ready))
-                del ready[victim]
+                victim = ready.popitem(last=False)[0]
                 self._writing.pop(victim, None)  # (its write's entry is stale now)
                 self.num_evicted_blocks += 1
             ready[key] = ready_s
@@ -95,7 +94,7 @@ class DiskTier:
         """``keys`` (readable) are promoted into the CPU tier: each is the most recent now."""
         ready = self._ready
         for key in keys:
-            ready[key] = ready.pop(key)
+            ready.move_to_end(key)
         self.num_read_blocks += len(keys)
 
     def occupancy(self, now_s: float) -> tuple[int, int, int]:

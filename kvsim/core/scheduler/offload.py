@@ -175,16 +175,21 @@ class OffloadConnector:
         request evicting what the last promotion brought in."""
         disk, tier, keys, now = self.disk, self.tier, self._looked_up_keys, self.now_s
         assert disk is not None
+        begin = start  # (a block after the CPU run's miss may be held: rare)
+        while begin < len(keys) and tier.holds(keys[begin]):
+            begin += 1
+        if begin == len(keys) or not disk.readable(keys[begin], now):
+            return False  # nothing to promote: no block shielded
         shielded = vec[i64]()
         for run in self._awaiting.values():
             for key in run:
                 shielded = tier.shield(shielded, key)
-        for i in range(first, start):
+        for i in range(first, begin):
             shielded = tier.shield(shielded, keys[i])
         promoted = vec[i64]()
         access: TierAccess | None = None
-        end = start
-        for i in range(start, len(keys)):
+        end = begin
+        for i in range(begin, len(keys)):
             key = keys[i]
             if tier.holds(key):
                 shielded = tier.shield(shielded, key)
