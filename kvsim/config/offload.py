@@ -185,21 +185,22 @@ def cpu_tier_blocks(config: OffloadParts) -> int:
     ``floor(kv_offloading_size * 2**30 / world_size / (block_size_tokens * bytes_per_token))``
     (vLLM ``CPUOffloadingSpec``: ``cpu_bytes_to_use`` over the workers and the bytes of one
     block of every layer the worker holds)."""
-    size = config.offload.kv_offloading_size
-    if not size:
-        return 0
-    block_bytes = config.cache.block_size_tokens * config.bytes_per_token
-    return int(size * GiB) // config.parallel.world_size // block_bytes
+    return _tier_blocks(config, config.offload.kv_offloading_size)
 
 
 def disk_tier_blocks(config: OffloadParts) -> int:
     """Blocks one GPU's share of the disk tier holds, as ``cpu_tier_blocks`` counts them (0
     without a disk tier)."""
-    size = config.offload.disk_offloading_size
-    if not size:
+    return _tier_blocks(config, config.offload.disk_offloading_size)
+
+
+def _tier_blocks(config: OffloadParts, size_gib: float | None) -> int:
+    """Whole blocks of the GPU's block size in one GPU's share of ``size_gib`` GiB (0 for
+    ``None`` or 0)."""
+    if not size_gib:
         return 0
     block_bytes = config.cache.block_size_tokens * config.bytes_per_token
-    return int(size * GiB) // config.parallel.world_size // block_bytes
+    return int(size_gib * GiB) // config.parallel.world_size // block_bytes
 
 
 def link_bandwidth_bytes_per_s(config: OffloadParts) -> float:
@@ -247,15 +248,11 @@ def check_offload(config: OffloadParts) -> None:
             f"table; {config.model.name} runs vLLM's hybrid KV cache groups (set "
             "model.attention.hybrid_kv_cache = false to offload it as full attention)"
         )
-    if cpu_tier_blocks(config) < 1:
-        raise ValueError(
-            f"offload.kv_offloading_size: {config.offload.kv_offloading_size} GiB over "
-            f"{config.parallel.world_size} GPU(s) holds no block of "
-            f"{config.cache.block_size_tokens * config.bytes_per_token:,} bytes; raise it"
-        )
-    if config.offload.disk_enabled and disk_tier_blocks(config) < 1:
-        raise ValueError(
-            f"offload.disk_offloading_size: {config.offload.disk_offloading_size} GiB over "
-            f"{config.parallel.world_size} GPU(s) holds no block of "
-            f"{config.cache.block_size_tokens * config.bytes_per_token:,} bytes; raise it"
-        )
+    for name in ("kv_offloading_size", "disk_offloading_size"):
+        size = getattr(config.offload, name)
+        if size and _tier_blocks(config, size) < 1:
+            raise ValueError(
+                f"offload.{name}: {size} GiB over {config.parallel.world_size} GPU(s) holds no "
+                f"block of {config.cache.block_size_tokens * config.bytes_per_token:,} bytes; "
+                "raise it"
+            )

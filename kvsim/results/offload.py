@@ -26,8 +26,7 @@ TIER_COLUMNS = (
 def tier_arrays(samples: Sequence[tuple[int, int, int, int]]) -> dict[str, npt.NDArray[Any]]:
     """The ``TIER_COLUMNS`` (blocks, int64) of ``samples``, one ``(stored, storing, loading,
     free)`` per memory row, to join the memory table's columns (``memory_frame`` keeps them)."""
-    table = np.asarray(samples, dtype=np.int64).reshape(-1, len(TIER_COLUMNS))
-    return {name: table[:, i].copy() for i, name in enumerate(TIER_COLUMNS)}
+    return _columns(samples, TIER_COLUMNS)
 
 
 DISK_COLUMNS = (
@@ -40,5 +39,10 @@ DISK_COLUMNS = (
 def disk_arrays(samples: Sequence[tuple[int, int, int]]) -> dict[str, npt.NDArray[Any]]:
     """The ``DISK_COLUMNS`` (blocks, int64) of ``samples``, one ``(stored, writing, free)``
     per memory row."""
-    table = np.asarray(samples, dtype=np.int64).reshape(-1, len(DISK_COLUMNS))
-    return {name: table[:, i].copy() for i, name in enumerate(DISK_COLUMNS)}
+    return _columns(samples, DISK_COLUMNS)
+
+
+def _columns(samples: Sequence[tuple[int, ...]], names: Sequence[str]) -> dict[str, Any]:
+    """``samples`` (one tuple a row) as int64 columns named ``names``."""
+    table = np.asarray(samples, dtype=np.int64).reshape(-1, len(names))
+    return {name: table[:, i].copy() for i, name in enumerate(names)}

@@ -13,7 +13,6 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
 from kvsim.view.style import styled
 
 _STATISTICS = (("-", "mean"), ("--", "p90"))  # TTFT line styles
@@ -150,9 +149,8 @@ def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str, axes_of:
     if tier_memory is None or not len(tier_memory):
         ax.set_axis_off()
         return
-    names = axes_of.names
-    columns = TIER_COLUMNS if axes_of is CPU_AXES else DISK_COLUMNS
-    total = tier_memory[list(columns)].sum(axis=1).to_numpy()
+    names = axes_of.names  # (its keys are the tier's memory columns)
+    total = tier_memory[list(names)].sum(axis=1).to_numpy()
     x = tier_memory["time_s"].to_numpy()
     ys = [100.0 * tier_memory[c].to_numpy() / np.maximum(total, 1) for c in names]
     ax.stackplot(

@@ -100,7 +100,8 @@ def test_tier_conserved_and_nothing_leaks(
     event("promoted from the disk" if offload.num_promotions else "no promotion")
     assert not offload.loads
     assert offload.tier.num_blocks == cpu_blocks
-    end_s = offload.cpu_to_disk.busy_until_s + offload.gpu_to_cpu.busy_until_s + env.now
+    links = (offload.gpu_to_cpu, offload.cpu_to_gpu, offload.cpu_to_disk, offload.disk_to_cpu)
+    end_s = max(env.now, *(link.busy_until_s for link in links))
     _, _, loading, _ = offload.tier.occupancy(end_s)  # (every copy has ended by then)
     assert loading == 0
     offload.tier.check_invariants(end_s)

@@ -195,3 +195,12 @@ def test_offload_tier_legend_swatches_stand_out() -> None:
     for handle in legend.legend_handles:
         assert handle.get_edgecolor() != handle.get_facecolor()
         assert handle.get_linewidth() > 0
+
+
+def test_tier_legends_name_every_memory_column_of_their_tier() -> None:
+    # the figures sum a tier's legend keys as its memory columns (every block in one)
+    from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
+    from kvsim.view.offload_plots import DISK_NAMES, TIER_NAMES
+
+    assert tuple(TIER_NAMES) == TIER_COLUMNS
+    assert tuple(DISK_NAMES) == DISK_COLUMNS

@@ -19,37 +19,39 @@ OFFLOAD = [
 ]
 
 
-def test_memory_chart_gains_the_cpu_tier_row(tmp_path: Path) -> None:
-    run = load_run(kvsim_run(tmp_path / "offload", SMALL + OFFLOAD))
-    assert all(c in run.results.memory.columns for c in TIER_COLUMNS)  # memory.parquet has them
-    fig = memory_figure(run)
-    tier = [t for t in fig.data if str(t.name).startswith("CPU tier")]
-    assert [t.name for t in tier] == [
-        "CPU tier: stored",
-        "CPU tier: storing (GPU->CPU copy)",
-        "CPU tier: loading (read by a copy to the GPU or disk)",
-        "CPU tier: free",
-    ]
-    total = sum(pytest.importorskip("numpy").asarray(t.y, dtype=float) for t in tier)
-    assert total == pytest.approx([100.0] * len(total))  # every tier block in one category
-    assert fig.layout.annotations[2].text == "CPU tier (% of its blocks)"
+CPU_ROWS = [
+    "CPU tier: stored",
+    "CPU tier: storing (GPU->CPU copy)",
+    "CPU tier: loading (read by a copy to the GPU or disk)",
+    "CPU tier: free",
+]
+DISK_ROWS = ["disk tier: stored", "disk tier: writing (CPU->disk copy)", "disk tier: free"]
 
 
-def test_memory_chart_gains_a_disk_tier_row(tmp_path: Path) -> None:
-    run = load_run(
-        kvsim_run(tmp_path / "disk", [*SMALL, *OFFLOAD, "offload.disk_offloading_size=4"])
-    )
-    assert all(c in run.results.memory.columns for c in DISK_COLUMNS)
+@pytest.mark.parametrize(
+    ("extra", "tiers"),
+    [
+        ([], [("CPU tier", TIER_COLUMNS, CPU_ROWS)]),
+        (
+            ["offload.disk_offloading_size=4"],
+            [("CPU tier", TIER_COLUMNS, CPU_ROWS), ("disk tier", DISK_COLUMNS, DISK_ROWS)],
+        ),
+    ],
+    ids=["cpu", "cpu-and-disk"],
+)
+def test_memory_chart_gains_a_row_per_tier(
+    tmp_path: Path, extra: list[str], tiers: list[tuple[str, tuple[str, ...], list[str]]]
+) -> None:
+    run = load_run(kvsim_run(tmp_path / "offload", [*SMALL, *OFFLOAD, *extra]))
     fig = memory_figure(run)
-    disk = [t for t in fig.data if str(t.name).startswith("disk tier")]
-    assert [t.name for t in disk] == [
-        "disk tier: stored",
-        "disk tier: writing (CPU->disk copy)",
-        "disk tier: free",
-    ]
-    total = sum(pytest.importorskip("numpy").asarray(t.y, dtype=float) for t in disk)
-    assert total == pytest.approx([100.0] * len(total))  # every disk block in one category
-    assert fig.layout.annotations[3].text == "disk tier (% of its blocks)"
+    assert len(fig.layout.annotations) == 2 + len(tiers)  # no disk row without a disk
+    for row, (tier, columns, names) in enumerate(tiers, start=2):
+        assert all(c in run.results.memory.columns for c in columns)  # memory.parquet has them
+        traces = [t for t in fig.data if str(t.name).startswith(tier)]
+        assert [t.name for t in traces] == names
+        total = sum(pytest.importorskip("numpy").asarray(t.y, dtype=float) for t in traces)
+        assert total == pytest.approx([100.0] * len(total))  # every tier block in one category
+        assert fig.layout.annotations[row].text == f"{tier} (% of its blocks)"
 
 
 def test_runs_without_offloading_keep_two_rows(small_runs) -> None:

@@ -811,9 +811,7 @@ class CpuTier:
                 if state[slot] & CASCADING:  # (its disk write still reads it)
                     self._num_cascading_loading -= 1
                     continue
-                state[slot] = state[slot] | EVICTABLE
-                self._num_evictable += 1
-                self._push(self._rank[slot], slot)
+                self._make_evictable(slot)
 
     def _settle(self, now_s: float) -> None:
         """The copies that completed by ``now_s``: stores from the GPU and promotions from the
@@ -831,7 +829,7 @@ class CpuTier:
         promoting = self._promoting
         while promoting and promoting[0][0] <= now_s:
             self._stored(promoting.popleft()[1], 0)
-        state, rank, ref_cnt = self._state, self._rank, self._ref_cnt
+        state, ref_cnt = self._state, self._ref_cnt
         while cascades and cascades[0][0] <= now_s:
             slots = cascades.popleft()[1]
             self._num_cascading -= len(slots)
@@ -840,24 +838,26 @@ class CpuTier:
                 if ref_cnt[slot]:
                     self._num_cascading_loading -= 1
                 else:
-                    state[slot] = state[slot] | EVICTABLE
-                    self._num_evictable += 1
-                    self._push(rank[slot], slot)
+                    self._make_evictable(slot)
 
     def _stored(self, slots: vec[i64], pin: u8) -> None:
         """``slots``' copies into the tier ended: they are stored; with ``pin`` (CASCADING)
         a disk write reads them, else they are evictable unless a load reads them."""
         self._num_storing -= len(slots)
-        state, rank, ref_cnt = self._state, self._rank, self._ref_cnt
+        state, ref_cnt = self._state, self._ref_cnt
         for slot in slots:  # (a load may have read it, and ended, before it settled here)
             state[slot] = (state[slot] & NOT_STORING) | pin
             if pin:
                 if ref_cnt[slot]:
                     self._num_cascading_loading += 1
             elif ref_cnt[slot] == 0 and not state[slot] & EVICTABLE:
-                state[slot] = state[slot] | EVICTABLE
-                self._num_evictable += 1
-                self._push(rank[slot], slot)
+                self._make_evictable(slot)
+
+    def _make_evictable(self, slot: i64) -> None:
+        """``slot`` is stored and nothing reads it: evictable, with a current entry."""
+        self._state[slot] = self._state[slot] | EVICTABLE
+        self._num_evictable += 1
+        self._push(self._rank[slot], slot)
 
     # -- the queue and heap of evictable slots --------------------------------------------
     def _push(self, value: i64, slot: i64) -> None:

@@ -94,9 +94,9 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
             col=1,
         )
     if tier:
-        _tier_traces(fig, mem, TIER_COLUMNS, TIER_NAMES, "CPU tier", 3)
+        _tier_traces(fig, mem, TIER_NAMES, "CPU tier", 3)
     if disk:
-        _tier_traces(fig, mem, DISK_COLUMNS, DISK_NAMES, "disk tier", 4)
+        _tier_traces(fig, mem, DISK_NAMES, "disk tier", 4)
     fig.update_yaxes(range=[0, capacity * 1.02], title_text="slots", row=1, col=1)
     fig.update_yaxes(range=[0, 100], title_text="%", row=2, col=1)
     fig.update_xaxes(title_text="simulated time (s)", row=len(titles), col=1)
@@ -114,15 +114,14 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
 def _tier_traces(
     fig: go.Figure,
     mem: pd.DataFrame,
-    columns: Sequence[str],
     names: dict[str, tuple[str, str]],
     tier: str,
     row: int,
 ) -> None:
-    """A tier's blocks by category (``names``: column -> legend name and colour), stacked as %
-    of the tier, in the figure's ``row`` (every block is in one category, so the stack reaches
-    100 %)."""
-    total = mem[list(columns)].sum(axis=1).clip(lower=1)
+    """A tier's blocks by category (``names``: each of its memory columns -> legend name and
+    colour), stacked as % of the tier, in the figure's ``row`` (every block is in one category,
+    so the stack reaches 100 %)."""
+    total = mem[list(names)].sum(axis=1).clip(lower=1)
     for col, (name, color) in names.items():
         fig.add_trace(
             go.Scatter(
