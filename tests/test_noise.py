@@ -16,6 +16,7 @@ from kvsim.cli import app
 from kvsim.config import config_from_dict
 from kvsim.engine.intake import requests_for
 from kvsim.workload import DataNotFoundError, resolve_trace
+from tests.conftest import missing_trace
 
 
 def test_reproduce_without_data_says_where_its_lengths_come_from_once(
@@ -41,7 +42,7 @@ def test_the_papers_length_filter_is_an_info_line(
     try:
         path, _ = resolve_trace("sharegpt_opt")
     except DataNotFoundError as exc:
-        pytest.skip(f"trace data not available: {exc}")
+        pytest.skip(missing_trace("sharegpt_opt") or str(exc))
     # the paper's filter, counted here from the file itself: prompt + output <= 2,048 tokens,
     # both >= 4 (77,543 of the 84,226 rows of the shared file)
     rows = pd.read_csv(path)

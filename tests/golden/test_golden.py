@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import missing_trace
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cases import MAPPED, VARIED
@@ -56,7 +58,7 @@ def _check(name: str, config: dict, every: float | None = None) -> None:
         try:
             resolve_trace(cfg.workload.trace)
         except DataNotFoundError as exc:
-            pytest.skip(f"the trace {cfg.workload.trace}: {exc}")
+            pytest.skip(missing_trace(cfg.workload.trace) or str(exc))
     old = json.loads((DATA / f"{name}.json").read_text())["summary"]
     new = simulate(cfg, map_every_s=every).summary
     # every recorded metric must keep its value (metrics added later, such as the fleet's cost

@@ -10,6 +10,7 @@ import pytest
 
 from kvsim.study.paper import reproduce
 from kvsim.study.paper.fig12 import ratios
+from tests.conftest import missing_trace
 
 # Figure 13 (Kwon et al., SOSP 2023), batched requests; band +-15 %
 FIG13 = {
@@ -44,7 +45,7 @@ def _needs_sharegpt() -> None:
     try:
         resolve_trace("sharegpt_opt")
     except DataNotFoundError as exc:
-        pytest.skip(f"the paper's ShareGPT length file: {exc}")
+        pytest.skip(missing_trace("sharegpt_opt") or str(exc))
 
 
 @pytest.mark.full(seconds=135)
@@ -166,7 +167,7 @@ def test_more_figures_run_quick(name: str, tmp_path: Path) -> None:
         try:
             resolve_trace("sharegpt_llama2")
         except DataNotFoundError as exc:
-            pytest.skip(f"the ShareGPT multi-turn trace: {exc}")
+            pytest.skip(missing_trace("sharegpt_llama2") or str(exc))
     rep = reproduce(name, tmp_path, quick=True)
     assert [p.suffix for p in rep.paths] == [".csv", ".png"]
     assert rep.paths[1].stat().st_size > 10_000

@@ -16,6 +16,7 @@ import pytest
 from kvsim.study.paper import reproduce
 from kvsim.study.paper.fig2 import STACK
 from kvsim.workload import DataNotFoundError, resolve_trace
+from tests.conftest import missing_trace
 
 # typed in from the paper's Figure 2, independent of kvsim/data/paper
 PAPER = {
@@ -42,7 +43,7 @@ def test_main_job_with_the_papers_lengths(tmp_path: Path) -> None:
     try:
         resolve_trace("sharegpt_opt")
     except DataNotFoundError as exc:
-        pytest.skip(f"the paper's ShareGPT length file: {exc}")
+        pytest.skip(missing_trace("sharegpt_opt") or str(exc))
     rep = reproduce("fig2", tmp_path, jobs=1)
     assert any("sharegpt_opt_firstturn_lengths.csv" in n for n in rep.notes)
     _check_bands(rep.table)

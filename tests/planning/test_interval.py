@@ -24,6 +24,7 @@ from kvsim.config import apply_overrides
 from kvsim.study import plan as planning
 from kvsim.study.plan import Plan, candidates, plan_from_dict, run_plan
 from kvsim.workload import DataNotFoundError, data_dir
+from tests.conftest import missing_trace
 
 TTFT = "time_to_first_token_seconds_p99"
 TPOT = "request_time_per_output_token_seconds_p99"
@@ -117,7 +118,7 @@ def test_the_issues_example_has_the_same_shape(tmp_path: Path) -> None:
     try:
         data_dir()
     except DataNotFoundError as exc:
-        pytest.skip(f"trace data not available: {exc}")
+        pytest.skip(missing_trace() or str(exc))
     base: dict[str, Any] = {}
     apply_overrides(
         base,

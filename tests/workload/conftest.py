@@ -8,15 +8,17 @@ import numpy as np
 import pytest
 
 from kvsim.workload import DataNotFoundError, data_dir
+from tests.conftest import missing_trace
 
 
 @pytest.fixture
 def traces_dir() -> Path:
-    """The shared trace folder; skip the test when it is not available."""
+    """The shared trace folder; skip the test when it is not available (``tests/conftest.py``
+    marks the tests that take this fixture skipped then, before they start)."""
     try:
         return data_dir()
-    except DataNotFoundError as exc:
-        pytest.skip(f"trace data not available: {exc}")
+    except DataNotFoundError:
+        pytest.skip(missing_trace() or "no trace folder")
 
 
 @pytest.fixture
