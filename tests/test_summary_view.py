@@ -366,3 +366,25 @@ def test_sweep_table_headers_give_units() -> None:
         "token_states_pct (% of KV)",
     ]
     assert list(out.columns[2].cells) == ["24.7 s", "9.9 s"]  # (3 significant figures, %g)
+
+
+def test_sweep_table_shows_bandwidths_in_gb_per_s() -> None:
+    # a new user's trial read 6,400,000,000 in the disk sweep's table: a field given in bytes/s
+    # is shown in decimal GB/s, as drive datasheets give it, its header saying so
+    table = pd.DataFrame(
+        {
+            "offload.disk_offloading_size": [0, 256],
+            "offload.disk_read_bandwidth_bytes_per_s": [6.4e9, 12.8e9],
+            "offload.link_bandwidth_bytes_per_s": [5.12e10, 3.2e9],
+            "time_to_first_token_seconds_mean": [24.7, 9.9],
+        }
+    )
+    fields = [c for c in table.columns if c.startswith("offload.")]
+    out = sweep_table(table, fields, ["time_to_first_token_seconds_mean"], "disk")
+    assert [str(c.header) for c in out.columns][:3] == [
+        "offload.disk_offloading_size (GiB)",
+        "offload.disk_read_bandwidth_bytes_per_s (in GB/s)",
+        "offload.link_bandwidth_bytes_per_s (in GB/s)",
+    ]
+    assert list(out.columns[1].cells) == ["6.4", "12.8"]
+    assert list(out.columns[2].cells) == ["51.2", "3.2"]

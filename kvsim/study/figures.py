@@ -19,9 +19,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kvsim.study.analysis import check_analysis
-from kvsim.study.load import SweepResults, load_sweep, row_labels
+from kvsim.study.load import SweepResults, field_groups, load_sweep, row_labels
 from kvsim.view.fleet_plots import point_bars
-from kvsim.view.labels import short_name
+from kvsim.view.labels import field_unit, field_value, short_name
 from kvsim.view.plots import latency_cdf, memory_map, memory_over_time, metric_vs, waste_bars
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,10 @@ def _save(fig: Figure, path: Path, written: list[Path]) -> None:
 
 
 def _hue(sweep: SweepResults, x: str) -> tuple[pd.DataFrame, str | None]:
-    """The summary with one column naming each line of a chart against ``x``."""
+    """The summary with one column naming each line of a chart against ``x``: the other swept
+    fields' values in the units people read (``field_groups``: bandwidths in GB/s, zipped
+    fields with the same values once), the column's name their names and units (the legend's
+    title)."""
     table = sweep.summary
     others = [f for f in sweep.swept_fields if f != x and f in table]
     if "label" in others:  # fields zipped with the label add nothing to it
@@ -89,8 +92,15 @@ def _hue(sweep: SweepResults, x: str) -> tuple[pd.DataFrame, str | None]:
         ]
     if not others:
         return table, None
-    hue = ", ".join(short_name(f) for f in others)
-    values = [", ".join(str(r[f]) for f in others) for _, r in table.iterrows()]
+    groups = field_groups(table, others)
+    hue = ", ".join(
+        f"{name} ({field_unit(fields[0])})" if field_unit(fields[0]) else name
+        for name, fields in groups
+    )
+    values = [
+        ", ".join(field_value(fields[0], r[fields[0]]) for _, fields in groups)
+        for _, r in table.iterrows()
+    ]
     return table.assign(**{hue: values}), hue
 
 

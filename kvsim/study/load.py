@@ -17,11 +17,12 @@ import pandas as pd
 from kvsim.base.tablefile import read_table, stored_table
 from kvsim.base.textfile import read_json
 from kvsim.results import Results
-from kvsim.view.labels import short_name
+from kvsim.view.labels import field_name, field_text, field_unit, field_value, merged_name
 
 
 def row_labels(table: pd.DataFrame, fields: list[str]) -> list[str]:
-    """One label per row: the ``label`` column if present, else ``name=value`` of ``fields``."""
+    """One label per row: the ``label`` column if present, else ``name=value`` of ``fields``
+    (``values_text``)."""
     if "label" in table.columns and "label" in fields:
         # fields zipped with the label (one value per label) add nothing to it
         others = [
@@ -32,13 +33,46 @@ def row_labels(table: pd.DataFrame, fields: list[str]) -> list[str]:
         base = table["label"].astype(str)
         if not others or table["label"].nunique() == len(table):
             return list(base)
-        return [
-            f"{b} " + ", ".join(f"{short_name(f)}={r[f]}" for f in others)
-            for b, (_, r) in zip(base, table.iterrows(), strict=True)
-        ]
+        return [f"{b} {text}" for b, text in zip(base, values_text(table, others), strict=True)]
     if not fields:
         return [str(i) for i in range(len(table))]
-    return [", ".join(f"{short_name(f)}={r[f]}" for f in fields) for _, r in table.iterrows()]
+    return values_text(table, fields)
+
+
+def field_groups(table: pd.DataFrame, fields: list[str]) -> list[tuple[str, list[str]]]:
+    """``fields`` (those in ``table``) in groups shown as one: fields zipped to the same shown
+    values on every row (a drive's read and write bandwidth), each group with its name
+    (``merged_name``: ``disk_read/write_bandwidth``); every other field alone, by its
+    ``field_name``."""
+    shown = {f: [field_value(f, v) for v in table[f]] for f in fields if f in table}
+    groups: list[list[str]] = []
+    for f in shown:
+        twin = next(
+            (
+                g
+                for g in groups
+                if shown[g[0]] == shown[f]
+                and field_unit(g[0]) == field_unit(f)
+                and len(set(shown[f])) > 1  # (one value: equal by chance, not zipped)
+            ),
+            None,
+        )
+        if twin is None:
+            groups.append([f])
+        else:
+            twin.append(f)
+    return [(merged_name([field_name(f) for f in g]), g) for g in groups]
+
+
+def values_text(table: pd.DataFrame, fields: list[str]) -> list[str]:
+    """``name=value`` of ``fields`` for each row, joined by commas, in the units people read
+    them in (``field_text``: ``disk_read_bandwidth=6.4 GB/s``, not ``6400000000.0``); fields
+    zipped to the same values named once (``field_groups``)."""
+    groups = field_groups(table, fields)
+    return [
+        ", ".join(field_text(g[0], table[g[0]].iloc[i], name) for name, g in groups)
+        for i in range(len(table))
+    ]
 
 
 @dataclass

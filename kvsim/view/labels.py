@@ -7,7 +7,10 @@ Metric names stay vLLM's so that a figure reads like a Prometheus dashboard.
 
 from __future__ import annotations
 
+import math
 import re
+
+import numpy as np
 
 FIELD_LABELS = {
     "cache.kv_cache_gib": "KV cache (GiB)",
@@ -26,7 +29,10 @@ FIELD_LABELS = {
     "fleet.replicas": "replicas",
     "fleet.prefill_replicas": "prefill replicas",
     "offload.kv_offloading_size": "kv_offloading_size (GiB)",
-    "offload.link_bandwidth_bytes_per_s": "link bandwidth, one direction (bytes/s)",
+    "offload.link_bandwidth_bytes_per_s": "link bandwidth, one direction (GB/s)",
+    "offload.disk_offloading_size": "disk_offloading_size (GiB)",
+    "offload.disk_read_bandwidth_bytes_per_s": "disk read bandwidth (GB/s)",
+    "offload.disk_write_bandwidth_bytes_per_s": "disk write bandwidth (GB/s)",
     "speculative.num_speculative_tokens": "num_speculative_tokens (tokens)",
     "speculative.acceptance_rate": "acceptance_rate (0-1)",
 }
@@ -80,11 +86,83 @@ def metric_unit(metric: str) -> str:
     return ""
 
 
+# config fields shown to people in another unit than they are given in: name suffix -> (what
+# one shown unit is in the field's own, the shown unit). Bandwidths in decimal GB/s, as drive
+# and link datasheets give them; machine-readable outputs keep the field's own values.
+DISPLAY_UNITS = (("_bytes_per_s", 1e9, "GB/s"),)
+
+
+def display_unit(field: str) -> tuple[float, str] | None:
+    """``(divisor, unit)`` when ``field`` is shown in another unit than its own (``DISPLAY_UNITS``):
+    ``display_unit("offload.link_bandwidth_bytes_per_s")`` -> ``(1e9, "GB/s")``."""
+    for suffix, divisor, unit in DISPLAY_UNITS:
+        if field.endswith(suffix):
+            return divisor, unit
+    return None
+
+
 def field_unit(field: str) -> str:
-    """The unit of a dotted config field (``FIELD_LABELS``' parenthesis; ``""`` when unknown):
-    ``field_unit("cache.kv_cache_gib")`` -> ``"GiB"``."""
+    """The unit a dotted config field is shown in (``FIELD_LABELS``' parenthesis, else
+    ``DISPLAY_UNITS``'; ``""`` when unknown): ``field_unit("cache.kv_cache_gib")`` -> ``"GiB"``."""
     found = re.search(r"\(([^()]*)\)$", FIELD_LABELS.get(field, ""))
-    return found.group(1) if found else ""
+    if found:
+        return found.group(1)
+    shown = display_unit(field)
+    return shown[1] if shown else ""
+
+
+def field_value(field: str, value: object) -> str:
+    """A config field's value for people, in the unit ``field_unit`` names (no unit attached):
+    ``field_value("offload.disk_read_bandwidth_bytes_per_s", 6.4e9)`` -> ``"6.4"``; a whole
+    float without its ``.0``; at most four significant figures past a thousand's digits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return str(value)
+    shown = display_unit(field)
+    if isinstance(value, (int, np.integer)) and not shown:
+        return str(value)
+    number = float(value) / shown[0] if shown else float(value)
+    if not math.isfinite(number):
+        return str(number)
+    if number.is_integer() and abs(number) < 1e15:
+        return str(int(number))
+    return f"{number:.4g}" if abs(number) < 1000 else f"{number:,.0f}"
+
+
+def field_name(field: str) -> str:
+    """A config field's short name for a legend or a label: ``short_name``, less the unit its
+    name carries where it is shown in another (``"disk_read_bandwidth_bytes_per_s"`` ->
+    ``"disk_read_bandwidth"``, its values then in GB/s)."""
+    name = short_name(field)
+    for suffix, _, _ in DISPLAY_UNITS:
+        if name.endswith(suffix) and name != suffix:
+            return name.removesuffix(suffix)
+    return name
+
+
+def field_text(field: str, value: object, name: str | None = None, sep: str = "=") -> str:
+    """``name=value unit`` for a legend, a panel or a point's label: ``field_text("offload.
+    disk_read_bandwidth_bytes_per_s", 6.4e9)`` -> ``"disk_read_bandwidth=6.4 GB/s"``
+    (``name``: another name to show, e.g. ``merged_name``'s; ``sep`` between it and the value)."""
+    text = f"{name or field_name(field)}{sep}{field_value(field, value)}"
+    shown = display_unit(field)
+    return f"{text} {shown[1]}" if shown else text
+
+
+def merged_name(names: list[str]) -> str:
+    """One name for fields shown with the same values (zipped fields such as a drive's read and
+    write bandwidth): their common words once, the differing ones joined by ``/``:
+    ``["disk_read_bandwidth", "disk_write_bandwidth"]`` -> ``"disk_read/write_bandwidth"``."""
+    if len(names) < 2:
+        return names[0] if names else ""
+    words = [n.split("_") for n in names]
+    head = 0
+    while all(len(w) > head + 1 and w[head] == words[0][head] for w in words):
+        head += 1
+    tail = 0
+    while all(len(w) > head + tail + 1 and w[-1 - tail] == words[0][-1 - tail] for w in words):
+        tail += 1
+    middles = ["_".join(w[head : len(w) - tail]) for w in words]
+    return "_".join([*words[0][:head], "/".join(middles), *words[0][len(words[0]) - tail :]])
 
 
 def axis_label(name: str) -> str:
@@ -93,6 +171,8 @@ def axis_label(name: str) -> str:
         return FIELD_LABELS[name]
     if name in METRIC_LABELS:
         return METRIC_LABELS[name]
+    if display_unit(name):  # a field shown in another unit than its name says
+        return f"{field_name(name)} ({field_unit(name)})"
     base = name.rpartition(".")[2]
     for suffix in ("_p50", "_p90", "_p95", "_p99", "_mean", "_max"):
         if base.endswith(suffix):

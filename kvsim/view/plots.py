@@ -17,7 +17,14 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from kvsim.view.labels import axis_label, metric_unit, short_name, wrap_label
+from kvsim.view.labels import (
+    axis_label,
+    display_unit,
+    field_text,
+    metric_unit,
+    short_name,
+    wrap_label,
+)
 from kvsim.view.style import styled
 
 MAX_PER_PANEL = 8  # bars, lines or maps in one panel before a figure splits into facets
@@ -92,7 +99,7 @@ def facet_groups(
     ``max_per_panel`` rows when no facet column is given (one panel when they fit)."""
     if facet is not None and facet in table:
         return [
-            (f"{short_name(facet)} = {value}", group.index)
+            (field_text(facet, value, sep=" = "), group.index)
             for value, group in table.groupby(facet, sort=True)
         ]
     if len(table) <= max_per_panel:
@@ -214,12 +221,14 @@ def metric_vs(
         figsize=(4 * min(4, len(metrics)) + 1.5, 3.4 * -(-len(metrics) // 4)), layout="constrained"
     )
     axes = _grid(fig, len(metrics))
+    shown = display_unit(x)  # (bandwidths in GB/s, as the axis label says)
+    divisor = shown[0] if shown else 1.0
     groups = table.groupby(hue, sort=False) if hue else [("", table)]
     for name, group in groups:
         g = group.sort_values(x)
         for ax, metric in zip(axes, metrics, strict=True):
-            ax.plot(g[x], g[metric], marker="o", label=str(name) if hue else None)
-    xs = table[x].to_numpy(dtype=float)
+            ax.plot(g[x] / divisor, g[metric], marker="o", label=str(name) if hue else None)
+    xs = table[x].to_numpy(dtype=float) / divisor
     whole = bool(np.all(xs[np.isfinite(xs)] % 1 == 0))
     for ax, metric in zip(axes, metrics, strict=True):
         # a 4-inch panel holds about 32 characters of label: wrap at words, not into a neighbour

@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
-from kvsim.view.labels import field_unit, metric_unit
+from kvsim.view.labels import display_unit, field_unit, field_value, metric_unit
 
 Row = tuple[str, str]  # (summary key, label)
 
@@ -426,7 +426,8 @@ def sweep_table(
 ) -> Table:
     """A sweep's points as a rich table: the swept fields, then ``metrics`` (those in the
     summary; the experiment's ``analysis.vs_metrics``, or ``SWEEP_DEFAULT_METRICS``), one row a
-    point in sweep order, at most ``max_rows`` (the caption says how many were left out).
+    point in sweep order, at most ``max_rows`` (the caption says how many were left out). A
+    field given in bytes/s is shown in GB/s (decimal), its header saying so.
 
     Args:
         table: the sweep's summary (a DataFrame, one row a point).
@@ -440,6 +441,8 @@ def sweep_table(
     out = Table(title=title, title_justify="left")
     for name in fields:  # the dotted name (what --set takes) and its unit
         unit = field_unit(name)
+        if display_unit(name):  # given in another unit than shown: bytes/s as GB/s
+            unit = f"in {unit}"
         out.add_column(f"{name} ({unit})" if unit else name)
     for name in shown:  # seconds are in the values ("19.7 s", "830 ms")
         unit = metric_unit(name)
@@ -448,9 +451,17 @@ def sweep_table(
     records = table.to_dict("records")
     for row in records[:max_rows]:
         out.add_row(
-            *(format_metric(f, row.get(f)) for f in fields),
+            *(_field_cell(f, row.get(f)) for f in fields),
             *(format_metric(m, row.get(m)) for m in shown),
         )
     if len(records) > max_rows:
         out.caption = f"first {max_rows} of {len(records):,} points"
     return out
+
+
+def _field_cell(field: str, value: Any) -> str:
+    """A swept field's value in a sweep table: in the unit its header names (``field_value``:
+    a bandwidth in GB/s) where it is shown in another than its own, else ``format_metric``'s."""
+    if value is not None and display_unit(field):
+        return field_value(field, value)
+    return format_metric(field, value)

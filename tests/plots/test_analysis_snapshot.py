@@ -83,6 +83,24 @@ def test_row_labels() -> None:
         "block_size_tokens=8",
         "block_size_tokens=16",
     ]
+    # bandwidths in GB/s (decimal), not bytes/s; fields zipped to the same values named once
+    drive = [3.2e9, 6.4e9]
+    t = pd.DataFrame(
+        {
+            "offload.disk_offloading_size": [0, 0],
+            "offload.disk_read_bandwidth_bytes_per_s": drive,
+            "offload.disk_write_bandwidth_bytes_per_s": drive,
+        }
+    )
+    assert row_labels(t, list(t.columns)) == [
+        "disk_offloading_size=0, disk_read/write_bandwidth=3.2 GB/s",
+        "disk_offloading_size=0, disk_read/write_bandwidth=6.4 GB/s",
+    ]
+    # one value each: equal by chance, not zipped
+    one = t.iloc[:1]
+    assert row_labels(one, list(t.columns)) == [
+        "disk_offloading_size=0, disk_read_bandwidth=3.2 GB/s, disk_write_bandwidth=3.2 GB/s"
+    ]
 
 
 def _req(req_id: int, prompt: int) -> Request:

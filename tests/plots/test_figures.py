@@ -93,7 +93,7 @@ def test_every_point_is_drawn_and_bars_split_into_panels_past_eight(tmp_path) ->
     sweep = load_sweep(folder)
     fig = waste_bars(sweep.summary, sweep.labels(), facet="workload.rate_per_s")
     assert len(fig.axes) == 5
-    assert [ax.get_title() for ax in fig.axes] == [f"rate_per_s = {r}" for r in rates]
+    assert [ax.get_title() for ax in fig.axes] == [f"rate_per_s = {r:g}" for r in rates]
     assert all(len(ax.get_xticklabels()) == 2 for ax in fig.axes)
     # without a facet column, runs of eight
     fig = waste_bars(sweep.summary, sweep.labels())
@@ -204,3 +204,23 @@ def test_tier_legends_name_every_memory_column_of_their_tier() -> None:
 
     assert tuple(TIER_NAMES) == TIER_COLUMNS
     assert tuple(DISK_NAMES) == DISK_COLUMNS
+
+
+def test_bandwidths_read_in_gb_per_s_in_figures() -> None:
+    # raw bytes/s (6400000000.0) in legends and axes: decimal GB/s, as drive datasheets give
+    import pandas as pd
+
+    from kvsim.view.plots import metric_vs
+
+    table = pd.DataFrame(
+        {
+            "offload.link_bandwidth_bytes_per_s": [16e9, 32e9, 64e9, 128e9],
+            "time_to_first_token_seconds_mean": [0.4, 0.3, 0.25, 0.2],
+        }
+    )
+    fig = metric_vs(
+        table, "offload.link_bandwidth_bytes_per_s", ["time_to_first_token_seconds_mean"]
+    )
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "link bandwidth, one direction (GB/s)"
+    assert list(ax.lines[0].get_xdata()) == [16.0, 32.0, 64.0, 128.0]
