@@ -22,7 +22,14 @@ from kvsim.study.analysis import check_analysis
 from kvsim.study.load import SweepResults, field_groups, load_sweep, row_labels
 from kvsim.view.fleet_plots import point_bars
 from kvsim.view.labels import field_unit, field_value, short_name
-from kvsim.view.plots import latency_cdf, memory_map, memory_over_time, metric_vs, waste_bars
+from kvsim.view.plots import (
+    MAX_PER_PANEL,
+    latency_cdf,
+    memory_map,
+    memory_over_time,
+    metric_vs,
+    waste_bars,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -134,15 +141,26 @@ def _vs_figures(
 
 
 def _facet(sweep: SweepResults) -> str | None:
-    """The first swept number that varies (panels of bars and CDF rows split by it)."""
+    """The first swept number that varies, when the points are more than a panel holds (bar
+    panels and CDF rows split by it, and their labels leave it out); else ``None``."""
+    if len(sweep.summary) <= MAX_PER_PANEL:
+        return None
     axes = varying_axes(sweep.summary, sweep.swept_fields)
     return axes[0] if axes else None
 
 
+def _short_labels(sweep: SweepResults, facet: str | None) -> list[str]:
+    """The points' labels less ``facet`` (the panel or row they are in names its value)."""
+    if facet is None:
+        return sweep.labels()
+    return row_labels(sweep.summary, [f for f in sweep.swept_fields if f != facet])
+
+
 def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
     labels = sweep.labels()
-    names = point_names(sweep)
     facet = _facet(sweep)
+    lines = _short_labels(sweep, facet)  # the CDFs' legend (a row names its facet value)
+    names = point_names(sweep)
     frames = []
     snapshots: dict[str, pd.DataFrame] = {}
     capacity = 0
@@ -157,7 +175,7 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
             memory, title = memory[memory["replica"] == 0], f"{label} (replica 0)"
         fig = memory_over_time(memory, capacity_slots=results.config.capacity_tokens, title=title)
         _save(fig, out / f"memory_{names[i]}.png", written)
-        frame = results.requests.assign(label=label)
+        frame = results.requests.assign(label=lines[i])
         if facet is not None:
             frame[facet] = sweep.summary[facet].iloc[i]
         frames.append(frame)
@@ -199,9 +217,9 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
         logger.warning("%s: no finished points, no figures", folder)
         return written
     facet = _facet(sweep)
-    # each panel names its facet value, so the bars' labels leave it out
-    bar_labels = row_labels(sweep.summary, [f for f in sweep.swept_fields if f != facet])
-    fig = waste_bars(sweep.summary, bar_labels, title=sweep.meta.get("name", ""), facet=facet)
+    fig = waste_bars(
+        sweep.summary, _short_labels(sweep, facet), title=sweep.meta.get("name", ""), facet=facet
+    )
     _save(fig, out_dir / "waste_bars.png", written)
     _vs_figures(sweep, analysis, out_dir, written)
     _fleet_figures(sweep, out_dir, written)

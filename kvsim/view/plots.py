@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
@@ -28,6 +29,8 @@ from kvsim.view.labels import (
 from kvsim.view.style import styled
 
 MAX_PER_PANEL = 8  # bars, lines or maps in one panel before a figure splits into facets
+TICK_LABEL_CHARS = 28  # a bar's label is wrapped at this width
+LEGEND_LABEL_CHARS = 60  # a line's legend label is wrapped at this width
 
 CATEGORY_COLORS = {
     "token_states": "#2a9d8f",
@@ -164,7 +167,10 @@ def waste_bars(
                         float(p), v / 2, f"{v:.1f}%", ha="center", va="center", fontsize="small"
                     )
             bottom += values
-        ax.set_xticks(pos, [labels[i] for i in index], rotation=25, ha="right", fontsize="small")
+        # a point's label names every field that varies: wrapped, so a long one stays under
+        # its bar instead of squeezing the panels (constrained_layout gave up on them)
+        ticks = [wrap_label(labels[i], TICK_LABEL_CHARS) for i in index]
+        ax.set_xticks(pos, ticks, rotation=25, ha="right", fontsize="small")
         ax.set(
             ylabel=f"% of {'used KV memory' if of == 'used' else 'KV capacity'}",
             ylim=(0, 100),
@@ -345,31 +351,39 @@ def latency_cdf(
     """Empirical CDFs (``Axes.ecdf``) of per-request latencies, one line per ``by`` value, on log
     time axes (latencies span decades under load).
 
-    With more than ``MAX_PER_PANEL`` runs and a ``facet`` column, one row of panels per facet
-    value.
+    With more than ``MAX_PER_PANEL`` runs (``by`` and ``facet`` values together) and a ``facet``
+    column, one row of panels per facet value; the row names its value, so ``by``'s labels
+    need not. One legend below the panels, a colour per ``by`` value in every row.
 
     Args:
         requests: per-request rows (``results.request_frame``) with a ``by`` column.
-        by: column naming the run each row belongs to.
+        by: column naming the run each row belongs to (its legend label).
         metrics: latency columns in seconds, one panel each.
         title: figure title.
         facet: column splitting the runs into rows of panels (``None``: one row).
     """
-    runs = requests[by].nunique()
+    faceted = facet is not None and facet in requests
+    runs = requests.groupby([by, facet]).ngroups if faceted else requests[by].nunique()
     rows: list[tuple[str, pd.DataFrame]] = [("", requests)]
-    if facet is not None and facet in requests and runs > MAX_PER_PANEL:
+    if faceted and runs > MAX_PER_PANEL:
         rows = [
-            (f"{short_name(facet)} = {value}", group)
+            (field_text(str(facet), value, sep=" = "), group)
             for value, group in requests.groupby(facet, sort=True)
         ]
-    fig = Figure(figsize=(4 * len(metrics) + 2, 3.3 * len(rows)), layout="constrained")
+    names = [str(n) for n in requests[by].drop_duplicates()]
+    # (resolved now, under kvsim's style: a "CN" string is read at drawing, outside it)
+    colors = {name: to_rgb(f"C{i % 10}") for i, name in enumerate(names)}
+    width = 4 * len(metrics) + 2
+    fig = Figure(figsize=(width, 3.3 * len(rows) + 0.4), layout="constrained")
     grid = fig.subplots(len(rows), len(metrics), squeeze=False)
+    handles: dict[str, Artist] = {}
     for axes, (row_name, part) in zip(grid, rows, strict=True):
         for name, group in part.groupby(by, sort=False):
             for ax, metric in zip(axes, metrics, strict=True):
                 values = group[metric].dropna().to_numpy()
                 if len(values):
-                    ax.ecdf(values, label=str(name))
+                    line = ax.ecdf(values, label=str(name), color=colors[str(name)])
+                    handles.setdefault(str(name), line)
         for ax, metric in zip(axes, metrics, strict=True):
             ax.set(xlabel=axis_label(metric), ylabel="fraction of requests", ylim=(0, 1.02))
             values = part[metric].to_numpy(dtype=float)
@@ -378,6 +392,27 @@ def latency_cdf(
             ax.grid(alpha=0.3)
         if row_name:
             axes[0].set_title(row_name, loc="left", fontsize="small")
-        axes[-1].legend(fontsize="small", loc="lower right")
+    _legend_below(fig, [n for n in names if n in handles], handles, width)
     fig.suptitle(title)
     return fig
+
+
+def _legend_below(
+    fig: Figure, names: Sequence[str], handles: Mapping[str, Artist], width_in: float
+) -> None:
+    """A figure legend under the panels, in as many columns as its labels fit across
+    ``width_in`` inches (a label wrapped at ``LEGEND_LABEL_CHARS``): beside a panel, a sweep
+    point's long label squeezed the panels and overlapped the next one."""
+    if not names:
+        return
+    labels = [wrap_label(n, LEGEND_LABEL_CHARS) for n in names]
+    widest = max(len(line) for label in labels for line in label.split("\n"))
+    # a "small" legend character is about 0.065 in wide; the line sample and gap about 6 more
+    ncols = max(1, min(len(labels), int(width_in // ((widest + 6) * 0.065))))
+    fig.legend(
+        [handles[n] for n in names],
+        labels,
+        loc="outside lower center",
+        ncols=ncols,
+        fontsize="small",
+    )

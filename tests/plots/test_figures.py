@@ -206,6 +206,89 @@ def test_tier_legends_name_every_memory_column_of_their_tier() -> None:
     assert tuple(DISK_NAMES) == DISK_COLUMNS
 
 
+def _disk_sweep(tmp_path):
+    """make offload-disk's sweep in small: disk sizes (0: none) crossed with a drive's read and
+    write bandwidths zipped (bytes/s), 12 points of four requests."""
+    exp = parse_experiment(
+        {
+            "base": {
+                "cache": {"kv_cache_gib": 2.0, "enable_prefix_caching": True},
+                "offload": {"kv_offloading_size": 1},
+                "workload": {
+                    "lengths": "fixed",
+                    "fixed_prompt_tokens": 64,
+                    "fixed_output_tokens": 8,
+                    "num_requests": 4,
+                    "rate_per_s": 5.0,
+                },
+            },
+            "grid": {"offload.disk_offloading_size": [0, 4, 16, 64]},
+            "zip": {
+                "offload.disk_read_bandwidth_bytes_per_s": [3.2e9, 6.4e9, 12.8e9],
+                "offload.disk_write_bandwidth_bytes_per_s": [3.2e9, 6.4e9, 12.8e9],
+            },
+        },
+        name="disk",
+    )
+    run_sweep(exp, tmp_path, progress=False)
+    return tmp_path / "disk"
+
+
+def test_long_sweep_labels_fit_their_figures(tmp_path) -> None:
+    # a new user's trial of make offload-disk: points labelled by three long field names with
+    # raw bytes/s ("disk_read_bandwidth_bytes_per_s=6400000000.0, ...") squeezed the bars'
+    # panels (constrained_layout gave up, with a warning) and ran each CDF row's legend across
+    # the next panel
+    import warnings
+
+    from kvsim.study.load import load_sweep
+
+    folder = _disk_sweep(tmp_path)
+    assert load_sweep(folder).labels()[:2] == [
+        "disk_offloading_size=0, disk_read/write_bandwidth=3.2 GB/s",
+        "disk_offloading_size=0, disk_read/write_bandwidth=6.4 GB/s",
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a layout warning fails the test
+        written = draw_figures(folder)
+    assert {"latency_cdf.png", "waste_bars.png", "vs_disk_offloading_size.png"} <= {
+        p.name for p in written
+    }
+
+
+def test_latency_cdf_legend_sits_below_its_panels() -> None:
+    # one legend for the figure, under the panels, each label once with one colour in every
+    # row; a row names its facet value, so the labels leave it out
+    import pandas as pd
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from kvsim.view.plots import latency_cdf
+
+    drives = ["disk_read/write_bandwidth=3.2 GB/s", "disk_read/write_bandwidth=6.4 GB/s"]
+    rows = [
+        {"label": d, "size": size, "time_to_first_token_seconds": 0.1 * (i + 1) * (j + 1)}
+        for size in range(5)
+        for i, d in enumerate(drives)
+        for j in range(3)
+    ]
+    fig = latency_cdf(
+        pd.DataFrame(rows), metrics=("time_to_first_token_seconds",), facet="size", title="t"
+    )
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # (lays the figure out)
+    assert len(fig.axes) == 5  # 10 runs: one row per size
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == drives
+    renderer = canvas.get_renderer()
+    top = legend.get_window_extent(renderer).y1
+    assert top <= min(ax.get_tightbbox(renderer).y0 for ax in fig.axes) + 1
+    for ax in fig.axes:  # the same colour for a drive in every row
+        assert [line.get_color() for line in ax.lines] == [
+            h.get_color() for h in legend.legend_handles
+        ]
+
+
 def test_bandwidths_read_in_gb_per_s_in_figures() -> None:
     # raw bytes/s (6400000000.0) in legends and axes: decimal GB/s, as drive datasheets give
     import pandas as pd
