@@ -182,21 +182,41 @@ def waste_bars(
     return fig
 
 
-def log_axis(ax: Axes, which: str, values: np.ndarray) -> None:
+def log_axis(ax: Axes, which: str, values: np.ndarray, *, zero: bool = False) -> None:
     """Log scale on ``which`` ("x" or "y") when the positive values span 8x or more; ticks in
     the data's own numbers (powers of two when every value is one; 1-2-5 steps when the values
-    span less than three decades, where the decades alone leave one or two labels)."""
+    span less than three decades, where the decades alone leave one or two labels).
+
+    With ``zero`` and a 0 among the values (a swept size of 0: no tier), a symmetric log scale
+    instead, linear from 0 to the smallest positive value, so the 0 point is drawn (a log axis
+    drops it) one step of the data's spacing before the next, with the data's values as ticks.
+    """
     finite = values[np.isfinite(values) & (values > 0)]
     if len(finite) < 2 or finite.max() / finite.min() < 8:
         return
     powers_of_2 = bool(np.all(np.log2(finite) % 1 == 0))
+    base = 2 if powers_of_2 else 10
     axis = ax.xaxis if which == "x" else ax.yaxis
-    (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=2 if powers_of_2 else 10)
+    set_scale = ax.set_xscale if which == "x" else ax.set_yscale
+    formatter = FuncFormatter(lambda v, _pos: f"{v:g}")
+    if zero and bool(np.any(values == 0)):
+        distinct = np.unique(finite)
+        # the 0 point one mean step of the positive values before the smallest (in decades of
+        # ``base``; symlog draws its linear range linscale / (1 - 1 / base) decades long)
+        step = np.log(distinct.max() / distinct.min()) / np.log(base) / max(len(distinct) - 1, 1)
+        linscale = float(step * (1 - 1 / base))
+        set_scale("symlog", base=base, linthresh=float(distinct.min()), linscale=linscale)
+        if len(distinct) < 12:
+            axis.set_ticks([0.0, *distinct.tolist()])
+        axis.set_major_formatter(formatter)
+        axis.set_minor_formatter(NullFormatter())
+        return
+    set_scale("log", base=base)
     if powers_of_2 and which == "x":
         ax.set_xticks(sorted(set(finite.tolist())))
     elif not powers_of_2 and finite.max() / finite.min() < 1000:
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_major_formatter(formatter)
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -219,7 +239,8 @@ def metric_vs(
         metrics: one panel per metric column (four per line).
         hue: column splitting the rows into lines (``None``: one line).
         logx: log x axis; ``None`` decides from the data (values spanning 8x or more; base 2 for
-            powers of two). A metric's y axis is logarithmic when its values span 8x or more.
+            powers of two; a symmetric log axis when a 0 is among them, so its point is drawn:
+            ``log_axis``). A metric's y axis is logarithmic when its values span 8x or more.
         title: figure title.
         targets: metric -> bound, drawn as a dashed horizontal line.
     """
@@ -246,7 +267,7 @@ def metric_vs(
         if whole:  # counts and sizes: no 0.5 ticks between them
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if logx is None:
-            log_axis(ax, "x", xs)
+            log_axis(ax, "x", xs, zero=True)  # a swept 0 (no tier, no limit) stays drawn
         elif logx:
             ax.set_xscale("log", base=2)
         if metric.endswith(("_seconds_mean", "_p50", "_p90", "_p95", "_p99")):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -287,6 +289,38 @@ def test_latency_cdf_legend_sits_below_its_panels() -> None:
         assert [line.get_color() for line in ax.lines] == [
             h.get_color() for h in legend.legend_handles
         ]
+
+
+def test_a_swept_zero_stays_on_a_log_axis() -> None:
+    # vs_disk_offloading_size.png lost its size-0 point (no disk) to the log axis: the axis is
+    # a symmetric log now, linear from 0 to the smallest size, every size a tick
+    import io
+
+    import pandas as pd
+
+    from kvsim.view.plots import metric_vs
+
+    table = pd.DataFrame(
+        {
+            "offload.disk_offloading_size": [0, 4, 16, 64],
+            "time_to_first_token_seconds_mean": [0.40, 0.40, 0.27, 0.27],
+        }
+    )
+    fig = metric_vs(table, "offload.disk_offloading_size", ["time_to_first_token_seconds_mean"])
+    fig.savefig(io.BytesIO(), format="png")
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "symlog"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "4", "16", "64"]
+    low, high = ax.get_xlim()
+    assert low < 0 < 64 < high  # the 0 point inside the axes
+    # evenly spaced: 0 one step (4x) before 4, as 4 is before 16
+    x = ax.transData.transform([(v, 0) for v in (0, 4, 16, 64)])[:, 0]
+    assert np.diff(x) == pytest.approx([x[2] - x[1]] * 3, rel=1e-6)
+    # no 0 among the values: a log axis as before
+    fig = metric_vs(
+        table.iloc[1:], "offload.disk_offloading_size", ["time_to_first_token_seconds_mean"]
+    )
+    assert fig.axes[0].get_xscale() == "log"
 
 
 def test_bandwidths_read_in_gb_per_s_in_figures() -> None:
