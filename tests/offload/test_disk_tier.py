@@ -12,6 +12,7 @@ comments: 1 MB blocks, 16 tokens each.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from librt.vecs import vec
 from mypy_extensions import i64
@@ -91,6 +92,78 @@ def test_evicting_a_block_still_writing_frees_its_count() -> None:
     assert disk.occupancy(1.5) == (0, 1, 0)  # 1's write ending changes nothing
     assert disk.occupancy(2.0) == (1, 0, 0)
     disk.check_invariants(2.0)
+
+
+class NaiveDisk:
+    """The disk's rules by brute force: a list of held keys, least recent first, and each key's
+    write end."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.order: list[int] = []
+        self.ready: dict[int, float] = {}
+
+    def write(self, keys: list[int], ready_s: float) -> None:
+        for key in keys:
+            if key in self.ready:
+                self.order.remove(key)
+            else:
+                if len(self.order) == self.num_blocks:
+                    del self.ready[self.order.pop(0)]
+                self.ready[key] = ready_s
+            self.order.append(key)
+
+    def read(self, keys: list[int]) -> None:
+        for key in keys:
+            self.order.remove(key)
+            self.order.append(key)
+
+    def occupancy(self, now_s: float) -> tuple[int, int, int]:
+        writing = sum(1 for ready_s in self.ready.values() if ready_s > now_s)
+        return len(self.order) - writing, writing, self.num_blocks - len(self.order)
+
+
+@pytest.mark.parametrize("num_blocks", [1, 7, 300])
+def test_long_runs_match_the_naive_disk(rng: np.random.Generator, num_blocks: int) -> None:
+    """150,000 blocks written in random batches of new and held keys, with promotions read and
+    the clock moving on between them (some writes ending before it): holdings, recency order,
+    readability and occupancy stay ``NaiveDisk``'s (the key map grows, the settled writes are
+    dropped many times over)."""
+    disk, naive = DiskTier(num_blocks=num_blocks), NaiveDisk(num_blocks)
+    now_s, ready_s, next_key, written = 0.0, 0.0, 1, 0
+    while written < 150_000:
+        op = rng.integers(0, 3)
+        if op == 0:  # a write: new keys, and some held ones again
+            batch = [next_key + n for n in range(int(rng.integers(1, 2 * num_blocks + 2)))]
+            next_key += len(batch)
+            if naive.order:
+                batch += [naive.order[int(i)] for i in rng.integers(0, len(naive.order), 2)]
+            batch = list(dict.fromkeys(int(k) for k in rng.permutation(batch)))
+            # (a third of the writes end before the clock: the engine stores a span's steps
+            # after it ran them)
+            ready_s = (ready_s if rng.random() < 0.3 else max(ready_s, now_s)) + float(
+                rng.exponential(1.0)
+            )
+            disk.write(keys(*batch), ready_s)
+            naive.write(batch, ready_s)
+            written += len(batch)
+        elif op == 1 and naive.order:  # a promotion of readable keys
+            readable = [k for k in naive.order if naive.ready[k] <= now_s]
+            picks = rng.integers(0, max(1, len(readable)), 3 if readable else 0)
+            picked = list(dict.fromkeys(readable[int(i)] for i in picks))
+            disk.read(keys(*picked))
+            naive.read(picked)
+        else:
+            now_s += float(rng.exponential(1.5))
+        probe = int(rng.integers(max(1, next_key - 3 * num_blocks), next_key + 1))
+        assert (probe in disk) == (probe in naive.ready)
+        assert disk.readable(probe, now_s) == (naive.ready.get(probe, np.inf) <= now_s)
+        assert disk.occupancy(now_s) == naive.occupancy(now_s)
+        if rng.random() < 0.01:
+            assert disk.recency_order() == naive.order
+            disk.check_invariants(now_s)
+    assert disk.recency_order() == naive.order
+    disk.check_invariants(now_s)
 
 
 def test_cascade_pins_the_cpu_blocks_until_the_disk_write_ends() -> None:

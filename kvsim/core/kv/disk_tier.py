@@ -22,14 +22,21 @@ secondary tiers such as the file-system tier (``tiering/fs/manager.py``,
 
 Every block of the tier is in exactly one of: stored (readable), writing, free
 (``occupancy``, checked by ``check_invariants``). No SimPy here: times are plain seconds.
+
+Layout: packed ``librt.vecs`` vectors and no Python object a block, as ``CpuTier``: each held key
+has a *slot*, keys map to slots by open addressing (``kvsim.core.kv.keymap``), and the recency
+order is a doubly linked list threaded through the slots (an eviction, a write and a read are
+O(1) a block).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-
-from librt.vecs import vec
+from librt.vecs import append, vec
 from mypy_extensions import i64
+
+from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell
+
+_LIST: i64 = 0  # slot 0: the recency list's head (``_next[0]`` least recent, ``_prev[0]`` most)
 
 
 class DiskTier:
@@ -47,26 +54,54 @@ class DiskTier:
         if num_blocks < 1:
             raise ValueError(f"num_blocks: a disk tier holds one block at least, got {num_blocks}")
         self.num_blocks: i64 = num_blocks
-        # key -> when its write ends (s), least recent first (an OrderedDict: a plain dict's
-        # first item is found by skipping the holes its removals leave, O(holes) a time)
-        self._ready: OrderedDict[int, float] = OrderedDict()
-        self._writes: deque[tuple[float, int]] = deque()  # (ready_s, key) of new blocks
-        self._writing: dict[int, float] = {}  # held keys whose write is not settled: ready_s
+        self._num_held: i64 = 0
+        self._mask: i64 = 15  # key-map cells - 1 (a power of two, at most half full)
+        self._cells: vec[i64] = vec[i64]([EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
+        # per slot (slot 0 the list's head; slots 1.. grow up to num_blocks): its key, its
+        # key's cell, when its write ends (s), how many times it was freed, its neighbours in
+        # the recency list
+        self._key: vec[i64] = vec[i64]([0])
+        self._cell: vec[i64] = vec[i64]([EMPTY])
+        self._ready: vec[float] = vec[float]([0.0])
+        self._reuse: vec[i64] = vec[i64]([0])
+        self._prev: vec[i64] = vec[i64]([_LIST])
+        self._next: vec[i64] = vec[i64]([_LIST])
+        # writes of new blocks not settled, in the order they end: when, the slot, its
+        # ``_reuse`` then (an entry whose slot was freed since is stale)
+        self._write_end: vec[float] = vec[float]()
+        self._write_slot: vec[i64] = vec[i64]()
+        self._write_reuse: vec[i64] = vec[i64]()
+        self._write_head: i64 = 0  # entries before it are settled
+        self._settled_s = -1.0  # the latest ``now_s`` settled: entries ending by it are gone
+        self._num_writing: i64 = 0  # held blocks whose write had not ended at ``_settled_s``
         self.num_written_blocks = 0  # cumulative: blocks written (rewrites included)
         self.num_evicted_blocks = 0  # cumulative
         self.num_read_blocks = 0  # cumulative: blocks promoted into the CPU tier
 
     def __contains__(self, key: int) -> bool:
         """Whether the tier holds ``key`` (readable or still writing)."""
-        return key in self._ready
+        return self._find(key) >= 0
 
     def __len__(self) -> int:
-        return len(self._ready)
+        return self._num_held
+
+    def _find(self, key: i64) -> i64:
+        """The slot holding ``key``, or -1."""
+        i = find_cell(self._cells, self._mask, key)
+        return -1 if i < 0 else self._cells[2 * i + 1]
 
     def readable(self, key: i64, now_s: float) -> bool:
         """Whether ``key``'s write had ended by ``now_s`` (a lookup's hit)."""
-        ready = self._ready.get(key)
-        return ready is not None and ready <= now_s
+        slot = self._find(key)
+        return slot >= 0 and self._ready[slot] <= now_s
+
+    def recency_order(self) -> list[int]:
+        """The held keys, least recent (the next evicted) first."""
+        order, nxt, slot = [], self._next, self._next[_LIST]
+        while slot != _LIST:
+            order.append(int(self._key[slot]))
+            slot = nxt[slot]
+        return order
 
     def write(self, keys: vec[i64], ready_s: float) -> None:
         """Write ``keys`` (blocks newly stored in the CPU tier), the write ending at
@@ -74,49 +109,133 @@ class DiskTier:
         is held, writing until ``ready_s``, after evicting the least recent blocks it needs
         room for (of one write larger than the tier, its last ``num_blocks`` keys stay).
         Writes end in the order they are made (one link, first come first served), so
-        ``ready_s`` never decreases from one call to the next, and it is later than the
-        ``now_s`` of every earlier query (a write ends after it starts)."""
-        ready = self._ready
+        ``ready_s`` never decreases from one call to the next. It may be no later than an
+        earlier query's ``now_s`` (the engine stores a span's steps after it has run them): the
+        blocks are readable from then on."""
         self.num_written_blocks += len(keys)
         for key in keys:
-            if key in ready:
-                ready.move_to_end(key)  # (the most recent now)
+            slot = self._find(key)
+            if slot >= 0:
+                self._unlink(slot)
+                self._link_last(slot)  # (the most recent now)
                 continue
-            if len(ready) >= self.num_blocks:
-                victim = ready.popitem(last=False)[0]
-                self._writing.pop(victim, None)  # (its write's entry is stale now)
-                self.num_evicted_blocks += 1
-            ready[key] = ready_s
-            self._writes.append((ready_s, key))
-            self._writing[key] = ready_s
+            if self._num_held >= self.num_blocks:
+                slot = self._evict_least_recent()
+            else:
+                slot = len(self._key)
+                self._key = append(self._key, key)
+                self._cell = append(self._cell, EMPTY)
+                self._ready = append(self._ready, ready_s)
+                self._reuse = append(self._reuse, 0)
+                self._prev = append(self._prev, _LIST)
+                self._next = append(self._next, _LIST)
+                if 2 * (self._num_held + 1) > self._mask + 1:
+                    self._rehash(self._num_held + 1)
+            cell, _ = probe_insert(self._cells, self._mask, key)
+            self._cells[2 * cell] = key
+            self._cells[2 * cell + 1] = slot
+            self._key[slot] = key
+            self._cell[slot] = cell
+            self._ready[slot] = ready_s
+            self._link_last(slot)
+            self._num_held += 1
+            if ready_s <= self._settled_s:
+                continue  # (a store made for an earlier step of a span: written already)
+            self._num_writing += 1
+            self._write_end = append(self._write_end, ready_s)
+            self._write_slot = append(self._write_slot, slot)
+            self._write_reuse = append(self._write_reuse, self._reuse[slot])
+
+    def _evict_least_recent(self) -> i64:
+        """Free the least recent block; returns its slot."""
+        slot = self._next[_LIST]
+        self._unlink(slot)
+        remove_cell(self._cells, self._mask, self._cell[slot], self._cell)
+        self._cell[slot] = EMPTY
+        if self._ready[slot] > self._settled_s:  # (still writing: uncounted now)
+            self._num_writing -= 1
+        self._reuse[slot] += 1  # (its write's entry is stale now)
+        self._num_held -= 1
+        self.num_evicted_blocks += 1
+        return slot
+
+    def _unlink(self, slot: i64) -> None:
+        prev, nxt = self._prev, self._next
+        before, after = prev[slot], nxt[slot]
+        nxt[before] = after
+        prev[after] = before
+
+    def _link_last(self, slot: i64) -> None:
+        prev, nxt = self._prev, self._next
+        last = prev[_LIST]
+        nxt[last] = slot
+        prev[slot] = last
+        nxt[slot] = _LIST
+        prev[_LIST] = slot
+
+    def _rehash(self, num_keys: i64) -> None:
+        """Rebuild the key map with room for ``num_keys`` keys at most half full."""
+        num_cells: i64 = 16
+        while num_cells < 2 * num_keys:
+            num_cells *= 2
+        self._cells = vec[i64]([EMPTY] * (2 * num_cells))
+        self._mask = num_cells - 1
+        cells, cell_of, key_of = self._cells, self._cell, self._key
+        for slot in range(1, len(key_of)):
+            if cell_of[slot] != EMPTY:
+                i, _ = probe_insert(cells, self._mask, key_of[slot])
+                cells[2 * i] = key_of[slot]
+                cells[2 * i + 1] = slot
+                cell_of[slot] = i
 
     def read(self, keys: vec[i64]) -> None:
-        """``keys`` (readable) are promoted into the CPU tier: each is the most recent now."""
-        ready = self._ready
+        """``keys`` (readable) are promoted into the CPU tier: each is the most recent now.
+
+        Raises:
+            KeyError: a key the tier does not hold."""
         for key in keys:
-            ready.move_to_end(key)
+            slot = self._find(key)
+            if slot < 0:
+                raise KeyError(f"disk tier: block {key} read but not held")
+            self._unlink(slot)
+            self._link_last(slot)
         self.num_read_blocks += len(keys)
 
     def occupancy(self, now_s: float) -> tuple[int, int, int]:
         """``(stored, writing, free)`` blocks at ``now_s``: every block in one."""
         self._settle(now_s)
-        held, writing = len(self._ready), len(self._writing)
+        held, writing = self._num_held, self._num_writing
         return held - writing, writing, self.num_blocks - held
 
     def _settle(self, now_s: float) -> None:
         """The writes that ended by ``now_s`` leave their blocks readable (a block evicted
         while writing was uncounted then)."""
-        writes, writing = self._writes, self._writing
-        while writes and writes[0][0] <= now_s:
-            ready_s, key = writes.popleft()
-            if writing.get(key) == ready_s:
-                del writing[key]
+        if now_s <= self._settled_s:
+            return
+        self._settled_s = now_s
+        head, end = self._write_head, self._write_end
+        while head < len(end) and end[head] <= now_s:
+            if self._reuse[self._write_slot[head]] == self._write_reuse[head]:
+                self._num_writing -= 1
+            head += 1
+        if head >= 65536 and 2 * head >= len(end):  # drop the settled half: one copy
+            self._write_end = end[head:]
+            self._write_slot = self._write_slot[head:]
+            self._write_reuse = self._write_reuse[head:]
+            head = 0
+        self._write_head = head
 
     def check_invariants(self, now_s: float) -> None:
-        """Assert that every block is in exactly one category and the writing count agrees
-        with a recount."""
+        """Assert that every block is in exactly one category, the recency list holds every
+        held block once, the key map finds each, and the writing count agrees with a recount."""
         stored, writing, free = self.occupancy(now_s)
         assert stored + writing + free == self.num_blocks, (stored, writing, free)
         assert min(stored, writing, free) >= 0, (stored, writing, free)
-        recount = sum(1 for ready_s in self._ready.values() if ready_s > now_s)
+        order = self.recency_order()
+        assert len(order) == len(set(order)) == self._num_held, (len(order), self._num_held)
+        for key in order:
+            slot = self._find(key)
+            assert slot >= 0, f"disk tier: key {key} not mapped"
+            assert self._key[slot] == key, f"disk tier: key {key} mapped to another's slot"
+        recount = sum(1 for key in order if self._ready[self._find(key)] > now_s)
         assert recount == writing, f"disk tier: writing {writing} != recount {recount}"
