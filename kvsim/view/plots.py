@@ -29,7 +29,7 @@ from kvsim.view.labels import (
 from kvsim.view.style import styled
 
 MAX_PER_PANEL = 8  # bars, lines or maps in one panel before a figure splits into facets
-TICK_LABEL_CHARS = 28  # a bar's label is wrapped at this width
+TICK_LABEL_CHARS = 36  # a longer bar label is set one field a line, under its bar
 LEGEND_LABEL_CHARS = 60  # a line's legend label is wrapped at this width
 
 CATEGORY_COLORS = {
@@ -148,8 +148,12 @@ def waste_bars(
     widest = max(len(index) for _, index in groups)
     cols = min(4, len(groups))
     rows = -(-len(groups) // cols)
+    ticks = [_bar_label(label) for label in labels]
+    stacked = any("\n" in t for t in ticks)  # set level under their bars, which widen to hold them
+    longest = max((len(line) for t in ticks for line in t.split("\n")), default=0)
+    bar_in = max(0.9, 0.065 * longest) if stacked else 0.9
     fig = Figure(
-        figsize=(cols * (0.9 * widest + 1.6) + 1.8, 3.6 * rows + 0.6), layout="constrained"
+        figsize=(cols * (bar_in * widest + 1.6) + 1.8, 3.6 * rows + 0.6), layout="constrained"
     )
     axes = _grid(fig, len(groups))
     for ax, (name, index) in zip(axes, groups, strict=True):
@@ -167,10 +171,10 @@ def waste_bars(
                         float(p), v / 2, f"{v:.1f}%", ha="center", va="center", fontsize="small"
                     )
             bottom += values
-        # a point's label names every field that varies: wrapped, so a long one stays under
-        # its bar instead of squeezing the panels (constrained_layout gave up on them)
-        ticks = [wrap_label(labels[i], TICK_LABEL_CHARS) for i in index]
-        ax.set_xticks(pos, ticks, rotation=25, ha="right", fontsize="small")
+        if stacked:
+            ax.set_xticks(pos, [ticks[i] for i in index], fontsize="small")
+        else:
+            ax.set_xticks(pos, [ticks[i] for i in index], rotation=25, ha="right", fontsize="small")
         ax.set(
             ylabel=f"% of {'used KV memory' if of == 'used' else 'KV capacity'}",
             ylim=(0, 100),
@@ -180,6 +184,15 @@ def waste_bars(
     fig.legend(handles, names, loc="outside right upper", fontsize="small")
     fig.suptitle(title)
     return fig
+
+
+def _bar_label(label: str) -> str:
+    """A bar's label as drawn: as it is up to ``TICK_LABEL_CHARS``, else one field a line (a
+    point's label names every field that varies; slanted in one line, a long one squeezed the
+    panels until constrained_layout gave up)."""
+    if len(label) <= TICK_LABEL_CHARS:
+        return label
+    return "\n".join(wrap_label(part, TICK_LABEL_CHARS) for part in label.split(", "))
 
 
 def log_axis(ax: Axes, which: str, values: np.ndarray, *, zero: bool = False) -> None:

@@ -341,3 +341,36 @@ def test_bandwidths_read_in_gb_per_s_in_figures() -> None:
     (ax,) = fig.axes
     assert ax.get_xlabel() == "link bandwidth, one direction (GB/s)"
     assert list(ax.lines[0].get_xdata()) == [16.0, 32.0, 64.0, 128.0]
+
+
+def test_long_bar_labels_stand_one_field_a_line() -> None:
+    # slanted in one line, six points' labels of two fields ran into each other and off the
+    # figure's left edge: one field a line, level under a bar widened to hold it
+    import itertools
+    import warnings
+
+    import pandas as pd
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from kvsim.view.plots import waste_bars
+
+    labels = [
+        f"disk_offloading_size={size}, disk_read/write_bandwidth={bw} GB/s"
+        for size in (0, 16)
+        for bw in (3.2, 6.4, 12.8)
+    ]
+    table = pd.DataFrame({f"{c}_pct_of_used": [25.0] * 6 for c in ("token_states", "free")})
+    for c in ("reservation", "internal_fragmentation", "external_fragmentation"):
+        table[f"{c}_pct_of_used"] = 25.0
+    fig = waste_bars(table, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a layout warning fails the test
+        FigureCanvasAgg(fig).draw()
+    ticks = fig.axes[0].get_xticklabels()
+    assert ticks[0].get_text() == "disk_offloading_size=0\ndisk_read/write_bandwidth=3.2 GB/s"
+    assert all(t.get_rotation() == 0 for t in ticks)
+    boxes = [t.get_window_extent() for t in ticks]
+    assert all(a.x1 <= b.x0 for a, b in itertools.pairwise(boxes))  # none overlap
+    # a short label stays in one slanted line
+    fig = waste_bars(table.iloc[:2], ["first_fit", "paged"])
+    assert [t.get_rotation() for t in fig.axes[0].get_xticklabels()] == [25, 25]
