@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import operator
 from collections.abc import Callable, Sequence
-from typing import SupportsFloat, SupportsIndex
+from typing import Any, SupportsFloat, SupportsIndex
 
 from kvsim.config import SimConfig
 from kvsim.engine.frames import FrameRecorder
@@ -69,41 +69,56 @@ def simulate(
     env.process(engine.engine_loop())
     env.run()
     logger.debug("simulated %d requests to t=%.1f s", engine.num_requests, env.now)
-    memory_columns = engine.recorder.arrays()
-    if engine.offload is not None and engine.tier_samples:  # the CPU tier's blocks per row
-        memory_columns.update(tier_arrays(engine.tier_samples))
-    if engine.disk_samples:  # a disk tier's blocks per row
-        memory_columns.update(disk_arrays(engine.disk_samples))
-    if engine.group_recorder is not None:  # hybrid KV cache groups: a column set per group
-        memory_columns.update(engine.group_recorder.arrays())
     results = build_results(
         config,
         engine.log.columns(),
-        memory_columns,
+        engine_memory_columns(engine),
         engine.num_preemptions,
         usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
     )
-    summary = results.summary
-    summary.update(rejected.summary())
-    if engine.swap is not None:  # [swap]
-        summary.update(engine.swap.summary(engine.swap_time_s))
-    summary.update(engine.allocator.prefix_cache_summary())
-    if engine.group_recorder is not None:
-        summary.update(engine.group_recorder.summary(config.capacity_tokens))
-        # a state group's page raises the block size past cache.block_size_tokens (the map)
-        summary["kv_cache_block_size_tokens"] = engine.group_recorder.allocator.block_size_tokens
-    if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
-        summary.update(engine.scheduler.spec.summary())
-    if engine.offload is not None:  # vLLM's external prefix cache and kv offload counters
-        summary.update(engine.offload.summary())
-    num_blocks = engine.allocator.num_gpu_blocks
-    if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
-        summary["num_gpu_blocks"] = num_blocks
-    summary["layout_factor"] = engine.cost.layout_factor
-    summary["layout_source"] = engine.cost.layout_source
-    summary["cost_source"] = engine.cost.cost_source
+    results.summary.update(rejected.summary())
+    results.summary.update(engine_counters(engine))
     if frames is not None:
         for t in frames.pending:  # moments after the last finish: the pool is empty
             frames.capture(t, engine.allocator, {}, 0, [], 0)
         results.mapframes, results.frames = frames.frames()
     return results
+
+
+def engine_memory_columns(engine: Engine) -> dict[str, Any]:
+    """An engine's memory rows (``Recorder.arrays``), with a column set per offload tier and
+    per hybrid KV cache group where it has them (one entry per row)."""
+    columns = engine.recorder.arrays()
+    if engine.offload is not None and engine.tier_samples:  # the CPU tier's blocks per row
+        columns.update(tier_arrays(engine.tier_samples))
+    if engine.disk_samples:  # a disk tier's blocks per row
+        columns.update(disk_arrays(engine.disk_samples))
+    if engine.group_recorder is not None:  # hybrid KV cache groups: a column set per group
+        columns.update(engine.group_recorder.arrays())
+    return columns
+
+
+def engine_counters(engine: Engine) -> dict[str, Any]:
+    """An engine's counters past its requests and memory rows, in vLLM's names where vLLM has
+    them: swap, prefix cache, hybrid groups, speculative decoding, KV offload, the GPU block
+    count and the cost model's sources."""
+    config = engine.config
+    out: dict[str, Any] = {}
+    if engine.swap is not None:  # [swap]
+        out.update(engine.swap.summary(engine.swap_time_s))
+    out.update(engine.allocator.prefix_cache_summary())
+    if engine.group_recorder is not None:
+        out.update(engine.group_recorder.summary(config.capacity_tokens))
+        # a state group's page raises the block size past cache.block_size_tokens (the map)
+        out["kv_cache_block_size_tokens"] = engine.group_recorder.allocator.block_size_tokens
+    if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
+        out.update(engine.scheduler.spec.summary())
+    if engine.offload is not None:  # vLLM's external prefix cache and kv offload counters
+        out.update(engine.offload.summary())
+    num_blocks = engine.allocator.num_gpu_blocks
+    if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
+        out["num_gpu_blocks"] = num_blocks
+    out["layout_factor"] = engine.cost.layout_factor
+    out["layout_source"] = engine.cost.layout_source
+    out["cost_source"] = engine.cost.cost_source
+    return out

@@ -18,6 +18,7 @@ from kvsim.config import SimConfig
 from kvsim.engine import simulate as simulate_engine
 from kvsim.engine.build import allocator_from_config
 from kvsim.engine.intake import Rejected, prepare_requests, split_runnable
+from kvsim.engine.simulate import engine_memory_columns
 from kvsim.fleet.clients import ClosedLoop, open_loop
 from kvsim.fleet.fleet import Fleet
 from kvsim.fleet.summary import fleet_summary, replica_results, replica_table
@@ -141,10 +142,17 @@ def _results(config: SimConfig, fleet: Fleet, rejected: Rejected) -> Results:
     table["prefill_replica"] = fleet.prefill_of
     summary = fleet_summary(config, fleet, table, replicas, rejected)
     memory: dict[str, Any] = {}
-    arrays = [r.engine.recorder.arrays() for r in fleet.replicas]
-    for name in arrays[0]:
+    arrays = [engine_memory_columns(r.engine) for r in fleet.replicas]
+    names = dict.fromkeys(name for a in arrays for name in a)  # (every replica's, in order)
+    for name in names:
         memory[name] = np.concatenate(
-            [a[name].astype(np.float64) if name == "time_s" else a[name] for a in arrays]
+            [
+                a[name].astype(np.float64)
+                if name == "time_s"
+                # a column another replica lacks (no CPU tier, another model's groups): NaN
+                else a.get(name, np.full(len(a["time_s"]), np.nan))
+                for a in arrays
+            ]
         )
     memory["replica"] = np.concatenate(
         [

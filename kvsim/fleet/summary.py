@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from kvsim.config import SimConfig
 from kvsim.engine.intake import Rejected
+from kvsim.engine.simulate import engine_counters, engine_memory_columns
 from kvsim.fleet.fleet import Fleet
 from kvsim.results import Results, build_results
 from kvsim.results.metrics import Columns, latency_stats
@@ -45,6 +46,9 @@ AVERAGED = (
     "num_requests_waiting_mean",
 )
 SUMMED = ("num_steps", "num_blocked_steps", "num_preemptions", "num_cache_evictions")
+# the KV offload counters a fleet sums over the replicas that have a CPU tier (blocks, bytes,
+# busy seconds, loads, lookups: ``OffloadConnector.summary``); its hit rate is recomputed
+OFFLOAD_PREFIXES = ("kv_offload_", "cpu_tier_", "disk_tier_", "external_prefix_cache_")
 # a replica's row of the per-replica table (vLLM's metric names)
 REPLICA_COLUMNS = (
     "num_requests",
@@ -68,6 +72,15 @@ REPLICA_COLUMNS = (
 )
 
 
+# a replica's row's KV offload columns, where a replica has a CPU tier
+OFFLOAD_COLUMNS = (
+    "external_prefix_cache_hit_rate",
+    "kv_offload_bytes_cpu_to_gpu",
+    "kv_offload_bytes_gpu_to_cpu",
+    "disk_tier_promoted_blocks",
+)
+
+
 def _subset(columns: Columns, mask: npt.NDArray[np.bool_]) -> dict[str, Any]:
     return {name: values[mask] for name, values in columns.items()}
 
@@ -85,7 +98,7 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
             cols = _subset(served, fleet.replica_of == replica.index)
         if not len(cols["req_id"]):
             results = Results.from_records(
-                replica.config, request_table_columns(cols), engine.recorder.arrays(), {}
+                replica.config, request_table_columns(cols), engine_memory_columns(engine), {}
             )
             results.summary = {"num_requests": 0, "num_preemptions": engine.num_preemptions}
             out.append(results)
@@ -93,11 +106,11 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
         results = build_results(
             replica.config,
             cols,
-            engine.recorder.arrays(),
+            engine_memory_columns(engine),
             engine.num_preemptions,
             usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
         )
-        results.summary.update(engine.allocator.prefix_cache_summary())
+        results.summary.update(engine_counters(engine))
         out.append(results)
     return out
 
@@ -120,6 +133,9 @@ def replica_table(fleet: Fleet, replicas: list[Results]) -> pd.DataFrame:
         busy = float(np.sum(memory["duration_s"]))
         for key in REPLICA_COLUMNS:
             row[key] = busy if key == "busy_s" else summary.get(key, np.nan)
+        for key in OFFLOAD_COLUMNS:
+            if any(key in r.summary for r in replicas):  # (a fleet with a CPU tier)
+                row[key] = summary.get(key, np.nan)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -167,6 +183,7 @@ def fleet_summary(
         out["prefix_cache_queries"] = int(queries)
         out["prefix_cache_hits"] = int(hits)
         out["prefix_cache_hit_rate"] = hits / queries if queries else np.nan
+    out.update(_offload_totals(replicas))
     out.update(rejected.summary())
     spec = fleet.spec
     out["router"] = spec.router
@@ -195,4 +212,19 @@ def fleet_summary(
             config.slo.targets(),
         )
     )
+    return out
+
+
+def _offload_totals(replicas: list[Results]) -> dict[str, Any]:
+    """The fleet's KV offload counters: each summed over the replicas that report it, the
+    external prefix cache's hit rate as the summed hits over the summed queries."""
+    out: dict[str, Any] = {}
+    for results in replicas:
+        for key, value in results.summary.items():
+            if key.startswith(OFFLOAD_PREFIXES) and not key.endswith("_rate"):
+                out[key] = out.get(key, 0) + value
+    if "external_prefix_cache_queries" in out:
+        queries = out["external_prefix_cache_queries"]
+        hits = out["external_prefix_cache_hits"]
+        out["external_prefix_cache_hit_rate"] = hits / queries if queries else 0.0
     return out

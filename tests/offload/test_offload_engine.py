@@ -317,3 +317,27 @@ def test_disk_bandwidths_without_a_disk_warn(
     with caplog.at_level("WARNING"):
         OffloadConfig(kv_offloading_size=1, disk_read_bandwidth_bytes_per_s=1.5e9)
     assert "set without a disk tier" in caplog.text
+
+
+def test_a_fleet_sums_its_replicas_offload_counters() -> None:
+    """Two replicas behind round robin, each with the 40-block tier: A goes to replica 0, B to
+    replica 1, C to replica 0, where A's blocks are still cached on the GPU (B never reached
+    it): C's GPU hit is a0..a9 = 160 tokens and the tier is asked for the 20 left, of which it
+    holds none (its ``c`` block is new). Queries 160 + 176 + 20 = 356 tokens, 0 hits, no load;
+    stored: A's 10 blocks and C's ``c`` block on replica 0, B's 11 on replica 1: 22 blocks,
+    288,358,400 bytes GPU->CPU. The fleet's tier is 2 x 40 = 80 blocks."""
+    from kvsim.fleet import simulate as simulate_fleet
+
+    run = simulate_fleet(config(0.5, fleet={"replicas": 2, "router": "round_robin"}), requests())
+    s = run.summary
+    assert s["cpu_tier_blocks"] == 80
+    assert s["external_prefix_cache_queries"] == 356
+    assert s["external_prefix_cache_hits"] == 0
+    assert s["external_prefix_cache_hit_rate"] == 0.0
+    assert s["kv_offload_loads"] == 0
+    assert s["cpu_tier_stored_blocks"] == 22
+    assert s["kv_offload_bytes_gpu_to_cpu"] == 22 * BLOCK_BYTES == 288_358_400
+    assert list(run.replicas["kv_offload_bytes_gpu_to_cpu"]) == [11 * BLOCK_BYTES] * 2
+    assert set(TIER_COLUMNS) <= set(run.memory.columns)  # each replica's tier over time
+    # every row's tier blocks add up to its replica's tier (40 blocks)
+    assert (run.memory[list(TIER_COLUMNS)].sum(axis=1) == 40).all()
