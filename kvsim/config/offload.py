@@ -24,7 +24,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Final, Literal, Protocol
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from kvsim.base.limits import MAX_HW_PER_S
 from kvsim.base.say_once import warn_once
@@ -84,12 +90,20 @@ class OffloadConfig(Frozen):
     )
 
     @model_serializer(mode="wrap")
-    def _drop_disk_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _drop_disk_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
         """Leave out the disk fields left at their defaults, so configs without a disk tier
-        keep their canonical hash."""
+        keep their canonical hash; and in the canonical form (``SimConfig.canonical_json``)
+        the disk's bandwidths without a disk: they change nothing, so a sweep's "off" point
+        is one run whatever drive the other points name. (Other dumps keep them: a fleet
+        replica's override may add the disk they describe.)"""
         data: dict[str, Any] = handler(self)
+        canonical = bool(info.context and info.context.get("canonical"))
         for name in DISK_FIELDS:
-            if getattr(self, name) == OffloadConfig.model_fields[name].default:
+            if getattr(self, name) == OffloadConfig.model_fields[name].default or (
+                canonical and name != "disk_offloading_size" and not self.disk_enabled
+            ):
                 data.pop(name, None)
         return data
 

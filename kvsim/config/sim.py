@@ -334,7 +334,8 @@ class SimConfig(Frozen):
 
     def canonical_json(self) -> str:
         """Canonical serialisation: sorted keys, no whitespace, JSON types."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        data = self.model_dump(mode="json", context={"canonical": True})
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def key(self) -> str:
         """Short stable hash of the canonical config and of the trace data it reads (a sweep

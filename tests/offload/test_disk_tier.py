@@ -294,6 +294,20 @@ def test_disk_tier_size_and_validation() -> None:
     off = config_from_dict({**base, "offload": {"kv_offloading_size": 8}})
     assert "disk_offloading_size" not in off.model_dump()["offload"]  # (the hash is unchanged)
 
+    # a sweep's "off" point (0 GiB) is one run whatever drive its axis names: the same key;
+    # with a disk the drive is part of the run
+    def drive(gib: float, bandwidth: float) -> str:
+        offload = {
+            "kv_offloading_size": 8,
+            "disk_offloading_size": gib,
+            "disk_read_bandwidth_bytes_per_s": bandwidth,
+            "disk_write_bandwidth_bytes_per_s": bandwidth,
+        }
+        return config_from_dict({**base, "offload": offload}).key()
+
+    assert drive(0, 3.2e9) == drive(0, 12.8e9)
+    assert drive(1, 3.2e9) != drive(1, 12.8e9)
+
 
 def test_two_requests_waiting_on_promotions_both_finish() -> None:
     """A case the property test found: two waiting requests whose runs do not fit a 5-block CPU
