@@ -140,12 +140,22 @@ def offload_figure(
     axes[1].legend(fontsize="x-small")
     axes[0].set_title("time to first token")
     axes[1].set_title("prefix hits")
-    _tier_panel(axes[2], tier_memory, tier_title, axes_of)
+    tier_panel(axes[2], tier_memory, tier_title, axes_of)
     return fig
 
 
-def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str, axes_of: TierAxes) -> None:
-    """The tier's blocks by category over time, % of the tier."""
+def tier_panel(
+    ax: Axes,
+    tier_memory: pd.DataFrame | None,
+    title: str,
+    axes_of: TierAxes,
+    *,
+    legend_outside: bool = False,
+) -> None:
+    """The tier's blocks by category over time, % of the tier (``tier_memory``: a memory table
+    with ``time_s`` and ``axes_of``'s columns, in blocks, and ``duration_s`` to close the last
+    row's span; ``None`` or empty: no panel); the legend right of the axes if
+    ``legend_outside``."""
     if tier_memory is None or not len(tier_memory):
         ax.set_axis_off()
         return
@@ -153,6 +163,9 @@ def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str, axes_of:
     total = tier_memory[list(names)].sum(axis=1).to_numpy()
     x = tier_memory["time_s"].to_numpy()
     ys = [100.0 * tier_memory[c].to_numpy() / np.maximum(total, 1) for c in names]
+    if "duration_s" in tier_memory:  # close the last span, as the memory rows' plot does
+        x = np.append(x, x[-1] + tier_memory["duration_s"].to_numpy()[-1])
+        ys = [np.append(y, y[-1:]) for y in ys]
     ax.stackplot(
         x,
         ys,
@@ -169,9 +182,12 @@ def _tier_panel(ax: Axes, tier_memory: pd.DataFrame | None, title: str, axes_of:
     ax.margins(x=0)
     # a white frame (kvsim.mplstyle turns frames off, which left "stored"'s blue swatch on the
     # blue area it names) and outlined swatches ("free" is near-white)
-    legend = ax.legend(
-        loc="lower right", fontsize="x-small", frameon=True, facecolor="white", framealpha=1.0
+    place = (
+        {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0)}
+        if legend_outside
+        else {"loc": "lower right"}
     )
+    legend = ax.legend(**place, fontsize="x-small", frameon=True, facecolor="white", framealpha=1.0)
     for handle in legend.legend_handles:
         if isinstance(handle, Patch):  # (a stackplot's handles are rectangles)
             handle.set_edgecolor("0.3")

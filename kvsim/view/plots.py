@@ -55,16 +55,28 @@ FREE_RGB = to_rgb("#f2f2f2")
 
 @styled
 def memory_over_time(memory: pd.DataFrame, *, capacity_slots: int, title: str = "") -> Figure:
-    """KV memory over simulated time, stacked by category, as % of capacity.
+    """KV memory over simulated time, stacked by category, as % of capacity; below it, a row
+    for each KV offload tier the table has (the CPU tier's blocks, then the disk tier's, by
+    category as % of the tier: ``kvsim.view.offload_plots.tier_panel``).
 
     Args:
         memory: the memory table (``recorder.MEMORY_COLUMNS``): ``time_s``, ``duration_s`` and
-            the five category columns in token slots.
+            the five category columns in token slots; with an offload tier, its columns
+            (``kvsim.results.offload.TIER_COLUMNS``, ``DISK_COLUMNS``) in blocks.
         capacity_slots: KV pool size in token slots.
         title: figure title.
     """
-    fig = Figure(figsize=(8, 3.5), layout="constrained")
-    ax = fig.add_subplot()
+    from kvsim.view.offload_plots import CPU_AXES, DISK_AXES, tier_panel
+
+    tiers = [t for t in (CPU_AXES, DISK_AXES) if set(t.names) <= set(memory.columns)]
+    fig = Figure(figsize=(8, 3.5 + 2.4 * len(tiers)), layout="constrained")
+    ax, *tier_axes = fig.subplots(
+        1 + len(tiers), 1, sharex=True, squeeze=False, height_ratios=[3] + [2] * len(tiers)
+    )[:, 0]
+    for i, (tier, tier_ax) in enumerate(zip(tiers, tier_axes, strict=True)):
+        tier_panel(tier_ax, memory, tier.tier, tier, legend_outside=True)
+        if i < len(tiers) - 1:
+            tier_ax.set_xlabel("")  # (the lowest row names the shared axis)
     x = memory["time_s"].to_numpy()
     if len(x):  # close the last span so the step plot covers it
         x = np.append(x, x[-1] + memory["duration_s"].to_numpy()[-1])
@@ -79,7 +91,8 @@ def memory_over_time(memory: pd.DataFrame, *, capacity_slots: int, title: str = 
         colors=list(CATEGORY_COLORS.values()),
         labels=list(CATEGORY_NAMES.values()),
     )
-    ax.set(xlabel="simulated time (s)", ylabel="% of KV capacity", ylim=(0, 100), title=title)
+    xlabel = "" if tiers else "simulated time (s)"  # (else the lowest tier row's)
+    ax.set(xlabel=xlabel, ylabel="% of KV capacity", ylim=(0, 100), title=title)
     ax.margins(x=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return fig

@@ -46,6 +46,36 @@ def test_memory_over_time_stacks_to_capacity(memory) -> None:
     fig.savefig(__import__("io").BytesIO(), format="png")
 
 
+def test_memory_over_time_adds_a_row_per_offload_tier(memory) -> None:
+    """A CPU tier of 8 blocks and a disk of 20 below it: a row each under the pool's, their
+    bands by category as % of the tier. CPU: 2 stored + 1 storing + 1 loading + 4 free, then
+    6 stored + 2 free: the stored band is 2/8 = 25 % then 6/8 = 75 %; disk: 5 stored + 3
+    writing + 12 free, then 20 stored: 25 % then 100 %."""
+    tiers = memory.assign(
+        cpu_tier_stored_blocks=[2, 6],
+        cpu_tier_storing_blocks=[1, 0],
+        cpu_tier_loading_blocks=[1, 0],
+        cpu_tier_free_blocks=[4, 2],
+        disk_tier_stored_blocks=[5, 20],
+        disk_tier_writing_blocks=[3, 0],
+        disk_tier_free_blocks=[12, 0],
+    )
+    assert len(memory_over_time(memory, capacity_slots=100).axes) == 1
+    fig = memory_over_time(tiers, capacity_slots=100)
+    _pool, cpu, disk = fig.axes
+    assert [ax.get_title() for ax in (cpu, disk)] == ["CPU tier", "disk tier"]
+    assert len(cpu.collections) == 4
+    assert len(disk.collections) == 3
+    for ax, stored in ((cpu, [25.0, 75.0]), (disk, [25.0, 100.0])):
+        band = ax.collections[0].get_paths()[0].vertices
+        # the stored band's top at t = 0 (the first row) and t = 3 (the last span, closed)
+        for t, want in zip((0.0, 3.0), stored, strict=True):
+            assert band[np.isclose(band[:, 0], t), 1].max() == pytest.approx(want)
+        top = ax.collections[-1].get_paths()[0].vertices[:, 1].max()
+        assert top == pytest.approx(100.0)
+    fig.savefig(__import__("io").BytesIO(), format="png")
+
+
 def test_waste_bars_heights_are_the_table_values() -> None:
     table = pd.DataFrame(
         {  # the paper's Figure 2 stacks for Max and Oracle
