@@ -12,7 +12,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from kvsim.cli import app
-from kvsim.view.summary import compare_table, cost_note, format_metric, sections, sweep_table
+from kvsim.view.summary import (
+    compare_table,
+    cost_note,
+    format_metric,
+    replica_table,
+    sections,
+    sweep_table,
+)
 
 
 @pytest.mark.parametrize(
@@ -388,3 +395,31 @@ def test_sweep_table_shows_bandwidths_in_gb_per_s() -> None:
     ]
     assert list(out.columns[1].cells) == ["6.4", "12.8"]
     assert list(out.columns[2].cells) == ["51.2", "3.2"]
+
+
+def test_replica_table_shows_the_offload_tier_where_replicas_have_one() -> None:
+    """A fleet with a CPU tier prints each replica's tier hit rate and bytes loaded (0.25 and
+    2 GiB = 2,147,483,648 bytes); one without prints no such column."""
+    row = {
+        "replica": 0,
+        "role": "both",
+        "gpu": "h100-80gb",
+        "tensor_parallel_size": 1,
+        "num_requests": 10,
+    }
+
+    def text(frame: pd.DataFrame) -> str:
+        console = Console(width=250, record=True)
+        console.print(replica_table(frame))
+        return console.export_text()
+
+    plain = text(pd.DataFrame([row]))
+    assert "tier hit rate" not in plain
+    tiered = text(
+        pd.DataFrame(
+            [{**row, "external_prefix_cache_hit_rate": 0.25, "kv_offload_bytes_cpu_to_gpu": 2**31}]
+        )
+    )
+    assert "tier hit rate" in tiered
+    assert "0.250" in tiered
+    assert "2.00 GiB" in tiered

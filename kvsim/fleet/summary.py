@@ -49,6 +49,7 @@ SUMMED = ("num_steps", "num_blocked_steps", "num_preemptions", "num_cache_evicti
 # the KV offload counters a fleet sums over the replicas that have a CPU tier (blocks, bytes,
 # busy seconds, loads, lookups: ``OffloadConnector.summary``); its hit rate is recomputed
 OFFLOAD_PREFIXES = ("kv_offload_", "cpu_tier_", "disk_tier_", "external_prefix_cache_")
+TIER_SIZES = ("cpu_tier_blocks", "disk_tier_blocks")  # one GPU's share: not summed
 # a replica's row of the per-replica table (vLLM's metric names)
 REPLICA_COLUMNS = (
     "num_requests",
@@ -217,12 +218,17 @@ def fleet_summary(
 
 def _offload_totals(replicas: list[Results]) -> dict[str, Any]:
     """The fleet's KV offload counters: each summed over the replicas that report it, the
-    external prefix cache's hit rate as the summed hits over the summed queries."""
+    external prefix cache's hit rate as the summed hits over the summed queries; a tier's size
+    (blocks, one GPU's share) where every replica's is the same (the replica table has each)."""
     out: dict[str, Any] = {}
     for results in replicas:
         for key, value in results.summary.items():
-            if key.startswith(OFFLOAD_PREFIXES) and not key.endswith("_rate"):
+            if key.startswith(OFFLOAD_PREFIXES) and not key.endswith(("_rate", *TIER_SIZES)):
                 out[key] = out.get(key, 0) + value
+    for key in TIER_SIZES:  # (one GPU's share, as a lone engine reports it: each replica's)
+        sizes = {r.summary[key] for r in replicas if key in r.summary}
+        if len(sizes) == 1:
+            out[key] = sizes.pop()
     if "external_prefix_cache_queries" in out:
         queries = out["external_prefix_cache_queries"]
         hits = out["external_prefix_cache_hits"]

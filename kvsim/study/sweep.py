@@ -362,16 +362,17 @@ def _warn_repeated_points(name: str, points: list[Point], first: dict[str, Point
     repeats = [(p, f) for p, f in repeats if p is not f]
     if repeats:
         p, f = repeats[0]
+        differ = [k for k in p.overrides if p.overrides[k] != f.overrides.get(k)]
+        why = f"{', '.join(differ)} changes nothing there" if differ else "the same values"
         logger.warning(
-            "%s: %d of %d points repeat an earlier point's config (e.g. point %d: %s = point "
-            "%d: %s); each config runs once and its row repeats in summary.parquet",
+            "%s: %d of %d points repeat an earlier point's config (e.g. point %d = point %d: "
+            "%s); each config runs once and its row repeats in summary.parquet",
             name,
             len(repeats),
             len(points),
             p.index,
-            p.describe(),
             f.index,
-            f.describe(),
+            why,
         )
 
 

@@ -110,7 +110,7 @@ SPEC_ROWS: tuple[Row, ...] = (
     ("spec_decode_mean_acceptance_length", "mean acceptance length (tokens a verification)"),
 )
 OFFLOAD_ROWS: tuple[Row, ...] = (
-    ("cpu_tier_blocks", "CPU tier (blocks)"),
+    ("cpu_tier_blocks", "CPU tier (blocks, one GPU's share; a fleet's: each replica's)"),
     (
         "external_prefix_cache_hit_rate",
         "external_prefix_cache_hits / external_prefix_cache_queries",
@@ -126,13 +126,13 @@ OFFLOAD_ROWS: tuple[Row, ...] = (
     ("kv_offload_loads_dropped", "loads dropped (their blocks freed for a stuck queue)"),
 )
 DISK_ROWS: tuple[Row, ...] = (
-    ("disk_tier_blocks", "disk tier (blocks)"),
+    ("disk_tier_blocks", "disk tier (blocks, one GPU's share; a fleet's: each replica's)"),
     ("disk_tier_promoted_blocks", "blocks promoted, disk -> CPU"),
     ("disk_tier_promotions", "promotion jobs (one a lookup)"),
     ("kv_offload_bytes_disk_to_cpu", "KV read, disk -> CPU"),
     ("kv_offload_bytes_cpu_to_disk", "KV written, CPU -> disk"),
-    ("kv_offload_time_disk_to_cpu_s", "disk read link busy (s)"),
-    ("kv_offload_time_cpu_to_disk_s", "disk write link busy (s)"),
+    ("kv_offload_time_disk_to_cpu_s", "disk read link busy"),
+    ("kv_offload_time_cpu_to_disk_s", "disk write link busy"),
     ("disk_tier_written_blocks", "blocks written to the disk"),
     ("disk_tier_evicted_blocks", "blocks evicted from the disk"),
 )
@@ -328,6 +328,11 @@ REPLICA_SHOWN: tuple[Row, ...] = (
     ("num_preemptions", "preemptions"),
     ("prefix_cache_hit_rate", "prefix hit rate"),
 )
+# with a KV offload tier: the tier's hit rate and what its loads moved
+REPLICA_OFFLOAD_SHOWN: tuple[Row, ...] = (
+    ("external_prefix_cache_hit_rate", "tier hit rate"),
+    ("kv_offload_bytes_cpu_to_gpu", "loaded CPU -> GPU"),
+)
 
 
 def replica_table(replicas: Any) -> Table:
@@ -335,12 +340,13 @@ def replica_table(replicas: Any) -> Table:
     table = Table(title="replicas", title_justify="left")
     for name in ("replica", "role", "GPU x TP"):
         table.add_column(name)
-    for _, label in REPLICA_SHOWN:
+    shown = REPLICA_SHOWN + tuple(r for r in REPLICA_OFFLOAD_SHOWN if r[0] in replicas)
+    for _, label in shown:
         table.add_column(label, justify="right")
     for row in replicas.to_dict("records"):
         cells = [str(row["replica"]), str(row["role"])]
         cells.append(f"{row['gpu']} x{row['tensor_parallel_size']}")
-        cells += [format_metric(key, row.get(key)) for key, _ in REPLICA_SHOWN]
+        cells += [format_metric(key, row.get(key)) for key, _ in shown]
         table.add_row(*cells)
     return table
 

@@ -334,8 +334,8 @@ def test_points_with_one_config_are_counted_in_a_warning(hostile, caplog) -> Non
     outcome = hostile.run(["sweep", path, "--out", "out", "--no-progress"], code=0)
     said = [r.getMessage() for r in caplog.records if r.name == "kvsim.study.sweep"]
     assert said == [
-        "e: 1 of 3 points repeat an earlier point's config (e.g. point 1: seed=1 = point 0: "
-        "seed=1); each config runs once and its row repeats in summary.parquet"
+        "e: 1 of 3 points repeat an earlier point's config (e.g. point 1 = point 0: the same "
+        "values); each config runs once and its row repeats in summary.parquet"
     ]
     assert "3 points in summary.parquet (2 run, 0 resumed, 0 failed)" in outcome.output
 

@@ -325,12 +325,13 @@ def test_a_fleet_sums_its_replicas_offload_counters() -> None:
     it): C's GPU hit is a0..a9 = 160 tokens and the tier is asked for the 20 left, of which it
     holds none (its ``c`` block is new). Queries 160 + 176 + 20 = 356 tokens, 0 hits, no load;
     stored: A's 10 blocks and C's ``c`` block on replica 0, B's 11 on replica 1: 22 blocks,
-    288,358,400 bytes GPU->CPU. The fleet's tier is 2 x 40 = 80 blocks."""
+    288,358,400 bytes GPU->CPU. Each replica's tier is 40 blocks (a tier's size is one GPU's
+    share, as a lone engine reports it)."""
     from kvsim.fleet import simulate as simulate_fleet
 
     run = simulate_fleet(config(0.5, fleet={"replicas": 2, "router": "round_robin"}), requests())
     s = run.summary
-    assert s["cpu_tier_blocks"] == 80
+    assert s["cpu_tier_blocks"] == 40
     assert s["external_prefix_cache_queries"] == 356
     assert s["external_prefix_cache_hits"] == 0
     assert s["external_prefix_cache_hit_rate"] == 0.0
