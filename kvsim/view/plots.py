@@ -290,6 +290,9 @@ def metric_vs(
         if metric_unit(metric) == "count" and (table[metric] >= 0).all():
             ax.set_ylim(0, max(ax.get_ylim()[1], 1))  # no negative counts around all zeros
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        rate = metric.endswith(("_rate", "_perc", "_frac", "_pct", "_pct_of_used"))
+        if rate and (table[metric] >= 0).all():  # a share from 0: a 0.02 % step stays small
+            ax.set_ylim(bottom=0)
         if whole:  # counts and sizes: no 0.5 ticks between them
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if logx is None:

@@ -171,3 +171,24 @@ def test_axis_labels_wrap_at_spaces_and_after_underscores(text: str, lines: list
     from kvsim.view.labels import wrap_label
 
     assert wrap_label(text, 32).split("\n") == lines
+
+
+def test_metric_vs_draws_a_share_from_zero() -> None:
+    """Hit rates of 0.06580 and 0.06601 (a 0.3 % relative change) on an axis from 0, not one
+    that spans only their difference; a latency keeps its own scale."""
+    table = pd.DataFrame(
+        {
+            "offload.disk_offloading_size": [256, 1024],
+            "prefix_cache_hit_rate": [0.06580, 0.06601],
+            "time_to_first_token_seconds_mean": [10.0, 5.4],
+        }
+    )
+    fig = metric_vs(
+        table,
+        "offload.disk_offloading_size",
+        ["prefix_cache_hit_rate", "time_to_first_token_seconds_mean"],
+    )
+    rate, ttft = fig.axes[:2]
+    assert rate.get_ylim()[0] == 0.0
+    assert rate.get_ylim()[1] >= 0.06601
+    assert ttft.get_ylim()[0] > 0.0
