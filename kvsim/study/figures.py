@@ -57,21 +57,47 @@ def varying_axes(table: pd.DataFrame, fields: list[str]) -> list[str]:
     return axes
 
 
+def _slug(parts: list[str]) -> str:
+    slugs = [re.sub(r"[^A-Za-z0-9_.+=-]+", "-", p).strip("-").lower() for p in parts]
+    return "_".join(s for s in slugs if s)
+
+
 def point_names(sweep: SweepResults) -> list[str]:
-    """A file-name slug per point from its swept values, e.g. ``orca-max_rate_per_s-5``."""
+    """A file-name slug per point from its swept values, e.g. ``orca-max_rate_per_s-5``: its
+    label and its values on the sweep's axes (``varying_axes``); points that share those are
+    told apart by the other swept fields that vary (zipped ones, such as a drive's read and
+    write bandwidth, named once and in the units people read: ``..._disk_read-write_bandwidth-
+    6.4``), and by ``_2``, ``_3`` ... where nothing else differs."""
     table = sweep.summary
-    names = []
+    axes = varying_axes(table, sweep.swept_fields)
+    rest = [
+        f
+        for f in sweep.swept_fields
+        if f not in axes
+        and f != "label"
+        and f in table
+        and table[f].astype(str).nunique() > 1
+        and not ("label" in table and table.groupby("label")[f].nunique().max() == 1)
+    ]
+    groups = field_groups(table, rest)
+    names, extras = [], []
     for _, row in table.iterrows():
         parts = [str(row["label"])] if "label" in table else []
         parts += [
             f"{short_name(f)}-{row[f]:g}"
             if isinstance(row[f], float)
             else f"{short_name(f)}-{row[f]}"
-            for f in varying_axes(table, sweep.swept_fields)
+            for f in axes
         ]
-        slugs = [re.sub(r"[^A-Za-z0-9_.+=-]+", "-", p).strip("-").lower() for p in parts]
-        slug = "_".join(s for s in slugs if s) or "point"
-        names.append(slug)
+        names.append(_slug(parts) or "point")
+        extras.append(_slug([f"{name}-{field_value(g[0], row[g[0]])}" for name, g in groups]))
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    names = [
+        f"{name}_{extra}" if counts[name] > 1 and extra else name
+        for name, extra in zip(names, extras, strict=True)
+    ]
     seen: dict[str, int] = {}
     unique = []
     for name in names:  # two points with the same values (e.g. differing in a string field)
@@ -162,6 +188,7 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
     lines = _short_labels(sweep, facet)  # the CDFs' legend (a row names its facet value)
     names = point_names(sweep)
     frames = []
+    drawn: set[str] = set()  # the configs whose memory figure is drawn
     snapshots: dict[str, pd.DataFrame] = {}
     capacity = 0
     for i, (key, label) in enumerate(zip(sweep.keys, labels, strict=True)):
@@ -170,11 +197,15 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
             snapshots[label] = snap
             capacity = int(sweep.summary["capacity_tokens"].iloc[i])
         results = sweep.results(key)
-        memory, title = results.memory, label
-        if "replica" in memory:  # a fleet: one replica's pool (every replica's in `replicas`)
-            memory, title = memory[memory["replica"] == 0], f"{label} (replica 0)"
-        fig = memory_over_time(memory, capacity_slots=results.config.capacity_tokens, title=title)
-        _save(fig, out / f"memory_{names[i]}.png", written)
+        if key not in drawn:  # (points that repeat a config: one figure, the first's name)
+            drawn.add(key)
+            memory, title = results.memory, label
+            if "replica" in memory:  # a fleet: one replica's pool (every replica's in `replicas`)
+                memory, title = memory[memory["replica"] == 0], f"{label} (replica 0)"
+            fig = memory_over_time(
+                memory, capacity_slots=results.config.capacity_tokens, title=title
+            )
+            _save(fig, out / f"memory_{names[i]}.png", written)
         frame = results.requests.assign(label=lines[i])
         if facet is not None:
             frame[facet] = sweep.summary[facet].iloc[i]

@@ -374,3 +374,37 @@ def test_long_bar_labels_stand_one_field_a_line() -> None:
     # a short label stays in one slanted line
     fig = waste_bars(table.iloc[:2], ["first_fit", "paged"])
     assert [t.get_rotation() for t in fig.axes[0].get_xticklabels()] == [25, 25]
+
+
+def test_memory_figures_name_a_zipped_drive_and_draw_a_repeated_config_once(tmp_path) -> None:
+    """Disk 0 and 1 GiB x two drives zipped (read = write): the drive is no axis (its two
+    fields move together), so the names add it where the disk size alone repeats; the no-disk
+    point is one config for both drives (its bandwidths change nothing) and one figure."""
+    exp = parse_experiment(
+        {
+            "base": {
+                "cache": {"kv_cache_gib": 2.0, "enable_prefix_caching": True},
+                "offload": {"kv_offloading_size": 1},
+                "workload": {
+                    "lengths": "fixed",
+                    "fixed_prompt_tokens": 64,
+                    "fixed_output_tokens": 8,
+                    "num_requests": 4,
+                    "rate_per_s": 5.0,
+                },
+            },
+            "grid": {"offload.disk_offloading_size": [0, 2]},
+            "zip": {
+                "offload.disk_read_bandwidth_bytes_per_s": [3.2e9, 6.4e9],
+                "offload.disk_write_bandwidth_bytes_per_s": [3.2e9, 6.4e9],
+            },
+        },
+        name="drives",
+    )
+    run_sweep(exp, tmp_path, progress=False)
+    names = sorted(p.name for p in draw_figures(tmp_path / "drives") if "memory_" in p.name)
+    assert names == [
+        "memory_disk_offloading_size-0_disk_read-write_bandwidth-3.2.png",
+        "memory_disk_offloading_size-2_disk_read-write_bandwidth-3.2.png",
+        "memory_disk_offloading_size-2_disk_read-write_bandwidth-6.4.png",
+    ]
