@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -101,12 +102,15 @@ def offload_figure(
         label = f"{bw / 1e9:g} GB/s"
         marker = styles[i % len(styles)]
         size = 9 - 2 * i
+        # (resolved now, under kvsim's style: a "C1" string is read when the figure is saved,
+        # after the style's context has ended, and gave matplotlib's default colours)
+        color = to_rgb(f"C{i}")
         axes[0].plot(
             x,
             group["time_to_first_token_seconds_mean"],
             marker=marker,
             ms=size,
-            color=f"C{i}",
+            color=color,
             label=label,
         )
         axes[0].plot(
@@ -115,13 +119,11 @@ def offload_figure(
             marker=marker,
             ms=size,
             ls="--",
-            color=f"C{i}",
+            color=color,
             label="_p90",  # (the line styles get a legend of their own)
         )
         hit = group["external_prefix_cache_hit_rate"].fillna(0.0) * 100
-        axes[1].plot(
-            x, hit, marker=marker, ms=size, color=f"C{i}", label=f"{axes_of.hits}, {label}"
-        )
+        axes[1].plot(x, hit, marker=marker, ms=size, color=color, label=f"{axes_of.hits}, {label}")
     gpu = summary.groupby(size_col)["prefix_cache_hit_rate"].mean() * 100
     axes[1].plot(
         [pos[s] for s in gpu.index], gpu.to_numpy(), color="grey", ls=":", label="GPU prefix cache"
@@ -131,12 +133,17 @@ def offload_figure(
     ):
         ax.set_xticks(range(len(sizes)), ticks)
         ax.set(xlabel=axes_of.size_label, ylabel=ylabel)
-    links = axes[0].legend(
-        title=axes_of.bandwidth_label, fontsize="x-small", title_fontsize="x-small"
-    )
-    axes[0].add_artist(links)
+    # one legend (two placed apart covered the "off" point's markers): the links, then the
+    # line styles, where the lines leave room
+    links, _ = axes[0].get_legend_handles_labels()
     statistic = [Line2D([], [], color="0.25", ls=ls, label=name) for ls, name in _STATISTICS]
-    axes[0].legend(handles=statistic, loc="lower left", fontsize="x-small")
+    axes[0].legend(
+        handles=[*links, *statistic],
+        title=axes_of.bandwidth_label,
+        loc="best",
+        fontsize="x-small",
+        title_fontsize="x-small",
+    )
     axes[1].legend(fontsize="x-small")
     axes[0].set_title("time to first token")
     axes[1].set_title("prefix hits")

@@ -408,3 +408,38 @@ def test_memory_figures_name_a_zipped_drive_and_draw_a_repeated_config_once(tmp_
         "memory_disk_offloading_size-2_disk_read-write_bandwidth-3.2.png",
         "memory_disk_offloading_size-2_disk_read-write_bandwidth-6.4.png",
     ]
+
+
+def test_offload_figure_lines_take_kvsims_colours_and_one_legend() -> None:
+    """Two links: the second's lines are kvsim's second colour (red, #d62728, per
+    kvsim.mplstyle), not matplotlib's default orange, once the figure is drawn outside the
+    style; the TTFT panel's one legend names the links and the two line styles."""
+    import pandas as pd
+    from matplotlib.colors import to_rgb
+
+    from kvsim.view.offload_plots import BANDWIDTH, SIZE, offload_figure
+
+    summary = pd.DataFrame(
+        {
+            SIZE: [0.0, 16.0, 0.0, 16.0],
+            BANDWIDTH: [25.6e9, 25.6e9, 51.2e9, 51.2e9],
+            "time_to_first_token_seconds_mean": [0.3, 0.2, 0.3, 0.15],
+            "time_to_first_token_seconds_p90": [0.9, 0.5, 0.9, 0.4],
+            "external_prefix_cache_hit_rate": [float("nan"), 0.6, float("nan"), 0.6],
+            "prefix_cache_hit_rate": [0.2, 0.2, 0.2, 0.2],
+        }
+    )
+    fig = offload_figure(summary, None)
+    fig.savefig(__import__("io").BytesIO(), format="png")  # (outside the style's context)
+    ttft = fig.axes[0]
+    second = [line for line in ttft.get_lines() if line.get_label() == "51.2 GB/s"]
+    assert len(second) == 1
+    assert to_rgb(second[0].get_color()) == to_rgb("#d62728")
+    legends = [c for c in ttft.get_children() if isinstance(c, type(ttft.get_legend()))]
+    assert len(legends) == 1
+    assert [t.get_text() for t in ttft.get_legend().get_texts()] == [
+        "25.6 GB/s",
+        "51.2 GB/s",
+        "mean",
+        "p90",
+    ]
