@@ -363,7 +363,8 @@ def _warn_repeated_points(name: str, points: list[Point], first: dict[str, Point
     if repeats:
         p, f = repeats[0]
         differ = [k for k in p.overrides if p.overrides[k] != f.overrides.get(k)]
-        why = f"{', '.join(differ)} changes nothing there" if differ else "the same values"
+        verb = "changes" if len(differ) == 1 else "change"
+        why = f"{', '.join(differ)} {verb} nothing there" if differ else "the same values"
         logger.warning(
             "%s: %d of %d points repeat an earlier point's config (e.g. point %d = point %d: "
             "%s); each config runs once and its row repeats in summary.parquet",
