@@ -208,9 +208,9 @@ def test_tier_legends_name_every_memory_column_of_their_tier() -> None:
     assert tuple(DISK_NAMES) == DISK_COLUMNS
 
 
-def _disk_sweep(tmp_path):
-    """make offload-disk's sweep in small: disk sizes (0: none) crossed with a drive's read and
-    write bandwidths zipped (bytes/s), 12 points of four requests."""
+def _disk_sweep(tmp_path, sizes=(0, 4, 16, 64), drives=(3.2e9, 6.4e9, 12.8e9), name="disk"):
+    """make offload-disk's sweep in small: disk sizes (GiB, 0: none) crossed with a drive's read
+    and write bandwidths zipped (bytes/s), points of four requests (12 by default)."""
     exp = parse_experiment(
         {
             "base": {
@@ -224,16 +224,16 @@ def _disk_sweep(tmp_path):
                     "rate_per_s": 5.0,
                 },
             },
-            "grid": {"offload.disk_offloading_size": [0, 4, 16, 64]},
+            "grid": {"offload.disk_offloading_size": list(sizes)},
             "zip": {
-                "offload.disk_read_bandwidth_bytes_per_s": [3.2e9, 6.4e9, 12.8e9],
-                "offload.disk_write_bandwidth_bytes_per_s": [3.2e9, 6.4e9, 12.8e9],
+                "offload.disk_read_bandwidth_bytes_per_s": list(drives),
+                "offload.disk_write_bandwidth_bytes_per_s": list(drives),
             },
         },
-        name="disk",
+        name=name,
     )
     run_sweep(exp, tmp_path, progress=False)
-    return tmp_path / "disk"
+    return tmp_path / name
 
 
 def test_long_sweep_labels_fit_their_figures(tmp_path) -> None:
@@ -377,32 +377,11 @@ def test_long_bar_labels_stand_one_field_a_line() -> None:
 
 
 def test_memory_figures_name_a_zipped_drive_and_draw_a_repeated_config_once(tmp_path) -> None:
-    """Disk 0 and 1 GiB x two drives zipped (read = write): the drive is no axis (its two
+    """Disk 0 and 2 GiB x two drives zipped (read = write): the drive is no axis (its two
     fields move together), so the names add it where the disk size alone repeats; the no-disk
     point is one config for both drives (its bandwidths change nothing) and one figure."""
-    exp = parse_experiment(
-        {
-            "base": {
-                "cache": {"kv_cache_gib": 2.0, "enable_prefix_caching": True},
-                "offload": {"kv_offloading_size": 1},
-                "workload": {
-                    "lengths": "fixed",
-                    "fixed_prompt_tokens": 64,
-                    "fixed_output_tokens": 8,
-                    "num_requests": 4,
-                    "rate_per_s": 5.0,
-                },
-            },
-            "grid": {"offload.disk_offloading_size": [0, 2]},
-            "zip": {
-                "offload.disk_read_bandwidth_bytes_per_s": [3.2e9, 6.4e9],
-                "offload.disk_write_bandwidth_bytes_per_s": [3.2e9, 6.4e9],
-            },
-        },
-        name="drives",
-    )
-    run_sweep(exp, tmp_path, progress=False)
-    names = sorted(p.name for p in draw_figures(tmp_path / "drives") if "memory_" in p.name)
+    folder = _disk_sweep(tmp_path, sizes=(0, 2), drives=(3.2e9, 6.4e9), name="drives")
+    names = sorted(p.name for p in draw_figures(folder) if "memory_" in p.name)
     assert names == [
         "memory_disk_offloading_size-0_disk_read-write_bandwidth-3.2.png",
         "memory_disk_offloading_size-2_disk_read-write_bandwidth-3.2.png",
