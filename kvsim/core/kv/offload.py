@@ -866,15 +866,11 @@ class CpuTier:
         A container holding twice its current entries is rebuilt."""
         state = self._state
         if self._is_asleep(value):  # no entry until its request wakes (``_wake``)
-            if state[slot] & IN_HEAP:
-                state[slot] = state[slot] & NOT_IN_HEAP
-                self._heap_live -= 1
+            self._unheap(slot)
             return
         qr = self._queue_rank
         if len(qr) == self._queue_head or qr[len(qr) - 1] <= value:
-            if state[slot] & IN_HEAP:
-                state[slot] = state[slot] & NOT_IN_HEAP
-                self._heap_live -= 1
+            self._unheap(slot)
             self._queue_rank = append(qr, value)
             self._queue_slot = append(self._queue_slot, slot)
             if len(self._queue_rank) - self._queue_head >= 2 * self._num_evictable + 64:
@@ -1036,12 +1032,7 @@ class CpuTier:
         watched = set(self._watched.slots) if self._watched is not None else set()
         assert {s for s in range(len(state)) if state[s] & WATCHED} == watched, "watched slots"
         assert all(self._cell[s] != FREE for s in watched), "a watched slot is free"
-        entries = heap | queued
         assert all(queue[i] <= queue[i + 1] for i in range(head, len(queue) - 1)), "queue order"
-
-        for slot in evictable:
-            if not self._is_asleep(self._rank[slot]):
-                assert (self._rank[slot], slot) in entries, f"slot {slot}: no current entry"
         for slot in slots:  # a private block is held once, outside the map
             key = self._key[slot]
             want = -1 if self._cell[slot] == UNMAPPED else slot

@@ -150,14 +150,14 @@ class OffloadConnector:
             self._looked_up_keys = self.allocator.block_keys(request, 0, num_full)
             self._looked_up = request.req_id
             self._looked_up_run = HeldRun()
+        first = gpu_hit_tokens // b
         hits, storing, loading = tier.held_run(
-            self._looked_up_keys, self.now_s, gpu_hit_tokens // b, self._looked_up_run
+            self._looked_up_keys, self.now_s, first, self._looked_up_run
         )
         if storing or loading:
             return None
         if self.disk is not None and self._awaiting:
             self._awaiting.pop(request.req_id, None)
-        first = gpu_hit_tokens // b
         start = first + hits
         if self.disk is not None and start < num_full and self._promote(request, first, start):
             return None
