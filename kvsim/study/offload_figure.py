@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvsim.study.load import load_sweep
+from kvsim.view.labels import field_unit, field_value
 from kvsim.view.offload_plots import CPU_AXES, DISK_AXES, offload_figure
 
 
@@ -31,7 +32,8 @@ def save_offload_figure(folder: str | Path) -> Path:
     largest = summary[size].max()
     row = summary[(summary[size] == largest) & (summary[bandwidth] == middle)].iloc[0]
     memory = sweep.results(str(row["config_key"])).memory if largest else None
-    title = f"{axes_of.tier}, {largest:g} GiB at {middle / 1e9:g} GB/s"
+    drive = f"{field_value(bandwidth, middle)} {field_unit(bandwidth)}"  # (GB/s)
+    title = f"{axes_of.tier}, {largest:g} GiB at {drive}"
     fig = offload_figure(summary, memory, tier_title=title, axes_of=axes_of)
     out = Path(folder) / "figures" / "offload.png"
     out.parent.mkdir(parents=True, exist_ok=True)

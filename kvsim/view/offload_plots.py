@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from kvsim.view.style import styled
+from kvsim.view.labels import field_unit, field_value
+from kvsim.view.style import style_color, styled
 
 _STATISTICS = (("-", "mean"), ("--", "p90"))  # TTFT line styles
 SIZE = "offload.kv_offloading_size"
@@ -99,12 +99,10 @@ def offload_figure(
     styles = ["o", "s", "^", "D"]
     for i, (bw, group) in enumerate(summary.sort_values(size_col).groupby(bw_col)):
         x = [pos[s] for s in group[size_col]]
-        label = f"{bw / 1e9:g} GB/s"
+        label = f"{field_value(bw_col, bw)} {field_unit(bw_col)}"  # (GB/s)
         marker = styles[i % len(styles)]
         size = 9 - 2 * i
-        # (resolved now, under kvsim's style: a "C1" string is read when the figure is saved,
-        # after the style's context has ended, and gave matplotlib's default colours)
-        color = to_rgb(f"C{i}")
+        color = style_color(i)
         axes[0].plot(
             x,
             group["time_to_first_token_seconds_mean"],

@@ -26,7 +26,7 @@ from kvsim.view.labels import (
     short_name,
     wrap_label,
 )
-from kvsim.view.style import styled
+from kvsim.view.style import style_color, styled
 
 MAX_PER_PANEL = 8  # bars, lines or maps in one panel before a figure splits into facets
 TICK_LABEL_CHARS = 36  # a longer bar label is set one field a line, under its bar
@@ -421,8 +421,7 @@ def latency_cdf(
             for value, group in requests.groupby(facet, sort=True)
         ]
     names = [str(n) for n in requests[by].drop_duplicates()]
-    # (resolved now, under kvsim's style: a "CN" string is read at drawing, outside it)
-    colors = {name: to_rgb(f"C{i % 10}") for i, name in enumerate(names)}
+    colors = {name: style_color(i) for i, name in enumerate(names)}
     width = 4 * len(metrics) + 2
     fig = Figure(figsize=(width, 3.3 * len(rows) + 0.4), layout="constrained")
     grid = fig.subplots(len(rows), len(metrics), squeeze=False)
