@@ -8,6 +8,7 @@ bound and the value, instead of looping forever, exhausting memory or returning 
 from __future__ import annotations
 
 import math
+import types
 import typing
 from collections.abc import Mapping
 from typing import Any, TypeGuard
@@ -98,8 +99,10 @@ def _not_a_number(value: bool | str) -> str:
 
 
 def _kinds(annotation: Any) -> tuple[Any, ...]:
-    """The types a field takes, ``None`` left out (``int | None`` -> ``(int,)``)."""
-    kinds = typing.get_args(annotation) or (annotation,)
+    """The types a field takes, ``None`` left out (``int | None`` -> ``(int,)``); a generic is
+    one kind (``tuple[float, ...]`` -> ``(tuple[float, ...],)``), its arguments not members."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = typing.get_args(annotation) if union else (annotation,)
     return tuple(kind for kind in kinds if kind is not type(None))
 
 

@@ -286,16 +286,27 @@ def warn_many_jobs(jobs: int) -> None:
         )
 
 
-def _toml_value(raw: str) -> Any:
+def _toml_value(raw: str, key: str) -> Any:
     """``raw`` read as a TOML value when it is a number, boolean, array or inline table that
     JSON lacks (``65_536``, ``nan``, ``[nan, 0.4]``, ``{ a = 1 }``), as a config file reads it;
-    else the text itself (a name, a path, a date)."""
+    else the text itself (a name, a path, a date).
+
+    Raises:
+        ValueError: a value nested too deeply, or an integer of more than 4,300 digits (the
+            guards ``parse_json`` keeps on the JSON path)."""
     if "\n" in raw or "\r" in raw:
         return raw
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return raw
+    except RecursionError:
+        raise ValueError(f"--set {key}: value nested too deeply") from None
+    except ValueError:  # (Python's limit on converting a long integer)
+        raise ValueError(
+            f"--set {key}: an integer of more than 4,300 digits; no setting takes a number "
+            "that long"
+        ) from None
     return value if isinstance(value, int | float | list | dict) else raw
 
 
@@ -321,7 +332,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         try:
             value = parse_json(raw, f"--set {key}")
         except json.JSONDecodeError:
-            value = _toml_value(raw)
+            value = _toml_value(raw, key)
         if isinstance(value, NotANumber) and value.integer:
             raise ValueError(f"--set {key}: {value!r}; no setting takes a number that long")
         if isinstance(value, NotANumber):  # NaN, Infinity: the text, for the field to refuse

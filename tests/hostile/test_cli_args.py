@@ -236,3 +236,21 @@ def test_set_reads_toml_values_json_lacks() -> None:
     assert got["model.hf_config"] == "/tmp/config.json"
     assert got["seed"] == "1979-05-27"
     assert got["x"] == "1\ny = 2"
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ("[nan," * 1500 + "1" + "]" * 1500, "nested too deeply"),  # JSON refuses nan: TOML reads
+        ("{a=" * 1500 + "1" + "}" * 1500, "nested too deeply"),
+        ("1_" + "1" * 5000, "number that long"),  # TOML's digit separator: not JSON
+    ],
+)
+def test_set_values_only_toml_reads_get_the_json_paths_guards(raw: str, said: str) -> None:
+    """A value JSON refuses is read as TOML: nested past the recursion limit, or an integer
+    past Python's 4,300 digits, it is a clear ValueError naming the key (the CLI's exit 2),
+    not an internal error."""
+    from kvsim.cli.common import parse_overrides
+
+    with pytest.raises(ValueError, match=f"--set seed: .*{said}"):
+        parse_overrides([f"seed={raw}"])
