@@ -4,6 +4,7 @@ a disk below it; plots take DataFrames, return a Figure)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +68,13 @@ DISK_AXES = TierAxes(
     "disk tier",
     "CPU + disk tiers",
 )
+
+
+def tiers_in(columns: Iterable[str]) -> list[TierAxes]:
+    """The offload tiers a memory table has every column of, CPU first (``CPU_AXES``,
+    ``DISK_AXES``)."""
+    have = set(columns)
+    return [axes for axes in (CPU_AXES, DISK_AXES) if set(axes.names) <= have]
 
 
 @styled

@@ -66,9 +66,9 @@ def memory_over_time(memory: pd.DataFrame, *, capacity_slots: int, title: str = 
         capacity_slots: KV pool size in token slots.
         title: figure title.
     """
-    from kvsim.view.offload_plots import CPU_AXES, DISK_AXES, tier_panel
+    from kvsim.view.offload_plots import tier_panel, tiers_in
 
-    tiers = [t for t in (CPU_AXES, DISK_AXES) if set(t.names) <= set(memory.columns)]
+    tiers = tiers_in(memory.columns)
     fig = Figure(figsize=(8, 3.5 + 2.4 * len(tiers)), layout="constrained")
     ax, *tier_axes = fig.subplots(
         1 + len(tiers), 1, sharex=True, squeeze=False, height_ratios=[3] + [2] * len(tiers)

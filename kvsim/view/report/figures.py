@@ -14,8 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
-from kvsim.view.offload_plots import DISK_NAMES, TIER_NAMES
+from kvsim.view.offload_plots import TierAxes, tiers_in
 from kvsim.view.plots import CATEGORY_COLORS, CATEGORY_NAMES
 from kvsim.view.report.data import Run, ecdf_points, memory_bins
 
@@ -43,16 +42,13 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
     """
     mem = memory_bins(run.results.memory)
     capacity = run.capacity_slots
-    tier = all(c in mem.columns for c in TIER_COLUMNS)  # a run offloading to a CPU tier
-    disk = all(c in mem.columns for c in DISK_COLUMNS)  # ... and on to a disk
-    titles = ["allocated vs live (token slots)", "waste breakdown (% of KV capacity)"]
-    heights = [0.45, 0.55]
-    if tier:
-        titles.append("CPU tier (% of its blocks)")
-        heights = [0.3, 0.4, 0.3]
-    if disk:
-        titles.append("disk tier (% of its blocks)")
-        heights = [0.25, 0.3, 0.225, 0.225]
+    tiers = tiers_in(mem.columns)  # a run offloading to a CPU tier, and on to a disk
+    titles = [
+        "allocated vs live (token slots)",
+        "waste breakdown (% of KV capacity)",
+        *(f"{t.tier} (% of its blocks)" for t in tiers),
+    ]
+    heights = ([[0.45, 0.55], [0.3, 0.4, 0.3], [0.25, 0.3, 0.225, 0.225]])[len(tiers)]
     fig = make_subplots(
         rows=len(titles),
         cols=1,
@@ -93,10 +89,8 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
             row=2,
             col=1,
         )
-    if tier:
-        _tier_traces(fig, mem, TIER_NAMES, "CPU tier", 3)
-    if disk:
-        _tier_traces(fig, mem, DISK_NAMES, "disk tier", 4)
+    for row, tier in enumerate(tiers, start=3):
+        _tier_traces(fig, mem, tier, row)
     fig.update_yaxes(range=[0, capacity * 1.02], title_text="slots", row=1, col=1)
     fig.update_yaxes(range=[0, 100], title_text="%", row=2, col=1)
     fig.update_xaxes(title_text="simulated time (s)", row=len(titles), col=1)
@@ -111,16 +105,11 @@ def memory_figure(run: Run, end_s: float | None = None) -> go.Figure:
     return fig
 
 
-def _tier_traces(
-    fig: go.Figure,
-    mem: pd.DataFrame,
-    names: dict[str, tuple[str, str]],
-    tier: str,
-    row: int,
-) -> None:
-    """A tier's blocks by category (``names``: each of its memory columns -> legend name and
-    colour), stacked as % of the tier, in the figure's ``row`` (every block is in one category,
-    so the stack reaches 100 %)."""
+def _tier_traces(fig: go.Figure, mem: pd.DataFrame, axes_of: TierAxes, row: int) -> None:
+    """A tier's blocks by category (``axes_of.names``: each of its memory columns -> legend
+    name and colour), stacked as % of the tier, in the figure's ``row`` (every block is in one
+    category, so the stack reaches 100 %)."""
+    names, tier = axes_of.names, axes_of.tier
     total = mem[list(names)].sum(axis=1).clip(lower=1)
     for col, (name, color) in names.items():
         fig.add_trace(
