@@ -37,7 +37,7 @@ from pydantic import (
 from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS
 from kvsim.base.say_once import warn_once
 from kvsim.base.units import GiB, KiB, MiB
-from kvsim.config.allocators import POLICY_ARGUMENTS
+from kvsim.config.allocators import POLICY_ARGUMENTS, maps_virtual_pages
 from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
 
 MIN_MAX_MODEL_LEN = 2  # a prompt token and an output token
@@ -104,13 +104,6 @@ class CacheSpec(Frozen):
                 f"page_size_bytes: vAttention maps pages of a power of two bytes (64 KiB to "
                 f"2 MiB), got {size:,}"
             )
-        if size not in VATTENTION_PAGE_SIZES:
-            warn_once(
-                logger,
-                f"cache.page_size_bytes = {size:,}: vAttention maps 64, 128 or 256 KiB pages "
-                "(its driver) or 2 MiB ones (CUDA's granularity); this size is a what-if no "
-                "vAttention build offers",
-            )
         return size
 
     @model_serializer(mode="wrap")
@@ -148,6 +141,15 @@ class CacheSpec(Frozen):
             raise ValueError(
                 f"set one of kv_cache_gib ({self.kv_cache_gib}) and kv_cache_bytes "
                 f"({self.kv_cache_bytes}), not both"
+            )
+        size = self.page_size_bytes
+        # (another allocator's page size is ignored, and said so by the config's check)
+        if maps_virtual_pages(self.allocator) and size not in VATTENTION_PAGE_SIZES:
+            warn_once(
+                logger,
+                f"cache.page_size_bytes = {size:,}: vAttention maps 64, 128 or 256 KiB pages "
+                "(its driver) or 2 MiB ones (CUDA's granularity); this size is a what-if no "
+                "vAttention build offers",
             )
         return self
 

@@ -173,3 +173,9 @@ def test_a_page_size_vattention_does_not_map_is_warned_about(page, caplog, monke
         config(allocator="vattention", page_size_bytes=page)
     assert f"cache.page_size_bytes = {page:,}" in caplog.text
     assert "what-if no vAttention build offers" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(say_once, "SAID", set())
+    with caplog.at_level(logging.WARNING):  # another pool ignores the size, and says only so
+        config(allocator="paged", page_size_bytes=page)
+    assert "what-if" not in caplog.text
+    assert "page_size_bytes" in caplog.text
