@@ -350,24 +350,25 @@ class Engine:
             ended.callbacks.append(self._loaded)
 
     def _loaded(self, event: simpy.Event) -> None:
-        """The load of ``event``'s request ended: it waits at the queue's front with its loaded
-        tokens computed (vLLM ``_update_waiting_for_remote_kv``: it keeps its place at the
-        front)."""
+        """The load of ``event``'s request ended: it waits with its loaded tokens computed,
+        holding its blocks, ahead of every request that holds none (vLLM 0.34.0
+        ``kv_holding_waiting``: ``SchedulerCore.add_holder``)."""
         assert self.offload is not None
         req = event.value
         assert isinstance(req, Request), "a load event carries its request"
         self.offload.finish_load(req)
-        self.scheduler.waiting.appendleft(req)
+        self.scheduler.add_holder(req)
         self._parked.add(req)
         self._wake_loop()
 
     def _drop_parked(self) -> None:
-        """Nothing runs, no load is in flight, and the waiting head cannot be admitted while
-        requests that loaded from the CPU tier hold their blocks behind it (a request preempted
-        to the queue's front can land there): free those blocks, as a preemption would, so the
-        head runs; the dropped requests look the tier up again when their turn comes. vLLM's
-        scheduler has no such guard (it preempts running requests only) and would stall here;
-        ``kv_offload_loads_dropped`` counts them."""
+        """Nothing runs, no load is in flight, and requests that loaded from the CPU tier wait
+        at the queue's front, holding their blocks, but the first cannot get the blocks for
+        the rest of its prompt (those the parked requests hold among them): free their blocks,
+        as a preemption would, so that the queue moves; they look the tier up again when their
+        turn comes. vLLM 0.34.0 keeps such a request's remaining blocks reserved from the
+        moment its load is parked (``Scheduler._reserve_parked``), which kvsim does not model;
+        ``kv_offload_loads_dropped`` counts the requests freed here."""
         assert self.offload is not None
         for req in sorted(self._parked, key=lambda r: r.req_id):
             self.allocator.free(req.req_id, req.num_computed_tokens)
@@ -375,6 +376,7 @@ class Engine:
             req.num_held_slots = 0
             self.holding.discard(req)
             self.offload.num_loads_dropped += 1
+        self.scheduler.unhold(self._parked)
         self._parked.clear()
 
     def _store_steps(self, plan: StepPlan, timing: Timing, start_s: float) -> None:

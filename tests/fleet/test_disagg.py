@@ -81,3 +81,31 @@ def test_splits_that_do_not_fit_the_fleet_are_one_clear_error():
                 "fleet": {"replicas": 2, "prefill_replicas": 1},
             }
         )
+
+
+def test_received_requests_run_before_a_preempted_one_that_cannot_fit():
+    # A decode replica with a 1 GiB pool (8,176 slots) takes blocks for every prompt on its
+    # way; a request it preempted waits at the front for ~1,600 slots that the received
+    # requests hold. vLLM 0.34.0 scans the requests holding blocks first
+    # (``kv_holding_waiting``), so they run, finish and free them; with one FCFS queue the
+    # preempted head stopped every step and the run failed ("can never be admitted").
+    config = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "a100-80gb",
+            "seed": 3,
+            "workload": {
+                "num_requests": 200,
+                "rate_per_s": 20.0,
+                "shared_prefix_tokens": 300,
+                "num_tenants": 3,
+            },
+            "cache": {"kv_cache_gib": 1},
+            "scheduler": {"max_model_len": 2048},
+            "fleet": {"replicas": 2, "prefill_replicas": 1},
+        }
+    )
+    results = simulate(config)
+    assert results.summary["num_requests"] == 200
+    decode = results.replicas[results.replicas["role"] == "decode"]
+    assert int(decode["num_preemptions"].iloc[0]) > 0  # (the case has its preempted request)

@@ -248,3 +248,46 @@ def test_long_prefill_threshold_is_ignored_without_chunked_prefill():
     sched.add_request(req(1, 800, 2))
     plan, _ = step(sched)
     assert tokens(plan) == {0: 600}
+
+
+def test_a_waiting_request_that_holds_blocks_runs_before_a_head_that_cannot_fit():
+    # vLLM 0.34.0 drains kv_holding_waiting before waiting (``_enqueue_waiting_request``): a
+    # request whose prompt KV arrived from a prefill replica holds its blocks and waits ahead
+    # of an earlier request that holds none. Pool: 10 blocks of 16. H's 40 received tokens hold
+    # cdiv(40, 16) = 3 blocks, leaving 7 (112 slots); P, queued first, needs all 150 of its
+    # tokens (cdiv(150, 16) = 10 blocks) and cannot be admitted. H computed 39 of its 40 prompt
+    # tokens (the last is recomputed, as on a decode replica): it runs its 1 token, still in
+    # its 3rd block (40 <= 48), and samples its first token; P waits.
+    alloc = paged(10, 16)
+    sched = V1Scheduler(alloc, engine_args())
+    p, h = req(0, 150, 3), req(1, 40, 3)
+    assert alloc.allocate(h, 40) is not None
+    h.num_computed_tokens, h.num_held_slots = 39, alloc.held_slots(1)
+    sched.add_request(p)
+    sched.add_request(h)  # (computed tokens: it holds blocks)
+    assert [r.req_id for r in sched.waiting] == [1, 0]
+    plan, _ = step(sched)
+    assert tokens(plan) == {1: 1}
+    assert h.num_output_tokens == 1
+    assert [r.req_id for r in sched.waiting] == [0]
+    assert len(alloc.block_tables[1]) == 3
+
+
+def test_a_preempted_request_waits_behind_the_block_holders_before_the_rest():
+    # vLLM 0.34.0 ``_preempt_request`` prepends the victim to ``waiting``, which the scheduler
+    # scans after ``kv_holding_waiting``: holders H1, H2 (in the order they were queued), then
+    # the victim V, then the plain waiting W.
+    sched = V1Scheduler(paged(40, 16), engine_args())
+    w, h1, h2, v = req(0, 20, 2), req(1, 20, 2), req(2, 20, 2), req(3, 20, 5)
+    sched.add_request(v)
+    step(sched)  # V runs its prompt
+    sched.add_request(w)
+    sched.add_holder(h1)
+    sched.add_holder(h2)
+    sched._preempt_recompute(v)
+    assert [r.req_id for r in sched.waiting] == [1, 2, 3, 0]
+    assert sched.pop_waiting() is h1
+    sched.unhold({h2})  # (its blocks freed: it now waits first among those holding none)
+    assert [r.req_id for r in sched.waiting] == [2, 3, 0]
+    sched.add_holder(h1)
+    assert [r.req_id for r in sched.waiting] == [1, 2, 3, 0]

@@ -65,6 +65,8 @@ class SchedulerCore:
         self.max_model_len = args.max_model_len  # (a native int: read per request per step)
         self.max_num_seqs = args.max_num_seqs
         self.waiting: deque[Request] = deque()
+        # the waiting queue's first entries: requests that hold KV blocks (``add_holder``)
+        self._num_holders = 0
         # running requests in the order they started running (a dict: O(1) removal; the last
         # entry is the lowest priority, popitem() its preemption)
         self.running: dict[Request, None] = {}
@@ -150,10 +152,39 @@ class SchedulerCore:
         return {req_id: n for _, req_id, n in entries}
 
     def add_request(self, request: Request) -> None:
-        """Queue an arrived request at the back of the waiting queue."""
-        self.waiting.append(request)
+        """Queue an arrived request at the back of the waiting queue, or with the requests
+        that hold KV blocks if it has computed tokens (a fleet's decode replica: its prompt's KV
+        arrived from a prefill replica; ``add_holder``)."""
+        if request.num_computed_tokens:
+            self.add_holder(request)
+        else:
+            self.waiting.append(request)
         if request.num_seqs > 1:
             self.has_groups = True
+
+    def add_holder(self, request: Request) -> None:
+        """Queue a waiting request that holds KV blocks (its KV loaded from the CPU tier or
+        received from a prefill replica) after the others that do and before every request
+        that does not: vLLM 0.34.0 keeps them in ``kv_holding_waiting``, scanned before
+        ``waiting``, so that a block holder never waits behind a head whose failed allocation
+        stops the scan (``vllm/v1/core/sched/scheduler.py``, ``_enqueue_waiting_request``)."""
+        self.waiting.insert(self._num_holders, request)
+        self._num_holders += 1
+
+    def unhold(self, requests: set[Request]) -> None:
+        """``requests``, waiting block holders, hold no blocks any more: they leave the holders
+        and wait at the front of the rest of the queue, in their order."""
+        holders = [self.waiting.popleft() for _ in range(self._num_holders)]
+        kept = [r for r in holders if r not in requests]
+        assert len(kept) + len(requests) == len(holders), "unhold: not every one is a holder"
+        self.waiting.extendleft(reversed(kept + [r for r in holders if r in requests]))
+        self._num_holders = len(kept)
+
+    def pop_waiting(self) -> Request:
+        """Take the waiting queue's head (a block holder while any waits)."""
+        if self._num_holders:
+            self._num_holders -= 1
+        return self.waiting.popleft()
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
@@ -199,7 +230,7 @@ class SchedulerCore:
         req.num_held_slots = 0
         req.num_draft_tokens = 0  # (vLLM _preempt_request drops its spec_token_ids)
         self._count_preemption(req)
-        self.waiting.appendleft(req)
+        self.waiting.insert(self._num_holders, req)  # (vLLM: the front of ``waiting``)
 
     def _preempt(self, req: Request) -> None:
         """Preempt ``req`` by the profile's rule (recompute; v0 may swap)."""

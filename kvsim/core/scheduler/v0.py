@@ -141,7 +141,7 @@ class V0Scheduler(SchedulerCore):
                 return
             placed = self._allocate(head, num_tokens, hit)
             assert placed, f"can_admit said yes, allocate refused request {head.req_id}"
-            waiting.popleft()
+            self.pop_waiting()
             self._run(head)
             if head.num_preemptions == 0:
                 head.num_cached_tokens = hit.num_tokens

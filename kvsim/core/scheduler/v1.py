@@ -14,8 +14,9 @@ step:
    and when more than one request runs or waits as the step starts: vLLM 0.34.0 lets a request
    alone take the whole budget) and by the budget left of ``max_num_batched_tokens``. When its
    slots cannot be allocated, the last running request is preempted (freed, computed tokens
-   reset to 0, put at the front of the waiting queue) until they can; if the request itself was
-   the last, the running loop stops.
+   reset to 0, put at the front of the waiting queue, behind the waiting requests that hold KV
+   blocks: ``SchedulerCore.add_holder``) until they can; if the request itself was the last,
+   the running loop stops.
 2. **Then waiting requests, FCFS**, unless a request was preempted in this step: while the budget
    lasts and fewer than ``max_num_seqs`` run, the head's prefix-cache hit (whole blocks, never its
    last token) is looked up when it has computed nothing, it is given ``num_tokens - hits`` tokens
@@ -459,7 +460,7 @@ class V1Scheduler(SchedulerCore):
                     if outcome == BLOCKED:
                         break
                     if outcome == DEFERRED:  # (vLLM ``skip_request``: the next one may run)
-                        skipped.append(waiting.popleft())
+                        skipped.append(self.pop_waiting())
                         continue
                     if outcome == LOADING:
                         continue
@@ -488,7 +489,7 @@ class V1Scheduler(SchedulerCore):
                 plan.head_blocked = self._blocked_reason(head, hit, budget)
                 self._note_head_need(plan, head, num_tokens, hit, whole_sequence=False)
                 break
-            waiting.popleft()
+            self.pop_waiting()
             self._run(head)
             if head.num_preemptions == 0 and head.num_computed_tokens == 0:
                 head.num_cached_tokens = hit.num_tokens  # (a loaded request's: start_load)
@@ -531,7 +532,7 @@ class V1Scheduler(SchedulerCore):
         if not self._allocate(head, total, hit):
             plan.head_blocked = self._blocked_reason(head, hit, budget)
             return BLOCKED
-        self.waiting.popleft()
+        self.pop_waiting()
         self.offload.start_load(head, hit.num_tokens, num_loaded)
         return LOADING
 
