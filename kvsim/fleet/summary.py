@@ -1,12 +1,16 @@
 """A fleet's results: each replica's metrics (its own ``Results`` summary, vLLM's names) and the
 fleet's.
 
-Fleet-wide: latencies over every request (each counted once, from its arrival at the fleet to
-its last token on the replica that decoded it); counts summed over replicas (preemptions, steps;
-prefix-cache queries and hits over the replicas that prefill, so ``prefix_cache_hit_rate`` is the
-fleet's hits over its lookups); KV-memory shares and gauges as the mean of the replicas' weighted
-by the time each was busy (a replica's memory rows cover its engine steps, as a single run's do);
-money over every GPU of the fleet.
+Fleet-wide, so that a fleet of one reports what its lone engine does (``tests/fleet/
+test_one_engine.py``): latencies over every request (each counted once, from its arrival at the
+fleet to its last token on the replica that decoded it); counts summed over replicas (steps,
+preemptions, KV offload, speculative decoding, swap and copy-on-write counters), the rates read
+from them recomputed from the sums (acceptance rate, hit rates); prefix-cache queries and hits
+over the replicas that prefill, so ``prefix_cache_hit_rate`` is the fleet's hits over its
+lookups; KV-memory shares (hybrid groups' too) and gauges as the mean of the replicas' weighted
+by the time each was busy (a replica's memory rows cover its engine steps, as a single run's
+do), the per-step batch by its steps, peaks as the largest replica's; a replica's facts (pool,
+groups, drafter) where every replica has the same; money over every GPU of the fleet.
 """
 
 from __future__ import annotations
@@ -44,12 +48,44 @@ AVERAGED = (
     "kv_cache_full_time_frac",
     "num_requests_running_mean",
     "num_requests_waiting_mean",
+    "kv_saved_by_sharing_pct",
 )
-SUMMED = ("num_steps", "num_blocked_steps", "num_preemptions", "num_cache_evictions")
-# the KV offload counters a fleet sums over the replicas that have a CPU tier (blocks, bytes,
-# busy seconds, loads, lookups: ``OffloadConnector.summary``); its hit rate is recomputed
-OFFLOAD_PREFIXES = ("kv_offload_", "cpu_tier_", "disk_tier_", "external_prefix_cache_")
-TIER_SIZES = ("cpu_tier_blocks", "disk_tier_blocks")  # one GPU's share: not summed
+SUMMED = ("num_steps", "num_blocked_steps", "num_preemptions")
+# the engine counters a fleet sums over the replicas that report them (``engine_counters``):
+# KV offload (blocks, bytes, busy seconds, loads, lookups: ``OffloadConnector.summary``),
+# speculative decoding's drafts and accepted tokens, swap, copy-on-write copies and the prefix
+# cache's evictions; the rates read from them are recomputed from the sums (``_rates``)
+SUMMED_PREFIXES = (
+    "kv_offload_",
+    "cpu_tier_",
+    "disk_tier_",
+    "external_prefix_cache_",
+    "spec_decode_num_",
+    "num_swap_",
+    "swap_",
+    "num_cow_",
+    "cow_",
+    "num_cache_evictions",
+)
+# one replica's facts (its pool, groups, drafter, cost model): reported where every replica
+# that has one has the same, as a lone engine reports it (the replica table has each GPU's)
+SHARED = (
+    "cpu_tier_blocks",
+    "disk_tier_blocks",
+    "kv_cache_bytes",
+    "usable_capacity_tokens",
+    "num_gpu_blocks",
+    "kv_cache_block_size_tokens",
+    "kv_cache_groups",
+    "kv_cache_group_kinds",
+    "kv_cache_group_layers",
+    "kv_cache_padding_layers",
+    "num_speculative_tokens",
+    "num_lookahead_tokens",
+    "layout_factor",
+    "layout_source",
+    "cost_source",
+)
 # a replica's row of the per-replica table (vLLM's metric names)
 REPLICA_COLUMNS = (
     "num_requests",
@@ -164,27 +200,19 @@ def fleet_summary(
     out["throughput_output_tokens_per_s"] = tokens / duration if duration > 0 else np.nan
     out.update(latency_stats(requests))
     busy = [float(np.sum(r.engine.recorder.arrays()["duration_s"])) for r in fleet.replicas]
-    for key in AVERAGED:
-        pairs = [
-            (s.summary[key], w) for s, w in zip(replicas, busy, strict=True) if key in s.summary
-        ]
-        weight = sum(w for _, w in pairs)
-        if pairs and weight > 0:
-            out[key] = sum(v * w for v, w in pairs) / weight
+    groups = {k for s in replicas for k in s.summary if _is_group_share(k)}  # hybrid groups
+    out.update(_weighted_means(replicas, [*AVERAGED, *sorted(groups)], busy))
     for key in SUMMED:
         out[key] = int(sum(s.summary.get(key, 0) for s in replicas))
-    out["kv_cache_usage_perc_max"] = max(
-        (s.summary.get("kv_cache_usage_perc_max", 0.0) for s in replicas), default=0.0
-    )
+    steps = [s.summary.get("num_steps", 0) for s in replicas]  # (a sample an engine step)
+    out.update(_weighted_means(replicas, ["num_requests_running_step_mean"], steps))
+    for key in ("kv_cache_usage_perc_max", "num_requests_running_max"):
+        peaks = [s.summary[key] for s in replicas if key in s.summary]
+        if peaks:
+            out[key] = max(peaks)
     out["preemptions_per_request"] = out["num_preemptions"] / num if num else 0.0
-    fronts = [s for s, r in zip(replicas, fleet.replicas, strict=True) if r.role != "decode"]
-    queries = sum(s.summary.get("prefix_cache_queries", 0) for s in fronts)
-    hits = sum(s.summary.get("prefix_cache_hits", 0) for s in fronts)
-    if any("prefix_cache_queries" in s.summary for s in fronts):
-        out["prefix_cache_queries"] = int(queries)
-        out["prefix_cache_hits"] = int(hits)
-        out["prefix_cache_hit_rate"] = hits / queries if queries else np.nan
-    out.update(_offload_totals(replicas))
+    out.update(_prefix_cache_totals(fleet, replicas))
+    out.update(_counter_totals(replicas))
     out.update(rejected.summary())
     spec = fleet.spec
     out["router"] = spec.router
@@ -216,21 +244,92 @@ def fleet_summary(
     return out
 
 
-def _offload_totals(replicas: list[Results]) -> dict[str, Any]:
-    """The fleet's KV offload counters: each summed over the replicas that report it, the
-    external prefix cache's hit rate as the summed hits over the summed queries; a tier's size
-    (blocks, one GPU's share) where every replica's is the same (the replica table has each)."""
+def _prefix_cache_totals(fleet: Fleet, replicas: list[Results]) -> dict[str, Any]:
+    """The fleet's prefix-cache counters (tokens; bytes): queries and hits over the replicas
+    that prefill (a decode replica's lookups find the prompt it is sent), re-admissions'
+    (``prefix_cache_preempted_*``) over every replica, and the KV not recomputed
+    (``prefix_cache_saved_bytes``) as the bytes of both."""
+    out: dict[str, Any] = {}
+    if not any("prefix_cache_queries" in s.summary for s in replicas):
+        return out
+    fronts = [r.role != "decode" for r in fleet.replicas]
+    totals = dict.fromkeys(("queries", "hits", "preempted_queries", "preempted_hits"), 0)
+    saved = 0.0
+    for results, front in zip(replicas, fronts, strict=True):
+        summary = results.summary
+        if "prefix_cache_queries" not in summary:
+            continue
+        hits, preempted = summary["prefix_cache_hits"], summary["prefix_cache_preempted_hits"]
+        if front:
+            totals["queries"] += summary["prefix_cache_queries"]
+            totals["hits"] += hits
+            saved += summary["prefix_cache_saved_bytes"]
+        elif preempted:  # (its bytes a token: saved / (hits + preempted hits))
+            saved += summary["prefix_cache_saved_bytes"] * preempted / (hits + preempted)
+        totals["preempted_queries"] += summary["prefix_cache_preempted_queries"]
+        totals["preempted_hits"] += preempted
+    out.update({f"prefix_cache_{k}": int(v) for k, v in totals.items()})
+    queries = totals["queries"]
+    out["prefix_cache_hit_rate"] = totals["hits"] / queries if queries else np.nan
+    out["prefix_cache_saved_bytes"] = round(saved)
+    return out
+
+
+def _is_group_share(key: str) -> bool:
+    """Whether ``key`` is a hybrid KV cache group's share (``group{g}_{kind}_{category}_pct``:
+    ``GroupRecorder.summary``)."""
+    return key.startswith("group") and key[5:6].isdigit() and key.endswith("_pct")
+
+
+def _weighted_means(
+    replicas: list[Results], keys: list[str], weights: list[float]
+) -> dict[str, float]:
+    """Each of ``keys`` as the mean of the replicas' that report it, weighted by ``weights``
+    (one a replica: its busy seconds, or its steps for a per-step mean); none where they weigh
+    nothing."""
+    out: dict[str, float] = {}
+    for key in keys:
+        pairs = [
+            (s.summary[key], w) for s, w in zip(replicas, weights, strict=True) if key in s.summary
+        ]
+        weight = sum(w for _, w in pairs)
+        if pairs and weight > 0:
+            out[key] = sum(v * w for v, w in pairs) / weight
+    return out
+
+
+def _counter_totals(replicas: list[Results]) -> dict[str, Any]:
+    """The fleet's engine counters: each of ``SUMMED_PREFIXES`` summed over the replicas that
+    report it, the rates read from them recomputed from the sums (``_rates``), and each of
+    ``SHARED`` where every replica that reports it has the same value."""
     out: dict[str, Any] = {}
     for results in replicas:
         for key, value in results.summary.items():
-            if key.startswith(OFFLOAD_PREFIXES) and not key.endswith(("_rate", *TIER_SIZES)):
+            if key.startswith(SUMMED_PREFIXES) and key not in SHARED and not key.endswith("_rate"):
                 out[key] = out.get(key, 0) + value
-    for key in TIER_SIZES:  # (one GPU's share, as a lone engine reports it: each replica's)
-        sizes = {r.summary[key] for r in replicas if key in r.summary}
-        if len(sizes) == 1:
-            out[key] = sizes.pop()
-    if "external_prefix_cache_queries" in out:
-        queries = out["external_prefix_cache_queries"]
-        hits = out["external_prefix_cache_hits"]
+    for key in SHARED:
+        values = {r.summary[key] for r in replicas if key in r.summary}
+        if len(values) == 1:
+            out[key] = values.pop()
+    out.update(_rates(out))
+    return out
+
+
+def _rates(totals: dict[str, Any]) -> dict[str, float]:
+    """The rates a fleet's summed counters give, as a lone engine reads them from its own:
+    the external prefix cache's hit rate (``OffloadConnector.summary``) and speculative
+    decoding's acceptance rate and mean acceptance length (``SpecDecoder.summary``)."""
+    out: dict[str, float] = {}
+    if "external_prefix_cache_queries" in totals:
+        queries = totals["external_prefix_cache_queries"]
+        hits = totals["external_prefix_cache_hits"]
         out["external_prefix_cache_hit_rate"] = hits / queries if queries else 0.0
+    if "spec_decode_num_drafts" in totals:
+        drafts = totals["spec_decode_num_drafts"]
+        tokens = totals["spec_decode_num_draft_tokens"]
+        accepted = totals["spec_decode_num_accepted_tokens"]
+        out["spec_decode_draft_acceptance_rate"] = accepted / tokens if tokens else float("nan")
+        out["spec_decode_mean_acceptance_length"] = (
+            1 + accepted / drafts if drafts else float("nan")
+        )
     return out

@@ -45,3 +45,60 @@ def test_a_fleet_of_one_is_the_lone_engine(case):
     for key in ("num_steps", "num_preemptions", "kv_cache_usage_perc", "token_states_pct"):
         assert fleet.summary[key] == lone.summary[key]
     assert lone.summary["num_preemptions"] > 0 or lone.summary["prefix_cache_hits"] > 0
+
+
+# one config a feature whose counters a fleet must add up from its replicas' (engine_counters)
+COUNTED = {
+    # Gemma 3's 6 KV cache groups (a share each) and EAGLE drafts (spec_decode_*)
+    "hybrid groups, spec decoding": (
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "workload": {"num_requests": 150, "rate_per_s": 15.0, "lengths": "lognormal"},
+            "cache": {"kv_cache_gib": 3},
+            "scheduler": {"max_model_len": 4096},
+            "speculative": {"method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.7},
+        },
+        ("spec_decode_num_drafts", "group1_sliding_held_pct"),
+    ),
+    # vLLM v0: swap preemption and n = 2 samples sharing their prompt (copy-on-write)
+    "v0 swap, parallel sampling": (
+        {
+            "workload": {"num_requests": 300, "rate_per_s": 15.0, "lengths": "lognormal", "n": 2},
+            "cache": {"kv_cache_gib": 1},
+            "scheduler": {"max_model_len": 2048, "engine": "vllm-v0", "preemption_mode": "swap"},
+        },
+        ("num_swap_outs", "num_cow_copies"),
+    ),
+    # a CPU tier and a disk tier under a tight GPU pool
+    "KV offload": (
+        {
+            "workload": {
+                "num_requests": 300,
+                "rate_per_s": 30.0,
+                "shared_prefix_tokens": 300,
+                "num_tenants": 3,
+            },
+            "cache": {"kv_cache_gib": 1},
+            "scheduler": {"max_model_len": 2048},
+            "offload": {"kv_offloading_size": 1, "disk_offloading_size": 4},
+        },
+        ("kv_offload_bytes_gpu_to_cpu", "external_prefix_cache_hits", "disk_tier_written_blocks"),
+    ),
+}
+FLEET_ONLY = {"router", "num_replicas", "num_prefill_replicas", "num_gpus"}
+
+
+@pytest.mark.parametrize("case", COUNTED)
+def test_a_fleet_of_one_reports_every_counter_of_the_lone_engine(case):
+    overrides, counters = COUNTED[case]
+    base = {"model": "llama-3.1-8b", "gpu": "a100-80gb", "seed": 3, **overrides}
+    lone = simulate_engine(config_from_dict(base)).summary
+    fleet = simulate(config_from_dict({**base, "fleet": {"replicas": 1}})).summary
+    assert all(lone[key] > 0 for key in counters), {key: lone[key] for key in counters}
+    assert set(fleet) - set(lone) == FLEET_ONLY | {"replica_requests_max_share"}
+    for key, value in lone.items():
+        if isinstance(value, float):
+            assert fleet[key] == pytest.approx(value, rel=1e-12, nan_ok=True), key
+        elif key != "config_key":  # (the fleet's config has a [fleet] table)
+            assert fleet[key] == value, key
