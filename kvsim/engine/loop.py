@@ -157,6 +157,7 @@ class Engine:
         # requests whose prompt KV another replica computes (disaggregated prefill)
         self._incoming: deque[tuple[Request, int]] = deque()
         self.holding: set[Request] = set()  # hold blocks, not yet running: KV on its way
+        self._num_receiving = 0  # of them, those whose KV has not arrived (not yet submitted)
         self.on_receive: Callable[[Request, int, int], None] | None = None
         self.async_scheduling = config.engine_args.async_scheduling
         self._staged: deque[Request] = deque()  # arrived, not yet seen by the scheduler (async)
@@ -177,6 +178,8 @@ class Engine:
 
         A fast-forwarded span in flight that nobody waited for is cut to end with the step in
         flight (the up-front cut of a known arrival, ``_cut_span``, made late)."""
+        if req in self.holding:  # its KV arrived from a prefill replica
+            self._num_receiving -= 1
         self._enqueue(req, row)
         if self.handed:  # (a lone engine knows its arrivals ahead)
             self._arrival_list.append(self.env.now)
@@ -229,6 +232,7 @@ class Engine:
             self._incoming.popleft()
             req.num_held_slots = allocator.held_slots(req.req_id)
             self.holding.add(req)
+            self._num_receiving += 1
             assert self.on_receive is not None, "expect() needs on_receive"
             self.on_receive(req, row, req.prompt_tokens - hit.num_tokens)
 
@@ -281,6 +285,10 @@ class Engine:
                     continue
                 if self._parked:
                     self._drop_parked()  # loaded requests' blocks keep the head out: free them
+                    continue
+                if self._num_receiving:  # (vLLM steps idle until a request's KV arrives)
+                    wake = self._wake = env.event()
+                    yield wake  # its arrival (``submit``) wakes the loop
                     continue
                 self._raise_never_fits()
             for req in plan.scheduled:
