@@ -102,8 +102,9 @@ class _Config:
                 )
 
     def _key_lines(self, key: str) -> str:
-        """`` (lines 3 and 9)`` where the text names ``key`` as a key exactly twice, else ``""``
-        (the same key in other objects, or written with escapes, leaves the lines unsure)."""
+        """`` lines 3 and 9`` (`` line 3`` when both are on one line) where the text names
+        ``key`` as a key exactly twice, else ``""`` (the same key in other objects, or written
+        with escapes, leaves the lines unsure)."""
         pattern = re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:"
         starts = [m.start() for m in re.finditer(pattern, self.text)]
         if len(starts) != 2:
