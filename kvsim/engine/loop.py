@@ -374,14 +374,16 @@ class Engine:
         at the queue's front, holding their blocks, but the first cannot get the blocks for
         the rest of its prompt (those the parked requests hold among them): free their blocks,
         as a preemption would, so that the queue moves; they look the tier up again when their
-        turn comes. vLLM 0.34.0 keeps such a request's remaining blocks reserved from the
-        moment its load is parked (``Scheduler._reserve_parked``), which kvsim does not model;
+        turn comes, a re-admission (``Request.readmitted``). vLLM 0.34.0 keeps such a
+        request's remaining blocks reserved from the moment its load is parked
+        (``Scheduler._reserve_parked``), which kvsim does not model;
         ``kv_offload_loads_dropped`` counts the requests freed here."""
         assert self.offload is not None
         for req in sorted(self._parked, key=lambda r: r.req_id):
             self.allocator.free(req.req_id, req.num_computed_tokens)
             req.num_computed_tokens = 0
             req.num_held_slots = 0
+            req.num_loads_dropped += 1  # (its next admission is a re-admission)
             self.holding.discard(req)
             self.offload.num_loads_dropped += 1
         self.scheduler.unhold(self._parked)

@@ -90,6 +90,8 @@ class Request:
         num_held_slots: KV slots the allocator holds for it (the scheduler's cached copy of
             ``Allocator.held_slots``, refreshed after every allocation; 0 while waiting).
         num_preemptions: times this request was preempted.
+        num_loads_dropped: times the blocks of its CPU-tier load were freed before it ran
+            (``Engine._drop_parked``).
         num_cached_tokens: prompt tokens found in the prefix cache at its first admission.
         num_prefill_tokens_computed: prompt and recomputed tokens its prefills computed (cache
             hits excluded), summed over admissions.
@@ -128,6 +130,7 @@ class Request:
     num_output_tokens: int = 0
     num_held_slots: int = 0
     num_preemptions: int = 0
+    num_loads_dropped: int = 0
     num_cached_tokens: int = 0
     num_prefill_tokens_computed: int = 0
     num_draft_tokens: int = 0
@@ -150,6 +153,13 @@ class Request:
     def spec(self) -> RequestSpec:
         """The workload's facts of this request, without its serving state."""
         return RequestSpec(*_spec_values(self))
+
+    @property
+    def readmitted(self) -> bool:
+        """Whether its next admission is a re-admission: it was preempted, or its blocks were
+        freed before it ran. Its first admission's prefix-cache lookup counted already; a
+        re-admission's counts apart (vLLM 0.34.0 ``PrefixCacheStats.record``'s ``preempted``)."""
+        return self.num_preemptions > 0 or self.num_loads_dropped > 0
 
     @property
     def num_tokens(self) -> int:

@@ -342,3 +342,28 @@ def test_a_fleet_sums_its_replicas_offload_counters() -> None:
     assert set(TIER_COLUMNS) <= set(run.memory.columns)  # each replica's tier over time
     # every row's tier blocks add up to its replica's tier (40 blocks)
     assert (run.memory[list(TIER_COLUMNS)].sum(axis=1) == 40).all()
+
+
+def test_a_dropped_load_counts_its_request_once_in_the_prefix_cache_counters() -> None:
+    # vLLM 0.34.0 records a request's prefix-cache lookup at its admission, once; a later one
+    # (after a preemption) counts apart (PrefixCacheStats ``preempted``). A load kvsim drops
+    # (``kv_offload_loads_dropped``: its blocks freed before it ran) admits its request again:
+    # that counts apart too, so prefix_cache_queries is every request's prompt once (the sum of
+    # prompt tokens, which is what metrics.prom exports), and the tokens served from a cache
+    # at first admission are the GPU's hits plus the tier's.
+    config = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "workload": {"preset": "multi_turn_chat", "num_requests": 300},
+            "cache": {"kv_cache_gib": 1},
+            "scheduler": {"max_model_len": 8000},
+            "offload": {"kv_offloading_size": 8},
+        }
+    )
+    results = simulate(config)
+    summary = results.summary
+    assert summary["kv_offload_loads_dropped"] > 0  # (the case drops loads)
+    assert summary["prefix_cache_queries"] == results.requests["prompt_tokens"].sum()
+    cached = summary["prefix_cache_hits"] + summary["external_prefix_cache_hits"]
+    assert summary["prefix_cached_tokens_total"] == cached

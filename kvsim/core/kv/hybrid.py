@@ -649,7 +649,7 @@ class HybridPagedAllocator(Allocator):
         return tables, first_live
 
     def _record_lookup(self, request: Request, hit: PrefixHit) -> None:
-        if request.num_preemptions:
+        if request.readmitted:
             self.preempted_queries += request.num_tokens
             self.preempted_hits += hit.num_tokens
         else:

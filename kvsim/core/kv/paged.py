@@ -464,7 +464,7 @@ class PagedAllocator(Allocator):
 
     def _record_lookup(self, request: Request, hit: PrefixHit) -> None:
         looked_up = self._fork_point(request)
-        if request.num_preemptions:
+        if request.readmitted:
             self.preempted_queries += looked_up
             self.preempted_hits += hit.num_tokens
         else:

@@ -482,7 +482,7 @@ class RadixAllocator(Allocator):
         self._lock(node, +1)
         self._sum_matched += matched
         looked_up = request.num_tokens
-        if request.num_preemptions:
+        if request.readmitted:
             self.preempted_queries += looked_up
             self.preempted_hits += matched
         else:

@@ -218,8 +218,8 @@ class OffloadConnector:
     def count_query(self, request: Request, gpu_hit_tokens: int, hit_tokens: int) -> None:
         """Count a first admission's lookup (vLLM 0.34.0 ``Scheduler.schedule``'s connector
         prefix-cache stats: the tokens the GPU prefix cache did not hit are queried, ``hit_tokens``
-        of them hit; a re-admission after a preemption counts apart, and is not counted here)."""
-        if request.num_preemptions:
+        of them hit; a re-admission counts apart, and is not counted here)."""
+        if request.readmitted:
             return
         self.external_prefix_cache_queries += request.num_tokens - gpu_hit_tokens
         self.external_prefix_cache_hits += hit_tokens
@@ -237,7 +237,7 @@ class OffloadConnector:
         self.count_query(request, gpu_hit_tokens, num_tokens)
         self.num_loads += 1
         self.load_wait_s += done_s - self.now_s
-        if not request.num_preemptions:  # (vLLM: set at the first admission only)
+        if not request.readmitted:  # (vLLM: set at the first admission only)
             request.num_cached_tokens = gpu_hit_tokens + num_tokens
         request.num_computed_tokens = min(gpu_hit_tokens + num_tokens, request.num_tokens - 1)
         self._next_store[request.req_id] = start + len(keys)
@@ -322,8 +322,8 @@ class OffloadConnector:
             "external_prefix_cache_queries": queries,
             "external_prefix_cache_hits": self.external_prefix_cache_hits,
             "external_prefix_cache_hit_rate": (
-                self.external_prefix_cache_hits / queries if queries else 0.0
-            ),
+                self.external_prefix_cache_hits / queries if queries else float("nan")
+            ),  # (no query: no rate, as prefix_cache_hit_rate)
             "kv_offload_loads": self.num_loads,
             "kv_offload_bytes_gpu_to_cpu": self.gpu_to_cpu.num_bytes,
             "kv_offload_bytes_cpu_to_gpu": self.cpu_to_gpu.num_bytes,

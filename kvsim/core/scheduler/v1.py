@@ -491,7 +491,7 @@ class V1Scheduler(SchedulerCore):
                 break
             self.pop_waiting()
             self._run(head)
-            if head.num_preemptions == 0 and head.num_computed_tokens == 0:
+            if not head.readmitted and head.num_computed_tokens == 0:
                 head.num_cached_tokens = hit.num_tokens  # (a loaded request's: start_load)
                 if self.offload is not None:
                     self.offload.count_query(head, hit.num_tokens, 0)
