@@ -219,8 +219,7 @@ def fleet_summary(
     out["num_replicas"] = len(fleet.replicas)
     out["num_prefill_replicas"] = spec.prefill_replicas
     out["num_gpus"] = config.num_gpus
-    routed = [r.num_routed for r in fleet.front]
-    out["replica_requests_max_share"] = max(routed) / sum(routed) if sum(routed) else np.nan
+    out["replica_requests_max_share"] = _max_share(fleet)
     if spec.disaggregated:
         seconds = np.frombuffer(fleet.transfer_s, dtype=np.float64)
         out["kv_transfer_seconds_mean"] = float(seconds.mean()) if len(seconds) else np.nan
@@ -242,6 +241,19 @@ def fleet_summary(
         )
     )
     return out
+
+
+def _max_share(fleet: Fleet) -> float:
+    """The busiest replica's share of the requests routed among the replicas of its role (a
+    disaggregated fleet's prefill replicas, its decode replicas; co-located, all), the largest
+    over the roles with more than one replica (1 when none has; NaN when none was routed)."""
+    roles: dict[str, list[int]] = {}
+    for replica in fleet.replicas:
+        roles.setdefault(replica.role, []).append(replica.num_routed)
+    if not any(sum(routed) for routed in roles.values()):
+        return float("nan")
+    shares = [max(r) / sum(r) for r in roles.values() if len(r) > 1 and sum(r)]
+    return max(shares, default=1.0)
 
 
 def _prefix_cache_totals(fleet: Fleet, replicas: list[Results]) -> dict[str, Any]:
@@ -323,7 +335,7 @@ def _rates(totals: dict[str, Any]) -> dict[str, float]:
     if "external_prefix_cache_queries" in totals:
         queries = totals["external_prefix_cache_queries"]
         hits = totals["external_prefix_cache_hits"]
-        out["external_prefix_cache_hit_rate"] = hits / queries if queries else 0.0
+        out["external_prefix_cache_hit_rate"] = hits / queries if queries else float("nan")
     if "spec_decode_num_drafts" in totals:
         drafts = totals["spec_decode_num_drafts"]
         tokens = totals["spec_decode_num_draft_tokens"]

@@ -164,7 +164,7 @@ FLEET_ROWS: tuple[Row, ...] = (
     ("num_gpus", "GPUs"),
     ("kv_transfer_seconds_mean", "KV transfer, prefill to decode, mean"),
     ("kv_transfer_bytes_total", "KV moved between replicas"),
-    ("replica_requests_max_share", "busiest replica's share of the requests"),
+    ("replica_requests_max_share", "busiest replica's share of its role's requests"),
 )
 
 

@@ -141,3 +141,14 @@ def test_a_decode_replica_waits_for_kv_on_its_way_when_nothing_else_can_run():
     assert requests.loc[1, "num_preemptions"] == 0
     assert requests.loc[1, "first_token_time_s"] > 0.517 + 0.5  # after Y's transfer
     assert requests.loc[0, "finish_time_s"] > requests.loc[1, "finish_time_s"]
+
+
+def test_the_busiest_replica_share_is_taken_within_its_role():
+    # P/D 1:2, round robin, 4 requests: the one prefill replica gets all 4 (its role has no
+    # other replica), the two decode replicas 2 each: the busiest one's share of its role's
+    # requests is 2 / 4 = 0.5, not the prefill replica's 4 / 4.
+    cfg = _config(replicas=3, router="round_robin")
+    requests = [Request(i, 0.01 * i, 100, 5, 5) for i in range(4)]
+    results = simulate(cfg, requests)
+    assert list(results.replicas["num_routed"]) == [4, 2, 2]
+    assert results.summary["replica_requests_max_share"] == 0.5
