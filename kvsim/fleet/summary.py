@@ -250,9 +250,10 @@ def _max_share(fleet: Fleet) -> float:
     roles: dict[str, list[int]] = {}
     for replica in fleet.replicas:
         roles.setdefault(replica.role, []).append(replica.num_routed)
-    if not any(sum(routed) for routed in roles.values()):
+    totals = {role: sum(routed) for role, routed in roles.items()}
+    if not any(totals.values()):
         return float("nan")
-    shares = [max(r) / sum(r) for r in roles.values() if len(r) > 1 and sum(r)]
+    shares = [max(r) / totals[role] for role, r in roles.items() if len(r) > 1 and totals[role]]
     return max(shares, default=1.0)
 
 

@@ -201,7 +201,8 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
             drawn.add(key)
             memory, title = results.memory, label
             if "replica" in memory:  # a fleet: one replica's pool (every replica's in `replicas`)
-                memory, title = memory[memory["replica"] == 0], f"{label} (replica 0)"
+                index = _decoding_replica(results.replicas)
+                memory, title = memory[memory["replica"] == index], f"{label} (replica {index})"
             fig = memory_over_time(
                 memory, capacity_slots=results.config.capacity_tokens, title=title
             )
@@ -219,6 +220,16 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
         at = sweep.meta.get("snapshot_at_s")
         fig = memory_map(snapshots, capacity, title=f"KV pool at t = {at} s")
         _save(fig, out / "memory_map.png", written)
+
+
+def _decoding_replica(replicas: pd.DataFrame | None) -> int:
+    """The fleet replica whose memory a point's figure shows: the first that decodes (a
+    disaggregated fleet's prefill replicas hold each prompt only while it is computed), 0 when
+    the replica table says nothing of roles."""
+    if replicas is None or "role" not in replicas:
+        return 0
+    decoding = replicas.loc[replicas["role"] != "prefill", "replica"]
+    return int(decoding.iloc[0]) if len(decoding) else 0
 
 
 def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path]:

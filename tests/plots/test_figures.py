@@ -422,3 +422,16 @@ def test_offload_figure_lines_take_kvsims_colours_and_one_legend() -> None:
         "mean",
         "p90",
     ]
+
+
+def test_a_fleet_points_memory_figure_shows_a_replica_that_decodes():
+    # P/D 1:2: replica 0 prefills (it holds each prompt only while computing it), 1 and 2
+    # decode: the figure shows replica 1; co-located, replica 0; no replica table, replica 0.
+    import pandas as pd
+
+    from kvsim.study.figures import _decoding_replica
+
+    pd_fleet = pd.DataFrame({"replica": [0, 1, 2], "role": ["prefill", "decode", "decode"]})
+    assert _decoding_replica(pd_fleet) == 1
+    assert _decoding_replica(pd.DataFrame({"replica": [0, 1], "role": ["both", "both"]})) == 0
+    assert _decoding_replica(None) == 0
