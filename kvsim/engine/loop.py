@@ -190,8 +190,16 @@ class Engine:
         if self.async_scheduling:
             self._staged.append(req)
         else:
-            self.scheduler.add_request(req)
+            self._queue(req)
         self.num_arrived += 1
+
+    def _queue(self, req: Request) -> None:
+        """Hand ``req`` to the scheduler's waiting queue: with the requests that hold KV blocks
+        if it holds some (its KV received from a prefill replica), else at the back."""
+        if req in self.holding:
+            self.scheduler.add_holder(req)
+        else:
+            self.scheduler.add_request(req)
 
     def expect(self, req: Request, row: int) -> None:
         """``req``'s prompt was computed on another replica: at this engine's next step its
@@ -286,6 +294,10 @@ class Engine:
                 if self._parked:
                     self._drop_parked()  # loaded requests' blocks keep the head out: free them
                     continue
+                if self._staged:  # (async: no step runs that they would wait for)
+                    while self._staged:
+                        self._queue(self._staged.popleft())
+                    continue
                 if self._num_receiving:  # (vLLM steps idle until a request's KV arrives)
                     wake = self._wake = env.event()
                     yield wake  # its arrival (``submit``) wakes the loop
@@ -349,7 +361,8 @@ class Engine:
 
     def _start_loads(self) -> None:
         """The loads the plan started: each request holds its blocks (its slots counted as
-        ``holding``) until its load ends, then rejoins the waiting queue at its front."""
+        ``holding``) until its load ends, then waits ahead of the requests that hold no blocks
+        (``_loaded``)."""
         assert self.offload is not None
         for req in self.offload.take_started():
             self.holding.add(req)
@@ -445,7 +458,7 @@ class Engine:
         step_with_batch_queue``), or every staged one when the engine has nothing to run."""
         staged, idle = self._staged, not self.scheduler.has_work()
         while staged and (idle or staged[0].arrival_time_s <= self._last_step_start_s):
-            self.scheduler.add_request(staged.popleft())
+            self._queue(staged.popleft())
 
     def _check_invariants(self, plan: StepPlan, num_steps: int) -> None:
         self.allocator.check_invariants()

@@ -203,9 +203,10 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
             if "replica" in memory:  # a fleet: one replica's pool (every replica's in `replicas`)
                 index = _decoding_replica(results.replicas)
                 memory, title = memory[memory["replica"] == index], f"{label} (replica {index})"
-            fig = memory_over_time(
-                memory, capacity_slots=results.config.capacity_tokens, title=title
-            )
+                slots = results.config.replica_configs[index].capacity_tokens
+            else:
+                slots = results.config.capacity_tokens
+            fig = memory_over_time(memory, capacity_slots=slots, title=title)
             _save(fig, out / f"memory_{names[i]}.png", written)
         frame = results.requests.assign(label=lines[i])
         if facet is not None:

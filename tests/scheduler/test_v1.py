@@ -264,7 +264,7 @@ def test_a_waiting_request_that_holds_blocks_runs_before_a_head_that_cannot_fit(
     assert alloc.allocate(h, 40) is not None
     h.num_computed_tokens, h.num_held_slots = 39, alloc.held_slots(1)
     sched.add_request(p)
-    sched.add_request(h)  # (computed tokens: it holds blocks)
+    sched.add_holder(h)  # (the engine queues a request that holds blocks so)
     assert [r.req_id for r in sched.waiting] == [1, 0]
     plan, _ = step(sched)
     assert tokens(plan) == {1: 1}

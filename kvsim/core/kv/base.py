@@ -97,7 +97,8 @@ def prefix_cache_counters(
         queries: tokens of first admissions looked up in the cache (``prefix_cache_queries``).
         hits: of those, tokens found (``prefix_cache_hits``).
         bytes_per_token: KV bytes per token, for the bytes not recomputed.
-        preempted_queries, preempted_hits: the same for re-admissions after a preemption.
+        preempted_queries, preempted_hits: the same for re-admissions (after a preemption or
+            a dropped CPU-tier load: ``Request.readmitted``).
     """
     return {
         "prefix_cache_queries": queries,

@@ -152,13 +152,8 @@ class SchedulerCore:
         return {req_id: n for _, req_id, n in entries}
 
     def add_request(self, request: Request) -> None:
-        """Queue an arrived request at the back of the waiting queue, or with the requests
-        that hold KV blocks if it has computed tokens (a fleet's decode replica: its prompt's KV
-        arrived from a prefill replica; ``add_holder``)."""
-        if request.num_computed_tokens:
-            self.add_holder(request)
-        else:
-            self.waiting.append(request)
+        """Queue an arrived request at the back of the waiting queue."""
+        self.waiting.append(request)
         if request.num_seqs > 1:
             self.has_groups = True
 
@@ -224,7 +219,8 @@ class SchedulerCore:
         return min(num_tokens + self.lookahead, self.max_model_len)
 
     def _preempt_recompute(self, req: Request) -> None:
-        """Drop the request's KV; it re-prefills prompt + outputs from the front of the queue."""
+        """Drop the request's KV; it re-prefills prompt + outputs from the front of the queue,
+        behind the requests that hold KV blocks (``add_holder``)."""
         self.allocator.free(req.req_id, req.num_computed_tokens)
         req.num_computed_tokens = 0
         req.num_held_slots = 0

@@ -17,7 +17,9 @@ step:
    reset to 0, put at the front of the waiting queue, behind the waiting requests that hold KV
    blocks: ``SchedulerCore.add_holder``) until they can; if the request itself was the last,
    the running loop stops.
-2. **Then waiting requests, FCFS**, unless a request was preempted in this step: while the budget
+2. **Then waiting requests, FCFS** (those holding KV blocks first: a load from the CPU tier that
+   ended, a prompt received from a prefill replica), unless a request was preempted in this
+   step: while the budget
    lasts and fewer than ``max_num_seqs`` run, the head's prefix-cache hit (whole blocks, never its
    last token) is looked up when it has computed nothing, it is given ``num_tokens - hits`` tokens
    capped as above (without chunked prefill a prompt larger than the budget left stops the loop,
@@ -506,6 +508,7 @@ class V1Scheduler(SchedulerCore):
                 self._count_drafting(plan, head, num_new)
             budget -= num_new
         if skipped:  # back at the front, in their order (vLLM ``prepend_requests``)
+            assert not self._num_holders, "a request that holds blocks is never deferred"
             waiting.extendleft(reversed(skipped))
             plan.num_deferred = len(skipped)
         return budget
