@@ -157,7 +157,11 @@ def calibrate(
         try:
             import torch  # noqa: F401
         except ImportError:
-            typer.echo("error: kvsim calibrate --parts needs PyTorch (not installed)", err=True)
+            typer.echo(
+                "error: kvsim calibrate --parts needs PyTorch (not installed: "
+                "pip install 'kvsim[parts]')",
+                err=True,
+            )
             raise typer.Exit(2) from None
         for path in measure_parts(parts, say=typer.echo, only=names):
             typer.echo(f"wrote {path}")
