@@ -57,18 +57,22 @@ def test_draw_figures_and_cli(tmp_path) -> None:
     assert "no summary.parquet" in missing.output
 
 
+# each point's workload in the small sweeps below: four 64-token prompts, 8 tokens out
+FOUR_SHORT_REQUESTS = {
+    "lengths": "fixed",
+    "fixed_prompt_tokens": 64,
+    "fixed_output_tokens": 8,
+    "num_requests": 4,
+    "rate_per_s": 5.0,
+}
+
+
 def _sweep(tmp_path, grid, zips, name="s"):
     exp = parse_experiment(
         {
             "base": {
                 "cache": {"kv_cache_gib": 2.0},
-                "workload": {
-                    "lengths": "fixed",
-                    "fixed_prompt_tokens": 64,
-                    "fixed_output_tokens": 8,
-                    "num_requests": 4,
-                    "rate_per_s": 5.0,
-                },
+                "workload": FOUR_SHORT_REQUESTS,
             },
             "grid": grid,
             "zip": zips,
@@ -216,13 +220,7 @@ def _disk_sweep(tmp_path, sizes=(0, 4, 16, 64), drives=(3.2e9, 6.4e9, 12.8e9), n
             "base": {
                 "cache": {"kv_cache_gib": 2.0, "enable_prefix_caching": True},
                 "offload": {"kv_offloading_size": 1},
-                "workload": {
-                    "lengths": "fixed",
-                    "fixed_prompt_tokens": 64,
-                    "fixed_output_tokens": 8,
-                    "num_requests": 4,
-                    "rate_per_s": 5.0,
-                },
+                "workload": FOUR_SHORT_REQUESTS,
             },
             "grid": {"offload.disk_offloading_size": list(sizes)},
             "zip": {

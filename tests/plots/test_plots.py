@@ -190,5 +190,5 @@ def test_metric_vs_draws_a_share_from_zero() -> None:
     )
     rate, ttft = fig.axes[:2]
     assert rate.get_ylim()[0] == 0.0
-    assert rate.get_ylim()[1] >= 0.06601
+    assert rate.get_ylim()[1] < 0.1  # its top the data's (0.066 and a margin), not a share's 1
     assert ttft.get_ylim()[0] > 0.0

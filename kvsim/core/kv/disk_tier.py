@@ -34,7 +34,7 @@ from __future__ import annotations
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell
+from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell
 
 _LIST: i64 = 0  # slot 0: the recency list's head (``_next[0]`` least recent, ``_prev[0]`` most)
 
@@ -55,8 +55,8 @@ class DiskTier:
             raise ValueError(f"num_blocks: a disk tier holds one block at least, got {num_blocks}")
         self.num_blocks: i64 = num_blocks
         self._num_held: i64 = 0
-        self._mask: i64 = 15  # key-map cells - 1 (a power of two, at most half full)
-        self._cells: vec[i64] = vec[i64]([EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
+        self._cells: vec[i64] = empty_cells(0)  # cell i: key at 2i, slot at 2i+1
+        self._mask: i64 = len(self._cells) // 2 - 1  # (cells - 1, at most half full)
         # per slot (slot 0 the list's head; slots 1.. grow up to num_blocks): its key, its
         # key's cell, when its write ends (s), how many times it was freed, its neighbours in
         # the recency list
@@ -131,11 +131,8 @@ class DiskTier:
                 self._next = append(self._next, _LIST)
                 if 2 * (self._num_held + 1) > self._mask + 1:
                     self._rehash(self._num_held + 1)
-            cell, _ = probe_insert(self._cells, self._mask, key)
-            self._cells[2 * cell] = key
-            self._cells[2 * cell + 1] = slot
             self._key[slot] = key
-            self._cell[slot] = cell
+            self._cell[slot] = insert_new(self._cells, self._mask, key, slot)
             self._ready[slot] = ready_s
             self._link_last(slot)
             self._num_held += 1
@@ -174,19 +171,13 @@ class DiskTier:
         prev[_LIST] = slot
 
     def _rehash(self, num_keys: i64) -> None:
-        """Rebuild the key map with room for ``num_keys`` keys at most half full."""
-        num_cells: i64 = 16
-        while num_cells < 2 * num_keys:
-            num_cells *= 2
-        self._cells = vec[i64]([EMPTY] * (2 * num_cells))
-        self._mask = num_cells - 1
+        """Rebuild the key map with room for ``num_keys`` keys (``empty_cells``)."""
+        self._cells = empty_cells(num_keys)
+        self._mask = len(self._cells) // 2 - 1
         cells, cell_of, key_of = self._cells, self._cell, self._key
         for slot in range(1, len(key_of)):
             if cell_of[slot] != EMPTY:
-                i, _ = probe_insert(cells, self._mask, key_of[slot])
-                cells[2 * i] = key_of[slot]
-                cells[2 * i + 1] = slot
-                cell_of[slot] = i
+                cell_of[slot] = insert_new(cells, self._mask, key_of[slot], slot)
 
     def read(self, keys: vec[i64]) -> None:
         """``keys`` (readable) are promoted into the CPU tier: each is the most recent now.

@@ -1,5 +1,5 @@
 """Open addressing over a packed vector: the key maps of the prefix cache (``BlockPool``) and
-of the CPU offload tier (``CpuTier``).
+of the CPU and disk offload tiers (``CpuTier``, ``DiskTier``).
 
 A map is a ``vec[i64]`` of cells, cell ``i`` holding its key at ``2 i`` and its value at
 ``2 i + 1`` (one cache line a probe); a value of ``EMPTY`` marks a free cell and ends a probe
@@ -52,6 +52,29 @@ def probe_insert(cells: vec[i64], mask: i64, key: i64) -> tuple[i64, bool]:
         if cells[2 * i] == key:
             return i, True
         i = (i + 1) & mask
+
+
+def empty_cells(num_keys: i64) -> vec[i64]:
+    """An empty map with room for ``num_keys`` keys at most half full: the smallest power of
+    two of cells (16 at least) that is, so that linear probing stays short and the map small
+    enough to stay in cache. Its mask is ``len(cells) // 2 - 1``."""
+    num_cells: i64 = 16
+    while num_cells < 2 * num_keys:
+        num_cells *= 2
+    return vec[i64]([EMPTY] * (2 * num_cells))  # (keys unread while empty)
+
+
+def insert_new(cells: vec[i64], mask: i64, key: i64, value: i64) -> i64:
+    """Map ``key``, which the map lacks, to ``value``; returns its cell.
+
+    Raises:
+        RuntimeError: the map holds ``key`` already (its owner's invariant is broken)."""
+    i, found = probe_insert(cells, mask, key)
+    if found:
+        raise RuntimeError(f"key map invariant violated: key {key} inserted twice")
+    cells[2 * i] = key
+    cells[2 * i + 1] = value
+    return i
 
 
 def remove_cell(cells: vec[i64], mask: i64, hole: i64, where: vec[i64]) -> None:

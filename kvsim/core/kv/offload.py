@@ -40,7 +40,7 @@ from typing import Final
 from librt.vecs import append, pop, vec
 from mypy_extensions import i32, i64, u8
 
-from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell
+from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell
 
 _POSITION_BITS: Final = 24  # a rank's low bits: 2**24 - 1 blocks a request at most
 _POSITION_TOP: Final = (1 << 24) - 1
@@ -260,8 +260,8 @@ class CpuTier:
         self.num_blocks: i64 = num_blocks
         self._num_held: i64 = 0
         self._num_mapped: i64 = 0  # held keys in the key map (held blocks less private ones)
-        self._mask: i64 = 15  # key-map cells - 1 (a power of two; grows with the held keys)
-        self._cells: vec[i64] = vec[i64]([EMPTY] * 32)  # cell i: key at 2i, slot at 2i+1
+        self._cells: vec[i64] = empty_cells(0)  # cell i: key at 2i, slot at 2i+1
+        self._mask: i64 = len(self._cells) // 2 - 1  # (cells - 1; grows with the held keys)
         self._key: vec[i64] = vec[i64]()  # slot -> key (slots grow up to num_blocks)
         self._cell: vec[i64] = vec[i64]()  # slot -> its key's cell, FREE, or UNMAPPED
         self._ref_cnt: vec[i32] = vec[i32]()  # slot -> loads reading it
@@ -737,14 +737,8 @@ class CpuTier:
             self._promoted = vec[i64]()
 
     def _insert(self, key: i64, slot: i64) -> i64:
-        """Map ``key`` (not held) to ``slot``; returns its cell (``probe_insert``)."""
-        cells = self._cells
-        i, found = probe_insert(cells, self._mask, key)
-        if found:
-            raise RuntimeError(f"CPU tier invariant violated: key {key} stored twice")
-        cells[2 * i] = key
-        cells[2 * i + 1] = slot
-        return i
+        """Map ``key`` (not held) to ``slot``; returns its cell (``insert_new``)."""
+        return insert_new(self._cells, self._mask, key, slot)
 
     def map_private(self, access: TierAccess) -> None:
         """The request was preempted: its private blocks the tier holds join the key map, so
@@ -768,14 +762,9 @@ class CpuTier:
                 self._num_mapped += 1
 
     def _rehash(self, num_keys: int) -> None:
-        """Rebuild the key map with room for ``num_keys`` keys at most half full (the
-        smallest power of two of cells that is: linear probing stays short, and the map small
-        enough to stay in cache)."""
-        num_cells = 16
-        while num_cells < 2 * num_keys:
-            num_cells *= 2
-        self._cells = vec[i64]([EMPTY] * (2 * num_cells))  # (keys unread while empty)
-        self._mask = num_cells - 1
+        """Rebuild the key map with room for ``num_keys`` keys (``empty_cells``)."""
+        self._cells = empty_cells(num_keys)
+        self._mask = len(self._cells) // 2 - 1
         key_of, cell = self._key, self._cell
         for slot in range(len(key_of)):
             if cell[slot] >= 0:  # mapped
