@@ -379,3 +379,26 @@ def test_run_header_names_the_kv_cache_groups_a_drafter_layer_joins():
         "95,325 KV slots (8.0 GiB per GPU, 1 drafter layer in the full-attention groups) in 6 KV "
         "cache groups of 11 layers"
     )
+
+
+def test_a_fleets_replica_table_keeps_every_header_whole_off_a_terminal(monkeypatch):
+    # off a terminal the console is 120 columns wide; the replica table's ten columns need
+    # more, and rich then wrapped "prefix hit rate" over two lines
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "--set",
+            "fleet.replicas=3",
+            "--set",
+            "fleet.prefill_replicas=1",
+            "--set",
+            "workload.num_requests=30",
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "┃ replica ┃" in line)
+    for name in ("TTFT p99", "TPOT p99", "KV usage", "preemptions", "prefix hit rate"):
+        assert name in header

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kvsim.cli.common import console, guard
+from kvsim.cli.common import guard, print_whole
 
 
 def load_summary(folder: Path) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def compare(
         from kvsim.view.summary import compare_table
 
         a, b = load_summary(run_a), load_summary(run_b)
-        console.print(compare_table(a, b, str(run_a), str(run_b)))
+        print_whole(compare_table(a, b, str(run_a), str(run_b)))
 
     guard(go)
 

@@ -25,6 +25,7 @@ from kvsim.cli.common import (
     guard,
     not_an_override,
     parse_overrides,
+    print_whole,
     warn_many_jobs,
 )
 from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, metric_unit
@@ -293,7 +294,7 @@ def plan(
                 the_plan, out, jobs=jobs, quick=quick, on_point=show, scheduler=scheduler
             )
         written = save_plan(result)
-        console.print(_answer_table(result))
+        print_whole(_answer_table(result))
         _note_short_window(the_plan, result.answer, quick)
         if not result.monotone:
             console.print(
@@ -556,7 +557,7 @@ def _list_plans(console: Console) -> None:
     for path in sorted(plans_dir().glob("*.toml")):
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         table.add_row(path.stem, str(data.get("description", "")))
-    console.print(table)
+    print_whole(table)
 
 
 # the examples of --target, full width under the options (a metric name fills its column)

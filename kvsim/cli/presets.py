@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kvsim.cli.common import console, guard
+from kvsim.cli.common import guard, print_whole
 
 KINDS = ("models", "gpus", "workloads", "experiments", "plans")
 
@@ -111,7 +111,7 @@ def presets(
             "plans": lambda: _described(plans_dir(), "plans", "kvsim plan NAME"),
         }
         for name in KINDS if kind is None else (kind,):
-            console.print(tables[name]())
+            print_whole(tables[name]())
 
     guard(go)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from kvsim.cli.common import check_out_dir, console, guard, warn_many_jobs
+from kvsim.cli.common import check_out_dir, console, guard, print_whole, warn_many_jobs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -98,7 +98,7 @@ def reproduce(
             name, out, jobs=jobs, quick=quick, scheduler=scheduler, progress=progress, say=say
         )
         shown = rep.table if rep.view is None else rep.view
-        console.print(frame_table(shown, f"{name}: kvsim (paper)" if rep.beside_paper else name))
+        print_whole(frame_table(shown, f"{name}: kvsim (paper)" if rep.beside_paper else name))
         for note in rep.notes:
             if note not in said:  # (fig2's lengths line: said before the runs, once)
                 console.print(f"  {note}", highlight=False, markup=False)

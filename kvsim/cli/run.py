@@ -15,6 +15,7 @@ from kvsim.cli.common import (
     guard,
     not_an_override,
     parse_overrides,
+    print_whole,
 )
 from kvsim.config.allocators import LAYOUTS, PAGED_ALLOCATORS, has_memory_map
 
@@ -89,9 +90,9 @@ def run(
             )
         rejected = int(results.summary.get("num_requests_rejected", 0))
         title = run_title(cfg, len(requests), rejected)
-        console.print(summary_table(results.summary, title))
+        print_whole(summary_table(results.summary, title))
         if results.replicas is not None:
-            console.print(replica_table(results.replicas))
+            print_whole(replica_table(results.replicas))
         if out is not None:
             results.save(out)
             console.print(f"results written to {out}/")
