@@ -21,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.config import SimConfig
+from kvsim.core.scheduler.offload import hit_rate
+from kvsim.core.scheduler.spec import acceptance_rates
 from kvsim.engine.intake import Rejected
 from kvsim.engine.simulate import engine_counters, engine_memory_columns
 from kvsim.fleet.fleet import Fleet
@@ -335,14 +337,13 @@ def _rates(totals: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     if "external_prefix_cache_queries" in totals:
         queries = totals["external_prefix_cache_queries"]
-        hits = totals["external_prefix_cache_hits"]
-        out["external_prefix_cache_hit_rate"] = hits / queries if queries else float("nan")
+        out["external_prefix_cache_hit_rate"] = hit_rate(
+            totals["external_prefix_cache_hits"], queries
+        )
     if "spec_decode_num_drafts" in totals:
-        drafts = totals["spec_decode_num_drafts"]
-        tokens = totals["spec_decode_num_draft_tokens"]
-        accepted = totals["spec_decode_num_accepted_tokens"]
-        out["spec_decode_draft_acceptance_rate"] = accepted / tokens if tokens else float("nan")
-        out["spec_decode_mean_acceptance_length"] = (
-            1 + accepted / drafts if drafts else float("nan")
+        out |= acceptance_rates(
+            totals["spec_decode_num_drafts"],
+            totals["spec_decode_num_draft_tokens"],
+            totals["spec_decode_num_accepted_tokens"],
         )
     return out

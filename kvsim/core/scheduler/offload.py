@@ -66,6 +66,13 @@ from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
 
 
+def hit_rate(hits: int, queries: int) -> float:
+    """``external_prefix_cache_hit_rate``: hit tokens / queried tokens (vLLM's
+    ``vllm:external_prefix_cache_hits`` over ``..._queries``), NaN with no query, as
+    ``prefix_cache_hit_rate``."""
+    return hits / queries if queries else float("nan")
+
+
 @dataclass(slots=True)
 class Load:
     """A load in flight: the tier keys it reads and when it ends (simulated seconds)."""
@@ -321,9 +328,7 @@ class OffloadConnector:
             "cpu_tier_blocks": self.tier.num_blocks,
             "external_prefix_cache_queries": queries,
             "external_prefix_cache_hits": self.external_prefix_cache_hits,
-            "external_prefix_cache_hit_rate": (
-                self.external_prefix_cache_hits / queries if queries else float("nan")
-            ),  # (no query: no rate, as prefix_cache_hit_rate)
+            "external_prefix_cache_hit_rate": hit_rate(self.external_prefix_cache_hits, queries),
             "kv_offload_loads": self.num_loads,
             "kv_offload_bytes_gpu_to_cpu": self.gpu_to_cpu.num_bytes,
             "kv_offload_bytes_cpu_to_gpu": self.cpu_to_gpu.num_bytes,

@@ -24,6 +24,18 @@ SPEC_STREAM = 0x5BEC  # the acceptance draws' own stream of the run's seed
 _BATCH = 4096
 
 
+def acceptance_rates(drafts: int, draft_tokens: int, accepted: int) -> dict[str, float]:
+    """vLLM's two rates read from its speculative-decoding counters (``vllm:spec_decode_*``):
+    ``spec_decode_draft_acceptance_rate`` = accepted / draft tokens and
+    ``spec_decode_mean_acceptance_length`` = 1 + accepted / drafts (tokens a verification
+    step emits, its bonus token included), each NaN when its denominator is 0."""
+    nan = float("nan")
+    return {
+        "spec_decode_draft_acceptance_rate": accepted / draft_tokens if draft_tokens else nan,
+        "spec_decode_mean_acceptance_length": 1 + accepted / drafts if drafts else nan,
+    }
+
+
 class SpecDecoder:
     """Acceptance draws and vLLM's speculative-decoding counters (``SpecDecodingStats``).
 
@@ -100,8 +112,7 @@ class SpecDecoder:
             "spec_decode_num_drafts": drafts,
             "spec_decode_num_draft_tokens": tokens,
             "spec_decode_num_accepted_tokens": accepted,
-            "spec_decode_draft_acceptance_rate": accepted / tokens if tokens else float("nan"),
-            "spec_decode_mean_acceptance_length": 1 + accepted / drafts if drafts else float("nan"),
+            **acceptance_rates(drafts, tokens, accepted),
             "num_speculative_tokens": self.num_speculative_tokens,
             "num_lookahead_tokens": self.num_lookahead_tokens,
         }
