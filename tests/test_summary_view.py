@@ -368,7 +368,7 @@ def test_sweep_table_headers_give_units() -> None:
     assert [str(c.header) for c in out.columns] == [
         "offload.kv_offloading_size (GiB)",
         "workload.seed",
-        "time_to_first_token_mean",
+        "time_to_first_token_seconds_mean",  # the key as summary.json and vLLM name it
         "external_prefix_cache_hit_rate (0-1)",
         "token_states_pct (% of KV)",
     ]
@@ -423,3 +423,18 @@ def test_replica_table_shows_the_offload_tier_where_replicas_have_one() -> None:
     assert "tier hit rate" in tiered
     assert "0.250" in tiered
     assert "2.00 GiB" in tiered
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        # a compare of two runs of the same config a hair apart printed "-$6.853e-06"
+        ("usd_per_million_output_tokens", -6.853e-06, "-$0.000006853"),
+        ("cost_usd", 0.4868, "$0.4868"),
+        ("goodput_per_s", 1.95e-05, "0.0000195"),
+        ("mean_batch_tokens", 1.95e-05, "0.0000195"),
+        ("mean_batch_tokens", 12.345, "12.3"),
+    ],
+)
+def test_small_numbers_are_written_out_not_in_exponent_notation(key, value, shown) -> None:
+    assert format_metric(key, value) == shown

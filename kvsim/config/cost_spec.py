@@ -111,6 +111,8 @@ class ResolvedCost:
         paged_attention_factor: the fitted table's paged KV-read factor when the table was used
             and ``CostSpec`` names neither a factor nor a calibration (``None``: the
             calibration's).
+        fitted_block_size_tokens: the block size of the runs that factor was fitted on (the
+            fitted table's ``provenance.block_size_tokens``).
     """
 
     roofline: Roofline
@@ -124,6 +126,7 @@ class ResolvedCost:
     source: str
     paged_attention_factor: float | None = None
     layer_overhead_s: float = 0.0
+    fitted_block_size_tokens: int = 16
 
 
 @cache
@@ -159,6 +162,7 @@ def resolve_cost(cost: CostSpec, gpu: GpuSpec) -> ResolvedCost:
     given = {name: getattr(cost, name) for name in FITTED_FIELDS}
     source = "CostSpec"
     factor = None
+    fitted_at = 16
     if any(value is None for value in given.values()):
         values, source = fitted_values(gpu.name)
         named = [name for name, value in given.items() if value is not None]
@@ -170,10 +174,12 @@ def resolve_cost(cost: CostSpec, gpu: GpuSpec) -> ResolvedCost:
         if cost.paged_attention_factor is None and cost.calibration is None:
             found = values.get("paged_attention_factor")
             factor = None if found is None else float(found)
+            fitted_at = int(cost_fit_table()["provenance"]["block_size_tokens"])
     return ResolvedCost(
         roofline=cost.roofline,
         source=source,
         paged_attention_factor=factor,
+        fitted_block_size_tokens=fitted_at,
         layer_overhead_s=cost.layer_overhead_s,
         **given,
     )

@@ -68,7 +68,10 @@ Sources of each coefficient:
   Figure 13 (``kvsim/data/costs.toml``).
 - ``f_layout(B)``: 1 for contiguous KV; for paged KV at block size ``B``: the factor given
   (``CostSpec.paged_attention_factor``); else the fitted table's (1, fitted with the efficiencies
-  it comes with) when the fitted table is used and no calibration table is given; else the
+  it comes with on vLLM runs at block size 16) when the fitted table is used and no calibration
+  table is given, times the ratio of the calibration table below at ``B`` to its value at 16
+  (the fitted runs say nothing of other block sizes; the analytic ratio is 2.64 / 1.23 at
+  ``B = 1``); else the
   paged/contiguous kernel-time ratio of the calibration table given (``CostSpec.calibration``) or
   measured on this GPU and shipped (``kvsim calibrate``; the H200's); else the analytic default
   of ``kvsim.calibrate.table`` (1.23 at B = 16: the paper's "20-26 % slower" kernel of 2023).
@@ -87,7 +90,7 @@ from collections.abc import Sequence
 
 from kvsim.calibrate.table import resolve_table
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
-from kvsim.config.cost_spec import resolve_cost
+from kvsim.config.cost_spec import ResolvedCost, resolve_cost
 from kvsim.config.hardware import KvCacheDtype, kv_bytes_per_token_per_gpu
 
 logger = logging.getLogger(__name__)
@@ -160,8 +163,9 @@ class StepCostModel:
         self.draft_flops_per_seq = 2.0 * draft_num_params / self.tp
         self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
         if paged and resolved.paged_attention_factor is not None:
-            self.layout_factor = resolved.paged_attention_factor
-            self.layout_source = f"paged_attention_factor of {resolved.source}"
+            self.layout_factor, self.layout_source = self._fitted_layout(
+                resolved, gpu, block_size_tokens
+            )
         self.kv_read_bytes_per_token = kv_rank * self.layout_factor
 
     def _work_terms(self, model: ModelSpec, step_roofline: bool) -> None:
@@ -191,6 +195,22 @@ class StepCostModel:
         if not self.expert_weight_bytes:
             return 0.0
         return 1.0 - float(self.expert_miss**new_tokens)
+
+    @staticmethod
+    def _fitted_layout(resolved: ResolvedCost, gpu: GpuSpec, block_size: int) -> tuple[float, str]:
+        """The fitted table's paged factor, fitted on runs at one block size, carried to
+        ``block_size`` by the calibration table's ratio (``f_layout`` in the module docstring)."""
+        assert resolved.paged_attention_factor is not None
+        fitted_at = resolved.fitted_block_size_tokens
+        source = f"paged_attention_factor of {resolved.source}"
+        if block_size == fitted_at:
+            return resolved.paged_attention_factor, source
+        table = resolve_table(None, gpu.name)
+        ratio = table.layout_factor(block_size) / table.layout_factor(fitted_at)
+        return resolved.paged_attention_factor * ratio, (
+            f"{source}; fitted at block size {fitted_at}, x {ratio:.3g} at block size "
+            f"{block_size} (the calibration table's ratio: {table.describe()})"
+        )
 
     @staticmethod
     def _layout(cost: CostSpec, gpu: GpuSpec, paged: bool, block_size: int) -> tuple[float, str]:

@@ -208,9 +208,10 @@ class Rejected:
             fixes.append("raise the KV budget")
         advice = ", ".join(fixes) + ("," if len(fixes) > 1 else "")
         advice = f"{advice} or filter the workload" if fixes else "filter the workload"
+        one = self.count == 1  # ("1 of 5,000 requests cannot run and is skipped")
         return (
             f"{self.count:,} of {total:,} requests cannot run"
-            + (" and are skipped: " if skipped else ": ")
+            + ((" and is skipped: " if one else " and are skipped: ") if skipped else ": ")
             + "; ".join(parts)
             + f" ({advice})"
         )

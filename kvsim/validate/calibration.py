@@ -143,7 +143,16 @@ def calibrate_from_runs(
         say(f"  '{label}': train loss {fit.loss:.4f}; validate {detail}")
         results[label] = (fit, score, detail)
     chosen = choose({k: r[1] for k, r in results.items()}, candidates or CANDIDATES)
-    table = _table(results, chosen, train_names=[r.name for r in train], validate_names=validate)
+    block_sizes = {r.block_size_tokens for r in train}
+    if len(block_sizes) != 1:  # (the paged factor is fitted at one block size)
+        raise ValueError(f"train runs at several block sizes: {sorted(block_sizes)}")
+    table = _table(
+        results,
+        chosen,
+        train_names=[r.name for r in train],
+        validate_names=validate,
+        block_size_tokens=block_sizes.pop(),
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(_HEADER + tomli_w.dumps(table), encoding="utf-8")
     say(f"chose '{chosen}' on the validate split; wrote {out}")
@@ -166,6 +175,7 @@ def _table(
     *,
     train_names: list[str],
     validate_names: list[str],
+    block_size_tokens: int,
 ) -> dict[str, Any]:
     fit = results[chosen][0]
     values = {**fit.pinned, **fit.values}
@@ -184,6 +194,7 @@ def _table(
             "source": "inference-sim/training @ c4f0340",
             "train_runs": train_names,
             "validate_runs": validate_names,
+            "block_size_tokens": block_size_tokens,
             "window": {"per_stage": FIT_WINDOW.per_stage, "margin": FIT_WINDOW.margin},
             "loss": fit.loss,
             "fitted": sorted(fit.values),

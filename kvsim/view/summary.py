@@ -52,7 +52,7 @@ PREFIX_ROWS: tuple[Row, ...] = (
         "prefix_cache_preempted_queries",
         "prefix_cache_preempted_queries (tokens, re-admitted requests)",
     ),
-    ("prefix_cache_saved_bytes", "KV not recomputed (hits + preempted hits)"),
+    ("prefix_cache_saved_bytes", "KV not recomputed, GPU prefix cache (hits + preempted hits)"),
     ("num_cache_evictions", "num_cache_evictions (free blocks reused that held a full block)"),
     ("num_evicted_tokens", "cached tokens evicted (radix tree)"),
 )
@@ -118,7 +118,7 @@ OFFLOAD_ROWS: tuple[Row, ...] = (
     ("external_prefix_cache_hits", "external_prefix_cache_hits (tokens)"),
     ("external_prefix_cache_queries", "external_prefix_cache_queries (tokens)"),
     ("kv_offload_loads", "loads from the CPU tier"),
-    ("kv_offload_bytes_cpu_to_gpu", "KV loaded, CPU -> GPU"),
+    ("kv_offload_bytes_cpu_to_gpu", "KV not recomputed, loaded CPU -> GPU"),
     ("kv_offload_bytes_gpu_to_cpu", "KV stored, GPU -> CPU"),
     ("kv_offload_load_wait_s", "time requests waited for loads (sum)"),
     ("cpu_tier_stored_blocks", "blocks stored in the tier (from the GPU or the disk)"),
@@ -256,11 +256,11 @@ def format_metric(key: str, value: Any) -> str:
         return f"{number / 2**30:,.2f} GiB"
     if key.startswith("usd_") or key == "cost_usd":
         sign, size = ("-" if number < 0 else ""), abs(number)  # (-$6.85, not $-6.85)
-        return f"{sign}${size:,.4g}" if size < 1000 else f"{sign}${size:,.0f}"
+        return f"{sign}${_significant(size, 4)}" if size < 1000 else f"{sign}${size:,.0f}"
     if key.endswith("_pct") or key.endswith("_pct_of_used") or key == "token_utilization_perc":
         return f"{number:.1f}"
     if key.endswith("_per_s"):
-        return f"{number:,.3g}" if abs(number) < 1000 else f"{number:,.0f}"
+        return _significant(number, 3) if abs(number) < 1000 else f"{number:,.0f}"
     if "seconds" in key or key.endswith("_s"):
         if abs(number) < 1:
             return f"{number * 1e3:.3g} ms"
@@ -271,7 +271,17 @@ def format_metric(key: str, value: Any) -> str:
         return f"{number:.3f}"
     if number == int(number) and abs(number) < 1e15:
         return f"{int(number):,}"
-    return f"{number:,.3g}" if abs(number) < 1000 else f"{number:,.0f}"
+    return _significant(number, 3) if abs(number) < 1000 else f"{number:,.0f}"
+
+
+def _significant(number: float, digits: int) -> str:
+    """``number`` (below 1,000 in size) to ``digits`` significant figures, written out:
+    ``0.00000685``, not ``6.85e-06``."""
+    text = f"{number:,.{digits}g}"
+    if "e" in text:
+        places = digits - 1 - math.floor(math.log10(abs(number)))
+        text = f"{number:.{places}f}"
+    return text
 
 
 def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
@@ -450,10 +460,9 @@ def sweep_table(
         if display_unit(name):  # given in another unit than shown: bytes/s as GB/s
             unit = f"in {unit}"
         out.add_column(f"{name} ({unit})" if unit else name)
-    for name in shown:  # seconds are in the values ("19.7 s", "830 ms")
+    for name in shown:  # the summary's key; seconds are in the values ("19.7 s", "830 ms")
         unit = metric_unit(name)
-        header = name.replace("_seconds", "")
-        out.add_column(f"{header} ({unit})" if unit and unit != "s" else header, justify="right")
+        out.add_column(f"{name} ({unit})" if unit and unit != "s" else name, justify="right")
     records = table.to_dict("records")
     for row in records[:max_rows]:
         out.add_row(

@@ -313,7 +313,7 @@ def test_a_warning_every_point_gives_is_said_once_per_plan(
     assert len(result.points) >= 4  # several rounds
     said = [r.getMessage() for r in caplog.records if "cannot run" in r.getMessage()]
     assert said == [
-        "1 of 21 requests cannot run and are skipped: 1 longer than max_model_len = 2,048 "
+        "1 of 21 requests cannot run and is skipped: 1 longer than max_model_len = 2,048 "
         "(first: request 0, prompt 3,000 + output 10 tokens) (raise scheduler.max_model_len "
         "or filter the workload)"
     ]
