@@ -300,7 +300,10 @@ def metric_vs(
         elif logx:
             ax.set_xscale("log", base=2)
         if metric.endswith(("_seconds_mean", "_p50", "_p90", "_p95", "_p99")):
-            log_axis(ax, "y", table[metric].to_numpy(dtype=float))
+            values = table[metric].to_numpy(dtype=float)
+            log_axis(ax, "y", values)
+            if ax.get_yscale() == "linear" and (values[np.isfinite(values)] >= 0).all():
+                ax.set_ylim(bottom=0)  # a 1 % change in TTFT not drawn as a cliff
         if targets and metric in targets:
             ax.axhline(
                 targets[metric],
