@@ -220,6 +220,25 @@ def test_help_is_whole_at_80_columns(command):
     assert "--set" in result.output
 
 
+@pytest.mark.parametrize("command", ["reproduce", "plan", "report", "calibrate"])
+def test_help_paragraphs_fill_their_lines_at_80_columns(command):
+    # the docstring's line breaks were kept and each line wrapped again at 80 columns:
+    # "fig12-alpaca (its" / "Alpaca" / "panels), ..."; a paragraph's lines before its last now
+    # reach within a word of the width (each frame line is 80 wide with its margins)
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    prose = result.output.split("╭")[0].splitlines()  # the help text above the option boxes
+    paragraphs: list[list[str]] = [[]]
+    for line in prose[3:]:  # (after the usage line)
+        if line.strip():
+            paragraphs[-1].append(line.rstrip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    lines = [line for paragraph in paragraphs for line in paragraph[:-1]]
+    assert lines, result.output
+    assert all(len(line) >= 80 - 2 - 16 for line in lines), lines  # (no word near 16 letters)
+
+
 def test_version_prints_the_installed_package_version():
     from importlib.metadata import version
 

@@ -9,6 +9,7 @@ line or value and exits with status 2; ``kvsim --debug COMMAND`` shows traceback
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from typing import Annotated
@@ -67,6 +68,22 @@ def _options(
 
 for module in (run, compare, plan, sweep, report, reproduce, presets, calibrate, data, validate):
     module.register(app)
+
+
+def _reflow_help(group: typer.Typer) -> None:
+    """Give each command its docstring as help with every paragraph on one line: typer's rich
+    help keeps a docstring's line breaks, so a paragraph written at 100 columns broke into ragged
+    lines on an 80-column terminal ("fig12-alpaca (its" / "Alpaca" / "panels)")."""
+    for command in group.registered_commands:
+        if command.help is None and command.callback is not None and command.callback.__doc__:
+            paragraphs = inspect.cleandoc(command.callback.__doc__).split("\n\n")
+            command.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _reflow_help(sub.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main() -> None:
