@@ -421,3 +421,26 @@ def test_a_fleets_replica_table_keeps_every_header_whole_off_a_terminal(monkeypa
     header = next(line for line in result.output.splitlines() if "┃ replica ┃" in line)
     for name in ("TTFT p99", "TPOT p99", "KV usage", "preemptions", "prefix hit rate"):
         assert name in header
+
+
+@pytest.mark.parametrize(
+    "override", ['{ gpu = "a100-40gb" }', '{ cache = { allocator = "first_fit" } }']
+)
+def test_a_fleet_whose_replicas_differ_prints_and_saves_its_results(tmp_path, override):
+    # replicas on two GPUs (or layouts) record no one layout source: the summary's cost note
+    # raised KeyError 'layout_source' after the simulation, and nothing was written
+    config = tmp_path / "het.toml"
+    config.write_text(
+        'model = "llama-3.1-8b"\ngpu = "h100-80gb"\n[cache]\nkv_cache_gib = 4.0\n'
+        "[scheduler]\nmax_model_len = 4096\n"
+        '[workload]\npreset = "sharegpt_like"\nnum_requests = 40\n'
+        f"[fleet]\nreplicas = 2\nreplica_overrides = [{override}]\n"
+    )
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(config), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "┃ replica ┃" in result.output
+    assert "step cost:" not in result.output  # (no one factor to name)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_requests"] == 40
+    assert (out / "metrics.prom").stat().st_size > 0

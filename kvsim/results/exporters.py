@@ -268,9 +268,11 @@ def _accepted_per_pos(summary: dict[str, Any], labels: list[str]) -> Metric:
         "Accepted draft tokens, by position in the draft.",
         labels=(*LABELS, "position"),
     )
-    for pos in range(int(summary["num_speculative_tokens"])):
+    pos = 0  # (a fleet's replicas may draft different k: every position any replica has)
+    while f"spec_decode_num_accepted_tokens_pos{pos}" in summary:
         count = summary[f"spec_decode_num_accepted_tokens_pos{pos}"]
         family.add_metric([*labels, str(pos)], float(count))
+        pos += 1
     return family
 
 

@@ -303,8 +303,9 @@ def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
 
 
 def cost_note(summary: dict[str, Any]) -> str | None:
-    """Where the step cost's paged-layout factor came from, when the run recorded it."""
-    if "layout_factor" not in summary:
+    """Where the step cost's paged-layout factor came from, when the run recorded it (a fleet
+    whose replicas differ in GPU or layout records neither: ``kvsim.fleet.summary.SHARED``)."""
+    if "layout_factor" not in summary or "layout_source" not in summary:
         return None
     factor, source = summary["layout_factor"], summary["layout_source"]
     if source.startswith("contiguous"):  # (a slab or vAttention run reads no block table)
