@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -444,3 +445,24 @@ def test_a_fleet_whose_replicas_differ_prints_and_saves_its_results(tmp_path, ov
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_requests"] == 40
     assert (out / "metrics.prom").stat().st_size > 0
+
+
+def test_an_out_folder_this_user_cannot_write_is_refused_before_the_run(tmp_path, monkeypatch):
+    # a read-only parent was found only after the simulation ("[Errno 13] Permission denied",
+    # the run lost); root may write anywhere, so the folder's permission is what os.access says
+    import os
+
+    import kvsim.cli.common as common
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        common.os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode)
+    )
+    result = runner.invoke(app, ["run", "--out", str(locked / "x"), "--no-progress"])
+    assert result.exit_code == 2
+    assert "--out" in result.output
+    assert "permission denied" in result.output
+    assert str(locked) in result.output
+    assert "requests" not in result.output  # (refused before the run's header)

@@ -201,8 +201,8 @@ def _worker_died(err: Exception) -> bool:
 
 def check_out_dir(out: Path | None, option: str = "--out", what: str = "results folder") -> None:
     """Fail before simulating when ``out`` cannot be a results folder: an existing file (or a
-    file where a parent folder should be), a system root such as ``/`` or ``/usr``, or a folder
-    inside a system tree (``/proc``, ``/etc``, ``/usr``...).
+    file where a parent folder should be), a system root such as ``/`` or ``/usr``, a folder
+    inside a system tree (``/proc``, ``/etc``, ``/usr``...), or one this user may not write.
 
     Args:
         out: the folder (``None``: nothing to check).
@@ -227,11 +227,25 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
             f"{option}: {str(out)!r} is a system folder; give a results folder such as "
             "results/ or ./out"
         )
+    _check_writable(resolved, out, option, f"the {what}")
+
+
+def _check_writable(resolved: Path, out: Path, option: str, what: str) -> None:
+    """Fail when the folder, or the nearest existing folder above it where it would be
+    created, does not let this user write (found after the simulation, it lost the run)."""
+    existing = next((p for p in (resolved, *resolved.parents) if p.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == resolved else f" in {str(existing)!r}"
+        raise ValueError(
+            f"{option}: cannot write {what} {str(out)!r}{where}: permission denied; "
+            "give a folder you can write"
+        )
 
 
 def check_out_file(out: Path, option: str = "--out", what: str = "a file") -> None:
     """Fail before working when ``out`` cannot be an output file: an existing folder, or a path
-    inside a system tree (``/etc``, ``/proc``...), directly in ``/``, or under a file.
+    inside a system tree (``/etc``, ``/proc``...), directly in ``/``, under a file, or where
+    this user may not write.
 
     Raises:
         ValueError: naming the option and the path.
@@ -244,6 +258,9 @@ def check_out_file(out: Path, option: str = "--out", what: str = "a file") -> No
             raise ValueError(f"{option}: {str(out)!r} lies under the file {str(parent)!r}")
     if _in_system_tree(resolved) or resolved.parent == Path("/"):
         raise ValueError(f"{option}: {str(out)!r} is in a system folder; write it elsewhere")
+    if resolved.exists() and not os.access(resolved, os.W_OK):
+        raise ValueError(f"{option}: cannot write {what} {str(out)!r}: permission denied")
+    _check_writable(resolved.parent, out, option, what)
 
 
 def _in_system_tree(path: Path) -> bool:

@@ -19,6 +19,8 @@ from kvsim.cli.common import (
 )
 from kvsim.config.allocators import LAYOUTS, PAGED_ALLOCATORS, has_memory_map
 
+MAX_MAP_FRAMES = 10_000  # --map-frames: 50 times the default, a report's slider still usable
+
 
 def run(
     config: Annotated[
@@ -43,6 +45,7 @@ def run(
         int,
         typer.Option(
             min=0,
+            max=MAX_MAP_FRAMES,  # (each frame holds the whole pool's map: 100,000 took 3.7 GB)
             help="Memory-map frames over the arrivals, written with --out (0: none); a run "
             "that goes on after them keeps at most twice as many over its whole length.",
         ),

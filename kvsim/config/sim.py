@@ -578,8 +578,13 @@ def format_validation_error(err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+# vLLM engine arguments kvsim names otherwise (its units in the name)
+VLLM_NAMES = {"block_size": "block_size_tokens", "swap_space": "swap_space_gib"}
+
+
 def _did_you_mean(loc: tuple[str, ...]) -> str:
     """``"; did you mean 'num_requests'?"`` for a misspelt key of ``SimConfig`` at ``loc``: the
+    field of that name (or of vLLM's, ``VLLM_NAMES``) in another section, else the
     closest field of its section (``difflib``'s ratio >= 0.6), one its key begins
     (``spec`` -> ``speculative``), or a field of a section one level down that has the key
     (``attention`` -> ``model.attention``); ``""`` when none."""
@@ -597,12 +602,29 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
                     break
         return out
 
+    def paths(of: Any, prefix: str) -> dict[str, list[str]]:  # field -> its dotted paths
+        out: dict[str, list[str]] = {}
+        for name in getattr(of, "model_fields", {}):
+            out.setdefault(name, []).append(f"{prefix}{name}")
+        for name, sub in sections(of).items():
+            for field, found in paths(sub, f"{prefix}{name}.").items():
+                out.setdefault(field, []).extend(found)
+        return out
+
     model: Any = SimConfig
     for part in loc[:-1]:
         model = sections(model).get(part)
         if model is None:
             return ""
     key, names = loc[-1], list(getattr(model, "model_fields", {}))
+    # a vLLM engine argument's own name, or a field of another section ("block_size" at the
+    # top: "cache.block_size_tokens"), before a near spelling in this one
+    named = VLLM_NAMES.get(key, key)
+    if named in names:
+        return f"; did you mean {named!r}?"
+    elsewhere = paths(SimConfig, "").get(named, [])
+    if elsewhere:
+        return f"; did you mean {elsewhere[0]!r}?"
     close = difflib.get_close_matches(key, names, n=1)
     if not close and len(key) >= 3:
         close = [name for name in names if name.startswith(key)][:1]

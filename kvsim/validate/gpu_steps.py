@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import tomli_w
 
+from kvsim.base.extras import require
 from kvsim.calibrate.table import CalibrationTable, analytic_layout_factor
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.config.cost_spec import cost_fit_table
@@ -139,6 +140,7 @@ def fit_steps(
     Raises:
         ValueError: no train step or no held-out step (the rule of the module docstring).
     """
+    require("fit", "kvsim calibrate --fit-parts")  # (a clear error where scipy is missing)
     from scipy.optimize import least_squares
 
     train = is_train(steps)

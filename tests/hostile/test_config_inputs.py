@@ -347,6 +347,24 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["spec.num_speculative_tokens=3"],
         ["spec", "did you mean 'speculative'?"],
     ),
+    # a vLLM engine argument in the wrong section: the section that has it, not a near
+    # spelling here (a hostile trial got 'memory_resolution' and 'max_num_batched_tokens')
+    "vllm_argument_at_top": (
+        ["gpu_memory_utilization=0.9"],
+        ["did you mean 'cache.gpu_memory_utilization'?"],
+    ),
+    "vllm_argument_in_another_section": (
+        ["scheduler.num_speculative_tokens=2"],
+        ["did you mean 'speculative.num_speculative_tokens'?"],
+    ),
+    "vllm_parallel_argument_in_scheduler": (
+        ["scheduler.tensor_parallel_size=2"],
+        ["did you mean 'parallel.tensor_parallel_size'?"],
+    ),
+    "vllm_name_kvsim_gives_a_unit": (  # vLLM's block_size is kvsim's block_size_tokens
+        ["block_size=16"],
+        ["did you mean 'cache.block_size_tokens'?"],
+    ),
     # an explicit KV budget that fits but for a drafter's weights: the drafter is named
     "drafter_outgrows_the_gpu": (
         [
