@@ -89,9 +89,15 @@ class _Config:
         if not isinstance(data, dict):
             raise ValueError(f"hf_config {path}: expected a JSON object, got {type(data).__name__}")
         text = data.get("text_config")
-        if isinstance(text, dict) and "num_hidden_layers" not in data:
-            # a multimodal file (Gemma-3, Llama-4): its language model's fields, the file's own
-            # where that has none (torch_dtype), as vLLM's get_text_config reads it
+        if text is not None and not isinstance(text, dict):
+            raise ValueError(
+                f"{self.where('text_config')}: text_config: expected a JSON object (the "
+                f"language model's fields), got {_json_value(text)}"
+            )
+        if text is not None:
+            # a multimodal file (Gemma-3, Llama-4): its language model's fields over the
+            # file's own (torch_dtype where it has none), as transformers' get_text_config
+            # returns the text_config itself when the file has one
             data = {**{k: v for k, v in data.items() if k != "text_config"}, **text}
         self.data: dict[str, Any] = data
         for key in _FLAGS:

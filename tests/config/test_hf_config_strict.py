@@ -257,3 +257,24 @@ def test_a_string_flag_through_the_cli(tmp_path: Path) -> None:
     assert "config.json line 1: use_sliding_window: expected true or false" in line
     assert 'got "false"' in line
     assert "Traceback" not in result.output
+
+
+# --- a multimodal file's text_config ----------------------------------------------------------
+
+
+def test_a_text_config_beside_top_level_fields_is_the_one_read(tmp_path: Path) -> None:
+    # transformers' PretrainedConfig.get_text_config returns the text_config whenever a file
+    # has one; kvsim read it only when the top level had no num_hidden_layers, so 32 layers
+    # above a text_config of 8 ran as 32
+    config = {**MISTRAL, "text_config": {**MISTRAL, "num_hidden_layers": 8}}
+    assert _model(tmp_path, config).num_layers == 8
+
+
+def test_a_text_config_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, {**MISTRAL, "text_config": "oops"})
+    result = _run(path)
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert "text_config: expected a JSON object" in line
+    assert 'got "oops"' in line
+    assert "Traceback" not in result.output
