@@ -466,3 +466,11 @@ def test_an_out_folder_this_user_cannot_write_is_refused_before_the_run(tmp_path
     assert "permission denied" in result.output
     assert str(locked) in result.output
     assert "requests" not in result.output  # (refused before the run's header)
+
+
+def test_map_frames_past_its_maximum_is_refused_before_the_run():
+    # 100,000 frames of a 5-request run took 3.7 GB and 40 s; 100,000,000 never ended
+    result = runner.invoke(app, ["run", "--map-frames", "10001", "--no-progress"])
+    assert result.exit_code == 2
+    assert "--map-frames" in result.output
+    assert "10000" in result.output

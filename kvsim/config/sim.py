@@ -623,7 +623,7 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
     if named in names:
         return f"; did you mean {named!r}?"
     elsewhere = paths(SimConfig, "").get(named, [])
-    if elsewhere:
+    if len(elsewhere) == 1:  # (a key of several sections, such as name, says nothing)
         return f"; did you mean {elsewhere[0]!r}?"
     close = difflib.get_close_matches(key, names, n=1)
     if not close and len(key) >= 3:

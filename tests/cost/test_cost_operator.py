@@ -197,3 +197,30 @@ def test_the_fitted_paged_factor_moves_with_the_block_size_by_the_tables_ratio(
     assert fitted == 1.0  # (cost_fit.toml's chosen candidate: "KV-read factor 1")
     assert cost.layout_factor == pytest.approx(factor, rel=1e-9)
     assert ("fitted at block size 16" in cost.layout_source) == (block_size != 16)
+
+
+def test_on_a_gpu_with_a_measured_table_the_fitted_factor_takes_its_measured_ratio() -> None:
+    # the H200's shipped table (kvsim/data/calibration/h200.csv, measured by kvsim calibrate):
+    # the median over its grid of paged_s / contiguous_s at block size 1 over that at 16,
+    # read here from the CSV rows themselves
+    import csv
+    import statistics
+    from pathlib import Path
+
+    import kvsim
+
+    path = Path(kvsim.__file__).parent / "data" / "calibration" / "h200.csv"
+    rows = list(csv.DictReader(line for line in path.open() if not line.startswith("#")))
+
+    def median_ratio(block: int) -> float:
+        ratios = [
+            float(r["paged_s"]) / float(r["contiguous_s"])
+            for r in rows
+            if int(r["block_size_tokens"]) == block
+        ]
+        return statistics.median(ratios)
+
+    h200 = GpuSpec.model_validate("h200")
+    cost = StepCostModel(DENSE, h200, CostSpec(), paged=True, block_size_tokens=1)
+    assert cost.layout_factor == pytest.approx(median_ratio(1) / median_ratio(16), rel=1e-9)
+    assert "measured on NVIDIA H200" in cost.layout_source
