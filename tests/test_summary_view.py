@@ -434,6 +434,8 @@ def test_replica_table_shows_the_offload_tier_where_replicas_have_one() -> None:
         ("goodput_per_s", 1.95e-05, "0.0000195"),
         ("mean_batch_tokens", 1.95e-05, "0.0000195"),
         ("mean_batch_tokens", 12.345, "12.3"),
+        ("mean_batch_tokens", float("-inf"), "-inf"),  # (raised OverflowError)
+        ("time_to_first_token_seconds_mean", float("inf"), "inf"),
     ],
 )
 def test_small_numbers_are_written_out_not_in_exponent_notation(key, value, shown) -> None:

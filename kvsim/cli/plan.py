@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -190,7 +189,7 @@ def plan(
     from kvsim.study.sweep import PointBar
 
     if list_:
-        _list_plans(console)
+        _list_plans()
         return
 
     def go() -> None:
@@ -546,7 +545,7 @@ def _answer_table(result: Any) -> Table:
     return table
 
 
-def _list_plans(console: Console) -> None:
+def _list_plans() -> None:
     import tomllib
 
     from kvsim.presets import plans_dir

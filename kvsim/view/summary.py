@@ -252,6 +252,8 @@ def format_metric(key: str, value: Any) -> str:
     number = float(value)
     if math.isnan(number):
         return "-"
+    if math.isinf(number):  # (int(inf) raises: a summary of a run with no time, say)
+        return "inf" if number > 0 else "-inf"
     if big:
         return f"{number / 2**30:,.2f} GiB"
     if key.startswith("usd_") or key == "cost_usd":
