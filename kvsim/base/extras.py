@@ -18,7 +18,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "parquet": ("pyarrow", "results tables as Parquet (CSV without it) and Parquet traces"),
     "report": ("plotly", "kvsim report, the HTML page of runs"),
     "tokenizers": ("tokenizers", "ShareGPT JSON traces counted with a tokenizer.json"),
-    "fit": ("scipy", "the paper fits (fig13, fig15) and kvsim calibrate --from-runs"),
+    "fit": ("scipy", "the paper fits (fig13, fig15), kvsim calibrate --from-runs and --fit-parts"),
     "validate": ("yaml", "kvsim validate: the measured runs' YAML configs"),
     "sweep": ("dask.distributed", "sweeps on a Dask cluster (--scheduler)"),
 }

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.config import SimConfig
-from kvsim.core.scheduler.offload import hit_rate
+from kvsim.core.kv.base import hit_rate
 from kvsim.core.scheduler.spec import acceptance_rates
 from kvsim.engine.intake import Rejected
 from kvsim.engine.simulate import engine_counters, engine_memory_columns
@@ -284,8 +284,7 @@ def _prefix_cache_totals(fleet: Fleet, replicas: list[Results]) -> dict[str, Any
         totals["preempted_queries"] += summary["prefix_cache_preempted_queries"]
         totals["preempted_hits"] += preempted
     out.update({f"prefix_cache_{k}": int(v) for k, v in totals.items()})
-    queries = totals["queries"]
-    out["prefix_cache_hit_rate"] = totals["hits"] / queries if queries else np.nan
+    out["prefix_cache_hit_rate"] = hit_rate(totals["hits"], totals["queries"])
     out["prefix_cache_saved_bytes"] = round(saved)
     return out
 
@@ -336,9 +335,8 @@ def _rates(totals: dict[str, Any]) -> dict[str, float]:
     decoding's acceptance rate and mean acceptance length (``SpecDecoder.summary``)."""
     out: dict[str, float] = {}
     if "external_prefix_cache_queries" in totals:
-        queries = totals["external_prefix_cache_queries"]
         out["external_prefix_cache_hit_rate"] = hit_rate(
-            totals["external_prefix_cache_hits"], queries
+            totals["external_prefix_cache_hits"], totals["external_prefix_cache_queries"]
         )
     if "spec_decode_num_drafts" in totals:
         out |= acceptance_rates(

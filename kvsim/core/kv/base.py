@@ -80,6 +80,13 @@ class AllocatorStats:
     num_requests: int
 
 
+def hit_rate(hits: int, queries: int) -> float:
+    """A cache's hit rate: hit tokens / queried tokens, NaN with no query (vLLM's
+    ``prefix_cache_hits`` over ``prefix_cache_queries``, and the external prefix cache's
+    ``external_prefix_cache_hits`` over its queries)."""
+    return hits / queries if queries else float("nan")
+
+
 def prefix_cache_counters(
     queries: int,
     hits: int,
@@ -103,7 +110,7 @@ def prefix_cache_counters(
     return {
         "prefix_cache_queries": queries,
         "prefix_cache_hits": hits,
-        "prefix_cache_hit_rate": hits / queries if queries else float("nan"),
+        "prefix_cache_hit_rate": hit_rate(hits, queries),
         "prefix_cache_saved_bytes": (hits + preempted_hits) * bytes_per_token,
         "prefix_cache_preempted_queries": preempted_queries,
         "prefix_cache_preempted_hits": preempted_hits,

@@ -60,17 +60,11 @@ from typing import Any
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
+from kvsim.core.kv.base import hit_rate
 from kvsim.core.kv.disk_tier import DiskTier
 from kvsim.core.kv.offload import CpuTier, HeldRun, TierAccess, TransferLink
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
-
-
-def hit_rate(hits: int, queries: int) -> float:
-    """``external_prefix_cache_hit_rate``: hit tokens / queried tokens (vLLM's
-    ``vllm:external_prefix_cache_hits`` over ``..._queries``), NaN with no query, as
-    ``prefix_cache_hit_rate``."""
-    return hits / queries if queries else float("nan")
 
 
 @dataclass(slots=True)

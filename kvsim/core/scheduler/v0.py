@@ -143,7 +143,7 @@ class V0Scheduler(SchedulerCore):
             assert placed, f"can_admit said yes, allocate refused request {head.req_id}"
             self.pop_waiting()
             self._run(head)
-            if head.num_preemptions == 0:
+            if not head.readmitted:
                 head.num_cached_tokens = hit.num_tokens
             head.num_computed_tokens = hit.num_tokens
             plan.add(head, num_tokens - hit.num_tokens)
