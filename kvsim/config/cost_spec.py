@@ -112,7 +112,7 @@ class ResolvedCost:
             and ``CostSpec`` names neither a factor nor a calibration (``None``: the
             calibration's).
         fitted_block_size_tokens: the block size of the runs that factor was fitted on (the
-            fitted table's ``provenance.block_size_tokens``).
+            fitted table's ``provenance.block_size_tokens``; ``None`` with no such factor).
     """
 
     roofline: Roofline
@@ -126,7 +126,7 @@ class ResolvedCost:
     source: str
     paged_attention_factor: float | None = None
     layer_overhead_s: float = 0.0
-    fitted_block_size_tokens: int = 16
+    fitted_block_size_tokens: int | None = None
 
 
 @cache
@@ -162,7 +162,7 @@ def resolve_cost(cost: CostSpec, gpu: GpuSpec) -> ResolvedCost:
     given = {name: getattr(cost, name) for name in FITTED_FIELDS}
     source = "CostSpec"
     factor = None
-    fitted_at = 16
+    fitted_at = None
     if any(value is None for value in given.values()):
         values, source = fitted_values(gpu.name)
         named = [name for name, value in given.items() if value is not None]

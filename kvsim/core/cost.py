@@ -161,11 +161,11 @@ class StepCostModel:
         self.draft_passes = draft_passes
         self.draft_bytes = float(draft_num_params * model.dtype_bytes) / self.tp
         self.draft_flops_per_seq = 2.0 * draft_num_params / self.tp
-        self.layout_factor, self.layout_source = self._layout(cost, gpu, paged, block_size_tokens)
         if paged and resolved.paged_attention_factor is not None:
-            self.layout_factor, self.layout_source = self._fitted_layout(
-                resolved, gpu, block_size_tokens
-            )
+            layout = self._fitted_layout(resolved, gpu, block_size_tokens)
+        else:
+            layout = self._layout(cost, gpu, paged, block_size_tokens)
+        self.layout_factor, self.layout_source = layout
         self.kv_read_bytes_per_token = kv_rank * self.layout_factor
 
     def _work_terms(self, model: ModelSpec, step_roofline: bool) -> None:
@@ -200,8 +200,9 @@ class StepCostModel:
     def _fitted_layout(resolved: ResolvedCost, gpu: GpuSpec, block_size: int) -> tuple[float, str]:
         """The fitted table's paged factor, fitted on runs at one block size, carried to
         ``block_size`` by the calibration table's ratio (``f_layout`` in the module docstring)."""
-        assert resolved.paged_attention_factor is not None
         fitted_at = resolved.fitted_block_size_tokens
+        assert resolved.paged_attention_factor is not None
+        assert fitted_at is not None
         source = f"paged_attention_factor of {resolved.source}"
         if block_size == fitted_at:
             return resolved.paged_attention_factor, source
