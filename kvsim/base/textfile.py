@@ -5,6 +5,7 @@ with the path. ``json_text`` writes strict JSON (NaN and infinities as ``null``)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -288,6 +289,13 @@ def sha256_file(path: str | Path) -> str:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+@functools.cache
+def file_sha256(path: str, mtime_ns: int) -> str:
+    """``sha256_file`` cached per path and modification time (``mtime_ns``, nanoseconds: a
+    changed file is hashed again). Raises ``OSError`` as ``sha256_file``."""
+    return sha256_file(path)
 
 
 def json_text(value: Any, **options: Any) -> str:

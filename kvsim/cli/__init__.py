@@ -64,6 +64,9 @@ def _options(
     ] = False,
 ) -> None:
     STATE.debug = debug
+    # a dataset filter's counts (rows dropped by overflow = "drop" or a user's minimum lengths)
+    # are notes, not warnings, but they reach the terminal: no rows dropped without a count
+    logging.getLogger("kvsim.workload").setLevel(logging.INFO)
 
 
 for module in (run, compare, plan, sweep, report, reproduce, presets, calibrate, data, validate):

@@ -8,7 +8,6 @@ Serving defaults that depend on the model or GPU are resolved into ``SimConfig.e
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import json
 import logging
@@ -29,7 +28,7 @@ from pydantic import (
 )
 
 from kvsim.base.say_once import warn_once
-from kvsim.base.textfile import read_text, read_toml, sha256_file, toml_key_line
+from kvsim.base.textfile import file_sha256, read_text, read_toml, toml_key_line
 from kvsim.base.units import GiB
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
@@ -356,13 +355,7 @@ def data_identity(trace: str | None) -> str:
         path, _ = resolve_trace(trace)
     except (DataNotFoundError, ValueError):
         return "|missing"
-    return f"|{path.name}:{_file_digest(str(path), path.stat().st_mtime_ns)}"
-
-
-@functools.cache
-def _file_digest(path: str, _mtime_ns: int) -> str:
-    """SHA-256 of a file, cached per path and modification time."""
-    return sha256_file(path)[:16]
+    return f"|{path.name}:{file_sha256(str(path), path.stat().st_mtime_ns)[:16]}"
 
 
 def _check_blocks(config: SimConfig) -> None:
@@ -649,6 +642,13 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
         FileNotFoundError: no such file.
     """
     data = read_toml(path)
+    if not data:  # legal TOML, but a file meant to say something (a wrong or truncated file?)
+        warn_once(
+            logger,
+            "%s sets no field (empty, or only comments): every field is kvsim's "
+            "default (`kvsim presets` lists presets)",
+            path,
+        )
     try:
         return config_from_dict(data, overrides)
     except ValueError as err:

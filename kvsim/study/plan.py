@@ -46,7 +46,6 @@ from kvsim.study.plan_search import Condition, Interval, changes_at_most_once, s
 from kvsim.study.sweep import (
     POINTS,
     finished_by,
-    is_stale,
     outcomes,
     point_dir,
     save_outcome,
@@ -556,7 +555,7 @@ class _Evaluator:
     def evaluate(self, xs: Sequence[float]) -> None:
         """Simulate the values not seen yet (on ``jobs`` workers), reusing stored points."""
         todo: list[tuple[float, Point]] = []
-        stale = 0
+        builds: list[str | None] = []
         for x in xs:
             if x in self.seen or any(x == y for y, _ in todo):
                 continue
@@ -572,12 +571,12 @@ class _Evaluator:
                 stored = point_dir(self.folder, key) / "summary.json"
                 self._seen(x, read_summary(stored))
                 continue
-            stale += is_stale(build)
+            builds.append(build)
             point = Point(
                 len(self.seen) + len(todo), {self.plan.field: self.plan.value(x)}, None, config
             )
             todo.append((x, point))
-        warn_stale(self.folder, stale, f"plan {self.folder.name}")
+        warn_stale(self.folder, builds, f"plan {self.folder.name}")
         by_key = {point.key: x for x, point in todo}
         todo_points = [p for _, p in todo]
         stream = outcomes(todo_points, jobs=self.jobs, scheduler=self.scheduler, said=self.warned)

@@ -20,7 +20,7 @@ import math
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,12 +87,23 @@ def point_dir(folder: Path, key: str) -> Path:
 BUILD = "kvsim_build"  # point.json's field: the fingerprint of the kvsim that ran the point
 
 
+DAMAGED = "\0damaged"  # ``finished_by`` of a point whose summary.json cannot be read back
+
+
 def finished_by(folder: Path, key: str) -> str | None:
     """The fingerprint of the kvsim that finished the point (``""``: unrecorded or unreadable),
-    or ``None`` while its results are not completely written (the folder appears atomically)."""
+    ``DAMAGED`` when its ``summary.json`` is not a readable summary of this point (a JSON object
+    whose ``config_key`` is ``key``: an edited or truncated file), or ``None`` while its results
+    are not completely written (the folder appears atomically)."""
     where = point_dir(folder, key)
     if not (where / "summary.json").is_file():
         return None
+    try:
+        summary = read_summary(where / "summary.json")
+    except (OSError, ValueError):
+        return DAMAGED
+    if summary.get("config_key") != key:
+        return DAMAGED
     try:
         meta = json.loads((where / "point.json").read_text())
     except (OSError, ValueError):
@@ -107,18 +118,31 @@ def is_done(folder: Path, key: str) -> bool:
 
 
 def is_stale(build: str | None) -> bool:
-    """Whether a point ``finished_by`` ``build`` was finished by another kvsim: it runs again."""
+    """Whether a point ``finished_by`` ``build`` was finished by another kvsim, or its summary
+    is damaged: it runs again."""
     return build is not None and build != source_build()
 
 
-def warn_stale(folder: Path, count: int, name: str) -> None:
-    """Say that ``count`` points in ``folder`` run again, another kvsim having finished them."""
-    if count:
+def warn_stale(folder: Path, builds: Iterable[str | None], name: str) -> None:
+    """Say how many of the points ``finished_by`` ``builds`` in ``folder`` run again: those
+    another kvsim finished, and those whose summary is damaged."""
+    builds = list(builds)
+    damaged = builds.count(DAMAGED)
+    other = sum(map(is_stale, builds)) - damaged
+    if other:
         logger.warning(
             "%s: %d point(s) in %s were finished by another kvsim (its source or data differ "
             "from this one's): running them again",
             name,
-            count,
+            other,
+            folder,
+        )
+    if damaged:
+        logger.warning(
+            "%s: %d point(s) in %s have a damaged summary.json (not valid JSON, or not the "
+            "summary of its point): running them again",
+            name,
+            damaged,
             folder,
         )
 
@@ -444,7 +468,7 @@ def run_sweep(
             len(radix),
         )
     builds = {k: finished_by(folder, str(k)) for k in unique}  # (one read a point)
-    warn_stale(folder, sum(map(is_stale, builds.values())), f"sweep {experiment.name}")
+    warn_stale(folder, builds.values(), f"sweep {experiment.name}")
     current = source_build()
     todo = sorted((p for k, p in unique.items() if builds[k] != current), key=lambda p: p.index)
     report = SweepReport(folder, pd.DataFrame(), num_skipped=len(unique) - len(todo))

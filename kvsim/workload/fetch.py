@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvsim.base.extras import require
-from kvsim.base.textfile import sha256_file
+from kvsim.base.textfile import file_sha256, sha256_file
 from kvsim.workload.catalog import ENV_VAR, default_data_dir
 
 if TYPE_CHECKING:
@@ -773,6 +773,27 @@ def status(folder: Path | None) -> list[FileStatus]:
                 state = "differs"
         out.append(FileStatus(source, path, state))
     return out
+
+
+def reference_mismatch(trace: str, path: Path) -> str | None:
+    """A warning when ``path``, read as the catalog trace ``trace``, is not its reference copy
+    (another SHA-256 than :data:`SOURCES` pins): legal (a user's own edit), but its results
+    are not those kvsim documents. ``None`` when it is, or when ``trace`` has no pinned copy.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    source = next((s for s in SOURCES if s.trace == trace), None)
+    if source is None:
+        return None
+    actual = file_sha256(str(path), path.stat().st_mtime_ns)
+    if actual == source.sha256:
+        return None
+    return (
+        f"{path} is not the reference copy of trace {trace!r} (SHA-256 {actual[:12]}..., "
+        f"the reference {source.sha256[:12]}...): its results are not those kvsim documents; "
+        f"`kvsim data fetch --only {trace}` stores the reference copy"
+    )
 
 
 def readme_text(sources: Sequence[Source]) -> str:

@@ -16,6 +16,7 @@ from kvsim.base.say_once import warn_once
 from kvsim.base.units import cdiv, plural
 from kvsim.workload.beams import BeamModel
 from kvsim.workload.catalog import DataNotFoundError, resolve_trace
+from kvsim.workload.fetch import reference_mismatch
 from kvsim.workload.identity import attach_identity, check_trace_columns
 from kvsim.workload.length_table import shipped_table_path
 from kvsim.workload.request import Request
@@ -127,6 +128,9 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
             }
         )
         return fallback, None
+    mismatch = reference_mismatch(spec.trace, path) if info is not None else None
+    if mismatch is not None:
+        warn_once(logger, "%s", mismatch)
     fmt = spec.trace_format or (info.fmt if info is not None else None)
     trace = load_trace(path, fmt, tokenizer=spec.tokenizer)
     if spec.arrival is None:  # a trace file: its own arrivals if it has them (validated again)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvsim.base.say_once import warn_once
+from kvsim.base.say_once import note_once, warn_once
 from kvsim.workload.arrivals import arrival_times
 from kvsim.workload.identity import RowExtras, num_conversations, session_arrivals
 from kvsim.workload.length_table import LengthTable, load_length_table, shipped_table_path
@@ -65,22 +65,24 @@ def _keep_mask(
     if source is not None and short.any():
         # rows of 0 tokens are a data problem; a user's own minimum is a filter they asked for
         default_filters = spec.min_prompt_tokens == 1 and spec.min_output_tokens == 1
-        log = functools.partial(warn_once, logger) if default_filters else logger.info
-        log(
-            "%s: dropped %d of %d rows shorter than min_prompt_tokens = %d or "
+        say = warn_once if default_filters else note_once
+        say(
+            logger,
+            "%s: dropped %s of %s rows shorter than min_prompt_tokens = %d or "
             "min_output_tokens = %d",
             source,
-            int(short.sum()),
-            len(keep),
+            f"{int(short.sum()):,}",
+            f"{len(keep):,}",
             spec.min_prompt_tokens,
             spec.min_output_tokens,
         )
     if source is not None and long.any():
-        logger.info(  # overflow = 'drop' is never the default: a filter the config asked for
-            "%s: overflow='drop' removed %d of %d rows longer than max_model_len = %d",
+        note_once(  # overflow = 'drop' is never the default: a filter the config asked for
+            logger,
+            "%s: overflow='drop' removed %s of %s rows longer than max_model_len = %d",
             source,
-            int(long.sum()),
-            len(keep),
+            f"{int(long.sum()):,}",
+            f"{len(keep):,}",
             max_model_len,
         )
     return np.asarray(keep, dtype=bool)

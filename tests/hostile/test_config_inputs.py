@@ -761,3 +761,22 @@ def test_a_pool_the_drafters_layers_fill_names_them_and_asks_for_more_kv() -> No
     assert "409,731,072 bytes include the drafter's 100,000 KV layers" in message
     assert message.endswith("raise the KV budget")
     assert "lower scheduler.max_model_len" not in message
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n"])
+def test_a_config_file_that_sets_nothing_is_warned_about(text, tmp_path, caplog) -> None:
+    """An empty file is valid TOML and runs the default config: legal, but likely a wrong or
+    truncated file, so it warns; a file that sets one field does not."""
+    empty = tmp_path / "empty.toml"
+    empty.write_text(text)
+    assert load_config(empty) == config_from_dict({})
+    assert [r.getMessage() for r in caplog.records if "sets no field" in r.getMessage()] == [
+        f"{empty} sets no field (empty, or only comments): every field is kvsim's default "
+        "(`kvsim presets` lists presets)"
+    ]
+    caplog.clear()
+    one = tmp_path / "one.toml"
+    one.write_text("[cache]\nblock_size_tokens = 16\n")
+    load_config(one)
+    assert not [r for r in caplog.records if "sets no field" in r.getMessage()]

@@ -70,6 +70,26 @@ def test_overflow_drop_counts_what_it_removed(tmp_path, caplog) -> None:
     assert [r.levelname for r in said] == ["INFO"]
 
 
+def test_the_cli_shows_the_rows_overflow_drop_removed(hostile, caplog) -> None:
+    """The note is INFO (a filter the config asked for), which the CLI's WARNING root level
+    would hide: ``kvsim run`` raises ``kvsim.workload`` to INFO so that the count is seen."""
+    trace = hostile.write("long.csv", "prompt_tokens,output_tokens\n10,5\n3000,5\n20,5\n")
+    cfg = hostile.write(
+        "drop.toml",
+        f"[cache]\nkv_cache_gib = 2\n[scheduler]\nmax_model_len = 2048\n"
+        f'[workload]\ntrace = "{trace}"\nsample = "replay"\noverflow = "drop"\n',
+    )
+    workload_logger = logging.getLogger("kvsim.workload")
+    level = workload_logger.level
+    try:
+        outcome = hostile.invoke(["run", "--no-progress", cfg])
+    finally:
+        workload_logger.setLevel(level)
+    assert outcome.exit_code == 0, outcome.output
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert f"{trace}: overflow='drop' removed 1 of 3 rows longer than max_model_len = 2048" in said
+
+
 def test_rows_longer_than_max_model_len_are_counted(tmp_path) -> None:
     trace = tmp_path / "long.csv"
     trace.write_text("prompt_tokens,output_tokens\n10,5\n3000,5\n20,5\n")
@@ -161,3 +181,44 @@ def test_prompt_max_tokens_without_a_client_cap_is_warned_about(caplog) -> None:
     (message,) = warned()
     assert "max_model_len (4,096) less its prompt" in message
     assert warned(max_tokens=1024) == []
+
+
+def test_a_catalog_trace_that_is_not_the_reference_copy_is_warned_about(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """A file under a catalog trace's name with another SHA-256 than the one ``kvsim data
+    fetch`` pins is read (it may be the user's own edit) with a warning that names both hashes;
+    the same bytes pinned as the reference read without one."""
+    import dataclasses
+    import hashlib
+
+    from kvsim.base import say_once
+    from kvsim.workload import fetch
+
+    monkeypatch.setattr(say_once, "SAID", set())
+    data = tmp_path / "data"
+    data.mkdir()
+    text = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+    path = data / "azure_llm_2023_conv.csv"
+    path.write_text(text)
+    monkeypatch.setenv("KVSIM_DATA", str(data))
+    workload = {"trace": "azure_conv", "arrival": "trace", "num_requests": 1}
+    cfg = config_from_dict({**POOL_2GIB, "workload": workload})
+    with caplog.at_level(logging.WARNING):
+        requests_for(cfg)
+    actual = hashlib.sha256(text.encode()).hexdigest()
+    (said,) = [r.getMessage() for r in caplog.records if "reference copy" in r.getMessage()]
+    assert said.startswith(
+        f"{path} is not the reference copy of trace 'azure_conv' (SHA-256 {actual[:12]}..."
+    )
+    # the same file pinned as the reference: no warning
+    pinned = tuple(
+        dataclasses.replace(s, sha256=actual) if s.trace == "azure_conv" else s
+        for s in fetch.SOURCES
+    )
+    monkeypatch.setattr(fetch, "SOURCES", pinned)
+    monkeypatch.setattr(say_once, "SAID", set())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        requests_for(cfg)
+    assert not [r for r in caplog.records if "reference copy" in r.getMessage()]

@@ -104,6 +104,30 @@ def test_points_of_another_kvsim_run_again(tmp_path, tiny, counted, caplog) -> N
     assert not counted  # all four are this kvsim's now
 
 
+def test_points_with_a_damaged_summary_run_again(tmp_path, tiny, counted, caplog) -> None:
+    """A point whose summary.json is cut short (invalid JSON) or is not its point's summary (a
+    JSON object without its ``config_key``) runs again and is replaced, with a warning that
+    counts them apart from another kvsim's points; it neither stops the sweep nor shows as a
+    row of blanks."""
+    run_sweep(tiny, tmp_path, progress=False)
+    keys = [p.key for p in tiny.points()]
+    points = tmp_path / "tiny" / "points"
+    whole = (points / keys[0] / "summary.json").read_text()
+    (points / keys[0] / "summary.json").write_text(whole[: len(whole) // 2])
+    (points / keys[2] / "summary.json").write_text('{"num_requests": 12}')
+    counted.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        again = run_sweep(tiny, tmp_path, progress=False)
+    assert (again.num_run, again.num_skipped) == (2, 2)
+    assert len(counted) == 2
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "damaged summary.json" in m and "2 point(s)" in m]
+    assert not [m for m in said if "another kvsim" in m]
+    for key in (keys[0], keys[2]):
+        assert json.loads((points / key / "summary.json").read_text())["config_key"] == key
+    assert list(again.table["num_requests"]) == [12, 12, 12, 12]
+
+
 class Killed(BaseException):
     """Stands in for SIGINT/SIGKILL: not an ``Exception``, so no point handler swallows it."""
 
