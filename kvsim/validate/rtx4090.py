@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Hashable
 from datetime import datetime
@@ -30,6 +31,8 @@ from kvsim.validate.fields import flag, integer, items, number, read_json_file, 
 from kvsim.validate.runs import MeasuredRun, Stage
 from kvsim.workload.request import RequestSpec
 
+logger = logging.getLogger(__name__)
+
 RTX4090_SUBDIR = "rtx4090-llama-3.1-8b"
 _MODELS = {"meta-llama/Llama-3.1-8B": "llama-3.1-8b"}  # presets (the folder has no config.json)
 _GPUS = {"NVIDIA GeForce RTX 4090": "rtx-4090"}
@@ -38,6 +41,20 @@ NOTES = (
     "the model is kvsim's llama-3.1-8b preset (the run's folder has no config.json)",
     "latencies are vLLM's own (from queued_ts): no frontend latency is added",
 )
+# resolved_config settings the replay does not read, at the value it assumes (vLLM's defaults,
+# vllm/config/scheduler.py, cache.py, parallel.py): a run that set another gets a note
+ASSUMED: dict[tuple[str, str], object] = {
+    ("scheduler_config", "enable_chunked_prefill"): True,
+    ("scheduler_config", "policy"): "fcfs",
+    ("scheduler_config", "long_prefill_token_threshold"): 0,
+    ("scheduler_config", "max_num_partial_prefills"): 1,
+    ("cache_config", "cache_dtype"): "auto",
+    ("cache_config", "sliding_window"): None,
+    ("parallel_config", "pipeline_parallel_size"): 1,
+    ("parallel_config", "data_parallel_size"): 1,
+    ("parallel_config", "decode_context_parallel_size"): 1,
+}
+ABSENT = ("speculative_config", "kv_transfer_config", "lora_config")  # None: not in the replay
 
 
 def read_rtx4090_run(root: Path) -> MeasuredRun:
@@ -84,8 +101,29 @@ def read_rtx4090_run(root: Path) -> MeasuredRun:
         measured=measured,
         stages=[Stage(0, len(specs) / duration, duration, len(specs))],
         kv_usage=_series(folder / "timeseries.csv", offset_s=first_epoch - started),
-        notes=NOTES,
+        notes=NOTES + unmodelled_settings(meta, meta_path),
     )
+
+
+def unmodelled_settings(meta: dict[str, Any], path: Path) -> tuple[str, ...]:
+    """A note for each ``resolved_config`` setting the replay does not model that the run set
+    away from what the replay assumes (``ASSUMED``; a section of ``ABSENT`` that is set): its
+    results then differ for a reason kvsim does not show. Each is logged as a warning too."""
+    resolved = table(meta.get("resolved_config"), f"{path}: resolved_config")
+    notes = []
+    for (section, name), assumed in ASSUMED.items():
+        values = resolved.get(section)
+        if isinstance(values, dict) and name in values and values[name] != assumed:
+            notes.append(
+                f"the run sets {section}.{name} = {values[name]!r}, which the replay does not "
+                f"model (it assumes {assumed!r})"
+            )
+    for section in ABSENT:
+        if resolved.get(section) not in (None, {}):
+            notes.append(f"the run sets {section}, which the replay does not model")
+    for note in notes:
+        logger.warning("%s: %s", path, note)
+    return tuple(notes)
 
 
 def _settings(path: Path, meta: dict[str, Any]) -> dict[str, Any]:

@@ -92,6 +92,37 @@ def test_rtx4090_timestamps_and_settings_by_hand(tmp_path: Path) -> None:
     assert list(run.kv_usage["kv_cache_pct"]) == [1.5, 2.0]
 
 
+def test_rtx4090_settings_the_replay_does_not_model_are_noted(tmp_path: Path, caplog) -> None:
+    """vLLM's defaults (chunked prefill on, FCFS, no speculative decoding) are what the replay
+    assumes: a run at them gets no extra note; one that sets priority scheduling, an fp8 KV cache
+    or a speculative config gets a note (and a warning) for each."""
+    import json
+    import logging
+
+    root = write_rtx4090(tmp_path)
+    folder = root / "rtx4090-llama-3.1-8b"
+    assert len(read_rtx4090_run(root).notes) == 2  # the reader's own two
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["resolved_config"] = {
+        "scheduler_config": {"async_scheduling": True, "policy": "priority"},
+        "cache_config": {"cache_dtype": "fp8", "sliding_window": None},
+        "parallel_config": {"pipeline_parallel_size": 1},
+        "speculative_config": {"method": "eagle3", "num_speculative_tokens": 3},
+        "kv_transfer_config": None,
+    }
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        notes = read_rtx4090_run(root).notes[2:]
+    assert notes == (
+        "the run sets scheduler_config.policy = 'priority', which the replay does not model "
+        "(it assumes 'fcfs')",
+        "the run sets cache_config.cache_dtype = 'fp8', which the replay does not model "
+        "(it assumes 'auto')",
+        "the run sets speculative_config, which the replay does not model",
+    )
+    assert len([r for r in caplog.records if "does not model" in r.getMessage()]) == 3
+
+
 def test_rtx4090_prompts_share_exactly_their_common_full_blocks(tmp_path: Path) -> None:
     run = read_rtx4090_run(write_rtx4090(tmp_path))
     a, b, c = (r.token_segments for r in run.requests)
