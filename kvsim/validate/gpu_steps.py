@@ -21,12 +21,15 @@ with it:
   the GEMMs, SDPA, the paged-attention kernel's contiguous layout.
 
 The CPU-side per-step overhead (``step_overhead_s``, fitted on vLLM runs) is not measured here:
-these steps run no scheduler. Numbers are relative errors ``predicted / measured - 1``.
+these steps run no scheduler. Numbers are relative errors ``predicted / measured - 1``. A step
+the chosen fit misses by more than ``SUSPECT_ERROR`` (half its measured time) is warned about with
+its line: a mistyped or disturbed measurement is said, not fitted silently.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +44,14 @@ from kvsim.calibrate.table import CalibrationTable, analytic_layout_factor
 from kvsim.config import CostSpec, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.config.cost_spec import cost_fit_table
 from kvsim.core.cost import StepCostModel
-from kvsim.validate.parts_files import Parts, rank_of, read_parts
+from kvsim.validate.parts_files import Parts, line_of, rank_of, read_parts
+
+logger = logging.getLogger(__name__)
 
 TRAIN_DECODE_BATCHES = (1, 32, 128)
 TRAIN_PREFILL_CHUNKS = (128, 2048)
 COMMAND = "kvsim calibrate --fit-parts"
+SUSPECT_ERROR = 0.5  # |predicted / measured - 1| past which a step is warned about
 # candidate -> the CostSpec fields it fits (the other GPU-side ones held at 0)
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "per-layer overhead": ("hbm_efficiency", "flops_efficiency", "layer_overhead_s"),
@@ -243,6 +249,7 @@ def fit_parts(
         for label, free in CANDIDATES.items()
     ]
     chosen = min(fits, key=lambda fit: fit.summary(True)["median_abs_pct"])
+    _warn_suspect(steps, chosen, parts.paths["steps"])
     m = parts.meta
     provenance: dict[str, Any] = {
         "command": COMMAND,
@@ -297,6 +304,26 @@ def fit_parts(
         },
         "points": points,
     }
+
+
+def _warn_suspect(steps: pd.DataFrame, fit: StepFit, path: Path) -> None:
+    """Warn about the steps ``fit`` misses by more than ``SUSPECT_ERROR``, naming the worst."""
+    suspect = np.flatnonzero(np.abs(fit.errors) > SUSPECT_ERROR)
+    if not suspect.size:
+        return
+    worst = int(suspect[np.argmax(np.abs(fit.errors[suspect]))])
+    measured = float(steps.seconds.iloc[worst])
+    logger.warning(
+        "%s: %d step(s) the fit misses by more than %d %%; the worst, line %d, measured %.6g s, "
+        "predicted %.6g s (%+.0f %%): a mistyped or disturbed measurement?",
+        path,
+        suspect.size,
+        round(SUSPECT_ERROR * 100),
+        line_of(path, worst),
+        measured,
+        measured * (1 + fit.errors[worst]),
+        fit.errors[worst] * 100,
+    )
 
 
 HEADER = """\

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from kvsim.config import ModelSpec, ParallelConfig
+from kvsim.config import ModelSpec, ParallelConfig, format_validation_error
 from kvsim.config.hardware import check_parallel_fits_model
 
 # the columns each file must have (kvsim.calibrate.parts writes them)
@@ -98,7 +98,7 @@ def _metadata(path: Path) -> dict[str, str]:
     return meta
 
 
-def _line(path: Path, row: int) -> int:
+def line_of(path: Path, row: int) -> int:
     """The file line of data row ``row`` (0-based): after the metadata and the header."""
     with path.open(encoding="utf-8") as f:
         return sum(1 for line in f if line.startswith("#")) + 2 + row
@@ -126,7 +126,7 @@ def _checked_frame(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise ValueError(
-                f"{path}, line {_line(path, i)}, column {column}: {frame[column].iloc[i]} "
+                f"{path}, line {line_of(path, i)}, column {column}: {frame[column].iloc[i]} "
                 f"is not {what}"
             )
         frame[column] = values.astype(int) if column in WHOLE_COLUMNS else values
@@ -157,7 +157,7 @@ def _check_rows(frames: dict[str, pd.DataFrame], paths: dict[str, Path]) -> None
 
 def _check_steps(steps: pd.DataFrame, path: Path) -> None:
     for i, row in enumerate(steps.itertuples(index=False)):
-        where = f"{path}, line {_line(path, i)}"
+        where = f"{path}, line {line_of(path, i)}"
         if row.phase not in ("decode", "prefill"):
             raise ValueError(f"{where}, column phase: {row.phase!r}: expected decode or prefill")
         if row.phase == "decode" and row.query_tokens != 1:
@@ -170,16 +170,21 @@ def _check_steps(steps: pd.DataFrame, path: Path) -> None:
                 f"{row.context_tokens}"
             )
     for label, rows in steps.groupby("model", sort=False):
-        where = f"{path}, line {_line(path, int(np.flatnonzero(steps.model == label)[0]))}"
+        where = f"{path}, line {line_of(path, int(np.flatnonzero(steps.model == label)[0]))}"
         try:
             preset, tp = rank_of(str(label))
             model = ModelSpec.model_validate(preset)
             check_parallel_fits_model(model, ParallelConfig(tensor_parallel_size=tp))
-        except (ValueError, ValidationError) as err:
-            reason = str(err).strip().splitlines()
-            raise ValueError(f"{where}, column model: {label!r}: {reason[-1].strip()}") from None
+        except ValidationError as err:
+            reason = format_validation_error(err).splitlines()[0].removeprefix(": ")
+            raise ValueError(f"{where}, column model: {label!r}: {reason}") from None
+        except ValueError as err:
+            raise ValueError(f"{where}, column model: {label!r}: {err}") from None
         if "num_layers" in rows and (rows.num_layers != model.num_layers).any():
+            first = int(
+                np.flatnonzero((steps.model == label) & (steps.num_layers != model.num_layers))[0]
+            )
             raise ValueError(
-                f"{where}, column num_layers: {model.name} has {model.num_layers} layers; the "
-                f"steps ran {sorted(set(rows.num_layers))}"
+                f"{path}, line {line_of(path, first)}, column num_layers: "
+                f"{steps.num_layers.iloc[first]}: {model.name} has {model.num_layers} layers"
             )

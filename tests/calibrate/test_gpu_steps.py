@@ -219,7 +219,7 @@ def test_h200_host_link_is_the_measured_one() -> None:
         (
             "steps",
             lambda t: t.replace("llama-2-7b tp1,32", "foo tp1,32", 1),
-            "column model: 'foo tp1'",
+            "line 8, column model: 'foo tp1': unknown model preset 'foo'; choose from [",
         ),
         (
             "steps",
@@ -228,6 +228,11 @@ def test_h200_host_link_is_the_measured_one() -> None:
         ),
         ("steps", lambda t: t.replace("llama-2-7b tp1,32", "llama-2-7b tpX,32", 1), "tp<N>"),
         ("steps", lambda t: t.replace(",32,decode,1,", ",40,decode,1,", 1), "has 32 layers"),
+        (  # the second row's: the line named is the row's, not the model's first
+            "steps",
+            lambda t: t.replace(",32,decode,8,", ",40,decode,8,", 1),
+            "line 9, column num_layers: 40: llama-2-7b has 32 layers",
+        ),
         ("steps", lambda t: t.replace(",decode,8,1,", ",warmup,8,1,", 1), "line 9, column phase"),
         ("steps", lambda t: t.replace(",decode,8,1,128", ",decode,8.5,1,128", 1), "whole number"),
         (
@@ -253,3 +258,31 @@ def test_fit_parts_refuses_bad_files(tmp_path: Path, name: str, edit: Any, messa
     assert result.exit_code == 2
     assert f"{name}.csv" in result.output
     assert message in result.output
+
+
+def test_fit_parts_warns_about_a_step_it_misses_by_half(tmp_path: Path, caplog) -> None:
+    """Hand-made steps the per-layer form fits exactly, one of them then mistyped as 1e9 s: the
+    fit (least squares of relative errors) still fits the rest, and the warning names that row's
+    line (6 metadata lines and the header come first: the fifth row is line 12)."""
+    import logging
+
+    from kvsim.validate.gpu_steps import fit_parts
+
+    rank = "llama-2-7b tp1"
+    steps = [(rank, "decode", b, 1, c) for b in (1, 8, 32, 64, 128) for c in (128, 2048)]
+    steps += [(rank, "prefill", 1, c, c) for c in (128, 512, 2048, 8192)]
+    _write_parts(tmp_path / "p", steps, (0.9, 0.6, 40e-6))
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        fit_parts(tmp_path / "p", "h200")
+    assert not caplog.records  # an exact fit: nothing to say
+    path = tmp_path / "p" / "steps.csv"
+    lines = path.read_text().splitlines()
+    lines[11] = lines[11].rsplit(",", 1)[0] + ",1e9"
+    path.write_text("\n".join(lines) + "\n")
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        fit_parts(tmp_path / "p", "h200")
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(
+        f"{path}: 1 step(s) the fit misses by more than 50 %; the worst, line 12"
+    )
+    assert "measured 1e+09 s" in said
