@@ -9,6 +9,7 @@ without pyarrow: ``kvsim.base.tablefile``). ``Results.load(folder)`` reads them 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -235,11 +236,18 @@ def read_summary(path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a folder, not UTF-8, invalid JSON or not a JSON object (naming the file).
+        ValueError: a folder, not UTF-8, invalid JSON, not a JSON object, or a value that is a
+            list or an object (naming the file and the key).
     """
     summary = read_json(path)
     if not isinstance(summary, dict):
         raise ValueError(f"{path}: expected a JSON object (a kvsim run's summary)")
+    for key, value in summary.items():
+        if isinstance(value, list | dict):  # (kvsim writes numbers, text, true/false, null)
+            raise ValueError(
+                f"{path}: {key} is {json.dumps(value)[:60]}, expected a number, text, true, "
+                "false or null (a damaged summary.json?)"
+            )
     return {k: math.nan if v is None else v for k, v in summary.items()}
 
 

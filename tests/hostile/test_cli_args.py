@@ -80,6 +80,14 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
     "compare_corrupt_json": (["compare", "badrun", "badrun"], ["badrun/summary.json"]),
     "compare_json_array": (["compare", "arrayrun", "arrayrun"], ["arrayrun/summary.json"]),
     "compare_not_utf8": (["compare", "latin1run", "latin1run"], ["latin1run/summary.json"]),
+    "compare_list_value": (
+        ["compare", "listrun", "listrun"],
+        ["listrun/summary.json", "num_preemptions is [1, 2]", "expected a number"],
+    ),
+    "compare_text_metric": (
+        ["compare", "textrun", "textrun"],
+        ["textrun/summary.json", "token_states_pct is 'abc', expected a number"],
+    ),
     # report
     "report_missing_folder": (["report", "nofolder", "--out", "r.html"], ["nofolder"]),
     "report_out_root": (["report", "badrun", "--out", "/"], ["--out", "'/'"]),
@@ -121,6 +129,8 @@ def _setup(h) -> None:
     h.write("badrun/summary.json", "{oops")
     h.write("arrayrun/summary.json", "[1, 2]")
     h.write("latin1run/summary.json", b'{"name": "\xe9"}')
+    h.write("listrun/summary.json", '{"num_requests": 3, "num_preemptions": [1, 2]}')
+    h.write("textrun/summary.json", '{"num_requests": 3, "token_states_pct": "abc"}')
 
 
 @pytest.mark.parametrize("case", sorted(ARGS))
