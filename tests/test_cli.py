@@ -221,7 +221,7 @@ def test_help_is_whole_at_80_columns(command):
     assert "--set" in result.output
 
 
-@pytest.mark.parametrize("command", ["reproduce", "plan", "report", "calibrate"])
+@pytest.mark.parametrize("command", ["plan", "report", "calibrate"])
 def test_help_paragraphs_fill_their_lines_at_80_columns(command):
     # the docstring's line breaks were kept and each line wrapped again at 80 columns:
     # "fig12-alpaca (its" / "Alpaca" / "panels), ..."; a paragraph's lines before its last now
@@ -268,6 +268,16 @@ def test_h_is_help_on_every_command():
         assert short.exit_code == 0, (path, short.output)
         assert short.output == long.output, path
         assert "Usage:" in short.output
+
+
+def test_flags_show_no_type_in_help():
+    """An on/off flag takes no value: typer's ``<bool>`` label beside it read as if it did
+    (``--debug <bool>``). Options that take a value keep their type."""
+    for path in [(), *_commands(app)]:
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "120"})
+        assert "<bool>" not in result.output, (path, result.output)
+    result = runner.invoke(app, ["reproduce", "--help"], env={"COLUMNS": "120"})
+    assert "<int range>" in result.output  # --jobs
 
 
 # Llama-3.1-8B on an H100-80GB at gpu_memory_utilization 0.22: 0.22 x 80 GiB - 8.03e9 params x

@@ -145,6 +145,24 @@ class OneLineErrors(TyperGroup):
             sys.exit(130)
         sys.exit(code if isinstance(code, int) else 0)
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _without_flag_types(command.get_params(ctx))  # (its --help option is kept)
+        return command
+
+
+def _without_flag_types(params: list[Any]) -> list[Any]:
+    """``params`` with each on/off flag's type label (typer shows ``<bool>``, which reads as
+    if the flag took a value) left out of the help: its metavar set to empty."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
 
 def one_line_text(text: str) -> str:
     """``text`` on one line: its lines (one problem each, as ``format_validation_error`` gives

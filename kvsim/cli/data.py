@@ -14,11 +14,12 @@ from typing import Annotated
 
 import typer
 
-from kvsim.cli.common import check_out_dir, guard
+from kvsim.cli.common import OneLineErrors, check_out_dir, guard
 from kvsim.workload import fetch as datafetch
 from kvsim.workload.catalog import ENV_VAR, data_dir, data_dir_searched, default_data_dir
 
 data_app = typer.Typer(
+    cls=OneLineErrors,
     no_args_is_help=True,
     help="Download and verify the public real traces kvsim reads ($KVSIM_DATA).",
 )

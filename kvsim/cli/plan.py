@@ -73,7 +73,7 @@ def plan(
     source: Annotated[
         str | None,
         typer.Argument(
-            help="A shipped plan (kvsim plan --list), a plan TOML, or a SimConfig TOML "
+            help="A shipped plan (kvsim plan --list), a plan TOML, or a config TOML "
             "(default: the built-in config).",
             callback=not_an_override,
         ),

@@ -17,9 +17,11 @@ from kvsim.cli.common import check_out_file, console, guard
 def report(
     run_dirs: Annotated[
         list[Path],
-        typer.Argument(metavar="RUN_DIR", help="run folders written by `kvsim run --out DIR`"),
+        typer.Argument(
+            metavar="RUN_DIR", help="One or two run folders written by `kvsim run --out DIR`."
+        ),
     ],
-    out: Annotated[Path, typer.Option(help="the HTML file to write")] = Path("report.html"),
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
 ) -> None:
     """Write one self-contained HTML page of one or two runs (animated memory map, charts).
 

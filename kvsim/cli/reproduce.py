@@ -48,9 +48,9 @@ def reproduce(
     name: Annotated[
         str,
         typer.Argument(
-            help="fig2 (the main job), fig12, fig12-66b, fig12-175b, fig12-alpaca, "
-            "fig12-66b-alpaca, fig12-175b-alpaca, fig13, fig14, fig15, fig16, fig17, fig18b, "
-            "preemption, prefix-caching."
+            help="fig2 (the main job), fig12 (OPT-13B), fig12-66b, fig12-175b, fig12-alpaca "
+            "(its Alpaca panels), fig12-66b-alpaca, fig12-175b-alpaca, fig13, fig14, fig15, "
+            "fig16, fig17, fig18b, preemption (§7.3), prefix-caching (Mooncake)."
         ),
     ] = "fig2",
     out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
@@ -68,12 +68,7 @@ def reproduce(
     ] = False,
     progress: Annotated[bool, typer.Option(help="Progress bars on a terminal.")] = True,
 ) -> None:
-    """Reproduce a PagedAttention paper figure next to its published numbers (fig2: main job).
-
-    fig2 (the main job), fig12 (OPT-13B), fig12-66b, fig12-175b, fig12-alpaca (its Alpaca
-    panels), fig12-66b-alpaca, fig12-175b-alpaca, fig13, fig14, fig15, fig16, fig17, fig18b,
-    preemption (§7.3), prefix-caching (Mooncake).
-    """
+    """Reproduce a PagedAttention paper figure next to its published numbers (fig2: main job)."""
     from kvsim.study.paper import REPRODUCTIONS
     from kvsim.study.paper import reproduce as run_reproduction
     from kvsim.study.paper.run import describe

@@ -25,7 +25,10 @@ MAX_MAP_FRAMES = 10_000  # --map-frames: 50 times the default, a report's slider
 def run(
     config: Annotated[
         Path | None,
-        typer.Argument(help="SimConfig TOML (default: built-in).", callback=not_an_override),
+        typer.Argument(
+            help="A config TOML (docs/formats.md; default: the built-in config).",
+            callback=not_an_override,
+        ),
     ] = None,
     set_: Annotated[
         list[str] | None,
