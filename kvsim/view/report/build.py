@@ -26,9 +26,9 @@ HEADLINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("internal_fragmentation_pct", "internal fragmentation"),
             ("external_fragmentation_pct", "external fragmentation & other"),
             ("free_pct", "free"),
-            ("token_states_pct_of_used", "token states, % of used memory"),
+            ("token_states_pct_of_used", "token states, % of non-free KV (holes included)"),
             ("kv_cache_usage_perc", "kv_cache_usage_perc (0-1, mean)"),
-            ("token_utilization_perc", "token states / allocated (%)"),
+            ("token_utilization_perc", "token states / allocated to requests (%)"),
         ),
     ),
     (
