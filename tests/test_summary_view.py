@@ -440,3 +440,31 @@ def test_replica_table_shows_the_offload_tier_where_replicas_have_one() -> None:
 )
 def test_small_numbers_are_written_out_not_in_exponent_notation(key, value, shown) -> None:
     assert format_metric(key, value) == shown
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"model": "gemma-3-27b", "gpu": "h100-80gb"},  # a hybrid pool's group kinds
+        {"fleet.replicas": 2, "fleet.prefill_replicas": 1},  # a fleet's router
+        {"offload.kv_offloading_size": 8, "speculative.num_speculative_tokens": 3}
+        | {"speculative.acceptance_rate": 0.7},
+    ],
+    ids=["hybrid", "fleet", "offload-spec"],
+)
+def test_every_text_value_a_summary_writes_reads_back(overrides, tmp_path: Path) -> None:
+    """``read_summary`` refuses text where kvsim writes none (a damaged file's "abc"): every
+    text value a run of each kind writes is one of ``TEXT_KEYS``, and its saved file reads back
+    as written."""
+    from kvsim.config import config_from_dict
+    from kvsim.fleet import simulate
+    from kvsim.results import read_summary
+    from kvsim.results.tables import TEXT_KEYS
+
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "workload.num_requests": 10}
+    base["scheduler.max_model_len"] = 8192
+    results = simulate(config_from_dict({}, {**base, **overrides}))
+    text = {k for k, v in results.summary.items() if isinstance(v, str)}
+    assert {"engine", "config_key"} <= text <= TEXT_KEYS
+    results.save(tmp_path / "run")
+    assert set(read_summary(tmp_path / "run" / "summary.json")) == set(results.summary)

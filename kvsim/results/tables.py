@@ -231,22 +231,40 @@ def request_frame_from_columns(columns: Columns) -> pd.DataFrame:
     return pd.DataFrame(data, copy=False)
 
 
+# the summary keys kvsim writes as text (the engine's, the step cost's, a hybrid pool's and a
+# fleet's settings); every other value is a number, true, false or null
+TEXT_KEYS = frozenset(
+    {
+        "config_key",
+        "cost_source",
+        "engine",
+        "kv_cache_dtype",
+        "kv_cache_group_kinds",
+        "layout_source",
+        "preemption_mode",
+        "router",
+        "summary_window",
+    }
+)
+
+
 def read_summary(path: str | Path) -> dict[str, Any]:
     """A ``summary.json``, its ``null`` metrics (NaN or infinite when computed) read as NaN.
 
     Raises:
         FileNotFoundError: no such file.
         ValueError: a folder, not UTF-8, invalid JSON, not a JSON object, or a value that is a
-            list or an object (naming the file and the key).
+            list or an object, or text where kvsim writes none (``TEXT_KEYS``), naming the file
+            and the key.
     """
     summary = read_json(path)
     if not isinstance(summary, dict):
         raise ValueError(f"{path}: expected a JSON object (a kvsim run's summary)")
     for key, value in summary.items():
-        if isinstance(value, list | dict):  # (kvsim writes numbers, text, true/false, null)
+        if isinstance(value, list | dict) or (isinstance(value, str) and key not in TEXT_KEYS):
             raise ValueError(
-                f"{path}: {key} is {json.dumps(value)[:60]}, expected a number, text, true, "
-                "false or null (a damaged summary.json?)"
+                f"{path}: {key} is {json.dumps(value)[:60]}, expected a number, true, false or "
+                f"null{' or text' if key in TEXT_KEYS else ''} (a damaged summary.json?)"
             )
     return {k: math.nan if v is None else v for k, v in summary.items()}
 

@@ -86,7 +86,7 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "compare_text_metric": (
         ["compare", "textrun", "textrun"],
-        ["textrun/summary.json", "token_states_pct is 'abc', expected a number"],
+        ["textrun/summary.json", 'token_states_pct is "abc", expected a number'],
     ),
     # report
     "report_missing_folder": (["report", "nofolder", "--out", "r.html"], ["nofolder"]),
