@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
@@ -36,6 +37,11 @@ from kvsim.view.summary import (
         ("cow_copy_bytes", 3 * 2**30, "3.00 GiB"),
         ("prefix_cache_hit_rate", float("nan"), "-"),
         ("preemption_mode", "swap", "swap"),
+        # a swept setting that is a list of tables (float() of a list raised), as given and as
+        # Parquet gives it back (an array of dicts)
+        ("fleet.replica_overrides", [{"gpu": "a100-80gb"}], '[{"gpu": "a100-80gb"}]'),
+        ("fleet.replica_overrides", np.array([{"gpu": "h200"}]), '[{"gpu": "h200"}]'),
+        ("fleet.replica_overrides", [], "[]"),
     ],
 )
 def test_format_metric(key: str, value: object, shown: str) -> None:

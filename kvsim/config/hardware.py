@@ -197,6 +197,11 @@ class ModelSpec(Frozen):
                     f"give preset ({value['preset']!r}) or hf_config ({value['hf_config']!r}), "
                     "not both"
                 )
+            if not isinstance(value["hf_config"], str) or not value["hf_config"]:
+                raise ValueError(
+                    f"hf_config: expected the path of a config.json (text), got "
+                    f"{value['hf_config']!r}"
+                )
             rest = {k: v for k, v in value.items() if k != "hf_config"}
             fields = model_fields_from_hf(value["hf_config"], rest.get("num_params"))
             check_file_heads(value["hf_config"], fields, rest)

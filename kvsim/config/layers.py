@@ -315,7 +315,7 @@ def _from_layer_types(
             f"({num_layers}, num_hidden_layers), got {got}"
         )
     for i, kind in enumerate(kinds):
-        if kind not in _LAYER_KINDS:
+        if not isinstance(kind, str) or kind not in _LAYER_KINDS:  # (a list is unhashable)
             raise ValueError(
                 f"{where('layer_types')}: layer_types[{i}] = {kind!r} is not a kind kvsim "
                 f"models; expected one of {', '.join(map(repr, _LAYER_KINDS))}"

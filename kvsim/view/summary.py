@@ -12,7 +12,9 @@ one its rows show ``-`` (``kvsim.results.money``).
 
 from __future__ import annotations
 
+import json
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -246,6 +248,9 @@ def format_metric(key: str, value: Any) -> str:
         return " + ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
     if isinstance(value, (bool, str)):
         return str(value)
+    if not isinstance(value, numbers.Number):  # a swept setting: a list or table (an array
+        plain = value.tolist() if hasattr(value, "tolist") else value  # read back from Parquet)
+        return json.dumps(plain, default=str)
     big = key.endswith(("_bytes", "_bytes_total")) or key.startswith("kv_offload_bytes_")
     if isinstance(value, int):
         return f"{value / 2**30:,.2f} GiB" if big else f"{value:,}"

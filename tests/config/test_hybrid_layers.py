@@ -114,6 +114,9 @@ def test_layer_patterns_without_layer_types_follow_transformers() -> None:
             r"layer_types\[3\] = 'chunked_attention' is not a kind kvsim models",
         ),
         ({"layer_types": ["mamba"] * 4}, r"layer_types\[0\] = 'mamba'"),
+        # an entry that is a list or an object (unhashable: a TypeError escaped)
+        ({"layer_types": [["full_attention"]] + ["full_attention"] * 3}, r"\[0\] = \['full_"),
+        ({"layer_types": ["full_attention"] * 3 + [{"a": 1}]}, r"layer_types\[3\] = \{'a': 1\}"),
         # a state size given as JSON true: not 1 (Python's bool is an int)
         (
             {

@@ -435,6 +435,10 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
         b'[model]\nhf_config = "/nonexistent/config.json"\n',
         ["hf_config", "/nonexistent/config.json"],
     ),
+    "hf_config_a_number": (  # a TypeError escaped (exit 1)
+        b"[model]\nhf_config = 5\n",
+        ["cfg.toml line 2", "model.hf_config", "expected the path of a config.json", "got 5"],
+    ),
     "preset_path_escape": (
         b'[workload]\npreset = "../../../../etc/hostname"\n',
         ["hostname"],
