@@ -248,7 +248,7 @@ def format_metric(key: str, value: Any) -> str:
         return " + ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
     if isinstance(value, (bool, str)):
         return str(value)
-    if not isinstance(value, numbers.Number):  # a swept setting: a list or table (an array
+    if not isinstance(value, numbers.Real):  # a swept setting: a list or table (an array
         plain = value.tolist() if hasattr(value, "tolist") else value  # read back from Parquet)
         return json.dumps(plain, default=str)
     big = key.endswith(("_bytes", "_bytes_total")) or key.startswith("kv_offload_bytes_")
