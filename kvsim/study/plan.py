@@ -228,14 +228,18 @@ class Plan:
         if self.hi / self.lo > 1e12:
             raise ValueError(f"{self.field}: the bracket [{self.lo:g}, {self.hi:g}] spans > 1e12")
 
-    def check_field(self) -> None:
+    def check_field(self) -> Plan:
         """The knob is a config field that the config reads: the base config with the knob at
         ``hi`` validates (or fails for another reason than an unknown field), and does not
-        ignore the knob (``workload.rate_per_s`` under replayed trace arrivals).
+        ignore the knob (``workload.rate_per_s`` under replayed trace arrivals; any knob whose
+        ends give the same config, as a disk tier's bandwidth without a disk tier). A field
+        the config holds as an integer makes the knob an integer one (``integer``), so that
+        the search tries no value between two integers: returns the plan, so marked.
 
         Raises:
             ValueError: the knob names no field of the config (a typo), or one it ignores (every
-                value would run the same workload: the answer would be the bracket's end).
+                value would run the same workload: the answer would be the bracket's end), or
+                an integer field with an end that is not a whole number.
         """
         from kvsim.config.ignored import moot_reason
 
@@ -249,13 +253,34 @@ class Plan:
                 raise ValueError(
                     f"plan: {self.field!r} is not a config field ({message.splitlines()[0]})"
                 ) from None
-            return
+            return self
+        plan = self
+        held: Any = config
+        for part in self.field.split("."):
+            held = getattr(held, part, None)
+        if isinstance(held, int) and not isinstance(held, bool) and not self.choices:
+            for end, value in (("lo", self.lo), ("hi", self.hi)):
+                if value != round(value):
+                    raise ValueError(
+                        f"{end} (--{end}): {self.field} takes whole numbers, got {value}"
+                    )
+            plan = dataclasses.replace(self, integer=True)
         why = moot_reason(config, self.base, self.field)
+        if why is None:
+            try:
+                at_lo = config_from_dict(
+                    self.base, {self.field: self.value(self.lo)}, varied=self.varied
+                )
+            except ValueError:
+                at_lo = None
+            if at_lo is not None and at_lo.key() == config.key():
+                why = f"the config at {self.lo:g} and at {self.hi:g} is the same"
         if why is not None:
             raise ValueError(
                 f"plan: {self.field} has no effect on this config ({why}), so every value "
                 "runs the same workload; plan another knob or change the config"
             )
+        return plan
 
     def arrival_span_s(self, x: float, *, quick: bool = False) -> float | None:
         """Seconds over which the requests of the point at ``x`` arrive (their count over the
