@@ -387,12 +387,24 @@ def _check_blocks(config: SimConfig) -> None:
 
 
 def _check_fleet(config: SimConfig) -> None:
-    """A disaggregated fleet runs vLLM v1 on paged pools (its KV connector is a v1 feature),
+    """A disaggregated fleet runs vLLM v1 on paged pools (its KV connector is a v1 feature)
+    of one model and KV dtype (a decode replica continues the KV its prefill replica computed),
     and every replica's config is valid (``SimConfig.replica_configs``)."""
     fleet = config.fleet
     if fleet is None:
         return
+    first = config.replica_configs[0]
     for i, replica in enumerate(config.replica_configs):
+        if fleet.disaggregated and (
+            replica.model != first.model
+            or replica.cache.kv_cache_dtype != first.cache.kv_cache_dtype
+        ):
+            raise ValueError(
+                f"fleet.replica_overrides: a disaggregated fleet's decode replicas continue the "
+                f"KV its prefill replicas computed, so every replica serves one model in one KV "
+                f"dtype; replica {i} runs {replica.model.name} ({replica.cache.kv_cache_dtype}), "
+                f"replica 0 {first.model.name} ({first.cache.kv_cache_dtype})"
+            )
         if fleet.disaggregated and replica.engine_args.engine != "vllm-v1":
             raise ValueError(
                 f"fleet.prefill_replicas: disaggregated prefill moves KV through vLLM v1's KV "

@@ -83,6 +83,22 @@ def test_splits_that_do_not_fit_the_fleet_are_one_clear_error():
         )
 
 
+@pytest.mark.parametrize(
+    "override",
+    [{"model": "gemma-3-27b", "gpu": "h100-80gb"}, {"cache": {"kv_cache_dtype": "fp8"}}],
+    ids=["model", "kv-dtype"],
+)
+def test_prefill_and_decode_replicas_serve_one_model_in_one_kv_dtype(override):
+    """A decode replica continues the KV its prefill replica computed: a Gemma prefill for a
+    Llama decode (or fp8 KV for bf16) ran and reported KV moved; it is refused. Without
+    disaggregation replicas may differ (a router over two pools)."""
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "workload": {"num_requests": 4}}
+    fleet = {"replicas": 2, "prefill_replicas": 1, "replica_overrides": [override]}
+    with pytest.raises(ValueError, match=r"every replica serves one model in one KV dtype"):
+        config_from_dict({**base, "fleet": fleet})
+    config_from_dict({**base, "fleet": {"replicas": 2, "replica_overrides": [override]}})
+
+
 def test_received_requests_run_before_a_preempted_one_that_cannot_fit():
     # A decode replica with a 1 GiB pool (8,176 slots) takes blocks for every prompt on its
     # way; a request it preempted waits at the front for ~1,600 slots that the received
