@@ -162,7 +162,10 @@ class PricingSpec(Frozen):
     @classmethod
     def _table_readable(cls, value: str | None) -> str | None:
         if value is not None:
-            price_table(value)  # the file's errors name it
+            try:
+                price_table(value)  # the file's errors name it
+            except FileNotFoundError:
+                raise ValueError("no such file") from None
         return value
 
 
@@ -193,10 +196,10 @@ def _read_prices(path: str, _mtime_ns: int) -> dict[str, dict[str, Any]]:
 def _checked(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     for gpu, row in table.items():
         price = row.get("usd_per_gpu_hour") if isinstance(row, dict) else None
-        if isinstance(price, bool) or not isinstance(price, (int, float)) or not price >= 0:
-            raise ValueError(
-                f"{where}: [{gpu}] usd_per_gpu_hour: expected a price >= 0 (USD per GPU-hour), "
-                f"got {price!r}"
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price <= 1e9:
+            raise ValueError(  # (the bound of pricing.usd_per_gpu_hour; NaN and inf fail it)
+                f"{where}: [{gpu}] usd_per_gpu_hour: expected a price in [0, 1e9] (USD per "
+                f"GPU-hour), got {price!r}"
             )
     return table
 

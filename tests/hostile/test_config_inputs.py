@@ -435,6 +435,10 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
         b'[model]\nhf_config = "/nonexistent/config.json"\n',
         ["hf_config", "/nonexistent/config.json"],
     ),
+    "pricing_table_missing": (  # an OSError with no field named
+        b'[pricing]\ntable = "/nonexistent/prices.toml"\n',
+        ["pricing.table", "no such file", "/nonexistent/prices.toml"],
+    ),
     "hf_config_a_number": (  # a TypeError escaped (exit 1)
         b"[model]\nhf_config = 5\n",
         ["cfg.toml line 2", "model.hf_config", "expected the path of a config.json", "got 5"],
@@ -784,3 +788,15 @@ def test_a_config_file_that_sets_nothing_is_warned_about(text, tmp_path, caplog)
     one.write_text("[cache]\nblock_size_tokens = 16\n")
     load_config(one)
     assert not [r for r in caplog.records if "sets no field" in r.getMessage()]
+
+
+@pytest.mark.parametrize("price", ["inf", "nan", "1e10", "-1"])
+def test_a_price_table_refuses_what_pricing_usd_per_gpu_hour_refuses(price, tmp_path) -> None:
+    """The table's prices are held to the field's bounds, [0, 1e9] USD per GPU-hour: an
+    infinite price ran and printed an infinite cost (summary.json: null)."""
+    table = tmp_path / "prices.toml"
+    table.write_text(f'[a100-40gb]\nusd_per_gpu_hour = {price}\nsource = "x"\ndate = "d"\n')
+    with pytest.raises(ValueError, match=r"usd_per_gpu_hour: expected a price in \[0, 1e9\]"):
+        config_from_dict({"pricing": {"table": str(table)}})
+    with pytest.raises(ValueError, match=r"usd_per_gpu_hour"):
+        config_from_dict({"pricing": {"usd_per_gpu_hour": float(price)}})
