@@ -34,7 +34,7 @@ from pydantic import (
 
 from kvsim.base.limits import MAX_HW_PER_S
 from kvsim.base.say_once import warn_once
-from kvsim.base.units import GiB
+from kvsim.base.units import GiB, cdiv
 from kvsim.config.allocators import keys_blocks_by_hash
 from kvsim.config.hardware import Frozen, GpuSpec, ModelSpec, ParallelConfig
 from kvsim.config.layers import KVCacheGroups
@@ -270,3 +270,16 @@ def check_offload(config: OffloadParts) -> None:
                 f"block of {config.cache.block_size_tokens * config.bytes_per_token:,} bytes; "
                 "raise it"
             )
+    blocks, chunk = (
+        cpu_tier_blocks(config),
+        cdiv(args.max_num_batched_tokens, config.cache.block_size_tokens),
+    )
+    if blocks < chunk:
+        warn_once(
+            logger,
+            f"offload.kv_offloading_size: the CPU tier holds {blocks:,} blocks, fewer than one "
+            f"step's chunk of max_num_batched_tokens ({chunk:,} blocks of "
+            f"{config.cache.block_size_tokens}): a request's store that needs more room than "
+            "the tier can free is skipped and offered again whole (vLLM's prepare_store), so "
+            "long prompts may never be stored",
+        )

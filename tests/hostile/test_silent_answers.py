@@ -222,3 +222,25 @@ def test_a_catalog_trace_that_is_not_the_reference_copy_is_warned_about(
     with caplog.at_level(logging.WARNING):
         requests_for(cfg)
     assert not [r for r in caplog.records if "reference copy" in r.getMessage()]
+
+
+def test_a_cpu_tier_smaller_than_one_chunk_is_warned_about(monkeypatch, caplog) -> None:
+    """Llama-3.1-8B's block of 16 tokens is 16 x 128 KiB = 2 MiB: 0.01 GiB holds 5 blocks, and
+    an H100's max_num_batched_tokens of 8,192 is 512 blocks. A store needing more room than the
+    tier frees is skipped and offered again whole, so the tier stayed empty all run, silently.
+    A 2 GiB tier (1,024 blocks) is not warned about."""
+    from kvsim.base import say_once
+
+    monkeypatch.setattr(say_once, "SAID", set())
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb"}
+    with caplog.at_level(logging.WARNING, logger="kvsim.config"):
+        config_from_dict({**base, "offload": {"kv_offloading_size": 0.01}})
+        config_from_dict({**base, "offload": {"kv_offloading_size": 2}})
+    said = [
+        r.getMessage() for r in caplog.records if "fewer than one step's chunk" in r.getMessage()
+    ]
+    assert len(said) == 1
+    assert (
+        "holds 5 blocks, fewer than one step's chunk of max_num_batched_tokens (512 blocks"
+        in said[0]
+    )
