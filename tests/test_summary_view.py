@@ -42,6 +42,7 @@ from kvsim.view.summary import (
         ("fleet.replica_overrides", [{"gpu": "a100-80gb"}], '[{"gpu": "a100-80gb"}]'),
         ("fleet.replica_overrides", np.array([{"gpu": "h200"}]), '[{"gpu": "h200"}]'),
         ("fleet.replica_overrides", [], "[]"),
+        ("cache.enable_prefix_caching", np.bool_(True), "True"),  # as Parquet gives it back
     ],
 )
 def test_format_metric(key: str, value: object, shown: str) -> None:

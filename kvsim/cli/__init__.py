@@ -64,9 +64,6 @@ def _options(
     ] = False,
 ) -> None:
     STATE.debug = debug
-    # a dataset filter's counts (rows dropped by overflow = "drop" or a user's minimum lengths)
-    # are notes, not warnings, but they reach the terminal: no rows dropped without a count
-    logging.getLogger("kvsim.workload").setLevel(logging.INFO)
 
 
 for module in (run, compare, plan, sweep, report, reproduce, presets, calibrate, data, validate):
@@ -92,6 +89,9 @@ _reflow_help(app)
 def main() -> None:
     """Console-script entry point."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # a dataset filter's counts (rows dropped by overflow = "drop" or a user's minimum lengths)
+    # are notes, not warnings, but they reach the terminal: no rows dropped without a count
+    logging.getLogger("kvsim.workload").setLevel(logging.INFO)
     try:
         app()
     except KeyboardInterrupt:  # outside a command's guard (while the command line loads)

@@ -261,7 +261,7 @@ def plan(
             the_plan = dataclasses.replace(the_plan, name=name)
         _keep_other_plans_answers(the_plan.name, path if is_plan else None, out, quick)
         _check_targets(the_plan.targets)
-        the_plan = the_plan.check_field()
+        the_plan.check_field()
         console.print(
             f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "
             f"[{the_plan.lo:g}, {the_plan.hi:g}] with "

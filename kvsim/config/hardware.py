@@ -18,6 +18,7 @@ from __future__ import annotations
 import tomllib
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -197,7 +198,7 @@ class ModelSpec(Frozen):
                     f"give preset ({value['preset']!r}) or hf_config ({value['hf_config']!r}), "
                     "not both"
                 )
-            if not isinstance(value["hf_config"], str) or not value["hf_config"]:
+            if not isinstance(value["hf_config"], str | Path) or not str(value["hf_config"]):
                 raise ValueError(
                     f"hf_config: expected the path of a config.json (text), got "
                     f"{value['hf_config']!r}"

@@ -583,6 +583,35 @@ def format_validation_error(err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def config_sections(of: Any) -> dict[str, Any]:
+    """The section fields of a pydantic config class (``SimConfig``, a section's class): field
+    name -> its section's class (the first pydantic model of its annotation's union)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    out: dict[str, Any] = {}
+    for name, info in getattr(of, "model_fields", {}).items():
+        for t in (info.annotation, *typing.get_args(info.annotation)):
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                out[name] = t
+                break
+    return out
+
+
+def field_annotation(field: str) -> Any:
+    """The type annotation of the dotted ``SimConfig`` field ``field``
+    (``"speculative.num_speculative_tokens"`` -> ``int | None``); ``None`` if there is none."""
+    model: Any = SimConfig
+    *path, name = field.split(".")
+    for part in path:
+        model = config_sections(model).get(part)
+        if model is None:
+            return None
+    info = getattr(model, "model_fields", {}).get(name)
+    return None if info is None else info.annotation
+
+
 # vLLM engine arguments kvsim names otherwise (its units in the name)
 VLLM_NAMES = {"block_size": "block_size_tokens", "swap_space": "swap_space_gib"}
 
@@ -594,18 +623,8 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
     (``spec`` -> ``speculative``), or a field of a section one level down that has the key
     (``attention`` -> ``model.attention``); ``""`` when none."""
     import difflib
-    import typing
 
-    from pydantic import BaseModel
-
-    def sections(of: Any) -> dict[str, Any]:  # field -> its pydantic model, for sections
-        out: dict[str, Any] = {}
-        for name, info in getattr(of, "model_fields", {}).items():
-            for t in (info.annotation, *typing.get_args(info.annotation)):
-                if isinstance(t, type) and issubclass(t, BaseModel):
-                    out[name] = t
-                    break
-        return out
+    sections = config_sections
 
     def paths(of: Any, prefix: str) -> dict[str, list[str]]:  # field -> its dotted paths
         out: dict[str, list[str]] = {}
@@ -654,7 +673,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
         FileNotFoundError: no such file.
     """
     data = read_toml(path)
-    if not data:  # legal TOML, but a file meant to say something (a wrong or truncated file?)
+    if not data and not overrides:  # legal TOML, but meant to say something (a truncated file?)
         warn_once(
             logger,
             "%s sets no field (empty, or only comments): every field is kvsim's "

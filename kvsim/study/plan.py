@@ -206,6 +206,9 @@ class Plan:
 
     def __post_init__(self) -> None:
         check_name(self.name, "plan name")  # results go to OUT/plan/NAME, nowhere else
+        if not self.integer and not self.choices and takes_integers(self.field):
+            # (num_speculative_tokens: the search tried 3.17..., which no config takes)
+            object.__setattr__(self, "integer", True)
         if self.min_window_s is not None and (
             self.field != RATE_FIELD or not 0 < self.min_window_s < math.inf
         ):
@@ -228,59 +231,50 @@ class Plan:
         if self.hi / self.lo > 1e12:
             raise ValueError(f"{self.field}: the bracket [{self.lo:g}, {self.hi:g}] spans > 1e12")
 
-    def check_field(self) -> Plan:
+    def check_field(self) -> None:
         """The knob is a config field that the config reads: the base config with the knob at
         ``hi`` validates (or fails for another reason than an unknown field), and does not
         ignore the knob (``workload.rate_per_s`` under replayed trace arrivals; any knob whose
-        ends give the same config, as a disk tier's bandwidth without a disk tier). A field
-        the config holds as an integer makes the knob an integer one (``integer``), so that
-        the search tries no value between two integers: returns the plan, so marked.
+        ends give the same config, as a disk tier's bandwidth without a disk tier).
 
         Raises:
             ValueError: the knob names no field of the config (a typo), or one it ignores (every
-                value would run the same workload: the answer would be the bracket's end), or
-                an integer field with an end that is not a whole number.
+                value would run the same workload: the answer would be the bracket's end).
         """
         from kvsim.config.ignored import moot_reason
 
         try:  # (config_from_dict works on a copy: ``self.base`` stays as it is)
-            config = config_from_dict(
-                self.base, {self.field: self.value(self.hi)}, varied=self.varied
-            )
+            config = self._config_at(self.hi, check=False)
         except ValueError as err:
             message = str(err)
             if "Extra inputs are not permitted" in message or "not a table" in message:
                 raise ValueError(
                     f"plan: {self.field!r} is not a config field ({message.splitlines()[0]})"
                 ) from None
-            return self
-        plan = self
-        held: Any = config
-        for part in self.field.split("."):
-            held = getattr(held, part, None)
-        if isinstance(held, int) and not isinstance(held, bool) and not self.choices:
-            for end, value in (("lo", self.lo), ("hi", self.hi)):
-                if value != round(value):
-                    raise ValueError(
-                        f"{end} (--{end}): {self.field} takes whole numbers, got {value}"
-                    )
-            plan = dataclasses.replace(self, integer=True)
+            return
         why = moot_reason(config, self.base, self.field)
-        if why is None:
-            try:
-                at_lo = config_from_dict(
-                    self.base, {self.field: self.value(self.lo)}, varied=self.varied
-                )
-            except ValueError:
-                at_lo = None
-            if at_lo is not None and at_lo.key() == config.key():
-                why = f"the config at {self.lo:g} and at {self.hi:g} is the same"
+        if why is None:  # the bracket's low end, else its middle where the low end is invalid
+            for x in (self.lo, math.sqrt(self.lo * self.hi)):
+                other = self._config_at(x)
+                if other is not None:
+                    if other.key() == config.key():
+                        why = f"the config at {self.value(x):g} and at {self.hi:g} is the same"
+                    break
         if why is not None:
             raise ValueError(
                 f"plan: {self.field} has no effect on this config ({why}), so every value "
                 "runs the same workload; plan another knob or change the config"
             )
-        return plan
+
+    def _config_at(self, x: float, *, check: bool = True) -> Any:
+        """The base config with the knob at ``x`` (``None`` where it is invalid, unless
+        ``check`` is off: then the error is raised)."""
+        try:
+            return config_from_dict(self.base, {self.field: self.value(x)}, varied=self.varied)
+        except ValueError:
+            if not check:
+                raise
+            return None
 
     def arrival_span_s(self, x: float, *, quick: bool = False) -> float | None:
         """Seconds over which the requests of the point at ``x`` arrive (their count over the
@@ -439,6 +433,18 @@ def plan_from_dict(
         raise ValueError(f"{where}: [question] needs {err.args[0]!r}") from None
     except (TypeError, ValueError) as err:
         raise ValueError(f"{where}: {err}") from None
+
+
+def takes_integers(field: str) -> bool:
+    """Whether the dotted config field holds integers (its annotation ``int``, or ``int |
+    None``; not a bool): a plan on it tries whole numbers only."""
+    import typing
+
+    from kvsim.config.sim import field_annotation
+
+    annotation = field_annotation(field)
+    kinds = {annotation, *typing.get_args(annotation)} - {type(None)}
+    return int in kinds and not kinds & {float, bool}
 
 
 def _number(question: dict[str, Any], key: str, default: Any) -> float:
@@ -602,11 +608,14 @@ class _Evaluator:
             )
             todo.append((x, point))
         warn_stale(self.folder, builds, f"plan {self.folder.name}")
-        by_key = {point.key: x for x, point in todo}
-        todo_points = [p for _, p in todo]
+        by_key: dict[str | None, list[float]] = {}  # (two values may give one config)
+        for x, point in todo:
+            by_key.setdefault(point.key, []).append(x)
+        todo_points = list({point.key: point for _, point in todo}.values())
         stream = outcomes(todo_points, jobs=self.jobs, scheduler=self.scheduler, said=self.warned)
         for point, outcome in stream:
-            x = by_key[point.key]
+            xs_at = by_key[point.key]
+            x = xs_at[0]
             if outcome.error is not None and outcome.error.startswith(_MISSING_DATA):
                 # the workload, not this knob value, is at fault: say so as `kvsim run` does
                 raise PlanPointError(outcome.error.removeprefix(_MISSING_DATA))
@@ -615,7 +624,8 @@ class _Evaluator:
                     f"{self.plan.field} = {self.plan.value(x):g}: the run failed: {outcome.error}"
                 )
             save_outcome(self.folder, point, outcome)
-            self._seen(x, outcome.results.summary)
+            for same in xs_at:
+                self._seen(same, outcome.results.summary)
 
 
 def candidates(plan: Plan) -> Sequence[float]:

@@ -35,6 +35,8 @@ class PointOutcome:
         traceback: the worker's formatted traceback on failure.
         elapsed_s: wall-clock seconds the worker spent.
         warnings: what kvsim warned during the point (the driver prints each text once).
+        notes: ``(logger name, text)`` of its INFO notes (the driver logs each once, at INFO
+            on that logger: shown where the CLI shows that logger's notes).
         saved: the worker wrote the point itself (``kvsim.study.sweep.run_and_save``); ``results``
             and ``snapshot`` then stay behind.
         build: the fingerprint of the kvsim that ran it (``kvsim.base.build.source_build``).
@@ -47,19 +49,25 @@ class PointOutcome:
     traceback: str | None = None
     elapsed_s: float = 0.0
     warnings: tuple[str, ...] = ()
+    notes: tuple[tuple[str, str], ...] = ()
     saved: bool = False
     build: str = ""
 
 
 class _Collected(logging.Handler):
-    """Keeps the texts of kvsim's warnings during one point instead of printing them."""
+    """Keeps the texts of kvsim's warnings, and its INFO notes (a workload filter's counts,
+    where the CLI shows them), during one point instead of printing them."""
 
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.INFO)
         self.texts: list[str] = []
+        self.notes: list[tuple[str, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.texts.append(record.getMessage())
+        if record.levelno >= logging.WARNING:
+            self.texts.append(record.getMessage())
+        else:
+            self.notes.append((record.name, record.getMessage()))
 
 
 def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOutcome:
@@ -74,6 +82,7 @@ def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOut
         root.removeHandler(collected)
         root.propagate = propagate
     outcome.warnings = tuple(collected.texts)
+    outcome.notes = tuple(collected.notes)
     outcome.build = source_build()
     return outcome
 

@@ -282,12 +282,17 @@ def outcomes(
 def _warn_once_each(
     stream: Iterator[tuple[Point, PointOutcome]], said: set[str]
 ) -> Iterator[tuple[Point, PointOutcome]]:
-    """Pass outcomes through, logging each warning text of their points not in ``said`` (once)."""
+    """Pass outcomes through, logging each warning text of their points not in ``said`` (once),
+    and each INFO note on the logger that noted it."""
     for point, outcome in stream:
         for text in outcome.warnings:
             if text not in said:
                 said.add(text)
                 logger.warning("%s", text)
+        for name, text in outcome.notes:
+            if text not in said:
+                said.add(text)
+                logging.getLogger(name).info("%s", text)
         yield point, outcome
 
 
@@ -467,7 +472,7 @@ def run_sweep(
             "has no slot map)",
             len(radix),
         )
-    builds = {k: finished_by(folder, str(k)) for k in unique}  # (one read a point)
+    builds = {k: finished_by(folder, str(k)) for k in unique}  # (one read a point each file)
     warn_stale(folder, builds.values(), f"sweep {experiment.name}")
     current = source_build()
     todo = sorted((p for k, p in unique.items() if builds[k] != current), key=lambda p: p.index)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import parse_json, read_text
 from kvsim.config import ModelSpec
 from kvsim.validate.fields import flag, integer, items, number, read_json_file, table, text
@@ -122,7 +123,7 @@ def unmodelled_settings(meta: dict[str, Any], path: Path) -> tuple[str, ...]:
         if resolved.get(section) not in (None, {}):
             notes.append(f"the run sets {section}, which the replay does not model")
     for note in notes:
-        logger.warning("%s: %s", path, note)
+        warn_once(logger, "%s: %s", path, note)
     return tuple(notes)
 
 

@@ -18,6 +18,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from rich.table import Table
 
 from kvsim.view.labels import display_unit, field_unit, field_value, metric_unit
@@ -239,14 +240,14 @@ def format_metric(key: str, value: Any) -> str:
 
     Percentages to 0.1, fractions (``_perc``, ``_frac``, ``_rate``) to 0.001, seconds to three
     significant figures (milliseconds below one second), bytes in GiB, counts with thousands
-    separators.
+    separators; text and flags as they are, a list or table (a swept setting) as JSON.
     """
     if value is None:
         return "-"
     if key == "kv_cache_group_kinds" and isinstance(value, str):  # "full,sliding,sliding"
         kinds = value.split(",")
         return " + ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
-    if isinstance(value, (bool, str)):
+    if isinstance(value, (bool, str, np.bool_)):
         return str(value)
     if not isinstance(value, numbers.Real):  # a swept setting: a list or table (an array
         plain = value.tolist() if hasattr(value, "tolist") else value  # read back from Parquet)

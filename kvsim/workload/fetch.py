@@ -783,7 +783,7 @@ def reference_mismatch(trace: str, path: Path) -> str | None:
     Raises:
         OSError: the file cannot be read.
     """
-    source = next((s for s in SOURCES if s.trace == trace), None)
+    source = next((s for s in SOURCES if trace in (s.trace, s.file_name)), None)
     if source is None:
         return None
     actual = file_sha256(str(path), path.stat().st_mtime_ns)

@@ -787,6 +787,7 @@ def test_a_config_file_that_sets_nothing_is_warned_about(text, tmp_path, caplog)
     one = tmp_path / "one.toml"
     one.write_text("[cache]\nblock_size_tokens = 16\n")
     load_config(one)
+    load_config(empty, {"cache.block_size_tokens": 32})  # the --set overrides say something
     assert not [r for r in caplog.records if "sets no field" in r.getMessage()]
 
 
@@ -800,3 +801,16 @@ def test_a_price_table_refuses_what_pricing_usd_per_gpu_hour_refuses(price, tmp_
         config_from_dict({"pricing": {"table": str(table)}})
     with pytest.raises(ValueError, match=r"usd_per_gpu_hour"):
         config_from_dict({"pricing": {"usd_per_gpu_hour": float(price)}})
+
+
+def test_hf_config_may_be_a_path_object(tmp_path) -> None:
+    """The Python API's callers may give a ``pathlib.Path`` (the check that refuses a number
+    refused it too)."""
+    from kvsim.config import ModelSpec
+
+    fields = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4}
+    fields |= {"num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024}
+    fields |= {"vocab_size": 1000, "max_position_embeddings": 4096, "torch_dtype": "float16"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    assert ModelSpec.model_validate({"hf_config": path}).num_layers == 4

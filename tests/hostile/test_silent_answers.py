@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from kvsim.base import say_once
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.engine.intake import requests_for
@@ -70,24 +71,41 @@ def test_overflow_drop_counts_what_it_removed(tmp_path, caplog) -> None:
     assert [r.levelname for r in said] == ["INFO"]
 
 
-def test_the_cli_shows_the_rows_overflow_drop_removed(hostile, caplog) -> None:
+def test_the_cli_shows_the_rows_overflow_drop_removed(hostile, caplog, monkeypatch) -> None:
     """The note is INFO (a filter the config asked for), which the CLI's WARNING root level
-    would hide: ``kvsim run`` raises ``kvsim.workload`` to INFO so that the count is seen."""
+    would hide: ``kvsim``'s entry point raises ``kvsim.workload`` to INFO so that the count is
+    seen, in a run and in a sweep's points (collected in the point, said by the driver)."""
+    import sys
+
+    from kvsim.cli import main
+
     trace = hostile.write("long.csv", "prompt_tokens,output_tokens\n10,5\n3000,5\n20,5\n")
     cfg = hostile.write(
         "drop.toml",
         f"[cache]\nkv_cache_gib = 2\n[scheduler]\nmax_model_len = 2048\n"
         f'[workload]\ntrace = "{trace}"\nsample = "replay"\noverflow = "drop"\n',
     )
+    experiment = hostile.write(
+        "exp.toml",
+        f'name = "drop"\n[base]\ncache = {{ kv_cache_gib = 2 }}\n'
+        f'scheduler = {{ max_model_len = 2048 }}\n[base.workload]\ntrace = "{trace}"\n'
+        'sample = "replay"\noverflow = "drop"\n[grid]\n"cache.block_size_tokens" = [16, 32]\n',
+    )
+    note = f"{trace}: overflow='drop' removed 1 of 3 rows longer than max_model_len = 2048"
     workload_logger = logging.getLogger("kvsim.workload")
     level = workload_logger.level
-    try:
-        outcome = hostile.invoke(["run", "--no-progress", cfg])
-    finally:
-        workload_logger.setLevel(level)
-    assert outcome.exit_code == 0, outcome.output
-    said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert f"{trace}: overflow='drop' removed 1 of 3 rows longer than max_model_len = 2048" in said
+    for args in (["run", "--no-progress", cfg], ["sweep", experiment, "--no-progress"]):
+        monkeypatch.setattr(sys, "argv", ["kvsim", *map(str, args), "--out", "out"])
+        monkeypatch.setattr(say_once, "SAID", set())
+        caplog.clear()
+        try:
+            with pytest.raises(SystemExit) as done:
+                main()
+        finally:
+            workload_logger.setLevel(level)
+        assert done.value.code == 0, args
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        assert said.count(note) == 1, (args, said)
 
 
 def test_rows_longer_than_max_model_len_are_counted(tmp_path) -> None:
@@ -206,9 +224,13 @@ def test_a_catalog_trace_that_is_not_the_reference_copy_is_warned_about(
     cfg = config_from_dict({**POOL_2GIB, "workload": workload})
     with caplog.at_level(logging.WARNING):
         requests_for(cfg)
+        monkeypatch.setattr(say_once, "SAID", set())  # the catalog file named by its file name
+        named = {**workload, "trace": "azure_llm_2023_conv.csv"}
+        requests_for(config_from_dict({**POOL_2GIB, "workload": named}))
     actual = hashlib.sha256(text.encode()).hexdigest()
-    (said,) = [r.getMessage() for r in caplog.records if "reference copy" in r.getMessage()]
-    assert said.startswith(
+    said = [r.getMessage() for r in caplog.records if "reference copy" in r.getMessage()]
+    assert len(said) == 2
+    assert said[0].startswith(
         f"{path} is not the reference copy of trace 'azure_conv' (SHA-256 {actual[:12]}..."
     )
     # the same file pinned as the reference: no warning

@@ -581,34 +581,37 @@ def test_a_plan_refuses_a_knob_its_config_ignores() -> None:
     _rate_plan().check_field()  # synthetic arrivals read it
 
 
-def test_a_knob_whose_ends_give_one_config_is_refused() -> None:
+@pytest.mark.parametrize("lo", [1e8, 0.5])  # 0.5 bytes/s: below the field's bound, invalid
+def test_a_knob_whose_ends_give_one_config_is_refused(lo: float) -> None:
     """A disk tier's bandwidth without a disk tier: the config at either end is the same (the
-    search crashed with a KeyError when two values shared one point)."""
+    search crashed with a KeyError when two values shared one point; with an invalid low end
+    the bracket's middle is compared instead)."""
     plan = dataclasses.replace(
         _rate_plan(),
         field="offload.disk_read_bandwidth_bytes_per_s",
         direction="smallest",
-        lo=1e8,
+        lo=lo,
         hi=1e10,
     )
-    with pytest.raises(ValueError, match=r"has no effect on this config \(the config at 1e\+08"):
+    with pytest.raises(ValueError, match=r"has no effect on this config \(the config at "):
         plan.check_field()
 
 
-def test_an_integer_field_makes_an_integer_knob() -> None:
-    """num_speculative_tokens is an integer: the search tried 3.17... and every midpoint failed
-    validation. Checked, the plan takes whole numbers only; a real knob stays real."""
+@pytest.mark.parametrize("hi", [32, 100_000])  # 100,000 tokens: past the field's bound
+def test_an_integer_field_makes_an_integer_knob(hi: int) -> None:
+    """num_speculative_tokens is an integer field: the search tried 3.17... and every midpoint
+    failed validation, so a largest-plan answered 1. Its plan takes whole numbers only, however
+    its bracket ends; a real field (the rate) stays real."""
+    from kvsim.study.plan import candidates
+
     base = {"speculative": {"acceptance_rate": 0.5}, "workload": {"num_requests": 10}}
-    plan = dataclasses.replace(
-        _rate_plan(), base=base, field="speculative.num_speculative_tokens", lo=1, hi=32
-    )
-    assert not plan.integer
-    checked = plan.check_field()
-    assert checked.integer
-    assert checked.value(3.17) == 3
-    assert not _rate_plan().check_field().integer
+    field = "speculative.num_speculative_tokens"
+    plan = dataclasses.replace(_rate_plan(), base=base, field=field, lo=1, hi=hi)
+    assert plan.integer
+    assert candidates(plan) == range(1, hi + 1)
+    assert not _rate_plan().integer
     with pytest.raises(ValueError, match=r"lo \(--lo\): .* takes whole numbers, got 1.5"):
-        dataclasses.replace(plan, lo=1.5).check_field()
+        dataclasses.replace(plan, lo=1.5)
 
 
 def test_an_answer_at_the_brackets_end_says_it_may_lie_beyond(tmp_path: Path) -> None:
