@@ -88,9 +88,16 @@ def _model(tmp_path: Path, config: dict[str, Any] | str, folder: str = "model") 
     return ModelSpec.model_validate({"hf_config": str(path), "num_params": PARAMS})
 
 
-def _run(path: Path) -> Any:
+def _refused(path: Path) -> str:
+    """``kvsim run`` with the file as its model: exit 2 with one ``error:`` line and no
+    traceback; returns the output, whitespace runs folded to one space."""
     args = ["run", "--no-progress", "--set", f"model.hf_config={path}"]
-    return CliRunner().invoke(app, [*args, "--set", "workload.num_requests=3"])
+    result = CliRunner().invoke(app, [*args, "--set", "workload.num_requests=3"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    assert "Traceback" not in result.output
+    return " ".join(result.output.split())
 
 
 # --- layer patterns a file leaves to its transformers config class ---------------------------
@@ -202,14 +209,9 @@ def test_a_key_given_twice_through_the_cli(tmp_path: Path) -> None:
     path = _write(
         tmp_path, '{"num_hidden_layers": 32, "num_attention_heads": 32, "num_hidden_layers": 40}'
     )
-    result = _run(path)
-    assert result.exit_code == 2, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.output
-    line = " ".join(result.output.split())
+    line = _refused(path)
     assert str(path) in line
     assert "line 1: key 'num_hidden_layers' appears more than once in one object" in line
-    assert "Traceback" not in result.output
 
 
 # --- flags must be JSON booleans --------------------------------------------------------------
@@ -251,12 +253,9 @@ def test_a_window_turned_off_by_a_json_false_is_off(tmp_path: Path) -> None:
 def test_a_string_flag_through_the_cli(tmp_path: Path) -> None:
     # /tmp/h1w/hf/usefalse.json's shape: Mistral with "use_sliding_window": "false"
     path = _write(tmp_path, json.dumps({**MISTRAL, "use_sliding_window": "false"}))
-    result = _run(path)
-    assert result.exit_code == 2, result.output
-    line = " ".join(result.output.split())
+    line = _refused(path)
     assert "config.json line 1: use_sliding_window: expected true or false" in line
     assert 'got "false"' in line
-    assert "Traceback" not in result.output
 
 
 # --- a multimodal file's text_config ----------------------------------------------------------
@@ -272,9 +271,6 @@ def test_a_text_config_beside_top_level_fields_is_the_one_read(tmp_path: Path) -
 
 def test_a_text_config_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, {**MISTRAL, "text_config": "oops"})
-    result = _run(path)
-    assert result.exit_code == 2, result.output
-    line = " ".join(result.output.split())
+    line = _refused(path)
     assert "text_config: expected a JSON object" in line
     assert 'got "oops"' in line
-    assert "Traceback" not in result.output
