@@ -98,7 +98,7 @@ def _not_a_number(value: bool | str) -> str:
     return f"expected a number, got the string {value!r} (write it without quotes)"
 
 
-def _kinds(annotation: Any) -> tuple[Any, ...]:
+def field_kinds(annotation: Any) -> tuple[Any, ...]:
     """The types a field takes, ``None`` left out (``int | None`` -> ``(int,)``); a generic is
     one kind (``tuple[float, ...]`` -> ``(tuple[float, ...],)``), its arguments not members."""
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
@@ -108,13 +108,13 @@ def _kinds(annotation: Any) -> tuple[Any, ...]:
 
 def _is_number(annotation: Any) -> bool:
     """A field of numbers only (``int``, ``float``, either, optional or not)."""
-    kinds = _kinds(annotation)
+    kinds = field_kinds(annotation)
     return bool(kinds) and all(kind in (int, float) for kind in kinds)
 
 
 def _is_number_sequence(annotation: Any) -> bool:
     """A field of a tuple or list of numbers (``tuple[float, ...]``, optional or not)."""
-    kinds = _kinds(annotation)
+    kinds = field_kinds(annotation)
     return (
         len(kinds) == 1
         and typing.get_origin(kinds[0]) in (tuple, list)
@@ -123,4 +123,4 @@ def _is_number_sequence(annotation: Any) -> bool:
 
 
 def _is_bool(annotation: Any) -> bool:
-    return _kinds(annotation) == (bool,)
+    return field_kinds(annotation) == (bool,)

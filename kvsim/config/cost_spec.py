@@ -173,8 +173,9 @@ def resolve_cost(cost: CostSpec, gpu: GpuSpec) -> ResolvedCost:
                 given[name] = float(values[name])
         if cost.paged_attention_factor is None and cost.calibration is None:
             found = values.get("paged_attention_factor")
-            factor = None if found is None else float(found)
-            fitted_at = int(cost_fit_table()["provenance"]["block_size_tokens"])
+            if found is not None:
+                factor = float(found)
+                fitted_at = int(cost_fit_table()["provenance"]["block_size_tokens"])
     return ResolvedCost(
         roofline=cost.roofline,
         source=source,

@@ -226,7 +226,9 @@ def link_bandwidth_bytes_per_s(config: OffloadParts) -> float:
 def check_offload(config: OffloadParts) -> None:
     """Offloading runs where vLLM's OffloadingConnector runs: the v1 scheduler (a KV connector
     is a v1 feature), a block pool whose full blocks carry prefix-cache hashes (the CPU tier's
-    keys), prefix caching on; and the buffer holds one block at least.
+    keys), prefix caching on; and the buffer holds one block at least. A CPU tier smaller than
+    one step's chunk (``max_num_batched_tokens`` in blocks) is warned about: a store that needs
+    more room than it can free is skipped and offered again whole, so it may stay empty.
 
     Raises:
         ValueError: naming the field that rules it out.

@@ -624,20 +624,18 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
     (``attention`` -> ``model.attention``); ``""`` when none."""
     import difflib
 
-    sections = config_sections
-
     def paths(of: Any, prefix: str) -> dict[str, list[str]]:  # field -> its dotted paths
         out: dict[str, list[str]] = {}
         for name in getattr(of, "model_fields", {}):
             out.setdefault(name, []).append(f"{prefix}{name}")
-        for name, sub in sections(of).items():
+        for name, sub in config_sections(of).items():
             for field, found in paths(sub, f"{prefix}{name}.").items():
                 out.setdefault(field, []).extend(found)
         return out
 
     model: Any = SimConfig
     for part in loc[:-1]:
-        model = sections(model).get(part)
+        model = config_sections(model).get(part)
         if model is None:
             return ""
     key, names = loc[-1], list(getattr(model, "model_fields", {}))
@@ -656,7 +654,7 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
         prefix = "".join(f"{part}." for part in loc[:-1])
         close = [
             f"{prefix}{name}.{key}"
-            for name, sub in sections(model).items()
+            for name, sub in config_sections(model).items()
             if key in getattr(sub, "model_fields", {})
         ][:1]
     return f"; did you mean {close[0]!r}?" if close else ""

@@ -295,8 +295,7 @@ class Engine:
                     self._drop_parked()  # loaded requests' blocks keep the head out: free them
                     continue
                 if self._staged:  # (async: no step runs that they would wait for)
-                    while self._staged:
-                        self._queue(self._staged.popleft())
+                    self._release_staged(everything=True)
                     continue
                 if self._num_receiving:  # (vLLM steps idle until a request's KV arrives)
                     wake = self._wake = env.event()
@@ -452,11 +451,12 @@ class Engine:
         """Preemptions so far (the scheduler's count)."""
         return self.scheduler.num_preemptions
 
-    def _release_staged(self) -> None:
+    def _release_staged(self, everything: bool = False) -> None:
         """Async scheduling: hand the scheduler the requests that arrived before the step that
         just ended began (the step after it was planned then, vLLM ``EngineCore.
-        step_with_batch_queue``), or every staged one when the engine has nothing to run."""
-        staged, idle = self._staged, not self.scheduler.has_work()
+        step_with_batch_queue``), or every staged one when the engine has nothing to run or
+        ``everything`` (no step runs that they would wait for)."""
+        staged, idle = self._staged, everything or not self.scheduler.has_work()
         while staged and (idle or staged[0].arrival_time_s <= self._last_step_start_s):
             self._queue(staged.popleft())
 

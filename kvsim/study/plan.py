@@ -244,7 +244,9 @@ class Plan:
         from kvsim.config.ignored import moot_reason
 
         try:  # (config_from_dict works on a copy: ``self.base`` stays as it is)
-            config = self._config_at(self.hi, check=False)
+            config = config_from_dict(
+                self.base, {self.field: self.value(self.hi)}, varied=self.varied
+            )
         except ValueError as err:
             message = str(err)
             if "Extra inputs are not permitted" in message or "not a table" in message:
@@ -266,14 +268,14 @@ class Plan:
                 "runs the same workload; plan another knob or change the config"
             )
 
-    def _config_at(self, x: float, *, check: bool = True) -> Any:
-        """The base config with the knob at ``x`` (``None`` where it is invalid, unless
-        ``check`` is off: then the error is raised)."""
+    def _config_at(self, x: float) -> Any:
+        """The base config with the knob at ``x``, its warnings unsaid (it is not run);
+        ``None`` where it is invalid."""
         try:
-            return config_from_dict(self.base, {self.field: self.value(x)}, varied=self.varied)
+            return config_from_dict(
+                self.base, {self.field: self.value(x)}, varied=self.varied, warn=False
+            )
         except ValueError:
-            if not check:
-                raise
             return None
 
     def arrival_span_s(self, x: float, *, quick: bool = False) -> float | None:
@@ -438,13 +440,10 @@ def plan_from_dict(
 def takes_integers(field: str) -> bool:
     """Whether the dotted config field holds integers (its annotation ``int``, or ``int |
     None``; not a bool): a plan on it tries whole numbers only."""
-    import typing
-
+    from kvsim.base.limits import field_kinds
     from kvsim.config.sim import field_annotation
 
-    annotation = field_annotation(field)
-    kinds = {annotation, *typing.get_args(annotation)} - {type(None)}
-    return int in kinds and not kinds & {float, bool}
+    return field_kinds(field_annotation(field)) == (int,)
 
 
 def _number(question: dict[str, Any], key: str, default: Any) -> float:
@@ -479,10 +478,11 @@ def knob_bracket(
 
 _EASIER = {"smallest": "easier", "largest": "harder"}  # by each knob's natural direction
 
-# defaults of the usual knobs: direction, bracket, integer / allowed values
+# defaults of the usual knobs: direction, bracket, allowed values (a knob on an integer field
+# takes integers: takes_integers)
 KNOBS: dict[str, dict[str, Any]] = {
     "cache.kv_cache_gib": {"direction": "smallest", "lo": 0.25, "hi": 64.0},
-    "cache.kv_cache_bytes": {"direction": "smallest", "lo": 2**20, "hi": 2**36, "integer": True},
+    "cache.kv_cache_bytes": {"direction": "smallest", "lo": 2**20, "hi": 2**36},
     "workload.rate_per_s": {"direction": "largest", "lo": 0.05, "hi": 100.0},
     "parallel.tensor_parallel_size": {
         "direction": "smallest",
@@ -490,8 +490,8 @@ KNOBS: dict[str, dict[str, Any]] = {
         "hi": 16,
         "choices": (1, 2, 4, 8, 16),
     },
-    "scheduler.max_num_seqs": {"direction": "largest", "lo": 1, "hi": 1024, "integer": True},
-    "fleet.replicas": {"direction": "smallest", "lo": 1, "hi": 64, "integer": True},
+    "scheduler.max_num_seqs": {"direction": "largest", "lo": 1, "hi": 1024},
+    "fleet.replicas": {"direction": "smallest", "lo": 1, "hi": 64},
 }
 
 
@@ -611,7 +611,10 @@ class _Evaluator:
         by_key: dict[str | None, list[float]] = {}  # (two values may give one config)
         for x, point in todo:
             by_key.setdefault(point.key, []).append(x)
-        todo_points = list({point.key: point for _, point in todo}.values())
+        firsts: dict[str | None, Point] = {}
+        for _, point in todo:
+            firsts.setdefault(point.key, point)  # (the point of xs_at[0], below)
+        todo_points = list(firsts.values())
         stream = outcomes(todo_points, jobs=self.jobs, scheduler=self.scheduler, said=self.warned)
         for point, outcome in stream:
             xs_at = by_key[point.key]

@@ -72,15 +72,17 @@ class _Collected(logging.Handler):
 
 def run_point(config: SimConfig, snapshot_at_s: float | None = None) -> PointOutcome:
     """Simulate one point (runs in a worker); never raises for a failing simulation."""
-    root = logging.getLogger("kvsim")
-    collected, propagate = _Collected(), root.propagate
+    root, workload = logging.getLogger("kvsim"), logging.getLogger("kvsim.workload")
+    collected, propagate, level = _Collected(), root.propagate, workload.level
     root.addHandler(collected)
     root.propagate = False  # every point of a sweep warns alike: the driver says it once
+    workload.setLevel(logging.INFO)  # its notes too, in a worker that never ran kvsim's main
     try:
         outcome = _run_point(config, snapshot_at_s)
     finally:
         root.removeHandler(collected)
         root.propagate = propagate
+        workload.setLevel(level)
     outcome.warnings = tuple(collected.texts)
     outcome.notes = tuple(collected.notes)
     outcome.build = source_build()

@@ -128,7 +128,7 @@ def warn_stale(folder: Path, builds: Iterable[str | None], name: str) -> None:
     another kvsim finished, and those whose summary is damaged."""
     builds = list(builds)
     damaged = builds.count(DAMAGED)
-    other = sum(map(is_stale, builds)) - damaged
+    other = sum(1 for b in builds if b != DAMAGED and is_stale(b))
     if other:
         logger.warning(
             "%s: %d point(s) in %s were finished by another kvsim (its source or data differ "
@@ -472,7 +472,7 @@ def run_sweep(
             "has no slot map)",
             len(radix),
         )
-    builds = {k: finished_by(folder, str(k)) for k in unique}  # (one read a point each file)
+    builds = {k: finished_by(folder, str(k)) for k in unique}
     warn_stale(folder, builds.values(), f"sweep {experiment.name}")
     current = source_build()
     todo = sorted((p for k, p in unique.items() if builds[k] != current), key=lambda p: p.index)

@@ -124,6 +124,9 @@ def calibrate_from_runs(
     validate = [n for n, s in splits.items() if s == "validate"]
     if not train:
         raise ValueError(f"no train runs under {root} (h100/split.txt)")
+    block_sizes = {r.block_size_tokens for r in train}
+    if len(block_sizes) != 1:  # (the paged factor is fitted at one block size)
+        raise ValueError(f"train runs at several block sizes: {sorted(block_sizes)}")
     cache = ReplayCache(cache_path)
     results: dict[str, tuple[FitResult, float, dict[str, float]]] = {}
     for label, (free, pinned) in (candidates or CANDIDATES).items():
@@ -143,9 +146,6 @@ def calibrate_from_runs(
         say(f"  '{label}': train loss {fit.loss:.4f}; validate {detail}")
         results[label] = (fit, score, detail)
     chosen = choose({k: r[1] for k, r in results.items()}, candidates or CANDIDATES)
-    block_sizes = {r.block_size_tokens for r in train}
-    if len(block_sizes) != 1:  # (the paged factor is fitted at one block size)
-        raise ValueError(f"train runs at several block sizes: {sorted(block_sizes)}")
     table = _table(
         results,
         chosen,

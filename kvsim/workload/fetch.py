@@ -324,6 +324,11 @@ class FileStatus:
 # --- selection and destination -----------------------------------------------------------------
 
 
+def source_named(name: str) -> Source | None:
+    """The entry of :data:`SOURCES` of a catalog trace name or a stored file name, or ``None``."""
+    return next((s for s in SOURCES if name in (s.trace, s.file_name)), None)
+
+
 def select_sources(names: Iterable[str] | None = None) -> list[Source]:
     """The entries of :data:`SOURCES` to fetch, in table order.
 
@@ -339,7 +344,7 @@ def select_sources(names: Iterable[str] | None = None) -> list[Source]:
         return list(SOURCES)
     chosen: set[str] = set()
     for name in wanted:
-        match = next((s for s in SOURCES if name in (s.trace, s.file_name)), None)
+        match = source_named(name)
         if match is None:
             known = ", ".join(s.trace for s in SOURCES)
             raise ValueError(f"unknown trace {name!r}: expected one of {known}")
@@ -783,7 +788,7 @@ def reference_mismatch(trace: str, path: Path) -> str | None:
     Raises:
         OSError: the file cannot be read.
     """
-    source = next((s for s in SOURCES if trace in (s.trace, s.file_name)), None)
+    source = source_named(trace)
     if source is None:
         return None
     actual = file_sha256(str(path), path.stat().st_mtime_ns)

@@ -266,3 +266,27 @@ def test_a_cpu_tier_smaller_than_one_chunk_is_warned_about(monkeypatch, caplog) 
         "holds 5 blocks, fewer than one step's chunk of max_num_batched_tokens (512 blocks"
         in said[0]
     )
+
+
+def test_a_sweep_point_keeps_its_notes_in_a_worker_that_never_ran_main(
+    tmp_path, monkeypatch
+) -> None:
+    """A spawned or Dask worker never runs ``kvsim``'s entry point, which raises
+    ``kvsim.workload`` to INFO: ``run_point`` raises it while it collects, so the point's
+    overflow='drop' count still reaches the driver (``PointOutcome.notes``)."""
+    from kvsim.study.point import run_point
+
+    trace = tmp_path / "long.csv"
+    trace.write_text("prompt_tokens,output_tokens\n10,5\n3000,5\n20,5\n")
+    workload = {"trace": str(trace), "sample": "replay", "overflow": "drop"}
+    monkeypatch.setattr(say_once, "SAID", set())
+    monkeypatch.setattr(logging.getLogger("kvsim.workload"), "level", logging.NOTSET)
+    outcome = run_point(config_from_dict({**POOL_2GIB, "workload": workload}))
+    assert outcome.error is None, outcome.error
+    assert outcome.notes == (
+        (
+            "kvsim.workload.selection",
+            f"{trace}: overflow='drop' removed 1 of 3 rows longer than max_model_len = 2048",
+        ),
+    )
+    assert logging.getLogger("kvsim.workload").level == logging.NOTSET  # restored

@@ -462,6 +462,8 @@ class V1Scheduler(SchedulerCore):
                     if outcome == BLOCKED:
                         break
                     if outcome == DEFERRED:  # (vLLM ``skip_request``: the next one may run)
+                        # (holders lead the queue: the head holds no blocks when none does)
+                        assert not self._num_holders, "a request that holds blocks is deferred"
                         skipped.append(self.pop_waiting())
                         continue
                     if outcome == LOADING:
@@ -508,7 +510,6 @@ class V1Scheduler(SchedulerCore):
                 self._count_drafting(plan, head, num_new)
             budget -= num_new
         if skipped:  # back at the front, in their order (vLLM ``prepend_requests``)
-            assert not self._num_holders, "a request that holds blocks is never deferred"
             waiting.extendleft(reversed(skipped))
             plan.num_deferred = len(skipped)
         return budget
