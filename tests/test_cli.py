@@ -162,7 +162,7 @@ def test_data_list_without_a_data_folder_says_where_it_looked(monkeypatch, tmp_p
     monkeypatch.setenv("KVSIM_DATA", str(missing))
     result = runner.invoke(app, ["data", "list"])
     assert result.exit_code == 0, result.output
-    assert f"none found (looked in KVSIM_DATA={missing} (not a directory))" in result.output
+    assert f"none found; looked in KVSIM_DATA={missing} (not a directory)" in result.output
 
 
 def test_set_of_a_preset_applies_before_its_fields_in_any_order(tmp_path):

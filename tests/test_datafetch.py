@@ -41,9 +41,10 @@ REFERENCE = Path(
     os.environ.get(ENV_VAR) or Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 )
 if not (REFERENCE / "README.md").is_file():
+    _missing = REFERENCE if not REFERENCE.is_dir() else REFERENCE / "README.md"
     pytest.skip(
-        f"no trace files to serve: {REFERENCE / 'README.md'} is not a file (set {ENV_VAR} to "
-        "the folder `kvsim data fetch` fills)",
+        f"no trace files to serve: no {_missing} (set {ENV_VAR} to the folder `kvsim data "
+        "fetch` fills)",
         allow_module_level=True,
     )
 

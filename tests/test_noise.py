@@ -30,7 +30,7 @@ def test_reproduce_without_data_says_where_its_lengths_come_from_once(
         result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     said = result.output + caplog.text
-    assert said.count("no trace file (looked in ") == 1
+    assert said.count("; no trace file in ") == 1
     assert f"KVSIM_DATA={tmp_path / 'no-data'}" in said  # where it looked
     assert "Falling back" not in said
     assert "Could not find trace file" not in said

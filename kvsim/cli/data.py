@@ -95,7 +95,7 @@ def list_(
                 folder = None
         statuses = datafetch.status(folder)
         if folder is None:
-            typer.echo(f"data folder: none found (looked in {data_dir_searched()})")
+            typer.echo(f"data folder: none found; looked in {data_dir_searched()}")
         else:
             typer.echo(f"data folder: {folder}")
         width = max(len(s.source.file_name) for s in statuses)

@@ -154,9 +154,11 @@ def waste_bars(
     """
     if of not in ("used", "capacity"):
         raise ValueError(f"of: must be 'used' or 'capacity', got {of!r}")
-    cats = [c for c in CATEGORY_COLORS if of == "capacity" or c != "free"]
     suffix = "_pct_of_used" if of == "used" else "_pct"
     table = table.reset_index(drop=True)
+    # free memory where some bar has any: a legend entry with no area in the figure names nothing
+    has_free = of == "capacity" and bool(table["free" + suffix].fillna(0).gt(0).any())
+    cats = [c for c in CATEGORY_COLORS if c != "free" or has_free]
     groups = facet_groups(table, facet if len(table) > MAX_PER_PANEL else None)
     widest = max(len(index) for _, index in groups)
     cols = min(4, len(groups))

@@ -96,6 +96,20 @@ def test_waste_bars_heights_are_the_table_values() -> None:
         waste_bars(table, ["a", "b"], of="nonsense")
 
 
+def test_waste_bars_of_capacity_list_free_memory_only_where_a_bar_has_some() -> None:
+    # Figure 2's four categories fill the whole pool (free 0.0): a "free" swatch in the legend
+    # would name nothing drawn; 10 % free in one bar is drawn and named
+    full = {"token_states_pct": [20.0, 96.0], "reservation_pct": [10.0, 2.0]}
+    full |= {"internal_fragmentation_pct": [60.0, 0.0], "external_fragmentation_pct": [10.0, 2.0]}
+
+    def legend(free: list[float]) -> list[str]:
+        fig = waste_bars(pd.DataFrame(full | {"free_pct": free}), ["a", "b"], of="capacity")
+        return [t.get_text() for t in fig.legends[0].get_texts()]
+
+    assert "free" not in legend([0.0, 0.0])
+    assert legend([10.0, 0.0])[-1] == "free"
+
+
 def test_metric_vs_one_line_per_hue() -> None:
     table = pd.DataFrame(
         {

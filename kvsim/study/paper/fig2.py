@@ -40,9 +40,9 @@ def lengths_source() -> str:
         except DataNotFoundError:
             where = data_dir_searched()
         table = shipped_table_path("sharegpt_opt")
-        return (
-            f"no trace file (looked in {where}): the paper's ShareGPT lengths from the joint "
-            f"length table shipped with kvsim ({table})"
+        return (  # (where names its reason in parentheses: none around it)
+            f"the paper's ShareGPT lengths from the joint length table shipped with kvsim "
+            f"({table}); no trace file in {where}"
         )
     return f"the paper's ShareGPT lengths from {path}{paper_filter(path)}"
 
