@@ -128,3 +128,27 @@ def test_ties_go_round_robin_not_all_to_replica_zero():
     )
     reqs = [Request(i, 0.0, 100, 5, 5) for i in range(4)]
     assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 1, 2, 0]
+
+
+def test_the_fleet_sums_its_replicas_prefix_cache_and_usage_worked_by_hand():
+    # The prefix router (EXPECTED above) sends r0 and r3 to replica 0, r1 and r2 to replica 1.
+    # Queries are prompt tokens looked up at admission (vLLM's PrefixCacheStats: a request's
+    # num_tokens): replica 0 1,100 + 800 = 1,900, replica 1 300 + 300 = 600; hits r3's 512 and
+    # r2's 256. The fleet's are the sums, its rate the sums' ratio: 768 / 2,500 = 0.3072.
+    result = simulate(_config("prefix"), _requests())
+    table, summary = result.replicas, result.summary
+    assert table["prefix_cache_queries"].tolist() == [1900, 600]
+    assert table["prefix_cache_hits"].tolist() == [512, 256]
+    assert (summary["prefix_cache_queries"], summary["prefix_cache_hits"]) == (2500, 768)
+    assert summary["prefix_cache_hit_rate"] == pytest.approx(768 / 2500)
+    assert summary["prefix_cached_tokens_total"] == 768
+    assert summary["generation_tokens_total"] == 150 + 2 + 150 + 150
+    assert summary["replica_requests_max_share"] == 0.5  # two of four each
+    # Peak usage: replica 0 holds r0's 5 blocks and r3's 2 new ones beside the 2 it shares:
+    # 7 / 100; replica 1 holds 2 (r1's, then r2's cached one and 1 new) throughout, 0.02
+    assert table["kv_cache_usage_perc"][1] == pytest.approx(0.02)
+    assert summary["kv_cache_usage_perc_max"] == pytest.approx(0.07)
+    # the fleet's mean usage weighs each replica's by its busy seconds
+    busy, usage = table["busy_s"], table["kv_cache_usage_perc"]
+    assert summary["kv_cache_usage_perc"] == pytest.approx((usage * busy).sum() / busy.sum())
+    assert summary["num_preemptions"] == 0
