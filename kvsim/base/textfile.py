@@ -291,10 +291,14 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def cached_sha256_file(path: Path) -> str:
+    """``sha256_file``, remembered per path and modification time (a changed file is hashed
+    again). Raises ``OSError`` as ``sha256_file``."""
+    return _sha256_at(str(path), path.stat().st_mtime_ns)
+
+
 @functools.cache
-def file_sha256(path: str, mtime_ns: int) -> str:
-    """``sha256_file`` cached per path and modification time (``mtime_ns``, nanoseconds: a
-    changed file is hashed again). Raises ``OSError`` as ``sha256_file``."""
+def _sha256_at(path: str, mtime_ns: int) -> str:
     return sha256_file(path)
 
 

@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from kvsim.base.say_once import warn_once
-from kvsim.base.textfile import file_sha256, read_text, read_toml, toml_key_line
+from kvsim.base.textfile import cached_sha256_file, read_text, read_toml, toml_key_line
 from kvsim.base.units import GiB
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
@@ -355,7 +355,7 @@ def data_identity(trace: str | None) -> str:
         path, _ = resolve_trace(trace)
     except (DataNotFoundError, ValueError):
         return "|missing"
-    return f"|{path.name}:{file_sha256(str(path), path.stat().st_mtime_ns)[:16]}"
+    return f"|{path.name}:{cached_sha256_file(path)[:16]}"
 
 
 def _check_blocks(config: SimConfig) -> None:

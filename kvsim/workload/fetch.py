@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvsim.base.extras import require
-from kvsim.base.textfile import file_sha256, sha256_file
+from kvsim.base.textfile import cached_sha256_file, sha256_file
 from kvsim.workload.catalog import ENV_VAR, default_data_dir
 
 if TYPE_CHECKING:
@@ -791,7 +791,7 @@ def reference_mismatch(trace: str, path: Path) -> str | None:
     source = source_named(trace)
     if source is None:
         return None
-    actual = file_sha256(str(path), path.stat().st_mtime_ns)
+    actual = cached_sha256_file(path)
     if actual == source.sha256:
         return None
     return (
