@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kvsim.base.tablefile import stored_table
 from kvsim.study.analysis import check_analysis
 from kvsim.study.load import SweepResults, field_groups, load_sweep, row_labels
 from kvsim.view.fleet_plots import point_bars
 from kvsim.view.labels import field_unit, field_value, short_name
 from kvsim.view.plots import (
+    CATEGORY_COLORS,
     MAX_PER_PANEL,
     latency_cdf,
     memory_map,
@@ -39,6 +42,9 @@ VS_METRICS = (
     "external_fragmentation_pct_of_used",
     "num_requests_running_mean",
 )
+# the shares waste_bars stacks (its of="used" view), and every column plot reads by name
+SHARE_COLUMNS = [f"{c}_pct_of_used" for c in CATEGORY_COLORS if c != "free"]
+NEEDED_COLUMNS = ["config_key", "capacity_tokens", *SHARE_COLUMNS]
 
 
 def varying_axes(table: pd.DataFrame, fields: list[str]) -> list[str]:
@@ -246,28 +252,67 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
     Raises:
         FileNotFoundError: no ``summary.parquet`` in ``folder``.
         ValueError: its ``experiment.json`` has an invalid ``analysis`` table (a sweep run
-            before kvsim checked it; the message names the file and the key).
+            before kvsim checked it; the message names the file and the key), or its summary
+            cannot be drawn (``drawable_rows``).
     """
     sweep = load_sweep(folder)
     try:  # before any figure is written
         analysis = check_analysis(sweep.meta.get("analysis", {}))
     except ValueError as err:
         raise ValueError(f"{Path(folder) / 'experiment.json'}: {err}") from None
+    drawn = drawable_rows(sweep)
     out_dir = Path(out) if out is not None else Path(folder) / "figures"
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    if sweep.summary.empty:
-        logger.warning("%s: no finished points, no figures", folder)
-        return written
-    facet = _facet(sweep)
+    bars = replace(sweep, summary=sweep.summary[drawn].reset_index(drop=True))
+    facet = _facet(bars)
     fig = waste_bars(
-        sweep.summary, _short_labels(sweep, facet), title=sweep.meta.get("name", ""), facet=facet
+        bars.summary, _short_labels(bars, facet), title=sweep.meta.get("name", ""), facet=facet
     )
     _save(fig, out_dir / "waste_bars.png", written)
     _vs_figures(sweep, analysis, out_dir, written)
     _fleet_figures(sweep, out_dir, written)
     _point_figures(sweep, out_dir, written)
     return written
+
+
+def drawable_rows(sweep: SweepResults) -> pd.Series:
+    """The rows of ``sweep.summary`` the waste bars can draw (a number in each of
+    ``SHARE_COLUMNS``, % of used KV); warns how many are left out (a NaN share, as a point that
+    held no KV memory has, would be drawn as a 0 % bar).
+
+    Raises:
+        ValueError: the summary (named by its file) has no rows, lacks a ``NEEDED_COLUMNS``
+            column, holds text in a share column, or has a NaN share in every row.
+    """
+    table = sweep.summary
+    path = stored_table(sweep.folder / "summary.parquet")
+    if table.empty:
+        raise ValueError(f"{path}: no rows (no point finished: see failures.json), nothing to plot")
+    missing = [c for c in NEEDED_COLUMNS if c not in table]
+    if missing:
+        raise ValueError(
+            f"{path}: lacks columns {missing}; expected a kvsim sweep summary (kvsim sweep "
+            f"writes it) with columns {NEEDED_COLUMNS}"
+        )
+    text = [c for c in SHARE_COLUMNS if not pd.api.types.is_numeric_dtype(table[c])]
+    if text:
+        raise ValueError(f"{path}: column(s) {text} are not numbers; expected shares in %")
+    drawn = table[SHARE_COLUMNS].notna().all(axis=1)
+    if not drawn.any():
+        raise ValueError(
+            f"{path}: no plottable values: {SHARE_COLUMNS} are NaN in all {len(table)} rows"
+        )
+    if not drawn.all():
+        logger.warning(
+            "%s: %d of %d rows have NaN in %s (e.g. a point that held no KV memory), left out "
+            "of waste_bars.png",
+            path,
+            int((~drawn).sum()),
+            len(table),
+            SHARE_COLUMNS,
+        )
+    return drawn
 
 
 FLEET_METRICS = (
