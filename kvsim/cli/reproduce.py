@@ -66,7 +66,9 @@ def reproduce(
     quick: Annotated[
         bool, typer.Option(help="Small runs: the experiments' \\[quick] tables.")
     ] = False,
-    progress: Annotated[bool, typer.Option(help="Progress bars on a terminal.")] = True,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
+    ] = False,
 ) -> None:
     """Reproduce a PagedAttention paper figure next to its published numbers (fig2: main job)."""
     from kvsim.study.paper import REPRODUCTIONS
@@ -90,7 +92,13 @@ def reproduce(
             console.print(f"  {msg}", highlight=False, markup=False)
 
         rep = run_reproduction(
-            name, out, jobs=jobs, quick=quick, scheduler=scheduler, progress=progress, say=say
+            name,
+            out,
+            jobs=jobs,
+            quick=quick,
+            scheduler=scheduler,
+            progress=not no_progress,
+            say=say,
         )
         shown = rep.table if rep.view is None else rep.view
         print_whole(frame_table(shown, f"{name}: kvsim (paper)" if rep.beside_paper else name))

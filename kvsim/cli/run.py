@@ -37,11 +37,14 @@ def run(
     out: Annotated[
         Path | None, typer.Option(help="Results folder (parquet + summary.json).")
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
+    ] = False,
     strict: Annotated[
         bool,
         typer.Option(
-            help="Fail on requests that cannot run instead of skipping and counting them."
+            "--strict",
+            help="Fail on requests that cannot run instead of skipping and counting them.",
         ),
     ] = False,
     map_frames: Annotated[
@@ -49,8 +52,9 @@ def run(
         typer.Option(
             min=0,
             max=MAX_MAP_FRAMES,  # (each frame holds the whole pool's map: 100,000 took 3.7 GB)
-            help="Memory-map frames over the arrivals, written with --out (0: none); a run "
-            "that goes on after them keeps at most twice as many over its whole length.",
+            metavar="N",
+            help="Memory-map frames over the arrivals, written with --out (0: none; a run "
+            "that outlasts its arrivals keeps at most 2N).",
         ),
     ] = 200,
 ) -> None:
@@ -68,13 +72,13 @@ def run(
         overrides = parse_overrides(set_ or [])
         cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
         with console.status("drawing the workload's requests", spinner="dots") as status:
-            if not progress:
+            if no_progress:
                 status.stop()  # (shown on a terminal only: a long draw is not silent)
             requests = requests_for(cfg)
         with tqdm(
             total=len(requests),
             unit="req",
-            disable=None if progress and len(requests) >= 2000 else True,  # None: tty only
+            disable=None if not no_progress and len(requests) >= 2000 else True,  # None: tty only
             desc="preparing",  # which can run, fanned out: seconds at a million requests
         ) as bar:
 

@@ -43,7 +43,9 @@ def sweep(
         bool,
         typer.Option(help="Small runs: the TOML's \\[quick] table; results go to OUT/quick/NAME."),
     ] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
+    ] = False,
     connect_timeout: Annotated[
         float,
         typer.Option(
@@ -77,7 +79,7 @@ def sweep(
             jobs=jobs,
             scheduler=scheduler,
             quick=quick,
-            progress=progress,
+            progress=not no_progress,
             connect_timeout_s=connect_timeout,
         )
         stored = stored_table(report.folder / "summary.parquet")
