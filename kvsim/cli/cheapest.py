@@ -9,7 +9,11 @@ split) that meets the targets, with the frontier of every fleet tried.
 
 from __future__ import annotations
 
+import logging
 import math
+import re
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +22,69 @@ from rich.table import Table
 
 from kvsim.cli.common import console
 
+logger = logging.getLogger(__name__)
 
-def parse_list(text: str | None, what: str, cast: type) -> list[Any]:
-    """``"a,b,c"`` as a list of ``cast`` values (``None``: empty).
+# a number is shown as typed in an error (got 0, got 1.5), other text quoted (got 'two')
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def parse_list(
+    text: str | None,
+    what: str,
+    cast: Callable[[str], Any],
+    expected: str = "a comma-separated list",
+) -> list[Any]:
+    """``"a,b,c"`` as a list of ``cast`` values, each once (``None``: the option not given,
+    an empty list); a value named more than once is warned about (``first_of_each``).
 
     Raises:
-        ValueError: an item ``cast`` refuses (naming the option and the item).
+        ValueError: the option given but empty, an empty item, or an item ``cast`` refuses
+            (naming the option and the item, and ``expected``).
     """
-    if not text:
+    if text is None:
         return []
+    items = [part.strip() for part in text.split(",")]
+    if not text.strip():  # given but empty: not the defaults, which leaving it out gives
+        raise ValueError(
+            f"{what}: expected a comma-separated list, got {text!r} (leave {what} out for "
+            "its defaults)"
+        )
+    if "" in items:
+        raise ValueError(
+            f"{what}: expected a comma-separated list without empty items, got {text!r}"
+        )
     out = []
-    for item in (part.strip() for part in text.split(",")):
+    for item in items:
         try:
             out.append(cast(item))
         except ValueError:
-            raise ValueError(f"{what}: expected a comma-separated list, got {item!r}") from None
-    return out
+            shown = item if _NUMBER.fullmatch(item) else repr(item)
+            raise ValueError(f"{what}: expected {expected}, got {shown}") from None
+    return first_of_each(out, what)
+
+
+def tp_size(text: str) -> int:
+    """A tensor-parallel size: a whole number >= 1.
+
+    Raises:
+        ValueError: ``text`` is not one.
+    """
+    size = int(text)
+    if size < 1:
+        raise ValueError(text)
+    return size
+
+
+def first_of_each(values: list[Any], what: str, shown: Callable[[Any], str] = repr) -> list[Any]:
+    """``values`` without repeats, in their first order; a value named more than once is
+    warned about (naming ``what`` and ``shown(value)``): each fleet kind is simulated once."""
+    for value, count in Counter(values).items():
+        if count > 1:
+            times = "twice" if count == 2 else f"{count} times"
+            logger.warning(
+                "%s: %s named %s; each fleet kind is considered once", what, shown(value), times
+            )
+    return list(dict.fromkeys(values))
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -50,6 +101,10 @@ def parse_split(text: str) -> tuple[int, int]:
     if not sep or min(split) < 1:
         raise ValueError(f"--split: expected P:D with P, D >= 1 (e.g. 1:2), got {text!r}")
     return split
+
+
+def _split_text(split: tuple[int, int]) -> str:
+    return f"{split[0]}:{split[1]}"
 
 
 def run_cheapest_command(
@@ -70,7 +125,8 @@ def run_cheapest_command(
     ``points.csv``, ``frontier.png``).
 
     Raises:
-        ValueError: no target, no GPU, a GPU without a price, a bad list.
+        ValueError: no target, a GPU without a price, a bad list (given but empty, an empty
+            item, a TP size not a whole number >= 1) or a bad split.
     """
     from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler
     from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
@@ -80,8 +136,9 @@ def run_cheapest_command(
     if not targets:
         raise ValueError("plan --cheapest: give at least one --target METRIC<=BOUND")
     gpu_names = parse_list(gpus, "--gpus", str) or ["h100-80gb", "h200", "a100-80gb"]
-    sizes = parse_list(tp, "--tp", int) or [1, 2, 4, 8]
-    layouts: list[tuple[int, int] | None] = [None, *(parse_split(s) for s in splits)]
+    sizes = parse_list(tp, "--tp", tp_size, "whole numbers >= 1") or [1, 2, 4, 8]
+    pairs = first_of_each([parse_split(s) for s in splits], "--split", _split_text)
+    layouts: list[tuple[int, int] | None] = [None, *pairs]
     pricing = PricingSpec.model_validate(base.get("pricing", {}))
     for gpu in gpu_names:
         gpu_price_per_hour(gpu, pricing)  # every GPU priced, before anything runs
@@ -93,7 +150,7 @@ def run_cheapest_command(
     console.print(
         f"plan {plan_name}: the cheapest of {len(options)} fleet kinds ("
         f"{', '.join(gpu_names)} x TP {', '.join(map(str, sizes))}"
-        + (f" x splits {', '.join(splits)}" if splits else "")
+        + (f" x splits {', '.join(map(_split_text, pairs))}" if pairs else "")
         + f", up to {max_replicas} replicas) with "
         + ", ".join(f"{t.metric} <= {t.bound:g}" for t in targets)
     )

@@ -27,7 +27,13 @@ from kvsim.cli.common import (
     print_whole,
     warn_many_jobs,
 )
-from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, metric_unit
+from kvsim.view.labels import (
+    LATENCY_SHORT_NAMES,
+    axis_label,
+    display_unit,
+    field_value,
+    metric_unit,
+)
 
 ALIASES = {
     "kv": "cache.kv_cache_gib",
@@ -124,7 +130,9 @@ def plan(
         ),
     ] = 1,
     quick: Annotated[bool, typer.Option(help="Small runs: the plan's \\[quick] table.")] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
+    ] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,
     cheapest: Annotated[
         bool,
@@ -270,7 +278,7 @@ def plan(
         bar = PointBar(
             desc=the_plan.name,
             unit="pt",
-            disable=None if progress else True,  # None: off on a non-terminal
+            disable=None if not no_progress else True,  # None: off on a non-terminal
         )
 
         def show(value: float | int, summary: dict[str, Any], meets: bool) -> None:
@@ -503,10 +511,23 @@ def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None
         )
 
 
+def _knob_text(field: str, value: float | int, *, unit: bool = True) -> str:
+    """A knob's value in the unit its label (``axis_label``) names: a bandwidth field, given
+    in bytes/s, in GB/s (``display_unit``; with that unit unless ``unit`` is false); other
+    knobs as ``format_value`` writes them."""
+    from kvsim.study.plan import format_value
+
+    shown = display_unit(field)
+    if shown is None:
+        return format_value(value)
+    return f"{field_value(field, value)} {shown[1]}" if unit else field_value(field, value)
+
+
 def _answer_table(result: Any) -> Table:
-    from kvsim.study.plan import bracket_at_limit, format_value
+    from kvsim.study.plan import bracket_at_limit
 
     plan_ = result.plan
+    knob = plan_.field
     table = Table(title=f"{plan_.name}: {plan_.direction} {plan_.field}", show_header=False)
     table.add_column("")
     table.add_column("", justify="right")
@@ -514,9 +535,9 @@ def _answer_table(result: Any) -> Table:
         table.add_row("answer", escape(f"none: {result.why_none}"))
     else:
         value = plan_.value(result.answer)
-        table.add_row("answer", f"{format_value(value)}  ({axis_label(plan_.field)})")
+        table.add_row("answer", f"{_knob_text(knob, value, unit=False)}  ({axis_label(knob)})")
         if result.interval is not None:
-            low, high = (format_value(plan_.value(x)) for x in result.interval)
+            low, high = (_knob_text(knob, plan_.value(x)) for x in result.interval)
             table.add_row("meets every target", f"{low} to {high}")
         table.add_row("binding target", str(result.binding))
         table.add_row("margin", f"{100 * result.headroom:.1f} % under its bound")
@@ -528,7 +549,7 @@ def _answer_table(result: Any) -> Table:
             table.add_row(
                 "next value fails",
                 escape(
-                    f"none: {format_value(value)} ends the bracket "
+                    f"none: {_knob_text(knob, value)} ends the bracket "
                     + (
                         f"(widen --{end})"
                         if at_limit is None
@@ -541,7 +562,7 @@ def _answer_table(result: Any) -> Table:
             table.add_row(f"{side} the interval", escape(result.other_end))
     table.add_row("points evaluated", str(len(result.points)))
     for value, why in result.skipped.items():  # choices the model cannot use: not searched
-        table.add_row(f"skipped {format_value(value)}", escape(why))
+        table.add_row(f"skipped {_knob_text(knob, value)}", escape(why))
     return table
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from kvsim.base.textfile import json_text
+from kvsim.base.units import plural
 from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
 from kvsim.study.experiment import check_name
 from kvsim.study.plan import Plan, Target, plan_folder, run_plan
@@ -170,7 +171,8 @@ def run_cheapest(
         base: the SimConfig table (model, workload, router...).
         options: the fleets to consider.
         targets: upper bounds on summary metrics.
-        max_replicas: the most replicas of one option.
+        max_replicas: the most replicas of one option (its plan may also look at 2 units, as
+            a plan needs two values, but a fleet past max_replicas is never its answer).
         jobs, scheduler: where points run (``run_plan``).
         quick: dotted overrides of small runs (``None``: none).
         on_point: called with ``(option, replicas, summary, meets)`` per evaluated fleet.
@@ -188,9 +190,15 @@ def run_cheapest(
         result = OptionResult(option)
         results[index] = result
         unit_price = price * option.unit
-        cheaper = max_replicas // option.unit  # units costing no more than the best
+        allowed = max_replicas // option.unit  # units within max_replicas
+        cheaper = allowed  # units within max_replicas costing no more than the best
         if math.isfinite(best_cost):
             cheaper = min(cheaper, math.floor(best_cost / unit_price * (1 + 1e-12)))
+        if allowed < 1:
+            result.why_not = (
+                f"one unit is {option.unit} replicas, more than max_replicas = {max_replicas}"
+            )
+            continue
         if cheaper < 1:
             result.why_not = f"one unit costs ${unit_price:.2f}/h, more than the best"
             continue
@@ -202,7 +210,8 @@ def run_cheapest(
             if on_point is not None:
                 on_point(o, int(value), summary, meets)
 
-        plan = _plan_for(name, option, base, targets, cheaper * option.unit, quick or {})
+        most = cheaper * option.unit
+        plan = _plan_for(name, option, base, targets, most, quick or {})
         try:
             found = run_plan(
                 plan, out_root, jobs=jobs, quick=bool(quick), on_point=seen, scheduler=scheduler
@@ -210,16 +219,11 @@ def run_cheapest(
         except ValueError as err:
             result.why_not = _first_reason(str(err))
             continue
-        pruned = cheaper < max_replicas // option.unit
-        if found.answer is None and pruned:
-            most = cheaper * option.unit
-            result.why_not = (
-                f"none of up to {most} replicas (all that cost at most ${best_cost:,.2f}/h) "
-                "meets every target"
-            )
-            continue
-        if found.answer is None:
-            result.why_not = found.why_none
+        # the plan looks at 2 units even where 1 is the most allowed: an answer past ``most``
+        # is a fleet beyond max_replicas or dearer than the best, so not this option's
+        if found.answer is None or found.answer > most:
+            bound = f"all that cost at most ${best_cost:,.2f}/h" if cheaper < allowed else None
+            result.why_not = _none_within(found, most, bound, plan.hi)
             continue
         result.replicas = int(found.answer)
         result.usd_per_hour = result.replicas * price
@@ -236,6 +240,18 @@ def run_cheapest(
     folder = plan_folder(out_root, name, quick=bool(quick))
     points = pd.DataFrame(rows).drop_duplicates(subset=["fleet"], keep="last", ignore_index=True)
     return CheapestResult(ordered, best, points, tuple(targets), folder)
+
+
+def _none_within(found: Any, most: int, bound: str | None, searched: float) -> str:
+    """Why an option has no answer within ``most`` replicas, given its plan's result (``found``)
+    over up to ``searched`` replicas; ``bound``: what else than max_replicas limits them (the
+    best fleet's price), or ``None``."""
+    if found.answer is None and bound is None and searched <= most and found.why_none:
+        return str(found.why_none)  # the plan's bracket is all that was allowed: its reason
+    text = f"none of up to {plural(most, 'replica')} ({bound or 'max_replicas'}) meets every target"
+    if found.answer is not None:
+        text += f"; {plural(int(found.answer), 'replica')} would"
+    return text
 
 
 def _first_reason(message: str, limit: int = 160) -> str:

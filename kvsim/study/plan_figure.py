@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kvsim.base.textfile import json_text
 from kvsim.study.plan import PlanResult
-from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, metric_unit
+from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, display_unit, metric_unit
 
 _MEETS, _FAILS, _TARGET = "#1b7f3b", "#c0392b", "#444444"
 
@@ -52,6 +52,9 @@ def plan_figure(result: PlanResult) -> Figure:
     fig = Figure(figsize=(4.2 * len(targets) + 0.4, 4.0), layout="constrained")
     axes = fig.subplots(1, len(targets), squeeze=False)[0]
     knob = points[plan.field].astype(float) if len(points) else points.get(plan.field)
+    shown = display_unit(plan.field)  # (a bandwidth: bytes/s drawn, GB/s as its label says)
+    scale = shown[0] if shown else 1.0
+    in_label_unit = FuncFormatter(lambda v, _pos=None: _plain(v / scale))
     for ax, target in zip(axes, targets, strict=True):
         values = points[target.metric].astype(float) if len(points) else None
         if values is not None:
@@ -72,7 +75,8 @@ def plan_figure(result: PlanResult) -> Figure:
                 label="values meeting every target",
             )
         if result.answer is not None:
-            ax.axvline(result.answer, color=_MEETS, lw=1.5, label=f"answer: {result.answer:.4g}")
+            text = f"{result.answer / scale:.4g}"
+            ax.axvline(result.answer, color=_MEETS, lw=1.5, label=f"answer: {text}")
         title, ylabel = _panel_labels(target.metric, target.bound)
         ax.set_title(title, fontsize="small")
         ax.set(xlabel=axis_label(plan.field), ylabel=ylabel)
@@ -84,16 +88,18 @@ def plan_figure(result: PlanResult) -> Figure:
             else:
                 ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
                 ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+            ax.xaxis.set_major_formatter(in_label_unit)
+        elif shown:
+            ax.xaxis.set_major_formatter(in_label_unit)
         ax.grid(alpha=0.3, which="both")
     handles, labels = axes[0].get_legend_handles_labels()
     columns = len(labels) if len(targets) > 1 else 2  # one panel: the legend in two columns
     fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize="small")
     knob_label = axis_label(plan.field)
     answer = (
-        f"{plan.direction} {knob_label} = {result.answer:.4g}"
+        f"{plan.direction} {knob_label} = {result.answer / scale:.4g}"
         if result.answer is not None
-        else f"no {knob_label} in [{plan.lo:g}, {plan.hi:g}] meets the targets"
+        else f"no {knob_label} in [{plan.lo / scale:g}, {plan.hi / scale:g}] meets the targets"
     )
     fig.suptitle(f"{plan.name}: {answer}", fontsize="medium")
     return fig

@@ -1,0 +1,197 @@
+"""``kvsim plan --cheapest``'s options: bad lists refused before anything runs, repeats
+considered once, answers kept within --replicas, and a bandwidth knob printed in the unit its
+label names."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsim.cli import app
+from kvsim.study import cheapest
+from kvsim.study.cheapest import FleetOption, run_cheapest
+from kvsim.study.plan import Target
+
+runner = CliRunner()
+TARGET = "time_to_first_token_seconds_p99<=5"
+
+
+def _cheapest(tmp_path, *options: str) -> list[str]:
+    return ["plan", "--cheapest", *options, "--target", TARGET, "--out", str(tmp_path)]
+
+
+@pytest.fixture
+def no_runs(monkeypatch):
+    """Fail any test that reaches a simulation: refusals come before anything runs."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a refused command ran a plan")
+
+    monkeypatch.setattr(cheapest, "run_plan", refuse)
+
+
+def _refused(result, message: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert result.output.count("error") == 1
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("tp", "message"),
+    [
+        ("0", "--tp: expected whole numbers >= 1, got 0"),
+        ("-2", "--tp: expected whole numbers >= 1, got -2"),
+        ("2,0", "--tp: expected whole numbers >= 1, got 0"),  # the bad item, not the list
+        ("1.5", "--tp: expected whole numbers >= 1, got 1.5"),
+        ("two", "--tp: expected whole numbers >= 1, got 'two'"),
+    ],
+)
+def test_a_tp_size_below_1_or_not_whole_is_refused_up_front(tmp_path, no_runs, tp, message):
+    result = runner.invoke(app, _cheapest(tmp_path, "--gpus", "h100-80gb", "--tp", tp))
+    _refused(result, message)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        # given but empty: not the defaults (leaving the option out gives those)
+        ("--gpus", "", "--gpus: expected a comma-separated list, got ''"),
+        ("--tp", "", "--tp: expected a comma-separated list, got ''"),
+        ("--gpus", " ", "--gpus: expected a comma-separated list, got ' '"),
+        # an empty item: named with the option, not a price table's "GPU ''"
+        ("--gpus", "h100-80gb,", "--gpus: expected a comma-separated list without empty items"),
+        ("--gpus", " , ", "--gpus: expected a comma-separated list without empty items"),
+        ("--tp", "1,,2", "--tp: expected a comma-separated list without empty items"),
+    ],
+)
+def test_an_empty_list_or_item_is_refused_naming_the_option(
+    tmp_path, no_runs, option, value, message
+):
+    other = {"--gpus": ["--tp", "1"], "--tp": ["--gpus", "h100-80gb"]}[option]
+    result = runner.invoke(app, _cheapest(tmp_path, option, value, *other))
+    _refused(result, message)
+    assert "price" not in result.output
+
+
+def test_repeated_gpus_tp_sizes_and_splits_are_considered_once_with_a_warning(
+    tmp_path, monkeypatch, caplog
+):
+    seen: dict[str, object] = {}
+
+    def capture(name, base, options, targets, **kwargs):
+        seen["options"] = list(options)
+        raise ValueError("stop here")  # (nothing runs: the options are what is tested)
+
+    monkeypatch.setattr(cheapest, "run_cheapest", capture)
+    caplog.set_level(logging.WARNING)
+    args = _cheapest(
+        tmp_path, "--gpus", "h100-80gb, h100-80gb", "--tp", "1,1,1",
+        "--split", "1:2", "--split", "1:2",
+    )  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    # one GPU x one TP size x (co-located, 1:2): two fleet kinds, not 2 x 3 x 3 = 18
+    assert seen["options"] == [
+        FleetOption("h100-80gb", 1, None),
+        FleetOption("h100-80gb", 1, (1, 2)),
+    ]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(m.startswith("--gpus: 'h100-80gb' named twice") for m in warnings), warnings
+    assert any(m.startswith("--tp: 1 named 3 times") for m in warnings), warnings
+    assert any(m.startswith("--split: 1:2 named twice") for m in warnings), warnings
+
+
+def _fake_plans(monkeypatch, answers: dict[str, int | None]) -> list[tuple[str, tuple]]:
+    """``run_plan`` answering each option (by its name) with ``answers``' replicas, as a plan
+    whose fewest meeting replicas that is; returns the (plan, choices) asked."""
+    asked: list[tuple[str, tuple]] = []
+
+    def fake(plan, out_root, **kwargs):
+        option = next(o for o in answers if plan.name.endswith(o))
+        asked.append((option, plan.choices))
+        answer = answers[option]
+        return SimpleNamespace(
+            answer=None if answer is None else float(answer),
+            why_none=None if answer is not None else "none meets",
+            binding="time_to_first_token_seconds_p99",
+            headroom=0.5,
+        )
+
+    monkeypatch.setattr(cheapest, "run_plan", fake)
+    return asked
+
+
+def test_an_answer_beyond_max_replicas_is_not_found(tmp_path, monkeypatch):
+    # max_replicas=1: the plan still looks at 1 and 2 replicas (it needs two values); when 1
+    # fails and 2 meets, 2 is beyond what was asked for, so the option has no answer
+    asked = _fake_plans(monkeypatch, {"h100-80gb-tp1": 2})
+    targets = [Target("time_to_first_token_seconds_p99", 5.0)]
+    result = run_cheapest(
+        "t", {}, [FleetOption("h100-80gb", 1)], targets, max_replicas=1, out_root=tmp_path
+    )
+    assert asked == [("h100-80gb-tp1", (1.0, 2.0))]
+    assert result.best is None
+    only = result.options[0]
+    assert (only.replicas, only.usd_per_hour) == (None, None)
+    assert str(only.why_not).startswith("none of up to 1 replica (max_replicas) meets every target")
+
+
+def test_an_answer_dearer_than_the_best_is_not_found(tmp_path, monkeypatch):
+    # prices (this table): h100-80gb $2/h, h200 $3/h a GPU. h100 x2 meets: best $4/h. Then
+    # h200 may use floor(4 / 3) = 1 replica; its plan looks at 1 and 2, and 2 ($6/h) meets:
+    # dearer than the best, so h200 has no answer, and the best stays 2 x h100
+    table = tmp_path / "prices.toml"
+    table.write_text("[h100-80gb]\nusd_per_gpu_hour = 2.0\n[h200]\nusd_per_gpu_hour = 3.0\n")
+    base = {"pricing": {"table": str(table)}}
+    _fake_plans(monkeypatch, {"h100-80gb-tp1": 2, "h200-tp1": 2})
+    options = [FleetOption("h100-80gb", 1), FleetOption("h200", 1)]
+    targets = [Target("time_to_first_token_seconds_p99", 5.0)]
+    result = run_cheapest("t", base, options, targets, max_replicas=8, out_root=tmp_path)
+    h100, h200 = result.options
+    assert result.best == 0
+    assert (h100.replicas, h100.usd_per_hour) == (2, pytest.approx(4.0))
+    assert (h200.replicas, h200.usd_per_hour) == (None, None)
+    assert str(h200.why_not).startswith(
+        "none of up to 1 replica (all that cost at most $4.00/h) meets every target"
+    )
+
+
+def test_a_unit_larger_than_max_replicas_says_so(tmp_path, monkeypatch):
+    # a 1:2 split grows 3 replicas at a time: none fits in 2, and there is no best yet
+    asked = _fake_plans(monkeypatch, {})
+    targets = [Target("time_to_first_token_seconds_p99", 5.0)]
+    option = FleetOption("h100-80gb", 1, (1, 2))
+    result = run_cheapest("t", {}, [option], targets, max_replicas=2, out_root=tmp_path)
+    assert asked == []
+    assert result.options[0].why_not == "one unit is 3 replicas, more than max_replicas = 2"
+
+
+def test_a_bandwidth_knob_prints_and_draws_in_the_gb_per_s_its_label_names(tmp_path, monkeypatch):
+    from kvsim.study import plan_figure
+
+    drawn = []
+    draw = plan_figure.plan_figure
+    monkeypatch.setattr(plan_figure, "plan_figure", lambda r: drawn.append(draw(r)) or drawn[-1])
+    args = [
+        "plan", "--smallest", "offload.link_bandwidth_bytes_per_s", "--lo", "16e9", "--hi",
+        "64e9", "--target", "time_to_first_token_seconds_mean<=100", "--set",
+        "model=llama-3.1-8b", "--set", "offload.kv_offloading_size=4", "--set",
+        "workload.num_requests=20", "--name", "bw", "--out", str(tmp_path), "--no-progress",
+    ]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    # a lax target: the bracket's low end, 16e9 bytes/s = 16 GB/s, is the answer
+    assert "16  (link bandwidth, one direction (GB/s))" in result.output
+    assert "16 GB/s to 64 GB/s" in result.output  # (the values meeting every target)
+    assert "1.6e+10" not in result.output.rsplit("bw: smallest", 1)[1]  # the table, not the log
+    (figure,) = drawn
+    ax = figure.axes[0]
+    assert ax.get_xlabel() == "link bandwidth, one direction (GB/s)"
+    # the ticks in GB/s: 16e9 and 64e9 bytes/s read 16 and 64 (not 1.6e+10)
+    ticks = [ax.xaxis.get_major_formatter()(x, 0) for x in (16e9, 64e9)]
+    assert ticks == ["16", "64"]
+    assert figure.get_suptitle().endswith("(GB/s) = 16")
