@@ -38,6 +38,7 @@ model table.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -65,6 +66,9 @@ _DTYPE_BYTES = {
 }
 
 
+# a JSON string (escapes kept) or a structural character, for _key_offsets
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:]', re.DOTALL)
+
 GPT_OSS_WINDOW = 128  # transformers' GptOssConfig: sliding_window when the file gives none
 # the flags kvsim reads from a config.json (each must be a JSON boolean)
 _FLAGS = ("use_sliding_window", "tie_word_embeddings", "attention_bias")
@@ -89,6 +93,8 @@ class _Config:
         if not isinstance(data, dict):
             raise ValueError(f"hf_config {path}: expected a JSON object, got {type(data).__name__}")
         text = data.get("text_config")
+        # the keys the model's fields are read from inside text_config (where() finds them there)
+        self._text_keys = frozenset(text) if isinstance(text, dict) else frozenset[str]()
         if text is not None and not isinstance(text, dict):
             raise ValueError(
                 f"{self.where('text_config')}: text_config: expected a JSON object (the "
@@ -119,10 +125,17 @@ class _Config:
         return f" line {first}" if first == second else f" lines {first} and {second}"
 
     def where(self, key: str) -> str:
-        """``config.json line 7`` for the first line that names ``key`` (the file when none)."""
-        at = self.text.find(f'"{key}"')
-        line = "" if at < 0 else f" line {self.text.count(chr(10), 0, at) + 1}"
+        """``config.json line 7``: the line where the model's ``key`` is set, inside
+        ``text_config`` when that sets it, else at the top level (the file alone when neither
+        does: a default, or a key set only in another nested object)."""
+        path = ("text_config", key) if key in self._text_keys else (key,)
+        at = self._offsets.get(path)
+        line = "" if at is None else f" line {self.text.count(chr(10), 0, at) + 1}"
         return f"{self.path.name}{line}"
+
+    @functools.cached_property
+    def _offsets(self) -> dict[tuple[str, ...], int]:
+        return _key_offsets(self.text)
 
     def get(self, *keys: str) -> tuple[str, Any] | None:
         """The first of ``keys`` present with a non-null value, as ``(key, value)``."""
@@ -161,6 +174,32 @@ class _Config:
                 f"got {value:,}"
             )
         return value
+
+
+def _key_offsets(text: str) -> dict[tuple[str, ...], int]:
+    """Where valid JSON ``text`` names each object key (its first character), by the path of
+    keys down to it: ``("text_config", "head_dim")`` for ``{"text_config": {"head_dim": 1}}``.
+    Keys of objects inside arrays are left out (no key path reaches them)."""
+    offsets: dict[tuple[str, ...], int] = {}
+    stack: list[tuple[str, ...] | None] = []  # each open container's path (None: in an array)
+    key, previous = "", None
+    for token in _JSON_TOKEN.finditer(text):
+        char = token.group()
+        if char[0] == '"':
+            previous = token
+        elif char == ":" and previous is not None:  # (a key is the string just before ":")
+            key = json.loads(previous.group())
+            if stack and stack[-1] is not None:
+                offsets.setdefault((*stack[-1], key), previous.start())
+        elif char == "{" and not stack:
+            stack.append(())  # the file's own object
+        elif char == "{":  # (in an object, a nested one follows its key's ":")
+            stack.append(None if stack[-1] is None else (*stack[-1], key))
+        elif char == "[":
+            stack.append(None)
+        elif stack:
+            stack.pop()
+    return offsets
 
 
 def hf_config_path(value: str | Path) -> Path:
@@ -214,7 +253,7 @@ def model_fields_from_hf(value: str | Path, num_params: Any = None) -> dict[str,
     elif found is not None:
         fields["num_params"] = cfg.int_field(found[0])
     else:
-        fields["num_params"] = count_params(cfg.data, cfg.path)
+        fields["num_params"] = count_params(cfg.data, cfg.path, cfg.where)
     work = _work_fields(cfg)
     counted = fields["num_params"]  # (a table's value of a wrong type: ModelSpec refuses it)
     numeric = isinstance(counted, (int, float)) and not isinstance(counted, bool)
@@ -301,7 +340,7 @@ def _work_fields(cfg: _Config) -> dict[str, Any]:
     model_type = str(cfg.data.get("model_type", ""))
     tied = cfg.data.get("tie_word_embeddings", model_type not in UNTIED_BY_DEFAULT)
     out["tie_word_embeddings"] = bool(tied)
-    moe = moe_fields(cfg.data, cfg.path)
+    moe = moe_fields(cfg.data, cfg.path, cfg.where)
     if moe is not None:
         out["moe"] = moe
     return out

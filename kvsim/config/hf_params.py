@@ -12,6 +12,7 @@ from typing import Any
 from kvsim.base.limits import is_int_at_least
 
 Getter = Callable[..., int]
+Where = Callable[[str], str]  # a key's place in the file for messages ("config.json line 7")
 # model types whose parameter count count_params knows (gated MLP, RMSNorm, no position table)
 LLAMA_FAMILY = {
     "llama",
@@ -32,7 +33,9 @@ UNTIED_BY_DEFAULT = LLAMA_FAMILY - {"gemma2", "gemma3_text"}
 FOUR_NORMS = {"gemma2", "gemma3_text"}
 
 
-def count_params(data: dict[str, Any], path: Path | str = "config.json") -> int:
+def count_params(
+    data: dict[str, Any], path: Path | str = "config.json", where: Where | None = None
+) -> int:
     """Parameters of a Llama-family decoder, counted from its ``config.json`` (weights and biases).
 
     ``V * H`` embedding (+ ``V * H`` untied LM head) + final norm ``H`` + per layer: two norms
@@ -48,10 +51,12 @@ def count_params(data: dict[str, Any], path: Path | str = "config.json") -> int:
     ``topk_method = "noaux_tc"``). Multi-token-prediction layers (``num_nextn_predict_layers``)
     are left out: vLLM loads them only for speculative decoding.
 
+    ``where`` names a key's line in the file for a bad field's message (else ``path`` alone).
+
     Raises:
         ValueError: an architecture outside the family, or a missing field.
     """
-    get = _getter(data, path)
+    get = _getter(data, path, where)
     model_type = str(data.get("model_type", ""))
     if model_type not in LLAMA_FAMILY:
         raise ValueError(
@@ -68,7 +73,9 @@ def count_params(data: dict[str, Any], path: Path | str = "config.json") -> int:
     return total
 
 
-def moe_fields(data: dict[str, Any], path: Path | str = "config.json") -> dict[str, int] | None:
+def moe_fields(
+    data: dict[str, Any], path: Path | str = "config.json", where: Where | None = None
+) -> dict[str, int] | None:
     """``MoeSpec`` fields of a routed-expert model (``None`` for a dense one): experts per MoE
     layer (``n_routed_experts``, ``num_local_experts`` or ``num_experts``), ``num_experts_per_tok``,
     the MoE layers (after ``first_k_dense_replace`` dense ones, every ``moe_layer_freq``-th, as
@@ -82,7 +89,7 @@ def moe_fields(data: dict[str, Any], path: Path | str = "config.json") -> dict[s
     experts = experts or data.get("num_experts") or 0
     if not experts:
         return None
-    get = _getter(data, path)
+    get = _getter(data, path, where)
     layers = get("num_hidden_layers")
     dense_first = data.get("first_k_dense_replace", 0) or 0
     freq = data.get("moe_layer_freq", 1) or 1
@@ -99,12 +106,13 @@ def moe_fields(data: dict[str, Any], path: Path | str = "config.json") -> dict[s
     }
 
 
-def _getter(data: dict[str, Any], path: Path | str) -> Getter:
+def _getter(data: dict[str, Any], path: Path | str, where: Where | None = None) -> Getter:
     def get(key: str, default: int | None = None) -> int:
         value = data.get(key, default)
         if not is_int_at_least(value, 0):
+            at = f"hf_config {path}" if where is None or key not in data else where(key)
             raise ValueError(
-                f"hf_config {path}: counting parameters needs {key} as an integer >= 0, "
+                f"{at}: counting parameters needs {key} as an integer >= 0, "
                 f"got {value!r}; set model.num_params"
             )
         return value

@@ -29,7 +29,12 @@ from kvsim.config.hardware import (
     weight_bytes_per_gpu,
 )
 from kvsim.config.layers import KVCacheGroups, max_request_tokens, request_blocks
-from kvsim.config.serving import MIN_MAX_MODEL_LEN, CacheSpec, EngineArgs
+from kvsim.config.serving import (
+    MIN_MAX_MODEL_LEN,
+    VATTENTION_PAGE_SIZES,
+    CacheSpec,
+    EngineArgs,
+)
 
 
 class ConfigParts(Protocol):
@@ -114,7 +119,8 @@ def check_memory(config: ConfigParts) -> None:
         left = usable - weights - cache.activation_headroom_bytes
         slots = max(0, int(left // config.bytes_per_token))
         if request_limit_tokens(config, slots) < config.max_model_len:
-            _refuse_an_outsized_state(config, slots, where)
+            if left > 0:  # (with no room left for KV, the weights are what does not fit)
+                _refuse_an_outsized_state(config, slots, where)
             raise ValueError(_derived_budget_message(config, where, usable, left))
     if config.capacity_tokens < 2:
         raise ValueError(
@@ -134,7 +140,7 @@ def check_memory(config: ConfigParts) -> None:
             + (
                 f"lower scheduler.max_model_len to at most {limit:,} or raise the KV budget"
                 if limit >= MIN_MAX_MODEL_LEN and _holds_a_block(config)
-                else "raise the KV budget"
+                else _no_row_advice(config)
             )
         )
 
@@ -255,13 +261,60 @@ def _limit_note(config: ConfigParts, limit: int) -> str:
 
 
 def _holds_a_block(config: ConfigParts) -> bool:
-    """A paged pool has a block beside vLLM v1's null block (``request_limit_tokens`` counts a
-    pool without one whole, so a shorter ``max_model_len`` would not help it)."""
+    """A paged pool has a block beside vLLM v1's null block, a vAttention pool a row of pages
+    (``request_limit_tokens`` counts a pool without one whole, so a shorter ``max_model_len``
+    would not help it)."""
+    if maps_virtual_pages(config.cache.allocator):
+        page = _vattention_page(config)  # (None: kvsim.config.sim's page-size error)
+        return page is None or _page_rows(config, config.cache.page_size_bytes) > 0
     if config.cache.allocator not in PAGED_ALLOCATORS:
         return True
     groups = config.kv_groups
     size = config.cache.block_size_tokens if groups is None else groups.block_size_tokens
     return config.capacity_tokens // size > config.engine_args.reserve_null_block
+
+
+def _whole_units(config: ConfigParts) -> str:
+    """What a request's tokens are held in: whole page rows (vAttention) or whole blocks."""
+    page = _vattention_page(config) if maps_virtual_pages(config.cache.allocator) else None
+    if page is not None:
+        return f"whole rows of {page[1]:,} pages, {page[0]:,} tokens a row"
+    null = ", less vLLM v1's null block" if config.engine_args.reserve_null_block else ""
+    return f"whole blocks of {config.cache.block_size_tokens}{null}"
+
+
+def _page_rows(config: ConfigParts, page_size_bytes: int) -> int:
+    """Rows of ``num_kv_tensors`` pages of ``page_size_bytes`` the vAttention pool holds."""
+    pool_bytes = config.capacity_tokens * config.bytes_per_token
+    return pool_bytes // (page_size_bytes * config.num_kv_tensors)
+
+
+def _no_row_advice(config: ConfigParts) -> str:
+    """What makes a pool without a usable block or page row hold a request: for vAttention, the
+    largest smaller page size (of ``VATTENTION_PAGE_SIZES``) that gives a row, with the
+    ``max_model_len`` its rows then hold, in one suggestion; else a larger KV budget."""
+    if not maps_virtual_pages(config.cache.allocator) or _vattention_page(config) is None:
+        return "raise the KV budget"
+    tensors, per_token = config.num_kv_tensors, config.bytes_per_token
+    page = config.cache.page_size_bytes
+    head = (
+        f"the pool holds no row of {tensors:,} pages of {page:,} bytes (a vAttention request "
+        "maps a page in every KV tensor at once)"
+    )
+    for size in sorted(VATTENTION_PAGE_SIZES, reverse=True):
+        if size >= page or size < per_token // tensors or _page_rows(config, size) < 1:
+            continue
+        tokens_per_page, rows = vattention_pages(config.capacity_tokens, per_token, size, tensors)
+        limit = tokens_per_page * rows
+        if limit < MIN_MAX_MODEL_LEN:
+            continue
+        shorter = (
+            f" and scheduler.max_model_len to at most {limit:,}"
+            if limit < config.max_model_len
+            else ""
+        )
+        return f"{head}; lower cache.page_size_bytes to {size:,}{shorter}, or raise the KV budget"
+    return f"{head}; raise the KV budget"
 
 
 def _drafter_layers_note(config: ConfigParts) -> str:
@@ -304,10 +357,12 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
             f"{config.max_model_len:,} request{_drafter_layers_note(config)}"
             if need_kv > left
             else f"its {slots:,} slots hold one request of at most {fits:,} tokens, fewer than "
-            f"max_model_len = {config.max_model_len:,} (whole blocks of "
-            f"{config.cache.block_size_tokens}"
-            + (", less vLLM v1's null block)" if config.engine_args.reserve_null_block else ")")
-        ) + f"; lower scheduler.max_model_len to at most {fits:,}"
+            f"max_model_len = {config.max_model_len:,} ({_whole_units(config)})"
+        ) + (
+            f"; lower scheduler.max_model_len to at most {fits:,}"
+            if fits >= MIN_MAX_MODEL_LEN and _holds_a_block(config)
+            else f"; {_no_row_advice(config)}"
+        )
     tp = smallest_fitting_tp(config)
     advice = (
         f"; parallel.tensor_parallel_size = {tp} fits"
