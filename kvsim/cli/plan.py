@@ -30,8 +30,6 @@ from kvsim.cli.common import (
 from kvsim.view.labels import (
     LATENCY_SHORT_NAMES,
     axis_label,
-    display_unit,
-    field_value,
     metric_unit,
 )
 
@@ -511,20 +509,8 @@ def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None
         )
 
 
-def _knob_text(field: str, value: float | int, *, unit: bool = True) -> str:
-    """A knob's value in the unit its label (``axis_label``) names: a bandwidth field, given
-    in bytes/s, in GB/s (``display_unit``; with that unit unless ``unit`` is false); other
-    knobs as ``format_value`` writes them."""
-    from kvsim.study.plan import format_value
-
-    shown = display_unit(field)
-    if shown is None:
-        return format_value(value)
-    return f"{field_value(field, value)} {shown[1]}" if unit else field_value(field, value)
-
-
 def _answer_table(result: Any) -> Table:
-    from kvsim.study.plan import bracket_at_limit
+    from kvsim.study.plan import bracket_at_limit, format_value
 
     plan_ = result.plan
     knob = plan_.field
@@ -535,9 +521,9 @@ def _answer_table(result: Any) -> Table:
         table.add_row("answer", escape(f"none: {result.why_none}"))
     else:
         value = plan_.value(result.answer)
-        table.add_row("answer", f"{_knob_text(knob, value, unit=False)}  ({axis_label(knob)})")
+        table.add_row("answer", f"{format_value(value, knob, unit=False)}  ({axis_label(knob)})")
         if result.interval is not None:
-            low, high = (_knob_text(knob, plan_.value(x)) for x in result.interval)
+            low, high = (format_value(plan_.value(x), knob) for x in result.interval)
             table.add_row("meets every target", f"{low} to {high}")
         table.add_row("binding target", str(result.binding))
         table.add_row("margin", f"{100 * result.headroom:.1f} % under its bound")
@@ -549,7 +535,7 @@ def _answer_table(result: Any) -> Table:
             table.add_row(
                 "next value fails",
                 escape(
-                    f"none: {_knob_text(knob, value)} ends the bracket "
+                    f"none: {format_value(value, knob)} ends the bracket "
                     + (
                         f"(widen --{end})"
                         if at_limit is None
@@ -562,7 +548,7 @@ def _answer_table(result: Any) -> Table:
             table.add_row(f"{side} the interval", escape(result.other_end))
     table.add_row("points evaluated", str(len(result.points)))
     for value, why in result.skipped.items():  # choices the model cannot use: not searched
-        table.add_row(f"skipped {_knob_text(knob, value)}", escape(why))
+        table.add_row(f"skipped {format_value(value, knob)}", escape(why))
     return table
 
 

@@ -721,8 +721,8 @@ def _check_best_end(plan: Plan, ev: _Evaluator, best: float) -> None:
         return
     end = "--hi" if plan.direction == "smallest" else "--lo"
     raise ValueError(
-        f"{plan.field} = {format_value(plan.value(best))} (the bracket's best end, {end}) is not "
-        f"a valid config, so no value could be shown to meet the targets: {error}"
+        f"{plan.field} = {format_value(plan.value(best), plan.field)} (the bracket's best end, "
+        f"{end}) is not a valid config, so no value could be shown to meet the targets: {error}"
     )
 
 
@@ -750,7 +750,7 @@ def _nearest_failure(plan: Plan, ev: _Evaluator, x: float, upwards: bool) -> str
         if nearest in ev.skipped
         else failure(plan, ev.seen[nearest])
     )
-    return f"{format_value(plan.value(nearest))}: {why}"
+    return f"{format_value(plan.value(nearest), plan.field)}: {why}"
 
 
 def _result(
@@ -794,7 +794,7 @@ def _why_none(plan: Plan, ev: _Evaluator, grid: Sequence[float], interval: Inter
     if fails is not None:
         target = _target_of(plan, fails)
         ends = ", ".join(
-            f"{format_value(plan.value(x))}: "
+            f"{format_value(plan.value(x), plan.field)}: "
             + (failure(plan, ev.seen[x]) if target is None else _over_bound(target, ev.seen[x]))
             for x in (lo, hi)
         )
@@ -802,7 +802,9 @@ def _why_none(plan: Plan, ev: _Evaluator, grid: Sequence[float], interval: Inter
         return f"{fails.name} fails at both ends ({ends}); {widening_advice(plan, end)}"
     assert interval.low_by is not None, "an empty interval names the conditions at its ends"
     assert interval.high_by is not None, "an empty interval names the conditions at its ends"
-    low, high = (format_value(plan.value(grid[i])) for i in (interval.low, interval.high))
+    low, high = (
+        format_value(plan.value(grid[i]), plan.field) for i in (interval.low, interval.high)
+    )
     return (
         f"{interval.low_by.name} needs {plan.field} >= {low} but {interval.high_by.name} needs "
         f"it <= {high}: no value meets both (relax a target or change the config)"
@@ -862,7 +864,7 @@ def bracket_at_limit(plan: Plan, end: Literal["lo", "hi"]) -> str | None:
     value = plan.lo if end == "lo" else plan.hi
     if limit is None or (value > limit[0] if end == "lo" else value < limit[0]):
         return None
-    return f"{format_value(plan.value(value))} = {limit[1]}"
+    return f"{format_value(plan.value(value), plan.field)} = {limit[1]}"
 
 
 def widening_advice(plan: Plan, end: Literal["lo", "hi"]) -> str:
@@ -877,8 +879,15 @@ def widening_advice(plan: Plan, end: Literal["lo", "hi"]) -> str:
     )
 
 
-def format_value(value: float | int) -> str:
-    """A knob value for people: integers with thousands separators, reals to 4 digits."""
+def format_value(value: float | int, field: str = "", *, unit: bool = True) -> str:
+    """A knob value for people: integers with thousands separators, reals to 4 digits; a
+    ``field`` given in bytes/s in the GB/s its label names (``display_unit``, with that unit
+    unless ``unit`` is false)."""
+    from kvsim.view.labels import display_unit, field_value
+
+    shown = display_unit(field) if field else None
+    if shown is not None:
+        return f"{field_value(field, value)} {shown[1]}" if unit else field_value(field, value)
     return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
 
 

@@ -195,3 +195,15 @@ def test_a_bandwidth_knob_prints_and_draws_in_the_gb_per_s_its_label_names(tmp_p
     ticks = [ax.xaxis.get_major_formatter()(x, 0) for x in (16e9, 64e9)]
     assert ticks == ["16", "64"]
     assert figure.get_suptitle().endswith("(GB/s) = 16")
+
+
+def test_a_plans_reasons_give_a_bandwidth_in_gb_per_s():
+    from kvsim.study.plan import format_value
+
+    # every reason a plan writes (next value fails, no value meets both, a bracket's end) goes
+    # through format_value with the plan's field: 1.6e10 bytes/s is 16 GB/s, 2.5e9 is 2.5
+    field = "offload.link_bandwidth_bytes_per_s"
+    assert format_value(1.6e10, field) == "16 GB/s"
+    assert format_value(2.5e9, field, unit=False) == "2.5"
+    assert format_value(1.6e10) == "1.6e+10"  # a knob without a display unit as it was
+    assert format_value(4096, "max_num_batched_tokens") == "4,096"
