@@ -364,11 +364,12 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
             else f"; {_no_row_advice(config)}"
         )
     tp = smallest_fitting_tp(config)
-    advice = (
-        f"; parallel.tensor_parallel_size = {tp} fits"
-        if tp is not None and tp > config.parallel.tensor_parallel_size
-        else "; raise cache.gpu_memory_utilization, use a larger GPU, or set cache.kv_cache_gib"
-    )
+    if tp is not None and tp > config.parallel.tensor_parallel_size:
+        advice = f"; parallel.tensor_parallel_size = {tp} fits"
+    elif left <= 0:  # (a KV budget of one's own would not make room for the weights)
+        advice = "; raise cache.gpu_memory_utilization or use a larger GPU"
+    else:
+        advice = "; raise cache.gpu_memory_utilization, use a larger GPU, or set cache.kv_cache_gib"
     return f"{head}: {short}{advice}"
 
 

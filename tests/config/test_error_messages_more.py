@@ -203,3 +203,18 @@ def test_a_derived_vattention_pool_names_its_page_rows_not_blocks() -> None:
     assert "blocks" not in message
     assert "lower scheduler.max_model_len to at most 1,024" in message
     config_from_dict(_with(config, {}, {"max_model_len": 1024}))
+
+
+def test_weights_no_tp_size_fits_are_not_told_to_set_a_kv_budget():
+    from kvsim import config_from_dict
+
+    # Llama-3.1-8B's 8.03 B parameters in 16 bits (15 GiB) against 0.01 x 40 GiB = 0.4 GiB on
+    # an A100-40GB: short at every TP its 32 heads split by (32 GPUs: 0.47 GiB each), and a
+    # KV budget of one's own (cache.kv_cache_gib) would not make room for the weights
+    with pytest.raises(ValueError, match="the weights alone are short by") as err:
+        config_from_dict(
+            {"model": "llama-3.1-8b", "gpu": "a100-40gb", "cache": {"gpu_memory_utilization": 0.01}}
+        )
+    message = str(err.value)
+    assert "the weights alone are short by" in message
+    assert message.endswith("; raise cache.gpu_memory_utilization or use a larger GPU")
