@@ -327,13 +327,17 @@ def _toml_value(raw: str, key: str) -> Any:
     else the text itself (a name, a path, a date).
 
     Raises:
-        ValueError: a value nested too deeply, or an integer of more than 4,300 digits (the
-            guards ``parse_json`` keeps on the JSON path)."""
+        ValueError: a value nested too deeply, an integer of more than 4,300 digits (the
+            guards ``parse_json`` keeps on the JSON path), or an inline table that gives one key
+            twice."""
     if "\n" in raw or "\r" in raw:
         return raw
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except tomllib.TOMLDecodeError as err:
+        key_twice = re.match(r"Duplicate inline table key ('.*') \(", str(err))
+        if key_twice:  # an inline table, not text: TOML forbids the key given twice
+            raise ValueError(_key_twice(key, key_twice.group(1), raw)) from None
         return raw
     except RecursionError:
         raise ValueError(f"--set {key}: value nested too deeply") from None
@@ -345,6 +349,14 @@ def _toml_value(raw: str, key: str) -> Any:
     return value if isinstance(value, int | float | list | dict) else raw
 
 
+def _key_twice(key: str, twice: str, raw: str) -> str:
+    """The error for a ``--set`` table value that gives one key twice (``twice`` quoted)."""
+    return (
+        f"--set {key}: key {twice} appears more than once in one table ({raw}); expected each "
+        "key once (TOML forbids a key given twice)"
+    )
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """``["cache.block_size_tokens=32"]`` -> ``{"cache.block_size_tokens": 32}`` (JSON values,
     else TOML ones, else the text). Within the pairs, order does not matter: a whole table
@@ -352,10 +364,11 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     given twice takes its last value, with a warning when the values differ.
 
     Raises:
-        ValueError: a pair without ``=`` or with an empty key, a value nested too deeply, or
-            a number no field takes (NaN, an infinity, an integer of more than 4,300 digits).
+        ValueError: a pair without ``=`` or with an empty key, a value nested too deeply, a
+            table value (JSON or TOML) that gives one key twice, or a number no field takes
+            (NaN, an infinity, an integer of more than 4,300 digits).
     """
-    from kvsim.base.textfile import NotANumber, parse_json
+    from kvsim.base.textfile import DuplicateKeyError, NotANumber, parse_json, unique_keys
 
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -365,9 +378,11 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
                 f"--set: expected KEY=VALUE (e.g. cache.block_size_tokens=32), got {pair!r}"
             )
         try:
-            value = parse_json(raw, f"--set {key}")
+            value = parse_json(raw, f"--set {key}", object_pairs_hook=unique_keys)
         except json.JSONDecodeError:
             value = _toml_value(raw, key)
+        except DuplicateKeyError as err:  # (json would keep the last value)
+            raise ValueError(_key_twice(key, repr(err.key), raw)) from None
         if isinstance(value, NotANumber) and value.integer:
             raise ValueError(f"--set {key}: {value!r}; no setting takes a number that long")
         if isinstance(value, NotANumber):  # NaN, Infinity: the text, for the field to refuse

@@ -32,6 +32,7 @@ ROUTERS: tuple[RouterName, ...] = (
     "kv_cost",
 )
 MAX_REPLICAS = 1024
+DEFAULT_LINK = "infiniband-ndr"  # the links.toml preset of a fleet that names none
 # sections a replica may have of its own (the workload, seed and fleet are the fleet's)
 REPLICA_SECTIONS = frozenset({"model", "gpu", "parallel", "cache", "scheduler", "cost", "pricing"})
 
@@ -74,7 +75,8 @@ class FleetSpec(Frozen):
         prefill_replicas: 0 serves every request on one replica (co-located prefill and
             decode); ``p > 0`` makes replicas ``0..p-1`` prefill replicas and the rest decode
             replicas (the router picks one of each).
-        link: the prefill-to-decode KV link (a ``kvsim/data/links.toml`` preset or a table).
+        link: the prefill-to-decode KV link (a ``kvsim/data/links.toml`` preset or a table;
+            ``DEFAULT_LINK`` by default, whose fields a ``--set fleet.link.*`` edits one by one).
         prefix_weight, kv_usage_weight, queue_weight: the ``prefix`` router's scorer weights
             (llm-d's precise-prefix-cache-aware guide: 2, 1, 1).
         overlap_score_weight: the ``kv_cost`` router's weight of prefill blocks (Dynamo's
@@ -87,7 +89,7 @@ class FleetSpec(Frozen):
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     router: RouterName = "round_robin"
     prefill_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS)
-    link: LinkSpec = Field(default_factory=lambda: LinkSpec.model_validate("infiniband-ndr"))
+    link: LinkSpec = Field(default_factory=lambda: LinkSpec.model_validate(DEFAULT_LINK))
     prefix_weight: float = Field(default=2.0, ge=0, le=1e6)
     kv_usage_weight: float = Field(default=1.0, ge=0, le=1e6)
     queue_weight: float = Field(default=1.0, ge=0, le=1e6)

@@ -7,8 +7,12 @@ own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks) and 
 caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate,
 only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens``; speculative
 decoding's settings go unread while ``num_speculative_tokens`` is never set, and the link's
-bandwidth while ``kv_offloading_size`` is never set. Such a config
-runs as written; ``config_from_dict`` logs one warning per ignored setting.
+bandwidth while ``kv_offloading_size`` is never set; a fleet's router has nothing to choose when
+each pick has one candidate (``replicas`` never set, or one prefill and one decode replica),
+and each router reads only its own weights; ``hybrid_kv_cache = false`` unifies nothing in a
+model without sliding-window or state layers; and vLLM v0's swap settings go unread over a swap
+space of 0 GiB, where every swap-out falls back to recompute. Such a config runs as written;
+``config_from_dict`` logs one warning per ignored setting.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ from kvsim.config.allocators import (
     accepted_arguments,
     caches_prefixes_always,
 )
+from kvsim.config.cost_spec import CostSpec
+from kvsim.config.fleet import FleetSpec
+from kvsim.config.hardware import ModelSpec
 from kvsim.config.offload import OffloadConfig
-from kvsim.config.serving import CacheSpec
+from kvsim.config.serving import CacheSpec, SchedulerConfig
 from kvsim.config.speculative import SpeculativeConfig
 from kvsim.workload.spec import WorkloadSpec
 
@@ -43,6 +50,18 @@ class ConfigParts(Protocol):
     @property
     def offload(self) -> OffloadConfig: ...
 
+    @property
+    def fleet(self) -> FleetSpec | None: ...
+
+    @property
+    def model(self) -> ModelSpec: ...
+
+    @property
+    def scheduler(self) -> SchedulerConfig: ...
+
+    @property
+    def cost(self) -> CostSpec: ...
+
 
 BUDGET_FIELDS = ("cache.kv_cache_bytes", "cache.kv_cache_gib", "cache.kv_cache_gb")
 # cache fields the engine hands to the allocator under the same name, and what each one sets
@@ -52,6 +71,13 @@ ALLOCATOR_KNOBS = {
     "watermark": "admission watermark",
     "share_sequence_groups": "shared prompt blocks",
     "page_size_bytes": "virtual-memory pages",
+}
+# fleet fields only the router reads, and the router that reads each weight (make_router)
+ROUTER_WEIGHTS = {
+    "prefix_weight": "prefix",
+    "kv_usage_weight": "prefix",
+    "queue_weight": "prefix",
+    "overlap_score_weight": "kv_cost",
 }
 
 
@@ -152,7 +178,13 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     k_written = _lookup(data, "speculative.num_speculative_tokens") is not None
     if not config.speculative.num_speculative_tokens and not k_written:
         why = "speculative decoding is off while num_speculative_tokens is 0"
-        for name in ("acceptance_rate", "draft_num_params", "draft_num_kv_layers", "method"):
+        for name in (
+            "acceptance_rate",
+            "acceptance_rates",  # (only the empty list validates beside k = 0)
+            "draft_num_params",
+            "draft_num_kv_layers",
+            "method",
+        ):
             yield _section_field(
                 config.speculative,
                 "speculative",
@@ -170,13 +202,76 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
             ("offload.kv_offloading_size",),
             why,
         )
+    yield from _router_fields(config, data)
+    yield from _hybrid_field(config)
+    yield from _swap_fields(config)
+
+
+def _router_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
+    """The router and its weights where each pick has one candidate; else the weights of the
+    routers not chosen (``kvsim.fleet.routers.make_router`` hands each its own)."""
+    fleet = config.fleet
+    if fleet is None:
+        return
+    if fleet.disaggregated:
+        single = fleet.prefill_replicas == 1 and fleet.replicas == 2
+        why = "a fleet of 1 prefill and 1 decode replica gives each pick one candidate"
+    else:  # (replicas = 1 written is a sweep's one-engine row: deliberate, as k = 0 is)
+        single = fleet.replicas == 1 and _lookup(data, "fleet.replicas") is None
+        why = "a fleet of 1 replica (replicas is unset) sends every request to it"
+    if single:
+        why += ", whatever the router"
+        deciders = ("fleet.replicas", "fleet.prefill_replicas")
+        for name in ("router", *ROUTER_WEIGHTS):
+            yield _section_field(fleet, "fleet", name, deciders, why)
+        return
+    for name, router in ROUTER_WEIGHTS.items():
+        if router != fleet.router:
+            why = f"router {fleet.router!r} reads no {name} (the field applies to {router!r})"
+            yield _section_field(fleet, "fleet", name, ("fleet.router",), why)
+
+
+def _hybrid_field(config: ConfigParts) -> Iterator[Moot]:
+    """``hybrid_kv_cache`` on a model whose every layer is full attention: on or off, its
+    layers form one full-attention group of them all (``kvsim.config.layers.kv_cache_groups``)."""
+    attention = config.model.attention
+    if attention is None or attention.num_sliding_layers or attention.num_state_layers:
+        return
+    why = (
+        f"model {config.model.name!r} has no sliding-window or state layers, so every layer "
+        "is full attention with hybrid KV cache groups or without"
+    )
+    deciders = (
+        "model.attention.num_sliding_layers",
+        "model.attention.num_state_layers",
+        "model.hf_config",
+    )
+    yield _section_field(attention, "model.attention", "hybrid_kv_cache", deciders, why)
+
+
+def _swap_fields(config: ConfigParts) -> Iterator[Moot]:
+    """vLLM v0's swap settings over a CPU swap space of 0 GiB: ``SwapSpace.from_gib`` holds no
+    block, so ``V0Scheduler._preempt`` recomputes every victim (counting a swap fallback)."""
+    scheduler = config.scheduler
+    if scheduler.engine != "vllm-v0" or scheduler.swap_space_gib != 0:
+        return
+    why = (
+        "scheduler.swap_space_gib = 0 holds no CPU block, so every swap-out falls back to "
+        "recompute (counted in num_swap_fallbacks; vLLM would abort the engine instead)"
+    )
+    deciders = ("scheduler.swap_space_gib", "scheduler.engine")
+    if scheduler.preemption_mode == "swap":  # ("recompute" is read: v0 refuses it for groups)
+        yield _section_field(scheduler, "scheduler", "preemption_mode", deciders, why)
+    yield _section_field(config.cost, "cost", "swap_copy_overhead_s", deciders, why)
 
 
 def _section_field(
     section: Any, prefix: str, name: str, deciders: tuple[str, ...], why: str
 ) -> Moot:
     default = type(section).model_fields[name].default
-    return Moot(f"{prefix}.{name}", getattr(section, name), default, deciders, why)
+    value = getattr(section, name)
+    value = list(value) if isinstance(value, tuple) else value  # as written: [] not ()
+    return Moot(f"{prefix}.{name}", value, default, deciders, why)
 
 
 def _cache_field(config: ConfigParts, name: str, deciders: tuple[str, ...], why: str) -> Moot:

@@ -41,7 +41,7 @@ from kvsim.config.allocators import (
     vattention_pages,
 )
 from kvsim.config.cost_spec import CostSpec
-from kvsim.config.fleet import FleetSpec, PricingSpec, SloSpec, gpu_price_per_hour
+from kvsim.config.fleet import DEFAULT_LINK, FleetSpec, PricingSpec, SloSpec, gpu_price_per_hour
 from kvsim.config.hardware import (
     Frozen,
     GpuSpec,
@@ -796,6 +796,9 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> None:
             # a field of the default model or GPU; a Hugging Face config replaces the model
             replaced = f"{section}.hf_config" in overrides
             data[section] = {} if replaced else {"preset": DEFAULT_PRESETS[section]}
+        fleet = data.setdefault("fleet", {}) if str(dotted).startswith("fleet.link.") else None
+        if isinstance(fleet, dict) and "link" not in fleet:  # so does one of the default link
+            fleet["link"] = {"preset": DEFAULT_LINK}
         # a copy: a field set later under this table must not edit the caller's
         set_dotted(data, dotted, copy.deepcopy(value))
 
