@@ -275,12 +275,19 @@ def _holds_a_block(config: ConfigParts) -> bool:
 
 
 def _whole_units(config: ConfigParts) -> str:
-    """What a request's tokens are held in: whole page rows (vAttention) or whole blocks."""
+    """What a request's tokens are held in: whole page rows (vAttention) or whole blocks (of
+    the hybrid KV cache groups' block size where the pool has groups: a state layer raises it
+    past ``cache.block_size_tokens``)."""
     page = _vattention_page(config) if maps_virtual_pages(config.cache.allocator) else None
     if page is not None:
         return f"whole rows of {page[1]:,} pages, {page[0]:,} tokens a row"
     null = ", less vLLM v1's null block" if config.engine_args.reserve_null_block else ""
-    return f"whole blocks of {config.cache.block_size_tokens}{null}"
+    groups = config.kv_groups
+    if groups is None:
+        return f"whole blocks of {config.cache.block_size_tokens}{null}"
+    n = len(groups.groups)  # each takes its blocks of the request from the one pool
+    serve = f"serving all {n:,} KV cache groups" if n > 1 else "serving its one KV cache group"
+    return f"whole blocks of {groups.block_size_tokens} {serve}{null}"
 
 
 def _page_rows(config: ConfigParts, page_size_bytes: int) -> int:

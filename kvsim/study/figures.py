@@ -332,7 +332,41 @@ def _fleet_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
     if not fleet:
         return
     table = sweep.summary
-    metrics = [m for m in FLEET_METRICS if m in table and table[m].fillna(0).ne(0).any()]
+    metrics = _fleet_metrics(sweep)
+    if not metrics:
+        return
     labels = row_labels(table, sweep.swept_fields)
     fig = point_bars(table, labels, metrics, title=sweep.meta.get("name", ""))
     _save(fig, out / "fleet.png", written)
+
+
+def _fleet_metrics(sweep: SweepResults) -> list[str]:
+    """The ``FLEET_METRICS`` that ``fleet.png`` draws: those with a value other than 0 at some
+    point (an all-zero panel says nothing). A NaN is not measured (a hit rate with no lookup,
+    a latency with no finished request, a cost with no GPU price), never a 0: a metric NaN at
+    every point is left out (logged), one NaN at some points is drawn "n/a" there (a warning
+    gives the count); no metric left: no figure (a warning)."""
+    table = sweep.summary
+    path = stored_table(sweep.folder / "summary.parquet") or sweep.folder / "summary.parquet"
+    present = [m for m in FLEET_METRICS if m in table]
+    unmeasured = [m for m in present if table[m].isna().all()]
+    if unmeasured:
+        logger.info("%s: %s NaN (not measured) at every point, not in fleet.png", path, unmeasured)
+    metrics = [m for m in present if table[m].dropna().ne(0).any()]
+    for m in metrics:
+        missing = int(table[m].isna().sum())
+        if missing:
+            logger.warning(
+                "%s: %s is NaN (not measured) at %d of %d points, drawn n/a in fleet.png",
+                path,
+                m,
+                missing,
+                len(table),
+            )
+    if not metrics:
+        logger.warning(
+            "%s: no fleet metric %s measured with a value other than 0, no fleet.png",
+            path,
+            list(FLEET_METRICS),
+        )
+    return metrics

@@ -27,8 +27,11 @@ def point_bars(
     Args:
         table: summary rows with each of ``metrics``.
         labels: a name per row (the bars' tick labels).
-        metrics: summary columns, one panel each.
+        metrics: summary columns, one panel each (at least one).
         title: figure title.
+
+    A NaN value is not measured (a hit rate with no lookup, a latency with no finished
+    request): its row gets no bar, and "n/a" where the bar would stand, never a 0.
     """
     cols = min(3, len(metrics))
     rows = -(-len(metrics) // cols)
@@ -40,9 +43,13 @@ def point_bars(
     xs = np.arange(len(table))
     for ax, metric in zip(axes, metrics, strict=True):
         values = table[metric].to_numpy(dtype=float)
-        bars = ax.bar(xs, values, color="#2a9d8f")
+        known = ~np.isnan(values)
+        bars = ax.bar(xs[known], values[known], color="#2a9d8f")
         size = "x-small" if len(values) <= 6 else "xx-small"
-        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=size)
+        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values[known]], fontsize=size)
+        for x in xs[~known]:
+            ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=size, color="0.35")
+        ax.set_xlim(-0.6, len(xs) - 0.4)  # (a row with no bar keeps its place at either end)
         ax.set_xticks(xs, list(labels), rotation=30, ha="right", fontsize="small")
         ax.set_ylabel(wrap_label(axis_label(metric), 30))
         ax.grid(axis="y", alpha=0.3)

@@ -218,3 +218,62 @@ def test_weights_no_tp_size_fits_are_not_told_to_set_a_kv_budget():
     message = str(err.value)
     assert "the weights alone are short by" in message
     assert message.endswith("; raise cache.gpu_memory_utilization or use a larger GPU")
+
+
+# A derived KV budget of ``left`` bytes: 0.9 x 80 GiB = 77,309,411,328 bytes usable, less the
+# weights and a headroom chosen to leave ``left``.
+USABLE_80_GIB = 77_309_411_328
+
+
+@pytest.mark.parametrize(
+    ("model", "weights", "left", "max_model_len", "slots", "fits", "block", "groups"),
+    [
+        # Qwen3-Next at TP 4: 12 full + 36 state layers -> g = 12 (36 >= 1.5 x 12), 1 full + 3
+        # state groups. One attention layer's token: 2 (K, V) x 1 KV head x 256 x 2 bytes =
+        # 1,024; a slot is 12 layers = 12,288 bytes. A state layer's share, 1,097,728 / 4 =
+        # 274,432 bytes, outgrows a 16-token page (16,384 bytes): 274,432 / 1,024 = 268 tokens,
+        # rounded up to 16s = 272, the groups' block. Weights 81.3e9 x 2 / 4 = 40,650,000,000.
+        # 110,000,000 // 12,288 = 8,951 slots; 8,951 // 272 = 32 blocks, 31 past the null
+        # block, 3 for the state groups: 28 x 272 = 7,616 tokens < 8,192 (whose 8,192 x 12,288
+        # = 100,663,296 bytes fit 110,000,000: only whole blocks make it short)
+        ("qwen3-next-80b-a3b", 40_650_000_000, 110_000_000, 8192, "8,951 slots", 7616, 272, 4),
+        # Gemma-3-27B: 52 sliding + 10 full layers -> g = 10, 6 sliding + 1 full groups; no
+        # state layer, so the block stays 16. A slot: 10 x 2 x 16 heads x 128 x 2 = 81,920
+        # bytes; 200,000,000 // 81,920 = 2,441 slots, 152 blocks, 151 past the null block;
+        # under the 1,024-token window every group grows with the request: 151 // 7 = 21
+        # blocks a group, 21 x 16 = 336 tokens. Weights 27,009,000,000 x 2.
+        ("gemma-3-27b", 54_018_000_000, 200_000_000, 2048, "2,441 slots", 336, 16, 7),
+    ],
+    ids=["state-raised-block", "sliding"],
+)
+def test_a_hybrid_pool_names_its_groups_block_size(
+    model: str,
+    weights: int,
+    left: int,
+    max_model_len: int,
+    slots: str,
+    fits: int,
+    block: int,
+    groups: int,
+) -> None:
+    config: dict[str, Any] = {
+        "model": model,
+        "gpu": "h100-80gb",
+        "parallel": {"tensor_parallel_size": 4 if model.startswith("qwen") else 1},
+        "cache": {
+            "enable_prefix_caching": False,
+            "activation_headroom_bytes": USABLE_80_GIB - weights - left,
+        },
+        "scheduler": {"max_model_len": max_model_len},
+        "workload": {"num_requests": 5},
+    }
+    with pytest.raises(ValueError, match="max_model_len") as err:
+        config_from_dict(config)
+    message = str(err.value)
+    assert (
+        f"its {slots} hold one request of at most {fits:,} tokens, fewer than max_model_len = "
+        f"{max_model_len:,} (whole blocks of {block} serving all {groups} KV cache groups, less "
+        "vLLM v1's null block)"
+    ) in message, message
+    assert f"lower scheduler.max_model_len to at most {fits:,}" in message
+    config_from_dict({**config, "scheduler": {"max_model_len": fits}})  # the suggestion holds
