@@ -373,10 +373,13 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
     tp = smallest_fitting_tp(config)
     if tp is not None and tp > config.parallel.tensor_parallel_size:
         advice = f"; parallel.tensor_parallel_size = {tp} fits"
-    elif left <= 0:  # (a KV budget of one's own would not make room for the weights)
-        advice = "; raise cache.gpu_memory_utilization or use a larger GPU"
-    else:
-        advice = "; raise cache.gpu_memory_utilization, use a larger GPU, or set cache.kv_cache_gib"
+    else:  # (an explicit KV budget is checked against the whole GPU, weights included)
+        headroom = weights <= usable < weights + cache.activation_headroom_bytes
+        advice = (
+            "; raise cache.gpu_memory_utilization"
+            + (", lower cache.activation_headroom_bytes" if headroom else "")
+            + ", use a larger GPU, or set cache.kv_cache_gib"
+        )
     return f"{head}: {short}{advice}"
 
 
