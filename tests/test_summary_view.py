@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -141,14 +142,19 @@ def test_no_percentage_change_from_a_base_that_shows_as_zero():
 def test_equal_values_and_rounding_noise_show_no_difference():
     from kvsim.view.summary import _difference
 
-    # 0.1 + 1e-17 is 0.1 in floating point, and 3.2 + 4e-16 differs from 3.2 in its last bit
-    # only (a sum taken in another order): neither is a change of the run; printed in full they
-    # were "+1.39e-14 ms" and "+0.000000000000000444"
+    # 0.1 + 1e-17 rounds to the float after 0.1 (1.39e-17 above it) and 3.2 + 4e-16 to the
+    # one after 3.2 (4.4e-16): apart in the last bit only, as sums taken in another order are,
+    # neither is a change of the run; printed in full they were "+1.39e-14 ms" and
+    # "+0.000000000000000444"
     assert _difference("time_to_first_token_seconds_p99", 0.1, 0.1 + 1e-17) == ("0", "")
     assert _difference("mean_running_requests", 3.2, 3.2 + 4e-16) == ("0", "")
     assert _difference("num_preemptions", 3, 3) == ("0", "")  # not "+0.0 %"
     # a real change, however small against its base, still shows: 1 ms on 100 s is 1e-5
     assert _difference("time_to_first_token_seconds_p99", 100.0, 100.001) == ("+1 ms", "+0.0 %")
+    # whole numbers compare exactly: one more of a billion is a change; an infinity is no
+    # rounding of a finite value
+    assert _difference("num_cache_evictions", 10**9, 10**9 + 1) == ("+1", "+0.0 %")
+    assert _difference("duration_s", math.inf, 1.0)[0] != "0"
 
 
 # BURST (tests/planning/test_plan_runs.py): ten 100 + 28-token requests at once on Llama-3.1-8B,

@@ -429,7 +429,8 @@ def _difference(key: str, va: Any, vb: Any) -> tuple[str, str]:
     if math.isnan(float(va)) or math.isnan(float(vb)):
         return "", ""
     diff = vb - va
-    if abs(diff) <= 1e-9 * max(abs(va), abs(vb)):  # equal, or apart by float rounding only
+    # equal (whole numbers exactly), or apart by float rounding only
+    if diff == 0 or (isinstance(diff, float) and math.isclose(va, vb, rel_tol=1e-9)):
         return "0", ""
     text = format_metric(key, diff)
     if diff > 0 and not text.startswith("+"):
