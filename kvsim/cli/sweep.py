@@ -118,10 +118,21 @@ def plot(
         from kvsim.study.figures import draw_figures
 
         check_out_dir(out)
+        failed = 0
         for folder in results:
-            written = draw_figures(folder, None if out is None else out / folder.name)
+            try:
+                written = draw_figures(folder, None if out is None else out / folder.name)
+            except (ValueError, FileNotFoundError) as err:
+                if len(results) == 1:
+                    raise
+                # one folder that cannot be drawn does not keep the others from theirs
+                err_console.print(f"error: {err}", highlight=False, markup=False)
+                failed += 1
+                continue
             where = written[0].parent if written else "-"
             console.print(f"{folder}: {len(written)} figures -> {where}", highlight=False)
+        if failed:
+            raise typer.Exit(2)
 
     guard(go)
 

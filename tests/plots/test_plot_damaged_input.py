@@ -146,3 +146,16 @@ def test_rows_with_nan_shares_are_left_out_with_a_count(
     notes = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert len(notes) == 1, caplog.text
     assert notes[0].startswith(f"{folder / 'summary.parquet'}: 1 of 2 rows have NaN in")
+
+
+def test_one_folder_that_cannot_be_drawn_leaves_the_others_drawn(sweep_folder, tmp_path):
+    # kvsim plot EMPTY GOOD: EMPTY's error is said, GOOD's figures are drawn, exit 2
+    empty = _damaged(sweep_folder, tmp_path / "a", lambda t: t.iloc[:0])
+    app = typer.Typer()
+    register(app)
+    out = tmp_path / "figures"
+    result = CliRunner().invoke(app, ["plot", str(empty), str(sweep_folder), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert f"error: {empty / 'summary.parquet'}: no rows" in text
+    assert (out / sweep_folder.name / "waste_bars.png").is_file()
