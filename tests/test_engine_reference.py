@@ -162,3 +162,16 @@ def test_engine_matches_the_step_by_step_reference(
     assert fast.summary["num_steps"] == steps.summary["num_steps"] == len(ref.rows)
     for share in ("token_states_pct", "external_fragmentation_pct", "kv_cache_usage_perc"):
         assert fast.summary[share] == pytest.approx(steps.summary[share], rel=1e-9), share
+    # the time full and the peak from the reference's own steps (kv_cache_usage_perc's rule:
+    # allocated slots past those no request can hold, over those it can; full at 0.99), the
+    # same whether rows are steps or spans (a span's mean once hid its full steps: 0.025 of
+    # the run for 0.087 in the first case)
+    usable = steps.summary["usable_capacity_tokens"]
+    unusable = cfg.capacity_tokens - usable
+    usage = [min(1.0, max(0.0, (row.allocated - unusable) / usable)) for row in ref.rows]
+    seconds = sum(row.duration_s for row in ref.rows)
+    full = sum(row.duration_s for row, u in zip(ref.rows, usage, strict=True) if u >= 0.99)
+    for results in (steps, fast):
+        summary = results.summary
+        assert summary["kv_cache_full_time_frac"] == pytest.approx(full / seconds, rel=1e-9)
+        assert summary["kv_cache_usage_perc_max"] == pytest.approx(max(usage), rel=1e-12)

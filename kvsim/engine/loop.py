@@ -126,7 +126,9 @@ class Engine:
         self._parked: set[Request] = set()  # loaded from the CPU tier, waiting, holding blocks
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
-        self.recorder = MemoryRecorder(config.capacity_tokens)
+        self.recorder = MemoryRecorder(
+            config.capacity_tokens, self.allocator.usable_capacity_tokens
+        )
         # hybrid KV cache groups: each group's slots as well (one step an event)
         self.group_recorder = (
             GroupRecorder(self.allocator)

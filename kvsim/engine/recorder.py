@@ -27,7 +27,7 @@ from mypy_extensions import i64
 
 from kvsim.base.units import SimTime
 from kvsim.core.kv.base import Allocator
-from kvsim.results.columns import FLOAT_COLUMNS, MEMORY_COLUMNS
+from kvsim.results.columns import FLOAT_COLUMNS, FULL_USAGE, MEMORY_COLUMNS
 from kvsim.workload.request import Request
 
 # MemoryRecorder's columns by type, each in MEMORY_COLUMNS order (the slot columns last)
@@ -46,6 +46,8 @@ assert _FLOAT_ORDER == (
     "allocated",
     "held",
     "unshared",
+    "allocated_max",
+    "full_s",
 ), _FLOAT_ORDER
 assert _INT_ORDER == (
     "num_steps",
@@ -188,16 +190,23 @@ class MemoryRecorder:
 
     Args:
         capacity_slots: slots of the pool.
+        usable_slots: slots requests can hold (``Allocator.usable_capacity_tokens``; the
+            capacity when ``None``), ``kv_cache_usage_perc``'s denominator: a step counts as
+            full (``full_s``) at ``FULL_USAGE`` of them.
 
     Columns are ``librt.vecs`` packed vectors (8 bytes a value, no Python object per value,
     appended without a Python call when compiled): float64 for times, means and the waiting
     queue, int64 for counts.
     """
 
-    def __init__(self, capacity_slots: int) -> None:
+    def __init__(self, capacity_slots: int, usable_slots: int | None = None) -> None:
         self.capacity_slots = capacity_slots
+        usable = capacity_slots if usable_slots is None else usable_slots
+        self._usable_slots = float(max(1, usable))
+        self._unusable_slots = float(capacity_slots - usable)
         self._int_times = True  # every time_s so far was an int (SimPy starts the clock at 0)
-        # time_s, duration_s, num_requests_waiting, then the eight slot columns
+        # time_s, duration_s, num_requests_waiting, the eight slot columns, then each event's
+        # most allocated slots and full seconds
         self._floats: list[vec[float]] = [vec[float]() for _ in _FLOAT_ORDER]
         # num_steps, num_requests_running, num_prefills, num_preempted, num_blocked_steps
         self._ints: list[vec[i64]] = [vec[i64]() for _ in _INT_ORDER]
@@ -220,6 +229,8 @@ class MemoryRecorder:
         allocated: float,
         held: float,
         unshared: float,
+        allocated_max: float,
+        full_s: float,
     ) -> None:
         """One row, in ``MEMORY_COLUMNS`` order (``token`` .. ``unshared``: the eight slot
         columns; named, not ``*args``: a native call with unboxed floats, once an event)."""
@@ -236,6 +247,8 @@ class MemoryRecorder:
         f[8] = append(f[8], allocated)
         f[9] = append(f[9], held)
         f[10] = append(f[10], unshared)
+        f[11] = append(f[11], allocated_max)
+        f[12] = append(f[12], full_s)
         n[0] = append(n[0], num_steps)
         n[1] = append(n[1], num_running)
         n[2] = append(n[2], num_prefills)
@@ -277,6 +290,8 @@ class MemoryRecorder:
         token_steps, across_steps = slots.token_steps, slots.across_steps
         token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
         held_m = unshared_m = 0.0
+        allocated_max = full_s = 0.0
+        usable, unusable = self._usable_slots, self._unusable_slots
         num_blocked = 0
         for j, w in enumerate(weights):
             if j:
@@ -291,6 +306,10 @@ class MemoryRecorder:
                 capacity, overhead, held, token0 + num_seqs * j - across, internal, head
             )
             num_blocked += blocked
+            if allocated > allocated_max:
+                allocated_max = float(allocated)
+            if (allocated - unusable) / usable >= FULL_USAGE:  # (kv_cache_usage_perc's rule)
+                full_s += durations_s[j]
             token_m += token * w
             reservation_m += reservation * w
             internal_m += internal_j * w
@@ -323,6 +342,8 @@ class MemoryRecorder:
             allocated_m,
             held_m,
             unshared_m,
+            allocated_max,
+            full_s,
         )
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:

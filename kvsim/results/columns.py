@@ -3,7 +3,9 @@
 ``REQUEST_COLUMNS``: one row per request; ``LATENCY_INTERVALS`` the latencies derived from them in
 vLLM's metric names. ``MEMORY_COLUMNS``: one row per engine event, its category columns
 (``CATEGORIES``, DESIGN.md's five: they sum to the pool's capacity) duration-weighted means over
-the event's steps.
+the event's steps; ``allocated_max`` the most slots any of its steps held and ``full_s`` the
+seconds of its steps whose ``kv_cache_usage_perc`` was at least ``FULL_USAGE`` (a mean over the
+steps would hide both).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ MEMORY_COLUMNS = (
     "allocated",
     "held",
     "unshared",
+    "allocated_max",
+    "full_s",
 )
 CATEGORIES = (
     "token_states",
@@ -55,6 +59,8 @@ CATEGORIES = (
     "external_fragmentation",
     "free",
 )
+
+FULL_USAGE = 0.99  # kv_cache_usage_perc at or above which the pool counts as full
 
 FLOAT_COLUMNS = frozenset(MEMORY_COLUMNS) - {
     "num_steps",

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.base.units import plural
-from kvsim.results.columns import CATEGORIES
+from kvsim.results.columns import CATEGORIES, FULL_USAGE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,16 +89,20 @@ def _clip(
     keep = overlap > 0
     out = {name: values[keep] for name, values in memory.items()}
     out["duration_s"] = overlap[keep]
+    if "full_s" in memory:  # a row cut by the window keeps its share of full seconds
+        duration = memory["duration_s"][keep]
+        share = np.divide(overlap[keep], duration, out=np.ones_like(duration), where=duration > 0)
+        out["full_s"] = memory["full_s"][keep] * share
     return out, keep
 
 
 def clip_window(memory: pd.DataFrame, start_s: float | None, end_s: float | None) -> pd.DataFrame:
     """Rows of ``memory`` inside ``[start_s, end_s)``, durations trimmed to the overlap (s)."""
-    columns = {name: memory[name].to_numpy() for name in ("time_s", "duration_s")}
-    clipped, keep = _clip(columns, start_s, end_s)
+    names = [n for n in ("time_s", "duration_s", "full_s") if n in memory]
+    clipped, keep = _clip({name: memory[name].to_numpy() for name in names}, start_s, end_s)
     if keep is None:
         return memory
-    return memory[keep].assign(duration_s=clipped["duration_s"])
+    return memory[keep].assign(**{n: clipped[n] for n in names if n != "time_s"})
 
 
 def weighted_sum(values: npt.ArrayLike, weights: npt.ArrayLike) -> float:
@@ -108,7 +112,6 @@ def weighted_sum(values: npt.ArrayLike, weights: npt.ArrayLike) -> float:
     return float(np.multiply(values, weights, dtype=np.float64).sum())
 
 
-FULL_USAGE = 0.99  # kv_cache_usage_perc at or above which the pool counts as full
 
 
 def memory_shares(
@@ -142,9 +145,14 @@ def memory_shares(
     # usage lies in [0, 1]: the clip undoes that rounding and nothing else.
     usage = np.clip((memory["allocated"] - unusable) / usable, 0.0, 1.0)
     out["kv_cache_usage_perc"] = weighted_sum(usage, w) / total_s
-    out["kv_cache_usage_perc_max"] = float(usage.max())
-    # share of time with (nearly) no free KV: new blocks then mean preemption or waiting
-    out["kv_cache_full_time_frac"] = float(w[usage >= FULL_USAGE].sum() / total_s)
+    # the peak and the time full, from each row's steps (a row's mean hides a span's full steps)
+    if "full_s" in memory:
+        peak = np.clip((memory["allocated_max"] - unusable) / usable, 0.0, 1.0)
+        out["kv_cache_usage_perc_max"] = float(peak.max())
+        out["kv_cache_full_time_frac"] = float(memory["full_s"].sum() / total_s)
+    else:  # (a memory table written before kvsim recorded them)
+        out["kv_cache_usage_perc_max"] = float(usage.max())
+        out["kv_cache_full_time_frac"] = float(w[usage >= FULL_USAGE].sum() / total_s)
     alloc = means["allocated"]
     out["token_utilization_perc"] = 100.0 * means["token_states"] / alloc if alloc else float("nan")
     if "unshared" in memory:  # Figure 15: blocks saved by sharing / blocks without sharing

@@ -7,7 +7,11 @@ commits name the two exceptions: the order of a span's sum, and a multi-turn rad
 grouping). They were recorded again after ``vllm-v1`` took vLLM 0.34.0's rules (the threshold
 of a request alone, the free-queue order, duplicate cached blocks: each with its regression test
 in ``tests/scheduler`` and ``tests/allocators``), which moved the ``vllm-v1`` paged runs that
-preempt or share prefixes. ``record.py`` writes them; ``compare.py`` prints a full difference.
+preempt or share prefixes. ``kv_cache_full_time_frac`` and ``kv_cache_usage_perc_max`` were
+recorded again (only they, in 26 records; every other metric kept its value) when the memory
+rows began to carry each span's full seconds and peak: read off a span's mean, a run whose
+decode steps went in spans was full for a fraction of the time its steps were
+(``tests/test_engine_reference.py`` checks both against the step-by-step reference). ``record.py`` writes them; ``compare.py`` prints a full difference.
 Every metric of a golden summary must keep its value (floats to 1e-9 relative: a change of
 summation order is not a change of result); metrics added since (the fleet's cost and goodput)
 are not in the records.
