@@ -31,6 +31,11 @@ ROUTERS: tuple[RouterName, ...] = (
     "prefix",
     "kv_cost",
 )
+# the fleet fields each router reads as its weights, in its constructor's order (make_router)
+ROUTER_WEIGHTS: dict[RouterName, tuple[str, ...]] = {
+    "prefix": ("prefix_weight", "kv_usage_weight", "queue_weight"),
+    "kv_cost": ("overlap_score_weight",),
+}
 MAX_REPLICAS = 1024
 DEFAULT_LINK = "infiniband-ndr"  # the links.toml preset of a fleet that names none
 # sections a replica may have of its own (the workload, seed and fleet are the fleet's)

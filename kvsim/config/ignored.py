@@ -9,10 +9,12 @@ only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens
 decoding's settings go unread while ``num_speculative_tokens`` is never set, and the link's
 bandwidth while ``kv_offloading_size`` is never set; a fleet's router has nothing to choose when
 each pick has one candidate (``replicas`` never set, or one prefill and one decode replica),
-and each router reads only its own weights; ``hybrid_kv_cache = false`` unifies nothing in a
-model without sliding-window or state layers; and vLLM v0's swap settings go unread over a swap
-space of 0 GiB, where every swap-out falls back to recompute. Such a config runs as written;
-``config_from_dict`` logs one warning per ignored setting.
+and each router reads only its own weights; a CPU swap space goes unread where there is no swap
+(the vllm-v1 profile, or vllm-v0 over an allocator that is not paged), and so do the swap
+settings, as over a swap space too small for one KV block, where every swap-out falls back to
+recompute; and the prefill-to-decode link goes unread in a fleet that never split prefill from
+decode. Such a config runs as written; ``config_from_dict`` logs one warning per ignored
+setting.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvsim.config.allocators import (
+    PAGED_ALLOCATORS,
     POLICY_ARGUMENTS,
     accepted_arguments,
     caches_prefixes_always,
+    maps_virtual_pages,
+    vattention_pages,
 )
 from kvsim.config.cost_spec import CostSpec
-from kvsim.config.fleet import FleetSpec
+from kvsim.config.fleet import DEFAULT_LINK, ROUTER_WEIGHTS, FleetSpec, LinkSpec
 from kvsim.config.hardware import ModelSpec
 from kvsim.config.offload import OffloadConfig
 from kvsim.config.serving import CacheSpec, SchedulerConfig
@@ -62,6 +67,12 @@ class ConfigParts(Protocol):
     @property
     def cost(self) -> CostSpec: ...
 
+    @property
+    def bytes_per_token(self) -> int: ...
+
+    @property
+    def num_kv_tensors(self) -> int: ...
+
 
 BUDGET_FIELDS = ("cache.kv_cache_bytes", "cache.kv_cache_gib", "cache.kv_cache_gb")
 # cache fields the engine hands to the allocator under the same name, and what each one sets
@@ -73,12 +84,8 @@ ALLOCATOR_KNOBS = {
     "page_size_bytes": "virtual-memory pages",
 }
 # fleet fields only the router reads, and the router that reads each weight (make_router)
-ROUTER_WEIGHTS = {
-    "prefix_weight": "prefix",
-    "kv_usage_weight": "prefix",
-    "queue_weight": "prefix",
-    "overlap_score_weight": "kv_cost",
-}
+# each router weight and the router that reads it (``fleet.ROUTER_WEIGHTS`` turned around)
+WEIGHT_ROUTER = {field: router for router, fields in ROUTER_WEIGHTS.items() for field in fields}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +140,10 @@ def ignored_settings(
 def moot_reason(config: ConfigParts, data: dict[str, Any], dotted: str) -> str | None:
     """Why ``config`` does not read the field ``dotted`` (``"workload.rate_per_s"``), whatever
     its value; ``None`` when it reads it. ``data``: the table ``config`` was built from."""
-    return next((m.why for m in _moot_fields(config, data) if m.field == dotted), None)
+    for moot in _moot_fields(config, data):  # (a table's fields with it: fleet.link.latency_s)
+        if dotted == moot.field or dotted.startswith(moot.field + "."):
+            return moot.why
+    return None
 
 
 def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
@@ -203,8 +213,8 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
             why,
         )
     yield from _router_fields(config, data)
-    yield from _hybrid_field(config)
     yield from _swap_fields(config)
+    yield from _link_field(config, data)
 
 
 def _router_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
@@ -222,47 +232,122 @@ def _router_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     if single:
         why += ", whatever the router"
         deciders = ("fleet.replicas", "fleet.prefill_replicas")
-        for name in ("router", *ROUTER_WEIGHTS):
+        for name in ("router", *WEIGHT_ROUTER):
             yield _section_field(fleet, "fleet", name, deciders, why)
         return
-    for name, router in ROUTER_WEIGHTS.items():
+    for name, router in WEIGHT_ROUTER.items():
         if router != fleet.router:
             why = f"router {fleet.router!r} reads no {name} (the field applies to {router!r})"
             yield _section_field(fleet, "fleet", name, ("fleet.router",), why)
 
 
-def _hybrid_field(config: ConfigParts) -> Iterator[Moot]:
-    """``hybrid_kv_cache`` on a model whose every layer is full attention: on or off, its
-    layers form one full-attention group of them all (``kvsim.config.layers.kv_cache_groups``)."""
-    attention = config.model.attention
-    if attention is None or attention.num_sliding_layers or attention.num_state_layers:
-        return
-    why = (
-        f"model {config.model.name!r} has no sliding-window or state layers, so every layer "
-        "is full attention with hybrid KV cache groups or without"
-    )
-    deciders = (
-        "model.attention.num_sliding_layers",
-        "model.attention.num_state_layers",
-        "model.hf_config",
-    )
-    yield _section_field(attention, "model.attention", "hybrid_kv_cache", deciders, why)
-
-
 def _swap_fields(config: ConfigParts) -> Iterator[Moot]:
-    """vLLM v0's swap settings over a CPU swap space of 0 GiB: ``SwapSpace.from_gib`` holds no
-    block, so ``V0Scheduler._preempt`` recomputes every victim (counting a swap fallback)."""
-    scheduler = config.scheduler
-    if scheduler.engine != "vllm-v0" or scheduler.swap_space_gib != 0:
+    """vLLM v0's swap settings where no request can swap (``V0Scheduler.with_swap_space``):
+    ``swap_space_gib`` where there is no CPU pool; ``preemption_mode = 'swap'`` over a pool of no
+    block (``V0Scheduler._preempt`` recomputes every victim, counting a swap fallback); and
+    ``swap_copy_overhead_s`` in both cases."""
+    fleet, scheduler = config.fleet, config.scheduler
+    if fleet is not None and any(_SWAP_SECTIONS & set(t) for t in fleet.replica_overrides):
+        return  # (a replica of its own engine or pool may swap: not worth proving here)
+    if (no_pool := _no_swap_pool(config)) is not None:
+        why, deciders = no_pool
+        yield _section_field(scheduler, "scheduler", "swap_space_gib", deciders, why)
+    elif (no_block := _no_swap_block(config)) is not None:
+        why, deciders = no_block
+        if scheduler.preemption_mode == "swap":  # ("recompute" is read: v0 refuses it for groups)
+            yield _section_field(scheduler, "scheduler", "preemption_mode", deciders, why)
+    else:
+        return
+    yield _section_field(config.cost, "cost", "swap_copy_overhead_s", deciders, why)
+
+
+def _no_swap_pool(config: ConfigParts) -> tuple[str, tuple[str, ...]] | None:
+    """Why the run has no CPU swap pool, and the fields that decide it; ``None`` if it has one."""
+    allocator = config.cache.allocator
+    if config.scheduler.engine == "vllm-v1":
+        why = (
+            "scheduler.engine = 'vllm-v1' has no CPU swap space: it recomputes every preempted "
+            "request (swap applies to vllm-v0 over a paged pool)"
+        )
+        return why, ("scheduler.engine",)
+    if not _swaps(allocator):
+        why = (
+            f"allocator {allocator!r} is not paged: vllm-v0 swaps paged blocks only, so it "
+            "recomputes every preempted request (swap applies to 'paged' and 'vattention')"
+        )
+        return why, ("scheduler.engine", "cache.allocator")
+    return None
+
+
+def _no_swap_block(config: ConfigParts) -> tuple[str, tuple[str, ...]] | None:
+    """Why v0's CPU swap pool holds no block (as ``SwapSpace.from_gib`` counts them), and the
+    fields that decide it; ``None`` if it holds one."""
+    from kvsim.core.kv.swap import SwapSpace  # (the config layer loads no allocator)
+
+    gib, per_token = config.scheduler.swap_space_gib, config.bytes_per_token
+    tokens = _swap_block_tokens(config)
+    pool = SwapSpace.from_gib(gib, block_size_tokens=tokens, bytes_per_token=per_token)
+    if pool.num_cpu_blocks:
+        return None
+    why = (
+        f"scheduler.swap_space_gib = {gib:g} holds no CPU block (one is {tokens} tokens x "
+        f"{per_token:,} bytes = {pool.bytes_per_block:,} bytes), so every swap-out falls back "
+        "to recompute (counted in num_swap_fallbacks; vLLM would abort the engine instead)"
+    )
+    return why, ("scheduler.swap_space_gib", "scheduler.engine", *_BLOCK_DECIDERS)
+
+
+# the sections a replica's own table may swap with, and what sizes a paged pool's swap block
+_SWAP_SECTIONS = frozenset({"model", "parallel", "cache", "scheduler", "cost"})
+_BLOCK_DECIDERS = (
+    "cache.allocator",
+    "cache.block_size_tokens",
+    "cache.page_size_bytes",
+    "cache.kv_cache_dtype",
+    "model",
+    "parallel",
+)
+
+
+def _swaps(allocator: str) -> bool:
+    """The pool hands out blocks one by one (a block table, or vAttention's pages), so v0's
+    swap can move them (``Allocator.paged``; ``kvsim.config.sim`` refuses swap elsewhere)."""
+    return allocator in PAGED_ALLOCATORS or maps_virtual_pages(allocator)
+
+
+def _swap_block_tokens(config: ConfigParts) -> int:
+    """Tokens of the block a swap moves: the paged block, or a vAttention page of one tensor
+    (``VAttentionAllocator.tokens_per_page``, its ``block_size_tokens``)."""
+    cache = config.cache
+    if not maps_virtual_pages(cache.allocator):
+        return cache.block_size_tokens
+    page = cache.page_size_bytes
+    return vattention_pages(0, config.bytes_per_token, page, config.num_kv_tensors)[0]
+
+
+def _link_field(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
+    """The prefill-to-decode link of a co-located fleet: ``kvsim.fleet.fleet.transfer_s``, its
+    one reader, runs only as a decode replica receives a prefill replica's KV."""
+    fleet = config.fleet
+    # (prefill_replicas = 0 written is a sweep's co-located row: deliberate, as k = 0 is)
+    if fleet is None or fleet.disaggregated or _lookup(data, "fleet.prefill_replicas") is not None:
         return
     why = (
-        "scheduler.swap_space_gib = 0 holds no CPU block, so every swap-out falls back to "
-        "recompute (counted in num_swap_fallbacks; vLLM would abort the engine instead)"
+        "a co-located fleet (prefill_replicas is unset) serves each request on one replica, so "
+        "no KV crosses the prefill-to-decode link"
     )
-    deciders = ("scheduler.swap_space_gib", "scheduler.engine")
-    if scheduler.preemption_mode == "swap":  # ("recompute" is read: v0 refuses it for groups)
-        yield _section_field(scheduler, "scheduler", "preemption_mode", deciders, why)
-    yield _section_field(config.cost, "cost", "swap_copy_overhead_s", deciders, why)
+    value = _link_value(fleet.link)
+    yield Moot("fleet.link", value, DEFAULT_LINK, ("fleet.prefill_replicas",), why)
+
+
+def _link_value(link: LinkSpec) -> Any:
+    """The link as a message shows it: its preset's name while its fields are the preset's
+    (``DEFAULT_LINK`` unedited is the default), else its fields."""
+    try:
+        preset = LinkSpec.model_validate(link.name)
+    except ValueError:  # ("custom", or a table's own name)
+        preset = None
+    return link.name if link == preset else link.model_dump()
 
 
 def _section_field(

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from kvsim.base.units import cdiv
-from kvsim.config.fleet import ROUTERS, FleetSpec
+from kvsim.config.fleet import ROUTER_WEIGHTS, ROUTERS, FleetSpec
 from kvsim.fleet.replica import Replica
 from kvsim.workload.request import Request
 
@@ -174,6 +174,7 @@ def make_router(spec: FleetSpec) -> Router:
         ValueError: an unknown router name.
     """
     name = spec.router
+    weights = [float(getattr(spec, field)) for field in ROUTER_WEIGHTS.get(name, ())]
     if name == "round_robin":
         return RoundRobin()
     if name == "least_requests":
@@ -181,7 +182,7 @@ def make_router(spec: FleetSpec) -> Router:
     if name == "least_kv":
         return LeastKv()
     if name == "prefix":
-        return PrefixAware(spec.prefix_weight, spec.kv_usage_weight, spec.queue_weight)
+        return PrefixAware(*weights)
     if name == "kv_cost":
-        return KvCost(spec.overlap_score_weight)
+        return KvCost(*weights)
     raise ValueError(f"fleet.router: unknown router {name!r}; choose from {list(ROUTERS)}")

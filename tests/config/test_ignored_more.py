@@ -1,6 +1,8 @@
 """More settings a config ignores (``kvsim.config.ignored``): a router with one replica to pick,
-``hybrid_kv_cache = false`` on an all-full-attention model, an empty ``acceptance_rates`` with
-no drafts, swap settings over a 0 GiB swap pool; and two ``--set`` table values: a key given
+an empty ``acceptance_rates`` with
+no drafts, swap settings over a swap pool of no block, a swap space where nothing swaps (vllm-v1,
+or vllm-v0 over slabs), the prefill-to-decode link of a co-located fleet; and two ``--set`` table
+values: a key given
 twice in one inline table is refused, and one field of ``fleet.link`` edits the default link."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from kvsim.base import say_once
 from kvsim.cli import app
 from kvsim.cli.common import parse_overrides
 from kvsim.config import config_from_dict
+from kvsim.config.ignored import moot_reason
 from kvsim.engine import simulate
 from kvsim.fleet.fleet import transfer_s
 
@@ -79,19 +82,6 @@ IGNORED: dict[str, tuple[dict[str, Any], int, list[list[str]], dict[str, Any]]] 
         [["fleet.overlap_score_weight = 3.5 has no effect", "router 'round_robin'", "kv_cost"]],
         {"fleet.replicas": 2, "fleet.router": "kv_cost", "fleet.overlap_score_weight": 3.5},
     ),
-    # opt-13b: 40 full-attention layers, no sliding or state layer to unify; Gemma-3-27B has 52
-    # sliding layers, which false keeps as full attention
-    "hybrid_off_on_all_full_model": (
-        {"model.attention.hybrid_kv_cache": False},
-        1,
-        [["model.attention.hybrid_kv_cache = False has no effect", "no sliding-window"]],
-        {
-            "model": "gemma-3-27b",
-            "gpu": "h100-80gb",
-            "scheduler.max_model_len": 4096,
-            "model.attention.hybrid_kv_cache": False,
-        },
-    ),
     # k unset (0): the one list of a rate per draft is the empty one, and nothing reads it; a
     # k of 0 written beside it is a deliberate "off" (as for the other speculative fields)
     "empty_acceptance_rates_without_drafts": (
@@ -99,6 +89,27 @@ IGNORED: dict[str, tuple[dict[str, Any], int, list[list[str]], dict[str, Any]]] 
         1,
         [["speculative.acceptance_rates = [] has no effect", "num_speculative_tokens is 0"]],
         {"speculative.num_speculative_tokens": 0, "speculative.acceptance_rates": []},
+    ),
+    # prefill_replicas unset (0): no decode replica receives KV, so transfer_s never runs
+    "link_of_a_colocated_fleet": (
+        {"fleet.replicas": 2, "fleet.link": "nvlink"},
+        1,
+        [["fleet.link = 'nvlink' has no effect", "co-located fleet (prefill_replicas is unset)"]],
+        {"fleet.replicas": 2, "fleet.prefill_replicas": 1, "fleet.link": "nvlink"},
+    ),
+    # one field edits the default link (infiniband-ndr: 50e9 B/s, 10e-6 s), shown as its fields;
+    # a prefill_replicas = 0 written beside it is a sweep's co-located row, deliberate
+    "link_field_of_a_colocated_fleet": (
+        {"fleet.replicas": 2, "fleet.link.latency_s": 0.0},
+        1,
+        [
+            [
+                "fleet.link = {'name': 'infiniband-ndr', 'bandwidth_bytes_per_s': 50000000000.0, "
+                "'latency_s': 0.0} has no effect",
+                "no KV crosses the prefill-to-decode link",
+            ]
+        ],
+        {"fleet.replicas": 2, "fleet.prefill_replicas": 0, "fleet.link.latency_s": 0.0},
     ),
 }
 
@@ -150,6 +161,110 @@ def test_swap_settings_over_no_swap_space_warn_and_change_nothing(caplog) -> Non
     # a swap pool of 4 GiB is read: no warning
     caplog.clear()
     config_from_dict({}, {**SWAP, **swapping, "scheduler.swap_space_gib": 4})
+    assert _moot(caplog) == []
+
+
+def test_hybrid_kv_cache_false_on_full_attention_layers_is_read(caplog) -> None:
+    # opt-13b has full-attention layers only, yet hybrid_kv_cache picks the pool: true keeps
+    # one KV cache group (its summary's group0_* shares), which a CPU tier cannot serve; false
+    # a plain paged pool, which it can. So false is no ignored setting: nothing is warned
+    tier = {"offload.kv_offloading_size": 4}
+    hybrid = config_from_dict({}, {**SMALL, "model.attention.hybrid_kv_cache": True})
+    assert "group0_full_token_states_pct" in simulate(hybrid).summary
+    with pytest.raises(ValueError, match="hybrid_kv_cache"):
+        config_from_dict({}, {**SMALL, **tier, "model.attention.hybrid_kv_cache": True})
+    config_from_dict({}, {**SMALL, **tier, "model.attention.hybrid_kv_cache": False})
+    assert _moot(caplog) == []
+
+
+def test_the_default_link_named_is_not_warned_and_a_plan_knob_of_the_link_is_moot(caplog) -> None:
+    # infiniband-ndr is the link of a fleet that names none: naming it changes nothing
+    data = {"fleet": {"replicas": 2, "link": "infiniband-ndr"}}
+    config = config_from_dict(data, SMALL)
+    assert _moot(caplog) == []
+    # a plan's knob inside the link is moot with the link (kvsim plan refuses such a knob)
+    why = moot_reason(config, data, "fleet.link.bandwidth_bytes_per_s")
+    assert why is not None
+    assert "co-located fleet" in why
+
+
+# vllm-v1 on 2 GiB (2,621 slots for 20 requests of up to 2,048 tokens) preempts; vllm-v0's buddy
+# slabs hold groups of n = 2, which v0's default rule would swap out over a paged pool
+NO_POOL = {
+    "vllm_v1": (
+        {"workload.num_requests": 20, "cache.kv_cache_gib": 2},
+        "scheduler.engine = 'vllm-v1' has no CPU swap space",
+    ),
+    "vllm_v0_over_slabs": (
+        {
+            "scheduler.engine": "vllm-v0",
+            "cache.allocator": "buddy",
+            "cache.kv_cache_gib": 6,
+            "workload.n": 2,
+        },
+        "allocator 'buddy' is not paged: vllm-v0 swaps paged blocks only",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NO_POOL))
+def test_a_swap_space_where_nothing_swaps_warns_and_changes_nothing(case: str, caplog) -> None:
+    base, reason = NO_POOL[case]
+    swapping = {"scheduler.swap_space_gib": 8, "cost.swap_copy_overhead_s": 1e-3}
+    config = config_from_dict({}, {**base, **swapping})
+    space, overhead = _moot(caplog)
+    assert space.startswith("scheduler.swap_space_gib = 8.0 has no effect")
+    assert reason in space
+    assert overhead.startswith("cost.swap_copy_overhead_s = 0.001 has no effect")
+    assert reason in overhead
+    # the default 4 GiB goes unread too, so the run is the same
+    assert _summary(config) == _summary(config_from_dict({}, base, warn=False))
+    # a paged pool under vllm-v0 reads both
+    caplog.clear()
+    paged = {"scheduler.engine": "vllm-v0", "cache.allocator": "paged", "cache.kv_cache_gib": 6}
+    config_from_dict({}, {**base, **paged, **swapping})
+    assert _moot(caplog) == []
+    # a replica of its own engine may swap: not warned
+    caplog.clear()
+    own = [{"scheduler": {"engine": "vllm-v0"}}]
+    fleet = {"fleet.replicas": 2, "fleet.replica_overrides": own}
+    config_from_dict({}, {**base, **fleet, **swapping})
+    assert _moot(caplog) == []
+
+
+def test_swap_settings_over_a_pool_smaller_than_one_block_warn_and_change_nothing(caplog) -> None:
+    # one opt-13b block is 16 tokens x 819,200 bytes = 13,107,200 bytes; 0.012 GiB is
+    # int(0.012 x 1,073,741,824) = 12,884,901 bytes: no block, as 0 GiB
+    swapping = {"scheduler.preemption_mode": "swap", "cost.swap_copy_overhead_s": 1e-3}
+    config = config_from_dict({}, {**SWAP, "scheduler.swap_space_gib": 0.012, **swapping})
+    mode, overhead = _moot(caplog)
+    assert mode.startswith("scheduler.preemption_mode = 'swap' has no effect")
+    assert (
+        "scheduler.swap_space_gib = 0.012 holds no CPU block (one is 16 tokens x 819,200 bytes "
+        "= 13,107,200 bytes), so every swap-out falls back to recompute"
+    ) in mode
+    assert overhead.startswith("cost.swap_copy_overhead_s = 0.001 has no effect")
+    # the 0 GiB run of the default rule, but for the label and the fallbacks counted
+    got = _summary(config, "preemption_mode", "num_swap_fallbacks")
+    assert got["num_preemptions"] > 0  # (the comparison is worth something)
+    plain = config_from_dict({}, SWAP, warn=False)
+    assert got == _summary(plain, "preemption_mode", "num_swap_fallbacks")
+    # 0.0125 GiB is 13,421,772 bytes: one block, read
+    caplog.clear()
+    config_from_dict({}, {**SWAP, "scheduler.swap_space_gib": 0.0125, **swapping})
+    assert _moot(caplog) == []
+
+
+def test_a_vattention_swap_block_is_a_page_of_tokens(caplog) -> None:
+    # opt-13b's 80 tensors (40 layers, K and V) split 819,200 bytes a token into 10,240; a 2 MiB
+    # page holds 2,097,152 // 10,240 = 204 tokens, so a swapped block is 204 x 819,200 =
+    # 167,116,800 bytes: 0.155 GiB (166,429,982 bytes) holds none, 0.16 GiB (171,798,691) one
+    pages = {**SWAP, "cache.allocator": "vattention", "scheduler.preemption_mode": "swap"}
+    config_from_dict({}, {**pages, "scheduler.swap_space_gib": 0.155})
+    (message,) = _moot(caplog)
+    assert "(one is 204 tokens x 819,200 bytes = 167,116,800 bytes)" in message
+    caplog.clear()
+    config_from_dict({}, {**pages, "scheduler.swap_space_gib": 0.16})
     assert _moot(caplog) == []
 
 
