@@ -291,9 +291,15 @@ def _whole_units(config: ConfigParts) -> str:
 
 
 def _page_rows(config: ConfigParts, page_size_bytes: int) -> int:
-    """Rows of ``num_kv_tensors`` pages of ``page_size_bytes`` the vAttention pool holds."""
-    pool_bytes = config.capacity_tokens * config.bytes_per_token
-    return pool_bytes // (page_size_bytes * config.num_kv_tensors)
+    """Rows of ``num_kv_tensors`` pages of ``page_size_bytes`` the vAttention pool holds
+    (``vattention_pages``; 0 where such a page holds no token)."""
+    try:
+        _, rows = vattention_pages(
+            config.capacity_tokens, config.bytes_per_token, page_size_bytes, config.num_kv_tensors
+        )
+    except ValueError:
+        return 0
+    return rows
 
 
 def _no_row_advice(config: ConfigParts) -> str:
@@ -309,7 +315,7 @@ def _no_row_advice(config: ConfigParts) -> str:
         "maps a page in every KV tensor at once)"
     )
     for size in sorted(VATTENTION_PAGE_SIZES, reverse=True):
-        if size >= page or size < per_token // tensors or _page_rows(config, size) < 1:
+        if size >= page or _page_rows(config, size) < 1:
             continue
         tokens_per_page, rows = vattention_pages(config.capacity_tokens, per_token, size, tensors)
         limit = tokens_per_page * rows

@@ -60,7 +60,8 @@ from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve
 from kvsim.config.speculative import SpeculativeConfig
 from kvsim.workload import WorkloadSpec, load_workload
 
-DEFAULT_PRESETS = {"model": "opt-13b", "gpu": "a100-40gb"}  # SimConfig's default sections
+# SimConfig's default sections that name a preset: a field set alone edits that preset
+DEFAULT_PRESETS = {"model": "opt-13b", "gpu": "a100-40gb", "fleet.link": DEFAULT_LINK}
 logger = logging.getLogger(__name__)
 
 
@@ -782,25 +783,36 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> None:
 
     Within the layer the order given does not matter: a whole table (``workload=NAME``,
     ``model=NAME``, a JSON table) is set before the fields under it, so a field always wins over
-    the table it is in. A field of a default section absent from ``data`` (``model.*``, ``gpu.*``)
-    edits that section's default preset; ``model.hf_config`` replaces the default model. The
-    values are copied: ``overrides`` is left as given.
+    the table it is in. A field of a default section absent from ``data`` (``model.*``, ``gpu.*``,
+    ``fleet.link.*``: ``DEFAULT_PRESETS``) edits that section's default preset;
+    ``model.hf_config`` replaces the default model. The values are copied: ``overrides`` is left
+    as given.
 
     Raises:
         ValueError: as ``set_dotted``.
     """
     by_depth = sorted(overrides.items(), key=lambda item: str(item[0]).count("."))  # stable
     for dotted, value in by_depth:
-        section, dot, _ = str(dotted).partition(".")
-        if dot and section in DEFAULT_PRESETS and section not in data:
-            # a field of the default model or GPU; a Hugging Face config replaces the model
-            replaced = f"{section}.hf_config" in overrides
-            data[section] = {} if replaced else {"preset": DEFAULT_PRESETS[section]}
-        fleet = data.setdefault("fleet", {}) if str(dotted).startswith("fleet.link.") else None
-        if isinstance(fleet, dict) and "link" not in fleet:  # so does one of the default link
-            fleet["link"] = {"preset": DEFAULT_LINK}
+        for section, preset in DEFAULT_PRESETS.items():
+            if str(dotted).startswith(section + ".") and _absent(data, section):
+                # a field of a default section; a Hugging Face config replaces the model
+                replaced = f"{section}.hf_config" in overrides
+                set_dotted(data, section, {} if replaced else {"preset": preset})
         # a copy: a field set later under this table must not edit the caller's
         set_dotted(data, dotted, copy.deepcopy(value))
+
+
+def _absent(data: dict[str, Any], dotted: str) -> bool:
+    """Whether ``data`` sets nothing at ``dotted`` (a value that is no table on the way is
+    ``set_dotted``'s to refuse)."""
+    table: Any = data
+    for part in dotted.split("."):
+        if not isinstance(table, dict):
+            return False
+        if part not in table:
+            return True
+        table = table[part]
+    return False
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
