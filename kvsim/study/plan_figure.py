@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kvsim.base.textfile import json_text
-from kvsim.study.plan import PlanResult
+from kvsim.study.plan import PlanResult, format_value
 from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, display_unit, metric_unit
 
 _MEETS, _FAILS, _TARGET = "#1b7f3b", "#c0392b", "#444444"
@@ -75,7 +75,7 @@ def plan_figure(result: PlanResult) -> Figure:
                 label="values meeting every target",
             )
         if result.answer is not None:
-            text = f"{result.answer / scale:.4g}"
+            text = format_value(plan.value(result.answer), plan.field, unit=False)
             ax.axvline(result.answer, color=_MEETS, lw=1.5, label=f"answer: {text}")
         title, ylabel = _panel_labels(target.metric, target.bound)
         ax.set_title(title, fontsize="small")
@@ -96,10 +96,14 @@ def plan_figure(result: PlanResult) -> Figure:
     columns = len(labels) if len(targets) > 1 else 2  # one panel: the legend in two columns
     fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize="small")
     knob_label = axis_label(plan.field)
+
+    def value(x: float) -> str:  # (as the answer table writes it: the unit is in the label)
+        return format_value(plan.value(x), plan.field, unit=False)
+
     answer = (
-        f"{plan.direction} {knob_label} = {result.answer / scale:.4g}"
+        f"{plan.direction} {knob_label} = {value(result.answer)}"
         if result.answer is not None
-        else f"no {knob_label} in [{plan.lo / scale:g}, {plan.hi / scale:g}] meets the targets"
+        else f"no {knob_label} in [{value(plan.lo)}, {value(plan.hi)}] meets the targets"
     )
     fig.suptitle(f"{plan.name}: {answer}", fontsize="medium")
     return fig

@@ -197,11 +197,11 @@ def test_a_bandwidth_knob_prints_and_draws_in_the_gb_per_s_its_label_names(tmp_p
     assert figure.get_suptitle().endswith("(GB/s) = 16")
 
 
-def test_a_plans_reasons_give_a_bandwidth_in_gb_per_s():
+def test_format_value_gives_a_bandwidth_in_gb_per_s():
     from kvsim.study.plan import format_value
 
-    # every reason a plan writes (next value fails, no value meets both, a bracket's end) goes
-    # through format_value with the plan's field: 1.6e10 bytes/s is 16 GB/s, 2.5e9 is 2.5
+    # the plan's reasons, answer table and figure write a knob's value with format_value and
+    # the plan's field: 1.6e10 bytes/s is 16 GB/s, 2.5e9 is 2.5
     field = "offload.link_bandwidth_bytes_per_s"
     assert format_value(1.6e10, field) == "16 GB/s"
     assert format_value(2.5e9, field, unit=False) == "2.5"
