@@ -204,6 +204,8 @@ class MemoryRecorder:
         usable = capacity_slots if usable_slots is None else usable_slots
         self._usable_slots = float(max(1, usable))
         self._unusable_slots = float(capacity_slots - usable)
+        # (an attribute: an interpreted module's global costs a lookup a step when compiled)
+        self._full_usage = FULL_USAGE
         self._int_times = True  # every time_s so far was an int (SimPy starts the clock at 0)
         # time_s, duration_s, num_requests_waiting, the eight slot columns, then each event's
         # most allocated slots and full seconds
@@ -291,7 +293,7 @@ class MemoryRecorder:
         token_m = reservation_m = internal_m = external_m = free_m = allocated_m = 0.0
         held_m = unshared_m = 0.0
         allocated_max = full_s = 0.0
-        usable, unusable = self._usable_slots, self._unusable_slots
+        usable, unusable, full_usage = self._usable_slots, self._unusable_slots, self._full_usage
         num_blocked = 0
         for j, w in enumerate(weights):
             if j:
@@ -308,7 +310,7 @@ class MemoryRecorder:
             num_blocked += blocked
             if allocated > allocated_max:
                 allocated_max = float(allocated)
-            if (allocated - unusable) / usable >= FULL_USAGE:  # (kv_cache_usage_perc's rule)
+            if (allocated - unusable) / usable >= full_usage:  # (kv_cache_usage_perc's rule)
                 full_s += durations_s[j]
             token_m += token * w
             reservation_m += reservation * w
