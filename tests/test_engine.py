@@ -310,7 +310,7 @@ def test_kv_cache_usage_of_a_full_span_is_exactly_1():
     from kvsim.results.metrics import memory_shares
 
     durations = [0.1] * 7
-    recorder = MemoryRecorder(capacity_slots=4096)
+    recorder = MemoryRecorder(capacity_slots=4096, usable_slots=4080)
     # 4,080 slots held, all token states, the 16-slot null block as overhead; no step adds any
     slots = SpanSlots(
         4080,
@@ -328,3 +328,7 @@ def test_kv_cache_usage_of_a_full_span_is_exactly_1():
     shares = memory_shares(memory, 4096, usable_capacity_slots=4080)
     assert shares["kv_cache_usage_perc_max"] == 1.0
     assert shares["kv_cache_usage_perc"] == 1.0
+    assert shares["kv_cache_full_time_frac"] == 1.0  # full at every step: the whole 0.7 s
+    # a table written before kvsim kept each row's peak and full seconds: read off the means
+    old = {k: v for k, v in memory.items() if k not in ("allocated_max", "full_s")}
+    assert memory_shares(old, 4096, usable_capacity_slots=4080)["kv_cache_full_time_frac"] == 1.0

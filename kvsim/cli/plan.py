@@ -124,10 +124,13 @@ def plan(
             "-j",
             "--jobs",
             min=1,
-            help="Processes: this one and JOBS-1 workers share each round's 2 points.",
+            metavar="N",
+            help="Processes: this one and N-1 workers share each round's 2 points.",
         ),
     ] = 1,
-    quick: Annotated[bool, typer.Option(help="Small runs: the plan's \\[quick] table.")] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small runs: the plan's \\[quick] table.")
+    ] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
     ] = False,

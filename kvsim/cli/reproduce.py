@@ -57,14 +57,14 @@ def reproduce(
     jobs: Annotated[
         int,
         typer.Option(
-            "-j", "--jobs", min=1, help="Points at once: this process and JOBS-1 workers."
+            "-j", "--jobs", min=1, metavar="N", help="Points at once: this process and N-1 workers."
         ),
     ] = 1,
     scheduler: Annotated[
         str | None, typer.Option(help="Dask scheduler tcp://HOST:PORT, or 'local'.")
     ] = None,
     quick: Annotated[
-        bool, typer.Option(help="Small runs: the experiments' \\[quick] tables.")
+        bool, typer.Option("--quick", help="Small runs: the experiments' \\[quick] tables.")
     ] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")

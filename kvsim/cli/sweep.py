@@ -28,7 +28,7 @@ def sweep(
     jobs: Annotated[
         int,
         typer.Option(
-            "-j", "--jobs", min=1, help="Points at once: this process and JOBS-1 workers."
+            "-j", "--jobs", min=1, metavar="N", help="Points at once: this process and N-1 workers."
         ),
     ] = 1,
     scheduler: Annotated[
@@ -41,7 +41,9 @@ def sweep(
     out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
     quick: Annotated[
         bool,
-        typer.Option(help="Small runs: the TOML's \\[quick] table; results go to OUT/quick/NAME."),
+        typer.Option(
+            "--quick", help="Small runs: the TOML's \\[quick] table; results go to OUT/quick/NAME."
+        ),
     ] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
@@ -51,7 +53,8 @@ def sweep(
         typer.Option(
             min=0.1,
             max=3600,
-            help="Seconds to wait for a remote Dask --scheduler to answer.",
+            metavar="SECONDS",
+            help="How long to wait for a remote Dask --scheduler to answer.",
         ),
     ] = DASK_CONNECT_TIMEOUT_S,
 ) -> None:
@@ -122,7 +125,7 @@ def plot(
         for folder in results:
             try:
                 written = draw_figures(folder, None if out is None else out / folder.name)
-            except (ValueError, FileNotFoundError) as err:
+            except (ValueError, OSError) as err:
                 if len(results) == 1:
                     raise
                 # one folder that cannot be drawn does not keep the others from theirs

@@ -83,7 +83,6 @@ ALLOCATOR_KNOBS = {
     "share_sequence_groups": "shared prompt blocks",
     "page_size_bytes": "virtual-memory pages",
 }
-# fleet fields only the router reads, and the router that reads each weight (make_router)
 # each router weight and the router that reads it (``fleet.ROUTER_WEIGHTS`` turned around)
 WEIGHT_ROUTER = {field: router for router, fields in ROUTER_WEIGHTS.items() for field in fields}
 

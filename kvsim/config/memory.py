@@ -379,14 +379,33 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
     tp = smallest_fitting_tp(config)
     if tp is not None and tp > config.parallel.tensor_parallel_size:
         advice = f"; parallel.tensor_parallel_size = {tp} fits"
-    else:  # (an explicit KV budget is checked against the whole GPU, weights included)
-        headroom = weights <= usable < weights + cache.activation_headroom_bytes
-        advice = (
-            "; raise cache.gpu_memory_utilization"
-            + (", lower cache.activation_headroom_bytes" if headroom else "")
-            + ", use a larger GPU, or set cache.kv_cache_gib"
-        )
+    else:
+        advice = "; " + _either(_budget_options(config, weights, usable, need_kv))
     return f"{head}: {short}{advice}"
+
+
+def _budget_options(config: ConfigParts, weights: int, usable: float, need_kv: int) -> list[str]:
+    """What would make room for one ``max_model_len`` request's KV (``need_kv`` bytes) beside
+    the weights on this GPU: a higher utilisation where weights, headroom and that KV fit in its
+    memory; less headroom where weights and KV fit the usable part; a KV budget of one's own
+    (checked against the whole GPU, weights included) where weights and KV fit in it."""
+    memory, headroom = config.gpu.memory_bytes, config.cache.activation_headroom_bytes
+    options = []
+    if weights + headroom + need_kv <= memory:
+        options.append("raise cache.gpu_memory_utilization")
+    if headroom and weights + need_kv <= usable:
+        options.append("lower cache.activation_headroom_bytes")
+    if weights + need_kv <= memory:
+        options.append("set cache.kv_cache_gib")
+    options.append("use a larger GPU")
+    return options
+
+
+def _either(options: list[str]) -> str:
+    """``"a"``, ``"a or b"``, ``"a, b, or c"``."""
+    if len(options) <= 2:
+        return " or ".join(options)
+    return ", ".join(options[:-1]) + f", or {options[-1]}"
 
 
 def smallest_fitting_tp(config: ConfigParts) -> int | None:

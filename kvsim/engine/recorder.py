@@ -190,19 +190,19 @@ class MemoryRecorder:
 
     Args:
         capacity_slots: slots of the pool.
-        usable_slots: slots requests can hold (``Allocator.usable_capacity_tokens``; the
-            capacity when ``None``), ``kv_cache_usage_perc``'s denominator: a step counts as
-            full (``full_s``) at ``FULL_USAGE`` of them.
+        usable_slots: slots requests can hold (``Allocator.usable_capacity_tokens``),
+            ``kv_cache_usage_perc``'s denominator as ``metrics.memory_shares`` takes it (the
+            capacity when 0): a step counts as full (``full_s``) at ``FULL_USAGE`` of them.
 
     Columns are ``librt.vecs`` packed vectors (8 bytes a value, no Python object per value,
     appended without a Python call when compiled): float64 for times, means and the waiting
     queue, int64 for counts.
     """
 
-    def __init__(self, capacity_slots: int, usable_slots: int | None = None) -> None:
+    def __init__(self, capacity_slots: int, usable_slots: int) -> None:
         self.capacity_slots = capacity_slots
-        usable = capacity_slots if usable_slots is None else usable_slots
-        self._usable_slots = float(max(1, usable))
+        usable = usable_slots or capacity_slots
+        self._usable_slots = float(usable)
         self._unusable_slots = float(capacity_slots - usable)
         # (an attribute: an interpreted module's global costs a lookup a step when compiled)
         self._full_usage = FULL_USAGE

@@ -96,22 +96,11 @@ def _clip(
     return out, keep
 
 
-def clip_window(memory: pd.DataFrame, start_s: float | None, end_s: float | None) -> pd.DataFrame:
-    """Rows of ``memory`` inside ``[start_s, end_s)``, durations trimmed to the overlap (s)."""
-    names = [n for n in ("time_s", "duration_s", "full_s") if n in memory]
-    clipped, keep = _clip({name: memory[name].to_numpy() for name in names}, start_s, end_s)
-    if keep is None:
-        return memory
-    return memory[keep].assign(**{n: clipped[n] for n in names if n != "time_s"})
-
-
 def weighted_sum(values: npt.ArrayLike, weights: npt.ArrayLike) -> float:
     """``sum(values * weights)`` by numpy's pairwise summation: the same bits on every machine
     and at any memory address (a BLAS dot product's order of additions depends on both, which
     changed shares in their last bit from one process to another)."""
     return float(np.multiply(values, weights, dtype=np.float64).sum())
-
-
 
 
 def memory_shares(
@@ -139,13 +128,14 @@ def memory_shares(
     usable = usable_capacity_slots or capacity_slots
     unusable = capacity_slots - usable
     # A row of a span of steps holds each column's duration-weighted mean over its steps
-    # (``MemoryRecorder.record``, ``record_span_steps``): the weights d / total add up to 1 only
+    # (``MemoryRecorder.record``): the weights d / total add up to 1 only
     # to the last bit, so a span full at every step can come out at capacity + 1e-12 (usage
     # 1.0000000000000002). Every step holds between 0 and ``usable`` slots, so a row's exact
     # usage lies in [0, 1]: the clip undoes that rounding and nothing else.
     usage = np.clip((memory["allocated"] - unusable) / usable, 0.0, 1.0)
     out["kv_cache_usage_perc"] = weighted_sum(usage, w) / total_s
-    # the peak and the time full, from each row's steps (a row's mean hides a span's full steps)
+    # the peak and the time full, from each row's steps (a row's mean hides a span's full
+    # steps); a row that a summary window cuts keeps its peak and its full seconds pro rata
     if "full_s" in memory:
         peak = np.clip((memory["allocated_max"] - unusable) / usable, 0.0, 1.0)
         out["kv_cache_usage_perc_max"] = float(peak.max())

@@ -156,8 +156,9 @@ def waste_bars(
         raise ValueError(f"of: must be 'used' or 'capacity', got {of!r}")
     suffix = "_pct_of_used" if of == "used" else "_pct"
     table = table.reset_index(drop=True)
-    # free memory where some bar has any: a legend entry with no area in the figure names nothing
-    has_free = of == "capacity" and bool(table["free" + suffix].fillna(0).gt(0).any())
+    # free memory where some bar has a share that shows (0.1 % as tables round it): a legend
+    # entry with no visible area in the figure names nothing (Figure 2's Pow2 bar: 0.003 %)
+    has_free = of == "capacity" and bool(table["free" + suffix].fillna(0).round(1).gt(0).any())
     cats = [c for c in CATEGORY_COLORS if c != "free" or has_free]
     groups = facet_groups(table, facet if len(table) > MAX_PER_PANEL else None)
     widest = max(len(index) for _, index in groups)

@@ -221,11 +221,25 @@ def test_a_headroom_that_does_not_fit_is_named_in_the_advice():
                 "cache": {"activation_headroom_bytes": 35 << 30},
             }
         )
+    # (15 + 35 GiB and one request's KV exceed the whole 40 GiB: a higher utilisation cannot
+    # help; 15 GiB and that KV fit the usable 36 GiB, and the whole GPU)
     assert str(err.value).endswith(
-        "; raise cache.gpu_memory_utilization, lower cache.activation_headroom_bytes, use a "
-        "larger GPU, or set cache.kv_cache_gib"
+        "; lower cache.activation_headroom_bytes, set cache.kv_cache_gib, or use a larger GPU"
     )
     # the weights alone short of 0.01 x 40 GiB: a KV budget of one's own validates (vLLM's
     # kv_cache_memory_bytes ignores gpu_memory_utilization): 15 + 17 GiB < 40 GiB
     cache = {"gpu_memory_utilization": 0.01, "kv_cache_gib": 17}
     config_from_dict({"model": "llama-3.1-8b", "gpu": "a100-40gb", "cache": cache})
+
+
+def test_weights_larger_than_the_whole_gpu_are_told_only_of_a_larger_gpu():
+    from kvsim import config_from_dict
+
+    # OPT-175B's 175 B parameters in 16 bits are 326 GiB, past an A100-40GB's whole 40 GiB: no
+    # utilisation, headroom or KV budget of one's own makes room. TP splits its 96 heads by
+    # powers of two up to 32, where 10.2 GiB of weights and 27.9 GiB (30e9 bytes) of headroom
+    # exceed the 36 GiB usable: no TP size is offered either
+    cache = {"activation_headroom_bytes": 30_000_000_000}
+    with pytest.raises(ValueError, match="the weights alone are short by") as err:
+        config_from_dict({"model": "opt-175b", "gpu": "a100-40gb", "cache": cache})
+    assert str(err.value).endswith("; use a larger GPU")

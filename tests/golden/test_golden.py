@@ -11,9 +11,10 @@ preempt or share prefixes. ``kv_cache_full_time_frac`` and ``kv_cache_usage_perc
 recorded again (only they, in 26 records; every other metric kept its value) when the memory
 rows began to carry each span's full seconds and peak: read off a span's mean, a run whose
 decode steps went in spans was full for a fraction of the time its steps were
-(``tests/test_engine_reference.py`` checks both against the step-by-step reference). ``record.py`` writes them; ``compare.py`` prints a full difference.
-Every metric of a golden summary must keep its value (floats to 1e-9 relative: a change of
-summation order is not a change of result); metrics added since (the fleet's cost and goodput)
+(``tests/test_engine_reference.py`` checks both against the step-by-step reference).
+``record.py`` writes them; ``compare.py`` prints a full difference. Every metric of a golden
+summary must keep its value (floats to 1e-9 relative: a change of summation order is not a
+change of result); metrics added since (the fleet's cost and goodput)
 are not in the records.
 """
 

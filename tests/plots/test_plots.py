@@ -107,6 +107,7 @@ def test_waste_bars_of_capacity_list_free_memory_only_where_a_bar_has_some() -> 
         return [t.get_text() for t in fig.legends[0].get_texts()]
 
     assert "free" not in legend([0.0, 0.0])
+    assert "free" not in legend([0.003, 0.0])  # (Figure 2's Pow2 bar: no visible area)
     assert legend([10.0, 0.0])[-1] == "free"
 
 
