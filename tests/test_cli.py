@@ -277,7 +277,7 @@ def test_flags_show_no_type_in_help():
         result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "120"})
         assert "<bool>" not in result.output, (path, result.output)
     result = runner.invoke(app, ["reproduce", "--help"], env={"COLUMNS": "120"})
-    assert "<int range>" in result.output  # --jobs
+    assert "N [x>=1]" in result.output  # --jobs: its value and range
 
 
 # Llama-3.1-8B on an H100-80GB at gpu_memory_utilization 0.22: 0.22 x 80 GiB - 8.03e9 params x
