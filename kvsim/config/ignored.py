@@ -35,7 +35,7 @@ from kvsim.config.cost_spec import CostSpec
 from kvsim.config.fleet import DEFAULT_LINK, ROUTER_WEIGHTS, FleetSpec, LinkSpec
 from kvsim.config.hardware import ModelSpec
 from kvsim.config.offload import OffloadConfig
-from kvsim.config.serving import CacheSpec, SchedulerConfig
+from kvsim.config.serving import CacheSpec, SchedulerConfig, swap_blocks
 from kvsim.config.speculative import SpeculativeConfig
 from kvsim.workload.spec import WorkloadSpec
 
@@ -279,18 +279,15 @@ def _no_swap_pool(config: ConfigParts) -> tuple[str, tuple[str, ...]] | None:
 
 
 def _no_swap_block(config: ConfigParts) -> tuple[str, tuple[str, ...]] | None:
-    """Why v0's CPU swap pool holds no block (as ``SwapSpace.from_gib`` counts them), and the
-    fields that decide it; ``None`` if it holds one."""
-    from kvsim.core.kv.swap import SwapSpace  # (the config layer loads no allocator)
-
+    """Why v0's CPU swap pool holds no block (``swap_blocks``, as ``SwapSpace.from_gib``
+    counts them), and the fields that decide it; ``None`` if it holds one."""
     gib, per_token = config.scheduler.swap_space_gib, config.bytes_per_token
     tokens = _swap_block_tokens(config)
-    pool = SwapSpace.from_gib(gib, block_size_tokens=tokens, bytes_per_token=per_token)
-    if pool.num_cpu_blocks:
+    if swap_blocks(gib, tokens, per_token):
         return None
     why = (
         f"scheduler.swap_space_gib = {gib:g} holds no CPU block (one is {tokens} tokens x "
-        f"{per_token:,} bytes = {pool.bytes_per_block:,} bytes), so every swap-out falls back "
+        f"{per_token:,} bytes = {tokens * per_token:,} bytes), so every swap-out falls back "
         "to recompute (counted in num_swap_fallbacks; vLLM would abort the engine instead)"
     )
     return why, ("scheduler.swap_space_gib", "scheduler.engine", *_BLOCK_DECIDERS)

@@ -161,6 +161,13 @@ class CacheSpec(Frozen):
         return name
 
 
+def swap_blocks(swap_space_gib: float, block_size_tokens: int, bytes_per_token: int) -> int:
+    """Blocks of ``block_size_tokens`` tokens (``bytes_per_token`` bytes each) that v0's CPU
+    swap space of ``swap_space_gib`` GiB holds: ``floor(GiB bytes / (B * bytes_per_token))``
+    (vLLM v0's ``CacheEngine``: ``swap_space_bytes // cache_block_size``)."""
+    return int(swap_space_gib * GiB) // (block_size_tokens * bytes_per_token)
+
+
 class SchedulerConfig(Frozen):
     """Continuous-batching knobs (names as vLLM's engine arguments; ``None``: profile default).
 

@@ -22,7 +22,7 @@ import logging
 from collections import deque
 from typing import Any
 
-from kvsim.base.units import GiB
+from kvsim.config.serving import swap_blocks
 from kvsim.core.kv.paged import PagedAllocator, SwappedKV
 from kvsim.workload.request import Request
 
@@ -65,8 +65,8 @@ class SwapSpace:
     def from_gib(
         cls, swap_space_gib: float, *, block_size_tokens: int, bytes_per_token: int
     ) -> SwapSpace:
-        """A pool of ``swap_space_gib`` GiB: ``floor(GiB bytes / (B * bytes_per_token))`` blocks."""
-        num = int(swap_space_gib * GiB) // (block_size_tokens * bytes_per_token)
+        """A pool of ``swap_space_gib`` GiB (``config.serving.swap_blocks`` blocks)."""
+        num = swap_blocks(swap_space_gib, block_size_tokens, bytes_per_token)
         return cls(
             num_cpu_blocks=num, block_size_tokens=block_size_tokens, bytes_per_token=bytes_per_token
         )
