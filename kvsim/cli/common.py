@@ -18,7 +18,7 @@ import sys
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -44,6 +44,10 @@ def print_whole(renderable: Any) -> None:
 
 err_console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
+# the option run, sweep, plan and reproduce share (a plain flag: progress bars are the default)
+NoProgress = Annotated[
+    bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
+]
 
 
 class _State:

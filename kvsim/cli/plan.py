@@ -19,6 +19,7 @@ from rich.table import Table
 
 from kvsim.base.textfile import read_toml
 from kvsim.cli.common import (
+    NoProgress,
     check_out_dir,
     console,
     guard,
@@ -131,9 +132,7 @@ def plan(
     quick: Annotated[
         bool, typer.Option("--quick", help="Small runs: the plan's \\[quick] table.")
     ] = False,
-    no_progress: Annotated[
-        bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
-    ] = False,
+    no_progress: NoProgress = False,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,
     cheapest: Annotated[
         bool,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from kvsim.cli.common import check_out_dir, console, guard, print_whole, warn_many_jobs
+from kvsim.cli.common import NoProgress, check_out_dir, console, guard, print_whole, warn_many_jobs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,9 +66,7 @@ def reproduce(
     quick: Annotated[
         bool, typer.Option("--quick", help="Small runs: the experiments' \\[quick] tables.")
     ] = False,
-    no_progress: Annotated[
-        bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
-    ] = False,
+    no_progress: NoProgress = False,
 ) -> None:
     """Reproduce a PagedAttention paper figure next to its published numbers (fig2: main job)."""
     from kvsim.study.paper import REPRODUCTIONS

@@ -10,6 +10,7 @@ import typer
 from kvsim.base.units import format_gib, plural
 from kvsim.cli.common import (
     SET_EXAMPLE,
+    NoProgress,
     check_out_dir,
     console,
     guard,
@@ -37,9 +38,7 @@ def run(
     out: Annotated[
         Path | None, typer.Option(help="Results folder (parquet + summary.json).")
     ] = None,
-    no_progress: Annotated[
-        bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
-    ] = False,
+    no_progress: NoProgress = False,
     strict: Annotated[
         bool,
         typer.Option(

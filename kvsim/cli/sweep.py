@@ -11,6 +11,7 @@ import typer
 from kvsim.base.tablefile import stored_table
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S
 from kvsim.cli.common import (
+    NoProgress,
     check_out_dir,
     console,
     err_console,
@@ -45,9 +46,7 @@ def sweep(
             "--quick", help="Small runs: the TOML's \\[quick] table; results go to OUT/quick/NAME."
         ),
     ] = False,
-    no_progress: Annotated[
-        bool, typer.Option("--no-progress", help="No progress bar (shown on a terminal).")
-    ] = False,
+    no_progress: NoProgress = False,
     connect_timeout: Annotated[
         float,
         typer.Option(
