@@ -11,6 +11,7 @@ from kvsim.cli.sweep import register
 from kvsim.study.experiment import parse_experiment
 from kvsim.study.figures import draw_figures
 from kvsim.study.sweep import run_sweep
+from tests.plots.small_sweeps import FOUR_SHORT_REQUESTS, small_sweep
 
 
 def test_draw_figures_and_cli(tmp_path) -> None:
@@ -57,36 +58,10 @@ def test_draw_figures_and_cli(tmp_path) -> None:
     assert "no summary.parquet" in missing.output
 
 
-# each point's workload in the small sweeps below: four 64-token prompts, 8 tokens out
-FOUR_SHORT_REQUESTS = {
-    "lengths": "fixed",
-    "fixed_prompt_tokens": 64,
-    "fixed_output_tokens": 8,
-    "num_requests": 4,
-    "rate_per_s": 5.0,
-}
-
-
-def _sweep(tmp_path, grid, zips, name="s"):
-    exp = parse_experiment(
-        {
-            "base": {
-                "cache": {"kv_cache_gib": 2.0},
-                "workload": FOUR_SHORT_REQUESTS,
-            },
-            "grid": grid,
-            "zip": zips,
-        },
-        name=name,
-    )
-    run_sweep(exp, tmp_path, progress=False)
-    return tmp_path / name
-
-
 def test_every_point_is_drawn_and_bars_split_into_panels_past_eight(tmp_path) -> None:
     # 5 rates x 2 allocators = 10 points: more than 8 bars, so one panel per rate
     rates = [1.0, 2.0, 4.0, 8.0, 16.0]
-    folder = _sweep(
+    folder = small_sweep(
         tmp_path,
         {"workload.rate_per_s": rates},
         {"label": ["contiguous", "paged"], "cache.allocator": ["first_fit", "paged"]},
@@ -108,7 +83,7 @@ def test_every_point_is_drawn_and_bars_split_into_panels_past_eight(tmp_path) ->
 
 def test_no_chart_against_a_field_zipped_with_the_label(tmp_path) -> None:
     # the rate is a property of each labelled point, not a swept axis
-    folder = _sweep(
+    folder = small_sweep(
         tmp_path,
         {},
         {"label": ["slow", "fast"], "workload.rate_per_s": [1.0, 30.0]},

@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 
 from kvsim.cli.sweep import register
 from kvsim.study import figures
-from kvsim.study.experiment import parse_experiment
-from kvsim.study.sweep import run_sweep
+from tests.plots.small_sweeps import small_sweep
 
 # the four shares of used KV memory Figure 2's waste bars stack, one bar per row
 SHARES = [
@@ -30,25 +29,8 @@ SHARES = [
 @pytest.fixture(scope="module")
 def sweep_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished one-point sweep (one tiny simulation: four 64-token prompts, 8 tokens out)."""
-    exp = parse_experiment(
-        {
-            "base": {
-                "cache": {"kv_cache_gib": 2.0},
-                "workload": {
-                    "lengths": "fixed",
-                    "fixed_prompt_tokens": 64,
-                    "fixed_output_tokens": 8,
-                    "num_requests": 4,
-                    "rate_per_s": 5.0,
-                },
-            },
-            "grid": {"workload.rate_per_s": [5.0]},
-        },
-        name="one",
-    )
     root = tmp_path_factory.mktemp("sweep")
-    run_sweep(exp, root, progress=False)
-    return root / "one"
+    return small_sweep(root, {"workload.rate_per_s": [5.0]}, name="one")
 
 
 def _damaged(sweep_folder: Path, tmp_path: Path, damage) -> Path:
