@@ -37,6 +37,7 @@ ROUTER_WEIGHTS: dict[RouterName, tuple[str, ...]] = {
     "kv_cost": ("overlap_score_weight",),
 }
 MAX_REPLICAS = 1024
+MAX_USD_PER_GPU_HOUR = 1e9  # a price table's or the config's bound (a typo, not a GPU)
 DEFAULT_LINK = "infiniband-ndr"  # the links.toml preset of a fleet that names none
 # sections a replica may have of its own (the workload, seed and fleet are the fleet's)
 REPLICA_SECTIONS = frozenset({"model", "gpu", "parallel", "cache", "scheduler", "cost", "pricing"})
@@ -162,7 +163,7 @@ class PricingSpec(Frozen):
             name with ``usd_per_gpu_hour``); ``None``: the shipped one.
     """
 
-    usd_per_gpu_hour: float | None = Field(default=None, ge=0, le=1e9)
+    usd_per_gpu_hour: float | None = Field(default=None, ge=0, le=MAX_USD_PER_GPU_HOUR)
     table: str | None = Field(default=None, min_length=1)
 
     @field_validator("table")
@@ -203,10 +204,11 @@ def _read_prices(path: str, _mtime_ns: int) -> dict[str, dict[str, Any]]:
 def _checked(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     for gpu, row in table.items():
         price = row.get("usd_per_gpu_hour") if isinstance(row, dict) else None
-        if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price <= 1e9:
-            raise ValueError(  # (the bound of pricing.usd_per_gpu_hour; NaN and inf fail it)
-                f"{where}: [{gpu}] usd_per_gpu_hour: expected a price in [0, 1e9] (USD per "
-                f"GPU-hour), got {price!r}"
+        number = isinstance(price, (int, float)) and not isinstance(price, bool)
+        if not number or not 0 <= price <= MAX_USD_PER_GPU_HOUR:  # (NaN and inf fail it too)
+            raise ValueError(
+                f"{where}: [{gpu}] usd_per_gpu_hour: expected a price in "
+                f"[0, {MAX_USD_PER_GPU_HOUR:g}] (USD per GPU-hour), got {price!r}"
             )
     return table
 

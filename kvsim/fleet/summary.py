@@ -5,8 +5,8 @@ Fleet-wide, so that a fleet of one reports what its lone engine does (``tests/fl
 test_one_engine.py``): latencies over every request (each counted once, from its arrival at the
 fleet to its last token on the replica that decoded it); counts summed over replicas (steps,
 preemptions, KV offload, speculative decoding, swap and copy-on-write counters), the rates
-those counters give recomputed from the sums (acceptance rate, hit rates); prefix-cache queries and hits
-over the replicas that prefill, so ``prefix_cache_hit_rate`` is the fleet's hits over its
+those counters give recomputed from the sums (acceptance rate, hit rates); prefix-cache queries
+and hits over the replicas that prefill, so ``prefix_cache_hit_rate`` is the fleet's hits over its
 lookups; KV-memory shares (hybrid groups' too) and gauges as the mean of the replicas' weighted
 by the time each was busy (a replica's memory rows cover its engine steps, as a single run's
 do), the per-step batch by its steps, peaks as the largest replica's; a replica's facts (pool,

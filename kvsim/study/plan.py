@@ -423,7 +423,7 @@ def plan_from_dict(
             targets=parsed,
             description=str(extra.get("description", "")),
             resolution=_number(question, "resolution", 0.05),
-            integer=bool(question.get("integer", preset.get("integer", False))),
+            integer=bool(question.get("integer", False)),
             choices=tuple(float(c) for c in question.get("choices", preset.get("choices", ()))),
             quick=dict(extra.get("quick", {}).get("set", {})),
             varied=varied,
@@ -585,10 +585,10 @@ class _Evaluator:
 
     def evaluate(self, xs: Sequence[float]) -> None:
         """Simulate the values not seen yet (on ``jobs`` workers), reusing stored points."""
-        todo: list[tuple[float, Point]] = []
+        todo: dict[str, tuple[Point, list[float]]] = {}  # config key -> its point, its values
         builds: list[str | None] = []
         for x in xs:
-            if x in self.seen or any(x == y for y, _ in todo):
+            if x in self.seen or any(x in at for _, at in todo.values()):
                 continue
             spec = self.plan.config(x, quick=self.quick)
             try:
@@ -597,6 +597,9 @@ class _Evaluator:
                 self._seen(x, {"error": str(err)})
                 continue
             key = config.key()
+            if key in todo:  # (two values may give one config: it runs once)
+                todo[key][1].append(x)
+                continue
             build = finished_by(self.folder, key)
             if build == source_build():
                 stored = point_dir(self.folder, key) / "summary.json"
@@ -606,19 +609,13 @@ class _Evaluator:
             point = Point(
                 len(self.seen) + len(todo), {self.plan.field: self.plan.value(x)}, None, config
             )
-            todo.append((x, point))
+            todo[key] = (point, [x])
         warn_stale(self.folder, builds, f"plan {self.folder.name}")
-        by_key: dict[str | None, list[float]] = {}  # (two values may give one config)
-        for x, point in todo:
-            by_key.setdefault(point.key, []).append(x)
-        firsts: dict[str | None, Point] = {}
-        for _, point in todo:
-            firsts.setdefault(point.key, point)  # (the point of xs_at[0], below)
-        todo_points = list(firsts.values())
-        stream = outcomes(todo_points, jobs=self.jobs, scheduler=self.scheduler, said=self.warned)
+        points = [point for point, _ in todo.values()]
+        stream = outcomes(points, jobs=self.jobs, scheduler=self.scheduler, said=self.warned)
         for point, outcome in stream:
-            xs_at = by_key[point.key]
-            x = xs_at[0]
+            xs_at = todo[point.key][1]
+            x = xs_at[0]  # (the value the point was made for)
             if outcome.error is not None and outcome.error.startswith(_MISSING_DATA):
                 # the workload, not this knob value, is at fault: say so as `kvsim run` does
                 raise PlanPointError(outcome.error.removeprefix(_MISSING_DATA))

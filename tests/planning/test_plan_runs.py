@@ -670,3 +670,36 @@ def test_a_plan_panel_names_its_latency_on_the_axis(metric: str, ylabel: str) ->
     title, label = _panel_labels(metric, 2.0)
     assert label == ylabel
     assert title.startswith(f"{metric} <= 2")
+
+
+def test_values_that_share_a_config_run_one_point_and_are_all_seen(tmp_path, monkeypatch):
+    # max_num_seqs is an integer knob: 4.0 and 4.4 both run max_num_seqs = 4, one config, so
+    # one point runs (and one stale-point check is made), and both values get its summary
+    from kvsim.study import plan as planning
+
+    plan = dataclasses.replace(
+        _rate_plan(),
+        base={"workload": {"num_requests": 5}},
+        field="scheduler.max_num_seqs",
+        direction="largest",
+        lo=1,
+        hi=8,
+    )
+    ran: list[int] = []
+    real = planning.outcomes
+
+    def counted(points, **kwargs):
+        ran.append(len(points))
+        return real(points, **kwargs)
+
+    monkeypatch.setattr(planning, "outcomes", counted)
+    checked: list[str] = []  # (each check reads the point's files; a stale one is counted)
+    real_check = planning.finished_by
+    monkeypatch.setattr(planning, "finished_by", lambda f, k: checked.append(k) or real_check(f, k))
+    seen: list[float | int] = []
+    evaluator = planning._Evaluator(plan, tmp_path, 1, False, lambda v, s, m: seen.append(v))
+    evaluator.evaluate([4.0, 4.4])
+    assert ran == [1]
+    assert len(checked) == 1  # (was 2: a stale point was warned about as two)
+    assert seen == [4, 4]
+    assert evaluator.seen[4.0] is evaluator.seen[4.4]
