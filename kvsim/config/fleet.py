@@ -204,8 +204,11 @@ def _read_prices(path: str, _mtime_ns: int) -> dict[str, dict[str, Any]]:
 def _checked(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     for gpu, row in table.items():
         price = row.get("usd_per_gpu_hour") if isinstance(row, dict) else None
-        number = isinstance(price, (int, float)) and not isinstance(price, bool)
-        if not number or not 0 <= price <= MAX_USD_PER_GPU_HOUR:  # (NaN and inf fail it too)
+        if (
+            not isinstance(price, (int, float))
+            or isinstance(price, bool)
+            or not 0 <= price <= MAX_USD_PER_GPU_HOUR  # (NaN and inf fail it too)
+        ):
             raise ValueError(
                 f"{where}: [{gpu}] usd_per_gpu_hour: expected a price in "
                 f"[0, {MAX_USD_PER_GPU_HOUR:g}] (USD per GPU-hour), got {price!r}"

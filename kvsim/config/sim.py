@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -603,14 +603,21 @@ def config_sections(of: Any) -> dict[str, Any]:
 def field_annotation(field: str) -> Any:
     """The type annotation of the dotted ``SimConfig`` field ``field``
     (``"speculative.num_speculative_tokens"`` -> ``int | None``); ``None`` if there is none."""
-    model: Any = SimConfig
     *path, name = field.split(".")
+    model = section_at(path)
+    info = None if model is None else model.model_fields.get(name)
+    return None if info is None else info.annotation
+
+
+def section_at(path: Sequence[str]) -> Any:
+    """The ``SimConfig`` section model at ``path`` (``["model", "attention"]``), ``None`` where
+    a part names no section."""
+    model: Any = SimConfig
     for part in path:
         model = config_sections(model).get(part)
         if model is None:
             return None
-    info = getattr(model, "model_fields", {}).get(name)
-    return None if info is None else info.annotation
+    return model
 
 
 # vLLM engine arguments kvsim names otherwise (its units in the name)
@@ -634,12 +641,10 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
                 out.setdefault(field, []).extend(found)
         return out
 
-    model: Any = SimConfig
-    for part in loc[:-1]:
-        model = config_sections(model).get(part)
-        if model is None:
-            return ""
-    key, names = loc[-1], list(getattr(model, "model_fields", {}))
+    model = section_at(loc[:-1])
+    if model is None:
+        return ""
+    key, names = loc[-1], list(model.model_fields)
     # a vLLM engine argument's own name, or a field of another section ("block_size" at the
     # top: "cache.block_size_tokens"), before a near spelling in this one
     named = VLLM_NAMES.get(key, key)

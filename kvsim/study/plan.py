@@ -585,7 +585,7 @@ class _Evaluator:
 
     def evaluate(self, xs: Sequence[float]) -> None:
         """Simulate the values not seen yet (on ``jobs`` workers), reusing stored points."""
-        todo: dict[str, tuple[Point, list[float]]] = {}  # config key -> its point, its values
+        todo: dict[str | None, tuple[Point, list[float]]] = {}  # config key: its point, values
         builds: list[str | None] = []
         for x in xs:
             if x in self.seen or any(x in at for _, at in todo.values()):
