@@ -209,9 +209,10 @@ def _checked(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
             or isinstance(price, bool)
             or not 0 <= price <= MAX_USD_PER_GPU_HOUR  # (NaN and inf fail it too)
         ):
+            bound = f"{MAX_USD_PER_GPU_HOUR:.0e}".replace("e+0", "e")  # ("1e9")
             raise ValueError(
-                f"{where}: [{gpu}] usd_per_gpu_hour: expected a price in "
-                f"[0, {MAX_USD_PER_GPU_HOUR:g}] (USD per GPU-hour), got {price!r}"
+                f"{where}: [{gpu}] usd_per_gpu_hour: expected a price in [0, {bound}] (USD per "
+                f"GPU-hour), got {price!r}"
             )
     return table
 
