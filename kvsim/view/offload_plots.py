@@ -128,7 +128,8 @@ def offload_figure(
             color=color,
             label="_p90",  # (the line styles get a legend of their own)
         )
-        hit = group["external_prefix_cache_hit_rate"].fillna(0.0) * 100
+        # (NaN where nothing was looked up, e.g. the tier "off": no point, not 0 %)
+        hit = group["external_prefix_cache_hit_rate"] * 100
         axes[1].plot(x, hit, marker=marker, ms=size, color=color, label=f"{axes_of.hits}, {label}")
     gpu = summary.groupby(size_col)["prefix_cache_hit_rate"].mean() * 100
     axes[1].plot(

@@ -397,6 +397,29 @@ def test_offload_figure_lines_take_kvsims_colours_and_one_legend() -> None:
     ]
 
 
+def test_an_undefined_tier_hit_rate_is_no_point_on_the_offload_figure() -> None:
+    """With the tier off nothing is looked up in it: its hit rate is NaN (0 / 0), drawn as no
+    point, not as 0 %; the 16 GiB point's 60 % is drawn."""
+    import pandas as pd
+
+    from kvsim.view.offload_plots import BANDWIDTH, SIZE, offload_figure
+
+    summary = pd.DataFrame(
+        {
+            SIZE: [0.0, 16.0],
+            BANDWIDTH: [25.6e9, 25.6e9],
+            "time_to_first_token_seconds_mean": [0.3, 0.2],
+            "time_to_first_token_seconds_p90": [0.9, 0.5],
+            "external_prefix_cache_hit_rate": [float("nan"), 0.6],
+            "prefix_cache_hit_rate": [0.2, 0.2],
+        }
+    )
+    hits = offload_figure(summary, None).axes[1].get_lines()[0]
+    ys = np.asarray(hits.get_ydata(), dtype=float)
+    assert np.isnan(ys[0])
+    assert ys[1] == pytest.approx(60.0)
+
+
 def test_a_fleet_points_memory_figure_shows_a_replica_that_decodes():
     # P/D 1:2: replica 0 prefills (it holds each prompt only while computing it), 1 and 2
     # decode: the figure shows replica 1; co-located, replica 0; no replica table, replica 0.
