@@ -32,6 +32,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(autouse=True)
+def _no_columns_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``COLUMNS`` unless a test sets it: pytest-xdist's workers inherit ``COLUMNS=80``,
+    which ``kvsim``'s tables then keep to (``print_whole``), while a plain run has none."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def missing_trace(trace: str | None = None) -> str | None:
     """Why a test that reads ``trace`` (a trace's short name; ``None``: the trace folder) skips,
     in one line naming the file and ``KVSIM_DATA``; ``None`` when it is there. (The catalogue's

@@ -359,7 +359,8 @@ def test_run_header_says_one_request_and_a_quarter_gib():
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "2,048 KV slots (0.25 GiB per GPU): 128 blocks of 16 tokens" in text
-    assert text.split(" ┌")[0].endswith(", 1 request")  # the header, above the table
+    assert result.output.splitlines()[0].endswith(", 1 request")  # the header's first line
+    assert result.output.splitlines()[1].startswith("KV pool: 2,048 KV slots")  # its second
 
 
 def test_run_header_says_a_drafter_came_out_of_the_derived_budget():
@@ -432,6 +433,56 @@ def test_a_fleets_replica_table_keeps_every_header_whole_off_a_terminal(monkeypa
     header = next(line for line in result.output.splitlines() if "┃ replica ┃" in line)
     for name in ("TTFT p99", "TPOT p99", "KV usage", "preemptions", "prefix hit rate"):
         assert name in header
+
+
+def test_a_sweep_table_keeps_to_a_columns_the_user_set_with_its_headers_whole(monkeypatch):
+    # piped with COLUMNS=80 the table was printed as wide as it needed (COLUMNS ignored), and
+    # at 80 columns rich cut the long dotted headers to "offload.k…"
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from kvsim.cli import common
+    from kvsim.view.summary import sweep_table
+
+    table = pd.DataFrame(
+        {
+            "offload.kv_offloading_size": [0.0, 64.0],
+            "offload.link_bandwidth_bytes_per_s": [25.6e9, 25.6e9],
+            "token_states_pct": [94.2, 94.1],
+            "time_to_first_token_seconds_p99": [43.4, 41.4],
+            "request_time_per_output_token_seconds_p99": [0.15, 0.15],
+            "num_preemptions": [47, 48],
+        }
+    )
+    swept = ["offload.kv_offloading_size", "offload.link_bandwidth_bytes_per_s"]
+    metrics = [c for c in table.columns if c not in swept]
+
+    def printed(env_columns: str | None) -> list[str]:
+        out = io.StringIO()
+        if env_columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", env_columns)
+        width = 120 if env_columns is None else int(env_columns)  # (as at kvsim's start)
+        monkeypatch.setattr(common, "console", Console(file=out, width=width, soft_wrap=True))
+        common.print_whole(sweep_table(table, swept, metrics, "offload"))
+        return out.getvalue().splitlines()
+
+    narrow = printed("80")
+    assert max(len(line) for line in narrow) <= 80
+    assert "…" not in "".join(narrow)
+    # each header whole, folded over lines: its column's header cells rejoined
+    head = narrow[narrow.index(next(r for r in narrow if r.startswith("┏"))) + 1 :]
+    head = head[: head.index(next(r for r in head if r.startswith("┡")))]
+    columns = ["".join(c) for c in zip(*(r.split("┃")[1:-1] for r in head), strict=True)]
+    rejoined = ["".join(cell.split()) for cell in columns]
+    assert rejoined[0] == "offload.kv_offloading_size(GiB)"
+    assert rejoined[-1] == "num_preemptions(count)"
+    wide = printed(None)  # no COLUMNS off a terminal: as wide as the table needs
+    assert max(len(line) for line in wide) > 120
+    assert any("offload.link_bandwidth_bytes_per_s" in line for line in wide)
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,9 @@ console = Console(soft_wrap=True, width=_LOG_WIDTH)  # paths and messages on one
 
 def print_whole(renderable: Any) -> None:
     """Print on ``console``, off a terminal as wide as ``renderable`` needs (a table wider than
-    the log width would otherwise have its cells cut); a terminal wraps it to its width."""
-    if console.is_terminal:
+    the log width would otherwise have its cells cut); a terminal, or a ``COLUMNS`` the user
+    set, wraps it to that width."""
+    if console.is_terminal or "COLUMNS" in os.environ:
         console.print(renderable)
         return
     wide = console.options.update(max_width=10_000)

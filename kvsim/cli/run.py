@@ -118,8 +118,9 @@ def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | Non
 
 
 def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
-    """The summary's header: engine profile and preemption mode, model, GPUs, allocator, pool
-    (``pool_text``) and requests (``num_rejected`` of ``num_requests`` could not run)."""
+    """The summary's header, two lines: engine profile and preemption mode, model, GPUs,
+    allocator and requests (``num_rejected`` of ``num_requests`` could not run); then the pool
+    (``pool_text``)."""
     from kvsim.config import SimConfig
     from kvsim.results.tables import preemption_rule
 
@@ -143,10 +144,10 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     requests = plural(num_requests, "request")
     if num_rejected:
         requests += f" ({num_requests - num_rejected:,} run, {num_rejected:,} rejected)"
-    return (
+    return (  # (two lines: the setup, then the pool, whose arithmetic is long)
         f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
-        f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {pool_text(cfg)}, "
-        f"{requests}"
+        f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {requests}\n"
+        f"KV pool: {pool_text(cfg)}"
     )
 
 

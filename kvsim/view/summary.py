@@ -471,10 +471,12 @@ def sweep_table(
         unit = field_unit(name)
         if display_unit(name):  # given in another unit than shown: bytes/s as GB/s
             unit = f"in {unit}"
-        out.add_column(f"{name} ({unit})" if unit else name)
+        out.add_column(f"{name} ({unit})" if unit else name, overflow="fold")
     for name in shown:  # the summary's key; seconds are in the values ("19.7 s", "830 ms")
         unit = metric_unit(name)
-        out.add_column(f"{name} ({unit})" if unit and unit != "s" else name, justify="right")
+        out.add_column(
+            f"{name} ({unit})" if unit and unit != "s" else name, justify="right", overflow="fold"
+        )
     records = table.to_dict("records")
     for row in records[:max_rows]:
         out.add_row(
