@@ -236,6 +236,30 @@ def test_70b_needs_tensor_parallelism_and_the_error_says_what_is_short():
     assert cfg.capacity_tokens == cfg.kv_cache_bytes // per_gpu
 
 
+def test_when_only_the_headroom_rules_out_every_tp_the_error_says_lower_it_with_a_tp():
+    # 75e9 B of activation headroom leave no TP size room for one 131,072-token request, so
+    # the error only said "use a larger GPU". One request's pool: 131,072 / 16 blocks + the
+    # null block = 131,088 slots. Without headroom, TP 2 leaves 0.9 x 80 GiB - 70.554e9 x 2 B
+    # / 2 - 160 KiB x 131,088 = 77,309,411,328 - 70,554,000,000 - 21,477,457,920 < 0; TP 4
+    # leaves 77,309,411,328 - 35,277,000,000 - 80 KiB x 131,088 (10,738,728,960) =
+    # 31,293,682,368 B (29.1 GiB) for headroom
+    with pytest.raises(
+        ValueError,
+        match=r"weights alone are short by 59\.4 GiB; lower cache\.activation_headroom_bytes to "
+        r"at most 31,293,682,368 \(29\.1 GiB\) and set parallel\.tensor_parallel_size = 4 "
+        r"or use a larger GPU$",
+    ):
+        config_from_dict(
+            {"model": "llama-3.1-70b", "gpu": "h100-80gb"},
+            {"cache.activation_headroom_bytes": 75_000_000_000},
+        )
+    advised = config_from_dict(  # the advice taken: one whole request's pool is left
+        {"model": "llama-3.1-70b", "gpu": "h100-80gb"},
+        {"cache.activation_headroom_bytes": 31_293_682_368, "parallel.tensor_parallel_size": 4},
+    )
+    assert advised.capacity_tokens == 131_088
+
+
 @pytest.mark.parametrize(
     ("parallel", "dtype", "expected"),
     [

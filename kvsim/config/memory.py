@@ -380,7 +380,10 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
     if tp is not None and tp > config.parallel.tensor_parallel_size:
         advice = f"; parallel.tensor_parallel_size = {tp} fits"
     else:
-        advice = "; " + _either(_budget_options(config, weights, usable, need_kv))
+        options = _budget_options(config, weights, usable, need_kv)
+        if tp is None and (both := _headroom_and_tp_advice(config)) is not None:
+            options.insert(0, both)
+        advice = "; " + _either(options)
     return f"{head}: {short}{advice}"
 
 
@@ -408,15 +411,30 @@ def _either(options: list[str]) -> str:
     return ", ".join(options[:-1]) + f", or {options[-1]}"
 
 
-def smallest_fitting_tp(config: ConfigParts) -> int | None:
+def smallest_fitting_tp(config: ConfigParts, headroom_bytes: int | None = None) -> int | None:
     """The smallest tensor-parallel size (a power of two the model splits by) whose derived KV
-    budget holds one ``max_model_len`` request, or ``None``."""
+    budget holds one ``max_model_len`` request beside ``headroom_bytes`` of activation headroom
+    (``None``: the config's), or ``None``."""
+    headroom = config.cache.activation_headroom_bytes if headroom_bytes is None else headroom_bytes
+    for tp, room in _room_beside_weights(config):
+        if room - headroom >= 0:
+            return tp
+    return None
+
+
+def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
+    """``(tp, bytes)`` for each tensor-parallel size up to ``MAX_SUGGESTED_TP`` the model splits
+    by: the usable memory per GPU less its weights and the KV pool that holds one
+    ``max_model_len`` request (``pool_tokens_for_request``: whole blocks, the null block; a
+    vAttention pool's page rows as at the config's own size), what is left for activation
+    headroom (negative where even none leaves room)."""
     model, cache = config.model, config.cache
+    slots = pool_tokens_for_request(config, config.max_model_len)
+    rooms = []
     tp = 1
     while tp <= MAX_SUGGESTED_TP:
         kv = model.num_kv_heads
-        splits = model.num_attention_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
-        if splits:
+        if model.num_attention_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0):
             parallel = ParallelConfig(
                 tensor_parallel_size=tp,
                 pipeline_parallel_size=config.parallel.pipeline_parallel_size,
@@ -424,14 +442,27 @@ def smallest_fitting_tp(config: ConfigParts) -> int | None:
             per_token = kv_bytes_per_token_per_gpu(
                 model, parallel, cache.kv_cache_dtype, config.draft_kv_layers
             )
-            left = (
+            room = (
                 cache.gpu_memory_utilization * config.gpu.memory_bytes
                 - weight_bytes_per_gpu(model, parallel, config.draft_params)
-                - cache.activation_headroom_bytes
+                - per_token * slots
             )
-            if left >= per_token * config.max_model_len:
-                return tp
+            rooms.append((tp, room))
         tp *= 2
+    return rooms
+
+
+def _headroom_and_tp_advice(config: ConfigParts) -> str | None:
+    """Where only the activation headroom keeps every tensor-parallel size from holding one
+    ``max_model_len`` request (and a larger one than the config's is needed): the smallest
+    size that fits with less headroom, and at most how much; else ``None``."""
+    current = config.parallel.tensor_parallel_size
+    for tp, room in _room_beside_weights(config):
+        if tp > current and room >= 0:
+            return (
+                f"lower cache.activation_headroom_bytes to at most {int(room):,} "
+                f"({_gib(room)}) and set parallel.tensor_parallel_size = {tp}"
+            )
     return None
 
 
