@@ -3,7 +3,8 @@
 An explicit KV budget (``kv_cache_gib``, ``kv_cache_bytes``, ``kv_cache_gb``) takes precedence
 over the derived one, so ``gpu_memory_utilization`` and ``activation_headroom_bytes`` go unread (as
 vLLM's ``kv_cache_memory_bytes`` ignores ``gpu_memory_utilization``); each allocator reads only its
-own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks) and the radix tree
+own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks; in a fleet a knob
+any replica's allocator takes is read) and the radix tree
 caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate,
 only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens``; speculative
 decoding's settings go unread while ``num_speculative_tokens`` is never set, and the link's
@@ -157,13 +158,20 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
         )
         for name in ("gpu_memory_utilization", "activation_headroom_bytes"):
             yield _cache_field(config, name, BUDGET_FIELDS, why)
-    takes = accepted_arguments(cache.allocator)
+    allocators = _replica_allocators(config)
+    named = (
+        f"allocator {allocators[0]!r} has"
+        if len(allocators) == 1
+        else f"the replicas' allocators ({', '.join(repr(a) for a in allocators)}) have"
+    )
     for name, what in ALLOCATOR_KNOBS.items():
-        if name not in takes:  # the engine leaves it out of the allocator's arguments
+        # (the engine leaves it out of the arguments of an allocator that does not take it)
+        if not any(name in accepted_arguments(a) for a in allocators):
             users = ", ".join(a for a in POLICY_ARGUMENTS if name in accepted_arguments(a))
-            why = f"allocator {cache.allocator!r} has no {what} (the field applies to {users})"
+            why = f"{named} no {what} (the field applies to {users})"
             yield _cache_field(config, name, ("cache.allocator",), why)
-    if caches_prefixes_always(cache.allocator) and cache.enable_prefix_caching is False:
+    radix = all(caches_prefixes_always(a) for a in allocators)
+    if radix and cache.enable_prefix_caching is False:
         why = (
             "allocator 'radix' is a prefix cache (SGLang's RadixCache) and caches prefixes "
             "whatever the setting (the run's summary says enable_prefix_caching = True)"
@@ -214,6 +222,18 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     yield from _router_fields(config, data)
     yield from _swap_fields(config)
     yield from _link_field(config, data)
+
+
+def _replica_allocators(config: ConfigParts) -> list[str]:
+    """The config's allocator and any other a fleet's ``replica_overrides`` name (a replica's
+    own pool reads the knobs its allocator takes)."""
+    allocators = [config.cache.allocator]
+    for table in config.fleet.replica_overrides if config.fleet is not None else ():
+        cache = table.get("cache")
+        name = cache.get("allocator") if isinstance(cache, dict) else None
+        if name in POLICY_ARGUMENTS and name not in allocators:  # (a bad name is the fleet's
+            allocators.append(name)  # own error)
+    return allocators
 
 
 def _router_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:

@@ -456,14 +456,14 @@ def _headroom_and_tp_advice(config: ConfigParts) -> str | None:
     """Where only the activation headroom keeps every tensor-parallel size from holding one
     ``max_model_len`` request (and a larger one than the config's is needed): the smallest
     size that fits with less headroom, and at most how much; else ``None``."""
-    current = config.parallel.tensor_parallel_size
-    for tp, room in _room_beside_weights(config):
-        if tp > current and room >= 0:
-            return (
-                f"lower cache.activation_headroom_bytes to at most {int(room):,} "
-                f"({_gib(room)}) and set parallel.tensor_parallel_size = {tp}"
-            )
-    return None
+    fits = [(tp, room) for tp, room in _room_beside_weights(config) if room >= 0]
+    if not fits or fits[0][0] <= config.parallel.tensor_parallel_size:
+        return None  # (less headroom at this size is ``_budget_options``' advice)
+    tp, room = fits[0]
+    return (
+        f"lower cache.activation_headroom_bytes to at most {int(room):,} ({_gib(room)}) and set "
+        f"parallel.tensor_parallel_size = {tp}"
+    )
 
 
 def check_pool_shape(config: ConfigParts) -> None:

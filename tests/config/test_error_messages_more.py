@@ -232,14 +232,21 @@ def test_a_headroom_that_does_not_fit_is_named_in_the_advice():
     config_from_dict({"model": "llama-3.1-8b", "gpu": "a100-40gb", "cache": cache})
 
 
-def test_weights_larger_than_the_whole_gpu_are_told_only_of_a_larger_gpu():
+def test_weights_larger_than_the_whole_gpu_are_told_of_less_headroom_at_a_tp_or_a_larger_gpu():
     from kvsim import config_from_dict
 
     # OPT-175B's 175 B parameters in 16 bits are 326 GiB, past an A100-40GB's whole 40 GiB: no
     # utilisation, headroom or KV budget of one's own makes room. TP splits its 96 heads by
     # powers of two up to 32, where 10.2 GiB of weights and 27.9 GiB (30e9 bytes) of headroom
-    # exceed the 36 GiB usable: no TP size is offered either
+    # exceed the 36 GiB usable: no TP size fits as configured. With less headroom TP 16 does:
+    # 0.9 x 40 GiB - 350e9 B / 16 - one request's 2,048 / 16 + 1 (null) = 129 blocks of 16 at
+    # 2 x 96 layers x 6 heads x 128 x 2 B = 294,912 B a token = 38,654,705,664 - 21,875,000,000
+    # - 608,698,368 = 16,171,007,296 B (15.1 GiB) of headroom at most; TP 8's 43.75e9 B of
+    # weights alone exceed the usable 38.65e9
     cache = {"activation_headroom_bytes": 30_000_000_000}
     with pytest.raises(ValueError, match="the weights alone are short by") as err:
         config_from_dict({"model": "opt-175b", "gpu": "a100-40gb", "cache": cache})
-    assert str(err.value).endswith("; use a larger GPU")
+    assert str(err.value).endswith(
+        "; lower cache.activation_headroom_bytes to at most 16,171,007,296 (15.1 GiB) and set "
+        "parallel.tensor_parallel_size = 16 or use a larger GPU"
+    )

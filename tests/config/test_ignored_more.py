@@ -325,3 +325,30 @@ def test_one_field_of_the_default_link_overrides_only_that_field() -> None:
     data = {"fleet": {"link": {"bandwidth_bytes_per_s": 1e9}}}
     got = _link({"fleet.link.latency_s": 2e-6}, data)
     assert got == ("custom", 1e9, 2e-6, pytest.approx(2e-6 + 0.8192, rel=1e-12))
+
+
+def test_an_allocator_knob_a_replicas_own_allocator_reads_is_not_warned(caplog) -> None:
+    # a paged fleet whose second replica is first-fit: that replica sizes its slabs by
+    # cache.reservation, so the field is read (it was warned as moot: the rule saw only the
+    # config's own allocator); a knob neither allocator takes is still warned, naming both
+    fleet = {"replicas": 2, "replica_overrides": [{}, {"cache": {"allocator": "first_fit"}}]}
+    base = {"cache": {"allocator": "paged"}, "fleet": fleet, "workload": {"num_requests": 40}}
+    pow2 = config_from_dict(base, {"cache.reservation": "pow2"})
+    assert _moot(caplog) == []
+    max_ = config_from_dict(base, {"cache.reservation": "max"}, warn=False)
+    # read: the first-fit replica reserves max_model_len (2,048) rather than the next power
+    # of two, so it holds more KV; the paged replica's usage is the same
+    from kvsim.fleet import simulate as simulate_fleet
+
+    usage = []
+    for config in (pow2, max_):
+        replicas = simulate_fleet(config).replicas
+        assert replicas is not None
+        usage.append(replicas["kv_cache_usage_perc"].tolist())
+    assert usage[0][0] == usage[1][0]
+    assert usage[0][1] < usage[1][1]
+    config_from_dict(base, {"cache.page_size_bytes": 65536})
+    assert _moot(caplog) == [
+        "cache.page_size_bytes = 65536 has no effect: the replicas' allocators ('paged', "
+        "'first_fit') have no virtual-memory pages (the field applies to vattention)"
+    ]
