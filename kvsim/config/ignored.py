@@ -7,8 +7,9 @@ own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks; in a
 any replica's allocator takes is read) and the radix tree
 caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate,
 only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens``; speculative
-decoding's settings go unread while ``num_speculative_tokens`` is never set, and the link's
-bandwidth while ``kv_offloading_size`` is never set; a fleet's router has nothing to choose when
+decoding's settings go unread while ``num_speculative_tokens`` is never set, the link's
+bandwidth while ``kv_offloading_size`` is never set, and a disk's bandwidths while
+``disk_offloading_size`` is never set; a fleet's router has nothing to choose when
 each pick has one candidate (``replicas`` never set, or one prefill and one decode replica),
 and each router reads only its own weights; a CPU swap space goes unread where there is no swap
 (the vllm-v1 profile, or vllm-v0 over an allocator that is not paged), and so do the swap
@@ -219,6 +220,13 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
             ("offload.kv_offloading_size",),
             why,
         )
+    disk_written = _lookup(data, "offload.disk_offloading_size") is not None
+    if not config.offload.disk_enabled and not disk_written:  # (0 written: a sweep's "off")
+        why = "there is no disk tier: disk_offloading_size (GiB) is unset"
+        for name in ("disk_read_bandwidth_bytes_per_s", "disk_write_bandwidth_bytes_per_s"):
+            yield _section_field(
+                config.offload, "offload", name, ("offload.disk_offloading_size",), why
+            )
     yield from _router_fields(config, data)
     yield from _swap_fields(config)
     yield from _link_field(config, data)

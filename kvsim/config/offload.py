@@ -117,19 +117,6 @@ class OffloadConfig(Frozen):
                 "GPU-CPU link (PCIe 3.0 x16 moves about 12e9 bytes/s a direction); copies "
                 "queue past the run's end, and the tier's counters count what was submitted",
             )
-        if (
-            self.disk_offloading_size is None
-            and any(  # (0: a sweep's "off" point)
-                getattr(self, name) != OffloadConfig.model_fields[name].default
-                for name in DISK_FIELDS[1:]
-            )
-        ):
-            warn_once(
-                logger,
-                "offload.disk_read_bandwidth_bytes_per_s / disk_write_bandwidth_bytes_per_s: "
-                "set without a disk tier, so they change nothing (set "
-                "offload.disk_offloading_size, GiB, to add one)",
-            )
         slow = min(self.disk_read_bandwidth_bytes_per_s, self.disk_write_bandwidth_bytes_per_s)
         if self.disk_enabled and slow < SLOWEST_PLAUSIBLE_DISK_BYTES_PER_S:
             warn_once(

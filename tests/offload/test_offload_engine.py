@@ -310,13 +310,25 @@ def test_a_disk_hit_after_the_cpu_copy_was_evicted_end_to_end() -> None:
 def test_disk_bandwidths_without_a_disk_warn(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # one warning per bandwidth written without a disk (kvsim.config.ignored's rule); a 0 GiB
+    # disk written beside them is a sweep's "off" point: deliberate, not warned
     from kvsim.base import say_once
-    from kvsim.config.offload import OffloadConfig
+    from kvsim.config import config_from_dict
 
     monkeypatch.setattr(say_once, "SAID", set())  # (said once a process)
+    drive = {"disk_read_bandwidth_bytes_per_s": 1.5e9, "disk_write_bandwidth_bytes_per_s": 1e9}
     with caplog.at_level("WARNING"):
-        OffloadConfig(kv_offloading_size=1, disk_read_bandwidth_bytes_per_s=1.5e9)
-    assert "set without a disk tier" in caplog.text
+        config_from_dict({"offload": {"kv_offloading_size": 1, **drive}})
+    moot = [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
+    assert moot == [
+        f"offload.{name} = {value!r} has no effect: there is no disk tier: "
+        "disk_offloading_size (GiB) is unset"
+        for name, value in drive.items()
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        config_from_dict({"offload": {"kv_offloading_size": 1, "disk_offloading_size": 0, **drive}})
+    assert "has no effect" not in caplog.text
 
 
 def test_a_fleet_sums_its_replicas_offload_counters() -> None:

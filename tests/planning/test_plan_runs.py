@@ -582,9 +582,10 @@ def test_a_plan_refuses_a_knob_its_config_ignores() -> None:
 
 @pytest.mark.parametrize("lo", [1e8, 0.5])  # 0.5 bytes/s: below the field's bound, invalid
 def test_a_knob_whose_ends_give_one_config_is_refused(lo: float) -> None:
-    """A disk tier's bandwidth without a disk tier: the config at either end is the same (the
-    search crashed with a KeyError when two values shared one point; with an invalid low end
-    the bracket's middle is compared instead)."""
+    """A disk tier's bandwidth beside a disk of 0 GiB written (a sweep's "off" point, which no
+    ignored-setting rule calls moot): the config at either end is the same (the search crashed
+    with a KeyError when two values shared one point; with an invalid low end the bracket's
+    middle is compared instead). With no disk size written at all, the rule names why."""
     plan = dataclasses.replace(
         _rate_plan(),
         field="offload.disk_read_bandwidth_bytes_per_s",
@@ -592,8 +593,11 @@ def test_a_knob_whose_ends_give_one_config_is_refused(lo: float) -> None:
         lo=lo,
         hi=1e10,
     )
-    with pytest.raises(ValueError, match=r"has no effect on this config \(the config at "):
+    with pytest.raises(ValueError, match=r"has no effect on this config \(there is no disk tier"):
         plan.check_field()
+    base = {**plan.base, "offload": {"disk_offloading_size": 0}}
+    with pytest.raises(ValueError, match=r"has no effect on this config \(the config at "):
+        dataclasses.replace(plan, base=base).check_field()
 
 
 @pytest.mark.parametrize("hi", [32, 100_000])  # 100,000 tokens: past the field's bound
