@@ -32,11 +32,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture(autouse=True)
-def _no_columns_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``COLUMNS`` unless a test sets it: pytest-xdist's workers inherit ``COLUMNS=80``,
-    which ``kvsim``'s tables then keep to (``print_whole``), while a plain run has none."""
-    monkeypatch.delenv("COLUMNS", raising=False)
+def pytest_configure(config: pytest.Config) -> None:
+    """No ``COLUMNS`` unless a test sets it, from before any test module imports kvsim's
+    console: pytest-xdist's workers inherit ``COLUMNS=80``, which ``kvsim``'s tables then keep
+    to (``kvsim.cli.common``), while a plain run has none."""
+    os.environ.pop("COLUMNS", None)
 
 
 def missing_trace(trace: str | None = None) -> str | None:

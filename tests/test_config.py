@@ -258,6 +258,19 @@ def test_when_only_the_headroom_rules_out_every_tp_the_error_says_lower_it_with_
         {"cache.activation_headroom_bytes": 31_293_682_368, "parallel.tensor_parallel_size": 4},
     )
     assert advised.capacity_tokens == 131_088
+    # a vAttention pool's page row holds more tokens at a larger TP, so one request's pool is
+    # not the same at every size: no such advice (following one failed, at TP 4 for 100,000)
+    with pytest.raises(
+        ValueError, match=r"weights alone are short by 59\.4 GiB; use a larger GPU$"
+    ):
+        config_from_dict(
+            {"model": "llama-3.1-70b", "gpu": "h100-80gb"},
+            {
+                "cache.allocator": "vattention",
+                "scheduler.max_model_len": 100_000,
+                "cache.activation_headroom_bytes": 75_000_000_000,
+            },
+        )
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,15 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
+
+def _columns_set() -> bool:
+    """The user set a width (rich reads ``COLUMNS`` only when it is a whole number)."""
+    return os.environ.get("COLUMNS", "").isdigit()
+
+
 # Off a terminal (logs, CI), rich would lay tables out in 80 columns and cut their cells; 120
 # keeps the widest (the Figure 2 table, `kvsim compare`) whole. COLUMNS still wins.
-_LOG_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120
+_LOG_WIDTH = None if sys.stdout.isatty() or _columns_set() else 120
 console = Console(soft_wrap=True, width=_LOG_WIDTH)  # paths and messages on one line in logs
 
 
@@ -35,7 +41,7 @@ def print_whole(renderable: Any) -> None:
     """Print on ``console``, off a terminal as wide as ``renderable`` needs (a table wider than
     the log width would otherwise have its cells cut); a terminal, or a ``COLUMNS`` the user
     set, wraps it to that width."""
-    if console.is_terminal or "COLUMNS" in os.environ:
+    if console.is_terminal or _columns_set():
         console.print(renderable)
         return
     wide = console.options.update(max_width=10_000)

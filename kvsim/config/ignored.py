@@ -233,15 +233,20 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
 
 
 def _replica_allocators(config: ConfigParts) -> list[str]:
-    """The config's allocator and any other a fleet's ``replica_overrides`` name (a replica's
-    own pool reads the knobs its allocator takes)."""
-    allocators = [config.cache.allocator]
-    for table in config.fleet.replica_overrides if config.fleet is not None else ():
+    """The allocators the run's pools use: the config's, unless every replica of a fleet names
+    its own in ``fleet.replica_overrides``, and each one they name (a replica's pool reads the
+    knobs its allocator takes)."""
+    fleet = config.fleet
+    if fleet is None:
+        return [config.cache.allocator]
+    named = []
+    for i in range(fleet.replicas):
+        table = fleet.replica_overrides[i] if i < len(fleet.replica_overrides) else {}
         cache = table.get("cache")
         name = cache.get("allocator") if isinstance(cache, dict) else None
-        if name in POLICY_ARGUMENTS and name not in allocators:  # (a bad name is the fleet's
-            allocators.append(name)  # own error)
-    return allocators
+        # (an unknown name is the fleet's own error, raised where the replica is built)
+        named.append(name if name in POLICY_ARGUMENTS else config.cache.allocator)
+    return list(dict.fromkeys(named))
 
 
 def _router_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:

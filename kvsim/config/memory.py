@@ -376,12 +376,14 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
             if fits >= MIN_MAX_MODEL_LEN and _holds_a_block(config)
             else f"; {_no_row_advice(config)}"
         )
-    tp = smallest_fitting_tp(config)
+    rooms = _room_beside_weights(config)
+    headroom = cache.activation_headroom_bytes
+    tp = next((size for size, room in rooms if room >= headroom), None)
     if tp is not None and tp > config.parallel.tensor_parallel_size:
         advice = f"; parallel.tensor_parallel_size = {tp} fits"
     else:
         options = _budget_options(config, weights, usable, need_kv)
-        if tp is None and (both := _headroom_and_tp_advice(config)) is not None:
+        if tp is None and (both := _headroom_and_tp_advice(config, rooms)) is not None:
             options.insert(0, both)
         advice = "; " + _either(options)
     return f"{head}: {short}{advice}"
@@ -409,17 +411,6 @@ def _either(options: list[str]) -> str:
     if len(options) <= 2:
         return " or ".join(options)
     return ", ".join(options[:-1]) + f", or {options[-1]}"
-
-
-def smallest_fitting_tp(config: ConfigParts, headroom_bytes: int | None = None) -> int | None:
-    """The smallest tensor-parallel size (a power of two the model splits by) whose derived KV
-    budget holds one ``max_model_len`` request beside ``headroom_bytes`` of activation headroom
-    (``None``: the config's), or ``None``."""
-    headroom = config.cache.activation_headroom_bytes if headroom_bytes is None else headroom_bytes
-    for tp, room in _room_beside_weights(config):
-        if room - headroom >= 0:
-            return tp
-    return None
 
 
 def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
@@ -452,11 +443,16 @@ def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
     return rooms
 
 
-def _headroom_and_tp_advice(config: ConfigParts) -> str | None:
+def _headroom_and_tp_advice(config: ConfigParts, rooms: list[tuple[int, float]]) -> str | None:
     """Where only the activation headroom keeps every tensor-parallel size from holding one
     ``max_model_len`` request (and a larger one than the config's is needed): the smallest
-    size that fits with less headroom, and at most how much; else ``None``."""
-    fits = [(tp, room) for tp, room in _room_beside_weights(config) if room >= 0]
+    size that fits with less headroom, and at most how much (``rooms``:
+    ``_room_beside_weights``); else ``None``. Paged pools only: one request's pool is then the
+    same whole blocks at every size, where a vAttention page row or a slab's shape depends on
+    more than the budget."""
+    if config.cache.allocator not in PAGED_ALLOCATORS:
+        return None
+    fits = [(tp, room) for tp, room in rooms if room >= 0]
     if not fits or fits[0][0] <= config.parallel.tensor_parallel_size:
         return None  # (less headroom at this size is ``_budget_options``' advice)
     tp, room = fits[0]

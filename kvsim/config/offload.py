@@ -96,8 +96,8 @@ class OffloadConfig(Frozen):
         """Leave out the disk fields left at their defaults, so configs without a disk tier
         keep their canonical hash; and in the canonical form (``SimConfig.canonical_json``)
         the disk's bandwidths without a disk: they change nothing, so a sweep's "off" point
-        is one run whatever drive the other points name. (Other dumps keep them: a fleet
-        replica's override may add the disk they describe.)"""
+        is one run whatever drive the other points name. (Other dumps keep them: a dump is
+        read back as the same config.)"""
         data: dict[str, Any] = handler(self)
         canonical = bool(info.context and info.context.get("canonical"))
         for name in DISK_FIELDS:

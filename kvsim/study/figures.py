@@ -203,7 +203,9 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
             snapshots[label] = snap
             capacity = int(sweep.summary["capacity_tokens"].iloc[i])
         results = sweep.results(key)
-        if key not in drawn:  # (points that repeat a config: one figure, the first's name)
+        # (points that repeat a config: one figure, the first's name; none without memory rows:
+        # record_memory = false)
+        if key not in drawn and len(results.memory):
             drawn.add(key)
             memory, title = results.memory, label
             if "replica" in memory:  # a fleet: one replica's pool (every replica's in `replicas`)
@@ -264,32 +266,44 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
     out_dir = Path(out) if out is not None else Path(folder) / "figures"
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    bars = replace(sweep, summary=sweep.summary[drawn].reset_index(drop=True))
-    facet = _facet(bars)
-    fig = waste_bars(
-        bars.summary, _short_labels(bars, facet), title=sweep.meta.get("name", ""), facet=facet
-    )
-    _save(fig, out_dir / "waste_bars.png", written)
+    if drawn is not None:
+        bars = replace(sweep, summary=sweep.summary[drawn].reset_index(drop=True))
+        facet = _facet(bars)
+        fig = waste_bars(
+            bars.summary, _short_labels(bars, facet), title=sweep.meta.get("name", ""), facet=facet
+        )
+        _save(fig, out_dir / "waste_bars.png", written)
     _vs_figures(sweep, analysis, out_dir, written)
     _fleet_figures(sweep, out_dir, written)
     _point_figures(sweep, out_dir, written)
     return written
 
 
-def drawable_rows(sweep: SweepResults) -> pd.Series:
+def drawable_rows(sweep: SweepResults) -> pd.Series | None:
     """The rows of ``sweep.summary`` the waste bars can draw (a number in each of
     ``SHARE_COLUMNS``, % of used KV); warns how many are left out (a NaN share, as a point that
-    held no KV memory has, would be drawn as a 0 % bar).
+    held no KV memory has, would be drawn as a 0 % bar). ``None``, said in an INFO line, where
+    the sweep recorded no KV memory (``record_memory = false``: no share of KV at all, of used
+    KV or of the whole).
 
     Raises:
         ValueError: the summary (named by its file) has no rows, lacks a ``NEEDED_COLUMNS``
-            column, holds text in a share column, or has a NaN share in every row.
+            column (some share columns but not all), holds text in a share column, or has a
+            NaN share in every row.
     """
     table = sweep.summary
     path = stored_table(sweep.folder / "summary.parquet")
     if table.empty:
         raise ValueError(f"{path}: no rows (no point finished: see failures.json), nothing to plot")
     missing = [c for c in NEEDED_COLUMNS if c not in table]
+    memory = [f"{c}_pct" for c in CATEGORY_COLORS] + SHARE_COLUMNS
+    if (
+        "config_key" in table
+        and "capacity_tokens" in table
+        and not table.columns.isin(memory).any()
+    ):
+        logger.info("%s: no KV memory recorded (record_memory = false): no waste_bars.png", path)
+        return None
     if missing:
         raise ValueError(
             f"{path}: lacks columns {missing}; expected a kvsim sweep summary (kvsim sweep "

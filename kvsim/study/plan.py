@@ -234,8 +234,9 @@ class Plan:
     def check_field(self) -> None:
         """The knob is a config field that the config reads: the base config with the knob at
         ``hi`` validates (or fails for another reason than an unknown field), and does not
-        ignore the knob (``workload.rate_per_s`` under replayed trace arrivals; any knob whose
-        ends give the same config, as a disk tier's bandwidth without a disk tier).
+        ignore the knob (``workload.rate_per_s`` under replayed trace arrivals, by
+        ``kvsim.config.ignored``'s rules; else any knob whose ends give the same config, as a
+        disk's bandwidth beside a 0 GiB disk).
 
         Raises:
             ValueError: the knob names no field of the config (a typo), or one it ignores (every

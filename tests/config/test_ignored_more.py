@@ -352,3 +352,16 @@ def test_an_allocator_knob_a_replicas_own_allocator_reads_is_not_warned(caplog) 
         "cache.page_size_bytes = 65536 has no effect: the replicas' allocators ('paged', "
         "'first_fit') have no virtual-memory pages (the field applies to vattention)"
     ]
+
+
+def test_a_knob_of_the_base_allocator_that_every_replica_replaces_is_warned(caplog) -> None:
+    # both replicas first-fit: no pool is paged, so the base's block size is read by none
+    # (of kvsim's allocators only 'paged' has blocks: radix holds tokens, vattention pages)
+    overrides = [{"cache": {"allocator": "first_fit"}}] * 2
+    data = {"cache": {"allocator": "paged", "block_size_tokens": 32}}
+    data["fleet"] = {"replicas": 2, "replica_overrides": overrides}
+    config_from_dict(data)
+    assert _moot(caplog) == [
+        "cache.block_size_tokens = 32 has no effect: allocator 'first_fit' has no blocks (the "
+        "field applies to paged)"
+    ]

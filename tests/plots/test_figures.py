@@ -431,3 +431,28 @@ def test_a_fleet_points_memory_figure_shows_a_replica_that_decodes():
     assert _decoding_replica(pd_fleet) == 1
     assert _decoding_replica(pd.DataFrame({"replica": [0, 1], "role": ["both", "both"]})) == 0
     assert _decoding_replica(None) == 0
+
+
+def test_a_sweep_without_memory_rows_draws_its_other_figures(tmp_path, caplog) -> None:
+    """record_memory = false (fig18b, prefix-length): no share column, no memory rows. kvsim
+    plot refused the folder kvsim sweep had just written ("lacks columns ..."); now the waste
+    bars and memory figures are left out, said once, and the others drawn."""
+    import logging
+
+    exp = parse_experiment(
+        {
+            "base": {
+                "record_memory": False,
+                "cache": {"kv_cache_gib": 2.0},
+                "workload": FOUR_SHORT_REQUESTS,
+            },
+            "grid": {"cache.block_size_tokens": [8, 16]},
+            "analysis": {"vs_metrics": ["time_to_first_token_seconds_mean"]},
+        },
+        name="nomem",
+    )
+    run_sweep(exp, tmp_path, progress=False)
+    with caplog.at_level(logging.INFO, logger="kvsim.study.figures"):
+        written = draw_figures(tmp_path / "nomem")
+    assert sorted(p.name for p in written) == ["latency_cdf.png", "vs_block_size_tokens.png"]
+    assert "no KV memory recorded (record_memory = false)" in caplog.text
