@@ -537,3 +537,36 @@ def test_map_frames_past_its_maximum_is_refused_before_the_run():
     assert result.exit_code == 2
     assert "--map-frames" in result.output
     assert "10000" in result.output
+
+
+def test_a_reproduce_table_folds_its_cells_rather_than_cutting_them_at_80_columns():
+    # at COLUMNS=80 Figure 2's table cut "reservation" to "reserv…" and "Orca (Oracle)" too
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from kvsim.cli.reproduce import frame_table
+
+    frame = pd.DataFrame(
+        {
+            "system": ["Orca (Oracle)", "vLLM"],
+            **{
+                name: [20.5, 96.4]
+                for name in (
+                    "token_states",
+                    "reservation",
+                    "internal_frag.",
+                    "external_frag._&_other",
+                    "free",
+                    "mean_running",
+                    "in_band_of_the_paper",
+                )
+            },
+        }
+    )
+    out = io.StringIO()
+    Console(file=out, width=80).print(frame_table(frame, "fig2"))
+    text = out.getvalue()
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80

@@ -36,8 +36,10 @@ def frame_table(frame: pd.DataFrame, title: str) -> Table:
     """A results frame as a rich table, numbers rounded for people."""
     table = Table(title=title, title_justify="left")
     for column in frame.columns:
-        table.add_column(
-            column.replace("_", " "), justify="left" if frame[column].dtype == object else "right"
+        table.add_column(  # (folded, not cut to "reserv…", where COLUMNS is narrow)
+            column.replace("_", " "),
+            justify="left" if frame[column].dtype == object else "right",
+            overflow="fold",
         )
     for _, row in frame.iterrows():
         table.add_row(*(_cell(c, row[c]) for c in frame.columns))
