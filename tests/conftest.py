@@ -39,6 +39,16 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("COLUMNS", None)
 
 
+def forget_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    """Clear ``caplog`` and forget the messages said so far: kvsim says each once a process
+    (``kvsim.base.say_once``), so a later config's same warning would be silent, and a check
+    that it is *not* said could not fail."""
+    from kvsim.base import say_once
+
+    caplog.clear()
+    say_once.SAID.clear()
+
+
 def missing_trace(trace: str | None = None) -> str | None:
     """Why a test that reads ``trace`` (a trace's short name; ``None``: the trace folder) skips,
     in one line naming the file and ``KVSIM_DATA``; ``None`` when it is there. (The catalogue's

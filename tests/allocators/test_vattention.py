@@ -18,7 +18,7 @@ from kvsim.config import config_from_dict
 from kvsim.config.allocators import vattention_pages
 from kvsim.core.kv import make_allocator
 from kvsim.engine.build import build_parts
-from tests.conftest import make_request
+from tests.conftest import forget_warnings, make_request
 
 LLAMA_8B_TOKEN = 2 * 32 * 8 * 128 * 2  # K and V x 32 layers x 8 KV heads x 128 dims x fp16
 OPT_13B_TOKEN = 2 * 40 * 40 * 128 * 2  # 819,200 bytes (800 KiB), the paper's figure
@@ -173,7 +173,7 @@ def test_a_page_size_vattention_does_not_map_is_warned_about(page, caplog, monke
         config(allocator="vattention", page_size_bytes=page)
     assert f"cache.page_size_bytes = {page:,}" in caplog.text
     assert "what-if no vAttention build offers" in caplog.text
-    caplog.clear()
+    forget_warnings(caplog)
     monkeypatch.setattr(say_once, "SAID", set())
     with caplog.at_level(logging.WARNING):  # another pool ignores the size, and says only so
         config(allocator="paged", page_size_bytes=page)

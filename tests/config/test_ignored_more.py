@@ -21,6 +21,7 @@ from kvsim.config import config_from_dict
 from kvsim.config.ignored import moot_reason
 from kvsim.engine import simulate
 from kvsim.fleet.fleet import transfer_s
+from tests.conftest import forget_warnings
 
 SMALL = {"workload.num_requests": 3}
 
@@ -126,7 +127,7 @@ def test_an_ignored_setting_warns_and_changes_nothing(case: str, caplog) -> None
     kept = dict(list(overrides.items())[:-count])
     plain = config_from_dict({}, {**SMALL, **kept}, warn=False)
     assert _summary(config, "router") == _summary(plain, "router")  # (the router's name)
-    caplog.clear()
+    forget_warnings(caplog)
     config_from_dict({}, {**SMALL, **neighbour})
     assert _moot(caplog) == []
 
@@ -159,7 +160,7 @@ def test_swap_settings_over_no_swap_space_warn_and_change_nothing(caplog) -> Non
     assert got == _summary(plain, "preemption_mode", "num_swap_fallbacks")
     assert simulate(config).summary["num_swap_fallbacks"] == got["num_preemptions"]
     # a swap pool of 4 GiB is read: no warning
-    caplog.clear()
+    forget_warnings(caplog)
     config_from_dict({}, {**SWAP, **swapping, "scheduler.swap_space_gib": 4})
     assert _moot(caplog) == []
 
@@ -220,12 +221,12 @@ def test_a_swap_space_where_nothing_swaps_warns_and_changes_nothing(case: str, c
     # the default 4 GiB goes unread too, so the run is the same
     assert _summary(config) == _summary(config_from_dict({}, base, warn=False))
     # a paged pool under vllm-v0 reads both
-    caplog.clear()
+    forget_warnings(caplog)
     paged = {"scheduler.engine": "vllm-v0", "cache.allocator": "paged", "cache.kv_cache_gib": 6}
     config_from_dict({}, {**base, **paged, **swapping})
     assert _moot(caplog) == []
     # a replica of its own engine may swap: not warned
-    caplog.clear()
+    forget_warnings(caplog)
     own = [{"scheduler": {"engine": "vllm-v0"}}]
     fleet = {"fleet.replicas": 2, "fleet.replica_overrides": own}
     config_from_dict({}, {**base, **fleet, **swapping})
@@ -250,7 +251,7 @@ def test_swap_settings_over_a_pool_smaller_than_one_block_warn_and_change_nothin
     plain = config_from_dict({}, SWAP, warn=False)
     assert got == _summary(plain, "preemption_mode", "num_swap_fallbacks")
     # 0.0125 GiB is 13,421,772 bytes: one block, read
-    caplog.clear()
+    forget_warnings(caplog)
     config_from_dict({}, {**SWAP, "scheduler.swap_space_gib": 0.0125, **swapping})
     assert _moot(caplog) == []
 
@@ -263,7 +264,7 @@ def test_a_vattention_swap_block_is_a_page_of_tokens(caplog) -> None:
     config_from_dict({}, {**pages, "scheduler.swap_space_gib": 0.155})
     (message,) = _moot(caplog)
     assert "(one is 204 tokens x 819,200 bytes = 167,116,800 bytes)" in message
-    caplog.clear()
+    forget_warnings(caplog)
     config_from_dict({}, {**pages, "scheduler.swap_space_gib": 0.16})
     assert _moot(caplog) == []
 

@@ -12,6 +12,7 @@ from kvsim.cli import app
 from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
 from kvsim.study.cheapest import FleetOption, replica_price, run_cheapest
 from kvsim.study.plan import Target
+from tests.conftest import forget_warnings
 
 runner = CliRunner()
 BASE = {
@@ -160,7 +161,7 @@ def test_a_what_if_gpu_without_a_price_is_an_info_line_a_preset_without_one_a_wa
     # a GPU of the config's own (an experiment's what-if): no table could price it, an info
     # line; a preset GPU the table leaves out: a warning
     for gpu, level in (("h200 what-if", "INFO"), ("a100-80gb", "WARNING")):
-        caplog.clear()
+        forget_warnings(caplog)
         price = price_or_none(lambda g=gpu: gpu_price_per_hour(g, spec), gpu_names=[gpu])
         assert price is None
         (record,) = caplog.records

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import kvsim.results
+from tests.conftest import forget_warnings
 
 TINY = ["--set", "workload.num_requests=2", "--set", "workload.lengths=fixed"]
 
@@ -207,7 +208,7 @@ def test_more_jobs_than_cpus_is_warned_about(
         "-j 5: more processes than this machine's 4 CPUs; they share them, and no more start "
         "than there are points to run"
     ]
-    caplog.clear()
+    forget_warnings(caplog)
     hostile.invoke([command, *first[command], "--out", "somedir/out", "-j", "4", "--no-progress"])
     assert [r for r in caplog.records if r.name == "kvsim.cli"] == []
 

@@ -17,6 +17,7 @@ from kvsim.engine import simulate
 from kvsim.presets import experiments_dir, plans_dir, workloads_dir
 from kvsim.study.experiment import load_experiment, parse_experiment
 from kvsim.study.plan import load_plan
+from tests.conftest import forget_warnings
 
 RUN = ["run", "--no-progress", "--set", "workload.num_requests=3"]
 BIG = str(10**29)
@@ -783,7 +784,7 @@ def test_a_config_file_that_sets_nothing_is_warned_about(text, tmp_path, caplog)
         f"{empty} sets no field (empty, or only comments): every field is kvsim's default "
         "(`kvsim presets` lists presets)"
     ]
-    caplog.clear()
+    forget_warnings(caplog)
     one = tmp_path / "one.toml"
     one.write_text("[cache]\nblock_size_tokens = 16\n")
     load_config(one)

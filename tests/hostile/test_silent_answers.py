@@ -11,6 +11,7 @@ from kvsim.base import say_once
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.engine.intake import requests_for
+from tests.conftest import forget_warnings
 
 POOL_2GIB = {"cache": {"kv_cache_gib": 2}}
 PREEMPTING = {
@@ -97,7 +98,7 @@ def test_the_cli_shows_the_rows_overflow_drop_removed(hostile, caplog, monkeypat
     for args in (["run", "--no-progress", cfg], ["sweep", experiment, "--no-progress"]):
         monkeypatch.setattr(sys, "argv", ["kvsim", *map(str, args), "--out", "out"])
         monkeypatch.setattr(say_once, "SAID", set())
-        caplog.clear()
+        forget_warnings(caplog)
         try:
             with pytest.raises(SystemExit) as done:
                 main()
@@ -140,7 +141,7 @@ def test_a_window_no_request_outgrows_is_warned_about(caplog) -> None:
 
     def groups_with_window(window: int) -> list[str]:
         say_once.SAID.clear()
-        caplog.clear()
+        forget_warnings(caplog)
         attention = {"num_sliding_layers": 16, "sliding_window_tokens": window}
         config = config_from_dict(
             {
@@ -170,7 +171,7 @@ def test_a_link_slower_than_any_gpu_cpu_link_is_warned_about(caplog) -> None:
     caplog.set_level(logging.WARNING, logger="kvsim.config")
     for link, warned in ((1e6, True), (25.6e9, False)):
         say_once.SAID.clear()
-        caplog.clear()
+        forget_warnings(caplog)
         OffloadConfig(kv_offloading_size=8, link_bandwidth_bytes_per_s=link)
         found = [r for r in caplog.records if "slower than any GPU-CPU link" in r.getMessage()]
         assert bool(found) == warned, (link, found)
@@ -185,7 +186,7 @@ def test_prompt_max_tokens_without_a_client_cap_is_warned_about(caplog) -> None:
 
     def warned(**workload) -> list[str]:
         say_once.SAID.clear()
-        caplog.clear()
+        forget_warnings(caplog)
         config_from_dict(
             {
                 "cache": {"allocator": "first_fit", "reservation": "prompt_max_tokens"},
@@ -240,7 +241,7 @@ def test_a_catalog_trace_that_is_not_the_reference_copy_is_warned_about(
     )
     monkeypatch.setattr(fetch, "SOURCES", pinned)
     monkeypatch.setattr(say_once, "SAID", set())
-    caplog.clear()
+    forget_warnings(caplog)
     with caplog.at_level(logging.WARNING):
         requests_for(cfg)
     assert not [r for r in caplog.records if "reference copy" in r.getMessage()]

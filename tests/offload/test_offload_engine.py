@@ -29,6 +29,7 @@ from kvsim import simulate
 from kvsim.config.sim import config_from_dict
 from kvsim.results.offload import TIER_COLUMNS
 from kvsim.workload.request import Request
+from tests.conftest import forget_warnings
 
 BLOCK_BYTES = 16 * 819_200
 
@@ -325,7 +326,7 @@ def test_disk_bandwidths_without_a_disk_warn(
         "disk_offloading_size (GiB) is unset"
         for name, value in drive.items()
     ]
-    caplog.clear()
+    forget_warnings(caplog)
     with caplog.at_level("WARNING"):
         config_from_dict({"offload": {"kv_offloading_size": 1, "disk_offloading_size": 0, **drive}})
     assert "has no effect" not in caplog.text

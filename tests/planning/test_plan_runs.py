@@ -15,6 +15,7 @@ from kvsim.cli import app
 from kvsim.presets import plans_dir
 from kvsim.study.plan import Plan, Target, load_plan, plan_from_dict, run_plan
 from kvsim.study.plan_figure import save_plan
+from tests.conftest import forget_warnings
 
 # Ten requests arrive together (Poisson at 10^6 req/s: within microseconds), each a 100-token
 # prompt and 28 output tokens, on Llama-3.1-8B (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes
@@ -340,7 +341,7 @@ def test_a_warning_naming_a_points_value_is_said_once_per_plan(
         (plan_from_dict("rates", base, question), "resampled with replacement"),
         (dataclasses.replace(bursty_kv, name="m4-util"), "cache.kv_cache_gib sets the KV budget"),
     ):
-        caplog.clear()
+        forget_warnings(caplog)
         with caplog.at_level(logging.WARNING, logger="kvsim"):
             result = run_plan(plan, tmp_path / "out", quick=True)
         assert len(result.points) >= 4  # several rounds, each at another value

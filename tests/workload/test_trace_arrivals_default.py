@@ -16,6 +16,7 @@ import pytest
 from kvsim.config import config_from_dict
 from kvsim.workload import WorkloadSpec, generate_requests
 from kvsim.workload.request import Request
+from tests.conftest import forget_warnings
 
 # 400 rows, one every 0.25 s (4 req/s): row i arrives at i / 4 s with a 100 + i % 50 token
 # prompt and 20 + i % 30 output tokens
@@ -69,7 +70,7 @@ def test_a_config_asking_for_synthetic_arrivals_gets_them(
     assert len(reqs) == 1000
     assert warnings == []
     # a rate without arrival asks for Poisson arrivals at that rate, and is told what it gets
-    caplog.clear()
+    forget_warnings(caplog)
     reqs, warnings = _run(caplog, trace=timed, rate_per_s=2.0, num_requests=50)
     assert len(reqs) == 50
     assert reqs[-1].arrival_time_s != 49 / 4  # drawn, not the file's

@@ -14,6 +14,7 @@ import pytest
 from kvsim.base import say_once
 from kvsim.workload import WorkloadSpec, generate_requests
 from kvsim.workload.request import Request
+from tests.conftest import forget_warnings
 
 TIMED = "arrival_time_s,prompt_tokens,output_tokens\n"
 OUT_OF_ORDER = TIMED + "0,10,5\n5,12,6\n2,14,7\n"  # line 4 (2 s) comes after line 3 (5 s)
@@ -195,7 +196,7 @@ def test_a_warning_reads_the_same_at_every_rate(
     said = []
     for rate_per_s in (1.0, 4.0):
         monkeypatch.setattr(say_once, "SAID", set())
-        caplog.clear()
+        forget_warnings(caplog)
         said.append(_run(caplog, **fields, rate_per_s=rate_per_s, duration_s=20.0)[1])
     assert said[0], "the workload warns"
     assert said[0] == said[1]
