@@ -291,7 +291,8 @@ def plan(
                 )
             with bar.external_write_mode():  # the line above the bar, not through it
                 console.print(
-                    f"  {the_plan.field} = {format_value(value):<8} {verdict}  {escape(detail)}",
+                    f"  {the_plan.field} = {format_value(value, the_plan.field):<8} {verdict}  "
+                    f"{escape(detail)}",
                     highlight=False,
                 )
             bar.update(1)

@@ -35,7 +35,6 @@ from kvsim.config.allocators import (
 )
 from kvsim.config.cost_spec import CostSpec
 from kvsim.config.fleet import DEFAULT_LINK, ROUTER_WEIGHTS, FleetSpec, LinkSpec
-from kvsim.config.hardware import ModelSpec
 from kvsim.config.offload import OffloadConfig
 from kvsim.config.serving import CacheSpec, SchedulerConfig, swap_blocks
 from kvsim.config.speculative import SpeculativeConfig
@@ -59,9 +58,6 @@ class ConfigParts(Protocol):
 
     @property
     def fleet(self) -> FleetSpec | None: ...
-
-    @property
-    def model(self) -> ModelSpec: ...
 
     @property
     def scheduler(self) -> SchedulerConfig: ...
