@@ -28,6 +28,7 @@ from kvsim.cli.common import (
     print_whole,
     warn_many_jobs,
 )
+from kvsim.config.file_kinds import check_kind, file_kind
 from kvsim.view.labels import (
     LATENCY_SHORT_NAMES,
     axis_label,
@@ -46,7 +47,8 @@ ALIASES = {
 
 
 def _source(source: str | None) -> tuple[Path | None, bool]:
-    """``(path, is_plan)``: a shipped plan name, a plan TOML (has ``[question]``) or a config."""
+    """``(path, is_plan)``: a shipped plan name, a plan TOML (``kvsim.config.file_kinds``) or a
+    config; an experiment or a workload preset is refused, naming the command that runs it."""
     from kvsim.presets import plans_dir
 
     if source is None:
@@ -63,7 +65,8 @@ def _source(source: str | None) -> tuple[Path | None, bool]:
             f"plan: {source!r} is neither a file nor a shipped plan (shipped: {names})"
         )
     data = read_toml(path)
-    return path, "question" in data
+    check_kind(path, data, "config", "plan")
+    return path, file_kind(data) == "plan"
 
 
 def _fmt(value: Any, metric: str = "") -> str:

@@ -41,6 +41,7 @@ from kvsim.config.allocators import (
     vattention_pages,
 )
 from kvsim.config.cost_spec import CostSpec
+from kvsim.config.file_kinds import check_kind
 from kvsim.config.fleet import DEFAULT_LINK, FleetSpec, PricingSpec, SloSpec, gpu_price_per_hour
 from kvsim.config.hardware import (
     Frozen,
@@ -671,12 +672,13 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     as ``kvsim run --set`` gives them).
 
     Raises:
-        ValueError: the file is a folder, not UTF-8, not valid TOML, or a field is invalid
-            (the message names the file or the field, and the ``--set`` overrides when the file
-            alone is valid).
+        ValueError: the file is a folder, not UTF-8, not valid TOML, another kind of kvsim file
+            (``kvsim.config.file_kinds``), or a field is invalid (the message names the file or
+            the field, and the ``--set`` overrides when the file alone is valid).
         FileNotFoundError: no such file.
     """
     data = read_toml(path)
+    check_kind(path, data, "config")
     if not data and not overrides:  # legal TOML, but meant to say something (a truncated file?)
         warn_once(
             logger,

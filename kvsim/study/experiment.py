@@ -27,6 +27,7 @@ from typing import Any
 from kvsim.base.limits import MAX_POINTS, MAX_TIME_S
 from kvsim.base.textfile import read_toml
 from kvsim.config import SimConfig, apply_overrides, config_from_dict
+from kvsim.config.file_kinds import check_kind
 from kvsim.study.analysis import check_analysis
 from kvsim.workload import workloads_dir
 
@@ -386,11 +387,13 @@ def load_experiment(path: str | Path) -> Experiment:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a folder, not UTF-8, invalid TOML or an invalid experiment table (the message
-            starts with the file's path).
+        ValueError: a folder, not UTF-8, invalid TOML, another kind of kvsim file
+            (``kvsim.config.file_kinds``) or an invalid experiment table (the message starts with
+            the file's path).
     """
     path = Path(path)
     data = read_toml(path)
+    check_kind(path, data, "experiment")
     try:
         return parse_experiment(data, name=path.stem)
     except ValueError as err:

@@ -39,6 +39,7 @@ from kvsim.base.build import source_build
 from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
+from kvsim.config.file_kinds import check_kind
 from kvsim.config.memory import pool_tokens_for_request
 from kvsim.results import read_summary
 from kvsim.study.experiment import Point, check_name
@@ -321,6 +322,7 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
     """
     path = Path(path)
     data = read_toml(path)
+    check_kind(path, data, "plan")
     unknown = set(data) - {
         "name",
         "description",

@@ -1,0 +1,81 @@
+"""A command given another kind of kvsim TOML file (a sweep's experiment to ``kvsim run``, a
+config to ``kvsim sweep``) names what the file is and the command that runs it, in one error
+line, rather than refusing each of its keys as an unknown field."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim.config.file_kinds import file_kind
+
+CONFIG = "[cache]\nkv_cache_gib = 2.0\n[workload]\nnum_requests = 2\n"
+EXPERIMENT = (
+    'name = "e"\n[base.cache]\nkv_cache_gib = 2.0\n[grid]\n"cache.block_size_tokens" = [8, 16]\n'
+)
+PLAN = (
+    '[base.cache]\nkv_cache_gib = 2.0\n[question]\nfield = "cache.kv_cache_gib"\n'
+    "targets = { time_to_first_token_seconds_p90 = 1.0 }\n"
+)
+WORKLOAD = 'name = "w"\narrival = "poisson"\nrate_per_s = 1.0\nlengths = "fixed"\n'
+
+PLAN_ARGS = ["--smallest", "kv", "--target", "time_to_first_token_seconds_p90<=1"]
+
+# command line -> (file given, what the error says it is, the command it names)
+CASES = {
+    "run_experiment": (["run", "f.toml"], EXPERIMENT, "is an experiment", "kvsim sweep f.toml"),
+    "run_plan": (["run", "f.toml"], PLAN, "is a plan", "kvsim plan f.toml"),
+    "run_workload": (
+        ["run", "f.toml"],
+        WORKLOAD,
+        "is a workload preset",
+        "kvsim run --set workload=f.toml",
+    ),
+    "sweep_config": (["sweep", "f.toml"], CONFIG, "is a config", "kvsim run f.toml"),
+    "sweep_plan": (["sweep", "f.toml"], PLAN, "is a plan", "kvsim plan f.toml"),
+    "plan_experiment": (
+        ["plan", "f.toml", *PLAN_ARGS],
+        EXPERIMENT,
+        "is an experiment",
+        "kvsim sweep f.toml",
+    ),
+    "plan_workload": (
+        ["plan", "f.toml", *PLAN_ARGS],
+        WORKLOAD,
+        "is a workload preset",
+        "kvsim run --set workload=f.toml",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_file_of_another_kind_names_its_command(hostile, case: str) -> None:
+    args, text, what, command = CASES[case]
+    hostile.write("f.toml", text)
+    outcome = hostile.run(args, "f.toml", what, command)
+    assert "Extra inputs" not in outcome.output
+    assert "unknown keys" not in outcome.output
+
+
+def test_a_plan_naming_an_experiments_point_runs_without_a_question(hostile) -> None:
+    """``experiment =`` and ``label =`` make a plan (``kvsim.study.plan.load_plan``) even
+    without ``[question]``, which the command line then gives: it was read as a config and
+    refused."""
+    hostile.write("p.toml", 'experiment = "kv-budget"\nlabel = "paged"\n')
+    outcome = hostile.invoke(["plan", "p.toml", *PLAN_ARGS, "--lo", "1", "--hi", "1.01"])
+    assert outcome.exit_code == 0, outcome.output
+    assert (hostile.cwd / "results" / "plan" / "p" / "answer.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("table", "kind"),
+    [
+        ({}, "config"),  # every field kvsim's default
+        ({"seed": 3, "cache": {}}, "config"),
+        ({"base": {}}, "experiment"),  # the grid may be empty: one point
+        ({"base": {}, "question": {}}, "plan"),
+        ({"name": "w", "arrival": "poisson"}, "workload"),
+        ({"cahce": {}}, None),  # a misspelt section: the config's own error names it
+    ],
+)
+def test_file_kind(table: dict, kind: str | None) -> None:
+    assert file_kind(table) == kind
