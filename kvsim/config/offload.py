@@ -259,16 +259,21 @@ def check_offload(config: OffloadParts) -> None:
                 f"block of {config.cache.block_size_tokens * config.bytes_per_token:,} bytes; "
                 "raise it"
             )
-    blocks, chunk = (
-        cpu_tier_blocks(config),
-        cdiv(args.max_num_batched_tokens, config.cache.block_size_tokens),
-    )
-    if blocks < chunk:
+    chunk = cdiv(args.max_num_batched_tokens, config.cache.block_size_tokens)
+    if cpu_tier_blocks(config) < chunk:
+        block_bytes = config.cache.block_size_tokens * config.bytes_per_token
+        least_gib = chunk * block_bytes * config.parallel.world_size / GiB
+        on_each = (
+            f" on each of {config.parallel.world_size} GPUs"
+            if config.parallel.world_size > 1
+            else ""
+        )
+        # (the text names no tier size: a sweep or plan over sizes says it once)
         warn_once(
             logger,
-            f"offload.kv_offloading_size: the CPU tier holds {blocks:,} blocks, fewer than one "
-            f"step's chunk of max_num_batched_tokens ({chunk:,} blocks of "
-            f"{config.cache.block_size_tokens}): a request's store that needs more room than "
-            "the tier can free is skipped and offered again whole (vLLM's prepare_store), so "
-            "long prompts may never be stored",
+            f"offload.kv_offloading_size: a CPU tier under {least_gib:,.4g} GiB holds fewer "
+            f"blocks than one step's chunk of max_num_batched_tokens ({chunk:,} blocks of "
+            f"{config.cache.block_size_tokens} tokens, {block_bytes:,} bytes each{on_each}): a "
+            "request's store that needs more room than the tier can free is skipped and offered "
+            "again whole (vLLM's prepare_store), so long prompts may never be stored",
         )
