@@ -47,6 +47,13 @@ SHARE_COLUMNS = [f"{c}_pct_of_used" for c in CATEGORY_COLORS if c != "free"]
 NEEDED_COLUMNS = ["config_key", "capacity_tokens", *SHARE_COLUMNS]
 
 
+def recorded_memory(table: pd.DataFrame) -> bool:
+    """Whether a sweep summary has any share of KV (of the whole or of used KV): a sweep with
+    ``record_memory = false`` has none."""
+    memory = [f"{c}_pct" for c in CATEGORY_COLORS] + SHARE_COLUMNS
+    return bool(table.columns.isin(memory).any())
+
+
 def varying_axes(table: pd.DataFrame, fields: list[str]) -> list[str]:
     """Swept numeric fields that take two or more values while every other swept field is fixed.
 
@@ -154,7 +161,8 @@ def _vs_figures(
     named = [*analysis.get("vs_metrics", []), *targets]  # the experiment's own, not defaults
     missing = [m for m in dict.fromkeys(named) if m not in sweep.summary]
     if missing:
-        logger.warning("%s: no %s in summary.parquet, not drawn", sweep.folder, missing)
+        why = "" if recorded_memory(sweep.summary) else " (record_memory = false)"
+        logger.warning("%s: no %s in summary.parquet%s, not drawn", sweep.folder, missing, why)
     if not metrics:
         return
     for x in varying_axes(sweep.summary, sweep.swept_fields):
@@ -296,12 +304,7 @@ def drawable_rows(sweep: SweepResults) -> pd.Series | None:
     if table.empty:
         raise ValueError(f"{path}: no rows (no point finished: see failures.json), nothing to plot")
     missing = [c for c in NEEDED_COLUMNS if c not in table]
-    memory = [f"{c}_pct" for c in CATEGORY_COLORS] + SHARE_COLUMNS
-    if (
-        "config_key" in table
-        and "capacity_tokens" in table
-        and not table.columns.isin(memory).any()
-    ):
+    if "config_key" in table and "capacity_tokens" in table and not recorded_memory(table):
         logger.info("%s: no KV memory recorded (record_memory = false): no waste_bars.png", path)
         return None
     if missing:

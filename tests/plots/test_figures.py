@@ -436,7 +436,8 @@ def test_a_fleet_points_memory_figure_shows_a_replica_that_decodes():
 def test_a_sweep_without_memory_rows_draws_its_other_figures(tmp_path, caplog) -> None:
     """record_memory = false (fig18b, prefix-length): no share column, no memory rows. kvsim
     plot refused the folder kvsim sweep had just written ("lacks columns ..."); now the waste
-    bars and memory figures are left out, said once, and the others drawn."""
+    bars and memory figures are left out, said once, and the others drawn. The mean running
+    requests come from the memory rows: asked for, they are said missing because of it."""
     import logging
 
     exp = parse_experiment(
@@ -447,7 +448,9 @@ def test_a_sweep_without_memory_rows_draws_its_other_figures(tmp_path, caplog) -
                 "workload": FOUR_SHORT_REQUESTS,
             },
             "grid": {"cache.block_size_tokens": [8, 16]},
-            "analysis": {"vs_metrics": ["time_to_first_token_seconds_mean"]},
+            "analysis": {
+                "vs_metrics": ["time_to_first_token_seconds_mean", "num_requests_running_mean"]
+            },
         },
         name="nomem",
     )
@@ -456,3 +459,8 @@ def test_a_sweep_without_memory_rows_draws_its_other_figures(tmp_path, caplog) -
         written = draw_figures(tmp_path / "nomem")
     assert sorted(p.name for p in written) == ["latency_cdf.png", "vs_block_size_tokens.png"]
     assert "no KV memory recorded (record_memory = false)" in caplog.text
+    # a metric of the memory rows asked for is said missing, and why
+    assert (
+        "no ['num_requests_running_mean'] in summary.parquet (record_memory = false), not drawn"
+        in caplog.text
+    )
