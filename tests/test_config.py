@@ -273,6 +273,31 @@ def test_when_only_the_headroom_rules_out_every_tp_the_error_says_lower_it_with_
         )
 
 
+def test_a_hybrid_models_budget_error_counts_its_groups_pool():
+    # Gemma-3-27B: 10 full and 52 sliding layers (window 1,024), 16 KV heads of 128, bf16: a
+    # layer's token is 2 x 16 x 128 x 2 = 8,192 B, a slot (one token of a group of 10 layers)
+    # 81,920 B, 7 groups (1 full, 6 sliding). One 131,072-token request holds 131,072 / 16 =
+    # 8,192 full blocks and, in each sliding group, vLLM's SlidingWindowSpec bound of
+    # cdiv(1,023 + 2,048 batched, 16) + 1 = 193 blocks; with the null block (8,192 + 6 x 193 +
+    # 1) x 16 = 149,616 slots = 12,256,542,720 B. At 0.76 x 80 GiB = 65,283,502,899 B usable,
+    # the 54,018,000,000 B of weights and 2 GiB of headroom leave 9,118,019,251 B: short by
+    # 3,138,523,469 B = 2.92 GiB (it said 1.51 GiB: 131,072 slots, no group's blocks). TP 2
+    # (8 heads a GPU: a slot is 40,960 B) leaves 65,283,502,899 - 27,009,000,000 -
+    # 149,616 x 40,960 = 32,146,231,539 B for headroom: TP 2 fits (it said 4, pricing each
+    # slot at all 62 layers' 253,952 B)
+    gemma = {"model": "gemma-3-27b", "gpu": "a100-80gb"}
+    asked = {"cache.gpu_memory_utilization": 0.76, "scheduler.max_model_len": 131_072}
+    with pytest.raises(
+        ValueError,
+        match=r"leaving 8\.49 GiB for KV: KV is short by 2\.92 GiB for one max_model_len = "
+        r"131,072 request; .*; parallel\.tensor_parallel_size = 2 fits$",
+    ):
+        config_from_dict(gemma, asked)
+    advised = config_from_dict(gemma, {**asked, "parallel.tensor_parallel_size": 2})
+    assert advised.bytes_per_token == 40_960
+    assert advised.kv_cache_bytes // 40_960 >= 149_616
+
+
 @pytest.mark.parametrize(
     ("parallel", "dtype", "expected"),
     [

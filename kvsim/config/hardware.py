@@ -42,7 +42,7 @@ from kvsim.base.limits import (
 )
 from kvsim.base.units import cdiv
 from kvsim.config.hf import check_file_heads, model_fields_from_hf
-from kvsim.config.layers import AttentionLayers
+from kvsim.config.layers import AttentionLayers, KVCacheGroups, kv_cache_groups
 
 _OPTIONAL_MODEL_FIELDS = (
     "kv_lora_rank",
@@ -430,6 +430,32 @@ def kv_bytes_per_token_per_gpu(
         return layers * model.kv_values_per_token_per_layer * kv_dtype_bytes(model, kv_cache_dtype)
     heads = max(1, model.num_kv_heads // parallel.tensor_parallel_size)
     return 2 * layers * heads * model.head_dim * kv_dtype_bytes(model, kv_cache_dtype)
+
+
+def model_kv_groups(
+    model: ModelSpec,
+    parallel: ParallelConfig,
+    kv_cache_dtype: KvCacheDtype,
+    block_size_tokens: int,
+    draft_kv_layers: int = 0,
+) -> KVCacheGroups:
+    """vLLM v1's hybrid KV cache groups of ``model`` on one GPU of ``parallel``
+    (``kvsim.config.layers.kv_cache_groups``, its layer bytes from
+    ``kv_bytes_per_token_per_gpu``). ``model.attention`` must be set.
+
+    Raises:
+        ValueError: as ``kv_cache_groups``.
+    """
+    assert model.attention is not None, "a model with hybrid layers"
+    full = kv_bytes_per_token_per_gpu(model, parallel, kv_cache_dtype)
+    return kv_cache_groups(
+        model.num_layers,
+        model.attention,
+        full // model.num_kv_layers,
+        block_size_tokens,
+        parallel.tensor_parallel_size,
+        draft_kv_layers,
+    )
 
 
 def kv_tensors_per_gpu(model: ModelSpec, parallel: ParallelConfig, draft_kv_layers: int = 0) -> int:

@@ -26,6 +26,7 @@ from kvsim.config.hardware import (
     ModelSpec,
     ParallelConfig,
     kv_bytes_per_token_per_gpu,
+    model_kv_groups,
     weight_bytes_per_gpu,
 )
 from kvsim.config.layers import KVCacheGroups, max_request_tokens, request_blocks
@@ -234,11 +235,18 @@ def pool_tokens_for_request(config: ConfigParts, num_tokens: int) -> int:
     if cache.allocator not in PAGED_ALLOCATORS:
         return num_tokens
     groups = config.kv_groups
-    if groups is not None:  # its blocks in every group and the null block (request_limit_tokens)
-        batched = config.engine_args.max_num_batched_tokens
-        return (request_blocks(groups, num_tokens, batched) + 1) * groups.block_size_tokens
+    if groups is not None:
+        return _group_pool_tokens(config, groups, num_tokens)
     b = cache.block_size_tokens
     return (-(num_tokens // -b) + config.engine_args.reserve_null_block) * b
+
+
+def _group_pool_tokens(config: ConfigParts, groups: KVCacheGroups, num_tokens: int) -> int:
+    """Slots of the smallest pool of KV cache groups ``groups`` that holds one request of
+    ``num_tokens`` tokens: its blocks in every group and the null block
+    (``request_limit_tokens``)."""
+    batched = config.engine_args.max_num_batched_tokens
+    return (request_blocks(groups, num_tokens, batched) + 1) * groups.block_size_tokens
 
 
 def _limit_note(config: ConfigParts, limit: int) -> str:
@@ -354,7 +362,7 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
         f"{_gib(usable)} usable per GPU; weights take {_gib(weights)}{drafter} and activation "
         f"headroom {_gib(cache.activation_headroom_bytes)}, leaving {_gib(left)} for KV"
     )
-    need_kv = config.bytes_per_token * config.max_model_len
+    need_kv = _request_bytes(config, config.max_model_len)  # whole blocks, every group
     if weights > usable:
         short = f"the weights alone are short by {_gib(weights - usable)}"
     elif weights + cache.activation_headroom_bytes > usable:
@@ -368,7 +376,7 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
         short = (
             f"KV is short by {_gib(need_kv - left)} for one max_model_len = "
             f"{config.max_model_len:,} request{_drafter_layers_note(config)}"
-            if need_kv > left
+            if config.bytes_per_token * config.max_model_len > left  # (short of the tokens)
             else f"its {slots:,} slots hold one request of at most {fits:,} tokens, fewer than "
             f"max_model_len = {config.max_model_len:,} ({_whole_units(config)})"
         ) + (
@@ -390,7 +398,8 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
 
 
 def _budget_options(config: ConfigParts, weights: int, usable: float, need_kv: int) -> list[str]:
-    """What would make room for one ``max_model_len`` request's KV (``need_kv`` bytes) beside
+    """What would make room for one ``max_model_len`` request's KV (``need_kv`` bytes: its pool,
+    ``_request_bytes``) beside
     the weights on this GPU: a higher utilisation where weights, headroom and that KV fit in its
     memory; less headroom where weights and KV fit the usable part; a KV budget of one's own
     (checked against the whole GPU, weights included) where weights and KV fit in it."""
@@ -421,6 +430,7 @@ def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
     headroom (negative where even none leaves room)."""
     model, cache = config.model, config.cache
     slots = pool_tokens_for_request(config, config.max_model_len)
+    hybrid = config.kv_groups is not None
     rooms = []
     tp = 1
     while tp <= MAX_SUGGESTED_TP:
@@ -430,13 +440,24 @@ def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
                 tensor_parallel_size=tp,
                 pipeline_parallel_size=config.parallel.pipeline_parallel_size,
             )
-            per_token = kv_bytes_per_token_per_gpu(
-                model, parallel, cache.kv_cache_dtype, config.draft_kv_layers
-            )
+            if hybrid:  # a slot of one group, as many slots as the groups' blocks hold
+                groups = model_kv_groups(
+                    model,
+                    parallel,
+                    cache.kv_cache_dtype,
+                    cache.block_size_tokens,
+                    config.draft_kv_layers,
+                )
+                kv = groups.slot_bytes * _group_pool_tokens(config, groups, config.max_model_len)
+            else:
+                per_token = kv_bytes_per_token_per_gpu(
+                    model, parallel, cache.kv_cache_dtype, config.draft_kv_layers
+                )
+                kv = per_token * slots
             room = (
                 cache.gpu_memory_utilization * config.gpu.memory_bytes
                 - weight_bytes_per_gpu(model, parallel, config.draft_params)
-                - per_token * slots
+                - kv
             )
             rooms.append((tp, room))
         tp *= 2

@@ -51,10 +51,11 @@ from kvsim.config.hardware import (
     check_parallel_fits_model,
     kv_bytes_per_token_per_gpu,
     kv_tensors_per_gpu,
+    model_kv_groups,
     weight_bytes_per_gpu,
 )
 from kvsim.config.ignored import ignored_settings
-from kvsim.config.layers import KVCacheGroups, kv_cache_groups
+from kvsim.config.layers import KVCacheGroups
 from kvsim.config.memory import check_memory, check_pool_shape
 from kvsim.config.offload import OffloadConfig, check_offload
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
@@ -271,13 +272,11 @@ class SimConfig(Frozen):
                 "parallel.pipeline_parallel_size: hybrid KV cache groups are modelled on one "
                 f"pipeline stage, got {self.parallel.pipeline_parallel_size}"
             )
-        full = kv_bytes_per_token_per_gpu(self.model, self.parallel, self.cache.kv_cache_dtype)
-        return kv_cache_groups(
-            self.model.num_layers,
-            attention,
-            full // self.model.num_kv_layers,
+        return model_kv_groups(
+            self.model,
+            self.parallel,
+            self.cache.kv_cache_dtype,
             self.cache.block_size_tokens,
-            self.parallel.tensor_parallel_size,
             self.draft_kv_layers,
         )
 
