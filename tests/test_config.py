@@ -298,6 +298,71 @@ def test_a_hybrid_models_budget_error_counts_its_groups_pool():
     assert advised.kv_cache_bytes // 40_960 >= 149_616
 
 
+def test_a_slab_reservations_tp_advice_counts_its_largest_slab():
+    # Llama-3.1-70B, first_fit with 'full_context' at max_model_len 8,192: every request
+    # reserves the trained context, 131,072 slots. TP 2 leaves 0.9 x 80 GiB - 70,554,000,000 -
+    # 2 GiB = 4,607,927,680 B, 28,124 slots of 160 KiB: one 8,192-token request, not the slab;
+    # TP 4 leaves 77,309,411,328 - 35,277,000,000 - 2,147,483,648 = 39,884,927,680 B, 486,876
+    # slots of 80 KiB: the slab fits. The advice said TP 2, which the pool's shape refuses.
+    slab = {"model": "llama-3.1-70b", "gpu": "h100-80gb"}
+    asked = {
+        "cache.allocator": "first_fit",
+        "cache.reservation": "full_context",
+        "scheduler.max_model_len": 8192,
+    }
+    with pytest.raises(ValueError, match=r"short by 59\.4 GiB; parallel\.tensor_parallel_size = 4"):
+        config_from_dict(slab, asked)
+    with pytest.raises(ValueError, match=r"cache\.reservation: .* 28,124-slot pool"):
+        config_from_dict(slab, {**asked, "parallel.tensor_parallel_size": 2})
+    assert config_from_dict(
+        slab, {**asked, "parallel.tensor_parallel_size": 4}
+    ).capacity_tokens == (39_884_927_680 // 81_920)
+
+
+def test_buddy_refuses_a_trained_context_chunk_it_never_carves_whatever_the_budget():
+    # Buddy's chunks reach next_power_of_2(8,192) = 8,192 slots; 'full_context' asks for the
+    # trained context's 131,072: no pool holds it, at TP 1 (which said "use a larger GPU") or
+    # at TP 4 (which said "lower max_model_len to 8,192": it was 8,192)
+    buddy = {
+        "cache.allocator": "buddy",
+        "cache.reservation": "full_context",
+        "scheduler.max_model_len": 8192,
+    }
+    for tp in (1, 4):
+        with pytest.raises(
+            ValueError,
+            match=r"^cache\.reservation: 'full_context' reserves llama-3\.1-70b's trained context "
+            r"of 131,072 tokens per request, a 131,072-slot power-of-two chunk, but buddy carves "
+            r"chunks of at most next_power_of_2\(max_model_len\) = 8,192 slots, whatever the "
+            r"pool's size; choose another reservation or raise scheduler\.max_model_len to "
+            r"131,072$",
+        ):
+            config_from_dict(
+                {"model": "llama-3.1-70b", "gpu": "h100-80gb"},
+                {**buddy, "parallel.tensor_parallel_size": tp},
+            )
+
+
+def test_buddys_full_context_advice_does_not_lower_max_model_len():
+    # OPT-13B (819,200 B a token) with a trained context of 3,000 and max_model_len 2,100: the
+    # 3,000-token slab is a 4,096-slot chunk, within buddy's reach (next_power_of_2(2,100) =
+    # 4,096), but a 3,500-slot pool's largest chunk is 2,048. Lowering max_model_len leaves the
+    # slab as it is (it said "lower scheduler.max_model_len to 2,048")
+    with pytest.raises(ValueError, match=r"4,096-slot chunk.*largest chunk of the 3,500-slot") as e:
+        config_from_dict(
+            {},
+            {
+                "model.max_position_embeddings": 3000,
+                "scheduler.max_model_len": 2100,
+                "cache.allocator": "buddy",
+                "cache.reservation": "full_context",
+                "cache.kv_cache_bytes": 3500 * 819_200,
+            },
+        )
+    assert "max_model_len to" not in str(e.value)
+    assert str(e.value).endswith("or more or choose another reservation")
+
+
 @pytest.mark.parametrize(
     ("parallel", "dtype", "expected"),
     [

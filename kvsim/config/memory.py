@@ -425,11 +425,11 @@ def _either(options: list[str]) -> str:
 def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
     """``(tp, bytes)`` for each tensor-parallel size up to ``MAX_SUGGESTED_TP`` the model splits
     by: the usable memory per GPU less its weights and the KV pool that holds one
-    ``max_model_len`` request (``pool_tokens_for_request``: whole blocks, the null block; a
-    vAttention pool's page rows as at the config's own size), what is left for activation
-    headroom (negative where even none leaves room)."""
+    ``max_model_len`` request (``least_pool_tokens``: whole blocks, the null block, a slab
+    reservation's largest slab; a vAttention pool's page rows as at the config's own size), what
+    is left for activation headroom (negative where even none leaves room)."""
     model, cache = config.model, config.cache
-    slots = pool_tokens_for_request(config, config.max_model_len)
+    slots = least_pool_tokens(config)
     hybrid = config.kv_groups is not None
     rooms = []
     tp = 1
@@ -522,7 +522,7 @@ def check_pool_shape(config: ConfigParts) -> None:
     if cache.allocator not in SLAB_ALLOCATORS:
         return
     full = cache.reservation == "full_context"
-    slab = config.model.max_position_embeddings if full else config.max_model_len
+    slab = _largest_slab(config)
     what = (
         f"reservation 'full_context' reserves {config.model.name}'s trained context of "
         f"{slab:,} tokens per request"
@@ -538,6 +538,50 @@ def check_pool_shape(config: ConfigParts) -> None:
         _check_buddy(config, slab, what, where)
 
 
+def _largest_slab(config: ConfigParts) -> int:
+    """Slots of the largest slab a slab allocator's reservation asks for: ``max_model_len``, or
+    the model's trained context under ``full_context``."""
+    if config.cache.reservation == "full_context":
+        return config.model.max_position_embeddings
+    return config.max_model_len
+
+
+def least_pool_tokens(config: ConfigParts) -> int:
+    """The smallest pool, in slots, that holds one ``max_model_len`` request and whose shape
+    ``check_pool_shape`` accepts: ``pool_tokens_for_request``'s, or a slab allocator's largest
+    slab (``_largest_slab``), buddy's rounded up to its power-of-two chunk (which
+    ``check_buddy_reach`` keeps within the chunks buddy carves)."""
+    need = pool_tokens_for_request(config, config.max_model_len)
+    if config.cache.allocator not in SLAB_ALLOCATORS:
+        return need
+    slab = _largest_slab(config)
+    if config.cache.allocator in POWER_OF_TWO_SLABS:
+        slab = next_power_of_2(slab)
+    return max(need, slab)
+
+
+def check_buddy_reach(config: ConfigParts) -> None:
+    """Buddy carves its pool into chunks of at most ``next_power_of_2(max_model_len)`` slots, so
+    a ``full_context`` reservation of a longer trained context fits no pool of any size: checked
+    before the budget, whose advice (a larger TP or GPU) would not help.
+
+    Raises:
+        ValueError: naming ``cache.reservation``, the chunk and the largest one buddy carves.
+    """
+    if config.cache.allocator not in POWER_OF_TWO_SLABS:
+        return
+    slab = _largest_slab(config)
+    chunk, max_chunk = next_power_of_2(slab), next_power_of_2(config.max_model_len)
+    if chunk <= max_chunk:
+        return
+    raise ValueError(
+        f"cache.reservation: 'full_context' reserves {config.model.name}'s trained context of "
+        f"{slab:,} tokens per request, a {chunk:,}-slot power-of-two chunk, but buddy carves "
+        f"chunks of at most next_power_of_2(max_model_len) = {max_chunk:,} slots, whatever the "
+        f"pool's size; choose another reservation or raise scheduler.max_model_len to {slab:,}"
+    )
+
+
 def _check_buddy(config: ConfigParts, slab: int, what: str, where: str) -> None:
     capacity = config.capacity_tokens
     chunk = next_power_of_2(slab)
@@ -545,11 +589,16 @@ def _check_buddy(config: ConfigParts, slab: int, what: str, where: str) -> None:
     largest = min(max_chunk, 1 << (capacity.bit_length() - 1))  # the empty pool's first chunk
     if chunk <= largest:
         return
-    per_token = config.bytes_per_token
+    raise_budget = (
+        f"raise the KV budget to {chunk:,} slots ({_gib(chunk * config.bytes_per_token)}) or more"
+    )
+    advice = (  # (the trained context's chunk does not shrink with max_model_len)
+        f"{raise_budget} or choose another reservation"
+        if config.cache.reservation == "full_context"
+        else f"lower scheduler.max_model_len to {largest:,} or {raise_budget}"
+    )
     raise ValueError(
         f"cache.allocator: 'buddy' rounds every slab up to a power-of-two chunk: {what}, "
         f"rounded up to a {chunk:,}-slot chunk, but the largest chunk of the {capacity:,}-slot "
-        f"pool ({where}) is {largest:,} slots; lower scheduler.max_model_len to {largest:,}, "
-        f"raise the KV budget to {chunk:,} slots ({_gib(chunk * per_token)}) or more"
-        + (", or choose another reservation" if chunk > max_chunk else "")
+        f"pool ({where}) is {largest:,} slots; {advice}"
     )

@@ -56,7 +56,7 @@ from kvsim.config.hardware import (
 )
 from kvsim.config.ignored import ignored_settings
 from kvsim.config.layers import KVCacheGroups
-from kvsim.config.memory import check_memory, check_pool_shape
+from kvsim.config.memory import check_buddy_reach, check_memory, check_pool_shape
 from kvsim.config.offload import OffloadConfig, check_offload
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
 from kvsim.config.speculative import SpeculativeConfig
@@ -315,6 +315,7 @@ class SimConfig(Frozen):
         check_parallel_fits_model(self.model, self.parallel)
         args = self.engine_args
         _check_state_layers(self, args)
+        check_buddy_reach(self)
         check_memory(self)
         check_pool_shape(self)
         _check_workload_fits_profile(self, args)

@@ -40,7 +40,7 @@ from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
 from kvsim.config.file_kinds import check_kind
-from kvsim.config.memory import pool_tokens_for_request
+from kvsim.config.memory import least_pool_tokens
 from kvsim.results import read_summary
 from kvsim.study.experiment import Point, check_name
 from kvsim.study.plan_search import Condition, Interval, changes_at_most_once, search_interval
@@ -463,7 +463,8 @@ def knob_bracket(
 ) -> dict[str, float]:
     """The default bracket the base config's hardware allows for a KV-budget knob
     (``cache.kv_cache_gib`` or ``cache.kv_cache_bytes``): from the KV one ``max_model_len``
-    request needs (whole blocks, and vLLM v1's null block) to what the GPU holds beside the
+    request needs (whole blocks and vLLM v1's null block, or a slab reservation's largest slab:
+    ``least_pool_tokens``) to what the GPU holds beside the
     weights (``{}`` for other knobs or an invalid base; ``varied`` as ``Plan.varied``)."""
     if field_name not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
         return {}
@@ -471,7 +472,7 @@ def knob_bracket(
         config = config_from_dict(json.loads(json.dumps(base)), varied=varied)
     except ValueError:
         return {}
-    need = config.bytes_per_token * pool_tokens_for_request(config, config.max_model_len)
+    need = config.bytes_per_token * least_pool_tokens(config)
     room = config.gpu.memory_bytes - config.weight_bytes_per_gpu
     if field_name == "cache.kv_cache_bytes":
         return {"lo": need, "hi": room} if 0 < need < room else {}
