@@ -291,29 +291,51 @@ SMALL_H100 = {
 }
 
 
+# SMALL_H100's derived budget: 0.22 x 80 GiB = 17.6 GiB, less Llama-3.1-8B's 16.06e9 B (14.96
+# GiB) of weights and 2 GiB of headroom: 0.643 GiB
+SMALL_BUDGET = ": 0.22 x 80.0 GiB less 15.0 GiB of weights and 2.0 GiB of activation headroom"
+SMALL_POOL = "5,267 KV slots (0.643 GiB per GPU" + SMALL_BUDGET
+
+
 @pytest.mark.parametrize(
     ("engine", "cache", "pool"),
     [
         (  # vLLM v1 reserves block 0 as its null block (BlockPool)
             "vllm-v1",
             {},
-            "5,267 KV slots (0.643 GiB per GPU): 329 blocks of 16 tokens (5,264 slots; 3 slots "
+            "5,267 KV slots (0.643 GiB per GPU"
+            + SMALL_BUDGET
+            + "): 329 blocks of 16 tokens (5,264 slots; 3 slots "
             "in no block; block 0 is vLLM v1's null block)",
         ),
         (
             "vllm-v0",
             {},
-            "5,267 KV slots (0.643 GiB per GPU): 329 blocks of 16 tokens (5,264 slots; 3 slots "
+            "5,267 KV slots (0.643 GiB per GPU"
+            + SMALL_BUDGET
+            + "): 329 blocks of 16 tokens (5,264 slots; 3 slots "
             "in no block)",
         ),
         (
             "vllm-v0",
             {"block_size_tokens": 1},
-            "5,267 KV slots (0.643 GiB per GPU): 5,267 blocks of 1 token",
+            SMALL_POOL + "): 5,267 blocks of 1 token",
         ),
-        ("vllm-v1", {"allocator": "first_fit"}, "5,267 KV slots (0.643 GiB per GPU)"),
-        ("vllm-v1", {"allocator": "buddy"}, "5,267 KV slots (0.643 GiB per GPU)"),
-        ("vllm-v1", {"allocator": "radix"}, "5,267 KV slots (0.643 GiB per GPU)"),
+        (
+            "vllm-v1",
+            {"allocator": "first_fit"},
+            SMALL_POOL + ")",
+        ),
+        (
+            "vllm-v1",
+            {"allocator": "buddy"},
+            SMALL_POOL + ")",
+        ),
+        (
+            "vllm-v1",
+            {"allocator": "radix"},
+            SMALL_POOL + ")",
+        ),
     ],
 )
 def test_run_header_pool_arithmetic_holds(engine, cache, pool):
@@ -360,7 +382,50 @@ def test_run_header_says_one_request_and_a_quarter_gib():
     text = " ".join(result.output.split())
     assert "2,048 KV slots (0.25 GiB per GPU): 128 blocks of 16 tokens" in text
     assert result.output.splitlines()[0].endswith(", 1 request")  # the header's first line
-    assert result.output.splitlines()[1].startswith("KV pool: 2,048 KV slots")  # its second
+    assert result.output.splitlines()[1] == (  # its second: the default workload
+        "workload: sharegpt_like lengths, Poisson arrivals at 1 req/s"
+    )
+    assert result.output.splitlines()[2].startswith("KV pool: 2,048 KV slots")  # its third
+
+
+def test_run_header_says_where_a_derived_budget_comes_from():
+    # Llama-3.1-8B on an H100: 0.9 x 80 GiB = 72 GiB, less 8.03e9 x 2 B = 16,060,000,000 B
+    # (14.96 GiB) of weights and 2 GiB of headroom: 55.04 GiB for KV. An explicit budget says
+    # only its size.
+    from kvsim.cli.run import pool_text
+    from kvsim.config import config_from_dict
+
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
+    assert (
+        "(55.0 GiB per GPU: 0.9 x 80.0 GiB less 15.0 GiB of weights and 2.0 GiB of activation "
+        "headroom)"
+    ) in pool_text(config_from_dict(base))
+    explicit = pool_text(config_from_dict({**base, "cache": {"kv_cache_gib": 4}}))
+    assert "(4.0 GiB per GPU)" in explicit
+
+
+@pytest.mark.parametrize(
+    ("workload", "text"),
+    [
+        ({}, "sharegpt_like lengths, Poisson arrivals at 1 req/s"),
+        (
+            {"lengths": "fixed", "fixed_prompt_tokens": 1000, "arrival": "gamma", "cv": 2.0},
+            "fixed lengths: 1,000-token prompts, 128 output tokens, gamma arrivals at 1 req/s "
+            "(cv 2)",
+        ),
+        (
+            {"name": "chat", "num_turns": 4, "turn_gap_s": 20.0, "shared_prefix_tokens": 128},
+            "chat: sharegpt_like lengths, Poisson arrivals at 1 req/s, 4 turns 20 s apart, a "
+            "128-token shared prefix",
+        ),
+        ({"max_concurrency": 8, "n": 2}, "sharegpt_like lengths, n = 2"),  # (the loop: line 1)
+    ],
+)
+def test_run_header_names_the_workload(workload, text):
+    from kvsim.cli.run import workload_text
+    from kvsim.workload import WorkloadSpec
+
+    assert workload_text(WorkloadSpec.model_validate(workload)) == text
 
 
 def test_run_header_says_a_drafter_came_out_of_the_derived_budget():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,9 @@ from kvsim.cli.common import (
     print_whole,
 )
 from kvsim.config.allocators import LAYOUTS, PAGED_ALLOCATORS, has_memory_map
+
+if TYPE_CHECKING:
+    from kvsim.workload.spec import WorkloadSpec
 
 MAX_MAP_FRAMES = 10_000  # --map-frames: 50 times the default, a report's slider still usable
 
@@ -144,11 +147,46 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     requests = plural(num_requests, "request")
     if num_rejected:
         requests += f" ({num_requests - num_rejected:,} run, {num_rejected:,} rejected)"
-    return (  # (two lines: the setup, then the pool, whose arithmetic is long)
+    return (  # (three lines: the setup, the workload, then the pool, whose arithmetic is long)
         f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
         f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {requests}\n"
+        f"workload: {workload_text(cfg.workload)}\n"
         f"KV pool: {pool_text(cfg)}"
     )
+
+
+def workload_text(spec: WorkloadSpec) -> str:
+    """The workload in words: its preset's name, where its lengths come from, how requests
+    arrive (a closed loop is the setup line's), and what it shares or repeats."""
+    lengths = spec.length_source
+    if lengths == "trace":
+        source = f"trace {spec.trace}" + (", resampled" if spec.sample_mode == "resample" else "")
+    elif lengths == "fixed":
+        prompt, output = spec.fixed_prompt_tokens, spec.fixed_output_tokens
+        source = f"fixed lengths: {prompt:,}-token prompts, {output:,} output tokens"
+    elif lengths == "table":
+        source = f"{spec.length_table} length table"
+    else:
+        source = f"{lengths} lengths"
+    parts = [source]
+    if spec.max_concurrency is None:
+        if spec.arrival == "gamma":
+            parts.append(f"gamma arrivals at {spec.rate_per_s:g} req/s (cv {spec.cv:g})")
+        elif spec.arrival == "poisson":
+            parts.append(f"Poisson arrivals at {spec.rate_per_s:g} req/s")
+        else:  # (None: a trace file's own arrivals, resolved as it is read)
+            parts.append("the trace's arrival times")
+    if spec.time_scale != 1:
+        parts.append(f"times scaled x{spec.time_scale:g}")
+    if spec.num_turns > 1:
+        parts.append(f"{spec.num_turns} turns {spec.turn_gap_s:g} s apart")
+    if spec.shared_prefix_tokens:
+        parts.append(f"a {spec.shared_prefix_tokens:,}-token shared prefix")
+    if spec.n > 1:
+        parts.append(f"n = {spec.n}")
+    if spec.beam_width > 1:
+        parts.append(f"beam width {spec.beam_width}")
+    return (f"{spec.name}: " if spec.name else "") + ", ".join(parts)
 
 
 def pool_text(cfg: object) -> str:
@@ -170,7 +208,14 @@ def pool_text(cfg: object) -> str:
     if cfg.draft_kv_layers:  # the drafter's layers keep KV beside the target's (SpeculativeConfig)
         where = "every slot" if groups is None else "the full-attention groups"
         drafter += f", {plural(cfg.draft_kv_layers, 'drafter layer')} in {where}"
-    text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU{drafter})"
+    budget = ""
+    if derived:  # where a derived budget comes from (kvsim.config.memory's arithmetic)
+        budget = (
+            f": {cfg.cache.gpu_memory_utilization:g} x {format_gib(cfg.gpu.memory_bytes)} less "
+            f"{format_gib(cfg.weight_bytes_per_gpu)} of weights and "
+            f"{format_gib(cfg.cache.activation_headroom_bytes)} of activation headroom"
+        )
+    text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU{budget}{drafter})"
     if groups is not None:
         text += (
             f" in {plural(len(groups.groups), 'KV cache group')} of "
