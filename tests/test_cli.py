@@ -89,6 +89,19 @@ def test_presets_lists_models():
     assert "800" in result.output
 
 
+@pytest.mark.parametrize("args", [["presets"], ["plan", "--list"]])
+def test_preset_lists_wrap_their_descriptions_when_piped(args, monkeypatch):
+    # piped (no terminal, no COLUMNS), tables print as wide as they need; a description in one
+    # cell made the workloads table 320 columns wide. The widest table left is the models one
+    # (8 short columns); every line now fits 120 columns, the width kvsim logs at
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    widest = max(result.output.splitlines(), key=len)
+    assert len(widest) <= 120, widest
+    assert "mooncake_conversation" in result.output or "bursty-kv" in result.output
+
+
 def test_presets_show_each_models_sliding_and_state_layers():
     from kvsim.cli.presets import _models
 

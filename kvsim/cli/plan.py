@@ -561,11 +561,12 @@ def _answer_table(result: Any) -> Table:
 def _list_plans() -> None:
     import tomllib
 
+    from kvsim.cli.presets import PROSE_WIDTH
     from kvsim.presets import plans_dir
 
     table = Table(title="shipped plans (kvsim plan NAME)")
     table.add_column("name")
-    table.add_column("question")
+    table.add_column("question", max_width=PROSE_WIDTH)
     for path in sorted(plans_dir().glob("*.toml")):
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         table.add_row(path.stem, str(data.get("description", "")))

@@ -13,12 +13,13 @@ from rich.table import Table
 from kvsim.cli.common import guard, print_whole
 
 KINDS = ("models", "gpus", "workloads", "experiments", "plans")
+PROSE_WIDTH = 80  # characters of a description column's line
 
 
 def _described(folder: Path, title: str, hint: str) -> Table:
     table = Table(title=f"{title} ({hint})", title_justify="left")
     table.add_column("name")
-    table.add_column("what")
+    table.add_column("what", max_width=PROSE_WIDTH)  # (prose wraps: piped, it ran 900 wide)
     for path in sorted(folder.glob("*.toml")):
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         text = str(data.get("description", "")) or _first_comment(path)
@@ -44,8 +45,8 @@ def _models() -> Table:
     from kvsim.config import ModelSpec, preset_table
 
     table = Table(
-        title="models (model = NAME; KV KiB/token: every layer that keeps KV per token, a "
-        "sliding one counted while the token is in its window)",
+        title="models (model = NAME; KV KiB/token: every layer keeping KV for the token, a\n"
+        "sliding one while the token is in its window)",
         title_justify="left",
     )
     columns = ("name", "layers", "sliding (window)", "state", "kv heads", "head dim")
