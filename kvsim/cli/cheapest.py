@@ -20,6 +20,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from kvsim.base.units import plural
 from kvsim.cli.common import console
 
 logger = logging.getLogger(__name__)
@@ -148,10 +149,10 @@ def run_cheapest_command(
     base.setdefault("fleet", {})
     plan_name = name or "cheapest"
     console.print(
-        f"plan {plan_name}: the cheapest of {len(options)} fleet kinds ("
+        f"plan {plan_name}: the cheapest of {plural(len(options), 'fleet kind')} ("
         f"{', '.join(gpu_names)} x TP {', '.join(map(str, sizes))}"
         + (f" x splits {', '.join(map(_split_text, pairs))}" if pairs else "")
-        + f", up to {max_replicas} replicas) with "
+        + f", up to {plural(max_replicas, 'replica')}) with "
         + ", ".join(f"{t.metric} <= {t.bound:g}" for t in targets)
     )
 

@@ -28,7 +28,7 @@ from kvsim.base.textfile import json_text
 from kvsim.base.units import plural
 from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
 from kvsim.study.experiment import check_name
-from kvsim.study.plan import Plan, Target, plan_folder, run_plan
+from kvsim.study.plan import Plan, Target, failure, plan_folder, run_plan
 from kvsim.view.fleet_plots import cost_frontier
 
 FIELD = "fleet.replicas"
@@ -131,8 +131,7 @@ def _plan_for(
     quick: dict[str, Any],
 ) -> Plan:
     unit = option.unit
-    # (a plan needs two values: at least 1 and 2 units, even when 2 cannot be cheaper)
-    choices = tuple(float(unit * u) for u in range(1, max(2, hi // unit) + 1))
+    choices = tuple(float(unit * u) for u in range(1, hi // unit + 1))  # (one: only checked)
     common: dict[str, Any] = {
         "name": check_name(f"{name}-{option.name}", "plan name"),
         "base": option.base(base),
@@ -171,8 +170,7 @@ def run_cheapest(
         base: the SimConfig table (model, workload, router...).
         options: the fleets to consider.
         targets: upper bounds on summary metrics.
-        max_replicas: the most replicas of one option (its plan may also look at 2 units, as
-            a plan needs two values, but a fleet past max_replicas is never its answer).
+        max_replicas: the most replicas of one option: no fleet past it is simulated.
         jobs, scheduler: where points run (``run_plan``).
         quick: dotted overrides of small runs (``None``: none).
         on_point: called with ``(option, replicas, summary, meets)`` per evaluated fleet.
@@ -203,9 +201,16 @@ def run_cheapest(
             result.why_not = f"one unit costs ${unit_price:.2f}/h, more than the best"
             continue
 
+        at: dict[int, dict[str, Any]] = {}  # this option's summaries, by replicas
+
         def seen(
-            value: float | int, summary: dict[str, Any], meets: bool, o: FleetOption = option
+            value: float | int,
+            summary: dict[str, Any],
+            meets: bool,
+            o: FleetOption = option,
+            at: dict[int, dict[str, Any]] = at,
         ) -> None:
+            at[int(value)] = summary
             rows.append(_row(o, int(value), summary, meets, targets))
             if on_point is not None:
                 on_point(o, int(value), summary, meets)
@@ -219,11 +224,9 @@ def run_cheapest(
         except ValueError as err:
             result.why_not = _first_reason(str(err))
             continue
-        # the plan looks at 2 units even where 1 is the most allowed: an answer past ``most``
-        # is a fleet beyond max_replicas or dearer than the best, so not this option's
-        if found.answer is None or found.answer > most:
+        if found.answer is None:
             bound = f"all that cost at most ${best_cost:,.2f}/h" if cheaper < allowed else None
-            result.why_not = _none_within(found, most, bound, plan.hi)
+            result.why_not = _none_within(plan, most, bound, at.get(most))
             continue
         result.replicas = int(found.answer)
         result.usd_per_hour = result.replicas * price
@@ -242,16 +245,14 @@ def run_cheapest(
     return CheapestResult(ordered, best, points, tuple(targets), folder)
 
 
-def _none_within(found: Any, most: int, bound: str | None, searched: float) -> str:
-    """Why an option has no answer within ``most`` replicas, given its plan's result (``found``)
-    over up to ``searched`` replicas; ``bound``: what else than max_replicas limits them (the
+def _none_within(plan: Plan, most: int, bound: str | None, summary: dict[str, Any] | None) -> str:
+    """Why an option has no answer within ``most`` replicas (its plan's largest value, whose
+    ``summary`` says why it fails); ``bound``: what else than max_replicas limits them (the
     best fleet's price), or ``None``."""
-    if found.answer is None and bound is None and searched <= most and found.why_none:
-        return str(found.why_none)  # the plan's bracket is all that was allowed: its reason
     text = f"none of up to {plural(most, 'replica')} ({bound or 'max_replicas'}) meets every target"
-    if found.answer is not None:
-        text += f"; {plural(int(found.answer), 'replica')} would"
-    return text
+    if summary is not None:
+        text += f" ({plural(most, 'replica')}: {failure(plan, summary)})"
+    return text + ("" if bound else "; raise --replicas or relax a target")
 
 
 def _first_reason(message: str, limit: int = 160) -> str:

@@ -177,7 +177,8 @@ class Plan:
         resolution: stop when ``hi / lo <= 1 + resolution`` (real knobs); integer knobs stop at
             adjacent integers, ``choices`` at adjacent choices.
         integer: the knob takes integers.
-        choices: the only values allowed, ascending (e.g. tensor-parallel sizes).
+        choices: the only values allowed, ascending (e.g. tensor-parallel sizes); one choice
+            with ``lo == hi`` equal to it asks only whether it meets the targets.
         varied: dotted fields of ``base`` set over the plan's own config (``kvsim plan``'s
             ``--set``): a later layer for the ignored-setting warnings, as ``kvsim run``'s
             ``--set`` is over its config file.
@@ -219,7 +220,8 @@ class Plan:
             )
         if self.direction not in ("smallest", "largest"):
             raise ValueError(f"direction: 'smallest' or 'largest', got {self.direction!r}")
-        if not 0 < self.lo < self.hi or not math.isfinite(self.hi):
+        one_choice = self.choices == (self.lo,) and self.lo == self.hi  # (a check, no search)
+        if not (0 < self.lo < self.hi or one_choice) or not math.isfinite(self.hi):
             raise ValueError(f"{self.field}: need 0 < lo < hi, got lo={self.lo}, hi={self.hi}")
         if not self.targets:
             raise ValueError("a plan needs at least one target (METRIC<=NUMBER)")
@@ -797,10 +799,11 @@ def _why_none(plan: Plan, ev: _Evaluator, grid: Sequence[float], interval: Inter
         ends = ", ".join(
             f"{format_value(plan.value(x), plan.field)}: "
             + (failure(plan, ev.seen[x]) if target is None else _over_bound(target, ev.seen[x]))
-            for x in (lo, hi)
+            for x in dict.fromkeys((lo, hi))
         )
         end = _easier_end(plan, ev, target, lo, hi)
-        return f"{fails.name} fails at both ends ({ends}); {widening_advice(plan, end)}"
+        where = "both ends" if lo != hi else "the one value asked"
+        return f"{fails.name} fails at {where} ({ends}); {widening_advice(plan, end)}"
     assert interval.low_by is not None, "an empty interval names the conditions at its ends"
     assert interval.high_by is not None, "an empty interval names the conditions at its ends"
     low, high = (

@@ -41,6 +41,21 @@ def test_the_answer_is_the_cheapest_fleet_that_meets_every_target(tmp_path):
         assert not fewer["meets"].any()
 
 
+def test_one_replica_at_most_simulates_one_and_says_why_it_fails(tmp_path):
+    # 30 req/s on one H100 with a TTFT p99 of 1 ms: no single replica meets it. With
+    # max_replicas = 1 the fleet of 2 (which the search used to simulate) is never run
+    targets = [Target("time_to_first_token_seconds_p99", 0.001)]
+    result = run_cheapest(
+        "one", BASE, [FleetOption("h100-80gb", 1)], targets, max_replicas=1, out_root=tmp_path
+    )
+    assert list(result.points["fleet"]) == ["h100-80gb-tp1 x1"]
+    assert result.best is None
+    why = str(result.options[0].why_not)
+    assert why.startswith("none of up to 1 replica (max_replicas) meets every target (1 replica: ")
+    assert "time_to_first_token_seconds_p99 = " in why
+    assert why.endswith("> 0.001); raise --replicas or relax a target")
+
+
 def test_replica_price_reads_the_table_or_the_config():
     assert replica_price(FleetOption("h200", 4), {}) == pytest.approx(4 * 4.59)
     assert replica_price(FleetOption("h200", 2), {"pricing": {"usd_per_gpu_hour": 1.5}}) == 3.0

@@ -114,6 +114,8 @@ def _fake_plans(monkeypatch, answers: dict[str, int | None]) -> list[tuple[str, 
         option = next(o for o in answers if plan.name.endswith(o))
         asked.append((option, plan.choices))
         answer = answers[option]
+        if answer not in plan.choices:  # (a plan answers from its choices only)
+            answer = None
         return SimpleNamespace(
             answer=None if answer is None else float(answer),
             why_none=None if answer is not None else "none meets",
@@ -125,25 +127,29 @@ def _fake_plans(monkeypatch, answers: dict[str, int | None]) -> list[tuple[str, 
     return asked
 
 
-def test_an_answer_beyond_max_replicas_is_not_found(tmp_path, monkeypatch):
-    # max_replicas=1: the plan still looks at 1 and 2 replicas (it needs two values); when 1
-    # fails and 2 meets, 2 is beyond what was asked for, so the option has no answer
+def test_no_fleet_past_max_replicas_is_simulated(tmp_path, monkeypatch):
+    # max_replicas=1: the plan asks of 1 replica only (it looked at 2 as well, as a search
+    # needs two values: a fleet the user ruled out, simulated); 2 would meet, 1 does not, so
+    # the option has no answer and says to raise --replicas
     asked = _fake_plans(monkeypatch, {"h100-80gb-tp1": 2})
     targets = [Target("time_to_first_token_seconds_p99", 5.0)]
     result = run_cheapest(
         "t", {}, [FleetOption("h100-80gb", 1)], targets, max_replicas=1, out_root=tmp_path
     )
-    assert asked == [("h100-80gb-tp1", (1.0, 2.0))]
+    assert asked == [("h100-80gb-tp1", (1.0,))]
     assert result.best is None
     only = result.options[0]
     assert (only.replicas, only.usd_per_hour) == (None, None)
-    assert str(only.why_not).startswith("none of up to 1 replica (max_replicas) meets every target")
+    assert only.why_not == (
+        "none of up to 1 replica (max_replicas) meets every target; raise --replicas or relax "
+        "a target"
+    )
 
 
 def test_an_answer_dearer_than_the_best_is_not_found(tmp_path, monkeypatch):
     # prices (this table): h100-80gb $2/h, h200 $3/h a GPU. h100 x2 meets: best $4/h. Then
-    # h200 may use floor(4 / 3) = 1 replica; its plan looks at 1 and 2, and 2 ($6/h) meets:
-    # dearer than the best, so h200 has no answer, and the best stays 2 x h100
+    # h200 may use floor(4 / 3) = 1 replica; its plan asks of 1 only (2, $6/h, would meet:
+    # dearer than the best), so h200 has no answer, and the best stays 2 x h100
     table = tmp_path / "prices.toml"
     table.write_text("[h100-80gb]\nusd_per_gpu_hour = 2.0\n[h200]\nusd_per_gpu_hour = 3.0\n")
     base = {"pricing": {"table": str(table)}}
@@ -155,8 +161,8 @@ def test_an_answer_dearer_than_the_best_is_not_found(tmp_path, monkeypatch):
     assert result.best == 0
     assert (h100.replicas, h100.usd_per_hour) == (2, pytest.approx(4.0))
     assert (h200.replicas, h200.usd_per_hour) == (None, None)
-    assert str(h200.why_not).startswith(
-        "none of up to 1 replica (all that cost at most $4.00/h) meets every target"
+    assert (
+        h200.why_not == "none of up to 1 replica (all that cost at most $4.00/h) meets every target"
     )
 
 
