@@ -527,7 +527,7 @@ def _answer_table(result: Any) -> Table:
         table.add_row("answer", escape(f"none: {result.why_none}"))
     else:
         value = plan_.value(result.answer)
-        table.add_row("answer", f"{format_value(value, knob, unit=False)}  ({axis_label(knob)})")
+        table.add_row("answer", f"{axis_label(knob)}: {format_value(value, knob, unit=False)}")
         if result.interval is not None:
             low, high = (format_value(plan_.value(x), knob) for x in result.interval)
             table.add_row("meets every target", f"{low} to {high}")

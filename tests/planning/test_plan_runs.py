@@ -100,6 +100,9 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert f"{SMALLEST_WITHOUT_PREEMPTION:,}" in result.output
+    # the answer row names the knob and its unit once (it read "N  (kv_cache_bytes (bytes))")
+    answer_row = next(line for line in result.output.splitlines() if "│ answer" in line)
+    assert f"kv_cache_bytes (bytes): {SMALLEST_WITHOUT_PREEMPTION:,}" in answer_row
     folder = tmp_path / "plan" / "burst"
     answer = json.loads((folder / "answer.json").read_text())
     assert answer["answer"] == SMALLEST_WITHOUT_PREEMPTION
