@@ -69,6 +69,12 @@ def maps_virtual_pages(name: str) -> bool:
     return LAYOUTS[name] == "pages"
 
 
+def hands_out_blocks(name: str) -> bool:
+    """The pool hands out blocks one by one (a block table, or vAttention's pages), so vLLM v0's
+    swap can move them (``Allocator.paged``); slabs and a prefix tree's pages cannot."""
+    return LAYOUTS[name] in ("blocks", "pages")
+
+
 def keys_blocks_by_hash(name: str) -> bool:
     """Full blocks carry a prefix-cache hash chained over their parents' (vLLM's block pool), the
     key a KV offload tier stores them under (``kvsim.config.offload``); a radix tree's

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvsim.config.allocators import (
-    PAGED_ALLOCATORS,
     POLICY_ARGUMENTS,
     accepted_arguments,
     caches_prefixes_always,
+    hands_out_blocks,
     maps_virtual_pages,
     vattention_pages,
 )
@@ -298,7 +298,7 @@ def _no_swap_pool(config: ConfigParts) -> tuple[str, tuple[str, ...]] | None:
             "request (swap applies to vllm-v0 over a paged pool)"
         )
         return why, ("scheduler.engine",)
-    if not _swaps(allocator):
+    if not hands_out_blocks(allocator):
         why = (
             f"allocator {allocator!r} is not paged: vllm-v0 swaps paged blocks only, so it "
             "recomputes every preempted request (swap applies to 'paged' and 'vattention')"
@@ -332,12 +332,6 @@ _BLOCK_DECIDERS = (
     "model",
     "parallel",
 )
-
-
-def _swaps(allocator: str) -> bool:
-    """The pool hands out blocks one by one (a block table, or vAttention's pages), so v0's
-    swap can move them (``Allocator.paged``; ``kvsim.config.sim`` refuses swap elsewhere)."""
-    return allocator in PAGED_ALLOCATORS or maps_virtual_pages(allocator)
 
 
 def _swap_block_tokens(config: ConfigParts) -> int:

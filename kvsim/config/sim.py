@@ -35,6 +35,7 @@ from kvsim.config.allocators import (
     SLAB_ALLOCATORS,
     caches_prefixes,
     caches_prefixes_always,
+    hands_out_blocks,
     maps_virtual_pages,
     serves_hybrid_groups,
     serves_sequence_groups,
@@ -472,8 +473,7 @@ def _check_state_layers(config: SimConfig, args: EngineArgs) -> None:
 def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
     """Reject combinations the profile or allocator cannot run (each names the field)."""
     wl, cache = config.workload, config.cache
-    # blocks handed out one by one (a block table, or vAttention's pages): swap moves them
-    paged = cache.allocator in PAGED_ALLOCATORS or maps_virtual_pages(cache.allocator)
+    paged = hands_out_blocks(cache.allocator)  # (what swap moves)
     if args.engine == "vllm-v1" and wl.beam_width > 1:
         raise ValueError(
             "workload.beam_width: beam search runs outside vLLM v1's engine (LLM.beam_search "
