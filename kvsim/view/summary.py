@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from kvsim.view.labels import display_unit, field_unit, field_value, metric_unit
+from kvsim.view.labels import (
+    METRIC_LABELS,
+    display_unit,
+    field_unit,
+    field_value,
+    metric_unit,
+)
 
 Row = tuple[str, str]  # (summary key, label)
 
@@ -34,7 +40,7 @@ KV_ROWS: tuple[Row, ...] = (
     ("kv_cache_usage_perc", "kv_cache_usage_perc, mean (0-1)"),
     ("kv_cache_usage_perc_max", "kv_cache_usage_perc, peak (0-1)"),
     ("kv_cache_full_time_frac", "time with KV full (>= 0.99 used, share of the window)"),
-    ("token_utilization_perc", "token states / allocated (%)"),
+    ("token_utilization_perc", METRIC_LABELS["token_utilization_perc"]),
 )
 SCHEDULER_ROWS: tuple[Row, ...] = (
     ("num_requests_running_mean", "num_requests_running, mean"),

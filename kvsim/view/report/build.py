@@ -13,6 +13,7 @@ from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
 from kvsim.config.allocators import LAYOUTS
+from kvsim.view.labels import METRIC_LABELS
 from kvsim.view.report.data import MAX_WAITING_IDS, Run, end_time_s, map_missing_reason, map_payload
 from kvsim.view.report.figures import RUN_COLORS, ecdf_figure, memory_figure
 
@@ -28,7 +29,7 @@ HEADLINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("free_pct", "free"),
             ("token_states_pct_of_used", "token states, % of non-free KV (holes included)"),
             ("kv_cache_usage_perc", "kv_cache_usage_perc (0-1, mean)"),
-            ("token_utilization_perc", "token states / allocated to requests (%)"),
+            ("token_utilization_perc", METRIC_LABELS["token_utilization_perc"]),
         ),
     ),
     (
