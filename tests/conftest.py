@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,6 +50,32 @@ def forget_warnings(caplog: pytest.LogCaptureFixture) -> None:
 
     caplog.clear()
     say_once.SAID.clear()
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Forget the messages already said (each is said once a process) and capture kvsim.config's
+    warnings anew, for the whole test (``forget_warnings`` forgets them again mid-test)."""
+    from kvsim.base import say_once
+
+    monkeypatch.setattr(say_once, "SAID", set())
+    caplog.set_level(logging.WARNING, logger="kvsim.config")
+
+
+def moot_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The ignored-setting warnings captured (``kvsim.config.ignored``: "... has no effect")."""
+    return [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
+
+
+def summary_without(config: Any, *labels: str) -> dict[str, Any]:
+    """``config``'s run summary, through JSON (so NaN equals itself), less its ``config_key``
+    and the ``labels`` (keys that only name a setting, not what it did): two runs that differ
+    only in an ignored setting compare equal."""
+    from kvsim.engine import simulate
+
+    drop = {"config_key", *labels}
+    summary = {k: v for k, v in simulate(config).summary.items() if k not in drop}
+    return json.loads(json.dumps(summary, sort_keys=True, default=str))
 
 
 def missing_trace(trace: str | None = None) -> str | None:

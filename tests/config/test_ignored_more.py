@@ -7,42 +7,23 @@ twice in one inline table is refused, and one field of ``fleet.link`` edits the 
 
 from __future__ import annotations
 
-import json
-import logging
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from kvsim.base import say_once
 from kvsim.cli import app
 from kvsim.cli.common import parse_overrides
 from kvsim.config import config_from_dict
 from kvsim.config.ignored import moot_reason
 from kvsim.engine import simulate
 from kvsim.fleet.fleet import transfer_s
-from tests.conftest import forget_warnings
+from tests.conftest import forget_warnings, moot_warnings, summary_without
 
 SMALL = {"workload.num_requests": 3}
 
 
-@pytest.fixture(autouse=True)
-def fresh_warnings(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """Forget the messages already logged (each is logged once per process) and capture anew."""
-    monkeypatch.setattr(say_once, "SAID", set())
-    caplog.set_level(logging.WARNING, logger="kvsim.config")
-
-
-def _moot(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
-
-
-def _summary(config: Any, *labels: str) -> dict[str, Any]:
-    """The run's summary (NaN equal to itself via JSON), its key and the ``labels`` (keys that
-    only name a setting, not what it did) left out."""
-    drop = {"config_key", *labels}
-    summary = {k: v for k, v in simulate(config).summary.items() if k not in drop}
-    return json.loads(json.dumps(summary, sort_keys=True, default=str))
+pytestmark = pytest.mark.usefixtures("fresh_warnings")
 
 
 # id: (overrides with the ignored fields last, how many of them, fragments of each warning,
@@ -119,17 +100,19 @@ IGNORED: dict[str, tuple[dict[str, Any], int, list[list[str]], dict[str, Any]]] 
 def test_an_ignored_setting_warns_and_changes_nothing(case: str, caplog) -> None:
     overrides, count, fragments, neighbour = IGNORED[case]
     config = config_from_dict({}, {**SMALL, **overrides})
-    messages = _moot(caplog)
+    messages = moot_warnings(caplog)
     assert len(messages) == count, messages
     for message, wanted in zip(messages, fragments, strict=True):
         for fragment in wanted:
             assert fragment in message, f"{fragment!r} not in {message!r}"
     kept = dict(list(overrides.items())[:-count])
     plain = config_from_dict({}, {**SMALL, **kept}, warn=False)
-    assert _summary(config, "router") == _summary(plain, "router")  # (the router's name)
+    assert summary_without(config, "router") == summary_without(
+        plain, "router"
+    )  # (the router's name)
     forget_warnings(caplog)
     config_from_dict({}, {**SMALL, **neighbour})
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
 
 
 # vllm-v0 on 2 GiB of KV: 2,147,483,648 // 819,200 bytes an opt-13b token = 2,621 slots, so 20
@@ -145,7 +128,7 @@ SWAP = {
 def test_swap_settings_over_no_swap_space_warn_and_change_nothing(caplog) -> None:
     swapping = {"scheduler.preemption_mode": "swap", "cost.swap_copy_overhead_s": 1e-3}
     config = config_from_dict({}, {**SWAP, **swapping})
-    messages = _moot(caplog)
+    messages = moot_warnings(caplog)
     assert len(messages) == 2, messages
     mode, overhead = sorted(messages, key=lambda m: not m.startswith("scheduler"))
     assert mode.startswith("scheduler.preemption_mode = 'swap' has no effect")
@@ -155,14 +138,14 @@ def test_swap_settings_over_no_swap_space_warn_and_change_nothing(caplog) -> Non
     plain = config_from_dict({}, SWAP, warn=False)
     # every preemption tries a swap-out, finds no CPU block and recomputes: the run is the
     # default rule's (which recomputes a single sequence) but for its label and that count
-    got = _summary(config, "preemption_mode", "num_swap_fallbacks")
+    got = summary_without(config, "preemption_mode", "num_swap_fallbacks")
     assert got["num_preemptions"] > 0  # (the comparison is worth something)
-    assert got == _summary(plain, "preemption_mode", "num_swap_fallbacks")
+    assert got == summary_without(plain, "preemption_mode", "num_swap_fallbacks")
     assert simulate(config).summary["num_swap_fallbacks"] == got["num_preemptions"]
     # a swap pool of 4 GiB is read: no warning
     forget_warnings(caplog)
     config_from_dict({}, {**SWAP, **swapping, "scheduler.swap_space_gib": 4})
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
 
 
 def test_hybrid_kv_cache_false_on_full_attention_layers_is_read(caplog) -> None:
@@ -175,14 +158,14 @@ def test_hybrid_kv_cache_false_on_full_attention_layers_is_read(caplog) -> None:
     with pytest.raises(ValueError, match="hybrid_kv_cache"):
         config_from_dict({}, {**SMALL, **tier, "model.attention.hybrid_kv_cache": True})
     config_from_dict({}, {**SMALL, **tier, "model.attention.hybrid_kv_cache": False})
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
 
 
 def test_the_default_link_named_is_not_warned_and_a_plan_knob_of_the_link_is_moot(caplog) -> None:
     # infiniband-ndr is the link of a fleet that names none: naming it changes nothing
     data = {"fleet": {"replicas": 2, "link": "infiniband-ndr"}}
     config = config_from_dict(data, SMALL)
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
     # a plan's knob inside the link is moot with the link (kvsim plan refuses such a knob)
     why = moot_reason(config, data, "fleet.link.bandwidth_bytes_per_s")
     assert why is not None
@@ -213,24 +196,24 @@ def test_a_swap_space_where_nothing_swaps_warns_and_changes_nothing(case: str, c
     base, reason = NO_POOL[case]
     swapping = {"scheduler.swap_space_gib": 8, "cost.swap_copy_overhead_s": 1e-3}
     config = config_from_dict({}, {**base, **swapping})
-    space, overhead = _moot(caplog)
+    space, overhead = moot_warnings(caplog)
     assert space.startswith("scheduler.swap_space_gib = 8.0 has no effect")
     assert reason in space
     assert overhead.startswith("cost.swap_copy_overhead_s = 0.001 has no effect")
     assert reason in overhead
     # the default 4 GiB goes unread too, so the run is the same
-    assert _summary(config) == _summary(config_from_dict({}, base, warn=False))
+    assert summary_without(config) == summary_without(config_from_dict({}, base, warn=False))
     # a paged pool under vllm-v0 reads both
     forget_warnings(caplog)
     paged = {"scheduler.engine": "vllm-v0", "cache.allocator": "paged", "cache.kv_cache_gib": 6}
     config_from_dict({}, {**base, **paged, **swapping})
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
     # a replica of its own engine may swap: not warned
     forget_warnings(caplog)
     own = [{"scheduler": {"engine": "vllm-v0"}}]
     fleet = {"fleet.replicas": 2, "fleet.replica_overrides": own}
     config_from_dict({}, {**base, **fleet, **swapping})
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
 
 
 def test_swap_settings_over_a_pool_smaller_than_one_block_warn_and_change_nothing(caplog) -> None:
@@ -238,7 +221,7 @@ def test_swap_settings_over_a_pool_smaller_than_one_block_warn_and_change_nothin
     # int(0.012 x 1,073,741,824) = 12,884,901 bytes: no block, as 0 GiB
     swapping = {"scheduler.preemption_mode": "swap", "cost.swap_copy_overhead_s": 1e-3}
     config = config_from_dict({}, {**SWAP, "scheduler.swap_space_gib": 0.012, **swapping})
-    mode, overhead = _moot(caplog)
+    mode, overhead = moot_warnings(caplog)
     assert mode.startswith("scheduler.preemption_mode = 'swap' has no effect")
     assert (
         "scheduler.swap_space_gib = 0.012 holds no CPU block (one is 16 tokens x 819,200 bytes "
@@ -246,14 +229,14 @@ def test_swap_settings_over_a_pool_smaller_than_one_block_warn_and_change_nothin
     ) in mode
     assert overhead.startswith("cost.swap_copy_overhead_s = 0.001 has no effect")
     # the 0 GiB run of the default rule, but for the label and the fallbacks counted
-    got = _summary(config, "preemption_mode", "num_swap_fallbacks")
+    got = summary_without(config, "preemption_mode", "num_swap_fallbacks")
     assert got["num_preemptions"] > 0  # (the comparison is worth something)
     plain = config_from_dict({}, SWAP, warn=False)
-    assert got == _summary(plain, "preemption_mode", "num_swap_fallbacks")
+    assert got == summary_without(plain, "preemption_mode", "num_swap_fallbacks")
     # 0.0125 GiB is 13,421,772 bytes: one block, read
     forget_warnings(caplog)
     config_from_dict({}, {**SWAP, "scheduler.swap_space_gib": 0.0125, **swapping})
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
 
 
 def test_a_vattention_swap_block_is_a_page_of_tokens(caplog) -> None:
@@ -262,11 +245,11 @@ def test_a_vattention_swap_block_is_a_page_of_tokens(caplog) -> None:
     # 167,116,800 bytes: 0.155 GiB (166,429,982 bytes) holds none, 0.16 GiB (171,798,691) one
     pages = {**SWAP, "cache.allocator": "vattention", "scheduler.preemption_mode": "swap"}
     config_from_dict({}, {**pages, "scheduler.swap_space_gib": 0.155})
-    (message,) = _moot(caplog)
+    (message,) = moot_warnings(caplog)
     assert "(one is 204 tokens x 819,200 bytes = 167,116,800 bytes)" in message
     forget_warnings(caplog)
     config_from_dict({}, {**pages, "scheduler.swap_space_gib": 0.16})
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
 
 
 @pytest.mark.parametrize(
@@ -335,7 +318,7 @@ def test_an_allocator_knob_a_replicas_own_allocator_reads_is_not_warned(caplog) 
     fleet = {"replicas": 2, "replica_overrides": [{}, {"cache": {"allocator": "first_fit"}}]}
     base = {"cache": {"allocator": "paged"}, "fleet": fleet, "workload": {"num_requests": 40}}
     pow2 = config_from_dict(base, {"cache.reservation": "pow2"})
-    assert _moot(caplog) == []
+    assert moot_warnings(caplog) == []
     max_ = config_from_dict(base, {"cache.reservation": "max"}, warn=False)
     # read: the first-fit replica reserves max_model_len (2,048) rather than the next power
     # of two, so it holds more KV; the paged replica's usage is the same
@@ -349,7 +332,7 @@ def test_an_allocator_knob_a_replicas_own_allocator_reads_is_not_warned(caplog) 
     assert usage[0][0] == usage[1][0]
     assert usage[0][1] < usage[1][1]
     config_from_dict(base, {"cache.page_size_bytes": 65536})
-    assert _moot(caplog) == [
+    assert moot_warnings(caplog) == [
         "cache.page_size_bytes = 65536 has no effect: the replicas' allocators ('paged', "
         "'first_fit') have no virtual-memory pages (the field applies to vattention)"
     ]
@@ -362,7 +345,7 @@ def test_a_knob_of_the_base_allocator_that_every_replica_replaces_is_warned(capl
     data = {"cache": {"allocator": "paged", "block_size_tokens": 32}}
     data["fleet"] = {"replicas": 2, "replica_overrides": overrides}
     config_from_dict(data)
-    assert _moot(caplog) == [
+    assert moot_warnings(caplog) == [
         "cache.block_size_tokens = 32 has no effect: allocator 'first_fit' has no blocks (the "
         "field applies to paged)"
     ]

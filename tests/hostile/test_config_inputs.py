@@ -5,19 +5,16 @@ setting the config ignores runs as written, with a warning naming it, its value 
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvsim.base import say_once
 from kvsim.config import config_from_dict, load_config
-from kvsim.engine import simulate
 from kvsim.presets import experiments_dir, plans_dir, workloads_dir
 from kvsim.study.experiment import load_experiment, parse_experiment
 from kvsim.study.plan import load_plan
-from tests.conftest import forget_warnings
+from tests.conftest import forget_warnings, moot_warnings, summary_without
 
 RUN = ["run", "--no-progress", "--set", "workload.num_requests=3"]
 BIG = str(10**29)
@@ -578,30 +575,13 @@ def _with_trace(overrides: dict[str, Any], trace: Path) -> dict[str, Any]:
     return {k: str(trace) if v == "TRACE" else v for k, v in overrides.items()}
 
 
-def _ignored_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
-
-
-def _summary(config: Any) -> str:
-    """The run's summary as text (NaN compares equal to itself there), its config key left out."""
-    summary = {k: v for k, v in simulate(config).summary.items() if k != "config_key"}
-    return json.dumps(summary, sort_keys=True, default=str)
-
-
-@pytest.fixture
-def fresh_warnings(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """Forget the messages already logged (each is logged once per process) and capture anew."""
-    monkeypatch.setattr(say_once, "SAID", set())
-    caplog.set_level(logging.WARNING, logger="kvsim.config")
-
-
 @pytest.mark.usefixtures("fresh_warnings")
 @pytest.mark.parametrize("case", sorted(IGNORED))
 def test_an_ignored_setting_warns_and_changes_nothing(case, tmp_path, caplog) -> None:
     overrides = _with_trace(IGNORED[case][0], tmp_path / "t.csv")
     *kept, ignored = overrides
     config = config_from_dict({}, {"workload.num_requests": 3, **overrides})
-    (message,) = _ignored_warnings(caplog)
+    (message,) = moot_warnings(caplog)
     for fragment in IGNORED[case][1]:
         assert fragment in message, f"{fragment!r} not in {message!r}"
     # the same run as without the ignored field
@@ -609,7 +589,7 @@ def test_an_ignored_setting_warns_and_changes_nothing(case, tmp_path, caplog) ->
     section, name = ignored.split(".")
     assert getattr(getattr(config, section), name) == overrides[ignored]  # kept as written
     assert config.kv_cache_bytes == plain.kv_cache_bytes
-    assert _summary(config) == _summary(plain)
+    assert summary_without(config) == summary_without(plain)
 
 
 @pytest.mark.usefixtures("fresh_warnings")
@@ -619,7 +599,7 @@ def test_an_ignored_setting_reads_the_same_at_every_budget(caplog) -> None:
     for gib in (4, 5.5):
         overrides = {"cache.kv_cache_gib": gib, "cache.gpu_memory_utilization": 0.5}
         config_from_dict({}, {"workload.num_requests": 3, **overrides})
-    (message,) = _ignored_warnings(caplog)
+    (message,) = moot_warnings(caplog)
     assert "cache.kv_cache_gib sets the KV budget" in message
 
 
@@ -652,7 +632,7 @@ QUIET: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", sorted(QUIET))
 def test_a_setting_that_applies_is_not_warned(case, tmp_path, caplog) -> None:
     config_from_dict({}, {"workload.num_requests": 3, **_with_trace(QUIET[case], tmp_path / "t")})
-    assert _ignored_warnings(caplog) == []
+    assert moot_warnings(caplog) == []
 
 
 @pytest.mark.usefixtures("fresh_warnings")
@@ -661,11 +641,11 @@ def test_a_later_override_that_moots_a_file_setting_is_not_warned(tmp_path, capl
     path = tmp_path / "c.toml"
     path.write_text('[cache]\nallocator = "first_fit"\nreservation = "pow2"\n')
     load_config(path, {"cache.allocator": "paged", "workload.num_requests": 3})
-    assert _ignored_warnings(caplog) == []
+    assert moot_warnings(caplog) == []
     # the file contradicts itself: warned
     path.write_text('[cache]\nallocator = "paged"\nreservation = "pow2"\n')
     load_config(path, {"workload.num_requests": 3})
-    (message,) = _ignored_warnings(caplog)
+    (message,) = moot_warnings(caplog)
     assert "cache.reservation = 'pow2'" in message
 
 
@@ -676,13 +656,13 @@ def test_a_sweep_moots_its_base_setting_without_a_warning(caplog) -> None:
         {"base": base, "grid": {"cache.allocator": ["paged", "buddy"]}}, name="t"
     )
     assert all(p.error is None for p in swept.points())
-    assert _ignored_warnings(caplog) == []
+    assert moot_warnings(caplog) == []
     # every point on paging: the base's reservation is never read
     fixed = parse_experiment(
         {"base": base, "grid": {"cache.block_size_tokens": [16, 32]}}, name="t"
     )
     assert all(p.error is None for p in fixed.points())
-    (message,) = _ignored_warnings(caplog)
+    (message,) = moot_warnings(caplog)
     assert "cache.reservation = 'pow2'" in message
 
 
@@ -702,7 +682,7 @@ def test_no_shipped_preset_sets_an_ignored_field(caplog) -> None:
     load_config(  # the README's slab run
         scenario, {"cache.allocator": "first_fit", "cache.reservation": "prompt_max_tokens"}
     )
-    assert _ignored_warnings(caplog) == []
+    assert moot_warnings(caplog) == []
 
 
 CALIBRATION_HEAD = (
