@@ -126,7 +126,9 @@ def test_the_cli_says_the_weights_do_not_fit() -> None:
 # = 2,048 bytes a token; 64 tensors (K and V of 32 layers) make 131,072 bytes a token. A 2 MiB
 # page row is 64 x 2,097,152 = 134,217,728 bytes. A 100,000,000-byte pool holds 100,000,000 //
 # 131,072 = 762 tokens but no 2 MiB row, so no max_model_len fits: the old message suggested
-# 762, which the page-row check then refused. With 256 KiB pages a row is 64 x 262,144 =
+# 762, which the page-row check then refused. vAttention maps pages of 64, 128 and 256 KiB
+# (its modified UVM driver) and 2 MiB (CUDA's virtual memory API; Prabhu et al., ASPLOS'25):
+# the largest below 2 MiB is 256 KiB, whose row is 64 x 262,144 =
 # 16,777,216 bytes: 762 x 131,072 = 99,876,864 bytes hold 5 rows (6 would be 100,663,296), of
 # 262,144 // 2,048 = 128 tokens each: 640 tokens, fewer than max_model_len 2,048.
 LLAMA_VATTENTION: dict[str, Any] = {
