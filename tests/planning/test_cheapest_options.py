@@ -191,7 +191,7 @@ def test_a_bandwidth_knob_prints_and_draws_in_the_gb_per_s_its_label_names(tmp_p
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     # a lax target: the bracket's low end, 16e9 bytes/s = 16 GB/s, is the answer
-    assert "16  (link bandwidth, one direction (GB/s))" in result.output
+    assert "link bandwidth, one direction (GB/s): 16" in result.output
     assert "16 GB/s to 64 GB/s" in result.output  # (the values meeting every target)
     assert "1.6e+10" not in result.output.rsplit("bw: smallest", 1)[1]  # the table, not the log
     (figure,) = drawn

@@ -101,7 +101,7 @@ def test_cli_plan_prints_the_interval(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.replace("│", " ").split())
-    assert "answer 39 (" in flat
+    assert "answer max_num_seqs (sequences): 39 " in flat
     assert "meets every target 25 to 39" in flat
     assert f"next value fails 40: {TPOT} = 0.03008 > 0.03" in flat
     assert f"below the interval 24: {TTFT} = 2.282 > 2" in flat

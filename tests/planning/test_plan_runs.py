@@ -652,7 +652,7 @@ def test_a_tp_plan_skips_the_sizes_the_models_heads_do_not_divide(tmp_path: Path
     code, output = _plan_cli(*args, "--out", str(tmp_path), "--no-progress")
     assert code == 0, output
     flat = " ".join(output.replace("│", " ").split())
-    assert "answer 4 (" in flat
+    assert "answer tensor_parallel_size (GPUs): 4 " in flat
     assert "skipped 16 parallel.tensor_parallel_size: opt-13b has 40 attention heads" in flat
     answer = json.loads(
         (tmp_path / "plan" / "smallest-tensor_parallel_size" / "answer.json").read_text()
