@@ -186,7 +186,8 @@ def run_cheapest_command(
 
 
 def _table(result: Any) -> Table:
-    table = Table(title="fleets that meet every target, cheapest first")
+    title = "fleets that meet every target, cheapest first"
+    table = Table(title=title if result.best is not None else "fleet kinds considered")
     for column in ("fleet kind", "replicas", "GPUs", "USD/h", "why not"):
         table.add_column(column, justify="left" if column in ("fleet kind", "why not") else "right")
     order = sorted(

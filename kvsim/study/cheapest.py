@@ -26,6 +26,7 @@ import pandas as pd
 
 from kvsim.base.textfile import json_text
 from kvsim.base.units import plural
+from kvsim.config import config_from_dict
 from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
 from kvsim.study.experiment import check_name
 from kvsim.study.plan import Plan, Target, failure, plan_folder, run_plan
@@ -217,6 +218,10 @@ def run_cheapest(
 
         most = cheaper * option.unit
         plan = _plan_for(name, option, base, targets, most, quick or {})
+        invalid = _invalid_config(plan, option.unit, bool(quick))
+        if invalid is not None:  # (replicas leave each replica's config as it is: all fail)
+            result.why_not = f"invalid config: {invalid}"
+            continue
         try:
             found = run_plan(
                 plan, out_root, jobs=jobs, quick=bool(quick), on_point=seen, scheduler=scheduler
@@ -253,6 +258,17 @@ def _none_within(plan: Plan, most: int, bound: str | None, summary: dict[str, An
     if summary is not None:
         text += f" ({plural(most, 'replica')}: {failure(plan, summary)})"
     return text + ("" if bound else "; raise --replicas or relax a target")
+
+
+def _invalid_config(plan: Plan, replicas: int, quick: bool) -> str | None:
+    """The config's error at ``replicas`` (the option's first unit), whole, or ``None`` where
+    it is valid; a plan's error would bury it inside its own."""
+    spec = plan.config(replicas, quick=quick)
+    try:
+        config_from_dict(spec["data"], spec["overrides"], warn=False)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def _first_reason(message: str, limit: int = 160) -> str:

@@ -56,6 +56,31 @@ def test_one_replica_at_most_simulates_one_and_says_why_it_fails(tmp_path):
     assert why.endswith("> 0.001); raise --replicas or relax a target")
 
 
+def test_an_option_whose_config_is_invalid_says_the_configs_whole_error(tmp_path):
+    # Llama-3.1-70B at TP 2 on an H100: 0.9 x 80 GiB - 70,554,000,000 - 2 GiB = 4,607,927,680
+    # B, 28,124 slots of 160 KiB: 1,757 blocks of 16 less the null block hold 28,096 tokens,
+    # short of the default max_model_len 131,072. The why-not was the plan's error, cut at 160
+    # characters before its advice; now it is the config's, and nothing is simulated
+    targets = [Target("time_to_first_token_seconds_p99", 2.0)]
+    result = run_cheapest(
+        "bad",
+        {"model": "llama-3.1-70b"},
+        [FleetOption("h100-80gb", 2)],
+        targets,
+        max_replicas=2,
+        out_root=tmp_path,
+    )
+    why = str(result.options[0].why_not)
+    assert why.startswith("invalid config: cache.gpu_memory_utilization = 0.9 (llama-3.1-70b")
+    assert why.endswith(
+        "lower scheduler.max_model_len to at most 28,096; parallel.tensor_parallel_size = 4 fits"
+    )
+    assert result.points.empty
+    from kvsim.cli.cheapest import _table
+
+    assert _table(result).title == "fleet kinds considered"  # (not "fleets that meet ...")
+
+
 def test_replica_price_reads_the_table_or_the_config():
     assert replica_price(FleetOption("h200", 4), {}) == pytest.approx(4 * 4.59)
     assert replica_price(FleetOption("h200", 2), {"pricing": {"usd_per_gpu_hour": 1.5}}) == 3.0
