@@ -128,7 +128,7 @@ def test_cli_run_then_compare(tmp_path: Path) -> None:
 def test_cli_compare_missing_run_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["compare", str(tmp_path), str(tmp_path / "nope")])
     assert result.exit_code == 2
-    assert "no summary.json" in result.output
+    assert f"{tmp_path}: holds no summary.json (a run folder: kvsim run --out DIR" in result.output
 
 
 def test_no_percentage_change_from_a_base_that_shows_as_zero():

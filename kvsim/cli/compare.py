@@ -20,10 +20,9 @@ def load_summary(folder: Path) -> dict[str, Any]:
     """
     path = folder / "summary.json" if folder.is_dir() else folder
     if not path.is_file():
-        raise ValueError(
-            f"{folder}: no summary.json (a folder written by `kvsim run --out`, or a sweep "
-            "point under results/NAME/points/)"
-        )
+        from kvsim.results.folders import check_folder
+
+        check_folder(folder, "run", str(folder))  # (says what it is instead)
     from kvsim.results import read_summary
 
     return read_summary(path)

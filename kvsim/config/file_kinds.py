@@ -74,3 +74,18 @@ def check_kind(path: str | Path, data: dict[str, Any], *expected: Kind) -> None:
     raise ValueError(
         f"{path} is {_WHAT[kind]}, not {wanted}; run it with {_command(kind, Path(path))}"
     )
+
+
+def what_file(path: Path) -> str | None:
+    """What a kvsim TOML file is and the command that runs it (``"an experiment (...); run it
+    with kvsim sweep PATH"``), for a message about a file given where a folder was expected;
+    ``None`` for any other file (or one that cannot be read)."""
+    if path.suffix != ".toml":
+        return None
+    from kvsim.base.textfile import read_toml
+
+    try:
+        kind = file_kind(read_toml(path))
+    except (OSError, ValueError):
+        return None
+    return None if kind is None else f"{_WHAT[kind]}; run it with {_command(kind, path)}"

@@ -677,7 +677,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
             the field, and the ``--set`` overrides when the file alone is valid).
         FileNotFoundError: no such file.
     """
-    data = read_toml(path)
+    data = _read_config_toml(Path(path))
     check_kind(path, data, "config")
     if not data and not overrides:  # legal TOML, but meant to say something (a truncated file?)
         warn_once(
@@ -704,6 +704,27 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
         f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
     )
     raise ValueError(f"{path} with {pairs}: {message}")
+
+
+_TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet", ".txt")
+
+
+def _read_config_toml(path: Path) -> dict[str, Any]:
+    """``read_toml``, its errors saying what a folder or a trace file given instead is for."""
+    if path.is_dir():
+        from kvsim.results.folders import folder_kind, read_by
+
+        kind = folder_kind(path)
+        what = f" (a {kind} folder: {read_by(kind)})" if kind else ""
+        raise ValueError(f"{path}: is a folder{what}, expected a config TOML file")
+    try:
+        return read_toml(path)
+    except ValueError as err:
+        if path.suffix.lower() not in _TRACE_SUFFIXES:
+            raise
+        raise ValueError(
+            f"{err}; a trace file is a workload: kvsim run --set workload.trace={path}"
+        ) from None
 
 
 def _at_lines(path: str | Path, message: str) -> str:

@@ -260,7 +260,7 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
         Paths of the PNGs written.
 
     Raises:
-        FileNotFoundError: no ``summary.parquet`` in ``folder``.
+        ValueError: ``folder`` is not a sweep folder (``kvsim.study.load.load_sweep``).
         ValueError: its ``experiment.json`` has an invalid ``analysis`` table (a sweep run
             before kvsim checked it; the message names the file and the key), or its summary
             cannot be drawn (``drawable_rows``).

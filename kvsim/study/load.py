@@ -17,6 +17,7 @@ import pandas as pd
 from kvsim.base.tablefile import read_table, stored_table
 from kvsim.base.textfile import read_json
 from kvsim.results import Results
+from kvsim.results.folders import check_folder
 from kvsim.view.labels import field_name, field_text, field_unit, field_value, merged_name
 
 
@@ -116,12 +117,11 @@ def load_sweep(folder: str | Path) -> SweepResults:
     """Load ``results/NAME`` written by ``kvsim.study.sweep.run_sweep``.
 
     Raises:
-        FileNotFoundError: no ``summary.parquet`` in ``folder``.
-        ValueError: a corrupt ``summary.parquet`` or ``experiment.json`` (naming the file).
+        ValueError: ``folder`` is not a sweep folder (``kvsim.results.folders.check_folder``),
+            or a corrupt ``summary.parquet`` or ``experiment.json`` (naming the file).
     """
     folder = Path(folder)
-    if stored_table(folder / "summary.parquet") is None:
-        raise FileNotFoundError(f"{folder}: no summary.parquet; run `kvsim sweep` first")
+    check_folder(folder, "sweep", str(folder))
     meta_path = folder / "experiment.json"
     meta = read_json(meta_path) if meta_path.is_file() else {}
     if not isinstance(meta, dict):

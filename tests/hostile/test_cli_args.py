@@ -71,13 +71,13 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
         ["--scheduler", "'nonsense'"],
     ),
     # plot
-    "plot_missing_folder": (["plot", "nofolder"], ["nofolder", "no summary.parquet"]),
+    "plot_missing_folder": (["plot", "nofolder"], ["nofolder", "no such folder"]),
     "plot_corrupt_parquet": (["plot", "corrupt"], ["corrupt/summary.parquet", "Parquet"]),
     "plot_corrupt_experiment_json": (["plot", "badmeta"], ["badmeta/experiment.json", "JSON"]),
     "plot_out_root": (["plot", "corrupt", "--out", "/"], ["--out", "'/'"]),
     "plot_out_file": (["plot", "corrupt", "--out", "afile"], ["--out", "'afile'"]),
     # compare
-    "compare_missing": (["compare", "nofolder", "nofolder2"], ["nofolder", "summary.json"]),
+    "compare_missing": (["compare", "nofolder", "nofolder2"], ["nofolder", "no such folder"]),
     "compare_corrupt_json": (["compare", "badrun", "badrun"], ["badrun/summary.json"]),
     "compare_json_array": (["compare", "arrayrun", "arrayrun"], ["arrayrun/summary.json"]),
     "compare_not_utf8": (["compare", "latin1run", "latin1run"], ["latin1run/summary.json"]),

@@ -55,7 +55,7 @@ def test_draw_figures_and_cli(tmp_path) -> None:
     assert len(list((tmp_path / "o" / "figs").glob("*.png"))) == 8
     missing = CliRunner().invoke(app, ["plot", str(tmp_path / "nothing")])
     assert missing.exit_code == 2
-    assert "no summary.parquet" in missing.output
+    assert f"{tmp_path / 'nothing'}: no such folder" in missing.output
 
 
 def test_every_point_is_drawn_and_bars_split_into_panels_past_eight(tmp_path) -> None:

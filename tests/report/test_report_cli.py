@@ -21,7 +21,7 @@ def test_missing_folder_is_one_line_exit_2(tmp_path) -> None:
     result = runner.invoke(app, ["report", str(tmp_path / "nope"), "--out", str(tmp_path / "r")])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"error: RUN_DIR: expected a run folder, got '{tmp_path / 'nope'}' (no such folder)"
+        f"error: RUN_DIR '{tmp_path / 'nope'}': no such folder"
     ]
     assert not (tmp_path / "r").exists()
 

@@ -101,7 +101,7 @@ def test_runs_without_a_map_say_why(small_runs, radix_run, tmp_path) -> None:
 
 
 def test_load_errors_name_the_folder(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"expected a run folder, got '.*nowhere'"):
+    with pytest.raises(ValueError, match=r"RUN_DIR '.*nowhere': no such folder"):
         load_run(tmp_path / "nowhere")
     with pytest.raises(ValueError, match=r"holds no summary.json"):
         load_run(tmp_path)

@@ -24,6 +24,7 @@ import pandas as pd
 from kvsim.config.allocators import has_memory_map
 from kvsim.results import Results
 from kvsim.results.columns import CATEGORIES
+from kvsim.results.folders import check_folder
 from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
 from kvsim.view.report.mapcells import CellGrid, PoolShape, frame_cells
 
@@ -63,15 +64,10 @@ def load_run(folder: str | Path) -> Run:
     """Read a run folder written by ``kvsim run --out``.
 
     Raises:
-        ValueError: ``folder`` is not a folder, or holds no ``summary.json``.
+        ValueError: ``folder`` is not a run folder (``kvsim.results.folders.check_folder``).
     """
     path = Path(folder)
-    if not path.is_dir():
-        raise ValueError(f"RUN_DIR: expected a run folder, got {str(path)!r} (no such folder)")
-    if not (path / "summary.json").is_file():
-        raise ValueError(
-            f"RUN_DIR: {str(path)!r} holds no summary.json; write one with `kvsim run --out {path}`"
-        )
+    check_folder(path, "run", f"RUN_DIR {str(path)!r}")
     results = Results.load(path)
     _check_pool_numbers(path / "summary.json", results.summary)
     return Run(path.resolve().name, path, results)
