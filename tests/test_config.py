@@ -96,7 +96,7 @@ def test_user_defined_model_and_preset_override(tmp_path):
         (  # a misspelt key names the section's closest field
             {"workload.num_request": 100},
             r"workload\.num_request: Extra inputs are not permitted, got 100; did you mean "
-            r"'num_requests'\?",
+            r"'workload\.num_requests'\?",
         ),
         ({"modle": "x"}, r"modle: Extra inputs are not permitted, got 'x'; did you mean 'model'\?"),
         (

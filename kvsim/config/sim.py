@@ -627,10 +627,11 @@ VLLM_NAMES = {"block_size": "block_size_tokens", "swap_space": "swap_space_gib"}
 
 def _did_you_mean(loc: tuple[str, ...]) -> str:
     """``"; did you mean 'num_requests'?"`` for a misspelt key of ``SimConfig`` at ``loc``: the
-    field of that name (or of vLLM's, ``VLLM_NAMES``) in another section, else the
-    closest field of its section (``difflib``'s ratio >= 0.6), one its key begins
-    (``spec`` -> ``speculative``), or a field of a section one level down that has the key
-    (``attention`` -> ``model.attention``); ``""`` when none."""
+    field of that name (or of vLLM's, ``VLLM_NAMES``) in another section, else the one field
+    of its section the key begins (``spec`` -> ``speculative``, ``rate`` -> ``rate_per_s``),
+    the closest one (``difflib``'s ratio >= 0.6), or a field of a section one level down that
+    has the key (``attention`` -> ``model.attention``); each as its whole dotted name, ``""``
+    when none."""
     import difflib
 
     def paths(of: Any, prefix: str) -> dict[str, list[str]]:  # field -> its dotted paths
@@ -646,24 +647,26 @@ def _did_you_mean(loc: tuple[str, ...]) -> str:
     if model is None:
         return ""
     key, names = loc[-1], list(model.model_fields)
+    prefix = "".join(f"{part}." for part in loc[:-1])  # (the hint is the whole dotted field)
     # a vLLM engine argument's own name, or a field of another section ("block_size" at the
     # top: "cache.block_size_tokens"), before a near spelling in this one
     named = VLLM_NAMES.get(key, key)
     if named in names:
-        return f"; did you mean {named!r}?"
+        return f"; did you mean {prefix + named!r}?"
     elsewhere = paths(SimConfig, "").get(named, [])
     if len(elsewhere) == 1:  # (a key of several sections, such as name, says nothing)
         return f"; did you mean {elsewhere[0]!r}?"
-    close = difflib.get_close_matches(key, names, n=1)
-    if not close and len(key) >= 3:
-        close = [name for name in names if name.startswith(key)][:1]
-    if not close:
-        prefix = "".join(f"{part}." for part in loc[:-1])
-        close = [
-            f"{prefix}{name}.{key}"
-            for name, sub in config_sections(model).items()
-            if key in getattr(sub, "model_fields", {})
-        ][:1]
+    # the one field the key begins ("rate" -> rate_per_s, not the nearer spelling "trace")
+    close = [name for name in names if name.startswith(key)] if len(key) >= 3 else []
+    if len(close) != 1:
+        close = difflib.get_close_matches(key, names, n=1)
+    if close:
+        return f"; did you mean {prefix + close[0]!r}?"
+    close = [
+        f"{prefix}{name}.{key}"
+        for name, sub in config_sections(model).items()
+        if key in getattr(sub, "model_fields", {})
+    ][:1]
     return f"; did you mean {close[0]!r}?" if close else ""
 
 

@@ -363,6 +363,14 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["block_size=16"],
         ["did you mean 'cache.block_size_tokens'?"],
     ),
+    # the same in its own section: the hint is the whole dotted field (it said
+    # 'block_size_tokens'), and a key a field begins with beats a nearer spelling (it said
+    # 'trace' for rate)
+    "vllm_name_in_its_section": (
+        ["cache.block_size=16"],
+        ["did you mean 'cache.block_size_tokens'?"],
+    ),
+    "a_fields_beginning": (["workload.rate=5"], ["did you mean 'workload.rate_per_s'?"]),
     # an explicit KV budget that fits but for a drafter's weights: the drafter is named
     "drafter_outgrows_the_gpu": (
         [
