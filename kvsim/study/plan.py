@@ -36,6 +36,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.base.build import source_build
+from kvsim.base.say_once import note_once
 from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
@@ -404,7 +405,8 @@ def plan_from_dict(
             else tightest([Target.parse(t) for t in targets])
         )
         field_name = str(question["field"])
-        preset = {**KNOBS.get(field_name, {}), **knob_bracket(field_name, base, varied)}
+        bracket = knob_bracket(field_name, base, varied)
+        preset = {**KNOBS.get(field_name, {}), **bracket}
         natural = preset.get("direction")
         if natural is not None and question.get("direction", natural) != natural:
             raise ValueError(
@@ -418,13 +420,23 @@ def plan_from_dict(
                 + "; kv, rate, tp and max_num_seqs for short); for another config field give "
                 "--lo and --hi"
             )
+        lo = _number(question, "lo", preset.get("lo", math.nan))
+        hi = _number(question, "hi", preset.get("hi", math.nan))
+        least = bracket.get("lo")
+        if least is not None and lo < least < hi:  # (every budget below it is invalid)
+            note_once(
+                logger,
+                f"plan: lo = {lo:g} is below the KV one max_model_len request needs "
+                f"({least:g}); the search starts there",
+            )
+            lo = least
         return Plan(
             name=name,
             base=base,
             field=field_name,
             direction=question.get("direction", preset.get("direction", "smallest")),
-            lo=_number(question, "lo", preset.get("lo", math.nan)),
-            hi=_number(question, "hi", preset.get("hi", math.nan)),
+            lo=lo,
+            hi=hi,
             targets=parsed,
             description=str(extra.get("description", "")),
             resolution=_number(question, "resolution", 0.05),
