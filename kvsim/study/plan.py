@@ -101,7 +101,7 @@ class Target:
     def headroom(self, summary: dict[str, Any]) -> float:
         """``1 - value / bound`` (how far under its bound the metric is; < 0 when over)."""
         value = float(summary.get(self.metric, math.nan))
-        return 1.0 - value / self.bound if self.bound else -value
+        return 1.0 - value / self.bound if self.bound else 0.0 - value  # (not -0.0 at 0)
 
     @classmethod
     def parse(cls, text: str) -> Target:

@@ -727,3 +727,12 @@ def test_values_that_share_a_config_run_one_point_and_are_all_seen(tmp_path, mon
     assert len(checked) == 1  # (was 2: a stale point was warned about as two)
     assert seen == [4, 4]
     assert evaluator.seen[4.0] is evaluator.seen[4.4]
+
+
+def test_a_zero_bound_met_exactly_has_a_margin_of_zero_not_minus_zero() -> None:
+    # num_preemptions <= 0 met by 0 preemptions: the margin is 0 - 0 = 0; it printed
+    # "-0.0 % under its bound" (the negation of 0.0 is -0.0)
+    margin = Target("num_preemptions", 0.0).headroom({"num_preemptions": 0})
+    assert f"{100 * margin:.1f}" == "0.0"
+    assert Target("num_preemptions", 0.0).headroom({"num_preemptions": 2}) == -2.0
+    assert Target("ttft", 2.0).headroom({"ttft": 1.5}) == 0.25  # 1 - 1.5 / 2
