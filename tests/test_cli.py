@@ -432,6 +432,10 @@ def test_run_header_says_where_a_derived_budget_comes_from():
             "128-token shared prefix",
         ),
         ({"max_concurrency": 8, "n": 2}, "sharegpt_like lengths, n = 2"),  # (the loop: line 1)
+        (  # a preset named as its lengths or its trace is not named twice
+            {"name": "sharegpt_like", "rate_per_s": 2.0},
+            "sharegpt_like lengths, Poisson arrivals at 2 req/s",
+        ),
     ],
 )
 def test_run_header_names_the_workload(workload, text):

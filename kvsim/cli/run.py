@@ -186,7 +186,8 @@ def workload_text(spec: WorkloadSpec) -> str:
         parts.append(f"n = {spec.n}")
     if spec.beam_width > 1:
         parts.append(f"beam width {spec.beam_width}")
-    return (f"{spec.name}: " if spec.name else "") + ", ".join(parts)
+    named = spec.name and spec.name not in (lengths, spec.trace)  # (not "azure_conv: azure_conv")
+    return (f"{spec.name}: " if named else "") + ", ".join(parts)
 
 
 def pool_text(cfg: object) -> str:
