@@ -61,7 +61,10 @@ PREFIX_ROWS: tuple[Row, ...] = (
         "prefix_cache_preempted_queries",
         "prefix_cache_preempted_queries (tokens, re-admitted requests)",
     ),
-    ("prefix_cache_saved_bytes", "KV not recomputed, GPU prefix cache (hits + preempted hits)"),
+    (
+        "prefix_cache_saved_bytes",
+        "KV not recomputed, GPU prefix cache (hits + preempted hits, run total)",
+    ),
     ("num_cache_evictions", "num_cache_evictions (free blocks reused that held a full block)"),
     ("num_evicted_tokens", "cached tokens evicted (radix tree)"),
 )
@@ -127,8 +130,8 @@ OFFLOAD_ROWS: tuple[Row, ...] = (
     ("external_prefix_cache_hits", "external_prefix_cache_hits (tokens)"),
     ("external_prefix_cache_queries", "external_prefix_cache_queries (tokens)"),
     ("kv_offload_loads", "loads from the CPU tier"),
-    ("kv_offload_bytes_cpu_to_gpu", "KV not recomputed, loaded CPU -> GPU"),
-    ("kv_offload_bytes_gpu_to_cpu", "KV stored, GPU -> CPU"),
+    ("kv_offload_bytes_cpu_to_gpu", "KV not recomputed, loaded CPU -> GPU (run total)"),
+    ("kv_offload_bytes_gpu_to_cpu", "KV stored, GPU -> CPU (run total)"),
     ("kv_offload_load_wait_s", "time requests waited for loads (sum)"),
     ("cpu_tier_stored_blocks", "blocks stored in the tier (from the GPU or the disk)"),
     ("cpu_tier_evicted_blocks", "blocks evicted from the tier"),
