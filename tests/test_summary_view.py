@@ -404,6 +404,27 @@ def test_sweep_table_headers_give_units() -> None:
     assert list(out.columns[2].cells) == ["24.7 s", "9.9 s"]  # (3 significant figures, %g)
 
 
+def test_sweep_table_says_what_kvsims_own_shares_divide_by() -> None:
+    # a new user read token_utilization_perc 88.9 beside internal_fragmentation_pct_of_used 1.0
+    # and asked where the other 10 % went: the first divides by the KV allocated to requests,
+    # the second by all KV in use; the caption says so (vLLM's own names need none)
+    table = pd.DataFrame(
+        {
+            "cache.block_size_tokens": [16],
+            "token_utilization_perc": [88.9],
+            "internal_fragmentation_pct_of_used": [1.0],
+            "time_to_first_token_seconds_mean": [1.0],
+        }
+    )
+    metrics = [c for c in table.columns if c != "cache.block_size_tokens"]
+    out = sweep_table(table, ["cache.block_size_tokens"], metrics, "block size")
+    assert out.caption == (
+        "token_utilization_perc: token states / allocated KV (%); "
+        "internal_fragmentation_pct_of_used: internal fragmentation (% of used KV)"
+    )
+    assert sweep_table(table, [], ["time_to_first_token_seconds_mean"], "t").caption is None
+
+
 def test_sweep_table_shows_bandwidths_in_gb_per_s() -> None:
     # a new user's trial read 6,400,000,000 in the disk sweep's table: a field given in bytes/s
     # is shown in decimal GB/s, as drive datasheets give it, its header saying so

@@ -463,8 +463,10 @@ def sweep_table(
 ) -> Table:
     """A sweep's points as a rich table: the swept fields, then ``metrics`` (those in the
     summary; the experiment's ``analysis.vs_metrics``, or ``SWEEP_DEFAULT_METRICS``), one row a
-    point in sweep order, at most ``max_rows`` (the caption says how many were left out). A
-    field given in bytes/s is shown in GB/s (decimal), its header saying so.
+    point in sweep order, at most ``max_rows`` (the caption says how many were left out, and
+    what each metric of kvsim's own, ``METRIC_LABELS``, measures: their shares of KV differ in
+    what they divide by). A field given in bytes/s is shown in GB/s (decimal), its header saying
+    so.
 
     Args:
         table: the sweep's summary (a DataFrame, one row a point).
@@ -492,8 +494,10 @@ def sweep_table(
             *(_field_cell(f, row.get(f)) for f in fields),
             *(format_metric(m, row.get(m)) for m in shown),
         )
+    notes = [f"{m}: {METRIC_LABELS[m]}" for m in shown if m in METRIC_LABELS]  # (kvsim's own)
     if len(records) > max_rows:
-        out.caption = f"first {max_rows} of {len(records):,} points"
+        notes.insert(0, f"first {max_rows} of {len(records):,} points")
+    out.caption = "; ".join(notes) or None
     return out
 
 
