@@ -319,6 +319,40 @@ def test_a_slab_reservations_tp_advice_counts_its_largest_slab():
     ).capacity_tokens == (39_884_927_680 // 81_920)
 
 
+def test_a_full_context_slabs_budget_error_counts_the_slab_and_does_not_shorten_the_context():
+    # Llama-3.1-8B, first_fit 'full_context', max_model_len 8,192, 0.44 of an A100-40GB:
+    # 0.44 x 42,949,672,960 = 18,897,856,102 B less 16,060,000,000 of weights and 2 GiB of
+    # headroom leaves 690,372,454 B (0.643 GiB). Every request reserves the trained context,
+    # 131,072 x 131,072 B = 16 GiB: short by 16,489,496,730 B = 15.4 GiB (it said 0.357 GiB,
+    # for 8,192 tokens, and advised max_model_len 5,267, which leaves the slab as it is). TP 2
+    # leaves 18,897,856,102 - 8,030,000,000 - 8 GiB (64 KiB a token) = 2,277,921,510 B, more
+    # than the 2 GiB of headroom: it fits
+    slab = {"model": "llama-3.1-8b", "gpu": "a100-40gb"}
+    asked = {
+        "cache.allocator": "first_fit",
+        "cache.reservation": "full_context",
+        "scheduler.max_model_len": 8192,
+    }
+    with pytest.raises(ValueError, match="gpu_memory_utilization") as derived:
+        config_from_dict(slab, {**asked, "cache.gpu_memory_utilization": 0.44})
+    assert (
+        "leaving 0.643 GiB for KV: KV is short by 15.4 GiB for one request's 'full_context' "
+        "slab of 131,072 tokens; raise the KV budget or choose another cache.reservation"
+    ) in str(derived.value)
+    assert "lower scheduler.max_model_len" not in str(derived.value)
+    assert str(derived.value).endswith("parallel.tensor_parallel_size = 2 fits")
+    config_from_dict(
+        slab,
+        {**asked, "cache.gpu_memory_utilization": 0.44, "parallel.tensor_parallel_size": 2},
+    )
+    # an explicit 0.5 GiB (4,096 slots) likewise: a shorter context would not shrink the slab
+    with pytest.raises(ValueError, match="max_model_len") as explicit:
+        config_from_dict(slab, {**asked, "cache.kv_cache_gib": 0.5})
+    assert "pool holds 4,096 tokens" in str(explicit.value)
+    assert "lower scheduler.max_model_len" not in str(explicit.value)
+    assert "choose another cache.reservation ('full_context' reserves" in str(explicit.value)
+
+
 def test_buddy_refuses_a_trained_context_chunk_it_never_carves_whatever_the_budget():
     # Buddy's chunks reach next_power_of_2(8,192) = 8,192 slots; 'full_context' asks for the
     # trained context's 131,072: no pool holds it, at TP 1 (which said "use a larger GPU") or

@@ -138,12 +138,34 @@ def check_memory(config: ConfigParts) -> None:
             "pool holds "
             f"{config.capacity_tokens:,} tokens ({_gib(config.kv_cache_bytes)}, {where})"
             f"{_limit_note(config, limit)}{_drafter_layers_note(config)}; "
-            + (
-                f"lower scheduler.max_model_len to at most {limit:,} or raise the KV budget"
-                if limit >= MIN_MAX_MODEL_LEN and _holds_a_block(config)
-                else _no_row_advice(config)
-            )
+            + _context_advice(config, limit, " or raise the KV budget")
         )
+
+
+def _one_request(config: ConfigParts) -> str:
+    """The request whose KV a budget must hold, in words: one ``max_model_len`` request, or
+    under a ``full_context`` slab reservation the trained context it reserves."""
+    if config.cache.allocator in SLAB_ALLOCATORS and config.cache.reservation == "full_context":
+        return (
+            f"one request's 'full_context' slab of {config.model.max_position_embeddings:,} tokens"
+        )
+    return f"one max_model_len = {config.max_model_len:,} request"
+
+
+def _context_advice(config: ConfigParts, limit: int, or_raise: str = "") -> str:
+    """What a pool holding one request of at most ``limit`` tokens asks of the config: a shorter
+    ``max_model_len`` (then ``or_raise``), or where that cannot help, another reservation (a
+    ``full_context`` slab is the trained context whatever ``max_model_len``) or
+    ``_no_row_advice``."""
+    if config.cache.allocator in SLAB_ALLOCATORS and config.cache.reservation == "full_context":
+        return (
+            "raise the KV budget or choose another cache.reservation ('full_context' reserves "
+            f"{config.model.name}'s trained context, {config.model.max_position_embeddings:,} "
+            "tokens, whatever max_model_len)"
+        )
+    if limit >= MIN_MAX_MODEL_LEN and _holds_a_block(config):
+        return f"lower scheduler.max_model_len to at most {limit:,}{or_raise}"
+    return _no_row_advice(config)
 
 
 def _refuse_an_outsized_state(config: ConfigParts, slots: int, where: str) -> None:
@@ -362,7 +384,7 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
         f"{_gib(usable)} usable per GPU; weights take {_gib(weights)}{drafter} and activation "
         f"headroom {_gib(cache.activation_headroom_bytes)}, leaving {_gib(left)} for KV"
     )
-    need_kv = _request_bytes(config, config.max_model_len)  # whole blocks, every group
+    need_kv = least_pool_tokens(config) * config.bytes_per_token  # whole blocks, a slab's shape
     if weights > usable:
         short = f"the weights alone are short by {_gib(weights - usable)}"
     elif weights + cache.activation_headroom_bytes > usable:
@@ -374,16 +396,12 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
         slots = max(0, int(left // config.bytes_per_token))
         fits = request_limit_tokens(config, slots)
         short = (
-            f"KV is short by {_gib(need_kv - left)} for one max_model_len = "
-            f"{config.max_model_len:,} request{_drafter_layers_note(config)}"
+            f"KV is short by {_gib(need_kv - left)} for {_one_request(config)}"
+            f"{_drafter_layers_note(config)}"
             if config.bytes_per_token * config.max_model_len > left  # (short of the tokens)
             else f"its {slots:,} slots hold one request of at most {fits:,} tokens, fewer than "
             f"max_model_len = {config.max_model_len:,} ({_whole_units(config)})"
-        ) + (
-            f"; lower scheduler.max_model_len to at most {fits:,}"
-            if fits >= MIN_MAX_MODEL_LEN and _holds_a_block(config)
-            else f"; {_no_row_advice(config)}"
-        )
+        ) + f"; {_context_advice(config, fits)}"
     rooms = _room_beside_weights(config)
     headroom = cache.activation_headroom_bytes
     tp = next((size for size, room in rooms if room >= headroom), None)
@@ -398,11 +416,11 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
 
 
 def _budget_options(config: ConfigParts, weights: int, usable: float, need_kv: int) -> list[str]:
-    """What would make room for one ``max_model_len`` request's KV (``need_kv`` bytes: its pool,
-    ``_request_bytes``) beside
-    the weights on this GPU: a higher utilisation where weights, headroom and that KV fit in its
-    memory; less headroom where weights and KV fit the usable part; a KV budget of one's own
-    (checked against the whole GPU, weights included) where weights and KV fit in it."""
+    """What would make room for the smallest pool that holds one ``max_model_len`` request
+    (``need_kv`` bytes: ``least_pool_tokens``) beside the weights on this GPU: a higher
+    utilisation where weights, headroom and that pool fit in its memory; less headroom where
+    weights and pool fit the usable part; a KV budget of one's own (checked against the whole
+    GPU, weights included) where weights and pool fit in it."""
     memory, headroom = config.gpu.memory_bytes, config.cache.activation_headroom_bytes
     options = []
     if weights + headroom + need_kv <= memory:
