@@ -445,6 +445,25 @@ def test_run_header_names_the_workload(workload, text):
     assert workload_text(WorkloadSpec.model_validate(workload)) == text
 
 
+def test_run_header_describes_a_trace_file_as_it_was_read(tmp_path):
+    # a trace file's arrivals are known only once it is read (workload.arrival unset): one with
+    # arrival_time_s replays them, every row; one without gives lengths at Poisson 1 req/s. The
+    # header said "resampled, the trace's arrival times" for both
+    timed, lengths = tmp_path / "timed.csv", tmp_path / "lengths.csv"
+    timed.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n1,20,5\n")
+    lengths.write_text("prompt_tokens,output_tokens\n10,5\n20,5\n")
+    lines = {}
+    for trace in (timed, lengths):
+        args = ["run", "--no-progress", "--set", f"workload.trace={trace}"]
+        result = runner.invoke(app, [*args, "--set", "workload.num_requests=2"])
+        assert result.exit_code == 0, result.output
+        lines[trace.stem] = result.output.splitlines()[1]
+    assert lines["timed"] == f"workload: trace {timed}, the trace's arrival times"
+    assert lines["lengths"] == (
+        f"workload: trace {lengths}, resampled, Poisson arrivals at 1 req/s"
+    )
+
+
 def test_run_header_says_a_drafter_came_out_of_the_derived_budget():
     """A derived budget loses the drafter's weights (2e9 parameters x 2 bytes = 4e9 bytes on
     one GPU: 4e9 / 131,072 B a token = 30,517.6 -> 30,517 or 30,518 slots fewer), and the

@@ -126,6 +126,7 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     (``pool_text``)."""
     from kvsim.config import SimConfig
     from kvsim.results.tables import preemption_rule
+    from kvsim.workload.generate import resolved_workload
 
     assert isinstance(cfg, SimConfig)
     args = cfg.engine_args
@@ -150,7 +151,7 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     return (  # (three lines: the setup, the workload, then the pool, whose arithmetic is long)
         f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
         f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {requests}\n"
-        f"workload: {workload_text(cfg.workload)}\n"
+        f"workload: {workload_text(resolved_workload(cfg.workload))}\n"
         f"KV pool: {pool_text(cfg)}"
     )
 
@@ -174,7 +175,7 @@ def workload_text(spec: WorkloadSpec) -> str:
             parts.append(f"gamma arrivals at {spec.rate_per_s:g} req/s (cv {spec.cv:g})")
         elif spec.arrival == "poisson":
             parts.append(f"Poisson arrivals at {spec.rate_per_s:g} req/s")
-        else:  # (None: a trace file's own arrivals, resolved as it is read)
+        else:  # ("trace"; None, unresolved: a trace file not read yet)
             parts.append("the trace's arrival times")
     if spec.time_scale != 1:
         parts.append(f"times scaled x{spec.time_scale:g}")

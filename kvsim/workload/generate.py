@@ -103,6 +103,17 @@ def _check_arrival_times(spec: WorkloadSpec, sel: Selected) -> None:
     )
 
 
+def resolved_workload(spec: WorkloadSpec) -> WorkloadSpec:
+    """``spec`` as the generator reads it: a trace file's own arrivals resolved (``arrival`` is
+    ``None`` until its file is read), a missing trace's synthetic fallback in its place. The
+    trace is read from ``load_trace``'s cache after a run.
+
+    Raises:
+        DataNotFoundError, ValueError: as generating the requests does.
+    """
+    return _resolve_source(spec)[0]
+
+
 def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
     """Load the spec's trace, or fall back to ``sharegpt_like`` when allowed and missing."""
     if spec.length_source != "trace":
