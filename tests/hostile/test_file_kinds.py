@@ -31,6 +31,13 @@ CASES = {
         "kvsim run --set workload=f.toml",
     ),
     "sweep_config": (["sweep", "f.toml"], CONFIG, "is a config", "kvsim run f.toml"),
+    # a config as a workload: its [workload] was taken and its model and GPU silently dropped
+    "workload_config": (
+        ["run", "--set", "workload=f.toml"],
+        'model = "llama-2-7b"\n' + CONFIG,
+        "is a config",
+        "kvsim run f.toml",
+    ),
     "sweep_plan": (["sweep", "f.toml"], PLAN, "is a plan", "kvsim plan f.toml"),
     "plan_experiment": (
         ["plan", "f.toml", *PLAN_ARGS],
@@ -79,3 +86,10 @@ def test_a_plan_naming_an_experiments_point_runs_without_a_question(hostile) -> 
 )
 def test_file_kind(table: dict, kind: str | None) -> None:
     assert file_kind(table) == kind
+
+
+def test_a_workload_preset_in_a_workload_table_of_its_own_is_still_one(hostile) -> None:
+    hostile.write("w.toml", "[workload]\nnum_requests = 2\n")
+    outcome = hostile.invoke(["run", "--no-progress", "--set", "workload=w.toml"])
+    assert outcome.exit_code == 0, outcome.output
+    assert ", 2 requests" in outcome.output.splitlines()[0]
