@@ -353,6 +353,33 @@ def test_a_full_context_slabs_budget_error_counts_the_slab_and_does_not_shorten_
     assert "choose another cache.reservation ('full_context' reserves" in str(explicit.value)
 
 
+def test_buddys_advice_is_a_power_of_two_context_and_a_budget_that_fits_the_gpu():
+    # Gemma-3-27B at TP 2 under buddy (every layer full attention: 62 x 8 heads x 128 x 2 x 2 B
+    # = 253,952 B a token) on an A100-40GB: 0.9 x 40 GiB - 27,009,000,000 of weights - 2 GiB
+    # = 9,498,222,016 B, 37,401 slots. Buddy's chunk for max_model_len is a power of two, so
+    # the longest context that fits is 32,768 (it advised 37,401, which buddy then refused)
+    gemma = {"model": "gemma-3-27b", "gpu": "a100-40gb"}
+    buddy = {
+        "parallel.tensor_parallel_size": 2,
+        "cache.allocator": "buddy",
+        "cache.reservation": "max",
+    }
+    with pytest.raises(ValueError, match=r"lower scheduler\.max_model_len to at most 32,768;"):
+        config_from_dict(gemma, buddy)
+    assert config_from_dict(
+        gemma, {**buddy, "scheduler.max_model_len": 32_768}
+    ).capacity_tokens == (9_498_222_016 // 253_952)
+    # at 37,401 the chunk is 65,536 slots, 16,642,998,272 B (15.5 GiB): beside 25.2 GiB of
+    # weights on a 40 GiB GPU no budget holds it, so none is advised (it said "raise the KV
+    # budget to 15.5 GiB", which the GPU then refused)
+    with pytest.raises(ValueError, match="65,536-slot chunk") as err:
+        config_from_dict(gemma, {**buddy, "scheduler.max_model_len": 37_401})
+    assert str(err.value).endswith(
+        "lower scheduler.max_model_len to 32,768 (a pool of 65,536 slots, 15.5 GiB, does not "
+        "fit beside the 25.2 GiB of weights on one a100-40gb)"
+    )
+
+
 def test_buddy_refuses_a_trained_context_chunk_it_never_carves_whatever_the_budget():
     # Buddy's chunks reach next_power_of_2(8,192) = 8,192 slots; 'full_context' asks for the
     # trained context's 131,072: no pool holds it, at TP 1 (which said "use a larger GPU") or
@@ -394,7 +421,9 @@ def test_buddys_full_context_advice_does_not_lower_max_model_len():
             },
         )
     assert "max_model_len to" not in str(e.value)
-    assert str(e.value).endswith("or more or choose another reservation")
+    assert str(e.value).endswith(
+        "choose another reservation or raise the KV budget to 4,096 slots (3.12 GiB) or more"
+    )
 
 
 @pytest.mark.parametrize(

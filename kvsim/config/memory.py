@@ -163,6 +163,8 @@ def _context_advice(config: ConfigParts, limit: int, or_raise: str = "") -> str:
             f"{config.model.name}'s trained context, {config.model.max_position_embeddings:,} "
             "tokens, whatever max_model_len)"
         )
+    if config.cache.allocator in POWER_OF_TWO_SLABS and limit >= 1:
+        limit = 1 << (limit.bit_length() - 1)  # (buddy's chunk of max_model_len: a power of two)
     if limit >= MIN_MAX_MODEL_LEN and _holds_a_block(config):
         return f"lower scheduler.max_model_len to at most {limit:,}{or_raise}"
     return _no_row_advice(config)
@@ -607,14 +609,20 @@ def _check_buddy(config: ConfigParts, slab: int, what: str, where: str) -> None:
     largest = min(max_chunk, 1 << (capacity.bit_length() - 1))  # the empty pool's first chunk
     if chunk <= largest:
         return
-    raise_budget = (
-        f"raise the KV budget to {chunk:,} slots ({_gib(chunk * config.bytes_per_token)}) or more"
-    )
-    advice = (  # (the trained context's chunk does not shrink with max_model_len)
-        f"{raise_budget} or choose another reservation"
+    budget = chunk * config.bytes_per_token
+    # (the trained context's chunk does not shrink with max_model_len)
+    other = (
+        "choose another reservation"
         if config.cache.reservation == "full_context"
-        else f"lower scheduler.max_model_len to {largest:,} or {raise_budget}"
+        else f"lower scheduler.max_model_len to {largest:,}"
     )
+    if budget + config.weight_bytes_per_gpu > config.gpu.memory_bytes:  # (refused if followed)
+        advice = (
+            f"{other} (a pool of {chunk:,} slots, {_gib(budget)}, does not fit beside the "
+            f"{_gib(config.weight_bytes_per_gpu)} of weights on one {config.gpu.name})"
+        )
+    else:
+        advice = f"{other} or raise the KV budget to {chunk:,} slots ({_gib(budget)}) or more"
     raise ValueError(
         f"cache.allocator: 'buddy' rounds every slab up to a power-of-two chunk: {what}, "
         f"rounded up to a {chunk:,}-slot chunk, but the largest chunk of the {capacity:,}-slot "
