@@ -713,17 +713,30 @@ _TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet", ".txt")
 
 
 def _read_config_toml(path: Path) -> dict[str, Any]:
-    """``read_toml``, its errors saying what a folder or a trace file given instead is for."""
-    if path.is_dir():
-        from kvsim.results.folders import folder_kind, read_by
+    """``read_toml``, its errors saying what a folder, a results file or a trace file given
+    instead is for."""
+    from kvsim.results.folders import folder_kind, read_by
 
+    if path.is_dir():
         kind = folder_kind(path)
         what = f" (a {kind} folder: {read_by(kind)})" if kind else ""
         raise ValueError(f"{path}: is a folder{what}, expected a config TOML file")
+    suffix = path.suffix.lower()
+    results = folder_kind(path.parent) if path.is_file() else None
+    if results is not None and suffix != ".toml":
+        raise ValueError(
+            f"{path}: is part of the {results} folder {path.parent} ({read_by(results)}), "
+            "expected a config TOML file"
+        )
+    if suffix == ".parquet":  # (not text: a TOML error would say to save it as UTF-8)
+        raise ValueError(
+            f"{path}: is a Parquet file, expected a config TOML file; a trace is a workload: "
+            f"kvsim run --set workload.trace={path}"
+        )
     try:
         return read_toml(path)
     except ValueError as err:
-        if path.suffix.lower() not in _TRACE_SUFFIXES:
+        if suffix not in _TRACE_SUFFIXES:
             raise
         raise ValueError(
             f"{err}; a trace file is a workload: kvsim run --set workload.trace={path}"

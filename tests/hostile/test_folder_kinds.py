@@ -45,6 +45,17 @@ CASES = {
         [RUN],
         ["run: is a folder (a run folder: kvsim report and kvsim compare read it)"],
     ),
+    # a results file: the trace advice fired for it, and following it failed
+    "run_a_results_file": (
+        ["run", "run/summary.json"],
+        [RUN],
+        ["run/summary.json: is part of the run folder run (kvsim report and kvsim compare"],
+    ),
+    "run_a_parquet_file": (  # (it said "not UTF-8 text ... save the file as UTF-8")
+        ["run", "t.parquet"],
+        [("t.parquet", "PAR1")],
+        ["t.parquet: is a Parquet file", "--set workload.trace=t.parquet"],
+    ),
     "run_a_trace_file": (
         ["run", "t.csv"],
         [("t.csv", "prompt_tokens,output_tokens\n10,5\n")],
