@@ -28,7 +28,7 @@ from kvsim.cli.common import (
     print_whole,
     warn_many_jobs,
 )
-from kvsim.config.file_kinds import check_kind, file_kind
+from kvsim.config.file_kinds import check_kind, file_kinds
 from kvsim.view.labels import (
     LATENCY_SHORT_NAMES,
     axis_label,
@@ -66,7 +66,8 @@ def _source(source: str | None) -> tuple[Path | None, bool]:
         )
     data = read_toml(path)
     check_kind(path, data, "config", "plan")
-    return path, file_kind(data) == "plan"
+    kinds = file_kinds(data)
+    return path, "plan" in kinds and "config" not in kinds
 
 
 def _fmt(value: Any, metric: str = "") -> str:

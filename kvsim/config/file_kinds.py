@@ -15,15 +15,22 @@ from typing import Any, Literal
 
 Kind = Literal["config", "experiment", "plan", "workload"]
 
-# keys only a plan has, and keys only an experiment has (``kvsim.study.plan.load_plan``,
-# ``kvsim.study.experiment.parse_experiment``); both may have ``base``, ``name``, ``quick``
-_PLAN_KEYS = frozenset({"question", "experiment", "label", "set"})
-_EXPERIMENT_KEYS = frozenset({"grid", "zip", "snapshot_at_s", "analysis", "base"})
+# every key a plan and an experiment may have (``kvsim.study.plan.load_plan``,
+# ``kvsim.study.experiment.parse_experiment``), and those one of them needs: a plan's base
+# config or experiment, an experiment's base or axes
+_PLAN_KEYS = frozenset(
+    {"name", "description", "base", "experiment", "label", "set", "question", "quick"}
+)
+_PLAN_NEEDS = frozenset({"base", "experiment", "label", "set", "question"})
+_EXPERIMENT_KEYS = frozenset(
+    {"name", "description", "base", "grid", "zip", "quick", "snapshot_at_s", "analysis"}
+)
+_EXPERIMENT_NEEDS = frozenset({"base", "grid", "zip"})
 
 _WHAT: dict[str, str] = {
     "config": "a config (sections such as [model], [cache], [workload])",
     "experiment": "an experiment (a sweep: [base] with [grid] or [[zip]])",
-    "plan": "a plan ([question], or experiment = and label = naming a point)",
+    "plan": "a plan ([base], or experiment = and label =, and a [question])",
     "workload": "a workload preset (arrival, lengths, rate_per_s, ... at its top)",
 }
 
@@ -36,24 +43,33 @@ def _command(kind: str, path: Path) -> str:
     )
 
 
-def file_kind(data: dict[str, Any]) -> Kind | None:
-    """The kind of TOML file ``data`` (a read table) is: ``"config"`` when every key is a config
-    field (an empty table too), else ``"plan"`` or ``"experiment"`` by a key only that kind has,
-    else ``"workload"`` when every key is a workload field; ``None`` when it is none of them (a
-    config with a misspelt section: its own validation names the key)."""
+def file_kinds(data: dict[str, Any]) -> list[Kind]:
+    """The kinds of TOML file ``data`` (a read table) can be, by its keys, in this order: a
+    config (every key a config field: an empty table too), a plan, an experiment (every key one
+    of theirs, with one it needs: ``name`` and ``[base]`` alone make either), a workload preset
+    (every key a workload field). None for a table of no kind (a misspelt section, or a
+    config's section beside an experiment's axes: the command's own validation names the key).
+    """
     from kvsim.config.sim import SimConfig
     from kvsim.workload.spec import WorkloadSpec
 
     keys = set(data)
+    kinds: list[Kind] = []
     if keys <= set(SimConfig.model_fields):
-        return "config"
-    if keys & _PLAN_KEYS:
-        return "plan"
-    if keys & _EXPERIMENT_KEYS:
-        return "experiment"
+        kinds.append("config")
+    if keys <= _PLAN_KEYS and keys & _PLAN_NEEDS:
+        kinds.append("plan")
+    if keys <= _EXPERIMENT_KEYS and keys & _EXPERIMENT_NEEDS:
+        kinds.append("experiment")
     if keys <= set(WorkloadSpec.model_fields) | {"description"}:
-        return "workload"
-    return None
+        kinds.append("workload")
+    return kinds
+
+
+def file_kind(data: dict[str, Any]) -> Kind | None:
+    """The first of ``file_kinds``, or ``None`` where ``data`` is of no kind."""
+    kinds = file_kinds(data)
+    return kinds[0] if kinds else None
 
 
 def check_kind(path: str | Path, data: dict[str, Any], *expected: Kind) -> None:
@@ -65,14 +81,15 @@ def check_kind(path: str | Path, data: dict[str, Any], *expected: Kind) -> None:
         expected: the kinds the caller reads.
 
     Raises:
-        ValueError: ``data`` is recognisably another kind (``file_kind``).
+        ValueError: ``data`` is recognisably another kind (``file_kinds``: each it can be).
     """
-    kind = file_kind(data)
-    if kind is None or kind in expected:
+    kinds = file_kinds(data)
+    if not kinds or set(kinds) & set(expected):
         return
     wanted = " or ".join(_WHAT[k].split(" (")[0] for k in expected)
     raise ValueError(
-        f"{path} is {_WHAT[kind]}, not {wanted}; run it with {_command(kind, Path(path))}"
+        f"{path} is {' or '.join(_WHAT[k] for k in kinds)}, not {wanted}; run it with "
+        + " or ".join(_command(k, Path(path)) for k in kinds)
     )
 
 

@@ -328,8 +328,10 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
     _check_table("experiment", data)
     unknown = set(data) - _TOP_KEYS
     if unknown:
+        config = sorted(unknown & set(SimConfig.model_fields))
+        hint = f" (a config's fields go under [base]: [base.{config[0]}])" if config else ""
         raise ValueError(
-            f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}"
+            f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}{hint}"
         )
     base = _check_table("base", data.get("base", {}))
     _check_plain("base", base)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.config.file_kinds import file_kind
+from kvsim.config.file_kinds import file_kinds
 
 CONFIG = "[cache]\nkv_cache_gib = 2.0\n[workload]\nnum_requests = 2\n"
 EXPERIMENT = (
@@ -74,22 +74,37 @@ def test_a_plan_naming_an_experiments_point_runs_without_a_question(hostile) -> 
 
 
 @pytest.mark.parametrize(
-    ("table", "kind"),
+    ("table", "kinds"),
     [
-        ({}, "config"),  # every field kvsim's default
-        ({"seed": 3, "cache": {}}, "config"),
-        ({"base": {}}, "experiment"),  # the grid may be empty: one point
-        ({"base": {}, "question": {}}, "plan"),
-        ({"name": "w", "arrival": "poisson"}, "workload"),
-        ({"cahce": {}}, None),  # a misspelt section: the config's own error names it
+        ({}, ["config", "workload"]),  # every field kvsim's default
+        ({"seed": 3, "cache": {}}, ["config"]),
+        ({"name": "e", "base": {}}, ["plan", "experiment"]),  # a plan's question can be given
+        ({"base": {}, "grid": {}}, ["experiment"]),
+        ({"base": {}, "question": {}}, ["plan"]),
+        ({"name": "w", "arrival": "poisson"}, ["workload"]),
+        ({"cahce": {}}, []),  # a misspelt section: the config's own error names it
+        ({"model": {}, "grid": {}}, []),  # a config's section beside an experiment's axes
     ],
 )
-def test_file_kind(table: dict, kind: str | None) -> None:
-    assert file_kind(table) == kind
+def test_file_kinds(table: dict, kinds: list[str]) -> None:
+    assert file_kinds(table) == kinds
 
 
-def test_a_workload_preset_in_a_workload_table_of_its_own_is_still_one(hostile) -> None:
-    hostile.write("w.toml", "[workload]\nnum_requests = 2\n")
-    outcome = hostile.invoke(["run", "--no-progress", "--set", "workload=w.toml"])
+def test_a_config_section_beside_an_experiments_axes_is_sent_nowhere(hostile) -> None:
+    # [model] beside [grid] is no kind: kvsim run said "run it with kvsim sweep", where it
+    # failed on [model]; each command now names the key it refuses, the sweep where it belongs
+    hostile.write("m.toml", '[model]\npreset = "llama-3.1-8b"\n' + EXPERIMENT.split("\n", 1)[1])
+    outcome = hostile.run(["run", "m.toml"], "m.toml", "grid: Extra inputs are not permitted")
+    assert "kvsim sweep" not in outcome.output
+    hostile.run(["sweep", "m.toml"], "unknown keys ['model']", "go under [base]: [base.model]")
+
+
+def test_a_plan_of_a_base_config_and_no_question_is_run_by_kvsim_plan(hostile) -> None:
+    # name and [base] make a plan (its question from the command line) or a one-point sweep:
+    # kvsim plan called it an experiment and sent it to kvsim sweep
+    hostile.write("p.toml", 'name = "mine"\n[base.workload]\nnum_requests = 5\n')
+    outcome = hostile.invoke(["plan", "p.toml", *PLAN_ARGS, "--lo", "2", "--hi", "2.02"])
     assert outcome.exit_code == 0, outcome.output
-    assert ", 2 requests" in outcome.output.splitlines()[0]
+    hostile.run(
+        ["run", "p.toml"], "is a plan", "or an experiment", "kvsim plan p.toml or kvsim sweep"
+    )
