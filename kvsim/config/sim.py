@@ -580,7 +580,7 @@ def format_validation_error(err: ValidationError) -> str:
         if shown and ", got " in msg:  # ("a valid integer, got a number with a fractional part")
             shown = f": {_short(got)}"
         if e["type"] == "extra_forbidden":
-            shown += _did_you_mean(tuple(str(p) for p in e["loc"]))
+            shown += did_you_mean(tuple(str(p) for p in e["loc"]))
         lines.append(f"{loc}: {msg}{shown}" if loc else msg)  # model checks name their field
     return "\n".join(lines)
 
@@ -625,7 +625,7 @@ def section_at(path: Sequence[str]) -> Any:
 VLLM_NAMES = {"block_size": "block_size_tokens", "swap_space": "swap_space_gib"}
 
 
-def _did_you_mean(loc: tuple[str, ...]) -> str:
+def did_you_mean(loc: tuple[str, ...]) -> str:
     """``"; did you mean 'num_requests'?"`` for a misspelt key of ``SimConfig`` at ``loc``: the
     field of that name (or of vLLM's, ``VLLM_NAMES``) in another section, else the one field
     of its section the key begins (``spec`` -> ``speculative``, ``rate`` -> ``rate_per_s``),

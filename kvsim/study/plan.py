@@ -42,6 +42,7 @@ from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
 from kvsim.config.file_kinds import check_kind
 from kvsim.config.memory import least_pool_tokens
+from kvsim.config.sim import did_you_mean, field_annotation
 from kvsim.results import read_summary
 from kvsim.study.experiment import Point, check_name
 from kvsim.study.plan_search import Condition, Interval, changes_at_most_once, search_interval
@@ -413,6 +414,9 @@ def plan_from_dict(
                 f"{field_name}: meeting latency targets gets {_EASIER[natural]} as it grows, so "
                 f"only the {natural} value that meets them is an answer (--{natural})"
             )
+        if field_name not in KNOBS and field_annotation(field_name) is None:
+            hint = did_you_mean(tuple(field_name.split(".")))  # (before asking for a bracket)
+            raise ValueError(f"{field_name!r} is not a config field{hint}")
         if field_name not in KNOBS and ("lo" not in question or "hi" not in question):
             raise ValueError(
                 f"{field_name!r} is not a knob with a default range ("
@@ -458,7 +462,6 @@ def takes_integers(field: str) -> bool:
     """Whether the dotted config field holds integers (its annotation ``int``, or ``int |
     None``; not a bool): a plan on it tries whole numbers only."""
     from kvsim.base.limits import field_kinds
-    from kvsim.config.sim import field_annotation
 
     return field_kinds(field_annotation(field)) == (int,)
 

@@ -736,3 +736,11 @@ def test_a_zero_bound_met_exactly_has_a_margin_of_zero_not_minus_zero() -> None:
     assert f"{100 * margin:.1f}" == "0.0"
     assert Target("num_preemptions", 0.0).headroom({"num_preemptions": 2}) == -2.0
     assert Target("ttft", 2.0).headroom({"ttft": 1.5}) == 0.25  # 1 - 1.5 / 2
+
+
+def test_a_misspelt_knob_is_named_before_a_bracket_is_asked_for() -> None:
+    # "workload.rate" is no field: the plan said it "is not a knob with a default range ...
+    # give --lo and --hi", and only with both did it hint at rate_per_s
+    with pytest.raises(ValueError, match=r"'workload\.rate' is not a config field; did you mean "
+                       r"'workload\.rate_per_s'\?"):  # fmt: skip
+        plan_from_dict("p", {}, {"field": "workload.rate", "targets": {"num_preemptions": 0}})

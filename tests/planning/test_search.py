@@ -314,12 +314,17 @@ def test_a_known_knob_asked_the_wrong_way_round_is_refused(field: str, flipped: 
 
 
 def test_an_unknown_knob_names_the_knobs_with_ranges() -> None:
-    question = {"field": "foo", "direction": "smallest", "targets": {METRIC: 2.0}}
-    with pytest.raises(ValueError, match="'foo' is not a knob with a default range"):
+    field = "scheduler.max_num_batched_tokens"  # a field, without a default bracket
+    question = {"field": field, "direction": "smallest", "targets": {METRIC: 2.0}}
+    with pytest.raises(ValueError, match=f"'{field}' is not a knob with a default range"):
         planning.plan_from_dict("p", {}, question)
     # any field with an explicit range is accepted
     plan = planning.plan_from_dict("p", {}, {**question, "lo": 1.0, "hi": 4.0})
     assert (plan.lo, plan.hi) == (1.0, 4.0)
+    # no field at all is said so, with or without a range
+    for bracket in ({}, {"lo": 1.0, "hi": 4.0}):
+        with pytest.raises(ValueError, match="'foo' is not a config field"):
+            planning.plan_from_dict("p", {}, {**question, "field": "foo", **bracket})
 
 
 def test_the_kv_budget_bracket_starts_where_one_longest_request_fits():
