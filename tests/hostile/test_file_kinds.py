@@ -108,3 +108,23 @@ def test_a_plan_of_a_base_config_and_no_question_is_run_by_kvsim_plan(hostile) -
     hostile.run(
         ["run", "p.toml"], "is a plan", "or an experiment", "kvsim plan p.toml or kvsim sweep"
     )
+
+
+def test_a_pipe_named_like_a_config_is_refused_not_read(hostile) -> None:
+    # reading a FIFO blocks until something writes to it: kvsim run, report, plot and compare
+    # of fifo.toml hung until killed
+    import os
+    import signal
+
+    def blocked(signum: int, frame: object) -> None:
+        raise TimeoutError("reading fifo.toml blocked")  # (fails the test, not CI's hour)
+
+    os.mkfifo(hostile.cwd / "fifo.toml")
+    before = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(20)
+    try:
+        hostile.run(["run", "fifo.toml"], "fifo.toml: is not a regular file (a pipe, socket")
+        hostile.run(["report", "fifo.toml"], "is a file, expected a run folder")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
