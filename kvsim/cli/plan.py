@@ -57,6 +57,8 @@ def _source(source: str | None) -> tuple[Path | None, bool]:
     if not source.endswith(".toml") and shipped.is_file():
         return shipped, True
     path = Path(source)
+    if path.is_dir():
+        raise ValueError(f"plan: {source!r} is a folder; give a config or plan TOML file")
     if not path.is_file():
         from kvsim.presets import names as preset_names
 
@@ -217,6 +219,21 @@ def plan(
                 raise ValueError(
                     "plan --cheapest searches GPU type, TP and replicas itself: give a config "
                     "(not a plan) and targets, without --smallest or --largest"
+                )
+            unused = [
+                f"--{flag}"
+                for flag, value in (
+                    ("lo", lo),
+                    ("hi", hi),
+                    ("resolution", resolution),
+                    ("window", min_window_s),
+                )
+                if value is not None
+            ]
+            if unused:  # (they shape one knob's search; --replicas bounds the replicas')
+                raise ValueError(
+                    f"plan --cheapest: {', '.join(unused)} shape a one-knob plan and are not "
+                    "read here; the replicas are bounded by --replicas"
                 )
             from kvsim.cli.cheapest import run_cheapest_command
 

@@ -64,9 +64,11 @@ def check_folder(path: Path, expected: FolderKind, name: str) -> None:
     if kind == expected:
         return
     if kind is not None:
+        marker = _MARKER[kind]
+        if kind == "sweep":  # (its CSV twin, written without pyarrow)
+            marker = getattr(stored_table(path / marker), "name", marker)
         raise ValueError(
-            f"{name}: is a {kind} folder ({_MARKER[kind]}), not a {expected} folder; "
-            f"{_READ_BY[kind]}"
+            f"{name}: is a {kind} folder ({marker}), not a {expected} folder; {_READ_BY[kind]}"
         )
     writer = {"run": "kvsim run --out DIR", "sweep": "kvsim sweep", "plan": "kvsim plan"}
     raise ValueError(

@@ -128,3 +128,9 @@ def test_a_pipe_named_like_a_config_is_refused_not_read(hostile) -> None:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, before)
+
+
+def test_cheapest_refuses_the_one_knob_flags_it_does_not_read(hostile) -> None:
+    # --lo and the like bound one knob's search: --cheapest ignored them without a word
+    args = ["plan", "--cheapest", "--target", "time_to_first_token_seconds_p99<=1"]
+    hostile.run([*args, "--lo", "1", "--hi", "4"], "--lo, --hi shape a one-knob plan", "--replicas")

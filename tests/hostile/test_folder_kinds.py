@@ -16,7 +16,8 @@ CASES = {
     "report_a_sweep": (
         ["report", "sweep"],
         [SWEEP],
-        ["is a sweep folder (summary.parquet), not a run folder", "kvsim plot draws it"],
+        # (named by the file it holds: here the CSV twin)
+        ["is a sweep folder (summary.csv), not a run folder", "kvsim plot draws it"],
     ),
     "report_a_missing_folder": (["report", "nope"], [], ["RUN_DIR 'nope': no such folder"]),
     "report_an_experiment_file": (
@@ -40,6 +41,7 @@ CASES = {
         [("empty/notes.txt", "x")],
         ["empty: holds no summary.parquet (a sweep folder: kvsim sweep writes one)"],
     ),
+    "plan_a_results_folder": (["plan", "run"], [RUN], ["plan: 'run' is a folder; give a config"]),
     "run_a_results_folder": (
         ["run", "run"],
         [RUN],
