@@ -89,17 +89,24 @@ def test_presets_lists_models():
     assert "800" in result.output
 
 
-@pytest.mark.parametrize("args", [["presets"], ["plan", "--list"]])
-def test_preset_lists_wrap_their_descriptions_when_piped(args, monkeypatch):
+@pytest.mark.parametrize(
+    ("args", "listed"), [(["presets"], "mooncake_conversation"), (["plan", "--list"], "bursty-kv")]
+)
+def test_preset_lists_wrap_their_descriptions_when_piped(args, listed, monkeypatch):
     # piped (no terminal, no COLUMNS), tables print as wide as they need; a description in one
-    # cell made the workloads table 320 columns wide. The widest table left is the models one
-    # (8 short columns); every line now fits 120 columns, the width kvsim logs at
+    # cell made the workloads table 320 columns wide. A description cell now holds at most 80
+    # characters a line (PROSE_WIDTH), and every line fits the 120 columns kvsim logs at
+    from kvsim.cli.presets import PROSE_WIDTH
+
     monkeypatch.delenv("COLUMNS", raising=False)
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert listed in result.output
+    cells = [c.strip() for line in result.output.splitlines() for c in line.split("│")[2:3]]
+    assert cells, result.output  # (the second column of each row: the description)
+    assert max(len(c) for c in cells) <= PROSE_WIDTH, max(cells, key=len)
     widest = max(result.output.splitlines(), key=len)
     assert len(widest) <= 120, widest
-    assert "mooncake_conversation" in result.output or "bursty-kv" in result.output
 
 
 def test_presets_show_each_models_sliding_and_state_layers():

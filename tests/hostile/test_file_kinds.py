@@ -4,6 +4,8 @@ line, rather than refusing each of its keys as an unknown field."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kvsim.config.file_kinds import file_kinds
@@ -110,10 +112,10 @@ def test_a_plan_of_a_base_config_and_no_question_is_run_by_kvsim_plan(hostile) -
     )
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes (POSIX only)")
 def test_a_pipe_named_like_a_config_is_refused_not_read(hostile) -> None:
     # reading a FIFO blocks until something writes to it: kvsim run, report, plot and compare
     # of fifo.toml hung until killed
-    import os
     import signal
 
     def blocked(signum: int, frame: object) -> None:
@@ -125,6 +127,8 @@ def test_a_pipe_named_like_a_config_is_refused_not_read(hostile) -> None:
     try:
         hostile.run(["run", "fifo.toml"], "fifo.toml: is not a regular file (a pipe, socket")
         hostile.run(["report", "fifo.toml"], "is a file, expected a run folder")
+        hostile.run(["plot", "fifo.toml"], "is a file, expected a sweep folder")
+        hostile.run(["compare", "fifo.toml", "fifo.toml"], "is a file, expected a run folder")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, before)
@@ -134,3 +138,4 @@ def test_cheapest_refuses_the_one_knob_flags_it_does_not_read(hostile) -> None:
     # --lo and the like bound one knob's search: --cheapest ignored them without a word
     args = ["plan", "--cheapest", "--target", "time_to_first_token_seconds_p99<=1"]
     hostile.run([*args, "--lo", "1", "--hi", "4"], "--lo, --hi shape a one-knob plan", "--replicas")
+    hostile.run([*args, "--resolution", "0.1", "--window", "60"], "--resolution, --window shape")

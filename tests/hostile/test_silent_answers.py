@@ -247,31 +247,32 @@ def test_a_catalog_trace_that_is_not_the_reference_copy_is_warned_about(
     assert not [r for r in caplog.records if "reference copy" in r.getMessage()]
 
 
-def test_a_cpu_tier_smaller_than_one_chunk_is_warned_about(monkeypatch, caplog) -> None:
+def test_a_cpu_tier_smaller_than_one_chunk_is_warned_about(fresh_warnings, caplog) -> None:
     """Llama-3.1-8B's block of 16 tokens is 16 x 128 KiB = 2 MiB: 0.01 GiB holds 5 blocks, and
     an H100's max_num_batched_tokens of 8,192 is 512 blocks, 512 x 2 MiB = 1 GiB. A store
     needing more room than the tier frees is skipped and offered again whole, so the tier stayed
-    empty all run, silently. The text names the least size, not this one: a sweep or a plan over
-    sizes (0.01 and 0.5 GiB here) says it once. A 2 GiB tier (1,024 blocks) is not warned
-    about. At TP 2 each GPU holds half the tier and half of each block (4 of the 8 KV heads:
-    1 MiB), so the least is again 512 x 1 MiB x 2 GPUs = 1 GiB: 0.75 GiB (384 blocks a GPU) is
-    warned, 1.5 GiB (768) is not."""
-    from kvsim.base import say_once
-
-    monkeypatch.setattr(say_once, "SAID", set())
+    empty all run, silently. The text names the least size, not this one, so a sweep or a plan
+    over sizes says it once: 0.5 GiB (256 blocks) gives the same text as 0.01. A 2 GiB tier
+    (1,024 blocks) is not warned about. At TP 2 each GPU holds half the tier and half of each
+    block (4 of the 8 KV heads: 1 MiB), so the least is again 512 x 1 MiB x 2 GPUs = 1 GiB:
+    0.75 GiB (384 blocks a GPU) is warned, 1.5 GiB (768) is not."""
     base = {"model": "llama-3.1-8b", "gpu": "h100-80gb"}
-    with caplog.at_level(logging.WARNING, logger="kvsim.config"):
-        for size in (0.01, 0.5, 2):
-            config_from_dict({**base, "offload": {"kv_offloading_size": size}})
-        for size in (0.75, 1.5):
-            tp2 = {"tensor_parallel_size": 2}
-            config_from_dict({**base, "parallel": tp2, "offload": {"kv_offloading_size": size}})
-    said = [r.getMessage() for r in caplog.records if "one step's chunk" in r.getMessage()]
-    assert len(said) == 2, said
-    assert "a CPU tier under 1 GiB holds fewer blocks than one step's chunk" in said[0]
-    assert "(512 blocks of 16 tokens, 2,097,152 bytes each)" in said[0]
-    assert "a CPU tier under 1 GiB" in said[1]
-    assert "(512 blocks of 16 tokens, 1,048,576 bytes each on each of 2 GPUs)" in said[1]
+
+    def said_for(size: float, tp: int = 1) -> list[str]:
+        forget_warnings(caplog)
+        parallel = {"tensor_parallel_size": tp}
+        config_from_dict({**base, "parallel": parallel, "offload": {"kv_offloading_size": size}})
+        return [r.getMessage() for r in caplog.records if "one step's chunk" in r.getMessage()]
+
+    (tiny,) = said_for(0.01)
+    assert "a CPU tier under 1 GiB holds fewer blocks than one step's chunk" in tiny
+    assert "(512 blocks of 16 tokens, 2,097,152 bytes each)" in tiny
+    assert said_for(0.5) == [tiny]
+    assert said_for(2) == []
+    (split,) = said_for(0.75, tp=2)
+    assert "a CPU tier under 1 GiB" in split
+    assert "(512 blocks of 16 tokens, 1,048,576 bytes each on each of 2 GPUs)" in split
+    assert said_for(1.5, tp=2) == []
 
 
 def test_a_sweep_point_keeps_its_notes_in_a_worker_that_never_ran_main(
