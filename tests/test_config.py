@@ -337,11 +337,18 @@ def test_a_full_context_slabs_budget_error_counts_the_slab_and_does_not_shorten_
     }
     with pytest.raises(ValueError, match="gpu_memory_utilization") as derived:
         config_from_dict(slab, {**asked, "cache.gpu_memory_utilization": 0.44})
+    message = str(derived.value)
     assert (
-        "leaving 0.643 GiB for KV: KV is short by 15.4 GiB for one request's 'full_context' "
-        "slab of 131,072 tokens; raise the KV budget or choose another cache.reservation"
-    ) in str(derived.value)
-    assert "lower scheduler.max_model_len" not in str(derived.value)
+        "leaving 0.643 GiB for KV: KV is short by 15.4 GiB for one max_model_len = 8,192 "
+        "request (its 'full_context' slab: 131,072 tokens); raise the KV budget or choose "
+        "another cache.reservation"
+    ) in message
+    # another reservation's slab is max_model_len, so it must fit the 0.643 GiB too:
+    # 690,372,454 // 131,072 = 5,267 slots (it advised a shorter context alone, which leaves
+    # the slab as it is)
+    assert message.count("lower scheduler.max_model_len") == 1
+    assert "choose another cache.reservation" in message.split("lower scheduler.max_model_len")[0]
+    assert "and lower scheduler.max_model_len to at most 5,267;" in message
     assert str(derived.value).endswith("parallel.tensor_parallel_size = 2 fits")
     config_from_dict(
         slab,
@@ -351,8 +358,12 @@ def test_a_full_context_slabs_budget_error_counts_the_slab_and_does_not_shorten_
     with pytest.raises(ValueError, match="max_model_len") as explicit:
         config_from_dict(slab, {**asked, "cache.kv_cache_gib": 0.5})
     assert "pool holds 4,096 tokens" in str(explicit.value)
-    assert "lower scheduler.max_model_len" not in str(explicit.value)
-    assert "choose another cache.reservation ('full_context' reserves" in str(explicit.value)
+    assert "8,192 tokens (its 'full_context' slab: 131,072 tokens) needs 16.0 GiB" in str(
+        explicit.value
+    )  # 131,072 x 131,072 B
+    assert str(explicit.value).endswith(
+        "whatever max_model_len) and lower scheduler.max_model_len to at most 4,096"
+    )
 
 
 def test_buddys_advice_is_a_power_of_two_context_and_a_budget_that_fits_the_gpu():
@@ -404,12 +415,14 @@ def test_buddy_refuses_a_trained_context_chunk_it_never_carves_whatever_the_budg
         assert "larger GPU" not in message
 
 
-def test_buddys_full_context_advice_does_not_lower_max_model_len():
+def test_buddys_full_context_advice_lowers_max_model_len_only_with_another_reservation():
     # OPT-13B (819,200 B a token) with a trained context of 3,000 and max_model_len 2,100: the
     # 3,000-token slab is a 4,096-slot chunk, within buddy's reach (next_power_of_2(2,100) =
-    # 4,096), but a 3,500-slot pool's largest chunk is 2,048. Lowering max_model_len leaves the
-    # slab as it is (it said "lower scheduler.max_model_len to 2,048"). Raising the budget to
-    # the chunk, 4,096 x 819,200 = 3,355,443,200 B = 3.125 GiB, shown at three digits: 3.12
+    # 4,096), but a 3,500-slot pool's largest chunk is 2,048. Lowering max_model_len alone
+    # leaves the slab as it is (it said "lower scheduler.max_model_len to 2,048"); with another
+    # reservation the chunk is max_model_len's, which must then come down to 2,048. Raising the
+    # budget to the chunk, 4,096 x 819,200 = 3,355,443,200 B = 3.125 GiB, shown at three
+    # digits: 3.12
     with pytest.raises(ValueError, match=r"4,096-slot chunk.*largest chunk of the 3,500-slot") as e:
         config_from_dict(
             {},
@@ -421,9 +434,9 @@ def test_buddys_full_context_advice_does_not_lower_max_model_len():
                 "cache.kv_cache_bytes": 3500 * 819_200,
             },
         )
-    assert "max_model_len to" not in str(e.value)
     assert str(e.value).endswith(
-        "choose another reservation or raise the KV budget to 4,096 slots (3.12 GiB) or more"
+        "; choose another reservation and lower scheduler.max_model_len to 2,048 or raise the KV "
+        "budget to 4,096 slots (3.12 GiB) or more"
     )
 
 
@@ -640,3 +653,18 @@ def test_a_quarter_gib_budget_reads_as_such_in_the_error():
         config_from_dict(
             {"model": "llama-3.1-8b", "gpu": "h100-80gb", "cache": {"kv_cache_gib": 0.25}}
         )
+
+
+def test_raising_the_kv_budget_is_advised_only_where_it_fits_beside_the_weights():
+    # Llama-3.1-70B at TP 2 on an H100 with 1 GiB of KV: 1,073,741,824 // 163,840 B a token =
+    # 6,553 slots, 409 blocks of 16 less the null block: 6,528 tokens. One 131,072-token
+    # request needs (8,192 + 1) x 16 x 163,840 B = 21,476,147,200 B (20.0 GiB), which beside
+    # 70,554,000,000 B (65.7 GiB) of weights exceeds the 80 GiB GPU: raising the budget was
+    # advised and then refused; a shorter context alone is. At TP 4 it fits: both are advised
+    base = {"model": "llama-3.1-70b", "gpu": "h100-80gb"}
+    with pytest.raises(ValueError, match="max_model_len") as tp2:
+        config_from_dict(base, {"parallel.tensor_parallel_size": 2, "cache.kv_cache_gib": 1})
+    assert str(tp2.value).endswith("lower scheduler.max_model_len to at most 6,528")
+    with pytest.raises(ValueError, match="max_model_len") as tp4:
+        config_from_dict(base, {"parallel.tensor_parallel_size": 4, "cache.kv_cache_gib": 1})
+    assert str(tp4.value).endswith(" or raise the KV budget")

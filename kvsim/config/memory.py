@@ -132,41 +132,58 @@ def check_memory(config: ConfigParts) -> None:
     limit = request_limit_tokens(config, config.capacity_tokens)
     if limit < config.max_model_len:
         _refuse_an_outsized_state(config, config.capacity_tokens, where)
+        need = least_pool_tokens(config) * config.bytes_per_token
         raise ValueError(
-            f"scheduler.max_model_len: one request of {config.max_model_len:,} tokens needs "
-            f"{_gib(_request_bytes(config, config.max_model_len), round_up=True)} of KV but the "
-            "pool holds "
+            f"scheduler.max_model_len: one request of {config.max_model_len:,} tokens"
+            f"{_shape_note(config)} needs {_gib(need, round_up=True)} of KV but the pool holds "
             f"{config.capacity_tokens:,} tokens ({_gib(config.kv_cache_bytes)}, {where})"
             f"{_limit_note(config, limit)}{_drafter_layers_note(config)}; "
             + _context_advice(config, limit, " or raise the KV budget")
         )
 
 
-def _one_request(config: ConfigParts) -> str:
-    """The request whose KV a budget must hold, in words: one ``max_model_len`` request, or
-    under a ``full_context`` slab reservation the trained context it reserves."""
-    if config.cache.allocator in SLAB_ALLOCATORS and config.cache.reservation == "full_context":
-        return (
-            f"one request's 'full_context' slab of {config.model.max_position_embeddings:,} tokens"
-        )
-    return f"one max_model_len = {config.max_model_len:,} request"
+def _reserves_trained_context(config: ConfigParts) -> bool:
+    """A slab allocator under ``full_context``: every request's slab is the model's trained
+    context, whatever ``max_model_len``."""
+    return config.cache.allocator in SLAB_ALLOCATORS and config.cache.reservation == "full_context"
+
+
+def _fits_beside_weights(config: ConfigParts, kv_bytes: int) -> bool:
+    """Whether a KV budget of ``kv_bytes`` fits one GPU beside its weights (the explicit
+    budget's check in ``check_memory``)."""
+    return kv_bytes + config.weight_bytes_per_gpu <= config.gpu.memory_bytes
+
+
+def _shape_note(config: ConfigParts) -> str:
+    """What a request's pool holds beyond its tokens, in words (``""`` for none): the
+    ``full_context`` slab of the trained context, or buddy's power-of-two chunk."""
+    if _reserves_trained_context(config):
+        return f" (its 'full_context' slab: {config.model.max_position_embeddings:,} tokens)"
+    if config.cache.allocator in POWER_OF_TWO_SLABS:
+        chunk = next_power_of_2(_largest_slab(config))
+        return f" (a {chunk:,}-slot buddy chunk)" if chunk > config.max_model_len else ""
+    return ""
 
 
 def _context_advice(config: ConfigParts, limit: int, or_raise: str = "") -> str:
     """What a pool holding one request of at most ``limit`` tokens asks of the config: a shorter
-    ``max_model_len`` (then ``or_raise``), or where that cannot help, another reservation (a
-    ``full_context`` slab is the trained context whatever ``max_model_len``) or
-    ``_no_row_advice``."""
-    if config.cache.allocator in SLAB_ALLOCATORS and config.cache.reservation == "full_context":
-        return (
-            "raise the KV budget or choose another cache.reservation ('full_context' reserves "
+    ``max_model_len`` (buddy's a power of two; then ``or_raise``, where a budget that holds one
+    request fits beside the weights), another reservation where the slab is the trained context
+    whatever ``max_model_len`` (``full_context``), or ``_no_row_advice``."""
+    fits = _fits_beside_weights(config, least_pool_tokens(config) * config.bytes_per_token)
+    if config.cache.allocator in POWER_OF_TWO_SLABS and limit >= 1:
+        limit = 1 << (limit.bit_length() - 1)  # (buddy's chunk of max_model_len: a power of two)
+    if _reserves_trained_context(config):
+        advice = (
+            "choose another cache.reservation ('full_context' reserves "
             f"{config.model.name}'s trained context, {config.model.max_position_embeddings:,} "
             "tokens, whatever max_model_len)"
         )
-    if config.cache.allocator in POWER_OF_TWO_SLABS and limit >= 1:
-        limit = 1 << (limit.bit_length() - 1)  # (buddy's chunk of max_model_len: a power of two)
+        if limit < config.max_model_len:  # (another reservation's slab: max_model_len)
+            advice += f" and lower scheduler.max_model_len to at most {limit:,}"
+        return ("raise the KV budget or " if fits else "") + advice
     if limit >= MIN_MAX_MODEL_LEN and _holds_a_block(config):
-        return f"lower scheduler.max_model_len to at most {limit:,}{or_raise}"
+        return f"lower scheduler.max_model_len to at most {limit:,}{or_raise if fits else ''}"
     return _no_row_advice(config)
 
 
@@ -188,13 +205,6 @@ def _refuse_an_outsized_state(config: ConfigParts, slots: int, where: str) -> No
         f"({_gib(slots * config.bytes_per_token)}, {where}), too few for one request's "
         f"{len(groups.groups):,} groups and the null block; lower it or raise the KV budget"
     )
-
-
-def _request_bytes(config: ConfigParts, num_tokens: int) -> int:
-    """The smallest KV budget, in bytes, that holds one request of ``num_tokens`` tokens
-    (``pool_tokens_for_request``: whole blocks, vLLM v1's null block, under hybrid KV cache
-    groups its blocks in every group)."""
-    return pool_tokens_for_request(config, num_tokens) * config.bytes_per_token
 
 
 def _budget_field(config: ConfigParts) -> str:
@@ -398,8 +408,8 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
         slots = max(0, int(left // config.bytes_per_token))
         fits = request_limit_tokens(config, slots)
         short = (
-            f"KV is short by {_gib(need_kv - left)} for {_one_request(config)}"
-            f"{_drafter_layers_note(config)}"
+            f"KV is short by {_gib(need_kv - left)} for one max_model_len = "
+            f"{config.max_model_len:,} request{_shape_note(config)}{_drafter_layers_note(config)}"
             if config.bytes_per_token * config.max_model_len > left  # (short of the tokens)
             else f"its {slots:,} slots hold one request of at most {fits:,} tokens, fewer than "
             f"max_model_len = {config.max_model_len:,} ({_whole_units(config)})"
@@ -454,8 +464,8 @@ def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
     rooms = []
     tp = 1
     while tp <= MAX_SUGGESTED_TP:
-        kv = model.num_kv_heads
-        if model.num_attention_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0):
+        heads = model.num_kv_heads
+        if model.num_attention_heads % tp == 0 and (heads % tp == 0 or tp % heads == 0):
             parallel = ParallelConfig(
                 tensor_parallel_size=tp,
                 pipeline_parallel_size=config.parallel.pipeline_parallel_size,
@@ -468,16 +478,16 @@ def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
                     cache.block_size_tokens,
                     config.draft_kv_layers,
                 )
-                kv = groups.slot_bytes * _group_pool_tokens(config, groups, config.max_model_len)
+                pool = groups.slot_bytes * _group_pool_tokens(config, groups, config.max_model_len)
             else:
                 per_token = kv_bytes_per_token_per_gpu(
                     model, parallel, cache.kv_cache_dtype, config.draft_kv_layers
                 )
-                kv = per_token * slots
+                pool = per_token * slots
             room = (
                 cache.gpu_memory_utilization * config.gpu.memory_bytes
                 - weight_bytes_per_gpu(model, parallel, config.draft_params)
-                - kv
+                - pool
             )
             rooms.append((tp, room))
         tp *= 2
@@ -541,12 +551,11 @@ def check_pool_shape(config: ConfigParts) -> None:
         return
     if cache.allocator not in SLAB_ALLOCATORS:
         return
-    full = cache.reservation == "full_context"
     slab = _largest_slab(config)
     what = (
         f"reservation 'full_context' reserves {config.model.name}'s trained context of "
         f"{slab:,} tokens per request"
-        if full
+        if _reserves_trained_context(config)
         else f"one max_model_len = {slab:,} request takes a {slab:,}-slot slab"
     )
     if slab > capacity:
@@ -561,7 +570,7 @@ def check_pool_shape(config: ConfigParts) -> None:
 def _largest_slab(config: ConfigParts) -> int:
     """Slots of the largest slab a slab allocator's reservation asks for: ``max_model_len``, or
     the model's trained context under ``full_context``."""
-    if config.cache.reservation == "full_context":
+    if _reserves_trained_context(config):
         return config.model.max_position_embeddings
     return config.max_model_len
 
@@ -604,19 +613,17 @@ def check_buddy_reach(config: ConfigParts) -> None:
 
 def _check_buddy(config: ConfigParts, slab: int, what: str, where: str) -> None:
     capacity = config.capacity_tokens
-    chunk = next_power_of_2(slab)
-    max_chunk = next_power_of_2(config.max_model_len)
-    largest = min(max_chunk, 1 << (capacity.bit_length() - 1))  # the empty pool's first chunk
+    chunk = next_power_of_2(slab)  # (within buddy's reach: check_buddy_reach)
+    largest = 1 << (capacity.bit_length() - 1)  # the empty pool's first chunk
     if chunk <= largest:
         return
     budget = chunk * config.bytes_per_token
-    # (the trained context's chunk does not shrink with max_model_len)
-    other = (
-        "choose another reservation"
-        if config.cache.reservation == "full_context"
-        else f"lower scheduler.max_model_len to {largest:,}"
-    )
-    if budget + config.weight_bytes_per_gpu > config.gpu.memory_bytes:  # (refused if followed)
+    # (the trained context's chunk does not shrink with max_model_len; another reservation's
+    # chunk is max_model_len's)
+    other = f"lower scheduler.max_model_len to {largest:,}"
+    if _reserves_trained_context(config):
+        other = f"choose another reservation and {other}"
+    if not _fits_beside_weights(config, budget):  # (refused if followed)
         advice = (
             f"{other} (a pool of {chunk:,} slots, {_gib(budget)}, does not fit beside the "
             f"{_gib(config.weight_bytes_per_gpu)} of weights on one {config.gpu.name})"

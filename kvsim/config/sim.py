@@ -525,9 +525,7 @@ def _check_speculative(config: SimConfig, args: EngineArgs) -> None:
             "speculative.num_speculative_tokens: speculative decoding runs under vLLM v1's "
             "scheduler (num_tokens_with_spec); set scheduler.engine = 'vllm-v1'"
         )
-    if not (
-        config.cache.allocator in PAGED_ALLOCATORS or maps_virtual_pages(config.cache.allocator)
-    ):
+    if not hands_out_blocks(config.cache.allocator):  # (lookahead slots come from a block pool)
         raise ValueError(
             f"speculative.num_speculative_tokens: {k} drafts need lookahead slots from a block "
             f"pool ('paged' or 'vattention'), not {config.cache.allocator!r}"
