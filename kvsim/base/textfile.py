@@ -23,14 +23,12 @@ def read_text(path: str | Path) -> str:
 
     Raises:
         FileNotFoundError: no such file (the message names it).
-        ValueError: the path is a folder, not a regular file or unreadable, or the bytes are not
-            UTF-8 (the message names the file, the offending byte and its offset).
+        ValueError: the path is a folder or unreadable, or the bytes are not UTF-8 (the message
+            names the file, the offending byte and its offset).
     """
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{path}: is a folder, expected a file")
-    if path.exists() and not path.is_file():  # (a pipe would block the read: none is a config)
-        raise ValueError(f"{path}: is not a regular file (a pipe, socket or device)")
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -97,7 +97,7 @@ def what_file(path: Path) -> str | None:
     """What a kvsim TOML file is and the command that runs it (``"an experiment (...); run it
     with kvsim sweep PATH"``), for a message about a file given where a folder was expected;
     ``None`` for any other file (or one that cannot be read)."""
-    if path.suffix != ".toml":
+    if path.suffix != ".toml" or not path.is_file():  # (a named pipe's read would block)
         return None
     from kvsim.base.textfile import read_toml
 

@@ -726,7 +726,7 @@ def _read_config_toml(path: Path) -> dict[str, Any]:
             f"{path}: is part of the {results} folder {path.parent} ({read_by(results)}), "
             "expected a config TOML file"
         )
-    if suffix == ".parquet":  # (not text: a TOML error would say to save it as UTF-8)
+    if suffix == ".parquet" and path.is_file():  # (not text: read as TOML, "save as UTF-8")
         raise ValueError(
             f"{path}: is a Parquet file, expected a config TOML file; a trace is a workload: "
             f"kvsim run --set workload.trace={path}"

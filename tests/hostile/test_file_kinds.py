@@ -113,22 +113,30 @@ def test_a_plan_of_a_base_config_and_no_question_is_run_by_kvsim_plan(hostile) -
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes (POSIX only)")
-def test_a_pipe_named_like_a_config_is_refused_not_read(hostile) -> None:
-    # reading a FIFO blocks until something writes to it: kvsim run, report, plot and compare
-    # of fifo.toml hung until killed
+def test_a_pipe_is_read_as_a_config_and_never_read_where_a_folder_is_expected(hostile) -> None:
+    # kvsim run <(cat c.toml) reads a pipe with a writer: it runs. report, plot and compare of
+    # a pipe named fifo.toml read it to say what kind of file it is, and with no writer hung
+    # until killed; a folder is expected there, and a pipe is none
     import signal
+    import threading
 
     def blocked(signum: int, frame: object) -> None:
         raise TimeoutError("reading fifo.toml blocked")  # (fails the test, not CI's hour)
 
-    os.mkfifo(hostile.cwd / "fifo.toml")
+    fifo = hostile.cwd / "fifo.toml"
+    os.mkfifo(fifo)
     before = signal.signal(signal.SIGALRM, blocked)
     signal.alarm(20)
     try:
-        hostile.run(["run", "fifo.toml"], "fifo.toml: is not a regular file (a pipe, socket")
         hostile.run(["report", "fifo.toml"], "is a file, expected a run folder")
         hostile.run(["plot", "fifo.toml"], "is a file, expected a sweep folder")
         hostile.run(["compare", "fifo.toml", "fifo.toml"], "is a file, expected a run folder")
+        writer = threading.Thread(target=fifo.write_text, args=("[workload]\nnum_requests = 2\n",))
+        writer.start()
+        outcome = hostile.invoke(["run", "--no-progress", "fifo.toml"])
+        writer.join()
+        assert outcome.exit_code == 0, outcome.output
+        assert ", 2 requests" in outcome.output.splitlines()[0]
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, before)
