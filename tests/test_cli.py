@@ -488,7 +488,7 @@ def test_run_header_says_a_drafter_came_out_of_the_derived_budget():
     }
     plain, drafted = config_from_dict(base), config_from_dict({**base, "speculative": spec})
     assert plain.capacity_tokens - drafted.capacity_tokens in (30_517, 30_518)
-    assert "after a drafter of 2,000,000,000 parameters" in pool_text(drafted)
+    assert "of weights (a drafter's 2,000,000,000 parameters included) and" in pool_text(drafted)
     assert "drafter" not in pool_text(plain)
     explicit = config_from_dict({**base, "speculative": spec, "cache": {"kv_cache_gib": 4}})
     assert "drafter" not in pool_text(explicit)

@@ -423,6 +423,9 @@ def test_sweep_table_says_what_kvsims_own_shares_divide_by() -> None:
         "internal_fragmentation_pct_of_used: internal fragmentation (% of used KV)"
     )
     assert sweep_table(table, [], ["time_to_first_token_seconds_mean"], "t").caption is None
+    # a label that only repeats its name says nothing ("prefix_cache_hit_rate (hits / ...)")
+    hits = pd.DataFrame({"prefix_cache_hit_rate": [0.5]})
+    assert sweep_table(hits, [], ["prefix_cache_hit_rate"], "t").caption is None
 
 
 def test_sweep_table_shows_bandwidths_in_gb_per_s() -> None:
@@ -518,3 +521,26 @@ def test_every_text_value_a_summary_writes_reads_back(overrides, tmp_path: Path)
     assert {"engine", "config_key"} <= text <= TEXT_KEYS
     results.save(tmp_path / "run")
     assert set(read_summary(tmp_path / "run" / "summary.json")) == set(results.summary)
+
+
+def test_the_memory_metrics_are_those_memory_shares_gives() -> None:
+    # is_memory_metric names what a run without memory rows lacks: every key memory_shares
+    # returns for two rows of a 10-slot pool, and no key it does not (the latency and the
+    # offload counters come from the requests and the tier)
+    from kvsim.results.columns import CATEGORIES
+    from kvsim.results.metrics import is_memory_metric, memory_shares
+
+    rows = {c: [1.0, 2.0] for c in CATEGORIES}
+    rows.update(
+        duration_s=[1.0, 1.0],
+        allocated=[5.0, 6.0],
+        allocated_max=[5.0, 6.0],
+        full_s=[0.0, 0.0],
+        num_requests_running=[1.0, 2.0],
+        num_requests_waiting=[0.0, 1.0],
+    )
+    keys = memory_shares(pd.DataFrame(rows), capacity_slots=10)
+    assert keys
+    assert all(is_memory_metric(k) for k in keys), [k for k in keys if not is_memory_metric(k)]
+    assert not is_memory_metric("time_to_first_token_seconds_mean")
+    assert not is_memory_metric("kv_offload_loads")

@@ -142,17 +142,7 @@ def run_cheapest_command(
     layouts: list[tuple[int, int] | None] = [None, *pairs]
     pricing = PricingSpec.model_validate(base.get("pricing", {}))
     for gpu in gpu_names:  # every GPU priced, before anything runs
-        try:
-            gpu_price_per_hour(gpu, pricing)
-        except ValueError as err:
-            if len(gpu_names) < 2:
-                raise
-            message = str(err).split("; set pricing.usd_per_gpu_hour")[0]
-            raise ValueError(  # (one price for every GPU would make their ratio 1)
-                f"{message}; add a row [{gpu}] usd_per_gpu_hour = ... to a copy of that "
-                "table and set pricing.table to it, or leave the GPU out of --gpus "
-                "(pricing.usd_per_gpu_hour would price every GPU alike)"
-            ) from None
+        gpu_price_per_hour(gpu, pricing, among="--gpus" if len(gpu_names) > 1 else "")
     if scheduler is not None:
         check_scheduler(scheduler, DASK_CONNECT_TIMEOUT_S)
     options = [FleetOption(g, t, s) for g in gpu_names for t in sizes for s in layouts]

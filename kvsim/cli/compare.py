@@ -19,7 +19,7 @@ def load_summary(folder: Path) -> dict[str, Any]:
             ``read_summary`` refuses (naming it).
     """
     path = folder / "summary.json" if folder.is_dir() else folder
-    if not path.is_file():
+    if not path.is_file() or path.suffix != ".json":  # (a run's folder or its summary.json)
         from kvsim.results.folders import check_folder
 
         check_folder(folder, "run", str(folder))  # (says what it is instead)

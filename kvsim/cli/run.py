@@ -121,9 +121,9 @@ def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | Non
 
 
 def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
-    """The summary's header, two lines: engine profile and preemption mode, model, GPUs,
-    allocator and requests (``num_rejected`` of ``num_requests`` could not run); then the pool
-    (``pool_text``)."""
+    """The summary's header, three lines: engine profile and preemption mode, model, GPUs,
+    allocator and requests (``num_rejected`` of ``num_requests`` could not run); the workload
+    (``workload_text``); then the pool (``pool_text``)."""
     from kvsim.config import SimConfig
     from kvsim.results.tables import preemption_rule
     from kvsim.workload.generate import resolved_workload
@@ -201,20 +201,19 @@ def pool_text(cfg: object) -> str:
     assert isinstance(cfg, SimConfig)
     slots = cfg.capacity_tokens
     derived = cfg.cache.kv_cache_bytes is None and cfg.cache.kv_cache_gib is None
-    drafter = (  # its weights come out of a derived budget (SimConfig.weight_bytes_per_gpu)
-        f", after a drafter of {cfg.draft_params:,} parameters"
-        if derived and cfg.draft_params
-        else ""
-    )
+    drafter = ""
     groups = cfg.kv_groups  # hybrid KV cache groups: a slot is one token of one group
     if cfg.draft_kv_layers:  # the drafter's layers keep KV beside the target's (SpeculativeConfig)
         where = "every slot" if groups is None else "the full-attention groups"
         drafter += f", {plural(cfg.draft_kv_layers, 'drafter layer')} in {where}"
     budget = ""
     if derived:  # where a derived budget comes from (kvsim.config.memory's arithmetic)
+        # (a drafter's weights are among them: SimConfig.weight_bytes_per_gpu)
+        with_drafter = f" (a drafter's {cfg.draft_params:,} parameters included)"
         budget = (
             f": {cfg.cache.gpu_memory_utilization:g} x {format_gib(cfg.gpu.memory_bytes)} less "
-            f"{format_gib(cfg.weight_bytes_per_gpu)} of weights and "
+            f"{format_gib(cfg.weight_bytes_per_gpu)} of weights"
+            f"{with_drafter if cfg.draft_params else ''} and "
             f"{format_gib(cfg.cache.activation_headroom_bytes)} of activation headroom"
         )
     text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU{budget}{drafter})"

@@ -217,8 +217,9 @@ def _checked(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     return table
 
 
-def gpu_price_per_hour(gpu_name: str, pricing: PricingSpec) -> float:
-    """USD per GPU-hour of GPU ``gpu_name`` under ``pricing``.
+def gpu_price_per_hour(gpu_name: str, pricing: PricingSpec, *, among: str = "") -> float:
+    """USD per GPU-hour of GPU ``gpu_name`` under ``pricing``; ``among`` names the other GPUs
+    priced beside it (``--gpus``), for whom one price for all would not do.
 
     Raises:
         ValueError: the table has no price for the GPU (naming the table, the GPU and how to
@@ -230,8 +231,15 @@ def gpu_price_per_hour(gpu_name: str, pricing: PricingSpec) -> float:
     row = table.get(gpu_name)
     if row is None:
         where = pricing.table or "kvsim/data/prices.toml"
+        advice = "set pricing.usd_per_gpu_hour or add the GPU to a price table (pricing.table)"
+        if among:  # (one price for every GPU would make their ratio 1)
+            to = pricing.table or f"a copy of {where} and set pricing.table to it"
+            advice = (
+                f"add a row [{gpu_name}] usd_per_gpu_hour = ... to {to}, or leave the GPU out "
+                f"of {among} (pricing.usd_per_gpu_hour would price every GPU alike)"
+            )
         raise ValueError(
             f"pricing: no price for GPU {gpu_name!r} in {where} (it prices {sorted(table)}); "
-            "set pricing.usd_per_gpu_hour or add the GPU to a price table (pricing.table)"
+            f"{advice}"
         )
     return float(row["usd_per_gpu_hour"])

@@ -24,7 +24,7 @@ _MARKER: dict[str, str] = {
 _READ_BY: dict[str, str] = {
     "run": "kvsim report and kvsim compare read it",
     "sweep": "kvsim plot draws it; its points under points/ are run folders",
-    "plan": "kvsim plan wrote it: answer.json, points.csv and plan.png",
+    "plan": "kvsim plan wrote it: its answer.json and points.csv, and a figure",
 }
 
 
@@ -57,6 +57,8 @@ def check_folder(path: Path, expected: FolderKind, name: str) -> None:
     if not path.exists():
         raise ValueError(f"{name}: no such folder")
     if not path.is_dir():
+        if not path.is_file():  # (a named pipe, a socket, a device)
+            raise ValueError(f"{name}: is not a folder (nor a regular file)")
         what = what_file(path)
         hint = f": {what}" if what else ""
         raise ValueError(f"{name}: is a file, expected a {expected} folder{hint}")

@@ -103,6 +103,28 @@ def weighted_sum(values: npt.ArrayLike, weights: npt.ArrayLike) -> float:
     return float(np.multiply(values, weights, dtype=np.float64).sum())
 
 
+# the summary metrics memory_shares adds beside each category's shares: absent from a run that
+# records no memory rows (record_memory = false)
+_MEMORY_METRICS = frozenset(
+    {
+        "kv_cache_usage_perc",
+        "kv_cache_usage_perc_max",
+        "kv_cache_full_time_frac",
+        "token_utilization_perc",
+        "kv_saved_by_sharing_pct",
+        "num_requests_running_mean",
+        "num_requests_waiting_mean",
+    }
+)
+
+
+def is_memory_metric(name: str) -> bool:
+    """Whether the summary metric ``name`` comes from the memory rows (``memory_shares``): a
+    category's share of KV or of used KV, the usage, the running and waiting means."""
+    shares = {f"{c}_pct" for c in CATEGORIES} | {f"{c}_pct_of_used" for c in CATEGORIES}
+    return name in _MEMORY_METRICS or name in shares
+
+
 def memory_shares(
     memory: pd.DataFrame | Columns, capacity_slots: int, usable_capacity_slots: int | None = None
 ) -> dict[str, float]:

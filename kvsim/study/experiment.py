@@ -329,7 +329,11 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
     unknown = set(data) - _TOP_KEYS
     if unknown:
         config = sorted(unknown & set(SimConfig.model_fields))
-        hint = f" (a config's fields go under [base]: [base.{config[0]}])" if config else ""
+        hint = ""
+        if config:  # (a section as [base.NAME], a value under [base])
+            name = config[0]
+            where = f"[base.{name}]" if isinstance(data[name], dict) else f"[base] {name} = ..."
+            hint = f" (a config's fields go under [base]: {where})"
         raise ValueError(
             f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}{hint}"
         )

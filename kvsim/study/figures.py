@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kvsim.base.tablefile import stored_table
+from kvsim.results.metrics import is_memory_metric
 from kvsim.study.analysis import check_analysis
 from kvsim.study.load import SweepResults, field_groups, load_sweep, row_labels
 from kvsim.view.fleet_plots import point_bars
@@ -160,9 +161,17 @@ def _vs_figures(
     metrics = [m for m in asked if m in sweep.summary]
     named = [*analysis.get("vs_metrics", []), *targets]  # the experiment's own, not defaults
     missing = [m for m in dict.fromkeys(named) if m not in sweep.summary]
-    if missing:
-        why = "" if recorded_memory(sweep.summary) else " (record_memory = false)"
-        logger.warning("%s: no %s in summary.parquet%s, not drawn", sweep.folder, missing, why)
+    unrecorded = (
+        [] if recorded_memory(sweep.summary) else [m for m in missing if is_memory_metric(m)]
+    )
+    if unrecorded:
+        logger.warning(
+            "%s: no %s in summary.parquet (record_memory = false), not drawn",
+            sweep.folder,
+            unrecorded,
+        )
+    if other := [m for m in missing if m not in unrecorded]:
+        logger.warning("%s: no %s in summary.parquet, not drawn", sweep.folder, other)
     if not metrics:
         return
     for x in varying_axes(sweep.summary, sweep.swept_fields):

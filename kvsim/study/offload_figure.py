@@ -16,7 +16,7 @@ def save_offload_figure(folder: str | Path) -> Path:
     """Draw an offload sweep's figure into ``folder/figures/offload.png``; returns the path.
 
     Raises:
-        FileNotFoundError: no sweep results in ``folder``.
+        ValueError: ``folder`` is not a sweep folder (``kvsim.study.load.load_sweep``).
         ValueError: the sweep varies neither the disk tier's size and read bandwidth nor the
             CPU tier's size and link bandwidth.
     """

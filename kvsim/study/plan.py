@@ -36,7 +36,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.base.build import source_build
-from kvsim.base.say_once import note_once
+from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
@@ -261,7 +261,7 @@ class Plan:
                 ) from None
             return
         why = moot_reason(config, self.base, self.field)
-        if why is None:  # the bracket's low end, else its middle where the low end is invalid
+        if why is None and self.lo < self.hi:  # the low end, else the middle where it is invalid
             for x in (self.lo, math.sqrt(self.lo * self.hi)):
                 other = self._config_at(x)
                 if other is not None:
@@ -407,7 +407,7 @@ def plan_from_dict(
         )
         field_name = str(question["field"])
         bracket = knob_bracket(field_name, base, varied)
-        preset = {**KNOBS.get(field_name, {}), **bracket}
+        preset: dict[str, Any] = {**KNOBS.get(field_name, {}), **bracket}
         natural = preset.get("direction")
         if natural is not None and question.get("direction", natural) != natural:
             raise ValueError(
@@ -426,14 +426,13 @@ def plan_from_dict(
             )
         lo = _number(question, "lo", preset.get("lo", math.nan))
         hi = _number(question, "hi", preset.get("hi", math.nan))
-        least = bracket.get("lo")
-        if least is not None and lo < least < hi:  # (every budget below it is invalid)
-            note_once(
+        if "need" in bracket and lo < bracket["need"] and bracket["lo"] < hi:
+            warn_once(  # (every budget below the need is an invalid config)
                 logger,
                 f"plan: lo = {lo:g} is below the KV one max_model_len request needs "
-                f"({least:g}); the search starts there",
+                f"({bracket['need']:.4g}); the search starts at {bracket['lo']:g}",
             )
-            lo = least
+            lo = bracket["lo"]
         return Plan(
             name=name,
             base=base,
@@ -481,8 +480,9 @@ def knob_bracket(
     """The default bracket the base config's hardware allows for a KV-budget knob
     (``cache.kv_cache_gib`` or ``cache.kv_cache_bytes``): from the KV one ``max_model_len``
     request needs (whole blocks and vLLM v1's null block, or a slab reservation's largest slab:
-    ``least_pool_tokens``) to what the GPU holds beside the
-    weights (``{}`` for other knobs or an invalid base; ``varied`` as ``Plan.varied``)."""
+    ``least_pool_tokens``; in GiB rounded up to a hundredth) to what the GPU holds beside the
+    weights, and ``need``, that KV unrounded (``{}`` for other knobs or an invalid base;
+    ``varied`` as ``Plan.varied``)."""
     if field_name not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
         return {}
     try:
@@ -492,9 +492,9 @@ def knob_bracket(
     need = config.bytes_per_token * least_pool_tokens(config)
     room = config.gpu.memory_bytes - config.weight_bytes_per_gpu
     if field_name == "cache.kv_cache_bytes":
-        return {"lo": need, "hi": room} if 0 < need < room else {}
+        return {"lo": need, "hi": room, "need": need} if 0 < need < room else {}
     lo, hi = math.ceil(need / GiB * 100) / 100, math.floor(room / GiB * 100) / 100
-    return {"lo": lo, "hi": hi} if 0 < lo < hi else {}
+    return {"lo": lo, "hi": hi, "need": need / GiB} if 0 < lo < hi else {}
 
 
 _EASIER = {"smallest": "easier", "largest": "harder"}  # by each knob's natural direction

@@ -494,7 +494,13 @@ def sweep_table(
             *(_field_cell(f, row.get(f)) for f in fields),
             *(format_metric(m, row.get(m)) for m in shown),
         )
-    notes = [f"{m}: {METRIC_LABELS[m]}" for m in shown if m in METRIC_LABELS]  # (kvsim's own)
+    # what a metric measures, where its label says more than its name (token_utilization_perc:
+    # token states / allocated KV), not where it repeats it (prefix_cache_hit_rate's)
+    notes = [
+        f"{m}: {METRIC_LABELS[m]}"
+        for m in shown
+        if m in METRIC_LABELS and not METRIC_LABELS[m].startswith(m)
+    ]
     if len(records) > max_rows:
         notes.insert(0, f"first {max_rows} of {len(records):,} points")
     out.caption = "; ".join(notes) or None

@@ -116,7 +116,10 @@ def test_a_gpu_without_a_price_is_one_clear_error(tmp_path):
     # among several GPUs, one price for all (pricing.usd_per_gpu_hour) is not the advice: it
     # would price a100-40gb as v100 too, and the cheapest fleet would be a tie of chips
     flat = " ".join(result.output.split())
-    assert "add a row [v100] usd_per_gpu_hour = ... to a copy of that table" in flat
+    assert (
+        "add a row [v100] usd_per_gpu_hour = ... to a copy of kvsim/data/prices.toml and set "
+        "pricing.table to it" in flat
+    )
     assert "or leave the GPU out of --gpus" in flat
     table = tmp_path / "prices.toml"
     table.write_text("[h100-80gb]\nusd_per_gpu_hour = 2.0\n")

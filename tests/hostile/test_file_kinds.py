@@ -99,6 +99,9 @@ def test_a_config_section_beside_an_experiments_axes_is_sent_nowhere(hostile) ->
     outcome = hostile.run(["run", "m.toml"], "m.toml", "grid: Extra inputs are not permitted")
     assert "kvsim sweep" not in outcome.output
     hostile.run(["sweep", "m.toml"], "unknown keys ['model']", "go under [base]: [base.model]")
+    # a value, not a section: seed = 1 goes under [base] (it said [base.seed], a table)
+    hostile.write("s.toml", "seed = 1\n" + EXPERIMENT.split("\n", 1)[1])
+    hostile.run(["sweep", "s.toml"], "unknown keys ['seed']", "go under [base]: [base] seed = ...")
 
 
 def test_a_plan_of_a_base_config_and_no_question_is_run_by_kvsim_plan(hostile) -> None:
@@ -128,9 +131,8 @@ def test_a_pipe_is_read_as_a_config_and_never_read_where_a_folder_is_expected(ho
     before = signal.signal(signal.SIGALRM, blocked)
     signal.alarm(20)
     try:
-        hostile.run(["report", "fifo.toml"], "is a file, expected a run folder")
-        hostile.run(["plot", "fifo.toml"], "is a file, expected a sweep folder")
-        hostile.run(["compare", "fifo.toml", "fifo.toml"], "is a file, expected a run folder")
+        for args in (["report"], ["plot"], ["compare", "fifo.toml"]):
+            hostile.run([*args, "fifo.toml"], "is not a folder (nor a regular file)")
         writer = threading.Thread(target=fifo.write_text, args=("[workload]\nnum_requests = 2\n",))
         writer.start()
         outcome = hostile.invoke(["run", "--no-progress", "fifo.toml"])

@@ -25,6 +25,11 @@ CASES = {
         [("e.toml", EXPERIMENT)],
         ["is a file, expected a run folder: an experiment", "kvsim sweep e.toml"],
     ),
+    "compare_a_config_file": (  # (it was read as JSON: "invalid JSON")
+        ["compare", "run", "e.toml"],
+        [RUN, ("e.toml", EXPERIMENT)],
+        ["e.toml: is a file, expected a run folder: an experiment", "kvsim sweep e.toml"],
+    ),
     "compare_a_missing_folder": (["compare", "run", "nope"], [RUN], ["nope: no such folder"]),
     "compare_a_plan": (
         ["compare", "run", "plan"],

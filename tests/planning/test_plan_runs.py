@@ -182,20 +182,23 @@ def test_shipped_plans_load_with_their_questions() -> None:
 
 
 def test_a_kv_plans_low_end_starts_at_the_kv_one_request_needs(caplog) -> None:
-    # bursty-kv asks from lo = 0.5 GiB, but Llama-3.1-8B's 8,192-token request needs (512
+    # bursty-kv asked from lo = 0.5 GiB, but Llama-3.1-8B's 8,192-token request needs (512
     # blocks + the null block) x 16 x 131,072 B = 1,075,838,976 B = 1.002 GiB: every budget
     # below is an invalid config, and 4 of the 17 points of its quick run were spent on them.
-    # The search now starts at 1.01 GiB (knob_bracket's need rounded up to a hundredth of a GiB),
-    # and says so
+    # A lo below the need starts the search at 1.01 GiB (the need rounded up to a hundredth of
+    # a GiB), with a warning; a lo at or above the need stays, 1.0025 (between the need and its
+    # rounding) included; the shipped plan now asks from 1.01 itself
     import logging
 
-    with caplog.at_level(logging.INFO, logger="kvsim.study.plan"):
+    shipped = load_plan(plans_dir() / "bursty-kv.toml")
+    assert (shipped.lo, shipped.hi) == (1.01, 48.0)
+    with caplog.at_level(logging.WARNING, logger="kvsim.study.plan"):
         forget_warnings(caplog)
-        plan = load_plan(plans_dir() / "bursty-kv.toml")
-    assert (plan.lo, plan.hi) == (1.01, 48.0)
-    assert "plan: lo = 0.5 is below the KV one max_model_len request needs (1.01)" in caplog.text
-    asked = load_plan(plans_dir() / "bursty-kv.toml", lo=2.0)  # a lo above it stays
-    assert asked.lo == 2.0
+        low = load_plan(plans_dir() / "bursty-kv.toml", lo=0.5)
+    assert low.lo == 1.01
+    assert "plan: lo = 0.5 is below the KV one max_model_len request needs (1.002)" in caplog.text
+    for lo in (1.0025, 2.0):
+        assert load_plan(plans_dir() / "bursty-kv.toml", lo=lo).lo == lo
 
 
 def test_quick_bursty_kv_draws_its_answer(tmp_path: Path) -> None:

@@ -351,3 +351,20 @@ def test_a_metric_targeted_twice_keeps_the_tighter_bound_with_a_warning(
     ]  # the repeat of <= 1 asks nothing new: no second warning
     question = {"field": "cache.kv_cache_gib", "targets": [f"{METRIC}<=2", f"{METRIC}<=0.5"]}
     assert plan_from_dict("p", {}, question).targets == (Target(METRIC, 0.5),)
+
+
+def test_a_plan_of_one_choice_checks_it_and_is_not_called_moot() -> None:
+    # lo == hi with that one choice asks whether it meets the targets; check_field compared
+    # the config at lo with the one at hi, the same point, and refused the knob as having no
+    # effect ("the config at 2 and at 2 is the same")
+    question = {
+        "field": "parallel.tensor_parallel_size",
+        "direction": "smallest",
+        "targets": {METRIC: 2.0},
+        "lo": 2.0,
+        "hi": 2.0,
+        "choices": [2.0],
+    }
+    plan = planning.plan_from_dict("p", {"model": "llama-3.1-8b", "gpu": "h100-80gb"}, question)
+    plan.check_field()  # (raised "has no effect")
+    assert (plan.lo, plan.hi, plan.choices) == (2.0, 2.0, (2.0,))

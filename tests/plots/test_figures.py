@@ -449,7 +449,11 @@ def test_a_sweep_without_memory_rows_draws_its_other_figures(tmp_path, caplog) -
             },
             "grid": {"cache.block_size_tokens": [8, 16]},
             "analysis": {
-                "vs_metrics": ["time_to_first_token_seconds_mean", "num_requests_running_mean"]
+                "vs_metrics": [
+                    "time_to_first_token_seconds_mean",
+                    "num_requests_running_mean",
+                    "kv_offload_loads",  # (no CPU tier: missing, but not for want of memory)
+                ]
             },
         },
         name="nomem",
@@ -464,3 +468,4 @@ def test_a_sweep_without_memory_rows_draws_its_other_figures(tmp_path, caplog) -
         "no ['num_requests_running_mean'] in summary.parquet (record_memory = false), not drawn"
         in caplog.text
     )
+    assert "no ['kv_offload_loads'] in summary.parquet, not drawn" in caplog.text
