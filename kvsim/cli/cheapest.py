@@ -162,6 +162,11 @@ def run_cheapest_command(
         verdict = "[green]meets[/]" if meets else "[red]fails[/]"
         stub = Plan("x", {}, "fleet.replicas", "smallest", 1, 2, tuple(targets))
         detail = failure(stub, summary)
+        if meets:  # (the measured values, not "meets every target" after "meets")
+            detail = ", ".join(
+                f"{t.metric} = {float(summary.get(t.metric, math.nan)):.4g} <= {t.bound:g}"
+                for t in targets
+            )
         price = summary.get("usd_per_hour", math.nan)
         console.print(
             f"  {option.name} x{replicas:<3} ${price:8.2f}/h {verdict}  {escape(detail)}",
@@ -186,8 +191,8 @@ def run_cheapest_command(
 
 
 def _table(result: Any) -> Table:
-    title = "fleets that meet every target, cheapest first"
-    table = Table(title=title if result.best is not None else "fleet kinds considered")
+    # (every kind considered: those with no answer say why, some never simulated)
+    table = Table(title="fleet kinds considered, those meeting every target cheapest first")
     for column in ("fleet kind", "replicas", "GPUs", "USD/h", "why not"):
         table.add_column(column, justify="left" if column in ("fleet kind", "why not") else "right")
     order = sorted(

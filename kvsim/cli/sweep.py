@@ -73,7 +73,14 @@ def sweep(
         if path.is_dir():
             raise ValueError(f"{experiment}: is a folder; give an experiment TOML file")
         if not path.is_file():
-            raise ValueError(f"{experiment}: no such experiment file (kvsim presets experiments)")
+            import difflib
+
+            from kvsim.presets import names as preset_names
+
+            names = preset_names(experiments_dir())
+            close = difflib.get_close_matches(str(experiment), names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else " (kvsim presets experiments)"
+            raise ValueError(f"{experiment}: no such experiment file{hint}")
         spec = load_experiment(path)
         report = run_sweep(
             spec,

@@ -78,7 +78,10 @@ def test_an_option_whose_config_is_invalid_says_the_configs_whole_error(tmp_path
     assert result.points.empty
     from kvsim.cli.cheapest import _table
 
-    assert _table(result).title == "fleet kinds considered"  # (not "fleets that meet ...")
+    # (it was titled "fleets that meet every target" with none meeting)
+    assert (
+        _table(result).title == "fleet kinds considered, those meeting every target cheapest first"
+    )
 
 
 def test_replica_price_reads_the_table_or_the_config():
@@ -100,7 +103,14 @@ def test_cli_cheapest_writes_answer_points_and_frontier(tmp_path):
     answer = json.loads((folder / "answer.json").read_text())
     assert answer["answer"]["gpu"] in ("h100-80gb", "a100-80gb")
     assert (folder / "frontier.png").stat().st_size > 0
-    assert len(pd.read_csv(folder / "points.csv")) >= 2
+    points = pd.read_csv(folder / "points.csv")
+    assert len(points) >= 2
+    # a fleet that meets says its measured value against the bound (it said "meets  meets
+    # every target"), the one points.csv holds
+    met = points[points["meets"]].iloc[0]
+    value = float(met["time_to_first_token_seconds_p99"])
+    line = next(x for x in result.output.splitlines() if x.strip().startswith(met["fleet"]))
+    assert f"meets  time_to_first_token_seconds_p99 = {value:.4g} <= 0.5" in line
 
 
 def test_a_gpu_without_a_price_is_one_clear_error(tmp_path):

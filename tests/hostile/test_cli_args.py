@@ -66,6 +66,10 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
     "sweep_out_root": (["sweep", "exp.toml", "--out", "/"], ["--out", "'/'"]),
     "sweep_out_file": (["sweep", "exp.toml", "--out", "afile"], ["--out", "'afile'"]),
     "sweep_unknown_experiment": (["sweep", "nosuch"], ["nosuch", "no such experiment"]),
+    "sweep_misspelt_experiment": (  # (vLLM's underscore for the shipped block-size)
+        ["sweep", "block_size"],
+        ["block_size: no such experiment file; did you mean 'block-size'?"],
+    ),
     "sweep_scheduler_garbage": (
         ["sweep", "exp.toml", "--out", "out", "--scheduler", "nonsense", "--no-progress"],
         ["--scheduler", "'nonsense'"],
