@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from kvsim.view.labels import axis_label, wrap_label
 from kvsim.view.style import styled
@@ -58,6 +59,14 @@ def point_bars(
 
 
 @styled
+class _PlainLog(LogFormatter):
+    """A log axis's ticks as plain numbers (0.04, 4, 40: not 4e-02 or 4 x 10^0), labelled where
+    matplotlib's ``LogFormatter`` would label them."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
 def cost_frontier(
     points: pd.DataFrame,
     targets: Mapping[str, float],
@@ -87,10 +96,12 @@ def cost_frontier(
             color = GPU_COLORS[i % len(GPU_COLORS)]
             rows = points[points["gpu"] == gpu]
             good, bad = rows[rows["meets"]], rows[~rows["meets"]]
-            ax.scatter(good["usd_per_hour"], good[metric], color=color, label=f"{gpu} (meets)")
-            ax.scatter(
-                bad["usd_per_hour"], bad[metric], facecolors="none", edgecolors=color, label=gpu
-            )
+            if len(good):  # (a legend entry for points drawn only)
+                ax.scatter(good["usd_per_hour"], good[metric], color=color, label=f"{gpu} (meets)")
+            if len(bad):
+                ax.scatter(
+                    bad["usd_per_hour"], bad[metric], facecolors="none", edgecolors=color, label=gpu
+                )
         meeting = points[points["meets"]].sort_values("usd_per_hour")
         if len(meeting):
             best = np.minimum.accumulate(meeting[metric].to_numpy(dtype=float))
@@ -113,9 +124,16 @@ def cost_frontier(
         finite = values[np.isfinite(values) & (values > 0)]
         if len(finite) and finite.max() / finite.min() >= 8:
             ax.set_yscale("log")
-        ax.set(xlabel="fleet price (USD per hour)", ylabel=axis_label(metric))
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers on log axes: 4, not 4 x 10^0
+            if axis.get_scale() == "log":  # (minor ones labelled within a decade only)
+                axis.set_major_formatter(_PlainLog(labelOnlyBase=False))
+                axis.set_minor_formatter(_PlainLog(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+        ax.set(xlabel="fleet price (USD per hour)", ylabel=wrap_label(axis_label(metric), 30))
         ax.grid(alpha=0.3)
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside right upper", fontsize="small")
+    # (below the panels: beside them, the title ran into it)
+    fig.legend(
+        handles, names, loc="outside lower center", ncol=min(len(names), 4) or 1, fontsize="small"
+    )
     fig.suptitle(title)
     return fig

@@ -225,3 +225,25 @@ def test_a_what_if_gpu_without_a_price_is_an_info_line_a_preset_without_one_a_wa
         (record,) = caplog.records
         assert record.levelname == level
         assert f"no price for GPU {gpu!r}" in record.getMessage()
+
+
+def test_the_frontier_labels_only_what_it_draws_in_plain_numbers():
+    # a new user's frontier listed a hollow "h100-80gb" (failing fleets) that had no point, its
+    # price ticks read 4 x 10^0, and the legend beside the panel ran into the title
+    from kvsim.view.fleet_plots import cost_frontier
+
+    points = pd.DataFrame(
+        {
+            "fleet": ["h100-80gb-tp1 x1", "h100-80gb-tp1 x2"],
+            "gpu": ["h100-80gb", "h100-80gb"],
+            "usd_per_hour": [3.49, 6.98],
+            "meets": [True, True],
+            "time_to_first_token_seconds_p99": [0.09, 0.08],
+        }
+    )
+    fig = cost_frontier(points, {"time_to_first_token_seconds_p99": 2.0}, cheapest=0)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["h100-80gb (meets)"]
+    ax = fig.axes[0]
+    assert ax.xaxis.get_minor_formatter()(4.0) == "4"  # within a decade: each minor tick
+    assert ax.xaxis.get_major_formatter()(10.0) == "10"
