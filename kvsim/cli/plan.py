@@ -295,6 +295,7 @@ def plan(
             f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "
             f"[{the_plan.lo:g}, {the_plan.hi:g}] with "
             + ", ".join(f"{t.metric} <= {t.bound:g}" for t in the_plan.targets)
+            + _setup_text(the_plan, quick)
         )
         bar = PointBar(
             desc=the_plan.name,
@@ -340,6 +341,23 @@ def _asks(the_plan: Any) -> tuple[str, str, tuple[tuple[str, float], ...], float
     resolution, which only say where and how finely to look)."""
     targets = tuple(sorted((t.metric, t.bound) for t in the_plan.targets))
     return the_plan.field, the_plan.direction, targets, the_plan.min_window_s
+
+
+def _setup_text(the_plan: Any, quick: bool) -> str:
+    """The plan's setup, a line of its own: model, GPU, allocator and workload (its config at the
+    bracket's ``hi``; ``""`` where that is invalid: the search then says why)."""
+    from kvsim.cli.run import workload_text
+    from kvsim.config import config_from_dict
+
+    spec = the_plan.config(the_plan.hi, quick=quick)
+    try:
+        config = config_from_dict(spec["data"], spec["overrides"], warn=False)
+    except ValueError:
+        return ""
+    return (
+        f"\n  {config.model.name} on {config.gpu.name}, {config.cache.allocator}; workload: "
+        f"{workload_text(config.workload)}"
+    )
 
 
 def _question_text(the_plan: Any) -> str:

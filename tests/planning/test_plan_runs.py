@@ -100,6 +100,11 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert f"{SMALLEST_WITHOUT_PREEMPTION:,}" in result.output
+    # the setup under the question (a new user found the plan named no model, GPU or workload)
+    assert result.output.splitlines()[1] == (
+        "  llama-3.1-8b on h100-80gb, paged; workload: fixed lengths: 100-token prompts, 28 "
+        "output tokens, Poisson arrivals at 1e+06 req/s"
+    )
     # the answer row names the knob and its unit once (it read "N  (kv_cache_bytes (bytes))")
     answer_row = next(line for line in result.output.splitlines() if "│ answer" in line)
     assert f"kv_cache_bytes (bytes): {SMALLEST_WITHOUT_PREEMPTION:,}" in answer_row
