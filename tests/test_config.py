@@ -299,6 +299,14 @@ def test_a_hybrid_models_budget_error_counts_its_groups_pool():
     assert advised.kv_cache_bytes // 40_960 >= 149_616
 
 
+# first_fit slabs of the trained context (full_context), whatever the 8,192 max_model_len
+FULL_CONTEXT_8K = {
+    "cache.allocator": "first_fit",
+    "cache.reservation": "full_context",
+    "scheduler.max_model_len": 8192,
+}
+
+
 def test_a_slab_reservations_tp_advice_counts_its_largest_slab():
     # Llama-3.1-70B, first_fit with 'full_context' at max_model_len 8,192: every request
     # reserves the trained context, 131,072 slots. TP 2 leaves 0.9 x 80 GiB - 70,554,000,000 -
@@ -307,11 +315,7 @@ def test_a_slab_reservations_tp_advice_counts_its_largest_slab():
     # slots of 80 KiB: the slab fits. The advice said TP 2, which the pool's shape refuses. (At
     # TP 1 the weights alone, 141,108,000,000 B, are short by 63,798,588,672 B = 59.4 GiB.)
     slab = {"model": "llama-3.1-70b", "gpu": "h100-80gb"}
-    asked = {
-        "cache.allocator": "first_fit",
-        "cache.reservation": "full_context",
-        "scheduler.max_model_len": 8192,
-    }
+    asked = FULL_CONTEXT_8K
     with pytest.raises(ValueError, match=r"short by 59\.4 GiB; parallel\.tensor_parallel_size = 4"):
         config_from_dict(slab, asked)
     with pytest.raises(ValueError, match=r"cache\.reservation: .* 28,124-slot pool"):
@@ -321,7 +325,7 @@ def test_a_slab_reservations_tp_advice_counts_its_largest_slab():
     ).capacity_tokens == (39_884_927_680 // 81_920)
 
 
-def test_a_full_context_slabs_budget_error_counts_the_slab_and_does_not_shorten_the_context():
+def test_a_full_context_slabs_budget_error_counts_the_slab_and_shortens_only_with_another():
     # Llama-3.1-8B, first_fit 'full_context', max_model_len 8,192, 0.44 of an A100-40GB:
     # 0.44 x 42,949,672,960 = 18,897,856,102 B less 16,060,000,000 of weights and 2 GiB of
     # headroom leaves 690,372,454 B (0.643 GiB). Every request reserves the trained context,
@@ -330,11 +334,7 @@ def test_a_full_context_slabs_budget_error_counts_the_slab_and_does_not_shorten_
     # leaves 18,897,856,102 - 8,030,000,000 - 8 GiB (64 KiB a token) = 2,277,921,510 B, more
     # than the 2 GiB of headroom: it fits
     slab = {"model": "llama-3.1-8b", "gpu": "a100-40gb"}
-    asked = {
-        "cache.allocator": "first_fit",
-        "cache.reservation": "full_context",
-        "scheduler.max_model_len": 8192,
-    }
+    asked = FULL_CONTEXT_8K
     with pytest.raises(ValueError, match="gpu_memory_utilization") as derived:
         config_from_dict(slab, {**asked, "cache.gpu_memory_utilization": 0.44})
     message = str(derived.value)
