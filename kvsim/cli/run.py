@@ -72,6 +72,8 @@ def run(
 
         check_out_dir(out)
         overrides = parse_overrides(set_ or [])
+        if config:
+            _refuse_results(config)
         cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
         with console.status("drawing the workload's requests", spinner="dots") as status:
             if no_progress:
@@ -110,6 +112,26 @@ def run(
             console.print(f"results written to {out}/")
 
     guard(go)
+
+
+def _refuse_results(path: Path) -> None:
+    """A results folder, or a file of one, given as the config: say what reads it.
+
+    Raises:
+        ValueError: ``path`` is a run, sweep or plan folder (``kvsim.results.folders``), or a
+            file other than a TOML one inside such a folder.
+    """
+    from kvsim.results.folders import folder_kind, read_by
+
+    if path.is_dir() and (kind := folder_kind(path)) is not None:
+        raise ValueError(f"{path}: is a {kind} folder ({read_by(kind)}), expected a config TOML")
+    if path.is_file() and path.suffix.lower() != ".toml":
+        kind = folder_kind(path.parent)
+        if kind is not None:
+            raise ValueError(
+                f"{path}: is part of the {kind} folder {path.parent} ({read_by(kind)}), "
+                "expected a config TOML file"
+            )
 
 
 def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | None:

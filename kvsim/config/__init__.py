@@ -29,11 +29,12 @@ _EXPORTS = {
     "apply_overrides": "kvsim.config.sim",
     "config_from_dict": "kvsim.config.sim",
     "format_validation_error": "kvsim.config.sim",
-    "load_config": "kvsim.config.sim",
+    "load_config": "kvsim.config.config_file",
     "set_dotted": "kvsim.config.sim",
 }
 
 if TYPE_CHECKING:
+    from kvsim.config.config_file import load_config
     from kvsim.config.cost_spec import CostSpec
     from kvsim.config.hardware import (
         GpuSpec,
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
         apply_overrides,
         config_from_dict,
         format_validation_error,
-        load_config,
         set_dotted,
     )
     from kvsim.config.speculative import SpeculativeConfig

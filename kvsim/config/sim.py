@@ -15,7 +15,6 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -28,7 +27,7 @@ from pydantic import (
 )
 
 from kvsim.base.say_once import warn_once
-from kvsim.base.textfile import cached_sha256_file, read_text, read_toml, toml_key_line
+from kvsim.base.textfile import cached_sha256_file
 from kvsim.base.units import GiB
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
@@ -42,7 +41,6 @@ from kvsim.config.allocators import (
     vattention_pages,
 )
 from kvsim.config.cost_spec import CostSpec
-from kvsim.config.file_kinds import check_kind
 from kvsim.config.fleet import DEFAULT_LINK, FleetSpec, PricingSpec, SloSpec, gpu_price_per_hour
 from kvsim.config.hardware import (
     Frozen,
@@ -666,92 +664,6 @@ def did_you_mean(loc: tuple[str, ...]) -> str:
         if key in getattr(sub, "model_fields", {})
     ][:1]
     return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
-    """Load a ``SimConfig`` from TOML with dotted overrides (``{"cache.block_size_tokens": 32}``,
-    as ``kvsim run --set`` gives them).
-
-    Raises:
-        ValueError: the file is a folder, not UTF-8, not valid TOML, another kind of kvsim file
-            (``kvsim.config.file_kinds``), or a field is invalid (the message names the file or
-            the field, and the ``--set`` overrides when the file alone is valid).
-        FileNotFoundError: no such file.
-    """
-    data = _read_config_toml(Path(path))
-    check_kind(path, data, "config")
-    if not data and not overrides:  # legal TOML, but meant to say something (a truncated file?)
-        warn_once(
-            logger,
-            "%s sets no field (empty, or only comments): every field is kvsim's "
-            "default (`kvsim presets` lists presets)",
-            path,
-        )
-    try:
-        return config_from_dict(data, overrides)
-    except ValueError as err:
-        message = str(err)
-    if not overrides:
-        raise ValueError(_at_lines(path, message))
-    try:
-        config_from_dict(data, warn=False)
-    except ValueError:
-        if message.split(":", 1)[0] in overrides:
-            raise ValueError(message) from None  # the override's fault, not the file's
-        raise ValueError(_at_lines(path, message)) from None
-    # the file alone is valid: the overrides made it invalid (those the message names)
-    named = {k: v for k, v in overrides.items() if k in message} or overrides
-    pairs = " ".join(
-        f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
-    )
-    raise ValueError(f"{path} with {pairs}: {message}")
-
-
-_TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet", ".txt")
-
-
-def _read_config_toml(path: Path) -> dict[str, Any]:
-    """``read_toml``, its errors saying what a folder, a results file or a trace file given
-    instead is for."""
-    from kvsim.results.folders import folder_kind, read_by
-
-    if path.is_dir():
-        kind = folder_kind(path)
-        what = f" (a {kind} folder: {read_by(kind)})" if kind else ""
-        raise ValueError(f"{path}: is a folder{what}, expected a config TOML file")
-    suffix = path.suffix.lower()
-    results = folder_kind(path.parent) if path.is_file() else None
-    if results is not None and suffix != ".toml":
-        raise ValueError(
-            f"{path}: is part of the {results} folder {path.parent} ({read_by(results)}), "
-            "expected a config TOML file"
-        )
-    if suffix == ".parquet" and path.is_file():  # (not text: read as TOML, "save as UTF-8")
-        raise ValueError(
-            f"{path}: is a Parquet file, expected a config TOML file; a trace is a workload: "
-            f"kvsim run --set workload.trace={path}"
-        )
-    try:
-        return read_toml(path)
-    except ValueError as err:
-        if suffix not in _TRACE_SUFFIXES:
-            raise
-        raise ValueError(
-            f"{err}; a trace file is a workload: kvsim run --set workload.trace={path}"
-        ) from None
-
-
-def _at_lines(path: str | Path, message: str) -> str:
-    """``message`` (one problem a line, each ``field: ...``) with each problem prefixed by the
-    file and the line that sets its field (``c.toml line 2: cache.block_size_tokens: ...``;
-    the file alone where no line does)."""
-    text = read_text(path)
-    out = []
-    for problem in message.splitlines():
-        field = problem.split(": ", 1)[0]
-        number = toml_key_line(text, field) if field and " " not in field else None
-        out.append(f"{path} line {number}: {problem}" if number else f"{path}: {problem}")
-    return "\n".join(out)
 
 
 def _short(value: Any) -> str:

@@ -382,9 +382,8 @@ def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:
 
     Raises:
         FileNotFoundError: no such preset.
-        ValueError: the file is not UTF-8 TOML, or another kind of kvsim file than a workload
-            preset (a config beside its ``[workload]``: ``kvsim.config.file_kinds``; the message
-            names it).
+        ValueError: the file is not UTF-8 TOML, or a config (``[workload]`` beside other keys;
+            the message names it).
         pydantic.ValidationError: the table is not a valid spec.
     """
     path = Path(preset)
@@ -396,10 +395,12 @@ def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:
         names = preset_names(workloads_dir())
         raise FileNotFoundError(f"No workload preset {str(preset)!r} ({path}); presets: {names}")
     table = read_toml(path)
-    if set(table) != {"workload"}:  # (a preset's fields, or a config: not only its workload)
-        from kvsim.config.file_kinds import check_kind
-
-        check_kind(path, table, "workload")
+    others = sorted(set(table) - {"workload"})
+    if "workload" in table and others:  # (its [workload] taken, the rest would be dropped)
+        raise ValueError(
+            f"{path}: holds [workload] beside {others}: a config, not a workload preset; run it "
+            f"with kvsim run {path}"
+        )
     table = table.get("workload", table)
     if not isinstance(table, dict):
         raise ValueError(f"{path}: [workload] must be a table, got {table!r}")

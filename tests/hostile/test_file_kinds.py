@@ -37,7 +37,7 @@ CASES = {
     "workload_config": (
         ["run", "--set", "workload=f.toml"],
         'model = "llama-2-7b"\n' + CONFIG,
-        "is a config",
+        "holds [workload] beside ['cache', 'model']: a config, not a workload preset",
         "kvsim run f.toml",
     ),
     "sweep_plan": (["sweep", "f.toml"], PLAN, "is a plan", "kvsim plan f.toml"),

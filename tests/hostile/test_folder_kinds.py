@@ -50,7 +50,7 @@ CASES = {
     "run_a_results_folder": (
         ["run", "run"],
         [RUN],
-        ["run: is a folder (a run folder: kvsim report and kvsim compare read it)"],
+        ["run: is a run folder (kvsim report and kvsim compare read it), expected a config"],
     ),
     # a results file: the trace advice fired for it, and following it failed
     "run_a_results_file": (

@@ -1,0 +1,93 @@
+"""Reading a config TOML file into a ``SimConfig``: ``load_config``, whose errors name the file,
+the line that sets the faulty field, the ``--set`` overrides to blame, and what a file of another
+kind (``kvsim.config.file_kinds``), a folder or a trace given instead is for."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from kvsim.base.say_once import warn_once
+from kvsim.base.textfile import read_text, read_toml, toml_key_line
+from kvsim.config.file_kinds import check_kind
+from kvsim.config.sim import SimConfig, config_from_dict
+
+logger = logging.getLogger(__name__)
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
+    """Load a ``SimConfig`` from TOML with dotted overrides (``{"cache.block_size_tokens": 32}``,
+    as ``kvsim run --set`` gives them).
+
+    Raises:
+        ValueError: the file is a folder, not UTF-8, not valid TOML, another kind of kvsim file
+            (``kvsim.config.file_kinds``), or a field is invalid (the message names the file or
+            the field, and the ``--set`` overrides when the file alone is valid).
+        FileNotFoundError: no such file.
+    """
+    data = _read_config_toml(Path(path))
+    check_kind(path, data, "config")
+    if not data and not overrides:  # legal TOML, but meant to say something (a truncated file?)
+        warn_once(
+            logger,
+            "%s sets no field (empty, or only comments): every field is kvsim's "
+            "default (`kvsim presets` lists presets)",
+            path,
+        )
+    try:
+        return config_from_dict(data, overrides)
+    except ValueError as err:
+        message = str(err)
+    if not overrides:
+        raise ValueError(_at_lines(path, message))
+    try:
+        config_from_dict(data, warn=False)
+    except ValueError:
+        if message.split(":", 1)[0] in overrides:
+            raise ValueError(message) from None  # the override's fault, not the file's
+        raise ValueError(_at_lines(path, message)) from None
+    # the file alone is valid: the overrides made it invalid (those the message names)
+    named = {k: v for k, v in overrides.items() if k in message} or overrides
+    pairs = " ".join(
+        f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
+    )
+    raise ValueError(f"{path} with {pairs}: {message}")
+
+
+_TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet", ".txt")
+
+
+def _read_config_toml(path: Path) -> dict[str, Any]:
+    """``read_toml``, its errors saying what a folder or a trace file given instead is for (a
+    results folder's: ``kvsim.cli.run``, which knows them)."""
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, expected a config TOML file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet" and path.is_file():  # (not text: read as TOML, "save as UTF-8")
+        raise ValueError(
+            f"{path}: is a Parquet file, expected a config TOML file; a trace is a workload: "
+            f"kvsim run --set workload.trace={path}"
+        )
+    try:
+        return read_toml(path)
+    except ValueError as err:
+        if suffix not in _TRACE_SUFFIXES:
+            raise
+        raise ValueError(
+            f"{err}; a trace file is a workload: kvsim run --set workload.trace={path}"
+        ) from None
+
+
+def _at_lines(path: str | Path, message: str) -> str:
+    """``message`` (one problem a line, each ``field: ...``) with each problem prefixed by the
+    file and the line that sets its field (``c.toml line 2: cache.block_size_tokens: ...``;
+    the file alone where no line does)."""
+    text = read_text(path)
+    out = []
+    for problem in message.splitlines():
+        field = problem.split(": ", 1)[0]
+        number = toml_key_line(text, field) if field and " " not in field else None
+        out.append(f"{path} line {number}: {problem}" if number else f"{path}: {problem}")
+    return "\n".join(out)
