@@ -58,7 +58,6 @@ def point_bars(
     return fig
 
 
-@styled
 class _PlainLog(LogFormatter):
     """A log axis's ticks as plain numbers (0.04, 4, 40: not 4e-02 or 4 x 10^0), labelled where
     matplotlib's ``LogFormatter`` would label them."""
@@ -67,6 +66,7 @@ class _PlainLog(LogFormatter):
         return f"{x:g}" if super().__call__(x, pos) else ""
 
 
+@styled
 def cost_frontier(
     points: pd.DataFrame,
     targets: Mapping[str, float],
