@@ -340,9 +340,8 @@ def test_a_full_context_slabs_budget_error_counts_the_slab_and_shortens_only_wit
     message = str(derived.value)
     assert (
         "leaving 0.643 GiB for KV: KV is short by 15.4 GiB for one max_model_len = 8,192 "
-        "request (its 'full_context' slab: 131,072 tokens); raise the KV budget or choose "
-        "another cache.reservation"
-    ) in message
+        "request (its 'full_context' slab: 131,072 tokens); choose another cache.reservation"
+    ) in message  # (a budget of one's own: the options after it, here TP 2)
     # another reservation's slab is max_model_len, so it must fit the 0.643 GiB too:
     # 690,372,454 // 131,072 = 5,267 slots (it advised a shorter context alone, which leaves
     # the slab as it is)
@@ -658,7 +657,7 @@ def test_a_quarter_gib_budget_reads_as_such_in_the_error():
 def test_raising_the_kv_budget_is_advised_only_where_it_fits_beside_the_weights():
     # Llama-3.1-70B at TP 2 on an H100 with 1 GiB of KV: 1,073,741,824 // 163,840 B a token =
     # 6,553 slots, 409 blocks of 16 less the null block: 6,528 tokens. One 131,072-token
-    # request needs (8,192 + 1) x 16 x 163,840 B = 21,476,147,200 B (20.0 GiB), which beside
+    # request needs (8,192 + 1) x 16 x 163,840 B = 21,477,457,920 B (20.0 GiB), which beside
     # 70,554,000,000 B (65.7 GiB) of weights exceeds the 80 GiB GPU: raising the budget was
     # advised and then refused; a shorter context alone is. At TP 4 it fits: both are advised
     base = {"model": "llama-3.1-70b", "gpu": "h100-80gb"}
@@ -668,3 +667,22 @@ def test_raising_the_kv_budget_is_advised_only_where_it_fits_beside_the_weights(
     with pytest.raises(ValueError, match="max_model_len") as tp4:
         config_from_dict(base, {"parallel.tensor_parallel_size": 4, "cache.kv_cache_gib": 1})
     assert str(tp4.value).endswith(" or raise the KV budget")
+
+
+def test_a_slab_above_the_pool_advises_a_budget_only_where_one_fits():
+    # Llama-3.1-8B on an RTX 4090 (23.5 GiB), max_model_len 8,192, first_fit full_context: the
+    # derived budget, 0.9 x 23.5 GiB less 14.96 GiB of weights and 2 GiB, holds one 8,192-token
+    # request, but every slab is the trained context, 131,072 x 128 KiB = 16 GiB, which beside
+    # the weights exceeds the GPU: raising the budget was advised and could not be followed
+    with pytest.raises(ValueError, match=r"^cache\.reservation: ") as err:
+        config_from_dict({"model": "llama-3.1-8b", "gpu": "rtx-4090"}, FULL_CONTEXT_8K)
+    assert str(err.value).endswith("; choose another reservation")
+
+
+def test_a_config_compares_equal_after_its_replicas_are_read():
+    # every config has replica_configs ((itself,) without a fleet); cached, that tuple made a
+    # config hold itself, and comparing two such configs recursed without end
+    a, b = config_from_dict({}), config_from_dict({})
+    assert len(a.replica_configs) == len(b.replica_configs) == 1
+    assert a.num_gpus == 1
+    assert a == b

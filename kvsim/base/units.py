@@ -37,6 +37,13 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
+def prev_power_of_2(n: int) -> int:
+    """Largest power of two <= ``n`` (``n >= 1``): ``prev_power_of_2(25) == 16``."""
+    if n < 1:
+        raise ValueError(f"prev_power_of_2: n must be >= 1, got {n}")
+    return 1 << (n.bit_length() - 1)
+
+
 def format_gib(num_bytes: float, round_up: bool = False) -> str:
     """``num_bytes`` in GiB to three significant digits, one decimal at least: ``"0.25 GiB"``
     (not ``"0.2"``), ``"1.56 GiB"``, ``"16.0 GiB"``, ``"131.4 GiB"``; ``round_up`` for an amount

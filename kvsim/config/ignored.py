@@ -21,7 +21,7 @@ setting.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -70,6 +70,9 @@ class ConfigParts(Protocol):
 
     @property
     def num_kv_tensors(self) -> int: ...
+
+    @property
+    def replica_configs(self) -> Sequence[Any]: ...
 
 
 BUDGET_FIELDS = ("cache.kv_cache_bytes", "cache.kv_cache_gib", "cache.kv_cache_gb")
@@ -232,17 +235,7 @@ def _replica_allocators(config: ConfigParts) -> list[str]:
     """The allocators the run's pools use: the config's, unless every replica of a fleet names
     its own in ``fleet.replica_overrides``, and each one they name (a replica's pool reads the
     knobs its allocator takes)."""
-    fleet = config.fleet
-    if fleet is None:
-        return [config.cache.allocator]
-    named = []
-    for i in range(fleet.replicas):
-        table = fleet.replica_overrides[i] if i < len(fleet.replica_overrides) else {}
-        cache = table.get("cache")
-        name = cache.get("allocator") if isinstance(cache, dict) else None
-        # (an unknown name is the fleet's own error, raised where the replica is built)
-        named.append(name if name in POLICY_ARGUMENTS else config.cache.allocator)
-    return list(dict.fromkeys(named))
+    return list(dict.fromkeys(c.cache.allocator for c in config.replica_configs))
 
 
 def _router_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from kvsim.base.limits import MAX_POOL_BLOCKS
 from kvsim.base.units import format_gib as _gib  # three significant digits: 0.25 GiB, not 0.2
-from kvsim.base.units import next_power_of_2
+from kvsim.base.units import next_power_of_2, prev_power_of_2
 from kvsim.config.allocators import (
     PAGED_ALLOCATORS,
     POWER_OF_TWO_SLABS,
@@ -169,10 +169,11 @@ def _context_advice(config: ConfigParts, limit: int, or_raise: str = "") -> str:
     """What a pool holding one request of at most ``limit`` tokens asks of the config: a shorter
     ``max_model_len`` (buddy's a power of two; then ``or_raise``, where a budget that holds one
     request fits beside the weights), another reservation where the slab is the trained context
-    whatever ``max_model_len`` (``full_context``), or ``_no_row_advice``."""
+    whatever ``max_model_len`` (``full_context``; raising the budget first where ``or_raise``
+    asks for it and it fits), or ``_no_row_advice``."""
     fits = _fits_beside_weights(config, least_pool_tokens(config) * config.bytes_per_token)
     if config.cache.allocator in POWER_OF_TWO_SLABS and limit >= 1:
-        limit = 1 << (limit.bit_length() - 1)  # (buddy's chunk of max_model_len: a power of two)
+        limit = prev_power_of_2(limit)  # (buddy's chunk of max_model_len: a power of two)
     if _reserves_trained_context(config):
         advice = (
             "choose another cache.reservation ('full_context' reserves "
@@ -181,7 +182,7 @@ def _context_advice(config: ConfigParts, limit: int, or_raise: str = "") -> str:
         )
         if limit < config.max_model_len:  # (another reservation's slab: max_model_len)
             advice += f" and lower scheduler.max_model_len to at most {limit:,}"
-        return ("raise the KV budget or " if fits else "") + advice
+        return ("raise the KV budget or " if or_raise and fits else "") + advice
     if limit >= MIN_MAX_MODEL_LEN and _holds_a_block(config):
         return f"lower scheduler.max_model_len to at most {limit:,}{or_raise if fits else ''}"
     return _no_row_advice(config)
@@ -559,9 +560,10 @@ def check_pool_shape(config: ConfigParts) -> None:
         else f"one max_model_len = {slab:,} request takes a {slab:,}-slot slab"
     )
     if slab > capacity:
+        fits = _fits_beside_weights(config, least_pool_tokens(config) * config.bytes_per_token)
         raise ValueError(
             f"cache.reservation: {what}, more than the {capacity:,}-slot pool ({where}); "
-            "choose another reservation or raise the KV budget"
+            "choose another reservation" + (" or raise the KV budget" if fits else "")
         )
     if cache.allocator in POWER_OF_TWO_SLABS:
         _check_buddy(config, slab, what, where)
@@ -614,7 +616,7 @@ def check_buddy_reach(config: ConfigParts) -> None:
 def _check_buddy(config: ConfigParts, slab: int, what: str, where: str) -> None:
     capacity = config.capacity_tokens
     chunk = next_power_of_2(slab)  # (within buddy's reach: check_buddy_reach)
-    largest = 1 << (capacity.bit_length() - 1)  # the empty pool's first chunk
+    largest = prev_power_of_2(capacity)  # the empty pool's first chunk
     if chunk <= largest:
         return
     budget = chunk * config.bytes_per_token

@@ -140,17 +140,26 @@ class SimConfig(Frozen):
                 data.pop(key, None)
         return data
 
-    @cached_property
+    @property
     def replica_configs(self) -> tuple[SimConfig, ...]:
-        """Each replica's config (``fleet.replica_overrides`` over this config's sections, no
-        ``fleet``); ``(self,)`` without a fleet.
+        """Each replica's config (``fleet_replica_configs``); ``(self,)`` without a fleet, not
+        cached: a config holding itself would recurse without end in ``==``.
+
+        Raises:
+            ValueError: a replica's table makes an invalid config (naming the replica).
+        """
+        return (self,) if self.fleet is None else self.fleet_replica_configs
+
+    @cached_property
+    def fleet_replica_configs(self) -> tuple[SimConfig, ...]:
+        """Each replica's config of a fleet (``fleet.replica_overrides`` over this config's
+        sections, no ``fleet``).
 
         Raises:
             ValueError: a replica's table makes an invalid config (naming the replica).
         """
         fleet = self.fleet
-        if fleet is None:
-            return (self,)
+        assert fleet is not None, "a fleet's replicas"
         base = self.model_dump(mode="json")
         base.pop("fleet", None)
         out: list[SimConfig] = []
