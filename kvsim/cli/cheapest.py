@@ -160,13 +160,14 @@ def run_cheapest_command(
         from kvsim.study.plan import Plan
 
         verdict = "[green]meets[/]" if meets else "[red]fails[/]"
-        stub = Plan("x", {}, "fleet.replicas", "smallest", 1, 2, tuple(targets))
-        detail = failure(stub, summary)
         if meets:  # (the measured values, not "meets every target" after "meets")
             detail = ", ".join(
                 f"{t.metric} = {float(summary.get(t.metric, math.nan)):.4g} <= {t.bound:g}"
                 for t in targets
             )
+        else:
+            stub = Plan("x", {}, "fleet.replicas", "smallest", 1, 2, tuple(targets))
+            detail = failure(stub, summary)
         price = summary.get("usd_per_hour", math.nan)
         console.print(
             f"  {option.name} x{replicas:<3} ${price:8.2f}/h {verdict}  {escape(detail)}",

@@ -404,3 +404,24 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             )
         out[key] = value
     return out
+
+
+def refuse_results(path: Path, expected: str) -> None:
+    """A results folder, or a file of one, given where ``expected`` (``"a config TOML"``) is:
+    say what reads it.
+
+    Raises:
+        ValueError: ``path`` is a run, sweep or plan folder (``kvsim.results.folders``), or a
+            file other than a TOML one inside such a folder.
+    """
+    from kvsim.results.folders import folder_kind, read_by
+
+    if path.is_dir() and (kind := folder_kind(path)) is not None:
+        raise ValueError(f"{path}: is a {kind} folder ({read_by(kind)}), expected {expected}")
+    if path.is_file() and path.suffix.lower() != ".toml":
+        kind = folder_kind(path.parent)
+        if kind is not None:
+            raise ValueError(
+                f"{path}: is part of the {kind} folder {path.parent} ({read_by(kind)}), "
+                f"expected {expected}"
+            )

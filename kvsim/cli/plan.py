@@ -26,6 +26,7 @@ from kvsim.cli.common import (
     not_an_override,
     parse_overrides,
     print_whole,
+    refuse_results,
     warn_many_jobs,
 )
 from kvsim.config.file_kinds import check_kind, file_kinds
@@ -57,6 +58,7 @@ def _source(source: str | None) -> tuple[Path | None, bool]:
     if not source.endswith(".toml") and shipped.is_file():
         return shipped, True
     path = Path(source)
+    refuse_results(path, "a config or plan TOML")
     if path.is_dir():
         raise ValueError(f"plan: {source!r} is a folder; give a config or plan TOML file")
     if not path.is_file():
@@ -595,18 +597,10 @@ def _answer_table(result: Any) -> Table:
 
 
 def _list_plans() -> None:
-    import tomllib
-
-    from kvsim.cli.presets import PROSE_WIDTH
+    from kvsim.cli.presets import described_table
     from kvsim.presets import plans_dir
 
-    table = Table(title="shipped plans (kvsim plan NAME)")
-    table.add_column("name")
-    table.add_column("question", max_width=PROSE_WIDTH)
-    for path in sorted(plans_dir().glob("*.toml")):
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-        table.add_row(path.stem, str(data.get("description", "")))
-    print_whole(table)
+    print_whole(described_table(plans_dir(), "shipped plans", "kvsim plan NAME"))
 
 
 # the examples of --target, full width under the options (a metric name fills its column)

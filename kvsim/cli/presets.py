@@ -16,7 +16,9 @@ KINDS = ("models", "gpus", "workloads", "experiments", "plans")
 PROSE_WIDTH = 80  # characters of a description column's line
 
 
-def _described(folder: Path, title: str, hint: str) -> Table:
+def described_table(folder: Path, title: str, hint: str) -> Table:
+    """The TOML files of ``folder``, a row each: the name and its ``description`` (or the first
+    sentence of its leading comment), wrapped at ``PROSE_WIDTH``."""
     table = Table(title=f"{title} ({hint})", title_justify="left")
     table.add_column("name")
     table.add_column("what", max_width=PROSE_WIDTH)  # (prose wraps: piped, it ran 900 wide)
@@ -105,11 +107,11 @@ def presets(
         tables: dict[str, Callable[[], Table]] = {
             "models": _models,
             "gpus": _gpus,
-            "workloads": lambda: _described(workloads_dir(), "workloads", "workload = NAME"),
-            "experiments": lambda: _described(
+            "workloads": lambda: described_table(workloads_dir(), "workloads", "workload = NAME"),
+            "experiments": lambda: described_table(
                 experiments_dir(), "experiments", "kvsim sweep experiments/NAME.toml"
             ),
-            "plans": lambda: _described(plans_dir(), "plans", "kvsim plan NAME"),
+            "plans": lambda: described_table(plans_dir(), "plans", "kvsim plan NAME"),
         }
         for name in KINDS if kind is None else (kind,):
             print_whole(tables[name]())

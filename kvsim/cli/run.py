@@ -17,6 +17,7 @@ from kvsim.cli.common import (
     not_an_override,
     parse_overrides,
     print_whole,
+    refuse_results,
 )
 from kvsim.config.allocators import LAYOUTS, PAGED_ALLOCATORS, has_memory_map
 
@@ -73,7 +74,7 @@ def run(
         check_out_dir(out)
         overrides = parse_overrides(set_ or [])
         if config:
-            _refuse_results(config)
+            refuse_results(config, "a config TOML")
         cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
         with console.status("drawing the workload's requests", spinner="dots") as status:
             if no_progress:
@@ -114,26 +115,6 @@ def run(
     guard(go)
 
 
-def _refuse_results(path: Path) -> None:
-    """A results folder, or a file of one, given as the config: say what reads it.
-
-    Raises:
-        ValueError: ``path`` is a run, sweep or plan folder (``kvsim.results.folders``), or a
-            file other than a TOML one inside such a folder.
-    """
-    from kvsim.results.folders import folder_kind, read_by
-
-    if path.is_dir() and (kind := folder_kind(path)) is not None:
-        raise ValueError(f"{path}: is a {kind} folder ({read_by(kind)}), expected a config TOML")
-    if path.is_file() and path.suffix.lower() != ".toml":
-        kind = folder_kind(path.parent)
-        if kind is not None:
-            raise ValueError(
-                f"{path}: is part of the {kind} folder {path.parent} ({read_by(kind)}), "
-                "expected a config TOML file"
-            )
-
-
 def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | None:
     """Seconds between memory-map frames so that ``num_frames`` cover the arrivals (``None``
     for no frames)."""
@@ -148,7 +129,6 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     (``workload_text``); then the pool (``pool_text``)."""
     from kvsim.config import SimConfig
     from kvsim.results.tables import preemption_rule
-    from kvsim.workload.generate import resolved_workload
 
     assert isinstance(cfg, SimConfig)
     args = cfg.engine_args
@@ -173,14 +153,18 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     return (  # (three lines: the setup, the workload, then the pool, whose arithmetic is long)
         f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
         f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {requests}\n"
-        f"workload: {workload_text(resolved_workload(cfg.workload))}\n"
+        f"workload: {workload_text(cfg.workload)}\n"
         f"KV pool: {pool_text(cfg)}"
     )
 
 
 def workload_text(spec: WorkloadSpec) -> str:
-    """The workload in words: its preset's name, where its lengths come from, how requests
-    arrive (a closed loop is the setup line's), and what it shares or repeats."""
+    """The workload in words, as generation reads it (``resolved_workload``: a trace file's
+    arrivals known once it is read): its preset's name, where its lengths come from, how
+    requests arrive (a closed loop is the setup line's), and what it shares or repeats."""
+    from kvsim.workload.generate import resolved_workload
+
+    spec = resolved_workload(spec)
     lengths = spec.length_source
     if lengths == "trace":
         source = f"trace {spec.trace}" + (", resampled" if spec.sample_mode == "resample" else "")

@@ -17,6 +17,7 @@ from kvsim.cli.common import (
     err_console,
     guard,
     print_whole,
+    refuse_results,
     warn_many_jobs,
 )
 
@@ -70,6 +71,7 @@ def sweep(
         path = experiment
         if not path.exists() and path.suffix != ".toml":
             path = experiments_dir() / f"{experiment}.toml"
+        refuse_results(path, "an experiment TOML")
         if path.is_dir():
             raise ValueError(f"{experiment}: is a folder; give an experiment TOML file")
         if not path.is_file():

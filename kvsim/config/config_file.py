@@ -56,7 +56,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     raise ValueError(f"{path} with {pairs}: {message}")
 
 
-_TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet", ".txt")
+_TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".txt")  # (a Parquet file: refused before it is read)
 
 
 def _read_config_toml(path: Path) -> dict[str, Any]:

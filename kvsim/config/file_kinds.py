@@ -15,14 +15,14 @@ from typing import Any, Literal
 
 Kind = Literal["config", "experiment", "plan", "workload"]
 
-# every key a plan and an experiment may have (``kvsim.study.plan.load_plan``,
-# ``kvsim.study.experiment.parse_experiment``), and those one of them needs: a plan's base
-# config or experiment, an experiment's base or axes
-_PLAN_KEYS = frozenset(
+# every key a plan and an experiment may have (``kvsim.study.plan.load_plan`` and
+# ``kvsim.study.experiment.parse_experiment`` refuse the others), and those one of them needs: a
+# plan's base config or experiment, an experiment's base or axes
+PLAN_KEYS = frozenset(
     {"name", "description", "base", "experiment", "label", "set", "question", "quick"}
 )
 _PLAN_NEEDS = frozenset({"base", "experiment", "label", "set", "question"})
-_EXPERIMENT_KEYS = frozenset(
+EXPERIMENT_KEYS = frozenset(
     {"name", "description", "base", "grid", "zip", "quick", "snapshot_at_s", "analysis"}
 )
 _EXPERIMENT_NEEDS = frozenset({"base", "grid", "zip"})
@@ -57,9 +57,9 @@ def file_kinds(data: dict[str, Any]) -> list[Kind]:
     kinds: list[Kind] = []
     if keys <= set(SimConfig.model_fields):
         kinds.append("config")
-    if keys <= _PLAN_KEYS and keys & _PLAN_NEEDS:
+    if keys <= PLAN_KEYS and keys & _PLAN_NEEDS:
         kinds.append("plan")
-    if keys <= _EXPERIMENT_KEYS and keys & _EXPERIMENT_NEEDS:
+    if keys <= EXPERIMENT_KEYS and keys & _EXPERIMENT_NEEDS:
         kinds.append("experiment")
     if keys <= set(WorkloadSpec.model_fields) | {"description"}:
         kinds.append("workload")

@@ -27,13 +27,13 @@ from typing import Any
 from kvsim.base.limits import MAX_POINTS, MAX_TIME_S
 from kvsim.base.textfile import read_toml
 from kvsim.config import SimConfig, apply_overrides, config_from_dict
-from kvsim.config.file_kinds import check_kind
+from kvsim.config.file_kinds import EXPERIMENT_KEYS, check_kind
 from kvsim.study.analysis import check_analysis
 from kvsim.workload import workloads_dir
 
 logger = logging.getLogger(__name__)
 LABEL = "label"
-_TOP_KEYS = {"name", "description", "base", "grid", "zip", "quick", "snapshot_at_s", "analysis"}
+_TOP_KEYS = EXPERIMENT_KEYS
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
 _RESERVED_NAMES = frozenset({"quick", "plan"})  # OUT/quick/NAME and OUT/plan/NAME live there
 

@@ -49,10 +49,9 @@ NEEDED_COLUMNS = ["config_key", "capacity_tokens", *SHARE_COLUMNS]
 
 
 def recorded_memory(table: pd.DataFrame) -> bool:
-    """Whether a sweep summary has any share of KV (of the whole or of used KV): a sweep with
-    ``record_memory = false`` has none."""
-    memory = [f"{c}_pct" for c in CATEGORY_COLORS] + SHARE_COLUMNS
-    return bool(table.columns.isin(memory).any())
+    """Whether a sweep summary has any metric of the memory rows (``is_memory_metric``): a
+    sweep with ``record_memory = false`` has none."""
+    return any(is_memory_metric(str(c)) for c in table.columns)
 
 
 def varying_axes(table: pd.DataFrame, fields: list[str]) -> list[str]:

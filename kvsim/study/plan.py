@@ -40,7 +40,7 @@ from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
-from kvsim.config.file_kinds import check_kind
+from kvsim.config.file_kinds import PLAN_KEYS, check_kind
 from kvsim.config.memory import least_pool_tokens
 from kvsim.config.sim import did_you_mean, field_annotation
 from kvsim.results import read_summary
@@ -327,16 +327,7 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
     path = Path(path)
     data = read_toml(path)
     check_kind(path, data, "plan")
-    unknown = set(data) - {
-        "name",
-        "description",
-        "base",
-        "experiment",
-        "label",
-        "set",
-        "question",
-        "quick",
-    }
+    unknown = set(data) - PLAN_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
     for key in ("base", "set", "question", "quick"):

@@ -46,7 +46,11 @@ CASES = {
         [("empty/notes.txt", "x")],
         ["empty: holds no summary.parquet (a sweep folder: kvsim sweep writes one)"],
     ),
-    "plan_a_results_folder": (["plan", "run"], [RUN], ["plan: 'run' is a folder; give a config"]),
+    "plan_a_results_folder": (
+        ["plan", "run"],
+        [RUN],
+        ["run: is a run folder (kvsim report and kvsim compare read it), expected a config"],
+    ),
     "run_a_results_folder": (
         ["run", "run"],
         [RUN],

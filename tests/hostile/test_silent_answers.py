@@ -97,7 +97,6 @@ def test_the_cli_shows_the_rows_overflow_drop_removed(hostile, caplog, monkeypat
     level = workload_logger.level
     for args in (["run", "--no-progress", cfg], ["sweep", experiment, "--no-progress"]):
         monkeypatch.setattr(sys, "argv", ["kvsim", *map(str, args), "--out", "out"])
-        monkeypatch.setattr(say_once, "SAID", set())
         forget_warnings(caplog)
         try:
             with pytest.raises(SystemExit) as done:
@@ -137,10 +136,8 @@ def test_a_window_no_request_outgrows_is_warned_about(caplog) -> None:
     import logging
 
     from kvsim import config_from_dict
-    from kvsim.base import say_once
 
     def groups_with_window(window: int) -> list[str]:
-        say_once.SAID.clear()
         forget_warnings(caplog)
         attention = {"num_sliding_layers": 16, "sliding_window_tokens": window}
         config = config_from_dict(
@@ -165,12 +162,10 @@ def test_a_link_slower_than_any_gpu_cpu_link_is_warned_about(caplog) -> None:
     direction): its copies outlast the run, so say so; a PCIe 4 link (25.6e9) is not warned."""
     import logging
 
-    from kvsim.base import say_once
     from kvsim.config.offload import OffloadConfig
 
     caplog.set_level(logging.WARNING, logger="kvsim.config")
     for link, warned in ((1e6, True), (25.6e9, False)):
-        say_once.SAID.clear()
         forget_warnings(caplog)
         OffloadConfig(kv_offloading_size=8, link_bandwidth_bytes_per_s=link)
         found = [r for r in caplog.records if "slower than any GPU-CPU link" in r.getMessage()]
@@ -182,10 +177,8 @@ def test_prompt_max_tokens_without_a_client_cap_is_warned_about(caplog) -> None:
     max_model_len (a request's max_tokens is then max_model_len - prompt): legal, but the same
     slabs as 'max'; say so (a ``--set workload=<preset>`` replacing a scenario's workload table
     drops its max_tokens)."""
-    from kvsim.base import say_once
 
     def warned(**workload) -> list[str]:
-        say_once.SAID.clear()
         forget_warnings(caplog)
         config_from_dict(
             {
