@@ -238,7 +238,9 @@ def _point_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
         frames.append(frame)
     if frames:
         fig = latency_cdf(
-            pd.concat(frames, ignore_index=True), title=sweep.meta.get("name", ""), facet=facet
+            pd.concat(frames, ignore_index=True),
+            title=f"{sweep.meta.get('name', '')}: each request's latency, by point",
+            facet=facet,
         )
         _save(fig, out / "latency_cdf.png", written)
     if snapshots:
@@ -286,7 +288,10 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
         bars = replace(sweep, summary=sweep.summary[drawn].reset_index(drop=True))
         facet = _facet(bars)
         fig = waste_bars(
-            bars.summary, _short_labels(bars, facet), title=sweep.meta.get("name", ""), facet=facet
+            bars.summary,
+            _short_labels(bars, facet),
+            title=f"{sweep.meta.get('name', '')}: where the used KV memory goes",
+            facet=facet,
         )
         _save(fig, out_dir / "waste_bars.png", written)
     _vs_figures(sweep, analysis, out_dir, written)
@@ -361,7 +366,9 @@ def _fleet_figures(sweep: SweepResults, out: Path, written: list[Path]) -> None:
     if not metrics:
         return
     labels = row_labels(table, sweep.swept_fields)
-    fig = point_bars(table, labels, metrics, title=sweep.meta.get("name", ""))
+    fig = point_bars(
+        table, labels, metrics, title=f"{sweep.meta.get('name', '')}: the fleet's metrics"
+    )
     _save(fig, out / "fleet.png", written)
 
 

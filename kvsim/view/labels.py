@@ -92,6 +92,12 @@ def metric_unit(metric: str) -> str:
 DISPLAY_UNITS = (("_bytes_per_s", 1e9, "GB/s"),)
 
 
+# units written after a field's value in a label where its name does not say it (a size reads
+# wrong bare: kv_offloading_size=64 GiB, not kv_cache_gib=4 GiB); a count's (tokens, sequences)
+# is left to the axis label
+VALUE_UNITS = ("GiB", "GB/s")
+
+
 def display_unit(field: str) -> tuple[float, str] | None:
     """``(divisor, unit)`` when ``field`` is shown in another unit than its own (``DISPLAY_UNITS``):
     ``display_unit("offload.link_bandwidth_bytes_per_s")`` -> ``(1e9, "GB/s")``."""
@@ -141,11 +147,13 @@ def field_name(field: str) -> str:
 
 def field_text(field: str, value: object, name: str | None = None, sep: str = "=") -> str:
     """``name=value unit`` for a legend, a panel or a point's label: ``field_text("offload.
-    disk_read_bandwidth_bytes_per_s", 6.4e9)`` -> ``"disk_read_bandwidth=6.4 GB/s"``
+    disk_read_bandwidth_bytes_per_s", 6.4e9)`` -> ``"disk_read_bandwidth=6.4 GB/s"``, a size or a
+    rate with its unit (``VALUE_UNITS``)
     (``name``: another name to show, e.g. ``merged_name``'s; ``sep`` between it and the value)."""
     text = f"{name or field_name(field)}{sep}{field_value(field, value)}"
-    shown = display_unit(field)
-    return f"{text} {shown[1]}" if shown else text
+    unit = field_unit(field)
+    said = field.endswith("_gib")  # (a bandwidth's bytes_per_s is dropped from its name)
+    return f"{text} {unit}" if unit in VALUE_UNITS and not said else text
 
 
 def merged_name(names: list[str]) -> str:

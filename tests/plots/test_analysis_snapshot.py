@@ -83,6 +83,9 @@ def test_row_labels() -> None:
         "block_size_tokens=8",
         "block_size_tokens=16",
     ]
+    # a size whose name has no unit is in GiB, a budget named in GiB is not said twice
+    sizes = pd.DataFrame({"offload.kv_offloading_size": [64], "cache.kv_cache_gib": [4.5]})
+    assert row_labels(sizes, list(sizes.columns)) == ["kv_offloading_size=64 GiB, kv_cache_gib=4.5"]
     # bandwidths in GB/s (decimal), not bytes/s; fields zipped to the same values named once
     drive = [3.2e9, 6.4e9]
     t = pd.DataFrame(
@@ -93,13 +96,13 @@ def test_row_labels() -> None:
         }
     )
     assert row_labels(t, list(t.columns)) == [
-        "disk_offloading_size=0, disk_read/write_bandwidth=3.2 GB/s",
-        "disk_offloading_size=0, disk_read/write_bandwidth=6.4 GB/s",
+        "disk_offloading_size=0 GiB, disk_read/write_bandwidth=3.2 GB/s",
+        "disk_offloading_size=0 GiB, disk_read/write_bandwidth=6.4 GB/s",
     ]
     # one value each: equal by chance, not zipped
     one = t.iloc[:1]
     assert row_labels(one, list(t.columns)) == [
-        "disk_offloading_size=0, disk_read_bandwidth=3.2 GB/s, disk_write_bandwidth=3.2 GB/s"
+        "disk_offloading_size=0 GiB, disk_read_bandwidth=3.2 GB/s, disk_write_bandwidth=3.2 GB/s"
     ]
 
 

@@ -220,8 +220,8 @@ def test_long_sweep_labels_fit_their_figures(tmp_path) -> None:
 
     folder = _disk_sweep(tmp_path)
     assert load_sweep(folder).labels()[:2] == [
-        "disk_offloading_size=0, disk_read/write_bandwidth=3.2 GB/s",
-        "disk_offloading_size=0, disk_read/write_bandwidth=6.4 GB/s",
+        "disk_offloading_size=0 GiB, disk_read/write_bandwidth=3.2 GB/s",
+        "disk_offloading_size=0 GiB, disk_read/write_bandwidth=6.4 GB/s",
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a layout warning fails the test
