@@ -198,6 +198,7 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
         for name in (
             "acceptance_rate",
             "acceptance_rates",  # (only the empty list validates beside k = 0)
+            "draft_acceptance_rate",
             "draft_num_params",
             "draft_num_kv_layers",
             "method",

@@ -58,7 +58,7 @@ from kvsim.config.layers import KVCacheGroups
 from kvsim.config.memory import check_buddy_reach, check_memory, check_pool_shape
 from kvsim.config.offload import OffloadConfig, check_offload
 from kvsim.config.serving import CacheSpec, EngineArgs, SchedulerConfig, resolve_engine_args
-from kvsim.config.speculative import SpeculativeConfig
+from kvsim.config.speculative import SpeculativeConfig, eagle_head_params
 from kvsim.workload import WorkloadSpec, load_workload
 
 # SimConfig's default sections that name a preset: a field set alone edits that preset
@@ -296,9 +296,15 @@ class SimConfig(Frozen):
 
     @property
     def draft_params(self) -> int:
-        """Parameters of the speculative drafter the GPUs hold (0 without speculation)."""
+        """Parameters of the speculative drafter the GPUs hold and read a draft pass (0 without
+        speculation): ``draft_num_params``, else an EAGLE head of the model's shape for
+        ``"eagle"`` (``eagle_head_params``) and 0 for ``"ngram"``."""
         spec = self.speculative
-        return spec.draft_num_params if spec.num_speculative_tokens else 0
+        if not spec.num_speculative_tokens:
+            return 0
+        if spec.draft_num_params is not None:
+            return spec.draft_num_params
+        return eagle_head_params(self.model) if spec.method == "eagle" else 0
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -15,8 +15,15 @@ vLLM's per-position acceptance rate, the share of drafts whose position ``i + 1`
 (``spec_decode_num_accepted_tokens_per_pos / spec_decode_num_drafts``), non-increasing since a
 position is accepted only after every earlier one; ``acceptance_rate = alpha`` stands for
 ``alpha, alpha**2, ...`` (each draft accepted with probability ``alpha`` given the ones before:
-the i.i.d. model of Leviathan et al., ICML 2023). One uniform draw ``u`` per verification,
+the i.i.d. model of Leviathan et al., ICML 2023). vLLM's logged "Avg Draft acceptance rate"
+(``spec_decode_num_accepted_tokens / spec_decode_num_draft_tokens``, the mean of the
+per-position rates: ``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingLogging``) is neither:
+give it as ``draft_acceptance_rate``, and kvsim takes the ``alpha`` whose ``k`` rates have that
+mean (0.7 at ``k = 3`` is ``alpha`` = 0.832, not 0.7). One uniform draw ``u`` per verification,
 taken from the run's seeded generator, gives ``a = #{i : u < acceptance_rates[i]}``.
+
+An EAGLE-style drafter whose size is not given reads one decoder layer of the target and its
+fusion layer a pass (``eagle_head_params``).
 """
 
 from __future__ import annotations
@@ -24,12 +31,14 @@ from __future__ import annotations
 import itertools
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kvsim.base.limits import MAX_MODEL_LAYERS, MAX_MODEL_PARAMS
-from kvsim.config.hardware import Frozen
+from kvsim.config.hardware import Frozen, ModelSpec
 
 MAX_SPECULATIVE_TOKENS = 32
+# the ways to give acceptance, one at a time
+ACCEPTANCE_FIELDS = ("acceptance_rate", "acceptance_rates", "draft_acceptance_rate")
 # vLLM's --speculative-config method names that kvsim models as one of its two kinds: its
 # EagleModelTypes (eagle3 and the MTP heads: "mtp", "deepseek_mtp", ... all "*_mtp") and a
 # draft model run their own forward pass and write KV (num_lookahead_tokens = k), as "eagle";
@@ -51,11 +60,13 @@ class SpeculativeConfig(Frozen):
             ``num_lookahead_tokens = k``) or ``"ngram"`` (prompt lookup on the CPU: none).
         num_speculative_tokens: drafts proposed per step, ``k``.
         acceptance_rate: each draft's acceptance given the ones before it (``alpha``).
-        acceptance_rates: vLLM's per-position acceptance rates, ``k`` non-increasing values
-            (set one of the two).
+        acceptance_rates: vLLM's per-position acceptance rates, ``k`` non-increasing values.
+        draft_acceptance_rate: vLLM's "Avg Draft acceptance rate" as a share (accepted / draft
+            tokens; its log prints %); kvsim solves for the ``alpha`` that gives it. Set one
+            of the three.
         draft_num_params: weights the drafter reads in each of its ``k`` passes a step (0: a
-            free drafter, e.g. n-gram lookup). EAGLE's one-layer head is 0.24 B for a 7B
-            target (Li et al., ICML 2024, §4).
+            free drafter). ``None``: ``eagle_head_params`` of the target for ``"eagle"``
+            (about 0.25 B for Llama-3.1-8B), 0 for ``"ngram"`` (SimConfig.draft_params).
         draft_num_kv_layers: attention layers of the drafter, each keeping KV of one target
             layer's shape in the same pool (default: 1 for ``"eagle"``, the one decoder layer of
             an EAGLE, EAGLE-3 or MTP head; 0 for ``"ngram"``). vLLM gives the drafter's layers
@@ -70,7 +81,8 @@ class SpeculativeConfig(Frozen):
     num_speculative_tokens: int = Field(default=0, ge=0, le=MAX_SPECULATIVE_TOKENS)
     acceptance_rate: float | None = Field(default=None, ge=0, le=1)
     acceptance_rates: tuple[float, ...] | None = None
-    draft_num_params: int = Field(default=0, ge=0, le=MAX_MODEL_PARAMS)
+    draft_acceptance_rate: float | None = Field(default=None, ge=0, le=1)
+    draft_num_params: int | None = Field(default=None, ge=0, le=MAX_MODEL_PARAMS)
     draft_num_kv_layers: int | None = Field(default=None, ge=0, le=MAX_MODEL_LAYERS)
 
     @field_validator("method", mode="before")
@@ -93,6 +105,18 @@ class SpeculativeConfig(Frozen):
             f"got {value!r}"
         )
 
+    @field_validator("acceptance_rate", "draft_acceptance_rate", mode="before")
+    @classmethod
+    def _share_not_percent(cls, value: object, info: ValidationInfo) -> object:
+        """A rate written in % (vLLM's log prints "Avg Draft acceptance rate: 69.1%") is refused
+        with the share it stands for."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 1 < value <= 100:
+            raise ValueError(
+                f"expected a share in [0, 1], got {value}: a rate in % is {value / 100:g} "
+                f"here ({info.field_name} = {value / 100:g})"
+            )
+        return value
+
     @model_validator(mode="after")
     def _rates(self) -> SpeculativeConfig:
         k = self.num_speculative_tokens
@@ -107,16 +131,16 @@ class SpeculativeConfig(Frozen):
                 "draft_num_kv_layers: method 'ngram' runs no drafter layers and keeps no KV, got "
                 f"{self.draft_num_kv_layers}; a drafter with KV layers is method 'eagle'"
             )
-        given = [n for n in ("acceptance_rate", "acceptance_rates") if getattr(self, n) is not None]
+        given = [n for n in ACCEPTANCE_FIELDS if getattr(self, n) is not None]
         if len(given) > 1:
-            raise ValueError(
-                "acceptance_rates: set acceptance_rate or acceptance_rates, not both "
-                f"(got {self.acceptance_rate} and {list(self.acceptance_rates or ())})"
-            )
+            values = ", ".join(f"{n} = {getattr(self, n)}" for n in given)
+            choices = ", ".join(ACCEPTANCE_FIELDS)
+            raise ValueError(f"{given[-1]}: set one of {choices}, got {values}")
         if k and not given:
             raise ValueError(
                 f"acceptance_rate: {k} speculative tokens need an acceptance rate "
-                "(acceptance_rate, or acceptance_rates per position)"
+                "(acceptance_rate given the drafts before, acceptance_rates per position, or "
+                "vLLM's logged draft_acceptance_rate)"
             )
         rates = self.acceptance_rates
         if rates is not None:
@@ -170,10 +194,40 @@ class SpeculativeConfig(Frozen):
         """``P(a >= i)`` for ``i = 1..k``: the per-position acceptance rates."""
         if self.acceptance_rates is not None:
             return self.acceptance_rates
+        k = self.num_speculative_tokens
         alpha = self.acceptance_rate or 0.0
-        return tuple(alpha**i for i in range(1, self.num_speculative_tokens + 1))
+        if self.draft_acceptance_rate is not None:
+            alpha = alpha_for_draft_rate(self.draft_acceptance_rate, k)
+        return tuple(alpha**i for i in range(1, k + 1))
 
     @property
     def mean_accepted_tokens(self) -> float:
         """Expected accepted drafts per verification, ``sum_i P(a >= i)``."""
         return float(sum(self.position_rates))
+
+
+def alpha_for_draft_rate(draft_rate: float, k: int) -> float:
+    """The ``alpha`` whose ``k`` per-position rates ``alpha, ..., alpha**k`` have the mean
+    ``draft_rate`` (vLLM's draft acceptance rate; the mean rises with ``alpha`` from 0 at 0 to 1
+    at 1, so the root is unique: ``scipy.optimize.brentq``). ``k = 1``: ``draft_rate``;
+    ``k = 2``, 0.5: the golden ratio's 0.618. Raises ``ValueError`` outside ``[0, 1]``."""
+    if not 0 <= draft_rate <= 1:
+        raise ValueError(f"draft_acceptance_rate: expected a share in [0, 1], got {draft_rate}")
+    if k < 1 or draft_rate in (0, 1):
+        return float(draft_rate)
+    from scipy.optimize import brentq
+
+    def excess(alpha: float) -> float:
+        return sum(alpha**i for i in range(1, k + 1)) / k - draft_rate
+
+    return float(brentq(excess, 0.0, 1.0, xtol=1e-12))
+
+
+def eagle_head_params(model: ModelSpec) -> int:
+    """Parameters an EAGLE-style head reads a draft pass when its size is not given: one decoder
+    layer of the target (its parameters less the embedding and LM head, over its layers) and the
+    fusion layer that maps two residual vectors to one (``2 * width**2``; the LM head is the
+    target's). For Llama-2-7B, (6.74 B - 2 x 32,000 x 4,096) / 32 + 2 x 4,096**2 = 0.236 B, the
+    0.24 B of Li et al. (EAGLE, ICML 2024, §4); Llama-3.1-8B's is 0.252 B."""
+    body = model.num_params - model.lm_head_params - model.embedding_params
+    return body // model.num_layers + 2 * model.residual_width**2

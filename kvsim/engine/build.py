@@ -96,7 +96,7 @@ def cost_model_from_config(
         parallel=config.parallel,
         kv_cache_dtype=config.cache.kv_cache_dtype,
         draft_passes=config.speculative.num_speculative_tokens,
-        draft_num_params=config.speculative.draft_num_params,
+        draft_num_params=config.draft_params,
     )
 
 

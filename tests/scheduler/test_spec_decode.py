@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsim.config import config_from_dict
+from kvsim.config.speculative import SpeculativeConfig
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.scheduler import SpecDecoder, make_scheduler
 from kvsim.engine import simulate
@@ -152,6 +153,66 @@ def test_drafter_cost_is_one_term_of_the_step():
     # with 8 drafting sequences the step is longer by exactly the drafter's term
     base = cost.step_s(4, 100, 2 * 4 * 100 + 16, 1)
     assert cost.step_s(4, 100, 2 * 4 * 100 + 16, 1, 8) - base == pytest.approx(cost.draft_s(8))
+
+
+def test_an_eagle_head_of_unknown_size_is_one_layer_of_the_target():
+    from kvsim.engine.build import build_parts
+
+    def drafter(**spec) -> dict:
+        return {
+            "model": "llama-2-7b",
+            "gpu": "h100-80gb",
+            "cost": "lean",
+            "cache": {"kv_cache_gib": 8.0},
+            "scheduler": {"max_model_len": 4096},
+            "speculative": {"num_speculative_tokens": 3, "acceptance_rate": 0.7, **spec},
+        }
+
+    # Llama-2-7B: 6.738 B parameters, 32 layers, a 32,000 x 4,096 embedding and an untied LM
+    # head: (6,738,000,000 - 2 x 131,072,000) / 32 = 202,370,500 a layer, and the 2 x 4,096**2 =
+    # 33,554,432 fusion layer: 235,924,932, EAGLE's "0.24 B" for this target (Li et al. 2024, §4)
+    cfg = config_from_dict(drafter())
+    assert cfg.draft_params == 235_924_932
+    # its fp16 weights, 471,849,864 B a pass at 2.68 TB/s (lean: 0.8 x 3.35 TB/s), 3 passes
+    cost = build_parts(cfg, [], pooled=True).cost
+    assert cost.draft_s(8) == pytest.approx(3 * 471_849_864 / 2.68e12, rel=1e-9)
+    assert cfg.weight_bytes_per_gpu == 2 * (6_738_000_000 + 235_924_932)
+    # a size given is kept (0: a free drafter), and n-gram lookup reads none
+    assert config_from_dict(drafter(draft_num_params=0)).draft_params == 0
+    assert config_from_dict(drafter(method="ngram")).draft_params == 0
+
+
+@pytest.mark.parametrize(
+    ("k", "draft_rate", "alpha"),
+    [
+        (1, 0.4, 0.4),  # one draft: its rate is the draft acceptance rate
+        (2, 0.5, (5**0.5 - 1) / 2),  # (a + a**2) / 2 = 0.5: a**2 + a - 1 = 0, the golden ratio's
+        (3, 0.511, 0.7),  # (0.7 + 0.49 + 0.343) / 3 = 0.511
+        (3, 0.0, 0.0),
+        (3, 1.0, 1.0),
+    ],
+)
+def test_vllms_draft_acceptance_rate_is_the_mean_of_the_position_rates(k, draft_rate, alpha):
+    spec = SpeculativeConfig(num_speculative_tokens=k, draft_acceptance_rate=draft_rate)
+    assert spec.position_rates == pytest.approx([alpha**i for i in range(1, k + 1)], abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        # vLLM logs "Avg Draft acceptance rate: 69.1%"
+        ({"draft_acceptance_rate": 69.1}, r"a rate in % is 0.691 here"),
+        ({"acceptance_rate": 70}, r"a rate in % is 0.7 here \(acceptance_rate = 0.7\)"),
+        (
+            {"acceptance_rate": 0.5, "draft_acceptance_rate": 0.6},
+            r"draft_acceptance_rate: set one of acceptance_rate, acceptance_rates, "
+            r"draft_acceptance_rate, got acceptance_rate = 0.5, draft_acceptance_rate = 0.6",
+        ),
+    ],
+)
+def test_acceptance_given_twice_or_in_percent_is_refused(spec, message):
+    with pytest.raises(ValueError, match=message):
+        SpeculativeConfig(num_speculative_tokens=3, **spec)
 
 
 def small(spec: dict, **cache) -> dict:
