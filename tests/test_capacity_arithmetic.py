@@ -112,6 +112,25 @@ def test_a_drafters_weights_come_out_of_the_derived_kv_budget():
     assert off.weight_bytes_per_gpu == config_from_dict(base).weight_bytes_per_gpu
 
 
+def test_a_kv_budget_as_the_gpu_memory_utilization_that_derives_it():
+    """(4 GiB of KV + 8.03e9 x 2 B of weights + 2 GiB of headroom) / 80 GiB = 22,502,450,944 /
+    85,899,345,920 = 0.26196 of an H100, up to 0.262; vLLM's own derivation at 0.262 gives
+    0.262 x 80 GiB - 16.06e9 B - 2 GiB = 4.003 GiB, at 0.261 3.923 GiB."""
+    from kvsim.config.memory import utilization_for_budget
+
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
+    assert utilization_for_budget(config_from_dict({**base, "cache": {"kv_cache_gib": 4}})) == 0.262
+    for share, holds in ((0.262, True), (0.261, False)):
+        derived = config_from_dict({**base, "cache": {"gpu_memory_utilization": share}})
+        assert (derived.kv_cache_bytes >= 4 * GiB) is holds
+    # a budget beside the weights that leaves no room for the headroom: above 1
+    big = config_from_dict({**base, "cache": {"kv_cache_gib": 64}})
+    assert utilization_for_budget(big) == pytest.approx(
+        (64 + 2) / 80 + 16.06e9 / (80 * GiB), abs=1e-3
+    )
+    assert utilization_for_budget(big) > 1
+
+
 def test_a_drafters_kv_layers_share_every_slot():
     """vLLM gives a drafter's attention layers KV in the same pool (vLLM 0.34.0
     ``vllm/v1/worker/gpu/attn_utils.py`` ``get_kv_cache_spec`` collects every attention layer of

@@ -553,6 +553,28 @@ def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None
         )
 
 
+def _as_utilization(plan_: Any, answer: float) -> str:
+    """A KV budget answer as the ``gpu_memory_utilization`` that derives it (vLLM's own knob),
+    with the weights and headroom beside it; ``""`` for another knob."""
+    if plan_.field not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
+        return ""
+    from kvsim.base.units import format_gib
+    from kvsim.config.memory import utilization_for_budget
+
+    config = plan_._config_at(answer)
+    if config is None:
+        return ""
+    share = utilization_for_budget(config)
+    parts = (
+        f"KV + {format_gib(config.weight_bytes_per_gpu)} of weights + "
+        f"{format_gib(config.cache.activation_headroom_bytes)} of activation headroom"
+    )
+    gpu = format_gib(config.gpu.memory_bytes)
+    if share > 1:
+        return f"above 1: {parts} exceed the {gpu} GPU"
+    return f"{share:.3f} of {gpu} ({parts})"
+
+
 def _answer_table(result: Any) -> Table:
     from kvsim.study.plan import bracket_at_limit, format_value
 
@@ -566,6 +588,9 @@ def _answer_table(result: Any) -> Table:
     else:
         value = plan_.value(result.answer)
         table.add_row("answer", f"{axis_label(knob)}: {format_value(value, knob, unit=False)}")
+        utilization = _as_utilization(plan_, result.answer)
+        if utilization:
+            table.add_row("as gpu_memory_utilization", utilization)
         if result.interval is not None:
             low, high = (format_value(plan_.value(x), knob) for x in result.interval)
             table.add_row("meets every target", f"{low} to {high}")

@@ -87,6 +87,17 @@ class ConfigParts(Protocol):
 MAX_SUGGESTED_TP = 64
 
 
+def utilization_for_budget(config: ConfigParts) -> float:
+    """The least ``gpu_memory_utilization`` whose derived budget holds the config's KV budget
+    (``(kv_cache_bytes + weights + activation headroom) / GPU memory``, the derivation above
+    solved for it), rounded up to 0.001 so that the budget derived from it is no smaller; above
+    1 when they exceed the GPU."""
+    need = (
+        config.kv_cache_bytes + config.weight_bytes_per_gpu + config.cache.activation_headroom_bytes
+    )
+    return -(-need * 1000 // config.gpu.memory_bytes) / 1000
+
+
 def check_memory(config: ConfigParts) -> None:
     """Raise ``ValueError`` when the weights, the KV budget or one request do not fit.
 

@@ -108,6 +108,10 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     # the answer row names the knob and its unit once (it read "N  (kv_cache_bytes (bytes))")
     answer_row = next(line for line in result.output.splitlines() if "│ answer" in line)
     assert f"kv_cache_bytes (bytes): {SMALLEST_WITHOUT_PREEMPTION:,}" in answer_row
+    # and as vLLM's own knob: (169,869,312 B of KV + 8.03 B x 2 B of weights + 2 GiB of
+    # headroom) / 80 GiB = 18,377,352,960 / 85,899,345,920 = 0.21394, up to 0.214
+    flat = " ".join(result.output.replace("│", " ").split())
+    assert "as gpu_memory_utilization 0.214 of 80.0 GiB (KV + 15.0 GiB of weights" in flat
     folder = tmp_path / "plan" / "burst"
     answer = json.loads((folder / "answer.json").read_text())
     assert answer["answer"] == SMALLEST_WITHOUT_PREEMPTION
