@@ -398,12 +398,30 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise ValueError(f"--set {key}: {value!r}; no setting takes a number that long")
         if isinstance(value, NotANumber):  # NaN, Infinity: the text, for the field to refuse
             value = raw
+        elif _holds_not_a_number(value):  # (inside a list or table: no field names it)
+            raise ValueError(
+                f"--set {key}: {raw} holds NaN, an infinity or an overlong integer; no setting "
+                "takes one"
+            )
         if key in out and out[key] != value:
             logging.getLogger("kvsim.cli").warning(
                 "--set %s given twice (%r, then %r): the last is used", key, out[key], value
             )
         out[key] = value
     return out
+
+
+def _holds_not_a_number(value: Any) -> bool:
+    """Whether a list or table parsed by ``parse_sets`` holds a ``NotANumber`` at any depth."""
+    from kvsim.base.textfile import NotANumber
+
+    if isinstance(value, NotANumber):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_not_a_number(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_not_a_number(v) for v in value)
+    return False
 
 
 def refuse_results(path: Path, expected: str) -> None:

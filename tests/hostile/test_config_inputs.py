@@ -468,6 +468,22 @@ def test_bad_config_file(hostile, case: str) -> None:
     hostile.run(["run", "--no-progress", path, "--set", "workload.num_requests=3"], *expected)
 
 
+@pytest.mark.parametrize(
+    "pair",
+    [
+        "workload.rate_per_s=[NaN]",
+        "speculative.acceptance_rates=[NaN,0.8,0.7]",
+        'offload={"kv_offloading_size": Infinity}',
+    ],
+)
+def test_a_nan_inside_a_set_value_beside_a_file_names_the_key(hostile, pair: str) -> None:
+    # beside a config file the error line quoted the value with json.dumps, which raised
+    # "Object of type NotANumber is not JSON serializable" (exit 1)
+    path = hostile.write("cfg.toml", b'model = "llama-3.1-8b"\n')
+    key, _, raw = pair.partition("=")
+    hostile.run(["run", "--no-progress", path, "--set", pair], f"--set {key}: {raw} holds NaN")
+
+
 def test_config_folder_and_missing_file(hostile) -> None:
     folder = hostile.cwd / "cfgdir.toml"
     folder.mkdir()
