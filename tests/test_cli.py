@@ -408,6 +408,26 @@ def test_run_header_says_one_request_and_a_quarter_gib():
     assert result.output.splitlines()[2].startswith("KV pool: 2,048 KV slots")  # its third
 
 
+def test_run_header_gives_the_pool_each_replica_runs():
+    # a replica's own 0.25 GiB is 2,048 slots = 128 blocks of 16 (the others' 0.5 GiB: 256);
+    # the header showed the base config's pool however the replicas overrode it
+    args = ["run", "--no-progress", "--set", "model=llama-3.1-8b", "--set", "gpu=h100-80gb"]
+    args += ["--set", "cache.kv_cache_gib=0.5", "--set", "scheduler.max_model_len=2032"]
+    args += ["--set", "workload.num_requests=4"]
+    override = 'fleet.replica_overrides=[{"cache": {"kv_cache_gib": 0.25}}]'
+    one = runner.invoke(app, [*args, "--set", "fleet.replicas=1", "--set", override])
+    assert one.exit_code == 0, one.output
+    assert "; 1 replica, round_robin router" in one.output.splitlines()[0]
+    assert one.output.splitlines()[2].startswith(
+        "KV pool (the replica's): 2,048 KV slots (0.25 GiB per GPU): 128 blocks of 16 tokens"
+    )
+    three = runner.invoke(app, [*args, "--set", "fleet.replicas=3", "--set", override])
+    assert three.exit_code == 0, three.output
+    lines = three.output.splitlines()
+    assert lines[2].startswith("KV pool (replica 0): 2,048 KV slots (0.25 GiB per GPU): 128 ")
+    assert lines[3].startswith("KV pool (replicas 1-2): 4,096 KV slots (0.5 GiB per GPU): 256 ")
+
+
 def test_run_header_says_where_a_derived_budget_comes_from():
     # Llama-3.1-8B on an H100: 0.9 x 80 GiB = 72 GiB, less 8.03e9 x 2 B = 16,060,000,000 B
     # (14.96 GiB) of weights and 2 GiB of headroom: 55.04 GiB for KV. An explicit budget says

@@ -22,6 +22,7 @@ from kvsim.cli.common import (
 from kvsim.config.allocators import LAYOUTS, PAGED_ALLOCATORS, has_memory_map
 
 if TYPE_CHECKING:
+    from kvsim.config import SimConfig
     from kvsim.workload.spec import WorkloadSpec
 
 MAX_MAP_FRAMES = 10_000  # --map-frames: 50 times the default, a report's slider still usable
@@ -144,7 +145,7 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     fleet = cfg.fleet
     if fleet is not None:
         split = f", {fleet.prefill_replicas} prefill" if fleet.disaggregated else ""
-        policy += f"; {fleet.replicas} replicas{split}, {fleet.router} router"
+        policy += f"; {plural(fleet.replicas, 'replica')}{split}, {fleet.router} router"
     if cfg.workload.max_concurrency is not None:
         policy += f"; {plural(cfg.workload.max_concurrency, 'closed-loop user')}"
     requests = plural(num_requests, "request")
@@ -153,9 +154,39 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     return (  # (three lines: the setup, the workload, then the pool, whose arithmetic is long)
         f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
         f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {requests}\n"
-        f"workload: {workload_text(cfg.workload)}\n"
-        f"KV pool: {pool_text(cfg)}"
+        f"workload: {workload_text(cfg.workload)}\n" + pools_text(cfg)
     )
+
+
+def pools_text(cfg: SimConfig) -> str:
+    """The ``KV pool:`` line (``pool_text``); a fleet's says whose pool it is, one line for each
+    pool its replicas' overrides make (a replica's own KV budget, GPU or block size)."""
+    if cfg.fleet is None:
+        return f"KV pool: {pool_text(cfg)}"
+    owners: dict[str, list[int]] = {}
+    replicas = cfg.replica_configs
+    gpus = len({(r.gpu.name, r.parallel.tensor_parallel_size) for r in replicas}) > 1
+    for index, replica in enumerate(replicas):
+        on = f"{replica.gpu.name} x{replica.parallel.tensor_parallel_size}: " if gpus else ""
+        owners.setdefault(on + pool_text(replica), []).append(index)
+    if len(owners) == 1:
+        each = "the replica's" if cfg.fleet.replicas == 1 else "each replica's"
+        return f"KV pool ({each}): {next(iter(owners))}"
+    return "\n".join(
+        f"KV pool ({'replica' if len(indices) == 1 else 'replicas'} {_ranges(indices)}): {text}"
+        for text, indices in owners.items()
+    )
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def workload_text(spec: WorkloadSpec) -> str:
