@@ -127,7 +127,8 @@ def run_cheapest_command(
 
     Raises:
         ValueError: no target, a GPU without a price, a bad list (given but empty, an empty
-            item, a TP size not a whole number >= 1) or a bad split.
+            item, a TP size not a whole number >= 1), a bad split, or no fleet kind a valid
+            config (after the table).
     """
     from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler
     from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
@@ -189,6 +190,11 @@ def run_cheapest_command(
     written = save_cheapest(result)
     console.print(_table(result))
     console.print(f"wrote {', '.join(str(p) for p in written)}")
+    if all((r.why_not or "").startswith("invalid config") for r in result.options):
+        raise ValueError(  # (nothing was simulated: the question, not the fleets, is wrong)
+            f"plan --cheapest: none of the {plural(len(options), 'fleet kind')} is a valid "
+            "config (each one's error in the table); change --gpus, --tp or the config"
+        )
 
 
 def _table(result: Any) -> Table:

@@ -172,11 +172,11 @@ def plan(
         ),
     ] = None,
     max_replicas: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--replicas", metavar="N", help="With --cheapest: most replicas of one kind (16)."
         ),
-    ] = 16,
+    ] = None,
     scheduler: Annotated[
         str | None,
         typer.Option(
@@ -214,9 +214,26 @@ def plan(
         if smallest and largest:
             raise ValueError("plan: give --smallest or --largest, not both")
         path, is_plan = _source(source)
+        fleet_flags = [
+            flag
+            for flag, value in (
+                ("--gpus", gpus),
+                ("--tp", tp),
+                ("--split", split),
+                ("--replicas", max_replicas),
+            )
+            if value is not None
+        ]
+        if fleet_flags and not cheapest:  # (they shape the fleet search alone)
+            raise ValueError(
+                f"plan: {', '.join(fleet_flags)} shape --cheapest's search of fleets; add "
+                "--cheapest, or set the fleet in the config (--set fleet.replicas=N, "
+                "--set gpu=NAME, --set parallel.tensor_parallel_size=N)"
+            )
         if cheapest:
-            if not 1 <= max_replicas <= 1024:
-                raise ValueError(f"--replicas: expected 1 to 1024, got {max_replicas}")
+            most = 16 if max_replicas is None else max_replicas
+            if not 1 <= most <= 1024:
+                raise ValueError(f"--replicas: expected 1 to 1024, got {most}")
             if smallest or largest or is_plan:
                 raise ValueError(
                     "plan --cheapest searches GPU type, TP and replicas itself: give a config "
@@ -249,7 +266,7 @@ def plan(
                 gpus=gpus,
                 tp=tp,
                 splits=split or [],
-                max_replicas=max_replicas,
+                max_replicas=most,
                 name=name,
                 out=out,
                 jobs=jobs,

@@ -77,6 +77,26 @@ def test_an_empty_list_or_item_is_refused_naming_the_option(
     assert "price" not in result.output
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [["--gpus", "h200"], ["--tp", "2"], ["--split", "1:1"], ["--replicas", "4"]],
+)
+def test_fleet_flags_without_cheapest_are_refused(tmp_path, flags):
+    # a one-knob plan ran and ignored them
+    args = ["plan", "--smallest", "kv", "--target", TARGET, *flags, "--out", str(tmp_path)]
+    _refused(runner.invoke(app, args), f"plan: {flags[0]} shape --cheapest's search of fleets")
+
+
+def test_no_valid_fleet_kind_exits_2_after_the_table(tmp_path, no_runs):
+    # Llama-3.1-8B's 32 query and 8 KV heads split over no TP 3: every kind is an invalid
+    # config and nothing runs (it exited 0 with "no fleet considered meets every target")
+    args = [*_cheapest(tmp_path, "--tp", "3"), "--set", "model=llama-3.1-8b", "--quick"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "error: plan --cheapest: none of the 3 fleet kinds is a valid config" in result.output
+    assert "fleet kinds considered" in result.output
+
+
 def test_repeated_gpus_tp_sizes_and_splits_are_considered_once_with_a_warning(
     tmp_path, monkeypatch, caplog
 ):
