@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -84,6 +85,13 @@ def sweep(
             hint = f"; did you mean {close[0]!r}?" if close else " (kvsim presets experiments)"
             raise ValueError(f"{experiment}: no such experiment file{hint}")
         spec = load_experiment(path)
+        if quick and not (spec.quick_set or spec.quick_grid or spec.quick_snapshot_at_s):
+            logging.getLogger("kvsim.cli").warning(
+                "%s has no [quick] table: --quick runs its points at full size (into %s/quick/%s)",
+                path,
+                out,
+                spec.name,
+            )
         report = run_sweep(
             spec,
             out,

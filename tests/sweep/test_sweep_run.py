@@ -275,7 +275,7 @@ def test_validating_points_generates_no_workload(make_experiment, monkeypatch) -
     assert [p.config is None for p in points] == [False, False, True, True]
 
 
-def _cli_sweep(tmp_path, grid: str):
+def _cli_sweep(tmp_path, grid: str, *options: str):
     import typer
 
     from kvsim.cli.sweep import register
@@ -286,7 +286,21 @@ def _cli_sweep(tmp_path, grid: str):
     path.write_text(
         'name = "e"\n[base.workload]\nnum_requests = 3\n[base.cache]\nkv_cache_gib = 2.0\n' + grid
     )
-    return CliRunner().invoke(app, ["sweep", str(path), "--out", str(tmp_path), "--no-progress"])
+    args = ["sweep", str(path), "--out", str(tmp_path), "--no-progress", *options]
+    return CliRunner().invoke(app, args)
+
+
+def test_quick_without_a_quick_table_says_it_runs_full_size(tmp_path, caplog) -> None:
+    # it ran the points at full size into OUT/quick/e without a word
+    grid = '[grid]\n"cache.block_size_tokens" = [16]\n'
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        result = _cli_sweep(tmp_path, grid, "--quick")
+    assert result.exit_code == 0, result.output
+    assert "e.toml has no [quick] table: --quick runs its points at full size" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        _cli_sweep(tmp_path, grid + '[quick]\nset = { "workload.num_requests" = 2 }\n', "--quick")
+    assert "no [quick] table" not in caplog.text
 
 
 def test_cli_sweep_reports_failure_and_exit_code(tmp_path) -> None:
