@@ -231,7 +231,8 @@ def attention_from_hf(
       every layer global; Qwen2/Qwen3 (and their MoE) have no window unless
       ``use_sliding_window``, then the layers from ``max_window_layers`` (28 when absent) on
       slide (``Qwen2Config``); any other model with a ``sliding_window`` has it on every layer
-      unless ``use_sliding_window`` is false (Mistral-7B-v0.1).
+      unless ``use_sliding_window`` is false (Mistral-7B-v0.1). A Gemma model without a window
+      is every layer full, with a warning.
 
     A linear-attention layer's state is Qwen3-Next's Gated DeltaNet: a conv state of
     ``(linear_conv_kernel_dim - 1) x (2 x linear_num_key_heads x linear_key_head_dim +
@@ -261,11 +262,19 @@ def attention_from_hf(
     kinds = data.get("layer_types")
     if kinds is not None:
         return _from_layer_types(data, kinds, num_layers, dtype_bytes, window, where)
+    patterned = model_type in _PATTERNED or "sliding_window_pattern" in data
+    if window is None and patterned:  # (its layers slide by pattern: say they do not here)
+        logger.warning(
+            "%s: a %s model's sliding layers have no window (sliding_window null, or "
+            "use_sliding_window false): every layer full attention, as transformers builds them",
+            where("sliding_window"),
+            model_type or "sliding_window_pattern",
+        )
     if window is None:
         return {}
     if model_type == "gemma2":
         sliding = num_layers - num_layers // 2
-    elif model_type in ("gemma3", "gemma3_text") or "sliding_window_pattern" in data:
+    elif patterned:
         pattern = _int_key(data, "sliding_window_pattern", 6, 1, where)
         sliding = num_layers - num_layers // pattern
     elif model_type in _WINDOW_OPT_IN:
@@ -277,6 +286,8 @@ def attention_from_hf(
     return {"num_sliding_layers": sliding, "sliding_window_tokens": window}
 
 
+# model types whose layers slide by a fixed pattern (transformers' Gemma2Config, Gemma3TextConfig)
+_PATTERNED = frozenset({"gemma2", "gemma3", "gemma3_text"})
 # model types whose window is off unless use_sliding_window is true (transformers' Qwen2Config
 # and Qwen3Config default it to false)
 _WINDOW_OPT_IN = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})

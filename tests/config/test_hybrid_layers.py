@@ -150,6 +150,28 @@ def test_sliding_layers_without_a_window_are_full_with_a_warning(
     assert any("2 sliding_attention layers but no window" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"model_type": "gemma3_text", "sliding_window": None},
+        {"model_type": "gemma2", "sliding_window": None},
+        {"model_type": "gemma3_text"},  # (no window key at all)
+    ],
+)
+def test_a_gemma_model_without_a_window_is_full_with_a_warning(
+    fields: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    # transformers builds its pattern's sliding layers without a window: full attention; it ran
+    # so without a word
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.layers"):
+        assert attention_from_hf(fields, 6, 2) == {}
+    assert "sliding layers have no window" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.layers"):
+        attention_from_hf({"model_type": "llama", "sliding_window": None}, 6, 2)
+    assert "no window" not in caplog.text  # (a model with no pattern: nothing to say)
+
+
 def test_hf_layer_errors_name_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**GEMMA3_TEXT, "sliding_window": 0}, indent=1))
