@@ -261,6 +261,13 @@ def _router_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
         if router != fleet.router:
             why = f"router {fleet.router!r} reads no {name} (the field applies to {router!r})"
             yield _section_field(fleet, "fleet", name, ("fleet.router",), why)
+    weights = ROUTER_WEIGHTS["prefix"]
+    if fleet.router == "prefix" and not any(getattr(fleet, w) for w in weights):
+        why = (
+            f"its weights ({', '.join(weights)}) are all 0, so every replica scores 0 and picks "
+            "go round robin"
+        )
+        yield _section_field(fleet, "fleet", "router", tuple(f"fleet.{w}" for w in weights), why)
 
 
 def _swap_fields(config: ConfigParts) -> Iterator[Moot]:

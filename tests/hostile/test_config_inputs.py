@@ -587,6 +587,16 @@ IGNORED: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"speculative.draft_num_kv_layers": 2},
         ["speculative.draft_num_kv_layers = 2", "num_speculative_tokens is 0"],
     ),
+    "prefix_router_weighing_nothing": (  # every replica scores 0: ties go round robin
+        {
+            "fleet.replicas": 2,
+            "fleet.prefix_weight": 0,
+            "fleet.kv_usage_weight": 0,
+            "fleet.queue_weight": 0,
+            "fleet.router": "prefix",  # (last: the ignored field; round robin without it)
+        },
+        ["fleet.router = 'prefix'", "are all 0", "round robin"],
+    ),
     "link_bandwidth_without_a_tier": (
         {"offload.link_bandwidth_bytes_per_s": 1e9},
         ["offload.link_bandwidth_bytes_per_s = 1000000000.0", "kv_offloading_size is unset"],
