@@ -41,7 +41,12 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
     ``results/calibration/<gpu>-steps.toml``; the
     shipped one is ``kvsim/data/calibration/<gpu>-steps.toml``). A
     ``<folder>-repeat`` beside it (a second run) gives the run-to-run spread; the kernel table
-    shipped for the GPU (``kvsim/data/calibration/<gpu>.csv``) the paged factors."""
+    shipped for the GPU (``kvsim/data/calibration/<gpu>.csv``) the paged factors.
+
+    Raises:
+        typer.Exit: status 2 when ``folder`` is no folder, a file in it is malformed or of
+            another device, ``--gpu`` names no GPU preset, or ``--out`` is no ``.toml``.
+    """
 
     def go() -> None:
         from kvsim.calibrate.table import shipped_table_path
@@ -50,7 +55,13 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
         from kvsim.validate.gpu_steps import report, write_fit
         from kvsim.validate.parts_files import read_parts
 
-        device = read_parts(folder).meta.get("device_name", "")
+        if not folder.is_dir():
+            what = "is a file" if folder.exists() else "does not exist"
+            raise ValueError(
+                f"--fit-parts: {str(folder)!r} {what}; expected a folder of parts files (hbm.csv, "
+                "gemm.csv, sdpa.csv, steps.csv: what `kvsim calibrate --parts` writes)"
+            )
+        device = read_parts(folder).meta["device_name"]
         name = gpu or cli.device_slug(device)
         if name not in preset_table("gpus"):
             raise ValueError(

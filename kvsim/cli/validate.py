@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from kvsim.cli.common import console, guard
+from kvsim.cli.common import check_out_file, console, guard
 
 
 def validate(
@@ -43,9 +43,14 @@ def validate(
     """Replay measured vLLM runs in kvsim and compare latency (and KV usage) per request."""
 
     def go() -> None:
-        from kvsim.config import CostSpec
+        from kvsim.config import CostSpec, preset_table
         from kvsim.validate.catalog import list_runs, resolve_names
 
+        for option, path in (("--docs", docs), ("--readme", readme)):
+            _check_markdown(option, path, table)
+        costs = sorted(preset_table("costs"))
+        if cost is not None and cost.lower() not in costs:
+            raise ValueError(f"--cost: {cost!r} is not a cost preset; expected one of {costs}")
         spec = CostSpec.model_validate(cost) if cost is not None else None
         if table:
             _table(out, docs, readme, spec, cost)
@@ -59,6 +64,25 @@ def validate(
             _one(name, out / name, spec)
 
     guard(go)
+
+
+def _check_markdown(option: str, path: Path | None, table: bool) -> None:
+    """Check ``--docs`` or ``--readme`` before the replays: given with ``--table``, a Markdown
+    file that can be written.
+
+    Raises:
+        ValueError: ``path`` given without ``--table``, not a ``.md`` file, or not writable.
+    """
+    if path is None:
+        return
+    if not table:
+        raise ValueError(
+            f"{option} {str(path)!r} needs --table (the file --table writes its table into); "
+            f"add --table or leave {option} out"
+        )
+    if path.suffix.lower() != ".md":
+        raise ValueError(f"{option}: expected a Markdown file (.md), got {str(path)!r}")
+    check_out_file(path, option, "a Markdown file")
 
 
 def _one(name: str, folder: Path, cost: object) -> None:

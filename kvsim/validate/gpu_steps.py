@@ -236,8 +236,20 @@ def fit_parts(
 ) -> dict[str, Any]:
     """Fit every candidate, choose on the train error, and return the table to write (a dict
     with ``provenance``, ``fitted``, ``attained``, ``host_link``, ``paged_factor`` (the kernel
-    table's median ratio per block size, empty without one), ``candidates`` and ``points``)."""
+    table's median ratio per block size, empty without one), ``candidates`` and ``points``).
+
+    Raises:
+        ValueError: a file of ``folder`` or ``repeat`` that ``read_parts`` refuses, or a repeat
+            measured on another device than ``folder``.
+    """
     parts = read_parts(folder)
+    again_parts = read_parts(repeat) if repeat else None
+    device = parts.meta["device_name"]
+    if again_parts is not None and again_parts.meta["device_name"] != device:
+        raise ValueError(
+            f"{repeat}: the repeat run was measured on {again_parts.meta['device_name']!r}, "
+            f"{folder} on {device!r}; expected a second run on the same device"
+        )
     gpu = GpuSpec.model_validate(gpu_name)
     steps = parts.frames["steps"]
     kernel = None
@@ -264,7 +276,7 @@ def fit_parts(
         "chosen": chosen.label,
         "written": datetime.date.today().isoformat(),
     }
-    again = repeatability(parts, read_parts(repeat) if repeat else None)
+    again = repeatability(parts, again_parts)
     if again is not None:
         provenance["repeat_median_abs_pct"] = again * 100
     fitted = dict(chosen.values)

@@ -1,13 +1,15 @@
 """The files of ``kvsim calibrate --parts`` (``kvsim.calibrate.parts``), read and checked.
 
 Every error names the file, and where it is one row, the line and the column: a missing file or
-column, a file that is not text or not CSV, a metadata ``source`` other than ``measured``, a time
-or rate that is not a positive number, a count that is not a whole number, a row a file must
-have (``hbm.csv``'s ``sum`` and ``copy``, ``gemm.csv``'s ``square``, ``sdpa.csv``'s decode and
-prefill rows, ``host.csv``'s single and batched copies each way), and in ``steps.csv`` a phase
-other than ``decode``/``prefill``, a decode of more than one query token, a prefill chunk longer
-than its context, or a model label that is not ``<kvsim preset> tp<N>`` with a tensor-parallel
-size the model splits into and its number of layers.
+column, a column named twice, a file that is not text or not CSV, a metadata ``source`` other than
+``measured``, a missing metadata line of those ``--fit-parts`` records (``META_KEYS``), files of
+different GPUs (their ``device_name`` differs), a time or rate that is not a positive number, a
+count that is not a whole number, a row a file must have (``hbm.csv``'s ``sum`` and ``copy``,
+``gemm.csv``'s ``square``, ``sdpa.csv``'s decode and prefill rows, ``host.csv``'s single and
+batched copies each way), and in ``steps.csv`` a phase other than ``decode``/``prefill``, a
+decode of more than one query token, a prefill chunk longer than its context, or a model label
+that is not ``<kvsim preset> tp<N>`` with a tensor-parallel size the model splits into and its
+number of layers.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ PART_COLUMNS = {
 OPTIONAL_COLUMNS = {
     "host": ("direction", "bytes_per_copy", "copies", "seconds", "bytes_per_s", "seconds_per_copy")
 }
+# the metadata lines (`# key: value`) each file must have, beside `source`
+META_KEYS = ("device_name", "driver_version", "torch_version", "cuda_runtime", "date_utc")
 TEXT_COLUMNS = ("model", "op", "phase", "direction")
 WHOLE_COLUMNS = ("batch", "query_tokens", "context_tokens", "tokens", "bytes_per_copy", "copies")
 
@@ -68,8 +72,31 @@ def read_parts(folder: Path) -> Parts:
                 "('measured')"
             )
         frames[name], paths[name] = _checked_frame(path, columns), path
+    _check_metadata(metas, paths)
     _check_rows(frames, paths)
     return Parts(metas["steps"], frames, paths)
+
+
+def _check_metadata(metas: dict[str, dict[str, str]], paths: dict[str, Path]) -> None:
+    """Refuse a file without one of ``META_KEYS``, and files measured on different GPUs.
+
+    Raises:
+        ValueError: naming the file and the keys it lacks, or each file and its device.
+    """
+    for name, meta in metas.items():
+        lacking = [key for key in META_KEYS if not meta.get(key)]
+        if lacking:
+            raise ValueError(
+                f"{paths[name]}: no metadata line for {lacking} (expected the '# key: value' "
+                "lines of `kvsim calibrate --parts`)"
+            )
+    devices = {name: meta["device_name"] for name, meta in metas.items()}
+    if len(set(devices.values())) > 1:
+        each = ", ".join(f"{paths[n]} says {d!r}" for n, d in devices.items())
+        raise ValueError(
+            f"parts measured on different devices: {each}; expected the files of one "
+            "`kvsim calibrate --parts` run (one GPU)"
+        )
 
 
 def rank_of(label: str) -> tuple[str, int]:
@@ -111,6 +138,15 @@ def _checked_frame(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
         raise ValueError(f"{path}: not a CSV table ({str(err).strip()})") from None
     if frame.empty:
         raise ValueError(f"{path}: no rows")
+    # (pandas renames a second "seconds" to "seconds.1": the header as written)
+    raw = pd.read_csv(path, comment="#", header=None, nrows=1, dtype=str, keep_default_na=False)
+    header = [str(c) for c in raw.iloc[0]]
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise ValueError(
+            f"{path}, line {line_of(path, -1)}: column(s) {twice} named more than once in the "
+            "header; expected each column once"
+        )
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}; expected {list(columns)}")

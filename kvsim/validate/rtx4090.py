@@ -215,15 +215,20 @@ def _requests(
         prompt = integer(s_row, "input_toks", s_where, minimum=1)
         if len(ids) != prompt:
             raise ValueError(f"{s_where}: input_toks is {prompt}, input_tok_ids holds {len(ids)}")
+        segments.append(block_segments(ids, block_size, i, s_where))
         output = integer(s_row, "output_toks", s_where, minimum=1)
-        if integer(t_row, "output_toks", t_where, minimum=1) != output:
-            raise ValueError(f"{t_where}: output_toks differs from workload.jsonl line {s_line}")
+        for field, sent_value in (("input_toks", prompt), ("output_toks", output)):
+            got = integer(t_row, field, t_where, minimum=1)
+            if got != sent_value:
+                raise ValueError(
+                    f"{t_where}: {field} is {got}, workload.jsonl line {s_line} has {sent_value}; "
+                    "expected the same request"
+                )
         times = [number(t_row, k, t_where, maximum=1e12) for k in _STAMPS]
         if times != sorted(times):
             shown = ", ".join(f"{k} {v}" for k, v in zip(_STAMPS, times, strict=True))
             raise ValueError(f"{t_where}: expected {' <= '.join(_STAMPS)}, got {shown}")
         sizes.append((prompt, output))
-        segments.append(block_segments(ids, block_size, i, s_where))
         stamps.append(times)
     frame = pd.DataFrame(stamps, columns=list(_STAMPS))
     arrivals = (frame["queued_ts"] - frame["queued_ts"].min()).tolist()

@@ -286,3 +286,69 @@ def test_fit_parts_warns_about_a_step_it_misses_by_half(tmp_path: Path, caplog) 
         f"{path}: 1 step(s) the fit misses by more than 50 %; the worst, line 12"
     )
     assert "measured 1e+09 s" in said
+
+
+def test_fit_parts_refuses_parts_of_two_devices(tmp_path: Path) -> None:
+    """hbm.csv of an H100 beside H200 gemm, sdpa and steps files: each file named with the device
+    its metadata says (written by _write_parts, hbm.csv's edited here)."""
+    rows = [("llama-2-7b tp1", "decode", b, 1, 128) for b in (1, 8)]
+    _write_parts(tmp_path / "p", rows, (0.9, 0.6, 0.0))
+    hbm = tmp_path / "p" / "hbm.csv"
+    hbm.write_text(hbm.read_text().replace("NVIDIA H200", "NVIDIA H100 80GB HBM3"))
+    result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(tmp_path / "p")])
+    assert result.exit_code == 2
+    assert "parts measured on different devices" in result.output
+    assert f"{hbm} says 'NVIDIA H100 80GB HBM3'" in result.output
+    for name in ("gemm", "sdpa", "steps"):
+        assert f"{tmp_path / 'p' / name}.csv says 'NVIDIA H200'" in result.output
+
+
+def test_fit_parts_names_a_column_given_twice(tmp_path: Path) -> None:
+    """hbm.csv's header with bytes_per_s twice (where seconds was): named with the header's line,
+    7 (the 6 metadata lines _write_parts writes come first)."""
+    rows = [("llama-2-7b tp1", "decode", b, 1, 128) for b in (1, 8)]
+    _write_parts(tmp_path / "p", rows, (0.9, 0.6, 0.0))
+    hbm = tmp_path / "p" / "hbm.csv"
+    old = hbm.read_text()
+    hbm.write_text(old.replace("op,bytes,seconds,bytes_per_s", "op,bytes,bytes_per_s,bytes_per_s"))
+    result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(tmp_path / "p")])
+    assert result.exit_code == 2
+    assert f"{hbm}, line 7: column(s) ['bytes_per_s'] named more than once" in result.output
+
+
+def test_fit_parts_names_a_missing_metadata_line(tmp_path: Path) -> None:
+    """steps.csv without its driver_version line (recorded in the fit's provenance): an error
+    naming the file and the key, status 2 (not an internal error)."""
+    rows = [("llama-2-7b tp1", "decode", b, 1, 128) for b in (1, 8)]
+    _write_parts(tmp_path / "p", rows, (0.9, 0.6, 0.0))
+    steps = tmp_path / "p" / "steps.csv"
+    steps.write_text(steps.read_text().replace("# driver_version: test\n", ""))
+    result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(tmp_path / "p")])
+    assert result.exit_code == 2
+    assert f"{steps}: no metadata line for ['driver_version']" in result.output
+
+
+@pytest.mark.parametrize("kind", ["file", "nothing"])
+def test_fit_parts_wants_a_folder(tmp_path: Path, kind: str) -> None:
+    given = tmp_path / "base.toml"
+    if kind == "file":
+        given.write_text("[cost]\n")
+    result = CliRunner().invoke(app, ["calibrate", "--fit-parts", str(given)])
+    assert result.exit_code == 2
+    said = "is a file" if kind == "file" else "does not exist"
+    assert f"--fit-parts: '{given}' {said}; expected a folder of parts files" in result.output
+    assert "base.toml/hbm.csv" not in result.output
+
+
+def test_fit_parts_refuses_a_repeat_of_another_device(tmp_path: Path) -> None:
+    """A repeat run whose files all say H100 beside an H200 run: its spread is no repeatability."""
+    from kvsim.validate.gpu_steps import fit_parts
+
+    steps = [("llama-2-7b tp1", "decode", b, 1, c) for b in (1, 8, 32, 128) for c in (128, 2048)]
+    steps += [("llama-2-7b tp1", "prefill", 1, c, c) for c in (128, 2048)]
+    _write_parts(tmp_path / "p", steps, (0.9, 0.6, 40e-6))
+    _write_parts(tmp_path / "p-repeat", steps, (0.9, 0.6, 40e-6))
+    for path in (tmp_path / "p-repeat").iterdir():
+        path.write_text(path.read_text().replace("NVIDIA H200", "NVIDIA H100"))
+    with pytest.raises(ValueError, match="repeat run was measured on 'NVIDIA H100'"):
+        fit_parts(tmp_path / "p", "h200", repeat=tmp_path / "p-repeat")

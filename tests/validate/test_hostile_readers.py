@@ -123,6 +123,23 @@ def test_token_ids_that_disagree_with_the_count_are_refused(tmp_path: Path) -> N
     )
 
 
+@pytest.mark.parametrize(("field", "sent"), [("input_toks", 40), ("output_toks", 4)])
+def test_requests_that_disagree_with_the_workload_are_refused(
+    tmp_path: Path, field: str, sent: int
+) -> None:
+    """requests.jsonl line 2 says 99 where workload.jsonl line 2 says ``sent`` (synthetic.py's
+    second prompt has 32 + 8 = 40 token ids; every output is 4 tokens)."""
+    write_rtx4090(tmp_path)
+    path = tmp_path / "rtx4090-llama-3.1-8b" / "requests.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[1])
+    assert row[field] == sent
+    row[field] = 99
+    lines[1] = json.dumps(row)
+    message = _rtx_error(tmp_path, requests=lines)
+    assert f"requests.jsonl line 2: {field} is 99, workload.jsonl line 2 has {sent}" in message
+
+
 def test_a_token_id_that_is_not_one_names_its_place(tmp_path: Path) -> None:
     lines = [json.dumps({"input_toks": 2, "output_toks": 4, "input_tok_ids": [1, -7]})] * 3
     assert "line 1: input_tok_ids[1] must be a token id in [0, 2^31), got -7" in _rtx_error(

@@ -1,0 +1,48 @@
+"""``kvsim validate``'s options refused before any replay: ``--docs`` / ``--readme`` without
+``--table`` or naming no Markdown file, and a ``--cost`` that is no preset; each one ``error:``
+line, status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsim.cli import app
+
+
+@pytest.fixture(autouse=True)
+def _no_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No measured runs: a check that came too late would fail on the missing data instead."""
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path / "none"))
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["--docs", "--readme"])
+def test_a_markdown_target_needs_table(tmp_path: Path, option: str) -> None:
+    result = CliRunner().invoke(app, ["validate", "some-run", option, "x.md"])
+    assert result.exit_code == 2
+    assert f"{option} 'x.md' needs --table" in result.output
+
+
+@pytest.mark.parametrize("option", ["--docs", "--readme"])
+def test_a_markdown_target_must_be_markdown(tmp_path: Path, option: str) -> None:
+    """A TOML file given: refused, and left as it was (no table block appended)."""
+    (tmp_path / "x.toml").write_text("[cost]\n")
+    result = CliRunner().invoke(app, ["validate", "--table", option, "x.toml"])
+    assert result.exit_code == 2
+    assert f"{option}: expected a Markdown file (.md), got 'x.toml'" in result.output
+    assert (tmp_path / "x.toml").read_text() == "[cost]\n"
+
+
+def test_an_unknown_cost_names_the_option_value_and_choices() -> None:
+    # the presets are the tables of kvsim/data/costs.toml: [vllm-2023] and [lean]
+    result = CliRunner().invoke(app, ["validate", "some-run", "--cost", "nope"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+    assert (
+        "error: --cost: 'nope' is not a cost preset; expected one of ['lean', 'vllm-2023']"
+        in result.output
+    )
+    assert "pydantic" not in result.output
