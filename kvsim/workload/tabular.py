@@ -34,6 +34,7 @@ import pandas as pd
 
 from kvsim.base.extras import require
 from kvsim.base.limits import MAX_INT64, MAX_SEQS_PER_REQUEST, MAX_TIME_S
+from kvsim.base.textfile import read_text
 from kvsim.workload.trace_table import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,14 @@ def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
         return frame.reset_index(drop=True), lambda row: f"row {row + 1}"
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        read_text(path)  # (raises naming the line and the byte)
+        raise ValueError(f"{path}: malformed CSV: {exc}") from None
+    except pd.errors.EmptyDataError:
+        raise ValueError(
+            f"{path}: empty, expected a CSV header line and a row for each request"
+        ) from None
+    except pd.errors.ParserError as exc:
         raise ValueError(f"{path}: malformed CSV: {_one_based(str(exc))}") from None
     _check_duplicate_columns(path)
     frame = _strip_trailing_blank_rows(frame)

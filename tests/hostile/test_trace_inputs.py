@@ -76,10 +76,17 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
         ARRIVE,
         ["t.csv line 3", "arrival_time_s", "'1700000000'", "Unix times"],
     ),
-    "own_not_utf8": ("t.csv", OWN.encode() + b"10,\xff\n", REPLAY, ["t.csv", "malformed CSV"]),
+    # OWN is the header, line 1: the byte is on line 2 (it said "can't decode byte 0xff in
+    # position 3", pandas' offset in its buffer, no line)
+    "own_not_utf8": (
+        "t.csv",
+        OWN.encode() + b"10,\xff\n",
+        REPLAY,
+        ["t.csv line 2: not UTF-8 text (byte 0xff"],
+    ),
     "own_missing_column": ("t.csv", "prompt_tokens,n\n10,1\n", REPLAY, ["t.csv", "output_tokens"]),
     "own_unknown_header": ("t.csv", "a,b\n1,2\n", REPLAY, ["t.csv", "unrecognised CSV header"]),
-    "own_empty_file": ("t.csv", "", REPLAY, ["t.csv"]),
+    "own_empty_file": ("t.csv", "", REPLAY, ["t.csv: empty, expected a CSV header line"]),
     "own_header_only": ("t.csv", OWN, REPLAY, ["t.csv", "no requests"]),
     "own_ragged_row": ("t.csv", OWN + "10,5\n1,2,3,4\n", REPLAY, ["t.csv", "malformed CSV"]),
     "own_short_row": (
