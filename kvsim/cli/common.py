@@ -259,6 +259,41 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
     _check_writable(resolved, out, option, f"the {what}")
 
 
+def check_run_out(out: Path | None) -> None:
+    """Fail before simulating when ``kvsim run --out`` would overwrite, or mix its results with,
+    files the user has: ``out`` exists, is a folder that holds no earlier run
+    (``kvsim.results.tables.is_run_folder``) and is not empty. A folder holding an earlier run
+    is taken (``remove_run_files`` replaces its files; other files stay), as is a new one.
+
+    Raises:
+        ValueError: naming the folder and the first few files it holds.
+    """
+    from kvsim.results.tables import is_run_folder
+
+    if out is None or not out.is_dir() or is_run_folder(out):
+        return
+    held = sorted(p.name for p in out.iterdir())
+    if held:  # (even a config.json: a model's, not a run's, without a run's summary.json)
+        first = ", ".join(held[:3]) + (f" and {len(held) - 3:,} more" if len(held) > 3 else "")
+        raise ValueError(
+            f"--out: {str(out)!r} holds files of its own ({first}) and no kvsim run (no run's "
+            "summary.json): the results would overwrite or mix with them; choose an empty or "
+            "new folder"
+        )
+
+
+def folder_name(value: str) -> Path:
+    """An option's parser for a folder to write: the path, refusing an empty one (which would be
+    the current folder).
+
+    Raises:
+        typer.BadParameter: an empty value.
+    """
+    if not value.strip():
+        raise typer.BadParameter(f"expected a folder name, got {value!r}")
+    return Path(value)
+
+
 def _check_writable(resolved: Path, out: Path, option: str, what: str) -> None:
     """Fail when the folder, or the nearest existing folder above it where it would be
     created, does not let this user write (found after the simulation, it lost the run)."""
@@ -339,8 +374,8 @@ def _toml_value(raw: str, key: str) -> Any:
 
     Raises:
         ValueError: a value nested too deeply, an integer of more than 4,300 digits (the
-            guards ``parse_json`` keeps on the JSON path), or an inline table that gives one key
-            twice."""
+            guards ``parse_json`` keeps on the JSON path), an inline table that gives one key
+            twice, or a table or array that neither JSON nor TOML reads."""
     if "\n" in raw or "\r" in raw:
         return raw
     try:
@@ -349,6 +384,11 @@ def _toml_value(raw: str, key: str) -> Any:
         key_twice = re.match(r"Duplicate inline table key ('.*') \(", str(err))
         if key_twice:  # an inline table, not text: TOML forbids the key given twice
             raise ValueError(_key_twice(key, key_twice.group(1), raw)) from None
+        if raw.lstrip().startswith(("{", "[")):  # a table or list cut short, not a name
+            raise ValueError(
+                f"--set {key}: {raw} is neither a JSON nor a TOML table or array ({err}); "
+                f"a text value that begins so is quoted: --set '{key}=\"...\"'"
+            ) from None
         return raw
     except RecursionError:
         raise ValueError(f"--set {key}: value nested too deeply") from None

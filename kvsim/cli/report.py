@@ -1,7 +1,8 @@
 """``kvsim report RUN_DIR [RUN_DIR ...] [--out FILE.html]``: the self-contained HTML report.
 
 Bad input (a missing folder, one
-without ``summary.json``) prints one red line and exits with status 2, without a traceback.
+without ``summary.json``, an ``--out`` not named ``*.html``) prints one red line and exits with
+status 2, without a traceback.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def report(
         from kvsim.view.report import write_report
 
         check_out_file(out, "--out", "an HTML file")
+        # (anything else, a run's summary.json or a .png, would be overwritten with HTML)
+        if not out.name.lower().endswith(".html"):
+            raise ValueError(
+                f"--out: expected a file name ending in .html, got {str(out)!r}; the report is "
+                "one HTML page"
+            )
         path = write_report(run_dirs, out)
         console.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,7 +13,9 @@ from kvsim.cli.common import (
     SET_EXAMPLE,
     NoProgress,
     check_out_dir,
+    check_run_out,
     console,
+    folder_name,
     guard,
     not_an_override,
     parse_overrides,
@@ -41,7 +44,12 @@ def run(
         typer.Option("--set", metavar="KEY=VALUE", help=f"Override, e.g. {SET_EXAMPLE}"),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Results folder (parquet + summary.json).")
+        Path | None,
+        typer.Option(
+            parser=folder_name,  # (not Path: an empty value reads as ".", the current folder)
+            metavar="DIR",
+            help="Results folder (parquet + summary.json): new, empty, or an earlier run's.",
+        ),
     ] = None,
     no_progress: NoProgress = False,
     strict: Annotated[
@@ -73,6 +81,7 @@ def run(
         from kvsim.view.summary import replica_table, summary_table
 
         check_out_dir(out)
+        check_run_out(out)
         overrides = parse_overrides(set_ or [])
         if config:
             refuse_results(config, "a config TOML")
@@ -110,6 +119,10 @@ def run(
         if results.replicas is not None:
             print_whole(replica_table(results.replicas))
         if out is not None:
+            from kvsim.results.tables import remove_run_files
+
+            if out.is_dir() and remove_run_files(out):  # none of its files beside the new run's
+                logging.getLogger("kvsim.cli").warning("--out: replaced the earlier run in %s", out)
             results.save(out)
             console.print(f"results written to {out}/")
 

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
-from kvsim.base.tablefile import read_table, stored_table, write_table
+from kvsim.base.tablefile import CSV_SUFFIX, read_table, stored_table, write_table
 from kvsim.base.textfile import json_text, read_json
 from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
@@ -30,6 +30,20 @@ from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# the tables ``Results.save`` may write, each as NAME.parquet or, without pyarrow, NAME.csv
+RUN_TABLES = ("requests", "memory", "mapframes", "frames", "replicas")
+# every file ``Results.save`` may write: a run folder holds these, and a new run into it removes
+# them first (a run without frames or replicas would leave the earlier run's beside its summary)
+RUN_FILES = frozenset(
+    (
+        *(f"{table}{suffix}" for table in RUN_TABLES for suffix in (".parquet", CSV_SUFFIX)),
+        "summary.json",
+        "config.json",
+        "request_metrics.csv",  # (kvsim.results.exporters)
+        "metrics.prom",
+    )
+)
 
 
 class Results:
@@ -167,6 +181,35 @@ class Results:
         if stored_table(folder / "replicas.parquet") is not None:
             results.replicas = read_table(folder / "replicas.parquet")
         return results
+
+
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a kvsim run: a ``summary.json`` that reads as a JSON object with
+    the ``config_key`` every run's summary has (a user's own ``summary.json`` is not one)."""
+    try:
+        summary = read_json(folder / "summary.json")
+    except (OSError, ValueError):  # (none, unreadable, or not JSON)
+        return False
+    return isinstance(summary, dict) and "config_key" in summary
+
+
+def remove_run_files(folder: Path) -> list[str]:
+    """Remove from ``folder`` the files a run writes (``RUN_FILES``), so that none of an earlier
+    run's remains beside a new one; any other file is left alone.
+
+    Returns:
+        the names removed, sorted (empty: no earlier run's file was there).
+
+    Raises:
+        OSError: a file that cannot be removed.
+    """
+    removed = []
+    for name in sorted(RUN_FILES):
+        path = folder / name
+        if path.is_file() or path.is_symlink():  # (a link itself, not what it points to)
+            path.unlink()
+            removed.append(name)
+    return removed
 
 
 def request_rows(requests: Sequence[Request]) -> list[list[Any]]:

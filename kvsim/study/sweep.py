@@ -29,7 +29,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from kvsim.base.build import source_build
-from kvsim.base.tablefile import csv_twin, write_table
+from kvsim.base.tablefile import csv_twin, stored_table, write_table
 from kvsim.base.textfile import json_text
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler, dask_map, pool_map
 from kvsim.config import SimConfig
@@ -88,13 +88,18 @@ BUILD = "kvsim_build"  # point.json's field: the fingerprint of the kvsim that r
 
 
 DAMAGED = "\0damaged"  # ``finished_by`` of a point whose summary.json cannot be read back
+INCOMPLETE = "\0incomplete"  # ``finished_by`` of a point that lacks a file it wrote
+FILES = "files"  # point.json's field: the files the point wrote besides point.json
+# what every finished point holds (its tables also as CSV twins, without pyarrow)
+POINT_FILES = ("summary.json", "config.json", "requests.parquet", "memory.parquet")
 
 
 def finished_by(folder: Path, key: str) -> str | None:
     """The fingerprint of the kvsim that finished the point (``""``: unrecorded or unreadable),
     ``DAMAGED`` when its ``summary.json`` is not a readable summary of this point (a JSON object
-    whose ``config_key`` is ``key``: an edited or truncated file), or ``None`` while its results
-    are not completely written (the folder appears atomically)."""
+    whose ``config_key`` is ``key``: an edited or truncated file), ``INCOMPLETE`` when a file it
+    wrote (``POINT_FILES``, and those ``point.json`` lists) is missing, or ``None`` while its
+    results are not completely written (the folder appears atomically)."""
     where = point_dir(folder, key)
     if not (where / "summary.json").is_file():
         return None
@@ -104,12 +109,28 @@ def finished_by(folder: Path, key: str) -> str | None:
         return DAMAGED
     if summary.get("config_key") != key:
         return DAMAGED
+    if _missing(where, POINT_FILES):  # (a plot of the point would fail on it)
+        return INCOMPLETE
     try:
         meta = json.loads((where / "point.json").read_text())
     except (OSError, ValueError):
         return ""
-    build = meta.get(BUILD, "") if isinstance(meta, dict) else ""
+    if not isinstance(meta, dict):
+        return ""
+    files = meta.get(FILES, [])  # (a snapshot, a fleet's replicas: written by some points only)
+    if isinstance(files, list) and _missing(where, [str(name) for name in files]):
+        return INCOMPLETE
+    build = meta.get(BUILD, "")
     return build if isinstance(build, str) else ""
+
+
+def _missing(where: Path, names: Iterable[str]) -> bool:
+    """Whether a file of ``names`` is not in ``where`` (a table's CSV twin stands for it)."""
+    return not all(_present(where / name) for name in names)
+
+
+def _present(path: Path) -> bool:
+    return stored_table(path) is not None if path.suffix == ".parquet" else path.is_file()
 
 
 def is_done(folder: Path, key: str) -> bool:
@@ -119,16 +140,17 @@ def is_done(folder: Path, key: str) -> bool:
 
 def is_stale(build: str | None) -> bool:
     """Whether a point ``finished_by`` ``build`` was finished by another kvsim, or its summary
-    is damaged: it runs again."""
+    is damaged, or it lacks a file: it runs again."""
     return build is not None and build != source_build()
 
 
 def warn_stale(folder: Path, builds: Iterable[str | None], name: str) -> None:
     """Say how many of the points ``finished_by`` ``builds`` in ``folder`` run again: those
-    another kvsim finished, and those whose summary is damaged."""
+    another kvsim finished, those whose summary is damaged, and those that lack a file."""
     builds = list(builds)
     damaged = builds.count(DAMAGED)
-    other = sum(1 for b in builds if b != DAMAGED and is_stale(b))
+    incomplete = builds.count(INCOMPLETE)
+    other = sum(1 for b in builds if b not in (DAMAGED, INCOMPLETE) and is_stale(b))
     if other:
         logger.warning(
             "%s: %d point(s) in %s were finished by another kvsim (its source or data differ "
@@ -143,6 +165,14 @@ def warn_stale(folder: Path, builds: Iterable[str | None], name: str) -> None:
             "summary of its point): running them again",
             name,
             damaged,
+            folder,
+        )
+    if incomplete:
+        logger.warning(
+            "%s: %d point(s) in %s lack a file they wrote (deleted or moved since): running "
+            "them again",
+            name,
+            incomplete,
             folder,
         )
 
@@ -160,6 +190,7 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
         LABEL: point.label,
         "elapsed_s": outcome.elapsed_s,
         BUILD: outcome.build or source_build(),
+        FILES: sorted(p.name for p in tmp.iterdir()),  # (what resuming checks is all there)
     }
     (tmp / "point.json").write_text(json_text(meta, indent=2, sort_keys=True))
     if is_stale(finished_by(folder, outcome.key)):  # another kvsim's: this one replaces it

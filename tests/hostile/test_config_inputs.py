@@ -383,6 +383,15 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ],
         ["cache.kv_cache_gib", "70,000,000,000 parameters", "speculative.draft_num_params"],
     ),
+    # a table cut short was read as a preset's name: "No workload preset '{"preset":'"
+    "table_cut_short": (
+        ['workload={"preset":'],
+        ['--set workload: {"preset": is neither a JSON nor a TOML table or array'],
+    ),
+    "array_cut_short": (
+        ["speculative.acceptance_rates=[0.8, 0.7"],
+        ["--set speculative.acceptance_rates: [0.8, 0.7 is neither"],
+    ),
     # two problems: each named, one after the other on the one error line
     "two_problems": (
         ["model=llama-3.1-405b", "cache.kv_cache_dtype=fp32"],

@@ -18,12 +18,13 @@ def test_report_writes_one_html_file(small_runs, tmp_path) -> None:
 
 
 def test_missing_folder_is_one_line_exit_2(tmp_path) -> None:
-    result = runner.invoke(app, ["report", str(tmp_path / "nope"), "--out", str(tmp_path / "r")])
+    out = tmp_path / "r.html"  # (a name not ending in .html is refused first)
+    result = runner.invoke(app, ["report", str(tmp_path / "nope"), "--out", str(out)])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"error: RUN_DIR '{tmp_path / 'nope'}': no such folder"
     ]
-    assert not (tmp_path / "r").exists()
+    assert not out.exists()
 
 
 def test_folder_without_summary_is_one_line_exit_2(tmp_path) -> None:

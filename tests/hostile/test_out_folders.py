@@ -1,0 +1,90 @@
+"""Output paths that would destroy or mix with what the user has: ``kvsim report --out`` a run's
+``summary.json`` or a ``.png``, ``kvsim run --out`` a folder of the user's own files (a model's
+``config.json``) or ``''`` (the current folder), and a run into an earlier run's folder, which
+must keep nothing of the earlier run (its memory-map frames, a fleet's replicas)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kvsim.results import Results
+
+TINY = ["--no-progress", "--set", "workload.num_requests=2", "--set", "workload.lengths=fixed"]
+USER_CONFIG = '{"model_type": "llama", "num_hidden_layers": 2}'  # (a model's, not a run's)
+
+
+def _run(hostile, out: str, *extra: str) -> None:
+    """``kvsim run`` of two requests into ``out``."""
+    hostile.run(["run", *TINY, "--out", out, *extra], code=0, allowed=[hostile.cwd])
+
+
+@pytest.mark.parametrize("out", ["run/summary.json", "x.png", "report"])
+def test_report_out_must_be_an_html_file(hostile, out) -> None:
+    _run(hostile, "run")
+    summary = (hostile.cwd / "run" / "summary.json").read_bytes()
+    hostile.run(["report", "run", "--out", out], "--out", f"'{out}'", "ending in .html")
+    assert (hostile.cwd / "run" / "summary.json").read_bytes() == summary  # not HTML now
+    assert not (hostile.cwd / out).exists() or out == "run/summary.json"
+    # the suffix in any case (the rule is case-insensitive)
+    hostile.run(["report", "run", "--out", "R.HTML"], code=0, allowed=[hostile.cwd])
+    assert (hostile.cwd / "R.HTML").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_run_refuses_a_folder_of_the_users_files(hostile) -> None:
+    """A folder holding a model's ``config.json`` (``--set model.hf_config=D/config.json --out
+    D``), whose name is one a run writes, but no run's ``summary.json``."""
+    hostile.write("hf/config.json", USER_CONFIG)
+    for name in ("tokenizer.json", "a.safetensors", "b.safetensors"):
+        hostile.write(f"hf/{name}", "x")
+    # the first three names in sorted order, then a count of the rest (5 files)
+    hostile.run(
+        ["run", *TINY, "--out", "hf"],
+        "--out: 'hf'",
+        "(a.safetensors, b.safetensors, config.json and 1 more)",
+        "choose an empty or new folder",
+    )
+    assert (hostile.cwd / "hf" / "config.json").read_text() == USER_CONFIG
+    assert sorted(p.name for p in (hostile.cwd / "hf").iterdir()) == [
+        "a.safetensors",
+        "b.safetensors",
+        "config.json",
+        "tokenizer.json",
+    ]
+
+
+def test_run_refuses_a_summary_json_that_is_no_runs(hostile) -> None:
+    """A ``summary.json`` without the ``config_key`` every run's summary holds is the user's."""
+    hostile.write("mine/summary.json", '{"accuracy": 0.9}')
+    hostile.write("mine/config.json", USER_CONFIG)
+    hostile.run(["run", *TINY, "--out", "mine"], "'mine'", "config.json, summary.json")
+    assert (hostile.cwd / "mine" / "summary.json").read_text() == '{"accuracy": 0.9}'
+
+
+def test_run_refuses_an_empty_out(hostile) -> None:
+    # ('' is the current folder as a path: the run's files would land beside the user's)
+    hostile.run(["run", *TINY, "--out", ""], "--out", "expected a folder name, got ''")
+    assert list(hostile.cwd.iterdir()) == []
+
+
+def test_rerun_into_a_run_folder_keeps_nothing_of_the_earlier_run(hostile, caplog) -> None:
+    _run(hostile, "out", "--map-frames", "5")
+    assert (hostile.out / "mapframes.parquet").is_file()
+    hostile.write("out/notes.txt", "mine")  # (a file of the user's: left alone)
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        _run(hostile, "out", "--map-frames", "0")
+    assert [r for r in caplog.records if "replaced the earlier run in out" in r.getMessage()]
+    # without frames the run writes no mapframes/frames: the earlier run's must not remain
+    assert not (hostile.out / "mapframes.parquet").exists()
+    assert not (hostile.out / "frames.parquet").exists()
+    assert (hostile.out / "notes.txt").read_text() == "mine"
+
+
+def test_single_replica_run_after_a_fleet_loads_no_replicas(hostile) -> None:
+    _run(hostile, "out", "--set", "fleet.replicas=3")
+    assert len(Results.load(hostile.out).replicas) == 3
+    _run(hostile, "out")
+    # one engine writes no replicas.parquet, so the fleet's three rows must be gone
+    assert not (hostile.out / "replicas.parquet").exists()
+    assert Results.load(hostile.out).replicas is None
