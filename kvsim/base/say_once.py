@@ -3,7 +3,9 @@ alike, and each would repeat the same line."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 SAID: set[str] = set()
 
@@ -20,7 +22,25 @@ def note_once(logger: logging.Logger, fmt: str, *args: object) -> None:
     _say_once(logger, logging.INFO, fmt, args)
 
 
+@contextlib.contextmanager
+def held_back() -> Iterator[None]:
+    """Say nothing ``warn_once`` or ``note_once`` is asked to inside (a config built only to
+    see whether it is valid, not run): the messages are not marked said, so a later real build
+    says them."""
+    global _held
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+
+
+_held = 0  # ``held_back`` blocks open
+
+
 def _say_once(logger: logging.Logger, level: int, fmt: str, args: tuple[object, ...]) -> None:
+    if _held:
+        return
     message = fmt % args if args else fmt
     if message not in SAID:
         SAID.add(message)

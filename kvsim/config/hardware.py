@@ -206,6 +206,9 @@ class ModelSpec(Frozen):
             rest = {k: v for k, v in value.items() if k != "hf_config"}
             fields = model_fields_from_hf(value["hf_config"], rest.get("num_params"))
             check_file_heads(value["hf_config"], fields, rest)
+            for key, given in rest.items():  # a table (attention, moe) overrides key by key,
+                if isinstance(given, dict) and isinstance(fields.get(key), dict):  # as a preset's
+                    rest = {**rest, key: {**fields[key], **given}}
             return {**fields, **rest}
         return resolve_preset("models", value)
 

@@ -172,6 +172,18 @@ def test_a_gemma_model_without_a_window_is_full_with_a_warning(
     assert "no window" not in caplog.text  # (a model with no pattern: nothing to say)
 
 
+def test_an_attention_table_beside_an_hf_config_overrides_key_by_key(tmp_path: Path) -> None:
+    # the file's 52 sliding layers (62 - 62 // 6) keep; only the window is the table's. It
+    # replaced the file's whole attention table: "num_sliding_layers and sliding_window_tokens
+    # go together, got 0 and 512"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GEMMA3_TEXT))
+    given = {"hf_config": str(path), "num_params": 27_000_000_000}
+    model = ModelSpec.model_validate({**given, "attention": {"sliding_window_tokens": 512}})
+    assert model.attention is not None
+    assert (model.attention.num_sliding_layers, model.attention.sliding_window_tokens) == (52, 512)
+
+
 def test_hf_layer_errors_name_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**GEMMA3_TEXT, "sliding_window": 0}, indent=1))

@@ -5,6 +5,7 @@ setting the config ignores runs as written, with a warning naming it, its value 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -491,6 +492,17 @@ def test_a_nan_inside_a_set_value_beside_a_file_names_the_key(hostile, pair: str
     path = hostile.write("cfg.toml", b'model = "llama-3.1-8b"\n')
     key, _, raw = pair.partition("=")
     hostile.run(["run", "--no-progress", path, "--set", pair], f"--set {key}: {raw} holds NaN")
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_bad_override_beside_a_file_warns_nothing_of_the_file_alone(hostile, caplog) -> None:
+    # to place the blame kvsim builds the file alone: opt-13b, the default model, with the
+    # file's max_model_len of 4,096 over its 2,048 trained tokens; that warning preceded the error
+    path = hostile.write("cfg.toml", b"[scheduler]\nmax_model_len = 4096\n")
+    bad = hostile.write("config.json", b'{"num_hidden_layers": 0}')
+    with caplog.at_level(logging.WARNING):
+        hostile.run(["run", "--no-progress", path, "--set", f"model.hf_config={bad}"], "config")
+    assert "trained context" not in caplog.text
 
 
 def test_config_folder_and_missing_file(hostile) -> None:
