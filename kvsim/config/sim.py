@@ -570,6 +570,10 @@ def group_over_max_num_seqs(what: str, args: EngineArgs) -> str:
     )
 
 
+# the sections a preset's name may stand for (``kvsim presets``)
+PRESET_SECTIONS = frozenset({"model", "gpu", "cost", "workload"})
+
+
 def format_validation_error(err: ValidationError) -> str:
     """One line per problem: ``cache.block_size_tokens: must be >= 1 ... got 0``."""
     lines = []
@@ -584,7 +588,8 @@ def format_validation_error(err: ValidationError) -> str:
         elif loc and sep and (field == loc or field.startswith(f"{loc}.")):
             loc, msg = field, rest  # a check that names its field in full ("model.attention")
         # a section given a scalar: "a table", not pydantic's class name ("instance of GpuSpec")
-        msg = re.sub(r"a valid dictionary or instance of \w+", "a table", msg)
+        table = "a table or a preset name" if loc in PRESET_SECTIONS else "a table"
+        msg = re.sub(r"a valid dictionary or instance of \w+", table, msg)
         got = e.get("input")
         custom = e["type"] == "value_error" and "got " in msg  # kvsim's messages show the value
         shown = "" if isinstance(got, dict) or custom else f", got {_short(got)}"

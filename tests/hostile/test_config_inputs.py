@@ -427,7 +427,15 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
     "toml_nan": (b"[workload]\nrate_per_s = nan\n", ["workload.rate_per_s", "finite"]),
     "section_is_number": (b"workload = 5\n", ["workload"]),
     "section_is_array": (b"cache = [1, 2]\n", ["cache"]),
-    "gpu_is_number": (b"gpu = 5\n", ["cfg.toml line 1", "gpu: Input should be a table, got 5"]),
+    # a preset's name would do as well as a table (it said "a table" only)
+    "gpu_is_number": (
+        b"gpu = 5\n",
+        ["cfg.toml line 1", "gpu: Input should be a table or a preset name, got 5"],
+    ),
+    "cache_is_number": (
+        b"cache = 5\n",
+        ["cfg.toml line 1", "cache: Input should be a table, got 5"],
+    ),
     "block_size_fraction": (
         b"[cache]\nblock_size_tokens = 16.5\n",
         ["cache.block_size_tokens", "with a fractional part: 16.5"],
