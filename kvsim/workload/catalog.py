@@ -245,6 +245,11 @@ def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
             f"Trace {trace!r} is a directory ({path.resolve()}), expected a trace file (CSV, "
             f"Parquet, JSON Lines or ShareGPT JSON) or a known trace name ({names})"
         )
+    if path.exists():  # (a pipe or a device: read whole, twice, by the trace cache's keys)
+        raise DataNotFoundError(
+            f"Trace {trace!r} is not a regular file (a pipe or a device), expected a trace file "
+            "(CSV, Parquet, JSON Lines or ShareGPT JSON); save it to a file first"
+        )
     raise DataNotFoundError(
         f"Trace {trace!r} is neither a known trace name ({names}) nor an existing file "
         f"(looked for {path.resolve()}). Named traces are read from the folder in {ENV_VAR}. "

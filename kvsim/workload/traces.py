@@ -56,11 +56,17 @@ def load_trace(
     Raises:
         FileNotFoundError: the file does not exist.
         ValueError: a malformed line (naming file, 1-based line, field, value, expectation),
-            a missing column, or an unknown format.
+            a missing column, an unknown format, or a TOML file.
     """
     if fmt is not None and fmt not in TRACE_FORMATS:
         raise ValueError(f"unknown trace format {fmt!r}; choose from {sorted(TRACE_FORMATS)}")
     shown = Path(path).expanduser()
+    if shown.suffix.lower() == ".toml":  # (read as CSV, its first line was a header of no rows)
+        raise ValueError(
+            f"{shown}: is a TOML file (a config or a preset?), expected a trace file (CSV, "
+            "Parquet, JSON Lines or ShareGPT JSON); a config is `kvsim run FILE`, a workload "
+            "preset `--set workload=FILE`"
+        )
     resolved = shown.resolve()
     stat = resolved.stat()
     tok_key: tuple[str, int] | None = None

@@ -376,6 +376,16 @@ def test_parquet_corrupt_and_empty(hostile) -> None:
     hostile.run(args, "e.parquet", "no requests")
 
 
+def test_a_trace_that_is_a_device_or_a_toml_file_says_what_it_is(hostile) -> None:
+    # /dev/null was "neither a known trace name nor an existing file"; a config read as a CSV
+    # "holds no requests"
+    args = [*RUN, "--set", "workload.trace=/dev/null", "--set", *REPLAY]
+    hostile.run(args, "'/dev/null' is not a regular file (a pipe or a device)")
+    config = hostile.write("c.toml", b'model = "llama-3.1-8b"\n')
+    args = [*RUN, "--set", f"workload.trace={config}", "--set", *REPLAY]
+    hostile.run(args, "c.toml: is a TOML file", "--set workload=FILE")
+
+
 def test_trace_is_a_folder(hostile) -> None:
     folder = hostile.cwd / "trace.csv"
     folder.mkdir()
