@@ -230,8 +230,9 @@ def _worker_died(err: Exception) -> bool:
 
 def check_out_dir(out: Path | None, option: str = "--out", what: str = "results folder") -> None:
     """Fail before simulating when ``out`` cannot be a results folder: an existing file (or a
-    file where a parent folder should be), a system root such as ``/`` or ``/usr``, a folder
-    inside a system tree (``/proc``, ``/etc``, ``/usr``...), or one this user may not write.
+    file where a parent folder should be), a link to nothing, a system root such as ``/`` or
+    ``/usr``, a folder inside a system tree (``/proc``, ``/etc``, ``/usr``...), or one this user
+    may not write.
 
     Args:
         out: the folder (``None``: nothing to check).
@@ -245,6 +246,11 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
         return
     if out.exists() and not out.is_dir():
         raise ValueError(f"{option}: expected a folder, got the existing file {str(out)!r}")
+    if out.is_symlink() and not out.exists():  # (mkdir would say "File exists")
+        raise ValueError(
+            f"{option}: {str(out)!r} is a link to {str(out.readlink())!r}, which does not "
+            "exist; remove the link or create its folder"
+        )
     resolved = out.expanduser().resolve()
     for parent in resolved.parents:
         if parent.exists() and not parent.is_dir():

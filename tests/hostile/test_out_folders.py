@@ -88,3 +88,10 @@ def test_single_replica_run_after_a_fleet_loads_no_replicas(hostile) -> None:
     # one engine writes no replicas.parquet, so the fleet's three rows must be gone
     assert not (hostile.out / "replicas.parquet").exists()
     assert Results.load(hostile.out).replicas is None
+
+
+def test_an_out_that_links_to_nothing_says_so(hostile) -> None:
+    # mkdir said "[Errno 17] File exists" of the link
+    (hostile.cwd / "gone").symlink_to(hostile.cwd / "nowhere")
+    hostile.run(["run", *TINY, "--out", "gone"], "'gone' is a link to", "which does not exist")
+    hostile.run(["sweep", "fig2", "--quick", "--out", "gone"], "which does not exist")
