@@ -131,6 +131,17 @@ def test_cli_compare_missing_run_exits_2(tmp_path: Path) -> None:
     assert f"{tmp_path}: holds no summary.json (a run folder: kvsim run --out DIR" in result.output
 
 
+@pytest.mark.parametrize("text", ["{}", '{"accuracy": 0.9}'])
+def test_cli_compare_refuses_a_summary_that_is_no_runs(tmp_path: Path, text: str) -> None:
+    # it printed a table of dashes and exited 0
+    (tmp_path / "summary.json").write_text(text)
+    result = CliRunner().invoke(app, ["compare", str(tmp_path), str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "summary.json: not a kvsim run's summary (no config_key)" in " ".join(
+        result.output.split()
+    )
+
+
 def test_no_percentage_change_from_a_base_that_shows_as_zero():
     from kvsim.view.summary import _difference
 

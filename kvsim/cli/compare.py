@@ -15,8 +15,8 @@ def load_summary(folder: Path) -> dict[str, Any]:
     file itself); ``null`` metrics read as NaN.
 
     Raises:
-        ValueError: no such file, or not UTF-8, invalid JSON, not a JSON object or a value
-            ``read_summary`` refuses (naming it).
+        ValueError: no such file, or not UTF-8, invalid JSON, not a JSON object, a value
+            ``read_summary`` refuses, or no run's (no ``config_key``), naming it.
     """
     path = folder / "summary.json" if folder.is_dir() else folder
     if not path.is_file() or path.suffix != ".json":  # (a run's folder or its summary.json)
@@ -25,7 +25,13 @@ def load_summary(folder: Path) -> dict[str, Any]:
         check_folder(folder, "run", str(folder))  # (says what it is instead)
     from kvsim.results import read_summary
 
-    return read_summary(path)
+    summary = read_summary(path)
+    if "config_key" not in summary:  # (every run's has it: {} printed a table of dashes)
+        raise ValueError(
+            f"{path}: not a kvsim run's summary (no config_key); expected the summary.json "
+            "of kvsim run --out, or a sweep point's"
+        )
+    return summary
 
 
 def compare(

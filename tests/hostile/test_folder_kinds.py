@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-RUN = ("run/summary.json", '{"num_requests": 1}')
+RUN = ("run/summary.json", '{"num_requests": 1, "config_key": "0123abcd"}')  # (a run's has its key)
 SWEEP = ("sweep/summary.csv", "config_key\nx\n")  # (the CSV twin counts: no pyarrow needed)
 PLAN = ("plan/answer.json", "{}")
 EXPERIMENT = 'name = "e"\n[grid]\n"cache.block_size_tokens" = [8, 16]\n'
