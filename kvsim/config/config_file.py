@@ -88,7 +88,7 @@ def _at_lines(path: str | Path, message: str) -> str:
     text = read_text(path)
     out = []
     for problem in message.splitlines():
-        field = problem.split(": ", 1)[0]
+        field = problem.split(": ", 1)[0].split("[", 1)[0]  # (an item's: its key's line)
         number = toml_key_line(text, field) if field and " " not in field else None
         out.append(f"{path} line {number}: {problem}" if number else f"{path}: {problem}")
     return "\n".join(out)

@@ -570,6 +570,8 @@ def group_over_max_num_seqs(what: str, args: EngineArgs) -> str:
     )
 
 
+# a field's name in a check's message, or an item of it ("acceptance_rates[0]")
+_FIELD_NAME = re.compile(r"[A-Za-z_]\w*(\[\d+\])*")
 # the sections a preset's name may stand for (``kvsim presets``)
 PRESET_SECTIONS = frozenset({"model", "gpu", "cost", "workload"})
 
@@ -581,7 +583,7 @@ def format_validation_error(err: ValidationError) -> str:
         loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         field, sep, rest = msg.partition(": ")
-        if loc and sep and field.isidentifier():  # "workload" + "num_requests: ..."
+        if loc and sep and _FIELD_NAME.fullmatch(field):  # "workload" + "num_requests: ..."
             if loc.rpartition(".")[2] != field:  # (a field's own check names it already)
                 loc = f"{loc}.{field}"
             msg = rest

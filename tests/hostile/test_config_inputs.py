@@ -440,6 +440,11 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
         b"[cache]\nblock_size_tokens = 16.5\n",
         ["cache.block_size_tokens", "with a fractional part: 16.5"],
     ),
+    # an item's error at its key's line (it said line 1, the section's, naming "speculative")
+    "quoted_item_in_array": (
+        b'[speculative]\nnum_speculative_tokens = 2\nacceptance_rates = [\n  "0.8",\n  0.7,\n]\n',
+        ["cfg.toml line 3: speculative.acceptance_rates[0]: expected a number", "'0.8'"],
+    ),
     "empty_model_table": (b"[model]\n", ["model", "Field required"]),
     "block_size_word": (b'[cache]\nblock_size_tokens = "sixteen"\n', ["block_size_tokens"]),
     # pydantic's lax mode would read these as 16, true and true
