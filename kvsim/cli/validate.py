@@ -53,6 +53,11 @@ def validate(
             raise ValueError(f"--cost: {cost!r} is not a cost preset; expected one of {costs}")
         spec = CostSpec.model_validate(cost) if cost is not None else None
         if table:
+            if runs:  # (the table is every run's: names would be ignored)
+                raise ValueError(
+                    f"--table replays every run; give run names ({' '.join(runs)}) without "
+                    "--table, or --table alone"
+                )
             _table(out, docs, readme, spec, cost)
             return
         if not runs:

@@ -46,3 +46,12 @@ def test_an_unknown_cost_names_the_option_value_and_choices() -> None:
         in result.output
     )
     assert "pydantic" not in result.output
+
+
+def test_table_with_run_names_is_refused() -> None:
+    # --table replays every run: the names were ignored without a word
+    result = CliRunner().invoke(app, ["validate", "--table", "rtx4090", "codellama"])
+    assert result.exit_code == 2
+    assert "--table replays every run; give run names (rtx4090 codellama) without" in " ".join(
+        result.output.split()
+    )
