@@ -38,7 +38,7 @@ def test_run_refuses_a_folder_of_the_users_files(hostile) -> None:
     hostile.write("hf/config.json", USER_CONFIG)
     for name in ("tokenizer.json", "a.safetensors", "b.safetensors"):
         hostile.write(f"hf/{name}", "x")
-    # the first three names in sorted order, then a count of the rest (5 files)
+    # the first three names in sorted order, then a count of the rest (4 files: "and 1 more")
     hostile.run(
         ["run", *TINY, "--out", "hf"],
         "--out: 'hf'",

@@ -87,7 +87,7 @@ def test_an_unknown_gpu_is_named_as_one_not_as_unpriced(tmp_path, no_runs):
     "flags",
     [["--gpus", "h200"], ["--tp", "2"], ["--split", "1:1"], ["--replicas", "4"]],
 )
-def test_fleet_flags_without_cheapest_are_refused(tmp_path, flags):
+def test_fleet_flags_without_cheapest_are_refused(tmp_path, no_runs, flags):
     # a one-knob plan ran and ignored them
     args = ["plan", "--smallest", "kv", "--target", TARGET, *flags, "--out", str(tmp_path)]
     _refused(runner.invoke(app, args), f"plan: {flags[0]} shape --cheapest's search of fleets")
