@@ -5,6 +5,8 @@ with kvsim's own allocators and configs; experiments/reservation-24gib.toml keep
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvsim.base.units import GB, GiB
 from kvsim.config import config_from_dict
@@ -129,6 +131,47 @@ def test_a_kv_budget_as_the_gpu_memory_utilization_that_derives_it():
         (64 + 2) / 80 + 16.06e9 / (80 * GiB), abs=1e-3
     )
     assert utilization_for_budget(big) > 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    memory=st.sampled_from([141_000_000_000, 80 * GiB, 48_000_000_000, 100_000_000_000]),
+    kv_gib=st.floats(0.3, 20.0),
+)
+def test_the_share_is_the_least_whose_derived_budget_holds_the_kv(memory, kv_gib):
+    # the definition, read through the config's own derivation: at the share the derived budget
+    # holds the KV, at 0.001 less it does not (a float's last bit once left it one byte short)
+    from kvsim.config.memory import utilization_for_budget
+
+    def config(**cache):
+        table = {"model": "llama-3.1-8b", "gpu": {"preset": "h200", "memory_bytes": memory}}
+        return config_from_dict({**table, "cache": cache, "scheduler": {"max_model_len": 1024}})
+
+    try:
+        given = config(kv_cache_gib=kv_gib)
+    except ValueError:  # (more than the GPU holds beside the weights)
+        return
+    share = utilization_for_budget(given)
+    if share > 1:
+        return
+    assert config(gpu_memory_utilization=share).kv_cache_bytes >= given.kv_cache_bytes
+    less = round(share - 0.001, 3)
+    if less > 0:
+        assert config(gpu_memory_utilization=less).kv_cache_bytes < given.kv_cache_bytes
+
+
+def test_a_share_a_float_would_leave_one_byte_short_is_raised():
+    """An H200 (141e9 B) with Llama-3.1-8B: 16,060,000,000 B of weights + 2 GiB of headroom =
+    18,207,483,648 B; a KV budget of 24,252,000,000 - that = 6,044,516,352 B needs exactly
+    0.172 of the GPU, but 0.172 x 141e9 is 24,251,999,999.999996 in floating point, so the
+    derived budget would be 6,044,516,351 B: one byte short. The share is 0.173."""
+    from kvsim.config.memory import utilization_for_budget
+
+    base = {"model": "llama-3.1-8b", "gpu": "h200", "scheduler": {"max_model_len": 1024}}
+    given = config_from_dict({**base, "cache": {"kv_cache_bytes": 6_044_516_352}})
+    assert utilization_for_budget(given) == 0.173
+    at = config_from_dict({**base, "cache": {"gpu_memory_utilization": 0.172}})
+    assert at.kv_cache_bytes == 6_044_516_351  # (the float's shortfall itself)
 
 
 def test_a_drafters_kv_layers_share_every_slot():

@@ -131,8 +131,8 @@ def run_cheapest_command(
             kind a valid config (after the table).
     """
     from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler
-    from kvsim.config import preset_table
     from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
+    from kvsim.config.hardware import resolve_preset
     from kvsim.study.cheapest import FleetOption, run_cheapest, save_cheapest
     from kvsim.study.plan import failure
 
@@ -142,10 +142,11 @@ def run_cheapest_command(
     sizes = parse_list(tp, "--tp", tp_size, "whole numbers >= 1") or [1, 2, 4, 8]
     pairs = first_of_each([parse_split(s) for s in splits], "--split", _split_text)
     layouts: list[tuple[int, int] | None] = [None, *pairs]
-    presets = preset_table("gpus")
     for gpu in gpu_names:  # (a price table's "no price for GPU" would name no typo)
-        if gpu.lower() not in presets:
-            raise ValueError(f"--gpus: unknown GPU preset {gpu!r}; choose from {sorted(presets)}")
+        try:
+            resolve_preset("gpus", gpu)
+        except ValueError as err:
+            raise ValueError(f"--gpus: {err}") from None
     pricing = PricingSpec.model_validate(base.get("pricing", {}))
     for gpu in gpu_names:  # every GPU priced, before anything runs
         gpu_price_per_hour(gpu, pricing, among="--gpus" if len(gpu_names) > 1 else "")

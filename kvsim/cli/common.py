@@ -246,11 +246,12 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
         return
     if out.exists() and not out.is_dir():
         raise ValueError(f"{option}: expected a folder, got the existing file {str(out)!r}")
-    if out.is_symlink() and not out.exists():  # (mkdir would say "File exists")
-        raise ValueError(
-            f"{option}: {str(out)!r} is a link to {str(out.readlink())!r}, which does not "
-            "exist; remove the link or create its folder"
-        )
+    for link in (out, *out.parents):  # (mkdir would say "File exists", after the run)
+        if link.is_symlink() and not link.exists():
+            raise ValueError(
+                f"{option}: {str(link)!r} is a link to {str(link.readlink())!r}, which does not "
+                "exist; remove the link or create its folder"
+            )
     resolved = out.expanduser().resolve()
     for parent in resolved.parents:
         if parent.exists() and not parent.is_dir():
@@ -268,17 +269,18 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
 def check_run_out(out: Path | None) -> None:
     """Fail before simulating when ``kvsim run --out`` would overwrite, or mix its results with,
     files the user has: ``out`` exists, is a folder that holds no earlier run
-    (``kvsim.results.tables.is_run_folder``) and is not empty. A folder holding an earlier run
+    (``kvsim.results.tables.is_run_folder``, or one whose save was cut short:
+    ``is_unfinished_run``) and holds a file that is not hidden. A folder holding an earlier run
     is taken (``remove_run_files`` replaces its files; other files stay), as is a new one.
 
     Raises:
         ValueError: naming the folder and the first few files it holds.
     """
-    from kvsim.results.tables import is_run_folder
+    from kvsim.results.tables import is_run_folder, is_unfinished_run
 
-    if out is None or not out.is_dir() or is_run_folder(out):
+    if out is None or not out.is_dir() or is_run_folder(out) or is_unfinished_run(out):
         return
-    held = sorted(p.name for p in out.iterdir())
+    held = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     if held:  # (even a config.json: a model's, not a run's, without a run's summary.json)
         first = ", ".join(held[:3]) + (f" and {len(held) - 3:,} more" if len(held) > 3 else "")
         raise ValueError(

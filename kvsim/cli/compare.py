@@ -24,9 +24,10 @@ def load_summary(folder: Path) -> dict[str, Any]:
 
         check_folder(folder, "run", str(folder))  # (says what it is instead)
     from kvsim.results import read_summary
+    from kvsim.results.tables import is_run_summary
 
     summary = read_summary(path)
-    if "config_key" not in summary:  # (every run's has it: {} printed a table of dashes)
+    if not is_run_summary(summary):  # ({} printed a table of dashes)
         raise ValueError(
             f"{path}: not a kvsim run's summary (no config_key); expected the summary.json "
             "of kvsim run --out, or a sweep point's"

@@ -578,8 +578,11 @@ def _as_utilization(plan_: Any, answer: float) -> str:
     from kvsim.base.units import format_gib
     from kvsim.config.memory import utilization_for_budget
 
-    config = plan_._config_at(answer)
+    config = plan_.config_at(answer)
     if config is None:
+        return ""
+    kinds = {(r.gpu, r.parallel, r.model, r.draft_params) for r in config.replica_configs}
+    if len(kinds) > 1:  # (replicas of other GPUs or models derive other shares: no one answer)
         return ""
     share = utilization_for_budget(config)
     parts = (

@@ -35,7 +35,7 @@ def report(
 
         check_out_file(out, "--out", "an HTML file")
         # (anything else, a run's summary.json or a .png, would be overwritten with HTML)
-        if not out.name.lower().endswith(".html"):
+        if out.suffix.lower() not in (".html", ".htm"):
             raise ValueError(
                 f"--out: expected a file name ending in .html, got {str(out)!r}; the report is "
                 "one HTML page"

@@ -85,7 +85,8 @@ def sweep(
             hint = f"; did you mean {close[0]!r}?" if close else " (kvsim presets experiments)"
             raise ValueError(f"{experiment}: no such experiment file{hint}")
         spec = load_experiment(path)
-        if quick and not (spec.quick_set or spec.quick_grid or spec.quick_snapshot_at_s):
+        quick_table = spec.quick_set or spec.quick_grid or spec.quick_snapshot_at_s is not None
+        if quick and not quick_table:
             logging.getLogger("kvsim.cli").warning(
                 "%s has no [quick] table: --quick runs its points at full size (into %s/quick/%s)",
                 path,

@@ -43,14 +43,17 @@ def validate(
     """Replay measured vLLM runs in kvsim and compare latency (and KV usage) per request."""
 
     def go() -> None:
-        from kvsim.config import CostSpec, preset_table
+        from kvsim.config import CostSpec
+        from kvsim.config.hardware import resolve_preset
         from kvsim.validate.catalog import list_runs, resolve_names
 
         for option, path in (("--docs", docs), ("--readme", readme)):
             _check_markdown(option, path, table)
-        costs = sorted(preset_table("costs"))
-        if cost is not None and cost.lower() not in costs:
-            raise ValueError(f"--cost: {cost!r} is not a cost preset; expected one of {costs}")
+        if cost is not None:
+            try:
+                resolve_preset("costs", cost)
+            except ValueError as err:  # (CostSpec's own message is pydantic's, many lines)
+                raise ValueError(f"--cost: {err}") from None
         spec = CostSpec.model_validate(cost) if cost is not None else None
         if table:
             if runs:  # (the table is every run's: names would be ignored)

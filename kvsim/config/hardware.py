@@ -84,17 +84,21 @@ def resolve_preset(kind: str, value: Any) -> Any:
         name = str(value["preset"]).lower()
         if name not in presets:
             raise ValueError(f"unknown {kind[:-1]} preset {name!r}; choose from {sorted(presets)}")
-        fields = {"name": name, **presets[name]}
-        for key, given in value.items():
-            if key == "preset":
-                continue
-            known = fields.get(key)  # a table overrides the preset's fields one by one
-            if isinstance(known, dict) and isinstance(given, dict):
-                fields[key] = {**known, **given}
-            else:
-                fields[key] = given
-        return fields
+        rest = {k: v for k, v in value.items() if k != "preset"}
+        return overlaid({"name": name, **presets[name]}, rest)
     return value
+
+
+def overlaid(fields: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` (a preset's, or a config.json's) with ``given`` over them: a table given for
+    a table field (``attention``, ``moe``) overrides its keys one by one, anything else whole."""
+    out = dict(fields)
+    for key, value in given.items():
+        known = out.get(key)
+        out[key] = (
+            {**known, **value} if isinstance(known, dict) and isinstance(value, dict) else value
+        )
+    return out
 
 
 class MoeSpec(Frozen):
@@ -206,10 +210,7 @@ class ModelSpec(Frozen):
             rest = {k: v for k, v in value.items() if k != "hf_config"}
             fields = model_fields_from_hf(value["hf_config"], rest.get("num_params"))
             check_file_heads(value["hf_config"], fields, rest)
-            for key, given in rest.items():  # a table (attention, moe) overrides key by key,
-                if isinstance(given, dict) and isinstance(fields.get(key), dict):  # as a preset's
-                    rest = {**rest, key: {**fields[key], **given}}
-            return {**fields, **rest}
+            return overlaid(fields, rest)
         return resolve_preset("models", value)
 
     @model_validator(mode="after")

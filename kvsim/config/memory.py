@@ -92,10 +92,12 @@ def utilization_for_budget(config: ConfigParts) -> float:
     (``(kv_cache_bytes + weights + activation headroom) / GPU memory``, the derivation above
     solved for it), rounded up to 0.001 so that the budget derived from it is no smaller; above
     1 when they exceed the GPU."""
-    need = (
-        config.kv_cache_bytes + config.weight_bytes_per_gpu + config.cache.activation_headroom_bytes
-    )
-    return -(-need * 1000 // config.gpu.memory_bytes) / 1000
+    others = config.weight_bytes_per_gpu + config.cache.activation_headroom_bytes
+    memory = config.gpu.memory_bytes
+    share = -(-(config.kv_cache_bytes + others) * 1000 // memory) / 1000
+    if int(share * memory - others) < config.kv_cache_bytes:  # (a float's last bit short)
+        share = round(share + 0.001, 3)
+    return share
 
 
 def check_memory(config: ConfigParts) -> None:

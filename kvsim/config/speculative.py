@@ -62,8 +62,9 @@ class SpeculativeConfig(Frozen):
         acceptance_rate: each draft's acceptance given the ones before it (``alpha``).
         acceptance_rates: vLLM's per-position acceptance rates, ``k`` non-increasing values.
         draft_acceptance_rate: vLLM's "Avg Draft acceptance rate" as a share (accepted / draft
-            tokens; its log prints %); kvsim solves for the ``alpha`` that gives it. Set one
-            of the three.
+            tokens; its log prints %); kvsim solves for the ``alpha`` that gives it at this
+            ``k`` (measured at another ``k``, it stands for another drafter: one drafter's rate
+            falls as ``k`` grows). Set one of the three.
         draft_num_params: weights the drafter reads in each of its ``k`` passes a step (0: a
             free drafter). ``None``: ``eagle_head_params`` of the target for ``"eagle"``
             (about 0.25 B for Llama-3.1-8B), 0 for ``"ngram"`` (SimConfig.draft_params).
@@ -228,6 +229,13 @@ def eagle_head_params(model: ModelSpec) -> int:
     layer of the target (its parameters less the embedding and LM head, over its layers) and the
     fusion layer that maps two residual vectors to one (``2 * width**2``; the LM head is the
     target's). For Llama-2-7B, (6.74 B - 2 x 32,000 x 4,096) / 32 + 2 x 4,096**2 = 0.236 B, the
-    0.24 B of Li et al. (EAGLE, ICML 2024, §4); Llama-3.1-8B's is 0.252 B."""
+    0.24 B of Li et al. (EAGLE, ICML 2024, §4); Llama-3.1-8B's is 0.252 B. A MoE target's head
+    is a dense layer (EAGLE-3's heads for gpt-oss and Qwen3 MoE are): its layer counts the
+    experts one token reads (``num_experts_per_tok``), not all of them."""
     body = model.num_params - model.lm_head_params - model.embedding_params
-    return body // model.num_layers + 2 * model.residual_width**2
+    layer = body // model.num_layers
+    if model.moe is not None:
+        moe = model.moe
+        dense = (body - model.expert_params) // model.num_layers
+        layer = dense + moe.num_experts_per_tok * moe.params_per_expert
+    return layer + 2 * model.residual_width**2

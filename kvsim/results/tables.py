@@ -33,11 +33,15 @@ if TYPE_CHECKING:
 
 # the tables ``Results.save`` may write, each as NAME.parquet or, without pyarrow, NAME.csv
 RUN_TABLES = ("requests", "memory", "mapframes", "frames", "replicas")
+# the tables' files: no other program's names (config.json or summary.json may be a user's)
+RUN_TABLE_FILES = frozenset(
+    f"{table}{suffix}" for table in RUN_TABLES for suffix in (".parquet", CSV_SUFFIX)
+)
 # every file ``Results.save`` may write: a run folder holds these, and a new run into it removes
 # them first (a run without frames or replicas would leave the earlier run's beside its summary)
 RUN_FILES = frozenset(
     (
-        *(f"{table}{suffix}" for table in RUN_TABLES for suffix in (".parquet", CSV_SUFFIX)),
+        *RUN_TABLE_FILES,
         "summary.json",
         "config.json",
         "request_metrics.csv",  # (kvsim.results.exporters)
@@ -190,7 +194,20 @@ def is_run_folder(folder: Path) -> bool:
         summary = read_json(folder / "summary.json")
     except (OSError, ValueError):  # (none, unreadable, or not JSON)
         return False
-    return isinstance(summary, dict) and "config_key" in summary
+    return isinstance(summary, dict) and is_run_summary(summary)
+
+
+def is_run_summary(summary: dict[str, Any]) -> bool:
+    """Whether a ``summary.json``'s object is a kvsim run's: it has the ``config_key`` every
+    run's summary has, a fleet's included."""
+    return "config_key" in summary
+
+
+def is_unfinished_run(folder: Path) -> bool:
+    """Whether ``folder`` holds only what a run's save writes before its ``summary.json`` (a save
+    cut short), a table among it; hidden files (``.DS_Store``) aside."""
+    held = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+    return bool(held & RUN_TABLE_FILES) and held <= RUN_FILES
 
 
 def remove_run_files(folder: Path) -> list[str]:

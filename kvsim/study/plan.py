@@ -263,7 +263,7 @@ class Plan:
         why = moot_reason(config, self.base, self.field)
         if why is None and self.lo < self.hi:  # the low end, else the middle where it is invalid
             for x in (self.lo, math.sqrt(self.lo * self.hi)):
-                other = self._config_at(x)
+                other = self.config_at(x)
                 if other is not None:
                     if other.key() == config.key():
                         why = f"the config at {self.value(x):g} and at {self.hi:g} is the same"
@@ -274,7 +274,7 @@ class Plan:
                 "runs the same workload; plan another knob or change the config"
             )
 
-    def _config_at(self, x: float) -> Any:
+    def config_at(self, x: float) -> Any:
         """The base config with the knob at ``x``, its warnings unsaid (it is not run);
         ``None`` where it is invalid."""
         try:

@@ -30,6 +30,7 @@ def test_report_out_must_be_an_html_file(hostile, out) -> None:
     # the suffix in any case (the rule is case-insensitive)
     hostile.run(["report", "run", "--out", "R.HTML"], code=0, allowed=[hostile.cwd])
     assert (hostile.cwd / "R.HTML").read_text().startswith("<!DOCTYPE html>")
+    hostile.run(["report", "run", "--out", "r.htm"], code=0, allowed=[hostile.cwd])
 
 
 def test_run_refuses_a_folder_of_the_users_files(hostile) -> None:
@@ -95,3 +96,20 @@ def test_an_out_that_links_to_nothing_says_so(hostile) -> None:
     (hostile.cwd / "gone").symlink_to(hostile.cwd / "nowhere")
     hostile.run(["run", *TINY, "--out", "gone"], "'gone' is a link to", "which does not exist")
     hostile.run(["sweep", "fig2", "--quick", "--out", "gone"], "which does not exist")
+    # a folder above --out that links to nothing: the run simulated, then lost its results
+    hostile.run(["run", *TINY, "--out", "gone/sub"], "'gone' is a link to")
+
+
+def test_a_save_cut_short_or_hidden_files_do_not_block_a_run(hostile) -> None:
+    # a save writes the tables before summary.json: one cut short left a folder the next run
+    # refused as the user's ("holds files of its own (memory.parquet, requests.parquet)")
+    _run(hostile, "out")
+    (hostile.out / "summary.json").unlink()
+    (hostile.out / "config.json").unlink()
+    _run(hostile, "out")
+    assert (hostile.out / "summary.json").is_file()
+    # a new folder holding only what a desktop or a repository leaves
+    hostile.write("fresh/.DS_Store", "x")
+    hostile.write("fresh/.gitkeep", "")
+    _run(hostile, "fresh")
+    assert (hostile.cwd / "fresh" / ".gitkeep").is_file()  # (left alone)

@@ -79,7 +79,7 @@ def test_an_empty_list_or_item_is_refused_naming_the_option(
 
 def test_an_unknown_gpu_is_named_as_one_not_as_unpriced(tmp_path, no_runs):
     result = runner.invoke(app, _cheapest(tmp_path, "--gpus", "h100-80gb,h999"))
-    _refused(result, "--gpus: unknown GPU preset 'h999'; choose from [")
+    _refused(result, "--gpus: unknown gpu preset 'h999'; choose from [")
     assert "price" not in result.output
 
 

@@ -757,3 +757,18 @@ def test_a_misspelt_knob_is_named_before_a_bracket_is_asked_for() -> None:
     with pytest.raises(ValueError, match=r"'workload\.rate' is not a config field; did you mean "
                        r"'workload\.rate_per_s'\?"):  # fmt: skip
         plan_from_dict("p", {}, {"field": "workload.rate", "targets": {"num_preemptions": 0}})
+
+
+def test_the_answer_as_a_share_is_left_out_where_replicas_differ() -> None:
+    from kvsim.cli.plan import _as_utilization
+    from kvsim.study.plan import plan_from_dict
+
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 1024}}
+    question = {"field": "cache.kv_cache_gib", "lo": 1, "hi": 20, "targets": {"num_preemptions": 0}}
+    # (4 GiB + 16.06e9 B + 2 GiB) / 80 GiB = 0.26196, up to 0.262 (test_capacity_arithmetic)
+    one = plan_from_dict("smallest", base, question)
+    assert _as_utilization(one, 4.0).startswith("0.262 of 80.0 GiB (KV + 15.0 GiB of weights")
+    # an A100-40GB replica beside an H100 needs another share of its own GPU: no one answer
+    fleet = {"replicas": 2, "replica_overrides": [{}, {"gpu": "a100-40gb"}]}
+    mixed = plan_from_dict("smallest", {**base, "fleet": fleet}, question)
+    assert _as_utilization(mixed, 4.0) == ""

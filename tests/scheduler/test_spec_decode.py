@@ -182,6 +182,17 @@ def test_an_eagle_head_of_unknown_size_is_one_layer_of_the_target():
     assert config_from_dict(drafter(method="ngram")).draft_params == 0
 
 
+def test_a_moe_targets_eagle_head_is_a_dense_layer_of_the_experts_a_token_reads():
+    from kvsim.config.hardware import ModelSpec
+    from kvsim.config.speculative import eagle_head_params
+
+    # gpt-oss-20b: 20,914,757,184 parameters less its untied embedding and LM head (2 x 201,088 x
+    # 2,880 = 1,158,266,880) less 32 experts x 24 layers x 24,883,200 = 646,192,704 dense, over
+    # 24 layers 26,924,696; plus the 4 experts a token reads, 99,532,800, and the 2 x 2,880**2
+    # = 16,588,800 fusion layer: 143,046,296 (all 32 experts made it 0.84 B)
+    assert eagle_head_params(ModelSpec.model_validate("gpt-oss-20b")) == 143_046_296
+
+
 @pytest.mark.parametrize(
     ("k", "draft_rate", "alpha"),
     [

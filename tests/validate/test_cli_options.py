@@ -42,7 +42,7 @@ def test_an_unknown_cost_names_the_option_value_and_choices() -> None:
     assert result.exit_code == 2
     assert result.output.count("\n") == 1
     assert (
-        "error: --cost: 'nope' is not a cost preset; expected one of ['lean', 'vllm-2023']"
+        "error: --cost: unknown cost preset 'nope'; choose from ['lean', 'vllm-2023']"
         in result.output
     )
     assert "pydantic" not in result.output
