@@ -113,3 +113,16 @@ def test_a_save_cut_short_or_hidden_files_do_not_block_a_run(hostile) -> None:
     hostile.write("fresh/.gitkeep", "")
     _run(hostile, "fresh")
     assert (hostile.cwd / "fresh" / ".gitkeep").is_file()  # (left alone)
+
+
+def test_every_file_a_run_writes_is_one_a_rerun_replaces(hostile) -> None:
+    # RUN_FILES names Results.save's files by hand: one it did not name would stay beside a
+    # later run's summary
+    from kvsim.results.tables import RUN_FILES
+
+    _run(hostile, "frames", "--map-frames", "5")
+    _run(hostile, "fleet", "--set", "fleet.replicas=2")
+    for folder in ("frames", "fleet"):
+        written = {p.name for p in (hostile.cwd / folder).iterdir()}
+        assert written <= RUN_FILES, written - RUN_FILES
+    assert "replicas.parquet" in {p.name for p in (hostile.cwd / "fleet").iterdir()}
