@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+import kvsim.study.point as point_mod
 from kvsim.study.experiment import Experiment, parse_experiment
 
 # 2 GiB / 800 KiB per token = 2,621 slots: holds one 2,048-token Max slab, several paged requests.
@@ -49,3 +50,17 @@ def make_experiment() -> Any:
 @pytest.fixture
 def base_table() -> dict[str, Any]:
     return BASE
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Count in-process simulations (serial runs); ``calls`` lists their allocators."""
+    calls: list[str] = []
+    real = point_mod.simulate
+
+    def wrapper(config, *args, **kwargs):
+        calls.append(config.cache.allocator)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(point_mod, "simulate", wrapper)
+    return calls

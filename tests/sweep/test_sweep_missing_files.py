@@ -6,25 +6,8 @@ from __future__ import annotations
 
 import logging
 
-import pytest
-
-import kvsim.study.point as point_mod
 from kvsim.study.load import load_sweep
 from kvsim.study.sweep import run_sweep
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    """Count in-process simulations (serial runs)."""
-    calls: list[str] = []
-    real = point_mod.simulate
-
-    def wrapper(config, *args, **kwargs):
-        calls.append(config.cache.allocator)
-        return real(config, *args, **kwargs)
-
-    monkeypatch.setattr(point_mod, "simulate", wrapper)
-    return calls
 
 
 def test_points_missing_a_table_run_again(tmp_path, tiny, counted, caplog) -> None:

@@ -20,20 +20,6 @@ from kvsim.study.load import load_sweep
 from kvsim.study.sweep import run_sweep
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Count in-process simulations (serial runs); ``calls`` lists their allocators."""
-    calls: list[str] = []
-    real = point_mod.simulate
-
-    def wrapper(config, *args, **kwargs):
-        calls.append(config.cache.allocator)
-        return real(config, *args, **kwargs)
-
-    monkeypatch.setattr(point_mod, "simulate", wrapper)
-    return calls
-
-
 def test_points_stored_under_keys_and_summary_gathered(tmp_path, tiny) -> None:
     report = run_sweep(tiny, tmp_path, progress=False)
     folder = tmp_path / "tiny"
