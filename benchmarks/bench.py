@@ -15,7 +15,7 @@ under ``vllm-v1`` caches prefixes):
 * ``mooncake_conv_<policy>``: the whole Mooncake conversation trace (512-token prefix
   ``hash_ids``) on ``paged`` without prefix caching, ``shared_prefix`` (paged with automatic
   prefix caching) and ``radix``, each with ``cpu_ratio_to_paged``.
-* ``kv2026_<policy>``: issue 29's policies, each in a group beside its ``*_paged`` reference on
+* ``kv2026_<policy>``: the KV-in-2026 policies, each in a group beside its ``*_paged`` reference on
   the same workload: ``vattention`` (64 KiB pages) and ``spec_eagle3`` (speculative decoding,
   EAGLE with 3 drafts at acceptance 0.7) on the Azure 10k run; ``offload_cpu256`` (a 256 GiB
   CPU tier, vLLM's native offloading) and ``offload_disk1024`` (a 1 TiB disk tier below a
@@ -154,7 +154,7 @@ GROUPS: dict[str, dict[str, dict[str, Any]]] = {
         ),
         "mooncake_conv_radix": with_cache(MOONCAKE, allocator="radix"),
     },
-    # issue 29's policies, each beside paged on the same workload (cpu_ratio_to_paged <= 2)
+    # the KV-in-2026 policies, each beside paged on the same workload (cpu_ratio_to_paged <= 2)
     "kv2026_vattention": {
         "kv2026_vattention_paged": with_cache(AZURE_10K_SPEC, allocator="paged"),
         "kv2026_vattention_64k": with_cache(
@@ -382,7 +382,7 @@ def _max_ratio(report: dict[str, Any], prefix: str, names: tuple[str, ...]) -> f
 
 
 def _kv2026_ratio(report: dict[str, Any]) -> float | None:
-    """The worst ``cpu_ratio_to_paged`` of issue 29's policies (``kv2026_*`` runs that are not
+    """The worst ``cpu_ratio_to_paged`` of the KV-in-2026 policies (``kv2026_*`` runs that are not
     their group's paged reference), or ``None`` when none ran."""
     ratios = [
         float(entry["cpu_ratio_to_paged"])
@@ -439,7 +439,7 @@ TARGETS = (
         " s",
     ),
     Target(
-        "issue 29's policies (vattention, ...), each CPU vs paged on its workload, worst",
+        "the KV-in-2026 policies (vattention, ...), each CPU vs paged on its workload, worst",
         _kv2026_ratio,
         2.0,
         False,

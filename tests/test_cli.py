@@ -408,6 +408,20 @@ def test_run_header_says_one_request_and_a_quarter_gib():
     assert result.output.splitlines()[2].startswith("KV pool: 2,048 KV slots")  # its third
 
 
+def test_run_header_names_the_drafter():
+    # Llama-3.1-8B's EAGLE head by default: (8.03e9 - 2 x 128,256 x 4,096) / 32 + 2 x 4,096**2
+    # = 251,658,396 parameters, 0.252 B; the header said nothing of speculation
+    args = ["run", "--no-progress", "--set", "model=llama-3.1-8b", "--set", "gpu=h100-80gb"]
+    args += ["--set", "workload.num_requests=2", "--set", "speculative.num_speculative_tokens=3"]
+    args += ["--set", "speculative.acceptance_rate=0.7"]
+    eagle = runner.invoke(app, args)
+    assert eagle.exit_code == 0, eagle.output
+    first = eagle.output.splitlines()[0]
+    assert "; EAGLE-style drafts k = 3 (drafter 0.252 B parameters), 2 requests" in first
+    ngram = runner.invoke(app, [*args, "--set", "speculative.method=ngram"])
+    assert "; n-gram drafts k = 3, 2 requests" in ngram.output.splitlines()[0]
+
+
 def test_run_header_gives_the_pool_each_replica_runs():
     # a replica's own 0.25 GiB is 2,048 slots = 128 blocks of 16 (the others' 0.5 GiB: 256);
     # the header showed the base config's pool however the replicas overrode it

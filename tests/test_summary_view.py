@@ -36,6 +36,10 @@ from kvsim.view.summary import (
         ("throughput_requests_per_s", 0.8583, "0.858"),
         ("num_preemptions", 12345, "12,345"),
         ("cow_copy_bytes", 3 * 2**30, "3.00 GiB"),
+        # below a GiB in MiB or KiB: vAttention's 64 KiB pages read "0.00 GiB"
+        ("cache.page_size_bytes", 64 * 2**10, "64 KiB"),
+        ("cache.page_size_bytes", 2 * 2**20, "2 MiB"),
+        ("kv_offload_bytes_cpu_to_gpu", 1.5 * 2**20, "1.5 MiB"),
         ("prefix_cache_hit_rate", float("nan"), "-"),
         ("preemption_mode", "swap", "swap"),
         # a swept setting that is a list of tables (float() of a list raised), as given and as
@@ -199,8 +203,8 @@ def test_printed_prefix_section_shows_readmission_hits_after_preemption(tmp_path
     )
     assert _row(result.output, "prefix_cache_preempted_hits").split()[-2] == "112"
     assert _row(result.output, "prefix_cache_preempted_queries").split()[-2] == "113"
-    # bytes not recomputed: 112 tokens x 131,072 B = 14,680,064 B = 0.01 GiB (two decimals)
-    assert "0.01 GiB" in _row(result.output, "KV not recomputed")
+    # bytes not recomputed: 112 tokens x 131,072 B = 14,680,064 B = 14 MiB
+    assert "14 MiB" in _row(result.output, "KV not recomputed")
     # a sum over the run, which outgrows the pool: the label says so (a trial read 197 GiB on
     # an 8 GiB pool as an amount held)
     assert "(hits + preempted hits, run total)" in _row(result.output, "KV not recomputed")

@@ -92,6 +92,12 @@ def _not_a_number(value: bool | str) -> str:
     try:
         number = float(value)
     except ValueError:
+        if value.strip().endswith("%"):  # ("69.1%", as vLLM's log prints a rate)
+            try:
+                share = float(value.strip()[:-1]) / 100
+            except ValueError:
+                return f"expected a number, got {value!r}"
+            return f"expected a number, got {value!r}: a share is written without %, {share:g}"
         return f"expected a number, got {value!r}"
     if not math.isfinite(number):
         return f"expected a finite number, got {value!r}"

@@ -572,19 +572,14 @@ def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None
 
 def _as_utilization(plan_: Any, answer: float) -> str:
     """A KV budget answer as the ``gpu_memory_utilization`` that derives it (vLLM's own knob),
-    with the weights and headroom beside it; ``""`` for another knob."""
-    if plan_.field not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
-        return ""
+    with the weights and headroom beside it; ``""`` where ``answer_utilization`` has none."""
     from kvsim.base.units import format_gib
-    from kvsim.config.memory import utilization_for_budget
+    from kvsim.study.plan import answer_config, answer_utilization
 
-    config = plan_.config_at(answer)
-    if config is None:
+    share = answer_utilization(plan_, answer)
+    config = answer_config(plan_, answer)
+    if share is None or config is None:
         return ""
-    kinds = {(r.gpu, r.parallel, r.model, r.draft_params) for r in config.replica_configs}
-    if len(kinds) > 1:  # (replicas of other GPUs or models derive other shares: no one answer)
-        return ""
-    share = utilization_for_budget(config)
     parts = (
         f"KV + {format_gib(config.weight_bytes_per_gpu)} of weights + "
         f"{format_gib(config.cache.activation_headroom_bytes)} of activation headroom"

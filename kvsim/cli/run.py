@@ -155,6 +155,12 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     elif layout == "slabs":
         policy += "/" + cfg.cache.reservation
     batching = ", request-level batching" if args.batching == "request" else ""
+    spec = cfg.speculative
+    if spec.enabled:  # (its drafter's weights and KV are the pool line's)
+        drafter = "n-gram" if spec.method == "ngram" else "EAGLE-style"
+        policy += f"; {drafter} drafts k = {spec.num_speculative_tokens}"
+        if cfg.draft_params:
+            policy += f" (drafter {cfg.draft_params / 1e9:.3g} B parameters)"
     fleet = cfg.fleet
     if fleet is not None:
         split = f", {fleet.prefill_replicas} prefill" if fleet.disaggregated else ""

@@ -41,7 +41,7 @@ from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
 from kvsim.config.file_kinds import PLAN_KEYS, check_kind
-from kvsim.config.memory import least_pool_tokens
+from kvsim.config.memory import least_pool_tokens, utilization_for_budget
 from kvsim.config.sim import did_you_mean, field_annotation
 from kvsim.results import read_summary
 from kvsim.study.experiment import Point, check_name
@@ -57,6 +57,8 @@ from kvsim.study.sweep import (
 from kvsim.study.targets import target_metrics
 from kvsim.workload.spec import DEFAULT_NUM_REQUESTS
 
+# the knobs that are a KV budget per GPU
+KV_FIELDS = ("cache.kv_cache_gib", "cache.kv_cache_bytes")
 logger = logging.getLogger(__name__)
 
 Direction = Literal["smallest", "largest"]
@@ -474,7 +476,7 @@ def knob_bracket(
     ``least_pool_tokens``; in GiB rounded up to a hundredth) to what the GPU holds beside the
     weights, and ``need``, that KV unrounded (``{}`` for other knobs or an invalid base;
     ``varied`` as ``Plan.varied``)."""
-    if field_name not in ("cache.kv_cache_gib", "cache.kv_cache_bytes"):
+    if field_name not in KV_FIELDS:
         return {}
     try:
         config = config_from_dict(json.loads(json.dumps(base)), varied=varied)
@@ -887,6 +889,27 @@ def widening_advice(plan: Plan, end: Literal["lo", "hi"]) -> str:
         f"no wider bracket helps ({at_limit}), so no value meets it: relax the target or "
         "change the config"
     )
+
+
+def answer_config(plan: Plan, answer: float) -> Any:
+    """The config at a KV budget answer whose share of the GPU is one number: ``None`` for
+    another knob, an invalid config, or a fleet whose replicas differ in GPU, parallelism, model
+    or drafter (each derives another share of its own GPU)."""
+    if plan.field not in KV_FIELDS:
+        return None
+    config = plan.config_at(answer)
+    if config is None:
+        return None
+    kinds = {(r.gpu, r.parallel, r.model, r.draft_params) for r in config.replica_configs}
+    return config if len(kinds) == 1 else None
+
+
+def answer_utilization(plan: Plan, answer: float | None) -> float | None:
+    """A KV budget answer as the least ``gpu_memory_utilization`` that derives it
+    (``kvsim.config.memory.utilization_for_budget``; by kvsim's arithmetic: the GPU preset's
+    memory, ``cache.activation_headroom_bytes``); ``None`` where ``answer_config`` is."""
+    config = None if answer is None else answer_config(plan, answer)
+    return None if config is None else utilization_for_budget(config)
 
 
 def format_value(value: float | int, field: str = "", *, unit: bool = True) -> str:

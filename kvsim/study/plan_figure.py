@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kvsim.base.textfile import json_text
-from kvsim.study.plan import PlanResult, format_value
+from kvsim.study.plan import PlanResult, answer_utilization, format_value
 from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, display_unit, metric_unit
 
 _MEETS, _FAILS, _TARGET = "#1b7f3b", "#c0392b", "#444444"
@@ -118,6 +118,7 @@ def save_plan(result: PlanResult) -> list[Path]:
         "field": plan.field,
         "direction": plan.direction,
         "answer": result.answer,
+        "gpu_memory_utilization": answer_utilization(plan, result.answer),  # (a KV answer's)
         "binding_target": result.binding,
         "headroom": result.headroom,
         "targets": {t.metric: t.bound for t in plan.targets},

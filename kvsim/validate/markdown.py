@@ -92,7 +92,9 @@ def readme_markdown(table: ErrorTable, command: str) -> str:
         lines += [
             "",
             f"KV usage over time on the RTX 4090 run beside vLLM's own `kv_cache_pct`: mean "
-            f"absolute difference {table.kv['kv_mean_abs_diff_points']:.1f} points.",
+            f"absolute difference {table.kv['kv_mean_abs_diff_points']:.1f} points "
+            f"[target <= {KV_TARGET_POINTS:g}: "
+            f"{'met' if table.kv['kv_mean_abs_diff_points'] <= KV_TARGET_POINTS else 'missed'}].",
         ]
     return "\n".join(lines)
 

@@ -248,7 +248,8 @@ def format_metric(key: str, value: Any) -> str:
     """``value`` rounded for people by what ``key`` measures.
 
     Percentages to 0.1, fractions (``_perc``, ``_frac``, ``_rate``) to 0.001, seconds to three
-    significant figures (milliseconds below one second), bytes in GiB, counts with thousands
+    significant figures (milliseconds below one second), bytes in GiB (MiB or KiB below one),
+    counts with thousands
     separators; text and flags as they are, a list or table (a swept setting) as JSON.
     """
     if value is None:
@@ -263,14 +264,14 @@ def format_metric(key: str, value: Any) -> str:
         return json.dumps(plain, default=str)
     big = key.endswith(("_bytes", "_bytes_total")) or key.startswith("kv_offload_bytes_")
     if isinstance(value, int):
-        return f"{value / 2**30:,.2f} GiB" if big else f"{value:,}"
+        return _bytes_text(value) if big else f"{value:,}"
     number = float(value)
     if math.isnan(number):
         return "-"
     if math.isinf(number):  # (int(inf) raises: a summary of a run with no time, say)
         return "inf" if number > 0 else "-inf"
     if big:
-        return f"{number / 2**30:,.2f} GiB"
+        return _bytes_text(number)
     if key.startswith("usd_") or key == "cost_usd":
         sign, size = ("-" if number < 0 else ""), abs(number)  # (-$6.85, not $-6.85)
         return f"{sign}${_significant(size, 4)}" if size < 1000 else f"{sign}${size:,.0f}"
@@ -289,6 +290,17 @@ def format_metric(key: str, value: Any) -> str:
     if number == int(number) and abs(number) < 1e15:
         return f"{int(number):,}"
     return _significant(number, 3) if abs(number) < 1000 else f"{number:,.0f}"
+
+
+def _bytes_text(number: float) -> str:
+    """Bytes in GiB to two places, or below a GiB in MiB or KiB (a 64 KiB page read "0.00
+    GiB"); zero as "0.00 GiB"."""
+    size = abs(number)
+    if size >= 2**30 or size == 0:
+        return f"{number / 2**30:,.2f} GiB"
+    if size >= 2**20:
+        return f"{number / 2**20:.4g} MiB"
+    return f"{number / 2**10:.4g} KiB"
 
 
 def _significant(number: float, digits: int) -> str:

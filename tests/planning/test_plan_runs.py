@@ -116,6 +116,7 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     answer = json.loads((folder / "answer.json").read_text())
     assert answer["answer"] == SMALLEST_WITHOUT_PREEMPTION
     assert answer["binding_target"] == "num_preemptions"
+    assert answer["gpu_memory_utilization"] == 0.214  # (worked above)
     assert (folder / "plan.png").stat().st_size > 10_000
 
 
