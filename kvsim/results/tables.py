@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
+from kvsim.base.say_once import held_back
 from kvsim.base.tablefile import CSV_SUFFIX, read_table, stored_table, write_table
 from kvsim.base.textfile import json_text, read_json
 from kvsim.config import SimConfig, format_validation_error
@@ -167,7 +168,8 @@ class Results:
         """
         folder = Path(folder)
         try:
-            config = SimConfig.model_validate(read_json(folder / "config.json"))
+            with held_back():  # (the run said its config's warnings when it ran)
+                config = SimConfig.model_validate(read_json(folder / "config.json"))
         except ValidationError as err:
             raise ValueError(f"{folder / 'config.json'}: {format_validation_error(err)}") from None
         has_maps = stored_table(folder / "mapframes.parquet") is not None

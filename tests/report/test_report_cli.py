@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from kvsim.cli import app
+from tests.conftest import forget_warnings
 
 runner = CliRunner()
 
@@ -39,3 +41,19 @@ def test_out_must_not_be_a_folder(small_runs, tmp_path) -> None:
     result = runner.invoke(app, ["report", str(small_runs[1]), "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "expected an HTML file" in result.output
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_reading_a_run_back_says_none_of_its_configs_warnings(tmp_path, caplog) -> None:
+    # a max_model_len past the model's trained context warns when the run is made; report and
+    # plot read the run back and said it again
+    from kvsim.results import Results
+
+    args = ["run", "--no-progress", "--set", "model=llama-3.1-8b", "--out", str(tmp_path)]
+    args += ["--set", "model.max_position_embeddings=2048", "--set", "scheduler.max_model_len=4096"]
+    result = CliRunner().invoke(app, [*args, "--set", "workload.num_requests=3"])
+    assert result.exit_code == 0, result.output
+    assert "trained context" in caplog.text  # (said when run)
+    forget_warnings(caplog)
+    Results.load(tmp_path)
+    assert "trained context" not in caplog.text
