@@ -40,6 +40,9 @@ from kvsim.view.summary import (
         ("cache.page_size_bytes", 64 * 2**10, "64 KiB"),
         ("cache.page_size_bytes", 2 * 2**20, "2 MiB"),
         ("kv_offload_bytes_cpu_to_gpu", 1.5 * 2**20, "1.5 MiB"),
+        ("x_bytes", 512, "512 B"),  # (whole bytes below a KiB: not "0.5 KiB")
+        ("x_bytes", 2**30 - 1, "1.00 GiB"),  # (not "1024 MiB")
+        ("x_bytes", 2**20 - 11, "1 MiB"),  # (1,023.99 KiB: not "1024 KiB")
         ("prefix_cache_hit_rate", float("nan"), "-"),
         ("preemption_mode", "swap", "swap"),
         # a swept setting that is a list of tables (float() of a list raised), as given and as

@@ -69,12 +69,13 @@ def refuse_coerced_scalars(fields: Mapping[str, Any], data: Any) -> Any:
             info = fields.get(name)
             if info is None or value is None:
                 continue
+            share = name.endswith(SHARE_SUFFIXES)  # (a % written for it has a share to say)
             if _is_number(info.annotation) and isinstance(value, bool | str):
-                raise ValueError(f"{name}: {_not_a_number(value)}")
+                raise ValueError(f"{name}: {_not_a_number(value, share)}")
             if _is_number_sequence(info.annotation) and isinstance(value, list | tuple):
                 for i, item in enumerate(value):
                     if isinstance(item, bool | str):
-                        raise ValueError(f"{name}[{i}]: {_not_a_number(item)}")
+                        raise ValueError(f"{name}[{i}]: {_not_a_number(item, share)}")
             if _is_bool(info.annotation) and not isinstance(value, bool):
                 raise ValueError(f"{name}: expected true or false, got {value!r}")
     return data
@@ -86,18 +87,25 @@ def is_int_at_least(value: object, minimum: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
-def _not_a_number(value: bool | str) -> str:
+# config fields that are a share of 1 (a rate, a fraction of memory): "69.1%" written for one,
+# as vLLM's log prints a rate, is told the share it stands for
+SHARE_SUFFIXES = ("_rate", "_rates", "_perc", "utilization")
+
+
+def _not_a_number(value: bool | str, share: bool = False) -> str:
     if isinstance(value, bool):
         return f"expected a number, got {str(value).lower()}"
     try:
         number = float(value)
     except ValueError:
-        if value.strip().endswith("%"):  # ("69.1%", as vLLM's log prints a rate)
+        percent = value.strip().removesuffix("%")
+        if share and percent != value.strip():
             try:
-                share = float(value.strip()[:-1]) / 100
+                part = float(percent) / 100
             except ValueError:
-                return f"expected a number, got {value!r}"
-            return f"expected a number, got {value!r}: a share is written without %, {share:g}"
+                part = math.nan
+            if 0 <= part <= 1:
+                return f"expected a share of 1, got {value!r}: write {part:g}"
         return f"expected a number, got {value!r}"
     if not math.isfinite(number):
         return f"expected a finite number, got {value!r}"

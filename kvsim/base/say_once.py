@@ -4,6 +4,7 @@ alike, and each would repeat the same line."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 from collections.abc import Iterator
 
@@ -26,20 +27,19 @@ def note_once(logger: logging.Logger, fmt: str, *args: object) -> None:
 def held_back() -> Iterator[None]:
     """Say nothing ``warn_once`` or ``note_once`` is asked to inside (a config built only to
     see whether it is valid, not run): the messages are not marked said, so a later real build
-    says them."""
-    global _held
-    _held += 1
+    says them. Held per thread and task (a ``ContextVar``): another thread's warnings are said."""
+    token = _HELD.set(True)
     try:
         yield
     finally:
-        _held -= 1
+        _HELD.reset(token)
 
 
-_held = 0  # ``held_back`` blocks open
+_HELD: contextvars.ContextVar[bool] = contextvars.ContextVar("kvsim_held_back", default=False)
 
 
 def _say_once(logger: logging.Logger, level: int, fmt: str, args: tuple[object, ...]) -> None:
-    if _held:
+    if _HELD.get():
         return
     message = fmt % args if args else fmt
     if message not in SAID:

@@ -43,6 +43,12 @@ def stored_table(path: str | Path) -> Path | None:
     return None
 
 
+def table_target(path: Path) -> Path:
+    """The file ``write_table`` writes for the Parquet path ``path``: ``path``, or its CSV twin
+    without pyarrow."""
+    return path if has_extra("parquet") else csv_twin(path)
+
+
 def write_table(frame: pd.DataFrame, path: Path) -> Path:
     """Write ``frame`` (without its index) as the table named by the Parquet path ``path``.
 
@@ -54,7 +60,7 @@ def write_table(frame: pd.DataFrame, path: Path) -> Path:
     Returns:
         the file written.
     """
-    if not has_extra("parquet"):
+    if table_target(path) != path:
         warn_once(
             logger,
             "pyarrow is not installed: results tables are written as CSV (NAME.csv for "

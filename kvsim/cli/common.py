@@ -244,13 +244,25 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
     """
     if out is None:
         return
+    _refuse_tilde(out, option)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{option}: expected a folder, got the existing file {str(out)!r}")
     for link in (out, *out.parents):  # (mkdir would say "File exists", after the run)
         if link.is_symlink() and not link.exists():
+            try:
+                link.resolve(strict=True)
+                where = f"to {str(link.readlink())!r}, which does not exist"
+            except RuntimeError:  # (a loop: Python < 3.13)
+                where = "in a loop of links"
+            except OSError as err:  # (a missing target, or a loop: ELOOP)
+                loop = "loop" in str(err).lower() or err.errno == 40
+                where = (
+                    "in a loop of links"
+                    if loop
+                    else (f"to {str(link.readlink())!r}, which does not exist")
+                )
             raise ValueError(
-                f"{option}: {str(link)!r} is a link to {str(link.readlink())!r}, which does not "
-                "exist; remove the link or create its folder"
+                f"{option}: {str(link)!r} is a link {where}; remove the link or create its folder"
             )
     resolved = out.expanduser().resolve()
     for parent in resolved.parents:
@@ -269,16 +281,25 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
 def check_run_out(out: Path | None) -> None:
     """Fail before simulating when ``kvsim run --out`` would overwrite, or mix its results with,
     files the user has: ``out`` exists, is a folder that holds no earlier run
-    (``kvsim.results.tables.is_run_folder``, or one whose save was cut short:
-    ``is_unfinished_run``) and holds a file that is not hidden. A folder holding an earlier run
-    is taken (``remove_run_files`` replaces its files; other files stay), as is a new one.
+    (``kvsim.results.tables.is_run_folder``, a save cut short included) and holds a file that is
+    not hidden; or it holds a folder or a pipe by the name of a file a run writes. A folder
+    holding an earlier run is taken (``remove_run_files`` replaces that run's files; other files
+    stay), as is a new one.
 
     Raises:
-        ValueError: naming the folder and the first few files it holds.
+        ValueError: naming the folder and the first few files it holds, or the entry in the way.
     """
-    from kvsim.results.tables import is_run_folder, is_unfinished_run
+    from kvsim.results.tables import blocking_entries, is_run_folder
 
-    if out is None or not out.is_dir() or is_run_folder(out) or is_unfinished_run(out):
+    if out is None or not out.is_dir():
+        return
+    blocked = blocking_entries(out)
+    if blocked:  # (found after the run, the save would fail or block: the results lost)
+        raise ValueError(
+            f"--out: {str(out / blocked[0])!r} is a folder or a pipe, where a run writes a file "
+            "of that name; move it or choose another folder"
+        )
+    if is_run_folder(out):
         return
     held = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     if held:  # (even a config.json: a model's, not a run's, without a run's summary.json)
@@ -322,8 +343,13 @@ def check_out_file(out: Path, option: str = "--out", what: str = "a file") -> No
     Raises:
         ValueError: naming the option and the path.
     """
+    _refuse_tilde(out, option)
     if out.is_dir():
         raise ValueError(f"{option}: expected {what}, got the folder {str(out)!r}")
+    if out.is_symlink() or (out.exists() and not out.is_file()):  # (written through, or blocks)
+        raise ValueError(
+            f"{option}: {str(out)!r} is a link, a pipe or a device; expected {what} to write"
+        )
     resolved = out.expanduser().resolve()
     for parent in resolved.parents:
         if parent.exists() and not parent.is_dir():
@@ -333,6 +359,16 @@ def check_out_file(out: Path, option: str = "--out", what: str = "a file") -> No
     if resolved.exists() and not os.access(resolved, os.W_OK):
         raise ValueError(f"{option}: cannot write {what} {str(out)!r}: permission denied")
     _check_writable(resolved.parent, out, option, what)
+
+
+def _refuse_tilde(out: Path, option: str) -> None:
+    """A path beginning with ``~`` the shell did not expand (it was quoted): the files would go
+    to a folder named ``~`` here, not the home folder."""
+    if out.parts and out.parts[0].startswith("~"):
+        raise ValueError(
+            f"{option}: {str(out)!r} begins with ~, which the shell expands only unquoted; "
+            "write the folder out (e.g. $HOME/...)"
+        )
 
 
 def _in_system_tree(path: Path) -> bool:
@@ -447,8 +483,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         if isinstance(value, NotANumber):  # NaN, Infinity: the text, for the field to refuse
             value = raw
         elif _holds_not_a_number(value):  # (inside a list or table: no field names it)
+            shown = raw if len(raw) <= 80 else f"{raw[:60]}... ({len(raw):,} characters)"
             raise ValueError(
-                f"--set {key}: {raw} holds NaN, an infinity or an overlong integer; no setting "
+                f"--set {key}: {shown} holds NaN, an infinity or an overlong integer; no setting "
                 "takes one"
             )
         if key in out and out[key] != value:

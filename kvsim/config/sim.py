@@ -580,7 +580,7 @@ def format_validation_error(err: ValidationError) -> str:
     """One line per problem: ``cache.block_size_tokens: must be >= 1 ... got 0``."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
         msg = e["msg"].removeprefix("Value error, ")
         field, sep, rest = msg.partition(": ")
         if loc and sep and _FIELD_NAME.fullmatch(field):  # "workload" + "num_requests: ..."

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from kvsim.base.say_once import held_back
-from kvsim.base.tablefile import CSV_SUFFIX, read_table, stored_table, write_table
+from kvsim.base.tablefile import read_table, stored_table, table_target, write_table
 from kvsim.base.textfile import json_text, read_json
 from kvsim.config import SimConfig, format_validation_error
 from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COLUMNS
@@ -34,20 +34,16 @@ if TYPE_CHECKING:
 
 # the tables ``Results.save`` may write, each as NAME.parquet or, without pyarrow, NAME.csv
 RUN_TABLES = ("requests", "memory", "mapframes", "frames", "replicas")
-# the tables' files: no other program's names (config.json or summary.json may be a user's)
-RUN_TABLE_FILES = frozenset(
-    f"{table}{suffix}" for table in RUN_TABLES for suffix in (".parquet", CSV_SUFFIX)
-)
-# every file ``Results.save`` may write: a run folder holds these, and a new run into it removes
-# them first (a run without frames or replicas would leave the earlier run's beside its summary)
-RUN_FILES = frozenset(
-    (
-        *RUN_TABLE_FILES,
-        "summary.json",
-        "config.json",
-        "request_metrics.csv",  # (kvsim.results.exporters)
-        "metrics.prom",
-    )
+# the files a run folder's save lists before it writes them (a JSON list of names): a rerun into
+# the folder removes exactly those, and a save cut short before summary.json is still a run's
+RUN_MANIFEST = ".kvsim-run"
+# what a run written before the manifest may hold (its tables as Parquet: every install has it)
+_UNLISTED_RUN_FILES = (
+    *(f"{table}.parquet" for table in RUN_TABLES),
+    "summary.json",
+    "config.json",
+    "request_metrics.csv",  # (kvsim.results.exporters)
+    "metrics.prom",
 )
 
 
@@ -142,6 +138,15 @@ class Results:
         ``exports`` Vidur's ``request_metrics.csv`` and a Prometheus ``metrics.prom``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        tables = ["requests", "memory"]
+        if self.mapframes is not None and self.frames is not None:
+            tables += ["mapframes", "frames"]
+        if self.replicas is not None:
+            tables.append("replicas")
+        names = [table_target(folder / f"{t}.parquet").name for t in tables]
+        names += ["summary.json", "config.json"]
+        names += ["request_metrics.csv", "metrics.prom"] if exports else []
+        (folder / RUN_MANIFEST).write_text(json.dumps(names) + "\n")  # (first: see RUN_MANIFEST)
         write_table(self.requests, folder / "requests.parquet")
         write_table(self.memory, folder / "memory.parquet")
         if self.mapframes is not None and self.frames is not None:
@@ -190,11 +195,17 @@ class Results:
 
 
 def is_run_folder(folder: Path) -> bool:
-    """Whether ``folder`` holds a kvsim run: a ``summary.json`` that reads as a JSON object with
-    the ``config_key`` every run's summary has (a user's own ``summary.json`` is not one)."""
+    """Whether ``folder`` holds a kvsim run: its save's list (``RUN_MANIFEST``, a save cut short
+    included), or a ``summary.json`` that reads as a run's (``is_run_summary``; a user's own
+    ``summary.json`` is not one)."""
+    if (folder / RUN_MANIFEST).is_file():
+        return True
+    path = folder / "summary.json"
+    if not path.is_file():  # (a pipe of that name would block the read)
+        return False
     try:
-        summary = read_json(folder / "summary.json")
-    except (OSError, ValueError):  # (none, unreadable, or not JSON)
+        summary = read_json(path)
+    except (OSError, ValueError):  # (unreadable, or not JSON)
         return False
     return isinstance(summary, dict) and is_run_summary(summary)
 
@@ -205,27 +216,47 @@ def is_run_summary(summary: dict[str, Any]) -> bool:
     return "config_key" in summary
 
 
-def is_unfinished_run(folder: Path) -> bool:
-    """Whether ``folder`` holds only what a run's save writes before its ``summary.json`` (a save
-    cut short), a table among it; hidden files (``.DS_Store``) aside."""
-    held = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
-    return bool(held & RUN_TABLE_FILES) and held <= RUN_FILES
+def run_file_names(folder: Path) -> list[str]:
+    """The files of the run in ``folder`` that a new run replaces: those its save listed
+    (``RUN_MANIFEST``, and the list itself), or for a run saved before the list, the names such
+    a run writes; only names, never a path out of the folder."""
+    manifest = folder / RUN_MANIFEST
+    if not manifest.is_file():
+        return list(_UNLISTED_RUN_FILES)
+    try:
+        listed = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # (a damaged list: the names such a run writes)
+        listed = list(_UNLISTED_RUN_FILES)
+    plain = [n for n in listed if isinstance(n, str) and n == Path(n).name]
+    return [*(n for n in plain if n not in ("", ".", "..")), RUN_MANIFEST]
+
+
+def blocking_entries(folder: Path) -> list[str]:
+    """Names a run writes that ``folder`` holds as something other than a file or a link (a
+    folder, a pipe): the save would fail on them, or block, after the simulation."""
+    names = {*_UNLISTED_RUN_FILES, RUN_MANIFEST}
+    names |= {f"{table}.csv" for table in RUN_TABLES}
+    return sorted(
+        n
+        for n in names
+        if (folder / n).exists() and not ((folder / n).is_symlink() or (folder / n).is_file())
+    )
 
 
 def remove_run_files(folder: Path) -> list[str]:
-    """Remove from ``folder`` the files a run writes (``RUN_FILES``), so that none of an earlier
-    run's remains beside a new one; any other file is left alone.
+    """Remove from ``folder`` the files of the run it holds (``run_file_names``), so that none of
+    an earlier run's remains beside a new one; any other file is left alone.
 
     Returns:
-        the names removed, sorted (empty: no earlier run's file was there).
+        the names removed (empty: no earlier run's file was there).
 
     Raises:
         OSError: a file that cannot be removed.
     """
     removed = []
-    for name in sorted(RUN_FILES):
+    for name in run_file_names(folder):
         path = folder / name
-        if path.is_file() or path.is_symlink():  # (a link itself, not what it points to)
+        if path.is_symlink() or path.is_file():  # (a link itself, not what it points to)
             path.unlink()
             removed.append(name)
     return removed

@@ -893,14 +893,18 @@ def widening_advice(plan: Plan, end: Literal["lo", "hi"]) -> str:
 
 def answer_config(plan: Plan, answer: float) -> Any:
     """The config at a KV budget answer whose share of the GPU is one number: ``None`` for
-    another knob, an invalid config, or a fleet whose replicas differ in GPU, parallelism, model
-    or drafter (each derives another share of its own GPU)."""
+    another knob, an invalid config, or a fleet whose replicas differ in GPU, parallelism, model,
+    drafter or cache settings (each derives another share of its own GPU, or a budget of its
+    own the knob does not reach)."""
     if plan.field not in KV_FIELDS:
         return None
     config = plan.config_at(answer)
     if config is None:
         return None
-    kinds = {(r.gpu, r.parallel, r.model, r.draft_params) for r in config.replica_configs}
+    kinds = {
+        (r.gpu, r.parallel, r.model, r.draft_params, r.cache.model_dump_json())
+        for r in config.replica_configs
+    }
     return config if len(kinds) == 1 else None
 
 

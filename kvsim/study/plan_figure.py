@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kvsim.base.textfile import json_text
-from kvsim.study.plan import PlanResult, answer_utilization, format_value
+from kvsim.study.plan import Plan, PlanResult, answer_utilization, format_value
 from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, display_unit, metric_unit
 
 _MEETS, _FAILS, _TARGET = "#1b7f3b", "#c0392b", "#444444"
@@ -109,6 +109,13 @@ def plan_figure(result: PlanResult) -> Figure:
     return fig
 
 
+def _utilization(plan: Plan, answer: float | None) -> float | None:
+    """A KV answer's ``gpu_memory_utilization`` (``answer_utilization``), ``None`` above 1:
+    no share vLLM takes derives it (the table says why)."""
+    share = answer_utilization(plan, answer)
+    return share if share is not None and share <= 1 else None
+
+
 def save_plan(result: PlanResult) -> list[Path]:
     """Write ``points.csv``, ``answer.json`` and ``plan.png`` into the plan's folder."""
     folder, plan = result.folder, result.plan
@@ -117,8 +124,8 @@ def save_plan(result: PlanResult) -> list[Path]:
     answer = {
         "field": plan.field,
         "direction": plan.direction,
-        "answer": result.answer,
-        "gpu_memory_utilization": answer_utilization(plan, result.answer),  # (a KV answer's)
+        "answer": None if result.answer is None else plan.value(result.answer),
+        "gpu_memory_utilization": _utilization(plan, result.answer),
         "binding_target": result.binding,
         "headroom": result.headroom,
         "targets": {t.metric: t.bound for t in plan.targets},

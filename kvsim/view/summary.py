@@ -293,14 +293,18 @@ def format_metric(key: str, value: Any) -> str:
 
 
 def _bytes_text(number: float) -> str:
-    """Bytes in GiB to two places, or below a GiB in MiB or KiB (a 64 KiB page read "0.00
-    GiB"); zero as "0.00 GiB"."""
+    """Bytes in GiB to two places, or below a GiB in MiB or KiB to four figures, whole bytes
+    below a KiB (a 64 KiB page read "0.00 GiB"); zero as "0.00 GiB". A value that would round
+    to 1,024 of a unit is written in the next."""
     size = abs(number)
-    if size >= 2**30 or size == 0:
+    if size == 0:
+        return "0.00 GiB"
+    if size >= 2**30 * (1 - 5e-3):  # (1,018.9 MiB and up: "1.00 GiB", not "1024 MiB")
         return f"{number / 2**30:,.2f} GiB"
-    if size >= 2**20:
-        return f"{number / 2**20:.4g} MiB"
-    return f"{number / 2**10:.4g} KiB"
+    for unit, name in ((2**20, "MiB"), (2**10, "KiB")):
+        if size >= unit * (1 - 5e-4):  # (1,023.5 KiB and up: "1 MiB", not "1024 KiB")
+            return f"{number / unit:.4g} {name}"
+    return f"{number:,.0f} B"
 
 
 def _significant(number: float, digits: int) -> str:

@@ -384,6 +384,23 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ],
         ["cache.kv_cache_gib", "70,000,000,000 parameters", "speculative.draft_num_params"],
     ),
+    # a list's item named as the list's [index] (it was "acceptance_rates.1"), and a value of
+    # 5,000 digits not echoed whole
+    "list_item_index": (
+        ["speculative.num_speculative_tokens=2", 'speculative.acceptance_rates=[0.9, "x"]'],
+        ["speculative.acceptance_rates[1]: expected a number, got 'x'"],
+    ),
+    "overlong_inside_a_list": (
+        ['fleet.replica_overrides=[{"seed": 1' + "0" * 5000 + "}]"],
+        # '[{"seed": 1' (11 characters) + 5,000 zeros + '}]' (2): 5,013 characters
+        ['{"seed": 1000', "... (5,013 characters) holds NaN, an infinity or an overlong"],
+    ),
+    # a % is a share's only where the field is one (kv_cache_gib=50% is no half of anything)
+    "percent_of_a_share": (
+        ["cache.gpu_memory_utilization=90%"],
+        ["cache.gpu_memory_utilization: expected a share of 1, got '90%': write 0.9"],
+    ),
+    "percent_of_a_size": (["cache.kv_cache_gib=50%"], ["expected a number, got '50%'"]),
     # a table cut short was read as a preset's name: "No workload preset '{"preset":'"
     "table_cut_short": (
         ['workload={"preset":'],

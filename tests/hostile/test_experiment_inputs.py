@@ -134,7 +134,7 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
     ),
     "analysis_vs_number": (
         BASE + "[analysis]\nvs_metrics = [5]\n",
-        ["exp.toml", "analysis.vs_metrics.0", "string", "5"],
+        ["exp.toml", "analysis.vs_metrics[0]", "string", "5"],
     ),
     "analysis_vs_empty": (
         BASE + "[analysis]\nvs_metrics = []\n",

@@ -6,6 +6,7 @@ must keep nothing of the earlier run (its memory-map frames, a fleet's replicas)
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -115,14 +116,56 @@ def test_a_save_cut_short_or_hidden_files_do_not_block_a_run(hostile) -> None:
     assert (hostile.cwd / "fresh" / ".gitkeep").is_file()  # (left alone)
 
 
-def test_every_file_a_run_writes_is_one_a_rerun_replaces(hostile) -> None:
-    # RUN_FILES names Results.save's files by hand: one it did not name would stay beside a
-    # later run's summary
-    from kvsim.results.tables import RUN_FILES
+def test_a_run_lists_every_file_it_writes_and_a_rerun_removes_only_those(hostile) -> None:
+    # the list, written first, is what a rerun removes: names alone once deleted a user's
+    # requests.csv (a table's CSV twin) beside a run that wrote Parquet
+    import json
+
+    from kvsim.results.tables import RUN_MANIFEST
 
     _run(hostile, "frames", "--map-frames", "5")
     _run(hostile, "fleet", "--set", "fleet.replicas=2")
     for folder in ("frames", "fleet"):
-        written = {p.name for p in (hostile.cwd / folder).iterdir()}
-        assert written <= RUN_FILES, written - RUN_FILES
-    assert "replicas.parquet" in {p.name for p in (hostile.cwd / "fleet").iterdir()}
+        written = {p.name for p in (hostile.cwd / folder).iterdir()} - {RUN_MANIFEST}
+        listed = json.loads((hostile.cwd / folder / RUN_MANIFEST).read_text())
+        assert sorted(listed) == sorted(written)
+    assert "replicas.parquet" in written
+    hostile.write("fleet/requests.csv", "mine")
+    _run(hostile, "fleet")
+    assert (hostile.cwd / "fleet" / "requests.csv").read_text() == "mine"
+    assert not (hostile.cwd / "fleet" / "replicas.parquet").exists()  # (the earlier run's)
+
+
+def test_a_users_files_named_like_a_runs_are_never_taken_for_one(hostile) -> None:
+    # a trace saved as requests.csv beside a config.json: taken for a save cut short, both
+    # were replaced (the trace the run read included)
+    trace = "arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,6\n"
+    hostile.write("mine/requests.csv", trace)
+    hostile.write("mine/config.json", USER_CONFIG)
+    args = ["run", "--no-progress", "--set", "workload.trace=mine/requests.csv", "--out", "mine"]
+    hostile.run(args, "'mine' holds files of its own (config.json, requests.csv)")
+    assert (hostile.cwd / "mine" / "requests.csv").read_text() == trace
+
+
+def test_a_folder_or_pipe_by_a_run_files_name_is_refused_before_the_run(hostile) -> None:
+    # found after the simulation, the save failed ("Is a directory") or blocked on the pipe
+    _run(hostile, "d")
+    (hostile.cwd / "d" / "frames.parquet").unlink()
+    (hostile.cwd / "d" / "frames.parquet").mkdir()
+    hostile.run(["run", *TINY, "--out", "d"], "frames.parquet' is a folder or a pipe")
+    (hostile.cwd / "p").mkdir()
+    os.mkfifo(hostile.cwd / "p" / "summary.json")
+    hostile.run(["run", *TINY, "--out", "p"], "summary.json' is a folder or a pipe")
+
+
+def test_a_quoted_tilde_a_link_loop_and_a_linked_report_are_refused(hostile) -> None:
+    # '~/res' wrote into ./~/res beside a check of $HOME/res; a loop was "a link to 'L', which
+    # does not exist"; report --out a link wrote HTML through it (over a run's summary.json)
+    hostile.run(["run", *TINY, "--out", "~/res"], "'~/res' begins with ~")
+    assert not (hostile.cwd / "~").exists()
+    (hostile.cwd / "L").symlink_to("L")
+    hostile.run(["run", *TINY, "--out", "L"], "'L' is a link in a loop of links")
+    _run(hostile, "run")
+    (hostile.cwd / "r.html").symlink_to(hostile.cwd / "run" / "summary.json")
+    hostile.run(["report", "run", "--out", "r.html"], "'r.html' is a link, a pipe or a device")
+    assert (hostile.cwd / "run" / "summary.json").read_text().startswith("{")

@@ -117,6 +117,7 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     assert answer["answer"] == SMALLEST_WITHOUT_PREEMPTION
     assert answer["binding_target"] == "num_preemptions"
     assert answer["gpu_memory_utilization"] == 0.214  # (worked above)
+    assert isinstance(answer["answer"], int)  # (a byte knob's: not 554729472.0)
     assert (folder / "plan.png").stat().st_size > 10_000
 
 
@@ -773,3 +774,21 @@ def test_the_answer_as_a_share_is_left_out_where_replicas_differ() -> None:
     fleet = {"replicas": 2, "replica_overrides": [{}, {"gpu": "a100-40gb"}]}
     mixed = plan_from_dict("smallest", {**base, "fleet": fleet}, question)
     assert _as_utilization(mixed, 4.0) == ""
+    # a replica of 10 GiB of headroom needs another share; one of its own budget takes no knob
+    for cache in ({"activation_headroom_bytes": 10 * 2**30}, {"kv_cache_gib": 8}):
+        fleet = {"replicas": 2, "replica_overrides": [{}, {"cache": cache}]}
+        assert (
+            _as_utilization(plan_from_dict("smallest", {**base, "fleet": fleet}, question), 4) == ""
+        )
+
+
+def test_answer_json_has_no_share_above_1() -> None:
+    from kvsim.study.plan import plan_from_dict
+    from kvsim.study.plan_figure import _utilization
+
+    # (64 GiB + 16.06e9 B + 2 GiB) / 80 GiB = 1.012: no gpu_memory_utilization vLLM takes
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 1024}}
+    question = {"field": "cache.kv_cache_gib", "lo": 1, "hi": 64, "targets": {"num_preemptions": 0}}
+    plan = plan_from_dict("smallest", base, question)
+    assert _utilization(plan, 64.0) is None
+    assert _utilization(plan, 4.0) == 0.262

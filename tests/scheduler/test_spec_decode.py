@@ -215,7 +215,7 @@ def test_vllms_draft_acceptance_rate_is_the_mean_of_the_position_rates(k, draft_
         ({"draft_acceptance_rate": 69.1}, r"a rate in % is 0.691 here"),
         ({"acceptance_rate": 70}, r"a rate in % is 0.7 here \(acceptance_rate = 0.7\)"),
         # as vLLM logs it ("Avg Draft acceptance rate: 69.1%"): it said "expected a number"
-        ({"draft_acceptance_rate": "69.1%"}, r"got '69.1%': a share is written without %, 0.691"),
+        ({"draft_acceptance_rate": "69.1%"}, r"a share of 1, got '69.1%': write 0.691"),
         (
             {"acceptance_rate": 0.5, "draft_acceptance_rate": 0.6},
             r"draft_acceptance_rate: set one of acceptance_rate, acceptance_rates, "

@@ -29,6 +29,7 @@ def test_points_stored_under_keys_and_summary_gathered(tmp_path, tiny) -> None:
     keys = [p.key for p in tiny.points()]
     for key in keys:
         assert sorted(f.name for f in (folder / "points" / key).iterdir()) == [
+            ".kvsim-run",  # (the list of the run's files, written first: RUN_MANIFEST)
             "config.json",
             "memory.parquet",
             "point.json",
