@@ -299,6 +299,11 @@ def check_run_out(out: Path | None) -> None:
             f"--out: {str(out / blocked[0])!r} is a folder or a pipe, where a run writes a file "
             "of that name; move it or choose another folder"
         )
+    if (out / "point.json").exists():  # (a sweep's or a plan's: its rerun would call it damaged)
+        raise ValueError(
+            f"--out: {str(out)!r} is a point of a sweep or a plan (point.json), which kvsim "
+            "sweep and kvsim plan keep; choose another folder"
+        )
     if is_run_folder(out):
         return
     held = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))

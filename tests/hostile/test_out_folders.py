@@ -169,3 +169,13 @@ def test_a_quoted_tilde_a_link_loop_and_a_linked_report_are_refused(hostile) -> 
     (hostile.cwd / "r.html").symlink_to(hostile.cwd / "run" / "summary.json")
     hostile.run(["report", "run", "--out", "r.html"], "'r.html' is a link, a pipe or a device")
     assert (hostile.cwd / "run" / "summary.json").read_text().startswith("{")
+
+
+def test_a_sweep_points_folder_is_not_a_run_to_replace(hostile) -> None:
+    # a run into it replaced the point, which the sweep's rerun then called damaged
+    hostile.run(["sweep", "fig2", "--quick", "--out", "s", "--no-progress"], code=0,
+                allowed=[hostile.cwd])  # fmt: skip
+    point = next((hostile.cwd / "s" / "quick" / "fig2" / "points").iterdir())
+    summary = (point / "summary.json").read_text()
+    hostile.run(["run", *TINY, "--out", str(point)], "is a point of a sweep or a plan")
+    assert (point / "summary.json").read_text() == summary
