@@ -10,6 +10,7 @@ kvsim bug and prints one line asking for ``--debug``, which shows the traceback 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -249,18 +250,18 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
         raise ValueError(f"{option}: expected a folder, got the existing file {str(out)!r}")
     for link in (out, *out.parents):  # (mkdir would say "File exists", after the run)
         if link.is_symlink() and not link.exists():
+            loop = False
             try:
-                link.resolve(strict=True)
-                where = f"to {str(link.readlink())!r}, which does not exist"
-            except RuntimeError:  # (a loop: Python < 3.13)
-                where = "in a loop of links"
-            except OSError as err:  # (a missing target, or a loop: ELOOP)
-                loop = "loop" in str(err).lower() or err.errno == 40
-                where = (
-                    "in a loop of links"
-                    if loop
-                    else (f"to {str(link.readlink())!r}, which does not exist")
-                )
+                link.resolve(strict=True)  # (raises: its target is missing, or links loop)
+            except RuntimeError:  # (a loop, as Python before 3.13 says it)
+                loop = True
+            except OSError as err:
+                loop = err.errno == errno.ELOOP
+            where = (
+                "in a loop of links"
+                if loop
+                else f"to {str(link.readlink())!r}, which does not exist"
+            )
             raise ValueError(
                 f"{option}: {str(link)!r} is a link {where}; remove the link or create its folder"
             )

@@ -574,12 +574,13 @@ def _as_utilization(plan_: Any, answer: float) -> str:
     """A KV budget answer as the ``gpu_memory_utilization`` that derives it (vLLM's own knob),
     with the weights and headroom beside it; ``""`` where ``answer_utilization`` has none."""
     from kvsim.base.units import format_gib
-    from kvsim.study.plan import answer_config, answer_utilization
+    from kvsim.config.memory import utilization_for_budget
+    from kvsim.study.plan import answer_config
 
-    share = answer_utilization(plan_, answer)
-    config = answer_config(plan_, answer)
-    if share is None or config is None:
+    config = answer_config(plan_, answer)  # (built once: answer_utilization would again)
+    if config is None:
         return ""
+    share = utilization_for_budget(config)
     parts = (
         f"KV + {format_gib(config.weight_bytes_per_gpu)} of weights + "
         f"{format_gib(config.cache.activation_headroom_bytes)} of activation headroom"

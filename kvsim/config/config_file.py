@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kvsim.base.say_once import held_back, warn_once
+from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_text, read_toml, toml_key_line
 from kvsim.config.file_kinds import check_kind
 from kvsim.config.sim import SimConfig, config_from_dict
@@ -43,8 +43,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     if not overrides:
         raise ValueError(_at_lines(path, message))
     try:
-        with held_back():  # (built to place the blame, not run: its warnings are not the run's)
-            config_from_dict(data, warn=False)
+        config_from_dict(data, warn=False)  # (built to place the blame, not run: says nothing)
     except ValueError:
         if message.split(":", 1)[0] in overrides:
             raise ValueError(message) from None  # the override's fault, not the file's

@@ -39,6 +39,7 @@ from kvsim.base.limits import (
     is_int_at_least,
     refuse_coerced_scalars,
 )
+from kvsim.base.say_once import warn_once
 from kvsim.base.units import cdiv
 
 logger = logging.getLogger(__name__)
@@ -264,7 +265,8 @@ def attention_from_hf(
         return _from_layer_types(data, kinds, num_layers, dtype_bytes, window, where)
     patterned = model_type in _PATTERNED or "sliding_window_pattern" in data
     if window is None and patterned:  # (its layers slide by pattern: say they do not here)
-        logger.warning(
+        warn_once(
+            logger,
             "%s: a %s model's sliding layers have no window (sliding_window null, or "
             "use_sliding_window false): every layer full attention, as transformers builds them",
             where("sliding_window"),

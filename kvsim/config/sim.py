@@ -7,6 +7,7 @@ Serving defaults that depend on the model or GPU are resolved into ``SimConfig.e
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -26,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvsim.base.say_once import warn_once
+from kvsim.base.say_once import held_back, warn_once
 from kvsim.base.textfile import cached_sha256_file
 from kvsim.base.units import GiB
 from kvsim.config.allocators import (
@@ -732,7 +733,8 @@ def config_from_dict(
         overrides: dotted fields replacing the table's values.
         varied: dotted fields already set in ``data`` over a base table (a sweep point's
             values), which count as overrides for the warnings.
-        warn: log the ignored settings (``False``: a config built only to compare it).
+        warn: log the ignored settings and the checks' warnings (``False``: a config built
+            only to compare or check it says nothing; ``kvsim.base.say_once.held_back``).
 
     Raises:
         ValueError: a field is invalid, or a value is no JSON type (a TOML date); the message
@@ -746,7 +748,8 @@ def config_from_dict(
     overrides = overrides or {}
     apply_overrides(data, overrides)
     try:
-        config = SimConfig.model_validate(data)
+        with contextlib.nullcontext() if warn else held_back():  # (its checks' warnings too)
+            config = SimConfig.model_validate(data)
     except ValidationError as err:
         raise ValueError(format_validation_error(err)) from None
     for message in ignored_settings(config, data, [*overrides, *varied]) if warn else ():

@@ -158,6 +158,7 @@ def test_sliding_layers_without_a_window_are_full_with_a_warning(
         {"model_type": "gemma3_text"},  # (no window key at all)
     ],
 )
+@pytest.mark.usefixtures("fresh_warnings")  # (said once a process: each case forgets)
 def test_a_gemma_model_without_a_window_is_full_with_a_warning(
     fields: dict, caplog: pytest.LogCaptureFixture
 ) -> None:
