@@ -208,7 +208,9 @@ class ModelSpec(Frozen):
                     f"{value['hf_config']!r}"
                 )
             rest = {k: v for k, v in value.items() if k != "hf_config"}
-            fields = model_fields_from_hf(value["hf_config"], rest.get("num_params"))
+            fields = model_fields_from_hf(
+                value["hf_config"], rest.get("num_params"), rest.get("attention")
+            )
             check_file_heads(value["hf_config"], fields, rest)
             return overlaid(fields, rest)
         return resolve_preset("models", value)

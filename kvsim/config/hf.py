@@ -208,13 +208,17 @@ def hf_config_path(value: str | Path) -> Path:
     return path / "config.json" if path.is_dir() else path
 
 
-def model_fields_from_hf(value: str | Path, num_params: Any = None) -> dict[str, Any]:
+def model_fields_from_hf(
+    value: str | Path, num_params: Any = None, attention_table: Any = None
+) -> dict[str, Any]:
     """``ModelSpec`` fields read from a Hugging Face ``config.json`` (rules: module docstring).
 
     Args:
         value: the file, or a folder that holds ``config.json``.
         num_params: the model table's own ``num_params``, when set: the file's parameters are
             then neither read nor counted (an architecture ``count_params`` does not know).
+        attention_table: the model table's own ``attention``, when set: the sliding-window
+            note names the window and layers it leaves (it overrides the file's key by key).
 
     Returns:
         ``name``, ``num_layers``, ``num_attention_heads``, ``num_kv_heads``, ``head_dim``,
@@ -275,7 +279,8 @@ def model_fields_from_hf(value: str | Path, num_params: Any = None) -> dict[str,
     attention = attention_from_hf(data, fields["num_layers"], fields["dtype_bytes"], cfg.where)
     if attention:
         fields["attention"] = attention
-        _note_sliding_window(cfg, attention)
+        given = attention_table if isinstance(attention_table, dict) else {}
+        _note_sliding_window(cfg, attention, given)
     return fields
 
 
@@ -424,15 +429,24 @@ def _dtype_bytes(cfg: _Config) -> int:
     return _DTYPE_BYTES[name]
 
 
-def _note_sliding_window(cfg: _Config, attention: dict[str, Any]) -> None:
-    if "sliding_window_tokens" not in attention:
+def _note_sliding_window(cfg: _Config, read: dict[str, Any], given: dict[str, Any]) -> None:
+    """Warn that the file's model slides a window, with the window and layers kvsim uses:
+    ``read`` (the file's attention fields) under the model table's ``given`` ones."""
+    used = {**read, **given}
+    if not used.get("sliding_window_tokens") or not used.get("num_sliding_layers"):
         return
+    window = f"sliding_window = {used['sliding_window_tokens']} tokens"
+    if used["sliding_window_tokens"] != read.get("sliding_window_tokens"):
+        window = (
+            f"model.attention.sliding_window_tokens = {used['sliding_window_tokens']} "
+            f"(the file's sliding_window is {read.get('sliding_window_tokens')})"
+        )
     logger.warning(
-        "%s: sliding_window = %s tokens on %d of the layers: vLLM v1's hybrid KV cache groups "
+        "%s: %s on %d of the layers: vLLM v1's hybrid KV cache groups "
         "free the blocks that slide out of the window (paged, vllm-v1; elsewhere kvsim keeps "
         "every token's KV; model.attention.hybrid_kv_cache = false as vLLM's "
         "--disable-hybrid-kv-cache-manager)",
         cfg.path,
-        attention["sliding_window_tokens"],
-        attention["num_sliding_layers"],
+        window,
+        used["num_sliding_layers"],
     )

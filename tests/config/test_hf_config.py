@@ -246,6 +246,23 @@ def test_sliding_window_and_quantization_are_logged(
     assert sum("quantization_config" in m for m in messages) == 1  # DeepSeek-V3's fp8 weights
 
 
+def test_sliding_window_note_names_the_table_window_over_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = str(_write(tmp_path, MISTRAL_7B))  # the file: a 4,096-token window on all 32 layers
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.hf"):
+        ModelSpec.model_validate({"hf_config": path, "attention": {"sliding_window_tokens": 1024}})
+    (message,) = [r.getMessage() for r in caplog.records if "sliding" in r.getMessage()]
+    assert "sliding_window_tokens = 1024 (the file's sliding_window is 4096) on 32" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.hf"):  # no sliding layer left
+        table = {"num_sliding_layers": 0, "sliding_window_tokens": None}
+        model = ModelSpec.model_validate({"hf_config": path, "attention": table})
+    assert model.attention is not None
+    assert model.attention.num_sliding_layers == 0
+    assert not any("sliding" in r.getMessage() for r in caplog.records)
+
+
 def test_float32_is_counted_at_two_bytes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = str(_write(tmp_path, {**LLAMA_31_8B, "torch_dtype": "float32"}))
     with caplog.at_level(logging.WARNING, logger="kvsim.config.hf"):
