@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from kvsim.calibrate import cli
-from kvsim.cli.common import console, guard
+from kvsim.cli.common import check_out_file, console, guard
 
 REPLAY_CACHE = Path("results/calibrate/replays.jsonl")
 DEFAULT_OUT = Path("kvsim/data/cost_fit.toml")
@@ -23,8 +23,7 @@ def from_runs(out: Path | None, max_evaluations: int) -> None:
         from kvsim.validate.calibration import calibrate_from_runs
 
         target = out or DEFAULT_OUT
-        if target.suffix.lower() != ".toml":
-            raise ValueError(f"--out: --from-runs writes a .toml table, got {str(target)!r}")
+        check_out_file(target, "--out", "the fitted table (TOML)", suffixes=(".toml",))
         calibrate_from_runs(
             target,
             cache_path=REPLAY_CACHE,
@@ -76,8 +75,8 @@ def fit_parts(folder: Path, out: Path | None, gpu: str | None) -> None:
                 markup=False,
             )
         target = out or Path("results/calibration") / f"{name}-steps.toml"
-        if target.suffix.lower() != ".toml":
-            raise ValueError(f"--out: --fit-parts writes a .toml table, got {str(target)!r}")
+        check_out_file(target, "--out", "the fitted table (TOML)", suffixes=(".toml",))
+        check_out_file(target.with_suffix(".png"), "--out", "its figure beside it")
         repeat = folder.with_name(folder.name + "-repeat")
         kernel = shipped_table_path(name)
         table = fit(folder, name, repeat=repeat if repeat.is_dir() else None, kernel_table=kernel)

@@ -341,14 +341,21 @@ def _check_writable(resolved: Path, out: Path, option: str, what: str) -> None:
         )
 
 
-def check_out_file(out: Path, option: str = "--out", what: str = "a file") -> None:
-    """Fail before working when ``out`` cannot be an output file: an existing folder, or a path
-    inside a system tree (``/etc``, ``/proc``...), directly in ``/``, under a file, or where
-    this user may not write.
+def check_out_file(
+    out: Path, option: str = "--out", what: str = "a file", suffixes: tuple[str, ...] = ()
+) -> None:
+    """Fail before working when ``out`` cannot be an output file: a name not ending in one of
+    ``suffixes`` (any case; ``()``: any name), an existing folder, a link, pipe or device, or a
+    path inside a system tree (``/etc``, ``/proc``...), directly in ``/``, under a file, or
+    where this user may not write.
 
     Raises:
         ValueError: naming the option and the path.
     """
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise ValueError(
+            f"{option}: expected {what}, a name ending in {' or '.join(suffixes)}; got {str(out)!r}"
+        )
     _refuse_tilde(out, option)
     if out.is_dir():
         raise ValueError(f"{option}: expected {what}, got the folder {str(out)!r}")

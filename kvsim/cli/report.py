@@ -33,13 +33,8 @@ def report(
     def go() -> None:
         from kvsim.view.report import write_report
 
-        check_out_file(out, "--out", "an HTML file")
         # (anything else, a run's summary.json or a .png, would be overwritten with HTML)
-        if out.suffix.lower() not in (".html", ".htm"):
-            raise ValueError(
-                f"--out: expected a file name ending in .html, got {str(out)!r}; the report is "
-                "one HTML page"
-            )
+        check_out_file(out, "--out", "an HTML file", suffixes=(".html", ".htm"))
         path = write_report(run_dirs, out)
         console.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)
 

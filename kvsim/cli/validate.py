@@ -88,9 +88,7 @@ def _check_markdown(option: str, path: Path | None, table: bool) -> None:
             f"{option} {str(path)!r} needs --table (the file --table writes its table into); "
             f"add --table or leave {option} out"
         )
-    if path.suffix.lower() != ".md":
-        raise ValueError(f"{option}: expected a Markdown file (.md), got {str(path)!r}")
-    check_out_file(path, option, "a Markdown file")
+    check_out_file(path, option, "a Markdown file", suffixes=(".md",))
 
 
 def _one(name: str, folder: Path, cost: object) -> None:

@@ -352,3 +352,27 @@ def test_fit_parts_refuses_a_repeat_of_another_device(tmp_path: Path) -> None:
         path.write_text(path.read_text().replace("NVIDIA H200", "NVIDIA H100"))
     with pytest.raises(ValueError, match="repeat run was measured on 'NVIDIA H100'"):
         fit_parts(tmp_path / "p", "h200", repeat=tmp_path / "p-repeat")
+
+
+@pytest.mark.parametrize("kind", ["folder", "link", "no toml"])
+def test_fit_parts_refuses_an_out_it_cannot_write_before_fitting(tmp_path: Path, kind: str) -> None:
+    """An --out that is a folder named like a table, a link (written through to its target), or
+    not .toml: exit 2 naming it, and nothing written (the figure beside it included)."""
+    rows = [("llama-2-7b tp1", "decode", b, 1, 128) for b in (1, 8)]
+    _write_parts(tmp_path / "p", rows, (0.9, 0.6, 0.0))
+    out, target = tmp_path / "fit.toml", tmp_path / "mine.toml"
+    target.write_text("kept = true\n")
+    if kind == "folder":
+        out.mkdir()
+    elif kind == "link":
+        out.symlink_to(target)
+    else:
+        out = tmp_path / "fit.png"
+    args = ["calibrate", "--fit-parts", str(tmp_path / "p"), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: --out: ")
+    assert repr(str(out)) in result.output
+    assert target.read_text() == "kept = true\n"
+    assert not (tmp_path / "fit.png").exists()
+    assert "wrote" not in result.output

@@ -32,7 +32,8 @@ def test_a_markdown_target_must_be_markdown(tmp_path: Path, option: str) -> None
     (tmp_path / "x.toml").write_text("[cost]\n")
     result = CliRunner().invoke(app, ["validate", "--table", option, "x.toml"])
     assert result.exit_code == 2
-    assert f"{option}: expected a Markdown file (.md), got 'x.toml'" in result.output
+    expected = f"{option}: expected a Markdown file, a name ending in .md; got 'x.toml'"
+    assert expected in result.output
     assert (tmp_path / "x.toml").read_text() == "[cost]\n"
 
 
