@@ -5,8 +5,10 @@ PagedAttention paper's Figure 2 reports shares of KV memory); ``*_pct_of_used`` 
 non-free slots. ``kv_cache_usage_perc`` is vLLM's gauge on its 0-1 scale: slots held by
 requests / slots requests can hold (``BlockPool.get_usage``, which hides internal
 fragmentation), its time mean and ``_max`` its peak; ``token_utilization_perc`` is token states /
-allocated, in percent. Latencies carry vLLM's metric names (``time_to_first_token_seconds`` ...;
-``results``) with ``_mean``, ``_p50``, ``_p90``, ``_p95`` and ``_p99`` suffixes;
+allocated slots, in percent, over the slots the usage counts (vLLM v1's null block and a paged
+pool's remainder slots, which no request can hold, left out of both). Latencies carry vLLM's
+metric names (``time_to_first_token_seconds`` ...; ``results``) with ``_mean``, ``_p50``,
+``_p90``, ``_p95`` and ``_p99`` suffixes;
 ``inter_token_latency_seconds_mean`` is the token-weighted mean gap between output tokens, what
 vLLM's histogram of that name averages.
 ``kv_saved_by_sharing_pct`` is 1 - held / unshared slots, time-weighted (the PagedAttention paper's
@@ -165,7 +167,7 @@ def memory_shares(
     else:  # (a memory table written before kvsim recorded them)
         out["kv_cache_usage_perc_max"] = float(usage.max())
         out["kv_cache_full_time_frac"] = float(w[usage >= FULL_USAGE].sum() / total_s)
-    alloc = means["allocated"]
+    alloc = means["allocated"] - unusable  # (as the usage: no request holds the null block)
     out["token_utilization_perc"] = 100.0 * means["token_states"] / alloc if alloc else float("nan")
     if "unshared" in memory:  # Figure 15: blocks saved by sharing / blocks without sharing
         unshared = weighted_sum(memory["unshared"], w) / total_s
