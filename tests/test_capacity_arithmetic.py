@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.base.units import GB, GiB
+from kvsim.base.units import GB, GiB, MiB
 from kvsim.config import config_from_dict
 from kvsim.core.kv import make_allocator
 from kvsim.workload.request import Request
@@ -115,21 +115,21 @@ def test_a_drafters_weights_come_out_of_the_derived_kv_budget():
 
 
 def test_a_kv_budget_as_the_gpu_memory_utilization_that_derives_it():
-    """(4 GiB of KV + 8.03e9 x 2 B of weights + 2 GiB of headroom) / 80 GiB = 22,502,450,944 /
-    85,899,345,920 = 0.26196 of an H100, up to 0.262; vLLM's own derivation at 0.262 gives
-    0.262 x 80 GiB - 16.06e9 B - 2 GiB = 4.003 GiB, at 0.261 3.923 GiB."""
+    """(4 GiB of KV + 8.03e9 x 2 B of weights + 2 GiB of headroom) / 81,089 MiB = 22,502,450,944
+    / 85,027,979,264 = 0.26465 of an H100, up to 0.265; vLLM's own derivation at 0.265 gives
+    0.265 x 81,089 MiB - 16.06e9 B - 2 GiB = 4.028 GiB, at 0.264 3.949 GiB."""
     from kvsim.config.memory import utilization_for_budget
 
     base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
-    assert utilization_for_budget(config_from_dict({**base, "cache": {"kv_cache_gib": 4}})) == 0.262
-    for share, holds in ((0.262, True), (0.261, False)):
+    assert utilization_for_budget(config_from_dict({**base, "cache": {"kv_cache_gib": 4}})) == 0.265
+    for share, holds in ((0.265, True), (0.264, False)):
         derived = config_from_dict({**base, "cache": {"gpu_memory_utilization": share}})
         assert (derived.kv_cache_bytes >= 4 * GiB) is holds
     # a budget beside the weights that leaves no room for the headroom: above 1
     big = config_from_dict({**base, "cache": {"kv_cache_gib": 64}})
     assert utilization_for_budget(big) == pytest.approx(
-        (64 + 2) / 80 + 16.06e9 / (80 * GiB), abs=1e-3
-    )
+        ((64 + 2) * GiB + 16.06e9) / (81_089 * MiB), abs=1e-3
+    )  # 1.0223
     assert utilization_for_budget(big) > 1
 
 
@@ -161,13 +161,16 @@ def test_the_share_is_the_least_whose_derived_budget_holds_the_kv(memory, kv_gib
 
 
 def test_a_share_a_float_would_leave_one_byte_short_is_raised():
-    """An H200 (141e9 B) with Llama-3.1-8B: 16,060,000,000 B of weights + 2 GiB of headroom =
-    18,207,483,648 B; a KV budget of 24,252,000,000 - that = 6,044,516,352 B needs exactly
-    0.172 of the GPU, but 0.172 x 141e9 is 24,251,999,999.999996 in floating point, so the
-    derived budget would be 6,044,516,351 B: one byte short. The share is 0.173."""
+    """An H200 given its datasheet 141e9 B (the preset's CUDA total, 150,109,880,320 B, has no
+    such share: k/1000 x it is whole only for k a multiple of 25, and none of those falls short)
+    with Llama-3.1-8B: 16,060,000,000 B of weights + 2 GiB of headroom = 18,207,483,648 B; a KV
+    budget of 24,252,000,000 - that = 6,044,516,352 B needs exactly 0.172 of the GPU, but 0.172 x
+    141e9 is 24,251,999,999.999996 in floating point, so the derived budget would be
+    6,044,516,351 B: one byte short. The share is 0.173."""
     from kvsim.config.memory import utilization_for_budget
 
-    base = {"model": "llama-3.1-8b", "gpu": "h200", "scheduler": {"max_model_len": 1024}}
+    gpu = {"preset": "h200", "memory_bytes": 141_000_000_000}
+    base = {"model": "llama-3.1-8b", "gpu": gpu, "scheduler": {"max_model_len": 1024}}
     given = config_from_dict({**base, "cache": {"kv_cache_bytes": 6_044_516_352}})
     assert utilization_for_budget(given) == 0.173
     at = config_from_dict({**base, "cache": {"gpu_memory_utilization": 0.172}})

@@ -300,21 +300,21 @@ def test_flags_show_no_type_in_help():
     assert "N [x>=1]" in result.output  # --jobs: its value and range
 
 
-# Llama-3.1-8B on an H100-80GB at gpu_memory_utilization 0.22: 0.22 x 80 GiB - 8.03e9 params x
-# 2 B - 2 GiB of activation headroom = 690,372,454 B of KV = 0.643 GiB, / 128 KiB per token =
-# 5,267 slots = 329 blocks of 16 (5,264 slots) + 3 slots no block holds.
+# Llama-3.1-8B on an H100-80GB at gpu_memory_utilization 0.222: 0.222 x 81,089 MiB - 8.03e9
+# params x 2 B - 2 GiB of activation headroom = 668,727,748 B of KV = 0.623 GiB, / 128 KiB per
+# token = 5,101 slots = 318 blocks of 16 (5,088 slots) + 13 slots no block holds.
 SMALL_H100 = {
     "model": "llama-3.1-8b",
     "gpu": "h100-80gb",
-    "cache": {"gpu_memory_utilization": 0.22},
+    "cache": {"gpu_memory_utilization": 0.222},
     "scheduler": {"max_model_len": 4096},
 }
 
 
-# SMALL_H100's derived budget: 0.22 x 80 GiB = 17.6 GiB, less Llama-3.1-8B's 16.06e9 B (14.96
-# GiB) of weights and 2 GiB of headroom: 0.643 GiB
-SMALL_BUDGET = ": 0.22 x 80.0 GiB less 15.0 GiB of weights and 2.0 GiB of activation headroom"
-SMALL_POOL = "5,267 KV slots (0.643 GiB per GPU" + SMALL_BUDGET
+# SMALL_H100's derived budget: 0.222 x 79.19 GiB = 17.58 GiB, less Llama-3.1-8B's 16.06e9 B
+# (14.96 GiB) of weights and 2 GiB of headroom: 0.623 GiB
+SMALL_BUDGET = ": 0.222 x 79.2 GiB less 15.0 GiB of weights and 2.0 GiB of activation headroom"
+SMALL_POOL = "5,101 KV slots (0.623 GiB per GPU" + SMALL_BUDGET
 
 
 @pytest.mark.parametrize(
@@ -323,23 +323,23 @@ SMALL_POOL = "5,267 KV slots (0.643 GiB per GPU" + SMALL_BUDGET
         (  # vLLM v1 reserves block 0 as its null block (BlockPool)
             "vllm-v1",
             {},
-            "5,267 KV slots (0.643 GiB per GPU"
+            "5,101 KV slots (0.623 GiB per GPU"
             + SMALL_BUDGET
-            + "): 329 blocks of 16 tokens (5,264 slots; 3 slots "
+            + "): 318 blocks of 16 tokens (5,088 slots; 13 slots "
             "in no block; block 0 is vLLM v1's null block)",
         ),
         (
             "vllm-v0",
             {},
-            "5,267 KV slots (0.643 GiB per GPU"
+            "5,101 KV slots (0.623 GiB per GPU"
             + SMALL_BUDGET
-            + "): 329 blocks of 16 tokens (5,264 slots; 3 slots "
+            + "): 318 blocks of 16 tokens (5,088 slots; 13 slots "
             "in no block)",
         ),
         (
             "vllm-v0",
             {"block_size_tokens": 1},
-            SMALL_POOL + "): 5,267 blocks of 1 token",
+            SMALL_POOL + "): 5,101 blocks of 1 token",
         ),
         (
             "vllm-v1",
@@ -364,7 +364,7 @@ def test_run_header_pool_arithmetic_holds(engine, cache, pool):
 
     data = {**SMALL_H100, "cache": {**SMALL_H100["cache"], **cache}}
     cfg = config_from_dict({**data, "scheduler": {**data["scheduler"], "engine": engine}})
-    assert cfg.capacity_tokens == 5_267
+    assert cfg.capacity_tokens == 5_101
     assert pool_text(cfg) == pool
 
 
@@ -443,15 +443,15 @@ def test_run_header_gives_the_pool_each_replica_runs():
 
 
 def test_run_header_says_where_a_derived_budget_comes_from():
-    # Llama-3.1-8B on an H100: 0.9 x 80 GiB = 72 GiB, less 8.03e9 x 2 B = 16,060,000,000 B
-    # (14.96 GiB) of weights and 2 GiB of headroom: 55.04 GiB for KV. An explicit budget says
+    # Llama-3.1-8B on an H100: 0.9 x 79.19 GiB = 71.27 GiB, less 8.03e9 x 2 B = 16,060,000,000
+    # B (14.96 GiB) of weights and 2 GiB of headroom: 54.31 GiB for KV. An explicit budget says
     # only its size.
     from kvsim.cli.run import pool_text
     from kvsim.config import config_from_dict
 
     base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
     assert (
-        "(55.0 GiB per GPU: 0.9 x 80.0 GiB less 15.0 GiB of weights and 2.0 GiB of activation "
+        "(54.3 GiB per GPU: 0.9 x 79.2 GiB less 15.0 GiB of weights and 2.0 GiB of activation "
         "headroom)"
     ) in pool_text(config_from_dict(base))
     explicit = pool_text(config_from_dict({**base, "cache": {"kv_cache_gib": 4}}))

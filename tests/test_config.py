@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from importlib import resources
 
 import pytest
 
@@ -164,9 +165,16 @@ def test_canonical_key_is_stable_and_sensitive():
 
 
 def test_gpu_presets():
+    # H100 and H200: the device total CUDA reports (what vLLM multiplies by
+    # gpu_memory_utilization), not the datasheet's 80 GB / 141 GB. H100: 81,089 MiB (79.19 GiB);
+    # H200: 150,109,880,320 B (139.80 GiB), the memory_bytes the H200 calibration run measured
     h200 = GpuSpec.model_validate("h200")
-    assert h200.memory_bytes == 141_000_000_000
+    assert h200.memory_bytes == 150_109_880_320
+    hbm = resources.files("kvsim.data").joinpath("calibration/parts/h200/hbm.csv").read_text()
+    assert "# source: measured\n" in hbm
+    assert "# memory_bytes: 150109880320\n" in hbm
     assert h200.hbm_bandwidth_bytes_per_s == 4.8e12
+    assert GpuSpec.model_validate("h100-80gb").memory_bytes == 81_089 * MiB == 85_027_979_264
     assert GpuSpec.model_validate("a100-40gb").memory_bytes == 40 * GiB
 
 
@@ -216,13 +224,13 @@ def test_a_kv_budget_above_the_gpu_is_an_error_naming_both(field, value):
 
 
 def test_70b_needs_tensor_parallelism_and_the_error_says_what_is_short():
-    # Llama-3.1-70B: 70.554e9 x 2 B = 131.4 GiB of weights; 0.9 x 80 GiB = 72 GiB usable:
-    # the weights alone are short by 59.4 GiB. TP 2 leaves 72 - 65.7 - 2 = 4.3 GiB, less than
-    # a 131,072-token request's 20 GiB at 160 KiB/token per GPU; TP 4 leaves 37.1 GiB against
-    # 10 GiB at 80 KiB/token: it fits
+    # Llama-3.1-70B: 70.554e9 x 2 B = 131.4 GiB of weights; 0.9 x 79.19 GiB (81,089 MiB) =
+    # 71.27 GiB usable: the weights alone are short by 60.1 GiB. TP 2 leaves 71.27 - 65.71 - 2 =
+    # 3.56 GiB, less than a 131,072-token request's 20 GiB at 160 KiB/token per GPU; TP 4 leaves
+    # 71.27 - 32.85 - 2 = 36.4 GiB against 10 GiB at 80 KiB/token: it fits
     with pytest.raises(
         ValueError,
-        match=r"weights alone are short by 59\.4 GiB; "
+        match=r"weights alone are short by 60\.1 GiB; "
         r"parallel\.tensor_parallel_size = 4 fits",
     ):
         config_from_dict({"model": "llama-3.1-70b", "gpu": "h100-80gb"})
@@ -231,7 +239,7 @@ def test_70b_needs_tensor_parallelism_and_the_error_says_what_is_short():
     )
     per_gpu = 2 * 80 * (8 // 4) * 128 * 2  # 2 of 8 KV heads per GPU: 80 KiB per token
     assert cfg.bytes_per_token == per_gpu
-    left = int(0.9 * 80 * GiB - 70_554_000_000 * 2 / 4 - 2 * GiB)
+    left = int(0.9 * 81_089 * MiB - 70_554_000_000 * 2 / 4 - 2 * GiB)  # 39,100,697,689 B
     assert abs(cfg.kv_cache_bytes - left) <= 1
     assert cfg.capacity_tokens == cfg.kv_cache_bytes // per_gpu
 
@@ -239,14 +247,14 @@ def test_70b_needs_tensor_parallelism_and_the_error_says_what_is_short():
 def test_when_only_the_headroom_rules_out_every_tp_the_error_says_lower_it_with_a_tp():
     # 75e9 B of activation headroom leave no TP size room for one 131,072-token request, so
     # the error only said "use a larger GPU". One request's pool: 131,072 / 16 blocks + the
-    # null block = 131,088 slots. Without headroom, TP 2 leaves 0.9 x 80 GiB - 70.554e9 x 2 B
-    # / 2 - 160 KiB x 131,088 = 77,309,411,328 - 70,554,000,000 - 21,477,457,920 < 0; TP 4
-    # leaves 77,309,411,328 - 35,277,000,000 - 80 KiB x 131,088 (10,738,728,960) =
-    # 31,293,682,368 B (29.1 GiB) for headroom
+    # null block = 131,088 slots. Without headroom, TP 2 leaves 0.9 x 81,089 MiB - 70.554e9 x 2 B
+    # / 2 - 160 KiB x 131,088 = 76,525,181,337.6 - 70,554,000,000 - 21,477,457,920 < 0; TP 4
+    # leaves 76,525,181,337.6 - 35,277,000,000 - 80 KiB x 131,088 (10,738,728,960) =
+    # 30,509,452,377.6 B, at most 30,509,452,377 (28.4 GiB) for headroom
     with pytest.raises(
         ValueError,
-        match=r"weights alone are short by 59\.4 GiB; lower cache\.activation_headroom_bytes to "
-        r"at most 31,293,682,368 \(29\.1 GiB\) and set parallel\.tensor_parallel_size = 4 "
+        match=r"weights alone are short by 60\.1 GiB; lower cache\.activation_headroom_bytes to "
+        r"at most 30,509,452,377 \(28\.4 GiB\) and set parallel\.tensor_parallel_size = 4 "
         r"or use a larger GPU$",
     ):
         config_from_dict(
@@ -255,13 +263,13 @@ def test_when_only_the_headroom_rules_out_every_tp_the_error_says_lower_it_with_
         )
     advised = config_from_dict(  # the advice taken: one whole request's pool is left
         {"model": "llama-3.1-70b", "gpu": "h100-80gb"},
-        {"cache.activation_headroom_bytes": 31_293_682_368, "parallel.tensor_parallel_size": 4},
+        {"cache.activation_headroom_bytes": 30_509_452_377, "parallel.tensor_parallel_size": 4},
     )
-    assert advised.capacity_tokens == 131_088
+    assert advised.capacity_tokens == 131_088  # int(10,738,728,960.6 B) // 80 KiB
     # a vAttention pool's page row holds more tokens at a larger TP, so one request's pool is
     # not the same at every size: no such advice (following one failed, at TP 4 for 100,000)
     with pytest.raises(
-        ValueError, match=r"weights alone are short by 59\.4 GiB; use a larger GPU$"
+        ValueError, match=r"weights alone are short by 60\.1 GiB; use a larger GPU$"
     ):
         config_from_dict(
             {"model": "llama-3.1-70b", "gpu": "h100-80gb"},
@@ -309,20 +317,21 @@ FULL_CONTEXT_8K = {
 
 def test_a_slab_reservations_tp_advice_counts_its_largest_slab():
     # Llama-3.1-70B, first_fit with 'full_context' at max_model_len 8,192: every request
-    # reserves the trained context, 131,072 slots. TP 2 leaves 0.9 x 80 GiB - 70,554,000,000 -
-    # 2 GiB = 4,607,927,680 B, 28,124 slots of 160 KiB: one 8,192-token request, not the slab;
-    # TP 4 leaves 77,309,411,328 - 35,277,000,000 - 2,147,483,648 = 39,884,927,680 B, 486,876
-    # slots of 80 KiB: the slab fits. The advice said TP 2, which the pool's shape refuses. (At
-    # TP 1 the weights alone, 141,108,000,000 B, are short by 63,798,588,672 B = 59.4 GiB.)
+    # reserves the trained context, 131,072 slots. TP 2 leaves 0.9 x 81,089 MiB - 70,554,000,000
+    # - 2 GiB = 3,823,697,689.6 B, 23,337 slots of 160 KiB: one 8,192-token request, not the
+    # slab; TP 4 leaves 76,525,181,337.6 - 35,277,000,000 - 2,147,483,648 = 39,100,697,689.6 B,
+    # 477,303 slots of 80 KiB: the slab fits. The advice said TP 2, which the pool's shape
+    # refuses. (At TP 1 the weights alone, 141,108,000,000 B, are short by 64,582,818,662.4 B =
+    # 60.1 GiB.)
     slab = {"model": "llama-3.1-70b", "gpu": "h100-80gb"}
     asked = FULL_CONTEXT_8K
-    with pytest.raises(ValueError, match=r"short by 59\.4 GiB; parallel\.tensor_parallel_size = 4"):
+    with pytest.raises(ValueError, match=r"short by 60\.1 GiB; parallel\.tensor_parallel_size = 4"):
         config_from_dict(slab, asked)
-    with pytest.raises(ValueError, match=r"cache\.reservation: .* 28,124-slot pool"):
+    with pytest.raises(ValueError, match=r"cache\.reservation: .* 23,337-slot pool"):
         config_from_dict(slab, {**asked, "parallel.tensor_parallel_size": 2})
     assert config_from_dict(
         slab, {**asked, "parallel.tensor_parallel_size": 4}
-    ).capacity_tokens == (39_884_927_680 // 81_920)
+    ).capacity_tokens == (39_100_697_689 // 81_920)
 
 
 def test_a_full_context_slabs_budget_error_counts_the_slab_and_shortens_only_with_another():
@@ -658,7 +667,7 @@ def test_raising_the_kv_budget_is_advised_only_where_it_fits_beside_the_weights(
     # Llama-3.1-70B at TP 2 on an H100 with 1 GiB of KV: 1,073,741,824 // 163,840 B a token =
     # 6,553 slots, 409 blocks of 16 less the null block: 6,528 tokens. One 131,072-token
     # request needs (8,192 + 1) x 16 x 163,840 B = 21,477,457,920 B (20.0 GiB), which beside
-    # 70,554,000,000 B (65.7 GiB) of weights exceeds the 80 GiB GPU: raising the budget was
+    # 70,554,000,000 B (65.7 GiB) of weights exceeds the 79.19 GiB GPU: raising the budget was
     # advised and then refused; a shorter context alone is. At TP 4 it fits: both are advised
     base = {"model": "llama-3.1-70b", "gpu": "h100-80gb"}
     with pytest.raises(ValueError, match="max_model_len") as tp2:

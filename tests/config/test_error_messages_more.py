@@ -89,11 +89,12 @@ def test_a_bad_text_config_field_names_its_own_line(
 
 # Qwen3-Next-80B-A3B (kvsim/data/models.toml): 81,300,000,000 parameters at 2 bytes =
 # 162,600,000,000 bytes = 162.6e9 / 2^30 = 151.43 GiB of weights on one GPU. h100-80gb: 0.9 x
-# 80 GiB = 72.0 GiB usable, so the weights alone are short by 151.43 - 72.0 = 79.4 GiB.
-# TP 2: 75.7 GiB, still over 72; TP 4 (16 query heads and 2 KV heads split by 4): 37.9 GiB,
-# leaving 72 - 37.9 - 2 (activation headroom) = 32.1 GiB for KV, which holds a 262,144-token
-# request of 12 full layers x 2 (K, V) x 1 KV head x 256 x 2 bytes = 12,288 bytes a token
-# (3 GiB). The state-size check used to fire first (a pool of 0 blocks) and blame the state.
+# 79.19 GiB (81,089 MiB) = 71.27 GiB usable, so the weights alone are short by 151.43 - 71.27 =
+# 80.16 GiB, 80.2. TP 2: 75.7 GiB, still over 71.3; TP 4 (16 query heads and 2 KV heads split
+# by 4): 37.9 GiB, leaving 71.27 - 37.86 - 2 (activation headroom) = 31.4 GiB for KV, which
+# holds a 262,144-token request of 12 full layers x 2 (K, V) x 1 KV head x 256 x 2 bytes =
+# 12,288 bytes a token (3 GiB). The state-size check used to fire first (a pool of 0 blocks)
+# and blame the state.
 QWEN3_NEXT_ON_H100: dict[str, Any] = {
     "model": "qwen3-next-80b-a3b",
     "gpu": "h100-80gb",
@@ -107,8 +108,8 @@ def test_weights_that_do_not_fit_are_named_before_the_state_size() -> None:
     message = str(err.value)
     assert "state_bytes_per_layer" not in message
     assert message.startswith("cache.gpu_memory_utilization = 0.9 (qwen3-next-80b-a3b on h100")
-    assert "0.9 x 80.0 GiB = 72.0 GiB usable per GPU; weights take 151.4 GiB" in message
-    assert "the weights alone are short by 79.4 GiB" in message
+    assert "0.9 x 79.2 GiB = 71.3 GiB usable per GPU; weights take 151.4 GiB" in message
+    assert "the weights alone are short by 80.2 GiB" in message
     assert message.endswith("parallel.tensor_parallel_size = 4 fits")
     # the suggestion holds
     config_from_dict({**QWEN3_NEXT_ON_H100, "parallel": {"tensor_parallel_size": 4}})
@@ -118,7 +119,7 @@ def test_the_cli_says_the_weights_do_not_fit() -> None:
     args = ["run", "--set", "model=qwen3-next-80b-a3b", "--set", "gpu=h100-80gb"]
     result = CliRunner().invoke(app, [*args, "--set", "workload.num_requests=5"])
     assert result.exit_code == 2
-    assert "the weights alone are short by 79.4 GiB" in result.output
+    assert "the weights alone are short by 80.2 GiB" in result.output
     assert "Traceback" not in result.output
 
 

@@ -57,10 +57,11 @@ def test_one_replica_at_most_simulates_one_and_says_why_it_fails(tmp_path):
 
 
 def test_an_option_whose_config_is_invalid_says_the_configs_whole_error(tmp_path):
-    # Llama-3.1-70B at TP 2 on an H100: 0.9 x 80 GiB - 70,554,000,000 - 2 GiB = 4,607,927,680
-    # B, 28,124 slots of 160 KiB: 1,757 blocks of 16 less the null block hold 28,096 tokens,
-    # short of the default max_model_len 131,072. The why-not was the plan's error, cut at 160
-    # characters before its advice; now it is the config's, and nothing is simulated
+    # Llama-3.1-70B at TP 2 on an H100: 0.9 x 81,089 MiB - 70,554,000,000 - 2 GiB =
+    # 3,823,697,689.6 B, 23,337 slots of 160 KiB: 1,458 blocks of 16 less the null block hold
+    # 23,312 tokens, short of the default max_model_len 131,072. The why-not was the plan's
+    # error, cut at 160 characters before its advice; now it is the config's, and nothing is
+    # simulated
     targets = [Target("time_to_first_token_seconds_p99", 2.0)]
     result = run_cheapest(
         "bad",
@@ -73,7 +74,7 @@ def test_an_option_whose_config_is_invalid_says_the_configs_whole_error(tmp_path
     why = str(result.options[0].why_not)
     assert why.startswith("invalid config: cache.gpu_memory_utilization = 0.9 (llama-3.1-70b")
     assert why.endswith(
-        "lower scheduler.max_model_len to at most 28,096; parallel.tensor_parallel_size = 4 fits"
+        "lower scheduler.max_model_len to at most 23,312; parallel.tensor_parallel_size = 4 fits"
     )
     assert result.points.empty
     from kvsim.cli.cheapest import _table

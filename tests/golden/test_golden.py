@@ -12,6 +12,10 @@ recorded again (only they, in 26 records; every other metric kept its value) whe
 rows began to carry each span's full seconds and peak: read off a span's mean, a run whose
 decode steps went in spans was full for a fraction of the time its steps were
 (``tests/test_engine_reference.py`` checks both against the step-by-step reference).
+``token_utilization_perc`` was recorded again (only it, in 24 records) when its allocated slots
+left out vLLM v1's null block and a paged pool's remainder slots, as ``kv_cache_usage_perc``
+does (``tests/test_engine.py`` works a case by hand); the two TP-4 cases, whose budget an H100
+derives, were recorded again whole when the H100 preset took CUDA's device total (81,089 MiB).
 ``record.py`` writes them; ``compare.py`` prints a full difference. Every metric of a golden
 summary must keep its value (floats to 1e-9 relative: a change of summation order is not a
 change of result); metrics added since (the fleet's cost and goodput)

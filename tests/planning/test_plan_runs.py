@@ -109,14 +109,14 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     answer_row = next(line for line in result.output.splitlines() if "│ answer" in line)
     assert f"kv_cache_bytes (bytes): {SMALLEST_WITHOUT_PREEMPTION:,}" in answer_row
     # and as vLLM's own knob: (169,869,312 B of KV + 8.03 B x 2 B of weights + 2 GiB of
-    # headroom) / 80 GiB = 18,377,352,960 / 85,899,345,920 = 0.21394, up to 0.214
+    # headroom) / 81,089 MiB = 18,377,352,960 / 85,027,979,264 = 0.21613, up to 0.217
     flat = " ".join(result.output.replace("│", " ").split())
-    assert "as gpu_memory_utilization 0.214 of 80.0 GiB (KV + 15.0 GiB of weights" in flat
+    assert "as gpu_memory_utilization 0.217 of 79.2 GiB (KV + 15.0 GiB of weights" in flat
     folder = tmp_path / "plan" / "burst"
     answer = json.loads((folder / "answer.json").read_text())
     assert answer["answer"] == SMALLEST_WITHOUT_PREEMPTION
     assert answer["binding_target"] == "num_preemptions"
-    assert answer["gpu_memory_utilization"] == 0.214  # (worked above)
+    assert answer["gpu_memory_utilization"] == 0.217  # (worked above)
     assert isinstance(answer["answer"], int)  # (a byte knob's: not 554729472.0)
     assert (folder / "plan.png").stat().st_size > 10_000
 
@@ -767,9 +767,9 @@ def test_the_answer_as_a_share_is_left_out_where_replicas_differ() -> None:
 
     base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 1024}}
     question = {"field": "cache.kv_cache_gib", "lo": 1, "hi": 20, "targets": {"num_preemptions": 0}}
-    # (4 GiB + 16.06e9 B + 2 GiB) / 80 GiB = 0.26196, up to 0.262 (test_capacity_arithmetic)
+    # (4 GiB + 16.06e9 B + 2 GiB) / 81,089 MiB = 0.26465, up to 0.265 (test_capacity_arithmetic)
     one = plan_from_dict("smallest", base, question)
-    assert _as_utilization(one, 4.0).startswith("0.262 of 80.0 GiB (KV + 15.0 GiB of weights")
+    assert _as_utilization(one, 4.0).startswith("0.265 of 79.2 GiB (KV + 15.0 GiB of weights")
     # an A100-40GB replica beside an H100 needs another share of its own GPU: no one answer
     fleet = {"replicas": 2, "replica_overrides": [{}, {"gpu": "a100-40gb"}]}
     mixed = plan_from_dict("smallest", {**base, "fleet": fleet}, question)
@@ -786,9 +786,9 @@ def test_answer_json_has_no_share_above_1() -> None:
     from kvsim.study.plan import plan_from_dict
     from kvsim.study.plan_figure import _utilization
 
-    # (64 GiB + 16.06e9 B + 2 GiB) / 80 GiB = 1.012: no gpu_memory_utilization vLLM takes
+    # (64 GiB + 16.06e9 B + 2 GiB) / 81,089 MiB = 1.022: no gpu_memory_utilization vLLM takes
     base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 1024}}
     question = {"field": "cache.kv_cache_gib", "lo": 1, "hi": 64, "targets": {"num_preemptions": 0}}
     plan = plan_from_dict("smallest", base, question)
     assert _utilization(plan, 64.0) is None
-    assert _utilization(plan, 4.0) == 0.262
+    assert _utilization(plan, 4.0) == 0.265  # (4 GiB + 16.06e9 B + 2 GiB) / 81,089 MiB
