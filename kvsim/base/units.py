@@ -23,6 +23,9 @@ KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
 GB = 1000**3
+# bits of one MXFP4 value with its share of the scale (OCP Microscaling Formats v1.0: a block
+# of 32 4-bit E2M1 values shares one 8-bit E8M0 scale): 4 + 8 / 32
+MXFP4_BITS = 4.25
 
 
 def cdiv(a: int, b: int) -> int:

@@ -15,6 +15,7 @@ Models come from presets (``kvsim/data/models.toml``) or a Hugging Face ``config
 
 from __future__ import annotations
 
+import math
 import tomllib
 from functools import cache
 from importlib import resources
@@ -115,12 +116,26 @@ class MoeSpec(Frozen):
         num_moe_layers: layers whose MLP is routed.
         params_per_expert: one expert's parameters in one layer (gated MLP: ``3 * hidden *
             moe_intermediate_size``).
+        expert_weight_bits: bits one routed-expert parameter takes on the GPU, scales included;
+            ``None``: the model's ``dtype_bytes``. gpt-oss ships its experts in MXFP4, which
+            vLLM keeps on the GPU (``vllm/model_executor/layers/quantization/mxfp4.py``):
+            4-bit E2M1 values and one 8-bit E8M0 scale per block of 32 (OCP Microscaling
+            Formats v1.0), 4.25 bits (``kvsim.base.units.MXFP4_BITS``).
     """
 
     num_experts: int = Field(ge=1, le=MAX_MODEL_HEADS)
     num_experts_per_tok: int = Field(ge=1, le=MAX_MODEL_HEADS)
     num_moe_layers: int = Field(ge=1, le=MAX_MODEL_LAYERS)
     params_per_expert: int = Field(ge=1, le=MAX_MODEL_PARAMS)
+    expert_weight_bits: float | None = Field(default=None, ge=1, le=32)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_bits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave ``expert_weight_bits`` out when unset, so MoE models keep their hash."""
+        data: dict[str, Any] = handler(self)
+        if data.get("expert_weight_bits") is None:
+            data.pop("expert_weight_bits", None)
+        return data
 
     @model_validator(mode="after")
     def _top_k(self) -> MoeSpec:
@@ -135,6 +150,12 @@ class MoeSpec(Frozen):
     def expert_params(self) -> int:
         """Parameters of every routed expert of every MoE layer."""
         return self.num_experts * self.num_moe_layers * self.params_per_expert
+
+    def expert_bytes_per_param(self, dtype_bytes: int) -> float:
+        """Bytes one routed-expert parameter takes: ``expert_weight_bits / 8``, else
+        ``dtype_bytes``."""
+        bits = self.expert_weight_bits
+        return float(dtype_bytes) if bits is None else bits / 8
 
 
 class ModelSpec(Frozen):
@@ -294,8 +315,13 @@ class ModelSpec(Frozen):
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of weights (``num_params * dtype_bytes``)."""
-        return self.num_params * self.dtype_bytes
+        """Bytes of weights: ``num_params * dtype_bytes``, the routed experts at
+        ``MoeSpec.expert_weight_bits`` where set (rounded up to a byte)."""
+        if self.moe is None or self.moe.expert_weight_bits is None:
+            return self.num_params * self.dtype_bytes
+        experts = self.moe.expert_params
+        expert_bytes = math.ceil(experts * self.moe.expert_weight_bits / 8)
+        return (self.num_params - experts) * self.dtype_bytes + expert_bytes
 
     @property
     def residual_width(self) -> int:

@@ -47,6 +47,7 @@ from typing import Any
 
 from kvsim.base.limits import MAX_MODEL_HEADS, MAX_MODEL_LAYERS, is_int_at_least
 from kvsim.base.textfile import DuplicateKeyError, parse_json, unique_keys
+from kvsim.base.units import MXFP4_BITS
 from kvsim.config.hf_params import UNTIED_BY_DEFAULT, count_params, moe_fields
 from kvsim.config.layers import attention_from_hf
 
@@ -259,6 +260,8 @@ def model_fields_from_hf(
     else:
         fields["num_params"] = count_params(cfg.data, cfg.path, cfg.where)
     work = _work_fields(cfg)
+    if _mxfp4(cfg) and "moe" in work:  # (vLLM keeps the experts in MXFP4 on the GPU)
+        work["moe"] = {**work["moe"], "expert_weight_bits": MXFP4_BITS}
     counted = fields["num_params"]  # (a table's value of a wrong type: ModelSpec refuses it)
     numeric = isinstance(counted, (int, float)) and not isinstance(counted, bool)
     if not numeric or _split_params(work) <= counted:
@@ -418,7 +421,7 @@ def _dtype_bytes(cfg: _Config) -> int:
             cfg.path,
             name,
         )
-    if cfg.get("quantization_config") is not None:
+    if cfg.get("quantization_config") is not None and not _mxfp4(cfg):
         logger.warning(
             "%s: quantization_config is not modelled; weights and KV are counted at %s's %d "
             "bytes per element",
@@ -427,6 +430,13 @@ def _dtype_bytes(cfg: _Config) -> int:
             _DTYPE_BYTES[name],
         )
     return _DTYPE_BYTES[name]
+
+
+def _mxfp4(cfg: _Config) -> bool:
+    """Whether the file's ``quantization_config`` is gpt-oss's MXFP4 of the routed experts
+    (``quant_method = "mxfp4"``), which ``MoeSpec.expert_weight_bits`` models."""
+    quant = cfg.data.get("quantization_config")
+    return isinstance(quant, dict) and quant.get("quant_method") == "mxfp4"
 
 
 def _note_sliding_window(cfg: _Config, read: dict[str, Any], given: dict[str, Any]) -> None:

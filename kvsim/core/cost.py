@@ -178,7 +178,8 @@ class StepCostModel:
         experts = 0 if step_roofline else model.expert_params
         dense = model.num_params - experts - head - (0 if step_roofline else model.embedding_params)
         self.dense_weight_bytes = dense * per_param
-        self.expert_weight_bytes = experts * per_param
+        expert_bytes = model.moe.expert_bytes_per_param(model.dtype_bytes) if model.moe else 0.0
+        self.expert_weight_bytes = experts * expert_bytes / self.tp
         self.head_weight_bytes = head * per_param
         self.head_flops_per_seq = 2.0 * head / self.tp
         share = (

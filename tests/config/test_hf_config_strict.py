@@ -6,6 +6,7 @@ written as a string. Every expected count is worked out by hand in the comments.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,28 @@ def test_gpt_oss_without_layer_types_alternates(tmp_path: Path) -> None:
     # without a sliding_window key GptOssConfig's default, 128 tokens, applies
     no_window = {k: v for k, v in GPT_OSS.items() if k != "sliding_window"}
     assert _model(tmp_path, no_window, "g") == model
+
+
+def test_gpt_oss_mxfp4_experts_are_counted_at_4_25_bits(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gpt-oss-20b's file names its MXFP4 experts (quantization_config quant_method "mxfp4"):
+    32 experts x 24 layers x 3 x 2,880 x 2,880 = 19,110,297,600 parameters at 4.25 bits =
+    10,152,345,600 B. Of its 20,914,757,184 parameters (the table's, as the preset's) the other
+    1,804,459,584 are bf16 = 3,608,919,168 B: 13,761,264,768 B of weights (12.8 GiB; the
+    checkpoint's safetensors hold about 13.8 GB), not 41.8 GB. Nothing is said of the
+    quantization, which is modelled."""
+    mxfp4 = {**GPT_OSS, "quantization_config": {"quant_method": "mxfp4"}}
+    given = {"num_params": 20_914_757_184}
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.hf"):
+        model = ModelSpec.model_validate({"hf_config": str(_write(tmp_path, mxfp4, "q")), **given})
+    assert model.moe is not None
+    assert model.moe.expert_weight_bits == 4.25
+    assert model.weight_bytes == 13_761_264_768
+    assert not any("quantization_config" in r.getMessage() for r in caplog.records)
+    plain = ModelSpec.model_validate({"hf_config": str(_write(tmp_path, GPT_OSS, "b")), **given})
+    assert plain.weight_bytes == 2 * 20_914_757_184  # no quantization_config: all bf16
+    assert ModelSpec.model_validate("gpt-oss-20b").weight_bytes == 13_761_264_768  # the preset
 
 
 # --- a key given twice ------------------------------------------------------------------------

@@ -108,6 +108,18 @@ def test_moe_step_reads_the_experts_its_tokens_pick() -> None:
     assert cost.step_duration_s([(1, 10), (1, 10)]) == pytest.approx(5.0)
 
 
+def test_moe_experts_in_mxfp4_read_a_quarter_byte_and_a_bit_each() -> None:
+    # the experts at 4.25 bits (gpt-oss's MXFP4): 400 * 4.25 / 8 = 212.5 B; weights held 600 * 2
+    # + 212.5 -> 1413 B (rounded up to a byte). One decode after 10 tokens: dense 600 * 2 = 1200 B
+    # + experts 212.5 * 0.5 = 106.25 B = 1306.25 B -> 2.6125 s; attention 0.64 s; + 0.11
+    bits = MOE.model_copy(update={"moe": MOE.moe.model_copy(update={"expert_weight_bits": 4.25})})
+    assert bits.weight_bytes == 1413
+    assert model(bits).step_duration_s([(1, 10)]) == pytest.approx(3.3625)
+    # the 2023 step roofline reads the weights held: max(1413 / 500, ...) + 0.11 for a decode
+    step = model(bits, roofline="step").step_s(1.0, 10.0, 0.0, 1.0)
+    assert step == pytest.approx(1413 / 500 + 10 * 32 / 500 + 0.11, rel=1e-3)
+
+
 def test_moe_prefill_computes_the_active_parameters_only() -> None:
     # 1000 tokens: every expert read (coverage 1 - 0.5**1000 = 1): 2000 B -> 4 s; FLOPs 2 *
     # 800 active * 1000 = 1.6e6 -> 32 s (a dense count, 2 * 1000 * 1000, would give 40 s)
