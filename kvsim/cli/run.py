@@ -119,11 +119,10 @@ def run(
         if results.replicas is not None:
             print_whole(replica_table(results.replicas))
         if out is not None:
-            from kvsim.results.tables import remove_run_files
+            from kvsim.results.replace import save_replacing
 
-            if out.is_dir() and remove_run_files(out):  # none of its files beside the new run's
+            if save_replacing(results, out):  # none of its files beside the new run's
                 logging.getLogger("kvsim.cli").warning("--out: replaced the earlier run in %s", out)
-            results.save(out)
             console.print(f"results written to {out}/")
 
     guard(go)

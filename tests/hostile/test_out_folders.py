@@ -179,3 +179,54 @@ def test_a_sweep_points_folder_is_not_a_run_to_replace(hostile) -> None:
     summary = (point / "summary.json").read_text()
     hostile.run(["run", *TINY, "--out", str(point)], "is a point of a sweep or a plan")
     assert (point / "summary.json").read_text() == summary
+
+
+def _interrupt_at(monkeypatch, target: object, name: str, when: int, signal_it: bool) -> None:
+    """Make the ``when``-th call of ``target.name`` that moves or writes a file of the new run
+    interrupted: raise ``KeyboardInterrupt`` (Ctrl-C while a table is written) or send this
+    process SIGINT and go on (Ctrl-C during the renames of the staged files into place)."""
+    import signal
+
+    original = getattr(target, name)
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        if signal_it and ".kvsim-saving" not in str(args[0]):
+            return original(*args, **kwargs)  # (another rename: not the swap's)
+        calls.append(1)
+        if len(calls) == when:
+            if not signal_it:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, wrapped)
+
+
+def test_ctrl_c_while_the_new_run_is_written_keeps_the_earlier_run_whole(
+    hostile, monkeypatch
+) -> None:
+    """Ctrl-C while the second run's tables are written (its third table write): the earlier
+    run's files are all there, unchanged, and no half-written file or folder is left."""
+    import kvsim.results.tables as tables
+
+    _run(hostile, "out", "--map-frames", "5")
+    before = {p.name: p.read_bytes() for p in hostile.out.iterdir()}
+    _interrupt_at(monkeypatch, tables, "write_table", 3, signal_it=False)
+    hostile.run(["run", *TINY, "--out", "out", "--set", "seed=3"], code=130)
+    assert {p.name: p.read_bytes() for p in hostile.out.iterdir()} == before
+
+
+def test_ctrl_c_while_the_runs_are_swapped_ends_with_the_new_run_whole(
+    hostile, monkeypatch
+) -> None:
+    """Ctrl-C at the swap's first rename: held off until every new file is in, then exit 130;
+    the folder holds the new run alone (the earlier run's frames gone) and it loads."""
+    import kvsim.results.replace as replace
+
+    _run(hostile, "out", "--map-frames", "5")
+    _interrupt_at(monkeypatch, replace.os, "replace", 1, signal_it=True)
+    hostile.run(["run", *TINY, "--out", "out", "--set", "seed=3", "--map-frames", "0"], code=130)
+    assert not (hostile.out / "mapframes.parquet").exists()
+    assert Results.load(hostile.out).config.seed == 3
+    assert not [p for p in hostile.out.iterdir() if p.name.startswith(".kvsim-saving")]
