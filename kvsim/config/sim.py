@@ -488,6 +488,12 @@ def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:
     """Reject combinations the profile or allocator cannot run (each names the field)."""
     wl, cache = config.workload, config.cache
     paged = hands_out_blocks(cache.allocator)  # (what swap moves)
+    if wl.shared_prefix_tokens >= args.max_model_len:
+        raise ValueError(
+            f"workload.shared_prefix_tokens = {wl.shared_prefix_tokens:,}: a shared prefix must "
+            f"be shorter than scheduler.max_model_len ({args.max_model_len:,}), which every "
+            "request's prompt and output fit in"
+        )
     if args.engine == "vllm-v1" and wl.beam_width > 1:
         raise ValueError(
             "workload.beam_width: beam search runs outside vLLM v1's engine (LLM.beam_search "

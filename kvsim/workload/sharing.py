@@ -33,12 +33,34 @@ def apply_sharing(spec: WorkloadSpec, requests: list[Request], max_model_len: in
         requests = _conversations(spec, requests, max_model_len)
     elif spec.shared_prefix_tokens or spec.num_tenants > 1:
         system: dict[int, tuple[object, int]] = {}  # one system-prompt run per tenant
+        cut = prompts_cut = 0
         for i, req in enumerate(requests):
             requests[i] = _with_prefix(spec, req, max_model_len, system)
+            cut += requests[i].output_tokens < req.output_tokens
+            prompts_cut += requests[i].prompt_tokens < spec.shared_prefix_tokens + req.prompt_tokens
+        if cut:
+            _warn_cut(spec, cut, prompts_cut, len(requests), max_model_len)
     if spec.n > 1 or spec.beam_width > 1:
         for i, req in enumerate(requests):
             requests[i] = replace(req, n=spec.n, beam_width=spec.beam_width)
     return requests
+
+
+def _warn_cut(
+    spec: WorkloadSpec, cut: int, prompts_cut: int, total: int, max_model_len: int
+) -> None:
+    warn_once(
+        logger,
+        "workload.shared_prefix_tokens = %s: %d of %d requests with the prefix before their "
+        "prompt pass max_model_len = %s and are cut to fit it: their outputs shortened, %d "
+        "prompts too (to max_model_len - 1 tokens and one output token); lower the prefix or "
+        "raise scheduler.max_model_len to keep every request whole",
+        f"{spec.shared_prefix_tokens:,}",
+        cut,
+        total,
+        f"{max_model_len:,}",
+        prompts_cut,
+    )
 
 
 def _salt(spec: WorkloadSpec, index: int) -> tuple[str | None, int]:

@@ -122,7 +122,9 @@ class WorkloadSpec(BaseModel):
             n)`` at a step where the sequences hold ``n`` tokens (FITTED on Figure 15's Alpaca
             beam width 6); each beam request's tree is drawn from the run's seed.
         shared_prefix_tokens: a system prompt / few-shot prefix of this many tokens, identical on
-            every request (of a tenant), prepended to each drawn prompt.
+            every request (of a tenant), prepended to each drawn prompt; a request it pushes past
+            ``max_model_len`` is cut to fit (its output, then its prompt), with a warning that
+            counts them, and a prefix of ``max_model_len`` or more is refused.
         num_tenants: requests are spread round-robin over this many tenants, each with its own
             cache salt, so different tenants never share prefix KV.
         num_turns: turns per conversation (synthetic multi-turn): turn ``t``'s prompt is turn

@@ -97,6 +97,10 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["max_total_tokens", "500"],
     ),
     "shared_prefix_huge": ([f"workload.shared_prefix_tokens={BIG}"], ["shared_prefix_tokens"]),
+    "shared_prefix_whole_context": (  # (every prompt was cut to it, every output to 1 token)
+        ["scheduler.max_model_len=4096", "workload.shared_prefix_tokens=4096"],
+        ["workload.shared_prefix_tokens = 4,096", "shorter than scheduler.max_model_len (4,096)"],
+    ),
     "hash_block_huge": ([f"workload.hash_block_size_tokens={BIG}"], ["hash_block_size_tokens"]),
     "n_huge": ([f"workload.n={BIG}"], ["workload.n"]),
     "beam_width_5000": (["workload.beam_width=5000"], ["workload.beam_width", "5000"]),

@@ -209,3 +209,27 @@ def test_turns_past_the_context_are_counted_in_a_warning(caplog, monkeypatch) ->
     assert len(reqs) == 4  # two conversations of two turns
     assert "4 of 8 turns are not generated" in caplog.text
     assert "the run has 4 requests, not workload.num_requests = 8" in caplog.text
+
+
+def test_a_shared_prefix_that_pushes_requests_past_max_model_len_says_how_many_it_cut(
+    caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    """The same draws with and without a 1,800-token prefix (it is added after drawing): a
+    request is cut where 1,800 + prompt + output passes 2,048 (its output shortened), its prompt
+    too where 1,800 + prompt passes 2,047; the warning gives both counts, worked here from the
+    prefix-free draws."""
+    import logging
+
+    plain = generate_requests(
+        WorkloadSpec(num_requests=200), np.random.default_rng(5), max_model_len=2048
+    )
+    cut = sum(1800 + r.prompt_tokens + r.output_tokens > 2048 for r in plain)
+    prompts = sum(1800 + r.prompt_tokens > 2047 for r in plain)
+    assert 0 < prompts < cut < 200
+    spec = WorkloadSpec(num_requests=200, shared_prefix_tokens=1800)
+    with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
+        shared = generate_requests(spec, np.random.default_rng(5), max_model_len=2048)
+    assert max(r.prompt_tokens + r.output_tokens for r in shared) <= 2048
+    (message,) = [m.getMessage() for m in caplog.records if "shared_prefix" in m.getMessage()]
+    assert f"{cut} of 200 requests" in message
+    assert f"{prompts} prompts too" in message
