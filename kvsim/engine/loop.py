@@ -31,6 +31,8 @@ import numpy as np
 from kvsim.config import SimConfig
 from kvsim.core.kv.base import NO_HIT
 from kvsim.core.kv.hybrid import HybridPagedAllocator
+from kvsim.core.kv.paged import PagedAllocator
+from kvsim.core.kv.swap import SwapSpace
 from kvsim.core.scheduler import StepPlan
 from kvsim.core.scheduler.v1 import V1Scheduler
 from kvsim.engine.build import build_parts
@@ -477,6 +479,9 @@ class Engine:
         self.scheduler.lazy.check_groups(last)
 
     def _raise_never_fits(self) -> None:
+        swap = getattr(self.scheduler, "swap", None)
+        if swap is not None and swap.has_swapped():  # (v0: nothing runs while it waits)
+            self._raise_never_swaps_in(swap)
         head = self.scheduler.waiting[0]
         needed = self.allocator.admission_slots_needed(head, head.num_tokens)
         raise ValueError(
@@ -486,6 +491,23 @@ class Engine:
             f"watermark {self.config.engine_args.watermark}) and the empty pool holds "
             f"{self.allocator.usable_capacity_tokens:,}; raise the KV budget or lower "
             "n / beam_width / max_model_len"
+        )
+
+    def _raise_never_swaps_in(self, swap: SwapSpace) -> None:
+        """The oldest swapped-out request cannot come back although nothing runs: vLLM v0's
+        ``can_swap_in`` (block manager v1) wants its blocks and one more per sequence free
+        beyond the watermark, more than the pool has."""
+        req = swap.swapped[0]
+        blocks = swap.held[req.req_id].num_blocks
+        allocator = self.allocator
+        assert isinstance(allocator, PagedAllocator)
+        raise ValueError(
+            f"request {req.req_id} ({req.num_seqs} sequence(s), {req.num_tokens} tokens) was "
+            f"swapped out holding {blocks:,} blocks and can never swap back in: vLLM v0's "
+            f"can_swap_in wants its {blocks:,} blocks + 1 per sequence ({req.num_seqs}) + the "
+            f"watermark's {allocator.watermark_blocks:,} free, and the empty pool has "
+            f"{allocator.pool.num_free:,} (vLLM 0.4-0.6 fails such a request, the paper's vLLM "
+            "waits for it forever); raise the KV budget or lower n / beam_width / max_model_len"
         )
 
     def _next_known_arrival_s(self) -> float | None:

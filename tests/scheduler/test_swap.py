@@ -145,3 +145,33 @@ def test_engine_reports_swap_bytes_and_time() -> None:
 def test_swap_under_v1_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="'swap' is a vLLM v0 feature"):
         config_from_dict({"scheduler": {"preemption_mode": "swap"}})
+
+
+def test_a_group_that_can_never_swap_back_in_is_named() -> None:
+    """Two-sequence groups on a pool of 64 MiB / (128 KiB x 16) = 32 blocks (Llama-3.1-8B), no
+    watermark block (int(0.01 x 32) = 0): a group swapped out holding B blocks comes back only
+    when B + 2 blocks are free (vLLM v0's can_swap_in), so one that grew to 31 never can. The
+    error names that swapped request and its arithmetic, not the waiting head (whose 128-slot
+    prompt the empty pool would hold)."""
+    import re
+
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_bytes": 64 * 2**20},
+            "scheduler": {"engine": "vllm-v0", "max_model_len": 256},
+            "workload": {"preset": "sharegpt_like", "num_requests": 200, "rate_per_s": 50, "n": 2},
+        }
+    )
+    with pytest.raises(ValueError, match="can never swap back in") as caught:
+        simulate(cfg)
+    found = re.search(
+        r"holding (\d+) blocks .* \+ 1 per sequence \((\d+)\) \+ the watermark's (\d+) free, "
+        r"and the empty pool has (\d+)",
+        str(caught.value),
+    )
+    assert found is not None, str(caught.value)
+    blocks, seqs, watermark, pool = map(int, found.groups())
+    assert (seqs, watermark, pool) == (2, 0, 32)
+    assert blocks + seqs + watermark > pool
