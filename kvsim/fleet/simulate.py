@@ -71,17 +71,29 @@ def _runnable(
     replicas = config.replica_configs
     runnable, rejected = prepare_requests(replicas[0], requests, strict=strict)
     seen = {replicas[0].key()}
-    for other in replicas[1:]:
+    for index, other in enumerate(replicas[1:], start=1):
         if other.key() in seen:
             continue
         seen.add(other.key())
-        runnable, more = split_runnable(runnable, other, allocator_from_config(other))
+        pool = allocator_from_config(other)
+        runnable, more = split_runnable(runnable, other, pool)
         rejected.max_model_len += more.max_model_len
         rejected.kv_pool += more.kv_pool
-        if more.count and (strict or not runnable):
+        if not more.count:
+            continue
+        total = len(runnable) + more.count  # (those replica 0 could run)
+        if strict or not runnable:
             raise ValueError(
-                more.message(len(runnable) + more.count, other.max_model_len, 0, skipped=False)
+                f"replica {index} (fleet.replica_overrides): "
+                + more.message(
+                    total, other.max_model_len, pool.usable_capacity_tokens, skipped=False
+                )
             )
+        logger.warning(  # (a router may send a request to any replica of its role)
+            "replica %d (fleet.replica_overrides): %s",
+            index,
+            more.message(total, other.max_model_len, pool.usable_capacity_tokens),
+        )
     return runnable, rejected
 
 

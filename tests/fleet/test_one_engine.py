@@ -102,3 +102,36 @@ def test_a_fleet_of_one_reports_every_counter_of_the_lone_engine(case):
             assert fleet[key] == pytest.approx(value, rel=1e-12, nan_ok=True), key
         elif key != "config_key":  # (the fleet's config has a [fleet] table)
             assert fleet[key] == value, key
+
+
+def test_requests_only_an_overridden_replica_cannot_hold_are_counted_and_warned(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three requests of 110, 20,020 and 220 tokens; replica 0 takes max_model_len 4,096,
+    replica 1 150. The second is too long for both (replica 0's intake says so); the third
+    only for replica 1, which a router may pick: it is skipped too, and replica 1's warning
+    says so (it was dropped silently): 2 rejected, 1 run."""
+    import logging
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "arrival_time_s,prompt_tokens,output_tokens\n0,100,10\n0.5,20000,20\n1,200,20\n"
+    )
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "workload": {"trace": str(trace)},
+            "fleet": {
+                "replicas": 2,
+                "replica_overrides": [{}, {"scheduler": {"max_model_len": 150}}],
+            },
+        }
+    )
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        summary = simulate(cfg).summary
+    assert (summary["num_requests_rejected"], summary["num_rejected_max_model_len"]) == (2, 2)
+    (message,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("replica 1")]
+    assert "1 of 2 requests cannot run" in message
+    assert "max_model_len = 150 (first: request 2, prompt 200 + output 20 tokens)" in message
