@@ -230,3 +230,14 @@ def test_ctrl_c_while_the_runs_are_swapped_ends_with_the_new_run_whole(
     assert not (hostile.out / "mapframes.parquet").exists()
     assert Results.load(hostile.out).config.seed == 3
     assert not [p for p in hostile.out.iterdir() if p.name.startswith(".kvsim-saving")]
+
+
+def test_report_out_replaces_an_earlier_report_but_not_the_users_html(hostile) -> None:
+    _run(hostile, "run")
+    hostile.write("notes.html", "<html>my notes</html>")
+    hostile.run(["report", "run", "--out", "notes.html"], "--out", "'notes.html'", "did not write")
+    assert (hostile.cwd / "notes.html").read_text() == "<html>my notes</html>"
+    hostile.run(["report", "run", "--out", "r.html"], code=0, allowed=[hostile.cwd])
+    (hostile.cwd / "r.html").write_text((hostile.cwd / "r.html").read_text() + "<!-- old -->")
+    hostile.run(["report", "run", "--out", "r.html"], code=0, allowed=[hostile.cwd])
+    assert not (hostile.cwd / "r.html").read_text().endswith("<!-- old -->")  # replaced
