@@ -22,6 +22,7 @@ from kvsim.cli.common import (
     NoProgress,
     check_out_dir,
     console,
+    folder_name,
     guard,
     not_an_override,
     parse_overrides,
@@ -126,7 +127,7 @@ def plan(
         ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Results folder name (OUT/plan/NAME).")] = None,
-    out: Annotated[Path, typer.Option(help="Results root.")] = Path("results"),
+    out: Annotated[Path, typer.Option(parser=folder_name, help="Results root.")] = Path("results"),
     jobs: Annotated[
         int,
         typer.Option(

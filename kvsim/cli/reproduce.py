@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from kvsim.cli.common import NoProgress, check_out_dir, console, guard, print_whole, warn_many_jobs
+from kvsim.cli.common import (
+    NoProgress,
+    check_out_dir,
+    console,
+    folder_name,
+    guard,
+    print_whole,
+    warn_many_jobs,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,7 +63,9 @@ def reproduce(
             "fig16, fig17, fig18b, preemption (§7.3), prefix-caching (Mooncake)."
         ),
     ] = "fig2",
-    out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
+    out: Annotated[
+        Path, typer.Option(parser=folder_name, help="Results root; writes OUT/NAME/.")
+    ] = Path("results"),
     jobs: Annotated[
         int,
         typer.Option(

@@ -16,6 +16,7 @@ from kvsim.cli.common import (
     check_out_dir,
     console,
     err_console,
+    folder_name,
     guard,
     print_whole,
     refuse_results,
@@ -41,7 +42,9 @@ def sweep(
             "(default: a local process pool)."
         ),
     ] = None,
-    out: Annotated[Path, typer.Option(help="Results root; writes OUT/NAME/.")] = Path("results"),
+    out: Annotated[
+        Path, typer.Option(parser=folder_name, help="Results root; writes OUT/NAME/.")
+    ] = Path("results"),
     quick: Annotated[
         bool,
         typer.Option(
@@ -129,7 +132,8 @@ def sweep(
 def plot(
     results: Annotated[list[Path], typer.Argument(help="Sweep folders, e.g. results/fig2.")],
     out: Annotated[
-        Path | None, typer.Option(help="Where PNGs go (default: RESULTS/figures).")
+        Path | None,
+        typer.Option(parser=folder_name, help="Where PNGs go (default: RESULTS/figures)."),
     ] = None,
 ) -> None:
     """Draw the standard figures (PNG) of one or more sweep folders."""

@@ -64,9 +64,21 @@ def test_run_refuses_a_summary_json_that_is_no_runs(hostile) -> None:
     assert (hostile.cwd / "mine" / "summary.json").read_text() == '{"accuracy": 0.9}'
 
 
-def test_run_refuses_an_empty_out(hostile) -> None:
-    # ('' is the current folder as a path: the run's files would land beside the user's)
-    hostile.run(["run", *TINY, "--out", ""], "--out", "expected a folder name, got ''")
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", *TINY],
+        ["sweep", "fig2", "--quick"],
+        ["reproduce", "fig2", "--quick"],
+        ["plan", "--smallest", "kv", "--target", "time_to_first_token_seconds_p99<=2"],
+        ["plot", "results/x"],
+    ],
+    ids=["run", "sweep", "reproduce", "plan", "plot"],
+)
+def test_an_empty_out_is_refused(hostile, command) -> None:
+    # ('' is the current folder as a path: the files would land beside the user's; sweep,
+    # reproduce and plan wrote their folders there)
+    hostile.run([*command, "--out", ""], "--out", "expected a folder name, got ''")
     assert list(hostile.cwd.iterdir()) == []
 
 
