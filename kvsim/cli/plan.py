@@ -9,6 +9,7 @@ that meets latency targets, by bisection over cached sweep points.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kvsim.base.textfile import read_toml
+from kvsim.base.textfile import read_json, read_toml
 from kvsim.cli.common import (
     NoProgress,
     check_out_dir,
@@ -310,6 +311,7 @@ def plan(
             the_plan = dataclasses.replace(the_plan, name=name)
         _keep_other_plans_answers(the_plan.name, path if is_plan else None, out, quick)
         _check_targets(the_plan.targets)
+        _say_if_another_answer_goes(the_plan, out, quick)
         the_plan.check_field()
         console.print(
             f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "
@@ -502,6 +504,32 @@ def _keep_other_plans_answers(name: str, path: Path | None, out: Path, quick: bo
         f"{folder}/. Choose another --name (e.g. --name {name}-mine), or run that plan as "
         f"shipped (kvsim plan {name})"
     )
+
+
+def _say_if_another_answer_goes(the_plan: Any, out: Path, quick: bool) -> None:
+    """Warn when the plan's folder holds the answer to another question (another knob,
+    direction or targets), which this plan's answer replaces."""
+    from kvsim.study.plan import plan_folder
+
+    folder = plan_folder(out, the_plan.name, quick=quick)
+    try:
+        earlier = read_json(folder / "answer.json")
+    except (OSError, ValueError):  # (none, or not one kvsim wrote)
+        return
+    if not isinstance(earlier, dict):
+        return
+    asked = {t.metric: t.bound for t in the_plan.targets}
+    question = (the_plan.field, the_plan.direction, asked)
+    if (earlier.get("field"), earlier.get("direction"), earlier.get("targets")) != question:
+        logging.getLogger("kvsim.cli").warning(
+            "plan %s: replacing the answer in %s/ to another question (%s %s with %s); give "
+            "another --name to keep it",
+            the_plan.name,
+            folder,
+            earlier.get("direction"),
+            earlier.get("field"),
+            ", ".join(f"{m} <= {b:g}" for m, b in (earlier.get("targets") or {}).items()),
+        )
 
 
 def _config_table(path: Path | None) -> dict[str, Any]:

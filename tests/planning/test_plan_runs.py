@@ -792,3 +792,35 @@ def test_answer_json_has_no_share_above_1() -> None:
     plan = plan_from_dict("smallest", base, question)
     assert _utilization(plan, 64.0) is None
     assert _utilization(plan, 4.0) == 0.265  # (4 GiB + 16.06e9 B + 2 GiB) / 81,089 MiB
+
+
+T99 = "time_to_first_token_seconds_p99"
+
+
+@pytest.mark.parametrize(
+    ("earlier", "warned"),
+    [
+        ({"field": "cache.kv_cache_gib", "direction": "smallest", "targets": {T99: 2.0}}, False),
+        ({"field": "workload.rate_per_s", "direction": "largest", "targets": {T99: 3.0}}, True),
+    ],
+    ids=["same question", "another question"],
+)
+def test_a_plan_named_as_one_answering_another_question_says_it_replaces_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, earlier: dict, warned: bool
+) -> None:
+    """A plan folder holding another question's answer (hand-written here as kvsim writes
+    answer.json) is replaced with a warning naming that question; the same question, asked
+    again, replaces its answer silently."""
+    folder = tmp_path / "plan" / "p1"
+    folder.mkdir(parents=True)
+    (folder / "answer.json").write_text(json.dumps(earlier))
+    args = ["plan", "--smallest", "kv", "--target", f"{T99}<=2", "--name", "p1", "--no-progress"]
+    args += ["--set", "workload=sharegpt_like", "--set", "workload.num_requests=40"]
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        result = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    said = [r.getMessage() for r in caplog.records if "replacing the answer" in r.getMessage()]
+    assert bool(said) is warned
+    if warned:
+        assert f"largest workload.rate_per_s with {T99} <= 3" in said[0]
+    assert json.loads((folder / "answer.json").read_text())["field"] == "cache.kv_cache_gib"
