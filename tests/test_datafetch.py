@@ -417,3 +417,21 @@ def test_without_dest_or_kvsim_data_fetch_fills_the_folder_kvsim_reads(
     # run from the clone: the folder beside it that kvsim reads without KVSIM_DATA (README)
     clone = Path(kvsim.__file__).resolve().parents[1]
     assert destination(None) == clone.parent / "shared" / "data" / "traces"
+
+
+def test_a_file_with_another_checksum_is_kept_aside_not_lost(
+    mirror: Mirror, tmp_path: Path
+) -> None:
+    """A user's edited trace (its first 3 lines) in the folder: fetched again, the verified file
+    takes its place and the edit is kept as NAME.bak (then NAME.bak.1), and said so."""
+    name = "arxiv_summarization_llama2_lengths.csv"
+    edited = "".join((mirror.folder / name).read_text().splitlines(keepends=True)[:3])
+    for n, kept in enumerate((f"{name}.bak", f"{name}.bak.1")):
+        (tmp_path / name).write_text(edited + "#" * n)
+        result = fetch_cli(
+            "--dest", str(tmp_path), "--mirror", str(mirror.folder), "--only", "arxiv"
+        )
+        assert result.exit_code == 0, result.output
+        assert sha256(tmp_path / name) == CHECKSUMS[name]
+        assert (tmp_path / kept).read_text() == edited + "#" * n
+        assert f"as {kept}" in result.output

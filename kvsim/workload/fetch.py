@@ -297,7 +297,8 @@ class FetchResult:
         source: the file's entry of :data:`SOURCES`.
         path: where the verified file now is.
         status: ``present`` (already there with the right SHA-256, not downloaded),
-            ``fetched`` (new) or ``replaced`` (a file with another SHA-256 was overwritten).
+            ``fetched`` (new) or ``replaced`` (a file with another SHA-256 was there: it is
+            kept beside as ``NAME.bak``).
     """
 
     source: Source
@@ -717,9 +718,10 @@ def fetch(
 ) -> list[FetchResult]:
     """Download, verify, convert and store trace files; refresh the folder's README.
 
-    A file already present with the right SHA-256 is left alone (``present``). Files are made
-    one at a time in table order, and the first error stops the run; the files finished before
-    it stay, verified.
+    A file already present with the right SHA-256 is left alone (``present``); one with
+    another is kept beside as ``NAME.bak`` and replaced (back in place if the fetch fails).
+    Files are made one at a time in table order, and the first error stops the run; the files
+    finished before it stay, verified.
 
     Args:
         dest: the folder to fill (created); ``None``: ``$KVSIM_DATA`` (see :func:`destination`).
@@ -754,12 +756,41 @@ def fetch(
             if existed and sha256_file(path) == source.sha256:
                 results.append(FetchResult(source, path, "present"))
                 continue
-            _make(source, folder, base_url, timeout, say)
+            kept = _keep_aside(path) if existed else None  # (a user's edit of it, say)
+            try:
+                _make(source, folder, base_url, timeout, say)
+            except BaseException:  # (the download failed: the file goes back where it was)
+                if kept is not None and not path.exists():
+                    kept.rename(path)
+                raise
+            if kept is not None:
+                say(f"kept the earlier {path.name} (another SHA-256) as {kept.name}")
             results.append(FetchResult(source, path, "replaced" if existed else "fetched"))
     finally:
         with contextlib.suppress(OSError):
             write_readme(folder)
     return results
+
+
+def _keep_aside(path: Path) -> Path:
+    """Move ``path`` to a free ``NAME.bak`` (``NAME.bak.1``, ...) beside it, so that the file a
+    fetch replaces is not lost; returns the new path.
+
+    Raises:
+        FetchError: it cannot be moved.
+    """
+    kept, n = path.with_name(f"{path.name}.bak"), 0
+    while kept.exists() or kept.is_symlink():
+        n += 1
+        kept = path.with_name(f"{path.name}.bak.{n}")
+    try:
+        path.rename(kept)
+    except OSError as err:
+        raise FetchError(
+            f"cannot keep {path} aside as {kept.name} before replacing it "
+            f"({_one_line(err.strerror or err)})"
+        ) from None
+    return kept
 
 
 def status(folder: Path | None) -> list[FileStatus]:
