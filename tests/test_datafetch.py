@@ -435,3 +435,22 @@ def test_a_file_with_another_checksum_is_kept_aside_not_lost(
         assert sha256(tmp_path / name) == CHECKSUMS[name]
         assert (tmp_path / kept).read_text() == edited + "#" * n
         assert f"as {kept}" in result.output
+
+
+def test_list_calls_a_file_it_cannot_read_unreadable_not_differing(
+    mirror: Mirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace kvsim cannot read (no permission; simulated, as root reads anything) is not
+    "differs", which pointed at a fetch that would replace it."""
+    name = "arxiv_summarization_llama2_lengths.csv"
+    shutil.copy(mirror.folder / name, tmp_path / name)
+
+    def refuse(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(datafetch, "sha256_file", refuse)
+    listed = runner.invoke(app, ["data", "list", "--dest", str(tmp_path)])
+    assert listed.exit_code == 0, listed.output
+    line = next(ln for ln in listed.output.splitlines() if name in ln)
+    assert line.startswith("unreadable"), line
+    assert "make the unreadable files readable" in listed.output

@@ -99,13 +99,16 @@ def list_(
         else:
             typer.echo(f"data folder: {folder}")
         width = max(len(s.source.file_name) for s in statuses)
+        state_width = max(len(s.state) for s in statuses)
         name_width = max(len(s.source.trace) for s in statuses)
         for item in statuses:
             typer.echo(
-                f"{item.state:<8}  {item.source.trace:<{name_width}}  "
+                f"{item.state:<{state_width}}  {item.source.trace:<{name_width}}  "
                 f"{item.source.file_name:<{width}}  {item.source.licence}"
             )
-        if any(s.state != "verified" for s in statuses):
+        if any(s.state == "unreadable" for s in statuses):
+            typer.echo("make the unreadable files readable (kvsim cannot check or use them)")
+        if any(s.state in ("missing", "differs") for s in statuses):
             typer.echo("fetch the missing or differing files with `kvsim data fetch`")
 
     guard(go)

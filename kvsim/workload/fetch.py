@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 ConversionKind = Literal["copy", "pickle_pairs", "alpaca_tokens"]
 FetchStatus = Literal["present", "fetched", "replaced"]
-FileState = Literal["verified", "differs", "missing"]
+FileState = Literal["verified", "differs", "unreadable", "missing"]
 
 GITHUB_RAW = "https://raw.githubusercontent.com/"
 OPENAI_PUBLIC = "https://openaipublic.blob.core.windows.net/"
@@ -313,8 +313,8 @@ class FileStatus:
     Attributes:
         source: the file's entry of :data:`SOURCES`.
         path: where the file is looked for.
-        state: ``verified`` (present, right SHA-256), ``differs`` (present, another SHA-256) or
-            ``missing``.
+        state: ``verified`` (present, right SHA-256), ``differs`` (present, another SHA-256),
+            ``unreadable`` (present, but it cannot be read: its permissions) or ``missing``.
     """
 
     source: Source
@@ -805,8 +805,8 @@ def status(folder: Path | None) -> list[FileStatus]:
         if folder is not None and path.is_file():
             try:
                 state = "verified" if sha256_file(path) == source.sha256 else "differs"
-            except OSError:
-                state = "differs"
+            except OSError:  # (no permission: not a file of other data)
+                state = "unreadable"
         out.append(FileStatus(source, path, state))
     return out
 
