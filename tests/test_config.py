@@ -695,3 +695,29 @@ def test_a_config_compares_equal_after_its_replicas_are_read():
     assert len(a.replica_configs) == len(b.replica_configs) == 1
     assert a.num_gpus == 1
     assert a == b
+
+
+def test_a_relative_trace_beside_the_config_but_not_here_says_where_it_is_read_from(
+    tmp_path, monkeypatch, caplog, fresh_warnings
+) -> None:
+    """sub/c.toml names trace = "t.csv", which is sub/t.csv: run from tmp_path the path is read
+    from tmp_path (as --set gives it), where there is none: the error names the file beside
+    the config and the path to write; with a t.csv here too, that one is read, with a warning;
+    run from sub/, nothing to say."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "t.csv").write_text("arrival_time_s,prompt_tokens,output_tokens\n0,100,10\n")
+    (sub / "c.toml").write_text('model = "llama-3.1-8b"\n[workload]\ntrace = "t.csv"\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"c\.toml line 3: .*current folder .*sub/t\.csv"):
+        load_config("sub/c.toml")
+    (tmp_path / "t.csv").write_text("arrival_time_s,prompt_tokens,output_tokens\n0,200,10\n")
+    with caplog.at_level(logging.WARNING):
+        config = load_config("sub/c.toml")
+    assert config.workload.trace == "t.csv"
+    assert any("not the t.csv beside the config" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    monkeypatch.chdir(sub)
+    with caplog.at_level(logging.WARNING):
+        load_config("c.toml")
+    assert not any("beside the config" in r.getMessage() for r in caplog.records)

@@ -29,6 +29,8 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     """
     data = _read_config_toml(Path(path))
     check_kind(path, data, "config")
+    if "workload.trace" not in (overrides or {}):
+        _check_relative_trace(Path(path), data)
     if not data and not overrides:  # legal TOML, but meant to say something (a truncated file?)
         warn_once(
             logger,
@@ -54,6 +56,43 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
         f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
     )
     raise ValueError(f"{path} with {pairs}: {message}")
+
+
+def _check_relative_trace(path: Path, data: dict[str, Any]) -> None:
+    """A relative ``workload.trace`` is read from the current folder (as ``--set`` gives it),
+    not the config's: say so where the file is only beside the config (the run failed with "no
+    such trace" though it is there), or where both folders hold one (the current folder's is
+    read).
+
+    Raises:
+        ValueError: the file is beside the config but not in the current folder.
+    """
+    workload = data.get("workload")
+    trace = workload.get("trace") if isinstance(workload, dict) else None
+    if not isinstance(trace, str) or not trace or Path(trace).is_absolute():
+        return
+    beside = path.parent / trace
+    if path.parent.resolve() == Path.cwd() or not beside.is_file():
+        return
+    here = Path(trace)
+    line = toml_key_line(read_text(path), "workload.trace")
+    where = f"{path} line {line}" if line else str(path)
+    if not here.exists():
+        raise ValueError(
+            f"{where}: workload.trace = {trace!r} is read from the current folder "
+            f"({Path.cwd()}), which has no such file; the one beside the config is {beside}: "
+            f"write its path from here (trace = {str(beside)!r}) or an absolute one"
+        )
+    if here.resolve() != beside.resolve():
+        warn_once(
+            logger,
+            "%s: workload.trace = %r is read from the current folder (%s), not the %s beside "
+            "the config; relative paths are read from where kvsim runs",
+            where,
+            trace,
+            here.resolve(),
+            trace,
+        )
 
 
 _TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".txt")  # (a Parquet file: refused before it is read)
