@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from kvsim.config import SimConfig
     from kvsim.workload.spec import WorkloadSpec
 
-MAX_MAP_FRAMES = 10_000  # --map-frames: 50 times the default, a report's slider still usable
+DEFAULT_MAP_FRAMES = 200  # --map-frames
+MAX_MAP_FRAMES = 10_000  # 50 times the default: a report's slider still usable
 
 
 def run(
@@ -68,7 +69,7 @@ def run(
             help="Memory-map frames over the arrivals, written with --out (0: none; a run "
             "that outlasts its arrivals keeps at most 2N).",
         ),
-    ] = 200,
+    ] = DEFAULT_MAP_FRAMES,
 ) -> None:
     """Simulate one config and print where the KV memory went."""
 
@@ -77,7 +78,7 @@ def run(
 
         from kvsim.config import config_from_dict, load_config
         from kvsim.engine.intake import requests_for
-        from kvsim.fleet import is_fleet, simulate
+        from kvsim.fleet import simulate
         from kvsim.view.summary import replica_table, summary_table
 
         check_out_dir(out)
@@ -102,8 +103,13 @@ def run(
                 bar.set_description("simulating")
 
             every = map_interval_s([r.arrival_time_s for r in requests], map_frames)
-            if out is None or not has_memory_map(cfg.cache.allocator) or is_fleet(cfg):
+            unmapped = _why_no_map(cfg, out)
+            if unmapped:
                 every = None  # frames are only written with --out; a tree or a fleet has no map
+                if map_frames not in (0, DEFAULT_MAP_FRAMES):  # (asked for: say why not)
+                    logging.getLogger("kvsim.cli").warning(
+                        "--map-frames %d: no memory map is drawn %s", map_frames, unmapped
+                    )
             results = simulate(
                 cfg,
                 requests,
@@ -126,6 +132,21 @@ def run(
             console.print(f"results written to {out}/")
 
     guard(go)
+
+
+def _why_no_map(cfg: object, out: Path | None) -> str:
+    """Why the run draws no memory-map frames (``""``: it does)."""
+    from kvsim.config import SimConfig
+    from kvsim.fleet import is_fleet
+
+    assert isinstance(cfg, SimConfig)
+    if out is None:
+        return "without --out (the frames are written with the run's files)"
+    if is_fleet(cfg):
+        return "for a fleet (run one replica's config to see its map)"
+    if not has_memory_map(cfg.cache.allocator):
+        return f"for the {cfg.cache.allocator!r} allocator (its cache is a tree, not a map)"
+    return ""
 
 
 def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | None:

@@ -253,3 +253,20 @@ def test_report_out_replaces_an_earlier_report_but_not_the_users_html(hostile) -
     (hostile.cwd / "r.html").write_text((hostile.cwd / "r.html").read_text() + "<!-- old -->")
     hostile.run(["report", "run", "--out", "r.html"], code=0, allowed=[hostile.cwd])
     assert not (hostile.cwd / "r.html").read_text().endswith("<!-- old -->")  # replaced
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (["--set", "fleet.replicas=2"], "for a fleet"),
+        (["--set", "cache.allocator=radix"], "for the 'radix' allocator"),
+    ],
+    ids=["fleet", "radix"],
+)
+def test_map_frames_asked_for_where_no_map_is_drawn_says_why(hostile, caplog, extra, why) -> None:
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        _run(hostile, "out", "--map-frames", "50", *extra)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--map-frames")]
+    assert len(said) == 1
+    assert said[0].startswith(f"--map-frames 50: no memory map is drawn {why}")
+    assert not (hostile.out / "mapframes.parquet").exists()
