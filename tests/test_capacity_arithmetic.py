@@ -286,3 +286,42 @@ def test_a_model_whose_every_layer_slides_serves_any_length_once_its_window_fits
     # x 2 MiB = 1.504 GiB, "1.51" rounded up
     with pytest.raises(ValueError, match=r"needs 1\.51 GiB.*at most 8,176"):
         config_from_dict({**base, "cache": {"kv_cache_gib": 1.0}})
+
+
+def test_vllms_startup_figures_by_hand() -> None:
+    """vLLM 0.34.0 logs "GPU KV cache size: N tokens, Maximum concurrency for L tokens per
+    request: X x", X = the pool's blocks / one L-token request's blocks, N = int(X * L).
+
+    Llama-3.1-8B, 4 GiB of KV at 128 KiB a token: 32,768 slots, 2,048 blocks of 16 (the null
+    block among them); L = 8,000 needs cdiv(8,000, 16) = 500: X = 4.096, N = 32,768.
+    Gemma-3-27B's 7 groups of 10 layers, a slot 10 x 2 x 16 heads x 128 x 2 B = 81,920 B:
+    9,175,040,000 B hold 7,000 blocks; L = 16,384 needs 1,024 blocks in the full group and
+    cdiv(1,023 + 8,192, 16) + 1 = 577 in each of the 6 sliding ones (a chunk of the H100's
+    8,192 batched tokens beside the window): 4,486; X = 7,000 / 4,486 = 1.5604, N = 25,565.
+    vLLM v0 logs its block count only."""
+    from kvsim.config.memory import startup_capacity
+
+    llama = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 4},
+            "scheduler": {"max_model_len": 8000},
+        }
+    )
+    assert startup_capacity(llama) == (32_768, pytest.approx(4.096))
+    gemma = config_from_dict(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_bytes": 9_175_040_000},
+            "scheduler": {"max_model_len": 16384},
+        }
+    )
+    assert startup_capacity(gemma) == (25_565, pytest.approx(7000 / 4486))
+    v0 = {
+        "model": "llama-3.1-8b",
+        "cache": {"kv_cache_gib": 4},
+        "scheduler": {"max_model_len": 8000, "engine": "vllm-v0"},
+    }
+    assert startup_capacity(config_from_dict(v0)) is None

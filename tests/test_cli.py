@@ -712,3 +712,17 @@ def test_a_reproduce_table_folds_its_cells_rather_than_cutting_them_at_80_column
     text = out.getvalue()
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_run_header_ends_with_the_line_vllm_logs_at_startup():
+    # 4 GiB / 128 KiB = 32,768 slots = 2,048 blocks; an 8,000-token request needs 500: 4.096x,
+    # 4.096 x 8,000 = 32,768 tokens (tests/test_capacity_arithmetic.py works the rule)
+    args = ["run", "--no-progress", "--set", "model=llama-3.1-8b", "--set", "gpu=h100-80gb"]
+    args += ["--set", "cache.kv_cache_gib=4", "--set", "scheduler.max_model_len=8000"]
+    args += ["--set", "workload.num_requests=1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (
+        "vLLM's startup log: GPU KV cache size: 32,768 tokens, Maximum concurrency for 8,000 "
+        "tokens per request: 4.10x"
+    ) in " ".join(result.output.split())

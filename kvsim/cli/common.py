@@ -317,13 +317,15 @@ def check_run_out(out: Path | None) -> None:
         )
 
 
-def folder_name(value: str) -> Path:
+def folder_name(value: str | Path) -> Path:
     """An option's parser for a folder to write: the path, refusing an empty one (which would be
-    the current folder).
+    the current folder); a default given as a ``Path`` passes through.
 
     Raises:
         typer.BadParameter: an empty value.
     """
+    if isinstance(value, Path):
+        return value
     if not value.strip():
         raise typer.BadParameter(f"expected a folder name, got {value!r}")
     return Path(value)

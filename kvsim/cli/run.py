@@ -158,9 +158,10 @@ def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | Non
 
 
 def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
-    """The summary's header, three lines: engine profile and preemption mode, model, GPUs,
-    allocator and requests (``num_rejected`` of ``num_requests`` could not run); the workload
-    (``workload_text``); then the pool (``pool_text``)."""
+    """The summary's header: engine profile and preemption mode, model, GPUs, allocator and
+    requests (``num_rejected`` of ``num_requests`` could not run); the workload
+    (``workload_text``); the pool (``pool_text``); and for one engine's paged pool under
+    ``vllm-v1`` the line vLLM logs for it at startup (``kvsim.config.memory.startup_capacity``)."""
     from kvsim.config import SimConfig
     from kvsim.results.tables import preemption_rule
 
@@ -190,10 +191,19 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     requests = plural(num_requests, "request")
     if num_rejected:
         requests += f" ({num_requests - num_rejected:,} run, {num_rejected:,} rejected)"
-    return (  # (three lines: the setup, the workload, then the pool, whose arithmetic is long)
+    from kvsim.config.memory import startup_capacity
+
+    startup = ""
+    capacity = None if cfg.fleet is not None else startup_capacity(cfg)
+    if capacity is not None:  # (what the server's startup log says of the same pool)
+        startup = (
+            f"\nvLLM's startup log: GPU KV cache size: {capacity[0]:,} tokens, Maximum "
+            f"concurrency for {cfg.max_model_len:,} tokens per request: {capacity[1]:.2f}x"
+        )
+    return (  # (the setup, the workload, then the pool, whose arithmetic is long; vLLM's line)
         f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
         f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {requests}\n"
-        f"workload: {workload_text(cfg.workload)}\n" + pools_text(cfg)
+        f"workload: {workload_text(cfg.workload)}\n" + pools_text(cfg) + startup
     )
 
 

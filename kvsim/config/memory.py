@@ -259,6 +259,30 @@ def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
     return blocks * cache.block_size_tokens if blocks > 0 else capacity_tokens
 
 
+def startup_capacity(config: ConfigParts) -> tuple[int, float] | None:
+    """What vLLM v1 logs at startup for the pool: ``(kv_cache_size_tokens,
+    kv_cache_max_concurrency)``, "GPU KV cache size: N tokens, Maximum concurrency for
+    max_model_len tokens per request: X x" (vLLM 0.34.0 ``update_kv_cache_capacity``,
+    ``vllm/v1/core/kv_cache_utils.py``): the concurrency is the pool's blocks (the null block
+    among them) over the blocks one ``max_model_len`` request needs in every group
+    (``request_blocks``; ``cdiv(max_model_len, block_size)`` without groups), the size that
+    times ``max_model_len``, rounded down. ``None`` for a pool that is not paged, or under
+    ``vllm-v0`` (which logs its block count only: ``num_gpu_blocks``)."""
+    cache = config.cache
+    if cache.allocator not in PAGED_ALLOCATORS or config.engine_args.engine != "vllm-v1":
+        return None
+    groups = config.kv_groups
+    size = cache.block_size_tokens if groups is None else groups.block_size_tokens
+    num_blocks = config.capacity_tokens // size
+    length = config.max_model_len
+    if groups is None:
+        per_request = -(-length // size)
+    else:
+        per_request = request_blocks(groups, length, config.engine_args.max_num_batched_tokens)
+    concurrency = num_blocks / per_request
+    return int(concurrency * length), concurrency
+
+
 def _vattention_page(config: ConfigParts) -> tuple[int, int] | None:
     """``(tokens_per_page, num_kv_tensors)`` of a vAttention pool, ``None`` when its page holds
     no token (``kvsim.config.allocators.vattention_pages``)."""

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, SupportsFloat, SupportsIndex
 
 from kvsim.config import SimConfig
+from kvsim.config.memory import startup_capacity
 from kvsim.engine.frames import FrameRecorder
 from kvsim.engine.intake import prepare_requests
 from kvsim.engine.loop import Engine
@@ -118,6 +119,9 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
     num_blocks = engine.allocator.num_gpu_blocks
     if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
         out["num_gpu_blocks"] = num_blocks
+    capacity = startup_capacity(config)
+    if capacity is not None:  # vLLM v1's startup line (its cache_config's names)
+        out["kv_cache_size_tokens"], out["kv_cache_max_concurrency"] = capacity
     out["layout_factor"] = engine.cost.layout_factor
     out["layout_source"] = engine.cost.layout_source
     out["cost_source"] = engine.cost.cost_source

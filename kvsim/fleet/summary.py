@@ -77,6 +77,8 @@ SHARED = (
     "kv_cache_bytes",
     "usable_capacity_tokens",
     "num_gpu_blocks",
+    "kv_cache_size_tokens",
+    "kv_cache_max_concurrency",
     "kv_cache_block_size_tokens",
     "kv_cache_groups",
     "kv_cache_group_kinds",
