@@ -319,6 +319,42 @@ def test_vllms_startup_figures_by_hand() -> None:
         }
     )
     assert startup_capacity(gemma) == (25_565, pytest.approx(7000 / 4486))
+    # gpt-oss-20b at L = 4,096, below W - 1 + 8,192 = 8,319: a slot is 12 layers x 2 x 8 heads x
+    # 64 x 2 B = 24,576 B, 403,439,616 B hold 1,026 blocks; the full group needs 256 blocks
+    # and the sliding one cdiv(min(8,319, 4,096), 16) + 1 = 257 (a block above the 256 its
+    # admission gate asks): 513, X = 2.0, N = 8,192
+    oss = config_from_dict(
+        {
+            "model": "gpt-oss-20b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_bytes": 403_439_616},
+            "scheduler": {"max_model_len": 4096},
+        }
+    )
+    assert startup_capacity(oss) == (8_192, pytest.approx(2.0))
+    # async scheduling keeps two steps' tokens in flight: Gemma's sliding groups at L = 16,384
+    # need cdiv(min(1,023 + 16,384, 16,384), 16) + 1 = 1,025 each: 1,024 + 6 x 1,025 = 7,174;
+    # 8,000 blocks (10,485,760,000 B): X = 1.1151, N = int(8,000 / 7,174 x 16,384) = 18,270
+    gemma_async = config_from_dict(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_bytes": 10_485_760_000},
+            "scheduler": {"max_model_len": 16384, "async_scheduling": True},
+        }
+    )
+    assert startup_capacity(gemma_async) == (18_270, pytest.approx(8000 / 7174))
+    # ... and its admission gate too: at 7,000 blocks (6,999 usable) an L = 16,384 request
+    # needs 1,024 in every group, 7,168, where without async 4,486 fit
+    with pytest.raises(ValueError, match="at most 15,984"):
+        config_from_dict(
+            {
+                "model": "gemma-3-27b",
+                "gpu": "h100-80gb",
+                "cache": {"kv_cache_bytes": 9_175_040_000},
+                "scheduler": {"max_model_len": 16384, "async_scheduling": True},
+            }
+        )
     v0 = {
         "model": "llama-3.1-8b",
         "cache": {"kv_cache_gib": 4},

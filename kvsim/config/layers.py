@@ -412,3 +412,22 @@ def request_blocks(groups: KVCacheGroups, num_tokens: int, max_num_batched_token
         else:
             total += 1
     return total
+
+
+def startup_request_blocks(groups: KVCacheGroups, max_model_len: int, in_flight_tokens: int) -> int:
+    """Blocks vLLM's startup counts for one ``max_model_len`` request over every group
+    (``max_memory_usage_bytes``, ``vllm/v1/kv_cache_interface.py``, 0.34.0): a full group
+    ``cdiv(L, B)``, a sliding group ``cdiv(min(W - 1 + in_flight_tokens, L), B) + 1``, a state
+    group one. The sliding term is a block above what the admission gate asks of such a
+    request (``request_blocks``) where ``L < W - 1 + in_flight_tokens``."""
+    b = groups.block_size_tokens
+    total = 0
+    for g in groups.groups:
+        if g.kind == "full":
+            total += cdiv(max_model_len, b)
+        elif g.kind == "sliding":
+            window = g.sliding_window_tokens or 0
+            total += cdiv(min(window - 1 + in_flight_tokens, max_model_len), b) + 1
+        else:
+            total += 1
+    return total

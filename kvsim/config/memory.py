@@ -29,7 +29,12 @@ from kvsim.config.hardware import (
     model_kv_groups,
     weight_bytes_per_gpu,
 )
-from kvsim.config.layers import KVCacheGroups, max_request_tokens, request_blocks
+from kvsim.config.layers import (
+    KVCacheGroups,
+    max_request_tokens,
+    request_blocks,
+    startup_request_blocks,
+)
 from kvsim.config.serving import (
     MIN_MAX_MODEL_LEN,
     VATTENTION_PAGE_SIZES,
@@ -251,7 +256,7 @@ def request_limit_tokens(config: ConfigParts, capacity_tokens: int) -> int:
     groups = config.kv_groups
     if groups is not None:  # hybrid KV cache groups: the blocks a request needs in every group
         usable = capacity_tokens // groups.block_size_tokens - 1
-        batched = config.engine_args.max_num_batched_tokens
+        batched = config.engine_args.max_in_flight_tokens  # (the admission gate's)
         # (sliding groups alone hold a request of any length: the cap is then the answer)
         cap = max(capacity_tokens, config.max_model_len)
         return max_request_tokens(groups, usable, batched, cap)
@@ -264,10 +269,11 @@ def startup_capacity(config: ConfigParts) -> tuple[int, float] | None:
     kv_cache_max_concurrency)``, "GPU KV cache size: N tokens, Maximum concurrency for
     max_model_len tokens per request: X x" (vLLM 0.34.0 ``update_kv_cache_capacity``,
     ``vllm/v1/core/kv_cache_utils.py``): the concurrency is the pool's blocks (the null block
-    among them) over the blocks one ``max_model_len`` request needs in every group
-    (``request_blocks``; ``cdiv(max_model_len, block_size)`` without groups), the size that
-    times ``max_model_len``, rounded down. ``None`` for a pool that is not paged, or under
-    ``vllm-v0`` (which logs its block count only: ``num_gpu_blocks``)."""
+    among them) over the blocks vLLM counts for one ``max_model_len`` request in every group
+    (``startup_request_blocks`` with ``EngineArgs.max_in_flight_tokens``;
+    ``cdiv(max_model_len, block_size)`` without groups), the size that times ``max_model_len``,
+    rounded down. ``None`` for a pool that is not paged, or under ``vllm-v0`` (which logs its
+    block count only: ``num_gpu_blocks``)."""
     cache = config.cache
     if cache.allocator not in PAGED_ALLOCATORS or config.engine_args.engine != "vllm-v1":
         return None
@@ -278,7 +284,8 @@ def startup_capacity(config: ConfigParts) -> tuple[int, float] | None:
     if groups is None:
         per_request = -(-length // size)
     else:
-        per_request = request_blocks(groups, length, config.engine_args.max_num_batched_tokens)
+        in_flight = config.engine_args.max_in_flight_tokens
+        per_request = startup_request_blocks(groups, length, in_flight)
     concurrency = num_blocks / per_request
     return int(concurrency * length), concurrency
 
@@ -317,7 +324,7 @@ def _group_pool_tokens(config: ConfigParts, groups: KVCacheGroups, num_tokens: i
     """Slots of the smallest pool of KV cache groups ``groups`` that holds one request of
     ``num_tokens`` tokens: its blocks in every group and the null block
     (``request_limit_tokens``)."""
-    batched = config.engine_args.max_num_batched_tokens
+    batched = config.engine_args.max_in_flight_tokens
     return (request_blocks(groups, num_tokens, batched) + 1) * groups.block_size_tokens
 
 

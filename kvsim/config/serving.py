@@ -272,6 +272,13 @@ class EngineArgs:
     num_lookahead_tokens: int = 0
     num_hash_lookahead_tokens: int = 0
 
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """Tokens scheduled but not yet settled, which a sliding-window group's blocks are
+        sized for: a step's budget per batch in flight, two under async scheduling (vLLM
+        ``VllmConfig.max_in_flight_tokens``; one pipeline stage, as hybrid groups run)."""
+        return self.max_num_batched_tokens * (2 if self.async_scheduling else 1)
+
 
 def resolve_engine_args(
     scheduler: SchedulerConfig, cache: CacheSpec, model: ModelSpec, gpu: GpuSpec

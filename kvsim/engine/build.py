@@ -30,7 +30,7 @@ def allocator_from_config(config: SimConfig) -> Allocator:
             bytes_per_token=config.bytes_per_token,
             kv_groups=config.kv_groups,
             enable_prefix_caching=args.enable_prefix_caching,
-            max_in_flight_tokens=args.max_num_batched_tokens,
+            max_in_flight_tokens=args.max_in_flight_tokens,
             max_model_len=args.max_model_len,
         )
     knobs = {
