@@ -398,9 +398,16 @@ def max_request_tokens(
     return min(blocks * b, cap_tokens)
 
 
-def request_blocks(groups: KVCacheGroups, num_tokens: int, max_num_batched_tokens: int) -> int:
-    """Blocks one request of ``num_tokens`` tokens may need at once over every group (the sizes
-    of ``max_request_tokens``)."""
+def request_blocks(
+    groups: KVCacheGroups, num_tokens: int, in_flight_tokens: int, *, startup: bool = False
+) -> int:
+    """Blocks one request of ``num_tokens`` tokens may need at once over every group, as vLLM's
+    admission gate counts them (the sizes of ``max_request_tokens``): a full group
+    ``cdiv(L, B)``, a sliding group that or its peak ``cdiv(min(W - 1 + in_flight_tokens, L),
+    B) + 1`` if fewer (``max_admission_blocks_per_request``), a state group one. ``startup``:
+    as vLLM's startup counts a ``max_model_len`` request (``max_memory_usage_bytes``,
+    ``vllm/v1/kv_cache_interface.py``, 0.34.0), a sliding group at its peak, a block more where
+    ``L < W - 1 + in_flight_tokens``."""
     b = groups.block_size_tokens
     total = 0
     for g in groups.groups:
@@ -408,26 +415,8 @@ def request_blocks(groups: KVCacheGroups, num_tokens: int, max_num_batched_token
             total += cdiv(num_tokens, b)
         elif g.kind == "sliding":
             window = g.sliding_window_tokens or 0
-            total += min(cdiv(num_tokens, b), cdiv(window - 1 + max_num_batched_tokens, b) + 1)
-        else:
-            total += 1
-    return total
-
-
-def startup_request_blocks(groups: KVCacheGroups, max_model_len: int, in_flight_tokens: int) -> int:
-    """Blocks vLLM's startup counts for one ``max_model_len`` request over every group
-    (``max_memory_usage_bytes``, ``vllm/v1/kv_cache_interface.py``, 0.34.0): a full group
-    ``cdiv(L, B)``, a sliding group ``cdiv(min(W - 1 + in_flight_tokens, L), B) + 1``, a state
-    group one. The sliding term is a block above what the admission gate asks of such a
-    request (``request_blocks``) where ``L < W - 1 + in_flight_tokens``."""
-    b = groups.block_size_tokens
-    total = 0
-    for g in groups.groups:
-        if g.kind == "full":
-            total += cdiv(max_model_len, b)
-        elif g.kind == "sliding":
-            window = g.sliding_window_tokens or 0
-            total += cdiv(min(window - 1 + in_flight_tokens, max_model_len), b) + 1
+            peak = cdiv(min(window - 1 + in_flight_tokens, num_tokens), b) + 1
+            total += peak if startup else min(cdiv(num_tokens, b), peak)
         else:
             total += 1
     return total

@@ -29,12 +29,7 @@ from kvsim.config.hardware import (
     model_kv_groups,
     weight_bytes_per_gpu,
 )
-from kvsim.config.layers import (
-    KVCacheGroups,
-    max_request_tokens,
-    request_blocks,
-    startup_request_blocks,
-)
+from kvsim.config.layers import KVCacheGroups, max_request_tokens, request_blocks
 from kvsim.config.serving import (
     MIN_MAX_MODEL_LEN,
     VATTENTION_PAGE_SIZES,
@@ -270,7 +265,7 @@ def startup_capacity(config: ConfigParts) -> tuple[int, float] | None:
     max_model_len tokens per request: X x" (vLLM 0.34.0 ``update_kv_cache_capacity``,
     ``vllm/v1/core/kv_cache_utils.py``): the concurrency is the pool's blocks (the null block
     among them) over the blocks vLLM counts for one ``max_model_len`` request in every group
-    (``startup_request_blocks`` with ``EngineArgs.max_in_flight_tokens``;
+    (``request_blocks(startup=True)`` with ``EngineArgs.max_in_flight_tokens``;
     ``cdiv(max_model_len, block_size)`` without groups), the size that times ``max_model_len``,
     rounded down. ``None`` for a pool that is not paged, or under ``vllm-v0`` (which logs its
     block count only: ``num_gpu_blocks``)."""
@@ -285,7 +280,7 @@ def startup_capacity(config: ConfigParts) -> tuple[int, float] | None:
         per_request = -(-length // size)
     else:
         in_flight = config.engine_args.max_in_flight_tokens
-        per_request = startup_request_blocks(groups, length, in_flight)
+        per_request = request_blocks(groups, length, in_flight, startup=True)
     concurrency = num_blocks / per_request
     return int(concurrency * length), concurrency
 
