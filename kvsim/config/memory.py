@@ -145,7 +145,7 @@ def check_memory(config: ConfigParts) -> None:
     limit = request_limit_tokens(config, config.capacity_tokens)
     if limit < config.max_model_len:
         _refuse_an_outsized_state(config, config.capacity_tokens, where)
-        need = least_pool_tokens(config) * config.bytes_per_token
+        need = least_pool_bytes(config)
         raise ValueError(
             f"scheduler.max_model_len: one request of {config.max_model_len:,} tokens"
             f"{_shape_note(config)} needs {_gib(need, round_up=True)} of KV but the pool holds "
@@ -184,7 +184,7 @@ def _context_advice(config: ConfigParts, limit: int, or_raise: str = "") -> str:
     request fits beside the weights), another reservation where the slab is the trained context
     whatever ``max_model_len`` (``full_context``; raising the budget first where ``or_raise``
     asks for it and it fits), or ``_no_row_advice``."""
-    fits = _fits_beside_weights(config, least_pool_tokens(config) * config.bytes_per_token)
+    fits = _fits_beside_weights(config, least_pool_bytes(config))
     if config.cache.allocator in POWER_OF_TWO_SLABS and limit >= 1:
         limit = prev_power_of_2(limit)  # (buddy's chunk of max_model_len: a power of two)
     if _reserves_trained_context(config):
@@ -436,7 +436,7 @@ def _derived_budget_message(config: ConfigParts, where: str, usable: float, left
         f"{_gib(usable)} usable per GPU; weights take {_gib(weights)}{drafter} and activation "
         f"headroom {_gib(cache.activation_headroom_bytes)}, leaving {_gib(left)} for KV"
     )
-    need_kv = least_pool_tokens(config) * config.bytes_per_token  # whole blocks, a slab's shape
+    need_kv = least_pool_bytes(config)  # whole blocks, a slab's shape
     if weights > usable:
         short = f"the weights alone are short by {_gib(weights - usable)}"
     elif weights + cache.activation_headroom_bytes > usable:
@@ -599,7 +599,7 @@ def check_pool_shape(config: ConfigParts) -> None:
         else f"one max_model_len = {slab:,} request takes a {slab:,}-slot slab"
     )
     if slab > capacity:
-        fits = _fits_beside_weights(config, least_pool_tokens(config) * config.bytes_per_token)
+        fits = _fits_beside_weights(config, least_pool_bytes(config))
         raise ValueError(
             f"cache.reservation: {what}, more than the {capacity:,}-slot pool ({where}); "
             "choose another reservation" + (" or raise the KV budget" if fits else "")
@@ -628,6 +628,11 @@ def least_pool_tokens(config: ConfigParts) -> int:
     if config.cache.allocator in POWER_OF_TWO_SLABS:
         slab = next_power_of_2(slab)
     return max(need, slab)
+
+
+def least_pool_bytes(config: ConfigParts) -> int:
+    """``least_pool_tokens`` in bytes of KV per GPU."""
+    return least_pool_tokens(config) * config.bytes_per_token
 
 
 def check_buddy_reach(config: ConfigParts) -> None:

@@ -41,7 +41,7 @@ from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
 from kvsim.config.file_kinds import PLAN_KEYS, check_kind
-from kvsim.config.memory import least_pool_tokens, utilization_for_budget
+from kvsim.config.memory import least_pool_bytes, utilization_for_budget
 from kvsim.config.sim import did_you_mean, field_annotation
 from kvsim.results import read_summary
 from kvsim.study.experiment import Point, check_name
@@ -482,7 +482,7 @@ def knob_bracket(
         config = config_from_dict(json.loads(json.dumps(base)), varied=varied)
     except ValueError:
         return {}
-    need = config.bytes_per_token * least_pool_tokens(config)
+    need = least_pool_bytes(config)
     room = config.gpu.memory_bytes - config.weight_bytes_per_gpu
     if field_name == "cache.kv_cache_bytes":
         return {"lo": need, "hi": room, "need": need} if 0 < need < room else {}
