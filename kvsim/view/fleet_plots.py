@@ -105,7 +105,14 @@ def cost_frontier(
         meeting = points[points["meets"]].sort_values("usd_per_hour")
         if len(meeting):
             best = np.minimum.accumulate(meeting[metric].to_numpy(dtype=float))
-            ax.step(meeting["usd_per_hour"], best, where="post", color="#444444", lw=1)
+            ax.step(
+                meeting["usd_per_hour"],
+                best,
+                where="post",
+                color="#444444",
+                lw=1,
+                label="the best of the fleets meeting every target, at that price or less",
+            )
         ax.axhline(targets[metric], color="#444444", ls="--", lw=1.2)
         if cheapest is not None:
             row = points.loc[cheapest]

@@ -29,8 +29,10 @@ token is ``OUTPUT_BASE + req * 2**12 + j``, unique to the request, as kvsim's ou
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 from typing import Any
@@ -89,8 +91,10 @@ DRAFT_TOKEN = 7  # the id of every proposed draft (the fake model decides accept
 
 
 def model_dir(prefix: str = "kvsim-vllm-model-") -> str:
-    """A temporary directory holding the tiny Llama's ``config.json``."""
+    """A temporary directory holding the tiny Llama's ``config.json``, removed when the
+    process exits (each run made one or more: 1,200 folders a test tier were left in /tmp)."""
     path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(TINY_LLAMA, f)
     return path
