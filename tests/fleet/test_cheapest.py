@@ -244,7 +244,8 @@ def test_the_frontier_labels_only_what_it_draws_in_plain_numbers():
     )
     fig = cost_frontier(points, {"time_to_first_token_seconds_p99": 2.0}, cheapest=0)
     (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == ["h100-80gb (meets)"]
+    frontier = "the best of the fleets meeting every target, at that price or less"
+    assert [t.get_text() for t in legend.get_texts()] == ["h100-80gb (meets)", frontier]
     ax = fig.axes[0]
     assert ax.xaxis.get_minor_formatter()(4.0) == "4"  # within a decade: each minor tick
     assert ax.xaxis.get_major_formatter()(10.0) == "10"
