@@ -284,8 +284,8 @@ def check_run_out(out: Path | None) -> None:
     files the user has: ``out`` exists, is a folder that holds no earlier run
     (``kvsim.results.tables.is_run_folder``, a save cut short included) and holds a file that is
     not hidden; or it holds a folder or a pipe by the name of a file a run writes. A folder
-    holding an earlier run is taken (``remove_run_files`` replaces that run's files; other files
-    stay), as is a new one.
+    holding an earlier run is taken (``kvsim.results.replace`` replaces that run's files;
+    other files stay), as is a new one.
 
     Raises:
         ValueError: naming the folder and the first few files it holds, or the entry in the way.

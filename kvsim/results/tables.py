@@ -243,25 +243,6 @@ def blocking_entries(folder: Path) -> list[str]:
     )
 
 
-def remove_run_files(folder: Path) -> list[str]:
-    """Remove from ``folder`` the files of the run it holds (``run_file_names``), so that none of
-    an earlier run's remains beside a new one; any other file is left alone.
-
-    Returns:
-        the names removed (empty: no earlier run's file was there).
-
-    Raises:
-        OSError: a file that cannot be removed.
-    """
-    removed = []
-    for name in run_file_names(folder):
-        path = folder / name
-        if path.is_symlink() or path.is_file():  # (a link itself, not what it points to)
-            path.unlink()
-            removed.append(name)
-    return removed
-
-
 def request_rows(requests: Sequence[Request]) -> list[list[Any]]:
     """One list of ``REQUEST_COLUMNS`` values per request (what ``request_frame`` tabulates)."""
     return [[getattr(r, c) for c in REQUEST_COLUMNS] for r in requests]

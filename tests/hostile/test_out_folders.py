@@ -270,3 +270,63 @@ def test_map_frames_asked_for_where_no_map_is_drawn_says_why(hostile, caplog, ex
     assert len(said) == 1
     assert said[0].startswith(f"--map-frames 50: no memory map is drawn {why}")
     assert not (hostile.out / "mapframes.parquet").exists()
+
+
+def test_a_rename_that_fails_during_the_swap_keeps_the_new_runs_files(hostile, monkeypatch) -> None:
+    """The swap's second rename fails (a file that cannot be replaced): exit 2 naming the hidden
+    folder, which still holds the new run's files not yet moved in (they were deleted)."""
+    import kvsim.results.replace as replace
+
+    _run(hostile, "out")
+    original, calls = os.replace, []
+
+    def failing(src, dst):
+        if ".kvsim-saving" in str(src):
+            calls.append(src)
+            if len(calls) == 2:
+                raise PermissionError(1, "Operation not permitted", str(dst))
+        return original(src, dst)
+
+    monkeypatch.setattr(replace.os, "replace", failing)
+    outcome = hostile.run(["run", *TINY, "--out", "out", "--set", "seed=3"], ".kvsim-saving-")
+    (staging,) = [p for p in hostile.out.iterdir() if p.name.startswith(".kvsim-saving-")]
+    assert f"are in out/{staging.name}" in outcome.error
+    assert (staging / "summary.json").is_file()  # (sorted after the list and config.json)
+
+
+def test_sigterm_during_the_swap_is_held_until_the_new_run_is_whole(hostile, monkeypatch) -> None:
+    import signal
+
+    import kvsim.results.replace as replace
+
+    def stop(signum, _frame):  # (the test's stand-in for the default action: end the process)
+        raise SystemExit(143)
+
+    _run(hostile, "out", "--map-frames", "5")
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        original, calls = os.replace, []
+
+        def terminated(src, dst):
+            if ".kvsim-saving" in str(src):
+                calls.append(src)
+                if len(calls) == 1:
+                    os.kill(os.getpid(), signal.SIGTERM)
+            return original(src, dst)
+
+        monkeypatch.setattr(replace.os, "replace", terminated)
+        args = ["run", *TINY, "--out", "out", "--set", "seed=3", "--map-frames", "0"]
+        outcome = hostile.invoke(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert outcome.exit_code == 143
+    assert Results.load(hostile.out).config.seed == 3  # the new run, whole
+    assert not (hostile.out / "mapframes.parquet").exists()
+
+
+def test_a_staging_folder_a_killed_save_left_is_named(hostile, caplog) -> None:
+    _run(hostile, "out")
+    (hostile.out / ".kvsim-saving-deadbeef").mkdir()
+    with caplog.at_level(logging.WARNING, logger="kvsim.results"):
+        _run(hostile, "out")
+    assert any(".kvsim-saving-deadbeef" in r.getMessage() for r in caplog.records)
