@@ -721,3 +721,16 @@ def test_a_relative_trace_beside_the_config_but_not_here_says_where_it_is_read_f
     with caplog.at_level(logging.WARNING):
         load_config("c.toml")
     assert not any("beside the config" in r.getMessage() for r in caplog.records)
+
+
+def test_a_catalogued_trace_file_name_beside_the_config_is_read_from_the_data_folder(
+    tmp_path, monkeypatch
+) -> None:
+    """trace = "azure_llm_2023_conv.csv" names a catalogued trace, read from KVSIM_DATA wherever
+    the config is: a file of that name beside the config is no reason to refuse it."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "azure_llm_2023_conv.csv").write_text("arrival_time_s,prompt_tokens,output_tokens\n")
+    (sub / "c.toml").write_text('[workload]\ntrace = "azure_llm_2023_conv.csv"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_config("sub/c.toml").workload.trace == "azure_llm_2023_conv.csv"

@@ -67,10 +67,14 @@ def _check_relative_trace(path: Path, data: dict[str, Any]) -> None:
     Raises:
         ValueError: the file is beside the config but not in the current folder.
     """
+    from kvsim.workload.catalog import TRACES
+
     workload = data.get("workload")
     trace = workload.get("trace") if isinstance(workload, dict) else None
     if not isinstance(trace, str) or not trace or Path(trace).is_absolute():
         return
+    if trace in TRACES or any(t.file_name == trace for t in TRACES.values()):
+        return  # (a catalogued trace, by name or file name: read from KVSIM_DATA)
     beside = path.parent / trace
     if path.parent.resolve() == Path.cwd() or not beside.is_file():
         return

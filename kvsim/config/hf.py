@@ -421,7 +421,7 @@ def _dtype_bytes(cfg: _Config) -> int:
             cfg.path,
             name,
         )
-    if cfg.get("quantization_config") is not None and not _mxfp4(cfg):
+    if cfg.get("quantization_config") is not None and not (_mxfp4(cfg) and _has_experts(cfg)):
         logger.warning(
             "%s: quantization_config is not modelled; weights and KV are counted at %s's %d "
             "bytes per element",
@@ -430,6 +430,11 @@ def _dtype_bytes(cfg: _Config) -> int:
             _DTYPE_BYTES[name],
         )
     return _DTYPE_BYTES[name]
+
+
+def _has_experts(cfg: _Config) -> bool:
+    """Whether the file describes routed experts (``moe_fields``' keys)."""
+    return any(cfg.data.get(k) for k in ("n_routed_experts", "num_local_experts", "num_experts"))
 
 
 def _mxfp4(cfg: _Config) -> bool:

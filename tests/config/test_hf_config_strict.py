@@ -195,6 +195,12 @@ def test_gpt_oss_mxfp4_experts_are_counted_at_4_25_bits(
     plain = ModelSpec.model_validate({"hf_config": str(_write(tmp_path, GPT_OSS, "b")), **given})
     assert plain.weight_bytes == 2 * 20_914_757_184  # no quantization_config: all bf16
     assert ModelSpec.model_validate("gpt-oss-20b").weight_bytes == 13_761_264_768  # the preset
+    # a dense model's file saying mxfp4: nothing for the 4.25 bits to apply to, so said so
+    caplog.clear()
+    dense = {**MISTRAL, "quantization_config": {"quant_method": "mxfp4"}}
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.hf"):
+        ModelSpec.model_validate({"hf_config": str(_write(tmp_path, dense, "d"))})
+    assert any("quantization_config" in r.getMessage() for r in caplog.records)
 
 
 # --- a key given twice ------------------------------------------------------------------------
