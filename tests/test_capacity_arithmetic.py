@@ -344,6 +344,11 @@ def test_vllms_startup_figures_by_hand() -> None:
         }
     )
     assert startup_capacity(gemma_async) == (18_270, pytest.approx(8000 / 7174))
+    # state layers: vLLM counts their blocks by its mamba cache mode, which kvsim does not
+    # model, so no figure is given
+    qwen = {"model": "qwen3-next-80b-a3b", "gpu": "h200", "parallel": {"tensor_parallel_size": 2}}
+    qwen["scheduler"] = {"max_model_len": 8192}
+    assert startup_capacity(config_from_dict(qwen)) is None
     # ... and its admission gate too: at 7,000 blocks (6,999 usable) an L = 16,384 request
     # needs 1,024 in every group, 7,168, where without async 4,486 fit
     with pytest.raises(ValueError, match="at most 15,984"):

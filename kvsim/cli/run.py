@@ -196,8 +196,12 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     startup = ""
     capacity = None if cfg.fleet is not None else startup_capacity(cfg)
     if capacity is not None:  # (what the server's startup log says of the same pool)
+        groups = cfg.kv_groups  # (a sliding group's count depends on the tokens in flight)
+        setting = ""
+        if groups is not None and "sliding" in groups.kinds:
+            setting = " (async scheduling " + ("on" if args.async_scheduling else "off") + ")"
         startup = (
-            f"\nvLLM's startup log: GPU KV cache size: {capacity[0]:,} tokens, Maximum "
+            f"\nvLLM's startup log{setting}: GPU KV cache size: {capacity[0]:,} tokens, Maximum "
             f"concurrency for {cfg.max_model_len:,} tokens per request: {capacity[1]:.2f}x"
         )
     return (  # (the setup, the workload, then the pool, whose arithmetic is long; vLLM's line)

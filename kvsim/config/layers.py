@@ -407,7 +407,7 @@ def request_blocks(
     B) + 1`` if fewer (``max_admission_blocks_per_request``), a state group one. ``startup``:
     as vLLM's startup counts a ``max_model_len`` request (``max_memory_usage_bytes``,
     ``vllm/v1/kv_cache_interface.py``, 0.34.0), a sliding group at its peak, a block more where
-    ``L < W - 1 + in_flight_tokens``."""
+    ``cdiv(L, B) <= cdiv(W - 1 + in_flight_tokens, B)``."""
     b = groups.block_size_tokens
     total = 0
     for g in groups.groups:

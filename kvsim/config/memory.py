@@ -267,12 +267,16 @@ def startup_capacity(config: ConfigParts) -> tuple[int, float] | None:
     among them) over the blocks vLLM counts for one ``max_model_len`` request in every group
     (``request_blocks(startup=True)`` with ``EngineArgs.max_in_flight_tokens``;
     ``cdiv(max_model_len, block_size)`` without groups), the size that times ``max_model_len``,
-    rounded down. ``None`` for a pool that is not paged, or under ``vllm-v0`` (which logs its
-    block count only: ``num_gpu_blocks``)."""
+    rounded down. ``None`` for a pool that is not paged, under ``vllm-v0`` (which logs its
+    block count only: ``num_gpu_blocks``), or with state layers, whose count in vLLM depends on
+    its mamba cache mode and speculative blocks, which kvsim does not model (one block a
+    request: ``kvsim.config.layers``)."""
     cache = config.cache
     if cache.allocator not in PAGED_ALLOCATORS or config.engine_args.engine != "vllm-v1":
         return None
     groups = config.kv_groups
+    if groups is not None and "state" in groups.kinds:
+        return None
     size = cache.block_size_tokens if groups is None else groups.block_size_tokens
     num_blocks = config.capacity_tokens // size
     length = config.max_model_len
