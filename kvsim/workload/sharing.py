@@ -35,9 +35,12 @@ def apply_sharing(spec: WorkloadSpec, requests: list[Request], max_model_len: in
         system: dict[int, tuple[object, int]] = {}  # one system-prompt run per tenant
         cut = prompts_cut = 0
         for i, req in enumerate(requests):
-            requests[i] = _with_prefix(spec, req, max_model_len, system)
-            cut += requests[i].output_tokens < req.output_tokens
-            prompts_cut += requests[i].prompt_tokens < spec.shared_prefix_tokens + req.prompt_tokens
+            # (one too long already is rejected as it would be without the prefix: not cut)
+            fits = req.prompt_tokens + req.output_tokens <= max_model_len
+            requests[i] = _with_prefix(spec, req, max_model_len if fits else None, system)
+            prompt_cut = requests[i].prompt_tokens < spec.shared_prefix_tokens + req.prompt_tokens
+            cut += prompt_cut or requests[i].output_tokens < req.output_tokens
+            prompts_cut += prompt_cut
         if cut:
             _warn_cut(spec, cut, prompts_cut, len(requests), max_model_len)
     if spec.n > 1 or spec.beam_width > 1:
@@ -51,10 +54,10 @@ def _warn_cut(
 ) -> None:
     warn_once(
         logger,
-        "workload.shared_prefix_tokens = %s: %d of %d requests with the prefix before their "
-        "prompt pass max_model_len = %s and are cut to fit it: their outputs shortened, %d "
-        "prompts too (to max_model_len - 1 tokens and one output token); lower the prefix or "
-        "raise scheduler.max_model_len to keep every request whole",
+        "workload.shared_prefix_tokens = %s: %d of %d requests that fit max_model_len = %s "
+        "alone pass it with the prefix before their prompt and are cut to fit it: their "
+        "outputs shortened, %d prompts too (to max_model_len - 1 tokens and one output "
+        "token); lower the prefix or raise scheduler.max_model_len to keep every request whole",
         f"{spec.shared_prefix_tokens:,}",
         cut,
         total,
@@ -69,22 +72,30 @@ def _salt(spec: WorkloadSpec, index: int) -> tuple[str | None, int]:
 
 
 def _with_prefix(
-    spec: WorkloadSpec, req: Request, max_model_len: int, system: dict[int, tuple[object, int]]
+    spec: WorkloadSpec,
+    req: Request,
+    max_model_len: int | None,
+    system: dict[int, tuple[object, int]],
 ) -> Request:
-    """``req`` behind the tenant's system prompt; ``system`` caches each tenant's run."""
+    """``req`` behind the tenant's system prompt, cut to fit ``max_model_len`` (``None``: not
+    cut); ``system`` caches each tenant's run."""
     salt, tenant = _salt(spec, req.req_id)
-    shared = min(spec.shared_prefix_tokens, max_model_len - 1)
-    prompt = min(shared + req.prompt_tokens, max_model_len - 1)
+    shared, prompt = spec.shared_prefix_tokens, spec.shared_prefix_tokens + req.prompt_tokens
+    output, max_tokens = req.output_tokens, req.max_tokens
+    if max_model_len is not None:
+        shared = min(shared, max_model_len - 1)
+        prompt = min(shared + req.prompt_tokens, max_model_len - 1)
+        output = min(output, max_model_len - prompt)
+        max_tokens = max(output, min(max_tokens, max_model_len - prompt))
     segs: tuple[tuple[object, int], ...] = ((("user", req.req_id), prompt - shared),)
     if shared:
         run = system.setdefault(tenant, (("sys", tenant), shared))
         segs = (run, *segs[: 1 if prompt > shared else 0])
-    output = min(req.output_tokens, max_model_len - prompt)
     return replace(
         req,
         prompt_tokens=prompt,
         output_tokens=output,
-        max_tokens=max(output, min(req.max_tokens, max_model_len - prompt)),
+        max_tokens=max_tokens,
         token_segments=segs,
         cache_salt=salt,
     )

@@ -233,3 +233,39 @@ def test_a_shared_prefix_that_pushes_requests_past_max_model_len_says_how_many_i
     (message,) = [m.getMessage() for m in caplog.records if "shared_prefix" in m.getMessage()]
     assert f"{cut} of 200 requests" in message
     assert f"{prompts} prompts too" in message
+
+
+def test_a_shared_prefix_cuts_only_requests_that_fit_alone_and_counts_prompt_cuts(
+    caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    """Ten fixed requests of 1,000 + 1 tokens behind a 1,500-token prefix at max_model_len
+    2,048: each prompt is cut from 2,500 to 2,047 tokens (the output, 1 token, is not): all ten
+    counted, as prompt cuts. Ten of 3,000 + 10 tokens, too long alone: kept whole behind the
+    prefix (3,100 + 10, rejected later as without it), not cut and not counted."""
+    import logging
+
+    from kvsim.workload.sharing import apply_sharing
+
+    def fixed(prompt: int, output: int, prefix: int) -> WorkloadSpec:
+        return WorkloadSpec(
+            num_requests=10,
+            lengths="fixed",
+            fixed_prompt_tokens=prompt,
+            fixed_output_tokens=output,
+            shared_prefix_tokens=prefix,
+        )
+
+    rng = np.random.default_rng(1)
+    short = generate_requests(fixed(1000, 1, 0), rng, max_model_len=4096)
+    with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
+        cut = apply_sharing(fixed(1000, 1, 1500), short, 2048)
+    assert {(r.prompt_tokens, r.output_tokens) for r in cut} == {(2047, 1)}
+    (message,) = [m.getMessage() for m in caplog.records if "shared_prefix" in m.getMessage()]
+    assert "10 of 10 requests that fit max_model_len = 2,048 alone" in message
+    assert "10 prompts too" in message
+    caplog.clear()
+    long = generate_requests(fixed(3000, 10, 0), rng, max_model_len=4096)
+    with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
+        kept = apply_sharing(fixed(3000, 10, 100), long, 2048)
+    assert {(r.prompt_tokens, r.output_tokens) for r in kept} == {(3100, 10)}
+    assert not [m for m in caplog.records if "shared_prefix" in m.getMessage()]
