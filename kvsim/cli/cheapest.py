@@ -155,6 +155,11 @@ def run_cheapest_command(
     options = [FleetOption(g, t, s) for g in gpu_names for t in sizes for s in layouts]
     base.setdefault("fleet", {})
     plan_name = name or "cheapest"
+    from kvsim.cli.plan import say_if_another_answer_goes
+    from kvsim.study.plan import plan_folder
+
+    folder = plan_folder(out, plan_name, quick=bool(quick))
+    say_if_another_answer_goes(folder, (None, None, {t.metric: t.bound for t in targets}))
     console.print(
         f"plan {plan_name}: the cheapest of {plural(len(options), 'fleet kind')} ("
         f"{', '.join(gpu_names)} x TP {', '.join(map(str, sizes))}"

@@ -507,29 +507,39 @@ def _keep_other_plans_answers(name: str, path: Path | None, out: Path, quick: bo
 
 
 def _say_if_another_answer_goes(the_plan: Any, out: Path, quick: bool) -> None:
-    """Warn when the plan's folder holds the answer to another question (another knob,
-    direction or targets), which this plan's answer replaces."""
+    """``say_if_another_answer_goes`` for a one-knob plan."""
     from kvsim.study.plan import plan_folder
 
+    targets = {t.metric: t.bound for t in the_plan.targets}
     folder = plan_folder(out, the_plan.name, quick=quick)
+    say_if_another_answer_goes(folder, (the_plan.field, the_plan.direction, targets))
+
+
+def say_if_another_answer_goes(
+    folder: Path, question: tuple[str | None, str | None, dict[str, float]]
+) -> None:
+    """Warn when ``folder`` holds the answer to another question than ``question``, ``(field,
+    direction, targets)`` (``(None, None, targets)`` for ``--cheapest``), which this answer
+    replaces."""
     try:
         earlier = read_json(folder / "answer.json")
     except (OSError, ValueError):  # (none, or not one kvsim wrote)
         return
     if not isinstance(earlier, dict):
         return
-    asked = {t.metric: t.bound for t in the_plan.targets}
-    question = (the_plan.field, the_plan.direction, asked)
-    if (earlier.get("field"), earlier.get("direction"), earlier.get("targets")) != question:
-        logging.getLogger("kvsim.cli").warning(
-            "plan %s: replacing the answer in %s/ to another question (%s %s with %s); give "
-            "another --name to keep it",
-            the_plan.name,
-            folder,
-            earlier.get("direction"),
-            earlier.get("field"),
-            ", ".join(f"{m} <= {b:g}" for m, b in (earlier.get("targets") or {}).items()),
-        )
+    asked = (earlier.get("field"), earlier.get("direction"), earlier.get("targets"))
+    if asked == question:
+        return
+    bounds = ", ".join(f"{m} <= {b:g}" for m, b in (earlier.get("targets") or {}).items())
+    what = "the cheapest fleet" if asked[0] is None else f"{asked[1]} {asked[0]}"
+    logging.getLogger("kvsim.cli").warning(
+        "plan %s: replacing the answer in %s/ to another question (%s with %s); give another "
+        "--name to keep it",
+        folder.name,
+        folder,
+        what,
+        bounds,
+    )
 
 
 def _config_table(path: Path | None) -> dict[str, Any]:

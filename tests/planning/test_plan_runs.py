@@ -802,8 +802,9 @@ T99 = "time_to_first_token_seconds_p99"
     [
         ({"field": "cache.kv_cache_gib", "direction": "smallest", "targets": {T99: 2.0}}, False),
         ({"field": "workload.rate_per_s", "direction": "largest", "targets": {T99: 3.0}}, True),
+        ({"targets": {T99: 2.0}, "answer": None, "options": []}, True),  # a --cheapest answer
     ],
-    ids=["same question", "another question"],
+    ids=["same question", "another question", "the cheapest fleet"],
 )
 def test_a_plan_named_as_one_answering_another_question_says_it_replaces_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, earlier: dict, warned: bool
@@ -822,5 +823,24 @@ def test_a_plan_named_as_one_answering_another_question_says_it_replaces_it(
     said = [r.getMessage() for r in caplog.records if "replacing the answer" in r.getMessage()]
     assert bool(said) is warned
     if warned:
-        assert f"largest workload.rate_per_s with {T99} <= 3" in said[0]
+        asked = "the cheapest fleet" if "options" in earlier else "largest workload.rate_per_s"
+        assert f"({asked} with {T99} <= " in said[0]
     assert json.loads((folder / "answer.json").read_text())["field"] == "cache.kv_cache_gib"
+
+
+def test_the_cheapest_fleet_named_as_a_plan_says_it_replaces_its_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "plan" / "p1"
+    folder.mkdir(parents=True)
+    earlier = {"field": "cache.kv_cache_gib", "direction": "smallest", "targets": {T99: 2.0}}
+    (folder / "answer.json").write_text(json.dumps(earlier))
+    args = ["plan", "--cheapest", "--target", f"{T99}<=2", "--name", "p1", "--no-progress"]
+    args += ["--gpus", "h100-80gb", "--tp", "1", "--replicas", "1"]
+    args += ["--set", "workload=sharegpt_like", "--set", "workload.num_requests=20"]
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        result = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    said = [r.getMessage() for r in caplog.records if "replacing the answer" in r.getMessage()]
+    assert len(said) == 1
+    assert f"(smallest cache.kv_cache_gib with {T99} <= 2)" in said[0]
