@@ -155,7 +155,7 @@ def run_cheapest_command(
     options = [FleetOption(g, t, s) for g in gpu_names for t in sizes for s in layouts]
     base.setdefault("fleet", {})
     plan_name = name or "cheapest"
-    from kvsim.cli.plan import say_if_another_answer_goes
+    from kvsim.cli.common import say_if_another_answer_goes
     from kvsim.study.plan import plan_folder
 
     folder = plan_folder(out, plan_name, quick=bool(quick))

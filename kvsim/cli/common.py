@@ -543,3 +543,32 @@ def refuse_results(path: Path, expected: str) -> None:
                 f"{path}: is part of the {kind} folder {path.parent} ({read_by(kind)}), "
                 f"expected {expected}"
             )
+
+
+def say_if_another_answer_goes(
+    folder: Path, question: tuple[str | None, str | None, dict[str, float]]
+) -> None:
+    """Warn when ``folder`` holds the answer to another question than ``question``, ``(field,
+    direction, targets)`` (``(None, None, targets)`` for ``--cheapest``), which this answer
+    replaces."""
+    try:
+        from kvsim.base.textfile import read_json
+
+        earlier = read_json(folder / "answer.json")
+    except (OSError, ValueError):  # (none, or not one kvsim wrote)
+        return
+    if not isinstance(earlier, dict):
+        return
+    asked = (earlier.get("field"), earlier.get("direction"), earlier.get("targets"))
+    if asked == question:
+        return
+    bounds = ", ".join(f"{m} <= {b:g}" for m, b in (earlier.get("targets") or {}).items())
+    what = "the cheapest fleet" if asked[0] is None else f"{asked[1]} {asked[0]}"
+    logging.getLogger("kvsim.cli").warning(
+        "plan %s: replacing the answer in %s/ to another question (%s with %s); give another "
+        "--name to keep it",
+        folder.name,
+        folder,
+        what,
+        bounds,
+    )

@@ -9,7 +9,6 @@ that meets latency targets, by bisection over cached sweep points.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kvsim.base.textfile import read_json, read_toml
+from kvsim.base.textfile import read_toml
 from kvsim.cli.common import (
     NoProgress,
     check_out_dir,
@@ -29,6 +28,7 @@ from kvsim.cli.common import (
     parse_overrides,
     print_whole,
     refuse_results,
+    say_if_another_answer_goes,
     warn_many_jobs,
 )
 from kvsim.config.file_kinds import check_kind, file_kinds
@@ -199,6 +199,7 @@ def plan(
         failure,
         format_value,
         load_plan,
+        plan_folder,
         plan_from_dict,
         run_plan,
         tightest,
@@ -311,7 +312,9 @@ def plan(
             the_plan = dataclasses.replace(the_plan, name=name)
         _keep_other_plans_answers(the_plan.name, path if is_plan else None, out, quick)
         _check_targets(the_plan.targets)
-        _say_if_another_answer_goes(the_plan, out, quick)
+        bounds = {t.metric: t.bound for t in the_plan.targets}
+        folder = plan_folder(out, the_plan.name, quick=quick)
+        say_if_another_answer_goes(folder, (the_plan.field, the_plan.direction, bounds))
         the_plan.check_field()
         console.print(
             f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "
@@ -503,42 +506,6 @@ def _keep_other_plans_answers(name: str, path: Path | None, out: Path, quick: bo
         f"plan: {name} is a shipped plan's name: these results would replace its answer in "
         f"{folder}/. Choose another --name (e.g. --name {name}-mine), or run that plan as "
         f"shipped (kvsim plan {name})"
-    )
-
-
-def _say_if_another_answer_goes(the_plan: Any, out: Path, quick: bool) -> None:
-    """``say_if_another_answer_goes`` for a one-knob plan."""
-    from kvsim.study.plan import plan_folder
-
-    targets = {t.metric: t.bound for t in the_plan.targets}
-    folder = plan_folder(out, the_plan.name, quick=quick)
-    say_if_another_answer_goes(folder, (the_plan.field, the_plan.direction, targets))
-
-
-def say_if_another_answer_goes(
-    folder: Path, question: tuple[str | None, str | None, dict[str, float]]
-) -> None:
-    """Warn when ``folder`` holds the answer to another question than ``question``, ``(field,
-    direction, targets)`` (``(None, None, targets)`` for ``--cheapest``), which this answer
-    replaces."""
-    try:
-        earlier = read_json(folder / "answer.json")
-    except (OSError, ValueError):  # (none, or not one kvsim wrote)
-        return
-    if not isinstance(earlier, dict):
-        return
-    asked = (earlier.get("field"), earlier.get("direction"), earlier.get("targets"))
-    if asked == question:
-        return
-    bounds = ", ".join(f"{m} <= {b:g}" for m, b in (earlier.get("targets") or {}).items())
-    what = "the cheapest fleet" if asked[0] is None else f"{asked[1]} {asked[0]}"
-    logging.getLogger("kvsim.cli").warning(
-        "plan %s: replacing the answer in %s/ to another question (%s with %s); give another "
-        "--name to keep it",
-        folder.name,
-        folder,
-        what,
-        bounds,
     )
 
 
