@@ -551,9 +551,9 @@ def say_if_another_answer_goes(
     """Warn when ``folder`` holds the answer to another question than ``question``, ``(field,
     direction, targets)`` (``(None, None, targets)`` for ``--cheapest``), which this answer
     replaces."""
-    try:
-        from kvsim.base.textfile import read_json
+    from kvsim.base.textfile import read_json
 
+    try:
         earlier = read_json(folder / "answer.json")
     except (OSError, ValueError):  # (none, or not one kvsim wrote)
         return

@@ -479,9 +479,8 @@ class Engine:
         self.scheduler.lazy.check_groups(last)
 
     def _raise_never_fits(self) -> None:
-        swap = getattr(self.scheduler, "swap", None)
-        if swap is not None and swap.has_swapped():  # (v0: nothing runs while it waits)
-            self._raise_never_swaps_in(swap)
+        if self.swap is not None and self.swap.has_swapped():  # (v0: nothing runs meanwhile)
+            self._raise_never_swaps_in(self.swap)
         head = self.scheduler.waiting[0]
         needed = self.allocator.admission_slots_needed(head, head.num_tokens)
         raise ValueError(

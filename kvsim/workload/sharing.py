@@ -55,9 +55,9 @@ def _warn_cut(
     warn_once(
         logger,
         "workload.shared_prefix_tokens = %s: %d of %d requests that fit max_model_len = %s "
-        "alone pass it with the prefix before their prompt and are cut to fit it: their "
-        "outputs shortened, %d prompts too (to max_model_len - 1 tokens and one output "
-        "token); lower the prefix or raise scheduler.max_model_len to keep every request whole",
+        "alone pass it with the prefix before their prompt and are cut to fit it, the output "
+        "first (%d of them to a prompt of max_model_len - 1 tokens and one output token); lower "
+        "the prefix or raise scheduler.max_model_len to keep every request whole",
         f"{spec.shared_prefix_tokens:,}",
         cut,
         total,

@@ -232,7 +232,7 @@ def test_a_shared_prefix_that_pushes_requests_past_max_model_len_says_how_many_i
     assert max(r.prompt_tokens + r.output_tokens for r in shared) <= 2048
     (message,) = [m.getMessage() for m in caplog.records if "shared_prefix" in m.getMessage()]
     assert f"{cut} of 200 requests" in message
-    assert f"{prompts} prompts too" in message
+    assert f"the output first ({prompts} of them to a prompt of max_model_len - 1" in message
 
 
 def test_a_shared_prefix_cuts_only_requests_that_fit_alone_and_counts_prompt_cuts(
@@ -262,7 +262,7 @@ def test_a_shared_prefix_cuts_only_requests_that_fit_alone_and_counts_prompt_cut
     assert {(r.prompt_tokens, r.output_tokens) for r in cut} == {(2047, 1)}
     (message,) = [m.getMessage() for m in caplog.records if "shared_prefix" in m.getMessage()]
     assert "10 of 10 requests that fit max_model_len = 2,048 alone" in message
-    assert "10 prompts too" in message
+    assert "the output first (10 of them to a prompt of max_model_len - 1" in message
     caplog.clear()
     long = generate_requests(fixed(3000, 10, 0), rng, max_model_len=4096)
     with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
