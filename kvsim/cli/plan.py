@@ -118,7 +118,7 @@ def plan(
             "--window",
             metavar="SECONDS",
             help="With --largest rate: each rate draws at least this many seconds of arrivals "
-            "(not in --quick runs).",
+            "(default 600; not in --quick runs).",
         ),
     ] = None,
     set_: Annotated[
@@ -350,7 +350,6 @@ def plan(
             )
         written = save_plan(result)
         print_whole(_answer_table(result))
-        _note_short_window(the_plan, result.answer, quick)
         if not result.monotone:
             console.print(
                 "[yellow]warning:[/] the evaluated points are not monotone in the knob "
@@ -373,15 +372,21 @@ def _setup_text(the_plan: Any, quick: bool) -> str:
     bracket's ``hi``; ``""`` where that is invalid: the search then says why)."""
     from kvsim.cli.run import workload_text
     from kvsim.config import config_from_dict
+    from kvsim.study.plan import RATE_FIELD
 
     spec = the_plan.config(the_plan.hi, quick=quick)
     try:
         config = config_from_dict(spec["data"], spec["overrides"], warn=False)
     except ValueError:
         return ""
+    rate = None
+    if the_plan.field == RATE_FIELD:  # (not the bracket's top)
+        rate = "the rate tried"
+        if the_plan.min_window_s is not None and not quick:
+            rate += f", at least {the_plan.min_window_s:g} s of arrivals each"
     return (
         f"\n  {config.model.name} on {config.gpu.name}, {config.cache.allocator}; workload: "
-        f"{workload_text(config.workload)}"
+        f"{workload_text(config.workload, rate)}"
     )
 
 
@@ -554,25 +559,6 @@ def _check_targets(targets: Any) -> None:
             f"--target: unknown metric {t.metric!r}"
             + (f"; did you mean {' or '.join(repr(m) for m in close)}?" if close else "")
             + " (latency metrics end in _p50, _p90, _p95, _p99 or _mean)"
-        )
-
-
-SHORT_WINDOW_S = 600.0  # the paper reproductions' window (kvsim.study.plan.Plan.min_window_s)
-
-
-def _note_short_window(the_plan: Any, answer: float | None, quick: bool) -> None:
-    """Say when a largest rate was judged on arrivals spanning under ``SHORT_WINDOW_S``: a queue
-    past the knee grows slowly, so a short window can pass a rate that cannot be sustained."""
-    if answer is None or quick or the_plan.min_window_s is not None:
-        return
-    span_s = the_plan.arrival_span_s(answer)
-    if span_s is not None and span_s < SHORT_WINDOW_S:
-        console.print(
-            f"[yellow]note:[/] at the answer the run's requests arrive within {span_s:.3g} s; a "
-            "queue past the knee may grow too slowly to show in so short a window, so the rate "
-            f"may be too high. --window {SHORT_WINDOW_S:g} draws at least {SHORT_WINDOW_S:g} s "
-            "of arrivals at every rate.",
-            highlight=False,
         )
 
 

@@ -242,13 +242,15 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
-def workload_text(spec: WorkloadSpec) -> str:
+def workload_text(spec: WorkloadSpec, rate: str | None = None) -> str:
     """The workload in words, as generation reads it (``resolved_workload``: a trace file's
     arrivals known once it is read): its preset's name, where its lengths come from, how
-    requests arrive (a closed loop is the setup line's), and what it shares or repeats."""
+    requests arrive (a closed loop is the setup line's), and what it shares or repeats;
+    ``rate``: the words for the arrival rate (a plan searching it), not its value."""
     from kvsim.workload.generate import resolved_workload
 
     spec = resolved_workload(spec)
+    rate = rate or f"{spec.rate_per_s:g} req/s"
     lengths = spec.length_source
     if lengths == "trace":
         source = f"trace {spec.trace}" + (", resampled" if spec.sample_mode == "resample" else "")
@@ -262,9 +264,9 @@ def workload_text(spec: WorkloadSpec) -> str:
     parts = [source]
     if spec.max_concurrency is None:
         if spec.arrival == "gamma":
-            parts.append(f"gamma arrivals at {spec.rate_per_s:g} req/s (cv {spec.cv:g})")
+            parts.append(f"gamma arrivals at {rate} (cv {spec.cv:g})")
         elif spec.arrival == "poisson":
-            parts.append(f"Poisson arrivals at {spec.rate_per_s:g} req/s")
+            parts.append(f"Poisson arrivals at {rate}")
         else:  # ("trace"; None, unresolved: a trace file not read yet)
             parts.append("the trace's arrival times")
     if spec.time_scale != 1:

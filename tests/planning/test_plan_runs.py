@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from pathlib import Path
 
 import pytest
@@ -653,25 +654,37 @@ def test_an_integer_field_makes_an_integer_knob(hi: int) -> None:
 
 
 def test_an_answer_at_the_brackets_end_says_it_may_lie_beyond(tmp_path: Path) -> None:
-    # 0.5 s per output token holds at 5 req/s for 50 requests: the plan's top is its answer
+    # 0.5 s per output token holds at 5 req/s for 50 requests (10 s of arrivals): the plan's
+    # top is its answer
     args = ["--largest", "rate", "--target", "normalized_latency_seconds_mean<=0.5", "--hi", "5"]
-    args += ["--set", "workload.num_requests=50", "--out", str(tmp_path), "--no-progress"]
-    code, output = _plan_cli(*args)
+    args += ["--set", "workload.num_requests=50", "--window", "10"]
+    code, output = _plan_cli(*args, "--out", str(tmp_path), "--no-progress")
     assert code == 0, output
     assert "none: 5 ends the bracket (widen --hi)" in " ".join(output.split())
 
 
-def test_a_rate_answer_on_a_short_window_is_noted(tmp_path: Path) -> None:
-    args = ["--largest", "rate", "--target", "normalized_latency_seconds_mean<=0.5", "--hi", "5"]
-    args += ["--set", "workload.num_requests=50", "--out", str(tmp_path), "--no-progress"]
-    code, output = _plan_cli(*args)
+def test_a_rate_plan_draws_600_s_of_arrivals_unless_told_otherwise(tmp_path: Path) -> None:
+    # 5 requests at 0.1 req/s arrive in 50 s: a queue past the knee could not show in it.
+    # Asked without --window, every rate draws ceil(rate x 600 s) requests (0.1 -> 60)
+    args = ["--largest", "rate", "--target", "normalized_latency_seconds_mean<=0.5"]
+    args += ["--lo", "0.02", "--hi", "0.1", "--set", "workload.num_requests=5"]
+    code, output = _plan_cli(*args, "--out", str(tmp_path), "--no-progress")
     assert code == 0, output
     flat = " ".join(output.split())
-    assert "arrive within 10 s" in flat  # 50 requests at the answer, 5 req/s
-    assert "--window 600" in flat
-    code, output = _plan_cli(*args, "--window", "20", "--name", "windowed")
+    assert "Poisson arrivals at the rate tried, at least 600 s of arrivals each" in flat
+    assert "0.1 req/s" not in flat  # (the bracket's top is no setting of the plan's)
+    folder = tmp_path / "plan" / "largest-rate_per_s"
+    assert json.loads((folder / "answer.json").read_text())["min_window_s"] == 600.0
+    drawn = {}
+    for point in folder.glob("points/*"):
+        rate = json.loads((point / "config.json").read_text())["workload"]["rate_per_s"]
+        drawn[rate] = json.loads((point / "summary.json").read_text())["num_requests"]
+    assert len(drawn) == 2, drawn  # (the bracket's ends meet the target: no more points)
+    for rate, count in drawn.items():
+        assert count == max(5, math.ceil(rate * 600 - 1e-9)), (rate, count)
+    code, output = _plan_cli(*args, "--window", "20", "--name", "windowed", "--out", str(tmp_path))
     assert code == 0, output
-    assert "arrive within" not in output  # a window was asked for
+    assert "at least 20 s of arrivals each" in " ".join(output.split())
 
 
 def test_a_tp_plan_skips_the_sizes_the_models_heads_do_not_divide(tmp_path: Path) -> None:
