@@ -726,3 +726,25 @@ def test_run_header_ends_with_the_line_vllm_logs_at_startup():
         "vLLM's startup log: GPU KV cache size: 32,768 tokens, Maximum concurrency for 8,000 "
         "tokens per request: 4.10x"
     ) in " ".join(result.output.split())
+
+
+def test_a_run_past_saturation_says_so_and_a_stable_one_does_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # OPT-13B on an A100-40GB, 512-token prompts and 64 output tokens: 60 req/s is far past
+    # what it serves (p50 TTFT in minutes), 1 req/s well under it (docs: kvsim plan finds where)
+    fixed = ["--set", "workload.lengths=fixed", "--set", "workload.fixed_prompt_tokens=512"]
+    fixed += ["--set", "workload.fixed_output_tokens=64", "--no-progress"]
+    many = ["--set", "workload.rate_per_s=60", "--set", "workload.num_requests=3000"]
+    with caplog.at_level("WARNING", logger="kvsim"):
+        result = runner.invoke(app, ["run", *fixed, *many])
+    assert result.exit_code == 0, result.output
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "past saturation: when the last request arrived" in said
+    assert "of the 3,000 requests were still waiting" in said
+    caplog.clear()
+    few = ["--set", "workload.rate_per_s=1", "--set", "workload.num_requests=300"]
+    with caplog.at_level("WARNING", logger="kvsim"):
+        result = runner.invoke(app, ["run", *fixed, *few])
+    assert result.exit_code == 0, result.output
+    assert "saturation" not in " ".join(r.getMessage() for r in caplog.records)

@@ -26,6 +26,7 @@ from kvsim.config.allocators import LAYOUTS, PAGED_ALLOCATORS, has_memory_map
 
 if TYPE_CHECKING:
     from kvsim.config import SimConfig
+    from kvsim.results.tables import Results
     from kvsim.workload.spec import WorkloadSpec
 
 DEFAULT_MAP_FRAMES = 200  # --map-frames
@@ -124,6 +125,8 @@ def run(
         print_whole(summary_table(results.summary, title))
         if results.replicas is not None:
             print_whole(replica_table(results.replicas))
+        if cfg.workload.max_concurrency is None:  # (a closed loop's users wait their turn)
+            note_saturation(results)
         if out is not None:
             from kvsim.results.replace import save_replacing
 
@@ -147,6 +150,28 @@ def _why_no_map(cfg: object, out: Path | None) -> str:
     if not has_memory_map(cfg.cache.allocator):
         return f"for the {cfg.cache.allocator!r} allocator (its cache is a tree, not a map)"
     return ""
+
+
+def note_saturation(results: Results) -> None:
+    """Warn where the arrivals outpaced the engine (``kvsim.results.saturation.backlog``)."""
+    from kvsim.results.saturation import backlog
+
+    found = backlog(results.requests)
+    if found is None:
+        return
+    ttft = results.summary.get("time_to_first_token_seconds_p50")
+    logging.getLogger("kvsim.cli").warning(
+        "past saturation: when the last request arrived (%s s), %s of the %s were still "
+        "waiting. The engine served fewer "
+        "requests a second than arrived, so its queue and TTFT (p50 %s s here) grow with the "
+        "run's length rather than measure the engine: lower workload.rate_per_s (or raise "
+        "workload.time_scale for a trace's own times), or see the largest rate meeting a target "
+        "with kvsim plan --largest rate",
+        f"{found.last_arrival_s:,.0f}",
+        f"{found.waiting:,}",
+        plural(len(results.requests), "request"),
+        "-" if ttft is None else f"{ttft:,.0f}" if ttft >= 100 else f"{ttft:.3g}",
+    )
 
 
 def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | None:
