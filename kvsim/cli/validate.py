@@ -23,7 +23,10 @@ from kvsim.cli.common import check_out_file, console, guard
 def validate(
     runs: Annotated[
         list[str] | None,
-        typer.Argument(help="Runs to replay: names, unique parts of names, or a group."),
+        typer.Argument(
+            help="Runs to replay (one at least, unless --table): names, unique parts of names, "
+            "or a group: train, validate, held-out, all."
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Folder for the outputs.")] = Path("results/validate"),
     table: Annotated[

@@ -84,10 +84,26 @@ def resolve_preset(kind: str, value: Any) -> Any:
         presets = preset_table(kind)
         name = str(value["preset"]).lower()
         if name not in presets:
-            raise ValueError(f"unknown {kind[:-1]} preset {name!r}; choose from {sorted(presets)}")
+            raise ValueError(
+                f"unknown {kind[:-1]} preset {name!r}; choose from {sorted(presets)}"
+                + _preset_hint(kind, name, presets)
+            )
         rest = {k: v for k, v in value.items() if k != "preset"}
         return overlaid({"name": name, **presets[name]}, rest)
     return value
+
+
+def _preset_hint(kind: str, name: str, presets: dict[str, Any]) -> str:
+    """``"; did you mean 'h100-80gb'?"`` for a name one preset begins (``h100``) or the end of a
+    Hugging Face repository id begins (``meta-llama/Llama-3.1-8B-Instruct``); for a model
+    named by a repository id, how to read its ``config.json``."""
+    short = name.rsplit("/", 1)[-1]
+    begun = [p for p in presets if p.startswith(short)]  # (one only: "llama" names none)
+    close = begun if len(begun) == 1 else [p for p in presets if short.startswith(p)]
+    hint = f"; did you mean {max(close, key=len)!r}?" if close else ""
+    if kind == "models" and "/" in name:
+        hint += ' (a Hugging Face model: model.hf_config = "path/to/config.json")'
+    return hint
 
 
 def overlaid(fields: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:

@@ -648,6 +648,13 @@ def section_at(path: Sequence[str]) -> Any:
 
 # vLLM engine arguments kvsim names otherwise (its units in the name)
 VLLM_NAMES = {"block_size": "block_size_tokens", "swap_space": "swap_space_gib"}
+# vLLM engine arguments kvsim reads in another form: what to set instead
+VLLM_INSTEAD = {
+    "num_gpu_blocks_override": "cache.kv_cache_bytes = blocks x block_size_tokens x the KV "
+    "bytes per token of the run header's pool line (the pool in bytes, vLLM's null block "
+    "among the blocks)",
+    "kv_cache_memory_bytes": "cache.kv_cache_bytes (the pool in bytes per GPU)",
+}
 
 
 def did_you_mean(loc: tuple[str, ...]) -> str:
@@ -668,6 +675,8 @@ def did_you_mean(loc: tuple[str, ...]) -> str:
                 out.setdefault(field, []).extend(found)
         return out
 
+    if loc[-1] in VLLM_INSTEAD:
+        return f"; kvsim takes {VLLM_INSTEAD[loc[-1]]}"
     model = section_at(loc[:-1])
     if model is None:
         return ""

@@ -53,8 +53,9 @@ H100_VLLM_VERSION = "0.15.1"  # inference-sim/training's README for these runs
 _SPLITS = ("train", "validate", "test")
 _SLOT_SEARCH = 4  # slots either side of i mod P searched for a prompt of the same length
 NOTES = (
-    "CPU KV offload (vLLM's OffloadingConnector, 8 GiB per run) is not modelled: blocks evicted "
-    "from the GPU are recomputed in the replay where the server may have loaded them back",
+    "the runs' 8 GiB CPU KV offload (vLLM's OffloadingConnector) is left out of the replay "
+    "(kvsim's [offload] tier off): blocks evicted from the GPU are recomputed where the server "
+    "may have loaded them back (rare: the 100 prompts fit in every run's GPU pool)",
     "latencies are the load generator's (client side): they include the HTTP and API-server "
     "path, which the replay adds as frontend_latency_s",
     "async scheduling assumed on (vLLM's default since 0.14; the runs' configs do not say)",

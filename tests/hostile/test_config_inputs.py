@@ -376,6 +376,19 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
         ["did you mean 'cache.block_size_tokens'?"],
     ),
     "a_fields_beginning": (["workload.rate=5"], ["did you mean 'workload.rate_per_s'?"]),
+    # vLLM arguments kvsim reads in another form say which (they said "Extra inputs")
+    "vllm_block_override": (
+        ["cache.num_gpu_blocks_override=1000"],
+        ["kvsim takes cache.kv_cache_bytes = blocks x block_size_tokens"],
+    ),
+    "vllm_kv_bytes": (["cache.kv_cache_memory_bytes=1"], ["kvsim takes cache.kv_cache_bytes"]),
+    # a preset name's beginning, a repository id ending in a preset's name, and several
+    # presets begun (no guess)
+    "gpu_short_name": (["gpu=h100"], ["did you mean 'h100-80gb'?"]),
+    "hf_repository_id": (
+        ["model=meta-llama/Llama-3.1-8B-Instruct"],
+        ["did you mean 'llama-3.1-8b'?", 'model.hf_config = "path/to/config.json"'],
+    ),
     # an explicit KV budget that fits but for a drafter's weights: the drafter is named
     "drafter_outgrows_the_gpu": (
         [
