@@ -314,7 +314,7 @@ SMALL_H100 = {
 # SMALL_H100's derived budget: 0.222 x 79.19 GiB = 17.58 GiB, less Llama-3.1-8B's 16.06e9 B
 # (14.96 GiB) of weights and 2 GiB of headroom: 0.623 GiB
 SMALL_BUDGET = ": 0.222 x 79.2 GiB less 15.0 GiB of weights and 2.0 GiB of activation headroom"
-SMALL_POOL = "5,101 KV slots (0.623 GiB per GPU" + SMALL_BUDGET
+SMALL_POOL = "5,101 KV slots of 128 KiB (0.623 GiB per GPU" + SMALL_BUDGET
 
 
 @pytest.mark.parametrize(
@@ -323,7 +323,7 @@ SMALL_POOL = "5,101 KV slots (0.623 GiB per GPU" + SMALL_BUDGET
         (  # vLLM v1 reserves block 0 as its null block (BlockPool)
             "vllm-v1",
             {},
-            "5,101 KV slots (0.623 GiB per GPU"
+            "5,101 KV slots of 128 KiB (0.623 GiB per GPU"
             + SMALL_BUDGET
             + "): 318 blocks of 16 tokens (5,088 slots; 13 slots "
             "in no block; block 0 is vLLM v1's null block)",
@@ -331,7 +331,7 @@ SMALL_POOL = "5,101 KV slots (0.623 GiB per GPU" + SMALL_BUDGET
         (
             "vllm-v0",
             {},
-            "5,101 KV slots (0.623 GiB per GPU"
+            "5,101 KV slots of 128 KiB (0.623 GiB per GPU"
             + SMALL_BUDGET
             + "): 318 blocks of 16 tokens (5,088 slots; 13 slots "
             "in no block)",
@@ -386,9 +386,26 @@ def test_run_header_gives_a_state_groups_raised_block_size():
         }
     )
     assert pool_text(cfg) == (
-        "87,381 KV slots (1.0 GiB per GPU) in 4 KV cache groups of 12 layers: 160 blocks of 544 "
-        "tokens (87,040 slots; 341 slots in no block; block 0 is vLLM v1's null block)"
+        "87,381 KV slots of 12 KiB (1.0 GiB per GPU) in 4 KV cache groups of 12 layers: 160 "
+        "blocks of 544 tokens (87,040 slots; 341 slots in no block; block 0 is vLLM v1's null "
+        "block)"
     )
+
+
+def test_run_header_names_an_fp8_kv_cache():
+    # Llama-3.1-8B's K and V in fp8: 32 layers x 8 heads x 128 x 2 x 1 B = 64 KiB a slot (the
+    # header said 128 KiB's pool arithmetic without naming the dtype): 0.25 GiB / 64 KiB = 4,096
+    from kvsim.cli.run import pool_text
+    from kvsim.config import config_from_dict
+
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "cache": {"kv_cache_gib": 0.25, "kv_cache_dtype": "fp8"},
+            "scheduler": {"max_model_len": 4080},
+        }
+    )
+    assert pool_text(cfg).startswith("4,096 KV slots of 64 KiB in fp8 (0.25 GiB per GPU)")
 
 
 def test_run_header_says_one_request_and_a_quarter_gib():
@@ -400,7 +417,7 @@ def test_run_header_says_one_request_and_a_quarter_gib():
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "2,048 KV slots (0.25 GiB per GPU): 128 blocks of 16 tokens" in text
+    assert "2,048 KV slots of 128 KiB (0.25 GiB per GPU): 128 blocks of 16 tokens" in text
     assert result.output.splitlines()[0].endswith(", 1 request")  # the header's first line
     assert result.output.splitlines()[1] == (  # its second: the default workload
         "workload: sharegpt_like lengths, Poisson arrivals at 1 req/s"
@@ -433,13 +450,17 @@ def test_run_header_gives_the_pool_each_replica_runs():
     assert one.exit_code == 0, one.output
     assert "; 1 replica, round_robin router" in one.output.splitlines()[0]
     assert one.output.splitlines()[2].startswith(
-        "KV pool (the replica's): 2,048 KV slots (0.25 GiB per GPU): 128 blocks of 16 tokens"
+        "KV pool (the replica's): 2,048 KV slots of 128 KiB (0.25 GiB per GPU): 128 blocks of 16 "
     )
     three = runner.invoke(app, [*args, "--set", "fleet.replicas=3", "--set", override])
     assert three.exit_code == 0, three.output
     lines = three.output.splitlines()
-    assert lines[2].startswith("KV pool (replica 0): 2,048 KV slots (0.25 GiB per GPU): 128 ")
-    assert lines[3].startswith("KV pool (replicas 1-2): 4,096 KV slots (0.5 GiB per GPU): 256 ")
+    assert lines[2].startswith(
+        "KV pool (replica 0): 2,048 KV slots of 128 KiB (0.25 GiB per GPU): 128 "
+    )
+    assert lines[3].startswith(
+        "KV pool (replicas 1-2): 4,096 KV slots of 128 KiB (0.5 GiB per GPU): 256 "
+    )
 
 
 def test_run_header_says_where_a_derived_budget_comes_from():
@@ -526,16 +547,18 @@ def test_run_header_says_a_drafter_came_out_of_the_derived_budget():
     assert "drafter" not in pool_text(plain)
     explicit = config_from_dict({**base, "speculative": spec, "cache": {"kv_cache_gib": 4}})
     assert "drafter" not in pool_text(explicit)
-    # 4 GiB / (33 layers x 4,096 B) = 31,775 slots
+    # 4 GiB / (33 layers x 4,096 B = 132 KiB) = 31,775 slots
     del spec["draft_num_kv_layers"]
     eagle = config_from_dict({**base, "speculative": spec, "cache": {"kv_cache_gib": 4}})
-    assert pool_text(eagle).startswith("31,775 KV slots (4.0 GiB per GPU, 1 drafter layer in every")
+    assert pool_text(eagle).startswith(
+        "31,775 KV slots of 132 KiB (4.0 GiB per GPU, 1 drafter layer in every"
+    )
 
 
 def test_run_header_names_the_kv_cache_groups_a_drafter_layer_joins():
     """Under hybrid groups a slot is one token of one group: Gemma-3-27B with an EAGLE head has
     10 + 1 full layers beside 52 sliding ones, 6 groups of 11 layers (kvsim.config.layers), a
-    slot 11 x 8,192 B = 90,112 B: 8 GiB / 90,112 B = 95,325.1 -> 95,325 slots."""
+    slot 11 x 8,192 B = 90,112 B (88 KiB): 8 GiB / 90,112 B = 95,325.1 -> 95,325 slots."""
     from kvsim.cli.run import pool_text
     from kvsim.config import config_from_dict
 
@@ -549,8 +572,8 @@ def test_run_header_names_the_kv_cache_groups_a_drafter_layer_joins():
         }
     )
     assert pool_text(cfg).startswith(
-        "95,325 KV slots (8.0 GiB per GPU, 1 drafter layer in the full-attention groups) in 6 KV "
-        "cache groups of 11 layers"
+        "95,325 KV slots of 88 KiB (8.0 GiB per GPU, 1 drafter layer in the full-attention "
+        "groups) in 6 KV cache groups of 11 layers"
     )
 
 

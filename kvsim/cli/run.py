@@ -156,7 +156,11 @@ def note_saturation(results: Results) -> None:
     """Warn where the arrivals outpaced the engine (``kvsim.results.saturation.backlog``)."""
     from kvsim.results.saturation import backlog
 
-    found = backlog(results.requests)
+    found = backlog(
+        results.request_columns(
+            "arrival_time_s", "first_scheduled_time_s", "request_inference_time_seconds"
+        )
+    )
     if found is None:
         return
     ttft = results.summary.get("time_to_first_token_seconds_p50")
@@ -169,7 +173,7 @@ def note_saturation(results: Results) -> None:
         "with kvsim plan --largest rate",
         f"{found.last_arrival_s:,.0f}",
         f"{found.waiting:,}",
-        plural(len(results.requests), "request"),
+        plural(int(results.summary["num_requests"]), "request"),
         "-" if ttft is None else f"{ttft:,.0f}" if ttft >= 100 else f"{ttft:.3g}",
     )
 
@@ -333,7 +337,14 @@ def pool_text(cfg: object) -> str:
             f"{with_drafter if cfg.draft_params else ''} and "
             f"{format_gib(cfg.cache.activation_headroom_bytes)} of activation headroom"
         )
-    text = f"{plural(slots, 'KV slot')} ({format_gib(cfg.kv_cache_bytes)} per GPU{budget}{drafter})"
+    per_slot = cfg.bytes_per_token  # (one token's KV on one GPU; of one group's layers)
+    size_text = f"{per_slot / 1024:,.4g} KiB" if per_slot >= 1024 else f"{per_slot} B"
+    if cfg.cache.kv_cache_dtype != "auto":  # (the model's dtype otherwise: no news)
+        size_text += f" in {cfg.cache.kv_cache_dtype}"
+    text = (
+        f"{plural(slots, 'KV slot')} of {size_text} ({format_gib(cfg.kv_cache_bytes)} per GPU"
+        f"{budget}{drafter})"
+    )
     if groups is not None:
         text += (
             f" in {plural(len(groups.groups), 'KV cache group')} of "

@@ -650,9 +650,9 @@ def section_at(path: Sequence[str]) -> Any:
 VLLM_NAMES = {"block_size": "block_size_tokens", "swap_space": "swap_space_gib"}
 # vLLM engine arguments kvsim reads in another form: what to set instead
 VLLM_INSTEAD = {
-    "num_gpu_blocks_override": "cache.kv_cache_bytes = blocks x block_size_tokens x the KV "
-    "bytes per token of the run header's pool line (the pool in bytes, vLLM's null block "
-    "among the blocks)",
+    "num_gpu_blocks_override": "cache.kv_cache_bytes = blocks x block_size_tokens x the bytes "
+    "of a KV slot (the run header's pool line: 'KV slots of N KiB'; vLLM's null block is one "
+    "of the blocks)",
     "kv_cache_memory_bytes": "cache.kv_cache_bytes (the pool in bytes per GPU)",
 }
 

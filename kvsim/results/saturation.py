@@ -10,9 +10,11 @@ one's holds a share of everything that arrived since it saturated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-import pandas as pd
+import numpy as np
 
 BACKLOG_SHARE = 0.1  # waiting at the last arrival, of the second half's arrivals
 MIN_BACKLOG = 10  # requests (a handful waiting is a burst, not a trend)
@@ -39,7 +41,7 @@ class Backlog:
         return self.waiting / max(self.second_half, 1)
 
 
-def backlog(requests: pd.DataFrame) -> Backlog | None:
+def backlog(requests: Mapping[str, Any]) -> Backlog | None:
     """The run's queue at its last arrival where it shows saturation, else ``None``.
 
     Saturated: at least ``MIN_BACKLOG`` requests, and ``BACKLOG_SHARE`` of those that arrived
@@ -47,21 +49,24 @@ def backlog(requests: pd.DataFrame) -> Backlog | None:
     last request arrived. Arrivals that all come at once (an offline batch, whose queue is the
     point) are not judged: the window must span ``MIN_SPAN_SERVICE`` times the median request's
     time in the engine (``request_inference_time_seconds``). Rejected requests (never
-    scheduled) do not count as waiting.
+    scheduled: NaN) do not count as waiting.
 
     Args:
-        requests: the run's request table (``Results.requests``: ``arrival_time_s``,
-            ``first_scheduled_time_s``, ``request_inference_time_seconds``).
+        requests: the run's request columns (``Results.request_columns``, or its table):
+            ``arrival_time_s``, ``first_scheduled_time_s``, ``request_inference_time_seconds``,
+            one value a request.
     """
-    if len(requests) == 0:
+    arrivals = np.asarray(requests["arrival_time_s"], dtype=float)
+    if not len(arrivals):
         return None
-    arrivals = requests["arrival_time_s"]
     first, last = float(arrivals.min()), float(arrivals.max())
-    service = requests["request_inference_time_seconds"].median()
-    if not last - first >= MIN_SPAN_SERVICE * service:  # (a NaN median: nothing ran)
+    service = np.asarray(requests["request_inference_time_seconds"], dtype=float)
+    ran = service[~np.isnan(service)]
+    if not len(ran) or not last - first >= MIN_SPAN_SERVICE * float(np.median(ran)):
         return None
-    waiting = int(((arrivals <= last) & (requests["first_scheduled_time_s"] > last)).sum())
-    second_half = int((arrivals > (first + last) / 2).sum())
+    scheduled = np.asarray(requests["first_scheduled_time_s"], dtype=float)
+    waiting = int(np.count_nonzero((arrivals <= last) & (scheduled > last)))  # (NaN: False)
+    second_half = int(np.count_nonzero(arrivals > (first + last) / 2))
     found = Backlog(last, waiting, second_half)
     if waiting >= MIN_BACKLOG and found.share >= BACKLOG_SHARE:
         return found

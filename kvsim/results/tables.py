@@ -111,6 +111,14 @@ class Results:
     def requests(self, value: pd.DataFrame) -> None:
         self._requests, self._request_columns = value, None
 
+    def request_columns(self, *names: str) -> dict[str, npt.NDArray[Any]]:
+        """The named request columns as arrays, without building the table where it is not
+        built yet (no pandas import for a run that only wants its summary)."""
+        if self._requests is None:
+            assert self._request_columns is not None
+            return {name: np.asarray(self._request_columns[name]) for name in names}
+        return {name: self._requests[name].to_numpy() for name in names}
+
     @property
     def memory(self) -> pd.DataFrame:
         if self._memory is None:
