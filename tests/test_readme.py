@@ -48,3 +48,14 @@ def test_readme_makes_its_two_commands_first() -> None:
     first_block = text.split("```bash", 1)[1].split("```", 1)[0]
     commands = [line.split("#")[0].strip() for line in first_block.strip().splitlines()]
     assert commands == ["make reproduce", "make test"]
+
+
+def test_readme_counts_what_the_code_holds() -> None:
+    # the README said 9 trace formats and 18 reference workloads after a tenth and two more
+    # were added: each count is the one its code names beside it
+    from kvsim.workload import TRACE_FORMATS
+    from tests.test_engine_reference import CASES
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert f"{len(TRACE_FORMATS)} trace formats (`kvsim.workload.TRACE_FORMATS`" in text
+    assert f"checks it on {len(CASES)} workloads (`tests/test_engine_reference.py`'s" in text
