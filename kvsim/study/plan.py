@@ -475,8 +475,8 @@ def knob_bracket(
     (``cache.kv_cache_gib`` or ``cache.kv_cache_bytes``): from the KV one ``max_model_len``
     request needs (whole blocks and vLLM v1's null block, or a slab reservation's largest slab:
     ``least_pool_tokens``; in GiB rounded up to a hundredth) to what the GPU holds beside the
-    weights, and ``need``, that KV unrounded (``{}`` for other knobs or an invalid base;
-    ``varied`` as ``Plan.varied``)."""
+    weights and the activation headroom (``gpu_memory_utilization`` 1), and ``need``, that KV
+    unrounded (``{}`` for other knobs or an invalid base; ``varied`` as ``Plan.varied``)."""
     if field_name not in KV_FIELDS:
         return {}
     try:
@@ -484,7 +484,9 @@ def knob_bracket(
     except ValueError:
         return {}
     need = least_pool_bytes(config)
+    # (gpu_memory_utilization 1: a larger budget leaves activations less than their headroom)
     room = config.gpu.memory_bytes - config.weight_bytes_per_gpu
+    room -= config.cache.activation_headroom_bytes
     if field_name == "cache.kv_cache_bytes":
         return {"lo": need, "hi": room, "need": need} if 0 < need < room else {}
     lo, hi = math.ceil(need / GiB * 100) / 100, math.floor(room / GiB * 100) / 100
@@ -847,7 +849,7 @@ def knob_limit(plan: Plan, end: Literal["lo", "hi"]) -> tuple[float, str] | None
     """The furthest value the knob can take at ``end`` of its range, and what it is (``None``:
     no limit known): the smallest and largest choice (TP sizes), one sequence for
     ``max_num_seqs``, and for a KV budget the KV one ``max_model_len`` request needs and what
-    the GPU holds beside the weights (``knob_bracket``)."""
+    the GPU holds beside the weights and activation headroom (``knob_bracket``)."""
     if plan.choices:
         return (
             (min(plan.choices), "its smallest choice")
@@ -862,7 +864,7 @@ def knob_limit(plan: Plan, end: Literal["lo", "hi"]) -> tuple[float, str] | None
         what = (
             "the KV one max_model_len request needs"
             if end == "lo"
-            else "what the GPU holds beside the weights"
+            else "what the GPU holds beside the weights and activation headroom"
         )
         return float(limit), what
     if end == "lo" and plan.field == "scheduler.max_num_seqs":
