@@ -117,18 +117,18 @@ def test_cli_cheapest_writes_answer_points_and_frontier(tmp_path):
 def test_a_gpu_without_a_price_is_one_clear_error(tmp_path):
     result = runner.invoke(
         app,
-        ["plan", "--cheapest", "--gpus", "a100-40gb,rtx-4090", "--tp", "1",
+        ["plan", "--cheapest", "--gpus", "a100-40gb,gb200", "--tp", "1",
          "--target", "time_to_first_token_seconds_p99<=1", "--out", str(tmp_path)],
     )  # fmt: skip
     assert result.exit_code == 2
     assert "error:" in result.output
-    assert "no price for GPU 'rtx-4090'" in result.output  # checked before anything runs
+    assert "no price for GPU 'gb200'" in result.output  # checked before anything runs
     assert "Traceback" not in result.output
     # among several GPUs, one price for all (pricing.usd_per_gpu_hour) is not the advice: it
-    # would price a100-40gb as rtx-4090 too, and the cheapest fleet would be a tie of chips
+    # would price a100-40gb as gb200 too, and the cheapest fleet would be a tie of chips
     flat = " ".join(result.output.split())
     assert (
-        "add a row [rtx-4090] usd_per_gpu_hour = ... to a copy of kvsim/data/prices.toml and set "
+        "add a row [gb200] usd_per_gpu_hour = ... to a copy of kvsim/data/prices.toml and set "
         "pricing.table to it" in flat
     )
     assert "or leave the GPU out of --gpus" in flat
