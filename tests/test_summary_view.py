@@ -91,6 +91,21 @@ def test_sections_follow_what_ran() -> None:
     assert "swap" in _names(swap)
 
 
+def test_slo_rows_show_only_with_targets() -> None:
+    # without [slo] targets the attainment and goodput are NaN: three rows of "-" said nothing
+    money = {**BASE, "usd_per_hour": 1.99, "cost_usd": 0.01}
+    untargeted = {"slo_attainment": math.nan, "goodput_requests_per_s": math.nan}
+    shown = dict(sections({**money, **untargeted, "goodput_requests_per_usd": None}))
+    assert [key for key, _ in shown["money"]] == ["usd_per_hour", "cost_usd"]
+    targeted = {"slo_attainment": 1.0, "goodput_requests_per_s": 0.2}
+    shown = dict(sections({**money, **targeted, "goodput_requests_per_usd": 354.0}))
+    assert [key for key, _ in shown["money"]][2:] == [
+        "slo_attainment",
+        "goodput_requests_per_s",
+        "goodput_requests_per_usd",
+    ]
+
+
 def _compare_text(a: dict, b: dict) -> str:
     """``compare_table`` of ``a`` and ``b`` as plain text, 200 columns wide."""
     console = Console(width=200, record=True)
@@ -353,13 +368,14 @@ def test_goodput_without_an_slo_is_not_every_request() -> None:
     assert unjudged["cost_usd"] == pytest.approx(0.01)  # the price still holds
 
 
-def test_run_without_slo_prints_a_dash_and_writes_null(tmp_path: Path) -> None:
+def test_run_without_slo_leaves_its_rows_out_and_writes_null(tmp_path: Path) -> None:
     text, summary = _run(tmp_path)
     assert summary["slo_attainment"] is None
     assert summary["goodput_requests_per_usd"] is None
-    assert "requests meeting every slo.* target (share) │ - │" in text
+    assert "slo.* target" not in text and "goodput" not in text
     text, summary = _run(tmp_path / "slo", "slo.time_to_first_token_seconds=1000")
     assert summary["slo_attainment"] == 1.0  # five requests, each well under 1,000 s
+    assert "requests meeting every slo.* target (share) │ 1.000 │" in text
 
 
 def test_compare_shows_the_pool_where_the_runs_differ() -> None:

@@ -81,6 +81,8 @@ NONZERO_ROWS = frozenset(
         "kv_offload_loads_dropped",
     }
 )
+# rows shown only with [slo] targets (NaN without: nothing to meet)
+SLO_ROWS = frozenset({"slo_attainment", "goodput_requests_per_s", "goodput_requests_per_usd"})
 SHARING_ROWS: tuple[Row, ...] = (
     ("kv_saved_by_sharing_pct", "KV saved by sharing (%)"),
     ("num_cow_copies", "copy-on-write block copies"),
@@ -182,6 +184,14 @@ FLEET_ROWS: tuple[Row, ...] = (
 
 def _positive(summary: dict[str, Any], *keys: str) -> bool:
     return any(_number(summary.get(k)) > 0 for k in keys)
+
+
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is a number other than NaN (``None`` is not)."""
+    try:
+        return not math.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def _number(value: Any) -> float:
@@ -328,7 +338,9 @@ def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
         present = [
             (k, label)
             for k, label in rows
-            if k in summary and (k not in NONZERO_ROWS or _positive(summary, k))
+            if k in summary
+            and (k not in NONZERO_ROWS or _positive(summary, k))
+            and (k not in SLO_ROWS or _is_number(summary[k]))
         ]
         if present:
             out.append((name, present))
