@@ -31,7 +31,8 @@ def fetch(
         Path | None,
         typer.Option(
             help=f"Folder to store the files in (default: ${ENV_VAR}, else the folder kvsim "
-            "reads traces from without it, ../shared/data/traces); created."
+            "reads traces from without it: shared/data/traces beside the repository, or "
+            "../shared/data/traces from the current folder; kvsim data list names it); created."
         ),
     ] = None,
     mirror: Annotated[
