@@ -380,6 +380,55 @@ def test_eagle_keys_a_block_with_the_token_after_it():
     assert _hit_after(first, second, 1) == _hit_after(first, second, 0) == 4
 
 
+def test_a_padded_verification_counts_as_vllm_counts_it():
+    # n-gram k = 2 (no lookahead slots), rates [1, 0]: a verification of 2 real drafts accepts
+    # 1. Request 0 (prompt "s" x 10, output 8) runs alone: its prefill samples output 1, then
+    # verifications at outputs 1, 3, 5 and 7 (the last keeps none of its accepted draft: 1
+    # output left) - 4 drafts, 8 draft tokens, 4 accepted by the draws. Request 1 (prompt
+    # "s" x 9, output 3) then hits 2 cached blocks (8 tokens, the cap (9 - 1) // 4 = 2): one
+    # token left, so vLLM pads its drafts ([-1, -1], pad_spec_decode) and update_from_output
+    # counts that verification as 2 draft tokens, 0 accepted; its next verification accepts 1
+    # and finishes it. vLLM's counters: 6 drafts, 12 draft tokens, 5 accepted (vLLM 0.34.0's
+    # own Scheduler gave these on the same requests); kvsim counted 5 / 10 / 5
+    pool = PagedAllocator(
+        capacity_tokens=41 * 4,
+        block_size_tokens=4,
+        reserve_null_block=True,
+        enable_prefix_caching=True,
+    )
+    args = engine_args(
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        max_model_len=64,
+        reserve_null_block=True,
+        enable_prefix_caching=True,
+        num_speculative_tokens=2,
+        num_lookahead_tokens=0,
+    )
+    spec = SpecDecoder(2, 0, [1.0, 0.0], seed=0)
+    sched = make_scheduler(pool, args, spec=spec)
+    first = req(0, 10, 8, token_segments=(("s", 10),))
+    sched.add_request(first)
+    while sched.has_work():
+        step(sched)
+    assert first.num_output_tokens == 8
+    assert (spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens) == (4, 8, 4)
+    second = req(1, 9, 3, token_segments=(("s", 9),))
+    sched.add_request(second)
+    plan, _ = step(sched)
+    assert second.num_cached_tokens == 8
+    assert plan.num_new_tokens == [3]  # its one token and the 2 placeholders
+    while sched.has_work():
+        step(sched)
+    summary = spec.summary()
+    counts = [
+        summary[f"spec_decode_num_{c}"] for c in ("drafts", "draft_tokens", "accepted_tokens")
+    ]
+    assert counts == [6, 12, 5]
+    assert summary["spec_decode_num_accepted_tokens_pos0"] == 5
+    assert summary["spec_decode_num_accepted_tokens_pos1"] == 0
+
+
 def test_lookahead_slots_are_held_not_cached():
     # vLLM allocate_slots caches min(computed + new, known) tokens, the lookahead slots left
     # out. A 10-token prompt in chunks of 6 with 2 lookahead slots: step 0 computes tokens 0-5

@@ -356,7 +356,10 @@ class SchedulerCore:
                 accepted = 0
                 left = req.output_tokens - req.num_output_tokens - 1  # after its sampled token
                 if num_drafts:
-                    accepted = 0 if placeholders else spec.accept(num_drafts)
+                    if placeholders:  # (counted as vLLM counts them: all rejected)
+                        accepted = spec.reject_placeholders(num_drafts)
+                    else:
+                        accepted = spec.accept(num_drafts)
                     # tokens past the last output are trimmed, and the computed ones with them
                     # (vLLM _update_request_with_output: computed covers all but the last token)
                     computed -= num_drafts - min(accepted, left)

@@ -104,6 +104,16 @@ class SpecDecoder:
         self._num_accepting[accepted] += 1
         return accepted
 
+    def reject_placeholders(self, num_drafts: int) -> int:
+        """A verification of ``num_drafts`` placeholder drafts (a request admitted with one token
+        left, vLLM's ``pad_spec_decode``: ``[-1] * k``), all rejected: counted as vLLM counts it
+        (``update_from_output`` passes the scheduled spec tokens to ``observe_draft`` with 0
+        accepted, vLLM 0.34.0 ``vllm/v1/core/sched/scheduler.py``); no draw. Returns 0."""
+        self.num_drafts += 1
+        self.num_draft_tokens += num_drafts
+        self._num_accepting[0] += 1
+        return 0
+
     def summary(self) -> dict[str, Any]:
         """vLLM's counters (``vllm:spec_decode_*``) and the two rates read from them."""
         drafts, tokens = self.num_drafts, self.num_draft_tokens
