@@ -17,7 +17,14 @@ import numpy.typing as npt
 from kvsim.results.columns import REQUEST_COLUMNS
 from kvsim.workload.request import Request
 
-_INT_FIELDS = ("req_id", "prompt_tokens", "output_tokens", "num_preemptions", "num_cached_tokens")
+_INT_FIELDS = (
+    "req_id",
+    "prompt_tokens",
+    "output_tokens",
+    "num_preemptions",
+    "num_cached_tokens",
+    "num_draft_outputs",
+)
 _FLOAT_FIELDS = ("first_scheduled_time_s", "first_token_time_s", "finish_time_s")
 
 
@@ -57,6 +64,7 @@ class RequestLog:
             outputs,
             preemptions,
             cached,
+            drafted,
             scheduled,
             first,
             finish,
@@ -69,6 +77,7 @@ class RequestLog:
         outputs(req.output_tokens)
         preemptions(req.num_preemptions)
         cached(req.num_cached_tokens)
+        drafted(req.num_draft_outputs)
         scheduled(req.first_scheduled_time_s)
         first(req.first_token_time_s)
         finish(req.finish_time_s)

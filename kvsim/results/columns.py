@@ -21,6 +21,7 @@ REQUEST_COLUMNS = (
     "output_tokens",
     "num_preemptions",
     "num_cached_tokens",
+    "num_draft_outputs",  # output tokens that were accepted drafts (0 without speculation)
 )
 # vLLM's per-request latency histograms (vllm/v1/metrics/stats.py), seconds: name -> (end, start)
 LATENCY_INTERVALS = {

@@ -28,7 +28,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from kvsim.results.metrics import weighted_sum
+from kvsim.results.metrics import output_gaps, weighted_sum
 
 if TYPE_CHECKING:
     from kvsim.results import Results
@@ -171,7 +171,9 @@ def prometheus_snapshot(results: Results) -> str:
     ``request_decode_time_seconds``, ``request_time_per_output_token_seconds`` (0 for one-token
     outputs, as vLLM observes), ``request_prompt_tokens``, ``request_generation_tokens``,
     ``request_prefill_kv_computed_tokens``; and ``inter_token_latency_seconds`` over output gaps
-    (``output_tokens - 1`` per request). kvsim keeps no per-token times (it fast-forwards decode
+    (``kvsim.results.metrics.output_gaps``: one a step after the first that returned a
+    request's tokens, a verification's several counting once). kvsim keeps no per-token times
+    (it fast-forwards decode
     steps), so each gap is taken as its request's mean gap (decode time / gaps): the
     histogram's ``_sum`` and ``_count`` are exact, its bucket counts an approximation.
 
@@ -352,7 +354,7 @@ def _histograms(df: pd.DataFrame, labels: list[str], max_model_len: int) -> Iter
     for name, (values, buckets, doc) in per_request.items():
         values_arr = values.dropna().to_numpy(dtype=np.float64)
         yield _histogram(name, doc, labels, buckets, values_arr, np.ones_like(values_arr))
-    gaps = (df["output_tokens"] - 1).clip(lower=0).to_numpy(dtype=np.float64)
+    gaps = output_gaps(df).astype(np.float64)
     mean_gap = np.divide(
         df["request_decode_time_seconds"].fillna(0.0).to_numpy(dtype=np.float64),
         gaps,

@@ -9,8 +9,9 @@ allocated slots, in percent, over the slots the usage counts (vLLM v1's null blo
 pool's remainder slots, which no request can hold, left out of both). Latencies carry vLLM's
 metric names (``time_to_first_token_seconds`` ...; ``results``) with ``_mean``, ``_p50``,
 ``_p90``, ``_p95`` and ``_p99`` suffixes;
-``inter_token_latency_seconds_mean`` is the token-weighted mean gap between output tokens, what
-vLLM's histogram of that name averages.
+``inter_token_latency_seconds_mean`` is the mean gap between a request's successive output
+steps (one output token a step, or a verification's tokens under speculative decoding:
+``output_gaps``), what vLLM's histogram of that name averages.
 ``kv_saved_by_sharing_pct`` is 1 - held / unshared slots, time-weighted (the PagedAttention paper's
 Figure 15 metric: blocks saved by sharing over blocks without sharing).
 """
@@ -242,10 +243,25 @@ def latency_stats(requests: pd.DataFrame | Columns) -> dict[str, float]:
             out[f"{col}_p{q}"] = float(np.percentile(values, q))
     if "output_tokens" not in requests or "request_decode_time_seconds" not in requests:
         return out
-    gaps = float(_sum(requests["output_tokens"] - 1))
+    gaps = float(output_gaps(requests).sum())
     if gaps > 0:
         decode_s = float(_sum(requests["request_decode_time_seconds"]))
         out["inter_token_latency_seconds_mean"] = decode_s / gaps
+    return out
+
+
+def output_gaps(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
+    """vLLM's inter-token latency observations per request: one for each step after the first
+    that returned its tokens (vLLM 0.34.0 ``IterationStats``, ``vllm/v1/metrics/stats.py``: a
+    verification returning several tokens is one), so ``output_tokens - 1 - num_draft_outputs``
+    (a table without that column, written before it, counts no drafts); 0 for a request that
+    did not run (no decode time)."""
+    requests = _columns(requests)
+    gaps = np.asarray(requests["output_tokens"], dtype=np.int64) - 1
+    if "num_draft_outputs" in requests:
+        gaps = gaps - np.asarray(requests["num_draft_outputs"], dtype=np.int64)
+    ran = ~np.isnan(np.asarray(requests["request_decode_time_seconds"], dtype=np.float64))
+    out: npt.NDArray[np.int64] = np.where(ran, np.maximum(gaps, 0), 0)
     return out
 
 

@@ -101,6 +101,10 @@ class Request:
             ``scheduled_spec_decode_tokens``; ``StepPlan.add_verify``), 0 when it verifies none.
         verifies_placeholders: those drafts are placeholders no model proposed (a new request
             padded to the verification size), all rejected.
+        num_draft_outputs: output tokens that were accepted drafts (came with a verification's
+            sampled token, not a step of their own; kept across recompute preemption): its
+            output steps are ``num_output_tokens - num_draft_outputs``, vLLM's inter-token
+            latency observations one fewer (one a step's output, ``IterationStats``).
         first_scheduled_time_s: start of the first step that scheduled it (seconds).
         first_token_time_s: end of the step that sampled its first output token.
         finish_time_s: end of the step that sampled its last output token.
@@ -136,6 +140,7 @@ class Request:
     num_draft_tokens: int = 0
     num_verifying_drafts: int = 0
     verifies_placeholders: bool = False
+    num_draft_outputs: int = 0
     first_scheduled_time_s: SimTime | None = None
     first_token_time_s: SimTime | None = None
     finish_time_s: SimTime | None = None

@@ -19,6 +19,7 @@ from kvsim.config.speculative import SpeculativeConfig
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.scheduler import SpecDecoder, make_scheduler
 from kvsim.engine import simulate
+from kvsim.results.exporters import prometheus_snapshot
 from tests.scheduler.conftest import engine_args, req, step
 
 
@@ -522,6 +523,20 @@ def test_a_lone_requests_prefill_and_verifications_run_as_one_span():
     assert fast.requests["finish_time_s"].iat[0] == pytest.approx(
         steps.requests["finish_time_s"].iat[0], rel=1e-12
     )
+    # vLLM observes one inter-token latency a step that returns tokens (IterationStats): the 10
+    # verifications after the prefill's first token, not 40 gaps between its 41 tokens; 30 of
+    # its outputs were accepted drafts
+    for results in (fast, steps):
+        row = results.requests.iloc[0]
+        assert row["num_draft_outputs"] == 30
+        decode_s = row["finish_time_s"] - row["first_token_time_s"]
+        itl = results.summary["inter_token_latency_seconds_mean"]
+        assert itl == pytest.approx(decode_s / 10, rel=1e-12)
+        text = prometheus_snapshot(results)
+        assert (
+            'vllm:inter_token_latency_seconds_count{engine="0",model_name="llama-3.1-8b"} 10.0'
+            in text
+        )
     # its last verification holds 52 + 4 computed + 3 lookahead = 59 slots: 4 blocks of 16 (64),
     # 8 past its final 16 + 41 - 1 = 56 tokens (internal fragmentation in the last step)
     assert steps.memory["internal_fragmentation"].iat[-1] == 8

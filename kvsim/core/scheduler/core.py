@@ -363,7 +363,9 @@ class SchedulerCore:
                     # tokens past the last output are trimmed, and the computed ones with them
                     # (vLLM _update_request_with_output: computed covers all but the last token)
                     computed -= num_drafts - min(accepted, left)
-                req.num_output_tokens += min(accepted, left)
+                kept = min(accepted, left)
+                req.num_output_tokens += kept
+                req.num_draft_outputs += kept
                 req.num_draft_tokens = k if left > accepted else 0
             req.num_computed_tokens = computed
             if computed >= req.num_tokens:
