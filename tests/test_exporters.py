@@ -307,3 +307,13 @@ def test_prometheus_no_spec_decode_without_speculation(hand_run: Results) -> Non
         text = prometheus_snapshot(run)
         assert "spec_decode" not in text
         assert not any(name.startswith("vllm:spec_decode") for name in _families(text))
+
+
+def test_a_one_token_output_counts_in_the_summarys_tpot_as_zero(hand_run: Results) -> None:
+    # vLLM records TPOT 0 for a one-token output (IterationStats.update_from_finished_request);
+    # the summary left it out: the hand run's mean is (0 + 0.25 / 2 + 2.0 / 4) / 3, not over 2
+    from kvsim.results.metrics import latency_stats
+
+    assert hand_run.requests["request_time_per_output_token_seconds"].tolist() == [0.0, 0.125, 0.5]
+    stats = latency_stats(hand_run.requests)
+    assert stats["request_time_per_output_token_seconds_mean"] == pytest.approx(0.625 / 3)

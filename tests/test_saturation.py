@@ -2,53 +2,77 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import numpy as np
 
 from kvsim.results.saturation import Backlog, backlog
 
+STEP_S = 0.01  # a mean engine step of 10 ms: arrivals over 1 s or more are judged
 
-def _table(arrival: list[float], scheduled: list[float], service_s: float) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "arrival_time_s": arrival,
-            "first_scheduled_time_s": scheduled,
-            "request_inference_time_seconds": [service_s] * len(arrival),
-        }
-    )
+
+def _table(arrival: list[float], scheduled: list[float], parents: list[int] | None = None):
+    none = parents is None
+    return {
+        "req_id": np.arange(len(arrival)),
+        "parent_id": np.ma.MaskedArray(
+            np.zeros(len(arrival), np.int64) if none else np.array(parents),
+            np.ones(len(arrival), bool) if none else np.array([p < 0 for p in parents]),
+        ),
+        "arrival_time_s": np.array(arrival, dtype=float),
+        "first_scheduled_time_s": np.array(scheduled, dtype=float),
+    }
 
 
 def test_an_engine_serving_every_other_second_is_saturated() -> None:
-    # one arrival a second (0 .. 99), one start every 2 s (request i at 2i): at t = 99 requests
-    # 50 .. 99 have arrived (2i > 99) but not started, and 50 .. 99 are the second half's arrivals
-    # (after 49.5 s); the window spans 99 s >= 10 x 2 s of service
+    # one arrival a second (0 .. 99), one start every 2 s (request i at 2i). At three quarters
+    # (t = 74.25) requests 38 .. 74 wait (2i > 74.25): 37, of the 25 arrived since the middle
+    # (49.5 .. 74.25: 50 .. 74); at the end (t = 99) 50 .. 99 wait: 50, of 50 arrived since
     arrival = [float(i) for i in range(100)]
-    found = backlog(_table(arrival, [2.0 * i for i in range(100)], 2.0))
+    found = backlog(_table(arrival, [2.0 * i for i in range(100)]), STEP_S)
     assert found == Backlog(last_arrival_s=99.0, waiting=50, second_half=50)
     assert found.share == 1.0
 
 
 def test_an_engine_keeping_up_is_not() -> None:
     arrival = [float(i) for i in range(100)]  # each starts 0.1 s after it arrives
-    assert backlog(_table(arrival, [t + 0.1 for t in arrival], 1.0)) is None
+    assert backlog(_table(arrival, [t + 0.1 for t in arrival]), STEP_S) is None
+
+
+def test_a_burst_at_the_end_of_a_stable_run_is_not() -> None:
+    # 200 arrivals a second apart, each started at once, then 30 at t = 200 started over the
+    # next 30 s: 30 wait at the end, but none at three quarters (t = 150)
+    arrival = [float(i) for i in range(200)] + [200.0] * 30
+    scheduled = [t + 0.1 for t in arrival[:200]] + [200.5 + i for i in range(30)]
+    assert backlog(_table(arrival, scheduled), STEP_S) is None
 
 
 def test_nine_waiting_is_a_burst_not_a_trend() -> None:
-    # 20 arrivals over 19 s; the last 9 start after the last arrival (share 9 / 10, count 9)
-    arrival = [float(i) for i in range(20)]
-    scheduled = [t + 0.1 for t in arrival[:11]] + [30.0 + i for i in range(9)]
-    assert backlog(_table(arrival, scheduled, 1.0)) is None
-    scheduled = [t + 0.1 for t in arrival[:10]] + [30.0 + i for i in range(10)]  # ten: a trend
-    assert backlog(_table(arrival, scheduled, 1.0)) == Backlog(19.0, 10, 10)
+    # one arrival a second (0 .. 99); from request 66 on starts are held: at three quarters
+    # (t = 74.25) requests 66 .. 74 wait (9), at the end 66 .. 99 (34): too few early on
+    arrival = [float(i) for i in range(100)]
+    scheduled = [t + 0.1 for t in arrival[:66]] + [200.0] * 34
+    assert backlog(_table(arrival, scheduled), STEP_S) is None
+    scheduled = [t + 0.1 for t in arrival[:65]] + [200.0] * 35  # 65 .. 74: ten, a trend
+    assert backlog(_table(arrival, scheduled), STEP_S) == Backlog(99.0, 35, 50)
 
 
 def test_an_offline_batch_is_not_judged() -> None:
-    # 100 requests within 1 ms, served over minutes: the queue is the point of a batch
-    arrival = [i * 1e-5 for i in range(100)]
-    assert backlog(_table(arrival, [2.0 * i for i in range(100)], 2.0)) is None
+    # 100 requests within 0.99 s (under 100 steps of 10 ms), served over minutes: a batch's
+    # queue is the point; the same over 99 s is judged
+    arrival = [i * 0.01 for i in range(100)]
+    assert backlog(_table(arrival, [2.0 * i for i in range(100)]), STEP_S) is None
 
 
 def test_rejected_requests_do_not_wait() -> None:
     # as the saturated case, but requests 50 .. 99 were rejected (never scheduled: NaN)
     arrival = [float(i) for i in range(100)]
     scheduled = [2.0 * i for i in range(50)] + [float("nan")] * 50
-    assert backlog(_table(arrival, scheduled, 2.0)) is None
+    assert backlog(_table(arrival, scheduled), STEP_S) is None
+
+
+def test_a_parallel_sampling_requests_sequences_are_one_request() -> None:
+    # the saturated case's requests, each as 4 sequences (rows) of one parent: 50 requests wait
+    # at the end, not 200 rows, of the 50 requests arrived since the middle
+    arrival = [float(i) for i in range(100) for _ in range(4)]
+    scheduled = [2.0 * i for i in range(100) for _ in range(4)]
+    parents = [i for i in range(100) for _ in range(4)]
+    assert backlog(_table(arrival, scheduled, parents), STEP_S) == Backlog(99.0, 50, 50)

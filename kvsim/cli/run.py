@@ -126,7 +126,9 @@ def run(
         if results.replicas is not None:
             print_whole(replica_table(results.replicas))
         if cfg.workload.max_concurrency is None:  # (a closed loop's users wait their turn)
-            note_saturation(results)
+            from kvsim.workload.generate import resolved_workload
+
+            note_saturation(results, resolved_workload(cfg.workload).arrival)
         if out is not None:
             from kvsim.results.replace import save_replacing
 
@@ -152,29 +154,37 @@ def _why_no_map(cfg: object, out: Path | None) -> str:
     return ""
 
 
-def note_saturation(results: Results) -> None:
-    """Warn where the arrivals outpaced the engine (``kvsim.results.saturation.backlog``)."""
+def note_saturation(results: Results, arrival: str | None) -> None:
+    """Warn where the arrivals outpaced the engine (``kvsim.results.saturation.backlog``);
+    ``arrival``: the workload's (``"trace"``: the trace's own times, which its time scale
+    stretches)."""
     from kvsim.results.saturation import backlog
+    from kvsim.view.summary import format_metric
 
-    found = backlog(
-        results.request_columns(
-            "arrival_time_s", "first_scheduled_time_s", "request_inference_time_seconds"
-        )
-    )
+    summary = results.summary
+    steps = summary.get("num_steps") or 0
+    step_s = float(summary.get("duration_s") or 0.0) / steps if steps else 0.0
+    names = ("req_id", "parent_id", "arrival_time_s", "first_scheduled_time_s")
+    found = backlog(results.request_columns(*names), step_s)
     if found is None:
         return
-    ttft = results.summary.get("time_to_first_token_seconds_p50")
+    ttft = summary.get("time_to_first_token_seconds_p50")
+    slower = (
+        "raise workload.time_scale (it stretches the trace's own times)"
+        if arrival == "trace"
+        else "lower workload.rate_per_s"
+    )
     logging.getLogger("kvsim.cli").warning(
-        "past saturation: when the last request arrived (%s s), %s of the %s were still "
-        "waiting. The engine served fewer "
-        "requests a second than arrived, so its queue and TTFT (p50 %s s here) grow with the "
-        "run's length rather than measure the engine: lower workload.rate_per_s (or raise "
-        "workload.time_scale for a trace's own times), or see the largest rate meeting a target "
-        "with kvsim plan --largest rate",
+        "past saturation: when the last request arrived (%s s), %s were still waiting (%s "
+        "arrived in the arrival window's second half), and no fewer three quarters of the way "
+        "through. The engine served fewer requests a second than arrived, so its queue and TTFT "
+        "(p50 %s here) grow with the run's length rather than measure the engine: %s, or see "
+        "the largest rate meeting a target with kvsim plan --largest rate",
         f"{found.last_arrival_s:,.0f}",
-        f"{found.waiting:,}",
-        plural(int(results.summary["num_requests"]), "request"),
-        "-" if ttft is None else f"{ttft:,.0f}" if ttft >= 100 else f"{ttft:.3g}",
+        plural(found.waiting, "request"),
+        f"{found.second_half:,}",
+        format_metric("time_to_first_token_seconds_p50", ttft),
+        slower,
     )
 
 

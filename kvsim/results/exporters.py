@@ -320,7 +320,7 @@ def _gauges(df: pd.DataFrame, summary: dict[str, object], labels: list[str]) -> 
 
 def _histograms(df: pd.DataFrame, labels: list[str], max_model_len: int) -> Iterator[Metric]:
     token_buckets = tuple(float(b) for b in one_two_five_buckets(max_model_len))
-    tpot = df["request_time_per_output_token_seconds"].fillna(0.0)
+    tpot = df["request_time_per_output_token_seconds"]  # (0 for a one-token output; NaN: not run)
     per_request: dict[str, tuple[pd.Series, tuple[float, ...], str]] = {
         "time_to_first_token_seconds": (
             df["time_to_first_token_seconds"], TTFT_BUCKETS_S, "Time to first token, s."

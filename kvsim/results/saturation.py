@@ -1,11 +1,12 @@
-"""Whether a run's arrivals outpaced its engine: the queue at the last arrival.
+"""Whether a run's arrivals outpaced its engine: its queue over the last half of the arrivals.
 
 An engine past saturation serves fewer requests a second than arrive, so its queue grows for as
 long as requests keep arriving, and every latency percentile grows with the run's length rather
 than measuring the engine. ``backlog`` reads it from the request table: the requests still
-waiting (not yet scheduled) when the last one arrived, against those that arrived in the second
-half of the arrival window. A stable engine's queue is a few requests at any moment; a saturated
-one's holds a share of everything that arrived since it saturated.
+waiting (not yet scheduled) three quarters of the way through the arrival window and at its
+end, against those that arrived since its middle. A stable engine's queue is a few requests at
+any moment; a saturated one's holds a share of everything that arrived since it saturated, and
+more at the end than at three quarters (a burst of arrivals at the very end is no trend).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-BACKLOG_SHARE = 0.1  # waiting at the last arrival, of the second half's arrivals
+BACKLOG_SHARE = 0.1  # waiting, of the arrivals since the window's middle
 MIN_BACKLOG = 10  # requests (a handful waiting is a burst, not a trend)
-MIN_SPAN_SERVICE = 10.0  # arrival window over the median request's own service time
+MIN_SPAN_STEPS = 100  # the arrival window, in the run's mean engine steps: a batch is not judged
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,8 @@ class Backlog:
 
     Attributes:
         last_arrival_s: the last request's arrival time (simulated s).
-        waiting: requests that had arrived and were not yet scheduled then.
+        waiting: requests that had arrived and were not yet scheduled then (a parallel-sampling
+            request's sequences count once).
         second_half: requests that arrived in the second half of the arrival window.
     """
 
@@ -41,33 +44,60 @@ class Backlog:
         return self.waiting / max(self.second_half, 1)
 
 
-def backlog(requests: Mapping[str, Any]) -> Backlog | None:
+def backlog(requests: Mapping[str, Any], step_s: float) -> Backlog | None:
     """The run's queue at its last arrival where it shows saturation, else ``None``.
 
-    Saturated: at least ``MIN_BACKLOG`` requests, and ``BACKLOG_SHARE`` of those that arrived
-    in the second half of the arrival window, were still waiting (not yet scheduled) when the
-    last request arrived. Arrivals that all come at once (an offline batch, whose queue is the
-    point) are not judged: the window must span ``MIN_SPAN_SERVICE`` times the median request's
-    time in the engine (``request_inference_time_seconds``). Rejected requests (never
-    scheduled: NaN) do not count as waiting.
+    Saturated: at three quarters of the arrival window and at its end, at least ``MIN_BACKLOG``
+    requests, and ``BACKLOG_SHARE`` of those that arrived since the window's middle, were still
+    waiting (not yet scheduled), and no fewer at the end. Arrivals that come within
+    ``MIN_SPAN_STEPS`` engine steps (an offline batch, whose queue is the point) are not judged.
+    Rejected requests (never scheduled: NaN) do not wait; the sequences of one parallel-sampling
+    request (``parent_id``) are one request.
 
     Args:
         requests: the run's request columns (``Results.request_columns``, or its table):
-            ``arrival_time_s``, ``first_scheduled_time_s``, ``request_inference_time_seconds``,
-            one value a request.
+            ``req_id``, ``parent_id`` (masked or NaN: none), ``arrival_time_s``,
+            ``first_scheduled_time_s``, one value a row.
+        step_s: the run's mean engine step (s: ``duration_s / num_steps``).
     """
-    arrivals = np.asarray(requests["arrival_time_s"], dtype=float)
-    if not len(arrivals):
+    arrivals = np.asarray(requests["arrival_time_s"], dtype=np.float64)
+    if not len(arrivals) or not step_s > 0:
         return None
     first, last = float(arrivals.min()), float(arrivals.max())
-    service = np.asarray(requests["request_inference_time_seconds"], dtype=float)
-    ran = service[~np.isnan(service)]
-    if not len(ran) or not last - first >= MIN_SPAN_SERVICE * float(np.median(ran)):
+    if not last - first >= MIN_SPAN_STEPS * step_s:
         return None
-    scheduled = np.asarray(requests["first_scheduled_time_s"], dtype=float)
-    waiting = int(np.count_nonzero((arrivals <= last) & (scheduled > last)))  # (NaN: False)
-    second_half = int(np.count_nonzero(arrivals > (first + last) / 2))
-    found = Backlog(last, waiting, second_half)
-    if waiting >= MIN_BACKLOG and found.share >= BACKLOG_SHARE:
-        return found
+    scheduled = np.asarray(requests["first_scheduled_time_s"], dtype=np.float64)
+    owner = _owners(requests)
+    middle = (first + last) / 2
+
+    def waiting_at(t: float) -> tuple[int, int]:  # (waiting, arrived since the middle)
+        queued = (arrivals <= t) & (scheduled > t)  # (NaN: False)
+        recent = (arrivals > middle) & (arrivals <= t)
+        return len(np.unique(owner[queued])), len(np.unique(owner[recent]))
+
+    def shows(waiting: int, recent: int) -> bool:
+        return waiting >= MIN_BACKLOG and waiting >= BACKLOG_SHARE * recent
+
+    early = waiting_at(first + 0.75 * (last - first))
+    end = waiting_at(last)
+    if shows(*early) and shows(*end) and end[0] >= early[0]:
+        return Backlog(last, *end)
     return None
+
+
+def _owners(requests: Mapping[str, Any]) -> npt.NDArray[np.int64]:
+    """Each row's request: ``-1 - parent_id`` where it has one (a sequence of a parallel-sampling
+    request; parent ids are numbered apart from the rows' ids), else its own ``req_id``."""
+    ids = np.asarray(requests["req_id"], dtype=np.int64)
+    if "parent_id" not in requests:
+        return ids
+    parent = requests["parent_id"]
+    if isinstance(parent, np.ma.MaskedArray):
+        none = np.ma.getmaskarray(parent)
+        values = np.ma.getdata(parent)
+    else:  # (a table's nullable column)
+        values = np.asarray(parent, dtype=np.float64)
+        none = np.isnan(values)
+    parents = -1 - np.nan_to_num(values).astype(np.int64)
+    out: npt.NDArray[np.int64] = np.where(none, ids, parents)
+    return out

@@ -113,11 +113,22 @@ class Results:
 
     def request_columns(self, *names: str) -> dict[str, npt.NDArray[Any]]:
         """The named request columns as arrays, without building the table where it is not
-        built yet (no pandas import for a run that only wants its summary)."""
+        built yet (no pandas import for a run that only wants its summary); ``parent_id`` is a
+        masked array there, float64 with NaN for none from a built table."""
         if self._requests is None:
             assert self._request_columns is not None
-            return {name: np.asarray(self._request_columns[name]) for name in names}
-        return {name: self._requests[name].to_numpy() for name in names}
+            return {name: self._request_columns[name] for name in names}  # (parent_id: masked)
+        import pandas as pd  # (built: imported already)
+
+        out = {}
+        for name in names:
+            column = self._requests[name]
+            nullable = isinstance(column.dtype, pd.api.extensions.ExtensionDtype)
+            # (a nullable column, parent_id: float64 with NaN for none)
+            out[name] = (
+                column.to_numpy(np.float64, na_value=np.nan) if nullable else column.to_numpy()
+            )
+        return out
 
     @property
     def memory(self) -> pd.DataFrame:
@@ -260,8 +271,9 @@ def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
     """Per-request DataFrame with vLLM's latency columns (seconds).
 
     ``request_time_per_output_token_seconds`` is decode time / (output tokens - 1) (vLLM's
-    TPOT; NaN for one-token outputs); ``normalized_latency_seconds`` is E2E / output tokens (the
-    PagedAttention paper's Figure 12 metric).
+    TPOT; 0 for a one-token output, whose decode time is 0, as vLLM 0.34.0 records it:
+    ``IterationStats.update_from_finished_request``); ``normalized_latency_seconds`` is E2E /
+    output tokens (the PagedAttention paper's Figure 12 metric).
     """
     return request_frame_from_rows(request_rows(requests))
 
@@ -280,7 +292,7 @@ def request_frame_from_rows(rows: list[list[Any]]) -> pd.DataFrame:
     )
     for name, (end, start) in LATENCY_INTERVALS.items():
         df[name] = df[end] - df[start]
-    decode_tokens = (df["output_tokens"] - 1).where(df["output_tokens"] > 1)
+    decode_tokens = (df["output_tokens"] - 1).clip(lower=1)  # (a one-token output: 0 / 1 = 0)
     df["request_time_per_output_token_seconds"] = df["request_decode_time_seconds"] / decode_tokens
     df["normalized_latency_seconds"] = df["e2e_request_latency_seconds"] / df["output_tokens"]
     return df
@@ -294,7 +306,7 @@ def request_table_columns(columns: Columns) -> Columns:
     for name, (end, start) in LATENCY_INTERVALS.items():
         cols[name] = cols[end] - cols[start]
     output = cols["output_tokens"]
-    decode_tokens = np.where(output > 1, (output - 1).astype(np.float64), np.nan)
+    decode_tokens = np.maximum(output - 1, 1).astype(np.float64)  # (one token: 0 / 1 = 0)
     cols["request_time_per_output_token_seconds"] = (
         cols["request_decode_time_seconds"] / decode_tokens
     )

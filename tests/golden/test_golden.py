@@ -16,6 +16,9 @@ decode steps went in spans was full for a fraction of the time its steps were
 left out vLLM v1's null block and a paged pool's remainder slots, as ``kv_cache_usage_perc``
 does (``tests/test_engine.py`` works a case by hand); the two TP-4 cases, whose budget an H100
 derives, were recorded again whole when the H100 preset took CUDA's device total (81,089 MiB).
+The ``request_time_per_output_token_seconds`` statistics of the two Mooncake bench runs were
+recorded again (only they) when a one-token output's TPOT became 0, as vLLM records it, rather
+than left out (the trace has one-token outputs; ``tests/test_exporters.py`` works a case).
 ``record.py`` writes them; ``compare.py`` prints a full difference. Every metric of a golden
 summary must keep its value (floats to 1e-9 relative: a change of summation order is not a
 change of result); metrics added since (the fleet's cost and goodput)
