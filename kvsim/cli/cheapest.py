@@ -159,7 +159,7 @@ def run_cheapest_command(
     from kvsim.study.plan import plan_folder
 
     folder = plan_folder(out, plan_name, quick=bool(quick))
-    say_if_another_answer_goes(folder, (None, None, {t.metric: t.bound for t in targets}))
+    say_if_another_answer_goes(folder, (None, None, {t.metric: t.bound for t in targets}, None))
     console.print(
         f"plan {plan_name}: the cheapest of {plural(len(options), 'fleet kind')} ("
         f"{', '.join(gpu_names)} x TP {', '.join(map(str, sizes))}"

@@ -546,11 +546,12 @@ def refuse_results(path: Path, expected: str) -> None:
 
 
 def say_if_another_answer_goes(
-    folder: Path, question: tuple[str | None, str | None, dict[str, float]]
+    folder: Path,
+    question: tuple[str | None, str | None, dict[str, float], float | None],
 ) -> None:
     """Warn when ``folder`` holds the answer to another question than ``question``, ``(field,
-    direction, targets)`` (``(None, None, targets)`` for ``--cheapest``), which this answer
-    replaces."""
+    direction, targets, min_window_s)`` (``(None, None, targets, None)`` for ``--cheapest``),
+    which this answer replaces."""
     from kvsim.base.textfile import read_json
 
     try:
@@ -559,11 +560,14 @@ def say_if_another_answer_goes(
         return
     if not isinstance(earlier, dict):
         return
-    asked = (earlier.get("field"), earlier.get("direction"), earlier.get("targets"))
+    window = earlier.get("min_window_s")
+    asked = (earlier.get("field"), earlier.get("direction"), earlier.get("targets"), window)
     if asked == question:
         return
     bounds = ", ".join(f"{m} <= {b:g}" for m, b in (earlier.get("targets") or {}).items())
     what = "the cheapest fleet" if asked[0] is None else f"{asked[1]} {asked[0]}"
+    if isinstance(window, (int, float)):
+        bounds += f" over at least {window:g} s of arrivals"
     logging.getLogger("kvsim.cli").warning(
         "plan %s: replacing the answer in %s/ to another question (%s with %s); give another "
         "--name to keep it",

@@ -9,6 +9,7 @@ that meets latency targets, by bisection over cached sweep points.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -310,11 +311,20 @@ def plan(
             )
         if name:
             the_plan = dataclasses.replace(the_plan, name=name)
+        if quick and the_plan.min_window_s is not None:  # (the quick settings draw the arrivals)
+            if min_window_s is not None:
+                logging.getLogger("kvsim.cli").warning(
+                    "plan: --window is not read with --quick (the plan's quick settings draw "
+                    "each point's arrivals)"
+                )
+            the_plan = dataclasses.replace(the_plan, min_window_s=None)
         _keep_other_plans_answers(the_plan.name, path if is_plan else None, out, quick)
         _check_targets(the_plan.targets)
         bounds = {t.metric: t.bound for t in the_plan.targets}
         folder = plan_folder(out, the_plan.name, quick=quick)
-        say_if_another_answer_goes(folder, (the_plan.field, the_plan.direction, bounds))
+        say_if_another_answer_goes(
+            folder, (the_plan.field, the_plan.direction, bounds, the_plan.min_window_s)
+        )
         the_plan.check_field()
         console.print(
             f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "

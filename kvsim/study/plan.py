@@ -36,6 +36,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.base.build import source_build
+from kvsim.base.limits import MAX_NUM_REQUESTS
 from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
@@ -257,9 +258,10 @@ class Plan:
         """
         from kvsim.config.ignored import moot_reason
 
-        try:  # (config_from_dict works on a copy: ``self.base`` stays as it is)
+        try:  # (config_from_dict works on a copy: ``self.base`` stays as it is; the run
+            # warns of its ignored settings, not this check)
             config = config_from_dict(
-                self.base, {self.field: self.value(self.hi)}, varied=self.varied
+                self.base, {self.field: self.value(self.hi)}, varied=self.varied, warn=False
             )
         except ValueError as err:
             message = str(err)
@@ -268,6 +270,24 @@ class Plan:
                     f"plan: {self.field!r} is not a config field ({message.splitlines()[0]})"
                 ) from None
             return
+        if self.field == RATE_FIELD and config.workload.max_concurrency is not None:
+            raise ValueError(
+                f"plan: {RATE_FIELD} under workload.max_concurrency = "
+                f"{config.workload.max_concurrency} (a closed loop: each user sends its next "
+                "request when the last one ends) only caps the arrivals, so a largest rate says "
+                "nothing of the load served; unset workload.max_concurrency for open-loop "
+                "arrivals, or plan workload.max_concurrency itself (--largest "
+                "workload.max_concurrency --lo 1 --hi N)"
+            )
+        drawn = config.workload
+        if self.field == RATE_FIELD and self.min_window_s is not None:  # (as ``config`` draws)
+            need = math.ceil(self.hi * self.min_window_s / drawn.time_scale * drawn.num_turns)
+            if need > MAX_NUM_REQUESTS:
+                raise ValueError(
+                    f"plan: --window {self.min_window_s:g} s at --hi {self.hi:g} req/s draws "
+                    f"{need:,} requests, over the {MAX_NUM_REQUESTS:,} a run holds; lower --hi "
+                    "or --window"
+                )
         why = moot_reason(config, self.base, self.field)
         if why is None and self.lo < self.hi:  # the low end, else the middle where it is invalid
             for x in (self.lo, math.sqrt(self.lo * self.hi)):
@@ -302,12 +322,15 @@ class Plan:
         overrides = {**(self.quick if quick else {}), self.field: self.value(x)}
         if self.min_window_s is not None and not quick:
             drawn = config_from_dict(data, overrides, warn=False).workload  # (on a copy)
-            count = drawn.num_requests or DEFAULT_NUM_REQUESTS
-            overrides["workload.num_requests"] = max(
-                count, math.ceil(self.value(x) * self.min_window_s)
-            )
-            if drawn.duration_s is not None and drawn.duration_s < self.min_window_s:
-                overrides["workload.duration_s"] = self.min_window_s  # (it would stop arrivals)
+            window = self.min_window_s
+            if drawn.duration_s is None or drawn.num_requests is not None:  # a count ends it
+                # the requests arriving in the window (WorkloadSpec's expected count: the time
+                # scale stretches inter-arrival times, each conversation has num_turns)
+                need = math.ceil(self.value(x) * window / drawn.time_scale * drawn.num_turns)
+                count = drawn.num_requests or DEFAULT_NUM_REQUESTS
+                overrides["workload.num_requests"] = max(count, need)
+            if drawn.duration_s is not None and drawn.duration_s < window:
+                overrides["workload.duration_s"] = window  # (it would stop arrivals)
         return {"data": data, "overrides": overrides}
 
 

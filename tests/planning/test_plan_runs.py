@@ -857,3 +857,76 @@ def test_the_cheapest_fleet_named_as_a_plan_says_it_replaces_its_answer(
     said = [r.getMessage() for r in caplog.records if "replacing the answer" in r.getMessage()]
     assert len(said) == 1
     assert f"(smallest cache.kv_cache_gib with {T99} <= 2)" in said[0]
+
+
+def test_a_window_leaves_a_configs_own_duration_as_the_arrivals_end() -> None:
+    # workload.duration_s = 1,200 s with no count draws every arrival in 1,200 s (4,800 at
+    # 4 req/s); setting num_requests = max(1,000, 4 x 100) = 1,000 cut it to 250 s
+    plan = dataclasses.replace(
+        _rate_plan(min_window_s=100.0), base={"workload": {"duration_s": 1200.0}}
+    )
+    assert plan.config(4.0)["overrides"] == {"workload.rate_per_s": 4.0}
+    short = dataclasses.replace(plan, base={"workload": {"duration_s": 50.0}})
+    assert short.config(4.0)["overrides"] == {
+        "workload.rate_per_s": 4.0,
+        "workload.duration_s": 100.0,  # raised to the window, still no count
+    }
+
+
+def test_a_window_counts_the_arrivals_a_time_scale_squeezes_into_it() -> None:
+    # time_scale 0.25 multiplies inter-arrival times by a quarter: 10 req/s arrive at 40 a
+    # simulated second, so 600 s of arrivals are 10 x 600 / 0.25 = 24,000 requests (not 6,000)
+    plan = dataclasses.replace(
+        _rate_plan(min_window_s=600.0),
+        base={"workload": {"preset": "alpaca_like", "num_requests": 1000, "time_scale": 0.25}},
+    )
+    assert plan.config(10.0)["overrides"]["workload.num_requests"] == 24_000
+
+
+def test_a_rate_plan_refuses_a_closed_loop_and_a_window_past_the_request_limit() -> None:
+    closed = dataclasses.replace(
+        _rate_plan(), base={"workload": {"max_concurrency": 4, "num_requests": 100}}
+    )
+    with pytest.raises(ValueError, match="only caps the arrivals"):
+        closed.check_field()
+    # 3 req/s x 700,000 s = 2,100,000 requests, over the 1,000,000 a run holds: the points
+    # above 1,000,000 / 700,000 = 1.43 req/s were "fails" with an invalid config
+    huge = dataclasses.replace(_rate_plan(min_window_s=700_000.0), lo=1.2, hi=3.0)
+    with pytest.raises(ValueError, match="draws 2,100,000 requests, over the 1,000,000"):
+        huge.check_field()
+
+
+def test_a_rate_plans_window_is_part_of_its_question(tmp_path: Path, caplog) -> None:
+    # the same targets over another window replaced the answer without a word; --window under
+    # --quick (not read there) is said, and not recorded as the answer's window
+    args = ["--largest", "rate", "--target", "normalized_latency_seconds_mean<=0.5", "--hi", "5"]
+    args += ["--set", "workload.num_requests=20", "--out", str(tmp_path), "--no-progress"]
+    code, output = _plan_cli(*args, "--window", "4")
+    assert code == 0, output
+    with caplog.at_level("WARNING", logger="kvsim"):
+        code, output = _plan_cli(*args, "--window", "8")
+    assert code == 0, output
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "replacing the answer" in said
+    assert "over at least 4 s of arrivals" in said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="kvsim"):
+        code, output = _plan_cli(*args, "--window", "8", "--quick")
+    assert code == 0, output
+    assert "--window is not read with --quick" in " ".join(r.getMessage() for r in caplog.records)
+    quick = tmp_path / "plan" / "quick" / "largest-rate_per_s" / "answer.json"
+    assert json.loads(quick.read_text())["min_window_s"] is None
+
+
+def test_a_rate_plan_on_a_traces_own_times_is_one_error(tmp_path: Path, caplog) -> None:
+    # it printed the ignored-setting warning and then the error for the same thing
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    args = ["--largest", "rate", "--target", "normalized_latency_seconds_mean<=0.5"]
+    args += ["--set", f"workload.trace={trace}", "--set", "workload.arrival=trace"]
+    args += ["--out", str(tmp_path), "--no-progress"]
+    with caplog.at_level("WARNING", logger="kvsim"):
+        code, output = _plan_cli(*args)
+    assert code == 2, output
+    assert "has no effect on this config" in output
+    assert not [r for r in caplog.records if "rate_per_s" in r.getMessage()]
