@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -78,6 +79,11 @@ def preset_table(kind: str) -> dict[str, dict[str, Any]]:
 def resolve_preset(kind: str, value: Any) -> Any:
     """Turn a preset name (``"opt-13b"``) or ``{preset = "opt-13b", ...}`` into field values
     (a table given for a table field, such as ``attention``, overrides its keys one by one)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # (--set gpu=4090)
+        raise ValueError(
+            f"a {kind[:-1]} preset's name or a table, got the number {value!r}"
+            + preset_hint(kind, str(value), preset_table(kind))
+        )
     if isinstance(value, str):
         value = {"preset": value}
     if isinstance(value, dict) and "preset" in value:
@@ -86,21 +92,32 @@ def resolve_preset(kind: str, value: Any) -> Any:
         if name not in presets:
             raise ValueError(
                 f"unknown {kind[:-1]} preset {name!r}; choose from {sorted(presets)}"
-                + _preset_hint(kind, name, presets)
+                + preset_hint(kind, name, presets)
             )
         rest = {k: v for k, v in value.items() if k != "preset"}
         return overlaid({"name": name, **presets[name]}, rest)
     return value
 
 
-def _preset_hint(kind: str, name: str, presets: dict[str, Any]) -> str:
-    """``"; did you mean 'h100-80gb'?"`` for a name one preset begins (``h100``) or the end of a
-    Hugging Face repository id begins (``meta-llama/Llama-3.1-8B-Instruct``); for a model
-    named by a repository id, how to read its ``config.json``."""
-    short = name.rsplit("/", 1)[-1]
-    begun = [p for p in presets if p.startswith(short)]  # (one only: "llama" names none)
-    close = begun if len(begun) == 1 else [p for p in presets if short.startswith(p)]
-    hint = f"; did you mean {max(close, key=len)!r}?" if close else ""
+def preset_hint(kind: str, name: str, presets: Iterable[str]) -> str:
+    """``"; did you mean 'h100-80gb'?"`` for a misnamed preset: the presets ``name`` begins (up
+    to three: ``a100``), else the one it extends (``meta-llama/Llama-3.1-8B-Instruct``: the end
+    of a Hugging Face repository id, lowercased), else those holding it (``4090``), else the
+    closest spelling (``difflib``); for a model named by a repository id, also how to read its
+    ``config.json``. ``kind``: ``"models"``, ``"gpus"``, ``"workloads"``."""
+    import difflib
+
+    names = sorted(presets)
+    short = name.lower().rsplit("/", 1)[-1]
+    close = [p for p in names if p.startswith(short)]
+    if len(close) > 3:  # (too short a name to guess: "llama")
+        close = []
+    elif not close:
+        extends = [p for p in names if short.startswith(p)]
+        close = [max(extends, key=len)] if extends else [p for p in names if short in p]
+        if not close or len(close) > 3:
+            close = difflib.get_close_matches(short, names, n=1)
+    hint = f"; did you mean {' or '.join(repr(p) for p in close)}?" if close else ""
     if kind == "models" and "/" in name:
         hint += ' (a Hugging Face model: model.hf_config = "path/to/config.json")'
     return hint

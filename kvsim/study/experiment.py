@@ -30,6 +30,7 @@ from kvsim.config import SimConfig, apply_overrides, config_from_dict
 from kvsim.config.file_kinds import EXPERIMENT_KEYS, check_kind
 from kvsim.study.analysis import check_analysis
 from kvsim.workload import workloads_dir
+from kvsim.workload.spec import missing_preset
 
 logger = logging.getLogger(__name__)
 LABEL = "label"
@@ -187,10 +188,7 @@ def resolve_workload_preset(
     name = str(workload.pop("preset"))
     path = Path(name) if name.endswith(".toml") else workloads_dir() / f"{name}.toml"
     if not path.is_file():
-        from kvsim.presets import names as preset_names
-
-        names = preset_names(workloads_dir())
-        raise FileNotFoundError(f"workload.preset: no preset {name!r} ({path}); presets: {names}")
+        raise missing_preset(name, path)
     if presets is None:
         table = read_toml(path)
     else:

@@ -371,6 +371,20 @@ def workloads_dir() -> Path:
     return shipped()
 
 
+def missing_preset(name: str, path: Path) -> FileNotFoundError:
+    """The error for a workload preset ``name`` (or a file, ``path``) that does not exist: the
+    presets to choose from and the closest names (``kvsim.config.hardware.preset_hint``)."""
+    from kvsim.config.hardware import preset_hint
+    from kvsim.presets import names as preset_names
+
+    if Path(name).suffix:  # (a file of the user's: its path says where it was looked for)
+        return FileNotFoundError(f"no such workload file {str(path)!r}")
+    names = preset_names(workloads_dir())
+    return FileNotFoundError(
+        f"no workload preset {name!r}; choose from {names}" + preset_hint("workloads", name, names)
+    )
+
+
 def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:
     """Load a TOML preset as a :class:`WorkloadSpec`.
 
@@ -392,10 +406,7 @@ def load_workload(preset: str | Path, **overrides: Any) -> WorkloadSpec:
     if not path.suffix and not path.exists():
         path = workloads_dir() / f"{preset}.toml"
     if not path.is_file():
-        from kvsim.presets import names as preset_names
-
-        names = preset_names(workloads_dir())
-        raise FileNotFoundError(f"No workload preset {str(preset)!r} ({path}); presets: {names}")
+        raise missing_preset(str(preset), path)
     table = read_toml(path)
     others = sorted(set(table) - {"workload"})
     if "workload" in table and others:  # (its [workload] taken, the rest would be dropped)

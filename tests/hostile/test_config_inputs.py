@@ -385,6 +385,16 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     # a preset name's beginning, a repository id ending in a preset's name, and several
     # presets begun (no guess)
     "gpu_short_name": (["gpu=h100"], ["did you mean 'h100-80gb'?"]),
+    "gpu_two_begun": (["gpu=a100"], ["did you mean 'a100-40gb' or 'a100-80gb'?"]),
+    "gpu_a_number": (["gpu=4090"], ["got the number 4090; did you mean 'rtx-4090'?"]),
+    "workload_preset_begun": (
+        ["workload=sharegpt"],
+        ["no workload preset 'sharegpt'", "did you mean 'sharegpt_like' or 'sharegpt_paper'?"],
+    ),
+    "hf_repository_id_spelt_otherwise": (
+        ["model=meta-llama/Meta-Llama-3.1-8B"],
+        ["did you mean 'llama-3.1-8b'?"],
+    ),
     "hf_repository_id": (
         ["model=meta-llama/Llama-3.1-8B-Instruct"],
         ["did you mean 'llama-3.1-8b'?", 'model.hf_config = "path/to/config.json"'],
@@ -464,7 +474,7 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
     # a preset's name would do as well as a table (it said "a table" only)
     "gpu_is_number": (
         b"gpu = 5\n",
-        ["cfg.toml line 1", "gpu: Input should be a table or a preset name, got 5"],
+        ["cfg.toml line 1", "gpu: a gpu preset's name or a table, got the number 5"],
     ),
     "cache_is_number": (
         b"cache = 5\n",
@@ -900,3 +910,11 @@ def test_hf_config_may_be_a_path_object(tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(fields))
     assert ModelSpec.model_validate({"hf_config": path}).num_layers == 4
+
+
+def test_a_name_many_presets_begin_gets_no_guess() -> None:
+    # "llama" begins four model presets: the list is the answer, not one of them
+    from kvsim.config.hardware import preset_hint, preset_table
+
+    assert preset_hint("models", "llama", preset_table("models")) == ""
+    assert preset_hint("gpus", "h100", preset_table("gpus")) == "; did you mean 'h100-80gb'?"

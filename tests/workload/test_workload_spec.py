@@ -79,7 +79,7 @@ def test_load_workload_by_name_with_overrides_and_table(tmp_path: Path) -> None:
     nested = tmp_path / "nested.toml"
     nested.write_text('[workload]\nlengths = "fixed"\nrate_per_s = 3.0\n')
     assert load_workload(nested) == WorkloadSpec(lengths="fixed", rate_per_s=3.0)
-    with pytest.raises(FileNotFoundError, match="No workload preset 'nope'"):
+    with pytest.raises(FileNotFoundError, match="no workload preset 'nope'"):
         load_workload("nope")
 
 
