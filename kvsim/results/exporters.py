@@ -7,7 +7,8 @@
   ``vidur/entities/request.py``), seconds and tokens, so Vidur's analysis scripts read kvsim runs.
 - :func:`prometheus_snapshot`: the run's final counters, gauges and histograms under vLLM's
   metric names and bucket boundaries (``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``,
-  vLLM v0.20.0), in the Prometheus text format, built with ``prometheus_client``.
+  and ``vllm/v1/metrics/buckets.py``, vLLM 0.34.0), in the Prometheus text format, built with
+  ``prometheus_client``.
 
 ``write_exports(results, folder)`` writes both (``request_metrics.csv``, ``metrics.prom``).
 """
@@ -56,7 +57,7 @@ VIDUR_REQUEST_COLUMNS = (
     "request_pd_ratio",
     "request_num_restarts",
 )
-# vLLM v0.20.0 vllm/v1/metrics/loggers.py, PrometheusStatLogger.__init__, seconds
+# vLLM 0.34.0 vllm/v1/metrics/buckets.py (TIME_TO_FIRST_TOKEN_BUCKETS ...), seconds
 TTFT_BUCKETS_S = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
@@ -144,7 +145,7 @@ def prometheus_snapshot(results: Results) -> str:
     Counters (tokens, except preemptions; exported with the ``_total`` suffix):
     ``vllm:num_preemptions`` (the run's count), ``vllm:prompt_tokens`` (whole prompts, cached
     tokens included, once per request), ``vllm:generation_tokens``, ``vllm:prompt_tokens_cached``
-    and, as vLLM v0.33.0 counts them once per admitted request (preempted re-admissions apart),
+    and, as vLLM 0.34.0 counts them once per admitted request (preempted re-admissions apart),
     ``vllm:prefix_cache_queries`` (prompt tokens of every request when prefix caching is on, else
     0) and ``vllm:prefix_cache_hits`` (their cached tokens found on the GPU); with a CPU tier,
     ``vllm:external_prefix_cache_queries`` and ``vllm:external_prefix_cache_hits`` (the KV
