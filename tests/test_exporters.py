@@ -160,6 +160,11 @@ def test_prometheus_by_hand(hand_run: Results) -> None:
     }
     for name, value in gauges.items():
         assert _sample(families[name], **labels) == value
+    # preemptions per request 0, 1, 0 in vLLM 0.34.0's buckets (1, 2, 3, 4, 5, 10, 20)
+    preempted = families["vllm:request_num_preemptions"]
+    assert list(_buckets(preempted)) == ["1.0", "2.0", "3.0", "4.0", "5.0", "10.0", "20.0", "+Inf"]
+    assert _buckets(preempted)["1.0"] == 3
+    assert (_sample(preempted, "_count"), _sample(preempted, "_sum")) == (3, 1)
     ttft = families["vllm:time_to_first_token_seconds"]
     assert [float(le) for le in _buckets(ttft) if le != "+Inf"] == VLLM_TTFT_BUCKETS
     # TTFT 0.0625, 0.75, 3.0: none <= 0.06, one <= 0.08, two <= 0.75 (inclusive), three <= 5

@@ -66,6 +66,8 @@ TOKEN_LATENCY_BUCKETS_S = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0,
 )  # fmt: skip
+# vLLM 0.34.0 vllm/v1/metrics/buckets.py REQUEST_NUM_PREEMPTIONS_BUCKETS, preemptions a request
+NUM_PREEMPTIONS_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
 REQUEST_LATENCY_BUCKETS_S = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
     240.0, 480.0, 960.0, 1920.0, 7680.0,
@@ -171,7 +173,8 @@ def prometheus_snapshot(results: Results) -> str:
     ``request_inference_time_seconds``, ``request_prefill_time_seconds``,
     ``request_decode_time_seconds``, ``request_time_per_output_token_seconds`` (0 for one-token
     outputs, as vLLM observes), ``request_prompt_tokens``, ``request_generation_tokens``,
-    ``request_prefill_kv_computed_tokens``; and ``inter_token_latency_seconds`` over output gaps
+    ``request_prefill_kv_computed_tokens``, ``request_num_preemptions``; and
+    ``inter_token_latency_seconds`` over output gaps
     (``kvsim.results.metrics.output_gaps``: one a step after the first that returned a
     request's tokens, a verification's several counting once). kvsim keeps no per-token times
     (it fast-forwards decode
@@ -350,6 +353,9 @@ def _histograms(df: pd.DataFrame, labels: list[str], max_model_len: int) -> Iter
             df["prompt_tokens"] - df["num_cached_tokens"],
             token_buckets,
             "Prompt tokens computed (cache hits excluded).",
+        ),
+        "request_num_preemptions": (
+            df["num_preemptions"], NUM_PREEMPTIONS_BUCKETS, "Times a request was preempted."
         ),
     }  # fmt: skip
     for name, (values, buckets, doc) in per_request.items():
