@@ -779,3 +779,21 @@ def test_a_run_past_saturation_says_so_and_a_stable_one_does_not(
         result = runner.invoke(app, ["run", *fixed, *few])
     assert result.exit_code == 0, result.output
     assert "saturation" not in " ".join(r.getMessage() for r in caplog.records)
+
+
+def test_a_sweep_names_its_points_past_saturation(tmp_path: Path, caplog) -> None:
+    # the saturation test's two rates as a sweep: only the 60 req/s point is named
+    experiment = tmp_path / "rates.toml"
+    experiment.write_text(
+        'name = "rates"\n[base.workload]\nlengths = "fixed"\nfixed_prompt_tokens = 512\n'
+        "fixed_output_tokens = 64\nnum_requests = 3000\n[grid]\n"
+        '"workload.rate_per_s" = [1.0, 60.0]\n'
+    )
+    with caplog.at_level("WARNING", logger="kvsim"):
+        result = runner.invoke(
+            app, ["sweep", str(experiment), "--out", str(tmp_path / "out"), "--no-progress"]
+        )
+    assert result.exit_code == 0, result.output
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "past saturation" in said
+    assert "1 of 2 points: workload.rate_per_s = 60.0" in said

@@ -76,3 +76,20 @@ def test_a_parallel_sampling_requests_sequences_are_one_request() -> None:
     scheduled = [2.0 * i for i in range(100) for _ in range(4)]
     parents = [i for i in range(100) for _ in range(4)]
     assert backlog(_table(arrival, scheduled, parents), STEP_S) == Backlog(99.0, 50, 50)
+
+
+def test_the_summary_says_whether_a_run_was_past_saturation() -> None:
+    # OPT-13B on an A100-40GB, 512-token prompts and 64 output tokens (as tests/test_cli.py):
+    # 60 req/s is far past what it serves, 1 req/s well under it; a closed loop is not judged
+    from kvsim.config import config_from_dict
+    from kvsim.fleet import simulate
+
+    fixed = {"lengths": "fixed", "fixed_prompt_tokens": 512, "fixed_output_tokens": 64}
+
+    def judged(**workload: object) -> object:
+        config = config_from_dict({"workload": {**fixed, **workload}})
+        return simulate(config).summary["past_saturation"]
+
+    assert judged(rate_per_s=60.0, num_requests=3000) is True
+    assert judged(rate_per_s=1.0, num_requests=300) is False
+    assert judged(max_concurrency=64, num_requests=300) is None

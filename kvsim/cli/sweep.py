@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from kvsim.base.tablefile import stored_table
+from kvsim.base.units import plural
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S
 from kvsim.cli.common import (
     NoProgress,
@@ -110,6 +111,7 @@ def sweep(
             metrics = spec.analysis.get("vs_metrics") or list(SWEEP_DEFAULT_METRICS)
             swept = spec.swept_fields(quick=quick)
             print_whole(sweep_table(report.table, swept, metrics, spec.name))
+            note_saturated_points(report.table, swept)
         console.print(
             f"{report.folder}: {len(report.table)} points in "
             f"{stored.name if stored is not None else 'summary.parquet'} "
@@ -165,3 +167,25 @@ def register(app: typer.Typer) -> None:
     """Add ``sweep`` and ``plot`` to the ``kvsim`` app."""
     app.command("sweep")(sweep)
     app.command("plot")(plot)
+
+
+def note_saturated_points(table: Any, swept: list[str]) -> None:
+    """Warn of the points whose run was past saturation (the summary's ``past_saturation``:
+    ``kvsim.results.saturation``), named by label or swept values."""
+    if "past_saturation" not in table:
+        return
+    saturated = table[table["past_saturation"].fillna(False).astype(bool)]
+    if not len(saturated):
+        return
+    names = []
+    for _, row in saturated.iterrows():
+        label = row.get("label")
+        shown = [f"{f} = {row[f]}" for f in swept if f in row and f != "label"]
+        names.append(", ".join(([str(label)] if isinstance(label, str) else []) + shown))
+    logging.getLogger("kvsim.cli").warning(
+        "past saturation (the queue still growing at the last arrival; their latencies grow "
+        "with the run's length): %s of %s: %s",
+        len(saturated),
+        plural(len(table), "point"),
+        "; ".join(names),
+    )

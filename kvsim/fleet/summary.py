@@ -29,6 +29,7 @@ from kvsim.fleet.fleet import Fleet
 from kvsim.results import Results, build_results
 from kvsim.results.metrics import Columns, latency_stats
 from kvsim.results.money import money_summary, price_or_none
+from kvsim.results.saturation import past_saturation
 from kvsim.results.tables import engine_summary, request_table_columns
 
 if TYPE_CHECKING:
@@ -232,6 +233,9 @@ def fleet_summary(
         )
         out["kv_transfer_bytes_total"] = int(fleet.transfer_bytes)
     out["summary_window"] = "run"
+    step_s = sum(busy) / sum(steps) if sum(steps) else 0.0  # (the replicas' mean step)
+    closed_loop = config.workload.max_concurrency is not None
+    out["past_saturation"] = past_saturation(requests, step_s, closed_loop)
     out["capacity_tokens"] = config.replica_configs[0].capacity_tokens
     out["config_key"] = config.key()
     out.update(

@@ -101,3 +101,12 @@ def _owners(requests: Mapping[str, Any]) -> npt.NDArray[np.int64]:
     parents = -1 - np.nan_to_num(values).astype(np.int64)
     out: npt.NDArray[np.int64] = np.where(none, ids, parents)
     return out
+
+
+def past_saturation(requests: Mapping[str, Any], step_s: float, closed_loop: bool) -> bool | None:
+    """The summary's ``past_saturation``: whether ``backlog`` finds the run's queue growing
+    (``step_s``: the run's mean engine step, s); ``None`` for a closed loop
+    (``workload.max_concurrency``: its users wait their turn, the queue cannot outgrow them)."""
+    if closed_loop:
+        return None
+    return backlog(requests, step_s) is not None

@@ -27,6 +27,7 @@ from kvsim.results.columns import LATENCY_INTERVALS, MEMORY_COLUMNS, REQUEST_COL
 from kvsim.results.metrics import Columns, memory_shares, summarize, warn_empty_window
 from kvsim.results.money import money_summary, price_or_none
 from kvsim.results.offload import DISK_COLUMNS, TIER_COLUMNS
+from kvsim.results.saturation import past_saturation
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -417,6 +418,10 @@ def build_results(
     summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity
     summary["kv_cache_bytes"] = config.kv_cache_bytes
     summary["config_key"] = config.key()
+    closed_loop = config.workload.max_concurrency is not None
+    steps = summary["num_steps"]
+    step_s = float(summary["duration_s"]) / steps if steps else 0.0
+    summary["past_saturation"] = past_saturation(req_table, step_s, closed_loop)
     summary.update(
         money_summary(
             req_table,
