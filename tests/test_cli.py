@@ -797,3 +797,27 @@ def test_a_sweep_names_its_points_past_saturation(tmp_path: Path, caplog) -> Non
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "past saturation" in said
     assert "1 of 2 points: workload.rate_per_s = 60.0" in said
+
+
+def test_a_fleet_of_two_gpus_says_so_and_claims_no_one_pool(tmp_path: Path) -> None:
+    # replica 0 on an RTX 4090 in fp8, replica 1 the config's H100: the title named the H100
+    # alone, and the summary gave replica 0's pool (68,940 slots of 64 KiB) as the fleet's
+    config = tmp_path / "fleet.toml"
+    config.write_text(
+        'model = "llama-3.1-8b"\ngpu = "h100-80gb"\n[workload]\nnum_requests = 20\n'
+        '[fleet]\nreplicas = 2\nreplica_overrides = [{gpu = "rtx-4090", cache = '
+        '{kv_cache_dtype = "fp8"}, scheduler = {max_model_len = 4096}}]\n'
+    )
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(config), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "llama-3.1-8b on 1 rtx-4090 and 1 h100-80gb," in result.output.splitlines()[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["capacity_tokens"] is None
+    assert summary["bytes_per_token"] is None  # 64 KiB in fp8 against 128 KiB
+    assert summary["kv_cache_dtype"] is None
+    assert summary["max_model_len"] == 131_072  # the longest a replica takes (the H100's)
+    assert summary["enable_prefix_caching"] is True  # shared by both
+    report = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "r.html")])
+    assert report.exit_code == 2
+    assert "replicas hold different KV pools" in report.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -244,9 +245,17 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
             f"\nvLLM's startup log{setting}: GPU KV cache size: {capacity[0]:,} tokens, Maximum "
             f"concurrency for {cfg.max_model_len:,} tokens per request: {capacity[1]:.2f}x"
         )
+    on = f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}"
+    if fleet is not None:  # (replicas overriding their GPU or TP: each kind, counted)
+        kinds = Counter(
+            f"{r.gpu.name}" + (f" x{r.parallel.world_size}" if r.parallel.world_size > 1 else "")
+            for r in cfg.replica_configs
+        )
+        if len(kinds) > 1:
+            on = " and ".join(f"{n} {kind}" for kind, n in kinds.items())
     return (  # (the setup, the workload, then the pool, whose arithmetic is long; vLLM's line)
         f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
-        f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}, {policy}, {requests}\n"
+        f"{on}, {policy}, {requests}\n"
         f"workload: {workload_text(cfg.workload)}\n" + pools_text(cfg) + startup
     )
 

@@ -194,7 +194,12 @@ def fleet_summary(
     duration = float(np.max(finish) - np.min(arrival))
     num = len(arrival)
     out: dict[str, Any] = {"engine": config.replica_configs[0].engine_args.engine}
-    out.update(engine_summary(config.replica_configs[0]))
+    # the engine's knobs and pool where every replica shares them, else None (replicas whose
+    # overrides differ have no one value: replica 0's would read as the fleet's)
+    knobs = [engine_summary(c) for c in config.replica_configs]
+    out.update({k: v if all(o.get(k) == v for o in knobs) else None for k, v in knobs[0].items()})
+    # (the longest request the fleet takes: the longest any replica holds)
+    out["max_model_len"] = max(o["max_model_len"] for o in knobs)
     out["num_requests"] = num
     out["prompt_tokens_total"] = int(np.sum(requests["prompt_tokens"]))
     out["generation_tokens_total"] = int(np.sum(requests["output_tokens"]))
@@ -236,7 +241,8 @@ def fleet_summary(
     step_s = sum(busy) / sum(steps) if sum(steps) else 0.0  # (the replicas' mean step)
     closed_loop = config.workload.max_concurrency is not None
     out["past_saturation"] = past_saturation(requests, step_s, closed_loop)
-    out["capacity_tokens"] = config.replica_configs[0].capacity_tokens
+    pools = {c.capacity_tokens for c in config.replica_configs}
+    out["capacity_tokens"] = pools.pop() if len(pools) == 1 else None
     out["config_key"] = config.key()
     out.update(
         money_summary(

@@ -449,7 +449,7 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str
         )
     # settings given as text, below the table (its value columns are 12 characters wide)
     notes = [
-        f"{key}: A {a.get(key)}; B {b.get(key)}"
+        f"{key}: A {a.get(key) or '-'}; B {b.get(key) or '-'}"
         for key in ("engine", "preemption_mode", "layout_source")
         if a.get(key) != b.get(key)
     ]

@@ -95,6 +95,13 @@ def _check_pool_numbers(path: Path, summary: dict[str, Any]) -> None:
         if key not in summary and key != "capacity_tokens":
             continue
         value = summary.get(key)
+        missing = value is None or (isinstance(value, float) and math.isnan(value))
+        if missing and summary.get("num_replicas"):
+            raise ValueError(
+                f"{path}: a fleet whose replicas hold different KV pools ({key} is null: no one "
+                "value); the report draws one pool: report a fleet of one pool, or a replica's "
+                "config run alone"
+            )
         if not _whole(value):
             raise ValueError(
                 f"{path}: {key} must be a whole number of token slots, got {value!r}; "
