@@ -765,13 +765,16 @@ def test_a_run_past_saturation_says_so_and_a_stable_one_does_not(
     assert result.exit_code == 0, result.output
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "past saturation: when the last request arrived" in said
-    found = re.search(r"([\d,]+) requests were still waiting \(([\d,]+) arrived in the", said)
+    pattern = r"([\d,]+) requests were still waiting, against ([\d,]+) three quarters of the "
+    pattern += r"way through \(([\d,]+) arrived in the"
+    found = re.search(pattern, said)
     assert found, said
-    waiting, second_half = (int(g.replace(",", "")) for g in found.groups())
+    waiting, before, second_half = (int(g.replace(",", "")) for g in found.groups())
     # Poisson arrivals: about half of the 3,000 arrive in the window's second half (sd ~39);
-    # far past saturation, more than those wait
+    # far past saturation, more than those wait, and more at the end than at three quarters
     assert abs(second_half - 1500) < 200
     assert second_half < waiting <= 3000
+    assert before <= waiting
     assert "lower workload.rate_per_s" in said
     caplog.clear()
     few = ["--set", "workload.rate_per_s=1", "--set", "workload.num_requests=300"]
@@ -821,3 +824,12 @@ def test_a_fleet_of_two_gpus_says_so_and_claims_no_one_pool(tmp_path: Path) -> N
     report = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "r.html")])
     assert report.exit_code == 2
     assert "replicas hold different KV pools" in report.output
+    # both replicas moved to the RTX 4090: the title named the config's H100 still
+    both = '{gpu = "rtx-4090", scheduler = {max_model_len = 4096}}'
+    config.write_text(
+        'model = "llama-3.1-8b"\ngpu = "h100-80gb"\n[workload]\nnum_requests = 20\n'
+        f"[fleet]\nreplicas = 2\nreplica_overrides = [{both}, {both}]\n"
+    )
+    result = runner.invoke(app, ["run", str(config), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "llama-3.1-8b on rtx-4090, paged" in result.output.splitlines()[0]

@@ -322,3 +322,17 @@ def test_a_one_token_output_counts_in_the_summarys_tpot_as_zero(hand_run: Result
     assert hand_run.requests["request_time_per_output_token_seconds"].tolist() == [0.0, 0.125, 0.5]
     stats = latency_stats(hand_run.requests)
     assert stats["request_time_per_output_token_seconds_mean"] == pytest.approx(0.625 / 3)
+
+
+def test_a_table_written_before_draft_outputs_were_counted_counts_no_drafts() -> None:
+    # runs written before requests.parquet had num_draft_outputs: one gap a token after the
+    # first (outputs 1, 3 and 5 tokens: 0, 2 and 4 gaps); a request that did not run, none
+    from kvsim.results.metrics import output_gaps
+
+    old = {
+        "output_tokens": np.array([1, 3, 5, 4]),
+        "request_decode_time_seconds": np.array([0.0, 0.25, 2.0, np.nan]),
+    }
+    assert output_gaps(old).tolist() == [0, 2, 4, 0]
+    new = {**old, "num_draft_outputs": np.array([0, 1, 2, 0])}
+    assert output_gaps(new).tolist() == [0, 1, 2, 0]

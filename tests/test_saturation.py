@@ -1,12 +1,11 @@
-"""``kvsim.results.saturation.backlog`` on request tables built by hand."""
+"""``kvsim.results.saturation`` on request tables built by hand, and on runs."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from kvsim.results.saturation import Backlog, backlog
-
-STEP_S = 0.01  # a mean engine step of 10 ms: arrivals over 1 s or more are judged
+from kvsim.results.saturation import Backlog, growing_queue, past_saturation
 
 
 def _table(arrival: list[float], scheduled: list[float], parents: list[int] | None = None):
@@ -27,14 +26,14 @@ def test_an_engine_serving_every_other_second_is_saturated() -> None:
     # (t = 74.25) requests 38 .. 74 wait (2i > 74.25): 37, of the 25 arrived since the middle
     # (49.5 .. 74.25: 50 .. 74); at the end (t = 99) 50 .. 99 wait: 50, of 50 arrived since
     arrival = [float(i) for i in range(100)]
-    found = backlog(_table(arrival, [2.0 * i for i in range(100)]), STEP_S)
-    assert found == Backlog(last_arrival_s=99.0, waiting=50, second_half=50)
+    found = growing_queue(_table(arrival, [2.0 * i for i in range(100)]))
+    assert found == Backlog(last_arrival_s=99.0, waiting=50, second_half=50, waiting_before=37)
     assert found.share == 1.0
 
 
 def test_an_engine_keeping_up_is_not() -> None:
     arrival = [float(i) for i in range(100)]  # each starts 0.1 s after it arrives
-    assert backlog(_table(arrival, [t + 0.1 for t in arrival]), STEP_S) is None
+    assert growing_queue(_table(arrival, [t + 0.1 for t in arrival])) is None
 
 
 def test_a_burst_at_the_end_of_a_stable_run_is_not() -> None:
@@ -42,7 +41,7 @@ def test_a_burst_at_the_end_of_a_stable_run_is_not() -> None:
     # next 30 s: 30 wait at the end, but none at three quarters (t = 150)
     arrival = [float(i) for i in range(200)] + [200.0] * 30
     scheduled = [t + 0.1 for t in arrival[:200]] + [200.5 + i for i in range(30)]
-    assert backlog(_table(arrival, scheduled), STEP_S) is None
+    assert growing_queue(_table(arrival, scheduled)) is None
 
 
 def test_nine_waiting_is_a_burst_not_a_trend() -> None:
@@ -50,23 +49,28 @@ def test_nine_waiting_is_a_burst_not_a_trend() -> None:
     # (t = 74.25) requests 66 .. 74 wait (9), at the end 66 .. 99 (34): too few early on
     arrival = [float(i) for i in range(100)]
     scheduled = [t + 0.1 for t in arrival[:66]] + [200.0] * 34
-    assert backlog(_table(arrival, scheduled), STEP_S) is None
+    assert growing_queue(_table(arrival, scheduled)) is None
     scheduled = [t + 0.1 for t in arrival[:65]] + [200.0] * 35  # 65 .. 74: ten, a trend
-    assert backlog(_table(arrival, scheduled), STEP_S) == Backlog(99.0, 35, 50)
+    assert growing_queue(_table(arrival, scheduled)) == Backlog(99.0, 35, 50, 10)
 
 
 def test_an_offline_batch_is_not_judged() -> None:
-    # 100 requests within 0.99 s (under 100 steps of 10 ms), served over minutes: a batch's
-    # queue is the point; the same over 99 s is judged
-    arrival = [i * 0.01 for i in range(100)]
-    assert backlog(_table(arrival, [2.0 * i for i in range(100)]), STEP_S) is None
+    # 100 requests within 0.99 s, served one every 2 s over 200 s in 20,000 steps (10 ms each):
+    # under 100 steps of arrivals, a batch, whose queue is the point; over 99 s, judged
+    served = [2.0 * i for i in range(100)]
+    batch = _table([i * 0.01 for i in range(100)], served)
+    assert past_saturation(batch, 200.0, 20_000, closed_loop=False) is False
+    spread = _table([float(i) for i in range(100)], served)
+    assert past_saturation(spread, 200.0, 20_000, closed_loop=False) is True
+    assert past_saturation(spread, 200.0, 20_000, closed_loop=True) is None
+    assert past_saturation(spread, 200.0, 0, closed_loop=False) is False  # (no step ran)
 
 
 def test_rejected_requests_do_not_wait() -> None:
     # as the saturated case, but requests 50 .. 99 were rejected (never scheduled: NaN)
     arrival = [float(i) for i in range(100)]
     scheduled = [2.0 * i for i in range(50)] + [float("nan")] * 50
-    assert backlog(_table(arrival, scheduled), STEP_S) is None
+    assert growing_queue(_table(arrival, scheduled)) is None
 
 
 def test_a_parallel_sampling_requests_sequences_are_one_request() -> None:
@@ -75,7 +79,7 @@ def test_a_parallel_sampling_requests_sequences_are_one_request() -> None:
     arrival = [float(i) for i in range(100) for _ in range(4)]
     scheduled = [2.0 * i for i in range(100) for _ in range(4)]
     parents = [i for i in range(100) for _ in range(4)]
-    assert backlog(_table(arrival, scheduled, parents), STEP_S) == Backlog(99.0, 50, 50)
+    assert growing_queue(_table(arrival, scheduled, parents)) == Backlog(99.0, 50, 50, 37)
 
 
 def test_the_summary_says_whether_a_run_was_past_saturation() -> None:
@@ -86,10 +90,32 @@ def test_the_summary_says_whether_a_run_was_past_saturation() -> None:
 
     fixed = {"lengths": "fixed", "fixed_prompt_tokens": 512, "fixed_output_tokens": 64}
 
-    def judged(**workload: object) -> object:
-        config = config_from_dict({"workload": {**fixed, **workload}})
+    def judged(extra: dict | None = None, **workload: object) -> object:
+        config = config_from_dict({"workload": {**fixed, **workload}, **(extra or {})})
         return simulate(config).summary["past_saturation"]
 
     assert judged(rate_per_s=60.0, num_requests=3000) is True
     assert judged(rate_per_s=1.0, num_requests=300) is False
     assert judged(max_concurrency=64, num_requests=300) is None
+    # no memory rows: the engine still counts its steps (the summary said false)
+    assert judged({"record_memory": False}, rate_per_s=60.0, num_requests=3000) is True
+    # two replicas at twice the rate: the fleet is as far past saturation
+    assert judged({"fleet": {"replicas": 2}}, rate_per_s=120.0, num_requests=6000) is True
+
+
+def test_a_built_tables_nullable_parents_read_as_the_columns_do() -> None:
+    # a run's columns hold parent_id masked; its built table holds pandas' nullable Int64
+    # (read back as NaN): the same queue either way, n = 2 sequences a request
+    from kvsim.config import config_from_dict
+    from kvsim.fleet import simulate
+
+    workload = {"lengths": "fixed", "fixed_prompt_tokens": 512, "fixed_output_tokens": 64}
+    workload |= {"rate_per_s": 60.0, "num_requests": 1500, "n": 2}
+    results = simulate(config_from_dict({"workload": workload}))
+    names = ("req_id", "parent_id", "arrival_time_s", "first_scheduled_time_s")
+    from_columns = growing_queue(results.request_columns(*names))
+    assert isinstance(results.requests, pd.DataFrame)  # (built now)
+    from_table = growing_queue(results.request_columns(*names))
+    assert from_columns is not None
+    assert from_columns == from_table
+    assert from_columns.waiting <= 1500  # requests, not their 3,000 sequences

@@ -155,37 +155,37 @@ def _why_no_map(cfg: object, out: Path | None) -> str:
 
 
 def note_saturation(results: Results, arrival: str | None) -> None:
-    """Warn where the arrivals outpaced the engine (``kvsim.results.saturation.backlog``);
-    ``arrival``: the workload's (``"trace"``: the trace's own times, which its time scale
-    stretches)."""
-    from kvsim.results.saturation import backlog
+    """Warn where the arrivals outpaced the engine (the summary's ``past_saturation``, by
+    ``kvsim.results.saturation``); ``arrival``: the workload's (``"trace"``: the trace's own
+    times, which its time scale stretches)."""
+    from kvsim.results.saturation import growing_queue
     from kvsim.view.summary import format_metric
 
     summary = results.summary
     if not summary.get("past_saturation"):  # (False, or None: a closed loop, not judged)
         return
-    steps = summary.get("num_steps") or 0
-    step_s = float(summary.get("duration_s") or 0.0) / steps if steps else 0.0
     names = ("req_id", "parent_id", "arrival_time_s", "first_scheduled_time_s")
-    found = backlog(results.request_columns(*names), step_s)
-    if found is None:  # (a fleet's steps summed: a shorter mean step here, no stricter a test)
-        return
-    ttft = summary.get("time_to_first_token_seconds_p50")
+    found = growing_queue(results.request_columns(*names))
+    assert found is not None, "past_saturation without a growing queue"
     slower = (
         "raise workload.time_scale (it stretches the trace's own times)"
         if arrival == "trace"
         else "lower workload.rate_per_s"
     )
     logging.getLogger("kvsim.cli").warning(
-        "past saturation: when the last request arrived (%s s), %s were still waiting (%s "
-        "arrived in the arrival window's second half), and no fewer three quarters of the way "
-        "through. The engine served fewer requests a second than arrived, so its queue and TTFT "
-        "(p50 %s here) grow with the run's length rather than measure the engine: %s, or see "
-        "the largest rate meeting a target with kvsim plan --largest rate",
+        "past saturation: when the last request arrived (%s s), %s were still waiting, against "
+        "%s three quarters of the way through (%s arrived in the arrival window's second "
+        "half). The %s served fewer requests a second than arrived, so its queue and TTFT (p50 "
+        "%s here) grow with the run's length rather than measure it: %s, or see the largest "
+        "rate meeting a target with kvsim plan --largest rate",
         f"{found.last_arrival_s:,.0f}",
         plural(found.waiting, "request"),
+        f"{found.waiting_before:,}",
         f"{found.second_half:,}",
-        format_metric("time_to_first_token_seconds_p50", ttft),
+        "fleet" if summary.get("num_replicas") else "engine",
+        format_metric(
+            "time_to_first_token_seconds_p50", summary.get("time_to_first_token_seconds_p50")
+        ),
         slower,
     )
 
@@ -208,8 +208,6 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
 
     assert isinstance(cfg, SimConfig)
     args = cfg.engine_args
-    par = cfg.parallel
-    gpus = f" x{par.world_size} (TP {par.tensor_parallel_size}, PP {par.pipeline_parallel_size})"
     policy = cfg.cache.allocator
     layout = LAYOUTS[cfg.cache.allocator]
     if layout == "blocks":
@@ -245,14 +243,20 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
             f"\nvLLM's startup log{setting}: GPU KV cache size: {capacity[0]:,} tokens, Maximum "
             f"concurrency for {cfg.max_model_len:,} tokens per request: {capacity[1]:.2f}x"
         )
-    on = f"{cfg.gpu.name}{gpus if par.world_size > 1 else ''}"
-    if fleet is not None:  # (replicas overriding their GPU or TP: each kind, counted)
-        kinds = Counter(
-            f"{r.gpu.name}" + (f" x{r.parallel.world_size}" if r.parallel.world_size > 1 else "")
-            for r in cfg.replica_configs
+
+    def gpus_of(c: SimConfig) -> str:
+        p = c.parallel
+        split = f" x{p.world_size} (TP {p.tensor_parallel_size}, PP {p.pipeline_parallel_size})"
+        return c.gpu.name + (split if p.world_size > 1 else "")
+
+    on = gpus_of(cfg)
+    if fleet is not None:  # (replicas overriding their GPU or parallelism: each kind, counted)
+        kinds = Counter(gpus_of(r) for r in cfg.replica_configs)
+        on = (
+            next(iter(kinds))
+            if len(kinds) == 1
+            else " and ".join(f"{n} {k}" for k, n in kinds.items())
         )
-        if len(kinds) > 1:
-            on = " and ".join(f"{n} {kind}" for kind, n in kinds.items())
     return (  # (the setup, the workload, then the pool, whose arithmetic is long; vLLM's line)
         f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
         f"{on}, {policy}, {requests}\n"
@@ -357,8 +361,9 @@ def pool_text(cfg: object) -> str:
             f"{with_drafter if cfg.draft_params else ''} and "
             f"{format_gib(cfg.cache.activation_headroom_bytes)} of activation headroom"
         )
-    per_slot = cfg.bytes_per_token  # (one token's KV on one GPU; of one group's layers)
-    size_text = f"{per_slot / 1024:,.4g} KiB" if per_slot >= 1024 else f"{per_slot} B"
+    from kvsim.view.summary import bytes_text
+
+    size_text = bytes_text(cfg.bytes_per_token)  # (one token's KV on one GPU; one group's)
     if cfg.cache.kv_cache_dtype != "auto":  # (the model's dtype otherwise: no news)
         size_text += f" in {cfg.cache.kv_cache_dtype}"
     text = (

@@ -166,6 +166,7 @@ class Engine:
         self.async_scheduling = config.engine_args.async_scheduling
         self._staged: deque[Request] = deque()  # arrived, not yet seen by the scheduler (async)
         self._last_step_start_s = 0.0  # start of the step that ends at the current boundary
+        self.num_steps_run = 0  # engine steps so far, recorded in memory rows or not
 
     # -- requests in ----------------------------------------------------------------------------
     def _release_arrivals(self, now: float) -> None:
@@ -612,6 +613,7 @@ class Engine:
     def _record(self, plan: StepPlan, timing: Timing, now: float, at: PlanTime) -> None:
         """One memory row for the plan's steps, from the cohort's running totals
         (``kvsim.engine.span``), plus the blocks of requests whose KV is on its way."""
+        self.num_steps_run += timing.num_steps
         if not self.config.record_memory:
             return
         scheduler = self.scheduler

@@ -76,6 +76,7 @@ def simulate(
         engine_memory_columns(engine),
         engine.num_preemptions,
         usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
+        num_steps=engine.num_steps_run,
     )
     results.summary.update(rejected.summary())
     results.summary.update(engine_counters(engine))

@@ -238,9 +238,12 @@ def fleet_summary(
         )
         out["kv_transfer_bytes_total"] = int(fleet.transfer_bytes)
     out["summary_window"] = "run"
-    step_s = sum(busy) / sum(steps) if sum(steps) else 0.0  # (the replicas' mean step)
-    closed_loop = config.workload.max_concurrency is not None
-    out["past_saturation"] = past_saturation(requests, step_s, closed_loop)
+    out["past_saturation"] = past_saturation(  # (its replicas' mean step)
+        requests,
+        duration * len(fleet.replicas),
+        sum(r.engine.num_steps_run for r in fleet.replicas),
+        config.workload.max_concurrency is not None,
+    )
     pools = {c.capacity_tokens for c in config.replica_configs}
     out["capacity_tokens"] = pools.pop() if len(pools) == 1 else None
     out["config_key"] = config.key()

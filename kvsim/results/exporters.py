@@ -215,8 +215,9 @@ class _SnapshotCollector:
             "prompt_tokens": (df["prompt_tokens"].sum(), "Prompt tokens, cached ones included."),
             "generation_tokens": (df["output_tokens"].sum(), "Generated tokens."),
             "prompt_tokens_cached": (df["num_cached_tokens"].sum(), "Prompt tokens cached."),
-            "prefix_cache_queries": (
-                df["prompt_tokens"].sum() if caching else 0,
+            "prefix_cache_queries": (  # (the engines' own count where the summary has it: a
+                # fleet's replicas may differ in prefix caching)
+                summary.get("prefix_cache_queries", df["prompt_tokens"].sum() if caching else 0),
                 "Prefix cache queries, in tokens.",
             ),
             "prefix_cache_hits": (

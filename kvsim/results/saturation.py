@@ -2,11 +2,12 @@
 
 An engine past saturation serves fewer requests a second than arrive, so its queue grows for as
 long as requests keep arriving, and every latency percentile grows with the run's length rather
-than measuring the engine. ``backlog`` reads it from the request table: the requests still
+than measuring the engine. ``growing_queue`` reads it from the request table: the requests still
 waiting (not yet scheduled) three quarters of the way through the arrival window and at its
 end, against those that arrived since its middle. A stable engine's queue is a few requests at
 any moment; a saturated one's holds a share of everything that arrived since it saturated, and
 more at the end than at three quarters (a burst of arrivals at the very end is no trend).
+``past_saturation`` is the summary's verdict, which leaves offline batches and closed loops out.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ class Backlog:
         waiting: requests that had arrived and were not yet scheduled then (a parallel-sampling
             request's sequences count once).
         second_half: requests that arrived in the second half of the arrival window.
+        waiting_before: requests waiting three quarters of the way through the window.
     """
 
     last_arrival_s: float
     waiting: int
     second_half: int
+    waiting_before: int
 
     @property
     def share(self) -> float:
@@ -44,28 +47,23 @@ class Backlog:
         return self.waiting / max(self.second_half, 1)
 
 
-def backlog(requests: Mapping[str, Any], step_s: float) -> Backlog | None:
-    """The run's queue at its last arrival where it shows saturation, else ``None``.
-
-    Saturated: at three quarters of the arrival window and at its end, at least ``MIN_BACKLOG``
+def growing_queue(requests: Mapping[str, Any]) -> Backlog | None:
+    """The run's queue at its last arrival where it grew over the arrivals' second half, else
+    ``None``: at three quarters of the arrival window and at its end, at least ``MIN_BACKLOG``
     requests, and ``BACKLOG_SHARE`` of those that arrived since the window's middle, were still
-    waiting (not yet scheduled), and no fewer at the end. Arrivals that come within
-    ``MIN_SPAN_STEPS`` engine steps (an offline batch, whose queue is the point) are not judged.
-    Rejected requests (never scheduled: NaN) do not wait; the sequences of one parallel-sampling
-    request (``parent_id``) are one request.
+    waiting (not yet scheduled), and no fewer at the end. Rejected requests (never scheduled:
+    NaN) do not wait; the sequences of one parallel-sampling request (``parent_id``) are one
+    request.
 
     Args:
         requests: the run's request columns (``Results.request_columns``, or its table):
             ``req_id``, ``parent_id`` (masked or NaN: none), ``arrival_time_s``,
             ``first_scheduled_time_s``, one value a row.
-        step_s: the run's mean engine step (s: ``duration_s / num_steps``).
     """
     arrivals = np.asarray(requests["arrival_time_s"], dtype=np.float64)
-    if not len(arrivals) or not step_s > 0:
+    if not len(arrivals):
         return None
     first, last = float(arrivals.min()), float(arrivals.max())
-    if not last - first >= MIN_SPAN_STEPS * step_s:
-        return None
     scheduled = np.asarray(requests["first_scheduled_time_s"], dtype=np.float64)
     owner = _owners(requests)
     middle = (first + last) / 2
@@ -81,8 +79,35 @@ def backlog(requests: Mapping[str, Any], step_s: float) -> Backlog | None:
     early = waiting_at(first + 0.75 * (last - first))
     end = waiting_at(last)
     if shows(*early) and shows(*end) and end[0] >= early[0]:
-        return Backlog(last, *end)
+        return Backlog(last, end[0], end[1], early[0])
     return None
+
+
+def past_saturation(
+    requests: Mapping[str, Any], duration_s: float, num_steps: int, closed_loop: bool
+) -> bool | None:
+    """The summary's ``past_saturation``: whether the run's queue grew over its arrivals
+    (``growing_queue``); ``False`` for arrivals within ``MIN_SPAN_STEPS`` of the run's mean
+    engine step (``duration_s / num_steps``: an offline batch, whose queue is the point);
+    ``None`` for a closed loop (``workload.max_concurrency``: its users wait their turn, the
+    queue cannot outgrow them).
+
+    Args:
+        requests: as ``growing_queue``'s.
+        duration_s: the run's length, first arrival to last finish (s).
+        num_steps: the engine steps it ran (a fleet's: every replica's, over its replicas'
+            summed lengths), recorded in memory rows or not.
+        closed_loop: the workload is a closed loop.
+    """
+    if closed_loop:
+        return None
+    arrivals = np.asarray(requests["arrival_time_s"], dtype=np.float64)
+    if not len(arrivals) or num_steps <= 0:
+        return False
+    span = float(arrivals.max() - arrivals.min())
+    if not span >= MIN_SPAN_STEPS * duration_s / num_steps:
+        return False
+    return growing_queue(requests) is not None
 
 
 def _owners(requests: Mapping[str, Any]) -> npt.NDArray[np.int64]:
@@ -101,12 +126,3 @@ def _owners(requests: Mapping[str, Any]) -> npt.NDArray[np.int64]:
     parents = -1 - np.nan_to_num(values).astype(np.int64)
     out: npt.NDArray[np.int64] = np.where(none, ids, parents)
     return out
-
-
-def past_saturation(requests: Mapping[str, Any], step_s: float, closed_loop: bool) -> bool | None:
-    """The summary's ``past_saturation``: whether ``backlog`` finds the run's queue growing
-    (``step_s``: the run's mean engine step, s); ``None`` for a closed loop
-    (``workload.max_concurrency``: its users wait their turn, the queue cannot outgrow them)."""
-    if closed_loop:
-        return None
-    return backlog(requests, step_s) is not None

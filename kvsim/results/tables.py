@@ -371,6 +371,7 @@ def build_results(
     num_preemptions: int,
     *,
     usable_capacity_tokens: int | None = None,
+    num_steps: int | None = None,
 ) -> Results:
     """Assemble ``Results`` from the engine's records; the tables are built on first use.
 
@@ -379,6 +380,8 @@ def build_results(
         memory: the recorded memory rows (``MemoryRecorder.arrays``).
         usable_capacity_tokens: slots requests can hold (``Allocator.usable_capacity_tokens``),
             the denominator of ``kv_cache_usage_perc``; the capacity when ``None``.
+        num_steps: the engine steps the run ran (``Engine.num_steps_run``, whether memory rows
+            were recorded or not), for ``past_saturation``; the memory rows' count when ``None``.
 
     The summary is computed from the arrays; from the memory DataFrame when no row was recorded
     (its empty columns are typed as pandas types them).
@@ -418,10 +421,12 @@ def build_results(
     summary["usable_capacity_tokens"] = usable_capacity_tokens or capacity
     summary["kv_cache_bytes"] = config.kv_cache_bytes
     summary["config_key"] = config.key()
-    closed_loop = config.workload.max_concurrency is not None
-    steps = summary["num_steps"]
-    step_s = float(summary["duration_s"]) / steps if steps else 0.0
-    summary["past_saturation"] = past_saturation(req_table, step_s, closed_loop)
+    summary["past_saturation"] = past_saturation(
+        req_table,
+        float(summary["duration_s"]),
+        summary["num_steps"] if num_steps is None else num_steps,
+        config.workload.max_concurrency is not None,
+    )
     summary.update(
         money_summary(
             req_table,

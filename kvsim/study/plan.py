@@ -36,7 +36,6 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.base.build import source_build
-from kvsim.base.limits import MAX_NUM_REQUESTS
 from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_toml
 from kvsim.base.units import GiB, plural
@@ -279,15 +278,17 @@ class Plan:
                 "arrivals, or plan workload.max_concurrency itself (--largest "
                 "workload.max_concurrency --lo 1 --hi N)"
             )
-        drawn = config.workload
-        if self.field == RATE_FIELD and self.min_window_s is not None:  # (as ``config`` draws)
-            need = math.ceil(self.hi * self.min_window_s / drawn.time_scale * drawn.num_turns)
-            if need > MAX_NUM_REQUESTS:
+        if self.field == RATE_FIELD and self.min_window_s is not None:
+            spec = self.config(self.hi)  # (the window's count at the top: valid without it)
+            try:
+                config_from_dict(spec["data"], spec["overrides"], warn=False)
+            except ValueError as err:  # (every point past it would read as failing)
                 raise ValueError(
-                    f"plan: --window {self.min_window_s:g} s at --hi {self.hi:g} req/s draws "
-                    f"{need:,} requests, over the {MAX_NUM_REQUESTS:,} a run holds; lower --hi "
+                    f"plan: at --hi {self.hi:g} req/s, {self.min_window_s:g} s of arrivals "
+                    f"(--window) are {spec['overrides'].get('workload.num_requests', 0):,} "
+                    f"requests, more than a run takes ({str(err).splitlines()[0]}); lower --hi "
                     "or --window"
-                )
+                ) from None
         why = moot_reason(config, self.base, self.field)
         if why is None and self.lo < self.hi:  # the low end, else the middle where it is invalid
             for x in (self.lo, math.sqrt(self.lo * self.hi)):
@@ -324,9 +325,8 @@ class Plan:
             drawn = config_from_dict(data, overrides, warn=False).workload  # (on a copy)
             window = self.min_window_s
             if drawn.duration_s is None or drawn.num_requests is not None:  # a count ends it
-                # the requests arriving in the window (WorkloadSpec's expected count: the time
-                # scale stretches inter-arrival times, each conversation has num_turns)
-                need = math.ceil(self.value(x) * window / drawn.time_scale * drawn.num_turns)
+                # the requests arriving in the window (at the knob's rate: ``drawn`` has it)
+                need = math.ceil(drawn.arrivals_within(window))
                 count = drawn.num_requests or DEFAULT_NUM_REQUESTS
                 overrides["workload.num_requests"] = max(count, need)
             if drawn.duration_s is not None and drawn.duration_s < window:

@@ -274,14 +274,14 @@ def format_metric(key: str, value: Any) -> str:
         return json.dumps(plain, default=str)
     big = key.endswith(("_bytes", "_bytes_total")) or key.startswith("kv_offload_bytes_")
     if isinstance(value, int):
-        return _bytes_text(value) if big else f"{value:,}"
+        return bytes_text(value) if big else f"{value:,}"
     number = float(value)
     if math.isnan(number):
         return "-"
     if math.isinf(number):  # (int(inf) raises: a summary of a run with no time, say)
         return "inf" if number > 0 else "-inf"
     if big:
-        return _bytes_text(number)
+        return bytes_text(number)
     if key.startswith("usd_") or key == "cost_usd":
         sign, size = ("-" if number < 0 else ""), abs(number)  # (-$6.85, not $-6.85)
         return f"{sign}${_significant(size, 4)}" if size < 1000 else f"{sign}${size:,.0f}"
@@ -302,7 +302,7 @@ def format_metric(key: str, value: Any) -> str:
     return _significant(number, 3) if abs(number) < 1000 else f"{number:,.0f}"
 
 
-def _bytes_text(number: float) -> str:
+def bytes_text(number: float) -> str:
     """Bytes in GiB to two places, or below a GiB in MiB or KiB to four figures, whole bytes
     below a KiB (a 64 KiB page read "0.00 GiB"); zero as "0.00 GiB". A value that would round
     to 1,024 of a unit is written in the next."""

@@ -306,7 +306,7 @@ class WorkloadSpec(BaseModel):
             raise ValueError(f"time_scale: must be >= {MIN_TIME_SCALE:g}, got {self.time_scale!r}")
         synthetic = self.arrival in ("poisson", "gamma")
         if synthetic and rate is not None and self.duration_s is not None:
-            expected = rate * self.duration_s / self.time_scale * self.num_turns
+            expected = self.arrivals_within(self.duration_s)
             if self.num_requests is None and expected > MAX_NUM_REQUESTS:
                 raise ValueError(
                     f"duration_s: {self.duration_s:g} s at rate_per_s = {rate:g} "
@@ -319,6 +319,12 @@ class WorkloadSpec(BaseModel):
                     f"duration_s: {self.duration_s:g} s / time_scale {self.time_scale:g} spans "
                     f"more than {MAX_TIME_S:g} simulated seconds (31.7 years)"
                 )
+
+    def arrivals_within(self, seconds: float) -> float:
+        """Requests a synthetic arrival process (``rate_per_s``) sends within ``seconds``: the
+        time scale stretches its gaps and each conversation sends ``num_turns`` (0 without a
+        rate)."""
+        return (self.rate_per_s or 0.0) * seconds / self.time_scale * self.num_turns
 
     def _check_lengths(self) -> None:
         source = self.length_source

@@ -681,7 +681,7 @@ def test_a_rate_plan_draws_600_s_of_arrivals_unless_told_otherwise(tmp_path: Pat
         drawn[rate] = json.loads((point / "summary.json").read_text())["num_requests"]
     assert len(drawn) == 2, drawn  # (the bracket's ends meet the target: no more points)
     for rate, count in drawn.items():
-        assert count == max(5, math.ceil(rate * 600 - 1e-9)), (rate, count)
+        assert count == max(5, math.ceil(rate * 600)), (rate, count)
     code, output = _plan_cli(*args, "--window", "20", "--name", "windowed", "--out", str(tmp_path))
     assert code == 0, output
     assert "at least 20 s of arrivals each" in " ".join(output.split())
@@ -892,8 +892,15 @@ def test_a_rate_plan_refuses_a_closed_loop_and_a_window_past_the_request_limit()
     # 3 req/s x 700,000 s = 2,100,000 requests, over the 1,000,000 a run holds: the points
     # above 1,000,000 / 700,000 = 1.43 req/s were "fails" with an invalid config
     huge = dataclasses.replace(_rate_plan(min_window_s=700_000.0), lo=1.2, hi=3.0)
-    with pytest.raises(ValueError, match="draws 2,100,000 requests, over the 1,000,000"):
+    with pytest.raises(ValueError, match=r"700000 s of arrivals \(--window\) are 2,100,000"):
         huge.check_field()
+    # 4 sequences a request (n = 4): 400 req/s x 600 s = 240,000 requests are 960,000
+    # sequences, within the 1,000,000; 1,000 req/s are 2,400,000 sequences, past it
+    base = {"workload": {"preset": "alpaca_like", "num_requests": 1000, "n": 4}}
+    dataclasses.replace(_rate_plan(min_window_s=600.0), base=base, hi=400.0).check_field()
+    wide = dataclasses.replace(_rate_plan(min_window_s=600.0), base=base, hi=1000.0)
+    with pytest.raises(ValueError, match="of 4 sequences are 2,400,000"):
+        wide.check_field()
 
 
 def test_a_rate_plans_window_is_part_of_its_question(tmp_path: Path, caplog) -> None:
