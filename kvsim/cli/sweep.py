@@ -80,14 +80,14 @@ def sweep(
         if path.is_dir():
             raise ValueError(f"{experiment}: is a folder; give an experiment TOML file")
         if not path.is_file():
-            import difflib
-
+            from kvsim.config.hardware import preset_hint
             from kvsim.presets import names as preset_names
 
             names = preset_names(experiments_dir())
-            close = difflib.get_close_matches(str(experiment), names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else " (kvsim presets experiments)"
-            raise ValueError(f"{experiment}: no such experiment file{hint}")
+            hint = preset_hint("experiments", str(experiment), names)
+            raise ValueError(
+                f"{experiment}: no such experiment file{hint or ' (kvsim presets experiments)'}"
+            )
         spec = load_experiment(path)
         quick_table = spec.quick_set or spec.quick_grid or spec.quick_snapshot_at_s is not None
         if quick and not quick_table:

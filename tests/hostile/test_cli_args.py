@@ -70,6 +70,10 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
         ["sweep", "block_size"],
         ["block_size: no such experiment file; did you mean 'block-size'?"],
     ),
+    "sweep_experiments_beginning": (  # (as preset names are hinted: kvsim.config.hardware)
+        ["sweep", "spec"],
+        ["spec: no such experiment file; did you mean 'spec-decode'?"],
+    ),
     "sweep_scheduler_garbage": (
         ["sweep", "exp.toml", "--out", "out", "--scheduler", "nonsense", "--no-progress"],
         ["--scheduler", "'nonsense'"],
