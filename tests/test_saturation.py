@@ -8,7 +8,7 @@ import pandas as pd
 from kvsim.results.saturation import Backlog, growing_queue, past_saturation
 
 
-def _table(arrival: list[float], scheduled: list[float], parents: list[int] | None = None):
+def _table(arrival: list[float], finish: list[float], parents: list[int] | None = None):
     none = parents is None
     return {
         "req_id": np.arange(len(arrival)),
@@ -17,47 +17,57 @@ def _table(arrival: list[float], scheduled: list[float], parents: list[int] | No
             np.ones(len(arrival), bool) if none else np.array([p < 0 for p in parents]),
         ),
         "arrival_time_s": np.array(arrival, dtype=float),
-        "first_scheduled_time_s": np.array(scheduled, dtype=float),
+        "finish_time_s": np.array(finish, dtype=float),
     }
 
 
-def test_an_engine_serving_every_other_second_is_saturated() -> None:
-    # one arrival a second (0 .. 99), one start every 2 s (request i at 2i). At three quarters
-    # (t = 74.25) requests 38 .. 74 wait (2i > 74.25): 37, of the 25 arrived since the middle
-    # (49.5 .. 74.25: 50 .. 74); at the end (t = 99) 50 .. 99 wait: 50, of 50 arrived since
+def test_an_engine_finishing_every_other_second_is_saturated() -> None:
+    # one arrival a second (0 .. 99), request i finishing at 2i + 1. Unfinished (arrived by t,
+    # finishing after it): at the middle (t = 49.5) requests 25 .. 49, 25; at three quarters
+    # (74.25) 37 .. 74, 38: 13 more, over the 25 arrived meanwhile (50 .. 74); at the end (99)
+    # 50 .. 99, 50: 25 more, over the 50 arrived (50 .. 99), of which 25 finished (25 .. 49)
     arrival = [float(i) for i in range(100)]
-    found = growing_queue(_table(arrival, [2.0 * i for i in range(100)]))
-    assert found == Backlog(last_arrival_s=99.0, waiting=50, second_half=50, waiting_before=37)
-    assert found.share == 1.0
+    found = growing_queue(_table(arrival, [2.0 * i + 1 for i in range(100)]))
+    assert found == Backlog(
+        middle_s=49.5, last_arrival_s=99.0, unfinished=50, growth=25, arrived=50
+    )
+    assert found.finished == 25
 
 
 def test_an_engine_keeping_up_is_not() -> None:
-    arrival = [float(i) for i in range(100)]  # each starts 0.1 s after it arrives
-    assert growing_queue(_table(arrival, [t + 0.1 for t in arrival])) is None
+    arrival = [float(i) for i in range(100)]  # each finishes 0.2 s after it arrives
+    assert growing_queue(_table(arrival, [t + 0.2 for t in arrival])) is None
+
+
+def test_a_long_running_batch_that_holds_level_is_not() -> None:
+    # each request runs 30 s: 30 are unfinished at any time after the first 30 s, a batch that
+    # holds level (finishes keep pace with arrivals), however many run at once
+    arrival = [float(i) for i in range(200)]
+    assert growing_queue(_table(arrival, [t + 30.0 for t in arrival])) is None
 
 
 def test_a_burst_at_the_end_of_a_stable_run_is_not() -> None:
-    # 200 arrivals a second apart, each started at once, then 30 at t = 200 started over the
-    # next 30 s: 30 wait at the end, but none at three quarters (t = 150)
+    # 200 arrivals a second apart, each finished 0.2 s later, then 30 at t = 200 finished over
+    # the next 30 s: 30 more unfinished at the end, none more at three quarters (t = 150)
     arrival = [float(i) for i in range(200)] + [200.0] * 30
-    scheduled = [t + 0.1 for t in arrival[:200]] + [200.5 + i for i in range(30)]
-    assert growing_queue(_table(arrival, scheduled)) is None
+    finish = [t + 0.2 for t in arrival[:200]] + [201.0 + i for i in range(30)]
+    assert growing_queue(_table(arrival, finish)) is None
 
 
-def test_nine_waiting_is_a_burst_not_a_trend() -> None:
-    # one arrival a second (0 .. 99); from request 66 on starts are held: at three quarters
-    # (t = 74.25) requests 66 .. 74 wait (9), at the end 66 .. 99 (34): too few early on
+def test_nine_more_is_a_burst_not_a_trend() -> None:
+    # one arrival a second (0 .. 99); from request 66 on nothing finishes before t = 200: at
+    # three quarters (74.25) 66 .. 74 are unfinished, 9 more than the middle's none
     arrival = [float(i) for i in range(100)]
-    scheduled = [t + 0.1 for t in arrival[:66]] + [200.0] * 34
-    assert growing_queue(_table(arrival, scheduled)) is None
-    scheduled = [t + 0.1 for t in arrival[:65]] + [200.0] * 35  # 65 .. 74: ten, a trend
-    assert growing_queue(_table(arrival, scheduled)) == Backlog(99.0, 35, 50, 10)
+    finish = [t + 0.2 for t in arrival[:66]] + [200.0] * 34
+    assert growing_queue(_table(arrival, finish)) is None
+    finish = [t + 0.2 for t in arrival[:65]] + [200.0] * 35  # 65 .. 74: ten, a trend
+    assert growing_queue(_table(arrival, finish)) == Backlog(49.5, 99.0, 35, 35, 50)
 
 
 def test_an_offline_batch_is_not_judged() -> None:
-    # 100 requests within 0.99 s, served one every 2 s over 200 s in 20,000 steps (10 ms each):
-    # under 100 steps of arrivals, a batch, whose queue is the point; over 99 s, judged
-    served = [2.0 * i for i in range(100)]
+    # 100 requests within 0.99 s, finishing one every 2 s over 200 s in 20,000 steps (10 ms
+    # each): under 100 steps of arrivals, a batch, whose queue is the point; over 99 s, judged
+    served = [2.0 * i + 1 for i in range(100)]
     batch = _table([i * 0.01 for i in range(100)], served)
     assert past_saturation(batch, 200.0, 20_000, closed_loop=False) is False
     spread = _table([float(i) for i in range(100)], served)
@@ -66,20 +76,20 @@ def test_an_offline_batch_is_not_judged() -> None:
     assert past_saturation(spread, 200.0, 0, closed_loop=False) is False  # (no step ran)
 
 
-def test_rejected_requests_do_not_wait() -> None:
-    # as the saturated case, but requests 50 .. 99 were rejected (never scheduled: NaN)
+def test_rejected_requests_are_not_unfinished() -> None:
+    # as the saturated case, but requests 50 .. 99 were rejected (never finished: NaN)
     arrival = [float(i) for i in range(100)]
-    scheduled = [2.0 * i for i in range(50)] + [float("nan")] * 50
-    assert growing_queue(_table(arrival, scheduled)) is None
+    finish = [2.0 * i + 1 for i in range(50)] + [float("nan")] * 50
+    assert growing_queue(_table(arrival, finish)) is None
 
 
 def test_a_parallel_sampling_requests_sequences_are_one_request() -> None:
-    # the saturated case's requests, each as 4 sequences (rows) of one parent: 50 requests wait
-    # at the end, not 200 rows, of the 50 requests arrived since the middle
+    # the saturated case's requests, each as 4 sequences (rows) of one parent: 50 requests
+    # unfinished at the end, not 200 rows
     arrival = [float(i) for i in range(100) for _ in range(4)]
-    scheduled = [2.0 * i for i in range(100) for _ in range(4)]
+    finish = [2.0 * i + 1 for i in range(100) for _ in range(4)]
     parents = [i for i in range(100) for _ in range(4)]
-    assert growing_queue(_table(arrival, scheduled, parents)) == Backlog(99.0, 50, 50, 37)
+    assert growing_queue(_table(arrival, finish, parents)) == Backlog(49.5, 99.0, 50, 25, 50)
 
 
 def test_the_summary_says_whether_a_run_was_past_saturation() -> None:
@@ -112,10 +122,10 @@ def test_a_built_tables_nullable_parents_read_as_the_columns_do() -> None:
     workload = {"lengths": "fixed", "fixed_prompt_tokens": 512, "fixed_output_tokens": 64}
     workload |= {"rate_per_s": 60.0, "num_requests": 1500, "n": 2}
     results = simulate(config_from_dict({"workload": workload}))
-    names = ("req_id", "parent_id", "arrival_time_s", "first_scheduled_time_s")
+    names = ("req_id", "parent_id", "arrival_time_s", "finish_time_s")
     from_columns = growing_queue(results.request_columns(*names))
     assert isinstance(results.requests, pd.DataFrame)  # (built now)
     from_table = growing_queue(results.request_columns(*names))
     assert from_columns is not None
     assert from_columns == from_table
-    assert from_columns.waiting <= 1500  # requests, not their 3,000 sequences
+    assert from_columns.unfinished <= 1500  # requests, not their 3,000 sequences

@@ -141,7 +141,12 @@ def plan(
         ),
     ] = 1,
     quick: Annotated[
-        bool, typer.Option("--quick", help="Small runs: the plan's \\[quick] table.")
+        bool,
+        typer.Option(
+            "--quick",
+            help="Small runs to try a question in seconds: a named plan's \\[quick] table, "
+            "else 100 requests a point.",
+        ),
     ] = False,
     no_progress: NoProgress = False,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped plans.")] = False,
@@ -360,6 +365,14 @@ def plan(
             )
         written = save_plan(result)
         print_whole(_answer_table(result))
+        if quick:  # (a few requests a point: a queue past the knee has no time to show)
+            console.print(
+                "[yellow]note:[/] --quick runs each point on the plan's quick settings (a few "
+                "requests) to try the question in seconds; its answer is not one to rely on "
+                "(a rate past the knee, say, needs minutes of arrivals to show): rerun without "
+                "--quick",
+                highlight=False,
+            )
         if not result.monotone:
             console.print(
                 "[yellow]warning:[/] the evaluated points are not monotone in the knob "

@@ -164,24 +164,30 @@ def note_saturation(results: Results, arrival: str | None) -> None:
     summary = results.summary
     if not summary.get("past_saturation"):  # (False, or None: a closed loop, not judged)
         return
-    names = ("req_id", "parent_id", "arrival_time_s", "first_scheduled_time_s")
+    names = ("req_id", "parent_id", "arrival_time_s", "finish_time_s")
     found = growing_queue(results.request_columns(*names))
     assert found is not None, "past_saturation without a growing queue"
+    window_s = found.last_arrival_s - found.middle_s
     slower = (
-        "raise workload.time_scale (it stretches the trace's own times)"
+        "raise workload.time_scale (it stretches the trace's own times; kvsim plan --smallest "
+        "workload.time_scale --lo 1 --hi 16 finds the least stretch meeting a target)"
         if arrival == "trace"
-        else "lower workload.rate_per_s"
+        else "lower workload.rate_per_s, or see the largest rate meeting a target with kvsim "
+        "plan --largest rate"
     )
     logging.getLogger("kvsim.cli").warning(
-        "past saturation: when the last request arrived (%s s), %s were still waiting, against "
-        "%s three quarters of the way through (%s arrived in the arrival window's second "
-        "half). The %s served fewer requests a second than arrived, so its queue and TTFT (p50 "
-        "%s here) grow with the run's length rather than measure it: %s, or see the largest "
-        "rate meeting a target with kvsim plan --largest rate",
+        "past saturation: over the second half of the arrival window (%s to %s s) %s arrived "
+        "and %s finished (%s against %s req/s), so the unfinished requests grew by %s, to %s. "
+        "The %s served fewer requests a second than arrived: its queue and TTFT (p50 %s here) "
+        "grow with the run's length rather than measure it; %s",
+        f"{found.middle_s:,.0f}",
         f"{found.last_arrival_s:,.0f}",
-        plural(found.waiting, "request"),
-        f"{found.waiting_before:,}",
-        f"{found.second_half:,}",
+        plural(found.arrived, "request"),
+        f"{found.finished:,}",
+        f"{found.finished / window_s:.3g}",
+        f"{found.arrived / window_s:.3g}",
+        f"{found.growth:,}",
+        f"{found.unfinished:,}",
         "fleet" if summary.get("num_replicas") else "engine",
         format_metric(
             "time_to_first_token_seconds_p50", summary.get("time_to_first_token_seconds_p50")

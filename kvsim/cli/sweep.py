@@ -183,8 +183,8 @@ def note_saturated_points(table: Any, swept: list[str]) -> None:
         shown = [f"{f} = {row[f]}" for f in swept if f in row and f != "label"]
         names.append(", ".join(([str(label)] if isinstance(label, str) else []) + shown))
     logging.getLogger("kvsim.cli").warning(
-        "past saturation (the queue still growing at the last arrival; their latencies grow "
-        "with the run's length): %s of %s: %s",
+        "past saturation (the engine finishing fewer requests a second than arrive: these "
+        "points' latencies grow with the run's length rather than measure it): %s of %s: %s",
         len(saturated),
         plural(len(table), "point"),
         "; ".join(names),

@@ -1,13 +1,13 @@
-"""Whether a run's arrivals outpaced its engine: its queue over the last half of the arrivals.
+"""Whether a run's arrivals outpaced its engine: its unfinished requests over the arrivals.
 
-An engine past saturation serves fewer requests a second than arrive, so its queue grows for as
-long as requests keep arriving, and every latency percentile grows with the run's length rather
-than measuring the engine. ``growing_queue`` reads it from the request table: the requests still
-waiting (not yet scheduled) three quarters of the way through the arrival window and at its
-end, against those that arrived since its middle. A stable engine's queue is a few requests at
-any moment; a saturated one's holds a share of everything that arrived since it saturated, and
-more at the end than at three quarters (a burst of arrivals at the very end is no trend).
-``past_saturation`` is the summary's verdict, which leaves offline batches and closed loops out.
+An engine past saturation finishes fewer requests a second than arrive, so the requests it has
+not finished (waiting, or running in a batch that keeps growing) grow for as long as requests
+keep arriving, and every latency percentile grows with the run's length rather than measuring
+the engine. ``growing_queue`` reads it from the request table: how many more requests were
+unfinished three quarters of the way through the arrival window, and at its end, than at its
+middle, against the arrivals meanwhile. A stable engine's count holds level however many run at
+once; a burst of arrivals at the very end is no trend. ``past_saturation`` is the summary's
+verdict, which leaves offline batches and closed loops out.
 """
 
 from __future__ import annotations
@@ -19,68 +19,73 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-BACKLOG_SHARE = 0.1  # waiting, of the arrivals since the window's middle
-MIN_BACKLOG = 10  # requests (a handful waiting is a burst, not a trend)
+BACKLOG_SHARE = 0.1  # growth of the unfinished requests, of the arrivals over the same time
+MIN_BACKLOG = 10  # requests (a handful more is a burst, not a trend)
 MIN_SPAN_STEPS = 100  # the arrival window, in the run's mean engine steps: a batch is not judged
 
 
 @dataclass(frozen=True)
 class Backlog:
-    """The queue when the last request arrived.
+    """How the unfinished requests grew over the second half of the arrival window.
 
     Attributes:
-        last_arrival_s: the last request's arrival time (simulated s).
-        waiting: requests that had arrived and were not yet scheduled then (a parallel-sampling
-            request's sequences count once).
-        second_half: requests that arrived in the second half of the arrival window.
-        waiting_before: requests waiting three quarters of the way through the window.
+        middle_s, last_arrival_s: the window's middle and its last arrival (simulated s).
+        unfinished: requests that had arrived and not finished at the last arrival (waiting or
+            running; a parallel-sampling request's sequences count once).
+        growth: of them, how many more than at the middle.
+        arrived: requests that arrived after the middle.
     """
 
+    middle_s: float
     last_arrival_s: float
-    waiting: int
-    second_half: int
-    waiting_before: int
+    unfinished: int
+    growth: int
+    arrived: int
 
     @property
-    def share(self) -> float:
-        """``waiting`` over ``second_half`` (0 to 1 and more)."""
-        return self.waiting / max(self.second_half, 1)
+    def finished(self) -> int:
+        """Requests that finished after the middle, up to the last arrival."""
+        return self.arrived - self.growth
 
 
 def growing_queue(requests: Mapping[str, Any]) -> Backlog | None:
-    """The run's queue at its last arrival where it grew over the arrivals' second half, else
-    ``None``: at three quarters of the arrival window and at its end, at least ``MIN_BACKLOG``
-    requests, and ``BACKLOG_SHARE`` of those that arrived since the window's middle, were still
-    waiting (not yet scheduled), and no fewer at the end. Rejected requests (never scheduled:
-    NaN) do not wait; the sequences of one parallel-sampling request (``parent_id``) are one
-    request.
+    """How the unfinished requests (arrived, not finished: waiting or running) grew over the
+    second half of the arrival window, where they grew as a saturated engine's do, else
+    ``None``: from the window's middle to three quarters of the way through, and to its end,
+    each time by ``MIN_BACKLOG`` requests at least and ``BACKLOG_SHARE`` of the requests that
+    arrived meanwhile. (A stable engine finishes what arrives, so the count holds level,
+    however many run at once; a burst at the very end is no trend.) Rejected requests (never
+    finished: NaN) are not counted; the sequences of one parallel-sampling request
+    (``parent_id``) are one request.
 
     Args:
         requests: the run's request columns (``Results.request_columns``, or its table):
             ``req_id``, ``parent_id`` (masked or NaN: none), ``arrival_time_s``,
-            ``first_scheduled_time_s``, one value a row.
+            ``finish_time_s``, one value a row.
     """
     arrivals = np.asarray(requests["arrival_time_s"], dtype=np.float64)
     if not len(arrivals):
         return None
     first, last = float(arrivals.min()), float(arrivals.max())
-    scheduled = np.asarray(requests["first_scheduled_time_s"], dtype=np.float64)
+    finish = np.asarray(requests["finish_time_s"], dtype=np.float64)
     owner = _owners(requests)
     middle = (first + last) / 2
 
-    def waiting_at(t: float) -> tuple[int, int]:  # (waiting, arrived since the middle)
-        queued = (arrivals <= t) & (scheduled > t)  # (NaN: False)
-        recent = (arrivals > middle) & (arrivals <= t)
-        return len(np.unique(owner[queued])), len(np.unique(owner[recent]))
+    def unfinished(t: float) -> int:
+        return len(np.unique(owner[(arrivals <= t) & (finish > t)]))  # (NaN: False)
 
-    def shows(waiting: int, recent: int) -> bool:
-        return waiting >= MIN_BACKLOG and waiting >= BACKLOG_SHARE * recent
+    def arrived_since_middle(t: float) -> int:
+        return len(np.unique(owner[(arrivals > middle) & (arrivals <= t)]))
 
-    early = waiting_at(first + 0.75 * (last - first))
-    end = waiting_at(last)
-    if shows(*early) and shows(*end) and end[0] >= early[0]:
-        return Backlog(last, end[0], end[1], early[0])
-    return None
+    at_middle = unfinished(middle)
+    grown = []
+    for t in (first + 0.75 * (last - first), last):
+        growth, arrived = unfinished(t) - at_middle, arrived_since_middle(t)
+        if growth < MIN_BACKLOG or growth < BACKLOG_SHARE * arrived:
+            return None
+        grown.append((growth, arrived))
+    (growth, arrived) = grown[-1]
+    return Backlog(middle, last, at_middle + growth, growth, arrived)
 
 
 def past_saturation(

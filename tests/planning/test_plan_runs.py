@@ -937,3 +937,14 @@ def test_a_rate_plan_on_a_traces_own_times_is_one_error(tmp_path: Path, caplog) 
     assert code == 2, output
     assert "has no effect on this config" in output
     assert not [r for r in caplog.records if "rate_per_s" in r.getMessage()]
+
+
+def test_a_quick_answer_says_it_is_not_one_to_rely_on(tmp_path: Path) -> None:
+    # --quick ran 100 requests a point and answered a rate 3 times what a full plan sustains,
+    # told to widen --hi
+    args = ["--largest", "rate", "--target", "normalized_latency_seconds_mean<=0.5", "--hi", "5"]
+    code, output = _plan_cli(*args, "--quick", "--out", str(tmp_path), "--no-progress")
+    assert code == 0, output
+    assert "its answer is not one to rely on" in " ".join(output.split())
+    code, output = _plan_cli(*args, "--window", "5", "--out", str(tmp_path), "--no-progress")
+    assert "not one to rely on" not in " ".join(output.split())
