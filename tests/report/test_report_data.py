@@ -126,3 +126,17 @@ def test_page_embeds_parseable_json(small_runs, tmp_path) -> None:
     data = json.loads(html[start : html.index("</script>", start)])
     assert [r["name"] for r in data["runs"]] == ["contiguous", "paged"]
     assert data["runs"][0]["summary"] == json.loads((small_runs[0] / "summary.json").read_text())
+
+
+def test_a_run_past_saturation_says_so_on_the_page(tmp_path) -> None:
+    # the summary's verdict was in the page's JSON only: the run's line now says it
+    from kvsim.config import config_from_dict
+    from kvsim.fleet import simulate
+    from kvsim.view.report.build import describe
+
+    fixed = {"lengths": "fixed", "fixed_prompt_tokens": 512, "fixed_output_tokens": 64}
+    for rate, count, said in ((60.0, 3000, True), (1.0, 300, False)):
+        workload = {**fixed, "rate_per_s": rate, "num_requests": count}
+        simulate(config_from_dict({"workload": workload})).save(tmp_path / str(rate))
+        line = describe(load_run(tmp_path / str(rate)))
+        assert ("past saturation: its latencies grow" in line) is said, line

@@ -78,9 +78,12 @@ def describe(run: Run) -> str:
     elif layout == "slabs":
         policy += f", reservation {cfg.cache.reservation}"
     num = run.results.summary.get("num_requests", len(run.results.requests))
+    saturated = ""
+    if run.results.summary.get("past_saturation") is True:  # (kvsim.results.saturation)
+        saturated = "; past saturation: its latencies grow with the run's length"
     return (
         f"{cfg.engine_args.engine}: {cfg.model.name} on {cfg.gpu.name}, {policy}, "
-        f"{run.capacity_slots:,} KV slots, {num:,} requests"
+        f"{run.capacity_slots:,} KV slots, {num:,} requests{saturated}"
     )
 
 
