@@ -80,7 +80,7 @@ def sweep(
         if path.is_dir():
             raise ValueError(f"{experiment}: is a folder; give an experiment TOML file")
         if not path.is_file():
-            from kvsim.config.hardware import preset_hint
+            from kvsim.base.names import preset_hint
             from kvsim.presets import names as preset_names
 
             names = preset_names(experiments_dir())

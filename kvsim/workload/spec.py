@@ -380,7 +380,7 @@ def workloads_dir() -> Path:
 def missing_preset(name: str, path: Path) -> FileNotFoundError:
     """The error for a workload preset ``name`` (or a file, ``path``) that does not exist: the
     presets to choose from and the closest names (``kvsim.config.hardware.preset_hint``)."""
-    from kvsim.config.hardware import preset_hint
+    from kvsim.base.names import preset_hint
     from kvsim.presets import names as preset_names
 
     if Path(name).suffix:  # (a file of the user's: its path says where it was looked for)

@@ -914,7 +914,8 @@ def test_hf_config_may_be_a_path_object(tmp_path) -> None:
 
 def test_a_name_many_presets_begin_gets_no_guess() -> None:
     # "llama" begins four model presets: the list is the answer, not one of them
-    from kvsim.config.hardware import preset_hint, preset_table
+    from kvsim.base.names import preset_hint
+    from kvsim.config.hardware import preset_table
 
     assert preset_hint("models", "llama", preset_table("models")) == ""
     assert preset_hint("gpus", "h100", preset_table("gpus")) == "; did you mean 'h100-80gb'?"
