@@ -81,6 +81,8 @@ def hand_run() -> Results:
         "num_preemptions": 1,
         "max_model_len": 2048,
         "enable_prefix_caching": True,
+        # the engine's count (kvsim.core.kv.base): every admitted prompt, 30 + 20 + 40 tokens
+        "prefix_cache_queries": 90,
         "kv_cache_usage_perc": 0.25,
         "kv_cache_usage_perc_max": 0.5,
         "num_requests_running_mean": 1.5,

@@ -148,8 +148,9 @@ def prometheus_snapshot(results: Results) -> str:
     ``vllm:num_preemptions`` (the run's count), ``vllm:prompt_tokens`` (whole prompts, cached
     tokens included, once per request), ``vllm:generation_tokens``, ``vllm:prompt_tokens_cached``
     and, as vLLM 0.34.0 counts them once per admitted request (preempted re-admissions apart),
-    ``vllm:prefix_cache_queries`` (prompt tokens of every request when prefix caching is on, else
-    0) and ``vllm:prefix_cache_hits`` (their cached tokens found on the GPU); with a CPU tier,
+    ``vllm:prefix_cache_queries`` (the summary's ``prefix_cache_queries``: prompt tokens of
+    every request when prefix caching is on, else 0) and ``vllm:prefix_cache_hits`` (their
+    cached tokens found on the GPU); with a CPU tier,
     ``vllm:external_prefix_cache_queries`` and ``vllm:external_prefix_cache_hits`` (the KV
     connector's lookups, tokens; ``kvsim.core.scheduler.offload``). Not exported, as vLLM exports no
     such counter: the re-admissions' ``prefix_cache_preempted_queries``/``_hits`` (vLLM's
@@ -206,7 +207,6 @@ class _SnapshotCollector:
     def collect(self) -> Iterator[Metric]:
         df, summary = self.results.requests, self.results.summary
         labels = [self.results.config.model.name, "0"]
-        caching = bool(summary.get("enable_prefix_caching"))
         # a request's cached tokens include those its KV connector loaded (vLLM's
         # num_cached_tokens); the prefix cache's own hits are the rest
         external_hits = int(summary.get("external_prefix_cache_hits", 0))
@@ -215,9 +215,8 @@ class _SnapshotCollector:
             "prompt_tokens": (df["prompt_tokens"].sum(), "Prompt tokens, cached ones included."),
             "generation_tokens": (df["output_tokens"].sum(), "Generated tokens."),
             "prompt_tokens_cached": (df["num_cached_tokens"].sum(), "Prompt tokens cached."),
-            "prefix_cache_queries": (  # (the engines' own count where the summary has it: a
-                # fleet's replicas may differ in prefix caching)
-                summary.get("prefix_cache_queries", df["prompt_tokens"].sum() if caching else 0),
+            "prefix_cache_queries": (  # (the engines' own count; none without prefix caching)
+                summary.get("prefix_cache_queries", 0),
                 "Prefix cache queries, in tokens.",
             ),
             "prefix_cache_hits": (
