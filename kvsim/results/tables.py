@@ -263,40 +263,32 @@ def blocking_entries(folder: Path) -> list[str]:
     )
 
 
-def request_rows(requests: Sequence[Request]) -> list[list[Any]]:
-    """One list of ``REQUEST_COLUMNS`` values per request (what ``request_frame`` tabulates)."""
-    return [[getattr(r, c) for c in REQUEST_COLUMNS] for r in requests]
-
-
 def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
-    """Per-request DataFrame with vLLM's latency columns (seconds).
+    """Per-request DataFrame with vLLM's latency columns (seconds): ``request_table_columns``
+    of the requests' ``REQUEST_COLUMNS``, typed as the engine's ``RequestLog`` types them
+    (``arrival_time_s`` int64 where every time is an int; no time yet: NaN; no parent: masked).
 
     ``request_time_per_output_token_seconds`` is decode time / (output tokens - 1) (vLLM's
     TPOT; 0 for a one-token output, whose decode time is 0, as vLLM 0.34.0 records it:
     ``IterationStats.update_from_finished_request``); ``normalized_latency_seconds`` is E2E /
     output tokens (the PagedAttention paper's Figure 12 metric).
     """
-    return request_frame_from_rows(request_rows(requests))
-
-
-def request_frame_from_rows(rows: list[list[Any]]) -> pd.DataFrame:
-    """``request_frame`` of ``request_rows``."""
-    import pandas as pd  # only when a run's tables are built
-
-    df = pd.DataFrame(rows, columns=list(REQUEST_COLUMNS)).astype(
-        {
-            "parent_id": "Int64",
-            "first_scheduled_time_s": float,
-            "first_token_time_s": float,
-            "finish_time_s": float,
-        }
-    )
-    for name, (end, start) in LATENCY_INTERVALS.items():
-        df[name] = df[end] - df[start]
-    decode_tokens = (df["output_tokens"] - 1).clip(lower=1)  # (a one-token output: 0 / 1 = 0)
-    df["request_time_per_output_token_seconds"] = df["request_decode_time_seconds"] / decode_tokens
-    df["normalized_latency_seconds"] = df["e2e_request_latency_seconds"] / df["output_tokens"]
-    return df
+    columns: dict[str, npt.NDArray[Any]] = {}
+    for name in REQUEST_COLUMNS:
+        values = [getattr(r, name) for r in requests]
+        if name == "parent_id":
+            columns[name] = np.ma.MaskedArray(
+                np.array([v or 0 for v in values], dtype=np.int64),
+                np.array([v is None for v in values], dtype=np.bool_),
+            )
+        elif name.endswith("_time_s") and name != "arrival_time_s":
+            columns[name] = np.array([np.nan if v is None else v for v in values], np.float64)
+        elif name == "arrival_time_s":  # (int64 when every time is an int, as pandas types it)
+            ints = all(isinstance(v, int) for v in values)
+            columns[name] = np.array(values, dtype=np.int64 if ints else np.float64)
+        else:
+            columns[name] = np.array(values, dtype=np.int64)
+    return request_frame_from_columns(request_table_columns(columns))
 
 
 def request_table_columns(columns: Columns) -> Columns:
