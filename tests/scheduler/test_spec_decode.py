@@ -334,7 +334,17 @@ def test_default_config_keeps_its_hash():
     assert "speculative" not in config_from_dict({}).canonical_json()
 
 
-def _eagle_sched(pool: PagedAllocator, k: int = 2, batched: int = 64, hash_lookahead: int = 1):
+def _eagle_sched(
+    pool: PagedAllocator,
+    k: int = 2,
+    batched: int = 64,
+    hash_lookahead: int = 1,
+    lookahead: int | None = None,
+    rates: list[float] | None = None,
+):
+    """A scheduler with a prefix cache and ``k`` drafts: EAGLE's ``k`` lookahead slots unless
+    ``lookahead`` says otherwise (0: n-gram), acceptance ``rates`` (0.5 each by default)."""
+    lookahead = k if lookahead is None else lookahead
     args = engine_args(
         max_num_batched_tokens=batched,
         max_num_seqs=4,
@@ -342,10 +352,11 @@ def _eagle_sched(pool: PagedAllocator, k: int = 2, batched: int = 64, hash_looka
         reserve_null_block=True,
         enable_prefix_caching=True,
         num_speculative_tokens=k,
-        num_lookahead_tokens=k,
+        num_lookahead_tokens=lookahead,
         num_hash_lookahead_tokens=hash_lookahead,
     )
-    return make_scheduler(pool, args, spec=SpecDecoder(k, k, [0.5] * k, seed=0))
+    spec = SpecDecoder(k, lookahead, rates or [0.5] * k, seed=0)
+    return make_scheduler(pool, args, spec=spec)
 
 
 def _hit_after(first: list, second: list, hash_lookahead: int) -> int:
@@ -397,17 +408,9 @@ def test_a_padded_verification_counts_as_vllm_counts_it():
         reserve_null_block=True,
         enable_prefix_caching=True,
     )
-    args = engine_args(
-        max_num_batched_tokens=64,
-        max_num_seqs=4,
-        max_model_len=64,
-        reserve_null_block=True,
-        enable_prefix_caching=True,
-        num_speculative_tokens=2,
-        num_lookahead_tokens=0,
-    )
-    spec = SpecDecoder(2, 0, [1.0, 0.0], seed=0)
-    sched = make_scheduler(pool, args, spec=spec)
+    sched = _eagle_sched(pool, hash_lookahead=0, lookahead=0, rates=[1.0, 0.0])
+    spec = sched.spec
+    assert spec is not None
     first = req(0, 10, 8, token_segments=(("s", 10),))
     sched.add_request(first)
     while sched.has_work():
