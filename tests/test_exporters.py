@@ -338,3 +338,103 @@ def test_a_table_written_before_draft_outputs_were_counted_counts_no_drafts() ->
     assert output_gaps(old).tolist() == [0, 2, 4, 0]
     new = {**old, "num_draft_outputs": np.array([0, 1, 2, 0])}
     assert output_gaps(new).tolist() == [0, 1, 2, 0]
+
+
+def _finished(req_id: int, prompt: int, output: int, max_tokens: int, cached: int = 0, **kw):
+    req = Request(req_id, 0.0, prompt, output, max_tokens, **kw)
+    req.first_scheduled_time_s, req.first_token_time_s, req.finish_time_s = 0.0, 0.5, 1.0
+    req.num_cached_tokens = cached
+    return req
+
+
+@pytest.fixture
+def client_run() -> Results:
+    """Five table rows (vLLM requests) from four client requests, max_model_len 2,048: r2 and
+    r3 are the two samples of client request 7 (``n = 2``); r1's 16 cached tokens came from
+    the CPU tier, r3's 48 from the GPU (16) and the tiers (32: 16 promoted from the disk)."""
+    requests = [
+        _finished(0, 30, 1, 1),  # output == max_tokens: length
+        _finished(1, 20, 3, 100, cached=16),  # ended before its cap: stop
+        _finished(2, 40, 5, 9, parent_id=7),  # stop
+        _finished(3, 40, 9, 9, cached=48, parent_id=7),  # length
+        _finished(4, 2040, 8, 100),  # 2,040 + 8 reaches max_model_len: length
+    ]
+    summary = {
+        "num_preemptions": 0,
+        "max_model_len": 2048,
+        "enable_prefix_caching": True,
+        "prefix_cache_queries": 2170,
+        "num_gpu_blocks": 1000,
+        "disk_tier_blocks": 64,
+        "external_prefix_cache_queries": 100,
+        "external_prefix_cache_hits": 32,
+        "external_prefix_cache_hits_disk": 16,
+        "kv_offload_bytes_cpu_to_disk": 0,
+        "kv_offload_bytes_disk_to_cpu": 0,
+    }
+    return Results(config_from_dict({}), request_frame(requests), pd.DataFrame(), summary)
+
+
+def test_prompt_tokens_by_source_and_finish_reasons_by_hand(client_run: Results) -> None:
+    # vLLM 0.34.0 PromptTokenStats and CacheHitSource; prompts 30 + 20 + 40 + 40 + 2,040 =
+    # 2,170 tokens, 16 + 48 = 64 cached of which 32 came through the KV connector (16 of them
+    # promoted from the disk): 2,106 computed, 32 GPU hits, 32 loaded (16 host, 16 disk)
+    fams = _families(prometheus_snapshot(client_run))
+    by_source = fams["vllm:prompt_tokens_by_source"]
+    assert _sample(by_source, "_total", source="local_compute") == 2106
+    assert _sample(by_source, "_total", source="local_cache_hit") == 32
+    assert _sample(by_source, "_total", source="external_kv_transfer") == 32
+    cached = fams["vllm:prompt_tokens_cached_by_source"]
+    expected = {"device": 32, "host": 16, "p2p": 0, "disk": 16, "external_unspecified": 0}
+    for source, tokens in expected.items():
+        assert _sample(cached, "_total", source=source) == tokens
+    success = fams["vllm:request_success"]
+    reasons = {"stop": 2, "length": 3, "abort": 0, "error": 0, "repetition": 0}
+    for reason, count in reasons.items():
+        assert _sample(success, "_total", finished_reason=reason) == count
+
+
+def test_client_request_histograms_by_hand(client_run: Results) -> None:
+    # client requests r0, r1, 7 (two samples: 5 and 9 tokens), r4: n = 1, 1, 2, 1 (sum 5);
+    # the most tokens a sample generated 1, 3, 9, 8 (sum 21); max_tokens observed a row
+    # (vLLM observes it per finished request): 1 + 100 + 9 + 9 + 100 = 219
+    fams = _families(prometheus_snapshot(client_run))
+    n = fams["vllm:request_params_n"]
+    assert _sample(n, "_count") == 4
+    assert _sample(n, "_sum") == 5
+    assert _buckets(n) == {"1.0": 3, "2.0": 4, "5.0": 4, "10.0": 4, "20.0": 4, "+Inf": 4}
+    longest = fams["vllm:request_max_num_generation_tokens"]
+    assert (_sample(longest, "_count"), _sample(longest, "_sum")) == (4, 21)
+    assert _buckets(longest)["5.0"] == 2  # 1 and 3 tokens
+    max_tokens = fams["vllm:request_params_max_tokens"]
+    assert (_sample(max_tokens, "_count"), _sample(max_tokens, "_sum")) == (5, 219)
+
+
+def test_cache_config_info_labels(client_run: Results) -> None:
+    # vLLM writes every CacheConfig field as str(value); the defaults of an empty config:
+    # 16-token blocks, gpu_memory_utilization 0.9, no KV size or offload given
+    fams = _families(prometheus_snapshot(client_run))
+    (sample,) = fams["vllm:cache_config_info"].samples
+    assert sample.value == 1
+    assert sample.labels == {
+        "block_size": "16",
+        "cache_dtype": "auto",
+        "enable_prefix_caching": "True",
+        "gpu_memory_utilization": "0.9",
+        "kv_cache_memory_bytes": "None",
+        "num_gpu_blocks": "1000",
+        "kv_offloading_size": "None",
+        "kv_offloading_backend": "native",
+        "engine": "0",
+    }
+
+
+def test_a_table_without_max_tokens_exports_no_finish_reasons(client_run: Results) -> None:
+    # a requests table written before the max_tokens and n columns: no finish reasons or
+    # max_tokens (unknown), and every row not a sample of an n > 1 request counts as n = 1
+    old = client_run.requests.drop(columns=["max_tokens", "n"])
+    run = Results(client_run.config, old, pd.DataFrame(), client_run.summary)
+    fams = _families(prometheus_snapshot(run))
+    assert "vllm:request_success" not in fams
+    assert "vllm:request_params_max_tokens" not in fams
+    assert _sample(fams["vllm:request_params_n"], "_sum") == 5

@@ -21,6 +21,8 @@ _INT_FIELDS = (
     "req_id",
     "prompt_tokens",
     "output_tokens",
+    "max_tokens",
+    "n",
     "num_preemptions",
     "num_cached_tokens",
     "num_draft_outputs",
@@ -62,6 +64,8 @@ class RequestLog:
             ids,
             prompts,
             outputs,
+            max_tokens,
+            samples,
             preemptions,
             cached,
             drafted,
@@ -75,6 +79,8 @@ class RequestLog:
         ids(req.req_id)
         prompts(req.prompt_tokens)
         outputs(req.output_tokens)
+        max_tokens(req.max_tokens)
+        samples(req.n)
         preemptions(req.num_preemptions)
         cached(req.num_cached_tokens)
         drafted(req.num_draft_outputs)

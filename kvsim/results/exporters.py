@@ -73,6 +73,14 @@ REQUEST_LATENCY_BUCKETS_S = (
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 LABELS = ("model_name", "engine")  # vLLM's labelnames; one engine, index "0"
+# vLLM 0.34.0 buckets.py REQUEST_PARAMS_N_BUCKETS, samples a request
+REQUEST_PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
+# vLLM 0.34.0 vllm/v1/engine/__init__.py FinishReason, as str() writes each (every one exported)
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+# vLLM 0.34.0 vllm/v1/metrics/stats.py PromptTokenStats.ALL_SOURCES
+PROMPT_TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+# vLLM 0.34.0 vllm/v1/metrics/cache_hit_source.py CacheHitSource (every one exported)
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 
 
 def vidur_request_metrics(results: Results) -> pd.DataFrame:
@@ -165,6 +173,18 @@ def prometheus_snapshot(results: Results) -> str:
     without it. With a disk tier, ``vllm:kv_offload_tiering_read_bytes`` and ``_write_bytes``
     (bytes, a ``tier`` label ``"1:fs"``).
 
+    By label, as vLLM 0.34.0 counts them (every label value exported, zeros too):
+    ``vllm:prompt_tokens_by_source`` (``source``: ``local_compute``, ``local_cache_hit``,
+    ``external_kv_transfer``; a prompt's tokens at its first admission), ``vllm:prompt_tokens_
+    cached_by_source`` (``source``: ``device``, ``host`` the CPU tier, ``disk`` the blocks
+    promoted from a disk tier for the request that loaded them, ``p2p``,
+    ``external_unspecified``) and ``vllm:request_success`` (``finished_reason``: ``length``
+    where the output reached ``max_tokens`` or the sequence ``max_model_len``, else ``stop``;
+    ``abort``, ``error``, ``repetition`` 0). ``vllm:cache_config_info``: a gauge of 1 labelled
+    with the ``CacheConfig`` fields kvsim models (``_cache_config_info``). Not exported:
+    ``vllm:iteration_tokens_total`` (tokens a step: kvsim fast-forwards decode steps and keeps
+    no count a step).
+
     Gauges, after the last request finished: ``vllm:num_requests_running``,
     ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (0-1), all 0 then; the run's
     time-weighted means and peaks are ``kvsim:*`` gauges (``kvsim:kv_cache_usage_perc_mean``...).
@@ -174,7 +194,10 @@ def prometheus_snapshot(results: Results) -> str:
     ``request_inference_time_seconds``, ``request_prefill_time_seconds``,
     ``request_decode_time_seconds``, ``request_time_per_output_token_seconds`` (0 for one-token
     outputs, as vLLM observes), ``request_prompt_tokens``, ``request_generation_tokens``,
-    ``request_prefill_kv_computed_tokens``, ``request_num_preemptions``; and
+    ``request_prefill_kv_computed_tokens``, ``request_num_preemptions``,
+    ``request_params_max_tokens``; over client requests (an ``n > 1`` request's samples are
+    one), ``request_params_n`` and ``request_max_num_generation_tokens`` (its samples' longest
+    output); and
     ``inter_token_latency_seconds`` over output gaps
     (``kvsim.results.metrics.output_gaps``: one a step after the first that returned a
     request's tokens, a verification's several counting once). kvsim keeps no per-token times
@@ -243,8 +266,20 @@ class _SnapshotCollector:
             yield _accepted_per_pos(summary, labels)
         if "disk_tier_blocks" in summary:  # a disk tier below the CPU tier
             yield from _tiering_bytes(summary, labels)
+        yield from _prompt_token_sources(df, summary, labels)
+        max_model_len = int(summary["max_model_len"])
+        if "max_tokens" in df:  # (a table written before it had the column: no reasons)
+            yield _labelled_counter(
+                "request_success",
+                "Requests finished, by finish reason.",
+                labels,
+                "finished_reason",
+                finish_reasons(df, max_model_len),
+                FINISH_REASONS,
+            )
         yield from _gauges(df, summary, labels)
-        yield from _histograms(df, labels, int(summary["max_model_len"]))
+        yield _cache_config_info(self.results, summary)
+        yield from _histograms(df, labels, max_model_len)
 
 
 def _spec_decode_counters(summary: dict[str, Any]) -> dict[str, tuple[object, str]]:
@@ -296,6 +331,118 @@ def _tiering_bytes(summary: dict[str, Any], labels: list[str]) -> Iterator[Metri
         )
         family.add_metric([*labels, "1:fs"], float(summary[key]))
         yield family
+
+
+def _labelled_counter(
+    name: str,
+    doc: str,
+    labels: list[str],
+    label: str,
+    values: dict[str, int],
+    every: tuple[str, ...],
+) -> Metric:
+    """A counter family with one sample per value of ``label`` after vLLM's base labels, each of
+    ``every`` (vLLM creates every label value at start, so the zeros are exported too)."""
+    family = CounterMetricFamily(f"vllm:{name}", doc, labels=(*LABELS, label))
+    for value in every:
+        family.add_metric([*labels, value], float(values.get(value, 0)))
+    return family
+
+
+def _prompt_token_sources(
+    df: pd.DataFrame, summary: dict[str, Any], labels: list[str]
+) -> Iterator[Metric]:
+    """``vllm:prompt_tokens_by_source`` (vLLM 0.34.0 ``PromptTokenStats``: each prompt's tokens
+    at its first admission computed, hit in the GPU prefix cache, or loaded by the KV
+    connector) and ``vllm:prompt_tokens_cached_by_source`` (the cached ones by the tier that
+    held them, ``CacheHitSource``: ``device`` the GPU, ``host`` the CPU tier, ``disk`` the
+    blocks promoted from a disk tier for the request that loads them)."""
+    cached = int(df["num_cached_tokens"].sum())
+    external = int(summary.get("external_prefix_cache_hits", 0))
+    by_source = {
+        "local_compute": int(df["prompt_tokens"].sum()) - cached,
+        "local_cache_hit": cached - external,
+        "external_kv_transfer": external,
+    }
+    yield _labelled_counter(
+        "prompt_tokens_by_source",
+        "Prompt tokens by source.",
+        labels,
+        "source",
+        by_source,
+        PROMPT_TOKEN_SOURCES,
+    )
+    hits = {"device": cached - external, "host": external}
+    if "disk_tier_blocks" in summary:
+        if "external_prefix_cache_hits_disk" in summary:
+            hits["disk"] = int(summary["external_prefix_cache_hits_disk"])
+            hits["host"] = external - hits["disk"]
+        else:  # (a summary written before the disk's share was counted)
+            hits["external_unspecified"], hits["host"] = external, 0
+    yield _labelled_counter(
+        "prompt_tokens_cached_by_source",
+        "Prompt tokens cached, by the tier that held them.",
+        labels,
+        "source",
+        hits,
+        CACHE_HIT_SOURCES,
+    )
+
+
+def finish_reasons(df: pd.DataFrame, max_model_len: int) -> dict[str, int]:
+    """Finished requests by vLLM's finish reason: ``length`` where the output reached its
+    ``max_tokens`` or the sequence ``max_model_len`` (vLLM 0.34.0 ``FinishReason.LENGTH``),
+    ``stop`` where it ended before (an end-of-sequence token). A table row is a vLLM request
+    (a v1 sample each); unfinished rows are not counted."""
+    done = df["finish_time_s"].notna()
+    output, prompt = df["output_tokens"], df["prompt_tokens"]
+    length = done & ((output >= df["max_tokens"]) | (prompt + output >= max_model_len))
+    return {"length": int(length.sum()), "stop": int((done & ~length).sum())}
+
+
+def client_requests(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, most output tokens)`` of each request as the client sent it, float64 arrays: a v1
+    request of ``n > 1`` is its samples' rows (those sharing its ``parent_id``), any other row
+    is one request of its ``n`` (1 in a table written before the column). vLLM observes both
+    once a request's samples all finished (``ParentRequest.observe_finished_request``)."""
+    alone = df["parent_id"].isna().to_numpy()
+    n = df["n"].to_numpy()[alone] if "n" in df else np.ones(int(alone.sum()))
+    longest = df["output_tokens"].to_numpy()[alone]
+    samples = df.loc[~alone].groupby("parent_id")["output_tokens"].agg(["size", "max"])
+    return (
+        np.concatenate([n, samples["size"].to_numpy()]).astype(np.float64),
+        np.concatenate([longest, samples["max"].to_numpy()]).astype(np.float64),
+    )
+
+
+def _cache_config_info(results: Results, summary: dict[str, Any]) -> Metric:
+    """``vllm:cache_config_info``: a gauge of 1 whose labels are ``CacheConfig`` fields as
+    vLLM writes them (``str`` of the value; ``CacheConfig.metrics_info``), the fields kvsim
+    models: ``block_size``, ``cache_dtype``, ``enable_prefix_caching``,
+    ``gpu_memory_utilization``, ``kv_cache_memory_bytes`` (``None`` unless the KV size is
+    given), ``num_gpu_blocks``, ``kv_offloading_size`` and ``kv_offloading_backend``; with
+    vLLM's ``engine`` label and, as vLLM, no ``model_name``."""
+    config = results.config
+    cache, offload = config.cache, config.offload
+    kv_bytes = cache.kv_cache_bytes
+    if kv_bytes is None and cache.kv_cache_gib is not None:
+        kv_bytes = int(cache.kv_cache_gib * 2**30)
+    info = {
+        "block_size": summary.get("kv_cache_block_size_tokens", cache.block_size_tokens),
+        "cache_dtype": summary.get("kv_cache_dtype", cache.kv_cache_dtype),
+        "enable_prefix_caching": summary.get("enable_prefix_caching"),
+        "gpu_memory_utilization": cache.gpu_memory_utilization,
+        "kv_cache_memory_bytes": kv_bytes,
+        "num_gpu_blocks": summary.get("num_gpu_blocks"),
+        "kv_offloading_size": offload.kv_offloading_size,
+        "kv_offloading_backend": offload.kv_offloading_backend,
+        "engine": "0",
+    }
+    family = GaugeMetricFamily(
+        "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(info)
+    )
+    family.add_metric([str(v) for v in info.values()], 1.0)
+    return family
 
 
 def _gauges(df: pd.DataFrame, summary: dict[str, object], labels: list[str]) -> Iterator[Metric]:
@@ -358,9 +505,21 @@ def _histograms(df: pd.DataFrame, labels: list[str], max_model_len: int) -> Iter
             df["num_preemptions"], NUM_PREEMPTIONS_BUCKETS, "Times a request was preempted."
         ),
     }  # fmt: skip
+    if "max_tokens" in df:
+        per_request["request_params_max_tokens"] = (
+            df["max_tokens"].where(df["finish_time_s"].notna()),
+            token_buckets,
+            "The max_tokens request parameter.",
+        )
     for name, (values, buckets, doc) in per_request.items():
         values_arr = values.dropna().to_numpy(dtype=np.float64)
         yield _histogram(name, doc, labels, buckets, values_arr, np.ones_like(values_arr))
+    n, longest = client_requests(df)
+    ones = np.ones_like(n)
+    yield _histogram("request_params_n", "The n request parameter.", labels,
+                     REQUEST_PARAMS_N_BUCKETS, n, ones)  # fmt: skip
+    doc = "The most tokens any sample of a request generated."
+    yield _histogram("request_max_num_generation_tokens", doc, labels, token_buckets, longest, ones)
     gaps = output_gaps(df).astype(np.float64)
     mean_gap = np.divide(
         df["request_decode_time_seconds"].fillna(0.0).to_numpy(dtype=np.float64),

@@ -143,6 +143,7 @@ DISK_ROWS: tuple[Row, ...] = (
     ("disk_tier_blocks", "disk tier (blocks, one GPU's share; a fleet's: each replica's)"),
     ("disk_tier_promoted_blocks", "blocks promoted, disk -> CPU"),
     ("disk_tier_promotions", "promotion jobs (one a lookup)"),
+    ("external_prefix_cache_hits_disk", "external_prefix_cache_hits from the disk (tokens)"),
     ("kv_offload_bytes_disk_to_cpu", "KV read, disk -> CPU"),
     ("kv_offload_bytes_cpu_to_disk", "KV written, CPU -> disk"),
     ("kv_offload_time_disk_to_cpu_s", "disk read link busy"),

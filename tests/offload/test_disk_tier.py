@@ -387,3 +387,32 @@ def test_checking_invariants_changes_no_result() -> None:
     assert plain["disk_tier_promoted_blocks"] > 0
     assert [plain[k] for k in keys] == [checked[k] for k in keys]
     assert plain["time_to_first_token_seconds_mean"] == checked["time_to_first_token_seconds_mean"]
+
+
+def test_a_hit_counts_as_from_the_disk_only_for_the_request_it_was_promoted_for() -> None:
+    """vLLM 0.34.0 ``TieringOffloadingManager.get_load_source``: a block promoted from the disk
+    for a request is a ``disk`` hit when that request loads it, a ``host`` hit for any other
+    request loading it from the CPU tier afterwards."""
+    pool, conn = parts(num_cpu_blocks=4)
+    conn.store([doc(0, ("p", 32), computed=32)], 0.0)  # p0, p1: CPU by 0.002, disk by 0.006
+    # q's 3 blocks need 3 of the 4 slots, 2 free: one eviction, p1 (request 0 is running, so
+    # its blocks rank (r, -position) and the tail goes first); p0 stays in the CPU tier
+    conn.store([doc(1, ("q", 48), computed=48)], 1.0)
+    first = doc(2, ("p", 32), ("z", 16))
+    conn.now_s = 2.0
+    assert conn.matched_tokens(first, 0) is None  # p0 held, p1 promoted from the disk
+    conn.now_s = 2.1  # (2 MB at 0.25 GB/s: landed by 2.008)
+    assert conn.matched_tokens(first, 0) == 32
+    assert pool.allocate(first, 32) is not None
+    conn.start_load(first, 0, 32)
+    conn.finish_load(first)
+    second = doc(3, ("p", 32), ("y", 16))  # the same two blocks, now in the CPU tier
+    conn.now_s = 3.0
+    assert conn.matched_tokens(second, 0) == 32
+    assert pool.allocate(second, 32) is not None
+    conn.start_load(second, 0, 32)
+    summary = conn.summary()
+    # 32 tokens each; from the disk only p1 for the first request (16 tokens): p0 was in the
+    # CPU tier, and the second request loads p1 from the CPU tier after it landed
+    assert summary["external_prefix_cache_hits"] == 64
+    assert summary["external_prefix_cache_hits_disk"] == 16

@@ -90,7 +90,9 @@ class OffloadConnector:
     Counters (cumulative, vLLM's names): ``external_prefix_cache_queries`` and
     ``external_prefix_cache_hits`` (tokens, first admissions: vLLM's connector prefix-cache
     stats), ``gpu_to_cpu`` and ``cpu_to_gpu`` links (bytes and busy seconds); with a disk,
-    ``cpu_to_disk`` and ``disk_to_cpu`` links and ``num_promotions`` (promotion jobs).
+    ``cpu_to_disk`` and ``disk_to_cpu`` links, ``num_promotions`` (promotion jobs) and
+    ``external_prefix_cache_hits_disk`` (tokens of those hits whose blocks were promoted from the
+    disk for the request that loads them: vLLM's ``disk`` cache-hit source).
     """
 
     def __init__(
@@ -117,6 +119,9 @@ class OffloadConnector:
         # req_id -> the run a request's promotion extended: kept from other requests'
         # promotions until it looks up again (``_promote``)
         self._awaiting: dict[int, vec[i64]] = {}
+        # req_id -> keys promoted from the disk for it, until it finishes: its load's blocks
+        # among them came from the disk (vLLM ``TieringOffloadingManager.get_load_source``)
+        self._promoted_for: dict[int, set[int]] = {}
         self.now_s = 0.0  # the engine sets it before each step is planned
         self.loads: dict[Request, Load] = {}
         self.started: list[Request] = []  # loads started by the last plan (the engine takes)
@@ -128,6 +133,7 @@ class OffloadConnector:
         self._looked_up_run = HeldRun()  # what the tier found of them (``CpuTier.held_run``)
         self.external_prefix_cache_queries = 0
         self.external_prefix_cache_hits = 0
+        self.external_prefix_cache_hits_disk = 0  # (of the hits: blocks promoted from the disk)
         self.num_loads = 0
         self.num_loads_dropped = 0  # loaded requests whose blocks were freed to unblock the head
         self.load_wait_s = 0.0  # cumulative: seconds requests waited for their loads
@@ -211,6 +217,7 @@ class OffloadConnector:
         for i in range(first, end):
             run = append(run, keys[i])
         self._awaiting[request.req_id] = run
+        self._promoted_for.setdefault(request.req_id, set()).update(promoted)
         disk.read(promoted)
         tier.complete_promotions(self.disk_to_cpu.submit(len(promoted) * self.block_bytes, now))
         self.num_promotions += 1
@@ -236,6 +243,9 @@ class OffloadConnector:
         self.loads[request] = Load(keys, done_s, num_tokens)
         self.started.append(request)
         self.count_query(request, gpu_hit_tokens, num_tokens)
+        promoted = self._promoted_for.get(request.req_id)
+        if promoted and not request.readmitted:
+            self.external_prefix_cache_hits_disk += b * sum(1 for key in keys if key in promoted)
         self.num_loads += 1
         self.load_wait_s += done_s - self.now_s
         if not request.readmitted:  # (vLLM: set at the first admission only)
@@ -310,6 +320,7 @@ class OffloadConnector:
         blocks it accessed (``CpuTier.finish``); its store position is dropped."""
         self._next_store.pop(request.req_id, None)
         self._awaiting.pop(request.req_id, None)
+        self._promoted_for.pop(request.req_id, None)
         access = self._access.pop(request.req_id, None)
         if access is not None:
             self.tier.finish(access)
@@ -345,6 +356,7 @@ class OffloadConnector:
             "disk_tier_evicted_blocks": disk.num_evicted_blocks,
             "disk_tier_promoted_blocks": disk.num_read_blocks,
             "disk_tier_promotions": self.num_promotions,
+            "external_prefix_cache_hits_disk": self.external_prefix_cache_hits_disk,
             "kv_offload_bytes_cpu_to_disk": self.cpu_to_disk.num_bytes,
             "kv_offload_bytes_disk_to_cpu": self.disk_to_cpu.num_bytes,
             "kv_offload_time_cpu_to_disk_s": self.cpu_to_disk.busy_s,
