@@ -129,3 +129,53 @@ def test_a_built_tables_nullable_parents_read_as_the_columns_do() -> None:
     assert from_columns is not None
     assert from_columns == from_table
     assert from_columns.unfinished <= 1500  # requests, not their 3,000 sequences
+
+
+def _fleet_table() -> dict:
+    # replica 0: the saturated case (one arrival a second, request i finishing at 2i + 1);
+    # replica 1: the same arrivals, each finished 0.2 s later (keeping up)
+    arrival = [float(i) for i in range(100)]
+    saturated = _table(arrival, [2.0 * i + 1 for i in range(100)])
+    keeping_up = _table(arrival, [t + 0.2 for t in arrival])
+    table = {
+        name: np.ma.concatenate([saturated[name], keeping_up[name]])
+        if name == "parent_id"
+        else np.concatenate([saturated[name], keeping_up[name]])
+        for name in saturated
+    }
+    table["req_id"] = np.arange(200)
+    table["replica"] = np.repeat([0, 1], 100)
+    return table
+
+
+def test_the_replicas_whose_own_queue_grew_are_named() -> None:
+    from kvsim.results.saturation import saturated_replicas
+
+    table = _fleet_table()
+    assert saturated_replicas(table) == [0]
+    table["replica"] = np.tile([0, 1], 100)  # every other request: both grow queues
+    # each replica serves half the saturated requests, replica 0 the even ones: unfinished at
+    # the middle (49.5) 26 .. 48, 12; at three quarters (74.25) 38 .. 74, 19: 7 more, under
+    # ten (replica 1, the odd ones: 13, then 19: 6 more); neither alone, though the fleet is
+    assert saturated_replicas(table) == []
+    assert growing_queue(table) is not None
+
+
+def test_a_fleets_warning_names_the_replica_past_saturation(caplog) -> None:
+    # the fleet of two above: together 25 unfinished at the middle (49.5: replica 0's 25 ..
+    # 49; replica 1's request 49 finished at 49.2) and 51 at the last arrival (99: replica 0's
+    # 50 .. 99 and replica 1's request 99, finishing at 99.2), a growth of 26
+    from kvsim.cli.run import note_saturation
+    from kvsim.config import config_from_dict
+    from kvsim.results import Results
+
+    table = _fleet_table()
+    frame = pd.DataFrame({k: v for k, v in table.items() if k != "parent_id"})
+    frame["parent_id"] = pd.array([None] * 200, dtype="Int64")
+    summary = {"past_saturation": True, "num_replicas": 2}
+    results = Results(config_from_dict({}), frame, pd.DataFrame(), summary)
+    with caplog.at_level("WARNING", logger="kvsim"):
+        note_saturation(results, "poisson")
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "the unfinished requests grew by 26, to 51" in said
+    assert "of the 2 replicas serving, only replica 0 grew a queue of its own" in said

@@ -158,15 +158,32 @@ def note_saturation(results: Results, arrival: str | None) -> None:
     """Warn where the arrivals outpaced the engine (the summary's ``past_saturation``, by
     ``kvsim.results.saturation``); ``arrival``: the workload's (``"trace"``: the trace's own
     times, which its time scale stretches)."""
-    from kvsim.results.saturation import growing_queue
+    from kvsim.results.saturation import growing_queue, saturated_replicas
     from kvsim.view.summary import format_metric
 
     summary = results.summary
     if not summary.get("past_saturation"):  # (False, or None: a closed loop, not judged)
         return
     names = ("req_id", "parent_id", "arrival_time_s", "finish_time_s")
-    found = growing_queue(results.request_columns(*names))
+    num_replicas = summary.get("num_replicas")
+    columns = results.request_columns(*names, *(("replica",) if num_replicas else ()))
+    found = growing_queue(columns)
     assert found is not None, "past_saturation without a growing queue"
+    which = ""
+    if num_replicas:
+        saturated = saturated_replicas(columns)
+        serving = len(set(columns["replica"].tolist()))  # (a disaggregated fleet's decoders)
+        names = ("replica " if len(saturated) == 1 else "replicas ") + ", ".join(
+            map(str, saturated)
+        )
+        which = (
+            " (every replica's own queue grew)"
+            if len(saturated) == serving
+            else f" (of the {serving} replicas serving, only {names} grew a queue of its own: "
+            "the router sent more there than it served while the others kept up)"
+            if saturated
+            else " (no one replica's own queue grew as much)"
+        )
     window_s = found.last_arrival_s - found.middle_s
     slower = (
         "raise workload.time_scale (it stretches the trace's own times; kvsim plan --smallest "
@@ -177,7 +194,7 @@ def note_saturation(results: Results, arrival: str | None) -> None:
     )
     logging.getLogger("kvsim.cli").warning(
         "past saturation: over the second half of the arrival window (%s to %s s) %s arrived "
-        "and %s finished (%s against %s req/s), so the unfinished requests grew by %s, to %s. "
+        "and %s finished (%s against %s req/s), so the unfinished requests grew by %s, to %s%s. "
         "The %s served fewer requests a second than arrived: its queue and TTFT (p50 %s here) "
         "grow with the run's length rather than measure it; %s",
         f"{found.middle_s:,.0f}",
@@ -188,7 +205,8 @@ def note_saturation(results: Results, arrival: str | None) -> None:
         f"{found.arrived / window_s:.3g}",
         f"{found.growth:,}",
         f"{found.unfinished:,}",
-        "fleet" if summary.get("num_replicas") else "engine",
+        which,
+        "fleet" if num_replicas else "engine",
         format_metric(
             "time_to_first_token_seconds_p50", summary.get("time_to_first_token_seconds_p50")
         ),

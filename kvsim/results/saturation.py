@@ -115,6 +115,24 @@ def past_saturation(
     return growing_queue(requests) is not None
 
 
+def saturated_replicas(requests: Mapping[str, Any]) -> list[int]:
+    """The replicas of a fleet whose own requests' queue grew (``growing_queue`` of the rows
+    each served), in order: where one replica saturates and the others keep up, the router
+    is to blame, not the fleet's size.
+
+    Args:
+        requests: as ``growing_queue``'s, with ``replica`` (the replica that served each row).
+    """
+    replica = np.asarray(requests["replica"], dtype=np.int64)
+    out = []
+    for index in np.unique(replica):
+        mine = replica == index
+        rows = {name: column[mine] for name, column in requests.items()}
+        if growing_queue(rows) is not None:
+            out.append(int(index))
+    return out
+
+
 def _owners(requests: Mapping[str, Any]) -> npt.NDArray[np.int64]:
     """Each row's request: ``-1 - parent_id`` where it has one (a sequence of a parallel-sampling
     request; parent ids are numbered apart from the rows' ids), else its own ``req_id``."""
