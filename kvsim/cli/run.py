@@ -173,13 +173,13 @@ def note_saturation(results: Results, arrival: str | None) -> None:
     if num_replicas:
         saturated = saturated_replicas(columns)
         serving = len(set(columns["replica"].tolist()))  # (a disaggregated fleet's decoders)
-        names = ("replica " if len(saturated) == 1 else "replicas ") + ", ".join(
+        listed = ("replica " if len(saturated) == 1 else "replicas ") + ", ".join(
             map(str, saturated)
         )
         which = (
             " (every replica's own queue grew)"
             if len(saturated) == serving
-            else f" (of the {serving} replicas serving, only {names} grew a queue of its own: "
+            else f" (of the {serving} replicas serving, only {listed} grew a queue of its own: "
             "the router sent more there than it served while the others kept up)"
             if saturated
             else " (no one replica's own queue grew as much)"
