@@ -432,9 +432,49 @@ def test_cache_config_info_labels(client_run: Results) -> None:
 def test_a_table_without_max_tokens_exports_no_finish_reasons(client_run: Results) -> None:
     # a requests table written before the max_tokens and n columns: no finish reasons or
     # max_tokens (unknown), and every row not a sample of an n > 1 request counts as n = 1
-    old = client_run.requests.drop(columns=["max_tokens", "n"])
+    old = client_run.requests.drop(columns=["max_tokens", "num_seqs"])
     run = Results(client_run.config, old, pd.DataFrame(), client_run.summary)
     fams = _families(prometheus_snapshot(run))
     assert "vllm:request_success" not in fams
     assert "vllm:request_params_max_tokens" not in fams
     assert _sample(fams["vllm:request_params_n"], "_sum") == 5
+
+
+def test_a_v0_sequence_group_counts_each_sequences_tokens_and_finish() -> None:
+    # a vLLM v0 group of n = 3 samples of 4 tokens each (max_tokens 4: length) and a plain
+    # request of 2 tokens (max_tokens 10: stop). vLLM v0 counted every sequence's tokens and
+    # finish reason, the rest once a group: 3 * 4 + 2 = 14 generated tokens, 3 length + 1 stop,
+    # request_generation_tokens 4 observations (sum 14), e2e 2, request_params_n 3 and 1
+    requests = [_finished(0, 10, 4, 4, n=3), _finished(1, 10, 2, 10)]
+    summary = {"num_preemptions": 0, "max_model_len": 2048, "prefix_cache_queries": 0}
+    run = Results(config_from_dict({}), request_frame(requests), pd.DataFrame(), summary)
+    fams = _families(prometheus_snapshot(run))
+    assert _sample(fams["vllm:generation_tokens"], "_total") == 14
+    success = fams["vllm:request_success"]
+    assert _sample(success, "_total", finished_reason="length") == 3
+    assert _sample(success, "_total", finished_reason="stop") == 1
+    tokens = fams["vllm:request_generation_tokens"]
+    assert (_sample(tokens, "_count"), _sample(tokens, "_sum")) == (4, 14)
+    assert _sample(fams["vllm:e2e_request_latency_seconds"], "_count") == 2
+    n = fams["vllm:request_params_n"]
+    assert (_sample(n, "_count"), _sample(n, "_sum")) == (2, 4)
+
+
+def test_a_v0_runs_throughput_counts_every_sequence() -> None:
+    # vLLM v0 with n = 2 parallel samples: each request's two sequences generate its output
+    # tokens each, so the run generated twice the table's output column
+    config = config_from_dict(
+        {
+            "model": "opt-13b",
+            "gpu": "a100-40gb",
+            "scheduler": {"engine": "vllm-v0"},
+            "seed": 3,
+            "workload": {"num_requests": 40, "rate_per_s": 4.0, "n": 2},
+        }
+    )
+    results = simulate(config)
+    table = results.requests
+    assert (table["num_seqs"] == 2).all()
+    assert results.summary["generation_tokens_total"] == 2 * int(table["output_tokens"].sum())
+    rate = results.summary["throughput_output_tokens_per_s"]
+    assert rate == pytest.approx(2 * table["output_tokens"].sum() / results.summary["duration_s"])

@@ -22,7 +22,7 @@ _INT_FIELDS = (
     "prompt_tokens",
     "output_tokens",
     "max_tokens",
-    "n",
+    "num_seqs",
     "num_preemptions",
     "num_cached_tokens",
     "num_draft_outputs",
@@ -65,7 +65,7 @@ class RequestLog:
             prompts,
             outputs,
             max_tokens,
-            samples,
+            sequences,
             preemptions,
             cached,
             drafted,
@@ -80,7 +80,7 @@ class RequestLog:
         prompts(req.prompt_tokens)
         outputs(req.output_tokens)
         max_tokens(req.max_tokens)
-        samples(req.n)
+        sequences(req.num_seqs)
         preemptions(req.num_preemptions)
         cached(req.num_cached_tokens)
         drafted(req.num_draft_outputs)

@@ -2,9 +2,11 @@
 prefill-to-decode handoff of disaggregated serving.
 
 Co-located: a request arrives, the router picks a replica among all of them, its engine serves
-it. Disaggregated (``fleet.prefill_replicas > 0``): the router picks a prefill replica, which
-serves a copy of the request that stops after its first token (vLLM's disaggregated proxy sends
-the prefill instance ``max_tokens = 1``); when that copy finishes the router picks a decode
+it (an ``n > 1`` request's samples all where the first went: vLLM's router sends the client
+request once, and that server's engine fans it out). Disaggregated
+(``fleet.prefill_replicas > 0``): the router picks a prefill replica, which serves a copy of
+the request that stops after its first token (vLLM's disaggregated proxy sends the prefill
+instance ``max_tokens = 1``); when that copy finishes the router picks a decode
 replica, which takes blocks for the whole prompt (less its own prefix hits) at its next step,
 then waits while the KV crosses the link (``LinkSpec``: latency + bytes per GPU / bandwidth);
 once the KV is there the request joins its waiting queue with every prompt token but the last
@@ -31,7 +33,7 @@ from kvsim.engine.loop import Engine
 from kvsim.engine.request_log import RequestLog
 from kvsim.fleet.clients import ClosedLoop
 from kvsim.fleet.replica import Replica, Role
-from kvsim.fleet.routers import make_router
+from kvsim.fleet.routers import Router, make_router
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -99,6 +101,10 @@ class Fleet:
         self.on_finish = on_finish
         self.closed: ClosedLoop | None = None
         self._waiting_decode: dict[int, Request] = {}  # row -> request while it prefills
+        # parent id -> the front (back) replica its first sample went to: a client's n > 1
+        # request reaches one server, whose engine fans it out (vLLM AsyncLLM.add_request)
+        self._front_of: dict[int, int] = {}
+        self._back_of: dict[int, int] = {}
 
     def start(self) -> None:
         """Start every replica's engine loop (SimPy processes)."""
@@ -117,7 +123,7 @@ class Fleet:
         if self.spec.disaggregated:
             self._waiting_decode[row] = req
             served = prefill_copy(req)
-        target = self.front[self.router.pick(served, self.front)]
+        target = self.front[_pick_for_parent(self.router, served, self.front, self._front_of)]
         target.num_outstanding += 1
         target.num_routed += 1
         target.engine.submit(served, row)
@@ -150,7 +156,7 @@ class Fleet:
         req = self._waiting_decode.pop(row)
         req.first_scheduled_time_s = copy.first_scheduled_time_s
         req.num_preemptions = copy.num_preemptions
-        target = self.back[self.router.pick(req, self.back)]
+        target = self.back[_pick_for_parent(self.router, req, self.back, self._back_of)]
         target.num_outstanding += 1
         target.num_routed += 1
         target.engine.expect(req, row)
@@ -180,3 +186,18 @@ class Fleet:
     def _arrived(engine: Engine, req: Request, row: int) -> None:
         req.num_computed_tokens = req.prompt_tokens - 1  # the last prompt token is recomputed
         engine.submit(req, row)
+
+
+def _pick_for_parent(
+    router: Router, req: Request, candidates: list[Replica], chosen: dict[int, int]
+) -> int:
+    """The router's pick for ``req``; a sample of an ``n > 1`` request goes where the first of
+    its samples went (``chosen``: parent id -> index, filled here), as vLLM's router sends the
+    client request once and the server's engine splits it into samples."""
+    parent = req.parent_id
+    if parent is None:
+        return router.pick(req, candidates)
+    index = chosen.get(parent)
+    if index is None:
+        index = chosen[parent] = router.pick(req, candidates)
+    return index

@@ -20,7 +20,7 @@ REQUEST_COLUMNS = (
     "prompt_tokens",
     "output_tokens",
     "max_tokens",  # the client's output cap (vLLM's SamplingParams.max_tokens)
-    "n",  # samples asked for: a vLLM v0 sequence group's; 1 for a v1 sample (see parent_id)
+    "num_seqs",  # a vLLM v0 sequence group's sequences (max(n, beam_width)); 1 for a v1 sample
     "num_preemptions",
     "num_cached_tokens",
     "num_draft_outputs",  # output tokens that were accepted drafts (0 without speculation)

@@ -29,7 +29,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from kvsim.results.metrics import output_gaps, weighted_sum
+from kvsim.results.metrics import generated_tokens, output_gaps, sequences, weighted_sum
 
 if TYPE_CHECKING:
     from kvsim.results import Results
@@ -236,7 +236,7 @@ class _SnapshotCollector:
         counters = {
             "num_preemptions": (summary["num_preemptions"], "Cumulative number of preemptions."),
             "prompt_tokens": (df["prompt_tokens"].sum(), "Prompt tokens, cached ones included."),
-            "generation_tokens": (df["output_tokens"].sum(), "Generated tokens."),
+            "generation_tokens": (generated_tokens(df), "Generated tokens."),
             "prompt_tokens_cached": (df["num_cached_tokens"].sum(), "Prompt tokens cached."),
             "prefix_cache_queries": (  # (the engines' own count; none without prefix caching)
                 summary.get("prefix_cache_queries", 0),
@@ -392,21 +392,27 @@ def _prompt_token_sources(
 def finish_reasons(df: pd.DataFrame, max_model_len: int) -> dict[str, int]:
     """Finished requests by vLLM's finish reason: ``length`` where the output reached its
     ``max_tokens`` or the sequence ``max_model_len`` (vLLM 0.34.0 ``FinishReason.LENGTH``),
-    ``stop`` where it ended before (an end-of-sequence token). A table row is a vLLM request
-    (a v1 sample each); unfinished rows are not counted."""
-    done = df["finish_time_s"].notna()
+    ``stop`` where it ended before (an end-of-sequence token). One a sequence: a v1 sample's
+    row is one, a v0 sequence group's row its ``num_seqs`` (vLLM v0 counted each finished
+    sequence's reason); unfinished rows are not counted."""
+    done = df["finish_time_s"].notna().to_numpy()
     output, prompt = df["output_tokens"], df["prompt_tokens"]
-    length = done & ((output >= df["max_tokens"]) | (prompt + output >= max_model_len))
-    return {"length": int(length.sum()), "stop": int((done & ~length).sum())}
+    reached = ((output >= df["max_tokens"]) | (prompt + output >= max_model_len)).to_numpy()
+    seqs = sequences(df)
+    return {
+        "length": int(seqs[done & reached].sum()),
+        "stop": int(seqs[done & ~reached].sum()),
+    }
 
 
 def client_requests(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """``(n, most output tokens)`` of each request as the client sent it, float64 arrays: a v1
     request of ``n > 1`` is its samples' rows (those sharing its ``parent_id``), any other row
-    is one request of its ``n`` (1 in a table written before the column). vLLM observes both
-    once a request's samples all finished (``ParentRequest.observe_finished_request``)."""
+    is one request of its ``num_seqs`` (a v0 sequence group's sequences: for beam search its
+    width; 1 in a table written before the column). vLLM observes both once a request's
+    samples all finished (``ParentRequest.observe_finished_request``)."""
     alone = df["parent_id"].isna().to_numpy()
-    n = df["n"].to_numpy()[alone] if "n" in df else np.ones(int(alone.sum()))
+    n = sequences(df)[alone]
     longest = df["output_tokens"].to_numpy()[alone]
     samples = df.loc[~alone].groupby("parent_id")["output_tokens"].agg(["size", "max"])
     return (
@@ -511,9 +517,13 @@ def _histograms(df: pd.DataFrame, labels: list[str], max_model_len: int) -> Iter
             token_buckets,
             "The max_tokens request parameter.",
         )
+    seqs = sequences(df).astype(np.float64)
     for name, (values, buckets, doc) in per_request.items():
-        values_arr = values.dropna().to_numpy(dtype=np.float64)
-        yield _histogram(name, doc, labels, buckets, values_arr, np.ones_like(values_arr))
+        kept = values.notna().to_numpy()
+        values_arr = values.to_numpy(dtype=np.float64, na_value=np.nan)[kept]
+        # (vLLM v0 observed each finished sequence's output length, the rest once a group)
+        weights = seqs[kept] if name == "request_generation_tokens" else np.ones(kept.sum())
+        yield _histogram(name, doc, labels, buckets, values_arr, weights)
     n, longest = client_requests(df)
     ones = np.ones_like(n)
     yield _histogram("request_params_n", "The n request parameter.", labels,

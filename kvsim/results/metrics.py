@@ -250,6 +250,24 @@ def latency_stats(requests: pd.DataFrame | Columns) -> dict[str, float]:
     return out
 
 
+def sequences(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
+    """Sequences each row ran: a vLLM v0 sequence group's ``max(n, beam_width)``, each of
+    ``output_tokens`` tokens; 1 for any other row (a table written before the ``num_seqs``
+    column: 1 for every row)."""
+    requests = _columns(requests)
+    if "num_seqs" in requests:
+        return np.asarray(requests["num_seqs"], dtype=np.int64)
+    return np.ones(len(requests["output_tokens"]), dtype=np.int64)
+
+
+def generated_tokens(requests: pd.DataFrame | Columns) -> int:
+    """Tokens the run generated: every sequence's output (a v0 sequence group's ``num_seqs``
+    sequences each generate ``output_tokens``; vLLM counts every sequence's tokens)."""
+    requests = _columns(requests)
+    output = np.asarray(requests["output_tokens"], dtype=np.int64)
+    return int(np.sum(output * sequences(requests)))
+
+
 def output_gaps(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
     """vLLM's inter-token latency observations per request: one for each step after the first
     that returned its tokens (vLLM 0.34.0 ``IterationStats``, ``vllm/v1/metrics/stats.py``: a
@@ -298,12 +316,12 @@ def summarize(
     num_requests = _num_rows(requests)
     out["num_requests"] = num_requests
     out["prompt_tokens_total"] = int(_sum(requests["prompt_tokens"]))
-    out["generation_tokens_total"] = int(_sum(requests["output_tokens"]))
+    out["generation_tokens_total"] = generated_tokens(requests)
     out["prefix_cached_tokens_total"] = int(_sum(requests["num_cached_tokens"]))
     out["duration_s"] = makespan
     out["throughput_requests_per_s"] = num_requests / makespan if makespan > 0 else float("nan")
     out["throughput_output_tokens_per_s"] = (
-        float(_sum(requests["output_tokens"])) / makespan if makespan > 0 else float("nan")
+        out["generation_tokens_total"] / makespan if makespan > 0 else float("nan")
     )
     out.update(latency_stats(requests))
     return out

@@ -152,3 +152,23 @@ def test_the_fleet_sums_its_replicas_prefix_cache_and_usage_worked_by_hand():
     busy, usage = table["busy_s"], table["kv_cache_usage_perc"]
     assert summary["kv_cache_usage_perc"] == pytest.approx((usage * busy).sum() / busy.sum())
     assert summary["num_preemptions"] == 0
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_requests"])
+def test_the_samples_of_an_n_gt_1_request_go_where_the_first_went(router):
+    # two client requests of n = 3, at t = 0 and t = 1, on two replicas: vLLM's router sends
+    # each client request once and that server's engine fans it out, so the router picks
+    # twice. round_robin: 0, then 1. least_requests: request 0 -> tie, replica 0; at t = 1 its
+    # samples are done (30 tokens, well under 1 s), a tie again, after the last pick -> 1.
+    # (Routed one sample at a time, round_robin gave 0, 1, 0, 1, 0, 1, least_requests
+    # 0, 1, 0 for request 0's samples.)
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 2, "router": router},
+        }
+    )
+    reqs = [Request(i, float(i), 100, 30, 30, n=3) for i in range(2)]
+    assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 0, 0, 1, 1, 1]
