@@ -478,3 +478,11 @@ def test_a_v0_runs_throughput_counts_every_sequence() -> None:
     assert results.summary["generation_tokens_total"] == 2 * int(table["output_tokens"].sum())
     rate = results.summary["throughput_output_tokens_per_s"]
     assert rate == pytest.approx(2 * table["output_tokens"].sum() / results.summary["duration_s"])
+
+
+def test_the_kv_connector_counters_read_zero_without_a_cpu_tier(hand_run: Results) -> None:
+    # vLLM 0.34.0 creates vllm:external_prefix_cache_queries and _hits whether or not a KV
+    # connector runs (PrometheusStatLogger.__init__): a run without a CPU tier exports 0
+    fams = _families(prometheus_snapshot(hand_run))
+    assert _sample(fams["vllm:external_prefix_cache_queries"], "_total") == 0
+    assert _sample(fams["vllm:external_prefix_cache_hits"], "_total") == 0

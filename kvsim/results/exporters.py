@@ -158,8 +158,8 @@ def prometheus_snapshot(results: Results) -> str:
     and, as vLLM 0.34.0 counts them once per admitted request (preempted re-admissions apart),
     ``vllm:prefix_cache_queries`` (the summary's ``prefix_cache_queries``: prompt tokens of
     every request when prefix caching is on, else 0) and ``vllm:prefix_cache_hits`` (their
-    cached tokens found on the GPU); with a CPU tier,
-    ``vllm:external_prefix_cache_queries`` and ``vllm:external_prefix_cache_hits`` (the KV
+    cached tokens found on the GPU); ``vllm:external_prefix_cache_queries`` and
+    ``vllm:external_prefix_cache_hits`` (0 without a CPU tier, as vLLM creates both; the KV
     connector's lookups, tokens; ``kvsim.core.scheduler.offload``). Not exported, as vLLM exports no
     such counter: the re-admissions' ``prefix_cache_preempted_queries``/``_hits`` (vLLM's
     ``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, adds only
@@ -247,15 +247,15 @@ class _SnapshotCollector:
                 "Prefix cache hits, in tokens.",
             ),
         }
-        if "external_prefix_cache_queries" in summary:  # a CPU tier (KV offloading)
-            counters["external_prefix_cache_queries"] = (
-                summary["external_prefix_cache_queries"],
-                "External prefix cache queries (KV connector), in tokens.",
-            )
-            counters["external_prefix_cache_hits"] = (
-                external_hits,
-                "External prefix cache hits (KV connector), in tokens.",
-            )
+        # (vLLM creates both with or without a KV connector: 0 without a CPU tier)
+        counters["external_prefix_cache_queries"] = (
+            summary.get("external_prefix_cache_queries", 0),
+            "External prefix cache queries (KV connector), in tokens.",
+        )
+        counters["external_prefix_cache_hits"] = (
+            external_hits,
+            "External prefix cache hits (KV connector), in tokens.",
+        )
         if "spec_decode_num_drafts" in summary:  # speculative decoding ran
             counters.update(_spec_decode_counters(summary))
         for name, (value, doc) in counters.items():
