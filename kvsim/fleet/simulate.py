@@ -174,4 +174,5 @@ def _results(config: SimConfig, fleet: Fleet, rejected: Rejected) -> Results:
     )
     results = Results.from_records(config, table, memory, summary)
     results.replicas = replica_table(fleet, replicas)
+    results.replica_runs = replicas
     return results

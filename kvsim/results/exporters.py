@@ -72,7 +72,7 @@ REQUEST_LATENCY_BUCKETS_S = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
-LABELS = ("model_name", "engine")  # vLLM's labelnames; one engine, index "0"
+LABELS = ("model_name", "engine")  # vLLM's labelnames; engine: a fleet's replica index, or "0"
 # vLLM 0.34.0 buckets.py REQUEST_PARAMS_N_BUCKETS, samples a request
 REQUEST_PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
 # vLLM 0.34.0 vllm/v1/engine/__init__.py FinishReason, as str() writes each (every one exported)
@@ -205,7 +205,10 @@ def prometheus_snapshot(results: Results) -> str:
     steps), so each gap is taken as its request's mean gap (decode time / gaps): the
     histogram's ``_sum`` and ``_count`` are exact, its bucket counts an approximation.
 
-    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"`` (and ``position``).
+    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"`` for one engine; a fleet
+    just run exports each replica's own metrics under ``engine`` = its index (a prefill
+    replica's are its prefill copies', one output token each), so PromQL's ``sum`` gives the
+    fleet's (a fleet read back from disk: its totals under ``"0"``).
     """
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_SnapshotCollector(results))
@@ -228,58 +231,74 @@ class _SnapshotCollector:
         self.results = results
 
     def collect(self) -> Iterator[Metric]:
-        df, summary = self.results.requests, self.results.summary
-        labels = [self.results.config.model.name, "0"]
-        # a request's cached tokens include those its KV connector loaded (vLLM's
-        # num_cached_tokens); the prefix cache's own hits are the rest
-        external_hits = int(summary.get("external_prefix_cache_hits", 0))
-        counters = {
-            "num_preemptions": (summary["num_preemptions"], "Cumulative number of preemptions."),
-            "prompt_tokens": (df["prompt_tokens"].sum(), "Prompt tokens, cached ones included."),
-            "generation_tokens": (generated_tokens(df), "Generated tokens."),
-            "prompt_tokens_cached": (df["num_cached_tokens"].sum(), "Prompt tokens cached."),
-            "prefix_cache_queries": (  # (the engines' own count; none without prefix caching)
-                summary.get("prefix_cache_queries", 0),
-                "Prefix cache queries, in tokens.",
-            ),
-            "prefix_cache_hits": (
-                df["num_cached_tokens"].sum() - external_hits,
-                "Prefix cache hits, in tokens.",
-            ),
-        }
-        # (vLLM creates both with or without a KV connector: 0 without a CPU tier)
-        counters["external_prefix_cache_queries"] = (
-            summary.get("external_prefix_cache_queries", 0),
-            "External prefix cache queries (KV connector), in tokens.",
+        """Every engine's families, one family a name: a fleet's replicas (in memory after its
+        run: ``Results.replica_runs``) each under its index's ``engine`` label, as separate
+        servers' scrapes would label them; a single engine, or a fleet read back from disk,
+        as engine ``"0"``."""
+        runs = self.results.replica_runs or [self.results]
+        merged: dict[str, Metric] = {}
+        for index, run in enumerate(runs):
+            for family in _engine_families(run, str(index)):
+                first = merged.setdefault(family.name, family)
+                if first is not family:
+                    first.samples.extend(family.samples)
+        yield from merged.values()
+
+
+def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
+    """One engine's metric families (``prometheus_snapshot``), labelled ``engine``."""
+    df, summary = results.requests, results.summary
+    labels = [results.config.model.name, engine]
+    # a request's cached tokens include those its KV connector loaded (vLLM's
+    # num_cached_tokens); the prefix cache's own hits are the rest
+    external_hits = int(summary.get("external_prefix_cache_hits", 0))
+    counters = {
+        "num_preemptions": (summary["num_preemptions"], "Cumulative number of preemptions."),
+        "prompt_tokens": (df["prompt_tokens"].sum(), "Prompt tokens, cached ones included."),
+        "generation_tokens": (generated_tokens(df), "Generated tokens."),
+        "prompt_tokens_cached": (df["num_cached_tokens"].sum(), "Prompt tokens cached."),
+        "prefix_cache_queries": (  # (the engines' own count; none without prefix caching)
+            summary.get("prefix_cache_queries", 0),
+            "Prefix cache queries, in tokens.",
+        ),
+        "prefix_cache_hits": (
+            df["num_cached_tokens"].sum() - external_hits,
+            "Prefix cache hits, in tokens.",
+        ),
+    }
+    # (vLLM creates both with or without a KV connector: 0 without a CPU tier)
+    counters["external_prefix_cache_queries"] = (
+        summary.get("external_prefix_cache_queries", 0),
+        "External prefix cache queries (KV connector), in tokens.",
+    )
+    counters["external_prefix_cache_hits"] = (
+        external_hits,
+        "External prefix cache hits (KV connector), in tokens.",
+    )
+    if "spec_decode_num_drafts" in summary:  # speculative decoding ran
+        counters.update(_spec_decode_counters(summary))
+    for name, (value, doc) in counters.items():
+        counter = CounterMetricFamily(f"vllm:{name}", doc, labels=LABELS)
+        counter.add_metric(labels, float(value))
+        yield counter
+    if "spec_decode_num_drafts" in summary:
+        yield _accepted_per_pos(summary, labels)
+    if "disk_tier_blocks" in summary:  # a disk tier below the CPU tier
+        yield from _tiering_bytes(summary, labels)
+    yield from _prompt_token_sources(df, summary, labels)
+    max_model_len = int(summary.get("max_model_len", results.config.max_model_len))
+    if "max_tokens" in df:  # (a table written before it had the column: no reasons)
+        yield _labelled_counter(
+            "request_success",
+            "Requests finished, by finish reason.",
+            labels,
+            "finished_reason",
+            finish_reasons(df, max_model_len),
+            FINISH_REASONS,
         )
-        counters["external_prefix_cache_hits"] = (
-            external_hits,
-            "External prefix cache hits (KV connector), in tokens.",
-        )
-        if "spec_decode_num_drafts" in summary:  # speculative decoding ran
-            counters.update(_spec_decode_counters(summary))
-        for name, (value, doc) in counters.items():
-            counter = CounterMetricFamily(f"vllm:{name}", doc, labels=LABELS)
-            counter.add_metric(labels, float(value))
-            yield counter
-        if "spec_decode_num_drafts" in summary:
-            yield _accepted_per_pos(summary, labels)
-        if "disk_tier_blocks" in summary:  # a disk tier below the CPU tier
-            yield from _tiering_bytes(summary, labels)
-        yield from _prompt_token_sources(df, summary, labels)
-        max_model_len = int(summary["max_model_len"])
-        if "max_tokens" in df:  # (a table written before it had the column: no reasons)
-            yield _labelled_counter(
-                "request_success",
-                "Requests finished, by finish reason.",
-                labels,
-                "finished_reason",
-                finish_reasons(df, max_model_len),
-                FINISH_REASONS,
-            )
-        yield from _gauges(df, summary, labels)
-        yield _cache_config_info(self.results, summary)
-        yield from _histograms(df, labels, max_model_len)
+    yield from _gauges(df, summary, labels)
+    yield _cache_config_info(results, summary, engine)
+    yield from _histograms(df, labels, max_model_len)
 
 
 def _spec_decode_counters(summary: dict[str, Any]) -> dict[str, tuple[object, str]]:
@@ -421,7 +440,7 @@ def client_requests(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def _cache_config_info(results: Results, summary: dict[str, Any]) -> Metric:
+def _cache_config_info(results: Results, summary: dict[str, Any], engine: str) -> Metric:
     """``vllm:cache_config_info``: a gauge of 1 whose labels are ``CacheConfig`` fields as
     vLLM writes them (``str`` of the value; ``CacheConfig.metrics_info``), the fields kvsim
     models: ``block_size``, ``cache_dtype``, ``enable_prefix_caching``,
@@ -442,7 +461,7 @@ def _cache_config_info(results: Results, summary: dict[str, Any]) -> Metric:
         "num_gpu_blocks": summary.get("num_gpu_blocks"),
         "kv_offloading_size": offload.kv_offloading_size,
         "kv_offloading_backend": offload.kv_offloading_backend,
-        "engine": "0",
+        "engine": engine,
     }
     family = GaugeMetricFamily(
         "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(info)

@@ -172,3 +172,27 @@ def test_the_samples_of_an_n_gt_1_request_go_where_the_first_went(router):
     )
     reqs = [Request(i, float(i), 100, 30, 30, n=3) for i in range(2)]
     assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_a_fleets_metrics_prom_labels_each_replicas_own_metrics_by_engine():
+    # the prefix router's fleet above: replica 0 served r0 and r3, replica 1 r1 and r2, with
+    # prefix-cache queries 1,900 and 600 and hits 512 and 256; vLLM servers each export their
+    # own, so metrics.prom carries one sample an engine (engine = the replica's index), each
+    # engine's cache_config_info too, and the fleet's sums are sum() over them
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvsim.results.exporters import prometheus_snapshot
+
+    text = prometheus_snapshot(simulate(_config("prefix"), _requests()))
+    samples = {
+        (s.name, s.labels.get("engine")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples["vllm:prefix_cache_queries_total", "0"] == 1900
+    assert samples["vllm:prefix_cache_queries_total", "1"] == 600
+    assert samples["vllm:prefix_cache_hits_total", "0"] == 512
+    assert samples["vllm:prefix_cache_hits_total", "1"] == 256
+    assert samples["vllm:e2e_request_latency_seconds_count", "0"] == 2
+    assert samples["vllm:e2e_request_latency_seconds_count", "1"] == 2
+    assert samples["vllm:cache_config_info", "0"] == samples["vllm:cache_config_info", "1"] == 1
