@@ -423,6 +423,8 @@ def test_cache_config_info_labels(client_run: Results) -> None:
         "gpu_memory_utilization": "0.9",
         "kv_cache_memory_bytes": "None",
         "num_gpu_blocks": "1000",
+        "kv_cache_size_tokens": "None",  # (not in the hand summary: vLLM's unset field)
+        "kv_cache_max_concurrency": "None",
         "kv_offloading_size": "None",
         "kv_offloading_backend": "native",
         "engine": "0",

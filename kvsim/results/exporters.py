@@ -445,7 +445,8 @@ def _cache_config_info(results: Results, summary: dict[str, Any], engine: str) -
     vLLM writes them (``str`` of the value; ``CacheConfig.metrics_info``), the fields kvsim
     models: ``block_size``, ``cache_dtype``, ``enable_prefix_caching``,
     ``gpu_memory_utilization``, ``kv_cache_memory_bytes`` (``None`` unless the KV size is
-    given), ``num_gpu_blocks``, ``kv_offloading_size`` and ``kv_offloading_backend``; with
+    given), ``num_gpu_blocks``, ``kv_cache_size_tokens`` and ``kv_cache_max_concurrency``
+    (the startup log's figures), ``kv_offloading_size`` and ``kv_offloading_backend``; with
     vLLM's ``engine`` label and, as vLLM, no ``model_name``."""
     config = results.config
     cache, offload = config.cache, config.offload
@@ -459,6 +460,8 @@ def _cache_config_info(results: Results, summary: dict[str, Any], engine: str) -
         "gpu_memory_utilization": cache.gpu_memory_utilization,
         "kv_cache_memory_bytes": kv_bytes,
         "num_gpu_blocks": summary.get("num_gpu_blocks"),
+        "kv_cache_size_tokens": summary.get("kv_cache_size_tokens"),
+        "kv_cache_max_concurrency": summary.get("kv_cache_max_concurrency"),
         "kv_offloading_size": offload.kv_offloading_size,
         "kv_offloading_backend": offload.kv_offloading_backend,
         "engine": engine,
