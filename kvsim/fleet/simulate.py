@@ -174,5 +174,6 @@ def _results(config: SimConfig, fleet: Fleet, rejected: Rejected) -> Results:
     )
     results = Results.from_records(config, table, memory, summary)
     results.replicas = replica_table(fleet, replicas)
-    results.replica_runs = replicas
+    if prefilled is None:  # (a decode replica's pulled KV is not counted as vLLM counts it)
+        results.replica_runs = replicas
     return results

@@ -205,10 +205,11 @@ def prometheus_snapshot(results: Results) -> str:
     steps), so each gap is taken as its request's mean gap (decode time / gaps): the
     histogram's ``_sum`` and ``_count`` are exact, its bucket counts an approximation.
 
-    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"`` for one engine; a fleet
-    just run exports each replica's own metrics under ``engine`` = its index (a prefill
-    replica's are its prefill copies', one output token each), so PromQL's ``sum`` gives the
-    fleet's (a fleet read back from disk: its totals under ``"0"``).
+    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"`` for one engine; a
+    co-located fleet just run exports each replica's own metrics under ``engine`` = its index,
+    so PromQL's ``sum`` gives the fleet's. A disaggregated fleet (or one read back from disk)
+    exports its totals under ``"0"``: a vLLM decode instance counts the KV it pulls as
+    external ``p2p`` hits, which kvsim does not record a request.
     """
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_SnapshotCollector(results))
@@ -231,10 +232,9 @@ class _SnapshotCollector:
         self.results = results
 
     def collect(self) -> Iterator[Metric]:
-        """Every engine's families, one family a name: a fleet's replicas (in memory after its
-        run: ``Results.replica_runs``) each under its index's ``engine`` label, as separate
-        servers' scrapes would label them; a single engine, or a fleet read back from disk,
-        as engine ``"0"``."""
+        """Every engine's families, one family a name: a co-located fleet's replicas (in memory
+        after its run: ``Results.replica_runs``) each under its index's ``engine`` label, as
+        separate servers' scrapes would label them; anything else as engine ``"0"``."""
         runs = self.results.replica_runs or [self.results]
         merged: dict[str, Metric] = {}
         for index, run in enumerate(runs):
