@@ -12,6 +12,7 @@ that Markdown file. The measured runs are read from ``$KVSIM_REAL_VLLM``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -122,9 +123,14 @@ def _one(name: str, folder: Path, cost: object) -> None:
     kv = kv_usage_error(replay)
     if kv is not None:
         console.print(f"  KV usage: mean |kvsim - vLLM| {kv['kv_mean_abs_diff_points']:.2f} points")
-    for note in run.notes:
-        console.print(f"  not modelled / assumed: {note}", highlight=False)
-    console.print(f"  wrote {folder}/")
+    print_notes(run.notes)
+    console.print(f"  wrote {folder}/", highlight=False, markup=False)
+
+
+def print_notes(notes: Sequence[str]) -> None:
+    """A run's notes as written (``[offload]`` is text here, not a Rich style)."""
+    for note in notes:
+        console.print(f"  not modelled / assumed: {note}", highlight=False, markup=False)
 
 
 def _table(
@@ -162,7 +168,7 @@ def _table(
         ]
     )
     (out / "table.md").write_text(text + "\n", encoding="utf-8")
-    console.print(text, highlight=False)
+    console.print(text, highlight=False, markup=False)
     if docs is not None:
         write_between_markers(docs, text)
         console.print(f"wrote the table into {docs}")

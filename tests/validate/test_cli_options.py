@@ -56,3 +56,13 @@ def test_table_with_run_names_is_refused() -> None:
     assert "--table replays every run; give run names (rtx4090 codellama) without" in " ".join(
         result.output.split()
     )
+
+
+def test_a_runs_notes_print_their_brackets(capsys) -> None:
+    # the H100 runs' first note names the config table "[offload]", which Rich read as a
+    # style tag and dropped ("kvsim's  tier off")
+    from kvsim.cli.validate import print_notes
+    from kvsim.validate.h100 import NOTES
+
+    print_notes(NOTES[:1])
+    assert "(kvsim's [offload] tier off)" in " ".join(capsys.readouterr().out.split())
