@@ -834,3 +834,14 @@ def test_a_fleet_of_two_gpus_says_so_and_claims_no_one_pool(tmp_path: Path) -> N
     result = runner.invoke(app, ["run", str(config), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert "llama-3.1-8b on rtx-4090, paged" in result.output.splitlines()[0]
+
+
+def test_the_run_title_says_a_requests_samples() -> None:
+    # 400 requests of n = 2: the tables count 800 samples (a v1 request of n > 1 is n rows),
+    # so the header says what its count counts
+    from kvsim.cli.run import run_title
+    from kvsim.config import config_from_dict
+
+    cfg = config_from_dict({"workload": {"num_requests": 400, "n": 2}})
+    assert "400 requests of n = 2 samples" in run_title(cfg, 400)
+    assert "of n =" not in run_title(config_from_dict({}), 400)

@@ -252,6 +252,9 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     if cfg.workload.max_concurrency is not None:
         policy += f"; {plural(cfg.workload.max_concurrency, 'closed-loop user')}"
     requests = plural(num_requests, "request")
+    samples = cfg.workload.n
+    if samples > 1:  # (the tables count samples: a v1 request of n > 1 is n rows)
+        requests += f" of n = {samples} samples"
     if num_rejected:
         requests += f" ({num_requests - num_rejected:,} run, {num_rejected:,} rejected)"
     from kvsim.config.memory import startup_capacity
