@@ -836,12 +836,14 @@ def test_a_fleet_of_two_gpus_says_so_and_claims_no_one_pool(tmp_path: Path) -> N
     assert "llama-3.1-8b on rtx-4090, paged" in result.output.splitlines()[0]
 
 
-def test_the_run_title_says_a_requests_samples() -> None:
-    # 400 requests of n = 2: the tables count 800 samples (a v1 request of n > 1 is n rows),
-    # so the header says what its count counts
+def test_the_run_title_counts_samples_where_requests_fanned_out() -> None:
+    # 30 requests of which 10 (n = 1, 2, 3 or 4 each) were too long: 73 samples, 48 run and
+    # 25 rejected, as the tables count them; a request of one sample each says requests alone
     from kvsim.cli.run import run_title
     from kvsim.config import config_from_dict
 
-    cfg = config_from_dict({"workload": {"num_requests": 400, "n": 2}})
-    assert "400 requests of n = 2 samples" in run_title(cfg, 400)
-    assert "of n =" not in run_title(config_from_dict({}), 400)
+    cfg = config_from_dict({})
+    title = " ".join(run_title(cfg, 30, 25, 73).split())
+    assert "30 requests as 73 samples (48 run, 25 rejected)" in title
+    assert "30 requests (20 run, 10 rejected)" in " ".join(run_title(cfg, 30, 10, 30).split())
+    assert "samples" not in run_title(cfg, 400, 0, 400)

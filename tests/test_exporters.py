@@ -478,8 +478,12 @@ def test_a_v0_runs_throughput_counts_every_sequence() -> None:
     table = results.requests
     assert (table["num_seqs"] == 2).all()
     assert results.summary["generation_tokens_total"] == 2 * int(table["output_tokens"].sum())
-    rate = results.summary["throughput_output_tokens_per_s"]
-    assert rate == pytest.approx(2 * table["output_tokens"].sum() / results.summary["duration_s"])
+    summary = results.summary
+    rate = summary["throughput_output_tokens_per_s"]
+    assert rate == pytest.approx(2 * table["output_tokens"].sum() / summary["duration_s"])
+    # the run's price over every sequence's tokens
+    per_million = summary["cost_usd"] / (2 * table["output_tokens"].sum() / 1e6)
+    assert summary["usd_per_million_output_tokens"] == pytest.approx(per_million)
 
 
 def test_the_kv_connector_counters_read_zero_without_a_cpu_tier(hand_run: Results) -> None:

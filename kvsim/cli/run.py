@@ -122,7 +122,8 @@ def run(
                 map_max_frames=2 * map_frames if every is not None else None,
             )
         rejected = int(results.summary.get("num_requests_rejected", 0))
-        title = run_title(cfg, len(requests), rejected)
+        rows = int(results.summary.get("num_requests", 0)) + rejected
+        title = run_title(cfg, len(requests), rejected, rows)
         print_whole(summary_table(results.summary, title))
         if results.replicas is not None:
             print_whole(replica_table(results.replicas))
@@ -222,9 +223,13 @@ def map_interval_s(arrival_times_s: list[float], num_frames: int) -> float | Non
     return max(max(arrival_times_s), 1.0) / num_frames
 
 
-def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
+def run_title(
+    cfg: object, num_requests: int, num_rejected: int = 0, num_rows: int | None = None
+) -> str:
     """The summary's header: engine profile and preemption mode, model, GPUs, allocator and
-    requests (``num_rejected`` of ``num_requests`` could not run); the workload
+    requests (``num_requests`` the workload's; ``num_rows`` the rows they became, run and
+    rejected, where vLLM v1 fanned requests of ``n > 1`` out into samples, ``num_rejected`` of
+    them could not run); the workload
     (``workload_text``); the pool (``pool_text``); and for one engine's paged pool under
     ``vllm-v1`` the line vLLM logs for it at startup (``kvsim.config.memory.startup_capacity``)."""
     from kvsim.config import SimConfig
@@ -252,11 +257,11 @@ def run_title(cfg: object, num_requests: int, num_rejected: int = 0) -> str:
     if cfg.workload.max_concurrency is not None:
         policy += f"; {plural(cfg.workload.max_concurrency, 'closed-loop user')}"
     requests = plural(num_requests, "request")
-    samples = cfg.workload.n
-    if samples > 1:  # (the tables count samples: a v1 request of n > 1 is n rows)
-        requests += f" of n = {samples} samples"
-    if num_rejected:
-        requests += f" ({num_requests - num_rejected:,} run, {num_rejected:,} rejected)"
+    rows = num_requests if num_rows is None else num_rows
+    if rows != num_requests:  # (vLLM v1 fans a request of n > 1 out into n samples)
+        requests += f" as {rows:,} samples"
+    if num_rejected:  # (counted as the tables count them: samples)
+        requests += f" ({rows - num_rejected:,} run, {num_rejected:,} rejected)"
     from kvsim.config.memory import startup_capacity
 
     startup = ""
