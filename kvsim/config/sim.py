@@ -404,14 +404,23 @@ def _check_blocks(config: SimConfig) -> None:
 
 
 def _check_fleet(config: SimConfig) -> None:
-    """A disaggregated fleet runs vLLM v1 on paged pools (its KV connector is a v1 feature)
-    of one model and KV dtype (a decode replica continues the KV its prefill replica computed),
-    and every replica's config is valid (``SimConfig.replica_configs``)."""
+    """Every replica runs one engine profile (the workload is shaped once, by its rules); a
+    disaggregated fleet runs vLLM v1 on paged pools (its KV connector is a v1 feature) of one
+    model and KV dtype (a decode replica continues the KV its prefill replica computed); and
+    every replica's config is valid (``SimConfig.replica_configs``)."""
     fleet = config.fleet
     if fleet is None:
         return
     first = config.replica_configs[0]
     for i, replica in enumerate(config.replica_configs):
+        if replica.engine_args.engine != first.engine_args.engine:
+            raise ValueError(
+                f"fleet.replica_overrides[{i}]: scheduler.engine = "
+                f"{replica.engine_args.engine!r}, replica 0 runs {first.engine_args.engine!r}; a "
+                "fleet's replicas run one engine profile (vLLM v1 serves a request of n > 1 as "
+                "samples, v0 as one sequence group, and the workload is shaped once for all): "
+                "set scheduler.engine in the config, not a replica's table"
+            )
         if fleet.disaggregated and (
             replica.model != first.model
             or replica.cache.kv_cache_dtype != first.cache.kv_cache_dtype

@@ -135,3 +135,18 @@ def test_requests_only_an_overridden_replica_cannot_hold_are_counted_and_warned(
     (message,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("replica 1")]
     assert "1 of 2 requests cannot run" in message
     assert "max_model_len = 150 (first: request 2, prompt 200 + output 20 tokens)" in message
+
+
+def test_a_fleet_mixing_engine_profiles_is_refused() -> None:
+    # the workload is shaped once, by replica 0's engine (v1 fans n > 1 out into samples, v0
+    # keeps a sequence group): a v0 replica in a v1 fleet would be handed v1's samples
+    with pytest.raises(ValueError, match=r"replica_overrides\[1\]: scheduler.engine = 'vllm-v0'"):
+        config_from_dict(
+            {
+                "model": "opt-13b",
+                "fleet": {
+                    "replicas": 2,
+                    "replica_overrides": [{}, {"scheduler": {"engine": "vllm-v0"}}],
+                },
+            }
+        )
