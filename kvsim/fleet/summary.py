@@ -142,7 +142,12 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
             results = Results.from_records(
                 replica.config, request_table_columns(cols), engine_memory_columns(engine), {}
             )
-            results.summary = {"num_requests": 0, "num_preemptions": engine.num_preemptions}
+            results.summary = {  # (an idle server still reports its config and pool)
+                "num_requests": 0,
+                "num_preemptions": engine.num_preemptions,
+                **engine_summary(replica.config),
+                **engine_counters(engine),
+            }
             out.append(results)
             continue
         results = build_results(

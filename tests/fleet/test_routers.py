@@ -225,3 +225,28 @@ def test_a_disaggregated_fleet_exports_its_totals_as_one_engine():
         if s.name == "vllm:e2e_request_latency_seconds_count"
     ]
     assert count == 4
+
+
+def test_an_idle_replica_reports_its_pool_as_an_idle_server_does():
+    # three replicas, one request: replicas 1 and 2 serve nothing, yet a vLLM server reports
+    # its cache config from startup; each has the pool of 101 blocks above (100 usable and
+    # vLLM's null block: num_gpu_blocks counts it)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvsim.results.exporters import prometheus_snapshot
+
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cache": {"block_size_tokens": BLOCK, "kv_cache_bytes": KV_BYTES},
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 3},
+        }
+    )
+    text = prometheus_snapshot(simulate(cfg, _requests()[:1]))
+    (info,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info"
+    ]
+    blocks = {s.labels["engine"]: s.labels["num_gpu_blocks"] for s in info.samples}
+    assert blocks == {"0": "101", "1": "101", "2": "101"}
