@@ -148,20 +148,23 @@ def _fleet_table() -> dict:
     return table
 
 
-def test_the_replicas_whose_own_queue_grew_are_named() -> None:
-    from kvsim.results.saturation import saturated_replicas
+def test_each_replicas_growth_over_the_fleets_window() -> None:
+    from kvsim.results.saturation import replica_growth
 
     table = _fleet_table()
-    assert saturated_replicas(table) == [0]
-    table["replica"] = np.tile([0, 1], 100)  # every other request: both grow queues
-    # each replica serves half the saturated requests, replica 0 the even ones: unfinished at
-    # the middle (49.5) 26 .. 48, 12; at three quarters (74.25) 38 .. 74, 19: 7 more, under
-    # ten (replica 1, the odd ones: 13, then 19: 6 more); neither alone, though the fleet is
-    assert saturated_replicas(table) == []
-    assert growing_queue(table) is not None
+    # replica 0: unfinished at the middle (49.5) 25 .. 49, 25; at the last arrival (99) 50 ..
+    # 99, 50: +25. Replica 1: none at the middle (request 49 finished at 49.2), request 99
+    # (finishing at 99.2) at the end: +1
+    assert replica_growth(table) == {0: 25, 1: 1}
+    table["replica"] = np.tile([0, 1], 100)  # every other request to each
+    # replica 0 holds the even saturated requests and keeping-up ones 100, 102, ..: middle 26
+    # .. 48 (12), end 50 .. 98 (25) and none of its keeping-up ones (198 arrives at 98, done
+    # 98.2): +13; replica 1 the odd: middle 25 .. 49 (13), end 51 .. 99 (25) and 199 (arrived
+    # 99, unfinished): 26, +13
+    assert replica_growth(table) == {0: 13, 1: 13}
 
 
-def test_a_fleets_warning_names_the_replica_past_saturation(caplog) -> None:
+def test_a_fleets_warning_gives_each_replicas_growth(caplog) -> None:
     # the fleet of two above: together 25 unfinished at the middle (49.5: replica 0's 25 ..
     # 49; replica 1's request 49 finished at 49.2) and 51 at the last arrival (99: replica 0's
     # 50 .. 99 and replica 1's request 99, finishing at 99.2), a growth of 26
@@ -178,4 +181,4 @@ def test_a_fleets_warning_names_the_replica_past_saturation(caplog) -> None:
         note_saturation(results, "poisson")
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "the unfinished requests grew by 26, to 51" in said
-    assert "of the 2 replicas serving, only replica 0 grew a queue of its own" in said
+    assert "grew by 26, to 51 (by replica: 0 +25, 1 +1)" in said

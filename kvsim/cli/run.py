@@ -159,7 +159,7 @@ def note_saturation(results: Results, arrival: str | None) -> None:
     """Warn where the arrivals outpaced the engine (the summary's ``past_saturation``, by
     ``kvsim.results.saturation``); ``arrival``: the workload's (``"trace"``: the trace's own
     times, which its time scale stretches)."""
-    from kvsim.results.saturation import growing_queue, saturated_replicas
+    from kvsim.results.saturation import growing_queue, replica_growth
     from kvsim.view.summary import format_metric
 
     summary = results.summary
@@ -171,20 +171,10 @@ def note_saturation(results: Results, arrival: str | None) -> None:
     found = growing_queue(columns)
     assert found is not None, "past_saturation without a growing queue"
     which = ""
-    if num_replicas:
-        saturated = saturated_replicas(columns)
-        serving = len(set(columns["replica"].tolist()))  # (a disaggregated fleet's decoders)
-        listed = ("replica " if len(saturated) == 1 else "replicas ") + ", ".join(
-            map(str, saturated)
-        )
-        which = (
-            " (every replica's own queue grew)"
-            if len(saturated) == serving
-            else f" (of the {serving} replicas serving, only {listed} grew a queue of its own: "
-            "the router sent more there than it served while the others kept up)"
-            if saturated
-            else " (no one replica's own queue grew as much)"
-        )
+    if num_replicas and not summary.get("num_prefill_replicas"):
+        # (co-located: a disaggregated fleet's rows wait on a prefill replica, then decode)
+        growth = replica_growth(columns)
+        which = " (by replica: " + ", ".join(f"{i} {g:+,}" for i, g in growth.items()) + ")"
     window_s = found.last_arrival_s - found.middle_s
     slower = (
         "raise workload.time_scale (it stretches the trace's own times; kvsim plan --smallest "

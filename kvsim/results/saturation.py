@@ -115,21 +115,30 @@ def past_saturation(
     return growing_queue(requests) is not None
 
 
-def saturated_replicas(requests: Mapping[str, Any]) -> list[int]:
-    """The replicas of a fleet whose own requests' queue grew (``growing_queue`` of the rows
-    each served), in order: where one replica saturates and the others keep up, the router
+def replica_growth(requests: Mapping[str, Any]) -> dict[int, int]:
+    """How many more requests were unfinished on each replica at the arrival window's last
+    arrival than at its middle (the window the whole fleet's ``growing_queue`` reads), by
+    replica index, in order: where one replica's grows and the others' hold level, the router
     is to blame, not the fleet's size.
 
     Args:
         requests: as ``growing_queue``'s, with ``replica`` (the replica that served each row).
     """
+    arrivals = np.asarray(requests["arrival_time_s"], dtype=np.float64)
+    if not len(arrivals):
+        return {}
+    finish = np.asarray(requests["finish_time_s"], dtype=np.float64)
     replica = np.asarray(requests["replica"], dtype=np.int64)
-    out = []
+    owner = _owners(requests)
+    last = float(arrivals.max())
+    middle = (float(arrivals.min()) + last) / 2
+    at_last = (arrivals <= last) & (finish > last)  # (NaN: False)
+    at_middle = (arrivals <= middle) & (finish > middle)
+    out = {}
     for index in np.unique(replica):
         mine = replica == index
-        rows = {name: column[mine] for name, column in requests.items()}
-        if growing_queue(rows) is not None:
-            out.append(int(index))
+        grown = len(np.unique(owner[mine & at_last])) - len(np.unique(owner[mine & at_middle]))
+        out[int(index)] = grown
     return out
 
 
