@@ -89,7 +89,9 @@ class FleetSpec(Frozen):
             default 1).
         replica_overrides: replica ``i`` takes table ``i`` over the config's own sections
             (``model``, ``gpu``, ``parallel``, ``cache``, ``scheduler``, ``cost``,
-            ``pricing``); fewer tables than replicas leave the rest as the config is.
+            ``pricing``); fewer tables than replicas leave the rest as the config is. Every
+            replica runs the config's ``scheduler.engine`` (a table naming another is refused:
+            the workload is shaped once, by that engine's rules).
     """
 
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)

@@ -412,12 +412,13 @@ def _check_fleet(config: SimConfig) -> None:
     if fleet is None:
         return
     first = config.replica_configs[0]
+    engine = config.engine_args.engine  # (the config's own, which shapes the workload)
     for i, replica in enumerate(config.replica_configs):
-        if replica.engine_args.engine != first.engine_args.engine:
+        if replica.engine_args.engine != engine:
             raise ValueError(
                 f"fleet.replica_overrides[{i}]: scheduler.engine = "
-                f"{replica.engine_args.engine!r}, replica 0 runs {first.engine_args.engine!r}; a "
-                "fleet's replicas run one engine profile (vLLM v1 serves a request of n > 1 as "
+                f"{replica.engine_args.engine!r}, the config's is {engine!r}; a fleet's "
+                "replicas run one engine profile (vLLM v1 serves a request of n > 1 as "
                 "samples, v0 as one sequence group, and the workload is shaped once for all): "
                 "set scheduler.engine in the config, not a replica's table"
             )

@@ -150,3 +150,15 @@ def test_a_fleet_mixing_engine_profiles_is_refused() -> None:
                 },
             }
         )
+    # the table at fault is named, replica 0's too (the config's own engine is v0 here)
+    with pytest.raises(ValueError, match=r"replica_overrides\[0\]: scheduler.engine = 'vllm-v1'"):
+        config_from_dict(
+            {
+                "model": "opt-13b",
+                "scheduler": {"engine": "vllm-v0"},
+                "fleet": {
+                    "replicas": 2,
+                    "replica_overrides": [{"scheduler": {"engine": "vllm-v1"}}],
+                },
+            }
+        )
