@@ -351,7 +351,8 @@ def _finished(req_id: int, prompt: int, output: int, max_tokens: int, cached: in
 def client_run() -> Results:
     """Five table rows (vLLM requests) from four client requests, max_model_len 2,048: r2 and
     r3 are the two samples of client request 7 (``n = 2``); r1's 16 cached tokens came from
-    the CPU tier, r3's 48 from the GPU (16) and the tiers (32: 16 promoted from the disk)."""
+    the CPU tier, r3's 48 from the GPU (32) and the disk tier (16, promoted for it): 32
+    external hits, 16 of them the disk's."""
     requests = [
         _finished(0, 30, 1, 1),  # output == max_tokens: length
         _finished(1, 20, 3, 100, cached=16),  # ended before its cap: stop
@@ -412,7 +413,9 @@ def test_client_request_histograms_by_hand(client_run: Results) -> None:
 
 def test_cache_config_info_labels(client_run: Results) -> None:
     # vLLM writes every CacheConfig field as str(value); the defaults of an empty config:
-    # 16-token blocks, gpu_memory_utilization 0.9, no KV size or offload given
+    # 16-token blocks, gpu_memory_utilization 0.9 (kvsim derives the KV as a server given
+    # --gpu-memory-utilization 0.9 does; vLLM 0.34 writes None only where it is unset), no KV
+    # size or offload given
     fams = _families(prometheus_snapshot(client_run))
     (sample,) = fams["vllm:cache_config_info"].samples
     assert sample.value == 1
@@ -434,7 +437,7 @@ def test_cache_config_info_labels(client_run: Results) -> None:
 def test_a_table_without_max_tokens_exports_no_finish_reasons(client_run: Results) -> None:
     # a requests table written before the max_tokens and n columns: no finish reasons or
     # max_tokens (unknown), and every row not a sample of an n > 1 request counts as n = 1
-    old = client_run.requests.drop(columns=["max_tokens", "num_seqs"])
+    old = client_run.requests.drop(columns=["max_tokens", "n", "beam_width"])
     run = Results(client_run.config, old, pd.DataFrame(), client_run.summary)
     fams = _families(prometheus_snapshot(run))
     assert "vllm:request_success" not in fams
@@ -476,7 +479,7 @@ def test_a_v0_runs_throughput_counts_every_sequence() -> None:
     )
     results = simulate(config)
     table = results.requests
-    assert (table["num_seqs"] == 2).all()
+    assert (table["n"] == 2).all()
     assert results.summary["generation_tokens_total"] == 2 * int(table["output_tokens"].sum())
     summary = results.summary
     rate = summary["throughput_output_tokens_per_s"]
@@ -492,3 +495,30 @@ def test_the_kv_connector_counters_read_zero_without_a_cpu_tier(hand_run: Result
     fams = _families(prometheus_snapshot(hand_run))
     assert _sample(fams["vllm:external_prefix_cache_queries"], "_total") == 0
     assert _sample(fams["vllm:external_prefix_cache_hits"], "_total") == 0
+
+
+def test_a_given_kv_size_leaves_gpu_memory_utilization_unset() -> None:
+    # a server given --kv-cache-memory-bytes sizes its KV by it and leaves the share unset
+    # (vLLM 0.34.0 CacheConfig.gpu_memory_utilization: None unless set): 2 GiB = 2,147,483,648
+    summary = {"num_preemptions": 0, "max_model_len": 2048}
+    config = config_from_dict({"cache": {"kv_cache_gib": 2}})
+    run = Results(config, request_frame([_finished(0, 10, 2, 10)]), pd.DataFrame(), summary)
+    (sample,) = _families(prometheus_snapshot(run))["vllm:cache_config_info"].samples
+    assert sample.labels["gpu_memory_utilization"] == "None"
+    assert sample.labels["kv_cache_memory_bytes"] == "2147483648"
+
+
+def test_a_v0_beam_search_generates_every_candidate_and_returns_its_best() -> None:
+    # vLLM v0 beam search of width 4 returning n = 1 beam of 5 tokens: the engine generates
+    # 4 x 5 = 20 tokens (vLLM's generation_tokens counts every candidate), the client receives
+    # 5 (the output throughput and the price per output token count those); request_params_n
+    # observes the client's n = 1
+    requests = [_finished(0, 10, 5, 5, beam_width=4)]
+    summary = {"num_preemptions": 0, "max_model_len": 2048, "prefix_cache_queries": 0}
+    run = Results(config_from_dict({}), request_frame(requests), pd.DataFrame(), summary)
+    fams = _families(prometheus_snapshot(run))
+    assert _sample(fams["vllm:generation_tokens"], "_total") == 20
+    assert _sample(fams["vllm:request_params_n"], "_sum") == 1
+    from kvsim.results.metrics import generated_tokens, output_tokens
+
+    assert (generated_tokens(run.requests), output_tokens(run.requests)) == (20, 5)

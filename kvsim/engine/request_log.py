@@ -22,7 +22,8 @@ _INT_FIELDS = (
     "prompt_tokens",
     "output_tokens",
     "max_tokens",
-    "num_seqs",
+    "n",
+    "beam_width",
     "num_preemptions",
     "num_cached_tokens",
     "num_draft_outputs",
@@ -65,7 +66,8 @@ class RequestLog:
             prompts,
             outputs,
             max_tokens,
-            sequences,
+            samples,
+            widths,
             preemptions,
             cached,
             drafted,
@@ -80,7 +82,8 @@ class RequestLog:
         prompts(req.prompt_tokens)
         outputs(req.output_tokens)
         max_tokens(req.max_tokens)
-        sequences(req.num_seqs)
+        samples(req.n)
+        widths(req.beam_width)
         preemptions(req.num_preemptions)
         cached(req.num_cached_tokens)
         drafted(req.num_draft_outputs)

@@ -20,7 +20,8 @@ REQUEST_COLUMNS = (
     "prompt_tokens",
     "output_tokens",
     "max_tokens",  # the client's output cap (vLLM's SamplingParams.max_tokens)
-    "num_seqs",  # a vLLM v0 sequence group's sequences (max(n, beam_width)); 1 for a v1 sample
+    "n",  # the client's samples: a vLLM v0 group's; 1 for a v1 sample (siblings: parent_id)
+    "beam_width",  # beam-search width (1: none); a v0 group runs max(n, beam_width) sequences
     "num_preemptions",
     "num_cached_tokens",
     "num_draft_outputs",  # output tokens that were accepted drafts (0 without speculation)

@@ -29,7 +29,13 @@ from prometheus_client.core import (
     Metric,
 )
 
-from kvsim.results.metrics import generated_tokens, output_gaps, sequences, weighted_sum
+from kvsim.results.metrics import (
+    generated_tokens,
+    output_gaps,
+    samples,
+    sequences,
+    weighted_sum,
+)
 
 if TYPE_CHECKING:
     from kvsim.results import Results
@@ -251,20 +257,18 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
     labels = [results.config.model.name, engine]
     # a request's cached tokens include those its KV connector loaded (vLLM's
     # num_cached_tokens); the prefix cache's own hits are the rest
+    prompt, cached = int(df["prompt_tokens"].sum()), int(df["num_cached_tokens"].sum())
     external_hits = int(summary.get("external_prefix_cache_hits", 0))
     counters = {
         "num_preemptions": (summary["num_preemptions"], "Cumulative number of preemptions."),
-        "prompt_tokens": (df["prompt_tokens"].sum(), "Prompt tokens, cached ones included."),
+        "prompt_tokens": (prompt, "Prompt tokens, cached ones included."),
         "generation_tokens": (generated_tokens(df), "Generated tokens."),
-        "prompt_tokens_cached": (df["num_cached_tokens"].sum(), "Prompt tokens cached."),
+        "prompt_tokens_cached": (cached, "Prompt tokens cached."),
         "prefix_cache_queries": (  # (the engines' own count; none without prefix caching)
             summary.get("prefix_cache_queries", 0),
             "Prefix cache queries, in tokens.",
         ),
-        "prefix_cache_hits": (
-            df["num_cached_tokens"].sum() - external_hits,
-            "Prefix cache hits, in tokens.",
-        ),
+        "prefix_cache_hits": (cached - external_hits, "Prefix cache hits, in tokens."),
     }
     # (vLLM creates both with or without a KV connector: 0 without a CPU tier)
     counters["external_prefix_cache_queries"] = (
@@ -285,7 +289,7 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
         yield _accepted_per_pos(summary, labels)
     if "disk_tier_blocks" in summary:  # a disk tier below the CPU tier
         yield from _tiering_bytes(summary, labels)
-    yield from _prompt_token_sources(df, summary, labels)
+    yield from _prompt_token_sources(prompt, cached, summary, labels)
     max_model_len = int(summary.get("max_model_len", results.config.max_model_len))
     if "max_tokens" in df:  # (a table written before it had the column: no reasons)
         yield _labelled_counter(
@@ -369,18 +373,19 @@ def _labelled_counter(
 
 
 def _prompt_token_sources(
-    df: pd.DataFrame, summary: dict[str, Any], labels: list[str]
+    prompt: int, cached: int, summary: dict[str, Any], labels: list[str]
 ) -> Iterator[Metric]:
     """``vllm:prompt_tokens_by_source`` (vLLM 0.34.0 ``PromptTokenStats``: each prompt's tokens
     at its first admission computed, hit in the GPU prefix cache, or loaded by the KV
     connector) and ``vllm:prompt_tokens_cached_by_source`` (the cached ones by the tier that
     held them, ``CacheHitSource``: ``device`` the GPU, ``host`` the CPU tier, ``disk`` the
-    blocks promoted from a disk tier for the request that loads them)."""
-    cached = int(df["num_cached_tokens"].sum())
+    blocks promoted from a disk tier for the request that loads them); ``prompt`` and
+    ``cached``: the engine's prompt tokens and those cached, the KV connector's included."""
     external = int(summary.get("external_prefix_cache_hits", 0))
+    device = cached - external  # (the GPU prefix cache's own hits)
     by_source = {
-        "local_compute": int(df["prompt_tokens"].sum()) - cached,
-        "local_cache_hit": cached - external,
+        "local_compute": prompt - cached,
+        "local_cache_hit": device,
         "external_kv_transfer": external,
     }
     yield _labelled_counter(
@@ -391,7 +396,7 @@ def _prompt_token_sources(
         by_source,
         PROMPT_TOKEN_SOURCES,
     )
-    hits = {"device": cached - external, "host": external}
+    hits = {"device": device, "host": external}
     if "disk_tier_blocks" in summary:
         if "external_prefix_cache_hits_disk" in summary:
             hits["disk"] = int(summary["external_prefix_cache_hits_disk"])
@@ -425,18 +430,19 @@ def finish_reasons(df: pd.DataFrame, max_model_len: int) -> dict[str, int]:
 
 
 def client_requests(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """``(n, most output tokens)`` of each request as the client sent it, float64 arrays: a v1
-    request of ``n > 1`` is its samples' rows (those sharing its ``parent_id``), any other row
-    is one request of its ``num_seqs`` (a v0 sequence group's sequences: for beam search its
-    width; 1 in a table written before the column). vLLM observes both once a request's
-    samples all finished (``ParentRequest.observe_finished_request``)."""
+    """``(n, most output tokens)`` of each finished request as the client sent it, float64
+    arrays: a v1 request of ``n > 1`` is its samples' rows (those sharing its ``parent_id``),
+    any other row is one request of its ``n`` (a v0 sequence group's samples, a beam search's
+    too; 1 in a table written before the column). vLLM observes both once a request's samples
+    all finished (``ParentRequest.observe_finished_request``)."""
+    df = df[df["finish_time_s"].notna()]
     alone = df["parent_id"].isna().to_numpy()
-    n = sequences(df)[alone]
+    n = samples(df)[alone]
     longest = df["output_tokens"].to_numpy()[alone]
-    samples = df.loc[~alone].groupby("parent_id")["output_tokens"].agg(["size", "max"])
+    fanned = df.loc[~alone].groupby("parent_id")["output_tokens"].agg(["size", "max"])
     return (
-        np.concatenate([n, samples["size"].to_numpy()]).astype(np.float64),
-        np.concatenate([longest, samples["max"].to_numpy()]).astype(np.float64),
+        np.concatenate([n, fanned["size"].to_numpy()]).astype(np.float64),
+        np.concatenate([longest, fanned["max"].to_numpy()]).astype(np.float64),
     )
 
 
@@ -444,8 +450,10 @@ def _cache_config_info(results: Results, summary: dict[str, Any], engine: str) -
     """``vllm:cache_config_info``: a gauge of 1 whose labels are ``CacheConfig`` fields as
     vLLM writes them (``str`` of the value; ``CacheConfig.metrics_info``), the fields kvsim
     models: ``block_size``, ``cache_dtype``, ``enable_prefix_caching``,
-    ``gpu_memory_utilization``, ``kv_cache_memory_bytes`` (``None`` unless the KV size is
-    given), ``num_gpu_blocks``, ``kv_cache_size_tokens`` and ``kv_cache_max_concurrency``
+    ``gpu_memory_utilization`` (``None`` where the KV size is given, as a server given
+    ``--kv-cache-memory-bytes`` leaves it unset; else the share kvsim derived the KV with, as a
+    server given ``--gpu-memory-utilization``), ``kv_cache_memory_bytes`` (``None`` unless the
+    KV size is given), ``num_gpu_blocks``, ``kv_cache_size_tokens`` and ``kv_cache_max_concurrency``
     (the startup log's figures), ``kv_offloading_size`` and ``kv_offloading_backend``; with
     vLLM's ``engine`` label and, as vLLM, no ``model_name``."""
     config = results.config
@@ -457,7 +465,8 @@ def _cache_config_info(results: Results, summary: dict[str, Any], engine: str) -
         "block_size": summary.get("kv_cache_block_size_tokens", cache.block_size_tokens),
         "cache_dtype": summary.get("kv_cache_dtype", cache.kv_cache_dtype),
         "enable_prefix_caching": summary.get("enable_prefix_caching"),
-        "gpu_memory_utilization": cache.gpu_memory_utilization,
+        # (a server given its KV size leaves the share unset: vLLM writes None)
+        "gpu_memory_utilization": cache.gpu_memory_utilization if kv_bytes is None else None,
         "kv_cache_memory_bytes": kv_bytes,
         "num_gpu_blocks": summary.get("num_gpu_blocks"),
         "kv_cache_size_tokens": summary.get("kv_cache_size_tokens"),

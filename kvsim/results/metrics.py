@@ -250,22 +250,37 @@ def latency_stats(requests: pd.DataFrame | Columns) -> dict[str, float]:
     return out
 
 
-def sequences(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
-    """Sequences each row ran: a vLLM v0 sequence group's ``max(n, beam_width)``, each of
-    ``output_tokens`` tokens; 1 for any other row (a table written before the ``num_seqs``
-    column: 1 for every row)."""
+def samples(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
+    """Each row's ``n``: the samples a vLLM v0 sequence group returns to its client; 1 for any
+    other row (a v1 sample; a table written before the column: every row)."""
     requests = _columns(requests)
-    if "num_seqs" in requests:
-        return np.asarray(requests["num_seqs"], dtype=np.int64)
+    if "n" in requests:
+        return np.asarray(requests["n"], dtype=np.int64)
     return np.ones(len(requests["output_tokens"]), dtype=np.int64)
 
 
+def sequences(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
+    """Sequences each row ran, each of ``output_tokens`` tokens: a vLLM v0 sequence group's
+    ``max(n, beam_width)`` (a beam search's candidates), 1 for any other row."""
+    requests = _columns(requests)
+    width = np.asarray(requests.get("beam_width", 1), dtype=np.int64)
+    return np.maximum(samples(requests), width)
+
+
 def generated_tokens(requests: pd.DataFrame | Columns) -> int:
-    """Tokens the run generated: every sequence's output (a v0 sequence group's ``num_seqs``
-    sequences each generate ``output_tokens``; vLLM counts every sequence's tokens)."""
+    """Tokens the engine generated: every sequence's (vLLM counts each beam candidate's in
+    ``generation_tokens``)."""
     requests = _columns(requests)
     output = np.asarray(requests["output_tokens"], dtype=np.int64)
     return int(np.sum(output * sequences(requests)))
+
+
+def output_tokens(requests: pd.DataFrame | Columns) -> int:
+    """Tokens the clients received: each row's ``output_tokens`` times its ``n`` (a v0 group's
+    samples; a beam search returns its ``n`` best beams, not every candidate)."""
+    requests = _columns(requests)
+    output = np.asarray(requests["output_tokens"], dtype=np.int64)
+    return int(np.sum(output * samples(requests)))
 
 
 def output_gaps(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
@@ -321,7 +336,7 @@ def summarize(
     out["duration_s"] = makespan
     out["throughput_requests_per_s"] = num_requests / makespan if makespan > 0 else float("nan")
     out["throughput_output_tokens_per_s"] = (
-        out["generation_tokens_total"] / makespan if makespan > 0 else float("nan")
+        output_tokens(requests) / makespan if makespan > 0 else float("nan")
     )
     out.update(latency_stats(requests))
     return out

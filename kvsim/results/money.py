@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.base.say_once import warn_once
-from kvsim.results.metrics import generated_tokens
+from kvsim.results.metrics import output_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def money_summary(
     """
     num = len(requests["output_tokens"])
     good = int(meets_targets(requests, targets).sum()) if num else 0
-    tokens = float(generated_tokens(requests)) if num else 0.0  # (every sequence's)
+    tokens = float(output_tokens(requests)) if num else 0.0  # (what the clients receive)
     nan = math.nan
     rate = usd_per_hour if usd_per_hour is not None else nan
     cost = rate * duration_s / 3600.0 if duration_s > 0 else nan

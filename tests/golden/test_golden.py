@@ -19,10 +19,11 @@ derives, were recorded again whole when the H100 preset took CUDA's device total
 The ``request_time_per_output_token_seconds`` statistics of the two Mooncake bench runs were
 recorded again (only they) when a one-token output's TPOT became 0, as vLLM records it, rather
 than left out (the trace has one-token outputs; ``tests/test_exporters.py`` works a case).
-``generation_tokens_total`` and ``throughput_output_tokens_per_s`` of the seven ``vllm-v0``
-parallel-sampling and beam-search records were recorded again (only they: each exactly its
-case's sequences a group, 3 or 4, times the old) when a sequence group began to count every
-sequence's tokens (``tests/test_exporters.py`` checks it on a run).
+``generation_tokens_total`` of the seven ``vllm-v0`` parallel-sampling and beam-search
+records, and ``throughput_output_tokens_per_s`` of the five parallel-sampling ones, were
+recorded again (only they: each exactly its case's ``n`` or beam width, 3 or 4, times the old)
+when a sequence group began to count every sequence's generated tokens and every sample's
+output (``tests/test_exporters.py`` checks both on a run and by hand).
 ``record.py`` writes them; ``compare.py`` prints a full difference. Every metric of a golden
 summary must keep its value (floats to 1e-9 relative: a change of summation order is not a
 change of result); metrics added since (the fleet's cost and goodput)
