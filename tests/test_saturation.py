@@ -155,13 +155,14 @@ def test_each_replicas_growth_over_the_fleets_window() -> None:
     # replica 0: unfinished at the middle (49.5) 25 .. 49, 25; at the last arrival (99) 50 ..
     # 99, 50: +25. Replica 1: none at the middle (request 49 finished at 49.2), request 99
     # (finishing at 99.2) at the end: +1
-    assert replica_growth(table) == {0: 25, 1: 1}
+    assert replica_growth(table, 2) == [25, 1]
+    assert replica_growth(table, 3) == [25, 1, 0]  # (a replica that served nothing: 0)
     table["replica"] = np.tile([0, 1], 100)  # every other request to each
     # replica 0 holds the even saturated requests and keeping-up ones 100, 102, ..: middle 26
     # .. 48 (12), end 50 .. 98 (25) and none of its keeping-up ones (198 arrives at 98, done
     # 98.2): +13; replica 1 the odd: middle 25 .. 49 (13), end 51 .. 99 (25) and 199 (arrived
     # 99, unfinished): 26, +13
-    assert replica_growth(table) == {0: 13, 1: 13}
+    assert replica_growth(table, 2) == [13, 13]
 
 
 def test_a_fleets_warning_gives_each_replicas_growth(caplog) -> None:

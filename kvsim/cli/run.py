@@ -173,8 +173,8 @@ def note_saturation(results: Results, arrival: str | None) -> None:
     which = ""
     if num_replicas and not summary.get("num_prefill_replicas"):
         # (co-located: a disaggregated fleet's rows wait on a prefill replica, then decode)
-        growth = replica_growth(columns)
-        which = " (by replica: " + ", ".join(f"{i} {g:+,}" for i, g in growth.items()) + ")"
+        growth = replica_growth(columns, int(num_replicas))
+        which = " (by replica: " + ", ".join(f"{i} {g:+,}" for i, g in enumerate(growth)) + ")"
     window_s = found.last_arrival_s - found.middle_s
     slower = (
         "raise workload.time_scale (it stretches the trace's own times; kvsim plan --smallest "

@@ -66,13 +66,12 @@ def growing_queue(requests: Mapping[str, Any]) -> Backlog | None:
     arrivals = np.asarray(requests["arrival_time_s"], dtype=np.float64)
     if not len(arrivals):
         return None
-    first, last = float(arrivals.min()), float(arrivals.max())
-    finish = np.asarray(requests["finish_time_s"], dtype=np.float64)
+    first, middle, last = _window(arrivals)
     owner = _owners(requests)
-    middle = (first + last) / 2
+    every = np.ones(len(arrivals), dtype=np.bool_)
 
     def unfinished(t: float) -> int:
-        return len(np.unique(owner[(arrivals <= t) & (finish > t)]))  # (NaN: False)
+        return _num_unfinished(requests, owner, every, t)
 
     def arrived_since_middle(t: float) -> int:
         return len(np.unique(owner[(arrivals > middle) & (arrivals <= t)]))
@@ -115,31 +114,45 @@ def past_saturation(
     return growing_queue(requests) is not None
 
 
-def replica_growth(requests: Mapping[str, Any]) -> dict[int, int]:
-    """How many more requests were unfinished on each replica at the arrival window's last
-    arrival than at its middle (the window the whole fleet's ``growing_queue`` reads), by
-    replica index, in order: where one replica's grows and the others' hold level, the router
-    is to blame, not the fleet's size.
+def replica_growth(requests: Mapping[str, Any], num_replicas: int) -> list[int]:
+    """How many more requests were unfinished on each replica (index 0 .. ``num_replicas - 1``,
+    an idle one 0) at the arrival window's last arrival than at its middle (the window the whole
+    fleet's ``growing_queue`` reads): where one replica's grows and the others' hold level, the
+    router is to blame, not the fleet's size.
 
     Args:
         requests: as ``growing_queue``'s, with ``replica`` (the replica that served each row).
     """
     arrivals = np.asarray(requests["arrival_time_s"], dtype=np.float64)
     if not len(arrivals):
-        return {}
-    finish = np.asarray(requests["finish_time_s"], dtype=np.float64)
+        return [0] * num_replicas
+    _, middle, last = _window(arrivals)
     replica = np.asarray(requests["replica"], dtype=np.int64)
     owner = _owners(requests)
-    last = float(arrivals.max())
-    middle = (float(arrivals.min()) + last) / 2
-    at_last = (arrivals <= last) & (finish > last)  # (NaN: False)
-    at_middle = (arrivals <= middle) & (finish > middle)
-    out = {}
-    for index in np.unique(replica):
+    out = []
+    for index in range(num_replicas):
         mine = replica == index
-        grown = len(np.unique(owner[mine & at_last])) - len(np.unique(owner[mine & at_middle]))
-        out[int(index)] = grown
+        out.append(
+            _num_unfinished(requests, owner, mine, last)
+            - _num_unfinished(requests, owner, mine, middle)
+        )
     return out
+
+
+def _window(arrivals: npt.NDArray[np.float64]) -> tuple[float, float, float]:
+    """The arrival window's first arrival, middle and last arrival (s)."""
+    first, last = float(arrivals.min()), float(arrivals.max())
+    return first, (first + last) / 2, last
+
+
+def _num_unfinished(
+    requests: Mapping[str, Any], owner: npt.NDArray[np.int64], rows: npt.NDArray[np.bool_], t: float
+) -> int:
+    """Requests among ``rows`` arrived by ``t`` and not finished then (NaN finish: never
+    finished, so not counted), a parallel-sampling request's sequences once (``owner``)."""
+    arrivals = np.asarray(requests["arrival_time_s"], dtype=np.float64)
+    finish = np.asarray(requests["finish_time_s"], dtype=np.float64)
+    return len(np.unique(owner[rows & (arrivals <= t) & (finish > t)]))
 
 
 def _owners(requests: Mapping[str, Any]) -> npt.NDArray[np.int64]:
