@@ -101,10 +101,9 @@ class Fleet:
         self.on_finish = on_finish
         self.closed: ClosedLoop | None = None
         self._waiting_decode: dict[int, Request] = {}  # row -> request while it prefills
-        # parent id -> the front (back) replica its first sample went to: a client's n > 1
-        # request reaches one server, whose engine fans it out (vLLM AsyncLLM.add_request)
-        self._front_of: dict[int, int] = {}
-        self._back_of: dict[int, int] = {}
+        # where each n > 1 client request went, before and after a disaggregated handoff
+        self._front_routes = ClientRoutes()
+        self._back_routes = ClientRoutes()
 
     def start(self) -> None:
         """Start every replica's engine loop (SimPy processes)."""
@@ -123,8 +122,9 @@ class Fleet:
         if self.spec.disaggregated:
             self._waiting_decode[row] = req
             served = prefill_copy(req)
-        target = self.front[_pick_for_parent(self.router, served, self.front, self._front_of)]
-        target.num_outstanding += 1
+        index, new = self._front_routes.route(self.router, served, self.front)
+        target = self.front[index]
+        target.num_outstanding += new
         target.num_routed += 1
         target.engine.submit(served, row)
 
@@ -136,7 +136,8 @@ class Fleet:
 
     def _done(self, index: int, row: int, req: Request) -> None:
         replica = self.replicas[index]
-        replica.num_outstanding -= 1
+        routes = self._back_routes if replica.role == "decode" else self._front_routes
+        replica.num_outstanding -= routes.ended(req)
         if replica.role == "prefill":
             assert self.prefilled is not None
             self.prefilled.add(row, req)
@@ -156,8 +157,9 @@ class Fleet:
         req = self._waiting_decode.pop(row)
         req.first_scheduled_time_s = copy.first_scheduled_time_s
         req.num_preemptions = copy.num_preemptions
-        target = self.back[_pick_for_parent(self.router, req, self.back, self._back_of)]
-        target.num_outstanding += 1
+        index, new = self._back_routes.route(self.router, req, self.back)
+        target = self.back[index]
+        target.num_outstanding += new
         target.num_routed += 1
         target.engine.expect(req, row)
 
@@ -188,16 +190,37 @@ class Fleet:
         engine.submit(req, row)
 
 
-def _pick_for_parent(
-    router: Router, req: Request, candidates: list[Replica], chosen: dict[int, int]
-) -> int:
-    """The router's pick for ``req``; a sample of an ``n > 1`` request goes where the first of
-    its samples went (``chosen``: parent id -> index, filled here), as vLLM's router sends the
-    client request once and the server's engine splits it into samples."""
-    parent = req.parent_id
-    if parent is None:
-        return router.pick(req, candidates)
-    index = chosen.get(parent)
-    if index is None:
-        index = chosen[parent] = router.pick(req, candidates)
-    return index
+class ClientRoutes:
+    """Where each client request of ``n > 1`` went on one side of the router, and how many of
+    its samples are outstanding there: vLLM's router sends the client request once, the
+    server's engine fans it out into samples (``AsyncLLM.add_request``), and the router counts
+    one request outstanding until its last sample ends."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, list[int]] = {}  # parent id -> [replica index, samples out]
+
+    def route(self, router: Router, req: Request, candidates: list[Replica]) -> tuple[int, bool]:
+        """``(index into candidates, new)``: the router's pick for ``req``, or where its
+        request's first sample went (``new`` False: it adds no request outstanding)."""
+        parent = req.parent_id
+        if parent is None:
+            return router.pick(req, candidates), True
+        entry = self._open.get(parent)
+        new = entry is None
+        if entry is None:
+            entry = self._open[parent] = [router.pick(req, candidates), 0]
+        entry[1] += 1
+        return entry[0], new
+
+    def ended(self, req: Request) -> bool:
+        """Whether ``req`` ending (routed by ``route``) ends its client request: its last
+        sample outstanding."""
+        parent = req.parent_id
+        if parent is None:
+            return True
+        entry = self._open[parent]
+        entry[1] -= 1
+        if entry[1]:
+            return False
+        del self._open[parent]
+        return True

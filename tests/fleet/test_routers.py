@@ -250,3 +250,21 @@ def test_an_idle_replica_reports_its_pool_as_an_idle_server_does():
     ]
     blocks = {s.labels["engine"]: s.labels["num_gpu_blocks"] for s in info.samples}
     assert blocks == {"0": "101", "1": "101", "2": "101"}
+
+
+def test_least_requests_counts_a_client_request_of_n_samples_once():
+    # vLLM's router counts the HTTP requests it has outstanding: an n = 3 request is one.
+    # A (n = 3) at t = 0 -> tie, replica 0; B at 0.1 -> [1, 0] -> 1; C at 0.2 -> [1, 1] tie,
+    # after the last pick (1) -> 0; D at 0.3 -> [2, 1] -> 1 (all still decoding their 300
+    # tokens, >= 300 steps of >= 5 ms). Counting samples, C and D saw [3, 1] and [3, 2]: both 1
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 2, "router": "least_requests"},
+        }
+    )
+    reqs = [Request(0, 0.0, 100, 300, 300, n=3)]
+    reqs += [Request(i, 0.1 * i, 100, 300, 300) for i in (1, 2, 3)]
+    assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 0, 0, 1, 0, 1]
