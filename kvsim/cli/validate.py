@@ -124,13 +124,19 @@ def _one(name: str, folder: Path, cost: object) -> None:
     if kv is not None:
         console.print(f"  KV usage: mean |kvsim - vLLM| {kv['kv_mean_abs_diff_points']:.2f} points")
     print_notes(run.notes)
-    console.print(f"  wrote {folder}/", highlight=False, markup=False)
+    say(f"  wrote {folder}/")
+
+
+def say(text: str) -> None:
+    """Print ``text`` as written (paths and notes may hold ``[...]``, which Rich reads as
+    style tags)."""
+    console.print(text, highlight=False, markup=False)
 
 
 def print_notes(notes: Sequence[str]) -> None:
     """A run's notes as written (``[offload]`` is text here, not a Rich style)."""
     for note in notes:
-        console.print(f"  not modelled / assumed: {note}", highlight=False, markup=False)
+        say(f"  not modelled / assumed: {note}")
 
 
 def _table(
@@ -147,10 +153,10 @@ def _table(
     from kvsim.validate.table import build_table, efficiencies
 
     spec = cost if isinstance(cost, CostSpec) else None
-    fitted = build_table(cost=spec, progress=console.print)
+    fitted = build_table(cost=spec, progress=say)
     held = [n for n in fitted.replays if fitted.replays[n].run.split in ("validate", "held-out")]
     before = build_table(
-        held, cost=CostSpec.model_validate("lean"), frontend_latency_s=0.0, progress=console.print
+        held, cost=CostSpec.model_validate("lean"), frontend_latency_s=0.0, progress=say
     )
     out.mkdir(parents=True, exist_ok=True)
     fitted.errors.to_csv(out / "errors.csv", index=False)
@@ -168,14 +174,14 @@ def _table(
         ]
     )
     (out / "table.md").write_text(text + "\n", encoding="utf-8")
-    console.print(text, highlight=False, markup=False)
+    say(text)
     if docs is not None:
         write_between_markers(docs, text)
-        console.print(f"wrote the table into {docs}")
+        say(f"wrote the table into {docs}")
     if readme is not None:
         write_between_markers(readme, readme_markdown(fitted, command))
-        console.print(f"wrote the short table into {readme}")
-    console.print(f"wrote {out}/table.md, table.csv, errors.csv")
+        say(f"wrote the short table into {readme}")
+    say(f"wrote {out}/table.md, table.csv, errors.csv")
 
 
 def register(app: typer.Typer) -> None:

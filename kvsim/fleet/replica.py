@@ -31,7 +31,8 @@ class Replica:
         role: ``"both"`` (co-located), ``"prefill"`` or ``"decode"``.
         config: its own config (``SimConfig.replica_configs``).
         engine: the engine serving it.
-        num_outstanding: requests routed here and not finished here.
+        num_outstanding: client requests routed here and not finished here (a request of
+            n > 1 samples counts once until its last sample ends: ``fleet.ClientRoutes``).
         num_routed: requests routed here so far.
     """
 
