@@ -10,7 +10,8 @@
   and ``vllm/v1/metrics/buckets.py``, vLLM 0.34.0), in the Prometheus text format, built with
   ``prometheus_client``.
 
-``write_exports(results, folder)`` writes both (``request_metrics.csv``, ``metrics.prom``).
+``write_exports(results, folder)`` writes both (``request_metrics.csv``, ``metrics.prom``); a
+co-located fleet's snapshot has each replica's metrics under its own ``engine`` label.
 """
 
 from __future__ import annotations
@@ -213,9 +214,11 @@ def prometheus_snapshot(results: Results) -> str:
 
     Labels: ``model_name`` = the model's name, ``engine`` = ``"0"`` for one engine; a
     co-located fleet just run exports each replica's own metrics under ``engine`` = its index,
-    so PromQL's ``sum`` gives the fleet's. A disaggregated fleet (or one read back from disk)
-    exports its totals under ``"0"``: a vLLM decode instance counts the KV it pulls as
-    external ``p2p`` hits, which kvsim does not record a request.
+    as one vLLM server running data parallel labels its engines (separate servers each write
+    ``"0"``, told apart by the scrape's ``instance``), so PromQL's ``sum`` gives the fleet's.
+    A disaggregated fleet (or one read back from disk) exports its totals under ``"0"``: a
+    vLLM decode instance counts the KV it pulls as external ``p2p`` hits, which kvsim does not
+    record a request.
     """
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_SnapshotCollector(results))
@@ -239,8 +242,8 @@ class _SnapshotCollector:
 
     def collect(self) -> Iterator[Metric]:
         """Every engine's families, one family a name: a co-located fleet's replicas (in memory
-        after its run: ``Results.replica_runs``) each under its index's ``engine`` label, as
-        separate servers' scrapes would label them; anything else as engine ``"0"``."""
+        after its run: ``Results.replica_runs``) each under its index's ``engine`` label, as a
+        data-parallel server labels its engines; anything else as engine ``"0"``."""
         runs = self.results.replica_runs or [self.results]
         merged: dict[str, Metric] = {}
         for index, run in enumerate(runs):

@@ -82,7 +82,8 @@ class Results:
         self.mapframes = mapframes
         self.frames = frames
         self.replicas: pd.DataFrame | None = None  # a fleet's per-replica metrics (kvsim.fleet)
-        # a fleet's replicas' own runs, while in memory (not saved): each one engine's exports
+        # a co-located fleet's replicas' own runs, in memory only (not saved): each exported
+        # as one engine of metrics.prom
         self.replica_runs: list[Results] | None = None
         self._request_columns: Columns | None = None
         self._memory_columns: Columns | None = None

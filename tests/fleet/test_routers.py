@@ -176,9 +176,9 @@ def test_the_samples_of_an_n_gt_1_request_go_where_the_first_went(router):
 
 def test_a_fleets_metrics_prom_labels_each_replicas_own_metrics_by_engine():
     # the prefix router's fleet above: replica 0 served r0 and r3, replica 1 r1 and r2, with
-    # prefix-cache queries 1,900 and 600 and hits 512 and 256; vLLM servers each export their
-    # own, so metrics.prom carries one sample an engine (engine = the replica's index), each
-    # engine's cache_config_info too, and the fleet's sums are sum() over them
+    # prefix-cache queries 1,900 and 600 and hits 512 and 256; as a data-parallel vLLM server
+    # labels its engines, metrics.prom carries one sample an engine (engine = the replica's
+    # index), each engine's cache_config_info too, and the fleet's sums are sum() over them
     from prometheus_client.parser import text_string_to_metric_families
 
     from kvsim.results.exporters import prometheus_snapshot
