@@ -847,3 +847,11 @@ def test_the_run_title_counts_samples_where_requests_fanned_out() -> None:
     assert "30 requests as 73 samples (48 run, 25 rejected)" in title
     assert "30 requests (20 run, 10 rejected)" in " ".join(run_title(cfg, 30, 10, 30).split())
     assert "samples" not in run_title(cfg, 400, 0, 400)
+
+
+def test_a_runs_header_counts_the_samples_its_requests_became() -> None:
+    # 20 requests of n = 2 under vllm-v1: 40 samples, all run (the tables' rows)
+    args = ["run", "--set", "workload.num_requests=20", "--set", "workload.n=2", "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "20 requests as 40 samples" in " ".join(result.output.split())

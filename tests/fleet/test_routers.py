@@ -268,3 +268,21 @@ def test_least_requests_counts_a_client_request_of_n_samples_once():
     reqs = [Request(0, 0.0, 100, 300, 300, n=3)]
     reqs += [Request(i, 0.1 * i, 100, 300, 300) for i in (1, 2, 3)]
     assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 0, 0, 1, 0, 1]
+
+
+def test_an_idle_replica_of_another_gpu_leaves_the_pool_to_the_replica_table():
+    # replica 1 (an A100-80GB) serves nothing while replica 0 (an H100) serves the one
+    # request: the replicas' pools differ (the A100's 80 GB against the H100's 79.2 GiB CUDA
+    # total), so the fleet's summary leaves num_gpu_blocks out, as when both serve (the idle
+    # replica reported nothing before, and the H100's count read as the fleet's)
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 2, "replica_overrides": [{}, {"gpu": "a100-80gb"}]},
+        }
+    )
+    result = simulate(cfg, _requests()[:1])
+    assert result.requests["replica"].tolist() == [0]
+    assert "num_gpu_blocks" not in result.summary
