@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvsim.config import config_from_dict
 from kvsim.engine import simulate
 from kvsim.results import Results
-from kvsim.results.exporters import prometheus_snapshot, vidur_request_metrics, write_exports
+from kvsim.results.exporters import vidur_request_metrics, write_exports
+from kvsim.results.prometheus import prometheus_snapshot
 from kvsim.results.tables import request_frame
 from kvsim.workload.request import Request
 

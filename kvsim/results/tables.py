@@ -44,7 +44,7 @@ _UNLISTED_RUN_FILES = (
     "summary.json",
     "config.json",
     "request_metrics.csv",  # (kvsim.results.exporters)
-    "metrics.prom",
+    "metrics.prom",  # (kvsim.results.prometheus)
 )
 
 

@@ -181,7 +181,7 @@ def test_a_fleets_metrics_prom_labels_each_replicas_own_metrics_by_engine():
     # index), each engine's cache_config_info too, and the fleet's sums are sum() over them
     from prometheus_client.parser import text_string_to_metric_families
 
-    from kvsim.results.exporters import prometheus_snapshot
+    from kvsim.results.prometheus import prometheus_snapshot
 
     text = prometheus_snapshot(simulate(_config("prefix"), _requests()))
     samples = {
@@ -204,7 +204,7 @@ def test_a_disaggregated_fleet_exports_its_totals_as_one_engine():
     # under engine "0" alone (the four requests once each, not a prefill copy besides)
     from prometheus_client.parser import text_string_to_metric_families
 
-    from kvsim.results.exporters import prometheus_snapshot
+    from kvsim.results.prometheus import prometheus_snapshot
 
     cfg = config_from_dict(
         {
@@ -233,7 +233,7 @@ def test_an_idle_replica_reports_its_pool_as_an_idle_server_does():
     # vLLM's null block: num_gpu_blocks counts it)
     from prometheus_client.parser import text_string_to_metric_families
 
-    from kvsim.results.exporters import prometheus_snapshot
+    from kvsim.results.prometheus import prometheus_snapshot
 
     cfg = config_from_dict(
         {

@@ -191,7 +191,7 @@ def test_zero_size_is_off() -> None:
 def test_prometheus_counters_in_vllms_names() -> None:
     """A/B/C: the connector's 516 query tokens and 160 hits; the GPU prefix cache's own hits
     stay 0 (C's 160 cached tokens all came from the tier)."""
-    from kvsim.results.exporters import prometheus_snapshot
+    from kvsim.results.prometheus import prometheus_snapshot
 
     text = prometheus_snapshot(simulate(config(0.5), requests()))
     lines = {ln.split("{")[0]: float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if "{" in ln}
@@ -298,7 +298,7 @@ def test_a_disk_hit_after_the_cpu_copy_was_evicted_end_to_end() -> None:
     c = run.requests.set_index("req_id").loc[2]
     assert c["num_cached_tokens"] == 160
     assert c["first_scheduled_time_s"] == pytest.approx(10.393216)
-    from kvsim.results.exporters import prometheus_snapshot
+    from kvsim.results.prometheus import prometheus_snapshot
 
     text = prometheus_snapshot(run)
     lines = {ln.split("{")[0]: ln for ln in text.splitlines() if "{" in ln}

@@ -19,7 +19,7 @@ from kvsim.config.speculative import SpeculativeConfig
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.scheduler import SpecDecoder, make_scheduler
 from kvsim.engine import simulate
-from kvsim.results.exporters import prometheus_snapshot
+from kvsim.results.prometheus import prometheus_snapshot
 from tests.scheduler.conftest import engine_args, req, step
 
 
