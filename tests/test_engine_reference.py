@@ -160,6 +160,9 @@ def test_engine_matches_the_step_by_step_reference(
         assert math.isclose(memory["duration_s"].iat[i], row.duration_s, rel_tol=1e-9)
     # the fast-forwarded run's time-weighted shares are the same means
     assert fast.summary["num_steps"] == steps.summary["num_steps"] == len(ref.rows)
+    # vLLM's tokens a step, counted by the reference at each of its steps
+    for results in (steps, fast):
+        assert results.iteration_tokens == dict(ref.iteration_tokens)
     for share in ("token_states_pct", "external_fragmentation_pct", "kv_cache_usage_perc"):
         assert fast.summary[share] == pytest.approx(steps.summary[share], rel=1e-9), share
     # the time full and the peak from the reference's own steps (kv_cache_usage_perc's rule:

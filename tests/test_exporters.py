@@ -523,3 +523,43 @@ def test_a_v0_beam_search_generates_every_candidate_and_returns_its_best() -> No
     from kvsim.results.metrics import generated_tokens, output_tokens
 
     assert (generated_tokens(run.requests), output_tokens(run.requests)) == (20, 5)
+
+
+def test_iteration_tokens_histogram_by_hand() -> None:
+    # steps of 11, 2, 2 and 1 tokens (the EAGLE case of tests/scheduler/test_spec_decode.py):
+    # 4 observations summing to 16; vLLM's buckets 1, 8, 16: 1, 3, 4 at or below each
+    run = Results(
+        config_from_dict({}),
+        request_frame([_finished(0, 10, 6, 6)]),
+        pd.DataFrame(),
+        {"num_preemptions": 0, "max_model_len": 2048},
+    )
+    assert "vllm:iteration_tokens_total" not in _families(prometheus_snapshot(run))
+    run.iteration_tokens = {11: 1, 2: 2, 1: 1}
+    family = _families(prometheus_snapshot(run))["vllm:iteration_tokens_total"]
+    assert (_sample(family, "_count"), _sample(family, "_sum")) == (4, 16)
+    buckets = _buckets(family)
+    assert (buckets["1.0"], buckets["8.0"], buckets["16.0"], buckets["+Inf"]) == (1, 3, 4, 4)
+
+
+@pytest.mark.parametrize("spec", [None, {"num_speculative_tokens": 3, "acceptance_rate": 0.7}])
+def test_each_step_is_one_observation_and_each_token_counted_once(spec) -> None:
+    # every engine step is observed once, fast-forwarded spans (speculative ones too) step by
+    # step; each computed prompt token (at its first output) and each sampled token counted
+    # once over the run: sum = prompt tokens - cached + generated
+    config = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 1},
+            "scheduler": {"max_model_len": 4096},
+            "workload": {"num_requests": 60, "rate_per_s": 6.0},
+            **({"speculative": spec} if spec else {}),
+        }
+    )
+    results = simulate(config)
+    steps, summary = results.iteration_tokens, results.summary
+    assert steps is not None
+    assert sum(steps.values()) == summary["num_steps"]
+    computed = summary["prompt_tokens_total"] - summary["prefix_cached_tokens_total"]
+    assert sum(v * c for v, c in steps.items()) == computed + summary["generation_tokens_total"]

@@ -80,6 +80,7 @@ def simulate(
     )
     results.summary.update(rejected.summary())
     results.summary.update(engine_counters(engine))
+    results.iteration_tokens = engine.scheduler.iteration_tokens
     if frames is not None:
         for t in frames.pending:  # moments after the last finish: the pool is empty
             frames.capture(t, engine.allocator, {}, 0, [], 0)

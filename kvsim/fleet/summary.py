@@ -148,6 +148,7 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
                 **engine_summary(replica.config),
                 **engine_counters(engine),
             }
+            results.iteration_tokens = engine.scheduler.iteration_tokens
             out.append(results)
             continue
         results = build_results(
@@ -158,6 +159,7 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
             usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
         )
         results.summary.update(engine_counters(engine))
+        results.iteration_tokens = engine.scheduler.iteration_tokens
         out.append(results)
     return out
 

@@ -47,6 +47,10 @@ REQUEST_LATENCY_BUCKETS_S = (
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 LABELS = ("model_name", "engine")  # vLLM's labelnames; engine: a fleet's replica index, or "0"
+# vLLM 0.34.0 buckets.py ITERATION_TOKENS_BUCKETS, tokens an engine step
+ITERATION_TOKENS_BUCKETS = (
+    1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+)  # fmt: skip
 # vLLM 0.34.0 buckets.py REQUEST_PARAMS_N_BUCKETS, samples a request
 REQUEST_PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
 # vLLM 0.34.0 vllm/v1/engine/__init__.py FinishReason, as str() writes each (every one exported)
@@ -89,9 +93,11 @@ def prometheus_snapshot(results: Results) -> str:
     ``external_unspecified``) and ``vllm:request_success`` (``finished_reason``: ``length``
     where the output reached ``max_tokens`` or the sequence ``max_model_len``, else ``stop``;
     ``abort``, ``error``, ``repetition`` 0). ``vllm:cache_config_info``: a gauge of 1 labelled
-    with the ``CacheConfig`` fields kvsim models (``_cache_config_info``). Not exported:
-    ``vllm:iteration_tokens_total`` (tokens a step: kvsim fast-forwards decode steps and keeps
-    no count a step).
+    with the ``CacheConfig`` fields kvsim models (``_cache_config_info``).
+    ``vllm:iteration_tokens_total``: one observation an engine step
+    (``SchedulerCore.observe_step_tokens``: the prompt tokens computed of the requests whose
+    first output the step samples, plus every token it samples), for a run just made (its
+    folder keeps no count a step) and not for a disaggregated fleet.
 
     Gauges, after the last request finished: ``vllm:num_requests_running``,
     ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (0-1), all 0 then; the run's
@@ -198,6 +204,14 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
     yield from _gauges(df, summary, labels)
     yield _cache_config_info(results, summary, engine)
     yield from _histograms(df, labels, max_model_len)
+    if results.iteration_tokens is not None:  # (a run just made: not kept in its folder)
+        steps = results.iteration_tokens
+        values = np.fromiter(steps.keys(), dtype=np.float64, count=len(steps))
+        weights = np.fromiter(steps.values(), dtype=np.float64, count=len(steps))
+        doc = "Histogram of number of tokens per engine_step."
+        yield _histogram(
+            "iteration_tokens_total", doc, labels, ITERATION_TOKENS_BUCKETS, values, weights
+        )
 
 
 def _spec_decode_counters(summary: dict[str, Any]) -> dict[str, tuple[object, str]]:

@@ -85,6 +85,9 @@ class Results:
         # a co-located fleet's replicas' own runs, in memory only (not saved): each exported
         # as one engine of metrics.prom
         self.replica_runs: list[Results] | None = None
+        # one engine's steps by tokens a step (``SchedulerCore.iteration_tokens``), in memory
+        # only: vllm:iteration_tokens_total
+        self.iteration_tokens: dict[int, int] | None = None
         self._request_columns: Columns | None = None
         self._memory_columns: Columns | None = None
 

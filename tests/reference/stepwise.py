@@ -27,7 +27,7 @@ freed) in the step that samples its last output token.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from kvsim.config import SimConfig
@@ -72,6 +72,8 @@ class Reference:
     requests: list[Request]
     rows: list[StepRow] = field(default_factory=list)
     num_preemptions: int = 0
+    # vLLM's iteration_tokens_total, counted here step by step: tokens a step -> steps
+    iteration_tokens: Counter[int] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.alloc: Allocator = allocator_from_config(self.config)
@@ -147,14 +149,18 @@ class Reference:
 
     def _complete(self, steps: list[tuple[Request, int]], end_s: float) -> list[Request]:
         finished = []
+        tokens = 0  # vLLM: the first outputs' prompts computed + every sequence's sampled token
         for req, n in steps:
             req.num_computed_tokens += n
             if req.num_computed_tokens >= req.num_tokens:
                 req.num_output_tokens += 1
+                tokens += req.num_seqs
                 if req.first_token_time_s is None:
                     req.first_token_time_s = end_s
+                    tokens += req.prompt_tokens - req.num_cached_tokens
             if req.num_output_tokens >= req.output_tokens:
                 finished.append(req)
+        self.iteration_tokens[tokens] += 1
         for req in finished:
             req.finish_time_s = end_s
             self.alloc.free(req.req_id)

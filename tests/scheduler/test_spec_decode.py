@@ -24,7 +24,8 @@ from tests.scheduler.conftest import engine_args, req, step
 
 
 def spec_run(k: int, lookahead: int, rates: list[float], num_blocks: int = 21):
-    """One request (prompt 10, output 6) on ``num_blocks`` blocks of 4 (block 0 null)."""
+    """One request (prompt 10, output 6) on ``num_blocks`` blocks of 4 (block 0 null): each
+    step's row, the drafter and the scheduler."""
     pool = PagedAllocator(
         capacity_tokens=num_blocks * 4, block_size_tokens=4, reserve_null_block=True
     )
@@ -52,13 +53,13 @@ def spec_run(k: int, lookahead: int, rates: list[float], num_blocks: int = 21):
                 pool.num_free_blocks,
             )
         )
-    return rows, spec
+    return rows, spec, sched
 
 
 def test_eagle_reserves_lookahead_and_rolls_rejections_back():
     # k = 2, EAGLE (2 lookahead slots); rates [1.0, 0.0]: u < 1.0 always, u < 0.0 never, so
     # every verification accepts exactly 1 of its 2 drafts and samples 1 + 1 tokens.
-    rows, spec = spec_run(2, 2, [1.0, 0.0])
+    rows, spec, _ = spec_run(2, 2, [1.0, 0.0])
     # step 0: prefill 10; 10 + 2 lookahead = 12 slots = 3 blocks (17 of 20 usable free);
     #   samples 1 -> computed 10, outputs 1, 2 drafts
     # step 1: 1 + 2 drafts = 3 tokens; 10 + 3 + 2 = 15 slots = 4 blocks (16 free); 1 rejected:
@@ -85,7 +86,7 @@ def test_eagle_reserves_lookahead_and_rolls_rejections_back():
 def test_ngram_reserves_no_lookahead():
     # n-gram lookup: the same drafts, no lookahead slots. Step 0: 10 slots = 3 blocks;
     # step 1: 10 + 3 = 13 = 4 blocks; step 2: 12 + 3 = 15 = 4 blocks; step 3: 14 + 3 = 17 = 5
-    rows, _ = spec_run(2, 0, [1.0, 0.0])
+    rows, _, _ = spec_run(2, 0, [1.0, 0.0])
     assert [row[1] for row in rows] == [3, 4, 4, None]
     assert [row[4] for row in rows] == [17, 16, 16, 20]
 
@@ -94,7 +95,7 @@ def test_all_drafts_accepted_stop_at_max_tokens():
     # k = 3, all accepted (rates 1.0): step 0 prefill samples 1; step 1 verifies 1 + 3 and
     # keeps 4 (outputs 5); step 2 would keep 4 more but only 1 is left: outputs 6, finished in
     # 3 steps instead of 6. Computed covers all but the last token: 10 + 6 - 1 = 15.
-    rows, spec = spec_run(3, 3, [1.0, 1.0, 1.0])
+    rows, spec, _ = spec_run(3, 3, [1.0, 1.0, 1.0])
     assert [(n, c, o) for n, _, c, o, _ in rows] == [(10, 10, 1), (4, 14, 5), (4, 15, 6)]
     # the last verification accepted 3 drafts by the draw, though 2 of them were trimmed
     assert spec.summary()["spec_decode_num_accepted_tokens"] == 6
@@ -569,3 +570,15 @@ def test_speculative_spans_change_no_outcome(k, alpha, method, seed):
             assert fast.summary[name] == value, name
     for share in ("token_states_pct", "internal_fragmentation_pct", "kv_cache_usage_perc"):
         assert fast.summary[share] == pytest.approx(steps.summary[share], rel=1e-9), share
+
+
+def test_each_steps_tokens_as_vllm_observes_them():
+    # vLLM's iteration_tokens_total observes, each step, the prompt tokens computed of the
+    # requests sampling their first output plus every token sampled (new_token_ids). The EAGLE
+    # case above: step 0 computes the 10-token prompt and samples 1 (11); steps 1 and 2 sample
+    # 1 + 1 accepted (2 each); step 3 samples 2 but keeps only the 6th output (1)
+    _, _, sched = spec_run(2, 2, [1.0, 0.0])
+    assert sched.iteration_tokens == {11: 1, 2: 2, 1: 1}
+    # all accepted (k = 3): 11, then 1 + 3 = 4 (outputs 5), then the last output alone (1)
+    _, _, sched = spec_run(3, 3, [1.0, 1.0, 1.0])
+    assert sched.iteration_tokens == {11: 1, 4: 1, 1: 1}

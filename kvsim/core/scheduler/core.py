@@ -72,6 +72,8 @@ class SchedulerCore:
         self.running: dict[Request, None] = {}
         self._running_seqs = 0  # their sequences (a group of w counts w)
         self.num_preemptions = 0
+        # vLLM's iteration_tokens_total: tokens a step -> steps (``observe_step_tokens``)
+        self.iteration_tokens: dict[int, int] = {}
         self.has_groups = False  # any sequence group seen: sequences != requests from then on
         # a verification's computed tokens are cached (``_complete_verifications``) by any pool
         # that caches prefixes, hybrid groups' too
@@ -130,6 +132,7 @@ class SchedulerCore:
             return
         plan.add_decoding(cohort.num_seqs, cohort.sum_computed(clock))
         plan.num_cohort = len(cohort)
+        plan.cohort_seqs = cohort.num_seqs
 
     def sync_requests(self) -> None:
         """Write every cohort member's counters into its ``Request`` (they are stale between
@@ -285,13 +288,19 @@ class SchedulerCore:
             finished = self._complete_verifications(plan, step0_end_s)
         else:
             scheduled, num_new = plan.scheduled, plan.num_new_tokens
+            tokens = plan.cohort_seqs  # (each member's sequences sample one token in step 0)
             for i in range(len(scheduled)):  # (indexed: mypyc compiles zip(strict=) as a call)
                 req, n = scheduled[i], num_new[i]
                 req.num_computed_tokens += n
                 if req.num_computed_tokens >= req.num_tokens:
                     req.num_output_tokens += 1
+                    tokens += req.num_seqs
                     if req.first_token_time_s is None:
                         req.first_token_time_s = step0_end_s
+                        tokens += req.prompt_tokens - req.num_cached_tokens
+            self.observe_step_tokens(tokens, 1)
+            if plan.num_steps > 1:  # every sequence of the cohort decodes in the later steps
+                self.observe_step_tokens(cohort.num_seqs, plan.num_steps - 1)
             finished = [
                 r
                 for r in plan.scheduled
@@ -321,6 +330,15 @@ class SchedulerCore:
                 lazy.join_now(req)
         return finished
 
+    def observe_step_tokens(self, tokens: int, steps: int) -> None:
+        """Note ``steps`` engine steps of ``tokens`` tokens each, as vLLM 0.34.0 observes
+        ``vllm:iteration_tokens_total`` once a step (``PrometheusStatLogger.record``): the
+        prompt tokens computed of the requests whose first output the step samples (their
+        prompt less what their first admission found cached: ``PromptTokenStats.computed``)
+        plus the tokens it samples (every sequence's, a verification's accepted drafts too)."""
+        counts = self.iteration_tokens
+        counts[tokens] = counts.get(tokens, 0) + steps
+
     def _complete_verifications(self, plan: StepPlan, step0_end_s: float) -> list[Request]:
         """``complete``'s pass over the scheduled requests under speculative decoding; returns
         those that finished, in scheduling order (none is a cohort member).
@@ -345,6 +363,7 @@ class SchedulerCore:
         finished: list[Request] = []
         scheduled, num_new = plan.scheduled, plan.num_new_tokens
         assert len(scheduled) == len(num_new), "a plan's lists are aligned"
+        tokens = plan.cohort_seqs
         for i in range(len(scheduled)):  # (indexed: native list reads, no zip tuples)
             req = scheduled[i]
             computed = req.num_computed_tokens + num_new[i]
@@ -366,18 +385,22 @@ class SchedulerCore:
                 kept = min(accepted, left)
                 req.num_output_tokens += kept
                 req.num_draft_outputs += kept
+                tokens += kept
                 req.num_draft_tokens = k if left > accepted else 0
             req.num_computed_tokens = computed
             if computed >= req.num_tokens:
                 req.num_output_tokens += 1
+                tokens += 1
                 if req.first_token_time_s is None:
                     req.first_token_time_s = step0_end_s
+                    tokens += req.prompt_tokens - req.num_cached_tokens
             # a request sharing no tokens has no block another can hit: nothing to cache (as
             # in ``_allocate``'s hot path); an ``allocate`` within the holding takes nothing
             if cache and req.shares_tokens and computed == req.num_tokens - 1:
                 allocator.cache_blocks(req, computed)
             if req.num_output_tokens >= req.output_tokens:
                 finished.append(req)
+        self.observe_step_tokens(tokens, 1)
         return finished
 
     # -- fast-forward -------------------------------------------------------------------------

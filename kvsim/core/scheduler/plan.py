@@ -86,6 +86,7 @@ class StepPlan:
         cohort_clock: the cohort's clock when the plan was made.
         cohort_advance: decode steps the cohort takes in step 0 (0 or 1).
         num_cohort: cohort members decoding in step 0.
+        cohort_seqs: their sequences (a group of ``w`` counts ``w``), 0 when none decodes.
         span: what the fast-forward of a lazy plan took, for the recorder (``LazySpan``).
         completed: a speculative span (``V1Scheduler.speculative_span``) already completed its
             last step (its acceptance draws made): ``complete`` frees ``completed_finished``.
@@ -117,6 +118,7 @@ class StepPlan:
     cohort_clock: int
     cohort_advance: int
     num_cohort: int
+    cohort_seqs: int
     span: LazySpan | None
     completed: bool
     completed_finished: list[Request]
@@ -143,6 +145,7 @@ class StepPlan:
         self.cohort_clock = 0
         self.cohort_advance = 0
         self.num_cohort = 0
+        self.cohort_seqs = 0
         self.span = None
         self.completed = False
         self.completed_finished = []
