@@ -31,16 +31,18 @@ BLOCK = 256
 KV_BYTES = 101 * BLOCK * 131_072  # 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 128 KiB/token
 
 
-def _config(router: str) -> object:
-    return config_from_dict(
-        {
-            "model": "llama-3.1-8b",
-            "gpu": "h100-80gb",
-            "cache": {"block_size_tokens": BLOCK, "kv_cache_bytes": KV_BYTES},
-            "scheduler": {"max_model_len": 4096},
-            "fleet": {"replicas": 2, "router": router},
-        }
-    )
+def _config(router: str = "round_robin", *, pool: bool = True, **fleet: object) -> object:
+    """Llama-3.1-8B on H100s, two replicas unless ``fleet`` says otherwise; ``pool``: the
+    101-block pool of the module docstring, else the budget the H100 derives."""
+    data: dict = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "scheduler": {"max_model_len": 4096},
+        "fleet": {"replicas": 2, "router": router, **fleet},
+    }
+    if pool:
+        data["cache"] = {"block_size_tokens": BLOCK, "kv_cache_bytes": KV_BYTES}
+    return config_from_dict(data)
 
 
 def _requests() -> list[Request]:
@@ -118,14 +120,7 @@ def test_llm_d_normalisations():
 def test_ties_go_round_robin_not_all_to_replica_zero():
     # four requests at t=0 on three replicas: each is routed before any engine steps, so every
     # pool is empty at each pick (usage [0, 0, 0]): least_kv's ties go 0, 1, 2, then 0 again
-    cfg = config_from_dict(
-        {
-            "model": "llama-3.1-8b",
-            "gpu": "h100-80gb",
-            "scheduler": {"max_model_len": 4096},
-            "fleet": {"replicas": 3, "router": "least_kv"},
-        }
-    )
+    cfg = _config("least_kv", pool=False, replicas=3)
     reqs = [Request(i, 0.0, 100, 5, 5) for i in range(4)]
     assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 1, 2, 0]
 
@@ -162,14 +157,7 @@ def test_the_samples_of_an_n_gt_1_request_go_where_the_first_went(router):
     # samples are done (30 tokens, well under 1 s), a tie again, after the last pick -> 1.
     # (Routed one sample at a time, round_robin gave 0, 1, 0, 1, 0, 1, least_requests
     # 0, 1, 0 for request 0's samples.)
-    cfg = config_from_dict(
-        {
-            "model": "llama-3.1-8b",
-            "gpu": "h100-80gb",
-            "scheduler": {"max_model_len": 4096},
-            "fleet": {"replicas": 2, "router": router},
-        }
-    )
+    cfg = _config(router, pool=False)
     reqs = [Request(i, float(i), 100, 30, 30, n=3) for i in range(2)]
     assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 0, 0, 1, 1, 1]
 
@@ -206,15 +194,7 @@ def test_a_disaggregated_fleet_exports_its_totals_as_one_engine():
 
     from kvsim.results.prometheus import prometheus_snapshot
 
-    cfg = config_from_dict(
-        {
-            "model": "llama-3.1-8b",
-            "gpu": "h100-80gb",
-            "cache": {"block_size_tokens": BLOCK, "kv_cache_bytes": KV_BYTES},
-            "scheduler": {"max_model_len": 4096},
-            "fleet": {"replicas": 2, "prefill_replicas": 1},
-        }
-    )
+    cfg = _config(prefill_replicas=1)
     text = prometheus_snapshot(simulate(cfg, _requests()))
     families = list(text_string_to_metric_families(text))
     assert {s.labels.get("engine") for f in families for s in f.samples} == {"0"}
@@ -235,15 +215,7 @@ def test_an_idle_replica_reports_its_pool_as_an_idle_server_does():
 
     from kvsim.results.prometheus import prometheus_snapshot
 
-    cfg = config_from_dict(
-        {
-            "model": "llama-3.1-8b",
-            "gpu": "h100-80gb",
-            "cache": {"block_size_tokens": BLOCK, "kv_cache_bytes": KV_BYTES},
-            "scheduler": {"max_model_len": 4096},
-            "fleet": {"replicas": 3},
-        }
-    )
+    cfg = _config(replicas=3)
     text = prometheus_snapshot(simulate(cfg, _requests()[:1]))
     (info,) = [
         f for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info"
@@ -257,14 +229,7 @@ def test_least_requests_counts_a_client_request_of_n_samples_once():
     # A (n = 3) at t = 0 -> tie, replica 0; B at 0.1 -> [1, 0] -> 1; C at 0.2 -> [1, 1] tie,
     # after the last pick (1) -> 0; D at 0.3 -> [2, 1] -> 1 (all still decoding their 300
     # tokens, >= 300 steps of >= 5 ms). Counting samples, C and D saw [3, 1] and [3, 2]: both 1
-    cfg = config_from_dict(
-        {
-            "model": "llama-3.1-8b",
-            "gpu": "h100-80gb",
-            "scheduler": {"max_model_len": 4096},
-            "fleet": {"replicas": 2, "router": "least_requests"},
-        }
-    )
+    cfg = _config("least_requests", pool=False)
     reqs = [Request(0, 0.0, 100, 300, 300, n=3)]
     reqs += [Request(i, 0.1 * i, 100, 300, 300) for i in (1, 2, 3)]
     assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 0, 0, 1, 0, 1]
@@ -275,14 +240,7 @@ def test_an_idle_replica_of_another_gpu_leaves_the_pool_to_the_replica_table():
     # request: the replicas' pools differ (the A100's 80 GB against the H100's 79.2 GiB CUDA
     # total), so the fleet's summary leaves num_gpu_blocks out, as when both serve (the idle
     # replica reported nothing before, and the H100's count read as the fleet's)
-    cfg = config_from_dict(
-        {
-            "model": "llama-3.1-8b",
-            "gpu": "h100-80gb",
-            "scheduler": {"max_model_len": 4096},
-            "fleet": {"replicas": 2, "replica_overrides": [{}, {"gpu": "a100-80gb"}]},
-        }
-    )
+    cfg = _config(pool=False, replica_overrides=[{}, {"gpu": "a100-80gb"}])
     result = simulate(cfg, _requests()[:1])
     assert result.requests["replica"].tolist() == [0]
     assert "num_gpu_blocks" not in result.summary
