@@ -166,7 +166,6 @@ class Engine:
         self.async_scheduling = config.engine_args.async_scheduling
         self._staged: deque[Request] = deque()  # arrived, not yet seen by the scheduler (async)
         self._last_step_start_s = 0.0  # start of the step that ends at the current boundary
-        self.num_steps_run = 0  # engine steps so far, recorded in memory rows or not
 
     # -- requests in ----------------------------------------------------------------------------
     def _release_arrivals(self, now: float) -> None:
@@ -610,10 +609,15 @@ class Engine:
             totals = lazy.step0_group_totals(plan.cohort_clock + plan.cohort_advance)
         self.group_recorder.record(timing.total_s, running, totals)
 
+    @property
+    def num_steps_run(self) -> int:
+        """Engine steps so far, recorded in memory rows or not (each observed once by the
+        scheduler: ``SchedulerCore.observe_step_tokens``)."""
+        return sum(self.scheduler.iteration_tokens.values())
+
     def _record(self, plan: StepPlan, timing: Timing, now: float, at: PlanTime) -> None:
         """One memory row for the plan's steps, from the cohort's running totals
         (``kvsim.engine.span``), plus the blocks of requests whose KV is on its way."""
-        self.num_steps_run += timing.num_steps
         if not self.config.record_memory:
             return
         scheduler = self.scheduler

@@ -294,10 +294,7 @@ class SchedulerCore:
                 req.num_computed_tokens += n
                 if req.num_computed_tokens >= req.num_tokens:
                     req.num_output_tokens += 1
-                    tokens += req.num_seqs
-                    if req.first_token_time_s is None:
-                        req.first_token_time_s = step0_end_s
-                        tokens += req.prompt_tokens - req.num_cached_tokens
+                    tokens += req.num_seqs + _first_output(req, step0_end_s)
             self.observe_step_tokens(tokens, 1)
             if plan.num_steps > 1:  # every sequence of the cohort decodes in the later steps
                 self.observe_step_tokens(cohort.num_seqs, plan.num_steps - 1)
@@ -390,10 +387,7 @@ class SchedulerCore:
             req.num_computed_tokens = computed
             if computed >= req.num_tokens:
                 req.num_output_tokens += 1
-                tokens += 1
-                if req.first_token_time_s is None:
-                    req.first_token_time_s = step0_end_s
-                    tokens += req.prompt_tokens - req.num_cached_tokens
+                tokens += 1 + _first_output(req, step0_end_s)
             # a request sharing no tokens has no block another can hit: nothing to cache (as
             # in ``_allocate``'s hot path); an ``allocate`` within the holding takes nothing
             if cache and req.shares_tokens and computed == req.num_tokens - 1:
@@ -460,3 +454,13 @@ class SchedulerCore:
         cohort = self.lazy.cohort
         after = plan.cohort_clock + plan.cohort_advance
         return float(cohort.sum_computed(after)), float(cohort.num_seqs)
+
+
+def _first_output(req: Request, end_s: float) -> int:
+    """Note that ``req`` sampled a token at ``end_s``: its first output's time if it is the
+    first; returns the prompt tokens its first admission computed then (vLLM 0.34.0
+    ``PromptTokenStats.computed``, observed at the first output), else 0."""
+    if req.first_token_time_s is not None:
+        return 0
+    req.first_token_time_s = end_s
+    return req.prompt_tokens - req.num_cached_tokens
