@@ -182,11 +182,12 @@ def long_integer_line(text: str) -> tuple[int, str] | None:
     return text.count("\n", 0, match.start()) + 1, key.group(1).strip("\"'") if key else ""
 
 
-def toml_key_line(text: str, dotted: str) -> int | None:
+def toml_key_line(text: str, dotted: str, *, set_only: bool = False) -> int | None:
     """The line (1-based) of TOML ``text`` that sets the dotted field ``dotted``, or the table
     or inline table holding it (``[cache]`` then ``block_size_tokens = 0``; ``cache =
     { block_size_tokens = 0 }``; ``cache.block_size_tokens = 0``); ``None`` when no line does.
-    Read line by line (table headers and ``key =`` lines), enough to point at a field."""
+    ``set_only``: not a table header's line (the table may not set the field at all). Read
+    line by line (table headers and ``key =`` lines), enough to point at a field."""
     table = ""
     best: int | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -194,7 +195,7 @@ def toml_key_line(text: str, dotted: str) -> int | None:
         header = re.match(r"\[\[?\s*([^\]]+?)\s*\]\]?", line)
         if header:
             table = header.group(1).replace('"', "").replace("'", "").replace(" ", "")
-            if dotted == table or dotted.startswith(f"{table}."):
+            if not set_only and (dotted == table or dotted.startswith(f"{table}.")):
                 best = number  # the table holding it, until the key itself is found
             continue
         key = re.match(r"([\w.\"' -]+?)\s*=", line)
@@ -207,6 +208,22 @@ def toml_key_line(text: str, dotted: str) -> int | None:
         if dotted.startswith(f"{full}."):  # an inline table that holds it
             best = number
     return best
+
+
+def at_lines(path: str | Path, message: str, table: str = "") -> str:
+    """``message`` (one problem a line, each ``field: ...``) with each problem prefixed by the
+    file and the line that sets its field (``c.toml line 2: cache.block_size_tokens: ...``;
+    the file alone where no line does). ``table``: the table of the file the fields sit in
+    (``question`` for a plan's ``[question] hi``); an item's field (``zip[0]``) is its key's."""
+    text = read_text(path)
+    out = []
+    for problem in message.splitlines():
+        field = problem.split(": ", 1)[0].split("[", 1)[0]
+        number = None
+        if field and " " not in field:
+            number = toml_key_line(text, f"{table}.{field}" if table else field)
+        out.append(f"{path} line {number}: {problem}" if number else f"{path}: {problem}")
+    return "\n".join(out)
 
 
 def _overwrite_hint(message: str, text: str) -> str:

@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kvsim.base.textfile import read_toml
+from kvsim.base.textfile import read_text, read_toml, toml_key_line
 from kvsim.cli.common import (
     NoProgress,
     check_out_dir,
@@ -324,7 +324,17 @@ def plan(
                 )
             the_plan = dataclasses.replace(the_plan, min_window_s=None)
         _keep_other_plans_answers(the_plan.name, path if is_plan else None, out, quick)
-        _check_targets(the_plan.targets)
+        try:
+            _check_targets(the_plan.targets)
+        except ValueError as err:
+            if not is_plan or target:
+                raise
+            assert path is not None  # (the plan file's own targets: its line)
+            line = toml_key_line(read_text(path), "question.targets", set_only=True)
+            at = f"{path} line {line}" if line else str(path)
+            raise ValueError(
+                f"{at}: [question] targets: {str(err).removeprefix('--target: ')}"
+            ) from None
         bounds = {t.metric: t.bound for t in the_plan.targets}
         folder = plan_folder(out, the_plan.name, quick=quick)
         say_if_another_answer_goes(

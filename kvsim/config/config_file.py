@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.base.say_once import warn_once
-from kvsim.base.textfile import read_text, read_toml, toml_key_line
+from kvsim.base.textfile import at_lines, read_text, read_toml, toml_key_line
 from kvsim.config.file_kinds import check_kind
 from kvsim.config.sim import SimConfig, config_from_dict
 
@@ -43,13 +43,13 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     except ValueError as err:
         message = str(err)
     if not overrides:
-        raise ValueError(_at_lines(path, message))
+        raise ValueError(at_lines(path, message))
     try:
         config_from_dict(data, warn=False)  # (built to place the blame, not run: says nothing)
     except ValueError:
         if message.split(":", 1)[0] in overrides:
             raise ValueError(message) from None  # the override's fault, not the file's
-        raise ValueError(_at_lines(path, message)) from None
+        raise ValueError(at_lines(path, message)) from None
     # the file alone is valid: the overrides made it invalid (those the message names)
     named = {k: v for k, v in overrides.items() if k in message} or overrides
     pairs = " ".join(
@@ -121,16 +121,3 @@ def _read_config_toml(path: Path) -> dict[str, Any]:
         raise ValueError(
             f"{err}; a trace file is a workload: kvsim run --set workload.trace={path}"
         ) from None
-
-
-def _at_lines(path: str | Path, message: str) -> str:
-    """``message`` (one problem a line, each ``field: ...``) with each problem prefixed by the
-    file and the line that sets its field (``c.toml line 2: cache.block_size_tokens: ...``;
-    the file alone where no line does)."""
-    text = read_text(path)
-    out = []
-    for problem in message.splitlines():
-        field = problem.split(": ", 1)[0].split("[", 1)[0]  # (an item's: its key's line)
-        number = toml_key_line(text, field) if field and " " not in field else None
-        out.append(f"{path} line {number}: {problem}" if number else f"{path}: {problem}")
-    return "\n".join(out)

@@ -20,12 +20,12 @@ import json
 import logging
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kvsim.base.limits import MAX_POINTS, MAX_TIME_S
-from kvsim.base.textfile import read_toml
+from kvsim.base.textfile import at_lines, read_text, read_toml, toml_key_line
 from kvsim.config import SimConfig, apply_overrides, config_from_dict
 from kvsim.config.file_kinds import EXPERIMENT_KEYS, check_kind
 from kvsim.study.analysis import check_analysis
@@ -85,6 +85,8 @@ class Experiment:
         quick_snapshot_at_s: the same in quick mode (``[quick] snapshot_at_s``).
         description: free text.
         analysis: the ``[analysis]`` table, checked by ``experiment_analysis.Analysis``.
+        path: the file it was read from (``None``: built from a table), for the line an
+            invalid point's field is set on (``field_line``).
     """
 
     name: str
@@ -97,6 +99,7 @@ class Experiment:
     quick_snapshot_at_s: float | None = None
     description: str = ""
     analysis: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
 
     def snapshot_time(self, *, quick: bool = False) -> float | None:
         """Simulated second of the memory-map snapshot (``[quick] snapshot_at_s`` when quick)."""
@@ -127,6 +130,23 @@ class Experiment:
                 return data
         known = [v for axis in self.zips for v in axis.get(LABEL, [])]
         raise ValueError(f"{self.name}: no point labelled {label!r}; labels: {known}")
+
+    def field_line(self, dotted: str, *, swept: bool, quick: bool) -> int | None:
+        """The line of the experiment's file that sets the config field ``dotted`` of a point:
+        where it is ``swept``, in ``[grid]``, a ``[[zip]]`` or (``quick``) ``[quick]``; else in
+        ``[quick] set`` (``quick``) or ``[base]`` (its table's header where ``[base]`` leaves it
+        unset); ``None`` without a file or where no line does."""
+        if self.path is None:
+            return None
+        text = read_text(self.path)
+        places = [*(("quick.grid", "quick.set") if quick else ()), "grid", "zip"]
+        if not swept:
+            places = ["quick.set"] if quick else []
+        for table in places:
+            number = toml_key_line(text, f"{table}.{dotted}", set_only=True)
+            if number is not None:
+                return number
+        return None if swept else toml_key_line(text, f"base.{dotted}")
 
     def points(self, *, quick: bool = False) -> list[Point]:
         """Expand the grid and zipped axes into points, in order (grid axes vary slowest)."""
@@ -399,6 +419,7 @@ def load_experiment(path: str | Path) -> Experiment:
     data = read_toml(path)
     check_kind(path, data, "experiment")
     try:
-        return parse_experiment(data, name=path.stem)
+        experiment = parse_experiment(data, name=path.stem)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise ValueError(at_lines(path, str(err))) from None
+    return replace(experiment, path=path)

@@ -37,7 +37,7 @@ import pandas as pd
 
 from kvsim.base.build import source_build
 from kvsim.base.say_once import warn_once
-from kvsim.base.textfile import read_toml
+from kvsim.base.textfile import read_text, read_toml, toml_key_line
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
 from kvsim.config.file_kinds import PLAN_KEYS, check_kind
@@ -71,6 +71,15 @@ RATE_FIELD = "workload.rate_per_s"
 # reproductions' 600 s. Judged on 1,000 requests, Llama-3.1-8B on an H100 with the
 # shared_system_prompt workload took 71.1 req/s (arriving in 14 s); over 600 s, 28.2
 DEFAULT_WINDOW_S = 600.0
+
+
+class QuestionError(ValueError):
+    """A ``[question]`` value that is wrong; ``key`` names the key (a plan file's error gives
+    the line that sets it)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class PlanPointError(ValueError):
@@ -224,25 +233,37 @@ class Plan:
         if self.min_window_s is not None and (
             self.field != RATE_FIELD or not 0 < self.min_window_s < math.inf
         ):
-            raise ValueError(
+            raise QuestionError(
+                "min_window_s",
                 f"min_window_s (--window): a positive number of seconds, with the knob "
-                f"{RATE_FIELD} only (got {self.min_window_s!r} with {self.field})"
+                f"{RATE_FIELD} only (got {self.min_window_s!r} with {self.field})",
             )
         if self.direction not in ("smallest", "largest"):
-            raise ValueError(f"direction: 'smallest' or 'largest', got {self.direction!r}")
+            raise QuestionError(
+                "direction", f"direction: 'smallest' or 'largest', got {self.direction!r}"
+            )
         one_choice = self.choices == (self.lo,) and self.lo == self.hi  # (a check, no search)
         if not (0 < self.lo < self.hi or one_choice) or not math.isfinite(self.hi):
-            raise ValueError(f"{self.field}: need 0 < lo < hi, got lo={self.lo}, hi={self.hi}")
+            raise QuestionError(
+                "lo" if not self.lo > 0 else "hi",
+                f"{self.field}: need 0 < lo < hi, got lo={self.lo}, hi={self.hi}",
+            )
         if not self.targets:
-            raise ValueError("a plan needs at least one target (METRIC<=NUMBER)")
+            raise QuestionError("targets", "a plan needs at least one target (METRIC<=NUMBER)")
         if not 0 < self.resolution <= 10:  # NaN fails too
-            raise ValueError(f"resolution: expected a number in (0, 10], got {self.resolution}")
+            raise QuestionError(
+                "resolution", f"resolution: expected a number in (0, 10], got {self.resolution}"
+            )
         whole = self.integer or (bool(self.choices) and all(c == round(c) for c in self.choices))
         for end, value in (("lo", self.lo), ("hi", self.hi)):
             if whole and value != round(value):  # (read as [ceil(lo), floor(hi)])
-                raise ValueError(f"{end} (--{end}): {self.field} takes whole numbers, got {value}")
+                raise QuestionError(
+                    end, f"{end} (--{end}): {self.field} takes whole numbers, got {value}"
+                )
         if self.hi / self.lo > 1e12:
-            raise ValueError(f"{self.field}: the bracket [{self.lo:g}, {self.hi:g}] spans > 1e12")
+            raise QuestionError(
+                "hi", f"{self.field}: the bracket [{self.lo:g}, {self.hi:g}] spans > 1e12"
+            )
 
     def check_field(self) -> None:
         """The knob is a config field that the config reads: the base config with the knob at
@@ -349,22 +370,32 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
     path = Path(path)
     data = read_toml(path)
     check_kind(path, data, "plan")
-    unknown = set(data) - PLAN_KEYS
+    text = read_text(path)
+
+    def at(key: str) -> str:  # the file and the line that sets ``key`` (a dotted key)
+        line = toml_key_line(text, key)
+        return f"{path} line {line}" if line else str(path)
+
+    unknown = sorted(set(data) - PLAN_KEYS)
     if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+        raise ValueError(f"{at(unknown[0])}: unknown keys {unknown}")
     for key in ("base", "set", "question", "quick"):
         if not isinstance(data.get(key, {}), dict):
-            raise ValueError(f"{path}: [{key}] must be a table, got {data[key]!r}")
-    unknown_q = set(data.get("question", {})) - _QUESTION_KEYS
+            raise ValueError(f"{at(key)}: [{key}] must be a table, got {data[key]!r}")
+    unknown_q = sorted(set(data.get("question", {})) - _QUESTION_KEYS)
     if unknown_q:
         raise ValueError(
-            f"{path}: [question] unknown keys {sorted(unknown_q)}; "
+            f"{at('question.' + unknown_q[0])}: [question] unknown keys {unknown_q}; "
             f"expected {sorted(_QUESTION_KEYS)}"
         )
     for key in ("experiment", "label", "name", "description"):
         if key in data and not isinstance(data[key], str):
-            raise ValueError(f"{path}: {key} must be a string, got {data[key]!r}")
-    base = experiment_base(data, str(path)) if "experiment" in data else dict(data.get("base", {}))
+            raise ValueError(f"{at(key)}: {key} must be a string, got {data[key]!r}")
+    base = (
+        experiment_base(data, at("experiment"), at("label"))
+        if "experiment" in data
+        else dict(data.get("base", {}))
+    )
     apply_overrides(base, data.get("set", {}))
     apply_overrides(base, overrides or {})  # the later layer: its tables replace [set]'s fields
     asked = {k: v for k, v in question.items() if v is not None}
@@ -373,11 +404,20 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
         in_file = {"targets": in_file.get("targets", {})}  # another knob: not this bracket
     q = {**in_file, **asked}
     name = data.get("name", path.stem)
-    return plan_from_dict(name, base, q, data, str(path), varied=tuple(overrides or {}))
+
+    def line_of(key: str) -> int | None:  # (a key given on the command line: none)
+        if not key:
+            return toml_key_line(text, "question")
+        return None if key in asked else toml_key_line(text, f"question.{key}", set_only=True)
+
+    return plan_from_dict(
+        name, base, q, data, str(path), varied=tuple(overrides or {}), line_of=line_of
+    )
 
 
-def experiment_base(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """The base table of ``data["experiment"]`` with its ``data["label"]`` point's overrides."""
+def experiment_base(data: dict[str, Any], where: str, label_where: str = "") -> dict[str, Any]:
+    """The base table of ``data["experiment"]`` with its ``data["label"]`` point's overrides;
+    ``where`` / ``label_where`` start the errors about each (the file and its line)."""
     from kvsim.study.experiment import load_experiment
     from kvsim.study.sweep import experiments_dir
 
@@ -396,7 +436,7 @@ def experiment_base(data: dict[str, Any], where: str) -> dict[str, Any]:
     try:
         return experiment.labelled_base(str(label))
     except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
+        raise ValueError(f"{label_where or where}: {err}") from None
 
 
 def plan_from_dict(
@@ -407,35 +447,39 @@ def plan_from_dict(
     where: str = "plan",
     *,
     varied: tuple[str, ...] = (),
+    line_of: Callable[[str], int | None] | None = None,
 ) -> Plan:
     """Build a ``Plan`` from a base table and a question table (``load_plan``'s keys);
-    ``varied``: the dotted fields of ``base`` a later layer set (``Plan.varied``)."""
+    ``varied``: the dotted fields of ``base`` a later layer set (``Plan.varied``); ``line_of``:
+    the line of the plan file that sets a question key (``""``: the ``[question]`` table), for
+    the error's place.
+
+    Raises:
+        ValueError: a key missing or wrong, the message starting with ``where`` (and the line).
+    """
     extra = extra or {}
     try:
-        targets = question.get("targets", {})
-        parsed = (
-            tuple(Target(m, float(b)) for m, b in targets.items())
-            if isinstance(targets, dict)
-            else tightest([Target.parse(t) for t in targets])
-        )
+        parsed = _targets(question.get("targets", {}))
         field_name = str(question["field"])
         bracket = knob_bracket(field_name, base, varied)
         preset: dict[str, Any] = {**KNOBS.get(field_name, {}), **bracket}
         natural = preset.get("direction")
         if natural is not None and question.get("direction", natural) != natural:
-            raise ValueError(
+            raise QuestionError(
+                "direction",
                 f"{field_name}: meeting latency targets gets {_EASIER[natural]} as it grows, so "
-                f"only the {natural} value that meets them is an answer (--{natural})"
+                f"only the {natural} value that meets them is an answer (--{natural})",
             )
         if field_name not in KNOBS and field_annotation(field_name) is None:
             hint = did_you_mean(tuple(field_name.split(".")))  # (before asking for a bracket)
-            raise ValueError(f"{field_name!r} is not a config field{hint}")
+            raise QuestionError("field", f"{field_name!r} is not a config field{hint}")
         if field_name not in KNOBS and ("lo" not in question or "hi" not in question):
-            raise ValueError(
+            raise QuestionError(
+                "field",
                 f"{field_name!r} is not a knob with a default range ("
                 + ", ".join(KNOBS)
                 + "; kv, rate, tp and max_num_seqs for short); for another config field give "
-                "--lo and --hi"
+                "--lo and --hi",
             )
         lo = _number(question, "lo", preset.get("lo", math.nan))
         hi = _number(question, "hi", preset.get("hi", math.nan))
@@ -469,9 +513,35 @@ def plan_from_dict(
             ),
         )
     except KeyError as err:
-        raise ValueError(f"{where}: [question] needs {err.args[0]!r}") from None
+        line = line_of("") if line_of is not None else None
+        at = f"{where} line {line}" if line else where
+        raise ValueError(f"{at}: [question] needs {err.args[0]!r}") from None
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: {err}") from None
+        line = line_of(err.key) if line_of is not None and isinstance(err, QuestionError) else None
+        at = f"{where} line {line}" if line else where
+        raise ValueError(f"{at}: {err}") from None
+
+
+def _targets(targets: Any) -> tuple[Target, ...]:
+    """``[question] targets``: a table ``{metric = bound}``, or ``METRIC<=NUMBER`` texts (a list,
+    or one).
+
+    Raises:
+        QuestionError: a bound that is not a number, or a target ``Target`` refuses.
+    """
+    try:
+        if isinstance(targets, dict):
+            for metric, bound in targets.items():
+                if isinstance(bound, bool) or not isinstance(bound, int | float):
+                    raise ValueError(f"{metric}: expected a number, got {bound!r}")
+            return tuple(Target(m, float(b)) for m, b in targets.items())
+        texts = [targets] if isinstance(targets, str) else targets
+        if not isinstance(texts, list):
+            raise ValueError(f"expected a table {{metric = bound}}, got {targets!r}")
+        return tightest([Target.parse(str(t)) for t in texts])
+    except ValueError as err:
+        message = str(err).removeprefix("--target: ")
+        raise QuestionError("targets", f"[question] targets: {message}") from None
 
 
 def takes_integers(field: str) -> bool:
@@ -487,7 +557,7 @@ def _number(question: dict[str, Any], key: str, default: Any) -> float:
     with the key named (``float("30")`` or ``float(True)`` would quietly accept them)."""
     value = question.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"[question] {key}: expected a number, got {value!r}")
+        raise QuestionError(key, f"[question] {key}: expected a number, got {value!r}")
     return float(value)
 
 

@@ -327,20 +327,26 @@ def _warn_once_each(
         yield point, outcome
 
 
-def check_points(name: str, points: list[Point]) -> None:
+def check_points(experiment: Experiment, points: list[Point], *, quick: bool = False) -> None:
     """Fail before anything runs when a point's config is invalid (a misspelt field, a value out
     of range): a sweep runs all of its points or none, so no result of a half-valid grid is
     written. ``Experiment.points`` has already validated every config (no workload is generated).
 
     Raises:
-        ValueError: naming the first invalid point, its swept values and the field at fault, and
-            how many points are invalid.
+        ValueError: naming the first invalid point, its swept values, the field at fault and
+            the line of the experiment's file that sets it, and how many points are invalid.
     """
     invalid = [p for p in points if p.config is None]
     if not invalid:
         return
-    first = invalid[0]
+    first, name = invalid[0], experiment.name
     where = f"point {first.index} ({first.describe()})"
+    field = (first.error or "").split(": ", 1)[0]
+    line = None
+    if field and " " not in field:
+        line = experiment.field_line(field, swept=field in first.overrides, quick=quick)
+    if line is not None:
+        name = f"{experiment.path} line {line}"
     if len(invalid) == len(points):
         raise ValueError(f"{name}: no point has a valid config; {where}: {first.error}")
     if len(invalid) == 1:
@@ -476,7 +482,7 @@ def run_sweep(
     """
     check_name(experiment.name, "experiment name")  # the results stay under out_root
     points = experiment.points(quick=quick)  # validates every config; generates no workload
-    check_points(experiment.name, points)
+    check_points(experiment, points, quick=quick)
     if scheduler in (None, "local"):  # (a remote cluster's workers may hold the traces)
         check_traces(experiment.name, points)  # one message, not one per point
     if scheduler is not None:  # before anything is written (a bad address left files behind)

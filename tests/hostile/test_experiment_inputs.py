@@ -18,16 +18,20 @@ fixed_output_tokens = 4
 num_requests = 2
 """
 
-# id: (experiment TOML, fragments of the error line); the file is cwd/exp.toml
+# id: (experiment TOML, fragments of the error line); the file is cwd/exp.toml. BASE's lines:
+# 1 blank, 2 [base.cache], ..., 8 num_requests; a table after it starts on line 9
 EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
-    "base_not_table": ('name = "e"\nbase = 3\n', ["exp.toml", "base", "must be a table", "3"]),
+    "base_not_table": (
+        'name = "e"\nbase = 3\n',
+        ["exp.toml line 2: base", "must be a table", "3"],
+    ),
     "quick_not_table": ('name = "e"\nquick = 3\n' + BASE, ["exp.toml", "quick", "table"]),
     "zip_number": ('name = "e"\nzip = 3\n' + BASE, ["exp.toml", "zip", "3"]),
     "zip_list_of_numbers": ('name = "e"\nzip = [3]\n' + BASE, ["exp.toml", "zip[0]", "3"]),
     "grid_number": ('name = "e"\ngrid = 3\n' + BASE, ["exp.toml", "grid", "3"]),
     "grid_axis_scalar": (
         BASE + '[grid]\n"cache.block_size_tokens" = 8\n',
-        ["exp.toml", "grid.cache.block_size_tokens", "non-empty list", "8"],
+        ["exp.toml line 10: grid.cache.block_size_tokens", "non-empty list", "8"],
     ),
     "grid_axis_empty": (
         BASE + '[grid]\n"cache.block_size_tokens" = []\n',
@@ -88,11 +92,20 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
     ),
     "every_point_invalid": (
         BASE + '[grid]\n"cache.block_size_tokens" = [0, -1]\n',
-        ["no point has a valid config", "cache.block_size_tokens"],
+        ["exp.toml line 10: no point has a valid config", "cache.block_size_tokens"],
     ),
     "one_point_invalid": (
         BASE + '[grid]\n"cache.block_size_tokens" = [16, 0]\n',
-        ["point 1 (cache.block_size_tokens=0)", "no point was run", "cache.block_size_tokens:"],
+        [
+            "exp.toml line 10: point 1 (cache.block_size_tokens=0)",
+            "no point was run",
+            "cache.block_size_tokens:",
+        ],
+    ),
+    "base_field_invalid": (  # a [base] field's line, not the swept axis's
+        BASE.replace("kv_cache_gib = 2.0", "kv_cache_gib = -2.0")
+        + '[grid]\n"cache.block_size_tokens" = [16]\n',
+        ["exp.toml line 3: no point has a valid config", "cache.kv_cache_gib", "-2.0"],
     ),
     "every_point_bad_preset": (
         'name = "e"\n[base.workload]\npreset = "nosuch"\n',
@@ -122,7 +135,11 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
     ),
     "analysis_target_text": (
         BASE + '[analysis]\ntargets = { time_to_first_token_seconds_p99 = "abc" }\n',
-        ["exp.toml", "analysis.targets.time_to_first_token_seconds_p99", "number", "'abc'"],
+        [
+            "exp.toml line 10: analysis.targets.time_to_first_token_seconds_p99",
+            "number",
+            "'abc'",
+        ],
     ),
     "analysis_target_unknown_metric": (
         BASE + "[analysis]\ntargets = { ttft = 2 }\n",
@@ -164,6 +181,16 @@ def test_bad_experiment(hostile, case: str) -> None:
     hostile.run(["sweep", path, "--out", "out", "--no-progress"], *expected)
 
 
+def test_a_quick_points_invalid_field_is_blamed_on_its_quick_line(hostile) -> None:
+    # lines 9-12: [grid], seed = [1], [quick], set = {...}: --quick's value is at fault, not
+    # [base]'s (line 8, which the full run uses)
+    path = hostile.write(
+        "exp.toml", BASE + '[grid]\nseed = [1]\n[quick]\nset = { "workload.num_requests" = 0 }\n'
+    )
+    args = ["sweep", path, "--quick", "--out", "out", "--no-progress"]
+    hostile.run(args, "exp.toml line 12: no point has a valid config", "workload.num_requests")
+
+
 def test_absolute_name_outside_the_root(hostile) -> None:
     target = hostile.root / "abs"
     path = hostile.write("exp.toml", f'name = "{target}"\n' + BASE)
@@ -195,20 +222,21 @@ field = "cache.kv_cache_gib"
 targets = {{ time_to_first_token_seconds_p99 = 2 }}
 """
 
-# id: (plan TOML, extra CLI arguments, fragments of the error line)
+# id: (plan TOML, extra CLI arguments, fragments of the error line). PLAN's lines: 1 blank,
+# 2 name, 3 [base.cache], 4 kv_cache_gib, 5 [question], 6 field, 7 targets
 PLANS: dict[str, tuple[str | bytes, list[str], list[str]]] = {
     "name_parent": (PLAN.format(name="../../evil"), [], ["plan name", "'../../evil'"]),
     "name_absolute": (PLAN.format(name="/tmp/evil"), [], ["plan name", "'/tmp/evil'"]),
-    "set_not_table": ("set = 3\n" + PLAN.format(name="p"), [], ["plan.toml", "[set]", "3"]),
+    "set_not_table": ("set = 3\n" + PLAN.format(name="p"), [], ["plan.toml line 1: [set]", "3"]),
     "question_unknown_key": (
         PLAN.format(name="p") + "set = 3\n",
         [],
-        ["plan.toml", "[question]", "'set'"],
+        ["plan.toml line 8: [question]", "'set'"],
     ),
     "question_not_table": (
         'name = "p"\nquestion = "kv"\n',
         [],
-        ["plan.toml", "[question]", "'kv'"],
+        ["plan.toml line 2: [question]", "'kv'"],
     ),
     "lo_above_hi": (PLAN.format(name="p") + "", ["--lo", "5", "--hi", "1"], ["lo", "hi"]),
     "hi_infinite": (PLAN.format(name="p"), ["--hi", "inf"], ["hi=inf"]),
@@ -222,22 +250,32 @@ PLANS: dict[str, tuple[str | bytes, list[str], list[str]]] = {
     "experiment_unknown": (
         'name = "p"\nexperiment = "nosuch"\n[question]\nfield = "cache.kv_cache_gib"\n',
         [],
-        ["experiment", "'nosuch'"],
+        ["plan.toml line 2: experiment", "'nosuch'"],
     ),
     "experiment_number": (
         'name = "p"\nexperiment = 5\n[question]\nfield = "cache.kv_cache_gib"\n',
         [],
-        ["plan.toml", "experiment", "5"],
+        ["plan.toml line 2: experiment", "5"],
     ),
     "target_text": (
         PLAN.format(name="p").replace("= 2 }", '= "low" }'),
         [],
-        ["plan.toml", "low"],
+        ["plan.toml line 7: [question] targets", "low"],
+    ),
+    "target_number_in_list": (
+        PLAN.format(name="p").replace("{ time_to_first_token_seconds_p99 = 2 }", "[5]"),
+        [],
+        ["plan.toml line 7: [question] targets", "METRIC<=NUMBER", "'5'"],
+    ),
+    "target_unknown_metric": (
+        PLAN.format(name="p").replace("{ time_to_first_token_seconds_p99 = 2 }", '"ttft<=2"'),
+        [],
+        ["plan.toml line 7: [question] targets: unknown metric 'ttft'", "_p99"],
     ),
     "unknown_field": (
         PLAN.format(name="p").replace('"cache.kv_cache_gib"', '"cache.kv_cache_tb"'),
         ["--lo", "1", "--hi", "2"],
-        ["cache.kv_cache_tb", "not a config field"],
+        ["plan.toml line 6: 'cache.kv_cache_tb' is not a config field"],
     ),
     "not_utf8": (b'name = "\xff"\n', [], ["plan.toml line 1", "not UTF-8"]),
 }

@@ -575,8 +575,12 @@ def test_a_plan_files_numbers_are_numbers_and_errors_name_them(
         "targets = { normalized_latency_seconds_mean = 0.1 }\n"
         + "".join(f"{k} = {v}\n" for k, v in question.items())
     )
-    with pytest.raises(ValueError, match=rf"\[question\] {key}: expected a number"):
+    line = 8 if key == "lo" else 10  # (lo keeps its place; another key is the 10th line)
+    with pytest.raises(ValueError, match=rf"p.toml line {line}: \[question\] {key}: expected a"):
         load_plan(path)
+    if key != "min_window_s":  # the same value given as an argument: no line of the file
+        with pytest.raises(ValueError, match=rf"p.toml: \[question\] {key}: expected a number"):
+            load_plan(path, **{key: question[key].strip('"')})
 
 
 def test_a_window_is_part_of_a_plans_question(tmp_path: Path) -> None:
