@@ -212,7 +212,8 @@ def shipped_table_path(gpu_name: str) -> Path | None:
 
 
 @cache
-def _load_cached(path: str) -> CalibrationTable:
+def _load_cached(path: str, _mtime_ns: int) -> CalibrationTable:
+    """The table at ``path``, read again once the file changes (its modification time)."""
     return CalibrationTable.load(path)
 
 
@@ -230,7 +231,7 @@ def resolve_table(calibration: str | None, gpu_name: str) -> CalibrationTable:
     path = Path(calibration).resolve() if calibration is not None else shipped_table_path(gpu_name)
     if path is None:
         return CalibrationTable.analytic()
-    table = _load_cached(str(path))
+    table = _load_cached(str(path), path.stat().st_mtime_ns)
     if given and table.is_measured and gpu_name not in table.meta["device_name"].lower():
         logger.info(
             "calibration table from %s applied to simulated GPU %s (ratios only)",

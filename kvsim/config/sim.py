@@ -16,6 +16,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -354,10 +355,11 @@ class SimConfig(Frozen):
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def key(self) -> str:
-        """Short stable hash of the canonical config and of the trace data it reads (a sweep
-        point's key): the same config on another trace file, or on the shipped length table
-        when the file is missing, is another point."""
-        text = self.canonical_json() + data_identity(self.workload.trace)
+        """Short stable hash of the canonical config and of the files it reads (a sweep point's
+        key): the same config on another trace file, or on the shipped length table when the
+        file is missing, is another point, and so is one whose length table, calibration table,
+        price table or tokenizer file was edited (``file_identity``)."""
+        text = self.canonical_json() + data_identity(self.workload.trace) + file_identity(self)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -373,6 +375,28 @@ def data_identity(trace: str | None) -> str:
     except (DataNotFoundError, ValueError):
         return "|missing"
     return f"|{path.name}:{cached_sha256_file(path)[:16]}"
+
+
+def file_identity(config: SimConfig) -> str:
+    """The name and SHA-256 of each file besides the trace that ``config`` reads by path (a
+    length table file, a calibration table, a price table, a tokenizer), ``""`` where it reads
+    none (so a config without one keeps its key). Shipped tables are kvsim's own data."""
+    from kvsim.workload.length_table import shipped_table_path
+    from kvsim.workload.sharegpt import tokenizer_file
+
+    paths: list[tuple[str, Path]] = []
+    table = config.workload.length_table
+    if table is not None and shipped_table_path(table) is None and Path(table).is_file():
+        paths.append(("length_table", Path(table)))
+    calibration = config.cost.calibration
+    if calibration not in (None, "analytic") and Path(calibration).is_file():
+        paths.append(("calibration", Path(calibration)))
+    if config.pricing.table is not None and Path(config.pricing.table).is_file():
+        paths.append(("pricing", Path(config.pricing.table)))
+    if config.workload.tokenizer is not None:
+        with contextlib.suppress(ValueError):  # (no such file: the run says so)
+            paths.append(("tokenizer", tokenizer_file(config.workload.tokenizer)))
+    return "".join(f"|{what}={path.name}:{cached_sha256_file(path)[:16]}" for what, path in paths)
 
 
 def _check_blocks(config: SimConfig) -> None:

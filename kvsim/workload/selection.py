@@ -256,9 +256,9 @@ def _take(
     )
 
 
-@functools.cache
 def length_table(name: str) -> LengthTable:
-    """A shipped table by trace name (``sharegpt_opt``) or a table file path.
+    """A shipped table by trace name (``sharegpt_opt``) or a table file path (read again once
+    the file changes).
 
     Raises:
         FileNotFoundError: neither a shipped table nor a file.
@@ -267,7 +267,12 @@ def length_table(name: str) -> LengthTable:
     path = shipped_table_path(name) or Path(name)
     if not path.is_file():
         raise FileNotFoundError(f"workload.length_table: no shipped table or file {name!r}")
-    return load_length_table(path)
+    return _length_table_at(str(path), path.stat().st_mtime_ns)
+
+
+@functools.cache
+def _length_table_at(path: str, _mtime_ns: int) -> LengthTable:
+    return load_length_table(Path(path))
 
 
 def _draw_lengths(

@@ -22,7 +22,6 @@ No chat template is applied. vLLM's benchmark length filter (prompt >= 4, output
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from pathlib import Path
@@ -60,10 +59,10 @@ def tokenizer_file(value: str | Path) -> Path:
     return path.resolve()
 
 
-@functools.lru_cache(maxsize=4)
 def load_tokenizer(path: Path) -> Tokenizer:
     """A ``tokenizers.Tokenizer`` from ``path``, with any truncation or padding it sets turned off
-    (whole texts are counted; a warning says so).
+    (whole texts are counted; a warning says so). Read at each call: the trace it counts is
+    what ``kvsim.workload.traces`` keeps, by both files' modification times.
 
     Raises:
         MissingExtraError: the ``tokenizers`` extra is not installed.
