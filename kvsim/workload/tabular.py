@@ -112,6 +112,8 @@ def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
     except pd.errors.ParserError as exc:
         raise ValueError(f"{path}: malformed CSV: {_one_based(str(exc))}") from None
     _check_duplicate_columns(path)
+    if not isinstance(frame.index, pd.RangeIndex):  # pandas made the extra fields an index
+        _refuse_long_rows(path, [str(c) for c in frame.columns])
     frame = _strip_trailing_blank_rows(frame)
     _check_short_rows(path, frame)
     return frame, lambda row: f"line {row + 2}"
@@ -164,6 +166,28 @@ def _check_short_rows(path: Path, frame: pd.DataFrame) -> None:
                     )
         except csv.Error:  # pandas read the file; its own messages stand
             return
+
+
+def _refuse_long_rows(path: Path, columns: list[str]) -> None:
+    """Refuse rows with more fields than the header. pandas refuses such a row among others,
+    but where every row has them it reads their first fields as the rows' index and the rest
+    shifted left under the header (``100,20,7`` under ``prompt_tokens,output_tokens`` would be
+    a 20-token prompt).
+
+    Raises:
+        ValueError: naming the file, the first such line and the fields found and expected.
+    """
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
+        reader = csv.reader(handle)
+        header = len(next(reader, []))
+        for fields in reader:
+            if len(fields) > header:
+                blank = all(not f.strip() for f in fields[header:])
+                hint = "; a comma at the end of each line?" if blank else ""
+                raise ValueError(
+                    f"{path} line {reader.line_num}: {len(fields)} fields, expected {header} "
+                    f"({', '.join(columns)}){hint}"
+                )
 
 
 def _one_based(message: str) -> str:

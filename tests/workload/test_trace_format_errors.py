@@ -119,6 +119,20 @@ CASES = {
         ["workload.sample=replay"],
         "{path} line 4: 1 field, expected 2 (input_tokens, output_tokens)",
     ),
+    "own_long_rows": (  # every row one field longer: pandas took the first as an index and
+        # read the prompt as 20 and the output as 7, with no error
+        "bad.csv",
+        "prompt_tokens,output_tokens\n100,20,7\n200,30,8\n",
+        ["workload.sample=replay"],
+        "{path} line 2: 3 fields, expected 2 (prompt_tokens, output_tokens)",
+    ),
+    "own_trailing_commas": (  # read as an index of the prompts, shifted: "got ''"
+        "bad.csv",
+        "prompt_tokens,output_tokens\n100,20,\n200,30,\n",
+        ["workload.sample=replay"],
+        "{path} line 2: 3 fields, expected 2 (prompt_tokens, output_tokens); a comma at the "
+        "end of each line?",
+    ),
     "own_short_row_optional_cell": (  # malformed even where the missing cell may be blank
         "bad.csv",
         "prompt_tokens,output_tokens,session_id\n10,5,a\n12,3\n",
