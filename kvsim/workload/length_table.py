@@ -11,6 +11,9 @@ records its provenance in the file's ``#`` header lines.
 
 from __future__ import annotations
 
+import csv
+import itertools
+import math
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -97,16 +100,8 @@ class LengthTable:
 
     @classmethod
     def read_csv(cls, path: str | Path) -> LengthTable:
-        """Read a table written by ``to_csv``."""
-        import pandas as pd  # only to read or write a table file
-
-        text = Path(path).read_text(encoding="utf-8")
-        source = "\n".join(line[2:] for line in text.splitlines() if line.startswith("# "))
-        df = pd.read_csv(path, comment="#")
-        cols = [c for c in df.columns if c.startswith("q")]
-        prompt = df[df["side"] == "prompt"].sort_values("bin")[cols].to_numpy(float)
-        output = df[df["side"] == "output"].sort_values("bin")[cols].to_numpy(float)
-        return cls(prompt, output, source)
+        """Read a table written by ``to_csv`` (``load_length_table`` checks it)."""
+        return load_length_table(Path(path))
 
 
 def shipped_table_path(trace: str) -> Path | None:
@@ -116,35 +111,76 @@ def shipped_table_path(trace: str) -> Path | None:
 
 
 def load_length_table(path: Path) -> LengthTable:
-    """Read a user's table file and check it.
+    """Read a table file (``to_csv``'s shape: ``#`` provenance lines, a header ``bin, side, q0,
+    ..., qQ``, one row per bin and side) and check it.
 
     Raises:
-        ValueError: not UTF-8, not a table of ``to_csv``'s columns, or quantiles that are not
-            finite token counts >= 1 (naming the file).
+        ValueError: not UTF-8, another header, a row whose ``side`` is not ``prompt`` or
+            ``output``, whose bin is not a whole number or repeats a row, quantiles that are not
+            finite token counts in [1, 2**31] or that decrease along a row, or a bin without
+            both rows (the message names the file, the line and the value).
     """
-    import pandas as pd  # only to read a table file
-
-    read_text(path)  # names the file when it is not UTF-8
-    try:
-        table = LengthTable.read_csv(path)
-    except (KeyError, ValueError, TypeError, pd.errors.ParserError) as err:
+    text = read_text(path)  # names the file when it is not UTF-8
+    where = f"workload.length_table {path}"
+    numbered = [
+        (n, line)
+        for n, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.startswith("#")
+    ]
+    rows = list(csv.reader(line for _, line in numbered))
+    if not rows:
+        raise ValueError(f"{where}: empty, expected a header bin,side,q0,...,qN and rows")
+    header, levels = rows[0], len(rows[0]) - 2
+    expected = ["bin", "side", *(f"q{i}" for i in range(max(levels, 2)))]
+    if header != expected:
         raise ValueError(
-            f"workload.length_table {path}: not a kvsim length table (columns bin, side, q0..qN; "
-            f"{type(err).__name__}: {err})"
-        ) from None
-    for side, values in (("prompt", table.prompt), ("output", table.output)):
-        if values.size == 0 or values.ndim != 2 or values.shape[1] < 2:
-            raise ValueError(
-                f"workload.length_table {path}: no {side} rows of two or more quantiles"
-            )
-        if not (np.isfinite(values).all() and (values >= 1).all() and values.max() <= 2**31):
-            raise ValueError(
-                f"workload.length_table {path}: {side} quantiles must be finite token counts "
-                f"in [1, 2**31], got {values.min():g}..{values.max():g}"
-            )
-    if table.prompt.shape != table.output.shape:
-        raise ValueError(
-            f"workload.length_table {path}: prompt and output rows differ in shape "
-            f"({table.prompt.shape} vs {table.output.shape})"
+            f"{where} line {numbered[0][0]}: not a kvsim length table header, got "
+            f"{','.join(header)!r}; expected bin,side,q0,q1,...,qN (N >= 1, in order)"
         )
-    return table
+    sides: dict[str, dict[int, list[float]]] = {"prompt": {}, "output": {}}
+    first_line: dict[int, int] = {}
+    for (number, _), fields in zip(numbered[1:], rows[1:], strict=True):
+        at = f"{where} line {number}"
+        if len(fields) != len(header):
+            raise ValueError(f"{at}: {len(fields)} fields, expected {len(header)}")
+        side = fields[1].strip()
+        if side not in sides:
+            raise ValueError(f"{at}: side must be 'prompt' or 'output', got {fields[1]!r}")
+        try:
+            bin_ = int(fields[0])
+        except ValueError:
+            bin_ = -1
+        if bin_ < 0:
+            raise ValueError(f"{at}: bin must be a whole number >= 0, got {fields[0]!r}")
+        if bin_ in sides[side]:
+            raise ValueError(f"{at}: a second {side} row for bin {bin_}; expected one")
+        first_line.setdefault(bin_, number)
+        try:
+            values = [float(v) for v in fields[2:]]
+        except ValueError:
+            values = [math.nan]
+        if not all(math.isfinite(v) and 1 <= v <= 2**31 for v in values):
+            raise ValueError(
+                f"{at}: {side} quantiles must be finite token counts in [1, 2**31], got "
+                f"{','.join(fields[2:])}"
+            )
+        if any(b < a for a, b in itertools.pairwise(values)):
+            raise ValueError(
+                f"{at}: {side} quantiles must not decrease from q0 to q{levels - 1}, got "
+                f"{','.join(fields[2:])}"
+            )
+        sides[side][bin_] = values
+    prompt, output = sides["prompt"], sides["output"]
+    if not prompt:
+        raise ValueError(f"{where}: no prompt rows")
+    for bin_ in sorted(prompt.keys() ^ output.keys()):
+        lacks = "output" if bin_ in prompt else "prompt"
+        raise ValueError(
+            f"{where} line {first_line[bin_]}: bin {bin_} has no {lacks} row; expected a "
+            "prompt and an output row for each bin"
+        )
+    source = "\n".join(line[2:] for line in text.splitlines() if line.startswith("# "))
+    order = sorted(prompt)
+    return LengthTable(
+        np.array([prompt[b] for b in order]), np.array([output[b] for b in order]), source
+    )

@@ -466,6 +466,31 @@ LENGTH_TABLES: dict[str, tuple[str | bytes, list[str]]] = {
         ["workload.length_table", "finite"],
     ),
     "not_utf8": (b"bin,side,q0,q1\n0,prompt,1,\xff\n", ["lt.csv", "not UTF-8"]),
+    # each accepted before, every draw then read from a table not as written
+    "decreasing_quantiles": (
+        "# made by hand\nbin,side,q0,q1,q2\n0,prompt,30,20,10\n0,output,1,2,3\n",
+        ["lt.csv line 3", "prompt quantiles must not decrease", "30,20,10"],
+    ),
+    "side_in_capitals": (  # the row was dropped, so bin 0 had no prompt row
+        "bin,side,q0,q1\n0,Prompt,1000,2000\n0,output,1,2\n",
+        ["lt.csv line 2", "side must be 'prompt' or 'output'", "'Prompt'"],
+    ),
+    "unmatched_bins": (
+        "bin,side,q0,q1\n0,prompt,10,20\n1,output,1,2\n",
+        ["lt.csv line 2", "bin 0 has no output row"],
+    ),
+    "duplicate_bin": (
+        "bin,side,q0,q1\n0,prompt,10,20\n0,output,1,2\n0,prompt,5,6\n",
+        ["lt.csv line 4", "a second prompt row for bin 0"],
+    ),
+    "columns_out_of_order": (
+        "bin,side,q0,q2,q1\n0,prompt,10,30,20\n0,output,1,3,2\n",
+        ["lt.csv line 1", "'bin,side,q0,q2,q1'", "in order"],
+    ),
+    "unknown_column": (
+        "bin,side,q0,q1,x\n0,prompt,10,20,5\n0,output,1,2,5\n",
+        ["lt.csv line 1", "'bin,side,q0,q1,x'"],
+    ),
 }
 
 
