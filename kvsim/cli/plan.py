@@ -32,7 +32,7 @@ from kvsim.cli.common import (
     say_if_another_answer_goes,
     warn_many_jobs,
 )
-from kvsim.config.file_kinds import check_kind, file_kinds
+from kvsim.config.file_kinds import EXPERIMENT_KEYS, PLAN_KEYS, check_kind, file_kinds
 from kvsim.view.labels import (
     LATENCY_SHORT_NAMES,
     axis_label,
@@ -74,6 +74,8 @@ def _source(source: str | None) -> tuple[Path | None, bool]:
     data = read_toml(path)
     check_kind(path, data, "config", "plan")
     kinds = file_kinds(data)
+    if not kinds:  # (a key of no kind: a plan's own keys make it one, whose check names it)
+        return path, bool(set(data) & (PLAN_KEYS - EXPERIMENT_KEYS))
     return path, "plan" in kinds and "config" not in kinds
 
 

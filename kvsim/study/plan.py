@@ -378,7 +378,7 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
 
     unknown = sorted(set(data) - PLAN_KEYS)
     if unknown:
-        raise ValueError(f"{at(unknown[0])}: unknown keys {unknown}")
+        raise ValueError(f"{at(unknown[0])}: unknown keys {unknown}; expected {sorted(PLAN_KEYS)}")
     for key in ("base", "set", "question", "quick"):
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"{at(key)}: [{key}] must be a table, got {data[key]!r}")

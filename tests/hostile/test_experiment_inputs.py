@@ -262,6 +262,11 @@ PLANS: dict[str, tuple[str | bytes, list[str], list[str]]] = {
         [],
         ["plan.toml line 7: [question] targets", "low"],
     ),
+    "unknown_top_level_key": (  # (read as a config before: "say what to find")
+        "foo = 1\n" + PLAN.format(name="p"),
+        [],
+        ["plan.toml line 1: unknown keys ['foo']", "'question'"],
+    ),
     "target_number_in_list": (
         PLAN.format(name="p").replace("{ time_to_first_token_seconds_p99 = 2 }", "[5]"),
         [],
