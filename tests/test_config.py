@@ -715,12 +715,39 @@ def test_a_relative_trace_beside_the_config_but_not_here_says_where_it_is_read_f
     with caplog.at_level(logging.WARNING):
         config = load_config("sub/c.toml")
     assert config.workload.trace == "t.csv"
-    assert any("not the t.csv beside the config" in r.getMessage() for r in caplog.records)
+    assert any("not the t.csv beside c.toml" in r.getMessage() for r in caplog.records)
     caplog.clear()
     monkeypatch.chdir(sub)
     with caplog.at_level(logging.WARNING):
         load_config("c.toml")
-    assert not any("beside the config" in r.getMessage() for r in caplog.records)
+    assert not any("beside c.toml" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("table", "content"),
+    [
+        ('[workload]\nlengths = "table"\nlength_table = "f.csv"\n', "bin,side,q0,q1\n"),
+        ('[cost]\ncalibration = "f.csv"\n', "device_name\n"),
+        ('[pricing]\ntable = "f.csv"\n', ""),
+        ('workload = "f.toml"\n', ""),  # (a workload preset file)
+        ('[workload]\npreset = "f.toml"\n', ""),
+    ],
+)
+def test_every_relative_path_beside_the_config_but_not_here_is_named(
+    table: str, content: str, tmp_path, monkeypatch
+) -> None:
+    """A length table, calibration or price table, or workload preset named by a relative path
+    is read from the current folder as the trace is: the file beside the config only is named
+    in the error (each failed before with "no such file" and no word of it)."""
+    name = "f.toml" if "f.toml" in table else "f.csv"
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / name).write_text(content)
+    (sub / "c.toml").write_text(table)
+    line = table.count("\n")  # the path is the file's last line
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=rf"c\.toml line {line}: .*current folder .*sub/{name}"):
+        load_config("sub/c.toml")
 
 
 def test_a_catalogued_trace_file_name_beside_the_config_is_read_from_the_data_folder(

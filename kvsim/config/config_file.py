@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     """
     data = _read_config_toml(Path(path))
     check_kind(path, data, "config")
-    if "workload.trace" not in (overrides or {}):
-        _check_relative_trace(Path(path), data)
+    check_relative_paths(Path(path), data, skip=overrides or {})
     if not data and not overrides:  # legal TOML, but meant to say something (a truncated file?)
         warn_once(
             logger,
@@ -58,45 +58,90 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     raise ValueError(f"{path} with {pairs}: {message}")
 
 
-def _check_relative_trace(path: Path, data: dict[str, Any]) -> None:
-    """A relative ``workload.trace`` is read from the current folder (as ``--set`` gives it),
-    not the config's: say so where the file is only beside the config (the run failed with "no
-    such trace" though it is there), or where both folders hold one (the current folder's is
-    read).
+# the fields whose value is a file path (a folder for hf_config and tokenizer)
+PATH_FIELDS = (
+    "workload.trace",
+    "workload.length_table",
+    "workload.tokenizer",
+    "workload.preset",
+    "model.hf_config",
+    "cost.calibration",
+    "pricing.table",
+)
+
+
+def _named_not_path(field: str, value: str) -> bool:
+    """Whether ``value`` of the path field ``field`` names something kvsim ships rather than a
+    file: a catalogued trace (by name or file name, read from ``KVSIM_DATA``), a shipped length
+    table, the analytic calibration, a workload preset by name."""
+    from kvsim.workload.catalog import TRACES
+    from kvsim.workload.length_table import shipped_table_path
+
+    if field == "workload.trace":
+        return value in TRACES or any(t.file_name == value for t in TRACES.values())
+    if field == "workload.length_table":
+        return shipped_table_path(value) is not None
+    if field == "cost.calibration":
+        return value == "analytic"
+    if field == "workload.preset":
+        return not value.endswith(".toml")
+    return False
+
+
+def check_relative_paths(
+    path: Path, data: dict[str, Any], table: str = "", skip: Collection[str] = ()
+) -> None:
+    """A relative path in a file (``PATH_FIELDS``: a trace, a length table, a tokenizer, a
+    workload preset file, an HF config, a calibration or price table) is read from the current
+    folder (as ``--set`` gives it), not the file's: say so where the file is only beside it (the
+    run failed with "no such file" though it is there), or where both folders hold one (the
+    current folder's is read). ``table``: the table of ``path`` that ``data`` is (``base`` in
+    an experiment); ``skip``: the fields a later layer sets (``--set``).
 
     Raises:
-        ValueError: the file is beside the config but not in the current folder.
+        ValueError: a path's file is beside ``path`` but not in the current folder.
     """
-    from kvsim.workload.catalog import TRACES
-
+    if path.parent.resolve() == Path.cwd():
+        return
     workload = data.get("workload")
-    trace = workload.get("trace") if isinstance(workload, dict) else None
-    if not isinstance(trace, str) or not trace or Path(trace).is_absolute():
-        return
-    if trace in TRACES or any(t.file_name == trace for t in TRACES.values()):
-        return  # (a catalogued trace, by name or file name: read from KVSIM_DATA)
-    beside = path.parent / trace
-    if path.parent.resolve() == Path.cwd() or not beside.is_file():
-        return
-    here = Path(trace)
-    line = toml_key_line(read_text(path), "workload.trace")
-    where = f"{path} line {line}" if line else str(path)
-    if not here.exists():
-        raise ValueError(
-            f"{where}: workload.trace = {trace!r} is read from the current folder "
-            f"({Path.cwd()}), which has no such file; the one beside the config is {beside}: "
-            f"write its path from here (trace = {str(beside)!r}) or an absolute one"
-        )
-    if here.resolve() != beside.resolve():
-        warn_once(
-            logger,
-            "%s: workload.trace = %r is read from the current folder (%s), not the %s beside "
-            "the config; relative paths are read from where kvsim runs",
-            where,
-            trace,
-            here.resolve(),
-            trace,
-        )
+    for field in PATH_FIELDS:
+        if field in skip:
+            continue
+        section, _, key = field.partition(".")
+        values = data.get(section)
+        value = values.get(key) if isinstance(values, dict) else None
+        if field == "workload.preset" and isinstance(workload, str):
+            value = workload  # (``workload = "wl.toml"``)
+        if not isinstance(value, str) or not value or Path(value).is_absolute():
+            continue
+        if _named_not_path(field, value):
+            continue
+        beside = path.parent / value
+        if not beside.exists():
+            continue
+        here = Path(value)
+        shown = field if field != "workload.preset" or not isinstance(workload, str) else "workload"
+        dotted = f"{table}.{shown}" if table else shown
+        line = toml_key_line(read_text(path), dotted)
+        where = f"{path} line {line}" if line else str(path)
+        if not here.exists():
+            raise ValueError(
+                f"{where}: {shown} = {value!r} is read from the current folder "
+                f"({Path.cwd()}), which has no such file; the one beside {path.name} is {beside}: "
+                f"write its path from here ({str(beside)!r}) or an absolute one"
+            )
+        if here.resolve() != beside.resolve():
+            warn_once(
+                logger,
+                "%s: %s = %r is read from the current folder (%s), not the %s beside %s; "
+                "relative paths are read from where kvsim runs",
+                where,
+                shown,
+                value,
+                here.resolve(),
+                value,
+                path.name,
+            )
 
 
 _TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".txt")  # (a Parquet file: refused before it is read)

@@ -27,6 +27,7 @@ from typing import Any
 from kvsim.base.limits import MAX_POINTS, MAX_TIME_S
 from kvsim.base.textfile import at_lines, read_text, read_toml, toml_key_line
 from kvsim.config import SimConfig, apply_overrides, config_from_dict
+from kvsim.config.config_file import check_relative_paths
 from kvsim.config.file_kinds import EXPERIMENT_KEYS, check_kind
 from kvsim.study.analysis import check_analysis
 from kvsim.workload import workloads_dir
@@ -422,4 +423,5 @@ def load_experiment(path: str | Path) -> Experiment:
         experiment = parse_experiment(data, name=path.stem)
     except ValueError as err:
         raise ValueError(at_lines(path, str(err))) from None
+    check_relative_paths(path, experiment.base, "base")
     return replace(experiment, path=path)

@@ -40,6 +40,7 @@ from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_text, read_toml, toml_key_line
 from kvsim.base.units import GiB, plural
 from kvsim.config import apply_overrides, config_from_dict
+from kvsim.config.config_file import check_relative_paths
 from kvsim.config.file_kinds import PLAN_KEYS, check_kind
 from kvsim.config.memory import least_pool_bytes, utilization_for_budget
 from kvsim.config.sim import did_you_mean, field_annotation
@@ -391,6 +392,8 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
     for key in ("experiment", "label", "name", "description"):
         if key in data and not isinstance(data[key], str):
             raise ValueError(f"{at(key)}: {key} must be a string, got {data[key]!r}")
+    if "experiment" not in data:
+        check_relative_paths(path, data.get("base", {}), "base")
     base = (
         experiment_base(data, at("experiment"), at("label"))
         if "experiment" in data

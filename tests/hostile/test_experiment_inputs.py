@@ -396,3 +396,26 @@ def test_a_sweep_prints_its_points_swept_fields_and_metrics(hostile) -> None:
     assert "time_to_first_token" not in header  # the experiment's metrics, not the defaults
     rows = [line for line in lines if line.startswith("│")]
     assert [row.split("│")[1].strip() for row in rows] == ["16", "32"]
+
+
+TRACE = "prompt_tokens,output_tokens\n10,5\n12,6\n"
+
+
+def test_a_relative_trace_beside_an_experiment_or_plan_is_named(hostile) -> None:
+    """``sub/exp.toml`` and ``sub/plan.toml`` name ``trace = "t.csv"``, which is ``sub/t.csv``;
+    run from ``cwd`` the path is read from there (as ``kvsim run`` reads a config's): each error
+    names the line (5: ``trace``) and the file beside it, as ``kvsim run`` does (a sweep said
+    only "no such trace")."""
+    hostile.write("sub/t.csv", TRACE)
+    workload = '[base.workload]\ntrace = "t.csv"\nsample = "replay"\n'
+    exp = hostile.write("sub/exp.toml", 'name = "e"\n[base]\nmodel = "opt-13b"\n' + workload)
+    expected = ["exp.toml line 5: workload.trace = 't.csv'", "current folder", "sub/t.csv"]
+    hostile.run(["sweep", exp, "--out", "out", "--no-progress"], *expected)
+    plan = hostile.write(
+        "sub/plan.toml",
+        'name = "p"\n[base]\nmodel = "opt-13b"\n'
+        + workload
+        + '[question]\nfield = "cache.kv_cache_gib"\n'
+        + "targets = { time_to_first_token_seconds_p99 = 2 }\n",
+    )
+    hostile.run(["plan", plan, "--out", "out"], "plan.toml line 5: workload.trace", "sub/t.csv")
