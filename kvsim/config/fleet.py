@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from kvsim.base.limits import MAX_HW_PER_S, MAX_OVERHEAD_S
-from kvsim.base.textfile import read_toml
+from kvsim.base.textfile import read_text, read_toml, toml_key_line
 from kvsim.config.hardware import Frozen, resolve_preset
 
 RouterName = Literal["round_robin", "least_requests", "least_kv", "prefix", "kv_cost"]
@@ -195,16 +195,33 @@ def price_table(path: str | None = None) -> dict[str, dict[str, Any]]:
 @cache
 def _shipped_prices() -> dict[str, dict[str, Any]]:
     text = resources.files("kvsim.data").joinpath("prices.toml").read_text()
-    return _checked(tomllib.loads(text), "kvsim/data/prices.toml")
+    return _checked(tomllib.loads(text), "kvsim/data/prices.toml", text)
 
 
 @cache
 def _read_prices(path: str, _mtime_ns: int) -> dict[str, dict[str, Any]]:
-    return _checked(read_toml(path), path)
+    return _checked(read_toml(path), path, read_text(path))
 
 
-def _checked(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
+_PRICE_ROW_KEYS = ("usd_per_gpu_hour", "source", "date")
+
+
+def _checked(table: dict[str, Any], where: str, text: str = "") -> dict[str, dict[str, Any]]:
+    """``table`` if every row is ``[gpu] usd_per_gpu_hour = PRICE`` with at most ``source`` and
+    ``date`` beside it; ``text``: the file's, for the line of a fault.
+
+    Raises:
+        ValueError: a price missing or out of range, or another key in a row (a misspelt price
+            was read as no price; a misspelt ``source`` silently dropped), naming the row.
+    """
     for gpu, row in table.items():
+        unknown = sorted(set(row) - set(_PRICE_ROW_KEYS)) if isinstance(row, dict) else []
+        if unknown:
+            line = toml_key_line(text, f"{gpu}.{unknown[0]}")
+            raise ValueError(
+                f"{where}{f' line {line}' if line else ''}: [{gpu}] unknown keys {unknown}; "
+                f"expected {list(_PRICE_ROW_KEYS)}"
+            )
         price = row.get("usd_per_gpu_hour") if isinstance(row, dict) else None
         if (
             not isinstance(price, (int, float))
@@ -212,9 +229,10 @@ def _checked(table: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
             or not 0 <= price <= MAX_USD_PER_GPU_HOUR  # (NaN and inf fail it too)
         ):
             bound = f"{MAX_USD_PER_GPU_HOUR:.0e}".replace("e+0", "e")  # ("1e9")
+            line = toml_key_line(text, f"{gpu}.usd_per_gpu_hour")
             raise ValueError(
-                f"{where}: [{gpu}] usd_per_gpu_hour: expected a price in [0, {bound}] (USD per "
-                f"GPU-hour), got {price!r}"
+                f"{where}{f' line {line}' if line else ''}: [{gpu}] usd_per_gpu_hour: expected a "
+                f"price in [0, {bound}] (USD per GPU-hour), got {price!r}"
             )
     return table
 

@@ -893,10 +893,24 @@ def test_a_price_table_refuses_what_pricing_usd_per_gpu_hour_refuses(price, tmp_
     infinite price ran and printed an infinite cost (summary.json: null)."""
     table = tmp_path / "prices.toml"
     table.write_text(f'[a100-40gb]\nusd_per_gpu_hour = {price}\nsource = "x"\ndate = "d"\n')
-    with pytest.raises(ValueError, match=r"usd_per_gpu_hour: expected a price in \[0, 1e9\]"):
+    with pytest.raises(
+        ValueError, match=r"prices.toml line 2: \[a100-40gb\] usd_per_gpu_hour: expected a price "
+    ):
         config_from_dict({"pricing": {"table": str(table)}})
     with pytest.raises(ValueError, match=r"usd_per_gpu_hour"):
         config_from_dict({"pricing": {"usd_per_gpu_hour": float(price)}})
+
+
+@pytest.mark.parametrize("key", ["usd_per_gpu_hr", "sorce"])
+def test_a_price_tables_misspelt_key_is_refused_naming_its_line(key: str, tmp_path) -> None:
+    """A row of a price table holds usd_per_gpu_hour, source and date: a misspelt source was
+    dropped without a word (and a misspelt price read as no price at all)."""
+    table = tmp_path / "prices.toml"
+    table.write_text(f'[a100-40gb]\nusd_per_gpu_hour = 2.0\n{key} = 3.0\ndate = "d"\n')
+    with pytest.raises(
+        ValueError, match=rf"prices.toml line 3: \[a100-40gb\] unknown keys \['{key}'\]"
+    ):
+        config_from_dict({"pricing": {"table": str(table)}})
 
 
 def test_hf_config_may_be_a_path_object(tmp_path) -> None:
