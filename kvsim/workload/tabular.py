@@ -34,7 +34,9 @@ import pandas as pd
 
 from kvsim.base.extras import require
 from kvsim.base.limits import MAX_INT64, MAX_SEQS_PER_REQUEST, MAX_TIME_S
+from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_text
+from kvsim.base.units import plural
 from kvsim.workload.trace_table import CSV_FORMATS, TRACE_FORMATS, Trace, bad_value
 
 logger = logging.getLogger(__name__)
@@ -454,5 +456,30 @@ def _prefix_groups(
             frame["prefix_tokens"].iloc[row],
             "blank or 0 when prefix_group is blank",
         )
+    _warn_mixed_prefix_lengths(path, groups[in_group], tokens[in_group], where)
     labels = tuple(g if g != "" else None for g in groups.tolist())
     return {"prefix_groups": labels, "prefix_tokens": tokens}
+
+
+def _warn_mixed_prefix_lengths(
+    path: Path, groups: pd.Series, tokens: np.ndarray, where: Where
+) -> None:
+    """Warn of prefix groups whose rows give different ``prefix_tokens`` (legal: two rows share
+    the shorter of their two prefixes, as a group's one stream cut at each length; but a typo
+    as often as not)."""
+    table = pd.DataFrame({"group": groups.to_numpy(), "tokens": tokens}, index=groups.index)
+    lengths = table.groupby("group", sort=False)["tokens"]
+    mixed = lengths.nunique()
+    mixed = mixed[mixed > 1]
+    if mixed.empty:
+        return
+    first = str(mixed.index[0])
+    rows = table[table["group"] == first]
+    values = sorted(set(rows["tokens"].tolist()))
+    other = rows.index[rows["tokens"] != rows["tokens"].iloc[0]][0]
+    warn_once(
+        logger,
+        f"{path}: {plural(len(mixed), 'prefix group')} with rows of different prefix_tokens "
+        f"(group {first!r}: {', '.join(map(str, values))}; {where(int(rows.index[0]))} and "
+        f"{where(int(other))}); two rows of a group share the shorter of their prefixes",
+    )

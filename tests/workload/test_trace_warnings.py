@@ -274,3 +274,27 @@ def test_an_empty_hash_ids_cell_counts_and_a_blank_one_not(
         f"{path}: 1 of 3 rows have a number of hash_ids other than cdiv(prompt tokens, 16); "
         "their prompts are cut or padded to their length"
     ]
+
+
+def test_a_prefix_group_of_mixed_lengths_is_warned_about_and_shares_the_shorter(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Group a's rows (lines 2 and 3) give 50 and 60 prefix tokens, group b's one row 10: legal,
+    the two a rows sharing their first 50 tokens, but said once, with the lines; a group of
+    one length is quiet."""
+    text = (
+        "prompt_tokens,output_tokens,prefix_group,prefix_tokens\n"
+        "100,5,a,50\n100,5,a,60\n100,5,b,10\n100,5,,\n"
+    )
+    path = _write(tmp_path, "pg.csv", text)
+    reqs, warnings = _run(caplog, trace=path, sample="replay")
+    assert warnings == [
+        f"{path}: 1 prefix group with rows of different prefix_tokens (group 'a': 50, 60; line 2 "
+        "and line 3); two rows of a group share the shorter of their prefixes"
+    ]
+    first, second = (tuple(r.token_segments or ()) for r in reqs[:2])
+    assert first[0][0] == second[0][0]  # one group stream: token t of it is the same token
+    assert (first[0][1], second[0][1]) == (50, 60)
+    forget_warnings(caplog)
+    same = _write(tmp_path, "same.csv", text.replace("a,60", "a,50"))
+    assert _run(caplog, trace=same, sample="replay")[1] == []
