@@ -761,3 +761,18 @@ def test_a_catalogued_trace_file_name_beside_the_config_is_read_from_the_data_fo
     (sub / "c.toml").write_text('[workload]\ntrace = "azure_llm_2023_conv.csv"\n')
     monkeypatch.chdir(tmp_path)
     assert load_config("sub/c.toml").workload.trace == "azure_llm_2023_conv.csv"
+
+
+@pytest.mark.parametrize("trace", ["no-such-folder/t.csv", "."])
+def test_a_missing_trace_file_is_named_with_the_config_line(trace: str, tmp_path) -> None:
+    """trace = a missing file (or a folder) failed the run naming the trace only: the config
+    file and its line 3 are named first; with fallback_synthetic the run decides (and draws)."""
+    from kvsim.workload import DataNotFoundError
+
+    config = tmp_path / "c.toml"
+    config.write_text(f'model = "opt-13b"\n[workload]\ntrace = "{tmp_path / trace}"\n')
+    with pytest.raises(DataNotFoundError, match=r"c\.toml line 3: workload\.trace: Trace "):
+        load_config(config)
+    fallback = "fallback_synthetic = true\nrate_per_s = 1.0\n"
+    config.write_text(config.read_text() + fallback)
+    assert load_config(config).workload.fallback_synthetic

@@ -39,9 +39,13 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
             path,
         )
     try:
-        return config_from_dict(data, overrides)
+        config = config_from_dict(data, overrides)
     except ValueError as err:
         message = str(err)
+    else:
+        if "workload.trace" not in (overrides or {}):
+            _check_trace_file(Path(path), config)
+        return config
     if not overrides:
         raise ValueError(at_lines(path, message))
     try:
@@ -56,6 +60,29 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
         f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
     )
     raise ValueError(f"{path} with {pairs}: {message}")
+
+
+def _check_trace_file(path: Path, config: SimConfig) -> None:
+    """A trace file the config names by path that is missing (or a folder) fails the run before
+    it starts: say so now with the config's line (a catalogued trace's data folder, or a
+    ``fallback_synthetic`` workload, is the run's to judge).
+
+    Raises:
+        DataNotFoundError: naming the config file, the line and what was looked for.
+    """
+    from kvsim.workload import DataNotFoundError, resolve_trace
+
+    trace = config.workload.trace
+    if trace is None or config.workload.fallback_synthetic:
+        return
+    if _named_not_path("workload.trace", trace):
+        return
+    try:
+        resolve_trace(trace)
+    except DataNotFoundError as err:
+        line = toml_key_line(read_text(path), "workload.trace")
+        where = f"{path} line {line}" if line else str(path)
+        raise DataNotFoundError(f"{where}: workload.trace: {err}") from None
 
 
 # the fields whose value is a file path (a folder for hf_config and tokenizer)
