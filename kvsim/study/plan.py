@@ -801,7 +801,9 @@ def run_plan(
         )
     smallest = plan.direction == "smallest"
     ev.evaluate([grid[0], grid[-1]])
-    _check_best_end(plan, ev, grid[-1] if smallest else grid[0])
+    _check_best_end(
+        plan, ev, grid[-1] if smallest else grid[0], grid[0] if smallest else grid[-1], quick
+    )
     interval = search_interval(grid, conditions(plan), ev.seen.__getitem__, ev.evaluate)
     return _result(plan, ev, grid, interval, folder)
 
@@ -820,15 +822,24 @@ def conditions(plan: Plan) -> list[Condition]:
     ]
 
 
-def _check_best_end(plan: Plan, ev: _Evaluator, best: float) -> None:
+def _check_best_end(plan: Plan, ev: _Evaluator, best: float, worst: float, quick: bool) -> None:
     """Refuse a bracket whose best end is an invalid config: every value would "fail".
 
     Raises:
-        ValueError: naming the value, the bracket end to move and the config's error.
+        ValueError: naming the value, the bracket end to move and the config's error; where the
+            other end fails alike on another field than the knob, the config at fault (its
+            ``[quick] set`` where that sets the field), not the bracket.
     """
     error = ev.seen[best].get("error")
     if error is None:
         return
+    field = str(error).split(": ", 1)[0]
+    if field != plan.field and ev.seen[worst].get("error") == error:
+        source = "the plan's [quick] set" if quick and field in plan.quick else "the plan's config"
+        raise ValueError(
+            f"{source} is invalid whatever {plan.field} (at {plan.lo:g} and at {plan.hi:g}): "
+            f"{error}"
+        )
     end = "--hi" if plan.direction == "smallest" else "--lo"
     raise ValueError(
         f"{plan.field} = {format_value(plan.value(best), plan.field)} (the bracket's best end, "

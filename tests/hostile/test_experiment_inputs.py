@@ -267,6 +267,18 @@ PLANS: dict[str, tuple[str | bytes, list[str], list[str]]] = {
         [],
         ["plan.toml line 1: unknown keys ['foo']", "'question'"],
     ),
+    "quick_set_invalid": (  # blamed on the bracket's end before (--hi)
+        PLAN.format(name="p") + '[quick]\nset = { "workload.duration_s" = -1 }\n',
+        ["--quick"],
+        ["[quick] set is invalid whatever cache.kv_cache_gib", "workload.duration_s", "-1"],
+    ),
+    "base_invalid": (
+        PLAN.format(name="p").replace(
+            "kv_cache_gib = 2.0", "kv_cache_gib = 2.0\nblock_size_tokens = 0"
+        ),
+        ["--quick"],
+        ["plan's config is invalid whatever cache.kv_cache_gib", "block_size_tokens", "0"],
+    ),
     "target_number_in_list": (
         PLAN.format(name="p").replace("{ time_to_first_token_seconds_p99 = 2 }", "[5]"),
         [],
