@@ -418,6 +418,11 @@ def load_experiment(path: str | Path) -> Experiment:
     """
     path = Path(path)
     data = read_toml(path)
+    if not data:  # (an empty table is a valid config: not the kind to name)
+        raise ValueError(
+            f"{path}: sets nothing (empty, or only comments); expected an experiment: [base] "
+            "and [grid] or [[zip]] axes (experiments/*.toml)"
+        )
     check_kind(path, data, "experiment")
     try:
         experiment = parse_experiment(data, name=path.stem)

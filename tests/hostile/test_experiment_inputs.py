@@ -171,6 +171,7 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
     ),
     "not_utf8": (b'name = "\xff"\n', ["exp.toml line 1", "not UTF-8", "0xff"]),
     "invalid_toml": ("name = \n", ["exp.toml", "invalid TOML"]),
+    "empty": ("# nothing yet\n", ["exp.toml: sets nothing", "expected an experiment"]),
 }
 
 
