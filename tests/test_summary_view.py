@@ -579,3 +579,28 @@ def test_the_memory_metrics_are_those_memory_shares_gives() -> None:
     assert all(is_memory_metric(k) for k in keys), [k for k in keys if not is_memory_metric(k)]
     assert not is_memory_metric("time_to_first_token_seconds_mean")
     assert not is_memory_metric("kv_offload_loads")
+
+
+def test_a_sweep_table_marks_the_points_past_saturation() -> None:
+    """The point whose run was past saturation gets "yes" in a last column (the warning after
+    the table named it, the rows did not); a point of an older run without the verdict (NaN)
+    and one under saturation are blank; a sweep with none past it has no such column."""
+    import io
+
+    from kvsim.view.summary import sweep_table
+
+    def rows(past: list[object]) -> list[str]:
+        table = pd.DataFrame(
+            {"cache.block_size_tokens": [16, 32, 64], "num_preemptions": [1, 2, 3]}
+        ).assign(past_saturation=past)
+        out = io.StringIO()
+        Console(file=out, width=120).print(
+            sweep_table(table, ["cache.block_size_tokens"], ["num_preemptions"], "t")
+        )
+        return out.getvalue().splitlines()
+
+    shown = rows([True, np.nan, False])
+    assert "past saturation" in shown[2]
+    body = [line for line in shown if line.startswith("│")]
+    assert [line.rstrip("│ ").endswith("yes") for line in body] == [True, False, False]
+    assert not any("past saturation" in line for line in rows([False, np.nan, False]))

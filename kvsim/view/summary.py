@@ -495,7 +495,8 @@ def sweep_table(
     point in sweep order, at most ``max_rows`` (the caption says how many were left out, and
     what each metric of kvsim's own, ``METRIC_LABELS``, measures: their shares of KV differ in
     what they divide by). A field given in bytes/s is shown in GB/s (decimal), its header saying
-    so.
+    so. Where a point ran past saturation (the summary's ``past_saturation``), a last column
+    marks it.
 
     Args:
         table: the sweep's summary (a DataFrame, one row a point).
@@ -518,10 +519,15 @@ def sweep_table(
             f"{name} ({unit})" if unit and unit != "s" else name, justify="right", overflow="fold"
         )
     records = table.to_dict("records")
-    for row in records[:max_rows]:
+    # (a point of an older run has no verdict: NaN, not past)
+    saturated = [row.get("past_saturation") in (True, 1) for row in records]
+    if any(saturated):
+        out.add_column("past saturation")
+    for row, past in zip(records[:max_rows], saturated, strict=False):
         out.add_row(
             *(_field_cell(f, row.get(f)) for f in fields),
             *(format_metric(m, row.get(m)) for m in shown),
+            *(("yes" if past else "",) if any(saturated) else ()),
         )
     # what a metric measures, where its label says more than its name (token_utilization_perc:
     # token states / allocated KV), not where it repeats it (prefix_cache_hit_rate's)
