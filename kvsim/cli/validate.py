@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from kvsim.cli.common import check_out_file, console, guard
+from kvsim.cli.common import check_out_dir, check_out_file, console, guard
 
 
 def validate(
@@ -51,6 +51,7 @@ def validate(
         from kvsim.config.hardware import resolve_preset
         from kvsim.validate.catalog import list_runs, resolve_names
 
+        check_out_dir(out)  # (before replaying: an OS error after it named no option)
         for option, path in (("--docs", docs), ("--readme", readme)):
             _check_markdown(option, path, table)
         if cost is not None:

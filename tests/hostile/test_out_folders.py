@@ -330,3 +330,14 @@ def test_a_staging_folder_a_killed_save_left_is_named(hostile, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="kvsim.results"):
         _run(hostile, "out")
     assert any(".kvsim-saving-deadbeef" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("out", "expected"),
+    [("small.toml", "expected a folder, got the existing file"), ("/proc/v", "system folder")],
+)
+def test_validate_out_is_checked_before_the_replays(hostile, out, expected) -> None:
+    """``kvsim validate --out`` a file or a system folder: an OS error after the replays,
+    naming no option ("[Errno 20] Not a directory: 'small.toml/...'"), as run and plan say it."""
+    hostile.write("small.toml", "")
+    hostile.run(["validate", "h100", "--out", out], "--out", expected)
