@@ -37,6 +37,21 @@ def test_folder_without_summary_is_one_line_exit_2(tmp_path) -> None:
     assert "Traceback" not in result.output
 
 
+def test_three_runs_or_one_run_twice_is_refused(small_runs, tmp_path) -> None:
+    """The page sets one or two runs side by side: a third was written silently, and the same
+    folder twice showed one run against itself."""
+    out = tmp_path / "r.html"
+    three = [str(small_runs[0]), str(small_runs[1]), str(small_runs[0])]
+    result = runner.invoke(app, ["report", *three, "--out", str(out)])
+    assert result.exit_code == 2
+    assert "one or two run folders (shown side by side), got 3" in result.output
+    twice = [str(small_runs[0]), f"{small_runs[0]}/."]
+    result = runner.invoke(app, ["report", *twice, "--out", str(out)])
+    assert result.exit_code == 2
+    assert "are the same folder" in result.output
+    assert not out.exists()
+
+
 def test_out_must_not_be_a_folder(small_runs, tmp_path) -> None:
     result = runner.invoke(app, ["report", str(small_runs[1]), "--out", str(tmp_path)])
     assert result.exit_code == 2

@@ -25,7 +25,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
 
     Raises:
         MissingExtraError: plotly (the ``report`` extra) is not installed.
-        ValueError: no run folder given, or one is not a folder with a ``summary.json``.
+        ValueError: no run folder given, more than two, the same one twice, or one is not a
+            folder with a ``summary.json``.
     """
     require("report", "kvsim report")  # plotly: the charts and the inlined plotly.js
     from kvsim.view.report.build import render
@@ -33,6 +34,16 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
 
     if not run_dirs:
         raise ValueError("RUN_DIR: expected at least one run folder, got none")
+    if len(run_dirs) > 2:
+        raise ValueError(
+            f"RUN_DIR: one or two run folders (shown side by side), got {len(run_dirs)}; "
+            "write a report per pair"
+        )
+    if len(run_dirs) == 2 and Path(run_dirs[0]).resolve() == Path(run_dirs[1]).resolve():
+        raise ValueError(
+            f"RUN_DIR: {str(run_dirs[0])!r} and {str(run_dirs[1])!r} are the same folder; give "
+            "one, or two runs to set side by side"
+        )
     runs = load_runs(run_dirs)
     out = Path(out)
     if out.is_dir():
