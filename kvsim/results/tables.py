@@ -207,17 +207,50 @@ class Results:
         summary = read_summary(folder / "summary.json")
         results = cls(
             config,
-            read_table(folder / "requests.parquet"),
-            read_table(folder / "memory.parquet"),
+            _run_table(folder, "requests"),
+            _run_table(folder, "memory"),
             summary,
-            read_table(folder / "mapframes.parquet") if has_maps else None,
-            read_table(folder / "frames.parquet", list_columns=("waiting_req_ids",))
-            if has_maps
-            else None,
+            _run_table(folder, "mapframes") if has_maps else None,
+            _run_table(folder, "frames", list_columns=("waiting_req_ids",)) if has_maps else None,
         )
         if stored_table(folder / "replicas.parquet") is not None:
             results.replicas = read_table(folder / "replicas.parquet")
         return results
+
+
+# the columns every run's table has had (an older run's too), which reading it back needs
+_CORE_COLUMNS = {
+    "requests": (
+        "req_id",
+        "arrival_time_s",
+        "first_token_time_s",
+        "finish_time_s",
+        "prompt_tokens",
+        "output_tokens",
+    ),
+    "memory": ("time_s", "duration_s", "token_states"),
+    "mapframes": ("frame", "req_id", "start_slot", "num_slots"),
+    "frames": ("frame", "time_s"),
+}
+
+
+def _run_table(folder: Path, name: str, **options: Any) -> pd.DataFrame:
+    """``read_table`` of the run's table ``name``, holding its ``_CORE_COLUMNS``.
+
+    Raises:
+        ValueError: a column missing (another table copied in its place, or a hand-made one),
+            naming the file and the columns.
+    """
+    path = folder / f"{name}.parquet"
+    table = read_table(path, **options)
+    missing = [c for c in _CORE_COLUMNS[name] if c not in table.columns]
+    if missing:
+        raise ValueError(
+            f"{path}: no column {', '.join(map(repr, missing))}; not a kvsim run's {name} table "
+            f"(its columns: {', '.join(map(str, table.columns[:8]))}"
+            f"{', ...' if len(table.columns) > 8 else ''})"
+        )
+    return table
 
 
 def is_run_folder(folder: Path) -> bool:

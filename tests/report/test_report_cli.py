@@ -52,6 +52,29 @@ def test_three_runs_or_one_run_twice_is_refused(small_runs, tmp_path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("table", "copied", "missing"),
+    [
+        ("memory", "requests", "'time_s'"),
+        ("requests", "memory", "'req_id'"),
+        ("mapframes", "memory", "'frame'"),
+        ("frames", "requests", "'frame'"),
+    ],
+)
+def test_a_table_swapped_for_another_is_named(small_runs, tmp_path, table, copied, missing):
+    """A readable Parquet file of the wrong table (another run table copied over it) was an
+    internal error (KeyError: 'time_s'), exit 1."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(small_runs[0], run)
+    shutil.copy(run / f"{copied}.parquet", run / f"{table}.parquet")
+    result = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 2, result.output
+    assert f"{table}.parquet: no column {missing}" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_out_must_not_be_a_folder(small_runs, tmp_path) -> None:
     result = runner.invoke(app, ["report", str(small_runs[1]), "--out", str(tmp_path)])
     assert result.exit_code == 2
