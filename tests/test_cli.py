@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -834,6 +835,24 @@ def test_a_fleet_of_two_gpus_says_so_and_claims_no_one_pool(tmp_path: Path) -> N
     result = runner.invoke(app, ["run", str(config), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert "llama-3.1-8b on rtx-4090, paged" in result.output.splitlines()[0]
+
+
+def test_a_fleet_of_two_models_names_each(tmp_path: Path) -> None:
+    # replica 0 overridden to Llama-2-7B: the title said "llama-3.1-8b on h100-80gb" and neither
+    # the replica table nor replicas.parquet named a model
+    config = tmp_path / "fleet.toml"
+    config.write_text(
+        'model = "llama-3.1-8b"\ngpu = "h100-80gb"\n[workload]\nnum_requests = 20\n'
+        '[fleet]\nreplicas = 2\nreplica_overrides = [{model = "llama-2-7b"}]\n'
+    )
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(config), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    assert ": 1 llama-2-7b on h100-80gb and 1 llama-3.1-8b on h100-80gb, paged" in first
+    replicas = pd.read_parquet(out / "replicas.parquet")
+    assert replicas["model"].tolist() == ["llama-2-7b", "llama-3.1-8b"]
+    assert re.search(r"│ 0 +│ both │ llama-2-7b +│ h100-80gb x1", result.output)
 
 
 def test_the_run_title_counts_samples_where_requests_fanned_out() -> None:

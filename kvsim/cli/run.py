@@ -271,17 +271,20 @@ def run_title(
         split = f" x{p.world_size} (TP {p.tensor_parallel_size}, PP {p.pipeline_parallel_size})"
         return c.gpu.name + (split if p.world_size > 1 else "")
 
-    on = gpus_of(cfg)
-    if fleet is not None:  # (replicas overriding their GPU or parallelism: each kind, counted)
-        kinds = Counter(gpus_of(r) for r in cfg.replica_configs)
-        on = (
-            next(iter(kinds))
-            if len(kinds) == 1
-            else " and ".join(f"{n} {k}" for k, n in kinds.items())
-        )
+    served = f"{cfg.model.name} on {gpus_of(cfg)}"
+    if fleet is not None:  # (replicas overriding their model, GPU or parallelism: each kind)
+        replicas = cfg.replica_configs
+        kinds = Counter(gpus_of(r) for r in replicas)
+        if len({r.model.name for r in replicas}) > 1:
+            pairs = Counter(f"{r.model.name} on {gpus_of(r)}" for r in replicas)
+            served = " and ".join(f"{n} {k}" for k, n in pairs.items())
+        elif len(kinds) > 1:
+            served = f"{cfg.model.name} on " + " and ".join(f"{n} {k}" for k, n in kinds.items())
+        else:
+            served = f"{cfg.model.name} on {next(iter(kinds))}"
     return (  # (the setup, the workload, then the pool, whose arithmetic is long; vLLM's line)
-        f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {cfg.model.name} on "
-        f"{on}, {policy}, {requests}\n"
+        f"{args.engine} (preemption: {preemption_rule(cfg)}{batching}): {served}, {policy}, "
+        f"{requests}\n"
         f"workload: {workload_text(cfg.workload)}\n" + pools_text(cfg) + startup
     )
 

@@ -165,7 +165,8 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
 
 
 def replica_table(fleet: Fleet, replicas: list[Results]) -> pd.DataFrame:
-    """One row per replica: index, role, GPU, TP, requests routed, and ``REPLICA_COLUMNS``."""
+    """One row per replica: index, role, model, GPU, TP, requests routed, and
+    ``REPLICA_COLUMNS``."""
     import pandas as pd  # only when a fleet's tables are built
 
     rows = []
@@ -175,6 +176,7 @@ def replica_table(fleet: Fleet, replicas: list[Results]) -> pd.DataFrame:
         row: dict[str, Any] = {
             "replica": replica.index,
             "role": replica.role,
+            "model": replica.config.model.name,
             "gpu": replica.config.gpu.name,
             "tensor_parallel_size": replica.config.parallel.tensor_parallel_size,
             "num_routed": replica.num_routed,

@@ -393,15 +393,18 @@ REPLICA_OFFLOAD_SHOWN: tuple[Row, ...] = (
 
 
 def replica_table(replicas: Any) -> Table:
-    """A fleet's per-replica metrics (``Results.replicas``, a DataFrame) as a rich table."""
+    """A fleet's per-replica metrics (``Results.replicas``, a DataFrame) as a rich table; its
+    replicas' models where they differ."""
     table = Table(title="replicas", title_justify="left")
-    for name in ("replica", "role", "GPU x TP"):
+    models = "model" in replicas and replicas["model"].nunique() > 1
+    for name in ("replica", "role", *(("model",) if models else ()), "GPU x TP"):
         table.add_column(name)
     shown = REPLICA_SHOWN + tuple(r for r in REPLICA_OFFLOAD_SHOWN if r[0] in replicas)
     for _, label in shown:
         table.add_column(label, justify="right")
     for row in replicas.to_dict("records"):
         cells = [str(row["replica"]), str(row["role"])]
+        cells += [str(row["model"])] if models else []
         cells.append(f"{row['gpu']} x{row['tensor_parallel_size']}")
         cells += [format_metric(key, row.get(key)) for key, _ in shown]
         table.add_row(*cells)
