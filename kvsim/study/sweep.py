@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from kvsim.base.build import source_build
 from kvsim.base.tablefile import csv_twin, stored_table, write_table
-from kvsim.base.textfile import json_text
+from kvsim.base.textfile import cached_sha256_file, json_text, sha256_file
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler, dask_map, pool_map
 from kvsim.config import SimConfig
 from kvsim.config.allocators import has_memory_map
@@ -90,6 +90,7 @@ BUILD = "kvsim_build"  # point.json's field: the fingerprint of the kvsim that r
 DAMAGED = "\0damaged"  # ``finished_by`` of a point whose summary.json cannot be read back
 INCOMPLETE = "\0incomplete"  # ``finished_by`` of a point that lacks a file it wrote
 FILES = "files"  # point.json's field: the files the point wrote besides point.json
+SHA256 = "sha256"  # point.json's field: each of those files' SHA-256 as written
 # what every finished point holds (its tables also as CSV twins, without pyarrow)
 POINT_FILES = ("summary.json", "config.json", "requests.parquet", "memory.parquet")
 
@@ -97,7 +98,8 @@ POINT_FILES = ("summary.json", "config.json", "requests.parquet", "memory.parque
 def finished_by(folder: Path, key: str) -> str | None:
     """The fingerprint of the kvsim that finished the point (``""``: unrecorded or unreadable),
     ``DAMAGED`` when its ``summary.json`` is not a readable summary of this point (a JSON object
-    whose ``config_key`` is ``key``: an edited or truncated file), ``INCOMPLETE`` when a file it
+    whose ``config_key`` is ``key``: an edited or truncated file) or a file's bytes are not those
+    it wrote (``point.json``'s SHA-256 of each), ``INCOMPLETE`` when a file it
     wrote (``POINT_FILES``, and those ``point.json`` lists) is missing, or ``None`` while its
     results are not completely written (the folder appears atomically)."""
     where = point_dir(folder, key)
@@ -120,8 +122,24 @@ def finished_by(folder: Path, key: str) -> str | None:
     files = meta.get(FILES, [])  # (a snapshot, a fleet's replicas: written by some points only)
     if isinstance(files, list) and _missing(where, [str(name) for name in files]):
         return INCOMPLETE
+    if _changed(where, meta.get(SHA256)):
+        return DAMAGED
     build = meta.get(BUILD, "")
     return build if isinstance(build, str) else ""
+
+
+def _changed(where: Path, hashes: Any) -> bool:
+    """Whether a file of ``where`` whose SHA-256 ``hashes`` records (a point of an older kvsim
+    records none) now holds other bytes: edited, or cut short."""
+    if not isinstance(hashes, dict):
+        return False
+    for name, digest in hashes.items():
+        path = where / str(name)
+        if path.name != str(name) or not path.is_file():
+            continue  # (a name out of the folder is no file of the point's; a CSV twin: _missing)
+        if cached_sha256_file(path) != digest:
+            return True
+    return False
 
 
 def _missing(where: Path, names: Iterable[str]) -> bool:
@@ -161,8 +179,9 @@ def warn_stale(folder: Path, builds: Iterable[str | None], name: str) -> None:
         )
     if damaged:
         logger.warning(
-            "%s: %d point(s) in %s have a damaged summary.json (not valid JSON, or not the "
-            "summary of its point): running them again",
+            "%s: %d point(s) in %s have a damaged file (a summary.json that is not valid JSON or "
+            "not its point's, or a file whose bytes changed since the point wrote it): running "
+            "them again",
             name,
             damaged,
             folder,
@@ -191,6 +210,7 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
         "elapsed_s": outcome.elapsed_s,
         BUILD: outcome.build or source_build(),
         FILES: sorted(p.name for p in tmp.iterdir()),  # (what resuming checks is all there)
+        SHA256: {p.name: sha256_file(p) for p in sorted(tmp.iterdir())},
     }
     (tmp / "point.json").write_text(json_text(meta, indent=2, sort_keys=True))
     if is_stale(finished_by(folder, outcome.key)):  # another kvsim's: this one replaces it

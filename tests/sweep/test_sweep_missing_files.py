@@ -4,6 +4,7 @@ not finished: a rerun runs it again and writes it whole, instead of resuming it 
 
 from __future__ import annotations
 
+import json
 import logging
 
 from kvsim.study.load import load_sweep
@@ -48,3 +49,33 @@ def test_point_missing_its_snapshot_runs_again(tmp_path, make_experiment, counte
     assert (again.num_run, again.num_skipped) == (1, 0)  # the one point, run again
     assert len(counted) == 1
     assert load_sweep(tmp_path / "snap").snapshot(key) is not None
+
+
+def test_points_whose_files_were_edited_or_cut_short_run_again(
+    tmp_path, tiny, counted, caplog
+) -> None:
+    """A point's files are checked against the SHA-256 each had when the point wrote it: a
+    summary.json edited into other valid numbers, a requests.parquet cut short and a config.json
+    replaced were resumed, and the edited p99 shown (1 ms where the run measured more)."""
+    run_sweep(tiny, tmp_path, progress=False)
+    keys = [p.key for p in tiny.points()]
+    points = tmp_path / "tiny" / "points"
+    summary_path = points / keys[0] / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    measured = summary["time_to_first_token_seconds_p99"]
+    summary["time_to_first_token_seconds_p99"] = 0.001
+    summary_path.write_text(json.dumps(summary))
+    requests = points / keys[1] / "requests.parquet"
+    requests.write_bytes(requests.read_bytes()[:200])
+    (points / keys[2] / "config.json").write_text('{"x": 1}')
+    counted.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        again = run_sweep(tiny, tmp_path, progress=False)
+    assert (again.num_run, again.num_skipped) == (3, 1)  # the 3 damaged of the 4
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "3 point(s)" in m and "damaged file" in m]
+    table = load_sweep(tmp_path / "tiny").summary
+    row = table[table["config_key"] == keys[0]]
+    assert row["time_to_first_token_seconds_p99"].tolist() == [measured]  # rerun: the same run
+    counted.clear()
+    assert run_sweep(tiny, tmp_path, progress=False).num_skipped == 4  # repaired
