@@ -145,6 +145,11 @@ def test_cli_run_then_compare(tmp_path: Path) -> None:
         "num_gpu_blocks"
     ] in (0, 1)  # the same bytes in blocks twice as large
     assert "B - A" in result.output
+    # the one field the runs were given apart, as given (nothing said of what differs before)
+    assert "configs differ in: cache.block_size_tokens (16 -> 32)" in result.output
+    same = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "a" / ".")])
+    assert same.exit_code == 2
+    assert "are the same run" in same.output
 
 
 def test_cli_compare_missing_run_exits_2(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kvsim.cli.common import guard, print_whole
+from kvsim.cli.common import console, guard, print_whole
 
 
 def load_summary(folder: Path) -> dict[str, Any]:
@@ -45,9 +45,49 @@ def compare(
         from kvsim.view.summary import compare_table
 
         a, b = load_summary(run_a), load_summary(run_b)
+        if _folder(run_a).resolve() == _folder(run_b).resolve():
+            raise ValueError(
+                f"{str(run_a)!r} and {str(run_b)!r} are the same run; give two runs to compare"
+            )
         print_whole(compare_table(a, b, str(run_a), str(run_b)))
+        differs = config_differences(_folder(run_a), _folder(run_b))
+        if differs:
+            console.print(f"configs differ in: {differs}", highlight=False, markup=False)
 
     guard(go)
+
+
+def _folder(run: Path) -> Path:
+    """The run's folder (``run`` may name its ``summary.json``)."""
+    return run if run.is_dir() else run.parent
+
+
+def config_differences(a: Path, b: Path, most: int = 8) -> str:
+    """The dotted config fields whose values differ between the runs in folders ``a`` and ``b``
+    (their ``config.json``), each as ``field (A -> B)``, at most ``most`` then a count; ``""``
+    where they agree or a folder has no readable ``config.json``."""
+    from kvsim.base.textfile import read_json
+
+    def flat(table: Any, prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in table.items():
+            if isinstance(value, dict):
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    try:
+        one, two = read_json(a / "config.json"), read_json(b / "config.json")
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(one, dict) or not isinstance(two, dict):
+        return ""
+    fa, fb = flat(one), flat(two)
+    keys = [k for k in dict.fromkeys([*fa, *fb]) if fa.get(k) != fb.get(k)]
+    shown = [f"{k} ({fa.get(k, '-')} -> {fb.get(k, '-')})" for k in keys[:most]]
+    more = f" and {len(keys) - most} more" if len(keys) > most else ""
+    return ", ".join(shown) + more
 
 
 def register(app: typer.Typer) -> None:

@@ -380,16 +380,22 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     Raises:
         FileNotFoundError: no such file.
         ValueError: a folder, not UTF-8, invalid JSON, not a JSON object, or a value that is a
-            list or an object, or text where kvsim writes none (``TEXT_KEYS``), naming the file
-            and the key.
+            list or an object, text where kvsim writes none (``TEXT_KEYS``), or ``Infinity`` or
+            ``NaN`` (kvsim writes ``null``), naming the file and the key.
     """
     summary = read_json(path)
     if not isinstance(summary, dict):
         raise ValueError(f"{path}: expected a JSON object (a kvsim run's summary)")
     for key, value in summary.items():
-        if isinstance(value, list | dict) or (isinstance(value, str) and key not in TEXT_KEYS):
+        not_finite = isinstance(value, float) and not math.isfinite(value)
+        if (
+            isinstance(value, list | dict)
+            or (isinstance(value, str) and key not in TEXT_KEYS)
+            or not_finite
+        ):
+            shown = str(value) if not_finite else json.dumps(value)[:60]
             raise ValueError(
-                f"{path}: {key} is {json.dumps(value)[:60]}, expected a number, true, false or "
+                f"{path}: {key} is {shown}, expected a number, true, false or "
                 f"null{' or text' if key in TEXT_KEYS else ''} (a damaged summary.json?)"
             )
     return {k: math.nan if v is None else v for k, v in summary.items()}

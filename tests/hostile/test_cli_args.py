@@ -97,6 +97,10 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
         ["compare", "textrun", "textrun"],
         ["textrun/summary.json", 'token_states_pct is "abc", expected a number'],
     ),
+    "compare_infinite_metric": (  # (kvsim writes null; inf was shown as "inf | +inf | +inf %")
+        ["compare", "infrun", "infrun"],
+        ["infrun/summary.json", "free_pct is inf, expected a number"],
+    ),
     # report
     "report_missing_folder": (["report", "nofolder", "--out", "r.html"], ["nofolder"]),
     "report_out_root": (["report", "badrun", "--out", "/"], ["--out", "'/'"]),
@@ -140,6 +144,7 @@ def _setup(h) -> None:
     h.write("latin1run/summary.json", b'{"name": "\xe9"}')
     h.write("listrun/summary.json", '{"num_requests": 3, "num_preemptions": [1, 2]}')
     h.write("textrun/summary.json", '{"num_requests": 3, "token_states_pct": "abc"}')
+    h.write("infrun/summary.json", '{"config_key": "k", "free_pct": Infinity}')
 
 
 @pytest.mark.parametrize("case", sorted(ARGS))
