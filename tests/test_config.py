@@ -10,6 +10,7 @@ import pytest
 
 from kvsim.base.units import GiB, KiB, MiB
 from kvsim.config import GpuSpec, ModelSpec, SimConfig, config_from_dict, load_config
+from tests.conftest import forget_warnings
 
 
 @pytest.mark.parametrize(
@@ -776,3 +777,26 @@ def test_a_missing_trace_file_is_named_with_the_config_line(trace: str, tmp_path
     fallback = "fallback_synthetic = true\nrate_per_s = 1.0\n"
     config.write_text(config.read_text() + fallback)
     assert load_config(config).workload.fallback_synthetic
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_set_table_that_replaces_the_files_says_which_fields_go(tmp_path, caplog) -> None:
+    """--set workload=sharegpt_like replaces the file's [workload] table (documented): its
+    rate_per_s = 5 went without a word (the run drew the preset's 2 req/s); num_requests, set
+    again by --set, stays. A --set of a field alone replaces nothing: quiet."""
+    config = tmp_path / "c.toml"
+    config.write_text('model = "opt-13b"\n[workload]\nrate_per_s = 5.0\nnum_requests = 10\n')
+    overrides = {"workload": "sharegpt_like", "workload.num_requests": 5}
+    with caplog.at_level(logging.WARNING):
+        loaded = load_config(config, overrides)
+    assert loaded.workload.rate_per_s != 5.0
+    assert loaded.workload.num_requests == 5
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"--set workload=sharegpt_like replaces {config}'s [workload] table: its rate_per_s is "
+        "not used (--set workload.FIELD=... gives one again)"
+    ]
+    forget_warnings(caplog)
+    with caplog.at_level(logging.WARNING):
+        load_config(config, {"workload.num_requests": 5})
+    assert not caplog.records

@@ -31,6 +31,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     data = _read_config_toml(Path(path))
     check_kind(path, data, "config")
     check_relative_paths(Path(path), data, skip=overrides or {})
+    _warn_replaced_tables(Path(path), data, overrides or {})
     if not data and not overrides:  # legal TOML, but meant to say something (a truncated file?)
         warn_once(
             logger,
@@ -60,6 +61,32 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
         f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
     )
     raise ValueError(f"{path} with {pairs}: {message}")
+
+
+def _warn_replaced_tables(path: Path, data: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Say which of the file's fields a ``--set`` of their whole table (``workload=NAME``,
+    ``model=NAME``, a JSON table) leaves unused: the table replaces the file's, as documented,
+    but a rate or a trace the file set would otherwise vanish without a word."""
+    for dotted, value in overrides.items():
+        section = data.get(dotted) if "." not in dotted else None
+        if not isinstance(section, dict) or not section:
+            continue
+        kept = {k.split(".", 2)[1] for k in overrides if k.startswith(f"{dotted}.")}
+        if isinstance(value, dict):
+            kept |= set(value)
+        dropped = [k for k in section if k not in kept]
+        if dropped:
+            warn_once(
+                logger,
+                "--set %s=%s replaces %s's [%s] table: its %s not used (--set %s.FIELD=... "
+                "gives one again)",
+                dotted,
+                value if isinstance(value, str) else json.dumps(value),
+                path,
+                dotted,
+                ", ".join(dropped) + (" is" if len(dropped) == 1 else " are"),
+                dotted,
+            )
 
 
 def _check_trace_file(path: Path, config: SimConfig) -> None:
