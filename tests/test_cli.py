@@ -874,3 +874,19 @@ def test_a_runs_header_counts_the_samples_its_requests_became() -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "20 requests as 40 samples" in " ".join(result.output.split())
+
+
+def test_a_closed_pipe_ends_the_command_quietly(monkeypatch, capsys) -> None:
+    # kvsim data list | head -3 printed "error: [Errno 32] Broken pipe" and exited 2
+    import typer
+
+    from kvsim.cli import common
+
+    def listing() -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(common.os, "dup2", lambda *_: None)  # (not this process's stdout)
+    with pytest.raises(typer.Exit) as ended:
+        common.guard(listing)
+    assert ended.value.exit_code == 141  # as a shell reports a command ended by SIGPIPE
+    assert "error" not in capsys.readouterr().err

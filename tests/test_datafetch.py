@@ -248,6 +248,26 @@ def test_unwritable_destination(tmp_path: Path, mirror: Mirror) -> None:
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("url", ["ftp://x", "s3://bucket/traces"])
+def test_a_mirror_of_another_scheme_is_refused(url: str, tmp_path: Path) -> None:
+    # (--help says an http(s):// or file:// URL or a folder; ftp:// was taken and tried)
+    result = fetch_cli("--dest", str(tmp_path), "--mirror", url, "--only", "arxiv")
+    assert result.exit_code == 2
+    assert f"--mirror: expected an http(s):// or file:// URL or a local folder, got '{url}'" in (
+        " ".join(result.output.split())
+    )
+    assert leftovers(tmp_path) == []
+
+
+def test_an_empty_kvsim_data_is_said_to_be_empty(monkeypatch) -> None:
+    from kvsim.workload.catalog import data_dir_searched
+
+    monkeypatch.setenv("KVSIM_DATA", "")
+    assert data_dir_searched().endswith("(KVSIM_DATA is set but empty)")
+    monkeypatch.delenv("KVSIM_DATA")
+    assert data_dir_searched().endswith("(KVSIM_DATA is not set)")
+
+
 def test_unknown_trace_name(tmp_path: Path) -> None:
     result = fetch_cli("--dest", str(tmp_path), "--only", "nope")
     assert result.exit_code == 2

@@ -10,6 +10,7 @@ kvsim bug and prints one line asking for ``--debug``, which shows the traceback 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -202,6 +203,10 @@ def guard(fn: Callable[[], T]) -> T:
     except KeyboardInterrupt:
         err_console.print("interrupted", highlight=False)
         raise typer.Exit(130) from None
+    except BrokenPipeError:  # (piped into head: the reader has what it wanted)
+        with contextlib.suppress(OSError):  # (nothing more reaches the closed pipe at exit)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(141) from None  # (a shell's status for a command ended by SIGPIPE)
     except _user_error_types() as err:
         err_console.print(
             f"[bold red]error:[/] {escape(one_line(err))}", highlight=False, soft_wrap=True

@@ -175,8 +175,9 @@ def data_dir_searched() -> str:
     env_value = os.environ.get(ENV_VAR)
     if env_value:
         return f"{ENV_VAR}={env_value} (not a directory)"
+    unset = "is set but empty" if env_value == "" else "is not set"
     # (a trailing slash: the folders read as folders where a message is cut to file names)
-    return " and ".join(f"{p}/" for p in _candidate_dirs()) + f" ({ENV_VAR} is not set)"
+    return " and ".join(f"{p}/" for p in _candidate_dirs()) + f" ({ENV_VAR} {unset})"
 
 
 def _refuse_link_loop(trace: str, path: Path) -> None:

@@ -383,6 +383,10 @@ def mirror_url(upstream: Upstream, base_url: str | None) -> str:
         return upstream.url
     if "://" not in base_url:
         base_url = Path(base_url).expanduser().resolve().as_uri()
+    elif base_url.split("://", 1)[0].lower() not in ("http", "https", "file"):
+        raise ValueError(
+            f"--mirror: expected an http(s):// or file:// URL or a local folder, got {base_url!r}"
+        )
     return f"{base_url.rstrip('/')}/{urllib.parse.quote(upstream.mirror_name)}"
 
 
