@@ -109,6 +109,8 @@ def _not_a_number(value: bool | str, share: bool = False) -> str:
         return f"expected a number, got {value!r}"
     if not math.isfinite(number):
         return f"expected a finite number, got {value!r}"
+    if not value.isascii():  # (float() reads other scripts' digits, TOML and JSON do not)
+        return f"expected a number in ASCII digits (0-9), got {value!r}"
     return f"expected a number, got the string {value!r} (write it without quotes)"
 
 

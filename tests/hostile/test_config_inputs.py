@@ -496,6 +496,10 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
         b'[cache]\nblock_size_tokens = "16"\n',
         ["cfg.toml line 2", "cache.block_size_tokens", "the string '16'", "without quotes"],
     ),
+    "block_size_full_width_digits": (  # ("write it without quotes": none were written)
+        '[cache]\nblock_size_tokens = "\uff11\uff16"\n'.encode(),
+        ["cfg.toml line 2", "cache.block_size_tokens", "ASCII digits (0-9)", "'\uff11\uff16'"],
+    ),
     "bool_yes": (
         b'[cache]\nenable_prefix_caching = "yes"\n',
         ["cfg.toml line 2", "cache.enable_prefix_caching", "expected true or false", "'yes'"],
