@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -221,6 +222,17 @@ class WorkloadSpec(BaseModel):
             for key in ("arrival", "rate_per_s", "cv"):  # (set, these two would ask for poisson)
                 data.pop(key, None)
         return data
+
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, value: str) -> str:
+        """The name is printed as given (the run's header, tables): no line break or terminal
+        control sequence in it."""
+        if not value.isprintable():
+            raise ValueError(
+                f"expected a name without line breaks or control characters, got {value!r}"
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -496,6 +496,10 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
         b'[cache]\nblock_size_tokens = "16"\n',
         ["cfg.toml line 2", "cache.block_size_tokens", "the string '16'", "without quotes"],
     ),
+    "workload_name_control_characters": (  # (printed raw: a colour code, a line break)
+        b'[workload]\nname = "a\\u001b[31mred\\nx"\n',
+        ["cfg.toml line 2", "workload.name", "without line breaks or control characters"],
+    ),
     "block_size_full_width_digits": (  # ("write it without quotes": none were written)
         '[cache]\nblock_size_tokens = "\uff11\uff16"\n'.encode(),
         ["cfg.toml line 2", "cache.block_size_tokens", "ASCII digits (0-9)", "'\uff11\uff16'"],
