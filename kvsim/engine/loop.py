@@ -245,6 +245,9 @@ class Engine:
             req.num_held_slots = allocator.held_slots(req.req_id)
             self.holding.add(req)
             self._num_receiving += 1
+            # its whole prompt is cached here, the local hits and what the connector pulls
+            # (vLLM's request.num_cached_tokens; none of it computed: PromptTokenStats)
+            req.num_cached_tokens = req.prompt_tokens
             assert self.on_receive is not None, "expect() needs on_receive"
             self.on_receive(req, row, req.prompt_tokens - hit.num_tokens)
 

@@ -146,9 +146,9 @@ def simulate_fleet(
 def _results(config: SimConfig, fleet: Fleet, rejected: Rejected) -> Results:
     served = fleet.served.columns()
     prefilled = fleet.prefilled.columns() if fleet.prefilled is not None else None
-    if prefilled is not None:  # the prefix hits were the prefill replica's
-        served["num_cached_tokens"] = prefilled["num_cached_tokens"]
-    replicas = replica_results(fleet, served, prefilled)
+    replicas = replica_results(fleet, served, prefilled)  # (each replica's own view)
+    if prefilled is not None:  # the request's prefix hits were the prefill replica's
+        served = {**served, "num_cached_tokens": prefilled["num_cached_tokens"]}
     table = dict(request_table_columns(served))
     table["replica"] = fleet.replica_of
     table["prefill_replica"] = fleet.prefill_of
@@ -174,6 +174,5 @@ def _results(config: SimConfig, fleet: Fleet, rejected: Rejected) -> Results:
     )
     results = Results.from_records(config, table, memory, summary)
     results.replicas = replica_table(fleet, replicas)
-    if prefilled is None:  # (a decode replica's pulled KV is not counted as vLLM counts it)
-        results.replica_runs = replicas
+    results.replica_runs = replicas
     return results

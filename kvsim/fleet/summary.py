@@ -69,6 +69,7 @@ SUMMED_PREFIXES = (
     "num_cow_",
     "cow_",
     "num_cache_evictions",
+    "kv_transfer_received_",
 )
 # one replica's facts (its pool, groups, drafter, cost model): reported where every replica
 # that has one has the same, as a lone engine reports it (the replica table has each GPU's)
@@ -129,7 +130,13 @@ def _subset(columns: Columns, mask: npt.NDArray[np.bool_]) -> dict[str, Any]:
 
 def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) -> list[Results]:
     """Each replica's ``Results``: its requests (a prefill replica's: the prefill copies) and
-    its memory rows, summarised as a single engine's run is, plus its pool's counters."""
+    its memory rows, summarised as a single engine's run is, plus its pool's counters.
+
+    A decode replica's requests are as that vLLM instance sees them (vLLM 0.34.0, NIXL
+    connector): each arrives when the proxy sends it on (its prefill copy's end), is first
+    scheduled when the replica takes its blocks, and has its whole prompt cached, the tokens
+    the connector pulled (``kv_transfer_received_tokens``, external ``p2p`` hits) and its own
+    prefix hits."""
     out = []
     for replica in fleet.replicas:
         engine = replica.engine
@@ -137,7 +144,11 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
             assert prefilled is not None
             cols = _subset(prefilled, fleet.prefill_of == replica.index)
         else:
-            cols = _subset(served, fleet.replica_of == replica.index)
+            mine = fleet.replica_of == replica.index
+            cols = _subset(served, mine)
+            if replica.role == "decode":
+                cols["arrival_time_s"] = fleet.handoff_s[mine]
+                cols["first_scheduled_time_s"] = fleet.decode_scheduled_s[mine]
         if not len(cols["req_id"]):
             results = Results.from_records(
                 replica.config, request_table_columns(cols), engine_memory_columns(engine), {}
@@ -147,6 +158,7 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
                 "num_preemptions": engine.num_preemptions,
                 **engine_summary(replica.config),
                 **engine_counters(engine),
+                **({"kv_transfer_received_tokens": 0} if replica.role == "decode" else {}),
             }
             results.iteration_tokens = engine.scheduler.iteration_tokens
             out.append(results)
@@ -159,6 +171,9 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
             usable_capacity_tokens=engine.allocator.usable_capacity_tokens,
         )
         results.summary.update(engine_counters(engine))
+        if replica.role == "decode":
+            pulled = fleet.pulled_tokens[fleet.replica_of == replica.index]
+            results.summary["kv_transfer_received_tokens"] = int(pulled.sum())
         results.iteration_tokens = engine.scheduler.iteration_tokens
         out.append(results)
     return out

@@ -119,13 +119,15 @@ def prometheus_snapshot(results: Results) -> str:
     steps), so each gap is taken as its request's mean gap (decode time / gaps): the
     histogram's ``_sum`` and ``_count`` are exact, its bucket counts an approximation.
 
-    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"`` for one engine; a
-    co-located fleet just run exports each replica's own metrics under ``engine`` = its index,
-    as one vLLM server running data parallel labels its engines (separate servers each write
-    ``"0"``, told apart by the scrape's ``instance``), so PromQL's ``sum`` gives the fleet's.
-    A disaggregated fleet (or one read back from disk) exports its totals under ``"0"``: a
-    vLLM decode instance counts the KV it pulls as external ``p2p`` hits, which kvsim does not
-    record a request.
+    Labels: ``model_name`` = the model's name, ``engine`` = ``"0"`` for one engine; a fleet
+    just run exports each replica's own metrics under ``engine`` = its index, as one vLLM
+    server running data parallel labels its engines (separate servers each write ``"0"``, told
+    apart by the scrape's ``instance``), so PromQL's ``sum`` gives the fleet's. A disaggregated
+    fleet's prefill replicas count their prefill copies (one output token each), its decode
+    replicas the requests as they see them: arriving when the proxy sends them on, every
+    prompt token cached, those pulled over the link as external ``p2p`` hits
+    (``kvsim.fleet.summary.replica_results``). A fleet read back from disk exports its totals
+    under ``"0"``.
     """
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_SnapshotCollector(results))
@@ -139,8 +141,8 @@ class _SnapshotCollector:
         self.results = results
 
     def collect(self) -> Iterator[Metric]:
-        """Every engine's families, one family a name: a co-located fleet's replicas (in memory
-        after its run: ``Results.replica_runs``) each under its index's ``engine`` label, as a
+        """Every engine's families, one family a name: a fleet's replicas (in memory after its
+        run: ``Results.replica_runs``) each under its index's ``engine`` label, as a
         data-parallel server labels its engines; anything else as engine ``"0"``."""
         runs = self.results.replica_runs or [self.results]
         merged: dict[str, Metric] = {}
@@ -157,9 +159,12 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
     df, summary = results.requests, results.summary
     labels = [results.config.model.name, engine]
     # a request's cached tokens include those its KV connector loaded (vLLM's
-    # num_cached_tokens); the prefix cache's own hits are the rest
+    # num_cached_tokens): from the CPU tier, or pulled from a prefill instance (a decode
+    # replica's: every token the connector was asked for, vLLM's NIXL connector); the prefix
+    # cache's own hits are the rest
     prompt, cached = int(df["prompt_tokens"].sum()), int(df["num_cached_tokens"].sum())
-    external_hits = int(summary.get("external_prefix_cache_hits", 0))
+    pulled = int(summary.get("kv_transfer_received_tokens", 0))
+    external_hits = int(summary.get("external_prefix_cache_hits", 0)) + pulled
     counters = {
         "num_preemptions": (summary["num_preemptions"], "Cumulative number of preemptions."),
         "prompt_tokens": (prompt, "Prompt tokens, cached ones included."),
@@ -173,7 +178,7 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
     }
     # (vLLM creates both with or without a KV connector: 0 without a CPU tier)
     counters["external_prefix_cache_queries"] = (
-        summary.get("external_prefix_cache_queries", 0),
+        summary.get("external_prefix_cache_queries", 0) + pulled,
         "External prefix cache queries (KV connector), in tokens.",
     )
     counters["external_prefix_cache_hits"] = (
@@ -290,7 +295,9 @@ def _prompt_token_sources(
     held them, ``CacheHitSource``: ``device`` the GPU, ``host`` the CPU tier, ``disk`` the
     blocks promoted from a disk tier for the request that loads them); ``prompt`` and
     ``cached``: the engine's prompt tokens and those cached, the KV connector's included."""
-    external = int(summary.get("external_prefix_cache_hits", 0))
+    pulled = int(summary.get("kv_transfer_received_tokens", 0))
+    tier = int(summary.get("external_prefix_cache_hits", 0))
+    external = tier + pulled
     device = cached - external  # (the GPU prefix cache's own hits)
     by_source = {
         "local_compute": prompt - cached,
@@ -305,13 +312,13 @@ def _prompt_token_sources(
         by_source,
         PROMPT_TOKEN_SOURCES,
     )
-    hits = {"device": device, "host": external}
+    hits = {"device": device, "host": tier, "p2p": pulled}
     if "disk_tier_blocks" in summary:
         if "external_prefix_cache_hits_disk" in summary:
             hits["disk"] = int(summary["external_prefix_cache_hits_disk"])
-            hits["host"] = external - hits["disk"]
+            hits["host"] = tier - hits["disk"]
         else:  # (a summary written before the disk's share was counted)
-            hits["external_unspecified"], hits["host"] = external, 0
+            hits["external_unspecified"], hits["host"] = tier, 0
     yield _labelled_counter(
         "prompt_tokens_cached_by_source",
         "Prompt tokens cached, by the tier that held them.",

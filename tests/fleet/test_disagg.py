@@ -50,6 +50,62 @@ def test_ttft_is_prefill_plus_transfer_plus_first_decode_step():
     assert row["output_tokens"] == 10  # the decode replica samples every output token
 
 
+def test_each_side_reports_what_its_vllm_instance_does():
+    """metrics.prom labels the prefill replica "0" and the decode replica "1", each with what a
+    vLLM 0.34.0 instance counts (``PromptTokenStats``, ``CacheHitSource``, the NIXL connector
+    pulling every prompt token the decode side lacks: ``nixl/pull_scheduler.py``); the fleet's
+    totals went under "0" alone before. The request of the test above: 1,000 prompt tokens, 10
+    output tokens, no prefix hits anywhere."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvsim.results.prometheus import prometheus_snapshot
+
+    cfg = _config(link="infiniband-ndr")
+    results = simulate(cfg, [Request(0, 0.0, 1000, 10, 10)])
+    text = prometheus_snapshot(results)
+    samples = {
+        (
+            s.name,
+            s.labels.get("engine"),
+            s.labels.get("source") or s.labels.get("finished_reason"),
+        ): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def value(name: str, engine: str, label: str | None = None) -> float:
+        return samples[f"vllm:{name}", engine, label]
+
+    # prefill: computes the prompt and samples the copy's one token (max_tokens = 1: length)
+    assert value("prompt_tokens_by_source_total", "0", "local_compute") == 1000
+    assert value("prompt_tokens_by_source_total", "0", "external_kv_transfer") == 0
+    assert value("generation_tokens_total", "0") == 1
+    assert value("request_success_total", "0", "length") == 1
+    assert value("iteration_tokens_total_sum", "0") == 1000 + 1  # one step
+    # decode: pulls all 1,000 (computed 0: its recompute of the last token is no prefill),
+    # external queries = hits = the 1,000 its connector was asked for, no local hit
+    assert value("prompt_tokens_by_source_total", "1", "local_compute") == 0
+    assert value("prompt_tokens_by_source_total", "1", "external_kv_transfer") == 1000
+    assert value("prompt_tokens_cached_by_source_total", "1", "p2p") == 1000
+    assert value("prompt_tokens_cached_total", "1") == 1000
+    assert value("external_prefix_cache_queries_total", "1") == 1000
+    assert value("external_prefix_cache_hits_total", "1") == 1000
+    assert value("prefix_cache_hits_total", "1") == 0
+    assert value("generation_tokens_total", "1") == 10
+    # one token a step, the first step's computed prompt tokens 0: 10 steps, 10 tokens
+    assert value("iteration_tokens_total_count", "1") == 10
+    assert value("iteration_tokens_total_sum", "1") == 10
+    # its TTFT from when the proxy sent it on: the transfer and its first step (worked above)
+    cost = cost_model_from_config(cfg.replica_configs[0], paged=True)
+    decode_ttft = 10e-6 + 1000 * 131_072 / 50e9 + cost.step_s(1, 999, 2 * 999 + 1, 1)
+    assert value("time_to_first_token_seconds_sum", "1") == pytest.approx(decode_ttft, rel=1e-12)
+    replica = results.replicas.set_index("replica")
+    assert replica.loc[1, "time_to_first_token_seconds_p50"] == pytest.approx(
+        decode_ttft, rel=1e-12
+    )
+    assert results.summary["kv_transfer_received_tokens"] == 1000
+
+
 def test_nvlink_moves_the_same_kv_nine_times_faster():
     req = Request(0, 0.0, 1000, 10, 10)
     ib = simulate(_config(link="infiniband-ndr"), [req]).summary["kv_transfer_seconds_mean"]

@@ -186,27 +186,6 @@ def test_a_fleets_metrics_prom_labels_each_replicas_own_metrics_by_engine():
     assert samples["vllm:cache_config_info", "0"] == samples["vllm:cache_config_info", "1"] == 1
 
 
-def test_a_disaggregated_fleet_exports_its_totals_as_one_engine():
-    # one prefill and one decode replica: vLLM's decode instance would count the KV it pulls
-    # as external p2p hits, which kvsim does not record a request, so the fleet's totals go
-    # under engine "0" alone (the four requests once each, not a prefill copy besides)
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from kvsim.results.prometheus import prometheus_snapshot
-
-    cfg = _config(prefill_replicas=1)
-    text = prometheus_snapshot(simulate(cfg, _requests()))
-    families = list(text_string_to_metric_families(text))
-    assert {s.labels.get("engine") for f in families for s in f.samples} == {"0"}
-    (count,) = [
-        s.value
-        for f in families
-        for s in f.samples
-        if s.name == "vllm:e2e_request_latency_seconds_count"
-    ]
-    assert count == 4
-
-
 def test_an_idle_replica_reports_its_pool_as_an_idle_server_does():
     # three replicas, one request: replicas 1 and 2 serve nothing, yet a vLLM server reports
     # its cache config from startup; each has the pool of 101 blocks above (100 usable and
