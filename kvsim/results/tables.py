@@ -194,8 +194,9 @@ class Results:
 
         Raises:
             FileNotFoundError: a file of the folder is missing.
-            ValueError: a corrupt file, or a ``config.json`` that is not a valid config (naming
-                the file).
+            ValueError: a corrupt file, a ``config.json`` that is not a valid config, a table
+                without its core columns, or a request table whose rows are not the summary's
+                ``num_requests`` (naming the file).
         """
         folder = Path(folder)
         try:
@@ -213,6 +214,13 @@ class Results:
             _run_table(folder, "mapframes") if has_maps else None,
             _run_table(folder, "frames", list_columns=("waiting_req_ids",)) if has_maps else None,
         )
+        counted = summary.get("num_requests")
+        if isinstance(counted, int) and counted != len(results.requests):
+            raise ValueError(  # (each saved from the same run: one was changed since)
+                f"{folder / 'requests.parquet'}: {len(results.requests):,} rows where "
+                f"{folder / 'summary.json'} counts {counted:,} requests; a table edited or cut "
+                "short since the run wrote it (run it again)"
+            )
         if stored_table(folder / "replicas.parquet") is not None:
             results.replicas = read_table(folder / "replicas.parquet")
         return results

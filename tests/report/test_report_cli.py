@@ -75,6 +75,23 @@ def test_a_table_swapped_for_another_is_named(small_runs, tmp_path, table, copie
     assert "Traceback" not in result.output
 
 
+def test_a_request_table_cut_short_since_the_run_is_named(small_runs, tmp_path) -> None:
+    """requests.parquet emptied (or cut to fewer rows) while summary.json counts the run's 120
+    requests: the page was written from the stump, exit 0."""
+    import shutil
+
+    import pandas as pd
+
+    run = tmp_path / "run"
+    shutil.copytree(small_runs[0], run)
+    table = pd.read_parquet(run / "requests.parquet")
+    table.iloc[:0].to_parquet(run / "requests.parquet")
+    result = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 2, result.output
+    assert "requests.parquet: 0 rows where" in result.output
+    assert "counts 120 requests" in result.output  # (SMALL: 120 requests)
+
+
 def test_out_must_not_be_a_folder(small_runs, tmp_path) -> None:
     result = runner.invoke(app, ["report", str(small_runs[1]), "--out", str(tmp_path)])
     assert result.exit_code == 2
