@@ -97,9 +97,8 @@ class Fleet:
         self.replica_of = np.full(num, -1, dtype=np.int64)
         self.prefill_of = np.full(num, -1, dtype=np.int64)
         # disaggregated, by row: when the proxy sent the request to its decode replica (its
-        # prefill copy's end), when that replica took its blocks, and the tokens it pulled
+        # prefill copy's end), and the tokens that replica pulled
         self.handoff_s = np.full(num, np.nan)
-        self.decode_scheduled_s = np.full(num, np.nan)
         self.pulled_tokens = np.zeros(num, dtype=np.int64)
         self.transfer_s = array("d")
         self.transfer_bytes = 0
@@ -160,9 +159,7 @@ class Fleet:
     def _hand_off(self, row: int, copy: Request) -> None:
         """The prefill copy finished: the router picks a decode replica for the request."""
         req = self._waiting_decode.pop(row)
-        self.handoff_s[row] = self.env.now
-        req.first_scheduled_time_s = copy.first_scheduled_time_s
-        req.num_preemptions = copy.num_preemptions
+        self.handoff_s[row] = self.env.now  # (a fresh request there: scheduled, preempted anew)
         index, new = self._back_routes.route(self.router, req, self.back)
         target = self.back[index]
         target.num_outstanding += new
@@ -180,7 +177,6 @@ class Fleet:
         link, then it joins the replica's waiting queue."""
         source = self.replicas[int(self.prefill_of[row])]
         replica = self.replicas[index]
-        self.decode_scheduled_s[row] = self.env.now
         self.pulled_tokens[row] = tokens
         seconds = transfer_s(source.config, replica.config, self.spec, tokens)
         self.transfer_s.append(seconds)

@@ -147,8 +147,13 @@ def _results(config: SimConfig, fleet: Fleet, rejected: Rejected) -> Results:
     served = fleet.served.columns()
     prefilled = fleet.prefilled.columns() if fleet.prefilled is not None else None
     replicas = replica_results(fleet, served, prefilled)  # (each replica's own view)
-    if prefilled is not None:  # the request's prefix hits were the prefill replica's
-        served = {**served, "num_cached_tokens": prefilled["num_cached_tokens"]}
+    if prefilled is not None:  # the request as its client sees it: prefilled, then decoded
+        served = {
+            **served,
+            "num_cached_tokens": prefilled["num_cached_tokens"],
+            "first_scheduled_time_s": prefilled["first_scheduled_time_s"],
+            "num_preemptions": served["num_preemptions"] + prefilled["num_preemptions"],
+        }
     table = dict(request_table_columns(served))
     table["replica"] = fleet.replica_of
     table["prefill_replica"] = fleet.prefill_of

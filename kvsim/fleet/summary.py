@@ -69,7 +69,6 @@ SUMMED_PREFIXES = (
     "num_cow_",
     "cow_",
     "num_cache_evictions",
-    "kv_transfer_received_",
 )
 # one replica's facts (its pool, groups, drafter, cost model): reported where every replica
 # that has one has the same, as a lone engine reports it (the replica table has each GPU's)
@@ -132,11 +131,14 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
     """Each replica's ``Results``: its requests (a prefill replica's: the prefill copies) and
     its memory rows, summarised as a single engine's run is, plus its pool's counters.
 
-    A decode replica's requests are as that vLLM instance sees them (vLLM 0.34.0, NIXL
-    connector): each arrives when the proxy sends it on (its prefill copy's end), is first
-    scheduled when the replica takes its blocks, and has its whole prompt cached, the tokens
-    the connector pulled (``kv_transfer_received_tokens``, external ``p2p`` hits) and its own
-    prefix hits."""
+    Disaggregated, each side as its vLLM instance sees it (vLLM 0.34.0, NIXL connector): a
+    decode replica's requests arrive when the proxy sends them on (their prefill copies' end),
+    are first scheduled at the step after their KV arrived (vLLM records ``SCHEDULED`` then,
+    not when it parks them for the transfer) and have their whole prompts cached, their own
+    prefix hits and the tokens the connector pulled (``kv_transfer_received_tokens``: external
+    ``p2p`` hits); ``kv_connector_queries`` counts the tokens each side asked its connector
+    for (``Scheduler.schedule``: the prompt less the local hits; a prefill instance's go
+    unanswered)."""
     out = []
     for replica in fleet.replicas:
         engine = replica.engine
@@ -148,7 +150,6 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
             cols = _subset(served, mine)
             if replica.role == "decode":
                 cols["arrival_time_s"] = fleet.handoff_s[mine]
-                cols["first_scheduled_time_s"] = fleet.decode_scheduled_s[mine]
         if not len(cols["req_id"]):
             results = Results.from_records(
                 replica.config, request_table_columns(cols), engine_memory_columns(engine), {}
@@ -158,7 +159,11 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
                 "num_preemptions": engine.num_preemptions,
                 **engine_summary(replica.config),
                 **engine_counters(engine),
-                **({"kv_transfer_received_tokens": 0} if replica.role == "decode" else {}),
+                **(
+                    {"kv_transfer_received_tokens": 0, "kv_connector_queries": 0}
+                    if replica.role != "both"
+                    else {}
+                ),
             }
             results.iteration_tokens = engine.scheduler.iteration_tokens
             out.append(results)
@@ -172,8 +177,13 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
         )
         results.summary.update(engine_counters(engine))
         if replica.role == "decode":
-            pulled = fleet.pulled_tokens[fleet.replica_of == replica.index]
-            results.summary["kv_transfer_received_tokens"] = int(pulled.sum())
+            pulled = int(fleet.pulled_tokens[fleet.replica_of == replica.index].sum())
+            results.summary["kv_transfer_received_tokens"] = pulled
+            results.summary["kv_connector_queries"] = pulled
+        elif replica.role == "prefill":
+            asked = cols["prompt_tokens"] - cols["num_cached_tokens"]
+            results.summary["kv_transfer_received_tokens"] = 0
+            results.summary["kv_connector_queries"] = int(np.sum(asked))
         results.iteration_tokens = engine.scheduler.iteration_tokens
         out.append(results)
     return out

@@ -160,8 +160,7 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
     labels = [results.config.model.name, engine]
     # a request's cached tokens include those its KV connector loaded (vLLM's
     # num_cached_tokens): from the CPU tier, or pulled from a prefill instance (a decode
-    # replica's: every token the connector was asked for, vLLM's NIXL connector); the prefix
-    # cache's own hits are the rest
+    # replica's, ``replica_results``); the prefix cache's own hits are the rest
     prompt, cached = int(df["prompt_tokens"].sum()), int(df["num_cached_tokens"].sum())
     pulled = int(summary.get("kv_transfer_received_tokens", 0))
     external_hits = int(summary.get("external_prefix_cache_hits", 0)) + pulled
@@ -178,7 +177,7 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
     }
     # (vLLM creates both with or without a KV connector: 0 without a CPU tier)
     counters["external_prefix_cache_queries"] = (
-        summary.get("external_prefix_cache_queries", 0) + pulled,
+        summary.get("external_prefix_cache_queries", 0) + summary.get("kv_connector_queries", 0),
         "External prefix cache queries (KV connector), in tokens.",
     )
     counters["external_prefix_cache_hits"] = (

@@ -82,7 +82,7 @@ class Results:
         self.mapframes = mapframes
         self.frames = frames
         self.replicas: pd.DataFrame | None = None  # a fleet's per-replica metrics (kvsim.fleet)
-        # a co-located fleet's replicas' own runs, in memory only (not saved): each exported
+        # a fleet's replicas' own runs, in memory only (not saved): each exported
         # as one engine of metrics.prom
         self.replica_runs: list[Results] | None = None
         # one engine's steps by tokens a step (``SchedulerCore.iteration_tokens``), in memory

@@ -81,6 +81,9 @@ def test_each_side_reports_what_its_vllm_instance_does():
     assert value("prompt_tokens_by_source_total", "0", "external_kv_transfer") == 0
     assert value("generation_tokens_total", "0") == 1
     assert value("request_success_total", "0", "length") == 1
+    # its connector is asked for the prompt less the local hits, and finds none
+    assert value("external_prefix_cache_queries_total", "0") == 1000
+    assert value("external_prefix_cache_hits_total", "0") == 0
     assert value("iteration_tokens_total_sum", "0") == 1000 + 1  # one step
     # decode: pulls all 1,000 (computed 0: its recompute of the last token is no prefill),
     # external queries = hits = the 1,000 its connector was asked for, no local hit
@@ -95,15 +98,39 @@ def test_each_side_reports_what_its_vllm_instance_does():
     # one token a step, the first step's computed prompt tokens 0: 10 steps, 10 tokens
     assert value("iteration_tokens_total_count", "1") == 10
     assert value("iteration_tokens_total_sum", "1") == 10
-    # its TTFT from when the proxy sent it on: the transfer and its first step (worked above)
+    # from when the proxy sent it on (the idle replica takes its blocks at once): queued while
+    # its KV crosses the link (vLLM records SCHEDULED at the step after it arrives), then its
+    # first step (worked above); TTFT the two
     cost = cost_model_from_config(cfg.replica_configs[0], paged=True)
-    decode_ttft = 10e-6 + 1000 * 131_072 / 50e9 + cost.step_s(1, 999, 2 * 999 + 1, 1)
-    assert value("time_to_first_token_seconds_sum", "1") == pytest.approx(decode_ttft, rel=1e-12)
+    transfer_s, first_s = 10e-6 + 1000 * 131_072 / 50e9, cost.step_s(1, 999, 2 * 999 + 1, 1)
+    assert value("request_queue_time_seconds_sum", "1") == pytest.approx(transfer_s, rel=1e-9)
+    assert value("request_prefill_time_seconds_sum", "1") == pytest.approx(first_s, rel=1e-9)
+    ttft = transfer_s + first_s
+    assert value("time_to_first_token_seconds_sum", "1") == pytest.approx(ttft, rel=1e-12)
     replica = results.replicas.set_index("replica")
-    assert replica.loc[1, "time_to_first_token_seconds_p50"] == pytest.approx(
-        decode_ttft, rel=1e-12
-    )
-    assert results.summary["kv_transfer_received_tokens"] == 1000
+    assert replica.loc[1, "time_to_first_token_seconds_p50"] == pytest.approx(ttft, rel=1e-12)
+    assert results.replica_runs[1].summary["kv_transfer_received_tokens"] == 1000
+    # the client's view is kept: queued from its send until the prefill replica scheduled it
+    assert results.requests["request_queue_time_seconds"].iloc[0] == 0
+
+
+def test_a_disaggregated_run_read_back_exports_its_totals_whole(tmp_path):
+    """Read back from disk (no replica's own run), the fleet's totals go under engine "0": every
+    prompt token once by source and no count below zero (adding the pulled tokens to the fleet's
+    cached ones, which are the prefill side's, gave local_cache_hit -1,000)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvsim.results import Results
+    from kvsim.results.prometheus import prometheus_snapshot
+
+    cfg = _config(link="infiniband-ndr")
+    simulate(cfg, [Request(0, 0.0, 1000, 10, 10), Request(1, 0.0, 200, 4, 4)]).save(tmp_path)
+    text = prometheus_snapshot(Results.load(tmp_path))
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    assert {s.labels.get("engine") for s in samples} == {"0"}
+    assert all(s.value >= 0 for s in samples if s.name.startswith("vllm:"))
+    by_source = [s.value for s in samples if s.name == "vllm:prompt_tokens_by_source_total"]
+    assert sum(by_source) == 1000 + 200
 
 
 def test_nvlink_moves_the_same_kv_nine_times_faster():
