@@ -429,4 +429,11 @@ def load_experiment(path: str | Path) -> Experiment:
     except ValueError as err:
         raise ValueError(at_lines(path, str(err))) from None
     check_relative_paths(path, experiment.base, "base")
+    axes = [("grid", experiment.grid), ("quick.grid", experiment.quick_grid)]
+    axes += [("zip", z) for z in experiment.zips]
+    for table, axis in axes:  # (a swept path: each value as the base's)
+        for dotted, values in axis.items():
+            section, _, key = dotted.partition(".")
+            for value in values:
+                check_relative_paths(path, {section: {key: value} if key else value}, table)
     return replace(experiment, path=path)

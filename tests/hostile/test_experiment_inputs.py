@@ -432,3 +432,16 @@ def test_a_relative_trace_beside_an_experiment_or_plan_is_named(hostile) -> None
         + "targets = { time_to_first_token_seconds_p99 = 2 }\n",
     )
     hostile.run(["plan", plan, "--out", "out"], "plan.toml line 5: workload.trace", "sub/t.csv")
+
+
+def test_a_relative_trace_swept_by_a_grid_is_named(hostile) -> None:
+    """A grid of traces named beside ``sub/exp.toml`` (line 6: the axis) is read from ``cwd``
+    as the base's trace is: the error names the line and the file beside it."""
+    hostile.write("sub/t.csv", TRACE)
+    exp = hostile.write(
+        "sub/exp.toml",
+        'name = "e"\n[base]\nmodel = "opt-13b"\nworkload = { sample = "replay" }\n'
+        '[grid]\n"workload.trace" = ["t.csv"]\n',
+    )
+    expected = ["exp.toml line 6: workload.trace = 't.csv'", "current folder", "sub/t.csv"]
+    hostile.run(["sweep", exp, "--out", "out", "--no-progress"], *expected)
