@@ -142,6 +142,16 @@ def plan(
             help="Processes: this one and N-1 workers share each round's 2 points.",
         ),
     ] = 1,
+    draws: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=20,
+            metavar="N",
+            help="Run the answer on N other draws of the workload (seeds after the config's) "
+            "and say whether it holds there (0: none).",
+        ),
+    ] = 2,
     quick: Annotated[
         bool,
         typer.Option(
@@ -201,12 +211,14 @@ def plan(
     lines and the answer (OUT/plan/NAME/plan.png). A named plan answers its own question: to ask
     another (--smallest, --largest, --target) on its config, give --name for its results.
     """
+    from kvsim.base.units import plural
     from kvsim.config import apply_overrides
     from kvsim.study.plan import (
         Target,
         failure,
         format_value,
         load_plan,
+        other_draws,
         plan_folder,
         plan_from_dict,
         run_plan,
@@ -375,6 +387,12 @@ def plan(
             result = run_plan(
                 the_plan, out, jobs=jobs, quick=quick, on_point=show, scheduler=scheduler
             )
+        if result.answer is not None and draws:
+            console.print(
+                f"the answer on {plural(draws, 'other draw')} of the workload (seed + 1 ...)",
+                highlight=False,
+            )
+        result = other_draws(result, draws, jobs=jobs, quick=quick, scheduler=scheduler)
         written = save_plan(result)
         print_whole(_answer_table(result))
         if quick:  # (a few requests a point: a queue past the knee has no time to show)
@@ -383,6 +401,16 @@ def plan(
                 "requests) to try the question in seconds; its answer is not one to rely on "
                 "(a rate past the knee, say, needs minutes of arrivals to show): rerun without "
                 "--quick",
+                highlight=False,
+            )
+        failing = [d.seed for d in result.other_draws if not d.meets]
+        if failing:
+            seeds = ", ".join(map(str, failing))
+            console.print(
+                f"[yellow]note:[/] the answer fails its targets on {len(failing)} of "
+                f"{plural(len(result.other_draws), 'other draw')} of the workload (seed {seeds}): "
+                "where a target crosses its bound moves with the draw; more requests "
+                "(workload.num_requests, or --window for a rate) steady it, or take a margin",
                 highlight=False,
             )
         if not result.monotone:
@@ -658,6 +686,10 @@ def _answer_table(result: Any) -> Table:
         if result.other_end:
             side = "below" if plan_.direction == "largest" else "above"
             table.add_row(f"{side} the interval", escape(result.other_end))
+        for draw in result.other_draws:
+            verdict = "meets" if draw.meets else "fails"
+            values = ", ".join(f"{_fmt(v, m)}" for m, v in draw.values.items())
+            table.add_row(f"at seed {draw.seed}", f"{verdict} ({values})")
     table.add_row("points evaluated", str(len(result.points)))
     for value, why in result.skipped.items():  # choices the model cannot use: not searched
         table.add_row(f"skipped {format_value(value, knob)}", escape(why))

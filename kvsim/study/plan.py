@@ -633,6 +633,7 @@ class PlanResult:
         why_none: with no answer, why: a condition every end fails (with where a wider
             bracket could help, or that the knob's range ends there) or two targets whose
             boundaries leave no value between them.
+        other_draws: the answer on other draws of the workload (``other_draws``), or none.
     """
 
     plan: Plan
@@ -647,6 +648,54 @@ class PlanResult:
     interval: tuple[float, float] | None = None
     other_end: str | None = None
     why_none: str | None = None
+    other_draws: tuple[OtherDraw, ...] = ()
+
+
+@dataclass(frozen=True)
+class OtherDraw:
+    """The answer's config run on another draw of its workload.
+
+    Attributes:
+        seed: the config's ``seed`` for that draw (arrivals and lengths).
+        meets: every target holds and every request fits the pool (as a plan point).
+        values: each target's metric at that draw (NaN where the run has none).
+    """
+
+    seed: int
+    meets: bool
+    values: dict[str, float]
+
+
+def other_draws(
+    result: PlanResult,
+    count: int,
+    *,
+    jobs: int = 1,
+    quick: bool = False,
+    scheduler: str | None = None,
+) -> PlanResult:
+    """``result`` with its answer's config run on ``count`` other draws of its workload: seeds
+    ``seed + 1 ... seed + count`` of its config's (arrivals and lengths drawn anew), each a point
+    of the plan's folder. One draw's answer is where its metric crossed the bound: near a knee,
+    another draw of the same workload crosses elsewhere, and this says by how much.
+
+    Raises:
+        PlanPointError: a draw's run failed (as a plan point's).
+    """
+    plan, answer = result.plan, result.answer
+    if answer is None or count <= 0:
+        return result
+    spec = plan.config(answer, quick=quick)
+    seed = config_from_dict(spec["data"], spec["overrides"], warn=False).seed
+    draws = []
+    for other in range(seed + 1, seed + 1 + count):
+        variant = dataclasses.replace(plan, base={**plan.base, "seed": other})
+        ev = _Evaluator(variant, result.folder, jobs, quick, None, scheduler)
+        ev.evaluate([answer])
+        summary = ev.seen[answer]
+        values = {t.metric: float(summary.get(t.metric, math.nan)) for t in plan.targets}
+        draws.append(OtherDraw(other, ev.meets(answer), values))
+    return dataclasses.replace(result, other_draws=tuple(draws))
 
 
 class _Evaluator:

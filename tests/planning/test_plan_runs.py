@@ -113,6 +113,10 @@ def test_cli_plan_answers_and_draws(tmp_path: Path) -> None:
     # headroom) / 81,089 MiB = 18,377,352,960 / 85,027,979,264 = 0.21613, up to 0.217
     flat = " ".join(result.output.replace("│", " ").split())
     assert "as gpu_memory_utilization 0.217 of 79.2 GiB (KV + 15.0 GiB of weights" in flat
+    # on other draws too: fixed lengths, and all ten arrive (within microseconds) before the
+    # first step ends, whatever the seed: the same batch, no preemption
+    assert "at seed 1 meets (0)" in flat
+    assert "at seed 2 meets (0)" in flat
     folder = tmp_path / "plan" / "burst"
     answer = json.loads((folder / "answer.json").read_text())
     assert answer["answer"] == SMALLEST_WITHOUT_PREEMPTION
@@ -952,3 +956,29 @@ def test_a_quick_answer_says_it_is_not_one_to_rely_on(tmp_path: Path) -> None:
     assert "its answer is not one to rely on" in " ".join(output.split())
     code, output = _plan_cli(*args, "--window", "5", "--out", str(tmp_path), "--no-progress")
     assert "not one to rely on" not in " ".join(output.split())
+
+
+def test_the_answer_is_run_on_other_draws_of_its_workload(tmp_path: Path) -> None:
+    """Each other draw is the answer's config at seed 1, then 2 (the config's seed is 0), run
+    as it would run alone: its targets' metrics and verdict are that run's."""
+    from kvsim.config import config_from_dict
+    from kvsim.fleet import simulate
+    from kvsim.study.plan import other_draws
+
+    plan = load_plan(plans_dir() / "bursty-kv.toml")
+    result = other_draws(run_plan(plan, tmp_path, quick=True), 2, quick=True)
+    assert result.answer is not None
+    assert [d.seed for d in result.other_draws] == [1, 2]
+    for draw in result.other_draws:
+        spec = plan.config(result.answer, quick=True)
+        alone = simulate(config_from_dict(spec["data"], {**spec["overrides"], "seed": draw.seed}))
+        for target in plan.targets:
+            assert draw.values[target.metric] == alone.summary[target.metric]
+        held = all(alone.summary[t.metric] <= t.bound for t in plan.targets)
+        assert draw.meets == (held and not alone.summary.get("num_rejected_kv_pool", 0))
+    save_plan(result)
+    saved = json.loads((result.folder / "answer.json").read_text())["other_draws"]
+    assert [(d["seed"], d["meets"]) for d in saved] == [
+        (1, result.other_draws[0].meets),
+        (2, result.other_draws[1].meets),
+    ]
