@@ -138,9 +138,7 @@ def save_plan(result: PlanResult) -> list[Path]:
         "why_none": result.why_none,
         "skipped": {str(value): why for value, why in result.skipped.items()},
         "num_points": len(result.points),
-        "other_draws": [
-            {"seed": d.seed, "meets": d.meets, **d.values} for d in result.other_draws
-        ],
+        "other_draws": [{"seed": d.seed, "meets": d.meets, **d.values} for d in result.other_draws],
     }
     answer_json = folder / "answer.json"
     answer_json.write_text(json_text(answer, indent=2) + "\n")
