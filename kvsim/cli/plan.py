@@ -653,7 +653,8 @@ def _answer_table(result: Any) -> Table:
     knob = plan_.field
     table = Table(title=f"{plan_.name}: {plan_.direction} {plan_.field}", show_header=False)
     table.add_column("")
-    table.add_column("", justify="right")
+    # (a long reason, a choice skipped, folds: piped, the table was as wide as its longest row)
+    table.add_column("", justify="right", overflow="fold", max_width=100)
     if result.answer is None:
         table.add_row("answer", escape(f"none: {result.why_none}"))
     else:
