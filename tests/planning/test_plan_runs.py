@@ -706,6 +706,10 @@ def test_a_tp_plan_skips_the_sizes_the_models_heads_do_not_divide(tmp_path: Path
     flat = " ".join(output.replace("│", " ").split())
     assert "answer tensor_parallel_size (GPUs): 4 " in flat
     assert "skipped 16 parallel.tensor_parallel_size: opt-13b has 40 attention heads" in flat
+    # piped, the table is as wide as it needs, its long rows folded (the skipped size's reason
+    # made it one line as wide as the reason)
+    table = [line for line in output.splitlines() if line.startswith("│")]
+    assert max(map(len, table)) <= 3 + 25 + 3 + 100 + 2  # borders, label, value (100 at most)
     answer = json.loads(
         (tmp_path / "plan" / "smallest-tensor_parallel_size" / "answer.json").read_text()
     )
