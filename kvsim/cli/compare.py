@@ -67,15 +67,7 @@ def config_differences(a: Path, b: Path, most: int = 8) -> str:
     (their ``config.json``), each as ``field (A -> B)``, at most ``most`` then a count; ``""``
     where they agree or a folder has no readable ``config.json``."""
     from kvsim.base.textfile import read_json
-
-    def flat(table: Any, prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in table.items():
-            if isinstance(value, dict):
-                out.update(flat(value, f"{prefix}{key}."))
-            else:
-                out[f"{prefix}{key}"] = value
-        return out
+    from kvsim.config.sim import dotted_fields
 
     try:
         one, two = read_json(a / "config.json"), read_json(b / "config.json")
@@ -83,7 +75,7 @@ def config_differences(a: Path, b: Path, most: int = 8) -> str:
         return ""
     if not isinstance(one, dict) or not isinstance(two, dict):
         return ""
-    fa, fb = flat(one), flat(two)
+    fa, fb = dotted_fields(one), dotted_fields(two)
     keys = [k for k in dict.fromkeys([*fa, *fb]) if fa.get(k) != fb.get(k)]
     shown = [f"{k} ({fa.get(k, '-')} -> {fb.get(k, '-')})" for k in keys[:most]]
     more = f" and {len(keys) - most} more" if len(keys) > most else ""

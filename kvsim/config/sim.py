@@ -843,6 +843,18 @@ def _absent(data: dict[str, Any], dotted: str) -> bool:
     return False
 
 
+def dotted_fields(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"cache": {"allocator": "paged"}}`` -> ``{"cache.allocator": "paged"}`` (``set_dotted``'s
+    inverse, over every leaf)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(dotted_fields(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     """Set ``data["a"]["b"] = value`` for ``dotted == "a.b"``, creating tables as needed.
 

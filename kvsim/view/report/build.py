@@ -13,6 +13,7 @@ from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
 from kvsim.config.allocators import LAYOUTS
+from kvsim.config.sim import dotted_fields
 from kvsim.view.labels import METRIC_LABELS
 from kvsim.view.report.data import MAX_WAITING_IDS, Run, end_time_s, map_missing_reason, map_payload
 from kvsim.view.report.figures import RUN_COLORS, ecdf_figure, memory_figure
@@ -57,17 +58,6 @@ HEADLINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 
 
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"cache": {"allocator": "paged"}}`` -> ``{"cache.allocator": "paged"}``."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def describe(run: Run) -> str:
     """One line naming the run's model, GPU, policy, pool and requests."""
     cfg = run.results.config
@@ -97,7 +87,7 @@ def run_payload(run: Run, index: int, end_s: float) -> dict[str, Any]:
         "color": RUN_COLORS[index % len(RUN_COLORS)],
         "description": describe(run),
         "summary": run.results.summary,
-        "config": flatten(run.config),
+        "config": dotted_fields(run.config),
         "map": None if missing else map_payload(run),
         "map_missing": missing,
         "memory_figure": fig.to_plotly_json(),
