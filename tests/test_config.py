@@ -751,6 +751,20 @@ def test_every_relative_path_beside_the_config_but_not_here_is_named(
         load_config("sub/c.toml")
 
 
+def test_a_relative_path_the_set_replaces_is_not_checked(tmp_path, monkeypatch) -> None:
+    """sub/c.toml's trace = "t.csv" (beside it only) is not read when --set replaces it, or its
+    whole [workload] table: no error about it (the run reads what --set gives)."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "t.csv").write_text("prompt_tokens,output_tokens\n10,5\n")
+    (sub / "c.toml").write_text('[workload]\ntrace = "t.csv"\n')
+    monkeypatch.chdir(tmp_path)
+    replaced = load_config("sub/c.toml", {"workload": "sharegpt_like"})
+    assert replaced.workload.trace is None
+    with pytest.raises(ValueError, match=r"c\.toml line 2: workload\.trace = 't\.csv'"):
+        load_config("sub/c.toml")
+
+
 def test_a_catalogued_trace_file_name_beside_the_config_is_read_from_the_data_folder(
     tmp_path, monkeypatch
 ) -> None:

@@ -159,7 +159,7 @@ def check_relative_paths(
         return
     workload = data.get("workload")
     for field in PATH_FIELDS:
-        if field in skip:
+        if field in skip or field.partition(".")[0] in skip:  # (set again, or its table)
             continue
         section, _, key = field.partition(".")
         values = data.get(section)
