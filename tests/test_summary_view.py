@@ -609,3 +609,24 @@ def test_a_sweep_table_marks_the_points_past_saturation() -> None:
     body = [line for line in shown if line.startswith("│")]
     assert [line.rstrip("│ ").endswith("yes") for line in body] == [True, False, False]
     assert not any("past saturation" in line for line in rows([False, np.nan, False]))
+
+
+def test_compare_names_the_config_fields_each_run_reads(tmp_path: Path) -> None:
+    """A: first-fit slabs with the pow2 rule; B: paged (its reservation rule, max by default, is
+    not read by a paged pool); C: paged with pow2 written. A against B marks the reservation as
+    not read by B; B against C leaves it out (neither reads it): they differ in nothing else."""
+    from kvsim.cli.compare import config_differences
+    from kvsim.config import config_from_dict
+
+    tables = {
+        "a": {"cache": {"allocator": "first_fit", "reservation": "pow2"}},
+        "b": {"cache": {"allocator": "paged"}},
+        "c": {"cache": {"allocator": "paged", "reservation": "pow2"}},
+    }
+    for name, table in tables.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(config_from_dict(table).canonical_json())
+    ab = config_differences(tmp_path / "a", tmp_path / "b")
+    assert "cache.allocator (first_fit -> paged)" in ab
+    assert "cache.reservation (pow2 -> max; B does not read it)" in ab
+    assert config_differences(tmp_path / "b", tmp_path / "c") == ""

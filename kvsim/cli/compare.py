@@ -64,20 +64,36 @@ def _folder(run: Path) -> Path:
 
 def config_differences(a: Path, b: Path, most: int = 8) -> str:
     """The dotted config fields whose values differ between the runs in folders ``a`` and ``b``
-    (their ``config.json``), each as ``field (A -> B)``, at most ``most`` then a count; ``""``
-    where they agree or a folder has no readable ``config.json``."""
+    (their ``config.json``), each as ``field (A -> B)``, marked where one run's config does not
+    read it (``kvsim.config.ignored``: a paged pool's reservation rule) and left out where
+    neither does; at most ``most`` then a count; ``""`` where they agree or a folder has no
+    readable, valid ``config.json``."""
+    from kvsim.base.say_once import held_back
     from kvsim.base.textfile import read_json
+    from kvsim.config import SimConfig
+    from kvsim.config.ignored import moot_reason
     from kvsim.config.sim import dotted_fields
 
     try:
         one, two = read_json(a / "config.json"), read_json(b / "config.json")
+        with held_back():  # (the runs said their configs' warnings when they ran)
+            ca, cb = SimConfig.model_validate(one), SimConfig.model_validate(two)
     except (OSError, ValueError):
         return ""
-    if not isinstance(one, dict) or not isinstance(two, dict):
-        return ""
     fa, fb = dotted_fields(one), dotted_fields(two)
-    keys = [k for k in dict.fromkeys([*fa, *fb]) if fa.get(k) != fb.get(k)]
-    shown = [f"{k} ({fa.get(k, '-')} -> {fb.get(k, '-')})" for k in keys[:most]]
+    keys, shown = [], []
+    for k in dict.fromkeys([*fa, *fb]):
+        if fa.get(k) == fb.get(k):
+            continue
+        unread = [n for n, c, d in (("A", ca, one), ("B", cb, two)) if moot_reason(c, d, k)]
+        if len(unread) == 2:
+            continue
+        keys.append(k)
+        shown.append(
+            f"{k} ({fa.get(k, '-')} -> {fb.get(k, '-')}"
+            + (f"; {unread[0]} does not read it)" if unread else ")")
+        )
+    shown = shown[:most]
     more = f" and {len(keys) - most} more" if len(keys) > most else ""
     return ", ".join(shown) + more
 
