@@ -8,8 +8,8 @@ any replica's allocator takes is read) and the radix tree
 caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate,
 only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens``; speculative
 decoding's settings go unread while ``num_speculative_tokens`` is never set, the link's
-bandwidth while ``kv_offloading_size`` is never set, and a disk's bandwidths while
-``disk_offloading_size`` is never set; a fleet's router has nothing to choose when
+bandwidth and ``offload_prompt_only`` while ``kv_offloading_size`` is never set, and a disk's
+bandwidths while ``disk_offloading_size`` is never set; a fleet's router has nothing to choose when
 each pick has one candidate (``replicas`` never set, or one prefill and one decode replica),
 and each router reads only its own weights; a CPU swap space goes unread where there is no swap
 (the vllm-v1 profile, or vllm-v0 over an allocator that is not paged), and so do the swap
@@ -213,13 +213,10 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     size_written = _lookup(data, "offload.kv_offloading_size") is not None
     if not config.offload.enabled and not size_written:
         why = "CPU offloading is off: kv_offloading_size is unset"
-        yield _section_field(
-            config.offload,
-            "offload",
-            "link_bandwidth_bytes_per_s",
-            ("offload.kv_offloading_size",),
-            why,
-        )
+        for name in ("link_bandwidth_bytes_per_s", "offload_prompt_only"):
+            yield _section_field(
+                config.offload, "offload", name, ("offload.kv_offloading_size",), why
+            )
     disk_written = _lookup(data, "offload.disk_offloading_size") is not None
     if not config.offload.disk_enabled and not disk_written:  # (0 written: a sweep's "off")
         why = "there is no disk tier: disk_offloading_size (GiB) is unset"

@@ -76,6 +76,12 @@ class OffloadConfig(Frozen):
         disk_read_bandwidth_bytes_per_s, disk_write_bandwidth_bytes_per_s: one GPU's share of
             the disk, bytes/s each way; default 6.4e9, one PCIe 4.0 x4 NVMe drive at 80 % of
             its nominal 8 GB/s (an interface bound: take your drive's datasheet figures).
+        offload_prompt_only: store only the blocks of a request's prompt, none its decode
+            fills (vLLM 0.34.0's default: ``kv_connector_extra_config`` key
+            ``offload_prompt_only``, ``vllm/v1/kv_offload/base.py``, applied in
+            ``OffloadingConnectorScheduler._calc_num_offloadable_tokens``); ``False`` stores
+            every full block of computed tokens. A later turn's prompt holds the earlier turn's
+            output, so its blocks are stored when that turn prefills.
     """
 
     kv_offloading_size: float | None = Field(default=None, ge=0, le=MAX_OFFLOAD_GIB)
@@ -88,6 +94,7 @@ class OffloadConfig(Frozen):
     disk_write_bandwidth_bytes_per_s: float = Field(
         default=NVME_GEN4_X4_BYTES_PER_S, ge=1, le=MAX_HW_PER_S
     )
+    offload_prompt_only: bool = True
 
     @model_serializer(mode="wrap")
     def _drop_disk_defaults(
@@ -100,6 +107,8 @@ class OffloadConfig(Frozen):
         read back as the same config.)"""
         data: dict[str, Any] = handler(self)
         canonical = bool(info.context and info.context.get("canonical"))
+        if canonical and not self.enabled:  # (changes nothing without a tier)
+            data.pop("offload_prompt_only", None)
         for name in DISK_FIELDS:
             if getattr(self, name) == OffloadConfig.model_fields[name].default or (
                 canonical and name != "disk_offloading_size" and not self.disk_enabled

@@ -78,6 +78,7 @@ def offload_from_config(config: SimConfig, allocator: Allocator) -> OffloadConne
         disk=disk,
         disk_read_bytes_per_s=offload.disk_read_bandwidth_bytes_per_s,
         disk_write_bytes_per_s=offload.disk_write_bandwidth_bytes_per_s,
+        prompt_only=offload.offload_prompt_only,
     )
 
 

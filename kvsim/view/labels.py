@@ -33,6 +33,7 @@ FIELD_LABELS = {
     "offload.disk_offloading_size": "disk_offloading_size (GiB)",
     "offload.disk_read_bandwidth_bytes_per_s": "disk read bandwidth (GB/s)",
     "offload.disk_write_bandwidth_bytes_per_s": "disk write bandwidth (GB/s)",
+    "offload.offload_prompt_only": "offload_prompt_only",
     "speculative.num_speculative_tokens": "num_speculative_tokens (tokens)",
     "speculative.acceptance_rate": "acceptance_rate (0-1)",
 }

@@ -34,7 +34,7 @@ from tests.conftest import forget_warnings
 BLOCK_BYTES = 16 * 819_200
 
 
-def config(offload_gib: float | None, **extra: object):
+def config(offload_gib: float | None, prompt_only: bool = True, **extra: object):
     data: dict[str, object] = {
         "model": "opt-13b",
         "gpu": "a100-40gb",
@@ -44,7 +44,11 @@ def config(offload_gib: float | None, **extra: object):
         **extra,
     }
     if offload_gib is not None:
-        data["offload"] = {"kv_offloading_size": offload_gib, "link_bandwidth_bytes_per_s": 1e9}
+        data["offload"] = {
+            "kv_offloading_size": offload_gib,
+            "link_bandwidth_bytes_per_s": 1e9,
+            "offload_prompt_only": prompt_only,
+        }
     return config_from_dict(data)
 
 
@@ -211,7 +215,9 @@ def test_a_decoding_request_offers_each_block_at_the_end_of_the_step_that_fills_
     #   so block 3 (48..63) never fills
     # From step 2 on it decodes as a cohort member, in spans: each block is still offered to the
     # tier at the end of the step that fills it (vLLM offers a scheduled request's newly full
-    # blocks after each step), not when its request is next handled on its own.
+    # blocks after each step), not when its request is next handled on its own. With
+    # offload_prompt_only off (vLLM's default stores block 0 alone: the prompt's only full one)
+    # the three are stored.
     from kvsim.core.scheduler.offload import OffloadConnector
 
     offers: list[tuple[int, float]] = []  # (blocks covered, when)
@@ -223,18 +229,49 @@ def test_a_decoding_request_offers_each_block_at_the_end_of_the_step_that_fills_
 
     monkeypatch.setattr(OffloadConnector, "store_tokens", spy)
     request = [Request(0, 0.0, 20, 40, 40, token_segments=(("d", 20),))]
-    simulate(config(0.5), request)
+    summary = simulate(config(0.5, prompt_only=False), request).summary
+    assert summary["cpu_tier_stored_blocks"] == 3
     first_offer = {}
     for blocks, when in offers:
         for k in range(blocks):
             first_offer.setdefault(k, when)
     assert sorted(first_offer) == [0, 1, 2]
     # the step boundaries: one memory row a step
-    steps = simulate(config(0.5, memory_resolution="step"), request).memory
+    steps = simulate(config(0.5, prompt_only=False, memory_resolution="step"), request).memory
     assert (steps["num_steps"] == 1).all()
     ends = (steps["time_s"] + steps["duration_s"]).tolist()
     for block, step in ((0, 1), (1, 13), (2, 29)):
         assert first_offer[block] == pytest.approx(ends[step - 1], rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize(("prompt_only", "hits"), [(True, 32), (False, 80)])
+def test_a_later_turn_hits_the_earlier_turns_output_only_if_decode_blocks_are_stored(
+    prompt_only: bool, hits: int
+) -> None:
+    """vLLM 0.34.0 stores only prompt blocks by default (``offload_prompt_only``,
+    ``vllm/v1/kv_offload/base.py``; ``_calc_num_offloadable_tokens`` caps at
+    ``num_prompt_tokens``). The pool and tier as above (12 usable GPU blocks, 40 CPU blocks):
+
+    - A (t=0): prompt ``a`` x 32, 64 outputs: it computes 32 + 63 = 95 tokens, 5 full blocks
+      (0..4); prompt-only stores blocks 0-1 (its 32 prompt tokens), else all 5.
+    - B (t=5): prompt ``b`` x 176, 2 outputs: cdiv(177, 16) = 12 blocks, the whole pool, so
+      every cached block of A's leaves the GPU; its 11 prompt blocks are stored either way.
+    - C (t=10): the next turn, prompt = A's prompt + A's 64 outputs + ``c`` x 16 = 112 tokens,
+      2 outputs: no GPU hit; the tier holds A's first 2 blocks (prompt-only: a hit of 32 tokens)
+      or its first 5 (80 tokens; block 5, tokens 80..95, never filled in A). C's prefill then
+      stores the rest of its 112 // 16 = 7 full blocks: 7 - 2 = 5, or 7 - 5 = 2.
+    - Stored: 2 + 11 + 5 = 18, or 5 + 11 + 2 = 18: the same blocks, A's outputs stored by C
+      rather than by A. Queries: 32 + 176 + 112 = 320 tokens either way."""
+    run = [
+        Request(0, 0.0, 32, 64, 64, token_segments=(("a", 32),)),
+        Request(1, 5.0, 176, 2, 2, token_segments=(("b", 176),)),
+        Request(2, 10.0, 112, 2, 2, token_segments=(("a", 32), (("gen", 0), 64), ("c", 16))),
+    ]
+    summary = simulate(config(0.5, prompt_only=prompt_only), run).summary
+    assert summary["prefix_cache_hits"] == 0
+    assert summary["external_prefix_cache_queries"] == 320
+    assert summary["external_prefix_cache_hits"] == hits
+    assert summary["cpu_tier_stored_blocks"] == 18
 
 
 @pytest.mark.parametrize(("method", "stored"), [("ngram", 2), ("eagle", 2)])
@@ -245,9 +282,11 @@ def test_a_verifications_drafts_are_not_stored(method: str, stored: int) -> None
     verification at 45 known tokens schedules 1 + 3, up to token 48, past its 47 (kvsim had
     asked the stream for block 2's key, which it cannot have). Blocks 0 and 1 (tokens 0-31)
     fill; tokens 32-46 never fill block 2: 2 blocks stored, with EAGLE's hash lookahead too
-    (block 1 is keyed once token 32 is known)."""
+    (block 1 is keyed once token 32 is known). (offload_prompt_only off: with it on, block 2,
+    past the prompt, would not be stored whatever the drafts.)"""
     cfg = config(
         1.0,
+        prompt_only=False,
         speculative={
             "method": method,
             "num_speculative_tokens": 3,

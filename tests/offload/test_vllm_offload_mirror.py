@@ -22,7 +22,7 @@ B = 16
 BLOCK_BYTES = 1_000_000  # 1 MB a block over a 1 GB/s link: 1 ms a block
 
 
-def parts(num_gpu_blocks: int = 21, num_cpu_blocks: int = 8):
+def parts(num_gpu_blocks: int = 21, num_cpu_blocks: int = 8, prompt_only: bool = True):
     pool = PagedAllocator(
         capacity_tokens=num_gpu_blocks * B,
         block_size_tokens=B,
@@ -30,7 +30,11 @@ def parts(num_gpu_blocks: int = 21, num_cpu_blocks: int = 8):
         reserve_null_block=True,
     )
     conn = OffloadConnector(
-        pool, CpuTier(num_blocks=num_cpu_blocks), block_bytes=BLOCK_BYTES, bandwidth_bytes_per_s=1e9
+        pool,
+        CpuTier(num_blocks=num_cpu_blocks),
+        block_bytes=BLOCK_BYTES,
+        bandwidth_bytes_per_s=1e9,
+        prompt_only=prompt_only,
     )
     return pool, conn
 
@@ -42,8 +46,9 @@ def doc(req_id: int, *segs: tuple[object, int], output: int = 4) -> Request:
 
 def test_store_whole_blocks_only() -> None:
     """``test_offloading_connector`` (store part): full blocks are offered once each; a block
-    one token short is not; the token that fills it stores that one block."""
-    _pool, conn = parts()
+    one token short is not; the token that fills it stores that one block (decode blocks are
+    stored only with ``offload_prompt_only`` off: ``test_store_prompt_blocks_only``)."""
+    _pool, conn = parts(prompt_only=False)
     r = doc(0, ("x", 48), output=20)
     # its prefill computed 48 tokens = 3 full blocks -> 3 stored, 3 MB, ends at 0 + 3 ms
     r.num_computed_tokens = 48
@@ -62,6 +67,28 @@ def test_store_whole_blocks_only() -> None:
     assert conn.tier.num_stored_blocks == 4
     assert conn.gpu_to_cpu.busy_until_s == pytest.approx(2.001)
     assert conn.tier.occupancy(2.0005) == (3, 1, 0, 4)  # (stored, storing, loading, free)
+
+
+def test_store_prompt_blocks_only() -> None:
+    """vLLM 0.34.0's default ``offload_prompt_only`` (``OffloadingSpec``, ``vllm/v1/kv_offload/
+    base.py``): ``_calc_num_offloadable_tokens`` caps the stored tokens at the prompt's, so the
+    blocks a request's decode fills are never stored."""
+    _pool, conn = parts()
+    r = doc(0, ("x", 20), output=40)
+    # prefill: 20 computed -> floor(20 / 16) = 1 full block of prompt -> 1 stored
+    r.num_computed_tokens = 20
+    conn.store([r], 0.0)
+    assert conn.tier.num_stored_blocks == 1
+    # 39 outputs later: 59 computed fill blocks 1 and 2, but the cap is min(59, 20) = 20
+    # tokens -> still block 0 alone; 1 MB moved in all
+    r.num_output_tokens, r.num_computed_tokens = 39, 59
+    conn.store([r], 1.0)
+    assert conn.tier.num_stored_blocks == 1
+    assert conn.gpu_to_cpu.num_bytes == BLOCK_BYTES
+    # the same request with the cap off stores every full block: floor(59 / 16) = 3
+    _pool, conn = parts(prompt_only=False)
+    conn.store([r], 1.0)
+    assert conn.tier.num_stored_blocks == 3
 
 
 def test_store_refused_when_no_room_is_offered_again() -> None:

@@ -23,7 +23,8 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
   computed), and its prefill skips them.
 - **Store** (``store``, vLLM ``_get_reqs_to_store`` at ``build_connector_meta``): after a step,
   each full block that a scheduled request's computed tokens now cover and that was not offered
-  before is offered to the tier (``CpuTier.prepare_store``); the ones it lacks cross the
+  before is offered to the tier (``CpuTier.prepare_store``), by default only within its prompt
+  (``prompt_only``, vLLM's ``offload_prompt_only``); the ones it lacks cross the
   GPU->CPU link after the step, without holding the scheduler up, and become loadable when the
   copy ends. The offer records the request's access to the blocks it offers (``CpuTier``).
   Blocks past the tokens another request may share (``Request.shared_tokens``) are the
@@ -86,6 +87,8 @@ class OffloadConnector:
         bandwidth_bytes_per_s: one direction of the GPU-CPU link.
         disk: a disk tier below the CPU tier, or ``None``.
         disk_read_bytes_per_s, disk_write_bytes_per_s: the disk's links (with ``disk``).
+        prompt_only: store only the full blocks of a request's prompt (vLLM's
+            ``offload_prompt_only``, on by default; ``kvsim.config.offload.OffloadConfig``).
 
     Counters (cumulative, vLLM's names): ``external_prefix_cache_queries`` and
     ``external_prefix_cache_hits`` (tokens, first admissions: vLLM's connector prefix-cache
@@ -105,8 +108,10 @@ class OffloadConnector:
         disk: DiskTier | None = None,
         disk_read_bytes_per_s: float = 1.0,
         disk_write_bytes_per_s: float = 1.0,
+        prompt_only: bool = True,
     ) -> None:
         self.allocator = allocator
+        self.prompt_only = prompt_only
         self.tier = tier
         self.block_size_tokens = allocator.block_size_tokens
         self.block_bytes = block_bytes
@@ -272,10 +277,13 @@ class OffloadConnector:
     def store_tokens(self, computed: list[tuple[Request, int]], now_s: float) -> None:
         """``store`` with each request's computed tokens given (a decode cohort member's own
         counters are stale), in the given order; each count is at most the tokens whose blocks
-        have keys (``storable_tokens``)."""
+        have keys (``storable_tokens``); under ``prompt_only`` at most the prompt's."""
         b = self.block_size_tokens
         tier, nxt = self.tier, self._next_store
+        prompt_only = self.prompt_only
         for req, num_computed in computed:
+            if prompt_only and num_computed > req.prompt_tokens:
+                num_computed = req.prompt_tokens
             upto = num_computed // b
             start = nxt.get(req.req_id, 0)
             if upto <= start:
