@@ -479,10 +479,12 @@ def model_kv_groups(
     kv_cache_dtype: KvCacheDtype,
     block_size_tokens: int,
     draft_kv_layers: int = 0,
+    num_speculative_tokens: int = 0,
 ) -> KVCacheGroups:
     """vLLM v1's hybrid KV cache groups of ``model`` on one GPU of ``parallel``
     (``kvsim.config.layers.kv_cache_groups``, its layer bytes from
-    ``kv_bytes_per_token_per_gpu``). ``model.attention`` must be set.
+    ``kv_bytes_per_token_per_gpu``; ``num_speculative_tokens``: drafts a step, a state group's
+    extra blocks). ``model.attention`` must be set.
 
     Raises:
         ValueError: as ``kv_cache_groups``.
@@ -496,6 +498,7 @@ def model_kv_groups(
         block_size_tokens,
         parallel.tensor_parallel_size,
         draft_kv_layers,
+        num_speculative_tokens,
     )
 
 

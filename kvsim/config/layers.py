@@ -118,12 +118,18 @@ class KVCacheGroups:
         layers_per_group: ``g``, layers (real or padding) of every group.
         block_size_tokens: tokens per block (raised for a state group's page).
         layer_bytes_per_token: KV bytes of one token in one attention layer.
+        state_blocks_per_request: blocks a state group holds for one request: its state, and
+            under speculative decoding one more per draft position (vLLM 0.34.0
+            ``MambaSpec.num_speculative_blocks = num_speculative_tokens``,
+            ``vllm/model_executor/layers/mamba/abstract.py``; ``MambaManager`` adds them in
+            ``mamba_cache_mode`` "none", ``vllm/v1/core/single_type_kv_cache_manager.py``).
     """
 
     groups: tuple[KVCacheGroup, ...]
     layers_per_group: int
     block_size_tokens: int
     layer_bytes_per_token: int
+    state_blocks_per_request: int = 1
 
     @property
     def slot_bytes(self) -> int:
@@ -167,6 +173,7 @@ def kv_cache_groups(
     block_size_tokens: int,
     tensor_parallel_size: int = 1,
     num_draft_layers: int = 0,
+    num_speculative_tokens: int = 0,
 ) -> KVCacheGroups:
     """vLLM's KV cache groups of a model (one GPU, no pipeline split).
 
@@ -179,6 +186,8 @@ def kv_cache_groups(
         num_draft_layers: a speculative drafter's full-attention layers; their spec equals the
             target's full layers' (vLLM's ``is_draft`` is left out of spec equality), so they
             join the full-attention kind.
+        num_speculative_tokens: drafts a step under speculative decoding (0: none); a state
+            group holds a block more per draft (``KVCacheGroups.state_blocks_per_request``).
 
     Raises:
         ValueError: more sliding and state layers than the model has.
@@ -207,7 +216,8 @@ def kv_cache_groups(
     if state and attention.state_bytes_per_layer is not None:
         state_bytes = cdiv(attention.state_bytes_per_layer, tensor_parallel_size)
         block = state_block_size(block, state_bytes, layer_bytes_per_token)
-    return KVCacheGroups(tuple(groups), size, block, layer_bytes_per_token)
+    state_blocks = 1 + num_speculative_tokens if state else 1
+    return KVCacheGroups(tuple(groups), size, block, layer_bytes_per_token, state_blocks)
 
 
 def attention_from_hf(
@@ -379,14 +389,15 @@ def max_request_tokens(
     vLLM sizes a request's need per group (``vllm/v1/kv_cache_interface.py``,
     ``max_memory_usage_bytes``): a full group ``cdiv(L, B)`` blocks, a sliding group at most
     ``cdiv(W - 1 + max_num_batched_tokens, B) + 1`` (a step's chunk plus the window before it),
-    a state group one. ``cap_tokens`` bounds the answer when no full group limits it."""
+    a state group ``state_blocks_per_request``. ``cap_tokens`` bounds the answer when no full
+    group limits it."""
     b = groups.block_size_tokens
     num_full = sum(1 for g in groups.groups if g.kind == "full")
     sliding = [g for g in groups.groups if g.kind == "sliding"]
     num_state = sum(1 for g in groups.groups if g.kind == "state")
     window = sliding[0].sliding_window_tokens or 0 if sliding else 0
     sliding_cap = cdiv(window - 1 + max_num_batched_tokens, b) + 1 if sliding else 0
-    room = usable_blocks - num_state
+    room = usable_blocks - num_state * groups.state_blocks_per_request
     if room <= 0:
         return 0
     per_block = num_full + len(sliding)  # while every group still grows with L
@@ -404,7 +415,8 @@ def request_blocks(
     """Blocks one request of ``num_tokens`` tokens may need at once over every group, as vLLM's
     admission gate counts them (the sizes of ``max_request_tokens``): a full group
     ``cdiv(L, B)``, a sliding group that or its peak ``cdiv(min(W - 1 + in_flight_tokens, L),
-    B) + 1`` if fewer (``max_admission_blocks_per_request``), a state group one. ``startup``:
+    B) + 1`` if fewer (``max_admission_blocks_per_request``), a state group
+    ``state_blocks_per_request``. ``startup``:
     as vLLM's startup counts a ``max_model_len`` request (``max_memory_usage_bytes``,
     ``vllm/v1/kv_cache_interface.py``, 0.34.0), a sliding group at its peak, a block more where
     ``cdiv(L, B) <= cdiv(W - 1 + in_flight_tokens, B)``."""
@@ -418,5 +430,5 @@ def request_blocks(
             peak = cdiv(min(window - 1 + in_flight_tokens, num_tokens), b) + 1
             total += peak if startup else min(cdiv(num_tokens, b), peak)
         else:
-            total += 1
+            total += groups.state_blocks_per_request
     return total

@@ -36,6 +36,7 @@ from kvsim.config.serving import (
     CacheSpec,
     EngineArgs,
 )
+from kvsim.config.speculative import SpeculativeConfig
 
 
 class ConfigParts(Protocol):
@@ -82,6 +83,9 @@ class ConfigParts(Protocol):
 
     @property
     def num_kv_tensors(self) -> int: ...
+
+    @property
+    def speculative(self) -> SpeculativeConfig: ...
 
 
 MAX_SUGGESTED_TP = 64
@@ -521,6 +525,7 @@ def _room_beside_weights(config: ConfigParts) -> list[tuple[int, float]]:
                     cache.kv_cache_dtype,
                     cache.block_size_tokens,
                     config.draft_kv_layers,
+                    config.speculative.num_speculative_tokens,
                 )
                 pool = groups.slot_bytes * _group_pool_tokens(config, groups, config.max_model_len)
             else:

@@ -288,6 +288,7 @@ class SimConfig(Frozen):
             self.cache.kv_cache_dtype,
             self.cache.block_size_tokens,
             self.draft_kv_layers,
+            self.speculative.num_speculative_tokens,
         )
 
     @property

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import pytest
 
+from kvsim.base.units import cdiv
 from kvsim.config import SimConfig
-from kvsim.config.layers import AttentionLayers, KVCacheGroup, KVCacheGroups, kv_cache_groups
+from kvsim.config.layers import (
+    AttentionLayers,
+    KVCacheGroup,
+    KVCacheGroups,
+    kv_cache_groups,
+    request_blocks,
+)
 from kvsim.core.kv.hybrid import HybridPagedAllocator, group_key
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.engine.build import allocator_from_config
@@ -231,6 +238,37 @@ def test_state_layers_raise_the_block_size_and_cannot_be_turned_full():
         AttentionLayers(num_state_layers=36, state_bytes_per_layer=1, hybrid_kv_cache=False)
     with pytest.raises(ValueError, match="num_sliding_layers and sliding_window_tokens"):
         AttentionLayers(num_sliding_layers=4)
+
+
+def test_a_state_group_holds_a_block_per_draft_under_speculative_decoding():
+    # vLLM 0.34.0: a Mamba layer's spec has num_speculative_blocks = num_speculative_tokens
+    # (mamba/abstract.py); in mamba_cache_mode "none" MambaManager asks for
+    # num_tokens + block_size * k tokens of blocks whose block_size is max_model_len, so a
+    # request holds 1 + k blocks of each state group from admission. k = 3, 16-token blocks,
+    # a full and a state group of one layer each:
+    kinds = KVCacheGroups((FULL, KVCacheGroup("state", 1)), 1, 16, 1, state_blocks_per_request=4)
+    alloc = HybridPagedAllocator(capacity_tokens=100 * 16, kv_groups=kinds)
+    r = make_request(100, 50)
+    # admission with 3 lookahead slots: 103 tokens -> full cdiv(103, 16) = 7, state 1 + 3 = 4
+    alloc.allocate(r, 103)
+    assert alloc.group_held_blocks(r.req_id) == [7, 4]
+    # its decode steps take nothing more in the state group: at 150 tokens, full cdiv(150, 16)
+    r.num_computed_tokens = 146
+    alloc.allocate(r, 150)
+    assert alloc.group_held_blocks(r.req_id) == [10, 4]
+    # the state group's slots: 4 blocks held, one block (16 slots) of state, 48 reserved
+    held, token, outside, internal = alloc.group_slots(r, 147)[1]
+    assert (held, token, outside, internal) == (64, 16, 0, 0)
+    alloc.free(r.req_id)
+    assert alloc.pool.num_free == 99
+    alloc.check_invariants()
+    # the groups of a config: Qwen3-Next's state groups under EAGLE k = 3 hold 4 blocks each;
+    # one max_model_len request at startup: 1 full group cdiv(L, B) + 3 state groups x 4
+    attention = AttentionLayers(num_state_layers=36, state_bytes_per_layer=1_097_728)
+    g = kv_cache_groups(48, attention, 2048, 16, num_speculative_tokens=3)
+    assert g.state_blocks_per_request == 4
+    assert request_blocks(g, 8192, 8192, startup=True) == cdiv(8192, 544) + 3 * 4
+    assert kv_cache_groups(48, attention, 2048, 16).state_blocks_per_request == 1
 
 
 def test_block_leaving_the_window_but_shared_frees_nothing():

@@ -9,8 +9,9 @@ A case names a model's attention layers on one GPU as vLLM's model runner report
 ``num_sliding`` sliding-window layers of ``num_kv_heads`` heads of ``head_size`` in bf16 or
 fp8, ``num_state`` state layers whose ``state_bytes`` state vLLM pads to the attention page
 (``MambaSpec.page_size_padded``; ``block_size`` is then the one vLLM raised to hold the state,
-kvsim's ``KVCacheGroups.block_size_tokens``), and ``num_draft`` layers of a speculative
-drafter, full attention marked ``is_draft``. The
+kvsim's ``KVCacheGroups.block_size_tokens``; ``num_speculative_tokens`` a state's blocks for
+draft positions, as vLLM's model runner sets ``MambaSpec.num_speculative_blocks``), and
+``num_draft`` layers of a speculative drafter, full attention marked ``is_draft``. The
 specs go through ``get_global_kv_cache_groups`` and ``get_kv_cache_configs``
 (``vllm/v1/core/kv_cache_planning.py``) with ``available_bytes`` of KV memory, as vLLM's engine
 core plans them; the result is ``num_blocks`` and each group's ``[kind, layers]``, or ``error``
@@ -83,6 +84,7 @@ def layer_specs(case: dict[str, Any]) -> dict[str, Any]:
             shapes=((case["state_bytes"] // 2,),),
             dtypes=(torch.bfloat16,),
             page_size_padded=page,
+            num_speculative_blocks=case.get("num_speculative_tokens", 0),
         )
     for i in range(case["num_draft"]):
         specs[f"draft_model.layers.{i}"] = replace(FullAttentionSpec(**shape), is_draft=True)

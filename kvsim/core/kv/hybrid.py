@@ -15,7 +15,9 @@ of one group. The rules per kind (``vllm/v1/core/single_type_kv_cache_manager.py
                0-15  16-31 32-47 48-63 64-79 80-95     skipped = 90 - 40 + 1 = 51 -> 3 blocks
 
 - state (``MambaManager``, prefix caching off for its group): one block per request, held from
-  admission to the end, whatever its length.
+  admission to the end, whatever its length; under speculative decoding one more per draft
+  position (``KVCacheGroups.state_blocks_per_request``: ``num_speculative_blocks``), counted as
+  reservation beside the one block of token states.
 
 A prefix-cache hit counts only as far as every group hits (``find_longest_cache_hit``): the full
 groups' longest cached prefix, then each sliding group's hit below it, which needs the
@@ -148,6 +150,7 @@ class HybridPagedAllocator(Allocator):
                         tokens = min(tokens, max_model_len)
                     self._admission_cap[g] = cdiv(tokens, b) + 1
         self._is_state = [kind == "state" for kind in self.kinds]
+        self._state_blocks = kv_groups.state_blocks_per_request
         # groups of one kind hold the same positions (one window, one computed count): each
         # kind's first group stands for the others in the per-step accounting
         self._kind_first = {kind: self.kinds.index(kind) for kind in dict.fromkeys(self.kinds)}
@@ -310,7 +313,7 @@ class HybridPagedAllocator(Allocator):
         for g in range(len(windows)):
             have = len(tables[g]) if tables is not None else n_hit
             if is_state[g]:
-                n = 1 if have == 0 else 0
+                n = self._state_blocks if have == 0 else 0
                 new.append(n)
                 skip_to.append(0)
                 net += n
@@ -737,8 +740,9 @@ class HybridPagedAllocator(Allocator):
         token states ``length - s B``, of which *outside the window* those before
         ``num_computed_tokens - W + 1`` (no token the step computes attends to them: the part
         of the first held block that vLLM cannot free yet), internal ``max(0, n B - final)``;
-        the rest is reservation. A state block is token states whole. ``length``: tokens
-        computed once the step runs; ``request.num_computed_tokens``: before it.
+        the rest is reservation. A state group's first block is token states whole (a draft
+        position's is reservation). ``length``: tokens computed once the step runs;
+        ``request.num_computed_tokens``: before it.
         """
         return self._slots_at(request, request.num_computed_tokens, length)
 
@@ -763,8 +767,8 @@ class HybridPagedAllocator(Allocator):
         detached = rid in self._detached
         for kind, g in self._kind_first.items():
             size = len(tables[g]) * b
-            if kind == "state":
-                out.append((size, size, 0, 0))
+            if kind == "state":  # (one block of state; a draft position's blocks reserved)
+                out.append((size, min(size, b), 0, 0))
                 continue
             if detached:  # a pooled member: its tables as its steps made them
                 size = cdiv(length, b) * b
