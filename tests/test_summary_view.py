@@ -630,3 +630,10 @@ def test_compare_names_the_config_fields_each_run_reads(tmp_path: Path) -> None:
     assert "cache.allocator (first_fit -> paged)" in ab
     assert "cache.reservation (pow2 -> max; B does not read it)" in ab
     assert config_differences(tmp_path / "b", tmp_path / "c") == ""
+    # a config.json missing or not a config is said, not taken for no difference
+    (tmp_path / "c" / "config.json").write_text('{"model": 5}')
+    with pytest.raises(ValueError, match=r"c/config.json is not a readable config \(model"):
+        config_differences(tmp_path / "b", tmp_path / "c")
+    (tmp_path / "c" / "config.json").unlink()
+    with pytest.raises(ValueError, match=r"c/config\.json is missing"):
+        config_differences(tmp_path / "b", tmp_path / "c")

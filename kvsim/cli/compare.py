@@ -50,7 +50,11 @@ def compare(
                 f"{str(run_a)!r} and {str(run_b)!r} are the same run; give two runs to compare"
             )
         print_whole(compare_table(a, b, str(run_a), str(run_b)))
-        differs = config_differences(_folder(run_a), _folder(run_b))
+        try:
+            differs = config_differences(_folder(run_a), _folder(run_b))
+        except ValueError as err:  # (the summaries compare all the same)
+            console.print(f"configs not compared: {err}", highlight=False, markup=False)
+            return
         if differs:
             console.print(f"configs differ in: {differs}", highlight=False, markup=False)
 
@@ -66,20 +70,33 @@ def config_differences(a: Path, b: Path, most: int = 8) -> str:
     """The dotted config fields whose values differ between the runs in folders ``a`` and ``b``
     (their ``config.json``), each as ``field (A -> B)``, marked where one run's config does not
     read it (``kvsim.config.ignored``: a paged pool's reservation rule) and left out where
-    neither does; at most ``most`` then a count; ``""`` where they agree or a folder has no
-    readable, valid ``config.json``."""
+    neither does; at most ``most`` then a count; ``""`` where they agree.
+
+    Raises:
+        ValueError: a folder's ``config.json`` is missing, unreadable or not a valid config
+            (naming the file)."""
+    from pydantic import ValidationError
+
     from kvsim.base.say_once import held_back
     from kvsim.base.textfile import read_json
     from kvsim.config import SimConfig
     from kvsim.config.ignored import moot_reason
-    from kvsim.config.sim import dotted_fields
+    from kvsim.config.sim import dotted_fields, format_validation_error
 
-    try:
-        one, two = read_json(a / "config.json"), read_json(b / "config.json")
-        with held_back():  # (the runs said their configs' warnings when they ran)
-            ca, cb = SimConfig.model_validate(one), SimConfig.model_validate(two)
-    except (OSError, ValueError):
-        return ""
+    configs = []
+    for path in (a / "config.json", b / "config.json"):
+        try:
+            data = read_json(path)
+            with held_back():  # (the runs said their configs' warnings when they ran)
+                configs.append((data, SimConfig.model_validate(data)))
+        except FileNotFoundError:
+            raise ValueError(f"{path} is missing") from None
+        except ValidationError as err:
+            said = format_validation_error(err).splitlines()[0]
+            raise ValueError(f"{path} is not a readable config ({said})") from None
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{path} is not a readable config ({err})") from None
+    (one, ca), (two, cb) = configs
     fa, fb = dotted_fields(one), dotted_fields(two)
     keys, shown = [], []
     for k in dict.fromkeys([*fa, *fb]):

@@ -9,6 +9,7 @@ that meets latency targets, by bisection over cached sweep points.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 from pathlib import Path
@@ -212,11 +213,13 @@ def plan(
     another (--smallest, --largest, --target) on its config, give --name for its results.
     """
     from kvsim.base.units import plural
-    from kvsim.config import apply_overrides
+    from kvsim.config import apply_overrides, config_from_dict
     from kvsim.study.plan import (
         Target,
+        UnknownConfigFieldError,
         failure,
         format_value,
+        is_unknown_field,
         load_plan,
         other_draws,
         plan_folder,
@@ -281,6 +284,11 @@ def plan(
 
             base = _config_table(path)
             apply_overrides(base, parse_overrides(set_ or []))
+            try:  # (a misspelt field fails every fleet alike: said once, before any)
+                config_from_dict(base, warn=False)
+            except ValueError as err:
+                if is_unknown_field(str(err)):
+                    _place_config_error(path, False, parse_overrides(set_ or []), str(err))
             targets = list(tightest([Target.parse(t) for t in target or []]))
             _check_targets(targets)
             run_cheapest_command(
@@ -354,7 +362,10 @@ def plan(
         say_if_another_answer_goes(
             folder, (the_plan.field, the_plan.direction, bounds, the_plan.min_window_s)
         )
-        the_plan.check_field()
+        try:
+            the_plan.check_field()
+        except UnknownConfigFieldError as err:
+            _place_config_error(path, is_plan, overrides, str(err))
         console.print(
             f"plan {the_plan.name}: {the_plan.direction} {the_plan.field} in "
             f"[{the_plan.lo:g}, {the_plan.hi:g}] with "
@@ -575,6 +586,32 @@ def _keep_other_plans_answers(name: str, path: Path | None, out: Path, quick: bo
         f"{folder}/. Choose another --name (e.g. --name {name}-mine), or run that plan as "
         f"shipped (kvsim plan {name})"
     )
+
+
+def _place_config_error(
+    path: Path | None, is_plan: bool, overrides: dict[str, Any], message: str
+) -> None:
+    """Raise the base config's own error ``message`` as ``kvsim run`` says it: at the line of
+    the config file (``load_config``), or of the plan file's ``[set]`` or ``[base]`` that sets
+    the field, or naming the ``--set`` that gave it.
+
+    Raises:
+        ValueError: always."""
+    from kvsim.base.textfile import at_lines
+    from kvsim.config.config_file import load_config
+
+    named = message.split(":", 1)[0]
+    if named in overrides:
+        shown = json.dumps(overrides[named]) if not isinstance(overrides[named], str) else ""
+        raise ValueError(f"--set {named}={shown or overrides[named]}: {message}")
+    if path is not None and not is_plan:
+        load_config(path, overrides)  # (raises, placing the blame as kvsim run does)
+    if path is not None:
+        text = read_text(path)
+        for table in ("set", "base"):
+            if toml_key_line(text, f"{table}.{named}"):
+                raise ValueError(at_lines(path, message, table))
+    raise ValueError(message)
 
 
 def _config_table(path: Path | None) -> dict[str, Any]:

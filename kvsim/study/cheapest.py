@@ -30,6 +30,7 @@ from kvsim.config import config_from_dict
 from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
 from kvsim.study.experiment import check_name
 from kvsim.study.plan import Plan, Target, failure, plan_folder, run_plan
+from kvsim.study.sweep import check_results_folder
 from kvsim.view.fleet_plots import cost_frontier
 
 FIELD = "fleet.replicas"
@@ -181,6 +182,7 @@ def run_cheapest(
     """
     if not options:
         raise ValueError("plan --cheapest: no fleet to consider (give --gpus and --tp)")
+    check_results_folder(plan_folder(out_root, name, quick=bool(quick)), Path(out_root))
     priced = sorted(((replica_price(o, base), i, o) for i, o in enumerate(options)))
     results: dict[int, OptionResult] = {}
     rows: list[dict[str, Any]] = []

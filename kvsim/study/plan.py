@@ -49,6 +49,7 @@ from kvsim.study.experiment import Point, check_name
 from kvsim.study.plan_search import Condition, Interval, changes_at_most_once, search_interval
 from kvsim.study.sweep import (
     POINTS,
+    check_results_folder,
     finished_by,
     outcomes,
     point_dir,
@@ -241,8 +242,11 @@ class Plan:
             )
         if self.direction not in ("smallest", "largest"):
             raise QuestionError(
-                "direction", f"direction: 'smallest' or 'largest', got {self.direction!r}"
+                "direction", f"direction: expected 'smallest' or 'largest', got {self.direction!r}"
             )
+        for end, value in (("lo", self.lo), ("hi", self.hi)):
+            if not math.isfinite(value):
+                raise QuestionError(end, f"{end}: expected a finite number, got {value}")
         one_choice = self.choices == (self.lo,) and self.lo == self.hi  # (a check, no search)
         if not (0 < self.lo < self.hi or one_choice) or not math.isfinite(self.hi):
             raise QuestionError(
@@ -286,7 +290,10 @@ class Plan:
             )
         except ValueError as err:
             message = str(err)
-            if "Extra inputs are not permitted" in message or "not a table" in message:
+            if is_unknown_field(message):
+                named = message.split(":", 1)[0]
+                if named != self.field and not self.field.startswith(f"{named}."):
+                    raise UnknownConfigFieldError(message) from None  # (the config's, not the knob)
                 raise ValueError(
                     f"plan: {self.field!r} is not a config field ({message.splitlines()[0]})"
                 ) from None
@@ -467,7 +474,12 @@ def plan_from_dict(
         bracket = knob_bracket(field_name, base, varied)
         preset: dict[str, Any] = {**KNOBS.get(field_name, {}), **bracket}
         natural = preset.get("direction")
-        if natural is not None and question.get("direction", natural) != natural:
+        asked = question.get("direction", natural)
+        if asked is not None and asked not in ("smallest", "largest"):  # (before its knob's)
+            raise QuestionError(
+                "direction", f"direction: expected 'smallest' or 'largest', got {asked!r}"
+            )
+        if natural is not None and asked != natural:
             raise QuestionError(
                 "direction",
                 f"{field_name}: meeting latency targets gets {_EASIER[natural]} as it grows, so "
@@ -801,6 +813,16 @@ def candidates(plan: Plan) -> Sequence[float]:
     return [plan.lo * (plan.hi / plan.lo) ** (i / steps) for i in range(steps + 1)]
 
 
+class UnknownConfigFieldError(ValueError):
+    """A plan's base config names a field no config has (``Plan.check_field``): the message is
+    the config's error, for the caller to place in the file or the ``--set`` it came from."""
+
+
+def is_unknown_field(message: str) -> bool:
+    """Whether a config's error ``message`` says a field is not a config field (a typo)."""
+    return "Extra inputs are not permitted" in message or "not a table" in message
+
+
 def plan_folder(out_root: str | Path, name: str, *, quick: bool = False) -> Path:
     """Where a plan's points and answer live: ``OUT/plan/NAME`` (``OUT/plan/quick/NAME``)."""
     return Path(out_root) / "plan" / ("quick" if quick else "") / name
@@ -839,6 +861,7 @@ def run_plan(
             value could be judged an answer: the message gives the config's error).
     """
     folder = plan_folder(out_root, plan.name, quick=quick)
+    check_results_folder(folder, Path(out_root))
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
     ev = _Evaluator(plan, folder, max(1, jobs), quick, on_point, scheduler)
     grid = ev.valid(candidates(plan)) if plan.choices else candidates(plan)

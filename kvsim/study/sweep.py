@@ -95,14 +95,53 @@ SHA256 = "sha256"  # point.json's field: each of those files' SHA-256 as written
 POINT_FILES = ("summary.json", "config.json", "requests.parquet", "memory.parquet")
 
 
+# what a sweep's or a plan's results folder holds (a cheapest-fleet plan: its answer, no points)
+RESULTS_MARKERS = (POINTS, "experiment.json", "answer.json", "summary.parquet", "summary.csv")
+
+
+def check_results_folder(folder: Path, out_root: Path) -> None:
+    """Fail before anything is run or written when a sweep's or a plan's results folder
+    ``folder`` (under ``--out`` ``out_root``) cannot hold them: a file where it or a folder
+    above it, or its ``points`` folder, belongs; or it holds another kvsim run's files or files
+    of the user's (not a sweep's or plan's: no ``points`` folder), which the results would mix
+    with (``RESULTS_MARKERS``: what makes it a sweep's or a plan's).
+
+    Raises:
+        ValueError: naming ``--out``, the path and what is in the way.
+    """
+    above = [out_root / part for part in reversed(folder.relative_to(out_root).parents)]
+    for where in (*above, folder, folder / POINTS):
+        if where.exists() and not where.is_dir():
+            raise ValueError(
+                f"--out: {str(where)!r} is a file, where the results need a folder; move it "
+                "or choose another --out"
+            )
+    if not folder.is_dir() or any((folder / name).exists() for name in RESULTS_MARKERS):
+        return
+    held = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    if held:
+        from kvsim.results.tables import is_run_folder
+
+        first = ", ".join(held[:3]) + (f" and {len(held) - 3:,} more" if len(held) > 3 else "")
+        what = "a kvsim run's results" if is_run_folder(folder) else "files of its own"
+        raise ValueError(
+            f"--out: {str(folder)!r} holds {what} ({first}) and no sweep or plan (no points "
+            "folder, answer.json or experiment.json): the results would mix with them; choose "
+            "another --out"
+        )
+
+
 def finished_by(folder: Path, key: str) -> str | None:
     """The fingerprint of the kvsim that finished the point (``""``: unrecorded or unreadable),
     ``DAMAGED`` when its ``summary.json`` is not a readable summary of this point (a JSON object
     whose ``config_key`` is ``key``: an edited or truncated file) or a file's bytes are not those
     it wrote (``point.json``'s SHA-256 of each), ``INCOMPLETE`` when a file it
     wrote (``POINT_FILES``, and those ``point.json`` lists) is missing, or ``None`` while its
-    results are not completely written (the folder appears atomically)."""
+    results are not completely written (the folder appears atomically). A file or link where
+    the point's folder belongs, or a ``point.json`` that is not a JSON object, is ``DAMAGED``."""
     where = point_dir(folder, key)
+    if where.is_symlink() or (where.exists() and not where.is_dir()):
+        return DAMAGED
     if not (where / "summary.json").is_file():
         return None
     try:
@@ -115,10 +154,12 @@ def finished_by(folder: Path, key: str) -> str | None:
         return INCOMPLETE
     try:
         meta = json.loads((where / "point.json").read_text())
+    except FileNotFoundError:
+        return ""  # (unrecorded: another kvsim's)
     except (OSError, ValueError):
-        return ""
+        return DAMAGED
     if not isinstance(meta, dict):
-        return ""
+        return DAMAGED
     files = meta.get(FILES, [])  # (a snapshot, a fleet's replicas: written by some points only)
     if isinstance(files, list) and _missing(where, [str(name) for name in files]):
         return INCOMPLETE
@@ -179,9 +220,9 @@ def warn_stale(folder: Path, builds: Iterable[str | None], name: str) -> None:
         )
     if damaged:
         logger.warning(
-            "%s: %d point(s) in %s have a damaged file (a summary.json that is not valid JSON or "
-            "not its point's, or a file whose bytes changed since the point wrote it): running "
-            "them again",
+            "%s: %d point(s) in %s have a damaged file (a summary.json or point.json that is not "
+            "valid JSON or not its point's, a file whose bytes changed since the point wrote "
+            "it, or a file where the point's folder belongs): running them again",
             name,
             damaged,
             folder,
@@ -214,11 +255,19 @@ def save_outcome(folder: Path, point: Point, outcome: PointOutcome) -> Path:
     }
     (tmp / "point.json").write_text(json_text(meta, indent=2, sort_keys=True))
     if is_stale(finished_by(folder, outcome.key)):  # another kvsim's: this one replaces it
-        shutil.rmtree(final, ignore_errors=True)
+        if final.is_dir() and not final.is_symlink():
+            shutil.rmtree(final, ignore_errors=True)
+        else:  # (a file or link where the folder belongs)
+            final.unlink(missing_ok=True)
     try:
         tmp.rename(final)
     except OSError:  # another writer finished the same point first
         shutil.rmtree(tmp, ignore_errors=True)
+        if not is_done(folder, outcome.key):
+            raise OSError(
+                f"{final}: the point's results could not be written there (it is not a folder "
+                "of this point's results); move it away and run again"
+            ) from None
     return final
 
 
@@ -508,6 +557,7 @@ def run_sweep(
     if scheduler is not None:  # before anything is written (a bad address left files behind)
         check_scheduler(scheduler, connect_timeout_s)
     folder = Path(out_root) / ("quick" if quick else "") / experiment.name
+    check_results_folder(folder, Path(out_root))
     (folder / POINTS).mkdir(parents=True, exist_ok=True)
     _clean_stale(folder)
     meta = {

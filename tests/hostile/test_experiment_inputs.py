@@ -240,7 +240,17 @@ PLANS: dict[str, tuple[str | bytes, list[str], list[str]]] = {
         ["plan.toml line 2: [question]", "'kv'"],
     ),
     "lo_above_hi": (PLAN.format(name="p") + "", ["--lo", "5", "--hi", "1"], ["lo", "hi"]),
-    "hi_infinite": (PLAN.format(name="p"), ["--hi", "inf"], ["hi=inf"]),
+    "hi_infinite": (PLAN.format(name="p"), ["--hi", "inf"], ["hi", "expected a finite", "inf"]),
+    "direction_unknown": (  # (was blamed on the knob's natural direction)
+        PLAN.format(name="p").replace("[question]\n", '[question]\ndirection = "sideways"\n'),
+        [],
+        ["plan.toml line 6: direction: expected 'smallest' or 'largest'", "'sideways'"],
+    ),
+    "set_unknown_field": (  # (was blamed on the knob: "'cache.kv_cache_gib' is not a field")
+        PLAN.format(name="p") + '[set]\n"cache.blok" = 1\n',
+        ["--quick"],
+        ["plan.toml line 9: cache.blok", "Extra inputs", "1"],
+    ),
     "resolution_zero": (PLAN.format(name="p"), ["--resolution", "0"], ["resolution", "0"]),
     "resolution_nan": (PLAN.format(name="p"), ["--resolution", "nan"], ["resolution", "nan"]),
     "experiment_escape": (
@@ -323,6 +333,14 @@ PLAN_ARGS: dict[str, tuple[list[str], list[str]]] = {
     "unknown_knob": (
         ["--smallest", "nosuch.field", "--target", TARGET, "--lo", "1", "--hi", "2"],
         ["nosuch.field", "not a config field"],
+    ),
+    "set_unknown_field": (  # (was blamed on the knob: "'cache.kv_cache_gib' is not a field")
+        ["--smallest", "kv", "--target", TARGET, "--set", "cache.blok=1"],
+        ["--set cache.blok=1", "cache.blok: Extra inputs"],
+    ),
+    "set_unknown_field_cheapest": (  # (every fleet kind failed alike, in a table)
+        ["--cheapest", "--target", TARGET, "--set", "cache.blok=1"],
+        ["--set cache.blok=1", "cache.blok: Extra inputs"],
     ),
     "fractional_lo_integer_knob": (
         ["--largest", "max_num_seqs", "--target", TARGET, "--lo", "0.5", "--hi", "3"],

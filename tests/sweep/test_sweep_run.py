@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,6 +115,58 @@ def test_points_with_a_damaged_summary_run_again(tmp_path, tiny, counted, caplog
     for key in (keys[0], keys[2]):
         assert json.loads((points / key / "summary.json").read_text())["config_key"] == key
     assert list(again.table["num_requests"]) == [12, 12, 12, 12]
+
+
+def test_a_point_folder_replaced_by_a_file_or_its_point_json_damaged_runs_again(
+    tmp_path, tiny, counted, caplog
+) -> None:
+    """A file where a point's folder belongs, and a point.json that is not JSON or not an
+    object, are damaged points: they run again, counted in the warning, and every point is in
+    the table (the file made the point vanish from it, the sweep exiting 0)."""
+    run_sweep(tiny, tmp_path, progress=False)
+    keys = [p.key for p in tiny.points()]
+    points = tmp_path / "tiny" / "points"
+    shutil.rmtree(points / keys[1])
+    (points / keys[1]).write_text("file\n")
+    (points / keys[2] / "point.json").write_text("garbage")
+    (points / keys[3] / "point.json").write_text("[]")
+    counted.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        again = run_sweep(tiny, tmp_path, progress=False)
+    assert (again.num_run, again.num_skipped) == (3, 1)
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "damaged file" in m and "3 point(s)" in m]
+    assert not [m for m in said if "another kvsim" in m]
+    assert (points / keys[1]).is_dir()
+    assert list(again.table["num_requests"]) == [12, 12, 12, 12]
+
+
+def test_a_results_folder_in_the_way_is_refused_before_anything_runs(
+    tmp_path, tiny, counted
+) -> None:
+    """OUT/NAME, or its points folder, being a file was a raw OS error; OUT/NAME holding files
+    of the user's or a kvsim run's got the sweep's results mixed in. Each is refused naming the
+    path, nothing run; a folder that is a sweep's (a points folder) is resumed."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "tiny").write_text("x")
+    with pytest.raises(ValueError, match=r"tiny' is a file, where the results need a folder"):
+        run_sweep(tiny, tmp_path / "a", progress=False)
+    (tmp_path / "b" / "tiny").mkdir(parents=True)
+    (tmp_path / "b" / "tiny" / "points").write_text("x")
+    with pytest.raises(ValueError, match=r"points' is a file"):
+        run_sweep(tiny, tmp_path / "b", progress=False)
+    (tmp_path / "c" / "tiny").mkdir(parents=True)
+    (tmp_path / "c" / "tiny" / "mine.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"holds files of its own \(mine.txt\) and no sweep"):
+        run_sweep(tiny, tmp_path / "c", progress=False)
+    (tmp_path / "c" / "tiny" / ".hidden").write_text("x")
+    (tmp_path / "c" / "tiny" / "mine.txt").unlink()
+    run_sweep(tiny, tmp_path / "c", progress=False)  # (a hidden file only: an empty folder)
+    assert len(counted) == 4
+    counted.clear()
+    (tmp_path / "c" / "tiny" / "notes.txt").write_text("x")  # (beside a sweep's points)
+    assert run_sweep(tiny, tmp_path / "c", progress=False).num_skipped == 4
+    assert not counted
 
 
 class Killed(BaseException):
