@@ -274,6 +274,37 @@ def test_a_later_turn_hits_the_earlier_turns_output_only_if_decode_blocks_are_st
     assert summary["cpu_tier_stored_blocks"] == 18
 
 
+def test_a_load_takes_no_lookahead_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.34.0 allocates an async load's blocks with no lookahead (``Scheduler.schedule``:
+    ``effective_lookahead_tokens = 0`` while ``load_kv_async``: no step runs during the load).
+    A/B/C above under EAGLE, k = 3: a block's key covers the token after it, so C's block 9
+    (tokens 144..159, then A's first output or C's ``c``) differs from A's: the tier hits 9
+    blocks = 144 tokens, and C holds cdiv(144, 16) = 9 GPU blocks while they load, not
+    cdiv(144 + 3, 16) = 10."""
+    from kvsim.core.scheduler.offload import OffloadConnector
+
+    held: list[tuple[int, int]] = []  # (loaded tokens, GPU blocks held) at each load's start
+    start_load = OffloadConnector.start_load
+
+    def spy(self, request, gpu_hit, num_loaded):  # type: ignore[no-untyped-def]
+        held.append((num_loaded, self.allocator.held_slots(request.req_id) // 16))
+        return start_load(self, request, gpu_hit, num_loaded)
+
+    monkeypatch.setattr(OffloadConnector, "start_load", spy)
+    cfg = config(
+        0.5,
+        speculative={
+            "method": "eagle",
+            "num_speculative_tokens": 3,
+            "acceptance_rate": 0.7,
+            "draft_num_kv_layers": 0,
+        },
+    )
+    summary = simulate(cfg, requests()).summary
+    assert held == [(144, 9)]
+    assert summary["external_prefix_cache_hits"] == 144
+
+
 @pytest.mark.parametrize(("method", "stored"), [("ngram", 2), ("eagle", 2)])
 def test_a_verifications_drafts_are_not_stored(method: str, stored: int) -> None:
     """vLLM stores min(computed + scheduled, known) tokens' full blocks

@@ -196,11 +196,16 @@ class SchedulerCore:
         raise NotImplementedError
 
     # -- allocation and preemption ------------------------------------------------------------
-    def _allocate(self, req: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+    def _allocate(
+        self, req: Request, num_tokens: int, hit: PrefixHit = NO_HIT, lookahead: bool = True
+    ) -> bool:
         """Allocate through the allocator and refresh the request's cached held slots (with
-        speculative decoding, ``lookahead`` slots more, up to ``max_model_len``)."""
+        speculative decoding, ``lookahead`` slots more, up to ``max_model_len``, unless
+        ``lookahead`` is off: a load from the CPU tier runs no step, and vLLM 0.34.0 takes its
+        lookahead slots only when it is next scheduled, ``Scheduler.schedule``'s
+        ``effective_lookahead_tokens``)."""
         cache_tokens = None  # (all of num_tokens)
-        if self.lookahead:  # lookahead slots are held, not cached
+        if self.lookahead and lookahead:  # lookahead slots are held, not cached
             cache_tokens = num_tokens
             num_tokens = self.with_lookahead(num_tokens)
         if num_tokens <= req.num_held_slots and not self._every_step:  # hot path: room

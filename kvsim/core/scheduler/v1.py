@@ -533,7 +533,7 @@ class V1Scheduler(SchedulerCore):
         ):
             plan.head_blocked = self._full_isl_blocked_reason(head, hit)
             return BLOCKED
-        if not self._allocate(head, total, hit):
+        if not self._allocate(head, total, hit, lookahead=False):  # (no step runs yet)
             plan.head_blocked = self._blocked_reason(head, hit, budget)
             return BLOCKED
         self.pop_waiting()
