@@ -41,6 +41,7 @@ from kvsim.config.layers import KVCacheGroups
 from kvsim.config.serving import CacheSpec, EngineArgs
 
 MAX_OFFLOAD_GIB = 1 << 20  # 1 PiB of host memory: a typo guard, not a limit of vLLM's
+PAGE_BYTES: Final = 4096  # a tier block's alignment (vLLM: mmap.PAGESIZE on x86-64 Linux)
 
 
 logger = logging.getLogger(__name__)
@@ -191,10 +192,13 @@ class OffloadParts(Protocol):
 
 
 def cpu_tier_blocks(config: OffloadParts) -> int:
-    """Blocks one GPU's share of the CPU buffer holds:
-    ``floor(kv_offloading_size * 2**30 / world_size / (block_size_tokens * bytes_per_token))``
-    (vLLM ``CPUOffloadingSpec``: ``cpu_bytes_to_use`` over the workers and the bytes of one
-    block of every layer the worker holds)."""
+    """Blocks the CPU buffer holds for each GPU, as vLLM 0.34.0's ``CPUOffloadingSpec`` counts
+    them (``vllm/v1/kv_offload/cpu/spec.py``): ``kv_offloading_size * 2**30`` bytes over a
+    block of every worker's copy, ``world_size`` copies of one GPU's block (``block_size_tokens
+    * bytes_per_token``) rounded up to a whole 4 KiB page (``mmap.PAGESIZE``, the shared
+    region's alignment). An MLA model under tensor parallelism alone keeps one copy, its latent
+    being the same on every rank (``replicated_layout``,
+    ``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``)."""
     return _tier_blocks(config, config.offload.kv_offloading_size)
 
 
@@ -205,12 +209,19 @@ def disk_tier_blocks(config: OffloadParts) -> int:
 
 
 def _tier_blocks(config: OffloadParts, size_gib: float | None) -> int:
-    """Whole blocks of the GPU's block size in one GPU's share of ``size_gib`` GiB (0 for
-    ``None`` or 0)."""
+    """Whole blocks of the GPU's block size that ``size_gib`` GiB holds for each GPU
+    (``cpu_tier_blocks``; 0 for ``None`` or 0)."""
     if not size_gib:
         return 0
+    parallel = config.parallel
     block_bytes = config.cache.block_size_tokens * config.bytes_per_token
-    return int(size_gib * GiB) // config.parallel.world_size // block_bytes
+    replicated = (
+        config.model.is_mla
+        and parallel.tensor_parallel_size > 1
+        and parallel.world_size == parallel.tensor_parallel_size
+    )
+    copies = 1 if replicated else parallel.world_size
+    return int(size_gib * GiB) // (cdiv(block_bytes * copies, PAGE_BYTES) * PAGE_BYTES)
 
 
 def link_bandwidth_bytes_per_s(config: OffloadParts) -> float:
@@ -264,9 +275,9 @@ def check_offload(config: OffloadParts) -> None:
         size = getattr(config.offload, name)
         if size and _tier_blocks(config, size) < 1:
             raise ValueError(
-                f"offload.{name}: {size} GiB over {config.parallel.world_size} GPU(s) holds no "
-                f"block of {config.cache.block_size_tokens * config.bytes_per_token:,} bytes; "
-                "raise it"
+                f"offload.{name}: {size} GiB for {config.parallel.world_size} GPU(s) holds no "
+                f"block of {config.cache.block_size_tokens * config.bytes_per_token:,} bytes "
+                "each; raise it"
             )
     chunk = cdiv(args.max_num_batched_tokens, config.cache.block_size_tokens)
     if cpu_tier_blocks(config) < chunk:

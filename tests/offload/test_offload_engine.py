@@ -184,6 +184,44 @@ def test_unset_offload_keeps_the_canonical_config() -> None:
     assert '"offload"' in config(0.5).canonical_json()
 
 
+def test_tier_blocks_are_page_aligned_and_mla_keeps_one_copy_under_tp() -> None:
+    """vLLM 0.34.0 ``CPUOffloadingSpec``: ``num_chunks = cpu_bytes // round_up(block bytes x
+    copies, 4096)``, one copy per worker unless an MLA model runs tensor parallel alone
+    (``replicated_layout``). An MLA model of 61 layers (DeepSeek-V3's), latent 512 + 64 in
+    bf16 on TP 2: one block 16 x 61 x 576 x 2 = 1,124,352 bytes (274.5 pages) -> one copy
+    rounded up to 275 x 4096 = 1,126,400; 16 GiB = 17,179,869,184 // 1,126,400 = 15,252
+    blocks (15,252 x 1,126,400 = 17,179,852,800; kvsim had 17,179,869,184 // 2 // 1,124,352 =
+    7,639). Llama-3.1-8B on TP 2: two
+    copies of 16 x 32 x 4 x 128 x 2 x 2 = 1,048,576 bytes, whole pages: 8,192 blocks."""
+    from kvsim.config.offload import cpu_tier_blocks
+
+    mla = config_from_dict(
+        {
+            "model": {
+                "preset": "llama-3.1-8b",
+                "num_layers": 61,
+                "kv_lora_rank": 512,
+                "qk_rope_head_dim": 64,
+                "num_kv_heads": 1,
+            },
+            "gpu": "h100-80gb",
+            "parallel": {"tensor_parallel_size": 2},
+            "offload": {"kv_offloading_size": 16},
+        }
+    )
+    assert mla.bytes_per_token == 61 * 576 * 2
+    assert cpu_tier_blocks(mla) == 15_252
+    dense = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "parallel": {"tensor_parallel_size": 2},
+            "offload": {"kv_offloading_size": 16},
+        }
+    )
+    assert cpu_tier_blocks(dense) == 8_192
+
+
 def test_zero_size_is_off() -> None:
     """``kv_offloading_size = 0`` runs as without the section (a sweep's "off" point)."""
     off = simulate(config(0.0), requests())
