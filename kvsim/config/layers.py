@@ -14,8 +14,8 @@ groups* of equal layer counts that share one block pool with one page size
 
 e.g. Gemma-3-27B: 52 sliding + 10 full layers -> g = 10, 6 sliding groups (8 padding layers)
 + 1 full group, 7 groups of 10 layers. A state layer's page is its whole state; vLLM raises the
-attention block size to the smallest multiple of 16 tokens whose page holds it
-(``vllm/model_executor/models/config.py``, ``HybridAttentionMambaModelConfig``).
+attention block size to the smallest multiple of ``max(16, block_size)`` tokens whose page holds
+it (``vllm/platforms/interface.py``, ``_align_hybrid_block_size``: ``state_block_size``).
 ``hybrid_kv_cache = false`` treats every attention layer as full attention, as vLLM's
 ``--disable-hybrid-kv-cache-manager`` does (``unify_hybrid_kv_cache_specs``); vLLM cannot do that
 for state layers, nor can kvsim.
@@ -45,7 +45,7 @@ from kvsim.base.units import cdiv
 logger = logging.getLogger(__name__)
 
 GroupKind = Literal["full", "sliding", "state"]
-MAMBA_BLOCK_ALIGN_TOKENS = 16  # vLLM rounds the raised attention block size to this many tokens
+MAMBA_BLOCK_ALIGN_TOKENS = 16  # FlashAttention's smallest kernel block: the raised size's unit
 
 
 class AttentionLayers(BaseModel):
@@ -158,12 +158,15 @@ def vllm_group_size(layer_counts: list[int]) -> int:
 
 
 def state_block_size(block_size_tokens: int, state_bytes: int, layer_bytes_per_token: int) -> int:
-    """The attention block size vLLM uses beside a state layer: the configured one if its page
-    already holds ``state_bytes``, else the smallest multiple of 16 tokens that does."""
-    if block_size_tokens * layer_bytes_per_token >= state_bytes:
-        return block_size_tokens
-    tokens = cdiv(state_bytes, layer_bytes_per_token)
-    return cdiv(tokens, MAMBA_BLOCK_ALIGN_TOKENS) * MAMBA_BLOCK_ALIGN_TOKENS
+    """The attention block size vLLM 0.34.0 uses beside a state layer
+    (``Platform._align_hybrid_block_size``, ``vllm/platforms/interface.py``): the smallest
+    multiple of ``a = max(16, block_size_tokens)`` tokens (FlashAttention's smallest kernel
+    block, or the configured block if larger) whose page holds ``state_bytes``, rounded up to
+    a multiple of 16, and never below the configured block size."""
+    align = max(MAMBA_BLOCK_ALIGN_TOKENS, block_size_tokens)
+    tokens = align * cdiv(state_bytes, align * layer_bytes_per_token)
+    tokens = cdiv(tokens, MAMBA_BLOCK_ALIGN_TOKENS) * MAMBA_BLOCK_ALIGN_TOKENS
+    return max(block_size_tokens, tokens)
 
 
 def kv_cache_groups(

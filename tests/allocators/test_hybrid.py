@@ -234,6 +234,12 @@ def test_state_layers_raise_the_block_size_and_cannot_be_turned_full():
     g = kv_cache_groups(48, attention, 2048, 16)
     assert g.kinds == ("full", "state", "state", "state")
     assert (g.block_size_tokens, g.layers_per_group) == (544, 12)
+    # vLLM aligns to max(16, block_size) tokens (_align_hybrid_block_size): at block 64 a page
+    # of 64 x cdiv(1097728, 64 x 2048) = 64 x 9 = 576 tokens (a multiple of 16 alone: 544); at
+    # block 32, 32 x cdiv(1097728, 65536) = 32 x 17 = 544; a block above the need stays
+    assert kv_cache_groups(48, attention, 2048, 64).block_size_tokens == 576
+    assert kv_cache_groups(48, attention, 2048, 32).block_size_tokens == 544
+    assert kv_cache_groups(48, attention, 2048, 1024).block_size_tokens == 1024
     with pytest.raises(ValueError, match="hybrid_kv_cache: false cannot treat 36 state"):
         AttentionLayers(num_state_layers=36, state_bytes_per_layer=1, hybrid_kv_cache=False)
     with pytest.raises(ValueError, match="num_sliding_layers and sliding_window_tokens"):
