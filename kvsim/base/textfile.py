@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 
 def read_text(path: str | Path) -> str:
-    """The file's text, decoded as UTF-8.
+    """The file's text, decoded as UTF-8 (a leading byte-order mark, as some Windows editors
+    write, dropped).
 
     Raises:
         FileNotFoundError: no such file (the message names it).
@@ -36,7 +37,7 @@ def read_text(path: str | Path) -> str:
     except OSError as err:
         raise ValueError(f"{path}: cannot read ({err.strerror or err})") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         raise ValueError(

@@ -81,7 +81,7 @@ class _Config:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self.text = path.read_text(encoding="utf-8")
+            self.text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark dropped)
             data = parse_json(self.text, f"hf_config {path}", object_pairs_hook=unique_keys)
         except DuplicateKeyError as exc:
             raise ValueError(f"hf_config {path}{self._key_lines(exc.key)}: {exc}") from None

@@ -114,10 +114,20 @@ def test_qwen3_next_without_layer_types_reads_its_interval(tmp_path: Path) -> No
     # state per layer (Gated DeltaNet): conv (4 - 1) x (2 x 16 x 128 + 32 x 128) = 24,576
     # values + SSM 32 x 128 x 128 = 524,288 values = 548,864 x 2 bytes = 1,097,728 bytes
     assert model.attention.state_bytes_per_layer == 1_097_728
-    # vLLM's groups: 12 full, 36 state; 36 >= 1.5 x 12 so g = 12: 1 full + 36 / 12 = 3 state
+    # vLLM's groups: 12 full, 36 state; 36 >= 1.5 x 12 so g = 12: 36 / 12 = 3 state + 1 full,
+    # the state groups first (layer 0 is linear attention: the layers' order)
     groups = kv_cache_groups(model.num_layers, model.attention, 4096, 16)
-    assert groups.kinds == ("full", "state", "state", "state")
+    assert groups.kinds == ("state", "state", "state", "full")
     assert groups.layers_per_group == 12
+
+
+def test_a_byte_order_mark_before_the_json_is_read_past(tmp_path: Path) -> None:
+    """A config.json saved with a UTF-8 byte-order mark was "invalid JSON (Unexpected UTF-8
+    BOM)"; JSON forbids the mark, but it carries no content: the file reads as without it."""
+    plain = _model(tmp_path, QWEN3_NEXT, "a")
+    path = _write(tmp_path, QWEN3_NEXT, "a")
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert ModelSpec.model_validate({"hf_config": str(path), "num_params": PARAMS}) == plain
 
 
 def test_qwen3_next_reads_the_same_with_and_without_layer_types(tmp_path: Path) -> None:

@@ -500,3 +500,12 @@ def test_bad_length_table(hostile, case: str) -> None:
     path = hostile.write("lt.csv", content)
     sets = ["workload.lengths=table", f"workload.length_table={path}"]
     hostile.run([*RUN, "--set", sets[0], "--set", sets[1]], *expected)
+
+
+def test_a_byte_order_mark_is_read_past_in_a_length_table(hostile) -> None:
+    """A UTF-8 byte-order mark (Excel's "CSV UTF-8") before a length table's header was "not a
+    kvsim length table header, got '\\ufeffbin,...'", where the trace reader reads past it."""
+    table = "bin,side,q0,q1,q2\n0,prompt,1,5,10\n0,output,1,2,3\n"
+    path = hostile.write("lt.csv", b"\xef\xbb\xbf" + table.encode())
+    sets = ["workload.lengths=table", f"workload.length_table={path}"]
+    hostile.run([*RUN, "--set", sets[0], "--set", sets[1]], code=0)
