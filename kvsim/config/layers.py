@@ -59,6 +59,11 @@ class AttentionLayers(BaseModel):
         state_bytes_per_layer: one request's state in one state layer, bytes (conv + SSM state).
         hybrid_kv_cache: use vLLM's hybrid KV cache groups; ``False`` treats every attention
             layer as full attention (vLLM ``--disable-hybrid-kv-cache-manager``).
+        kind_order: the kinds of layer in the order of each one's first layer ("full",
+            "sliding", "state"): vLLM forms the KV cache groups in the order the layers register
+            (``_get_kv_cache_groups_uniform_page_size``), so the groups of the first layer's
+            kind come first (Gemma-3's layer 0 slides: its sliding groups, then the full one).
+            ``None``: full, then sliding, then state.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -68,6 +73,7 @@ class AttentionLayers(BaseModel):
     num_state_layers: int = Field(default=0, ge=0, le=MAX_MODEL_LAYERS)
     state_bytes_per_layer: int | None = Field(default=None, ge=1, le=2**40)
     hybrid_kv_cache: bool = True
+    kind_order: tuple[GroupKind, ...] | None = Field(default=None, min_length=1, max_length=3)
 
     @model_validator(mode="before")
     @classmethod
@@ -85,6 +91,11 @@ class AttentionLayers(BaseModel):
             raise ValueError(
                 "model.attention: num_state_layers and state_bytes_per_layer go together, got "
                 f"{self.num_state_layers} and {self.state_bytes_per_layer}"
+            )
+        if self.kind_order is not None and len(set(self.kind_order)) != len(self.kind_order):
+            raise ValueError(
+                "model.attention.kind_order: each kind once, in the order of its first layer, "
+                f"got {list(self.kind_order)}"
             )
         if self.num_state_layers and not self.hybrid_kv_cache:
             raise ValueError(
@@ -114,7 +125,7 @@ class KVCacheGroups:
     """vLLM's KV cache groups of a model on one GPU (see the module docstring).
 
     Attributes:
-        groups: in vLLM's order (kinds in the order full, sliding, state).
+        groups: in vLLM's order (the kinds in the order of their first layers, ``kind_order``).
         layers_per_group: ``g``, layers (real or padding) of every group.
         block_size_tokens: tokens per block (raised for a state group's page).
         layer_bytes_per_token: KV bytes of one token in one attention layer.
@@ -182,7 +193,8 @@ def kv_cache_groups(
 
     Args:
         num_layers: all layers of the model.
-        attention: which of them slide or keep a state.
+        attention: which of them slide or keep a state, and the order of the kinds
+            (``AttentionLayers.kind_order``: the groups' order).
         layer_bytes_per_token: KV bytes of one token in one attention layer on one GPU.
         block_size_tokens: the configured block size, tokens.
         tensor_parallel_size: GPUs a state is split over (by heads, as the KV is).
@@ -202,13 +214,23 @@ def kv_cache_groups(
             f"model.attention: {sliding} sliding + {state} state layers exceed num_layers "
             f"({num_layers})"
         )
-    full += num_draft_layers
     if not attention.hybrid_kv_cache:  # every attention layer full: one group of all of them
-        kinds: list[tuple[GroupKind, int, int | None]] = [("full", full + sliding, None)]
+        kinds: list[tuple[GroupKind, int, int | None]] = [
+            ("full", full + sliding + num_draft_layers, None)
+        ]
     else:
-        kinds = [("full", full, None), ("sliding", sliding, attention.sliding_window_tokens)]
-        kinds.append(("state", state, None))
-        kinds = [k for k in kinds if k[1] > 0]
+        counts: dict[GroupKind, tuple[int, int | None]] = {
+            "full": (full, None),
+            "sliding": (sliding, attention.sliding_window_tokens),
+            "state": (state, None),
+        }
+        order = [*(attention.kind_order or ()), "full", "sliding", "state"]
+        kinds = [(k, *counts[k]) for k in dict.fromkeys(order) if counts[k][0] > 0]
+        if num_draft_layers:  # (a drafter's layers register after the target's)
+            if full:
+                kinds = [(k, n + num_draft_layers if k == "full" else n, w) for k, n, w in kinds]
+            else:
+                kinds.append(("full", num_draft_layers, None))
     size = vllm_group_size([count for _, count, _ in kinds])
     groups: list[KVCacheGroup] = []
     for kind, count, window in kinds:
@@ -239,6 +261,7 @@ def attention_from_hf(
       ``"linear_attention"`` (gpt-oss, Gemma-3, Qwen3-Next); a sliding layer without a window
       (``sliding_window`` null, or ``use_sliding_window`` false) is full attention, with a
       warning;
+    - the kinds' order (``kind_order``) as their first layers come;
     - else by ``model_type``: Gemma-2 alternates sliding and full, the even layers sliding
       (``Gemma2Config``); Gemma-3 makes layer ``i`` global when ``(i + 1) %
       sliding_window_pattern == 0`` (6 when absent: ``Gemma3TextConfig``), so a pattern of 1 is
@@ -287,18 +310,24 @@ def attention_from_hf(
         )
     if window is None:
         return {}
+    first: GroupKind = "sliding"  # layer 0's kind
     if model_type == "gemma2":
         sliding = num_layers - num_layers // 2
     elif patterned:
         pattern = _int_key(data, "sliding_window_pattern", 6, 1, where)
         sliding = num_layers - num_layers // pattern
+        first = "sliding" if pattern > 1 else "full"
     elif model_type in _WINDOW_OPT_IN:
         sliding = max(0, num_layers - _int_key(data, "max_window_layers", 28, 0, where))
+        first = "full" if sliding < num_layers else "sliding"
     else:
         sliding = num_layers
     if not sliding:
         return {}
-    return {"num_sliding_layers": sliding, "sliding_window_tokens": window}
+    out: dict[str, Any] = {"num_sliding_layers": sliding, "sliding_window_tokens": window}
+    if sliding < num_layers:
+        out["kind_order"] = [first, "full" if first == "sliding" else "sliding"]
+    return out
 
 
 # model types whose layers slide by a fixed pattern (transformers' Gemma2Config, Gemma3TextConfig)
@@ -349,6 +378,11 @@ def _from_layer_types(
     sliding = sum(1 for k in kinds if _LAYER_KINDS[k] == "sliding")
     linear = sum(1 for k in kinds if _LAYER_KINDS[k] == "state")
     out: dict[str, Any] = {}
+    slides = sliding and window is not None  # (else its sliding layers are full attention)
+    seen = [_LAYER_KINDS[k] if _LAYER_KINDS[k] != "sliding" or slides else "full" for k in kinds]
+    order = list(dict.fromkeys(seen))
+    if len(order) > 1:  # the groups' order: the kinds' first layers' (vLLM registers in order)
+        out["kind_order"] = order
     if sliding and window is None:
         logger.warning(
             "%s: %d sliding_attention layers but no window (sliding_window null, or "

@@ -27,16 +27,19 @@ GEMMA3_TEXT = {
 
 
 def test_layer_patterns_read_as_vllm_reads_them():
-    # Gemma-3: every 6th layer global: 62 // 6 = 10 global, 52 sliding
+    # Gemma-3: every 6th layer global: 62 // 6 = 10 global, 52 sliding; layer 0 slides, so
+    # vLLM's groups (in the layers' order) are the sliding ones first
     assert attention_from_hf(GEMMA3_TEXT, 62, 2) == {
         "num_sliding_layers": 52,
         "sliding_window_tokens": 1024,
+        "kind_order": ["sliding", "full"],
     }
     # gpt-oss-20b: layer_types alternate sliding / full over 24 layers, window 128
     gpt_oss = {"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 12}
     assert attention_from_hf(gpt_oss, 24, 2) == {
         "num_sliding_layers": 12,
         "sliding_window_tokens": 128,
+        "kind_order": ["sliding", "full"],
     }
     # Mistral-7B-v0.1: a window on every layer; Qwen2.5 turns its window off
     assert attention_from_hf({"sliding_window": 4096}, 32, 2)["num_sliding_layers"] == 32
@@ -56,6 +59,7 @@ def test_layer_patterns_read_as_vllm_reads_them():
     assert attention_from_hf(qwen3_next, 48, 2) == {
         "num_state_layers": 36,
         "state_bytes_per_layer": 1_097_728,
+        "kind_order": ["state", "full"],
     }
     assert ModelSpec.model_validate("qwen3-next-80b-a3b").attention.state_bytes_per_layer == (
         1_097_728
@@ -74,20 +78,23 @@ def test_layer_patterns_without_layer_types_follow_transformers() -> None:
     assert attention_from_hf({**no_pattern, "model_type": "gemma3_text"}, 62, 2) == {
         "num_sliding_layers": 52,
         "sliding_window_tokens": 1024,
+        "kind_order": ["sliding", "full"],
     }
     # Gemma-2 (google/gemma-2-9b: 42 layers, window 4096): the even layers slide -> 21
     gemma2 = {"model_type": "gemma2", "sliding_window": 4096}
     assert attention_from_hf(gemma2, 42, 2) == {
         "num_sliding_layers": 21,
         "sliding_window_tokens": 4096,
+        "kind_order": ["sliding", "full"],
     }
     # Qwen2: no window unless use_sliding_window; then layers from max_window_layers on:
-    # 28 - 21 = 7 sliding; max_window_layers 28 of 28 -> none
+    # 28 - 21 = 7 sliding (layers 21..27: full layers first); max_window_layers 28 of 28 -> none
     qwen2 = {"model_type": "qwen2", "sliding_window": 32768, "max_window_layers": 21}
     assert attention_from_hf(qwen2, 28, 2) == {}
     assert attention_from_hf({**qwen2, "use_sliding_window": True}, 28, 2) == {
         "num_sliding_layers": 7,
         "sliding_window_tokens": 32768,
+        "kind_order": ["full", "sliding"],
     }
     assert (
         attention_from_hf({**qwen2, "use_sliding_window": True, "max_window_layers": 28}, 28, 2)

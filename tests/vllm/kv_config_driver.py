@@ -62,8 +62,9 @@ def vllm_config(case: dict[str, Any], model: str) -> VllmConfig:
 
 
 def layer_specs(case: dict[str, Any]) -> dict[str, Any]:
-    """Layer name -> KV cache spec, the drafter's layers last (they register after the
-    target's)."""
+    """Layer name -> KV cache spec in the order the layers register: the kinds in the case's
+    ``kind_order`` (each kind's first layer's place in the model), the drafter's layers last
+    (they register after the target's)."""
     shape = {
         "block_size": case["block_size"],
         "num_kv_heads": case["num_kv_heads"],
@@ -71,21 +72,25 @@ def layer_specs(case: dict[str, Any]) -> dict[str, Any]:
         "dtype": DTYPES[case["dtype_bytes"]],
     }
     specs: dict[str, Any] = {}
-    for i in range(case["num_full"]):
-        specs[f"model.layers.{i}.full"] = FullAttentionSpec(**shape)
-    for i in range(case["num_sliding"]):
-        specs[f"model.layers.{i}.sliding"] = SlidingWindowSpec(
-            **shape, sliding_window=case["sliding_window"]
-        )
-    for i in range(case.get("num_state", 0)):  # one state a request, in a page of its own
-        page = FullAttentionSpec(**shape).page_size_bytes  # (padded to the attention page)
-        specs[f"model.layers.{i}.state"] = MambaSpec(
-            block_size=case["block_size"],
-            shapes=((case["state_bytes"] // 2,),),
-            dtypes=(torch.bfloat16,),
-            page_size_padded=page,
-            num_speculative_blocks=case.get("num_speculative_tokens", 0),
-        )
+    for kind in case.get("kind_order", ["full", "sliding", "state"]):
+        if kind == "full":
+            for i in range(case["num_full"]):
+                specs[f"model.layers.{i}.full"] = FullAttentionSpec(**shape)
+        elif kind == "sliding":
+            for i in range(case["num_sliding"]):
+                specs[f"model.layers.{i}.sliding"] = SlidingWindowSpec(
+                    **shape, sliding_window=case["sliding_window"]
+                )
+        else:
+            for i in range(case.get("num_state", 0)):  # one state a request, in its own page
+                page = FullAttentionSpec(**shape).page_size_bytes  # (padded to the attn page)
+                specs[f"model.layers.{i}.state"] = MambaSpec(
+                    block_size=case["block_size"],
+                    shapes=((case["state_bytes"] // 2,),),
+                    dtypes=(torch.bfloat16,),
+                    page_size_padded=page,
+                    num_speculative_blocks=case.get("num_speculative_tokens", 0),
+                )
     for i in range(case["num_draft"]):
         specs[f"draft_model.layers.{i}"] = replace(FullAttentionSpec(**shape), is_draft=True)
     return specs

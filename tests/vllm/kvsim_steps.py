@@ -106,6 +106,8 @@ def run_workload(work: dict[str, Any], lazy: bool = False) -> dict[str, Any]:
     allocator: PagedAllocator | HybridPagedAllocator
     if cfg.get("sliding_window"):  # full + sliding-window groups over one pool
         kinds = (KVCacheGroup("full", 1), KVCacheGroup("sliding", 1, cfg["sliding_window"]))
+        if cfg.get("sliding_first"):  # (the groups in the model's layer order, as vLLM's)
+            kinds = kinds[::-1]
         allocator = HybridPagedAllocator(
             capacity_tokens=cfg["num_blocks"] * block,
             kv_groups=KVCacheGroups(kinds, 1, block, 1),

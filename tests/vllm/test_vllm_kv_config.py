@@ -4,7 +4,9 @@ For model presets with and without a speculative drafter's KV layers, hybrid gro
 kvsim's ``SimConfig`` gives the pool's blocks (``capacity_tokens // block size``, vLLM's null
 block among them) and its KV cache groups; vLLM's ``get_kv_cache_configs`` gives its
 ``num_blocks`` and groups for the same layers on one GPU (``kv_config_driver.py``, in
-``.venv-vllm``). A budget one ``max_model_len`` request outgrows is refused by both. Skipped
+``.venv-vllm``), the layers registered in the model's order (its groups' order, which decides
+the order vLLM allocates and frees them in). A budget one ``max_model_len`` request outgrows is
+refused by both. Skipped
 unless ``.venv-vllm`` exists. A state layer (Mamba / GDN) is given to vLLM as one state of
 kvsim's bytes in the attention page, at the block size kvsim raised to hold it (vLLM raises it
 in the model's config, before planning).
@@ -28,6 +30,7 @@ pytestmark = pytest.mark.vllm
 
 DRIVER = Path(__file__).with_name("kv_config_driver.py")
 SPEC = {"num_speculative_tokens": 3, "acceptance_rate": 0.7}
+KINDS = ["full", "sliding", "state"]
 
 # (model, GiB of KV per GPU, max_model_len, block size, tensor parallel, kv_cache_dtype,
 #  drafter KV layers (None: no speculation), hybrid groups)
@@ -97,6 +100,10 @@ def vllm_case(case: tuple) -> dict[str, Any]:
         "state_bytes": -(-(attention.state_bytes_per_layer or 0) // tp) if state else 0,
         "num_draft": draft or 0,
         "num_speculative_tokens": 0 if draft is None else SPEC["num_speculative_tokens"],
+        # the kinds as the model's layers first come (vLLM registers layers in order)
+        "kind_order": list(dict.fromkeys([*(attention.kind_order or ()), *KINDS]))
+        if attention
+        else ["full"],
         "num_kv_heads": max(1, base.num_kv_heads // tp),
         "head_size": base.head_dim,
         "dtype_bytes": kv_dtype_bytes(base, dtype),  # type: ignore[arg-type]
@@ -145,10 +152,8 @@ def test_kv_pool_matches_vllms_planning():
         ours = kvsim_plan(case)
         if "error" in vllm or "error" in ours:  # both refuse, or it is a difference
             same = ("error" in vllm) == ("error" in ours)
-        else:  # the same blocks, and the same groups whatever their order
-            same = ours["num_blocks"] == vllm["num_blocks"] and sorted(ours["groups"]) == sorted(
-                vllm["groups"]
-            )
+        else:  # the same blocks, and the same groups in the same order
+            same = ours["num_blocks"] == vllm["num_blocks"] and ours["groups"] == vllm["groups"]
         if not same:
             differ.append(f"{case}:\n  kvsim {ours}\n  vLLM  {vllm}")
     assert not differ, "\n".join(differ)

@@ -174,7 +174,8 @@ def build_scheduler(cfg: dict[str, Any], model: str) -> Scheduler:
             dtype=torch.float32,
             sliding_window=cfg["sliding_window"],
         )
-        groups.append(KVCacheGroupSpec(["sliding_layer"], window))
+        sliding = KVCacheGroupSpec(["sliding_layer"], window)
+        groups.insert(0 if cfg.get("sliding_first") else 1, sliding)  # (the layers' order)
     kv_cache_config = KVCacheConfig(
         num_blocks=cfg["num_blocks"], kv_cache_tensors=[], kv_cache_groups=groups
     )

@@ -13,7 +13,9 @@ A workload is ``{"name", "max_steps", "config", "requests"}``:
   scheduled the requests, and accept ``#{i < drafts : u < acceptance_rates[i]}`` drafts; a
   padded admission's placeholder drafts are all rejected with no draw;
 - ``config`` of a hybrid workload (``random_hybrid_workload``) also has ``sliding_window``
-  (tokens): a full-attention group and a sliding-window group share the pool;
+  (tokens): a full-attention group and a sliding-window group share the pool, the sliding one
+  first where ``sliding_first`` (a model whose layer 0 slides, as Gemma-3's: vLLM forms the
+  groups in the layers' order, and allocates and frees them in that order);
 - ``requests``: ``{"id", "arrival_step", "segments", "output_tokens"}``, the prompt given as
   ``[segment, length]`` token runs: runs of one segment are equal tokens (the first ``length``
   tokens of that segment), so prompts built from the same segments share prefixes.
@@ -90,6 +92,7 @@ def random_hybrid_workload(seed: int) -> dict[str, Any]:
     cfg["sliding_window"] = int(rng.integers(2, 6 * block + 1))
     need = max(_blocks(r, block) for r in work["requests"])
     cfg["num_blocks"] = 2 * need + int(rng.integers(0, 2 * need + 2)) + 1
+    cfg["sliding_first"] = bool(rng.integers(0, 2))  # (a model whose layer 0 slides: Gemma-3)
     work["name"] = f"h{seed}"
     return work
 
@@ -138,6 +141,7 @@ def random_hybrid_spec_workload(seed: int) -> dict[str, Any]:
     block = cfg["block_size"]
     cfg["sliding_window"] = int(rng.integers(2, 6 * block + 1))
     cfg["num_blocks"] = 2 * cfg["num_blocks"] + int(rng.integers(0, cfg["num_blocks"] + 2))
+    cfg["sliding_first"] = bool(rng.integers(0, 2))
     work["name"] = f"hs{seed}"
     return work
 
