@@ -11,6 +11,7 @@ counts. ``PricingSpec`` (``[pricing]``): where a GPU's price per hour comes from
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from functools import cache
 from importlib import resources
@@ -20,6 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from kvsim.base.limits import MAX_HW_PER_S, MAX_OVERHEAD_S
+from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_text, read_toml, toml_key_line
 from kvsim.config.hardware import Frozen, resolve_preset
 
@@ -38,7 +40,11 @@ ROUTER_WEIGHTS: dict[RouterName, tuple[str, ...]] = {
 }
 MAX_REPLICAS = 1024
 MAX_USD_PER_GPU_HOUR = 1e9  # a price table's or the config's bound (a typo, not a GPU)
+logger = logging.getLogger(__name__)
+
 DEFAULT_LINK = "infiniband-ndr"  # the links.toml preset of a fleet that names none
+# under 1 Gb Ethernet's 1.25e8 bytes/s: slower than any link a prefill-decode split would use
+SLOWEST_PLAUSIBLE_KV_LINK_BYTES_PER_S = 1e8
 # sections a replica may have of its own (the workload, seed and fleet are the fleet's)
 REPLICA_SECTIONS = frozenset({"model", "gpu", "parallel", "cache", "scheduler", "cost", "pricing"})
 
@@ -131,6 +137,14 @@ class FleetSpec(Frozen):
                     f"replica_overrides[{i}]: {extra[0]!r} is the fleet's, not a replica's; a "
                     f"replica may set {sorted(REPLICA_SECTIONS)}"
                 )
+        link = self.link.bandwidth_bytes_per_s
+        if self.prefill_replicas and link < SLOWEST_PLAUSIBLE_KV_LINK_BYTES_PER_S:
+            warn_once(
+                logger,
+                f"fleet.link.bandwidth_bytes_per_s: {link:,.0f} bytes/s is slower than any "
+                "link between GPU servers (1 Gb Ethernet moves 1.25e8 bytes/s); each request's "
+                "KV waits that long to reach its decode replica",
+            )
         return self
 
     @property

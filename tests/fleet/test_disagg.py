@@ -252,3 +252,22 @@ def test_the_busiest_replica_share_is_taken_within_its_role():
     results = simulate(cfg, requests)
     assert list(results.replicas["num_routed"]) == [4, 2, 2]
     assert results.summary["replica_requests_max_share"] == 0.5
+
+
+def test_a_link_slower_than_any_network_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    """A prefill-to-decode link of 1 byte/s ran without a word (its p99 TTFT 84 years), where
+    the CPU offload link warns; below 1e8 bytes/s (1 Gb Ethernet moves 1.25e8) it is said, and
+    not for a fleet that never splits prefill from decode (the link unread)."""
+    import logging
+
+    from tests.conftest import forget_warnings
+
+    forget_warnings(caplog)
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        config_from_dict({"fleet": {"replicas": 2, "link": {"bandwidth_bytes_per_s": 5e9}}})
+        config_from_dict(
+            {"fleet": {"replicas": 2, "prefill_replicas": 1, "link": {"bandwidth_bytes_per_s": 1}}}
+        )
+    said = [r.getMessage() for r in caplog.records if "bytes/s is slower" in r.getMessage()]
+    assert len(said) == 1
+    assert "1 bytes/s is slower than any link" in said[0]
