@@ -229,12 +229,18 @@ def _checked(table: dict[str, Any], where: str, text: str = "") -> dict[str, dic
             was read as no price; a misspelt ``source`` silently dropped), naming the row.
     """
     for gpu, row in table.items():
-        unknown = sorted(set(row) - set(_PRICE_ROW_KEYS)) if isinstance(row, dict) else []
+        if not isinstance(row, dict):  # (`h100-80gb = 3`: read as a row without a price)
+            line = toml_key_line(text, gpu)
+            raise ValueError(
+                f"{where}{f' line {line}' if line else ''}: {gpu}: expected a table [{gpu}] "
+                f"with usd_per_gpu_hour (and source, date), got {row!r}"
+            )
+        unknown = sorted(set(row) - set(_PRICE_ROW_KEYS))
         if unknown:
             line = toml_key_line(text, f"{gpu}.{unknown[0]}")
             raise ValueError(
-                f"{where}{f' line {line}' if line else ''}: [{gpu}] unknown keys {unknown}; "
-                f"expected {list(_PRICE_ROW_KEYS)}"
+                f"{where}{f' line {line}' if line else ''}: [{gpu}] expected the keys "
+                f"{list(_PRICE_ROW_KEYS)}, got unknown {unknown}"
             )
         price = row.get("usd_per_gpu_hour") if isinstance(row, dict) else None
         if (

@@ -916,9 +916,19 @@ def test_a_price_tables_misspelt_key_is_refused_naming_its_line(key: str, tmp_pa
     table = tmp_path / "prices.toml"
     table.write_text(f'[a100-40gb]\nusd_per_gpu_hour = 2.0\n{key} = 3.0\ndate = "d"\n')
     with pytest.raises(
-        ValueError, match=rf"prices.toml line 3: \[a100-40gb\] unknown keys \['{key}'\]"
-    ):
+        ValueError, match=r"prices.toml line 3: \[a100-40gb\] expected the keys"
+    ) as err:
         config_from_dict({"pricing": {"table": str(table)}})
+    assert str(err.value).endswith(f"got unknown ['{key}']")  # (not the table's path as 'got')
+
+
+def test_a_price_tables_row_that_is_a_number_is_said_to_need_a_table(tmp_path) -> None:
+    """`h100-80gb = 3` was 'usd_per_gpu_hour: expected a price ..., got None'."""
+    table = tmp_path / "prices.toml"
+    table.write_text("h100-80gb = 3\n")
+    with pytest.raises(ValueError, match=r"prices.toml line 1: h100-80gb: expected a table") as e:
+        config_from_dict({"pricing": {"table": str(table)}})
+    assert "got 3" in str(e.value)
 
 
 def test_hf_config_may_be_a_path_object(tmp_path) -> None:
