@@ -205,6 +205,13 @@ class Results:
         except ValidationError as err:
             raise ValueError(f"{folder / 'config.json'}: {format_validation_error(err)}") from None
         has_maps = stored_table(folder / "mapframes.parquet") is not None
+        if not has_maps and (folder / RUN_MANIFEST).is_file():
+            saved = [n for n in run_file_names(folder) if n.split(".")[0] == "mapframes"]
+            if saved:  # (its map frames deleted since: not a run that captured none)
+                raise FileNotFoundError(
+                    f"{folder / saved[0]}: no such file, though the run saved it "
+                    f"({RUN_MANIFEST} lists it); run it again"
+                )
         summary = read_summary(folder / "summary.json")
         results = cls(
             config,

@@ -112,3 +112,17 @@ def test_reading_a_run_back_says_none_of_its_configs_warnings(tmp_path, caplog) 
     forget_warnings(caplog)
     Results.load(tmp_path)
     assert "trained context" not in caplog.text
+
+
+def test_map_frames_deleted_since_the_run_are_named(small_runs, tmp_path) -> None:
+    """A run saved with --map-frames whose mapframes.parquet was deleted since (its .kvsim-run
+    lists it) drew the page with the advice to rerun with --map-frames, exit 0."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(small_runs[0], run)
+    (run / "mapframes.parquet").unlink()
+    result = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 2, result.output
+    assert "mapframes.parquet: no such file, though the run saved it" in result.output
+    assert not (tmp_path / "r.html").exists()
