@@ -36,12 +36,15 @@ def read_text(path: str | Path) -> str:
         raise FileNotFoundError(f"{path}: no such file") from None
     except OSError as err:
         raise ValueError(f"{path}: cannot read ({err.strerror or err})") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # (Windows editors write one: not text, but meant)
+        logger.warning("%s: starts with a UTF-8 byte-order mark; read without it", path)
+        data = data[3:]
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         raise ValueError(
-            f"{path} line {line}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+            f"{path} line {line}: not UTF-8 text (got byte 0x{data[err.start]:02x} at offset "
             f"{err.start}); save the file as UTF-8"
         ) from None
 
@@ -253,9 +256,6 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         ValueError: a folder, not UTF-8, or invalid TOML (naming the file, line and column).
     """
     text = read_text(path)
-    if text.startswith("\ufeff"):  # a byte-order mark (Windows editors): not TOML, but meant
-        logger.warning("%s: starts with a UTF-8 byte-order mark; read without it", path)
-        text = text[1:]
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -492,6 +492,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise ValueError(
                 f"--set: expected KEY=VALUE (e.g. cache.block_size_tokens=32), got {pair!r}"
             )
+        indexed = re.search(r"\[[^\]]*\]|\.\d+(\.|$)", key)
+        if indexed:  # (fleet.replica_overrides[0].cache...: read as a field of that name)
+            listed = key[: indexed.start()]
+            raise ValueError(
+                f"--set {key}: an item of a list cannot be set alone; set the whole list "
+                f"{listed} as JSON: --set '{listed}=[...]'"
+            )
         try:
             value = parse_json(raw, f"--set {key}", object_pairs_hook=unique_keys)
         except json.JSONDecodeError:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.base.limits import MAX_MODEL_HEADS, MAX_MODEL_LAYERS, is_int_at_least
-from kvsim.base.textfile import DuplicateKeyError, parse_json, unique_keys
+from kvsim.base.textfile import DuplicateKeyError, parse_json, read_text, unique_keys
 from kvsim.base.units import MXFP4_BITS
 from kvsim.config.hf_params import UNTIED_BY_DEFAULT, count_params, moe_fields
 from kvsim.config.layers import attention_from_hf
@@ -81,7 +81,7 @@ class _Config:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self.text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark dropped)
+            self.text = read_text(path)  # (a byte-order mark dropped, with a warning)
             data = parse_json(self.text, f"hf_config {path}", object_pairs_hook=unique_keys)
         except DuplicateKeyError as exc:
             raise ValueError(f"hf_config {path}{self._key_lines(exc.key)}: {exc}") from None
@@ -89,6 +89,8 @@ class _Config:
             raise ValueError(f"hf_config: no such file {str(path)!r}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"hf_config {path}: invalid JSON ({exc})") from None
+        except ValueError as exc:  # (read_text's: a folder, unreadable, not UTF-8)
+            raise ValueError(f"hf_config {exc}") from None
         except OSError as exc:  # a loop of symbolic links, a folder, no permission
             raise ValueError(f"hf_config {path}: cannot read ({exc.strerror or exc})") from None
         if not isinstance(data, dict):

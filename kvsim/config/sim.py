@@ -618,6 +618,23 @@ _FIELD_NAME = re.compile(r"[A-Za-z_]\w*(\[\d+\])*")
 PRESET_SECTIONS = frozenset({"model", "gpu", "cost", "workload"})
 
 
+# pydantic's error types for a value of the wrong kind where a number, text, flag or list belongs
+_SCALAR_OR_LIST_ERRORS = frozenset(
+    {
+        "int_type",
+        "int_parsing",
+        "float_type",
+        "float_parsing",
+        "string_type",
+        "bool_type",
+        "bool_parsing",
+        "list_type",
+        "tuple_type",
+        "literal_error",
+    }
+)
+
+
 def format_validation_error(err: ValidationError) -> str:
     """One line per problem: ``cache.block_size_tokens: must be >= 1 ... got 0``."""
     lines = []
@@ -637,6 +654,8 @@ def format_validation_error(err: ValidationError) -> str:
         got = e.get("input")
         custom = e["type"] == "value_error" and "got " in msg  # kvsim's messages show the value
         shown = "" if isinstance(got, dict) or custom else f", got {_short(got)}"
+        if isinstance(got, dict) and not custom and e["type"] in _SCALAR_OR_LIST_ERRORS:
+            shown = f", got a table {_short(got)}"  # (where a value or a list belongs)
         if shown and ", got " in msg:  # ("a valid integer, got a number with a fractional part")
             shown = f": {_short(got)}"
         if e["type"] == "extra_forbidden":

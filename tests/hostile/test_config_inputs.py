@@ -227,6 +227,17 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     "params_1e29": ([f"model.num_params={BIG}"], ["model.num_params"]),
     "kv_heads_not_dividing": (["model.num_kv_heads=7"], ["num_kv_heads", "7"]),
     "mla_half": (["model.kv_lora_rank=512"], ["kv_lora_rank", "qk_rope_head_dim"]),
+    # a list's item by index (read as a field named "replica_overrides[0]": "did you mean")
+    "list_item_indexed": (
+        ["fleet.replicas=2", "fleet.replica_overrides[0].cache.block_size_tokens=32"],
+        ["an item of a list cannot be set alone", "fleet.replica_overrides=[...]"],
+    ),
+    "list_item_dotted": (
+        ["fleet.replicas=2", "fleet.replica_overrides.0.cache.block_size_tokens=32"],
+        ["an item of a list cannot be set alone", "fleet.replica_overrides=[...]"],
+    ),
+    # a table where a number belongs: the message showed no value
+    "number_given_a_table": (['fleet.replicas={"a": 1}'], ["valid integer, got a table", "'a'"]),
     "tp_3": (["parallel.tensor_parallel_size=3"], ["parallel.tensor_parallel_size", "3"]),
     "tp_1e6": (["parallel.tensor_parallel_size=1000000"], ["parallel.tensor_parallel_size"]),
     "pp_over_layers": (["parallel.pipeline_parallel_size=64"], ["pipeline_parallel_size", "64"]),
@@ -582,7 +593,9 @@ def test_config_folder_and_missing_file(hostile) -> None:
 
 def test_hf_config_not_utf8_and_infinite(hostile) -> None:
     bad = hostile.write("hf/config.json", b'{"num_hidden_layers": 40\xff}')
-    hostile.run(["run", "--no-progress", "--set", f"model={bad}"], "config.json", "invalid JSON")
+    hostile.run(
+        ["run", "--no-progress", "--set", f"model={bad}"], "config.json line 1", "not UTF-8"
+    )
     inf = hostile.write(
         "hf2/config.json",
         '{"num_hidden_layers": Infinity, "num_attention_heads": 40, "hidden_size": 5120}',

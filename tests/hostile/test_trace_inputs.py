@@ -82,7 +82,7 @@ TEXT_CASES: dict[str, tuple[str, str | bytes, list[str], list[str]]] = {
         "t.csv",
         OWN.encode() + b"10,\xff\n",
         REPLAY,
-        ["t.csv line 2: not UTF-8 text (byte 0xff"],
+        ["t.csv line 2: not UTF-8 text (got byte 0xff"],
     ),
     "own_missing_column": ("t.csv", "prompt_tokens,n\n10,1\n", REPLAY, ["t.csv", "output_tokens"]),
     "own_unknown_header": ("t.csv", "a,b\n1,2\n", REPLAY, ["t.csv", "unrecognised CSV header"]),
