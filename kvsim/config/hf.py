@@ -244,12 +244,19 @@ def model_fields_from_hf(
             "max_position_embeddings", "n_positions", minimum=2
         ),
     }
-    if cfg.get("kv_lora_rank") is not None:
-        rope = cfg.int_field("qk_rope_head_dim", minimum=0, default=0)
+    if cfg.get("kv_lora_rank") is not None:  # (MLA: both parts of its key head are needed)
+        for key in ("qk_rope_head_dim", "qk_nope_head_dim"):
+            if cfg.get(key) is None:
+                raise ValueError(
+                    f"{cfg.where('kv_lora_rank')}: an MLA model (kv_lora_rank set) needs "
+                    f"{key}, which the file lacks (its key head is qk_nope_head_dim + "
+                    "qk_rope_head_dim; its cached latent kv_lora_rank + qk_rope_head_dim)"
+                )
+        rope = cfg.int_field("qk_rope_head_dim", minimum=0)
         fields["kv_lora_rank"] = cfg.int_field("kv_lora_rank")
         fields["qk_rope_head_dim"] = rope
         fields["num_kv_heads"] = 1
-        fields["head_dim"] = cfg.int_field("qk_nope_head_dim", minimum=0, default=0) + rope
+        fields["head_dim"] = cfg.int_field("qk_nope_head_dim", minimum=0) + rope
     else:
         kv_keys = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
         fields["num_kv_heads"] = cfg.int_field(*kv_keys, default=heads, maximum=_HEADS_LIMIT)

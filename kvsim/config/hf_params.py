@@ -89,14 +89,14 @@ def moe_fields(
     experts = experts or data.get("num_experts") or 0
     if not experts:
         return None
-    get = _getter(data, path, where)
+    get = _getter(data, path, where, f"a mixture-of-experts model's {int(experts)} experts need")
     layers = get("num_hidden_layers")
     dense_first = data.get("first_k_dense_replace", 0) or 0
     freq = data.get("moe_layer_freq", 1) or 1
     moe_layers = sum(1 for i in range(dense_first, layers) if (i - dense_first) % freq == 0)
     width = data.get("moe_intermediate_size") or get("intermediate_size")
-    per_tok_key = (
-        "num_experts_per_tok" if "num_experts_per_tok" in data else "num_experts_per_token"
+    per_tok_key = (  # (the Hugging Face name, where the file has neither)
+        "num_experts_per_token" if "num_experts_per_token" in data else "num_experts_per_tok"
     )
     return {
         "num_experts": int(experts),
@@ -106,14 +106,21 @@ def moe_fields(
     }
 
 
-def _getter(data: dict[str, Any], path: Path | str, where: Where | None = None) -> Getter:
+def _getter(
+    data: dict[str, Any], path: Path | str, where: Where | None = None, need: str = ""
+) -> Getter:
+    """A reader of the file's integer keys; ``need``: what needs them (default: the parameter
+    count, which ``model.num_params`` replaces)."""
+
     def get(key: str, default: int | None = None) -> int:
         value = data.get(key, default)
         if not is_int_at_least(value, 0):
             at = f"hf_config {path}" if where is None or key not in data else where(key)
+            what = "which it lacks" if key not in data else f"got {value!r}"
+            advice = "" if need else "; set model.num_params"
             raise ValueError(
-                f"{at}: counting parameters needs {key} as an integer >= 0, "
-                f"got {value!r}; set model.num_params"
+                f"{at}: {need or 'counting parameters needs'} {key}, an integer >= 0, {what}"
+                f"{advice}"
             )
         return value
 

@@ -313,3 +313,33 @@ def test_a_text_config_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
     line = _refused(path)
     assert "text_config: expected a JSON object" in line
     assert 'got "oops"' in line
+
+
+LLAMA_SMALL = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "intermediate_size": 1024,
+    "max_position_embeddings": 4096,
+}
+
+
+def test_a_moe_file_without_experts_per_token_names_the_key_not_num_params(tmp_path) -> None:
+    """A MoE file without num_experts_per_tok said 'counting parameters needs
+    num_experts_per_token ...; set model.num_params', though num_params was set: the routing
+    (the step cost's expert coverage) needs it, under the file's own key name."""
+    path = _write(tmp_path, {**LLAMA_SMALL, "num_local_experts": 8})
+    with pytest.raises(ValueError, match="mixture-of-experts model's 8 experts need") as err:
+        ModelSpec.model_validate({"hf_config": str(path), "num_params": PARAMS})
+    assert "num_experts_per_tok, an integer >= 0, which it lacks" in str(err.value)
+    assert "num_params" not in str(err.value)
+
+
+def test_an_mla_file_without_its_rope_dim_is_named(tmp_path) -> None:
+    """kv_lora_rank without qk_rope_head_dim read both head parts as 0: 'model.head_dim: Input
+    should be greater than or equal to 1, got 0', a field the file does not have."""
+    path = _write(tmp_path, {**LLAMA_SMALL, "model_type": "deepseek_v3", "kv_lora_rank": 512})
+    text = _refused(path)
+    assert "an MLA model (kv_lora_rank set) needs qk_rope_head_dim, which the file lacks" in text
