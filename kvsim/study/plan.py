@@ -908,6 +908,8 @@ def _check_best_end(plan: Plan, ev: _Evaluator, best: float, worst: float, quick
     field = str(error).split(": ", 1)[0]
     if field != plan.field and ev.seen[worst].get("error") == error:
         source = "the plan's [quick] set" if quick and field in plan.quick else "the plan's config"
+        if field in plan.varied and source == "the plan's config":
+            source = f"the plan's config with --set {field}"
         raise ValueError(
             f"{source} is invalid whatever {plan.field} (at {plan.lo:g} and at {plan.hi:g}): "
             f"{error}"

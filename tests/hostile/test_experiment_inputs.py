@@ -338,6 +338,10 @@ PLAN_ARGS: dict[str, tuple[list[str], list[str]]] = {
         ["--smallest", "kv", "--target", TARGET, "--set", "cache.blok=1"],
         ["--set cache.blok=1", "cache.blok: Extra inputs"],
     ),
+    "set_invalid_at_both_ends": (  # (blamed on "the plan's config" without the --set)
+        ["--smallest", "kv", "--target", TARGET, "--set", "cache.block_size_tokens=0"],
+        ["config with --set cache.block_size_tokens is invalid whatever", "got 0"],
+    ),
     "set_unknown_field_cheapest": (  # (every fleet kind failed alike, in a table)
         ["--cheapest", "--target", TARGET, "--set", "cache.blok=1"],
         ["--set cache.blok=1", "cache.blok: Extra inputs"],
