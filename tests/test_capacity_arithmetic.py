@@ -234,15 +234,17 @@ def test_a_drafters_layer_joins_the_full_attention_groups():
 
     # gpt-oss-20b: 12 full + 1 drafter = 13 full, 12 sliding; 13 < 1.5 x 12 so g = 13: one full
     # group of 13 and one sliding group of 12 (+1 padding). A layer: 2 x 8 x 64 x 2 = 2,048 B;
-    # a slot 13 x 2,048 = 26,624 B (12 x 2,048 = 24,576 without the drafter)
-    assert groups("gpt-oss-20b") == (("full", "sliding"), [13, 12], 26_624)
+    # a slot 13 x 2,048 = 26,624 B (12 x 2,048 = 24,576 without the drafter). The groups in the
+    # layers' order: gpt-oss's layer 0 slides, so the sliding group first (the drafter's layer,
+    # registered last, joins the full group where it stands)
+    assert groups("gpt-oss-20b") == (("sliding", "full"), [12, 13], 26_624)
     # Gemma-3-27B: 10 full + 1 = 11, 52 sliding >= 1.5 x 11, so g = 11: one full group,
     # cdiv(52, 11) = 5 sliding groups dealt round robin (11, 11, 10, 10, 10), 3 padding layers;
     # a slot 11 x 8,192 = 90,112 B. Without the drafter: 7 groups of 10 (8 padding): the drafter's
     # layer takes 6 x 11 = 66 layer-slots a token where the target alone took 7 x 10 = 70
     assert groups("gemma-3-27b") == (
-        ("full",) + ("sliding",) * 5,
-        [11, 11, 11, 10, 10, 10],
+        ("sliding",) * 5 + ("full",),
+        [11, 11, 10, 10, 10, 11],
         90_112,
     )
 

@@ -189,6 +189,12 @@ def test_engine_profile_defaults_follow_vllm():
     assert (a100.watermark, a100.reserve_null_block) == (0.0, True)
     h100 = config_from_dict({"gpu": "h100-80gb"}).engine_args
     assert (h100.max_num_batched_tokens, h100.max_num_seqs) == (8192, 1024)
+    # vLLM 0.34.0 get_batch_defaults: >= 160 GiB (B200/B300 class) 16,384 / 1,024; the GB200
+    # preset's 186 GB is 173.2 GiB; the H200's 139.8 GiB stays at 8,192
+    gb200 = config_from_dict({"gpu": "gb200", "scheduler": {"max_model_len": 8192}}).engine_args
+    assert (gb200.max_num_batched_tokens, gb200.max_num_seqs) == (16384, 1024)
+    h200 = config_from_dict({"gpu": "h200", "scheduler": {"max_model_len": 8192}}).engine_args
+    assert h200.max_num_batched_tokens == 8192
     v0 = config_from_dict({"scheduler": {"engine": "vllm-v0"}}).engine_args
     assert (v0.max_num_batched_tokens, v0.max_num_seqs, v0.watermark) == (2048, 256, 0.01)
     flags = (v0.enable_chunked_prefill, v0.enable_prefix_caching, v0.reserve_null_block)

@@ -5,9 +5,12 @@ default, resolved once into an ``EngineArgs`` record that the scheduler reads:
 
 - ``max_model_len``: the model's context under both.
 - ``enable_chunked_prefill``: v1 True; v0 False (the profile's only mode).
-- ``max_num_batched_tokens``: v1 8,192 on a GPU of >= 70 GiB other than an A100, else 2,048
-  (without chunked prefill at least ``max_model_len``); v0 ``max(max_model_len, 2048)``.
-- ``max_num_seqs``: v1 1,024 on such a GPU, else 256; v0 256.
+- ``max_num_batched_tokens``: v1 16,384 on a GPU of >= 160 GiB (B200, GB200), 8,192 on one of
+  >= 70 GiB other than an A100, else 2,048 (without chunked prefill at least ``max_model_len``);
+  v0 ``max(max_model_len, 2048)`` (vLLM 0.34.0 ``EngineArgs.get_batch_defaults``, the OpenAI
+  server's column).
+- ``max_num_seqs``: v1 1,024 on a GPU of >= 70 GiB other than an A100 or of >= 160 GiB, else
+  256; v0 256.
 - ``enable_prefix_caching``: v1 True; v0 False.
 - ``scheduler_reserve_full_isl``: v1 True (a waiting request is admitted only when its whole
   sequence fits, less its prefix hits; vLLM v0.20.0 ``SchedulerConfig``, checked by
@@ -48,6 +51,7 @@ EngineName = Literal["vllm-v1", "vllm-v0"]
 ENGINES: tuple[EngineName, ...] = ("vllm-v1", "vllm-v0")
 V0_WATERMARK = 0.01  # vLLM v0 BlockSpaceManager(watermark=0.01)
 LARGE_GPU_BYTES = 70 * GiB  # vLLM: ">= 70 GiB and not an A100" gets the larger batch defaults
+LARGEST_GPU_BYTES = 160 * GiB  # vLLM: ">= 160 GiB" (B200/B300, GB200) the largest ones
 
 
 logger = logging.getLogger(__name__)
@@ -294,11 +298,13 @@ def resolve_engine_args(
     chunked = v1 if scheduler.enable_chunked_prefill is None else scheduler.enable_chunked_prefill
     _check_profile_knobs(scheduler, cache, chunked)
     if v1:
-        large = gpu.memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
+        # vLLM 0.34.0 EngineArgs.get_batch_defaults (the OpenAI server's column)
+        largest = gpu.memory_bytes >= LARGEST_GPU_BYTES
+        large = largest or (gpu.memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name.lower())
         seqs = scheduler.max_num_seqs or (1024 if large else 256)
         batched = scheduler.max_num_batched_tokens or 0
         if not batched:  # vLLM's defaulting: the table, >= max_model_len unchunked, capped
-            batched = 8192 if large else 2048
+            batched = 16384 if largest else 8192 if large else 2048
             batched = batched if chunked else max(max_model_len, batched)
             batched = min(seqs * max_model_len, batched)
     else:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from kvsim.study.paper.context import Context, Reproduction
 from kvsim.study.paper.fig12 import run as run_fig12
+from kvsim.study.sweep import POINTS, check_results_folder
 
 DESCRIPTION = "Figure 17: chatbot (history truncated to 1,024 tokens), vLLM vs Orca"
 
@@ -39,7 +40,8 @@ def run(ctx: Context) -> Reproduction:
     analysis = experiment.analysis
     lengths = chatbot_lengths(int(analysis["history_tokens"]), int(analysis["reply_tokens"]))
     folder = ctx.out_root / ("quick" if ctx.quick else "") / "fig17"
-    folder.mkdir(parents=True, exist_ok=True)
+    check_results_folder(folder, ctx.out_root)
+    (folder / POINTS).mkdir(parents=True, exist_ok=True)  # (the sweep's folder, the file beside)
     path = folder / "chatbot_lengths.csv"
     lengths.to_csv(path, index=False)
     ctx.say(
