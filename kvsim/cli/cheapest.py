@@ -138,6 +138,15 @@ def run_cheapest_command(
 
     if not targets:
         raise ValueError("plan --cheapest: give at least one --target METRIC<=BOUND")
+    overrides = (base.get("fleet") or {}).get("replica_overrides") or []
+    searched = sorted(
+        {k for t in overrides if isinstance(t, dict) for k in t} & {"gpu", "parallel", "pricing"}
+    )
+    if searched:  # (the fleet run would not be the one named and priced)
+        raise ValueError(
+            f"plan --cheapest: fleet.replica_overrides sets {', '.join(searched)}, which the "
+            "search chooses for every replica (--gpus, --tp); remove them from the overrides"
+        )
     gpu_names = parse_list(gpus, "--gpus", str) or ["h100-80gb", "h200", "a100-80gb"]
     sizes = parse_list(tp, "--tp", tp_size, "whole numbers >= 1") or [1, 2, 4, 8]
     pairs = first_of_each([parse_split(s) for s in splits], "--split", _split_text)

@@ -97,6 +97,16 @@ class AttentionLayers(BaseModel):
                 "model.attention.kind_order: each kind once, in the order of its first layer, "
                 f"got {list(self.kind_order)}"
             )
+        if self.kind_order is not None:
+            counts = {"full": 1, "sliding": self.num_sliding_layers, "state": self.num_state_layers}
+            absent = [k for k in self.kind_order if not counts[k]]
+            if absent:
+                warn_once(
+                    logger,
+                    f"model.attention.kind_order: {absent} name layers the model does not have "
+                    f"(num_sliding_layers {self.num_sliding_layers}, num_state_layers "
+                    f"{self.num_state_layers}); the order of the others is kept",
+                )
         if self.num_state_layers and not self.hybrid_kv_cache:
             raise ValueError(
                 "model.attention.hybrid_kv_cache: false cannot treat "

@@ -261,6 +261,8 @@ class SimConfig(Frozen):
         attention = self.model.attention
         if attention is None or not attention.hybrid_kv_cache:
             return None
+        if not attention.num_sliding_layers and not attention.num_state_layers:
+            return None  # (an attention table of a dense model: every layer full, no groups)
         window = attention.sliding_window_tokens
         if attention.num_sliding_layers and window is not None and window >= self.max_model_len:
             warn_once(

@@ -244,7 +244,10 @@ def fleet_summary(
     out["throughput_output_tokens_per_s"] = tokens / duration if duration > 0 else np.nan
     out.update(latency_stats(requests))
     busy = [float(np.sum(r.engine.recorder.arrays()["duration_s"])) for r in fleet.replicas]
-    groups = {k for s in replicas for k in s.summary if _is_group_share(k)}  # hybrid groups
+    # hybrid groups' shares: only where every replica has the same groups (one of them without
+    # them made replica 0's shares the fleet's)
+    shares = [{k for k in s.summary if _is_group_share(k)} for s in replicas]
+    groups = shares[0] if all(g == shares[0] for g in shares) else set()
     out.update(_weighted_means(replicas, [*AVERAGED, *sorted(groups)], busy))
     for key in SUMMED:
         out[key] = int(sum(s.summary.get(key, 0) for s in replicas))
@@ -364,16 +367,17 @@ def _weighted_means(
 def _counter_totals(replicas: list[Results]) -> dict[str, Any]:
     """The fleet's engine counters: each of ``SUMMED_PREFIXES`` summed over the replicas that
     report it, the rates read from them recomputed from the sums (``_rates``), and each of
-    ``SHARED`` where every replica that reports it has the same value."""
+    ``SHARED`` where every replica reports it with the same value."""
     out: dict[str, Any] = {}
     for results in replicas:
         for key, value in results.summary.items():
             if key.startswith(SUMMED_PREFIXES) and key not in SHARED and not key.endswith("_rate"):
                 out[key] = out.get(key, 0) + value
     for key in SHARED:
-        values = {r.summary[key] for r in replicas if key in r.summary}
-        if len(values) == 1:
-            out[key] = values.pop()
+        if all(key in r.summary for r in replicas):
+            values = {r.summary[key] for r in replicas}
+            if len(values) == 1:
+                out[key] = values.pop()
     out.update(_rates(out))
     return out
 

@@ -238,8 +238,10 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], .
             or _positive(s, "prefix_cache_hits", "prefix_cache_preempted_hits")
         ),
     ),
-    ("CPU offload tier", OFFLOAD_ROWS, lambda s: "cpu_tier_blocks" in s),
-    ("disk offload tier", DISK_ROWS, lambda s: "disk_tier_blocks" in s),
+    # (a fleet whose replicas' tiers differ in blocks has no cpu_tier_blocks, its counters all
+    # the same)
+    ("CPU offload tier", OFFLOAD_ROWS, lambda s: "external_prefix_cache_queries" in s),
+    ("disk offload tier", DISK_ROWS, lambda s: "disk_tier_written_blocks" in s),
     ("sharing", SHARING_ROWS, lambda s: _positive(s, "kv_saved_by_sharing_pct", "num_cow_copies")),
     (
         "swap",

@@ -333,3 +333,26 @@ def test_a_hybrid_pool_too_small_names_a_budget_that_fits():
     fits = SimConfig.model_validate({**spec, "cache": {"kv_cache_gib": 3.02}})
     assert fits.kv_groups is not None
     assert fits.kv_groups.block_size_tokens == 272
+
+
+def test_an_attention_table_without_sliding_or_state_layers_keeps_a_dense_model_dense(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An attention table of a dense model (empty, hybrid_kv_cache = true, or a kind_order
+    alone) made Llama-3.1-8B a one-group hybrid pool, which refused CPU offloading; it is every
+    layer full attention, as without the table, and a kind_order naming absent kinds warns."""
+    import logging
+
+    from kvsim.config import config_from_dict
+    from tests.conftest import forget_warnings
+
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "offload": {"kv_offloading_size": 64}}
+    forget_warnings(caplog)
+    with caplog.at_level(logging.WARNING, logger="kvsim"):
+        for attention in ({}, {"hybrid_kv_cache": True}, {"kind_order": ["state", "sliding"]}):
+            model = {"preset": "llama-3.1-8b", "attention": attention}
+            config = config_from_dict({**base, "model": model})
+            assert config.kv_groups is None
+            assert config.capacity_tokens == config_from_dict(base).capacity_tokens
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "['state', 'sliding'] name layers the model does not have" in m]

@@ -162,3 +162,51 @@ def test_a_fleet_mixing_engine_profiles_is_refused() -> None:
                 },
             }
         )
+
+
+def test_a_fleet_reports_one_replicas_facts_only_where_every_replica_shares_them() -> None:
+    """gpt-oss-20b on two replicas, the second with hybrid groups off: the summary said
+    "KV cache groups 2" and gave replica 0's group shares as the fleet's (they summed to its
+    KV usage, not the fleet's); a fact only some replicas have is left out, as docs/fleet.md
+    says."""
+    config = config_from_dict(
+        {
+            "model": "gpt-oss-20b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 2},
+            "scheduler": {"max_model_len": 8192},
+            "workload": {"preset": "sharegpt_like", "num_requests": 40, "rate_per_s": 6},
+            "fleet": {
+                "replicas": 2,
+                "replica_overrides": [{}, {"model": {"attention": {"hybrid_kv_cache": False}}}],
+            },
+        }
+    )
+    summary = simulate(config).summary
+    assert "kv_cache_groups" not in summary
+    assert not [k for k in summary if k.startswith("group")]
+
+
+def test_a_fleet_of_tiers_of_different_blocks_prints_its_cpu_tier_counters() -> None:
+    """Replicas of block sizes 16 and 32 have CPU tiers of different block counts: the summary
+    leaves out cpu_tier_blocks, and the printed "CPU offload tier" section, gated on it,
+    vanished with every summed counter in it."""
+    from kvsim.view.summary import sections
+
+    config = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 2},
+            "scheduler": {"max_model_len": 8192},
+            "workload": {"preset": "multi_turn_chat", "num_requests": 40},
+            "offload": {"kv_offloading_size": 2},
+            "fleet": {
+                "replicas": 2,
+                "replica_overrides": [{}, {"cache": {"block_size_tokens": 32}}],
+            },
+        }
+    )
+    summary = simulate(config).summary
+    assert "cpu_tier_blocks" not in summary
+    assert "CPU offload tier" in [title for title, _ in sections(summary)]

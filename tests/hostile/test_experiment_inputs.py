@@ -342,6 +342,16 @@ PLAN_ARGS: dict[str, tuple[list[str], list[str]]] = {
         ["--smallest", "kv", "--target", TARGET, "--set", "cache.block_size_tokens=0"],
         ["config with --set cache.block_size_tokens is invalid whatever", "got 0"],
     ),
+    "cheapest_replica_override_gpu": (  # (ran an RTX 4090 priced and named as an H100)
+        [
+            "--cheapest",
+            "--target",
+            TARGET,
+            "--set",
+            'fleet.replica_overrides=[{"gpu": "rtx-4090"}]',
+        ],
+        ["fleet.replica_overrides sets gpu", "--gpus, --tp"],
+    ),
     "set_unknown_field_cheapest": (  # (every fleet kind failed alike, in a table)
         ["--cheapest", "--target", TARGET, "--set", "cache.blok=1"],
         ["--set cache.blok=1", "cache.blok: Extra inputs"],
