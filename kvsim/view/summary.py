@@ -240,8 +240,16 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...], Callable[[dict[str, Any]], bool]], .
     ),
     # (a fleet whose replicas' tiers differ in blocks has no cpu_tier_blocks, its counters all
     # the same)
-    ("CPU offload tier", OFFLOAD_ROWS, lambda s: "external_prefix_cache_queries" in s),
-    ("disk offload tier", DISK_ROWS, lambda s: "disk_tier_written_blocks" in s),
+    (
+        "CPU offload tier",
+        OFFLOAD_ROWS,
+        lambda s: bool({"cpu_tier_blocks", "cpu_tier_stored_blocks"} & set(s)),
+    ),
+    (
+        "disk offload tier",
+        DISK_ROWS,
+        lambda s: bool({"disk_tier_blocks", "disk_tier_written_blocks"} & set(s)),
+    ),
     ("sharing", SHARING_ROWS, lambda s: _positive(s, "kv_saved_by_sharing_pct", "num_cow_copies")),
     (
         "swap",

@@ -148,17 +148,17 @@ def test_swap_settings_over_no_swap_space_warn_and_change_nothing(caplog) -> Non
     assert moot_warnings(caplog) == []
 
 
-def test_hybrid_kv_cache_false_on_full_attention_layers_is_read(caplog) -> None:
-    # opt-13b has full-attention layers only, yet hybrid_kv_cache picks the pool: true keeps
-    # one KV cache group (its summary's group0_* shares), which a CPU tier cannot serve; false
-    # a plain paged pool, which it can. So false is no ignored setting: nothing is warned
+def test_hybrid_kv_cache_on_full_attention_layers_keeps_the_plain_pool(caplog) -> None:
+    # opt-13b has full-attention layers only: vLLM runs it in one KV cache group, its plain
+    # block pool, whatever the hybrid manager's switch, and offloads it. hybrid_kv_cache true
+    # gave a one-group hybrid pool (group0_* shares) that refused a CPU tier; now neither value
+    # changes the pool, and both offload
     tier = {"offload.kv_offloading_size": 4}
-    hybrid = config_from_dict({}, {**SMALL, "model.attention.hybrid_kv_cache": True})
-    assert "group0_full_token_states_pct" in simulate(hybrid).summary
-    with pytest.raises(ValueError, match="hybrid_kv_cache"):
-        config_from_dict({}, {**SMALL, **tier, "model.attention.hybrid_kv_cache": True})
-    config_from_dict({}, {**SMALL, **tier, "model.attention.hybrid_kv_cache": False})
-    assert moot_warnings(caplog) == []
+    for on in (True, False):
+        config = config_from_dict({}, {**SMALL, "model.attention.hybrid_kv_cache": on})
+        assert config.kv_groups is None
+        assert not [k for k in simulate(config).summary if k.startswith("group0_")]
+        config_from_dict({}, {**SMALL, **tier, "model.attention.hybrid_kv_cache": on})
 
 
 def test_the_default_link_named_is_not_warned_and_a_plan_knob_of_the_link_is_moot(caplog) -> None:
