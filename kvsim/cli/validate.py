@@ -84,7 +84,8 @@ def _check_markdown(option: str, path: Path | None, table: bool) -> None:
     file that can be written.
 
     Raises:
-        ValueError: ``path`` given without ``--table``, not a ``.md`` file, or not writable.
+        ValueError: ``path`` given without ``--table``, not a ``.md`` file, in no folder, or
+            not writable.
     """
     if path is None:
         return
@@ -94,6 +95,11 @@ def _check_markdown(option: str, path: Path | None, table: bool) -> None:
             f"add --table or leave {option} out"
         )
     check_out_file(path, option, "a Markdown file", suffixes=(".md",))
+    if not path.parent.is_dir():  # (the table is written into it after every replay)
+        raise ValueError(
+            f"{option}: the folder {str(path.parent)!r} of {str(path)!r} does not exist; create "
+            "it or give a file in a folder that does"
+        )
 
 
 def _one(name: str, folder: Path, cost: object) -> None:

@@ -34,6 +34,7 @@ def resolve_names(wanted: list[str], root: Path | None = None) -> list[str]:
     Raises:
         ValueError: a name that matches no run, or several (naming them).
     """
+    root = real_vllm_dir() if root is None else root
     runs = list_runs(root)
     out: list[str] = []
     for text in wanted:
@@ -45,6 +46,12 @@ def resolve_names(wanted: list[str], root: Path | None = None) -> list[str]:
             found = [n for n in runs if text in n]
             if len(found) > 1:
                 raise ValueError(f"run {text!r} matches {len(found)} runs: {found}; be precise")
+        if not found and not runs:  # (an empty folder: no group can hold a run either)
+            raise ValueError(
+                f"no measured run in {str(root)!r} (KVSIM_REAL_VLLM): neither h100/split.txt "
+                f"nor {RTX4090_SUBDIR}/meta.json is there (docs/validate.md: what the runs hold "
+                "and where they come from)"
+            )
         if not found:
             raise ValueError(
                 f"no measured run {text!r}; choose from {sorted(runs)} or a group {list(GROUPS)}"

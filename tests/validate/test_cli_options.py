@@ -37,6 +37,26 @@ def test_a_markdown_target_must_be_markdown(tmp_path: Path, option: str) -> None
     assert (tmp_path / "x.toml").read_text() == "[cost]\n"
 
 
+@pytest.mark.parametrize("option", ["--docs", "--readme"])
+def test_a_markdown_target_in_no_folder_is_refused_before_the_replays(
+    tmp_path: Path, option: str
+) -> None:
+    """The missing folder was a raw '[Errno 2]' after every run was replayed."""
+    result = CliRunner().invoke(app, ["validate", "--table", option, "nodir/x.md"])
+    assert result.exit_code == 2
+    assert f"{option}: the folder 'nodir' of 'nodir/x.md' does not exist" in result.output
+
+
+def test_an_empty_runs_folder_is_said_to_hold_none(tmp_path: Path, monkeypatch) -> None:
+    """An empty KVSIM_REAL_VLLM folder refused the group 'all' while listing it as a choice."""
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path / "empty"))
+    result = CliRunner().invoke(app, ["validate", "all"])
+    assert result.exit_code == 2
+    assert "no measured run in" in result.output
+    assert "h100/split.txt" in result.output
+
+
 def test_an_unknown_cost_names_the_option_value_and_choices() -> None:
     # the presets are the tables of kvsim/data/costs.toml: [vllm-2023] and [lean]
     result = CliRunner().invoke(app, ["validate", "some-run", "--cost", "nope"])
