@@ -228,9 +228,37 @@ class Results:
                 f"{folder / 'summary.json'} counts {counted:,} requests; a table edited or cut "
                 "short since the run wrote it (run it again)"
             )
+        _check_tables_match(folder, results)
         if stored_table(folder / "replicas.parquet") is not None:
             results.replicas = read_table(folder / "replicas.parquet")
         return results
+
+
+def _check_tables_match(folder: Path, results: Results) -> None:
+    """Refuse tables that are not the summary's run: a memory series or map frames past its
+    ``duration_s``, or map frames of requests the request table lacks (another run's copied
+    in: kvsim report drew one run's memory under another's summary).
+
+    Raises:
+        ValueError: naming the file and what does not match."""
+    duration = results.summary.get("duration_s")
+    again = "a table from another run, or edited since (run it again)"
+    if isinstance(duration, (int, float)) and math.isfinite(duration):
+        limit = duration * (1 + 1e-9) + 1e-6
+        for name, table in (("memory", results.memory), ("frames", results.frames)):
+            if table is not None and len(table) and float(table["time_s"].max()) > limit:
+                raise ValueError(
+                    f"{folder / f'{name}.parquet'}: rows up to {float(table['time_s'].max()):,.3f} "
+                    f"s where {folder / 'summary.json'} ends at {duration:,.3f} s; {again}"
+                )
+    if results.mapframes is not None and len(results.mapframes):
+        known = set(results.requests["req_id"].tolist())
+        stray = sorted({r for r in results.mapframes["req_id"].tolist() if r >= 0} - known)
+        if stray:
+            raise ValueError(
+                f"{folder / 'mapframes.parquet'}: request {stray[0]} (of {len(stray):,} not in "
+                f"requests.parquet); {again}"
+            )
 
 
 # the columns every run's table has had (an older run's too), which reading it back needs

@@ -126,3 +126,26 @@ def test_map_frames_deleted_since_the_run_are_named(small_runs, tmp_path) -> Non
     assert result.exit_code == 2, result.output
     assert "mapframes.parquet: no such file, though the run saved it" in result.output
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("tables", [("memory",), ("mapframes",), ("frames",)])
+def test_tables_of_another_run_are_named(small_runs, tmp_path, tables) -> None:
+    """Another run's memory series (longer) or map frames (of requests this run lacks) copied
+    into a run folder: kvsim report drew them under this run's summary, exit 0."""
+    import shutil
+
+    import pandas as pd
+
+    run = tmp_path / "run"
+    shutil.copytree(small_runs[0], run)
+    for table in tables:  # (this run's own, made another's: later, or of other requests)
+        frame = pd.read_parquet(run / f"{table}.parquet")
+        if "req_id" in frame.columns:
+            frame["req_id"] = frame["req_id"] + 10_000
+        else:
+            frame["time_s"] = frame["time_s"] + 1e4
+        frame.to_parquet(run / f"{table}.parquet")
+    result = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 2, result.output
+    assert f"{tables[0]}.parquet" in result.output
+    assert "a table from another run" in result.output
