@@ -114,7 +114,10 @@ def test_user_defined_model_and_preset_override(tmp_path):
             {"scheduler.engine": "vllm-v0", "scheduler.enable_chunked_prefill": True},
             r"scheduler\.enable_chunked_prefill: the vllm-v0 profile follows v0's",
         ),
-        ({"cache.watermark": 0.01}, r"cache\.watermark: vLLM v1 keeps no admission watermark"),
+        (
+            {"cache.watermark": 0.01, "cache.allocator": "first_fit"},
+            r"cache\.watermark: vLLM v1's watermark \(0.01\) is a share of a block pool's",
+        ),
         ({"workload.beam_width": 2}, r"workload\.beam_width: beam search runs outside vLLM v1"),
         ({"cache.kv_cache_dtype": "fp4"}, r"cache\.kv_cache_dtype: .*'auto'.*got 'fp4'"),
         (

@@ -15,7 +15,8 @@ default, resolved once into an ``EngineArgs`` record that the scheduler reads:
 - ``scheduler_reserve_full_isl``: v1 True (a waiting request is admitted only when its whole
   sequence fits, less its prefix hits; vLLM v0.20.0 ``SchedulerConfig``, checked by
   ``KVCacheManager.can_fit_full_sequence``); v0 has no such knob (it admits whole prompts).
-- ``watermark``: v1 none; v0 0.01 of the blocks kept free at admission.
+- ``watermark``: the share of the blocks a waiting request's admission leaves free: v1 0 (vLLM
+  0.34.0 ``SchedulerConfig.watermark``, applied while some request runs); v0 0.01.
 - preemption: v1 recompute (no swap); v0 recompute a single sequence, swap a group.
 - null block: v1 reserves block 0 (request blocks have ids from 1); v0 none.
 
@@ -40,7 +41,7 @@ from pydantic import (
 from kvsim.base.limits import MAX_CONTEXT_TOKENS, MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS
 from kvsim.base.say_once import warn_once
 from kvsim.base.units import GiB, KiB, MiB
-from kvsim.config.allocators import POLICY_ARGUMENTS, maps_virtual_pages
+from kvsim.config.allocators import PAGED_ALLOCATORS, POLICY_ARGUMENTS, maps_virtual_pages
 from kvsim.config.hardware import Frozen, GpuSpec, KvCacheDtype, ModelSpec
 
 MIN_MAX_MODEL_LEN = 2  # a prompt token and an output token
@@ -76,8 +77,9 @@ class CacheSpec(Frozen):
 
     Attributes:
         kv_cache_dtype: ``"auto"`` (the model's dtype) or an fp8 variant (1 byte per element).
-        watermark: share of the blocks v0's admission keeps free (``None``: 0.01 under
-            ``vllm-v0``; vLLM v1 has none, so setting it under ``vllm-v1`` is an error).
+        watermark: share of the blocks a waiting request's admission keeps free (``None``: 0.01
+            under ``vllm-v0``, 0 under ``vllm-v1``, vLLM 0.34.0's ``--watermark``: there only
+            while some request runs, and only on a block pool).
         enable_prefix_caching: automatic prefix caching on paged pools (``None``: the profile's
             default, on for ``vllm-v1`` and off for ``vllm-v0``).
         share_sequence_groups: sequences of a group (``n`` samples, beams) share their prompt
@@ -241,7 +243,7 @@ class EngineArgs:
         scheduler_reserve_full_isl: v1 admits a waiting request only when its whole sequence
             fits (False under v0, whose whole-prompt admission needs no such gate).
         enable_prefix_caching: automatic prefix caching on paged pools.
-        watermark: share of blocks admission keeps free (0 under v1).
+        watermark: share of blocks a waiting request's admission keeps free.
         preemption_mode: the user's choice, ``None`` for vLLM's rule.
         swap_space_gib: CPU swap space per GPU (v0).
         reserve_null_block: block 0 is vLLM v1's null block (usable blocks = blocks - 1).
@@ -290,7 +292,8 @@ def resolve_engine_args(
     """Fill the profile's defaults and check the knobs against each other (vLLM's own checks).
 
     Raises:
-        ValueError: a knob the profile does not have (swap or a watermark under v1, chunked
+        ValueError: a knob the profile does not have (swap, or a watermark of a pool without
+            blocks, under v1, chunked
             prefill under v0), or knobs that contradict each other; the message names the field.
     """
     v1 = scheduler.engine == "vllm-v1"
@@ -353,10 +356,11 @@ def _check_profile_knobs(scheduler: SchedulerConfig, cache: CacheSpec, chunked: 
                 "scheduler.preemption_mode: 'swap' is a vLLM v0 feature (v1 always recomputes); "
                 "set scheduler.engine = 'vllm-v0' to swap"
             )
-        if cache.watermark:
+        if cache.watermark and cache.allocator not in PAGED_ALLOCATORS:
             raise ValueError(
-                f"cache.watermark: vLLM v1 keeps no admission watermark, got {cache.watermark}; "
-                "set scheduler.engine = 'vllm-v0' or drop the watermark"
+                f"cache.watermark: vLLM v1's watermark ({cache.watermark}) is a share of a block "
+                f"pool's blocks; allocator {cache.allocator!r} has none (use 'paged', or drop "
+                "the watermark)"
             )
         return
     if chunked:

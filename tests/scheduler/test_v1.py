@@ -291,3 +291,36 @@ def test_a_preempted_request_waits_behind_the_block_holders_before_the_rest():
     assert [r.req_id for r in sched.waiting] == [2, 3, 0]
     sched.add_holder(h1)
     assert [r.req_id for r in sched.waiting] == [1, 2, 3, 0]
+
+
+def test_the_watermark_keeps_blocks_free_from_waiting_requests_while_one_runs():
+    """vLLM 0.34.0's --watermark (``KVCacheManager.watermark_blocks = int(watermark *
+    num_blocks)``, added in ``allocate_slots`` to the need of a WAITING or PREEMPTED request
+    when ``has_scheduled_reqs``; the full-sequence gate counts its known tokens,
+    ``request.num_tokens``). 10 blocks of 4 tokens, watermark 0.2 -> int(0.2 x 10) = 2 blocks.
+    - step 1: A (8 prompt tokens) alone: no watermark (nothing runs); 2 blocks.
+    - step 2: A decodes its 9th token: a 3rd block, 7 free. B (16 tokens, 4 blocks) arrives
+      while A runs: 4 + 2 <= 7, admitted, 3 free. C (8 tokens, 2 blocks): 2 + 2 = 4 > 3,
+      blocked by the watermark alone (2 <= 3 without it)."""
+    alloc = paged(10, 4)
+    sched = V1Scheduler(alloc, engine_args(watermark=0.2))
+    sched.add_request(req(0, 8, 10))
+    step(sched)
+    assert alloc.held_slots(0) == 2 * 4
+    b, c = req(1, 16, 4), req(2, 8, 1)
+    sched.add_request(b)
+    sched.add_request(c)
+    plan, _ = step(sched)
+    assert tokens(plan) == {0: 1, 1: 16}
+    assert alloc.num_free_tokens == 3 * 4
+    assert plan.head_blocked == "kv"
+    assert list(sched.waiting) == [c]
+    # the same pool without the watermark admits C (2 blocks <= 3 free)
+    alloc = paged(10, 4)
+    sched = V1Scheduler(alloc, engine_args())
+    sched.add_request(req(0, 8, 10))
+    step(sched)
+    sched.add_request(req(1, 16, 4))
+    sched.add_request(req(2, 8, 1))
+    plan, _ = step(sched)
+    assert tokens(plan) == {0: 1, 1: 16, 2: 8}

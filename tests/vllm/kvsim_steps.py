@@ -55,7 +55,7 @@ def engine_args(cfg: dict[str, Any]) -> EngineArgs:
         enable_chunked_prefill=cfg["enable_chunked_prefill"],
         long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
         enable_prefix_caching=cfg["enable_prefix_caching"],
-        watermark=0.0,
+        watermark=cfg.get("watermark", 0.0),
         preemption_mode=None,
         swap_space_gib=0.0,
         reserve_null_block=True,

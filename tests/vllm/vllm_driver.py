@@ -138,6 +138,7 @@ def build_scheduler(cfg: dict[str, Any], model: str) -> Scheduler:
         enable_chunked_prefill=cfg["enable_chunked_prefill"],
         async_scheduling=False,
         is_encoder_decoder=False,
+        watermark=cfg.get("watermark", 0.0),
     )
     cache_config = CacheConfig(
         block_size=cfg["block_size"],

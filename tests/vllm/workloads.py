@@ -4,7 +4,8 @@ A workload is ``{"name", "max_steps", "config", "requests"}``:
 
 - ``config``: ``num_blocks`` (vLLM's ``KVCacheConfig.num_blocks``, block 0 the null block),
   ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``,
-  ``enable_chunked_prefill``, ``long_prefill_token_threshold``, ``enable_prefix_caching``;
+  ``enable_chunked_prefill``, ``long_prefill_token_threshold``, ``enable_prefix_caching``,
+  ``watermark`` (vLLM's ``SchedulerConfig.watermark``: 0 in two thirds of the workloads);
 - ``config`` of a speculative-decoding workload (``random_spec_workload``) also has
   ``num_speculative_tokens`` (``k``), ``spec_method`` (``"eagle"``: ``k`` lookahead slots;
   ``"ngram"``: none), ``acceptance_rates`` (``k``
@@ -52,6 +53,9 @@ def random_workload(seed: int) -> dict[str, Any]:
     threshold = 0 if rng.random() < 0.4 else int(rng.integers(1, budget + 1))
     need = max(_blocks(r, block) for r in requests)  # the largest request alone
     usable = need + int(rng.integers(0, 2 * need + 2))
+    # vLLM's --watermark in a third of the workloads (a share of the blocks admission leaves
+    # free while something runs)
+    watermark = 0.0 if rng.random() < 2 / 3 else float(rng.choice([0.01, 0.05, 0.1, 0.25]))
     return {
         "name": f"w{seed}",
         "max_steps": MAX_STEPS,
@@ -64,6 +68,7 @@ def random_workload(seed: int) -> dict[str, Any]:
             "enable_chunked_prefill": chunked,
             "long_prefill_token_threshold": threshold,
             "enable_prefix_caching": caching,
+            "watermark": watermark,
         },
         "requests": requests,
     }

@@ -27,10 +27,13 @@ step:
    stops the loop. With ``scheduler_reserve_full_isl`` (on by default, as in 0.34.0; vLLM PR
    #37307) the head is admitted only when the blocks of its whole sequence, less its prefix
    hits, are free (``KVCacheManager.can_fit_full_sequence``): a long prompt no longer starts
-   chunks that must preempt before it can finish.
+   chunks that must preempt before it can finish. With ``--watermark`` (``cache.watermark``,
+   0 by default) a waiting request's blocks, at the gate and for its chunk, must also leave
+   ``int(watermark * num_blocks)`` blocks free while some request runs
+   (``KVCacheManager.allocate_slots``, ``has_scheduled_reqs``).
 
-Prefill chunks and decodes share the step and are priced together. There is no swap and no
-watermark. Sequence groups do not exist in v1: ``n > 1`` requests are fanned out into ``n``
+Prefill chunks and decodes share the step and are priced together. There is no swap.
+Sequence groups do not exist in v1: ``n > 1`` requests are fanned out into ``n``
 requests by the engine (vLLM ``ParentRequest``), which share prompt blocks through the prefix cache.
 """
 
@@ -70,6 +73,34 @@ class V1Scheduler(SchedulerCore):
     _partial = False
     _guard_blocks: int | None = None
     _threshold = 0  # this step's long_prefill_token_threshold (``_step_threshold``)
+
+    def _watermark_slots(self) -> int:
+        """Slots a waiting request's admission must leave free while some request runs: vLLM
+        0.34.0's ``int(watermark * num_blocks)`` blocks (``KVCacheManager.watermark_blocks``,
+        applied by ``allocate_slots`` to a waiting or preempted request when
+        ``has_scheduled_reqs``: the scheduler's ``bool(self.running)``); 0 otherwise."""
+        watermark = self.args.watermark
+        blocks = self.allocator.num_gpu_blocks
+        if not watermark or not self.running or blocks is None:
+            return 0
+        return int(watermark * blocks) * self.allocator.block_size_tokens
+
+    def _fits_with_watermark(
+        self, head: Request, num_tokens: int, hit: PrefixHit, whole_sequence: bool
+    ) -> bool:
+        """Whether ``head``'s blocks for ``num_tokens`` (its whole sequence at the full-sequence
+        gate, else the chunk with its lookahead slots) leave the watermark free
+        (``_watermark_slots``; always, with none)."""
+        reserve = self._watermark_slots()
+        if not reserve:
+            return True
+        allocator = self.allocator
+        if whole_sequence:
+            need = allocator.sequence_slots_needed(head, num_tokens, hit)
+        else:
+            tokens = self.with_lookahead(num_tokens) if self.lookahead else num_tokens
+            need = allocator.num_slots_needed(head, tokens, hit)
+        return need + reserve <= allocator.num_free_tokens
 
     def _step_threshold(self) -> int:
         """The chunk cap of this step: ``long_prefill_token_threshold``, or 0 (none) without
@@ -377,7 +408,8 @@ class V1Scheduler(SchedulerCore):
             if whole_sequence
             else allocator.num_slots_needed(head, num_tokens, hit)
         )
-        plan.head_need_blocks = need // allocator.block_size_tokens
+        reserve = self._watermark_slots()  # (left free as well: vLLM's watermark)
+        plan.head_need_blocks = (need + reserve) // allocator.block_size_tokens
 
     def _count_drafting(self, plan: StepPlan, req: Request, num_new: int) -> None:
         """Count ``req`` among the step's drafting sequences unless its drafts are sure to go
@@ -482,14 +514,17 @@ class V1Scheduler(SchedulerCore):
                 plan.head_blocked = "budget"
                 break
             num_new = min(num_new, budget)
-            if self.args.scheduler_reserve_full_isl and not allocator.can_fit_sequence(
-                head, head.num_tokens, hit
+            if self.args.scheduler_reserve_full_isl and not (
+                allocator.can_fit_sequence(head, head.num_tokens, hit)
+                and self._fits_with_watermark(head, head.num_tokens, hit, whole_sequence=True)
             ):  # the whole sequence must fit, not just this chunk (full_sequence_must_fit)
                 plan.head_blocked = self._full_isl_blocked_reason(head, hit)
                 self._note_head_need(plan, head, head.num_tokens, hit, whole_sequence=True)
                 break
             num_tokens = head.num_computed_tokens + hit.num_tokens + num_new
-            if not self._allocate(head, num_tokens, hit):
+            if not self._fits_with_watermark(
+                head, num_tokens, hit, whole_sequence=False
+            ) or not self._allocate(head, num_tokens, hit):
                 plan.head_blocked = self._blocked_reason(head, hit, budget)
                 self._note_head_need(plan, head, num_tokens, hit, whole_sequence=False)
                 break
@@ -528,12 +563,15 @@ class V1Scheduler(SchedulerCore):
         if not num_loaded:
             return NO_TIER_HIT
         total = hit.num_tokens + num_loaded
-        if self.args.scheduler_reserve_full_isl and not self.allocator.can_allocate(
-            head, head.num_tokens, hit
+        if self.args.scheduler_reserve_full_isl and not (
+            self.allocator.can_allocate(head, head.num_tokens, hit)
+            and self._fits_with_watermark(head, head.num_tokens, hit, whole_sequence=True)
         ):
             plan.head_blocked = self._full_isl_blocked_reason(head, hit)
             return BLOCKED
-        if not self._allocate(head, total, hit, lookahead=False):  # (no step runs yet)
+        if not self._fits_with_watermark(head, total, hit, whole_sequence=True) or not (
+            self._allocate(head, total, hit, lookahead=False)  # (no step runs yet)
+        ):
             plan.head_blocked = self._blocked_reason(head, hit, budget)
             return BLOCKED
         self.pop_waiting()
