@@ -192,6 +192,8 @@ def _build_requests(spec: WorkloadSpec, sel: Selected, max_model_len: int) -> li
         output = np.minimum(output, spec.max_tokens)
     if spec.overflow == "truncate":
         prompt, output = _truncate(sel.source, prompt, output, max_model_len)
+    elif spec.overflow == "cut_output":
+        output = _cut_outputs(sel.source, prompt, output, max_model_len)
     client_cap = max_model_len if spec.max_tokens is None else spec.max_tokens
     # a row too long for max_model_len keeps its true output as its cap (the run rejects it)
     max_tokens = np.maximum(output, np.minimum(client_cap, max_model_len - prompt))
@@ -249,6 +251,30 @@ def _truncate(
             plural(outputs_cut, "output"),
         )
     return cut_prompt, cut_output
+
+
+def _cut_outputs(
+    source: str, prompt: np.ndarray, output: np.ndarray, max_model_len: int
+) -> np.ndarray:
+    """``overflow="cut_output"``, as vLLM 0.34.0 serves an over-long request: a prompt shorter
+    than ``max_model_len`` keeps it and its output is cut to ``max_model_len - prompt``
+    (``get_max_tokens`` lowers ``max_tokens`` so; the request finishes by length); a longer
+    prompt is left whole, for the run to reject as vLLM does (``_validate_prompt_len``). The
+    cut outputs are counted in a warning."""
+    fits = prompt < max_model_len
+    cut = np.where(fits, np.minimum(output, max_model_len - prompt), output)
+    num_cut = int((cut < output).sum())
+    if num_cut:
+        warn_once(
+            logger,
+            "%s: overflow='cut_output' cut %d of %d requests' outputs to end at max_model_len "
+            "= %d tokens, as vLLM's server lowers their max_tokens",
+            source or "workload",
+            num_cut,
+            len(prompt),
+            max_model_len,
+        )
+    return cut
 
 
 def _hashes_for(sel: Selected, row: int, prompt_tokens: int) -> tuple[int, ...] | None:

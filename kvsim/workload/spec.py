@@ -103,7 +103,10 @@ class WorkloadSpec(BaseModel):
             counted in the summary (``num_rejected_max_model_len``) and named in a warning;
             ``"drop"`` filters them out of the trace before rows are chosen (a dataset filter,
             logged with its count); ``"truncate"`` cuts the prompt to at most
-            ``max_model_len - 1`` tokens, then the output to fit. Parametric lengths are drawn
+            ``max_model_len - 1`` tokens, then the output to fit; ``"cut_output"`` does what
+            vLLM 0.34.0's server does: a prompt shorter than ``max_model_len`` keeps it and its
+            output is cut to fit (``get_max_tokens``), a longer one is rejected (the run skips
+            and counts it). Parametric lengths are drawn
             from the distribution truncated at ``max_model_len`` (over-long draws are redrawn).
         min_prompt_tokens, min_output_tokens: drop rows shorter than these (raw lengths).
         num_requests: keep the first this many requests; ``None`` keeps all of a replayed trace
@@ -174,7 +177,7 @@ class WorkloadSpec(BaseModel):
     prefill_decode_ratio: float = Field(default=3.0, ge=1e-3, le=1e3)
 
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
-    overflow: Literal["reject", "drop", "truncate"] = "reject"
+    overflow: Literal["reject", "drop", "truncate", "cut_output"] = "reject"
     min_prompt_tokens: int = Field(default=1, ge=1, le=MAX_CONTEXT_TOKENS)
     min_output_tokens: int = Field(default=1, ge=1, le=MAX_CONTEXT_TOKENS)
 

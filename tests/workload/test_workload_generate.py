@@ -269,3 +269,26 @@ def test_a_shared_prefix_cuts_only_requests_that_fit_alone_and_counts_prompt_cut
         kept = apply_sharing(fixed(3000, 10, 100), long, 2048)
     assert {(r.prompt_tokens, r.output_tokens) for r in kept} == {(3100, 10)}
     assert not [m for m in caplog.records if "shared_prefix" in m.getMessage()]
+
+
+def test_overflow_cut_output_serves_as_vllm_does(tmp_path) -> None:
+    """vLLM 0.34.0's server: a prompt of max_model_len tokens or more is refused
+    (``_validate_prompt_len``); a shorter one runs with max_tokens lowered to max_model_len -
+    prompt (``get_max_tokens``). max_model_len 1,100: (1,000, 50) runs whole; (1,000, 200) runs
+    with 100 outputs; (1,200, 5) stays whole, for the run to reject. Fixed lengths 1,500 +
+    600 at 2,048 run with 548 outputs (not redrawn: vLLM would serve them so)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt_tokens,output_tokens\n1000,50\n1000,200\n1200,5\n")
+    spec = WorkloadSpec(trace=str(trace), overflow="cut_output", num_requests=3)
+    got = sorted((r.prompt_tokens, r.output_tokens) for r in _gen(spec, max_model_len=1100))
+    assert got == [(1000, 50), (1000, 100), (1200, 5)]
+    fixed = WorkloadSpec(
+        lengths="fixed",
+        fixed_prompt_tokens=1500,
+        fixed_output_tokens=600,
+        num_requests=4,
+        overflow="cut_output",
+    )
+    assert {(r.prompt_tokens, r.output_tokens) for r in _gen(fixed, max_model_len=2048)} == {
+        (1500, 548)
+    }
