@@ -236,14 +236,16 @@ class Results:
 
 def _check_tables_match(folder: Path, results: Results) -> None:
     """Refuse tables that are not the summary's run: a memory series or map frames past its
-    ``duration_s``, or map frames of requests the request table lacks (another run's copied
-    in: kvsim report drew one run's memory under another's summary).
+    ``duration_s`` (a summary of the whole run: ``summary_window = "run"``), or map frames of
+    requests the request table lacks (another run's copied in: kvsim report drew one run's
+    memory under another's summary).
 
     Raises:
         ValueError: naming the file and what does not match."""
     duration = results.summary.get("duration_s")
     again = "a table from another run, or edited since (run it again)"
-    if isinstance(duration, (int, float)) and math.isfinite(duration):
+    whole_run = results.config.summary_window == "run"  # (else the summary's is a window's)
+    if whole_run and isinstance(duration, (int, float)) and math.isfinite(duration):
         limit = duration * (1 + 1e-9) + 1e-6
         for name, table in (("memory", results.memory), ("frames", results.frames)):
             if table is not None and len(table) and float(table["time_s"].max()) > limit:

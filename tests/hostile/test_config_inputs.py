@@ -201,7 +201,10 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "unknown_allocator": (["cache.allocator=nope"], ["cache.allocator", "nope"]),
     "unknown_reservation": (["cache.reservation=huge"], ["cache.reservation", "huge"]),
-    "watermark_under_v1": (["cache.watermark=0.5"], ["cache.watermark", "0.5"]),
+    "watermark_under_v1_slabs": (  # (v1's watermark is a share of a block pool's blocks)
+        ["cache.allocator=first_fit", "cache.watermark=0.5"],
+        ["cache.watermark", "0.5", "block pool"],
+    ),
     "watermark_one": (
         ["scheduler.engine=vllm-v0", "cache.watermark=1"],
         ["cache.watermark", "1"],

@@ -23,7 +23,7 @@ PRESETS = sorted(workloads_dir().glob("*.toml"))
         ({"time_scale": 0}, r"time_scale\n.*greater than 0"),
         ({"arrival": "bursty"}, r"arrival\n.*'poisson', 'gamma' or 'trace'"),
         ({"num_requests": 0}, r"num_requests\n.*greater than or equal to 1"),
-        ({"overflow": "wrap"}, r"overflow\n.*'drop' or 'truncate'"),
+        ({"overflow": "wrap"}, r"overflow\n.*'drop', 'truncate' or 'cut_output'"),
         ({"rate": 2.0}, r"rate\n.*Extra inputs are not permitted"),
         ({"lengths": "trace"}, r"lengths='trace' needs trace"),
         ({"trace": "azure_conv", "lengths": "fixed"}, r"trace='azure_conv' is set but lengths"),
