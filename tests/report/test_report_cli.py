@@ -149,3 +149,19 @@ def test_tables_of_another_run_are_named(small_runs, tmp_path, tables) -> None:
     assert result.exit_code == 2, result.output
     assert f"{tables[0]}.parquet" in result.output
     assert "a table from another run" in result.output
+
+
+def test_a_summary_without_its_pool_size_says_the_key_is_missing(small_runs, tmp_path) -> None:
+    """capacity_tokens taken out of summary.json read 'must be a whole number of token slots,
+    got None'."""
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(small_runs[0], run)
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["capacity_tokens"]
+    (run / "summary.json").write_text(json.dumps(summary))
+    result = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 2, result.output
+    assert "summary.json: no capacity_tokens" in result.output

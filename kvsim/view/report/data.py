@@ -102,6 +102,11 @@ def _check_pool_numbers(path: Path, summary: dict[str, Any]) -> None:
                 "value); the report draws one pool: report a fleet of one pool, or a replica's "
                 "config run alone"
             )
+        if key not in summary:  # (an edited summary.json: a field taken out)
+            raise ValueError(
+                f"{path}: no {key} (the pool's size in token slots every run writes); "
+                "rewrite the run with `kvsim run --out`"
+            )
         if not _whole(value):
             raise ValueError(
                 f"{path}: {key} must be a whole number of token slots, got {value!r}; "
