@@ -92,12 +92,12 @@ class AttentionLayers(BaseModel):
                 "model.attention: num_state_layers and state_bytes_per_layer go together, got "
                 f"{self.num_state_layers} and {self.state_bytes_per_layer}"
             )
-        if self.kind_order is not None and len(set(self.kind_order)) != len(self.kind_order):
-            raise ValueError(
-                "model.attention.kind_order: each kind once, in the order of its first layer, "
-                f"got {list(self.kind_order)}"
-            )
         if self.kind_order is not None:
+            if len(set(self.kind_order)) != len(self.kind_order):
+                raise ValueError(
+                    "model.attention.kind_order: each kind once, in the order of its first "
+                    f"layer, got {list(self.kind_order)}"
+                )
             counts = {"full": 1, "sliding": self.num_sliding_layers, "state": self.num_state_layers}
             absent = [k for k in self.kind_order if not counts[k]]
             if absent:
