@@ -85,22 +85,24 @@ class V1Scheduler(SchedulerCore):
             return 0
         return int(watermark * blocks) * self.allocator.block_size_tokens
 
-    def _fits_with_watermark(
-        self, head: Request, num_tokens: int, hit: PrefixHit, whole_sequence: bool
-    ) -> bool:
-        """Whether ``head``'s blocks for ``num_tokens`` (its whole sequence at the full-sequence
-        gate, else the chunk with its lookahead slots) leave the watermark free
-        (``_watermark_slots``; always, with none)."""
+    def _sequence_fits(self, head: Request, hit: PrefixHit) -> bool:
+        """vLLM's full-sequence gate (``can_fit_sequence``) for the head's known tokens, the
+        watermark (``_watermark_slots``) left free as well."""
+        allocator, reserve = self.allocator, self._watermark_slots()
+        if not reserve:
+            return allocator.can_fit_sequence(head, head.num_tokens, hit)
+        need = allocator.sequence_slots_needed(head, head.num_tokens, hit)
+        return need + reserve <= allocator.num_free_tokens
+
+    def _leaves_watermark(self, head: Request, num_tokens: int, hit: PrefixHit) -> bool:
+        """Whether the head's allocation of ``num_tokens`` (its lookahead slots too) leaves the
+        watermark free (always, with none): ``_allocate`` then checks it fits at all."""
         reserve = self._watermark_slots()
         if not reserve:
             return True
-        allocator = self.allocator
-        if whole_sequence:
-            need = allocator.sequence_slots_needed(head, num_tokens, hit)
-        else:
-            tokens = self.with_lookahead(num_tokens) if self.lookahead else num_tokens
-            need = allocator.num_slots_needed(head, tokens, hit)
-        return need + reserve <= allocator.num_free_tokens
+        tokens = self.with_lookahead(num_tokens) if self.lookahead else num_tokens
+        need = self.allocator.num_slots_needed(head, tokens, hit)
+        return need + reserve <= self.allocator.num_free_tokens
 
     def _step_threshold(self) -> int:
         """The chunk cap of this step: ``long_prefill_token_threshold``, or 0 (none) without
@@ -514,17 +516,15 @@ class V1Scheduler(SchedulerCore):
                 plan.head_blocked = "budget"
                 break
             num_new = min(num_new, budget)
-            if self.args.scheduler_reserve_full_isl and not (
-                allocator.can_fit_sequence(head, head.num_tokens, hit)
-                and self._fits_with_watermark(head, head.num_tokens, hit, whole_sequence=True)
-            ):  # the whole sequence must fit, not just this chunk (full_sequence_must_fit)
+            if self.args.scheduler_reserve_full_isl and not self._sequence_fits(head, hit):
+                # the whole sequence must fit, not just this chunk (full_sequence_must_fit)
                 plan.head_blocked = self._full_isl_blocked_reason(head, hit)
                 self._note_head_need(plan, head, head.num_tokens, hit, whole_sequence=True)
                 break
             num_tokens = head.num_computed_tokens + hit.num_tokens + num_new
-            if not self._fits_with_watermark(
-                head, num_tokens, hit, whole_sequence=False
-            ) or not self._allocate(head, num_tokens, hit):
+            if not self._leaves_watermark(head, num_tokens, hit) or not self._allocate(
+                head, num_tokens, hit
+            ):
                 plan.head_blocked = self._blocked_reason(head, hit, budget)
                 self._note_head_need(plan, head, num_tokens, hit, whole_sequence=False)
                 break
@@ -563,14 +563,13 @@ class V1Scheduler(SchedulerCore):
         if not num_loaded:
             return NO_TIER_HIT
         total = hit.num_tokens + num_loaded
-        if self.args.scheduler_reserve_full_isl and not (
-            self.allocator.can_allocate(head, head.num_tokens, hit)
-            and self._fits_with_watermark(head, head.num_tokens, hit, whole_sequence=True)
-        ):
+        if self.args.scheduler_reserve_full_isl and not self._sequence_fits(head, hit):
             plan.head_blocked = self._full_isl_blocked_reason(head, hit)
             return BLOCKED
-        if not self._fits_with_watermark(head, total, hit, whole_sequence=True) or not (
-            self._allocate(head, total, hit, lookahead=False)  # (no step runs yet)
+        reserve = self._watermark_slots()  # (a load takes no lookahead slots: no step runs)
+        need = self.allocator.num_slots_needed(head, total, hit) if reserve else 0
+        if need + reserve > self.allocator.num_free_tokens or not self._allocate(
+            head, total, hit, lookahead=False
         ):
             plan.head_blocked = self._blocked_reason(head, hit, budget)
             return BLOCKED
