@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 from librt.vecs import vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.keymap import EMPTY, find_cell, home_cell, probe_insert, remove_cell
+from kvsim.core.kv.keymap import (
+    EMPTY,
+    find_cell,
+    home_cell,
+    probe_insert,
+    remove_cell,
+    warm_homes,
+)
 
 MASK = 15  # 16 cells
 # keys whose home cells crowd the map's last cells (13, 14, 15), so probe runs wrap around to
@@ -85,3 +92,17 @@ def test_a_removal_after_the_wrap_shifts_back_an_entry_whose_home_is_before_it()
     assert where[3] == 0
     assert cells[2 * 1 + 1] == EMPTY
     assert [find_cell(cells, MASK, k) for k in (14, 30, 46, 62)] == [14, 15, -1, 0]
+
+
+def test_warm_homes_reads_each_keys_home_cell() -> None:
+    """The read-ahead reads the value at each key's home cell (``(key ^ (key >> 32)) & mask``)
+    of ``keys[start:stop]`` and nothing else: keys 13 and 29 both start at cell 13 (29 & 15),
+    which holds value 5; key 1 << 32 starts at cell 1 (its high word, 1), which holds 7; key 2
+    starts at empty cell 2 (EMPTY, -1). Keys outside the range (14 at index 0) are not read."""
+    cells = vec[i64]([EMPTY] * 2 * (MASK + 1))
+    cells[2 * 13], cells[2 * 13 + 1] = 13, 5
+    cells[2 * 1], cells[2 * 1 + 1] = 1 << 32, 7
+    cells[2 * 14], cells[2 * 14 + 1] = 14, 1000
+    keys = vec[i64]([14, 13, 29, 1 << 32, 2])
+    assert warm_homes(cells, MASK, keys, 1, 5) == 5 + 5 + 7 - 1
+    assert warm_homes(cells, MASK, keys, 0, 0) == 0

@@ -53,7 +53,7 @@ from typing import Final
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell
+from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell, warm_homes
 
 _COMPACT_AT: Final = 4096  # drop consumed queue entries once the head passes this many (and half)
 
@@ -110,6 +110,7 @@ class BlockPool:
         self.keep_duplicates = keep_duplicates
         self._dups: dict[int, list[int]] = {}  # key -> its other keyed blocks, oldest first
         self._num_dups = 0  # keyed blocks not in the map (each in _dups)
+        self._sink: i64 = 0  # what reads ahead of a probe read (``warm_homes``), kept
         self.null_block: int | None = None
         if reserve_null_block:  # vLLM v1: block 0 is a placeholder no request ever holds
             self.null_block = self.take(1)[0]
@@ -255,7 +256,13 @@ class BlockPool:
                 head += 1
         self._head = head
         self.num_free -= count
-        full = self._full
+        full, slots, slot_of = self._full, self._slots, self._slot_of
+        warm: i64 = 0  # the evicted keys' cells read ahead (``keymap.warm_homes``'s reason)
+        for i in range(first, end):
+            b = out[i]
+            if keyed[b] and slot_of[b] >= 0:
+                warm += slots[2 * slot_of[b] + 1]
+        self._sink ^= warm
         for i in range(first, end):
             b = out[i]
             ref[b] = 1
@@ -380,6 +387,7 @@ class BlockPool:
     def register_many(self, table: list[int], start: int, keys: vec[i64]) -> None:
         """``register`` ``table[start + i]`` under ``keys[i]`` for each key, in order."""
         keyed = self._keyed
+        self._sink ^= warm_homes(self._slots, self._mask, keys, 0, len(keys))
         for i in range(len(keys)):
             block_id = table[start + i]
             if not keyed[block_id]:

@@ -31,12 +31,14 @@ O(1) a block).
 
 from __future__ import annotations
 
+from typing import Final
+
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell
+from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell, warm_homes
 
-_LIST: i64 = 0  # slot 0: the recency list's head (``_next[0]`` least recent, ``_prev[0]`` most)
+_LIST: Final = 0  # slot 0: the recency list's head (``_next[0]`` least recent, ``_prev[0]`` most)
 
 
 class DiskTier:
@@ -77,6 +79,7 @@ class DiskTier:
         self.num_written_blocks = 0  # cumulative: blocks written (rewrites included)
         self.num_evicted_blocks = 0  # cumulative
         self.num_read_blocks = 0  # cumulative: blocks promoted into the CPU tier
+        self._sink: i64 = 0  # what reads ahead of a probe read (``warm_homes``), kept
 
     def __contains__(self, key: int) -> bool:
         """Whether the tier holds ``key`` (readable or still writing)."""
@@ -113,6 +116,8 @@ class DiskTier:
         earlier query's ``now_s`` (the engine stores a span's steps after it has run them): the
         blocks are readable from then on."""
         self.num_written_blocks += len(keys)
+        self._sink ^= warm_homes(self._cells, self._mask, keys, 0, len(keys))
+        self._sink ^= self._warm_victims(len(keys) - (self.num_blocks - self._num_held))
         for key in keys:
             slot = self._find(key)
             if slot >= 0:
@@ -142,6 +147,19 @@ class DiskTier:
             self._write_end = append(self._write_end, ready_s)
             self._write_slot = append(self._write_slot, slot)
             self._write_reuse = append(self._write_reuse, self._reuse[slot])
+
+    def _warm_victims(self, count: i64) -> i64:
+        """Read the key map cells of the ``count`` least recent blocks, those a write of new
+        keys evicts, ahead of removing them one by one (``warm_homes``'s reason); returns a
+        sum nothing uses."""
+        cells, cell, nxt = self._cells, self._cell, self._next
+        total: i64 = 0
+        slot = nxt[_LIST]
+        while count > 0 and slot != _LIST:
+            total += cells[2 * cell[slot] + 1]
+            slot = nxt[slot]
+            count -= 1
+        return total
 
     def _evict_least_recent(self) -> i64:
         """Free the least recent block; returns its slot."""

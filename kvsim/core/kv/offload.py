@@ -40,7 +40,14 @@ from typing import Final
 from librt.vecs import append, pop, vec
 from mypy_extensions import i32, i64, u8
 
-from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell
+from kvsim.core.kv.keymap import (
+    EMPTY,
+    empty_cells,
+    find_cell,
+    insert_new,
+    remove_cell,
+    warm_homes,
+)
 
 _POSITION_BITS: Final = 24  # a rank's low bits: 2**24 - 1 blocks a request at most
 _POSITION_TOP: Final = (1 << 24) - 1
@@ -299,6 +306,7 @@ class CpuTier:
         self._num_storing: i64 = 0
         self.num_stored_blocks = 0  # cumulative: blocks whose store was prepared
         self.num_evicted_blocks = 0  # cumulative
+        self._sink: i64 = 0  # what reads ahead of a probe read (``warm_homes``), kept
 
     # -- queries ------------------------------------------------------------------------------
     def __contains__(self, key: int) -> bool:
@@ -493,7 +501,13 @@ class CpuTier:
         """The request finished: each block it recorded that the tier still holds gets a fresh
         rank ``(n, 0)``, its last block first (``on_request_finished``)."""
         seen, keys, hints, rank = access.seen, access.keys, access.slots, self._rank
-        key_of, cell = self._key, self._cell
+        key_of, cell, state = self._key, self._cell, self._state
+        warm: i64 = 0  # the hinted slots read ahead (``kvsim.core.kv.keymap.warm_homes``)
+        for index in range(access.span):
+            slot = hints[index]
+            if slot >= 0:
+                warm += key_of[slot] ^ cell[slot] ^ i64(state[slot])
+        self._sink ^= warm
         for index in range(access.span - 1, -1, -1):
             if not seen[index >> 5] & (1 << (index & 31)):
                 continue
@@ -541,6 +555,8 @@ class CpuTier:
         if access.mapped:
             private_from = EVERY_BLOCK
         state = self._state
+        mapped_end = min(len(keys), max(0, private_from - first_index))
+        self._sink ^= warm_homes(self._cells, self._mask, keys, 0, mapped_end)
         offered = vec[i64]()  # the held slots offered (OFFERED until the eviction is done)
         new_at = vec[i64]()  # indices into keys of the keys the tier lacks
         num_mapped_new: i64 = 0  # new_at's first entries, before the private ones (distinct keys)
@@ -587,6 +603,11 @@ class CpuTier:
         if need > 0:
             cells, mask, cell = self._cells, self._mask, self._cell
             free_slots = self._free_slots
+            warm: i64 = 0  # (their cells read ahead: ``warm_homes``'s reason)
+            for slot in victims:
+                if cell[slot] >= 0:
+                    warm += cells[2 * cell[slot] + 1]
+            self._sink ^= warm
             for slot in victims:
                 if state[slot] & WATCHED and self._watched is not None:
                     self._forget_run(self._watched)  # (one of its blocks is evicted)
@@ -775,6 +796,7 @@ class CpuTier:
         them, and record the request's access to them (vLLM ``prepare_load``)."""
         ref_cnt, state = self._ref_cnt, self._state
         self._num_load_starts += 1
+        self._sink ^= warm_homes(self._cells, self._mask, keys, 0, len(keys))
         for j in range(len(keys)):
             slot = self._find(keys[j])
             assert slot >= 0, f"load of a block the tier does not hold: {keys[j]}"
@@ -792,6 +814,7 @@ class CpuTier:
     def complete_load(self, keys: vec[i64]) -> None:
         """Release ``keys`` held by ``prepare_load``: a block no load reads is evictable."""
         ref_cnt, state = self._ref_cnt, self._state
+        self._sink ^= warm_homes(self._cells, self._mask, keys, 0, len(keys))
         for key in keys:
             slot = self._find(key)
             ref_cnt[slot] -= 1
