@@ -133,6 +133,15 @@ class TierAccess:
         self.mapped = False
         self.finished = False
 
+    def reserve(self, span: i64) -> None:
+        """Grow the vectors to hold block indices below ``span`` (one growth for a store's
+        blocks rather than one a block)."""
+        if (span + 31) >> 5 > len(self.seen):
+            self.seen = _grown(self.seen, (span + 31) >> 5, 0)
+        if span > len(self.keys):
+            self.keys = _grown(self.keys, span, 0)
+            self.slots = _grown(self.slots, span, -1)
+
     def first_seen(self, index: i64, key: i64) -> bool:
         """Record block ``index``, of key ``key``; whether it is the first time."""
         word = index >> 5
@@ -508,6 +517,7 @@ class CpuTier:
             if slot >= 0:
                 warm += key_of[slot] ^ cell[slot] ^ i64(state[slot])
         self._sink ^= warm
+        queue_rank, queue_slot = self._queue_rank, self._queue_slot
         for index in range(access.span - 1, -1, -1):
             if not seen[index >> 5] & (1 << (index & 31)):
                 continue
@@ -521,8 +531,16 @@ class CpuTier:
             self._next_rank += 1
             value = rank_value(self._next_rank, 0)
             rank[slot] = value
-            if self._state[slot] & EVICTABLE:
-                self._push(value, slot)
+            flags = state[slot]
+            if flags & EVICTABLE:  # (``_push`` of the counter's newest rank: the queue's end)
+                if flags & IN_HEAP:
+                    state[slot] = flags & NOT_IN_HEAP
+                    self._heap_live -= 1
+                queue_rank = append(queue_rank, value)
+                queue_slot = append(queue_slot, slot)
+        self._queue_rank, self._queue_slot = queue_rank, queue_slot
+        if len(queue_rank) - self._queue_head >= 2 * self._num_evictable + 64:
+            self._rebuild_queue()
         access.span = 0
         access.seen, access.keys, access.slots = vec[i64](), vec[i64](), vec[i64]()
         if access.rank and not access.finished and access.rank >= self._awake_below:
@@ -557,6 +575,7 @@ class CpuTier:
         state = self._state
         mapped_end = min(len(keys), max(0, private_from - first_index))
         self._sink ^= warm_homes(self._cells, self._mask, keys, 0, mapped_end)
+        access.reserve(first_index + len(keys))
         offered = vec[i64]()  # the held slots offered (OFFERED until the eviction is done)
         new_at = vec[i64]()  # indices into keys of the keys the tier lacks
         num_mapped_new: i64 = 0  # new_at's first entries, before the private ones (distinct keys)
@@ -568,7 +587,11 @@ class CpuTier:
                     num_mapped_new += 1
             if slot < 0:
                 new_at = append(new_at, j)
-                self._record(access, first_index + j, keys[j], -1)
+                # ``_record`` of a block the tier lacks: nothing to rank yet
+                if access.first_seen(first_index + j, keys[j]):
+                    access.slots[first_index + j] = -1
+                    if access.rank == 0:
+                        self._request_rank(access)
             else:
                 state[slot] = state[slot] | OFFERED  # among the keys being stored
                 offered = append(offered, slot)
