@@ -420,17 +420,15 @@ class Engine:
         cohort, seq = lazy.cohort, lazy.seq
         clock = plan.cohort_clock
         scheduled, num_new = plan.scheduled, plan.num_new_tokens
-        step0 = [  # (explicit requests: their counters are true)
-            (
-                seq[scheduled[i]],
-                scheduled[i],
-                offload.storable_tokens(
-                    scheduled[i], scheduled[i].num_computed_tokens + num_new[i]
-                ),
-            )
-            for i in range(len(scheduled))
-        ]
-        if plan.cohort_advance:
+        step0: list[tuple[int, Request, int]] = []
+        for i in range(len(scheduled)):  # (explicit requests: their counters are true)
+            req = scheduled[i]
+            computed = req.num_computed_tokens + num_new[i]
+            storable = offload.storable_tokens(req, computed)
+            if offload.may_store(req, computed, storable):  # (else store_tokens offers none)
+                step0.append((seq[req], req, storable))
+        # (members_may_store false: no member has a block to offer)
+        if plan.cohort_advance and offload.members_may_store:
             for member in cohort.filling_at(clock):
                 if member.sync <= clock:  # (not one that joined after step 0: explicit in it)
                     computed = cohort.computed_at(member, clock) + 1
@@ -441,7 +439,7 @@ class Engine:
         clock += plan.cohort_advance
         for j in range(1, timing.num_steps):  # a span's later steps: every request a member
             end_s += timing.durations[j]
-            filling = cohort.filling_at(clock)
+            filling = cohort.filling_at(clock) if offload.members_may_store else []
             if filling:
                 filled = [(m.request, cohort.computed_at(m, clock) + 1) for m in filling]
                 offload.store_tokens(filled, end_s)

@@ -131,6 +131,9 @@ class OffloadConnector:
         self.loads: dict[Request, Load] = {}
         self.started: list[Request] = []  # loads started by the last plan (the engine takes)
         self._next_store: dict[int, int] = {}  # req_id -> next block to offer the tier
+        # (``prompt_only``) req_ids whose prompt is computed but not all its full blocks offered
+        # yet (the tier had no room, or its keys lagged): the only members with blocks to offer
+        self._behind: set[int] = set()
         self._access: dict[int, TierAccess] = {}  # req_id -> its accesses to the tier
         # the last request looked up: its id and its full blocks' keys (they never change)
         self._looked_up: int | None = None
@@ -288,10 +291,14 @@ class OffloadConnector:
             start = nxt.get(req.req_id, 0)
             if upto <= start:
                 continue
+            if prompt_only and upto >= req.prompt_tokens // b:
+                self._behind.discard(req.req_id)  # (once it is stored: None below keeps it)
             keys = self.allocator.block_keys(req, start, upto)
             private_from = req.shared_tokens // b
             new = tier.prepare_store(keys, now_s, self._access_of(req), start, private_from)
             if new is None:
+                if prompt_only and num_computed >= req.prompt_tokens:  # (capped: equal)
+                    self._behind.add(req.req_id)
                 continue  # no room: offered again later (vLLM skips the store this step)
             nxt[req.req_id] = upto
             if len(new):
@@ -303,6 +310,28 @@ class OffloadConnector:
                 disk_done_s = self.cpu_to_disk.submit(num_bytes, done_s)
                 tier.complete_store(new, done_s, disk_done_s)
                 self.disk.write(new, disk_done_s)
+
+    def may_store(self, request: Request, computed: int, storable: int) -> bool:
+        """Whether ``store_tokens`` would offer any block of ``request`` (an explicit request
+        of the step: its counters are true) with ``storable`` tokens (``storable_tokens`` of
+        ``computed``, the tokens computed once the step runs). Under ``prompt_only`` it also
+        notes a request whose prompt is computed but whose prompt blocks are not all offered
+        (``members_may_store``): every request is explicit in the step that completes its
+        prompt, before it can join the decode cohort."""
+        b = self.block_size_tokens
+        start = self._next_store.get(request.req_id, 0)
+        if self.prompt_only:
+            if computed >= request.prompt_tokens and start < request.prompt_tokens // b:
+                self._behind.add(request.req_id)
+            storable = min(storable, request.prompt_tokens)
+        return storable // b > start
+
+    @property
+    def members_may_store(self) -> bool:
+        """Whether a decode cohort member may have blocks to offer: always, unless only
+        prompts are stored and every request whose prompt is computed has had its prompt's
+        full blocks offered (``may_store``)."""
+        return not self.prompt_only or bool(self._behind)
 
     def storable_tokens(self, request: Request, computed: int) -> int:
         """Tokens of ``computed`` (computed and scheduled) whose full blocks may be stored: at
@@ -327,6 +356,7 @@ class OffloadConnector:
         """A request finished (after its last stores): the tier commits the recency of the
         blocks it accessed (``CpuTier.finish``); its store position is dropped."""
         self._next_store.pop(request.req_id, None)
+        self._behind.discard(request.req_id)
         self._awaiting.pop(request.req_id, None)
         self._promoted_for.pop(request.req_id, None)
         access = self._access.pop(request.req_id, None)
