@@ -488,3 +488,27 @@ def test_a_dropped_load_counts_its_request_once_in_the_prefix_cache_counters() -
     assert summary["prefix_cache_queries"] == results.requests["prompt_tokens"].sum()
     cached = summary["prefix_cache_hits"] + summary["external_prefix_cache_hits"]
     assert summary["prefix_cached_tokens_total"] == cached
+
+
+def test_a_prompt_the_tier_had_no_room_for_is_offered_again_while_it_decodes() -> None:
+    # A 2-block tier (2 x 13,107,200 = 26,214,400 bytes = 0.0244140625 GiB, page-aligned:
+    # 13,107,200 / 4096 = 3,200 pages a block). A (prompt 32: 2 full blocks) and B (prompt 16:
+    # 1 full block) arrive at t=0 and prefill in step 1; at its end A's 2 blocks take both
+    # slots (storing for 2 x 13.1072 ms), and B's offer finds no free slot and no evictable one
+    # (A's are still storing): vLLM skips the store, and B is offered again at the end of each
+    # later step that fills one of its blocks (token 31 fills its second block in step 17; only
+    # its prompt's block is offered: offload_prompt_only). By then A's copies have ended, so B's
+    # block evicts one of A's: 3 blocks stored, 1 evicted. (Without the retry: 2 stored, 0
+    # evicted.) B decodes as a member of the decode cohort all along.
+    gib = 2 * BLOCK_BYTES / 2**30
+    run = simulate(
+        config(gib),
+        [
+            Request(0, 0.0, 32, 40, 40, token_segments=(("a", 32),)),
+            Request(1, 0.0, 16, 40, 40, token_segments=(("b", 16),)),
+        ],
+    )
+    summary = run.summary
+    assert summary["cpu_tier_blocks"] == 2
+    assert summary["cpu_tier_stored_blocks"] == 3
+    assert summary["cpu_tier_evicted_blocks"] == 1
