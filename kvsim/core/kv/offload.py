@@ -529,7 +529,7 @@ class CpuTier:
                 if slot < 0:
                     continue
             self._next_rank += 1
-            value = rank_value(self._next_rank, 0)
+            value = (self._next_rank << _POSITION_BITS) | _POSITION_TOP  # (rank_value(n, 0))
             rank[slot] = value
             flags = state[slot]
             if flags & EVICTABLE:  # (``_push`` of the counter's newest rank: the queue's end)
@@ -696,9 +696,11 @@ class CpuTier:
         free_slots = self._free_slots
         key_of, cell, rank, state = self._key, self._cell, self._rank, self._state
         prepared = vec[i64](capacity=len(new_at))
+        if len(new_at):  # (the last position is the highest: the range is checked once)
+            rank_value(request_rank, first_index + new_at[len(new_at) - 1] + 1)
         for j in new_at:
             key = keys[j]
-            value = rank_value(request_rank, first_index + j + 1)
+            value = (request_rank << _POSITION_BITS) | (_POSITION_TOP - (first_index + j + 1))
             if len(free_slots):
                 free_slots, slot = pop(free_slots)
                 key_of[slot] = key
@@ -879,14 +881,25 @@ class CpuTier:
         """``slots``' copies into the tier ended: they are stored; with ``pin`` (CASCADING)
         a disk write reads them, else they are evictable unless a load reads them."""
         self._num_storing -= len(slots)
-        state, ref_cnt = self._state, self._ref_cnt
+        state, ref_cnt, rank = self._state, self._ref_cnt, self._rank
+        awake_below = self._awake_below
         for slot in slots:  # (a load may have read it, and ended, before it settled here)
-            state[slot] = (state[slot] & NOT_STORING) | pin
+            flags = (state[slot] & NOT_STORING) | pin
+            state[slot] = flags
             if pin:
                 if ref_cnt[slot]:
                     self._num_cascading_loading += 1
-            elif ref_cnt[slot] == 0 and not state[slot] & EVICTABLE:
-                self._make_evictable(slot)
+            elif ref_cnt[slot] == 0 and not flags & EVICTABLE:
+                value = rank[slot]
+                if (
+                    (value & _POSITION_TOP) != _POSITION_TOP
+                    and value >> _POSITION_BITS >= awake_below
+                    and not flags & IN_HEAP
+                ):  # an asleep request's (``_is_asleep``): evictable, no entry until it wakes
+                    state[slot] = flags | EVICTABLE
+                    self._num_evictable += 1
+                else:
+                    self._make_evictable(slot)
 
     def _make_evictable(self, slot: i64) -> None:
         """``slot`` is stored and nothing reads it: evictable, with a current entry."""
