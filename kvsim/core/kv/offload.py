@@ -316,6 +316,7 @@ class CpuTier:
         self.num_stored_blocks = 0  # cumulative: blocks whose store was prepared
         self.num_evicted_blocks = 0  # cumulative
         self._sink: i64 = 0  # what reads ahead of a probe read (``warm_homes``), kept
+        self._zero_pool = vec[i64]()  # zeros that ``_zeros`` slices
 
     # -- queries ------------------------------------------------------------------------------
     def __contains__(self, key: int) -> bool:
@@ -434,6 +435,13 @@ class CpuTier:
         if i < 0:
             return -1
         return cells[2 * i + 1]
+
+    def _zeros(self, n: i64) -> vec[i64]:
+        """A new vector of ``n`` zeros, filled by index: one copy of a slice, where appending
+        is a call a value."""
+        if len(self._zero_pool) < n:
+            self._zero_pool = vec[i64]([0] * max(n, 2 * len(self._zero_pool), 1024))
+        return self._zero_pool[0:n]
 
     # -- ranks (vLLM ``LRUCachePolicy``) ------------------------------------------------------
     def _request_rank(self, access: TierAccess) -> i64:
@@ -577,7 +585,8 @@ class CpuTier:
         self._sink ^= warm_homes(self._cells, self._mask, keys, 0, mapped_end)
         access.reserve(first_index + len(keys))
         offered = vec[i64]()  # the held slots offered (OFFERED until the eviction is done)
-        new_at = vec[i64]()  # indices into keys of the keys the tier lacks
+        new_at = self._zeros(len(keys))  # indices into keys of the keys the tier lacks ...
+        num_new: i64 = 0  # ... its first num_new entries
         num_mapped_new: i64 = 0  # new_at's first entries, before the private ones (distinct keys)
         for j in range(len(keys)):
             slot: i64 = -1  # (a private block: the tier lacks it)
@@ -586,7 +595,8 @@ class CpuTier:
                 if slot < 0:
                     num_mapped_new += 1
             if slot < 0:
-                new_at = append(new_at, j)
+                new_at[num_new] = j
+                num_new += 1
                 # ``_record`` of a block the tier lacks: nothing to rank yet
                 if access.first_seen(first_index + j, keys[j]):
                     access.slots[first_index + j] = -1
@@ -597,6 +607,7 @@ class CpuTier:
                 offered = append(offered, slot)
                 if not state[slot] & STORING:  # (a block still storing is not recorded)
                     self._record(access, first_index + j, keys[j], slot)
+        new_at = new_at[0:num_new]
         if num_mapped_new > 1:
             lacking = vec[i64](capacity=num_mapped_new)
             for n in range(num_mapped_new):
@@ -609,9 +620,9 @@ class CpuTier:
                 for n in range(num_mapped_new, len(new_at)):
                     deduped = append(deduped, new_at[n])
                 new_at = deduped
-        new = vec[i64](capacity=len(new_at))
-        for j in new_at:
-            new = append(new, keys[j])
+        new = self._zeros(len(new_at))
+        for n in range(len(new_at)):
+            new[n] = keys[new_at[n]]
         self._prepared = vec[i64]()
         need = len(new) - (self.num_blocks - self._num_held)
         victims: vec[i64] | None = vec[i64]()
@@ -625,7 +636,6 @@ class CpuTier:
             return None
         if need > 0:
             cells, mask, cell = self._cells, self._mask, self._cell
-            free_slots = self._free_slots
             warm: i64 = 0  # (their cells read ahead: ``warm_homes``'s reason)
             for slot in victims:
                 if cell[slot] >= 0:
@@ -637,12 +647,10 @@ class CpuTier:
                 if cell[slot] != UNMAPPED:
                     remove_cell(cells, mask, cell[slot], cell)
                     self._num_mapped -= 1
-                cell[slot] = FREE
-                free_slots = append(free_slots, slot)
-            self._free_slots = free_slots
+                cell[slot] = FREE  # (``_add`` takes it first: the victims, the last first)
             self._num_held -= need
             self.num_evicted_blocks += need
-        self._add(keys, new_at, self._request_rank(access), first_index, private_from)
+        self._add(keys, new_at, self._request_rank(access), first_index, private_from, victims)
         prepared, hints = self._prepared, access.slots  # (each offered index was recorded)
         for n in range(len(new_at)):
             hints[first_index + new_at[n]] = prepared[n]
@@ -653,9 +661,10 @@ class CpuTier:
         (``OFFERED``; ``LRUCachePolicy.evict``), or ``None`` (the entries as they were) when
         fewer are."""
         rank, state = self._rank, self._state
-        selected = vec[i64]()
+        selected = self._zeros(need)
+        num_selected: i64 = 0
         deferred = vec[i64]()  # slots offered to this store, pushed back after
-        while len(selected) < need:
+        while num_selected < need:
             self._wake(self._least_entry())
             if not self._num_entries():
                 break
@@ -668,16 +677,18 @@ class CpuTier:
             if state[slot] & OFFERED:
                 deferred = append(deferred, slot)
             else:
-                selected = append(selected, slot)
+                selected[num_selected] = slot
+                num_selected += 1
         for slot in deferred:
             state[slot] = state[slot] | EVICTABLE
             self._push(rank[slot], slot)
-        if len(selected) < need:
-            for slot in selected:
+        if num_selected < need:
+            for i in range(num_selected):
+                slot = selected[i]
                 state[slot] = state[slot] | EVICTABLE
                 self._push(rank[slot], slot)
             return None
-        self._num_evictable -= len(selected)
+        self._num_evictable -= need
         return selected
 
     def _add(
@@ -687,22 +698,30 @@ class CpuTier:
         request_rank: i64,
         first_index: i64,
         private_from: i64,
+        reuse: vec[i64],
     ) -> None:
         """Hold ``keys[j]`` for each ``j`` of ``new_at`` (not held), storing, ranked
         ``(request_rank, -(first_index + j + 1))`` (``LRUCachePolicy.insert``); those from
-        block ``private_from`` on outside the key map."""
+        block ``private_from`` on outside the key map. Slots come from ``reuse`` (just freed),
+        its last first, then the free slots, the last freed first, then unused ones."""
         if 2 * (self._num_mapped + len(new_at)) > self._mask + 1:
             self._rehash(self._num_mapped + len(new_at))
         free_slots = self._free_slots
         key_of, cell, rank, state = self._key, self._cell, self._rank, self._state
-        prepared = vec[i64](capacity=len(new_at))
+        prepared = self._zeros(len(new_at))
+        num_reuse = len(reuse)
         if len(new_at):  # (the last position is the highest: the range is checked once)
             rank_value(request_rank, first_index + new_at[len(new_at) - 1] + 1)
-        for j in new_at:
+        for n in range(len(new_at)):
+            j = new_at[n]
             key = keys[j]
             value = (request_rank << _POSITION_BITS) | (_POSITION_TOP - (first_index + j + 1))
-            if len(free_slots):
-                free_slots, slot = pop(free_slots)
+            if num_reuse or len(free_slots):
+                if num_reuse:
+                    num_reuse -= 1
+                    slot = reuse[num_reuse]
+                else:
+                    free_slots, slot = pop(free_slots)
                 key_of[slot] = key
                 rank[slot] = value
                 state[slot] = STORING  # (a free slot's other bits are clear)
@@ -718,7 +737,7 @@ class CpuTier:
             else:
                 cell[slot] = self._insert(key, slot)
                 self._num_mapped += 1
-            prepared = append(prepared, slot)
+            prepared[n] = slot
         self._free_slots = free_slots
         self._key, self._cell, self._rank, self._state = key_of, cell, rank, state
         self._num_held += len(new_at)
