@@ -257,12 +257,13 @@ class BlockPool:
         self._head = head
         self.num_free -= count
         full, slots, slot_of = self._full, self._slots, self._slot_of
-        warm: i64 = 0  # the evicted keys' cells read ahead (``keymap.warm_homes``'s reason)
-        for i in range(first, end):
-            b = out[i]
-            if keyed[b] and slot_of[b] >= 0:
-                warm += slots[2 * slot_of[b] + 1]
-        self._sink ^= warm
+        if self._num_keyed:  # the evicted keys' cells read ahead (``keymap.warm_homes``)
+            warm: i64 = 0
+            for i in range(first, end):
+                b = out[i]
+                if keyed[b] and slot_of[b] >= 0:
+                    warm += slots[2 * slot_of[b] + 1]
+            self._sink ^= warm
         for i in range(first, end):
             b = out[i]
             ref[b] = 1
