@@ -16,6 +16,7 @@ from kvsim.core.kv.keymap import (
     home_cell,
     probe_insert,
     remove_cell,
+    warm_cells,
     warm_homes,
 )
 
@@ -106,3 +107,14 @@ def test_warm_homes_reads_each_keys_home_cell() -> None:
     keys = vec[i64]([14, 13, 29, 1 << 32, 2])
     assert warm_homes(cells, MASK, keys, 1, 5) == 5 + 5 + 7 - 1
     assert warm_homes(cells, MASK, keys, 0, 0) == 0
+
+
+def test_warm_cells_reads_the_cells_its_items_name() -> None:
+    """Items 2 and 0 name cells 13 and 1 (``where``), whose values are 5 and 7; item 1 names
+    no cell (-1: FREE) and is not read; item 3 lies outside the range. 5 + 7 = 12."""
+    cells = vec[i64]([EMPTY] * 2 * (MASK + 1))
+    cells[2 * 13 + 1] = 5
+    cells[2 * 1 + 1] = 7
+    where = vec[i64]([1, -1, 13, 0])
+    items = vec[i64]([2, 1, 0, 3])
+    assert warm_cells(cells, where, items, 0, 3) == 5 + 7

@@ -53,7 +53,14 @@ from typing import Final
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from kvsim.core.kv.keymap import EMPTY, find_cell, probe_insert, remove_cell, warm_homes
+from kvsim.core.kv.keymap import (
+    EMPTY,
+    find_cell,
+    probe_insert,
+    remove_cell,
+    warm_cells,
+    warm_homes,
+)
 
 _COMPACT_AT: Final = 4096  # drop consumed queue entries once the head passes this many (and half)
 
@@ -256,14 +263,10 @@ class BlockPool:
                 head += 1
         self._head = head
         self.num_free -= count
-        full, slots, slot_of = self._full, self._slots, self._slot_of
-        if self._num_keyed:  # the evicted keys' cells read ahead (``keymap.warm_homes``)
-            warm: i64 = 0
-            for i in range(first, end):
-                b = out[i]
-                if keyed[b] and slot_of[b] >= 0:
-                    warm += slots[2 * slot_of[b] + 1]
-            self._sink ^= warm
+        full = self._full
+        if self._num_keyed:  # the cells of the keys it evicts read ahead (an unkeyed block's
+            # stale ``_slot_of`` only reads a cell in vain)
+            self._sink ^= warm_cells(self._slots, self._slot_of, out, first, end)
         for i in range(first, end):
             b = out[i]
             ref[b] = 1

@@ -41,6 +41,17 @@ def warm_homes(cells: vec[i64], mask: i64, keys: vec[i64], start: i64, stop: i64
     return total
 
 
+def warm_cells(cells: vec[i64], where: vec[i64], items: vec[i64], start: i64, stop: i64) -> i64:
+    """``warm_homes`` for entries about to be removed: read the cell ``where[item]`` of each of
+    ``items[start:stop]`` that has one (``where[item] >= 0``). Returns a sum nothing uses."""
+    total: i64 = 0
+    for n in range(start, stop):
+        cell = where[items[n]]
+        if cell >= 0:
+            total += cells[2 * cell + 1]
+    return total
+
+
 def find_cell(cells: vec[i64], mask: i64, key: i64) -> i64:
     """The cell holding ``key``, or -1."""
     i = home_cell(key, mask)

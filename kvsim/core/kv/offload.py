@@ -46,6 +46,7 @@ from kvsim.core.kv.keymap import (
     find_cell,
     insert_new,
     remove_cell,
+    warm_cells,
     warm_homes,
 )
 
@@ -541,9 +542,7 @@ class CpuTier:
             rank[slot] = value
             flags = state[slot]
             if flags & EVICTABLE:  # (``_push`` of the counter's newest rank: the queue's end)
-                if flags & IN_HEAP:
-                    state[slot] = flags & NOT_IN_HEAP
-                    self._heap_live -= 1
+                self._unheap(slot)
                 queue_rank = append(queue_rank, value)
                 queue_slot = append(queue_slot, slot)
         self._queue_rank, self._queue_slot = queue_rank, queue_slot
@@ -636,11 +635,7 @@ class CpuTier:
             return None
         if need > 0:
             cells, mask, cell = self._cells, self._mask, self._cell
-            warm: i64 = 0  # (their cells read ahead: ``warm_homes``'s reason)
-            for slot in victims:
-                if cell[slot] >= 0:
-                    warm += cells[2 * cell[slot] + 1]
-            self._sink ^= warm
+            self._sink ^= warm_cells(cells, cell, victims, 0, need)  # (FREE, UNMAPPED: < 0)
             for slot in victims:
                 if state[slot] & WATCHED and self._watched is not None:
                     self._forget_run(self._watched)  # (one of its blocks is evicted)
@@ -901,7 +896,6 @@ class CpuTier:
         a disk write reads them, else they are evictable unless a load reads them."""
         self._num_storing -= len(slots)
         state, ref_cnt, rank = self._state, self._ref_cnt, self._rank
-        awake_below = self._awake_below
         for slot in slots:  # (a load may have read it, and ended, before it settled here)
             flags = (state[slot] & NOT_STORING) | pin
             state[slot] = flags
@@ -909,12 +903,8 @@ class CpuTier:
                 if ref_cnt[slot]:
                     self._num_cascading_loading += 1
             elif ref_cnt[slot] == 0 and not flags & EVICTABLE:
-                value = rank[slot]
-                if (
-                    (value & _POSITION_TOP) != _POSITION_TOP
-                    and value >> _POSITION_BITS >= awake_below
-                    and not flags & IN_HEAP
-                ):  # an asleep request's (``_is_asleep``): evictable, no entry until it wakes
+                if self._is_asleep(rank[slot]) and not flags & IN_HEAP:
+                    # an asleep request's: evictable, no entry until it wakes (``_push``)
                     state[slot] = flags | EVICTABLE
                     self._num_evictable += 1
                 else:
