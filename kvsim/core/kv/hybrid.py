@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from librt.vecs import append, vec
+from librt.vecs import extend, vec
 from mypy_extensions import i64
 
 from kvsim.base.units import cdiv
@@ -183,6 +183,7 @@ class HybridPagedAllocator(Allocator):
         # each one's first live entry per group then
         self._pooled: vec[i64] = vec[i64]()
         self._num_pooled = 0
+        self._nulls: vec[i64] = vec[i64]()  # null block ids (``_pad_null``)
         self._detached: dict[int, list[int]] = {}
         self.key_chain = KeyChain()
         self._keys: dict[int, StreamKeys] = {}
@@ -246,11 +247,11 @@ class HybridPagedAllocator(Allocator):
         ):
             return NO_HIT
         n = min(request.num_tokens - 1, self.keyed_tokens(request)) // self.block_size_tokens
-        keys, lookup, mixes = self._stream_keys(request), self.pool.lookup, self._mixes
+        keys, pool, mixes = self._stream_keys(request), self.pool, self._mixes
         full = [g for g, kind in enumerate(self.kinds) if kind == "full"]
         for g in full:  # the longest cached prefix of every full group
             i = 0
-            while i < n and lookup(mixed_key(keys.key(i), mixes[g])) is not None:
+            while i < n and pool.lookup(mixed_key(keys.key(i), mixes[g])) is not None:
                 i += 1
             n = i
         while n > 0:  # each sliding group's hit at most n blocks long, until all agree
@@ -273,7 +274,7 @@ class HybridPagedAllocator(Allocator):
                 n - cdiv(self.windows[g] - 1, self.block_size_tokens) if kind == "sliding" else 0
             )
             for i in range(n):
-                blk = lookup(mixed_key(keys.key(i), mixes[g])) if i >= start else None
+                blk = pool.lookup(mixed_key(keys.key(i), mixes[g])) if i >= start else None
                 blocks.append(self.null_block if blk is None else blk)
         return PrefixHit(n * self.block_size_tokens, tuple(blocks))
 
@@ -282,9 +283,10 @@ class HybridPagedAllocator(Allocator):
         right, of ``cdiv(W - 1, B)`` cached blocks ends it; without one, the cached blocks
         from the start (vLLM ``SlidingWindowManager.find_longest_cache_hit``)."""
         need = cdiv(self.windows[group] - 1, self.block_size_tokens)
-        lookup, run, mix = self.pool.lookup, 0, self._mixes[group]
+        # (the pool, not its bound method: mypyc calls a method held in a local through Python)
+        pool, run, mix = self.pool, 0, self._mixes[group]
         for i in range(max_blocks - 1, -1, -1):
-            if lookup(mixed_key(keys.key(i), mix)) is None:
+            if pool.lookup(mixed_key(keys.key(i), mix)) is None:
                 run = 0
                 continue
             run += 1
@@ -465,7 +467,7 @@ class HybridPagedAllocator(Allocator):
         """Give a detached request its tables back, as its steps made them: ``cdiv(length, B)``
         blocks a group, a sliding group's blocks before ``sliding_skipped_blocks(computed)``
         freed (null)."""
-        rid, b, null = request.req_id, self.block_size_tokens, self.null_block
+        rid, b = request.req_id, self.block_size_tokens
         first_live = self._first_live[rid]
         tables, pooled = self.tables[rid], self._pooled
         num_blocks = cdiv(length, b)
@@ -474,13 +476,13 @@ class HybridPagedAllocator(Allocator):
             if kind == "state":
                 continue
             table, lead = tables[g], self._lead(rid, g, computed)
-            while len(table) < lead:  # (a sliding group's freed entries)
-                table = append(table, null)
+            if len(table) < lead:  # (a sliding group's freed entries)
+                table = self._pad_null(table, lead)
             more = num_blocks - len(table)  # (a full group keeps its blocks: the new ones)
             top = self._num_pooled
             assert 0 <= more <= top, f"req {rid}: {more} blocks to attach"
-            for i in range(top - more, top):
-                table = append(table, pooled[i])
+            if more:
+                table = extend(table, pooled[top - more : top])
             self._num_pooled = top - more
             tables[g] = table
             first_live[g] = lead
@@ -513,14 +515,22 @@ class HybridPagedAllocator(Allocator):
 
     def _push_pooled(self, blocks: vec[i64], start: int) -> None:
         """Put ``blocks[start:]`` on top of the pooled stack."""
-        pooled, top = self._pooled, self._num_pooled
-        for i in range(start, len(blocks)):
-            if top < len(pooled):
-                pooled[top] = blocks[i]
-            else:
-                pooled = append(pooled, blocks[i])
-            top += 1
-        self._pooled, self._num_pooled = pooled, top
+        pooled, top, end = self._pooled, self._num_pooled, len(blocks)
+        reuse = min(end - start, len(pooled) - top)  # (entries past the top are stale)
+        for i in range(reuse):
+            pooled[top + i] = blocks[start + i]
+        if start + reuse < end:  # (one copy, not an append a block)
+            pooled = extend(pooled, blocks[start + reuse : end])
+        self._pooled, self._num_pooled = pooled, top + end - start
+
+    def _pad_null(self, table: vec[i64], length: int) -> vec[i64]:
+        """``table`` grown to ``length`` entries with null blocks (one copy from a vector of
+        them kept for the purpose)."""
+        need = length - len(table)
+        nulls = self._nulls
+        if len(nulls) < need:
+            nulls = self._nulls = vec[i64]([self.null_block] * max(need, 2 * len(nulls)))
+        return extend(table, nulls[0:need])
 
     def release_pooled(self, num_blocks: int) -> None:
         """Free ``num_blocks`` that left pooled members' windows, where ``_remove_skipped``
@@ -571,10 +581,10 @@ class HybridPagedAllocator(Allocator):
         free_before = self.pool.num_free
         new_total = sum(new)
         if new_total:  # (the groups' blocks in group order)
-            take_into = self.pool.take_into
+            pool = self.pool
             for g in range(len(tables)):
                 if new[g]:
-                    tables[g] = take_into(tables[g], new[g])
+                    tables[g] = pool.take_into(tables[g], new[g])
         self._held_blocks[rid] += new_total
         self._sum_held += new_total
         self._room[rid] = self._room_of(tables, first_live)
@@ -608,9 +618,7 @@ class HybridPagedAllocator(Allocator):
                 first_live[g] = skip
             if skip_to[g] > len(table):  # positions skipped before they were ever allocated
                 first_live[g] = skip_to[g]
-                while len(table) < skip_to[g]:
-                    table = append(table, null)
-                tables[g] = table
+                tables[g] = self._pad_null(table, skip_to[g])
         if freed:
             self._held_blocks[rid] -= freed
             self._sum_held -= freed
@@ -789,10 +797,15 @@ class HybridPagedAllocator(Allocator):
     def stats(self) -> AllocatorStats:
         b = self.block_size_tokens
         held = (self.num_blocks - 1 - self.pool.num_free) * b
-        overhead = self.capacity_tokens - (self.num_blocks - 1) * b
         return AllocatorStats(
-            self.capacity_tokens, held, overhead, self.num_free_tokens, len(self.tables)
+            self.capacity_tokens, held, self.overhead_slots, self.num_free_tokens, len(self.tables)
         )
+
+    @property
+    def overhead_slots(self) -> int:
+        """The null block and the pool's remainder past its last whole block (fixed; the
+        recorder reads it each event without building ``stats``)."""
+        return self.capacity_tokens - (self.num_blocks - 1) * self.block_size_tokens
 
     def prefix_cache_summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -412,7 +412,7 @@ class DecodeCohort:
         r = clock % self.period if self.period else 0
         found: dict[Member, None] = {m: None for m in self._all[r] if m.pooled}
         found.update(self._freeing[r])
-        return sorted(found, key=_by_seq)
+        return sorted(found, key=by_seq)
 
     def pooled_group_ops(self, member: Member, clock: int) -> tuple[int, int]:
         """``(blocks taken, blocks freed)`` by a pooled member's step at ``clock``."""
@@ -484,7 +484,7 @@ class DecodeCohort:
         p = self.period
         if num_steps == 1 and not every:  # step 0: one residue
             one = self._touch[first_clock % p]
-            return sorted(one, key=_by_seq) if one else []
+            return sorted(one, key=by_seq) if one else []
         if num_steps >= p:
             residues: range | list[int] = range(p)
         else:
@@ -494,7 +494,7 @@ class DecodeCohort:
             found.update(self._touch[r])
             if every:
                 found.update(self._all[r])
-        return sorted(found, key=_by_seq)
+        return sorted(found, key=by_seq)
 
     def is_touched(self, member: Member, residue: int) -> bool:
         """Whether the non-pooled ``member`` is touched one by one at clocks of ``residue``."""
@@ -506,7 +506,7 @@ class DecodeCohort:
         if not self.period:
             return []
         filling = self._all[(clock + 1) % self.period]
-        return sorted(filling, key=_by_seq) if filling else []
+        return sorted(filling, key=by_seq) if filling else []
 
     def crossing_members(self, clock: int) -> list[Member]:
         """Members whose step at ``clock`` takes a block (any order)."""
@@ -644,5 +644,5 @@ class DecodeCohort:
             assert m.finish_clock >= self.clock, f"req {m.request.req_id} should have finished"
 
 
-def _by_seq(member: Member) -> int:
+def by_seq(member: Member) -> int:
     return member.seq

@@ -22,12 +22,11 @@ holds what differs from a one-group pool:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from kvsim.core.kv.base import Allocator
-from kvsim.core.scheduler.cohort import DecodeCohort, Member
+from kvsim.core.scheduler.cohort import DecodeCohort, Member, by_seq
 from kvsim.core.scheduler.group_sums import WIDTH, GroupSums
 from kvsim.core.scheduler.plan import LazySpan
+from kvsim.workload.request import Request
 
 
 def _add_slots(totals: list[int], slots: list[int]) -> None:
@@ -64,6 +63,34 @@ def step0_group_totals(
     return totals
 
 
+def pooled_group_step(
+    cohort: DecodeCohort,
+    allocator: Allocator,
+    caching: bool,
+    others: dict[Request, None],
+    clock: int,
+    touched: list[Member],
+) -> list[Member]:
+    """Count the step at ``clock`` as allocated for the pooled members
+    (``DecodeCohort.group_step``) and return the members to handle one by one in running order:
+    ``touched`` and, where it matters, the pooled ones with blocks to take or free. It matters
+    with prefix caching (``caching``) when a touched member or an explicit request (``others``)
+    may free a block that carries a key, or cache one, in the same step: the free queue's order
+    of keyed blocks then depends on the order of the frees. Otherwise the pooled blocks are
+    taken and freed at once (frees first: a step's takes fit without them, so they never reach
+    the blocks freed)."""
+    takes, frees = cohort.group_step(clock)
+    if not takes and not frees:
+        return touched
+    if caching and (touched or any(r.shares_tokens or r.num_preemptions for r in others)):
+        found = dict.fromkeys(touched)
+        found.update(dict.fromkeys(cohort.pooled_ops_at(clock)))
+        return sorted(found, key=by_seq)
+    allocator.release_pooled(frees)
+    allocator.take_pooled(takes)
+    return touched
+
+
 def extend_groups(
     cohort: DecodeCohort,
     allocator: Allocator,
@@ -71,12 +98,13 @@ def extend_groups(
     span: LazySpan,
     first: int,
     more: int,
-    pooled_step: Callable[[int, list[Member]], list[Member]],
+    caching: bool,
+    others: dict[Request, None],
 ) -> None:
     """``LazyDecodes.extend`` in a pool of several groups: the ``more`` steps from clock
     ``first`` step by step (see the module docstring), noted in ``span``; ``prejoined``: the
-    members that joined after step 0; ``pooled_step``: allocates a step's pooled members
-    (``LazyDecodes._group_pooled_step``) and returns the members to handle one by one."""
+    members that joined after step 0; ``caching`` and ``others`` as ``pooled_group_step``
+    takes them, which allocates each step's pooled members."""
     groups = cohort.groups
     assert groups is not None
     b = cohort.period
@@ -92,7 +120,8 @@ def extend_groups(
     span.across = [allocator.shared_slots()]
     for j in range(1, more + 1):
         clock = first + j - 1  # step j's
-        for member in pooled_step(clock, cohort.touched(clock, 1)):
+        touched = cohort.touched(clock, 1)
+        for member in pooled_group_step(cohort, allocator, caching, others, clock, touched):
             if member.pooled:
                 takes, frees = cohort.pooled_group_ops(member, clock)
                 allocator.release_pooled(frees)

@@ -31,11 +31,12 @@ differently; otherwise pooled blocks are taken in bulk.
 from __future__ import annotations
 
 from kvsim.core.kv.base import DECODE_EXACT, DECODE_POOLED, Allocator
-from kvsim.core.scheduler.cohort import DecodeCohort, Member
+from kvsim.core.scheduler.cohort import DecodeCohort, Member, by_seq
 from kvsim.core.scheduler.group_decodes import (
     check_groups,
     check_step0_groups,
     extend_groups,
+    pooled_group_step,
     step0_group_totals,
 )
 from kvsim.core.scheduler.group_sums import WIDTH, GroupSums
@@ -214,7 +215,7 @@ class LazyDecodes:
     def flush(self, running: dict[Request, None]) -> list[Member]:
         """Release every member (running order) and return them; everyone is an ``other``."""
         cohort = self.cohort
-        members = sorted(cohort.members.values(), key=_seq_of)
+        members = sorted(cohort.members.values(), key=by_seq)
         for member in members:
             self.release(member)
         cohort.allocated_to = cohort.clock  # nobody depends on the clocks after it any more
@@ -290,7 +291,7 @@ class LazyDecodes:
         others = self.others
         touched = cohort.touched(clock, 1)
         if cohort.groups is not None:
-            touched = self._group_pooled_step(clock, touched)
+            touched = pooled_group_step(cohort, allocator, self.caching, others, clock, touched)
             return self._merge(touched)
         registers = self._must_order(touched) or (
             self.caching and any(r.shared_tokens > r.num_computed_tokens for r in others)
@@ -316,28 +317,6 @@ class LazyDecodes:
         order += [(m.seq, m.request, m) for m in touched]
         order.sort(key=_first)
         return [(r, m) for _, r, m in order]
-
-    def _group_pooled_step(self, clock: int, touched: list[Member]) -> list[Member]:
-        """A pool of several groups: count the step at ``clock`` as allocated for the pooled
-        members (``DecodeCohort.group_step``) and return the members to handle one by one in
-        running order, ``touched`` and, where it matters, the pooled ones with blocks to take
-        or free. It matters with prefix caching when a touched member or an explicit request
-        may free a block that carries a key, or cache one, in the same step: the free queue's
-        order of keyed blocks then depends on the order of the frees. Otherwise the pooled
-        blocks are taken and freed at once (frees first: a step's takes fit without them, so
-        they never reach the blocks freed)."""
-        takes, frees = self.cohort.group_step(clock)
-        if not takes and not frees:
-            return touched
-        if self.caching and (
-            touched or any(r.shares_tokens or r.num_preemptions for r in self.others)
-        ):
-            found = dict.fromkeys(touched)
-            found.update(dict.fromkeys(self.cohort.pooled_ops_at(clock)))
-            return sorted(found, key=_seq_of)
-        self.allocator.release_pooled(frees)
-        self.allocator.take_pooled(takes)
-        return touched
 
     def in_order(
         self, running: dict[Request, None], clock: int
@@ -393,8 +372,8 @@ class LazyDecodes:
         """Whether every member the allocator grows itself may grow several tokens at once."""
         if not self._exact:
             return True
-        can = self.allocator.can_fast_forward
-        return all(can(m.request) for m in self._exact)
+        allocator = self.allocator
+        return all(allocator.can_fast_forward(m.request) for m in self._exact)
 
     def touched_slots_needed(self, clock: int) -> int:
         """Free slots the members' step at ``clock`` takes."""
@@ -417,7 +396,7 @@ class LazyDecodes:
         span = plan.span = LazySpan(cohort.sum_held, cohort.sum_internal)
         if cohort.groups is not None:
             extend_groups(
-                cohort, allocator, self.prejoined, span, first, more, self._group_pooled_step
+                cohort, allocator, self.prejoined, span, first, more, self.caching, self.others
             )
             return
         touched = cohort.touched(first, more)
@@ -504,10 +483,6 @@ class LazyDecodes:
 
 def _first(item: tuple[int, Request, Member | None]) -> int:
     return item[0]
-
-
-def _seq_of(member: Member) -> int:
-    return member.seq
 
 
 __all__ = ["DECODE_POOLED", "LazyDecodes"]
