@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from librt.vecs import append, vec
+from librt.vecs import append, extend, pop, vec
 from mypy_extensions import i64
 
 from kvsim.core.kv.keymap import (
@@ -113,7 +113,8 @@ class BlockPool:
         self._base = 0  # absolute position of _queue[0]
         self._stale: dict[int, int] = {}  # block -> its stale entries still in _queue
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
-        self._front: list[int] = []  # free blocks taken before the queue's head, the first last
+        self._front: vec[i64] = vec[i64]()  # free blocks taken before the queue's head, the
+        # first last
         self.keep_duplicates = keep_duplicates
         self._dups: dict[int, list[int]] = {}  # key -> its other keyed blocks, oldest first
         self._num_dups = 0  # keyed blocks not in the map (each in _dups)
@@ -138,7 +139,8 @@ class BlockPool:
     def free_order(self) -> list[int]:
         """Free block ids, front (taken next) first."""
         stale = dict(self._stale)
-        out: list[int] = self._front[::-1]
+        front = self._front
+        out: list[int] = [front[i] for i in range(len(front) - 1, -1, -1)]
         queue = self._queue
         for i in range(self._head, len(queue)):
             b = queue[i]
@@ -239,14 +241,16 @@ class BlockPool:
         front = self._front
         n: i64 = min(count, len(front))
         for _ in range(n):  # blocks freed without a key come first, the last freed first
-            out = append(out, front.pop())
+            front, b = pop(front)
+            out = append(out, b)
+        self._front = front
         end: i64 = first + count
         if len(out) == end:
             pass
-        elif self._num_stale == 0:  # fast path: every entry from the head on is live
-            while len(out) < end:
-                out = append(out, queue[head])
-                head += 1
+        elif self._num_stale == 0:  # fast path: every entry from the head on is live (one copy)
+            rest = end - len(out)
+            out = extend(out, queue[head : head + rest])
+            head += rest
         else:
             stale = self._stale
             while len(out) < end:
@@ -355,7 +359,7 @@ class BlockPool:
         ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
         full = self._full
         at: i64 = self._base + len(queue)
-        front: list[int] = []
+        front = vec[i64]()  # the blocks for the front, tail first
         freed = 0
         for i in range((len(table) if stop < 0 else stop) - 1, start - 1, -1):
             b = table[i]
@@ -370,14 +374,17 @@ class BlockPool:
                     at += 1
                 else:
                     full[b] = 0
-                    front.append(b)
+                    front = append(front, b)
                 freed += 1
             elif r < 0:
                 self._queue = queue
                 raise AssertionError(f"block {b}: negative ref count")
         self._queue = queue
-        if front:
-            self._front.extend(front[::-1])
+        if len(front):  # the tail's block on top
+            stack = self._front
+            for i in range(len(front) - 1, -1, -1):
+                stack = append(stack, front[i])
+            self._front = stack
         self.num_free += freed
 
     def register(self, block_id: int, key: i64) -> None:
