@@ -279,6 +279,35 @@ def test_a_cpu_tier_smaller_than_the_run_loads_what_it_holds() -> None:
     conn.tier.check_invariants(2.004)
 
 
+def test_a_run_on_the_disk_longer_than_the_cpu_room_promotes_what_fits() -> None:
+    """Three blocks only the disk holds and room for two in the CPU tier: the first two are
+    promoted, the third is a miss that ends the run; once they land, the run's own two CPU
+    blocks are not evicted for the third."""
+    _pool, conn = parts(num_cpu_blocks=2)
+    p = doc(0, ("p", 48), computed=32)
+    conn.store([p], 0.0)  # p0 (1, -1), p1 (1, -2): CPU by 0.002, disk by 0.006
+    p.num_computed_tokens = 48
+    conn.store([p], 1.0)  # p2 (1, -3) evicts the least, p1; on disk by 1.003
+    conn.store([doc(1, ("q", 32), computed=32)], 1.5)  # q0, q1 (2, -1), (2, -2) evict p2, p0
+    assert conn.tier.num_evicted_blocks == 3
+    new = doc(2, ("p", 48), ("z", 16))  # p0, p1, p2 on the disk only; z0 nowhere
+    conn.now_s = 2.0
+    # no CPU run; room for 2 (q0, q1 evictable): p0, p1 promoted (evicting q1, then q0), p2
+    # finds no slot and ends the run. 2 MB disk->CPU at 0.25 GB/s: lands at 2.008
+    assert conn.matched_tokens(new, 0) is None
+    assert conn.tier.num_evicted_blocks == 5
+    assert conn.disk_to_cpu.num_bytes == 2 * MB
+    assert conn.disk_to_cpu.busy_until_s == pytest.approx(2.008)
+    assert conn.tier.occupancy(2.004) == (0, 2, 0, 0)  # p0, p1 storing (being promoted)
+    conn.now_s = 2.008
+    # CPU run p0, p1; p2 finds no slot: the only evictable blocks are the run's own
+    assert conn.matched_tokens(new, 0) == 32
+    assert conn.num_promotions == 1
+    assert conn.disk is not None
+    assert conn.disk.num_read_blocks == 2
+    conn.tier.check_invariants(2.008)
+
+
 def test_disk_tier_size_and_validation() -> None:
     """``disk_offloading_size`` GiB over the GPUs, in blocks of the GPU's block size; a disk
     needs a CPU tier above it."""

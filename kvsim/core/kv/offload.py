@@ -37,7 +37,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from librt.vecs import append, pop, vec
+from librt.vecs import append, extend, pop, vec
 from mypy_extensions import i32, i64, u8
 
 from kvsim.core.kv.keymap import (
@@ -310,7 +310,7 @@ class CpuTier:
         self._pending: deque[tuple[float, vec[i64], float]] = deque()
         self._promoting: deque[tuple[float, vec[i64]]] = deque()
         self._cascades: deque[tuple[float, vec[i64]]] = deque()
-        self._promoted = vec[i64]()  # the slots prepared by ``prepare_promotion`` (storing)
+        self._promoted = vec[i64]()  # the slots prepared by ``prepare_promotions`` (storing)
         self._num_cascading: i64 = 0  # slots read by a disk write (CASCADING)
         self._num_cascading_loading: i64 = 0  # ... that a load reads too
         self._num_storing: i64 = 0
@@ -775,22 +775,34 @@ class CpuTier:
         for slot in slots:
             state[slot] = state[slot] & NOT_OFFERED
 
-    def prepare_promotion(self, key: i64, now_s: float, access: TierAccess, index: i64) -> bool:
-        """Make room for ``key`` (block ``index`` of the request ``access`` records), which
-        the tier lacks, read from a disk tier, and hold it storing until
-        ``complete_promotions``; ``False`` when eviction cannot make room (vLLM 0.34.0
-        ``TieringOffloadingManager._initiate_promotion``: ``prepare_write``, which is
-        ``prepare_store``, for one key)."""
-        new = self.prepare_store(vec[i64]([key]), now_s, access, index)
+    def promotion_room(self, shielded: vec[i64]) -> i64:
+        """Blocks ``prepare_promotions`` can make room for while ``shield``'s ``shielded``
+        slots are kept: the free slots and the evictable ones not shielded."""
+        state = self._state
+        kept: i64 = 0
+        for slot in shielded:
+            if state[slot] & EVICTABLE:
+                kept += 1
+        return self.num_blocks - self._num_held + self._num_evictable - kept
+
+    def prepare_promotions(
+        self, keys: vec[i64], now_s: float, access: TierAccess, first_index: i64
+    ) -> bool:
+        """Make room for ``keys`` (blocks ``first_index`` on of the request ``access``
+        records), which the tier lacks, read from a disk tier, and hold them storing until
+        ``complete_promotions``; ``False`` (the accesses recorded, nothing held) when eviction
+        cannot make room for all (vLLM 0.34.0 ``TieringOffloadingManager._initiate_promotion``:
+        ``prepare_write``, which is ``prepare_store``, a key at a time)."""
+        new = self.prepare_store(keys, now_s, access, first_index)
         if new is None:
             return False
-        assert len(new) == 1, f"promotion of a key the tier holds: {key}"
-        self._promoted = append(self._promoted, self._prepared[0])
+        assert len(new) == len(keys), f"promotion of keys the tier holds: {list(keys)}"
+        self._promoted = extend(self._promoted, self._prepared)
         self._prepared = vec[i64]()
         return True
 
     def complete_promotions(self, ready_s: float) -> None:
-        """The disk read of the blocks ``prepare_promotion`` held since the last call ends at
+        """The disk read of the blocks ``prepare_promotions`` held since the last call ends at
         ``ready_s`` (never decreasing: one disk link): they are stored from then on."""
         if len(self._promoted):
             self._promoting.append((ready_s, self._promoted))

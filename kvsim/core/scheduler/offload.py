@@ -34,11 +34,11 @@ scheduler half (``.../v1/offloading/scheduler.py``, ``OffloadingConnectorSchedul
   store's blocks are written on to the disk after their GPU->CPU copy, over the disk's write
   link. A lookup whose CPU run stops short of the request's keyed blocks asks on, block by
   block (vLLM ``TieringOffloadingManager.lookup``): a block the CPU tier holds counts, one the
-  disk holds readable is promoted (a CPU slot taken at once, ``CpuTier.prepare_promotion``; the
+  disk holds readable is promoted (a CPU slot taken at once, ``CpuTier.prepare_promotions``; the
   blocks cross the disk's read link in one job a lookup, ``_flush_pending_promotions``), the
   first held by neither, or whose CPU slot eviction cannot free, ends the run. Unlike vLLM's,
-  the promotions keep the run's CPU blocks, and those of another request waiting on its own
-  promotions, from their evictions (``_promote``).
+  the promotions keep the run's CPU blocks the lookup has reached, and those of another request
+  waiting on its own promotions, from their evictions (``_promote``).
   Promoting delays the request like a store in flight; once they land it loads them to the
   GPU.
 - **Finish** (``forget``, vLLM ``on_request_finished`` at ``build_connector_meta``, after the
@@ -183,11 +183,12 @@ class OffloadConnector:
         ``first``; see the module docstring); whether any block is being promoted (the request
         waits for it).
 
-        Unlike vLLM's lookup, which pins nothing, the promotions evict neither the run's own
-        blocks in the CPU tier nor the run of another request waiting on its promotions
+        Unlike vLLM's lookup, which pins nothing, the promotions evict neither the run's CPU
+        blocks the lookup has reached nor the run of another request waiting on its promotions
         (``CpuTier.shield``; kept until that request looks up again): with a CPU tier smaller
         than the runs waiting on it, vLLM's rule can promote back and forth for ever, one
-        request evicting what the last promotion brought in."""
+        request evicting what the last promotion brought in. A CPU block past a promoted one
+        is reached after it, so that promotion may evict it (``_promote_each``)."""
         disk, tier, keys, now = self.disk, self.tier, self._looked_up_keys, self.now_s
         assert disk is not None
         begin = start  # (a block after the CPU run's miss may be held: rare)
@@ -201,6 +202,60 @@ class OffloadConnector:
                 shielded = tier.shield(shielded, key)
         for i in range(first, begin):
             shielded = tier.shield(shielded, keys[i])
+        run_end = begin  # (the blocks from ``begin`` on that only the disk holds, readable)
+        while (
+            run_end < len(keys)
+            and not tier.holds(keys[run_end])
+            and disk.readable(keys[run_end], now)
+        ):
+            run_end += 1
+        if run_end < len(keys) and tier.holds(keys[run_end]):
+            # a CPU block after them: a promotion may evict it first, so one at a time
+            promoted, end, shielded = self._promote_each(request, begin, shielded)
+        else:
+            promoted, end = self._promote_run(request, begin, run_end, shielded)
+        tier.unshield(shielded)
+        if not len(promoted):
+            return False
+        run = vec[i64](capacity=end - first)
+        for i in range(first, end):
+            run = append(run, keys[i])
+        self._awaiting[request.req_id] = run
+        self._promoted_for.setdefault(request.req_id, set()).update(promoted)
+        disk.read(promoted)
+        tier.complete_promotions(self.disk_to_cpu.submit(len(promoted) * self.block_bytes, now))
+        self.num_promotions += 1
+        return True
+
+    def _promote_run(
+        self, request: Request, begin: int, run_end: int, shielded: vec[i64]
+    ) -> tuple[vec[i64], int]:
+        """Promote the looked-up blocks ``begin..run_end`` (on the disk only, readable; no CPU
+        block among or right after them), as many as the CPU tier has room for with
+        ``shielded`` kept: one store, the same slots freed, evictions and accesses as
+        ``_promote_each`` promoting them one at a time (the first that found no room records
+        its access and ends the run). Returns the keys promoted and the run's end."""
+        tier, keys = self.tier, self._looked_up_keys
+        num = min(run_end - begin, tier.promotion_room(shielded))
+        access = self._access_of(request)
+        if num:
+            placed = tier.prepare_promotions(keys[begin : begin + num], self.now_s, access, begin)
+            assert placed, "a promotion the CPU tier had room for failed"
+        if begin + num < run_end:  # (no room left: a miss, its access recorded)
+            miss = keys[begin + num : begin + num + 1]
+            placed = tier.prepare_promotions(miss, self.now_s, access, begin + num)
+            assert not placed, "the CPU tier's room for promotions miscounted"
+        return keys[begin : begin + num], begin + num
+
+    def _promote_each(
+        self, request: Request, begin: int, shielded: vec[i64]
+    ) -> tuple[vec[i64], int, vec[i64]]:
+        """Go on from block ``begin`` one block at a time: a block the CPU tier holds joins the
+        run, shielded; one only the disk holds, readable, is promoted (vLLM
+        ``TieringOffloadingManager.lookup``); the first block held by neither, or that finds no
+        CPU slot, ends it. Returns the keys promoted, the run's end and ``shielded`` grown."""
+        disk, tier, keys, now = self.disk, self.tier, self._looked_up_keys, self.now_s
+        assert disk is not None
         promoted = vec[i64]()
         access: TierAccess | None = None
         end = begin
@@ -214,22 +269,11 @@ class OffloadConnector:
                 break
             if access is None:
                 access = self._access_of(request)
-            if not tier.prepare_promotion(key, now, access, i):
+            if not tier.prepare_promotions(vec[i64]([key]), now, access, i):
                 break  # vLLM: no CPU slot, a miss
             promoted = append(promoted, key)
             end = i + 1
-        tier.unshield(shielded)
-        if not len(promoted):
-            return False
-        run = vec[i64](capacity=end - first)
-        for i in range(first, end):
-            run = append(run, keys[i])
-        self._awaiting[request.req_id] = run
-        self._promoted_for.setdefault(request.req_id, set()).update(promoted)
-        disk.read(promoted)
-        tier.complete_promotions(self.disk_to_cpu.submit(len(promoted) * self.block_bytes, now))
-        self.num_promotions += 1
-        return True
+        return promoted, end, shielded
 
     def count_query(self, request: Request, gpu_hit_tokens: int, hit_tokens: int) -> None:
         """Count a first admission's lookup (vLLM 0.34.0 ``Scheduler.schedule``'s connector
