@@ -775,9 +775,10 @@ class CpuTier:
         for slot in slots:
             state[slot] = state[slot] & NOT_OFFERED
 
-    def promotion_room(self, shielded: vec[i64]) -> i64:
-        """Blocks ``prepare_promotions`` can make room for while ``shield``'s ``shielded``
-        slots are kept: the free slots and the evictable ones not shielded."""
+    def promotion_room(self, shielded: vec[i64], now_s: float) -> i64:
+        """Blocks ``prepare_promotions`` can make room for at ``now_s`` while ``shield``'s
+        ``shielded`` slots are kept: the free slots and the evictable ones not shielded."""
+        self._settle(now_s)
         state = self._state
         kept: i64 = 0
         for slot in shielded:
@@ -790,9 +791,10 @@ class CpuTier:
     ) -> bool:
         """Make room for ``keys`` (blocks ``first_index`` on of the request ``access``
         records), which the tier lacks, read from a disk tier, and hold them storing until
-        ``complete_promotions``; ``False`` (the accesses recorded, nothing held) when eviction
-        cannot make room for all (vLLM 0.34.0 ``TieringOffloadingManager._initiate_promotion``:
-        ``prepare_write``, which is ``prepare_store``, a key at a time)."""
+        ``complete_promotions``; ``False`` when eviction cannot make room for all: then every
+        key's access is recorded and none is held, so a caller promoting several asks
+        ``promotion_room`` first (vLLM 0.34.0 ``TieringOffloadingManager._initiate_promotion``
+        calls ``prepare_write``, which is ``prepare_store``, one key at a time)."""
         new = self.prepare_store(keys, now_s, access, first_index)
         if new is None:
             return False

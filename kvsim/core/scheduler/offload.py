@@ -232,11 +232,12 @@ class OffloadConnector:
     ) -> tuple[vec[i64], int]:
         """Promote the looked-up blocks ``begin..run_end`` (on the disk only, readable; no CPU
         block among or right after them), as many as the CPU tier has room for with
-        ``shielded`` kept: one store, the same slots freed, evictions and accesses as
-        ``_promote_each`` promoting them one at a time (the first that found no room records
-        its access and ends the run). Returns the keys promoted and the run's end."""
+        ``shielded`` kept: one store with the same evictions, in the same order, and the same
+        accesses as ``_promote_each`` promoting them one at a time (only which freed slot each
+        block lands in differs, which nothing reads); the first that finds no room records its
+        access and ends the run. Returns the keys promoted and the run's end."""
         tier, keys = self.tier, self._looked_up_keys
-        num = min(run_end - begin, tier.promotion_room(shielded))
+        num = min(run_end - begin, tier.promotion_room(shielded, self.now_s))
         access = self._access_of(request)
         if num:
             placed = tier.prepare_promotions(keys[begin : begin + num], self.now_s, access, begin)
