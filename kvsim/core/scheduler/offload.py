@@ -203,14 +203,15 @@ class OffloadConnector:
         for i in range(first, begin):
             shielded = tier.shield(shielded, keys[i])
         run_end = begin  # (the blocks from ``begin`` on that only the disk holds, readable)
-        while (
-            run_end < len(keys)
-            and not tier.holds(keys[run_end])
-            and disk.readable(keys[run_end], now)
-        ):
+        cpu_block_after = False
+        while run_end < len(keys):
+            if tier.holds(keys[run_end]):
+                cpu_block_after = True
+                break
+            if not disk.readable(keys[run_end], now):
+                break
             run_end += 1
-        if run_end < len(keys) and tier.holds(keys[run_end]):
-            # a CPU block after them: a promotion may evict it first, so one at a time
+        if cpu_block_after:  # a promotion may evict that block first, so one at a time
             promoted, end, shielded = self._promote_each(request, begin, shielded)
         else:
             promoted, end = self._promote_run(request, begin, run_end, shielded)
@@ -239,14 +240,15 @@ class OffloadConnector:
         tier, keys = self.tier, self._looked_up_keys
         num = min(run_end - begin, tier.promotion_room(shielded, self.now_s))
         access = self._access_of(request)
+        promoted = keys[begin : begin + num]
         if num:
-            placed = tier.prepare_promotions(keys[begin : begin + num], self.now_s, access, begin)
+            placed = tier.prepare_promotions(promoted, self.now_s, access, begin)
             assert placed, "a promotion the CPU tier had room for failed"
         if begin + num < run_end:  # (no room left: a miss, its access recorded)
             miss = keys[begin + num : begin + num + 1]
             placed = tier.prepare_promotions(miss, self.now_s, access, begin + num)
             assert not placed, "the CPU tier's room for promotions miscounted"
-        return keys[begin : begin + num], begin + num
+        return promoted, begin + num
 
     def _promote_each(
         self, request: Request, begin: int, shielded: vec[i64]
