@@ -10,12 +10,12 @@ Reservation is held minus the other two. Slots several requests share are counte
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
+from librt.vecs import append, vec
 
 from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.engine.recorder import step_weights
@@ -40,8 +40,9 @@ class GroupRecorder:
         ]
         # groups of one kind hold the same positions, so the same slots: one column set a kind
         # (``kind_order``), each group's read from its kind's (``arrays``)
-        self._kind_columns = [array("d") for _ in range(4 * len(allocator.kind_order))]
-        self._durations = array("d")
+        # (packed vectors: an append is a native call, not a Python one a value)
+        self._kind_columns = [vec[float]() for _ in range(4 * len(allocator.kind_order))]
+        self._durations = vec[float]()
 
     def record(
         self,
@@ -81,8 +82,8 @@ class GroupRecorder:
         """One row of each kind's ``totals`` (four a kind, ``kind_order``)."""
         columns = self._kind_columns
         for c in range(len(columns)):
-            columns[c].append(totals[c])
-        self._durations.append(duration_s)
+            columns[c] = append(columns[c], float(totals[c]))
+        self._durations = append(self._durations, duration_s)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """Each group's columns (``names``) as float64 arrays: its kind's, copied."""
@@ -91,13 +92,13 @@ class GroupRecorder:
         for kind in self.allocator.group_kind_index:
             for i in range(4):
                 column = self._kind_columns[4 * kind + i]
-                out[next(names)] = np.frombuffer(column, np.float64).copy()
+                out[next(names)] = np.frombuffer(cast(Any, column), np.float64).copy()
         return out
 
     def summary(self, capacity_slots: int) -> dict[str, float]:
         """Each column's duration-weighted mean over the run, as a percentage of the pool's
         ``capacity_slots`` (``group{g}_{kind}_{category}_pct``)."""
-        weights = np.frombuffer(self._durations, np.float64)
+        weights = np.frombuffer(cast(Any, self._durations), np.float64)
         total = float(weights.sum())
         out: dict[str, float] = {}
         for name, values in self.arrays().items():

@@ -14,6 +14,9 @@ words and every expected number is vLLM's, worked out by hand in the comments fr
 
 from __future__ import annotations
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.config.layers import AttentionLayers, KVCacheGroup, KVCacheGroups, kv_cache_groups
 from kvsim.core.kv.hybrid import HybridPagedAllocator, group_key
 from kvsim.workload.request import Request
@@ -59,11 +62,9 @@ def test_sliding_window_remove_skipped_blocks():
     alloc.check_invariants()
 
 
-class _Keys:
-    """Block keys 1, 2, 3, ... (vLLM's test hashes ``str(i)``)."""
-
-    def key(self, i: int) -> int:
-        return i + 1
+def _key(i: int) -> int:
+    """Block ``i``'s key: 1, 2, 3, ... (vLLM's test hashes ``str(i)``)."""
+    return i + 1
 
 
 def test_sliding_window_possible_cached_prefix():
@@ -86,8 +87,9 @@ def test_sliding_window_possible_cached_prefix():
         alloc = sliding_pool(4, 2, 40)
         for i, is_cached in enumerate(cached):
             if is_cached:  # block i + 10 caches block i's key, as vLLM's mock does
-                alloc.pool.register(i + 10, group_key(_Keys().key(i), 0))
-        assert alloc._sliding_hit(_Keys(), 0, len(cached)) == expected, cached  # type: ignore[arg-type]
+                alloc.pool.register(i + 10, group_key(_key(i), 0))
+        keys = vec[i64]([_key(i) for i in range(len(cached))])
+        assert alloc._sliding_hit(keys, 0, len(cached)) == expected, cached
 
 
 def test_prefill_hybrid_model_hit_only_where_every_group_hits():

@@ -163,6 +163,10 @@ class BlockPool:
         slot = self._find(key)
         return self._slots[2 * slot + 1] if slot >= 0 else None
 
+    def has(self, key: i64) -> bool:
+        """Whether a block caches ``key`` (``lookup`` without boxing its answer)."""
+        return self._find(key) >= 0
+
     def cached_run(self, keys: vec[i64]) -> list[int]:
         """The blocks a lookup finds for ``keys[0]``, ``keys[1]``, ... up to the first key not
         cached (a prompt's prefix-cache hit: one call, not a lookup a block)."""

@@ -247,13 +247,16 @@ class HybridPagedAllocator(Allocator):
         ):
             return NO_HIT
         n = min(request.num_tokens - 1, self.keyed_tokens(request)) // self.block_size_tokens
-        keys, pool, mixes = self._stream_keys(request), self.pool, self._mixes
-        full = [g for g, kind in enumerate(self.kinds) if kind == "full"]
-        for g in full:  # the longest cached prefix of every full group
-            i = 0
-            while i < n and pool.lookup(mixed_key(keys.key(i), mixes[g])) is not None:
-                i += 1
-            n = i
+        if n <= 0:
+            return NO_HIT
+        # (the keys once, in a packed vector: no int object, no key chain call a lookup)
+        keys, pool, mixes = self._stream_keys(request).keys_between(0, n), self.pool, self._mixes
+        for g, kind in enumerate(self.kinds):  # the longest cached prefix of every full group
+            if kind == "full":
+                mix, i = mixes[g], 0
+                while i < n and pool.has(mixed_key(keys[i], mix)):
+                    i += 1
+                n = i
         while n > 0:  # each sliding group's hit at most n blocks long, until all agree
             shortest = min(
                 (
@@ -274,11 +277,11 @@ class HybridPagedAllocator(Allocator):
                 n - cdiv(self.windows[g] - 1, self.block_size_tokens) if kind == "sliding" else 0
             )
             for i in range(n):
-                blk = pool.lookup(mixed_key(keys.key(i), mixes[g])) if i >= start else None
+                blk = pool.lookup(mixed_key(keys[i], mixes[g])) if i >= start else None
                 blocks.append(self.null_block if blk is None else blk)
         return PrefixHit(n * self.block_size_tokens, tuple(blocks))
 
-    def _sliding_hit(self, keys: StreamKeys, group: int, max_blocks: int) -> int:
+    def _sliding_hit(self, keys: vec[i64], group: int, max_blocks: int) -> int:
         """Blocks of a sliding group's hit of at most ``max_blocks``: the first run, from the
         right, of ``cdiv(W - 1, B)`` cached blocks ends it; without one, the cached blocks
         from the start (vLLM ``SlidingWindowManager.find_longest_cache_hit``)."""
@@ -286,7 +289,7 @@ class HybridPagedAllocator(Allocator):
         # (the pool, not its bound method: mypyc calls a method held in a local through Python)
         pool, run, mix = self.pool, 0, self._mixes[group]
         for i in range(max_blocks - 1, -1, -1):
-            if pool.lookup(mixed_key(keys.key(i), mix)) is None:
+            if not pool.has(mixed_key(keys[i], mix)):
                 run = 0
                 continue
             run += 1
@@ -341,9 +344,10 @@ class HybridPagedAllocator(Allocator):
                 for i in range(first_live[g], min(skip, len(table))):
                     if ref[table[i]] == 1:
                         net -= 1
-        if hit.blocks:
-            null = self.null_block
-            net += sum(1 for blk in set(hit.blocks) if blk != null and ref[blk] == 0)
+        null = self.null_block
+        for blk in hit.blocks:  # (distinct but for the null block: one key each)
+            if blk != null and ref[blk] == 0:
+                net += 1
         return new, skip_to, net
 
     def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
@@ -426,19 +430,20 @@ class HybridPagedAllocator(Allocator):
         states grow by one; a sliding group's outside-window slots by one once the first
         token it still needs (``num_computed_tokens - W + 1``) has reached its first held
         position, until the next freed block (a ``window_residue`` step) resets them."""
-        out: list[int] = []
         if computed is None:
             computed = length - 1
         needed = computed - self._window + 1
-        for kind, (held, token, outside, internal) in zip(
-            self.kind_order, self._slots_at(request, computed, length), strict=True
-        ):
-            grows = 0
+        kinds, slots = self.kind_order, self._slots_at(request, computed, length)
+        out = [0] * (6 * len(kinds))  # (filled by index: no list a kind)
+        for k in range(len(kinds)):
+            kind, j = kinds[k], 6 * k
+            out[j], out[j + 1], out[j + 2], out[j + 3] = slots[k]
+            if kind != "state":
+                out[j + 4] = 1
             if kind == "sliding":
                 g = self._kind_first[kind]
                 start = self._lead(request.req_id, g, computed) * self.block_size_tokens
-                grows = 1 if needed >= start else 0
-            out += [held, token, outside, internal, 0 if kind == "state" else 1, grows]
+                out[j + 5] = 1 if needed >= start else 0
         return out
 
     def detach_pooled(self, request: Request) -> int:
@@ -642,15 +647,20 @@ class HybridPagedAllocator(Allocator):
         n_hit = hit.num_tokens // self.block_size_tokens
         tables: list[vec[i64]] = []
         first_live: list[int] = []
-        for g in range(len(self.kinds)):
-            table = vec[i64](hit.blocks[g * n_hit : (g + 1) * n_hit]) if n_hit else vec[i64]()
-            self.pool.touch([blk for blk in table if blk != null])
+        held = 0
+        if not n_hit:  # (empty tables, nothing touched)
+            tables = [vec[i64]() for _ in self.kinds]
+            first_live = [0] * len(self.kinds)
+        for g in range(len(self.kinds) if n_hit else 0):
+            table = vec[i64](hit.blocks[g * n_hit : (g + 1) * n_hit])
+            live = [blk for blk in table if blk != null]
+            self.pool.touch(live)
             lead = 0
             while lead < len(table) and table[lead] == null:
                 lead += 1
             tables.append(table)
             first_live.append(lead)
-        held = sum(1 for t in tables for blk in t if blk != null)
+            held += len(live)
         self.tables[rid] = tables
         self._requests[rid] = request
         self._first_live[rid] = first_live

@@ -16,7 +16,7 @@ pass over the members.
 
 from __future__ import annotations
 
-from librt.vecs import append, vec
+from librt.vecs import vec
 from mypy_extensions import i64
 
 HELD, T_BASE, T_SLOPE, O_BASE, O_SLOPE, INTERNAL = range(6)
@@ -40,15 +40,15 @@ class GroupSums:
         """A member's contribution from ``Allocator.decode_group_slots`` values (per kind:
         held, token states, outside, internal, token growth, outside growth) that hold in the
         step whose slots are recorded at cohort clock ``clock``."""
-        out = vec[i64](capacity=len(values))
+        out = vec[i64]([0] * len(values))  # (filled by index: no slice, no append a value)
         for i in range(0, len(values), WIDTH):
-            held, token, outside, internal, t_slope, o_slope = values[i : i + WIDTH]
-            out = append(out, held)
-            out = append(out, token - t_slope * clock)
-            out = append(out, t_slope)
-            out = append(out, outside - o_slope * clock)
-            out = append(out, o_slope)
-            out = append(out, internal)
+            t_slope, o_slope = values[i + 4], values[i + 5]
+            out[i + HELD] = values[i]
+            out[i + T_BASE] = values[i + 1] - t_slope * clock
+            out[i + T_SLOPE] = t_slope
+            out[i + O_BASE] = values[i + 2] - o_slope * clock
+            out[i + O_SLOPE] = o_slope
+            out[i + INTERNAL] = values[i + 3]
         return out
 
     def add(self, contribution: vec[i64], sign: int = 1) -> None:
@@ -61,14 +61,13 @@ class GroupSums:
         """Per kind: held, token states, outside-window and internal slots of one group of that
         kind, summed over the members, at cohort clock ``clock`` (``GroupRecorder`` order)."""
         s = self.sums
-        out: list[int] = []
-        for i in range(0, len(s), WIDTH):
-            out += [
-                s[i + HELD],
-                s[i + T_BASE] + s[i + T_SLOPE] * clock,
-                s[i + O_BASE] + s[i + O_SLOPE] * clock,
-                s[i + INTERNAL],
-            ]
+        out = [0] * (4 * len(self.kind_counts))
+        for k in range(len(self.kind_counts)):
+            i, j = WIDTH * k, 4 * k
+            out[j] = s[i + HELD]
+            out[j + 1] = s[i + T_BASE] + s[i + T_SLOPE] * clock
+            out[j + 2] = s[i + O_BASE] + s[i + O_SLOPE] * clock
+            out[j + 3] = s[i + INTERNAL]
         return out
 
     def pool_totals(self, clock: int) -> tuple[int, int, int]:
