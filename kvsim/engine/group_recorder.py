@@ -16,6 +16,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 from librt.vecs import append, vec
+from mypy_extensions import i64
 
 from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.engine.recorder import step_weights
@@ -57,25 +58,22 @@ class GroupRecorder:
         # groups of one kind hold the same
         totals = list(members) if members is not None else [0] * (4 * len(allocator.kind_order))
         for req, length in running:
-            i = 0
-            for held, token, outside, internal in allocator.kind_slots(req, length):
-                totals[i] += held
-                totals[i + 1] += token
-                totals[i + 2] += outside
-                totals[i + 3] += internal
-                i += 4
+            values = allocator.kind_slot_values(req, length)
+            for i in range(len(values)):
+                totals[i] += values[i]
         self._append(totals, duration_s)
 
-    def record_span(self, durations_s: list[float], total_s: float, rows: list[list[int]]) -> None:
+    def record_span(self, durations_s: list[float], total_s: float, rows: vec[i64]) -> None:
         """Append one event of several steps: each column the duration-weighted mean of the
-        steps' ``rows`` (per kind, ``GroupSums.kind_totals``; one row a step), as
-        ``MemoryRecorder.record`` weighs its columns."""
+        steps' ``rows`` (per kind, ``GroupSums.kind_totals``; one row a step, one after
+        another), as ``MemoryRecorder.record`` weighs its columns."""
         weights = step_weights(durations_s, total_s)
-        means = [0.0] * len(rows[0])
+        width = len(self._kind_columns)
+        means = [0.0] * width
         for j in range(len(weights)):
-            w, row = weights[j], rows[j]
-            for i in range(len(means)):
-                means[i] += row[i] * w
+            w, start = weights[j], j * width
+            for i in range(width):
+                means[i] += float(rows[start + i]) * w
         self._append(means, total_s)
 
     def _append(self, totals: list[int] | list[float], duration_s: float) -> None:

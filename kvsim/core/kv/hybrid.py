@@ -160,7 +160,8 @@ class HybridPagedAllocator(Allocator):
         self.kind_order: list[GroupKind] = list(self._kind_first)
         self._kind_counts = [self._kind_count[kind] for kind in self.kind_order]
         self.group_kind_index = [self.kind_order.index(kind) for kind in self.kinds]
-        self._no_slots = [(0, 0, 0, 0) for _ in self.kind_order]
+        self._no_slots = vec[i64]([0] * (4 * len(self.kind_order)))  # (never changed)
+        self._kind_first_group = [self._kind_first[kind] for kind in self.kind_order]
         sliding = self._kind_first.get("sliding")
         self._window = self.windows[sliding] if sliding is not None else 0
         # req_id -> one table per group (machine integers: no int object a block)
@@ -171,7 +172,7 @@ class HybridPagedAllocator(Allocator):
         self._requests: dict[int, Request] = {}  # the request of each set of tables
         # the last ``kind_slots`` answer per request and what it depended on (the recorder
         # asks twice a step: pool totals, then per-group columns); ``_epoch`` counts changes
-        self._memo: dict[int, tuple[int, int, int, list[tuple[int, int, int, int]]]]
+        self._memo: dict[int, tuple[int, int, int, vec[i64]]]
         self._memo = {}
         self._epoch = 0
         self._first_live: dict[int, list[int]] = {}  # req_id -> leading nulls per group
@@ -437,7 +438,8 @@ class HybridPagedAllocator(Allocator):
         out = [0] * (6 * len(kinds))  # (filled by index: no list a kind)
         for k in range(len(kinds)):
             kind, j = kinds[k], 6 * k
-            out[j], out[j + 1], out[j + 2], out[j + 3] = slots[k]
+            out[j], out[j + 1] = slots[4 * k], slots[4 * k + 1]
+            out[j + 2], out[j + 3] = slots[4 * k + 2], slots[4 * k + 3]
             if kind != "state":
                 out[j + 4] = 1
             if kind == "sliding":
@@ -737,11 +739,12 @@ class HybridPagedAllocator(Allocator):
         still held and state blocks included), internal fragmentation, held."""
         held = token = internal = 0
         counts = self._kind_counts
-        for i, (k_held, k_token, _, k_internal) in enumerate(self.kind_slots(request, length)):
-            n = counts[i]
-            held += n * k_held
-            token += n * k_token
-            internal += n * k_internal
+        values = self._slots_at(request, request.num_computed_tokens, length)
+        for k in range(len(counts)):
+            n = counts[k]
+            held += n * values[4 * k]
+            token += n * values[4 * k + 1]
+            internal += n * values[4 * k + 3]
         return held, token, internal, held
 
     def group_slots(self, request: Request, length: int) -> list[tuple[int, int, int, int]]:
@@ -762,12 +765,19 @@ class HybridPagedAllocator(Allocator):
         position's is reservation). ``length``: tokens computed once the step runs;
         ``request.num_computed_tokens``: before it.
         """
+        values = self.kind_slot_values(request, length)
+        return [
+            (values[i], values[i + 1], values[i + 2], values[i + 3])
+            for i in range(0, len(values), 4)
+        ]
+
+    def kind_slot_values(self, request: Request, length: int) -> vec[i64]:
+        """``kind_slots`` flattened: its four values a kind, in one packed vector (no int
+        object a value; read, never changed: it may be memoised)."""
         return self._slots_at(request, request.num_computed_tokens, length)
 
-    def _slots_at(
-        self, request: Request, computed: int, length: int
-    ) -> list[tuple[int, int, int, int]]:
-        """``kind_slots`` with the computed count before the step given."""
+    def _slots_at(self, request: Request, computed: int, length: int) -> vec[i64]:
+        """``kind_slot_values`` with the computed count before the step given."""
         b, final = self.block_size_tokens, request.final_kv_tokens
         rid = request.req_id
         tables = self.tables.get(rid)
@@ -781,12 +791,14 @@ class HybridPagedAllocator(Allocator):
             and memo[2] == computed
         ):
             return memo[3]
-        out: list[tuple[int, int, int, int]] = []
+        out = self._no_slots[0 : len(self._no_slots)]  # (a copy: filled by index)
         detached = rid in self._detached
-        for kind, g in self._kind_first.items():
+        kinds, firsts = self.kind_order, self._kind_first_group
+        for k in range(len(kinds)):
+            kind, g, j = kinds[k], firsts[k], 4 * k
             size = len(tables[g]) * b
             if kind == "state":  # (one block of state; a draft position's blocks reserved)
-                out.append((size, min(size, b), 0, 0))
+                out[j], out[j + 1] = size, min(size, b)
                 continue
             if detached:  # a pooled member: its tables as its steps made them
                 size = cdiv(length, b) * b
@@ -796,7 +808,8 @@ class HybridPagedAllocator(Allocator):
             if kind == "sliding":
                 first_needed = computed - self._window + 1
                 outside = max(0, min(first_needed, size) - start)
-            out.append((size - start, token, outside, max(0, size - max(final, start))))
+            out[j], out[j + 1], out[j + 2] = size - start, token, outside
+            out[j + 3] = max(0, size - max(final, start))
         self._memo[rid] = (self._epoch, length, computed, out)
         return out
 

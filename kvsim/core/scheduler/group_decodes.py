@@ -22,6 +22,9 @@ holds what differs from a one-group pool:
 
 from __future__ import annotations
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.core.kv.base import Allocator
 from kvsim.core.scheduler.cohort import DecodeCohort, Member, by_seq
 from kvsim.core.scheduler.group_sums import WIDTH, GroupSums
@@ -108,15 +111,15 @@ def extend_groups(
     groups = cohort.groups
     assert groups is not None
     b = cohort.period
-    step0 = step0_group_totals(cohort, allocator, prejoined, first)
-    held, token, internal = groups.pool_of(step0)
+    rows = vec[i64](step0_group_totals(cohort, allocator, prejoined, first))
+    width = len(rows)
+    held, token, internal = groups.pool_at(rows, 0)
     span.internal0 = internal
     span.token0 = token
     span.token_slope = slope = groups.token_slope()
     span.blocks = [0] * (more + 1)
     span.internal = [0] * (more + 1)
     span.tokens = [0] * (more + 1)
-    span.group_rows = [step0]
     span.across = [allocator.shared_slots()]
     for j in range(1, more + 1):
         clock = first + j - 1  # step j's
@@ -136,14 +139,14 @@ def extend_groups(
             cohort.set_held(member, req.num_held_slots)
             slots = allocator.decode_group_slots(req, num_tokens)
             cohort.set_group_slots(member, slots, clock + 1)
-        row = groups.kind_totals(clock + 1)
-        held_j, token_j, internal_j = groups.pool_of(row)
+        rows = groups.append_totals(rows, clock + 1)
+        held_j, token_j, internal_j = groups.pool_at(rows, j * width)
         span.blocks[j] = (held_j - held) // b
         span.internal[j] = internal_j - internal
         span.tokens[j] = token_j - token - slope
         held, token, internal = held_j, token_j, internal_j
-        span.group_rows.append(row)
         span.across.append(allocator.shared_slots())
+    span.group_rows = rows
 
 
 def check_step0_groups(

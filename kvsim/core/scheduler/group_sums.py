@@ -16,7 +16,7 @@ pass over the members.
 
 from __future__ import annotations
 
-from librt.vecs import vec
+from librt.vecs import append, vec
 from mypy_extensions import i64
 
 HELD, T_BASE, T_SLOPE, O_BASE, O_SLOPE, INTERNAL = range(6)
@@ -60,28 +60,34 @@ class GroupSums:
     def kind_totals(self, clock: int) -> list[int]:
         """Per kind: held, token states, outside-window and internal slots of one group of that
         kind, summed over the members, at cohort clock ``clock`` (``GroupRecorder`` order)."""
+        return list(self.append_totals(vec[i64](), clock))
+
+    def append_totals(self, rows: vec[i64], clock: int) -> vec[i64]:
+        """``rows`` with ``kind_totals(clock)`` appended (a span's rows, one after another:
+        no int object a value)."""
         s = self.sums
-        out = [0] * (4 * len(self.kind_counts))
-        for k in range(len(self.kind_counts)):
-            i, j = WIDTH * k, 4 * k
-            out[j] = s[i + HELD]
-            out[j + 1] = s[i + T_BASE] + s[i + T_SLOPE] * clock
-            out[j + 2] = s[i + O_BASE] + s[i + O_SLOPE] * clock
-            out[j + 3] = s[i + INTERNAL]
-        return out
+        for i in range(0, len(s), WIDTH):
+            rows = append(rows, s[i + HELD])
+            rows = append(rows, s[i + T_BASE] + s[i + T_SLOPE] * clock)
+            rows = append(rows, s[i + O_BASE] + s[i + O_SLOPE] * clock)
+            rows = append(rows, s[i + INTERNAL])
+        return rows
 
     def pool_totals(self, clock: int) -> tuple[int, int, int]:
         """``(held, token states, internal)`` slots of every group together at ``clock``."""
-        return self.pool_of(self.kind_totals(clock))
+        return self.pool_at(self.append_totals(vec[i64](), clock), 0)
 
-    def pool_of(self, row: list[int]) -> tuple[int, int, int]:
-        """``(held, token states, internal)`` of every group together from per-kind totals
-        (``kind_totals``' layout: each kind's counts once for each of its groups)."""
+    def pool_at(self, rows: vec[i64], start: int) -> tuple[int, int, int]:
+        """``(held, token states, internal)`` of every group together from the per-kind totals
+        at ``rows[start:]`` (``kind_totals``' layout: each kind's counts once for each of its
+        groups)."""
         held = token = internal = 0
-        for k, count in enumerate(self.kind_counts):
-            held += count * row[4 * k]
-            token += count * row[4 * k + 1]
-            internal += count * row[4 * k + 3]
+        counts = self.kind_counts
+        for k in range(len(counts)):
+            count, i = counts[k], start + 4 * k
+            held += count * rows[i]
+            token += count * rows[i + 1]
+            internal += count * rows[i + 3]
         return held, token, internal
 
     def token_slope(self) -> int:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.workload.request import Request
 
 
@@ -25,7 +28,8 @@ class LazySpan:
         token_slope: token states each later step adds, but for ``tokens``.
         tokens: token states each step adds or drops beyond ``token_slope`` (a window's freed
             block drops its tokens), slots.
-        group_rows: per step, the members' per-kind totals (``GroupSums.kind_totals``).
+        group_rows: per step, the members' per-kind totals (``GroupSums.kind_totals``), one
+            row after another in one packed vector.
         across: per step, slots shared across requests (``Allocator.shared_slots``: a window
             may free a block another request still holds).
     """
@@ -45,7 +49,7 @@ class LazySpan:
         self.token0 = 0
         self.token_slope = 0
         self.tokens: list[int] = []
-        self.group_rows: list[list[int]] = []
+        self.group_rows: vec[i64] = vec[i64]()
         self.across: list[int] = []
         self.explicit = False  # a speculative span: its requests are explicit, not members
 
