@@ -598,16 +598,13 @@ class Engine:
             else:
                 self.frames.capture(t, self.allocator, tokens, len(tokens), waiting, need)
 
-    def _record_groups(self, plan: StepPlan, timing: Timing) -> None:
-        """One step's per-group row: the members' sums (``step0_group_totals``) and the explicit
-        requests' own counts."""
+    def _record_groups(self, plan: StepPlan, timing: Timing, totals: list[int] | None) -> None:
+        """One step's per-group row: the members' sums (``totals``: ``step0_group_totals``)
+        and the explicit requests' own counts."""
         assert self.group_recorder is not None
         lazy = self.scheduler.lazy
         new = plan.tokens_by_request()
         running = [(r, r.num_computed_tokens + new.get(r, 0)) for r in lazy.others]
-        totals = None
-        if lazy.cohort.groups is not None:
-            totals = lazy.step0_group_totals(plan.cohort_clock + plan.cohort_advance)
         self.group_recorder.record(timing.total_s, running, totals)
 
     @property
@@ -622,7 +619,12 @@ class Engine:
         if not self.config.record_memory:
             return
         scheduler = self.scheduler
-        slots = event_slots(scheduler.lazy, plan, timing.num_steps)
+        lazy = scheduler.lazy
+        group_totals = None  # (a one-step row's members in step 0: for both rows, once)
+        groups = lazy.cohort.groups
+        if self.group_recorder is not None and timing.num_steps <= 1 and groups is not None:
+            group_totals = lazy.step0_group_totals(plan.cohort_clock + plan.cohort_advance)
+        slots = event_slots(lazy, plan, timing.num_steps, group_totals)
         slots.across = self.allocator.shared_slots()
         slots.overhead = self.allocator.overhead_slots
         for req in self.holding:  # (a fleet's decode replica): token states once received
@@ -652,7 +654,7 @@ class Engine:
             assert plan.span is not None, "extend() notes the span"
             self.group_recorder.record_span(timing.durations, timing.total_s, plan.span.group_rows)
         elif self.group_recorder is not None:  # the cohort's per-group sums and the others'
-            self._record_groups(plan, timing)
+            self._record_groups(plan, timing, group_totals)
         if self.offload is not None:  # the tier's blocks by category at the row's time
             self.tier_samples.append(self.offload.tier.occupancy(now))
             if self.offload.disk is not None:

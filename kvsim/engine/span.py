@@ -20,9 +20,12 @@ from kvsim.core.scheduler.running import LazyDecodes
 from kvsim.engine.recorder import SpanSlots
 
 
-def event_slots(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> SpanSlots:
+def event_slots(
+    lazy: LazyDecodes, plan: StepPlan, num_steps: int, group_totals: list[int] | None = None
+) -> SpanSlots:
     """The slot totals of a plan's ``num_steps`` steps (``across`` and ``overhead`` left 0:
-    the allocator's, set by the caller)."""
+    the allocator's, set by the caller); ``group_totals``: the members' step-0 per-kind
+    totals (``LazyDecodes.step0_group_totals``) where the caller has them."""
     cohort, allocator = lazy.cohort, lazy.allocator
     after = plan.cohort_clock + plan.cohort_advance
     within = cohort.sum_shared
@@ -48,7 +51,9 @@ def event_slots(lazy: LazyDecodes, plan: StepPlan, num_steps: int) -> SpanSlots:
             across_steps=span.across,
         )
     if cohort.groups is not None:  # (members that joined after step 0 as they were in it)
-        token = lazy.step0_token_states(after)
+        if group_totals is None:
+            group_totals = lazy.step0_group_totals(after)
+        token = lazy.token_states_of(group_totals)
     else:
         token = cohort.token_states(after)
     held, internal = cohort.sum_held, cohort.internal_slots()

@@ -408,6 +408,17 @@ class BlockPool:
             if not keyed[block_id]:
                 self._add(block_id, keys[i])
 
+    def register_entries(self, table: vec[i64], start: int, keys: vec[i64], skip: i64) -> None:
+        """``register`` ``table[start + i]`` under ``keys[i]`` for each key, in order, but for
+        entries holding block ``skip`` (a hybrid table's null block); the keys' home cells read
+        ahead, as ``register_many`` does."""
+        keyed = self._keyed
+        self._sink ^= warm_homes(self._slots, self._mask, keys, 0, len(keys))
+        for i in range(len(keys)):
+            block_id = table[start + i]
+            if block_id != skip and not keyed[block_id]:
+                self._add(block_id, keys[i])
+
     # -- one block at a time (kvsim.core.kv.groups.BlockSource)
     # -------------------------------------
     def take_one(self) -> int:

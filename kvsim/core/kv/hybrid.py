@@ -697,14 +697,15 @@ class HybridPagedAllocator(Allocator):
         start = self._num_cached.get(request.req_id, 0)
         if upto <= start:
             return
-        keys, null = self._stream_keys(request), self.null_block
+        keys = self._stream_keys(request).keys_between(start, upto)
+        mixed = keys[0 : len(keys)]  # (each group's keys, in one reused vector)
         for g, kind in enumerate(self.kinds):
             if kind == "state":
                 continue
-            table, mix = tables[g], self._mixes[g]
-            for i in range(start, upto):
-                if table[i] != null:
-                    self.pool.register(table[i], mixed_key(keys.key(i), mix))
+            mix = self._mixes[g]
+            for i in range(len(keys)):
+                mixed[i] = mixed_key(keys[i], mix)
+            self.pool.register_entries(tables[g], start, mixed, self.null_block)
         self._num_cached[request.req_id] = upto
 
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:

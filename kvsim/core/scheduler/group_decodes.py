@@ -22,7 +22,7 @@ holds what differs from a one-group pool:
 
 from __future__ import annotations
 
-from librt.vecs import vec
+from librt.vecs import append, vec
 from mypy_extensions import i64
 
 from kvsim.core.kv.base import Allocator
@@ -111,8 +111,11 @@ def extend_groups(
     groups = cohort.groups
     assert groups is not None
     b = cohort.period
-    rows = vec[i64](step0_group_totals(cohort, allocator, prejoined, first))
-    width = len(rows)
+    step0 = step0_group_totals(cohort, allocator, prejoined, first)
+    width = len(step0)
+    rows = vec[i64](capacity=width * (more + 1))  # (every step's row: no regrowth)
+    for value in step0:
+        rows = append(rows, value)
     held, token, internal = groups.pool_at(rows, 0)
     span.internal0 = internal
     span.token0 = token

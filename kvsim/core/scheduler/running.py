@@ -266,11 +266,11 @@ class LazyDecodes:
         """``group_decodes.step0_group_totals`` of this cohort (a pool of several groups)."""
         return step0_group_totals(self.cohort, self.allocator, self.prejoined, clock)
 
-    def step0_token_states(self, clock: int) -> int:
-        """Token states of every group of the members in step 0 (``step0_group_totals``)."""
+    def token_states_of(self, totals: list[int]) -> int:
+        """Token states of every group from the members' per-kind ``totals``
+        (``step0_group_totals``)."""
         groups = self.cohort.groups
         assert groups is not None, "a pool of one group"
-        totals = self.step0_group_totals(clock)
         return sum(n * totals[4 * k + 1] for k, n in enumerate(groups.kind_counts))
 
     def check_step0_groups(self, clock: int) -> None:
