@@ -17,7 +17,7 @@ flight at the frame's moment, with the token counts the recorder uses.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -110,7 +110,7 @@ def has_map(allocator: Any) -> bool:
     return isinstance(allocator, (PagedAllocator, SlabAllocator, HybridPagedAllocator))
 
 
-_SKIP = -1  # a periodic moment thinned out after it fell due
+_SKIP: Final = -1  # a periodic moment thinned out after it fell due
 
 
 class FrameRecorder:

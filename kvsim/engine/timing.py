@@ -7,9 +7,9 @@ steps' durations added left to right, as time passes step after step.
 from __future__ import annotations
 
 import bisect
-from typing import Literal
+from typing import Final, Literal
 
-MAX_SPAN_STEPS = 4096  # steps one event may cover (a bound on its duration list)
+MAX_SPAN_STEPS: Final = 4096  # steps one event may cover (a bound on its duration list)
 
 
 class Timing:

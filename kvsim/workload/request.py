@@ -22,14 +22,16 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from kvsim.base.units import SimTime
 
-EVERY_TOKEN = 2**62  # ``Request.shared_tokens`` of a stream any of whose tokens may be shared
+EVERY_TOKEN: Final = (
+    2**62
+)  # ``Request.shared_tokens`` of a stream any of whose tokens may be shared
 
 
 @dataclass(frozen=True, eq=False)

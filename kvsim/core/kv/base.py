@@ -17,17 +17,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
 from kvsim.workload.request import Request
 
-DECODE_POOLED = 2
+DECODE_POOLED: Final = 2
 """``Allocator.decode_mode``: a steady decoder whose blocks may be taken in bulk."""
-DECODE_EXACT = 1
+DECODE_EXACT: Final = 1
 """``Allocator.decode_mode``: a steady decoder the allocator must grow itself (``allocate``)."""
-DECODE_EXPLICIT = 0
+DECODE_EXPLICIT: Final = 0
 """``Allocator.decode_mode``: a request the scheduler handles one by one at every step."""
 
 
@@ -61,7 +61,7 @@ class PrefixHit:
     blocks: tuple[int, ...] = ()
 
 
-NO_HIT = PrefixHit()
+NO_HIT: Final = PrefixHit()
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ from kvsim.workload.request import Request
 from kvsim.workload.tokens import KeyChain, StreamKeys, stream_segments
 
 _KEY_MASK: Final = (1 << 63) - 1
-_GROUP_MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant: group g's keys differ from group h's
+_GROUP_MIX: Final = 0x9E3779B97F4A7C15  # odd 64-bit constant: group g's keys differ from group h's
 
 
 def group_mix(group: int) -> i64:
@@ -250,14 +250,16 @@ class HybridPagedAllocator(Allocator):
         n = min(request.num_tokens - 1, self.keyed_tokens(request)) // self.block_size_tokens
         if n <= 0:
             return NO_HIT
-        # (the keys once, in a packed vector: no int object, no key chain call a lookup)
-        keys, pool, mixes = self._stream_keys(request).keys_between(0, n), self.pool, self._mixes
+        stream, pool, mixes = self._stream_keys(request), self.pool, self._mixes
         for g, kind in enumerate(self.kinds):  # the longest cached prefix of every full group
             if kind == "full":
                 mix, i = mixes[g], 0
-                while i < n and pool.has(mixed_key(keys[i], mix)):
+                while i < n and pool.has(mixed_key(stream.key(i), mix)):
                     i += 1
                 n = i
+        if n <= 0:  # (most lookups: a request whose first block is gone)
+            return NO_HIT
+        keys = stream.keys_between(0, n)  # (once, packed: the sliding groups read them often)
         while n > 0:  # each sliding group's hit at most n blocks long, until all agree
             shortest = min(
                 (

@@ -16,11 +16,19 @@ pass over the members.
 
 from __future__ import annotations
 
+from typing import Final
+
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-HELD, T_BASE, T_SLOPE, O_BASE, O_SLOPE, INTERNAL = range(6)
-WIDTH = 6  # integers per kind
+# (Final: compiled, a constant rather than a module dictionary lookup a use)
+HELD: Final = 0
+T_BASE: Final = 1
+T_SLOPE: Final = 2
+O_BASE: Final = 3
+O_SLOPE: Final = 4
+INTERNAL: Final = 5
+WIDTH: Final = 6  # integers per kind
 
 
 class GroupSums:

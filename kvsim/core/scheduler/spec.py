@@ -15,13 +15,13 @@ tokens overwrite those slots), so the rejected slots go back to its reservation.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from librt.vecs import vec
 
-SPEC_STREAM = 0x5BEC  # the acceptance draws' own stream of the run's seed
-_BATCH = 4096
+SPEC_STREAM: Final = 0x5BEC  # the acceptance draws' own stream of the run's seed
+_BATCH: Final = 4096
 
 
 def acceptance_rates(drafts: int, draft_tokens: int, accepted: int) -> dict[str, float]:

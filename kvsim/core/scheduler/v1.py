@@ -39,6 +39,8 @@ requests by the engine (vLLM ``ParentRequest``), which share prompt blocks throu
 
 from __future__ import annotations
 
+from typing import Final
+
 from kvsim.core.cost import StepCostModel
 from kvsim.core.kv.base import NO_HIT, PrefixHit
 from kvsim.core.kv.paged import PagedAllocator, plain_slots
@@ -48,9 +50,15 @@ from kvsim.core.scheduler.plan import LazySpan, StepPlan
 from kvsim.workload.request import Request
 
 # how a step's running pass handles the cohort's members (``V1Scheduler._running_pass``)
-BULK, IN_ORDER, FLUSH = 0, 1, 2
+# (Final: compiled, each a constant rather than a module dictionary lookup a use)
+BULK: Final = 0
+IN_ORDER: Final = 1
+FLUSH: Final = 2
 # what ``V1Scheduler._load_from_tier`` did with the waiting head
-NO_TIER_HIT, LOADING, BLOCKED, DEFERRED = 0, 1, 2, 3
+NO_TIER_HIT: Final = 0
+LOADING: Final = 1
+BLOCKED: Final = 2
+DEFERRED: Final = 3
 
 
 class V1Scheduler(SchedulerCore):
