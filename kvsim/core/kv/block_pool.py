@@ -115,6 +115,7 @@ class BlockPool:
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
         self._front: vec[i64] = vec[i64]()  # free blocks taken before the queue's head, the
         # first last
+        self._scratch: vec[i64] = vec[i64]()  # ``release_table``'s, reused
         self.keep_duplicates = keep_duplicates
         self._dups: dict[int, list[int]] = {}  # key -> its other keyed blocks, oldest first
         self._num_dups = 0  # keyed blocks not in the map (each in _dups)
@@ -360,36 +361,40 @@ class BlockPool:
                 of this table's: a sliding window's null entries).
             stop: the end of that range (-1: the table's end).
         """
-        ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
-        full = self._full
-        at: i64 = self._base + len(queue)
-        front = vec[i64]()  # the blocks for the front, tail first
-        freed = 0
-        for i in range((len(table) if stop < 0 else stop) - 1, start - 1, -1):
+        ref, keyed, pos, full = self.ref_cnt, self._keyed, self._pos, self._full
+        end: i64 = len(table) if stop < 0 else stop
+        if len(self._scratch) < end - start:  # (room for every entry: written by index)
+            self._scratch = vec[i64]([0] * (2 * (end - start)))
+        # the queue's blocks from the scratch's start, the front's from its end backwards (so
+        # that, copied in one go, the tail's block ends on the front's top)
+        scratch = self._scratch
+        top: i64 = len(scratch)
+        at: i64 = self._base + len(self._queue)
+        num_back: i64 = 0
+        num_front: i64 = 0
+        for i in range(end - 1, start - 1, -1):
             b = table[i]
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
                 if keyed[b] or i < num_full:
                     full[b] = 1
-                    queue = append(queue, b)
+                    scratch[num_back] = b
+                    num_back += 1
                     if keyed[b]:  # where it sits (free_blocks_ahead)
                         pos[b] = at
                     at += 1
                 else:
                     full[b] = 0
-                    front = append(front, b)
-                freed += 1
+                    num_front += 1
+                    scratch[top - num_front] = b
             elif r < 0:
-                self._queue = queue
                 raise AssertionError(f"block {b}: negative ref count")
-        self._queue = queue
-        if len(front):  # the tail's block on top
-            stack = self._front
-            for i in range(len(front) - 1, -1, -1):
-                stack = append(stack, front[i])
-            self._front = stack
-        self.num_free += freed
+        if num_back:  # (one copy each, not an append a block)
+            self._queue = extend(self._queue, scratch[0:num_back])
+        if num_front:
+            self._front = extend(self._front, scratch[top - num_front : top])
+        self.num_free += num_back + num_front
 
     def register(self, block_id: int, key: i64) -> None:
         """Cache a full block under ``key`` (no-op if the block is already cached). Under

@@ -141,15 +141,20 @@ class HybridPagedAllocator(Allocator):
         # SlidingWindowSpec.max_admission_blocks_per_request): the window's last W - 1
         # tokens plus a step's tokens, +1 for a window that starts inside a block
         # (one per group, 0: no cap)
-        self._admission_cap = [0] * len(self.windows)
+        caps = [0] * len(self.windows)
         if max_in_flight_tokens is not None:
             for g, window in enumerate(self.windows):
                 if window:
                     tokens = window - 1 + max_in_flight_tokens
                     if max_model_len is not None:
                         tokens = min(tokens, max_model_len)
-                    self._admission_cap[g] = cdiv(tokens, b) + 1
-        self._is_state = [kind == "state" for kind in self.kinds]
+                    caps[g] = cdiv(tokens, b) + 1
+        # per group, in packed vectors (``_plan``: no int object read a group): the window, the
+        # admission cap, 1 for a state group
+        self._window_of = vec[i64](list(self.windows))
+        self._cap_of = vec[i64](caps)
+        self._state_of = vec[i64]([1 if kind == "state" else 0 for kind in self.kinds])
+        self._group_zeros = vec[i64]([0] * len(self.kinds))
         self._state_blocks = kv_groups.state_blocks_per_request
         # groups of one kind hold the same positions (one window, one computed count): each
         # kind's first group stands for the others in the per-step accounting
@@ -302,29 +307,30 @@ class HybridPagedAllocator(Allocator):
 
     def _plan(
         self, request: Request, num_tokens: int, hit: PrefixHit, capped: bool = False
-    ) -> tuple[list[int], list[int], int]:
-        """``(new blocks per group, leading blocks each group frees, net blocks taken)`` of
-        ``allocate(request, num_tokens, hit)``; ``capped``: a sliding group needs at most its
-        admission cap (``can_fit_sequence``). Pure."""
+    ) -> tuple[vec[i64], vec[i64], int, int]:
+        """``(new blocks per group, leading blocks each group frees, net blocks taken, new
+        blocks in all)`` of ``allocate(request, num_tokens, hit)``; ``capped``: a sliding group
+        needs at most its admission cap (``can_fit_sequence``). Pure (packed vectors: no int
+        object a group)."""
         b, rid = self.block_size_tokens, request.req_id
         tables = self.tables.get(rid)
         computed = request.num_computed_tokens if tables is not None else hit.num_tokens
         n_hit = hit.num_tokens // b
         first_live = self._first_live[rid] if tables is not None else None
         required_all = cdiv(num_tokens, b)
-        windows, caps, is_state = self.windows, self._admission_cap, self._is_state
+        windows, caps, is_state = self._window_of, self._cap_of, self._state_of
         ref = self.pool.ref_cnt
-        new: list[int] = []
-        skip_to: list[int] = []
-        net = 0
+        new = self._group_zeros[0 : len(windows)]
+        skip_to = self._group_zeros[0 : len(windows)]
+        net = total = 0
         last_window, last_skip = -1, 0  # (every sliding group has one window: computed once)
         for g in range(len(windows)):
             have = len(tables[g]) if tables is not None else n_hit
             if is_state[g]:
                 n = self._state_blocks if have == 0 else 0
-                new.append(n)
-                skip_to.append(0)
+                new[g] = n
                 net += n
+                total += n
                 continue
             window, skip = windows[g], 0
             if window:
@@ -338,9 +344,10 @@ class HybridPagedAllocator(Allocator):
             n = required - max(have, skip)
             if n < 0:
                 n = 0
-            new.append(n)
-            skip_to.append(skip)
+            new[g] = n
+            skip_to[g] = skip
             net += n
+            total += n
             if tables is not None and first_live is not None and skip > first_live[g]:
                 # freed before taking (vLLM's order): those no other request also holds
                 table = tables[g]
@@ -351,7 +358,7 @@ class HybridPagedAllocator(Allocator):
         for blk in hit.blocks:  # (distinct but for the null block: one key each)
             if blk != null and ref[blk] == 0:
                 net += 1
-        return new, skip_to, net
+        return new, skip_to, net, total
 
     def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
         return max(0, self._plan(request, num_tokens, hit)[2]) * self.block_size_tokens
@@ -573,7 +580,7 @@ class HybridPagedAllocator(Allocator):
             )
         ):
             return self._nothing_new  # no block to take, free or cache
-        new, skip_to, net = self._plan(request, num_tokens, hit)
+        new, skip_to, net, new_total = self._plan(request, num_tokens, hit)
         tables = self.tables.get(rid)
         admitted = tables is None
         if tables is None:
@@ -585,10 +592,9 @@ class HybridPagedAllocator(Allocator):
             self._epoch += 1
             first_live = self._first_live[rid]
             self._remove_skipped(rid, tables, first_live, skip_to)
-            if sum(new) > self.pool.num_free:
+            if new_total > self.pool.num_free:
                 return None
         free_before = self.pool.num_free
-        new_total = sum(new)
         if new_total:  # (the groups' blocks in group order)
             pool = self.pool
             for g in range(len(tables)):
@@ -607,7 +613,7 @@ class HybridPagedAllocator(Allocator):
         return self._result(taken * self.block_size_tokens, taken, hit.num_tokens)
 
     def _remove_skipped(
-        self, rid: int, tables: list[vec[i64]], first_live: list[int], skip_to: list[int]
+        self, rid: int, tables: list[vec[i64]], first_live: list[int], skip_to: vec[i64]
     ) -> None:
         """Free each group's blocks now wholly outside its window, tail first, the null block
         taking their place (vLLM ``remove_skipped_blocks``): all full, so vLLM has cached them
