@@ -61,7 +61,7 @@ class GroupRecorder:
             values = allocator.kind_slot_values(req, length)
             for i in range(len(values)):
                 totals[i] += values[i]
-        self._append(totals, duration_s)
+        self._append(vec[float]([float(t) for t in totals]), duration_s)
 
     def record_span(self, durations_s: list[float], total_s: float, rows: vec[i64]) -> None:
         """Append one event of several steps: each column the duration-weighted mean of the
@@ -69,18 +69,18 @@ class GroupRecorder:
         another), as ``MemoryRecorder.record`` weighs its columns."""
         weights = step_weights(durations_s, total_s)
         width = len(self._kind_columns)
-        means = [0.0] * width
+        means = vec[float]([0.0] * width)  # (packed: no float object a step and column)
         for j in range(len(weights)):
             w, start = weights[j], j * width
             for i in range(width):
                 means[i] += float(rows[start + i]) * w
         self._append(means, total_s)
 
-    def _append(self, totals: list[int] | list[float], duration_s: float) -> None:
+    def _append(self, totals: vec[float], duration_s: float) -> None:
         """One row of each kind's ``totals`` (four a kind, ``kind_order``)."""
         columns = self._kind_columns
         for c in range(len(columns)):
-            columns[c] = append(columns[c], float(totals[c]))
+            columns[c] = append(columns[c], totals[c])
         self._durations = append(self._durations, duration_s)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:

@@ -14,6 +14,8 @@ words and every expected number is vLLM's, worked out by hand in the comments fr
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
+from hypothesis import given, settings
 from librt.vecs import vec
 from mypy_extensions import i64
 
@@ -90,6 +92,38 @@ def test_sliding_window_possible_cached_prefix():
                 alloc.pool.register(i + 10, group_key(_key(i), 0))
         keys = vec[i64]([_key(i) for i in range(len(cached))])
         assert alloc._sliding_hit(keys, 0, len(cached)) == expected, cached
+
+
+def _naive_sliding_hit(cached: list[bool], need: int) -> int:
+    """The rule, block by block: the rightmost ``need`` cached blocks in a row end the hit;
+    without such a run, the cached blocks from the start."""
+    for i in range(len(cached) - need, -1, -1):
+        if all(cached[i : i + need]):
+            return i + need
+    lead = 0
+    while lead < len(cached) and cached[lead]:
+        lead += 1
+    return lead
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cached=st.lists(st.booleans(), max_size=60),
+    block=st.integers(1, 4),
+    window=st.integers(2, 24),
+)
+def test_sliding_hit_probing_finds_what_a_scan_of_every_block_finds(
+    cached: list[bool], block: int, window: int
+) -> None:
+    # _sliding_hit probes every need-th block; the answer must be the naive rule's (need =
+    # cdiv(window - 1, block) cached blocks in a row)
+    alloc = sliding_pool(window, block, 80)
+    for i, is_cached in enumerate(cached):
+        if is_cached:
+            alloc.pool.register(i + 10, group_key(_key(i), 0))
+    keys = vec[i64]([_key(i) for i in range(len(cached))])
+    need = -(-(window - 1) // block)
+    assert alloc._sliding_hit(keys, 0, len(cached)) == _naive_sliding_hit(cached, need)
 
 
 def test_prefill_hybrid_model_hit_only_where_every_group_hits():

@@ -149,11 +149,12 @@ class HybridPagedAllocator(Allocator):
                     if max_model_len is not None:
                         tokens = min(tokens, max_model_len)
                     caps[g] = cdiv(tokens, b) + 1
-        # per group, in packed vectors (``_plan``: no int object read a group): the window, the
-        # admission cap, 1 for a state group
+        # per group, in packed vectors (no int object read, no kind name compared a group): the
+        # window, the admission cap, 1 for a state group, 1 for a sliding group
         self._window_of = vec[i64](list(self.windows))
         self._cap_of = vec[i64](caps)
         self._state_of = vec[i64]([1 if kind == "state" else 0 for kind in self.kinds])
+        self._sliding_of = vec[i64]([1 if kind == "sliding" else 0 for kind in self.kinds])
         self._group_zeros = vec[i64]([0] * len(self.kinds))
         self._state_blocks = kv_groups.state_blocks_per_request
         # groups of one kind hold the same positions (one window, one computed count): each
@@ -293,17 +294,33 @@ class HybridPagedAllocator(Allocator):
         """Blocks of a sliding group's hit of at most ``max_blocks``: the first run, from the
         right, of ``cdiv(W - 1, B)`` cached blocks ends it; without one, the cached blocks
         from the start (vLLM ``SlidingWindowManager.find_longest_cache_hit``)."""
-        need = cdiv(self.windows[group] - 1, self.block_size_tokens)
+        # Found by probing every ``need``-th block from the right, since a run of ``need``
+        # cached blocks holds one of them, and measuring the run around a cached one: the same
+        # answer as a scan of every block (which vLLM does), with about 1/need of its lookups
+        # where few blocks are cached (a preempted request's window looked up step after step).
+        need = max(1, cdiv(self.windows[group] - 1, self.block_size_tokens))
         # (the pool, not its bound method: mypyc calls a method held in a local through Python)
-        pool, run, mix = self.pool, 0, self._mixes[group]
-        for i in range(max_blocks - 1, -1, -1):
-            if not pool.has(mixed_key(keys[i], mix)):
-                run = 0
+        pool, mix = self.pool, self._mixes[group]
+        probe = max_blocks - 1
+        while probe >= 0:
+            if not pool.has(mixed_key(keys[probe], mix)):
+                probe -= need
                 continue
+            end = probe  # the run's last block (those right of a probe are read again)
+            while end + 1 < max_blocks and pool.has(mixed_key(keys[end + 1], mix)):
+                end += 1
+            start = probe  # its first, or far enough left for a run of need
+            while (
+                start > 0 and end - start + 1 < need and pool.has(mixed_key(keys[start - 1], mix))
+            ):
+                start -= 1
+            if end - start + 1 >= need:
+                return end + 1
+            probe = start - 2  # (start - 1 is not cached)
+        run = 0  # no run of need: the cached blocks from the start
+        while run < max_blocks and pool.has(mixed_key(keys[run], mix)):
             run += 1
-            if run >= need:
-                return i + run
-        return run  # the leading run (every block from 0 cached when the loop ends cached)
+        return run
 
     def _plan(
         self, request: Request, num_tokens: int, hit: PrefixHit, capped: bool = False
@@ -349,9 +366,14 @@ class HybridPagedAllocator(Allocator):
             net += n
             total += n
             if tables is not None and first_live is not None and skip > first_live[g]:
-                # freed before taking (vLLM's order): those no other request also holds
+                # freed before taking (vLLM's order): those no other request also holds (none
+                # does a block of a request that shares no tokens: only it can hit its keys)
                 table = tables[g]
-                for i in range(first_live[g], min(skip, len(table))):
+                stop = min(skip, len(table))
+                if not request.shares_tokens:
+                    net -= max(0, stop - first_live[g])
+                    continue
+                for i in range(first_live[g], stop):
                     if ref[table[i]] == 1:
                         net -= 1
         null = self.null_block
@@ -398,12 +420,12 @@ class HybridPagedAllocator(Allocator):
         if computed is None:
             computed = request.num_computed_tokens
         blocks = cdiv(computed, b)
-        first_live = self._first_live[rid]
-        for g, kind in enumerate(self.kinds):
-            if kind != "state" and len(tables[g]) != blocks:
+        first_live, state_of, sliding_of = self._first_live[rid], self._state_of, self._sliding_of
+        for g in range(len(tables)):
+            if not state_of[g] and len(tables[g]) != blocks:
                 return DECODE_EXPLICIT
-            if kind == "sliding" and first_live[g] < sliding_skipped_blocks(
-                computed, self.windows[g], b
+            if sliding_of[g] and first_live[g] < sliding_skipped_blocks(
+                computed, self._window_of[g], b
             ):
                 return DECODE_EXPLICIT
         if not self.enable_prefix_caching:
@@ -465,8 +487,8 @@ class HybridPagedAllocator(Allocator):
         rid = request.req_id
         tables, first_live = self.tables[rid], self._first_live[rid]
         moved = 0
-        for g, kind in enumerate(self.kinds):
-            if kind != "sliding":
+        for g in range(len(tables)):
+            if not self._sliding_of[g]:
                 continue
             table, lead = tables[g], first_live[g]
             self._push_pooled(table, lead)
@@ -488,8 +510,8 @@ class HybridPagedAllocator(Allocator):
         tables, pooled = self.tables[rid], self._pooled
         num_blocks = cdiv(length, b)
         added = 0
-        for g, kind in enumerate(self.kinds):
-            if kind == "state":
+        for g in range(len(tables)):
+            if self._state_of[g]:
                 continue
             table, lead = tables[g], self._lead(rid, g, computed)
             if len(table) < lead:  # (a sliding group's freed entries)
@@ -516,11 +538,11 @@ class HybridPagedAllocator(Allocator):
         detached = self._detached.get(rid)
         if detached is None:
             return self._first_live[rid][group]
-        if self.kinds[group] != "sliding":
+        if not self._sliding_of[group]:
             return detached[group]
         return max(
             detached[group],
-            sliding_skipped_blocks(computed, self.windows[group], self.block_size_tokens),
+            sliding_skipped_blocks(computed, self._window_of[group], self.block_size_tokens),
         )
 
     def take_pooled(self, num_blocks: int) -> None:
