@@ -301,7 +301,7 @@ class HybridPagedAllocator(Allocator):
         need = max(1, cdiv(self.windows[group] - 1, self.block_size_tokens))
         # (the pool, not its bound method: mypyc calls a method held in a local through Python)
         pool, mix = self.pool, self._mixes[group]
-        probe = max_blocks - 1
+        probe = max_blocks - 1 if max_blocks >= need else -1  # (else no run of need fits)
         while probe >= 0:
             if not pool.has(mixed_key(keys[probe], mix)):
                 probe -= need
@@ -315,6 +315,8 @@ class HybridPagedAllocator(Allocator):
             ):
                 start -= 1
             if end - start + 1 >= need:
+                return end + 1
+            if start == 0:  # the run from the start, and no run of need
                 return end + 1
             probe = start - 2  # (start - 1 is not cached)
         run = 0  # no run of need: the cached blocks from the start
