@@ -344,7 +344,9 @@ class HybridPagedAllocator(Allocator):
         net = total = 0
         last_window, last_skip = -1, 0  # (every sliding group has one window: computed once)
         for g in range(len(windows)):
-            have = len(tables[g]) if tables is not None else n_hit
+            have: i64 = n_hit  # (a machine integer either way: no int object a group)
+            if tables is not None:
+                have = len(tables[g])
             if is_state[g]:
                 n = self._state_blocks if have == 0 else 0
                 new[g] = n
