@@ -55,7 +55,6 @@ class GroupRecorder:
         requests (``length``: tokens computed once the event's step runs) plus ``members``,
         the decode cohort's totals in the same per-kind order (``GroupSums.kind_totals``)."""
         allocator = self.allocator
-        # groups of one kind hold the same
         totals = list(members) if members is not None else [0] * (4 * len(allocator.kind_order))
         for req, length in running:
             values = allocator.kind_slot_values(req, length)

@@ -681,22 +681,22 @@ class HybridPagedAllocator(Allocator):
         """A new request's tables holding its prefix hit (null entries before a window)."""
         rid, null = request.req_id, self.null_block
         n_hit = hit.num_tokens // self.block_size_tokens
-        tables: list[vec[i64]] = []
-        first_live: list[int] = []
-        held = 0
         if not n_hit:  # (empty tables, nothing touched)
             tables = [vec[i64]() for _ in self.kinds]
             first_live = [0] * len(self.kinds)
-        for g in range(len(self.kinds) if n_hit else 0):
-            table = vec[i64](hit.blocks[g * n_hit : (g + 1) * n_hit])
-            live = [blk for blk in table if blk != null]
-            self.pool.touch(live)
-            lead = 0
-            while lead < len(table) and table[lead] == null:
-                lead += 1
-            tables.append(table)
-            first_live.append(lead)
-            held += len(live)
+            held = 0
+        else:
+            tables, first_live, held = [], [], 0
+            for g in range(len(self.kinds)):
+                table = vec[i64](hit.blocks[g * n_hit : (g + 1) * n_hit])
+                live = [blk for blk in table if blk != null]
+                self.pool.touch(live)
+                lead = 0
+                while lead < len(table) and table[lead] == null:
+                    lead += 1
+                tables.append(table)
+                first_live.append(lead)
+                held += len(live)
         self.tables[rid] = tables
         self._requests[rid] = request
         self._first_live[rid] = first_live
@@ -774,7 +774,7 @@ class HybridPagedAllocator(Allocator):
         still held and state blocks included), internal fragmentation, held."""
         held = token = internal = 0
         counts = self._kind_counts
-        values = self._slots_at(request, request.num_computed_tokens, length)
+        values = self.kind_slot_values(request, length)
         for k in range(len(counts)):
             n = counts[k]
             held += n * values[4 * k]

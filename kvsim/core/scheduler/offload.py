@@ -218,10 +218,7 @@ class OffloadConnector:
         tier.unshield(shielded)
         if not len(promoted):
             return False
-        run = vec[i64](capacity=end - first)
-        for i in range(first, end):
-            run = append(run, keys[i])
-        self._awaiting[request.req_id] = run
+        self._awaiting[request.req_id] = keys[first:end]  # (a copy: the lookup's keys change)
         self._promoted_for.setdefault(request.req_id, set()).update(promoted)
         disk.read(promoted)
         tier.complete_promotions(self.disk_to_cpu.submit(len(promoted) * self.block_bytes, now))
