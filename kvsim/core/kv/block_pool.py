@@ -111,7 +111,8 @@ class BlockPool:
         # block with a key (other entries are not kept up to date)
         self._head = 0  # index in _queue of the front entry
         self._base = 0  # absolute position of _queue[0]
-        self._stale: dict[int, int] = {}  # block -> its stale entries still in _queue
+        # per block: its stale entries still in _queue (packed: no int object a touch)
+        self._stale: vec[i64] = vec[i64]([0] * num_blocks)
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
         self._front: vec[i64] = vec[i64]()  # free blocks taken before the queue's head, the
         # first last
@@ -139,15 +140,14 @@ class BlockPool:
 
     def free_order(self) -> list[int]:
         """Free block ids, front (taken next) first."""
-        stale = dict(self._stale)
+        stale = self._stale[0 : len(self._stale)]  # (a copy: counted down below)
         front = self._front
         out: list[int] = [front[i] for i in range(len(front) - 1, -1, -1)]
         queue = self._queue
         for i in range(self._head, len(queue)):
             b = queue[i]
-            skip = stale.get(b)
-            if skip:  # one of b's oldest entries: stale
-                stale[b] = skip - 1
+            if stale[b]:  # one of b's oldest entries: stale
+                stale[b] -= 1
             else:
                 out.append(b)
         return out
@@ -260,12 +260,8 @@ class BlockPool:
             stale = self._stale
             while len(out) < end:
                 b = queue[head]
-                skip = stale.get(b)
-                if skip:  # one of b's oldest entries: stale
-                    if skip == 1:
-                        del stale[b]
-                    else:
-                        stale[b] = skip - 1
+                if stale[b]:  # one of b's oldest entries: stale
+                    stale[b] -= 1
                     self._num_stale -= 1
                 else:
                     out = append(out, b)
@@ -318,7 +314,7 @@ class BlockPool:
         ref, stale = self.ref_cnt, self._stale
         for b in blocks:
             if ref[b] == 0:  # its live entry goes stale
-                stale[b] = stale.get(b, 0) + 1
+                stale[b] += 1
                 self.num_free -= 1
                 self._num_stale += 1
             ref[b] += 1

@@ -91,7 +91,9 @@ class DiskTier:
     def _find(self, key: i64) -> i64:
         """The slot holding ``key``, or -1."""
         i = find_cell(self._cells, self._mask, key)
-        return -1 if i < 0 else self._cells[2 * i + 1]
+        if i < 0:  # (an if, not a conditional expression: that boxes its value)
+            return -1
+        return self._cells[2 * i + 1]
 
     def readable(self, key: i64, now_s: float) -> bool:
         """Whether ``key``'s write had ended by ``now_s`` (a lookup's hit)."""

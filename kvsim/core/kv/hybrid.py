@@ -60,13 +60,15 @@ from kvsim.core.kv.block_pool import BlockPool
 from kvsim.workload.request import Request
 from kvsim.workload.tokens import KeyChain, StreamKeys, stream_segments
 
-_KEY_MASK: Final = (1 << 63) - 1
+# 2**63 - 1, built from a small int: mypyc keeps a literal past 2**62 as an int object,
+# converted at every use, and an i64 computed once as a native constant
+_KEY_MASK: Final[i64] = i64((1 << 62) - 1) * 2 + 1
 _GROUP_MIX: Final = 0x9E3779B97F4A7C15  # odd 64-bit constant: group g's keys differ from group h's
 
 
 def group_mix(group: int) -> i64:
     """What a block key of KV cache group ``group`` is mixed with (63 bits)."""
-    return ((group + 1) * _GROUP_MIX) & _KEY_MASK
+    return ((group + 1) * _GROUP_MIX) % (1 << 63)  # (an int until it fits: not the i64 mask)
 
 
 def group_key(key: i64, group: int) -> i64:
@@ -84,6 +86,46 @@ def sliding_skipped_blocks(num_computed_tokens: int, window: int, block_size: in
     """Leading blocks a sliding-window group no longer needs: those whose tokens all precede
     ``num_computed_tokens - window + 1`` (vLLM ``SlidingWindowManager.get_num_skipped_tokens``)."""
     return max(0, num_computed_tokens - window + 1) // block_size
+
+
+class _Held:
+    """One live request's block tables and counters in a ``HybridPagedAllocator``: one record a
+    request, found by the request object (no int object a lookup, one lookup a call).
+
+    Args:
+        request: the request.
+        tables: one block table per group (the null block where a window freed).
+        first_live: leading null entries per group.
+        num_cached: leading blocks registered in the prefix cache.
+        held_blocks: non-null blocks, all groups.
+    """
+
+    def __init__(
+        self,
+        request: Request,
+        tables: list[vec[i64]],
+        first_live: list[int],
+        num_cached: int,
+        held_blocks: int,
+    ) -> None:
+        self.request = request
+        self.tables = tables
+        self.first_live = first_live
+        self.num_cached = num_cached
+        self.held_blocks = held_blocks
+        # (``has_room``) token room of its tables, and the computed count at which its window
+        # next frees a block: an allocation within both changes nothing (``allocate``)
+        self.has_room = False
+        self.room_tokens = 0
+        self.room_computed = 0
+        # a pooled member's first live entry per group at its detaching (``detach_pooled``)
+        self.detached: list[int] | None = None
+        # the last ``kind_slots`` answer and what it depended on (the recorder asks twice a
+        # step: pool totals, then per-group columns); valid while ``memo_epoch`` is the pool's
+        self.memo_epoch = -1
+        self.memo_length = 0
+        self.memo_computed = 0
+        self.memo_slots: vec[i64] = vec[i64]()
 
 
 class HybridPagedAllocator(Allocator):
@@ -170,20 +212,11 @@ class HybridPagedAllocator(Allocator):
         self._kind_first_group = [self._kind_first[kind] for kind in self.kind_order]
         sliding = self._kind_first.get("sliding")
         self._window = self.windows[sliding] if sliding is not None else 0
-        # req_id -> one table per group (machine integers: no int object a block)
-        self.tables: dict[int, list[vec[i64]]] = {}
-        # req_id -> (token room of its tables, computed count at which its window next frees a
-        # block): an allocation within both changes nothing (``allocate``'s fast path)
-        self._room: dict[int, tuple[int, int]] = {}
-        self._requests: dict[int, Request] = {}  # the request of each set of tables
-        # the last ``kind_slots`` answer per request and what it depended on (the recorder
-        # asks twice a step: pool totals, then per-group columns); ``_epoch`` counts changes
-        self._memo: dict[int, tuple[int, int, int, vec[i64]]]
-        self._memo = {}
-        self._epoch = 0
-        self._first_live: dict[int, list[int]] = {}  # req_id -> leading nulls per group
-        self._num_cached: dict[int, int] = {}  # req_id -> leading blocks registered
-        self._held_blocks: dict[int, int] = {}  # req_id -> non-null blocks, all groups
+        # each live request's tables and counters, by the request and by its id (admission
+        # order)
+        self._records: dict[Request, _Held] = {}
+        self._records_by_id: dict[int, _Held] = {}
+        self._epoch = 0  # counts changes to any table (``_Held.memo_epoch``)
         self._sum_held = 0
         # pooled cohort members (``detach_pooled``): their attention groups' blocks, held by
         # none of their tables in particular (a stack: its first ``_num_pooled`` entries), and
@@ -191,7 +224,6 @@ class HybridPagedAllocator(Allocator):
         self._pooled: vec[i64] = vec[i64]()
         self._num_pooled = 0
         self._nulls: vec[i64] = vec[i64]()  # null block ids (``_pad_null``)
-        self._detached: dict[int, list[int]] = {}
         self.key_chain = KeyChain()
         self._keys: dict[int, StreamKeys] = {}
         self.prefix_cache_queries = 0
@@ -217,17 +249,27 @@ class HybridPagedAllocator(Allocator):
     def usable_capacity_tokens(self) -> int:
         return (self.num_blocks - 1) * self.block_size_tokens
 
+    @property
+    def tables(self) -> dict[int, list[vec[i64]]]:
+        """req_id -> one block table per group, for each live request in admission order (the
+        tables themselves, not copies)."""
+        return {req_id: rec.tables for req_id, rec in self._records_by_id.items()}
+
     def held_slots(self, req_id: int) -> int:
-        return self._held_blocks.get(req_id, 0) * self.block_size_tokens
+        rec = self._records_by_id.get(req_id)
+        return rec.held_blocks * self.block_size_tokens if rec is not None else 0
 
     def group_tables(self, req_id: int) -> list[list[int]]:
         """The request's block table in each group (copies; the null block where freed)."""
-        return [list(t) for t in self.tables[req_id]]
+        return [list(t) for t in self._records_by_id[req_id].tables]
 
     def group_held_blocks(self, req_id: int) -> list[int]:
         """Non-null blocks the request holds in each group."""
+        rec = self._records_by_id.get(req_id)
+        if rec is None:
+            return []
         null = self.null_block
-        return [sum(1 for blk in t if blk != null) for t in self.tables.get(req_id, [])]
+        return [sum(1 for blk in t if blk != null) for t in rec.tables]
 
     def _stream_keys(self, request: Request) -> StreamKeys:
         keys = self._keys.get(request.req_id)
@@ -248,7 +290,7 @@ class HybridPagedAllocator(Allocator):
         hit table in turn (``len(blocks) == groups * hit blocks``, nulls before a window)."""
         if (
             not self.enable_prefix_caching
-            or request.req_id in self.tables
+            or request in self._records
             or (not request.shares_tokens and not request.num_preemptions)
             or "state" in self.kinds
         ):
@@ -325,17 +367,25 @@ class HybridPagedAllocator(Allocator):
         return run
 
     def _plan(
-        self, request: Request, num_tokens: int, hit: PrefixHit, capped: bool = False
+        self,
+        request: Request,
+        rec: _Held | None,
+        num_tokens: int,
+        hit: PrefixHit,
+        capped: bool = False,
     ) -> tuple[vec[i64], vec[i64], int, int]:
         """``(new blocks per group, leading blocks each group frees, net blocks taken, new
-        blocks in all)`` of ``allocate(request, num_tokens, hit)``; ``capped``: a sliding group
-        needs at most its admission cap (``can_fit_sequence``). Pure (packed vectors: no int
-        object a group)."""
-        b, rid = self.block_size_tokens, request.req_id
-        tables = self.tables.get(rid)
-        computed = request.num_computed_tokens if tables is not None else hit.num_tokens
+        blocks in all)`` of ``allocate(request, num_tokens, hit)`` (``rec``: the request's
+        record, ``None`` before its admission); ``capped``: a sliding group needs at most its
+        admission cap (``can_fit_sequence``). Pure (packed vectors: no int object a group)."""
+        b = self.block_size_tokens
+        tables: list[vec[i64]] | None = None
+        first_live: list[int] | None = None
+        computed = hit.num_tokens
+        if rec is not None:
+            tables, first_live = rec.tables, rec.first_live
+            computed = request.num_computed_tokens
         n_hit = hit.num_tokens // b
-        first_live = self._first_live[rid] if tables is not None else None
         required_all = cdiv(num_tokens, b)
         windows, caps, is_state = self._window_of, self._cap_of, self._state_of
         ref = self.pool.ref_cnt
@@ -387,20 +437,24 @@ class HybridPagedAllocator(Allocator):
         return new, skip_to, net, total
 
     def num_slots_needed(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> int:
-        return max(0, self._plan(request, num_tokens, hit)[2]) * self.block_size_tokens
+        plan = self._plan(request, self._records.get(request), num_tokens, hit)
+        return max(0, plan[2]) * self.block_size_tokens
 
     def can_allocate(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
-        return self._plan(request, num_tokens, hit)[2] <= self.pool.num_free
+        plan = self._plan(request, self._records.get(request), num_tokens, hit)
+        return plan[2] <= self.pool.num_free
 
     def can_fit_sequence(self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         """vLLM's full-sequence gate: a sliding group counts at most its admission cap, the
         blocks it holds at its peak (``get_num_blocks_to_allocate(apply_admission_cap=True)``)."""
-        return self._plan(request, num_tokens, hit, capped=True)[2] <= self.pool.num_free
+        plan = self._plan(request, self._records.get(request), num_tokens, hit, capped=True)
+        return plan[2] <= self.pool.num_free
 
     def sequence_slots_needed(
         self, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT
     ) -> int:
-        return max(0, self._plan(request, num_tokens, hit, capped=True)[2]) * self.block_size_tokens
+        plan = self._plan(request, self._records.get(request), num_tokens, hit, capped=True)
+        return max(0, plan[2]) * self.block_size_tokens
 
     def usable_free_slots(self, request: Request | None, num_tokens: int) -> int:
         if request is None or self.can_allocate(request, num_tokens):
@@ -416,15 +470,15 @@ class HybridPagedAllocator(Allocator):
         caching, or a request that shares no tokens, registers none as they fill, and whose
         windows have left the blocks of its prefix hit) is pooled: nothing reads the ids of its
         new blocks or of those its windows free until it leaves the cohort."""
-        rid = request.req_id
-        tables = self.tables.get(rid)
-        if tables is None or self._known_only:
+        rec = self._records.get(request)
+        if rec is None or self._known_only:
             return DECODE_EXPLICIT
         b = self.block_size_tokens
         if computed is None:
             computed = request.num_computed_tokens
         blocks = cdiv(computed, b)
-        first_live, state_of, sliding_of = self._first_live[rid], self._state_of, self._sliding_of
+        tables, first_live = rec.tables, rec.first_live
+        state_of, sliding_of = self._state_of, self._sliding_of
         for g in range(len(tables)):
             if not state_of[g] and len(tables[g]) != blocks:
                 return DECODE_EXPLICIT
@@ -434,7 +488,7 @@ class HybridPagedAllocator(Allocator):
                 return DECODE_EXPLICIT
         if not self.enable_prefix_caching:
             return DECODE_POOLED
-        hit = self._num_cached.get(rid, 0)  # (a private stream registers nothing more)
+        hit = rec.num_cached  # (a private stream registers nothing more)
         if not request.shares_tokens and all(
             first_live[g] >= hit for g, kind in enumerate(self.kinds) if kind == "sliding"
         ):
@@ -470,6 +524,7 @@ class HybridPagedAllocator(Allocator):
             computed = length - 1
         needed = computed - self._window + 1
         kinds, slots = self.kind_order, self._slots_at(request, computed, length)
+        rec = self._records[request]
         out = [0] * (6 * len(kinds))  # (filled by index: no list a kind)
         for k in range(len(kinds)):
             kind, j = kinds[k], 6 * k
@@ -479,7 +534,7 @@ class HybridPagedAllocator(Allocator):
                 out[j + 4] = 1
             if kind == "sliding":
                 g = self._kind_first[kind]
-                start = self._lead(request.req_id, g, computed) * self.block_size_tokens
+                start = self._lead(rec, g, computed) * self.block_size_tokens
                 out[j + 5] = 1 if needed >= start else 0
         return out
 
@@ -488,8 +543,8 @@ class HybridPagedAllocator(Allocator):
         read by nobody while it is a pooled member: ``decode_mode``); those tables keep their
         null entries, the full groups' their blocks (new ones join them at ``attach_group_
         pooled``); its slots follow from its lengths (``_slots_at``)."""
-        rid = request.req_id
-        tables, first_live = self.tables[rid], self._first_live[rid]
+        rec = self._records[request]
+        tables, first_live = rec.tables, rec.first_live
         moved = 0
         for g in range(len(tables)):
             if not self._sliding_of[g]:
@@ -498,10 +553,10 @@ class HybridPagedAllocator(Allocator):
             self._push_pooled(table, lead)
             moved += len(table) - lead
             tables[g] = table[:lead]
-        self._detached[rid] = list(first_live)
-        self._held_blocks[rid] -= moved
-        self._room.pop(rid, None)
-        self._memo.pop(rid, None)
+        rec.detached = list(first_live)
+        rec.held_blocks -= moved
+        rec.has_room = False
+        rec.memo_epoch = -1
         sliding = self._kind_first.get("sliding")
         return first_live[sliding] if sliding is not None else -1
 
@@ -509,39 +564,39 @@ class HybridPagedAllocator(Allocator):
         """Give a detached request its tables back, as its steps made them: ``cdiv(length, B)``
         blocks a group, a sliding group's blocks before ``sliding_skipped_blocks(computed)``
         freed (null)."""
-        rid, b = request.req_id, self.block_size_tokens
-        first_live = self._first_live[rid]
-        tables, pooled = self.tables[rid], self._pooled
+        b, rec = self.block_size_tokens, self._records[request]
+        assert rec.detached is not None, f"req {request.req_id}: attached but not detached"
+        first_live, tables, pooled = rec.first_live, rec.tables, self._pooled
         num_blocks = cdiv(length, b)
         added = 0
         for g in range(len(tables)):
             if self._state_of[g]:
                 continue
-            table, lead = tables[g], self._lead(rid, g, computed)
+            table, lead = tables[g], self._lead(rec, g, computed)
             if len(table) < lead:  # (a sliding group's freed entries)
                 table = self._pad_null(table, lead)
             more = num_blocks - len(table)  # (a full group keeps its blocks: the new ones)
             top = self._num_pooled
-            assert 0 <= more <= top, f"req {rid}: {more} blocks to attach"
+            assert 0 <= more <= top, f"req {request.req_id}: {more} blocks to attach"
             if more:
                 table = extend(table, pooled[top - more : top])
             self._num_pooled = top - more
             tables[g] = table
             first_live[g] = lead
             added += more
-        del self._detached[rid]
-        self._held_blocks[rid] += added
-        self._room[rid] = self._room_of(tables, first_live)
+        rec.detached = None
+        rec.held_blocks += added
+        self._set_room(rec)
         self._epoch += 1
 
-    def _lead(self, rid: int, group: int, computed: int) -> int:
+    def _lead(self, rec: _Held, group: int, computed: int) -> int:
         """Leading null entries of the request's table in ``group`` once a step from
         ``computed`` tokens has freed what left its window: its table's own for an attached
         request; for a pooled member (``detach_pooled``), those at its detaching, or in a
         sliding group ``sliding_skipped_blocks(computed)`` if more."""
-        detached = self._detached.get(rid)
+        detached = rec.detached
         if detached is None:
-            return self._first_live[rid][group]
+            return rec.first_live[group]
         if not self._sliding_of[group]:
             return detached[group]
         return max(
@@ -594,58 +649,55 @@ class HybridPagedAllocator(Allocator):
         hit: PrefixHit = NO_HIT,
         cache_tokens: int | None = None,
     ) -> AllocResult | None:
-        rid = request.req_id
-        room = self._room.get(rid)
+        rec = self._records.get(request)
         if (
-            room is not None
-            and num_tokens <= room[0]
-            and request.num_computed_tokens < room[1]
+            rec is not None
+            and rec.has_room
+            and num_tokens <= rec.room_tokens
+            and request.num_computed_tokens < rec.room_computed
             and (
                 not (self.enable_prefix_caching and request.shares_tokens)
-                or num_tokens // self.block_size_tokens <= self._num_cached.get(rid, 0)
+                or num_tokens // self.block_size_tokens <= rec.num_cached
             )
         ):
             return self._nothing_new  # no block to take, free or cache
-        new, skip_to, net, new_total = self._plan(request, num_tokens, hit)
-        tables = self.tables.get(rid)
-        admitted = tables is None
-        if tables is None:
+        new, skip_to, net, new_total = self._plan(request, rec, num_tokens, hit)
+        admitted = rec is None
+        if rec is None:
             if net > self.pool.num_free:
                 return None
             self._epoch += 1
-            tables, first_live = self._admit(request, hit)
+            rec = self._admit(request, hit)
         else:  # (vLLM frees the window's old blocks first, even if the step then fails)
             self._epoch += 1
-            first_live = self._first_live[rid]
-            self._remove_skipped(rid, tables, first_live, skip_to)
+            self._remove_skipped(rec, skip_to)
             if new_total > self.pool.num_free:
                 return None
+        tables = rec.tables
         free_before = self.pool.num_free
         if new_total:  # (the groups' blocks in group order)
             pool = self.pool
             for g in range(len(tables)):
                 if new[g]:
                     tables[g] = pool.take_into(tables[g], new[g])
-        self._held_blocks[rid] += new_total
+        rec.held_blocks += new_total
         self._sum_held += new_total
-        self._room[rid] = self._room_of(tables, first_live)
+        self._set_room(rec)
         if self.enable_prefix_caching:
             if admitted:
                 self._record_lookup(request, hit)
             if request.shares_tokens:  # a private stream is keyed when preempted (``free``)
                 cached = num_tokens if cache_tokens is None else cache_tokens
-                self._cache_full_blocks(request, tables, cached)
+                self._cache_full_blocks(request, rec, cached)
         taken = max(0, free_before - self.pool.num_free)
         return self._result(taken * self.block_size_tokens, taken, hit.num_tokens)
 
-    def _remove_skipped(
-        self, rid: int, tables: list[vec[i64]], first_live: list[int], skip_to: vec[i64]
-    ) -> None:
+    def _remove_skipped(self, rec: _Held, skip_to: vec[i64]) -> None:
         """Free each group's blocks now wholly outside its window, tail first, the null block
         taking their place (vLLM ``remove_skipped_blocks``): all full, so vLLM has cached them
         (the back of the free queue), or, without caching, the front."""
         null, freed, pool = self.null_block, 0, self.pool
-        caching = self.enable_prefix_caching
+        caching, tables, first_live = self.enable_prefix_caching, rec.tables, rec.first_live
         # group by group, each tail first: cached blocks join the back of the queue, uncached
         # ones the front (``BlockPool.release_table``)
         for g in range(len(tables)):
@@ -661,25 +713,28 @@ class HybridPagedAllocator(Allocator):
                 first_live[g] = skip_to[g]
                 tables[g] = self._pad_null(table, skip_to[g])
         if freed:
-            self._held_blocks[rid] -= freed
+            rec.held_blocks -= freed
             self._sum_held -= freed
-            self._room[rid] = self._room_of(tables, first_live)
+            self._set_room(rec)
 
-    def _room_of(self, tables: list[vec[i64]], first_live: list[int]) -> tuple[int, int]:
-        """``_room``'s entry: tokens the attention tables have room for, and the computed count
-        at which the window's first held block falls wholly outside it (``lead + 1`` blocks
-        skipped: ``(lead + 1) B + W - 1``; never without a sliding group)."""
+    def _set_room(self, rec: _Held) -> None:
+        """Note the record's room (``_Held.has_room``): tokens the attention tables have room
+        for, and the computed count at which the window's first held block falls wholly
+        outside it (``lead + 1`` blocks skipped: ``(lead + 1) B + W - 1``; never without a
+        sliding group)."""
         b = self.block_size_tokens
         full = self._kind_first.get("full", self._kind_first.get("sliding"))
-        room = len(tables[full]) * b if full is not None else 0
+        rec.room_tokens = len(rec.tables[full]) * b if full is not None else 0
         sliding = self._kind_first.get("sliding")
-        if sliding is None:
-            return room, 1 << 62
-        return room, (first_live[sliding] + 1) * b + self._window - 1
+        rec.room_computed = 1 << 62
+        if sliding is not None:
+            rec.room_computed = (rec.first_live[sliding] + 1) * b + self._window - 1
+        rec.has_room = True
 
-    def _admit(self, request: Request, hit: PrefixHit) -> tuple[list[vec[i64]], list[int]]:
-        """A new request's tables holding its prefix hit (null entries before a window)."""
-        rid, null = request.req_id, self.null_block
+    def _admit(self, request: Request, hit: PrefixHit) -> _Held:
+        """A new request's record, its tables holding its prefix hit (null entries before a
+        window)."""
+        null = self.null_block
         n_hit = hit.num_tokens // self.block_size_tokens
         if not n_hit:  # (empty tables, nothing touched)
             tables = [vec[i64]() for _ in self.kinds]
@@ -697,13 +752,11 @@ class HybridPagedAllocator(Allocator):
                 tables.append(table)
                 first_live.append(lead)
                 held += len(live)
-        self.tables[rid] = tables
-        self._requests[rid] = request
-        self._first_live[rid] = first_live
-        self._num_cached[rid] = n_hit
-        self._held_blocks[rid] = held
+        rec = _Held(request, tables, first_live, n_hit, held)
+        self._records[request] = rec
+        self._records_by_id[request.req_id] = rec
         self._sum_held += held
-        return tables, first_live
+        return rec
 
     def _record_lookup(self, request: Request, hit: PrefixHit) -> None:
         if request.readmitted:
@@ -717,18 +770,18 @@ class HybridPagedAllocator(Allocator):
         """Key the full blocks in every attention group; a block a window already freed (the
         null block in its place) stays unkeyed, and nothing leaves a window here (vLLM frees
         those only when it allocates)."""
-        tables = self.tables.get(request.req_id)
-        if tables is None or not self.enable_prefix_caching or not request.shares_tokens:
+        rec = self._records.get(request)
+        if rec is None or not self.enable_prefix_caching or not request.shares_tokens:
             return
-        self._cache_full_blocks(request, tables, num_tokens)
+        self._cache_full_blocks(request, rec, num_tokens)
 
-    def _cache_full_blocks(self, request: Request, tables: list[vec[i64]], num_tokens: int) -> None:
+    def _cache_full_blocks(self, request: Request, rec: _Held, num_tokens: int) -> None:
         """Register the blocks ``num_tokens`` fill in the attention groups (vLLM
         ``cache_full_blocks``, per group); a state group's block is never cached."""
         if self._known_only:
             num_tokens = min(num_tokens, self.keyed_tokens(request))
         upto = num_tokens // self.block_size_tokens
-        start = self._num_cached.get(request.req_id, 0)
+        start, tables = rec.num_cached, rec.tables
         if upto <= start:
             return
         keys = self._stream_keys(request).keys_between(start, upto)
@@ -740,23 +793,20 @@ class HybridPagedAllocator(Allocator):
             for i in range(len(keys)):
                 mixed[i] = mixed_key(keys[i], mix)
             self.pool.register_entries(tables[g], start, mixed, self.null_block)
-        self._num_cached[request.req_id] = upto
+        rec.num_cached = upto
 
     def free(self, req_id: int, computed_tokens: int | None = None) -> None:
         """Free every group's blocks, each table tail first (vLLM ``free``, group by group)."""
-        tables = self.tables.pop(req_id, None)
-        if tables is None:
+        rec = self._records_by_id.pop(req_id, None)
+        if rec is None:
             raise KeyError(f"free(): unknown req_id {req_id}")
-        assert req_id not in self._detached, f"free(): req {req_id} is a pooled member"
-        first_live = self._first_live.pop(req_id)
-        self._room.pop(req_id, None)
-        self._memo.pop(req_id, None)
-        request = self._requests.pop(req_id)
+        assert rec.detached is None, f"free(): req {req_id} is a pooled member"
+        request, tables, first_live = rec.request, rec.tables, rec.first_live
+        del self._records[request]
         if computed_tokens and self.enable_prefix_caching and not request.shares_tokens:
             # only the request itself can hit a private stream, after this preemption: its
             # blocks are keyed now rather than as they filled (the same hits, less work)
-            self._cache_full_blocks(request, tables, computed_tokens)
-        self._num_cached.pop(req_id, None)
+            self._cache_full_blocks(request, rec, computed_tokens)
         self._keys.pop(req_id, None)
         written = 0  # vLLM has cached every block the computed tokens fill (and keyed)
         if self.enable_prefix_caching:
@@ -766,7 +816,7 @@ class HybridPagedAllocator(Allocator):
         num_full = written // self.block_size_tokens
         for g, table in enumerate(tables):  # (the null block only before the first live one)
             self.pool.release_table(table, num_full, first_live[g])
-        self._sum_held -= self._held_blocks.pop(req_id)
+        self._sum_held -= rec.held_blocks
 
     # -- accounting -------------------------------------------------------------------------
     def request_slots(self, request: Request, length: int) -> tuple[int, int, int, int]:
@@ -814,20 +864,18 @@ class HybridPagedAllocator(Allocator):
     def _slots_at(self, request: Request, computed: int, length: int) -> vec[i64]:
         """``kind_slot_values`` with the computed count before the step given."""
         b, final = self.block_size_tokens, request.final_kv_tokens
-        rid = request.req_id
-        tables = self.tables.get(rid)
-        if tables is None:
+        rec = self._records.get(request)
+        if rec is None:
             return self._no_slots
-        memo = self._memo.get(rid)
         if (
-            memo is not None
-            and memo[0] == self._epoch
-            and memo[1] == length
-            and memo[2] == computed
+            rec.memo_epoch == self._epoch
+            and rec.memo_length == length
+            and rec.memo_computed == computed
         ):
-            return memo[3]
+            return rec.memo_slots
+        tables = rec.tables
         out = self._no_slots[0 : len(self._no_slots)]  # (a copy: filled by index)
-        detached = rid in self._detached
+        detached = rec.detached is not None
         kinds, firsts = self.kind_order, self._kind_first_group
         for k in range(len(kinds)):
             kind, g, j = kinds[k], firsts[k], 4 * k
@@ -837,7 +885,7 @@ class HybridPagedAllocator(Allocator):
                 continue
             if detached:  # a pooled member: its tables as its steps made them
                 size = cdiv(length, b) * b
-            start = self._lead(rid, g, computed) * b
+            start = self._lead(rec, g, computed) * b
             token = max(0, min(length, size) - start)
             outside = 0
             if kind == "sliding":
@@ -845,7 +893,8 @@ class HybridPagedAllocator(Allocator):
                 outside = max(0, min(first_needed, size) - start)
             out[j], out[j + 1], out[j + 2] = size - start, token, outside
             out[j + 3] = max(0, size - max(final, start))
-        self._memo[rid] = (self._epoch, length, computed, out)
+        rec.memo_epoch, rec.memo_length, rec.memo_computed = self._epoch, length, computed
+        rec.memo_slots = out
         return out
 
     def shared_slots(self) -> int:
@@ -856,7 +905,11 @@ class HybridPagedAllocator(Allocator):
         b = self.block_size_tokens
         held = (self.num_blocks - 1 - self.pool.num_free) * b
         return AllocatorStats(
-            self.capacity_tokens, held, self.overhead_slots, self.num_free_tokens, len(self.tables)
+            self.capacity_tokens,
+            held,
+            self.overhead_slots,
+            self.num_free_tokens,
+            len(self._records),
         )
 
     @property
@@ -893,18 +946,19 @@ class HybridPagedAllocator(Allocator):
         null = self.null_block
         for i in range(self._num_pooled):  # (held by pooled members, in no table in particular)
             counts[self._pooled[i]] += 1
-        for rid, tables in self.tables.items():
+        for rid, rec in self._records_by_id.items():
+            assert self._records[rec.request] is rec, f"req {rid}: records disagree"
             held = 0
-            for g, table in enumerate(tables):
-                lead = self._first_live[rid][g]
+            for g, table in enumerate(rec.tables):
+                lead = rec.first_live[g]
                 assert all(blk == null for blk in table[:lead]), f"req {rid} group {g}: live "
                 "block before its first live entry"
                 for blk in table[lead:]:
                     assert blk != null, f"req {rid} group {g}: null block inside the window"
                     counts[blk] += 1
                     held += 1
-            assert held == self._held_blocks[rid], (
-                f"req {rid}: {held} blocks in tables != {self._held_blocks[rid]} counted"
+            assert held == rec.held_blocks, (
+                f"req {rid}: {held} blocks in tables != {rec.held_blocks} counted"
             )
         for blk in range(self.num_blocks):
             if blk == null:

@@ -54,7 +54,9 @@ _POSITION_BITS: Final = 24  # a rank's low bits: 2**24 - 1 blocks a request at m
 _POSITION_TOP: Final = (1 << 24) - 1
 FREE: Final = -1  # a slot's cell: the slot holds no block
 UNMAPPED: Final = -2  # a slot's cell: it holds a private block, outside the key map
-EVERY_BLOCK: Final = 1 << 62  # ``prepare_store``'s ``private_from`` when no block is private
+# ``prepare_store``'s ``private_from`` when no block is private: 2**62, built from a small int
+# (as ``kvsim.core.kv.hybrid._KEY_MASK``: a native constant, not an int object)
+EVERY_BLOCK: Final[i64] = i64(1 << 61) * 2
 _NO_RANK: Final = (1 << 62) - 1  # above every rank value (a counter below 2**38)
 # a slot's state bits (one byte a slot: the flags of 128 K slots fit in 128 KiB)
 EVICTABLE: Final = 1  # stored and no load reading it

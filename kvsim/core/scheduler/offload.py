@@ -124,9 +124,10 @@ class OffloadConnector:
         # req_id -> the run a request's promotion extended: kept from other requests'
         # promotions until it looks up again (``_promote``)
         self._awaiting: dict[int, vec[i64]] = {}
-        # req_id -> keys promoted from the disk for it, until it finishes: its load's blocks
-        # among them came from the disk (vLLM ``TieringOffloadingManager.get_load_source``)
-        self._promoted_for: dict[int, set[int]] = {}
+        # req_id -> 1 at each block index whose key was promoted from the disk for it (its keys
+        # never change: an index names one key), until it finishes: its load's blocks among
+        # them came from the disk (vLLM ``TieringOffloadingManager.get_load_source``)
+        self._promoted_for: dict[int, vec[i64]] = {}
         self.now_s = 0.0  # the engine sets it before each step is planned
         self.loads: dict[Request, Load] = {}
         self.started: list[Request] = []  # loads started by the last plan (the engine takes)
@@ -211,15 +212,26 @@ class OffloadConnector:
             if not disk.readable(keys[run_end], now):
                 break
             run_end += 1
+        at = vec[i64]()  # (the block indices promoted)
         if cpu_block_after:  # a promotion may evict that block first, so one at a time
-            promoted, end, shielded = self._promote_each(request, begin, shielded)
+            promoted, end, shielded, at = self._promote_each(request, begin, shielded)
         else:
             promoted, end = self._promote_run(request, begin, run_end, shielded)
+            for i in range(begin, begin + len(promoted)):
+                at = append(at, i)
         tier.unshield(shielded)
         if not len(promoted):
             return False
         self._awaiting[request.req_id] = keys[first:end]  # (a copy: the lookup's keys change)
-        self._promoted_for.setdefault(request.req_id, set()).update(promoted)
+        flags = self._promoted_for.get(request.req_id)
+        if flags is None or len(flags) < end:
+            grown = vec[i64]([0] * end)  # (indices below ``end``)
+            if flags is not None:
+                for i in range(len(flags)):
+                    grown[i] = flags[i]
+            flags = self._promoted_for[request.req_id] = grown
+        for i in at:
+            flags[i] = 1
         disk.read(promoted)
         tier.complete_promotions(self.disk_to_cpu.submit(len(promoted) * self.block_bytes, now))
         self.num_promotions += 1
@@ -249,14 +261,15 @@ class OffloadConnector:
 
     def _promote_each(
         self, request: Request, begin: int, shielded: vec[i64]
-    ) -> tuple[vec[i64], int, vec[i64]]:
+    ) -> tuple[vec[i64], int, vec[i64], vec[i64]]:
         """Go on from block ``begin`` one block at a time: a block the CPU tier holds joins the
         run, shielded; one only the disk holds, readable, is promoted (vLLM
         ``TieringOffloadingManager.lookup``); the first block held by neither, or that finds no
-        CPU slot, ends it. Returns the keys promoted, the run's end and ``shielded`` grown."""
+        CPU slot, ends it. Returns the keys promoted, the run's end, ``shielded`` grown and the
+        promoted blocks' indices."""
         disk, tier, keys, now = self.disk, self.tier, self._looked_up_keys, self.now_s
         assert disk is not None
-        promoted = vec[i64]()
+        promoted, at = vec[i64](), vec[i64]()
         access: TierAccess | None = None
         end = begin
         for i in range(begin, len(keys)):
@@ -272,8 +285,9 @@ class OffloadConnector:
             if not tier.prepare_promotions(vec[i64]([key]), now, access, i):
                 break  # vLLM: no CPU slot, a miss
             promoted = append(promoted, key)
+            at = append(at, i)
             end = i + 1
-        return promoted, end, shielded
+        return promoted, end, shielded, at
 
     def count_query(self, request: Request, gpu_hit_tokens: int, hit_tokens: int) -> None:
         """Count a first admission's lookup (vLLM 0.34.0 ``Scheduler.schedule``'s connector
@@ -295,9 +309,12 @@ class OffloadConnector:
         self.loads[request] = Load(keys, done_s, num_tokens)
         self.started.append(request)
         self.count_query(request, gpu_hit_tokens, num_tokens)
-        promoted = self._promoted_for.get(request.req_id)
-        if promoted and not request.readmitted:
-            self.external_prefix_cache_hits_disk += b * sum(1 for key in keys if key in promoted)
+        flags = self._promoted_for.get(request.req_id)
+        if flags is not None and not request.readmitted:
+            from_disk = 0
+            for i in range(start, min(start + len(keys), len(flags))):
+                from_disk += flags[i]
+            self.external_prefix_cache_hits_disk += b * from_disk
         self.num_loads += 1
         self.load_wait_s += done_s - self.now_s
         if not request.readmitted:  # (vLLM: set at the first admission only)
