@@ -165,10 +165,11 @@ class TierAccess:
 
 
 def _grown(values: vec[i64], length: i64, fill: i64) -> vec[i64]:
-    """``values`` grown to ``length`` entries, the new ones ``fill``."""
-    while len(values) < length:
-        values = append(values, fill)
-    return values
+    """``values`` grown to at least ``length`` entries, and at least twice its length (a
+    request's stores grow it step after step: a few copies a request, not one a block), the
+    new ones ``fill``."""
+    more = max(length, 2 * len(values)) - len(values)
+    return extend(values, vec[i64]([fill] * more))
 
 
 class HeldRun:

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import numpy as np
 from librt.vecs import vec
+from mypy_extensions import i64
 
 SPEC_STREAM: Final = 0x5BEC  # the acceptance draws' own stream of the run's seed
 _BATCH: Final = 4096
@@ -69,8 +70,9 @@ class SpecDecoder:
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         # verifications by accepted drafts (index a, 0..k): one count a verification, where
-        # vLLM's per-position counters take a; they are its suffix sums
-        self._num_accepting = [0] * (num_speculative_tokens + 1)
+        # vLLM's per-position counters take a; they are its suffix sums (packed: a list's
+        # counts past 256 are int objects, added through Python)
+        self._num_accepting = vec[i64]([0] * (num_speculative_tokens + 1))
 
     @property
     def num_accepted_tokens_per_pos(self) -> list[int]:
