@@ -272,14 +272,16 @@ class BlockPool:
         if self._num_keyed:  # the cells of the keys it evicts read ahead (an unkeyed block's
             # stale ``_slot_of`` only reads a cell in vain)
             self._sink ^= warm_cells(self._slots, self._slot_of, out, first, end)
+        unkeyed_full: i64 = 0
         for i in range(first, end):
             b = out[i]
             ref[b] = 1
             if keyed[b]:
                 self._evict(b)
             elif full[b]:  # hashed in vLLM, keyed by nobody here: only counted
-                self.num_evictions += 1
+                unkeyed_full += 1
             full[b] = 0
+        self.num_evictions += unkeyed_full
         if head > _COMPACT_AT and 2 * head > len(queue):
             self._queue = queue[head:]
             self._base += head
@@ -342,7 +344,7 @@ class BlockPool:
         self._queue = queue
         self.num_free += freed
 
-    def release_table(self, table: vec[i64], num_full: int, start: int = 0, stop: int = -1) -> None:
+    def release_table(self, table: vec[i64], num_full: i64, start: i64 = 0, stop: i64 = -1) -> None:
         """Release a block table tail first, as vLLM 0.34.0 does (``vllm/v1/core/block_pool.py``,
         ``BlockPool.free_blocks``): a block whose ref count drops to 0 joins the back of the queue
         if it keeps a key

@@ -610,9 +610,10 @@ class HybridPagedAllocator(Allocator):
             self._push_pooled(self.pool.take(num_blocks), 0)
             self._sum_held += num_blocks
 
-    def _push_pooled(self, blocks: vec[i64], start: int) -> None:
+    def _push_pooled(self, blocks: vec[i64], start: i64) -> None:
         """Put ``blocks[start:]`` on top of the pooled stack."""
-        pooled, top, end = self._pooled, self._num_pooled, len(blocks)
+        pooled, end = self._pooled, len(blocks)
+        top: i64 = self._num_pooled  # (machine integers: a native loop, no tagged checks)
         reuse = min(end - start, len(pooled) - top)  # (entries past the top are stale)
         for i in range(reuse):
             pooled[top + i] = blocks[start + i]

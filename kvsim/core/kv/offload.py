@@ -321,6 +321,8 @@ class CpuTier:
         self.num_evicted_blocks = 0  # cumulative
         self._sink: i64 = 0  # what reads ahead of a probe read (``warm_homes``), kept
         self._zero_pool = vec[i64]()  # zeros that ``_zeros`` slices
+        self._finish_ranks = vec[i64]()  # ``finish``'s scratch, reused
+        self._finish_slots = vec[i64]()
 
     # -- queries ------------------------------------------------------------------------------
     def __contains__(self, key: int) -> bool:
@@ -529,7 +531,14 @@ class CpuTier:
             if slot >= 0:
                 warm += key_of[slot] ^ cell[slot] ^ i64(state[slot])
         self._sink ^= warm
-        queue_rank, queue_slot = self._queue_rank, self._queue_slot
+        # the evictable ones' new entries, written by index and added to the queue's end in
+        # one copy each (``_push`` of the counter's newest ranks), not one append a block
+        if len(self._finish_ranks) < access.span:
+            self._finish_ranks = self._zeros(access.span)
+            self._finish_slots = self._zeros(access.span)
+        new_ranks, new_slots = self._finish_ranks, self._finish_slots
+        num_new: i64 = 0
+        next_rank: i64 = self._next_rank
         for index in range(access.span - 1, -1, -1):
             if not seen[index >> 5] & (1 << (index & 31)):
                 continue
@@ -540,16 +549,20 @@ class CpuTier:
                 slot = self._find(key)
                 if slot < 0:
                     continue
-            self._next_rank += 1
-            value = (self._next_rank << _POSITION_BITS) | _POSITION_TOP  # (rank_value(n, 0))
+            next_rank += 1
+            value = (next_rank << _POSITION_BITS) | _POSITION_TOP  # (rank_value(n, 0))
             rank[slot] = value
             flags = state[slot]
-            if flags & EVICTABLE:  # (``_push`` of the counter's newest rank: the queue's end)
+            if flags & EVICTABLE:
                 self._unheap(slot)
-                queue_rank = append(queue_rank, value)
-                queue_slot = append(queue_slot, slot)
-        self._queue_rank, self._queue_slot = queue_rank, queue_slot
-        if len(queue_rank) - self._queue_head >= 2 * self._num_evictable + 64:
+                new_ranks[num_new] = value
+                new_slots[num_new] = slot
+                num_new += 1
+        self._next_rank = next_rank
+        if num_new:
+            self._queue_rank = extend(self._queue_rank, new_ranks[0:num_new])
+            self._queue_slot = extend(self._queue_slot, new_slots[0:num_new])
+        if len(self._queue_rank) - self._queue_head >= 2 * self._num_evictable + 64:
             self._rebuild_queue()
         access.span = 0
         access.seen, access.keys, access.slots = vec[i64](), vec[i64](), vec[i64]()
