@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.core.kv.base import DecodeGroups
 from kvsim.core.scheduler.cohort import DecodeCohort
 from kvsim.core.scheduler.group_sums import GroupSums
@@ -13,9 +16,9 @@ def test_members_slots_run_linearly_with_the_clock_between_touches():
     sums = GroupSums([1, 3])
     # member a, recorded at clock 10: full (held 64, tokens 50, outside 0, internal 0,
     # +1 token a step), sliding (held 32, tokens 18, outside 2, internal 0, +1 and +1)
-    a = GroupSums.contribution([64, 50, 0, 0, 1, 0, 32, 18, 2, 0, 1, 1], 10)
+    a = GroupSums.contribution(vec[i64]([64, 50, 0, 0, 1, 0, 32, 18, 2, 0, 1, 1]), 10)
     # member b, recorded at clock 12, its window not reached: outside stays 0
-    b = GroupSums.contribution([32, 20, 0, 5, 1, 0, 32, 20, 0, 5, 1, 0], 12)
+    b = GroupSums.contribution(vec[i64]([32, 20, 0, 5, 1, 0, 32, 20, 0, 5, 1, 0]), 12)
     sums.add(a)
     sums.add(b)
     # at clock 14: a is 4 steps on (tokens 54 and 22, outside 6), b 2 steps (22, 22, 0)
@@ -43,7 +46,7 @@ def test_a_pooled_members_group_slots_change_by_residue_as_worked_by_hand():
     assert member.pooled
     # its slots in the step before its first (computed 49, 50 tokens): full held 64, tokens
     # 50; sliding the same, 49 - 40 + 1 = 10 tokens outside the window, growing by one a step
-    cohort.set_group_slots(member, [64, 50, 0, 0, 1, 0, 64, 50, 10, 0, 1, 1], 0)
+    cohort.set_group_slots(member, vec[i64]([64, 50, 0, 0, 1, 0, 64, 50, 10, 0, 1, 1]), 0)
     cohort.schedule_window(member, 0)
     steps = {clock: cohort.group_step(clock) for clock in range(47)}
     assert {c: s for c, s in steps.items() if s != (0, 0)} == {
@@ -75,7 +78,7 @@ def test_a_pooled_members_outside_window_slots_start_growing_where_its_window_is
     request.num_held_slots = 2 * 32
     member = cohort.join(request, 0, 0, 20, 10)
     # the step before its first: 20 tokens in 2 blocks a group, nothing outside, not growing
-    cohort.set_group_slots(member, [32, 20, 0, 0, 1, 0, 32, 20, 0, 0, 1, 0], 0)
+    cohort.set_group_slots(member, vec[i64]([32, 20, 0, 0, 1, 0, 32, 20, 0, 0, 1, 0]), 0)
     cohort.schedule_window(member, 0)
     assert cohort.groups is not None
     for clock in range(35):

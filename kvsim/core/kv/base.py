@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from mypy_extensions import mypyc_attr
+from librt.vecs import vec
+from mypy_extensions import i64, mypyc_attr
 
 from kvsim.workload.request import Request
 
@@ -402,7 +403,7 @@ class Allocator(ABC):
 
     def decode_group_slots(
         self, request: Request, length: int, computed: int | None = None
-    ) -> list[int]:
+    ) -> vec[i64]:
         """Per kind of group (``DecodeGroups.kind_counts``' order), six values of the live
         ``request`` in one group of that kind in a step that computes its tokens up to
         ``length`` from ``computed`` (default ``length - 1``: a decode step; whatever its own

@@ -82,6 +82,15 @@ def mixed_key(key: i64, mix: i64) -> i64:
     return (key ^ mix) & _KEY_MASK
 
 
+def _mixed_keys(keys: vec[i64], start: i64, stop: i64, mix: i64) -> vec[i64]:
+    """``keys[start:stop]`` within the group whose ``group_mix`` is ``mix`` (``mixed_key``
+    of each, in a new packed vector)."""
+    out = keys[start:stop]  # (a copy, rewritten in place)
+    for i in range(len(out)):
+        out[i] = (out[i] ^ mix) & _KEY_MASK
+    return out
+
+
 def sliding_skipped_blocks(num_computed_tokens: int, window: int, block_size: int) -> int:
     """Leading blocks a sliding-window group no longer needs: those whose tokens all precede
     ``num_computed_tokens - window + 1`` (vLLM ``SlidingWindowManager.get_num_skipped_tokens``)."""
@@ -209,6 +218,7 @@ class HybridPagedAllocator(Allocator):
         self._kind_counts = [self._kind_count[kind] for kind in self.kind_order]
         self.group_kind_index = [self.kind_order.index(kind) for kind in self.kinds]
         self._no_slots = vec[i64]([0] * (4 * len(self.kind_order)))  # (never changed)
+        self._no_group_slots = vec[i64]([0] * (6 * len(self.kind_order)))  # (never changed)
         self._kind_first_group = [self._kind_first[kind] for kind in self.kind_order]
         sliding = self._kind_first.get("sliding")
         self._window = self.windows[sliding] if sliding is not None else 0
@@ -299,15 +309,12 @@ class HybridPagedAllocator(Allocator):
         if n <= 0:
             return NO_HIT
         stream, pool, mixes = self._stream_keys(request), self.pool, self._mixes
+        keys = stream.keys_between(0, n)  # (once, packed: every group reads them)
         for g, kind in enumerate(self.kinds):  # the longest cached prefix of every full group
             if kind == "full":
-                mix, i = mixes[g], 0
-                while i < n and pool.has(mixed_key(stream.key(i), mix)):
-                    i += 1
-                n = i
-        if n <= 0:  # (most lookups: a request whose first block is gone)
-            return NO_HIT
-        keys = stream.keys_between(0, n)  # (once, packed: the sliding groups read them often)
+                n = len(pool.cached_run(_mixed_keys(keys, 0, n, mixes[g])))
+                if n <= 0:  # (most lookups: a request whose first block is gone)
+                    return NO_HIT
         while n > 0:  # each sliding group's hit at most n blocks long, until all agree
             shortest = min(
                 (
@@ -323,13 +330,17 @@ class HybridPagedAllocator(Allocator):
         if n <= 0:
             return NO_HIT
         blocks: list[int] = []
+        null = self.null_block
         for g, kind in enumerate(self.kinds):
-            start = (
-                n - cdiv(self.windows[g] - 1, self.block_size_tokens) if kind == "sliding" else 0
-            )
-            for i in range(n):
-                blk = pool.lookup(mixed_key(keys[i], mixes[g])) if i >= start else None
-                blocks.append(self.null_block if blk is None else blk)
+            start = 0  # (a sliding group's entries before its window's blocks: null)
+            if kind == "sliding":
+                start = max(0, n - cdiv(self.windows[g] - 1, self.block_size_tokens))
+            blocks.extend([null] * start)
+            run = pool.cached_run(_mixed_keys(keys, start, n, mixes[g]))
+            blocks.extend(run)
+            for i in range(start + len(run), n):  # (none: every group hits all n, see above)
+                blk = pool.lookup(mixed_key(keys[i], mixes[g]))
+                blocks.append(null if blk is None else blk)
         return PrefixHit(n * self.block_size_tokens, tuple(blocks))
 
     def _sliding_hit(self, keys: vec[i64], group: int, max_blocks: int) -> int:
@@ -515,7 +526,7 @@ class HybridPagedAllocator(Allocator):
 
     def decode_group_slots(
         self, request: Request, length: int, computed: int | None = None
-    ) -> list[int]:
+    ) -> vec[i64]:
         """``kind_slots`` plus each kind's growth per later step: an attention group's token
         states grow by one; a sliding group's outside-window slots by one once the first
         token it still needs (``num_computed_tokens - W + 1``) has reached its first held
@@ -525,7 +536,7 @@ class HybridPagedAllocator(Allocator):
         needed = computed - self._window + 1
         kinds, slots = self.kind_order, self._slots_at(request, computed, length)
         rec = self._records[request]
-        out = [0] * (6 * len(kinds))  # (filled by index: no list a kind)
+        out = self._no_group_slots[0 : 6 * len(kinds)]  # (a copy, filled by index)
         for k in range(len(kinds)):
             kind, j = kinds[k], 6 * k
             out[j], out[j + 1] = slots[4 * k], slots[4 * k + 1]

@@ -431,7 +431,7 @@ class DecodeCohort:
             self.sum_internal += width * (max(held - final, 0) - max(member.held - final, 0))
         member.held = held
 
-    def set_group_slots(self, member: Member, values: list[int], clock: int) -> None:
+    def set_group_slots(self, member: Member, values: vec[i64], clock: int) -> None:
         """A member of a pool of several groups has the per-kind slots ``values``
         (``Allocator.decode_group_slots``) in the step recorded at ``clock``."""
         groups = self.groups

@@ -32,7 +32,7 @@ from kvsim.core.scheduler.plan import LazySpan
 from kvsim.workload.request import Request
 
 
-def _add_slots(totals: list[int], slots: list[int]) -> None:
+def _add_slots(totals: list[int], slots: vec[i64]) -> None:
     """Add ``Allocator.decode_group_slots`` values (six a kind) into per-kind totals (four a
     kind: held, token states, outside the window, internal)."""
     for i in range(len(totals)):

@@ -44,7 +44,7 @@ class GroupSums:
         self.sums: vec[i64] = vec[i64]([0] * (WIDTH * len(kind_counts)))
 
     @staticmethod
-    def contribution(values: list[int], clock: int) -> vec[i64]:
+    def contribution(values: vec[i64], clock: int) -> vec[i64]:
         """A member's contribution from ``Allocator.decode_group_slots`` values (per kind:
         held, token states, outside, internal, token growth, outside growth) that hold in the
         step whose slots are recorded at cohort clock ``clock``."""
