@@ -206,7 +206,9 @@ class HybridPagedAllocator(Allocator):
         self._cap_of = vec[i64](caps)
         self._state_of = vec[i64]([1 if kind == "state" else 0 for kind in self.kinds])
         self._sliding_of = vec[i64]([1 if kind == "sliding" else 0 for kind in self.kinds])
-        self._group_zeros = vec[i64]([0] * len(self.kinds))
+        # ``_plan``'s two answers, reused (each caller reads them before the next plan)
+        self._plan_new = vec[i64]([0] * len(self.kinds))
+        self._plan_skip = vec[i64]([0] * len(self.kinds))
         self._state_blocks = kv_groups.state_blocks_per_request
         # groups of one kind hold the same positions (one window, one computed count): each
         # kind's first group stands for the others in the per-step accounting
@@ -388,7 +390,8 @@ class HybridPagedAllocator(Allocator):
         """``(new blocks per group, leading blocks each group frees, net blocks taken, new
         blocks in all)`` of ``allocate(request, num_tokens, hit)`` (``rec``: the request's
         record, ``None`` before its admission); ``capped``: a sliding group needs at most its
-        admission cap (``can_fit_sequence``). Pure (packed vectors: no int object a group)."""
+        admission cap (``can_fit_sequence``). Pure but for its two vectors, which the next call
+        rewrites (packed: no int object a group)."""
         b = self.block_size_tokens
         tables: list[vec[i64]] | None = None
         first_live: list[int] | None = None
@@ -400,8 +403,7 @@ class HybridPagedAllocator(Allocator):
         required_all = cdiv(num_tokens, b)
         windows, caps, is_state = self._window_of, self._cap_of, self._state_of
         ref = self.pool.ref_cnt
-        new = self._group_zeros[0 : len(windows)]
-        skip_to = self._group_zeros[0 : len(windows)]
+        new, skip_to = self._plan_new, self._plan_skip
         net = total = 0
         last_window, last_skip = -1, 0  # (every sliding group has one window: computed once)
         for g in range(len(windows)):
@@ -411,6 +413,7 @@ class HybridPagedAllocator(Allocator):
             if is_state[g]:
                 n = self._state_blocks if have == 0 else 0
                 new[g] = n
+                skip_to[g] = 0
                 net += n
                 total += n
                 continue
