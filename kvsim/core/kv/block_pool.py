@@ -254,7 +254,8 @@ class BlockPool:
             pass
         elif self._num_stale == 0:  # fast path: every entry from the head on is live (one copy)
             rest = end - len(out)
-            out = extend(out, queue[head : head + rest])
+            run = queue[head : head + rest]
+            out = extend(out, run) if len(out) else run  # (a new table: the slice, one copy)
             head += rest
         else:
             stale = self._stale

@@ -392,20 +392,25 @@ class HybridPagedAllocator(Allocator):
         record, ``None`` before its admission); ``capped``: a sliding group needs at most its
         admission cap (``can_fit_sequence``). Pure but for its two vectors, which the next call
         rewrites (packed: no int object a group)."""
-        b = self.block_size_tokens
+        # (machine integers throughout: no tagged check or int object a group)
+        b: i64 = self.block_size_tokens
         tables: list[vec[i64]] | None = None
         first_live: list[int] | None = None
-        computed = hit.num_tokens
+        computed: i64 = hit.num_tokens
         if rec is not None:
             tables, first_live = rec.tables, rec.first_live
             computed = request.num_computed_tokens
-        n_hit = hit.num_tokens // b
-        required_all = cdiv(num_tokens, b)
+        n_hit: i64 = hit.num_tokens // b
+        required_all: i64 = -(num_tokens // -b)  # (cdiv)
         windows, caps, is_state = self._window_of, self._cap_of, self._state_of
         ref = self.pool.ref_cnt
         new, skip_to = self._plan_new, self._plan_skip
-        net = total = 0
-        last_window, last_skip = -1, 0  # (every sliding group has one window: computed once)
+        net: i64 = 0
+        total: i64 = 0
+        last_window: i64 = -1  # (every sliding group has one window: its skip computed once)
+        last_skip: i64 = 0
+        skip: i64 = 0
+        n: i64 = 0
         for g in range(len(windows)):
             have: i64 = n_hit  # (a machine integer either way: no int object a group)
             if tables is not None:
@@ -417,11 +422,12 @@ class HybridPagedAllocator(Allocator):
                 net += n
                 total += n
                 continue
-            window, skip = windows[g], 0
+            window = windows[g]
+            skip = 0
             if window:
                 if window != last_window:
                     last_window = window
-                    last_skip = sliding_skipped_blocks(computed, window, b)
+                    last_skip = max(0, computed - window + 1) // b  # (sliding_skipped_blocks)
                 skip = last_skip
             required = required_all
             if capped and caps[g]:
