@@ -611,6 +611,12 @@ class RadixAllocator(Allocator):
         held = self.protected_tokens
         return AllocatorStats(self.capacity_tokens, held, 0, self.num_free_tokens, len(self.live))
 
+    @property
+    def overhead_slots(self) -> int:
+        """``stats``' overhead, none: every slot is a live request's, cached or free (the
+        recorder reads it each event without building ``stats``)."""
+        return 0
+
     def prefix_cache_summary(self) -> dict[str, Any]:
         """SGLang/vLLM-style counters for the run summary (tokens, bytes)."""
         counters = prefix_cache_counters(
