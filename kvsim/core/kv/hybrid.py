@@ -87,11 +87,11 @@ def _mixed_keys(keys: vec[i64], start: i64, stop: i64, mix: i64) -> vec[i64]:
     of each, in a new packed vector)."""
     out = keys[start:stop]  # (a copy, rewritten in place)
     for i in range(len(out)):
-        out[i] = (out[i] ^ mix) & _KEY_MASK
+        out[i] = mixed_key(out[i], mix)
     return out
 
 
-def sliding_skipped_blocks(num_computed_tokens: int, window: int, block_size: int) -> int:
+def sliding_skipped_blocks(num_computed_tokens: i64, window: i64, block_size: i64) -> i64:
     """Leading blocks a sliding-window group no longer needs: those whose tokens all precede
     ``num_computed_tokens - window + 1`` (vLLM ``SlidingWindowManager.get_num_skipped_tokens``)."""
     return max(0, num_computed_tokens - window + 1) // block_size
@@ -401,7 +401,7 @@ class HybridPagedAllocator(Allocator):
             tables, first_live = rec.tables, rec.first_live
             computed = request.num_computed_tokens
         n_hit: i64 = hit.num_tokens // b
-        required_all: i64 = -(num_tokens // -b)  # (cdiv)
+        required_all: i64 = cdiv(num_tokens, b)
         windows, caps, is_state = self._window_of, self._cap_of, self._state_of
         ref = self.pool.ref_cnt
         new, skip_to = self._plan_new, self._plan_skip
@@ -427,7 +427,7 @@ class HybridPagedAllocator(Allocator):
             if window:
                 if window != last_window:
                     last_window = window
-                    last_skip = max(0, computed - window + 1) // b  # (sliding_skipped_blocks)
+                    last_skip = sliding_skipped_blocks(computed, window, b)
                 skip = last_skip
             required = required_all
             if capped and caps[g]:

@@ -140,34 +140,36 @@ class TierAccess:
         """Grow the vectors to hold block indices below ``span`` (one growth for a store's
         blocks rather than one a block)."""
         if (span + 31) >> 5 > len(self.seen):
-            self.seen = _grown(self.seen, (span + 31) >> 5, 0)
+            self.seen = grown(self.seen, (span + 31) >> 5, 0)
         if span > len(self.keys):
-            self.keys = _grown(self.keys, span, 0)
-            self.slots = _grown(self.slots, span, -1)
+            self.keys = grown(self.keys, span, 0)
+            self.slots = grown(self.slots, span, -1)
 
     def first_seen(self, index: i64, key: i64) -> bool:
         """Record block ``index``, of key ``key``; whether it is the first time."""
         word = index >> 5
         if word >= len(self.seen):
-            self.seen = _grown(self.seen, word + 1, 0)
+            self.seen = grown(self.seen, word + 1, 0)
         seen = self.seen
         bit: i64 = 1 << (index & 31)
         if seen[word] & bit:
             return False
         seen[word] = seen[word] | bit
         if index >= len(self.keys):
-            self.keys = _grown(self.keys, index + 1, 0)
-            self.slots = _grown(self.slots, index + 1, -1)
+            self.keys = grown(self.keys, index + 1, 0)
+            self.slots = grown(self.slots, index + 1, -1)
         self.keys[index] = key
         if index >= self.span:
             self.span = index + 1
         return True
 
 
-def _grown(values: vec[i64], length: i64, fill: i64) -> vec[i64]:
-    """``values`` grown to at least ``length`` entries, and at least twice its length (a
-    request's stores grow it step after step: a few copies a request, not one a block), the
-    new ones ``fill``."""
+def grown(values: vec[i64], length: i64, fill: i64) -> vec[i64]:
+    """``values`` if it has ``length`` entries, else grown to at least ``length`` and at least
+    twice its length (a request's stores grow it step after step: a few copies a request, not
+    one a block), the new ones ``fill``."""
+    if len(values) >= length:
+        return values
     more = max(length, 2 * len(values)) - len(values)
     return extend(values, vec[i64]([fill] * more))
 

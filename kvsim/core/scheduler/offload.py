@@ -63,7 +63,7 @@ from mypy_extensions import i64
 
 from kvsim.core.kv.base import hit_rate
 from kvsim.core.kv.disk_tier import DiskTier
-from kvsim.core.kv.offload import CpuTier, HeldRun, TierAccess, TransferLink
+from kvsim.core.kv.offload import CpuTier, HeldRun, TierAccess, TransferLink, grown
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
 
@@ -212,24 +212,17 @@ class OffloadConnector:
             if not disk.readable(keys[run_end], now):
                 break
             run_end += 1
-        at = vec[i64]()  # (the block indices promoted)
         if cpu_block_after:  # a promotion may evict that block first, so one at a time
             promoted, end, shielded, at = self._promote_each(request, begin, shielded)
         else:
             promoted, end = self._promote_run(request, begin, run_end, shielded)
-            for i in range(begin, begin + len(promoted)):
-                at = append(at, i)
+            at = vec[i64](range(begin, begin + len(promoted)))  # (the block indices promoted)
         tier.unshield(shielded)
         if not len(promoted):
             return False
         self._awaiting[request.req_id] = keys[first:end]  # (a copy: the lookup's keys change)
-        flags = self._promoted_for.get(request.req_id)
-        if flags is None or len(flags) < end:
-            grown = vec[i64]([0] * end)  # (indices below ``end``)
-            if flags is not None:
-                for i in range(len(flags)):
-                    grown[i] = flags[i]
-            flags = self._promoted_for[request.req_id] = grown
+        flags = grown(self._promoted_for.get(request.req_id, vec[i64]()), end, 0)
+        self._promoted_for[request.req_id] = flags
         for i in at:
             flags[i] = 1
         disk.read(promoted)
