@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from librt.vecs import append, vec
+from librt.vecs import append, extend, vec
 from mypy_extensions import i64
 
 from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell, warm_homes
@@ -59,21 +59,23 @@ class DiskTier:
         self._num_held: i64 = 0
         self._cells: vec[i64] = empty_cells(0)  # cell i: key at 2i, slot at 2i+1
         self._mask: i64 = len(self._cells) // 2 - 1  # (cells - 1, at most half full)
-        # per slot (slot 0 the list's head; slots 1.. grow up to num_blocks): its key, its
-        # key's cell, when its write ends (s), how many times it was freed, its neighbours in
-        # the recency list
+        # per slot (slot 0 the list's head; slots 1.. up to num_blocks, the first
+        # ``_num_slots`` used, the vectors grown by doubling): its key, its key's cell, when its
+        # write ends (s), the write making it (an index into the write queue, while writing),
+        # its neighbours in the recency list
+        self._num_slots: i64 = 1
         self._key: vec[i64] = vec[i64]([0])
         self._cell: vec[i64] = vec[i64]([EMPTY])
         self._ready: vec[float] = vec[float]([0.0])
-        self._reuse: vec[i64] = vec[i64]([0])
+        self._write_of: vec[i64] = vec[i64]([0])
         self._prev: vec[i64] = vec[i64]([_LIST])
         self._next: vec[i64] = vec[i64]([_LIST])
-        # writes of new blocks not settled, in the order they end: when, the slot, its
-        # ``_reuse`` then (an entry whose slot was freed since is stale)
+        # writes not settled, one entry a ``write`` call with new blocks, in the order they
+        # end: when, and how many of its blocks are still held
         self._write_end: vec[float] = vec[float]()
-        self._write_slot: vec[i64] = vec[i64]()
-        self._write_reuse: vec[i64] = vec[i64]()
+        self._write_count: vec[i64] = vec[i64]()
         self._write_head: i64 = 0  # entries before it are settled
+        self._write_base: i64 = 0  # the queue index of ``_write_end[0]`` (the settled dropped)
         self._settled_s = -1.0  # the latest ``now_s`` settled: entries ending by it are gone
         self._num_writing: i64 = 0  # held blocks whose write had not ended at ``_settled_s``
         self.num_written_blocks = 0  # cumulative: blocks written (rewrites included)
@@ -120,6 +122,13 @@ class DiskTier:
         self.num_written_blocks += len(keys)
         self._sink ^= warm_homes(self._cells, self._mask, keys, 0, len(keys))
         self._sink ^= self._warm_victims(len(keys) - (self.num_blocks - self._num_held))
+        # this write's entry, made first: one of its blocks may be evicted by a later one
+        write: i64 = self._write_base + len(self._write_end)
+        writing = ready_s > self._settled_s  # (else a store made for an earlier step of a
+        if writing:  # span: written already)
+            self._write_end = append(self._write_end, ready_s)
+            self._write_count = append(self._write_count, 0)
+        num_new: i64 = 0
         for key in keys:
             slot = self._find(key)
             if slot >= 0:
@@ -129,26 +138,34 @@ class DiskTier:
             if self._num_held >= self.num_blocks:
                 slot = self._evict_least_recent()
             else:
-                slot = len(self._key)
-                self._key = append(self._key, key)
-                self._cell = append(self._cell, EMPTY)
-                self._ready = append(self._ready, ready_s)
-                self._reuse = append(self._reuse, 0)
-                self._prev = append(self._prev, _LIST)
-                self._next = append(self._next, _LIST)
+                slot = self._new_slot()
                 if 2 * (self._num_held + 1) > self._mask + 1:
                     self._rehash(self._num_held + 1)
             self._key[slot] = key
             self._cell[slot] = insert_new(self._cells, self._mask, key, slot)
             self._ready[slot] = ready_s
+            self._write_of[slot] = write
             self._link_last(slot)
             self._num_held += 1
-            if ready_s <= self._settled_s:
-                continue  # (a store made for an earlier step of a span: written already)
-            self._num_writing += 1
-            self._write_end = append(self._write_end, ready_s)
-            self._write_slot = append(self._write_slot, slot)
-            self._write_reuse = append(self._write_reuse, self._reuse[slot])
+            num_new += 1
+        if writing:  # (those of its blocks it evicted itself were taken off already)
+            self._num_writing += num_new
+            self._write_count[write - self._write_base] += num_new
+
+    def _new_slot(self) -> i64:
+        """A slot never used yet (the vectors doubled, in one copy each, when full)."""
+        slot = self._num_slots
+        if slot == len(self._key):
+            more = min(len(self._key), self.num_blocks + 1 - len(self._key))
+            zeros = vec[i64]([0] * more)
+            self._key = extend(self._key, zeros)
+            self._cell = extend(self._cell, zeros)
+            self._ready = extend(self._ready, vec[float]([0.0] * more))
+            self._write_of = extend(self._write_of, zeros)
+            self._prev = extend(self._prev, zeros)
+            self._next = extend(self._next, zeros)
+        self._num_slots = slot + 1
+        return slot
 
     def _warm_victims(self, count: i64) -> i64:
         """Read the key map cells of the ``count`` least recent blocks, those a write of new
@@ -169,9 +186,10 @@ class DiskTier:
         self._unlink(slot)
         remove_cell(self._cells, self._mask, self._cell[slot], self._cell)
         self._cell[slot] = EMPTY
-        if self._ready[slot] > self._settled_s:  # (still writing: uncounted now)
+        if self._ready[slot] > self._settled_s:  # (still writing: uncounted now, and by its write)
             self._num_writing -= 1
-        self._reuse[slot] += 1  # (its write's entry is stale now)
+            write = self._write_of[slot] - self._write_base
+            self._write_count[write] -= 1
         self._num_held -= 1
         self.num_evicted_blocks += 1
         return slot
@@ -195,7 +213,7 @@ class DiskTier:
         self._cells = empty_cells(num_keys)
         self._mask = len(self._cells) // 2 - 1
         cells, cell_of, key_of = self._cells, self._cell, self._key
-        for slot in range(1, len(key_of)):
+        for slot in range(1, self._num_slots):
             if cell_of[slot] != EMPTY:
                 cell_of[slot] = insert_new(cells, self._mask, key_of[slot], slot)
 
@@ -224,15 +242,14 @@ class DiskTier:
         if now_s <= self._settled_s:
             return
         self._settled_s = now_s
-        head, end = self._write_head, self._write_end
+        head, end, count = self._write_head, self._write_end, self._write_count
         while head < len(end) and end[head] <= now_s:
-            if self._reuse[self._write_slot[head]] == self._write_reuse[head]:
-                self._num_writing -= 1
+            self._num_writing -= count[head]
             head += 1
-        if head >= 65536 and 2 * head >= len(end):  # drop the settled half: one copy
+        if head >= 4096 and 2 * head >= len(end):  # drop the settled half: one copy
             self._write_end = end[head:]
-            self._write_slot = self._write_slot[head:]
-            self._write_reuse = self._write_reuse[head:]
+            self._write_count = count[head:]
+            self._write_base += head
             head = 0
         self._write_head = head
 

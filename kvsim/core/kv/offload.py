@@ -125,6 +125,11 @@ class TierAccess:
             hint ``CpuTier.finish`` checks (a slot's key) before it probes the key map.
         mapped: its private blocks are in the key map (``CpuTier.map_private``).
         finished: ``CpuTier.finish`` committed its accesses (it records none after).
+        pending: bit ``i`` set where block ``i``'s slot (its hint) may be evictable at the
+            request's rank ``(r, -(i + 1))``: its eviction entry (32 bits a word; a bit whose
+            slot has left that state is stale, cleared when eviction reaches it).
+        pending_top: every set bit of ``pending`` is below it.
+        num_pending: bits set in ``pending``.
     """
 
     def __init__(self) -> None:
@@ -135,6 +140,31 @@ class TierAccess:
         self.slots: vec[i64] = vec[i64]()
         self.mapped = False
         self.finished = False
+        self.pending: vec[i64] = vec[i64]()
+        self.pending_top: i64 = 0
+        self.num_pending: i64 = 0
+
+    def top_pending(self) -> i64:
+        """The highest block index with its pending bit set (``pending_top`` lowered to it
+        plus one), or -1 when none is."""
+        pending = self.pending
+        i = self.pending_top - 1
+        while i >= 0:
+            word = pending[i >> 5]
+            if not word:
+                i = ((i >> 5) << 5) - 1  # (the word below's last bit)
+                continue
+            if word & (1 << (i & 31)):
+                break
+            i -= 1
+        self.pending_top = i + 1
+        return i
+
+    def clear_pending(self, index: i64) -> None:
+        """Clear block ``index``'s pending bit (set)."""
+        word = index >> 5
+        self.pending[word] = self.pending[word] & ~(1 << (index & 31))
+        self.num_pending -= 1
 
     def reserve(self, span: i64) -> None:
         """Grow the vectors to hold block indices below ``span`` (one growth for a store's
@@ -164,6 +194,12 @@ class TierAccess:
         return True
 
 
+def pending_bit(access: TierAccess, index: i64) -> bool:
+    """Whether block ``index``'s pending bit is set (``TierAccess.pending``)."""
+    word = index >> 5
+    return word < len(access.pending) and bool(access.pending[word] >> (index & 31) & 1)
+
+
 def grown(values: vec[i64], length: i64, fill: i64) -> vec[i64]:
     """``values`` if it has ``length`` entries, else grown to at least ``length`` and at least
     twice its length (a request's stores grow it step after step: a few copies a request, not
@@ -171,7 +207,20 @@ def grown(values: vec[i64], length: i64, fill: i64) -> vec[i64]:
     if len(values) >= length:
         return values
     more = max(length, 2 * len(values)) - len(values)
-    return extend(values, vec[i64]([fill] * more))
+    return extend(values, _filled(fill, more))
+
+
+_FILLED: dict[int, vec[i64]] = {}  # fill -> a vector of it that ``_filled`` slices
+
+
+def _filled(fill: i64, n: i64) -> vec[i64]:
+    """A new vector of ``n`` entries ``fill``: a slice of a kept one (one copy, where building
+    it from a list converts an int object an entry)."""
+    kept = _FILLED.get(fill)
+    if kept is None or len(kept) < n:
+        kept = vec[i64]([fill] * max(n, 2 * (len(kept) if kept is not None else 0), 1024))
+        _FILLED[fill] = kept
+    return kept[0:n]
 
 
 class HeldRun:
@@ -240,23 +289,29 @@ class CpuTier:
     held key has a *slot*; a slot's key, cell, ready time, reference count, rank and whether it
     is evictable (stored, no load reading it) are vector entries. Keys map to slots by open
     addressing with linear probing (``kvsim.core.kv.keymap``: at most half full; an evicted key
-    leaves no tombstone). The evictable slots' ``(rank, slot)`` entries (ordered by rank: no two
-    held blocks share one) sit in a queue or a heap, with lazy invalidation as vLLM's single heap:
-    an entry is current while its slot is evictable at that rank; a re-ranked or pinned slot
-    leaves its old entry behind, skipped when popped, and both are rebuilt from their current
-    entries once they hold twice as many as there are evictable slots (O(1) amortised per
-    entry). An entry ranking no lower than the queue's last one joins the queue's end (a
-    committed rank, the counter's newest, always does), any other the 4-ary heap
-    (``_heap_rank``, ``_heap_slot``); eviction pops the lesser of the queue's front and the
-    heap's top. The heap then holds the running requests' blocks alone, and the far larger
-    rest leaves from the queue's front in O(1).
+    leaves no tombstone). Eviction takes the least rank (no two held blocks share one), and
+    every evictable slot has an entry saying where it is, with lazy invalidation as vLLM's single
+    heap: an entry is current while its slot is evictable at that rank; a re-ranked or pinned
+    slot leaves its old entry behind, skipped when reached.
+
+    - **A committed rank** ``(n, 0)`` (a finished request's block) joins a queue's end when it
+      ranks no lower than the queue's last entry (the counter's newest always does), else a
+      4-ary heap (``_heap_rank``, ``_heap_slot``; a block made evictable again after a load);
+      both are rebuilt from their current entries once they hold twice as many as there are
+      evictable slots (O(1) amortised per entry).
+    - **A running request's rank** ``(r, -p)``: the request's ``pending`` bit for block ``p - 1``
+      (``TierAccess``), its slot named by the request's hint. A request's blocks are contiguous
+      in rank order (one counter number ``r``), tails first: eviction reads the highest pending
+      bit of the awake request of least rank with one (``_least``), no heap entry a block.
+
+    Eviction takes the least of the queue's front, the heap's top and that bit.
 
     **Asleep requests.** Most running requests finish, and re-rank their blocks into the queue,
     before eviction reaches their rank: a running request's blocks get no entry at all while it
-    is *asleep*. Requests wake in rank order (``_wake``): before each pop, every asleep request
-    whose number ``r`` could rank a block below the least entry (``r << 24`` below it) gets
-    entries for its evictable blocks, found by its hints (``TierAccess.slots``); from then on
-    its blocks are pushed as they change. Eviction takes the same blocks in the same order; a
+    is *asleep*. Requests wake in rank order (``_wake``): before a pop, every asleep request
+    whose number ``r`` could rank a block below the least entry (``r << 24`` below it) gets the
+    pending bits of its evictable blocks, found by its hints (``TierAccess.slots``); from then on
+    its bits are set as its blocks change. Eviction takes the same blocks in the same order; a
     block's entry is only made when a pop could need it.
 
     **Private blocks.** A block no other request can name (past the request's
@@ -269,8 +324,9 @@ class CpuTier:
 
     Invariants (``check_invariants``): ``free + storing + stored + loading == num_blocks`` at any
     time; a loading block is stored (ready) and its reference count is positive; every
-    evictable slot has a current entry unless its rank is an asleep request's, whose hint then
-    names it.
+    evictable slot has a current entry: in the queue or the heap for a committed rank, else its
+    request's pending bit if the request is awake; a running rank's slot is named by its
+    request's hint.
 
     Args:
         num_blocks: blocks the tier holds (``kvsim.config.offload.cpu_tier_blocks``).
@@ -289,6 +345,8 @@ class CpuTier:
         self._ref_cnt: vec[i32] = vec[i32]()  # slot -> loads reading it
         self._rank: vec[i64] = vec[i64]()  # slot -> its rank (``rank_value``)
         self._state: vec[u8] = vec[u8]()  # slot -> EVICTABLE | IN_HEAP | ... bits
+        # slot -> the request whose rank a running rank ``(r, -p)`` is (read only then)
+        self._owner: list[TierAccess] = []
         self._free_slots: vec[i64] = vec[i64]()  # slots given back by evictions
         self._heap_rank: vec[i64] = vec[i64]()  # heap entries: rank ...
         self._heap_slot: vec[i64] = vec[i64]()  # ... and slot
@@ -297,13 +355,22 @@ class CpuTier:
         self._queue_head: i64 = 0  # the queue's entries before it are popped
         self._heap_live: i64 = 0  # current entries in the heap (slots with IN_HEAP set)
         self._next_rank: i64 = 0  # vLLM ``LRUCachePolicy._next_rank``
-        # running requests with a rank, in rank order (from ``_asleep_head``; finished ones
-        # are skipped), and the rank below which every one is awake (``_wake``)
+        # running requests with a rank, in rank order: asleep (from ``_asleep_head``) and
+        # awake (from ``_awake_head``; finished ones are skipped and dropped); the rank below
+        # which every one is awake, and a rank value no asleep request's block is below
         self._asleep: list[TierAccess] = []
         self._asleep_head: i64 = 0
         self._num_asleep: i64 = 0  # unfinished requests from ``_asleep_head`` on
+        self._awake: list[TierAccess] = []
+        self._awake_head: i64 = 0
+        self._num_awake: i64 = 0  # unfinished requests from ``_awake_head`` on
         self._awake_below: i64 = 0
-        self._wake_at: i64 = _NO_RANK  # no rank value below it is asleep (``_wake``)
+        self._wake_at: i64 = _NO_RANK
+        # when ``_least_known``: the awake request of least rank with a pending bit (``None``:
+        # none has one) and its highest bit's rank value
+        self._least: TierAccess | None = None
+        self._least_value: i64 = _NO_RANK
+        self._least_known = True
         self._num_loading: i64 = 0  # slots with loads reading them
         self._num_load_starts: i64 = 0  # cumulative: ``prepare_load`` calls (``HeldRun``)
         self._watched: HeldRun | None = None  # the last run ``held_run`` was given
@@ -470,7 +537,7 @@ class CpuTier:
 
     def _wake(self, below: i64) -> None:
         """Wake every asleep request whose blocks could rank below ``below`` (a rank value):
-        each evictable block it ranks gets its entry, so that eviction sees it."""
+        each evictable block it ranks gets its pending bit, so that eviction sees it."""
         if self._wake_at >= below:
             return
         asleep = self._asleep
@@ -484,16 +551,18 @@ class CpuTier:
                     break
                 self._awake_below = access.rank + 1
                 self._num_asleep -= 1
-                self._push_ranked(access)
+                self._awake.append(access)
+                self._num_awake += 1
+                self._mark_ranked(access)
             head += 1
         if head >= 1024 and 2 * head >= len(asleep):
             self._asleep = asleep[head:]
             head = 0
         self._asleep_head = head
 
-    def _push_ranked(self, access: TierAccess) -> None:
-        """Give an entry to each evictable block the (just woken) request ranks: the slot its
-        hint names, if its rank is still the request's at that position."""
+    def _mark_ranked(self, access: TierAccess) -> None:
+        """Set the pending bit of each evictable block the (just woken) request ranks: the slot
+        its hint names, if its rank is still the request's at that position."""
         seen, keys, hints = access.seen, access.keys, access.slots
         key_of, cell, rank, state = self._key, self._cell, self._rank, self._state
         for index in range(access.span - 1, -1, -1):
@@ -504,10 +573,56 @@ class CpuTier:
                 and cell[slot] != FREE
                 and key_of[slot] == keys[index]
                 and state[slot] & EVICTABLE
+                and rank[slot] == (access.rank << _POSITION_BITS) | (_POSITION_TOP - index - 1)
             ):
-                value = rank_value(access.rank, index + 1)
-                if rank[slot] == value:
-                    self._push(value, slot)
+                self._mark_pending(access, index)
+
+    def _mark_pending(self, access: TierAccess, index: i64) -> None:
+        """Block ``index`` of the running request ``access`` is evictable at the request's rank
+        for it: its pending bit is its entry."""
+        word = index >> 5
+        if word >= len(access.pending):
+            access.pending = grown(access.pending, word + 1, 0)
+        pending = access.pending
+        bit: i64 = 1 << (index & 31)
+        if pending[word] & bit:
+            return
+        pending[word] = pending[word] | bit
+        access.num_pending += 1
+        if index >= access.pending_top:
+            access.pending_top = index + 1
+        if self._least_known:
+            value = (access.rank << _POSITION_BITS) | (_POSITION_TOP - (index + 1))
+            if value < self._least_value:  # (the least request's, or one of lesser rank)
+                self._least, self._least_value = access, value
+
+    def _least_pending(self) -> i64:
+        """The rank value of the least awake request's highest pending bit (``_least``),
+        ``_NO_RANK`` when no request has one."""
+        if self._least_known:
+            return self._least_value
+        running = self._awake
+        head = self._awake_head
+        least: TierAccess | None = None
+        value: i64 = _NO_RANK
+        i = head
+        while i < len(running):
+            access = running[i]
+            if access.finished and i == head:
+                head += 1  # (a finished request leaves from the front)
+            elif access.num_pending:
+                least = access
+                value = (access.rank << _POSITION_BITS) | (
+                    _POSITION_TOP - (access.top_pending() + 1)
+                )
+                break
+            i += 1
+        if head >= 1024 and 2 * head >= len(running):
+            self._awake = running[head:]
+            head = 0
+        self._awake_head = head
+        self._least, self._least_value, self._least_known = least, value, True
+        return value
 
     def _record(self, access: TierAccess, index: i64, key: i64, slot: i64) -> None:
         """The request's access to block ``index`` of key ``key`` (held in ``slot``, or -1):
@@ -519,6 +634,7 @@ class CpuTier:
         value = rank_value(self._request_rank(access), index + 1)
         if slot >= 0 and self._rank[slot] < value:
             self._rank[slot] = value
+            self._owner[slot] = access
             if self._state[slot] & EVICTABLE:
                 self._push(value, slot)
 
@@ -568,12 +684,21 @@ class CpuTier:
             self._rebuild_queue()
         access.span = 0
         access.seen, access.keys, access.slots = vec[i64](), vec[i64](), vec[i64]()
-        if access.rank and not access.finished and access.rank >= self._awake_below:
-            self._num_asleep -= 1  # (asleep: it leaves ``_asleep`` when passed or compacted)
+        access.pending, access.pending_top, access.num_pending = vec[i64](), 0, 0
+        if access is self._least:
+            self._least_known = False
+        if access.rank and not access.finished:  # (it leaves its list when passed or compacted)
+            if access.rank >= self._awake_below:
+                self._num_asleep -= 1
+            else:
+                self._num_awake -= 1
         access.finished = True
         if len(self._asleep) - self._asleep_head >= 2 * self._num_asleep + 1024:
             self._asleep = [a for a in self._asleep[self._asleep_head :] if not a.finished]
             self._asleep_head = 0
+        if len(self._awake) - self._awake_head >= 2 * self._num_awake + 1024:
+            self._awake = [a for a in self._awake[self._awake_head :] if not a.finished]
+            self._awake_head = 0
 
     # -- mutations ----------------------------------------------------------------------------
     def prepare_store(
@@ -663,7 +788,7 @@ class CpuTier:
                 cell[slot] = FREE  # (``_add`` takes it first: the victims, the last first)
             self._num_held -= need
             self.num_evicted_blocks += need
-        self._add(keys, new_at, self._request_rank(access), first_index, private_from, victims)
+        self._add(keys, new_at, access, first_index, private_from, victims)
         prepared, hints = self._prepared, access.slots  # (each offered index was recorded)
         for n in range(len(new_at)):
             hints[first_index + new_at[n]] = prepared[n]
@@ -678,14 +803,18 @@ class CpuTier:
         num_selected: i64 = 0
         deferred = vec[i64]()  # slots offered to this store, pushed back after
         while num_selected < need:
-            self._wake(self._least_entry())
-            if not self._num_entries():
+            source, value, slot = self._pop()
+            if source < 0:
                 break
-            from_heap, value, slot = self._pop()
+            if slot < 0:
+                continue  # (a pending bit whose hint names no slot holding its key: stale)
             flags = state[slot]
-            if not flags & EVICTABLE or rank[slot] != value or from_heap != (flags & IN_HEAP) >> 1:
+            if not flags & EVICTABLE or rank[slot] != value:
                 continue  # stale
-            self._unheap(slot)
+            if (source == 1 and not flags & IN_HEAP) or (source != 1 and flags & IN_HEAP):
+                continue  # stale: the slot's current entry is in the other container
+            if source == 1:
+                self._unheap(slot)
             state[slot] = state[slot] & NOT_EVICTABLE  # (its other entries are skipped too)
             if state[slot] & OFFERED:
                 deferred = append(deferred, slot)
@@ -708,19 +837,21 @@ class CpuTier:
         self,
         keys: vec[i64],
         new_at: vec[i64],
-        request_rank: i64,
+        access: TierAccess,
         first_index: i64,
         private_from: i64,
         reuse: vec[i64],
     ) -> None:
         """Hold ``keys[j]`` for each ``j`` of ``new_at`` (not held), storing, ranked
-        ``(request_rank, -(first_index + j + 1))`` (``LRUCachePolicy.insert``); those from
+        ``(r, -(first_index + j + 1))`` by the request ``access`` (``LRUCachePolicy.insert``);
+        those from
         block ``private_from`` on outside the key map. Slots come from ``reuse`` (just freed),
         its last first, then the free slots, the last freed first, then unused ones."""
         if 2 * (self._num_mapped + len(new_at)) > self._mask + 1:
             self._rehash(self._num_mapped + len(new_at))
         free_slots = self._free_slots
         key_of, cell, rank, state = self._key, self._cell, self._rank, self._state
+        owner, request_rank = self._owner, self._request_rank(access)
         prepared = self._zeros(len(new_at))
         num_reuse = len(reuse)
         if len(new_at):  # (the last position is the highest: the range is checked once)
@@ -737,12 +868,14 @@ class CpuTier:
                     free_slots, slot = pop(free_slots)
                 key_of[slot] = key
                 rank[slot] = value
+                owner[slot] = access
                 state[slot] = STORING  # (a free slot's other bits are clear)
             else:  # a slot never used yet
                 slot = len(key_of)
                 key_of = append(key_of, key)
                 cell = append(cell, 0)
                 rank = append(rank, value)
+                owner.append(access)
                 state = append(state, STORING)
                 self._ref_cnt = append(self._ref_cnt, 0)
             if first_index + j >= private_from:
@@ -936,7 +1069,7 @@ class CpuTier:
                     self._num_cascading_loading += 1
             elif ref_cnt[slot] == 0 and not flags & EVICTABLE:
                 if self._is_asleep(rank[slot]) and not flags & IN_HEAP:
-                    # an asleep request's: evictable, no entry until it wakes (``_push``)
+                    # an asleep request's: evictable, no entry until it wakes (``_wake``)
                     state[slot] = flags | EVICTABLE
                     self._num_evictable += 1
                 else:
@@ -950,12 +1083,17 @@ class CpuTier:
 
     # -- the queue and heap of evictable slots --------------------------------------------
     def _push(self, value: i64, slot: i64) -> None:
-        """Make ``(value, slot)`` the slot's current entry: at the queue's end if no entry there
-        ranks higher (a committed rank always does: the counter's newest), else in the heap.
-        A container holding twice its current entries is rebuilt."""
+        """Make ``(value, slot)`` the slot's current entry: a running request's rank its
+        pending bit; a committed one at the queue's end if no entry there ranks higher (the
+        counter's newest always does), else in the heap. A container holding twice its
+        current entries is rebuilt."""
         state = self._state
-        if self._is_asleep(value):  # no entry until its request wakes (``_wake``)
-            self._unheap(slot)
+        position = _POSITION_TOP - (value & _POSITION_TOP)
+        if position:  # (the slot's owner ranks it: ``_owner``)
+            if state[slot] & IN_HEAP:
+                self._unheap(slot)
+            if value >> _POSITION_BITS < self._awake_below:  # (asleep: no entry until it wakes)
+                self._mark_pending(self._owner[slot], position - 1)
             return
         qr = self._queue_rank
         if len(qr) == self._queue_head or qr[len(qr) - 1] <= value:
@@ -988,40 +1126,61 @@ class CpuTier:
             state[slot] = state[slot] & NOT_IN_HEAP
             self._heap_live -= 1
 
-    def _num_entries(self) -> int:
-        return len(self._heap_rank) + len(self._queue_rank) - self._queue_head
-
-    def _least_entry(self) -> i64:
-        """The least rank value among the queue's front and the heap's top (current or
-        stale), or ``_NO_RANK`` when both are empty."""
-        least: i64 = _NO_RANK
-        head, qr, hr = self._queue_head, self._queue_rank, self._heap_rank
-        if head < len(qr):
-            least = qr[head]
-        if len(hr) and hr[0] < least:
-            least = hr[0]
-        return least
-
     def _pop(self) -> tuple[i64, i64, i64]:
-        """The entry of least rank, the queue's front or the heap's top, removed:
-        ``(from_heap, rank, slot)``."""
+        """The entry of least rank removed: ``(source, rank, slot)``, ``source`` 0 for the
+        queue's front, 1 for the heap's top, 2 for the least running request's highest pending
+        bit (its hint's slot, -1 if that holds another key now), -1 when there is none."""
         head, qr = self._queue_head, self._queue_rank
         hr, hs = self._heap_rank, self._heap_slot
-        if head < len(qr) and (not len(hr) or qr[head] <= hr[0]):
-            value, slot = qr[head], self._queue_slot[head]
+        source: i64 = -1
+        least: i64 = _NO_RANK
+        if head < len(qr):
+            source, least = 0, qr[head]
+        if len(hr) and hr[0] < least:
+            source, least = 1, hr[0]
+        value = self._least_value
+        if not self._least_known:
+            value = self._least_pending()
+        if value < least:
+            source, least = 2, value
+        if self._wake_at < least:  # (an asleep request's block may rank below)
+            self._wake(least)
+            value = self._least_value
+            if not self._least_known:
+                value = self._least_pending()
+            if value < least:
+                source, least = 2, value
+        if source == 0:
+            slot = self._queue_slot[head]
             self._queue_head = head + 1
             if head >= 65536 and 2 * head >= len(qr):  # drop the popped half: one copy
                 self._queue_rank, self._queue_slot = qr[head + 1 :], self._queue_slot[head + 1 :]
                 self._queue_head = 0
-            return 0, value, slot
-        top_value, top_slot = hr[0], hs[0]
-        hr, value = pop(hr)
-        hs, slot = pop(hs)
-        if len(hr):
-            hr[0], hs[0] = value, slot
-            _sift_down(hr, hs, 0)
-        self._heap_rank, self._heap_slot = hr, hs
-        return 1, top_value, top_slot
+            return 0, least, slot
+        if source == 1:
+            slot = hs[0]
+            hr, value = pop(hr)
+            hs, last = pop(hs)
+            if len(hr):
+                hr[0], hs[0] = value, last
+                _sift_down(hr, hs, 0)
+            self._heap_rank, self._heap_slot = hr, hs
+            return 1, least, slot
+        access = self._least
+        if source == 2 and access is not None:
+            index = _POSITION_TOP - (least & _POSITION_TOP) - 1
+            access.clear_pending(index)
+            if access.num_pending:
+                self._least_value = (access.rank << _POSITION_BITS) | (
+                    _POSITION_TOP - (access.top_pending() + 1)
+                )
+            else:
+                self._least_known = False  # (a later request may have bits)
+            slot = access.slots[index]
+            if slot >= 0 and (self._cell[slot] == FREE or self._key[slot] != access.keys[index]):
+                slot = -1
+            return 2, least, slot
+        return -1, least, -1
 
     def _rebuild_queue(self) -> None:
         """Keep the queue's current entries, in order."""
@@ -1104,14 +1263,35 @@ class CpuTier:
         assert len(asleep) == self._num_asleep, f"{len(asleep)} asleep != {self._num_asleep}"
         assert all(a.rank >= self._awake_below for a in asleep), "an awake request asleep"
         assert all(a.rank << _POSITION_BITS >= self._wake_at for a in asleep), "wake too late"
-        owner = {a.rank: a for a in asleep}
+        assert all(not a.num_pending for a in asleep), "an asleep request with a pending bit"
+        awake = [a for a in self._awake[self._awake_head :] if not a.finished]
+        assert len(awake) == self._num_awake, f"{len(awake)} awake != {self._num_awake}"
+        assert all(a.rank < self._awake_below for a in awake), "an asleep request awake"
+        for access in awake:
+            pending = access.pending
+            bits = [i for i in range(32 * len(pending)) if pending[i >> 5] >> (i & 31) & 1]
+            assert len(bits) == access.num_pending, f"request {access.rank}: pending count"
+            assert all(i < access.pending_top for i in bits), f"request {access.rank}: pending top"
+        if self._least_known:
+            with_bits = [a for a in awake if a.num_pending]
+            least = min(with_bits, key=lambda a: a.rank) if with_bits else None
+            assert self._least is least, "the least awake request with a pending bit"
+            if least is not None:
+                pending = least.pending
+                top = max(i for i in range(32 * len(pending)) if pending[i >> 5] >> (i & 31) & 1)
+                assert self._least_value == rank_value(least.rank, top + 1), "its least bit"
         for slot in evictable:
             value = self._rank[slot]
-            if self._is_asleep(value):  # no entry: its request's hint finds it (``_wake``)
-                r, position = rank_pair(value)
-                assert not state[slot] & IN_HEAP, f"slot {slot}: asleep, in the heap"
-                assert r in owner, f"slot {slot}: ranked by request {r}, which is not asleep"
-                assert owner[r].slots[-position - 1] == slot, f"slot {slot}: its hint is lost"
+            r, position = rank_pair(value)
+            if position:  # a running request's: its hint names the slot, its bit is set if awake
+                access = self._owner[slot]
+                index = -position - 1
+                assert access.rank == r, f"slot {slot}: its owner is not request {r}"
+                assert not access.finished, f"slot {slot}: ranked by finished request {r}"
+                assert not state[slot] & IN_HEAP, f"slot {slot}: running rank, in the heap"
+                assert access.slots[index] == slot, f"slot {slot}: its hint is lost"
+                if r < self._awake_below:
+                    assert pending_bit(access, index), f"slot {slot}: awake, no pending bit"
                 continue
             entry = (value, slot)
             assert entry in (heap if state[slot] & IN_HEAP else queued), f"slot {slot}: no entry"
