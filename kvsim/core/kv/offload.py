@@ -726,6 +726,7 @@ class CpuTier:
         mapped_end = min(len(keys), max(0, private_from - first_index))
         self._sink ^= warm_homes(self._cells, self._mask, keys, 0, mapped_end)
         access.reserve(first_index + len(keys))
+        seen, access_keys, hints = access.seen, access.keys, access.slots
         offered = vec[i64]()  # the held slots offered (OFFERED until the eviction is done)
         new_at = self._zeros(len(keys))  # indices into keys of the keys the tier lacks ...
         num_new: i64 = 0  # ... its first num_new entries
@@ -739,9 +740,16 @@ class CpuTier:
             if slot < 0:
                 new_at[num_new] = j
                 num_new += 1
-                # ``_record`` of a block the tier lacks: nothing to rank yet
-                if access.first_seen(first_index + j, keys[j]):
-                    access.slots[first_index + j] = -1
+                # ``_record`` of a block the tier lacks (``TierAccess.first_seen``, the vectors
+                # reserved above): nothing to rank yet
+                index = first_index + j
+                word, bit = index >> 5, i64(1) << (index & 31)
+                if not seen[word] & bit:
+                    seen[word] = seen[word] | bit
+                    access_keys[index] = keys[j]
+                    hints[index] = -1
+                    if index >= access.span:
+                        access.span = index + 1
                     if access.rank == 0:
                         self._request_rank(access)
             else:
@@ -801,7 +809,8 @@ class CpuTier:
         rank, state = self._rank, self._state
         selected = self._zeros(need)
         num_selected: i64 = 0
-        deferred = vec[i64]()  # slots offered to this store, pushed back after
+        deferred = vec[i64]()  # slots offered to this store, pushed back after ...
+        requeued = vec[i64]()  # ... but those from the queue, back at its front (in order)
         while num_selected < need:
             source, value, slot = self._pop()
             if source < 0:
@@ -817,10 +826,15 @@ class CpuTier:
                 self._unheap(slot)
             state[slot] = state[slot] & NOT_EVICTABLE  # (its other entries are skipped too)
             if state[slot] & OFFERED:
-                deferred = append(deferred, slot)
+                if source == 0:
+                    requeued = append(requeued, slot)
+                else:
+                    deferred = append(deferred, slot)
             else:
                 selected[num_selected] = slot
                 num_selected += 1
+        if len(requeued):  # (first: the pushes below may join the queue's end)
+            self._requeue(requeued)
         for slot in deferred:
             state[slot] = state[slot] | EVICTABLE
             self._push(rank[slot], slot)
@@ -832,6 +846,31 @@ class CpuTier:
             return None
         self._num_evictable -= need
         return selected
+
+    def _requeue(self, slots: vec[i64]) -> None:
+        """Put ``slots``, popped from the queue's front in this order and not evicted, back at
+        its front, evictable: every entry left in the queue ranks above them, so the queue stays
+        in order (where the heap would take them one sift each)."""
+        state, rank = self._state, self._rank
+        for slot in slots:
+            state[slot] = state[slot] | EVICTABLE
+        num = len(slots)
+        head = self._queue_head
+        if head < num:  # (the popped entries were dropped meanwhile: one copy)
+            ranks = vec[i64](capacity=num)
+            for slot in slots:
+                ranks = append(ranks, rank[slot])
+            self._queue_rank = extend(ranks, self._queue_rank[head:])
+            self._queue_slot = extend(slots[0:num], self._queue_slot[head:])
+            self._queue_head = 0
+            return
+        head -= num
+        queue_rank, queue_slot = self._queue_rank, self._queue_slot
+        for i in range(num):
+            slot = slots[i]
+            queue_rank[head + i] = rank[slot]
+            queue_slot[head + i] = slot
+        self._queue_head = head
 
     def _add(
         self,
