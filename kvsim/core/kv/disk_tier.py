@@ -122,10 +122,11 @@ class DiskTier:
         self.num_written_blocks += len(keys)
         self._sink ^= warm_homes(self._cells, self._mask, keys, 0, len(keys))
         self._sink ^= self._warm_victims(len(keys) - (self.num_blocks - self._num_held))
-        # this write's entry, made first: one of its blocks may be evicted by a later one
+        # this write's entry, made first: one of its blocks may be evicted by a later one (none
+        # for a store made for an earlier step of a span: written already)
         write: i64 = self._write_base + len(self._write_end)
-        writing = ready_s > self._settled_s  # (else a store made for an earlier step of a
-        if writing:  # span: written already)
+        writing = ready_s > self._settled_s
+        if writing:
             self._write_end = append(self._write_end, ready_s)
             self._write_count = append(self._write_count, 0)
         num_new: i64 = 0

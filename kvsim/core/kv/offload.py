@@ -601,13 +601,13 @@ class CpuTier:
         ``_NO_RANK`` when no request has one."""
         if self._least_known:
             return self._least_value
-        running = self._awake
+        awake = self._awake
         head = self._awake_head
         least: TierAccess | None = None
         value: i64 = _NO_RANK
         i = head
-        while i < len(running):
-            access = running[i]
+        while i < len(awake):
+            access = awake[i]
             if access.finished and i == head:
                 head += 1  # (a finished request leaves from the front)
             elif access.num_pending:
@@ -617,8 +617,8 @@ class CpuTier:
                 )
                 break
             i += 1
-        if head >= 1024 and 2 * head >= len(running):
-            self._awake = running[head:]
+        if head >= 1024 and 2 * head >= len(awake):
+            self._awake = awake[head:]
             head = 0
         self._awake_head = head
         self._least, self._least_value, self._least_known = least, value, True
@@ -856,13 +856,9 @@ class CpuTier:
             state[slot] = state[slot] | EVICTABLE
         num = len(slots)
         head = self._queue_head
-        if head < num:  # (the popped entries were dropped meanwhile: one copy)
-            ranks = vec[i64](capacity=num)
+        if head < num:  # (the popped entries were dropped meanwhile: ``_pop``)
             for slot in slots:
-                ranks = append(ranks, rank[slot])
-            self._queue_rank = extend(ranks, self._queue_rank[head:])
-            self._queue_slot = extend(slots[0:num], self._queue_slot[head:])
-            self._queue_head = 0
+                self._push(rank[slot], slot)
             return
         head -= num
         queue_rank, queue_slot = self._queue_rank, self._queue_slot
