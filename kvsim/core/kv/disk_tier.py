@@ -37,6 +37,7 @@ from librt.vecs import append, extend, vec
 from mypy_extensions import i64
 
 from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell, warm_homes
+from kvsim.core.kv.offload import filled
 
 _LIST: Final = 0  # slot 0: the recency list's head (``_next[0]`` least recent, ``_prev[0]`` most)
 
@@ -158,7 +159,7 @@ class DiskTier:
         slot = self._num_slots
         if slot == len(self._key):
             more = min(len(self._key), self.num_blocks + 1 - len(self._key))
-            zeros = vec[i64]([0] * more)
+            zeros = filled(0, more)
             self._key = extend(self._key, zeros)
             self._cell = extend(self._cell, zeros)
             self._ready = extend(self._ready, vec[float]([0.0] * more))

@@ -207,13 +207,13 @@ def grown(values: vec[i64], length: i64, fill: i64) -> vec[i64]:
     if len(values) >= length:
         return values
     more = max(length, 2 * len(values)) - len(values)
-    return extend(values, _filled(fill, more))
+    return extend(values, filled(fill, more))
 
 
-_FILLED: dict[int, vec[i64]] = {}  # fill -> a vector of it that ``_filled`` slices
+_FILLED: dict[int, vec[i64]] = {}  # fill -> a vector of it that ``filled`` slices
 
 
-def _filled(fill: i64, n: i64) -> vec[i64]:
+def filled(fill: i64, n: i64) -> vec[i64]:
     """A new vector of ``n`` entries ``fill``: a slice of a kept one (one copy, where building
     it from a list converts an int object an entry)."""
     kept = _FILLED.get(fill)
@@ -1303,8 +1303,7 @@ class CpuTier:
         assert len(awake) == self._num_awake, f"{len(awake)} awake != {self._num_awake}"
         assert all(a.rank < self._awake_below for a in awake), "an asleep request awake"
         for access in awake:
-            pending = access.pending
-            bits = [i for i in range(32 * len(pending)) if pending[i >> 5] >> (i & 31) & 1]
+            bits = [i for i in range(32 * len(access.pending)) if pending_bit(access, i)]
             assert len(bits) == access.num_pending, f"request {access.rank}: pending count"
             assert all(i < access.pending_top for i in bits), f"request {access.rank}: pending top"
         if self._least_known:
@@ -1312,8 +1311,7 @@ class CpuTier:
             least = min(with_bits, key=lambda a: a.rank) if with_bits else None
             assert self._least is least, "the least awake request with a pending bit"
             if least is not None:
-                pending = least.pending
-                top = max(i for i in range(32 * len(pending)) if pending[i >> 5] >> (i & 31) & 1)
+                top = max(i for i in range(32 * len(least.pending)) if pending_bit(least, i))
                 assert self._least_value == rank_value(least.rank, top + 1), "its least bit"
         for slot in evictable:
             value = self._rank[slot]
