@@ -184,6 +184,16 @@ def test_an_eagle_head_of_unknown_size_is_one_layer_of_the_target():
     assert config_from_dict(drafter(method="ngram")).draft_params == 0
 
 
+def test_a_dense_targets_eagle_head_is_one_decoder_layer_and_the_fusion_layer():
+    from kvsim.config.hardware import ModelSpec
+    from kvsim.config.speculative import eagle_head_params
+
+    # Llama-2-7B: 6,738,000,000 parameters less its untied embedding and LM head, 2 x 32,000 x
+    # 4,096 = 262,144,000, over 32 layers: 202,370,500; plus the 2 x 4,096**2 = 33,554,432
+    # fusion layer: 235,924,932, EAGLE's published 0.24 B (Li et al., ICML 2024, section 4)
+    assert eagle_head_params(ModelSpec.model_validate("llama-2-7b")) == 235_924_932
+
+
 def test_a_moe_targets_eagle_head_is_a_dense_layer_of_the_experts_a_token_reads():
     from kvsim.config.hardware import ModelSpec
     from kvsim.config.speculative import eagle_head_params
