@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 from typing import Literal
 
+from numpy.polynomial import Polynomial
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kvsim.base.limits import MAX_MODEL_LAYERS, MAX_MODEL_PARAMS
@@ -209,19 +210,18 @@ class SpeculativeConfig(Frozen):
 
 def alpha_for_draft_rate(draft_rate: float, k: int) -> float:
     """The ``alpha`` whose ``k`` per-position rates ``alpha, ..., alpha**k`` have the mean
-    ``draft_rate`` (vLLM's draft acceptance rate; the mean rises with ``alpha`` from 0 at 0 to 1
-    at 1, so the root is unique: ``scipy.optimize.brentq``). ``k = 1``: ``draft_rate``;
-    ``k = 2``, 0.5: the golden ratio's 0.618. Raises ``ValueError`` outside ``[0, 1]``."""
+    ``draft_rate`` (vLLM's draft acceptance rate): the root in ``[0, 1]`` of ``alpha + ... +
+    alpha**k - k draft_rate``, which rises from below 0 at 0 to at least 0 at 1, so the root is
+    unique (``numpy.polynomial``, a core dependency: the field works on a base install).
+    ``k = 1``: ``draft_rate``; ``k = 2``, 0.5: the golden ratio's 0.618. Raises ``ValueError``
+    outside ``[0, 1]``."""
     if not 0 <= draft_rate <= 1:
         raise ValueError(f"draft_acceptance_rate: expected a share in [0, 1], got {draft_rate}")
     if k < 1 or draft_rate in (0, 1):
         return float(draft_rate)
-    from scipy.optimize import brentq
-
-    def excess(alpha: float) -> float:
-        return sum(alpha**i for i in range(1, k + 1)) / k - draft_rate
-
-    return float(brentq(excess, 0.0, 1.0, xtol=1e-12))
+    roots = [complex(r) for r in Polynomial([-k * draft_rate] + [1.0] * k).roots()]
+    inside = [r.real for r in roots if abs(r.imag) < 1e-9 and -1e-9 <= r.real <= 1 + 1e-9]
+    return min(max(inside[0], 0.0), 1.0)
 
 
 def eagle_head_params(model: ModelSpec) -> int:

@@ -9,6 +9,7 @@ come out of vLLM).
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -182,6 +183,14 @@ def test_an_eagle_head_of_unknown_size_is_one_layer_of_the_target():
     # a size given is kept (0: a free drafter), and n-gram lookup reads none
     assert config_from_dict(drafter(draft_num_params=0)).draft_params == 0
     assert config_from_dict(drafter(method="ngram")).draft_params == 0
+
+
+def test_a_draft_acceptance_rate_needs_no_optional_extra(monkeypatch):
+    # a base install has no scipy (the fit extra): the solver must not reach for it
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    spec = SpeculativeConfig(num_speculative_tokens=3, draft_acceptance_rate=0.511)
+    assert spec.position_rates == pytest.approx([0.7, 0.49, 0.343], abs=1e-3)
 
 
 def test_a_dense_targets_eagle_head_is_one_decoder_layer_and_the_fusion_layer():
