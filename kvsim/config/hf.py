@@ -23,6 +23,9 @@ The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_co
   builds (:func:`_implied_layer_types`): Qwen3-Next's layer ``i`` is full attention when
   ``(i + 1) % full_attention_interval == 0`` (4 when absent), else linear attention
   (``Qwen3NextConfig``); gpt-oss's layer ``i`` slides when ``i`` is even (``GptOssConfig``);
+- a file that marks Mamba layers otherwise (Jamba's ``attn_layer_period``, Nemotron-H's
+  ``hybrid_override_pattern``, Zamba's ``layers_block_type``, or Mamba sizes alone) is refused,
+  naming the layers it makes, unless the model table gives ``attention.num_state_layers``;
 - the file is strict JSON in two more ways than ``json`` reads it: a key given twice in one
   object is refused (readers differ on which value they keep), and the flags kvsim reads
   (``use_sliding_window``, ``tie_word_embeddings``, ``attention_bias``) must be JSON ``true``
@@ -285,6 +288,7 @@ def model_fields_from_hf(
     if cfg.data.get("model_type") == "gpt_oss" and "sliding_window" not in cfg.data:
         cfg.data = {**cfg.data, "sliding_window": GPT_OSS_WINDOW}  # GptOssConfig's default
     data = cfg.data
+    _refuse_unread_state_layers(cfg, fields["num_layers"], attention_table)
     implied = _implied_layer_types(cfg, fields["num_layers"])
     if implied is not None:
         data = {**data, "layer_types": implied}
@@ -294,6 +298,70 @@ def model_fields_from_hf(
         given = attention_table if isinstance(attention_table, dict) else {}
         _note_sliding_window(cfg, attention, given)
     return fields
+
+
+def _refuse_unread_state_layers(cfg: _Config, num_layers: int, attention_table: Any) -> None:
+    """Refuse a file whose Mamba (state) layers are marked by a key kvsim does not read, unless
+    the model table describes them (``attention.num_state_layers``): read as full attention,
+    each would hold KV a token where vLLM keeps one state a request. The keys are transformers':
+    Jamba's layer ``i`` attends when ``i % attn_layer_period == attn_layer_offset``
+    (``JambaConfig``), else it is Mamba; Nemotron-H's ``hybrid_override_pattern`` has a
+    character a layer, ``*`` attention and ``M`` Mamba (the others, MLP and MoE, hold neither
+    KV nor state: ``NemotronHConfig``); Zamba's ``layers_block_type`` lists them; any other
+    file with Mamba sizes (``mamba_*``, ``ssm_*``: Falcon-H1, whose layers each run attention
+    and Mamba side by side) is refused too.
+
+    Raises:
+        ValueError: such a file without the table's state layers, naming the key, its place,
+            the layers it makes and the model table that would describe them.
+    """
+    if cfg.data.get("layer_types") is not None:
+        return
+    if isinstance(attention_table, dict) and "num_state_layers" in attention_table:
+        return
+    layers = num_layers
+    if cfg.data.get("hybrid_override_pattern") is not None:
+        key, pattern = "hybrid_override_pattern", str(cfg.data["hybrid_override_pattern"])
+        attending, mamba = pattern.count("*"), pattern.count("M")
+        layers = attending + mamba
+        counts = (
+            f"{attending} attention ('*'), {mamba} Mamba ('M') and {len(pattern) - layers} "
+            "layers holding neither KV nor state"
+        )
+    elif cfg.data.get("attn_layer_period") is not None:
+        key = "attn_layer_period"
+        period = cfg.int_field(key, maximum=_LAYERS_LIMIT)
+        offset = cfg.int_field("attn_layer_offset", minimum=0, default=0)
+        attending = sum(1 for i in range(num_layers) if i % period == offset)
+        mamba = num_layers - attending
+        counts = (
+            f"{attending} attention and {mamba} Mamba layers of {num_layers} (layer i attends "
+            f"when i % {period} == {offset})"
+        )
+    elif cfg.data.get("layers_block_type") is not None:
+        key = "layers_block_type"
+        kinds = [str(kind) for kind in cfg.data[key]] if isinstance(cfg.data[key], list) else []
+        mamba = sum(1 for kind in kinds if kind == "mamba")
+        counts = f"{mamba} Mamba layers of {len(kinds)}"
+    else:  # (Mamba sizes with no layer pattern kvsim reads: Falcon-H1 runs both in each layer)
+        keys = sorted(k for k in cfg.data if k.startswith(("mamba_", "ssm_")))
+        if not keys:
+            return
+        raise ValueError(
+            f"{cfg.where(keys[0])}: a {cfg.data.get('model_type', 'hybrid')} model with Mamba "
+            f"state ({keys[0]}) and no layer pattern kvsim reads: it reads Mamba/linear-attention "
+            "layers from layer_types only (Qwen3-Next's linear_attention), and would count none "
+            "of their state; where the Mamba layers are layers of their own, describe them in "
+            "the model table: attention = { num_state_layers = <Mamba layers>, "
+            "state_bytes_per_layer = <one layer's Mamba state, bytes> }"
+        )
+    raise ValueError(
+        f"{cfg.where(key)}: a {cfg.data.get('model_type', 'hybrid')} model whose {key} makes "
+        f"{counts}: kvsim reads Mamba/linear-attention layers from layer_types only "
+        "(Qwen3-Next's linear_attention), and would count them as full attention; describe "
+        f"them in the model table: num_layers = {layers}, attention = {{ num_state_layers = "
+        f"{mamba}, state_bytes_per_layer = <one layer's Mamba state, bytes> }}"
+    )
 
 
 def _implied_layer_types(cfg: _Config, num_layers: int) -> list[str] | None:

@@ -356,3 +356,72 @@ def test_an_attention_table_without_sliding_or_state_layers_keeps_a_dense_model_
             assert config.capacity_tokens == config_from_dict(base).capacity_tokens
     said = [r.getMessage() for r in caplog.records]
     assert [m for m in said if "['state', 'sliding'] name layers the model does not have" in m]
+
+
+# the attention part of ai21labs/Jamba-v0.1's config.json (32 layers, one attention layer in
+# 8 at offset 4) and of a Nemotron-H file (its pattern cut to 12 layers), with Mamba sizes
+_ATTENTION_PART = {
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 262144,
+    "torch_dtype": "bfloat16",
+}
+JAMBA = {
+    **_ATTENTION_PART,
+    "model_type": "jamba",
+    "num_hidden_layers": 32,
+    "attn_layer_period": 8,
+    "attn_layer_offset": 4,
+    "mamba_d_state": 16,
+}
+NEMOTRON_H = {
+    **_ATTENTION_PART,
+    "model_type": "nemotron_h",
+    "num_hidden_layers": 12,
+    "hybrid_override_pattern": "M-M-M*-M-M*-",
+    "mamba_num_heads": 128,
+}
+FALCON_H1 = {**_ATTENTION_PART, "model_type": "falcon_h1", "num_hidden_layers": 4, "mamba_d_ssm": 1}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        # Jamba: layer i attends when i % 8 == 4: layers 4, 12, 20, 28; the other 28 Mamba
+        (
+            JAMBA,
+            r"line 9: a jamba model whose attn_layer_period makes 4 attention and 28 Mamba "
+            r"layers of 32 .*"
+            r"num_layers = 32, attention = \{ num_state_layers = 28,",
+        ),
+        # Nemotron-H: "M-M-M*-M-M*-" has 5 M, 2 *, 5 -: 7 layers hold KV or state
+        (
+            NEMOTRON_H,
+            r"line 9: a nemotron_h model whose hybrid_override_pattern makes 2 attention "
+            r"\('\*'\), 5 Mamba \('M'\) and 5 layers holding neither .*"
+            r"num_layers = 7, attention = \{ num_state_layers = 5,",
+        ),
+        (FALCON_H1, r"line 9: a falcon_h1 model with Mamba state \(mamba_d_ssm\)"),
+    ],
+)
+def test_mamba_layers_kvsim_cannot_read_are_refused_not_counted_as_attention(
+    tmp_path: Path, fields: dict, message: str
+) -> None:
+    # read as full attention, each Mamba layer would hold KV a token (8 to 13 times the KV);
+    # json.dumps with indent 1: "{", then one key a line in order: the marking key is line 9
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields, indent=1))
+    with pytest.raises(ValueError, match=r"config.json " + message):
+        ModelSpec.model_validate({"hf_config": str(path), "num_params": 8_000_000_000})
+
+
+def test_mamba_layers_the_model_table_describes_are_taken(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(JAMBA))
+    attention = {"num_state_layers": 28, "state_bytes_per_layer": 1_000_000}
+    model = ModelSpec.model_validate(
+        {"hf_config": str(path), "num_params": 8_000_000_000, "attention": attention}
+    )
+    assert model.attention is not None
+    assert (model.num_layers, model.attention.num_state_layers) == (32, 28)
