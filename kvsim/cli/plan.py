@@ -703,7 +703,13 @@ def _answer_table(result: Any) -> Table:
         if result.interval is not None:
             low, high = (format_value(plan_.value(x), knob) for x in result.interval)
             table.add_row("meets every target", f"{low} to {high}")
-        table.add_row("binding target", str(result.binding))
+        if result.ends_valid_range:  # (no target binds: the next value cannot be run)
+            table.add_row(
+                "binding target",
+                f"none: the knob's valid values end here (tightest target: {result.binding})",
+            )
+        else:
+            table.add_row("binding target", str(result.binding))
         table.add_row("margin", f"{100 * result.headroom:.1f} % under its bound")
         if result.beyond:
             table.add_row("next value fails", escape(result.beyond))

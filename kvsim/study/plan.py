@@ -13,7 +13,8 @@ monotonicity is reported. The points a search visits do
 not depend on ``jobs``, so neither does its answer where the metric is not monotone. Every
 evaluated config is a point of the sweep store (``results/plan/NAME/points/KEY``), so a rerun or
 a sharper question reuses them. A config the knob makes invalid (a KV budget that cannot hold
-one request) does not meet the targets; a choice the model cannot use (a TP size that does not
+one request) does not meet the targets; an invalid one between two valid ones is refused (the
+valid values must be one range); a choice the model cannot use (a TP size that does not
 divide its heads) is skipped, not searched.
 
     plan.toml:  name, description, [base] (a SimConfig table),
@@ -646,6 +647,9 @@ class PlanResult:
             bracket could help, or that the knob's range ends there) or two targets whose
             boundaries leave no value between them.
         other_draws: the answer on other draws of the workload (``other_draws``), or none.
+        ends_valid_range: the nearest evaluated value past the answer is not a valid config
+            (or a skipped choice): the answer is where the knob's valid values end, and
+            ``binding`` only the tightest target there.
     """
 
     plan: Plan
@@ -661,6 +665,7 @@ class PlanResult:
     other_end: str | None = None
     why_none: str | None = None
     other_draws: tuple[OtherDraw, ...] = ()
+    ends_valid_range: bool = False
 
 
 @dataclass(frozen=True)
@@ -757,6 +762,29 @@ class _Evaluator:
             kept.append(x)
         return kept
 
+    def _check_one_valid_range(self, x: float, error: str) -> None:
+        """Refuse an invalid config between two valid ones: the search reads an invalid config
+        as failing the targets, which is right where validity ends at one side (a KV budget
+        too small to hold a request) but gives a wrong answer where the valid values are not one
+        range (vAttention's page sizes: powers of two only).
+
+        Raises:
+            ValueError: naming the value, the valid ones around it and the config's error.
+        """
+        valid = [y for y, summary in self.seen.items() if "error" not in summary]
+        below = [y for y in valid if y < x]
+        above = [y for y in valid if y > x]
+        if not below or not above:
+            return
+        field, value = self.plan.field, self.plan.value
+        raise ValueError(
+            f"{field} = {format_value(value(x), field)} is not a valid config, though "
+            f"{format_value(value(max(below)), field)} below it and "
+            f"{format_value(value(min(above)), field)} above it are, so the search cannot tell "
+            "where the targets stop holding (its valid values must be one range); list the "
+            f"values to try as [question] choices in a plan file: {error.splitlines()[0]}"
+        )
+
     def evaluate(self, xs: Sequence[float]) -> None:
         """Simulate the values not seen yet (on ``jobs`` workers), reusing stored points."""
         todo: dict[str | None, tuple[Point, list[float]]] = {}  # config key: its point, values
@@ -768,6 +796,7 @@ class _Evaluator:
             try:
                 config = config_from_dict(spec["data"], spec["overrides"], varied=self.plan.varied)
             except ValueError as err:
+                self._check_one_valid_range(x, str(err))
                 self._seen(x, {"error": str(err)})
                 continue
             key = config.key()
@@ -966,6 +995,11 @@ def _result(
     at = low if smallest else high
     summary = ev.seen[at]
     target = min(plan.targets, key=lambda t: t.headroom(summary))
+    past = [y for y in [*ev.seen, *ev.skipped] if (y < at if smallest else y > at)]
+    nearest = (max(past) if smallest else min(past)) if past else None
+    invalid_next = nearest is not None and (
+        nearest in ev.skipped or "error" in ev.seen.get(nearest, {})
+    )
     return PlanResult(
         plan,
         float(plan.value(at)),
@@ -978,6 +1012,7 @@ def _result(
         skipped=skipped,
         interval=(float(plan.value(low)), float(plan.value(high))),
         other_end=_nearest_failure(plan, ev, high if smallest else low, upwards=smallest),
+        ends_valid_range=invalid_next,
     )
 
 

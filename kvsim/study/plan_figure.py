@@ -128,6 +128,7 @@ def save_plan(result: PlanResult) -> list[Path]:
         "gpu_memory_utilization": _utilization(plan, result.answer),
         "binding_target": result.binding,
         "headroom": result.headroom,
+        "ends_valid_range": result.ends_valid_range,
         "targets": {t.metric: t.bound for t in plan.targets},
         "bracket": [plan.lo, plan.hi],
         "min_window_s": plan.min_window_s,

@@ -986,3 +986,47 @@ def test_the_answer_is_run_on_other_draws_of_its_workload(tmp_path: Path) -> Non
         (1, result.other_draws[0].meets),
         (2, result.other_draws[1].meets),
     ]
+
+
+def test_a_knob_whose_valid_values_are_not_one_range_is_refused(tmp_path: Path) -> None:
+    # vAttention maps pages of a power of two bytes. On 0.5 GiB of KV a 64 KiB page holds 32
+    # tokens (2 KiB a token a tensor): each request 4 page rows of 128 tokens, all ten 10 x 128
+    # x 128 KiB = 160 MiB, a peak kv_cache_usage_perc of 160 / 512 = 0.3125; a 2 MiB page holds
+    # 1,024 tokens, a row of 64 tensors 128 MiB, so 4 requests fill the pool: 1.0. The search
+    # probes between the two (both valid), where its first probe, no power of two, is
+    # invalid: read as failing the target, it would make 64 KiB the answer
+    cache = {"allocator": "vattention", "enable_prefix_caching": False, "kv_cache_gib": 0.5}
+    plan = Plan(
+        name="pages",
+        base={**BURST, "cache": cache},
+        field="cache.page_size_bytes",
+        direction="largest",
+        lo=65_536,
+        hi=2_097_152,
+        integer=True,
+        targets=(Target("kv_cache_usage_perc_max", 0.5),),
+    )
+    with pytest.raises(
+        ValueError, match=r"is not a valid config, though 65,536 below it and 2,097,152 above"
+    ):
+        run_plan(plan, tmp_path)
+
+
+def test_an_answer_where_the_knobs_valid_values_end_says_so(tmp_path: Path) -> None:
+    # acceptance_rate is a share: every rate up to 1 runs and meets a bound nothing reaches, the
+    # rates past 1 are invalid: the answer is the last grid value below 1, bound by validity
+    plan = Plan(
+        name="rates",
+        base={**BURST, "speculative": {"num_speculative_tokens": 3}},
+        field="speculative.acceptance_rate",
+        direction="largest",
+        lo=0.1,
+        hi=2.0,
+        targets=(Target("num_preemptions", 1e9),),
+    )
+    result = run_plan(plan, tmp_path)
+    assert result.answer is not None
+    assert 0.9 < result.answer <= 1.0
+    assert result.ends_valid_range
+    assert result.beyond is not None
+    assert "invalid config" in result.beyond
