@@ -101,10 +101,25 @@ def resolve_preset(kind: str, value: Any) -> Any:
 
 def overlaid(fields: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """``fields`` (a preset's, or a config.json's) with ``given`` over them: a table given for
-    a table field (``attention``, ``moe``) overrides its keys one by one, anything else whole."""
+    a table field (``attention``, ``moe``) overrides its keys one by one, anything else whole.
+
+    Raises:
+        ValueError: ``given`` sets such a table field to null (``--set model.attention=null``),
+            which would silently drop what the model has (its sliding-window or state layers,
+            its experts): the message names the field and the way to say what is meant.
+    """
     out = dict(fields)
     for key, value in given.items():
         known = out.get(key)
+        if value is None and isinstance(known, dict):
+            name = fields.get("name", "the model")
+            way = (
+                "to treat every layer as full attention set attention.hybrid_kv_cache = false "
+                "(refused for state layers, as vLLM refuses)"
+                if key == "attention"
+                else f"override {key}'s keys one by one"
+            )
+            raise ValueError(f"{key}: null would drop {name}'s {key} table ({known}); {way}")
         out[key] = (
             {**known, **value} if isinstance(known, dict) and isinstance(value, dict) else value
         )

@@ -425,3 +425,19 @@ def test_mamba_layers_the_model_table_describes_are_taken(tmp_path: Path) -> Non
     )
     assert model.attention is not None
     assert (model.num_layers, model.attention.num_state_layers) == (32, 28)
+
+
+@pytest.mark.parametrize(
+    ("preset", "field", "message"),
+    [
+        # read as "no attention table", Qwen3-Next's 36 state layers would hold KV a token
+        ("qwen3-next-80b-a3b", "attention", r"attention\.hybrid_kv_cache = false"),
+        ("gemma-3-27b", "attention", r"null would drop gemma-3-27b's attention table"),
+        ("qwen3-next-80b-a3b", "moe", r"null would drop .* moe table .*one by one"),
+    ],
+)
+def test_a_presets_table_set_to_null_is_refused_not_dropped(
+    preset: str, field: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        ModelSpec.model_validate({"preset": preset, field: None})
