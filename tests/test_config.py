@@ -603,6 +603,32 @@ def test_an_override_that_makes_a_valid_file_invalid_is_named_with_it(tmp_path):
     )
 
 
+def test_an_override_named_by_its_last_key_part_is_echoed_with_the_error(tmp_path):
+    # "allocator 'radix'" names cache.allocator by its last part: it was left out of the echo
+    path = tmp_path / "base.toml"
+    path.write_text("[cache]\nenable_prefix_caching = true\n")
+    overrides = {"offload.kv_offloading_size": 4, "cache.allocator": "radix"}
+    with pytest.raises(ValueError, match="has no hashed blocks") as err:
+        load_config(path, overrides)
+    assert str(err.value).startswith(
+        f"{path} with --set offload.kv_offloading_size=4 --set cache.allocator=radix: "
+    )
+
+
+def test_a_bad_override_of_an_invalid_file_still_names_the_file(tmp_path):
+    # both the file (a KV budget past the GPU) and the override are wrong: the override's error
+    # comes first, with the file it was given with (it came bare)
+    path = tmp_path / "base.toml"
+    path.write_text('model = "llama-3.1-8b"\ngpu = "h100-80gb"\n[cache]\nkv_cache_gib = 400\n')
+    overrides = {"speculative.num_speculative_tokens": -1}
+    with pytest.raises(ValueError, match="greater than or equal to 0") as err:
+        load_config(path, overrides)
+    assert str(err.value).startswith(
+        f"{path} with --set speculative.num_speculative_tokens=-1: "
+        "speculative.num_speculative_tokens: "
+    )
+
+
 @pytest.mark.parametrize(
     ("table", "fields"),
     [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -52,15 +53,26 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     try:
         config_from_dict(data, warn=False)  # (built to place the blame, not run: says nothing)
     except ValueError:
-        if message.split(":", 1)[0] in overrides:
-            raise ValueError(message) from None  # the override's fault, not the file's
+        field = message.split(":", 1)[0]
+        if field in overrides:  # the override's fault, not the file's
+            pair = _set_pairs({field: overrides[field]})
+            raise ValueError(f"{path} with {pair}: {message}") from None
         raise ValueError(at_lines(path, message)) from None
-    # the file alone is valid: the overrides made it invalid (those the message names)
-    named = {k: v for k, v in overrides.items() if k in message} or overrides
-    pairs = " ".join(
-        f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in named.items()
+    # the file alone is valid: the overrides made it invalid (those the message names, by their
+    # dotted key or their last part: "allocator 'radix'")
+    named = {
+        k: v
+        for k, v in overrides.items()
+        if k in message or re.search(rf"\b{re.escape(k.rsplit('.', 1)[-1])}\b", message)
+    }
+    raise ValueError(f"{path} with {_set_pairs(named or overrides)}: {message}")
+
+
+def _set_pairs(overrides: dict[str, Any]) -> str:
+    """``--set key=value`` for each override, as the command line gave it."""
+    return " ".join(
+        f"--set {k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in overrides.items()
     )
-    raise ValueError(f"{path} with {pairs}: {message}")
 
 
 def _warn_replaced_tables(path: Path, data: dict[str, Any], overrides: dict[str, Any]) -> None:

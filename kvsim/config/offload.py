@@ -266,10 +266,15 @@ def check_offload(config: OffloadParts) -> None:
             "set cache.enable_prefix_caching = true"
         )
     if config.kv_groups is not None:  # (kvsim.config.layers)
+        attention = config.model.attention
+        way = (
+            "its state layers cannot run as full attention, so it cannot be offloaded"
+            if attention is not None and attention.num_state_layers
+            else "set model.attention.hybrid_kv_cache = false to offload it as full attention"
+        )
         raise ValueError(
             "offload.kv_offloading_size: offloading is modelled over one full-attention block "
-            f"table; {config.model.name} runs vLLM's hybrid KV cache groups (set "
-            "model.attention.hybrid_kv_cache = false to offload it as full attention)"
+            f"table; {config.model.name} runs vLLM's hybrid KV cache groups ({way})"
         )
     for name in ("kv_offloading_size", "disk_offloading_size"):
         size = getattr(config.offload, name)

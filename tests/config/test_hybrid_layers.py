@@ -308,6 +308,17 @@ def test_offloading_hybrid_groups_is_refused_with_the_way_out():
     assert (
         SimConfig.model_validate({**full, "offload": {"kv_offloading_size": 16}}).kv_groups is None
     )
+    # state layers cannot run as full attention (refused, as vLLM refuses): no way out to offer
+    qwen = {
+        "model": "qwen3-next-80b-a3b",
+        "gpu": "h200",
+        "parallel": {"tensor_parallel_size": 2},
+        "scheduler": {"max_model_len": 8192},
+        "offload": {"kv_offloading_size": 16},
+    }
+    with pytest.raises(ValueError, match="state layers cannot run as full attention") as err:
+        SimConfig.model_validate(qwen)
+    assert "hybrid_kv_cache = false" not in str(err.value)
 
 
 def test_a_hybrid_pool_too_small_names_a_budget_that_fits():
