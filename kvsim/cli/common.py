@@ -492,6 +492,12 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise ValueError(
                 f"--set: expected KEY=VALUE (e.g. cache.block_size_tokens=32), got {pair!r}"
             )
+        if re.search(r"\s", key):  # (no field name has one: the key would read as unknown)
+            bare = re.sub(r"\s+", "", key)
+            raise ValueError(
+                f"--set: the key {key!r} holds white space, which no field name has; "
+                f"write --set {bare}={raw}"
+            )
         indexed = re.search(r"\[[^\]]*\]|\.\d+(\.|$)", key)
         if indexed:  # (fleet.replica_overrides[0].cache...: read as a field of that name)
             listed = key[: indexed.start()]

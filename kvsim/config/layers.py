@@ -310,7 +310,8 @@ def attention_from_hf(
     if kinds is not None:
         return _from_layer_types(data, kinds, num_layers, dtype_bytes, window, where)
     patterned = model_type in _PATTERNED or "sliding_window_pattern" in data
-    if window is None and patterned:  # (its layers slide by pattern: say they do not here)
+    # (its layers slide by pattern, gpt-oss's every other one: say they do not here)
+    if window is None and (patterned or model_type == "gpt_oss"):
         warn_once(
             logger,
             "%s: a %s model's sliding layers have no window (sliding_window null, or "

@@ -154,9 +154,15 @@ class SpeculativeConfig(Frozen):
             if any(not 0 <= r <= 1 for r in rates) or any(
                 b > a for a, b in itertools.pairwise(rates)
             ):
+                shares = [r / 100 for r in rates]
+                percent = (
+                    f": rates in % are {[round(r, 6) for r in shares]} here"
+                    if all(0 <= r <= 100 for r in rates) and any(r > 1 for r in rates)
+                    else ""
+                )
                 raise ValueError(
                     "acceptance_rates: expected non-increasing shares in [0, 1] (a position is "
-                    f"accepted only after every earlier one), got {list(rates)}"
+                    f"accepted only after every earlier one), got {list(rates)}{percent}"
                 )
         return self
 

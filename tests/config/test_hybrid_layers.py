@@ -163,6 +163,8 @@ def test_sliding_layers_without_a_window_are_full_with_a_warning(
         {"model_type": "gemma3_text", "sliding_window": None},
         {"model_type": "gemma2", "sliding_window": None},
         {"model_type": "gemma3_text"},  # (no window key at all)
+        # gpt-oss slides every other layer (GptOssConfig); a null window made it full silently
+        {"model_type": "gpt_oss", "sliding_window": None},
     ],
 )
 @pytest.mark.usefixtures("fresh_warnings")  # (said once a process: each case forgets)

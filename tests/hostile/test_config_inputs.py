@@ -292,6 +292,11 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     "set_empty_key": (["=5"], ["--set", "'=5'"]),
     "set_empty_part": (["cache..block_size_tokens=8"], ["cache..block_size_tokens"]),
     "set_trailing_dot": (["cache.=8"], ["'cache.'"]),
+    # a space no one sees in the echo: "offload: Extra inputs are not permitted"
+    "set_key_with_space": (
+        [" offload.kv_offloading_size=4"],
+        ["' offload.kv_offloading_size' holds white space", "--set offload.kv_offloading_size=4"],
+    ),
     "set_section_scalar": (["cache=5"], ["cache"]),
     # vLLM's method names: EAGLE-3 and the MTP heads are kvsim's 'eagle' (a drafter with KV),
     # ngram_gpu its 'ngram'; the error says which to write
@@ -306,6 +311,11 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     "spec_method_ngram_gpu": (
         ["speculative.method=ngram_gpu"],
         ["speculative.method", "'ngram_gpu' is kvsim's 'ngram'", "no lookahead slot"],
+    ),
+    # vLLM logs rates in %: the list gets the shares they stand for, as the scalar does
+    "spec_rates_in_percent": (
+        ["speculative.num_speculative_tokens=3", "speculative.acceptance_rates=[80,60,40]"],
+        ["acceptance_rates", "rates in % are [0.8, 0.6, 0.4] here"],
     ),
     "spec_method_unknown": (
         ["speculative.method=medusa"],
