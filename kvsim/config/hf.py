@@ -533,6 +533,15 @@ def _note_sliding_window(cfg: _Config, read: dict[str, Any], given: dict[str, An
             f"model.attention.sliding_window_tokens = {used['sliding_window_tokens']} "
             f"(the file's sliding_window is {read.get('sliding_window_tokens')})"
         )
+    if used.get("hybrid_kv_cache") is False:  # (the table turned the groups off: say that)
+        logger.warning(
+            "%s: %s on %d of the layers, run as full attention (every token's KV kept) by "
+            "model.attention.hybrid_kv_cache = false, as vLLM's --disable-hybrid-kv-cache-manager",
+            cfg.path,
+            window,
+            used["num_sliding_layers"],
+        )
+        return
     logger.warning(
         "%s: %s on %d of the layers: vLLM v1's hybrid KV cache groups "
         "free the blocks that slide out of the window (paged, vllm-v1; elsewhere kvsim keeps "

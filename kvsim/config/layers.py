@@ -107,6 +107,17 @@ class AttentionLayers(BaseModel):
                     f"(num_sliding_layers {self.num_sliding_layers}, num_state_layers "
                     f"{self.num_state_layers}); the order of the others is kept",
                 )
+        if (
+            "hybrid_kv_cache" in self.model_fields_set
+            and not self.num_sliding_layers
+            and not self.num_state_layers
+        ):
+            warn_once(
+                logger,
+                f"model.attention.hybrid_kv_cache = {str(self.hybrid_kv_cache).lower()} has no "
+                "effect: the model has no sliding-window or state layers (every layer full "
+                "attention, one KV cache group)",
+            )
         if self.num_state_layers and not self.hybrid_kv_cache:
             raise ValueError(
                 "model.attention.hybrid_kv_cache: false cannot treat "

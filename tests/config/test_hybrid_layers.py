@@ -233,6 +233,30 @@ def test_hf_config_carries_the_window(tmp_path: Path, caplog: pytest.LogCaptureF
     assert model.attention is not None
     assert (model.attention.num_sliding_layers, model.attention.sliding_window_tokens) == (52, 1024)
     assert any("on 52 of the layers" in r.getMessage() for r in caplog.records)
+    # the groups turned off: the note says the layers run as full attention, not how to turn
+    # them off
+    caplog.clear()
+    attention = {"hybrid_kv_cache": False}
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.hf"):
+        ModelSpec.model_validate({"hf_config": str(path), "attention": attention})
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "on 52 of the layers, run as full attention" in said
+    assert "free the blocks" not in said
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize("value", [True, False])
+def test_hybrid_kv_cache_on_a_model_without_sliding_or_state_layers_has_no_effect(
+    value: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    attention = {"hybrid_kv_cache": value}
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.layers"):
+        ModelSpec.model_validate({"preset": "llama-3.1-8b", "attention": attention})
+    assert f"hybrid_kv_cache = {str(value).lower()} has no effect" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.config.layers"):  # (it has sliding ones)
+        ModelSpec.model_validate({"preset": "gemma-3-27b", "attention": attention})
+    assert "has no effect" not in caplog.text
 
 
 def test_a_preset_table_field_is_overridden_key_by_key():
