@@ -517,7 +517,9 @@ def test_a_bad_value_in_a_config_file_names_the_file(tmp_path):
     assert str(err.value).startswith(f"{path} line 2: cache.block_size_tokens:")
     with pytest.raises(ValueError, match="block_size_tokens") as err:  # the override's fault
         load_config(tmp_path / "c.toml", {"cache.block_size_tokens": -1})
-    assert str(err.value).startswith("cache.block_size_tokens:")
+    assert str(err.value).startswith(
+        f"{path} with --set cache.block_size_tokens=-1: cache.block_size_tokens:"
+    )
     with pytest.raises(ValueError, match="block_size_tokens") as err:  # the file's, --set aside
         load_config(tmp_path / "c.toml", {"workload.num_requests": 3})
     assert str(err.value).startswith(f"{path} line 2: cache.block_size_tokens:")
