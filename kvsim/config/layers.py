@@ -312,10 +312,10 @@ def attention_from_hf(
     use = data.get("use_sliding_window")
     if use is False or (model_type in _WINDOW_OPT_IN and use is not True):
         window = None  # (whatever the file's sliding_window says)
-    if window is not None and not is_int_at_least(window, 1):
+    if window is not None and (not is_int_at_least(window, 1) or window > MAX_CONTEXT_TOKENS):
         raise ValueError(
-            f"{where('sliding_window')}: sliding_window must be an integer >= 1 (tokens) or "
-            f"null, got {window!r}"
+            f"{where('sliding_window')}: sliding_window must be an integer from 1 to "
+            f"{MAX_CONTEXT_TOKENS:,} (tokens) or null, got {window!r}"
         )
     kinds = data.get("layer_types")
     if kinds is not None:
