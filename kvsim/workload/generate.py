@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+from pydantic import ValidationError
 
 from kvsim.base.limits import MAX_TIME_S
 from kvsim.base.say_once import warn_once
@@ -146,7 +147,11 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
     trace = load_trace(path, fmt, tokenizer=spec.tokenizer)
     if spec.arrival is None:  # a trace file: its own arrivals if it has them (validated again)
         resolved = spec.arrival_for(trace.has_arrivals)
-        spec = WorkloadSpec.model_validate({**spec.model_dump(), "arrival": resolved})
+        try:
+            spec = WorkloadSpec.model_validate({**spec.model_dump(), "arrival": resolved})
+        except ValidationError as err:  # (what only the file's arrivals rule out: one line)
+            said = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+            raise ValueError(f"workload (trace {path}, replayed at its arrivals): {said}") from None
     if spec.arrival == "trace" and not trace.has_arrivals:
         raise ValueError(
             f"arrival='trace': {path} has no arrival times (a lengths-only "

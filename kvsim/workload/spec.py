@@ -379,6 +379,13 @@ class WorkloadSpec(BaseModel):
             raise ValueError(
                 "arrival='trace' replays the trace's rows in order; use sample='replay'"
             )
+        if self.num_turns > 1:  # (it would chain the rows, moving their times and prompts)
+            raise ValueError(
+                f"num_turns ({self.num_turns}) chains drawn rows into synthetic conversations; "
+                "arrival='trace' replays the trace's own rows at their own times (and its own "
+                "sessions where it has them): set num_turns = 1, or arrival='poisson' for "
+                "conversations of the trace's lengths"
+            )
         if self.fallback_synthetic and self.rate_per_s is None:
             raise ValueError(
                 "fallback_synthetic with arrival='trace' needs rate_per_s for the Poisson fallback"

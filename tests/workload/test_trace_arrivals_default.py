@@ -107,3 +107,20 @@ def test_the_default_is_resolved_alike_for_catalogued_traces_and_reloaded_config
     again = config_from_dict(json.loads(config.canonical_json()))
     assert again.workload.arrival is None
     assert again.key() == config.key()
+
+
+def test_synthetic_turns_are_refused_on_a_replayed_trace(
+    timed: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # num_turns chains drawn rows into conversations: on a replay it moved row 2 (0.5 s) to
+    # 30 s, a turn gap after row 1, and prepended row 1's prompt and output to its own
+    with pytest.raises(
+        ValueError, match=r"trace .*timed.csv, replayed at its arrivals\): num_turns"
+    ):
+        _run(caplog, trace=timed, num_turns=2)
+    with pytest.raises(ValueError, match=r"num_turns \(2\) chains drawn rows"):  # (said so)
+        WorkloadSpec.model_validate({"trace": timed, "arrival": "trace", "num_turns": 2})
+    # drawn at synthetic arrivals, the trace's lengths make conversations as asked: a second
+    # turn's prompt holds the first's (the rows' prompts are 100 to 149 tokens)
+    reqs, _ = _run(caplog, trace=timed, num_turns=2, arrival="poisson", rate_per_s=1.0)
+    assert max(r.prompt_tokens for r in reqs) > 149
