@@ -365,6 +365,11 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
         raise ValueError(f"zip: must be a table or [[zip]] tables, got {_short(raw_zips)}")
     zips = [_check_lists(f"zip[{i}]", z) for i, z in enumerate(raw_zips)]
     for i, z in enumerate(zips):
+        if not z:  # (an axis of no values: the product of the axes, every point, is empty)
+            raise ValueError(
+                f"zip[{i}]: an empty [[zip]] table would make no point at all; give it lists "
+                "of equal length or delete it"
+            )
         lengths = {k: len(v) for k, v in z.items()}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"zip[{i}]: lists must have equal lengths, got {lengths}")

@@ -45,6 +45,11 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
         BASE + '[[zip]]\nlabel = ["a", "b"]\n"cache.block_size_tokens" = [8]\n',
         ["exp.toml", "zip[0]", "equal lengths"],
     ),
+    # an empty [[zip]] (a stray header): zero points, exit 0, nothing run
+    "zip_empty": (
+        BASE + "[grid]\nseed = [1, 2]\n[[zip]]\n",
+        ["exp.toml", "zip[0]", "empty [[zip]] table would make no point"],
+    ),
     "zip_label_tables": (
         BASE + '[[zip]]\nlabel = [{x = 1}]\n"cache.block_size_tokens" = [8]\n',
         ["exp.toml", "zip[0].label", "strings"],
