@@ -27,7 +27,10 @@ seconds after the file's earliest row.
 from __future__ import annotations
 
 import functools
+import gzip
 import json
+import lzma
+import zipfile
 from pathlib import Path
 
 from kvsim.base.textfile import parse_json
@@ -90,6 +93,73 @@ def _load_cached(
     # the path as given (``path_str``) names the file in messages; the rest is only cache key
     del resolved_str, mtime_ns, size_bytes
     path = Path(path_str)
+    _check_compression(path)
+    try:
+        return _read(path, fmt, tokenizer)
+    except (EOFError, zipfile.BadZipFile, lzma.LZMAError, gzip.BadGzipFile) as err:
+        raise ValueError(_unreadable(path, err)) from None
+    except OSError as err:  # (a corrupt .bz2: "Invalid data stream"; not a missing file)
+        if isinstance(err, (FileNotFoundError, IsADirectoryError, PermissionError)):
+            raise
+        raise ValueError(_unreadable(path, err)) from None
+    except ValueError as err:  # (pandas' message names no file)
+        if "Multiple files found in ZIP file" in str(err):
+            raise ValueError(f"{path}: a .zip trace holds one file, got several") from None
+        raise
+
+
+# what a compressed file starts with, and the suffixes pandas reads it by
+_MAGIC = {
+    b"\x1f\x8b": ("gzip", ".gz"),
+    b"BZh": ("bzip2", ".bz2"),
+    b"\xfd7zXZ\x00": ("xz", ".xz"),
+    b"PK\x03\x04": ("zip", ".zip"),
+}
+_COMPRESSED = {".gz", ".bz2", ".xz", ".zip"}
+
+
+def _check_compression(path: Path) -> None:
+    """Refuse a compressed or Parquet file whose name does not say so (it was read as text:
+    "invalid JSON", "not UTF-8") and compressed JSON traces (read by suffix as a table).
+
+    Raises:
+        ValueError: naming the file, its compression and the name or step that reads it.
+    """
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in _COMPRESSED:
+        if len(suffixes) > 1 and suffixes[-2] in (".json", ".jsonl"):
+            raise ValueError(
+                f"{path}: compressed JSON traces are not read (CSV and Parquet are); "
+                f"decompress it to {path.with_suffix('').name}"
+            )
+        return
+    with path.open("rb") as handle:
+        head = handle.read(6)
+    if head.startswith(b"PAR1") and (not suffixes or suffixes[-1] != ".parquet"):
+        raise ValueError(
+            f"{path}: the file is Parquet but its name does not say so; name it "
+            f"{path.with_suffix('.parquet').name}"
+        )
+    for magic, (kind, suffix) in _MAGIC.items():
+        if head.startswith(magic):
+            json_named = bool(suffixes) and suffixes[-1] in (".json", ".jsonl")
+            way = "decompress it" if json_named else f"name it {path.name}{suffix} or decompress it"
+            raise ValueError(
+                f"{path}: the file is {kind}-compressed but its name does not say so; {way}"
+                + (" (compressed JSON traces are not read)" if json_named else "")
+            )
+
+
+def _unreadable(path: Path, err: BaseException) -> str:
+    """The message for a compressed trace that cannot be read to its end."""
+    return (
+        f"{path}: a compressed trace that cannot be read ({type(err).__name__}: {err}); "
+        "expected a whole .gz, .bz2, .xz or .zip file holding one trace"
+    )
+
+
+def _read(path: Path, fmt: str | None, tokenizer: tuple[str, int] | None) -> Trace:
+    """The trace in ``path``, read by ``fmt`` (detected when ``None``)."""
     fmt = fmt or _detect_by_content(path)
     if tokenizer is not None and fmt not in TEXT_FORMATS:
         raise ValueError(

@@ -211,3 +211,42 @@ def test_unknown_trace_format_is_refused(tmp_path: Path) -> None:
     line = _invoke(path, ["workload.trace_format=splitwise"])
     assert "workload.trace_format" in line
     assert "'splitwise'" in line
+
+
+def _gzip(text: str) -> bytes:
+    import gzip
+
+    return gzip.compress(text.encode())
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        # cut short: pandas' EOFError was an internal error (exit 1)
+        ("cut.csv.gz", _gzip(OWN + "0,10,5\n" * 50)[:30], "a compressed trace that cannot be"),
+        ("plain.csv.gz", (OWN + "0,10,5\n").encode(), "BadGzipFile"),
+        # read as text: "invalid JSON" / "not UTF-8", with no word of compression
+        ("packed.jsonl", _gzip('{"timestamp": 0}\n'), "gzip-compressed but its name does not"),
+        ("packed.csv", _gzip(OWN + "0,10,5\n"), "name it packed.csv.gz or decompress it"),
+        # read by its suffix as a table: "unrecognised CSV header"
+        ("packed.jsonl.gz", _gzip('{"timestamp": 0}\n'), "compressed JSON traces are not read"),
+    ],
+)
+def test_a_compressed_trace_that_cannot_be_read_is_named(
+    tmp_path: Path, name: str, content: bytes, expected: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    line = _invoke(path, ["workload.sample=replay"])
+    assert line.startswith(f"error: {path}: "), line
+    assert expected in line
+
+
+def test_a_parquet_file_named_otherwise_is_named(tmp_path: Path) -> None:
+    # read by its .csv name as text: "not UTF-8 ... save the file as UTF-8"
+    path = tmp_path / "table.csv"
+    pd.DataFrame({"prompt_tokens": [10], "output_tokens": [5]}).to_parquet(path)
+    line = _invoke(path, ["workload.sample=replay"])
+    assert (
+        f"{path}: the file is Parquet but its name does not say so; name it table.parquet" in line
+    )
