@@ -6,6 +6,8 @@
   fields with ``timestamp`` in **seconds** and 16-token blocks, plus ``chat_id`` and
   ``parent_chat_id`` (-1 for a conversation's first request); a row's session is the root of its
   parent chain (the parent's id when the parent is not in the file; none without ``chat_id``).
+  A ``chat_id`` given twice, a row its own parent, or a parent whose row comes after its child's
+  is refused, naming the lines.
 
 Errors name the file, the 1-based line, the field and the value (``NaN``, ``Infinity`` and
 integers too long to convert too); a key given twice in one object is refused. Other keys are
@@ -54,6 +56,7 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
     sessions: list[int | None] = []
     line_numbers: list[int] = []  # blank lines are skipped: a row's line is not its index + 1
     session_of: dict[int, int] = {}
+    chats = _Chats()
     unknown: dict[str, int] = {}  # key -> rows holding it
     data = path.read_bytes().removeprefix(_UTF8_BOM)
     for line_no, raw in enumerate(data.splitlines(), start=1):
@@ -66,7 +69,7 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
             output.append(_json_int(path, line_no, row, "output_length"))
             hashes.append(_json_hash_ids(path, line_no, row))
             if fmt == "bailian":
-                sessions.append(_session(path, line_no, row, session_of))
+                sessions.append(_session(path, line_no, row, session_of, chats))
             for key in row.keys() - _KEYS[fmt]:
                 unknown[key] = unknown.get(key, 0) + 1
     if not prompt:
@@ -99,9 +102,29 @@ def _warn_unknown_keys(path: Path, fmt: str, unknown: dict[str, int], num_rows: 
     )
 
 
+class _Chats:
+    """The lines a Qwen-Bailian file's ``chat_id`` values came on, and the parents its rows
+    named before their own row came (a parent absent from the file is legal: its id names
+    the session)."""
+
+    def __init__(self) -> None:
+        self.line_of: dict[int, int] = {}
+        self.named_by: dict[int, int] = {}  # a parent not seen yet -> the line of its child
+
+
 def _session(
-    path: Path, line_no: int, row: dict[str, object], session_of: dict[int, int]
+    path: Path,
+    line_no: int,
+    row: dict[str, object],
+    session_of: dict[int, int],
+    chats: _Chats,
 ) -> int | None:
+    """The row's session: the root of its parent chain.
+
+    Raises:
+        ValueError: a ``chat_id`` given twice (its rows would merge into one conversation), a
+            row its own parent, or a parent whose row comes after its child's, naming the lines.
+    """
     if "chat_id" not in row:
         return None
     chat = _json_int(path, line_no, row, "chat_id")
@@ -110,6 +133,22 @@ def _session(
         raise ValueError(
             f"{path} line {line_no}: parent_chat_id must be -1 or a chat_id, got {_short(parent)}"
         )
+    where = f"{path} line {line_no}"
+    if chat in chats.line_of:
+        raise ValueError(
+            f"{where}: chat_id {chat} again (first on line {chats.line_of[chat]}); each request "
+            "has its own chat_id, its turns linked by parent_chat_id"
+        )
+    if parent == chat:
+        raise ValueError(f"{where}: parent_chat_id {parent} is the row's own chat_id")
+    if chat in chats.named_by:
+        raise ValueError(
+            f"{where}: chat_id {chat} is the parent of line {chats.named_by[chat]}, an earlier "
+            "row; a conversation's turns come in order, each after its parent"
+        )
+    chats.line_of[chat] = line_no
+    if parent != -1 and parent not in chats.line_of:
+        chats.named_by.setdefault(parent, line_no)
     root = chat if parent == -1 else session_of.get(parent, parent)
     session_of[chat] = root
     return root

@@ -106,6 +106,33 @@ CASES = {
         ["workload.arrival=trace"],
         "{path} line 2: parent_chat_id must be -1 or a chat_id, got 'x'",
     ),
+    # four requests of one chat_id were read as four turns of one conversation, 30 s apart
+    "bailian_chat_id_twice": (
+        "qwen.jsonl",
+        '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 5, '
+        '"output_length": 3}\n'
+        '{"chat_id": 1, "parent_chat_id": -1, "timestamp": 1, "input_length": 5, '
+        '"output_length": 3}\n',
+        ["workload.arrival=trace"],
+        "{path} line 2: chat_id 1 again (first on line 1)",
+    ),
+    "bailian_own_parent": (
+        "qwen.jsonl",
+        '{"chat_id": 7, "parent_chat_id": 7, "timestamp": 0, "input_length": 5, '
+        '"output_length": 3}\n',
+        ["workload.arrival=trace"],
+        "{path} line 1: parent_chat_id 7 is the row's own chat_id",
+    ),
+    # 1's parent is 2, 2's is 1: a cycle, and a child before its parent
+    "bailian_parent_after_child": (
+        "qwen.jsonl",
+        '{"chat_id": 1, "parent_chat_id": 2, "timestamp": 0, "input_length": 5, '
+        '"output_length": 3}\n'
+        '{"chat_id": 2, "parent_chat_id": 1, "timestamp": 1, "input_length": 5, '
+        '"output_length": 3}\n',
+        ["workload.arrival=trace"],
+        "{path} line 2: chat_id 2 is the parent of line 1, an earlier row",
+    ),
     "bailian_timestamp": (
         "qwen.jsonl",
         '{"chat_id": 1, "parent_chat_id": -1, "timestamp": "noon", "input_length": 5, '
