@@ -222,6 +222,24 @@ def detect_format(path: Path, columns: list[str]) -> str:
             f"{path}: unrecognised CSV header {columns}; expected the columns of one of "
             f"these trace formats: {expected}"
         )
+    others = [  # (another format's lengths are in the header too: which ones ran is a choice)
+        name
+        for name, spec in CSV_FORMATS.items()
+        if name != best and {spec.prompt_column, spec.output_column} <= set(columns)
+    ]
+    if others:
+        chosen = CSV_FORMATS[best]
+        logger.warning(
+            "%s: the header holds the lengths of the %s trace format and of %s; read as %s "
+            "(%s, %s: the most columns shared), the others' columns ignored; set "
+            "workload.trace_format to choose",
+            path,
+            best,
+            " and ".join(others),
+            best,
+            chosen.prompt_column,
+            chosen.output_column,
+        )
     return best
 
 

@@ -298,3 +298,22 @@ def test_a_prefix_group_of_mixed_lengths_is_warned_about_and_shares_the_shorter(
     forget_warnings(caplog)
     same = _write(tmp_path, "same.csv", text.replace("a,60", "a,50"))
     assert _run(caplog, trace=same, sample="replay")[1] == []
+
+
+def test_a_header_holding_two_formats_lengths_is_read_as_one_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # kvsim's prompt_tokens/output_tokens beside Azure's three columns: Azure's shares more, so
+    # the run used 7/7 and dropped 100/5 without a word
+    text = "prompt_tokens,output_tokens,ContextTokens,GeneratedTokens,TIMESTAMP\n"
+    text += "100,5,7,7,2023-11-16 18:15:46\n"
+    path = _write(tmp_path, "both.csv", text)
+    reqs, warnings = _run(caplog, trace=path)
+    assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(7, 7)]
+    said = [w for w in warnings if "holds the lengths of the azure trace format and of kvsim" in w]
+    assert said, warnings
+    assert "workload.trace_format" in said[0]
+    # one format's columns alone: quiet
+    forget_warnings(caplog)
+    _, warnings = _run(caplog, trace=_write(tmp_path, "one.csv", THREE_ROWS))
+    assert not [w for w in warnings if "holds the lengths" in w]
