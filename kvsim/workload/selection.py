@@ -60,7 +60,7 @@ def _keep_mask(
     long = np.zeros_like(keep)
     if spec.overflow == "drop" or (source is None and spec.overflow == "reject"):
         capped = output if spec.max_tokens is None else np.minimum(output, spec.max_tokens)
-        long = keep & (prompt + capped > max_model_len)
+        long = keep & (prompt > max_model_len - capped)  # (a sum could wrap past int64)
         keep &= ~long
     if source is not None and short.any():
         # rows of 0 tokens are a data problem; a user's own minimum is a filter they asked for

@@ -317,3 +317,14 @@ def test_a_header_holding_two_formats_lengths_is_read_as_one_with_a_warning(
     forget_warnings(caplog)
     _, warnings = _run(caplog, trace=_write(tmp_path, "one.csv", THREE_ROWS))
     assert not [w for w in warnings if "holds the lengths" in w]
+
+
+def test_overflow_drop_removes_rows_whose_length_passes_int64(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # prompt + output wrapped past 2**63 - 1 to a negative sum, under any max_model_len: the
+    # rows went on to the engine, to be rejected there instead of dropped
+    big = 2**63 - 1
+    text = f"{TIMED}0,100,5\n1,{big},1\n2,100,{big}\n3,{2**62},{2**62}\n"
+    reqs, _ = _run(caplog, trace=_write(tmp_path, "long.csv", text), overflow="drop")
+    assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(100, 5)]
