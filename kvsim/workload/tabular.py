@@ -61,7 +61,7 @@ def read_table(path: Path, fmt: str | None) -> Trace:
         ValueError: unreadable file, unknown header, missing column or a bad cell (file, line or
             row, column, value and what was expected).
     """
-    frame, where = _read_frame(path)
+    frame, where, lines = _read_frame(path)
     if frame.empty:
         raise ValueError(f"{path}: the trace holds no requests (expected at least one row)")
     fmt = fmt or detect_format(path, list(frame.columns))
@@ -86,7 +86,6 @@ def read_table(path: Path, fmt: str | None) -> Trace:
     if spec.time_column is not None and spec.time_column in frame.columns:
         arrivals = _time_column(path, frame, spec.time_column, spec.time_kind, where)
     extras = _kvsim_extras(path, frame, prompt, where) if fmt == "kvsim" else {}
-    lines = None if _is_parquet(path) else np.arange(len(frame), dtype=np.int64) + 2
     return Trace(path, fmt, prompt, output, arrivals, **extras, line_numbers=lines)
 
 
@@ -94,14 +93,15 @@ def _is_parquet(path: Path) -> bool:
     return path.suffix.lower() == ".parquet"
 
 
-def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
+def _read_frame(path: Path) -> tuple[pd.DataFrame, Where, np.ndarray | None]:
+    """The table, how to name its row ``i``, and each row's file line (``None``: Parquet)."""
     if _is_parquet(path):
         require("parquet", f"reading the Parquet trace {path}")
         try:
             frame = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: unreadable Parquet file: {exc}") from None
-        return frame.reset_index(drop=True), lambda row: f"row {row + 1}"
+        return frame.reset_index(drop=True), lambda row: f"row {row + 1}", None
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
     except UnicodeDecodeError as exc:
@@ -118,7 +118,24 @@ def _read_frame(path: Path) -> tuple[pd.DataFrame, Where]:
         _refuse_long_rows(path, [str(c) for c in frame.columns])
     frame = _strip_trailing_blank_rows(frame)
     _check_short_rows(path, frame)
-    return frame, lambda row: f"line {row + 2}"
+    found = _record_lines(path)
+    starts = np.arange(len(frame), dtype=np.int64) + 2 if found is None else found[: len(frame)]
+    return frame, lambda row: f"line {starts[row]}", starts
+
+
+def _record_lines(path: Path) -> np.ndarray | None:
+    """The file line each data row of a CSV starts on, where a quoted field spans lines (a
+    row then is not line ``row + 2``); ``None`` where none can (no quote in the file)."""
+    if b'"' not in path.read_bytes():
+        return None
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
+        reader = csv.reader(handle)
+        next(reader, None)  # (the header)
+        starts, line = [], reader.line_num + 1
+        for _ in reader:
+            starts.append(line)
+            line = reader.line_num + 1
+    return np.asarray(starts, dtype=np.int64)
 
 
 def _check_duplicate_columns(path: Path) -> None:

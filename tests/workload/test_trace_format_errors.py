@@ -28,6 +28,13 @@ CASES = {
         "{path} line 2: arrival_time_s must be a non-negative number (s) at most 1e+09, "
         "or Unix times (s) in every row, got '-1'",
     ),
+    # a quoted session id over three lines: the bad row is line 6, not the 4th row's "line 5"
+    "own_multiline_field": (
+        "bad.csv",
+        'prompt_tokens,output_tokens,session_id\n100,5,"multi\nline\nid"\n100,5,x\n100,bad,y\n',
+        ["workload.sample=replay"],
+        "{path} line 6: output_tokens must be a non-negative integer, got 'bad'",
+    ),
     "own_n": (
         "bad.csv",
         "prompt_tokens,output_tokens,n\n10,5,1\n10,5,0\n",
