@@ -257,6 +257,13 @@ def _check_lists(where: str, table: Any) -> dict[str, list[Any]]:
             raise ValueError(f"{where}.{key}: must be a non-empty list, got {_short(values)}")
         if key == LABEL and not all(isinstance(v, (str, int, float)) for v in values):
             raise ValueError(f"{where}.label: labels must be strings, got {_short(values)}")
+        if key == LABEL:  # (printed in tables and legends as given)
+            for v in values:
+                if isinstance(v, str) and not v.isprintable():
+                    raise ValueError(
+                        f"{where}.label: expected labels without line breaks or control "
+                        f"characters, got {v!r}"
+                    )
     return dict(table)
 
 

@@ -50,6 +50,11 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
         BASE + "[grid]\nseed = [1, 2]\n[[zip]]\n",
         ["exp.toml", "zip[0]", "empty [[zip]] table would make no point"],
     ),
+    # a line break or a terminal escape printed into the sweep's table and the figures' legends
+    "zip_label_control": (
+        BASE + '[[zip]]\nlabel = ["a\\nb", "c\\u001b[31m"]\n"cache.block_size_tokens" = [8, 16]\n',
+        ["exp.toml", "zip[0].label", "without line breaks or control characters", "'a\\nb'"],
+    ),
     "zip_label_tables": (
         BASE + '[[zip]]\nlabel = [{x = 1}]\n"cache.block_size_tokens" = [8]\n',
         ["exp.toml", "zip[0].label", "strings"],
