@@ -146,7 +146,7 @@ class SpeculativeConfig(Frozen):
             )
         rates = self.acceptance_rates
         if rates is not None:
-            if len(rates) != k:
+            if k and len(rates) != k:  # (with k = 0 unread: "has no effect", as the scalars)
                 raise ValueError(
                     f"acceptance_rates: expected one rate per speculative token ({k}), got "
                     f"{len(rates)}: {list(rates)}"
@@ -200,9 +200,9 @@ class SpeculativeConfig(Frozen):
     @property
     def position_rates(self) -> tuple[float, ...]:
         """``P(a >= i)`` for ``i = 1..k``: the per-position acceptance rates."""
-        if self.acceptance_rates is not None:
-            return self.acceptance_rates
         k = self.num_speculative_tokens
+        if self.acceptance_rates is not None:
+            return self.acceptance_rates[:k]  # (k = 0: unread, none)
         alpha = self.acceptance_rate or 0.0
         if self.draft_acceptance_rate is not None:
             alpha = alpha_for_draft_rate(self.draft_acceptance_rate, k)

@@ -698,6 +698,12 @@ IGNORED: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"speculative.acceptance_rate": 0.5},
         ["speculative.acceptance_rate = 0.5", "num_speculative_tokens is 0"],
     ),
+    # a list of rates without drafts was an error ("one rate per speculative token (0)") where
+    # the scalar rates warn
+    "acceptance_rates_without_drafts": (
+        {"speculative.acceptance_rates": (0.8,)},  # (a tuple, as the field keeps it)
+        ["speculative.acceptance_rates = ", "0.8", "num_speculative_tokens is 0"],
+    ),
     "drafter_kv_layers_without_drafts": (
         {"speculative.draft_num_kv_layers": 2},
         ["speculative.draft_num_kv_layers = 2", "num_speculative_tokens is 0"],
