@@ -1019,7 +1019,7 @@ def _result(
 def _why_none(plan: Plan, ev: _Evaluator, grid: Sequence[float], interval: Interval) -> str:
     """Why no value meets the targets: a condition both ends fail, where a wider bracket could
     help (or that the knob's range ends there), or two boundaries with no value between."""
-    lo, hi = grid[0], grid[-1]
+    lo, hi = grid[interval.low], grid[interval.high]  # (the bracket's ends where configs run)
     fails = interval.fails_at_both_ends
     if fails is not None:
         target = _target_of(plan, fails)

@@ -78,16 +78,18 @@ class _Search:
     def holds(self, condition: Condition, i: int) -> bool:
         return condition.holds(self.summary_at(self.grid[i]))
 
-    def first_past(self, condition: Condition, rising: bool) -> int:
-        """The first index where ``condition`` has changed: where it starts to hold (``rising``)
-        or stops holding. Index 0 is before the change and the last index after it; the points
-        already evaluated narrow the bracket before the search probes any."""
+    def first_past(self, condition: Condition, rising: bool, first: int, last: int) -> int:
+        """The first index of ``first..last`` where ``condition`` has changed: where it starts
+        to hold (``rising``) or stops holding. ``first`` is before the change and ``last`` after
+        it; the points already evaluated between them narrow the bracket before the search
+        probes any."""
 
         def past(i: int) -> bool:
             return self.holds(condition, i) == rising
 
-        hi = min(i for i in self.visited if past(i))
-        lo = max(i for i in self.visited if i < hi and not past(i))
+        inside = [i for i in self.visited if first <= i <= last]
+        hi = min(i for i in inside if past(i))
+        lo = max(i for i in inside if i < hi and not past(i))
         while hi - lo > 1:
             k = min(PROBES_PER_ROUND, hi - lo - 1)
             probes = sorted({lo + (hi - lo) * (j + 1) // (k + 1) for j in range(k)})
@@ -112,29 +114,33 @@ def search_interval(
     Args:
         grid: the knob's candidate values, ascending; both ends already evaluated.
         conditions: what every point must satisfy, each assumed monotone in the knob; searched
-            in this order (the points one search visits narrow the next one's bracket).
+            in this order (the points one search visits narrow the next one's bracket). The
+            first bounds the others: they are judged only where it holds (a config that cannot
+            run has no metric to judge, so an invalid end of the bracket is not a second end
+            failing a target).
         summary_at: the summary of an evaluated value.
         evaluate: evaluates values (a round's probes at once).
     """
     search = _Search(grid, summary_at, evaluate)
-    last = len(grid) - 1
-    low, high = 0, last
+    first, last = 0, len(grid) - 1  # (where the first condition holds, once it is searched)
+    low, high = first, last
     low_by: Condition | None = None
     high_by: Condition | None = None
-    for condition in conditions:
-        at_lo, at_hi = search.holds(condition, 0), search.holds(condition, last)
+    for n, condition in enumerate(conditions):
+        at_lo, at_hi = search.holds(condition, first), search.holds(condition, last)
         if not at_lo and not at_hi:
-            return Interval(0, last, fails_at_both_ends=condition)
-        if at_lo and at_hi:
-            continue
-        if at_hi:  # holds from some index up
-            start = search.first_past(condition, rising=True)
-            if start > low:
-                low, low_by = start, condition
-        else:  # holds up to some index
-            end = search.first_past(condition, rising=False) - 1
-            if end < high:
-                high, high_by = end, condition
+            return Interval(first, last, low_by, high_by, fails_at_both_ends=condition)
+        if not (at_lo and at_hi):
+            if at_hi:  # holds from some index up
+                start = search.first_past(condition, True, first, last)
+                if start > low:
+                    low, low_by = start, condition
+            else:  # holds up to some index
+                end = search.first_past(condition, False, first, last) - 1
+                if end < high:
+                    high, high_by = end, condition
+        if n == 0:
+            first, last = low, high
     return Interval(low, high, low_by, high_by)
 
 

@@ -368,3 +368,28 @@ def test_a_plan_of_one_choice_checks_it_and_is_not_called_moot() -> None:
     plan = planning.plan_from_dict("p", {"model": "llama-3.1-8b", "gpu": "h100-80gb"}, question)
     plan.check_field()  # (raised "has no effect")
     assert (plan.lo, plan.hi, plan.choices) == (2.0, 2.0, (2.0,))
+
+
+def test_an_invalid_top_of_the_bracket_is_no_second_failing_end(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # max_num_seqs past max_num_batched_tokens is no valid config: here past 40. The metric
+    # 100 / x meets a bound of 10 from x = 10 up, so the largest value meeting it is 40; read as
+    # failing the target, the invalid top made it "fail at both ends": no answer
+    def evaluate(self: Any, xs: Any) -> None:
+        for x in xs:
+            value = self.plan.value(x)
+            self._seen(x, {"error": "too many"} if value > 40 else {METRIC: 100 / value})
+
+    monkeypatch.setattr(planning._Evaluator, "evaluate", evaluate)
+    result = run_plan(_plan("largest", 1, 64, 10.0, integer=True), tmp_path)
+    assert result.answer == 40
+    assert result.ends_valid_range
+    # the same with the target failing at both valid ends: no answer, and the ends named are
+    # the valid ones (1 and 40), not the invalid top
+    result = run_plan(_plan("largest", 1, 64, 1.0, integer=True), tmp_path / "b")
+    assert result.answer is None
+    assert result.why_none is not None
+    assert "fails at both ends (1: " in result.why_none
+    assert "40: " in result.why_none
+    assert "64" not in result.why_none.split(";")[0]
