@@ -29,7 +29,14 @@ from kvsim.base.units import plural
 from kvsim.config import config_from_dict
 from kvsim.config.fleet import PricingSpec, gpu_price_per_hour
 from kvsim.study.experiment import check_name
-from kvsim.study.plan import Plan, Target, failure, plan_folder, run_plan
+from kvsim.study.plan import (
+    Plan,
+    Target,
+    UnmeasuredTargetError,
+    failure,
+    plan_folder,
+    run_plan,
+)
 from kvsim.study.sweep import check_results_folder
 from kvsim.view.fleet_plots import cost_frontier
 
@@ -228,6 +235,8 @@ def run_cheapest(
             found = run_plan(
                 plan, out_root, jobs=jobs, quick=bool(quick), on_point=seen, scheduler=scheduler
             )
+        except UnmeasuredTargetError:  # (every fleet kind's runs lack it: the question's fault)
+            raise
         except ValueError as err:
             result.why_not = _first_reason(str(err))
             continue

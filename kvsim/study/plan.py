@@ -89,6 +89,11 @@ class PlanPointError(ValueError):
     """A simulation of the plan failed (not an invalid config: a missing trace, a bug)."""
 
 
+class UnmeasuredTargetError(ValueError):
+    """A target on a metric the plan's runs do not give (the question's fault, not a fleet
+    kind's: ``run_cheapest`` lets it through)."""
+
+
 _MISSING_DATA = "DataNotFoundError: "  # how a worker reports a missing trace file
 
 
@@ -905,8 +910,30 @@ def run_plan(
     _check_best_end(
         plan, ev, grid[-1] if smallest else grid[0], grid[0] if smallest else grid[-1], quick
     )
+    _check_targets_measured(plan, [ev.seen[grid[0]], ev.seen[grid[-1]]])
     interval = search_interval(grid, conditions(plan), ev.seen.__getitem__, ev.evaluate)
     return _result(plan, ev, grid, interval, folder)
+
+
+def _check_targets_measured(plan: Plan, summaries: list[dict[str, Any]]) -> None:
+    """Refuse a target on a metric that the bracket's runs do not give (no ``[slo]`` for
+    goodput, no drafts for ``spec_decode_*``, no tier for ``kv_offload_*``): its NaN would read
+    as failing everywhere, and the plan answer "none" with advice to widen the bracket.
+
+    Raises:
+        UnmeasuredTargetError: naming the metric and what gives it.
+    """
+    ran = [s for s in summaries if "error" not in s]
+    for target in plan.targets:
+        values = [float(s.get(target.metric, math.nan)) for s in ran]
+        if ran and all(math.isnan(v) for v in values):
+            raise UnmeasuredTargetError(
+                f"--target {target.metric}: the plan's runs give no value for it (at "
+                f"{plan.field} = {plan.lo:g} and {plan.hi:g}); a run gives it only with what it "
+                "measures configured (goodput and slo_attainment: [slo] targets; spec_decode_*: "
+                "speculative.num_speculative_tokens; kv_offload_* and cpu_tier_*: an [offload] "
+                "tier): set that, or drop the target"
+            )
 
 
 def _runs(summary: dict[str, Any]) -> bool:

@@ -239,3 +239,16 @@ def test_format_value_gives_a_bandwidth_in_gb_per_s():
     assert format_value(2.5e9, field, unit=False) == "2.5"
     assert format_value(1.6e10) == "1.6e+10"  # a knob without a display unit as it was
     assert format_value(4096, "max_num_batched_tokens") == "4,096"
+
+
+def test_a_target_no_run_measures_stops_the_search_with_exit_2(tmp_path):
+    # goodput without [slo] targets is NaN at every fleet size: each kind "failed" it and the
+    # frontier figure stopped on matplotlib's "Data cannot be log-scaled"
+    args = [
+        "plan", "--cheapest", "--quick", "--no-progress", "--gpus", "h100-80gb", "--tp", "1",
+        "--replicas", "2", "--target", "goodput_requests_per_s<=100",
+        "--set", "model=llama-3.1-8b", "--out", str(tmp_path),
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    _refused(result, "--target goodput_requests_per_s: the plan's runs give no value for it")
+    assert "[slo] targets" in result.output

@@ -393,3 +393,13 @@ def test_an_invalid_top_of_the_bracket_is_no_second_failing_end(
     assert "fails at both ends (1: " in result.why_none
     assert "40: " in result.why_none
     assert "64" not in result.why_none.split(";")[0]
+
+
+def test_a_target_no_run_measures_is_refused_not_failed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # goodput without [slo] targets is NaN in every summary: read as failing, the plan answered
+    # "none" and advised widening the bracket
+    _fake_evaluator(monkeypatch, lambda x: math.nan, [])
+    with pytest.raises(planning.UnmeasuredTargetError, match=f"--target {METRIC}: the plan's"):
+        run_plan(_plan("smallest", 1, 64, 2.0), tmp_path)
