@@ -660,6 +660,45 @@ def _check_targets(targets: Any) -> None:
             + (f"; did you mean {' or '.join(repr(m) for m in close)}?" if close else "")
             + " (latency metrics end in _p50, _p90, _p95, _p99 or _mean)"
         )
+    for t in targets:
+        _warn_suspicious_bound(t.metric, t.bound)
+
+
+# higher is better: an upper bound asks for the worse end (targets are upper bounds only)
+_HIGHER_IS_BETTER = ("slo_attainment", "goodput_", "throughput_", "hit_rate", "token_utilization")
+
+
+def _warn_suspicious_bound(metric: str, bound: float) -> None:
+    """Warn where a target's bound reads as written in another unit than its metric's (a
+    latency in ms, a 0-1 share in %) or bounds a higher-is-better metric from above."""
+    say = logging.getLogger("kvsim.cli").warning
+    if "_seconds" in metric and bound >= 60:
+        say(
+            "--target %s<=%g: the metric is in seconds, so the bound is %g minutes; "
+            "write %g if %g ms was meant",
+            metric,
+            bound,
+            bound / 60,
+            bound / 1000,
+            bound,
+        )
+    elif metric.startswith("kv_cache_usage_perc") and bound > 1:
+        say(
+            "--target %s<=%g: kv_cache_usage_perc is vLLM's 0-1 share and never passes 1, so "
+            "the bound is always met; write %g if %g %% was meant",
+            metric,
+            bound,
+            bound / 100,
+            bound,
+        )
+    if any(word in metric for word in _HIGHER_IS_BETTER):
+        say(
+            "--target %s<=%g: higher is better for this metric, and a target is an upper "
+            "bound: the plan looks for values at most %g, not at least",
+            metric,
+            bound,
+            bound,
+        )
 
 
 def _as_utilization(plan_: Any, answer: float) -> str:

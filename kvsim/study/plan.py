@@ -265,6 +265,14 @@ class Plan:
             raise QuestionError(
                 "resolution", f"resolution: expected a number in (0, 10], got {self.resolution}"
             )
+        if self.resolution >= 1 and not self.integer and not self.choices:
+            warn_once(
+                logger,
+                f"resolution {self.resolution:g}: the knob's grid steps by a factor of "
+                f"{1 + self.resolution:g} (a resolution is a fraction: "
+                f"{self.resolution / 100:g} for {self.resolution:g} %), so the answer may lie "
+                "far from where the targets stop holding",
+            )
         whole = self.integer or (bool(self.choices) and all(c == round(c) for c in self.choices))
         for end, value in (("lo", self.lo), ("hi", self.hi)):
             if whole and value != round(value):  # (read as [ceil(lo), floor(hi)])

@@ -1030,3 +1030,45 @@ def test_an_answer_where_the_knobs_valid_values_end_says_so(tmp_path: Path) -> N
     assert result.ends_valid_range
     assert result.beyond is not None
     assert "invalid config" in result.beyond
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        # 2000 meant as ms: a 2,000 s bound every point meets
+        ("time_to_first_token_seconds_p99<=2000", "write 2 if 2000 ms was meant"),
+        # vLLM's 0-1 share: 80 never binds
+        ("kv_cache_usage_perc<=80", "write 0.8 if 80 % was meant"),
+        # higher is better: the bound asks for at most 90 % of requests meeting the SLO
+        ("prefix_cache_hit_rate<=0.9", "higher is better for this metric"),
+    ],
+)
+def test_a_bound_in_another_unit_or_direction_is_warned(target: str, said: str, caplog) -> None:
+    from kvsim.cli.plan import _check_targets
+    from kvsim.study.plan import Target
+
+    forget_warnings(caplog)
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        _check_targets([Target.parse(target)])
+    assert said in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):  # (a plain bound: quiet)
+        _check_targets([Target.parse("time_to_first_token_seconds_p99<=2")])
+    assert not caplog.text
+
+
+def test_a_resolution_of_one_or_more_is_warned(caplog) -> None:
+    # --resolution 5 meant as 5 %: steps of x6, an answer 2.4 times the true one
+    forget_warnings(caplog)
+    with caplog.at_level(logging.WARNING, logger="kvsim.study.plan"):
+        Plan(
+            name="rate",
+            base=BURST,
+            field="workload.rate_per_s",
+            direction="largest",
+            lo=1.0,
+            hi=10.0,
+            resolution=5.0,
+            targets=(Target("num_preemptions", 0.0),),
+        )
+    assert "steps by a factor of 6 (a resolution is a fraction: 0.05 for 5 %)" in caplog.text
