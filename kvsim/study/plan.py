@@ -529,8 +529,8 @@ def plan_from_dict(
             targets=parsed,
             description=str(extra.get("description", "")),
             resolution=_number(question, "resolution", 0.05),
-            integer=bool(question.get("integer", False)),
-            choices=tuple(float(c) for c in question.get("choices", preset.get("choices", ()))),
+            integer=_flag(question, "integer"),
+            choices=_choices(question.get("choices", preset.get("choices", ()))),
             quick=dict(extra.get("quick", {}).get("set", {})),
             varied=varied,
             min_window_s=(
@@ -579,6 +579,27 @@ def takes_integers(field: str) -> bool:
     from kvsim.base.limits import field_kinds
 
     return field_kinds(field_annotation(field)) == (int,)
+
+
+def _flag(question: dict[str, Any], key: str) -> bool:
+    """``question[key]`` (false when absent) as TOML's ``true`` or ``false``: ``bool("false")``
+    would read a quoted one as true."""
+    value = question.get(key, False)
+    if not isinstance(value, bool):
+        raise QuestionError(key, f"[question] {key}: expected true or false, got {value!r}")
+    return value
+
+
+def _choices(value: Any) -> tuple[float, ...]:
+    """``[question] choices``: a list of numbers (``"64KiB"`` and a lone number refused with
+    the key named, where ``float`` and iterating them failed with Python's own words)."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(c, int | float) and not isinstance(c, bool) for c in value
+    ):
+        raise QuestionError(
+            "choices", f"[question] choices: expected a list of numbers, got {value!r}"
+        )
+    return tuple(float(c) for c in value)
 
 
 def _number(question: dict[str, Any], key: str, default: Any) -> float:

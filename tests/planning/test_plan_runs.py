@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -585,6 +586,31 @@ def test_a_plan_files_numbers_are_numbers_and_errors_name_them(
     if key != "min_window_s":  # the same value given as an argument: no line of the file
         with pytest.raises(ValueError, match=rf"p.toml: \[question\] {key}: expected a number"):
             load_plan(path, **{key: question[key].strip('"')})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        # bool("false") is True: a rate plan answered 2 where it answers 2.047 without the key
+        ("integer", '"false"', "integer: expected true or false, got 'false'"),
+        ("integer", "1", "integer: expected true or false, got 1"),
+        # float("64KiB") and iterating 65536 failed in Python's own words, with no key or line
+        ("choices", '["64KiB", "2MiB"]', "choices: expected a list of numbers, got ['64KiB'"),
+        ("choices", "65536", "choices: expected a list of numbers, got 65536"),
+    ],
+)
+def test_a_plan_files_flags_and_choices_are_checked_naming_the_line(
+    key: str, value: str, said: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(
+        'name = "p"\n[base]\nworkload = "alpaca_like"\n[question]\n'
+        'field = "workload.rate_per_s"\ndirection = "largest"\nlo = 1.0\nhi = 3.0\n'
+        "targets = { normalized_latency_seconds_mean = 0.1 }\n"
+        f"{key} = {value}\n"
+    )
+    with pytest.raises(ValueError, match=r"p.toml line 10: \[question\] " + re.escape(said)):
+        load_plan(path)
 
 
 def test_a_window_is_part_of_a_plans_question(tmp_path: Path) -> None:
