@@ -156,7 +156,15 @@ def run_cheapest_command(
             resolve_preset("gpus", gpu)
         except ValueError as err:
             raise ValueError(f"--gpus: {err}") from None
-    pricing = PricingSpec.model_validate(base.get("pricing", {}))
+    from pydantic import ValidationError
+
+    from kvsim.config.sim import format_validation_error
+
+    try:
+        pricing = PricingSpec.model_validate(base.get("pricing", {}))
+    except ValidationError as err:  # (one line a problem, as `kvsim run` says them)
+        lines = format_validation_error(err).splitlines()
+        raise ValueError("; ".join(f"pricing.{line}" for line in lines)) from None
     for gpu in gpu_names:  # every GPU priced, before anything runs
         gpu_price_per_hour(gpu, pricing, among="--gpus" if len(gpu_names) > 1 else "")
     if scheduler is not None:

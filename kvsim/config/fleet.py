@@ -21,9 +21,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from kvsim.base.limits import MAX_HW_PER_S, MAX_OVERHEAD_S
+from kvsim.base.names import preset_hint
 from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import read_text, read_toml, toml_key_line
-from kvsim.config.hardware import Frozen, resolve_preset
+from kvsim.config.hardware import Frozen, preset_table, resolve_preset
 
 RouterName = Literal["round_robin", "least_requests", "least_kv", "prefix", "kv_cost"]
 ROUTERS: tuple[RouterName, ...] = (
@@ -203,7 +204,18 @@ def price_table(path: str | None = None) -> dict[str, dict[str, Any]]:
     """
     if path is None:
         return _shipped_prices()
-    return _read_prices(str(Path(path).resolve()), Path(path).stat().st_mtime_ns)
+    table = _read_prices(str(Path(path).resolve()), Path(path).stat().st_mtime_ns)
+    gpus = preset_table("gpus")
+    for gpu in table:  # (a misspelt GPU's row: its price never read; said on each read, not
+        hint = "" if gpu in gpus else preset_hint("gpus", gpu, gpus)  # cached: a check holds
+        if hint:  # it back) (a name near none is a custom GPU's, priced by its name)
+            line = toml_key_line(read_text(path), gpu)
+            warn_once(
+                logger,
+                f"{path}{f' line {line}' if line else ''}: [{gpu}] names no GPU preset, so "
+                f"only a custom GPU of that name reads its price{hint}",
+            )
+    return table
 
 
 @cache

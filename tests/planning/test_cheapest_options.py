@@ -252,3 +252,29 @@ def test_a_target_no_run_measures_stops_the_search_with_exit_2(tmp_path):
     result = runner.invoke(app, args)
     _refused(result, "--target goodput_requests_per_s: the plan's runs give no value for it")
     assert "[slo] targets" in result.output
+
+
+def test_a_bad_price_is_one_line_naming_the_field(tmp_path, no_runs):
+    # it came as pydantic's dump: "1 validation error for PricingSpec ... [type=value_error, ..."
+    args = [*_cheapest(tmp_path, "--gpus", "h100-80gb"), "--set", "pricing.usd_per_gpu_hour=-2"]
+    result = runner.invoke(app, args)
+    _refused(result, "pricing.usd_per_gpu_hour: Input should be greater than or equal to 0")
+    assert "validation error" not in result.output
+    assert "pydantic" not in result.output
+
+
+def test_a_price_row_near_a_gpu_presets_name_is_warned(tmp_path, caplog):
+    from kvsim.config.fleet import price_table
+    from tests.conftest import forget_warnings
+
+    path = tmp_path / "prices.toml"
+    path.write_text(
+        "[a100-80gb]\nusd_per_gpu_hour = 1.59\n[a100_80gb]\nusd_per_gpu_hour = 0.1\n"
+        "[my-asic]\nusd_per_gpu_hour = 2.0\n"
+    )
+    forget_warnings(caplog)
+    with caplog.at_level("WARNING", logger="kvsim.config.fleet"):
+        price_table(str(path))
+    said = [r.getMessage() for r in caplog.records]
+    assert any("line 3: [a100_80gb] names no GPU preset" in m and "'a100-80gb'" in m for m in said)
+    assert not [m for m in said if "my-asic" in m]  # (a custom GPU's name, near no preset)
