@@ -166,7 +166,20 @@ def run_cheapest_command(
         lines = format_validation_error(err).splitlines()
         raise ValueError("; ".join(f"pricing.{line}" for line in lines)) from None
     for gpu in gpu_names:  # every GPU priced, before anything runs
-        gpu_price_per_hour(gpu, pricing, among="--gpus" if len(gpu_names) > 1 else "")
+        if not gpu_price_per_hour(gpu, pricing, among="--gpus" if len(gpu_names) > 1 else ""):
+            logging.getLogger("kvsim.cli").warning(
+                "plan --cheapest: %s is priced at $0/h, so every fleet of it costs nothing "
+                "and is the cheapest that meets the targets",
+                gpu,
+            )
+    fleet = base.get("fleet")
+    if isinstance(fleet, dict) and fleet.get("prefill_replicas"):  # (FleetOption.base drops it)
+        logging.getLogger("kvsim.cli").warning(
+            "plan --cheapest: fleet.prefill_replicas = %s is not read: the search tries "
+            "co-located fleets and each --split P:D given (P prefill and D decode replicas a "
+            "unit)",
+            fleet["prefill_replicas"],
+        )
     if scheduler is not None:
         check_scheduler(scheduler, DASK_CONNECT_TIMEOUT_S)
     options = [FleetOption(g, t, s) for g in gpu_names for t in sizes for s in layouts]

@@ -144,15 +144,15 @@ def plan(
         ),
     ] = 1,
     draws: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=0,
             max=20,
             metavar="N",
             help="Run the answer on N other draws of the workload (seeds after the config's) "
-            "and say whether it holds there (0: none).",
+            "and say whether it holds there (0: none; default 2).",
         ),
-    ] = 2,
+    ] = None,
     quick: Annotated[
         bool,
         typer.Option(
@@ -272,6 +272,7 @@ def plan(
                     ("hi", hi),
                     ("resolution", resolution),
                     ("window", min_window_s),
+                    ("draws", draws),
                 )
                 if value is not None
             ]
@@ -398,12 +399,13 @@ def plan(
             result = run_plan(
                 the_plan, out, jobs=jobs, quick=quick, on_point=show, scheduler=scheduler
             )
-        if result.answer is not None and draws:
+        num_draws = 2 if draws is None else draws
+        if result.answer is not None and num_draws:
             console.print(
-                f"the answer on {plural(draws, 'other draw')} of the workload (seed + 1 ...)",
+                f"the answer on {plural(num_draws, 'other draw')} of the workload (seed + 1 ...)",
                 highlight=False,
             )
-        result = other_draws(result, draws, jobs=jobs, quick=quick, scheduler=scheduler)
+        result = other_draws(result, num_draws, jobs=jobs, quick=quick, scheduler=scheduler)
         written = save_plan(result)
         print_whole(_answer_table(result))
         if quick:  # (a few requests a point: a queue past the knee has no time to show)

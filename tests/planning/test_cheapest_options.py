@@ -278,3 +278,28 @@ def test_a_price_row_near_a_gpu_presets_name_is_warned(tmp_path, caplog):
     said = [r.getMessage() for r in caplog.records]
     assert any("line 3: [a100_80gb] names no GPU preset" in m and "'a100-80gb'" in m for m in said)
     assert not [m for m in said if "my-asic" in m]  # (a custom GPU's name, near no preset)
+
+
+def test_draws_are_refused_with_cheapest(tmp_path, no_runs):
+    # --draws was read by no part of --cheapest, while --lo, --hi, --window were refused
+    result = runner.invoke(app, [*_cheapest(tmp_path, "--gpus", "h100-80gb"), "--draws", "5"])
+    _refused(result, "plan --cheapest: --draws shape a one-knob plan and are not read here")
+
+
+def test_a_configs_split_and_a_free_gpu_are_warned(tmp_path, monkeypatch, caplog):
+    # the config's prefill_replicas was dropped for co-located fleets without a word; a GPU at
+    # $0/h wins every search
+    def stop(*args, **kwargs):
+        raise RuntimeError("stop before running")
+
+    monkeypatch.setattr(cheapest, "run_plan", stop)
+    args = [
+        *_cheapest(tmp_path, "--gpus", "h100-80gb", "--tp", "1"),
+        "--set", "fleet.replicas=2", "--set", "fleet.prefill_replicas=1",
+        "--set", "pricing.usd_per_gpu_hour=0",
+    ]  # fmt: skip
+    with caplog.at_level("WARNING", logger="kvsim.cli"):
+        runner.invoke(app, args)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "fleet.prefill_replicas = 1 is not read" in said
+    assert "h100-80gb is priced at $0/h" in said
