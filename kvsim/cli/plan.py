@@ -334,8 +334,12 @@ def plan(
                 )
             base = _config_table(path)
             apply_overrides(base, overrides)
-            the_plan = plan_from_dict(
-                _default_name(question), base, question, varied=tuple(overrides)
+            the_plan = plan_from_dict(  # (a config has no [quick] table: --quick's 100 requests)
+                _default_name(question),
+                base,
+                question,
+                {"quick": {"set": {"workload.num_requests": 100}}},
+                varied=tuple(overrides),
             )
         if name:
             the_plan = dataclasses.replace(the_plan, name=name)

@@ -1098,3 +1098,25 @@ def test_a_resolution_of_one_or_more_is_warned(caplog) -> None:
             targets=(Target("num_preemptions", 0.0),),
         )
     assert "steps by a factor of 6 (a resolution is a fraction: 0.05 for 5 %)" in caplog.text
+
+
+def test_quick_on_a_config_runs_100_requests_a_point(tmp_path: Path) -> None:
+    # a config has no [quick] table: --quick ran the config's 1,000 default requests a point
+    # (its help says 100)
+    args = ["plan", "--smallest", "cache.kv_cache_gib", "--lo", "4", "--hi", "8", "--quick"]
+    args += ["--target", "num_preemptions<=1000000", "--draws", "0", "--no-progress"]
+    for pair in (
+        "model=llama-3.1-8b",
+        "gpu=h100-80gb",
+        "scheduler.max_model_len=128",
+        "workload.lengths=fixed",
+        "workload.fixed_prompt_tokens=20",
+        "workload.fixed_output_tokens=4",
+    ):
+        args += ["--set", pair]
+    args += ["--out", str(tmp_path), "--name", "q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    points = list((tmp_path / "plan" / "quick" / "q" / "points").glob("*/summary.json"))
+    assert points
+    assert {json.loads(p.read_text())["num_requests"] for p in points} == {100}
