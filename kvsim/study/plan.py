@@ -404,6 +404,18 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
     for key in ("base", "set", "question", "quick"):
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"{at(key)}: [{key}] must be a table, got {data[key]!r}")
+    unknown_quick = sorted(set(data.get("quick", {})) - {"set"})
+    if unknown_quick:  # (a misspelt "sets" was read as no quick settings)
+        raise ValueError(
+            f"{at('quick.' + unknown_quick[0])}: [quick] unknown keys {unknown_quick}; expected set"
+        )
+    knob = question.get("field") or data.get("question", {}).get("field")
+    quick_set = data.get("quick", {}).get("set", {})
+    if isinstance(quick_set, dict) and knob in quick_set:  # (the plan moves it: never read)
+        raise ValueError(
+            f"{at('quick.set')}: [quick] set gives {knob}, the knob the plan moves; set "
+            "other fields there"
+        )
     unknown_q = sorted(set(data.get("question", {})) - _QUESTION_KEYS)
     if unknown_q:
         raise ValueError(
@@ -415,6 +427,11 @@ def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **quest
             raise ValueError(f"{at(key)}: {key} must be a string, got {data[key]!r}")
     if "experiment" not in data:
         check_relative_paths(path, data.get("base", {}), "base")
+    elif data.get("base"):  # (it was ignored: the experiment's base ran instead)
+        raise ValueError(
+            f"{at('base')}: [base] and experiment = {data['experiment']!r} both give the base "
+            "config; keep one (change the experiment's base with [set])"
+        )
     base = (
         experiment_base(data, at("experiment"), at("label"))
         if "experiment" in data

@@ -1120,3 +1120,27 @@ def test_quick_on_a_config_runs_100_requests_a_point(tmp_path: Path) -> None:
     points = list((tmp_path / "plan" / "quick" / "q" / "points").glob("*/summary.json"))
     assert points
     assert {json.loads(p.read_text())["num_requests"] for p in points} == {100}
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        # the experiment's base ran; [base] was ignored without a word
+        ('experiment = "kv-budget"\n[base]\nmodel = "opt-13b"\n', "line 2: [base] and experiment"),
+        # "sets": read as no quick settings
+        ('[base]\nmodel = "opt-13b"\n[quick]\nsets = { seed = 1 }\n', "line 4: [quick] unknown"),
+        # the knob in [quick] set: the plan moved it, the set never read
+        (
+            '[base]\nmodel = "opt-13b"\n[quick]\nset = { "cache.kv_cache_gib" = 30 }\n',
+            "line 4: [quick] set gives cache.kv_cache_gib, the knob the plan moves",
+        ),
+    ],
+)
+def test_a_plan_files_ignored_tables_are_refused(head: str, said: str, tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(
+        head + '[question]\nfield = "cache.kv_cache_gib"\n'
+        "targets = { time_to_first_token_seconds_p99 = 2 }\n"
+    )
+    with pytest.raises(ValueError, match=re.escape(f"p.toml {said}")):
+        load_plan(path)
