@@ -743,7 +743,8 @@ def other_draws(
     scheduler: str | None = None,
 ) -> PlanResult:
     """``result`` with its answer's config run on ``count`` other draws of its workload: seeds
-    ``seed + 1 ... seed + count`` of its config's (arrivals and lengths drawn anew), each a point
+    ``seed + 1 ... seed + count`` of its config's, modulo 2**64 (the seed's range: past its top
+    they wrap to 0, not to an invalid config) (arrivals and lengths drawn anew), each a point
     of the plan's folder. One draw's answer is where its metric crossed the bound: near a knee,
     another draw of the same workload crosses elsewhere, and this says by how much.
 
@@ -756,7 +757,7 @@ def other_draws(
     spec = plan.config(answer, quick=quick)
     seed = config_from_dict(spec["data"], spec["overrides"], warn=False).seed
     draws = []
-    for other in range(seed + 1, seed + 1 + count):
+    for other in ((seed + k) % 2**64 for k in range(1, count + 1)):
         variant = dataclasses.replace(plan, base={**plan.base, "seed": other})
         ev = _Evaluator(variant, result.folder, jobs, quick, None, scheduler)
         ev.evaluate([answer])

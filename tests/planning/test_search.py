@@ -403,3 +403,22 @@ def test_a_target_no_run_measures_is_refused_not_failed(
     _fake_evaluator(monkeypatch, lambda x: math.nan, [])
     with pytest.raises(planning.UnmeasuredTargetError, match=f"--target {METRIC}: the plan's"):
         run_plan(_plan("smallest", 1, 64, 2.0), tmp_path)
+
+
+def test_other_draws_past_the_last_seed_wrap_to_0(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # seed 2**64 - 1: its next draws were seeds 2**64 and 2**64 + 1, invalid configs reported
+    # as the answer failing on other draws
+    seeds: list[int] = []
+
+    def evaluate(self: Any, xs: Any) -> None:
+        seeds.append(self.plan.base.get("seed", 0))
+        for x in xs:
+            self._seen(x, {METRIC: 1.0})
+
+    monkeypatch.setattr(planning._Evaluator, "evaluate", evaluate)
+    plan = dataclasses.replace(_plan("smallest", 2, 64, 2.0), base={"seed": 2**64 - 1})
+    result = planning.other_draws(run_plan(plan, tmp_path), 2)
+    assert [d.seed for d in result.other_draws] == [0, 1]
+    assert all(d.meets for d in result.other_draws)
