@@ -339,6 +339,13 @@ class Plan:
                 if other is not None:
                     if other.key() == config.key():
                         why = f"the config at {self.value(x):g} and at {self.hi:g} is the same"
+                    elif config.fleet is not None and _replica_keys(other) == (
+                        _replica_keys(config) or ()
+                    ):  # (each replica's own table sets the knob: the fleet runs the same)
+                        why = (
+                            f"every replica's config at {self.value(x):g} and at {self.hi:g} "
+                            "is the same (fleet.replica_overrides sets it for each)"
+                        )
                     break
         if why is not None:
             raise ValueError(
@@ -375,6 +382,14 @@ class Plan:
             if drawn.duration_s is not None and drawn.duration_s < window:
                 overrides["workload.duration_s"] = window  # (it would stop arrivals)
         return {"data": data, "overrides": overrides}
+
+
+def _replica_keys(config: Any) -> list[str] | None:
+    """Each replica's config key, ``None`` where a replica's table makes an invalid config."""
+    try:
+        return [replica.key() for replica in config.replica_configs]
+    except ValueError:
+        return None
 
 
 def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **question: Any) -> Plan:

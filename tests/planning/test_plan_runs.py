@@ -650,6 +650,23 @@ def test_a_plan_refuses_a_knob_its_config_ignores() -> None:
     _rate_plan().check_field()  # synthetic arrivals read it
 
 
+def test_a_knob_every_replicas_table_sets_is_refused() -> None:
+    # each replica's fleet.replica_overrides sets its own KV: the fleet-wide budget moves
+    # nothing, and the plan answered "none ... relax the target" from two identical ends
+    fleet = {
+        "replicas": 2,
+        "replica_overrides": [
+            {"cache": {"kv_cache_bytes": 2**30}},
+            {"cache": {"kv_cache_bytes": 2**30}},
+        ],
+    }
+    plan = dataclasses.replace(BURST_PLAN, base={**BURST, "fleet": fleet})
+    with pytest.raises(ValueError, match=r"fleet.replica_overrides sets it for each"):
+        plan.check_field()
+    one = {"replicas": 2, "replica_overrides": [{"cache": {"kv_cache_bytes": 2**30}}]}
+    dataclasses.replace(BURST_PLAN, base={**BURST, "fleet": one}).check_field()  # (replica 1)
+
+
 @pytest.mark.parametrize("lo", [1e8, 0.5])  # 0.5 bytes/s: below the field's bound, invalid
 def test_a_knob_whose_ends_give_one_config_is_refused(lo: float) -> None:
     """A disk tier's bandwidth beside a disk of 0 GiB written (a sweep's "off" point, which no
