@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 import tomli_w
 
+from kvsim.base.units import plural
 from kvsim.validate.catalog import list_runs, load_run
 from kvsim.validate.errors import stage_errors
 from kvsim.validate.fit import PINNED, FitResult, ReplayCache, Window, cost_of, fit_cost
+from kvsim.validate.h100 import read_split
 from kvsim.validate.replay import replay_run
 from kvsim.validate.runs import real_vllm_dir
 
@@ -124,6 +126,24 @@ def calibrate_from_runs(
     validate = [n for n, s in splits.items() if s == "validate"]
     if not train:
         raise ValueError(f"no train runs under {root} (h100/split.txt)")
+    listed = read_split(root)
+    absent = sorted(n for n in listed if n not in splits)
+    if absent:  # (split.txt names them, their files are not there: the fit goes without them)
+        logger.warning(
+            "calibrate --from-runs: %s of h100/split.txt %s not under %s: fitted and "
+            "chosen without %s (%s)",
+            plural(len(absent), "run"),
+            "is" if len(absent) == 1 else "are",
+            root,
+            "it" if len(absent) == 1 else "them",
+            ", ".join(f"{n} ({listed[n]})" for n in absent),
+        )
+    if not validate:
+        logger.warning(
+            "calibrate --from-runs: no validate runs under %s: the candidate is chosen on its "
+            "train loss, and nothing held out checks it",
+            root,
+        )
     block_sizes = {r.block_size_tokens for r in train}
     if len(block_sizes) != 1:  # (the paged factor is fitted at one block size)
         raise ValueError(f"train runs at several block sizes: {sorted(block_sizes)}")
@@ -154,16 +174,24 @@ def calibrate_from_runs(
         block_size_tokens=block_sizes.pop(),
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(_HEADER + tomli_w.dumps(table), encoding="utf-8")
-    say(f"chose '{chosen}' on the validate split; wrote {out}")
+    out.write_text(_header(len(train), len(validate)) + tomli_w.dumps(table), encoding="utf-8")
+    on = "on the validate split" if validate else "on the train loss (no validate run)"
+    say(f"chose '{chosen}' {on}; wrote {out}")
     return table
 
 
-_HEADER = """\
+def _header(num_train: int, num_validate: int) -> str:
+    """The written table's opening comment, with the runs it was fitted and chosen on."""
+    chosen = (
+        f"chosen on the validate split ({plural(num_validate, 'run')})"
+        if num_validate
+        else "chosen on its train loss (no validate run)"
+    )
+    return f"""\
 # The step cost FITTED on measured vLLM runs (issue 33): written by `kvsim calibrate --from-runs`.
 # Every value under [cost], [gpus.*] and [validate] is FITTED on the train split of
-# inference-sim/training @ c4f0340 (10 H100 SXM runs, vLLM 0.15.1) unless [provenance.pinned]
-# gives it with a source; the candidate written was chosen on the validate split (3 runs). The
+# inference-sim/training @ c4f0340 ({plural(num_train, "H100 SXM run")}, vLLM 0.15.1) unless
+# [provenance.pinned] gives it with a source; the candidate written was {chosen}. The
 # test split is not in kvsim's data. GPUs without a section take the H100's efficiencies (a
 # transfer, not a fit: the RTX 4090 run is held out). Datasheet peaks: kvsim/data/gpus.toml.
 """

@@ -134,6 +134,38 @@ def test_calibration_fits_on_train_and_only_scores_validate(
     assert "FITTED" in out.read_text()
 
 
+def test_calibration_says_what_it_fitted_and_chose_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # split.txt names a train run whose files are gone and no validate run: the fit dropped
+    # the one without a word and said it "chose on the validate split (3 runs)" of 10 runs
+    write_h100(tmp_path, split=f"{TRAIN} train\ngone-run train\n")
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path))
+    real_fit = calibration.fit_cost
+
+    def quick_fit(runs: Any, free: Any, start: Any, **kw: Any) -> Any:
+        return real_fit(runs, free, start, **{**kw, "max_evaluations": 2, "window": Window(4, 2)})
+
+    monkeypatch.setattr(calibration, "fit_cost", quick_fit)
+    said: list[str] = []
+    out = tmp_path / "fit.toml"
+    with caplog.at_level("WARNING", logger="kvsim.validate.calibration"):
+        calibration.calibrate_from_runs(
+            out,
+            cache_path=None,
+            candidates={"one": (("step_overhead_s",), {})},
+            progress=said.append,
+        )
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "1 run of h100/split.txt is not under" in warned
+    assert "gone-run (train)" in warned
+    assert "no validate runs" in warned
+    assert said[-1].startswith("chose 'one' on the train loss (no validate run)")
+    header = out.read_text()
+    assert "(1 H100 SXM run, vLLM 0.15.1)" in header
+    assert "chosen on its train loss (no validate run)" in header
+
+
 def test_a_tie_on_validate_keeps_the_simpler_candidate() -> None:
     candidates = {
         "five": (("a", "b", "c", "d", "e"), {}),
