@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -43,6 +43,19 @@ FromRuns = Callable[[Path | None, int], None]
 FitParts = Callable[[Path, Path | None, str | None], None]
 _FROM_RUNS: list[FromRuns] = []  # the --from-runs fit, when the kvsim command registered one
 _FIT_PARTS: list[FitParts] = []  # the --fit-parts fit, likewise
+
+
+# the kernel table's options, without a mode flag (their defaults)
+_KERNEL: dict[str, Any] = {
+    "batch_sizes": "1,8,32,128",
+    "contexts": "64,256,1024,4096,16384,32768",
+    "block_sizes": "1,2,4,8,16,32,64,128,256",
+    "num_heads": 32,
+    "num_kv_heads": 8,
+    "head_dim": 128,
+    "repeats": 20,
+    "warmup": 3,
+}
 
 
 def calibrate(
@@ -87,22 +100,34 @@ def calibrate(
         typer.Option(help="--fit-parts: the GPU preset (default: from the files' device name)"),
     ] = None,
     max_evaluations: Annotated[
-        int, typer.Option(min=2, max=10_000, help="--from-runs: replays of the train set per fit")
+        int,
+        typer.Option(
+            min=2,
+            max=10_000,
+            help="--from-runs: the fit's evaluations of its loss, each a replay of the train set "
+            "(its finite-difference steps replay it more)",
+        ),
     ] = 40,
-    batch_sizes: Annotated[str, typer.Option(help="sequences per launch")] = "1,8,32,128",
-    contexts: Annotated[
-        str, typer.Option(help="tokens per sequence")
-    ] = "64,256,1024,4096,16384,32768",
-    block_sizes: Annotated[
-        str, typer.Option(help="paged block sizes, tokens")
-    ] = "1,2,4,8,16,32,64,128,256",
-    num_heads: Annotated[int, typer.Option(min=1, max=1024, help="query heads")] = 32,
-    num_kv_heads: Annotated[int, typer.Option(min=1, max=1024, help="KV heads (GQA)")] = 8,
-    head_dim: Annotated[int, typer.Option(help="elements per head: 64, 128 or 256")] = 128,
+    batch_sizes: Annotated[str, typer.Option(help="sequences per launch")] = _KERNEL["batch_sizes"],
+    contexts: Annotated[str, typer.Option(help="tokens per sequence")] = _KERNEL["contexts"],
+    block_sizes: Annotated[str, typer.Option(help="paged block sizes, tokens")] = _KERNEL[
+        "block_sizes"
+    ],
+    num_heads: Annotated[int, typer.Option(min=1, max=1024, help="query heads")] = _KERNEL[
+        "num_heads"
+    ],
+    num_kv_heads: Annotated[int, typer.Option(min=1, max=1024, help="KV heads (GQA)")] = _KERNEL[
+        "num_kv_heads"
+    ],
+    head_dim: Annotated[int, typer.Option(help="elements per head: 64, 128 or 256")] = _KERNEL[
+        "head_dim"
+    ],
     repeats: Annotated[
         int, typer.Option(min=1, max=10_000, help="timed launches per point (median kept)")
-    ] = 20,
-    warmup: Annotated[int, typer.Option(min=0, max=10_000, help="untimed launches per point")] = 3,
+    ] = _KERNEL["repeats"],
+    warmup: Annotated[
+        int, typer.Option(min=0, max=10_000, help="untimed launches per point")
+    ] = _KERNEL["warmup"],
 ) -> None:
     """Time paged vs contiguous KV reads or the step cost's parts on a GPU; fit them without one.
 
@@ -128,6 +153,23 @@ def calibrate(
         )
         if on and needs not in modes
     ]
+    given = {  # (given with a mode, they were read by nothing)
+        "batch_sizes": batch_sizes,
+        "contexts": contexts,
+        "block_sizes": block_sizes,
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "head_dim": head_dim,
+        "repeats": repeats,
+        "warmup": warmup,
+    }
+    if modes:
+        misplaced += [
+            f"--{name.replace('_', '-')} applies to the kernel table only (no mode flag), not "
+            f"{modes[0]}"
+            for name, value in given.items()
+            if value != _KERNEL[name]
+        ]
     if len(modes) > 1 or misplaced:
         problem = f"choose one of {modes}" if len(modes) > 1 else misplaced[0]
         typer.echo(f"error: kvsim calibrate: {problem}", err=True)

@@ -120,6 +120,11 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
     "calibrate_head_dim": (["calibrate", "--head-dim", "100"], ["head_dim", "100"]),
     "calibrate_out_folder": (["calibrate", "--out", "somedir"], ["--out", "somedir"]),
     "calibrate_repeats_zero": (["calibrate", "--repeats", "0"], ["--repeats"]),
+    # the kernel table's options beside a mode: read by nothing, without a word
+    "calibrate_batch_with_from_runs": (
+        ["calibrate", "--from-runs", "--batch-sizes", "1,2"],
+        ["--batch-sizes applies to the kernel table only", "not --from-runs"],
+    ),
     "data_fetch_dest_root": (["data", "fetch", "--dest", "/"], ["--dest", "'/'"]),
     "data_fetch_dest_file": (["data", "fetch", "--dest", "afile"], ["--dest", "'afile'"]),
     "data_fetch_unknown_trace": (
