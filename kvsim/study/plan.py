@@ -339,9 +339,7 @@ class Plan:
                 if other is not None:
                     if other.key() == config.key():
                         why = f"the config at {self.value(x):g} and at {self.hi:g} is the same"
-                    elif config.fleet is not None and _replica_keys(other) == (
-                        _replica_keys(config) or ()
-                    ):  # (each replica's own table sets the knob: the fleet runs the same)
+                    elif config.fleet is not None and _same_replicas(other, config):
                         why = (
                             f"every replica's config at {self.value(x):g} and at {self.hi:g} "
                             "is the same (fleet.replica_overrides sets it for each)"
@@ -384,12 +382,13 @@ class Plan:
         return {"data": data, "overrides": overrides}
 
 
-def _replica_keys(config: Any) -> list[str] | None:
-    """Each replica's config key, ``None`` where a replica's table makes an invalid config."""
+def _same_replicas(one: Any, other: Any) -> bool:
+    """Whether two fleets' replicas have the same configs, one by one (each replica's own table
+    setting the knob: the fleet runs the same); false where a replica's table is invalid."""
     try:
-        return [replica.key() for replica in config.replica_configs]
+        return [r.key() for r in one.replica_configs] == [r.key() for r in other.replica_configs]
     except ValueError:
-        return None
+        return False
 
 
 def load_plan(path: str | Path, overrides: dict[str, Any] | None = None, **question: Any) -> Plan:
@@ -1052,12 +1051,19 @@ def _points(plan: Plan, ev: _Evaluator) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _nearest_failure(plan: Plan, ev: _Evaluator, x: float, upwards: bool) -> str | None:
-    """Why the nearest evaluated (or skipped) value past ``x`` (above it, or below) fails."""
+def _nearest_past(ev: _Evaluator, x: float, upwards: bool) -> float | None:
+    """The nearest evaluated (or skipped) value past ``x`` (above it, or below), if any."""
     past = [y for y in [*ev.seen, *ev.skipped] if (y > x if upwards else y < x)]
     if not past:
         return None
-    nearest = min(past) if upwards else max(past)
+    return min(past) if upwards else max(past)
+
+
+def _nearest_failure(plan: Plan, ev: _Evaluator, x: float, upwards: bool) -> str | None:
+    """Why the nearest evaluated (or skipped) value past ``x`` (above it, or below) fails."""
+    nearest = _nearest_past(ev, x, upwards)
+    if nearest is None:
+        return None
     why = (
         f"skipped, invalid config: {ev.skipped[nearest]}"
         if nearest in ev.skipped
@@ -1084,8 +1090,7 @@ def _result(
     at = low if smallest else high
     summary = ev.seen[at]
     target = min(plan.targets, key=lambda t: t.headroom(summary))
-    past = [y for y in [*ev.seen, *ev.skipped] if (y < at if smallest else y > at)]
-    nearest = (max(past) if smallest else min(past)) if past else None
+    nearest = _nearest_past(ev, at, upwards=not smallest)
     invalid_next = nearest is not None and (
         nearest in ev.skipped or "error" in ev.seen.get(nearest, {})
     )
