@@ -150,7 +150,9 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
         try:
             spec = WorkloadSpec.model_validate({**spec.model_dump(), "arrival": resolved})
         except ValidationError as err:  # (what only the file's arrivals rule out: one line)
-            said = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+            from kvsim.config.sim import format_validation_error
+
+            said = "; ".join(format_validation_error(err).splitlines())
             raise ValueError(f"workload (trace {path}, replayed at its arrivals): {said}") from None
     if spec.arrival == "trace" and not trace.has_arrivals:
         raise ValueError(

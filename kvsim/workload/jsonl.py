@@ -55,7 +55,6 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
     hashes: list[tuple[int, ...] | None] = []
     sessions: list[int | None] = []
     line_numbers: list[int] = []  # blank lines are skipped: a row's line is not its index + 1
-    session_of: dict[int, int] = {}
     chats = _Chats()
     unknown: dict[str, int] = {}  # key -> rows holding it
     data = path.read_bytes().removeprefix(_UTF8_BOM)
@@ -69,7 +68,7 @@ def read_jsonl(path: Path, fmt: str) -> Trace:
             output.append(_json_int(path, line_no, row, "output_length"))
             hashes.append(_json_hash_ids(path, line_no, row))
             if fmt == "bailian":
-                sessions.append(_session(path, line_no, row, session_of, chats))
+                sessions.append(_session(path, line_no, row, chats))
             for key in row.keys() - _KEYS[fmt]:
                 unknown[key] = unknown.get(key, 0) + 1
     if not prompt:
@@ -103,12 +102,13 @@ def _warn_unknown_keys(path: Path, fmt: str, unknown: dict[str, int], num_rows: 
 
 
 class _Chats:
-    """The lines a Qwen-Bailian file's ``chat_id`` values came on, and the parents its rows
-    named before their own row came (a parent absent from the file is legal: its id names
-    the session)."""
+    """A Qwen-Bailian file's ``chat_id`` values read so far: each one's line and session (the
+    root of its parent chain), and the parents its rows named before their own row came (a
+    parent absent from the file is legal: its id names the session)."""
 
     def __init__(self) -> None:
         self.line_of: dict[int, int] = {}
+        self.session_of: dict[int, int] = {}
         self.named_by: dict[int, int] = {}  # a parent not seen yet -> the line of its child
 
 
@@ -116,7 +116,6 @@ def _session(
     path: Path,
     line_no: int,
     row: dict[str, object],
-    session_of: dict[int, int],
     chats: _Chats,
 ) -> int | None:
     """The row's session: the root of its parent chain.
@@ -149,8 +148,8 @@ def _session(
     chats.line_of[chat] = line_no
     if parent != -1 and parent not in chats.line_of:
         chats.named_by.setdefault(parent, line_no)
-    root = chat if parent == -1 else session_of.get(parent, parent)
-    session_of[chat] = root
+    root = chat if parent == -1 else chats.session_of.get(parent, parent)
+    chats.session_of[chat] = root
     return root
 
 
