@@ -76,6 +76,17 @@ def _keep_mask(
             spec.min_prompt_tokens,
             spec.min_output_tokens,
         )
+    if source is not None and spec.max_tokens is not None:
+        capped = int((keep & (output > spec.max_tokens)).sum())
+        if capped:  # (counted over the file's kept rows: the same at every point of a sweep)
+            note_once(
+                logger,
+                "%s: workload.max_tokens = %d caps the output of %s of its %s rows kept",
+                source,
+                spec.max_tokens,
+                f"{capped:,}",
+                f"{int(keep.sum()):,}",
+            )
     if source is not None and long.any():
         note_once(  # overflow = 'drop' is never the default: a filter the config asked for
             logger,
@@ -105,12 +116,26 @@ def _no_rows_error(spec: WorkloadSpec, what: str, max_model_len: int) -> ValueEr
     )
 
 
-def _synthetic_times(spec: WorkloadSpec, rng: np.random.Generator, cap: int | None) -> np.ndarray:
-    """Poisson/gamma arrival times in simulated seconds (``time_scale`` applied)."""
+def _synthetic_times(
+    spec: WorkloadSpec, rng: np.random.Generator, cap: int | None, what: str = "requests"
+) -> np.ndarray:
+    """Poisson/gamma arrival times in simulated seconds (``time_scale`` applied), at most
+    ``cap`` of them (``what`` they start, for the warning when ``duration_s`` cuts an explicit
+    ``num_requests`` short)."""
     assert spec.rate_per_s is not None, "validated: poisson/gamma need rate_per_s"
     cv = 1.0 if spec.arrival == "poisson" else spec.cv
     duration_s = None if spec.duration_s is None else spec.duration_s / spec.time_scale
     times = arrival_times(rng, spec.rate_per_s, cv, num_requests=cap, duration_s=duration_s)
+    if spec.num_requests is not None and cap is not None and times.size < cap:
+        warn_once(  # (no count drawn or rate: a sweep's points would each say a new text)
+            logger,
+            "workload.num_requests = %d, but workload.duration_s = %g s ends the arrivals "
+            "first: the %s arriving within it run; leave one of the two out to say which "
+            "limit counts",
+            spec.num_requests,
+            spec.duration_s,
+            what,
+        )
     return times * spec.time_scale
 
 
@@ -203,7 +228,9 @@ def select_trace_lengths(
         _warn_short(spec, trace, cap)
         if trace.session_ids is not None:  # conversations start at the drawn times
             sessions = [trace.session_ids[i] for i in pool[:cap].tolist()]
-            starts = _synthetic_times(spec, arrival_rng, num_conversations(sessions))
+            starts = _synthetic_times(
+                spec, arrival_rng, num_conversations(sessions), "conversations"
+            )
             kept, arrivals = session_arrivals(sessions, starts, spec.turn_gap_s)
             return _take(trace, pool[:cap][kept], arrivals, spec)
         arrivals = _synthetic_times(spec, arrival_rng, cap)

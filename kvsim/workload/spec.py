@@ -97,7 +97,8 @@ class WorkloadSpec(BaseModel):
         fixed_prompt_tokens, fixed_output_tokens: lengths of ``lengths="fixed"``, in tokens.
         min_total_tokens, max_total_tokens, prefill_decode_ratio: ``lengths="uniform"``: total
             tokens uniform on [min, max], split prompt:output = ratio:1.
-        max_tokens: the client's output cap in tokens (``None``: only ``max_model_len`` caps).
+        max_tokens: the client's output cap in tokens (``None``: only ``max_model_len`` caps);
+            a trace's rows it caps are counted in a note.
         overflow: what happens to trace rows longer than ``max_model_len`` (prompt + output):
             ``"reject"`` keeps them in the workload and the run skips them as vLLM rejects them,
             counted in the summary (``num_rejected_max_model_len``) and named in a warning;
@@ -111,7 +112,8 @@ class WorkloadSpec(BaseModel):
         min_prompt_tokens, min_output_tokens: drop rows shorter than these (raw lengths).
         num_requests: keep the first this many requests; ``None`` keeps all of a replayed trace
             (or window), all arrivals within ``duration_s``, else 1,000. A replay with fewer
-            rows runs those, with a warning.
+            rows runs those, with a warning, as do synthetic arrivals that ``duration_s`` ends
+            first.
         start_s: start of the window on the trace's time axis, in seconds (``arrival="trace"``):
             the numbers in the file (Azure's timestamps: seconds after its earliest row); rows
             from ``start_s`` on are replayed, a row at ``t`` arriving at ``(t - start_s) *

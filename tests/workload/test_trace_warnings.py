@@ -328,3 +328,53 @@ def test_overflow_drop_removes_rows_whose_length_passes_int64(
     text = f"{TIMED}0,100,5\n1,{big},1\n2,100,{big}\n3,{2**62},{2**62}\n"
     reqs, _ = _run(caplog, trace=_write(tmp_path, "long.csv", text), overflow="drop")
     assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(100, 5)]
+
+
+def test_max_tokens_caps_a_traces_outputs_with_a_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, "t.csv", TIMED_THREE)  # outputs 5, 6, 7
+    with caplog.at_level(logging.INFO, logger="kvsim.workload"):
+        reqs = generate_requests(
+            WorkloadSpec(trace=path, arrival="trace", max_tokens=6),
+            np.random.default_rng(0),
+            max_model_len=4096,
+        )
+    # a cap of 6 cuts only the 7-token output: 1 of the 3 rows
+    assert [r.output_tokens for r in reqs] == [5, 6, 6]
+    notes = [r.getMessage() for r in caplog.records if "max_tokens" in r.getMessage()]
+    assert notes == [f"{path}: workload.max_tokens = 6 caps the output of 1 of its 3 rows kept"]
+
+
+def test_a_cap_no_row_reaches_is_quiet(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = _write(tmp_path, "t.csv", TIMED_THREE)
+    with caplog.at_level(logging.INFO, logger="kvsim.workload"):
+        generate_requests(
+            WorkloadSpec(trace=path, arrival="trace", max_tokens=7),
+            np.random.default_rng(0),
+            max_model_len=4096,
+        )
+    assert not [r for r in caplog.records if "max_tokens" in r.getMessage()]
+
+
+def test_num_requests_that_duration_s_cuts_short_is_warned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # 1 request/s for 10 s: about 10 arrive (P(>= 40) is below 1e-11), far from the 1,000 asked
+    fields = {"lengths": "fixed", "rate_per_s": 1.0, "duration_s": 10.0}
+    reqs, warnings = _run(caplog, **fields, num_requests=1000)
+    assert 0 < len(reqs) < 40
+    assert warnings == [
+        "workload.num_requests = 1000, but workload.duration_s = 10 s ends the arrivals first: "
+        "the requests arriving within it run; leave one of the two out to say which limit counts"
+    ]
+
+
+def test_num_requests_reached_within_duration_s_is_quiet(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # 5 requests at 1/s arrive within 1,000 s but with probability below 1e-400
+    fields = {"lengths": "fixed", "rate_per_s": 1.0, "duration_s": 1000.0}
+    reqs, warnings = _run(caplog, **fields, num_requests=5)
+    assert len(reqs) == 5
+    assert warnings == []
