@@ -29,6 +29,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from kvsim.base.build import source_build
+from kvsim.base.say_once import warn_once
 from kvsim.base.tablefile import csv_twin, stored_table, write_table
 from kvsim.base.textfile import cached_sha256_file, json_text, sha256_file
 from kvsim.base.workers import DASK_CONNECT_TIMEOUT_S, check_scheduler, dask_map, pool_map
@@ -106,9 +107,13 @@ def check_results_folder(folder: Path, out_root: Path) -> None:
     of the user's (not a sweep's or plan's: no ``points`` folder), which the results would mix
     with (``RESULTS_MARKERS``: what makes it a sweep's or a plan's).
 
+    A results root that is itself a run's folder, or a sweep's or a plan's, is legal (the
+    results go in a folder of their own inside it) but likely a slip: it is warned.
+
     Raises:
         ValueError: naming ``--out``, the path and what is in the way.
     """
+    _warn_nested_root(out_root)
     above = [out_root / part for part in reversed(folder.relative_to(out_root).parents)]
     for where in (*above, folder, folder / POINTS):
         if where.exists() and not where.is_dir():
@@ -129,6 +134,27 @@ def check_results_folder(folder: Path, out_root: Path) -> None:
             "folder, answer.json or experiment.json): the results would mix with them; choose "
             "another --out"
         )
+
+
+def _warn_nested_root(out_root: Path) -> None:
+    """Warn when ``--out`` (``out_root``) is a run's, a sweep's or a plan's own folder."""
+    from kvsim.results.tables import is_run_folder
+
+    if not out_root.is_dir():
+        return
+    if is_run_folder(out_root):
+        what = "a kvsim run's results folder"
+    elif any((out_root / name).exists() for name in RESULTS_MARKERS):
+        what = "a sweep's or a plan's results folder"
+    else:
+        return
+    warn_once(
+        logger,
+        "--out: %r is %s; these results go in a folder of their own inside it (--out names "
+        "the folder that holds results folders, such as results/)",
+        str(out_root),
+        what,
+    )
 
 
 def finished_by(folder: Path, key: str) -> str | None:

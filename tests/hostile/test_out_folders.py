@@ -11,6 +11,7 @@ import os
 import pytest
 
 from kvsim.results import Results
+from tests.conftest import forget_warnings
 
 TINY = ["--no-progress", "--set", "workload.num_requests=2", "--set", "workload.lengths=fixed"]
 USER_CONFIG = '{"model_type": "llama", "num_hidden_layers": 2}'  # (a model's, not a run's)
@@ -341,3 +342,26 @@ def test_validate_out_is_checked_before_the_replays(hostile, out, expected) -> N
     naming no option ("[Errno 20] Not a directory: 'small.toml/...'"), as run and plan say it."""
     hostile.write("small.toml", "")
     hostile.run(["validate", "h100", "--out", out], "--out", expected)
+
+
+def test_a_sweep_whose_out_is_a_run_or_a_sweeps_folder_is_warned(hostile, caplog) -> None:
+    """Legal (the sweep writes a folder of its own inside it) but most likely a slip of the
+    folder meant: ``--out`` names the folder that holds results folders."""
+    _run(hostile, "r")
+    sweep = ["sweep", "fig2", "--quick", "--no-progress", "--out"]
+    nested = []
+    for out in ("s", "r", "s/quick/fig2"):
+        forget_warnings(caplog)
+        with caplog.at_level(logging.WARNING):
+            hostile.run([*sweep, out], code=0, allowed=[hostile.cwd])
+        nested.append([r.getMessage() for r in caplog.records if "--out: " in r.getMessage()])
+    assert nested[0] == []  # a new folder
+    assert nested[1] == [
+        "--out: 'r' is a kvsim run's results folder; these results go in a folder of their own "
+        "inside it (--out names the folder that holds results folders, such as results/)"
+    ]
+    assert nested[2] == [
+        "--out: 's/quick/fig2' is a sweep's or a plan's results folder; these results go in a "
+        "folder of their own inside it (--out names the folder that holds results folders, such "
+        "as results/)"
+    ]
