@@ -9,12 +9,16 @@ trace name (``"azure_conv"``) or a user path to a file, and says where to downlo
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvsim.base.say_once import warn_once
+
 ENV_VAR = "KVSIM_DATA"
 _DEFAULT_SUBDIR = Path("shared") / "data" / "traces"
+logger = logging.getLogger(__name__)
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -206,6 +210,24 @@ def _refuse_link_loop(trace: str, path: Path) -> None:
         ) from None
 
 
+def _catalogued_path(info: TraceInfo) -> Path:
+    """The catalogued trace's file in the data folder.
+
+    Raises:
+        DataNotFoundError: no data folder, or no file (or a folder) of its name there."""
+    folder = data_dir(looking_for=info.file_name)
+    path = folder / info.file_name
+    if path.is_dir():
+        raise DataNotFoundError(
+            f"{path} is a directory, expected the trace file {info.file_name!r} there. "
+            f"{_download_hint(info.file_name)}"
+        )
+    if not path.is_file():
+        env_note = f"{ENV_VAR}={os.environ[ENV_VAR]}" if os.environ.get(ENV_VAR) else str(folder)
+        raise _not_found(info.file_name, env_note)
+    return path
+
+
 def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
     """Map a short trace name or a file path to an existing file.
 
@@ -223,18 +245,25 @@ def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
     if info is None:
         info = next((i for i in TRACES.values() if i.file_name == trace), None)
     if info is not None:
-        folder = data_dir(looking_for=info.file_name)
-        path = folder / info.file_name
-        if path.is_dir():
-            raise DataNotFoundError(
-                f"{path} is a directory, expected the trace file {info.file_name!r} there. "
-                f"{_download_hint(info.file_name)}"
+        local = Path(trace)  # a file of the catalogued name beside the user: not the one read
+        try:
+            path = _catalogued_path(info)
+        except DataNotFoundError as exc:
+            if local.is_file():
+                raise DataNotFoundError(
+                    f"{exc} (The file {trace!r} in the current folder is not read: "
+                    f"{trace!r} names the catalogued trace; write './{trace}' to read that file.)"
+                ) from None
+            raise
+        if local.is_file() and local.resolve() != path.resolve():
+            warn_once(
+                logger,
+                "workload.trace = %r names the catalogued trace, read from %s, not the file of "
+                "that name in the current folder; write './%s' to read that file",
+                trace,
+                path,
+                trace,
             )
-        if not path.is_file():
-            env_note = (
-                f"{ENV_VAR}={os.environ[ENV_VAR]}" if os.environ.get(ENV_VAR) else str(folder)
-            )
-            raise _not_found(info.file_name, env_note)
         return path, info
     path = Path(trace).expanduser()
     if path.is_file():

@@ -229,3 +229,32 @@ def test_a_directory_in_place_of_a_named_trace_is_named_so(
         f"{tmp_path / 'azure_llm_2023_conv.csv'} is a directory, expected the trace file "
         "'azure_llm_2023_conv.csv' there."
     )
+
+
+def test_a_local_file_named_like_a_catalogued_trace_is_warned_or_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data, here = tmp_path / "data", tmp_path / "here"
+    data.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("KVSIM_DATA", str(data))
+    monkeypatch.chdir(here)
+    name = "azure_llm_2023_code.csv"
+    (here / name).write_text(AZURE_HEADER + GOOD_AZURE_ROW.replace("374,44", "100,7"))
+    # the data folder lacks it: the error says the local file is not read, and how to read it
+    with pytest.raises(DataNotFoundError, match=rf"The file '{name}' in the current folder is "):
+        _gen(WorkloadSpec(trace=name, arrival="trace"))
+    (data / name).write_text(AZURE_HEADER + GOOD_AZURE_ROW)
+    with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
+        reqs = _gen(WorkloadSpec(trace=name, arrival="trace"))
+    assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(374, 44)]  # the data folder's
+    said = [r.getMessage() for r in caplog.records if r.name == "kvsim.workload.catalog"]
+    assert said == [
+        f"workload.trace = '{name}' names the catalogued trace, read from {data / name}, not the "
+        f"file of that name in the current folder; write './{name}' to read that file"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
+        reqs = _gen(WorkloadSpec(trace=f"./{name}", arrival="trace"))
+    assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(100, 7)]
+    assert caplog.records == []
