@@ -208,8 +208,8 @@ def resolve_workload_preset(
         return
     name = str(workload.pop("preset"))
     path = Path(name) if name.endswith(".toml") else workloads_dir() / f"{name}.toml"
-    if not path.is_file():
-        raise missing_preset(name, path)
+    if not path.is_file():  # (named as a field, so that a sweep's error finds its line)
+        raise FileNotFoundError(f"workload.preset: {missing_preset(name, path)}")
     if presets is None:
         table = read_toml(path)
     else:

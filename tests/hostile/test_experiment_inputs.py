@@ -117,9 +117,13 @@ EXPERIMENTS: dict[str, tuple[str | bytes, list[str]]] = {
         + '[grid]\n"cache.block_size_tokens" = [16]\n',
         ["exp.toml line 3: no point has a valid config", "cache.kv_cache_gib", "-2.0"],
     ),
-    "every_point_bad_preset": (
+    "every_point_bad_preset": (  # line 3: the preset's own line
         'name = "e"\n[base.workload]\npreset = "nosuch"\n',
-        ["no point has a valid config", "nosuch"],
+        ["exp.toml line 3: no point has a valid config", "workload.preset", "nosuch"],
+    ),
+    "swept_bad_preset": (
+        'name = "e"\n[grid]\n"workload.preset" = ["alpaca_like", "nosuch"]\n',
+        ["exp.toml line 3: point 1 (workload.preset='nosuch')", "no workload preset 'nosuch'"],
     ),
     "field_on_grid_and_zip": (
         BASE + '[grid]\n"cache.block_size_tokens" = [16]\n'
