@@ -215,6 +215,7 @@ def plan(
     from kvsim.base.units import plural
     from kvsim.config import apply_overrides, config_from_dict
     from kvsim.study.plan import (
+        QuickSetError,
         Target,
         UnknownConfigFieldError,
         failure,
@@ -400,9 +401,17 @@ def plan(
             bar.update(1)
 
         with bar:
-            result = run_plan(
-                the_plan, out, jobs=jobs, quick=quick, on_point=show, scheduler=scheduler
-            )
+            try:
+                result = run_plan(
+                    the_plan, out, jobs=jobs, quick=quick, on_point=show, scheduler=scheduler
+                )
+            except QuickSetError as err:  # (a plan file's own [quick] set: its line)
+                line = None
+                if path is not None and is_plan:
+                    line = toml_key_line(read_text(path), f"quick.set.{err.field}", set_only=True)
+                if line is None:
+                    raise
+                raise ValueError(f"{path} line {line}: {err}") from None
         num_draws = 2 if draws is None else draws
         if result.answer is not None and num_draws:
             console.print(

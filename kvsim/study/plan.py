@@ -85,6 +85,15 @@ class QuestionError(ValueError):
         self.key = key
 
 
+class QuickSetError(ValueError):
+    """The plan's ``[quick] set`` makes every value of the knob invalid; ``field`` names the
+    field at fault (a plan file's error gives the line that sets it)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class PlanPointError(ValueError):
     """A simulation of the plan failed (not an invalid config: a missing trace, a bug)."""
 
@@ -1016,21 +1025,22 @@ def _check_best_end(plan: Plan, ev: _Evaluator, best: float, worst: float, quick
 
     Raises:
         ValueError: naming the value, the bracket end to move and the config's error; where the
-            other end fails alike on another field than the knob, the config at fault (its
-            ``[quick] set`` where that sets the field), not the bracket.
+            other end fails alike on another field than the knob, the config at fault, not the
+            bracket.
+        QuickSetError: the same, where the field at fault is one the ``[quick] set`` sets.
     """
     error = ev.seen[best].get("error")
     if error is None:
         return
     field = str(error).split(": ", 1)[0]
     if field != plan.field and ev.seen[worst].get("error") == error:
-        source = "the plan's [quick] set" if quick and field in plan.quick else "the plan's config"
-        if field in plan.varied and source == "the plan's config":
+        whatever = f"is invalid whatever {plan.field} (at {plan.lo:g} and at {plan.hi:g})"
+        if quick and field in plan.quick:
+            raise QuickSetError(field, f"the plan's [quick] set {whatever}: {error}")
+        source = "the plan's config"
+        if field in plan.varied:
             source = f"the plan's config with --set {field}"
-        raise ValueError(
-            f"{source} is invalid whatever {plan.field} (at {plan.lo:g} and at {plan.hi:g}): "
-            f"{error}"
-        )
+        raise ValueError(f"{source} {whatever}: {error}")
     end = "--hi" if plan.direction == "smallest" else "--lo"
     raise ValueError(
         f"{plan.field} = {format_value(plan.value(best), plan.field)} (the bracket's best end, "

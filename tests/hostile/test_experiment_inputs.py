@@ -292,10 +292,14 @@ PLANS: dict[str, tuple[str | bytes, list[str], list[str]]] = {
         [],
         ["plan.toml line 1: unknown keys ['foo']", "'question'"],
     ),
-    "quick_set_invalid": (  # blamed on the bracket's end before (--hi)
+    "quick_set_invalid": (  # blamed on the bracket's end before (--hi); line 9: the set
         PLAN.format(name="p") + '[quick]\nset = { "workload.duration_s" = -1 }\n',
         ["--quick"],
-        ["[quick] set is invalid whatever cache.kv_cache_gib", "workload.duration_s", "-1"],
+        [
+            "plan.toml line 9: the plan's [quick] set is invalid whatever cache.kv_cache_gib",
+            "workload.duration_s",
+            "-1",
+        ],
     ),
     "base_invalid": (
         PLAN.format(name="p").replace(
