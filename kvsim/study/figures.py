@@ -280,6 +280,15 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
         analysis = check_analysis(sweep.meta.get("analysis", {}))
     except ValueError as err:
         raise ValueError(f"{Path(folder) / 'experiment.json'}: {err}") from None
+    if sweep.num_unfinished:
+        logger.warning(
+            "%s: %d of %d points have no results (the sweep was interrupted, or they failed: "
+            "failures.json); the figures show the %d finished; run the sweep again to finish it",
+            folder,
+            sweep.num_unfinished,
+            sweep.meta["num_points"],
+            len(sweep.summary),
+        )
     drawn = drawable_rows(sweep)
     out_dir = Path(out) if out is not None else Path(folder) / "figures"
     out_dir.mkdir(parents=True, exist_ok=True)

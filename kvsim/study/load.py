@@ -83,7 +83,7 @@ class SweepResults:
     Attributes:
         folder: the sweep's folder.
         summary: ``summary.parquet``: swept fields, then summary metrics (one row per point).
-        meta: ``experiment.json`` (name, swept_fields, quick, snapshot_at_s).
+        meta: ``experiment.json`` (name, swept_fields, num_points, quick, snapshot_at_s).
     """
 
     folder: Path
@@ -93,6 +93,12 @@ class SweepResults:
     @property
     def swept_fields(self) -> list[str]:
         return list(self.meta.get("swept_fields", []))
+
+    @property
+    def num_unfinished(self) -> int:
+        """Points of the experiment without a row in ``summary`` (interrupted or failed; 0
+        for a sweep saved before ``experiment.json`` counted its points)."""
+        return max(int(self.meta.get("num_points", 0)) - len(self.summary), 0)
 
     @property
     def keys(self) -> list[str]:

@@ -591,6 +591,7 @@ def run_sweep(
         "description": experiment.description,
         "quick": quick,
         "swept_fields": experiment.swept_fields(quick=quick),
+        "num_points": len(points),  # (a summary with fewer rows: a sweep cut short)
         "snapshot_at_s": experiment.snapshot_time(quick=quick),
         "analysis": experiment.analysis,
     }

@@ -438,3 +438,36 @@ def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment)
     report = run_sweep(make_experiment(), tmp_path, progress=False)
     assert report.num_skipped == 1
     assert report.num_run == 3
+
+
+def test_figures_of_a_sweep_cut_short_say_how_many_points_are_missing(
+    tmp_path, monkeypatch, make_experiment, caplog
+):
+    import kvsim.study.sweep as sweep_mod
+    from kvsim.study.figures import draw_figures
+
+    real = sweep_mod.outcomes
+
+    def one_then_interrupt(*args, **kwargs):
+        gen = real(*args, **kwargs)
+        yield next(gen)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_mod, "outcomes", one_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(make_experiment(), tmp_path, progress=False)
+    folder = tmp_path / "tiny"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.study.figures"):
+        draw_figures(folder)
+    # the tiny experiment has 2 block sizes x 2 allocators = 4 points; 1 finished
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder}: 3 of 4 points have no results (the sweep was interrupted, or they failed: "
+        "failures.json); the figures show the 1 finished; run the sweep again to finish it"
+    ]
+    monkeypatch.setattr(sweep_mod, "outcomes", real)
+    run_sweep(make_experiment(), tmp_path, progress=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.study.figures"):
+        draw_figures(folder)
+    assert caplog.records == []
