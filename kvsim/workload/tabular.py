@@ -97,6 +97,13 @@ def _read_frame(path: Path) -> tuple[pd.DataFrame, Where, np.ndarray | None]:
     """The table, how to name its row ``i``, and each row's file line (``None``: Parquet)."""
     if _is_parquet(path):
         require("parquet", f"reading the Parquet trace {path}")
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(path).names
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: unreadable Parquet file: {exc}") from None
+        _check_duplicate_columns(path, names)  # (pyarrow's error names every column)
         try:
             frame = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
@@ -138,21 +145,24 @@ def _record_lines(path: Path) -> np.ndarray | None:
     return np.asarray(starts, dtype=np.int64)
 
 
-def _check_duplicate_columns(path: Path) -> None:
+def _check_duplicate_columns(path: Path, header: list[str] | None = None) -> None:
     """Refuse a header naming a column twice: pandas would read the first copy and rename the
-    second ``name.1``, and which copy holds the values is the user's to say.
+    second ``name.1``, and which copy holds the values is the user's to say. ``header``: a
+    Parquet file's column names (else the CSV's first line is read).
 
     Raises:
         ValueError: naming the file, the column and its two positions.
     """
-    with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
-        header = next(csv.reader(handle), [])
+    where = f"{path} line 1: the header" if header is None else f"{path}: the schema"
+    if header is None:
+        with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
+            header = next(csv.reader(handle), [])
     first: dict[str, int] = {}
     for number, name in enumerate(header, start=1):
         if name in first:
             raise ValueError(
-                f"{path} line 1: the header names column {name!r} twice (columns "
-                f"{first[name]} and {number}); expected each column once"
+                f"{where} names column {name!r} twice (columns {first[name]} and {number}); "
+                "expected each column once"
             )
         first[name] = number
 
@@ -441,6 +451,9 @@ def _hash_ids(path: Path, frame: pd.DataFrame, where: Where) -> tuple[tuple[int,
         if text == "":  # a blank cell: no hash blocks; "[]" is an empty list of them
             out.append(None)
             continue
+        if text.count("[") > 1:  # (a list of lists: flattened, its blocks would be others)
+            value = _plain(frame["hash_ids"].iloc[row])
+            raise bad_value(path, where(row), "hash_ids", value, "a flat list of integers")
         parts = [p for p in re.split(r"[\s,;\[\]]+", text) if p]
         if not all(re.fullmatch(r"-?[0-9]+", p) for p in parts):
             raise bad_value(
@@ -455,6 +468,13 @@ def _hash_ids(path: Path, frame: pd.DataFrame, where: Where) -> tuple[tuple[int,
             raise bad_value(path, where(row), "hash_ids", value, "64-bit integers")
         out.append(tuple(int(p) for p in parts))
     return tuple(out)
+
+
+def _plain(value: Any) -> Any:
+    """A Parquet cell's lists (numpy arrays, nested) as Python lists, to show in an error."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in value]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _prefix_groups(

@@ -239,6 +239,36 @@ def test_bad_parquet_cell_names_the_row(tmp_path: Path) -> None:
     assert f"{path} row 2: prompt_tokens must be a non-negative integer, got -3" in line
 
 
+def test_nested_hash_ids_are_refused_not_flattened(tmp_path: Path) -> None:
+    # [[1, 2], [3]] read as the blocks 1, 2, 3 would share prefixes with rows it does not
+    parquet = tmp_path / "nested.parquet"
+    pd.DataFrame(
+        {"prompt_tokens": [48], "output_tokens": [5], "hash_ids": [[[1, 2], [3]]]}
+    ).to_parquet(parquet)
+    sets = ["workload.sample=replay", "workload.hash_block_size_tokens=16"]
+    line = _invoke(parquet, sets)
+    assert f"{parquet} row 1: hash_ids must be a flat list of integers, got [[1, 2], [3]]" in line
+    text = tmp_path / "nested.csv"
+    text.write_text('prompt_tokens,output_tokens,hash_ids\n48,5,"[[1, 2], [3]]"\n')
+    line = _invoke(text, sets)
+    assert f"{text} line 2: hash_ids must be a flat list of integers, got '[[1, 2], [3]]'" in line
+
+
+def test_a_parquet_column_named_twice_is_named(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "dup.parquet"
+    columns = [pa.array([10]), pa.array([5]), pa.array([7])]
+    names = ["prompt_tokens", "output_tokens", "output_tokens"]
+    pq.write_table(pa.Table.from_arrays(columns, names=names), path)
+    line = _invoke(path, ["workload.sample=replay"])
+    assert line == (
+        f"error: {path}: the schema names column 'output_tokens' twice (columns 2 and 3); "
+        "expected each column once"
+    )
+
+
 def test_unknown_trace_format_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text(OWN + "0,10,5\n")
