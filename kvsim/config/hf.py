@@ -5,9 +5,11 @@ so does ``model = "path/config.json"``) fills :class:`~kvsim.config.hardware.Mod
 keys of the table override what the file gives (``num_params``, ``dtype_bytes``, ``name``...).
 The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_convertor.py``:
 
-- layers ``num_hidden_layers`` (``n_layer``, ``num_layers``); query heads ``num_attention_heads``
-  (``n_head``); KV heads ``num_key_value_heads`` (``n_head_kv``, ``num_kv_heads``,
-  ``multi_query_group_num``), else the query heads (plain multi-head attention);
+- layers ``num_hidden_layers`` (``n_layer``, ``num_layers``, MPT's ``n_layers``); query heads
+  ``num_attention_heads`` (``n_head``, ``n_heads``); KV heads ``num_key_value_heads``
+  (``n_head_kv``, ``num_kv_heads``, ``multi_query_group_num``), else the query heads (plain
+  multi-head attention); multi-query attention (``multi_query``) caches one KV head, MPT and
+  DBRX read ``attn_config.kv_n_heads``;
 - head dim ``head_dim`` when set, else ``hidden_size // num_attention_heads``;
 - MLA (``kv_lora_rank`` set, DeepSeek-V2/V3): vLLM caches one latent of ``kv_lora_rank +
   qk_rope_head_dim`` values per token per layer, with no separate K and V, as one "head" that
@@ -15,7 +17,9 @@ The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_co
   query/key head dim ``qk_nope_head_dim + qk_rope_head_dim``;
 - dtype ``torch_dtype`` (``dtype`` in newer files): 2 bytes for float16/bfloat16; float32 counts
   2 bytes, as vLLM's ``dtype="auto"`` casts FP32 checkpoints to 16 bits (``_resolve_auto_dtype``);
-- context ``max_position_embeddings`` (``n_positions``);
+- context ``max_position_embeddings`` (``n_positions``, ``max_seq_len``), scaled by
+  ``rope_scaling`` as vLLM derives ``max_model_len`` (its factor, except ``su``, ``longrope``
+  and ``llama3``; ``yarn`` from ``original_max_position_embeddings``);
 - sliding-window and linear-attention layers (``layer_types``; else by ``model_type``:
   Gemma-2/3's patterns, Qwen2/3's ``max_window_layers``, a ``sliding_window`` on every layer)
   fill ``model.attention`` (``kvsim.config.layers.attention_from_hf``): vLLM v1's hybrid KV
@@ -75,7 +79,17 @@ _JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:]', re.DOTALL)
 
 GPT_OSS_WINDOW = 128  # transformers' GptOssConfig: sliding_window when the file gives none
 # the flags kvsim reads from a config.json (each must be a JSON boolean)
-_FLAGS = ("use_sliding_window", "tie_word_embeddings", "attention_bias")
+_FLAGS = (
+    "use_sliding_window",
+    "tie_word_embeddings",
+    "attention_bias",
+    "multi_query",
+    "new_decoder_architecture",
+)
+_FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
+_KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
+# rope scalings whose factor vLLM does not apply to the context (the file's is already scaled)
+_UNSCALED_ROPE = ("su", "longrope", "llama3")
 
 
 class _Config:
@@ -235,17 +249,15 @@ def model_fields_from_hf(
         ValueError: a missing or malformed field, naming the file, its line and the value.
     """
     cfg = _Config(hf_config_path(value))
-    heads = cfg.int_field("num_attention_heads", "n_head", maximum=_HEADS_LIMIT)
+    heads = cfg.int_field("num_attention_heads", "n_head", "n_heads", maximum=_HEADS_LIMIT)
     fields: dict[str, Any] = {
         "name": _model_name(cfg),
         "num_layers": cfg.int_field(
-            "num_hidden_layers", "n_layer", "num_layers", maximum=_LAYERS_LIMIT
+            "num_hidden_layers", "n_layer", "num_layers", "n_layers", maximum=_LAYERS_LIMIT
         ),
         "num_attention_heads": heads,
         "dtype_bytes": _dtype_bytes(cfg),
-        "max_position_embeddings": cfg.int_field(
-            "max_position_embeddings", "n_positions", minimum=2
-        ),
+        "max_position_embeddings": _context_tokens(cfg),
     }
     if cfg.get("kv_lora_rank") is not None:  # (MLA: both parts of its key head are needed)
         for key in ("qk_rope_head_dim", "qk_nope_head_dim"):
@@ -261,8 +273,7 @@ def model_fields_from_hf(
         fields["num_kv_heads"] = 1
         fields["head_dim"] = cfg.int_field("qk_nope_head_dim", minimum=0) + rope
     else:
-        kv_keys = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
-        fields["num_kv_heads"] = cfg.int_field(*kv_keys, default=heads, maximum=_HEADS_LIMIT)
+        fields["num_kv_heads"] = _num_kv_heads(cfg, heads)
         fields["head_dim"] = _head_dim(cfg, heads)
     found = cfg.get("num_parameters", "num_params")
     if num_params is not None:  # (the table's; ModelSpec checks it)
@@ -450,13 +461,11 @@ def check_file_heads(value: str | Path, fields: dict[str, Any], table: dict[str,
     if heads % kv_heads == 0:
         return
     cfg = _Config(hf_config_path(value))
-    key = next(
-        k
-        for k in ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
-        if cfg.get(k) is not None
-    )
+    # (multi-query's 1 always divides: the count is a key's, or MPT's and DBRX's attn_config's)
+    key = next((k for k in _KV_HEAD_KEYS if cfg.get(k) is not None), "attn_config")
+    named = "attn_config.kv_n_heads" if key == "attn_config" else key
     raise ValueError(
-        f"{cfg.where(key)}: {key} = {kv_heads} must divide num_attention_heads = {heads} (each "
+        f"{cfg.where(key)}: {named} = {kv_heads} must divide num_attention_heads = {heads} (each "
         "KV head serves a whole group of query heads)"
     )
 
@@ -466,6 +475,72 @@ def _model_name(cfg: _Config) -> str:
     if found is not None and str(found[1]).strip():
         return Path(str(found[1])).name
     return cfg.path.resolve().parent.name or str(cfg.data.get("model_type", "hf-model"))
+
+
+def _num_kv_heads(cfg: _Config, heads: int) -> int:
+    """The KV heads vLLM caches: 1 for multi-query attention (``multi_query``: GPT-BigCode,
+    Falcon-7B/40B, unless Falcon's ``new_decoder_architecture``, which reads ``n_head_kv``;
+    ``vllm/transformers_utils/model_arch_config_convertor.py``, ``FalconModelArchConfig
+    Convertor``, and the GPT-BigCode model's own ``num_kv_heads``), MPT's and DBRX's
+    ``attn_config.kv_n_heads``, else the first of ``_KV_HEAD_KEYS``, else ``heads``.
+
+    Raises:
+        ValueError: a KV-head count that is not an integer from 1 to the heads' limit."""
+    data = cfg.data
+    new_falcon = data.get("model_type") in _FALCON_TYPES and data.get("new_decoder_architecture")
+    if data.get("multi_query") and not new_falcon:
+        return 1
+    attn = data.get("attn_config")
+    if data.get("model_type") in ("mpt", "dbrx") and isinstance(attn, dict):
+        kv = attn.get("kv_n_heads")
+        if kv is not None:
+            if not is_int_at_least(kv, 1) or kv > heads:
+                raise ValueError(
+                    f"{cfg.where('attn_config')}: attn_config.kv_n_heads must be an integer "
+                    f"from 1 to the {heads} attention heads, got {_json_value(kv)}"
+                )
+            return int(kv)
+    return cfg.int_field(*_KV_HEAD_KEYS, default=heads, maximum=_HEADS_LIMIT)
+
+
+def _context_tokens(cfg: _Config) -> int:
+    """vLLM's derived ``max_model_len``: ``max_position_embeddings`` (``n_positions``) times a
+    ``rope_scaling`` factor (1 when unset or null), unless its type is ``su``, ``longrope`` or
+    ``llama3``; for ``yarn``, ``original_max_position_embeddings`` (the file's context when
+    absent) times the factor (vLLM ``vllm/config/model.py``, ``_get_and_verify_max_len``).
+
+    Raises:
+        ValueError: a ``rope_scaling`` that is not an object, names no type, or has a factor
+            that is not a positive number, naming the file and its line."""
+    trained = cfg.int_field("max_position_embeddings", "n_positions", "max_seq_len", minimum=2)
+    rope = cfg.data.get("rope_scaling")
+    if rope is None:
+        return trained
+    where = cfg.where("rope_scaling")
+    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    if not isinstance(kind, str):
+        raise ValueError(
+            f"{where}: rope_scaling: expected an object with a 'rope_type' (or 'type'), as "
+            f"vLLM reads it, got {_json_value(rope)}"
+        )
+    if kind in _UNSCALED_ROPE:
+        return trained
+    factor = rope.get("factor")
+    if factor is None:
+        factor = 1.0
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise ValueError(
+            f"{where}: rope_scaling.factor must be a positive number, got {_json_value(factor)}"
+        )
+    base = trained
+    if kind == "yarn" and rope.get("original_max_position_embeddings") is not None:
+        base = rope["original_max_position_embeddings"]
+        if not is_int_at_least(base, 2):
+            raise ValueError(
+                f"{where}: rope_scaling.original_max_position_embeddings must be an integer "
+                f">= 2, got {_json_value(base)}"
+            )
+    return int(base * factor)
 
 
 def _head_dim(cfg: _Config, heads: int) -> int:

@@ -345,3 +345,111 @@ def test_gemma_3_27b_parameters_counted_by_hand(tmp_path: Path) -> None:
         52,
         1024,
     )
+
+
+# Multi-query and MPT-style files (the fields vLLM reads; num_params given: no count for them)
+STARCODER = {  # bigcode/starcoder
+    "model_type": "gpt_bigcode",
+    "n_embd": 6144,
+    "n_head": 48,
+    "n_layer": 40,
+    "n_positions": 8192,
+    "multi_query": True,
+    "torch_dtype": "float16",
+}
+FALCON_7B = {  # tiiuae/falcon-7b
+    "model_type": "falcon",
+    "hidden_size": 4544,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "torch_dtype": "bfloat16",
+    "max_position_embeddings": 2048,
+}
+FALCON_40B = {  # tiiuae/falcon-40b: the new decoder reads num_kv_heads, multi_query aside
+    **FALCON_7B,
+    "hidden_size": 8192,
+    "num_attention_heads": 128,
+    "num_kv_heads": 8,
+    "num_hidden_layers": 60,
+    "new_decoder_architecture": True,
+}
+MPT_GQA = {  # an MPT file with grouped KV heads in attn_config
+    "model_type": "mpt",
+    "d_model": 4096,
+    "n_heads": 32,
+    "n_layers": 32,
+    "max_seq_len": 8192,
+    "attn_config": {"kv_n_heads": 8},
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        # 2 (K, V) x 40 layers x 1 head x 6144 / 48 = 128 dims x 2 bytes = 20,480
+        (STARCODER, 20_480),
+        # 2 x 32 layers x 1 head x 4544 / 71 = 64 dims x 2 bytes = 8,192
+        (FALCON_7B, 8_192),
+        # 2 x 60 layers x 8 heads x 8192 / 128 = 64 dims x 2 bytes = 122,880
+        (FALCON_40B, 122_880),
+        # 2 x 32 layers x 8 heads x 4096 / 32 = 128 dims x 2 bytes = 131,072
+        (MPT_GQA, 131_072),
+    ],
+    ids=["starcoder", "falcon-7b", "falcon-40b", "mpt-gqa"],
+)
+def test_multi_query_and_attn_config_kv_heads(
+    tmp_path: Path, config: dict[str, Any], expected: int
+) -> None:
+    model = {"hf_config": str(_write(tmp_path, config)), "num_params": 7_000_000_000}
+    assert config_from_dict({"model": model}).bytes_per_token == expected
+
+
+def test_multi_query_must_be_a_json_boolean(tmp_path: Path) -> None:
+    path = _write(tmp_path, {**STARCODER, "multi_query": "true"})
+    with pytest.raises(ValueError, match="multi_query: expected true or false"):
+        config_from_dict({"model": {"hf_config": str(path), "num_params": 7_000_000_000}})
+
+
+@pytest.mark.parametrize(
+    ("rope", "expected"),
+    [
+        # Qwen2.5's recipe for 128K: yarn over the original 32,768 x 4 = 131,072
+        ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131_072),
+        # linear and dynamic scale the file's context: 32,768 x 2 = 65,536
+        ({"rope_type": "linear", "factor": 2.0}, 65_536),
+        ({"type": "dynamic", "factor": 2.0}, 65_536),
+        # llama3 and longrope files give the scaled context already: 32,768 as written
+        ({"rope_type": "llama3", "factor": 8.0}, 32_768),
+        ({"rope_type": "longrope", "factor": 4.0}, 32_768),
+        # a null factor is 1 (vLLM's default)
+        ({"rope_type": "linear", "factor": None}, 32_768),
+    ],
+    ids=["yarn", "linear", "dynamic", "llama3", "longrope", "null-factor"],
+)
+def test_rope_scaling_sets_the_context_as_vllm_derives_it(
+    tmp_path: Path, rope: dict[str, Any], expected: int
+) -> None:
+    path = _write(tmp_path, {**QWEN25_7B, "rope_scaling": rope})
+    config = config_from_dict({"model": {"hf_config": str(path)}})
+    assert config.model.max_position_embeddings == expected
+    assert config.max_model_len == expected
+
+
+@pytest.mark.parametrize(
+    ("rope", "message"),
+    [
+        ({"factor": 4.0}, "rope_scaling: expected an object with a 'rope_type'"),
+        ("yarn", "rope_scaling: expected an object with a 'rope_type'"),
+        ({"type": "linear", "factor": "4"}, "rope_scaling.factor must be a positive number"),
+        ({"type": "linear", "factor": 0}, "rope_scaling.factor must be a positive number"),
+    ],
+)
+def test_a_rope_scaling_vllm_cannot_read_is_refused(
+    tmp_path: Path, rope: Any, message: str
+) -> None:
+    path = _write(tmp_path, {**QWEN25_7B, "rope_scaling": rope})
+    with pytest.raises(ValueError, match=message):
+        config_from_dict({"model": {"hf_config": str(path)}})
