@@ -334,6 +334,7 @@ class SimConfig(Frozen):
         check_parallel_fits_model(self.model, self.parallel)
         args = self.engine_args
         _check_state_layers(self, args)
+        _check_v0_prefix_caching_window(self, args)
         check_buddy_reach(self)
         check_memory(self)
         check_pool_shape(self)
@@ -519,6 +520,26 @@ def _check_state_layers(config: SimConfig, args: EngineArgs) -> None:
             "prefix caching on keeps states at block boundaries (mamba_cache_mode 'align'), "
             "which kvsim does not model",
         )
+
+
+def _check_v0_prefix_caching_window(config: SimConfig, args: EngineArgs) -> None:
+    """vLLM v0 refuses prefix caching on a model whose layers all slide (Mistral-7B-v0.1:
+    ``CacheConfig._verify_prefix_caching``, "Prefix caching is not supported with sliding
+    window"); v1 caches their prefixes (its sliding-window KV cache group).
+
+    Raises:
+        ValueError: naming ``cache.enable_prefix_caching``, the model and its window."""
+    attention = config.model.attention
+    if args.engine != "vllm-v0" or not args.enable_prefix_caching or attention is None:
+        return
+    if not attention.num_sliding_layers or attention.num_sliding_layers < config.model.num_layers:
+        return
+    raise ValueError(
+        f"cache.enable_prefix_caching: vLLM v0 does not cache prefixes of a sliding-window "
+        f"model ({config.model.name}'s {attention.sliding_window_tokens:,}-token window on "
+        "every layer; v0's CacheConfig refuses it), got true; use scheduler.engine = 'vllm-v1' "
+        "or turn prefix caching off"
+    )
 
 
 def _check_workload_fits_profile(config: SimConfig, args: EngineArgs) -> None:

@@ -307,6 +307,21 @@ def test_other_policies_and_v0_treat_every_layer_as_full():
     assert v0.bytes_per_token == 62 * 8192  # every layer, every token
 
 
+def test_v0_refuses_prefix_caching_on_a_model_whose_every_layer_slides():
+    # vLLM v0's CacheConfig._verify_prefix_caching raises for a sliding window: Mistral-7B-v0.1
+    # slides on all 32 layers; v1 caches its prefixes, and Gemma-3 (10 of 62 layers full) is
+    # run by v0 as every layer full, with its prefixes cached
+    base = {"gpu": "h100-80gb", "cache": {"enable_prefix_caching": True}}
+    v0 = {"max_model_len": 8192, "engine": "vllm-v0"}
+    with pytest.raises(ValueError, match=r"cache\.enable_prefix_caching: vLLM v0 does not cache"):
+        SimConfig.model_validate({**base, "model": "mistral-7b-v0.1", "scheduler": v0})
+    v1 = {**v0, "engine": "vllm-v1"}
+    assert SimConfig.model_validate({**base, "model": "mistral-7b-v0.1", "scheduler": v1})
+    assert SimConfig.model_validate({**base, "model": "gemma-3-27b", "scheduler": v0})
+    off = {**base, "cache": {"enable_prefix_caching": False}}
+    assert SimConfig.model_validate({**off, "model": "mistral-7b-v0.1", "scheduler": v0})
+
+
 def test_the_longest_request_counts_every_groups_blocks():
     # Gemma-3-27B, 8 GiB of KV: 8 GiB // 1.25 MiB = 6,553 blocks, 6,552 usable (null block).
     # vLLM's need per group (max_memory_usage_bytes): full cdiv(L, 16); sliding at most
