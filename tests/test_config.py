@@ -213,6 +213,30 @@ def test_chunked_prefill_lets_the_budget_be_below_max_model_len():
     assert cfg.max_model_len == 8192
 
 
+def test_vllms_scheduler_config_checks(caplog):
+    # vllm/config/scheduler.py: a threshold above max_model_len is refused (opt-13b's 2,048
+    # tokens); a budget above max_num_seqs x max_model_len = 1 x 2,048 is warned; the v1
+    # scheduler reads the threshold only with chunked prefill (scheduler.py, "if
+    # enable_chunked_prefill and num_eligible_reqs > 1"), so without it there is no effect
+    with pytest.raises(ValueError, match=r"threshold \(2049\) must be at most max_model_len"):
+        config_from_dict({"scheduler": {"long_prefill_token_threshold": 2049}})
+    assert config_from_dict({"scheduler": {"long_prefill_token_threshold": 2048}})
+    forget_warnings(caplog)
+    with caplog.at_level(logging.WARNING):
+        config_from_dict({"scheduler": {"max_num_seqs": 1, "max_num_batched_tokens": 2049}})
+        config_from_dict({"scheduler": {"max_num_seqs": 1, "max_num_batched_tokens": 2048}})
+        config_from_dict(
+            {"scheduler": {"enable_chunked_prefill": False, "long_prefill_token_threshold": 64}}
+        )
+        config_from_dict({"scheduler": {"long_prefill_token_threshold": 64}})  # chunked: read
+    assert [r.getMessage() for r in caplog.records] == [
+        "scheduler.max_num_batched_tokens (2,049) exceeds max_num_seqs x max_model_len "
+        "(2,048), which vLLM warns may lead to unexpected behaviour: no step can fill the budget",
+        "scheduler.long_prefill_token_threshold = 64 has no effect: vLLM caps prefill chunks at "
+        "it only with chunked prefill, and scheduler.enable_chunked_prefill is false",
+    ]
+
+
 def test_max_model_len_defaults_to_the_model_context():
     cfg = config_from_dict({"model": "llama-3.1-8b", "gpu": "h100-80gb"})
     assert cfg.max_model_len == 131_072

@@ -323,6 +323,7 @@ def resolve_engine_args(
             f"scheduler.max_num_batched_tokens ({batched}) must be >= max_num_seqs ({seqs}), "
             "as vLLM requires (every running sequence decodes one token per step)"
         )
+    _check_batch_knobs(scheduler, batched, seqs, max_model_len, chunked)
     caching = v1 if cache.enable_prefix_caching is None else cache.enable_prefix_caching
     watermark = cache.watermark if cache.watermark is not None else (0.0 if v1 else V0_WATERMARK)
     return EngineArgs(
@@ -342,6 +343,39 @@ def resolve_engine_args(
         scheduler_reserve_full_isl=v1 and scheduler.scheduler_reserve_full_isl is not False,
         async_scheduling=bool(scheduler.async_scheduling),
     )
+
+
+def _check_batch_knobs(
+    scheduler: SchedulerConfig, batched: int, seqs: int, max_model_len: int, chunked: bool
+) -> None:
+    """vLLM 0.34.0's ``SchedulerConfig`` checks (``vllm/config/scheduler.py``): a
+    ``long_prefill_token_threshold`` above ``max_model_len`` is refused; a token budget above
+    ``max_num_seqs * max_model_len`` is warned, as vLLM warns. A threshold without chunked
+    prefill is warned as having no effect: ``Scheduler.schedule`` applies it only with chunked
+    prefill (``vllm/v1/core/sched/scheduler.py``).
+
+    Raises:
+        ValueError: the threshold is above ``max_model_len``."""
+    threshold = scheduler.long_prefill_token_threshold
+    if threshold > max_model_len:
+        raise ValueError(
+            f"scheduler.long_prefill_token_threshold ({threshold}) must be at most "
+            f"max_model_len ({max_model_len}), as vLLM requires"
+        )
+    if threshold and not chunked:
+        warn_once(
+            logger,
+            f"scheduler.long_prefill_token_threshold = {threshold} has no effect: vLLM caps "
+            "prefill chunks at it only with chunked prefill, and "
+            "scheduler.enable_chunked_prefill is false",
+        )
+    if scheduler.max_num_batched_tokens and batched > seqs * max_model_len:
+        warn_once(
+            logger,
+            f"scheduler.max_num_batched_tokens ({batched:,}) exceeds max_num_seqs x "
+            f"max_model_len ({seqs * max_model_len:,}), which vLLM warns may lead to unexpected "
+            "behaviour: no step can fill the budget",
+        )
 
 
 def _check_profile_knobs(scheduler: SchedulerConfig, cache: CacheSpec, chunked: bool) -> None:
