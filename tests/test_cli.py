@@ -492,8 +492,9 @@ def test_run_header_says_where_a_derived_budget_comes_from():
         ),
         (
             {"name": "chat", "num_turns": 4, "turn_gap_s": 20.0, "shared_prefix_tokens": 128},
-            "chat: sharegpt_like lengths, Poisson arrivals at 1 req/s, 4 turns 20 s apart, a "
-            "128-token shared prefix",
+            # the arrivals start conversations: 1 a second of 4 requests each = 4 req/s
+            "chat: sharegpt_like lengths, Poisson arrivals at 1 conversations/s (4 requests "
+            "each: 4 req/s), 4 turns 20 s apart, a 128-token shared prefix",
         ),
         ({"max_concurrency": 8, "n": 2}, "sharegpt_like lengths, n = 2"),  # (the loop: line 1)
         (  # a preset named as its lengths or its trace is not named twice
@@ -507,6 +508,22 @@ def test_run_header_names_the_workload(workload, text):
     from kvsim.workload import WorkloadSpec
 
     assert workload_text(WorkloadSpec.model_validate(workload)) == text
+
+
+def test_a_plans_rate_of_a_multi_turn_workload_counts_conversations():
+    from kvsim.cli.run import workload_text
+    from kvsim.study.plan import plan_from_dict
+    from kvsim.workload import WorkloadSpec
+
+    question = {"field": "workload.rate_per_s", "hi": 8.0, "targets": {"num_preemptions": 0}}
+    chat = plan_from_dict("c", {"workload": {"num_turns": 3}}, question)
+    assert chat.knob_label() == "conversation rate (conversations/s, 3 requests each)"
+    assert plan_from_dict("r", {}, question).knob_label() == "request rate (req/s)"
+    spec = WorkloadSpec(num_turns=3)
+    assert workload_text(spec, "the rate tried") == (
+        "sharegpt_like lengths, Poisson arrivals at the rate tried, in conversations/s "
+        "(3 requests each), 3 turns 30 s apart"
+    )
 
 
 def test_run_header_describes_a_trace_file_as_it_was_read(tmp_path):

@@ -36,7 +36,6 @@ from kvsim.cli.common import (
 from kvsim.config.file_kinds import EXPERIMENT_KEYS, PLAN_KEYS, check_kind, file_kinds
 from kvsim.view.labels import (
     LATENCY_SHORT_NAMES,
-    axis_label,
     metric_unit,
 )
 
@@ -750,7 +749,8 @@ def _answer_table(result: Any) -> Table:
         table.add_row("answer", escape(f"none: {result.why_none}"))
     else:
         value = plan_.value(result.answer)
-        table.add_row("answer", f"{axis_label(knob)}: {format_value(value, knob, unit=False)}")
+        shown = format_value(value, knob, unit=False)
+        table.add_row("answer", f"{plan_.knob_label()}: {shown}")
         utilization = _as_utilization(plan_, result.answer)
         if utilization:
             table.add_row("as gpu_memory_utilization", utilization)

@@ -328,7 +328,14 @@ def workload_text(spec: WorkloadSpec, rate: str | None = None) -> str:
     from kvsim.workload.generate import resolved_workload
 
     spec = resolved_workload(spec)
-    rate = rate or f"{spec.rate_per_s:g} req/s"
+    turns = spec.num_turns  # (> 1: the arrivals start conversations of this many requests)
+    per_s = spec.rate_per_s or 0.0  # (set wherever arrivals are poisson or gamma)
+    if rate is None:
+        rate = f"{per_s:g} req/s"
+        if turns > 1:
+            rate = f"{per_s:g} conversations/s ({turns} requests each: {per_s * turns:g} req/s)"
+    elif turns > 1:
+        rate += f", in conversations/s ({turns} requests each)"
     lengths = spec.length_source
     if lengths == "trace":
         source = f"trace {spec.trace}" + (", resampled" if spec.sample_mode == "resample" else "")

@@ -370,6 +370,19 @@ class Plan:
         except ValueError:
             return None
 
+    def knob_label(self) -> str:
+        """The knob as an axis label with its unit (``kvsim.view.labels.axis_label``); the rate
+        of a multi-turn workload counts conversation starts, ``workload.num_turns`` requests
+        each."""
+        from kvsim.view.labels import axis_label
+
+        if self.field == RATE_FIELD:
+            config = self.config_at(self.hi)
+            turns = 1 if config is None else config.workload.num_turns
+            if turns > 1:
+                return f"conversation rate (conversations/s, {turns} requests each)"
+        return axis_label(self.field)
+
     def value(self, x: float) -> float | int:
         """``x`` as the knob takes it."""
         return round(x) if self.integer or self.choices else float(x)

@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kvsim.base.textfile import json_text
 from kvsim.study.plan import Plan, PlanResult, answer_utilization, format_value
-from kvsim.view.labels import LATENCY_SHORT_NAMES, axis_label, display_unit, metric_unit
+from kvsim.view.labels import LATENCY_SHORT_NAMES, display_unit, metric_unit
 
 _MEETS, _FAILS, _TARGET = "#1b7f3b", "#c0392b", "#444444"
 
@@ -79,7 +79,7 @@ def plan_figure(result: PlanResult) -> Figure:
             ax.axvline(result.answer, color=_MEETS, lw=1.5, label=f"answer: {text}")
         title, ylabel = _panel_labels(target.metric, target.bound)
         ax.set_title(title, fontsize="small")
-        ax.set(xlabel=axis_label(plan.field), ylabel=ylabel)
+        ax.set(xlabel=plan.knob_label(), ylabel=ylabel)
         ax.set_xlim(plan.lo / 1.15, plan.hi * 1.15)
         if plan.hi / plan.lo >= 4:
             ax.set_xscale("log", base=2 if plan.choices or plan.integer else 10)
@@ -95,7 +95,7 @@ def plan_figure(result: PlanResult) -> Figure:
     handles, labels = axes[0].get_legend_handles_labels()
     columns = len(labels) if len(targets) > 1 else 2  # one panel: the legend in two columns
     fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize="small")
-    knob_label = axis_label(plan.field)
+    knob_label = plan.knob_label()
 
     def value(x: float) -> str:  # (as the answer table writes it: the unit is in the label)
         return format_value(plan.value(x), plan.field, unit=False)
