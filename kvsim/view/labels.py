@@ -51,6 +51,19 @@ METRIC_LABELS = {
     "goodput_requests_per_s": "goodput (requests meeting targets / s)",
     "goodput_requests_per_usd": "goodput (requests meeting targets / USD)",
     "slo_attainment": "requests meeting every target (share)",
+    "spec_decode_mean_acceptance_length": "mean acceptance length (tokens a verification)",
+    "prefix_cache_hits": "prefix_cache_hits (tokens)",
+    "prefix_cache_queries": "prefix_cache_queries (tokens)",
+    "prefix_cache_preempted_hits": "prefix_cache_preempted_hits (tokens)",
+    "prefix_cache_preempted_queries": "prefix_cache_preempted_queries (tokens)",
+    "kv_cache_max_concurrency": "kv_cache_max_concurrency (requests of max_model_len)",
+    "max_model_len": "max_model_len (tokens)",
+    "duration_s": "duration (s)",
+    "cost_usd": "cost of the run (USD)",
+    "bytes_per_token": "KV per token (bytes)",
+    "tensor_parallel_size": "tensor_parallel_size (GPUs)",
+    "pipeline_parallel_size": "pipeline_parallel_size (GPUs)",
+    "layout_factor": "layout factor (paged / contiguous attention time)",
 }
 
 # vLLM's latency metrics by the short names its benchmark prints (benchmark_serving: TTFT, TPOT,
@@ -75,6 +88,7 @@ _UNITS = (
     ("_tokens_per_s", "tokens/s"),
     ("_requests_per_s", "req/s"),
     ("_bytes", "bytes"),
+    ("_tokens", "tokens"),  # (a length or a count of tokens: fixed_prompt_tokens)
     ("num_", "count"),
 )
 

@@ -209,3 +209,24 @@ def test_metric_vs_draws_a_share_and_a_latency_from_zero() -> None:
     assert rate.get_ylim()[1] < 0.1  # its top the data's (0.066 and a margin), not a share's 1
     assert ttft.get_ylim()[0] == 0.0
     assert 2.956 < ttft.get_ylim()[1] < 3.5  # (the data's top and a margin)
+
+
+def test_every_numeric_summary_metric_has_a_unit_on_its_axis(tmp_path) -> None:
+    """docs/commands.md: figures carry units on every axis. A metric's label names its unit in
+    a parenthesis (or in words: USD), whatever metric ``kvsim plot`` draws against a knob;
+    a metric added without one fails here."""
+    from kvsim.config import config_from_dict
+    from kvsim.engine import simulate
+    from kvsim.view.labels import axis_label
+
+    config = config_from_dict({"workload": {"num_requests": 8, "lengths": "fixed"}})
+    summary = simulate(config).summary
+    numeric = [
+        k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
+    missing = [k for k in numeric if "(" not in axis_label(k) and "USD" not in axis_label(k)]
+    assert numeric
+    assert missing == []
+    # the fields a shipped experiment sweeps that the new-user trial found bare
+    assert axis_label("workload.fixed_prompt_tokens") == "fixed_prompt_tokens (tokens)"
+    assert axis_label("spec_decode_mean_acceptance_length").endswith("(tokens a verification)")
