@@ -147,9 +147,25 @@ def test_cli_run_then_compare(tmp_path: Path) -> None:
     assert "B - A" in result.output
     # the one field the runs were given apart, as given (nothing said of what differs before)
     assert "configs differ in: cache.block_size_tokens (16 -> 32)" in result.output
+    assert "replicas' means" not in result.output  # (one engine each: no note)
     same = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "a" / ".")])
     assert same.exit_code == 2
     assert "are the same run" in same.output
+
+
+def test_compare_of_a_run_and_a_fleet_says_what_its_rows_measure(tmp_path: Path) -> None:
+    # a fleet's gauges are its replicas' means and its counters sums: a row read per replica
+    # on one side and per fleet on the other looked like an effect of the change
+    runner = CliRunner()
+    common = ["run", "--no-progress", "--set", "workload.num_requests=20"]
+    for name, extra in (("one", []), ("two", ["--set", "fleet.replicas=2"])):
+        done = runner.invoke(app, [*common, *extra, "--out", str(tmp_path / name)])
+        assert done.exit_code == 0, done.output
+    result = runner.invoke(app, ["compare", str(tmp_path / "one"), str(tmp_path / "two")])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"note: {tmp_path / 'one'} 1 replica and {tmp_path / 'two'} 2 replicas:" in text
+    assert "are its replicas' means" in text
 
 
 def test_cli_compare_missing_run_exits_2(tmp_path: Path) -> None:

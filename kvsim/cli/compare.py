@@ -50,6 +50,9 @@ def compare(
                 f"{str(run_a)!r} and {str(run_b)!r} are the same run; give two runs to compare"
             )
         print_whole(compare_table(a, b, str(run_a), str(run_b)))
+        note = replicas_note(a, b, str(run_a), str(run_b))
+        if note:
+            console.print(note, highlight=False, markup=False)
         try:
             differs = config_differences(_folder(run_a), _folder(run_b))
         except ValueError as err:  # (the summaries compare all the same)
@@ -59,6 +62,26 @@ def compare(
             console.print(f"configs differ in: {differs}", highlight=False, markup=False)
 
     guard(go)
+
+
+def replicas_note(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> str:
+    """A note when the runs have different numbers of replicas (``num_replicas``, 1 for a
+    single engine's run): a fleet's gauges and KV shares are its replicas' means and its
+    counters their sums (``kvsim.fleet.summary``), so a row reads per replica or per fleet;
+    ``""`` where both have as many."""
+    counts = [int(s.get("num_replicas") or 1) for s in (a, b)]
+    if counts[0] == counts[1]:
+        return ""
+    shown = [
+        f"{name} {n} replica{'s' if n > 1 else ''}"
+        for name, n in zip((name_a, name_b), counts, strict=True)
+    ]
+    return (
+        f"note: {' and '.join(shown)}: a fleet's gauges and KV shares (num_requests_running, "
+        "kv_cache_usage_perc, token states...) are its replicas' means, weighted by the time "
+        "each was busy, and its counters (num_steps, num_preemptions...) their sums; latencies "
+        "and throughputs are the whole fleet's"
+    )
 
 
 def _folder(run: Path) -> Path:
