@@ -148,6 +148,7 @@ def test_cli_run_then_compare(tmp_path: Path) -> None:
     # the one field the runs were given apart, as given (nothing said of what differs before)
     assert "configs differ in: cache.block_size_tokens (16 -> 32)" in result.output
     assert "replicas' means" not in result.output  # (one engine each: no note)
+    assert "served different requests" not in result.output  # (one workload: the same draws)
     same = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "a" / ".")])
     assert same.exit_code == 2
     assert "are the same run" in same.output
@@ -166,6 +167,28 @@ def test_compare_of_a_run_and_a_fleet_says_what_its_rows_measure(tmp_path: Path)
     text = " ".join(result.output.split())
     assert f"note: {tmp_path / 'one'} 1 replica and {tmp_path / 'two'} 2 replicas:" in text
     assert "are its replicas' means" in text
+
+
+def test_compare_says_when_one_workload_table_drew_two_workloads(tmp_path: Path) -> None:
+    # sharegpt_like lengths are drawn below max_model_len: at 512 no request passes 512 tokens,
+    # at 2,048 many of 200 do (78 of one such draw pass 512 tokens in all), so the totals differ
+    runner = CliRunner()
+    common = ["run", "--no-progress", "--set", "workload.num_requests=200"]
+    for name, length in (("short", 512), ("long", 2048)):
+        args = [
+            *common,
+            "--set",
+            f"scheduler.max_model_len={length}",
+            "--out",
+            str(tmp_path / name),
+        ]
+        done = runner.invoke(app, args)
+        assert done.exit_code == 0, done.output
+    result = runner.invoke(app, ["compare", str(tmp_path / "short"), str(tmp_path / "long")])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "note: the runs' workloads are configured alike but served different requests" in text
+    assert "below each run's max_model_len (512 -> 2,048)" in text
 
 
 def test_cli_compare_missing_run_exits_2(tmp_path: Path) -> None:

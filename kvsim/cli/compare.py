@@ -60,6 +60,9 @@ def compare(
             return
         if differs:
             console.print(f"configs differ in: {differs}", highlight=False, markup=False)
+        note = workload_note(a, b, _folder(run_a), _folder(run_b))
+        if note:
+            console.print(note, highlight=False, markup=False)
 
     guard(go)
 
@@ -81,6 +84,36 @@ def replicas_note(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str
         "kv_cache_usage_perc, token states...) are its replicas' means, weighted by the time "
         "each was busy, and its counters (num_steps, num_preemptions...) their sums; latencies "
         "and throughputs are the whole fleet's"
+    )
+
+
+def workload_note(a: dict[str, Any], b: dict[str, Any], folder_a: Path, folder_b: Path) -> str:
+    """A note when two runs whose configs give the same ``workload`` table served different
+    requests (their prompt or output token totals differ): parametric lengths are drawn below
+    each run's ``max_model_len`` and a trace's rows are filtered by it, so a model with
+    another context draws another workload from the same preset; ``""`` otherwise (or where a
+    ``config.json`` cannot be read: ``config_differences`` says so)."""
+    from kvsim.base.textfile import read_json
+
+    try:
+        tables = [read_json(f / "config.json").get("workload") for f in (folder_a, folder_b)]
+    except (OSError, ValueError, AttributeError):
+        return ""
+    totals = [(s.get("prompt_tokens_total"), s.get("generation_tokens_total")) for s in (a, b)]
+    if tables[0] != tables[1] or totals[0] == totals[1]:
+        return ""
+
+    def shown(value: Any) -> str:
+        return f"{value:,}" if isinstance(value, int) else str(value)
+
+    lengths = ""
+    if a.get("max_model_len") != b.get("max_model_len"):
+        lengths = f" ({shown(a.get('max_model_len'))} -> {shown(b.get('max_model_len'))})"
+    return (
+        "note: the runs' workloads are configured alike but served different requests (prompt "
+        f"tokens {shown(totals[0][0])} -> {shown(totals[1][0])}, output tokens "
+        f"{shown(totals[0][1])} -> {shown(totals[1][1])}): lengths are drawn, or trace rows "
+        f"kept, below each run's max_model_len{lengths}, so the rows above compare two workloads"
     )
 
 
