@@ -59,3 +59,17 @@ def test_readme_counts_what_the_code_holds() -> None:
     text = " ".join(README.read_text(encoding="utf-8").split())
     assert f"{len(TRACE_FORMATS)} trace formats (`kvsim.workload.TRACE_FORMATS`" in text
     assert f"checks it on {len(CASES)} workloads (`tests/test_engine_reference.py`'s" in text
+
+
+def test_readme_names_every_paper_target_it_counts() -> None:
+    # "Thirteen more of the paper's results" named only the first and last target ("make fig12
+    # ... make preemption"): a new user could not count them. The Makefile's PAPER list less
+    # Figure 2 and kvsim's own prefix-caching study is the thirteen, each named
+    makefile = (README.parent / "Makefile").read_text(encoding="utf-8")
+    paper = re.search(r"^PAPER := (.*)$", makefile, re.MULTILINE)
+    assert paper is not None
+    more = [t for t in paper.group(1).split() if t not in ("fig2", "prefix-caching")]
+    assert len(more) == 13
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert f"`make {' '.join(more)}`" in text
+    assert "Thirteen more of the paper's results" in text
