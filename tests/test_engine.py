@@ -353,3 +353,34 @@ def test_token_utilization_at_one_token_blocks_is_100_percent(engine: str) -> No
     assert summary["reservation_pct"] == 0.0
     assert summary["internal_fragmentation_pct"] == 0.0
     assert summary["token_utilization_perc"] == pytest.approx(100.0, abs=1e-9)
+
+
+def test_the_watermark_rejects_at_intake_only_where_admission_keeps_it_alone():
+    """OPT-13B: 40 layers x K and V x 5,120 x 2 B = 800 KiB a token, 12.5 MiB a 16-token
+    block; 0.5 GiB holds 40 blocks (640 slots). A 400-token prompt (+ 8 output: 26 blocks)
+    fits the empty pool, but vLLM v0 admits a whole prompt only with the watermark free:
+    25 + int(0.5 x 40) = 45 > 40 blocks, never, so it is rejected; v1 keeps the watermark only
+    while another request runs (KVCacheManager.allocate_slots), so alone it is admitted."""
+    from kvsim.config import config_from_dict
+    from kvsim.engine import simulate
+
+    def run(engine: str) -> dict:
+        config = config_from_dict(
+            {
+                "cache": {"kv_cache_gib": 0.5, "watermark": 0.5},
+                "scheduler": {"engine": engine, "max_model_len": 512},
+                "workload": {
+                    "lengths": "fixed",
+                    "fixed_prompt_tokens": 400,
+                    "fixed_output_tokens": 8,
+                    "num_requests": 1,
+                },
+            }
+        )
+        return simulate(config).summary
+
+    with pytest.raises(ValueError, match=r"640 usable slots .* 1 of them only because admission"):
+        run("vllm-v0")
+    summary = run("vllm-v1")
+    assert summary["num_rejected_kv_pool"] == 0
+    assert summary["num_requests"] == 1

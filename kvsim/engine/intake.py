@@ -222,12 +222,18 @@ def split_runnable(
 ) -> tuple[list[Request], Rejected]:
     """Separate the requests that can run from those that never can.
 
+    A request fits when the empty pool holds its KV at its peak (``Allocator.
+    can_fit_sequence``: every block of a full-attention pool; a hybrid pool's sliding groups
+    at most their admission cap, ``cdiv(W - 1 + max_num_batched_tokens, B) + 1`` blocks, as
+    vLLM's ``SlidingWindowSpec.max_memory_usage_bytes`` counts a ``max_model_len`` request).
+
     Args:
         requests: the workload.
         config: the run (``max_model_len``).
         empty_pool: a fresh allocator of the run's kind, queried only (nothing is allocated).
     """
     limit = config.max_model_len
+    v0 = config.engine_args.engine == "vllm-v0"
     rejected = Rejected(watermark=config.engine_args.watermark)
     runnable: list[Request] = []
     fits: dict[tuple[int, int, int, int], str] = {}
@@ -238,10 +244,12 @@ def split_runnable(
         shape = (req.prompt_tokens, req.output_tokens, req.max_tokens, req.num_seqs)
         verdict = fits.get(shape)
         if verdict is None or req.beam_parents is not None:
-            if not empty_pool.can_allocate(req, req.final_kv_tokens):
+            # (its peak: a sliding window's group recycles its blocks as the request grows,
+            # so it holds at most its admission cap, as vLLM's startup check counts it)
+            if not empty_pool.can_fit_sequence(req, req.final_kv_tokens):
                 verdict = "pool"
-            elif not empty_pool.can_admit(req, req.prompt_tokens):
-                verdict = "watermark"
+            elif v0 and not empty_pool.can_admit(req, req.prompt_tokens):
+                verdict = "watermark"  # (v0 admits a whole prompt, the watermark left free)
             else:
                 verdict = "ok"
             fits[shape] = verdict

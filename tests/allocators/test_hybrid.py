@@ -337,3 +337,32 @@ def test_blocks_two_windows_free_go_back_group_by_group(caching):
         assert (full[-1], first[-1], second[-1]) == (10, 9, 6)
         assert alloc.pool.free_order() == [5, *range(13, 20)]
     alloc.check_invariants()
+
+
+def test_a_request_whose_windows_fit_is_run_not_rejected_at_intake():
+    """Gemma-3-27B on 6 GiB: blocks of 16 tokens x 81,920 B a group token = 1.25 MiB, so
+    6 GiB / 1.25 MiB = 4,915 blocks, 4,914 beside the null block. A 16,100-token request
+    holds cdiv(16,100, 16) = 1,007 blocks in the full group and, at its peak, each sliding
+    group cdiv(1,024 - 1 + 8,192, 16) + 1 = 577 (the window plus an H100 step's 8,192
+    tokens): 1,007 + 6 x 577 = 4,469 <= 4,914, so it runs (vLLM's startup check counts a
+    max_model_len request the same way). Counted as 7 x 1,007 = 7,049 blocks it was rejected."""
+    from kvsim.engine import simulate
+
+    config = SimConfig.model_validate(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "cache": {"kv_cache_gib": 6},
+            "scheduler": {"max_model_len": 16_500},
+            "workload": {
+                "lengths": "fixed",
+                "fixed_prompt_tokens": 16_000,
+                "fixed_output_tokens": 100,
+                "num_requests": 3,
+            },
+        }
+    )
+    assert allocator_from_config(config).pool.num_blocks == 4_915
+    summary = simulate(config).summary
+    assert summary["num_requests_rejected"] == 0
+    assert summary["num_requests"] == 3
