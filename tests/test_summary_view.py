@@ -269,7 +269,9 @@ def test_printed_prefix_section_shows_readmission_hits_after_preemption(tmp_path
     assert "14 MiB" in _row(result.output, "KV not recomputed")
     # a sum over the run, which outgrows the pool: the label says so (a trial read 197 GiB on
     # an 8 GiB pool as an amount held)
-    assert "(hits + preempted hits, run total)" in _row(result.output, "KV not recomputed")
+    assert "(hits + preempted hits, run total, one GPU's share)" in _row(
+        result.output, "KV not recomputed"
+    )
     assert "num_cache_evictions" not in result.output  # none: zero rows say nothing
 
 

@@ -174,6 +174,13 @@ class KVCacheGroups:
         return self.slot_bytes * self.block_size_tokens
 
     @property
+    def attention_bytes_per_token(self) -> int:
+        """KV bytes of one token in every real attention layer (full and sliding; no padding
+        layer, no state): what computing the token's KV writes, once in every layer."""
+        layers = sum(g.num_real_layers for g in self.groups if g.kind != "state")
+        return layers * self.layer_bytes_per_token
+
+    @property
     def num_padding_layers(self) -> int:
         return sum(self.layers_per_group - g.num_real_layers for g in self.groups)
 

@@ -29,6 +29,7 @@ import numpy as np
 from kvsim.config import SimConfig, kv_bytes_per_token_per_gpu
 from kvsim.config.fleet import FleetSpec
 from kvsim.config.hardware import ParallelConfig
+from kvsim.core.kv.hybrid import sliding_skipped_blocks
 from kvsim.engine.loop import Engine
 from kvsim.engine.request_log import RequestLog
 from kvsim.fleet.clients import ClosedLoop
@@ -47,15 +48,48 @@ def prefill_copy(request: Request) -> Request:
     return replace(request.spec, output_tokens=1, max_tokens=1).new_request()
 
 
+def transfer_bytes_per_gpu(config: SimConfig, tokens: int) -> int:
+    """KV bytes one GPU of a replica of ``config`` holds for a request's first ``tokens``
+    tokens once they are prefilled, which the prefill replica sends to the decode replica:
+    every attention layer's (a drafter's too) for every token; in hybrid KV cache groups a
+    sliding group's only for the blocks its window keeps (vLLM's connector moves each group's
+    block table, whose freed blocks are the null block) and a state group's one page a layer."""
+    groups = config.kv_groups
+    if groups is None:
+        return tokens * config.bytes_per_token
+    b = groups.block_size_tokens
+    total = 0
+    for group in groups.groups:
+        layer_bytes = group.num_real_layers * groups.layer_bytes_per_token
+        if group.kind == "state":
+            total += b * layer_bytes
+        elif group.sliding_window_tokens is not None:
+            skipped = sliding_skipped_blocks(tokens, group.sliding_window_tokens, b)
+            total += (tokens - min(tokens, skipped * b)) * layer_bytes
+        else:
+            total += tokens * layer_bytes
+    return total
+
+
 def transfer_s(
     config_p: SimConfig, config_d: SimConfig, link_spec: FleetSpec, tokens: int
 ) -> float:
     """Seconds to move ``tokens`` tokens of KV from a prefill to a decode replica: the link's
-    latency plus the larger side's per-GPU share of the bytes over one GPU's link (every GPU
-    moves its own shard at once)."""
+    latency plus the larger side's per-GPU share of the bytes (``transfer_bytes_per_gpu``)
+    over one GPU's link (every GPU moves its own shard at once)."""
     link = link_spec.link
-    per_gpu = max(config_p.bytes_per_token, config_d.bytes_per_token)
-    return link.latency_s + tokens * per_gpu / link.bandwidth_bytes_per_s
+    per_gpu = max(transfer_bytes_per_gpu(c, tokens) for c in (config_p, config_d))
+    return link.latency_s + per_gpu / link.bandwidth_bytes_per_s
+
+
+def transfer_bytes_whole(config: SimConfig, tokens: int) -> int:
+    """``transfer_bytes_per_gpu`` for the whole replica: every GPU's shard, heads that tensor
+    parallelism replicates counted once (the per-GPU bytes scaled by the model's whole KV per
+    token over one GPU's)."""
+    model, dtype, draft = config.model, config.cache.kv_cache_dtype, config.draft_kv_layers
+    whole = kv_bytes_per_token_per_gpu(model, ParallelConfig(), dtype, draft)
+    one_gpu = kv_bytes_per_token_per_gpu(model, config.parallel, dtype, draft)
+    return round(transfer_bytes_per_gpu(config, tokens) * whole / one_gpu)
 
 
 class Fleet:
@@ -180,11 +214,7 @@ class Fleet:
         self.pulled_tokens[row] = tokens
         seconds = transfer_s(source.config, replica.config, self.spec, tokens)
         self.transfer_s.append(seconds)
-        model = replica.config.model
-        whole = kv_bytes_per_token_per_gpu(
-            model, ParallelConfig(), replica.config.cache.kv_cache_dtype
-        )
-        self.transfer_bytes += tokens * whole
+        self.transfer_bytes += transfer_bytes_whole(replica.config, tokens)
         arrived = self.env.timeout(seconds)
         arrived.callbacks.append(lambda _event: self._arrived(replica.engine, req, row))
 

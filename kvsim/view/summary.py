@@ -63,7 +63,7 @@ PREFIX_ROWS: tuple[Row, ...] = (
     ),
     (
         "prefix_cache_saved_bytes",
-        "KV not recomputed, GPU prefix cache (hits + preempted hits, run total)",
+        "KV not recomputed, GPU prefix cache (hits + preempted hits, run total, one GPU's share)",
     ),
     ("num_cache_evictions", "num_cache_evictions (free blocks reused that held a full block)"),
     ("num_evicted_tokens", "cached tokens evicted (radix tree)"),
@@ -132,8 +132,11 @@ OFFLOAD_ROWS: tuple[Row, ...] = (
     ("external_prefix_cache_hits", "external_prefix_cache_hits (tokens)"),
     ("external_prefix_cache_queries", "external_prefix_cache_queries (tokens)"),
     ("kv_offload_loads", "loads from the CPU tier"),
-    ("kv_offload_bytes_cpu_to_gpu", "KV not recomputed, loaded CPU -> GPU (run total)"),
-    ("kv_offload_bytes_gpu_to_cpu", "KV stored, GPU -> CPU (run total)"),
+    (
+        "kv_offload_bytes_cpu_to_gpu",
+        "KV not recomputed, loaded CPU -> GPU (run total, one GPU's share)",
+    ),
+    ("kv_offload_bytes_gpu_to_cpu", "KV stored, GPU -> CPU (run total, one GPU's share)"),
     ("kv_offload_load_wait_s", "time requests waited for loads (sum)"),
     ("cpu_tier_stored_blocks", "blocks stored in the tier (from the GPU or the disk)"),
     ("cpu_tier_evicted_blocks", "blocks evicted from the tier"),
@@ -144,8 +147,8 @@ DISK_ROWS: tuple[Row, ...] = (
     ("disk_tier_promoted_blocks", "blocks promoted, disk -> CPU"),
     ("disk_tier_promotions", "promotion jobs (one a lookup)"),
     ("external_prefix_cache_hits_disk", "external_prefix_cache_hits from the disk (tokens)"),
-    ("kv_offload_bytes_disk_to_cpu", "KV read, disk -> CPU"),
-    ("kv_offload_bytes_cpu_to_disk", "KV written, CPU -> disk"),
+    ("kv_offload_bytes_disk_to_cpu", "KV read, disk -> CPU (one GPU's share)"),
+    ("kv_offload_bytes_cpu_to_disk", "KV written, CPU -> disk (one GPU's share)"),
     ("kv_offload_time_disk_to_cpu_s", "disk read link busy"),
     ("kv_offload_time_cpu_to_disk_s", "disk write link busy"),
     ("disk_tier_written_blocks", "blocks written to the disk"),
@@ -178,7 +181,7 @@ FLEET_ROWS: tuple[Row, ...] = (
     ("num_prefill_replicas", "of them prefill replicas (disaggregated)"),
     ("num_gpus", "GPUs"),
     ("kv_transfer_seconds_mean", "KV transfer, prefill to decode, mean"),
-    ("kv_transfer_bytes_total", "KV moved between replicas"),
+    ("kv_transfer_bytes_total", "KV moved between replicas (every GPU's)"),
     ("replica_requests_max_share", "busiest replica's share of its role's requests"),
 )
 

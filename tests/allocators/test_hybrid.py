@@ -366,3 +366,22 @@ def test_a_request_whose_windows_fit_is_run_not_rejected_at_intake():
     summary = simulate(config).summary
     assert summary["num_requests_rejected"] == 0
     assert summary["num_requests"] == 3
+
+
+def test_bytes_a_prefix_hit_saves_count_every_layer():
+    """A hit skips the prefill of its tokens in all 62 of Gemma-3-27B's layers: 62 x 8,192 B =
+    507,904 bytes a token (padding layers write nothing), not one 10-layer group's 81,920."""
+    from kvsim.engine import simulate
+
+    config = SimConfig.model_validate(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 8192},
+            "workload": {"preset": "shared_system_prompt", "num_requests": 40},
+        }
+    )
+    summary = simulate(config).summary
+    hits = summary["prefix_cache_hits"] + summary["prefix_cache_preempted_hits"]
+    assert hits > 0
+    assert summary["prefix_cache_saved_bytes"] == hits * 62 * 8192

@@ -271,3 +271,48 @@ def test_a_link_slower_than_any_network_is_warned_about(caplog: pytest.LogCaptur
     said = [r.getMessage() for r in caplog.records if "bytes/s is slower" in r.getMessage()]
     assert len(said) == 1
     assert "1 bytes/s is slower than any link" in said[0]
+
+
+def test_a_hybrid_models_transfer_moves_the_blocks_its_groups_hold():
+    """Gemma-3-27B: 10 full layers and 52 sliding (1,024 tokens), 2 x 16 KV heads x 128 x 2 B =
+    8,192 B a token and layer. After a 4,000-token prefill a sliding group has freed its first
+    (4,000 - 1,024 + 1) // 16 = 186 blocks, keeping 4,000 - 186 x 16 = 1,024 tokens: one GPU
+    sends (10 x 4,000 + 52 x 1,024) x 8,192 = 763,887,616 bytes, not one 10-layer group's
+    4,000 x 81,920 (the time was) nor every layer's 4,000 x 507,904 (the bytes were)."""
+    cfg = config_from_dict(
+        {
+            "model": "gemma-3-27b",
+            "gpu": "h100-80gb",
+            "cost": "lean",
+            "scheduler": {"max_model_len": 8192},
+            "fleet": {"replicas": 2, "prefill_replicas": 1, "link": "infiniband-ndr"},
+        }
+    )
+    results = simulate(cfg, [Request(0, 0.0, 4000, 10, 10)])
+    sent = (10 * 4000 + 52 * 1024) * 8192
+    assert sent == 763_887_616
+    assert results.summary["kv_transfer_bytes_total"] == sent
+    assert results.summary["kv_transfer_seconds_mean"] == pytest.approx(
+        10e-6 + sent / 50e9, rel=1e-12
+    )
+
+
+def test_a_drafters_kv_crosses_with_the_targets():
+    # EAGLE's one draft layer beside Llama-3.1-8B's 32: 33 x 4,096 = 135,168 bytes a token, in
+    # the bytes counted as in the time (the bytes left the drafter out)
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cost": "lean",
+            "cache": {"kv_cache_gib": 4, "enable_prefix_caching": False},
+            "scheduler": {"max_model_len": 4096},
+            "speculative": {"num_speculative_tokens": 3, "acceptance_rate": 0.7},
+            "fleet": {"replicas": 2, "prefill_replicas": 1, "link": "infiniband-ndr"},
+        }
+    )
+    results = simulate(cfg, [Request(0, 0.0, 1000, 10, 10)])
+    assert results.summary["kv_transfer_bytes_total"] == 1000 * 135_168
+    assert results.summary["kv_transfer_seconds_mean"] == pytest.approx(
+        10e-6 + 1000 * 135_168 / 50e9, rel=1e-12
+    )

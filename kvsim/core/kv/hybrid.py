@@ -951,7 +951,7 @@ class HybridPagedAllocator(Allocator):
                 prefix_cache_counters(
                     self.prefix_cache_queries,
                     self.prefix_cache_hits,
-                    self.bytes_per_token,
+                    self.kv_groups.attention_bytes_per_token,  # (a hit skips every layer's KV)
                     self.preempted_queries,
                     self.preempted_hits,
                 )
