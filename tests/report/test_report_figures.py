@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -37,3 +39,12 @@ def test_ecdf_axes_read_in_seconds(small_runs) -> None:
         assert list(axis.tickvals) == log_ticks(values.min(), values.max())
         # each label reads as the seconds it marks ("0.02", not "2")
         assert [float(text) for text in axis.ticktext] == pytest.approx(list(axis.tickvals))
+        # the axis spans its ticks: data of 22-26 ms, between the ticks 0.02 and 0.05, showed
+        # none where plotly ranged the axis to the data alone
+        ticks = list(axis.tickvals)
+        assert list(axis.range) == pytest.approx([math.log10(ticks[0]), math.log10(ticks[-1])])
+
+
+def test_a_narrow_latency_range_keeps_two_labelled_ticks() -> None:
+    # TPOTs of 0.0220-0.0257 s lie between 0.02 and 0.05: both ticks, on an axis that holds them
+    assert log_ticks(0.0220, 0.0257) == pytest.approx([0.02, 0.05])
