@@ -140,3 +140,24 @@ def test_a_run_past_saturation_says_so_on_the_page(tmp_path) -> None:
         simulate(config_from_dict({"workload": workload})).save(tmp_path / str(rate))
         line = describe(load_run(tmp_path / str(rate)))
         assert ("past saturation: its latencies grow" in line) is said, line
+
+
+def test_a_fleet_run_is_drawn_as_its_first_replicas_pool_and_says_so(tmp_path) -> None:
+    # the replicas' memory rows interleave in time, each row one replica's own pool: drawn as
+    # one series they zigzagged back in time, under a title naming one pool and no replicas
+    from kvsim.config import config_from_dict
+    from kvsim.fleet import simulate
+    from kvsim.view.report.build import describe
+
+    config = config_from_dict({"workload": {"num_requests": 40}, "fleet": {"replicas": 3}})
+    results = simulate(config)
+    assert set(results.memory["replica"]) == {0, 1, 2}
+    results.save(tmp_path / "fleet")
+    run = load_run(tmp_path / "fleet")
+    assert run.num_replicas == 3
+    assert set(run.results.memory["replica"]) == {0}
+    assert run.results.memory["time_s"].is_monotonic_increasing
+    assert "a fleet of 3 replicas, each of this pool: the memory charts show the first" in (
+        describe(run)
+    )
+    assert "A fleet of 3 replicas captures no memory-map frames" in map_missing_reason(run)

@@ -71,9 +71,15 @@ def describe(run: Run) -> str:
     saturated = ""
     if run.results.summary.get("past_saturation") is True:  # (kvsim.results.saturation)
         saturated = "; past saturation: its latencies grow with the run's length"
+    fleet = ""
+    if run.num_replicas > 1:
+        fleet = (
+            f"; a fleet of {run.num_replicas} replicas, each of this pool: the memory charts "
+            "show the first replica's, the latencies every request's"
+        )
     return (
         f"{cfg.engine_args.engine}: {cfg.model.name} on {cfg.gpu.name}, {policy}, "
-        f"{run.capacity_slots:,} KV slots, {num:,} requests{saturated}"
+        f"{run.capacity_slots:,} KV slots, {num:,} requests{fleet}{saturated}"
     )
 
 

@@ -42,12 +42,15 @@ class Run:
     Attributes:
         name: the folder's name (labels the run on the page).
         path: the folder.
-        results: its tables (``kvsim.results.Results``).
+        results: its tables (``kvsim.results.Results``); a fleet's memory rows those of its
+            first replica (``load_run``).
+        num_replicas: the run's replicas (1: one engine).
     """
 
     name: str
     path: Path
     results: Results
+    num_replicas: int = 1
 
     @property
     def config(self) -> dict[str, Any]:
@@ -70,7 +73,14 @@ def load_run(folder: str | Path) -> Run:
     check_folder(path, "run", f"RUN_DIR {str(path)!r}")
     results = Results.load(path)
     _check_pool_numbers(path / "summary.json", results.summary)
-    return Run(path.resolve().name, path, results)
+    memory = results.memory
+    num_replicas = 1
+    if "replica" in memory.columns and memory["replica"].nunique() > 1:
+        # one engine's pool over time: the replicas' rows interleave in time, each its own pool
+        num_replicas = int(memory["replica"].nunique())
+        first = memory["replica"].min()
+        results.memory = memory[memory["replica"] == first].reset_index(drop=True)
+    return Run(path.resolve().name, path, results, num_replicas)
 
 
 def _whole(value: object) -> bool:
@@ -137,6 +147,11 @@ def end_time_s(run: Run) -> float:
 def map_missing_reason(run: Run) -> str | None:
     """Why ``run`` has no memory map, or ``None`` when it has one."""
     allocator = run.results.config.cache.allocator
+    if run.num_replicas > 1:
+        return (
+            f"A fleet of {run.num_replicas} replicas captures no memory-map frames (kvsim run "
+            "--map-frames draws one engine's pool): run a replica's config alone for its map."
+        )
     if not has_memory_map(allocator):
         return (
             f"The {allocator} allocator has no physical memory map: its slots are shared "
