@@ -222,12 +222,41 @@ def at_lines(path: str | Path, message: str, table: str = "") -> str:
     text = read_text(path)
     out = []
     for problem in message.splitlines():
-        field = problem.split(": ", 1)[0].split("[", 1)[0]
+        named, _, rest = problem.partition(": ")
+        field = named.split("[", 1)[0]
         number = None
-        if field and " " not in field:
+        item = re.fullmatch(r"([\w.]+)\[(\d+)\]", named)
+        if item is not None:  # (the item's own [[table]], and the field the rest names in it)
+            inner = rest.split(": ", 1)[0]
+            number = array_table_line(text, item.group(1), int(item.group(2)), inner)
+        if number is None and field and " " not in field:
             number = toml_key_line(text, f"{table}.{field}" if table else field)
         out.append(f"{path} line {number}: {problem}" if number else f"{path}: {problem}")
     return "\n".join(out)
+
+
+def array_table_line(text: str, table: str, index: int, inner: str = "") -> int | None:
+    """The line (1-based) of TOML ``text`` of item ``index`` of the array of tables ``table``
+    (its ``[[table]]`` header, the ``index + 1``-th), or of the line inside it setting the
+    dotted field ``inner``; ``None`` where the text has no such item (an inline array)."""
+    lines = text.splitlines()
+    seen = -1
+    for number, raw in enumerate(lines, start=1):
+        header = re.fullmatch(r"\[\[\s*([^\]]+?)\s*\]\]", raw.strip().split("#", 1)[0].strip())
+        if header is None or header.group(1).replace('"', "").replace(" ", "") != table:
+            continue
+        seen += 1
+        if seen != index:
+            continue
+        end = next(
+            (n for n in range(number, len(lines)) if lines[n].strip().startswith("[")),
+            len(lines),
+        )
+        found = None
+        if inner and " " not in inner:
+            found = toml_key_line("\n".join(lines[number:end]), inner, set_only=True)
+        return number + found if found is not None else number
+    return None
 
 
 def _overwrite_hint(message: str, text: str) -> str:

@@ -553,6 +553,14 @@ FILES: dict[str, tuple[bytes, list[str]]] = {
         ["hostname"],
     ),
     "unknown_top_key": (b"seeds = 3\n", ["seeds", "Extra inputs"]),
+    # the item's own [[table]] and its line setting the field (line 6); it named the last
+    # [[fleet.replica_overrides]] header, line 7, whichever item was at fault
+    "replica_override_item": (
+        b"[fleet]\nreplicas = 3\n[[fleet.replica_overrides]]\nscheduler = { max_num_seqs = 64 }\n"
+        b"[[fleet.replica_overrides]]\ncache = { kv_cache_gib = 0.001 }\n"
+        b"[[fleet.replica_overrides]]\nscheduler = { max_num_seqs = 32 }\n",
+        ["cfg.toml line 6: fleet.replica_overrides[1]: cache.kv_cache_gib"],
+    ),
     "preset_then_its_table": (  # a key given a value, then opened as a table
         b'model = "llama-3.1-8b"\n[model.attention]\nnum_sliding_layers = 2\n',
         ["invalid TOML", "cannot also be opened as a table", 'preset = "llama-3.1-8b"'],
