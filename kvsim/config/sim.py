@@ -431,6 +431,18 @@ def _check_blocks(config: SimConfig) -> None:
         )
 
 
+def _model_differences(one: SimConfig, other: SimConfig, most: int = 4) -> str:
+    """The model fields and KV dtype where ``other`` differs from ``one``, each as ``field (A
+    -> B)``: a replica's name may stay its preset's while its table changes a field."""
+    a = {**one.model.model_dump(), "cache.kv_cache_dtype": one.cache.kv_cache_dtype}
+    b = {**other.model.model_dump(), "cache.kv_cache_dtype": other.cache.kv_cache_dtype}
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+    named = [k if k.startswith("cache.") else f"model.{k}" for k in keys]
+    shown = [f"{n} ({a.get(k)} -> {b.get(k)})" for n, k in zip(named, keys, strict=True)]
+    more = f" and {len(shown) - most} more" if len(shown) > most else ""
+    return ", ".join(shown[:most]) + more
+
+
 def _check_fleet(config: SimConfig) -> None:
     """Every replica runs one engine profile (the workload is shaped once, by its rules); a
     disaggregated fleet runs vLLM v1 on paged pools (its KV connector is a v1 feature) of one
@@ -455,10 +467,10 @@ def _check_fleet(config: SimConfig) -> None:
             or replica.cache.kv_cache_dtype != first.cache.kv_cache_dtype
         ):
             raise ValueError(
-                f"fleet.replica_overrides: a disaggregated fleet's decode replicas continue the "
-                f"KV its prefill replicas computed, so every replica serves one model in one KV "
-                f"dtype; replica {i} runs {replica.model.name} ({replica.cache.kv_cache_dtype}), "
-                f"replica 0 {first.model.name} ({first.cache.kv_cache_dtype})"
+                f"fleet.replica_overrides[{i}]: a disaggregated fleet's decode replicas continue "
+                f"the KV its prefill replicas computed, so every replica serves one model in one "
+                f"KV dtype; replica {i}'s differs from replica 0's in "
+                + _model_differences(first, replica)
             )
         if fleet.disaggregated and replica.engine_args.engine != "vllm-v1":
             raise ValueError(

@@ -182,6 +182,17 @@ def test_prefill_and_decode_replicas_serve_one_model_in_one_kv_dtype(override):
     config_from_dict({**base, "fleet": {"replicas": 2, "replica_overrides": [override]}})
 
 
+def test_a_replicas_model_that_differs_in_a_field_names_the_field():
+    # a replica's table may keep its preset's name and change a field: the error named both
+    # replicas "llama-3.1-8b (auto)", not what differs
+    override = {"model": {"name": "llama-3.1-8b", "num_layers": 16}}
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "workload": {"num_requests": 4}}
+    fleet = {"replicas": 2, "prefill_replicas": 1, "replica_overrides": [{}, override]}
+    with pytest.raises(ValueError, match=r"replica 1's differs from replica 0's in "
+                       r"model\.num_layers \(32 -> 16\)$"):  # fmt: skip
+        config_from_dict({**base, "fleet": fleet})
+
+
 def test_received_requests_run_before_a_preempted_one_that_cannot_fit():
     # A decode replica with a 1 GiB pool (8,176 slots) takes blocks for every prompt on its
     # way; a request it preempted waits at the front for ~1,600 slots that the received
