@@ -195,6 +195,20 @@ def test_the_advice_for_requests_that_cannot_run_fits_their_reason():
     assert both.endswith(
         "(raise scheduler.max_model_len, raise the KV budget, or filter the workload)"
     )
+    # the field that sets the budget, where the run knows it (it named no field)
+    named = Rejected(kv_pool=[wide], budget_field="cache.kv_cache_gib").message(2, 17, 32)
+    assert named.endswith("(raise the KV budget (cache.kv_cache_gib) or filter the workload)")
+
+
+def test_the_budgets_field_is_the_one_the_config_sets():
+    from kvsim.config import config_from_dict
+    from kvsim.engine.intake import budget_field
+
+    assert budget_field(config_from_dict({"cache": {"kv_cache_gib": 2}})) == "cache.kv_cache_gib"
+    assert budget_field(config_from_dict({"cache": {"kv_cache_bytes": 2**31}})) == (
+        "cache.kv_cache_bytes"
+    )
+    assert budget_field(config_from_dict({})) == "cache.gpu_memory_utilization"
 
 
 def test_results_round_trip(tmp_path):

@@ -162,6 +162,7 @@ class Rejected:
     kv_pool: list[Request] = field(default_factory=list)
     watermark: float = 0.0  # share of blocks admission keeps free (vLLM v0)
     num_watermark_only: int = 0  # of kv_pool: would fit the empty pool but for the watermark
+    budget_field: str = ""  # the config field that sets the KV budget, for the advice
 
     @property
     def count(self) -> int:
@@ -205,7 +206,8 @@ class Rejected:
         if self.max_model_len:
             fixes.append("raise scheduler.max_model_len")
         if len(self.kv_pool) > self.num_watermark_only:
-            fixes.append("raise the KV budget")
+            named = f" ({self.budget_field})" if self.budget_field else ""
+            fixes.append(f"raise the KV budget{named}")
         advice = ", ".join(fixes) + ("," if len(fixes) > 1 else "")
         advice = f"{advice} or filter the workload" if fixes else "filter the workload"
         one = self.count == 1  # ("1 of 5,000 requests cannot run and is skipped")
@@ -215,6 +217,15 @@ class Rejected:
             + "; ".join(parts)
             + f" ({advice})"
         )
+
+
+def budget_field(config: SimConfig) -> str:
+    """The config field that sets the run's KV budget: ``cache.kv_cache_bytes`` or
+    ``cache.kv_cache_gib`` where given, else ``cache.gpu_memory_utilization``."""
+    for name in ("kv_cache_bytes", "kv_cache_gib"):
+        if getattr(config.cache, name) is not None:
+            return f"cache.{name}"
+    return "cache.gpu_memory_utilization"
 
 
 def split_runnable(
@@ -234,7 +245,7 @@ def split_runnable(
     """
     limit = config.max_model_len
     v0 = config.engine_args.engine == "vllm-v0"
-    rejected = Rejected(watermark=config.engine_args.watermark)
+    rejected = Rejected(watermark=config.engine_args.watermark, budget_field=budget_field(config))
     runnable: list[Request] = []
     fits: dict[tuple[int, int, int, int], str] = {}
     for req in requests:
