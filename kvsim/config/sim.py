@@ -453,6 +453,14 @@ def _check_fleet(config: SimConfig) -> None:
         return
     first = config.replica_configs[0]
     engine = config.engine_args.engine  # (the config's own, which shapes the workload)
+    caching = any(r.caches_prefixes for r in config.replica_configs)
+    if fleet.router in ("prefix", "kv_cost") and fleet.replicas > 1 and not caching:
+        warn_once(
+            logger,
+            f"fleet.router = {fleet.router!r} scores the prefix each replica caches, but no "
+            "replica caches prefixes (cache.enable_prefix_caching is off): every score is 0, "
+            "so it routes by load alone",
+        )
     for i, replica in enumerate(config.replica_configs):
         if replica.engine_args.engine != engine:
             raise ValueError(

@@ -20,6 +20,8 @@ At each arrival, earlier requests are admitted (running, so no replica has a wai
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from kvsim import config_from_dict
@@ -223,3 +225,22 @@ def test_an_idle_replica_of_another_gpu_leaves_the_pool_to_the_replica_table():
     result = simulate(cfg, _requests()[:1])
     assert result.requests["replica"].tolist() == [0]
     assert "num_gpu_blocks" not in result.summary
+
+
+@pytest.mark.parametrize("router", ["prefix", "kv_cost"])
+def test_a_prefix_scoring_router_without_prefix_caching_is_warned(router, caplog):
+    # llm-d's and Dynamo's scores read the blocks each replica caches: with no prefix cache
+    # every score is 0 and the router balances load alone (a trial saw it route as least_kv)
+    from kvsim.config import config_from_dict
+    from tests.conftest import forget_warnings
+
+    fleet = {"replicas": 2, "router": router}
+    forget_warnings(caplog)
+    with caplog.at_level(logging.WARNING):
+        config_from_dict({"cache": {"enable_prefix_caching": False}, "fleet": fleet})
+        config_from_dict({"cache": {"enable_prefix_caching": True}, "fleet": fleet})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fleet.router = {router!r} scores the prefix each replica caches, but no replica "
+        "caches prefixes (cache.enable_prefix_caching is off): every score is 0, so it routes "
+        "by load alone"
+    ]
