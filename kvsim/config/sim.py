@@ -640,6 +640,27 @@ def _check_speculative(config: SimConfig, args: EngineArgs) -> None:
             f"scheduler.max_num_batched_tokens ({args.max_num_batched_tokens}) must exceed "
             f"speculative.num_speculative_tokens ({k}): one verification takes 1 + {k} tokens"
         )
+    _warn_large_drafter(config)
+
+
+def _warn_large_drafter(config: SimConfig) -> None:
+    """A drafter at least as large as the model it drafts for (more weights, or more layers
+    keeping KV) is legal but no speculative decoder's: likely a slip of a digit."""
+    spec, model = config.speculative, config.model
+    if spec.draft_num_params is not None and spec.draft_num_params >= model.num_params:
+        warn_once(
+            logger,
+            f"speculative.draft_num_params = {spec.draft_num_params:,} is at least "
+            f"{model.name}'s {model.num_params:,}: a drafter this size reads as many weights a "
+            "draft pass as a verification does, and speculation cannot pay",
+        )
+    if spec.draft_num_kv_layers is not None and spec.draft_num_kv_layers >= model.num_kv_layers:
+        warn_once(
+            logger,
+            f"speculative.draft_num_kv_layers = {spec.draft_num_kv_layers} is at least "
+            f"{model.name}'s {model.num_kv_layers} layers (EAGLE keeps 1): each token slot "
+            "then holds the drafter's KV beside as much of the target's",
+        )
 
 
 def group_over_max_num_seqs(what: str, args: EngineArgs) -> str:

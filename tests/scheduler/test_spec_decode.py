@@ -601,3 +601,31 @@ def test_each_steps_tokens_as_vllm_observes_them():
     # all accepted (k = 3): 11, then 1 + 3 = 4 (outputs 5), then the last output alone (1)
     _, _, sched = spec_run(3, 3, [1.0, 1.0, 1.0])
     assert sched.iteration_tokens == {11: 1, 4: 1, 1: 1}
+
+
+def test_a_drafter_as_large_as_its_target_is_warned(caplog):
+    # Llama-3.1-8B: 8,030,000,000 parameters and 32 layers; a 20 B drafter or one with 64 KV
+    # layers ran silently (EAGLE's head is 1 layer and a fraction of the weights)
+    import logging
+
+    from tests.conftest import forget_warnings
+
+    base = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "scheduler": {"max_model_len": 8192},
+    }
+    spec = {"num_speculative_tokens": 3, "acceptance_rate": 0.7}
+    forget_warnings(caplog)
+    with caplog.at_level(logging.WARNING, logger="kvsim.config"):
+        config_from_dict({**base, "speculative": {**spec, "draft_num_params": 20_000_000_000}})
+        config_from_dict({**base, "speculative": {**spec, "draft_num_kv_layers": 64}})
+        config_from_dict({**base, "speculative": {**spec, "draft_num_params": 1_000_000_000}})
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2
+    assert said[0].startswith(
+        "speculative.draft_num_params = 20,000,000,000 is at least llama-3.1-8b's 8,030,000,000"
+    )
+    assert said[1].startswith(
+        "speculative.draft_num_kv_layers = 64 is at least llama-3.1-8b's 32 layers"
+    )
