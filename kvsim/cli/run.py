@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -130,6 +131,7 @@ def run(
         from kvsim.workload.generate import resolved_workload
 
         note_saturation(results, resolved_workload(cfg.workload).arrival)
+        note_one_busy_replica(results.summary)
         if out is not None:
             from kvsim.results.replace import save_replacing
 
@@ -153,6 +155,32 @@ def _why_no_map(cfg: object, out: Path | None) -> str:
     if not has_memory_map(cfg.cache.allocator):
         return f"for the {cfg.cache.allocator!r} allocator (its cache is a tree, not a map)"
     return ""
+
+
+BUSIEST_SHARE_WARNED = 0.9  # one replica's share of its role's requests said to leave the rest idle
+
+
+def note_one_busy_replica(summary: Mapping[str, Any]) -> None:
+    """Warn where one replica served nearly every request of its role
+    (``replica_requests_max_share`` of ``BUSIEST_SHARE_WARNED`` or more, with several replicas
+    in that role): the others stood idle, as a prefix router does when every request shares
+    one prefix (docs/fleet.md)."""
+    share = summary.get("replica_requests_max_share")
+    replicas = int(summary.get("num_replicas") or 1)
+    prefill = int(summary.get("num_prefill_replicas") or 0)
+    roles = [replicas] if not prefill else [prefill, replicas - prefill]
+    if not any(n > 1 for n in roles):  # (the share is 1 where no role has a choice)
+        return
+    if not isinstance(share, (int, float)) or not share >= BUSIEST_SHARE_WARNED:
+        return
+    logging.getLogger("kvsim.cli").warning(
+        "one replica served %.0f %% of its role's requests (replica_requests_max_share %.3f): "
+        "the fleet's other replicas stood idle; fleet.router = %r sends a request where it "
+        "scores best, and a prefix router follows a prefix every request shares",
+        100 * share,
+        share,
+        summary.get("router"),
+    )
 
 
 def note_saturation(results: Results, arrival: str | None) -> None:

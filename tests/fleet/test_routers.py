@@ -244,3 +244,27 @@ def test_a_prefix_scoring_router_without_prefix_caching_is_warned(router, caplog
         "caches prefixes (cache.enable_prefix_caching is off): every score is 0, so it routes "
         "by load alone"
     ]
+
+
+@pytest.mark.parametrize(
+    ("summary", "warned"),
+    [
+        ({"num_replicas": 3, "replica_requests_max_share": 1.0, "router": "prefix"}, True),
+        ({"num_replicas": 3, "replica_requests_max_share": 0.5, "router": "prefix"}, False),
+        # one prefill and one decode replica: no role has a choice, the share is 1 by rule
+        ({"num_replicas": 2, "num_prefill_replicas": 1, "replica_requests_max_share": 1.0}, False),
+        ({"num_replicas": 3, "num_prefill_replicas": 1, "replica_requests_max_share": 0.95}, True),
+        ({"replica_requests_max_share": 1.0}, False),  # (one engine)
+    ],
+)
+def test_a_fleet_whose_one_replica_served_nearly_all_is_warned(summary, warned, caplog):
+    # a prefix router on a workload sharing one prefix sent every request to replica 0, the
+    # rest idle, and nothing in the run said so (docs/fleet.md did)
+    from kvsim.cli.run import note_one_busy_replica
+
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        note_one_busy_replica(summary)
+    said = [r.getMessage() for r in caplog.records]
+    assert bool(said) is warned, said
+    if warned:
+        assert said[0].startswith("one replica served ")
