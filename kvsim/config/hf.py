@@ -17,9 +17,9 @@ The reading follows vLLM v0.20.0, ``vllm/transformers_utils/model_arch_config_co
   query/key head dim ``qk_nope_head_dim + qk_rope_head_dim``;
 - dtype ``torch_dtype`` (``dtype`` in newer files): 2 bytes for float16/bfloat16; float32 counts
   2 bytes, as vLLM's ``dtype="auto"`` casts FP32 checkpoints to 16 bits (``_resolve_auto_dtype``);
-- context ``max_position_embeddings`` (``n_positions``, ``max_seq_len``), scaled by
-  ``rope_scaling`` as vLLM derives ``max_model_len`` (its factor, except ``su``, ``longrope``
-  and ``llama3``; ``yarn`` from ``original_max_position_embeddings``);
+- context ``max_position_embeddings`` (``n_positions``, ``max_seq_len``), times a RoPE
+  scaling's factor as vLLM 0.34 derives ``max_model_len`` (linear, dynamic; not the scalings
+  whose file gives the scaled context: ``llama3``, ``longrope``, YaRN; not Gemma-3's);
 - sliding-window and linear-attention layers (``layer_types``; else by ``model_type``:
   Gemma-2/3's patterns, Qwen2/3's ``max_window_layers``, a ``sliding_window`` on every layer)
   fill ``model.attention`` (``kvsim.config.layers.attention_from_hf``): vLLM v1's hybrid KV
@@ -88,8 +88,8 @@ _FLAGS = (
 )
 _FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
 _KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
-# rope scalings whose factor vLLM does not apply to the context (the file's is already scaled)
-_UNSCALED_ROPE = ("su", "longrope", "llama3")
+# RoPE scalings whose factor vLLM 0.34 does not apply to the context (the file's is scaled)
+_UNSCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
 
 
 class _Config:
@@ -504,43 +504,38 @@ def _num_kv_heads(cfg: _Config, heads: int) -> int:
 
 
 def _context_tokens(cfg: _Config) -> int:
-    """vLLM's derived ``max_model_len``: ``max_position_embeddings`` (``n_positions``) times a
-    ``rope_scaling`` factor (1 when unset or null), unless its type is ``su``, ``longrope`` or
-    ``llama3``; for ``yarn``, ``original_max_position_embeddings`` (the file's context when
-    absent) times the factor (vLLM ``vllm/config/model.py``, ``_get_and_verify_max_len``).
+    """vLLM 0.34.0's derived ``max_model_len`` (``vllm/config/model.py``,
+    ``_get_and_verify_max_len``): ``max_position_embeddings`` (``n_positions``,
+    ``max_seq_len``) times the factor of a RoPE scaling (``rope_parameters``, or the legacy
+    ``rope_scaling``; one table a layer type where nested, the last factor given winning;
+    null is 1), except a scaling whose file gives the scaled context already (``su``,
+    ``longrope``, ``llama3`` and the YaRN variants ``yarn``, ``deepseek_yarn``,
+    ``deepseek_llama_scaling``) and Gemma-3's (its 128K context is scaled already). vLLM's
+    default for a LongRoPE model, its ``original_max_position_embeddings``, is not modelled:
+    the context is the derived one.
 
     Raises:
-        ValueError: a ``rope_scaling`` that is not an object, names no type, or has a factor
-            that is not a positive number, naming the file and its line."""
+        ValueError: a RoPE table that is not an object, or a factor that is not a positive
+            number, naming the file and its line."""
     trained = cfg.int_field("max_position_embeddings", "n_positions", "max_seq_len", minimum=2)
-    rope = cfg.data.get("rope_scaling")
-    if rope is None:
+    key = next((k for k in ("rope_parameters", "rope_scaling") if cfg.data.get(k)), None)
+    if key is None or "gemma3" in str(cfg.data.get("model_type", "")):
         return trained
-    where = cfg.where("rope_scaling")
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    if not isinstance(kind, str):
-        raise ValueError(
-            f"{where}: rope_scaling: expected an object with a 'rope_type' (or 'type'), as "
-            f"vLLM reads it, got {_json_value(rope)}"
-        )
-    if kind in _UNSCALED_ROPE:
-        return trained
-    factor = rope.get("factor")
+    rope, where = cfg.data[key], cfg.where(key)
+    if not isinstance(rope, dict):
+        raise ValueError(f"{where}: {key}: expected an object, got {_json_value(rope)}")
+    nested = rope and all(isinstance(v, dict) for v in rope.values())
+    tables = [v for v in rope.values() if v] if nested else [rope]
+    factor: Any = 1.0
+    for table in tables:
+        kind = table.get("rope_type", table.get("type", "default"))
+        if kind not in _UNSCALED_ROPE:
+            factor = table.get("factor", factor)
     if factor is None:
         factor = 1.0
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-        raise ValueError(
-            f"{where}: rope_scaling.factor must be a positive number, got {_json_value(factor)}"
-        )
-    base = trained
-    if kind == "yarn" and rope.get("original_max_position_embeddings") is not None:
-        base = rope["original_max_position_embeddings"]
-        if not is_int_at_least(base, 2):
-            raise ValueError(
-                f"{where}: rope_scaling.original_max_position_embeddings must be an integer "
-                f">= 2, got {_json_value(base)}"
-            )
-    return int(base * factor)
+        raise ValueError(f"{where}: {key} factor must be a positive number, got {factor!r}")
+    return int(trained * factor)
 
 
 def _head_dim(cfg: _Config, heads: int) -> int:

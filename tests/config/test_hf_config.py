@@ -413,21 +413,31 @@ def test_multi_query_must_be_a_json_boolean(tmp_path: Path) -> None:
         config_from_dict({"model": {"hf_config": str(path), "num_params": 7_000_000_000}})
 
 
+# vLLM 0.34.0's derivation (vllm/config/model.py, _get_and_verify_max_len): the file's context
+# times a RoPE scaling's factor, except the scalings whose file gives the scaled context already
 @pytest.mark.parametrize(
     ("rope", "expected"),
     [
-        # Qwen2.5's recipe for 128K: yarn over the original 32,768 x 4 = 131,072
-        ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131_072),
         # linear and dynamic scale the file's context: 32,768 x 2 = 65,536
         ({"rope_type": "linear", "factor": 2.0}, 65_536),
         ({"type": "dynamic", "factor": 2.0}, 65_536),
-        # llama3 and longrope files give the scaled context already: 32,768 as written
+        # YaRN, llama3 and longrope files give the scaled context: 32,768 as written (Qwen2.5's
+        # 128K recipe, yarn x 4, needs --max-model-len; vLLM 0.34 no longer multiplies)
+        ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 32_768),
         ({"rope_type": "llama3", "factor": 8.0}, 32_768),
         ({"rope_type": "longrope", "factor": 4.0}, 32_768),
-        # a null factor is 1 (vLLM's default)
+        # a null factor is 1 (vLLM falls back to 1.0 with a warning)
         ({"rope_type": "linear", "factor": None}, 32_768),
+        # one table a layer type (transformers v5's rope_parameters): the factor given
+        (
+            {
+                "full_attention": {"rope_type": "linear", "factor": 2.0},
+                "sliding_attention": {"rope_type": "default"},
+            },
+            65_536,
+        ),
     ],
-    ids=["yarn", "linear", "dynamic", "llama3", "longrope", "null-factor"],
+    ids=["linear", "dynamic", "yarn", "llama3", "longrope", "null-factor", "per-layer-type"],
 )
 def test_rope_scaling_sets_the_context_as_vllm_derives_it(
     tmp_path: Path, rope: dict[str, Any], expected: int
@@ -438,13 +448,19 @@ def test_rope_scaling_sets_the_context_as_vllm_derives_it(
     assert config.max_model_len == expected
 
 
+def test_gemma3s_linear_rope_factor_is_not_applied_again(tmp_path: Path) -> None:
+    # google/gemma-3-27b-it: max_position_embeddings 131,072 with a linear factor 8, which vLLM
+    # skips for gemma3 ("its max_model_len (128K) is already scaled"); x 8 it would be 1 M
+    path = _write(tmp_path, {**GEMMA3_27B, "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+    assert ModelSpec.model_validate({"hf_config": str(path)}).max_position_embeddings == 131_072
+
+
 @pytest.mark.parametrize(
     ("rope", "message"),
     [
-        ({"factor": 4.0}, "rope_scaling: expected an object with a 'rope_type'"),
-        ("yarn", "rope_scaling: expected an object with a 'rope_type'"),
-        ({"type": "linear", "factor": "4"}, "rope_scaling.factor must be a positive number"),
-        ({"type": "linear", "factor": 0}, "rope_scaling.factor must be a positive number"),
+        ("yarn", "rope_scaling: expected an object"),
+        ({"type": "linear", "factor": "4"}, "rope_scaling factor must be a positive number"),
+        ({"type": "linear", "factor": 0}, "rope_scaling factor must be a positive number"),
     ],
 )
 def test_a_rope_scaling_vllm_cannot_read_is_refused(
