@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kvsim.base.units import cdiv
 from kvsim.config import SimConfig, kv_bytes_per_token_per_gpu
 from kvsim.config.fleet import FleetSpec
 from kvsim.config.hardware import ParallelConfig
-from kvsim.core.kv.hybrid import sliding_skipped_blocks
 from kvsim.engine.loop import Engine
 from kvsim.engine.request_log import RequestLog
 from kvsim.fleet.clients import ClosedLoop
@@ -49,11 +49,11 @@ def prefill_copy(request: Request) -> Request:
 
 
 def transfer_bytes_per_gpu(config: SimConfig, tokens: int) -> int:
-    """KV bytes one GPU of a replica of ``config`` holds for a request's first ``tokens``
-    tokens once they are prefilled, which the prefill replica sends to the decode replica:
-    every attention layer's (a drafter's too) for every token; in hybrid KV cache groups a
-    sliding group's only for the blocks its window keeps (vLLM's connector moves each group's
-    block table, whose freed blocks are the null block) and a state group's one page a layer."""
+    """KV bytes one GPU of a replica of ``config`` sends the decode replica for a request's
+    first ``tokens`` tokens: every attention layer's (a drafter's too) for every token; in
+    hybrid KV cache groups, a sliding group's only for its last ``cdiv(W, B) + 1`` blocks and a
+    state group's one state page a layer (vLLM 0.34.0's NIXL connector clips each group's
+    block list so, ``nixl/base_scheduler.py``, ``get_exchange_clipped_blocks``)."""
     groups = config.kv_groups
     if groups is None:
         return tokens * config.bytes_per_token
@@ -64,8 +64,8 @@ def transfer_bytes_per_gpu(config: SimConfig, tokens: int) -> int:
         if group.kind == "state":
             total += b * layer_bytes
         elif group.sliding_window_tokens is not None:
-            skipped = sliding_skipped_blocks(tokens, group.sliding_window_tokens, b)
-            total += (tokens - min(tokens, skipped * b)) * layer_bytes
+            window_blocks = cdiv(group.sliding_window_tokens, b) + 1
+            total += min(tokens, window_blocks * b) * layer_bytes
         else:
             total += tokens * layer_bytes
     return total

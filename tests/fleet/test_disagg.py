@@ -286,9 +286,9 @@ def test_a_link_slower_than_any_network_is_warned_about(caplog: pytest.LogCaptur
 
 def test_a_hybrid_models_transfer_moves_the_blocks_its_groups_hold():
     """Gemma-3-27B: 10 full layers and 52 sliding (1,024 tokens), 2 x 16 KV heads x 128 x 2 B =
-    8,192 B a token and layer. After a 4,000-token prefill a sliding group has freed its first
-    (4,000 - 1,024 + 1) // 16 = 186 blocks, keeping 4,000 - 186 x 16 = 1,024 tokens: one GPU
-    sends (10 x 4,000 + 52 x 1,024) x 8,192 = 763,887,616 bytes, not one 10-layer group's
+    8,192 B a token and layer. vLLM 0.34.0's NIXL connector sends a sliding group's last
+    cdiv(1,024, 16) + 1 = 65 blocks (1,040 tokens; get_exchange_clipped_blocks): one GPU sends
+    (10 x 4,000 + 52 x 1,040) x 8,192 = 770,703,360 bytes, not one 10-layer group's
     4,000 x 81,920 (the time was) nor every layer's 4,000 x 507,904 (the bytes were)."""
     cfg = config_from_dict(
         {
@@ -300,8 +300,8 @@ def test_a_hybrid_models_transfer_moves_the_blocks_its_groups_hold():
         }
     )
     results = simulate(cfg, [Request(0, 0.0, 4000, 10, 10)])
-    sent = (10 * 4000 + 52 * 1024) * 8192
-    assert sent == 763_887_616
+    sent = (10 * 4000 + 52 * 1040) * 8192
+    assert sent == 770_703_360
     assert results.summary["kv_transfer_bytes_total"] == sent
     assert results.summary["kv_transfer_seconds_mean"] == pytest.approx(
         10e-6 + sent / 50e9, rel=1e-12
