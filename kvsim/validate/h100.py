@@ -268,10 +268,17 @@ def _ground_truth(path: Path, kept: list[int], output_len: int) -> pd.DataFrame:
     """Measured TTFT, E2E and TPOT of the kept requests (seconds)."""
     rows = items(read_json_file(path), str(path))
     by_index: dict[int, tuple[float, float]] = {}
+    first: dict[int, int] = {}  # index -> the entry that gave it
     for i, raw in enumerate(rows):
         where = f"{path}: [{i}]"
         row = table(raw, where)
         index = integer(row, "index", where)
+        if index in first:  # (the later entry replaced the earlier's measurement)
+            raise ValueError(
+                f"{where}: index {index} is measured twice (entries [{first[index]}] and [{i}]); "
+                "expected one entry a request"
+            )
+        first[index] = i
         if flag(row, "has_error", where):
             continue
         ttft = number(row, "ttft_s", where)
@@ -279,6 +286,15 @@ def _ground_truth(path: Path, kept: list[int], output_len: int) -> pd.DataFrame:
         if e2e < ttft:
             raise ValueError(f"{where}: e2e_s {e2e} is shorter than ttft_s {ttft}")
         by_index[index] = (ttft, e2e)
+    stray = sorted(set(by_index) - set(kept))
+    if stray:  # (measurements of no replayed request: left out, said)
+        logger.warning(
+            "%s: %d measurement(s) of requests the replay file does not run without error "
+            "(first: index %d) are left out",
+            path,
+            len(stray),
+            stray[0],
+        )
     missing = [i for i in kept if i not in by_index]
     if missing:
         raise ValueError(

@@ -64,6 +64,27 @@ def test_e2e_shorter_than_ttft_is_refused(tmp_path: Path) -> None:
     assert "[4]: e2e_s 0.001 is shorter than ttft_s 0.024" in _h100_error(tmp_path, truth=truth)
 
 
+def test_a_request_measured_twice_is_refused(tmp_path: Path) -> None:
+    # a second entry for index 2 replaced the first's measurement without a word
+    truth = h100_truth()
+    truth.append({**truth[2], "ttft_s": 500.0, "e2e_s": 999.0})
+    message = _h100_error(tmp_path, truth=truth)
+    assert f"[{len(truth) - 1}]: index 2 is measured twice (entries [2] and " in message
+
+
+def test_a_measurement_of_no_replayed_request_is_warned(tmp_path: Path, caplog) -> None:
+    import logging
+
+    truth = h100_truth()
+    truth.append({**truth[0], "index": 99_999})
+    write_h100(tmp_path, truth=truth)
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        read_h100_run(tmp_path, TRAIN)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("1 measurement(s) of requests the replay file does not run" in m for m in said)
+    assert any("(first: index 99999) are left out" in m for m in said)
+
+
 def test_a_stage_at_rate_zero_names_the_stage(tmp_path: Path) -> None:
     profile = {
         "data": {"shared_prefix": {"output_len": 5}},
