@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvsim.base.textfile import read_text
 from kvsim.config import ModelSpec
 from kvsim.validate.fields import (
     flag,
@@ -67,11 +68,13 @@ def read_split(root: Path) -> dict[str, Split]:
     """``h100/split.txt``: experiment name -> its split.
 
     Raises:
-        ValueError: a line that is not ``NAME SPLIT`` with a known split (file and line named).
+        ValueError: a line that is not ``NAME SPLIT`` with a known split, or an experiment
+            named twice (file and lines named); the file not UTF-8 text.
     """
     path = root / H100_SUBDIR / "split.txt"
     out: dict[str, Split] = {}
-    for number_, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    lines: dict[str, int] = {}
+    for number_, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split()
@@ -80,6 +83,12 @@ def read_split(root: Path) -> dict[str, Split]:
                 f"{path} line {number_}: expected 'EXPERIMENT SPLIT' with SPLIT one of "
                 f"{list(_SPLITS)}, got {line.strip()!r}"
             )
+        if parts[0] in lines:  # (the last line won: a validate run could be fitted on)
+            raise ValueError(
+                f"{path} line {number_}: {parts[0]} is split again ({parts[1]!r}; line "
+                f"{lines[parts[0]]} says {out[parts[0]]!r}); expected one line an experiment"
+            )
+        lines[parts[0]] = number_
         out[parts[0]] = parts[1]  # type: ignore[assignment]
     return out
 

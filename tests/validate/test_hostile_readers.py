@@ -102,6 +102,21 @@ def test_malformed_yaml_names_the_file_and_line(tmp_path: Path) -> None:
     assert "malformed YAML" in message
 
 
+def test_an_experiment_split_twice_is_refused(tmp_path: Path) -> None:
+    # the last line won: a run split.txt calls validate was fitted on as train, unsaid
+    message = _h100_error(tmp_path, split=f"{TRAIN} validate\n\n{TRAIN} train\n")
+    assert f"split.txt line 3: {TRAIN} is split again ('train'; line 1 says 'validate')" in (
+        message
+    )
+
+
+def test_a_split_file_that_is_not_text_names_the_file(tmp_path: Path) -> None:
+    write_h100(tmp_path)
+    (tmp_path / "h100" / "split.txt").write_bytes(b"\xff\xfe not text\n")
+    with pytest.raises(ValueError, match=r"split\.txt.*UTF-8"):
+        read_h100_run(tmp_path, TRAIN)
+
+
 def test_a_bad_split_line_names_the_line(tmp_path: Path) -> None:
     message = _h100_error(tmp_path, split=f"{TRAIN} train\n{TRAIN} tuning\n")
     assert "split.txt line 2: expected 'EXPERIMENT SPLIT'" in message
