@@ -18,7 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +115,18 @@ class FitResult:
     residuals: dict[str, float] = field(default_factory=dict)
 
 
+def _whole_stats(stats: object) -> bool:
+    """``stats`` is what ``replay_stats`` writes: a non-empty object of numbers whose every
+    ``.../measured`` key has its ``.../predicted``."""
+    if not isinstance(stats, dict) or not stats:
+        return False
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in stats.values()):
+        return False
+    measured = {k.removesuffix("/measured") for k in stats if k.endswith("/measured")}
+    predicted = {k.removesuffix("/predicted") for k in stats if k.endswith("/predicted")}
+    return bool(measured) and measured == predicted and len(stats) == 2 * len(measured)
+
+
 class ReplayCache:
     """Per-stage statistics of replays, on disk (one JSON line per replay) and in memory.
 
@@ -129,9 +141,14 @@ class ReplayCache:
             for line in path.read_text(encoding="utf-8").splitlines():
                 try:
                     entry = json.loads(line)
-                    self.entries[entry["key"]] = entry["stats"]
+                    key, stats = entry["key"], entry["stats"]
                 except (json.JSONDecodeError, KeyError, TypeError):
                     logger.warning("%s: skipped a malformed cache line", path)
+                    continue
+                if not _whole_stats(stats):  # ({} read as a replay that fits perfectly)
+                    logger.warning("%s: skipped a cache line with no statistics pair", path)
+                    continue
+                self.entries[key] = stats
 
     def get(self, key: str) -> dict[str, float] | None:
         return self.entries.get(key)
@@ -272,6 +289,7 @@ def _cache_key(run: MeasuredRun, values: dict[str, float], window: Window | None
     text = json.dumps(
         {
             "run": run.name,
+            "content": run_fingerprint(run),
             "requests": len(run.requests),
             "window": None if window is None else [window.per_stage, window.margin],
             "values": shown,
@@ -280,6 +298,33 @@ def _cache_key(run: MeasuredRun, values: dict[str, float], window: Window | None
         sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+_FINGERPRINTS: dict[int, tuple[MeasuredRun, str]] = {}  # id(run) -> (run, its fingerprint)
+
+
+def run_fingerprint(run: MeasuredRun) -> str:
+    """A digest of everything of ``run`` a replay reads or its statistics compare: its
+    requests, its measurements, its stages and its server's settings and model (a cached
+    replay of an edited run, or of another data folder's run of the same name, is not
+    reused). Computed once a run object."""
+    cached = _FINGERPRINTS.get(id(run))
+    if cached is not None and cached[0] is run:
+        return cached[1]
+    import pandas as pd
+
+    digest = hashlib.sha256()
+    digest.update(pd.util.hash_pandas_object(run.measured, index=False).to_numpy().tobytes())
+    for spec in run.requests:
+        digest.update(repr(spec).encode())
+    settings = {
+        f.name: getattr(run, f.name)
+        for f in fields(run)
+        if f.name not in ("requests", "measured", "kv_usage", "notes")
+    }
+    digest.update(repr(settings).encode())
+    _FINGERPRINTS[id(run)] = (run, digest.hexdigest()[:16])
+    return _FINGERPRINTS[id(run)][1]
 
 
 # Bumped whenever the step cost or the replay changes what a parameter set predicts (the

@@ -180,3 +180,43 @@ def test_a_tie_on_validate_keeps_the_simpler_candidate() -> None:
     assert calibration.choose({"five": 2.5, "six": 2.3, "five too": 3.0}, candidates) == "six"
     # among as many parameters the better score wins outright
     assert calibration.choose({"five": 2.5, "six": 2.5, "five too": 2.45}, candidates) == "five too"
+
+
+def test_a_cached_replay_is_not_reused_for_an_edited_run(tmp_path: Path) -> None:
+    # the cache key was the run's name and request count: a run whose measurements changed
+    # (every latency doubled) fitted to the old replay's statistics, the same loss
+    from kvsim.validate.fit import replay_stats
+
+    write_h100(tmp_path)
+    run = read_h100_run(tmp_path, TRAIN)
+    cache = ReplayCache(tmp_path / "replays.jsonl")
+    values = {"step_overhead_s": 0.001}
+    first, replayed = replay_stats(run, values, cache, None)
+    assert replayed
+    assert replay_stats(run, values, cache, None) == (first, False)  # the same run: cached
+    doubled = run.measured.copy()
+    doubled[["ttft_s", "e2e_s"]] *= 2
+    edited = replace(run, measured=doubled)
+    again, replayed = replay_stats(edited, values, ReplayCache(tmp_path / "replays.jsonl"), None)
+    assert replayed
+    measured = [k for k in again if k.endswith("/e2e_s/mean/measured")]
+    assert measured
+    assert again[measured[0]] == pytest.approx(2 * first[measured[0]])
+
+
+def test_a_cache_line_without_statistics_is_skipped(tmp_path: Path, caplog) -> None:
+    # {} read back as a replay whose every residual is 0: "train loss 0.0000"
+    import json
+    import logging
+
+    path = tmp_path / "replays.jsonl"
+    good = {"0/e2e_s/mean/measured": 1.0, "0/e2e_s/mean/predicted": 1.1}
+    lines = [{"key": "a", "stats": {}}, {"key": "b", "stats": good}]
+    lines.append({"key": "c", "stats": {"x/measured": 1.0}})  # (no predicted side)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        cache = ReplayCache(path)
+    assert cache.get("a") is None
+    assert cache.get("c") is None
+    assert cache.get("b") == good
+    assert sum("no statistics pair" in r.getMessage() for r in caplog.records) == 2
