@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from kvsim.cli.common import check_out_dir, check_out_file, console, guard
+from kvsim.cli.common import check_out_dir, check_out_file, console, folder_name, guard
 
 
 def validate(
@@ -29,7 +29,9 @@ def validate(
             "or a group: train, validate, held-out, all."
         ),
     ] = None,
-    out: Annotated[Path, typer.Option(help="Folder for the outputs.")] = Path("results/validate"),
+    out: Annotated[Path, typer.Option(parser=folder_name, help="Folder for the outputs.")] = Path(
+        "results/validate"
+    ),
     table: Annotated[
         bool, typer.Option("--table", help="Write the error table of every run (make validate).")
     ] = False,
@@ -73,7 +75,10 @@ def validate(
             raise ValueError(
                 f"name a run to replay (or a group: train, validate, held-out, all): {names}"
             )
-        for name in resolve_names(runs):
+        names = resolve_names(runs)
+        for name in names:  # (before any replay: one refused after minutes lost them)
+            check_replay_folder(out / name)
+        for name in names:
             _one(name, out / name, spec)
 
     guard(go)
@@ -100,6 +105,41 @@ def _check_markdown(option: str, path: Path | None, table: bool) -> None:
             f"{option}: the folder {str(path.parent)!r} of {str(path)!r} does not exist; create "
             "it or give a file in a folder that does"
         )
+
+
+# the files a replay writes in its run's folder (``_one``)
+REPLAY_FILES = ("requests.csv", "errors.csv", "kv_usage.csv", "replay.png")
+
+
+def check_replay_folder(folder: Path) -> None:
+    """Refuse a run's output folder that a replay would overwrite or mix with what the user
+    has: a file in its place, or a folder holding files that are not an earlier replay's (one
+    with ``errors.csv`` of a replay's columns, whose files the new replay replaces).
+
+    Raises:
+        ValueError: naming ``--out``, the folder and the first few files it holds."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(
+            f"--out: {str(folder)!r} is a file, where the run's replay writes a folder"
+        )
+    if not folder.is_dir():
+        return
+    held = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    if not held:
+        return
+    earlier = False
+    try:
+        with (folder / "errors.csv").open(encoding="utf-8") as handle:
+            earlier = handle.readline().startswith("experiment,split,stage,")
+    except (OSError, UnicodeDecodeError):
+        pass
+    if earlier and set(held) <= set(REPLAY_FILES):
+        return
+    first = ", ".join(held[:3]) + (f" and {len(held) - 3:,} more" if len(held) > 3 else "")
+    raise ValueError(
+        f"--out: {str(folder)!r} holds files of its own ({first}) and no earlier replay: the "
+        "replay would overwrite or mix with them; choose another --out"
+    )
 
 
 def _one(name: str, folder: Path, cost: object) -> None:

@@ -86,3 +86,24 @@ def test_a_runs_notes_print_their_brackets(capsys) -> None:
 
     print_notes(NOTES[:1])
     assert "(kvsim's [offload] tier off)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_out_never_overwrites_a_folder_of_the_users_files(tmp_path: Path, monkeypatch) -> None:
+    # a user's requests.csv in OUT/RUN was overwritten; --out "" meant the current folder
+    from .synthetic import TRAIN, write_h100
+
+    write_h100(tmp_path / "data")
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path / "data"))
+    runner = CliRunner()
+    theirs = tmp_path / "mine" / TRAIN
+    theirs.mkdir(parents=True)
+    (theirs / "requests.csv").write_text("notes\n")
+    refused = runner.invoke(app, ["validate", TRAIN, "--out", "mine"])
+    assert refused.exit_code == 2
+    assert "holds files of its own (requests.csv) and no earlier replay" in refused.output
+    assert (theirs / "requests.csv").read_text() == "notes\n"
+    first = runner.invoke(app, ["validate", TRAIN, "--out", "ours"])
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(app, ["validate", TRAIN, "--out", "ours"])  # (its own earlier replay)
+    assert again.exit_code == 0, again.output
+    assert runner.invoke(app, ["validate", TRAIN, "--out", ""]).exit_code == 2
