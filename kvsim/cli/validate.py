@@ -75,10 +75,10 @@ def validate(
             raise ValueError(
                 f"name a run to replay (or a group: train, validate, held-out, all): {names}"
             )
-        names = resolve_names(runs)
-        for name in names:  # (before any replay: one refused after minutes lost them)
+        chosen = resolve_names(runs)
+        for name in chosen:  # (before any replay: one refused after minutes lost them)
             check_replay_folder(out / name)
-        for name in names:
+        for name in chosen:
             _one(name, out / name, spec)
 
     guard(go)
