@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvsim.base.textfile import read_json, read_text
 from kvsim.calibrate.columns import ROW_COLUMNS
@@ -48,6 +48,14 @@ class TableRow(BaseModel):
     contiguous_s: float = Field(gt=0)
     paged_s: float = Field(gt=0)
     kv_bytes: int = Field(ge=0)
+
+    @field_validator("batch_size", "context_tokens", "block_size_tokens", "kv_bytes", mode="before")
+    @classmethod
+    def _no_bool(cls, value: Any) -> Any:
+        """A JSON ``true`` is no count (pydantic reads it as 1: every row's block size 1)."""
+        if isinstance(value, bool):
+            raise ValueError(f"expected an integer, got {str(value).lower()}")
+        return value
 
     @model_validator(mode="after")
     def _ratio_in_range(self) -> TableRow:

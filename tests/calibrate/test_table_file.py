@@ -96,6 +96,15 @@ JSON_CASES = {
         ": rows[0].paged_s: Input should be a valid number, got None",
     ),
     "no_rows": ("{" + META + ', "rows": []}', ": rows: List should have at least 1 item"),
+    # true read as 1: every row's block size 1, the layout factor of 1-token blocks everywhere
+    "block_size_true": (
+        "{"
+        + META
+        + ', "rows": ['
+        + ROW.replace('"block_size_tokens": 16', '"block_size_tokens": true')
+        + '"paged_s": 1, "kv_bytes": 0}]}',
+        ": rows[0].block_size_tokens: expected an integer, got true",
+    ),
     "not_json": ("not json", " line 1 column 1: invalid JSON (Expecting value)"),
     "array": ("[1, 2]", ': expected a JSON object {"meta": {...}, "rows": [...]}, got list'),
 }
