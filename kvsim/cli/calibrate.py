@@ -4,6 +4,7 @@ on measured vLLM runs, ``kvsim.validate.calibration``) is handed to it from here
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import typer
@@ -12,7 +13,15 @@ from kvsim.calibrate import cli
 from kvsim.cli.common import check_out_file, console, guard
 
 REPLAY_CACHE = Path("results/calibrate/replays.jsonl")
-DEFAULT_OUT = Path("kvsim/data/cost_fit.toml")
+
+
+def shipped_fit_path() -> Path:
+    """The fitted table kvsim reads (``kvsim/data/cost_fit.toml`` of the kvsim that runs:
+    a checkout's file, or the installed package's), ``--from-runs``' default ``--out``; a path
+    relative to the current folder wrote a table nothing read."""
+    from kvsim.config.cost_spec import COST_FIT_FILE
+
+    return Path(str(resources.files("kvsim.data").joinpath(COST_FIT_FILE)))
 
 
 def from_runs(out: Path | None, max_evaluations: int) -> None:
@@ -22,7 +31,7 @@ def from_runs(out: Path | None, max_evaluations: int) -> None:
     def go() -> None:
         from kvsim.validate.calibration import calibrate_from_runs
 
-        target = out or DEFAULT_OUT
+        target = out or shipped_fit_path()
         check_out_file(target, "--out", "the fitted table (TOML)", suffixes=(".toml",))
         calibrate_from_runs(
             target,
