@@ -63,7 +63,8 @@ def calibrate(
         Path | None,
         typer.Option(
             help="table to write (.csv or .json); default kvsim/data/calibration/<device>.csv "
-            "(--from-runs: a .toml, default the fitted table kvsim reads, its kvsim/data/cost_fit.toml)"
+            "(--from-runs: a .toml, default the fitted table kvsim reads, "
+            "kvsim/data/cost_fit.toml)"
         ),
     ] = None,
     from_runs: Annotated[

@@ -129,3 +129,15 @@ def test_unknown_column_warns_and_values_are_read(
     assert "ignored 1 column(s) a calibration table does not have: ['note']" in caplog.text
     # ratios 3.0 / 2.0 = 1.5 and 2.5 / 2.0 = 1.25
     assert table.ratios_by_block_size() == {16: 1.5, 32: 1.25}
+
+
+def test_from_runs_writes_by_default_the_fitted_table_kvsim_reads(tmp_path, monkeypatch) -> None:
+    # run from another folder it wrote ./kvsim/data/cost_fit.toml, which nothing reads
+    import kvsim
+    from kvsim.cli.calibrate import shipped_fit_path
+
+    monkeypatch.chdir(tmp_path)
+    path = shipped_fit_path()
+    assert path.is_absolute()
+    assert path == Path(kvsim.__file__).parent / "data" / "cost_fit.toml"
+    assert path.is_file()
