@@ -100,6 +100,9 @@ def _check_markdown(option: str, path: Path | None, table: bool) -> None:
             f"add --table or leave {option} out"
         )
     check_out_file(path, option, "a Markdown file", suffixes=(".md",))
+    from kvsim.validate.markdown import markdown_text
+
+    markdown_text(path, option)  # (its markers and text, before the replays: not after them)
     if not path.parent.is_dir():  # (the table is written into it after every replay)
         raise ValueError(
             f"{option}: the folder {str(path.parent)!r} of {str(path)!r} does not exist; create "
@@ -226,7 +229,7 @@ def _table(
         write_between_markers(docs, text)
         say(f"wrote the table into {docs}")
     if readme is not None:
-        write_between_markers(readme, readme_markdown(fitted, command))
+        write_between_markers(readme, readme_markdown(fitted, command), "--readme")
         say(f"wrote the short table into {readme}")
     say(f"wrote {out}/table.md, table.csv, errors.csv")
 

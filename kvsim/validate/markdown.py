@@ -136,10 +136,41 @@ def efficiencies_markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_between_markers(path: Path, text: str) -> None:
+def markdown_text(path: Path, option: str) -> str:
+    """The Markdown file ``path`` (given as ``option``) as text, ``""`` when missing, checked
+    for the table's markers: none, or ``BEGIN`` once and then ``END`` once.
+
+    Raises:
+        ValueError: the file is not UTF-8 text, or its markers are not that pair (naming the
+            option, the file and the lines)."""
+    from kvsim.base.textfile import read_text
+
+    if not path.exists():
+        return ""
+    try:
+        old = read_text(path)
+    except ValueError as err:
+        raise ValueError(f"{option}: {err}") from None
+    lines = old.splitlines()
+    begins = [n for n, line in enumerate(lines, 1) if BEGIN in line]
+    ends = [n for n, line in enumerate(lines, 1) if END in line]
+    if not begins and not ends:
+        return old
+    if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
+        raise ValueError(
+            f"{option}: {path} holds the table's markers at lines {begins or '-'} (begin) and "
+            f"{ends or '-'} (end); expected one begin line, then one end line (or neither)"
+        )
+    return old
+
+
+def write_between_markers(path: Path, text: str, option: str = "--docs") -> None:
     """Put ``text`` between ``BEGIN`` and ``END`` in ``path`` (appended with the markers when
-    the file has none; the file is created when missing)."""
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    the file has none; the file is created when missing).
+
+    Raises:
+        ValueError: ``markdown_text``'s."""
+    old = markdown_text(path, option)
     block = f"{BEGIN}\n{text.strip()}\n{END}"
     if BEGIN in old and END in old:
         head, rest = old.split(BEGIN, 1)

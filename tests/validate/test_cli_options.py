@@ -107,3 +107,31 @@ def test_out_never_overwrites_a_folder_of_the_users_files(tmp_path: Path, monkey
     again = runner.invoke(app, ["validate", TRAIN, "--out", "ours"])  # (its own earlier replay)
     assert again.exit_code == 0, again.output
     assert runner.invoke(app, ["validate", TRAIN, "--out", ""]).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        # end before begin: an IndexError (exit 1) after every replay had run
+        (
+            "<!-- make validate: end -->\ntext\n<!-- make validate: begin (generated; edit "
+            "kvsim/validate/markdown.py instead) -->\n",
+            "holds the table's markers at lines [3] (begin) and [1] (end)",
+        ),
+        # not UTF-8: "'utf-8' codec can't decode", naming no option nor file
+        (b"\xff\xfe notes\n", "--docs: x.md"),
+    ],
+    ids=["markers-swapped", "not-utf-8"],
+)
+def test_a_docs_file_the_table_cannot_go_in_is_refused_before_the_replays(
+    tmp_path: Path, content: str | bytes, expected: str
+) -> None:
+    path = tmp_path / "x.md"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    result = CliRunner().invoke(app, ["validate", "--table", "--docs", "x.md"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert expected in result.output
