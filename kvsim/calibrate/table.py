@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from kvsim.base.say_once import warn_once
 from kvsim.calibrate.columns import ROW_COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -231,10 +232,18 @@ def resolve_table(calibration: str | None, gpu_name: str) -> CalibrationTable:
     path = Path(calibration).resolve() if calibration is not None else shipped_table_path(gpu_name)
     if path is None:
         return CalibrationTable.analytic()
+    if given and not path.is_file():  # (the OS error named no field)
+        what = "a folder" if path.is_dir() else "no such file"
+        raise ValueError(
+            f"cost.calibration: {calibration!r} is {what}; expected a calibration table "
+            "(CSV or JSON, kvsim calibrate writes one) or 'analytic'"
+        )
     table = _load_cached(str(path), path.stat().st_mtime_ns)
     if given and table.is_measured and gpu_name not in table.meta["device_name"].lower():
-        logger.info(
-            "calibration table from %s applied to simulated GPU %s (ratios only)",
+        warn_once(
+            logger,
+            "cost.calibration: the table measured on %s is applied to the simulated %s: its "
+            "paged/contiguous ratios stand for this GPU's",
             table.meta["device_name"],
             gpu_name,
         )

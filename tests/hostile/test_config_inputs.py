@@ -873,6 +873,26 @@ def test_bad_calibration_table(hostile, case: str) -> None:
     hostile.run(args, *fragments)
 
 
+def test_a_missing_calibration_table_names_the_field(hostile) -> None:
+    # "[Errno 2] No such file or directory: ...", naming no field
+    args = [*RUN, "--set", "cost.calibration=missing.csv", "--out", hostile.out]
+    hostile.run(args, "cost.calibration: 'missing.csv' is no such file", "or 'analytic'")
+
+
+def test_a_table_measured_on_another_gpu_is_warned(hostile, caplog) -> None:
+    # said at INFO, which the CLI never shows: the A100's ratios stood for an H200's unsaid
+    import logging
+
+    table = hostile.write("c.csv", CALIBRATION_HEAD + "1,256,16,1.0,1.1,0\n")
+    args = [*RUN, "--set", "gpu=h200", "--set", f"cost.calibration={table}"]
+    with caplog.at_level(logging.WARNING, logger="kvsim.calibrate"):
+        hostile.run([*args, "--out", hostile.out], code=0)
+    said = [r.getMessage() for r in caplog.records]
+    assert any(
+        "the table measured on NVIDIA A100 is applied to the simulated h200" in m for m in said
+    )
+
+
 def test_a_check_that_names_its_field_in_full_is_not_prefixed_twice():
     # a model check raises "model.attention: ..." at the location "model": the line names
     # the field once (it read "model: model.attention: ...")
