@@ -146,7 +146,16 @@ def calibrate_from_runs(
         )
     block_sizes = {r.block_size_tokens for r in train}
     if len(block_sizes) != 1:  # (the paged factor is fitted at one block size)
-        raise ValueError(f"train runs at several block sizes: {sorted(block_sizes)}")
+        by_size = {b: [r.name for r in train if r.block_size_tokens == b] for b in block_sizes}
+        shown = "; ".join(
+            f"{b} tokens: {', '.join(names[:3])}"
+            + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            for b, names in sorted(by_size.items())
+        )
+        raise ValueError(
+            f"calibrate --from-runs: the train runs under {root} (split.txt) run at several "
+            f"block sizes ({shown}); the paged factor is fitted at one: split the others out"
+        )
     cache = ReplayCache(cache_path)
     results: dict[str, tuple[FitResult, float, dict[str, float]]] = {}
     for label, (free, pinned) in (candidates or CANDIDATES).items():

@@ -220,3 +220,21 @@ def test_a_cache_line_without_statistics_is_skipped(tmp_path: Path, caplog) -> N
     assert cache.get("c") is None
     assert cache.get("b") == good
     assert sum("no statistics pair" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_train_runs_at_two_block_sizes_are_named(tmp_path: Path, monkeypatch) -> None:
+    # "train runs at several block sizes: [16, 32]" named neither the runs nor the data folder
+    import json
+
+    from kvsim.validate.calibration import calibrate_from_runs
+
+    write_h100(tmp_path, split=f"{TRAIN} train\n{VALIDATE} train\n")
+    replay = tmp_path / "h100" / "replay" / f"{VALIDATE}.json"
+    data = json.loads(replay.read_text())
+    data["config"]["block_size"] = 32
+    replay.write_text(json.dumps(data))
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path))
+    with pytest.raises(ValueError, match=r"run at several block sizes \(16 tokens: ") as caught:
+        calibrate_from_runs(tmp_path / "fit.toml", cache_path=None)
+    assert f"32 tokens: {VALIDATE}" in str(caught.value)
+    assert str(tmp_path) in str(caught.value)
