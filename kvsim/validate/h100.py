@@ -215,10 +215,17 @@ def _requests(
     specs: list[RequestSpec] = []
     kept: list[int] = []
     previous_s = 0.0
+    seen: dict[int, int] = {}  # index -> its entry
     for i, raw in enumerate(rows):
         where = f"{path}: requests[{i}]"
         row = table(raw, where)
         index = integer(row, "index", where)
+        if index in seen:  # (said later as "req_id appears more than once", no file named)
+            raise ValueError(
+                f"{where}: index {index} is sent twice (requests[{seen[index]}] and [{i}]); "
+                "expected one entry a request"
+            )
+        seen[index] = i
         arrival_s = integer(row, "arrival_time_us", where) / 1e6
         if arrival_s < previous_s:
             raise ValueError(

@@ -64,6 +64,13 @@ def test_e2e_shorter_than_ttft_is_refused(tmp_path: Path) -> None:
     assert "[4]: e2e_s 0.001 is shorter than ttft_s 0.024" in _h100_error(tmp_path, truth=truth)
 
 
+def test_a_request_sent_twice_is_refused(tmp_path: Path) -> None:
+    requests = h100_requests()
+    requests.append({**requests[-1], "index": 1})
+    message = _h100_error(tmp_path, requests=requests)
+    assert f"requests[{len(requests) - 1}]: index 1 is sent twice (requests[1] and" in message
+
+
 def test_a_request_measured_twice_is_refused(tmp_path: Path) -> None:
     # a second entry for index 2 replaced the first's measurement without a word
     truth = h100_truth()
