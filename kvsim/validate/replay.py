@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from kvsim.config import CostSpec, ParallelConfig, SimConfig, kv_bytes_per_token_per_gpu
 from kvsim.config.cost_spec import cost_fit_table
@@ -69,7 +70,19 @@ def run_config(run: MeasuredRun, cost: CostSpec | None = None) -> SimConfig:
         "block_size_tokens": run.block_size_tokens,
         "enable_prefix_caching": run.enable_prefix_caching,
     }
-    return SimConfig.model_validate({**data, "cache": cache})
+    try:
+        return SimConfig.model_validate({**data, "cache": cache})
+    except ValidationError as err:  # (pydantic's dump named no run and no file)
+        from kvsim.config.sim import format_validation_error
+
+        said = "; ".join(format_validation_error(err).splitlines())
+        files = "its replay file's config" if run.kind == "h100" else "its meta.json"
+        raise ValueError(
+            f"run {run.name}: the server settings in {files} (tensor_parallel_size "
+            f"{run.tensor_parallel_size}, {run.num_gpu_blocks:,} blocks of "
+            f"{run.block_size_tokens} tokens, max_model_len {run.max_model_len:,}) make no "
+            f"config kvsim can replay: {said}"
+        ) from None
 
 
 def default_frontend_latency_s() -> float:

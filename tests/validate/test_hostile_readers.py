@@ -222,3 +222,21 @@ def test_an_unknown_run_lists_the_known_ones(
     assert result.exit_code == 2
     assert "no measured run 'nope'" in result.output
     assert TRAIN in result.output
+
+
+def test_server_settings_kvsim_cannot_replay_name_the_run(tmp_path: Path, monkeypatch) -> None:
+    # 2 blocks of 16 tokens cannot hold a 512-token max_model_len request: pydantic's
+    # "1 validation error for SimConfig ... For further information visit ..." named no run
+    write_h100(tmp_path)
+    replay = tmp_path / "h100" / "replay" / f"{TRAIN}.json"
+    data = json.loads(replay.read_text())
+    data["config"]["kv_blocks_total_gpu"] = 2
+    replay.write_text(json.dumps(data))
+    monkeypatch.setenv("KVSIM_REAL_VLLM", str(tmp_path))
+    result = CliRunner().invoke(app, ["validate", TRAIN, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    assert errors[0].startswith(f"error: run {TRAIN}: the server settings in its replay file's")
+    assert "2 blocks of 16 tokens" in errors[0]
+    assert "validation error for SimConfig" not in result.output
