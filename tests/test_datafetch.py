@@ -268,6 +268,15 @@ def test_an_empty_kvsim_data_is_said_to_be_empty(monkeypatch) -> None:
     assert data_dir_searched().endswith("(KVSIM_DATA is not set)")
 
 
+def test_a_system_folder_as_kvsim_data_is_named_a_data_folder(monkeypatch) -> None:
+    # the advice was "give a results folder such as results/ or ./out"
+    monkeypatch.setenv("KVSIM_DATA", "/proc/x")
+    result = runner.invoke(app, ["data", "fetch"])
+    assert result.exit_code == 2
+    assert "'/proc/x' is a system folder; give a data folder" in " ".join(result.output.split())
+    assert "results folder" not in result.output
+
+
 def test_unknown_trace_name(tmp_path: Path) -> None:
     result = fetch_cli("--dest", str(tmp_path), "--only", "nope")
     assert result.exit_code == 2

@@ -277,9 +277,9 @@ def check_out_dir(out: Path | None, option: str = "--out", what: str = "results 
                 f"{option}: cannot create the {what} {str(out)!r}: {str(parent)!r} is a file"
             )
     if resolved in SYSTEM_ROOTS or _in_system_tree(resolved):
+        example = "results/ or ./out" if what == "results folder" else "one in your home folder"
         raise ValueError(
-            f"{option}: {str(out)!r} is a system folder; give a results folder such as "
-            "results/ or ./out"
+            f"{option}: {str(out)!r} is a system folder; give a {what} such as {example}"
         )
     _check_writable(resolved, out, option, f"the {what}")
 
