@@ -123,6 +123,7 @@ def read_h100_run(root: Path, name: str) -> MeasuredRun:
     settings = table(read_yaml(exp_dir / "exp-config.yaml"), str(exp_dir / "exp-config.yaml"))
     model = _model(base, text(replay, "model_id", str(replay_path)))
     specs, kept = _requests(replay_path, replay, shared)
+    _check_stage_counts(stages, replay, profile_path, replay_path)
     measured = _ground_truth(base / "replay" / f"{name}_ground_truth.json", kept, output_len)
     measured["stage"] = [stage_of(i, stages) for i in measured["req_id"]]
     split = read_split(root).get(name, "held-out")
@@ -189,6 +190,27 @@ def _stages(profile: dict[str, Any], path: Path) -> list[Stage]:
         duration = number(stage, "duration", where, minimum=1e-3)
         stages.append(Stage(k, rate, duration, round(rate * duration)))
     return stages
+
+
+def _check_stage_counts(
+    stages: list[Stage], replay: dict[str, Any], profile_path: Path, replay_path: Path
+) -> None:
+    """Warn where the profile's stages (rate x duration requests each) send another number of
+    requests than the replay file holds: each request's stage is read off the counts, so the
+    per-stage errors would compare requests of other stages."""
+    sent = sum(stage.num_requests for stage in stages)
+    rows = replay.get("requests")
+    held = len(rows) if isinstance(rows, list) else 0
+    if sent != held:
+        logger.warning(
+            "%s: its load stages send %s requests (rate x duration each), but %s holds %s: "
+            "requests are assigned to stages by these counts, so the per-stage errors mix "
+            "stages",
+            profile_path,
+            f"{sent:,}",
+            replay_path,
+            f"{held:,}",
+        )
 
 
 def _model(base: Path, model_id: str) -> ModelSpec:

@@ -240,3 +240,22 @@ def test_server_settings_kvsim_cannot_replay_name_the_run(tmp_path: Path, monkey
     assert errors[0].startswith(f"error: run {TRAIN}: the server settings in its replay file's")
     assert "2 blocks of 16 tokens" in errors[0]
     assert "validation error for SimConfig" not in result.output
+
+
+def test_stages_sending_another_count_than_the_replay_holds_are_warned(
+    tmp_path: Path, caplog
+) -> None:
+    # a first stage of 1 request a second for 10 s (10 requests) beside 12 replayed: the
+    # stages' counts assign the requests, so its per-stage errors mixed stages, unsaid
+    import logging
+
+    profile = {
+        "data": {"shared_prefix": {"output_len": 5}},
+        "load": {"stages": [{"duration": 10, "rate": 1}, {"duration": 0.3, "rate": 20}]},
+    }
+    write_h100(tmp_path, profile=json.dumps(profile))
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        read_h100_run(tmp_path, TRAIN)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("its load stages send 16 requests (rate x duration each)" in m for m in said)
+    assert any("holds 12: requests are assigned to stages" in m for m in said)
