@@ -73,6 +73,13 @@ def sweep(
 
         check_out_dir(out)
         warn_many_jobs(jobs)
+        remote = scheduler is not None and scheduler.startswith("tcp://")
+        if connect_timeout != DASK_CONNECT_TIMEOUT_S and not remote:
+            logging.getLogger("kvsim.cli").warning(
+                "--connect-timeout %g is read only with a remote --scheduler tcp://HOST:PORT: "
+                "it has no effect here",
+                connect_timeout,
+            )
         path = experiment
         if not path.exists() and path.suffix != ".toml":
             path = experiments_dir() / f"{experiment}.toml"

@@ -331,6 +331,20 @@ def _cli_sweep(tmp_path, grid: str, *options: str):
     return CliRunner().invoke(app, args)
 
 
+def test_a_connect_timeout_without_a_remote_scheduler_is_warned(tmp_path, caplog) -> None:
+    # read only when the sweep connects to tcp://...: with local workers it did nothing, unsaid
+    grid = '[grid]\n"cache.block_size_tokens" = [16]\n'
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        result = _cli_sweep(tmp_path, grid, "--connect-timeout", "7")
+    assert result.exit_code == 0, result.output
+    expected = "--connect-timeout 7 is read only with a remote --scheduler tcp://HOST:PORT"
+    assert expected in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.cli"):
+        assert _cli_sweep(tmp_path, grid).exit_code == 0
+    assert "--connect-timeout" not in caplog.text
+
+
 def test_quick_without_a_quick_table_says_it_runs_full_size(tmp_path, caplog) -> None:
     # it ran the points at full size into OUT/quick/e without a word
     grid = '[grid]\n"cache.block_size_tokens" = [16]\n'
