@@ -268,6 +268,18 @@ def _requests(
         specs.append(_spec(index, arrival_s, prompt, slot, shared))
         if not error:
             kept.append(index)
+    system = shared["system_prompt_len"]
+    within = sum(1 for spec in specs if spec.prompt_tokens <= system)
+    if within:  # (each prompt then all system prompt: shared whole by its group, hits inflated)
+        logger.warning(
+            "%s: %d of %d prompts are no longer than the system prompt (system_prompt_len %d "
+            "of results/config.yaml): each is replayed as all system prompt, shared whole by "
+            "its group",
+            path,
+            within,
+            len(specs),
+            system,
+        )
     return specs, kept
 
 

@@ -259,3 +259,20 @@ def test_stages_sending_another_count_than_the_replay_holds_are_warned(
     said = [r.getMessage() for r in caplog.records]
     assert any("its load stages send 16 requests (rate x duration each)" in m for m in said)
     assert any("holds 12: requests are assigned to stages" in m for m in said)
+
+
+def test_a_system_prompt_as_long_as_the_prompts_is_warned(tmp_path: Path, caplog) -> None:
+    # system_prompt_len 100,000 beside 40-43-token prompts: every prompt became all system
+    # prompt, shared whole by its group (prefix hits inflated), without a word
+    import logging
+
+    resolved = (
+        "data:\n  type: shared_prefix\n  shared_prefix:\n    num_groups: 2\n"
+        "    num_prompts_per_group: 2\n    system_prompt_len: 100000\n    output_len: 5\n"
+    )
+    write_h100(tmp_path, resolved=resolved)
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        read_h100_run(tmp_path, TRAIN)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    # 12 requests, all of them (request 9, whose prompt is not recorded, takes its slot's)
+    assert "12 of 12 prompts are no longer than the system prompt (system_prompt_len 100000" in said
