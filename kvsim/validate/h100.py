@@ -128,6 +128,7 @@ def read_h100_run(root: Path, name: str) -> MeasuredRun:
     measured["stage"] = [stage_of(i, stages) for i in measured["req_id"]]
     split = read_split(root).get(name, "held-out")
     exp_where = str(exp_dir / "exp-config.yaml")
+    _check_settings_agree(settings, config, exp_where, where, text(replay, "model_id", where))
     return MeasuredRun(
         name=name,
         kind="h100",
@@ -190,6 +191,28 @@ def _stages(profile: dict[str, Any], path: Path) -> list[Stage]:
         duration = number(stage, "duration", where, minimum=1e-3)
         stages.append(Stage(k, rate, duration, round(rate * duration)))
     return stages
+
+
+def _check_settings_agree(
+    settings: dict[str, Any], config: dict[str, Any], exp_where: str, where: str, model_id: str
+) -> None:
+    """Warn where the experiment's ``exp-config.yaml`` and the replay file's ``config`` give
+    the server another setting (the replay file's is the one replayed; the model is the
+    replay file's ``model_id``)."""
+    differ = [
+        f"{key} {settings[key]!r} against {config[key]!r}"
+        for key in ("tensor_parallelism", "max_num_seqs", "max_num_batched_tokens")
+        if key in settings and key in config and settings[key] != config[key]
+    ]
+    if "model" in settings and settings["model"] != model_id:
+        differ.append(f"model {settings['model']!r} against model_id {model_id!r}")
+    if differ:
+        logger.warning(
+            "%s and %s disagree: %s; the replay file's settings are replayed",
+            exp_where,
+            where,
+            "; ".join(differ),
+        )
 
 
 def _check_stage_counts(

@@ -276,3 +276,19 @@ def test_a_system_prompt_as_long_as_the_prompts_is_warned(tmp_path: Path, caplog
     said = " ".join(r.getMessage() for r in caplog.records)
     # 12 requests, all of them (request 9, whose prompt is not recorded, takes its slot's)
     assert "12 of 12 prompts are no longer than the system prompt (system_prompt_len 100000" in said
+
+
+def test_an_exp_config_that_disagrees_with_the_replay_file_is_warned(
+    tmp_path: Path, caplog
+) -> None:
+    # tensor_parallelism 4 and another model beside the replay file's 1 and org/Tiny: taken
+    # silently (the replay file's are replayed)
+    import logging
+
+    write_h100(tmp_path)
+    exp = tmp_path / "h100" / "default_args" / TRAIN / "exp-config.yaml"
+    exp.write_text("model: org/Other\nmax_model_len: 512\nmax_num_seqs: 8\ntensor_parallelism: 4\n")
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        read_h100_run(tmp_path, TRAIN)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "disagree: tensor_parallelism 4 against 1; model 'org/Other' against model_id" in said
