@@ -433,7 +433,9 @@ def test_a_quick_grid_axis_is_a_column_of_the_quick_summary(tmp_path, make_exper
     assert exp.swept_fields() == ["label", "cache.block_size_tokens", "cache.allocator"]
 
 
-def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment):
+def _interrupt_after_one_point(tmp_path, monkeypatch, make_experiment) -> None:
+    """Run the tiny sweep into ``tmp_path`` with Ctrl-C after its first point; the sweep's
+    own ``outcomes`` is back in place after."""
     import kvsim.study.sweep as sweep_mod
 
     real = sweep_mod.outcomes
@@ -446,9 +448,13 @@ def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment)
     monkeypatch.setattr(sweep_mod, "outcomes", one_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(make_experiment(), tmp_path, progress=False)
+    monkeypatch.setattr(sweep_mod, "outcomes", real)
+
+
+def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment):
+    _interrupt_after_one_point(tmp_path, monkeypatch, make_experiment)
     table = pd.read_parquet(tmp_path / "tiny" / "summary.parquet")
     assert len(table) == 1  # the point finished before the interrupt is saved and summarised
-    monkeypatch.setattr(sweep_mod, "outcomes", real)
     report = run_sweep(make_experiment(), tmp_path, progress=False)
     assert report.num_skipped == 1
     assert report.num_run == 3
@@ -457,19 +463,9 @@ def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, make_experiment)
 def test_figures_of_a_sweep_cut_short_say_how_many_points_are_missing(
     tmp_path, monkeypatch, make_experiment, caplog
 ):
-    import kvsim.study.sweep as sweep_mod
     from kvsim.study.figures import draw_figures
 
-    real = sweep_mod.outcomes
-
-    def one_then_interrupt(*args, **kwargs):
-        gen = real(*args, **kwargs)
-        yield next(gen)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(sweep_mod, "outcomes", one_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(make_experiment(), tmp_path, progress=False)
+    _interrupt_after_one_point(tmp_path, monkeypatch, make_experiment)
     folder = tmp_path / "tiny"
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="kvsim.study.figures"):
@@ -479,7 +475,6 @@ def test_figures_of_a_sweep_cut_short_say_how_many_points_are_missing(
         f"{folder}: 3 of 4 points have no results (the sweep was interrupted, or they failed: "
         "failures.json); the figures show the 1 finished; run the sweep again to finish it"
     ]
-    monkeypatch.setattr(sweep_mod, "outcomes", real)
     run_sweep(make_experiment(), tmp_path, progress=False)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="kvsim.study.figures"):
