@@ -82,6 +82,18 @@ def read_rtx4090_run(root: Path) -> MeasuredRun:
         timed[0][1], "arrival_time", _at(folder / "requests.jsonl", timed[0][0]), maximum=1e12
     )
     started = _epoch(text(meta, "started_at", str(meta_path)), meta_path)
+    if isinstance(meta.get("finished_at"), str):
+        wall_s = _epoch(meta["finished_at"], meta_path) - started
+        if duration > 1.5 * max(wall_s, 1.0):  # (arrivals the run outlasted: other units)
+            logger.warning(
+                "%s: the requests' queued_ts span %.4g s, but the run lasted %.4g s "
+                "(%s started_at to finished_at): are the timestamps in another unit than "
+                "seconds?",
+                folder / "requests.jsonl",
+                duration,
+                wall_s,
+                meta_path.name,
+            )
     return MeasuredRun(
         name=RTX4090_SUBDIR,
         kind="rtx4090",

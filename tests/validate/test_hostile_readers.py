@@ -292,3 +292,37 @@ def test_an_exp_config_that_disagrees_with_the_replay_file_is_warned(
         read_h100_run(tmp_path, TRAIN)
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "disagree: tensor_parallelism 4 against 1; model 'org/Other' against model_id" in said
+
+
+def test_timestamps_the_run_outlasts_many_times_are_warned(tmp_path: Path, caplog) -> None:
+    # queued_ts in ms (x 1,000): arrivals spanning 400 s of a run that lasted 10 s gave errors
+    # of -100 % without a word
+    import logging
+
+    from .synthetic import RTX_IDS, RTX_TIMES
+
+    requests = [
+        json.dumps(
+            {
+                "request_id": f"bench-{k}",
+                "input_toks": len(RTX_IDS[k]),
+                "output_toks": 4,
+                "arrival_time": 1_787_267_980.0,
+                "queued_ts": t[0] * 1000,
+                "scheduled_ts": t[1] * 1000,
+                "first_token_ts": t[2] * 1000,
+                "last_token_ts": t[3] * 1000,
+            }
+        )
+        for k, t in enumerate(RTX_TIMES)
+    ]
+    write_rtx4090(tmp_path, requests=requests)
+    meta_path = tmp_path / "rtx4090-llama-3.1-8b" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["finished_at"] = "2026-08-20T23:19:49.900000Z"  # 10 s after started_at
+    meta_path.write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        read_rtx4090_run(tmp_path)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    # queued_ts 1,000,000 to 1,000,400 ms: a 400 "s" span against the 10 s run
+    assert "the requests' queued_ts span 400 s, but the run lasted 10 s" in said
