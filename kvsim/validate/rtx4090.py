@@ -330,4 +330,12 @@ def _series(path: Path, offset_s: float) -> pd.DataFrame:
         rows.append(values)
     frame = pd.DataFrame(rows, columns=list(_SERIES_COLUMNS))
     frame.insert(0, "time_s", frame.pop("t") - offset_s)
+    busy = frame["running"] > 0
+    if busy.any() and frame.loc[busy, "kv_cache_pct"].max() <= 1.0:  # (vLLM logs 0-100)
+        logger.warning(
+            "%s: kv_cache_pct is at most %g while requests run: a share (0-1) where vLLM logs "
+            "a percentage (0-100)? It is compared as a percentage",
+            path,
+            frame.loc[busy, "kv_cache_pct"].max(),
+        )
     return frame

@@ -326,3 +326,15 @@ def test_timestamps_the_run_outlasts_many_times_are_warned(tmp_path: Path, caplo
     said = " ".join(r.getMessage() for r in caplog.records)
     # queued_ts 1,000,000 to 1,000,400 ms: a 400 "s" span against the 10 s run
     assert "the requests' queued_ts span 400 s, but the run lasted 10 s" in said
+
+
+def test_a_kv_usage_logged_as_a_share_is_warned(tmp_path: Path, caplog) -> None:
+    # kv_cache_pct 0.97 read as 0.97 % of the pool: a difference of 95 points, unsaid
+    import logging
+
+    series = "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,80,2,2,1,0.5\n"
+    write_rtx4090(tmp_path, series=series)
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        read_rtx4090_run(tmp_path)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "kv_cache_pct is at most 0.5 while requests run: a share (0-1)" in said
