@@ -443,7 +443,26 @@ def read_summary(path: str | Path) -> dict[str, Any]:
                 f"{path}: {key} is {shown}, expected a number, true, false or "
                 f"null{' or text' if key in TEXT_KEYS else ''} (a damaged summary.json?)"
             )
+        expected = _summary_range(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if expected is not None and number and not expected[0] <= value <= expected[1]:
+            raise ValueError(
+                f"{path}: {key} is {value}, expected {expected[2]} (a damaged summary.json?)"
+            )
     return {k: math.nan if v is None else v for k, v in summary.items()}
+
+
+def _summary_range(key: str) -> tuple[float, float, str] | None:
+    """The range kvsim writes ``key`` in, ``(low, high, in words)``, or ``None``: a share of the
+    KV in percent (``*_pct``), vLLM's 0-1 usage (``kv_cache_usage_perc``), a count (``num_*``);
+    a rounding's width of slack."""
+    if key.endswith("_pct") or "_pct_" in key:
+        return -1e-6, 100 + 1e-6, "a percentage from 0 to 100"
+    if key.startswith("kv_cache_usage_perc"):
+        return -1e-9, 1 + 1e-9, "a share from 0 to 1"
+    if key.startswith("num_"):
+        return 0, math.inf, "a count >= 0"
+    return None
 
 
 def build_results(

@@ -101,6 +101,15 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
         ["compare", "infrun", "infrun"],
         ["infrun/summary.json", "free_pct is inf, expected a number"],
     ),
+    # values out of the range kvsim writes: drawn as "free (% of KV) 78.7 -> -5" and a page
+    "compare_negative_share": (
+        ["compare", "negrun", "negrun"],
+        ["negrun/summary.json", "free_pct is -5, expected a percentage from 0 to 100"],
+    ),
+    "compare_negative_count": (
+        ["compare", "countrun", "countrun"],
+        ["countrun/summary.json", "num_preemptions is -1, expected a count >= 0"],
+    ),
     # report
     "report_missing_folder": (["report", "nofolder", "--out", "r.html"], ["nofolder"]),
     "report_out_root": (["report", "badrun", "--out", "/"], ["--out", "'/'"]),
@@ -150,6 +159,8 @@ def _setup(h) -> None:
     h.write("listrun/summary.json", '{"num_requests": 3, "num_preemptions": [1, 2]}')
     h.write("textrun/summary.json", '{"num_requests": 3, "token_states_pct": "abc"}')
     h.write("infrun/summary.json", '{"config_key": "k", "free_pct": Infinity}')
+    h.write("negrun/summary.json", '{"config_key": "k", "free_pct": -5}')
+    h.write("countrun/summary.json", '{"config_key": "k", "num_preemptions": -1}')
 
 
 @pytest.mark.parametrize("case", sorted(ARGS))
@@ -165,6 +176,23 @@ def test_unreachable_dask_scheduler_times_out_quickly(hostile) -> None:
     args = ["sweep", "exp.toml", "--out", "out", "--no-progress", "--scheduler", address]
     outcome = hostile.run([*args, "--connect-timeout", "0.5"], address, "0.5 s")
     assert "--connect-timeout" in outcome.error
+
+
+def test_a_run_whose_summary_holds_a_share_past_100_is_not_reported(hostile) -> None:
+    # "token states 250 %" was drawn on a page, exit 0
+    import json
+
+    hostile.run(["run", "--no-progress", "--set", "workload.num_requests=3", "--out", "r"],
+                code=0, allowed=[hostile.cwd])  # fmt: skip
+    path = hostile.cwd / "r" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["token_states_pct"] = 250
+    path.write_text(json.dumps(summary))
+    hostile.run(
+        ["report", "r", "--out", "r.html"],
+        "summary.json: token_states_pct is 250, expected a percentage from 0 to 100",
+    )
+    assert not (hostile.cwd / "r.html").exists()
 
 
 def _disk_full(*args: object, **kwargs: object) -> None:
