@@ -124,6 +124,7 @@ def read_h100_run(root: Path, name: str) -> MeasuredRun:
     model = _model(base, text(replay, "model_id", str(replay_path)))
     specs, kept = _requests(replay_path, replay, shared)
     _check_stage_counts(stages, replay, profile_path, replay_path)
+    _check_arrival_span(specs, stages, profile_path, replay_path)
     measured = _ground_truth(base / "replay" / f"{name}_ground_truth.json", kept, output_len)
     measured["stage"] = [stage_of(i, stages) for i in measured["req_id"]]
     split = read_split(root).get(name, "held-out")
@@ -212,6 +213,24 @@ def _check_settings_agree(
             exp_where,
             where,
             "; ".join(differ),
+        )
+
+
+def _check_arrival_span(
+    specs: list[RequestSpec], stages: list[Stage], profile_path: Path, replay_path: Path
+) -> None:
+    """Warn where the requests' send times span far less or far more than the profile's
+    stages last (a tenth, or ten times): ``arrival_time_us`` given in another unit."""
+    span = max((spec.arrival_time_s for spec in specs), default=0.0)
+    planned = sum(stage.duration_s for stage in stages)
+    if planned > 0 and not planned / 10 <= span <= planned * 10:
+        logger.warning(
+            "%s: the requests are sent over %.4g s, but %s's load stages last %.4g s: is "
+            "arrival_time_us in another unit than microseconds?",
+            replay_path,
+            span,
+            profile_path.name,
+            planned,
         )
 
 

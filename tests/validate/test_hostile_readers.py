@@ -338,3 +338,19 @@ def test_a_kv_usage_logged_as_a_share_is_warned(tmp_path: Path, caplog) -> None:
         read_rtx4090_run(tmp_path)
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "kv_cache_pct is at most 0.5 while requests run: a share (0-1)" in said
+
+
+def test_send_times_in_another_unit_are_warned(tmp_path: Path, caplog) -> None:
+    # arrival_time_us given in ms (/ 1,000): 12 requests sent within 1 ms of stages lasting
+    # 0.9 s, replayed as one burst (TTFT errors in the thousands of percent), without a word
+    import logging
+
+    requests = h100_requests()
+    for row in requests:
+        row["arrival_time_us"] //= 1000
+    write_h100(tmp_path, requests=requests)
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        read_h100_run(tmp_path, TRAIN)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    # the last request at 850,000 us -> 850 "us": sent over 0.00085 s against 0.6 + 0.3 s
+    assert "the requests are sent over 0.00085 s, but profile.yaml's load stages last 0.9 s" in said
