@@ -50,6 +50,7 @@ from kvsim.workload.request import RequestSpec
 logger = logging.getLogger(__name__)
 
 H100_SUBDIR = "h100"
+CLIENT_TIMEOUT_S = 300.0  # the load generator's timeout (a request past it has_error)
 H100_VLLM_VERSION = "0.15.1"  # inference-sim/training's README for these runs
 _SPLITS = ("train", "validate", "test")
 _SLOT_SEARCH = 4  # slots either side of i mod P searched for a prompt of the same length
@@ -378,6 +379,15 @@ def _ground_truth(path: Path, kept: list[int], output_len: int) -> pd.DataFrame:
         if e2e < ttft:
             raise ValueError(f"{where}: e2e_s {e2e} is shorter than ttft_s {ttft}")
         by_index[index] = (ttft, e2e)
+    late = sum(1 for _, e2e in by_index.values() if e2e > CLIENT_TIMEOUT_S + 1.0)
+    if late:  # (none can finish past the client's timeout: latencies in ms?)
+        logger.warning(
+            "%s: %d measured e2e_s exceed the client's %g s timeout, which no request without "
+            "has_error can: are the latencies in another unit than seconds?",
+            path,
+            late,
+            CLIENT_TIMEOUT_S,
+        )
     stray = sorted(set(by_index) - set(kept))
     if stray:  # (measurements of no replayed request: left out, said)
         logger.warning(

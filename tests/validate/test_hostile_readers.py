@@ -354,3 +354,20 @@ def test_send_times_in_another_unit_are_warned(tmp_path: Path, caplog) -> None:
     said = " ".join(r.getMessage() for r in caplog.records)
     # the last request at 850,000 us -> 850 "us": sent over 0.00085 s against 0.6 + 0.3 s
     assert "the requests are sent over 0.00085 s, but profile.yaml's load stages last 0.9 s" in said
+
+
+def test_latencies_past_the_clients_timeout_are_warned(tmp_path: Path, caplog) -> None:
+    # ground truth in ms: E2E of 24,000 "s" where the client gives up at 300 s; errors of
+    # -99.9 % without a word
+    import logging
+
+    truth = h100_truth()
+    for row in truth:
+        if not row["has_error"]:  # (E2E of 1-12 s written in ms: 11 of them past 300)
+            row["ttft_s"] = 100.0 * (row["index"] + 1)
+            row["e2e_s"] = 1000.0 * (row["index"] + 1)
+    write_h100(tmp_path, truth=truth)
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        read_h100_run(tmp_path, TRAIN)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "11 measured e2e_s exceed the client's 300 s timeout" in said
