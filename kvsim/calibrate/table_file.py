@@ -116,11 +116,21 @@ def _json_object(path: Path, data: Any) -> dict[str, Any]:
 def _read_csv(path: Path, text: str) -> tuple[TableMeta, list[TableRow]]:
     """``# key: value`` metadata lines, a header line, then one row per line."""
     meta: dict[str, str] = {}
+    meta_lines: dict[str, int] = {}
     header: list[str] | None = None
     rows: list[TableRow] = []
+    points: dict[tuple[int, int, int], int] = {}  # grid point -> its first line
+    repeats: list[tuple[int, int]] = []  # (line, the line it repeats)
     for line_no, line in enumerate(text.splitlines(), start=1):
         if line.startswith("#"):
             key, _, value = line[1:].partition(":")
+            if key.strip() in meta_lines and value.strip() != meta[key.strip()]:
+                raise ValueError(  # (the last one won: which device the table is of, unsaid)
+                    f"{path} line {line_no}: # {key.strip()} is given again ({value.strip()!r}; "
+                    f"line {meta_lines[key.strip()]} says {meta[key.strip()]!r}); expected "
+                    "each metadata key once"
+                )
+            meta_lines.setdefault(key.strip(), line_no)
             meta[key.strip()] = value.strip()
         elif not line.strip():
             continue
@@ -134,7 +144,21 @@ def _read_csv(path: Path, text: str) -> tuple[TableMeta, list[TableRow]]:
                     f"({', '.join(header)})"
                 )
             cells = dict(zip(header, fields, strict=True))
-            rows.append(_validate(path, f" line {line_no}", TableRow, cells))
+            row = _validate(path, f" line {line_no}", TableRow, cells)
+            point = (row.batch_size, row.context_tokens, row.block_size_tokens)
+            if point in points:  # (each counts in its block size's median: a repeat weighs it)
+                repeats.append((line_no, points[point]))
+            points.setdefault(point, line_no)
+            rows.append(row)
+    if repeats:
+        logger.warning(
+            "%s: %d row(s) measure a grid point (batch_size, context_tokens, "
+            "block_size_tokens) again (first: line %d, of line %d); every row counts in its "
+            "block size's median ratio",
+            path,
+            len(repeats),
+            *repeats[0],
+        )
     checked = _validate(path, " metadata", TableMeta, meta)
     if not rows:
         raise ValueError(f"{path}: no rows (expected a header line and one row per grid point)")

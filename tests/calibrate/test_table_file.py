@@ -141,3 +141,26 @@ def test_from_runs_writes_by_default_the_fitted_table_kvsim_reads(tmp_path, monk
     assert path.is_absolute()
     assert path == Path(kvsim.__file__).parent / "data" / "cost_fit.toml"
     assert path.is_file()
+
+
+def test_a_metadata_key_given_twice_is_refused(tmp_path: Path) -> None:
+    # the last # device_name won: which GPU the table measured, unsaid
+    path = tmp_path / "t.csv"
+    path.write_text("# device_name: NVIDIA H200\n" + HEAD + "1,256,16,1.0,1.2,0\n")
+    with pytest.raises(ValueError, match=r"line 3: # device_name is given again \("):
+        CalibrationTable.load(path)
+
+
+def test_a_grid_point_measured_again_is_warned(tmp_path: Path, caplog) -> None:
+    # ten repeats of one point at 50x its time weighed the block size's median, unsaid
+    import logging
+
+    path = tmp_path / "t.csv"
+    path.write_text(HEAD + "1,256,16,1.0,1.2,0\n1,256,16,1.0,60,0\n8,256,16,1.0,1.3,0\n")
+    with caplog.at_level(logging.WARNING, logger="kvsim.calibrate"):
+        CalibrationTable.load(path)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"{path}: 1 row(s) measure a grid point (batch_size, context_tokens, block_size_tokens) "
+        "again (first: line 8, of line 7); every row counts in its block size's median ratio"
+    ]
