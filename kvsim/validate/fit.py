@@ -272,6 +272,13 @@ def fit_cost(
         max_nfev=max_evaluations,
         method="trf",
     )
+    if solution.status == 0:  # (scipy: the evaluation budget ran out before convergence)
+        logger.warning(
+            "calibrate: the fit of %s stopped at --max-evaluations %d before converging: its "
+            "values are where the search stopped, not a minimum; raise --max-evaluations",
+            ", ".join(free),
+            max_evaluations,
+        )
     values = values_at(solution.x)
     final: dict[str, float] = {}
     for run in runs:

@@ -238,3 +238,23 @@ def test_train_runs_at_two_block_sizes_are_named(tmp_path: Path, monkeypatch) ->
         calibrate_from_runs(tmp_path / "fit.toml", cache_path=None)
     assert f"32 tokens: {VALIDATE}" in str(caught.value)
     assert str(tmp_path) in str(caught.value)
+
+
+def test_a_fit_stopped_by_its_evaluation_budget_is_warned(tmp_path: Path, caplog) -> None:
+    # --max-evaluations 2 wrote a fit of flops_efficiency 0.259, where the search stopped,
+    # as if it were a minimum
+    import logging
+
+    write_h100(tmp_path)
+    run = read_h100_run(tmp_path, TRAIN)
+    with caplog.at_level(logging.WARNING, logger="kvsim.validate"):
+        fit_cost(
+            [run],
+            ["step_overhead_s"],
+            {"step_overhead_s": 0.009},
+            cache=ReplayCache(None),
+            max_evaluations=1,
+            window=Window(4, 2),
+        )
+    said = [r.getMessage() for r in caplog.records]
+    assert any("stopped at --max-evaluations 1 before converging" in m for m in said), said
