@@ -327,3 +327,25 @@ def test_a_drafters_kv_crosses_with_the_targets():
     assert results.summary["kv_transfer_seconds_mean"] == pytest.approx(
         10e-6 + 1000 * 135_168 / 50e9, rel=1e-12
     )
+
+
+def test_a_one_token_prompt_received_keeps_its_prompt_cached():
+    """A received 1-token prompt has 0 tokens computed (the last is recomputed), which the
+    decode side's admission read as a fresh request: it set the request's cached tokens to
+    its local hit, 0, and metrics.prom's local hits (cached - pulled) came out -1. vLLM's
+    decode side counts the whole prompt as pulled (``nixl/pull_scheduler.py``): 1 + 100
+    tokens cached, all of them external, none local."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvsim.results.prometheus import prometheus_snapshot
+
+    results = simulate(_config(), [Request(0, 0.0, 1, 5, 5), Request(1, 0.0, 100, 5, 5)])
+    decode = {}
+    for family in text_string_to_metric_families(prometheus_snapshot(results)):
+        for sample in family.samples:
+            if sample.labels.get("engine") == "1":
+                decode[(sample.name, sample.labels.get("source", ""))] = sample.value
+    assert decode[("vllm:prompt_tokens_cached_total", "")] == 101
+    assert decode[("vllm:prefix_cache_hits_total", "")] == 0
+    assert decode[("vllm:prompt_tokens_by_source_total", "external_kv_transfer")] == 101
+    assert decode[("vllm:prompt_tokens_by_source_total", "local_cache_hit")] == 0

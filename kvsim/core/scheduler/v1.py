@@ -536,10 +536,13 @@ class V1Scheduler(SchedulerCore):
                 plan.head_blocked = self._blocked_reason(head, hit, budget)
                 self._note_head_need(plan, head, num_tokens, hit, whole_sequence=False)
                 break
+            holder = self._num_holders > 0  # (its KV loaded or received: counted then)
             self.pop_waiting()
             self._run(head)
-            if not head.readmitted and head.num_computed_tokens == 0:
-                head.num_cached_tokens = hit.num_tokens  # (a loaded request's: start_load)
+            if not head.readmitted and head.num_computed_tokens == 0 and not holder:
+                # (a loaded request's is set by start_load; a received one's at receipt, its
+                # computed tokens 0 when its prompt is one token)
+                head.num_cached_tokens = hit.num_tokens
                 if self.offload is not None:
                     self.offload.count_query(head, hit.num_tokens, 0)
             head.num_computed_tokens += hit.num_tokens
