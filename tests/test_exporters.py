@@ -542,6 +542,23 @@ def test_iteration_tokens_histogram_by_hand() -> None:
     assert (buckets["1.0"], buckets["8.0"], buckets["16.0"], buckets["+Inf"]) == (1, 3, 4, 4)
 
 
+def test_steps_of_prefill_chunks_alone_are_not_iterations_vllm_counts() -> None:
+    """1,900-token prompts in chunks of max_num_batched_tokens = 256, 100 s apart: each takes
+    7 chunk steps that sample nothing (7 x 256 = 1,792 tokens), then one that computes the
+    last 108 and samples its first token (1,900 prompt tokens computed + 1), then 3 decode
+    steps of 1. vLLM makes no IterationStats for a step without outputs
+    (``vllm/v1/engine/async_llm.py``), so it observes 3 x {1,901} and 9 x {1}; the 21 empty
+    steps were observed as 0-token iterations."""
+    fixed = {"lengths": "fixed", "fixed_prompt_tokens": 1900, "fixed_output_tokens": 4}
+    config = config_from_dict(
+        {
+            "workload": {**fixed, "num_requests": 3, "rate_per_s": 0.01},
+            "scheduler": {"max_num_batched_tokens": 256},
+        }
+    )
+    assert simulate(config).iteration_tokens == {1901: 3, 1: 9}
+
+
 @pytest.mark.parametrize("spec", [None, {"num_speculative_tokens": 3, "acceptance_rate": 0.7}])
 def test_each_step_is_one_observation_and_each_token_counted_once(spec) -> None:
     # every engine step is observed once, fast-forwarded spans (speculative ones too) step by

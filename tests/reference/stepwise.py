@@ -160,7 +160,8 @@ class Reference:
                     tokens += req.prompt_tokens - req.num_cached_tokens
             if req.num_output_tokens >= req.output_tokens:
                 finished.append(req)
-        self.iteration_tokens[tokens] += 1
+        if tokens:  # (a step sampling nothing has no output: vLLM makes no IterationStats)
+            self.iteration_tokens[tokens] += 1
         for req in finished:
             req.finish_time_s = end_s
             self.alloc.free(req.req_id)

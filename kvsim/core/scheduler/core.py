@@ -337,7 +337,11 @@ class SchedulerCore:
         ``vllm:iteration_tokens_total`` once a step (``PrometheusStatLogger.record``): the
         prompt tokens computed of the requests whose first output the step samples (their
         prompt less what their first admission found cached: ``PromptTokenStats.computed``)
-        plus the tokens it samples (every sequence's, a verification's accepted drafts too)."""
+        plus the tokens it samples (every sequence's, a verification's accepted drafts too).
+        A step that samples nothing (prefill chunks alone) is not observed: it emits no output,
+        so vLLM makes no ``IterationStats`` for it (``vllm/v1/engine/async_llm.py``)."""
+        if tokens == 0:
+            return
         counts = self.iteration_tokens
         counts[tokens] = counts.get(tokens, 0) + steps
 
