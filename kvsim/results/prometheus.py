@@ -96,8 +96,9 @@ def prometheus_snapshot(results: Results) -> str:
     with the ``CacheConfig`` fields kvsim models (``_cache_config_info``).
     ``vllm:iteration_tokens_total``: one observation an engine step
     (``SchedulerCore.observe_step_tokens``: the prompt tokens computed of the requests whose
-    first output the step samples, plus every token it samples), for a run just made (its
-    folder keeps no count a step) and not for a disaggregated fleet.
+    first output the step samples, plus every token it samples; a step that samples nothing is
+    not observed), for a run just made (its folder keeps no count a step), a fleet's under
+    each replica's ``engine``.
 
     Gauges, after the last request finished: ``vllm:num_requests_running``,
     ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (0-1), all 0 then; the run's
