@@ -138,7 +138,9 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
     prefix hits and the tokens the connector pulled (``kv_transfer_received_tokens``: external
     ``p2p`` hits); ``kv_connector_queries`` counts the tokens each side asked its connector
     for (``Scheduler.schedule``: the prompt less the local hits; a prefill instance's go
-    unanswered)."""
+    unanswered). A decode replica's frontend reports each request's cached tokens as the
+    prefill side found them (``Results.remote_cached_tokens``: vLLM's
+    ``remote_prefill_cached_tokens``), which ``request_prefill_kv_computed_tokens`` observes."""
     out = []
     for replica in fleet.replicas:
         engine = replica.engine
@@ -177,6 +179,12 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
         )
         results.summary.update(engine_counters(engine))
         if replica.role == "decode":
+            assert prefilled is not None
+            mine = fleet.replica_of == replica.index
+            remote = prefilled["num_cached_tokens"][mine]  # (rows: the same requests')
+            results.remote_cached_tokens = dict(
+                zip(cols["req_id"].tolist(), remote.tolist(), strict=True)
+            )
             pulled = int(fleet.pulled_tokens[fleet.replica_of == replica.index].sum())
             results.summary["kv_transfer_received_tokens"] = pulled
             results.summary["kv_connector_queries"] = pulled

@@ -208,7 +208,7 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
         )
     yield from _gauges(df, summary, labels)
     yield _cache_config_info(results, summary, engine)
-    yield from _histograms(df, labels, max_model_len)
+    yield from _histograms(df, labels, max_model_len, results.remote_cached_tokens)
     if results.iteration_tokens is not None:  # (a run just made: not kept in its folder)
         steps = results.iteration_tokens
         values = np.fromiter(steps.keys(), dtype=np.float64, count=len(steps))
@@ -422,8 +422,20 @@ def _gauges(df: pd.DataFrame, summary: dict[str, object], labels: list[str]) -> 
         yield gauge
 
 
-def _histograms(df: pd.DataFrame, labels: list[str], max_model_len: int) -> Iterator[Metric]:
+def _histograms(
+    df: pd.DataFrame,
+    labels: list[str],
+    max_model_len: int,
+    remote_cached: dict[int, int] | None = None,
+) -> Iterator[Metric]:
+    """The per-request histograms; ``remote_cached``: a disaggregated decode replica's
+    prefill-side cached tokens by ``req_id``, which its frontend reports as the request's
+    cached tokens (vLLM 0.34.0 ``output_processor.py``, ``remote_prefill_cached_tokens``), so
+    that ``request_prefill_kv_computed_tokens`` is the prompt less the prefill side's hits."""
     token_buckets = tuple(float(b) for b in one_two_five_buckets(max_model_len))
+    cached = df["num_cached_tokens"]
+    if remote_cached is not None:
+        cached = df["req_id"].map(remote_cached).fillna(cached)
     tpot = df["request_time_per_output_token_seconds"]  # (0 for a one-token output; NaN: not run)
     per_request: dict[str, tuple[pd.Series, tuple[float, ...], str]] = {
         "time_to_first_token_seconds": (
@@ -450,7 +462,7 @@ def _histograms(df: pd.DataFrame, labels: list[str], max_model_len: int) -> Iter
         "request_prompt_tokens": (df["prompt_tokens"], token_buckets, "Prompt tokens."),
         "request_generation_tokens": (df["output_tokens"], token_buckets, "Generated tokens."),
         "request_prefill_kv_computed_tokens": (
-            df["prompt_tokens"] - df["num_cached_tokens"],
+            df["prompt_tokens"] - cached,
             token_buckets,
             "Prompt tokens computed (cache hits excluded).",
         ),

@@ -88,6 +88,9 @@ class Results:
         # one engine's steps by tokens a step (``SchedulerCore.iteration_tokens``), in memory
         # only: vllm:iteration_tokens_total
         self.iteration_tokens: dict[int, int] | None = None
+        # a disaggregated decode replica's requests: req_id -> the prompt tokens the prefill
+        # replica found cached, in memory only (vLLM's remote_prefill_cached_tokens)
+        self.remote_cached_tokens: dict[int, int] | None = None
         self._request_columns: Columns | None = None
         self._memory_columns: Columns | None = None
 

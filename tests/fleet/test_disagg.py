@@ -349,3 +349,29 @@ def test_a_one_token_prompt_received_keeps_its_prompt_cached():
     assert decode[("vllm:prefix_cache_hits_total", "")] == 0
     assert decode[("vllm:prompt_tokens_by_source_total", "external_kv_transfer")] == 101
     assert decode[("vllm:prompt_tokens_by_source_total", "local_cache_hit")] == 0
+
+
+def test_a_decode_replica_reports_the_prefill_sides_hits_as_the_requests_cached_tokens():
+    """Two 100-token prompts of the same tokens, 5 s apart: the prefill replica computes the
+    first whole and finds 6 full blocks of the second cached (96 tokens; never its last
+    token). vLLM's decode frontend takes ``remote_prefill_cached_tokens`` as each request's
+    cached tokens (``vllm/v1/engine/output_processor.py``), so its
+    ``request_prefill_kv_computed_tokens`` observes 100 and 4, as the prefill side's does;
+    the decode replica observed 0 and 0 (every token cached there)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvsim.results.prometheus import prometheus_snapshot
+
+    prompt = ((("p", 0), 100),)
+    requests = [
+        Request(0, 0.0, 100, 5, 5, token_segments=prompt),
+        Request(1, 5.0, 100, 5, 5, token_segments=prompt),
+    ]
+    results = simulate(_config(), requests)
+    observed = {}
+    for family in text_string_to_metric_families(prometheus_snapshot(results)):
+        for sample in family.samples:
+            if sample.name.startswith("vllm:request_prefill_kv_computed_tokens_"):
+                observed[(sample.name.rsplit("_", 1)[1], sample.labels["engine"])] = sample.value
+    assert observed[("sum", "0")] == observed[("sum", "1")] == 100 + 4
+    assert observed[("count", "0")] == observed[("count", "1")] == 2
