@@ -150,9 +150,10 @@ def _resolve_source(spec: WorkloadSpec) -> tuple[WorkloadSpec, Trace | None]:
         try:
             spec = WorkloadSpec.model_validate({**spec.model_dump(), "arrival": resolved})
         except ValidationError as err:  # (what only the file's arrivals rule out: one line)
-            from kvsim.config.sim import format_validation_error
-
-            said = "; ".join(format_validation_error(err).splitlines())
+            # every field passed before and ``arrival`` is a literal the spec takes, so only
+            # the spec's own checks fail here, whose messages name their fields (the config
+            # layer's formatter above would be an import back up: kvsim.config imports this)
+            said = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
             raise ValueError(f"workload (trace {path}, replayed at its arrivals): {said}") from None
     if spec.arrival == "trace" and not trace.has_arrivals:
         raise ValueError(
