@@ -18,7 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -296,7 +296,7 @@ def _cache_key(run: MeasuredRun, values: dict[str, float], window: Window | None
     text = json.dumps(
         {
             "run": run.name,
-            "content": run_fingerprint(run),
+            "content": run.fingerprint,
             "requests": len(run.requests),
             "window": None if window is None else [window.per_stage, window.margin],
             "values": shown,
@@ -305,33 +305,6 @@ def _cache_key(run: MeasuredRun, values: dict[str, float], window: Window | None
         sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-_FINGERPRINTS: dict[int, tuple[MeasuredRun, str]] = {}  # id(run) -> (run, its fingerprint)
-
-
-def run_fingerprint(run: MeasuredRun) -> str:
-    """A digest of everything of ``run`` a replay reads or its statistics compare: its
-    requests, its measurements, its stages and its server's settings and model (a cached
-    replay of an edited run, or of another data folder's run of the same name, is not
-    reused). Computed once a run object."""
-    cached = _FINGERPRINTS.get(id(run))
-    if cached is not None and cached[0] is run:
-        return cached[1]
-    import pandas as pd
-
-    digest = hashlib.sha256()
-    digest.update(pd.util.hash_pandas_object(run.measured, index=False).to_numpy().tobytes())
-    for spec in run.requests:
-        digest.update(repr(spec).encode())
-    settings = {
-        f.name: getattr(run, f.name)
-        for f in fields(run)
-        if f.name not in ("requests", "measured", "kv_usage", "notes")
-    }
-    digest.update(repr(settings).encode())
-    _FINGERPRINTS[id(run)] = (run, digest.hexdigest()[:16])
-    return _FINGERPRINTS[id(run)][1]
 
 
 # Bumped whenever the step cost or the replay changes what a parameter set predicts (the

@@ -10,8 +10,10 @@ the clone (as the traces use ``$KVSIM_DATA``).
 
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -89,6 +91,21 @@ class MeasuredRun:
     num_left_out: int = 0
     kv_usage: pd.DataFrame | None = None
     notes: tuple[str, ...] = field(default=())
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A digest of everything a replay of the run reads or its statistics compare: its
+        requests, its measurements, its stages and its server's settings and model (a cached
+        replay of an edited run, or of another data folder's run of the same name, is not
+        reused: ``kvsim.validate.fit``)."""
+        digest = hashlib.sha256()
+        digest.update(pd.util.hash_pandas_object(self.measured, index=False).to_numpy().tobytes())
+        for spec in self.requests:
+            digest.update(repr(spec).encode())
+        skip = ("requests", "measured", "kv_usage", "notes")
+        settings = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        digest.update(repr(settings).encode())
+        return digest.hexdigest()[:16]
 
 
 def real_vllm_dir() -> Path:
