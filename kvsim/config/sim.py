@@ -434,11 +434,14 @@ def _check_blocks(config: SimConfig) -> None:
 def _model_differences(one: SimConfig, other: SimConfig, most: int = 4) -> str:
     """The model fields and KV dtype where ``other`` differs from ``one``, each as ``field (A
     -> B)``: a replica's name may stay its preset's while its table changes a field."""
-    a = {**one.model.model_dump(), "cache.kv_cache_dtype": one.cache.kv_cache_dtype}
-    b = {**other.model.model_dump(), "cache.kv_cache_dtype": other.cache.kv_cache_dtype}
+    a, b = (
+        dotted_fields(
+            {"model": c.model.model_dump(), "cache": {"kv_cache_dtype": c.cache.kv_cache_dtype}}
+        )
+        for c in (one, other)
+    )
     keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
-    named = [k if k.startswith("cache.") else f"model.{k}" for k in keys]
-    shown = [f"{n} ({a.get(k)} -> {b.get(k)})" for n, k in zip(named, keys, strict=True)]
+    shown = [f"{k} ({a.get(k, '-')} -> {b.get(k, '-')})" for k in keys]
     more = f" and {len(shown) - most} more" if len(shown) > most else ""
     return ", ".join(shown[:most]) + more
 
