@@ -213,6 +213,14 @@ def _tier_blocks(config: OffloadParts, size_gib: float | None) -> int:
     (``cpu_tier_blocks``; 0 for ``None`` or 0)."""
     if not size_gib:
         return 0
+    return int(size_gib * GiB) // tier_block_bytes(config)
+
+
+def tier_block_bytes(config: OffloadParts) -> int:
+    """Bytes one tier block takes in the buffer: every worker's copy of one GPU's block
+    (``block_size_tokens * bytes_per_token``; one copy for an MLA model under tensor
+    parallelism alone) rounded up to a whole 4 KiB page (vLLM 0.34.0 ``CPUOffloadingSpec``'s
+    aligned ``kv_bytes_per_chunk`` of one block)."""
     parallel = config.parallel
     block_bytes = config.cache.block_size_tokens * config.bytes_per_token
     replicated = (
@@ -221,7 +229,7 @@ def _tier_blocks(config: OffloadParts, size_gib: float | None) -> int:
         and parallel.world_size == parallel.tensor_parallel_size
     )
     copies = 1 if replicated else parallel.world_size
-    return int(size_gib * GiB) // (cdiv(block_bytes * copies, PAGE_BYTES) * PAGE_BYTES)
+    return cdiv(block_bytes * copies, PAGE_BYTES) * PAGE_BYTES
 
 
 def link_bandwidth_bytes_per_s(config: OffloadParts) -> float:

@@ -34,6 +34,7 @@ from kvsim.core.kv.hybrid import HybridPagedAllocator
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.core.kv.swap import SwapSpace
 from kvsim.core.scheduler import StepPlan
+from kvsim.core.scheduler.cohort import Member, by_seq
 from kvsim.core.scheduler.v1 import V1Scheduler
 from kvsim.engine.build import build_parts
 from kvsim.engine.frames import FrameRecorder, has_map
@@ -429,7 +430,7 @@ class Engine:
                 step0.append((seq[req], req, storable))
         # (members_may_store false: no member has a block to offer)
         if plan.cohort_advance and offload.members_may_store:
-            for member in cohort.filling_at(clock):
+            for member in self._members_offering(clock):
                 if member.sync <= clock:  # (not one that joined after step 0: explicit in it)
                     computed = cohort.computed_at(member, clock) + 1
                     step0.append((member.seq, member.request, computed))
@@ -439,11 +440,26 @@ class Engine:
         clock += plan.cohort_advance
         for j in range(1, timing.num_steps):  # a span's later steps: every request a member
             end_s += timing.durations[j]
-            filling = cohort.filling_at(clock) if offload.members_may_store else []
+            filling = self._members_offering(clock) if offload.members_may_store else []
             if filling:
                 filled = [(m.request, cohort.computed_at(m, clock) + 1) for m in filling]
                 offload.store_tokens(filled, end_s)
             clock += 1
+
+    def _members_offering(self, clock: int) -> list[Member]:
+        """The decode cohort members with blocks to offer the tier at the step of ``clock``,
+        in running order: those whose block fills then, and those whose last offer found no
+        room (``OffloadConnector.retrying``: vLLM offers them again every step)."""
+        assert self.offload is not None
+        cohort = self.scheduler.lazy.cohort
+        filling = cohort.filling_at(clock)
+        if not self.offload.retrying:
+            return filling
+        members = cohort.members
+        retry = [members[r] for r in self.offload.retrying.values() if r in members]
+        if not retry:
+            return filling
+        return sorted(dict.fromkeys(filling + retry), key=by_seq)
 
     def _plan_time(self) -> PlanTime:
         scheduler = self.scheduler

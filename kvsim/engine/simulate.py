@@ -80,7 +80,7 @@ def simulate(
     )
     results.summary.update(rejected.summary())
     results.summary.update(engine_counters(engine))
-    results.iteration_tokens = engine.scheduler.iteration_tokens
+    keep_step_counts(results, engine)
     if frames is not None:
         for t in frames.pending:  # moments after the last finish: the pool is empty
             frames.capture(t, engine.allocator, {}, 0, [], 0)
@@ -101,6 +101,14 @@ def engine_memory_columns(engine: Engine) -> dict[str, Any]:
     return columns
 
 
+def keep_step_counts(results: Results, engine: Engine) -> None:
+    """Hand ``results`` the counts an engine keeps a step or a copy, which its folder does not
+    keep (``Results.iteration_tokens``, ``Results.offload_sizes``)."""
+    results.iteration_tokens = engine.scheduler.iteration_tokens
+    if engine.offload is not None:
+        results.offload_sizes = engine.offload.size_counts()
+
+
 def engine_counters(engine: Engine) -> dict[str, Any]:
     """An engine's counters past its requests and memory rows, in vLLM's names where vLLM has
     them: swap, prefix cache, hybrid groups, speculative decoding, KV offload, the GPU block
@@ -117,7 +125,7 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
     if engine.scheduler.spec is not None:  # vLLM's spec_decode_* counters
         out.update(engine.scheduler.spec.summary())
     if engine.offload is not None:  # vLLM's external prefix cache and kv offload counters
-        out.update(engine.offload.summary())
+        out.update(engine.offload.summary(engine.env.now))
     num_blocks = engine.allocator.num_gpu_blocks
     if num_blocks is not None:  # vLLM logs "# GPU blocks" at startup (null block included)
         out["num_gpu_blocks"] = num_blocks

@@ -24,7 +24,7 @@ from kvsim.config import SimConfig
 from kvsim.core.kv.base import hit_rate
 from kvsim.core.scheduler.spec import acceptance_rates
 from kvsim.engine.intake import Rejected
-from kvsim.engine.simulate import engine_counters, engine_memory_columns
+from kvsim.engine.simulate import engine_counters, engine_memory_columns, keep_step_counts
 from kvsim.fleet.fleet import Fleet
 from kvsim.results import Results, build_results
 from kvsim.results.metrics import Columns, generated_tokens, latency_stats, output_tokens
@@ -167,7 +167,7 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
                     else {}
                 ),
             }
-            results.iteration_tokens = engine.scheduler.iteration_tokens
+            keep_step_counts(results, engine)
             out.append(results)
             continue
         results = build_results(
@@ -192,7 +192,7 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
             asked = cols["prompt_tokens"] - cols["num_cached_tokens"]
             results.summary["kv_transfer_received_tokens"] = 0
             results.summary["kv_connector_queries"] = int(np.sum(asked))
-        results.iteration_tokens = engine.scheduler.iteration_tokens
+        keep_step_counts(results, engine)
         out.append(results)
     return out
 

@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 
@@ -25,8 +24,9 @@ from kvsim.results.metrics import (
     output_gaps,
     samples,
     sequences,
-    weighted_sum,
 )
+from kvsim.results.prometheus_base import LABELS, histogram_family
+from kvsim.results.prometheus_offload import offload_families
 
 if TYPE_CHECKING:
     from kvsim.results import Results
@@ -46,7 +46,6 @@ REQUEST_LATENCY_BUCKETS_S = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
-LABELS = ("model_name", "engine")  # vLLM's labelnames; engine: a fleet's replica index, or "0"
 # vLLM 0.34.0 buckets.py ITERATION_TOKENS_BUCKETS, tokens an engine step
 ITERATION_TOKENS_BUCKETS = (
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
@@ -82,8 +81,9 @@ def prometheus_snapshot(results: Results) -> str:
     ``vllm:spec_decode_num_drafts`` (verifications), ``vllm:spec_decode_num_draft_tokens``,
     ``vllm:spec_decode_num_accepted_tokens`` and ``vllm:spec_decode_num_accepted_tokens_per_pos``
     (a ``position`` label, ``"0"`` to ``"k-1"``: verifications that accepted that draft), none
-    without it. With a disk tier, ``vllm:kv_offload_tiering_read_bytes`` and ``_write_bytes``
-    (bytes, a ``tier`` label ``"1:fs"``).
+    without it. With a CPU tier, vLLM's ``vllm:kv_offload_*`` transfer counters, usage gauges,
+    config info and size histograms, and with a disk tier its ``vllm:kv_offload_tiering_*`` byte
+    counters (``kvsim.results.prometheus_offload.offload_families``).
 
     By label, as vLLM 0.34.0 counts them (every label value exported, zeros too):
     ``vllm:prompt_tokens_by_source`` (``source``: ``local_compute``, ``local_cache_hit``,
@@ -193,8 +193,8 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
         yield counter
     if "spec_decode_num_drafts" in summary:
         yield _accepted_per_pos(summary, labels)
-    if "disk_tier_blocks" in summary:  # a disk tier below the CPU tier
-        yield from _tiering_bytes(summary, labels)
+    if "cpu_tier_blocks" in summary:  # a CPU tier (vLLM's native KV offloading)
+        yield from offload_families(results, labels)
     yield from _prompt_token_sources(prompt, cached, summary, labels)
     max_model_len = int(summary.get("max_model_len", results.config.max_model_len))
     if "max_tokens" in df:  # (a table written before it had the column: no reasons)
@@ -214,7 +214,7 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
         values = np.fromiter(steps.keys(), dtype=np.float64, count=len(steps))
         weights = np.fromiter(steps.values(), dtype=np.float64, count=len(steps))
         doc = "Histogram of number of tokens per engine_step."
-        yield _histogram(
+        yield histogram_family(
             "iteration_tokens_total", doc, labels, ITERATION_TOKENS_BUCKETS, values, weights
         )
 
@@ -252,22 +252,6 @@ def _accepted_per_pos(summary: dict[str, Any], labels: list[str]) -> Metric:
         family.add_metric([*labels, str(pos)], float(count))
         pos += 1
     return family
-
-
-def _tiering_bytes(summary: dict[str, Any], labels: list[str]) -> Iterator[Metric]:
-    """vLLM 0.34.0's tiered-offloading byte counters (``vllm/v1/kv_offload/tiering/spec.py``,
-    ``TieringOffloadingMetrics``): ``vllm:kv_offload_tiering_read_bytes`` (disk -> CPU) and
-    ``vllm:kv_offload_tiering_write_bytes`` (CPU -> disk), under a ``tier`` label after vLLM's
-    base labels, ``"1:fs"`` as vLLM labels its first secondary tier, a file-system one."""
-    for name, key, doc in (
-        ("read_bytes", "kv_offload_bytes_disk_to_cpu", "Bytes read from the disk tier."),
-        ("write_bytes", "kv_offload_bytes_cpu_to_disk", "Bytes written to the disk tier."),
-    ):
-        family = CounterMetricFamily(
-            f"vllm:kv_offload_tiering_{name}", doc, labels=(*LABELS, "tier")
-        )
-        family.add_metric([*labels, "1:fs"], float(summary[key]))
-        yield family
 
 
 def _labelled_counter(
@@ -482,13 +466,16 @@ def _histograms(
         values_arr = values.to_numpy(dtype=np.float64, na_value=np.nan)[kept]
         # (vLLM v0 observed each finished sequence's output length, the rest once a group)
         weights = seqs[kept] if name == "request_generation_tokens" else np.ones(kept.sum())
-        yield _histogram(name, doc, labels, buckets, values_arr, weights)
+        yield histogram_family(name, doc, labels, buckets, values_arr, weights)
     n, longest = client_requests(df)
     ones = np.ones_like(n)
-    yield _histogram("request_params_n", "The n request parameter.", labels,
-                     REQUEST_PARAMS_N_BUCKETS, n, ones)  # fmt: skip
+    yield histogram_family(
+        "request_params_n", "The n request parameter.", labels, REQUEST_PARAMS_N_BUCKETS, n, ones
+    )
     doc = "The most tokens any sample of a request generated."
-    yield _histogram("request_max_num_generation_tokens", doc, labels, token_buckets, longest, ones)
+    yield histogram_family(
+        "request_max_num_generation_tokens", doc, labels, token_buckets, longest, ones
+    )
     gaps = output_gaps(df).astype(np.float64)
     mean_gap = np.divide(
         df["request_decode_time_seconds"].fillna(0.0).to_numpy(dtype=np.float64),
@@ -497,30 +484,9 @@ def _histograms(
         where=gaps > 0,
     )
     doc = "Inter-token latency, s (each request's gaps taken as its mean gap)."
-    yield _histogram(
+    yield histogram_family(
         "inter_token_latency_seconds", doc, labels, TOKEN_LATENCY_BUCKETS_S, mean_gap, gaps
     )
-
-
-def _histogram(
-    name: str,
-    doc: str,
-    labels: list[str],
-    buckets: tuple[float, ...],
-    values: np.ndarray,
-    weights: np.ndarray,
-) -> HistogramMetricFamily:
-    """A histogram family of ``values`` observed ``weights`` times each (float64 arrays)."""
-    edges = np.asarray(buckets, dtype=np.float64)
-    index = np.searchsorted(edges, values, side="left")  # first bucket with value <= le
-    counts = np.bincount(index, weights=weights, minlength=edges.size + 1)
-    cumulative = np.cumsum(counts)
-    family = HistogramMetricFamily(f"vllm:{name}", doc, labels=LABELS)
-    # le labels as prometheus_client's Histogram writes them (Python repr of the float bound)
-    rows = [(repr(float(le)), float(c)) for le, c in zip(buckets, cumulative[:-1], strict=True)]
-    rows.append(("+Inf", float(cumulative[-1])))
-    family.add_metric(labels, rows, weighted_sum(values, weights))
-    return family
 
 
 def one_two_five_buckets(max_value: int) -> list[int]:

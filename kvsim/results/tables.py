@@ -88,6 +88,10 @@ class Results:
         # one engine's steps by tokens a step (``SchedulerCore.iteration_tokens``), in memory
         # only: vllm:iteration_tokens_total
         self.iteration_tokens: dict[int, int] | None = None
+        # a CPU tier's transfers by size, in memory only (``OffloadConnector.size_counts``:
+        # "store", "load": bytes -> copies; "allocation": blocks a store lacked -> stores):
+        # vllm:kv_offload_store_size, _load_size, _cpu_allocation_size
+        self.offload_sizes: dict[str, dict[int, int]] | None = None
         # a disaggregated decode replica's requests: req_id -> the prompt tokens the prefill
         # replica found cached, in memory only (vLLM's remote_prefill_cached_tokens)
         self.remote_cached_tokens: dict[int, int] | None = None

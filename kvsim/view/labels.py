@@ -64,6 +64,9 @@ METRIC_LABELS = {
     "tensor_parallel_size": "tensor_parallel_size (GPUs)",
     "pipeline_parallel_size": "pipeline_parallel_size (GPUs)",
     "layout_factor": "layout factor (paged / contiguous attention time)",
+    "kv_offload_allocation_failures": "stores the CPU tier found no room for (count)",
+    "cpu_tier_storing_blocks_at_end": "CPU tier blocks storing at the end (blocks)",
+    "cpu_tier_loading_blocks_at_end": "CPU tier blocks loading at the end (blocks)",
 }
 
 # vLLM's latency metrics by the short names its benchmark prints (benchmark_serving: TTFT, TPOT,

@@ -79,6 +79,7 @@ NONZERO_ROWS = frozenset(
         "num_cache_evictions",
         "num_evicted_tokens",
         "kv_offload_loads_dropped",
+        "kv_offload_allocation_failures",
     }
 )
 # rows shown only with [slo] targets (NaN without: nothing to meet)
@@ -141,6 +142,10 @@ OFFLOAD_ROWS: tuple[Row, ...] = (
     ("cpu_tier_stored_blocks", "blocks stored in the tier (from the GPU or the disk)"),
     ("cpu_tier_evicted_blocks", "blocks evicted from the tier"),
     ("kv_offload_loads_dropped", "loads dropped (their blocks freed for a stuck queue)"),
+    (
+        "kv_offload_allocation_failures",
+        "stores the tier found no room for (one a request a step)",
+    ),
 )
 DISK_ROWS: tuple[Row, ...] = (
     ("disk_tier_blocks", "disk tier (blocks, one GPU's share; a fleet's: each replica's)"),

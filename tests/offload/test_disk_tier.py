@@ -216,7 +216,7 @@ def test_a_disk_hit_after_the_cpu_copy_was_evicted_is_promoted_then_loaded() -> 
     # written: p0, p1, q0, q1; read: p0, p1; one promotion job
     assert (conn.disk.num_written_blocks, conn.disk.num_read_blocks) == (4, 2)
     assert conn.num_promotions == 1
-    summary = conn.summary()
+    summary = conn.summary(conn.now_s)
     assert summary["kv_offload_bytes_cpu_to_disk"] == 4 * MB
     assert summary["kv_offload_bytes_disk_to_cpu"] == 2 * MB
     assert summary["kv_offload_time_disk_to_cpu_s"] == pytest.approx(0.008)
@@ -440,7 +440,7 @@ def test_a_hit_counts_as_from_the_disk_only_for_the_request_it_was_promoted_for(
     assert conn.matched_tokens(second, 0) == 32
     assert pool.allocate(second, 32) is not None
     conn.start_load(second, 0, 32)
-    summary = conn.summary()
+    summary = conn.summary(conn.now_s)
     # 32 tokens each; from the disk only p1 for the first request (16 tokens): p0 was in the
     # CPU tier, and the second request loads p1 from the CPU tier after it landed
     assert summary["external_prefix_cache_hits"] == 64

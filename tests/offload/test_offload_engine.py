@@ -243,6 +243,65 @@ def test_prometheus_counters_in_vllms_names() -> None:
     assert lines["vllm:prompt_tokens_cached_total"] == 160
 
 
+def test_prometheus_offload_series_in_vllms_names() -> None:
+    """A/B/C (module docstring), the connector's and CPU manager's own series as vLLM 0.34.0
+    writes them (``offloading/metrics.py``, ``cpu/spec.py``):
+    - stores, one copy a request: A's 10 blocks (131,072,000 bytes), B's 11 (144,179,200), C's
+      ``c`` block (13,107,200): 288,358,400 bytes in 0.2883584 s at 1 GB/s; one load, C's
+      10 blocks, 131,072,000 bytes in 0.131072 s;
+    - store sizes: 13,107,200 <= 20e6; the two others <= 150e6 (TRANSFER_SIZE_BUCKETS);
+    - blocks each store asked the tier for (``cpu_allocation_size``): 10, 11 and 1 (C's other
+      10 are held: it loaded them) -> le 1: 1, le 4: 1, le 16: 3, sum 22; none failed;
+    - config: 40 chunks of 1 block, 40 x 13,107,200 = 524,288,000 bytes (a block is 3,200
+      pages of 4 KiB: no padding), 40 x 192 // cdiv(192, 16) = 640 tokens."""
+    from kvsim.results.prometheus import prometheus_snapshot
+
+    text = prometheus_snapshot(simulate(config(0.5), requests()))
+    rows = [ln.rsplit(" ", 1) for ln in text.splitlines() if not ln.startswith("#")]
+    value = {name: float(number) for name, number in rows}
+    base = 'engine="0",model_name="opt-13b"'
+    assert value[f"vllm:kv_offload_store_bytes_total{{{base}}}"] == 288_358_400
+    assert value[f"vllm:kv_offload_store_time_total{{{base}}}"] == pytest.approx(0.2883584)
+    assert value[f"vllm:kv_offload_load_bytes_total{{{base}}}"] == 131_072_000
+    assert value[f"vllm:kv_offload_load_time_total{{{base}}}"] == pytest.approx(0.131072)
+    store = f'{base},transfer_type="GPU_to_CPU"'
+    assert value[f"vllm:kv_offload_total_bytes_total{{{store}}}"] == 288_358_400
+    assert value[f'vllm:kv_offload_total_bytes_total{{{base},transfer_type="CPU_to_GPU"}}'] == (
+        131_072_000
+    )
+    assert value[f"vllm:kv_offload_allocation_failure_total{{{base}}}"] == 0
+    size = {
+        le: value[f'vllm:kv_offload_store_size_bucket{{engine="0",le="{le}",model_name="opt-13b"}}']
+        for le in ("10000000.0", "20000000.0", "100000000.0", "150000000.0", "+Inf")
+    }
+    assert size == {
+        "10000000.0": 0,
+        "20000000.0": 1,
+        "100000000.0": 1,
+        "150000000.0": 3,
+        "+Inf": 3,
+    }
+    assert value[f"vllm:kv_offload_store_size_sum{{{base}}}"] == 288_358_400
+    assert value[f'vllm:kv_offload_size_count{{{store}}}'] == 3
+    assert value[f"vllm:kv_offload_load_size_count{{{base}}}"] == 1
+    alloc = {
+        le: value[
+            f'vllm:kv_offload_cpu_allocation_size_bucket{{engine="0",le="{le}",model_name="opt-13b"}}'
+        ]
+        for le in ("1.0", "4.0", "16.0")
+    }
+    assert alloc == {"1.0": 1, "4.0": 1, "16.0": 3}
+    assert value[f"vllm:kv_offload_cpu_allocation_size_sum{{{base}}}"] == 22
+    info = next(ln for ln in text.splitlines() if ln.startswith("vllm:kv_offload_config_info{"))
+    for label in (
+        'cpu_num_chunks="40"',
+        'cpu_blocks_per_chunk="1"',
+        'cpu_kv_cache_size_bytes="524288000"',
+        'cpu_kv_cache_size_tokens="640"',
+    ):
+        assert label in info
+
+
 def test_a_decoding_request_offers_each_block_at_the_end_of_the_step_that_fills_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

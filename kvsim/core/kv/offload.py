@@ -34,7 +34,7 @@ direction's copies on one CUDA stream). No SimPy here: times are plain seconds h
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from librt.vecs import append, extend, pop, vec
@@ -263,12 +263,16 @@ class TransferLink:
         busy_until_s: when the last copy submitted ends (simulated seconds).
         num_bytes: bytes carried so far (cumulative).
         busy_s: seconds spent copying so far (cumulative).
+        job_bytes: copies submitted so far by size: bytes -> copies (vLLM's
+            ``vllm:kv_offload_store_size`` / ``_load_size`` histograms observe each
+            transfer's bytes).
     """
 
     bandwidth_bytes_per_s: float
     busy_until_s: float = 0.0
     num_bytes: int = 0
     busy_s: float = 0.0
+    job_bytes: dict[int, int] = field(default_factory=dict)
 
     def submit(self, num_bytes: int, now_s: float) -> float:
         """Queue a copy of ``num_bytes`` bytes at ``now_s``; returns when it ends: it starts
@@ -278,6 +282,7 @@ class TransferLink:
         self.busy_until_s = max(now_s, self.busy_until_s) + seconds
         self.num_bytes += num_bytes
         self.busy_s += seconds
+        self.job_bytes[num_bytes] = self.job_bytes.get(num_bytes, 0) + 1
         return self.busy_until_s
 
 
@@ -388,6 +393,9 @@ class CpuTier:
         self._num_storing: i64 = 0
         self.num_stored_blocks = 0  # cumulative: blocks whose store was prepared
         self.num_evicted_blocks = 0  # cumulative
+        # blocks a ``prepare_store`` lacked -> such calls, those it failed to make room for
+        # included (vLLM's ``vllm:kv_offload_cpu_allocation_size``)
+        self.allocation_sizes: dict[int, int] = {}
         self._sink: i64 = 0  # what reads ahead of a probe read (``warm_homes``), kept
         self._zero_pool = vec[i64]()  # zeros that ``_zeros`` slices
         self._finish_ranks = vec[i64]()  # ``finish``'s scratch, reused
@@ -782,6 +790,7 @@ class CpuTier:
             state[slot] = state[slot] & NOT_OFFERED
         if not len(new):
             return new
+        self.allocation_sizes[len(new)] = self.allocation_sizes.get(len(new), 0) + 1
         if victims is None:
             return None
         if need > 0:

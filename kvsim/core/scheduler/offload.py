@@ -135,6 +135,10 @@ class OffloadConnector:
         # (``prompt_only``) req_ids whose prompt is computed but not all its full blocks offered
         # yet (the tier had no room, or its keys lagged): the only members with blocks to offer
         self._behind: set[int] = set()
+        # requests whose last offer found no room, by req_id: vLLM offers every scheduled
+        # request's unstored blocks again at each step (``_build_store_jobs``), so a decode
+        # cohort member among them is offered every step, not only when a block fills
+        self.retrying: dict[int, Request] = {}
         self._access: dict[int, TierAccess] = {}  # req_id -> its accesses to the tier
         # the last request looked up: its id and its full blocks' keys (they never change)
         self._looked_up: int | None = None
@@ -142,6 +146,7 @@ class OffloadConnector:
         self._looked_up_run = HeldRun()  # what the tier found of them (``CpuTier.held_run``)
         self.external_prefix_cache_queries = 0
         self.external_prefix_cache_hits = 0
+        self.num_store_failures = 0  # stores the tier could not make room for
         self.external_prefix_cache_hits_disk = 0  # (of the hits: blocks promoted from the disk)
         self.num_loads = 0
         self.num_loads_dropped = 0  # loaded requests whose blocks were freed to unblock the head
@@ -351,10 +356,14 @@ class OffloadConnector:
             private_from = req.shared_tokens // b
             new = tier.prepare_store(keys, now_s, self._access_of(req), start, private_from)
             if new is None:
+                self.num_store_failures += 1  # (vLLM: vllm:kv_offload_allocation_failure)
+                self.retrying[req.req_id] = req
                 if prompt_only and num_computed >= req.prompt_tokens:  # (capped: equal)
                     self._behind.add(req.req_id)
                 continue  # no room: offered again later (vLLM skips the store this step)
             nxt[req.req_id] = upto
+            if self.retrying:
+                self.retrying.pop(req.req_id, None)
             if len(new):
                 num_bytes = len(new) * self.block_bytes
                 done_s = self.gpu_to_cpu.submit(num_bytes, now_s)
@@ -411,6 +420,7 @@ class OffloadConnector:
         blocks it accessed (``CpuTier.finish``); its store position is dropped."""
         self._next_store.pop(request.req_id, None)
         self._behind.discard(request.req_id)
+        self.retrying.pop(request.req_id, None)
         self._awaiting.pop(request.req_id, None)
         self._promoted_for.pop(request.req_id, None)
         access = self._access.pop(request.req_id, None)
@@ -418,9 +428,23 @@ class OffloadConnector:
             self.tier.finish(access)
 
     # -- results ----------------------------------------------------------------------------------
-    def summary(self) -> dict[str, Any]:
-        """Counters in vLLM's terms (``kv_offload_*`` bytes and seconds per direction)."""
+    def size_counts(self) -> dict[str, dict[int, int]]:
+        """The GPU<->CPU copies by size and the stores by blocks the tier lacked: ``"store"``
+        and ``"load"`` map bytes to copies (one a request a step: vLLM's transfer jobs),
+        ``"allocation"`` maps blocks to ``CpuTier.prepare_store`` calls that lacked that many
+        (those that found no room included)."""
+        return {
+            "store": dict(self.gpu_to_cpu.job_bytes),
+            "load": dict(self.cpu_to_gpu.job_bytes),
+            "allocation": dict(self.tier.allocation_sizes),
+        }
+
+    def summary(self, end_s: float) -> dict[str, Any]:
+        """Counters in vLLM's terms (``kv_offload_*`` bytes and seconds per direction), and the
+        tier's blocks storing and loading at ``end_s`` (the run's end, seconds: vLLM's
+        ``vllm:kv_offload_cpu_cache_*usage_perc`` gauges as the run leaves them)."""
         queries = self.external_prefix_cache_queries
+        _, storing, loading, _ = self.tier.occupancy(end_s)
         return {
             "cpu_tier_blocks": self.tier.num_blocks,
             "external_prefix_cache_queries": queries,
@@ -433,8 +457,11 @@ class OffloadConnector:
             "kv_offload_time_cpu_to_gpu_s": self.cpu_to_gpu.busy_s,
             "kv_offload_load_wait_s": self.load_wait_s,
             "kv_offload_loads_dropped": self.num_loads_dropped,
+            "kv_offload_allocation_failures": self.num_store_failures,
             "cpu_tier_stored_blocks": self.tier.num_stored_blocks,
             "cpu_tier_evicted_blocks": self.tier.num_evicted_blocks,
+            "cpu_tier_storing_blocks_at_end": storing,
+            "cpu_tier_loading_blocks_at_end": loading,
             **(self._disk_summary() if self.disk is not None else {}),
         }
 
