@@ -282,7 +282,7 @@ def test_prometheus_offload_series_in_vllms_names() -> None:
         "+Inf": 3,
     }
     assert value[f"vllm:kv_offload_store_size_sum{{{base}}}"] == 288_358_400
-    assert value[f'vllm:kv_offload_size_count{{{store}}}'] == 3
+    assert value[f"vllm:kv_offload_size_count{{{store}}}"] == 3
     assert value[f"vllm:kv_offload_load_size_count{{{base}}}"] == 1
     alloc = {
         le: value[
