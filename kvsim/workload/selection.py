@@ -139,6 +139,24 @@ def _synthetic_times(
     return times * spec.time_scale
 
 
+def _row_times(spec: WorkloadSpec, rng: np.random.Generator, num_rows: int | None) -> np.ndarray:
+    """Arrival times (s) of the rows to draw: ``num_rows`` at most (``None``: as many as arrive
+    within ``duration_s``). With ``num_turns > 1`` the rate counts conversation starts
+    (``kvsim.workload.sharing`` chains ``num_turns`` rows a conversation): the first rows get
+    the starts, ``ceil(num_rows / num_turns)`` of them or as many as arrive within
+    ``duration_s``, and the rest, the later turns' lengths, the last start (sharing gives each
+    turn its own time)."""
+    turns = spec.num_turns
+    if turns == 1:
+        return _synthetic_times(spec, rng, num_rows)
+    convs = None if num_rows is None else -(-num_rows // turns)
+    starts = _synthetic_times(spec, rng, convs, "conversations")
+    rows = starts.size * turns if num_rows is None else min(num_rows, starts.size * turns)
+    times = np.full(rows, starts[-1] if starts.size else 0.0)
+    times[: starts.size] = starts
+    return times
+
+
 def _sampled_count(spec: WorkloadSpec) -> int | None:
     """How many sampled requests to draw (``None``: as many as arrive within ``duration_s``)."""
     if spec.num_requests is not None:
@@ -233,10 +251,10 @@ def select_trace_lengths(
             )
             kept, arrivals = session_arrivals(sessions, starts, spec.turn_gap_s)
             return _take(trace, pool[:cap][kept], arrivals, spec)
-        arrivals = _synthetic_times(spec, arrival_rng, cap)
+        arrivals = _row_times(spec, arrival_rng, cap)
         rows = pool[: arrivals.size]
     else:
-        arrivals = _synthetic_times(spec, arrival_rng, _sampled_count(spec))
+        arrivals = _row_times(spec, arrival_rng, _sampled_count(spec))
         rows = pool[length_rng.integers(0, pool.size, size=arrivals.size)]
         if arrivals.size > pool.size and spec.sample is None:  # an explicit "resample" knows
             warn_once(
@@ -331,7 +349,7 @@ def select_parametric(
     max_model_len: int,
 ) -> Selected:
     """Draw lengths, redrawing the ones the filters reject (the filtered distribution)."""
-    arrivals = _synthetic_times(spec, arrival_rng, _sampled_count(spec))
+    arrivals = _row_times(spec, arrival_rng, _sampled_count(spec))
     needed = arrivals.size
     prompts: list[np.ndarray] = []
     outputs: list[np.ndarray] = []

@@ -108,6 +108,7 @@ class _Turn:
     turn: int
     user_tokens: int
     output_tokens: int
+    max_tokens: int
     prompt_tokens: int = 0
 
 
@@ -127,8 +128,10 @@ def _conversations(
             if prompt + 1 > max_model_len:
                 break  # the conversation no longer fits the context: it ends here
             out = min(row.output_tokens, max_model_len - prompt)
+            # the client's cap (workload.max_tokens, in the row's) or the context left
+            cap = max(out, min(row.max_tokens, max_model_len - prompt))
             turns.append(
-                _Turn(start + t * spec.turn_gap_s, conv, t, row.prompt_tokens, out, prompt)
+                _Turn(start + t * spec.turn_gap_s, conv, t, row.prompt_tokens, out, cap, prompt)
             )
             prompt += out
     if len(turns) < len(requests):  # (the same message for every point of a sweep alike)
@@ -160,7 +163,7 @@ def _conversations(
                 x.arrival_time_s,
                 x.prompt_tokens,
                 x.output_tokens,
-                max(x.output_tokens, max_model_len - x.prompt_tokens),
+                x.max_tokens,
                 session_id=x.conv,
                 token_segments=segs,
                 cache_salt=salt,

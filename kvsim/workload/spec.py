@@ -135,7 +135,9 @@ class WorkloadSpec(BaseModel):
             cache salt, so different tenants never share prefix KV.
         num_turns: turns per conversation (synthetic multi-turn): turn ``t``'s prompt is turn
             ``t - 1``'s prompt + its output + a new user message (a drawn prompt length).
-            ``rate_per_s`` then counts conversation starts; turns too long are dropped.
+            ``rate_per_s`` then counts conversation starts (``duration_s`` bounds the
+            starts; ``num_requests`` counts turns, ``ceil(num_requests / num_turns)``
+            conversations); turns too long are dropped.
         turn_gap_s: seconds between a conversation's consecutive turns (synthetic multi-turn, and
             trace sessions replayed under synthetic arrivals, whose ``rate_per_s`` then counts
             conversation starts).

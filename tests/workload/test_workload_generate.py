@@ -292,3 +292,51 @@ def test_overflow_cut_output_serves_as_vllm_does(tmp_path) -> None:
     assert {(r.prompt_tokens, r.output_tokens) for r in _gen(fixed, max_model_len=2048)} == {
         (1500, 548)
     }
+
+
+def test_a_multi_turn_rate_over_a_duration_starts_conversations_across_the_whole_window() -> None:
+    """``rate_per_s`` counts conversation starts (WorkloadSpec): Poisson at 0.5/s over 1,000 s
+    starts Poisson(500) conversations (sd 22.4; 4 sd: 410 to 590) spread over the window (none
+    in its last 100 s has chance e^-50), each of 4 turns 20 s apart (fixed 100-token messages
+    and answers: turn 3's prompt is 700 tokens, within 8,192). Drawing 500 request times and
+    starting a conversation at each of the first quarter gave 125 conversations in 250 s."""
+    spec = WorkloadSpec(
+        lengths="fixed",
+        fixed_prompt_tokens=100,
+        fixed_output_tokens=100,
+        rate_per_s=0.5,
+        duration_s=1000.0,
+        num_turns=4,
+        turn_gap_s=20.0,
+    )
+    reqs = _gen(spec, max_model_len=8192)
+    turns: dict[int, list[float]] = {}
+    for r in reqs:
+        turns.setdefault(r.session_id, []).append(r.arrival_time_s)
+    assert 410 <= len(turns) <= 590
+    assert all(len(times) == 4 for times in turns.values())
+    starts = sorted(min(times) for times in turns.values())
+    assert 900.0 < starts[-1] < 1000.0
+    assert all(max(times) - min(times) == pytest.approx(60.0) for times in turns.values())
+
+
+def test_multi_turn_requests_keep_the_clients_max_tokens() -> None:
+    """``workload.max_tokens = 50`` caps every turn's output and its ``max_tokens`` (what a
+    contiguous reservation holds), as it does a single-turn request: fixed 100-token messages
+    asking 500 answer tokens, 2 turns, max_model_len 8,192 -> 50 and 50 for every request
+    (turn 1's context, 250 tokens, leaves 7,942: the client's 50 is the smaller)."""
+    spec = WorkloadSpec(
+        lengths="fixed",
+        fixed_prompt_tokens=100,
+        fixed_output_tokens=500,
+        max_tokens=50,
+        rate_per_s=2.0,
+        num_requests=10,
+        num_turns=2,
+        turn_gap_s=5.0,
+    )
+    reqs = _gen(spec, max_model_len=8192)
+    assert len(reqs) == 10
+    assert {r.output_tokens for r in reqs} == {50}
+    assert {r.max_tokens for r in reqs} == {50}
+    assert sorted({r.prompt_tokens for r in reqs}) == [100, 250]
