@@ -169,3 +169,72 @@ def test_shared_prefix_hits_only_whole_blocks(block, shared, expected_pct):
     summary = simulate(cfg).summary
     assert 100 * summary["prefix_cache_hit_rate"] == pytest.approx(expected_pct)
     assert summary["prefix_cache_queries"] == 200 * (shared + 64)
+
+
+PREFIX_GROUPS_CSV = """prompt_tokens,output_tokens,arrival_time_s,prefix_group,prefix_tokens
+300,10,0,a,256
+300,10,10,a,256
+300,10,20,a,256
+300,10,30,,
+"""
+SESSION_CSV = """prompt_tokens,output_tokens,arrival_time_s,session_id
+100,50,0,s
+200,50,10,s
+400,10,20,s
+"""
+
+
+@pytest.mark.parametrize(
+    ("trace", "extra", "hits"),
+    [
+        # prefix groups, 16-token blocks, each request done before the next (10 s apart):
+        # alone: requests 1 and 2 hit group a's 256 tokens -> 512
+        (PREFIX_GROUPS_CSV, {}, 512),
+        # a 64-token system prompt before each prompt: 1 and 2 hit 64 + 256 = 320 each, the
+        # group-less 3 the prefix's 4 blocks -> 704 (the groups were dropped: 192)
+        (PREFIX_GROUPS_CSV, {"shared_prefix_tokens": 64}, 704),
+        # 2 tenants, round robin by request: 0 and 2 share tenant 0, so only 2 hits, 256 (0)
+        (PREFIX_GROUPS_CSV, {"num_tenants": 2}, 256),
+        # a 3-turn session: turn k's prompt repeats turn k-1's prompt and 50-token answer; turn
+        # k-1 computed its prompt + 49 outputs: 149 -> 9 blocks (144), 249 -> 15 (240): 384
+        (SESSION_CSV, {}, 384),
+        # with the 64-token prefix: 213 -> 13 blocks (208), 313 -> 19 (304): 512 (it was 128)
+        (SESSION_CSV, {"shared_prefix_tokens": 64}, 512),
+        # 2 tenants by session: the session's turns stay in one tenant -> 384 as alone (0)
+        (SESSION_CSV, {"num_tenants": 2}, 384),
+    ],
+)
+def test_a_system_prompt_or_tenants_keep_a_traces_own_sharing(
+    tmp_path: Path, trace: str, extra: dict, hits: int
+) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text(trace)
+    config = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "workload": {"trace": str(path), **extra},
+        }
+    )
+    assert simulate(config).summary["prefix_cache_hits"] == hits
+
+
+def test_synthetic_turns_over_a_trace_with_sessions_say_they_replace_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fresh_warnings: None
+) -> None:
+    """num_turns chains a trace's rows into synthetic conversations; the trace's own session
+    (all 3 rows) is not used, and the warning counts the rows that had one."""
+    path = tmp_path / "trace.csv"
+    path.write_text(SESSION_CSV)
+    spec = {
+        "trace": str(path),
+        "arrival": "poisson",
+        "rate_per_s": 1.0,
+        "sample": "replay",
+        "num_turns": 3,
+    }
+    config = config_from_dict({"model": "llama-3.1-8b", "gpu": "h100-80gb", "workload": spec})
+    with caplog.at_level("WARNING"):
+        simulate(config)
+    assert "num_turns = 3 chains the trace's rows" in caplog.text
+    assert "hash_ids of 3 of its 3 rows drawn are not used" in caplog.text

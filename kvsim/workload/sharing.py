@@ -78,8 +78,12 @@ def _with_prefix(
     system: dict[int, tuple[object, int]],
 ) -> Request:
     """``req`` behind the tenant's system prompt, cut to fit ``max_model_len`` (``None``: not
-    cut); ``system`` caches each tenant's run."""
-    salt, tenant = _salt(spec, req.req_id)
+    cut); ``system`` caches each tenant's run. The prompt keeps its own token runs behind the
+    prefix (a trace's sessions, prefix groups or Mooncake ``hash_ids`` still share among
+    themselves), and a session's turns share one tenant."""
+    from kvsim.workload.tokens import fit_segments, prompt_segments  # (it imports this package)
+
+    salt, tenant = _salt(spec, req.req_id if req.session_id is None else req.session_id)
     shared, prompt = spec.shared_prefix_tokens, spec.shared_prefix_tokens + req.prompt_tokens
     output, max_tokens = req.output_tokens, req.max_tokens
     if max_model_len is not None:
@@ -87,10 +91,11 @@ def _with_prefix(
         prompt = min(shared + req.prompt_tokens, max_model_len - 1)
         output = min(output, max_model_len - prompt)
         max_tokens = max(output, min(max_tokens, max_model_len - prompt))
-    segs: tuple[tuple[object, int], ...] = ((("user", req.req_id), prompt - shared),)
+    segs: tuple[tuple[object, int], ...] = fit_segments(
+        prompt_segments(req), prompt - shared, req.req_id
+    )
     if shared:
-        run = system.setdefault(tenant, (("sys", tenant), shared))
-        segs = (run, *segs[: 1 if prompt > shared else 0])
+        segs = (system.setdefault(tenant, (("sys", tenant), shared)), *segs)
     return replace(
         req,
         prompt_tokens=prompt,
@@ -115,7 +120,22 @@ class _Turn:
 def _conversations(
     spec: WorkloadSpec, requests: list[Request], max_model_len: int
 ) -> list[Request]:
-    """Chain drawn rows into conversations of ``num_turns`` turns (see ``WorkloadSpec``)."""
+    """Chain drawn rows into conversations of ``num_turns`` turns (see ``WorkloadSpec``); a
+    trace's own sessions, prefix groups and ``hash_ids`` give way to them, with a warning."""
+    own = sum(
+        r.token_segments is not None or bool(r.prefix_hash_ids) or r.session_id is not None
+        for r in requests
+    )
+    if own:
+        warn_once(
+            logger,
+            "workload.num_turns = %d chains the trace's rows into synthetic conversations: "
+            "the sessions, prefix groups or hash_ids of %d of its %d rows drawn are not used "
+            "(set num_turns = 1 to keep the trace's own sharing)",
+            spec.num_turns,
+            own,
+            len(requests),
+        )
     turns: list[_Turn] = []
     num_convs = -(-len(requests) // spec.num_turns)
     shared = spec.shared_prefix_tokens

@@ -41,10 +41,10 @@ def prompt_segments(request: Request) -> tuple[Segment, ...]:
         segs = tuple((("mc", h), size) for h in request.prefix_hash_ids)
     else:
         segs = ((("prompt", request.req_id), prompt),)
-    return _fit(segs, prompt, request.req_id)
+    return fit_segments(segs, prompt, request.req_id)
 
 
-def _fit(segs: Sequence[Segment], num_tokens: int, req_id: int) -> tuple[Segment, ...]:
+def fit_segments(segs: Sequence[Segment], num_tokens: int, req_id: int) -> tuple[Segment, ...]:
     """Cut ``segs`` to ``num_tokens`` tokens, padding with a run unique to ``req_id``."""
     out: list[Segment] = []
     left = num_tokens
