@@ -6,7 +6,9 @@ vLLM's ``kv_cache_memory_bytes`` ignores ``gpu_memory_utilization``); each alloc
 own knobs (``reservation`` sizes slabs, ``block_size_tokens`` paged blocks; in a fleet a knob
 any replica's allocator takes is read) and the radix tree
 caches prefixes whether ``enable_prefix_caching`` is off or not; trace arrivals have no rate,
-only gamma arrivals read ``cv``, and only beam search reads ``beam_branch_tokens``; speculative
+only gamma arrivals read ``cv``, only beam search reads ``beam_branch_tokens``, and each length
+distribution only its own parameters (``LENGTH_KNOBS``: the lognormal's means and sigmas, the
+fixed lengths, the uniform totals and split); speculative
 decoding's settings go unread while ``num_speculative_tokens`` is never set, the link's
 bandwidth and ``offload_prompt_only`` while ``kv_offloading_size`` is never set, and a disk's
 bandwidths while ``disk_offloading_size`` is never set; a fleet's router has nothing to choose when
@@ -107,6 +109,14 @@ class Moot:
     why: str
 
 
+# the length distribution each workload field shapes (``kvsim.workload.selection``)
+LENGTH_KNOBS = {
+    "lognormal": ("prompt_mean_tokens", "output_mean_tokens", "prompt_sigma", "output_sigma"),
+    "fixed": ("fixed_prompt_tokens", "fixed_output_tokens"),
+    "uniform": ("min_total_tokens", "max_total_tokens", "prefill_decode_ratio"),
+}
+
+
 def ignored_settings(
     config: ConfigParts, data: dict[str, Any], later: Collection[str] = ()
 ) -> list[str]:
@@ -190,6 +200,12 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     if workload.beam_width == 1:
         why = "beam_branch_tokens shapes beam search only, and beam_width is 1"
         yield _workload_field(config, "beam_branch_tokens", ("workload.beam_width",), why)
+    source = workload.length_source
+    for kind, names in LENGTH_KNOBS.items():
+        if kind != source:
+            why = f"it shapes lengths = {kind!r} only, and the lengths are {source!r}"
+            for name in names:
+                yield _workload_field(config, name, ("workload.lengths", "workload.trace"), why)
     # (an "off" the user wrote, such as a sweep's reference row of k = 0 or a 0 GiB tier beside
     # its settings, is deliberate: only settings for a feature never turned on are moot)
     k_written = _lookup(data, "speculative.num_speculative_tokens") is not None

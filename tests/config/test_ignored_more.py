@@ -93,7 +93,45 @@ IGNORED: dict[str, tuple[dict[str, Any], int, list[list[str]], dict[str, Any]]] 
         ],
         {"fleet.replicas": 2, "fleet.prefill_replicas": 0, "fleet.link.latency_s": 0.0},
     ),
+    # each length distribution reads its own parameters (kvsim.workload.selection
+    # _draw_lengths): the lognormal's means under the sharegpt_like fit, the fixed lengths
+    # under uniform, the uniform split under fixed
+    "lognormal_mean_under_a_named_fit": (
+        {"workload.lengths": "sharegpt_like", "workload.prompt_mean_tokens": 50.0},
+        1,
+        [
+            [
+                "workload.prompt_mean_tokens = 50.0 has no effect",
+                "lengths = 'lognormal' only, and the lengths are 'sharegpt_like'",
+            ]
+        ],
+        {"workload.lengths": "lognormal", "workload.prompt_mean_tokens": 50.0},
+    ),
+    "fixed_length_under_uniform": (
+        {"workload.lengths": "uniform", "workload.fixed_prompt_tokens": 100},
+        1,
+        [["workload.fixed_prompt_tokens = 100 has no effect", "lengths = 'fixed' only"]],
+        {"workload.lengths": "fixed", "workload.fixed_prompt_tokens": 100},
+    ),
+    "uniform_split_under_fixed": (
+        {"workload.lengths": "fixed", "workload.prefill_decode_ratio": 1.0},
+        1,
+        [["workload.prefill_decode_ratio = 1.0 has no effect", "lengths = 'uniform' only"]],
+        {"workload.lengths": "uniform", "workload.prefill_decode_ratio": 1.0},
+    ),
 }
+
+
+def test_a_plan_knob_of_a_length_distribution_not_drawn_is_moot() -> None:
+    """``kvsim plan`` refuses a knob whose every value runs the same workload: the lognormal's
+    prompt mean under the sharegpt_like fit; under lognormal it is read."""
+    data = {"workload": {"lengths": "sharegpt_like"}}
+    why = moot_reason(config_from_dict(data, warn=False), data, "workload.prompt_mean_tokens")
+    assert why is not None
+    assert "'sharegpt_like'" in why
+    data = {"workload": {"lengths": "lognormal"}}
+    config = config_from_dict(data, warn=False)
+    assert moot_reason(config, data, "workload.prompt_mean_tokens") is None
 
 
 @pytest.mark.parametrize("case", sorted(IGNORED))
