@@ -1,8 +1,10 @@
 """The ``vllm-v0`` profile: the PagedAttention paper's engine, whole-prompt steps, swap.
 
 Follows vLLM v0.6.6's default scheduler (``vllm/core/scheduler.py``, ``_schedule_default``), whose
-rules are those of the paper's release (v0.1.7 ``Scheduler._schedule``). Each step is either a
-prefill step or a decode step, never both:
+rules are those of the paper's release (v0.1.7 ``Scheduler._schedule``), with the block checks of
+that release's ``BlockSpaceManager`` (v0.6.6 had only the second block manager, which counts the
+blocks a step touches: docs/engine.md). Each step is either a prefill step or a decode step,
+never both:
 
 1. **Prefills first**, unless something is swapped out: waiting requests are admitted FCFS while
    the head's whole prompt (prompt + outputs after a recompute) leaves the watermark free
