@@ -580,3 +580,24 @@ def test_each_step_is_one_observation_and_each_token_counted_once(spec) -> None:
     assert sum(steps.values()) == summary["num_steps"]
     computed = summary["prompt_tokens_total"] - summary["prefix_cached_tokens_total"]
     assert sum(v * c for v, c in steps.items()) == computed + summary["generation_tokens_total"]
+
+
+def test_throughput_counts_client_requests(client_run: Results) -> None:
+    """``throughput_requests_per_s`` counts requests as clients sent them (``vllm bench
+    serve``'s completed requests): the five rows above are four client requests (r2 and r3 are
+    client request 7's two samples). A v1 run of 10 requests of n = 4 fans out into 40 rows and
+    still sends 10, as vLLM v0 runs them as 10 sequence groups: 10 / duration_s in both."""
+    from kvsim.engine import simulate
+    from kvsim.results.metrics import client_request_count
+
+    assert client_request_count(client_run.requests) == 4
+    for engine, rows in (("vllm-v1", 40), ("vllm-v0", 10)):
+        config = config_from_dict(
+            {
+                "scheduler": {"engine": engine},
+                "workload": {"lengths": "alpaca_like", "n": 4, "num_requests": 10},
+            }
+        )
+        summary = simulate(config).summary
+        assert summary["num_requests"] == rows
+        assert summary["throughput_requests_per_s"] == pytest.approx(10 / summary["duration_s"])

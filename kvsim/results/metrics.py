@@ -267,6 +267,26 @@ def sequences(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
     return np.maximum(samples(requests), width)
 
 
+def client_request_count(requests: pd.DataFrame | Columns) -> int:
+    """Requests as their clients sent them (``vllm bench serve``'s completed requests): a vLLM
+    v1 request of ``n > 1`` is its samples' rows, those sharing its ``parent_id``; any other row
+    is one (a v0 sequence group, all its samples; every row of a table without the column)."""
+    requests = _columns(requests)
+    if "parent_id" not in requests:
+        return _num_rows(requests)
+    column = requests["parent_id"]  # (a run's: masked where no parent; a table's: NaN or NA)
+    if isinstance(column, np.ma.MaskedArray):
+        alone = np.ma.getmaskarray(column)
+        values = np.asarray(column.data, dtype=np.float64)
+    else:
+        import pandas as pd  # (the tables' own library: reading them, it is loaded)
+
+        alone = np.asarray(pd.isna(column), dtype=np.bool_)
+        values = np.zeros(len(alone), dtype=np.float64)
+        values[~alone] = np.asarray(column, dtype=object)[~alone].astype(np.float64)
+    return int(np.count_nonzero(alone)) + int(np.unique(values[~alone]).size)
+
+
 def generated_tokens(requests: pd.DataFrame | Columns) -> int:
     """Tokens the engine generated: every sequence's (vLLM counts each beam candidate's in
     ``generation_tokens``)."""
@@ -334,7 +354,8 @@ def summarize(
     out["generation_tokens_total"] = generated_tokens(requests)
     out["prefix_cached_tokens_total"] = int(_sum(requests["num_cached_tokens"]))
     out["duration_s"] = makespan
-    out["throughput_requests_per_s"] = num_requests / makespan if makespan > 0 else float("nan")
+    clients = client_request_count(requests)
+    out["throughput_requests_per_s"] = clients / makespan if makespan > 0 else float("nan")
     out["throughput_output_tokens_per_s"] = (
         output_tokens(requests) / makespan if makespan > 0 else float("nan")
     )

@@ -160,7 +160,7 @@ DISK_ROWS: tuple[Row, ...] = (
     ("disk_tier_evicted_blocks", "blocks evicted from the disk"),
 )
 LATENCY_ROWS: tuple[Row, ...] = (
-    ("throughput_requests_per_s", "throughput (requests/s)"),
+    ("throughput_requests_per_s", "throughput (client requests/s)"),
     ("throughput_output_tokens_per_s", "throughput (output tokens/s)"),
     ("time_to_first_token_seconds_mean", "time_to_first_token_seconds mean"),
     ("time_to_first_token_seconds_p50", "time_to_first_token_seconds p50"),

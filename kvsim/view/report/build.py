@@ -42,7 +42,7 @@ HEADLINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("num_requests_waiting_mean", "waiting requests (mean)"),
             ("num_blocked_steps", "blocked steps"),
             ("num_preemptions", "preemptions"),
-            ("throughput_requests_per_s", "throughput (requests/s)"),
+            ("throughput_requests_per_s", "throughput (client requests/s)"),
         ),
     ),
     (
