@@ -341,7 +341,7 @@ def plan(
                 {"quick": {"set": {"workload.num_requests": 100}}},
                 varied=tuple(overrides),
             )
-        if name:
+        if name is not None:  # (an empty --name is refused as a folder name, not ignored)
             the_plan = dataclasses.replace(the_plan, name=name)
         if quick and the_plan.min_window_s is not None:  # (the quick settings draw the arrivals)
             if min_window_s is not None:

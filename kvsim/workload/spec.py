@@ -107,8 +107,9 @@ class WorkloadSpec(BaseModel):
             ``max_model_len - 1`` tokens, then the output to fit; ``"cut_output"`` does what
             vLLM 0.34.0's server does: a prompt shorter than ``max_model_len`` keeps it and its
             output is cut to fit (``get_max_tokens``), a longer one is rejected (the run skips
-            and counts it). Parametric lengths are drawn
-            from the distribution truncated at ``max_model_len`` (over-long draws are redrawn).
+            and counts it). Parametric lengths under ``"reject"`` or ``"drop"`` are drawn
+            from the distribution truncated at ``max_model_len`` (over-long draws are redrawn);
+            under ``"truncate"`` or ``"cut_output"`` an over-long draw is cut as a trace row is.
         min_prompt_tokens, min_output_tokens: drop rows shorter than these (raw lengths).
         num_requests: keep the first this many requests; ``None`` keeps all of a replayed trace
             (or window), all arrivals within ``duration_s``, else 1,000. A replay with fewer

@@ -1161,3 +1161,15 @@ def test_a_plan_files_ignored_tables_are_refused(head: str, said: str, tmp_path:
     )
     with pytest.raises(ValueError, match=re.escape(f"p.toml {said}")):
         load_plan(path)
+
+
+def test_an_empty_name_is_refused_not_ignored(tmp_path: Path) -> None:
+    """``--name ""`` names no folder: refused as any bad folder name is (exit 2, one line), where
+    it was taken as no --name and the results went to the question's default folder."""
+    code, output = _plan_cli(
+        "--name", "", "--smallest", "kv", "--target", "time_to_first_token_seconds_p99<=5",
+        "--set", "workload.num_requests=10", "--out", str(tmp_path), "--no-progress",
+    )  # fmt: skip
+    assert code == 2, output
+    assert "plan name: expected a folder name" in " ".join(output.split())
+    assert not (tmp_path / "plan").exists()
