@@ -435,9 +435,10 @@ def _kvsim_extras(
 
 
 def _session_ids(text: pd.Series) -> tuple[int | None, ...]:
-    """Integer ids as they are; other labels numbered by first appearance."""
+    """Integer ids as they are; other labels numbered by first appearance (so are ids written
+    with leading zeros: ``01`` and ``1`` are two sessions, as their text says)."""
     given = [t for t in text.tolist() if t != ""]
-    if all(re.fullmatch(r"-?[0-9]+", t) and _fits_int64(t) for t in given):
+    if all(re.fullmatch(r"-?(0|[1-9][0-9]*)", t) and _fits_int64(t) for t in given):
         return tuple(int(t) if t != "" else None for t in text.tolist())
     numbers: dict[str, int] = {}
     for label in given:

@@ -93,6 +93,20 @@ def test_own_csv_sessions_and_prefix_groups(tmp_path: Path) -> None:
     assert [r.session_id for r in reqs] == [0, 0, None, None]  # "chat-a" numbered 0
 
 
+def test_session_ids_with_leading_zeros_are_their_own_sessions(tmp_path: Path) -> None:
+    """``01`` and ``1`` are two labels: two sessions, numbered by first appearance (as int they
+    were one, and the second turn's prompt did not hold the first's: no hit either way, but one
+    conversation where the file has two); plain integers stay as written."""
+    text = "prompt_tokens,output_tokens,arrival_time_s,session_id\n40,5,0,01\n40,5,10,1\n"
+    trace = _write(tmp_path, "zeros.csv", text)
+    reqs = requests_for(config_from_dict({"workload": {"trace": trace, "arrival": "trace"}}))
+    assert [r.session_id for r in reqs] == [0, 1]
+    text = "prompt_tokens,output_tokens,arrival_time_s,session_id\n40,5,0,7\n40,5,10,-3\n"
+    trace = _write(tmp_path, "ints.csv", text)
+    reqs = requests_for(config_from_dict({"workload": {"trace": trace, "arrival": "trace"}}))
+    assert [r.session_id for r in reqs] == [7, -3]
+
+
 def test_own_parquet_with_hash_ids(tmp_path: Path) -> None:
     path = tmp_path / "own.parquet"
     pd.DataFrame(
