@@ -119,8 +119,9 @@ _COMPRESSED = {".gz", ".bz2", ".xz", ".zip"}
 
 
 def _check_compression(path: Path) -> None:
-    """Refuse a compressed or Parquet file whose name does not say so (it was read as text:
-    "invalid JSON", "not UTF-8") and compressed JSON traces (read by suffix as a table).
+    """Refuse a compressed, Parquet or JSON Lines file whose name does not say so (it was read
+    as text: "invalid JSON", "not UTF-8", or as a CSV of JSON fragments) and compressed JSON
+    traces (read by suffix as a table).
 
     Raises:
         ValueError: naming the file, its compression and the name or step that reads it.
@@ -134,7 +135,13 @@ def _check_compression(path: Path) -> None:
             )
         return
     with path.open("rb") as handle:
-        head = handle.read(6)
+        head = handle.read(64)
+    named_json = bool(suffixes) and suffixes[-1] in (".json", ".jsonl")
+    if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{") and not named_json:
+        raise ValueError(  # (read as a CSV its first line is a header of JSON fragments)
+            f"{path}: the file holds JSON objects but its name does not say so; name it "
+            f"{path.with_suffix('.jsonl').name} (JSON Lines: Mooncake, Qwen-Bailian)"
+        )
     if head.startswith(b"PAR1") and (not suffixes or suffixes[-1] != ".parquet"):
         raise ValueError(
             f"{path}: the file is Parquet but its name does not say so; name it "

@@ -15,6 +15,14 @@ from kvsim.cli import app
 OWN = "arrival_time_s,prompt_tokens,output_tokens\n"
 
 CASES = {
+    # JSON Lines under another name: read as a CSV its header was JSON fragments
+    "jsonl_named_ndjson": (
+        "trace.ndjson",
+        '{"timestamp": 0, "input_length": 100, "output_length": 20, "hash_ids": [0]}\n',
+        [],
+        "{path}: the file holds JSON objects but its name does not say so; name it trace.jsonl "
+        "(JSON Lines: Mooncake, Qwen-Bailian)",
+    ),
     "own_output": (
         "bad.csv",
         OWN + "0,10,5\n1,12,many\n",
