@@ -250,7 +250,7 @@ def _table(result: Any) -> Table:
     for i in order:
         r = result.options[i]
         mark = "[bold green]* [/]" if i == result.best else ""
-        gpus = "" if r.replicas is None else str(r.replicas * r.option.tensor_parallel_size)
+        gpus = "" if r.replicas is None else str(r.replicas * r.gpus_per_replica)
         table.add_row(
             mark + r.option.name,
             "" if r.replicas is None else str(r.replicas),

@@ -102,6 +102,7 @@ class OptionResult:
     meets, or one that cannot be cheaper than the best)."""
 
     option: FleetOption
+    gpus_per_replica: int = 1
     replicas: int | None = None
     usd_per_hour: float | None = None
     why_not: str | None = None
@@ -121,14 +122,23 @@ class CheapestResult:
     folder: Path
 
 
+def replica_gpus(option: FleetOption, base: dict[str, Any]) -> int:
+    """GPUs one replica of ``option`` takes: its TP size times the base config's pipeline
+    stages (``parallel.pipeline_parallel_size``, 1 unset), as ``ParallelConfig.world_size``."""
+    parallel = base.get("parallel")
+    stages = parallel.get("pipeline_parallel_size", 1) if isinstance(parallel, dict) else 1
+    return option.tensor_parallel_size * int(stages)
+
+
 def replica_price(option: FleetOption, base: dict[str, Any]) -> float:
-    """USD per hour of one replica of ``option`` (its GPUs at the price table's price).
+    """USD per hour of one replica of ``option`` (its GPUs, ``replica_gpus``, at the price
+    table's price).
 
     Raises:
         ValueError: the GPU has no price (naming it).
     """
     spec = PricingSpec.model_validate(base.get("pricing", {}))
-    return option.tensor_parallel_size * gpu_price_per_hour(option.gpu, spec)
+    return replica_gpus(option, base) * gpu_price_per_hour(option.gpu, spec)
 
 
 def _plan_for(
@@ -195,7 +205,7 @@ def run_cheapest(
     rows: list[dict[str, Any]] = []
     best_cost = math.inf
     for price, index, option in priced:
-        result = OptionResult(option)
+        result = OptionResult(option, replica_gpus(option, base))
         results[index] = result
         unit_price = price * option.unit
         allowed = max_replicas // option.unit  # units within max_replicas
@@ -221,7 +231,7 @@ def run_cheapest(
             at: dict[int, dict[str, Any]] = at,
         ) -> None:
             at[int(value)] = summary
-            rows.append(_row(o, int(value), summary, meets, targets))
+            rows.append(_row(o, int(value), summary, meets, targets, replica_gpus(o, base)))
             if on_point is not None:
                 on_point(o, int(value), summary, meets)
 
@@ -294,6 +304,7 @@ def _row(
     summary: dict[str, Any],
     meets: bool,
     targets: Sequence[Target],
+    gpus_per_replica: int,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "fleet": f"{option.name} x{replicas}",
@@ -301,7 +312,7 @@ def _row(
         "tensor_parallel_size": option.tensor_parallel_size,
         "split": "co-located" if option.split is None else f"{option.split[0]}:{option.split[1]}",
         "replicas": replicas,
-        "num_gpus": replicas * option.tensor_parallel_size,
+        "num_gpus": replicas * gpus_per_replica,
         "meets": bool(meets),
         "error": summary.get("error"),
     }
@@ -329,7 +340,7 @@ def answer_record(result: CheapestResult) -> dict[str, Any]:
             "tensor_parallel_size": best.option.tensor_parallel_size,
             "split": best.option.split,
             "replicas": best.replicas,
-            "num_gpus": (best.replicas or 0) * best.option.tensor_parallel_size,
+            "num_gpus": (best.replicas or 0) * best.gpus_per_replica,
             "usd_per_hour": best.usd_per_hour,
             "binding": best.binding,
             "headroom": best.headroom,
@@ -337,6 +348,7 @@ def answer_record(result: CheapestResult) -> dict[str, Any]:
         "options": [
             {
                 **dataclasses.asdict(r.option),
+                "gpus_per_replica": r.gpus_per_replica,
                 "replicas": r.replicas,
                 "usd_per_hour": r.usd_per_hour,
                 "why_not": r.why_not,

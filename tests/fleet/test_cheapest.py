@@ -88,6 +88,35 @@ def test_an_option_whose_config_is_invalid_says_the_configs_whole_error(tmp_path
 def test_replica_price_reads_the_table_or_the_config():
     assert replica_price(FleetOption("h200", 4), {}) == pytest.approx(4 * 4.59)
     assert replica_price(FleetOption("h200", 2), {"pricing": {"usd_per_gpu_hour": 1.5}}) == 3.0
+    # a replica of TP 4 over 2 pipeline stages is 8 GPUs (ParallelConfig.world_size)
+    staged = {"parallel": {"pipeline_parallel_size": 2}}
+    assert replica_price(FleetOption("h200", 4), staged) == pytest.approx(8 * 4.59)
+
+
+def test_a_pipeline_parallel_answer_counts_every_stages_gpus(tmp_path):
+    """TP 1 over 2 pipeline stages: a replica is 2 GPUs at $1.50 each, $3.00/h, as the run's own
+    summary prices it (usd_per_hour by world_size); the answer said 1 GPU, $1.50/h."""
+    base = {
+        **BASE,
+        "parallel": {"pipeline_parallel_size": 2},
+        "pricing": {"usd_per_gpu_hour": 1.5},
+        "workload": {**BASE["workload"], "rate_per_s": 2.0, "num_requests": 20},
+    }
+    targets = [Target("time_to_first_token_seconds_p99", 5.0)]
+    result = run_cheapest(
+        "pp", base, [FleetOption("h100-80gb", 1)], targets, max_replicas=2, out_root=tmp_path
+    )
+    assert result.best is not None
+    best = result.options[result.best]
+    assert best.replicas == 1
+    assert best.gpus_per_replica == 2
+    assert best.usd_per_hour == pytest.approx(3.0)
+    row = result.points.iloc[0]
+    assert row["num_gpus"] == 2
+    assert row["usd_per_hour"] == pytest.approx(3.0)  # (the run's own summary, the same price)
+    from kvsim.study.cheapest import answer_record
+
+    assert answer_record(result)["answer"]["num_gpus"] == 2
 
 
 def test_cli_cheapest_writes_answer_points_and_frontier(tmp_path):
