@@ -160,12 +160,14 @@ class Engine:
         self._in_flight: InFlight | None = None
         self.process: simpy.Process | None = None
         # requests whose prompt KV another replica computes (disaggregated prefill)
-        self._incoming: deque[tuple[Request, int]] = deque()
+        # expected from a prefill replica: (request, row, when it was expected, s)
+        self._incoming: deque[tuple[Request, int, float]] = deque()
         self.holding: set[Request] = set()  # hold blocks, not yet running: KV on its way
         self._num_receiving = 0  # of them, those whose KV has not arrived (not yet submitted)
         self.on_receive: Callable[[Request, int, int], None] | None = None
         self.async_scheduling = config.engine_args.async_scheduling
-        self._staged: deque[Request] = deque()  # arrived, not yet seen by the scheduler (async)
+        # arrived, not yet seen by the scheduler (async): (when it arrived here, s; request)
+        self._staged: deque[tuple[float, Request]] = deque()
         self._last_step_start_s = 0.0  # start of the step that ends at the current boundary
 
     # -- requests in ----------------------------------------------------------------------------
@@ -175,7 +177,8 @@ class Engine:
         its own (one while the engine idles: ``engine_loop`` waits until it)."""
         to_arrive = self._to_arrive
         while to_arrive and to_arrive[0].arrival_time_s <= now:
-            self._enqueue(to_arrive.popleft(), self.num_arrived)
+            req = to_arrive.popleft()
+            self._enqueue(req, self.num_arrived, req.arrival_time_s)
 
     def submit(self, req: Request, row: int) -> None:
         """``req`` (the workload's ``row``-th request) is handed to this engine now (a fleet's
@@ -185,15 +188,17 @@ class Engine:
         flight (the up-front cut of a known arrival, ``_cut_span``, made late)."""
         if req in self.holding:  # its KV arrived from a prefill replica
             self._num_receiving -= 1
-        self._enqueue(req, row)
+        self._enqueue(req, row, self.env.now)
         if self.handed:  # (a lone engine knows its arrivals ahead)
             self._arrival_list.append(self.env.now)
         self._arrived()
 
-    def _enqueue(self, req: Request, row: int) -> None:
+    def _enqueue(self, req: Request, row: int, arrived_s: float) -> None:
+        """``req`` arrived here at ``arrived_s`` (a fleet's replica: when it was handed over,
+        not when its client sent it)."""
         self._row[req] = row
         if self.async_scheduling:
-            self._staged.append(req)
+            self._staged.append((arrived_s, req))
         else:
             self._queue(req)
         self.num_arrived += 1
@@ -210,7 +215,7 @@ class Engine:
         """``req``'s prompt was computed on another replica: at this engine's next step its
         blocks are taken (``_take_incoming``), ``on_receive`` starts the transfer, and
         ``submit`` hands it over once its KV is here (vLLM v1's ``WAITING_FOR_REMOTE_KVS``)."""
-        self._incoming.append((req, row))
+        self._incoming.append((req, row, self.env.now))
         self._arrived()
 
     def _arrived(self) -> None:
@@ -237,8 +242,13 @@ class Engine:
         pulls every prompt token it lacks: ``nixl/pull_scheduler.py``
         ``get_num_new_matched_tokens``)."""
         allocator = self.allocator
+        # async scheduling: the scheduler sees a request expected while a step ran at the end
+        # of the step after it, as it sees any arrival (``_release_staged``)
+        busy = self.async_scheduling and self.scheduler.has_work()
         while self._incoming:
-            req, row = self._incoming[0]
+            req, row, expected_s = self._incoming[0]
+            if busy and expected_s > self._last_step_start_s:
+                return
             hit = allocator.find_cached_prefix(req) if allocator.caches_prefixes else NO_HIT
             if allocator.allocate(req, req.prompt_tokens, hit) is None:
                 return
@@ -256,6 +266,11 @@ class Engine:
     def num_incoming(self) -> int:
         """Requests expected whose blocks are not taken yet."""
         return len(self._incoming)
+
+    @property
+    def staged(self) -> list[Request]:
+        """Requests that arrived here and the scheduler has not seen yet (async scheduling)."""
+        return [req for _, req in self._staged]
 
     # -- the loop -------------------------------------------------------------------------------
     def engine_loop(self) -> Generator[simpy.Event, Any, None]:
@@ -478,8 +493,8 @@ class Engine:
         step_with_batch_queue``), or every staged one when the engine has nothing to run or
         ``everything`` (no step runs that they would wait for)."""
         staged, idle = self._staged, everything or not self.scheduler.has_work()
-        while staged and (idle or staged[0].arrival_time_s <= self._last_step_start_s):
-            self._queue(staged.popleft())
+        while staged and (idle or staged[0][0] <= self._last_step_start_s):
+            self._queue(staged.popleft()[1])
 
     def _check_invariants(self, plan: StepPlan, num_steps: int) -> None:
         self.allocator.check_invariants()
@@ -539,9 +554,14 @@ class Engine:
         Step 0 runs the scheduled work; step ``j >= 1`` decodes every member, reading
         ``S + (j - 1) * N`` tokens of KV (``S`` = tokens after step 0, ``N`` = sequences).
         """
-        # staged arrivals reach the scheduler at the next boundary: no span past it
-        # (and no span while a CPU-tier load is in flight: it ends with the step in flight)
-        one = self._staged or (self.offload is not None and self.offload.loads)
+        # staged arrivals (and expected requests an async scheduler sees late) reach the
+        # scheduler at the next boundary: no span past it (and no span while a CPU-tier load
+        # is in flight: it ends with the step in flight)
+        one = (
+            self._staged
+            or (self.async_scheduling and self._incoming)
+            or (self.offload is not None and self.offload.loads)
+        )
         step0_s = self.cost.step_s(
             plan.work_new_tokens,
             plan.work_context_tokens,

@@ -54,8 +54,10 @@ class Replica:
     @property
     def num_waiting(self) -> int:
         """``vllm:num_requests_waiting``: the waiting queue, with requests whose KV is expected
-        and not yet given blocks."""
-        return len(self.engine.scheduler.waiting) + self.engine.num_incoming
+        and not yet given blocks, and under async scheduling those handed over that the
+        scheduler sees at the end of the next step (the engine's own gauge counts them)."""
+        engine = self.engine
+        return len(engine.scheduler.waiting) + engine.num_incoming + len(engine.staged)
 
     @property
     def kv_usage(self) -> float:
@@ -76,5 +78,16 @@ class Replica:
         return self.engine.allocator.cached_prefix_tokens(request)
 
     def queued_prefill_tokens(self) -> int:
-        """Prompt tokens waiting to be computed here (Dynamo's active prefill work)."""
-        return sum([r.num_tokens - r.num_computed_tokens for r in self.engine.scheduler.waiting])
+        """Prompt tokens routed here and not computed yet (Dynamo's active prefill work, which
+        its router counts from the routing until the prefill ends): the waiting requests'
+        (a recomputed one's outputs too), those handed over that an async scheduler has not
+        seen, and the running requests' still in their prefill (a chunked prompt: more than
+        the one token a decode step computes left)."""
+        engine = self.engine
+        waiting = [*engine.scheduler.waiting, *engine.staged]
+        queued = sum([r.num_tokens - r.num_computed_tokens for r in waiting])
+        for r in engine.scheduler.lazy.others:  # (the decode cohort's members all decode)
+            left = r.num_tokens - r.num_computed_tokens
+            if left > 1:
+                queued += left
+        return queued

@@ -375,3 +375,39 @@ def test_a_decode_replica_reports_the_prefill_sides_hits_as_the_requests_cached_
                 observed[(sample.name.rsplit("_", 1)[1], sample.labels["engine"])] = sample.value
     assert observed[("sum", "0")] == observed[("sum", "1")] == 100 + 4
     assert observed[("count", "0")] == observed[("count", "1")] == 2
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_decode_replica_sees_a_handed_over_request_as_its_scheduler_would(async_scheduling):
+    """Async scheduling on the decode side (docs/engine.md: a request arriving while step N runs
+    is scheduled in step N + 2; vLLM's engine core adds it, then plans, only after the step in
+    flight, having planned the next already). r1 (1,000 prompt tokens) is handed to the decode
+    replica at its prefill's end h while r0 decodes there. Its blocks are taken when the
+    scheduler first sees it, at the first step start after h (the second, async); its KV then
+    crosses the link in 10 us + 1,000 x 131,072 / 50e9 = 2.63144 ms, and it is scheduled when
+    the scheduler sees it arrived: the first step start after that (the second, async). The
+    step starts are the decode replica's memory rows (step resolution); the rule is checked
+    against them. Async used to be as sync: r1's arrival read as its client's, long before."""
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "cost": "lean",
+            "cache": {"kv_cache_gib": 4},
+            "memory_resolution": "step",
+            "scheduler": {"max_model_len": 4096, "async_scheduling": async_scheduling},
+            "fleet": {"replicas": 2, "prefill_replicas": 1, "link": "infiniband-ndr"},
+        }
+    )
+    result = simulate(cfg, [Request(0, 0.0, 100, 200, 200), Request(1, 0.05, 1000, 5, 5)])
+    decode = result.replica_runs[1]
+    starts = decode.memory["time_s"].to_numpy()
+    r1 = decode.requests.set_index("req_id").loc[1]
+    handed = r1["arrival_time_s"]  # (the decode replica's arrival: the prefill's end)
+    k = 2 if async_scheduling else 1
+
+    def kth_start_after(t: float) -> float:
+        return float(starts[starts > t][k - 1])
+
+    arrived = kth_start_after(handed) + 1e-5 + 1000 * 131_072 / 50e9
+    assert r1["first_scheduled_time_s"] == pytest.approx(kth_start_after(arrived), abs=1e-9)

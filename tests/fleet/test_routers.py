@@ -268,3 +268,61 @@ def test_a_fleet_whose_one_replica_served_nearly_all_is_warned(summary, warned, 
     assert bool(said) is warned, said
     if warned:
         assert said[0].startswith("one replica served ")
+
+
+# Under async scheduling a request handed to a replica reaches its scheduler at the end of the
+# next step; the router still sees it there, as the engine's own num_requests_waiting does. Two
+# requests at t=0 (r0 300 prompt tokens and r1 800, 400 outputs each: by 0.05 s they hold 2 and
+# 4 blocks), then three of 600 tokens at t=0.05, routed at the same instant (none scheduled):
+#   kv_cost: r2 [600/256 + 2 + 3, 600/256 + 4 + 3] = [7.34, 9.34] -> 0;
+#            r3 [(600 + 600)/256 + 2 + 3, 9.34] = [9.69, 9.34] -> 1;
+#            r4 [9.69, (600 + 600)/256 + 4 + 3] = [9.69, 11.69] -> 0.
+#   prefix (no shared tokens; usage [0.98, 0.96]): r2 queues [0, 0] -> scores [1, 1]:
+#            [1.98, 1.96] -> 0; r3 queues [1, 0] -> [0, 1]: [0.98, 1.96] -> 1;
+#            r4 queues [1, 1]: [1.98, 1.96] -> 0.
+# The same as without async scheduling; async, r3 and r4 went to replica 0 (it looked empty).
+@pytest.mark.parametrize("router", ["kv_cost", "prefix"])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_router_sees_requests_an_async_scheduler_has_not_yet(router, async_scheduling):
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096, "async_scheduling": async_scheduling},
+            "fleet": {"replicas": 2, "router": router},
+            "cache": {"block_size_tokens": BLOCK, "kv_cache_bytes": KV_BYTES},
+        }
+    )
+    reqs = [
+        Request(0, 0.0, 300, 400, 400, token_segments=(("a", 300),)),
+        Request(1, 0.0, 800, 400, 400, token_segments=(("b", 800),)),
+        *(Request(i, 0.05, 600, 5, 5, token_segments=((f"c{i}", 600),)) for i in (2, 3, 4)),
+    ]
+    assert simulate(cfg, reqs).requests["replica"].tolist() == [0, 1, 0, 1, 0]
+
+
+def test_kv_cost_counts_the_prompt_a_running_request_has_still_to_prefill():
+    """Dynamo's router counts a request's prefill work from its routing until its prefill ends.
+    512-token chunks: r1 (4,000 tokens at 0.2 s) on replica 1 is in its first chunk when r2
+    (600) arrives at 0.21 s, holding 2 blocks with 0 tokens computed; replica 0's r0 (2,000
+    tokens at 0 s) decodes in 8 blocks (2,000 + its outputs by then <= 2,048):
+        r2: [600/256 + 8 + 3, (4,000 + 600)/256 + 2 + 3] = [13.34, 22.97] -> 0
+    (counting only waiting requests, replica 1 read 600/256 + 2 + 3 = 7.34: r2 went there).
+    r0: tie -> 0; r1: [4,000/256 + 8 + 16, 4,000/256 + 0 + 16] = [39.6, 31.6] -> 1."""
+    data = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "cache": {"block_size_tokens": BLOCK, "kv_cache_bytes": 2 * 2**30},
+        "scheduler": {
+            "max_model_len": 4096,
+            "max_num_batched_tokens": 512,
+            "max_num_seqs": 64,
+        },
+        "fleet": {"replicas": 2, "router": "kv_cost"},
+    }
+    reqs = [
+        Request(0, 0.0, 2000, 400, 400, token_segments=(("a", 2000),)),
+        Request(1, 0.2, 4000, 5, 5, token_segments=(("b", 4000),)),
+        Request(2, 0.21, 600, 5, 5, token_segments=(("c", 600),)),
+    ]
+    assert simulate(config_from_dict(data), reqs).requests["replica"].tolist() == [0, 1, 0]
