@@ -24,7 +24,7 @@ REQUEST_COLUMNS = (
     "beam_width",  # beam-search width (1: none); a v0 group runs max(n, beam_width) sequences
     "num_preemptions",
     "num_cached_tokens",
-    "num_draft_outputs",  # output tokens that were accepted drafts (0 without speculation)
+    "num_draft_outputs",  # output tokens beyond one a step: accepted drafts (0 without drafts)
 )
 # vLLM's per-request latency histograms (vllm/v1/metrics/stats.py), seconds: name -> (end, start)
 LATENCY_INTERVALS = {

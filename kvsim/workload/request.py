@@ -103,10 +103,14 @@ class Request:
             ``scheduled_spec_decode_tokens``; ``StepPlan.add_verify``), 0 when it verifies none.
         verifies_placeholders: those drafts are placeholders no model proposed (a new request
             padded to the verification size), all rejected.
-        num_draft_outputs: output tokens that were accepted drafts (came with a verification's
-            sampled token, not a step of their own; kept across recompute preemption): its
-            output steps are ``num_output_tokens - num_draft_outputs``, vLLM's inter-token
-            latency observations one fewer (one a step's output, ``IterationStats``).
+        num_draft_outputs: output tokens beyond one a step: accepted drafts that came with a
+            verification's sampled token (kept across recompute preemption), so its output
+            steps are ``num_output_tokens - num_draft_outputs``, vLLM's inter-token latency
+            observations one fewer (one a step's output, ``IterationStats``). Where
+            ``max_tokens`` cuts a verification short, every token it kept is counted a draft
+            but one, the step's own: vLLM keeps the first tokens generated, so it counts one
+            more of them a draft where the cut leaves no sampled token (its
+            ``spec_decode_num_accepted_tokens`` are the summary's, not this column's).
         first_scheduled_time_s: start of the first step that scheduled it (seconds).
         first_token_time_s: end of the step that sampled its first output token.
         finish_time_s: end of the step that sampled its last output token.
