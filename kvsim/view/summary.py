@@ -39,7 +39,7 @@ KV_ROWS: tuple[Row, ...] = (
     ("free_pct", "free (% of KV)"),
     ("kv_cache_usage_perc", "kv_cache_usage_perc, mean (0-1)"),
     ("kv_cache_usage_perc_max", "kv_cache_usage_perc, peak (0-1)"),
-    ("kv_cache_full_time_frac", "time with KV full (>= 0.99 used, share of the window)"),
+    ("kv_cache_full_time_frac", "time with KV full (>= 0.99 used, share of the busy time)"),
     ("token_utilization_perc", METRIC_LABELS["token_utilization_perc"]),
 )
 SCHEDULER_ROWS: tuple[Row, ...] = (
