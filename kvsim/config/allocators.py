@@ -28,7 +28,7 @@ POLICY_ARGUMENTS: dict[str, frozenset[str]] = {
         }
     ),
     "radix": frozenset(),
-    "vattention": frozenset({"page_size_bytes", "num_kv_tensors", "watermark"}),
+    "vattention": frozenset({"page_size_bytes", "num_kv_tensors", "watermark", "kv_cache_bytes"}),
 }
 LAYOUTS: dict[str, Layout] = {
     "first_fit": "slabs",  # one contiguous slab per sequence
@@ -88,7 +88,7 @@ def serves_sequence_groups(name: str) -> bool:
 
 
 def vattention_pages(
-    capacity_tokens: int, bytes_per_token: int, page_size_bytes: int, num_kv_tensors: int
+    kv_bytes: int, bytes_per_token: int, page_size_bytes: int, num_kv_tensors: int
 ) -> tuple[int, int]:
     """``(tokens_per_page, num_pages)`` of a vAttention pool (Prabhu et al., ASPLOS'25).
 
@@ -102,7 +102,8 @@ def vattention_pages(
     ``get_num_phys_blocks``).
 
     Args:
-        capacity_tokens: the pool in token slots (``kv bytes // bytes_per_token``).
+        kv_bytes: the KV budget of one GPU, bytes (not rounded to whole tokens first: a row
+            is pages of bytes).
         bytes_per_token: KV bytes of one token on one GPU, all tensors.
         page_size_bytes: physical page size, bytes.
         num_kv_tensors: virtual KV tensors on one GPU.
@@ -123,7 +124,7 @@ def vattention_pages(
             f"page_size_bytes: a {page_size_bytes:,}-byte page holds no token of one KV tensor "
             f"({tensor_bytes:,} bytes); raise it"
         )
-    num_pages = capacity_tokens * bytes_per_token // (page_size_bytes * num_kv_tensors)
+    num_pages = kv_bytes // (page_size_bytes * num_kv_tensors)
     return tokens_per_page, num_pages
 
 

@@ -385,7 +385,7 @@ def _page_rows(config: ConfigParts, page_size_bytes: int) -> int:
     (``vattention_pages``; 0 where such a page holds no token)."""
     try:
         _, rows = vattention_pages(
-            config.capacity_tokens, config.bytes_per_token, page_size_bytes, config.num_kv_tensors
+            config.kv_cache_bytes, config.bytes_per_token, page_size_bytes, config.num_kv_tensors
         )
     except ValueError:
         return 0
@@ -407,7 +407,7 @@ def _no_row_advice(config: ConfigParts) -> str:
     for size in sorted(VATTENTION_PAGE_SIZES, reverse=True):
         if size >= page or _page_rows(config, size) < 1:
             continue
-        tokens_per_page, rows = vattention_pages(config.capacity_tokens, per_token, size, tensors)
+        tokens_per_page, rows = vattention_pages(config.kv_cache_bytes, per_token, size, tensors)
         limit = tokens_per_page * rows
         if limit < MIN_MAX_MODEL_LEN:
             continue

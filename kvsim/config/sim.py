@@ -410,7 +410,7 @@ def _check_blocks(config: SimConfig) -> None:
         tensors = config.num_kv_tensors
         page, per_token = config.cache.page_size_bytes, config.bytes_per_token
         try:
-            _, rows = vattention_pages(config.capacity_tokens, per_token, page, tensors)
+            _, rows = vattention_pages(config.kv_cache_bytes, per_token, page, tensors)
         except ValueError as err:
             raise ValueError(f"cache.{err}") from None
         if rows < 1:

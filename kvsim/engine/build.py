@@ -36,6 +36,7 @@ def allocator_from_config(config: SimConfig) -> Allocator:
     knobs = {
         "capacity_tokens": config.capacity_tokens,
         "bytes_per_token": config.bytes_per_token,
+        "kv_cache_bytes": config.kv_cache_bytes,
         "block_size_tokens": config.cache.block_size_tokens,
         "watermark": args.watermark,
         "reservation": config.cache.reservation,

@@ -13,11 +13,13 @@ import logging
 
 import pytest
 
-from kvsim.base.units import KiB, MiB
+from kvsim.base.units import GiB, KiB, MiB
 from kvsim.config import config_from_dict
 from kvsim.config.allocators import vattention_pages
 from kvsim.core.kv import make_allocator
+from kvsim.engine import simulate
 from kvsim.engine.build import build_parts
+from kvsim.workload.request import Request
 from tests.conftest import forget_warnings, make_request
 
 LLAMA_8B_TOKEN = 2 * 32 * 8 * 128 * 2  # K and V x 32 layers x 8 KV heads x 128 dims x fp16
@@ -26,17 +28,39 @@ OPT_13B_TOKEN = 2 * 40 * 40 * 128 * 2  # 819,200 bytes (800 KiB), the paper's fi
 
 def test_page_geometry_llama_and_opt():
     # Llama-3.1-8B: one tensor's token is 8 x 128 x 2 = 2,048 bytes; 64 tensors (2 x 32 layers).
-    # 2 MiB pages hold 2,097,152 / 2,048 = 1,024 tokens; 16 GiB = 131,072 tokens of 128 KiB make
+    # 2 MiB pages hold 2,097,152 / 2,048 = 1,024 tokens; 16 GiB (131,072 tokens of 128 KiB) make
     # 16 GiB / (2 MiB x 64) = 128 page rows = 128 x 1,024 = 131,072 slots: no remainder.
-    assert vattention_pages(131_072, LLAMA_8B_TOKEN, 2 * MiB, 64) == (1024, 128)
+    assert vattention_pages(16 * GiB, LLAMA_8B_TOKEN, 2 * MiB, 64) == (1024, 128)
     # 64 KiB pages: 65,536 / 2,048 = 32 tokens, 16 GiB / (64 KiB x 64) = 4,096 rows
-    assert vattention_pages(131_072, LLAMA_8B_TOKEN, 64 * KiB, 64) == (32, 4096)
+    assert vattention_pages(16 * GiB, LLAMA_8B_TOKEN, 64 * KiB, 64) == (32, 4096)
     # OPT-13B: one tensor's token is 40 x 128 x 2 = 10,240 bytes; 64 KiB / 10,240 = 6.4 -> 6
-    # tokens a page. 12 GiB holds 12 x 2^30 // 819,200 = 15,728 slots; its bytes
-    # 15,728 x 819,200 = 12,884,377,600 make 12,884,377,600 // (65,536 x 80) = 2,457 rows.
-    assert vattention_pages(15_728, OPT_13B_TOKEN, 64 * KiB, 80) == (6, 2457)
-    # 2 MiB: 2,097,152 / 10,240 = 204.8 -> 204 tokens; 12,884,377,600 // (2 MiB x 80) = 76 rows
-    assert vattention_pages(15_728, OPT_13B_TOKEN, 2 * MiB, 80) == (204, 76)
+    # tokens a page. 12 GiB = 12,884,901,888 bytes make 12,884,901,888 // (65,536 x 80) =
+    # 2,457 rows (2,457.6).
+    assert vattention_pages(12 * GiB, OPT_13B_TOKEN, 64 * KiB, 80) == (6, 2457)
+    # 2 MiB: 2,097,152 / 10,240 = 204.8 -> 204 tokens; 12 GiB // (2 MiB x 80) = 76 rows (76.8)
+    assert vattention_pages(12 * GiB, OPT_13B_TOKEN, 2 * MiB, 80) == (204, 76)
+
+
+def test_page_rows_divide_the_kv_bytes_not_the_whole_tokens():
+    """vAttention sizes its pool from the KV bytes over the page size (``get_num_phys_blocks``).
+    OPT-13B with 64 KiB pages: a row is 80 x 64 KiB = 5 MiB. 20 MiB is 4 rows of 6 tokens, 24
+    slots; rounded down to whole tokens first (20 MiB // 819,200 = 25 slots = 20,000 KiB) it
+    read 3 rows (20,000 KiB // 5,120 KiB). 5 GiB is 1,024 rows (it read 1,023)."""
+    assert vattention_pages(20 * MiB, OPT_13B_TOKEN, 64 * KiB, 80) == (6, 4)
+    assert vattention_pages(5 * GiB, OPT_13B_TOKEN, 64 * KiB, 80) == (6, 1024)
+    # the run: one request of 10 prompt + 2 output tokens holds 11 slots in 2 pages of 6 (12):
+    # kv_cache_usage_perc 12 / 24 = 0.5 at its only step
+    config = config_from_dict(
+        {
+            "model": "opt-13b",
+            "cache": {"allocator": "vattention", "page_size_bytes": 64 * KiB},
+            "scheduler": {"max_model_len": 18},
+        },
+        {"cache.kv_cache_bytes": 20 * MiB},
+    )
+    summary = simulate(config, [Request(0, 0.0, 10, 2, 2)]).summary
+    assert summary["num_gpu_blocks"] == 4
+    assert summary["kv_cache_usage_perc"] == pytest.approx(0.5)
 
 
 def test_a_page_smaller_than_one_token_is_an_error():

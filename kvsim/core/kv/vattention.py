@@ -46,6 +46,8 @@ class VAttentionAllocator(PagedAllocator):
         num_kv_tensors: virtual KV tensors on one GPU (``2 * layers``; ``layers`` for an MLA
             latent), ``kvsim.config.hardware.kv_tensors_per_gpu``.
         watermark: share of the pool vLLM v0's admission keeps free (``PagedAllocator``).
+        kv_cache_bytes: the KV budget, bytes, that the page rows divide (``None``:
+            ``capacity_tokens * bytes_per_token``, the budget rounded down to whole tokens).
 
     Attributes:
         tokens_per_page: tokens one page of one tensor holds (``block_size_tokens``).
@@ -64,13 +66,15 @@ class VAttentionAllocator(PagedAllocator):
         page_size_bytes: int = 2 * MiB,
         num_kv_tensors: int = 2,
         watermark: float = 0.0,
+        kv_cache_bytes: int | None = None,
     ) -> None:
+        kv_bytes = capacity_tokens * bytes_per_token if kv_cache_bytes is None else kv_cache_bytes
         tokens_per_page, num_pages = vattention_pages(
-            capacity_tokens, bytes_per_token, page_size_bytes, num_kv_tensors
+            kv_bytes, bytes_per_token, page_size_bytes, num_kv_tensors
         )
         if num_pages < 1:
             raise ValueError(
-                f"page_size_bytes: the {capacity_tokens * bytes_per_token:,}-byte KV pool holds "
+                f"page_size_bytes: the {kv_bytes:,}-byte KV pool holds "
                 f"no row of {num_kv_tensors} pages of {page_size_bytes:,} bytes; lower the page "
                 "size or raise the KV budget"
             )
