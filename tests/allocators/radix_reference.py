@@ -111,15 +111,18 @@ class NaiveRadixAllocator(Allocator):
         return path, pos, 0
 
     def _split(self, child: RadixNode, at: int) -> RadixNode:
-        """Split ``child``'s edge after ``at`` tokens; return the new upper node."""
+        """Split ``child``'s edge after ``at`` tokens; return the new upper node. SGLang's
+        ``_match_prefix_helper`` and ``_insert_helper`` stamp the node they reach before they
+        split it, and the new upper node is made now: both halves are stamped now."""
         parent = child.parent
         assert parent is not None, "the root is never split"
         assert 0 < at < len(child.key), "split inside an edge only"
         upper = RadixNode(
-            child.key[:at], parent, {child.key[at]: child}, child.lock_ref, child.last_access
+            child.key[:at], parent, {child.key[at]: child}, child.lock_ref, self._clock
         )
         parent.children[child.key[0]] = upper
         child.key, child.parent = child.key[at:], upper
+        child.last_access = self._clock
         return upper
 
     def _lock(self, node: RadixNode, delta: int) -> None:

@@ -84,6 +84,34 @@ def test_lru_leaf_is_evicted_first():
     a.check_invariants()
 
 
+def test_a_split_stamps_the_lower_half_now_as_sglangs_match_does():
+    """SGLang's ``_match_prefix_helper`` stamps the node a match reaches before splitting it,
+    so the part of it the match did not use is as recent as the match. A (40 tokens "a") and B
+    (40 "b") are freed in turn on a 100-slot pool; C (20 of A's tokens, 10 of its own) splits
+    A's leaf at 20 and is freed: leaves A[20:40] (stamped at C's match), B (older), C's own.
+    The tree caches 40 + 40 + 10 = 90 tokens, 10 slots are truly free. D (30 unshared tokens)
+    needs 20 more: the least recent leaf goes, B (40 tokens), not A's lower half. E then
+    finds 39 of A's 40 tokens (its last token is computed). With A's old stamp kept on the
+    lower half, A[20:40] (20 tokens) went instead, and E found 20."""
+    a = RadixAllocator(capacity_tokens=100)
+    first, second = req(1, [(("a", 0), 40)], 0), req(2, [(("b", 0), 40)], 0)
+    admit(a, first, 40)
+    a.free(1)
+    admit(a, second, 40)
+    a.free(2)
+    third = req(3, [(("a", 0), 20), (("c", 0), 10)], 0)
+    assert a.find_cached_prefix(third).num_tokens == 20
+    admit(a, third, 30)
+    a.free(3)
+    assert (a.num_free_tokens, a.cached_tokens) == (100, 90)  # (all evictable)
+    fourth = req(4, [(("d", 0), 30)], 0)
+    admit(a, fourth, 30)  # 10 truly free: 20 more evicted, the least recent leaf: B's 40
+    assert a.num_evicted_tokens == 40
+    fifth = req(5, [(("a", 0), 40)], 0)
+    assert a.find_cached_prefix(fifth).num_tokens == 39
+    a.check_invariants()
+
+
 def test_groups_are_refused_with_a_clear_error():
     a = RadixAllocator(capacity_tokens=64)
     group = Request(1, 0.0, 4, 4, 4, n=2)

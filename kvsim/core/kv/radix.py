@@ -28,8 +28,9 @@ token), a decode step widens the leaf's last run, and no table of token or segme
 with the requests seen (the tree and the live requests hold all there is). Evictable leaves
 (unlocked, childless) sit in a heap keyed by last access, pushed whenever a node becomes one
 and checked when popped (lazy invalidation), so an eviction costs O(log n) per leaf instead of a
-walk of the whole tree. Two leaves never share a last-access stamp (a stamp is written along one
-root path only), so the heap pops leaves in the order a full sort would.
+walk of the whole tree. Two unlocked leaves never share a last-access stamp (a stamp is written
+along one root path only; a split also stamps the edge's lower half, beside a leaf the
+splitting request locks), so the heap pops leaves in the order a full sort would.
 
 Steady decoders (``span_layout = "blocks"`` of one token: ``kvsim.core.scheduler.running``) take
 their slots in bulk (``take_pooled``: counters, clock ticks and evictions of one ``allocate`` per
@@ -236,7 +237,11 @@ class RadixAllocator(Allocator):
         return path, pos, 0, None
 
     def _split(self, child: RadixNode, at: int) -> RadixNode:
-        """Split ``child``'s edge after ``at`` tokens; return the new upper node."""
+        """Split ``child``'s edge after ``at`` tokens; return the new upper node. A split is
+        made by a lookup or an insertion reaching into the edge, which (SGLang's
+        ``_match_prefix_helper``, ``_insert_helper``) stamps the node it reaches before
+        splitting it: both halves are stamped now, the lower one refiled if it is an
+        eviction candidate."""
         parent = child.parent
         assert parent is not None, "the root is never split"
         assert 0 < at < child.length, "split inside an edge only"
@@ -258,10 +263,13 @@ class RadixAllocator(Allocator):
             parent,
             {(seg, cut): child},
             child.lock_ref,
-            child.last_access,
+            self._clock,
         )
         parent.children[first] = upper
         child.runs, child.length, child.parent = lower_runs, child.length - at, upper
+        child.last_access = self._clock
+        if child.lock_ref == 0 and not child.children:  # (its heap entry is stale now)
+            self._push(child)
         self._num_nodes += 1
         self._version += 1
         return upper
