@@ -197,7 +197,7 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     if workload.arrival != "gamma":
         why = f"cv shapes gamma arrivals only, and arrival is {workload.arrival!r}"
         yield _workload_field(config, "cv", ("workload.arrival",), why)
-    if workload.beam_width == 1:
+    if workload.beam_width == 1 and workload.trace is None:  # (a trace's rows may beam)
         why = "beam_branch_tokens shapes beam search only, and beam_width is 1"
         yield _workload_field(config, "beam_branch_tokens", ("workload.beam_width",), why)
     source = workload.length_source

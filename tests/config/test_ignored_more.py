@@ -389,3 +389,17 @@ def test_a_knob_of_the_base_allocator_that_every_replica_replaces_is_warned(capl
         "cache.block_size_tokens = 32 has no effect: allocator 'first_fit' has no blocks (the "
         "field applies to paged)"
     ]
+
+
+def test_beam_branch_tokens_over_a_trace_is_not_called_moot(tmp_path, caplog) -> None:
+    """A trace's rows may carry their own beam_width (kvsim's CSV column), which the config's
+    beam_width = 1 does not show: beam_branch_tokens is read there, so it is not warned of;
+    without a trace it still is."""
+    trace = tmp_path / "beams.csv"
+    trace.write_text("prompt_tokens,output_tokens,beam_width\n10,5,3\n")
+    workload = {"trace": str(trace), "beam_branch_tokens": 5.0}
+    config_from_dict({"scheduler": {"engine": "vllm-v0"}, "workload": workload})
+    assert moot_warnings(caplog) == []
+    config_from_dict({"scheduler": {"engine": "vllm-v0"}, "workload": {"beam_branch_tokens": 5.0}})
+    (message,) = moot_warnings(caplog)
+    assert "workload.beam_branch_tokens = 5.0 has no effect" in message
