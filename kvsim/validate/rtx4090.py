@@ -50,6 +50,8 @@ ASSUMED: dict[tuple[str, str], object] = {
     ("scheduler_config", "long_prefill_token_threshold"): 0,
     ("scheduler_config", "max_num_partial_prefills"): 1,
     ("cache_config", "cache_dtype"): "auto",
+    ("model_config", "dtype"): "torch.bfloat16",  # (the preset's weights and KV)
+    ("model_config", "quantization"): None,
     ("cache_config", "sliding_window"): None,
     ("parallel_config", "pipeline_parallel_size"): 1,
     ("parallel_config", "data_parallel_size"): 1,

@@ -94,8 +94,8 @@ def test_rtx4090_timestamps_and_settings_by_hand(tmp_path: Path) -> None:
 
 def test_rtx4090_settings_the_replay_does_not_model_are_noted(tmp_path: Path, caplog) -> None:
     """vLLM's defaults (chunked prefill on, FCFS, no speculative decoding) are what the replay
-    assumes: a run at them gets no extra note; one that sets priority scheduling, an fp8 KV cache
-    or a speculative config gets a note (and a warning) for each."""
+    assumes: a run at them gets no extra note; one that sets priority scheduling, an fp8 KV cache,
+    quantized weights or a speculative config gets a note (and a warning) for each."""
     import json
     import logging
 
@@ -106,6 +106,7 @@ def test_rtx4090_settings_the_replay_does_not_model_are_noted(tmp_path: Path, ca
     meta["resolved_config"] = {
         "scheduler_config": {"async_scheduling": True, "policy": "priority"},
         "cache_config": {"cache_dtype": "fp8", "sliding_window": None},
+        "model_config": {"dtype": "torch.bfloat16", "quantization": "awq"},
         "parallel_config": {"pipeline_parallel_size": 1},
         "speculative_config": {"method": "eagle3", "num_speculative_tokens": 3},
         "kv_transfer_config": None,
@@ -118,9 +119,11 @@ def test_rtx4090_settings_the_replay_does_not_model_are_noted(tmp_path: Path, ca
         "(it assumes 'fcfs')",
         "the run sets cache_config.cache_dtype = 'fp8', which the replay does not model "
         "(it assumes 'auto')",
+        "the run sets model_config.quantization = 'awq', which the replay does not model "
+        "(it assumes None)",
         "the run sets speculative_config, which the replay does not model",
     )
-    assert len([r for r in caplog.records if "does not model" in r.getMessage()]) == 3
+    assert len([r for r in caplog.records if "does not model" in r.getMessage()]) == 4
 
 
 def test_rtx4090_prompts_share_exactly_their_common_full_blocks(tmp_path: Path) -> None:
