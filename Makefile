@@ -101,7 +101,7 @@ experiments: $(EXPERIMENTS) offload offload-disk
 OFFLOAD_TRACE = $${KVSIM_DATA:-$(CURDIR)/../shared/data/traces}/mooncake_conversation.jsonl
 offload offload-disk: $(STAMP)
 	@if [ -f "$(OFFLOAD_TRACE)" ]; then name=$@; else name=$@-synthetic; \
-	  echo "$@: no $(OFFLOAD_TRACE) (kvsim data fetch); running experiments/$$name.toml"; fi; \
+	  echo "$@: no $(OFFLOAD_TRACE) (set KVSIM_DATA to the traces' folder, or kvsim data fetch); running experiments/$$name.toml"; fi; \
 	$(KVSIM) sweep experiments/$$name.toml -j $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(SWEEP_FLAGS) && \
 	$(KVSIM) plot $(RESULTS_ROOT)/$$name && \
 	$(PY) -c "from kvsim.study.offload_figure import save_offload_figure as s; print(s('$(RESULTS_ROOT)/$$name'))"

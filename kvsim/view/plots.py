@@ -249,6 +249,10 @@ def log_axis(ax: Axes, which: str, values: np.ndarray, *, zero: bool = False) ->
     axis.set_minor_formatter(NullFormatter())
 
 
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+SERIES_DASHES = ("-", "--", ":", "-.")
+
+
 @styled
 def metric_vs(
     table: pd.DataFrame,
@@ -280,10 +284,18 @@ def metric_vs(
     shown = display_unit(x)  # (bandwidths in GB/s, as the axis label says)
     divisor = shown[0] if shown else 1.0
     groups = table.groupby(hue, sort=False) if hue else [("", table)]
-    for name, group in groups:
+    for i, (name, group) in enumerate(groups):
         g = group.sort_values(x)
+        # each line its own marker and dash, later ones smaller: lines that coincide (two
+        # drafters of one acceptance length) stay visible on top of each other
+        marker, dash = (
+            SERIES_MARKERS[i % len(SERIES_MARKERS)],
+            SERIES_DASHES[i % len(SERIES_DASHES)],
+        )
+        size = 7.0 - 1.5 * (i % 3)
         for ax, metric in zip(axes, metrics, strict=True):
-            ax.plot(g[x] / divisor, g[metric], marker="o", label=str(name) if hue else None)
+            label = str(name) if hue else None
+            ax.plot(g[x] / divisor, g[metric], marker=marker, ls=dash, ms=size, label=label)
     xs = table[x].to_numpy(dtype=float) / divisor
     whole = bool(np.all(xs[np.isfinite(xs)] % 1 == 0))
     for ax, metric in zip(axes, metrics, strict=True):
