@@ -93,15 +93,16 @@ def test_contiguous_prompt_plus_2048_slab_is_43_percent_used_at_the_end():
 def test_a_drafters_weights_come_out_of_the_derived_kv_budget():
     """vLLM loads the drafter beside the target before it sizes the KV cache: 1e9 drafter
     parameters in bf16 (2 bytes) take 2e9 bytes at TP 1 and 1e9 bytes on each GPU at TP 2 (the
-    drafter split as the target is); an explicit budget is not moved, and without speculative
+    drafter split as the target is over the tensor-parallel GPUs); over 2 pipeline stages all
+    2e9 bytes sit on the last one (vLLM builds the speculator on the last stage alone), whose
+    smaller budget every stage takes. An explicit budget is not moved, and without speculative
     tokens the drafter is not loaded."""
     base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "scheduler": {"max_model_len": 8192}}
     spec = {"num_speculative_tokens": 3, "acceptance_rate": 0.7, "draft_num_params": 10**9}
-    for tp, per_gpu in ((1, 2 * 10**9), (2, 10**9)):
-        plain = config_from_dict({**base, "parallel": {"tensor_parallel_size": tp}})
-        drafted = config_from_dict(
-            {**base, "parallel": {"tensor_parallel_size": tp}, "speculative": spec}
-        )
+    for tp, pp, per_gpu in ((1, 1, 2 * 10**9), (2, 1, 10**9), (1, 2, 2 * 10**9)):
+        parallel = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp}
+        plain = config_from_dict({**base, "parallel": parallel})
+        drafted = config_from_dict({**base, "parallel": parallel, "speculative": spec})
         assert drafted.weight_bytes_per_gpu - plain.weight_bytes_per_gpu == per_gpu
         assert plain.kv_cache_bytes - drafted.kv_cache_bytes == per_gpu
     explicit = {**base, "cache": {"kv_cache_gib": 4}}

@@ -526,7 +526,12 @@ def kv_tensors_per_gpu(model: ModelSpec, parallel: ParallelConfig, draft_kv_laye
 
 
 def weight_bytes_per_gpu(model: ModelSpec, parallel: ParallelConfig, draft_params: int = 0) -> int:
-    """Weights one GPU holds: an even share over ``world_size`` GPUs of ``weight_bytes`` and of a
-    speculative drafter's ``draft_params`` in the model's dtype (vLLM loads the drafter beside
-    the target, split as the target is, before it sizes the KV cache)."""
-    return cdiv(model.weight_bytes + draft_params * model.dtype_bytes, parallel.world_size)
+    """Weights the GPU that holds the most holds: an even share over ``world_size`` GPUs of
+    ``weight_bytes``, and a speculative drafter's ``draft_params`` in the model's dtype split over
+    the tensor-parallel GPUs of the last pipeline stage alone (vLLM 0.34.0 loads the drafter
+    beside the target before it sizes the KV cache, on the last stage only:
+    ``vllm/v1/worker/gpu/model_runner.py`` builds the speculator ``if self.is_last_pp_rank``;
+    every stage then takes the fewest blocks any stage fits)."""
+    stages = parallel.pipeline_parallel_size
+    drafter = draft_params * model.dtype_bytes * stages  # (over world_size: / TP on one stage)
+    return cdiv(model.weight_bytes + drafter, parallel.world_size)
