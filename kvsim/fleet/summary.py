@@ -138,7 +138,7 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
     prefix hits and the tokens the connector pulled (``kv_transfer_received_tokens``: external
     ``p2p`` hits); ``kv_connector_queries`` counts the tokens each side asked its connector
     for (``Scheduler.schedule``: the prompt less the local hits; a prefill instance's go
-    unanswered). A decode replica's frontend reports each request's cached tokens as the
+    unanswered, or with a CPU tier are the tier's lookups, counted there). A decode replica's frontend reports each request's cached tokens as the
     prefill side found them (``Results.remote_cached_tokens``: vLLM's
     ``remote_prefill_cached_tokens``), which ``request_prefill_kv_computed_tokens`` observes."""
     out = []
@@ -191,7 +191,11 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
         elif replica.role == "prefill":
             asked = cols["prompt_tokens"] - cols["num_cached_tokens"]
             results.summary["kv_transfer_received_tokens"] = 0
-            results.summary["kv_connector_queries"] = int(np.sum(asked))
+            # with a CPU tier the one (multi-)connector lookup an admission makes is the
+            # tier's, counted in external_prefix_cache_queries already (vLLM records the
+            # connector's prefix-cache stats once an admission: Scheduler.schedule)
+            tiered = "cpu_tier_blocks" in results.summary
+            results.summary["kv_connector_queries"] = 0 if tiered else int(np.sum(asked))
         keep_step_counts(results, engine)
         out.append(results)
     return out

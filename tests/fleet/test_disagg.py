@@ -411,3 +411,33 @@ def test_a_decode_replica_sees_a_handed_over_request_as_its_scheduler_would(asyn
 
     arrived = kth_start_after(handed) + 1e-5 + 1000 * 131_072 / 50e9
     assert r1["first_scheduled_time_s"] == pytest.approx(kth_start_after(arrived), abs=1e-9)
+
+
+def test_a_prefill_replica_with_a_cpu_tier_counts_its_connector_queries_once():
+    """vLLM records the connector's prefix-cache stats once an admission (``Scheduler.
+    schedule``): with NIXL and a CPU tier behind one multi-connector, a prefill replica's
+    queries are its prompt tokens less its GPU hits, once (they were counted once for the CPU
+    tier and again as tokens asked of NIXL). Two turns of one conversation, 2 GiB of CPU tier."""
+    from kvsim.results.prometheus import prometheus_snapshot
+
+    cfg = config_from_dict(
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "h100-80gb",
+            "scheduler": {"max_model_len": 4096},
+            "fleet": {"replicas": 2, "prefill_replicas": 1},
+            "offload": {"kv_offloading_size": 2},
+        }
+    )
+    first = Request(0, 0.0, 300, 20, 20, token_segments=(("a", 300),))
+    second = Request(1, 5.0, 400, 20, 20, token_segments=(("a", 300), ("b", 100)))
+    result = simulate(cfg, [first, second])
+    prefill = result.replica_runs[0]
+    prompts = int(prefill.requests["prompt_tokens"].sum())  # 700
+    gpu_hits = int(prefill.summary["prefix_cache_hits"])
+    text = prometheus_snapshot(result)
+    line = next(
+        ln for ln in text.splitlines() if ln.startswith("vllm:external_prefix_cache_queries_total")
+    )
+    assert 'engine="0"' in line
+    assert float(line.rsplit(" ", 1)[1]) == prompts - gpu_hits
