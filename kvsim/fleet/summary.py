@@ -138,7 +138,8 @@ def replica_results(fleet: Fleet, served: Columns, prefilled: Columns | None) ->
     prefix hits and the tokens the connector pulled (``kv_transfer_received_tokens``: external
     ``p2p`` hits); ``kv_connector_queries`` counts the tokens each side asked its connector
     for (``Scheduler.schedule``: the prompt less the local hits; a prefill instance's go
-    unanswered, or with a CPU tier are the tier's lookups, counted there). A decode replica's frontend reports each request's cached tokens as the
+    unanswered, or with a CPU tier are the tier's lookups, counted there). A decode replica's
+    frontend reports each request's cached tokens as the
     prefill side found them (``Results.remote_cached_tokens``: vLLM's
     ``remote_prefill_cached_tokens``), which ``request_prefill_kv_computed_tokens`` observes."""
     out = []
