@@ -601,3 +601,25 @@ def test_throughput_counts_client_requests(client_run: Results) -> None:
         summary = simulate(config).summary
         assert summary["num_requests"] == rows
         assert summary["throughput_requests_per_s"] == pytest.approx(10 / summary["duration_s"])
+
+
+def test_goodput_counts_client_requests_and_a_fleet_of_one_agrees() -> None:
+    """20 requests of n = 4 under vllm-v1 (80 sample rows) with a TTFT target every one meets:
+    the throughput and the goodput are both 20 / duration_s (the goodput counted the 80
+    samples, four times the throughput), and a fleet of one replica reports the same (its
+    throughput counted samples too)."""
+    from kvsim.fleet import simulate as fleet_simulate
+
+    data = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "scheduler": {"max_model_len": 4096},
+        "workload": {"lengths": "alpaca_like", "n": 4, "num_requests": 20, "rate_per_s": 2.0},
+        "slo": {"time_to_first_token_seconds": 60.0},
+    }
+    for fleet in (None, {"replicas": 1}):
+        config = config_from_dict({**data, **({"fleet": fleet} if fleet else {})})
+        summary = fleet_simulate(config).summary
+        assert summary["slo_attainment"] == 1.0
+        assert summary["throughput_requests_per_s"] == pytest.approx(20 / summary["duration_s"])
+        assert summary["goodput_requests_per_s"] == pytest.approx(20 / summary["duration_s"])

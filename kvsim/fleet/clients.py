@@ -4,7 +4,9 @@ Closed loop follows ``vllm bench serve --max-concurrency``: at most ``max_concur
 are in flight, one per user, each sent at the later of its arrival time and the moment its user
 is free. A user takes a whole session (a conversation's turns, in workload order; a request
 without a session is a session of its own) and is free ``think_time_s`` after its request
-finished. SimPy processes: one for open loop, one per user for closed loop.
+finished. A client request of ``n > 1`` (vLLM v1 fans it out into samples sharing a
+``parent_id``) is one request of its user: its samples are sent together, and the user is free
+once the last has finished. SimPy processes: one for open loop, one per user for closed loop.
 """
 
 from __future__ import annotations
@@ -32,20 +34,29 @@ def open_loop(
         send(row, req)
 
 
-def sessions_of(requests: Sequence[Request]) -> list[list[int]]:
-    """Rows grouped by ``session_id`` in the order of each session's first request; a request
-    without a session is one alone."""
-    groups: dict[int, list[int]] = {}
-    out: list[list[int]] = []
+def sessions_of(requests: Sequence[Request]) -> list[list[list[int]]]:
+    """The client requests, each as its rows (a fanned-out request's samples, those sharing its
+    ``parent_id``; else one row), grouped by ``session_id`` in the order of each session's first
+    request; a request without a session is one alone."""
+    groups: dict[int, list[list[int]]] = {}
+    clients: dict[int, list[int]] = {}  # parent_id -> its samples' rows
+    out: list[list[list[int]]] = []
     for row, req in enumerate(requests):
+        parent = req.parent_id
+        if parent is not None and parent in clients:
+            clients[parent].append(row)
+            continue
+        client = [row]
+        if parent is not None:
+            clients[parent] = client
         if req.session_id is None:
-            out.append([row])
+            out.append([client])
             continue
         group = groups.get(req.session_id)
         if group is None:
             group = groups[req.session_id] = []
             out.append(group)
-        group.append(row)
+        group.append(client)
     return out
 
 
@@ -87,13 +98,17 @@ class ClosedLoop:
         env = self.env
         free_s = 0.0
         while self._sessions:
-            for row in self._sessions.popleft():
-                req = self.requests[row]
-                delay = max(req.arrival_time_s, free_s) - env.now
+            for rows in self._sessions.popleft():
+                delay = max(self.requests[rows[0]].arrival_time_s, free_s) - env.now
                 if delay > 0:
                     yield env.timeout(delay)
-                done = self._done[row] = env.event()
-                req.arrival_time_s = env.now  # sent now: its latencies count from here
-                self.send(row, req)
-                yield done
+                done = []
+                for row in rows:  # (a fanned-out request's samples, sent together)
+                    done.append(env.event())
+                    self._done[row] = done[-1]
+                for row in rows:
+                    req = self.requests[row]
+                    req.arrival_time_s = env.now  # sent now: its latencies count from here
+                    self.send(row, req)
+                yield env.all_of(done)
                 free_s = env.now + self.think_time_s

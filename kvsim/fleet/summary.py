@@ -27,7 +27,13 @@ from kvsim.engine.intake import Rejected
 from kvsim.engine.simulate import engine_counters, engine_memory_columns, keep_step_counts
 from kvsim.fleet.fleet import Fleet
 from kvsim.results import Results, build_results
-from kvsim.results.metrics import Columns, generated_tokens, latency_stats, output_tokens
+from kvsim.results.metrics import (
+    Columns,
+    client_request_count,
+    generated_tokens,
+    latency_stats,
+    output_tokens,
+)
 from kvsim.results.money import money_summary, price_or_none
 from kvsim.results.saturation import past_saturation
 from kvsim.results.tables import engine_summary, request_table_columns
@@ -252,7 +258,8 @@ def fleet_summary(
     out["generation_tokens_total"] = generated_tokens(requests)
     out["prefix_cached_tokens_total"] = int(np.sum(requests["num_cached_tokens"]))
     out["duration_s"] = duration
-    out["throughput_requests_per_s"] = num / duration if duration > 0 else np.nan
+    clients = client_request_count(requests)  # (a request of n > 1 once)
+    out["throughput_requests_per_s"] = clients / duration if duration > 0 else np.nan
     tokens = output_tokens(requests)
     out["throughput_output_tokens_per_s"] = tokens / duration if duration > 0 else np.nan
     out.update(latency_stats(requests))

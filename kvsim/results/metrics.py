@@ -267,13 +267,15 @@ def sequences(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
     return np.maximum(samples(requests), width)
 
 
-def client_request_count(requests: pd.DataFrame | Columns) -> int:
-    """Requests as their clients sent them (``vllm bench serve``'s completed requests): a vLLM
-    v1 request of ``n > 1`` is its samples' rows, those sharing its ``parent_id``; any other row
-    is one (a v0 sequence group, all its samples; every row of a table without the column)."""
+def client_of(requests: pd.DataFrame | Columns) -> npt.NDArray[np.int64]:
+    """Each row's client request as an index ``0 .. clients - 1`` (``vllm bench serve``'s
+    requests): a vLLM v1 request of ``n > 1`` is its samples' rows, those sharing its
+    ``parent_id``; any other row is one (a v0 sequence group, all its samples; every row of a
+    table without the column)."""
     requests = _columns(requests)
+    rows = _num_rows(requests)
     if "parent_id" not in requests:
-        return _num_rows(requests)
+        return np.arange(rows, dtype=np.int64)
     column = requests["parent_id"]  # (a run's: masked where no parent; a table's: NaN or NA)
     if isinstance(column, np.ma.MaskedArray):
         alone = np.ma.getmaskarray(column)
@@ -284,7 +286,16 @@ def client_request_count(requests: pd.DataFrame | Columns) -> int:
         alone = np.asarray(pd.isna(column), dtype=np.bool_)
         values = np.zeros(len(alone), dtype=np.float64)
         values[~alone] = np.asarray(column, dtype=object)[~alone].astype(np.float64)
-    return int(np.count_nonzero(alone)) + int(np.unique(values[~alone]).size)
+    # a sample is keyed by its parent, a row alone by itself (parents and rows kept apart)
+    keys = np.where(alone, -1.0 - np.arange(rows), values)
+    _, index = np.unique(keys, return_inverse=True)
+    return np.asarray(index, dtype=np.int64).reshape(rows)
+
+
+def client_request_count(requests: pd.DataFrame | Columns) -> int:
+    """Requests as their clients sent them (``client_of``)."""
+    index = client_of(requests)
+    return int(index.max()) + 1 if index.size else 0
 
 
 def generated_tokens(requests: pd.DataFrame | Columns) -> int:

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsim.base.say_once import warn_once
-from kvsim.results.metrics import output_tokens
+from kvsim.results.metrics import client_of, output_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +66,14 @@ def money_summary(
         usd_per_hour: what its GPUs cost per hour, or ``None`` (no price known).
         targets: per-request targets, metric -> bound in seconds (``SloSpec.targets``).
     """
-    num = len(requests["output_tokens"])
-    good = int(meets_targets(requests, targets).sum()) if num else 0
+    # a client request (a v1 request of n > 1: its samples) meets the targets when every row
+    # of it does
+    clients = client_of(requests)
+    num = int(clients.max()) + 1 if clients.size else 0
+    meets = meets_targets(requests, targets)
+    missed = np.zeros(num, dtype=np.int64)
+    np.add.at(missed, clients, ~np.asarray(meets, dtype=np.bool_))
+    good = int(np.count_nonzero(missed == 0)) if num else 0
     tokens = float(output_tokens(requests)) if num else 0.0  # (what the clients receive)
     nan = math.nan
     rate = usd_per_hour if usd_per_hour is not None else nan

@@ -62,7 +62,7 @@ def test_a_user_takes_a_whole_session_in_order():
         Request(2, 0.0, 100, 5, 5, session_id=7),
         Request(3, 0.0, 100, 5, 5, session_id=9),
     ]
-    assert sessions_of(reqs) == [[0, 2], [1, 3]]
+    assert sessions_of(reqs) == [[[0], [2]], [[1], [3]]]
     sent = simulate(_config(1, 0.25), reqs).requests["arrival_time_s"].tolist()
     assert sent[0] < sent[2] < sent[1] < sent[3]
 
@@ -77,3 +77,39 @@ def test_closed_loop_on_a_fleet_routes_every_request():
 def test_think_time_without_users_is_one_clear_error():
     with pytest.raises(ValueError, match=r"think_time_s .* set max_concurrency"):
         config_from_dict({"workload": {"think_time_s": 1.0}})
+
+
+def test_a_request_of_n_samples_is_one_request_of_its_user():
+    """``vllm bench serve --max-concurrency 1`` with ``n = 4``: a user sends a request, vLLM v1
+    fans it out into 4 samples that run together, and the user's next request leaves when the
+    last sample has finished. Three such requests, all due at t=0, no think time: rows 0-3 go at
+    0, rows 4-7 at the end of the first request's samples, rows 8-11 at the end of the second's;
+    4 samples run at once at most, and the throughput is 3 client requests over the run
+    (its samples were sent one at a time, 12 requests of one user)."""
+    table: dict[str, object] = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-80gb",
+        "cache": {"kv_cache_gib": 4},
+        "scheduler": {"max_model_len": 4096},
+        "workload": {
+            "lengths": "fixed",
+            "fixed_prompt_tokens": 200,
+            "fixed_output_tokens": 20,
+            "n": 4,
+            "num_requests": 3,
+            "rate_per_s": 100.0,
+            "max_concurrency": 1,
+        },
+    }
+    results = simulate(config_from_dict(table))
+    rows = results.requests.sort_values("req_id")
+    sent, finish = rows["arrival_time_s"].to_numpy(), rows["finish_time_s"].to_numpy()
+    assert len(rows) == 12
+    for k in range(3):
+        assert (sent[4 * k : 4 * k + 4] == sent[4 * k]).all()
+    assert sent[0] == 0.0
+    assert sent[4] == pytest.approx(finish[0:4].max(), abs=1e-12)
+    assert sent[8] == pytest.approx(finish[4:8].max(), abs=1e-12)
+    summary = results.summary
+    assert summary["num_requests_running_max"] == 4
+    assert summary["throughput_requests_per_s"] == pytest.approx(3 / summary["duration_s"])
