@@ -200,6 +200,15 @@ def _moot_fields(config: ConfigParts, data: dict[str, Any]) -> Iterator[Moot]:
     if workload.beam_width == 1 and workload.trace is None:  # (a trace's rows may beam)
         why = "beam_branch_tokens shapes beam search only, and beam_width is 1"
         yield _workload_field(config, "beam_branch_tokens", ("workload.beam_width",), why)
+    if workload.num_turns == 1 and workload.trace is None:  # (a trace's sessions read it)
+        why = "turn_gap_s spaces a conversation's turns, and num_turns is 1 (no trace sessions)"
+        yield _workload_field(config, "turn_gap_s", ("workload.num_turns", "workload.trace"), why)
+    if all(c.engine_args.engine == "vllm-v1" for c in config.replica_configs):
+        why = (
+            "vllm-v1 has no sequence groups: a request of n > 1 is fanned out into requests "
+            "that share its prompt through the prefix cache"
+        )
+        yield _cache_field(config, "share_sequence_groups", ("scheduler.engine",), why)
     source = workload.length_source
     for kind, names in LENGTH_KNOBS.items():
         if kind != source:

@@ -113,6 +113,20 @@ IGNORED: dict[str, tuple[dict[str, Any], int, list[list[str]], dict[str, Any]]] 
         [["workload.fixed_prompt_tokens = 100 has no effect", "lengths = 'fixed' only"]],
         {"workload.lengths": "fixed", "workload.fixed_prompt_tokens": 100},
     ),
+    # one turn and no trace: no conversation to space
+    "turn_gap_without_turns": (
+        {"workload.turn_gap_s": 5.0},
+        1,
+        [["workload.turn_gap_s = 5.0 has no effect", "num_turns is 1"]],
+        {"workload.num_turns": 2, "workload.turn_gap_s": 5.0},
+    ),
+    # vllm-v1 fans n > 1 out into requests: no sequence group shares its blocks
+    "sequence_groups_under_v1": (
+        {"workload.n": 2, "cache.share_sequence_groups": False},
+        1,
+        [["cache.share_sequence_groups = False has no effect", "vllm-v1 has no sequence groups"]],
+        {"scheduler.engine": "vllm-v0", "cache.share_sequence_groups": False},
+    ),
     "uniform_split_under_fixed": (
         {"workload.lengths": "fixed", "workload.prefill_decode_ratio": 1.0},
         1,
