@@ -268,6 +268,11 @@ class Engine:
         return len(self._incoming)
 
     @property
+    def num_staged(self) -> int:
+        """Requests that arrived here and the scheduler has not seen yet (async scheduling)."""
+        return len(self._staged)
+
+    @property
     def staged(self) -> list[Request]:
         """Requests that arrived here and the scheduler has not seen yet (async scheduling)."""
         return [req for _, req in self._staged]

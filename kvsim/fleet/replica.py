@@ -57,7 +57,7 @@ class Replica:
         and not yet given blocks, and under async scheduling those handed over that the
         scheduler sees at the end of the next step (the engine's own gauge counts them)."""
         engine = self.engine
-        return len(engine.scheduler.waiting) + engine.num_incoming + len(engine.staged)
+        return len(engine.scheduler.waiting) + engine.num_incoming + engine.num_staged
 
     @property
     def kv_usage(self) -> float:

@@ -20,12 +20,13 @@ from prometheus_client.core import (
 )
 
 from kvsim.results.metrics import (
+    client_of,
     generated_tokens,
     output_gaps,
     samples,
     sequences,
 )
-from kvsim.results.prometheus_base import LABELS, histogram_family
+from kvsim.results.prometheus_base import LABELS, histogram_family, observations
 from kvsim.results.prometheus_offload import offload_families
 
 if TYPE_CHECKING:
@@ -210,9 +211,7 @@ def _engine_families(results: Results, engine: str) -> Iterator[Metric]:
     yield _cache_config_info(results, summary, engine)
     yield from _histograms(df, labels, max_model_len, results.remote_cached_tokens)
     if results.iteration_tokens is not None:  # (a run just made: not kept in its folder)
-        steps = results.iteration_tokens
-        values = np.fromiter(steps.keys(), dtype=np.float64, count=len(steps))
-        weights = np.fromiter(steps.values(), dtype=np.float64, count=len(steps))
+        values, weights = observations(results.iteration_tokens)
         doc = "Histogram of number of tokens per engine_step."
         yield histogram_family(
             "iteration_tokens_total", doc, labels, ITERATION_TOKENS_BUCKETS, values, weights
@@ -336,14 +335,15 @@ def client_requests(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     too; 1 in a table written before the column). vLLM observes both once a request's samples
     all finished (``ParentRequest.observe_finished_request``)."""
     df = df[df["finish_time_s"].notna()]
-    alone = df["parent_id"].isna().to_numpy()
-    n = samples(df)[alone]
-    longest = df["output_tokens"].to_numpy()[alone]
-    fanned = df.loc[~alone].groupby("parent_id")["output_tokens"].agg(["size", "max"])
-    return (
-        np.concatenate([n, fanned["size"].to_numpy()]).astype(np.float64),
-        np.concatenate([longest, fanned["max"].to_numpy()]).astype(np.float64),
-    )
+    client = client_of(df)
+    num = int(client.max()) + 1 if client.size else 0
+    fanned = df["parent_id"].notna().to_numpy()
+    n = np.zeros(num, dtype=np.float64)
+    n[client[~fanned]] = samples(df)[~fanned]  # (a row alone: its own n)
+    np.add.at(n, client[fanned], 1.0)  # (a fanned-out request: its samples)
+    longest = np.zeros(num, dtype=np.float64)
+    np.maximum.at(longest, client, df["output_tokens"].to_numpy(dtype=np.float64))
+    return n, longest
 
 
 def _cache_config_info(results: Results, summary: dict[str, Any], engine: str) -> Metric:

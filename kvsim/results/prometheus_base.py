@@ -11,6 +11,14 @@ from kvsim.results.metrics import weighted_sum
 LABELS = ("model_name", "engine")  # vLLM's labelnames; engine: a fleet's replica index, or "0"
 
 
+def observations(counts: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """``counts`` (value -> times observed) as float64 values and weights, for
+    ``histogram_family`` or ``add_histogram``."""
+    values = np.fromiter(counts.keys(), dtype=np.float64, count=len(counts))
+    weights = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+    return values, weights
+
+
 def histogram_family(
     name: str,
     doc: str,

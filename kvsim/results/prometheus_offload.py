@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -29,7 +28,7 @@ from prometheus_client.core import (
 
 from kvsim.base.units import cdiv
 from kvsim.config.offload import tier_block_bytes
-from kvsim.results.prometheus_base import LABELS, add_histogram
+from kvsim.results.prometheus_base import LABELS, add_histogram, observations
 
 if TYPE_CHECKING:
     from kvsim.results import Results
@@ -168,7 +167,7 @@ def _size_histograms(sizes: dict[str, dict[int, int]], labels: list[str]) -> Ite
         labels=(*LABELS, "transfer_type"),
     )
     for direction, transfer_type, _, _ in DIRECTIONS:
-        values, weights = _observations(sizes[direction])
+        values, weights = observations(sizes[direction])
         family = HistogramMetricFamily(
             f"vllm:kv_offload_{direction}_size",
             f"Histogram of KV offload {direction} operation size, in bytes.",
@@ -178,7 +177,7 @@ def _size_histograms(sizes: dict[str, dict[int, int]], labels: list[str]) -> Ite
         yield family
         add_histogram(deprecated, [*labels, transfer_type], TRANSFER_SIZE_BUCKETS, values, weights)
     yield deprecated
-    values, weights = _observations(sizes["allocation"])
+    values, weights = observations(sizes["allocation"])
     allocation = HistogramMetricFamily(
         "vllm:kv_offload_cpu_allocation_size",
         "Histogram of the number of CPU chunks requested by each KV offload prepare_store call.",
@@ -186,13 +185,6 @@ def _size_histograms(sizes: dict[str, dict[int, int]], labels: list[str]) -> Ite
     )
     add_histogram(allocation, labels, ALLOCATION_SIZE_BUCKETS, values, weights)
     yield allocation
-
-
-def _observations(counts: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """``counts`` (value -> times observed) as float64 values and weights."""
-    values = np.fromiter(counts.keys(), dtype=np.float64, count=len(counts))
-    weights = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
-    return values, weights
 
 
 def _tiering_bytes(summary: dict[str, Any], labels: list[str]) -> Iterator[Metric]:

@@ -417,7 +417,10 @@ def test_a_prefill_replica_with_a_cpu_tier_counts_its_connector_queries_once():
     """vLLM records the connector's prefix-cache stats once an admission (``Scheduler.
     schedule``): with NIXL and a CPU tier behind one multi-connector, a prefill replica's
     queries are its prompt tokens less its GPU hits, once (they were counted once for the CPU
-    tier and again as tokens asked of NIXL). Two turns of one conversation, 2 GiB of CPU tier."""
+    tier and again as tokens asked of NIXL). Two prompts on the prefill replica, 2 GiB of CPU
+    tier: the first's 300 tokens find nothing; the second's 400 share its first 300, whose 18
+    full blocks of 16 (288 tokens) its prefill left cached on the GPU. Queries: 300 + (400 -
+    288) = 412 (counted twice: 300 + 112 for the tier, and the same asked of NIXL)."""
     from kvsim.results.prometheus import prometheus_snapshot
 
     cfg = config_from_dict(
@@ -432,12 +435,10 @@ def test_a_prefill_replica_with_a_cpu_tier_counts_its_connector_queries_once():
     first = Request(0, 0.0, 300, 20, 20, token_segments=(("a", 300),))
     second = Request(1, 5.0, 400, 20, 20, token_segments=(("a", 300), ("b", 100)))
     result = simulate(cfg, [first, second])
-    prefill = result.replica_runs[0]
-    prompts = int(prefill.requests["prompt_tokens"].sum())  # 700
-    gpu_hits = int(prefill.summary["prefix_cache_hits"])
+    assert int(result.replica_runs[0].summary["prefix_cache_hits"]) == 288
     text = prometheus_snapshot(result)
     line = next(
         ln for ln in text.splitlines() if ln.startswith("vllm:external_prefix_cache_queries_total")
     )
     assert 'engine="0"' in line
-    assert float(line.rsplit(" ", 1)[1]) == prompts - gpu_hits
+    assert float(line.rsplit(" ", 1)[1]) == 412
