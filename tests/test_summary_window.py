@@ -91,3 +91,13 @@ def test_read_summary_reads_null_as_nan(tmp_path: Path) -> None:
     path.write_text("[1]")
     with pytest.raises(ValueError, match=r"summary\.json: expected a JSON object"):
         read_summary(path)
+
+
+def test_running_peak_follows_the_window(tmp_path: Path) -> None:
+    # arrivals 0, 0.05 and 0.2 s: the window is [0.1 * 0.2, 0.2) = [0.02, 0.2). Each request
+    # decodes 50-100 tokens at several ms a step, so the first two still run when the third
+    # arrives at 0.2 s: 3 run at once over the run, but only the first two arrived inside the
+    # window, so its peak is 2, as its mean and kv_cache_usage_perc_max count only its steps
+    rows = "0,40,100\n0.05,40,100\n0.2,30,50\n"
+    assert _run(tmp_path, rows, window="run").summary["num_requests_running_max"] == 3
+    assert _run(tmp_path, rows).summary["num_requests_running_max"] == 2

@@ -353,8 +353,10 @@ def summarize(
     out: dict[str, Any] = memory_shares(window, capacity_slots, usable_capacity_slots)
     # the batch as a serving system logs it: one sample per engine step (Figure 13's view)
     out["num_requests_running_step_mean"] = mean_batched_requests(memory, start_s, end_s)
+    # a peak follows the window, as kv_cache_usage_perc_max does; the step counts below are
+    # counters of the whole run, as num_preemptions is
     out["num_requests_running_max"] = (
-        int(_max(memory["num_requests_running"])) if _num_rows(memory) else 0
+        int(_max(window["num_requests_running"])) if _num_rows(window) else 0
     )
     out["num_steps"] = int(_sum(memory["num_steps"]))
     out["num_blocked_steps"] = int(_sum(memory["num_blocked_steps"]))
