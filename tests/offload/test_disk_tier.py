@@ -296,6 +296,9 @@ def test_a_run_on_the_disk_longer_than_the_cpu_room_promotes_what_fits() -> None
     # finds no slot and ends the run. 2 MB disk->CPU at 0.25 GB/s: lands at 2.008
     assert conn.matched_tokens(new, 0) is None
     assert conn.tier.num_evicted_blocks == 5
+    # p0, p1 recorded as promoted, p2 as the miss (vLLM's ``prepare_store`` records a
+    # key's access before it finds no room: ``cpu/manager.py``): blocks 0-2, span 3
+    assert conn._access[new.req_id].span == 3
     assert conn.disk_to_cpu.num_bytes == 2 * MB
     assert conn.disk_to_cpu.busy_until_s == pytest.approx(2.008)
     assert conn.tier.occupancy(2.004) == (0, 2, 0, 0)  # p0, p1 storing (being promoted)

@@ -208,9 +208,14 @@ class OffloadConnector:
                 shielded = tier.shield(shielded, key)
         for i in range(first, begin):
             shielded = tier.shield(shielded, keys[i])
-        run_end = begin  # (the blocks from ``begin`` on that only the disk holds, readable)
+        # the blocks from ``begin`` on that only the disk holds, readable, read no further than
+        # one past the tier's room: a one-at-a-time promotion would stop there too (each takes
+        # one slot of that room), so a CPU block or a miss past it changes nothing
+        room = tier.promotion_room(shielded, now)
+        limit = min(len(keys), begin + room + 1)
+        run_end = begin
         cpu_block_after = False
-        while run_end < len(keys):
+        while run_end < limit:
             if tier.holds(keys[run_end]):
                 cpu_block_after = True
                 break
@@ -220,7 +225,7 @@ class OffloadConnector:
         if cpu_block_after:  # a promotion may evict that block first, so one at a time
             promoted, end, shielded, at = self._promote_each(request, begin, shielded)
         else:
-            promoted, end = self._promote_run(request, begin, run_end, shielded)
+            promoted, end = self._promote_run(request, begin, run_end, room)
             at = vec[i64](range(begin, begin + len(promoted)))  # (the block indices promoted)
         tier.unshield(shielded)
         if not len(promoted):
@@ -236,16 +241,17 @@ class OffloadConnector:
         return True
 
     def _promote_run(
-        self, request: Request, begin: int, run_end: int, shielded: vec[i64]
+        self, request: Request, begin: int, run_end: int, room: int
     ) -> tuple[vec[i64], int]:
         """Promote the looked-up blocks ``begin..run_end`` (on the disk only, readable; no CPU
-        block among or right after them), as many as the CPU tier has room for with
-        ``shielded`` kept: one store with the same evictions, in the same order, and the same
-        accesses as ``_promote_each`` promoting them one at a time (only which freed slot each
-        block lands in differs, which nothing reads); the first that finds no room records its
-        access and ends the run. Returns the keys promoted and the run's end."""
+        block among or right after them), as many as the CPU tier has ``room`` for
+        (``CpuTier.promotion_room``, the shielded blocks kept): one store with the same
+        evictions, in the same order, and the same accesses as ``_promote_each`` promoting them
+        one at a time (only which freed slot each block lands in differs, which nothing reads);
+        the first that finds no room records its access and ends the run. Returns the keys
+        promoted and the run's end."""
         tier, keys = self.tier, self._looked_up_keys
-        num = min(run_end - begin, tier.promotion_room(shielded, self.now_s))
+        num = min(run_end - begin, room)
         access = self._access_of(request)
         promoted = keys[begin : begin + num]
         if num:
