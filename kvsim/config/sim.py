@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
+    SerializationInfo,
     SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
@@ -127,13 +128,19 @@ class SimConfig(Frozen):
         return value
 
     @model_serializer(mode="wrap")
-    def _drop_unset_sections(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _drop_unset_sections(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
         """Leave ``fleet``, ``slo``, ``pricing``, ``speculative`` and ``offload`` out when
-        unset, so a config without them keeps its canonical hash (and its sweep points)."""
+        unset, so a config without them keeps its canonical hash (and its sweep points); and
+        in the canonical form (``canonical_json``) ``speculative`` while it is off
+        (``num_speculative_tokens`` 0): its other fields change nothing, so a sweep's "no
+        drafts" row is one run whatever acceptance rate or drafter the other rows name."""
         data: dict[str, Any] = handler(self)
         if data.get("fleet") is None:
             data.pop("fleet", None)
-        if self.speculative == SpeculativeConfig():
+        canonical = bool(info.context and info.context.get("canonical"))
+        if self.speculative == SpeculativeConfig() or (canonical and not self.speculative.enabled):
             data.pop("speculative", None)
         if self.offload == OffloadConfig():
             data.pop("offload", None)

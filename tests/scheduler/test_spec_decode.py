@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -352,6 +353,19 @@ def test_config_errors_name_the_field(spec, extra, message):
 def test_default_config_keeps_its_hash():
     # the speculative section at its default is left out of the canonical form
     assert "speculative" not in config_from_dict({}).canonical_json()
+
+
+def test_no_drafts_is_one_point_whatever_the_other_rows_name():
+    # experiments/spec-decode.toml: 4 acceptance rates x 4 rows. The "no drafts" row (k = 0)
+    # speculates nowhere, so its 4 points are one run (one key); the other 12 points differ
+    # in k, method or acceptance: 1 + 12 = 13 keys
+    from kvsim.study.experiment import load_experiment
+
+    points = load_experiment(Path(__file__).parents[2] / "experiments/spec-decode.toml").points()
+    assert len(points) == 16
+    off = {p.key for p in points if p.label == "no drafts"}
+    assert len(off) == 1
+    assert len({p.key for p in points}) == 13
 
 
 def _eagle_sched(
