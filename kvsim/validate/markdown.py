@@ -68,13 +68,14 @@ def readme_markdown(table: ErrorTable, command: str) -> str:
     peers = ("blis-evolved", "llmservingsim")
     lines = [
         f"Error of kvsim's prediction against the measured run, percent (`{command}`; the step "
-        "cost fitted on the train split only; peers' published errors on the same runs, `–` "
-        "where none):",
+        "cost fitted on the train split only; the validate runs chose which of the train fits "
+        "ships, the held-out runs took part in neither; peers' published errors on the same "
+        "runs, `–` where none):",
         "",
-        "| run | E2E mean | p90 | p99 | TTFT mean | p90 | p99 | "
+        "| run | split | E2E mean | p90 | p99 | TTFT mean | p90 | p99 | "
         + " | ".join(f"{_PEER_NAMES[p]} E2E / TTFT mean" for p in peers)
         + " |",
-        "|---|" + "---:|" * (len(HEADLINE) + len(peers)),
+        "|---|---|" + "---:|" * (len(HEADLINE) + len(peers)),
     ]
 
     def cell(group: pd.DataFrame, metric: str, stat: str, column: str) -> str:
@@ -86,7 +87,8 @@ def readme_markdown(table: ErrorTable, command: str) -> str:
         cells += [
             f"{cell(group, 'e2e_s', 'mean', p)} / {cell(group, 'ttft_s', 'mean', p)}" for p in peers
         ]
-        lines.append(f"| {_short(str(name))} | " + " | ".join(cells) + " |")
+        split = str(group["split"].iloc[0])
+        lines.append(f"| {_short(str(name))} | {split} | " + " | ".join(cells) + " |")
     lines += ["", _medians_line(table, None, ("validate", "held-out"))]
     if table.kv is not None:
         lines += [
