@@ -51,7 +51,10 @@ def fetch(
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option(min=1.0, help="Seconds to wait for a connection or a read.")
+        float,
+        typer.Option(
+            min=1.0, max=3600, metavar="SECONDS", help="Seconds to wait for a connection or a read."
+        ),
     ] = datafetch.DEFAULT_TIMEOUT_S,
 ) -> None:
     """Download the traces from pinned public sources, check SHA-256s, convert, store."""

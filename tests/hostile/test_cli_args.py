@@ -141,6 +141,11 @@ ARGS: dict[str, tuple[list[str], list[str]]] = {
         ["nosuch"],
     ),
     "data_fetch_timeout_zero": (["data", "fetch", "--timeout", "0"], ["--timeout"]),
+    # (past a time the clock can hold: it crashed with an OverflowError)
+    "data_fetch_timeout_inf": (
+        ["data", "fetch", "--timeout", "inf"],
+        ["--timeout", "less than or equal to 3600"],
+    ),
     "data_list_dest_file": (["data", "list", "--dest", "afile"], ["--dest", "'afile'"]),
 }
 
