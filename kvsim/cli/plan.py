@@ -39,6 +39,7 @@ from kvsim.view.labels import (
     metric_unit,
 )
 
+QUICK_SET = {"workload.num_requests": 100}  # --quick's small runs on a config (no [quick] table)
 ALIASES = {
     "kv": "cache.kv_cache_gib",
     "kv_cache_gib": "cache.kv_cache_gib",
@@ -157,7 +158,7 @@ def plan(
         typer.Option(
             "--quick",
             help="Small runs to try a question in seconds: a named plan's \\[quick] table, "
-            "else 100 requests a point.",
+            "else 100 requests a point; a field --set gives keeps its value.",
         ),
     ] = False,
     no_progress: NoProgress = False,
@@ -284,7 +285,8 @@ def plan(
             from kvsim.cli.cheapest import run_cheapest_command
 
             base = _config_table(path)
-            apply_overrides(base, parse_overrides(set_ or []))
+            set_fields = parse_overrides(set_ or [])
+            apply_overrides(base, set_fields)
             try:  # (a misspelt field fails every fleet alike: said once, before any)
                 config_from_dict(base, warn=False)
             except ValueError as err:
@@ -303,7 +305,10 @@ def plan(
                 out=out,
                 jobs=jobs,
                 scheduler=scheduler,
-                quick={"workload.num_requests": 100} if quick else None,
+                # (--quick's small runs, but for a count --set gives)
+                quick={k: v for k, v in QUICK_SET.items() if k not in set_fields}
+                if quick
+                else None,
             )
             return
         question: dict[str, Any] = {}
@@ -338,7 +343,7 @@ def plan(
                 _default_name(question),
                 base,
                 question,
-                {"quick": {"set": {"workload.num_requests": 100}}},
+                {"quick": {"set": QUICK_SET}},
                 varied=tuple(overrides),
             )
         if name is not None:  # (an empty --name is refused as a folder name, not ignored)

@@ -388,9 +388,11 @@ class Plan:
         return round(x) if self.integer or self.choices else float(x)
 
     def config(self, x: float, *, quick: bool = False) -> dict[str, Any]:
-        """The base table with the knob at ``x`` (and the quick overrides)."""
+        """The base table with the knob at ``x`` (and the quick overrides, but for the fields
+        ``kvsim plan --set`` gave: ``varied``)."""
         data = json.loads(json.dumps(self.base))
-        overrides = {**(self.quick if quick else {}), self.field: self.value(x)}
+        small = {k: v for k, v in self.quick.items() if k not in self.varied} if quick else {}
+        overrides = {**small, self.field: self.value(x)}
         if self.min_window_s is not None and not quick:
             drawn = config_from_dict(data, overrides, warn=False).workload  # (on a copy)
             window = self.min_window_s

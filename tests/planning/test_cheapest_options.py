@@ -303,3 +303,16 @@ def test_a_configs_split_and_a_free_gpu_are_warned(tmp_path, monkeypatch, caplog
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "fleet.prefill_replicas = 1 is not read" in said
     assert "h100-80gb is priced at $0/h" in said
+
+
+def test_quick_keeps_a_count_set_gives(tmp_path, monkeypatch):
+    # --quick's small runs are 100 requests a point, but not over a count --set gives
+    seen: list = []
+
+    def capture(base, targets, **kwargs):
+        seen.append(kwargs["quick"])
+
+    monkeypatch.setattr("kvsim.cli.cheapest.run_cheapest_command", capture)
+    runner.invoke(app, [*_cheapest(tmp_path, "--quick"), "--set", "workload.num_requests=30"])
+    runner.invoke(app, _cheapest(tmp_path, "--quick"))
+    assert seen == [{}, {"workload.num_requests": 100}]

@@ -544,6 +544,14 @@ def test_a_rate_plans_window_raises_the_request_count_only_where_it_spans_less()
     assert "workload.num_requests" not in no_window.config(50.0)["overrides"]
 
 
+def test_quick_runs_keep_a_count_plan_set_gives() -> None:
+    # kvsim plan --set workload.num_requests=N --quick: the user's N (here the base's 1,000,
+    # which --set wrote: ``varied``) stays; --quick replaced it with the plan's quick 150
+    plan = _rate_plan(varied=("workload.num_requests",))
+    assert "workload.num_requests" not in plan.config(50.0, quick=True)["overrides"]
+    assert plan.config(50.0, quick=True)["data"]["workload"]["num_requests"] == 1000
+
+
 @pytest.mark.parametrize("window", [0.0, -5.0, float("inf"), float("nan")])
 def test_a_rate_plans_window_must_be_positive_seconds(window: float) -> None:
     with pytest.raises(ValueError, match="min_window_s"):
