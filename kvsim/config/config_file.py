@@ -75,10 +75,11 @@ def _set_pairs(overrides: dict[str, Any]) -> str:
     )
 
 
-def _warn_replaced_tables(path: Path, data: dict[str, Any], overrides: dict[str, Any]) -> None:
-    """Say which of the file's fields a ``--set`` of their whole table (``workload=NAME``,
-    ``model=NAME``, a JSON table) leaves unused: the table replaces the file's, as documented,
-    but a rate or a trace the file set would otherwise vanish without a word."""
+def replaced_fields(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, list[str]]:
+    """The fields of ``data`` that an override of their whole table (``workload=NAME``,
+    ``model=NAME``, a JSON table) leaves unused, by table: the table replaces the file's, as
+    documented, and only fields set again (``TABLE.FIELD``, or inside the new table) stay."""
+    out: dict[str, list[str]] = {}
     for dotted, value in overrides.items():
         section = data.get(dotted) if "." not in dotted else None
         if not isinstance(section, dict) or not section:
@@ -88,17 +89,27 @@ def _warn_replaced_tables(path: Path, data: dict[str, Any], overrides: dict[str,
             kept |= set(value)
         dropped = [k for k in section if k not in kept]
         if dropped:
-            warn_once(
-                logger,
-                "--set %s=%s replaces %s's [%s] table: its %s not used (--set %s.FIELD=... "
-                "gives one again)",
-                dotted,
-                value if isinstance(value, str) else json.dumps(value),
-                path,
-                dotted,
-                ", ".join(dropped) + (" is" if len(dropped) == 1 else " are"),
-                dotted,
-            )
+            out[dotted] = dropped
+    return out
+
+
+def _warn_replaced_tables(path: Path, data: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Say which of the file's fields a ``--set`` of their whole table leaves unused
+    (``replaced_fields``): a rate or a trace the file set would otherwise vanish without a
+    word."""
+    for dotted, dropped in replaced_fields(data, overrides).items():
+        value = overrides[dotted]
+        warn_once(
+            logger,
+            "--set %s=%s replaces %s's [%s] table: its %s not used (--set %s.FIELD=... "
+            "gives one again)",
+            dotted,
+            value if isinstance(value, str) else json.dumps(value),
+            path,
+            dotted,
+            ", ".join(dropped) + (" is" if len(dropped) == 1 else " are"),
+            dotted,
+        )
 
 
 def _check_trace_file(path: Path, config: SimConfig) -> None:

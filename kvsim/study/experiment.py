@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.base.limits import MAX_POINTS, MAX_TIME_S
+from kvsim.base.say_once import warn_once
 from kvsim.base.textfile import at_lines, read_text, read_toml, toml_key_line
 from kvsim.config import SimConfig, apply_overrides, config_from_dict
-from kvsim.config.config_file import check_relative_paths
+from kvsim.config.config_file import check_relative_paths, replaced_fields
 from kvsim.config.file_kinds import EXPERIMENT_KEYS, check_kind
 from kvsim.study.analysis import check_analysis
 from kvsim.workload import workloads_dir
@@ -322,6 +323,42 @@ def _warn_repeated_labels(
             logger.warning("%s.label: %s; the points it names share a label", where, shown)
 
 
+def _warn_replaced_tables(
+    base: dict[str, Any],
+    grid: dict[str, list[Any]],
+    zips: list[dict[str, list[Any]]],
+    quick_grid: dict[str, list[Any]],
+    quick_set: dict[str, Any],
+) -> None:
+    """Say which of ``[base]``'s fields an axis over their whole table (``"workload" =
+    ["sharegpt_like", ...]``) leaves unused in its points, as ``kvsim run --set`` says it
+    (``kvsim.config.config_file.replaced_fields``)."""
+    axes: dict[str, str] = {}
+    values: dict[str, Any] = {}  # an axis of tables: the fields every one of them gives
+    tables = [("grid", grid), ("quick.grid", quick_grid)]
+    tables += [(f"zip[{i}]", z) for i, z in enumerate(zips)]
+    for where, table in tables:
+        for key, axis in table.items():
+            axes[key] = where
+            given = [set(v) for v in axis if isinstance(v, dict)]
+            every = given and len(given) == len(axis)
+            values[key] = dict.fromkeys(set.intersection(*given)) if every else None
+    for key, value in quick_set.items():
+        axes[key], values[key] = "quick.set", value
+    # (a swept TABLE.FIELD sets that field again in every point: it stays)
+    for dotted, dropped in replaced_fields(base, values).items():
+        warn_once(
+            logger,
+            "%s: %s replaces [base.%s] in every point: its %s not used (sweep %s.FIELD, or "
+            "give the values in full tables, to keep one)",
+            axes[dotted],
+            dotted,
+            dotted,
+            ", ".join(dropped) + (" is" if len(dropped) == 1 else " are"),
+            dotted,
+        )
+
+
 def _snapshot(where: str, value: Any) -> float | None:
     """A memory-map snapshot time: ``None`` or a finite number of seconds in [0, MAX_TIME_S]."""
     if value is None:
@@ -395,6 +432,7 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
     quick_grid = _check_lists("quick.grid", quick.get("grid", {}))
     _check_one_axis_each(grid, zips, quick_grid)
     _warn_repeated_labels(grid, zips, quick_grid)
+    _warn_replaced_tables(base, grid, zips, quick_grid, quick_set)
     snapshot = _snapshot("snapshot_at_s", data.get("snapshot_at_s"))
     description = data.get("description", "")
     if not isinstance(description, str):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from kvsim.config import config_from_dict
@@ -113,6 +115,36 @@ def test_a_swept_table_applies_before_the_fields_under_it() -> None:
     points = exp.points()
     assert [p.config.workload.lengths for p in points] == ["alpaca_like", "sharegpt_like"]
     assert [p.config.workload.num_requests for p in points] == [7, 7]
+
+
+def test_an_axis_over_a_whole_table_says_which_base_fields_its_points_lose(caplog) -> None:
+    # [base.workload] sets a preset and 20 requests; an axis of whole workload tables replaces
+    # it in every point (they ran 1,000 and 2,000 requests, the presets' own), as --set does
+    base = {"workload": {"preset": "sharegpt_like", "num_requests": 20, "rate_per_s": 2.0}}
+    with caplog.at_level(logging.WARNING):
+        parse_experiment({"base": base, "grid": {"workload": ["alpaca_like"]}}, name="a")
+    assert (
+        "grid: workload replaces [base.workload] in every point: its preset, num_requests, "
+        "rate_per_s are not used"
+    ) in caplog.text
+    caplog.clear()
+    # a field swept under it, or given by every table of the axis, is set again: not lost
+    with caplog.at_level(logging.WARNING):
+        parse_experiment(
+            {
+                "base": base,
+                "grid": {"workload.num_requests": [5]},
+                "zip": [{"workload": [{"preset": "alpaca_like"}, {"preset": "sharegpt_like"}]}],
+            },
+            name="b",
+        )
+    assert "zip[0]: workload replaces [base.workload] in every point: its rate_per_s is not" in (
+        caplog.text
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # nothing in the base under the table: nothing lost
+        parse_experiment({"base": {}, "grid": {"workload": ["alpaca_like"]}}, name="c")
+    assert "replaces" not in caplog.text
 
 
 @pytest.mark.parametrize(
