@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import copy
 import datetime
+import difflib
 import functools
 import itertools
 import json
@@ -397,6 +398,9 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
             name = config[0]
             where = f"[base.{name}]" if isinstance(data[name], dict) else f"[base] {name} = ..."
             hint = f" (a config's fields go under [base]: {where})"
+        else:  # (a misspelt table: [gird])
+            close = difflib.get_close_matches(sorted(unknown)[0], sorted(_TOP_KEYS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ValueError(
             f"experiment: unknown keys {sorted(unknown)}; expected {sorted(_TOP_KEYS)}{hint}"
         )

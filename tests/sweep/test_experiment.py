@@ -152,7 +152,7 @@ def test_an_axis_over_a_whole_table_says_which_base_fields_its_points_lose(caplo
     [
         ({"grid": {"seed": 3}}, r"grid\.seed: must be a non-empty list"),
         ({"zip": [{"seed": [1, 2], "cache.allocator": ["paged"]}]}, r"zip\[0\].*equal lengths"),
-        ({"gird": {}}, r"unknown keys \['gird'\]"),
+        ({"gird": {}}, r"unknown keys \['gird'\].*; did you mean 'grid'\?"),
     ],
 )
 def test_bad_experiment_files(data, match) -> None:
