@@ -265,6 +265,15 @@ def select_trace_lengths(
                 trace.path,  # not the count drawn, which a sweep's or plan's points move
                 _rows_of(spec, trace, pool.size),
             )
+        if trace.prefix_hash_ids is not None:  # (suspicious, legal: said, not changed)
+            warn_once(
+                logger,
+                "%s: resampled rows keep their hash_ids: a row drawn twice sends its prompt "
+                "again (a whole-prompt prefix hit) and a conversation's turns arrive in any "
+                "order, so prefix-cache hits are not the trace's (sample = 'replay' keeps its "
+                "rows and their order)",
+                trace.path,
+            )
         if trace.session_ids is not None:
             warn_once(
                 logger,

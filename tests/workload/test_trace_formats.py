@@ -291,6 +291,21 @@ def test_short_turns_and_unknown_columns_are_warned(
     assert reqs[1].token_segments == ((("prompt", 1), 20),)
 
 
+def test_resampled_hash_ids_are_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # two rows sharing blocks 7, 8: drawn with replacement, a row drawn twice hits its whole
+    # prompt, so the hits are not the trace's (said; the rows keep their ids, as documented)
+    path = _write(tmp_path, "mc.jsonl", MOONCAKE)
+    workload = {"trace": path, "arrival": "poisson", "rate_per_s": 1.0, "num_requests": 4}
+    with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
+        reqs = requests_for(config_from_dict({"workload": workload}))
+    assert all(r.prefix_hash_ids == (7, 8) for r in reqs)
+    assert any("resampled rows keep their hash_ids" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvsim.workload"):  # replayed: its own sharing
+        requests_for(config_from_dict({"workload": {"trace": path, "arrival": "trace"}}))
+    assert not any("keep their hash_ids" in r.getMessage() for r in caplog.records)
+
+
 def test_resampled_sessions_are_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = _write(tmp_path, "rs.csv", "prompt_tokens,output_tokens,session_id\n10,5,1\n20,5,1\n")
     with caplog.at_level(logging.WARNING, logger="kvsim.workload"):
