@@ -369,3 +369,18 @@ def test_vllms_startup_figures_by_hand() -> None:
         "scheduler": {"max_model_len": 8000, "engine": "vllm-v0"},
     }
     assert startup_capacity(config_from_dict(v0)) is None
+
+
+def test_grace_superchips_hold_what_nvidia_smi_reports():
+    # nvidia-smi's totals on a GH200 480GB and a GB200 (published captures): 97,871 MiB and
+    # 189,471 MiB. Llama-3.1-8B (8.03e9 parameters, 16.06e9 bytes; 128 KiB of KV a token) at
+    # 0.9 with 2 GiB of headroom: 0.9 x 97,871 MiB - 16.06e9 B - 2 GiB = 74,155,179,878 B,
+    # 565,759 slots of 131,072 B; on the GB200, 0.9 x 189,471 MiB: 160,599,785,318 B, 1,225,279
+    # slots. Read as 96e9 and 186e9 bytes, as the datasheets' "GB" were, they held 7-8 % less
+    for gpu, budget, slots in (
+        ("gh200", 74_155_179_878, 565_759),
+        ("gb200", 160_599_785_318, 1_225_279),
+    ):
+        cfg = config_from_dict({"model": "llama-3.1-8b", "gpu": gpu})
+        assert abs(cfg.kv_cache_bytes - budget) <= 1, gpu
+        assert cfg.kv_cache_bytes // 131_072 == slots, gpu
