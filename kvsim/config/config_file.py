@@ -240,6 +240,26 @@ def _read_config_toml(path: Path) -> dict[str, Any]:
     except ValueError as err:
         if suffix not in _TRACE_SUFFIXES:
             raise
+        fields = _json_config_fields(path)
+        if fields:  # (a config written as one JSON object, not a trace's rows)
+            raise ValueError(
+                f"{err}; {path} is a JSON object of config fields ({', '.join(fields)}): kvsim "
+                'reads a config as TOML (the same tables: model = "...", [cache] ...)'
+            ) from None
         raise ValueError(
             f"{err}; a trace file is a workload: kvsim run --set workload.trace={path}"
         ) from None
+
+
+def _json_config_fields(path: Path) -> list[str]:
+    """The config fields (``SimConfig``'s top-level names) of a file holding one JSON object,
+    else ``[]``."""
+    from kvsim.config.sim import SimConfig
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    return [key for key in data if key in SimConfig.model_fields]

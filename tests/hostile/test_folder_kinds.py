@@ -72,6 +72,17 @@ CASES = {
         [("t.csv", "prompt_tokens,output_tokens\n10,5\n")],
         ["t.csv: invalid TOML", "a trace file is a workload: kvsim run --set workload.trace=t.csv"],
     ),
+    # a config written as JSON: it was called a trace
+    "run_a_json_config": (
+        ["run", "c.json"],
+        [("c.json", '{"model": "llama-3.1-8b", "cache": {"kv_cache_gib": 4}}')],
+        ["c.json is a JSON object of config fields (model, cache): kvsim reads a config as TOML"],
+    ),
+    "run_a_json_trace": (
+        ["run", "t.json"],
+        [("t.json", '{"timestamp": 0, "input_length": 10, "output_length": 2}\n')],
+        ["a trace file is a workload: kvsim run --set workload.trace=t.json"],
+    ),
 }
 
 
