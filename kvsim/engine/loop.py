@@ -103,8 +103,6 @@ class Engine:
             finish.
         on_done: called with ``(row, request)`` as each request finishes (``row``: its place in
             the workload); ``None``: ``log.add``.
-        strict: under vllm-v0, a request that can never run again stops the run (an error)
-            rather than being failed as vLLM 0.4-0.6 fails it (``num_requests_ignored``).
     """
 
     def __init__(
@@ -117,12 +115,9 @@ class Engine:
         *,
         workload: Sequence[Request] | None = None,
         on_done: Callable[[int, Request], None] | None = None,
-        strict: bool = False,
     ) -> None:
         self.env = env
         self.config = config
-        self.strict = strict  # a request vLLM v0 would fail mid-run stops the run instead
-        self.num_ignored = 0  # requests failed mid-run as vLLM v0 does (``_ignore_never_fits``)
         # the memory map reads block ids: no anonymous bulk blocks then
         parts = build_parts(
             config, requests if workload is None else workload, pooled=frames is None
@@ -334,11 +329,7 @@ class Engine:
                     wake = self._wake = env.event()
                     yield wake  # its arrival (``submit``) wakes the loop
                     continue
-                v0 = self.config.engine_args.engine == "vllm-v0"
-                if self.strict or not v0 or self.handed:  # (a fleet's replica: an error)
-                    self._raise_never_fits()
-                self._ignore_never_fits()
-                continue
+                self._raise_never_fits()
             for req in plan.scheduled:
                 if req.first_scheduled_time_s is None:
                     req.first_scheduled_time_s = now
@@ -523,31 +514,6 @@ class Engine:
         if num_steps > 1:
             last += plan.cohort_advance + num_steps - 2
         self.scheduler.lazy.check_groups(last)
-
-    def _ignore_never_fits(self) -> None:
-        """vLLM v0 (0.4-0.6) fails a request that can never run again, FINISHED_IGNORED, and
-        goes on: the oldest swapped-out one that can never swap back in, else the waiting head
-        that can never be admitted (``Scheduler._schedule_swapped`` and ``_schedule_prefills``
-        on ``AllocStatus.NEVER``). Its row leaves the request log (it never finished), counted
-        in ``num_requests_ignored``; ``strict`` raises instead."""
-        if self.swap is not None and self.swap.has_swapped():
-            req = self.swap.drop_oldest()
-            why = "was swapped out and can never swap back in"
-        else:
-            req = self.scheduler.pop_waiting()
-            why = "can never be admitted again"
-        assert not self.allocator.held_slots(req.req_id), f"request {req.req_id} ignored holding KV"
-        self.log.leave_out(self._row.pop(req))
-        self.num_ignored += 1
-        self.num_finished += 1  # (it leaves the run: the loop ends when every request has)
-        say = logger.warning if self.num_ignored == 1 else logger.debug  # (the rest: counted)
-        say(
-            f"request {req.req_id} ({req.num_seqs} sequence(s), {req.num_tokens} tokens) {why} "
-            "(more blocks than the pool has beside the watermark); vLLM 0.4-0.6 fails such a "
-            "request (FINISHED_IGNORED) and goes on, as kvsim does here: it and any later one "
-            "leave the request log, counted in num_requests_ignored (--strict stops the run "
-            "instead; raise the KV budget or lower n / beam_width / max_model_len)",
-        )
 
     def _raise_never_fits(self) -> None:
         if self.swap is not None and self.swap.has_swapped():  # (v0: nothing runs meanwhile)

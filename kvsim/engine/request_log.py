@@ -47,7 +47,6 @@ class RequestLog:
         self._floats: dict[str, array[Any]] = {name: array("d") for name in _FLOAT_FIELDS}
         self._parent_id = array("q")
         self._no_parent = array("b")
-        self._left_out = array("q")  # rows of requests that will never finish (``leave_out``)
         # bound appends, in _INT_FIELDS then _FLOAT_FIELDS order (``add`` writes them in it)
         self._appends = (
             self._rows.append,
@@ -95,28 +94,15 @@ class RequestLog:
         parents(0 if parent is None else parent)
         orphans(parent is None)
 
-    def leave_out(self, row: int) -> None:
-        """The workload's ``row``-th request will never finish (vLLM v0 failed it mid-run):
-        ``columns`` leaves its row out."""
-        self._left_out.append(row)
-
     def columns(self) -> dict[str, npt.NDArray[Any]]:
-        """``REQUEST_COLUMNS`` in workload order as numpy arrays, once every request finished
-        (or was left out: ``leave_out``).
+        """``REQUEST_COLUMNS`` in workload order as numpy arrays, once every request finished.
 
         ``parent_id`` is a masked int64 array (masked: no parent); the others are int64 or
         float64, as pandas types ``results.request_frame`` of the same requests.
         """
         num_rows = len(self.arrival_time_s)
-        if len(self._rows) + len(self._left_out) != num_rows:
+        if len(self._rows) != num_rows:
             raise ValueError(f"{len(self._rows)} of {num_rows} requests finished")
-        if len(self._left_out):
-            kept = np.ones(num_rows, np.bool_)
-            kept[np.frombuffer(self._left_out, np.int64)] = False
-            return {name: values[kept] for name, values in self._in_order(num_rows).items()}
-        return self._in_order(num_rows)
-
-    def _in_order(self, num_rows: int) -> dict[str, npt.NDArray[Any]]:
         rows = np.frombuffer(self._rows, np.int64)
 
         def in_order(values: array[Any], dtype: npt.DTypeLike) -> npt.NDArray[Any]:

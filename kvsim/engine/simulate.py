@@ -65,7 +65,7 @@ def simulate(
     import simpy  # (kvsim imports SimPy only to run)
 
     env = simpy.Environment()
-    engine = Engine(env, config, runnable, on_finish, frames, strict=refuse)
+    engine = Engine(env, config, runnable, on_finish, frames)
     del runnable  # each request is freed when it finishes (its row stays in engine.log)
     env.process(engine.engine_loop())
     env.run()
@@ -132,8 +132,6 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
     capacity = startup_capacity(config)
     if capacity is not None:  # vLLM v1's startup line (its cache_config's names)
         out["kv_cache_size_tokens"], out["kv_cache_max_concurrency"] = capacity
-    if engine.config.engine_args.engine == "vllm-v0":  # vLLM 0.4-0.6's FINISHED_IGNORED
-        out["num_requests_ignored"] = engine.num_ignored
     out["layout_factor"] = engine.cost.layout_factor
     out["layout_source"] = engine.cost.layout_source
     out["cost_source"] = engine.cost.cost_source

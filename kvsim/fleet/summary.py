@@ -75,7 +75,6 @@ SUMMED_PREFIXES = (
     "num_cow_",
     "cow_",
     "num_cache_evictions",
-    "num_requests_ignored",  # (vllm-v0's; 0 in a fleet, whose replicas stop the run instead)
 )
 # one replica's facts (its pool, groups, drafter, cost model): reported where every replica
 # that has one has the same, as a lone engine reports it (the replica table has each GPU's)

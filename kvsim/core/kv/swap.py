@@ -115,13 +115,6 @@ class SwapSpace:
         self.num_swap_ins += 1
         return req
 
-    def drop_oldest(self) -> Request:
-        """Let go of the oldest swapped-out request (it will never come back) and its CPU
-        blocks; returns it."""
-        req = self.swapped.popleft()
-        self.num_free_cpu_blocks += self.held.pop(req.req_id).num_blocks
-        return req
-
     def take_step_blocks(self) -> int:
         """Blocks moved (out + in) since the last call; resets the counter."""
         blocks, self.step_blocks = self.step_blocks, 0
