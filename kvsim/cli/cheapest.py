@@ -188,7 +188,7 @@ def run_cheapest_command(
     from kvsim.cli.common import say_if_another_answer_goes
     from kvsim.study.plan import plan_folder
 
-    folder = plan_folder(out, plan_name, quick=bool(quick))
+    folder = plan_folder(out, plan_name, quick=quick is not None)
     say_if_another_answer_goes(folder, (None, None, {t.metric: t.bound for t in targets}, None))
     console.print(
         f"plan {plan_name}: the cheapest of {plural(len(options), 'fleet kind')} ("

@@ -199,7 +199,7 @@ def run_cheapest(
     """
     if not options:
         raise ValueError("plan --cheapest: no fleet to consider (give --gpus and --tp)")
-    check_results_folder(plan_folder(out_root, name, quick=bool(quick)), Path(out_root))
+    check_results_folder(plan_folder(out_root, name, quick=quick is not None), Path(out_root))
     priced = sorted(((replica_price(o, base), i, o) for i, o in enumerate(options)))
     results: dict[int, OptionResult] = {}
     rows: list[dict[str, Any]] = []
@@ -237,13 +237,18 @@ def run_cheapest(
 
         most = cheaper * option.unit
         plan = _plan_for(name, option, base, targets, most, quick or {})
-        invalid = _invalid_config(plan, option.unit, bool(quick))
+        invalid = _invalid_config(plan, option.unit, quick is not None)
         if invalid is not None:  # (replicas leave each replica's config as it is: all fail)
             result.why_not = f"invalid config: {invalid}"
             continue
         try:
             found = run_plan(
-                plan, out_root, jobs=jobs, quick=bool(quick), on_point=seen, scheduler=scheduler
+                plan,
+                out_root,
+                jobs=jobs,
+                quick=quick is not None,
+                on_point=seen,
+                scheduler=scheduler,
             )
         except UnmeasuredTargetError:  # (every fleet kind's runs lack it: the question's fault)
             raise
@@ -266,7 +271,7 @@ def run_cheapest(
         if meeting
         else None
     )
-    folder = plan_folder(out_root, name, quick=bool(quick))
+    folder = plan_folder(out_root, name, quick=quick is not None)
     points = pd.DataFrame(rows).drop_duplicates(subset=["fleet"], keep="last", ignore_index=True)
     return CheapestResult(ordered, best, points, tuple(targets), folder)
 

@@ -154,6 +154,7 @@ class Experiment:
     def points(self, *, quick: bool = False) -> list[Point]:
         """Expand the grid and zipped axes into points, in order (grid axes vary slowest)."""
         grid = {**self.grid, **(self.quick_grid if quick else {})}
+        _warn_replaced_tables(self.base, grid, self.zips, self.quick_set if quick else {}, quick)
         axes: list[list[dict[str, Any]]] = [[{k: v} for v in values] for k, values in grid.items()]
         for z in self.zips:
             rows = zip(*z.values(), strict=True)
@@ -328,33 +329,36 @@ def _warn_replaced_tables(
     base: dict[str, Any],
     grid: dict[str, list[Any]],
     zips: list[dict[str, list[Any]]],
-    quick_grid: dict[str, list[Any]],
     quick_set: dict[str, Any],
+    quick: bool,
 ) -> None:
     """Say which of ``[base]``'s fields an axis over their whole table (``"workload" =
-    ["sharegpt_like", ...]``) leaves unused in its points, as ``kvsim run --set`` says it
-    (``kvsim.config.config_file.replaced_fields``)."""
+    ["sharegpt_like", ...]``) leaves unused in the points (``grid``: the run's, the quick
+    grid's axes included in a quick run; ``quick_set``: a quick run's settings), as ``kvsim run
+    --set`` says it (``kvsim.config.config_file.replaced_fields``)."""
     axes: dict[str, str] = {}
     values: dict[str, Any] = {}  # an axis of tables: the fields every one of them gives
-    tables = [("grid", grid), ("quick.grid", quick_grid)]
-    tables += [(f"zip[{i}]", z) for i, z in enumerate(zips)]
+    tables = [("grid", grid), *((f"zip[{i}]", z) for i, z in enumerate(zips))]
     for where, table in tables:
         for key, axis in table.items():
             axes[key] = where
             given = [set(v) for v in axis if isinstance(v, dict)]
             every = given and len(given) == len(axis)
             values[key] = dict.fromkeys(set.intersection(*given)) if every else None
-    for key, value in quick_set.items():
-        axes[key], values[key] = "quick.set", value
+    for key, value in quick_set.items():  # (a quick run's setting of a field keeps it there)
+        values[key] = value
     # (a swept TABLE.FIELD sets that field again in every point: it stays)
     for dotted, dropped in replaced_fields(base, values).items():
+        if dotted not in axes:
+            continue
         warn_once(
             logger,
-            "%s: %s replaces [base.%s] in every point: its %s not used (sweep %s.FIELD, or "
+            "%s: %s replaces [base.%s] in every %spoint: its %s not used (sweep %s.FIELD, or "
             "give the values in full tables, to keep one)",
             axes[dotted],
             dotted,
             dotted,
+            "quick " if quick else "",
             ", ".join(dropped) + (" is" if len(dropped) == 1 else " are"),
             dotted,
         )
@@ -436,7 +440,6 @@ def parse_experiment(data: dict[str, Any], *, name: str) -> Experiment:
     quick_grid = _check_lists("quick.grid", quick.get("grid", {}))
     _check_one_axis_each(grid, zips, quick_grid)
     _warn_repeated_labels(grid, zips, quick_grid)
-    _warn_replaced_tables(base, grid, zips, quick_grid, quick_set)
     snapshot = _snapshot("snapshot_at_s", data.get("snapshot_at_s"))
     description = data.get("description", "")
     if not isinstance(description, str):

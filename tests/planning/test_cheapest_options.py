@@ -316,3 +316,14 @@ def test_quick_keeps_a_count_set_gives(tmp_path, monkeypatch):
     runner.invoke(app, [*_cheapest(tmp_path, "--quick"), "--set", "workload.num_requests=30"])
     runner.invoke(app, _cheapest(tmp_path, "--quick"))
     assert seen == [{}, {"workload.num_requests": 100}]
+
+
+def test_a_quick_search_with_every_quick_setting_given_stays_a_quick_one(tmp_path, monkeypatch):
+    # --quick --set workload.num_requests=30: the quick settings left are none ({}), and the
+    # search is still quick: its answer goes to plan/quick/NAME, not over the full run's
+    _fake_plans(monkeypatch, {"h100-80gb-tp1": 1})
+    targets = [Target("time_to_first_token_seconds_p99", 5.0)]
+    option = [FleetOption("h100-80gb", 1)]
+    quick = run_cheapest("t", {}, option, targets, max_replicas=2, out_root=tmp_path, quick={})
+    full = run_cheapest("t", {}, option, targets, max_replicas=2, out_root=tmp_path)
+    assert (quick.folder, full.folder) == (tmp_path / "plan/quick/t", tmp_path / "plan/t")

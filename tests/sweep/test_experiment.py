@@ -122,7 +122,7 @@ def test_an_axis_over_a_whole_table_says_which_base_fields_its_points_lose(caplo
     # it in every point (they ran 1,000 and 2,000 requests, the presets' own), as --set does
     base = {"workload": {"preset": "sharegpt_like", "num_requests": 20, "rate_per_s": 2.0}}
     with caplog.at_level(logging.WARNING):
-        parse_experiment({"base": base, "grid": {"workload": ["alpaca_like"]}}, name="a")
+        parse_experiment({"base": base, "grid": {"workload": ["alpaca_like"]}}, name="a").points()
     assert (
         "grid: workload replaces [base.workload] in every point: its preset, num_requests, "
         "rate_per_s are not used"
@@ -137,14 +137,32 @@ def test_an_axis_over_a_whole_table_says_which_base_fields_its_points_lose(caplo
                 "zip": [{"workload": [{"preset": "alpaca_like"}, {"preset": "sharegpt_like"}]}],
             },
             name="b",
-        )
+        ).points()
     assert "zip[0]: workload replaces [base.workload] in every point: its rate_per_s is not" in (
         caplog.text
     )
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # nothing in the base under the table: nothing lost
-        parse_experiment({"base": {}, "grid": {"workload": ["alpaca_like"]}}, name="c")
+        parse_experiment({"base": {}, "grid": {"workload": ["alpaca_like"]}}, name="c").points()
     assert "replaces" not in caplog.text
+    # a [quick] set keeps its field in quick runs only: the full run loses it all the same
+    bursty = {"workload": {"preset": "sharegpt_like", "num_requests": 20, "cv": 2.0}}
+    quick = parse_experiment(
+        {
+            "base": bursty,
+            "grid": {"workload": ["alpaca_like"]},
+            "quick": {"set": {"workload.num_requests": 10}},
+        },
+        name="d",
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        quick.points()
+    assert "every point: its preset, num_requests, cv are not used" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        quick.points(quick=True)
+    assert "every quick point: its preset, cv are not used" in caplog.text
 
 
 @pytest.mark.parametrize(
