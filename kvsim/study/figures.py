@@ -306,7 +306,24 @@ def draw_figures(folder: str | Path, out: str | Path | None = None) -> list[Path
     _vs_figures(sweep, analysis, out_dir, written)
     _fleet_figures(sweep, out_dir, written)
     _point_figures(sweep, out_dir, written)
+    _warn_older_figures(out_dir, written)
     return written
+
+
+def _warn_older_figures(out_dir: Path, written: list[Path]) -> None:
+    """Say which PNGs in ``out_dir`` this drawing did not write (an earlier grid's points, a
+    figure its analysis no longer asks for): they stay, and would read as this sweep's."""
+    kept = {path.name for path in written}
+    older = sorted(p.name for p in out_dir.glob("*.png") if p.name not in kept)
+    if older:
+        shown = ", ".join(older[:3]) + (f" and {len(older) - 3} more" if len(older) > 3 else "")
+        logger.warning(
+            "%s: %d PNG(s) this plot did not draw are left from earlier (%s); delete them if "
+            "they are not this sweep's",
+            out_dir,
+            len(older),
+            shown,
+        )
 
 
 def drawable_rows(sweep: SweepResults) -> pd.Series | None:

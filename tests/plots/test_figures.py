@@ -58,6 +58,18 @@ def test_draw_figures_and_cli(tmp_path) -> None:
     assert f"{tmp_path / 'nothing'}: no such folder" in missing.output
 
 
+def test_figures_an_earlier_drawing_left_are_named(tmp_path, caplog) -> None:
+    # a PNG of a point the sweep no longer has stays in figures/ beside the new ones: said
+    folder = small_sweep(tmp_path, {"seed": [1, 2]})
+    first = {p.name for p in draw_figures(folder)}
+    (folder / "figures" / "memory_an_earlier_point.png").write_bytes(b"png")
+    with caplog.at_level("WARNING"):
+        again = {p.name for p in draw_figures(folder)}
+    assert again == first
+    assert "1 PNG(s) this plot did not draw are left from earlier" in caplog.text
+    assert "memory_an_earlier_point.png" in caplog.text
+
+
 def test_every_point_is_drawn_and_bars_split_into_panels_past_eight(tmp_path) -> None:
     # 5 rates x 2 allocators = 10 points: more than 8 bars, so one panel per rate
     rates = [1.0, 2.0, 4.0, 8.0, 16.0]
