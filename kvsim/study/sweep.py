@@ -235,22 +235,13 @@ def warn_stale(folder: Path, builds: Iterable[str | None], name: str) -> None:
     builds = list(builds)
     damaged = builds.count(DAMAGED)
     incomplete = builds.count(INCOMPLETE)
-    unrecorded = builds.count("")  # (no point.json, or one without the kvsim that wrote it)
-    other = sum(1 for b in builds if b not in (DAMAGED, INCOMPLETE, "") and is_stale(b))
+    other = sum(1 for b in builds if b not in (DAMAGED, INCOMPLETE) and is_stale(b))
     if other:
         logger.warning(
             "%s: %d point(s) in %s were finished by another kvsim (its source or data differ "
             "from this one's): running them again",
             name,
             other,
-            folder,
-        )
-    if unrecorded:
-        logger.warning(
-            "%s: %d point(s) in %s do not record the kvsim that finished them (a point.json "
-            "missing, or without its build): running them again",
-            name,
-            unrecorded,
             folder,
         )
     if damaged:

@@ -79,20 +79,3 @@ def test_points_whose_files_were_edited_or_cut_short_run_again(
     assert row["time_to_first_token_seconds_p99"].tolist() == [measured]  # rerun: the same run
     counted.clear()
     assert run_sweep(tiny, tmp_path, progress=False).num_skipped == 4  # repaired
-
-
-def test_points_without_a_record_of_their_kvsim_say_so(tmp_path, tiny, counted, caplog) -> None:
-    # a point.json deleted, or emptied to {}: the point runs again, said as unrecorded, not as
-    # "finished by another kvsim" (which it may not have been)
-    run_sweep(tiny, tmp_path, progress=False)
-    keys = [p.key for p in tiny.points()]
-    points = tmp_path / "tiny" / "points"
-    (points / keys[0] / "point.json").unlink()
-    (points / keys[1] / "point.json").write_text("{}")
-    counted.clear()
-    with caplog.at_level(logging.WARNING, logger="kvsim"):
-        again = run_sweep(tiny, tmp_path, progress=False)
-    assert (again.num_run, again.num_skipped) == (2, 2)
-    said = [r.getMessage() for r in caplog.records]
-    assert [m for m in said if "2 point(s)" in m and "do not record the kvsim" in m]
-    assert not [m for m in said if "another kvsim" in m]
