@@ -617,7 +617,7 @@ class Engine:
             until_arrival = next_arrival - now
             k = min(k, steps_before(durations, until_arrival, "left") + 1)
         capture = self.frames.next_time() if self.frames is not None else None
-        if capture is not None and capture > now:
+        if capture is not None and capture >= now:  # (one at the span's start: its first step)
             until = capture - now  # end with the step in flight then
             k = min(k, steps_before(durations, until, "right") + 1)
         return k
@@ -632,11 +632,16 @@ class Engine:
             return
         tokens = last_step_tokens(self.scheduler.lazy, plan, timing.num_steps)
         need = self.allocator.admission_slots_needed(*at.head) if at.head is not None else 0
-        waiting = list(at.waiting_ids)
         for t in due:
             if t < now:
                 self.frames.capture(t, self.allocator, {}, 0, [], 0)
-            else:
+            else:  # the queue at t: the plan's, and those arrived since (released at its end)
+                waiting = list(at.waiting_ids)
+                waiting += [r.req_id for s, r in self._staged if s <= t]
+                for r in self._to_arrive:
+                    if r.arrival_time_s > t:
+                        break
+                    waiting.append(r.req_id)
                 self.frames.capture(t, self.allocator, tokens, len(tokens), waiting, need)
 
     def _record_groups(self, plan: StepPlan, timing: Timing, totals: list[int] | None) -> None:
