@@ -36,7 +36,8 @@ def meets_targets(
     requests: Mapping[str, npt.NDArray[Any]], targets: Mapping[str, float]
 ) -> npt.NDArray[np.bool_]:
     """bool[num_requests]: each request meets every target (``metric <= bound``, seconds); a
-    NaN value (TPOT of a one-token output) holds.
+    NaN value (a metric the request lacks) holds. A one-token output's TPOT is 0, as vLLM
+    records it, so it holds any TPOT target.
 
     Raises:
         ValueError: a target names a column the table lacks.
