@@ -94,6 +94,43 @@ def test_evicting_a_block_still_writing_frees_its_count() -> None:
     disk.check_invariants(2.0)
 
 
+def private(access: TierAccess, first_index: int, *values: int) -> TierAccess:
+    """``access`` having recorded ``values`` as its blocks ``first_index`` on (as the CPU tier's
+    store records them before the disk write)."""
+    access.reserve(first_index + len(values))
+    for n, key in enumerate(values):
+        access.first_seen(first_index + n, key)
+    return access
+
+
+def test_private_blocks_are_held_unmapped_until_their_request_is_preempted() -> None:
+    """A request's own blocks (the CPU tier's ``private_from`` on) are held and evicted in the
+    same recency order as any block, but no lookup finds them until ``map_private`` (the
+    CPU tier's rule, ``CpuTier.map_private``); one evicted meanwhile is not mapped."""
+    disk = DiskTier(num_blocks=4)
+    a = private(TierAccess(), 0, 1, 2, 3)
+    disk.write(keys(1, 2, 3), 1.0, a, 1, 2)  # 1 shared; 2, 3 A's blocks 1-2, private
+    assert disk.occupancy(1.0) == (3, 0, 1)  # held all the same
+    assert disk.readable(1, 1.0)
+    assert not disk.readable(2, 1.0)  # (unmapped)
+    assert not disk.readable(3, 1.0)
+    assert 2 in disk  # (a scan finds it: a query, not the engine's)
+    assert disk.recency_order() == [1, 2, 3]
+    disk.check_invariants(1.0)
+    disk.write(keys(4, 5), 2.0)  # full: 4 evicts nothing (the free block), 5 evicts 1
+    assert disk.recency_order() == [2, 3, 4, 5]
+    disk.write(keys(6), 3.0)  # evicts 2, the least recent, private: no cell to remove
+    assert disk.recency_order() == [3, 4, 5, 6]
+    disk.check_invariants(3.0)
+    disk.map_private(a)  # A preempted: 3 is mapped; 2's slot holds 6 now, not mapped again
+    assert disk.readable(3, 3.0)
+    assert not disk.readable(2, 3.0)
+    assert disk.readable(6, 3.0)
+    disk.check_invariants(3.0)
+    # 6 blocks written, 2 evicted (1, 2), none read
+    assert (disk.num_written_blocks, disk.num_evicted_blocks, disk.num_read_blocks) == (6, 2, 0)
+
+
 class NaiveDisk:
     """The disk's rules by brute force: a list of held keys, least recent first, and each key's
     write end."""
@@ -118,6 +155,9 @@ class NaiveDisk:
             self.order.remove(key)
             self.order.append(key)
 
+    def readable(self, key: int, now_s: float, unmapped: set[int]) -> bool:
+        return self.ready.get(key, np.inf) <= now_s and key not in unmapped
+
     def occupancy(self, now_s: float) -> tuple[int, int, int]:
         writing = sum(1 for ready_s in self.ready.values() if ready_s > now_s)
         return len(self.order) - writing, writing, self.num_blocks - len(self.order)
@@ -125,30 +165,44 @@ class NaiveDisk:
 
 @pytest.mark.parametrize("num_blocks", [1, 7, 300])
 def test_long_runs_match_the_naive_disk(rng: np.random.Generator, num_blocks: int) -> None:
-    """150,000 blocks written in random batches of new and held keys, with promotions read and
-    the clock moving on between them (some writes ending before it): holdings, recency order,
-    readability and occupancy stay ``NaiveDisk``'s (the key map grows, the settled writes are
-    dropped many times over)."""
+    """150,000 blocks written in random batches of new and held keys, some ending in new
+    private blocks of a request, with promotions read, requests preempted (their private
+    blocks mapped) and the clock moving on between them (some writes ending before it):
+    holdings, recency order, readability and occupancy stay ``NaiveDisk``'s (the key map
+    grows, the settled writes are dropped many times over)."""
     disk, naive = DiskTier(num_blocks=num_blocks), NaiveDisk(num_blocks)
     now_s, ready_s, next_key, written = 0.0, 0.0, 1, 0
+    unmapped: set[int] = set()  # private keys not mapped yet (held or not)
+    requests: list[tuple[TierAccess, list[int]]] = []  # each access and its private keys
     while written < 150_000:
-        op = rng.integers(0, 3)
-        if op == 0:  # a write: new keys, and some held ones again
+        op = rng.integers(0, 4)
+        if op == 0:  # a write: new keys, and some held ones again, then new private ones
             batch = [next_key + n for n in range(int(rng.integers(1, 2 * num_blocks + 2)))]
             next_key += len(batch)
-            if naive.order:
-                batch += [naive.order[int(i)] for i in rng.integers(0, len(naive.order), 2)]
+            held = [k for k in naive.order if k not in unmapped]  # (a private block is
+            # written once, by its request, until mapped)
+            if held:
+                batch += [held[int(i)] for i in rng.integers(0, len(held), 2)]
             batch = list(dict.fromkeys(int(k) for k in rng.permutation(batch)))
+            own = [next_key + n for n in range(int(rng.integers(0, num_blocks + 2)))]
+            next_key += len(own)
             # (a third of the writes end before the clock: the engine stores a span's steps
             # after it ran them)
             ready_s = (ready_s if rng.random() < 0.3 else max(ready_s, now_s)) + float(
                 rng.exponential(1.0)
             )
-            disk.write(keys(*batch), ready_s)
-            naive.write(batch, ready_s)
-            written += len(batch)
+            access = private(TierAccess(), 3, *own)  # (its blocks 3.. are private)
+            disk.write(keys(*batch, *own), ready_s, access, 3, len(own))
+            naive.write(batch + own, ready_s)
+            unmapped.update(own)
+            requests.append((access, own))
+            written += len(batch) + len(own)
+        elif op == 3 and requests:  # a request preempted: its private blocks held are mapped
+            access, own = requests.pop(int(rng.integers(0, len(requests))))
+            disk.map_private(access)
+            unmapped.difference_update(own)
         elif op == 1 and naive.order:  # a promotion of readable keys
-            readable = [k for k in naive.order if naive.ready[k] <= now_s]
+            readable = [k for k in naive.order if naive.readable(k, now_s, unmapped)]
             picks = rng.integers(0, max(1, len(readable)), 3 if readable else 0)
             picked = list(dict.fromkeys(readable[int(i)] for i in picks))
             disk.read(keys(*picked))
@@ -157,7 +211,7 @@ def test_long_runs_match_the_naive_disk(rng: np.random.Generator, num_blocks: in
             now_s += float(rng.exponential(1.5))
         probe = int(rng.integers(max(1, next_key - 3 * num_blocks), next_key + 1))
         assert (probe in disk) == (probe in naive.ready)
-        assert disk.readable(probe, now_s) == (naive.ready.get(probe, np.inf) <= now_s)
+        assert disk.readable(probe, now_s) == naive.readable(probe, now_s, unmapped)
         assert disk.occupancy(now_s) == naive.occupancy(now_s)
         if rng.random() < 0.01:
             assert disk.recency_order() == naive.order
@@ -220,6 +274,33 @@ def test_a_disk_hit_after_the_cpu_copy_was_evicted_is_promoted_then_loaded() -> 
     assert summary["kv_offload_bytes_cpu_to_disk"] == 4 * MB
     assert summary["kv_offload_bytes_disk_to_cpu"] == 2 * MB
     assert summary["kv_offload_time_disk_to_cpu_s"] == pytest.approx(0.008)
+
+
+def test_a_preempted_request_finds_its_own_blocks_on_the_disk() -> None:
+    """A request's private blocks reach the disk unmapped; preempted, its lookup maps them
+    (``_access_of``) and promotes them with its shared block."""
+    pool, conn = parts(num_cpu_blocks=3)
+    a = doc(0, ("p", 48), computed=48)
+    a.shared_tokens = 16  # p0 may be shared; p1, p2 are A's own
+    conn.store([a], 0.0)  # CPU by 0.003 (3 MB at 1 GB/s); disk 0.003 -> 0.009 (0.5 GB/s)
+    p0, p1 = pool.block_keys(a, 0, 2)
+    assert conn.disk is not None
+    assert conn.cpu_to_disk.busy_until_s == pytest.approx(0.009)
+    assert conn.disk.readable(p0, 0.01)
+    assert not conn.disk.readable(p1, 0.01)  # unmapped: nobody else can look it up
+    conn.store([doc(1, ("q", 48), computed=48)], 1.0)  # evicts p2, p1, p0 from the CPU tier
+    assert conn.tier.num_evicted_blocks == 3
+    a.num_preemptions, a.num_computed_tokens = 1, 0
+    conn.now_s = 2.0
+    # the lookup maps A's blocks on both tiers, misses the CPU tier at block 0 and promotes
+    # p0, p1, p2 from the disk (the CPU tier's 3 slots hold q's blocks, evictable by t=2):
+    # 3 MB at 0.25 GB/s, t=2.0 -> 2.012; the request waits. (Unmapped, p1 would end the run
+    # after p0: 1 MB.)
+    assert conn.matched_tokens(a, 0) is None
+    assert conn.disk_to_cpu.num_bytes == 3 * MB
+    assert conn.disk_to_cpu.busy_until_s == pytest.approx(2.012)
+    conn.disk.check_invariants(2.012)
+    conn.tier.check_invariants(2.012)
 
 
 def test_a_promotion_without_a_free_cpu_slot_is_a_miss() -> None:

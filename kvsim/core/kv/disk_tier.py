@@ -26,7 +26,11 @@ Every block of the tier is in exactly one of: stored (readable), writing, free
 Layout: packed ``librt.vecs`` vectors and no Python object a block, as ``CpuTier``: each held key
 has a *slot*, keys map to slots by open addressing (``kvsim.core.kv.keymap``), and the recency
 order is a doubly linked list threaded through the slots (an eviction, a write and a read are
-O(1) a block).
+O(1) a block). As in the CPU tier, a request's *private* blocks (past the tokens another request
+may share) are held outside the key map, their slots noted in the request's
+``TierAccess.disk_slots``, and mapped when it is preempted (``map_private``): only it can look
+them up, and only after a preemption. The same blocks are held, in the same recency order; a
+write neither probes the map for them nor inserts them, and an eviction removes nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from librt.vecs import append, extend, vec
 from mypy_extensions import i64
 
 from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell, warm_homes
-from kvsim.core.kv.offload import filled
+from kvsim.core.kv.offload import UNMAPPED, TierAccess, filled, grown
 
 _LIST: Final = 0  # slot 0: the recency list's head (``_next[0]`` least recent, ``_prev[0]`` most)
 
@@ -58,10 +62,12 @@ class DiskTier:
             raise ValueError(f"num_blocks: a disk tier holds one block at least, got {num_blocks}")
         self.num_blocks: i64 = num_blocks
         self._num_held: i64 = 0
+        self._num_mapped: i64 = 0  # held keys in the key map (held blocks less private ones)
         self._cells: vec[i64] = empty_cells(0)  # cell i: key at 2i, slot at 2i+1
         self._mask: i64 = len(self._cells) // 2 - 1  # (cells - 1, at most half full)
         # per slot (slot 0 the list's head; slots 1.. up to num_blocks, the first
-        # ``_num_slots`` used, the vectors grown by doubling): its key, its key's cell, when its
+        # ``_num_slots`` used, the vectors grown by doubling): its key, its key's cell (EMPTY:
+        # free; UNMAPPED: a private block), when its
         # write ends (s), the write making it (an index into the write queue, while writing),
         # its neighbours in the recency list
         self._num_slots: i64 = 1
@@ -85,8 +91,12 @@ class DiskTier:
         self._sink: i64 = 0  # what reads ahead of a probe read (``warm_homes``), kept
 
     def __contains__(self, key: int) -> bool:
-        """Whether the tier holds ``key`` (readable or still writing)."""
-        return self._find(key) >= 0
+        """Whether the tier holds ``key`` (readable or still writing; mapped or private, found
+        by a scan: for queries, not the engine's path)."""
+        if self._find(key) >= 0:
+            return True
+        cell, key_of = self._cell, self._key
+        return any(cell[s] == UNMAPPED and key_of[s] == key for s in range(1, self._num_slots))
 
     def __len__(self) -> int:
         return self._num_held
@@ -99,7 +109,8 @@ class DiskTier:
         return self._cells[2 * i + 1]
 
     def readable(self, key: i64, now_s: float) -> bool:
-        """Whether ``key``'s write had ended by ``now_s`` (a lookup's hit)."""
+        """Whether ``key``'s write had ended by ``now_s`` (a lookup's hit; a private block is
+        found once its request is preempted: ``map_private``)."""
         slot = self._find(key)
         return slot >= 0 and self._ready[slot] <= now_s
 
@@ -111,7 +122,14 @@ class DiskTier:
             slot = nxt[slot]
         return order
 
-    def write(self, keys: vec[i64], ready_s: float) -> None:
+    def write(
+        self,
+        keys: vec[i64],
+        ready_s: float,
+        access: TierAccess | None = None,
+        private_index: i64 = 0,
+        num_private: i64 = 0,
+    ) -> None:
         """Write ``keys`` (blocks newly stored in the CPU tier), the write ending at
         ``ready_s``: a key held already becomes the most recent and stays readable; a new one
         is held, writing until ``ready_s``, after evicting the least recent blocks it needs
@@ -119,9 +137,17 @@ class DiskTier:
         Writes end in the order they are made (one link, first come first served), so
         ``ready_s`` never decreases from one call to the next. It may be no later than an
         earlier query's ``now_s`` (the engine stores a span's steps after it has run them): the
-        blocks are readable from then on."""
+        blocks are readable from then on.
+
+        The last ``num_private`` keys are private blocks ``private_index`` on of the request
+        ``access`` (not held: nobody else can have written them, and it writes each once): held
+        outside the key map, their slots noted in ``access.disk_slots``."""
+        num_mapped_keys: i64 = len(keys) - num_private
+        if num_private:
+            assert access is not None, "private blocks written for no request"
+            access.disk_slots = grown(access.disk_slots, private_index + num_private, -1)
         self.num_written_blocks += len(keys)
-        self._sink ^= warm_homes(self._cells, self._mask, keys, 0, len(keys))
+        self._sink ^= warm_homes(self._cells, self._mask, keys, 0, num_mapped_keys)
         self._sink ^= self._warm_victims(len(keys) - (self.num_blocks - self._num_held))
         # this write's entry, made first: one of its blocks may be evicted by a later one (none
         # for a store made for an earlier step of a span: written already)
@@ -131,20 +157,29 @@ class DiskTier:
             self._write_end = append(self._write_end, ready_s)
             self._write_count = append(self._write_count, 0)
         num_new: i64 = 0
-        for key in keys:
-            slot = self._find(key)
-            if slot >= 0:
-                self._unlink(slot)
-                self._link_last(slot)  # (the most recent now)
-                continue
+        for n in range(len(keys)):
+            key = keys[n]
+            if n < num_mapped_keys:
+                slot = self._find(key)
+                if slot >= 0:
+                    self._unlink(slot)
+                    self._link_last(slot)  # (the most recent now)
+                    continue
+                if 2 * (self._num_mapped + 1) > self._mask + 1:  # (before a slot is taken:
+                    # the rebuild maps the held slots' keys)
+                    self._rehash(self._num_mapped + 1)
             if self._num_held >= self.num_blocks:
                 slot = self._evict_least_recent()
             else:
                 slot = self._new_slot()
-                if 2 * (self._num_held + 1) > self._mask + 1:
-                    self._rehash(self._num_held + 1)
             self._key[slot] = key
-            self._cell[slot] = insert_new(self._cells, self._mask, key, slot)
+            if n < num_mapped_keys:
+                self._cell[slot] = insert_new(self._cells, self._mask, key, slot)
+                self._num_mapped += 1
+            else:
+                assert access is not None
+                self._cell[slot] = UNMAPPED
+                access.disk_slots[private_index + n - num_mapped_keys] = slot
             self._ready[slot] = ready_s
             self._write_of[slot] = write
             self._link_last(slot)
@@ -177,7 +212,8 @@ class DiskTier:
         total: i64 = 0
         slot = nxt[_LIST]
         while count > 0 and slot != _LIST:
-            total += cells[2 * cell[slot] + 1]
+            if cell[slot] >= 0:  # (a private block has no cell)
+                total += cells[2 * cell[slot] + 1]
             slot = nxt[slot]
             count -= 1
         return total
@@ -186,7 +222,9 @@ class DiskTier:
         """Free the least recent block; returns its slot."""
         slot = self._next[_LIST]
         self._unlink(slot)
-        remove_cell(self._cells, self._mask, self._cell[slot], self._cell)
+        if self._cell[slot] >= 0:  # (a private block is in no cell)
+            remove_cell(self._cells, self._mask, self._cell[slot], self._cell)
+            self._num_mapped -= 1
         self._cell[slot] = EMPTY
         if self._ready[slot] > self._settled_s:  # (still writing: uncounted now, and by its write)
             self._num_writing -= 1
@@ -216,8 +254,23 @@ class DiskTier:
         self._mask = len(self._cells) // 2 - 1
         cells, cell_of, key_of = self._cells, self._cell, self._key
         for slot in range(1, self._num_slots):
-            if cell_of[slot] != EMPTY:
+            if cell_of[slot] >= 0:  # (mapped: not free, not private)
                 cell_of[slot] = insert_new(cells, self._mask, key_of[slot], slot)
+
+    def map_private(self, access: TierAccess) -> None:
+        """The request was preempted: its private blocks the tier still holds join the key
+        map, so that its lookups find them (``CpuTier.map_private``'s rule; a slot whose key
+        is no longer the block's was evicted and reused)."""
+        hints, keys = access.disk_slots, access.keys
+        key_of, cell = self._key, self._cell
+        for index in range(min(len(hints), len(keys))):
+            slot = hints[index]
+            if slot >= 0 and cell[slot] == UNMAPPED and key_of[slot] == keys[index]:
+                if 2 * (self._num_mapped + 1) > self._mask + 1:
+                    self._rehash(self._num_mapped + 1)
+                cell[slot] = insert_new(self._cells, self._mask, keys[index], slot)
+                self._num_mapped += 1
+        access.disk_slots = vec[i64]()
 
     def read(self, keys: vec[i64]) -> None:
         """``keys`` (readable) are promoted into the CPU tier: each is the most recent now.
@@ -257,15 +310,27 @@ class DiskTier:
 
     def check_invariants(self, now_s: float) -> None:
         """Assert that every block is in exactly one category, the recency list holds every
-        held block once, the key map finds each, and the writing count agrees with a recount."""
+        held block once, the key map finds each mapped one (and nothing else), and the writing
+        count agrees with a recount."""
         stored, writing, free = self.occupancy(now_s)
         assert stored + writing + free == self.num_blocks, (stored, writing, free)
         assert min(stored, writing, free) >= 0, (stored, writing, free)
         order = self.recency_order()
         assert len(order) == len(set(order)) == self._num_held, (len(order), self._num_held)
-        for key in order:
-            slot = self._find(key)
-            assert slot >= 0, f"disk tier: key {key} not mapped"
-            assert self._key[slot] == key, f"disk tier: key {key} mapped to another's slot"
-        recount = sum(1 for key in order if self._ready[self._find(key)] > now_s)
+        slots, slot, recount, mapped = [], self._next[_LIST], 0, 0
+        while slot != _LIST:
+            slots.append(slot)
+            key, cell = self._key[slot], self._cell[slot]
+            if cell == UNMAPPED:
+                assert self._find(key) < 0, f"disk tier: private key {key} mapped"
+            else:
+                assert self._find(key) == slot, f"disk tier: key {key} not mapped to its slot"
+                mapped += 1
+            recount += self._ready[slot] > now_s
+            slot = self._next[slot]
+        assert len(set(slots)) == len(slots) == self._num_held, "disk tier: recency list"
+        assert mapped == self._num_mapped, f"disk tier: {mapped} mapped != {self._num_mapped}"
+        cells = self._cells
+        in_map = sum(1 for i in range(len(cells) // 2) if cells[2 * i + 1] != EMPTY)
+        assert in_map == mapped, f"disk tier: {in_map} keys in the map, {mapped} mapped"
         assert recount == writing, f"disk tier: writing {writing} != recount {recount}"

@@ -123,7 +123,10 @@ class TierAccess:
         keys: ``keys[i]`` the key of recorded block ``i`` (``len(keys) >= span``).
         slots: ``slots[i]`` the tier slot that held ``keys[i]`` when last seen, -1 if none: a
             hint ``CpuTier.finish`` checks (a slot's key) before it probes the key map.
-        mapped: its private blocks are in the key map (``CpuTier.map_private``).
+        disk_slots: ``disk_slots[i]`` the disk tier slot that held private block ``i`` when it
+            was written, -1 if none (``DiskTier.write``; a hint ``DiskTier.map_private``
+            checks).
+        mapped: its private blocks are in the key maps (``CpuTier.map_private``).
         finished: ``CpuTier.finish`` committed its accesses (it records none after).
         pending: bit ``i`` set where block ``i``'s slot (its hint) may be evictable at the
             request's rank ``(r, -(i + 1))``: its eviction entry (32 bits a word; a bit whose
@@ -138,6 +141,7 @@ class TierAccess:
         self.seen: vec[i64] = vec[i64]()
         self.keys: vec[i64] = vec[i64]()
         self.slots: vec[i64] = vec[i64]()
+        self.disk_slots: vec[i64] = vec[i64]()
         self.mapped = False
         self.finished = False
         self.pending: vec[i64] = vec[i64]()

@@ -360,7 +360,8 @@ class OffloadConnector:
                 self._behind.discard(req.req_id)  # (once it is stored: None below keeps it)
             keys = self.allocator.block_keys(req, start, upto)
             private_from = req.shared_tokens // b
-            new = tier.prepare_store(keys, now_s, self._access_of(req), start, private_from)
+            access = self._access_of(req)
+            new = tier.prepare_store(keys, now_s, access, start, private_from)
             if new is None:
                 self.num_store_failures += 1  # (vLLM: vllm:kv_offload_allocation_failure)
                 self.retrying[req.req_id] = req
@@ -378,7 +379,10 @@ class OffloadConnector:
                     continue
                 disk_done_s = self.cpu_to_disk.submit(num_bytes, done_s)
                 tier.complete_store(new, done_s, disk_done_s)
-                self.disk.write(new, disk_done_s)
+                # (the CPU tier lacked every private block it was offered: ``new`` ends with
+                # them, in order)
+                num_private = 0 if access.mapped else max(0, upto - max(private_from, start))
+                self.disk.write(new, disk_done_s, access, upto - num_private, num_private)
 
     def may_store(self, request: Request, computed: int, storable: int) -> bool:
         """Whether ``store_tokens`` would offer any block of ``request`` (an explicit request
@@ -412,13 +416,15 @@ class OffloadConnector:
 
     def _access_of(self, request: Request) -> TierAccess:
         """The request's tier accesses; a preempted request's private blocks (past
-        ``Request.shared_tokens``, held outside the tier's key map) are mapped first, as it
-        may now look them up (``CpuTier.map_private``)."""
+        ``Request.shared_tokens``, held outside the tiers' key maps) are mapped first, as it
+        may now look them up (``CpuTier.map_private``, ``DiskTier.map_private``)."""
         access = self._access.get(request.req_id)
         if access is None:
             access = self._access[request.req_id] = TierAccess()
         if request.num_preemptions and not access.mapped:
             self.tier.map_private(access)
+            if self.disk is not None:
+                self.disk.map_private(access)
         return access
 
     def forget(self, request: Request) -> None:
