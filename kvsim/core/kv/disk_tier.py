@@ -114,6 +114,11 @@ class DiskTier:
         slot = self._find(key)
         return slot >= 0 and self._ready[slot] <= now_s
 
+    def warm(self, keys: vec[i64], start: i64, stop: i64) -> None:
+        """Read the map cells of ``keys[start:stop]`` ahead of looking them up one by one
+        (``kvsim.core.kv.keymap.warm_homes``: the map of a large disk is mostly out of cache)."""
+        self._sink ^= warm_homes(self._cells, self._mask, keys, start, stop)
+
     def recency_order(self) -> list[int]:
         """The held keys, least recent (the next evicted) first."""
         order, nxt, slot = [], self._next, self._next[_LIST]

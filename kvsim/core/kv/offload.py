@@ -126,6 +126,8 @@ class TierAccess:
         disk_slots: ``disk_slots[i]`` the disk tier slot that held private block ``i`` when it
             was written, -1 if none (``DiskTier.write``; a hint ``DiskTier.map_private``
             checks).
+        private_from: its blocks from this index on are private (``prepare_store``'s
+            ``private_from``, the least offered; ``EVERY_BLOCK``: none).
         mapped: its private blocks are in the key maps (``CpuTier.map_private``).
         finished: ``CpuTier.finish`` committed its accesses (it records none after).
         pending: bit ``i`` set where block ``i``'s slot (its hint) may be evictable at the
@@ -142,6 +144,7 @@ class TierAccess:
         self.keys: vec[i64] = vec[i64]()
         self.slots: vec[i64] = vec[i64]()
         self.disk_slots: vec[i64] = vec[i64]()
+        self.private_from: i64 = EVERY_BLOCK
         self.mapped = False
         self.finished = False
         self.pending: vec[i64] = vec[i64]()
@@ -667,6 +670,7 @@ class CpuTier:
             self._finish_ranks = self._zeros(access.span)
             self._finish_slots = self._zeros(access.span)
         new_ranks, new_slots = self._finish_ranks, self._finish_slots
+        private_from = EVERY_BLOCK if access.mapped else access.private_from
         num_new: i64 = 0
         next_rank: i64 = self._next_rank
         for index in range(access.span - 1, -1, -1):
@@ -674,8 +678,11 @@ class CpuTier:
                 continue
             key, slot = keys[index], hints[index]
             # the slot it was seen in, if it still holds it (a held key sits in one slot);
-            # else the key map (evicted, or stored since by another request)
+            # else the key map (evicted, or stored since by another request), but for an
+            # unmapped private block: evicted, in no map
             if slot < 0 or cell[slot] == FREE or key_of[slot] != key:
+                if index >= private_from:
+                    continue
                 slot = self._find(key)
                 if slot < 0:
                     continue
@@ -734,6 +741,8 @@ class CpuTier:
         self._settle(now_s)
         if access.mapped:
             private_from = EVERY_BLOCK
+        elif private_from < access.private_from:
+            access.private_from = private_from
         state = self._state
         mapped_end = min(len(keys), max(0, private_from - first_index))
         self._sink ^= warm_homes(self._cells, self._mask, keys, 0, mapped_end)

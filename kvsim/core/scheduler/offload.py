@@ -213,6 +213,7 @@ class OffloadConnector:
         # one slot of that room), so a CPU block or a miss past it changes nothing
         room = tier.promotion_room(shielded, now)
         limit = min(len(keys), begin + room + 1)
+        disk.warm(keys, begin + 1, limit)
         run_end = begin
         cpu_block_after = False
         while run_end < limit:
