@@ -270,9 +270,8 @@ class BlockPool:
         self._head = head
         self.num_free -= count
         full = self._full
-        if 8 * self._num_keyed >= self.num_blocks:  # the cells of the keys it evicts read
-            # ahead, where keyed blocks are common enough to repay reading every block's
-            # ``_slot_of`` (an unkeyed block's stale one only reads a cell in vain)
+        if self._num_keyed:  # the cells of the keys it evicts read ahead (an unkeyed block's
+            # stale ``_slot_of`` only reads a cell in vain)
             self._sink ^= warm_cells(self._slots, self._slot_of, out, first, end)
         unkeyed_full: i64 = 0
         for i in range(first, end):
