@@ -225,6 +225,7 @@ def plan(
         other_draws,
         plan_folder,
         plan_from_dict,
+        quick_overrides,
         run_plan,
         tightest,
     )
@@ -306,9 +307,7 @@ def plan(
                 jobs=jobs,
                 scheduler=scheduler,
                 # (--quick's small runs, but for a count --set gives)
-                quick={k: v for k, v in QUICK_SET.items() if k not in set_fields}
-                if quick
-                else None,
+                quick=quick_overrides(QUICK_SET, list(set_fields)) if quick else None,
             )
             return
         question: dict[str, Any] = {}

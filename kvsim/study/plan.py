@@ -174,6 +174,12 @@ class Target:
             raise ValueError(f"--target: {err}") from None
 
 
+def quick_overrides(quick: dict[str, Any], varied: Sequence[str]) -> dict[str, Any]:
+    """A plan's quick settings (``[quick] set``) but for the fields a later layer set
+    (``kvsim plan --set``: ``varied``), which a quick run keeps as given."""
+    return {k: v for k, v in quick.items() if k not in varied}
+
+
 def tightest(targets: Sequence[Target]) -> tuple[Target, ...]:
     """``targets`` with one bound per metric: a metric bounded twice keeps the tighter bound,
     with a warning naming both (``p99<=2`` and ``p99<=1`` ask for ``p99<=1``; the later one
@@ -391,7 +397,7 @@ class Plan:
         """The base table with the knob at ``x`` (and the quick overrides, but for the fields
         ``kvsim plan --set`` gave: ``varied``)."""
         data = json.loads(json.dumps(self.base))
-        small = {k: v for k, v in self.quick.items() if k not in self.varied} if quick else {}
+        small = quick_overrides(self.quick, self.varied) if quick else {}
         overrides = {**small, self.field: self.value(x)}
         if self.min_window_s is not None and not quick:
             drawn = config_from_dict(data, overrides, warn=False).workload  # (on a copy)
