@@ -126,6 +126,8 @@ class TierAccess:
         disk_slots: ``disk_slots[i]`` the disk tier slot that held private block ``i`` when it
             was written, -1 if none (``DiskTier.write``; a hint ``DiskTier.map_private``
             checks).
+        index: its entry in the tier's list of ranked requests (``CpuTier._ranked``, which a
+            slot's owner names), -1 before its first rank and once finished.
         private_from: its blocks from this index on are private (``prepare_store``'s
             ``private_from``, the least offered; ``EVERY_BLOCK``: none).
         mapped: its private blocks are in the key maps (``CpuTier.map_private``).
@@ -139,6 +141,7 @@ class TierAccess:
 
     def __init__(self) -> None:
         self.rank: i64 = 0
+        self.index: i64 = -1
         self.span: i64 = 0
         self.seen: vec[i64] = vec[i64]()
         self.keys: vec[i64] = vec[i64]()
@@ -357,8 +360,14 @@ class CpuTier:
         self._ref_cnt: vec[i32] = vec[i32]()  # slot -> loads reading it
         self._rank: vec[i64] = vec[i64]()  # slot -> its rank (``rank_value``)
         self._state: vec[u8] = vec[u8]()  # slot -> EVICTABLE | IN_HEAP | ... bits
-        # slot -> the request whose rank a running rank ``(r, -p)`` is (read only then)
-        self._owner: list[TierAccess] = []
+        # slot -> the request whose rank a running rank ``(r, -p)`` is (read only then), as
+        # its entry in ``_ranked``: the ranked unfinished requests (a finished one's entry is
+        # ``_vacant``, its index reused), so that a store writes an integer a slot, not an
+        # object reference
+        self._owner: vec[i64] = vec[i64]()
+        self._ranked: list[TierAccess] = []
+        self._vacant = TierAccess()
+        self._free_indices: vec[i64] = vec[i64]()
         self._free_slots: vec[i64] = vec[i64]()  # slots given back by evictions
         self._heap_rank: vec[i64] = vec[i64]()  # heap entries: rank ...
         self._heap_slot: vec[i64] = vec[i64]()  # ... and slot
@@ -538,6 +547,12 @@ class CpuTier:
         if access.rank == 0:
             self._next_rank += 1
             access.rank = self._next_rank
+            if len(self._free_indices):
+                self._free_indices, access.index = pop(self._free_indices)
+                self._ranked[access.index] = access
+            else:
+                access.index = len(self._ranked)
+                self._ranked.append(access)
             self._asleep.append(access)
             self._num_asleep += 1
             if self._wake_at == _NO_RANK:
@@ -649,7 +664,7 @@ class CpuTier:
         value = rank_value(self._request_rank(access), index + 1)
         if slot >= 0 and self._rank[slot] < value:
             self._rank[slot] = value
-            self._owner[slot] = access
+            self._owner[slot] = access.index
             if self._state[slot] & EVICTABLE:
                 self._push(value, slot)
 
@@ -712,6 +727,10 @@ class CpuTier:
             else:
                 self._num_awake -= 1
         access.finished = True
+        if access.index >= 0:  # (no held block ranks it running now: its entry is free)
+            self._ranked[access.index] = self._vacant
+            self._free_indices = append(self._free_indices, access.index)
+            access.index = -1
         if len(self._asleep) - self._asleep_head >= 2 * self._num_asleep + 1024:
             self._asleep = [a for a in self._asleep[self._asleep_head :] if not a.finished]
             self._asleep_head = 0
@@ -909,6 +928,7 @@ class CpuTier:
         free_slots = self._free_slots
         key_of, cell, rank, state = self._key, self._cell, self._rank, self._state
         owner, request_rank = self._owner, self._request_rank(access)
+        index = access.index
         prepared = self._zeros(len(new_at))
         num_reuse = len(reuse)
         if len(new_at):  # (the last position is the highest: the range is checked once)
@@ -925,14 +945,14 @@ class CpuTier:
                     free_slots, slot = pop(free_slots)
                 key_of[slot] = key
                 rank[slot] = value
-                owner[slot] = access
+                owner[slot] = index
                 state[slot] = STORING  # (a free slot's other bits are clear)
             else:  # a slot never used yet
                 slot = len(key_of)
                 key_of = append(key_of, key)
                 cell = append(cell, 0)
                 rank = append(rank, value)
-                owner.append(access)
+                owner = append(owner, index)
                 state = append(state, STORING)
                 self._ref_cnt = append(self._ref_cnt, 0)
             if first_index + j >= private_from:
@@ -943,6 +963,7 @@ class CpuTier:
             prepared[n] = slot
         self._free_slots = free_slots
         self._key, self._cell, self._rank, self._state = key_of, cell, rank, state
+        self._owner = owner
         self._num_held += len(new_at)
         self._num_storing += len(new_at)
         self.num_stored_blocks += len(new_at)
@@ -1150,7 +1171,7 @@ class CpuTier:
             if state[slot] & IN_HEAP:
                 self._unheap(slot)
             if value >> _POSITION_BITS < self._awake_below:  # (asleep: no entry until it wakes)
-                self._mark_pending(self._owner[slot], position - 1)
+                self._mark_pending(self._ranked[self._owner[slot]], position - 1)
             return
         qr = self._queue_rank
         if len(qr) == self._queue_head or qr[len(qr) - 1] <= value:
@@ -1339,7 +1360,7 @@ class CpuTier:
             value = self._rank[slot]
             r, position = rank_pair(value)
             if position:  # a running request's: its hint names the slot, its bit is set if awake
-                access = self._owner[slot]
+                access = self._ranked[self._owner[slot]]
                 index = -position - 1
                 assert access.rank == r, f"slot {slot}: its owner is not request {r}"
                 assert not access.finished, f"slot {slot}: ranked by finished request {r}"
