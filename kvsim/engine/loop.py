@@ -657,7 +657,7 @@ class Engine:
     def num_steps_run(self) -> int:
         """Engine steps so far, recorded in memory rows or not (each observed once by the
         scheduler: ``SchedulerCore.observe_step_tokens``)."""
-        return sum(self.scheduler.iteration_tokens.values())
+        return self.scheduler.num_observed_steps
 
     def _record(self, plan: StepPlan, timing: Timing, now: float, at: PlanTime) -> None:
         """One memory row for the plan's steps, from the cohort's running totals

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 from collections import deque
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
 from kvsim.config import EngineArgs
 from kvsim.core.kv.base import NO_HIT, Allocator, PrefixHit
+from kvsim.core.kv.offload import grown
 from kvsim.core.kv.swap import SwapSpace
 from kvsim.core.scheduler.offload import OffloadConnector
 from kvsim.core.scheduler.plan import StepPlan
@@ -72,8 +76,12 @@ class SchedulerCore:
         self.running: dict[Request, None] = {}
         self._running_seqs = 0  # their sequences (a group of w counts w)
         self.num_preemptions = 0
-        # vLLM's iteration_tokens_total: tokens a step -> steps (``observe_step_tokens``)
-        self.iteration_tokens: dict[int, int] = {}
+        # vLLM's iteration_tokens_total (``observe_step_tokens``): steps by tokens a step, a
+        # packed vector indexed by the tokens (a dict's keys, a few thousand ints made over the
+        # whole run and kept, held the process's peak RSS 13 % higher on a 100k run), and
+        # their total
+        self._steps_by_tokens: vec[i64] = vec[i64]()
+        self.num_observed_steps = 0
         self.has_groups = False  # any sequence group seen: sequences != requests from then on
         # a verification's computed tokens are cached (``_complete_verifications``) by any pool
         # that caches prefixes, hybrid groups' too
@@ -342,8 +350,18 @@ class SchedulerCore:
         so vLLM makes no ``IterationStats`` for it (``vllm/v1/engine/async_llm.py``)."""
         if tokens == 0:
             return
-        counts = self.iteration_tokens
-        counts[tokens] = counts.get(tokens, 0) + steps
+        counts = self._steps_by_tokens
+        if tokens >= len(counts):
+            counts = self._steps_by_tokens = grown(counts, tokens + 1, 0)
+        counts[tokens] += steps
+        self.num_observed_steps += steps
+
+    @property
+    def iteration_tokens(self) -> dict[int, int]:
+        """Engine steps observed (``observe_step_tokens``) by tokens a step, those observed
+        only (a new dict)."""
+        counts = self._steps_by_tokens
+        return {tokens: counts[tokens] for tokens in range(len(counts)) if counts[tokens]}
 
     def _complete_verifications(self, plan: StepPlan, step0_end_s: float) -> list[Request]:
         """``complete``'s pass over the scheduled requests under speculative decoding; returns
