@@ -240,13 +240,24 @@ class PagedAllocator(Allocator):
         """Tokens a new request's root holds: all known tokens, or a group's prompt."""
         return request.prompt_tokens if request.num_seqs > 1 else request.num_tokens
 
+    def _lookup_blocks(self, request: Request) -> int:
+        """Leading blocks of a new request a prefix-cache lookup may hit: those with keys
+        before its last known token (a group's before its prompt's end), and, until the
+        request is preempted, none past the tokens others may share (``Request.
+        shared_tokens``): such a block is cached only by its own request once preempted
+        (``_cache_full_blocks``), so its key, computed, would be a miss."""
+        b = self.block_size_tokens
+        cap = min(self._fork_point(request) - 1, self.keyed_tokens(request)) // b
+        if not request.num_preemptions:
+            cap = min(cap, request.shared_tokens // b)
+        return cap
+
     def find_cached_prefix(self, request: Request) -> PrefixHit:
         if not self.enable_prefix_caching or request.req_id in self.block_tables:
             return NO_HIT
         if not request.shares_tokens and not request.num_preemptions:
             return NO_HIT  # a private stream is cached only once its request is preempted
-        b = self.block_size_tokens
-        cap = min(self._fork_point(request) - 1, self.keyed_tokens(request)) // b
+        cap = self._lookup_blocks(request)
         if cap <= 0:
             return NO_HIT
         hits = self.pool.cached_run(self._stream_keys(request).keys_between(0, cap))
@@ -271,8 +282,7 @@ class PagedAllocator(Allocator):
             return 0
         if request.req_id in self.block_tables:
             return 0
-        b = self.block_size_tokens
-        cap = min(self._fork_point(request) - 1, self.keyed_tokens(request)) // b
+        cap = self._lookup_blocks(request)
         if cap <= 0:
             return 0
         keys = self._keys.get(request.req_id)
