@@ -94,6 +94,20 @@ def test_evicting_a_block_still_writing_frees_its_count() -> None:
     disk.check_invariants(2.0)
 
 
+def test_growing_the_key_map_maps_no_slot_not_yet_written() -> None:
+    """The key map is rebuilt (grown) before a new key takes a fresh slot: rebuilt after, it
+    mapped the fresh slot's unwritten key (0) too, a phantom entry that later removals could
+    leave an evicted key findable through. 20 writes of 7 new keys into 40 blocks grow the map
+    several times and evict 100 keys; key 0 is never written."""
+    disk = DiskTier(num_blocks=40)
+    for w in range(20):
+        disk.write(keys(*range(1 + 7 * w, 8 + 7 * w)), float(w))
+        disk.check_invariants(float(w))  # (counts the map's entries against the held keys)
+    assert 0 not in disk
+    assert disk.recency_order() == list(range(101, 141))  # the last 40 written
+    assert disk.num_evicted_blocks == 100
+
+
 def private(access: TierAccess, first_index: int, *values: int) -> TierAccess:
     """``access`` having recorded ``values`` as its blocks ``first_index`` on (as the CPU tier's
     store records them before the disk write)."""
