@@ -101,6 +101,10 @@ def test_user_defined_model_and_preset_override(tmp_path):
             r"'workload\.num_requests'\?",
         ),
         ({"modle": "x"}, r"modle: Extra inputs are not permitted, got 'x'; did you mean 'model'\?"),
+        (  # a message naming the value already is not followed by it again
+            {"workload": "azure_conversation"},
+            r"workload: no workload preset 'azure_conversation'; .*did you mean 'azure_conv'\?$",
+        ),
         (
             {"scheduler.max_num_batched_tokens": 100, "scheduler.engine": "vllm-v0"},
             r"max_num_batched_tokens \(100\) must be >= max_model_len \(2048\) without chunked",

@@ -726,7 +726,8 @@ def format_validation_error(err: ValidationError) -> str:
         table = "a table or a preset name" if loc in PRESET_SECTIONS else "a table"
         msg = re.sub(r"a valid dictionary or instance of \w+", table, msg)
         got = e.get("input")
-        custom = e["type"] == "value_error" and "got " in msg  # kvsim's messages show the value
+        # kvsim's messages show the value ("got ..."), or name it ("no workload preset 'x'")
+        custom = e["type"] == "value_error" and ("got " in msg or f"{got!r}" in msg)
         shown = "" if isinstance(got, dict) or custom else f", got {_short(got)}"
         if isinstance(got, dict) and not custom and e["type"] in _SCALAR_OR_LIST_ERRORS:
             shown = f", got a table {_short(got)}"  # (where a value or a list belongs)

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvsim.base.names import preset_hint
 from kvsim.base.say_once import warn_once
 
 ENV_VAR = "KVSIM_DATA"
@@ -280,8 +281,10 @@ def resolve_trace(trace: str) -> tuple[Path, TraceInfo | None]:
             f"Trace {trace!r} is not a regular file (a pipe or a device), expected a trace file "
             "(CSV, Parquet, JSON Lines or ShareGPT JSON); save it to a file first"
         )
+    # (a name, not a path: the closest trace names)
+    close = "" if "/" in trace or Path(trace).suffix else preset_hint("traces", trace, TRACES)
     raise DataNotFoundError(
         f"Trace {trace!r} is neither a known trace name ({names}) nor an existing file "
-        f"(looked for {path.resolve()}). Named traces are read from the folder in {ENV_VAR}. "
-        f"{_download_hint(None)}"
+        f"(looked for {path.resolve()}){close or '.'} Named traces are read from the folder in "
+        f"{ENV_VAR}. {_download_hint(None)}"
     )

@@ -464,7 +464,8 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     # two problems: each named, one after the other on the one error line
     "two_problems": (
         ["model=llama-3.1-405b", "cache.kv_cache_dtype=fp32"],
-        ["unknown model preset", "got 'llama-3.1-405b'; cache.kv_cache_dtype: Input should be"],
+        # (the preset's message names the value: not repeated after it)
+        ["unknown model preset", "'llama-3.1-70b'?; cache.kv_cache_dtype: Input should be"],
     ),
 }
 

@@ -199,6 +199,18 @@ def test_unknown_trace_name() -> None:
         _gen(WorkloadSpec(trace="no_such_trace_name"))
 
 
+def test_a_misspelt_trace_name_gets_the_closest_names_a_path_none() -> None:
+    with pytest.raises(
+        DataNotFoundError,
+        match=r"\(looked for .*azure_cov\); did you mean "
+        r"'azure_conv'\? Named traces",
+    ):
+        _gen(WorkloadSpec(trace="azure_cov"))
+    with pytest.raises(DataNotFoundError) as err:  # (a file of the user's: no guess)
+        _gen(WorkloadSpec(trace="data/azure_cov.csv"))
+    assert "did you mean" not in str(err.value)
+
+
 def test_header_only_csv_names_the_file(tmp_path):
     from kvsim.workload import load_trace
 
