@@ -397,6 +397,9 @@ class CpuTier:
         self._watched: HeldRun | None = None  # the last run ``held_run`` was given
         self._num_evictable: i64 = 0
         self._prepared = vec[i64]()  # the slots the last prepare_store added (storing)
+        # how many of them hold private blocks, outside the key map: its returned keys' last
+        # ones (a disk tier below holds them outside its map too: ``DiskTier.write``)
+        self.num_private_prepared: i64 = 0
         # (ready_s, slots, disk_done_s) of stores from the GPU: a disk tier reads the slots
         # from ready_s to disk_done_s (-1: no disk tier); promotions from the disk apart, as
         # the two links end their copies in different orders; (done_s, slots) of disk writes
@@ -756,7 +759,8 @@ class CpuTier:
 
         Blocks from index ``private_from`` on are the request's own (see the class docstring):
         offered once, the tier lacks them, and they are held outside the key map until
-        ``map_private``; once the request is mapped every block is mapped."""
+        ``map_private``; once the request is mapped every block is mapped. Those the tier
+        takes are the returned keys' last ``num_private_prepared``."""
         self._settle(now_s)
         if access.mapped:
             private_from = EVERY_BLOCK
@@ -814,6 +818,7 @@ class CpuTier:
         for n in range(len(new_at)):
             new[n] = keys[new_at[n]]
         self._prepared = vec[i64]()
+        self.num_private_prepared = 0
         need = len(new) - (self.num_blocks - self._num_held)
         victims: vec[i64] | None = vec[i64]()
         if need > 0:
@@ -957,6 +962,7 @@ class CpuTier:
                 self._ref_cnt = append(self._ref_cnt, 0)
             if first_index + j >= private_from:
                 cell[slot] = UNMAPPED
+                self.num_private_prepared += 1
             else:
                 cell[slot] = self._insert(key, slot)
                 self._num_mapped += 1

@@ -380,9 +380,8 @@ class OffloadConnector:
                     continue
                 disk_done_s = self.cpu_to_disk.submit(num_bytes, done_s)
                 tier.complete_store(new, done_s, disk_done_s)
-                # (the CPU tier lacked every private block it was offered: ``new`` ends with
-                # them, in order)
-                num_private = 0 if access.mapped else max(0, upto - max(private_from, start))
+                # (``new`` ends with the private blocks the tier took, the store's last ones)
+                num_private = tier.num_private_prepared
                 self.disk.write(new, disk_done_s, access, upto - num_private, num_private)
 
     def may_store(self, request: Request, computed: int, storable: int) -> bool:
