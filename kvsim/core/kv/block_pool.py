@@ -50,8 +50,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from librt.vecs import append, extend, pop, vec
-from mypy_extensions import i64
+from librt.vecs import append, extend, vec
+from mypy_extensions import i64, u8
 
 from kvsim.core.kv.keymap import (
     EMPTY,
@@ -61,6 +61,14 @@ from kvsim.core.kv.keymap import (
     warm_cells,
     warm_homes,
 )
+
+# a block's flags (``BlockPool._flags``): one byte a block, read once where both are asked
+_KEYED: Final = 1  # it caches a key (its ``_key``)
+_FULL: Final = 2  # free, and full when freed: vLLM has hashed it, so taking it is an eviction
+_NOT_FULL: Final = 0xFF ^ _FULL
+# up to this many blocks are appended one by one rather than copied through a slice (a new
+# vector each: an allocation and a copy, dearer than a few appends)
+_FEW: Final = 16
 
 _COMPACT_AT: Final = 4096  # drop consumed queue entries once the head passes this many (and half)
 
@@ -90,10 +98,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.ref_cnt: vec[i64] = vec[i64]([0] * num_blocks)  # table entries per block
         self._key: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's key
-        self._keyed: vec[i64] = vec[i64]([0] * num_blocks)  # 1 where the block holds a key
-        # 1 where a free block was full when freed (``release_table``): vLLM has hashed it,
-        # keyed here or not, so taking it is an eviction
-        self._full: vec[i64] = vec[i64]([0] * num_blocks)
+        self._flags: vec[u8] = vec[u8]([0] * num_blocks)  # _KEYED | _FULL bits
         self._num_keyed = 0
         capacity = 16
         while capacity < 4 * num_blocks:  # a quarter full at most (a block holds one key), so
@@ -114,8 +119,10 @@ class BlockPool:
         # per block: its stale entries still in _queue (packed: no int object a touch)
         self._stale: vec[i64] = vec[i64]([0] * num_blocks)
         self._num_stale = 0  # entries of touched blocks still in _queue before the head moves on
-        self._front: vec[i64] = vec[i64]()  # free blocks taken before the queue's head, the
-        # first last
+        # free blocks taken before the queue's head, a stack: its first ``_num_front`` entries,
+        # the first taken last (entries past them are stale, overwritten as it grows)
+        self._front: vec[i64] = vec[i64]()
+        self._num_front: i64 = 0
         self._scratch: vec[i64] = vec[i64]()  # ``release_table``'s, reused
         self.keep_duplicates = keep_duplicates
         self._dups: dict[int, list[int]] = {}  # key -> its other keyed blocks, oldest first
@@ -136,13 +143,13 @@ class BlockPool:
 
     def key_of(self, block_id: int) -> int | None:
         """The key ``block_id`` caches, or ``None``."""
-        return self._key[block_id] if self._keyed[block_id] else None
+        return self._key[block_id] if self._flags[block_id] & _KEYED else None
 
     def free_order(self) -> list[int]:
         """Free block ids, front (taken next) first."""
         stale = self._stale[0 : len(self._stale)]  # (a copy: counted down below)
         front = self._front
-        out: list[int] = [front[i] for i in range(len(front) - 1, -1, -1)]
+        out: list[int] = [front[i] for i in range(self._num_front - 1, -1, -1)]
         queue = self._queue
         for i in range(self._head, len(queue)):
             b = queue[i]
@@ -155,9 +162,9 @@ class BlockPool:
     def free_blocks_ahead(self, block_id: int) -> int:
         """At least how many free blocks are taken before ``block_id`` (free, with a key) is
         evicted."""
-        assert self._keyed[block_id], "positions are kept for keyed blocks only"
+        assert self._flags[block_id] & _KEYED, "positions are kept for keyed blocks only"
         ahead = self._pos[block_id] - self._base - self._head  # entries before it, stale included
-        return max(0, ahead - self._num_stale) + len(self._front)
+        return max(0, ahead - self._num_stale) + self._num_front
 
     def lookup(self, key: i64) -> int | None:
         """The block caching ``key``, or ``None``."""
@@ -210,7 +217,7 @@ class BlockPool:
             if not self.keep_duplicates:
                 return
             self._key[block_id] = key
-            self._keyed[block_id] = 1
+            self._flags[block_id] = self._flags[block_id] | _KEYED
             self._slot_of[block_id] = -1
             self._dups.setdefault(key, []).append(block_id)
             self._num_dups += 1
@@ -219,7 +226,7 @@ class BlockPool:
         slots[2 * i + 1] = block_id
         self._slot_of[block_id] = i
         self._key[block_id] = key
-        self._keyed[block_id] = 1
+        self._flags[block_id] = self._flags[block_id] | _KEYED
         self._num_keyed += 1
 
     # -- mutations --------------------------------------------------------------------------
@@ -242,18 +249,33 @@ class BlockPool:
             return out
         first: i64 = len(out)
         head: i64 = self._head
-        queue, ref, keyed = self._queue, self.ref_cnt, self._keyed
+        queue, ref = self._queue, self.ref_cnt
+        num_front = self._num_front
+        n: i64 = min(count, num_front)
         front = self._front
-        n: i64 = min(count, len(front))
-        for _ in range(n):  # blocks freed without a key come first, the last freed first
-            front, b = pop(front)
-            out = append(out, b)
-        self._front = front
+        if n and n <= _FEW:  # blocks freed without a key come first, the last freed first
+            for k in range(num_front - 1, num_front - n - 1, -1):
+                out = append(out, front[k])
+            self._num_front = num_front - n
+        elif n:  # (many: the stack's top ``n`` copied in one go, then reversed in place)
+            run = front[num_front - n : num_front]
+            out = extend(out, run) if len(out) else run
+            i: i64 = first
+            j: i64 = first + n - 1
+            while i < j:
+                out[i], out[j] = out[j], out[i]
+                i += 1
+                j -= 1
+            self._num_front = num_front - n
         end: i64 = first + count
-        if len(out) == end:
+        rest: i64 = end - len(out)  # from the queue
+        if rest == 0:
             pass
-        elif self._num_stale == 0:  # fast path: every entry from the head on is live (one copy)
-            rest = end - len(out)
+        elif self._num_stale == 0 and rest <= _FEW:  # every entry from the head on is live
+            for k in range(head, head + rest):
+                out = append(out, queue[k])
+            head += rest
+        elif self._num_stale == 0:  # ... many of them: one copy
             run = queue[head : head + rest]
             out = extend(out, run) if len(out) else run  # (a new table: the slice, one copy)
             head += rest
@@ -269,7 +291,7 @@ class BlockPool:
                 head += 1
         self._head = head
         self.num_free -= count
-        full = self._full
+        flags = self._flags
         if self._num_keyed:  # the cells of the keys it evicts read ahead (an unkeyed block's
             # stale ``_slot_of`` only reads a cell in vain)
             self._sink ^= warm_cells(self._slots, self._slot_of, out, first, end)
@@ -277,11 +299,13 @@ class BlockPool:
         for i in range(first, end):
             b = out[i]
             ref[b] = 1
-            if keyed[b]:
-                self._evict(b)
-            elif full[b]:  # hashed in vLLM, keyed by nobody here: only counted
-                unkeyed_full += 1
-            full[b] = 0
+            f = flags[b]
+            if f:
+                if f & _KEYED:
+                    self._evict(b)
+                elif f & _FULL:  # hashed in vLLM, keyed by nobody here: only counted
+                    unkeyed_full += 1
+                flags[b] = 0  # (a taken block keeps neither: ``_evict`` dropped its key)
         self.num_evictions += unkeyed_full
         if head > _COMPACT_AT and 2 * head > len(queue):
             self._queue = queue[head:]
@@ -290,10 +314,10 @@ class BlockPool:
         return out
 
     def _evict(self, block_id: int) -> None:
-        """``block_id``, being taken, loses its key. The key's oldest duplicate, if any, takes
-        the evicted block's place in the map (vLLM 0.34.0 ``BlockHashToBlockMap.pop``)."""
+        """``block_id``, being taken, loses its key (``take_into`` clears its flags). The key's
+        oldest duplicate, if any, takes the evicted block's place in the map (vLLM 0.34.0
+        ``BlockHashToBlockMap.pop``)."""
         key = self._key[block_id]
-        self._keyed[block_id] = 0
         self.num_evictions += 1
         slot = self._slot_of[block_id]
         dups = self._dups.get(key) if self._num_dups else None  # (no duplicates: no dict probe)
@@ -325,17 +349,17 @@ class BlockPool:
     def release(self, blocks: Iterable[int]) -> None:
         """One table entry fewer for each block, in the given order; a block reaching 0 joins the
         back of the free queue (pass a table reversed to free it tail first)."""
-        ref, queue, keyed, pos = self.ref_cnt, self._queue, self._keyed, self._pos
-        full = self._full
+        ref, queue, flags, pos = self.ref_cnt, self._queue, self._flags, self._pos
         at: i64 = self._base + len(queue)
         freed = 0
         for b in blocks:
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
-                full[b] = 0  # (freed by ``release``: only a keyed block counts when taken)
+                f = flags[b] & _NOT_FULL  # (freed by ``release``: only a keyed block counts
+                flags[b] = f  # when taken)
                 queue = append(queue, b)
-                if keyed[b]:  # where it sits (free_blocks_ahead)
+                if f & _KEYED:  # where it sits (free_blocks_ahead)
                     pos[b] = at
                 at += 1
                 freed += 1
@@ -360,7 +384,7 @@ class BlockPool:
                 of this table's: a sliding window's null entries).
             stop: the end of that range (-1: the table's end).
         """
-        ref, keyed, pos, full = self.ref_cnt, self._keyed, self._pos, self._full
+        ref, flags, pos = self.ref_cnt, self._flags, self._pos
         end: i64 = len(table) if stop < 0 else stop
         if len(self._scratch) < end - start:  # (room for every entry: written by index)
             self._scratch = vec[i64]([0] * (2 * (end - start)))
@@ -376,23 +400,35 @@ class BlockPool:
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
-                if keyed[b] or i < num_full:
-                    full[b] = 1
+                f = flags[b]
+                if f & _KEYED or i < num_full:
+                    flags[b] = f | _FULL
                     scratch[num_back] = b
                     num_back += 1
-                    if keyed[b]:  # where it sits (free_blocks_ahead)
+                    if f & _KEYED:  # where it sits (free_blocks_ahead)
                         pos[b] = at
                     at += 1
-                else:
-                    full[b] = 0
+                else:  # (flags clear: a block is taken with none and keyed only while held)
                     num_front += 1
                     scratch[top - num_front] = b
             elif r < 0:
                 raise AssertionError(f"block {b}: negative ref count")
-        if num_back:  # (one copy each, not an append a block)
+        if num_back and num_back <= _FEW:
+            queue = self._queue
+            for k in range(num_back):
+                queue = append(queue, scratch[k])
+            self._queue = queue
+        elif num_back:  # (many: one copy, not an append a block)
             self._queue = extend(self._queue, scratch[0:num_back])
-        if num_front:
-            self._front = extend(self._front, scratch[top - num_front : top])
+        if num_front:  # onto the stack: by index where its stale entries make room
+            front, at_front = self._front, self._num_front
+            src: i64 = top - num_front
+            room: i64 = min(num_front, len(front) - at_front)
+            for i in range(room):
+                front[at_front + i] = scratch[src + i]
+            if room < num_front:
+                front = extend(front, scratch[src + room : top])
+            self._front, self._num_front = front, at_front + num_front
         self.num_free += num_back + num_front
 
     def register(self, block_id: int, key: i64) -> None:
@@ -400,27 +436,27 @@ class BlockPool:
         ``keep_duplicates`` a key another block caches is kept as a duplicate, found once the
         blocks before it are evicted (vLLM 0.34.0 ``BlockPool._insert_block_hash``: vLLM does
         not de-duplicate cached blocks, so a block table never changes); else nothing happens."""
-        if not self._keyed[block_id]:
+        if not self._flags[block_id] & _KEYED:
             self._add(block_id, key)
 
     def register_many(self, table: list[int], start: int, keys: vec[i64]) -> None:
         """``register`` ``table[start + i]`` under ``keys[i]`` for each key, in order."""
-        keyed = self._keyed
+        flags = self._flags
         self._sink ^= warm_homes(self._slots, self._mask, keys, 0, len(keys))
         for i in range(len(keys)):
             block_id = table[start + i]
-            if not keyed[block_id]:
+            if not flags[block_id] & _KEYED:
                 self._add(block_id, keys[i])
 
     def register_entries(self, table: vec[i64], start: int, keys: vec[i64], skip: i64) -> None:
         """``register`` ``table[start + i]`` under ``keys[i]`` for each key, in order, but for
         entries holding block ``skip`` (a hybrid table's null block); the keys' home cells read
         ahead, as ``register_many`` does."""
-        keyed = self._keyed
+        flags = self._flags
         self._sink ^= warm_homes(self._slots, self._mask, keys, 0, len(keys))
         for i in range(len(keys)):
             block_id = table[start + i]
-            if block_id != skip and not keyed[block_id]:
+            if block_id != skip and not flags[block_id] & _KEYED:
                 self._add(block_id, keys[i])
 
     # -- one block at a time (kvsim.core.kv.groups.BlockSource)
@@ -471,6 +507,9 @@ class BlockPool:
             for b in dups:
                 assert self.key_of(b) == key, f"duplicate {b} of {key} has {self.key_of(b)}"
                 assert self._slot_of[b] < 0, f"duplicate {b} of {key} sits in the map"
-        assert sum(self._keyed) == live + self._num_dups, "stale duplicate keys"
+        assert sum(f & _KEYED for f in self._flags) == live + self._num_dups, "stale duplicate keys"
         assert sum(len(d) for d in self._dups.values()) == self._num_dups, "duplicates miscounted"
-        assert not any(self._keyed[b] for b in self._front), "a keyed block at the front"
+        front = self._front
+        assert not any(self._flags[front[i]] & _KEYED for i in range(self._num_front)), (
+            "a keyed block at the front"
+        )

@@ -858,6 +858,29 @@ class CpuTier:
         deferred = vec[i64]()  # slots offered to this store, pushed back after ...
         requeued = vec[i64]()  # ... but those from the queue, back at its front (in order)
         while num_selected < need:
+            # the queue's front entries that rank below the heap's top, every pending bit and
+            # every asleep request's blocks (``_pop`` would take them from the queue one by
+            # one), taken in one pass: taking them changes neither of those
+            bound = self._queue_bound()
+            head, qr, qs = self._queue_head, self._queue_rank, self._queue_slot
+            while num_selected < need and head < len(qr) and qr[head] <= bound:
+                value, slot = qr[head], qs[head]
+                head += 1
+                flags = state[slot]
+                if not flags & EVICTABLE or flags & IN_HEAP or rank[slot] != value:
+                    continue  # stale, or current in the heap
+                state[slot] = flags & NOT_EVICTABLE
+                if flags & OFFERED:
+                    requeued = append(requeued, slot)
+                else:
+                    selected[num_selected] = slot
+                    num_selected += 1
+            self._queue_head = head
+            if head >= 65536 and 2 * head >= len(qr):  # drop the popped half, as ``_pop`` does
+                self._queue_rank, self._queue_slot = qr[head:], qs[head:]
+                self._queue_head = 0
+            if num_selected == need:
+                break
             source, value, slot = self._pop()
             if source < 0:
                 break
@@ -1209,6 +1232,15 @@ class CpuTier:
         if state[slot] & IN_HEAP:
             state[slot] = state[slot] & NOT_IN_HEAP
             self._heap_live -= 1
+
+    def _queue_bound(self) -> i64:
+        """The rank value up to which the queue's front entries are ``_pop``'s next: the least
+        of the heap's top, the least pending bit and ``_wake_at``."""
+        bound = self._wake_at
+        if len(self._heap_rank) and self._heap_rank[0] < bound:
+            bound = self._heap_rank[0]
+        value = self._least_value if self._least_known else self._least_pending()
+        return min(bound, value)
 
     def _pop(self) -> tuple[i64, i64, i64]:
         """The entry of least rank removed: ``(source, rank, slot)``, ``source`` 0 for the
