@@ -108,7 +108,8 @@ class BlockPool:
         self._mask: i64 = capacity - 1
         # slot i: its key at 2i, its block (or EMPTY) at 2i + 1: one cache line a probe
         self._slots: vec[i64] = vec[i64]([EMPTY] * (2 * capacity))  # keys unread while empty
-        self._slot_of: vec[i64] = vec[i64]([0] * num_blocks)  # a keyed block's slot
+        # a block's slot in the map, -1 for one the map does not hold (unkeyed, a duplicate)
+        self._slot_of: vec[i64] = vec[i64]([-1] * num_blocks)
         self.num_free = num_blocks
         self.num_evictions = 0
         self._queue: vec[i64] = vec[i64](range(num_blocks))
@@ -293,7 +294,7 @@ class BlockPool:
         self.num_free -= count
         flags = self._flags
         if self._num_keyed:  # the cells of the keys it evicts read ahead (an unkeyed block's
-            # stale ``_slot_of`` only reads a cell in vain)
+            # ``_slot_of`` is -1: read no further)
             self._sink ^= warm_cells(self._slots, self._slot_of, out, first, end)
         unkeyed_full: i64 = 0
         for i in range(first, end):
@@ -330,8 +331,10 @@ class BlockPool:
             successor = dups.pop(0)
             self._slots[2 * slot + 1] = successor
             self._slot_of[successor] = slot
+            self._slot_of[block_id] = -1
         else:
             remove_cell(self._slots, self._mask, slot, self._slot_of)
+            self._slot_of[block_id] = -1
             self._num_keyed -= 1
         if dups is not None and not dups:
             del self._dups[key]
@@ -501,6 +504,10 @@ class BlockPool:
                 assert self.lookup(key) == b, f"key {key}: not found where it sits"
                 live += 1
         assert live == self._num_keyed, "stale block keys"
+        keyed_blocks = {self._slots[2 * i + 1] for i in range(len(self._slots) // 2)}
+        for b in range(self.num_blocks):
+            assert self._slot_of[b] >= 0 or b not in keyed_blocks, f"block {b}: slot lost"
+            assert self._slot_of[b] < 0 or b in keyed_blocks, f"block {b}: a slot out of the map"
         for key, dups in self._dups.items():
             assert dups, f"key {key}: an empty list of duplicates"
             assert self.lookup(key) is not None, f"key {key}: duplicates {dups} of no block"
