@@ -1,81 +1,22 @@
-"""kvsim as a library: the wheel, installed into a fresh virtual environment outside the clone,
-runs presets, experiments, a reproduction and a plan from another directory, with no trace data.
-
-The fresh environment gets kvsim only from the wheel; its third-party dependencies come from the
-test's own environment through a ``.pth`` line (no download), which adds that folder to
-``sys.path`` without running the editable install's hooks, so the clone is never imported.
+"""kvsim as a library: the wheel, installed into a fresh virtual environment outside the clone
+(``tests.wheel_env``), runs presets, experiments, a reproduction and a plan from another
+directory, with no trace data.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import sysconfig
-import venv
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.wheel_env import install_wheel
 
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
     """``(venv bin folder, environment, working folder outside the clone)``."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    dist = tmp / "dist"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(dist),
-            str(ROOT),
-        ],
-        check=True,
-    )
-    (wheel,) = dist.glob("kvsim-*.whl")
-    env_dir = tmp / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    bin_dir = env_dir / "bin"
-    purelib = Path(
-        subprocess.run(
-            [
-                str(bin_dir / "python"),
-                "-c",
-                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    (purelib / "kvsim_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run(
-        [
-            str(bin_dir / "python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            str(wheel),
-        ],
-        check=True,
-    )
-    work = tmp / "elsewhere"
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["KVSIM_DATA"] = str(tmp / "no-data")
-    env["MPLBACKEND"] = "Agg"
-    return bin_dir, env, work
+    return install_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def _run(fresh: tuple[Path, dict[str, str], Path], *args: str) -> str:

@@ -30,19 +30,21 @@ sequence-group sharing). It follows vLLM v1's ``vllm/v1/core/block_pool.py`` and
                                               release_table([k, u], 1) -> [u 3 9 ... 12 k]
                                               (k full or keyed, u partial and unkeyed)
 
-The queue is an array with a moving head, and a list of the blocks before its head (the front,
-which holds no key, so no hit takes a block out of it); a block touched while free leaves a stale
-entry behind that ``take`` skips, so every operation is O(1) amortised per block. A block's stale
-entries are
-its oldest ones in the queue (each touch makes its one live entry stale, and a release appends a
-newer one), so counting them per block (``_stale``) tells ``take`` which entries to skip without
-recording every block's queue position; positions are recorded only for free blocks that keep a
-key (``free_blocks_ahead`` asks only about cache hits).
+The queue is an array with a moving head, and a stack of the blocks before its head (the front,
+which holds no key, so no hit takes a block out of it: a vector and its count, taken from the
+top); a block touched while free leaves a stale entry behind that ``take`` skips, so every
+operation is O(1) amortised per block. A block's stale entries are its oldest ones in the queue
+(each touch makes its one live entry stale, and a release appends a newer one), so counting them
+per block (``_stale``) tells ``take`` which entries to skip without recording every block's
+queue position; positions are recorded only for free blocks that keep a key
+(``free_blocks_ahead`` asks only about cache hits).
 
 Ref counts, keys, the queue, positions and the key-to-block map (open addressing, linear probing)
-are ``librt.vecs.vec[i64]`` arrays (mypyc's packed vectors): compiled, an element is a machine
-integer, not a Python int object allocated, stored in a dict and freed once per block, which was
-most of the work of keying, releasing and evicting a long prompt's hundreds of blocks.
+are ``librt.vecs.vec[i64]`` arrays (mypyc's packed vectors), and whether a block is keyed or was
+freed full one byte a block (``_flags``, read once where a take or a release asks both):
+compiled, an element is a machine integer, not a Python int object allocated, stored in a dict
+and freed once per block, which was most of the work of keying, releasing and evicting a long
+prompt's hundreds of blocks.
 """
 
 from __future__ import annotations
