@@ -361,8 +361,9 @@ class BlockPool:
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
-                f = flags[b] & _NOT_FULL  # (freed by ``release``: only a keyed block counts
-                flags[b] = f  # when taken)
+                # (freed by ``release``: only a keyed block counts when taken)
+                f = flags[b] & _NOT_FULL
+                flags[b] = f
                 queue = append(queue, b)
                 if f & _KEYED:  # where it sits (free_blocks_ahead)
                     pos[b] = at
@@ -413,7 +414,8 @@ class BlockPool:
                     if f & _KEYED:  # where it sits (free_blocks_ahead)
                         pos[b] = at
                     at += 1
-                else:  # (flags clear: a block is taken with none and keyed only while held)
+                else:  # (no flag set: unkeyed, so taken since it was last freed, which
+                    # cleared them; only a keyed block is hit while free)
                     num_front += 1
                     scratch[top - num_front] = b
             elif r < 0:
