@@ -879,3 +879,24 @@ def test_a_set_table_that_replaces_the_files_says_which_fields_go(tmp_path, capl
     with caplog.at_level(logging.WARNING):
         load_config(config, {"workload.num_requests": 5})
     assert not caplog.records
+
+
+def test_a_value_error_keeps_a_number_its_message_only_happens_to_contain() -> None:
+    """A kvsim message that names a string value quoted is not followed by it again; a number
+    whose digits merely appear in the message ("16" holds "1") still is: the user's 1 is
+    shown."""
+    from pydantic_core import ValidationError
+
+    from kvsim.config.sim import format_validation_error
+
+    def error(loc: tuple[str, ...], value: object, message: str) -> str:
+        details = {"type": "value_error", "loc": loc, "input": value}
+        details["ctx"] = {"error": ValueError(message)}
+        return format_validation_error(ValidationError.from_exception_data("SimConfig", [details]))
+
+    assert error(("cache", "block_size_tokens"), 1, "must be a multiple of 16") == (
+        "cache.block_size_tokens: must be a multiple of 16, got 1"
+    )
+    assert error(("workload",), "azure_x", "no workload preset 'azure_x'") == (
+        "workload: no workload preset 'azure_x'"
+    )

@@ -726,8 +726,10 @@ def format_validation_error(err: ValidationError) -> str:
         table = "a table or a preset name" if loc in PRESET_SECTIONS else "a table"
         msg = re.sub(r"a valid dictionary or instance of \w+", table, msg)
         got = e.get("input")
-        # kvsim's messages show the value ("got ..."), or name it ("no workload preset 'x'")
-        custom = e["type"] == "value_error" and ("got " in msg or f"{got!r}" in msg)
+        # kvsim's messages show the value ("got ..."), or name a string one, quoted ("no
+        # workload preset 'x'"; a number's digits may appear in a message by chance)
+        named = isinstance(got, str) and repr(got) in msg
+        custom = e["type"] == "value_error" and ("got " in msg or named)
         shown = "" if isinstance(got, dict) or custom else f", got {_short(got)}"
         if isinstance(got, dict) and not custom and e["type"] in _SCALAR_OR_LIST_ERRORS:
             shown = f", got a table {_short(got)}"  # (where a value or a list belongs)
