@@ -40,8 +40,9 @@ from typing import Final
 from librt.vecs import append, extend, vec
 from mypy_extensions import i64
 
+from kvsim.core.kv.grow import filled, grown
 from kvsim.core.kv.keymap import EMPTY, empty_cells, find_cell, insert_new, remove_cell, warm_homes
-from kvsim.core.kv.offload import UNMAPPED, TierAccess, filled, grown
+from kvsim.core.kv.offload import UNMAPPED, TierAccess
 
 _LIST: Final = 0  # slot 0: the recency list's head (``_next[0]`` least recent, ``_prev[0]`` most)
 

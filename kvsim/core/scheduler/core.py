@@ -24,7 +24,7 @@ from mypy_extensions import i64
 
 from kvsim.config import EngineArgs
 from kvsim.core.kv.base import NO_HIT, Allocator, PrefixHit
-from kvsim.core.kv.offload import grown
+from kvsim.core.kv.grow import grown
 from kvsim.core.kv.swap import SwapSpace
 from kvsim.core.scheduler.offload import OffloadConnector
 from kvsim.core.scheduler.plan import StepPlan

@@ -63,7 +63,8 @@ from mypy_extensions import i64
 
 from kvsim.core.kv.base import hit_rate
 from kvsim.core.kv.disk_tier import DiskTier
-from kvsim.core.kv.offload import CpuTier, HeldRun, TierAccess, TransferLink, grown
+from kvsim.core.kv.grow import grown
+from kvsim.core.kv.offload import CpuTier, HeldRun, TierAccess, TransferLink
 from kvsim.core.kv.paged import PagedAllocator
 from kvsim.workload.request import Request
 
