@@ -27,6 +27,8 @@ from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from librt.vecs import append, vec
+from mypy_extensions import i64
 
 from kvsim.config import SimConfig
 from kvsim.core.kv.base import NO_HIT
@@ -124,8 +126,10 @@ class Engine:
         )
         self.allocator, self.swap = parts.allocator, parts.swap
         self.offload = parts.offload  # CPU offloading (vLLM's OffloadingConnector) or None
-        self.tier_samples: list[tuple[int, int, int, int]] = []  # per memory row (offload)
-        self.disk_samples: list[tuple[int, int, int]] = []  # per memory row (a disk tier)
+        # per memory row, flat (a packed vector, no tuple a row: rows that outlive a collection
+        # would set off the garbage collector): the CPU tier's four counts (offload) ...
+        self.tier_samples: vec[i64] = vec[i64]()
+        self.disk_samples: vec[i64] = vec[i64]()  # ... and a disk tier's three
         self._parked: set[Request] = set()  # loaded from the CPU tier, waiting, holding blocks
         self.scheduler, self.cost = parts.scheduler, parts.cost
         self.swap_time_s = 0.0
@@ -702,9 +706,14 @@ class Engine:
         elif self.group_recorder is not None:  # the cohort's per-group sums and the others'
             self._record_groups(plan, timing, group_totals)
         if self.offload is not None:  # the tier's blocks by category at the row's time
-            self.tier_samples.append(self.offload.tier.occupancy(now))
+            stored, storing, loading, free = self.offload.tier.occupancy(now)
+            samples = self.tier_samples
+            samples = append(append(samples, stored), storing)
+            self.tier_samples = append(append(samples, loading), free)
             if self.offload.disk is not None:
-                self.disk_samples.append(self.offload.disk.occupancy(now))
+                stored, writing, free = self.offload.disk.occupancy(now)
+                samples = append(append(self.disk_samples, stored), writing)
+                self.disk_samples = append(samples, free)
 
 
 def _by_first(item: tuple[int, Request, int]) -> int:

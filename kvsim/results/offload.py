@@ -9,7 +9,7 @@ occupancy``). Every block of a tier is in exactly one category, so the four CPU 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,9 +23,10 @@ TIER_COLUMNS = (
 )
 
 
-def tier_arrays(samples: Sequence[tuple[int, int, int, int]]) -> dict[str, npt.NDArray[Any]]:
-    """The ``TIER_COLUMNS`` (blocks, int64) of ``samples``, one ``(stored, storing, loading,
-    free)`` per memory row, to join the memory table's columns (``memory_frame`` keeps them)."""
+def tier_arrays(samples: Iterable[int]) -> dict[str, npt.NDArray[Any]]:
+    """The ``TIER_COLUMNS`` (blocks, int64) of ``samples``, flat: ``stored, storing, loading,
+    free`` of one memory row after another (``Engine.tier_samples``), to join the memory
+    table's columns (``memory_frame`` keeps them)."""
     return _columns(samples, TIER_COLUMNS)
 
 
@@ -36,13 +37,13 @@ DISK_COLUMNS = (
 )
 
 
-def disk_arrays(samples: Sequence[tuple[int, int, int]]) -> dict[str, npt.NDArray[Any]]:
-    """The ``DISK_COLUMNS`` (blocks, int64) of ``samples``, one ``(stored, writing, free)``
-    per memory row."""
+def disk_arrays(samples: Iterable[int]) -> dict[str, npt.NDArray[Any]]:
+    """The ``DISK_COLUMNS`` (blocks, int64) of ``samples``, flat: ``stored, writing, free`` of
+    one memory row after another (``Engine.disk_samples``)."""
     return _columns(samples, DISK_COLUMNS)
 
 
-def _columns(samples: Sequence[tuple[int, ...]], names: Sequence[str]) -> dict[str, Any]:
-    """``samples`` (one tuple a row) as int64 columns named ``names``."""
-    table = np.asarray(samples, dtype=np.int64).reshape(-1, len(names))
+def _columns(samples: Iterable[int], names: Sequence[str]) -> dict[str, Any]:
+    """``samples`` (flat, ``len(names)`` a row) as int64 columns named ``names``."""
+    table = np.fromiter(samples, dtype=np.int64).reshape(-1, len(names))
     return {name: table[:, i].copy() for i, name in enumerate(names)}
