@@ -181,14 +181,79 @@ def test_a_decode_span_runs_on_while_the_windows_free_fewer_blocks_than_the_head
     # count runs 20, 18, 19, 17, ... and never reaches 22: B waits until A finishes. A samples
     # token 1 in step 1 and the other 149 in steps 2..150, so one span covers steps 2..150
     # (149 steps; a span that ended where a window frees a block would end at step 16); B
-    # prefills alone in step 151, then decodes its other 7 tokens in one span.
+    # prefills alone in step 151 and decodes its other 7 tokens in steps 152..158, in the same
+    # span: its first decode step frees the (168 - 16 + 1) // 16 = 9 sliding blocks its
+    # prefill left outside its window (vLLM ``get_num_skipped_tokens``), as a pooled cohort
+    # member's first step may (nobody waits for them).
     result = head_waits_behind_a_window(168)
     mem = result.memory
-    assert mem["num_steps"].tolist() == [1, 149, 1, 7]
-    assert mem["num_prefills"].tolist() == [1, 0, 1, 0]
+    assert mem["num_steps"].tolist() == [1, 149, 8]
+    assert mem["num_prefills"].tolist() == [1, 0, 1]
     assert mem["num_requests_waiting"].tolist()[1] == pytest.approx(1)  # (a time mean)
     finish_a, first_b = (
         result.requests["finish_time_s"][0],
         result.requests["first_token_time_s"][1],
     )
     assert first_b > finish_a
+
+
+def test_a_just_prefilled_request_frees_what_left_its_window_at_its_first_decode_step():
+    # 1 full + 1 sliding group (W = 16), B = 16, 25 blocks: the null block and 24 free.
+    # A (160-token prompt: 10 + 10 blocks, 30 outputs) and B (64 tokens: 4 + 4, 5 outputs)
+    # arrive together. Step 1: A prefills, 4 free; B needs 8 and waits for KV. Step 2 (A
+    # computes token 160): vLLM's allocation for A first frees the sliding blocks wholly
+    # before 160 - 16 + 1 = 145, (145 // 16) = 9 of them (13 free), then takes one block a
+    # group for token 160 (160 % 16 == 0: 11 free), so B (8) is admitted in step 2. A joins
+    # the decode cohort after its prefill, its first step freeing those 9 blocks: the span
+    # after step 1 must end there (were they not counted, it would run on to A's finish).
+    cfg = config(
+        window=16,
+        num_blocks=25,
+        scheduler={"max_model_len": 192, "max_num_batched_tokens": 256},
+    )
+    result = simulate(cfg, [Request(0, 0.0, 160, 30, 30), Request(1, 0.0, 64, 5, 5)])
+    mem, req = result.memory, result.requests
+    assert mem["num_steps"].tolist()[0] == 1
+    assert mem["num_prefills"].tolist()[:2] == [1, 1]
+    step1_end = mem["time_s"].iloc[0] + mem["duration_s"].iloc[0]
+    assert req["first_scheduled_time_s"][1] == pytest.approx(step1_end)
+    # in step 2, A holds 11 full blocks and cdiv(161, 16) - 9 = 2 sliding ones; B 4 + 4
+    assert mem["group1_sliding_held"].iloc[1] <= (2 + 4) * BLOCK
+
+
+def test_a_member_freeing_its_prefills_window_blocks_in_a_step_taken_in_turn_needs_no_victim():
+    # 1 full + 1 sliding group (W = 16), B = 16, 21 blocks: the null block and 20 free.
+    # D (8-token prompt: 1 + 1 blocks, 20 outputs) and A (144 tokens: 9 + 9, 16 outputs)
+    # prefill together in step 1: 0 free. In step 2 A computes token 144 and takes a block a
+    # group (144 % 16 == 0), which the free pool cannot prove (0 < 2): each running request
+    # is allocated in turn. vLLM's allocation for A first frees its sliding blocks wholly
+    # before 144 - 16 + 1 = 129, (129 // 16) = 8 of them, so its 2 fit and nobody is
+    # preempted; D and A then decode together until A's last token in step 16 (one span of
+    # 15 steps), D alone in steps 17..20.
+    cfg = config(
+        window=16,
+        num_blocks=21,
+        scheduler={"max_model_len": 160, "max_num_batched_tokens": 256},
+    )
+    result = simulate(cfg, [Request(0, 0.0, 8, 20, 20), Request(1, 0.0, 144, 16, 16)])
+    assert result.summary["num_preemptions"] == 0
+    assert result.memory["num_steps"].tolist() == [1, 15, 4]
+
+
+def test_a_member_freeing_its_prefills_window_blocks_beside_a_sharing_prefill():
+    # A (150 tokens, private) and S (300 tokens that another request may share: prefix
+    # caching keys its blocks as they fill) arrive together, 256 tokens a step: A prefills
+    # whole in step 1 and S its first 106 tokens. In step 2 S prefills its other 194, keying
+    # blocks, so the pooled members' blocks are taken and freed in running order: A's step
+    # frees its (150 - 16 + 1) // 16 = 8 sliding blocks then. The checks at every event
+    # (debug_invariants) count the pooled members' blocks held in no table against the
+    # allocator's (a leak there would show).
+    cfg = config(
+        window=16,
+        num_blocks=81,
+        scheduler={"max_model_len": 320, "max_num_batched_tokens": 256},
+    )
+    shared = Request(1, 0.0, 300, 6, 6, token_segments=((7, 300),))
+    result = simulate(cfg, [Request(0, 0.0, 150, 16, 16), shared])
+    assert result.memory["num_prefills"].tolist()[:2] == [2, 1]
+    assert result.summary["num_preemptions"] == 0

@@ -454,10 +454,18 @@ class Allocator(ABC):
         blocks their sliding windows left), as ``allocate`` frees a window's blocks."""
         raise NotImplementedError(f"{self.name}: one KV cache group")
 
-    def detach_pooled(self, request: Request) -> int:
-        """Pools of several groups: a member joining the cohort pooled gives its attention
-        groups' blocks to the pool's anonymous holding (``attach_group_pooled`` gives them back);
-        returns its sliding groups' first live block (-1 without a sliding group)."""
+    def detach_pooled(self, request: Request, computed: int) -> tuple[int, int]:
+        """Pools of several groups: a member joining the cohort pooled, its first step computing
+        token ``computed``, gives its attention groups' blocks to the pool's anonymous holding
+        (``attach_group_pooled`` gives them back); returns its sliding groups' first live block
+        now and once that step has freed what left its windows ((-1, -1) without a sliding
+        group)."""
+        raise NotImplementedError(f"{self.name}: one KV cache group")
+
+    @property
+    def num_pooled_blocks(self) -> int:
+        """Pools of several groups: blocks held by pooled members in none of their tables
+        (``detach_pooled``)."""
         raise NotImplementedError(f"{self.name}: one KV cache group")
 
     def attach_group_pooled(self, request: Request, length: int, computed: int) -> None:

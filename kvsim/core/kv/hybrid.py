@@ -127,8 +127,10 @@ class _Held:
         self.has_room = False
         self.room_tokens = 0
         self.room_computed = 0
-        # a pooled member's first live entry per group at its detaching (``detach_pooled``)
+        # a pooled member's first live entry per group at its detaching (``detach_pooled``),
+        # and its computed count then: its windows free nothing for a count below it
         self.detached: list[int] | None = None
+        self.detached_computed = 0
         # the last ``kind_slots`` answer and what it depended on (the recorder asks twice a
         # step: pool totals, then per-group columns); valid while ``memo_epoch`` is the pool's
         self.memo_epoch = -1
@@ -482,14 +484,16 @@ class HybridPagedAllocator(Allocator):
         return 0
 
     def decode_mode(self, request: Request, computed: int | None = None) -> int:
-        """A steady decoder whose attention tables cover exactly its computed tokens, with no
-        block left in a window that its next step would free (a request just prefilled frees
-        several), is grown by ``allocate`` where something happens (a block crossing, a block
-        leaving its window, a cached block filling: ``decode_groups``); any other request one
-        by one. Such a decoder none of whose sliding groups' blocks carries a key (no prefix
-        caching, or a request that shares no tokens, registers none as they fill, and whose
-        windows have left the blocks of its prefix hit) is pooled: nothing reads the ids of its
-        new blocks or of those its windows free until it leaves the cohort."""
+        """A steady decoder whose attention tables cover exactly its computed tokens is a
+        cohort member; any other request is handled one by one. A member none of whose sliding
+        groups' blocks carries a key (no prefix caching, or a request that shares no tokens,
+        registers none as they fill, and whose windows have left the blocks of its prefix hit)
+        is pooled: nothing reads the ids of its new blocks or of those its windows free until it
+        leaves the cohort, so its first step may also free the blocks its prefill left outside
+        its windows (``detach_pooled``). Any other is grown by ``allocate`` where something
+        happens (a block crossing, a block leaving its window, a cached block filling:
+        ``decode_groups``), and joins only with no block left in a window that its next step
+        would free."""
         rec = self._records.get(request)
         if rec is None or self._known_only:
             return DECODE_EXPLICIT
@@ -499,13 +503,14 @@ class HybridPagedAllocator(Allocator):
         blocks = cdiv(computed, b)
         tables, first_live = rec.tables, rec.first_live
         state_of, sliding_of = self._state_of, self._sliding_of
+        frees_due = False  # its next step frees blocks that left a window (just prefilled)
         for g in range(len(tables)):
             if not state_of[g] and len(tables[g]) != blocks:
                 return DECODE_EXPLICIT
             if sliding_of[g] and first_live[g] < sliding_skipped_blocks(
                 computed, self._window_of[g], b
             ):
-                return DECODE_EXPLICIT
+                frees_due = True
         if not self.enable_prefix_caching:
             return DECODE_POOLED
         hit = rec.num_cached  # (a private stream registers nothing more)
@@ -513,7 +518,7 @@ class HybridPagedAllocator(Allocator):
             first_live[g] >= hit for g, kind in enumerate(self.kinds) if kind == "sliding"
         ):
             return DECODE_POOLED
-        return DECODE_EXACT
+        return DECODE_EXPLICIT if frees_due else DECODE_EXACT
 
     def decode_groups(self) -> DecodeGroups:
         """One block per attention group at a crossing; the window's residue (a block leaves
@@ -558,12 +563,18 @@ class HybridPagedAllocator(Allocator):
                 out[j + 5] = 1 if needed >= start else 0
         return out
 
-    def detach_pooled(self, request: Request) -> int:
+    def detach_pooled(self, request: Request, computed: int) -> tuple[int, int]:
         """Move the request's sliding groups' live blocks to the pooled holding (their ids are
         read by nobody while it is a pooled member: ``decode_mode``); those tables keep their
         null entries, the full groups' their blocks (new ones join them at ``attach_group_
-        pooled``); its slots follow from its lengths (``_slots_at``)."""
+        pooled``); its slots follow from its lengths (``_slots_at``), its windows freeing
+        nothing before its first step, which computes token ``computed``. Returns its sliding
+        groups' first live block now and once that step has freed what its windows left
+        (``sliding_skipped_blocks(computed)``: more than now for a request just prefilled, the
+        blocks that step frees taken from the pooled holding), (-1, -1) without a sliding
+        group."""
         rec = self._records[request]
+        rec.detached_computed = computed
         tables, first_live = rec.tables, rec.first_live
         moved = 0
         for g in range(len(tables)):
@@ -578,7 +589,9 @@ class HybridPagedAllocator(Allocator):
         rec.has_room = False
         rec.memo_epoch = -1
         sliding = self._kind_first.get("sliding")
-        return first_live[sliding] if sliding is not None else -1
+        if sliding is None:
+            return -1, -1
+        return first_live[sliding], self._lead(rec, sliding, computed)
 
     def attach_group_pooled(self, request: Request, length: int, computed: int) -> None:
         """Give a detached request its tables back, as its steps made them: ``cdiv(length, B)``
@@ -613,11 +626,12 @@ class HybridPagedAllocator(Allocator):
         """Leading null entries of the request's table in ``group`` once a step from
         ``computed`` tokens has freed what left its window: its table's own for an attached
         request; for a pooled member (``detach_pooled``), those at its detaching, or in a
-        sliding group ``sliding_skipped_blocks(computed)`` if more."""
+        sliding group ``sliding_skipped_blocks(computed)`` if more from its first step on
+        (``computed`` at least its count at detaching)."""
         detached = rec.detached
         if detached is None:
             return rec.first_live[group]
-        if not self._sliding_of[group]:
+        if not self._sliding_of[group] or computed < rec.detached_computed:
             return detached[group]
         return max(
             detached[group],
@@ -640,6 +654,10 @@ class HybridPagedAllocator(Allocator):
         if start + reuse < end:  # (one copy, not an append a block)
             pooled = extend(pooled, blocks[start + reuse : end])
         self._pooled, self._num_pooled = pooled, top + end - start
+
+    @property
+    def num_pooled_blocks(self) -> int:
+        return self._num_pooled
 
     def _pad_null(self, table: vec[i64], length: int) -> vec[i64]:
         """``table`` grown to ``length`` entries with null blocks (one copy from a vector of

@@ -72,6 +72,9 @@ class Member:
         frees_from: pooled, in a pool with a sliding group: the clock of the step at which
             its window first frees a block (then every ``period`` steps); -1 otherwise.
         frees_active: that clock has been allocated.
+        frees_first: pooled, in a pool with a sliding group: blocks of each sliding group its
+            first step (at ``sync``) frees besides, those its prefill left outside the window
+            (``DecodeCohort.schedule_first_frees``); 0 for none.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class Member:
         self.group_slots: vec[i64] | None = None
         self.frees_from = -1  # pooled, several groups: clock of its window's first free
         self.frees_active = False  # ... reached: it frees at clocks of that residue
+        self.frees_first = 0  # pooled, several groups: blocks a sliding group its first step frees
         self.freed_at = -1  # the clock of an in-order pass's step whose frees it has made
 
 
@@ -129,7 +133,10 @@ class DecodeCohort:
     frees a block the sliding kind holds, and counts as token states and as outside the
     window, ``B`` fewer; from the step whose first needed token (``computed - W + 1``) reaches
     its first held position its outside-window slots grow by one a step; at the crossing that
-    takes its last block each attention kind's internal fragmentation appears.
+    takes its last block each attention kind's internal fragmentation appears. A pooled member
+    just prefilled still holds the blocks its prompt left outside its windows: its first step
+    frees them (vLLM frees them at the request's next allocation), a one-off drop of that many
+    blocks of token states, all outside the window (``schedule_first_frees``).
 
     Args:
         period: block size in tokens when members grow block by block; 0 when they never
@@ -184,6 +191,9 @@ class DecodeCohort:
         self._all: list[dict[Member, None]] = [{} for _ in range(size)]  # by crossing residue
         self._touch: list[dict[Member, None]] = [{} for _ in range(size)]  # touched one by one
         self._num_touched = 0  # members touched one by one (not pooled)
+        # pooled members whose first step frees what their prefill left outside their windows,
+        # by the clock of that step (``Member.frees_first``; a member that left is skipped)
+        self._first_frees: dict[int, list[Member]] = {}
 
     def __len__(self) -> int:
         return len(self.members)
@@ -353,9 +363,29 @@ class DecodeCohort:
         member.frees_from = start + p
         assert member.frees_from > member.sync, f"req {member.request.req_id}: a free pending"
         key = (member.seq, self._num_joins, member)
-        if start >= member.sync:  # (before: its join's contribution grows already)
+        # (before: its join's contribution grows already, as it does when its first step frees
+        # what left its window: its first needed token had passed its first held block)
+        if start >= member.sync and not member.frees_first:
             heappush(self._activations, (start, *key))
         heappush(self._window_starts, (member.frees_from, *key))
+
+    def schedule_first_frees(self, member: Member, blocks: int) -> None:
+        """A pooled member's first step (at its ``sync``) frees ``blocks`` blocks of each
+        sliding group besides what its windows free by residue: those its prefill left outside
+        them (vLLM frees them at the request's next allocation, ``remove_skipped_blocks``).
+        Call before ``schedule_window``, which is given its first live block after them."""
+        if blocks > 0:
+            member.frees_first = blocks
+            self._first_frees.setdefault(member.sync, []).append(member)
+
+    def _first_frees_at(self, clock: int) -> int:
+        """Blocks of each sliding group the first steps of current members at ``clock`` free
+        (``schedule_first_frees``)."""
+        members, blocks = self.members, 0
+        for member in self._first_frees.get(clock, ()):
+            if members.get(member.request) is member:
+                blocks += member.frees_first
+        return blocks
 
     def group_step(self, clock: int) -> tuple[int, int]:
         """Count the step at ``clock`` as allocated for the pooled members of a pool of several
@@ -366,8 +396,13 @@ class DecodeCohort:
         assert groups is not None, "a pool of one group"
         assert clock == self.allocated_to, f"allocating clock {clock}, expected {self.allocated_to}"
         self.allocated_to = clock + 1
+        first_frees = self._first_frees
+        if first_frees:  # (the clocks before: allocated, nobody asks about them again)
+            for past in [c for c in first_frees if c < clock]:
+                del first_frees[past]
         if not self.pooled:
             return 0, 0
+        once = self._first_frees_at(clock) if first_frees else 0
         p, members = self.period, self.members
         r = clock % p
         starts = self._window_starts
@@ -390,7 +425,7 @@ class DecodeCohort:
                 final = member.request.final_kv_tokens
                 internal += -(final // -p) * p - final
         crossing, freeing = self._pooled_crossings[r], self._pooled_frees[r]
-        if crossing or freeing or activated or internal:
+        if crossing or freeing or activated or internal or once:
             sums = groups.sums
             for k, name in enumerate(self._kind_names):
                 i = WIDTH * k
@@ -398,13 +433,14 @@ class DecodeCohort:
                     continue
                 sums[i + HELD] += p * crossing
                 sums[i + INTERNAL] += internal
-                if name == "sliding":
-                    sums[i + HELD] -= p * freeing
-                    sums[i + T_BASE] -= p * freeing
-                    sums[i + O_BASE] -= p * freeing + activated * (clock + 1)
+                if name == "sliding":  # (a freed block's slots were token states, all outside)
+                    sums[i + HELD] -= p * (freeing + once)
+                    sums[i + T_BASE] -= p * (freeing + once)
+                    sums[i + O_BASE] -= p * (freeing + once) + activated * (clock + 1)
                     sums[i + O_SLOPE] += activated
-            self.sum_held += p * (self.cross_blocks * crossing - self.frees_per_window * freeing)
-        return self.cross_blocks * crossing, self.frees_per_window * freeing
+            frees = freeing + once
+            self.sum_held += p * (self.cross_blocks * crossing - self.frees_per_window * frees)
+        return self.cross_blocks * crossing, self.frees_per_window * (freeing + once)
 
     def pooled_ops_at(self, clock: int) -> list[Member]:
         """Pooled members whose step at ``clock`` takes or frees blocks (after ``group_step``
@@ -412,6 +448,10 @@ class DecodeCohort:
         r = clock % self.period if self.period else 0
         found: dict[Member, None] = {m: None for m in self._all[r] if m.pooled}
         found.update(self._freeing[r])
+        members = self.members
+        for member in self._first_frees.get(clock, ()):
+            if members.get(member.request) is member:
+                found[member] = None
         return sorted(found, key=by_seq)
 
     def pooled_group_ops(self, member: Member, clock: int) -> tuple[int, int]:
@@ -421,6 +461,8 @@ class DecodeCohort:
         frees = 0
         if member.frees_active and (clock - member.frees_from) % p == 0:
             frees = self.frees_per_window
+        if clock == member.sync:
+            frees += self.frees_per_window * member.frees_first
         return takes, frees
 
     def set_held(self, member: Member, held: int) -> None:
@@ -587,17 +629,21 @@ class DecodeCohort:
     def steps_freeing_nothing_net(self, first_clock: int, max_steps: int, slack: int = 0) -> int:
         """Largest ``t <= max_steps`` such that after each of the steps at clocks
         ``first_clock ..`` up to the ``t``-th, the blocks the members' windows may have freed
-        (``frees_per_window`` a member at its window's residue, an upper bound) exceed the
+        (``frees_per_window`` a member at its window's residue, an upper bound, and at its
+        first step what its prefill left outside them: ``schedule_first_frees``) exceed the
         blocks their crossings took by at most ``slack``: the pool holds at most ``slack``
         more free blocks than before them."""
         p, frees = self.period, self.frees_per_window
         if not p or not frees:
             return max_steps
         windows, crossings = self._window_members, self._crossings
+        first_frees = self._first_frees
         net = 0
         for t in range(max_steps):
             r = (first_clock + t) % p
             net += frees * windows[r] - crossings[r]
+            if first_frees:
+                net += frees * self._first_frees_at(first_clock + t)
             if net > slack:
                 return t
         return max_steps

@@ -180,11 +180,15 @@ def check_groups(cohort: DecodeCohort, allocator: Allocator, clock: int) -> None
     if groups is None:
         return
     expected_all = [0] * (4 * len(groups.kind_counts))
+    pooled = 0  # blocks the pooled members hold by the rules and not in their tables
     for member in cohort.members.values():
         req = member.request
         if member.pooled:  # (its changes are summed by residue: the pool's totals below)
             length = cohort.computed_at(member, clock) + 1
-            _add_slots(expected_all, allocator.decode_group_slots(req, length, length - 1))
+            slots = allocator.decode_group_slots(req, length, length - 1)
+            _add_slots(expected_all, slots)
+            held = sum(n * slots[WIDTH * k] for k, n in enumerate(groups.kind_counts))
+            pooled += (held - allocator.held_slots(req.req_id)) // cohort.period
             continue
         assert member.group_slots is not None, f"req {req.req_id}: no group slots"
         own = GroupSums(groups.kind_counts)
@@ -200,3 +204,5 @@ def check_groups(cohort: DecodeCohort, allocator: Allocator, clock: int) -> None
         assert own_totals == expected, f"req {req.req_id}: group slots {own_totals} != {expected}"
     got_all = groups.kind_totals(clock + 1)
     assert got_all == expected_all, f"cohort group totals {got_all} != {expected_all}"
+    got = allocator.num_pooled_blocks  # (no block leaked into, or lost from, the holding)
+    assert got == pooled, f"pooled holding {got} blocks, the pooled members' rules {pooled}"

@@ -127,10 +127,11 @@ class LazyDecodes:
             if mode == DECODE_EXACT:
                 self._exact[member] = None
         elif member.pooled:  # its slots as in the step before its first (``group_step``)
-            first_live = allocator.detach_pooled(req)
+            first_live, after_first = allocator.detach_pooled(req, computed)
             slots = allocator.decode_group_slots(req, computed, computed - 1)
             cohort.set_group_slots(member, slots, sync)
-            cohort.schedule_window(member, first_live)
+            cohort.schedule_first_frees(member, after_first - first_live)
+            cohort.schedule_window(member, after_first)
         else:  # grown by the allocator; its first step computes token ``computed``
             self._exact[member] = None
             slots = allocator.decode_group_slots(req, computed + 1)
