@@ -43,7 +43,9 @@ the peak RSS covers the whole run, workload included, as ``kvsim run`` holds it 
 ``cpu_s`` is the process's CPU time (user + system). Each group runs ``--repeat`` times (3 by
 default), each time in a fresh process, and every figure is the fastest trial's (``cpu_s_trials``
 keeps them all; ``fastest_of``): on a machine shared with other work a trial can only be slowed
-down, by as much as a third on this project's 2-core guests.
+down, by as much as a third on this project's 2-core guests. A ratio to paged is the two
+fastest trials'; ``cpu_ratio_trials`` keeps each trial's own (the policy and its reference
+back to back), whose spread shows how far the machine moved the ratio itself.
 ``--sweep`` (and ``make bench``) also times ``experiments/block-size.toml`` with 1 and 2 workers
 (``benchmarks.bench_sweep``, the median of 9 alternating runs each), beside the machine's own
 2-process ceiling measured between them. Results go to ``OUT/bench.json``.
@@ -290,14 +292,22 @@ def fastest(entries: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def fastest_of(trials: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Each run's fastest entry over the trials of its group (``fastest``, by CPU time), its
-    ratio to paged recomputed from the two minima."""
+    ratio to paged recomputed from the two minima; ``cpu_ratio_trials`` keeps each trial's
+    own ratio (the two runs back to back in one process: how much the machine's load moved
+    the ratio itself)."""
     out: dict[str, dict[str, Any]] = {}
     for name in trials[0]:
         out[name] = fastest([t[name] for t in trials if name in t], "cpu_s")
-    paged = next((v for k, v in out.items() if k.endswith("_paged")), None)
-    if paged is not None and len(out) > 1:
-        for entry in out.values():
+    paged_name = next((k for k in out if k.endswith("_paged")), None)
+    if paged_name is not None and len(out) > 1:
+        paged = out[paged_name]
+        for name, entry in out.items():
             entry["cpu_ratio_to_paged"] = entry["cpu_s"] / paged["cpu_s"]
+            entry["cpu_ratio_trials"] = [
+                t[name]["cpu_s"] / t[paged_name]["cpu_s"]
+                for t in trials
+                if name in t and paged_name in t
+            ]
     return out
 
 
@@ -522,7 +532,8 @@ def main(argv: list[str] | None = None) -> None:
                 entry["cpu_s"],
                 entry["decode_tokens_per_cpu_s"] / 1e6,
                 entry["peak_rss_bytes"] / 2**20,
-                f", {entry['cpu_ratio_to_paged']:.2f}x paged"
+                f", {entry['cpu_ratio_to_paged']:.2f}x paged (trials "
+                f"{min(entry['cpu_ratio_trials']):.2f}-{max(entry['cpu_ratio_trials']):.2f}x)"
                 if "cpu_ratio_to_paged" in entry
                 else "",
             )

@@ -21,6 +21,9 @@ def test_each_run_keeps_its_fastest_trial_and_the_ratio_of_the_minima() -> None:
     assert out["x_buddy"]["cpu_s_trials"] == [2.4, 3.3, 2.7]
     assert out["x_buddy"]["cpu_ratio_to_paged"] == pytest.approx(1.6)
     assert out["x_paged"]["cpu_ratio_to_paged"] == 1.0
+    # each trial's own: 2.4 / 2.0, 3.3 / 1.5, 2.7 / 1.8
+    assert out["x_buddy"]["cpu_ratio_trials"] == pytest.approx([1.2, 2.2, 1.5])
+    assert out["x_paged"]["cpu_ratio_trials"] == [1.0, 1.0, 1.0]
 
 
 def test_a_lone_run_gets_no_ratio() -> None:
