@@ -54,6 +54,7 @@ back to back), whose spread shows how far the machine moved the ratio itself.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import multiprocessing
@@ -227,13 +228,16 @@ def run_benchmark(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
     config = config_from_dict(spec)
     start: list[float] = []
+    collections: list[int] = []
 
     def workload_ready(_: int) -> None:  # generated and checked: the simulation starts
+        collections.extend(g["collections"] for g in gc.get_stats())
         start.extend((time.perf_counter(), _cpu_s()))
 
     # simulate draws the workload itself, as `kvsim run` does (no second copy of it alive)
     results = simulate(config, on_start=workload_ready)
     wall_s, cpu_s = time.perf_counter() - start[0], _cpu_s() - start[1]
+    gc_runs = [g["collections"] - n for g, n in zip(gc.get_stats(), collections, strict=True)]
     summary = results.summary
     num_requests = summary["num_requests"]
     decode_tokens = summary["generation_tokens_total"]
@@ -251,6 +255,9 @@ def run_benchmark(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         "num_steps": summary["num_steps"],
         "num_requests_running_mean": summary.get("num_requests_running_mean"),
         "num_preemptions": summary["num_preemptions"],
+        # the garbage collector's collections during the simulation, by generation (youngest
+        # first), results included
+        "gc_collections": gc_runs,
     }
 
 
