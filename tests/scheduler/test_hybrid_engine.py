@@ -197,6 +197,17 @@ def test_a_decode_span_runs_on_while_the_windows_free_fewer_blocks_than_the_head
     assert first_b > finish_a
 
 
+def window16(num_blocks: int, max_model_len: int, requests: list[Request]) -> Results:
+    """``requests`` on 1 full + 1 sliding group (W = 16), B = 16, ``num_blocks`` blocks (the
+    null block and the rest free), 256 tokens a step."""
+    cfg = config(
+        window=16,
+        num_blocks=num_blocks,
+        scheduler={"max_model_len": max_model_len, "max_num_batched_tokens": 256},
+    )
+    return simulate(cfg, requests)
+
+
 def test_a_just_prefilled_request_frees_what_left_its_window_at_its_first_decode_step():
     # 1 full + 1 sliding group (W = 16), B = 16, 25 blocks: the null block and 24 free.
     # A (160-token prompt: 10 + 10 blocks, 30 outputs) and B (64 tokens: 4 + 4, 5 outputs)
@@ -206,12 +217,7 @@ def test_a_just_prefilled_request_frees_what_left_its_window_at_its_first_decode
     # group for token 160 (160 % 16 == 0: 11 free), so B (8) is admitted in step 2. A joins
     # the decode cohort after its prefill, its first step freeing those 9 blocks: the span
     # after step 1 must end there (were they not counted, it would run on to A's finish).
-    cfg = config(
-        window=16,
-        num_blocks=25,
-        scheduler={"max_model_len": 192, "max_num_batched_tokens": 256},
-    )
-    result = simulate(cfg, [Request(0, 0.0, 160, 30, 30), Request(1, 0.0, 64, 5, 5)])
+    result = window16(25, 192, [Request(0, 0.0, 160, 30, 30), Request(1, 0.0, 64, 5, 5)])
     mem, req = result.memory, result.requests
     assert mem["num_steps"].tolist()[0] == 1
     assert mem["num_prefills"].tolist()[:2] == [1, 1]
@@ -230,12 +236,7 @@ def test_a_member_freeing_its_prefills_window_blocks_in_a_step_taken_in_turn_nee
     # before 144 - 16 + 1 = 129, (129 // 16) = 8 of them, so its 2 fit and nobody is
     # preempted; D and A then decode together until A's last token in step 16 (one span of
     # 15 steps), D alone in steps 17..20.
-    cfg = config(
-        window=16,
-        num_blocks=21,
-        scheduler={"max_model_len": 160, "max_num_batched_tokens": 256},
-    )
-    result = simulate(cfg, [Request(0, 0.0, 8, 20, 20), Request(1, 0.0, 144, 16, 16)])
+    result = window16(21, 160, [Request(0, 0.0, 8, 20, 20), Request(1, 0.0, 144, 16, 16)])
     assert result.summary["num_preemptions"] == 0
     assert result.memory["num_steps"].tolist() == [1, 15, 4]
 
@@ -248,12 +249,7 @@ def test_a_member_freeing_its_prefills_window_blocks_beside_a_sharing_prefill():
     # frees its (150 - 16 + 1) // 16 = 8 sliding blocks then. The checks at every event
     # (debug_invariants) count the pooled members' blocks held in no table against the
     # allocator's (a leak there would show).
-    cfg = config(
-        window=16,
-        num_blocks=81,
-        scheduler={"max_model_len": 320, "max_num_batched_tokens": 256},
-    )
     shared = Request(1, 0.0, 300, 6, 6, token_segments=((7, 300),))
-    result = simulate(cfg, [Request(0, 0.0, 150, 16, 16), shared])
+    result = window16(81, 320, [Request(0, 0.0, 150, 16, 16), shared])
     assert result.memory["num_prefills"].tolist()[:2] == [2, 1]
     assert result.summary["num_preemptions"] == 0
