@@ -126,8 +126,8 @@ class Engine:
         )
         self.allocator, self.swap = parts.allocator, parts.swap
         self.offload = parts.offload  # CPU offloading (vLLM's OffloadingConnector) or None
-        # per memory row, flat (a packed vector, no tuple a row: rows that outlive a collection
-        # would set off the garbage collector): the CPU tier's four counts (offload) ...
+        # per memory row, flat in a packed vector (no tuple object a row): the CPU tier's four
+        # counts (offload) ...
         self.tier_samples: vec[i64] = vec[i64]()
         self.disk_samples: vec[i64] = vec[i64]()  # ... and a disk tier's three
         self._parked: set[Request] = set()  # loaded from the CPU tier, waiting, holding blocks

@@ -424,8 +424,9 @@ class DecodeCohort:
             if members.get(member.request) is member and member.final_clock == at:
                 final = member.request.final_kv_tokens
                 internal += -(final // -p) * p - final
-        crossing, freeing = self._pooled_crossings[r], self._pooled_frees[r]
-        if crossing or freeing or activated or internal or once:
+        crossing = self._pooled_crossings[r]
+        frees = self._pooled_frees[r] + once  # blocks of each sliding group freed
+        if crossing or frees or activated or internal:
             sums = groups.sums
             for k, name in enumerate(self._kind_names):
                 i = WIDTH * k
@@ -434,13 +435,12 @@ class DecodeCohort:
                 sums[i + HELD] += p * crossing
                 sums[i + INTERNAL] += internal
                 if name == "sliding":  # (a freed block's slots were token states, all outside)
-                    sums[i + HELD] -= p * (freeing + once)
-                    sums[i + T_BASE] -= p * (freeing + once)
-                    sums[i + O_BASE] -= p * (freeing + once) + activated * (clock + 1)
+                    sums[i + HELD] -= p * frees
+                    sums[i + T_BASE] -= p * frees
+                    sums[i + O_BASE] -= p * frees + activated * (clock + 1)
                     sums[i + O_SLOPE] += activated
-            frees = freeing + once
             self.sum_held += p * (self.cross_blocks * crossing - self.frees_per_window * frees)
-        return self.cross_blocks * crossing, self.frees_per_window * (freeing + once)
+        return self.cross_blocks * crossing, self.frees_per_window * frees
 
     def pooled_ops_at(self, clock: int) -> list[Member]:
         """Pooled members whose step at ``clock`` takes or frees blocks (after ``group_step``
