@@ -13,8 +13,10 @@ under ``vllm-v1`` caches prefixes):
   every allocator (contiguous ones with the Pow2 reservation), timed in one process beside
   ``paged`` (``cpu_ratio_to_paged``).
 * ``mooncake_conv_<policy>``: the whole Mooncake conversation trace (512-token prefix
-  ``hash_ids``) on ``paged`` without prefix caching, ``shared_prefix`` (paged with automatic
-  prefix caching) and ``radix``, each with ``cpu_ratio_to_paged``.
+  ``hash_ids``; the 9,206 of its 12,031 requests within the runs' ``scheduler.max_model_len``,
+  16,384 tokens, the rest skipped with a warning) on ``paged`` without prefix caching,
+  ``shared_prefix`` (paged with automatic prefix caching) and ``radix``, each with
+  ``cpu_ratio_to_paged``.
 * ``kv2026_<policy>``: the KV-in-2026 policies, each in a group beside its ``*_paged`` reference on
   the same workload: ``vattention`` (64 KiB pages) and ``spec_eagle3`` (speculative decoding,
   EAGLE with 3 drafts at acceptance 0.7) on the Azure 10k run; ``offload_cpu256`` (a 256 GiB

@@ -80,6 +80,7 @@ def run(
         from tqdm import tqdm
 
         from kvsim.config import config_from_dict, load_config
+        from kvsim.config.config_file import check_trace
         from kvsim.engine.intake import requests_for
         from kvsim.fleet import simulate
         from kvsim.view.summary import replica_table, summary_table
@@ -89,7 +90,12 @@ def run(
         overrides = parse_overrides(set_ or [])
         if config:
             refuse_results(config, "a config TOML")
-        cfg = load_config(config, overrides) if config else config_from_dict({}, overrides)
+        if config:
+            cfg = load_config(config, overrides)
+        else:
+            cfg = config_from_dict({}, overrides)
+            if "workload.trace" in overrides:  # (a config file's loading checks it)
+                check_trace(cfg, lambda: "--set workload.trace")
         with console.status("drawing the workload's requests", spinner="dots") as status:
             if no_progress:
                 status.stop()  # (shown on a terminal only: a long draw is not silent)

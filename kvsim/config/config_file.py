@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,9 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Si
     except ValueError as err:
         message = str(err)
     else:
-        if "workload.trace" not in (overrides or {}):
+        if "workload.trace" in (overrides or {}):
+            check_trace(config, lambda: "--set workload.trace")
+        else:
             _check_trace_file(Path(path), config)
         return config
     if not overrides:
@@ -113,12 +115,27 @@ def _warn_replaced_tables(path: Path, data: dict[str, Any], overrides: dict[str,
 
 
 def _check_trace_file(path: Path, config: SimConfig) -> None:
+    """``check_trace`` naming the config file and the line that sets the trace."""
+
+    def where() -> str:
+        line = toml_key_line(read_text(path), "workload.trace")
+        return f"{path} line {line}: workload.trace" if line else f"{path}: workload.trace"
+
+    check_trace(config, where)
+
+
+def check_trace(config: SimConfig, where: Callable[[], str]) -> None:
     """A trace file the config names by path that is missing (or a folder) fails the run before
-    it starts: say so now with the config's line (a catalogued trace's data folder, or a
-    ``fallback_synthetic`` workload, is the run's to judge).
+    it starts: say so now (a catalogued trace's data folder, or a ``fallback_synthetic``
+    workload, is the run's to judge).
+
+    Args:
+        config: the run's config.
+        where: what set the trace, for the message (a config file's line, ``--set
+            workload.trace``); called only on an error.
 
     Raises:
-        DataNotFoundError: naming the config file, the line and what was looked for.
+        DataNotFoundError: ``where()``, then what was looked for.
     """
     from kvsim.workload import DataNotFoundError, resolve_trace
 
@@ -130,9 +147,7 @@ def _check_trace_file(path: Path, config: SimConfig) -> None:
     try:
         resolve_trace(trace)
     except DataNotFoundError as err:
-        line = toml_key_line(read_text(path), "workload.trace")
-        where = f"{path} line {line}" if line else str(path)
-        raise DataNotFoundError(f"{where}: workload.trace: {err}") from None
+        raise DataNotFoundError(f"{where()}: {err}") from None
 
 
 # the fields whose value is a file path (a folder for hf_config and tokenizer)

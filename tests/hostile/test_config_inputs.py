@@ -162,7 +162,7 @@ SETS: dict[str, tuple[list[str], list[str]]] = {
     "trace_lengths_no_trace": (["workload.lengths=trace"], ["lengths='trace'"]),
     "trace_missing_file": (
         ["workload.trace=/nonexistent/trace.csv"],
-        ["/nonexistent/trace.csv", "kvsim data fetch"],
+        ["--set workload.trace: ", "/nonexistent/trace.csv", "kvsim data fetch"],
     ),
     "unknown_workload_key": (["workload.rate=2"], ["workload.rate", "Extra inputs"]),
     "unknown_workload_preset": (["workload=nosuchpreset"], ["nosuchpreset"]),
