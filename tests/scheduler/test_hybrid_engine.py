@@ -197,37 +197,49 @@ def test_a_decode_span_runs_on_while_the_windows_free_fewer_blocks_than_the_head
     assert first_b > finish_a
 
 
-def window16(num_blocks: int, max_model_len: int, requests: list[Request]) -> Results:
+def window16(
+    num_blocks: int, max_model_len: int, requests: list[Request], block_ids: bool = False
+) -> Results:
     """``requests`` on 1 full + 1 sliding group (W = 16), B = 16, ``num_blocks`` blocks (the
-    null block and the rest free), 256 tokens a step."""
+    null block and the rest free), 256 tokens a step; ``block_ids``: with a memory map (its
+    frames read block ids, so no member takes anonymous blocks in bulk)."""
     cfg = config(
         window=16,
         num_blocks=num_blocks,
         scheduler={"max_model_len": max_model_len, "max_num_batched_tokens": 256},
     )
-    return simulate(cfg, requests)
+    return simulate(cfg, requests, map_every_s=0.01 if block_ids else None)
 
 
-def test_a_just_prefilled_request_frees_what_left_its_window_at_its_first_decode_step():
+@pytest.mark.parametrize("block_ids", [False, True])
+def test_a_just_prefilled_request_frees_what_left_its_window_at_its_first_decode_step(
+    block_ids: bool,
+):
     # 1 full + 1 sliding group (W = 16), B = 16, 25 blocks: the null block and 24 free.
-    # A (160-token prompt: 10 + 10 blocks, 30 outputs) and B (64 tokens: 4 + 4, 5 outputs)
+    # A (150-token prompt: 10 + 10 blocks, 30 outputs) and B (64 tokens: 4 + 4, 5 outputs)
     # arrive together. Step 1: A prefills, 4 free; B needs 8 and waits for KV. Step 2 (A
-    # computes token 160): vLLM's allocation for A first frees the sliding blocks wholly
-    # before 160 - 16 + 1 = 145, (145 // 16) = 9 of them (13 free), then takes one block a
-    # group for token 160 (160 % 16 == 0: 11 free), so B (8) is admitted in step 2. A joins
-    # the decode cohort after its prefill, its first step freeing those 9 blocks: the span
-    # after step 1 must end there (were they not counted, it would run on to A's finish).
-    result = window16(25, 192, [Request(0, 0.0, 160, 30, 30), Request(1, 0.0, 64, 5, 5)])
+    # computes token 150): vLLM's allocation for A first frees the sliding blocks wholly
+    # before 150 - 16 + 1 = 135, (135 // 16) = 8 of them (12 free); token 150 needs no new
+    # block (150 % 16 != 0), so B (8) is admitted in step 2. A joins the decode cohort after
+    # its prefill, its first step freeing those 8 blocks (neither a crossing nor a window's
+    # residue: nothing else would touch A there): the span after step 1 must end there (were
+    # they not counted, it would run on to A's finish).
+    # (the same with a memory map, whose block ids keep A one by one that step)
+    reqs = [Request(0, 0.0, 150, 30, 30), Request(1, 0.0, 64, 5, 5)]
+    result = window16(25, 192, reqs, block_ids)
     mem, req = result.memory, result.requests
     assert mem["num_steps"].tolist()[0] == 1
     assert mem["num_prefills"].tolist()[:2] == [1, 1]
     step1_end = mem["time_s"].iloc[0] + mem["duration_s"].iloc[0]
     assert req["first_scheduled_time_s"][1] == pytest.approx(step1_end)
-    # in step 2, A holds 11 full blocks and cdiv(161, 16) - 9 = 2 sliding ones; B 4 + 4
+    # in step 2, A holds 10 full blocks and 10 - 8 = 2 sliding ones; B 4 + 4
     assert mem["group1_sliding_held"].iloc[1] <= (2 + 4) * BLOCK
 
 
-def test_a_member_freeing_its_prefills_window_blocks_in_a_step_taken_in_turn_needs_no_victim():
+@pytest.mark.parametrize("block_ids", [False, True])
+def test_a_member_freeing_its_prefills_window_blocks_in_a_step_taken_in_turn_needs_no_victim(
+    block_ids: bool,
+):
     # 1 full + 1 sliding group (W = 16), B = 16, 21 blocks: the null block and 20 free.
     # D (8-token prompt: 1 + 1 blocks, 20 outputs) and A (144 tokens: 9 + 9, 16 outputs)
     # prefill together in step 1: 0 free. In step 2 A computes token 144 and takes a block a
@@ -236,9 +248,11 @@ def test_a_member_freeing_its_prefills_window_blocks_in_a_step_taken_in_turn_nee
     # before 144 - 16 + 1 = 129, (129 // 16) = 8 of them, so its 2 fit and nobody is
     # preempted; D and A then decode together until A's last token in step 16 (one span of
     # 15 steps), D alone in steps 17..20.
-    result = window16(21, 160, [Request(0, 0.0, 8, 20, 20), Request(1, 0.0, 144, 16, 16)])
+    reqs = [Request(0, 0.0, 8, 20, 20), Request(1, 0.0, 144, 16, 16)]
+    result = window16(21, 160, reqs, block_ids)
     assert result.summary["num_preemptions"] == 0
-    assert result.memory["num_steps"].tolist() == [1, 15, 4]
+    if not block_ids:  # (a memory map's frames also end events)
+        assert result.memory["num_steps"].tolist() == [1, 15, 4]
 
 
 def test_a_member_freeing_its_prefills_window_blocks_beside_a_sharing_prefill():

@@ -24,6 +24,9 @@ from mypy_extensions import i64, mypyc_attr
 
 from kvsim.workload.request import Request
 
+DECODE_POOLED_ONLY: Final = 3
+"""``Allocator.decode_mode``: a steady decoder that may decode in the cohort only with its blocks
+taken in bulk (a hybrid request just prefilled: its first step frees blocks its windows left)."""
 DECODE_POOLED: Final = 2
 """``Allocator.decode_mode``: a steady decoder whose blocks may be taken in bulk."""
 DECODE_EXACT: Final = 1

@@ -48,6 +48,7 @@ from kvsim.core.kv.base import (
     DECODE_EXACT,
     DECODE_EXPLICIT,
     DECODE_POOLED,
+    DECODE_POOLED_ONLY,
     NO_HIT,
     Allocator,
     AllocatorStats,
@@ -490,7 +491,9 @@ class HybridPagedAllocator(Allocator):
         registers none as they fill, and whose windows have left the blocks of its prefix hit)
         is pooled: nothing reads the ids of its new blocks or of those its windows free until it
         leaves the cohort, so its first step may also free the blocks its prefill left outside
-        its windows (``detach_pooled``). Any other is grown by ``allocate`` where something
+        its windows (``detach_pooled``): such a request is ``DECODE_POOLED_ONLY``, a member only
+        where members are pooled (not where the run reads block ids, as a memory map does).
+        Any other is grown by ``allocate`` where something
         happens (a block crossing, a block leaving its window, a cached block filling:
         ``decode_groups``), and joins only with no block left in a window that its next step
         would free."""
@@ -511,13 +514,14 @@ class HybridPagedAllocator(Allocator):
                 computed, self._window_of[g], b
             ):
                 frees_due = True
+        pooled = DECODE_POOLED_ONLY if frees_due else DECODE_POOLED
         if not self.enable_prefix_caching:
-            return DECODE_POOLED
+            return pooled
         hit = rec.num_cached  # (a private stream registers nothing more)
         if not request.shares_tokens and all(
             first_live[g] >= hit for g, kind in enumerate(self.kinds) if kind == "sliding"
         ):
-            return DECODE_POOLED
+            return pooled
         return DECODE_EXPLICIT if frees_due else DECODE_EXACT
 
     def decode_groups(self) -> DecodeGroups:

@@ -30,7 +30,7 @@ differently; otherwise pooled blocks are taken in bulk.
 
 from __future__ import annotations
 
-from kvsim.core.kv.base import DECODE_EXACT, DECODE_POOLED, Allocator
+from kvsim.core.kv.base import DECODE_EXACT, DECODE_POOLED, DECODE_POOLED_ONLY, Allocator
 from kvsim.core.scheduler.cohort import DecodeCohort, Member, by_seq
 from kvsim.core.scheduler.group_decodes import (
     check_groups,
@@ -101,8 +101,13 @@ class LazyDecodes:
     def can_join(self, req: Request, computed: int) -> bool:
         """Whether ``req`` with ``computed`` computed tokens (and its current holding) decodes
         without the allocator except at block boundaries."""
-        if not self.joins or not self.allocator.decode_mode(req, computed):
+        if not self.joins:
             return False
+        mode = self.allocator.decode_mode(req, computed)
+        if not mode:
+            return False
+        if mode == DECODE_POOLED_ONLY and not (self.cohort.pooled and req.num_seqs == 1):
+            return False  # (its first step's frees are made only for a pooled member)
         if self.cohort.groups is not None:  # (decode_mode checked every group's table)
             return True
         held = req.num_held_slots
@@ -120,7 +125,7 @@ class LazyDecodes:
         allocator = self.allocator
         shared = allocator.group_shared_slots(req) if req.num_seqs > 1 else 0
         mode = allocator.decode_mode(req, computed)
-        pool = mode == DECODE_POOLED
+        pool = mode >= DECODE_POOLED  # (``DECODE_POOLED_ONLY`` too: ``can_join`` checked)
         cohort = self.cohort
         member = cohort.join(req, self.seq[req], sync, computed, output, shared, pool)
         if cohort.groups is None:
