@@ -257,8 +257,8 @@ def run_benchmark(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         "num_steps": summary["num_steps"],
         "num_requests_running_mean": summary.get("num_requests_running_mean"),
         "num_preemptions": summary["num_preemptions"],
-        # the garbage collector's collections during the simulation, by generation (youngest
-        # first), results included
+        # the garbage collector's collections over ``cpu_s``'s span, by generation (youngest
+        # first)
         "gc_collections": gc_runs,
     }
 
