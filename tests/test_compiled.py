@@ -21,35 +21,45 @@ import pytest
 from kvsim import SimConfig, simulate
 from tests.wheel_env import install_wheel
 
+
+def on_h100(
+    model: str, kv_cache_gib: float, max_model_len: int, caching: bool | None, **sections: object
+) -> dict[str, object]:
+    """A config on one H100-80GB, seed 0, with ``sections`` (workload, offload ...);
+    ``caching`` ``None``: the profile's default."""
+    cache: dict[str, object] = {"kv_cache_gib": kv_cache_gib}
+    if caching is not None:
+        cache["enable_prefix_caching"] = caching
+    config = {"model": model, "gpu": "h100-80gb", "seed": 0, "cache": cache}
+    return {**config, "scheduler": {"max_model_len": max_model_len}, **sections}
+
+
 CONFIGS = {
     # a 2 GiB CPU tier (1,024 blocks) that evicts, a 4 GiB disk tier below it that promotes
-    "offload_disk": {
-        "model": "llama-3.1-8b",
-        "gpu": "h100-80gb",
-        "seed": 0,
-        "cache": {"kv_cache_gib": 4.0, "enable_prefix_caching": True},
-        "scheduler": {"max_model_len": 8000},
-        "workload": {"preset": "multi_turn_chat", "rate_per_s": 1.0, "num_requests": 300},
-        "offload": {"kv_offloading_size": 2, "disk_offloading_size": 4},
-    },
+    "offload_disk": on_h100(
+        "llama-3.1-8b",
+        4.0,
+        8000,
+        True,
+        workload={"preset": "multi_turn_chat", "rate_per_s": 1.0, "num_requests": 300},
+        offload={"kv_offloading_size": 2, "disk_offloading_size": 4},
+    ),
     # 7 KV cache groups sharing one pool, prefix hits in every group, preemptions
-    "hybrid": {
-        "model": "gemma-3-27b",
-        "gpu": "h100-80gb",
-        "seed": 0,
-        "cache": {"kv_cache_gib": 6.0, "enable_prefix_caching": True},
-        "scheduler": {"max_model_len": 8000},
-        "workload": {"preset": "multi_turn_chat", "rate_per_s": 2.0, "num_requests": 300},
-    },
-    "spec": {
-        "model": "llama-3.1-8b",
-        "gpu": "h100-80gb",
-        "seed": 0,
-        "cache": {"kv_cache_gib": 1.0},
-        "scheduler": {"max_model_len": 4096},
-        "workload": {"preset": "alpaca_like", "num_requests": 300},
-        "speculative": {"num_speculative_tokens": 3, "acceptance_rate": 0.7},
-    },
+    "hybrid": on_h100(
+        "gemma-3-27b",
+        6.0,
+        8000,
+        True,
+        workload={"preset": "multi_turn_chat", "rate_per_s": 2.0, "num_requests": 300},
+    ),
+    "spec": on_h100(
+        "llama-3.1-8b",
+        1.0,
+        4096,
+        None,
+        workload={"preset": "alpaca_like", "num_requests": 300},
+        speculative={"num_speculative_tokens": 3, "acceptance_rate": 0.7},
+    ),
 }
 
 
